@@ -1,0 +1,200 @@
+"""A small OpenAI-compatible chat-completions server on 127.0.0.1 for tests and the benchmark.
+
+It plays the three LexPilot roles from the prompt it receives (see `kind_of`), or follows a script
+given by the test. Every request body is kept, so tests can check what each role was sent.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+# Marker phrases of each prompt of prompts/ (Appendix F), to tell the roles apart.
+KIND_MARKERS = (
+    ("lca_judge", "你是一个严谨的文本分类器"),
+    ("dcg_judge", "你是一个法律逻辑评估专家"),
+    ("ljp_judge", "你是一个专业的法律文本分析专家"),
+    ("user", "你现在需要扮演一名正在进行民事案件法律咨询的原告当事人"),
+    ("force_ask", "并直接执行以下提问策略"),
+    ("force_judge", "本次不进行进一步问答"),
+    ("lexawn", "严格选择并执行以下两种策略之一"),
+)
+ASK, PREDICT = "【追问】", "【预测】"
+
+
+def kind_of(prompt: str) -> str:
+    for kind, marker in KIND_MARKERS:
+        if marker in prompt:
+            return kind
+    return "unknown"
+
+
+def between(prompt: str, tag: str) -> str:
+    """The slot's content: the last <tag>…</tag> block (the instructions mention the tags too)."""
+    end = prompt.rfind(f"</{tag}>")
+    start = prompt.rfind(f"<{tag}>", 0, end)
+    return prompt[start + len(tag) + 2:end].strip() if start >= 0 else ""
+
+
+def stable(text: str) -> int:
+    return int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:8], 16)
+
+
+def default_reply(kind: str, prompt: str) -> str:
+    """Deterministic replies that exercise every path: some LexAwN replies ask, some predict."""
+    if kind == "lexawn":
+        history = between(prompt, "对话历史")
+        first = history.split("\n", 1)[0]
+        # Ask until the history holds a case-dependent number of assistant turns (0 to 4).
+        patience = stable(first) % 5
+        return (PREDICT + "结合现有事实，诉请预测：支持。" if history.count("Assistant:") >= patience
+                else ASK + "请问还需要核实哪一点事实？")
+    if kind == "force_ask":
+        return ASK + "请问借款是否有转账记录？"
+    if kind == "force_judge":
+        return PREDICT + "法律分析……各项诉请预测：支持。"
+    if kind == "user":
+        return "这个我记得，具体情况是这样的。"
+    if kind == "lca_judge":
+        return "策略一" if PREDICT in between(prompt, "待评估回复") else "策略二"
+    if kind == "dcg_judge":
+        return "是" if stable(between(prompt, "AI提问内容") + between(prompt, "裁判文书争议焦点")) % 2 else "否"
+    if kind == "ljp_judge":
+        claims = between(prompt, "正式诉请").split("\n")
+        labels = ["支持", "部分支持", "驳回"]
+        return json.dumps({"results": [labels[stable(c) % 3] for c in claims]}, ensure_ascii=False)
+    return "?"
+
+
+class FakeProvider:
+    """`script(kind, prompt, body)` may return a str (the reply), None (the default reply), or a dict:
+    {"status": 429, "headers": {...}, "error": "..."} for an HTTP error, {"content": ..., "finish_reason":
+    "length"} for a given choice, {"sleep": seconds} to stall before the default reply."""
+
+    def __init__(self, script=None, latency: float = 0.0, jitter: float = 0.0, rate_limit: float | None = None,
+                 usage: bool = True):
+        self.script, self.latency, self.jitter, self.rate_limit, self.usage = script, latency, jitter, rate_limit, usage
+        self.requests: list[dict] = []
+        self.lock = threading.Lock()
+        self.statuses = Counter()
+        self._window: list[float] = []
+        self.server = None
+
+    # --- lifecycle
+    def start(self) -> str:
+        provider = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                status, headers, payload = provider.respond(self.path, body)
+                head = [f"HTTP/1.1 {status} X", f"Content-Length: {len(payload)}"]
+                head += [f"{k}: {v}" for k, v in headers.items()]
+                # One write: status line, headers and body together (no delayed-ACK stall).
+                self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode() + payload)
+                self.wfile.flush()
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+            request_queue_size = 1024
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def stop(self) -> None:
+        if self.server:
+            self.server.shutdown()
+            self.server.server_close()
+
+    def __enter__(self):
+        self.base_url = self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    # --- inspection
+    def prompts(self, kind: str | None = None) -> list[str]:
+        with self.lock:
+            prompts = [r["messages"][0]["content"] for r in self.requests]
+        return [p for p in prompts if kind is None or kind_of(p) == kind]
+
+    def kinds(self) -> Counter:
+        return Counter(kind_of(p) for p in self.prompts())
+
+    # --- behaviour
+    def _rate_limited(self) -> bool:
+        if self.rate_limit is None:
+            return False
+        with self.lock:
+            now = time.monotonic()
+            self._window = [t for t in self._window if now - t < 1.0]
+            if len(self._window) >= self.rate_limit:
+                return True
+            self._window.append(now)
+            return False
+
+    def respond(self, path: str, body: dict):
+        json_type = {"Content-Type": "application/json"}
+        if self._rate_limited():
+            with self.lock:
+                self.statuses[429] += 1
+            return 429, {**json_type, "Retry-After": "0.2"}, json.dumps(
+                {"error": {"message": "rate limit", "type": "rate_limit"}}).encode()
+        with self.lock:
+            self.requests.append(body)
+        prompt = body["messages"][0]["content"]
+        kind = kind_of(prompt)
+        outcome = self.script(kind, prompt, body) if self.script else None
+        if isinstance(outcome, dict) and "sleep" in outcome:
+            time.sleep(outcome["sleep"])
+            outcome = None
+        if isinstance(outcome, dict) and "status" in outcome:
+            with self.lock:
+                self.statuses[outcome["status"]] += 1
+            error = {"error": {"message": outcome.get("error", "scripted error"), "type": "test"}}
+            return outcome["status"], {**json_type, **outcome.get("headers", {})}, json.dumps(error).encode()
+        if self.latency or self.jitter:
+            time.sleep(self.latency + self.jitter * (stable(prompt) % 1000) / 1000)
+        if isinstance(outcome, dict):
+            content, finish = outcome.get("content", ""), outcome.get("finish_reason", "stop")
+        else:
+            content, finish = (outcome if outcome is not None else default_reply(kind, prompt)), "stop"
+        with self.lock:
+            self.statuses[200] += 1
+        usage = {"prompt_tokens": len(prompt), "completion_tokens": len(content),
+                 "total_tokens": len(prompt) + len(content)} if self.usage else None
+        if body.get("stream"):
+            return 200, {"Content-Type": "text/event-stream"}, self._sse(body, content, finish, usage)
+        response = {"id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": body["model"],
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                                 "finish_reason": finish}]}
+        if usage:
+            response["usage"] = usage
+        return 200, json_type, json.dumps(response, ensure_ascii=False).encode()
+
+    @staticmethod
+    def _sse(body, content, finish, usage) -> bytes:
+        def chunk(choices, usage=None):
+            data = {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 0,
+                    "model": body["model"], "choices": choices}
+            if usage is not None:
+                data["usage"] = usage
+            return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+        half = len(content) // 2
+        events = [chunk([{"index": 0, "delta": {"role": "assistant", "content": content[:half]}}]),
+                  chunk([{"index": 0, "delta": {"content": content[half:]}, "finish_reason": finish}])]
+        if usage and (body.get("stream_options") or {}).get("include_usage"):
+            events.append(chunk([], usage))
+        events.append("data: [DONE]\n\n")
+        return "".join(events).encode()
