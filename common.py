@@ -502,13 +502,13 @@ class Usage:
 class Progress:
     """Counters shared by the workers of a stage, drawn on stderr so retrying never looks like a hang."""
 
-    def __init__(self, stage: str, total: int, stream=sys.stderr):
-        self.stage, self.total, self.stream = stage, total, stream
+    def __init__(self, stage: str, total: int, stream=None):
+        self.stage, self.total, self.stream = stage, total, stream or sys.stderr
         self.done = self.failed = self.in_flight = self.retries = 0
         self.last_error = ""
         self.lock = threading.Lock()
         self.start = time.monotonic()
-        self.tty = hasattr(stream, "isatty") and stream.isatty()
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self._last_draw = self.start
 
     def update(self, **deltas) -> None:
@@ -976,12 +976,13 @@ def _format_usage(usage: Usage) -> str:
 
 
 def run_stage(name: str, settings: Settings, steps: list[Step], external: list[Step] | None = None,
-              clients: dict | None = None, out=sys.stdout, err=sys.stderr) -> int:
+              clients: dict | None = None, out=None, err=None) -> int:
     """Load, resume, run every pending case of the given steps, save; returns the exit status.
 
     `external` are upstream steps written by another script: their files must be complete.
     """
     external = {s.name: s for s in external or ()}
+    out, err = out or sys.stdout, err or sys.stderr
     all_cases, dataset_sha = load_dataset(settings.dataset)
     selected = all_cases[:settings.limit] if settings.limit else all_cases
     model = settings.roles["eval"].model

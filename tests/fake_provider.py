@@ -108,7 +108,7 @@ class FakeProvider:
             request_queue_size = 1024
 
         self.server = Server(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
 
     def stop(self) -> None:

@@ -1,0 +1,202 @@
+"""Model calls: roles and endpoints, request parameters, retries, rejections, judge-output validation."""
+import argparse
+import threading
+import time
+
+import pytest
+
+from common import (Aborted, CaseCalls, CaseFailed, FatalError, ModelCaller, Progress, Settings, Usage,
+                    backoff_seconds, clean_judge_output, load_prompts, parse_dcg_label, parse_lca_label,
+                    resolve_roles, retry_after_seconds, verdict_parser, case_from_raw, HarnessError)
+from conftest import sample_cases
+from fake_provider import FakeProvider
+
+
+def _args(**kw):
+    base = dict(model=None, user_model=None, judge_model=None, temperature=0.7, judge_temperature=0.1)
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_roles_fall_back_to_openai_variables_and_defaults():
+    env = {"LEXPILOT_MODEL": "m", "OPENAI_BASE_URL": "http://shared:9/v1", "OPENAI_API_KEY": "k0",
+           "LEXPILOT_JUDGE_BASE_URL": "http://judge.example:8443/v1", "LEXPILOT_JUDGE_API_KEY": "kj",
+           "LEXPILOT_USER_MODEL": "u-env"}
+    roles = resolve_roles(_args(), env)
+    assert (roles["eval"].model, roles["user"].model, roles["judge"].model) == ("m", "u-env", "DeepSeek-R1")
+    assert roles["eval"].base_url == roles["user"].base_url == "http://shared:9/v1"
+    assert (roles["judge"].base_url, roles["judge"].api_key, roles["eval"].api_key) == (
+        "http://judge.example:8443/v1", "kj", "k0")
+    assert roles["judge"].host == "judge.example:8443"
+    assert (roles["eval"].temperature, roles["user"].temperature, roles["judge"].temperature) == (0.7, 0.7, 0.1)
+
+
+def test_flags_win_and_defaults_apply():
+    roles = resolve_roles(_args(model="flag", judge_model="j"), {"LEXPILOT_MODEL": "env"})
+    assert roles["eval"].model == "flag" and roles["judge"].model == "j"
+    assert roles["user"].model == "DeepSeek-V4.1-Flash"
+    assert roles["eval"].base_url == "https://api.openai.com/v1"
+
+
+def test_no_evaluated_model_is_chosen_automatically():
+    with pytest.raises(HarnessError, match="--model"):
+        resolve_roles(_args(), {})
+
+
+def test_key_never_in_role_repr():
+    roles = resolve_roles(_args(model="m"), {"OPENAI_API_KEY": "sk-secret-xyz"})
+    assert "sk-secret-xyz" not in repr(roles) and "sk-secret-xyz" not in roles["eval"].describe()
+
+
+def _caller(provider, retries=3, timeout=5.0, stream=False, max_tokens=8192):
+    roles = resolve_roles(_args(model="eval-m"), {"OPENAI_BASE_URL": provider.base_url, "OPENAI_API_KEY": "k"})
+    settings = Settings(run_id="r", dataset=None, output_root=None, limit=None, roles=roles, max_tokens=max_tokens,
+                        timeout=timeout, retries=retries, concurrency=1, keep_going=False, stream=stream,
+                        dry_run=False)
+    progress = Progress("t", 1, stream=open("/dev/null", "w"))
+    return ModelCaller(settings, progress, threading.Event(), backoff_base=0.001)
+
+
+def _script(*outcomes):
+    """Scripted outcomes for the first calls, then the default reply."""
+    queue = list(outcomes)
+    lock = threading.Lock()
+
+    def script(kind, prompt, body):
+        with lock:
+            return queue.pop(0) if queue else None
+    return script
+
+
+def test_request_carries_exactly_the_specified_parameters():
+    with FakeProvider() as p:
+        _caller(p).chat("judge", "填好的提示", Usage())
+        body = p.requests[0]
+    assert body == {"model": "DeepSeek-R1", "messages": [{"role": "user", "content": "填好的提示"}],
+                    "temperature": 0.1, "max_tokens": 8192, "n": 1}
+
+
+@pytest.mark.parametrize("status", [429, 500, 503, 408])
+def test_transient_status_is_retried(status):
+    with FakeProvider(_script({"status": status, "headers": {"Retry-After": "0"}})) as p:
+        usage = Usage()
+        assert _caller(p).chat("eval", "x", usage) == "?"
+        assert p.statuses[status] == 1 and p.statuses[200] == 1
+    assert usage.by_role["eval"]["calls"] == 1
+
+
+def test_retry_after_is_honoured():
+    with FakeProvider(_script({"status": 429, "headers": {"Retry-After": "0.4"}})) as p:
+        caller = _caller(p)
+        start = time.monotonic()
+        caller.chat("eval", "x", Usage())
+        assert time.monotonic() - start >= 0.4
+        assert caller.progress.retries == 1 and "HTTP 429" in caller.progress.last_error
+
+
+def test_retry_after_parsing_and_capped_backoff():
+    assert retry_after_seconds({"retry-after": "3"}) == 3.0
+    assert retry_after_seconds({"retry-after-ms": "250"}) == 0.25
+    assert retry_after_seconds({}) is None
+    assert backoff_seconds(1, 2.5, base=1.0) == 2.5
+    delays = [backoff_seconds(a, None, base=1.0) for a in range(12)]
+    assert all(d <= 60 for d in delays) and delays[0] <= 1.0 and max(delays) > 16
+
+
+def test_timeout_is_retried_and_bounded():
+    with FakeProvider(_script({"sleep": 1.5})) as p:
+        caller = _caller(p, timeout=0.3)
+        start = time.monotonic()
+        assert caller.chat("eval", "x", Usage()) == "?"
+        assert time.monotonic() - start < 1.4
+        assert "timeout" in caller.progress.last_error
+
+
+def test_permanent_failure_stops_at_once_naming_role_model_host_not_key():
+    with FakeProvider(_script({"status": 401, "error": "bad key"})) as p:
+        with pytest.raises(FatalError) as e:
+            _caller(p).chat("user", "x", Usage())
+        assert len(p.requests) == 1
+    message = str(e.value)
+    assert "User Model" in message and "DeepSeek-V4.1-Flash" in message and "127.0.0.1" in message
+    assert "401" in message and "k" not in message.split("(")[-1].replace("check", "").replace("key", "")
+
+
+@pytest.mark.parametrize("bad", [{"content": "   "}, {"content": "半句话", "finish_reason": "length"}])
+def test_empty_and_truncated_replies_are_rejected_and_retried(bad):
+    with FakeProvider(_script(bad, bad)) as p:
+        usage = Usage()
+        assert _caller(p).chat("eval", "x", usage) == "?"
+        assert len(p.requests) == 3
+    assert usage.by_role["eval"]["calls"] == 3  # the rejected attempts were billed too
+
+
+def test_rejections_count_within_retries_then_the_case_fails():
+    bad = {"content": "截断", "finish_reason": "length"}
+    with FakeProvider(_script(*[bad] * 10)) as p:
+        with pytest.raises(CaseFailed, match="truncated at --max-tokens 100"):
+            _caller(p, retries=2, max_tokens=100).chat("eval", "x", Usage())
+        assert len(p.requests) == 3
+
+
+def test_streaming_collects_text_and_usage():
+    with FakeProvider(_script("流式的完整回答")) as p:
+        usage = Usage()
+        assert _caller(p, stream=True).chat("eval", "x", usage) == "流式的完整回答"
+        assert p.requests[0]["stream"] is True
+    assert usage.by_role["eval"]["completion_tokens"] == len("流式的完整回答")
+
+
+def test_streaming_rejects_truncation():
+    with FakeProvider(_script({"content": "半句", "finish_reason": "length"})) as p:
+        assert _caller(p, stream=True).chat("eval", "x", Usage()) == "?"
+
+
+def test_abort_stops_between_attempts():
+    with FakeProvider(_script({"status": 500})) as p:
+        caller = _caller(p)
+        caller.abort.set()
+        with pytest.raises(Aborted):
+            caller.chat("eval", "x", Usage())
+
+
+@pytest.mark.parametrize("raw,clean", [
+    ("  策略二\n", "策略二"),
+    ("<think>先分析一下……策略一？</think>\n策略二", "策略二"),
+    ("推理过程</think>策略一", "策略一"),
+    ("```json\n{\"results\": [\"支持\"]}\n```", "{\"results\": [\"支持\"]}"),
+])
+def test_judge_output_tolerance(raw, clean):
+    assert clean_judge_output(raw) == clean
+
+
+@pytest.mark.parametrize("raw", ["策略二。", "我认为是策略二", "策略", "Strategy 2"])
+def test_lca_label_must_be_exact(raw):
+    with pytest.raises(ValueError):
+        parse_lca_label(raw)
+
+
+def test_dcg_label():
+    assert parse_dcg_label("<think>…</think>是") == "是"
+    with pytest.raises(ValueError):
+        parse_dcg_label("是的")
+
+
+def test_verdicts_validated_and_normalised():
+    parse = verdict_parser(3)
+    assert parse('{"results": ["被驳回", "支持", "部分支持"]}') == ["驳回", "支持", "部分支持"]
+    for bad in ['{"results": ["支持", "支持"]}', '{"results": ["支持", "胜诉", "驳回"]}', '["支持"]', "支持"]:
+        with pytest.raises(ValueError):
+            parse(bad)
+
+
+def test_invalid_judge_output_is_asked_again_up_to_three_times():
+    case = case_from_raw(sample_cases()[0])
+    with FakeProvider(_script("策略三", "大概是策略二")) as p:
+        calls = CaseCalls(_caller(p), load_prompts(), case)
+        label, raws = calls.judge("judge_lca", parse_lca_label, history="【追问】请问……")
+        assert label == "策略二" and raws == ["策略三", "大概是策略二", "策略二"]
+    with FakeProvider(lambda kind, prompt, body: "不知道") as p:
+        calls = CaseCalls(_caller(p), load_prompts(), case)
+        with pytest.raises(CaseFailed, match="after 3 attempts.*last raw output: '不知道'"):
+            calls.judge("judge_lca", parse_lca_label, history="x")
+        assert len(p.requests) == 3

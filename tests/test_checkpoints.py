@@ -1,0 +1,193 @@
+"""Checkpoints, manifests, locks and resuming: paid work is never lost or silently redone."""
+import json
+import pytest
+
+from common import A1, RunLock, manifest_path, model_dirname
+from conftest import SECRET, Harness, sample_cases
+from fake_provider import FakeProvider, default_reply
+
+THIRD_CASE = sample_cases()[2]["underspecified_consultation"][0]["content"]
+
+
+def fail_case(text, status=500):
+    """Every call whose prompt holds `text` fails with `status`."""
+    return lambda kind, prompt, body: {"status": status} if text in prompt else None
+
+
+def test_model_folder_is_safe_and_unique():
+    assert model_dirname("org/Model:7B") != model_dirname("org_Model_7B")
+    assert "/" not in model_dirname("org/Model:7B") and model_dirname("org/Model:7B").startswith("org_Model_7B-")
+
+
+def test_failure_stops_the_stage_and_rerun_resumes_without_regenerating(harness, provider, capsys):
+    h = harness
+    provider.script = fail_case(THIRD_CASE)
+    assert h.run("direct", "--concurrency", "1", "--retries", "0") == 1
+    err = capsys.readouterr().err
+    assert "（2099）示例民初3号" in err and "Rerun the same command" in err
+    saved = {r["case_number"] for r in h.records("Force_judge_gen", "a1_direct.jsonl")}
+    assert saved == {"（2099）示例民初1号", "（2099）示例民初2号"}  # no new case started after the failure
+    provider.script, provider.requests = None, []
+    assert h.run("direct") == 0
+    regenerated = [p for p in provider.prompts("force_judge") if "我爸去年病走了" in p or "2090年结的婚" in p]
+    assert regenerated == [] and len(provider.prompts("force_judge")) == 10
+    assert len(h.records("eval_results", "LJP_direct.jsonl")) == 12
+
+
+def test_keep_going_finishes_the_others_and_reports_every_failure(tmp_path, monkeypatch, capsys):
+    fourth = sample_cases()[3]["underspecified_consultation"][0]["content"]
+    script = lambda kind, prompt, body: {"status": 503} if THIRD_CASE in prompt or fourth in prompt else None
+    with FakeProvider(script) as p:
+        h = Harness(tmp_path, p, monkeypatch)
+        assert h.run("direct", "--keep-going", "--retries", "1") == 1
+    err = capsys.readouterr().err
+    assert "（2099）示例民初3号" in err and "（2099）示例民初4号" in err
+    assert len(h.records("eval_results", "LJP_direct.jsonl")) == 10
+
+
+def test_paid_generation_is_kept_when_only_its_judging_fails(harness, provider):
+    h, p = harness, provider
+    p.script = lambda kind, prompt, body: "无效输出" if kind == "dcg_judge" else None
+    assert h.run("DCG", "--keep-going", "--limit", "2") == 1
+    assert len(p.prompts("dcg_judge")) == 2 * 3  # three attempts for the first question of each case
+    assert len(h.records("Force_ask_gen", "force_ask.jsonl")) == 2
+    p.script, p.requests = None, []
+    assert h.run("DCG", "--limit", "2") == 0
+    assert p.kinds() == {"dcg_judge": 4}
+
+
+def test_permanent_failure_stops_at_once(tmp_path, monkeypatch, capsys):
+    with FakeProvider(lambda kind, prompt, body: {"status": 401, "error": "invalid key"}) as p:
+        h = Harness(tmp_path, p, monkeypatch)
+        assert h.run("direct", "--keep-going", "--concurrency", "2") == 1
+        assert len(p.requests) <= 2
+    err = capsys.readouterr().err
+    assert "HTTP 401" in err and "eval-model" in err and SECRET not in err
+
+
+def test_malformed_checkpoint_line_is_an_explicit_error(tmp_path, monkeypatch, capsys, provider):
+    h = Harness(tmp_path, provider, monkeypatch)
+    assert h.run("LexAwN", "--limit", "3") == 0
+    path = h.file(*A1)
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    path.write_text(lines[0] + lines[1][:40] + "\n" + lines[2], encoding="utf-8")
+    before = len(provider.requests)
+    assert h.run("LexAwN", "--limit", "3") == 2
+    assert len(provider.requests) == before
+    err = capsys.readouterr().err
+    assert f"{path}:2: malformed or truncated record" in err and "delete it" in err
+
+
+def test_record_from_other_inputs_is_detected(tmp_path, monkeypatch, capsys, provider):
+    h = Harness(tmp_path, provider, monkeypatch)
+    assert h.run("direct", "--limit", "2") == 0
+    path = h.file("Force_judge_gen", "a1_direct.jsonl")
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    records[1]["input_hash"] = "0" * 16
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    assert h.run("direct", "--limit", "2") == 2
+    assert f"{path}:2: case （2099）示例民初2号 was generated from different inputs" in capsys.readouterr().err
+
+
+def test_changed_upstream_record_is_detected(tmp_path, monkeypatch, capsys, provider):
+    h = Harness(tmp_path, provider, monkeypatch)
+    assert h.run("direct", "--limit", "1") == 0
+    path = h.file("Force_judge_gen", "a1_direct.jsonl")
+    record = json.loads(path.read_text(encoding="utf-8"))
+    record["response"] = "被改过的回复"
+    path.write_text(json.dumps(record, ensure_ascii=False) + "\n", encoding="utf-8")
+    assert h.run("direct", "--limit", "1") == 2
+    assert "built from a direct_prediction record that has changed" in capsys.readouterr().err
+
+
+def test_manifest_mismatch_stops_before_any_call(tmp_path, monkeypatch, capsys, provider):
+    h = Harness(tmp_path, provider, monkeypatch)
+    assert h.run("direct", "--limit", "1") == 0
+    before = len(provider.requests)
+    assert h.run("gold", "--limit", "1", "--temperature", "0.5", "--judge-model", "other-judge") == 2
+    assert h.run("gold", "--limit", "2") == 2
+    assert len(provider.requests) == before
+    err = capsys.readouterr().err
+    assert "models, generation differ" in err and "selected_cases differ" in err and "new --run-id" in err
+
+
+def test_manifest_records_settings_and_never_credentials(tmp_path, monkeypatch, provider):
+    h = Harness(tmp_path, provider, monkeypatch)
+    assert h.run("LexAwN", "--limit", "2") == 0
+    assert h.run("DCG", "--limit", "2", "--stream") == 0  # transport settings do not split a run
+    manifest = json.loads(manifest_path(h.root, "r1", "eval-model").read_text(encoding="utf-8"))
+    assert manifest["selected_cases"] == ["（2099）示例民初1号", "（2099）示例民初2号"]
+    assert manifest["models"]["judge"] == {"model": "DeepSeek-R1", "endpoint_host": "127.0.0.1:" +
+                                           provider.base_url.split(":")[2].split("/")[0]}
+    assert manifest["generation"] == {"temperature": 0.7, "user_temperature": 0.7, "judge_temperature": 0.1,
+                                      "max_tokens": 8192, "n": 1}
+    assert {"dataset_sha256", "code_hash", "prompt_hash", "package_versions"} <= set(manifest)
+    for path in h.root.rglob("*"):
+        if path.is_file():
+            assert SECRET not in path.read_text(encoding="utf-8", errors="replace"), path
+
+
+def test_second_writer_is_refused(tmp_path, monkeypatch, capsys, provider):
+    h = Harness(tmp_path, provider, monkeypatch)
+    lock = manifest_path(h.root, "r1", "eval-model").with_name(".lock")
+    with RunLock(lock):
+        assert h.run("direct", "--limit", "1") == 2
+    assert "being written by pid" in capsys.readouterr().err and not provider.requests
+    assert h.run("direct", "--limit", "1") == 0  # released with its holder
+
+
+def test_results_do_not_depend_on_concurrency(tmp_path, monkeypatch):
+    outputs = []
+    for concurrency in ("1", "8"):
+        with FakeProvider() as p:
+            h = Harness(tmp_path / concurrency, p, monkeypatch)
+            for stage in ("LexAwN", "DCG", "direct", "gold", "interaction"):
+                assert h.run(stage, "--concurrency", concurrency) == 0
+            files = sorted(f for f in h.root.rglob("*.jsonl"))
+            outputs.append({f.relative_to(h.root).as_posix(): sorted(f.read_text(encoding="utf-8").splitlines())
+                            for f in files})
+    assert len(outputs[0]) == 10 and outputs[0] == outputs[1]
+
+
+def always_ask(kind, prompt, body):
+    return "【追问】还需要核实一点。" if kind == "lexawn" else None
+
+
+@pytest.mark.parametrize("stage,calls", [
+    ("LexAwN", {"eval": 12 * 5, "user": 12 * 3, "judge": 12 * 4}),
+    ("DCG", {"eval": 24, "user": 12, "judge": 24}),
+    ("direct", {"eval": 12, "judge": 12}),
+])
+def test_dry_run_counts_match_a_fresh_run(tmp_path, monkeypatch, capsys, stage, calls):
+    with FakeProvider(always_ask) as p:
+        h = Harness(tmp_path, p, monkeypatch)
+        assert h.run(stage, "--dry-run") == 0
+        out = capsys.readouterr().out
+        assert not p.requests and not h.root.exists()
+        assert "12 of 12 selected cases to do" in out
+        assert "calls at most (not counting retries): " + ", ".join(
+            f"{r} {calls.get(r, 0)}" for r in ("eval", "user", "judge")) in out
+        assert h.run(stage) == 0
+        roles = {"lexawn": "eval", "force_ask": "eval", "force_judge": "eval", "user": "user"}
+        made = {}
+        for kind, n in p.kinds().items():
+            role = roles.get(kind, "judge")
+            made[role] = made.get(role, 0) + n
+        assert made == calls
+        assert h.run(stage, "--dry-run") == 0
+        assert "0 of 12 selected cases to do" in capsys.readouterr().out
+
+
+def test_interrupted_stage_resumes(harness, provider):
+    """A run stopped mid-stage: finished cases are on disk, the rest are redone and nothing twice."""
+    h, p = harness, provider
+    seen = []
+    p.script = lambda kind, prompt, body: seen.append(1) or ({"status": 500} if len(seen) > 4 else None)
+    assert h.run("gold", "--concurrency", "1", "--retries", "0") == 1
+    done = {r["case_number"] for r in h.records("eval_results", "LJP_gold.jsonl")}
+    assert len(done) == 2
+    p.script, p.requests = None, []
+    assert h.run("gold") == 0
+    assert len(p.prompts("force_judge")) == 10
+    numbers = [r["case_number"] for r in h.records("eval_results", "LJP_gold.jsonl")]
+    assert len(numbers) == len(set(numbers)) == 12
