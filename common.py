@@ -915,7 +915,7 @@ def load_state(settings: Settings, steps: list[Step], external: dict[str, Step],
     paths = {s.name: checkpoint_path(settings.output_root, settings.run_id, model, s.where) for s in all_steps}
     records = {}
     for s in all_steps:
-        loaded = read_checkpoint(paths[s.name], by_number, "use the same --dataset and --limit as the "
+        loaded = read_checkpoint(paths[s.name], by_number, "Use the same --dataset and --limit as the "
                                  "rest of this run, or a new --run-id")
         records[s.name] = {n: r for n, (_, r) in loaded.items()}
         lines = {n: line for n, (line, _) in loaded.items()}
