@@ -947,8 +947,8 @@ def run_case(state: StageState, calls: CaseCalls, writer: CheckpointWriter) -> N
             body = step.run(calls, upstream)
         finally:
             calls.spent.merge(calls.usage.by_role)
-        record = {"case_number": case.number, "schema_version": SCHEMA_VERSION,
-                  "input_hash": case.input_hash, **body,
+        record = {"case_number": case.number, "schema_version": SCHEMA_VERSION, "input_hash": case.input_hash,
+                  "cause_of_action": case.cause, **body,
                   "upstream_hash": {need: record_digest(r) for need, r in upstream.items()},
                   "usage": calls.usage.by_role}
         writer.append(state.paths[step.name], record)

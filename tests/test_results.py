@@ -1,0 +1,202 @@
+"""show_results.py: the paper's metrics on hand-computed cases, grouping, validation, output formats."""
+import csv
+import io
+import json
+
+import numpy as np
+import pytest
+from sklearn.metrics import cohen_kappa_score
+
+import show_results
+from common import model_dirname
+from show_results import lca_metrics, quadratic_weighted_kappa
+
+C, U = "complete", "underspecified"
+
+
+def test_always_asking_and_always_answering_score_one_third():
+    paired = [(C, None), (U, None)] * 216
+    for prediction in (C, U):
+        m = lca_metrics([(t, prediction) for t, _ in paired])
+        assert m["macro_f1"] == pytest.approx(1 / 3)
+    assert lca_metrics([(t, U) for t, _ in paired])["acc_u"] == 1.0
+    assert lca_metrics([(t, C) for t, _ in paired])["acc_c"] == 1.0
+
+
+def test_macro_f1_hand_computed_and_with_a_class_never_right():
+    # TP=3, FN=1, FP=2, TN=2 -> F1_U = 6/9, F1_C = 4/7
+    labels = [(U, U)] * 3 + [(U, C)] + [(C, U)] * 2 + [(C, C)] * 2
+    m = lca_metrics(labels)
+    assert m["f1_u"] == pytest.approx(6 / 9) and m["f1_c"] == pytest.approx(4 / 7)
+    assert m["macro_f1"] == pytest.approx((6 / 9 + 4 / 7) / 2)
+    assert (m["acc_c"], m["acc_u"]) == (0.5, 0.75)
+    # complete histories never judged complete: F1_C = 0, F1_U = 2*2/(4+2+0)
+    m = lca_metrics([(U, U)] * 2 + [(C, U)] * 2)
+    assert m["f1_c"] == 0 and m["f1_u"] == pytest.approx(4 / 6) and m["macro_f1"] == pytest.approx(1 / 3)
+
+
+def test_qwk_hand_computed_matches_sklearn_and_keeps_absent_labels():
+    gold = ["支持", "支持", "部分支持", "驳回", "驳回"]
+    pred = ["支持", "部分支持", "部分支持", "驳回", "支持"]
+    ordinal = {"支持": 0, "部分支持": 1, "驳回": 2}
+    expected = cohen_kappa_score([ordinal[g] for g in gold], [ordinal[p] for p in pred], weights="quadratic")
+    assert quadratic_weighted_kappa(gold, pred) == pytest.approx(expected)
+    # 部分支持 absent from both: the 0..2 scale still sets the weights (支持 vs 驳回 is distance 2, not 1)
+    gold, pred = ["支持", "支持", "驳回", "驳回"], ["支持", "驳回", "驳回", "驳回"]
+    # O = [[1,0,1],[0,0,0],[0,0,2]], E = outer([2,0,2],[1,0,3])/4, w = d^2/4
+    observed = 1 * 1.0
+    expected_dis = (2 * 3 / 4) * 1.0 + (2 * 1 / 4) * 1.0
+    assert quadratic_weighted_kappa(gold, pred) == pytest.approx(1 - observed / expected_dis)
+
+
+def test_qwk_undefined_when_expected_disagreement_is_zero():
+    assert quadratic_weighted_kappa(["支持"] * 4, ["支持"] * 4) is None
+    assert quadratic_weighted_kappa([], []) is None
+
+
+CASES = {"A1": "离婚纠纷", "A2": "法定继承纠纷", "B1": "相邻关系纠纷", "B2": "返还原物纠纷"}
+SETTINGS = {"dataset_sha256": "d", "code_hash": "c", "prompt_hash": "p", "user_condition": "standard",
+            "generation": {"temperature": 0.7, "judge_temperature": 0.1, "max_tokens": 8192, "n": 1}}
+
+
+def make_run(root, run_id, model="m", lca=None, dcg=None, ljp=None, cases=CASES, **overrides):
+    """Write a run: lca = {case: (pred complete, pred underspecified)}, dcg = {case: success},
+    ljp = {setup: {case: [(gold, predicted), ...]}}."""
+    folder = model_dirname(model)
+    manifest = {**SETTINGS, "run_id": run_id, "selected_cases": list(cases),
+                "models": {"eval": {"model": model, "endpoint_host": "h"}, "user": {}, "judge": {}}, **overrides}
+    (root / "runs" / run_id / folder).mkdir(parents=True)
+    (root / "runs" / run_id / folder / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+
+    def write(name, records):
+        path = root / "eval_results" / run_id / folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    if lca is not None:
+        write("LCA_results.jsonl", [{"case_number": n, "cause_of_action": cases[n], "judgments": {
+            C: {"true_type": C, "predicted_type": pc}, U: {"true_type": U, "predicted_type": pu}}}
+            for n, (pc, pu) in lca.items()])
+    if dcg is not None:
+        write("DCG_results.jsonl", [{"case_number": n, "cause_of_action": cases[n], "success": s}
+                                    for n, s in dcg.items()])
+    for setup, by_case in (ljp or {}).items():
+        write(f"LJP_{setup}.jsonl", [{"case_number": n, "cause_of_action": cases[n], "claims": [str(i) for i in
+                                      range(len(p))], "gold": [g for g, _ in p], "predicted": [x for _, x in p]}
+                                     for n, p in by_case.items()])
+
+
+def stat(groups, key, model="m"):
+    (group,) = [g for g in groups if g.model == model]
+    return group.stat(key)
+
+
+def test_per_class_breakdown(tmp_path):
+    make_run(tmp_path, "r1", lca={"A1": (C, U), "A2": (C, U), "B1": (U, U), "B2": (U, C)},
+             dcg={"A1": True, "A2": False, "B1": False, "B2": False},
+             ljp={"direct": {"A1": [("支持", "支持")], "A2": [("驳回", "驳回"), ("部分支持", "支持")],
+                             "B1": [("支持", "驳回")], "B2": [("驳回", "支持")]}})
+    groups = show_results.group_runs(show_results.load_runs(tmp_path, None, None))
+    assert stat(groups, ("LCA", "macro_f1", "Family"))["mean"] == 1.0
+    assert stat(groups, ("LCA", "macro_f1", "Real Rights"))["mean"] == pytest.approx(lca_metrics(
+        [(C, U), (U, U), (C, U), (U, C)])["macro_f1"])
+    assert stat(groups, ("DCG", "accuracy", "Family"))["mean"] == 0.5
+    assert stat(groups, ("DCG", "accuracy", "Overall"))["mean"] == 0.25
+    assert stat(groups, ("LJP_direct", "accuracy", "Family"))["mean"] == pytest.approx(2 / 3)
+    assert stat(groups, ("LJP_direct", "qwk", "Real Rights"))["mean"] == pytest.approx(
+        quadratic_weighted_kappa(["支持", "驳回"], ["驳回", "支持"]))
+    assert stat(groups, ("LJP_direct", "qwk", "Torts")) is None  # a class with no cases is not shown
+
+
+def test_grouping_sd_ddof1_and_a_differing_run_split_off(tmp_path, capsys):
+    values = {"r1": 1.0, "r2": 0.5, "r3": 0.0}
+    for run_id, v in values.items():
+        dcg = {"A1": v >= 0.5, "A2": v == 1.0, "B1": False, "B2": False}
+        make_run(tmp_path, run_id, dcg=dcg)
+    make_run(tmp_path, "r4", dcg={n: True for n in CASES},
+             generation={**SETTINGS["generation"], "temperature": 0.2})
+    groups = show_results.group_runs(show_results.load_runs(tmp_path, None, None))
+    assert [g.run_ids for g in groups] == [["r1", "r2", "r3"], ["r4"]]
+    assert groups[1].differs == ["generation"]
+    s = groups[0].stat(("DCG", "accuracy", "Overall"))
+    assert s["runs"] == [0.5, 0.25, 0.0]
+    assert s["mean"] == pytest.approx(0.25) and s["sd"] == pytest.approx(np.std([0.5, 0.25, 0.0], ddof=1))
+    show_results.main(["--output-root", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "0.250 ± 0.250" in out and "m #2" in out and "generation" in out and "r1, r2, r3" in out
+    show_results.main(["--output-root", str(tmp_path), "--run-id", "r4"])
+    runs_table, main_table = capsys.readouterr().out.split("\n\n")[:2]
+    assert runs_table.splitlines()[-1].split() == ["m", "1", "r4", "-"]
+    assert main_table.splitlines()[-1].split()[:3] == ["m", "n/a", "1.000"]
+
+
+def test_undefined_qwk_mean_over_defined_runs(tmp_path, capsys):
+    make_run(tmp_path, "r1", ljp={"gold": {n: [("支持", "支持")] for n in CASES}})
+    make_run(tmp_path, "r2", ljp={"gold": {"A1": [("支持", "支持")], "A2": [("驳回", "驳回")],
+                                           "B1": [("支持", "驳回")], "B2": [("驳回", "驳回")]}})
+    groups = show_results.group_runs(show_results.load_runs(tmp_path, None, None))
+    s = stat(groups, ("LJP_gold", "qwk", "Overall"))
+    assert s["runs"][0] is None and s["undefined"] == 1 and s["n"] == 1
+    show_results.main(["--output-root", str(tmp_path)])
+    assert "(1 undefined)" in capsys.readouterr().out
+
+
+def test_incomplete_and_misaligned_tasks_are_reported_not_scored(tmp_path, capsys):
+    make_run(tmp_path, "r1", dcg={"A1": True, "A2": True, "B1": True},
+             lca={n: (C, U) for n in CASES},
+             ljp={"direct": {"A1": [("支持", "支持")], "A2": [("驳回", "驳回")], "B1": [("支持", "驳回")],
+                             "B2": [("驳回", "驳回")]}})
+    path = tmp_path / "eval_results" / "r1" / model_dirname("m") / "LJP_direct.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    broken = json.loads(lines[1])
+    broken["predicted"] = []
+    path.write_text("\n".join([lines[0], json.dumps(broken)] + lines[2:]) + "\n", encoding="utf-8")
+    show_results.main(["--output-root", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert "DCG" in captured.err and "1 of 4 cases missing: B2" in captured.err
+    assert "misaligned for cases A2" in captured.err
+    groups = show_results.group_runs(show_results.load_runs(tmp_path, None, None))
+    assert stat(groups, ("DCG", "accuracy", "Overall")) is None
+    assert stat(groups, ("LCA", "macro_f1", "Overall"))["mean"] == 1.0  # the other tasks still are
+
+
+def test_interaction_gain_and_relative_change(tmp_path, capsys):
+    pairs = {"direct": [("支持", "驳回"), ("驳回", "驳回")], "interaction": [("支持", "部分支持"), ("驳回", "驳回")],
+             "gold": [("支持", "支持"), ("驳回", "驳回")]}
+    make_run(tmp_path, "r1", cases={"A1": "离婚纠纷"}, ljp={s: {"A1": p} for s, p in pairs.items()})
+    groups = show_results.group_runs(show_results.load_runs(tmp_path, None, None))
+    table = show_results.interaction_gain_table(groups, ["m"])
+    q = {s: quadratic_weighted_kappa(*zip(*p)) for s, p in pairs.items()}
+    assert table.rows[0] == ["m", f"{q['interaction'] - q['direct']:+.3f}",
+                             f"{100 * (q['interaction'] - q['gold']) / q['gold']:+.2f}%"]
+
+
+@pytest.mark.parametrize("fmt", ["markdown", "csv", "json", "latex", "text"])
+def test_every_format_parses(tmp_path, capsys, fmt):
+    make_run(tmp_path, "r1", lca={n: (C, U) for n in CASES}, dcg={n: True for n in CASES})
+    make_run(tmp_path, "r2", lca={n: (U, U) for n in CASES}, dcg={n: False for n in CASES})
+    assert show_results.main(["--output-root", str(tmp_path), "--format", fmt]) == 0
+    out = capsys.readouterr().out
+    if fmt == "json":
+        data = json.loads(out)
+        (group,) = data["groups"]
+        assert group["run_ids"] == ["r1", "r2"]
+        dcg = group["metrics"]["DCG"]["accuracy"]["Overall"]
+        assert dcg["per_run"] == {"r1": 1.0, "r2": 0.0} and dcg["mean"] == 0.5
+    elif fmt == "csv":
+        rows = list(csv.reader(io.StringIO(out)))
+        assert rows[0][:2] == ["table", "row"] and any(r[1] == "m" and "0.500 ± 0.707" in r for r in rows)
+    elif fmt == "markdown":
+        for block in out.strip().split("### ")[1:]:
+            lines = [l for l in block.splitlines() if l.startswith("|")]
+            assert len({l.count(" | ") for l in lines if not l.startswith("|---")}) == 1
+            assert lines[1].startswith("|---")
+    elif fmt == "latex":
+        assert out.count(r"\begin{tabular}") == out.count(r"\end{tabular}") > 3 and r"$\pm$" in out
+    else:
+        assert "Main results" in out
+
+
+def test_no_results_yet_is_one_line_and_exit_zero(tmp_path, capsys):
+    assert show_results.main(["--output-root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "No results" in out
