@@ -1009,6 +1009,9 @@ def _execute(name: str, state: StageState, clients, out, err) -> int:
     settings = state.settings
     pending = state.pending()
     skipped = len(state.cases) - len(pending)
+    if not pending:  # nothing to do: no client, no pool
+        print(f"[{name}] cases: 0 done, {skipped} skipped (already saved), 0 failed; no calls", file=out)
+        return 0
     progress = Progress(name, len(pending), err)
     abort, stop_new = threading.Event(), threading.Event()
     caller = ModelCaller(settings, progress, abort, clients)

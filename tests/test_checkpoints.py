@@ -192,3 +192,28 @@ def test_interrupted_stage_resumes(harness, provider):
     assert len(p.prompts("force_judge")) == 10
     numbers = [r["case_number"] for r in h.records("eval_results", "LJP_gold.jsonl")]
     assert len(numbers) == len(set(numbers)) == 12
+
+
+def test_ctrl_c_stops_cleanly_and_keeps_completed_records(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from conftest import ROOT, SAMPLE
+    with FakeProvider(latency=0.3) as p:
+        env = {**os.environ, "OPENAI_BASE_URL": p.base_url, "OPENAI_API_KEY": "k", "LEXPILOT_MODEL": "m"}
+        cmd = [sys.executable, str(ROOT / "eval_LJP_gold.py"), "--run-id", "r", "--dataset", str(SAMPLE),
+               "--output-root", str(tmp_path), "--concurrency", "2"]
+        process = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        deadline = time.monotonic() + 20
+        results = tmp_path / "eval_results" / "r" / model_dirname("m") / "LJP_gold.jsonl"
+        while not (results.exists() and results.read_text(encoding="utf-8")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        err = process.communicate(timeout=20)[1]
+        assert process.returncode == 130 and "rerun the same command to resume" in err
+        saved = [json.loads(line) for line in results.read_text(encoding="utf-8").splitlines()]
+        assert 1 <= len(saved) < 12
+        rerun = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+        assert rerun.returncode == 0 and f"{len(saved)} skipped" in rerun.stdout

@@ -1,0 +1,127 @@
+"""Throughput benchmark: the real entry points against a simulated provider on 127.0.0.1.
+
+    python bench/throughput.py [--cases 432] [--concurrency 8] [--latency 0.3] [--jitter 0] [--rate-limit R]
+
+Builds a synthetic dataset by cloning the sample cases under new case numbers, starts a local
+OpenAI-compatible server that plays the three roles and answers after --latency seconds, runs
+LexAwN_gen.py, eval_DCG.py, eval_LJP.py and show_results.py as a user would for one fresh run id,
+then reruns every stage of the finished run. For each stage it prints calls per role, wall time,
+ideal time, efficiency = ideal / wall, client CPU per call and peak memory of the stage process.
+Needs no credentials; writes only to a temporary folder.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from fake_provider import FakeProvider, kind_of  # noqa: E402
+
+ROLE_OF_KIND = {"lexawn": "eval", "force_ask": "eval", "force_judge": "eval", "user": "user"}
+# Stage -> the checkpoint files it writes, in sub-stages that run one after the other.
+STAGES = {
+    "LexAwN_gen.py": [["AwN_gen/*/*/a1.jsonl", "eval_results/*/*/LCA_results.jsonl", "AwN_gen/*/*/interaction.jsonl"]],
+    "eval_DCG.py": [["Force_ask_gen/*/*/force_ask.jsonl", "eval_results/*/*/DCG_results.jsonl"]],
+    "eval_LJP.py": [["Force_judge_gen/*/*/a1_direct.jsonl", "eval_results/*/*/LJP_direct.jsonl"],
+                    ["Force_judge_gen/*/*/a1_force_judge.jsonl", "eval_results/*/*/LJP_gold.jsonl"],
+                    ["eval_results/*/*/LJP_interaction.jsonl"]],
+}
+
+
+def synthetic_dataset(n: int, path: Path) -> None:
+    sample = json.loads((ROOT / "data" / "LexPilot_sample.json").read_text(encoding="utf-8"))
+    cases = []
+    for i in range(n):
+        case = json.loads(json.dumps(sample[i % len(sample)]))
+        case["case_number"] = f"（2099）基准民初{i + 1}号"
+        # Vary the first message so that the simulated model's behaviour varies across clones too.
+        case["underspecified_consultation"][0]["content"] += f"（编号{i + 1}）"
+        case["complete_consultation"][0]["content"] += f"（编号{i + 1}）"
+        cases.append(case)
+    path.write_text(json.dumps(cases, ensure_ascii=False), encoding="utf-8")
+
+
+def run_process(argv: list[str], env: dict) -> tuple[float, float, float, int]:
+    """(wall seconds, CPU seconds, peak RSS in MB, exit status) of one stage process."""
+    start = time.monotonic()
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.monotonic() - start
+    process.returncode = os.waitstatus_to_exitcode(status)
+    error = process.stderr.read().decode("utf-8", "replace")
+    process.stderr.close()
+    if process.returncode != 0:
+        print(f"{argv[1]} exited {process.returncode}:\n{error[-2000:]}", file=sys.stderr)
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, process.returncode
+
+
+def ideal_seconds(out: Path, sub_stages: list[list[str]], latency: float, concurrency: int) -> float:
+    """Σ over sub-stages of max(longest per-case chain × latency, calls × latency / C)."""
+    total = 0.0
+    for patterns in sub_stages:
+        chain: Counter = Counter()
+        for pattern in patterns:
+            for path in out.glob(pattern):
+                for line in path.read_text(encoding="utf-8").splitlines():
+                    record = json.loads(line)
+                    chain[record["case_number"]] += sum(e["calls"] for e in record["usage"].values())
+        calls = sum(chain.values())
+        total += max(max(chain.values(), default=0) * latency, calls * latency / concurrency)
+    return total
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", type=int, default=432)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--latency", type=float, default=0.3, help="seconds per simulated call")
+    parser.add_argument("--jitter", type=float, default=0.0, help="up to this many extra seconds per call")
+    parser.add_argument("--rate-limit", type=float, help="requests per second the server accepts (429 beyond)")
+    args = parser.parse_args(argv)
+
+    with tempfile.TemporaryDirectory() as tmp, \
+            FakeProvider(latency=args.latency, jitter=args.jitter, rate_limit=args.rate_limit) as provider:
+        tmp = Path(tmp)
+        dataset = tmp / "bench.json"
+        synthetic_dataset(args.cases, dataset)
+        env = {**os.environ, "OPENAI_BASE_URL": provider.base_url, "OPENAI_API_KEY": "bench",
+               "LEXPILOT_MODEL": "bench-model"}
+        common = ["--run-id", "bench", "--dataset", str(dataset), "--output-root", str(tmp / "out"),
+                  "--concurrency", str(args.concurrency)]
+        print(f"{args.cases} cases, concurrency {args.concurrency}, latency {args.latency}s"
+              + (f" + up to {args.jitter}s" if args.jitter else "")
+              + (f", rate limit {args.rate_limit}/s" if args.rate_limit else ""))
+        header = f"{'stage':<16}{'eval':>7}{'user':>7}{'judge':>7}{'wall s':>9}{'ideal s':>9}{'eff.':>7}" \
+                 f"{'CPU ms/call':>12}{'peak MB':>9}{'429s':>6}{'calls/s':>9}"
+        print(header)
+        status = 0
+        for script, sub_stages in STAGES.items():
+            before, before_429 = len(provider.requests), provider.statuses[429]
+            wall, cpu, rss, code = run_process([sys.executable, script, *common], env)
+            status = status or code
+            kinds = Counter(ROLE_OF_KIND.get(kind_of(r["messages"][0]["content"]), "judge")
+                            for r in provider.requests[before:])
+            calls = sum(kinds.values())
+            ideal = ideal_seconds(tmp / "out", sub_stages, args.latency, args.concurrency)
+            print(f"{script:<16}{kinds['eval']:>7}{kinds['user']:>7}{kinds['judge']:>7}{wall:>9.2f}{ideal:>9.2f}"
+                  f"{(ideal / wall if ideal else 0):>7.2f}{1000 * cpu / max(calls, 1):>12.2f}{rss:>9.0f}"
+                  f"{provider.statuses[429] - before_429:>6}{calls / wall:>9.1f}")
+        wall, cpu, rss, code = run_process([sys.executable, "show_results.py", "--output-root", str(tmp / "out")], env)
+        status = status or code
+        print(f"{'show_results.py':<16}{'':>21}{wall:>9.2f}{'':>16}{'':>12}{rss:>9.0f}")
+        before = len(provider.requests)
+        rerun = sum(run_process([sys.executable, script, *common], env)[0] for script in STAGES)
+        print(f"rerun of every stage of the finished run: {rerun:.2f}s, {len(provider.requests) - before} calls")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
