@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from pathlib import Path
@@ -545,6 +545,43 @@ class Progress:
             self._last_draw = now
 
 
+class Throttle:
+    """Requests in flight to one endpoint: on HTTP 429 every worker waits out Retry-After and the limit
+    halves; each success raises it again (AIMD), so a rate-limited provider is not hammered."""
+
+    def __init__(self, limit: int):
+        self.max_limit, self.limit, self.in_flight = limit, float(limit), 0
+        self.resume_at = self.last_cut = 0.0
+        self.cond = threading.Condition()
+
+    def acquire(self, abort: threading.Event) -> None:
+        with self.cond:
+            while True:
+                if abort.is_set():
+                    raise Aborted()
+                wait = self.resume_at - time.monotonic()
+                if wait <= 0 and self.in_flight < int(self.limit):
+                    self.in_flight += 1
+                    return
+                self.cond.wait(min(max(wait, 0.01), 0.5))
+
+    def release(self, rate_limited: bool, retry_after: float | None) -> None:
+        with self.cond:
+            self.in_flight -= 1
+            now = time.monotonic()
+            if rate_limited:
+                pause = retry_after if retry_after is not None else 1.0
+                self.resume_at = max(self.resume_at, now + pause)
+                if now - self.last_cut > pause:  # one cut per push-back, not one per rejected request
+                    self.limit, self.last_cut = max(1.0, self.limit / 2), now
+            else:
+                self.limit = min(self.max_limit, self.limit + 1 / self.limit)
+            self.cond.notify_all()
+
+
+RATE_LIMITED_ATTEMPTS = 30  # 429s mean "slow down", not "failed": waited out under their own cap
+
+
 def _message_of(error: Exception) -> str:
     text = getattr(error, "message", None) or str(error)
     return " ".join(text.split())[:160]
@@ -560,6 +597,8 @@ class ModelCaller:
         self.settings, self.progress, self.abort = settings, progress, abort
         self.backoff_base = backoff_base if backoff_base is not None else \
             float(os.environ.get("LEXPILOT_BACKOFF_BASE", "1.0"))
+        self.throttles = {url: Throttle(settings.concurrency * 2)
+                          for url in {r.base_url for r in settings.roles.values()}}
         self.clients = clients or {
             role: openai.OpenAI(base_url=r.base_url, api_key=r.api_key or "EMPTY",
                                 timeout=settings.timeout, max_retries=0)
@@ -594,12 +633,13 @@ class ModelCaller:
     def chat(self, role_name: str, prompt: str, usage: Usage) -> str:
         """One non-empty, untruncated reply; transient failures are retried, permanent ones raise FatalError."""
         role = self.settings.roles[role_name]
+        throttle = self.throttles[role.base_url]
         attempts = self.settings.retries + 1
+        attempt = rate_limited = 0
         problem = ""
-        for attempt in range(attempts):
-            if self.abort.is_set():
-                raise Aborted()
-            retry_after = None
+        while attempt < attempts:
+            retry_after, problem = None, ""
+            throttle.acquire(self.abort)
             self.progress.update(in_flight=1)
             try:
                 text, finish, tokens = self._request(role, prompt)
@@ -629,10 +669,17 @@ class ModelCaller:
                     return text
             finally:
                 self.progress.update(in_flight=-1)
+                pushed_back = problem == "HTTP 429"
+                throttle.release(pushed_back, retry_after)
             self.progress.retry(f"{role.describe()}: {problem}")
-            if attempt + 1 < attempts and self.abort.wait(backoff_seconds(attempt, retry_after, self.backoff_base)):
+            if pushed_back and retry_after is not None and rate_limited < RATE_LIMITED_ATTEMPTS:
+                rate_limited += 1  # the throttle makes every worker wait out Retry-After
+                continue
+            attempt += 1
+            if attempt < attempts and self.abort.wait(backoff_seconds(attempt - 1, retry_after, self.backoff_base)):
                 raise Aborted()
-        raise CaseFailed(f"{role.describe()}: {problem} (after {attempts} attempts)")
+        raise CaseFailed(f"{role.describe()}: {problem} (after {attempts} attempts"
+                         + (f" and {rate_limited} rate-limited ones)" if rate_limited else ")"))
 
 
 # ----------------------------------------------------------------------------- judge outputs
@@ -1023,7 +1070,19 @@ def _execute(name: str, state: StageState, clients, out, err) -> int:
     usage_lock = threading.Lock()
     started = time.monotonic()
 
+    finished = {"count": 0}
+    all_finished = threading.Event()
+
     def work(case: Case) -> None:
+        try:
+            work_on(case)
+        finally:
+            with usage_lock:
+                finished["count"] += 1
+                if finished["count"] == len(pending):
+                    all_finished.set()
+
+    def work_on(case: Case) -> None:
         if stop_new.is_set():
             return
         calls = CaseCalls(caller, prompts, case)
@@ -1050,11 +1109,11 @@ def _execute(name: str, state: StageState, clients, out, err) -> int:
                 total_usage.merge(calls.spent.by_role)
 
     pool = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="case")
-    futures = [pool.submit(work, case) for case in pending]
+    for case in pending:
+        pool.submit(work, case)
     try:
-        remaining = set(futures)
-        while remaining:
-            _, remaining = wait(remaining, timeout=0.2, return_when=FIRST_COMPLETED)
+        # A counter, not wait() over every future: that would cost O(cases) per completion.
+        while not all_finished.wait(0.2):
             progress.draw()
     except KeyboardInterrupt:
         abort.set()

@@ -200,3 +200,18 @@ def test_invalid_judge_output_is_asked_again_up_to_three_times():
         with pytest.raises(CaseFailed, match="after 3 attempts.*last raw output: '不知道'"):
             calls.judge("judge_lca", parse_lca_label, history="x")
         assert len(p.requests) == 3
+
+
+def test_rate_limit_push_back_is_waited_out_beyond_the_retry_budget():
+    rate_limited = {"status": 429, "headers": {"Retry-After": "0.01"}}
+    with FakeProvider(_script(*[rate_limited] * 6)) as p:
+        caller = _caller(p, retries=1)
+        assert caller.chat("eval", "x", Usage()) == "?"
+        assert p.statuses[429] == 6 and caller.progress.retries == 6
+        assert caller.throttles[p.base_url].last_cut > 0  # the shared limit was cut
+
+
+def test_429_without_retry_after_uses_the_retry_budget():
+    with FakeProvider(_script(*[{"status": 429}] * 5)) as p:
+        with pytest.raises(CaseFailed, match="HTTP 429 .after 2 attempts"):
+            _caller(p, retries=1).chat("eval", "x", Usage())
