@@ -350,6 +350,7 @@ class Settings:
 ENV_PREFIX = {"eval": "LEXPILOT_EVAL", "user": "LEXPILOT_USER", "judge": "LEXPILOT_JUDGE"}
 MODEL_ENV = {"eval": "LEXPILOT_MODEL", "user": "LEXPILOT_USER_MODEL", "judge": "LEXPILOT_JUDGE_MODEL"}
 DEFAULT_MODELS = {"user": "DeepSeek-V4.1-Flash", "judge": "DeepSeek-R1"}
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 
 def resolve_roles(args: argparse.Namespace, env=os.environ) -> dict[str, Role]:
@@ -361,7 +362,7 @@ def resolve_roles(args: argparse.Namespace, env=os.environ) -> dict[str, Role]:
         if not model:
             raise HarnessError("no evaluated model chosen: pass --model MODEL_ID or set LEXPILOT_MODEL")
         prefix = ENV_PREFIX[role]
-        base_url = env.get(f"{prefix}_BASE_URL") or env.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        base_url = env.get(f"{prefix}_BASE_URL") or env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         api_key = env.get(f"{prefix}_API_KEY") or env.get("OPENAI_API_KEY") or ""
         temperature = args.judge_temperature if role == "judge" else args.temperature
         roles[role] = Role(role, model, base_url, api_key, temperature)

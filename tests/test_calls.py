@@ -7,7 +7,7 @@ import pytest
 
 from common import (Aborted, CaseCalls, CaseFailed, FatalError, ModelCaller, Progress, Settings, Usage,
                     backoff_seconds, clean_judge_output, load_prompts, parse_dcg_label, parse_lca_label,
-                    resolve_roles, retry_after_seconds, verdict_parser, case_from_raw, HarnessError)
+                    resolve_roles, retry_after_seconds, DEFAULT_BASE_URL, verdict_parser, case_from_raw, HarnessError)
 from conftest import sample_cases
 from fake_provider import FakeProvider
 
@@ -34,7 +34,7 @@ def test_flags_win_and_defaults_apply():
     roles = resolve_roles(_args(model="flag", judge_model="j"), {"LEXPILOT_MODEL": "env"})
     assert roles["eval"].model == "flag" and roles["judge"].model == "j"
     assert roles["user"].model == "DeepSeek-V4.1-Flash"
-    assert roles["eval"].base_url == "https://api.openai.com/v1"
+    assert roles["eval"].base_url == DEFAULT_BASE_URL
 
 
 def test_no_evaluated_model_is_chosen_automatically():
