@@ -6,7 +6,6 @@ Run as a script, it validates a dataset and prints its statistics (the paper's T
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hashlib
 import json
 import os
@@ -936,7 +935,7 @@ class Step:
     where: tuple[str, str]
     run: Callable[[CaseCalls, dict], dict]  # (calls, upstream records by step name) -> record body
     needs: tuple[str, ...] = ()
-    max_calls: Callable[[dict], dict] | dict = dataclasses.field(default_factory=dict)
+    max_calls: Callable[[dict], dict] | dict = field(default_factory=dict)
     producer: str = ""  # script that writes this step's file, for messages
 
     def calls_for(self, upstream: dict) -> dict:
