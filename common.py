@@ -36,7 +36,7 @@ PLAINTIFF_TYPES = ("自然人", "非自然人")
 HISTORY_TYPES = ("complete", "underspecified")
 ROLES = ("eval", "user", "judge")
 ROLE_NAMES = {"eval": "evaluated model", "user": "User Model", "judge": "judge"}
-USER_CONDITIONS = ("standard",)
+USER_CONDITIONS = ("standard", "delayed", "self-correction")  # Appendix E.5
 
 # Files whose content decides what a run produces; their hash goes into the manifest.
 CODE_FILES = (
@@ -232,6 +232,10 @@ PROMPT_FILES = {
     "force_ask": "dcg_force_ask.txt",        # Table 20
     "force_judge": "force_judge.txt",        # Table 21: Direct, Gold-Standard, forced final prediction
     "user_standard": "user_standard.txt",    # Table 22
+    # Appendix E.5 non-ideal users, written from the paper's description in the register of Table 22:
+    "user_delayed": "user_delayed.txt",                  # the one hesitant, withholding reply
+    "user_self_correction": "user_self_correction.txt",  # the one incomplete or mistaken reply
+    "user_correction": "user_correction.txt",            # the spontaneous correction in the next user turn
     "judge_lca": "judge_lca.txt",            # Table 23
     "judge_dcg": "judge_dcg.txt",            # Table 24
     "judge_ljp": "judge_ljp_extract.txt",    # Table 25
@@ -736,6 +740,7 @@ class CaseCalls:
     case: Case
     usage: Usage = field(default_factory=Usage)  # of the record being built
     spent: Usage = field(default_factory=Usage)  # of the whole case, saved or not
+    user_condition: str = "standard"
 
     def generate(self, role: str, prompt_name: str, **slots) -> str:
         return self.caller.chat(role, fill(self.prompts[prompt_name], **slots), self.usage)
@@ -753,6 +758,11 @@ class CaseCalls:
                 self.caller.progress.retry(f"invalid {prompt_name} output: {problem}")
         raise CaseFailed(f"{prompt_name} output invalid after {JUDGE_ATTEMPTS} attempts ({problem}); "
                          f"last raw output: {raws[-1][:200]!r}")
+
+    def user_reply(self, dialogue: list[dict], prompt_name: str = "user_standard") -> str:
+        """The User Model sees the conversation and the hidden key details, never focal points or verdicts."""
+        return self.generate("user", prompt_name, history=render_history(dialogue),
+                             key_facts=render_key_facts(self.case))
 
 
 # ----------------------------------------------------------------------------- checkpoints
@@ -883,6 +893,11 @@ def check_manifest(path: Path, current: dict, write: bool) -> None:
             raise HarnessError(f"{path}: unreadable manifest ({e.msg} at line {e.lineno}). "
                                "Restore it or use a new --run-id.") from None
         differing = manifest_differences(saved, current)
+        if "user_condition" in differing:
+            raise HarnessError(f"{path}: this run's user condition is {saved.get('user_condition')!r}, not "
+                               f"{current.get('user_condition')!r}. Pass --user-condition "
+                               f"{saved.get('user_condition')} (LexAwN_gen.py and eval_LJP_interaction.py take it; "
+                               "the other stages belong to standard runs), or use a new --run-id.")
         if differing:
             raise HarnessError(f"{path}: this run was started with other settings ({', '.join(differing)} "
                                "differ). Rerun with the run's settings, or use a new --run-id.")
@@ -935,11 +950,11 @@ class Step:
     where: tuple[str, str]
     run: Callable[[CaseCalls, dict], dict]  # (calls, upstream records by step name) -> record body
     needs: tuple[str, ...] = ()
-    max_calls: Callable[[dict], dict] | dict = field(default_factory=dict)
+    max_calls: Callable[[dict, Settings], dict] | dict = field(default_factory=dict)
     producer: str = ""  # script that writes this step's file, for messages
 
-    def calls_for(self, upstream: dict) -> dict:
-        return self.max_calls(upstream) if callable(self.max_calls) else self.max_calls
+    def calls_for(self, upstream: dict, settings: Settings) -> dict:
+        return self.max_calls(upstream, settings) if callable(self.max_calls) else self.max_calls
 
 
 @dataclass
@@ -1009,7 +1024,7 @@ def planned_calls(state: StageState, cases: list[Case]) -> Counter:
             if case.number in state.records[step.name]:
                 continue
             upstream = {need: state.records[need].get(case.number) for need in step.needs}
-            total.update(step.calls_for(upstream))
+            total.update(step.calls_for(upstream, state.settings))
     return total
 
 
@@ -1085,7 +1100,7 @@ def _execute(name: str, state: StageState, clients, out, err) -> int:
     def work_on(case: Case) -> None:
         if stop_new.is_set():
             return
-        calls = CaseCalls(caller, prompts, case)
+        calls = CaseCalls(caller, prompts, case, user_condition=settings.user_condition)
         try:
             run_case(state, calls, writer)
             progress.update(done=1)

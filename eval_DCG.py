@@ -8,7 +8,6 @@ import sys
 
 from common import (DCG_RESULTS, FORCE_ASK, CaseCalls, Step, parse_dcg_label, render_details_by_focal_point,
                     render_focal_points, render_history, stage_main)
-from LexAwN_gen import user_reply
 
 DCG_ROUNDS = 2
 
@@ -22,19 +21,22 @@ def force_ask(calls: CaseCalls, upstream: dict) -> dict:
         dialogue.append({"role": "assistant", "content": question})
         rounds.append({"round": round_number, "question": question})
         if round_number < DCG_ROUNDS:  # the second question sees the first and the reply to it
-            rounds[-1]["user_reply"] = user_reply(calls, dialogue, "standard")
+            rounds[-1]["user_reply"] = calls.user_reply(dialogue)
             dialogue.append({"role": "user", "content": rounds[-1]["user_reply"]})
     return {"input_history": history, "rounds": rounds}
 
 
+def judge_question(calls: CaseCalls, question: str) -> tuple[str, list[str]]:
+    """是 when the question targets a focal point and the key details can answer it (Table 24)."""
+    return calls.judge("judge_dcg", parse_dcg_label, ai_response=question, focus_text=render_focal_points(calls.case),
+                       key_facts=render_details_by_focal_point(calls.case))
+
+
 def judge_questions(calls: CaseCalls, upstream: dict) -> dict:
     """The DCG judge sees the new question, the focal points and the key details."""
-    case = calls.case
     rounds = []
     for generated in upstream["force_ask"]["rounds"]:
-        label, raw = calls.judge("judge_dcg", parse_dcg_label, ai_response=generated["question"],
-                                 focus_text=render_focal_points(case),
-                                 key_facts=render_details_by_focal_point(case))
+        label, raw = judge_question(calls, generated["question"])
         rounds.append({"round": generated["round"], "label": label, "judge_raw": raw})
     return {"rounds": rounds, "success": any(r["label"] == "是" for r in rounds)}
 

@@ -1,7 +1,7 @@
 """Interaction-Based LJP: claim-level verdicts from the final new response of each interaction.
 
-Reads AwN_gen/<run>/<model>/interaction.jsonl (LexAwN_gen.py must have finished);
-writes eval_results/<run>/<model>/LJP_interaction.jsonl.
+Reads AwN_gen/<run>/<model>/interaction.jsonl (LexAwN_gen.py must have finished, with the same
+--user-condition); writes eval_results/<run>/<model>/LJP_interaction.jsonl.
 """
 import sys
 
@@ -21,4 +21,5 @@ INTERACTION_LJP_STEP = Step("LJP_interaction", LJP_INTERACTION, interaction_verd
                             max_calls={"judge": 1}, producer="eval_LJP_interaction.py")
 
 if __name__ == "__main__":
-    sys.exit(stage_main(__doc__, "LJP interaction", [INTERACTION_LJP_STEP], external=[INTERACTION_FILE]))
+    sys.exit(stage_main(__doc__, "LJP interaction", [INTERACTION_LJP_STEP], external=[INTERACTION_FILE],
+                        user_condition=True))

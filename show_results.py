@@ -24,6 +24,7 @@ from common import COMPARED_MANIFEST_FIELDS, HERE, LCA_RESULTS, DCG_RESULTS, LJP
 OVERALL = "Overall"
 LJP_SETUPS = (("direct", LJP_DIRECT, "Direct"), ("interaction", LJP_INTERACTION, "Interaction-Based"),
               ("gold", LJP_GOLD, "Gold-Standard"))
+USER_CONDITION_NAMES = (("standard", "Standard"), ("delayed", "Delayed Disclosure"), ("self-correction", "Self-Correction"))
 
 
 # ----------------------------------------------------------------------------- metrics
@@ -116,23 +117,27 @@ def score_run(run: Run, root: Path) -> None:
     selected = run.manifest["selected_cases"]
     folder = lambda where: root / where[0] / run.run_id / run.folder / where[1]  # noqa: E731
 
-    records, problem = read_task(folder(LCA_RESULTS), selected)
+    # A non-ideal-user run is only an Interaction-Based LJP result (Table 15).
+    non_ideal = run.manifest.get("user_condition", "standard") != "standard"
+    records, problem = (None, None) if non_ideal else read_task(folder(LCA_RESULTS), selected)
     if problem:
         run.problems.append(f"LCA: {problem}")
-    else:
+    elif records:
         labels = by_class(records, lambda r: [(j["true_type"], j["predicted_type"]) for j in r["judgments"].values()])
         for cls, pairs in labels.items():
             for metric, value in lca_metrics(pairs).items():
                 run.metrics[("LCA", metric, cls)] = value
 
-    records, problem = read_task(folder(DCG_RESULTS), selected)
+    records, problem = (None, None) if non_ideal else read_task(folder(DCG_RESULTS), selected)
     if problem:
         run.problems.append(f"DCG: {problem}")
-    else:
+    elif records:
         for cls, successes in by_class(records, lambda r: [bool(r["success"])]).items():
             run.metrics[("DCG", "accuracy", cls)] = sum(successes) / len(successes)
 
     for setup, where, _ in LJP_SETUPS:
+        if non_ideal and setup != "interaction":
+            continue
         records, problem = read_task(folder(where), selected)
         if not problem:
             bad = [n for n, r in records.items()
@@ -174,6 +179,10 @@ class Group:
     differs: list[str] = field(default_factory=list)
 
     @property
+    def condition(self) -> str:
+        return self.runs[0].manifest.get("user_condition", "standard")
+
+    @property
     def run_ids(self) -> list[str]:
         return [r.run_id for r in self.runs]
 
@@ -208,10 +217,9 @@ def group_runs(runs: list[Run]) -> list[Group]:
 
 
 def group_label(group: Group, groups: list[Group]) -> str:
-    siblings = [g for g in groups if g.model == group.model]
-    if len(siblings) == 1:
-        return group.model
-    return f"{group.model} #{siblings.index(group) + 1}"
+    siblings = [g for g in groups if g.model == group.model and g.condition == group.condition]
+    label = group.model if group.condition == "standard" else f"{group.model} ({group.condition} user)"
+    return label if len(siblings) == 1 else f"{label} #{siblings.index(group) + 1}"
 
 
 # ----------------------------------------------------------------------------- tables
@@ -242,11 +250,13 @@ def classes_present(groups: list[Group]) -> list[str]:
 
 
 def build_tables(groups: list[Group]) -> list[Table]:
+    tables = [Table("Runs", ["Model", "Runs", "Run ids", "Differs from #1 in"],
+                    [[group_label(g, groups), str(len(g.runs)), ", ".join(g.run_ids), ", ".join(g.differs) or "-"]
+                     for g in groups])]
+    non_ideal = non_ideal_table(groups)
+    groups = [g for g in groups if g.condition == "standard"]
     labels = [group_label(g, groups) for g in groups]
     classes = classes_present(groups) + [OVERALL]
-    tables = [Table("Runs", ["Model", "Runs", "Run ids", "Differs from #1 in"],
-                    [[label, str(len(g.runs)), ", ".join(g.run_ids), ", ".join(g.differs) or "-"]
-                     for label, g in zip(labels, groups)])]
     tables.append(Table("Main results (Table 11): mean ± SD over runs",
                         ["Model", "LCA Macro-F1", "DCG Acc.", "LJP Direct QWK", "LJP Interaction QWK", "LJP Gold QWK"],
                         [[label, cell(g.stat(("LCA", "macro_f1", OVERALL)), 3),
@@ -268,7 +278,26 @@ def build_tables(groups: list[Group]) -> list[Table]:
                         [[label] + [cell(g.stat((f"LJP_{s}", "accuracy", OVERALL)), 4) for s, _, _ in LJP_SETUPS]
                          for label, g in zip(labels, groups)]))
     tables.append(interaction_gain_table(groups, labels))
-    return tables
+    return tables + ([non_ideal] if non_ideal else [])
+
+
+def non_ideal_table(groups: list[Group]) -> Table | None:
+    """Table 15: Interaction-Based QWK per user condition, for groups equal in every other setting."""
+    rows: dict[tuple, dict[str, Group]] = {}
+    for g in groups:
+        others = tuple(s for name, s in zip(COMPARED_MANIFEST_FIELDS, g.settings) if name != "user_condition")
+        rows.setdefault((g.model, others), {})[g.condition] = g
+    rows = {key: by_condition for key, by_condition in rows.items() if set(by_condition) - {"standard"}}
+    if not rows:
+        return None
+    table = Table("Non-ideal users (Table 15): Interaction-Based LJP QWK, mean ± SD over runs",
+                  ["Model"] + [name for _, name in USER_CONDITION_NAMES], [])
+    for (model, _), by_condition in rows.items():
+        same_model = [key for key in rows if key[0] == model]
+        label = model if len(same_model) == 1 else f"{model} #{same_model.index((model, _)) + 1}"
+        table.rows.append([label] + [cell(by_condition[c].stat(("LJP_interaction", "qwk", OVERALL)), 4)
+                                     if c in by_condition else "n/a" for c, _ in USER_CONDITION_NAMES])
+    return table
 
 
 def interaction_gain_table(groups: list[Group], labels: list[str]) -> Table:

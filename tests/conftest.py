@@ -29,6 +29,7 @@ STAGES = {
     "gold": (eval_LJP_gold.GOLD_STEPS, None),
     "interaction": ([eval_LJP_interaction.INTERACTION_LJP_STEP], [eval_LJP_interaction.INTERACTION_FILE]),
 }
+USER_CONDITION_STAGES = ("LexAwN", "interaction")  # the scripts that take --user-condition
 
 
 def sample_cases() -> list[dict]:
@@ -52,7 +53,7 @@ class Harness:
         steps, external = STAGES[stage]
         argv = ["--run-id", self.run_id, "--model", "eval-model", "--dataset", str(self.dataset),
                 "--output-root", str(self.root), *extra]
-        return stage_main("test", stage, steps, external, argv=argv)
+        return stage_main("test", stage, steps, external, user_condition=stage in USER_CONDITION_STAGES, argv=argv)
 
     def file(self, top: str, name: str) -> Path:
         matches = list((self.root / top / self.run_id).glob(f"*/{name}"))

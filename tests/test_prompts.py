@@ -11,6 +11,8 @@ EXPECTED_SLOTS = {
     "lexawn": {"history"}, "force_ask": {"history"}, "force_judge": {"history"},
     "user_standard": {"history", "key_facts"}, "judge_lca": {"history"},
     "judge_dcg": {"ai_response", "focus_text", "key_facts"}, "judge_ljp": {"history", "claims"},
+    "user_delayed": {"history", "key_facts"}, "user_self_correction": {"history", "key_facts"},
+    "user_correction": {"history", "key_facts"},
 }
 
 
@@ -31,6 +33,18 @@ def test_prompts_keep_the_original_wording():
     assert '{ "results": ["驳回", "支持", "部分支持"] }' in prompts["judge_ljp"]
     assert prompts["judge_lca"].rstrip().endswith("Markdown标记或换行符。")
     assert "1. 引导的正确性：<AI提问内容>所关注的问题，应属于解决<裁判文书争议焦点>所必需的法律要点" in prompts["judge_dcg"]
+
+
+def test_non_ideal_user_prompts_share_the_standard_inputs_and_constraints():
+    prompts = load_prompts()
+    standard = prompts["user_standard"]
+    inputs = standard[standard.index("# Input Data"):standard.index("# 逻辑与回复策略")]
+    constraints = standard[standard.index("# Output Constraints"):]
+    for name in ("user_delayed", "user_self_correction", "user_correction"):
+        assert inputs in prompts[name] and prompts[name].endswith(constraints), name
+    assert "不引入虚假事实" in prompts["user_delayed"]
+    assert "不完整或有误" in prompts["user_self_correction"]
+    assert "无论AI的最新回复是继续追问还是已经给出了判断" in prompts["user_correction"]
 
 
 def test_fill_never_reexpands_inserted_text():

@@ -1,0 +1,165 @@
+"""Non-ideal users (Appendix E.5): one disruption on the first relevant new request, corrections, budget."""
+import json
+
+import pytest
+
+import show_results
+from common import INTERACTION, LJP_INTERACTION
+from conftest import Harness, sample_cases, write_dataset
+from fake_provider import ASK, PREDICT, between, kind_of
+
+CASE = sample_cases()[1]  # its underspecified history already holds one assistant question
+UNDERSPECIFIED_TAIL = CASE["underspecified_consultation"][-1]["content"]
+PRE_EXISTING_QUESTION = next(m["content"] for m in CASE["underspecified_consultation"] if m["role"] == "assistant")
+USER_VARIANTS = (("delayed", "迟疑、含糊地回应"), ("mistaken", "给出不完整或有误的回答"),
+                 ("correction", "主动更正"), ("standard", "事实命中"))
+
+
+@pytest.fixture
+def one_case(tmp_path, provider, monkeypatch):
+    return Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "one.json", [CASE]))
+
+
+def user_variant(prompt: str) -> str:
+    return next(name for name, marker in USER_VARIANTS if marker in prompt)
+
+
+def consultation(actions: list[str]):
+    """The n-th new LexAwN turn does actions[n]: 'ask' (a relevant request), 'off' (an unrelated one), 'predict'.
+    The DCG judge accepts exactly the relevant requests."""
+    def script(kind, prompt, body):
+        history = between(prompt, "对话历史")
+        if kind == "lexawn":
+            if UNDERSPECIFIED_TAIL not in history:
+                return PREDICT + "完整咨询：支持。"
+            n = history.count("Assistant:") - 1
+            action = actions[min(n, len(actions) - 1)]
+            return {"ask": ASK + f"关键问题{n + 1}：借条上约定的还款日期是哪天？",
+                    "off": ASK + f"无关问题{n + 1}：您平时做什么工作？",
+                    "predict": PREDICT + f"第{n + 1}次判断：支持。"}[action]
+        if kind == "dcg_judge":
+            return "是" if "关键问题" in between(prompt, "AI提问内容") else "否"
+        if kind == "user":
+            return f"用户回复（{user_variant(prompt)}）"
+        return None
+    return script
+
+
+def run_interaction(one_case, provider, condition, actions):
+    provider.script = consultation(actions)
+    assert one_case.run("LexAwN", "--user-condition", condition) == 0
+    (record,) = one_case.records(*INTERACTION)
+    users = [user_variant(p) for p in provider.prompts() if kind_of(p) == "user"]
+    return record, users
+
+
+def test_delayed_disclosure_only_on_the_first_relevant_new_request(one_case, provider):
+    record, users = run_interaction(one_case, provider, "delayed", ["off", "ask", "ask"])
+    assert users == ["standard", "delayed", "standard"]  # the follow-up on the same question is answered
+    assert record["disrupted_round"] == 2 and record["corrected_round"] is None
+    assert [r.get("relevance", {}).get("label") for r in record["rounds"]] == ["否", "是", None, None]
+    assert [r.get("user_prompt") for r in record["rounds"][:3]] == ["user_standard", "user_delayed", "user_standard"]
+    judged_questions = [between(p, "AI提问内容") for p in provider.prompts("dcg_judge")]
+    assert len(judged_questions) == 2 and PRE_EXISTING_QUESTION not in judged_questions
+    assert record["stop_reason"] == "budget" and record["user_condition"] == "delayed"
+
+
+def test_an_input_history_question_never_triggers_the_disruption(one_case, provider):
+    # The pre-existing history question is relevant-looking; the model predicts at once: no new request, no disruption.
+    record, users = run_interaction(one_case, provider, "delayed", ["predict"])
+    assert users == [] and record["disrupted_round"] is None and not provider.prompts("dcg_judge")
+    assert record["stop_reason"] == "judged" and len(record["rounds"]) == 1
+
+
+@pytest.mark.parametrize("condition", ["delayed", "self-correction"])
+def test_without_a_relevant_request_the_user_stays_standard(one_case, provider, condition):
+    record, users = run_interaction(one_case, provider, condition, ["off"])
+    assert users == ["standard"] * 3 and record["disrupted_round"] is None
+    assert all(r["relevance"]["label"] == "否" for r in record["rounds"][:3])
+
+
+def test_self_correction_after_an_early_judgment_continues_and_the_update_is_evaluated(one_case, provider):
+    record, users = run_interaction(one_case, provider, "self-correction", ["ask", "predict"])
+    assert users == ["mistaken", "correction"]
+    assert record["disrupted_round"] == 1 and record["corrected_round"] == 2
+    labels = [r["label"] for r in record["rounds"]]
+    assert labels == ["策略二", "策略一", "策略一"]  # the round-2 judgment is followed by a correction and updated
+    assert record["stop_reason"] == "judged" and record["final_response"].startswith(PREDICT + "第3次判断")
+    assert one_case.run("interaction", "--user-condition", "self-correction") == 0
+    (ljp,) = one_case.records(*LJP_INTERACTION)
+    (extraction,) = provider.prompts("ljp_judge")
+    assert between(extraction, "待提取回复") == PREDICT + "第3次判断：支持。"
+    assert ljp["stop_reason"] == "judged"
+
+
+def test_self_correction_after_a_judgment_in_the_last_round_ends_with_a_forced_update(one_case, provider):
+    record, users = run_interaction(one_case, provider, "self-correction", ["off", "ask", "predict"])
+    assert users == ["standard", "mistaken", "correction"]
+    assert record["corrected_round"] == 3 and record["stop_reason"] == "budget"
+    assert record["rounds"][-1]["prompt"] == "force_judge"
+    (forced,) = provider.prompts("force_judge")
+    assert "用户回复（correction）" in between(forced, "对话历史")
+
+
+def test_self_correction_on_the_last_user_turn_has_no_room_to_correct(one_case, provider):
+    record, users = run_interaction(one_case, provider, "self-correction", ["off", "off", "ask"])
+    assert users == ["standard", "standard", "mistaken"]
+    assert record["disrupted_round"] == 3 and record["corrected_round"] is None
+
+
+@pytest.mark.parametrize("condition", ["standard", "delayed", "self-correction"])
+@pytest.mark.parametrize("actions", [["ask"], ["ask", "predict"], ["off", "ask", "predict"], ["ask", "ask", "predict"]])
+def test_the_budget_is_never_exceeded(one_case, provider, condition, actions):
+    record, users = run_interaction(one_case, provider, condition, actions)
+    lexawn = [p for p in provider.prompts("lexawn") if UNDERSPECIFIED_TAIL in between(p, "对话历史")]
+    assert len(users) <= 3 and len(lexawn) <= 3 and len(provider.prompts("force_judge")) <= 1
+    assert sum(1 for m in record["continued_history"][len(CASE["underspecified_consultation"]):]
+               if m["role"] == "user") == len(users)
+    assert len(provider.prompts("dcg_judge")) == (0 if condition == "standard" else
+                                                  sum("relevance" in r for r in record["rounds"]))
+
+
+def test_standard_user_never_asks_the_relevance_judge(one_case, provider):
+    record, users = run_interaction(one_case, provider, "standard", ["ask"])
+    assert users == ["standard"] * 3 and not provider.prompts("dcg_judge")
+    assert all("relevance" not in r for r in record["rounds"]) and record["disrupted_round"] is None
+
+
+def test_dry_run_counts_the_relevance_checks(one_case, provider, capsys):
+    for condition, judge in (("standard", 2 + 2), ("delayed", 2 + 2 + 3)):
+        one_case.run_id = condition
+        assert one_case.run("LexAwN", "--user-condition", condition, "--dry-run") == 0
+        assert f"judge {judge}" in capsys.readouterr().out
+    assert not provider.requests
+
+
+def test_a_run_keeps_its_condition(one_case, provider, capsys):
+    provider.script = consultation(["ask"])
+    assert one_case.run("LexAwN", "--user-condition", "delayed") == 0
+    provider.requests = []
+    assert one_case.run("interaction") == 2  # standard by default
+    assert one_case.run("DCG") == 2
+    err = capsys.readouterr().err
+    assert "user condition is 'delayed'" in err and "--user-condition delayed" in err and not provider.requests
+
+
+def test_conditions_never_group_together_and_table_15_shows_them(tmp_path, provider, monkeypatch, capsys):
+    provider.script = consultation(["ask", "predict"])
+    harness = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "one.json", [CASE]))
+    for run_id, condition in (("std-1", "standard"), ("std-2", "standard"), ("del-1", "delayed"),
+                              ("sc-1", "self-correction")):
+        harness.run_id = run_id
+        assert harness.run("LexAwN", "--user-condition", condition) == 0
+        assert harness.run("interaction", "--user-condition", condition) == 0
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(harness.root), "--format", "json"]) == 0
+    groups = json.loads(capsys.readouterr().out)["groups"]
+    assert sorted((g["settings"]["user_condition"], tuple(g["run_ids"])) for g in groups) == [
+        ("delayed", ("del-1",)), ("self-correction", ("sc-1",)), ("standard", ("std-1", "std-2"))]
+    assert show_results.main(["--output-root", str(harness.root)]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("Non-ideal users (Table 15)"):]
+    assert "Standard" in table and "Delayed Disclosure" in table and "Self-Correction" in table
+    assert "eval-model" in table.splitlines()[3]
+    main = out[out.index("Main results"):out.index("LCA detail")]
+    assert main.count("eval-model") == 1  # the non-ideal runs stay out of the main tables
