@@ -1,0 +1,277 @@
+"""Judge agreement with legal experts (Appendix E.3.1, Table 12); never calls an API.
+
+export  reads the saved runs under --output-root and the dataset, and writes a seeded, stratified random
+        sample of LCA, DCG and LJP judge decisions (--per-task each, balanced across evaluated models):
+        OUT (for the annotators: the item, empty annotator_1 / annotator_2 / adjudicated columns, no
+        model names, no judge labels) and OUT with .key.csv (the judge's label and where each item came from).
+score   reads the filled OUT and its key and prints, per task and on average, human-human agreement
+        and Cohen's kappa, and LLM-human agreement and kappa against the adjudicated human label.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import random
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from common import (A1, DCG_RESULTS, DEFAULT_DATASET, DIRECT_GEN, FORCE_ASK, GOLD_GEN, HERE, HISTORY_TYPES,
+                    INTERACTION, LCA_RESULTS, LJP_DIRECT, LJP_GOLD, LJP_INTERACTION, VERDICTS, HarnessError,
+                    load_dataset, render_details_by_focal_point, render_focal_points)
+from show_results import Table, load_runs, read_task, render_text
+
+TASKS = ("LCA", "DCG", "LJP")
+LABELS = {"LCA": ("策略一", "策略二"), "DCG": ("是", "否"), "LJP": VERDICTS}
+INSTRUCTIONS = {
+    "LCA": "Does the reply give a legal prediction (策略一) or ask for missing facts (策略二)?",
+    "DCG": "Does the question target a focal point and can the key details answer it (是), or not (否)?",
+    "LJP": "Which verdict does the reply predict for this claim: 支持, 部分支持 or 驳回?",
+}
+ANNOTATION_COLUMNS = ["item_id", "task", "case_number", "cause_of_action", "instruction", "labels", "reply",
+                      "focal_points", "key_details", "claim", "all_claims", "annotator_1", "annotator_2",
+                      "adjudicated"]
+KEY_COLUMNS = ["item_id", "task", "model", "run_id", "case_number", "source", "llm_label"]
+# LJP setups: results file, generation file, field holding the reply the verdicts were extracted from.
+LJP_SOURCES = (("direct", LJP_DIRECT, DIRECT_GEN, "response"), ("gold", LJP_GOLD, GOLD_GEN, "response"),
+               ("interaction", LJP_INTERACTION, INTERACTION, "final_response"))
+
+
+@dataclass
+class Item:
+    task: str
+    model: str
+    run_id: str
+    case_number: str
+    source: str  # file and position of the judge decision
+    llm_label: str
+    reply: str
+    claim: str = ""
+
+
+# ----------------------------------------------------------------------------- agreement
+
+def cohen_kappa(a: list[str], b: list[str]) -> float | None:
+    """Unweighted Cohen's kappa; None when chance agreement is 1 (both raters used one same label)."""
+    n = len(a)
+    observed = sum(x == y for x, y in zip(a, b)) / n
+    expected = sum((a.count(label) / n) * (b.count(label) / n) for label in set(a) | set(b))
+    return None if expected == 1 else (observed - expected) / (1 - expected)
+
+
+def agreement(a: list[str], b: list[str]) -> tuple[float, float | None]:
+    return sum(x == y for x, y in zip(a, b)) / len(a), cohen_kappa(a, b)
+
+
+# ----------------------------------------------------------------------------- export
+
+def collect_items(root: Path, runs) -> dict[str, list[Item]]:
+    """Every saved judge decision of the given runs, per task, in a fixed order."""
+    items: dict[str, list[Item]] = {task: [] for task in TASKS}
+    for run in runs:
+        selected = run.manifest["selected_cases"]
+
+        def records(where):
+            path = root / where[0] / run.run_id / run.folder / where[1]
+            found, problem = read_task(path, selected)
+            if problem:
+                print(f"note: run {run.run_id}, model {run.model}: {problem} (its decisions are not sampled)",
+                      file=sys.stderr)
+            return found or {}, path
+
+        def item(task, path, number, where, label, reply, claim=""):
+            items[task].append(Item(task, run.model, run.run_id, number, f"{path.relative_to(root)} case {number} "
+                                    f"{where}", label, reply, claim))
+
+        (lca, lca_path), (a1, _) = records(LCA_RESULTS), records(A1)
+        for number in selected:
+            if number in lca and number in a1:
+                for history_type in HISTORY_TYPES:
+                    item("LCA", lca_path, number, history_type, lca[number]["judgments"][history_type]["label"],
+                         a1[number]["responses"][history_type]["response"])
+        (dcg, dcg_path), (asked, _) = records(DCG_RESULTS), records(FORCE_ASK)
+        for number in selected:
+            if number in dcg and number in asked:
+                questions = {r["round"]: r["question"] for r in asked[number]["rounds"]}
+                for judged in dcg[number]["rounds"]:
+                    item("DCG", dcg_path, number, f"round {judged['round']}", judged["label"],
+                         questions[judged["round"]])
+        for setup, results_file, generation_file, field in LJP_SOURCES:
+            (ljp, ljp_path), (generated, _) = records(results_file), records(generation_file)
+            for number in selected:
+                if number in ljp and number in generated:
+                    record = ljp[number]
+                    for i, (claim, label) in enumerate(zip(record["claims"], record["predicted"]), 1):
+                        item("LJP", ljp_path, number, f"claim {i}", label, generated[number][field], claim)
+    return items
+
+
+def balanced_sample(items: list[Item], size: int, rng: random.Random) -> list[Item]:
+    """Equal shares per evaluated model; a model with too few items gives its unused share to the others."""
+    by_model: dict[str, list[Item]] = {}
+    for it in items:
+        by_model.setdefault(it.model, []).append(it)
+    quota = {model: 0 for model in by_model}
+    left = min(size, len(items))
+    while left:
+        open_models = sorted(m for m in by_model if quota[m] < len(by_model[m]))
+        share, extra = divmod(left, len(open_models))
+        for i, model in enumerate(open_models):
+            give = min(share + (i < extra), len(by_model[model]) - quota[model])
+            quota[model] += give
+            left -= give
+    sample = [it for model in sorted(by_model) for it in rng.sample(by_model[model], quota[model])]
+    rng.shuffle(sample)  # annotators should not see the items in model blocks
+    return sample
+
+
+def export(args) -> int:
+    if args.per_task < 1:
+        raise HarnessError(f"--per-task must be at least 1, got {args.per_task}")
+    root = args.output_root.resolve()
+    runs = [r for r in load_runs(root, args.model, args.run_id) if r.manifest.get("user_condition") == "standard"]
+    if not runs:
+        raise HarnessError(f"no standard runs under {root}: run the stages first (see README.md)")
+    cases, dataset_sha = load_dataset(args.dataset)
+    other = [f"{r.run_id}/{r.model}" for r in runs if r.manifest["dataset_sha256"] != dataset_sha]
+    if other:
+        raise HarnessError(f"{args.dataset} is not the dataset of runs {', '.join(other)}: pass their --dataset")
+    by_number = {c.number: c for c in cases}
+    items = collect_items(root, runs)
+    rows, keys = [], []
+    for task in TASKS:
+        sample = balanced_sample(items[task], args.per_task, random.Random(f"{args.seed}:{task}"))
+        if len(sample) < args.per_task:
+            print(f"note: only {len(sample)} {task} judge decisions saved; all are in the sample", file=sys.stderr)
+        for i, it in enumerate(sample, 1):
+            case = by_number[it.case_number]
+            item_id = f"{task}-{i:03d}"
+            rows.append({"item_id": item_id, "task": task, "case_number": it.case_number,
+                         "cause_of_action": case.cause, "instruction": INSTRUCTIONS[task],
+                         "labels": " | ".join(LABELS[task]), "reply": it.reply,
+                         "focal_points": render_focal_points(case) if task == "DCG" else "",
+                         "key_details": render_details_by_focal_point(case) if task == "DCG" else "",
+                         "claim": it.claim, "all_claims": "\n".join(case.claims) if task == "LJP" else "",
+                         "annotator_1": "", "annotator_2": "", "adjudicated": ""})
+            keys.append({"item_id": item_id, "task": task, "model": it.model, "run_id": it.run_id,
+                         "case_number": it.case_number, "source": it.source, "llm_label": it.llm_label})
+    write_csv(args.out, ANNOTATION_COLUMNS, rows)
+    write_csv(key_path(args.out), KEY_COLUMNS, keys)
+    counts = {task: sum(r["task"] == task for r in rows) for task in TASKS}
+    print(f"wrote {args.out} ({', '.join(f'{t} {n}' for t, n in counts.items())} items; seed {args.seed}) "
+          f"and {key_path(args.out)} (judge labels: keep it from the annotators)")
+    return 0
+
+
+def key_path(out: Path) -> Path:
+    return out.with_name(out.stem + ".key.csv")
+
+
+def write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8-sig", newline="") as f:  # BOM: spreadsheet programs then read UTF-8
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+# ----------------------------------------------------------------------------- score
+
+def read_csv(path: Path, columns: list[str]) -> list[tuple[int, dict]]:
+    if not path.exists():
+        raise HarnessError(f"{path}: not found")
+    with path.open(encoding="utf-8-sig", newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in columns if c not in (reader.fieldnames or [])]
+        if missing:
+            raise HarnessError(f"{path}: columns missing: {', '.join(missing)}. Use the file that export wrote.")
+        return [(line, row) for line, row in enumerate(reader, 2)]
+
+
+def human_labels(path: Path, rows: list[tuple[int, dict]], key: dict[str, dict]) -> tuple[list, list[str]]:
+    """(task, annotator 1, annotator 2, adjudicated, judge) per item, and every problem found, by row."""
+    labelled, problems = [], []
+    for line, row in rows:
+        where = f"{path}:{line} (item {row.get('item_id') or '?'})"
+        task = row["task"]
+        if row["item_id"] not in key or key[row["item_id"]]["task"] != task:
+            problems.append(f"{where}: not in {key_path(path).name}; keep the item_id and task columns as exported")
+            continue
+        allowed = LABELS[task]
+        values = {c: row[c].strip() for c in ("annotator_1", "annotator_2", "adjudicated")}
+        bad = [c for c in ("annotator_1", "annotator_2") if values[c] not in allowed]
+        if values["adjudicated"] and values["adjudicated"] not in allowed:
+            bad.append("adjudicated")
+        if bad:
+            problems.append(f"{where}: {', '.join(f'{c} {values[c]!r}' for c in bad)} is not one of "
+                            f"{', '.join(allowed)}")
+            continue
+        agreed = values["annotator_1"] == values["annotator_2"]
+        final = values["adjudicated"] or (values["annotator_1"] if agreed else "")
+        if not final:
+            problems.append(f"{where}: the annotators disagree; fill adjudicated with the label agreed in discussion")
+            continue
+        if agreed and final != values["annotator_1"]:
+            problems.append(f"{where}: adjudicated {final!r} differs from the label both annotators gave")
+            continue
+        labelled.append((task, values["annotator_1"], values["annotator_2"], final, key[row["item_id"]]["llm_label"]))
+    return labelled, problems
+
+
+def agreement_table(labelled: list) -> Table:
+    rows, means = [], {"hh": [], "hk": [], "lh": [], "lk": []}
+    fmt_k = lambda k: "undefined" if k is None else f"{k:.2f}"  # noqa: E731
+    for task in TASKS:
+        items = [x for x in labelled if x[0] == task]
+        if not items:
+            continue
+        hh, hk = agreement([x[1] for x in items], [x[2] for x in items])
+        lh, lk = agreement([x[4] for x in items], [x[3] for x in items])
+        for name, value in (("hh", hh), ("hk", hk), ("lh", lh), ("lk", lk)):
+            if value is not None:
+                means[name].append(value)
+        rows.append([task, str(len(items)), f"{100 * hh:.1f}%", fmt_k(hk), f"{100 * lh:.1f}%", fmt_k(lk)])
+    mean = lambda v: sum(v) / len(v) if v else None  # noqa: E731
+    rows.append(["Average", str(len(labelled)), f"{100 * mean(means['hh']):.1f}%", fmt_k(mean(means["hk"])),
+                 f"{100 * mean(means['lh']):.1f}%", fmt_k(mean(means["lk"]))])
+    return Table("Judge agreement (Table 12): human-human, and LLM judge against the adjudicated human label",
+                 ["Task", "Items", "Human-Human Agree.", "Human-Human κ", "LLM-Human Agree.", "LLM-Human κ"], rows)
+
+
+def score(args) -> int:
+    rows = read_csv(args.annotations, ANNOTATION_COLUMNS)
+    key = {row["item_id"]: row for _, row in read_csv(args.key or key_path(args.annotations), KEY_COLUMNS)}
+    labelled, problems = human_labels(args.annotations, rows, key)
+    if problems:
+        shown = problems[:10] + ([f"... and {len(problems) - 10} more"] if len(problems) > 10 else [])
+        raise HarnessError(f"{len(problems)} row(s) cannot be scored:\n  " + "\n  ".join(shown))
+    if not labelled:
+        raise HarnessError(f"{args.annotations}: no annotated items")
+    print(render_text([agreement_table(labelled)]))
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    e = commands.add_parser("export", help="write the annotation sample")
+    e.add_argument("--output-root", type=Path, default=HERE, help="where the runs are (default: next to the scripts)")
+    e.add_argument("--dataset", type=Path, default=DEFAULT_DATASET, help="the runs' dataset (default: %(default)s)")
+    e.add_argument("--model", action="append", help="only this evaluated model id (repeatable)")
+    e.add_argument("--run-id", action="append", help="only this run id (repeatable)")
+    e.add_argument("--per-task", type=int, default=100, help="items per task (default 100)")
+    e.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    e.add_argument("--out", type=Path, default=Path("judge_agreement.csv"), help="default: %(default)s")
+    s = commands.add_parser("score", help="score a filled annotation file")
+    s.add_argument("annotations", type=Path)
+    s.add_argument("--key", type=Path, help="default: the .key.csv next to the annotation file")
+    args = parser.parse_args(argv)
+    try:
+        return export(args) if args.command == "export" else score(args)
+    except HarnessError as e:
+        print(f"[judge_agreement] error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

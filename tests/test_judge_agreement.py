@@ -1,0 +1,150 @@
+"""judge_agreement.py: reproducible balanced export, Cohen's kappa, Table 12 scoring, clear annotation errors."""
+import csv
+import random
+
+import pytest
+from sklearn.metrics import cohen_kappa_score
+
+import judge_agreement
+from conftest import SAMPLE, Harness, sample_cases, write_dataset
+from judge_agreement import agreement, cohen_kappa, key_path
+
+
+def test_cohen_kappa_by_hand_and_against_sklearn():
+    assert cohen_kappa(["是", "是", "否", "否"], ["是", "否", "否", "否"]) == pytest.approx(0.5)
+    assert cohen_kappa(["是"] * 4, ["是"] * 4) is None  # chance agreement 1: undefined
+    assert cohen_kappa(["是", "否"], ["否", "是"]) == pytest.approx(-1.0)
+    rng = random.Random(3)
+    for _ in range(20):
+        a = [rng.choice("ABC") for _ in range(30)]
+        b = [x if rng.random() < 0.6 else rng.choice("ABC") for x in a]
+        assert cohen_kappa(a, b) == pytest.approx(cohen_kappa_score(a, b))
+    assert agreement(["x", "y", "y"], ["x", "y", "x"])[0] == pytest.approx(2 / 3)
+
+
+def write_rows(path, columns, rows):
+    with path.open("w", encoding="utf-8-sig", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def annotation_files(tmp_path, items):
+    """items: (task, annotator_1, annotator_2, adjudicated, llm_label)."""
+    rows, keys = [], []
+    for i, (task, a1, a2, adj, llm) in enumerate(items):
+        rows.append({c: "" for c in judge_agreement.ANNOTATION_COLUMNS} | {
+            "item_id": f"{task}-{i:03d}", "task": task, "annotator_1": a1, "annotator_2": a2, "adjudicated": adj})
+        keys.append({c: "" for c in judge_agreement.KEY_COLUMNS} | {
+            "item_id": f"{task}-{i:03d}", "task": task, "llm_label": llm})
+    path = tmp_path / "ann.csv"
+    write_rows(path, judge_agreement.ANNOTATION_COLUMNS, rows)
+    write_rows(key_path(path), judge_agreement.KEY_COLUMNS, keys)
+    return path
+
+
+def test_score_prints_table_12_from_a_hand_computed_annotation_table(tmp_path, capsys):
+    items = [  # LCA: humans agree 3/4 (kappa 0.5), item 2 adjudicated 策略二; judge matches 3/4 finals
+        ("LCA", "策略一", "策略一", "", "策略一"), ("LCA", "策略一", "策略二", "策略二", "策略二"),
+        ("LCA", "策略二", "策略二", "", "策略二"), ("LCA", "策略二", "策略二", "", "策略一"),
+        # DCG: humans agree 2/2 on different labels (kappa 1); judge 1/2 (kappa 0)
+        ("DCG", "是", "是", "", "是"), ("DCG", "否", "否", "", "是"),
+        # LJP: all 支持 everywhere: agreement 100%, kappa undefined
+        ("LJP", "支持", "支持", "", "支持"), ("LJP", "支持", "支持", "", "支持"),
+    ]
+    path = annotation_files(tmp_path, items)
+    assert judge_agreement.main(["score", str(path)]) == 0
+    lines = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines() if line.strip()}
+    assert lines["LCA"][1:] == ["4", "75.0%", "0.50", "75.0%", "0.50"]
+    assert lines["DCG"][1:] == ["2", "100.0%", "1.00", "50.0%", "0.00"]
+    assert lines["LJP"][1:] == ["2", "100.0%", "undefined", "100.0%", "undefined"]
+    # Average over tasks (Table 12 style); an undefined kappa is left out of the kappa mean.
+    assert lines["Average"][1:] == ["8", "91.7%", "0.75", "75.0%", "0.25"]
+
+
+@pytest.mark.parametrize("item,message", [
+    (("LCA", "策略一", "", "", "策略一"), "annotator_2 '' is not one of 策略一, 策略二"),
+    (("DCG", "是", "maybe", "", "是"), "annotator_2 'maybe' is not one of 是, 否"),
+    (("LJP", "支持", "驳回", "", "支持"), "the annotators disagree; fill adjudicated"),
+    (("LJP", "支持", "支持", "驳回", "支持"), "adjudicated '驳回' differs from the label both annotators gave"),
+])
+def test_invalid_annotations_name_the_row(tmp_path, capsys, item, message):
+    good = ("LCA", "策略一", "策略一", "", "策略一")
+    path = annotation_files(tmp_path, [good, item])
+    assert judge_agreement.main(["score", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:3 (item {item[0]}-001)" in err and message in err
+
+
+def test_missing_columns_and_unknown_items_are_errors(tmp_path, capsys):
+    path = annotation_files(tmp_path, [("LCA", "策略一", "策略一", "", "策略一")])
+    write_rows(key_path(path), judge_agreement.KEY_COLUMNS, [])
+    assert judge_agreement.main(["score", str(path)]) == 2
+    assert "not in ann.key.csv" in capsys.readouterr().err
+    path.write_text("item_id,task\nLCA-000,LCA\n", encoding="utf-8")
+    assert judge_agreement.main(["score", str(path)]) == 2
+    assert "columns missing: case_number" in capsys.readouterr().err
+
+
+@pytest.fixture
+def two_models(tmp_path, provider, monkeypatch):
+    """Complete runs of two models on four sample cases, and a third model on one case only."""
+    harness = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "d.json", sample_cases()[:4]))
+    for model, limit in (("model-a", "4"), ("model-b", "4"), ("model-c", "1")):
+        for stage in ("LexAwN", "DCG", "direct", "gold", "interaction"):
+            assert harness.run(stage, "--model", model, "--limit", limit) == 0
+    return harness
+
+
+def export(harness, out, *extra):
+    return judge_agreement.main(["export", "--output-root", str(harness.root), "--dataset", str(harness.dataset),
+                                 "--out", str(out), *extra])
+
+
+def read(path):
+    with path.open(encoding="utf-8-sig", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_export_is_reproducible_balanced_and_blind(two_models, tmp_path):
+    assert export(two_models, tmp_path / "a.csv", "--per-task", "7", "--seed", "5") == 0
+    assert export(two_models, tmp_path / "b.csv", "--per-task", "7", "--seed", "5") == 0
+    assert export(two_models, tmp_path / "c.csv", "--per-task", "7", "--seed", "6") == 0
+    assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
+    assert key_path(tmp_path / "a.csv").read_bytes() == key_path(tmp_path / "b.csv").read_bytes()
+    assert key_path(tmp_path / "a.csv").read_bytes() != key_path(tmp_path / "c.csv").read_bytes()
+    rows, keys = read(tmp_path / "a.csv"), read(key_path(tmp_path / "a.csv"))
+    assert [r["item_id"] for r in rows] == [k["item_id"] for k in keys]
+    for task in ("LCA", "DCG", "LJP"):
+        models = sorted(k["model"] for k in keys if k["task"] == task)
+        # model-c has 2 LCA decisions, 2 DCG decisions and a few claims: the others fill its share
+        assert len(models) == 7 and abs(models.count("model-a") - models.count("model-b")) <= 1
+        assert models.count("model-c") >= 2 if task != "LJP" else models.count("model-c") >= 1
+    header = (tmp_path / "a.csv").read_text(encoding="utf-8-sig").splitlines()[0]
+    assert "model" not in header.split(",") and "llm_label" not in header
+    for row in rows:
+        assert row["reply"] and not row["annotator_1"] and not row["annotator_2"]
+        if row["task"] == "DCG":
+            assert row["focal_points"] and row["key_details"]
+        if row["task"] == "LJP":
+            assert row["claim"] and row["claim"] in row["all_claims"]
+
+
+def test_exported_labels_match_the_saved_judge_decisions(two_models, tmp_path):
+    assert export(two_models, tmp_path / "a.csv", "--per-task", "1000") == 0
+    keys = read(key_path(tmp_path / "a.csv"))
+    # 4+4+1 cases: 2 LCA decisions and 2 DCG rounds per case; every claim of the three LJP setups
+    claims = sum(len(c["result_dict"]) for c in sample_cases()[:4]) * 2 + len(sample_cases()[0]["result_dict"])
+    counts = {t: sum(k["task"] == t for k in keys) for t in ("LCA", "DCG", "LJP")}
+    assert counts == {"LCA": 18, "DCG": 18, "LJP": 3 * claims}
+    rows = {r["item_id"]: r for r in read(tmp_path / "a.csv")}
+    for k in keys:  # a filled copy with the judge's labels scores 100% LLM-human agreement
+        rows[k["item_id"]]["annotator_1"] = rows[k["item_id"]]["annotator_2"] = k["llm_label"]
+    write_rows(tmp_path / "a.csv", judge_agreement.ANNOTATION_COLUMNS, list(rows.values()))
+    assert judge_agreement.main(["score", str(tmp_path / "a.csv")]) == 0
+
+
+def test_export_refuses_another_dataset(two_models, tmp_path, capsys):
+    assert judge_agreement.main(["export", "--output-root", str(two_models.root), "--dataset", str(SAMPLE),
+                                 "--out", str(tmp_path / "x.csv")]) == 2
+    assert "is not the dataset of runs" in capsys.readouterr().err and not (tmp_path / "x.csv").exists()
