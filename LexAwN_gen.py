@@ -88,9 +88,10 @@ def interaction_calls(upstream: dict, settings: Settings) -> dict:
             "judge": CLARIFICATION_ROUNDS - 1 + relevance_checks}
 
 
-A1_STEP = Step("a1", A1, a1_responses, max_calls={"eval": 2}, producer="LexAwN_gen.py")
-INTERACTION_STEP = Step("interaction", INTERACTION, interact, needs=("a1", "LCA"),
-                        max_calls=interaction_calls, producer="LexAwN_gen.py")
+A1_STEP = Step("a1", A1, a1_responses, max_calls={"eval": 2}, producer="LexAwN_gen.py", prompts={"eval": "lexawn"})
+INTERACTION_STEP = Step("interaction", INTERACTION, interact, needs=("a1", "LCA"), max_calls=interaction_calls,
+                        producer="LexAwN_gen.py",
+                        prompts={"eval": "lexawn", "user": "user_standard", "judge": "judge_lca"})
 
 if __name__ == "__main__":
     sys.exit(stage_main(__doc__, "LexAwN", [A1_STEP, LCA_STEP, INTERACTION_STEP], user_condition=True))

@@ -952,6 +952,7 @@ class Step:
     needs: tuple[str, ...] = ()
     max_calls: Callable[[dict, Settings], dict] | dict = field(default_factory=dict)
     producer: str = ""  # script that writes this step's file, for messages
+    prompts: dict = field(default_factory=dict)  # role -> prompt name, for the dry run's token estimate
 
     def calls_for(self, upstream: dict, settings: Settings) -> dict:
         return self.max_calls(upstream, settings) if callable(self.max_calls) else self.max_calls
@@ -1017,15 +1018,25 @@ def run_case(state: StageState, calls: CaseCalls, writer: CheckpointWriter) -> N
         state.records[step.name][case.number] = record
 
 
-def planned_calls(state: StageState, cases: list[Case]) -> Counter:
-    total = Counter()
+def planned_calls(state: StageState, cases: list[Case], prompts: dict[str, str] | None = None) -> tuple[Counter, Counter]:
+    """Calls per role at most, and the characters of the known prompt text they would send: the prompt and
+    the case's inputs (the complete history standing for either history); earlier replies are not known."""
+    calls, chars = Counter(), Counter()
     for case in cases:
+        inputs = {"history": len(render_history(case.complete)), "key_facts": len(render_details_by_focal_point(case)),
+                  "focus_text": len(render_focal_points(case)), "claims": len(render_claims(case)), "ai_response": 0}
         for step in state.steps:
             if case.number in state.records[step.name]:
                 continue
             upstream = {need: state.records[need].get(case.number) for need in step.needs}
-            total.update(step.calls_for(upstream, state.settings))
-    return total
+            planned = step.calls_for(upstream, state.settings)
+            calls.update(planned)
+            for role, n in planned.items():
+                template = (prompts or {}).get(step.prompts.get(role), "")
+                # the judges' {history} slot holds a reply to judge, not the case's history
+                known = {**inputs, "history": 0} if role == "judge" else inputs
+                chars[role] += n * (len(SLOT.sub("", template)) + sum(known[slot] for slot in SLOT.findall(template)))
+    return calls, chars
 
 
 def _format_usage(usage: Usage) -> str:
@@ -1054,12 +1065,17 @@ def run_stage(name: str, settings: Settings, steps: list[Step], external: list[S
         check_manifest(mpath, manifest, write=False)
         state = load_state(settings, steps, external, selected)
         pending = state.pending()
-        calls = planned_calls(state, pending)
+        calls, chars = planned_calls(state, pending, load_prompts())
         print(f"[{name}] dry run: {len(pending)} of {len(selected)} selected cases to do "
               f"(run {settings.run_id}, model {model!r})", file=out)
         print("cases: " + (", ".join(c.number for c in pending) or "none"), file=out)
         print("calls at most (not counting retries): " + ", ".join(
             f"{role} {calls.get(role, 0)}" for role in ROLES), file=out)
+        print("tokens, estimated: " + "; ".join(
+            f"{role} prompt ~{chars.get(role, 0):,}, completion <= {calls.get(role, 0) * settings.max_tokens:,}"
+            for role in ROLES if calls.get(role)), file=out)
+        print("  (prompt: the prompts and case inputs at one token per character, about right for Chinese; "
+              "replies carried into later prompts come on top, up to --max-tokens each)", file=out)
         return 0
     with RunLock(mpath.with_name(".lock")):
         check_manifest(mpath, manifest, write=True)

@@ -43,9 +43,9 @@ def judge_questions(calls: CaseCalls, upstream: dict) -> dict:
 
 DCG_STEPS = [
     Step("force_ask", FORCE_ASK, force_ask, max_calls={"eval": DCG_ROUNDS, "user": DCG_ROUNDS - 1},
-         producer="eval_DCG.py"),
+         producer="eval_DCG.py", prompts={"eval": "force_ask", "user": "user_standard"}),
     Step("DCG", DCG_RESULTS, judge_questions, needs=("force_ask",), max_calls={"judge": DCG_ROUNDS},
-         producer="eval_DCG.py"),
+         producer="eval_DCG.py", prompts={"judge": "judge_dcg"}),
 ]
 
 if __name__ == "__main__":

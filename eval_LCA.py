@@ -28,7 +28,7 @@ def lca_labels(calls: CaseCalls, upstream: dict) -> dict:
 
 
 LCA_STEP = Step("LCA", LCA_RESULTS, lca_labels, needs=("a1",), max_calls={"judge": 2},
-                producer="LexAwN_gen.py")
+                producer="LexAwN_gen.py", prompts={"judge": "judge_lca"})
 
 if __name__ == "__main__":
     sys.exit(stage_main(__doc__, "LCA", [LCA_STEP], external=[A1_FILE]))

@@ -36,9 +36,10 @@ def prediction_steps(setup: str, history_type: str, generation_file, results_fil
     def extract(calls: CaseCalls, upstream: dict) -> dict:
         return {"setup": setup, **extract_verdicts(calls, upstream[generation]["response"])}
 
-    return [Step(generation, generation_file, predict, max_calls={"eval": 1}, producer=producer),
+    return [Step(generation, generation_file, predict, max_calls={"eval": 1}, producer=producer,
+                 prompts={"eval": "force_judge"}),
             Step(f"LJP_{setup}", results_file, extract, needs=(generation,), max_calls={"judge": 1},
-                 producer=producer)]
+                 producer=producer, prompts={"judge": "judge_ljp"})]
 
 
 GOLD_STEPS = prediction_steps("gold", "complete", GOLD_GEN, LJP_GOLD, "eval_LJP_gold.py")

@@ -18,7 +18,7 @@ def interaction_verdicts(calls: CaseCalls, upstream: dict) -> dict:
 
 
 INTERACTION_LJP_STEP = Step("LJP_interaction", LJP_INTERACTION, interaction_verdicts, needs=("interaction",),
-                            max_calls={"judge": 1}, producer="eval_LJP_interaction.py")
+                            max_calls={"judge": 1}, producer="eval_LJP_interaction.py", prompts={"judge": "judge_ljp"})
 
 if __name__ == "__main__":
     sys.exit(stage_main(__doc__, "LJP interaction", [INTERACTION_LJP_STEP], external=[INTERACTION_FILE],

@@ -179,6 +179,19 @@ def test_dry_run_counts_match_a_fresh_run(tmp_path, monkeypatch, capsys, stage, 
         assert "0 of 12 selected cases to do" in capsys.readouterr().out
 
 
+def test_dry_run_estimates_tokens_from_the_prompts_it_would_send(harness, provider, capsys):
+    assert harness.run("gold", "--dry-run", "--max-tokens", "1000") == 0
+    line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("tokens, estimated"))
+    estimate = {part.split()[0]: part.split() for part in line.split(": ", 1)[1].split("; ")}
+    assert harness.run("gold") == 0
+    sent = {kind: sum(len(p) for p in provider.prompts(kind)) for kind in ("force_judge", "ljp_judge")}
+    # the Gold-Standard prompt is the prompt and the complete history: known exactly beforehand
+    assert estimate["eval"][:6] == ["eval", "prompt", f"~{sent['force_judge']:,},", "completion", "<=", "12,000"]
+    # the extraction prompt also carries the reply to extract from, which is not known beforehand
+    judged = int(estimate["judge"][2].strip("~,").replace(",", ""))
+    assert 0 < judged < sent["ljp_judge"] and "user" not in estimate
+
+
 def test_interrupted_stage_resumes(harness, provider):
     """A run stopped mid-stage: finished cases are on disk, the rest are redone and nothing twice."""
     h, p = harness, provider

@@ -153,7 +153,7 @@ def test_incomplete_and_misaligned_tasks_are_reported_not_scored(tmp_path, capsy
     show_results.main(["--output-root", str(tmp_path)])
     captured = capsys.readouterr()
     assert "DCG" in captured.err and "1 of 4 cases missing: B2" in captured.err
-    assert "misaligned for cases A2" in captured.err
+    assert "misaligned for case A2" in captured.err
     groups = show_results.group_runs(show_results.load_runs(tmp_path, None, None))
     assert stat(groups, ("DCG", "accuracy", "Overall")) is None
     assert stat(groups, ("LCA", "macro_f1", "Overall"))["mean"] == 1.0  # the other tasks still are

@@ -1,0 +1,194 @@
+"""show_results.py beyond the paper: bootstrap intervals, paired comparisons, interaction behaviour, cost, figures."""
+import json
+import sys
+
+import numpy as np
+import pytest
+
+import show_results
+from common import model_dirname
+from show_results import Bootstrap, paired_difference
+from test_results import C, U, make_run
+
+MANY = {f"F{i:02d}": "离婚纠纷" for i in range(20)}  # twenty Family cases
+
+
+def groups_of(root):
+    return show_results.group_runs(show_results.load_runs(root, None, None))
+
+
+def group(root, model="m"):
+    (g,) = [g for g in groups_of(root) if g.model == model]
+    return g
+
+
+def test_a_metric_identical_in_every_resample_has_a_zero_width_interval(tmp_path):
+    make_run(tmp_path, "r1", cases=MANY, dcg={n: True for n in MANY}, lca={n: (C, U) for n in MANY})
+    g, boot = group(tmp_path), Bootstrap(200, 0)
+    assert boot.interval(g, ("DCG", "accuracy", "Overall")) == (1.0, 1.0)
+    assert boot.interval(g, ("LCA", "macro_f1", "Overall")) == (1.0, 1.0)
+
+
+def test_interval_brackets_the_estimate_and_the_seed_fixes_the_numbers(tmp_path):
+    make_run(tmp_path, "r1", cases=MANY, dcg={n: i % 4 == 0 for i, n in enumerate(MANY)})
+    g = group(tmp_path)
+    lo, hi = Bootstrap(500, 1).interval(g, ("DCG", "accuracy", "Overall"))
+    assert lo < 0.25 < hi and 0 <= lo and hi <= 1
+    assert Bootstrap(500, 1).interval(g, ("DCG", "accuracy", "Overall")) == (lo, hi)
+    assert Bootstrap(500, 2).interval(g, ("DCG", "accuracy", "Overall")) != (lo, hi)
+
+
+def test_a_clear_paired_difference_excludes_zero(tmp_path):
+    verdicts = ["支持", "部分支持", "驳回"]
+    right = {n: [(verdicts[i % 3], verdicts[i % 3])] for i, n in enumerate(MANY)}
+    wrong = {n: [(verdicts[i % 3], verdicts[(i + 1) % 3])] for i, n in enumerate(MANY)}
+    make_run(tmp_path, "r1", cases=MANY, ljp={"direct": wrong, "interaction": right, "gold": right})
+    g, boot = group(tmp_path), Bootstrap(300, 0)
+    key = lambda s: (g, (f"LJP_{s}", "qwk", "Overall"))  # noqa: E731
+    gain = paired_difference(boot, key("interaction"), key("direct"))
+    assert gain["difference"] > 1 and gain["ci"][0] > 0 and gain["below_zero"] == 0
+    same = paired_difference(boot, key("gold"), key("interaction"))
+    assert same["difference"] == 0 and same["ci"] == (0.0, 0.0)  # paired: identical setups never differ
+
+
+def test_cases_stay_whole_in_resampling(tmp_path):
+    # Each case has both histories right or both wrong: with whole cases, Acc_C equals Acc_U in every resample.
+    lca = {n: (C, U) if i % 3 else (U, C) for i, n in enumerate(MANY)}
+    # Each case has three claims all right or one claim wrong: accuracy is 3a / (3a + b) for whole cases only.
+    ljp = {n: [("支持", "支持")] * 3 if i % 2 else [("支持", "驳回")] for i, n in enumerate(MANY)}
+    make_run(tmp_path, "r1", cases=MANY, lca=lca, ljp={"direct": ljp})
+    g, boot = group(tmp_path), Bootstrap(300, 0)
+    acc_c = boot.distribution(g, ("LCA", "acc_c", "Overall"))
+    assert np.array_equal(acc_c, boot.distribution(g, ("LCA", "acc_u", "Overall"))) and acc_c.std() > 0
+    allowed = {round(3 * a / (3 * a + (20 - a)), 12) for a in range(21)}
+    assert {round(v, 12) for v in boot.distribution(g, ("LJP_direct", "accuracy", "Overall"))} <= allowed
+
+
+def test_several_runs_resample_the_same_cases_and_average(tmp_path):
+    make_run(tmp_path, "r1", cases=MANY, dcg={n: i % 2 == 0 for i, n in enumerate(MANY)})
+    make_run(tmp_path, "r2", cases=MANY, dcg={n: i % 5 == 0 for i, n in enumerate(MANY)})
+    g, boot = group(tmp_path), Bootstrap(100, 0)
+    w = boot.weights(tuple(MANY))
+    assert w.shape == (100, 20) and (w.sum(axis=1) == 20).all()
+    per_run = [w @ np.array([i % k == 0 for i in range(20)], float) / 20 for k in (2, 5)]
+    assert np.allclose(boot.distribution(g, ("DCG", "accuracy", "Overall")), np.mean(per_run, axis=0))
+
+
+def test_ci_and_compare_on_the_command_line(tmp_path, capsys):
+    make_run(tmp_path, "r1", model="good", cases=MANY, dcg={n: True for n in MANY})
+    make_run(tmp_path, "r1", model="weak", cases=MANY, dcg={n: i % 4 == 0 for i, n in enumerate(MANY)})
+    argv = ["--output-root", str(tmp_path), "--ci", "--resamples", "200"]
+    assert show_results.main(argv) == 0
+    first = capsys.readouterr().out
+    assert "1.000 [1.000, 1.000]" in first and "Paired QWK differences" in first
+    assert show_results.main(argv) == 0 and capsys.readouterr().out == first  # the fixed seed
+    assert show_results.main(argv + ["--compare", "good", "weak"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("DCG Acc."))
+    low = float(row.split("[")[1].split(",")[0])
+    assert "+0.7500" in row and low > 0 and "0.0% < 0" in row
+    assert show_results.main(argv + ["--compare", "good", "nobody"]) == 2
+    assert "--compare nobody: no runs" in capsys.readouterr().err
+    assert show_results.main(["--output-root", str(tmp_path), "--ci", "--format", "json"]) == 0
+    groups = json.loads(capsys.readouterr().out)["groups"]
+    assert groups[0]["metrics"]["DCG"]["accuracy"]["Overall"]["ci95"] == [1.0, 1.0]
+
+
+def write_interactions(root, run_id, stops, model="m"):
+    """stops: {case: (stop_reason, labels of the rounds)} as LexAwN_gen.py writes them."""
+    path = root / "AwN_gen" / run_id / model_dirname(model) / "interaction.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"case_number": n, "cause_of_action": MIXED[n], "stop_reason": stop,
+                                        "rounds": [{"label": label} for label in labels]}) + "\n"
+                            for n, (stop, labels) in stops.items()), encoding="utf-8")
+
+
+MIXED = {"A1": "离婚纠纷", "A2": "法定继承纠纷", "B1": "相邻关系纠纷", "B2": "返还原物纠纷"}
+
+
+def test_interaction_behaviour_from_hand_made_records(tmp_path, capsys):
+    ljp = {"A1": [("支持", "支持")], "A2": [("驳回", "驳回")], "B1": [("支持", "驳回")], "B2": [("驳回", "支持")]}
+    make_run(tmp_path, "r1", cases=MIXED, ljp={"interaction": ljp})
+    write_interactions(tmp_path, "r1", {
+        "A1": ("judged", ["策略一"]),                               # premature
+        "A2": ("judged", ["策略二", "策略二", "策略一"]),             # judged in round 3 after two questions
+        "B1": ("budget", ["策略二", "策略二", "策略二", None]),        # forced after three questions
+        "B2": ("judged", ["策略一"]),                               # premature
+    })
+    g = group(tmp_path)
+    stat = lambda *key: g.stat(key)["mean"]  # noqa: E731
+    assert stat("behaviour", "questions", "Overall") == pytest.approx(5 / 4)
+    assert stat("behaviour", "round 1", "Overall") == 0.5 and stat("behaviour", "round 2", "Overall") == 0
+    assert stat("behaviour", "round 3", "Overall") == 0.25 and stat("behaviour", "budget", "Overall") == 0.25
+    assert stat("behaviour", "questions", "Family") == 1 and stat("behaviour", "round 1", "Real Rights") == 0.5
+    # QWK per stop reason: round 1 holds A1 (支持→支持) and B2 (驳回→支持)
+    assert stat("LJP_interaction_by_stop", "qwk", "round 1") == pytest.approx(
+        show_results.quadratic_weighted_kappa(["支持", "驳回"], ["支持", "支持"]))
+    assert g.stat(("LJP_interaction_by_stop", "qwk", "round 2")) is None
+    assert show_results.main(["--output-root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    row = out[out.index("Interaction behaviour"):].splitlines()[3].split()
+    assert row == ["m", "1.25", "0.500", "0.000", "0.250", "0.250"]
+
+
+def write_usage(root, run_id, name, usages, model="m"):
+    top = "eval_results" if name.startswith(("LCA", "DCG", "LJP")) else "AwN_gen"
+    path = root / top / run_id / model_dirname(model) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        for n, usage in usages.items():
+            f.write(json.dumps({"case_number": n, "cause_of_action": MIXED[n], "usage": usage}) + "\n")
+
+
+def test_cost_from_hand_made_usage_and_a_price_file(tmp_path, capsys):
+    make_run(tmp_path, "r1", cases=MIXED, models={"eval": {"model": "m"}, "user": {"model": "u"},
+                                                  "judge": {"model": "j"}})
+    used = lambda calls, p, c: {"calls": calls, "prompt_tokens": p, "completion_tokens": c}  # noqa: E731
+    write_usage(tmp_path, "r1", "a1.jsonl", {"A1": {"eval": used(2, 1_000_000, 500_000)},
+                                             "A2": {"eval": used(2, 1_000_000, 500_000)}})
+    write_usage(tmp_path, "r1", "interaction.jsonl", {"A1": {"eval": used(1, 0, 0), "user": used(1, 2_000_000, 0),
+                                                             "judge": used(1, 1_000_000, 1_000_000)}})
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({"m": {"prompt": 1, "completion": 4}, "u": {"prompt": 0.5, "completion": 1},
+                                  "j": {"prompt": 2, "completion": 8}}), encoding="utf-8")
+    assert show_results.main(["--output-root", str(tmp_path), "--prices", str(prices)]) == 0
+    out = capsys.readouterr().out
+    per_run = out[out.index("Token usage per run"):].splitlines()[3].split()
+    # eval 2M prompt + 1M completion = 2 + 4; user 2M * 0.5 = 1; judge 1M*2 + 1M*8 = 10 -> 17
+    assert per_run == ["m", "r1", "5", "/", "2000000", "/", "1000000", "1", "/", "2000000", "/", "0",
+                       "1", "/", "1000000", "/", "1000000", "17.00"]
+    stages = out[out.index("Token usage per stage"):].splitlines()[3:7]
+    assert [line.split() for line in stages] == [
+        ["m", "a1.jsonl", "eval", "4", "2000000", "1000000", "6.00"],
+        ["m", "interaction.jsonl", "eval", "1", "0", "0", "0.0000"],
+        ["m", "interaction.jsonl", "user", "1", "2000000", "0", "1.00"],
+        ["m", "interaction.jsonl", "judge", "1", "1000000", "1000000", "10.00"]]
+    prices.write_text(json.dumps({"m": {"prompt": 1}}), encoding="utf-8")
+    assert show_results.main(["--output-root", str(tmp_path), "--prices", str(prices)]) == 2
+    assert "entry 'm' must be" in capsys.readouterr().err
+
+
+def test_each_figure_is_written_and_is_a_valid_png(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    import matplotlib.image
+    for run_id in ("r1", "r2"):
+        make_run(tmp_path, run_id, cases=MIXED, lca={n: (C, U) for n in MIXED}, dcg={n: True for n in MIXED},
+                 ljp={s: {n: [("支持", "支持"), ("驳回", "部分支持")] for n in MIXED}
+                      for s in ("direct", "interaction", "gold")})
+    plots = tmp_path / "plots"
+    assert show_results.main(["--output-root", str(tmp_path), "--plot", str(plots), "--ci", "--resamples", "50"]) == 0
+    names = sorted(p.name for p in plots.iterdir())
+    assert names == sorted(["by_class_LCA_macro_f1.png", "by_class_DCG_accuracy.png", "by_class_LJP_direct_qwk.png",
+                            "by_class_LJP_interaction_qwk.png", "by_class_LJP_gold_qwk.png",
+                            "lca_acc_c_vs_acc_u.png", "ljp_setups.png"])
+    for name in names:
+        data = (plots / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n"
+        image = matplotlib.image.imread(plots / name)
+        assert image.shape[0] > 300 and image.shape[1] > 300 and image.std() > 0  # not blank
+
+
+def test_plot_without_matplotlib_says_how_to_install(tmp_path, capsys, monkeypatch):
+    make_run(tmp_path, "r1", dcg={n: True for n in MIXED}, cases=MIXED)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails as if not installed
+    assert show_results.main(["--output-root", str(tmp_path), "--plot", str(tmp_path / "p")]) == 2
+    assert "pip install matplotlib" in capsys.readouterr().err and not (tmp_path / "p").exists()
