@@ -458,6 +458,8 @@ class Aborted(Exception):
 
 
 TRANSIENT_STATUS = {408, 409, 429}
+# HTTP 400 for a prompt longer than the context: OpenAI, vLLM and llama.cpp word it like this
+CONTEXT_WINDOW = re.compile(r"context_length_exceeded|maximum context length|context window|context length", re.I)
 MAX_BACKOFF = 60.0
 
 
@@ -492,15 +494,18 @@ class Usage:
     """Calls and tokens per role, for one record or a whole stage."""
     by_role: dict = field(default_factory=dict)
 
-    def add(self, role: str, prompt_tokens: int, completion_tokens: int, calls: int = 1) -> None:
+    def add(self, role: str, prompt_tokens: int, completion_tokens: int, calls: int = 1, unreported: int = 0) -> None:
+        """`unreported`: calls whose reply carried no token counts (e.g. llama.cpp's streamed replies)."""
         entry = self.by_role.setdefault(role, {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0})
         entry["calls"] += calls
         entry["prompt_tokens"] += prompt_tokens
         entry["completion_tokens"] += completion_tokens
+        if unreported:
+            entry["unreported_calls"] = entry.get("unreported_calls", 0) + unreported
 
     def merge(self, other: dict) -> None:
         for role, e in other.items():
-            self.add(role, e["prompt_tokens"], e["completion_tokens"], e["calls"])
+            self.add(role, e["prompt_tokens"], e["completion_tokens"], e["calls"], e.get("unreported_calls", 0))
 
 
 class Progress:
@@ -649,6 +654,11 @@ class ModelCaller:
                 text, finish, tokens = self._request(role, prompt)
             except self.openai.APIStatusError as e:
                 status = e.status_code
+                if status == 400 and CONTEXT_WINDOW.search(f"{getattr(e, 'code', '')} {e.message}"):
+                    # this case's prompt is too long for this model: no retry helps, the other cases may fit
+                    raise CaseFailed(f"{role.describe()}: the prompt plus --max-tokens {self.settings.max_tokens} "
+                                     f"exceed the model's context window ({' '.join(e.message.split())[:240]}). "
+                                     "Lower --max-tokens or serve the model with a longer context") from None
                 if status not in TRANSIENT_STATUS and status < 500:
                     hint = {401: "check the API key variable for this role",
                             403: "check the API key's permissions",
@@ -661,10 +671,10 @@ class ModelCaller:
             except self.openai.APIConnectionError as e:
                 problem = f"connection error: {_message_of(e.__cause__ or e)}"
             else:
-                if tokens is not None:
+                if tokens is not None and tokens.prompt_tokens is not None:
                     usage.add(role_name, tokens.prompt_tokens or 0, tokens.completion_tokens or 0)
                 else:
-                    usage.add(role_name, 0, 0)
+                    usage.add(role_name, 0, 0, unreported=1)
                 if finish == "length":
                     problem = f"reply truncated at --max-tokens {self.settings.max_tokens}"
                 elif not text.strip():
@@ -682,8 +692,11 @@ class ModelCaller:
             attempt += 1
             if attempt < attempts and self.abort.wait(backoff_seconds(attempt - 1, retry_after, self.backoff_base)):
                 raise Aborted()
+        hint = ("; raise --max-tokens if the model needs the room" if problem.startswith("reply truncated") else
+                "; raise --timeout, or use --stream so that only a stalled connection times out"
+                if problem.startswith("no response") else "")
         raise CaseFailed(f"{role.describe()}: {problem} (after {attempts} attempts"
-                         + (f" and {rate_limited} rate-limited ones)" if rate_limited else ")"))
+                         + (f" and {rate_limited} rate-limited ones)" if rate_limited else ")") + hint)
 
 
 # ----------------------------------------------------------------------------- judge outputs
@@ -1044,7 +1057,8 @@ def _format_usage(usage: Usage) -> str:
     for role in ROLES:
         e = usage.by_role.get(role)
         if e:
-            parts.append(f"{role} {e['calls']} calls/{e['prompt_tokens']}+{e['completion_tokens']} tokens")
+            parts.append(f"{role} {e['calls']} calls/{e['prompt_tokens']}+{e['completion_tokens']} tokens"
+                         + (f" ({e['unreported_calls']} calls without token counts)" if e.get("unreported_calls") else ""))
     return "; ".join(parts) or "no calls"
 
 

@@ -224,7 +224,8 @@ def score_run(run: Run, root: Path) -> None:
         for record in records.values():
             for role, used in (record.get("usage") or {}).items():
                 total = run.usage.setdefault(where[1], {}).setdefault(role, Counter())
-                total.update({k: used.get(k, 0) for k in ("calls", "prompt_tokens", "completion_tokens")})
+                total.update({k: used.get(k, 0) for k in ("calls", "prompt_tokens", "completion_tokens",
+                                                           "unreported_calls")})
 
 
 STOP_CATEGORIES = ("round 1", "round 2", "round 3", "budget")
@@ -613,13 +614,16 @@ def usage_tables(groups: list[Group], prices: dict | None) -> list[Table]:
                     stage_costs.setdefault((stage, role), []).append(cost)
             total = None if not costs or None in costs else sum(costs)
             per_run.append([label, run.run_id] + [f"{by_role[r]['calls']} / {by_role[r]['prompt_tokens']} / "
-                                                  f"{by_role[r]['completion_tokens']}" for r in ROLES]
+                                                  f"{by_role[r]['completion_tokens']}"
+                                                  + (f" ({by_role[r]['unreported_calls']} uncounted)"
+                                                     if by_role[r]["unreported_calls"] else "") for r in ROLES]
                            + [money(total)])
         for (stage, role), used in sorted(stage_totals.items(), key=lambda x: (x[0][0], ROLES.index(x[0][1]))):
             costs = stage_costs[(stage, role)]
             per_stage.append([label, stage, role, str(used["calls"]), str(used["prompt_tokens"]),
                               str(used["completion_tokens"]), money(None if None in costs else sum(costs))])
-    return [Table("Token usage per run (calls / prompt tokens / completion tokens; saved records only)",
+    return [Table("Token usage per run (calls / prompt tokens / completion tokens; saved records only; "
+                  "'uncounted': calls whose reply carried no token counts)",
                   ["Model", "Run", "Evaluated model", "User Model", "Judge", "Cost"], per_run),
             Table("Token usage per stage file, all runs of the group",
                   ["Model", "Stage file", "Role", "Calls", "Prompt tokens", "Completion tokens", "Cost"], per_stage)]

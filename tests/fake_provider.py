@@ -162,7 +162,8 @@ class FakeProvider:
         if isinstance(outcome, dict) and "status" in outcome:
             with self.lock:
                 self.statuses[outcome["status"]] += 1
-            error = {"error": {"message": outcome.get("error", "scripted error"), "type": "test"}}
+            error = {"error": {"message": outcome.get("error", "scripted error"), "type": outcome.get("type", "test"),
+                               "code": outcome.get("code")}}
             return outcome["status"], {**json_type, **outcome.get("headers", {})}, json.dumps(error).encode()
         if self.latency or self.jitter:
             time.sleep(self.latency + self.jitter * (stable(prompt) % 1000) / 1000)
@@ -192,8 +193,10 @@ class FakeProvider:
                 data["usage"] = usage
             return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
         half = len(content) // 2
+        # as llama.cpp's server and OpenAI do: the finish reason comes in a last chunk with an empty delta
         events = [chunk([{"index": 0, "delta": {"role": "assistant", "content": content[:half]}}]),
-                  chunk([{"index": 0, "delta": {"content": content[half:]}, "finish_reason": finish}])]
+                  chunk([{"index": 0, "delta": {"content": content[half:]}}]),
+                  chunk([{"index": 0, "delta": {}, "finish_reason": finish}])]
         if usage and (body.get("stream_options") or {}).get("include_usage"):
             events.append(chunk([], usage))
         events.append("data: [DONE]\n\n")

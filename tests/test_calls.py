@@ -146,6 +146,42 @@ def test_streaming_collects_text_and_usage():
     assert usage.by_role["eval"]["completion_tokens"] == len("流式的完整回答")
 
 
+def test_a_reply_without_token_counts_is_counted_as_unreported():
+    # llama.cpp's server ignores stream_options.include_usage: streamed replies carry no usage at all
+    with FakeProvider(_script("流式回答"), usage=False) as p:
+        usage = Usage()
+        assert _caller(p, stream=True).chat("eval", "x", usage) == "流式回答"
+        assert _caller(p, stream=False).chat("eval", "x", usage) == "?"
+    assert usage.by_role["eval"] == {"calls": 2, "prompt_tokens": 0, "completion_tokens": 0, "unreported_calls": 2}
+
+
+# The shapes real servers use when the prompt plus max_tokens exceed the context window.
+LLAMA_CPP_CONTEXT = {"status": 400, "code": "context_length_exceeded", "type": "invalid_request_error",
+                     "error": "This model's maximum context length is 2048 tokens. However, you requested 4546 "
+                              "tokens (4530 in the messages, 16 in the completion). Please reduce the length of "
+                              "the messages or completion."}
+VLLM_CONTEXT = {"status": 400, "type": "BadRequestError",
+                "error": "This model's maximum context length is 8192 tokens. However, you requested 9000 tokens "
+                         "(809 in the messages, 8191 in the completion)."}
+
+
+@pytest.mark.parametrize("error", [LLAMA_CPP_CONTEXT, VLLM_CONTEXT])
+def test_context_window_error_fails_the_case_without_retry_and_says_what_to_do(error):
+    with FakeProvider(_script(error)) as p:
+        with pytest.raises(CaseFailed) as failure:
+            _caller(p, max_tokens=16).chat("eval", "x", Usage())
+        assert len(p.requests) == 1  # no retry can help
+    message = str(failure.value)
+    assert "context window" in message and "maximum context length" in message
+    assert "Lower --max-tokens" in message and "--max-tokens 16" in message
+
+
+def test_other_bad_requests_still_stop_the_stage():
+    with FakeProvider(_script({"status": 400, "error": "unknown parameter n"})) as p:
+        with pytest.raises(FatalError, match="HTTP 400"):
+            _caller(p).chat("eval", "x", Usage())
+
+
 def test_streaming_rejects_truncation():
     with FakeProvider(_script({"content": "半句", "finish_reason": "length"})) as p:
         assert _caller(p, stream=True).chat("eval", "x", Usage()) == "?"

@@ -45,6 +45,17 @@ def test_keep_going_finishes_the_others_and_reports_every_failure(tmp_path, monk
     assert len(h.records("eval_results", "LJP_direct.jsonl")) == 10
 
 
+def test_a_case_too_long_for_the_context_window_fails_alone(harness, provider, capsys):
+    error = {"status": 400, "code": "context_length_exceeded", "error": "This model's maximum context length is "
+             "2048 tokens. However, you requested 4546 tokens (4530 in the messages, 16 in the completion)."}
+    provider.script = lambda kind, prompt, body: error if THIRD_CASE in prompt else None
+    assert harness.run("direct", "--keep-going") == 1
+    err = capsys.readouterr().err
+    assert "case （2099）示例民初3号 failed" in err and "context window" in err and "Lower --max-tokens" in err
+    assert len(harness.records("eval_results", "LJP_direct.jsonl")) == 11
+    assert sum(THIRD_CASE in p for p in provider.prompts()) == 1  # never retried
+
+
 def test_paid_generation_is_kept_when_only_its_judging_fails(harness, provider):
     h, p = harness, provider
     p.script = lambda kind, prompt, body: "无效输出" if kind == "dcg_judge" else None
