@@ -4,7 +4,7 @@ import pytest
 
 from common import A1, RunLock, manifest_path, model_dirname
 from conftest import SECRET, Harness, sample_cases
-from fake_provider import FakeProvider, default_reply
+from fake_provider import FakeProvider
 
 THIRD_CASE = sample_cases()[2]["underspecified_consultation"][0]["content"]
 

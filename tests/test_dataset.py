@@ -1,6 +1,4 @@
 """Dataset schema, validation messages, statistics, categories."""
-import copy
-import json
 import subprocess
 import sys
 
