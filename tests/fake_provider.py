@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import select
+import socket
 import threading
 import time
 from collections import Counter
@@ -72,7 +74,8 @@ def default_reply(kind: str, prompt: str) -> str:
 class FakeProvider:
     """`script(kind, prompt, body)` may return a str (the reply), None (the default reply), or a dict:
     {"status": 429, "headers": {...}, "error": "..."} for an HTTP error, {"content": ..., "finish_reason":
-    "length"} for a given choice, {"sleep": seconds} to stall before the default reply."""
+    "length"} for a given choice, {"sleep": seconds} to stall before the default reply, and for a streamed
+    request {"content": ..., "stall": seconds} to stop after the first event for that long."""
 
     def __init__(self, script=None, latency: float = 0.0, jitter: float = 0.0, rate_limit: float | None = None,
                  usage: bool = True):
@@ -81,6 +84,7 @@ class FakeProvider:
         self.lock = threading.Lock()
         self.statuses = Counter()
         self._window: list[float] = []
+        self.abandoned = 0  # streams the client closed while the server was still generating
         self.server = None
 
     # --- lifecycle
@@ -97,10 +101,27 @@ class FakeProvider:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
                 status, headers, payload = provider.respond(self.path, body)
+                stall = headers.pop("X-Stall-After-First-Event", None)
                 head = [f"HTTP/1.1 {status} X", f"Content-Length: {len(payload)}"]
                 head += [f"{k}: {v}" for k, v in headers.items()]
-                # One write: status line, headers and body together (no delayed-ACK stall).
-                self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode() + payload)
+                head = ("\r\n".join(head) + "\r\n\r\n").encode()
+                if stall is None:
+                    # One write: status line, headers and body together (no delayed-ACK stall).
+                    self.wfile.write(head + payload)
+                    self.wfile.flush()
+                    return
+                # A stream that stops after its first event, as a stuck generation does.
+                first_event = payload.index(b"\n\n") + 2
+                self.wfile.write(head + payload[:first_event])
+                self.wfile.flush()
+                time.sleep(float(stall))
+                ready, _, _ = select.select([self.connection], [], [], 0)
+                if ready and self.connection.recv(1, socket.MSG_PEEK) == b"":
+                    with provider.lock:
+                        provider.abandoned += 1  # the client closed the connection: a server would stop here
+                    self.close_connection = True
+                    return
+                self.wfile.write(payload[first_event:])
                 self.wfile.flush()
 
         class Server(ThreadingHTTPServer):
@@ -176,7 +197,8 @@ class FakeProvider:
         usage = {"prompt_tokens": len(prompt), "completion_tokens": len(content),
                  "total_tokens": len(prompt) + len(content)} if self.usage else None
         if body.get("stream"):
-            return 200, {"Content-Type": "text/event-stream"}, self._sse(body, content, finish, usage)
+            stall = {"X-Stall-After-First-Event": outcome["stall"]} if isinstance(outcome, dict) and "stall" in outcome else {}
+            return 200, {"Content-Type": "text/event-stream", **stall}, self._sse(body, content, finish, usage)
         response = {"id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": body["model"],
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
                                  "finish_reason": finish}]}

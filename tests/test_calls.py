@@ -182,6 +182,20 @@ def test_other_bad_requests_still_stop_the_stage():
             _caller(p).chat("eval", "x", Usage())
 
 
+def test_a_stalled_stream_is_closed_after_the_timeout_and_retried():
+    # llama.cpp stops generating when the client closes a stream; a non-streamed request it finishes anyway.
+    with FakeProvider(_script({"content": "永远等不到的后半句", "stall": 1.0})) as p:
+        caller = _caller(p, stream=True, timeout=0.3)
+        started = time.monotonic()
+        assert caller.chat("eval", "x", Usage()) == "?"
+        assert time.monotonic() - started < 0.9  # given up after --timeout, not after the stall
+        assert len(p.requests) == 2 and "no response within --timeout" in caller.progress.last_error
+        deadline = time.monotonic() + 3
+        while p.abandoned == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert p.abandoned == 1  # the connection was closed, so a real server can stop generating
+
+
 def test_streaming_rejects_truncation():
     with FakeProvider(_script({"content": "半句", "finish_reason": "length"})) as p:
         assert _caller(p, stream=True).chat("eval", "x", Usage()) == "?"
