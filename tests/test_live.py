@@ -70,6 +70,19 @@ def test_every_stage_completes_or_stops_with_a_clear_message(tmp_path, judge):
             assert record["usage"] and all(u["calls"] > 0 for u in record["usage"].values())
 
 
+def test_a_stage_streams_against_the_server(tmp_path, judge):
+    result = run("eval_LJP_gold.py", tmp_path, judge, "stream", "--stream")
+    assert result.returncode in (0, 1)
+    calls, prompt_tokens, _, unreported = usage_of(result)["eval"]
+    assert calls > 0 and (prompt_tokens > 0 or unreported == calls)
+    if result.returncode == 0:
+        (record,) = [json.loads(line) for line in
+                     next(tmp_path.glob("Force_judge_gen/stream/*/a1_force_judge.jsonl")).read_text().splitlines()]
+        assert record["response"].strip() and record["usage"]["eval"]["calls"] >= 1
+    else:
+        assert CLEAR_STOP.search(result.stderr)
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_truncated_reply_is_rejected_and_retried(tmp_path, judge, stream):
     result = run("eval_LJP_direct.py", tmp_path, judge, f"trunc-{stream}", "--max-tokens", "16",
