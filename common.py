@@ -14,7 +14,7 @@ import re
 import sys
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
@@ -751,24 +751,49 @@ class CaseCalls:
     caller: ModelCaller
     prompts: dict[str, str]
     case: Case
-    usage: Usage = field(default_factory=Usage)  # of the record being built
+    usage: Usage = field(default_factory=Usage)  # of the record being built, made now
     spent: Usage = field(default_factory=Usage)  # of the whole case, saved or not
     user_condition: str = "standard"
+    journal: "CallJournal | None" = None
+    step: str = ""  # the step being run, for the journal
+    replayed: Usage = field(default_factory=Usage)  # of the record being built, paid in an earlier run
+    replays: int = 0
+
+    def _chat(self, role: str, prompt: str, keep: bool = True) -> str:
+        """A reply paid for in an earlier, unfinished attempt at this step is replayed, not bought again."""
+        if self.journal:
+            replayed = self.journal.take(self.case.number, self.step, role, prompt)
+            if replayed is not None:
+                self.replayed.merge(replayed[1])
+                self.replays += 1
+                return replayed[0]
+        used = Usage()
+        try:
+            reply = self.caller.chat(role, prompt, used)
+        finally:
+            self.usage.merge(used.by_role)
+        if keep and self.journal:
+            self.journal.keep(self.case.number, self.step, role, prompt, reply, used.by_role)
+        return reply
 
     def generate(self, role: str, prompt_name: str, **slots) -> str:
-        return self.caller.chat(role, fill(self.prompts[prompt_name], **slots), self.usage)
+        return self._chat(role, fill(self.prompts[prompt_name], **slots))
 
     def judge(self, prompt_name: str, parse: Callable[[str], object], **slots):
         """(parsed answer, raw outputs): an invalid output is asked again, up to three attempts."""
         prompt = fill(self.prompts[prompt_name], **slots)
         raws = []
         for _ in range(JUDGE_ATTEMPTS):
-            raws.append(self.caller.chat("judge", prompt, self.usage))
+            raws.append(self._chat("judge", prompt, keep=False))  # only a valid output is worth keeping
             try:
-                return parse(raws[-1]), raws
+                parsed = parse(raws[-1])
             except ValueError as e:
                 problem = str(e)
                 self.caller.progress.retry(f"invalid {prompt_name} output: {problem}")
+            else:
+                if self.journal:
+                    self.journal.keep(self.case.number, self.step, "judge", prompt, raws[-1], {})
+                return parsed, raws
         raise CaseFailed(f"{prompt_name} output invalid after {JUDGE_ATTEMPTS} attempts ({problem}); "
                          f"last raw output: {raws[-1][:200]!r}")
 
@@ -827,7 +852,7 @@ class CheckpointWriter:
         self.lock = threading.Lock()
         self.files = {}
 
-    def append(self, path: Path, record: dict) -> None:
+    def append(self, path: Path, record: dict, sync: bool = True) -> None:
         line = json.dumps(record, ensure_ascii=False) + "\n"
         with self.lock:
             f = self.files.get(path)
@@ -836,13 +861,81 @@ class CheckpointWriter:
                 f = self.files[path] = path.open("a", encoding="utf-8")
             f.write(line)
             f.flush()
-            os.fsync(f.fileno())
+            if sync:  # the journal is a cache: a line lost in a machine crash only costs that call again
+                os.fsync(f.fileno())
 
     def close(self) -> None:
         with self.lock:
             for f in self.files.values():
                 f.close()
             self.files.clear()
+
+
+class CallJournal:
+    """Every accepted reply of an unfinished step, so that a rerun replays it instead of paying again.
+
+    A step's record is written only when all its calls succeeded; without the journal, a failure in the
+    last call of a step (the underspecified a1 response, round 3 of an interaction) would throw away the
+    paid replies before it. Replies are replayed per (case, step, role, prompt) in the order they were
+    made, which follows the protocol path exactly because each prompt contains the replies before it.
+    """
+
+    def __init__(self, path: Path, writer: CheckpointWriter, wanted: set[tuple[str, str]]):
+        self.path, self.writer = path, writer
+        self.replies: dict[tuple, deque] = {}
+        self.lock = threading.Lock()
+        self.unreadable = 0
+        if path.exists():
+            with path.open(encoding="utf-8") as f:
+                for line in f:
+                    try:
+                        e = json.loads(line)
+                        key = (e["case_number"], e["step"], e["key"])
+                        entry = (e["reply"], e["usage"])
+                    except (json.JSONDecodeError, KeyError, TypeError):
+                        self.unreadable += 1  # a line torn by a crash: that call is simply made again
+                        continue
+                    if key[:2] in wanted:
+                        self.replies.setdefault(key, deque()).append(entry)
+
+    @staticmethod
+    def key(role: str, prompt: str) -> str:
+        return hashlib.sha256(f"{role}\0{prompt}".encode()).hexdigest()[:24]
+
+    def take(self, case_number: str, step: str, role: str, prompt: str) -> tuple[str, dict] | None:
+        with self.lock:
+            queue = self.replies.get((case_number, step, self.key(role, prompt)))
+            return queue.popleft() if queue else None
+
+    def keep(self, case_number: str, step: str, role: str, prompt: str, reply: str, usage: dict) -> None:
+        self.writer.append(self.path, {"case_number": case_number, "step": step, "key": self.key(role, prompt),
+                                       "reply": reply, "usage": usage}, sync=False)
+
+    def compact(self, saved: dict[str, dict]) -> None:
+        """Drop the replies of steps whose record is saved now (`saved`: step -> case_number -> record);
+        the file goes when nothing is left. Other stages' steps are kept."""
+        if not self.path.exists():
+            return
+        kept = []
+        with self.path.open(encoding="utf-8") as f:
+            for line in f:
+                try:
+                    e = json.loads(line)
+                    done = e["case_number"] in saved[e["step"]] if e["step"] in saved else False
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    continue  # torn: counted when it was read
+                if not done:
+                    kept.append(line)
+        if not kept:
+            self.path.unlink()
+            return
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(kept), encoding="utf-8")
+        os.replace(tmp, self.path)
+
+
+def journal_path(root: Path, run_id: str, model: str) -> Path:
+    return manifest_path(root, run_id, model).with_name("calls_journal.jsonl")
 
 
 # ----------------------------------------------------------------------------- manifest and lock
@@ -1017,16 +1110,19 @@ def run_case(state: StageState, calls: CaseCalls, writer: CheckpointWriter) -> N
     for step in state.steps:
         if case.number in state.records[step.name]:
             continue
-        calls.usage = Usage()
+        calls.usage, calls.replayed, calls.step = Usage(), Usage(), step.name
         upstream = {need: state.records[need][case.number] for need in step.needs}
         try:
             body = step.run(calls, upstream)
         finally:
             calls.spent.merge(calls.usage.by_role)
+        cost = Usage()  # what this record cost, including replies paid in an earlier run and replayed
+        cost.merge(calls.usage.by_role)
+        cost.merge(calls.replayed.by_role)
         record = {"case_number": case.number, "schema_version": SCHEMA_VERSION, "input_hash": case.input_hash,
                   "cause_of_action": case.cause, **body,
                   "upstream_hash": {need: record_digest(r) for need, r in upstream.items()},
-                  "usage": calls.usage.by_role}
+                  "usage": cost.by_role}
         writer.append(state.paths[step.name], record)
         state.records[step.name][case.number] = record
 
@@ -1112,6 +1208,13 @@ def _execute(name: str, state: StageState, clients, out, err) -> int:
     failures: list[tuple[str, str]] = []
     fatal: list[str] = []
     total_usage = Usage()
+    replays = {"count": 0}
+    journal = CallJournal(journal_path(settings.output_root, settings.run_id, settings.roles["eval"].model), writer,
+                          {(c.number, s.name) for c in pending for s in state.steps
+                           if c.number not in state.records[s.name]})
+    if journal.unreadable:
+        print(f"[{name}] {journal.path}: {journal.unreadable} unreadable line(s) ignored (probably torn by a "
+              "crash); those calls are made again", file=err)
     usage_lock = threading.Lock()
     started = time.monotonic()
 
@@ -1130,7 +1233,7 @@ def _execute(name: str, state: StageState, clients, out, err) -> int:
     def work_on(case: Case) -> None:
         if stop_new.is_set():
             return
-        calls = CaseCalls(caller, prompts, case, user_condition=settings.user_condition)
+        calls = CaseCalls(caller, prompts, case, user_condition=settings.user_condition, journal=journal)
         try:
             run_case(state, calls, writer)
             progress.update(done=1)
@@ -1152,6 +1255,7 @@ def _execute(name: str, state: StageState, clients, out, err) -> int:
         finally:
             with usage_lock:
                 total_usage.merge(calls.spent.by_role)
+                replays["count"] += calls.replays
 
     pool = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="case")
     for case in pending:
@@ -1170,10 +1274,13 @@ def _execute(name: str, state: StageState, clients, out, err) -> int:
             os._exit(130)
     pool.shutdown()
     writer.close()
+    journal.compact({s.name: state.records[s.name] for s in state.steps})
     progress.draw(final=True)
     failed_numbers = sorted(n for n, _ in failures)
     print(f"[{name}] cases: {progress.done} done, {skipped} skipped (already saved), "
-          f"{len(failures)} failed; {_format_usage(total_usage)}; wall {time.monotonic() - started:.1f}s",
+          f"{len(failures)} failed; {_format_usage(total_usage)}"
+          + (f"; {replays['count']} replies paid in an earlier run replayed" if replays["count"] else "")
+          + f"; wall {time.monotonic() - started:.1f}s",
           file=out, flush=True)
     if fatal:
         print(f"[{name}] stopped: {fatal[0]}", file=err)

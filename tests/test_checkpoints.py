@@ -2,7 +2,7 @@
 import json
 import pytest
 
-from common import A1, RunLock, manifest_path, model_dirname
+from common import A1, INTERACTION, RunLock, manifest_path, model_dirname
 from conftest import SECRET, Harness, sample_cases
 from fake_provider import FakeProvider
 
@@ -241,3 +241,67 @@ def test_ctrl_c_stops_cleanly_and_keeps_completed_records(tmp_path):
         assert 1 <= len(saved) < 12
         rerun = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
         assert rerun.returncode == 0 and f"{len(saved)} skipped" in rerun.stdout
+
+
+def numbered_replies(fail_when):
+    """Each LexAwN reply carries a serial number, so a regenerated reply differs from the first one;
+    a call whose prompt makes fail_when(kind, prompt) true gets HTTP 500."""
+    serial = {"n": 0}
+
+    def script(kind, prompt, body):
+        if fail_when(kind, prompt):
+            return {"status": 500}
+        if kind == "lexawn":
+            serial["n"] += 1
+            return f"【追问】第{serial['n']}个回复：请问还有什么证据？"
+        return None
+    return script
+
+
+def test_a_reply_paid_before_a_failure_in_the_same_step_is_replayed_not_bought_again(harness, provider, capsys):
+    h = harness
+    underspecified_tail = sample_cases()[0]["underspecified_consultation"][-1]["content"]
+    complete_tail = sample_cases()[0]["complete_consultation"][-1]["content"]
+    provider.script = numbered_replies(lambda kind, prompt: kind == "lexawn" and underspecified_tail in prompt
+                                       and complete_tail not in prompt)
+    assert h.run("LexAwN", "--limit", "1", "--retries", "0") == 1  # a1: complete answered, underspecified failed
+    first = [p for p in provider.prompts("lexawn")]
+    assert len(first) == 2 and not (h.root / "AwN_gen").exists()
+    journal = next(h.root.glob("runs/r1/*/calls_journal.jsonl"))
+    assert len(journal.read_text(encoding="utf-8").splitlines()) == 1
+    capsys.readouterr()
+    provider.requests = []
+    provider.script = numbered_replies(lambda kind, prompt: False)
+    assert h.run("LexAwN", "--limit", "1") == 0
+    assert "1 replies paid in an earlier run replayed" in capsys.readouterr().out
+    resent = [p for p in provider.prompts("lexawn") if complete_tail in p and underspecified_tail not in p]
+    assert resent == []  # the complete-history response was not bought twice
+    (a1,) = h.records(*A1)
+    assert a1["responses"]["complete"]["response"] == "【追问】第1个回复：请问还有什么证据？"
+    assert a1["usage"]["eval"]["calls"] == 2  # the record's cost includes the replayed reply
+    assert not journal.exists()  # nothing left to replay once the steps are saved
+
+
+def test_an_interaction_failing_in_round_3_replays_rounds_1_and_2(harness, provider):
+    h = harness
+    # the User Model fails once the dialogue holds three new assistant turns (its third reply)
+    third_reply = lambda kind, prompt: kind == "user" and prompt.count("个回复：") >= 3  # noqa: E731
+    provider.script = numbered_replies(third_reply)
+    assert h.run("LexAwN", "--limit", "1", "--retries", "0") == 1
+    paid = provider.kinds()
+    provider.requests = []
+    provider.script = numbered_replies(lambda kind, prompt: False)
+    assert h.run("LexAwN", "--limit", "1") == 0
+    # the rerun asks only what failed and what follows: the third user reply and the forced prediction
+    assert provider.kinds() == {"user": 1, "force_judge": 1}
+    (record,) = h.records(*INTERACTION)
+    assert [r["round"] for r in record["rounds"]] == [1, 2, 3, 4] and paid["lexawn"] == 4
+
+
+def test_a_torn_journal_line_is_ignored_with_a_note(harness, provider, capsys):
+    h = harness
+    journal = h.root / "runs" / "r1" / model_dirname("eval-model") / "calls_journal.jsonl"
+    journal.parent.mkdir(parents=True)
+    journal.write_text('{"case_number": "x", "st', encoding="utf-8")  # a crash in mid-line
+    assert h.run("direct", "--limit", "2") == 0
+    assert "1 unreadable line(s) ignored" in capsys.readouterr().err and not journal.exists()
