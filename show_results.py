@@ -124,7 +124,6 @@ class Run:
     folder: str
     metrics: dict = field(default_factory=dict)  # (task, metric, class) -> value or None
     tasks: dict = field(default_factory=dict)  # task -> TaskData
-    interactions: dict | None = None  # case_number -> interaction record
     usage: dict = field(default_factory=dict)  # checkpoint file -> role -> usage sums
     problems: list[str] = field(default_factory=list)
 
@@ -216,7 +215,7 @@ def score_run(run: Run, root: Path) -> None:
         for cls in sorted(set(classes)):
             for metric, value in metrics_of(task, data, np.array(classes) == cls).items():
                 run.metrics[(task, metric, cls)] = value
-    interactions, _ = read_task(folder(INTERACTION), selected) if "LJP_interaction" in tasks else (None, None)
+    interactions, _ = read_task(folder(INTERACTION), selected)  # a missing file only leaves out the behaviour tables
     if interactions:
         score_behaviour(run, interactions)
     for where in USAGE_FILES:  # spending counts even in an unfinished file
@@ -285,7 +284,7 @@ class Group:
 
     @property
     def condition(self) -> str:
-        return self.runs[0].manifest.get("user_condition", "standard")
+        return self.runs[0].condition
 
     @property
     def run_ids(self) -> list[str]:
