@@ -519,6 +519,13 @@ def behaviour_tables(groups: list[Group]) -> list[Table]:
         tables.append(Table(title, ["Model"] + classes,
                             [[label] + [cell(g.stat(("behaviour", metric, c)), digits) for c in classes]
                              for label, g in zip(labels, groups)]))
+
+    def shares(g: Group, cls: str) -> str:
+        means = [(g.stat(("behaviour", category, cls)) or {}).get("mean") for category in STOP_CATEGORIES]
+        return "n/a" if None in means else " / ".join(f"{m:.2f}" for m in means)
+    tables.append(Table("Stop reasons by class: judged in round 1 / 2 / 3 / budget, share (mean over runs)",
+                        ["Model"] + classes, [[label] + [shares(g, c) for c in classes]
+                                              for label, g in zip(labels, groups)]))
     return tables
 
 

@@ -128,6 +128,11 @@ def test_interaction_behaviour_from_hand_made_records(tmp_path, capsys):
     out = capsys.readouterr().out
     row = out[out.index("Interaction behaviour"):].splitlines()[3].split()
     assert row == ["m", "1.25", "0.500", "0.000", "0.250", "0.250"]
+    by_class = out[out.index("Stop reasons by class"):].splitlines()
+    assert by_class[1].split()[1:] == ["Family", "Real", "Rights", "Overall"]
+    # Family: A1 premature, A2 judged in round 3; Real Rights: B1 budget, B2 premature
+    assert " ".join(by_class[3].split()) == ("m 0.50 / 0.00 / 0.50 / 0.00 0.50 / 0.00 / 0.00 / 0.50 "
+                                             "0.50 / 0.00 / 0.25 / 0.25")
 
 
 def write_usage(root, run_id, name, usages, model="m"):
