@@ -129,7 +129,7 @@ def export(args) -> int:
     if args.per_task < 1:
         raise HarnessError(f"--per-task must be at least 1, got {args.per_task}")
     root = args.output_root.resolve()
-    runs = [r for r in load_runs(root, args.model, args.run_id) if r.manifest.get("user_condition") == "standard"]
+    runs = [r for r in load_runs(root, args.model, args.run_id, score=False) if r.condition == "standard"]
     if not runs:
         raise HarnessError(f"no standard runs under {root}: run the stages first (see README.md)")
     cases, dataset_sha = load_dataset(args.dataset)

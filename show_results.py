@@ -134,7 +134,10 @@ class Run:
 
 def read_task(path: Path, selected: list[str]) -> tuple[dict | None, str | None]:
     """case_number -> record, or a problem: missing file, malformed line, unknown/duplicate/missing cases."""
-    records, problem = read_records(path, selected)
+    return complete_task(path, selected, *read_records(path, selected))
+
+
+def complete_task(path: Path, selected: list[str], records: dict, problem: str | None) -> tuple[dict | None, str | None]:
     if problem:
         return None, problem
     missing = [n for n in selected if n not in records]
@@ -192,11 +195,18 @@ def metrics_of(task: str, data: TaskData, mask=None) -> dict:
 def score_run(run: Run, root: Path) -> None:
     selected = run.manifest["selected_cases"]
     folder = lambda where: root / where[0] / run.run_id / run.folder / where[1]  # noqa: E731
+    files: dict = {}
+
+    def read(where, whole: bool = True):  # each file is read once, for its metrics and for its usage
+        if where not in files:
+            files[where] = read_records(folder(where), selected)
+        return complete_task(folder(where), selected, *files[where]) if whole else files[where]
+
     # A non-ideal-user run is only an Interaction-Based LJP result (Table 15).
     tasks = ["LJP_interaction"] if run.condition != "standard" else list(TASKS)
     for task in tasks:
         where, case_counts, _ = TASKS[task]
-        records, problem = read_task(folder(where), selected)
+        records, problem = read(where)
         if not problem:
             counts = []
             for number, record in records.items():
@@ -215,11 +225,11 @@ def score_run(run: Run, root: Path) -> None:
         for cls in sorted(set(classes)):
             for metric, value in metrics_of(task, data, np.array(classes) == cls).items():
                 run.metrics[(task, metric, cls)] = value
-    interactions, _ = read_task(folder(INTERACTION), selected)  # a missing file only leaves out the behaviour tables
+    interactions, _ = read(INTERACTION)  # a missing file only leaves out the behaviour tables
     if interactions:
         score_behaviour(run, interactions)
     for where in USAGE_FILES:  # spending counts even in an unfinished file
-        records, _ = read_records(folder(where), selected)
+        records, _ = read(where, whole=False)
         for record in records.values():
             for role, used in (record.get("usage") or {}).items():
                 total = run.usage.setdefault(where[1], {}).setdefault(role, Counter())
@@ -256,7 +266,7 @@ def score_behaviour(run: Run, interactions: dict) -> None:
                     metrics_of("LJP_interaction", data, case_stops == category)["qwk"]
 
 
-def load_runs(root: Path, models: list[str] | None, run_ids: list[str] | None) -> list[Run]:
+def load_runs(root: Path, models: list[str] | None, run_ids: list[str] | None, score: bool = True) -> list[Run]:
     runs = []
     for path in sorted(root.glob("runs/*/*/manifest.json")):
         try:
@@ -268,7 +278,8 @@ def load_runs(root: Path, models: list[str] | None, run_ids: list[str] | None) -
         if (models and model not in models) or (run_ids and manifest["run_id"] not in run_ids):
             continue
         run = Run(manifest["run_id"], model, manifest, path.parent.name)
-        score_run(run, root)
+        if score:  # judge_agreement only needs the manifests
+            score_run(run, root)
         runs.append(run)
     return runs
 
