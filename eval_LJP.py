@@ -3,16 +3,17 @@
 Writes what eval_LJP_direct.py, eval_LJP_gold.py and eval_LJP_interaction.py write.
 Interaction-Based needs LexAwN_gen.py to have finished for this run; the other two do not.
 """
+import dataclasses
 import sys
 
-from common import stage_main
-from eval_LJP_direct import DIRECT_STEPS
-from eval_LJP_gold import GOLD_STEPS
-from eval_LJP_interaction import INTERACTION_FILE, INTERACTION_LJP_STEP
+import eval_LJP_direct
+import eval_LJP_gold
+import eval_LJP_interaction
+from runner import stage_main
+
+STAGES = (eval_LJP_direct.STAGE, eval_LJP_gold.STAGE, eval_LJP_interaction.STAGE)
 
 if __name__ == "__main__":
-    status = 0
-    for name, steps, external in (("LJP direct", DIRECT_STEPS, None), ("LJP gold", GOLD_STEPS, None),
-                                  ("LJP interaction", [INTERACTION_LJP_STEP], [INTERACTION_FILE])):
-        status = max(status, stage_main(__doc__, name, steps, external))
-    sys.exit(status)
+    # The same options for each, so no --user-condition: a non-ideal run's Interaction-Based LJP is run
+    # with eval_LJP_interaction.py (Direct and Gold-Standard belong to standard runs).
+    sys.exit(max([stage_main(dataclasses.replace(stage, user_condition=False), __doc__) for stage in STAGES]))

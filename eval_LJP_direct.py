@@ -5,10 +5,10 @@ and eval_results/<run>/<model>/LJP_direct.jsonl (claims, predicted and gold verd
 """
 import sys
 
-from common import DIRECT_GEN, LJP_DIRECT, stage_main
-from eval_LJP_gold import prediction_steps
+from protocols import DIRECT_STEPS
+from runner import Stage, stage_main
 
-DIRECT_STEPS = prediction_steps("direct", "underspecified", DIRECT_GEN, LJP_DIRECT, "eval_LJP_direct.py")
+STAGE = Stage("LJP direct", DIRECT_STEPS)
 
 if __name__ == "__main__":
-    sys.exit(stage_main(__doc__, "LJP direct", DIRECT_STEPS))
+    sys.exit(stage_main(STAGE, __doc__))

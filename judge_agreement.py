@@ -16,13 +16,17 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import (A1, DCG_RESULTS, DEFAULT_DATASET, DIRECT_GEN, FORCE_ASK, GOLD_GEN, HERE, HISTORY_TYPES,
-                    INTERACTION, LCA_RESULTS, LJP_DIRECT, LJP_GOLD, LJP_INTERACTION, VERDICTS, HarnessError,
-                    load_dataset, render_details_by_focal_point, render_focal_points)
-from show_results import Table, load_runs, read_task, render_text
+from sklearn.metrics import cohen_kappa_score
+
+from common import render_details_by_focal_point, render_focal_points
+from dataset import DEFAULT_DATASET, HERE, load_dataset
+from errors import HarnessError
+from records import A1, DCG, DCG_LABELS, FORCE_ASK, HISTORY_TYPES, LCA, LCA_LABELS, LJP_SETUPS, VERDICTS
+from results import load_runs, read_task
+from tables import Table, render_text
 
 TASKS = ("LCA", "DCG", "LJP")
-LABELS = {"LCA": ("策略一", "策略二"), "DCG": ("是", "否"), "LJP": VERDICTS}
+LABELS = {"LCA": LCA_LABELS, "DCG": DCG_LABELS, "LJP": VERDICTS}
 INSTRUCTIONS = {
     "LCA": "Does the reply give a legal prediction (策略一) or ask for missing facts (策略二)?",
     "DCG": "Does the question target a focal point and can the key details answer it (是), or not (否)?",
@@ -32,9 +36,6 @@ ANNOTATION_COLUMNS = ["item_id", "task", "case_number", "cause_of_action", "inst
                       "focal_points", "key_details", "claim", "all_claims", "annotator_1", "annotator_2",
                       "adjudicated"]
 KEY_COLUMNS = ["item_id", "task", "model", "run_id", "case_number", "source", "llm_label"]
-# LJP setups: results file, generation file, field holding the reply the verdicts were extracted from.
-LJP_SOURCES = (("direct", LJP_DIRECT, DIRECT_GEN, "response"), ("gold", LJP_GOLD, GOLD_GEN, "response"),
-               ("interaction", LJP_INTERACTION, INTERACTION, "final_response"))
 
 
 @dataclass
@@ -52,11 +53,11 @@ class Item:
 # ----------------------------------------------------------------------------- agreement
 
 def cohen_kappa(a: list[str], b: list[str]) -> float | None:
-    """Unweighted Cohen's kappa; None when chance agreement is 1 (both raters used one same label)."""
-    n = len(a)
-    observed = sum(x == y for x, y in zip(a, b)) / n
-    expected = sum((a.count(label) / n) * (b.count(label) / n) for label in set(a) | set(b))
-    return None if expected == 1 else (observed - expected) / (1 - expected)
+    """Unweighted Cohen's kappa (scikit-learn); None when chance agreement is 1 (both raters used one same
+    label), where scikit-learn answers NaN."""
+    if len(set(a) | set(b)) == 1:
+        return None
+    return float(cohen_kappa_score(a, b))
 
 
 def agreement(a: list[str], b: list[str]) -> tuple[float, float | None]:
@@ -69,34 +70,33 @@ def collect_items(root: Path, runs) -> dict[str, list[Item]]:
     """Every saved judge decision of the given runs, per task, in a fixed order."""
     items: dict[str, list[Item]] = {task: [] for task in TASKS}
     for run in runs:
-        selected = run.manifest["selected_cases"]
+        selected = run.selected
 
-        def records(where):
-            path = root / where[0] / run.run_id / run.folder / where[1]
-            found, problem = read_task(path, selected)
+        def records(kind):
+            found, problem = read_task(run, root, kind)
             if problem:
                 print(f"note: run {run.run_id}, model {run.model}: {problem} (its decisions are not sampled)",
                       file=sys.stderr)
-            return found or {}, path
+            return found or {}, kind.path(root, run.run_id, run.folder)
 
         def item(task, path, number, where, label, reply, claim=""):
             items[task].append(Item(task, run.model, run.run_id, number, f"{path.relative_to(root)} case {number} "
                                     f"{where}", label, reply, claim))
 
-        (lca, lca_path), (a1, _) = records(LCA_RESULTS), records(A1)
+        (lca, lca_path), (a1, _) = records(LCA), records(A1)
         for number in selected:
             if number in lca and number in a1:
                 for history_type in HISTORY_TYPES:
                     item("LCA", lca_path, number, history_type, lca[number]["judgments"][history_type]["label"],
                          a1[number]["responses"][history_type]["response"])
-        (dcg, dcg_path), (asked, _) = records(DCG_RESULTS), records(FORCE_ASK)
+        (dcg, dcg_path), (asked, _) = records(DCG), records(FORCE_ASK)
         for number in selected:
             if number in dcg and number in asked:
                 questions = {r["round"]: r["question"] for r in asked[number]["rounds"]}
                 for judged in dcg[number]["rounds"]:
                     item("DCG", dcg_path, number, f"round {judged['round']}", judged["label"],
                          questions[judged["round"]])
-        for setup, results_file, generation_file, field in LJP_SOURCES:
+        for setup, results_file, generation_file, field in sorted(LJP_SETUPS, key=lambda s: s[0] == "interaction"):
             (ljp, ljp_path), (generated, _) = records(results_file), records(generation_file)
             for number in selected:
                 if number in ljp and number in generated:
@@ -129,7 +129,8 @@ def export(args) -> int:
     if args.per_task < 1:
         raise HarnessError(f"--per-task must be at least 1, got {args.per_task}")
     root = args.output_root.resolve()
-    runs = [r for r in load_runs(root, args.model, args.run_id, score=False) if r.condition == "standard"]
+    runs = [r for r in load_runs(root, args.model, args.run_id, score=False, dataset=args.dataset)
+            if r.condition == "standard"]
     if not runs:
         raise HarnessError(f"no standard runs under {root}: run the stages first (see README.md)")
     cases, dataset_sha = load_dataset(args.dataset)

@@ -1,6 +1,6 @@
 """Throughput benchmark: the real entry points against a simulated provider on 127.0.0.1.
 
-    python bench/throughput.py [--cases 432] [--concurrency 8] [--latency 0.3] [--jitter 0] [--rate-limit R]
+    python -m bench.throughput [--cases 432] [--concurrency 8] [--latency 0.3] [--jitter 0] [--rate-limit R]
 
 Builds a synthetic dataset by cloning the sample cases under new case numbers, starts a local
 OpenAI-compatible server that plays the three roles and answers after --latency seconds, runs
@@ -21,19 +21,16 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import eval_DCG
+import eval_LJP
+import LexAwN_gen
+from tests.fake_provider import FakeProvider, kind_of
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-from fake_provider import FakeProvider, kind_of  # noqa: E402
 
 ROLE_OF_KIND = {"lexawn": "eval", "force_ask": "eval", "force_judge": "eval", "user": "user"}
-# Stage -> the checkpoint files it writes, in sub-stages that run one after the other.
-STAGES = {
-    "LexAwN_gen.py": [["AwN_gen/*/*/a1.jsonl", "eval_results/*/*/LCA_results.jsonl", "AwN_gen/*/*/interaction.jsonl"]],
-    "eval_DCG.py": [["Force_ask_gen/*/*/force_ask.jsonl", "eval_results/*/*/DCG_results.jsonl"]],
-    "eval_LJP.py": [["Force_judge_gen/*/*/a1_direct.jsonl", "eval_results/*/*/LJP_direct.jsonl"],
-                    ["Force_judge_gen/*/*/a1_force_judge.jsonl", "eval_results/*/*/LJP_gold.jsonl"],
-                    ["eval_results/*/*/LJP_interaction.jsonl"]],
-}
+# Script -> the stages it runs one after the other, as each entry point declares them.
+STAGES = {"LexAwN_gen.py": [LexAwN_gen.STAGE], "eval_DCG.py": [eval_DCG.STAGE], "eval_LJP.py": list(eval_LJP.STAGES)}
 
 
 def synthetic_dataset(n: int, path: Path) -> None:
@@ -63,13 +60,13 @@ def run_process(argv: list[str], env: dict) -> tuple[float, float, float, int]:
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, process.returncode
 
 
-def ideal_seconds(out: Path, sub_stages: list[list[str]], latency: float, concurrency: int) -> float:
-    """Σ over sub-stages of max(longest per-case chain × latency, calls × latency / C)."""
+def ideal_seconds(out: Path, stages: list, latency: float, concurrency: int) -> float:
+    """Σ over the stages of max(longest per-case chain × latency, calls × latency / C)."""
     total = 0.0
-    for patterns in sub_stages:
+    for stage in stages:
         chain: Counter = Counter()
-        for pattern in patterns:
-            for path in out.glob(pattern):
+        for step in stage.steps:
+            for path in out.glob(f"{step.kind.top}/*/*/{step.kind.file}"):
                 for line in path.read_text(encoding="utf-8").splitlines():
                     record = json.loads(line)
                     chain[record["case_number"]] += sum(e["calls"] for e in record["usage"].values())
@@ -103,14 +100,14 @@ def main(argv=None) -> int:
                  f"{'CPU ms/call':>12}{'peak MB':>9}{'429s':>6}{'calls/s':>9}"
         print(header)
         status = 0
-        for script, sub_stages in STAGES.items():
+        for script, stages in STAGES.items():
             before, before_429 = len(provider.requests), provider.statuses[429]
             wall, cpu, rss, code = run_process([sys.executable, script, *common], env)
             status = status or code
             kinds = Counter(ROLE_OF_KIND.get(kind_of(r["messages"][0]["content"]), "judge")
                             for r in provider.requests[before:])
             calls = sum(kinds.values())
-            ideal = ideal_seconds(tmp / "out", sub_stages, args.latency, args.concurrency)
+            ideal = ideal_seconds(tmp / "out", stages, args.latency, args.concurrency)
             print(f"{script:<16}{kinds['eval']:>7}{kinds['user']:>7}{kinds['judge']:>7}{wall:>9.2f}{ideal:>9.2f}"
                   f"{(ideal / wall if ideal else 0):>7.2f}{1000 * cpu / max(calls, 1):>12.2f}{rss:>9.0f}"
                   f"{provider.statuses[429] - before_429:>6}{calls / wall:>9.1f}")

@@ -1,35 +1,26 @@
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import eval_DCG
+import eval_LCA
+import eval_LJP_direct
+import eval_LJP_gold
+import eval_LJP_interaction
+import LexAwN_gen
+from runner import stage_main
+from tests.fake_provider import FakeProvider
 
-import eval_DCG  # noqa: E402
-import eval_LCA  # noqa: E402
-import eval_LJP_direct  # noqa: E402
-import eval_LJP_gold  # noqa: E402
-import eval_LJP_interaction  # noqa: E402
-import LexAwN_gen  # noqa: E402
-from common import stage_main  # noqa: E402
-from fake_provider import FakeProvider  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 SAMPLE = ROOT / "data" / "LexPilot_sample.json"
 SECRET = "sk-test-DO-NOT-LEAK-0123456789abcdef"
 
-STAGES = {
-    "LexAwN": ([LexAwN_gen.A1_STEP, eval_LCA.LCA_STEP, LexAwN_gen.INTERACTION_STEP], None),
-    "LCA": ([eval_LCA.LCA_STEP], [eval_LCA.A1_FILE]),
-    "DCG": (eval_DCG.DCG_STEPS, None),
-    "direct": (eval_LJP_direct.DIRECT_STEPS, None),
-    "gold": (eval_LJP_gold.GOLD_STEPS, None),
-    "interaction": ([eval_LJP_interaction.INTERACTION_LJP_STEP], [eval_LJP_interaction.INTERACTION_FILE]),
-}
-USER_CONDITION_STAGES = ("LexAwN", "interaction")  # the scripts that take --user-condition
+# Each entry point's declared stage, by a short name.
+STAGES = {"LexAwN": LexAwN_gen.STAGE, "LCA": eval_LCA.STAGE, "DCG": eval_DCG.STAGE, "direct": eval_LJP_direct.STAGE,
+          "gold": eval_LJP_gold.STAGE, "interaction": eval_LJP_interaction.STAGE}
 
 
 def sample_cases() -> list[dict]:
@@ -42,25 +33,30 @@ def write_dataset(path: Path, cases) -> Path:
 
 
 class Harness:
-    """Runs stages in-process against a FakeProvider, with outputs under a temporary root."""
+    """Runs stages in-process against a FakeProvider, with outputs under a temporary root: through the
+    OpenAI SDK over HTTP to the provider's server when `http`, else in memory (no socket)."""
 
-    def __init__(self, tmp_path: Path, provider: FakeProvider, monkeypatch, dataset: Path = SAMPLE):
+    def __init__(self, tmp_path: Path, provider: FakeProvider, monkeypatch, dataset: Path = SAMPLE, http: bool = False):
         self.root, self.provider, self.dataset, self.run_id = tmp_path / "out", provider, dataset, "r1"
+        self.http = http
         monkeypatch.setenv("OPENAI_BASE_URL", provider.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", SECRET)
 
     def run(self, stage: str, *extra: str) -> int:
-        steps, external = STAGES[stage]
         argv = ["--run-id", self.run_id, "--model", "eval-model", "--dataset", str(self.dataset),
                 "--output-root", str(self.root), *extra]
-        return stage_main("test", stage, steps, external, user_condition=stage in USER_CONDITION_STAGES, argv=argv)
+        clients = None if self.http else self.provider.in_memory_clients()
+        return stage_main(STAGES[stage], "test", argv=argv, clients=clients)
 
-    def file(self, top: str, name: str) -> Path:
+    def file(self, top, name: str | None = None) -> Path:
+        """The run's file of a record kind, or of a (top folder, file name)."""
+        if name is None:
+            top, name = top.top, top.file
         matches = list((self.root / top / self.run_id).glob(f"*/{name}"))
         assert len(matches) == 1, f"{top}/{name}: {matches}"
         return matches[0]
 
-    def records(self, top: str, name: str) -> list[dict]:
+    def records(self, top, name: str | None = None) -> list[dict]:
         return [json.loads(line) for line in self.file(top, name).read_text(encoding="utf-8").splitlines()]
 
 
@@ -74,6 +70,7 @@ def clean_env(monkeypatch):
 
 @pytest.fixture
 def provider():
+    """A scripted provider; its HTTP server starts only when a test asks for its base URL's traffic."""
     with FakeProvider() as p:
         yield p
 

@@ -144,6 +144,24 @@ class FakeProvider:
     def __exit__(self, *exc):
         self.stop()
 
+    def in_memory_clients(self) -> dict:
+        """OpenAI SDK clients per role that reach this provider in memory (the SDK's own HTTP transport
+        replaced by a mock one): the same requests and replies as over HTTP, without a socket."""
+        import openai
+        try:
+            import httpx2 as httpx  # what the openai 3.x SDK is built on
+        except ImportError:
+            import httpx
+
+        def handle(request):
+            body = json.loads(request.content or b"{}")
+            status, headers, payload = self.respond(request.url.path, body)
+            headers.pop("X-Stall-After-First-Event", None)  # stalls need a socket: HTTP tests only
+            return httpx.Response(status, headers=headers, content=payload)
+        client = openai.OpenAI(base_url=self.base_url, api_key="in-memory", max_retries=0,
+                               http_client=httpx.Client(transport=httpx.MockTransport(handle)))
+        return {role: client for role in ("eval", "user", "judge")}
+
     # --- inspection
     def prompts(self, kind: str | None = None) -> list[str]:
         with self.lock:

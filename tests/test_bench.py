@@ -2,12 +2,12 @@
 import subprocess
 import sys
 
-from conftest import ROOT
+from tests.conftest import ROOT
 
 
 def test_benchmark_runs_every_stage_and_prints_its_table():
-    result = subprocess.run([sys.executable, str(ROOT / "bench" / "throughput.py"), "--cases", "6",
-                             "--latency", "0", "--concurrency", "4"], capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-m", "bench.throughput", "--cases", "6", "--latency", "0",
+                             "--concurrency", "4"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     for stage in ("LexAwN_gen.py", "eval_DCG.py", "eval_LJP.py", "show_results.py"):

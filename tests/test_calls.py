@@ -5,11 +5,14 @@ import time
 
 import pytest
 
-from common import (Aborted, CaseCalls, CaseFailed, FatalError, ModelCaller, Progress, Settings, Usage,
-                    backoff_seconds, clean_judge_output, load_prompts, parse_dcg_label, parse_lca_label,
-                    resolve_roles, retry_after_seconds, DEFAULT_BASE_URL, verdict_parser, case_from_raw, HarnessError)
-from conftest import sample_cases
-from fake_provider import FakeProvider
+from common import ModelCaller, Usage, backoff_seconds, load_prompts, retry_after_seconds
+from config import DEFAULT_BASE_URL, Settings, resolve_roles
+from dataset import case_from_raw
+from errors import Aborted, CaseFailed, FatalError, HarnessError
+from protocols import CaseCalls, clean_judge_output, parse_dcg_label, parse_lca_label, verdict_parser
+from runner import Progress
+from tests.conftest import sample_cases
+from tests.fake_provider import FakeProvider
 
 
 def _args(**kw):

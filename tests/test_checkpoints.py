@@ -2,9 +2,11 @@
 import json
 import pytest
 
-from common import A1, INTERACTION, RunLock, manifest_path, model_dirname
-from conftest import SECRET, Harness, sample_cases
-from fake_provider import FakeProvider
+from checkpoints import RunLock, manifest_path
+from records import A1, INTERACTION
+from records import model_folder as model_dirname
+from tests.conftest import SECRET, Harness, sample_cases
+from tests.fake_provider import FakeProvider
 
 THIRD_CASE = sample_cases()[2]["underspecified_consultation"][0]["content"]
 
@@ -79,7 +81,7 @@ def test_permanent_failure_stops_at_once(tmp_path, monkeypatch, capsys):
 def test_malformed_checkpoint_line_is_an_explicit_error(tmp_path, monkeypatch, capsys, provider):
     h = Harness(tmp_path, provider, monkeypatch)
     assert h.run("LexAwN", "--limit", "3") == 0
-    path = h.file(*A1)
+    path = h.file(A1)
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
     path.write_text(lines[0] + lines[1][:40] + "\n" + lines[2], encoding="utf-8")
     before = len(provider.requests)
@@ -224,7 +226,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_completed_records(tmp_path):
     import subprocess
     import sys
     import time
-    from conftest import ROOT, SAMPLE
+    from tests.conftest import ROOT, SAMPLE
     with FakeProvider(latency=0.3) as p:
         env = {**os.environ, "OPENAI_BASE_URL": p.base_url, "OPENAI_API_KEY": "k", "LEXPILOT_MODEL": "m"}
         cmd = [sys.executable, str(ROOT / "eval_LJP_gold.py"), "--run-id", "r", "--dataset", str(SAMPLE),
@@ -276,7 +278,7 @@ def test_a_reply_paid_before_a_failure_in_the_same_step_is_replayed_not_bought_a
     assert "1 replies paid in an earlier run replayed" in capsys.readouterr().out
     resent = [p for p in provider.prompts("lexawn") if complete_tail in p and underspecified_tail not in p]
     assert resent == []  # the complete-history response was not bought twice
-    (a1,) = h.records(*A1)
+    (a1,) = h.records(A1)
     assert a1["responses"]["complete"]["response"] == "【追问】第1个回复：请问还有什么证据？"
     assert a1["usage"]["eval"]["calls"] == 2  # the record's cost includes the replayed reply
     assert not journal.exists()  # nothing left to replay once the steps are saved
@@ -294,7 +296,7 @@ def test_an_interaction_failing_in_round_3_replays_rounds_1_and_2(harness, provi
     assert h.run("LexAwN", "--limit", "1") == 0
     # the rerun asks only what failed and what follows: the third user reply and the forced prediction
     assert provider.kinds() == {"user": 1, "force_judge": 1}
-    (record,) = h.records(*INTERACTION)
+    (record,) = h.records(INTERACTION)
     assert [r["round"] for r in record["rounds"]] == [1, 2, 3, 4] and paid["lexawn"] == 4
 
 

@@ -6,7 +6,7 @@ import pytest
 from sklearn.metrics import cohen_kappa_score
 
 import judge_agreement
-from conftest import SAMPLE, Harness, sample_cases, write_dataset
+from tests.conftest import SAMPLE, Harness, sample_cases, write_dataset
 from judge_agreement import agreement, cohen_kappa, key_path
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SAMPLE
-from fake_provider import FakeProvider
+from tests.conftest import ROOT, SAMPLE
+from tests.fake_provider import FakeProvider
 
 LIVE = os.environ.get("LEXPILOT_LIVE_BASE_URL")  # read at import: the tests' clean_env fixture drops LEXPILOT_*
 MODEL = os.environ.get("LEXPILOT_LIVE_MODEL", "local")

@@ -3,9 +3,10 @@ import re
 
 import pytest
 
-from common import (PROMPT_FILES, case_from_raw, fill, load_prompts, render_claims, render_details_by_focal_point,
-                    render_focal_points, render_history, render_key_facts)
-from conftest import sample_cases
+from common import (PROMPT_FILES, fill, load_prompts, render_claims, render_details_by_focal_point, render_focal_points,
+                    render_history, render_key_facts)
+from dataset import case_from_raw
+from tests.conftest import sample_cases
 
 EXPECTED_SLOTS = {
     "lexawn": {"history"}, "force_ask": {"history"}, "force_judge": {"history"},

@@ -3,9 +3,11 @@ import json
 
 import pytest
 
-from common import INTERACTION, case_from_raw, render_claims
-from conftest import Harness, sample_cases, write_dataset
-from fake_provider import ASK, PREDICT, between, kind_of, stable
+from common import render_claims
+from dataset import case_from_raw
+from records import INTERACTION
+from tests.conftest import Harness, sample_cases, write_dataset
+from tests.fake_provider import ASK, PREDICT, between, kind_of, stable
 
 CASE = sample_cases()[1]  # 3 messages: one pre-existing assistant question
 CASE_OBJ = case_from_raw(CASE)
@@ -53,7 +55,7 @@ def test_interaction_rounds_calls_and_order(one_case, provider, questions, expec
     if asked == 3:
         expected += ["force_judge"]
     assert kinds == expected
-    (record,) = one_case.records(*INTERACTION)
+    (record,) = one_case.records(INTERACTION)
     assert record["stop_reason"] == stop and len(record["rounds"]) == expected_round
     new_assistant = [r for r in record["rounds"] if r.get("assistant")]
     assert len(new_assistant) <= 4
@@ -71,7 +73,7 @@ def test_first_interaction_round_reuses_a1_and_its_label(one_case, provider):
     provider.script = asks_then_predicts(1)
     assert one_case.run("LexAwN") == 0
     (a1,) = one_case.records("AwN_gen", "a1.jsonl")
-    (interaction,) = one_case.records(*INTERACTION)
+    (interaction,) = one_case.records(INTERACTION)
     assert interaction["rounds"][0]["assistant"] == a1["responses"]["underspecified"]["response"]
     judged = [between(p, "待评估回复") for p in provider.prompts("lca_judge")]
     assert judged.count(a1["responses"]["underspecified"]["response"]) == 1  # not judged twice
@@ -81,7 +83,7 @@ def test_forced_prediction_sees_the_whole_accumulated_history(one_case, provider
     provider.script = asks_then_predicts(3)
     assert one_case.run("LexAwN") == 0
     (forced,) = provider.prompts("force_judge")
-    (record,) = one_case.records(*INTERACTION)
+    (record,) = one_case.records(INTERACTION)
     history = between(forced, "对话历史")
     for message in record["continued_history"][:-1]:
         assert message["content"] in history
@@ -103,7 +105,7 @@ def test_eval_lca_alone_needs_a1_and_completes_missing_labels(one_case, provider
     assert "the a1 stage is incomplete" in err and "Run LexAwN_gen.py" in err and not provider.requests
     assert one_case.run("LexAwN") == 0
     one_case.file("eval_results", "LCA_results.jsonl").unlink()  # as if LCA had never finished
-    (one_case.file(*INTERACTION)).unlink()
+    one_case.file(INTERACTION).unlink()
     provider.requests = []
     assert one_case.run("LCA") == 0
     assert provider.kinds() == {"lca_judge": 2}
@@ -205,7 +207,7 @@ def test_isolation_of_every_role(harness, provider):
     all_details = [d for ds in details.values() for d in ds]
     focal_points = [fp for c in cases for fp in c.focal_points]
     histories = [m["content"] for c in cases for h in (c.complete, c.underspecified) for m in h]
-    generated = {r["final_response"] for r in harness.records(*INTERACTION)}
+    generated = {r["final_response"] for r in harness.records(INTERACTION)}
     for prompt in provider.prompts("lexawn") + provider.prompts("force_ask") + provider.prompts("force_judge"):
         assert not any(d in prompt for d in all_details) and not any(fp in prompt for fp in focal_points)
         assert "result_dict" not in prompt

@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 
 import show_results
-from common import model_dirname
-from show_results import Bootstrap, paired_difference
-from test_results import C, U, make_run
+from records import model_folder as model_dirname
+from results import Bootstrap, group_runs, load_runs, paired_difference
+from tests.test_results import C, U, make_run, quadratic_weighted_kappa, saved
 
 MANY = {f"F{i:02d}": "离婚纠纷" for i in range(20)}  # twenty Family cases
 
 
 def groups_of(root):
-    return show_results.group_runs(show_results.load_runs(root, None, None))
+    return group_runs(load_runs(root, None, None))
 
 
 def group(root, model="m"):
@@ -97,8 +97,9 @@ def write_interactions(root, run_id, stops, model="m"):
     """stops: {case: (stop_reason, labels of the rounds)} as LexAwN_gen.py writes them."""
     path = root / "AwN_gen" / run_id / model_dirname(model) / "interaction.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps({"case_number": n, "cause_of_action": MIXED[n], "stop_reason": stop,
-                                        "rounds": [{"label": label} for label in labels]}) + "\n"
+    path.write_text("".join(json.dumps(saved("interaction.jsonl", {
+        "case_number": n, "cause_of_action": MIXED[n], "stop_reason": stop,
+        "rounds": [{"label": label} for label in labels]})) + "\n"
                             for n, (stop, labels) in stops.items()), encoding="utf-8")
 
 
@@ -122,7 +123,7 @@ def test_interaction_behaviour_from_hand_made_records(tmp_path, capsys):
     assert stat("behaviour", "questions", "Family") == 1 and stat("behaviour", "round 1", "Real Rights") == 0.5
     # QWK per stop reason: round 1 holds A1 (支持→支持) and B2 (驳回→支持)
     assert stat("LJP_interaction_by_stop", "qwk", "round 1") == pytest.approx(
-        show_results.quadratic_weighted_kappa(["支持", "驳回"], ["支持", "支持"]))
+        quadratic_weighted_kappa(["支持", "驳回"], ["支持", "支持"]))
     assert g.stat(("LJP_interaction_by_stop", "qwk", "round 2")) is None
     assert show_results.main(["--output-root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
@@ -141,7 +142,7 @@ def write_usage(root, run_id, name, usages, model="m"):
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as f:
         for n, usage in usages.items():
-            f.write(json.dumps({"case_number": n, "cause_of_action": MIXED[n], "usage": usage}) + "\n")
+            f.write(json.dumps(saved(name, {"case_number": n, "cause_of_action": MIXED[n], "usage": usage})) + "\n")
 
 
 def test_cost_from_hand_made_usage_and_a_price_file(tmp_path, capsys):

@@ -8,10 +8,22 @@ import pytest
 from sklearn.metrics import cohen_kappa_score
 
 import show_results
-from common import model_dirname
-from show_results import lca_metrics, quadratic_weighted_kappa
+import tables
+from metrics import confusion, lca_counts, lca_from_counts, ljp_from_counts, plain
+from records import RECORD_KINDS, SCHEMA_VERSION
+from records import model_folder as model_dirname
+from results import group_runs, load_runs
 
 C, U = "complete", "underspecified"
+
+
+def lca_metrics(labels: list[tuple[str, str]]) -> dict:
+    """The LCA metrics of (true type, predicted type) pairs, through the harness's count functions."""
+    return plain(lca_from_counts(lca_counts(labels)))
+
+
+def quadratic_weighted_kappa(gold: list[str], predicted: list[str]) -> float | None:
+    return plain(ljp_from_counts(confusion(zip(gold, predicted))))["qwk"]
 
 
 def test_always_asking_and_always_answering_score_one_third():
@@ -59,6 +71,16 @@ SETTINGS = {"dataset_sha256": "d", "code_hash": "c", "prompt_hash": "p", "user_c
             "generation": {"temperature": 0.7, "judge_temperature": 0.1, "max_tokens": 8192, "n": 1}}
 
 
+KIND_OF_FILE = {k.file: k for k in RECORD_KINDS}
+
+
+def saved(file_name: str, body: dict) -> dict:
+    """A record as the harness saves it in that file: every field of its kind, `body` over them."""
+    kind = KIND_OF_FILE[file_name]
+    return {name: None for name in kind.fields} | {"schema_version": SCHEMA_VERSION, "input_hash": "h",
+                                                   "upstream_hash": {}, "usage": {}} | body
+
+
 def make_run(root, run_id, model="m", lca=None, dcg=None, ljp=None, cases=CASES, **overrides):
     """Write a run: lca = {case: (pred complete, pred underspecified)}, dcg = {case: success},
     ljp = {setup: {case: [(gold, predicted), ...]}}."""
@@ -71,7 +93,8 @@ def make_run(root, run_id, model="m", lca=None, dcg=None, ljp=None, cases=CASES,
     def write(name, records):
         path = root / "eval_results" / run_id / folder / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+        path.write_text("".join(json.dumps(saved(name, r), ensure_ascii=False) + "\n" for r in records),
+                        encoding="utf-8")
     if lca is not None:
         write("LCA_results.jsonl", [{"case_number": n, "cause_of_action": cases[n], "judgments": {
             C: {"true_type": C, "predicted_type": pc}, U: {"true_type": U, "predicted_type": pu}}}
@@ -95,7 +118,7 @@ def test_per_class_breakdown(tmp_path):
              dcg={"A1": True, "A2": False, "B1": False, "B2": False},
              ljp={"direct": {"A1": [("支持", "支持")], "A2": [("驳回", "驳回"), ("部分支持", "支持")],
                              "B1": [("支持", "驳回")], "B2": [("驳回", "支持")]}})
-    groups = show_results.group_runs(show_results.load_runs(tmp_path, None, None))
+    groups = group_runs(load_runs(tmp_path, None, None))
     assert stat(groups, ("LCA", "macro_f1", "Family"))["mean"] == 1.0
     assert stat(groups, ("LCA", "macro_f1", "Real Rights"))["mean"] == pytest.approx(lca_metrics(
         [(C, U), (U, U), (C, U), (U, C)])["macro_f1"])
@@ -114,7 +137,7 @@ def test_grouping_sd_ddof1_and_a_differing_run_split_off(tmp_path, capsys):
         make_run(tmp_path, run_id, dcg=dcg)
     make_run(tmp_path, "r4", dcg={n: True for n in CASES},
              generation={**SETTINGS["generation"], "temperature": 0.2})
-    groups = show_results.group_runs(show_results.load_runs(tmp_path, None, None))
+    groups = group_runs(load_runs(tmp_path, None, None))
     assert [g.run_ids for g in groups] == [["r1", "r2", "r3"], ["r4"]]
     assert groups[1].differs == ["generation"]
     s = groups[0].stat(("DCG", "accuracy", "Overall"))
@@ -133,7 +156,7 @@ def test_undefined_qwk_mean_over_defined_runs(tmp_path, capsys):
     make_run(tmp_path, "r1", ljp={"gold": {n: [("支持", "支持")] for n in CASES}})
     make_run(tmp_path, "r2", ljp={"gold": {"A1": [("支持", "支持")], "A2": [("驳回", "驳回")],
                                            "B1": [("支持", "驳回")], "B2": [("驳回", "驳回")]}})
-    groups = show_results.group_runs(show_results.load_runs(tmp_path, None, None))
+    groups = group_runs(load_runs(tmp_path, None, None))
     s = stat(groups, ("LJP_gold", "qwk", "Overall"))
     assert s["runs"][0] is None and s["undefined"] == 1 and s["n"] == 1
     show_results.main(["--output-root", str(tmp_path)])
@@ -154,7 +177,7 @@ def test_incomplete_and_misaligned_tasks_are_reported_not_scored(tmp_path, capsy
     captured = capsys.readouterr()
     assert "DCG" in captured.err and "1 of 4 cases missing: B2" in captured.err
     assert "misaligned for case A2" in captured.err
-    groups = show_results.group_runs(show_results.load_runs(tmp_path, None, None))
+    groups = group_runs(load_runs(tmp_path, None, None))
     assert stat(groups, ("DCG", "accuracy", "Overall")) is None
     assert stat(groups, ("LCA", "macro_f1", "Overall"))["mean"] == 1.0  # the other tasks still are
 
@@ -163,8 +186,8 @@ def test_interaction_gain_and_relative_change(tmp_path, capsys):
     pairs = {"direct": [("支持", "驳回"), ("驳回", "驳回")], "interaction": [("支持", "部分支持"), ("驳回", "驳回")],
              "gold": [("支持", "支持"), ("驳回", "驳回")]}
     make_run(tmp_path, "r1", cases={"A1": "离婚纠纷"}, ljp={s: {"A1": p} for s, p in pairs.items()})
-    groups = show_results.group_runs(show_results.load_runs(tmp_path, None, None))
-    table = show_results.interaction_gain_table(groups, ["m"])
+    groups = group_runs(load_runs(tmp_path, None, None))
+    table = tables.interaction_gain_table(groups, ["m"])
     q = {s: quadratic_weighted_kappa(*zip(*p)) for s, p in pairs.items()}
     assert table.rows[0] == ["m", f"{q['interaction'] - q['direct']:+.3f}",
                              f"{100 * (q['interaction'] - q['gold']) / q['gold']:+.2f}%"]

@@ -4,9 +4,9 @@ import json
 import pytest
 
 import show_results
-from common import INTERACTION, LJP_INTERACTION
-from conftest import Harness, sample_cases, write_dataset
-from fake_provider import ASK, PREDICT, between, kind_of
+from records import INTERACTION, LJP_INTERACTION
+from tests.conftest import Harness, sample_cases, write_dataset
+from tests.fake_provider import ASK, PREDICT, between, kind_of
 
 CASE = sample_cases()[1]  # its underspecified history already holds one assistant question
 UNDERSPECIFIED_TAIL = CASE["underspecified_consultation"][-1]["content"]
@@ -48,7 +48,7 @@ def consultation(actions: list[str]):
 def run_interaction(one_case, provider, condition, actions):
     provider.script = consultation(actions)
     assert one_case.run("LexAwN", "--user-condition", condition) == 0
-    (record,) = one_case.records(*INTERACTION)
+    (record,) = one_case.records(INTERACTION)
     users = [user_variant(p) for p in provider.prompts() if kind_of(p) == "user"]
     return record, users
 
@@ -86,7 +86,7 @@ def test_self_correction_after_an_early_judgment_continues_and_the_update_is_eva
     assert labels == ["策略二", "策略一", "策略一"]  # the round-2 judgment is followed by a correction and updated
     assert record["stop_reason"] == "judged" and record["final_response"].startswith(PREDICT + "第3次判断")
     assert one_case.run("interaction", "--user-condition", "self-correction") == 0
-    (ljp,) = one_case.records(*LJP_INTERACTION)
+    (ljp,) = one_case.records(LJP_INTERACTION)
     (extraction,) = provider.prompts("ljp_judge")
     assert between(extraction, "待提取回复") == PREDICT + "第3次判断：支持。"
     assert ljp["stop_reason"] == "judged"

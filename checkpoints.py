@@ -1,0 +1,263 @@
+"""What a run keeps on disk: the checkpoint files (one synced JSONL record per case and step), the call
+journal of replies paid within an unfinished step, the run manifest with the settings that decide the
+results, and the lock that allows one writer per run and model.
+
+Layout under the output root (record files: see records.RecordKind):
+    runs/<run-id>/<model>/manifest.json, calls_journal.jsonl, .lock
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+from config import Settings
+from dataset import Case
+from errors import HarnessError
+from records import ROLES, SCHEMA_VERSION, RecordKind, model_folder, read_records
+
+HERE = Path(__file__).resolve().parent
+PROMPT_DIR = HERE / "prompts"
+
+
+def run_folder(root: Path, run_id: str, model: str) -> Path:
+    return root / "runs" / run_id / model_folder(model)
+
+
+def manifest_path(root: Path, run_id: str, model: str) -> Path:
+    return run_folder(root, run_id, model) / "manifest.json"
+
+
+def journal_path(root: Path, run_id: str, model: str) -> Path:
+    return run_folder(root, run_id, model) / "calls_journal.jsonl"
+
+
+def checkpoint_path(root: Path, run_id: str, model: str, kind: RecordKind) -> Path:
+    return kind.path(root, run_id, model_folder(model))
+
+
+def read_checkpoint(path: Path, kind: RecordKind, cases: dict[str, Case], what_to_do: str) -> dict[str, tuple[int, dict]]:
+    """case_number -> (line, record); a malformed, foreign or stale line is an error, never skipped."""
+    return read_records(path, kind, {n: c.input_hash for n, c in cases.items()}, what_to_do)
+
+
+class CheckpointWriter:
+    """Appends one record per line; each line is flushed and synced before the case is reported done."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.files = {}
+
+    def append(self, path: Path, record: dict, sync: bool = True) -> None:
+        line = json.dumps(record, ensure_ascii=False) + "\n"
+        with self.lock:
+            f = self.files.get(path)
+            if f is None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                f = self.files[path] = path.open("a", encoding="utf-8")
+            f.write(line)
+            f.flush()
+            if sync:  # the journal is a cache: a line lost in a machine crash only costs that call again
+                os.fsync(f.fileno())
+
+    def close(self) -> None:
+        with self.lock:
+            for f in self.files.values():
+                f.close()
+            self.files.clear()
+
+
+class CallJournal:
+    """Every accepted reply of an unfinished step, so that a rerun replays it instead of paying again.
+
+    A step's record is written only when all its calls succeeded; without the journal, a failure in the
+    last call of a step (the underspecified a1 response, round 3 of an interaction) would throw away the
+    paid replies before it. Replies are replayed per (case, step, role, prompt) in the order they were
+    made, which follows the protocol path exactly because each prompt contains the replies before it.
+    """
+
+    def __init__(self, path: Path, writer: CheckpointWriter, wanted: set[tuple[str, str]]):
+        self.path, self.writer = path, writer
+        self.replies: dict[tuple, deque] = {}
+        self.lock = threading.Lock()
+        self.unreadable = 0
+        if path.exists():
+            with path.open(encoding="utf-8") as f:
+                for line in f:
+                    try:
+                        e = json.loads(line)
+                        key = (e["case_number"], e["step"], e["key"])
+                        entry = (e["reply"], e["usage"])
+                    except (json.JSONDecodeError, KeyError, TypeError):
+                        self.unreadable += 1  # a line torn by a crash: that call is simply made again
+                        continue
+                    if key[:2] in wanted:
+                        self.replies.setdefault(key, deque()).append(entry)
+
+    @staticmethod
+    def key(role: str, prompt: str) -> str:
+        return hashlib.sha256(f"{role}\0{prompt}".encode()).hexdigest()[:24]
+
+    def take(self, case_number: str, step: str, role: str, prompt: str) -> tuple[str, dict] | None:
+        with self.lock:
+            queue = self.replies.get((case_number, step, self.key(role, prompt)))
+            return queue.popleft() if queue else None
+
+    def keep(self, case_number: str, step: str, role: str, prompt: str, reply: str, usage: dict) -> None:
+        self.writer.append(self.path, {"case_number": case_number, "step": step, "key": self.key(role, prompt),
+                                       "reply": reply, "usage": usage}, sync=False)
+
+    def compact(self, saved: dict[str, dict]) -> None:
+        """Drop the replies of steps whose record is saved now (`saved`: step -> case_number -> record);
+        the file goes when nothing is left. Other stages' steps are kept."""
+        if not self.path.exists():
+            return
+        kept = []
+        with self.path.open(encoding="utf-8") as f:
+            for line in f:
+                try:
+                    e = json.loads(line)
+                    done = e["case_number"] in saved[e["step"]] if e["step"] in saved else False
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    continue  # torn: counted when it was read
+                if not done:
+                    kept.append(line)
+        if not kept:
+            self.path.unlink()
+            return
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(kept), encoding="utf-8")
+        os.replace(tmp, self.path)
+
+
+COMPARED_MANIFEST_FIELDS = ("dataset_sha256", "selected_cases", "code_hash", "prompt_hash",
+                            "models", "generation", "user_condition")
+
+
+def code_files(start: str) -> list[Path]:
+    """The project's modules `start` imports, directly or through others, and itself: the code that
+    decides what a run produces (found from the import statements, so no list is kept by hand)."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        name = todo.pop()
+        path = HERE / f"{name}.py"
+        if name in seen or not path.exists():
+            continue
+        seen.add(name)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                todo += [a.name.split(".")[0] for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                todo.append(node.module.split(".")[0])
+    return sorted(HERE / f"{name}.py" for name in seen)
+
+
+def _digest(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(p.name.encode() + b"\0" + p.read_bytes().replace(b"\r\n", b"\n") + b"\0")
+    return h.hexdigest()[:16]
+
+
+def code_and_prompt_hashes(start: str = "runner") -> tuple[str, str]:
+    return _digest(code_files(start)), _digest(sorted(PROMPT_DIR.glob("*.txt")))
+
+
+def package_versions() -> dict[str, str]:
+    from importlib import metadata
+    versions = {"python": sys.version.split()[0]}
+    for package in ("openai", "numpy", "scikit-learn"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    return versions
+
+
+def build_manifest(settings: Settings, dataset_sha256: str, selected: list[Case]) -> dict:
+    code_hash, prompt_hash = code_and_prompt_hashes()
+    roles = settings.roles
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": settings.run_id,
+        "dataset_sha256": dataset_sha256,
+        "dataset_path": str(settings.dataset),
+        "selected_cases": [c.number for c in selected],
+        "code_hash": code_hash,
+        "prompt_hash": prompt_hash,
+        "models": {r: {"model": roles[r].model, "endpoint_host": roles[r].host} for r in ROLES},
+        "generation": {"temperature": roles["eval"].temperature, "user_temperature": roles["user"].temperature,
+                       "judge_temperature": roles["judge"].temperature,
+                       "max_tokens": settings.max_tokens, "n": 1},
+        "user_condition": settings.user_condition,
+        "package_versions": package_versions(),
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def manifest_differences(saved: dict, current: dict) -> list[str]:
+    return [name for name in COMPARED_MANIFEST_FIELDS if saved.get(name) != current.get(name)]
+
+
+def check_manifest(path: Path, current: dict, write: bool) -> None:
+    """Stop before any call when the run's saved settings differ; write the manifest on first use."""
+    if path.exists():
+        try:
+            saved = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise HarnessError(f"{path}: unreadable manifest ({e.msg} at line {e.lineno}). "
+                               "Restore it or use a new --run-id.") from None
+        differing = manifest_differences(saved, current)
+        if "user_condition" in differing:
+            raise HarnessError(f"{path}: this run's user condition is {saved.get('user_condition')!r}, not "
+                               f"{current.get('user_condition')!r}. Pass --user-condition "
+                               f"{saved.get('user_condition')} (LexAwN_gen.py and eval_LJP_interaction.py take it; "
+                               "the other stages belong to standard runs), or use a new --run-id.")
+        if differing:
+            raise HarnessError(f"{path}: this run was started with other settings ({', '.join(differing)} "
+                               "differ). Rerun with the run's settings, or use a new --run-id.")
+    elif write:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(current, ensure_ascii=False, indent=1), encoding="utf-8")
+        os.replace(tmp, path)
+
+
+class RunLock:
+    """One writer per run and model; the OS releases the lock when its process dies."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.file = None
+
+    def __enter__(self):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = self.path.open("a+")
+        try:
+            if os.name == "nt":
+                import msvcrt
+                msvcrt.locking(self.file.fileno(), msvcrt.LK_NBLCK, 1)
+            else:
+                import fcntl
+                fcntl.flock(self.file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self.file.seek(0)
+            holder = self.file.read().strip() or "another process"
+            self.file.close()
+            raise HarnessError(f"{self.path}: this run and model are being written by {holder}. "
+                               "Wait for it to finish; do not run two writers on one run id.") from None
+        self.file.seek(0)
+        self.file.truncate()
+        self.file.write(f"pid {os.getpid()}")
+        self.file.flush()
+        return self
+
+    def __exit__(self, *exc):
+        self.file.close()

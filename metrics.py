@@ -1,0 +1,70 @@
+"""The paper's metrics from per-case count vectors: LCA Macro-F1 with Acc_C/Acc_U, DCG accuracy, claim-level
+QWK on the fixed ordinal scale and accuracy.
+
+Each task reduces a case to a small vector of counts; a metric is a function of the summed counts. The same
+functions give the point estimate (counts summed over the cases) and, vectorised over the first axis, every
+bootstrap resample (counts weighted by how often each case was drawn).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from records import VERDICTS
+
+K = len(VERDICTS)
+VERDICT_INDEX = {label: i for i, label in enumerate(VERDICTS)}
+QWK_WEIGHTS = np.subtract.outer(np.arange(K), np.arange(K)) ** 2 / (K - 1) ** 2
+
+
+def ratio(num, den):
+    """num/den, NaN where den is 0 (the metric is undefined there)."""
+    num, den = np.asarray(num, float), np.asarray(den, float)
+    return np.divide(num, den, out=np.full(np.broadcast(num, den).shape, np.nan), where=den != 0)
+
+
+def lca_counts(labels) -> np.ndarray:
+    """(TP, FP, FN, TN) with underspecified as the positive class, from (true, predicted) types."""
+    cells = {("underspecified", "underspecified"): 0, ("complete", "underspecified"): 1,
+             ("underspecified", "complete"): 2, ("complete", "complete"): 3}
+    c = np.zeros(4)
+    for pair in labels:
+        c[cells[pair]] += 1
+    return c
+
+
+def lca_from_counts(c: np.ndarray) -> dict:
+    tp, fp, fn, tn = np.moveaxis(np.asarray(c, float), -1, 0)
+    # an F1 with no positive anywhere is 0, as in the paper's always-ask / always-answer 1/3
+    f1_u = np.nan_to_num(ratio(2 * tp, 2 * tp + fp + fn))
+    f1_c = np.nan_to_num(ratio(2 * tn, 2 * tn + fp + fn))
+    return {"macro_f1": (f1_u + f1_c) / 2, "f1_u": f1_u, "f1_c": f1_c,
+            "acc_c": ratio(tn, tn + fp), "acc_u": ratio(tp, tp + fn)}
+
+
+def dcg_from_counts(c: np.ndarray) -> dict:
+    successes, cases = np.moveaxis(np.asarray(c, float), -1, 0)
+    return {"accuracy": ratio(successes, cases)}
+
+
+def confusion(pairs) -> np.ndarray:
+    """Gold × predicted counts on the fixed ordinal scale, flattened."""
+    c = np.zeros((K, K))
+    for g, p in pairs:
+        c[VERDICT_INDEX[g], VERDICT_INDEX[p]] += 1
+    return c.ravel()
+
+
+def ljp_from_counts(c: np.ndarray) -> dict:
+    observed = np.asarray(c, float).reshape(*np.shape(c)[:-1], K, K)
+    n = observed.sum(axis=(-2, -1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        expected = observed.sum(-1)[..., :, None] * observed.sum(-2)[..., None, :] / n[..., None, None]
+    expected_disagreement = np.nan_to_num((QWK_WEIGHTS * expected).sum(axis=(-2, -1)))
+    observed_disagreement = (QWK_WEIGHTS * observed).sum(axis=(-2, -1))
+    # QWK undefined when the expected disagreement is zero (one label on either side, or no claim)
+    qwk = 1 - ratio(observed_disagreement, expected_disagreement)
+    return {"qwk": qwk, "accuracy": ratio(np.trace(observed, axis1=-2, axis2=-1), n)}
+
+
+def plain(metrics: dict) -> dict:
+    return {k: None if np.isnan(v) else float(v) for k, v in metrics.items()}

@@ -1,0 +1,123 @@
+"""The record format: the benchmark's vocabulary, each record kind with its file and fields, the schema
+version, record digests, and the one reader of checkpoint files that every tool uses.
+
+A record is one JSON line per case. Every kind carries the common fields (`COMMON_FIELDS`) plus its own.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from errors import HarnessError
+
+SCHEMA_VERSION = 1
+
+VERDICTS = ("支持", "部分支持", "驳回")  # ordinal 0, 1, 2 for QWK
+HISTORY_TYPES = ("complete", "underspecified")
+ROLES = ("eval", "user", "judge")
+ROLE_NAMES = {"eval": "evaluated model", "user": "User Model", "judge": "judge"}
+USER_CONDITIONS = ("standard", "delayed", "self-correction")  # Appendix E.5
+LCA_LABELS = ("策略一", "策略二")  # 策略一: treated as complete (a prediction); 策略二: asked
+DCG_LABELS = ("是", "否")
+
+# Fields every record has; `upstream_hash` maps each record it was built from to that record's digest.
+COMMON_FIELDS = ("case_number", "schema_version", "input_hash", "cause_of_action", "upstream_hash", "usage")
+
+
+@dataclass(frozen=True)
+class RecordKind:
+    """One checkpoint file: where it lives, the fields its records hold, and the script that writes it."""
+    name: str
+    top: str  # folder under the output root
+    file: str
+    fields: tuple[str, ...]
+    producer: str
+
+    def path(self, root: Path, run_id: str, model_folder: str) -> Path:
+        return root / self.top / run_id / model_folder / self.file
+
+
+A1 = RecordKind("a1", "AwN_gen", "a1.jsonl", ("responses",), "LexAwN_gen.py")
+LCA = RecordKind("LCA", "eval_results", "LCA_results.jsonl", ("judgments",), "LexAwN_gen.py")
+INTERACTION = RecordKind("interaction", "AwN_gen", "interaction.jsonl",
+                         ("user_condition", "input_history", "rounds", "continued_history", "stop_reason",
+                          "final_response", "disrupted_round", "corrected_round"), "LexAwN_gen.py")
+FORCE_ASK = RecordKind("force_ask", "Force_ask_gen", "force_ask.jsonl", ("input_history", "rounds"), "eval_DCG.py")
+DCG = RecordKind("DCG", "eval_results", "DCG_results.jsonl", ("rounds", "success"), "eval_DCG.py")
+PREDICTION_FIELDS = ("history_type", "input_history", "response")
+VERDICT_FIELDS = ("setup", "claims", "predicted", "gold", "judge_raw")
+DIRECT_PREDICTION = RecordKind("direct_prediction", "Force_judge_gen", "a1_direct.jsonl", PREDICTION_FIELDS,
+                               "eval_LJP_direct.py")
+GOLD_PREDICTION = RecordKind("gold_prediction", "Force_judge_gen", "a1_force_judge.jsonl", PREDICTION_FIELDS,
+                             "eval_LJP_gold.py")
+LJP_DIRECT = RecordKind("LJP_direct", "eval_results", "LJP_direct.jsonl", VERDICT_FIELDS, "eval_LJP_direct.py")
+LJP_GOLD = RecordKind("LJP_gold", "eval_results", "LJP_gold.jsonl", VERDICT_FIELDS, "eval_LJP_gold.py")
+LJP_INTERACTION = RecordKind("LJP_interaction", "eval_results", "LJP_interaction.jsonl",
+                             VERDICT_FIELDS + ("stop_reason",), "eval_LJP_interaction.py")
+
+RECORD_KINDS = (A1, LCA, INTERACTION, FORCE_ASK, DCG, DIRECT_PREDICTION, LJP_DIRECT, GOLD_PREDICTION, LJP_GOLD,
+                LJP_INTERACTION)
+# LJP setups in the paper's column order: (setup, verdict records, generation records, field of the reply)
+LJP_SETUPS = (("direct", LJP_DIRECT, DIRECT_PREDICTION, "response"),
+              ("interaction", LJP_INTERACTION, INTERACTION, "final_response"),
+              ("gold", LJP_GOLD, GOLD_PREDICTION, "response"))
+
+
+def canonical_hash(obj) -> str:
+    text = json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def record_digest(record: dict) -> str:
+    return canonical_hash(record)
+
+
+def model_folder(model: str) -> str:
+    """Filesystem-safe model name plus a hash of the exact id, so two ids never share a folder."""
+    import re
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", model).strip("._-")[:60] or "model"
+    return f"{safe}-{hashlib.sha256(model.encode('utf-8')).hexdigest()[:8]}"
+
+
+def read_records(path: Path, kind: RecordKind, selected: dict[str, str | None],
+                 what_to_do: str) -> dict[str, tuple[int, dict]]:
+    """case_number -> (line, record) of one checkpoint file; a missing file holds no record.
+
+    `selected` maps the run's selected cases to their input hash (None: not known, not checked): a record of
+    another case, or one made from other inputs, is an error.
+    A malformed line, a record of another schema version or a second record of a case is an error
+    naming file:line, never skipped.
+    """
+    records: dict[str, tuple[int, dict]] = {}
+    if not path.exists():
+        return records
+    with path.open("r", encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            where = f"{path}:{lineno}"
+            try:
+                record = json.loads(line)
+                number, version, input_hash = record["case_number"], record["schema_version"], record["input_hash"]
+                if not isinstance(number, str) or not isinstance(record.get("upstream_hash", {}), dict):
+                    raise TypeError
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise HarnessError(f"{where}: malformed or truncated record. Inspect the line; delete it "
+                                   "to have that case generated again, then rerun.") from None
+            if version != SCHEMA_VERSION:
+                raise HarnessError(f"{where}: record has schema version {version}, this harness reads and writes "
+                                   f"{SCHEMA_VERSION}. Use a new --run-id.")
+            missing = [name for name in kind.fields if name not in record]
+            if missing:
+                raise HarnessError(f"{where}: a {kind.name} record without {', '.join(missing)}. Delete the line "
+                                   "to have that case redone, then rerun.")
+            if number in records:
+                raise HarnessError(f"{where}: second record for case {number} (first at line "
+                                   f"{records[number][0]}). Delete one of them, then rerun.")
+            if number not in selected:
+                raise HarnessError(f"{where}: case {number} is not among this run's selected cases ({what_to_do}).")
+            if selected[number] is not None and input_hash != selected[number]:
+                raise HarnessError(f"{where}: case {number} was generated from different inputs "
+                                   f"(the dataset changed). {what_to_do}.")
+            records[number] = (lineno, record)
+    return records

@@ -1,0 +1,376 @@
+"""Saved runs for reporting: reading each run's manifest and records (through the one record reader), the
+per-run metrics overall and per class, interaction behaviour and token usage; grouping runs with equal
+settings; and the bootstrap over whole cases with paired differences.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from categories import cause_class
+from checkpoints import COMPARED_MANIFEST_FIELDS
+from dataset import load_dataset
+from errors import HarnessError
+from metrics import (confusion, dcg_from_counts, lca_counts, lca_from_counts, ljp_from_counts, plain, ratio)
+from records import (DCG, INTERACTION, LCA, LJP_SETUPS, RECORD_KINDS, RecordKind, model_folder, read_records)
+
+OVERALL = "Overall"
+USAGE_FIELDS = ("calls", "prompt_tokens", "completion_tokens", "unreported_calls")
+
+# ----------------------------------------------------------------------------- loading and scoring
+
+@dataclass
+class TaskData:
+    """Per-case counts of one task of one run, in the run's selected-case order."""
+    cases: list[str]
+    classes: list[str]
+    counts: np.ndarray  # cases × counts
+
+
+@dataclass
+class Run:
+    run_id: str
+    model: str
+    manifest: dict
+    folder: str
+    metrics: dict = field(default_factory=dict)  # (task, metric, class) -> value or None
+    tasks: dict = field(default_factory=dict)  # task -> TaskData
+    usage: dict = field(default_factory=dict)  # checkpoint file -> role -> usage sums
+    problems: list[str] = field(default_factory=list)
+    input_hashes: dict = field(default_factory=dict)  # selected case -> input hash (None: not checked)
+
+    @property
+    def selected(self) -> list[str]:
+        return self.manifest["selected_cases"]
+
+    @property
+    def condition(self) -> str:
+        return self.manifest.get("user_condition", "standard")
+
+
+def read_saved(run: Run, root: Path, kind: RecordKind) -> tuple[dict, str | None]:
+    """The records of one kind saved so far, complete or not (case_number -> record), or the problem:
+    a missing file, a malformed line, another schema version, a case the manifest did not select, a record
+    made from other inputs than the dataset shown with."""
+    path = kind.path(root, run.run_id, run.folder)
+    if not path.exists():
+        return {}, f"{path}: not found"
+    try:
+        loaded = read_records(path, kind, run.input_hashes, "the run's files do not match its manifest")
+    except HarnessError as e:
+        return {}, str(e)
+    return {n: r for n, (_, r) in loaded.items()}, None
+
+
+def complete_task(path: Path, selected: list[str], records: dict, problem: str | None) -> tuple[dict | None, str | None]:
+    """The records in selected-case order, or a problem: the task is incomplete."""
+    if problem:
+        return None, problem
+    missing = [n for n in selected if n not in records]
+    if missing:
+        shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
+        return None, f"{path}: incomplete, {len(missing)} of {len(selected)} cases missing: {shown}"
+    return {n: records[n] for n in selected}, None
+
+
+def read_task(run: Run, root: Path, kind: RecordKind) -> tuple[dict | None, str | None]:
+    """Every selected case's record of one kind, or why the task cannot be scored."""
+    return complete_task(kind.path(root, run.run_id, run.folder), run.selected, *read_saved(run, root, kind))
+
+
+def ljp_case_counts(record: dict) -> np.ndarray:
+    if not len(record["claims"]) == len(record["gold"]) == len(record["predicted"]) > 0:
+        raise ValueError
+    return confusion(zip(record["gold"], record["predicted"]))
+
+
+# task -> (verdict or label records, per-case counts of a record, metrics from summed counts)
+TASKS = {
+    "LCA": (LCA, lambda r: lca_counts([(j["true_type"], j["predicted_type"]) for j in r["judgments"].values()]),
+            lca_from_counts),
+    "DCG": (DCG, lambda r: np.array([float(bool(r["success"])), 1.0]), dcg_from_counts),
+    **{f"LJP_{setup}": (kind, ljp_case_counts, ljp_from_counts) for setup, kind, _, _ in LJP_SETUPS},
+}
+METRIC_NAMES = {"macro_f1": "Macro-F1", "accuracy": "accuracy", "qwk": "QWK", "acc_c": "Acc_C", "acc_u": "Acc_U"}
+TASK_NAMES = {"LCA": "LCA", "DCG": "DCG", **{f"LJP_{s}": f"LJP {s}" for s, _, _, _ in LJP_SETUPS}}
+
+
+def metrics_of(task: str, data: TaskData, mask=None) -> dict:
+    counts = data.counts if mask is None else data.counts[mask]
+    return plain(TASKS[task][2](counts.sum(axis=0)))
+
+
+def score_run(run: Run, root: Path) -> None:
+    """Every task's metrics overall and per class, the interaction behaviour and the token usage of one run."""
+    saved = {kind.name: read_saved(run, root, kind) for kind in RECORD_KINDS}  # each file read once
+
+    def whole(kind: RecordKind):
+        return complete_task(kind.path(root, run.run_id, run.folder), run.selected, *saved[kind.name])
+
+    # A non-ideal-user run is only an Interaction-Based LJP result (Table 15).
+    tasks = ["LJP_interaction"] if run.condition != "standard" else list(TASKS)
+    for task in tasks:
+        kind, case_counts, _ = TASKS[task]
+        records, problem = whole(kind)
+        if not problem:
+            counts = []
+            for number, record in records.items():
+                try:
+                    counts.append(case_counts(record))
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    problem = f"{kind.path(root, run.run_id, run.folder)}: claims and verdicts misaligned for case {number}"
+                    break
+        if not problem:
+            try:
+                classes = [cause_class(r["cause_of_action"]) for r in records.values()]
+            except KeyError as e:
+                problem = f"{kind.path(root, run.run_id, run.folder)}: {e.args[0]}"
+        if problem:
+            run.problems.append(f"{TASK_NAMES[task]}: {problem}")
+            continue
+        data = run.tasks[task] = TaskData(list(records), classes, np.array(counts))
+        for metric, value in metrics_of(task, data).items():
+            run.metrics[(task, metric, OVERALL)] = value
+        for cls in sorted(set(classes)):
+            for metric, value in metrics_of(task, data, np.array(classes) == cls).items():
+                run.metrics[(task, metric, cls)] = value
+    interactions, _ = whole(INTERACTION)  # a missing file only leaves out the behaviour tables
+    if interactions:
+        try:
+            score_behaviour(run, interactions)
+        except (KeyError, TypeError) as e:
+            run.problems.append(f"behaviour: {INTERACTION.path(root, run.run_id, run.folder)}: unreadable "
+                                f"interaction record ({e})")
+    for kind in RECORD_KINDS:  # spending counts even in an unfinished file
+        for record in saved[kind.name][0].values():
+            for role, used in (record.get("usage") or {}).items():
+                total = run.usage.setdefault(kind.file, {}).setdefault(role, Counter())
+                total.update({k: used.get(k, 0) for k in USAGE_FIELDS})
+
+
+STOP_CATEGORIES = ("round 1", "round 2", "round 3", "budget")
+
+
+def stop_category(interaction: dict) -> str:
+    """Judged in round 1, 2 or 3, or the forced prediction after the budget."""
+    return f"round {len(interaction['rounds'])}" if interaction["stop_reason"] == "judged" else "budget"
+
+
+def score_behaviour(run: Run, interactions: dict) -> None:
+    """Questions before a prediction and stop reasons (premature = judged in round 1), overall and per class;
+    Interaction-Based QWK per stop reason."""
+    stops = np.array([stop_category(r) for r in interactions.values()])
+    questions = np.array([sum(r_["label"] == "策略二" for r_ in r["rounds"]) for r in interactions.values()])
+    classes = np.array([cause_class(r["cause_of_action"]) for r in interactions.values()])
+    for cls in [OVERALL] + sorted(set(classes)):
+        mask = np.ones(len(classes), bool) if cls == OVERALL else classes == cls
+        run.metrics[("behaviour", "questions", cls)] = float(questions[mask].mean())
+        for category in STOP_CATEGORIES:
+            run.metrics[("behaviour", category, cls)] = float((stops[mask] == category).mean())
+    data = run.tasks.get("LJP_interaction")
+    if data is not None:
+        by_case = dict(zip(interactions, stops))
+        case_stops = np.array([by_case[n] for n in data.cases])
+        for category in STOP_CATEGORIES:
+            if (case_stops == category).any():
+                run.metrics[("LJP_interaction_by_stop", "qwk", category)] = \
+                    metrics_of("LJP_interaction", data, case_stops == category)["qwk"]
+
+
+def load_runs(root: Path, models: list[str] | None, run_ids: list[str] | None, score: bool = True,
+              dataset: Path | None = None, err=None) -> list[Run]:
+    """The runs under `root` (manifest by manifest), scored unless `score` is false.
+
+    Records are checked against the cases of `dataset` (else the dataset the manifest names, when it is
+    still there and unchanged): a record made from other inputs leaves its task out.
+    """
+    err = err or sys.stderr
+    runs = []
+    datasets: dict[Path, tuple[dict, str] | str] = {}
+    for path in sorted(root.glob("runs/*/*/manifest.json")):
+        manifest, problem = read_manifest(path, root)
+        if problem:
+            print(f"{problem}; run skipped", file=err)
+            continue
+        model = manifest["models"]["eval"]["model"]
+        if (models and model not in models) or (run_ids and manifest["run_id"] not in run_ids):
+            continue
+        run = Run(manifest["run_id"], model, manifest, path.parent.name)
+        run.input_hashes = input_hashes(run, dataset, datasets, err)
+        if score:  # judge_agreement only needs the manifests
+            score_run(run, root)
+        runs.append(run)
+    return runs
+
+
+def read_manifest(path: Path, root: Path) -> tuple[dict | None, str | None]:
+    """A manifest with the fields the reports need, or what is wrong with it."""
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        return None, f"{path}: unreadable manifest ({type(e).__name__}: {' '.join(str(e).split())[:120]})"
+    if not isinstance(manifest, dict):
+        return None, f"{path}: the manifest is not a JSON object"
+    try:
+        model = manifest["models"]["eval"]["model"]
+        selected = manifest["selected_cases"]
+        run_id = manifest["run_id"]
+        if not isinstance(model, str) or not isinstance(run_id, str) or not isinstance(selected, list) \
+                or not all(isinstance(n, str) for n in selected):
+            raise TypeError
+    except (KeyError, TypeError):
+        return None, f"{path}: the manifest lacks models.eval.model, run_id or selected_cases (or they are malformed)"
+    if path.parent != root / "runs" / run_id / model_folder(model):
+        return None, f"{path}: the manifest's run_id {run_id[:80]!r} and model do not match its folder"
+    return manifest, None
+
+
+def input_hashes(run: Run, dataset: Path | None, cache: dict, err) -> dict[str, str | None]:
+    """Selected case -> its input hash in the dataset shown with (None where it cannot be checked)."""
+    named = run.manifest.get("dataset_path")
+    path = dataset or Path(str(named))
+    unchecked = {n: None for n in run.selected}
+    if dataset is None and (not isinstance(named, str) or not path.is_file()):
+        print(f"run {run.run_id}, model {run.model}: the run's dataset {named!r} is not there; records not "
+              "checked against it (pass --dataset)", file=err)
+        return unchecked
+    if path not in cache:
+        try:
+            cases, sha = load_dataset(path)
+            cache[path] = ({c.number: c.input_hash for c in cases}, sha)
+        except HarnessError as e:
+            cache[path] = str(e).splitlines()[0]
+    if isinstance(cache[path], str):
+        print(f"run {run.run_id}, model {run.model}: records not checked against the dataset: {cache[path]}",
+              file=err)
+        return unchecked
+    hashes, sha = cache[path]
+    if dataset is None and sha != run.manifest.get("dataset_sha256"):
+        print(f"run {run.run_id}, model {run.model}: {path} has changed since the run; records not checked "
+              "against it (pass the run's --dataset)", file=err)
+        return unchecked
+    # a case the dataset does not hold gets a hash no record has, so its records are reported
+    return {n: hashes.get(n, "not in the dataset") for n in run.selected}
+
+
+# ----------------------------------------------------------------------------- grouping and statistics
+
+@dataclass
+class Group:
+    model: str
+    settings: tuple
+    runs: list[Run]
+    differs: list[str] = field(default_factory=list)
+
+    @property
+    def condition(self) -> str:
+        return self.runs[0].condition
+
+    @property
+    def run_ids(self) -> list[str]:
+        return [r.run_id for r in self.runs]
+
+    def values(self, key) -> list:
+        return [r.metrics[key] for r in self.runs if key in r.metrics]
+
+    def stat(self, key) -> dict | None:
+        """Mean and sample SD over the runs where the metric is defined; counts the others."""
+        values = self.values(key)
+        if not values:
+            return None
+        defined = [v for v in values if v is not None]
+        return {"runs": values, "mean": float(np.mean(defined)) if defined else None,
+                "sd": float(np.std(defined, ddof=1)) if len(defined) > 1 else None,
+                "n": len(defined), "undefined": len(values) - len(defined)}
+
+
+def settings_key(manifest: dict) -> tuple:
+    return tuple(json.dumps(manifest.get(name), sort_keys=True) for name in COMPARED_MANIFEST_FIELDS)
+
+
+def group_runs(runs: list[Run]) -> list[Group]:
+    groups: dict[tuple, Group] = {}
+    for run in sorted(runs, key=lambda r: (r.model, r.run_id)):
+        key = (run.model, settings_key(run.manifest))
+        groups.setdefault(key, Group(run.model, key[1], [])).runs.append(run)
+    ordered = list(groups.values())
+    for group in ordered:
+        first = next(g for g in ordered if g.model == group.model)
+        group.differs = [name for name, a, b in zip(COMPARED_MANIFEST_FIELDS, group.settings, first.settings) if a != b]
+    return ordered
+
+
+def group_label(group: Group, groups: list[Group]) -> str:
+    siblings = [g for g in groups if g.model == group.model and g.condition == group.condition]
+    label = group.model if group.condition == "standard" else f"{group.model} ({group.condition} user)"
+    return label if len(siblings) == 1 else f"{label} #{siblings.index(group) + 1}"
+
+
+# ----------------------------------------------------------------------------- bootstrap over cases
+
+@dataclass
+class Bootstrap:
+    """Resampling of whole cases (a case's claims and both its histories stay together).
+
+    One draw of cases per resample, shared by every run, task, setup and model on the same selected cases,
+    so differences between setups or models are paired. A group's value in a resample is the mean over its
+    runs of the metric on that resample.
+    """
+    resamples: int = 1000
+    seed: int = 0
+    _weights: dict = field(default_factory=dict)
+    _metrics: dict = field(default_factory=dict)
+
+    def weights(self, cases: tuple) -> np.ndarray:
+        """Resamples × cases: how often each case was drawn."""
+        if cases not in self._weights:
+            rng = np.random.default_rng(self.seed)
+            draws = rng.integers(0, len(cases), size=(self.resamples, len(cases)))
+            self._weights[cases] = np.stack([np.bincount(d, minlength=len(cases)) for d in draws]).astype(float)
+        return self._weights[cases]
+
+    def distribution(self, group: Group, key: tuple) -> np.ndarray | None:
+        task, metric, cls = key
+        if (id(group), task, cls) not in self._metrics:
+            per_run = []
+            for run in group.runs:
+                data = run.tasks.get(task)
+                if data is not None:
+                    counts = data.counts if cls == OVERALL else data.counts * (np.array(data.classes) == cls)[:, None]
+                    per_run.append(TASKS[task][2](self.weights(tuple(data.cases)) @ counts))
+            self._metrics[(id(group), task, cls)] = per_run
+        per_run = self._metrics[(id(group), task, cls)]
+        if not per_run:
+            return None
+        values = np.array([m[metric] for m in per_run])
+        defined = ~np.isnan(values)
+        return ratio(np.where(defined, values, 0).sum(axis=0), defined.sum(axis=0))
+
+    def interval(self, group: Group, key: tuple) -> tuple[float, float] | None:
+        return percentile_interval(self.distribution(group, key))
+
+
+def percentile_interval(values: np.ndarray | None) -> tuple[float, float] | None:
+    """The 95% percentile interval over the resamples where the value is defined."""
+    if values is None or np.isnan(values).all():
+        return None
+    lo, hi = np.percentile(values[~np.isnan(values)], [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def paired_difference(boot: Bootstrap, a: tuple[Group, tuple], b: tuple[Group, tuple]) -> dict | None:
+    """a − b on the same resampled cases: point difference of the group means, interval, share below zero."""
+    (ga, ka), (gb, kb) = a, b
+    mean_a, mean_b = (ga.stat(ka) or {}).get("mean"), (gb.stat(kb) or {}).get("mean")
+    da, db = boot.distribution(ga, ka), boot.distribution(gb, kb)
+    if None in (mean_a, mean_b) or da is None or db is None:
+        return None
+    diff = da - db
+    defined = diff[~np.isnan(diff)]
+    return {"difference": mean_a - mean_b, "ci": percentile_interval(diff),
+            "below_zero": float((defined < 0).mean()) if defined.size else None}

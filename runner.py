@@ -1,0 +1,329 @@
+"""The stage runner: a stage declared as data (`Stage`: name, steps, upstream record kinds, options), and
+running it: the command line, the manifest and lock, resuming from checkpoints, cases in parallel with
+a progress line, failures and Ctrl-C, the dry run's call and token estimate, and the closing summary.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from checkpoints import (CallJournal, CheckpointWriter, RunLock, build_manifest, check_manifest, checkpoint_path,
+                         journal_path, manifest_path, read_checkpoint)
+from common import SLOT, ModelCaller, Usage, load_prompts, render_claims, render_details_by_focal_point, \
+    render_focal_points, render_history
+from config import Settings, add_common_args, settings_from_args
+from dataset import Case, load_dataset
+from errors import Aborted, CaseFailed, FatalError, HarnessError
+from protocols import CaseCalls, Step
+from records import ROLES, SCHEMA_VERSION, RecordKind, record_digest
+
+
+@dataclass(frozen=True)
+class Stage:
+    """What one entry point runs: its steps in order, the record kinds other scripts must have finished
+    first, and whether it takes --user-condition."""
+    name: str
+    steps: tuple[Step, ...]
+    upstream: tuple[RecordKind, ...] = ()
+    user_condition: bool = False
+
+    @property
+    def kinds(self) -> tuple[RecordKind, ...]:
+        """Every record kind the stage reads or writes."""
+        return self.upstream + tuple(s.kind for s in self.steps)
+
+
+class Progress:
+    """Counters shared by the workers of a stage, drawn on stderr so retrying never looks like a hang."""
+
+    def __init__(self, stage: str, total: int, stream=None):
+        self.stage, self.total, self.stream = stage, total, stream or sys.stderr
+        self.done = self.failed = self.in_flight = self.retries = 0
+        self.last_error = ""
+        self.lock = threading.Lock()
+        self.start = time.monotonic()
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self._last_draw = self.start
+
+    def update(self, **deltas) -> None:
+        with self.lock:
+            for name, delta in deltas.items():
+                setattr(self, name, getattr(self, name) + delta)
+
+    def retry(self, message: str) -> None:
+        with self.lock:
+            self.retries += 1
+            self.last_error = message
+
+    def line(self) -> str:
+        elapsed = time.monotonic() - self.start
+        finished = self.done + self.failed
+        eta = f"{elapsed / finished * (self.total - finished):.0f}s" if finished else "?"
+        text = (f"[{self.stage}] {self.done}/{self.total} done, {self.failed} failed, "
+                f"{self.in_flight} calls in flight, {self.retries} retries, "
+                f"elapsed {elapsed:.0f}s, remaining ~{eta}")
+        return text + (f" | last retry: {self.last_error}" if self.last_error else "")
+
+    def draw(self, final: bool = False) -> None:
+        if not self.total:
+            return
+        now = time.monotonic()
+        if self.tty:
+            if final or now - self._last_draw >= 0.2:
+                self.stream.write("\r\033[K" + self.line()[:200] + ("\n" if final else ""))
+                self.stream.flush()
+                self._last_draw = now
+        elif final or now - self._last_draw >= 30:
+            self.stream.write(self.line() + "\n")
+            self.stream.flush()
+            self._last_draw = now
+
+
+@dataclass
+class StageState:
+    settings: Settings
+    steps: list[Step]
+    cases: list[Case]
+    paths: dict[str, Path]
+    records: dict[str, dict[str, dict]]  # step -> case_number -> record
+
+    def pending(self) -> list[Case]:
+        return [c for c in self.cases if any(c.number not in self.records[s.name] for s in self.steps)]
+
+
+def load_state(settings: Settings, stage: Stage, cases: list[Case]) -> StageState:
+    model = settings.roles["eval"].model
+    by_number = {c.number: c for c in cases}
+    paths = {k.name: checkpoint_path(settings.output_root, settings.run_id, model, k) for k in stage.kinds}
+    needs = {s.name: s.needs for s in stage.steps}
+    records = {}
+    for kind in stage.kinds:
+        loaded = read_checkpoint(paths[kind.name], kind, by_number, "Use the same --dataset and --limit as the "
+                                 "rest of this run, or a new --run-id")
+        records[kind.name] = {n: r for n, (_, r) in loaded.items()}
+        lines = {n: line for n, (line, _) in loaded.items()}
+        for need in needs.get(kind.name, ()):  # a record must have been built from the upstream records that exist now
+            for number, record in records[kind.name].items():
+                upstream = records[need].get(number)
+                if upstream is None or record.get("upstream_hash", {}).get(need) != record_digest(upstream):
+                    raise HarnessError(
+                        f"{paths[kind.name]}:{lines[number]}: case {number} was built from a {need} record "
+                        f"that {'no longer exists' if upstream is None else 'has changed'}. Delete this line "
+                        "to have it redone, or use a new --run-id.")
+    for kind in stage.upstream:
+        missing = [c.number for c in cases if c.number not in records[kind.name]]
+        if missing:
+            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            raise HarnessError(f"{paths[kind.name]}: the {kind.name} stage is incomplete ({len(missing)} of "
+                               f"{len(cases)} cases missing: {shown}). Run {kind.producer} for this run first.")
+    return StageState(settings, list(stage.steps), cases, paths, records)
+
+
+def run_case(state: StageState, calls: CaseCalls, writer: CheckpointWriter) -> None:
+    case = calls.case
+    for step in state.steps:
+        if case.number in state.records[step.name]:
+            continue
+        calls.usage, calls.replayed, calls.step = Usage(), Usage(), step.name
+        upstream = {need: state.records[need][case.number] for need in step.needs}
+        try:
+            body = step.run(calls, upstream)
+        finally:
+            calls.spent.merge(calls.usage.by_role)
+        cost = Usage()  # what this record cost, including replies paid in an earlier run and replayed
+        cost.merge(calls.usage.by_role)
+        cost.merge(calls.replayed.by_role)
+        record = {"case_number": case.number, "schema_version": SCHEMA_VERSION, "input_hash": case.input_hash,
+                  "cause_of_action": case.cause, **body,
+                  "upstream_hash": {need: record_digest(r) for need, r in upstream.items()},
+                  "usage": cost.by_role}
+        writer.append(state.paths[step.name], record)
+        state.records[step.name][case.number] = record
+
+
+def planned_calls(state: StageState, cases: list[Case], prompts: dict[str, str] | None = None) -> tuple[Counter, Counter]:
+    """Calls per role at most, and the characters of the known prompt text they would send: the prompt and
+    the case's inputs (the complete history standing for either history); earlier replies are not known."""
+    calls, chars = Counter(), Counter()
+    for case in cases:
+        inputs = {"history": len(render_history(case.complete)), "key_facts": len(render_details_by_focal_point(case)),
+                  "focus_text": len(render_focal_points(case)), "claims": len(render_claims(case)), "ai_response": 0}
+        for step in state.steps:
+            if case.number in state.records[step.name]:
+                continue
+            upstream = {need: state.records[need].get(case.number) for need in step.needs}
+            planned = step.calls_for(upstream, state.settings)
+            calls.update(planned)
+            for role, n in planned.items():
+                template = (prompts or {}).get(step.prompts.get(role), "")
+                # the judges' {history} slot holds a reply to judge, not the case's history
+                known = {**inputs, "history": 0} if role == "judge" else inputs
+                chars[role] += n * (len(SLOT.sub("", template)) + sum(known[slot] for slot in SLOT.findall(template)))
+    return calls, chars
+
+
+def _format_usage(usage: Usage) -> str:
+    parts = []
+    for role in ROLES:
+        e = usage.by_role.get(role)
+        if e:
+            parts.append(f"{role} {e['calls']} calls/{e['prompt_tokens']}+{e['completion_tokens']} tokens"
+                         + (f" ({e['unreported_calls']} calls without token counts)" if e.get("unreported_calls") else ""))
+    return "; ".join(parts) or "no calls"
+
+
+def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out=None, err=None) -> int:
+    """Load, resume, run every pending case of the stage's steps, save; returns the exit status.
+
+    `clients` (role -> OpenAI-compatible client) replace the ones built from the settings (tests).
+    """
+    name = stage.name
+    out, err = out or sys.stdout, err or sys.stderr
+    all_cases, dataset_sha = load_dataset(settings.dataset)
+    selected = all_cases[:settings.limit] if settings.limit else all_cases
+    model = settings.roles["eval"].model
+    manifest = build_manifest(settings, dataset_sha, selected)
+    mpath = manifest_path(settings.output_root, settings.run_id, model)
+    if settings.dry_run:
+        check_manifest(mpath, manifest, write=False)
+        state = load_state(settings, stage, selected)
+        pending = state.pending()
+        calls, chars = planned_calls(state, pending, load_prompts())
+        print(f"[{name}] dry run: {len(pending)} of {len(selected)} selected cases to do "
+              f"(run {settings.run_id}, model {model!r})", file=out)
+        print("cases: " + (", ".join(c.number for c in pending) or "none"), file=out)
+        print("calls at most (not counting retries): " + ", ".join(
+            f"{role} {calls.get(role, 0)}" for role in ROLES), file=out)
+        print("tokens, estimated: " + "; ".join(
+            f"{role} prompt ~{chars.get(role, 0):,}, completion <= {calls.get(role, 0) * settings.max_tokens:,}"
+            for role in ROLES if calls.get(role)), file=out)
+        print("  (prompt: the prompts and case inputs at one token per character, about right for Chinese; "
+              "replies carried into later prompts come on top, up to --max-tokens each)", file=out)
+        return 0
+    with RunLock(mpath.with_name(".lock")):
+        check_manifest(mpath, manifest, write=True)
+        state = load_state(settings, stage, selected)
+        return _execute(name, state, clients, out, err)
+
+
+def _execute(name: str, state: StageState, clients, out, err) -> int:
+    settings = state.settings
+    pending = state.pending()
+    skipped = len(state.cases) - len(pending)
+    if not pending:  # nothing to do: no client, no pool
+        print(f"[{name}] cases: 0 done, {skipped} skipped (already saved), 0 failed; no calls", file=out)
+        return 0
+    progress = Progress(name, len(pending), err)
+    abort, stop_new = threading.Event(), threading.Event()
+    caller = ModelCaller(settings, progress, abort, clients)
+    prompts = load_prompts()
+    writer = CheckpointWriter()
+    failures: list[tuple[str, str]] = []
+    fatal: list[str] = []
+    total_usage = Usage()
+    replays = {"count": 0}
+    journal = CallJournal(journal_path(settings.output_root, settings.run_id, settings.roles["eval"].model), writer,
+                          {(c.number, s.name) for c in pending for s in state.steps
+                           if c.number not in state.records[s.name]})
+    if journal.unreadable:
+        print(f"[{name}] {journal.path}: {journal.unreadable} unreadable line(s) ignored (probably torn by a "
+              "crash); those calls are made again", file=err)
+    usage_lock = threading.Lock()
+    started = time.monotonic()
+
+    finished = {"count": 0}
+    all_finished = threading.Event()
+
+    def work(case: Case) -> None:
+        try:
+            work_on(case)
+        finally:
+            with usage_lock:
+                finished["count"] += 1
+                if finished["count"] == len(pending):
+                    all_finished.set()
+
+    def work_on(case: Case) -> None:
+        if stop_new.is_set():
+            return
+        calls = CaseCalls(caller, prompts, case, user_condition=settings.user_condition, journal=journal)
+        try:
+            run_case(state, calls, writer)
+            progress.update(done=1)
+        except FatalError as e:
+            fatal.append(str(e))
+            abort.set()
+            stop_new.set()
+        except Aborted:
+            pass
+        except CaseFailed as e:
+            failures.append((case.number, str(e)))
+            progress.update(failed=1)
+            if not settings.keep_going:
+                stop_new.set()
+        except Exception as e:  # a bug must not lose the other cases' work: report it like a failure
+            failures.append((case.number, f"internal error {type(e).__name__}: {e}"))
+            progress.update(failed=1)
+            stop_new.set()
+        finally:
+            with usage_lock:
+                total_usage.merge(calls.spent.by_role)
+                replays["count"] += calls.replays
+
+    pool = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="case")
+    for case in pending:
+        pool.submit(work, case)
+    try:
+        # A counter, not wait() over every future: that would cost O(cases) per completion.
+        while not all_finished.wait(0.2):
+            progress.draw()
+    except KeyboardInterrupt:
+        abort.set()
+        stop_new.set()
+        with writer.lock:  # no record is half-written when we leave
+            progress.draw(final=True)
+            print(f"\n[{name}] interrupted: completed cases are saved; rerun the same command to resume.",
+                  file=err, flush=True)
+            os._exit(130)
+    pool.shutdown()
+    writer.close()
+    journal.compact({s.name: state.records[s.name] for s in state.steps})
+    progress.draw(final=True)
+    failed_numbers = sorted(n for n, _ in failures)
+    print(f"[{name}] cases: {progress.done} done, {skipped} skipped (already saved), "
+          f"{len(failures)} failed; {_format_usage(total_usage)}"
+          + (f"; {replays['count']} replies paid in an earlier run replayed" if replays["count"] else "")
+          + f"; wall {time.monotonic() - started:.1f}s",
+          file=out, flush=True)
+    if fatal:
+        print(f"[{name}] stopped: {fatal[0]}", file=err)
+        return 1
+    if failures:
+        for number, message in sorted(failures):
+            print(f"[{name}] case {number} failed: {message}", file=err)
+        not_started = len(pending) - progress.done - len(failures)
+        tail = f"; {not_started} cases not started" if not_started > 0 else ""
+        print(f"[{name}] {len(failures)} case(s) failed ({', '.join(failed_numbers)}){tail}. "
+              "Rerun the same command to retry them; saved cases are kept.", file=err)
+        return 1
+    return 0
+
+
+def stage_main(stage: Stage, doc: str, argv=None, clients: dict | None = None) -> int:
+    """Parse the common flags and run a stage; errors are one clear message and a non-zero status."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(parser, stage.user_condition)
+    args = parser.parse_args(argv)
+    try:
+        settings = settings_from_args(args)
+        return run_stage(stage, settings, clients)
+    except HarnessError as e:
+        print(f"[{stage.name}] error: {e}", file=sys.stderr)
+        return 2

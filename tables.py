@@ -1,0 +1,332 @@
+"""The paper's tables from grouped runs (main results, per class, LCA detail, interaction behaviour,
+non-ideal users, paired differences, model comparison, token usage and cost) and their renderings as
+text, Markdown, CSV, LaTeX and JSON.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from categories import CLASS_LABELS
+from checkpoints import COMPARED_MANIFEST_FIELDS
+from records import LJP_SETUPS, ROLES
+from results import (OVERALL, STOP_CATEGORIES, TASKS, Bootstrap, Group, Run, group_label, paired_difference)
+
+USER_CONDITION_NAMES = (("standard", "Standard"), ("delayed", "Delayed Disclosure"), ("self-correction", "Self-Correction"))
+SETUP_NAMES = {"direct": "Direct", "interaction": "Interaction-Based", "gold": "Gold-Standard"}
+
+@dataclass
+class Table:
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+
+
+def cell(stat: dict | None, digits: int, ci: tuple[float, float] | None = None) -> str:
+    if stat is None:
+        return "n/a"
+    if stat["mean"] is None:
+        return "undefined"
+    text = f"{stat['mean']:.{digits}f}"
+    if len(stat["runs"]) > 1:
+        text += f" ± {stat['sd']:.{digits}f}" if stat["sd"] is not None else " ± n/a"
+    if ci is not None:
+        text += f" [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
+    if stat["undefined"]:
+        text += f" ({stat['undefined']} undefined)"
+    return text
+
+
+def difference_cell(d: dict | None, digits: int = 3) -> str:
+    if d is None:
+        return "n/a"
+    text = f"{d['difference']:+.{digits}f}"
+    if d["ci"] is not None:
+        text += f" [{d['ci'][0]:+.{digits}f}, {d['ci'][1]:+.{digits}f}]"
+    return text + (f", {100 * d['below_zero']:.1f}% < 0" if d["below_zero"] is not None else "")
+
+
+def classes_present(groups: list[Group]) -> list[str]:
+    present = {k[2] for g in groups for r in g.runs for k in r.metrics}
+    return [c for c in CLASS_LABELS if c in present]
+
+
+CLASS_TABLES = (("LCA Macro-F1 by class (Table 2, top)", ("LCA", "macro_f1"), 4),
+                ("DCG accuracy by class (Table 2, bottom)", ("DCG", "accuracy"), 4),
+                ("LJP Direct QWK by class", ("LJP_direct", "qwk"), 4),
+                ("LJP Interaction-Based QWK by class (Table 17)", ("LJP_interaction", "qwk"), 4),
+                ("LJP Gold-Standard QWK by class (Table 16)", ("LJP_gold", "qwk"), 4))
+
+
+def build_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
+    """The paper's tables over the standard-user groups; with `boot`, a 95% interval in every metric cell."""
+    tables = [Table("Runs", ["Model", "Runs", "Run ids", "Differs from #1 in"],
+                    [[group_label(g, groups), str(len(g.runs)), ", ".join(g.run_ids), ", ".join(g.differs) or "-"]
+                     for g in groups])]
+    non_ideal = non_ideal_table(groups, boot)
+    behaviour = behaviour_tables(groups)
+    groups = [g for g in groups if g.condition == "standard"]
+    labels = [group_label(g, groups) for g in groups]
+    classes = classes_present(groups) + [OVERALL]
+    suffix = ", [95% bootstrap interval over cases]" if boot else ""
+
+    def value(g: Group, key: tuple, digits: int) -> str:
+        return cell(g.stat(key), digits, boot.interval(g, key) if boot and key[0] in TASKS else None)
+
+    tables.append(Table(f"Main results (Table 11): mean ± SD over runs{suffix}",
+                        ["Model", "LCA Macro-F1", "DCG Acc.", "LJP Direct QWK", "LJP Interaction QWK", "LJP Gold QWK"],
+                        [[label, value(g, ("LCA", "macro_f1", OVERALL), 3), value(g, ("DCG", "accuracy", OVERALL), 3)]
+                         + [value(g, (f"LJP_{s}", "qwk", OVERALL), 3) for s, _, _, _ in LJP_SETUPS]
+                         for label, g in zip(labels, groups)]))
+    tables.append(Table(f"LCA detail (Table 14){suffix}", ["Model", "Macro-F1", "Acc_C", "Acc_U"],
+                        [[label] + [value(g, ("LCA", m, OVERALL), 4) for m in ("macro_f1", "acc_c", "acc_u")]
+                         for label, g in zip(labels, groups)]))
+    for title, key, digits in CLASS_TABLES:
+        tables.append(Table(title + suffix, ["Model"] + classes,
+                            [[label] + [value(g, (*key, c), digits) for c in classes]
+                             for label, g in zip(labels, groups)]))
+    tables.append(Table(f"LJP accuracy{suffix}", ["Model", "Direct", "Interaction-Based", "Gold-Standard"],
+                        [[label] + [value(g, (f"LJP_{s}", "accuracy", OVERALL), 4) for s, _, _, _ in LJP_SETUPS]
+                         for label, g in zip(labels, groups)]))
+    tables.append(interaction_gain_table(groups, labels))
+    if boot:
+        tables.append(paired_setups_table(groups, labels, boot))
+    return tables + behaviour + ([non_ideal] if non_ideal else [])
+
+
+def paired_setups_table(groups: list[Group], labels: list[str], boot: Bootstrap) -> Table:
+    qwk = lambda g, setup: (g, (f"LJP_{setup}", "qwk", OVERALL))  # noqa: E731
+    return Table("Paired QWK differences on the same cases: difference of means [95% bootstrap interval], "
+                 "share of resamples below zero", ["Model", "Interaction − Direct", "Gold − Interaction"],
+                 [[label, difference_cell(paired_difference(boot, qwk(g, "interaction"), qwk(g, "direct"))),
+                   difference_cell(paired_difference(boot, qwk(g, "gold"), qwk(g, "interaction")))]
+                  for label, g in zip(labels, groups)])
+
+
+COMPARED_METRICS = (("LCA Macro-F1", ("LCA", "macro_f1")), ("LCA Acc_C", ("LCA", "acc_c")),
+                    ("LCA Acc_U", ("LCA", "acc_u")), ("DCG Acc.", ("DCG", "accuracy")),
+                    *((f"LJP {SETUP_NAMES[s]} QWK", (f"LJP_{s}", "qwk")) for s, _, _, _ in LJP_SETUPS))
+
+
+def comparison_table(a: Group, b: Group, boot: Bootstrap) -> Table:
+    """Model A − model B on every metric, paired on the same resampled cases."""
+    rows = []
+    for name, (task, metric) in COMPARED_METRICS:
+        key = (task, metric, OVERALL)
+        rows.append([name, cell(a.stat(key), 4), cell(b.stat(key), 4),
+                     difference_cell(paired_difference(boot, (a, key), (b, key)), 4)])
+    return Table(f"{a.model} − {b.model}: difference of means [95% bootstrap interval over cases], "
+                 "share of resamples below zero", ["Metric", a.model, b.model, "Difference"], rows)
+
+
+def behaviour_tables(groups: list[Group]) -> list[Table]:
+    """Over-asking against premature judgment (Section 6.2, Appendix E.4), from interaction.jsonl."""
+    groups = [g for g in groups if g.stat(("behaviour", "questions", OVERALL))]
+    if not groups:
+        return []
+    labels = [group_label(g, groups) for g in groups]
+    classes = classes_present(groups) + [OVERALL]
+    tables = [Table("Interaction behaviour: mean questions before a prediction and share of stop reasons, "
+                    "mean ± SD over runs",
+                    ["Model", "Questions", "Judged in round 1 (premature)", "Round 2", "Round 3", "Budget (forced)"],
+                    [[label, cell(g.stat(("behaviour", "questions", OVERALL)), 2)]
+                     + [cell(g.stat(("behaviour", c, OVERALL)), 3) for c in STOP_CATEGORIES]
+                     for label, g in zip(labels, groups)]),
+              Table("Interaction-Based QWK by stop reason, mean ± SD over runs",
+                    ["Model", "Judged in round 1", "Round 2", "Round 3", "Budget (forced)"],
+                    [[label] + [cell(g.stat(("LJP_interaction_by_stop", "qwk", c)), 4) for c in STOP_CATEGORIES]
+                     for label, g in zip(labels, groups)])]
+    for title, metric, digits in (("Questions before a prediction by class", "questions", 2),
+                                  ("Premature predictions (judged in round 1) by class", "round 1", 3)):
+        tables.append(Table(title, ["Model"] + classes,
+                            [[label] + [cell(g.stat(("behaviour", metric, c)), digits) for c in classes]
+                             for label, g in zip(labels, groups)]))
+
+    def shares(g: Group, cls: str) -> str:
+        means = [(g.stat(("behaviour", category, cls)) or {}).get("mean") for category in STOP_CATEGORIES]
+        return "n/a" if None in means else " / ".join(f"{m:.2f}" for m in means)
+    tables.append(Table("Stop reasons by class: judged in round 1 / 2 / 3 / budget, share (mean over runs)",
+                        ["Model"] + classes, [[label] + [shares(g, c) for c in classes]
+                                              for label, g in zip(labels, groups)]))
+    return tables
+
+
+def non_ideal_table(groups: list[Group], boot: Bootstrap | None = None) -> Table | None:
+    """Table 15: Interaction-Based QWK per user condition, for groups equal in every other setting."""
+    rows: dict[tuple, dict[str, Group]] = {}
+    for g in groups:
+        others = tuple(s for name, s in zip(COMPARED_MANIFEST_FIELDS, g.settings) if name != "user_condition")
+        rows.setdefault((g.model, others), {})[g.condition] = g
+    rows = {key: by_condition for key, by_condition in rows.items() if set(by_condition) - {"standard"}}
+    if not rows:
+        return None
+    key = ("LJP_interaction", "qwk", OVERALL)
+    table = Table("Non-ideal users (Table 15): Interaction-Based LJP QWK, mean ± SD over runs"
+                  + (", [95% bootstrap interval over cases]" if boot else ""),
+                  ["Model"] + [name for _, name in USER_CONDITION_NAMES], [])
+    for (model, others), by_condition in rows.items():
+        same_model = [k for k in rows if k[0] == model]
+        label = model if len(same_model) == 1 else f"{model} #{same_model.index((model, others)) + 1}"
+        table.rows.append([label] + [cell(by_condition[c].stat(key), 4, boot.interval(by_condition[c], key)
+                                          if boot else None) if c in by_condition else "n/a"
+                                     for c, _ in USER_CONDITION_NAMES])
+    return table
+
+
+def interaction_gain_table(groups: list[Group], labels: list[str]) -> Table:
+    """Interaction − Direct and (Interaction − Gold) / Gold on the group means (Section 6.4)."""
+    rows, gains, changes = [], [], []
+    for label, g in zip(labels, groups):
+        means = {s: (g.stat((f"LJP_{s}", "qwk", OVERALL)) or {}).get("mean") for s, _, _, _ in LJP_SETUPS}
+        gain = means["interaction"] - means["direct"] if None not in (means["interaction"], means["direct"]) else None
+        change = (means["interaction"] - means["gold"]) / means["gold"] \
+            if None not in (means["interaction"], means["gold"]) and means["gold"] != 0 else None
+        gains += [gain] if gain is not None else []
+        changes += [change] if change is not None else []
+        rows.append([label, "n/a" if gain is None else f"{gain:+.3f}",
+                     "n/a" if change is None else f"{100 * change:+.2f}%"])
+    rows.append([f"Average over {len(gains)} / {len(changes)} models",
+                 f"{np.mean(gains):+.3f}" if gains else "n/a", f"{100 * np.mean(changes):+.2f}%" if changes else "n/a"])
+    return Table("Interaction-Based against Direct and Gold-Standard (QWK)",
+                 ["Model", "Interaction − Direct", "Interaction vs Gold (relative)"], rows)
+
+
+# ----------------------------------------------------------------------------- token usage and cost
+
+class UsageError(Exception):
+    """A problem with the price file: said in one line, nothing else is printed."""
+
+
+def read_prices(path: Path) -> dict[str, tuple[float, float]]:
+    """{"model id": {"prompt": USD per 1M prompt tokens, "completion": USD per 1M completion tokens}, ...}"""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"--prices {path}: not found") from None
+    except json.JSONDecodeError as e:
+        raise UsageError(f"--prices {path}: not JSON ({e.msg} at line {e.lineno})") from None
+    prices = {}
+    for model, entry in (data.items() if isinstance(data, dict) else [(None, None)]):
+        try:
+            prices[model] = (float(entry["prompt"]), float(entry["completion"]))
+        except (TypeError, KeyError, ValueError):
+            raise UsageError(f"--prices {path}: entry {model!r} must be {{\"prompt\": number, \"completion\": "
+                             "number}} (price per million tokens)") from None
+    return prices
+
+
+def role_cost(run: Run, role: str, used: dict, prices: dict | None) -> float | None:
+    price = (prices or {}).get(run.manifest["models"].get(role, {}).get("model"))
+    if price is None:
+        return None
+    return (used["prompt_tokens"] * price[0] + used["completion_tokens"] * price[1]) / 1e6
+
+
+def usage_tables(groups: list[Group], prices: dict | None) -> list[Table]:
+    """Tokens per run and role, and per stage file and role over each group's runs; cost when priced."""
+    money = lambda v: "n/a" if v is None else f"{v:,.2f}" if v >= 1 else f"{v:.4f}"  # noqa: E731
+    per_run, per_stage = [], []
+    for g in groups:
+        label = group_label(g, groups)
+        stage_totals: dict[tuple, Counter] = {}
+        stage_costs: dict[tuple, list] = {}
+        for run in g.runs:
+            by_role: dict[str, Counter] = {role: Counter() for role in ROLES}
+            costs = []
+            for stage, roles in run.usage.items():
+                for role, used in roles.items():
+                    by_role.setdefault(role, Counter()).update(used)
+                    stage_totals.setdefault((stage, role), Counter()).update(used)
+                    cost = role_cost(run, role, used, prices)
+                    costs.append(cost)
+                    stage_costs.setdefault((stage, role), []).append(cost)
+            total = None if not costs or None in costs else sum(costs)
+            per_run.append([label, run.run_id] + [f"{by_role[r]['calls']} / {by_role[r]['prompt_tokens']} / "
+                                                  f"{by_role[r]['completion_tokens']}"
+                                                  + (f" ({by_role[r]['unreported_calls']} uncounted)"
+                                                     if by_role[r]["unreported_calls"] else "") for r in ROLES]
+                           + [money(total)])
+        for (stage, role), used in sorted(stage_totals.items(), key=lambda x: (x[0][0], ROLES.index(x[0][1]))):
+            costs = stage_costs[(stage, role)]
+            per_stage.append([label, stage, role, str(used["calls"]), str(used["prompt_tokens"]),
+                              str(used["completion_tokens"]), money(None if None in costs else sum(costs))])
+    return [Table("Token usage per run (calls / prompt tokens / completion tokens; saved records only; "
+                  "'uncounted': calls whose reply carried no token counts)",
+                  ["Model", "Run", "Evaluated model", "User Model", "Judge", "Cost"], per_run),
+            Table("Token usage per stage file, all runs of the group",
+                  ["Model", "Stage file", "Role", "Calls", "Prompt tokens", "Completion tokens", "Cost"], per_stage)]
+
+
+# ----------------------------------------------------------------------------- renderings
+
+def render_text(tables: list[Table]) -> str:
+    out = []
+    for t in tables:
+        widths = [max(len(r[i]) for r in [t.headers] + t.rows) for i in range(len(t.headers))]
+        line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+        out += [t.title, line(t.headers), "  ".join("-" * w for w in widths)] + [line(r) for r in t.rows] + [""]
+    return "\n".join(out)
+
+
+def render_markdown(tables: list[Table]) -> str:
+    out = []
+    for t in tables:
+        esc = lambda c: c.replace("|", "\\|")  # noqa: E731
+        out += [f"### {t.title}", "", "| " + " | ".join(map(esc, t.headers)) + " |",
+                "|" + "|".join("---" for _ in t.headers) + "|"]
+        out += ["| " + " | ".join(map(esc, r)) + " |" for r in t.rows] + [""]
+    return "\n".join(out)
+
+
+def render_latex(tables: list[Table]) -> str:
+    def esc(text: str) -> str:
+        for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("#", r"\#"), ("_", r"\_"),
+                     ("±", r"$\pm$"), ("−", "--")):
+            text = text.replace(a, b)
+        return text
+    out = []
+    for t in tables:
+        out += [f"% {esc(t.title)}", r"\begin{tabular}{l" + "c" * (len(t.headers) - 1) + "}", r"\toprule",
+                " & ".join(map(esc, t.headers)) + r" \\", r"\midrule"]
+        out += [" & ".join(map(esc, r)) + r" \\" for r in t.rows] + [r"\bottomrule", r"\end{tabular}", ""]
+    return "\n".join(out)
+
+
+def render_csv(tables: list[Table]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["table", "row"] + [f"col{i}" for i in range(1, max(len(t.headers) for t in tables))])
+    for t in tables:
+        writer.writerow([t.title, "header"] + t.headers[1:])
+        for r in t.rows:
+            writer.writerow([t.title, r[0]] + r[1:])
+    return buffer.getvalue()
+
+
+def render_json(groups: list[Group], boot: Bootstrap | None = None, usage: bool = False) -> str:
+    data = []
+    for g in groups:
+        metrics: dict = {}
+        keys = sorted({k for r in g.runs for k in r.metrics}, key=str)
+        for task, metric, cls in keys:
+            stat = g.stat((task, metric, cls))
+            entry = metrics.setdefault(task, {}).setdefault(metric, {})[cls] = {
+                "per_run": dict(zip([r.run_id for r in g.runs if (task, metric, cls) in r.metrics], stat["runs"])),
+                "mean": stat["mean"], "sd": stat["sd"], "undefined_runs": stat["undefined"]}
+            if boot and task in TASKS:
+                entry["ci95"] = boot.interval(g, (task, metric, cls))
+        group = {"model": g.model, "user_condition": g.condition, "run_ids": g.run_ids,
+                 "differs_from_first_group": g.differs,
+                 "settings": dict(zip(COMPARED_MANIFEST_FIELDS, map(json.loads, g.settings))),
+                 "problems": {r.run_id: r.problems for r in g.runs if r.problems}, "metrics": metrics}
+        if usage:
+            group["usage"] = {r.run_id: {stage: {role: dict(u) for role, u in roles.items()}
+                                         for stage, roles in r.usage.items()} for r in g.runs}
+        data.append(group)
+    return json.dumps({"groups": data}, ensure_ascii=False, indent=1)
