@@ -202,32 +202,86 @@ def build_manifest(settings: Settings, dataset_sha256: str, selected: list[Case]
     }
 
 
+def _compared(manifest: dict, name: str):
+    """A compared field as it decides results: an endpoint's port does not (a local server restarted on
+    another port is the same model), so hosts are compared without it."""
+    value = manifest.get(name)
+    if name == "models" and isinstance(value, dict):
+        return {role: {**m, "endpoint_host": str(m.get("endpoint_host", "")).rsplit(":", 1)[0]
+                       if str(m.get("endpoint_host", "")).count(":") == 1 else m.get("endpoint_host")}
+                if isinstance(m, dict) else m for role, m in value.items()}
+    return value
+
+
+def _leaves(value, prefix: str) -> dict[str, object]:
+    if isinstance(value, dict) and value:
+        return {k: v for key, sub in value.items() for k, v in _leaves(sub, f"{prefix}.{key}").items()}
+    return {prefix: value}
+
+
 def manifest_differences(saved: dict, current: dict) -> list[str]:
-    return [name for name in COMPARED_MANIFEST_FIELDS if saved.get(name) != current.get(name)]
+    """Each compared setting that differs, as 'field: run X, now Y' (nested fields by their dotted path)."""
+    differences = []
+    for name in COMPARED_MANIFEST_FIELDS:
+        before, now = _compared(saved, name), _compared(current, name)
+        if before == now:
+            continue
+        if name == "selected_cases":
+            differences.append(f"selected_cases: run {len(before or [])} cases, now {len(now or [])} "
+                               "(same --dataset and --limit)")
+            continue
+        a, b = _leaves(before, name), _leaves(now, name)
+        differences += [f"{key}: run {a.get(key, 'absent')}, now {b.get(key, 'absent')}"
+                        for key in list(dict.fromkeys([*a, *b])) if a.get(key) != b.get(key)]
+    return differences
 
 
-def check_manifest(path: Path, current: dict, write: bool) -> None:
-    """Stop before any call when the run's saved settings differ; write the manifest on first use."""
+def check_manifest(path: Path, current: dict, write: bool, allow_code_change: bool = False) -> None:
+    """Stop before any call when the run's saved settings differ; write the manifest on first use.
+
+    Harness code that changed since the run started (an upgrade) is accepted with `allow_code_change`,
+    and the new code hash is added to the manifest's `code_hashes_resumed_with`."""
     if path.exists():
-        try:
-            saved = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise HarnessError(f"{path}: unreadable manifest ({e.msg} at line {e.lineno}). "
-                               "Restore it or use a new --run-id.") from None
+        saved = read_manifest(path)
         differing = manifest_differences(saved, current)
-        if "user_condition" in differing:
+        if saved.get("user_condition") != current.get("user_condition"):
             raise HarnessError(f"{path}: this run's user condition is {saved.get('user_condition')!r}, not "
                                f"{current.get('user_condition')!r}. Pass --user-condition "
                                f"{saved.get('user_condition')} (LexAwN_gen.py and eval_LJP_interaction.py take it; "
                                "the other stages belong to standard runs), or use a new --run-id.")
+        code_changed = [d for d in differing if d.startswith("code_hash:")]
+        if code_changed and allow_code_change and len(differing) == 1:
+            resumed = saved.setdefault("code_hashes_resumed_with", [])
+            if current["code_hash"] not in resumed:
+                resumed.append(current["code_hash"])
+                if write:
+                    _write_json(path, saved)
+            return
         if differing:
-            raise HarnessError(f"{path}: this run was started with other settings ({', '.join(differing)} "
-                               "differ). Rerun with the run's settings, or use a new --run-id.")
+            hint = (" If the harness was upgraded and the change does not alter results, add --allow-code-change "
+                    "(recorded in the manifest);" if code_changed else "")
+            raise HarnessError(f"{path}: this run was started with other settings ({'; '.join(differing)}).{hint} "
+                               "Rerun with the run's settings, or use a new --run-id.")
     elif write:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(current, ensure_ascii=False, indent=1), encoding="utf-8")
-        os.replace(tmp, path)
+        _write_json(path, current)
+
+
+def read_manifest(path: Path) -> dict:
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError) as e:
+        raise HarnessError(f"{path}: unreadable manifest ({' '.join(str(e).split())[:120]}). "
+                           "Restore it or use a new --run-id.") from None
+    if not isinstance(saved, dict):
+        raise HarnessError(f"{path}: the manifest is not a JSON object. Restore it or use a new --run-id.")
+    return saved
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 class RunLock:

@@ -47,6 +47,7 @@ class Settings:
     stream: bool
     dry_run: bool
     user_condition: str = "standard"
+    allow_code_change: bool = False
 
 
 ENV_PREFIX = {"eval": "LEXPILOT_EVAL", "user": "LEXPILOT_USER", "judge": "LEXPILOT_JUDGE"}
@@ -90,6 +91,8 @@ def add_common_args(parser: argparse.ArgumentParser, user_condition: bool = Fals
     a("--stream", action="store_true",
       help="stream replies, so --timeout bounds a stalled connection, not a long generation")
     a("--dry-run", action="store_true", help="print the cases and calls the stage would make; call nothing")
+    a("--allow-code-change", action="store_true",
+      help="resume a run started by another version of the harness code (recorded in the manifest)")
     if user_condition:
         a("--user-condition", choices=USER_CONDITIONS, default="standard",
           help="simulated user behaviour (default standard)")
@@ -109,5 +112,5 @@ def settings_from_args(args: argparse.Namespace, env=os.environ) -> Settings:
         limit=args.limit, roles=resolve_roles(args, env), max_tokens=args.max_tokens,
         timeout=args.timeout, retries=args.retries, concurrency=args.concurrency,
         keep_going=args.keep_going, stream=args.stream, dry_run=args.dry_run,
-        user_condition=getattr(args, "user_condition", "standard"),
+        user_condition=getattr(args, "user_condition", "standard"), allow_code_change=args.allow_code_change,
     )

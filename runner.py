@@ -192,7 +192,7 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
     manifest = build_manifest(settings, dataset_sha, selected)
     mpath = manifest_path(settings.output_root, settings.run_id, model)
     if settings.dry_run:
-        check_manifest(mpath, manifest, write=False)
+        check_manifest(mpath, manifest, write=False, allow_code_change=settings.allow_code_change)
         state = load_state(settings, stage, selected)
         pending = state.pending()
         calls, chars = planned_calls(state, pending, load_prompts())
@@ -208,7 +208,7 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
               "replies carried into later prompts come on top, up to --max-tokens each)", file=out)
         return 0
     with RunLock(mpath.with_name(".lock")):
-        check_manifest(mpath, manifest, write=True)
+        check_manifest(mpath, manifest, write=True, allow_code_change=settings.allow_code_change)
         state = load_state(settings, stage, selected)
         return _execute(name, state, clients, out, err)
 

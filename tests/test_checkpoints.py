@@ -122,7 +122,27 @@ def test_manifest_mismatch_stops_before_any_call(tmp_path, monkeypatch, capsys, 
     assert h.run("gold", "--limit", "2") == 2
     assert len(provider.requests) == before
     err = capsys.readouterr().err
-    assert "models, generation differ" in err and "selected_cases differ" in err and "new --run-id" in err
+    assert "models.judge.model: run DeepSeek-R1, now other-judge" in err
+    assert "generation.temperature: run 0.7, now 0.5" in err and "generation.user_temperature: run 0.7, now 0.5" in err
+    assert "selected_cases: run 1 cases, now 2" in err and "new --run-id" in err
+
+
+def test_an_endpoint_on_another_port_resumes_and_a_code_change_needs_consent(tmp_path, monkeypatch, capsys, provider):
+    h = Harness(tmp_path, provider, monkeypatch)
+    assert h.run("direct", "--limit", "1") == 0
+    mpath = next((h.root / "runs").glob("*/*/manifest.json"))
+    manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    for role in manifest["models"].values():
+        role["endpoint_host"] = "127.0.0.1:1"  # the server was on another port when the run started
+    manifest["code_hash"] = "0123456789abcdef"  # and the harness has been upgraded since
+    mpath.write_text(json.dumps(manifest), encoding="utf-8")
+    assert h.run("direct", "--limit", "1") == 2
+    err = capsys.readouterr().err
+    assert "code_hash: run 0123456789abcdef, now" in err and "--allow-code-change" in err and "models" not in err
+    assert h.run("direct", "--limit", "1", "--allow-code-change") == 0
+    resumed = json.loads(mpath.read_text(encoding="utf-8"))
+    assert resumed["code_hash"] == "0123456789abcdef" and len(resumed["code_hashes_resumed_with"]) == 1
+    assert h.run("gold", "--limit", "1", "--allow-code-change", "--temperature", "0.2") == 2  # not for settings
 
 
 def test_manifest_records_settings_and_never_credentials(tmp_path, monkeypatch, provider):

@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 import pytest
-from sklearn.metrics import cohen_kappa_score
+from sklearn.metrics import accuracy_score, cohen_kappa_score, f1_score, recall_score
 
 import show_results
 import tables
@@ -59,6 +59,35 @@ def test_qwk_hand_computed_matches_sklearn_and_keeps_absent_labels():
     observed = 1 * 1.0
     expected_dis = (2 * 3 / 4) * 1.0 + (2 * 1 / 4) * 1.0
     assert quadratic_weighted_kappa(gold, pred) == pytest.approx(1 - observed / expected_dis)
+
+
+PAPER_SCALE = ["支持", "部分支持", "驳回"]  # Section 5.3: the ordinal scale of the verdicts, written out here on purpose
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_qwk_and_accuracy_equal_sklearn_on_random_three_label_samples(seed):
+    """Any other label order (or weighting) than the paper's moves QWK on samples like these."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(20, 700))
+    gold = list(rng.choice(PAPER_SCALE, size=n, p=[0.5, 0.3, 0.2]))
+    noise = rng.random(n) < rng.uniform(0.2, 0.8)
+    pred = [str(rng.choice(PAPER_SCALE)) if flip else g for g, flip in zip(gold, noise)]
+    expected = cohen_kappa_score(gold, pred, weights="quadratic", labels=PAPER_SCALE)
+    m = plain(ljp_from_counts(confusion(zip(gold, pred))))
+    assert m["qwk"] == pytest.approx(expected, abs=1e-12)
+    assert m["accuracy"] == pytest.approx(accuracy_score(gold, pred))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_lca_metrics_equal_sklearn_on_random_samples(seed):
+    rng = np.random.default_rng(seed)
+    true = list(rng.choice([C, U], size=int(rng.integers(4, 300))))
+    pred = [t if keep else str(rng.choice([C, U])) for t, keep in zip(true, rng.random(len(true)) < 0.6)]
+    m = lca_metrics(list(zip(true, pred)))
+    assert m["macro_f1"] == pytest.approx(f1_score(true, pred, average="macro", labels=[C, U], zero_division=0))
+    assert m["f1_u"] == pytest.approx(f1_score(true, pred, pos_label=U, zero_division=0))
+    assert m["acc_c"] == pytest.approx(recall_score(true, pred, pos_label=C, zero_division=0))
+    assert m["acc_u"] == pytest.approx(recall_score(true, pred, pos_label=U, zero_division=0))
 
 
 def test_qwk_undefined_when_expected_disagreement_is_zero():

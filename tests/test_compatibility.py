@@ -1,0 +1,59 @@
+"""A run saved by the harness before the redesign (schema version 1) is read, reported and resumed."""
+import json
+import shutil
+
+import eval_LJP_gold
+import show_results
+from records import LJP_GOLD
+from runner import stage_main
+from tests.conftest import ROOT, SAMPLE
+
+SAVED = ROOT / "tests" / "data" / "run_saved_by_v1"  # made by commit b1ddf54 on 4 sample cases, model old-model
+
+
+def copy_of_saved_run(tmp_path):
+    root = tmp_path / "out"
+    shutil.copytree(SAVED, root)
+    return root
+
+
+def test_a_run_saved_before_the_redesign_reports_the_same_numbers(tmp_path, capsys):
+    root = copy_of_saved_run(tmp_path)
+    assert show_results.main(["--output-root", str(root), "--dataset", str(SAMPLE), "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    expected = json.loads((SAVED / "expected_show_results.json").read_text(encoding="utf-8"))
+    assert json.loads(captured.out)["groups"][0]["metrics"] == expected["groups"][0]["metrics"]
+    assert "not checked" not in captured.err  # every record was checked against the dataset
+
+
+def test_a_run_saved_before_the_redesign_resumes_with_consent(tmp_path, monkeypatch, provider, capsys):
+    root = copy_of_saved_run(tmp_path)
+    gold = LJP_GOLD.path(root, "v1run", "old-model-d1ae042c")
+    lines = gold.read_text(encoding="utf-8").splitlines(keepends=True)
+    gold.write_text("".join(lines[:-1]), encoding="utf-8")  # the last case's verdicts were never extracted
+    monkeypatch.setenv("OPENAI_BASE_URL", provider.base_url)
+
+    def run(*extra):
+        argv = ["--run-id", "v1run", "--model", "old-model", "--dataset", str(SAMPLE), "--output-root", str(root),
+                "--limit", "4", *extra]
+        return stage_main(eval_LJP_gold.STAGE, "test", argv=argv, clients=provider.in_memory_clients())
+    assert run() == 2
+    assert "code_hash: run 3ad6ca5ca3c40406" in capsys.readouterr().err and not provider.requests
+    assert run("--allow-code-change") == 0
+    assert provider.kinds() == {"ljp_judge": 1}  # only the missing extraction; the saved prediction is reused
+    assert gold.read_text(encoding="utf-8").splitlines() == [line.rstrip("\n") for line in lines]
+
+
+def test_show_results_leaves_out_a_record_of_another_schema_or_other_inputs(tmp_path, capsys):
+    for field, value, message in (("schema_version", 2, "schema version 2"),
+                                  ("input_hash", "0000000000000000", "generated from different inputs")):
+        root = copy_of_saved_run(tmp_path / field)
+        dcg = root / "eval_results" / "v1run" / "old-model-d1ae042c" / "DCG_results.jsonl"
+        records = [json.loads(line) for line in dcg.read_text(encoding="utf-8").splitlines()]
+        records[1][field] = value
+        dcg.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+        assert show_results.main(["--output-root", str(root), "--dataset", str(SAMPLE), "--format", "json"]) == 0
+        captured = capsys.readouterr()
+        assert f"DCG: {dcg}:2: " in captured.err and message in captured.err
+        metrics = json.loads(captured.out)["groups"][0]["metrics"]
+        assert "DCG" not in metrics and "LCA" in metrics  # only that task is left out
