@@ -74,6 +74,14 @@ def record_digest(record: dict) -> str:
     return canonical_hash(record)
 
 
+def new_record(case_number: str, input_hash: str, cause: str, body: dict, upstream: dict[str, dict],
+               usage: dict) -> dict:
+    """A record of any kind: the common fields around the kind's own `body`."""
+    return {"case_number": case_number, "schema_version": SCHEMA_VERSION, "input_hash": input_hash,
+            "cause_of_action": cause, **body,
+            "upstream_hash": {name: record_digest(r) for name, r in upstream.items()}, "usage": usage}
+
+
 def model_folder(model: str) -> str:
     """Filesystem-safe model name plus a hash of the exact id, so two ids never share a folder."""
     import re
@@ -107,7 +115,7 @@ def read_records(path: Path, kind: RecordKind, selected: dict[str, str | None],
             if version != SCHEMA_VERSION:
                 raise HarnessError(f"{where}: record has schema version {version}, this harness reads and writes "
                                    f"{SCHEMA_VERSION}. Use a new --run-id.")
-            missing = [name for name in kind.fields if name not in record]
+            missing = [name for name in COMMON_FIELDS + kind.fields if name not in record]
             if missing:
                 raise HarnessError(f"{where}: a {kind.name} record without {', '.join(missing)}. Delete the line "
                                    "to have that case redone, then rerun.")

@@ -22,7 +22,7 @@ from config import Settings, add_common_args, settings_from_args
 from dataset import Case, load_dataset
 from errors import Aborted, CaseFailed, FatalError, HarnessError
 from protocols import CaseCalls, Step
-from records import ROLES, SCHEMA_VERSION, RecordKind, record_digest
+from records import ROLES, RecordKind, new_record, record_digest
 
 
 @dataclass(frozen=True)
@@ -140,10 +140,7 @@ def run_case(state: StageState, calls: CaseCalls, writer: CheckpointWriter) -> N
         cost = Usage()  # what this record cost, including replies paid in an earlier run and replayed
         cost.merge(calls.usage.by_role)
         cost.merge(calls.replayed.by_role)
-        record = {"case_number": case.number, "schema_version": SCHEMA_VERSION, "input_hash": case.input_hash,
-                  "cause_of_action": case.cause, **body,
-                  "upstream_hash": {need: record_digest(r) for need, r in upstream.items()},
-                  "usage": cost.by_role}
+        record = new_record(case.number, case.input_hash, case.cause, body, upstream, cost.by_role)
         writer.append(state.paths[step.name], record)
         state.records[step.name][case.number] = record
 

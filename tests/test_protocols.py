@@ -10,7 +10,6 @@ from tests.conftest import Harness, sample_cases, write_dataset
 from tests.fake_provider import ASK, PREDICT, between, kind_of, stable
 
 CASE = sample_cases()[1]  # 3 messages: one pre-existing assistant question
-CASE_OBJ = case_from_raw(CASE)
 UNDERSPECIFIED_TAIL = CASE["underspecified_consultation"][-1]["content"]
 PRE_EXISTING = 1
 
