@@ -7,6 +7,7 @@ from sklearn.metrics import cohen_kappa_score
 
 import judge_agreement
 from tests.conftest import SAMPLE, Harness, sample_cases, write_dataset
+from tests.fake_provider import FakeProvider
 from judge_agreement import agreement, cohen_kappa, key_path
 
 
@@ -86,13 +87,16 @@ def test_missing_columns_and_unknown_items_are_errors(tmp_path, capsys):
     assert "columns missing: case_number" in capsys.readouterr().err
 
 
-@pytest.fixture
-def two_models(tmp_path, provider, monkeypatch):
-    """Complete runs of two models on four sample cases, and a third model on one case only."""
-    harness = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "d.json", sample_cases()[:4]))
-    for model, limit in (("model-a", "4"), ("model-b", "4"), ("model-c", "1")):
-        for stage in ("LexAwN", "DCG", "direct", "gold", "interaction"):
-            assert harness.run(stage, "--model", model, "--limit", limit) == 0
+@pytest.fixture(scope="module")
+def two_models(tmp_path_factory):
+    """Complete runs of two models on four sample cases, and a third model on one case only; made once for
+    the module (the tests only read them)."""
+    tmp_path = tmp_path_factory.mktemp("two_models")
+    with FakeProvider() as provider, pytest.MonkeyPatch.context() as monkeypatch:
+        harness = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "d.json", sample_cases()[:4]))
+        for model, limit in (("model-a", "4"), ("model-b", "4"), ("model-c", "1")):
+            for stage in ("LexAwN", "DCG", "direct", "gold", "interaction"):
+                assert harness.run(stage, "--model", model, "--limit", limit) == 0
     return harness
 
 
