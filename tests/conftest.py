@@ -18,9 +18,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data" / "LexPilot_sample.json"
 SECRET = "sk-test-DO-NOT-LEAK-0123456789abcdef"
 
-# Each entry point's declared stage, by a short name.
-STAGES = {"LexAwN": LexAwN_gen.STAGE, "LCA": eval_LCA.STAGE, "DCG": eval_DCG.STAGE, "direct": eval_LJP_direct.STAGE,
-          "gold": eval_LJP_gold.STAGE, "interaction": eval_LJP_interaction.STAGE}
+# The stage entry points by a short name, and the stage each declares.
+SCRIPTS = {"LexAwN": LexAwN_gen, "LCA": eval_LCA, "DCG": eval_DCG, "direct": eval_LJP_direct, "gold": eval_LJP_gold,
+           "interaction": eval_LJP_interaction}
+STAGES = {name: script.STAGE for name, script in SCRIPTS.items()}
 
 
 def sample_cases() -> list[dict]:

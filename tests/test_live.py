@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, SAMPLE
+from tests.conftest import ROOT, SAMPLE, SCRIPTS
 from tests.fake_provider import FakeProvider
 
 LIVE = os.environ.get("LEXPILOT_LIVE_BASE_URL")  # read at import: the tests' clean_env fixture drops LEXPILOT_*
@@ -26,7 +26,8 @@ CONTEXT_CHARS = int(os.environ.get("LEXPILOT_LIVE_CONTEXT_CHARS", "60000"))  # m
 
 pytestmark = pytest.mark.skipif(not LIVE, reason="set LEXPILOT_LIVE_BASE_URL to run against a real server")
 
-STAGES = ("LexAwN_gen.py", "eval_DCG.py", "eval_LJP_direct.py", "eval_LJP_gold.py", "eval_LJP_interaction.py")
+# Every stage script but eval_LCA.py (LexAwN_gen.py runs its step), in the order of a run.
+STAGES = [Path(SCRIPTS[name].__file__).name for name in ("LexAwN", "DCG", "direct", "gold", "interaction")]
 USAGE = re.compile(r"\b(eval|user|judge) (\d+) calls/(\d+)\+(\d+) tokens( \((\d+) calls without token counts\))?")
 CLEAR_STOP = re.compile(r"^\[[^\]]+\] (case .+ failed: .+|stopped: .+|error: .+)$", re.M)
 
