@@ -20,7 +20,7 @@ from pathlib import Path
 from config import Settings
 from dataset import Case
 from errors import HarnessError
-from records import ROLES, SCHEMA_VERSION, RecordKind, model_folder, read_records
+from records import ROLES, SCHEMA_VERSION, RecordKind, canonical_hash, model_folder, read_records
 
 HERE = Path(__file__).resolve().parent
 PROMPT_DIR = HERE / "prompts"
@@ -181,6 +181,19 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
+def generation_settings(settings: Settings) -> dict:
+    """What is sent with every request. A temperature left to the provider is "default"; a role's output
+    limit appears on its own only where it differs from --max-tokens (so earlier manifests still match)."""
+    roles = settings.roles
+    temperature = {name: "default" if r.temperature is None else r.temperature for name, r in roles.items()}
+    generation = {"temperature": temperature["eval"], "user_temperature": temperature["user"],
+                  "judge_temperature": temperature["judge"], "max_tokens": roles["eval"].max_tokens, "n": 1}
+    for name in ("user", "judge"):
+        if roles[name].max_tokens != roles["eval"].max_tokens:
+            generation[f"{name}_max_tokens"] = roles[name].max_tokens
+    return generation
+
+
 def build_manifest(settings: Settings, dataset_sha256: str, selected: list[Case]) -> dict:
     code_hash, prompt_hash = code_and_prompt_hashes()
     roles = settings.roles
@@ -193,9 +206,7 @@ def build_manifest(settings: Settings, dataset_sha256: str, selected: list[Case]
         "code_hash": code_hash,
         "prompt_hash": prompt_hash,
         "models": {r: {"model": roles[r].model, "endpoint_host": roles[r].host} for r in ROLES},
-        "generation": {"temperature": roles["eval"].temperature, "user_temperature": roles["user"].temperature,
-                       "judge_temperature": roles["judge"].temperature,
-                       "max_tokens": settings.max_tokens, "n": 1},
+        "generation": generation_settings(settings),
         "user_condition": settings.user_condition,
         "package_versions": package_versions(),
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -236,11 +247,52 @@ def manifest_differences(saved: dict, current: dict) -> list[str]:
     return differences
 
 
-def check_manifest(path: Path, current: dict, write: bool, allow_code_change: bool = False) -> None:
+# The settings every record carries a hash of: what decides a record's content, apart from the code
+# (which an upgrade may change) and the case selection (which the records themselves show).
+SETTINGS_IN_RECORDS = ("dataset_sha256", "prompt_hash", "models", "generation", "user_condition")
+
+
+def settings_hash(manifest: dict) -> str:
+    return canonical_hash({name: _compared(manifest, name) for name in SETTINGS_IN_RECORDS})
+
+
+def saved_settings(paths: list[Path]) -> set[str | None]:
+    """The settings hashes of the records saved in these files (None for a record made before records
+    carried one); a line that cannot be read says nothing about settings and is skipped here."""
+    found: set[str | None] = set()
+    for path in paths:
+        if not path.is_file():
+            continue
+        with path.open("rb") as f:
+            for line in f:
+                try:
+                    record = json.loads(line)
+                    found.add(record.get("settings_hash") if isinstance(record, dict) else None)
+                except (ValueError, RecursionError):
+                    continue
+    return found
+
+
+def check_manifest(path: Path, current: dict, write: bool, allow_code_change: bool = False,
+                   record_files: list[Path] = ()) -> str | None:
     """Stop before any call when the run's saved settings differ; write the manifest on first use.
 
     Harness code that changed since the run started (an upgrade) is accepted with `allow_code_change`,
-    and the new code hash is added to the manifest's `code_hashes_resumed_with`."""
+    and the new code hash is added to the manifest's `code_hashes_resumed_with`. A manifest that is gone
+    while records of the run remain is rebuilt when every record was made with the current settings, and
+    refused otherwise; the note returned says so."""
+    if not path.exists():
+        found = saved_settings(list(record_files))
+        if found and found != {settings_hash(current)}:
+            raise HarnessError(f"{path}: the run's manifest is missing and its saved records were made with other "
+                               "settings (or by a harness that did not record them). Restore the manifest with "
+                               "the run's settings, or use a new --run-id.")
+        if found and write:
+            _write_json(path, {**current, "rebuilt_from_records": True})
+            return f"{path} was missing: rebuilt, since every saved record was made with these settings"
+        if write:
+            _write_json(path, current)
+        return None
     if path.exists():
         saved = read_manifest(path)
         differing = manifest_differences(saved, current)
@@ -256,14 +308,20 @@ def check_manifest(path: Path, current: dict, write: bool, allow_code_change: bo
                 resumed.append(current["code_hash"])
                 if write:
                     _write_json(path, saved)
-            return
+            return None
         if differing:
             hint = (" If the harness was upgraded and the change does not alter results, add --allow-code-change "
                     "(recorded in the manifest);" if code_changed else "")
             raise HarnessError(f"{path}: this run was started with other settings ({'; '.join(differing)}).{hint} "
                                "Rerun with the run's settings, or use a new --run-id.")
-    elif write:
-        _write_json(path, current)
+    return None
+
+
+def record_transport(path: Path, token_fields: dict) -> None:
+    """Note in the manifest the output-limit field each role's endpoint takes (not a compared setting)."""
+    manifest = read_manifest(path)
+    manifest["token_fields"] = token_fields
+    _write_json(path, manifest)
 
 
 def read_manifest(path: Path) -> dict:

@@ -7,7 +7,7 @@ Run as a script, it validates a dataset and prints its statistics (the paper's T
 """
 from __future__ import annotations
 
-import os
+import math
 import random
 import re
 import sys
@@ -20,6 +20,7 @@ from pathlib import Path
 from config import Role, Settings
 from dataset import Case
 from errors import Aborted, CaseFailed, FatalError
+from replies import DeadlineExceeded, MalformedReply, Reply, StreamCutShort, parse_completion, parse_stream, read_body
 
 HERE = Path(__file__).resolve().parent
 PROMPT_DIR = HERE / "prompts"
@@ -88,33 +89,45 @@ def render_details_by_focal_point(case: Case) -> str:
 TRANSIENT_STATUS = {408, 409, 429}
 # HTTP 400 for a prompt longer than the context: OpenAI, vLLM and llama.cpp word it like this
 CONTEXT_WINDOW = re.compile(r"context_length_exceeded|maximum context length|context window|context length", re.I)
+# HTTP 400 for an output limit above the model's maximum (OpenAI, Anthropic, DeepSeek, vLLM wordings)
+OUTPUT_LIMIT = re.compile(r"max_(completion_)?tokens.*(too large|at most|maximum|exceed|less than|<=|range)"
+                          r"|(maximum|max) (output|completion) tokens", re.I | re.S)
 MAX_BACKOFF = 60.0
+MAX_RETRY_AFTER = 300.0  # the longest a provider's Retry-After may pause a stage; a longer one fails the attempt
+RATE_LIMITED_ATTEMPTS = 30  # 429s mean "slow down", not "failed": waited out under their own cap
 
 
 def retry_after_seconds(headers) -> float | None:
+    """The pause a response asks for (Retry-After in seconds or as an HTTP date, or retry-after-ms); any
+    value, however large or non-finite, is returned as it is: the caller caps it."""
     if headers is None:
         return None
     if headers.get("retry-after-ms"):
         try:
-            return float(headers["retry-after-ms"]) / 1000
+            return max(0.0, float(headers["retry-after-ms"]) / 1000)
         except ValueError:
             pass
     value = headers.get("retry-after")
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
+        return seconds if seconds == seconds else math.inf  # NaN: no usable pause, treated as too long
     except ValueError:
         try:
             return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError, IndexError):
             return None
 
 
 def backoff_seconds(attempt: int, retry_after: float | None, base: float) -> float:
     if retry_after is not None:
-        return min(retry_after, 10 * MAX_BACKOFF)
+        return min(retry_after, MAX_RETRY_AFTER)
     return min(MAX_BACKOFF, base * 2 ** attempt) * random.uniform(0.5, 1.0)
+
+
+def _duration(seconds: float) -> str:
+    return "forever" if seconds == math.inf else f"{seconds / 3600:.0f} h" if seconds >= 7200 else f"{seconds:.0f} s"
 
 
 @dataclass
@@ -122,23 +135,29 @@ class Usage:
     """Calls and tokens per role, for one record or a whole stage."""
     by_role: dict = field(default_factory=dict)
 
-    def add(self, role: str, prompt_tokens: int, completion_tokens: int, calls: int = 1, unreported: int = 0) -> None:
-        """`unreported`: calls whose reply carried no token counts (e.g. llama.cpp's streamed replies)."""
+    def add(self, role: str, prompt_tokens: int, completion_tokens: int, calls: int = 1, unreported: int = 0,
+            reasoning_tokens: int = 0) -> None:
+        """`unreported`: calls whose reply carried no token counts (e.g. llama.cpp's streamed replies);
+        `reasoning_tokens`: the part of the completion tokens spent on reasoning, where reported."""
         entry = self.by_role.setdefault(role, {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0})
         entry["calls"] += calls
         entry["prompt_tokens"] += prompt_tokens
         entry["completion_tokens"] += completion_tokens
         if unreported:
             entry["unreported_calls"] = entry.get("unreported_calls", 0) + unreported
+        if reasoning_tokens:
+            entry["reasoning_tokens"] = entry.get("reasoning_tokens", 0) + reasoning_tokens
 
     def merge(self, other: dict) -> None:
         for role, e in other.items():
-            self.add(role, e["prompt_tokens"], e["completion_tokens"], e["calls"], e.get("unreported_calls", 0))
+            self.add(role, e["prompt_tokens"], e["completion_tokens"], e["calls"], e.get("unreported_calls", 0),
+                     e.get("reasoning_tokens", 0))
 
 
 class Throttle:
     """Requests in flight to one endpoint: on HTTP 429 every worker waits out Retry-After and the limit
-    halves; each success raises it again (AIMD), so a rate-limited provider is not hammered."""
+    halves; a stream the endpoint cut short (a server with fewer slots than requests) lowers the limit below
+    what was in flight; each success raises it again (AIMD), so a pushing-back endpoint is not hammered."""
 
     def __init__(self, limit: int):
         self.max_limit, self.limit, self.in_flight = limit, float(limit), 0
@@ -156,127 +175,179 @@ class Throttle:
                     return
                 self.cond.wait(min(max(wait, 0.01), 0.5))
 
-    def release(self, rate_limited: bool, retry_after: float | None) -> None:
+    def release(self, pushed_back: str | None = None, pause: float | None = None) -> None:
+        """`pushed_back`: "rate" (HTTP 429, pause = its Retry-After, already capped) or "slots"."""
         with self.cond:
-            self.in_flight -= 1
             now = time.monotonic()
-            if rate_limited:
-                pause = retry_after if retry_after is not None else 1.0
+            if pushed_back == "slots":
+                self.limit = max(1.0, min(self.limit, self.in_flight - 1))
+            elif pushed_back == "rate":
+                pause = pause if pause is not None else 1.0
                 self.resume_at = max(self.resume_at, now + pause)
                 if now - self.last_cut > pause:  # one cut per push-back, not one per rejected request
                     self.limit, self.last_cut = max(1.0, self.limit / 2), now
             else:
                 self.limit = min(self.max_limit, self.limit + 1 / self.limit)
+            self.in_flight -= 1
             self.cond.notify_all()
-
-
-RATE_LIMITED_ATTEMPTS = 30  # 429s mean "slow down", not "failed": waited out under their own cap
 
 
 def _message_of(error: Exception) -> str:
     text = getattr(error, "message", None) or str(error)
-    return " ".join(text.split())[:160]
+    return " ".join(text.split())[:240]
 
 
 class ModelCaller:
-    """Chat completions for the three roles, with the retry rules of the harness."""
+    """Chat completions for the three roles, with the retry rules of the harness.
+
+    Every request is one user message (the filled prompt), n=1, the role's temperature (none for 'default')
+    and output limit. Replies are read within the call deadline and validated by `replies`; every message
+    and reply passes through the settings' redaction of API keys."""
 
     def __init__(self, settings: Settings, progress, abort: threading.Event,  # progress: runner.Progress
-                 clients: dict | None = None, backoff_base: float | None = None):
+                 clients: dict | None = None, token_fields: dict | None = None):
         import openai  # imported here so that offline commands (validation, results) never need it
         self.openai = openai
         self.settings, self.progress, self.abort = settings, progress, abort
-        self.backoff_base = backoff_base if backoff_base is not None else \
-            float(os.environ.get("LEXPILOT_BACKOFF_BASE", "1.0"))
         self.throttles = {url: Throttle(settings.concurrency * 2)
                           for url in {r.base_url for r in settings.roles.values()}}
+        # Every client is built here, before any worker starts: nothing is built lazily across threads.
         self.clients = clients or {
-            role: openai.OpenAI(base_url=r.base_url, api_key=r.api_key or "EMPTY",
-                                timeout=settings.timeout, max_retries=0)
+            role: openai.OpenAI(base_url=r.base_url, api_key=r.api_key or "EMPTY", timeout=settings.timeout,
+                                max_retries=0, http_client=openai.DefaultHttpxClient(follow_redirects=False))
             for role, r in settings.roles.items()
         }
-
-    def _request(self, role: Role, prompt: str):
-        kwargs = dict(model=role.model, messages=[{"role": "user", "content": prompt}],
-                      temperature=role.temperature, max_tokens=self.settings.max_tokens, n=1)
-        client = self.clients[role.name]
-        if not self.settings.stream:
-            response = client.chat.completions.create(**kwargs)
-            if not response.choices:
-                return "", None, response.usage
-            choice = response.choices[0]
-            return choice.message.content or "", choice.finish_reason, response.usage
-        parts, finish, usage = [], None, None
-        stream = client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kwargs)
+        # The output-limit field per role: OpenAI's reasoning models refuse max_tokens, so a role switches to
+        # max_completion_tokens on that refusal and keeps it (a transport detail; it does not change results).
+        self.token_fields = {role: "max_tokens" for role in settings.roles} | (token_fields or {})
+        self.lock = threading.Lock()
         try:
-            for chunk in stream:
-                if self.abort.is_set():
-                    raise Aborted()
-                usage = chunk.usage or usage
-                for choice in chunk.choices or ():
-                    if choice.delta and choice.delta.content:
-                        parts.append(choice.delta.content)
-                    finish = choice.finish_reason or finish
-        finally:
-            stream.close()
-        return "".join(parts), finish, usage
+            import httpx2 as httpx  # what the openai 3.x SDK is built on
+        except ImportError:
+            import httpx
+        self.transport_errors = (httpx.TimeoutException, httpx.TransportError)
 
-    def chat(self, role_name: str, prompt: str, usage: Usage) -> str:
+    def _request(self, role: Role, prompt: str) -> Reply:
+        kwargs = {"model": role.model, "messages": [{"role": "user", "content": prompt}], "n": 1,
+                  self.token_fields[role.name]: role.max_tokens}
+        if role.temperature is not None:
+            kwargs["temperature"] = role.temperature
+        if self.settings.stream:
+            kwargs |= {"stream": True, "stream_options": {"include_usage": True}}
+        deadline = time.monotonic() + self.settings.call_deadline
+        with self.clients[role.name].chat.completions.with_streaming_response.create(**kwargs) as response:
+            if self.settings.stream:
+                return parse_stream(response.iter_lines(), deadline, self.abort.is_set)
+            return parse_completion(read_body(response.iter_bytes(), deadline))
+
+    def _refusal(self, role: Role, error) -> str | None:
+        """What a 400 means for the request, when the harness can act on it: 'token_field' (switched and
+        repeated), or raises for a temperature or output limit the model does not accept."""
+        body = error.body if isinstance(error.body, dict) else {}
+        body = body.get("error", body) if isinstance(body.get("error", body), dict) else body
+        param, code, text = str(body.get("param") or ""), str(body.get("code") or ""), _message_of(error)
+        flag_temperature, flag_tokens = role.flags
+        if (param == "max_tokens" and code == "unsupported_parameter") or \
+                re.search(r"'max_tokens' is not supported.*max_completion_tokens", text):
+            if self.token_fields[role.name] == "max_tokens":
+                with self.lock:
+                    self.token_fields[role.name] = "max_completion_tokens"
+                return "token_field"
+        if param == "temperature" or re.search(r"unsupported value: 'temperature'|temperature.*not support", text, re.I):
+            raise FatalError(f"{role.describe()}: the model does not accept temperature {role.temperature} "
+                             f"({self.settings.redact(text)}). Pass {flag_temperature} default to send none, so "
+                             "that the provider's default applies (a protocol change: report it)")
+        if OUTPUT_LIMIT.search(text) and not CONTEXT_WINDOW.search(text):
+            raise FatalError(f"{role.describe()}: the model does not accept {role.max_tokens} output tokens "
+                             f"({self.settings.redact(text)}). Pass {flag_tokens} with the model's limit")
+        return None
+
+    def chat(self, role_name: str, prompt: str, usage: Usage) -> Reply:
         """One non-empty, untruncated reply; transient failures are retried, permanent ones raise FatalError."""
         role = self.settings.roles[role_name]
+        redact = self.settings.redact
         throttle = self.throttles[role.base_url]
         attempts = self.settings.retries + 1
         attempt = rate_limited = 0
         problem = ""
         while attempt < attempts:
-            retry_after, problem = None, ""
+            retry_after, problem, pushed_back, hint = None, "", None, ""
             throttle.acquire(self.abort)
             self.progress.update(in_flight=1)
             try:
-                text, finish, tokens = self._request(role, prompt)
+                reply = self._request(role, prompt)
             except self.openai.APIStatusError as e:
                 status = e.status_code
                 if status == 400 and CONTEXT_WINDOW.search(f"{getattr(e, 'code', '')} {e.message}"):
                     # this case's prompt is too long for this model: no retry helps, the other cases may fit
-                    raise CaseFailed(f"{role.describe()}: the prompt plus --max-tokens {self.settings.max_tokens} "
-                                     f"exceed the model's context window ({' '.join(e.message.split())[:240]}). "
-                                     "Lower --max-tokens or serve the model with a longer context") from None
+                    raise CaseFailed(f"{role.describe()}: the prompt plus {role.flags[1]} {role.max_tokens} "
+                                     f"exceed the model's context window ({redact(_message_of(e))}). "
+                                     f"Lower {role.flags[1]} or serve the model with a longer context") from None
+                if status == 400 and self._refusal(role, e) == "token_field":
+                    continue  # repeated at once with max_completion_tokens: not a failed attempt
+                if 300 <= status < 400:
+                    raise FatalError(f"{role.describe()}: the endpoint redirects to "
+                                     f"{redact(e.response.headers.get('location') or '?')}; redirects are not "
+                                     "followed (the prompt would go there): set the base URL to that address "
+                                     "if you trust it") from None
                 if status not in TRANSIENT_STATUS and status < 500:
                     hint = {401: "check the API key variable for this role",
                             403: "check the API key's permissions",
                             404: "check the model id and the base URL"}.get(status, "check the request settings")
-                    raise FatalError(f"{role.describe()}: HTTP {status}: {_message_of(e)} ({hint})") from None
+                    raise FatalError(f"{role.describe()}: HTTP {status}: {redact(_message_of(e))} ({hint})") from None
                 problem = f"HTTP {status}"
                 retry_after = retry_after_seconds(e.response.headers)
-            except self.openai.APITimeoutError:
+                if status == 429:
+                    pushed_back = "rate"
+                    if retry_after is not None and retry_after > MAX_RETRY_AFTER:
+                        problem += (f" (provider asks to wait {_duration(retry_after)}; capped at "
+                                    f"{MAX_RETRY_AFTER:.0f} s)")
+                        retry_after, pushed_back = MAX_RETRY_AFTER, "too long"
+            except (self.openai.APITimeoutError, TimeoutError, self.transport_errors[0]):
                 problem = f"no response within --timeout {self.settings.timeout:g}s"
+            except DeadlineExceeded:
+                problem = f"no complete reply within the call deadline of {self.settings.call_deadline:g}s"
+            except StreamCutShort as e:
+                problem, pushed_back = str(e), "slots"
+                hint = ("; the server may serve one request at a time: --concurrency 1, or start it with more "
+                        "slots (llama.cpp: --n_parallel)")
+            except MalformedReply as e:
+                problem = f"malformed reply: {redact(str(e))}"
             except self.openai.APIConnectionError as e:
-                problem = f"connection error: {_message_of(e.__cause__ or e)}"
+                problem = f"connection error: {redact(_message_of(e.__cause__ or e))}"
+            except self.transport_errors[1] as e:  # raised while reading a body the SDK handed over
+                problem = f"connection error: {redact(_message_of(e))}"
+            except InterruptedError:
+                raise Aborted() from None
             else:
-                if tokens is not None and tokens.prompt_tokens is not None:
-                    usage.add(role_name, tokens.prompt_tokens or 0, tokens.completion_tokens or 0)
+                if reply.prompt_tokens is not None:
+                    usage.add(role_name, reply.prompt_tokens, reply.completion_tokens or 0,
+                              reasoning_tokens=reply.reasoning_tokens or 0)
                 else:
                     usage.add(role_name, 0, 0, unreported=1)
-                if finish == "length":
-                    problem = f"reply truncated at --max-tokens {self.settings.max_tokens}"
-                elif not text.strip():
+                if reply.finish_reason == "length":
+                    problem = f"reply truncated at {role.flags[1]} {role.max_tokens}"
+                elif not reply.text.strip():
                     problem = "empty reply"
                 else:
-                    return text
+                    reply.text, reply.reasoning = redact(reply.text), redact(reply.reasoning)
+                    return reply
             finally:
                 self.progress.update(in_flight=-1)
-                pushed_back = problem == "HTTP 429"
-                throttle.release(pushed_back, retry_after)
+                throttle.release("rate" if pushed_back == "too long" else pushed_back, retry_after)
             self.progress.retry(f"{role.describe()}: {problem}")
-            if pushed_back and retry_after is not None and rate_limited < RATE_LIMITED_ATTEMPTS:
+            if pushed_back == "rate" and retry_after is not None and rate_limited < RATE_LIMITED_ATTEMPTS:
                 rate_limited += 1  # the throttle makes every worker wait out Retry-After
                 continue
             attempt += 1
-            if attempt < attempts and self.abort.wait(backoff_seconds(attempt - 1, retry_after, self.backoff_base)):
+            if attempt < attempts and self.abort.wait(backoff_seconds(attempt - 1, retry_after,
+                                                                      self.settings.backoff_base)):
                 raise Aborted()
-        hint = ("; raise --max-tokens if the model needs the room" if problem.startswith("reply truncated") else
-                "; raise --timeout, or use --stream so that only a stalled connection times out"
-                if problem.startswith("no response") else "")
+        if problem.startswith("reply truncated"):
+            hint = f"; raise {role.flags[1]} if the model needs the room"
+        elif problem.startswith("no response") or problem.startswith("no complete reply"):
+            hint = ("; raise --timeout or --call-deadline" if self.settings.stream else
+                    "; raise --timeout, or use --stream so that only a stalled connection times out")
         raise CaseFailed(f"{role.describe()}: {problem} (after {attempts} attempts"
                          + (f" and {rate_limited} rate-limited ones)" if rate_limited else ")") + hint)
 

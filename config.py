@@ -4,6 +4,7 @@ takes on the command line and the environment variables behind them, and their v
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -21,12 +22,19 @@ class Role:
     model: str
     base_url: str
     api_key: str = field(repr=False)  # never written anywhere
-    temperature: float
+    temperature: float | None  # None: none sent, the provider's default applies ("default" in the manifest)
+    max_tokens: int = 8192
 
     @property
     def host(self) -> str:
         parts = urlsplit(self.base_url)
-        return parts.hostname + (f":{parts.port}" if parts.port else "") if parts.hostname else self.base_url
+        return parts.hostname + (f":{parts.port}" if parts.port else "")
+
+    @property
+    def flags(self) -> tuple[str, str]:
+        """The command-line flags of this role's temperature and output limit."""
+        prefix = {"eval": "", "user": "user-", "judge": "judge-"}[self.name]
+        return f"--{prefix}temperature", f"--{prefix}max-tokens"
 
     def describe(self) -> str:
         return f"{ROLE_NAMES[self.name]} {self.model!r} at {self.host}"
@@ -48,6 +56,37 @@ class Settings:
     dry_run: bool
     user_condition: str = "standard"
     allow_code_change: bool = False
+    call_deadline: float = 1200.0  # wall-clock seconds one call may take, however its bytes trickle in
+    keep_reasoning: bool = False
+    backoff_base: float = 1.0
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        return tuple({r.api_key for r in self.roles.values() if len(r.api_key) >= 4})
+
+    def redact(self, text: str) -> str:
+        """The text with every configured API key replaced, for messages and files."""
+        return redact(text, self.secrets)
+
+
+def redact(text: str, secrets) -> str:
+    for secret in secrets:
+        text = text.replace(secret, "[redacted key]")
+    return text
+
+
+def check_base_url(url: str, variable: str) -> str:
+    """An http(s)://host[:port]/... URL, or a one-line error naming the variable (before any call)."""
+    parts = urlsplit(url)
+    try:
+        port_ok = parts.port is None or 0 < parts.port < 65536
+    except ValueError:
+        port_ok = False
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok or parts.username:
+        shown = url if len(url) < 12 and not any(c.isalnum() for c in url[4:]) else f"{url[:8]}…"
+        raise HarnessError(f"{variable}: {shown!r} is not an http(s)://host[:port]/… base URL "
+                           "(is a key in the URL variable?)")
+    return url
 
 
 ENV_PREFIX = {"eval": "LEXPILOT_EVAL", "user": "LEXPILOT_USER", "judge": "LEXPILOT_JUDGE"}
@@ -65,11 +104,30 @@ def resolve_roles(args: argparse.Namespace, env=os.environ) -> dict[str, Role]:
         if not model:
             raise HarnessError("no evaluated model chosen: pass --model MODEL_ID or set LEXPILOT_MODEL")
         prefix = ENV_PREFIX[role]
-        base_url = env.get(f"{prefix}_BASE_URL") or env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+        variable = next((v for v in (f"{prefix}_BASE_URL", "OPENAI_BASE_URL") if env.get(v)), "the default")
+        base_url = check_base_url(env.get(f"{prefix}_BASE_URL") or env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
+                                  variable)
         api_key = env.get(f"{prefix}_API_KEY") or env.get("OPENAI_API_KEY") or ""
-        temperature = args.judge_temperature if role == "judge" else args.temperature
-        roles[role] = Role(role, model, base_url, api_key, temperature)
+        temperature = {"eval": args.temperature, "judge": args.judge_temperature,
+                       "user": args.temperature if args.user_temperature is None else args.user_temperature}[role]
+        max_tokens = {"eval": None, "user": args.user_max_tokens, "judge": args.judge_max_tokens}[role]
+        roles[role] = Role(role, model, base_url, api_key, temperature, max_tokens or args.max_tokens)
     return roles
+
+
+def number(kind: type, low: float, high: float, default_word: bool = False):
+    """An argparse type: a finite number in [low, high]; with `default_word`, also 'default' (None)."""
+    def parse(text: str):
+        if default_word and text == "default":
+            return None
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {'whole ' if kind is int else ''}number") from None
+        if not math.isfinite(value) or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text} is outside {low:g} to {high:g}")
+        return value
+    return parse
 
 
 def add_common_args(parser: argparse.ArgumentParser, user_condition: bool = False) -> None:
@@ -80,17 +138,29 @@ def add_common_args(parser: argparse.ArgumentParser, user_condition: bool = Fals
     a("--judge-model", help="judge model id (else $LEXPILOT_JUDGE_MODEL, else DeepSeek-R1)")
     a("--dataset", type=Path, default=DEFAULT_DATASET, help="dataset JSON (default: %(default)s)")
     a("--output-root", type=Path, default=HERE, help="where results go (default: next to the scripts)")
-    a("--limit", type=int, help="evaluate only the first N cases in file order")
-    a("--temperature", type=float, default=0.7, help="evaluated model and User Model (default 0.7)")
-    a("--judge-temperature", type=float, default=0.1, help="judge (default 0.1)")
-    a("--max-tokens", type=int, default=8192, help="per call, all roles (default 8192)")
-    a("--timeout", type=float, default=120.0, help="seconds without a byte before a call is retried (default 120)")
-    a("--retries", type=int, default=3, help="retries of a transient failure per call (default 3)")
-    a("--concurrency", type=int, default=8, help="cases run at once (default 8)")
+    a("--limit", type=number(int, 1, 10**7), help="evaluate only the first N cases in file order")
+    temperature = number(float, 0, 2, default_word=True)
+    a("--temperature", type=temperature, default=0.7,
+      help="evaluated model, and User Model unless --user-temperature (default 0.7; 'default': send none)")
+    a("--user-temperature", type=temperature, help="User Model (default: --temperature)")
+    a("--judge-temperature", type=temperature, default=0.1, help="judge (default 0.1)")
+    tokens = number(int, 1, 10**7)
+    a("--max-tokens", type=tokens, default=8192, help="per call, every role unless set below (default 8192)")
+    a("--user-max-tokens", type=tokens, help="User Model (default: --max-tokens)")
+    a("--judge-max-tokens", type=tokens, help="judge (default: --max-tokens)")
+    a("--timeout", type=number(float, 0.001, 86400), default=120.0,
+      help="seconds without a byte before a call is retried (default 120)")
+    a("--call-deadline", type=number(float, 0.001, 10**6),
+      help="wall-clock seconds one call may take in all before it is abandoned and retried "
+           "(default 10 x --timeout)")
+    a("--retries", type=number(int, 0, 1000), default=3, help="retries of a transient failure per call (default 3)")
+    a("--concurrency", type=number(int, 1, 4096), default=8, help="cases run at once (default 8)")
     a("--keep-going", action="store_true", help="on a failed case, go on with the others")
     a("--stream", action="store_true",
       help="stream replies, so --timeout bounds a stalled connection, not a long generation")
     a("--dry-run", action="store_true", help="print the cases and calls the stage would make; call nothing")
+    a("--keep-reasoning", action="store_true",
+      help="save the evaluated model's separate reasoning in its records too (the judge's is always saved)")
     a("--allow-code-change", action="store_true",
       help="resume a run started by another version of the harness code (recorded in the manifest)")
     if user_condition:
@@ -98,19 +168,28 @@ def add_common_args(parser: argparse.ArgumentParser, user_condition: bool = Fals
           help="simulated user behaviour (default standard)")
 
 
+MAX_RUN_ID = 100  # a run id is a folder name under three folders: keep paths well inside OS limits
+
+
 def settings_from_args(args: argparse.Namespace, env=os.environ) -> Settings:
+    if len(args.run_id) > MAX_RUN_ID:
+        raise HarnessError(f"--run-id is {len(args.run_id)} characters long; use at most {MAX_RUN_ID}")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", args.run_id):
         raise HarnessError(f"--run-id {args.run_id!r}: use letters, digits, '.', '_' or '-' only")
-    for name in ("limit", "concurrency", "max_tokens"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise HarnessError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
-    if args.retries < 0 or args.timeout <= 0:
-        raise HarnessError("--retries must be >= 0 and --timeout > 0")
+    backoff = env.get("LEXPILOT_BACKOFF_BASE", "1.0")
+    try:
+        backoff_base = float(backoff)
+        if not 0 <= backoff_base <= 3600:
+            raise ValueError
+    except ValueError:
+        raise HarnessError(f"LEXPILOT_BACKOFF_BASE={backoff[:20]!r}: must be a number of seconds from 0 "
+                           "to 3600") from None
     return Settings(
         run_id=args.run_id, dataset=args.dataset.resolve(), output_root=args.output_root.resolve(),
         limit=args.limit, roles=resolve_roles(args, env), max_tokens=args.max_tokens,
         timeout=args.timeout, retries=args.retries, concurrency=args.concurrency,
         keep_going=args.keep_going, stream=args.stream, dry_run=args.dry_run,
         user_condition=getattr(args, "user_condition", "standard"), allow_code_change=args.allow_code_change,
+        call_deadline=args.call_deadline or 10 * args.timeout, keep_reasoning=args.keep_reasoning,
+        backoff_base=backoff_base,
     )

@@ -82,6 +82,8 @@ class CaseCalls:
     step: str = ""  # the step being run, for the journal
     replayed: Usage = field(default_factory=Usage)  # of the record being built, paid in an earlier run
     replays: int = 0
+    keep_reasoning: bool = False  # the evaluated model's and User Model's reasoning too (the judge's always)
+    reasoning: dict = field(default_factory=dict)  # of the record being built: role -> reasoning per call
 
     def _chat(self, role: str, prompt: str, keep: bool = True) -> str:
         """A reply paid for in an earlier, unfinished attempt at this step is replayed, not bought again."""
@@ -96,9 +98,11 @@ class CaseCalls:
             reply = self.caller.chat(role, prompt, used)
         finally:
             self.usage.merge(used.by_role)
+        if reply.reasoning and (role == "judge" or self.keep_reasoning):
+            self.reasoning.setdefault(role, []).append(reply.reasoning)
         if keep and self.journal:
-            self.journal.keep(self.case.number, self.step, role, prompt, reply, used.by_role)
-        return reply
+            self.journal.keep(self.case.number, self.step, role, prompt, reply.text, used.by_role)
+        return reply.text
 
     def generate(self, role: str, prompt_name: str, **slots) -> str:
         return self._chat(role, fill(self.prompts[prompt_name], **slots))

@@ -74,12 +74,24 @@ def record_digest(record: dict) -> str:
     return canonical_hash(record)
 
 
+def content_digest(record: dict) -> str:
+    """The digest a record carries of its own content (every field but `digest`)."""
+    return canonical_hash({k: v for k, v in record.items() if k != "digest"})
+
+
 def new_record(case_number: str, input_hash: str, cause: str, body: dict, upstream: dict[str, dict],
-               usage: dict) -> dict:
-    """A record of any kind: the common fields around the kind's own `body`."""
-    return {"case_number": case_number, "schema_version": SCHEMA_VERSION, "input_hash": input_hash,
-            "cause_of_action": cause, **body,
-            "upstream_hash": {name: record_digest(r) for name, r in upstream.items()}, "usage": usage}
+               usage: dict, settings_hash: str, reasoning: dict | None = None) -> dict:
+    """A record of any kind: the common fields around the kind's own `body`, the hash of the settings it
+    was made with (so a lost manifest can be rebuilt or refused), the reasoning returned apart from the
+    replies (when there was any), and last the digest of its own content (so an edit is noticed)."""
+    record = {"case_number": case_number, "schema_version": SCHEMA_VERSION, "input_hash": input_hash,
+              "cause_of_action": cause, **body,
+              "upstream_hash": {name: record_digest(r) for name, r in upstream.items()}, "usage": usage,
+              "settings_hash": settings_hash}
+    if reasoning:
+        record["reasoning"] = reasoning
+    record["digest"] = content_digest(record)
+    return record
 
 
 def model_folder(model: str) -> str:
@@ -119,6 +131,9 @@ def read_records(path: Path, kind: RecordKind, selected: dict[str, str | None],
             if missing:
                 raise HarnessError(f"{where}: a {kind.name} record without {', '.join(missing)}. Delete the line "
                                    "to have that case redone, then rerun.")
+            if "digest" in record and record["digest"] != content_digest(record):
+                raise HarnessError(f"{where}: the record of case {number} was changed after it was saved (its "
+                                   "digest does not match). Delete the line to have that case redone.")
             if number in records:
                 raise HarnessError(f"{where}: second record for case {number} (first at line "
                                    f"{records[number][0]}). Delete one of them, then rerun.")

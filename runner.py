@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from checkpoints import (CallJournal, CheckpointWriter, RunLock, build_manifest, check_manifest, checkpoint_path,
-                         journal_path, manifest_path, read_checkpoint)
+                         journal_path, manifest_path, read_checkpoint, read_manifest, record_transport, settings_hash)
 from common import SLOT, ModelCaller, Usage, load_prompts, render_claims, render_details_by_focal_point, \
     render_focal_points, render_history
 from config import Settings, add_common_args, settings_from_args
 from dataset import Case, load_dataset
 from errors import Aborted, CaseFailed, FatalError, HarnessError
 from protocols import CaseCalls, Step
-from records import ROLES, RecordKind, new_record, record_digest
+from records import RECORD_KINDS, ROLES, RecordKind, new_record, record_digest
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,8 @@ class StageState:
     cases: list[Case]
     paths: dict[str, Path]
     records: dict[str, dict[str, dict]]  # step -> case_number -> record
+    settings_hash: str = ""  # of the settings the new records are made with
+    manifest_path: Path | None = None
 
     def pending(self) -> list[Case]:
         return [c for c in self.cases if any(c.number not in self.records[s.name] for s in self.steps)]
@@ -131,7 +133,7 @@ def run_case(state: StageState, calls: CaseCalls, writer: CheckpointWriter) -> N
     for step in state.steps:
         if case.number in state.records[step.name]:
             continue
-        calls.usage, calls.replayed, calls.step = Usage(), Usage(), step.name
+        calls.usage, calls.replayed, calls.step, calls.reasoning = Usage(), Usage(), step.name, {}
         upstream = {need: state.records[need][case.number] for need in step.needs}
         try:
             body = step.run(calls, upstream)
@@ -140,7 +142,8 @@ def run_case(state: StageState, calls: CaseCalls, writer: CheckpointWriter) -> N
         cost = Usage()  # what this record cost, including replies paid in an earlier run and replayed
         cost.merge(calls.usage.by_role)
         cost.merge(calls.replayed.by_role)
-        record = new_record(case.number, case.input_hash, case.cause, body, upstream, cost.by_role)
+        record = new_record(case.number, case.input_hash, case.cause, body, upstream, cost.by_role,
+                            state.settings_hash, calls.reasoning)
         writer.append(state.paths[step.name], record)
         state.records[step.name][case.number] = record
 
@@ -188,8 +191,10 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
     model = settings.roles["eval"].model
     manifest = build_manifest(settings, dataset_sha, selected)
     mpath = manifest_path(settings.output_root, settings.run_id, model)
+    record_files = [checkpoint_path(settings.output_root, settings.run_id, model, k) for k in RECORD_KINDS]
     if settings.dry_run:
-        check_manifest(mpath, manifest, write=False, allow_code_change=settings.allow_code_change)
+        check_manifest(mpath, manifest, write=False, allow_code_change=settings.allow_code_change,
+                       record_files=record_files)
         state = load_state(settings, stage, selected)
         pending = state.pending()
         calls, chars = planned_calls(state, pending, load_prompts())
@@ -199,14 +204,19 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
         print("calls at most (not counting retries): " + ", ".join(
             f"{role} {calls.get(role, 0)}" for role in ROLES), file=out)
         print("tokens, estimated: " + "; ".join(
-            f"{role} prompt ~{chars.get(role, 0):,}, completion <= {calls.get(role, 0) * settings.max_tokens:,}"
+            f"{role} prompt ~{chars.get(role, 0):,}, "
+            f"completion <= {calls.get(role, 0) * settings.roles[role].max_tokens:,}"
             for role in ROLES if calls.get(role)), file=out)
         print("  (prompt: the prompts and case inputs at one token per character, about right for Chinese; "
               "replies carried into later prompts come on top, up to --max-tokens each)", file=out)
         return 0
     with RunLock(mpath.with_name(".lock")):
-        check_manifest(mpath, manifest, write=True, allow_code_change=settings.allow_code_change)
+        note = check_manifest(mpath, manifest, write=True, allow_code_change=settings.allow_code_change,
+                              record_files=record_files)
+        if note:
+            print(f"[{name}] {note}", file=err)
         state = load_state(settings, stage, selected)
+        state.settings_hash, state.manifest_path = settings_hash(manifest), mpath
         return _execute(name, state, clients, out, err)
 
 
@@ -214,14 +224,18 @@ def _execute(name: str, state: StageState, clients, out, err) -> int:
     settings = state.settings
     pending = state.pending()
     skipped = len(state.cases) - len(pending)
-    if not pending:  # nothing to do: no client, no pool
+    writer = CheckpointWriter()
+    saved = {s.name: state.records[s.name] for s in state.steps}
+    if not pending:  # nothing to do: no client, no pool; a journal left by an earlier crash is emptied
+        CallJournal(journal_path(settings.output_root, settings.run_id, settings.roles["eval"].model), writer,
+                    set()).compact(saved)
         print(f"[{name}] cases: 0 done, {skipped} skipped (already saved), 0 failed; no calls", file=out)
         return 0
     progress = Progress(name, len(pending), err)
     abort, stop_new = threading.Event(), threading.Event()
-    caller = ModelCaller(settings, progress, abort, clients)
+    transport = read_manifest(state.manifest_path).get("token_fields") if state.manifest_path else None
+    caller = ModelCaller(settings, progress, abort, clients, transport if isinstance(transport, dict) else None)
     prompts = load_prompts()
-    writer = CheckpointWriter()
     failures: list[tuple[str, str]] = []
     fatal: list[str] = []
     total_usage = Usage()
@@ -250,7 +264,8 @@ def _execute(name: str, state: StageState, clients, out, err) -> int:
     def work_on(case: Case) -> None:
         if stop_new.is_set():
             return
-        calls = CaseCalls(caller, prompts, case, user_condition=settings.user_condition, journal=journal)
+        calls = CaseCalls(caller, prompts, case, user_condition=settings.user_condition, journal=journal,
+                          keep_reasoning=settings.keep_reasoning)
         try:
             run_case(state, calls, writer)
             progress.update(done=1)
@@ -266,7 +281,7 @@ def _execute(name: str, state: StageState, clients, out, err) -> int:
             if not settings.keep_going:
                 stop_new.set()
         except Exception as e:  # a bug must not lose the other cases' work: report it like a failure
-            failures.append((case.number, f"internal error {type(e).__name__}: {e}"))
+            failures.append((case.number, settings.redact(f"internal error {type(e).__name__}: {e}")))
             progress.update(failed=1)
             stop_new.set()
         finally:
@@ -291,7 +306,9 @@ def _execute(name: str, state: StageState, clients, out, err) -> int:
             os._exit(130)
     pool.shutdown()
     writer.close()
-    journal.compact({s.name: state.records[s.name] for s in state.steps})
+    journal.compact(saved)
+    if state.manifest_path and caller.token_fields != (transport or {role: "max_tokens" for role in settings.roles}):
+        record_transport(state.manifest_path, caller.token_fields)
     progress.draw(final=True)
     failed_numbers = sorted(n for n, _ in failures)
     print(f"[{name}] cases: {progress.done} done, {skipped} skipped (already saved), "

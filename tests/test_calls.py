@@ -16,7 +16,8 @@ from tests.fake_provider import FakeProvider
 
 
 def _args(**kw):
-    base = dict(model=None, user_model=None, judge_model=None, temperature=0.7, judge_temperature=0.1)
+    base = dict(model=None, user_model=None, judge_model=None, temperature=0.7, user_temperature=None,
+                judge_temperature=0.1, max_tokens=8192, user_max_tokens=None, judge_max_tokens=None)
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -50,13 +51,14 @@ def test_key_never_in_role_repr():
     assert "sk-secret-xyz" not in repr(roles) and "sk-secret-xyz" not in roles["eval"].describe()
 
 
-def _caller(provider, retries=3, timeout=5.0, stream=False, max_tokens=8192):
-    roles = resolve_roles(_args(model="eval-m"), {"OPENAI_BASE_URL": provider.base_url, "OPENAI_API_KEY": "k"})
+def _caller(provider, retries=3, timeout=5.0, stream=False, max_tokens=8192, deadline=60.0, key="k", **args):
+    roles = resolve_roles(_args(model="eval-m", max_tokens=max_tokens, **args),
+                          {"OPENAI_BASE_URL": provider.base_url, "OPENAI_API_KEY": key})
     settings = Settings(run_id="r", dataset=None, output_root=None, limit=None, roles=roles, max_tokens=max_tokens,
                         timeout=timeout, retries=retries, concurrency=1, keep_going=False, stream=stream,
-                        dry_run=False)
+                        dry_run=False, call_deadline=deadline, backoff_base=0.001)
     progress = Progress("t", 1, stream=open("/dev/null", "w"))
-    return ModelCaller(settings, progress, threading.Event(), backoff_base=0.001)
+    return ModelCaller(settings, progress, threading.Event())
 
 
 def _script(*outcomes):
@@ -82,7 +84,7 @@ def test_request_carries_exactly_the_specified_parameters():
 def test_transient_status_is_retried(status):
     with FakeProvider(_script({"status": status, "headers": {"Retry-After": "0"}})) as p:
         usage = Usage()
-        assert _caller(p).chat("eval", "x", usage) == "?"
+        assert _caller(p).chat("eval", "x", usage).text == "?"
         assert p.statuses[status] == 1 and p.statuses[200] == 1
     assert usage.by_role["eval"]["calls"] == 1
 
@@ -109,7 +111,7 @@ def test_timeout_is_retried_and_bounded():
     with FakeProvider(_script({"sleep": 1.5})) as p:
         caller = _caller(p, timeout=0.3)
         start = time.monotonic()
-        assert caller.chat("eval", "x", Usage()) == "?"
+        assert caller.chat("eval", "x", Usage()).text == "?"
         assert time.monotonic() - start < 1.4
         assert "timeout" in caller.progress.last_error
 
@@ -128,7 +130,7 @@ def test_permanent_failure_stops_at_once_naming_role_model_host_not_key():
 def test_empty_and_truncated_replies_are_rejected_and_retried(bad):
     with FakeProvider(_script(bad, bad)) as p:
         usage = Usage()
-        assert _caller(p).chat("eval", "x", usage) == "?"
+        assert _caller(p).chat("eval", "x", usage).text == "?"
         assert len(p.requests) == 3
     assert usage.by_role["eval"]["calls"] == 3  # the rejected attempts were billed too
 
@@ -144,7 +146,7 @@ def test_rejections_count_within_retries_then_the_case_fails():
 def test_streaming_collects_text_and_usage():
     with FakeProvider(_script("流式的完整回答")) as p:
         usage = Usage()
-        assert _caller(p, stream=True).chat("eval", "x", usage) == "流式的完整回答"
+        assert _caller(p, stream=True).chat("eval", "x", usage).text == "流式的完整回答"
         assert p.requests[0]["stream"] is True
     assert usage.by_role["eval"]["completion_tokens"] == len("流式的完整回答")
 
@@ -153,8 +155,8 @@ def test_a_reply_without_token_counts_is_counted_as_unreported():
     # llama.cpp's server ignores stream_options.include_usage: streamed replies carry no usage at all
     with FakeProvider(_script("流式回答"), usage=False) as p:
         usage = Usage()
-        assert _caller(p, stream=True).chat("eval", "x", usage) == "流式回答"
-        assert _caller(p, stream=False).chat("eval", "x", usage) == "?"
+        assert _caller(p, stream=True).chat("eval", "x", usage).text == "流式回答"
+        assert _caller(p, stream=False).chat("eval", "x", usage).text == "?"
     assert usage.by_role["eval"] == {"calls": 2, "prompt_tokens": 0, "completion_tokens": 0, "unreported_calls": 2}
 
 
@@ -190,7 +192,7 @@ def test_a_stalled_stream_is_closed_after_the_timeout_and_retried():
     with FakeProvider(_script({"content": "永远等不到的后半句", "stall": 1.0})) as p:
         caller = _caller(p, stream=True, timeout=0.3)
         started = time.monotonic()
-        assert caller.chat("eval", "x", Usage()) == "?"
+        assert caller.chat("eval", "x", Usage()).text == "?"
         assert time.monotonic() - started < 0.9  # given up after --timeout, not after the stall
         assert len(p.requests) == 2 and "no response within --timeout" in caller.progress.last_error
         deadline = time.monotonic() + 3
@@ -201,7 +203,7 @@ def test_a_stalled_stream_is_closed_after_the_timeout_and_retried():
 
 def test_streaming_rejects_truncation():
     with FakeProvider(_script({"content": "半句", "finish_reason": "length"})) as p:
-        assert _caller(p, stream=True).chat("eval", "x", Usage()) == "?"
+        assert _caller(p, stream=True).chat("eval", "x", Usage()).text == "?"
 
 
 def test_abort_stops_between_attempts():
@@ -259,7 +261,7 @@ def test_rate_limit_push_back_is_waited_out_beyond_the_retry_budget():
     rate_limited = {"status": 429, "headers": {"Retry-After": "0.01"}}
     with FakeProvider(_script(*[rate_limited] * 6)) as p:
         caller = _caller(p, retries=1)
-        assert caller.chat("eval", "x", Usage()) == "?"
+        assert caller.chat("eval", "x", Usage()).text == "?"
         assert p.statuses[429] == 6 and caller.progress.retries == 6
         assert caller.throttles[p.base_url].last_cut > 0  # the shared limit was cut
 

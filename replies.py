@@ -1,0 +1,151 @@
+"""A provider's reply as the harness accepts it: a chat-completion body, or a stream of server-sent events,
+read within a wall-clock deadline and validated field by field into a `Reply`. Anything else (not JSON,
+HTML, a wrong shape, non-numeric usage, nesting too deep, invalid Unicode) is a `MalformedReply`, which the
+caller treats as a transient failure. The SDK's own response models are not used: parsing here is explicit,
+and free of their lazily built classes (which raced across threads on a first call).
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+
+class MalformedReply(Exception):
+    """The endpoint answered 200 with something that is not a valid chat completion."""
+
+
+class StreamCutShort(MalformedReply):
+    """A stream that ended without a finish reason: the endpoint gave up on the request (push-back)."""
+
+
+class DeadlineExceeded(Exception):
+    """The reply did not complete within the call's wall-clock deadline."""
+
+
+@dataclass
+class Reply:
+    text: str
+    finish_reason: str | None
+    prompt_tokens: int | None = None  # None: the reply carried no token counts
+    completion_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    reasoning: str = ""  # reasoning returned apart from the content (reasoning_content / reasoning)
+
+
+def _loads(data: bytes | str, what: str):
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise MalformedReply(f"{what} is nested too deeply to be a chat completion") from None
+    except ValueError:
+        start = data[:40].decode("utf-8", "replace") if isinstance(data, bytes) else data[:40]
+        kind = "HTML" if start.lstrip().lower().startswith(("<!doctype", "<html")) else "not JSON"
+        raise MalformedReply(f"{what} is {kind} ({' '.join(start.split())!r}…)") from None
+
+
+def _text(value, where: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise MalformedReply(f"{where} is a {type(value).__name__}, not text")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise MalformedReply(f"{where} holds invalid Unicode (a lone surrogate)") from None
+    return value
+
+
+def _usage(reply: Reply, usage) -> None:
+    if usage is None:
+        return
+    if not isinstance(usage, dict):
+        raise MalformedReply("usage is not an object")
+    counts = [usage.get("prompt_tokens"), usage.get("completion_tokens")]
+    if counts == [None, None]:
+        return
+    if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts):
+        raise MalformedReply(f"usage holds non-numeric token counts ({str(counts)[:60]})")
+    reply.prompt_tokens, reply.completion_tokens = counts
+    details = usage.get("completion_tokens_details")
+    reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    if isinstance(reasoning, int) and not isinstance(reasoning, bool) and reasoning >= 0:
+        reply.reasoning_tokens = reasoning
+
+
+def _choice(data) -> dict | None:
+    if not isinstance(data, dict):
+        raise MalformedReply(f"the reply is a JSON {type(data).__name__}, not an object")
+    choices = data.get("choices")
+    if not isinstance(choices, list):
+        raise MalformedReply(f"choices is {'missing' if choices is None else 'a ' + type(choices).__name__}")
+    if not choices:
+        return None
+    if not isinstance(choices[0], dict):
+        raise MalformedReply("choices[0] is not an object")
+    return choices[0]
+
+
+def read_body(chunks, deadline: float) -> bytes:
+    """The whole body, abandoned when the deadline (time.monotonic) passes even while bytes keep trickling."""
+    parts = []
+    for chunk in chunks:
+        parts.append(chunk)
+        if time.monotonic() > deadline:
+            raise DeadlineExceeded()
+    return b"".join(parts)
+
+
+def parse_completion(body: bytes) -> Reply:
+    """A non-streamed chat completion."""
+    data = _loads(body, "the reply")
+    choice = _choice(data)
+    reply = Reply("", None)
+    _usage(reply, data.get("usage"))
+    if choice is None:
+        return reply  # no choice: an empty reply, retried as such
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise MalformedReply(f"choices[0].message is {'null' if message is None else 'not an object'}")
+    reply.text = _text(message.get("content"), "the reply's content")
+    reply.reasoning = _text(message.get("reasoning_content") or message.get("reasoning"), "the reply's reasoning")
+    finish = choice.get("finish_reason")
+    reply.finish_reason = finish if isinstance(finish, str) else None
+    return reply
+
+
+def parse_stream(lines, deadline: float, aborted) -> Reply:
+    """A streamed chat completion from its text lines (`data: {...}` events up to `data: [DONE]`)."""
+    parts, reasoning = [], []
+    reply = Reply("", None)
+    for line in lines:
+        if aborted():
+            raise InterruptedError()
+        if time.monotonic() > deadline:
+            raise DeadlineExceeded()
+        if not line.startswith("data:"):
+            continue  # comments, event names, keep-alives
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            break
+        event = _loads(payload, "a stream event")
+        if isinstance(event, dict) and isinstance(event.get("error"), dict):
+            raise MalformedReply(f"the stream reported an error: {str(event['error'].get('message'))[:120]}")
+        if isinstance(event, dict) and event.get("usage") is not None:
+            _usage(reply, event["usage"])
+        if isinstance(event, dict) and event.get("choices") == []:
+            continue  # the usage event
+        choice = _choice(event)
+        if choice is None:
+            continue
+        delta = choice.get("delta") or {}
+        if not isinstance(delta, dict):
+            raise MalformedReply("a stream event's delta is not an object")
+        parts.append(_text(delta.get("content"), "the reply's content"))
+        reasoning.append(_text(delta.get("reasoning_content") or delta.get("reasoning"), "the reply's reasoning"))
+        if isinstance(choice.get("finish_reason"), str):
+            reply.finish_reason = choice["finish_reason"]
+    reply.text, reply.reasoning = "".join(parts), "".join(reasoning)
+    if reply.finish_reason is None:
+        raise StreamCutShort("stream ended before the reply finished")
+    return reply
