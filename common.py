@@ -179,8 +179,8 @@ class Throttle:
         """`pushed_back`: "rate" (HTTP 429, pause = its Retry-After, already capped) or "slots"."""
         with self.cond:
             now = time.monotonic()
-            if pushed_back == "slots":
-                self.limit = max(1.0, min(self.limit, self.in_flight - 1))
+            if pushed_back == "slots":  # the server has fewer slots than requests: it never grows them
+                self.limit = self.max_limit = max(1.0, min(self.limit, self.in_flight - 1))
             elif pushed_back == "rate":
                 pause = pause if pause is not None else 1.0
                 self.resume_at = max(self.resume_at, now + pause)

@@ -77,11 +77,11 @@ def redact(text: str, secrets) -> str:
 
 def check_base_url(url: str, variable: str) -> str:
     """An http(s)://host[:port]/... URL, or a one-line error naming the variable (before any call)."""
-    parts = urlsplit(url)
     try:
+        parts = urlsplit(url)
         port_ok = parts.port is None or 0 < parts.port < 65536
     except ValueError:
-        port_ok = False
+        parts, port_ok = urlsplit(""), False
     if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok or parts.username:
         shown = url if len(url) < 12 and not any(c.isalnum() for c in url[4:]) else f"{url[:8]}…"
         raise HarnessError(f"{variable}: {shown!r} is not an http(s)://host[:port]/… base URL "

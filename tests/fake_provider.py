@@ -73,13 +73,20 @@ def default_reply(kind: str, prompt: str) -> str:
 
 class FakeProvider:
     """`script(kind, prompt, body)` may return a str (the reply), None (the default reply), or a dict:
-    {"status": 429, "headers": {...}, "error": "..."} for an HTTP error, {"content": ..., "finish_reason":
-    "length"} for a given choice, {"sleep": seconds} to stall before the default reply, and for a streamed
-    request {"content": ..., "stall": seconds} to stop after the first event for that long."""
+    {"status": 429, "headers": {...}, "error": "...", "param": ..., "code": ...} for an HTTP error,
+    {"content": ..., "finish_reason": "length", "reasoning_content": ..., "reasoning_tokens": N} for a given
+    choice, {"sleep": seconds} to stall before the default reply, {"raw": bytes} for a 200 with that body,
+    {"trickle": seconds} to send the body one byte at a time that far apart, {"endless": True} for a stream
+    that never ends, and for a streamed request {"content": ..., "stall": seconds} to stop after the first
+    event for that long. Trickles, endless streams and stalls need a socket (HTTP, not in memory).
+
+    `one_slot`: like llama-cpp-python's server, one request at a time; a streamed request that arrives while
+    another is being answered gets at once a stream with no content and no finish reason."""
 
     def __init__(self, script=None, latency: float = 0.0, jitter: float = 0.0, rate_limit: float | None = None,
-                 usage: bool = True):
+                 usage: bool = True, one_slot: bool = False):
         self.script, self.latency, self.jitter, self.rate_limit, self.usage = script, latency, jitter, rate_limit, usage
+        self.one_slot, self.active = one_slot, 0
         self.requests: list[dict] = []
         self.lock = threading.Lock()
         self.statuses = Counter()
@@ -102,6 +109,13 @@ class FakeProvider:
                 body = json.loads(self.rfile.read(length) or b"{}")
                 status, headers, payload = provider.respond(self.path, body)
                 stall = headers.pop("X-Stall-After-First-Event", None)
+                trickle = headers.pop("X-Trickle", None)
+                if headers.pop("X-Endless", None):
+                    self._endless()
+                    return
+                if trickle is not None:
+                    self._trickle(status, headers, payload, float(trickle))
+                    return
                 head = [f"HTTP/1.1 {status} X", f"Content-Length: {len(payload)}"]
                 head += [f"{k}: {v}" for k, v in headers.items()]
                 head = ("\r\n".join(head) + "\r\n\r\n").encode()
@@ -123,6 +137,35 @@ class FakeProvider:
                     return
                 self.wfile.write(payload[first_event:])
                 self.wfile.flush()
+
+            def _trickle(self, status, headers, payload, pause):
+                head = [f"HTTP/1.1 {status} X", f"Content-Length: {len(payload)}"] + \
+                    [f"{k}: {v}" for k, v in headers.items()]
+                self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode())
+                try:
+                    for i in range(len(payload)):
+                        self.wfile.write(payload[i:i + 1])
+                        self.wfile.flush()
+                        time.sleep(pause)
+                except OSError:  # the client gave up
+                    with provider.lock:
+                        provider.abandoned += 1
+                    self.close_connection = True
+
+            def _endless(self):
+                self.wfile.write(b"HTTP/1.1 200 X\r\nContent-Type: text/event-stream\r\n"
+                                 b"Transfer-Encoding: chunked\r\n\r\n")
+                event = b'data: {"choices": [{"index": 0, "delta": {"content": "..."}}]}\n\n'
+                frame = f"{len(event):x}\r\n".encode() + event + b"\r\n"
+                try:
+                    for _ in range(100000):  # bounded: about 100 s at most
+                        self.wfile.write(frame)
+                        self.wfile.flush()
+                        time.sleep(0.001)
+                except OSError:
+                    with provider.lock:
+                        provider.abandoned += 1
+                self.close_connection = True
 
         class Server(ThreadingHTTPServer):
             daemon_threads = True
@@ -192,6 +235,19 @@ class FakeProvider:
                 {"error": {"message": "rate limit", "type": "rate_limit"}}).encode()
         with self.lock:
             self.requests.append(body)
+            busy = self.one_slot and self.active > 0
+            if busy and body.get("stream"):
+                self.statuses["cut"] += 1
+                return 200, {"Content-Type": "text/event-stream"}, b"data: [DONE]\n\n"
+            self.active += 1
+        try:
+            return self._answer(body)
+        finally:
+            with self.lock:
+                self.active -= 1
+
+    def _answer(self, body: dict):
+        json_type = {"Content-Type": "application/json"}
         prompt = body["messages"][0]["content"]
         kind = kind_of(prompt)
         outcome = self.script(kind, prompt, body) if self.script else None
@@ -202,27 +258,38 @@ class FakeProvider:
             with self.lock:
                 self.statuses[outcome["status"]] += 1
             error = {"error": {"message": outcome.get("error", "scripted error"), "type": outcome.get("type", "test"),
-                               "code": outcome.get("code")}}
+                               "code": outcome.get("code"), "param": outcome.get("param")}}
             return outcome["status"], {**json_type, **outcome.get("headers", {})}, json.dumps(error).encode()
         if self.latency or self.jitter:
             time.sleep(self.latency + self.jitter * (stable(prompt) % 1000) / 1000)
+        if isinstance(outcome, dict) and "raw" in outcome:
+            return 200, {"Content-Type": outcome.get("content_type", "application/json")}, outcome["raw"]
+        if isinstance(outcome, dict) and outcome.get("endless"):
+            return 200, {"X-Endless": "1"}, b""
+        outcome_dict = outcome if isinstance(outcome, dict) else {}
         if isinstance(outcome, dict):
-            content, finish = outcome.get("content", ""), outcome.get("finish_reason", "stop")
+            content, finish = outcome.get("content", default_reply(kind, prompt)), outcome.get("finish_reason", "stop")
         else:
             content, finish = (outcome if outcome is not None else default_reply(kind, prompt)), "stop"
+        reasoning = outcome_dict.get("reasoning_content")
         with self.lock:
             self.statuses[200] += 1
         usage = {"prompt_tokens": len(prompt), "completion_tokens": len(content),
                  "total_tokens": len(prompt) + len(content)} if self.usage else None
+        if usage and "reasoning_tokens" in outcome_dict:
+            usage["completion_tokens_details"] = {"reasoning_tokens": outcome_dict["reasoning_tokens"]}
         if body.get("stream"):
-            stall = {"X-Stall-After-First-Event": outcome["stall"]} if isinstance(outcome, dict) and "stall" in outcome else {}
+            stall = {"X-Stall-After-First-Event": outcome["stall"]} if "stall" in outcome_dict else {}
             return 200, {"Content-Type": "text/event-stream", **stall}, self._sse(body, content, finish, usage)
+        message = {"role": "assistant", "content": content}
+        if reasoning is not None:
+            message["reasoning_content"] = reasoning
         response = {"id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": body["model"],
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                                 "finish_reason": finish}]}
+                    "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
         if usage:
             response["usage"] = usage
-        return 200, json_type, json.dumps(response, ensure_ascii=False).encode()
+        headers = {**json_type, **({"X-Trickle": outcome_dict["trickle"]} if "trickle" in outcome_dict else {})}
+        return 200, headers, json.dumps(response, ensure_ascii=False).encode()
 
     @staticmethod
     def _sse(body, content, finish, usage) -> bytes:
