@@ -98,6 +98,13 @@ def case_problems(raw) -> list[str]:
                             f"extra {sorted(set(details) - set(focal_points))})")
     elif not _non_empty_strings(details):
         problems.append("key_details: missing, empty, or not a list of non-empty strings")
+    for name in ("result_dict", "key_details"):
+        for key in getattr(raw.get(name), "duplicates", ()):
+            problems.append(f"{name}: {key[:30]!r} appears more than once (JSON keeps only the last)")
+    try:
+        json.dumps(raw, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        problems.append("text: holds invalid Unicode (a lone surrogate escape such as \\ud800)")
     result = raw.get("result_dict")
     if not isinstance(result, dict) or not result:
         problems.append("result_dict: missing or empty (claim text -> verdict)")
@@ -147,6 +154,19 @@ def case_from_raw(raw: dict) -> Case:
     )
 
 
+class _Object(dict):
+    """A JSON object that remembers the keys it held more than once (json keeps only the last)."""
+    duplicates: tuple = ()
+
+
+def _object(pairs) -> _Object:
+    obj = _Object(pairs)
+    if len(obj) < len(pairs):
+        seen: set = set()
+        obj.duplicates = tuple(k for k, _ in pairs if k in seen or seen.add(k))
+    return obj
+
+
 def dataset_problems(path: Path) -> tuple[list, list[str]]:
     """(raw cases, every problem found). Problems name the case and the field."""
     if not path.exists():
@@ -156,13 +176,21 @@ def dataset_problems(path: Path) -> tuple[list, list[str]]:
                     f"{DATA_DIR} (see README.md).{hint}"]
     try:
         text = path.read_text(encoding="utf-8")
+    except IsADirectoryError:
+        return [], [f"{path}: is a folder; pass the dataset's JSON file"]
     except UnicodeDecodeError as e:
         return [], [f"{path}: not UTF-8 text ({e.reason} at byte {e.start})"]
+    except OSError as e:
+        return [], [f"{path}: cannot be read ({e.strerror or e})"]
     try:
-        raw_cases = json.loads(text)
+        raw_cases = json.loads(text, object_pairs_hook=_object)
     except json.JSONDecodeError as e:
         return [], [f"{path}: not valid JSON at line {e.lineno} column {e.colno}: {e.msg}"
                     " (is the file truncated?)"]
+    except RecursionError:
+        return [], [f"{path}: nested too deeply to be a LexPilot dataset"]
+    except ValueError as e:  # e.g. a number of thousands of digits
+        return [], [f"{path}: not a usable JSON dataset ({' '.join(str(e).split())[:120]})"]
     if not isinstance(raw_cases, list):
         return [], [f"{path}: must be a JSON array of case objects, found {type(raw_cases).__name__}"]
     if not raw_cases:

@@ -94,10 +94,13 @@ class CaseCalls:
                 self.replays += 1
                 return replayed[0]
         used = Usage()
+        call_id = self.journal.started(role) if self.journal else None
         try:
             reply = self.caller.chat(role, prompt, used)
         finally:
             self.usage.merge(used.by_role)
+            if call_id:
+                self.journal.ended(call_id)
         if reply.reasoning and (role == "judge" or self.keep_reasoning):
             self.reasoning.setdefault(role, []).append(reply.reasoning)
         if keep and self.journal:

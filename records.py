@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,46 +103,100 @@ def model_folder(model: str) -> str:
     return f"{safe}-{hashlib.sha256(model.encode('utf-8')).hexdigest()[:8]}"
 
 
-def read_records(path: Path, kind: RecordKind, selected: dict[str, str | None],
-                 what_to_do: str) -> dict[str, tuple[int, dict]]:
+def _parse_line(raw: bytes) -> dict:
+    """One record line, or ValueError when it is not a well-formed record."""
+    try:
+        record = json.loads(raw.decode("utf-8"))
+        if not isinstance(record, dict):
+            raise TypeError
+        number = record["case_number"]
+        record["schema_version"], record["input_hash"]  # noqa: B018 (must exist)
+        if not isinstance(number, str) or not isinstance(record.get("upstream_hash", {}), dict):
+            raise TypeError
+    except (UnicodeDecodeError, ValueError, RecursionError, KeyError, TypeError):
+        raise ValueError from None
+    return record
+
+
+def set_aside_torn_tail(path: Path, keep: int) -> Path:
+    """Move everything after byte `keep` of a checkpoint to a side file; returns the side file."""
+    side = path.with_name(f"{path.name}.torn-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+    with path.open("rb+") as f:
+        f.seek(keep)
+        side.write_bytes(f.read())
+        f.truncate(keep)
+        f.flush()
+        os.fsync(f.fileno())
+    return side
+
+
+def read_records(path: Path, kind: RecordKind, selected: dict[str, str | None], what_to_do: str,
+                 repair: bool = False, notes: list | None = None) -> dict[str, tuple[int, dict]]:
     """case_number -> (line, record) of one checkpoint file; a missing file holds no record.
 
     `selected` maps the run's selected cases to their input hash (None: not known, not checked): a record of
-    another case, or one made from other inputs, is an error.
-    A malformed line, a record of another schema version or a second record of a case is an error
-    naming file:line, never skipped.
+    another case, or one made from other inputs, is an error. A malformed line, a record of another schema
+    version, an edited record or a second record of a case is an error naming file:line, never skipped.
+
+    The last line alone may be torn or unterminated: that is how a crash or a full disk leaves a file. A
+    complete last record that only lost its newline is kept (with `repair`, the newline is added); a torn
+    one is left out, and with `repair` set aside in a side file so its case is redone. Either way a line is
+    added to `notes`.
     """
     records: dict[str, tuple[int, dict]] = {}
     if not path.exists():
         return records
-    with path.open("r", encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            where = f"{path}:{lineno}"
-            try:
-                record = json.loads(line)
-                number, version, input_hash = record["case_number"], record["schema_version"], record["input_hash"]
-                if not isinstance(number, str) or not isinstance(record.get("upstream_hash", {}), dict):
-                    raise TypeError
-            except (json.JSONDecodeError, KeyError, TypeError):
-                raise HarnessError(f"{where}: malformed or truncated record. Inspect the line; delete it "
-                                   "to have that case generated again, then rerun.") from None
-            if version != SCHEMA_VERSION:
-                raise HarnessError(f"{where}: record has schema version {version}, this harness reads and writes "
-                                   f"{SCHEMA_VERSION}. Use a new --run-id.")
-            missing = [name for name in COMMON_FIELDS + kind.fields if name not in record]
-            if missing:
-                raise HarnessError(f"{where}: a {kind.name} record without {', '.join(missing)}. Delete the line "
-                                   "to have that case redone, then rerun.")
-            if "digest" in record and record["digest"] != content_digest(record):
-                raise HarnessError(f"{where}: the record of case {number} was changed after it was saved (its "
-                                   "digest does not match). Delete the line to have that case redone.")
-            if number in records:
-                raise HarnessError(f"{where}: second record for case {number} (first at line "
-                                   f"{records[number][0]}). Delete one of them, then rerun.")
-            if number not in selected:
-                raise HarnessError(f"{where}: case {number} is not among this run's selected cases ({what_to_do}).")
-            if selected[number] is not None and input_hash != selected[number]:
-                raise HarnessError(f"{where}: case {number} was generated from different inputs "
-                                   f"(the dataset changed). {what_to_do}.")
-            records[number] = (lineno, record)
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    complete, tail = lines[:-1], lines[-1]  # tail: bytes after the last newline (empty when terminated)
+    parsed: list[tuple[int, dict]] = []
+    for lineno, raw in enumerate(complete, 1):
+        try:
+            parsed.append((lineno, _parse_line(raw)))
+        except ValueError:
+            if lineno == len(complete) and not tail:
+                tail, complete = raw, complete[:-1]  # a torn last line that happens to end in a newline
+                break
+            raise HarnessError(f"{path}:{lineno}: malformed or truncated record. Inspect the line; delete it "
+                               "to have that case generated again, then rerun.") from None
+    if tail:
+        lineno = len(complete) + 1
+        try:
+            parsed.append((lineno, _parse_line(tail)))
+            if repair:
+                with path.open("ab") as f:
+                    f.write(b"\n")
+            if notes is not None:
+                notes.append(f"{path}:{lineno}: the last record had lost its newline; kept")
+        except ValueError:
+            keep = sum(len(line) + 1 for line in complete)
+            if repair:
+                side = set_aside_torn_tail(path, keep)
+                note = f"torn by an interrupted write; set aside in {side.name}, that case will be redone"
+            else:
+                note = "torn by an interrupted write; left out"
+            if notes is not None:
+                notes.append(f"{path}:{lineno}: the last line was {note}")
+    for lineno, record in parsed:
+        where = f"{path}:{lineno}"
+        number, version, input_hash = record["case_number"], record["schema_version"], record["input_hash"]
+        if version != SCHEMA_VERSION:
+            raise HarnessError(f"{where}: record has schema version {version}, this harness reads and writes "
+                               f"{SCHEMA_VERSION}. Use a new --run-id.")
+        missing = [name for name in COMMON_FIELDS + kind.fields if name not in record]
+        if missing:
+            raise HarnessError(f"{where}: a {kind.name} record without {', '.join(missing)}. Delete the line "
+                               "to have that case redone, then rerun.")
+        if "digest" in record and record["digest"] != content_digest(record):
+            raise HarnessError(f"{where}: the record of case {number} was changed after it was saved (its "
+                               "digest does not match). Delete the line to have that case redone.")
+        if number in records:
+            raise HarnessError(f"{where}: second record for case {number} (first at line "
+                               f"{records[number][0]}). Delete one of them, then rerun.")
+        if number not in selected:
+            raise HarnessError(f"{where}: case {number} is not among this run's selected cases ({what_to_do}).")
+        if selected[number] is not None and input_hash != selected[number]:
+            raise HarnessError(f"{where}: case {number} was generated from different inputs "
+                               f"(the dataset changed). {what_to_do}.")
+        records[number] = (lineno, record)
     return records

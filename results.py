@@ -13,14 +13,14 @@ from pathlib import Path
 import numpy as np
 
 from categories import cause_class
-from checkpoints import COMPARED_MANIFEST_FIELDS
+from checkpoints import COMPARED_MANIFEST_FIELDS, read_unanswered
 from dataset import load_dataset
 from errors import HarnessError
 from metrics import (confusion, dcg_from_counts, lca_counts, lca_from_counts, ljp_from_counts, plain, ratio)
 from records import (DCG, INTERACTION, LCA, LJP_SETUPS, RECORD_KINDS, RecordKind, model_folder, read_records)
 
 OVERALL = "Overall"
-USAGE_FIELDS = ("calls", "prompt_tokens", "completion_tokens", "unreported_calls")
+USAGE_FIELDS = ("calls", "prompt_tokens", "completion_tokens", "unreported_calls", "reasoning_tokens")
 
 # ----------------------------------------------------------------------------- loading and scoring
 
@@ -43,6 +43,8 @@ class Run:
     usage: dict = field(default_factory=dict)  # checkpoint file -> role -> usage sums
     problems: list[str] = field(default_factory=list)
     input_hashes: dict = field(default_factory=dict)  # selected case -> input hash (None: not checked)
+    notes: list[str] = field(default_factory=list)  # torn last lines left out, for stderr
+    unanswered: dict = field(default_factory=dict)  # role -> calls paid but never answered (process killed)
 
     @property
     def selected(self) -> list[str]:
@@ -61,7 +63,8 @@ def read_saved(run: Run, root: Path, kind: RecordKind) -> tuple[dict, str | None
     if not path.exists():
         return {}, f"{path}: not found"
     try:
-        loaded = read_records(path, kind, run.input_hashes, "the run's files do not match its manifest")
+        loaded = read_records(path, kind, run.input_hashes, "the run's files do not match its manifest",
+                              notes=run.notes)
     except HarnessError as e:
         return {}, str(e)
     return {n: r for n, (_, r) in loaded.items()}, None
@@ -148,9 +151,15 @@ def score_run(run: Run, root: Path) -> None:
                                 f"interaction record ({e})")
     for kind in RECORD_KINDS:  # spending counts even in an unfinished file
         for record in saved[kind.name][0].values():
-            for role, used in (record.get("usage") or {}).items():
+            usage = record.get("usage")
+            for role, used in (usage.items() if isinstance(usage, dict) else ()):
+                if not isinstance(used, dict) or not all(isinstance(used.get(k, 0), int) for k in USAGE_FIELDS):
+                    run.problems.append(f"usage: {kind.path(root, run.run_id, run.folder)}: malformed usage for "
+                                        f"case {record['case_number']}; left out of the token counts")
+                    continue
                 total = run.usage.setdefault(kind.file, {}).setdefault(role, Counter())
                 total.update({k: used.get(k, 0) for k in USAGE_FIELDS})
+    run.unanswered = read_unanswered(root / "runs" / run.run_id / run.folder / "unanswered_calls.json")
 
 
 STOP_CATEGORIES = ("round 1", "round 2", "round 3", "budget")

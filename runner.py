@@ -5,13 +5,14 @@ a progress line, failures and Ctrl-C, the dry run's call and token estimate, and
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from checkpoints import (CallJournal, CheckpointWriter, RunLock, build_manifest, check_manifest, checkpoint_path,
@@ -95,20 +96,21 @@ class StageState:
     records: dict[str, dict[str, dict]]  # step -> case_number -> record
     settings_hash: str = ""  # of the settings the new records are made with
     manifest_path: Path | None = None
+    notes: list = field(default_factory=list)  # what loading repaired, for stderr
 
     def pending(self) -> list[Case]:
         return [c for c in self.cases if any(c.number not in self.records[s.name] for s in self.steps)]
 
 
-def load_state(settings: Settings, stage: Stage, cases: list[Case]) -> StageState:
+def load_state(settings: Settings, stage: Stage, cases: list[Case], repair: bool = True) -> StageState:
     model = settings.roles["eval"].model
     by_number = {c.number: c for c in cases}
     paths = {k.name: checkpoint_path(settings.output_root, settings.run_id, model, k) for k in stage.kinds}
     needs = {s.name: s.needs for s in stage.steps}
-    records = {}
+    records, notes = {}, []
     for kind in stage.kinds:
         loaded = read_checkpoint(paths[kind.name], kind, by_number, "Use the same --dataset and --limit as the "
-                                 "rest of this run, or a new --run-id")
+                                 "rest of this run, or a new --run-id", notes, repair)
         records[kind.name] = {n: r for n, (_, r) in loaded.items()}
         lines = {n: line for n, (line, _) in loaded.items()}
         for need in needs.get(kind.name, ()):  # a record must have been built from the upstream records that exist now
@@ -125,7 +127,7 @@ def load_state(settings: Settings, stage: Stage, cases: list[Case]) -> StageStat
             shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
             raise HarnessError(f"{paths[kind.name]}: the {kind.name} stage is incomplete ({len(missing)} of "
                                f"{len(cases)} cases missing: {shown}). Run {kind.producer} for this run first.")
-    return StageState(settings, list(stage.steps), cases, paths, records)
+    return StageState(settings, list(stage.steps), cases, paths, records, notes=notes)
 
 
 def run_case(state: StageState, calls: CaseCalls, writer: CheckpointWriter) -> None:
@@ -195,7 +197,7 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
     if settings.dry_run:
         check_manifest(mpath, manifest, write=False, allow_code_change=settings.allow_code_change,
                        record_files=record_files)
-        state = load_state(settings, stage, selected)
+        state = load_state(settings, stage, selected, repair=False)  # a dry run changes no file
         pending = state.pending()
         calls, chars = planned_calls(state, pending, load_prompts())
         print(f"[{name}] dry run: {len(pending)} of {len(selected)} selected cases to do "
@@ -217,6 +219,8 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
             print(f"[{name}] {note}", file=err)
         state = load_state(settings, stage, selected)
         state.settings_hash, state.manifest_path = settings_hash(manifest), mpath
+        for note in state.notes:
+            print(f"[{name}] {note}", file=err)
         return _execute(name, state, clients, out, err)
 
 
@@ -246,6 +250,10 @@ def _execute(name: str, state: StageState, clients, out, err) -> int:
     if journal.unreadable:
         print(f"[{name}] {journal.path}: {journal.unreadable} unreadable line(s) ignored (probably torn by a "
               "crash); those calls are made again", file=err)
+    if journal.unanswered:
+        print(f"[{name}] calls in flight when an earlier process stopped (paid, never answered): "
+              + ", ".join(f"{role} {n}" for role, n in journal.unanswered.items())
+              + "; counted in show_results.py --usage", file=err)
     usage_lock = threading.Lock()
     started = time.monotonic()
 
@@ -335,9 +343,15 @@ def stage_main(stage: Stage, doc: str, argv=None, clients: dict | None = None) -
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_args(parser, stage.user_condition)
     args = parser.parse_args(argv)
+    settings = None
     try:
         settings = settings_from_args(args)
         return run_stage(stage, settings, clients)
     except HarnessError as e:
-        print(f"[{stage.name}] error: {e}", file=sys.stderr)
-        return 2
+        message = str(e)
+    except OSError as e:  # the output root is a file, read-only or full, before any record was written
+        path = e.filename or args.output_root
+        what = "no space left on device" if e.errno == errno.ENOSPC else (e.strerror or str(e)).lower()
+        message = f"{what}: {path}. Check --output-root ({args.output_root}); nothing was lost"
+    print(f"[{stage.name}] error: {settings.redact(message) if settings else message}", file=sys.stderr)
+    return 2

@@ -51,7 +51,7 @@ def show(args) -> int:
     prices = read_prices(args.prices) if args.prices else None
     if args.plot:
         try:
-            import matplotlib  # noqa: F401
+            import matplotlib  # noqa: F401 (only whether it is there)
         except ImportError:
             raise UsageError("--plot needs matplotlib: pip install matplotlib") from None
     runs = load_runs(args.output_root.resolve(), args.model, args.run_id, dataset=args.dataset)
@@ -60,6 +60,8 @@ def show(args) -> int:
               "eval_LJP.py with --run-id first (see README.md).")
         return 0
     for run in runs:
+        for note in run.notes:
+            print(f"run {run.run_id}, model {run.model}: {note}", file=sys.stderr)
         for problem in run.problems:
             print(f"run {run.run_id}, model {run.model}: {problem} (metric not reported for this run)",
                   file=sys.stderr)
@@ -82,7 +84,11 @@ def show(args) -> int:
         render = {"text": render_text, "markdown": render_markdown, "csv": render_csv, "latex": render_latex}
         print(render[args.format](tables))
     if args.plot:
-        for path in write_plots(groups, args.plot, boot):
+        try:
+            written = write_plots(groups, args.plot, boot)
+        except OSError as e:
+            raise UsageError(f"--plot {args.plot}: cannot write the figures there ({e.strerror or e})") from None
+        for path in written:
             print(f"wrote {path}", file=sys.stderr)
     return 0
 

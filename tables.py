@@ -228,6 +228,15 @@ def role_cost(run: Run, role: str, used: dict, prices: dict | None) -> float | N
     return (used["prompt_tokens"] * price[0] + used["completion_tokens"] * price[1]) / 1e6
 
 
+def role_usage(used: Counter, unanswered: int) -> str:
+    text = f"{used['calls']} / {used['prompt_tokens']} / {used['completion_tokens']}"
+    if used["reasoning_tokens"]:
+        text += f" ({used['reasoning_tokens']} reasoning)"
+    if used["unreported_calls"]:
+        text += f" ({used['unreported_calls']} uncounted)"
+    return text + (f" (+{unanswered} unanswered)" if unanswered else "")
+
+
 def usage_tables(groups: list[Group], prices: dict | None) -> list[Table]:
     """Tokens per run and role, and per stage file and role over each group's runs; cost when priced."""
     money = lambda v: "n/a" if v is None else f"{v:,.2f}" if v >= 1 else f"{v:.4f}"  # noqa: E731
@@ -247,17 +256,17 @@ def usage_tables(groups: list[Group], prices: dict | None) -> list[Table]:
                     costs.append(cost)
                     stage_costs.setdefault((stage, role), []).append(cost)
             total = None if not costs or None in costs else sum(costs)
-            per_run.append([label, run.run_id] + [f"{by_role[r]['calls']} / {by_role[r]['prompt_tokens']} / "
-                                                  f"{by_role[r]['completion_tokens']}"
-                                                  + (f" ({by_role[r]['unreported_calls']} uncounted)"
-                                                     if by_role[r]["unreported_calls"] else "") for r in ROLES]
+            per_run.append([label, run.run_id] + [role_usage(by_role[r], run.unanswered.get(r, 0)) for r in ROLES]
                            + [money(total)])
         for (stage, role), used in sorted(stage_totals.items(), key=lambda x: (x[0][0], ROLES.index(x[0][1]))):
             costs = stage_costs[(stage, role)]
             per_stage.append([label, stage, role, str(used["calls"]), str(used["prompt_tokens"]),
-                              str(used["completion_tokens"]), money(None if None in costs else sum(costs))])
-    return [Table("Token usage per run (calls / prompt tokens / completion tokens; saved records only; "
-                  "'uncounted': calls whose reply carried no token counts)",
+                              str(used["completion_tokens"]) + (f" ({used['reasoning_tokens']} reasoning)"
+                                                                 if used["reasoning_tokens"] else ""),
+                              money(None if None in costs else sum(costs))])
+    return [Table("Token usage per run (calls / prompt tokens / completion tokens, of which reasoning; saved records; "
+                  "'uncounted': calls whose reply carried no token counts; 'unanswered': calls in flight when a "
+                  "process was killed, paid but never answered, not priced)",
                   ["Model", "Run", "Evaluated model", "User Model", "Judge", "Cost"], per_run),
             Table("Token usage per stage file, all runs of the group",
                   ["Model", "Stage file", "Role", "Calls", "Prompt tokens", "Completion tokens", "Cost"], per_stage)]
