@@ -23,7 +23,7 @@ from dataset import DEFAULT_DATASET, HERE, load_dataset
 from errors import HarnessError
 from records import A1, DCG, DCG_LABELS, FORCE_ASK, HISTORY_TYPES, LCA, LCA_LABELS, LJP_SETUPS, VERDICTS
 from results import load_runs, read_task
-from tables import Table, render_text
+from tables import Table, render_text, spreadsheet_safe, spreadsheet_text
 
 TASKS = ("LCA", "DCG", "LJP")
 LABELS = {"LCA": LCA_LABELS, "DCG": DCG_LABELS, "LJP": VERDICTS}
@@ -169,32 +169,51 @@ def key_path(out: Path) -> Path:
 
 
 def write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8-sig", newline="") as f:  # BOM: spreadsheet programs then read UTF-8
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
+    """Cells that a spreadsheet would run as a formula get a leading apostrophe (tables.spreadsheet_safe)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", encoding="utf-8-sig", newline="") as f:  # BOM: spreadsheet programs then read UTF-8
+            writer = csv.DictWriter(f, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows({k: spreadsheet_safe(v) for k, v in row.items()} for row in rows)
+    except OSError as e:
+        raise HarnessError(f"{path}: cannot be written ({e.strerror or e}); pass --out a file in a writable "
+                           "folder") from None
 
 
 # ----------------------------------------------------------------------------- score
 
 def read_csv(path: Path, columns: list[str]) -> list[tuple[int, dict]]:
-    if not path.exists():
-        raise HarnessError(f"{path}: not found")
-    with path.open(encoding="utf-8-sig", newline="") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in columns if c not in (reader.fieldnames or [])]
-        if missing:
-            raise HarnessError(f"{path}: columns missing: {', '.join(missing)}. Use the file that export wrote.")
-        return [(line, row) for line, row in enumerate(reader, 2)]
+    """(line, row) of a sheet written by export, cells as they were before spreadsheet_safe."""
+    if not path.is_file():
+        raise HarnessError(f"{path}: {'is a folder, not the CSV file' if path.is_dir() else 'not found'}")
+    rows: list[tuple[int, dict]] = []  # numbered as a spreadsheet shows them: the header is row 1
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in columns if c not in (reader.fieldnames or [])]
+            if missing:
+                raise HarnessError(f"{path}: columns missing: {', '.join(missing)}. Use the file that export wrote.")
+            for number, row in enumerate(reader, 2):
+                rows.append((number, {k: spreadsheet_text(v or "") for k, v in row.items() if k}))
+            return rows
+    except UnicodeDecodeError as e:
+        raise HarnessError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}); save it as CSV UTF-8") from None
+    except csv.Error as e:
+        raise HarnessError(f"{path}: row {len(rows) + 2}: unreadable CSV ({e})") from None
 
 
 def human_labels(path: Path, rows: list[tuple[int, dict]], key: dict[str, dict]) -> tuple[list, list[str]]:
     """(task, annotator 1, annotator 2, adjudicated, judge) per item, and every problem found, by row."""
     labelled, problems = [], []
+    seen: dict[str, int] = {}
     for line, row in rows:
         where = f"{path}:{line} (item {row.get('item_id') or '?'})"
         task = row["task"]
+        if row["item_id"] in seen:
+            problems.append(f"{where}: a second row for this item (first at row {seen[row['item_id']]}); keep one")
+            continue
+        seen[row["item_id"]] = line
         if row["item_id"] not in key or key[row["item_id"]]["task"] != task:
             problems.append(f"{where}: not in {key_path(path).name}; keep the item_id and task columns as exported")
             continue

@@ -307,14 +307,29 @@ def render_latex(tables: list[Table]) -> str:
     return "\n".join(out)
 
 
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
+
+
+def spreadsheet_safe(cell) -> str:
+    """A CSV cell a spreadsheet shows as text, never runs as a formula: one apostrophe is put before a cell
+    that starts with = + - @ a tab, a carriage return or an apostrophe. To recover the original text,
+    remove the first character of every cell that starts with an apostrophe (`spreadsheet_text`)."""
+    text = str(cell)
+    return "'" + text if text.startswith(FORMULA_START) else text
+
+
+def spreadsheet_text(cell: str) -> str:
+    return cell[1:] if cell.startswith("'") else cell
+
+
 def render_csv(tables: list[Table]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["table", "row"] + [f"col{i}" for i in range(1, max(len(t.headers) for t in tables))])
     for t in tables:
-        writer.writerow([t.title, "header"] + t.headers[1:])
+        writer.writerow(map(spreadsheet_safe, [t.title, "header"] + t.headers[1:]))
         for r in t.rows:
-            writer.writerow([t.title, r[0]] + r[1:])
+            writer.writerow(map(spreadsheet_safe, [t.title, r[0]] + r[1:]))
     return buffer.getvalue()
 
 
