@@ -103,17 +103,25 @@ def model_folder(model: str) -> str:
     return f"{safe}-{hashlib.sha256(model.encode('utf-8')).hexdigest()[:8]}"
 
 
+class TornLine(ValueError):
+    """Bytes that are not even JSON text: what an interrupted write leaves."""
+
+
 def _parse_line(raw: bytes) -> dict:
-    """One record line, or ValueError when it is not a well-formed record."""
+    """One record line; TornLine when it is not JSON text at all, ValueError when it is JSON but not a
+    well-formed record."""
     try:
         record = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise TornLine from None
+    try:
         if not isinstance(record, dict):
             raise TypeError
         number = record["case_number"]
         record["schema_version"], record["input_hash"]  # noqa: B018 (must exist)
         if not isinstance(number, str) or not isinstance(record.get("upstream_hash", {}), dict):
             raise TypeError
-    except (UnicodeDecodeError, ValueError, RecursionError, KeyError, TypeError):
+    except (KeyError, TypeError):
         raise ValueError from None
     return record
 
@@ -153,8 +161,8 @@ def read_records(path: Path, kind: RecordKind, selected: dict[str, str | None], 
     for lineno, raw in enumerate(complete, 1):
         try:
             parsed.append((lineno, _parse_line(raw)))
-        except ValueError:
-            if lineno == len(complete) and not tail:
+        except ValueError as e:
+            if isinstance(e, TornLine) and lineno == len(complete) and not tail:
                 tail, complete = raw, complete[:-1]  # a torn last line that happens to end in a newline
                 break
             raise HarnessError(f"{path}:{lineno}: malformed or truncated record. Inspect the line; delete it "
@@ -163,12 +171,19 @@ def read_records(path: Path, kind: RecordKind, selected: dict[str, str | None], 
         lineno = len(complete) + 1
         try:
             parsed.append((lineno, _parse_line(tail)))
+        except TornLine:
+            parsed.append((lineno, None))
+        except ValueError:
+            raise HarnessError(f"{path}:{lineno}: malformed or truncated record. Inspect the line; delete it "
+                               "to have that case generated again, then rerun.") from None
+        if parsed[-1][1] is not None:
             if repair:
                 with path.open("ab") as f:
                     f.write(b"\n")
             if notes is not None:
                 notes.append(f"{path}:{lineno}: the last record had lost its newline; kept")
-        except ValueError:
+        else:
+            parsed.pop()
             keep = sum(len(line) + 1 for line in complete)
             if repair:
                 side = set_aside_torn_tail(path, keep)

@@ -8,6 +8,7 @@ settings are grouped and reported as mean and sample SD (ddof=1). Writes only to
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
 
@@ -51,7 +52,7 @@ def show(args) -> int:
     prices = read_prices(args.prices) if args.prices else None
     if args.plot:
         try:
-            import matplotlib  # noqa: F401 (only whether it is there)
+            importlib.import_module("matplotlib")  # only whether it is there: figures.py imports it
         except ImportError:
             raise UsageError("--plot needs matplotlib: pip install matplotlib") from None
     runs = load_runs(args.output_root.resolve(), args.model, args.run_id, dataset=args.dataset)

@@ -9,8 +9,8 @@ import pytest
 
 import common
 from common import Usage
-from errors import CaseFailed, FatalError
-from tests.conftest import ROOT, SAMPLE, SECRET, Harness, sample_cases, write_dataset
+from errors import CaseFailed
+from tests.conftest import ROOT, SECRET, Harness, sample_cases, write_dataset
 from tests.fake_provider import FakeProvider
 from tests.test_calls import _caller, _script
 
@@ -74,7 +74,7 @@ def test_a_malformed_200_is_a_transient_failure_with_its_own_message(name):
     with FakeProvider(_script({"raw": body})) as p:
         caller = _caller(p, retries=1)
         assert caller.chat("eval", "x", Usage()).text == "?"  # the retry got a good reply
-        assert caller.progress.retries == 1 and f"malformed reply: " in caller.progress.last_error
+        assert caller.progress.retries == 1 and "malformed reply: " in caller.progress.last_error
         assert message in caller.progress.last_error
     with FakeProvider(_script(*[{"raw": body}] * 3)) as p:
         with pytest.raises(CaseFailed, match=f"malformed reply: .*{message}.*after 2 attempts"):
