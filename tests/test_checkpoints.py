@@ -268,7 +268,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_completed_records(tmp_path):
     import sys
     import time
     from tests.conftest import ROOT, SAMPLE
-    with FakeProvider(latency=0.3) as p:
+    with FakeProvider(latency=0.1) as p:
         env = {**os.environ, "OPENAI_BASE_URL": p.base_url, "OPENAI_API_KEY": "k", "LEXPILOT_MODEL": "m"}
         cmd = [sys.executable, str(ROOT / "eval_LJP_gold.py"), "--run-id", "r", "--dataset", str(SAMPLE),
                "--output-root", str(tmp_path), "--concurrency", "2"]

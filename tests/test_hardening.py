@@ -316,12 +316,23 @@ def test_bad_settings_are_one_line(tmp_path, harness, monkeypatch, capsys):
     assert "not a directory" in message and str(harness.root) in message
 
 
-def saved_run(tmp_path, monkeypatch):
-    with FakeProvider() as provider:
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A finished run of every stage on two sample cases, made once; tests work on copies of it."""
+    tmp_path = tmp_path_factory.mktemp("finished")
+    with FakeProvider() as provider, pytest.MonkeyPatch.context() as monkeypatch:
         h = Harness(tmp_path, provider, monkeypatch)
         for stage in ("LexAwN", "DCG", "direct", "gold", "interaction"):
             assert h.run(stage, "--limit", "2") == 0
-    return h
+    return h.root
+
+
+@pytest.fixture
+def saved_run(finished_run, tmp_path, monkeypatch, provider):
+    import shutil
+    h = Harness(tmp_path, provider, monkeypatch)
+    shutil.copytree(finished_run, h.root)
+    return lambda *_: h
 
 
 def manifest_edit(change):
@@ -343,7 +354,7 @@ REPORT_BREAKAGES = {
 
 
 @pytest.mark.parametrize("name", REPORT_BREAKAGES)
-def test_show_results_reports_a_broken_run_in_one_line(tmp_path, monkeypatch, capsys, name):
+def test_show_results_reports_a_broken_run_in_one_line(saved_run, tmp_path, monkeypatch, capsys, name):
     h = saved_run(tmp_path, monkeypatch)
     breakage, message = REPORT_BREAKAGES[name]
     if name == "unknown cause of action":  # keep the digest right: the cause itself is the problem
@@ -361,7 +372,7 @@ def test_show_results_reports_a_broken_run_in_one_line(tmp_path, monkeypatch, ca
     assert "Traceback" not in err and message in err
 
 
-def test_show_results_malformed_usage_and_an_unwritable_plot_folder(tmp_path, monkeypatch, capsys):
+def test_show_results_malformed_usage_and_an_unwritable_plot_folder(saved_run, tmp_path, monkeypatch, capsys):
     h = saved_run(tmp_path, monkeypatch)
     from records import content_digest
     path = h.file(LJP_GOLD)
@@ -396,7 +407,7 @@ def test_judge_agreement_hostile_files_are_one_line(tmp_path, capsys):
     assert "is a folder" in one_line(capsys.readouterr().err)
 
 
-def test_judge_agreement_out_at_a_folder_is_one_line(tmp_path, monkeypatch, capsys):
+def test_judge_agreement_out_at_a_folder_is_one_line(saved_run, tmp_path, monkeypatch, capsys):
     h = saved_run(tmp_path, monkeypatch)
     capsys.readouterr()
     assert judge_agreement.main(["export", "--output-root", str(h.root), "--dataset", str(SAMPLE),
