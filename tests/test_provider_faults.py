@@ -280,3 +280,18 @@ def test_reasoning_is_kept_for_the_judge_and_counted(harness, provider, capsys):
     assert harness.run("gold", "--limit", "1", "--keep-reasoning") == 0
     (prediction,) = harness.records("Force_judge_gen", "a1_force_judge.jsonl")
     assert prediction["reasoning"] == {"eval": ["模型的思考"]}
+
+
+def test_a_default_temperature_run_is_shown_with_its_setting_and_never_grouped_with_0_7(harness, capsys):
+    import show_results
+    assert harness.run("gold", "--limit", "1") == 0
+    harness.run_id = "r-default"
+    assert harness.run("gold", "--limit", "1", "--temperature", "default") == 0
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(harness.root), "--format", "json"]) == 0
+    groups = json.loads(capsys.readouterr().out)["groups"]
+    assert sorted((g["run_ids"][0], g["settings"]["generation"]["temperature"]) for g in groups) == [
+        ("r-default", "default"), ("r1", 0.7)]
+    assert show_results.main(["--output-root", str(harness.root)]) == 0
+    runs = capsys.readouterr().out.split("Main results")[0]
+    assert "generation" in runs  # the Runs table says what differs
