@@ -40,7 +40,7 @@ PROMPT_FILES = {
     "judge_dcg": "judge_dcg.txt",            # Table 24
     "judge_ljp": "judge_ljp_extract.txt",    # Table 25
 }
-SLOT = re.compile(r"\{(history|key_facts|ai_response|focus_text|claims)\}")
+SLOT = re.compile(r"\{(history|key_facts|ai_response|focus_text|claims|fault)\}")
 
 
 def load_prompts() -> dict[str, str]:
@@ -68,9 +68,18 @@ def render_claims(case: Case) -> str:
 
 def render_key_facts(case: Case) -> str:
     """Key details alone (the User Model never sees focal-point text)."""
+    return "\n".join(key_detail_lines(case))
+
+
+def key_detail_lines(case: Case) -> list[str]:
     details = case.key_details
-    flat = [d for ds in details.values() for d in ds] if isinstance(details, dict) else details
-    return "\n".join(flat)
+    return [d for ds in details.values() for d in ds] if isinstance(details, dict) else list(details)
+
+
+def render_fault(fault: dict) -> str:
+    """A self-correcting user's recorded fault, for the correction prompt."""
+    kind = {"incomplete": "不完整", "wrong": "有误"}[fault["kind"]]
+    return f"类型：{kind}\n涉及的事实：{fault['detail']}"
 
 
 def render_focal_points(case: Case) -> str:

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from checkpoints import CallJournal
-from common import (ModelCaller, Usage, fill, render_claims, render_details_by_focal_point, render_focal_points,
-                    render_history, render_key_facts)
+from common import (ModelCaller, Usage, fill, key_detail_lines, render_claims, render_details_by_focal_point,
+                    render_fault, render_focal_points, render_history, render_key_facts)
 from config import Settings
 from dataset import Case
 from errors import CaseFailed
@@ -66,6 +66,32 @@ def verdict_parser(n_claims: int) -> Callable[[str], list[str]]:
     return parse
 
 
+FAULT_RECORD = re.compile(r"<故障记录>(.*?)</故障记录>\s*$", re.S)
+FAULT_KINDS = {"不完整": "incomplete", "有误": "wrong"}
+
+
+def fault_parser(details: list[str]) -> Callable[[str], tuple[str, dict]]:
+    """The reply and its fault record: {"类型": 不完整|有误, "涉及": one key detail, verbatim}."""
+    def parse(raw: str) -> tuple[str, dict]:
+        match = FAULT_RECORD.search(raw.strip())
+        if not match:
+            raise ValueError("no <故障记录> at the end")
+        try:
+            record = json.loads(match.group(1))
+        except ValueError:
+            raise ValueError("the <故障记录> is not JSON") from None
+        if not isinstance(record, dict) or record.get("类型") not in FAULT_KINDS:
+            raise ValueError("类型 must be 不完整 or 有误")
+        detail = str(record.get("涉及", "")).strip()
+        if detail not in {d.strip() for d in details}:
+            raise ValueError("涉及 is not one of the key details, verbatim")
+        reply = raw.strip()[:match.start()].strip()
+        if not reply:
+            raise ValueError("no reply before the <故障记录>")
+        return reply, {"kind": FAULT_KINDS[record["类型"]], "detail": detail}
+    return parse
+
+
 JUDGE_ATTEMPTS = 3
 
 
@@ -112,10 +138,15 @@ class CaseCalls:
 
     def judge(self, prompt_name: str, parse: Callable[[str], object], **slots):
         """(parsed answer, raw outputs): an invalid output is asked again, up to three attempts."""
+        return self.validated("judge", prompt_name, parse, **slots)
+
+    def validated(self, role: str, prompt_name: str, parse: Callable[[str], object], **slots):
+        """(parsed output, raw outputs) of a prompt whose output has a required form; an output that `parse`
+        rejects (ValueError) is asked for again, within three attempts in all."""
         prompt = fill(self.prompts[prompt_name], **slots)
         raws = []
         for _ in range(JUDGE_ATTEMPTS):
-            raws.append(self._chat("judge", prompt, keep=False))  # only a valid output is worth keeping
+            raws.append(self._chat(role, prompt, keep=False))  # only a valid output is worth keeping
             try:
                 parsed = parse(raws[-1])
             except ValueError as e:
@@ -123,15 +154,22 @@ class CaseCalls:
                 self.caller.progress.retry(f"invalid {prompt_name} output: {problem}")
             else:
                 if self.journal:
-                    self.journal.keep(self.case.number, self.step, "judge", prompt, raws[-1], {})
+                    self.journal.keep(self.case.number, self.step, role, prompt, raws[-1], {})
                 return parsed, raws
         raise CaseFailed(f"{prompt_name} output invalid after {JUDGE_ATTEMPTS} attempts ({problem}); "
                          f"last raw output: {raws[-1][:200]!r}")
 
-    def user_reply(self, dialogue: list[dict], prompt_name: str = "user_standard") -> str:
+    def user_reply(self, dialogue: list[dict], prompt_name: str = "user_standard", **slots) -> str:
         """The User Model sees the conversation and the hidden key details, never focal points or verdicts."""
         return self.generate("user", prompt_name, history=render_history(dialogue),
-                             key_facts=render_key_facts(self.case))
+                             key_facts=render_key_facts(self.case), **slots)
+
+    def faulty_user_reply(self, dialogue: list[dict]) -> tuple[str, dict]:
+        """The self-correcting user's one incomplete or wrong reply, and the fault it recorded: its kind and
+        the key detail it concerns (the record is taken off the reply the evaluated model sees)."""
+        (reply, fault), _ = self.validated("user", "user_self_correction", fault_parser(key_detail_lines(self.case)),
+                                           history=render_history(dialogue), key_facts=render_key_facts(self.case))
+        return reply, fault
 
 
 # ----------------------------------------------------------------------------- steps
@@ -194,7 +232,7 @@ def interact(calls: CaseCalls, upstream: dict) -> dict:
     history = calls.case.history("underspecified")
     dialogue = list(history)
     rounds = []
-    disrupted_round = corrected_round = None
+    disrupted_round = corrected_round = fault = None
     # Round 1 is the a1 response to the underspecified history, with the label LCA already gave it.
     response = upstream["a1"]["responses"]["underspecified"]["response"]
     label = upstream["LCA"]["judgments"]["underspecified"]["label"]
@@ -212,7 +250,7 @@ def interact(calls: CaseCalls, upstream: dict) -> dict:
             user_prompt, corrected_round = "user_correction", round_number
         elif label == "策略一":
             return _interaction_record(history, rounds, dialogue, "judged", condition,
-                                       disrupted_round, corrected_round)
+                                       disrupted_round, corrected_round, fault)
         else:
             user_prompt = "user_standard"
             if condition in DISRUPTION_PROMPTS and disrupted_round is None:
@@ -221,18 +259,28 @@ def interact(calls: CaseCalls, upstream: dict) -> dict:
                 if relevant == "是":
                     user_prompt, disrupted_round = DISRUPTION_PROMPTS[condition], round_number
         entry["user_prompt"] = user_prompt
-        entry["user_reply"] = calls.user_reply(dialogue, user_prompt)
+        if user_prompt == "user_self_correction":
+            entry["user_reply"], fault = calls.faulty_user_reply(dialogue)
+            entry["fault"] = fault
+        elif user_prompt == "user_correction":
+            entry["user_reply"] = calls.user_reply(dialogue, user_prompt, fault=render_fault(fault))
+        else:
+            entry["user_reply"] = calls.user_reply(dialogue, user_prompt)
         dialogue.append({"role": "user", "content": entry["user_reply"]})
     final = force_judge(calls, dialogue)
     dialogue.append({"role": "assistant", "content": final})
     rounds.append({"round": CLARIFICATION_ROUNDS + 1, "prompt": "force_judge", "assistant": final, "label": None})
-    return _interaction_record(history, rounds, dialogue, "budget", condition, disrupted_round, corrected_round)
+    return _interaction_record(history, rounds, dialogue, "budget", condition, disrupted_round, corrected_round, fault)
 
 
-def _interaction_record(history, rounds, dialogue, stop_reason, condition, disrupted_round, corrected_round) -> dict:
-    return {"user_condition": condition, "input_history": history, "rounds": rounds,
-            "continued_history": dialogue, "stop_reason": stop_reason, "final_response": rounds[-1]["assistant"],
-            "disrupted_round": disrupted_round, "corrected_round": corrected_round}
+def _interaction_record(history, rounds, dialogue, stop_reason, condition, disrupted_round, corrected_round,
+                        fault) -> dict:
+    record = {"user_condition": condition, "input_history": history, "rounds": rounds,
+              "continued_history": dialogue, "stop_reason": stop_reason, "final_response": rounds[-1]["assistant"],
+              "disrupted_round": disrupted_round, "corrected_round": corrected_round}
+    if fault:  # a self-correcting user's fault: its kind and the key detail it concerned
+        record["fault"] = fault
+    return record
 
 
 def interaction_calls(upstream: dict, settings: Settings) -> dict:

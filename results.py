@@ -181,6 +181,12 @@ def score_behaviour(run: Run, interactions: dict) -> None:
         run.metrics[("behaviour", "questions", cls)] = float(questions[mask].mean())
         for category in STOP_CATEGORIES:
             run.metrics[("behaviour", category, cls)] = float((stops[mask] == category).mean())
+    disrupted = [r.get("disrupted_round") is not None for r in interactions.values()]
+    faults = [r["fault"]["kind"] for r in interactions.values() if isinstance(r.get("fault"), dict)]
+    if run.condition != "standard":
+        run.metrics[("faults", "disrupted", OVERALL)] = float(np.mean(disrupted))
+        for kind in ("incomplete", "wrong"):
+            run.metrics[("faults", kind, OVERALL)] = float(np.mean([f == kind for f in faults])) if faults else None
     data = run.tasks.get("LJP_interaction")
     if data is not None:
         by_case = dict(zip(interactions, stops))

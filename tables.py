@@ -71,6 +71,7 @@ def build_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
                      for g in groups])]
     non_ideal = non_ideal_table(groups, boot)
     behaviour = behaviour_tables(groups)
+    groups_all = groups
     groups = [g for g in groups if g.condition == "standard"]
     labels = [group_label(g, groups) for g in groups]
     classes = classes_present(groups) + [OVERALL]
@@ -97,7 +98,8 @@ def build_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
     tables.append(interaction_gain_table(groups, labels))
     if boot:
         tables.append(paired_setups_table(groups, labels, boot))
-    return tables + behaviour + ([non_ideal] if non_ideal else [])
+    faults = fault_table(groups_all)
+    return tables + behaviour + ([non_ideal] if non_ideal else []) + ([faults] if faults else [])
 
 
 def paired_setups_table(groups: list[Group], labels: list[str], boot: Bootstrap) -> Table:
@@ -158,7 +160,8 @@ def behaviour_tables(groups: list[Group]) -> list[Table]:
 
 
 def non_ideal_table(groups: list[Group], boot: Bootstrap | None = None) -> Table | None:
-    """Table 15: Interaction-Based QWK per user condition, for groups equal in every other setting."""
+    """Table 15: Interaction-Based QWK per user condition, for groups equal in every other setting; with
+    `boot`, each condition's decline from Standard on the same resampled cases (paired)."""
     rows: dict[tuple, dict[str, Group]] = {}
     for g in groups:
         others = tuple(s for name, s in zip(COMPARED_MANIFEST_FIELDS, g.settings) if name != "user_condition")
@@ -167,16 +170,35 @@ def non_ideal_table(groups: list[Group], boot: Bootstrap | None = None) -> Table
     if not rows:
         return None
     key = ("LJP_interaction", "qwk", OVERALL)
+    non_standard = [(c, name) for c, name in USER_CONDITION_NAMES if c != "standard"]
     table = Table("Non-ideal users (Table 15): Interaction-Based LJP QWK, mean ± SD over runs"
-                  + (", [95% bootstrap interval over cases]" if boot else ""),
-                  ["Model"] + [name for _, name in USER_CONDITION_NAMES], [])
+                  + (", [95% bootstrap interval over cases]; differences paired on the same cases" if boot else ""),
+                  ["Model"] + [name for _, name in USER_CONDITION_NAMES]
+                  + ([f"{name} − Standard" for _, name in non_standard] if boot else []), [])
     for (model, others), by_condition in rows.items():
         same_model = [k for k in rows if k[0] == model]
         label = model if len(same_model) == 1 else f"{model} #{same_model.index((model, others)) + 1}"
-        table.rows.append([label] + [cell(by_condition[c].stat(key), 4, boot.interval(by_condition[c], key)
-                                          if boot else None) if c in by_condition else "n/a"
-                                     for c, _ in USER_CONDITION_NAMES])
+        row = [label] + [cell(by_condition[c].stat(key), 4, boot.interval(by_condition[c], key) if boot else None)
+                         if c in by_condition else "n/a" for c, _ in USER_CONDITION_NAMES]
+        if boot:
+            standard = by_condition.get("standard")
+            row += [difference_cell(paired_difference(boot, (by_condition[c], key), (standard, key)), 4)
+                    if standard and c in by_condition else "n/a" for c, _ in non_standard]
+        table.rows.append(row)
     return table
+
+
+def fault_table(groups: list[Group]) -> Table | None:
+    """What the non-ideal users did: the share of interactions with a disrupted reply, and for the
+    self-correcting user the kind of fault it recorded (incomplete or wrong)."""
+    groups = [g for g in groups if g.condition != "standard" and g.stat(("faults", "disrupted", OVERALL))]
+    if not groups:
+        return None
+    return Table("Non-ideal users: disrupted interactions and the self-correcting user's faults, mean over runs",
+                 ["Model", "Condition", "Disrupted", "Incomplete", "Wrong"],
+                 [[group_label(g, groups), g.condition] + [cell(g.stat(("faults", m, OVERALL)), 3)
+                                                            for m in ("disrupted", "incomplete", "wrong")]
+                  for g in groups])
 
 
 def interaction_gain_table(groups: list[Group], labels: list[str]) -> Table:

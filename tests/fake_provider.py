@@ -45,6 +45,15 @@ def stable(text: str) -> int:
     return int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:8], 16)
 
 
+def fault_record(prompt: str) -> str:
+    """The structured record a self-correcting user's faulty reply ends with, when its prompt asks for one:
+    an incomplete answer about the first key detail."""
+    if "<故障记录>{" not in prompt:
+        return ""
+    detail = between(prompt, "案件客观事实").split("\n")[0].strip()
+    return "\n<故障记录>" + json.dumps({"类型": "不完整", "涉及": detail}, ensure_ascii=False) + "</故障记录>"
+
+
 def default_reply(kind: str, prompt: str) -> str:
     """Deterministic replies that exercise every path: some LexAwN replies ask, some predict."""
     if kind == "lexawn":
@@ -59,7 +68,7 @@ def default_reply(kind: str, prompt: str) -> str:
     if kind == "force_judge":
         return PREDICT + "法律分析……各项诉请预测：支持。"
     if kind == "user":
-        return "这个我记得，具体情况是这样的。"
+        return "这个我记得，具体情况是这样的。" + fault_record(prompt)
     if kind == "lca_judge":
         return "策略一" if PREDICT in between(prompt, "待评估回复") else "策略二"
     if kind == "dcg_judge":

@@ -1,4 +1,5 @@
 """Appendix F prompts: files, slots, safe filling, and what each rendering puts into them."""
+import json
 import re
 
 import pytest
@@ -6,14 +7,14 @@ import pytest
 from common import (PROMPT_FILES, fill, load_prompts, render_claims, render_details_by_focal_point, render_focal_points,
                     render_history, render_key_facts)
 from dataset import case_from_raw
-from tests.conftest import sample_cases
+from tests.conftest import ROOT, sample_cases
 
 EXPECTED_SLOTS = {
     "lexawn": {"history"}, "force_ask": {"history"}, "force_judge": {"history"},
     "user_standard": {"history", "key_facts"}, "judge_lca": {"history"},
     "judge_dcg": {"ai_response", "focus_text", "key_facts"}, "judge_ljp": {"history", "claims"},
     "user_delayed": {"history", "key_facts"}, "user_self_correction": {"history", "key_facts"},
-    "user_correction": {"history", "key_facts"},
+    "user_correction": {"history", "key_facts", "fault"},
 }
 
 
@@ -36,16 +37,60 @@ def test_prompts_keep_the_original_wording():
     assert "1. 引导的正确性：<AI提问内容>所关注的问题，应属于解决<裁判文书争议焦点>所必需的法律要点" in prompts["judge_dcg"]
 
 
-def test_non_ideal_user_prompts_share_the_standard_inputs_and_constraints():
+APPENDIX_F = json.loads((ROOT / "tests" / "data" / "appendix_f.json").read_text(encoding="utf-8"))["prompts"]
+
+
+def paper_form(text: str) -> str:
+    """The prompt as the paper prints it, compared whitespace aside: the LaTeX font leftover `gkai`, the
+    table's closing bar and the typeset code fence (‘‘‘) are the transcription's only edits."""
+    text = text.replace("gkai", "").replace("‘‘‘", "```")
+    return re.sub(r"\s+", "", text).removesuffix("|")
+
+
+@pytest.mark.parametrize("name", sorted(APPENDIX_F))
+def test_every_appendix_f_prompt_is_the_papers_text(name):
+    assert paper_form(load_prompts()[name]) == paper_form(APPENDIX_F[name]["text"]), APPENDIX_F[name]["paper_title"]
+
+
+# Rules of the Standard User Model (Table 22) that every prompt written for the harness keeps, apart from the
+# one disruption it describes; and phrases that would tell the evaluated model its question was on target.
+STANDARD_RULES = {
+    "no assumptions as facts": "不要把AI的假设或推测当作已确认事实",
+    "no invention": "绝不能编造未提供的细节",
+    "no denial of what was not mentioned": "不要把未提及的事情说成没有发生",
+    "no other hidden details": "不要披露",
+}
+CUES = ("关键事实", "关键情况", "关键点", "争议焦点")
+
+
+@pytest.mark.parametrize("name", ["user_delayed", "user_self_correction", "user_correction"])
+def test_every_prompt_written_for_the_harness_keeps_the_standard_rules_and_gives_no_cue(name):
     prompts = load_prompts()
-    standard = prompts["user_standard"]
+    standard, text = prompts["user_standard"], prompts[name]
     inputs = standard[standard.index("# Input Data"):standard.index("# 逻辑与回复策略")]
     constraints = standard[standard.index("# Output Constraints"):]
-    for name in ("user_delayed", "user_self_correction", "user_correction"):
-        assert inputs in prompts[name] and prompts[name].endswith(constraints), name
-    assert "不引入虚假事实" in prompts["user_delayed"]
-    assert "不完整或有误" in prompts["user_self_correction"]
-    assert "无论AI的最新回复是继续追问还是已经给出了判断" in prompts["user_correction"]
+    assert inputs in text
+    expected = constraints.replace("仅输出你作为用户的回复文本", "仅输出你作为用户的回复文本和最后的<故障记录>") \
+        if name == "user_self_correction" else constraints
+    assert text.endswith(expected)
+    for rule, phrase in STANDARD_RULES.items():
+        assert phrase in text, f"{name}: {rule}"
+    assert not any(cue in text for cue in CUES), name
+
+
+def test_the_disruptions_are_what_appendix_e5_describes_and_no_easier_than_standard():
+    prompts = load_prompts()
+    delayed = prompts["user_delayed"]
+    assert "暂不提供所需信息" in delayed and "不引入虚假事实" in delayed
+    # a vague reply may only restate the history: it can never hand over another focal point's facts
+    assert "不要披露<案件客观事实>中尚未在<对话历史>里出现的任何其他内容" in delayed
+    assert "与所问事实关系不大的经过" not in delayed
+    mistaken = prompts["user_self_correction"]
+    assert "不完整或有误" in mistaken and "<故障记录>" in mistaken and "逐字照抄" in mistaken
+    correction = prompts["user_correction"]
+    assert "{fault}" in correction and "无论AI的最新回复是继续追问还是已经给出了判断" in correction
+    assert "回答有依据的部分，并明确说明其余部分不清楚" in correction
+    assert "上一次回复的信息不完整或有误" not in correction  # it is told what was wrong, not told it was wrong
 
 
 def test_fill_never_reexpands_inserted_text():

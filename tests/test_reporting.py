@@ -198,3 +198,77 @@ def test_plot_without_matplotlib_says_how_to_install(tmp_path, capsys, monkeypat
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails as if not installed
     assert show_results.main(["--output-root", str(tmp_path), "--plot", str(tmp_path / "p")]) == 2
     assert "pip install matplotlib" in capsys.readouterr().err and not (tmp_path / "p").exists()
+
+
+# ----------------------------------------------------------------------------- drift the suite must catch (#16)
+
+def random_ljp(rng, cases, accuracy):
+    labels = ["支持", "部分支持", "驳回"]
+    out = {}
+    for n in cases:
+        gold = [labels[i] for i in rng.integers(0, 3, size=int(rng.integers(1, 4)))]
+        out[n] = [(g, g if rng.random() < accuracy else labels[int(rng.integers(0, 3))]) for g in gold]
+    return out
+
+
+def test_every_task_setup_run_and_model_is_resampled_with_one_shared_draw(tmp_path):
+    """Any task, LJP setup, run or model given draws of its own fails here: every bootstrap value must be the
+    metric on the one matrix of case weights the bootstrap holds for these cases."""
+    from results import TASKS
+    rng = np.random.default_rng(7)
+    for model in ("m", "n"):
+        for run_id in ("r1", "r2"):
+            make_run(tmp_path, f"{model}-{run_id}", model=model, cases=MANY,
+                     lca={c: (C if rng.random() < 0.6 else U, U if rng.random() < 0.6 else C) for c in MANY},
+                     dcg={c: bool(rng.random() < 0.5) for c in MANY},
+                     ljp={s: random_ljp(rng, MANY, a) for s, a in (("direct", 0.4), ("interaction", 0.6),
+                                                                  ("gold", 0.8))})
+    boot = Bootstrap(150, 3)
+    weights = boot.weights(tuple(MANY))
+    for g in groups_of(tmp_path):
+        for task, (_, _, metrics_from) in TASKS.items():
+            per_run = [metrics_from(weights @ run.tasks[task].counts) for run in g.runs]
+            for metric in per_run[0]:
+                expected = np.nanmean(np.array([m[metric] for m in per_run]), axis=0)
+                assert np.allclose(boot.distribution(g, (task, metric, "Overall")), expected, equal_nan=True), \
+                    (g.model, task, metric)
+
+
+def test_identical_imperfect_setups_differ_by_exactly_zero_in_every_resample(tmp_path):
+    rng = np.random.default_rng(11)
+    same = random_ljp(rng, MANY, 0.5)
+    make_run(tmp_path, "r1", cases=MANY, ljp={"direct": same, "interaction": same, "gold": random_ljp(rng, MANY, 0.9)})
+    g, boot = group(tmp_path), Bootstrap(300, 0)
+    key = lambda s: (g, (f"LJP_{s}", "qwk", "Overall"))  # noqa: E731
+    assert np.nanstd(boot.distribution(*key("direct"))) > 0.01  # imperfect: unpaired draws would disagree
+    diff = paired_difference(boot, key("interaction"), key("direct"))
+    assert diff["difference"] == 0 and diff["ci"] == (0.0, 0.0)
+
+
+def test_the_interval_is_the_central_95_percent():
+    from results import percentile_interval
+    values = np.arange(1000.0)
+    lo, hi = percentile_interval(values)
+    assert (lo, hi) == pytest.approx((24.975, 974.025))
+    assert np.mean((values >= lo) & (values <= hi)) == pytest.approx(0.95)
+    with_nan = np.concatenate([values, [np.nan] * 100])
+    assert percentile_interval(with_nan) == (lo, hi)  # undefined resamples are left out, not counted
+
+
+def test_table_15_paired_declines_hand_checked(tmp_path, capsys):
+    cases = {"A1": "离婚纠纷", "A2": "法定继承纠纷"}
+    # Standard: both right, QWK 1. Delayed: A2 predicted 支持 for 驳回: O = [[1,0,0],[0,0,0],[1,0,0]],
+    # E = outer([1,0,1],[2,0,0])/2 = [[1,0,0],[0,0,0],[1,0,0]]: QWK = 1 - 1/1 = 0, decline -1.
+    # Resamples holding one case twice leave QWK undefined on both sides; those with both cases give -1.
+    make_run(tmp_path, "std", cases=cases, ljp={"interaction": {"A1": [("支持", "支持")], "A2": [("驳回", "驳回")]}})
+    make_run(tmp_path, "del", cases=cases, user_condition="delayed",
+             ljp={"interaction": {"A1": [("支持", "支持")], "A2": [("驳回", "支持")]}})
+    make_run(tmp_path, "sc", cases=cases, user_condition="self-correction",
+             ljp={"interaction": {"A1": [("支持", "支持")], "A2": [("驳回", "驳回")]}})
+    assert show_results.main(["--output-root", str(tmp_path), "--ci", "--resamples", "200"]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("Non-ideal users (Table 15)"):].splitlines()
+    assert table[1].split("  ")[0] == "Model" and "Delayed Disclosure − Standard" in table[1]
+    row = [c.strip() for c in table[3].split("  ") if c.strip()]
+    assert row[-2] == "-1.0000 [-1.0000, -1.0000], 100.0% < 0"
+    assert row[-1] == "+0.0000 [+0.0000, +0.0000], 0.0% < 0"

@@ -6,7 +6,7 @@ import pytest
 import show_results
 from records import INTERACTION, LJP_INTERACTION
 from tests.conftest import Harness, sample_cases, write_dataset
-from tests.fake_provider import ASK, PREDICT, between, kind_of
+from tests.fake_provider import ASK, PREDICT, between, fault_record, kind_of
 
 CASE = sample_cases()[1]  # its underspecified history already holds one assistant question
 UNDERSPECIFIED_TAIL = CASE["underspecified_consultation"][-1]["content"]
@@ -40,7 +40,7 @@ def consultation(actions: list[str]):
         if kind == "dcg_judge":
             return "是" if "关键问题" in between(prompt, "AI提问内容") else "否"
         if kind == "user":
-            return f"用户回复（{user_variant(prompt)}）"
+            return f"用户回复（{user_variant(prompt)}）" + fault_record(prompt)
         return None
     return script
 
@@ -163,3 +163,42 @@ def test_conditions_never_group_together_and_table_15_shows_them(tmp_path, provi
     assert "eval-model" in table.splitlines()[3]
     main = out[out.index("Main results"):out.index("LCA detail")]
     assert main.count("eval-model") == 1  # the non-ideal runs stay out of the main tables
+
+
+def test_the_prompts_a_non_ideal_user_receives_keep_the_rules_and_give_no_cue(one_case, provider):
+    """A scripted User Model that reads its prompt: what it was told is what the tests check."""
+    record, users = run_interaction(one_case, provider, "delayed", ["ask", "ask", "predict"])
+    (delayed,) = [p for p in provider.prompts("user") if user_variant(p) == "delayed"]
+    assert "不要披露<案件客观事实>中尚未在<对话历史>里出现的任何其他内容" in delayed
+    assert "绝不能编造未提供的细节" in delayed and "关键事实" not in delayed
+
+
+def test_the_self_correcting_users_fault_is_recorded_and_given_to_the_correction(one_case, provider):
+    record, users = run_interaction(one_case, provider, "self-correction", ["ask", "ask", "predict"])
+    assert users[:2] == ["mistaken", "correction"]
+    detail = sample_cases()[1]["key_details"]
+    first = (next(iter(detail.values()))[0] if isinstance(detail, dict) else detail[0]).strip()
+    fault = {"kind": "incomplete", "detail": first}
+    assert record["fault"] == fault and record["rounds"][0]["fault"] == fault
+    assert "<故障记录>" not in record["rounds"][0]["user_reply"]  # the evaluated model never sees the record
+    assert all("<故障记录>" not in between(p, "对话历史") for p in provider.prompts("lexawn"))
+    (correction,) = [p for p in provider.prompts("user") if user_variant(p) == "correction"]
+    assert between(correction, "上次回复的问题") == f"类型：不完整\n涉及的事实：{first}"
+
+
+@pytest.mark.parametrize("bad", ["没有记录的回复", "回复\n<故障记录>{\"类型\": \"说谎\", \"涉及\": \"x\"}</故障记录>",
+                                 "回复\n<故障记录>{\"类型\": \"有误\", \"涉及\": \"不在案件事实里的话\"}</故障记录>"])
+def test_a_faulty_reply_without_a_valid_record_is_asked_again(one_case, provider, bad):
+    script = consultation(["ask", "predict"])
+    attempts = []
+
+    def first_bad(kind, prompt, body):
+        if kind == "user" and user_variant(prompt) == "mistaken" and not attempts:
+            attempts.append(1)
+            return bad
+        return script(kind, prompt, body)
+    provider.script = first_bad
+    assert one_case.run("LexAwN", "--user-condition", "self-correction") == 0
+    (record,) = one_case.records(INTERACTION)
+    assert record["fault"]["kind"] == "incomplete"
+    assert sum(user_variant(p) == "mistaken" for p in provider.prompts("user")) == 2
