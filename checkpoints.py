@@ -22,10 +22,10 @@ from pathlib import Path
 from config import Settings
 from dataset import Case
 from errors import FatalError, HarnessError
+from common import PROMPT_DIR, prompt_files_used
 from records import ROLES, SCHEMA_VERSION, RecordKind, canonical_hash, model_folder, read_records
 
 HERE = Path(__file__).resolve().parent
-PROMPT_DIR = HERE / "prompts"
 
 
 def run_folder(root: Path, run_id: str, model: str) -> Path:
@@ -260,8 +260,25 @@ def _digest(paths: list[Path]) -> str:
     return h.hexdigest()[:16]
 
 
-def code_and_prompt_hashes(start: str = "runner") -> tuple[str, str]:
-    return _digest(code_files(start)), _digest(sorted(PROMPT_DIR.glob("*.txt")))
+def code_hash(start: str = "runner") -> str:
+    return _digest(code_files(start))
+
+
+def prompt_hashes(condition: str) -> tuple[str, dict[str, str]]:
+    """The hash of the prompts a run of this condition sends, and each file's own hash."""
+    paths = [PROMPT_DIR / name for name in prompt_files_used(condition)]
+    return _digest(paths), {p.name: hashlib.sha256(p.read_bytes().replace(b"\r\n", b"\n")).hexdigest()[:16]
+                            for p in paths}
+
+
+# Manifests written before they listed each prompt file's hash (up to commit b1ddf54) hashed all ten prompt
+# files together; this is what each file held then, so such a run is compared on the prompts it uses.
+LEGACY_PROMPT_SETS = {"ed0912c173dde14c": {
+    "dcg_force_ask.txt": "e7110e6bd24558ec", "force_judge.txt": "00b732d489ffef92",
+    "judge_dcg.txt": "a63f915dfd185b30", "judge_lca.txt": "9132ef54552e082f",
+    "judge_ljp_extract.txt": "def1bfdab21e6c47", "lexawn.txt": "e84776b5dad5a374",
+    "user_correction.txt": "8df7a24b819dabef", "user_delayed.txt": "fb05dda110120af5",
+    "user_self_correction.txt": "45f7c615ce7e32c8", "user_standard.txt": "ebd9b5bb8ecf57b8"}}
 
 
 def package_versions() -> dict[str, str]:
@@ -289,7 +306,7 @@ def generation_settings(settings: Settings) -> dict:
 
 
 def build_manifest(settings: Settings, dataset_sha256: str, selected: list[Case]) -> dict:
-    code_hash, prompt_hash = code_and_prompt_hashes()
+    prompt_hash, prompt_files = prompt_hashes(settings.user_condition)
     roles = settings.roles
     return {
         "schema_version": SCHEMA_VERSION,
@@ -297,8 +314,9 @@ def build_manifest(settings: Settings, dataset_sha256: str, selected: list[Case]
         "dataset_sha256": dataset_sha256,
         "dataset_path": str(settings.dataset),
         "selected_cases": [c.number for c in selected],
-        "code_hash": code_hash,
+        "code_hash": code_hash(),
         "prompt_hash": prompt_hash,
+        "prompt_files": prompt_files,
         "models": {r: {"model": roles[r].model, "endpoint_host": roles[r].host} for r in ROLES},
         "generation": generation_settings(settings),
         "user_condition": settings.user_condition,
@@ -307,10 +325,17 @@ def build_manifest(settings: Settings, dataset_sha256: str, selected: list[Case]
     }
 
 
-def _compared(manifest: dict, name: str):
+def compared_setting(manifest: dict, name: str):
     """A compared field as it decides results: an endpoint's port does not (a local server restarted on
-    another port is the same model), so hosts are compared without it."""
+    another port is the same model), so hosts are compared without it; prompts are compared file by file,
+    on the files the run's user condition sends."""
     value = manifest.get(name)
+    if name == "prompt_hash":
+        files = manifest.get("prompt_files") or LEGACY_PROMPT_SETS.get(value)
+        if not isinstance(files, dict):
+            return value
+        used = set(prompt_files_used(str(manifest.get("user_condition", "standard"))))
+        return {file: digest for file, digest in files.items() if file in used}
     if name == "models" and isinstance(value, dict):
         return {role: {**m, "endpoint_host": str(m.get("endpoint_host", "")).rsplit(":", 1)[0]
                        if str(m.get("endpoint_host", "")).count(":") == 1 else m.get("endpoint_host")}
@@ -328,7 +353,7 @@ def manifest_differences(saved: dict, current: dict) -> list[str]:
     """Each compared setting that differs, as 'field: run X, now Y' (nested fields by their dotted path)."""
     differences = []
     for name in COMPARED_MANIFEST_FIELDS:
-        before, now = _compared(saved, name), _compared(current, name)
+        before, now = compared_setting(saved, name), compared_setting(current, name)
         if before == now:
             continue
         if name == "selected_cases":
@@ -347,7 +372,7 @@ SETTINGS_IN_RECORDS = ("dataset_sha256", "prompt_hash", "models", "generation", 
 
 
 def settings_hash(manifest: dict) -> str:
-    return canonical_hash({name: _compared(manifest, name) for name in SETTINGS_IN_RECORDS})
+    return canonical_hash({name: compared_setting(manifest, name) for name in SETTINGS_IN_RECORDS})
 
 
 def saved_settings(paths: list[Path]) -> set[str | None]:

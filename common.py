@@ -40,6 +40,17 @@ PROMPT_FILES = {
     "judge_dcg": "judge_dcg.txt",            # Table 24
     "judge_ljp": "judge_ljp_extract.txt",    # Table 25
 }
+# The prompts written for the non-ideal users (Appendix E.5): only runs of that condition use them.
+CONDITION_PROMPTS = {"delayed": ("user_delayed",), "self-correction": ("user_self_correction", "user_correction")}
+
+
+def prompt_files_used(condition: str) -> list[str]:
+    """The prompt files a run of this user condition sends (their hashes decide whether it may resume)."""
+    special = {name for names in CONDITION_PROMPTS.values() for name in names}
+    return sorted(PROMPT_FILES[name] for name in PROMPT_FILES
+                  if name not in special or name in CONDITION_PROMPTS.get(condition, ()))
+
+
 SLOT = re.compile(r"\{(history|key_facts|ai_response|focus_text|claims|fault)\}")
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from categories import cause_class
-from checkpoints import COMPARED_MANIFEST_FIELDS, read_unanswered
+from checkpoints import COMPARED_MANIFEST_FIELDS, compared_setting, read_unanswered
 from dataset import load_dataset
 from errors import HarnessError
 from metrics import (confusion, dcg_from_counts, lca_counts, lca_from_counts, ljp_from_counts, plain, ratio)
@@ -305,7 +305,7 @@ class Group:
 
 
 def settings_key(manifest: dict) -> tuple:
-    return tuple(json.dumps(manifest.get(name), sort_keys=True) for name in COMPARED_MANIFEST_FIELDS)
+    return tuple(json.dumps(compared_setting(manifest, name), sort_keys=True) for name in COMPARED_MANIFEST_FIELDS)
 
 
 def group_runs(runs: list[Run]) -> list[Group]:

@@ -60,3 +60,21 @@ def test_show_results_leaves_out_a_record_of_another_schema_or_other_inputs(tmp_
         assert f"DCG: {dcg}:2: " in captured.err and message in captured.err
         metrics = json.loads(captured.out)["groups"][0]["metrics"]
         assert "DCG" not in metrics and "LCA" in metrics  # only that task is left out
+
+
+def test_a_run_is_compared_on_the_prompts_its_user_condition_sends(tmp_path, monkeypatch, provider, capsys):
+    """The v1 manifest hashed all ten prompts together; since then the non-ideal users' prompts were rewritten.
+    A standard run resumes (its prompts are unchanged, as above); a delayed-disclosure run does not."""
+    root = copy_of_saved_run(tmp_path)
+    manifest_path = root / "runs" / "v1run" / "old-model-d1ae042c" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    manifest["user_condition"] = "delayed"
+    manifest_path.write_text(json.dumps(manifest, ensure_ascii=False), encoding="utf-8")
+    monkeypatch.setenv("OPENAI_BASE_URL", provider.base_url)
+    import LexAwN_gen
+    argv = ["--run-id", "v1run", "--model", "old-model", "--dataset", str(SAMPLE), "--output-root", str(root),
+            "--limit", "4", "--user-condition", "delayed", "--allow-code-change"]
+    assert stage_main(LexAwN_gen.STAGE, "test", argv=argv, clients=provider.in_memory_clients()) == 2
+    err = capsys.readouterr().err
+    assert "prompt_hash.user_delayed.txt: run fb05dda110120af5, now" in err and "user_standard" not in err
+    assert not provider.requests
