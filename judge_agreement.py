@@ -16,22 +16,20 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from sklearn.metrics import cohen_kappa_score
 
-from common import render_details_by_focal_point, render_focal_points
+from common import load_prompts, render_details_by_focal_point, render_focal_points
 from dataset import DEFAULT_DATASET, HERE, load_dataset
 from errors import HarnessError
 from records import A1, DCG, DCG_LABELS, FORCE_ASK, HISTORY_TYPES, LCA, LCA_LABELS, LJP_SETUPS, VERDICTS
-from results import load_runs, read_task
+from metrics import kappa_from_confusion
+from results import load_runs, percentile_interval, read_task
 from tables import Table, render_text, spreadsheet_safe, spreadsheet_text
 
 TASKS = ("LCA", "DCG", "LJP")
 LABELS = {"LCA": LCA_LABELS, "DCG": DCG_LABELS, "LJP": VERDICTS}
-INSTRUCTIONS = {
-    "LCA": "Does the reply give a legal prediction (策略一) or ask for missing facts (策略二)?",
-    "DCG": "Does the question target a focal point and can the key details answer it (是), or not (否)?",
-    "LJP": "Which verdict does the reply predict for this claim: 支持, 部分支持 or 驳回?",
-}
+INSTRUCTIONS = {task: f"按标注说明（.guidelines.txt）中 {task} 部分的标准判断" for task in TASKS}
 ANNOTATION_COLUMNS = ["item_id", "task", "case_number", "cause_of_action", "instruction", "labels", "reply",
                       "focal_points", "key_details", "claim", "all_claims", "annotator_1", "annotator_2",
                       "adjudicated"]
@@ -158,10 +156,44 @@ def export(args) -> int:
                          "case_number": it.case_number, "source": it.source, "llm_label": it.llm_label})
     write_csv(args.out, ANNOTATION_COLUMNS, rows)
     write_csv(key_path(args.out), KEY_COLUMNS, keys)
+    try:
+        guidelines_path(args.out).write_text(guidelines(load_prompts()), encoding="utf-8")
+    except OSError as e:
+        raise HarnessError(f"{guidelines_path(args.out)}: cannot be written ({e.strerror or e})") from None
     counts = {task: sum(r["task"] == task for r in rows) for task in TASKS}
     print(f"wrote {args.out} ({', '.join(f'{t} {n}' for t, n in counts.items())} items; seed {args.seed}) "
+          f", {guidelines_path(args.out)} (the criteria, for the annotators) "
           f"and {key_path(args.out)} (judge labels: keep it from the annotators)")
     return 0
+
+
+# The criteria the judge applies (Tables 23-25), cut from its own prompts so the experts read the same text.
+GUIDELINE_SECTIONS = {
+    "LCA": ("judge_lca", "【背景与策略定义】", "【输入数据】",
+            "每一条目是一条AI法律顾问的新回复（不含此前的对话）。请按以下与评估模型相同的标准，判断它执行的是策略一还是策略二。"),
+    "DCG": ("judge_dcg", "# 评估任务", "# 输入数据",
+            "每一条目是一条AI提问，附有该案的争议焦点与对应案件事实。请按以下与评估模型相同的标准判断：两个条件均满足填“是”，否则填“否”。"),
+    "LJP": ("judge_ljp", "# 分类标准", "# 极其严格的输出格式",
+            "每一条目是一项诉讼请求，附有提出预测的回复与全部诉请。请按以下与评估模型相同的标准，填写该回复对这一项诉请的预测：支持、部分支持或驳回。"),
+}
+
+
+def guidelines(prompts: dict[str, str]) -> str:
+    """The annotation guidelines for each task, in Chinese, as the judge sees its criteria (Appendix E.3.1:
+    the experts apply the exact same criteria and guidelines)."""
+    parts = ["标注说明（与LLM评估模型使用相同的标准；条目中的标签、模型名称与评估模型的判断均不提供）", ""]
+    for task, (prompt, start, end, intro) in GUIDELINE_SECTIONS.items():
+        text = prompts[prompt]
+        if start not in text or end not in text:
+            raise HarnessError(f"prompts: the {prompt} prompt no longer has its {start} … {end} sections")
+        criteria = text[text.index(start):text.index(end)].strip()
+        parts += [f"=== {task}（可选标签：{' / '.join(LABELS[task])}）===", intro, "", criteria, ""]
+    parts += ["每一条目由两位标注者独立填写 annotator_1 与 annotator_2；两人不一致时，讨论后在 adjudicated 中填写一致意见。"]
+    return "\n".join(parts) + "\n"
+
+
+def guidelines_path(out: Path) -> Path:
+    return out.with_name(out.stem + ".guidelines.txt")
 
 
 def key_path(out: Path) -> Path:
@@ -234,7 +266,8 @@ def human_labels(path: Path, rows: list[tuple[int, dict]], key: dict[str, dict])
         if agreed and final != values["annotator_1"]:
             problems.append(f"{where}: adjudicated {final!r} differs from the label both annotators gave")
             continue
-        labelled.append((task, values["annotator_1"], values["annotator_2"], final, key[row["item_id"]]["llm_label"]))
+        labelled.append((task, values["annotator_1"], values["annotator_2"], final, key[row["item_id"]]["llm_label"],
+                         key[row["item_id"]].get("case_number") or row.get("case_number") or row["item_id"]))
     return labelled, problems
 
 
@@ -258,6 +291,36 @@ def agreement_table(labelled: list) -> Table:
                  ["Task", "Items", "Human-Human Agree.", "Human-Human κ", "LLM-Human Agree.", "LLM-Human κ"], rows)
 
 
+def kappa_interval(a: list[str], b: list[str], cases: list[str], resamples: int = 1000,
+                   seed: int = 0) -> tuple[float, float] | None:
+    """95% percentile interval of Cohen's kappa over a bootstrap of whole cases: an LJP response's claims, or
+    both histories of a case, are drawn together (items of one case are not independent)."""
+    labels = sorted(set(a) | set(b))
+    clusters = sorted(set(cases))
+    where = np.array([clusters.index(c) for c in cases])
+    cells = np.array([labels.index(x) * len(labels) + labels.index(y) for x, y in zip(a, b)])
+    onehot = np.zeros((len(a), len(labels) ** 2))
+    onehot[np.arange(len(a)), cells] = 1
+    rng = np.random.default_rng(seed)
+    drawn = np.stack([np.bincount(rng.integers(0, len(clusters), len(clusters)), minlength=len(clusters))
+                      for _ in range(resamples)])[:, where]  # resamples × items: how often each item is drawn
+    kappas = kappa_from_confusion((drawn @ onehot).reshape(resamples, len(labels), len(labels)))
+    return percentile_interval(kappas)
+
+
+def interval_table(labelled: list) -> Table:
+    fmt = lambda ci: "undefined" if ci is None else f"[{ci[0]:.2f}, {ci[1]:.2f}]"  # noqa: E731
+    rows = []
+    for task in TASKS:
+        items = [x for x in labelled if x[0] == task]
+        if items:
+            cases = [x[5] for x in items]
+            rows.append([task, str(len(set(cases))), fmt(kappa_interval([x[1] for x in items], [x[2] for x in items], cases)),
+                         fmt(kappa_interval([x[4] for x in items], [x[3] for x in items], cases))])
+    return Table("κ with its 95% interval from a bootstrap over cases (a case's items resampled together, seed 0)",
+                 ["Task", "Cases", "Human-Human κ", "LLM-Human κ"], rows)
+
+
 def score(args) -> int:
     rows = read_csv(args.annotations, ANNOTATION_COLUMNS)
     key = {row["item_id"]: row for _, row in read_csv(args.key or key_path(args.annotations), KEY_COLUMNS)}
@@ -267,7 +330,7 @@ def score(args) -> int:
         raise HarnessError(f"{len(problems)} row(s) cannot be scored:\n  " + "\n  ".join(shown))
     if not labelled:
         raise HarnessError(f"{args.annotations}: no annotated items")
-    print(render_text([agreement_table(labelled)]))
+    print(render_text([agreement_table(labelled), interval_table(labelled)]))
     return 0
 
 

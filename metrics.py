@@ -68,3 +68,14 @@ def ljp_from_counts(c: np.ndarray) -> dict:
 
 def plain(metrics: dict) -> dict:
     return {k: None if np.isnan(v) else float(v) for k, v in metrics.items()}
+
+
+def kappa_from_confusion(c: np.ndarray) -> np.ndarray:
+    """Unweighted Cohen's kappa from K×K confusion counts (vectorised over leading axes); NaN where chance
+    agreement is 1 (both raters used one same label) or there is no item. The bootstrap of the judge
+    agreement uses it; the point estimates come from scikit-learn, and the tests hold the two equal."""
+    c = np.asarray(c, float)
+    n = c.sum(axis=(-2, -1))
+    observed = ratio(np.trace(c, axis1=-2, axis2=-1), n)
+    expected = ratio((c.sum(-1) * c.sum(-2)).sum(-1), n ** 2)
+    return ratio(observed - expected, 1 - expected)

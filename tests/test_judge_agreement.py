@@ -55,7 +55,8 @@ def test_score_prints_table_12_from_a_hand_computed_annotation_table(tmp_path, c
     ]
     path = annotation_files(tmp_path, items)
     assert judge_agreement.main(["score", str(path)]) == 0
-    lines = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines() if line.strip()}
+    table_12 = capsys.readouterr().out.split("κ with its")[0]  # the interval table follows
+    lines = {line.split()[0]: line.split() for line in table_12.splitlines() if line.strip()}
     assert lines["LCA"][1:] == ["4", "75.0%", "0.50", "75.0%", "0.50"]
     assert lines["DCG"][1:] == ["2", "100.0%", "1.00", "50.0%", "0.00"]
     assert lines["LJP"][1:] == ["2", "100.0%", "undefined", "100.0%", "undefined"]
@@ -152,3 +153,42 @@ def test_export_refuses_another_dataset(two_models, tmp_path, capsys):
     assert judge_agreement.main(["export", "--output-root", str(two_models.root), "--dataset", str(SAMPLE),
                                  "--out", str(tmp_path / "x.csv")]) == 2
     assert "is not the dataset of runs" in capsys.readouterr().err and not (tmp_path / "x.csv").exists()
+
+
+def test_the_guidelines_are_the_judges_own_criteria_in_chinese(two_models, tmp_path):
+    out = tmp_path / "g.csv"
+    assert export(two_models, out, "--per-task", "3") == 0
+    text = judge_agreement.guidelines_path(out).read_text(encoding="utf-8")
+    for phrase in ("【背景与策略定义】", "【特殊情况处理】（混合特征）", "若“明确的预测结论”占主导地位",  # LCA, mixed replies
+                   "引导的正确性", "引导的可答性",  # DCG, Table 24
+                   "# 分类标准", "诉讼费处理", "将“被驳回”等同义表述统一为“驳回”"):  # LJP, Table 25
+        assert phrase in text, phrase
+    assert "{" not in text and "<待评估回复>" not in text  # criteria only: no input slots, no output format
+    rows = read(out)
+    assert all(row["instruction"].startswith("按标注说明") for row in rows)
+
+
+def test_kappa_intervals_come_from_whole_cases(tmp_path, capsys):
+    import numpy as np
+    from metrics import kappa_from_confusion
+    rng = np.random.default_rng(0)
+    for _ in range(20):  # the vectorised kappa of the bootstrap equals scikit-learn's, weights included
+        a = list(rng.choice(["支持", "部分支持", "驳回"], size=30))
+        b = [x if rng.random() < 0.6 else str(rng.choice(["支持", "驳回"])) for x in a]
+        w = rng.integers(0, 3, size=30)
+        labels = sorted(set(a) | set(b))
+        conf = np.zeros((len(labels), len(labels)))
+        for x, y, k in zip(a, b, w):
+            conf[labels.index(x), labels.index(y)] += k
+        assert kappa_from_confusion(conf) == pytest.approx(cohen_kappa_score(a, b, sample_weight=w))
+    same = judge_agreement.kappa_interval(["是", "否"] * 5, ["是", "否"] * 5, [f"c{i}" for i in range(10)])
+    assert same == (1.0, 1.0)
+    # Two cases, each with items the raters split on: resampling items alone would give other intervals.
+    a, b = ["是", "否", "是", "否"], ["是", "是", "否", "否"]
+    whole = judge_agreement.kappa_interval(a, b, ["c1", "c1", "c2", "c2"], resamples=400)
+    assert whole == judge_agreement.kappa_interval(a, b, ["c1", "c1", "c2", "c2"], resamples=400)  # seeded
+    items = judge_agreement.kappa_interval(a, b, ["c1", "c2", "c3", "c4"], resamples=400)
+    assert whole != items
+    path = annotation_files(tmp_path, [("LCA", "策略一", "策略一", "", "策略一"), ("LCA", "策略二", "策略二", "", "策略一")])
+    assert judge_agreement.main(["score", str(path)]) == 0
+    assert "κ with its 95% interval from a bootstrap over cases" in capsys.readouterr().out
