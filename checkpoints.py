@@ -162,15 +162,16 @@ class CallJournal:
             _replace(path, b"".join(kept))
 
     @staticmethod
-    def key(role: str, prompt: str) -> str:
-        return hashlib.sha256(f"{role}\0{prompt}".encode()).hexdigest()[:24]
+    def key(role: str, prompt) -> str:
+        text = prompt if isinstance(prompt, str) else json.dumps(prompt, ensure_ascii=False, sort_keys=True)
+        return hashlib.sha256(f"{role}\0{text}".encode()).hexdigest()[:24]
 
-    def take(self, case_number: str, step: str, role: str, prompt: str) -> tuple[str, dict] | None:
+    def take(self, case_number: str, step: str, role: str, prompt) -> tuple[str, dict] | None:
         with self.lock:
             queue = self.replies.get((case_number, step, self.key(role, prompt)))
             return queue.popleft() if queue else None
 
-    def keep(self, case_number: str, step: str, role: str, prompt: str, reply: str, usage: dict) -> None:
+    def keep(self, case_number: str, step: str, role: str, prompt, reply: str, usage: dict) -> None:
         self.writer.append(self.path, {"case_number": case_number, "step": step, "key": self.key(role, prompt),
                                        "reply": reply, "usage": usage}, sync=False)
 
@@ -354,6 +355,9 @@ def manifest_differences(saved: dict, current: dict) -> list[str]:
     differences = []
     for name in COMPARED_MANIFEST_FIELDS:
         before, now = compared_setting(saved, name), compared_setting(current, name)
+        if name == "prompt_hash" and isinstance(before, dict) and isinstance(now, dict):
+            # a prompt file added since the run started was never used by it: only shared files must match
+            before, now = ({f: h for f, h in d.items() if f in before and f in now} for d in (before, now))
         if before == now:
             continue
         if name == "selected_cases":

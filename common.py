@@ -39,6 +39,8 @@ PROMPT_FILES = {
     "judge_lca": "judge_lca.txt",            # Table 23
     "judge_dcg": "judge_dcg.txt",            # Table 24
     "judge_ljp": "judge_ljp_extract.txt",    # Table 25
+    # Pilot Study II (Appendix C.2), written for this harness in the register of Appendix F:
+    "judge_response_type": "judge_response_type.txt",  # the four response types of a plain consultation
 }
 # The prompts written for the non-ideal users (Appendix E.5): only runs of that condition use them.
 CONDITION_PROMPTS = {"delayed": ("user_delayed",), "self-correction": ("user_self_correction", "user_correction")}
@@ -247,8 +249,10 @@ class ModelCaller:
             import httpx
         self.transport_errors = (httpx.TimeoutException, httpx.TransportError)
 
-    def _request(self, role: Role, prompt: str) -> Reply:
-        kwargs = {"model": role.model, "messages": [{"role": "user", "content": prompt}], "n": 1,
+    def _request(self, role: Role, prompt: str | list[dict]) -> Reply:
+        # A prompt is one user message (the filled Appendix F prompt); a list is a conversation sent as it is.
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        kwargs = {"model": role.model, "messages": messages, "n": 1,
                   self.token_fields[role.name]: role.max_tokens}
         if role.temperature is not None:
             kwargs["temperature"] = role.temperature
@@ -282,7 +286,7 @@ class ModelCaller:
                              f"({self.settings.redact(text)}). Pass {flag_tokens} with the model's limit")
         return None
 
-    def chat(self, role_name: str, prompt: str, usage: Usage) -> Reply:
+    def chat(self, role_name: str, prompt: str | list[dict], usage: Usage) -> Reply:
         """One non-empty, untruncated reply; transient failures are retried, permanent ones raise FatalError."""
         role = self.settings.roles[role_name]
         redact = self.settings.redact

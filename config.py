@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from dataset import DEFAULT_DATASET, HERE
 from errors import HarnessError
-from records import ROLE_NAMES, ROLES, USER_CONDITIONS
+from records import HISTORY_TYPES, ROLE_NAMES, ROLES, USER_CONDITIONS
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,7 @@ class Settings:
     dry_run: bool
     user_condition: str = "standard"
     allow_code_change: bool = False
+    histories: tuple[str, ...] = ("underspecified",)
     call_deadline: float = 1200.0  # wall-clock seconds one call may take, however its bytes trickle in
     keep_reasoning: bool = False
     backoff_base: float = 1.0
@@ -130,7 +131,16 @@ def number(kind: type, low: float, high: float, default_word: bool = False):
     return parse
 
 
-def add_common_args(parser: argparse.ArgumentParser, user_condition: bool = False) -> None:
+def histories(text: str) -> tuple[str, ...]:
+    """--histories: a comma-separated subset of the history types, in the benchmark's order."""
+    chosen = {t.strip() for t in text.split(",") if t.strip()}
+    if not chosen or chosen - set(HISTORY_TYPES):
+        raise argparse.ArgumentTypeError(f"{text!r}: use underspecified, complete or both, comma-separated")
+    return tuple(t for t in ("underspecified", "complete") if t in chosen)
+
+
+def add_common_args(parser: argparse.ArgumentParser, user_condition: bool = False,
+                    history_choice: bool = False) -> None:
     a = parser.add_argument
     a("--run-id", required=True, help="name of this run; rerunning with the same id resumes it")
     a("--model", help="evaluated model id (else $LEXPILOT_MODEL)")
@@ -163,6 +173,9 @@ def add_common_args(parser: argparse.ArgumentParser, user_condition: bool = Fals
       help="save the evaluated model's separate reasoning in its records too (the judge's is always saved)")
     a("--allow-code-change", action="store_true",
       help="resume a run started by another version of the harness code (recorded in the manifest)")
+    if history_choice:
+        a("--histories", type=histories, default=("underspecified",),
+          help="which histories to answer: underspecified (default), or underspecified,complete as a control")
     if user_condition:
         a("--user-condition", choices=USER_CONDITIONS, default="standard",
           help="simulated user behaviour (default standard)")
@@ -190,6 +203,7 @@ def settings_from_args(args: argparse.Namespace, env=os.environ) -> Settings:
         timeout=args.timeout, retries=args.retries, concurrency=args.concurrency,
         keep_going=args.keep_going, stream=args.stream, dry_run=args.dry_run,
         user_condition=getattr(args, "user_condition", "standard"), allow_code_change=args.allow_code_change,
+        histories=getattr(args, "histories", ("underspecified",)),
         call_deadline=args.call_deadline or 10 * args.timeout, keep_reasoning=args.keep_reasoning,
         backoff_base=backoff_base,
     )

@@ -22,13 +22,15 @@ from sklearn.metrics import cohen_kappa_score
 from common import load_prompts, render_details_by_focal_point, render_focal_points
 from dataset import DEFAULT_DATASET, HERE, load_dataset
 from errors import HarnessError
-from records import A1, DCG, DCG_LABELS, FORCE_ASK, HISTORY_TYPES, LCA, LCA_LABELS, LJP_SETUPS, VERDICTS
+from records import (A1, DCG, DCG_LABELS, FORCE_ASK, HISTORY_TYPES, LCA, LCA_LABELS, LJP_SETUPS, PLAIN, PLAIN_TYPES,
+                     RESPONSE_TYPES, VERDICTS)
 from metrics import kappa_from_confusion
 from results import load_runs, percentile_interval, read_task
 from tables import Table, render_text, spreadsheet_safe, spreadsheet_text
 
-TASKS = ("LCA", "DCG", "LJP")
-LABELS = {"LCA": LCA_LABELS, "DCG": DCG_LABELS, "LJP": VERDICTS}
+TASKS = ("LCA", "DCG", "LJP", "TYPE")  # TYPE: the response type of a plain consultation (Table 6)
+LABELS = {"LCA": LCA_LABELS, "DCG": DCG_LABELS, "LJP": VERDICTS, "TYPE": tuple(RESPONSE_TYPES)}
+TYPE_LABEL = {name: label for label, name in RESPONSE_TYPES.items()}
 INSTRUCTIONS = {task: f"按标注说明（.guidelines.txt）中 {task} 部分的标准判断" for task in TASKS}
 ANNOTATION_COLUMNS = ["item_id", "task", "case_number", "cause_of_action", "instruction", "labels", "reply",
                       "focal_points", "key_details", "claim", "all_claims", "annotator_1", "annotator_2",
@@ -101,6 +103,13 @@ def collect_items(root: Path, runs) -> dict[str, list[Item]]:
                     record = ljp[number]
                     for i, (claim, label) in enumerate(zip(record["claims"], record["predicted"]), 1):
                         item("LJP", ljp_path, number, f"claim {i}", label, generated[number][field], claim)
+        for history_type in HISTORY_TYPES:  # only where the plain consultation was run
+            if PLAIN_TYPES[history_type].path(root, run.run_id, run.folder).exists():
+                (typed, typed_path), (answered, _) = records(PLAIN_TYPES[history_type]), records(PLAIN[history_type])
+                for number in selected:
+                    if number in typed and number in answered:
+                        item("TYPE", typed_path, number, history_type, TYPE_LABEL[typed[number]["type"]],
+                             answered[number]["response"])
     return items
 
 
@@ -139,6 +148,8 @@ def export(args) -> int:
     items = collect_items(root, runs)
     rows, keys = [], []
     for task in TASKS:
+        if task == "TYPE" and not items[task]:
+            continue  # no plain consultation was run: nothing to say
         sample = balanced_sample(items[task], args.per_task, random.Random(f"{args.seed}:{task}"))
         if len(sample) < args.per_task:
             print(f"note: only {len(sample)} {task} judge decisions saved; all are in the sample", file=sys.stderr)
@@ -175,6 +186,8 @@ GUIDELINE_SECTIONS = {
             "每一条目是一条AI提问，附有该案的争议焦点与对应案件事实。请按以下与评估模型相同的标准判断：两个条件均满足填“是”，否则填“否”。"),
     "LJP": ("judge_ljp", "# 分类标准", "# 极其严格的输出格式",
             "每一条目是一项诉讼请求，附有提出预测的回复与全部诉请。请按以下与评估模型相同的标准，填写该回复对这一项诉请的预测：支持、部分支持或驳回。"),
+    "TYPE": ("judge_response_type", "# 回复类型定义", "# 输入数据",
+             "每一条目是一条AI对法律咨询的普通回复（未使用LexAwN提示）。请按以下与评估模型相同的标准，判断它属于哪一种回复类型。"),
 }
 
 

@@ -79,3 +79,17 @@ def kappa_from_confusion(c: np.ndarray) -> np.ndarray:
     observed = ratio(np.trace(c, axis1=-2, axis2=-1), n)
     expected = ratio((c.sum(-1) * c.sum(-2)).sum(-1), n ** 2)
     return ratio(observed - expected, 1 - expected)
+
+
+PLAIN_TYPE_ORDER = ("deficiency_recognition", "conditional_advice", "unconditional_advice", "premature_prediction")
+
+
+def plain_counts(response_type: str) -> np.ndarray:
+    return np.eye(len(PLAIN_TYPE_ORDER))[PLAIN_TYPE_ORDER.index(response_type)]
+
+
+def plain_from_counts(c: np.ndarray) -> dict:
+    """The share of each response type of Pilot Study II (Appendix C.2) among the judged responses."""
+    c = np.asarray(c, float)
+    total = c.sum(axis=-1)
+    return {name: ratio(np.moveaxis(c, -1, 0)[i], total) for i, name in enumerate(PLAIN_TYPE_ORDER)}

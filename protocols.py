@@ -17,7 +17,7 @@ from config import Settings
 from dataset import Case
 from errors import CaseFailed
 from records import (A1, DCG, DIRECT_PREDICTION, FORCE_ASK, GOLD_PREDICTION, HISTORY_TYPES, INTERACTION, LCA,
-                     LJP_DIRECT, LJP_GOLD, LJP_INTERACTION, VERDICTS, RecordKind)
+                     LJP_DIRECT, LJP_GOLD, LJP_INTERACTION, PLAIN, PLAIN_TYPES, RESPONSE_TYPES, VERDICTS, RecordKind)
 
 CLARIFICATION_ROUNDS = 3  # user turns allowed after new assistant turns; pre-existing history turns do not count
 DCG_ROUNDS = 2
@@ -47,6 +47,13 @@ def parse_dcg_label(raw: str) -> str:
     if text not in ("是", "否"):
         raise ValueError("expected exactly 是 or 否")
     return text
+
+
+def parse_response_type(raw: str) -> str:
+    text = clean_judge_output(raw)
+    if text not in RESPONSE_TYPES:
+        raise ValueError("expected exactly 缺失识别, 条件性一般建议, 无条件一般建议 or 过早预测")
+    return RESPONSE_TYPES[text]
 
 
 def verdict_parser(n_claims: int) -> Callable[[str], list[str]]:
@@ -159,6 +166,10 @@ class CaseCalls:
         raise CaseFailed(f"{prompt_name} output invalid after {JUDGE_ATTEMPTS} attempts ({problem}); "
                          f"last raw output: {raws[-1][:200]!r}")
 
+    def converse(self, role: str, messages: list[dict]) -> str:
+        """A reply to a conversation sent as its own messages (the plain consultation), not to a prompt."""
+        return self._chat(role, [dict(m) for m in messages])
+
     def user_reply(self, dialogue: list[dict], prompt_name: str = "user_standard", **slots) -> str:
         """The User Model sees the conversation and the hidden key details, never focal points or verdicts."""
         return self.generate("user", prompt_name, history=render_history(dialogue),
@@ -182,6 +193,7 @@ class Step:
     needs: tuple[str, ...] = ()  # the kinds of the upstream records this step reads
     max_calls: Callable[[dict, Settings], dict] | dict = field(default_factory=dict)
     prompts: dict = field(default_factory=dict)  # role -> prompt name, for the dry run's token estimate
+    when: Callable[[Settings], bool] | None = None  # run only with these settings (e.g. a --histories choice)
 
     @property
     def name(self) -> str:
@@ -359,6 +371,29 @@ def interaction_verdicts(calls: CaseCalls, upstream: dict) -> dict:
             **extract_verdicts(calls, interaction["final_response"])}
 
 
+# ----------------------------------------------------------------------------- the plain consultation (C.2)
+
+def plain_steps(history_type: str) -> tuple[Step, Step]:
+    """The evaluated model answers the history as an ordinary chat (its messages in order, no task prompt:
+    the one place where a history is not rendered into a prompt slot); the judge names the response type."""
+    generation, types = PLAIN[history_type], PLAIN_TYPES[history_type]
+    chosen = (lambda settings: history_type in settings.histories)
+
+    def answer(calls: CaseCalls, upstream: dict) -> dict:
+        messages = calls.case.history(history_type)
+        return {"history_type": history_type, "messages": messages, "response": calls.converse("eval", messages),
+                "sent_as": "messages"}
+
+    def classify(calls: CaseCalls, upstream: dict) -> dict:
+        kind, raw = calls.judge("judge_response_type", parse_response_type,
+                                ai_response=upstream[generation.name]["response"])
+        return {"history_type": history_type, "type": kind, "judge_raw": raw}
+
+    return (Step(generation, answer, max_calls={"eval": 1}, when=chosen),
+            Step(types, classify, needs=(generation.name,), max_calls={"judge": 1},
+                 prompts={"judge": "judge_response_type"}, when=chosen))
+
+
 # ----------------------------------------------------------------------------- the steps
 
 A1_STEP = Step(A1, a1_responses, max_calls={"eval": 2}, prompts={"eval": "lexawn"})
@@ -373,3 +408,4 @@ DIRECT_STEPS = prediction_steps("direct", "underspecified", DIRECT_PREDICTION, L
 GOLD_STEPS = prediction_steps("gold", "complete", GOLD_PREDICTION, LJP_GOLD)
 LJP_INTERACTION_STEP = Step(LJP_INTERACTION, interaction_verdicts, needs=("interaction",), max_calls={"judge": 1},
                             prompts={"judge": "judge_ljp"})
+PLAIN_STEPS = (*plain_steps("underspecified"), *plain_steps("complete"))

@@ -16,8 +16,10 @@ from categories import cause_class
 from checkpoints import COMPARED_MANIFEST_FIELDS, compared_setting, read_unanswered
 from dataset import load_dataset
 from errors import HarnessError
-from metrics import (confusion, dcg_from_counts, lca_counts, lca_from_counts, ljp_from_counts, plain, ratio)
-from records import (DCG, INTERACTION, LCA, LJP_SETUPS, RECORD_KINDS, RecordKind, model_folder, read_records)
+from metrics import (PLAIN_TYPE_ORDER, confusion, dcg_from_counts, lca_counts, lca_from_counts, ljp_from_counts, plain,
+                     plain_counts, plain_from_counts, ratio)
+from records import (DCG, HISTORY_TYPES, INTERACTION, LCA, LJP_SETUPS, PLAIN_TYPES, RECORD_KINDS, RecordKind,
+                     model_folder, read_records)
 
 OVERALL = "Overall"
 USAGE_FIELDS = ("calls", "prompt_tokens", "completion_tokens", "unreported_calls", "reasoning_tokens")
@@ -98,9 +100,12 @@ TASKS = {
             lca_from_counts),
     "DCG": (DCG, lambda r: np.array([float(bool(r["success"])), 1.0]), dcg_from_counts),
     **{f"LJP_{setup}": (kind, ljp_case_counts, ljp_from_counts) for setup, kind, _, _ in LJP_SETUPS},
+    **{f"plain_{t}": (PLAIN_TYPES[t], lambda r: plain_counts(r["type"]), plain_from_counts) for t in HISTORY_TYPES},
 }
+OPTIONAL_TASKS = {f"plain_{t}" for t in HISTORY_TYPES}  # the plain consultation is run only when wanted
 METRIC_NAMES = {"macro_f1": "Macro-F1", "accuracy": "accuracy", "qwk": "QWK", "acc_c": "Acc_C", "acc_u": "Acc_U"}
-TASK_NAMES = {"LCA": "LCA", "DCG": "DCG", **{f"LJP_{s}": f"LJP {s}" for s, _, _, _ in LJP_SETUPS}}
+TASK_NAMES = {"LCA": "LCA", "DCG": "DCG", **{f"LJP_{s}": f"LJP {s}" for s, _, _, _ in LJP_SETUPS},
+              **{f"plain_{t}": f"plain consultation ({t})" for t in HISTORY_TYPES}}
 
 
 def metrics_of(task: str, data: TaskData, mask=None) -> dict:
@@ -119,6 +124,8 @@ def score_run(run: Run, root: Path) -> None:
     tasks = ["LJP_interaction"] if run.condition != "standard" else list(TASKS)
     for task in tasks:
         kind, case_counts, _ = TASKS[task]
+        if task in OPTIONAL_TASKS and not kind.path(root, run.run_id, run.folder).exists():
+            continue
         records, problem = whole(kind)
         if not problem:
             counts = []
@@ -142,6 +149,12 @@ def score_run(run: Run, root: Path) -> None:
         for cls in sorted(set(classes)):
             for metric, value in metrics_of(task, data, np.array(classes) == cls).items():
                 run.metrics[(task, metric, cls)] = value
+    plain, lca = whole(PLAIN_TYPES["underspecified"])[0], whole(LCA)[0]
+    if plain and lca:  # does the LexAwN prompt turn each plain response type into a question?
+        for kind in PLAIN_TYPE_ORDER:
+            asked = [lca[n]["judgments"]["underspecified"]["label"] == "策略二" for n, r in plain.items()
+                     if r["type"] == kind]
+            run.metrics[("plain_then_asked", kind, OVERALL)] = float(np.mean(asked)) if asked else None
     interactions, _ = whole(INTERACTION)  # a missing file only leaves out the behaviour tables
     if interactions:
         try:

@@ -34,11 +34,14 @@ class Stage:
     steps: tuple[Step, ...]
     upstream: tuple[RecordKind, ...] = ()
     user_condition: bool = False
+    history_choice: bool = False  # takes --histories
 
-    @property
-    def kinds(self) -> tuple[RecordKind, ...]:
-        """Every record kind the stage reads or writes."""
-        return self.upstream + tuple(s.kind for s in self.steps)
+    def enabled_steps(self, settings: Settings) -> list[Step]:
+        return [s for s in self.steps if s.when is None or s.when(settings)]
+
+    def kinds(self, settings: Settings) -> tuple[RecordKind, ...]:
+        """Every record kind the stage reads or writes with these settings."""
+        return self.upstream + tuple(s.kind for s in self.enabled_steps(settings))
 
 
 class Progress:
@@ -105,10 +108,11 @@ class StageState:
 def load_state(settings: Settings, stage: Stage, cases: list[Case], repair: bool = True) -> StageState:
     model = settings.roles["eval"].model
     by_number = {c.number: c for c in cases}
-    paths = {k.name: checkpoint_path(settings.output_root, settings.run_id, model, k) for k in stage.kinds}
+    kinds = stage.kinds(settings)
+    paths = {k.name: checkpoint_path(settings.output_root, settings.run_id, model, k) for k in kinds}
     needs = {s.name: s.needs for s in stage.steps}
     records, notes = {}, []
-    for kind in stage.kinds:
+    for kind in kinds:
         loaded = read_checkpoint(paths[kind.name], kind, by_number, "Use the same --dataset and --limit as the "
                                  "rest of this run, or a new --run-id", notes, repair)
         records[kind.name] = {n: r for n, (_, r) in loaded.items()}
@@ -127,7 +131,7 @@ def load_state(settings: Settings, stage: Stage, cases: list[Case], repair: bool
             shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
             raise HarnessError(f"{paths[kind.name]}: the {kind.name} stage is incomplete ({len(missing)} of "
                                f"{len(cases)} cases missing: {shown}). Run {kind.producer} for this run first.")
-    return StageState(settings, list(stage.steps), cases, paths, records, notes=notes)
+    return StageState(settings, stage.enabled_steps(settings), cases, paths, records, notes=notes)
 
 
 def run_case(state: StageState, calls: CaseCalls, writer: CheckpointWriter) -> None:
@@ -341,7 +345,7 @@ def _execute(name: str, state: StageState, clients, out, err) -> int:
 def stage_main(stage: Stage, doc: str, argv=None, clients: dict | None = None) -> int:
     """Parse the common flags and run a stage; errors are one clear message and a non-zero status."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(parser, stage.user_condition)
+    add_common_args(parser, stage.user_condition, stage.history_choice)
     args = parser.parse_args(argv)
     settings = None
     try:

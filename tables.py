@@ -99,7 +99,8 @@ def build_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
     if boot:
         tables.append(paired_setups_table(groups, labels, boot))
     faults = fault_table(groups_all)
-    return tables + behaviour + ([non_ideal] if non_ideal else []) + ([faults] if faults else [])
+    return (tables + behaviour + ([non_ideal] if non_ideal else []) + ([faults] if faults else [])
+            + plain_tables(groups, boot))
 
 
 def paired_setups_table(groups: list[Group], labels: list[str], boot: Bootstrap) -> Table:
@@ -186,6 +187,46 @@ def non_ideal_table(groups: list[Group], boot: Bootstrap | None = None) -> Table
                     if standard and c in by_condition else "n/a" for c, _ in non_standard]
         table.rows.append(row)
     return table
+
+
+PLAIN_TYPE_NAMES = {"deficiency_recognition": "Deficiency recognition", "conditional_advice": "Cond. generic advice",
+                    "unconditional_advice": "Uncond. generic advice", "premature_prediction": "Premature prediction"}
+
+
+def plain_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
+    """Table 6 on the benchmark: the response types of a plain consultation, per model and per class; on the
+    same histories, how often LexAwN then asked; and the complete-history control where it was run."""
+    tables = []
+    suffix = ", [95% bootstrap interval over cases]" if boot else ""
+    for history_type in ("underspecified", "complete"):
+        task = f"plain_{history_type}"
+        shown = [g for g in groups if g.stat((task, "premature_prediction", OVERALL))]
+        if not shown:
+            continue
+        labels = [group_label(g, shown) for g in shown]
+        title = ("Plain consultation (Table 6): response types on underspecified histories, mean ± SD over runs"
+                 if history_type == "underspecified" else
+                 "Plain consultation, control: response types on complete histories, mean ± SD over runs")
+        tables.append(Table(title + suffix, ["Model"] + list(PLAIN_TYPE_NAMES.values()),
+                            [[label] + [cell(g.stat((task, k, OVERALL)), 3, boot.interval(g, (task, k, OVERALL))
+                                                                            if boot else None)
+                                        for k in PLAIN_TYPE_NAMES] for label, g in zip(labels, shown)]))
+        classes = classes_present(shown) + [OVERALL]
+
+        def shares(g: Group, cls: str) -> str:
+            means = [(g.stat((task, k, cls)) or {}).get("mean") for k in PLAIN_TYPE_NAMES]
+            return "n/a" if None in means else " / ".join(f"{m:.2f}" for m in means)
+        tables.append(Table(f"Plain consultation by class ({history_type}): deficiency / conditional / "
+                            "unconditional / premature, share (mean over runs)", ["Model"] + classes,
+                            [[label] + [shares(g, c) for c in classes] for label, g in zip(labels, shown)]))
+    crossed = [g for g in groups if any(g.stat(("plain_then_asked", k, OVERALL)) for k in PLAIN_TYPE_NAMES)]
+    if crossed:
+        tables.append(Table("Plain response type against the LexAwN label on the same underspecified history: "
+                            "share of those cases where LexAwN asked (策略二), mean over runs",
+                            ["Model"] + list(PLAIN_TYPE_NAMES.values()),
+                            [[group_label(g, crossed)] + [cell(g.stat(("plain_then_asked", k, OVERALL)), 3)
+                                                          for k in PLAIN_TYPE_NAMES] for g in crossed]))
+    return tables
 
 
 def fault_table(groups: list[Group]) -> Table | None:

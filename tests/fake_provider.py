@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 # Marker phrases of each prompt of prompts/ (Appendix F), to tell the roles apart.
 KIND_MARKERS = (
     ("lca_judge", "你是一个严谨的文本分类器"),
+    ("type_judge", "你是一个严谨的法律咨询回复分类器"),
     ("dcg_judge", "你是一个法律逻辑评估专家"),
     ("ljp_judge", "你是一个专业的法律文本分析专家"),
     ("user", "你现在需要扮演一名正在进行民事案件法律咨询的原告当事人"),
@@ -27,11 +28,23 @@ KIND_MARKERS = (
 ASK, PREDICT = "【追问】", "【预测】"
 
 
+PLAIN_STYLES = (("缺失识别", "您提供的信息还不足以判断，请补充借款的约定。"),
+                ("条件性一般建议", "情形一：若有借条……情形二：若没有借条……"),
+                ("无条件一般建议", "建议您保留证据，先协商，协商不成再起诉。"),
+                ("过早预测", "您的诉请会得到支持。"))
+
+
 def kind_of(prompt: str) -> str:
+    """The role a request plays, from its prompt."""
     for kind, marker in KIND_MARKERS:
         if marker in prompt:
             return kind
     return "unknown"
+
+
+def request_kind(body: dict) -> str:
+    """A conversation of several messages is a plain consultation; one message is a filled prompt."""
+    return "plain" if len(body["messages"]) > 1 else kind_of(body["messages"][0]["content"])
 
 
 def between(prompt: str, tag: str) -> str:
@@ -69,6 +82,11 @@ def default_reply(kind: str, prompt: str) -> str:
         return PREDICT + "法律分析……各项诉请预测：支持。"
     if kind == "user":
         return "这个我记得，具体情况是这样的。" + fault_record(prompt)
+    if kind == "plain":  # one of the four C.2 response types, by the consultation
+        return PLAIN_STYLES[stable(prompt) % 4][1]
+    if kind == "type_judge":
+        reply = between(prompt, "待评估回复")
+        return next((name for name, text in PLAIN_STYLES if text == reply), "过早预测")
     if kind == "lca_judge":
         return "策略一" if PREDICT in between(prompt, "待评估回复") else "策略二"
     if kind == "dcg_judge":
@@ -217,11 +235,12 @@ class FakeProvider:
     # --- inspection
     def prompts(self, kind: str | None = None) -> list[str]:
         with self.lock:
-            prompts = [r["messages"][0]["content"] for r in self.requests]
-        return [p for p in prompts if kind is None or kind_of(p) == kind]
+            requests = list(self.requests)
+        return [r["messages"][0]["content"] for r in requests if kind is None or request_kind(r) == kind]
 
     def kinds(self) -> Counter:
-        return Counter(kind_of(p) for p in self.prompts())
+        with self.lock:
+            return Counter(request_kind(r) for r in self.requests)
 
     # --- behaviour
     def _rate_limited(self) -> bool:
@@ -257,8 +276,8 @@ class FakeProvider:
 
     def _answer(self, body: dict):
         json_type = {"Content-Type": "application/json"}
-        prompt = body["messages"][0]["content"]
-        kind = kind_of(prompt)
+        prompt = body["messages"][0]["content"] if len(body["messages"]) == 1 else json.dumps(body["messages"])
+        kind = request_kind(body)
         outcome = self.script(kind, prompt, body) if self.script else None
         if isinstance(outcome, dict) and "sleep" in outcome:
             time.sleep(outcome["sleep"])

@@ -14,7 +14,7 @@ EXPECTED_SLOTS = {
     "user_standard": {"history", "key_facts"}, "judge_lca": {"history"},
     "judge_dcg": {"ai_response", "focus_text", "key_facts"}, "judge_ljp": {"history", "claims"},
     "user_delayed": {"history", "key_facts"}, "user_self_correction": {"history", "key_facts"},
-    "user_correction": {"history", "key_facts", "fault"},
+    "user_correction": {"history", "key_facts", "fault"}, "judge_response_type": {"ai_response"},
 }
 
 

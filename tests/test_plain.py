@@ -1,0 +1,116 @@
+"""The plain consultation (Pilot Study II, Appendix C.2, Table 6): the history sent as an ordinary chat, the
+four response types, Table 6 and its cross-tabulation against LexAwN, resume and dry run."""
+import json
+
+import pytest
+
+import eval_plain
+import judge_agreement
+import show_results
+from records import PLAIN, PLAIN_TYPES
+from runner import stage_main
+from tests.conftest import Harness, sample_cases, write_dataset
+from tests.fake_provider import PLAIN_STYLES, between, request_kind
+
+CASES = sample_cases()[:4]
+STYLE = {name: text for name, text in PLAIN_STYLES}
+
+
+def run_plain(h, *extra):
+    argv = ["--run-id", h.run_id, "--model", "eval-model", "--dataset", str(h.dataset), "--output-root",
+            str(h.root), *extra]
+    return stage_main(eval_plain.STAGE, "test", argv=argv, clients=h.provider.in_memory_clients())
+
+
+@pytest.fixture
+def four(tmp_path, provider, monkeypatch):
+    return Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "four.json", CASES))
+
+
+def answers(by_case: dict):
+    """The n-th case's plain response is the style given for it; the judge reads the style back."""
+    def script(kind, prompt, body):
+        if kind == "plain":
+            first = body["messages"][0]["content"]
+            case = next(i for i, c in enumerate(CASES) if c["underspecified_consultation"][0]["content"] == first
+                        or c["complete_consultation"][0]["content"] == first)
+            return STYLE[by_case[case]]
+        return None
+    return script
+
+
+def test_the_history_is_sent_as_its_own_messages_in_order_and_nothing_else(four, provider):
+    assert run_plain(four) == 0
+    plain = [r for r in provider.requests if request_kind(r) == "plain"]
+    sent = sorted((r["messages"] for r in plain), key=json.dumps)
+    assert sent == sorted((c["underspecified_consultation"] for c in CASES), key=json.dumps)
+    details = [d for c in CASES for ds in (c["key_details"].values() if isinstance(c["key_details"], dict)
+                                           else [c["key_details"]]) for d in ds]
+    for r in plain:
+        text = json.dumps(r["messages"], ensure_ascii=False)
+        assert not any(d in text for d in details) and "<对话历史>" not in text and "你是" not in text
+    record = four.records(PLAIN["underspecified"])[0]
+    assert record["sent_as"] == "messages" and record["messages"] in [c["underspecified_consultation"] for c in CASES]
+
+
+def test_each_response_type_is_judged_from_the_response_alone(four, provider):
+    provider.script = answers(["缺失识别", "条件性一般建议", "无条件一般建议", "过早预测"])
+    assert run_plain(four) == 0
+    types = {r["case_number"]: r["type"] for r in four.records(PLAIN_TYPES["underspecified"])}
+    assert [types[c["case_number"]] for c in CASES] == ["deficiency_recognition", "conditional_advice",
+                                                        "unconditional_advice", "premature_prediction"]
+    for prompt in provider.prompts("type_judge"):
+        assert between(prompt, "待评估回复") in STYLE.values()
+        assert not any(m["content"] in prompt for c in CASES for m in c["underspecified_consultation"])
+
+
+def test_an_invalid_type_is_asked_again_then_the_case_fails_clearly(four, provider, capsys):
+    provider.script = lambda kind, prompt, body: "可能是过早预测吧" if kind == "type_judge" else None
+    assert run_plain(four, "--limit", "1") == 1
+    err = capsys.readouterr().err
+    assert "judge_response_type output invalid after 3 attempts" in err and len(provider.prompts("type_judge")) == 3
+    assert four.records(PLAIN["underspecified"])  # the paid plain response is kept
+
+
+def test_table_6_and_the_cross_tabulation_hand_computed(four, provider, capsys):
+    provider.script = answers(["缺失识别", "过早预测", "过早预测", "无条件一般建议"])
+    assert run_plain(four) == 0
+    assert four.run("LexAwN") == 0  # LCA labels on the same underspecified histories
+    lca = {r["case_number"]: r["judgments"]["underspecified"]["label"]
+           for r in four.records("eval_results", "LCA_results.jsonl")}
+    premature = [CASES[1]["case_number"], CASES[2]["case_number"]]
+    asked_share = sum(lca[n] == "策略二" for n in premature) / 2
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(four.root)]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("Plain consultation (Table 6)"):].splitlines()
+    assert table[3].split() == ["eval-model", "0.250", "0.000", "0.250", "0.500"]
+    cross = out[out.index("Plain response type against the LexAwN label"):].splitlines()
+    assert cross[3].split()[-1] == f"{asked_share:.3f}"
+
+
+def test_resume_dry_run_and_the_complete_control(four, provider, capsys):
+    assert run_plain(four, "--dry-run", "--histories", "underspecified,complete") == 0
+    assert "eval 8, user 0, judge 8" in capsys.readouterr().out and not provider.requests
+    assert run_plain(four, "--limit", "2") == 0
+    provider.requests = []
+    assert run_plain(four) == 2  # another --limit: refused
+    capsys.readouterr()
+    four.run_id = "r2"
+    assert run_plain(four, "--histories", "underspecified,complete") == 0
+    assert len(four.records(PLAIN["complete"])) == 4
+    provider.requests = []
+    assert run_plain(four, "--histories", "underspecified,complete") == 0 and not provider.requests
+    assert show_results.main(["--output-root", str(four.root), "--run-id", "r2"]) == 0
+    assert "control: response types on complete histories" in capsys.readouterr().out
+
+
+def test_response_types_go_to_the_judge_agreement_kit(four, provider, tmp_path):
+    assert run_plain(four) == 0
+    out = tmp_path / "kit.csv"
+    assert judge_agreement.main(["export", "--output-root", str(four.root), "--dataset", str(four.dataset),
+                                 "--out", str(out), "--per-task", "4"]) == 0
+    rows = [row for _, row in judge_agreement.read_csv(out, judge_agreement.ANNOTATION_COLUMNS)]
+    typed = [row for row in rows if row["task"] == "TYPE"]
+    assert len(typed) == 4 and all(row["reply"] in STYLE.values() for row in typed)
+    assert "=== TYPE" in judge_agreement.guidelines_path(out).read_text(encoding="utf-8")
