@@ -47,6 +47,7 @@ class Run:
     input_hashes: dict = field(default_factory=dict)  # selected case -> input hash (None: not checked)
     notes: list[str] = field(default_factory=list)  # torn last lines left out, for stderr
     unanswered: dict = field(default_factory=dict)  # role -> calls paid but never answered (process killed)
+    saved: dict | None = None  # kind name -> case_number -> record, kept for the viewer (keep_records)
 
     @property
     def selected(self) -> list[str]:
@@ -113,9 +114,11 @@ def metrics_of(task: str, data: TaskData, mask=None) -> dict:
     return plain(TASKS[task][2](counts.sum(axis=0)))
 
 
-def score_run(run: Run, root: Path) -> None:
+def score_run(run: Run, root: Path, keep_records: bool = False) -> None:
     """Every task's metrics overall and per class, the interaction behaviour and the token usage of one run."""
     saved = {kind.name: read_saved(run, root, kind) for kind in RECORD_KINDS}  # each file read once
+    if keep_records:
+        run.saved = {name: records for name, (records, _) in saved.items()}
 
     def whole(kind: RecordKind):
         return complete_task(kind.path(root, run.run_id, run.folder), run.selected, *saved[kind.name])
@@ -211,7 +214,7 @@ def score_behaviour(run: Run, interactions: dict) -> None:
 
 
 def load_runs(root: Path, models: list[str] | None, run_ids: list[str] | None, score: bool = True,
-              dataset: Path | None = None, err=None) -> list[Run]:
+              dataset: Path | None = None, err=None, keep_records: bool = False) -> list[Run]:
     """The runs under `root` (manifest by manifest), scored unless `score` is false.
 
     Records are checked against the cases of `dataset` (else the dataset the manifest names, when it is
@@ -231,7 +234,7 @@ def load_runs(root: Path, models: list[str] | None, run_ids: list[str] | None, s
         run = Run(manifest["run_id"], model, manifest, path.parent.name)
         run.input_hashes = input_hashes(run, dataset, datasets, err)
         if score:  # judge_agreement only needs the manifests
-            score_run(run, root)
+            score_run(run, root, keep_records)
         runs.append(run)
     return runs
 

@@ -13,11 +13,13 @@ import sys
 from pathlib import Path
 
 from dataset import HERE
+from errors import HarnessError
 from figures import write_plots
 from records import ROLES
 from results import Bootstrap, Group, group_runs, load_runs
 from tables import (UsageError, build_tables, comparison_table, read_prices, render_csv, render_json, render_latex,
                     render_markdown, render_text, usage_tables)
+from viewer import write_site
 
 
 def main(argv=None) -> int:
@@ -38,6 +40,8 @@ def main(argv=None) -> int:
     parser.add_argument("--prices", type=Path, help='JSON {"model id": {"prompt": P, "completion": C}} in money '
                         "per million tokens: adds cost to the usage tables (implies --usage)")
     parser.add_argument("--plot", type=Path, metavar="DIR", help="also write PNG figures there (needs matplotlib)")
+    parser.add_argument("--html", type=Path, metavar="DIR", help="also write the transcript viewer there: a static "
+                        "site (index.html) that opens from the file system; see docs/viewer.md")
     args = parser.parse_args(argv)
     try:
         return show(args)
@@ -55,7 +59,8 @@ def show(args) -> int:
             importlib.import_module("matplotlib")  # only whether it is there: figures.py imports it
         except ImportError:
             raise UsageError("--plot needs matplotlib: pip install matplotlib") from None
-    runs = load_runs(args.output_root.resolve(), args.model, args.run_id, dataset=args.dataset)
+    runs = load_runs(args.output_root.resolve(), args.model, args.run_id, dataset=args.dataset,
+                     keep_records=bool(args.html))  # the viewer shows the records scored here
     if not runs:
         print(f"No results under {args.output_root.resolve()} yet: run LexAwN_gen.py, eval_DCG.py and "
               "eval_LJP.py with --run-id first (see README.md).")
@@ -84,6 +89,12 @@ def show(args) -> int:
             tables += usage_tables(groups, prices)
         render = {"text": render_text, "markdown": render_markdown, "csv": render_csv, "latex": render_latex}
         print(render[args.format](tables))
+    if args.html:
+        try:
+            count = write_site(args.html, args.output_root.resolve(), groups, build_tables(groups, boot), args.dataset)
+        except HarnessError as e:
+            raise UsageError(str(e)) from None
+        print(f"wrote {args.html / 'index.html'} ({count} case pages)", file=sys.stderr)
     if args.plot:
         try:
             written = write_plots(groups, args.plot, boot)

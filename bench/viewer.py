@@ -1,0 +1,154 @@
+"""Benchmark of the transcript viewer at the paper's scale: a scripted output of --models models × --runs runs ×
+--cases cases (synthetic records with the real record format, no API), then `show_results.py --html` timed as a
+process, the site's size against the JSONL it was made from, and the time until the first screen of the
+overview, the case list and a case page is ready in headless Chromium.
+
+    python -m bench.viewer [--models 10] [--runs 5] [--cases 432] [--chromium /usr/bin/chromium]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.throughput import synthetic_dataset
+from checkpoints import build_manifest, settings_hash
+from config import Role, Settings
+from dataset import load_dataset
+from records import (A1, DCG, DIRECT_PREDICTION, FORCE_ASK, GOLD_PREDICTION, INTERACTION, LCA, LJP_DIRECT, LJP_GOLD,
+                     LJP_INTERACTION, model_folder, new_record)
+
+ROOT = Path(__file__).resolve().parents[1]
+VERDICTS = ("支持", "部分支持", "驳回")
+
+
+def reply(rng: random.Random, words: int) -> str:
+    return "".join(rng.choice("根据案件事实原告被告借款合同约定支持驳回证据法院认为") for _ in range(words))
+
+
+def write_run(root: Path, dataset: Path, cases, sha: str, model: str, run_id: str, rng: random.Random) -> None:
+    roles = {r: Role(r, m, "http://127.0.0.1:1/v1", "", t) for r, m, t in
+             (("eval", model, 0.7), ("user", "user-model", 0.7), ("judge", "judge-model", 0.1))}
+    settings = Settings(run_id, dataset, root, None, roles, 8192, 120, 3, 8, False, False, False)
+    manifest = build_manifest(settings, sha, cases)
+    folder = root / "runs" / run_id / model_folder(model)
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text(json.dumps(manifest, ensure_ascii=False), encoding="utf-8")
+    sh = settings_hash(manifest)
+    files = {}
+    usage = {"eval": {"calls": 1, "prompt_tokens": 900, "completion_tokens": 300}}
+
+    def save(kind, case, body, upstream=None):
+        record = new_record(case.number, case.input_hash, case.cause, body, upstream or {}, usage, sh)
+        files.setdefault(kind, []).append(json.dumps(record, ensure_ascii=False))
+        return record
+
+    for case in cases:
+        under, comp = case.history("underspecified"), case.history("complete")
+        a1 = save(A1, case, {"responses": {t: {"history": h, "response": reply(rng, 400)}
+                                           for t, h in (("complete", comp), ("underspecified", under))}})
+        labels = {t: rng.choice(("策略一", "策略二")) for t in ("complete", "underspecified")}
+        lca = save(LCA, case, {"judgments": {t: {"label": labels[t], "true_type": t, "judge_raw": [labels[t]],
+                                                 "predicted_type": "underspecified" if labels[t] == "策略二"
+                                                 else "complete"} for t in labels}}, {"a1": a1})
+        rounds = [{"round": 1, "prompt": "lexawn", "assistant": a1["responses"]["underspecified"]["response"],
+                   "label": labels["underspecified"], "judge_raw": [labels["underspecified"]]}]
+        if labels["underspecified"] == "策略二":
+            rounds[0] |= {"user_prompt": "user_standard", "user_reply": reply(rng, 80)}
+            rounds.append({"round": 2, "prompt": "lexawn", "assistant": reply(rng, 400), "label": "策略一",
+                           "judge_raw": ["策略一"]})
+        inter = save(INTERACTION, case, {"user_condition": "standard", "input_history": under, "rounds": rounds,
+                                         "continued_history": under, "stop_reason": "judged",
+                                         "final_response": rounds[-1]["assistant"], "disrupted_round": None,
+                                         "corrected_round": None}, {"a1": a1, "LCA": lca})
+        asked = save(FORCE_ASK, case, {"input_history": under, "rounds": [
+            {"round": 1, "question": reply(rng, 120), "user_reply": reply(rng, 80)},
+            {"round": 2, "question": reply(rng, 120)}]})
+        judged = [rng.choice(("是", "否")) for _ in range(2)]
+        save(DCG, case, {"rounds": [{"round": i + 1, "label": j, "judge_raw": [j]} for i, j in enumerate(judged)],
+                         "success": "是" in judged}, {"force_ask": asked})
+        for setup, generation, results, history in (("direct", DIRECT_PREDICTION, LJP_DIRECT, under),
+                                                    ("gold", GOLD_PREDICTION, LJP_GOLD, comp)):
+            g = save(generation, case, {"history_type": "x", "input_history": history, "response": reply(rng, 500)})
+            predicted = [rng.choice(VERDICTS) for _ in case.claims]
+            save(results, case, {"setup": setup, "claims": list(case.claims), "predicted": predicted,
+                                 "gold": list(case.verdicts), "judge_raw": [json.dumps(predicted)]},
+                 {generation.name: g})
+        predicted = [rng.choice(VERDICTS) for _ in case.claims]
+        save(LJP_INTERACTION, case, {"setup": "interaction", "stop_reason": "judged", "claims": list(case.claims),
+                                     "predicted": predicted, "gold": list(case.verdicts),
+                                     "judge_raw": [json.dumps(predicted)]}, {"interaction": inter})
+    for kind, lines in files.items():
+        path = kind.path(root, run_id, model_folder(model))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def first_screen(chromium: str, urls: dict[str, str]) -> dict[str, float]:
+    from playwright.sync_api import sync_playwright
+    times = {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        for name, url in urls.items():
+            start = time.monotonic()
+            page.goto(url, wait_until="load")
+            page.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")  # painted
+            times[name] = time.monotonic() - start
+        browser.close()
+    return times
+
+
+def size(folder: Path, pattern: str) -> int:
+    return sum(p.stat().st_size for p in folder.rglob(pattern) if p.is_file())
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", type=int, default=10)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--cases", type=int, default=432)
+    parser.add_argument("--chromium", default=shutil.which("chromium") or shutil.which("chromium-browser"))
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        dataset = tmp / "bench.json"
+        synthetic_dataset(args.cases, dataset)
+        cases, sha = load_dataset(dataset)
+        rng = random.Random(0)
+        start = time.monotonic()
+        for m in range(args.models):
+            for r in range(args.runs):
+                write_run(tmp / "out", dataset, cases, sha, f"model-{m}", f"run{r + 1}", rng)
+        print(f"{args.models} models × {args.runs} runs × {args.cases} cases written in "
+              f"{time.monotonic() - start:.1f}s; JSONL {size(tmp / 'out', '*.jsonl') / 1e6:.1f} MB")
+        start = time.monotonic()
+        result = subprocess.run([sys.executable, "show_results.py", "--output-root", str(tmp / "out"), "--html",
+                                 str(tmp / "site"), "--dataset", str(dataset)], cwd=ROOT, capture_output=True,
+                                text=True, env={**os.environ})
+        wall = time.monotonic() - start
+        if result.returncode:
+            print(result.stderr[-2000:], file=sys.stderr)
+            return 1
+        jsonl, site = size(tmp / "out", "*.jsonl"), size(tmp / "site", "*")
+        print(f"show_results.py --html: {wall:.1f}s wall (whole process); site {site / 1e6:.1f} MB = "
+              f"{site / jsonl:.2f} × the JSONL")
+        if args.chromium:
+            times = first_screen(args.chromium, {"overview": (tmp / "site" / "index.html").as_uri(),
+                                                 "case list": (tmp / "site" / "cases.html").as_uri(),
+                                                 "case page": (tmp / "site" / "case" / "0.html").as_uri()})
+            print("first screen in headless Chromium: " + ", ".join(f"{k} {v:.2f}s" for k, v in times.items()))
+        else:
+            print("no Chromium: first-screen times not measured")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,349 @@
+"""The transcript viewer: a self-contained static site written from saved runs (`show_results.py --html DIR`).
+
+index.html   the report's tables, each model's cells linking to the cases behind them
+cases.html   every selected case per model and run with its outcome on each task; filters, sorting, free text
+case/N.html  one case: histories, focal points, key details, claims with gold verdicts, then per model and run
+             each task's transcript in protocol order; a side-by-side mode for two models or runs
+Everything is escaped (model outputs and dataset text are untrusted); the pages use no network, no server and
+no file outside the folder, so the folder can be zipped and sent.
+
+Key details in a User Model reply are highlighted by a simple rule: a key detail counts as present where a run
+of at least HIGHLIGHT_RUN consecutive characters of it appears verbatim in the reply.
+"""
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from categories import cause_class
+from dataset import Case, load_dataset
+from errors import HarnessError
+from records import (A1, DCG, DIRECT_PREDICTION, FORCE_ASK, GOLD_PREDICTION, INTERACTION, LCA, LJP_DIRECT, LJP_GOLD,
+                     LJP_INTERACTION)
+from results import Group, Run, group_label, read_saved
+from tables import Table
+
+HIGHLIGHT_RUN = 6
+SETUPS = (("direct", "Direct", DIRECT_PREDICTION, LJP_DIRECT, "response"),
+          ("gold", "Gold-Standard", GOLD_PREDICTION, LJP_GOLD, "response"),
+          ("interaction", "Interaction-Based", INTERACTION, LJP_INTERACTION, "final_response"))
+KINDS = (A1, LCA, INTERACTION, FORCE_ASK, DCG, DIRECT_PREDICTION, LJP_DIRECT, GOLD_PREDICTION, LJP_GOLD, LJP_INTERACTION)
+# Table title start -> the task whose cases a cell of that table is about
+TABLE_TASKS = (("Main results", None), ("LCA", "LCA"), ("DCG", "DCG"), ("LJP Direct", "direct"),
+               ("LJP Interaction", "interaction"), ("LJP Gold", "gold"), ("Interaction", "interaction"),
+               ("Non-ideal", "interaction"), ("Stop reasons", "interaction"), ("Premature", "interaction"),
+               ("Questions", "interaction"), ("LJP accuracy", None))
+MAIN_COLUMNS = {"LCA Macro-F1": "LCA", "DCG Acc.": "DCG", "LJP Direct QWK": "direct",
+                "LJP Interaction QWK": "interaction", "LJP Gold QWK": "gold", "Direct": "direct",
+                "Interaction-Based": "interaction", "Gold-Standard": "gold"}
+
+
+def esc(text) -> str:
+    return html.escape("" if text is None else str(text), quote=True)
+
+
+def script_json(data) -> str:
+    """JSON that can sit inside a <script> element: no '<', '>' or '&' can end it or open a tag."""
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
+def highlighted(text: str, details: list[str]) -> tuple[str, list[str]]:
+    """Escaped text with the runs of key details it contains marked, and the details found."""
+    marks = [False] * len(text)
+    found = []
+    for detail in details:
+        hit = False
+        for start in range(0, max(len(detail) - HIGHLIGHT_RUN + 1, 0)):
+            piece = detail[start:start + HIGHLIGHT_RUN]
+            at = text.find(piece)
+            while at >= 0:
+                hit = True
+                for i in range(at, at + HIGHLIGHT_RUN):
+                    marks[i] = True
+                at = text.find(piece, at + 1)
+        if hit:
+            found.append(detail)
+    out, i = [], 0
+    while i < len(text):
+        j = i
+        while j < len(text) and marks[j] == marks[i]:
+            j += 1
+        out.append(f"<mark>{esc(text[i:j])}</mark>" if marks[i] else esc(text[i:j]))
+        i = j
+    return "".join(out), found
+
+
+@dataclass
+class RunRecords:
+    run: Run
+    label: str  # the group label and run id, as shown
+    records: dict = field(default_factory=dict)  # kind name -> case_number -> record
+
+
+def load_records(root: Path, groups: list[Group]) -> list[RunRecords]:
+    loaded = []
+    for g in groups:
+        for run in g.runs:
+            records = run.saved if run.saved is not None else {kind.name: read_saved(run, root, kind)[0]
+                                                               for kind in KINDS}
+            loaded.append(RunRecords(run, f"{group_label(g, groups)} · {run.run_id}", records))
+    return loaded
+
+
+def outcomes(rr: RunRecords, number: str) -> dict:
+    """One row of the case list: the outcome of every task of one case in one run."""
+    r = rr.records
+    row: dict = {"model": rr.run.model, "run": rr.run.run_id, "label": rr.label, "tags": []}
+    lca = r["LCA"].get(number)
+    if lca:
+        row["lca_c"], row["lca_u"] = (lca["judgments"][t]["label"] for t in ("complete", "underspecified"))
+        if row["lca_c"] == "策略二":
+            row["tags"].append("over-asking")
+    dcg = r["DCG"].get(number)
+    if dcg:
+        row["dcg"] = bool(dcg["success"])
+        if not dcg["success"]:
+            row["tags"].append("DCG miss")
+    for setup, _, _, verdicts, _ in SETUPS:
+        v = r[verdicts.name].get(number)
+        if v:
+            right = sum(g == p for g, p in zip(v["gold"], v["predicted"]))
+            row[setup] = f"{right}/{len(v['gold'])}"
+            if right < len(v["gold"]):
+                row["tags"].append("wrong verdict")
+    inter = r["interaction"].get(number)
+    if inter:
+        row["stop"] = inter["stop_reason"]
+        row["questions"] = sum(x.get("label") == "策略二" for x in inter["rounds"])
+        if inter["stop_reason"] == "judged" and len(inter["rounds"]) == 1:
+            row["tags"].append("premature judgment")
+        if inter["stop_reason"] == "budget":
+            row["tags"].append("budget reached")
+    expected = ["LCA", "DCG", "LJP_direct", "LJP_gold", "LJP_interaction"] if rr.run.condition == "standard" \
+        else ["LJP_interaction"]
+    if any(number not in r[k] for k in expected):
+        row["tags"].append("unresolved or failed")
+    row["tags"] = sorted(set(row["tags"]))
+    return row
+
+
+PAGE = """<!DOCTYPE html>
+<html lang="zh"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
+<title>{title}</title><style>{style}</style></head><body>
+<nav><a href="{up}index.html">Overview</a> · <a href="{up}cases.html">Cases</a></nav>
+{body}
+</body></html>
+"""
+STYLE = """body{font-family:system-ui,sans-serif;margin:1.5em;color:#222;line-height:1.45}
+table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:.25em .5em;text-align:left;
+vertical-align:top}th{background:#f3f3f3;cursor:pointer}a{color:#1558b0}nav{margin-bottom:1em}
+.msg{white-space:pre-wrap;border-left:3px solid #bbb;padding:.2em .6em;margin:.3em 0}.user{border-color:#2a7}
+.assistant{border-color:#36c}.judge{border-color:#c63;font-size:.9em;color:#555}mark{background:#fe8}
+.tag{display:inline-block;background:#eee;border-radius:3px;padding:0 .3em;margin:0 .2em;font-size:.85em}
+.grid{display:grid;grid-template-columns:1fr 1fr;gap:1em}.ok{color:#282}.bad{color:#b22}
+details{margin:.4em 0}summary{cursor:pointer;font-weight:600}"""
+
+
+def page(title: str, body: str, up: str = "") -> str:
+    return PAGE.format(title=esc(title), style=STYLE, body=body, up=up)
+
+
+def table_html(t: Table, link) -> str:
+    head = "".join(f"<th>{esc(h)}</th>" for h in t.headers)
+    rows = []
+    for r in t.rows:
+        cells = []
+        for i, value in enumerate(r):
+            href = link(t, r[0], t.headers[i]) if i else None
+            cells.append(f'<td><a href="{esc(href)}">{esc(value)}</a></td>' if href else f"<td>{esc(value)}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<h3>{esc(t.title)}</h3><table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def overview(tables: list[Table], groups: list[Group]) -> str:
+    models = {group_label(g, groups): g.model for g in groups}
+    classes = {c for g in groups for r in g.runs for k in r.metrics for c in [k[2]]}
+
+    def link(table: Table, row_label: str, header: str) -> str | None:
+        model = next((m for label, m in models.items() if row_label == label or row_label.startswith(label)), None)
+        if model is None:
+            return None
+        task = next((task for start, task in TABLE_TASKS if table.title.startswith(start)), None)
+        task = MAIN_COLUMNS.get(header, task)
+        query = {"model": model} | ({"task": task} if task else {}) | \
+            ({"class": header} if header in classes and header != "Overall" else {})
+        return "cases.html#" + "&".join(f"{k}={v}" for k, v in query.items())
+    return "<h1>LexPilot results</h1>" + "".join(table_html(t, link) for t in tables)
+
+
+CASES_SCRIPT = """
+const rows = JSON.parse(document.getElementById('data').textContent);
+const f = id => document.getElementById(id);
+let sortKey = 'case', sortDir = 1, limit = 500;
+function fill(id, values){const s=f(id);for(const v of [...new Set(values)].sort()){const o=document.createElement('option');o.value=v;o.textContent=v;s.appendChild(o);}}
+fill('model', rows.map(r=>r.model)); fill('run', rows.map(r=>r.run)); fill('class', rows.map(r=>r.class));
+fill('cause', rows.map(r=>r.cause)); fill('tag', rows.flatMap(r=>r.tags));
+function fromHash(){const p=new URLSearchParams(location.hash.slice(1));for(const k of ['model','run','class','cause','tag','text']){if(p.has(k))f(k).value=p.get(k);}if(p.has('task'))f('task').textContent='task: '+p.get('task');}
+function cell(v){const td=document.createElement('td');td.textContent=v===undefined?'–':String(v);return td;}
+function render(){const m=f('model').value,ru=f('run').value,c=f('class').value,ca=f('cause').value,t=f('tag').value,q=f('text').value.toLowerCase();
+ const shown=rows.filter(r=>(!m||r.model===m)&&(!ru||r.run===ru)&&(!c||r.class===c)&&(!ca||r.cause===ca)&&(!t||r.tags.includes(t))&&(!q||r.search.includes(q)));
+ shown.sort((a,b)=>(String(a[sortKey]??'')>String(b[sortKey]??'')?1:String(a[sortKey]??'')<String(b[sortKey]??'')?-1:0)*sortDir);
+ f('count').textContent=shown.length+' of '+rows.length+' shown';
+ const body=f('rows');body.replaceChildren();
+ for(const r of shown.slice(0,limit)){const tr=document.createElement('tr');const a=document.createElement('a');a.href='case/'+r.page+'.html';a.textContent=r.case;const td=document.createElement('td');td.appendChild(a);tr.appendChild(td);
+  for(const k of ['cause','class','label','lca_c','lca_u','dcg','direct','gold','interaction','stop','questions'])tr.appendChild(cell(r[k]));
+  const tags=document.createElement('td');for(const g of r.tags){const s=document.createElement('span');s.className='tag';s.textContent=g;tags.appendChild(s);}tr.appendChild(tags);body.appendChild(tr);}
+ f('more').hidden=shown.length<=limit;}
+for(const id of ['model','run','class','cause','tag'])f(id).addEventListener('change',render);
+f('text').addEventListener('input',render);f('more').addEventListener('click',()=>{limit+=500;render();});
+for(const th of document.querySelectorAll('th[data-key]'))th.addEventListener('click',()=>{sortDir=sortKey===th.dataset.key?-sortDir:1;sortKey=th.dataset.key;render();});
+window.addEventListener('hashchange',()=>{fromHash();render();});fromHash();render();
+"""
+
+
+def case_list(rows: list[dict]) -> str:
+    headers = [("case", "Case"), ("cause", "Cause"), ("class", "Class"), ("label", "Model · run"),
+               ("lca_c", "LCA complete"), ("lca_u", "LCA underspecified"), ("dcg", "DCG success"),
+               ("direct", "Direct right"), ("gold", "Gold right"), ("interaction", "Interaction right"),
+               ("stop", "Stop"), ("questions", "Questions"), ("tags", "Outcome")]
+    selects = "".join(f'<label>{name} <select id="{key}"><option value="">all</option></select></label> '
+                      for key, name in (("model", "Model"), ("run", "Run"), ("class", "Class"), ("cause", "Cause"),
+                                        ("tag", "Outcome")))
+    return ("<h1>Cases</h1><p>" + selects + '<label>Text <input id="text" type="search"></label> '
+            '<span id="task"></span></p><p id="count"></p><table><thead><tr>'
+            + "".join(f'<th data-key="{k}">{esc(n)}</th>' for k, n in headers) + '</tr></thead><tbody id="rows">'
+            '</tbody></table><button id="more" hidden>Show more</button>'
+            f'<script type="application/json" id="data">{script_json(rows)}</script><script>{CASES_SCRIPT}</script>')
+
+
+def msg(role: str, text: str, note: str = "", body_html: str | None = None) -> str:
+    return (f'<div class="msg {role}"><b>{esc(role)}</b>{(" · " + esc(note)) if note else ""}<br>'
+            f'{body_html if body_html is not None else esc(text)}</div>')
+
+
+def dialogue_html(messages: list[dict]) -> str:
+    return "".join(msg(m["role"], m["content"]) for m in messages)
+
+
+def transcript(rr: RunRecords, case: Case | None, number: str, details: list[str]) -> str:
+    """Every task of one case in one run, in protocol order."""
+    r, parts = rr.records, []
+    a1, lca = r["a1"].get(number), r["LCA"].get(number)
+    if a1:
+        for t in ("complete", "underspecified"):
+            judged = (lca or {}).get("judgments", {}).get(t, {})
+            parts.append(f"<h4>LexAwN after the {t} history (LCA: {esc(judged.get('label', '–'))})</h4>"
+                         + msg("assistant", a1["responses"][t]["response"])
+                         + msg("judge", "\n".join(judged.get("judge_raw") or []), "LCA judge, raw"))
+    asked, dcg = r["force_ask"].get(number), r["DCG"].get(number)
+    if asked:
+        labels = {x["round"]: x for x in (dcg or {}).get("rounds", [])}
+        parts.append(f"<h4>DCG (success: {esc((dcg or {}).get('success', '–'))})</h4>")
+        for q in asked["rounds"]:
+            judged = labels.get(q["round"], {})
+            parts.append(msg("assistant", q["question"], f"forced question {q['round']}, judge: "
+                                                          f"{judged.get('label', '–')}"))
+            if q.get("user_reply"):
+                marked, _ = highlighted(q["user_reply"], details)
+                parts.append(msg("user", q["user_reply"], "User Model", marked))
+    inter = r["interaction"].get(number)
+    if inter:
+        parts.append(f"<h4>Interaction ({esc(inter.get('user_condition', 'standard'))} user; stop: "
+                     f"{esc(inter['stop_reason'])})</h4>")
+        for x in inter["rounds"]:
+            parts.append(msg("assistant", x["assistant"], f"round {x['round']}, {x['prompt']}, LCA label: "
+                                                          f"{x.get('label') or '–'}"))
+            if x.get("user_reply"):
+                marked, _ = highlighted(x["user_reply"], details)
+                note = f"User Model ({x.get('user_prompt', 'user_standard')})"
+                if x.get("fault"):
+                    note += f"; fault: {x['fault']['kind']} about “{x['fault']['detail']}”"
+                parts.append(msg("user", x["user_reply"], note, marked))
+    for setup, name, generation, verdicts, reply_field in SETUPS:
+        v, g = r[verdicts.name].get(number), r[generation.name].get(number)
+        if not v:
+            continue
+        rows = "".join(f"<tr><td>{esc(c)}</td><td>{esc(gold)}</td><td class=\"{'ok' if gold == p else 'bad'}\">"
+                       f"{esc(p)}</td></tr>" for c, gold, p in zip(v["claims"], v["gold"], v["predicted"]))
+        reply = (g or {}).get(reply_field, "") if setup != "interaction" else (inter or {}).get("final_response", "")
+        parts.append(f"<h4>LJP {name}</h4>" + msg("assistant", reply, "prediction")
+                     + f"<table><tr><th>Claim</th><th>Gold</th><th>Extracted</th></tr>{rows}</table>")
+    return "".join(parts) or "<p>No saved record of this case in this run.</p>"
+
+
+SIDE_SCRIPT = """
+const blocks=[...document.querySelectorAll('section.run')];const a=document.getElementById('left'),b=document.getElementById('right');
+for(const s of [a,b])for(const x of blocks){const o=document.createElement('option');o.value=x.id;o.textContent=x.dataset.label;s.appendChild(o);}
+if(blocks.length>1)b.selectedIndex=1;
+function show(){const side=document.getElementById('side').checked;document.getElementById('runs').className=side?'grid':'';
+ for(const x of blocks){x.hidden=side&&x.id!==a.value&&x.id!==b.value;x.style.order=side&&x.id===b.value?2:1;}}
+for(const e of [a,b,document.getElementById('side')])e.addEventListener('change',show);show();
+"""
+
+
+def case_page(number: str, case: Case | None, loaded: list[RunRecords]) -> str:
+    details = []
+    if case is not None:
+        kd = case.key_details
+        details = [d for ds in kd.values() for d in ds] if isinstance(kd, dict) else list(kd)
+        claims = "".join(f"<tr><td>{esc(c)}</td><td>{esc(v)}</td></tr>" for c, v in zip(case.claims, case.verdicts))
+        head = (f"<h1>{esc(number)}</h1><p>{esc(case.cause)} · {esc(case.cause_class)} · {esc(case.plaintiff_type)}</p>"
+                f"<details open><summary>Underspecified history</summary>{dialogue_html(case.underspecified)}</details>"
+                f"<details><summary>Complete history</summary>{dialogue_html(case.complete)}</details>"
+                "<h3>Focal points</h3><ul>" + "".join(f"<li>{esc(p)}</li>" for p in case.focal_points) + "</ul>"
+                "<h3>Key details</h3><ul>" + "".join(f"<li>{esc(d)}</li>" for d in details) + "</ul>"
+                f"<h3>Claims and the court's verdicts</h3><table><tr><th>Claim</th><th>Verdict</th></tr>{claims}</table>")
+    else:
+        head = f"<h1>{esc(number)}</h1><p>The dataset was not available: pass --dataset to see the case itself.</p>"
+    sections = "".join(f'<section class="run" id="run{i}" data-label="{esc(rr.label)}"><h2>{esc(rr.label)}</h2>'
+                       f"{transcript(rr, case, number, details)}</section>" for i, rr in enumerate(loaded))
+    controls = ('<p><label><input type="checkbox" id="side"> side by side</label> '
+                '<select id="left"></select> <select id="right"></select></p>')
+    return head + controls + f'<div id="runs">{sections}</div><script>{SIDE_SCRIPT}</script>'
+
+
+def write_site(folder: Path, root: Path, groups: list[Group], tables: list[Table], dataset: Path | None) -> int:
+    """Writes the site; returns the number of case pages."""
+    runs = [r for g in groups for r in g.runs]
+    cases: dict[str, Case] = {}
+    path = dataset or next((Path(r.manifest["dataset_path"]) for r in runs
+                            if Path(str(r.manifest.get("dataset_path"))).is_file()), None)
+    if path is not None:
+        try:
+            cases = {c.number: c for c in load_dataset(path)[0]}
+        except HarnessError:
+            cases = {}
+    loaded = load_records(root, groups)
+    selected = {id(rr): set(rr.run.selected) for rr in loaded}
+    numbers = list(dict.fromkeys(n for r in runs for n in r.selected))
+    pages = {n: i for i, n in enumerate(numbers)}
+    rows = []
+    for n in numbers:
+        case = cases.get(n)
+        cause = case.cause if case else next((rec.get("cause_of_action") for rr in loaded
+                                              for kind in rr.records.values() for k, rec in kind.items() if k == n), "")
+        for rr in loaded:
+            if n in selected[id(rr)]:
+                row = outcomes(rr, n)
+                try:
+                    cls = cause_class(cause)
+                except KeyError:
+                    cls = "?"
+                search = " ".join([n, cause, rr.label] + [m["content"] for m in (case.underspecified if case else ())])
+                rows.append(row | {"case": n, "cause": cause, "class": cls, "page": pages[n],
+                                   "search": search.lower()})
+    try:
+        (folder / "case").mkdir(parents=True, exist_ok=True)
+        (folder / "index.html").write_text(page("LexPilot results", overview(tables, groups)), encoding="utf-8")
+        (folder / "cases.html").write_text(page("Cases", case_list(rows)), encoding="utf-8")
+        for n, i in pages.items():
+            body = case_page(n, cases.get(n), [rr for rr in loaded if n in selected[id(rr)]])
+            (folder / "case" / f"{i}.html").write_text(page(n, body, up="../"), encoding="utf-8")
+    except OSError as e:
+        raise HarnessError(f"--html {folder}: cannot write the site there ({e.strerror or e})") from None
+    return len(pages)
