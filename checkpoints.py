@@ -232,7 +232,7 @@ def read_unanswered(path: Path) -> dict[str, int]:
 
 
 COMPARED_MANIFEST_FIELDS = ("dataset_sha256", "selected_cases", "code_hash", "prompt_hash",
-                            "models", "generation", "user_condition")
+                            "models", "generation", "user_condition", "rejudged_from")
 
 
 def code_files(start: str) -> list[Path]:
@@ -321,6 +321,7 @@ def build_manifest(settings: Settings, dataset_sha256: str, selected: list[Case]
         "models": {r: {"model": roles[r].model, "endpoint_host": roles[r].host} for r in ROLES},
         "generation": generation_settings(settings),
         "user_condition": settings.user_condition,
+        **({"rejudged_from": settings.source_run} if settings.source_run else {}),
         "package_versions": package_versions(),
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Callable
 from pathlib import Path
 
 from checkpoints import (CallJournal, CheckpointWriter, RunLock, build_manifest, check_manifest, checkpoint_path,
@@ -35,6 +36,8 @@ class Stage:
     upstream: tuple[RecordKind, ...] = ()
     user_condition: bool = False
     history_choice: bool = False  # takes --histories
+    # takes --from-run; called under the run's lock before anything is loaded (re-judging copies the source)
+    prepare: Callable[[Settings], str | None] | None = None
 
     def enabled_steps(self, settings: Settings) -> list[Step]:
         return [s for s in self.steps if s.when is None or s.when(settings)]
@@ -221,6 +224,10 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
                               record_files=record_files)
         if note:
             print(f"[{name}] {note}", file=err)
+        if stage.prepare:
+            note = stage.prepare(settings)
+            if note:
+                print(f"[{name}] {note}", file=err)
         state = load_state(settings, stage, selected)
         state.settings_hash, state.manifest_path = settings_hash(manifest), mpath
         for note in state.notes:
@@ -345,7 +352,7 @@ def _execute(name: str, state: StageState, clients, out, err) -> int:
 def stage_main(stage: Stage, doc: str, argv=None, clients: dict | None = None) -> int:
     """Parse the common flags and run a stage; errors are one clear message and a non-zero status."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(parser, stage.user_condition, stage.history_choice)
+    add_common_args(parser, stage.user_condition, stage.history_choice, stage.prepare is not None)
     args = parser.parse_args(argv)
     settings = None
     try:

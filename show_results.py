@@ -17,8 +17,8 @@ from errors import HarnessError
 from figures import write_plots
 from records import ROLES
 from results import Bootstrap, Group, group_runs, load_runs
-from tables import (UsageError, build_tables, comparison_table, read_prices, render_csv, render_json, render_latex,
-                    render_markdown, render_text, usage_tables)
+from tables import (UsageError, build_tables, comparison_table, judge_sensitivity_tables, read_prices, render_csv,
+                    render_json, render_latex, render_markdown, render_text, usage_tables)
 from viewer import write_site
 
 
@@ -83,6 +83,8 @@ def show(args) -> int:
         print(render_json(groups, boot, args.usage or bool(prices)))
     else:
         tables = build_tables(groups, boot)
+        tables += judge_sensitivity_tables(groups, args.output_root.resolve(), boot or Bootstrap(args.resamples,
+                                                                                                 args.seed))
         if compared:
             tables.append(comparison_table(*compared, boot))
         if args.usage or prices:

@@ -16,7 +16,9 @@ import numpy as np
 from categories import CLASS_LABELS
 from checkpoints import COMPARED_MANIFEST_FIELDS
 from records import LJP_SETUPS, ROLES
-from results import (OVERALL, STOP_CATEGORIES, TASKS, Bootstrap, Group, Run, group_label, paired_difference)
+from rejudging import REJUDGED_KINDS, agreement, source_of
+from results import (OVERALL, STOP_CATEGORIES, TASKS, Bootstrap, Group, Run, group_label, paired_difference,
+                     read_saved)
 
 USER_CONDITION_NAMES = (("standard", "Standard"), ("delayed", "Delayed Disclosure"), ("self-correction", "Self-Correction"))
 SETUP_NAMES = {"direct": "Direct", "interaction": "Interaction-Based", "gold": "Gold-Standard"}
@@ -226,6 +228,42 @@ def plain_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
                             ["Model"] + list(PLAIN_TYPE_NAMES.values()),
                             [[group_label(g, crossed)] + [cell(g.stat(("plain_then_asked", k, OVERALL)), 3)
                                                           for k in PLAIN_TYPE_NAMES] for g in crossed]))
+    return tables
+
+
+def judge_sensitivity_tables(groups: list[Group], root, boot: Bootstrap) -> list[Table]:
+    """For runs re-judged with another judge (rejudge.py): the two judges' agreement on the same items, and
+    every metric under each judge with the paired bootstrap difference on the same cases."""
+    runs = {(r.model, r.run_id): (g, r) for g in groups for r in g.runs}
+    pairs = [(runs[(r.model, source_of(r.manifest))], (g, r)) for g in groups for r in g.runs
+             if (r.model, source_of(r.manifest)) in runs]
+    if not pairs:
+        return []
+    judge = lambda r: r.manifest["models"]["judge"]["model"]  # noqa: E731
+    read = lambda r: {k.name: read_saved(r, root, k)[0] for k in REJUDGED_KINDS}  # noqa: E731
+    rows = []
+    for (_, original), (_, rejudged) in pairs:
+        for task, (n, agree, kappa) in agreement(read(original), read(rejudged)).items():
+            rows.append([original.model, f"{original.run_id} → {rejudged.run_id}",
+                         f"{judge(original)} / {judge(rejudged)}", task, str(n), f"{100 * agree:.1f}%",
+                         "undefined" if kappa is None else f"{kappa:.3f}"])
+    tables = [Table("Judge sensitivity: the two judges' labels on the same items (re-judged runs)",
+                    ["Model", "Runs", "Judges", "Task", "Items", "Agreement", "Cohen's κ"], rows)]
+    done = set()
+    for (g_original, _), (g_rejudged, _) in pairs:
+        if (id(g_original), id(g_rejudged)) in done:
+            continue
+        done.add((id(g_original), id(g_rejudged)))
+        rows = []
+        for name, (task, metric) in COMPARED_METRICS:
+            key = (task, metric, OVERALL)
+            rows.append([name, cell(g_original.stat(key), 4), cell(g_rejudged.stat(key), 4),
+                         difference_cell(paired_difference(boot, (g_rejudged, key), (g_original, key)), 4)])
+        tables.append(Table(f"{g_original.model}: every metric under each judge ({judge(g_original.runs[0])} / "
+                            f"{judge(g_rejudged.runs[0])}), difference of means [95% bootstrap interval over "
+                            "cases, paired], share of resamples below zero",
+                            ["Metric", judge(g_original.runs[0]), judge(g_rejudged.runs[0]), "Re-judged − original"],
+                            rows))
     return tables
 
 

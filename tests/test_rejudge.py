@@ -1,0 +1,85 @@
+"""Re-judging a saved run with another judge (rejudge.py): no evaluated-model or User Model call, the reused
+files byte for byte, the two judges' agreement hand-checked, and a source with missing generations."""
+import json
+
+import pytest
+
+import rejudge
+import show_results
+from records import A1, DIRECT_PREDICTION, FORCE_ASK, GOLD_PREDICTION, INTERACTION
+from runner import stage_main
+from tests.conftest import Harness, sample_cases, write_dataset
+from tests.fake_provider import default_reply
+
+CASES = sample_cases()[:4]
+
+
+def second_judge(kind, prompt, body):
+    """The other judge disagrees with the first on every LCA label and every DCG decision, and agrees on
+    every verdict; the first judge is the scripted default."""
+    if body["model"] != "judge-B":
+        return None
+    first = default_reply(kind, prompt)
+    if kind == "lca_judge":
+        return {"策略一": "策略二", "策略二": "策略一"}[first]
+    if kind == "dcg_judge":
+        return {"是": "否", "否": "是"}[first]
+    return None
+
+
+@pytest.fixture
+def saved(tmp_path, provider, monkeypatch):
+    provider.script = second_judge
+    h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "four.json", CASES))
+    for stage in ("LexAwN", "DCG", "direct", "gold", "interaction"):
+        assert h.run(stage) == 0
+    return h
+
+
+def run_rejudge(h, *extra):
+    argv = ["--run-id", "r1-B", "--from-run", "r1", "--model", "eval-model", "--judge-model", "judge-B",
+            "--dataset", str(h.dataset), "--output-root", str(h.root), *extra]
+    return stage_main(rejudge.STAGE, "test", argv=argv, clients=h.provider.in_memory_clients())
+
+
+def test_a_rejudged_run_calls_only_the_judge_and_reuses_the_generations_byte_for_byte(saved, provider):
+    provider.requests = []
+    assert run_rejudge(saved) == 0
+    assert set(provider.kinds()) <= {"lca_judge", "dcg_judge", "ljp_judge"} and provider.requests
+    assert all(r["model"] == "judge-B" for r in provider.requests)
+    for kind in (A1, INTERACTION, FORCE_ASK, DIRECT_PREDICTION, GOLD_PREDICTION):
+        original = kind.path(saved.root, "r1", "eval-model-4e88a982").read_bytes()
+        assert kind.path(saved.root, "r1-B", "eval-model-4e88a982").read_bytes() == original
+    manifest = json.loads(next((saved.root / "runs" / "r1-B").glob("*/manifest.json")).read_text(encoding="utf-8"))
+    assert manifest["rejudged_from"] == "r1" and manifest["models"]["judge"]["model"] == "judge-B"
+    provider.requests = []
+    assert run_rejudge(saved) == 0 and not provider.requests  # resumed: nothing left to do
+
+
+def test_the_judge_sensitivity_table_hand_checked(saved, capsys):
+    assert run_rejudge(saved) == 0
+    lca = {r["case_number"]: r for r in saved.records("eval_results", "LCA_results.jsonl")}
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(saved.root), "--resamples", "100"]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("Judge sensitivity"):].split("\n\n")[0].splitlines()
+    # every label flipped: agreement 0; with k of the n labels 策略一 on one side and n - k on the other,
+    # chance agreement is 2k(n-k)/n^2 and kappa = -pe / (1 - pe)
+    labels = [j["label"] for r in lca.values() for j in r["judgments"].values()]
+    n, k = len(labels), labels.count("策略一")
+    pe = 2 * k * (n - k) / n ** 2
+    lca_row = next(line for line in table if " LCA " in f" {line} ")
+    assert lca_row.split()[-3:] == [str(n), "0.0%", f"{-pe / (1 - pe):.3f}"]
+    ljp_row = next(line for line in table if " LJP " in f" {line} ")
+    assert ljp_row.split()[-2:] == ["100.0%", "1.000"]
+    assert "every metric under each judge" in out and "Re-judged − original" in out
+
+
+def test_a_rejudge_of_a_run_with_missing_generations_says_which_stage_to_run(tmp_path, provider, monkeypatch, capsys):
+    h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "four.json", CASES))
+    assert h.run("LexAwN") == 0 and h.run("DCG") == 0  # no Direct or Gold-Standard prediction yet
+    provider.requests = []
+    assert run_rejudge(h) == 2
+    err = capsys.readouterr().err
+    assert "run r1 lacks direct_prediction records for 4 of 4 cases: run eval_LJP_direct.py --run-id r1 first" in err
+    assert not provider.requests
