@@ -41,6 +41,7 @@ PROMPT_FILES = {
     "judge_ljp": "judge_ljp_extract.txt",    # Table 25
     # Pilot Study II (Appendix C.2), written for this harness in the register of Appendix F:
     "judge_response_type": "judge_response_type.txt",  # the four response types of a plain consultation
+    "judge_simulator_audit": "judge_simulator_audit.txt",  # the audit of every User Model reply of a run
 }
 # The prompts written for the non-ideal users (Appendix E.5): only runs of that condition use them.
 CONDITION_PROMPTS = {"delayed": ("user_delayed",), "self-correction": ("user_self_correction", "user_correction")}
@@ -53,7 +54,7 @@ def prompt_files_used(condition: str) -> list[str]:
                   if name not in special or name in CONDITION_PROMPTS.get(condition, ()))
 
 
-SLOT = re.compile(r"\{(history|key_facts|ai_response|focus_text|claims|fault)\}")
+SLOT = re.compile(r"\{(history|key_facts|ai_response|focus_text|claims|fault|reply)\}")
 
 
 def load_prompts() -> dict[str, str]:
@@ -87,6 +88,11 @@ def render_key_facts(case: Case) -> str:
 def key_detail_lines(case: Case) -> list[str]:
     details = case.key_details
     return [d for ds in details.values() for d in ds] if isinstance(details, dict) else list(details)
+
+
+def render_numbered_details(case: Case) -> str:
+    """Key details one per line, numbered from 1, for a judge that names them by number."""
+    return "\n".join(f"{i}. {d}" for i, d in enumerate(key_detail_lines(case), 1))
 
 
 def render_fault(fault: dict) -> str:

@@ -93,3 +93,18 @@ def plain_from_counts(c: np.ndarray) -> dict:
     c = np.asarray(c, float)
     total = c.sum(axis=-1)
     return {name: ratio(np.moveaxis(c, -1, 0)[i], total) for i, name in enumerate(PLAIN_TYPE_ORDER)}
+
+
+def audit_counts(record: dict) -> np.ndarray:
+    """A simulator-audit record per case: replies audited, over-disclosing, erroneous, not answering."""
+    replies = record["replies"]
+    return np.array([len(replies), sum(bool(r["over_disclosed"]) for r in replies),
+                     sum(bool(r["error"]) for r in replies), sum(not r["answered"] for r in replies)], float)
+
+
+def audit_from_counts(c: np.ndarray) -> dict:
+    """The share of audited User Model replies that disclosed unasked key details, stated something
+    unsupported or contradicting them, or did not answer the question."""
+    replies, over, error, missed = np.moveaxis(np.asarray(c, float), -1, 0)
+    return {"over_disclosure": ratio(over, replies), "error": ratio(error, replies),
+            "non_answer": ratio(missed, replies)}

@@ -16,9 +16,9 @@ from categories import cause_class
 from checkpoints import COMPARED_MANIFEST_FIELDS, compared_setting, read_unanswered
 from dataset import load_dataset
 from errors import HarnessError
-from metrics import (PLAIN_TYPE_ORDER, confusion, dcg_from_counts, lca_counts, lca_from_counts, ljp_from_counts, plain,
-                     plain_counts, plain_from_counts, ratio)
-from records import (DCG, HISTORY_TYPES, INTERACTION, LCA, LJP_SETUPS, PLAIN_TYPES, RECORD_KINDS, RecordKind,
+from metrics import (PLAIN_TYPE_ORDER, audit_counts, audit_from_counts, confusion, dcg_from_counts, lca_counts,
+                     lca_from_counts, ljp_from_counts, plain, plain_counts, plain_from_counts, ratio)
+from records import (AUDIT, DCG, HISTORY_TYPES, INTERACTION, LCA, LJP_SETUPS, PLAIN_TYPES, RECORD_KINDS, RecordKind,
                      model_folder, read_records)
 
 OVERALL = "Overall"
@@ -103,10 +103,15 @@ TASKS = {
     **{f"LJP_{setup}": (kind, ljp_case_counts, ljp_from_counts) for setup, kind, _, _ in LJP_SETUPS},
     **{f"plain_{t}": (PLAIN_TYPES[t], lambda r: plain_counts(r["type"]), plain_from_counts) for t in HISTORY_TYPES},
 }
-OPTIONAL_TASKS = {f"plain_{t}" for t in HISTORY_TYPES}  # the plain consultation is run only when wanted
+TASKS |= {f"audit_{source}": (AUDIT[source], audit_counts, audit_from_counts) for source in AUDIT}
+# run only when wanted: the plain consultation, the simulator audit
+OPTIONAL_TASKS = {f"plain_{t}" for t in HISTORY_TYPES} | {f"audit_{source}" for source in AUDIT}
+# task using User Model replies -> (its audit, the metric shown on the cases whose replies were all clean)
+AUDITED = {"DCG": ("audit_dcg", "accuracy"), "LJP_interaction": ("audit_interaction", "qwk")}
 METRIC_NAMES = {"macro_f1": "Macro-F1", "accuracy": "accuracy", "qwk": "QWK", "acc_c": "Acc_C", "acc_u": "Acc_U"}
 TASK_NAMES = {"LCA": "LCA", "DCG": "DCG", **{f"LJP_{s}": f"LJP {s}" for s, _, _, _ in LJP_SETUPS},
-              **{f"plain_{t}": f"plain consultation ({t})" for t in HISTORY_TYPES}}
+              **{f"plain_{t}": f"plain consultation ({t})" for t in HISTORY_TYPES},
+              **{f"audit_{s}": f"simulator audit ({s})" for s in AUDIT}}
 
 
 def metrics_of(task: str, data: TaskData, mask=None) -> dict:
@@ -124,7 +129,7 @@ def score_run(run: Run, root: Path, keep_records: bool = False) -> None:
         return complete_task(kind.path(root, run.run_id, run.folder), run.selected, *saved[kind.name])
 
     # A non-ideal-user run is only an Interaction-Based LJP result (Table 15).
-    tasks = ["LJP_interaction"] if run.condition != "standard" else list(TASKS)
+    tasks = ["LJP_interaction", "audit_interaction"] if run.condition != "standard" else list(TASKS)
     for task in tasks:
         kind, case_counts, _ = TASKS[task]
         if task in OPTIONAL_TASKS and not kind.path(root, run.run_id, run.folder).exists():
@@ -152,6 +157,13 @@ def score_run(run: Run, root: Path, keep_records: bool = False) -> None:
         for cls in sorted(set(classes)):
             for metric, value in metrics_of(task, data, np.array(classes) == cls).items():
                 run.metrics[(task, metric, cls)] = value
+    for task, (audit, metric) in AUDITED.items():  # the metric on the cases whose simulator replies were clean
+        if task in run.tasks and audit in run.tasks:
+            clean = dict(zip(run.tasks[audit].cases, (run.tasks[audit].counts[:, 1:3].sum(axis=1) == 0)))
+            mask = np.array([clean.get(n, False) for n in run.tasks[task].cases])
+            run.metrics[("clean", task, OVERALL)] = metrics_of(task, run.tasks[task], mask)[metric] if mask.any() \
+                else None
+            run.metrics[("clean cases", task, OVERALL)] = float(mask.sum())
     plain, lca = whole(PLAIN_TYPES["underspecified"])[0], whole(LCA)[0]
     if plain and lca:  # does the LexAwN prompt turn each plain response type into a question?
         for kind in PLAIN_TYPE_ORDER:

@@ -43,8 +43,11 @@ class Stage:
         return [s for s in self.steps if s.when is None or s.when(settings)]
 
     def kinds(self, settings: Settings) -> tuple[RecordKind, ...]:
-        """Every record kind the stage reads or writes with these settings."""
-        return self.upstream + tuple(s.kind for s in self.enabled_steps(settings))
+        """Every record kind the stage reads or writes with these settings (an upstream kind only where an
+        enabled step reads it)."""
+        steps = self.enabled_steps(settings)
+        needed = {need for s in steps for need in s.needs}
+        return tuple(k for k in self.upstream if k.name in needed) + tuple(s.kind for s in steps)
 
 
 class Progress:
@@ -128,7 +131,7 @@ def load_state(settings: Settings, stage: Stage, cases: list[Case], repair: bool
                         f"{paths[kind.name]}:{lines[number]}: case {number} was built from a {need} record "
                         f"that {'no longer exists' if upstream is None else 'has changed'}. Delete this line "
                         "to have it redone, or use a new --run-id.")
-    for kind in stage.upstream:
+    for kind in (k for k in stage.upstream if k in kinds):
         missing = [c.number for c in cases if c.number not in records[kind.name]]
         if missing:
             shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")

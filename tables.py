@@ -17,7 +17,7 @@ from categories import CLASS_LABELS
 from checkpoints import COMPARED_MANIFEST_FIELDS
 from records import LJP_SETUPS, ROLES
 from rejudging import REJUDGED_KINDS, agreement, source_of
-from results import (OVERALL, STOP_CATEGORIES, TASKS, Bootstrap, Group, Run, group_label, paired_difference,
+from results import (AUDITED, OVERALL, STOP_CATEGORIES, TASKS, Bootstrap, Group, Run, group_label, paired_difference,
                      read_saved)
 
 USER_CONDITION_NAMES = (("standard", "Standard"), ("delayed", "Delayed Disclosure"), ("self-correction", "Self-Correction"))
@@ -102,7 +102,7 @@ def build_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
         tables.append(paired_setups_table(groups, labels, boot))
     faults = fault_table(groups_all)
     return (tables + behaviour + ([non_ideal] if non_ideal else []) + ([faults] if faults else [])
-            + plain_tables(groups, boot))
+            + plain_tables(groups, boot) + audit_tables(groups_all, boot))
 
 
 def paired_setups_table(groups: list[Group], labels: list[str], boot: Bootstrap) -> Table:
@@ -264,6 +264,41 @@ def judge_sensitivity_tables(groups: list[Group], root, boot: Bootstrap) -> list
                             "cases, paired], share of resamples below zero",
                             ["Metric", judge(g_original.runs[0]), judge(g_rejudged.runs[0]), "Re-judged − original"],
                             rows))
+    return tables
+
+
+def audit_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
+    """The simulator audit: how often the User Model's replies over-disclosed, erred or did not answer, and
+    the tasks that rest on those replies recomputed on the cases whose replies were all clean."""
+    audited = [g for g in groups if any(g.stat((f"audit_{s}", "error", OVERALL)) for s in ("dcg", "interaction"))]
+    if not audited:
+        return []
+    suffix = ", [95% bootstrap interval over cases]" if boot else ""
+    rows = []
+    for g in audited:
+        for source in ("dcg", "interaction"):
+            task = f"audit_{source}"
+            if g.stat((task, "error", OVERALL)):
+                replies = sum(int(r.tasks[task].counts[:, 0].sum()) for r in g.runs if task in r.tasks)
+                rows.append([group_label(g, audited), {"dcg": "DCG", "interaction": "interaction"}[source],
+                             str(replies)] + [cell(g.stat((task, m, OVERALL)), 3, boot.interval(g, (task, m, OVERALL))
+                                                                                if boot else None)
+                                              for m in ("over_disclosure", "error", "non_answer")])
+    tables = [Table("Simulator audit: User Model replies judged over-disclosing (key details not asked for), "
+                    f"erroneous (unsupported or contradicting) or not answering, mean ± SD over runs{suffix}",
+                    ["Model", "Replies of", "Replies audited", "Over-disclosure", "Error", "Non-answer"], rows)]
+    rows = []
+    for g in audited:
+        for task, name, digits in (("DCG", "DCG accuracy", 3), ("LJP_interaction", "Interaction-Based QWK", 4)):
+            clean = g.stat(("clean", task, OVERALL))
+            if clean is not None:
+                cases = g.stat(("clean cases", task, OVERALL))
+                rows.append([group_label(g, audited), name, cell(g.stat((task, AUDITED[task][1], OVERALL)), digits),
+                             cell(clean, digits), f"{cases['mean']:.0f}" if cases and cases["mean"] is not None
+                             else "n/a"])
+    tables.append(Table("Task metrics on all cases and on the cases whose simulator replies were all clean "
+                        "(no over-disclosure, no error), mean over runs",
+                        ["Model", "Metric", "All cases", "Clean cases only", "Clean cases (mean per run)"], rows))
     return tables
 
 

@@ -15,6 +15,7 @@ EXPECTED_SLOTS = {
     "judge_dcg": {"ai_response", "focus_text", "key_facts"}, "judge_ljp": {"history", "claims"},
     "user_delayed": {"history", "key_facts"}, "user_self_correction": {"history", "key_facts"},
     "user_correction": {"history", "key_facts", "fault"}, "judge_response_type": {"ai_response"},
+    "judge_simulator_audit": {"history", "ai_response", "reply", "key_facts"},
 }
 
 

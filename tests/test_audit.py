@@ -1,0 +1,78 @@
+"""The simulator audit (audit_simulator.py): a known leak, a known invented fact and a clean reply give the
+expected rates, and the clean-case metrics leave the faulty cases out."""
+import json
+
+import pytest
+
+import audit_simulator
+import show_results
+from records import AUDIT
+from runner import stage_main
+from tests.conftest import Harness, sample_cases, write_dataset
+from tests.fake_provider import between
+
+CASES = sample_cases()[:3]
+MARK = {CASES[0]["case_number"]: "（顺便说一句，还有别的情况）", CASES[1]["case_number"]: "（其实他还欠我十万）"}
+
+
+def script(kind, prompt, body):
+    if kind == "user":  # the first case's replies leak, the second's invent, the third's are clean
+        for case in CASES:
+            if case["underspecified_consultation"][0]["content"] in prompt:
+                return "这个我记得。" + MARK.get(case["case_number"], "")
+    if kind == "audit_judge":
+        reply = between(prompt, "模拟原告回复")
+        leak, invent = "顺便说一句" in reply, "欠我十万" in reply
+        return json.dumps({"超范围披露": [1] if leak else [], "不实陈述": "是" if invent else "否",
+                           "回答了问题": "是"}, ensure_ascii=False)
+    return None
+
+
+@pytest.fixture
+def audited(tmp_path, provider, monkeypatch):
+    from tests import fake_provider
+    monkeypatch.setattr(fake_provider, "KIND_MARKERS", fake_provider.KIND_MARKERS
+                        + (("audit_judge", "你是一个严谨的模拟用户回复审查员"),))
+    provider.script = script
+    h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "three.json", CASES))
+    for stage in ("LexAwN", "DCG", "interaction"):
+        assert h.run(stage) == 0
+    provider.requests = []
+    argv = ["--run-id", "r1", "--model", "eval-model", "--dataset", str(h.dataset), "--output-root", str(h.root)]
+    assert stage_main(audit_simulator.STAGE, "test", argv=argv, clients=provider.in_memory_clients()) == 0
+    return h
+
+
+def test_every_user_model_reply_is_audited_by_the_judge_alone(audited, provider):
+    assert set(provider.kinds()) == {"audit_judge"}
+    interaction = {r["case_number"]: r for r in audited.records("AwN_gen", "interaction.jsonl")}
+    replies = sum(1 for r in interaction.values() for x in r["rounds"] if x.get("user_reply"))
+    assert len(provider.requests) == replies + len(CASES)  # every interaction reply and every DCG reply
+    first = audited.records(AUDIT["dcg"])
+    leak = next(r for r in first if r["case_number"] == CASES[0]["case_number"])["replies"][0]
+    detail = next(iter(CASES[0]["key_details"].values()))[0] if isinstance(CASES[0]["key_details"], dict) \
+        else CASES[0]["key_details"][0]
+    assert leak["over_disclosed"] == [detail] and leak["error"] is False and leak["source"] == "DCG round 1"
+    prompt = provider.prompts("audit_judge")[0]
+    assert "1. " in between(prompt, "案件客观事实") and between(prompt, "AI最新追问")
+
+
+def test_rates_and_clean_case_metrics_hand_computed(audited, capsys):
+    interaction = {r["case_number"]: r for r in audited.records("AwN_gen", "interaction.jsonl")}
+    dcg = {r["case_number"]: r["success"] for r in audited.records("eval_results", "DCG_results.jsonl")}
+    counts = {n: 1 + sum(1 for x in r["rounds"] if x.get("user_reply")) for n, r in interaction.items()}
+    # DCG: one reply per case, one leak and one invention among three
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(audited.root)]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("Simulator audit"):].splitlines()
+    dcg_row = next(line for line in table if " DCG " in f" {line} ").split()
+    assert dcg_row[-4:] == ["3", "0.333", "0.333", "0.000"]
+    replies = sum(counts.values()) - len(CASES)
+    leaked = counts[CASES[0]["case_number"]] - 1
+    invented = counts[CASES[1]["case_number"]] - 1
+    inter_row = next(line for line in table if " interaction " in f" {line} ").split()
+    assert inter_row[-4:] == [str(replies), f"{leaked / replies:.3f}", f"{invented / replies:.3f}", "0.000"]
+    clean = out[out.index("Task metrics on all cases and on the cases whose simulator"):].splitlines()
+    dcg_clean = next(line for line in clean if "DCG accuracy" in line).split()
+    assert dcg_clean[-2:] == [f"{float(dcg[CASES[2]['case_number']]):.3f}", "1"]  # only the clean case
