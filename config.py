@@ -58,6 +58,7 @@ class Settings:
     allow_code_change: bool = False
     histories: tuple[str, ...] = ("underspecified",)
     source_run: str | None = None  # a re-judged run: the run whose generations it reuses
+    probes: Path | None = None  # the probe study's filled probe file
     call_deadline: float = 1200.0  # wall-clock seconds one call may take, however its bytes trickle in
     keep_reasoning: bool = False
     backoff_base: float = 1.0
@@ -141,7 +142,7 @@ def histories(text: str) -> tuple[str, ...]:
 
 
 def add_common_args(parser: argparse.ArgumentParser, user_condition: bool = False,
-                    history_choice: bool = False, from_run: bool = False) -> None:
+                    history_choice: bool = False, from_run: bool = False, probe_file: bool = False) -> None:
     a = parser.add_argument
     a("--run-id", required=True, help="name of this run; rerunning with the same id resumes it")
     a("--model", help="evaluated model id (else $LEXPILOT_MODEL)")
@@ -177,6 +178,8 @@ def add_common_args(parser: argparse.ArgumentParser, user_condition: bool = Fals
     if from_run:
         a("--from-run", required=True, metavar="RUN_ID",
           help="the saved run whose generations and User Model replies are reused (same --model)")
+    if probe_file:
+        a("--probes", type=Path, required=True, help="the probe file the experts filled (user_probes.py template)")
     if history_choice:
         a("--histories", type=histories, default=("underspecified",),
           help="which histories to answer: underspecified (default), or underspecified,complete as a control")
@@ -208,6 +211,7 @@ def settings_from_args(args: argparse.Namespace, env=os.environ) -> Settings:
         keep_going=args.keep_going, stream=args.stream, dry_run=args.dry_run,
         user_condition=getattr(args, "user_condition", "standard"), allow_code_change=args.allow_code_change,
         histories=getattr(args, "histories", ("underspecified",)), source_run=getattr(args, "from_run", None),
+        probes=args.probes.resolve() if getattr(args, "probes", None) else None,
         call_deadline=args.call_deadline or 10 * args.timeout, keep_reasoning=args.keep_reasoning,
         backoff_base=backoff_base,
     )

@@ -10,7 +10,6 @@ score   reads the filled OUT and its key and prints, per task and on average, hu
 from __future__ import annotations
 
 import argparse
-import csv
 import random
 import sys
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from records import (A1, DCG, DCG_LABELS, FORCE_ASK, HISTORY_TYPES, LCA, LCA_LAB
                      RESPONSE_TYPES, VERDICTS)
 from metrics import kappa_from_confusion
 from results import load_runs, percentile_interval, read_task
-from tables import Table, render_text, spreadsheet_safe, spreadsheet_text
+from tables import Table, read_sheet, render_text, write_sheet
 
 TASKS = ("LCA", "DCG", "LJP", "TYPE")  # TYPE: the response type of a plain consultation (Table 6)
 LABELS = {"LCA": LCA_LABELS, "DCG": DCG_LABELS, "LJP": VERDICTS, "TYPE": tuple(RESPONSE_TYPES)}
@@ -165,8 +164,8 @@ def export(args) -> int:
                          "annotator_1": "", "annotator_2": "", "adjudicated": ""})
             keys.append({"item_id": item_id, "task": task, "model": it.model, "run_id": it.run_id,
                          "case_number": it.case_number, "source": it.source, "llm_label": it.llm_label})
-    write_csv(args.out, ANNOTATION_COLUMNS, rows)
-    write_csv(key_path(args.out), KEY_COLUMNS, keys)
+    write_sheet(args.out, ANNOTATION_COLUMNS, rows)
+    write_sheet(key_path(args.out), KEY_COLUMNS, keys)
     try:
         guidelines_path(args.out).write_text(guidelines(load_prompts()), encoding="utf-8")
     except OSError as e:
@@ -213,40 +212,7 @@ def key_path(out: Path) -> Path:
     return out.with_name(out.stem + ".key.csv")
 
 
-def write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
-    """Cells that a spreadsheet would run as a formula get a leading apostrophe (tables.spreadsheet_safe)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w", encoding="utf-8-sig", newline="") as f:  # BOM: spreadsheet programs then read UTF-8
-            writer = csv.DictWriter(f, fieldnames=columns)
-            writer.writeheader()
-            writer.writerows({k: spreadsheet_safe(v) for k, v in row.items()} for row in rows)
-    except OSError as e:
-        raise HarnessError(f"{path}: cannot be written ({e.strerror or e}); pass --out a file in a writable "
-                           "folder") from None
-
-
 # ----------------------------------------------------------------------------- score
-
-def read_csv(path: Path, columns: list[str]) -> list[tuple[int, dict]]:
-    """(line, row) of a sheet written by export, cells as they were before spreadsheet_safe."""
-    if not path.is_file():
-        raise HarnessError(f"{path}: {'is a folder, not the CSV file' if path.is_dir() else 'not found'}")
-    rows: list[tuple[int, dict]] = []  # numbered as a spreadsheet shows them: the header is row 1
-    try:
-        with path.open(encoding="utf-8-sig", newline="") as f:
-            reader = csv.DictReader(f)
-            missing = [c for c in columns if c not in (reader.fieldnames or [])]
-            if missing:
-                raise HarnessError(f"{path}: columns missing: {', '.join(missing)}. Use the file that export wrote.")
-            for number, row in enumerate(reader, 2):
-                rows.append((number, {k: spreadsheet_text(v or "") for k, v in row.items() if k}))
-            return rows
-    except UnicodeDecodeError as e:
-        raise HarnessError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}); save it as CSV UTF-8") from None
-    except csv.Error as e:
-        raise HarnessError(f"{path}: row {len(rows) + 2}: unreadable CSV ({e})") from None
-
 
 def human_labels(path: Path, rows: list[tuple[int, dict]], key: dict[str, dict]) -> tuple[list, list[str]]:
     """(task, annotator 1, annotator 2, adjudicated, judge) per item, and every problem found, by row."""
@@ -335,8 +301,8 @@ def interval_table(labelled: list) -> Table:
 
 
 def score(args) -> int:
-    rows = read_csv(args.annotations, ANNOTATION_COLUMNS)
-    key = {row["item_id"]: row for _, row in read_csv(args.key or key_path(args.annotations), KEY_COLUMNS)}
+    rows = read_sheet(args.annotations, ANNOTATION_COLUMNS)
+    key = {row["item_id"]: row for _, row in read_sheet(args.key or key_path(args.annotations), KEY_COLUMNS)}
     labelled, problems = human_labels(args.annotations, rows, key)
     if problems:
         shown = problems[:10] + ([f"... and {len(problems) - 10} more"] if len(problems) > 10 else [])

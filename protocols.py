@@ -199,8 +199,9 @@ class Step:
     def name(self) -> str:
         return self.kind.name
 
-    def calls_for(self, upstream: dict, settings: Settings) -> dict:
-        return self.max_calls(upstream, settings) if callable(self.max_calls) else self.max_calls
+    def calls_for(self, upstream: dict, settings: Settings, case: Case | None = None) -> dict:
+        """The most calls per role the step makes for a case (its upstream records and the case as given)."""
+        return self.max_calls(upstream, settings, case) if callable(self.max_calls) else self.max_calls
 
 
 # ----------------------------------------------------------------------------- LexAwN and LCA
@@ -295,7 +296,7 @@ def _interaction_record(history, rounds, dialogue, stop_reason, condition, disru
     return record
 
 
-def interaction_calls(upstream: dict, settings: Settings) -> dict:
+def interaction_calls(upstream: dict, settings: Settings, case: Case | None = None) -> dict:
     lca = upstream.get("LCA")
     if lca and lca["judgments"]["underspecified"]["label"] == "策略一":
         return {}

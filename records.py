@@ -65,6 +65,10 @@ INTERACTION_LABELS = RecordKind("interaction_labels", "eval_results", "interacti
 # The simulator audit: the judge's findings on every User Model reply of a run, per source of replies.
 AUDIT = {source: RecordKind(f"audit_{source}", "eval_results", f"simulator_audit_{source}.jsonl", ("replies",),
                             "audit_simulator.py") for source in ("dcg", "interaction")}
+# The probe study of the User Model (Appendix E.3.2): its replies per condition, and the DCG judge on A-C.
+PROBE_REPLIES = RecordKind("probe_replies", "Probe_gen", "probe_replies.jsonl", ("probed", "replies"),
+                           "user_probes.py generate")
+PROBE_DCG = RecordKind("probe_dcg", "eval_results", "probe_dcg.jsonl", ("labels",), "user_probes.py generate")
 # The plain consultation (Pilot Study II, Appendix C.2): the history sent as an ordinary chat, and the judge's
 # response type; one file per history type (the complete history is an optional control).
 PLAIN = {t: RecordKind(f"plain_{t}", "Plain_gen", f"plain_{t}.jsonl", ("history_type", "messages", "response"),
@@ -75,7 +79,8 @@ RESPONSE_TYPES = {"缺失识别": "deficiency_recognition", "条件性一般建�
                   "无条件一般建议": "unconditional_advice", "过早预测": "premature_prediction"}  # C.2's order
 
 RECORD_KINDS = (A1, LCA, INTERACTION, FORCE_ASK, DCG, DIRECT_PREDICTION, LJP_DIRECT, GOLD_PREDICTION, LJP_GOLD,
-                LJP_INTERACTION, INTERACTION_LABELS, *PLAIN.values(), *PLAIN_TYPES.values(), *AUDIT.values())
+                LJP_INTERACTION, INTERACTION_LABELS, *PLAIN.values(), *PLAIN_TYPES.values(), *AUDIT.values(),
+                PROBE_REPLIES, PROBE_DCG)
 # LJP setups in the paper's column order: (setup, verdict records, generation records, field of the reply)
 LJP_SETUPS = (("direct", LJP_DIRECT, DIRECT_PREDICTION, "response"),
               ("interaction", LJP_INTERACTION, INTERACTION, "final_response"),

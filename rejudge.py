@@ -17,7 +17,8 @@ from runner import Stage, stage_main
 
 STAGE = Stage("rejudge", (LCA_STEP, INTERACTION_LABELS_STEP, DCG_STEP, DIRECT_STEPS[1], GOLD_STEPS[1],
                           LJP_INTERACTION_STEP),
-              upstream=(A1, INTERACTION, FORCE_ASK, DIRECT_PREDICTION, GOLD_PREDICTION), prepare=copy_source)
+              upstream=(A1, INTERACTION, FORCE_ASK, DIRECT_PREDICTION, GOLD_PREDICTION), source_run=True,
+              prepare=copy_source)
 
 if __name__ == "__main__":
     sys.exit(stage_main(STAGE, __doc__))

@@ -73,7 +73,7 @@ def relabel_rounds(calls: CaseCalls, upstream: dict) -> dict:
     return {"rounds": rounds}
 
 
-def relabel_calls(upstream: dict, settings: Settings) -> dict:
+def relabel_calls(upstream: dict, settings: Settings, case=None) -> dict:
     interaction = upstream.get("interaction")
     labelled = sum(1 for r in (interaction or {}).get("rounds", [{}] * 3) if r.get("label") is not None)
     return {"judge": max(labelled - 1, 0) if interaction else 2}

@@ -36,7 +36,9 @@ class Stage:
     upstream: tuple[RecordKind, ...] = ()
     user_condition: bool = False
     history_choice: bool = False  # takes --histories
-    # takes --from-run; called under the run's lock before anything is loaded (re-judging copies the source)
+    probe_file: bool = False  # takes --probes
+    source_run: bool = False  # takes --from-run
+    # called under the run's lock before anything is loaded (re-judging copies the source, probes are checked)
     prepare: Callable[[Settings], str | None] | None = None
 
     def enabled_steps(self, settings: Settings) -> list[Step]:
@@ -171,7 +173,7 @@ def planned_calls(state: StageState, cases: list[Case], prompts: dict[str, str] 
             if case.number in state.records[step.name]:
                 continue
             upstream = {need: state.records[need].get(case.number) for need in step.needs}
-            planned = step.calls_for(upstream, state.settings)
+            planned = step.calls_for(upstream, state.settings, case)
             calls.update(planned)
             for role, n in planned.items():
                 template = (prompts or {}).get(step.prompts.get(role), "")
@@ -355,7 +357,7 @@ def _execute(name: str, state: StageState, clients, out, err) -> int:
 def stage_main(stage: Stage, doc: str, argv=None, clients: dict | None = None) -> int:
     """Parse the common flags and run a stage; errors are one clear message and a non-zero status."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(parser, stage.user_condition, stage.history_choice, stage.prepare is not None)
+    add_common_args(parser, stage.user_condition, stage.history_choice, stage.source_run, stage.probe_file)
     args = parser.parse_args(argv)
     settings = None
     try:

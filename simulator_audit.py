@@ -41,28 +41,26 @@ def audit_reply(calls: CaseCalls, before: list[dict], question: str, reply: str,
             "judge_raw": raw}
 
 
-def audit_dcg(calls: CaseCalls, upstream: dict) -> dict:
-    record = upstream["force_ask"]
+def audited(record: dict, asked: str) -> list[dict]:
+    """Every User Model reply of a DCG or interaction record, audited in order with what came before it."""
     dialogue, replies = list(record["input_history"]), []
     for entry in record["rounds"]:
-        dialogue.append({"role": "assistant", "content": entry["question"]})
+        dialogue.append({"role": "assistant", "content": entry[asked]})
         if entry.get("user_reply"):
-            replies.append(audit_reply(calls, dialogue[:-1], entry["question"], entry["user_reply"],
-                                       f"DCG round {entry['round']}"))
+            replies.append((list(dialogue[:-1]), entry[asked], entry))
             dialogue.append({"role": "user", "content": entry["user_reply"]})
-    return {"replies": replies}
+    return replies
+
+
+def audit_dcg(calls: CaseCalls, upstream: dict) -> dict:
+    return {"replies": [audit_reply(calls, before, question, entry["user_reply"], f"DCG round {entry['round']}")
+                        for before, question, entry in audited(upstream["force_ask"], "question")]}
 
 
 def audit_interaction(calls: CaseCalls, upstream: dict) -> dict:
-    record = upstream["interaction"]
-    dialogue, replies = list(record["input_history"]), []
-    for entry in record["rounds"]:
-        dialogue.append({"role": "assistant", "content": entry["assistant"]})
-        if entry.get("user_reply"):
-            replies.append(audit_reply(calls, dialogue[:-1], entry["assistant"], entry["user_reply"],
-                                       f"interaction round {entry['round']} ({entry.get('user_prompt', 'user_standard')})"))
-            dialogue.append({"role": "user", "content": entry["user_reply"]})
-    return {"replies": replies}
+    return {"replies": [audit_reply(calls, before, question, entry["user_reply"],
+                                    f"interaction round {entry['round']} ({entry.get('user_prompt', 'user_standard')})")
+                        for before, question, entry in audited(upstream["interaction"], "assistant")]}
 
 
 def replies_in(kind: str, upstream: dict) -> int:
@@ -71,9 +69,9 @@ def replies_in(kind: str, upstream: dict) -> int:
 
 
 AUDIT_STEPS = (
-    Step(AUDIT["dcg"], audit_dcg, needs=("force_ask",), max_calls=lambda up, s: {"judge": replies_in("force_ask", up)},
+    Step(AUDIT["dcg"], audit_dcg, needs=("force_ask",), max_calls=lambda up, s, case=None: {"judge": replies_in("force_ask", up)},
          prompts={"judge": "judge_simulator_audit"}, when=lambda s: s.user_condition == "standard"),
     Step(AUDIT["interaction"], audit_interaction, needs=("interaction",),
-         max_calls=lambda up, s: {"judge": replies_in("interaction", up)}, prompts={"judge": "judge_simulator_audit"}),
+         max_calls=lambda up, s, case=None: {"judge": replies_in("interaction", up)}, prompts={"judge": "judge_simulator_audit"}),
 )
 UPSTREAM = (FORCE_ASK, INTERACTION)

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from categories import CLASS_LABELS
+from errors import HarnessError
 from checkpoints import COMPARED_MANIFEST_FIELDS
 from records import LJP_SETUPS, ROLES
 from rejudging import REJUDGED_KINDS, agreement, source_of
@@ -456,6 +457,40 @@ def spreadsheet_safe(cell) -> str:
 
 def spreadsheet_text(cell: str) -> str:
     return cell[1:] if cell.startswith("'") else cell
+
+
+def write_sheet(path: Path, columns: list[str], rows: list[dict]) -> None:
+    """A CSV sheet for people (UTF-8 with a BOM, which spreadsheet programs need), every cell spreadsheet_safe."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", encoding="utf-8-sig", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows({k: spreadsheet_safe(v) for k, v in row.items()} for row in rows)
+    except OSError as e:
+        raise HarnessError(f"{path}: cannot be written ({e.strerror or e}); pass --out a file in a writable "
+                           "folder") from None
+
+
+def read_sheet(path: Path, columns: list[str]) -> list[tuple[int, dict]]:
+    """(row number as a spreadsheet shows it, row) of a sheet the harness wrote and people filled, cells as
+    they were before spreadsheet_safe; a missing column, a folder, invalid UTF-8 or broken CSV in one line."""
+    if not path.is_file():
+        raise HarnessError(f"{path}: {'is a folder, not the CSV file' if path.is_dir() else 'not found'}")
+    rows: list[tuple[int, dict]] = []  # the header is row 1
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in columns if c not in (reader.fieldnames or [])]
+            if missing:
+                raise HarnessError(f"{path}: columns missing: {', '.join(missing)}. Use the file that export wrote.")
+            for number, row in enumerate(reader, 2):
+                rows.append((number, {k: spreadsheet_text(v or "") for k, v in row.items() if k}))
+            return rows
+    except UnicodeDecodeError as e:
+        raise HarnessError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}); save it as CSV UTF-8") from None
+    except csv.Error as e:
+        raise HarnessError(f"{path}: row {len(rows) + 2}: unreadable CSV ({e})") from None
 
 
 def render_csv(tables: list[Table]) -> str:

@@ -203,7 +203,7 @@ def test_formula_cells_are_neutralised_in_every_csv_and_recoverable(tmp_path, mo
             cells = [c for row in csv.reader(f) for c in row]
         assert not any(c.startswith(("=", "+", "-", "@", "\t", "\r")) for c in cells)
     assert any(c == "'" + hostile for c in cells) or "'-model" in cells
-    rows = judge_agreement.read_csv(out, judge_agreement.ANNOTATION_COLUMNS)
+    rows = judge_agreement.read_sheet(out, judge_agreement.ANNOTATION_COLUMNS)
     assert any(row["reply"] == hostile for _, row in rows)  # the original text is recovered on reading
     capsys.readouterr()
     assert show_results.main(["--output-root", str(h.root), "--format", "csv"]) == 0

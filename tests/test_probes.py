@@ -1,0 +1,155 @@
+"""The probe study of the User Model (user_probes.py): template, probe-file validation, generation (what the
+simulator and the DCG judge see), the blind sheet, and Table 13 on a hand-computed sheet."""
+import csv
+import json
+
+import pytest
+
+import probes
+from tables import read_sheet, write_sheet
+import user_probes
+from dataset import load_dataset
+from records import PROBE_DCG, PROBE_REPLIES
+from tests.conftest import ROOT, SAMPLE, Harness
+from tests.fake_provider import between
+
+PROBES = ROOT / "data" / "LexPilot_sample_probes.csv"
+
+
+def test_the_template_samples_per_cause_reproducibly(tmp_path):
+    many = tmp_path / "many.json"
+    cases = json.loads(SAMPLE.read_text(encoding="utf-8"))
+    clones = [dict(c, case_number=c["case_number"] + f"-{i}") for c in cases for i in range(3)]
+    many.write_text(json.dumps(clones, ensure_ascii=False), encoding="utf-8")
+    for seed in (0, 0, 1):
+        assert user_probes.main(["template", "--dataset", str(many), "--out", str(tmp_path / f"t{seed}.csv"),
+                                 "--seed", str(seed)]) == 0
+    rows = lambda p: [row for _, row in read_sheet(p, probes.PROBE_COLUMNS)]  # noqa: E731
+    first = rows(tmp_path / "t0.csv")
+    causes = [r["cause_of_action"] for r in first]
+    assert len(first) == 24 and all(causes.count(c) == 2 for c in set(causes))
+    assert first == rows(tmp_path / "t0.csv")
+    assert [r["case_number"] for r in rows(tmp_path / "t1.csv")] != [r["case_number"] for r in first]
+    assert first[0]["key_details"].startswith("1. ") and first[0]["A_question"] == ""
+
+
+def edited(tmp_path, change):
+    rows = [row for _, row in read_sheet(PROBES, probes.PROBE_COLUMNS)]
+    change(rows)
+    path = tmp_path / "probes.csv"
+    write_sheet(path, probes.PROBE_COLUMNS, rows)
+    return path
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda rows: rows[0].update(A_question=""), "A_question: empty"),
+    (lambda rows: rows[1].update(D_removed="9"), "D_removed: '9' does not match the case's 3 key details"),
+    (lambda rows: rows[1].update(D_removed="x"), "D_removed: 'x' is not a list of key-detail numbers"),
+    (lambda rows: rows[3].update(D_removed="1;2"), "removes every key detail"),
+    (lambda rows: rows.append(dict(rows[0])), "a second row for this case (first at row 2)"),
+    (lambda rows: rows[2].update(case_number="（2099）不存在"), "case_number: not a case of the dataset"),
+])
+def test_every_probe_file_problem_is_named_with_its_row(tmp_path, change, message):
+    cases = {c.number: c for c in load_dataset(SAMPLE)[0]}
+    with pytest.raises(probes.HarnessError, match="problem") as error:
+        probes.load_probes(edited(tmp_path, change), cases)
+    assert message in str(error.value) and ".csv:" in str(error.value)
+
+
+@pytest.fixture
+def generated(tmp_path, provider, monkeypatch):
+    h = Harness(tmp_path, provider, monkeypatch)
+    argv = ["--run-id", "r1", "--model", "eval-model", "--dataset", str(SAMPLE), "--output-root", str(h.root),
+            "--probes", str(PROBES)]
+    assert user_probes.STAGE and user_probes.main(["generate", *argv, "--dry-run"]) == 0
+    assert not provider.requests
+    from runner import stage_main
+    assert stage_main(user_probes.STAGE, "test", argv=argv, clients=provider.in_memory_clients()) == 0
+    return h
+
+
+def test_generate_gives_d_the_reduced_details_and_never_the_experts_answers(generated, provider):
+    rows = {row["case_number"]: row for _, row in read_sheet(PROBES, probes.PROBE_COLUMNS)}
+    user_prompts = provider.prompts("user")
+    assert len(user_prompts) == 4 * 4 and len(provider.prompts("dcg_judge")) == 3 * 4
+    for prompt in user_prompts:
+        for row in rows.values():
+            assert row["minimum_answer"] not in prompt
+            assert not any(row[f"permitted_{c}"] in prompt for c in "ABCD" if row[f"permitted_{c}"] != "无")
+    case = load_dataset(SAMPLE)[0][0]
+    details = [d for ds in case.key_details.values() for d in ds]
+    record = next(r for r in generated.records(PROBE_REPLIES) if r["case_number"] == case.number)
+    assert record["replies"]["D"]["key_details_given"] == len(details) - 1
+    d_prompt = next(p for p in user_prompts if details[0] not in between(p, "案件客观事实") and case.underspecified[0]["content"] in p)
+    assert all(d in between(d_prompt, "案件客观事实") for d in details[1:])
+    assert between(d_prompt, "对话历史").endswith("Assistant: " + rows[case.number]["A_question"])
+    for prompt in provider.prompts("dcg_judge"):  # the judge never sees a simulator reply
+        assert between(prompt, "AI提问内容") in {row[f"{c}_question"] for row in rows.values() for c in "ABC"}
+    unprobed = [r for r in generated.records(PROBE_REPLIES) if not r["probed"]]
+    assert len(unprobed) == 8 and all(not r["replies"] for r in unprobed)
+    assert len(generated.records(PROBE_DCG)) == 12
+
+
+def test_the_export_is_blind_shuffled_and_reproducible(generated, tmp_path):
+    args = ["export", "--run-id", "r1", "--model", "eval-model", "--probes", str(PROBES), "--dataset", str(SAMPLE),
+            "--output-root", str(generated.root)]
+    assert user_probes.main(args + ["--out", str(tmp_path / "a.csv")]) == 0
+    assert user_probes.main(args + ["--out", str(tmp_path / "b.csv")]) == 0
+    assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
+    with (tmp_path / "a.csv").open(encoding="utf-8-sig") as f:
+        header = next(csv.reader(f))
+    assert "condition" not in header and "dcg_label" not in header
+    keys = [row for _, row in read_sheet(tmp_path / "a.key.csv", probes.KEY_COLUMNS)]
+    assert len(keys) == 16 and [k["condition"] for k in keys] != sorted(k["condition"] for k in keys)
+
+
+def sheet_and_key(tmp_path, items):
+    """items: (case, condition, dcg, expert 1 answer/od/error, expert 2 ..., adjudicated ...)."""
+    rows, keys = [], []
+    for i, (case, condition, dcg, one, two, adj) in enumerate(items, 1):
+        item = f"P-{i:04d}"
+        rows.append({c: "" for c in probes.SHEET_COLUMNS} | {"item_id": item, "case_number": case}
+                    | {f"expert_1_{c}": v for c, v in zip(probes.EXPERT, one)}
+                    | {f"expert_2_{c}": v for c, v in zip(probes.EXPERT, two)}
+                    | {f"adjudicated_{c}": v for c, v in zip(probes.EXPERT, adj)})
+        keys.append({"item_id": item, "case_number": case, "condition": condition, "dcg_label": dcg})
+    write_sheet(tmp_path / "s.csv", probes.SHEET_COLUMNS, rows)
+    write_sheet(tmp_path / "s.key.csv", probes.KEY_COLUMNS, keys)
+    return tmp_path / "s.csv"
+
+
+Y, N, E = "是", "否", ""
+ITEMS = [  # two cases; case 2's B answer insufficient (adjudicated after a disagreement); one over-disclosure in C
+    ("c1", "A", Y, (Y, N, N), (Y, N, N), (E, E, E)), ("c1", "B", Y, (Y, N, N), (Y, N, N), (E, E, E)),
+    ("c1", "C", N, (E, Y, N), (E, Y, N), (E, E, E)), ("c1", "D", E, (Y, N, N), (Y, N, N), (E, E, E)),
+    ("c2", "A", Y, (Y, N, N), (Y, N, N), (E, E, E)), ("c2", "B", N, (N, N, N), (Y, N, N), (N, E, E)),
+    ("c2", "C", Y, (E, N, N), (E, N, N), (E, E, E)), ("c2", "D", E, (Y, N, Y), (Y, N, Y), (E, E, E)),
+]
+
+
+def test_table_13_hand_computed(tmp_path, capsys):
+    assert user_probes.main(["score", str(sheet_and_key(tmp_path, ITEMS))]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line[:2] in ("A:", "B:", "C:", "D:")}
+    assert rows["A:"][2:] == ["2", "100.0%", "0.0%", "0.0%", "100.0%"]
+    assert rows["B:"][2:] == ["2", "50.0%", "0.0%", "0.0%", "50.0%"]
+    assert rows["C:"][2:] == ["2", "—", "50.0%", "0.0%", "50.0%"]
+    assert rows["D:"][2:] == ["2", "100.0%", "0.0%", "50.0%", "—"]
+    assert "-50.0 [" in out  # B − A on two paired cases: (1 + 0)/2 − (1 + 1)/2
+    # agreement before adjudication: answer 5/6 (C has none), over-disclosure 8/8, error 8/8
+    agreement = {line.split("  ")[0]: line.split()[-1] for line in out.splitlines() if "Agreement before" in line}
+    assert agreement == {"Agreement before adjudication: answer": "83.3%",
+                         "Agreement before adjudication: over_disclosure": "100.0%",
+                         "Agreement before adjudication: error": "100.0%"}
+    # DCG-accepted A/B: c1 A, c1 B, c2 A, all recovered: 0 failures of 3
+    assert "0/3 = 0.0%" in out
+
+
+@pytest.mark.parametrize("item,message", [
+    (("c1", "A", Y, (Y, "也许", N), (Y, N, N), (E, E, E)), "every expert column must be 是 or 否"),
+    (("c1", "A", Y, (Y, N, N), (N, N, N), (E, E, E)), "answer: the experts disagree; fill adjudicated_answer"),
+])
+def test_every_invalid_annotation_names_its_row(tmp_path, capsys, item, message):
+    assert user_probes.main(["score", str(sheet_and_key(tmp_path, [ITEMS[0], item]))]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "s.csv:3 (item P-0002)" in err

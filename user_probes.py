@@ -1,0 +1,104 @@
+"""The probe study of the User Model (Appendix E.3.2, E.3.3, Table 13), step by step for two legal experts:
+
+  template  a seeded sample of cases (--per-cause per cause of action) as a CSV for the experts to fill: per case
+            the underspecified history and the numbered key details, and for them to write the A (direct),
+            B (indirect) and C (broad) questions, the minimum sufficient answer, the permitted disclosures per
+            condition and, for D, the numbers of the key details to remove (empty: no D for that case)
+  generate  a stage of a run (its User Model, prompt and settings; resumable, concurrent, --dry-run): one reply
+            per condition from a fresh copy of the underspecified history, then the DCG judge on A-C with the
+            reply withheld; takes every stage option plus --probes FILE
+  export    a blind, shuffled, seeded annotation sheet (no condition, no DCG label) and its key file
+  score     Table 13, the B - A answer difference with a paired case-bootstrap interval, agreement before
+            adjudication per criterion, and the factual-recovery failures among DCG-accepted A/B requests
+"""
+import argparse
+import sys
+from pathlib import Path
+
+import probes
+from dataset import DEFAULT_DATASET, HERE, load_dataset
+from errors import HarnessError
+from records import PROBE_DCG, PROBE_REPLIES, model_folder, read_records
+from runner import Stage, stage_main
+from tables import read_sheet, render_text, write_sheet
+
+STAGE = Stage("probes", probes.PROBE_STEPS, probe_file=True, prepare=probes.check_probe_file)
+
+
+def template(args) -> int:
+    cases, _ = load_dataset(args.dataset)
+    rows = probes.template(cases, args.per_cause, args.seed)
+    write_sheet(args.out, probes.PROBE_COLUMNS, rows)
+    print(f"wrote {args.out}: {len(rows)} cases ({args.per_cause} per cause of action, seed {args.seed})")
+    return 0
+
+
+def export(args) -> int:
+    cases = {c.number: c for c in load_dataset(args.dataset)[0]}
+    table, _ = probes.load_probes(args.probes, cases)
+    folder = model_folder(args.model)
+    replies = read_records(PROBE_REPLIES.path(args.output_root, args.run_id, folder), PROBE_REPLIES,
+                           {n: c.input_hash for n, c in cases.items()}, "use the run's --dataset")
+    labels = read_records(PROBE_DCG.path(args.output_root, args.run_id, folder), PROBE_DCG,
+                          {n: c.input_hash for n, c in cases.items()}, "use the run's --dataset")
+    probed = [n for n, (_, r) in replies.items() if r.get("probed")]
+    if not probed or len(probed) < len(table) or any(n not in labels for n in probed):
+        raise HarnessError(f"run {args.run_id}: the probe replies or their DCG labels are incomplete; run "
+                           "user_probes.py generate for this run first")
+    rows, keys = probes.sheet(table, {n: r for n, (_, r) in replies.items()}, {n: r for n, (_, r) in labels.items()},
+                              cases, args.seed)
+    write_sheet(args.out, probes.SHEET_COLUMNS, rows)
+    write_sheet(key_path(args.out), probes.KEY_COLUMNS, keys)
+    print(f"wrote {args.out} ({len(rows)} replies, seed {args.seed}) and {key_path(args.out)} (conditions and DCG "
+          "labels: keep it from the experts)")
+    return 0
+
+
+def key_path(out: Path) -> Path:
+    return out.with_name(out.stem + ".key.csv")
+
+
+def score(args) -> int:
+    rows = read_sheet(args.sheet, probes.SHEET_COLUMNS)
+    key = {row["item_id"]: row for _, row in read_sheet(args.key or key_path(args.sheet), probes.KEY_COLUMNS)}
+    items, problems, agree = probes.adjudicated(args.sheet, rows, key)
+    if problems:
+        shown = problems[:10] + ([f"... and {len(problems) - 10} more"] if len(problems) > 10 else [])
+        raise HarnessError(f"{len(problems)} row(s) cannot be scored:\n  " + "\n  ".join(shown))
+    print(render_text(probes.table_13(items, agree)))
+    return 0
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["generate"]:
+        return stage_main(STAGE, __doc__, argv[1:])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    t = commands.add_parser("template", help="the probe file for the experts to fill")
+    t.add_argument("--dataset", type=Path, default=DEFAULT_DATASET)
+    t.add_argument("--per-cause", type=int, default=2, help="cases per cause of action (default 2)")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--out", type=Path, default=Path("probes.csv"))
+    commands.add_parser("generate", help="the replies and DCG labels (stage options; see generate --help)")
+    e = commands.add_parser("export", help="the blind annotation sheet")
+    e.add_argument("--run-id", required=True)
+    e.add_argument("--model", required=True, help="the run's evaluated model id (it names the run's folder)")
+    e.add_argument("--probes", type=Path, required=True)
+    e.add_argument("--dataset", type=Path, default=DEFAULT_DATASET)
+    e.add_argument("--output-root", type=Path, default=HERE)
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--out", type=Path, default=Path("probe_annotation.csv"))
+    s = commands.add_parser("score", help="Table 13 from the filled sheet")
+    s.add_argument("sheet", type=Path)
+    s.add_argument("--key", type=Path, help="default: the .key.csv next to the sheet")
+    args = parser.parse_args(argv)
+    try:
+        return {"template": template, "export": export, "score": score}[args.command](args)
+    except HarnessError as e:
+        print(f"[user_probes] error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
