@@ -42,6 +42,10 @@ PROMPT_FILES = {
     # Pilot Study II (Appendix C.2), written for this harness in the register of Appendix F:
     "judge_response_type": "judge_response_type.txt",  # the four response types of a plain consultation
     "judge_simulator_audit": "judge_simulator_audit.txt",  # the audit of every User Model reply of a run
+    # Targeted / Off-target dialogues (Appendix E.7; the paper does not print them):
+    "behaviour_targeted": "behaviour_targeted.txt",      # a question meant to recover the key details
+    "behaviour_off_target": "behaviour_off_target.txt",  # a question meant to leave them undisclosed
+    "behaviour_validation": "behaviour_validation.txt",  # the judge's check of a constructed dialogue
 }
 # The prompts written for the non-ideal users (Appendix E.5): only runs of that condition use them.
 CONDITION_PROMPTS = {"delayed": ("user_delayed",), "self-correction": ("user_self_correction", "user_correction")}

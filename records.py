@@ -69,6 +69,16 @@ AUDIT = {source: RecordKind(f"audit_{source}", "eval_results", f"simulator_audit
 PROBE_REPLIES = RecordKind("probe_replies", "Probe_gen", "probe_replies.jsonl", ("probed", "replies"),
                            "user_probes.py generate")
 PROBE_DCG = RecordKind("probe_dcg", "eval_results", "probe_dcg.jsonl", ("labels",), "user_probes.py generate")
+# Targeted / Off-target dialogues (Section 6.5, Appendix E.7, Table 4): the constructed and validated dialogue,
+# the prediction from it, and its verdicts; a case still failing validation after five attempts is unresolved.
+BEHAVIOURS = ("targeted", "off_target")
+BEHAVIOUR_DIALOGUE = {b: RecordKind(f"dialogue_{b}", "Behaviour_gen", f"dialogues_{b}.jsonl",
+                                    ("condition", "status", "attempts", "dialogue"), "eval_LJP_behaviour.py")
+                      for b in BEHAVIOURS}
+BEHAVIOUR_PREDICTION = {b: RecordKind(f"prediction_{b}", "Behaviour_gen", f"prediction_{b}.jsonl",
+                                      ("condition", "status", "response"), "eval_LJP_behaviour.py") for b in BEHAVIOURS}
+LJP_BEHAVIOUR = {b: RecordKind(f"LJP_{b}", "eval_results", f"LJP_{b}.jsonl", VERDICT_FIELDS + ("status",),
+                               "eval_LJP_behaviour.py") for b in BEHAVIOURS}
 # The plain consultation (Pilot Study II, Appendix C.2): the history sent as an ordinary chat, and the judge's
 # response type; one file per history type (the complete history is an optional control).
 PLAIN = {t: RecordKind(f"plain_{t}", "Plain_gen", f"plain_{t}.jsonl", ("history_type", "messages", "response"),
@@ -80,7 +90,8 @@ RESPONSE_TYPES = {"缺失识别": "deficiency_recognition", "条件性一般建�
 
 RECORD_KINDS = (A1, LCA, INTERACTION, FORCE_ASK, DCG, DIRECT_PREDICTION, LJP_DIRECT, GOLD_PREDICTION, LJP_GOLD,
                 LJP_INTERACTION, INTERACTION_LABELS, *PLAIN.values(), *PLAIN_TYPES.values(), *AUDIT.values(),
-                PROBE_REPLIES, PROBE_DCG)
+                PROBE_REPLIES, PROBE_DCG, *BEHAVIOUR_DIALOGUE.values(), *BEHAVIOUR_PREDICTION.values(),
+                *LJP_BEHAVIOUR.values())
 # LJP setups in the paper's column order: (setup, verdict records, generation records, field of the reply)
 LJP_SETUPS = (("direct", LJP_DIRECT, DIRECT_PREDICTION, "response"),
               ("interaction", LJP_INTERACTION, INTERACTION, "final_response"),

@@ -18,8 +18,8 @@ from dataset import load_dataset
 from errors import HarnessError
 from metrics import (PLAIN_TYPE_ORDER, audit_counts, audit_from_counts, confusion, dcg_from_counts, lca_counts,
                      lca_from_counts, ljp_from_counts, plain, plain_counts, plain_from_counts, ratio)
-from records import (AUDIT, DCG, HISTORY_TYPES, INTERACTION, LCA, LJP_SETUPS, PLAIN_TYPES, RECORD_KINDS, RecordKind,
-                     model_folder, read_records)
+from records import (AUDIT, BEHAVIOUR_DIALOGUE, BEHAVIOURS, DCG, HISTORY_TYPES, INTERACTION, LCA, LJP_BEHAVIOUR,
+                     LJP_DIRECT, LJP_SETUPS, PLAIN_TYPES, RECORD_KINDS, RecordKind, model_folder, read_records)
 
 OVERALL = "Overall"
 USAGE_FIELDS = ("calls", "prompt_tokens", "completion_tokens", "unreported_calls", "reasoning_tokens")
@@ -48,6 +48,7 @@ class Run:
     notes: list[str] = field(default_factory=list)  # torn last lines left out, for stderr
     unanswered: dict = field(default_factory=dict)  # role -> calls paid but never answered (process killed)
     saved: dict | None = None  # kind name -> case_number -> record, kept for the viewer (keep_records)
+    rejections: dict = field(default_factory=dict)  # Table 4: condition -> Counter of rejection reasons
 
     @property
     def selected(self) -> list[str]:
@@ -104,6 +105,10 @@ TASKS = {
     **{f"plain_{t}": (PLAIN_TYPES[t], lambda r: plain_counts(r["type"]), plain_from_counts) for t in HISTORY_TYPES},
 }
 TASKS |= {f"audit_{source}": (AUDIT[source], audit_counts, audit_from_counts) for source in AUDIT}
+# Table 4: Direct, Targeted and Off-target on the cases resolved in both conditions (filled in score_behaviour_
+# dialogues, not read from one file)
+TABLE_4 = {"T4_direct": LJP_DIRECT, **{f"T4_{b}": LJP_BEHAVIOUR[b] for b in BEHAVIOURS}}
+TASKS |= {task: (kind, ljp_case_counts, ljp_from_counts) for task, kind in TABLE_4.items()}
 # run only when wanted: the plain consultation, the simulator audit
 OPTIONAL_TASKS = {f"plain_{t}" for t in HISTORY_TYPES} | {f"audit_{source}" for source in AUDIT}
 # task using User Model replies -> (its audit, the metric shown on the cases whose replies were all clean)
@@ -129,7 +134,8 @@ def score_run(run: Run, root: Path, keep_records: bool = False) -> None:
         return complete_task(kind.path(root, run.run_id, run.folder), run.selected, *saved[kind.name])
 
     # A non-ideal-user run is only an Interaction-Based LJP result (Table 15).
-    tasks = ["LJP_interaction", "audit_interaction"] if run.condition != "standard" else list(TASKS)
+    tasks = ["LJP_interaction", "audit_interaction"] if run.condition != "standard" else \
+        [t for t in TASKS if t not in TABLE_4]
     for task in tasks:
         kind, case_counts, _ = TASKS[task]
         if task in OPTIONAL_TASKS and not kind.path(root, run.run_id, run.folder).exists():
@@ -164,6 +170,9 @@ def score_run(run: Run, root: Path, keep_records: bool = False) -> None:
             run.metrics[("clean", task, OVERALL)] = metrics_of(task, run.tasks[task], mask)[metric] if mask.any() \
                 else None
             run.metrics[("clean cases", task, OVERALL)] = float(mask.sum())
+    if all(LJP_BEHAVIOUR[b].path(root, run.run_id, run.folder).exists() for b in BEHAVIOURS):
+        score_table_4(run, root, {name: whole(kind) for name, kind in TABLE_4.items()},
+                      {b: whole(BEHAVIOUR_DIALOGUE[b])[0] for b in BEHAVIOURS})
     plain, lca = whole(PLAIN_TYPES["underspecified"])[0], whole(LCA)[0]
     if plain and lca:  # does the LexAwN prompt turn each plain response type into a question?
         for kind in PLAIN_TYPE_ORDER:
@@ -188,6 +197,31 @@ def score_run(run: Run, root: Path, keep_records: bool = False) -> None:
                 total = run.usage.setdefault(kind.file, {}).setdefault(role, Counter())
                 total.update({k: used.get(k, 0) for k in USAGE_FIELDS})
     run.unanswered = read_unanswered(root / "runs" / run.run_id / run.folder / "unanswered_calls.json")
+
+
+def score_table_4(run: Run, root: Path, verdicts: dict, dialogues: dict) -> None:
+    """Table 4: QWK Direct / Targeted / Off-target over the cases resolved in both conditions (Direct on the
+    same cases), and per condition the share accepted at each attempt, the unresolved count and the reasons."""
+    problems = [f"{name}: {problem}" for name, (_, problem) in verdicts.items() if problem]
+    if problems or any(d is None for d in dialogues.values()):
+        hint = " (run eval_LJP_direct.py for this run: Table 4 compares with Direct)" \
+            if verdicts["T4_direct"][1] else ""
+        run.problems.append("Table 4: " + "; ".join(problems or ["dialogues incomplete"]) + hint)
+        return
+    resolved = [n for n in run.selected if all(verdicts[f"T4_{b}"][0][n]["status"] == "accepted" for b in BEHAVIOURS)]
+    for task, (records, _) in verdicts.items():
+        rows = [records[n] for n in resolved]
+        data = run.tasks[task] = TaskData(resolved, [cause_class(r["cause_of_action"]) for r in rows],
+                                          np.array([ljp_case_counts(r) for r in rows]).reshape(len(rows), -1))
+        run.metrics[(task, "qwk", OVERALL)] = metrics_of(task, data)["qwk"] if rows else None
+    run.metrics[("T4 cases", "resolved", OVERALL)] = float(len(resolved))
+    for b, records in dialogues.items():
+        attempts = [len(r["attempts"]) if r["status"] == "accepted" else None for r in records.values()]
+        for k in range(1, 6):
+            run.metrics[("T4 attempts", f"{b} {k}", OVERALL)] = float(np.mean([a == k for a in attempts]))
+        run.metrics[("T4 unresolved", b, OVERALL)] = float(sum(a is None for a in attempts))
+        run.rejections[b] = Counter(reason for r in records.values() for a in r["attempts"]
+                                    for reason in a["rejected"])
 
 
 STOP_CATEGORIES = ("round 1", "round 2", "round 3", "budget")

@@ -103,7 +103,7 @@ def build_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
         tables.append(paired_setups_table(groups, labels, boot))
     faults = fault_table(groups_all)
     return (tables + behaviour + ([non_ideal] if non_ideal else []) + ([faults] if faults else [])
-            + plain_tables(groups, boot) + audit_tables(groups_all, boot))
+            + table_4(groups, boot) + plain_tables(groups, boot) + audit_tables(groups_all, boot))
 
 
 def paired_setups_table(groups: list[Group], labels: list[str], boot: Bootstrap) -> Table:
@@ -300,6 +300,47 @@ def audit_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
     tables.append(Table("Task metrics on all cases and on the cases whose simulator replies were all clean "
                         "(no over-disclosure, no error), mean over runs",
                         ["Model", "Metric", "All cases", "Clean cases only", "Clean cases (mean per run)"], rows))
+    return tables
+
+
+def table_4(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
+    """Table 4: LJP QWK Direct / Targeted / Off-target over the cases resolved in both conditions, with the
+    paired differences under --ci; and how the dialogues were accepted (attempts, unresolved, reasons)."""
+    shown = [g for g in groups if g.stat(("T4_targeted", "qwk", OVERALL))]
+    if not shown:
+        return []
+    suffix = ", [95% bootstrap interval over cases]" if boot else ""
+    key = lambda task: (task, "qwk", OVERALL)  # noqa: E731
+    headers = ["Model", "Resolved cases", "Direct", "Targeted", "Off-target"]
+    if boot:
+        headers += ["Targeted − Direct", "Off-target − Direct"]
+    rows = []
+    for g in shown:
+        cases = g.stat(("T4 cases", "resolved", OVERALL))
+        row = [group_label(g, shown), f"{cases['mean']:.0f}" if cases else "n/a"]
+        row += [cell(g.stat(key(t)), 4, boot.interval(g, key(t)) if boot else None)
+                for t in ("T4_direct", "T4_targeted", "T4_off_target")]
+        if boot:
+            row += [difference_cell(paired_difference(boot, (g, key(t)), (g, key("T4_direct"))), 4)
+                    for t in ("T4_targeted", "T4_off_target")]
+        rows.append(row)
+    tables = [Table("Interaction behaviour and LJP (Table 4): QWK over the cases resolved in both conditions "
+                    f"(Direct on the same cases; unresolved cases left out, counted below), mean ± SD over runs{suffix}",
+                    headers, rows)]
+    rows = []
+    for g in shown:
+        for b, name in (("targeted", "Targeted"), ("off_target", "Off-target")):
+            shares = [(g.stat(("T4 attempts", f"{b} {k}", OVERALL)) or {}).get("mean") for k in range(1, 6)]
+            unresolved = g.stat(("T4 unresolved", b, OVERALL))
+            reasons = Counter()
+            for r in g.runs:
+                reasons.update(r.rejections.get(b, {}))
+            rows.append([group_label(g, shown), name, " / ".join("n/a" if v is None else f"{v:.2f}" for v in shares),
+                         f"{unresolved['mean']:.1f}" if unresolved else "n/a",
+                         "; ".join(f"{reason} ({n})" for reason, n in reasons.most_common(3)) or "-"])
+    tables.append(Table("Table 4 dialogues: share of cases accepted at attempt 1 / 2 / 3 / 4 / 5, unresolved cases "
+                        "(mean per run) and the most frequent rejection reasons (all runs)",
+                        ["Model", "Condition", "Accepted at attempt", "Unresolved", "Rejections"], rows))
     return tables
 
 

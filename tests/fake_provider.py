@@ -18,6 +18,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 KIND_MARKERS = (
     ("lca_judge", "你是一个严谨的文本分类器"),
     ("type_judge", "你是一个严谨的法律咨询回复分类器"),
+    ("behaviour_judge", "你是一个严谨的对话事实核查员"),
+    ("targeted", "引导用户说出<案件关键事实>中尚未在<对话历史>里出现的事实"),
+    ("off_target", "但它不得涉及、也不得引出<案件关键事实>中的任何一条事实"),
     ("dcg_judge", "你是一个法律逻辑评估专家"),
     ("ljp_judge", "你是一个专业的法律文本分析专家"),
     ("user", "你现在需要扮演一名正在进行民事案件法律咨询的原告当事人"),
@@ -82,6 +85,13 @@ def default_reply(kind: str, prompt: str) -> str:
         return PREDICT + "法律分析……各项诉请预测：支持。"
     if kind == "user":
         return "这个我记得，具体情况是这样的。" + fault_record(prompt)
+    if kind in ("targeted", "off_target"):
+        return {"targeted": "【定向】请问还有哪些事实？", "off_target": "【无关】请问您是怎么找到我们的？"}[kind]
+    if kind == "behaviour_judge":  # targeted dialogues recover every fact, off-target ones none
+        n = len(between(prompt, "案件关键事实").split("\n"))
+        status = "recovered" if "【定向】" in between(prompt, "对话") else "absent"
+        return json.dumps({"facts": [{"id": i, "status": status, "turns": []} for i in range(1, n + 1)],
+                           "unsupported_assertion": False, "question_reveals_answer": False, "beyond_scope": False})
     if kind == "plain":  # one of the four C.2 response types, by the consultation
         return PLAIN_STYLES[stable(prompt) % 4][1]
     if kind == "type_judge":

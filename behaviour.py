@@ -1,0 +1,119 @@
+"""Targeted and Off-target dialogues (Section 6.5, Appendix E.7, Table 4): how interaction behaviour drives
+judgment prediction, under controlled conditions.
+
+Per case and condition, from an independent copy of the underspecified history: the evaluated model, given the
+key details (never the verdicts), writes one question per round meant to recover the missing facts (Targeted)
+or to leave them undisclosed (Off-target), the Standard User Model answers, three rounds in both conditions;
+the judge checks each key detail against the whole dialogue (recovered / absent / contradicted, citing user
+turns) and flags unsupported assertions, questions that reveal the answer and replies beyond the question's
+scope. A failed dialogue is rebuilt from scratch, at most five attempts; then the same model predicts in a
+fresh context from the validated dialogue alone with the direct prediction prompt (Table 21), and the
+extraction judge (Table 25) gives the verdicts, as in Direct LJP.
+"""
+from __future__ import annotations
+
+import json
+
+from common import key_detail_lines, render_history, render_key_facts, render_numbered_details
+from protocols import CaseCalls, Step, clean_judge_output, extract_verdicts, force_judge
+from records import BEHAVIOUR_DIALOGUE, BEHAVIOUR_PREDICTION, BEHAVIOURS, LJP_BEHAVIOUR, LJP_DIRECT, model_folder
+
+ROUNDS = 3
+ATTEMPTS = 5
+STATUSES = ("recovered", "absent", "contradicted")
+FLAGS = {"unsupported_assertion": "unsupported assertion", "question_reveals_answer": "a question reveals the answer",
+         "beyond_scope": "a reply beyond the question's scope"}
+WANTED = {"targeted": "recovered", "off_target": "absent"}
+
+
+def validation_parser(n_details: int):
+    def parse(raw: str) -> dict:
+        try:
+            data = json.loads(clean_judge_output(raw))
+        except ValueError:
+            raise ValueError("not JSON") from None
+        facts = data.get("facts") if isinstance(data, dict) else None
+        if not isinstance(facts, list) or sorted(f.get("id") for f in facts if isinstance(f, dict)) != \
+                list(range(1, n_details + 1)):
+            raise ValueError(f"facts must hold ids 1 to {n_details}, once each")
+        if any(f.get("status") not in STATUSES or not isinstance(f.get("turns", []), list) for f in facts):
+            raise ValueError(f"every status must be one of {', '.join(STATUSES)}")
+        if any(not isinstance(data.get(flag), bool) for flag in FLAGS):
+            raise ValueError(f"{', '.join(FLAGS)} must be true or false")
+        return {"facts": sorted(({"id": f["id"], "status": f["status"], "turns": f.get("turns", [])} for f in facts),
+                                key=lambda f: f["id"]), **{flag: data[flag] for flag in FLAGS}}
+    return parse
+
+
+def rejection(validation: dict, condition: str) -> list[str]:
+    """Why a dialogue fails its condition (empty: accepted). Acceptance depends on these criteria only, never
+    on whether a verdict would be right."""
+    wanted = WANTED[condition]
+    reasons = [f"fact {f['id']} {f['status']}" for f in validation["facts"] if f["status"] != wanted]
+    return reasons + [name for flag, name in FLAGS.items() if validation[flag]]
+
+
+def construct(condition: str):
+    def run(calls: CaseCalls, upstream: dict) -> dict:
+        history = calls.case.history("underspecified")
+        attempts = []
+        for attempt in range(1, ATTEMPTS + 1):
+            dialogue = list(history)
+            for _ in range(ROUNDS):
+                question = calls.generate("eval", f"behaviour_{condition}", history=render_history(dialogue),
+                                          key_facts=render_key_facts(calls.case))
+                dialogue.append({"role": "assistant", "content": question})
+                dialogue.append({"role": "user", "content": calls.user_reply(dialogue)})
+            validation, raw = calls.judge("behaviour_validation", validation_parser(len(key_detail_lines(calls.case))),
+                                          history=render_history(dialogue),
+                                          key_facts=render_numbered_details(calls.case))
+            reasons = rejection(validation, condition)
+            attempts.append({"attempt": attempt, "dialogue": dialogue[len(history):], "validation": validation,
+                             "judge_raw": raw, "rejected": reasons})
+            if not reasons:
+                return {"condition": condition, "status": "accepted", "attempts": attempts, "dialogue": dialogue}
+        return {"condition": condition, "status": "unresolved", "attempts": attempts, "dialogue": None}
+    return run
+
+
+def predict(condition: str):
+    def run(calls: CaseCalls, upstream: dict) -> dict:
+        dialogue = upstream[BEHAVIOUR_DIALOGUE[condition].name]
+        if dialogue["status"] != "accepted":
+            return {"condition": condition, "status": "unresolved", "response": None}
+        # a fresh context: the validated dialogue alone, with the direct prediction prompt
+        return {"condition": condition, "status": "accepted", "response": force_judge(calls, dialogue["dialogue"])}
+    return run
+
+
+def extract(condition: str):
+    def run(calls: CaseCalls, upstream: dict) -> dict:
+        prediction = upstream[BEHAVIOUR_PREDICTION[condition].name]
+        if prediction["status"] != "accepted":
+            return {"setup": condition, "status": "unresolved", "claims": list(calls.case.claims), "predicted": [],
+                    "gold": list(calls.case.verdicts), "judge_raw": []}
+        return {"setup": condition, "status": "accepted", **extract_verdicts(calls, prediction["response"])}
+    return run
+
+
+def steps(condition: str) -> tuple[Step, Step, Step]:
+    dialogue, prediction = BEHAVIOUR_DIALOGUE[condition], BEHAVIOUR_PREDICTION[condition]
+    worst = {"eval": ATTEMPTS * ROUNDS, "user": ATTEMPTS * ROUNDS, "judge": ATTEMPTS}
+    return (Step(dialogue, construct(condition), max_calls=worst,
+                 prompts={"eval": f"behaviour_{condition}", "user": "user_standard", "judge": "behaviour_validation"}),
+            Step(prediction, predict(condition), needs=(dialogue.name,), max_calls={"eval": 1},
+                 prompts={"eval": "force_judge"}),
+            Step(LJP_BEHAVIOUR[condition], extract(condition), needs=(prediction.name,), max_calls={"judge": 1},
+                 prompts={"judge": "judge_ljp"}))
+
+
+BEHAVIOUR_STEPS = tuple(step for condition in BEHAVIOURS for step in steps(condition))
+
+
+def direct_note(settings) -> str | None:
+    """Table 4 compares with the run's Direct LJP: say so when it is not there yet."""
+    path = LJP_DIRECT.path(settings.output_root, settings.run_id, model_folder(settings.roles["eval"].model))
+    if not path.exists():
+        return (f"Table 4 compares with Direct LJP, which this run does not have yet: run eval_LJP_direct.py "
+                f"--run-id {settings.run_id} with the same options")
+    return None

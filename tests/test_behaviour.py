@@ -1,0 +1,144 @@
+"""Targeted / Off-target dialogues (eval_LJP_behaviour.py, Appendix E.7, Table 4): attempts and rejections,
+unresolved cases, what the validator and the predictor see, resume inside the attempts, dry run, Table 4."""
+import json
+
+import pytest
+
+import eval_LJP_behaviour
+import show_results
+from records import BEHAVIOUR_DIALOGUE, LJP_BEHAVIOUR
+from runner import stage_main
+from tests.conftest import Harness, sample_cases, write_dataset
+from tests.fake_provider import between, default_reply
+from tests.test_results import quadratic_weighted_kappa
+
+CASES = sample_cases()[:3]
+
+
+def run_behaviour(h, *extra):
+    argv = ["--run-id", h.run_id, "--model", "eval-model", "--dataset", str(h.dataset), "--output-root",
+            str(h.root), *extra]
+    return stage_main(eval_LJP_behaviour.STAGE, "test", argv=argv, clients=h.provider.in_memory_clients())
+
+
+@pytest.fixture
+def three(tmp_path, provider, monkeypatch):
+    return Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "three.json", CASES))
+
+
+def rejecting(times: dict):
+    """The validator rejects the targeted dialogues of a case `times[case index]` times (fact 1 absent)."""
+    seen: dict[int, int] = {}
+
+    def script(kind, prompt, body):
+        if kind == "behaviour_judge" and "【定向】" in between(prompt, "对话"):
+            case = next(i for i, c in enumerate(CASES) if c["underspecified_consultation"][0]["content"] in prompt)
+            seen[case] = seen.get(case, 0) + 1
+            if seen[case] <= times.get(case, 0):
+                reply = json.loads(default_reply(kind, prompt))
+                reply["facts"][0]["status"] = "absent"
+                reply["question_reveals_answer"] = True
+                return json.dumps(reply)
+        return None
+    return script
+
+
+def test_attempts_rejections_and_unresolved_cases(three, provider, capsys):
+    provider.script = rejecting({1: 2, 2: 99})
+    assert run_behaviour(three) == 0  # an unresolved case is not an error
+    records = {r["case_number"]: r for r in three.records(BEHAVIOUR_DIALOGUE["targeted"])}
+    first, second, third = (records[c["case_number"]] for c in CASES)
+    assert first["status"] == "accepted" and len(first["attempts"]) == 1
+    assert second["status"] == "accepted" and len(second["attempts"]) == 3
+    assert second["attempts"][0]["rejected"] == ["fact 1 absent", "a question reveals the answer"]
+    assert third["status"] == "unresolved" and len(third["attempts"]) == 5 and third["dialogue"] is None
+    ljp = {r["case_number"]: r for r in three.records(LJP_BEHAVIOUR["targeted"])}
+    assert ljp[CASES[2]["case_number"]]["status"] == "unresolved" and ljp[CASES[2]["case_number"]]["predicted"] == []
+    off = three.records(BEHAVIOUR_DIALOGUE["off_target"])
+    assert all(r["status"] == "accepted" and len(r["attempts"]) == 1 for r in off)
+    assert three.run("direct") == 0
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(three.root)]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("Interaction behaviour and LJP (Table 4)"):].splitlines()
+    assert table[3].split()[:2] == ["eval-model", "2"]  # two cases resolved in both conditions
+    dialogues = out[out.index("Table 4 dialogues"):].splitlines()
+    targeted = next(line for line in dialogues if "Targeted" in line)
+    assert "0.33 / 0.00 / 0.33 / 0.00 / 0.00" in targeted and " 1.0 " in f" {targeted} "
+    assert "fact 1 absent (7)" in targeted
+
+
+def test_what_the_validator_and_the_predictor_see(three, provider):
+    assert run_behaviour(three, "--limit", "1") == 0
+    case = CASES[0]
+    details = [d for ds in case["key_details"].values() for d in ds]
+    for prompt in provider.prompts("behaviour_judge"):  # never a verdict or a claim
+        assert not any(c in prompt for c in case["result_dict"]) and "驳回" not in prompt and "部分支持" not in prompt
+    (dialogue,) = three.records(BEHAVIOUR_DIALOGUE["targeted"])
+    predictions = provider.prompts("force_judge")
+    assert len(predictions) == 2
+    rendered = "\n".join(f"{'User' if m['role'] == 'user' else 'Assistant'}: {m['content']}"
+                         for m in dialogue["dialogue"])
+    targeted = next(p for p in predictions if "【定向】" in p)
+    assert between(targeted, "对话历史") == rendered  # the Table 21 prompt on exactly the validated dialogue
+    for prompt in predictions:
+        assert not any(d in prompt for d in details) and "案件关键事实" not in prompt
+
+
+def test_resume_inside_the_attempts_rebuys_nothing_accepted(three, provider):
+    calls = {"n": 0}
+
+    def third_validation_fails(kind, prompt, body):
+        if kind == "behaviour_judge" and "【定向】" in between(prompt, "对话"):
+            calls["n"] += 1
+            if calls["n"] == 3:
+                return {"status": 500}
+        return rejecting({0: 2})(kind, prompt, body)
+    provider.script = third_validation_fails
+    assert run_behaviour(three, "--limit", "1", "--retries", "0") == 1
+    paid = provider.kinds()
+    provider.requests, provider.script = [], None  # now the third targeted dialogue is accepted
+    assert run_behaviour(three, "--limit", "1") == 0
+    again = provider.kinds()
+    # the targeted attempts' questions and replies were journaled: only what failed and what follows is bought
+    assert again["targeted"] == 0 and again["user"] == 3  # off-target's three rounds, never bought before
+    assert again["behaviour_judge"] == 2 and paid["targeted"] == 9
+    (record,) = three.records(BEHAVIOUR_DIALOGUE["targeted"])
+    assert record["status"] == "accepted" and len(record["attempts"]) == 3
+
+
+def test_the_dry_run_counts_the_worst_case(three, provider, capsys):
+    assert run_behaviour(three, "--dry-run") == 0
+    assert "eval 96, user 90, judge 36" in capsys.readouterr().out and not provider.requests
+
+
+def test_table_4_hand_computed(three, provider, capsys):
+    labels = {"【定向】": ["支持", "驳回", "部分支持"], "【无关】": ["驳回", "驳回", "驳回"], "direct": ["支持", "支持", "支持"]}
+
+    def script(kind, prompt, body):
+        if kind == "force_judge":
+            history = between(prompt, "对话历史")
+            return "【预测】" + next((m for m in ("【定向】", "【无关】") if m in history), "direct")
+        if kind == "ljp_judge":
+            marker = between(prompt, "待提取回复").removeprefix("【预测】")
+            n = len(between(prompt, "正式诉请").split("\n"))
+            return json.dumps({"results": labels[marker][:n]}, ensure_ascii=False)
+        return None
+    provider.script = script
+    assert run_behaviour(three) == 0 and three.run("direct") == 0
+    gold = [v for c in CASES for v in c["result_dict"].values()]
+    predicted = {m: [x for c in CASES for x in labels[m][:len(c["result_dict"])]] for m in labels}
+    expected = [quadratic_weighted_kappa(gold, predicted[m]) for m in ("direct", "【定向】", "【无关】")]
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(three.root), "--format", "json"]) == 0
+    metrics = json.loads(capsys.readouterr().out)["groups"][0]["metrics"]
+    got = [metrics[t]["qwk"]["Overall"]["mean"] for t in ("T4_direct", "T4_targeted", "T4_off_target")]
+    assert got == pytest.approx([e if e is not None else None for e in expected])
+
+
+def test_a_run_without_direct_ljp_is_told_which_command_to_run(three, capsys):
+    assert run_behaviour(three, "--limit", "1") == 0
+    assert "run eval_LJP_direct.py --run-id r1" in capsys.readouterr().err
+    assert show_results.main(["--output-root", str(three.root)]) == 0
+    err = capsys.readouterr().err
+    assert "Table 4:" in err and "run eval_LJP_direct.py for this run" in err
