@@ -12,10 +12,8 @@ extraction judge (Table 25) gives the verdicts, as in Direct LJP.
 """
 from __future__ import annotations
 
-import json
-
 from common import key_detail_lines, render_history, render_key_facts, render_numbered_details
-from protocols import CaseCalls, Step, clean_judge_output, extract_verdicts, force_judge
+from protocols import CaseCalls, Step, extract_verdicts, force_judge, judge_json
 from records import BEHAVIOUR_DIALOGUE, BEHAVIOUR_PREDICTION, BEHAVIOURS, LJP_BEHAVIOUR, LJP_DIRECT, model_folder
 
 ROUNDS = 3
@@ -28,11 +26,8 @@ WANTED = {"targeted": "recovered", "off_target": "absent"}
 
 def validation_parser(n_details: int):
     def parse(raw: str) -> dict:
-        try:
-            data = json.loads(clean_judge_output(raw))
-        except ValueError:
-            raise ValueError("not JSON") from None
-        facts = data.get("facts") if isinstance(data, dict) else None
+        data = judge_json(raw)
+        facts = data.get("facts")
         if not isinstance(facts, list) or sorted(f.get("id") for f in facts if isinstance(f, dict)) != \
                 list(range(1, n_details + 1)):
             raise ValueError(f"facts must hold ids 1 to {n_details}, once each")

@@ -42,3 +42,9 @@ def cause_class(cause: str) -> str:
         raise KeyError(
             f"unknown cause of action {cause!r}: not one of the 36 causes of Appendix D (Table 10)"
         ) from None
+
+
+# The seven types of focal points of dispute (Appendix E.8, Table 18): Chinese name -> English label.
+FOCAL_TYPES = {"主体身份类": "Subject Identity", "权属界定类": "Rights Allocation", "契约效力类": "Contract Validity",
+               "客观行为类": "Factual Conduct", "数额界定类": "Amount Assessment", "归责逻辑类": "Liability Allocation",
+               "其他": "Others"}

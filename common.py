@@ -46,6 +46,7 @@ PROMPT_FILES = {
     "behaviour_targeted": "behaviour_targeted.txt",      # a question meant to recover the key details
     "behaviour_off_target": "behaviour_off_target.txt",  # a question meant to leave them undisclosed
     "behaviour_validation": "behaviour_validation.txt",  # the judge's check of a constructed dialogue
+    "judge_focal_type": "judge_focal_type.txt",  # the Table 18 type of a focal point (Appendix E.8)
 }
 # The prompts written for the non-ideal users (Appendix E.5): only runs of that condition use them.
 CONDITION_PROMPTS = {"delayed": ("user_delayed",), "self-correction": ("user_self_correction", "user_correction")}

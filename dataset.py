@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from categories import CAUSES, CLASS_LABELS, cause_class
+from categories import CAUSES, CLASS_LABELS, FOCAL_TYPES, cause_class
 from errors import HarnessError
 from records import HISTORY_TYPES, VERDICTS, canonical_hash
 
@@ -37,6 +37,8 @@ class Case:
     complete: tuple[dict, ...]
     underspecified: tuple[dict, ...]
     input_hash: str  # of the whole case object, so any change to it is noticed
+    focal_types: tuple[str, ...] | None = None  # optional: the Table 18 type of each focal point
+    complexity: float | None = None  # optional: the cause's average number of legal provisions cited (Figure 3)
 
     def history(self, history_type: str) -> list[dict]:
         return [dict(m) for m in getattr(self, history_type)]
@@ -88,6 +90,18 @@ def case_problems(raw) -> list[str]:
     if not _non_empty_strings(focal_points):
         problems.append("focal_point: missing, empty, or not a list of non-empty strings")
         focal_points = None
+    types = raw.get("focal_point_types")
+    if types is not None:
+        if not isinstance(types, list) or (focal_points is not None and len(types) != len(focal_points)):
+            problems.append("focal_point_types: must list one type per focal point, in the same order")
+        else:
+            unknown = [t for t in types if t not in FOCAL_TYPES]
+            if unknown:
+                problems.append(f"focal_point_types: unknown type {unknown[0]!r} (one of {', '.join(FOCAL_TYPES)})")
+    complexity = raw.get("complexity")
+    if complexity is not None and (isinstance(complexity, bool) or not isinstance(complexity, (int, float))
+                                   or complexity != complexity or complexity < 0):
+        problems.append(f"complexity: {str(complexity)[:20]!r} is not a non-negative number")
     details = raw.get("key_details")
     if isinstance(details, dict):
         if not details or not all(_non_empty_strings(v) for v in details.values()):
@@ -151,6 +165,8 @@ def case_from_raw(raw: dict) -> Case:
         complete=_freeze_history(raw["complete_consultation"]),
         underspecified=_freeze_history(raw["underspecified_consultation"]),
         input_hash=canonical_hash(raw),
+        focal_types=tuple(raw["focal_point_types"]) if raw.get("focal_point_types") is not None else None,
+        complexity=float(raw["complexity"]) if raw.get("complexity") is not None else None,
     )
 
 

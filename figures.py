@@ -9,11 +9,14 @@ import numpy as np
 
 from records import LJP_SETUPS
 from results import METRIC_NAMES, OVERALL, TASK_NAMES, Bootstrap, Group, group_label
+from categories import FOCAL_TYPES
 from tables import CLASS_TABLES, SETUP_NAMES, classes_present
 
 
-def write_plots(groups: list[Group], folder: Path, boot: Bootstrap | None) -> list[Path]:
-    """PNG figures of the per-class tables, Acc_C against Acc_U, and QWK across the three LJP setups."""
+def write_plots(groups: list[Group], folder: Path, boot: Bootstrap | None,
+                complexity: dict[str, float] | None = None) -> list[Path]:
+    """PNG figures of the per-class tables, Acc_C against Acc_U, QWK across the three LJP setups, and where the
+    data exist Figure 3 (metrics against case complexity) and Figure 4 (DCG by focal-point type, counts)."""
     import matplotlib
     matplotlib.use("Agg")  # files only, no screen needed
     import matplotlib.pyplot as plt
@@ -85,4 +88,66 @@ def write_plots(groups: list[Group], folder: Path, boot: Bootstrap | None) -> li
     written.append(folder / "ljp_setups.png")
     fig.savefig(written[-1], dpi=120)
     plt.close(fig)
+    written += analysis_plots(plt, groups, labels, folder, complexity)
+    return written
+
+
+def save(plt, fig, ax, path: Path) -> Path:
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def analysis_plots(plt, groups: list[Group], labels: list[str], folder: Path, complexity) -> list[Path]:
+    written = []
+    typed = [(label, g) for label, g in zip(labels, groups)
+             if any(k[0] == "DCG by focal type" for r in g.runs for k in r.metrics)]
+    if typed:
+        types = list(FOCAL_TYPES.values())
+        fig, ax = plt.subplots(figsize=(9, 4.2))
+        width = 0.8 / len(typed)
+        for i, (label, g) in enumerate(typed):
+            values = [(g.stat(("DCG by focal type", t, OVERALL)) or {}).get("mean") for t in types]
+            ax.bar(np.arange(len(types)) + (i - (len(typed) - 1) / 2) * width,
+                   [np.nan if v is None else v for v in values], width, label=label)
+        ax.set_xticks(np.arange(len(types)), types, rotation=20, fontsize=8)
+        ax.set_ylabel("DCG accuracy")
+        ax.set_title("Figure 4 (a): DCG accuracy by focal-point type", fontsize=10)
+        written.append(save(plt, fig, ax, folder / "fig4a_dcg_by_focal_type.png"))
+        counts = typed[0][1].runs[0].metrics
+        classes = classes_present(groups)
+        fig, ax = plt.subplots(figsize=(8, 4.2))
+        bottom = np.zeros(len(classes))
+        for t in types:
+            heights = np.array([counts.get(("focal points", t, c), 0) for c in classes])
+            ax.bar(classes, heights, bottom=bottom, label=t)
+            bottom += heights
+        ax.set_ylabel("focal points")
+        ax.set_title("Figure 4 (c): focal points per type and class", fontsize=10)
+        written.append(save(plt, fig, ax, folder / "fig4c_focal_points.png"))
+    if complexity:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+        for ax, (task, name) in zip(axes, (("LCA", "LCA Macro-F1"), ("DCG", "DCG accuracy"))):
+            for label, g in zip(labels, groups):
+                points = [(complexity[k[2]], (g.stat(k) or {}).get("mean")) for k in
+                          {k for r in g.runs for k in r.metrics if k[:2] == ("by cause", task)} if k[2] in complexity]
+                points = [(x, y) for x, y in points if y is not None]
+                if not points:
+                    continue
+                xs, ys = np.array(points).T
+                ax.scatter(xs, ys, label=label, s=18)
+                if len(set(xs)) > 1:
+                    slope, intercept = np.polyfit(xs, ys, 1)  # least squares
+                    grid = np.linspace(xs.min(), xs.max(), 20)
+                    ax.plot(grid, slope * grid + intercept, linewidth=1)
+            ax.set_xlabel("complexity (average legal provisions cited per cause)")
+            ax.set_ylabel(name)
+            ax.set_title(f"Figure 3: {name} by cause against complexity", fontsize=9)
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        written.append(folder / "fig3_complexity.png")
+        fig.savefig(written[-1], dpi=120)
+        plt.close(fig)
     return written

@@ -18,17 +18,21 @@ from pathlib import Path
 import numpy as np
 from sklearn.metrics import cohen_kappa_score
 
+from categories import FOCAL_TYPES
 from common import load_prompts, render_details_by_focal_point, render_focal_points
 from dataset import DEFAULT_DATASET, HERE, load_dataset
 from errors import HarnessError
 from records import (A1, DCG, DCG_LABELS, FORCE_ASK, HISTORY_TYPES, LCA, LCA_LABELS, LJP_SETUPS, PLAIN, PLAIN_TYPES,
-                     RESPONSE_TYPES, VERDICTS)
+                     RESPONSE_TYPES, VERDICTS, FOCAL_TYPE_RECORDS)
 from metrics import kappa_from_confusion
 from results import load_runs, percentile_interval, read_task
 from tables import Table, read_sheet, render_text, write_sheet
 
-TASKS = ("LCA", "DCG", "LJP", "TYPE")  # TYPE: the response type of a plain consultation (Table 6)
-LABELS = {"LCA": LCA_LABELS, "DCG": DCG_LABELS, "LJP": VERDICTS, "TYPE": tuple(RESPONSE_TYPES)}
+# TYPE: the response type of a plain consultation (Table 6); FOCAL: the judge's type of a focal point (Table 18)
+TASKS = ("LCA", "DCG", "LJP", "TYPE", "FOCAL")
+LABELS = {"LCA": LCA_LABELS, "DCG": DCG_LABELS, "LJP": VERDICTS, "TYPE": tuple(RESPONSE_TYPES),
+          "FOCAL": tuple(FOCAL_TYPES)}
+OPTIONAL = ("TYPE", "FOCAL")  # exported only where the plain consultation or the focal-type stage ran
 TYPE_LABEL = {name: label for label, name in RESPONSE_TYPES.items()}
 INSTRUCTIONS = {task: f"按标注说明（.guidelines.txt）中 {task} 部分的标准判断" for task in TASKS}
 ANNOTATION_COLUMNS = ["item_id", "task", "case_number", "cause_of_action", "instruction", "labels", "reply",
@@ -109,6 +113,12 @@ def collect_items(root: Path, runs) -> dict[str, list[Item]]:
                     if number in typed and number in answered:
                         item("TYPE", typed_path, number, history_type, TYPE_LABEL[typed[number]["type"]],
                              answered[number]["response"])
+        if FOCAL_TYPE_RECORDS.path(root, run.run_id, run.folder).exists():  # only the judge's own types
+            (focal, focal_path), _ = records(FOCAL_TYPE_RECORDS), None
+            for number in selected:
+                for i, entry in enumerate((focal.get(number) or {}).get("types", []), 1):
+                    if entry.get("source") == "judge":
+                        item("FOCAL", focal_path, number, f"focal point {i}", entry["type"], entry["focal_point"])
     return items
 
 
@@ -147,8 +157,8 @@ def export(args) -> int:
     items = collect_items(root, runs)
     rows, keys = [], []
     for task in TASKS:
-        if task == "TYPE" and not items[task]:
-            continue  # no plain consultation was run: nothing to say
+        if task in OPTIONAL and not items[task]:
+            continue  # that stage was not run: nothing to say
         sample = balanced_sample(items[task], args.per_task, random.Random(f"{args.seed}:{task}"))
         if len(sample) < args.per_task:
             print(f"note: only {len(sample)} {task} judge decisions saved; all are in the sample", file=sys.stderr)
@@ -185,6 +195,8 @@ GUIDELINE_SECTIONS = {
             "每一条目是一条AI提问，附有该案的争议焦点与对应案件事实。请按以下与评估模型相同的标准判断：两个条件均满足填“是”，否则填“否”。"),
     "LJP": ("judge_ljp", "# 分类标准", "# 极其严格的输出格式",
             "每一条目是一项诉讼请求，附有提出预测的回复与全部诉请。请按以下与评估模型相同的标准，填写该回复对这一项诉请的预测：支持、部分支持或驳回。"),
+    "FOCAL": ("judge_focal_type", "# 争议焦点类型定义", "# 输入数据",
+              "每一条目是一个民事案件的争议焦点。请按以下与评估模型相同的定义，判断它属于哪一种类型。"),
     "TYPE": ("judge_response_type", "# 回复类型定义", "# 输入数据",
              "每一条目是一条AI对法律咨询的普通回复（未使用LexAwN提示）。请按以下与评估模型相同的标准，判断它属于哪一种回复类型。"),
 }

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
+from categories import FOCAL_TYPES
 from checkpoints import CallJournal
 from common import (ModelCaller, Usage, fill, key_detail_lines, render_claims, render_details_by_focal_point,
                     render_fault, render_focal_points, render_history, render_key_facts)
@@ -17,7 +18,8 @@ from config import Settings
 from dataset import Case
 from errors import CaseFailed
 from records import (A1, DCG, DIRECT_PREDICTION, FORCE_ASK, GOLD_PREDICTION, HISTORY_TYPES, INTERACTION, LCA,
-                     LJP_DIRECT, LJP_GOLD, LJP_INTERACTION, PLAIN, PLAIN_TYPES, RESPONSE_TYPES, VERDICTS, RecordKind)
+                     LJP_DIRECT, LJP_GOLD, LJP_INTERACTION, PLAIN, PLAIN_TYPES, RESPONSE_TYPES, VERDICTS, RecordKind,
+                     FOCAL_TYPE_RECORDS)
 
 CLARIFICATION_ROUNDS = 3  # user turns allowed after new assistant turns; pre-existing history turns do not count
 DCG_ROUNDS = 2
@@ -33,6 +35,17 @@ def clean_judge_output(raw: str) -> str:
     text = text.strip()
     fenced = re.fullmatch(r"```[A-Za-z]*\s*(.*?)\s*```", text, re.S)
     return fenced.group(1).strip() if fenced else text
+
+
+def judge_json(raw: str) -> dict:
+    """A judge output that must be one JSON object (after the usual cleaning), or ValueError."""
+    try:
+        data = json.loads(clean_judge_output(raw))
+    except (ValueError, RecursionError):
+        raise ValueError("not JSON") from None
+    if not isinstance(data, dict):
+        raise ValueError("expected a JSON object")
+    return data
 
 
 def parse_lca_label(raw: str) -> str:
@@ -395,6 +408,34 @@ def plain_steps(history_type: str) -> tuple[Step, Step]:
                  prompts={"judge": "judge_response_type"}, when=chosen))
 
 
+# ----------------------------------------------------------------------------- focal-point types (E.8)
+
+def parse_focal_type(raw: str) -> str:
+    text = clean_judge_output(raw)
+    if text not in FOCAL_TYPES:
+        raise ValueError(f"expected exactly one of {', '.join(FOCAL_TYPES)}")
+    return text
+
+
+def focal_types(calls: CaseCalls, upstream: dict) -> dict:
+    """Each focal point's type: the dataset's where it gives them (no call), else the judge's (Table 18)."""
+    case = calls.case
+    if case.focal_types is not None:
+        return {"types": [{"focal_point": fp, "type": t, "source": "dataset"}
+                          for fp, t in zip(case.focal_points, case.focal_types)]}
+    types = []
+    for fp in case.focal_points:
+        label, raw = calls.judge("judge_focal_type", parse_focal_type, focus_text=fp)
+        types.append({"focal_point": fp, "type": label, "source": "judge", "judge_raw": raw})
+    return {"types": types}
+
+
+def focal_type_calls(upstream: dict, settings: Settings, case: Case | None = None) -> dict:
+    if case is not None and case.focal_types is not None:
+        return {}
+    return {"judge": len(case.focal_points) if case else 2}
+
+
 # ----------------------------------------------------------------------------- the steps
 
 A1_STEP = Step(A1, a1_responses, max_calls={"eval": 2}, prompts={"eval": "lexawn"})
@@ -410,3 +451,5 @@ GOLD_STEPS = prediction_steps("gold", "complete", GOLD_PREDICTION, LJP_GOLD)
 LJP_INTERACTION_STEP = Step(LJP_INTERACTION, interaction_verdicts, needs=("interaction",), max_calls={"judge": 1},
                             prompts={"judge": "judge_ljp"})
 PLAIN_STEPS = (*plain_steps("underspecified"), *plain_steps("complete"))
+FOCAL_TYPE_STEP = Step(FOCAL_TYPE_RECORDS, focal_types, max_calls=focal_type_calls,
+                       prompts={"judge": "judge_focal_type"})

@@ -79,6 +79,9 @@ BEHAVIOUR_PREDICTION = {b: RecordKind(f"prediction_{b}", "Behaviour_gen", f"pred
                                       ("condition", "status", "response"), "eval_LJP_behaviour.py") for b in BEHAVIOURS}
 LJP_BEHAVIOUR = {b: RecordKind(f"LJP_{b}", "eval_results", f"LJP_{b}.jsonl", VERDICT_FIELDS + ("status",),
                                "eval_LJP_behaviour.py") for b in BEHAVIOURS}
+# The Table 18 type of each focal point of a case (Appendix E.8): from the dataset where it gives them, else
+# from the judge.
+FOCAL_TYPE_RECORDS = RecordKind("focal_types", "eval_results", "focal_types.jsonl", ("types",), "eval_focal_types.py")
 # The plain consultation (Pilot Study II, Appendix C.2): the history sent as an ordinary chat, and the judge's
 # response type; one file per history type (the complete history is an optional control).
 PLAIN = {t: RecordKind(f"plain_{t}", "Plain_gen", f"plain_{t}.jsonl", ("history_type", "messages", "response"),
@@ -91,7 +94,7 @@ RESPONSE_TYPES = {"缺失识别": "deficiency_recognition", "条件性一般建�
 RECORD_KINDS = (A1, LCA, INTERACTION, FORCE_ASK, DCG, DIRECT_PREDICTION, LJP_DIRECT, GOLD_PREDICTION, LJP_GOLD,
                 LJP_INTERACTION, INTERACTION_LABELS, *PLAIN.values(), *PLAIN_TYPES.values(), *AUDIT.values(),
                 PROBE_REPLIES, PROBE_DCG, *BEHAVIOUR_DIALOGUE.values(), *BEHAVIOUR_PREDICTION.values(),
-                *LJP_BEHAVIOUR.values())
+                *LJP_BEHAVIOUR.values(), FOCAL_TYPE_RECORDS)
 # LJP setups in the paper's column order: (setup, verdict records, generation records, field of the reply)
 LJP_SETUPS = (("direct", LJP_DIRECT, DIRECT_PREDICTION, "response"),
               ("interaction", LJP_INTERACTION, INTERACTION, "final_response"),

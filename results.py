@@ -12,13 +12,13 @@ from pathlib import Path
 
 import numpy as np
 
-from categories import cause_class
+from categories import FOCAL_TYPES, cause_class
 from checkpoints import COMPARED_MANIFEST_FIELDS, compared_setting, read_unanswered
 from dataset import load_dataset
 from errors import HarnessError
 from metrics import (PLAIN_TYPE_ORDER, audit_counts, audit_from_counts, confusion, dcg_from_counts, lca_counts,
                      lca_from_counts, ljp_from_counts, plain, plain_counts, plain_from_counts, ratio)
-from records import (AUDIT, BEHAVIOUR_DIALOGUE, BEHAVIOURS, DCG, HISTORY_TYPES, INTERACTION, LCA, LJP_BEHAVIOUR,
+from records import (AUDIT, BEHAVIOUR_DIALOGUE, BEHAVIOURS, DCG, FOCAL_TYPE_RECORDS, HISTORY_TYPES, INTERACTION, LCA, LJP_BEHAVIOUR,
                      LJP_DIRECT, LJP_SETUPS, PLAIN_TYPES, RECORD_KINDS, RecordKind, model_folder, read_records)
 
 OVERALL = "Overall"
@@ -114,6 +114,7 @@ OPTIONAL_TASKS = {f"plain_{t}" for t in HISTORY_TYPES} | {f"audit_{source}" for 
 # task using User Model replies -> (its audit, the metric shown on the cases whose replies were all clean)
 AUDITED = {"DCG": ("audit_dcg", "accuracy"), "LJP_interaction": ("audit_interaction", "qwk")}
 METRIC_NAMES = {"macro_f1": "Macro-F1", "accuracy": "accuracy", "qwk": "QWK", "acc_c": "Acc_C", "acc_u": "Acc_U"}
+BY_CAUSE = {"LCA": "macro_f1", "DCG": "accuracy"}  # Figure 3's metrics, per cause of action
 TASK_NAMES = {"LCA": "LCA", "DCG": "DCG", **{f"LJP_{s}": f"LJP {s}" for s, _, _, _ in LJP_SETUPS},
               **{f"plain_{t}": f"plain consultation ({t})" for t in HISTORY_TYPES},
               **{f"audit_{s}": f"simulator audit ({s})" for s in AUDIT}}
@@ -163,6 +164,14 @@ def score_run(run: Run, root: Path, keep_records: bool = False) -> None:
         for cls in sorted(set(classes)):
             for metric, value in metrics_of(task, data, np.array(classes) == cls).items():
                 run.metrics[(task, metric, cls)] = value
+        if task in BY_CAUSE:  # Figure 3: the metric within each cause of action
+            causes = np.array([r["cause_of_action"] for r in records.values()])
+            for cause in sorted(set(causes)):
+                run.metrics[("by cause", task, cause)] = metrics_of(task, data, causes == cause)[BY_CAUSE[task]]
+                run.metrics[("cases by cause", task, cause)] = float((causes == cause).sum())
+    types, _ = whole(FOCAL_TYPE_RECORDS)
+    if types:
+        score_focal_types(run, types)
     for task, (audit, metric) in AUDITED.items():  # the metric on the cases whose simulator replies were clean
         if task in run.tasks and audit in run.tasks:
             clean = dict(zip(run.tasks[audit].cases, (run.tasks[audit].counts[:, 1:3].sum(axis=1) == 0)))
@@ -197,6 +206,24 @@ def score_run(run: Run, root: Path, keep_records: bool = False) -> None:
                 total = run.usage.setdefault(kind.file, {}).setdefault(role, Counter())
                 total.update({k: used.get(k, 0) for k in USAGE_FIELDS})
     run.unanswered = read_unanswered(root / "runs" / run.run_id / run.folder / "unanswered_calls.json")
+
+
+def score_focal_types(run: Run, types: dict) -> None:
+    """Figure 4: DCG accuracy per focal-point type (a case counts once in each type among its focal points),
+    and the number of focal points per type and class."""
+    for number, record in types.items():
+        cls = cause_class(record["cause_of_action"])
+        for entry in record["types"]:
+            key = ("focal points", FOCAL_TYPES.get(entry["type"], entry["type"]), cls)
+            run.metrics[key] = run.metrics.get(key, 0.0) + 1
+    data = run.tasks.get("DCG")
+    if data is None:
+        return
+    of_case = {n: {FOCAL_TYPES.get(e["type"], e["type"]) for e in r["types"]} for n, r in types.items()}
+    for label in FOCAL_TYPES.values():
+        mask = np.array([label in of_case.get(n, ()) for n in data.cases])
+        run.metrics[("DCG by focal type", label, OVERALL)] = metrics_of("DCG", data, mask)["accuracy"] \
+            if mask.any() else None
 
 
 def score_table_4(run: Run, root: Path, verdicts: dict, dialogues: dict) -> None:

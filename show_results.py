@@ -12,12 +12,12 @@ import importlib
 import sys
 from pathlib import Path
 
-from dataset import HERE
+from dataset import HERE, load_dataset
 from errors import HarnessError
 from figures import write_plots
 from records import ROLES
 from results import Bootstrap, Group, group_runs, load_runs
-from tables import (UsageError, build_tables, comparison_table, judge_sensitivity_tables, read_prices, render_csv,
+from tables import (UsageError, build_tables, read_complexity, comparison_table, judge_sensitivity_tables, read_prices, render_csv,
                     render_json, render_latex, render_markdown, render_text, usage_tables)
 from viewer import write_site
 
@@ -40,6 +40,9 @@ def main(argv=None) -> int:
     parser.add_argument("--prices", type=Path, help='JSON {"model id": {"prompt": P, "completion": C}} in money '
                         "per million tokens: adds cost to the usage tables (implies --usage)")
     parser.add_argument("--plot", type=Path, metavar="DIR", help="also write PNG figures there (needs matplotlib)")
+    parser.add_argument("--complexity", type=Path, metavar="FILE", help="Figure 3: a CSV of cause_of_action,"
+                        "complexity (the average number of legal provisions cited per cause); default: the cases' "
+                        "complexity field, where the dataset has one")
     parser.add_argument("--html", type=Path, metavar="DIR", help="also write the transcript viewer there: a static "
                         "site (index.html) that opens from the file system; see docs/viewer.md")
     args = parser.parse_args(argv)
@@ -54,6 +57,7 @@ def show(args) -> int:
     if args.resamples < 1:
         raise UsageError(f"--resamples must be at least 1, got {args.resamples}")
     prices = read_prices(args.prices) if args.prices else None
+    complexity = read_complexity(args.complexity) if args.complexity else None  # checked before any run is read
     if args.plot:
         try:
             importlib.import_module("matplotlib")  # only whether it is there: figures.py imports it
@@ -72,6 +76,8 @@ def show(args) -> int:
             print(f"run {run.run_id}, model {run.model}: {problem} (metric not reported for this run)",
                   file=sys.stderr)
     groups = group_runs(runs)
+    if complexity is None:
+        complexity = dataset_complexity(runs, args.dataset)
     boot = Bootstrap(args.resamples, args.seed) if args.ci or args.compare else None
     compared = compared_groups(groups, args.compare) if args.compare else None
     if prices:
@@ -82,7 +88,7 @@ def show(args) -> int:
     if args.format == "json":
         print(render_json(groups, boot, args.usage or bool(prices)))
     else:
-        tables = build_tables(groups, boot)
+        tables = build_tables(groups, boot, complexity)
         tables += judge_sensitivity_tables(groups, args.output_root.resolve(), boot or Bootstrap(args.resamples,
                                                                                                  args.seed))
         if compared:
@@ -99,12 +105,29 @@ def show(args) -> int:
         print(f"wrote {args.html / 'index.html'} ({count} case pages)", file=sys.stderr)
     if args.plot:
         try:
-            written = write_plots(groups, args.plot, boot)
+            written = write_plots(groups, args.plot, boot, complexity)
         except OSError as e:
             raise UsageError(f"--plot {args.plot}: cannot write the figures there ({e.strerror or e})") from None
         for path in written:
             print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def dataset_complexity(runs, dataset: Path | None) -> dict[str, float]:
+    """Figure 3 from the dataset: the mean of the cases' complexity field per cause, where cases have it."""
+    path = dataset or next((Path(r.manifest["dataset_path"]) for r in runs
+                            if Path(str(r.manifest.get("dataset_path"))).is_file()), None)
+    if path is None:
+        return {}
+    try:
+        cases, _ = load_dataset(path)
+    except HarnessError:
+        return {}
+    by_cause: dict[str, list[float]] = {}
+    for case in cases:
+        if case.complexity is not None:
+            by_cause.setdefault(case.cause, []).append(case.complexity)
+    return {cause: sum(v) / len(v) for cause, v in by_cause.items()}
 
 
 def compared_groups(groups: list[Group], models: list[str]) -> tuple[Group, Group]:

@@ -6,10 +6,8 @@ state anything unsupported or contradicting the key details, did it answer the q
 """
 from __future__ import annotations
 
-import json
-
 from common import key_detail_lines, render_history, render_numbered_details
-from protocols import CaseCalls, Step, clean_judge_output
+from protocols import CaseCalls, Step, judge_json
 from records import AUDIT, FORCE_ASK, INTERACTION
 
 YES_NO = {"是": True, "否": False}
@@ -17,12 +15,7 @@ YES_NO = {"是": True, "否": False}
 
 def audit_parser(n_details: int):
     def parse(raw: str) -> dict:
-        try:
-            data = json.loads(clean_judge_output(raw))
-        except ValueError:
-            raise ValueError("not JSON") from None
-        if not isinstance(data, dict):
-            raise ValueError("expected a JSON object")
+        data = judge_json(raw)
         disclosed = data.get("超范围披露")
         if not isinstance(disclosed, list) or not all(isinstance(i, int) and 1 <= i <= n_details for i in disclosed):
             raise ValueError(f"超范围披露 must list key-detail numbers from 1 to {n_details}")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from categories import CLASS_LABELS
+from categories import CLASS_LABELS, FOCAL_TYPES, cause_class
 from errors import HarnessError
 from checkpoints import COMPARED_MANIFEST_FIELDS
 from records import LJP_SETUPS, ROLES
@@ -67,7 +67,7 @@ CLASS_TABLES = (("LCA Macro-F1 by class (Table 2, top)", ("LCA", "macro_f1"), 4)
                 ("LJP Gold-Standard QWK by class (Table 16)", ("LJP_gold", "qwk"), 4))
 
 
-def build_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
+def build_tables(groups: list[Group], boot: Bootstrap | None = None, complexity: dict | None = None) -> list[Table]:
     """The paper's tables over the standard-user groups; with `boot`, a 95% interval in every metric cell."""
     tables = [Table("Runs", ["Model", "Runs", "Run ids", "Differs from #1 in"],
                     [[group_label(g, groups), str(len(g.runs)), ", ".join(g.run_ids), ", ".join(g.differs) or "-"]
@@ -103,7 +103,8 @@ def build_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
         tables.append(paired_setups_table(groups, labels, boot))
     faults = fault_table(groups_all)
     return (tables + behaviour + ([non_ideal] if non_ideal else []) + ([faults] if faults else [])
-            + table_4(groups, boot) + plain_tables(groups, boot) + audit_tables(groups_all, boot))
+            + table_4(groups, boot) + figure_4_tables(groups) + figure_3_tables(groups, complexity)
+            + plain_tables(groups, boot) + audit_tables(groups_all, boot))
 
 
 def paired_setups_table(groups: list[Group], labels: list[str], boot: Bootstrap) -> Table:
@@ -342,6 +343,94 @@ def table_4(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
                         "(mean per run) and the most frequent rejection reasons (all runs)",
                         ["Model", "Condition", "Accepted at attempt", "Unresolved", "Rejections"], rows))
     return tables
+
+
+def figure_4_tables(groups: list[Group]) -> list[Table]:
+    """Figure 4 as tables: (a) DCG accuracy per focal-point type, (b) per class, (c) focal points per type and
+    class (from eval_focal_types.py)."""
+    groups = [g for g in groups if g.condition == "standard"]
+    typed = [g for g in groups if any(k[0] == "focal points" for r in g.runs for k in r.metrics)]
+    if not typed:
+        return []
+    types = list(FOCAL_TYPES.values())
+    classes = classes_present(typed)
+    labels = [group_label(g, typed) for g in typed]
+    counts = typed[0].runs[0].metrics
+    return [Table("Figure 4 (a): DCG accuracy by focal-point type (a case counts in each type among its focal "
+                  "points), mean ± SD over runs", ["Model"] + types,
+                  [[label] + [cell(g.stat(("DCG by focal type", t, OVERALL)), 3) for t in types]
+                   for label, g in zip(labels, typed)]),
+            Table("Figure 4 (b): DCG accuracy by class, mean ± SD over runs", ["Model"] + classes,
+                  [[label] + [cell(g.stat(("DCG", "accuracy", c)), 3) for c in classes]
+                   for label, g in zip(labels, typed)]),
+            Table("Figure 4 (c): focal points per type and class", ["Type"] + classes + ["Total"],
+                  [[t] + [f"{counts.get(('focal points', t, c), 0):.0f}" for c in classes]
+                   + [f"{sum(counts.get(('focal points', t, c), 0) for c in classes):.0f}"] for t in types])]
+
+
+def figure_3_tables(groups: list[Group], complexity: dict[str, float] | None) -> list[Table]:
+    """Figure 3 as tables: per cause of action its complexity, LCA Macro-F1 and DCG accuracy (mean over runs),
+    and Spearman's rho between complexity and each metric across the causes."""
+    groups = [g for g in groups if g.condition == "standard" and g.stat(("LCA", "macro_f1", OVERALL))]
+    if not groups:
+        return []
+    if not complexity:
+        return [Table("Case complexity (Figure 3)", ["Note"],
+                      [["no complexity data: pass --complexity FILE (a CSV of cause_of_action,complexity: the average "
+                        "number of legal provisions cited per cause) or give the cases a complexity field"]])]
+    from scipy.stats import spearmanr
+    tables = []
+    for g in groups:
+        causes = sorted({k[2] for r in g.runs for k in r.metrics if k[0] == "by cause"}, key=lambda c: complexity.get(c, 0))
+        rows, points = [], {"LCA": [], "DCG": []}
+        for cause in causes:
+            row = [cause, cause_class(cause), f"{(g.stat(('cases by cause', 'LCA', cause)) or {}).get('mean') or 0:.0f}",
+                   f"{complexity[cause]:.2f}" if cause in complexity else "n/a"]
+            for task in ("LCA", "DCG"):
+                stat = g.stat(("by cause", task, cause))
+                row.append(cell(stat, 3))
+                if stat and stat["mean"] is not None and cause in complexity:
+                    points[task].append((complexity[cause], stat["mean"]))
+            rows.append(row)
+        for task, name in (("LCA", "LCA Macro-F1"), ("DCG", "DCG Acc.")):
+            xs, ys = zip(*points[task]) if points[task] else ((), ())
+            rho = spearmanr(xs, ys).statistic if len(xs) > 2 and len(set(xs)) > 1 and len(set(ys)) > 1 else None
+            rows.append([f"Spearman's rho, complexity vs {name}", "", str(len(xs)), "",
+                         "n/a" if rho is None or rho != rho else f"{rho:+.3f}", ""])
+        tables.append(Table(f"Case complexity (Figure 3): {group_label(g, groups)}, per cause of action (mean over "
+                            "runs); rho over the causes with complexity data",
+                            ["Cause of action", "Class", "Cases", "Complexity", "LCA Macro-F1", "DCG Acc."], rows))
+    return tables
+
+
+def read_complexity(path: Path) -> dict[str, float]:
+    """--complexity: a CSV of cause_of_action,complexity; unknown causes, missing or non-numeric values are
+    errors naming the line."""
+    from categories import CAUSES
+    if not path.is_file():
+        raise UsageError(f"--complexity {path}: not found")
+    values = {}
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as f:
+            for line, row in enumerate(csv.reader(f), 1):
+                if not row or (line == 1 and row[0].strip() == "cause_of_action"):
+                    continue
+                cause = row[0].strip()
+                where = f"--complexity {path}:{line}"
+                if cause not in CAUSES:
+                    raise UsageError(f"{where}: unknown cause of action {cause!r}")
+                if len(row) < 2 or not row[1].strip():
+                    raise UsageError(f"{where}: missing complexity for {cause}")
+                try:
+                    value = float(row[1])
+                    if not value == value or value < 0:
+                        raise ValueError
+                except ValueError:
+                    raise UsageError(f"{where}: {row[1]!r} is not a non-negative number") from None
+                values[cause] = value
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise UsageError(f"--complexity {path}: unreadable CSV ({e})") from None
+    return values
 
 
 def fault_table(groups: list[Group]) -> Table | None:

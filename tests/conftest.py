@@ -49,6 +49,12 @@ class Harness:
         clients = None if self.http else self.provider.in_memory_clients()
         return stage_main(STAGES[stage], "test", argv=argv, clients=clients)
 
+    def run_stage(self, stage, *extra: str) -> int:
+        """A stage object (of any entry point), in memory, with this harness's run, model, dataset and root."""
+        argv = ["--run-id", self.run_id, "--model", "eval-model", "--dataset", str(self.dataset),
+                "--output-root", str(self.root), *extra]
+        return stage_main(stage, "test", argv=argv, clients=self.provider.in_memory_clients())
+
     def file(self, top, name: str | None = None) -> Path:
         """The run's file of a record kind, or of a (top folder, file name)."""
         if name is None:

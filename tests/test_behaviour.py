@@ -7,7 +7,6 @@ import pytest
 import eval_LJP_behaviour
 import show_results
 from records import BEHAVIOUR_DIALOGUE, LJP_BEHAVIOUR
-from runner import stage_main
 from tests.conftest import Harness, sample_cases, write_dataset
 from tests.fake_provider import between, default_reply
 from tests.test_results import quadratic_weighted_kappa
@@ -16,9 +15,7 @@ CASES = sample_cases()[:3]
 
 
 def run_behaviour(h, *extra):
-    argv = ["--run-id", h.run_id, "--model", "eval-model", "--dataset", str(h.dataset), "--output-root",
-            str(h.root), *extra]
-    return stage_main(eval_LJP_behaviour.STAGE, "test", argv=argv, clients=h.provider.in_memory_clients())
+    return h.run_stage(eval_LJP_behaviour.STAGE, *extra)
 
 
 @pytest.fixture

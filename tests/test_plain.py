@@ -8,7 +8,6 @@ import eval_plain
 import judge_agreement
 import show_results
 from records import PLAIN, PLAIN_TYPES
-from runner import stage_main
 from tests.conftest import Harness, sample_cases, write_dataset
 from tests.fake_provider import PLAIN_STYLES, between, request_kind
 
@@ -17,9 +16,7 @@ STYLE = {name: text for name, text in PLAIN_STYLES}
 
 
 def run_plain(h, *extra):
-    argv = ["--run-id", h.run_id, "--model", "eval-model", "--dataset", str(h.dataset), "--output-root",
-            str(h.root), *extra]
-    return stage_main(eval_plain.STAGE, "test", argv=argv, clients=h.provider.in_memory_clients())
+    return h.run_stage(eval_plain.STAGE, *extra)
 
 
 @pytest.fixture

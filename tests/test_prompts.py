@@ -17,7 +17,7 @@ EXPECTED_SLOTS = {
     "user_correction": {"history", "key_facts", "fault"}, "judge_response_type": {"ai_response"},
     "judge_simulator_audit": {"history", "ai_response", "reply", "key_facts"},
     "behaviour_targeted": {"history", "key_facts"}, "behaviour_off_target": {"history", "key_facts"},
-    "behaviour_validation": {"history", "key_facts"},
+    "behaviour_validation": {"history", "key_facts"}, "judge_focal_type": {"focus_text"},
 }
 
 

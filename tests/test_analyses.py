@@ -1,0 +1,122 @@
+"""Section 6.5's analyses beyond Table 4: focal-point types (Appendix E.8, Figure 4) and case complexity
+(Figure 3): the dataset field, the classification stage, its blind export, the tables and figures."""
+import json
+
+import pytest
+
+import eval_focal_types
+import judge_agreement
+import show_results
+from categories import FOCAL_TYPES
+from records import FOCAL_TYPE_RECORDS
+from tests.conftest import ROOT, Harness, sample_cases, write_dataset
+
+COMPLEXITY = ROOT / "data" / "LexPilot_sample_complexity.csv"
+
+
+def run_types(h, *extra):
+    return h.run_stage(eval_focal_types.STAGE, *extra)
+
+
+def test_an_unknown_focal_point_type_is_a_dataset_error(tmp_path, harness, capsys):
+    cases = sample_cases()
+    cases[2]["focal_point_types"][0] = "程序类"
+    harness.dataset = write_dataset(tmp_path / "bad.json", cases)
+    assert harness.run("gold") == 2
+    err = capsys.readouterr().err
+    assert cases[2]["case_number"] in err and "focal_point_types: unknown type '程序类'" in err
+
+
+def test_dataset_types_are_used_and_the_judge_classifies_the_rest(tmp_path, provider, monkeypatch, capsys):
+    cases = sample_cases()[:3]
+    del cases[1]["focal_point_types"]  # the judge classifies this case's one focal point
+    from tests import fake_provider
+    monkeypatch.setattr(fake_provider, "KIND_MARKERS", fake_provider.KIND_MARKERS
+                        + (("focal_judge", "你是一个专业的民事裁判文书分析专家"),))
+    provider.script = lambda kind, prompt, body: "契约效力类" if kind == "focal_judge" else None
+    h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "three.json", cases))
+    assert run_types(h, "--dry-run") == 0
+    assert "judge 1" in capsys.readouterr().out and not provider.requests
+    assert run_types(h) == 0
+    assert provider.kinds() == {"focal_judge": 1}
+    records = {r["case_number"]: r for r in h.records(FOCAL_TYPE_RECORDS)}
+    assert records[cases[0]["case_number"]]["types"][0] == {"focal_point": cases[0]["focal_point"][0],
+                                                           "type": cases[0]["focal_point_types"][0],
+                                                           "source": "dataset"}
+    judged = records[cases[1]["case_number"]]["types"][0]
+    assert judged["type"] == "契约效力类" and judged["source"] == "judge"
+    provider.requests = []
+    assert run_types(h) == 0 and not provider.requests  # resumed: nothing left
+    for stage in ("LexAwN", "DCG"):
+        assert h.run(stage) == 0
+    out = tmp_path / "kit.csv"
+    assert judge_agreement.main(["export", "--output-root", str(h.root), "--dataset", str(h.dataset),
+                                 "--out", str(out)]) == 0
+    rows = [row for _, row in judge_agreement.read_sheet(out, judge_agreement.ANNOTATION_COLUMNS)]
+    focal = [row for row in rows if row["task"] == "FOCAL"]
+    assert [row["reply"] for row in focal] == [cases[1]["focal_point"]]  # only the judge's types, blind
+    assert not any(v == "契约效力类" for row in focal for v in row.values())  # the judge's label is in the key only
+    keys = [row for _, row in judge_agreement.read_sheet(judge_agreement.key_path(out), judge_agreement.KEY_COLUMNS)]
+    assert [k["llm_label"] for k in keys if k["task"] == "FOCAL"] == ["契约效力类"]
+
+
+@pytest.fixture
+def typed_run(tmp_path, provider, monkeypatch):
+    h = Harness(tmp_path, provider, monkeypatch)
+    for stage in ("LexAwN", "DCG"):
+        assert h.run(stage) == 0
+    assert run_types(h) == 0
+    return h
+
+
+def test_figure_4_tables_hand_computed(typed_run, capsys):
+    dcg = {r["case_number"]: r["success"] for r in typed_run.records("eval_results", "DCG_results.jsonl")}
+    cases = sample_cases()
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(typed_run.root), "--format", "json"]) == 0
+    metrics = json.loads(capsys.readouterr().out)["groups"][0]["metrics"]
+    for chinese, label in FOCAL_TYPES.items():
+        having = [c["case_number"] for c in cases if chinese in c["focal_point_types"]]
+        got = metrics["DCG by focal type"][label]["Overall"]["mean"]
+        assert got == (pytest.approx(sum(dcg[n] for n in having) / len(having)) if having else None), label
+    amounts = sum(t == "数额界定类" for c in cases for t in c["focal_point_types"])
+    assert sum(v["mean"] for v in metrics["focal points"]["Amount Assessment"].values()) == amounts
+
+
+def test_figure_3_with_a_complexity_file(typed_run, capsys):
+    from scipy.stats import spearmanr
+    assert show_results.main(["--output-root", str(typed_run.root), "--complexity", str(COMPLEXITY),
+                              "--format", "json"]) == 0
+    metrics = json.loads(capsys.readouterr().out)["groups"][0]["metrics"]
+    complexity = dict(line.split(",") for line in COMPLEXITY.read_text(encoding="utf-8").splitlines()[1:])
+    dcg = {cause: v["mean"] for cause, v in metrics["by cause"]["DCG"].items()}
+    expected = spearmanr([float(complexity[c]) for c in dcg], list(dcg.values())).statistic
+    assert show_results.main(["--output-root", str(typed_run.root), "--complexity", str(COMPLEXITY)]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("Spearman's rho, complexity vs DCG Acc."))
+    assert line.split()[-2:] == [str(len(dcg)), f"{expected:+.3f}"]
+    assert show_results.main(["--output-root", str(typed_run.root)]) == 0  # the sample has no complexity field
+    assert "no complexity data: pass --complexity FILE" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("content,message", [
+    ("cause_of_action,complexity\n外星纠纷,2\n", ":2: unknown cause of action '外星纠纷'"),
+    ("离婚纠纷,\n", ":1: missing complexity for 离婚纠纷"),
+    ("离婚纠纷,很多\n", ":1: '很多' is not a non-negative number"),
+])
+def test_an_invalid_complexity_file_is_one_line(typed_run, tmp_path, capsys, content, message):
+    path = tmp_path / "c.csv"
+    path.write_text(content, encoding="utf-8")
+    assert show_results.main(["--output-root", str(typed_run.root), "--complexity", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+
+
+def test_figures_3_and_4_are_valid_pngs(typed_run, tmp_path, capsys):
+    matplotlib = pytest.importorskip("matplotlib")
+    import matplotlib.image
+    assert show_results.main(["--output-root", str(typed_run.root), "--complexity", str(COMPLEXITY),
+                              "--plot", str(tmp_path / "fig")]) == 0
+    for name in ("fig3_complexity.png", "fig4a_dcg_by_focal_type.png", "fig4c_focal_points.png"):
+        image = matplotlib.image.imread(tmp_path / "fig" / name)
+        assert image.shape[0] > 100 and image.std() > 0.01, name
