@@ -94,7 +94,7 @@ def extract(condition: str):
 def steps(condition: str) -> tuple[Step, Step, Step]:
     dialogue, prediction = BEHAVIOUR_DIALOGUE[condition], BEHAVIOUR_PREDICTION[condition]
     worst = {"eval": ATTEMPTS * ROUNDS, "user": ATTEMPTS * ROUNDS, "judge": ATTEMPTS}
-    return (Step(dialogue, construct(condition), max_calls=worst,
+    return (Step(dialogue, construct(condition), max_calls=worst, min_calls={"eval": ROUNDS, "user": ROUNDS, "judge": 1},
                  prompts={"eval": f"behaviour_{condition}", "user": "user_standard", "judge": "behaviour_validation"}),
             Step(prediction, predict(condition), needs=(dialogue.name,), max_calls={"eval": 1},
                  prompts={"eval": "force_judge"}),

@@ -20,6 +20,7 @@ from pathlib import Path
 from config import Role, Settings
 from dataset import Case
 from errors import Aborted, CaseFailed, FatalError
+from pricing import Budget
 from replies import DeadlineExceeded, MalformedReply, Reply, StreamCutShort, parse_completion, parse_stream, read_body
 
 HERE = Path(__file__).resolve().parent
@@ -254,6 +255,7 @@ class ModelCaller:
         # max_completion_tokens on that refusal and keeps it (a transport detail; it does not change results).
         self.token_fields = {role: "max_tokens" for role in settings.roles} | (token_fields or {})
         self.lock = threading.Lock()
+        self.budget = Budget(settings.max_cost, settings.prices) if settings.max_cost is not None else None
         try:
             import httpx2 as httpx  # what the openai 3.x SDK is built on
         except ImportError:
@@ -307,6 +309,8 @@ class ModelCaller:
         problem = ""
         while attempt < attempts:
             retry_after, problem, pushed_back, hint = None, "", None, ""
+            reserved = self.budget.reserve(role.model, len(str(prompt)), role.max_tokens) if self.budget else 0.0
+            reply = None
             throttle.acquire(self.abort)
             self.progress.update(in_flight=1)
             try:
@@ -370,6 +374,9 @@ class ModelCaller:
             finally:
                 self.progress.update(in_flight=-1)
                 throttle.release("rate" if pushed_back == "too long" else pushed_back, retry_after)
+                if self.budget:  # an answered call costs what it reports; an unanswered one its worst case
+                    self.budget.settle(reserved, role.model, reply.prompt_tokens if reply else None,
+                                       reply.completion_tokens if reply else None)
             self.progress.retry(f"{role.describe()}: {problem}")
             if pushed_back == "rate" and retry_after is not None and rate_limited < RATE_LIMITED_ATTEMPTS:
                 rate_limited += 1  # the throttle makes every worker wait out Retry-After

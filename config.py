@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from dataset import DEFAULT_DATASET, HERE
 from errors import HarnessError
+from pricing import read_prices
 from records import HISTORY_TYPES, ROLE_NAMES, ROLES, USER_CONDITIONS
 
 
@@ -59,6 +60,8 @@ class Settings:
     histories: tuple[str, ...] = ("underspecified",)
     source_run: str | None = None  # a re-judged run: the run whose generations it reuses
     probes: Path | None = None  # the probe study's filled probe file
+    prices: dict | None = None  # model id -> (prompt, completion) price per million tokens
+    max_cost: float | None = None
     call_deadline: float = 1200.0  # wall-clock seconds one call may take, however its bytes trickle in
     keep_reasoning: bool = False
     backoff_base: float = 1.0
@@ -171,6 +174,10 @@ def add_common_args(parser: argparse.ArgumentParser, user_condition: bool = Fals
     a("--stream", action="store_true",
       help="stream replies, so --timeout bounds a stalled connection, not a long generation")
     a("--dry-run", action="store_true", help="print the cases and calls the stage would make; call nothing")
+    a("--prices", type=Path, metavar="FILE", help='JSON {"model id": {"prompt": P, "completion": C}} per million '
+      "tokens: --dry-run then quotes the cost; needed by --max-cost")
+    a("--max-cost", type=number(float, 0, 10**9), metavar="AMOUNT",
+      help="a hard budget for this invocation (with --prices): no call starts that could take the spending past it")
     a("--keep-reasoning", action="store_true",
       help="save the evaluated model's separate reasoning in its records too (the judge's is always saved)")
     a("--allow-code-change", action="store_true",
@@ -204,14 +211,21 @@ def settings_from_args(args: argparse.Namespace, env=os.environ) -> Settings:
     except ValueError:
         raise HarnessError(f"LEXPILOT_BACKOFF_BASE={backoff[:20]!r}: must be a number of seconds from 0 "
                            "to 3600") from None
+    prices = read_prices(args.prices) if args.prices else None
+    if args.max_cost is not None and prices is None:
+        raise HarnessError("--max-cost needs --prices FILE (the price per million tokens of each model id)")
+    roles = resolve_roles(args, env)
+    unpriced = sorted({r.model for r in roles.values()} - set(prices)) if prices else []
+    if args.max_cost is not None and unpriced:
+        raise HarnessError(f"--max-cost: {args.prices} has no price for {', '.join(unpriced)}")
     return Settings(
         run_id=args.run_id, dataset=args.dataset.resolve(), output_root=args.output_root.resolve(),
-        limit=args.limit, roles=resolve_roles(args, env), max_tokens=args.max_tokens,
+        limit=args.limit, roles=roles, max_tokens=args.max_tokens,
         timeout=args.timeout, retries=args.retries, concurrency=args.concurrency,
         keep_going=args.keep_going, stream=args.stream, dry_run=args.dry_run,
         user_condition=getattr(args, "user_condition", "standard"), allow_code_change=args.allow_code_change,
         histories=getattr(args, "histories", ("underspecified",)), source_run=getattr(args, "from_run", None),
         probes=args.probes.resolve() if getattr(args, "probes", None) else None,
         call_deadline=args.call_deadline or 10 * args.timeout, keep_reasoning=args.keep_reasoning,
-        backoff_base=backoff_base,
+        backoff_base=backoff_base, prices=prices, max_cost=args.max_cost,
     )

@@ -207,10 +207,17 @@ class Step:
     max_calls: Callable[[dict, Settings], dict] | dict = field(default_factory=dict)
     prompts: dict = field(default_factory=dict)  # role -> prompt name, for the dry run's token estimate
     when: Callable[[Settings], bool] | None = None  # run only with these settings (e.g. a --histories choice)
+    min_calls: dict | None = None  # the calls always made, for a lower bound (default: a fixed max_calls)
 
     @property
     def name(self) -> str:
         return self.kind.name
+
+    def surely_made(self) -> dict:
+        """The calls the step makes whatever the replies (a conditional count makes none sure)."""
+        if self.min_calls is not None:
+            return self.min_calls
+        return {} if callable(self.max_calls) else self.max_calls
 
     def calls_for(self, upstream: dict, settings: Settings, case: Case | None = None) -> dict:
         """The most calls per role the step makes for a case (its upstream records and the case as given)."""

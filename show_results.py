@@ -17,8 +17,9 @@ from errors import HarnessError
 from figures import write_plots
 from records import ROLES
 from results import Bootstrap, Group, group_runs, load_runs
-from tables import (UsageError, build_tables, read_complexity, comparison_table, judge_sensitivity_tables, read_prices, render_csv,
-                    render_json, render_latex, render_markdown, render_text, usage_tables)
+from pricing import read_prices
+from tables import (UsageError, build_tables, comparison_table, judge_sensitivity_tables, read_complexity,
+                    render_csv, render_json, render_latex, render_markdown, render_text, usage_tables)
 from viewer import write_site
 
 
@@ -56,7 +57,10 @@ def main(argv=None) -> int:
 def show(args) -> int:
     if args.resamples < 1:
         raise UsageError(f"--resamples must be at least 1, got {args.resamples}")
-    prices = read_prices(args.prices) if args.prices else None
+    try:
+        prices = read_prices(args.prices) if args.prices else None
+    except HarnessError as e:
+        raise UsageError(str(e)) from None
     complexity = read_complexity(args.complexity) if args.complexity else None  # checked before any run is read
     if args.plot:
         try:

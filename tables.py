@@ -15,6 +15,7 @@ import numpy as np
 
 from categories import CLASS_LABELS, FOCAL_TYPES, cause_class
 from errors import HarnessError
+from pricing import cost
 from checkpoints import COMPARED_MANIFEST_FIELDS
 from records import LJP_SETUPS, ROLES
 from rejudging import REJUDGED_KINDS, agreement, source_of
@@ -470,29 +471,11 @@ class UsageError(Exception):
     """A problem with the price file: said in one line, nothing else is printed."""
 
 
-def read_prices(path: Path) -> dict[str, tuple[float, float]]:
-    """{"model id": {"prompt": USD per 1M prompt tokens, "completion": USD per 1M completion tokens}, ...}"""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"--prices {path}: not found") from None
-    except json.JSONDecodeError as e:
-        raise UsageError(f"--prices {path}: not JSON ({e.msg} at line {e.lineno})") from None
-    prices = {}
-    for model, entry in (data.items() if isinstance(data, dict) else [(None, None)]):
-        try:
-            prices[model] = (float(entry["prompt"]), float(entry["completion"]))
-        except (TypeError, KeyError, ValueError):
-            raise UsageError(f"--prices {path}: entry {model!r} must be {{\"prompt\": number, \"completion\": "
-                             "number}} (price per million tokens)") from None
-    return prices
-
-
 def role_cost(run: Run, role: str, used: dict, prices: dict | None) -> float | None:
     price = (prices or {}).get(run.manifest["models"].get(role, {}).get("model"))
     if price is None:
         return None
-    return (used["prompt_tokens"] * price[0] + used["completion_tokens"] * price[1]) / 1e6
+    return cost(price, used["prompt_tokens"], used["completion_tokens"])
 
 
 def role_usage(used: Counter, unanswered: int) -> str:

@@ -1,0 +1,67 @@
+"""Money: the price file (per model id, per million tokens), the cost of usage, and the hard budget of an
+invocation (--max-cost), which no call may cross even at its worst case."""
+from __future__ import annotations
+
+import json
+import math
+import threading
+from pathlib import Path
+
+from errors import FatalError, HarnessError
+
+
+def read_prices(path: Path) -> dict[str, tuple[float, float]]:
+    """{"model id": {"prompt": price per 1M prompt tokens, "completion": price per 1M completion tokens}, ...}"""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, IsADirectoryError):
+        raise HarnessError(f"--prices {path}: not found") from None
+    except (ValueError, RecursionError) as e:
+        raise HarnessError(f"--prices {path}: not JSON ({' '.join(str(e).split())[:80]})") from None
+    prices = {}
+    for model, entry in (data.items() if isinstance(data, dict) else [(None, None)]):
+        try:
+            prices[model] = (float(entry["prompt"]), float(entry["completion"]))
+            if not all(math.isfinite(p) and p >= 0 for p in prices[model]):
+                raise ValueError
+        except (TypeError, KeyError, ValueError):
+            raise HarnessError(f"--prices {path}: entry {model!r} must be {{\"prompt\": number, \"completion\": "
+                               "number}} (price per million tokens)") from None
+    return prices
+
+
+def cost(price: tuple[float, float], prompt_tokens: float, completion_tokens: float) -> float:
+    return (prompt_tokens * price[0] + completion_tokens * price[1]) / 1e6
+
+
+class BudgetExceeded(FatalError):
+    """The next call could take the invocation's spending past --max-cost: the stage stops cleanly."""
+
+
+class Budget:
+    """--max-cost for one invocation: spending so far plus the worst case of every call in flight stays within
+    the amount. A call's worst case counts its prompt at one token per character (Chinese text is about one
+    token per character; other text fewer) and its completion at the role's output limit."""
+
+    def __init__(self, amount: float, prices: dict[str, tuple[float, float]]):
+        self.amount, self.prices = amount, prices
+        self.spent = self.reserved = 0.0
+        self.lock = threading.Lock()
+
+    def reserve(self, model: str, prompt_chars: int, max_tokens: int) -> float:
+        worst = cost(self.prices[model], prompt_chars, max_tokens)
+        with self.lock:
+            if self.spent + self.reserved + worst > self.amount:
+                raise BudgetExceeded(f"--max-cost {self.amount:g}: the next call could cost up to {worst:.4f}, "
+                                     f"and {self.spent:.4f} is spent with {self.reserved:.4f} in flight; stopped "
+                                     f"with {self.amount - self.spent:.4f} left. Every completed record is saved: "
+                                     "rerun with a larger --max-cost to go on")
+            self.reserved += worst
+        return worst
+
+    def settle(self, reserved: float, model: str, prompt_tokens: int | None, completion_tokens: int | None) -> None:
+        """The call is over: its real cost (its worst case where the reply carried no token counts)."""
+        with self.lock:
+            self.reserved -= reserved
+            self.spent += reserved if prompt_tokens is None else cost(self.prices[model], prompt_tokens,
+                                                                      completion_tokens or 0)
