@@ -172,8 +172,21 @@ class CallJournal:
             return queue.popleft() if queue else None
 
     def keep(self, case_number: str, step: str, role: str, prompt, reply: str, usage: dict) -> None:
-        self.writer.append(self.path, {"case_number": case_number, "step": step, "key": self.key(role, prompt),
-                                       "reply": reply, "usage": usage}, sync=False)
+        self.keep_key(case_number, step, self.key(role, prompt), reply, usage)
+
+    def keep_key(self, case_number: str, step: str, key: str, reply: str, usage: dict,
+                 custom_id: str | None = None, sync: bool = False) -> None:
+        entry = {"case_number": case_number, "step": step, "key": key, "reply": reply, "usage": usage}
+        if custom_id:  # a reply collected from a batch: imported once, whatever happens during the import
+            entry["custom_id"] = custom_id
+        self.writer.append(self.path, entry, sync=sync)
+
+    @staticmethod
+    def custom_ids(path: Path) -> set[str]:
+        """The batch requests whose replies the journal already holds."""
+        if not path.exists():
+            return set()
+        return {e["custom_id"] for _, e in _journal_lines(path) if e is not None and isinstance(e.get("custom_id"), str)}
 
     def started(self, role: str) -> str:
         """Note a call about to be sent; returns its id for `ended`. Not synced: a killed process's writes

@@ -170,7 +170,7 @@ class Usage:
     by_role: dict = field(default_factory=dict)
 
     def add(self, role: str, prompt_tokens: int, completion_tokens: int, calls: int = 1, unreported: int = 0,
-            reasoning_tokens: int = 0) -> None:
+            reasoning_tokens: int = 0, batched: int = 0) -> None:
         """`unreported`: calls whose reply carried no token counts (e.g. llama.cpp's streamed replies);
         `reasoning_tokens`: the part of the completion tokens spent on reasoning, where reported."""
         entry = self.by_role.setdefault(role, {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0})
@@ -181,11 +181,13 @@ class Usage:
             entry["unreported_calls"] = entry.get("unreported_calls", 0) + unreported
         if reasoning_tokens:
             entry["reasoning_tokens"] = entry.get("reasoning_tokens", 0) + reasoning_tokens
+        if batched:  # answered through a provider's batch API (priced at its batch price)
+            entry["batched_calls"] = entry.get("batched_calls", 0) + batched
 
     def merge(self, other: dict) -> None:
         for role, e in other.items():
             self.add(role, e["prompt_tokens"], e["completion_tokens"], e["calls"], e.get("unreported_calls", 0),
-                     e.get("reasoning_tokens", 0))
+                     e.get("reasoning_tokens", 0), e.get("batched_calls", 0))
 
 
 class Throttle:
@@ -226,6 +228,16 @@ class Throttle:
             self.cond.notify_all()
 
 
+def request_body(role: Role, prompt: str | list[dict], token_field: str = "max_tokens") -> dict:
+    """The chat-completion request of a role: one user message (the filled prompt), or a conversation sent as
+    it is (a list of messages); n=1, the role's output limit and temperature (none for 'default')."""
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+    body = {"model": role.model, "messages": messages, "n": 1, token_field: role.max_tokens}
+    if role.temperature is not None:
+        body["temperature"] = role.temperature
+    return body
+
+
 def _message_of(error: Exception) -> str:
     text = getattr(error, "message", None) or str(error)
     return " ".join(text.split())[:240]
@@ -263,12 +275,7 @@ class ModelCaller:
         self.transport_errors = (httpx.TimeoutException, httpx.TransportError)
 
     def _request(self, role: Role, prompt: str | list[dict]) -> Reply:
-        # A prompt is one user message (the filled Appendix F prompt); a list is a conversation sent as it is.
-        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
-        kwargs = {"model": role.model, "messages": messages, "n": 1,
-                  self.token_fields[role.name]: role.max_tokens}
-        if role.temperature is not None:
-            kwargs["temperature"] = role.temperature
+        kwargs = request_body(role, prompt, self.token_fields[role.name])
         if self.settings.stream:
             kwargs |= {"stream": True, "stream_options": {"include_usage": True}}
         deadline = time.monotonic() + self.settings.call_deadline

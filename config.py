@@ -62,6 +62,11 @@ class Settings:
     probes: Path | None = None  # the probe study's filled probe file
     prices: dict | None = None  # model id -> (prompt, completion) price per million tokens
     max_cost: float | None = None
+    batch: bool = False
+    batch_roles: tuple[str, ...] = ()
+    batch_detach: bool = False
+    batch_status: bool = False
+    batch_poll: float = 30.0
     call_deadline: float = 1200.0  # wall-clock seconds one call may take, however its bytes trickle in
     keep_reasoning: bool = False
     backoff_base: float = 1.0
@@ -178,6 +183,11 @@ def add_common_args(parser: argparse.ArgumentParser, user_condition: bool = Fals
       "tokens: --dry-run then quotes the cost; needed by --max-cost")
     a("--max-cost", type=number(float, 0, 10**9), metavar="AMOUNT",
       help="a hard budget for this invocation (with --prices): no call starts that could take the spending past it")
+    a("--batch", action="store_true", help="advance in cycles through the provider's batch API (about half the "
+      "price; answers within 24 h); a batch survives its process: rerun to re-attach")
+    a("--batch-detach", action="store_true", help="with --batch: submit the cycle's batches, then exit 0")
+    a("--batch-status", action="store_true", help="print the run's batches in flight and exit")
+    a("--batch-poll", type=number(float, 0, 86400), default=30.0, help="seconds between batch polls (default 30)")
     a("--keep-reasoning", action="store_true",
       help="save the evaluated model's separate reasoning in its records too (the judge's is always saved)")
     a("--allow-code-change", action="store_true",
@@ -228,4 +238,6 @@ def settings_from_args(args: argparse.Namespace, env=os.environ) -> Settings:
         probes=args.probes.resolve() if getattr(args, "probes", None) else None,
         call_deadline=args.call_deadline or 10 * args.timeout, keep_reasoning=args.keep_reasoning,
         backoff_base=backoff_base, prices=prices, max_cost=args.max_cost,
+        batch=args.batch or args.batch_detach, batch_detach=args.batch_detach, batch_status=args.batch_status,
+        batch_poll=args.batch_poll,
     )

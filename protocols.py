@@ -139,8 +139,11 @@ class CaseCalls:
                 self.replayed.merge(replayed[1])
                 self.replays += 1
                 return replayed[0]
+        # in batch mode the caller raises NeedsReply: the request goes into the next batch, and its reply reaches
+        # the journal when the batch is collected (nothing is marked or kept here)
+        batched = getattr(self.caller, "batched", False)
         used = Usage()
-        call_id = self.journal.started(role) if self.journal else None
+        call_id = self.journal.started(role) if self.journal and not batched else None
         try:
             reply = self.caller.chat(role, prompt, used)
         finally:
@@ -173,7 +176,7 @@ class CaseCalls:
                 problem = str(e)
                 self.caller.progress.retry(f"invalid {prompt_name} output: {problem}")
             else:
-                if self.journal:
+                if self.journal and not getattr(self.caller, "batched", False):
                     self.journal.keep(self.case.number, self.step, role, prompt, raws[-1], {})
                 return parsed, raws
         raise CaseFailed(f"{prompt_name} output invalid after {JUDGE_ATTEMPTS} attempts ({problem}); "

@@ -46,14 +46,18 @@ def synthetic_dataset(n: int, path: Path) -> None:
     path.write_text(json.dumps(cases, ensure_ascii=False), encoding="utf-8")
 
 
-def run_process(argv: list[str], env: dict) -> tuple[float, float, float, int]:
+def run_process(argv: list[str], env: dict, stdout: list | None = None) -> tuple[float, float, float, int]:
     """(wall seconds, CPU seconds, peak RSS in MB, exit status) of one stage process."""
     start = time.monotonic()
-    process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE if stdout is not None else subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, cwd=ROOT)
     _, status, usage = os.wait4(process.pid, 0)
     wall = time.monotonic() - start
     process.returncode = os.waitstatus_to_exitcode(status)
     error = process.stderr.read().decode("utf-8", "replace")
+    if stdout is not None:
+        stdout.append(process.stdout.read().decode("utf-8", "replace"))
+        process.stdout.close()
     process.stderr.close()
     if process.returncode != 0:
         print(f"{argv[1]} exited {process.returncode}:\n{error[-2000:]}", file=sys.stderr)
@@ -82,8 +86,13 @@ def main(argv=None) -> int:
     parser.add_argument("--latency", type=float, default=0.3, help="seconds per simulated call")
     parser.add_argument("--jitter", type=float, default=0.0, help="up to this many extra seconds per call")
     parser.add_argument("--rate-limit", type=float, help="requests per second the server accepts (429 beyond)")
+    parser.add_argument("--batch", action="store_true", help="run every stage with --batch against the scripted "
+                        "batch API instead: cycles, harness CPU per request, peak memory, wall against cycles x delay")
+    parser.add_argument("--batch-delay", type=float, default=1.0, help="seconds a scripted batch takes (default 1)")
     args = parser.parse_args(argv)
 
+    if args.batch:
+        return batch_benchmark(args)
     with tempfile.TemporaryDirectory() as tmp, \
             FakeProvider(latency=args.latency, jitter=args.jitter, rate_limit=args.rate_limit) as provider:
         tmp = Path(tmp)
@@ -117,6 +126,34 @@ def main(argv=None) -> int:
         before = len(provider.requests)
         rerun = sum(run_process([sys.executable, script, *common], env)[0] for script in STAGES)
         print(f"rerun of every stage of the finished run: {rerun:.2f}s, {len(provider.requests) - before} calls")
+    return status
+
+
+def batch_benchmark(args) -> int:
+    """Every stage in batch mode against the scripted batch API: cycles (LexAwN_gen needs no more than its
+    longest per-case call chain), harness CPU per request, peak memory, wall against cycles x delay."""
+    import re
+    with tempfile.TemporaryDirectory() as tmp, FakeProvider() as provider:
+        provider.batch_delay = args.batch_delay
+        tmp = Path(tmp)
+        dataset = tmp / "bench.json"
+        synthetic_dataset(args.cases, dataset)
+        env = {**os.environ, "OPENAI_BASE_URL": provider.base_url, "OPENAI_API_KEY": "bench",
+               "LEXPILOT_MODEL": "bench-model"}
+        common = ["--run-id", "bench", "--dataset", str(dataset), "--output-root", str(tmp / "out"), "--batch",
+                  "--batch-poll", str(min(0.2, args.batch_delay / 4))]
+        print(f"{args.cases} cases, batch mode, a batch takes {args.batch_delay}s")
+        print(f"{'stage':<16}{'requests':>10}{'cycles':>8}{'wall s':>9}{'bound s':>9}{'CPU ms/req':>12}{'peak MB':>9}")
+        status = 0
+        for script in STAGES:
+            before = sum(provider.submitted.values())
+            out: list = []
+            wall, cpu, rss, code = run_process([sys.executable, script, *common], env, out)
+            status = status or code
+            cycles = sum(int(n) for n in re.findall(r"(\d+) cycles", out[0]))
+            requests = sum(provider.submitted.values()) - before
+            print(f"{script:<16}{requests:>10}{cycles:>8}{wall:>9.2f}{cycles * args.batch_delay:>9.2f}"
+                  f"{1000 * cpu / max(requests, 1):>12.2f}{rss:>9.0f}")
     return status
 
 

@@ -61,6 +61,25 @@ def stable(text: str) -> int:
     return int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:8], 16)
 
 
+def multipart_file(content_type: str, raw: bytes) -> tuple[str, bytes]:
+    """The uploaded file of a multipart/form-data request: (file name, content)."""
+    from email.parser import BytesParser
+    message = BytesParser().parsebytes(f"Content-Type: {content_type}\r\n\r\n".encode() + raw)
+    for part in message.get_payload():
+        if part.get_filename():
+            return part.get_filename(), part.get_payload(decode=True)
+    raise ValueError("no file in the upload")
+
+
+def file_object(file_id: str, name: str, size: int) -> dict:
+    return {"id": file_id, "object": "file", "bytes": size, "created_at": 0, "filename": name, "purpose": "batch",
+            "status": "processed"}
+
+
+def public(batch: dict) -> dict:
+    return {k: v for k, v in batch.items() if not k.startswith("_")}
+
+
 def fault_record(prompt: str) -> str:
     """The structured record a self-correcting user's faulty reply ends with, when its prompt asks for one:
     an incomplete answer about the first key detail."""
@@ -124,6 +143,13 @@ class FakeProvider:
                  usage: bool = True, one_slot: bool = False):
         self.script, self.latency, self.jitter, self.rate_limit, self.usage = script, latency, jitter, rate_limit, usage
         self.one_slot, self.active = one_slot, 0
+        # the batch API: files and batches, answered `batch_delay` seconds after creation; `batch_refuse` answers
+        # 404 on /files and /batches; `batch_fail(custom_id)` puts a request in the error file; `batch_expire`
+        # ends each batch expired with only its first half answered
+        self.files: dict[str, bytes] = {}
+        self.batches: dict[str, dict] = {}
+        self.batch_delay, self.batch_refuse, self.batch_fail, self.batch_expire = 0.0, False, None, False
+        self.submitted = Counter()  # custom_id -> batches it was submitted in
         self.requests: list[dict] = []
         self.lock = threading.Lock()
         self.statuses = Counter()
@@ -141,9 +167,24 @@ class FakeProvider:
             def log_message(self, *args):
                 pass
 
+            def do_GET(self):
+                status, headers, payload = provider.batch_api("GET", self.path, self.headers, b"")
+                head = [f"HTTP/1.1 {status} X", f"Content-Length: {len(payload)}"] + \
+                    [f"{k}: {v}" for k, v in headers.items()]
+                self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode() + payload)
+                self.wfile.flush()
+
             def do_POST(self):
                 length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}")
+                raw = self.rfile.read(length)
+                if not self.path.endswith("/chat/completions"):
+                    status, headers, payload = provider.batch_api("POST", self.path, self.headers, raw)
+                    self.wfile.write(f"HTTP/1.1 {status} X\r\nContent-Length: {len(payload)}\r\n".encode()
+                                     + "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode() + b"\r\n"
+                                     + payload)
+                    self.wfile.flush()
+                    return
+                body = json.loads(raw or b"{}")
                 status, headers, payload = provider.respond(self.path, body)
                 stall = headers.pop("X-Stall-After-First-Event", None)
                 trickle = headers.pop("X-Trickle", None)
@@ -234,6 +275,10 @@ class FakeProvider:
             import httpx
 
         def handle(request):
+            if not request.url.path.endswith("/chat/completions"):
+                status, headers, payload = self.batch_api(request.method, request.url.path, request.headers,
+                                                          request.read())
+                return httpx.Response(status, headers=headers, content=payload)
             body = json.loads(request.content or b"{}")
             status, headers, payload = self.respond(request.url.path, body)
             headers.pop("X-Stall-After-First-Event", None)  # stalls need a socket: HTTP tests only
@@ -263,6 +308,70 @@ class FakeProvider:
                 return True
             self._window.append(now)
             return False
+
+    # --- the batch API (OpenAI's files and batches endpoints, as vLLM and others copy them)
+    def batch_api(self, method: str, path: str, headers, raw: bytes):
+        json_type = {"Content-Type": "application/json"}
+        reply = lambda status, data: (status, json_type, json.dumps(data, ensure_ascii=False).encode())  # noqa: E731
+        if self.batch_refuse:
+            return reply(404, {"error": {"message": "Not Found", "type": "invalid_request_error"}})
+        parts = path.split("?")[0].rstrip("/").split("/")[2:]  # after /v1
+        with self.lock:
+            if parts == ["files"] and method == "POST":
+                name, content = multipart_file(headers.get("content-type", ""), raw)
+                file_id = f"file-{len(self.files) + 1}"
+                self.files[file_id] = content
+                return reply(200, file_object(file_id, name, len(content)))
+            if len(parts) == 3 and parts[0] == "files" and parts[2] == "content":
+                if parts[1] not in self.files:
+                    return reply(404, {"error": {"message": "no such file"}})
+                return 200, {"Content-Type": "application/jsonl"}, self.files[parts[1]]
+            if parts == ["batches"] and method == "POST":
+                body = json.loads(raw)
+                batch_id = f"batch-{len(self.batches) + 1}"
+                lines = [json.loads(x) for x in self.files[body["input_file_id"]].splitlines() if x.strip()]
+                self.submitted.update(x["custom_id"] for x in lines)
+                self.batches[batch_id] = {"id": batch_id, "object": "batch", "endpoint": body["endpoint"],
+                                          "input_file_id": body["input_file_id"], "completion_window": "24h",
+                                          "status": "in_progress", "created_at": int(time.time()), "_lines": lines,
+                                          "_ready": time.monotonic() + self.batch_delay,
+                                          "request_counts": {"total": len(lines), "completed": 0, "failed": 0}}
+                return reply(200, public(self.batches[batch_id]))
+            if parts == ["batches"] and method == "GET":
+                return reply(200, {"object": "list", "data": [public(b) for b in self.batches.values()],
+                                   "has_more": False})
+            if len(parts) >= 2 and parts[0] == "batches" and parts[1] in self.batches:
+                batch = self.batches[parts[1]]
+                if parts[2:] == ["cancel"]:
+                    batch["status"] = "cancelled"
+                elif batch["status"] == "in_progress" and time.monotonic() >= batch["_ready"]:
+                    self._finish(batch)
+                return reply(200, public(batch))
+        return reply(404, {"error": {"message": f"no route {method} {path}"}})
+
+    def _finish(self, batch: dict) -> None:
+        lines = batch["_lines"][:max(1, len(batch["_lines"]) // 2)] if self.batch_expire else batch["_lines"]
+        out, errors = [], []
+        for i, line in enumerate(lines):
+            if self.batch_fail and self.batch_fail(line["custom_id"]):
+                errors.append({"id": f"req-{i}", "custom_id": line["custom_id"], "response": None,
+                               "error": {"code": "server_error", "message": "scripted failure"}})
+                continue
+            self.lock.release()  # the chat handler takes the lock itself
+            try:
+                status, _, payload = self._answer(line["body"])
+            finally:
+                self.lock.acquire()
+            out.append({"id": f"req-{i}", "custom_id": line["custom_id"],
+                        "response": {"status_code": status, "request_id": f"req-{i}", "body": json.loads(payload)},
+                        "error": None})
+        for name, rows in (("output_file_id", out), ("error_file_id", errors)):
+            if rows:
+                file_id = f"file-{len(self.files) + 1}"
+                self.files[file_id] = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode()
+                batch[name] = file_id
+        batch["status"] = "expired" if self.batch_expire else "completed"
+        batch["request_counts"] = {"total": len(batch["_lines"]), "completed": len(out), "failed": len(errors)}
 
     def respond(self, path: str, body: dict):
         json_type = {"Content-Type": "application/json"}

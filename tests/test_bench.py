@@ -13,3 +13,13 @@ def test_benchmark_runs_every_stage_and_prints_its_table():
     for stage in ("LexAwN_gen.py", "eval_DCG.py", "eval_LJP.py", "show_results.py"):
         assert any(line.startswith(stage) for line in lines), result.stdout
     assert "rerun of every stage of the finished run" in lines[-1] and lines[-1].endswith(", 0 calls")
+
+
+def test_the_batch_benchmark_counts_cycles_within_the_longest_call_chain():
+    result = subprocess.run([sys.executable, "-m", "bench.throughput", "--batch", "--cases", "4", "--batch-delay",
+                             "0.05"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()[2:]}
+    assert set(rows) == {"LexAwN_gen.py", "eval_DCG.py", "eval_LJP.py"}
+    assert 1 <= int(rows["LexAwN_gen.py"][2]) <= 12  # a1 2 + LCA 2 + interaction 3 x 3 - 1 + the forced prediction
+    assert int(rows["eval_DCG.py"][2]) == 5  # question, reply, question, then the two judgments one after the other

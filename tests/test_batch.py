@@ -1,0 +1,114 @@
+"""Batch mode (--batch): cycles through the scripted batch API give the records of a synchronous run; a batch
+survives its process; rejected replies go into the next cycle; refusing endpoints stop before submitting."""
+import json
+
+import pytest
+
+from tests.conftest import Harness, sample_cases, write_dataset
+
+CASES = sample_cases()[:4]
+VOLATILE = ("usage", "digest", "upstream_hash")  # batched calls are marked in usage, hence new digests
+
+
+def contents(h, name_top, name_file):
+    return sorted(({k: v for k, v in r.items() if k not in VOLATILE} for r in h.records(name_top, name_file)),
+                  key=lambda r: r["case_number"])
+
+
+@pytest.fixture
+def pair(tmp_path, provider, monkeypatch):
+    dataset = write_dataset(tmp_path / "four.json", CASES)
+    sync = Harness(tmp_path / "sync", provider, monkeypatch, dataset)
+    batch = Harness(tmp_path / "batch", provider, monkeypatch, dataset)
+    return sync, batch
+
+
+FILES = {"gold": [("Force_judge_gen", "a1_force_judge.jsonl"), ("eval_results", "LJP_gold.jsonl")],
+         "DCG": [("Force_ask_gen", "force_ask.jsonl"), ("eval_results", "DCG_results.jsonl")],
+         "LexAwN": [("AwN_gen", "a1.jsonl"), ("eval_results", "LCA_results.jsonl"), ("AwN_gen", "interaction.jsonl")]}
+
+
+@pytest.mark.parametrize("stage", ["gold", "DCG", "LexAwN"])
+def test_batch_records_equal_a_synchronous_runs(pair, provider, capsys, stage):
+    sync, batch = pair
+    assert sync.run(stage) == 0
+    provider.requests = []
+    assert batch.run(stage, "--batch", "--batch-poll", "0") == 0
+    out = capsys.readouterr().out
+    for top, name in FILES[stage]:
+        assert contents(batch, top, name) == contents(sync, top, name), name
+    for top, name in FILES[stage]:
+        for record in batch.records(top, name):
+            assert all(u.get("batched_calls") == u["calls"] for u in record["usage"].values())
+    assert all(n == 1 for n in provider.submitted.values())  # every request submitted once
+    assert "batch mode: 4 of 4 cases saved, 0 failed" in out
+
+
+def test_a_batch_survives_its_process_and_is_never_submitted_twice(pair, provider, capsys):
+    _, batch = pair
+    provider.batch_delay = 60  # the provider takes its time
+    assert batch.run("gold", "--batch-detach") == 0
+    assert "rerun the same command to collect them" in capsys.readouterr().err
+    first = dict(provider.submitted)
+    assert batch.run("gold", "--batch-status") == 0
+    assert "in_progress" in capsys.readouterr().out
+    assert batch.run("gold", "--batch-detach") == 0  # still in flight: re-attached, nothing new submitted
+    assert provider.submitted == first
+    provider.batch_delay = 0
+    for b in provider.batches.values():
+        b["_ready"] = 0
+    assert batch.run("gold", "--batch", "--batch-poll", "0") == 0
+    assert all(n == 1 for n in provider.submitted.values()) and len(batch.records("eval_results", "LJP_gold.jsonl")) == 4
+
+
+@pytest.mark.parametrize("phase", ["before upload", "after upload", "after create"])
+def test_a_kill_at_each_phase_re_attaches_without_a_duplicate(pair, provider, monkeypatch, phase):
+    import batching
+    _, batch = pair
+    real_submit = batching.submit
+
+    def killed(ledger, client, role, requests, max_tokens, log):
+        if phase == "before upload":
+            ledger.data["batches"].append({"role": role, "phase": "prepared", "max_tokens": max_tokens,
+                                           "requests": {cid: meta for cid, meta, _ in requests}})
+            ledger.save()
+        else:
+            real_submit(ledger, client, role, requests, max_tokens, log)
+            if phase == "after upload":  # the batch was created, but the ledger never learnt its id
+                b = ledger.data["batches"][-1]
+                b["phase"] = "uploaded"
+                b.pop("batch_id")
+                ledger.save()
+        raise KeyboardInterrupt
+    monkeypatch.setattr(batching, "submit", killed)
+    assert batch.run("gold", "--batch", "--batch-poll", "0") == 130  # interrupted at that phase
+    monkeypatch.setattr(batching, "submit", real_submit)
+    assert batch.run("gold", "--batch", "--batch-poll", "0") == 0
+    assert all(n == 1 for n in provider.submitted.values())
+    assert len(batch.records("eval_results", "LJP_gold.jsonl")) == 4
+
+
+def test_rejected_and_failed_requests_go_into_the_next_cycle(pair, provider, capsys):
+    _, batch = pair
+    failures = {"n": 0}
+
+    def fail_twice(custom_id):
+        failures["n"] += 1
+        return failures["n"] <= 2
+    provider.batch_fail = fail_twice
+    provider.script = lambda kind, prompt, body: {"content": "半句", "finish_reason": "length"} \
+        if kind == "force_judge" and not provider.batches.get("batch-3") else None
+    assert batch.run("gold", "--batch", "--batch-poll", "0") == 0
+    err = capsys.readouterr().err
+    assert "failed in the batch" in err and "asked again in the next cycle" in err and "reply truncated" in err
+    assert len(provider.batches) >= 4  # the rejected requests took further cycles
+    assert len(batch.records("eval_results", "LJP_gold.jsonl")) == 4
+
+
+def test_an_endpoint_refusing_the_batch_api_stops_before_submitting(pair, provider, capsys):
+    _, batch = pair
+    provider.batch_refuse = True
+    assert batch.run("gold", "--batch") == 2
+    err = capsys.readouterr().err
+    assert "refuses the batch API (HTTP 404)" in err and "run without --batch" in err
+    assert not provider.submitted and not provider.requests
