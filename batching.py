@@ -16,11 +16,14 @@ import hashlib
 import json
 import os
 import sys
+import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
 from checkpoints import CallJournal, CheckpointWriter, journal_path, run_folder
+from records import model_folder
 from common import Usage, load_prompts, request_body
 from errors import CaseFailed, FatalError, HarnessError
 from protocols import CaseCalls
@@ -83,7 +86,13 @@ def collect(ledger: Ledger, clients: dict, journal: Path, writer: CheckpointWrit
     keeper = None  # the journal is opened once, and only when there is something to import
     for batch in ledger.open_batches():
         client = clients[batch["role"]]
-        if batch["phase"] == "prepared":  # killed before the upload: nothing was submitted
+        if batch["phase"] == "written":  # a vLLM input file: imported once its output file is there
+            output = Path(batch["output"])
+            if not output.exists():
+                waiting = True
+                continue
+            lines = output.read_bytes().splitlines()
+        elif batch["phase"] == "prepared":  # killed before the upload: nothing was submitted
             batch["phase"] = "imported"
             ledger.save()
             continue
@@ -95,36 +104,40 @@ def collect(ledger: Ledger, clients: dict, journal: Path, writer: CheckpointWrit
                 continue
             batch["batch_id"], batch["phase"] = made.id, "created"
             ledger.save()
-        remote = client.batches.retrieve(batch["batch_id"])
-        batch["status"] = remote.status
-        counts = remote.request_counts
-        log(f"batch {batch['batch_id']} ({batch['role']}): {remote.status}, "
-            f"{getattr(counts, 'completed', 0)}/{getattr(counts, 'failed', 0)}/{len(batch['requests'])} "
-            "completed/failed/total")
-        if remote.status not in FINISHED:
-            waiting = True
-            continue
-        for file_id in (remote.output_file_id, remote.error_file_id):
-            if not file_id:
+        if batch["phase"] != "written":
+            remote = client.batches.retrieve(batch["batch_id"])
+            batch["status"] = remote.status
+            counts = remote.request_counts
+            log(f"batch {batch['batch_id']} ({batch['role']}): {remote.status}, "
+                f"{getattr(counts, 'completed', 0)}/{getattr(counts, 'failed', 0)}/{len(batch['requests'])} "
+                "completed/failed/total")
+            if remote.status not in FINISHED:
+                waiting = True
                 continue
-            for line in client.files.content(file_id).read().splitlines():
-                if not line.strip():
-                    continue
+            lines = [line for file_id in (remote.output_file_id, remote.error_file_id) if file_id
+                     for line in client.files.content(file_id).read().splitlines()]
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
                 entry = json.loads(line)
                 cid = entry.get("custom_id")
-                request = batch["requests"].get(cid)
-                if request is None or cid in known:
-                    continue  # not ours, or imported before a kill
-                text, usage, problem = reply_of(entry, batch["max_tokens"])
-                if problem:
-                    ledger.data["failures"][request["key"]] = ledger.data["failures"].get(request["key"], 0) + 1
-                    log(f"case {request['case']}: {batch['role']} {problem}; asked again in the next cycle")
-                    continue
-                keeper = keeper or CallJournal(journal, writer, set())
-                keeper.keep_key(request["case"], request["step"], request["key"], text, {batch["role"]: usage},
-                                custom_id=cid)
-                known.add(cid)
-                imported += 1
+            except (ValueError, AttributeError):
+                log(f"batch {batch.get('batch_id', batch.get('output'))}: an unreadable output line skipped")
+                continue
+            request = batch["requests"].get(cid)
+            if request is None or cid in known:
+                continue  # not ours, or imported before a kill
+            text, usage, problem = reply_of(entry, batch["max_tokens"])
+            if problem:
+                ledger.data["failures"][request["key"]] = ledger.data["failures"].get(request["key"], 0) + 1
+                log(f"case {request['case']}: {batch['role']} {problem}; asked again in the next cycle")
+                continue
+            keeper = keeper or CallJournal(journal, writer, set())
+            keeper.keep_key(request["case"], request["step"], request["key"], text, {batch["role"]: usage},
+                            custom_id=cid)
+            known.add(cid)
+            imported += 1
         batch["phase"] = "imported"  # unanswered requests (expired, cancelled) go into the next cycle
         ledger.save()
     return waiting, imported
@@ -161,26 +174,41 @@ def run_cycles(name: str, state, clients: dict, settings, out, err, run_case) ->
         return 130
 
 
+class QuietProgress:
+    """Counters for the synchronous calls of roles left out of the batches (the cycles print their own lines)."""
+
+    def __init__(self, log):
+        self.log, self.retries = log, 0
+
+    def update(self, **deltas) -> None:
+        pass
+
+    def retry(self, message: str) -> None:
+        self.retries += 1
+        self.log(f"retry: {message}")
+
+
 def _cycles(name: str, state, clients: dict, settings, out, err, run_case) -> int:
-    from common import ModelCaller  # for the clients and token fields, as a synchronous run builds them
+    from common import ModelCaller  # the clients and token fields, as a synchronous run builds them
     log = (lambda message: print(f"[{name}] {message}", file=err, flush=True))
     model = settings.roles["eval"].model
     ledger = Ledger(run_folder(settings.output_root, settings.run_id, model) / "batches.json")
     jpath = journal_path(settings.output_root, settings.run_id, model)
     writer = CheckpointWriter()
-    caller = ModelCaller(settings, None, None, clients)
+    caller = ModelCaller(settings, QuietProgress(log), threading.Event(), clients)
+    batched_roles = set(settings.batch_roles or ("eval", "user", "judge"))
     prompts = load_prompts()
     failed: dict[str, str] = {}
     cycles, started = 0, time.monotonic()
-    if settings.batch_roles and not set(settings.batch_roles) >= {"eval", "user", "judge"}:
-        raise HarnessError("--batch with some roles left synchronous is not supported yet: use --batch-roles "
-                           "eval,user,judge, or run without --batch")
-    check_endpoints(caller, settings)
+    if not settings.batch_files:
+        check_endpoints(caller, settings, batched_roles)
     while True:
         waiting, imported = collect(ledger, caller.clients, jpath, writer, log)
         if waiting:
-            if settings.batch_detach:
-                log("batches in flight; rerun the same command to collect them (--batch-status shows them)")
+            if settings.batch_detach or settings.batch_files:
+                log("batches in flight; rerun the same command to collect them" + (
+                    " once their output files are in --batch-files" if settings.batch_files else
+                    " (--batch-status shows them)"))
                 return 0
             time.sleep(settings.batch_poll)
             continue
@@ -189,38 +217,62 @@ def _cycles(name: str, state, clients: dict, settings, out, err, run_case) -> in
         # one read of the journal per cycle: its replies are queued per case, step and prompt
         journal = CallJournal(jpath, writer, {(c.number, s.name) for c in pending for s in state.steps})
         for case in pending:
-            calls = CaseCalls(BatchCaller(settings, None), prompts, case, user_condition=settings.user_condition,
-                              journal=journal)
-            try:
-                run_case(state, calls, writer)
-            except NeedsReply as need:
-                key = CallJournal.key(need.role, need.prompt)
-                tries = ledger.data["failures"].get(key, 0)
-                if tries > settings.retries:
-                    failed[case.number] = f"{need.role} request failed in {tries} batches"
-                    continue
-                needs.append((case.number, calls.step, need, key))
-            except CaseFailed as e:
-                failed[case.number] = str(e)
+            while True:  # a role left synchronous is answered at once, and the replay goes on
+                calls = CaseCalls(BatchCaller(settings, None), prompts, case, user_condition=settings.user_condition,
+                                  journal=journal)
+                try:
+                    run_case(state, calls, writer)
+                except NeedsReply as need:
+                    key = CallJournal.key(need.role, need.prompt)
+                    if need.role not in batched_roles:
+                        try:
+                            used = Usage()
+                            reply = caller.chat(need.role, need.prompt, used)
+                        except CaseFailed as e:
+                            failed[case.number] = str(e)
+                            break
+                        journal.keep_key(case.number, calls.step, key, reply.text, used.by_role)
+                        journal.replies.setdefault((case.number, calls.step, key), deque()).append(
+                            (reply.text, used.by_role))
+                        continue
+                    tries = ledger.data["failures"].get(key, 0)
+                    if tries > settings.retries:
+                        failed[case.number] = f"{need.role} request failed in {tries} batches"
+                    else:
+                        needs.append((case.number, calls.step, need, key))
+                except CaseFailed as e:
+                    failed[case.number] = str(e)
+                break
         writer.close()
         if not needs:
             break
         cycles += 1
         in_flight = ledger.in_flight_keys()
         submission = len(ledger.data["batches"])  # makes every custom id of this cycle new
-        by_role: dict[str, list] = {}
+        groups: dict[str, list] = {}
         for number, step, need, key in needs:
             if (number, step, key) in in_flight:
                 continue  # asked in a batch still open: never twice
-            cid = custom_id(number, step, key, submission)
             role = settings.roles[need.role]
             body = request_body(role, need.prompt, caller.token_fields[need.role])
-            by_role.setdefault(need.role, []).append((cid, {"case": number, "step": step, "key": key}, body))
-        for role, requests in by_role.items():
+            if caller.budget:  # the batch's worst case must fit the budget before it is submitted; it stays
+                # reserved for the invocation (a batch's real cost is known only when it is collected)
+                caller.budget.reserve(role.model, len(str(need.prompt)), role.max_tokens, batched=1.0)
+            # vLLM's run-batch takes one model per file; the API one batch per endpoint (per role here)
+            group = role.model if settings.batch_files else need.role
+            groups.setdefault(group, []).append((custom_id(number, step, key, submission),
+                                                 {"case": number, "step": step, "key": key, "role": need.role},
+                                                 body))
+        for group, requests in groups.items():
+            role = requests[0][1]["role"]
             for chunk in chunks(requests):
-                submit(ledger, caller.clients[role], role, chunk, settings.roles[role].max_tokens, log)
-        log(f"cycle {cycles}: {len(needs)} requests submitted in {sum(len(r) for r in by_role.values())} "
-            f"({', '.join(f'{r} {len(v)}' for r, v in by_role.items())}); elapsed {time.monotonic() - started:.0f}s")
+                if settings.batch_files:
+                    write_batch_file(ledger, settings.batch_files, group, role, chunk,
+                                     settings.roles[role].max_tokens, log)
+                else:
+                    submit(ledger, caller.clients[role], role, chunk, settings.roles[role].max_tokens, log)
+        log(f"cycle {cycles}: {sum(len(r) for r in groups.values())} requests "
+            f"({', '.join(f'{g} {len(v)}' for g, v in groups.items())}); elapsed {time.monotonic() - started:.0f}s")
     done = len(state.cases) - len(state.pending())
     print(f"[{name}] batch mode: {done} of {len(state.cases)} cases saved, {len(failed)} failed, {cycles} cycles; "
           f"wall {time.monotonic() - started:.1f}s", file=out, flush=True)
@@ -228,6 +280,20 @@ def _cycles(name: str, state, clients: dict, settings, out, err, run_case) -> in
         print(f"[{name}] case {number} failed: {settings.redact(message)}", file=err)
     CallJournal(jpath, writer, set()).compact({s.name: state.records[s.name] for s in state.steps})
     return 1 if failed else 0
+
+
+def write_batch_file(ledger: Ledger, folder: Path, model: str, role: str, requests: list, max_tokens: int, log):
+    """--batch-files: the cycle's input for `vllm run-batch` (one model per file), recorded, then the command."""
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = f"cycle{len(ledger.data['batches']) + 1:04d}-{model_folder(model)}"
+    path, output = folder / f"{stem}.jsonl", folder / f"{stem}.out.jsonl"
+    path.write_text("".join(json.dumps({"custom_id": cid, "method": "POST", "url": "/v1/chat/completions",
+                                        "body": body}, ensure_ascii=False) + "\n" for cid, _, body in requests),
+                    encoding="utf-8")
+    ledger.data["batches"].append({"role": role, "phase": "written", "max_tokens": max_tokens, "path": str(path),
+                                   "output": str(output), "requests": {cid: meta for cid, meta, _ in requests}})
+    ledger.save()
+    log(f"wrote {path}: run  vllm run-batch -i {path} -o {output} --model {model}  (then rerun this command)")
 
 
 def chunks(requests: list) -> list[list]:
@@ -261,14 +327,15 @@ def submit(ledger: Ledger, client, role: str, requests: list, max_tokens: int, l
     log(f"submitted batch {created.id} ({role}, {len(requests)} requests)")
 
 
-def check_endpoints(caller, settings) -> None:
+def check_endpoints(caller, settings, roles: set[str]) -> None:
     """An endpoint that refuses the batch API stops the stage before any submission, naming the fallback."""
-    for role in {r for r in settings.batch_roles or ("eval", "user", "judge")}:
+    for role in sorted(roles):
         try:
             caller.clients[role].batches.list()
         except caller.openai.APIStatusError as e:
             raise FatalError(f"{settings.roles[role].describe()}: the endpoint refuses the batch API (HTTP "
-                             f"{e.status_code}); run without --batch (synchronous calls) for this role") from None
+                             f"{e.status_code}); leave the role synchronous (--batch-roles without {role}) or run "
+                             "without --batch") from None
 
 
 def status(settings, clients: dict, out=sys.stdout) -> int:

@@ -67,6 +67,7 @@ class Settings:
     batch_detach: bool = False
     batch_status: bool = False
     batch_poll: float = 30.0
+    batch_files: Path | None = None
     call_deadline: float = 1200.0  # wall-clock seconds one call may take, however its bytes trickle in
     keep_reasoning: bool = False
     backoff_base: float = 1.0
@@ -141,6 +142,13 @@ def number(kind: type, low: float, high: float, default_word: bool = False):
     return parse
 
 
+def role_list(text: str) -> tuple[str, ...]:
+    chosen = {t.strip() for t in text.split(",") if t.strip()}
+    if not chosen or chosen - set(ROLES):
+        raise argparse.ArgumentTypeError(f"{text!r}: use eval, user and judge, comma-separated")
+    return tuple(r for r in ROLES if r in chosen)
+
+
 def histories(text: str) -> tuple[str, ...]:
     """--histories: a comma-separated subset of the history types, in the benchmark's order."""
     chosen = {t.strip() for t in text.split(",") if t.strip()}
@@ -188,6 +196,10 @@ def add_common_args(parser: argparse.ArgumentParser, user_condition: bool = Fals
     a("--batch-detach", action="store_true", help="with --batch: submit the cycle's batches, then exit 0")
     a("--batch-status", action="store_true", help="print the run's batches in flight and exit")
     a("--batch-poll", type=number(float, 0, 86400), default=30.0, help="seconds between batch polls (default 30)")
+    a("--batch-roles", type=role_list, help="with --batch: the roles sent in batches, e.g. eval,judge (default all); "
+      "the others are called synchronously within the same cycles")
+    a("--batch-files", type=Path, metavar="DIR", help="offline batches for `vllm run-batch`: write each cycle's "
+      "input files there and stop; rerun with their output files there to go on")
     a("--keep-reasoning", action="store_true",
       help="save the evaluated model's separate reasoning in its records too (the judge's is always saved)")
     a("--allow-code-change", action="store_true",
@@ -238,6 +250,7 @@ def settings_from_args(args: argparse.Namespace, env=os.environ) -> Settings:
         probes=args.probes.resolve() if getattr(args, "probes", None) else None,
         call_deadline=args.call_deadline or 10 * args.timeout, keep_reasoning=args.keep_reasoning,
         backoff_base=backoff_base, prices=prices, max_cost=args.max_cost,
-        batch=args.batch or args.batch_detach, batch_detach=args.batch_detach, batch_status=args.batch_status,
-        batch_poll=args.batch_poll,
+        batch=bool(args.batch or args.batch_detach or args.batch_files or args.batch_roles),
+        batch_detach=args.batch_detach, batch_status=args.batch_status, batch_poll=args.batch_poll,
+        batch_roles=args.batch_roles or (), batch_files=args.batch_files.resolve() if args.batch_files else None,
     )

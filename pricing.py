@@ -6,12 +6,21 @@ import json
 import math
 import threading
 from pathlib import Path
+from typing import NamedTuple
 
 from errors import FatalError, HarnessError
 
 
-def read_prices(path: Path) -> dict[str, tuple[float, float]]:
-    """{"model id": {"prompt": price per 1M prompt tokens, "completion": price per 1M completion tokens}, ...}"""
+class Price(NamedTuple):
+    prompt: float
+    completion: float
+    batch_prompt: float  # what the provider's batch API charges (the synchronous price where none is given)
+    batch_completion: float
+
+
+def read_prices(path: Path) -> dict[str, Price]:
+    """{"model id": {"prompt": P, "completion": C}, ...} per million tokens; an entry may add the batch API's
+    prices ("batch_prompt", "batch_completion") or a discount on both ("batch_discount": 0.5 = half price)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, IsADirectoryError):
@@ -21,17 +30,24 @@ def read_prices(path: Path) -> dict[str, tuple[float, float]]:
     prices = {}
     for model, entry in (data.items() if isinstance(data, dict) else [(None, None)]):
         try:
-            prices[model] = (float(entry["prompt"]), float(entry["completion"]))
+            prompt, completion = float(entry["prompt"]), float(entry["completion"])
+            factor = 1 - float(entry.get("batch_discount", 0))
+            prices[model] = Price(prompt, completion, float(entry.get("batch_prompt", prompt * factor)),
+                                  float(entry.get("batch_completion", completion * factor)))
             if not all(math.isfinite(p) and p >= 0 for p in prices[model]):
                 raise ValueError
-        except (TypeError, KeyError, ValueError):
+        except (TypeError, KeyError, ValueError, AttributeError):
             raise HarnessError(f"--prices {path}: entry {model!r} must be {{\"prompt\": number, \"completion\": "
-                               "number}} (price per million tokens)") from None
+                               "number}} (price per million tokens; optional batch_prompt, batch_completion or "
+                               "batch_discount)") from None
     return prices
 
 
-def cost(price: tuple[float, float], prompt_tokens: float, completion_tokens: float) -> float:
-    return (prompt_tokens * price[0] + completion_tokens * price[1]) / 1e6
+def cost(price: Price, prompt_tokens: float, completion_tokens: float, batched: float = 0.0) -> float:
+    """The cost of tokens; `batched`: the share of the calls answered through the batch API."""
+    normal = (prompt_tokens * price.prompt + completion_tokens * price.completion) / 1e6
+    batch = (prompt_tokens * price.batch_prompt + completion_tokens * price.batch_completion) / 1e6
+    return (1 - batched) * normal + batched * batch
 
 
 class BudgetExceeded(FatalError):
@@ -48,8 +64,8 @@ class Budget:
         self.spent = self.reserved = 0.0
         self.lock = threading.Lock()
 
-    def reserve(self, model: str, prompt_chars: int, max_tokens: int) -> float:
-        worst = cost(self.prices[model], prompt_chars, max_tokens)
+    def reserve(self, model: str, prompt_chars: int, max_tokens: int, batched: float = 0.0) -> float:
+        worst = cost(self.prices[model], prompt_chars, max_tokens, batched)
         with self.lock:
             if self.spent + self.reserved + worst > self.amount:
                 raise BudgetExceeded(f"--max-cost {self.amount:g}: the next call could cost up to {worst:.4f}, "

@@ -22,7 +22,7 @@ from records import (AUDIT, BEHAVIOUR_DIALOGUE, BEHAVIOURS, DCG, FOCAL_TYPE_RECO
                      LJP_DIRECT, LJP_SETUPS, PLAIN_TYPES, RECORD_KINDS, RecordKind, model_folder, read_records)
 
 OVERALL = "Overall"
-USAGE_FIELDS = ("calls", "prompt_tokens", "completion_tokens", "unreported_calls", "reasoning_tokens")
+USAGE_FIELDS = ("calls", "prompt_tokens", "completion_tokens", "unreported_calls", "reasoning_tokens", "batched_calls")
 
 # ----------------------------------------------------------------------------- loading and scoring
 

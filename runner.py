@@ -209,10 +209,11 @@ def cost_quote(state: StageState, settings: Settings, calls: Counter, chars: Cou
         if price is None:
             lines.append(f"  {role} ({model}): no price in the price file")
             continue
-        low = cost(price, chars[role], 0)
-        high = cost(price, chars[role] + calls[role] * CARRIED_REPLIES * limit, calls[role] * limit)
+        batched = 1.0 if settings.batch and role in (settings.batch_roles or ROLES) else 0.0  # at batch prices
+        low = cost(price, chars[role], 0, batched)
+        high = cost(price, chars[role] + calls[role] * CARRIED_REPLIES * limit, calls[role] * limit, batched)
         per_case = expected_usage.get(role)
-        expected = cost(price, per_case[0] * pending, per_case[1] * pending) if per_case else None
+        expected = cost(price, per_case[0] * pending, per_case[1] * pending, batched) if per_case else None
         total = [total[0] + low, total[1] + high, total[2] + (expected or 0)]
         lines.append(f"  {role} ({model}): between {low:,.4f} and {high:,.4f}"
                      + (f"; expected ~{expected:,.4f} from saved runs of this stage" if expected is not None else ""))

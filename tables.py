@@ -475,7 +475,8 @@ def role_cost(run: Run, role: str, used: dict, prices: dict | None) -> float | N
     price = (prices or {}).get(run.manifest["models"].get(role, {}).get("model"))
     if price is None:
         return None
-    return cost(price, used["prompt_tokens"], used["completion_tokens"])
+    batched = used.get("batched_calls", 0) / used["calls"] if used.get("calls") else 0.0
+    return cost(price, used["prompt_tokens"], used["completion_tokens"], batched)
 
 
 def role_usage(used: Counter, unanswered: int) -> str:

@@ -112,3 +112,68 @@ def test_an_endpoint_refusing_the_batch_api_stops_before_submitting(pair, provid
     err = capsys.readouterr().err
     assert "refuses the batch API (HTTP 404)" in err and "run without --batch" in err
     assert not provider.submitted and not provider.requests
+
+
+def test_a_role_left_synchronous_works_within_the_same_cycles(pair, provider):
+    sync, batch = pair
+    assert sync.run("DCG") == 0
+    provider.requests = []
+    assert batch.run("DCG", "--batch-roles", "eval,judge", "--batch-poll", "0") == 0
+    assert provider.kinds() == {"user": 4}  # the User Model was called directly, the others in batches
+    assert contents(batch, "Force_ask_gen", "force_ask.jsonl") == contents(sync, "Force_ask_gen", "force_ask.jsonl")
+    record = batch.records("Force_ask_gen", "force_ask.jsonl")[0]
+    assert "batched_calls" not in record["usage"]["user"] and record["usage"]["eval"]["batched_calls"] == 2
+
+
+def test_vllm_batch_files_round_trip(pair, provider, tmp_path, capsys):
+    sync, batch = pair
+    folder = tmp_path / "vllm"
+    assert sync.run("gold") == 0
+    rounds = 0
+    while True:
+        assert batch.run("gold", "--batch-files", str(folder)) == 0
+        err = capsys.readouterr().err
+        inputs = [p for p in sorted(folder.glob("*.jsonl")) if not p.name.endswith(".out.jsonl")
+                  and not p.with_name(p.stem + ".out.jsonl").exists()]
+        if not inputs:
+            break
+        assert "vllm run-batch -i" in err
+        for path in inputs:  # what `vllm run-batch` does with each file, offline
+            lines = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
+            assert len({x["body"]["model"] for x in lines}) == 1  # one model per file
+            out = []
+            for i, x in enumerate(lines):
+                status, _, payload = provider._answer(x["body"])
+                out.append({"id": f"vllm-{i}", "custom_id": x["custom_id"],
+                            "response": {"status_code": status, "body": json.loads(payload)}, "error": None})
+            path.with_name(path.stem + ".out.jsonl").write_text(
+                "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in out), encoding="utf-8")
+        rounds += 1
+    assert rounds == 2 and contents(batch, "eval_results", "LJP_gold.jsonl") == contents(sync, "eval_results",
+                                                                                          "LJP_gold.jsonl")
+
+
+def test_an_expired_batch_asks_its_unanswered_requests_again(pair, provider):
+    _, batch = pair
+    provider.batch_expire = True  # each batch ends expired with only half of its requests answered
+    assert batch.run("gold", "--batch", "--batch-poll", "0") == 0
+    assert len(batch.records("eval_results", "LJP_gold.jsonl")) == 4 and len(provider.batches) > 2
+
+
+def test_input_files_are_split_at_the_providers_limit(pair, provider, monkeypatch):
+    import batching
+    _, batch = pair
+    monkeypatch.setattr(batching, "MAX_REQUESTS", 3)
+    assert batch.run("gold", "--batch", "--batch-poll", "0") == 0
+    sizes = sorted(len(b["_lines"]) for b in provider.batches.values())
+    assert sizes == [1, 1, 3, 3]  # four requests per cycle, two cycles
+
+
+def test_the_budget_stops_before_a_batch_that_could_cross_it(pair, provider, tmp_path, capsys):
+    _, batch = pair
+    prices = tmp_path / "p.json"
+    prices.write_text(json.dumps({m: {"prompt": 1, "completion": 4, "batch_discount": 0.5}
+                                  for m in ("eval-model", "DeepSeek-V4.1-Flash", "DeepSeek-R1")}))
+    assert batch.run("gold", "--batch", "--batch-poll", "0", "--prices", str(prices), "--max-cost", "0.0005",
+                     "--max-tokens", "50") == 2
+    assert "--max-cost 0.0005" in capsys.readouterr().err and not provider.submitted
