@@ -74,7 +74,8 @@ class Settings:
 
     @property
     def secrets(self) -> tuple[str, ...]:
-        return tuple({r.api_key for r in self.roles.values() if len(r.api_key) >= 4})
+        # a real key is long; a placeholder such as EMPTY is not a secret, and replacing it would mangle paths
+        return tuple({r.api_key for r in self.roles.values() if len(r.api_key) >= 8})
 
     def redact(self, text: str) -> str:
         """The text with every configured API key replaced, for messages and files."""
