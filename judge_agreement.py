@@ -26,7 +26,8 @@ from records import (A1, DCG, DCG_LABELS, FORCE_ASK, HISTORY_TYPES, LCA, LCA_LAB
                      RESPONSE_TYPES, VERDICTS, FOCAL_TYPE_RECORDS)
 from metrics import kappa_from_confusion
 from results import load_runs, percentile_interval, read_task
-from tables import Table, read_sheet, render_text, write_sheet
+from renderings import read_sheet, render_text, write_sheet
+from tables import Table
 
 # TYPE: the response type of a plain consultation (Table 6); FOCAL: the judge's type of a focal point (Table 18)
 TASKS = ("LCA", "DCG", "LJP", "TYPE", "FOCAL")

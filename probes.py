@@ -23,7 +23,8 @@ from dataset import Case, load_dataset
 from errors import HarnessError
 from protocols import CaseCalls, Step, judge_question
 from records import PROBE_DCG, PROBE_REPLIES
-from tables import Table, read_sheet
+from renderings import read_sheet
+from tables import Table
 
 CONDITIONS = ("A", "B", "C", "D")
 CONDITION_NAMES = {"A": "A: Direct", "B": "B: Indirect", "C": "C: Broad", "D": "D: Withheld"}

@@ -18,8 +18,9 @@ from figures import write_plots
 from records import ROLES
 from results import Bootstrap, Group, group_runs, load_runs
 from pricing import read_prices
-from tables import (UsageError, build_tables, comparison_table, judge_sensitivity_tables, read_complexity,
-                    render_csv, render_json, render_latex, render_markdown, render_text, usage_tables)
+from renderings import render_csv, render_latex, render_markdown, render_text
+from tables import (UsageError, build_tables, comparison_table, judge_sensitivity_tables, read_complexity, render_json,
+                    usage_tables)
 from viewer import write_site
 
 

@@ -20,7 +20,7 @@ from dataset import DEFAULT_DATASET, HERE, load_dataset
 from errors import HarnessError
 from records import PROBE_DCG, PROBE_REPLIES, model_folder, read_records
 from runner import Stage, stage_main
-from tables import read_sheet, render_text, write_sheet
+from renderings import read_sheet, render_text, write_sheet
 
 STAGE = Stage("probes", probes.PROBE_STEPS, probe_file=True, prepare=probes.check_probe_file)
 

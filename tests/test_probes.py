@@ -6,7 +6,7 @@ import json
 import pytest
 
 import probes
-from tables import read_sheet, write_sheet
+from renderings import read_sheet, write_sheet
 import user_probes
 from dataset import load_dataset
 from records import PROBE_DCG, PROBE_REPLIES
