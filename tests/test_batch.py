@@ -24,11 +24,12 @@ def pair(tmp_path, provider, monkeypatch):
 
 
 FILES = {"gold": [("Force_judge_gen", "a1_force_judge.jsonl"), ("eval_results", "LJP_gold.jsonl")],
+         "direct": [("Force_judge_gen", "a1_direct.jsonl"), ("eval_results", "LJP_direct.jsonl")],
          "DCG": [("Force_ask_gen", "force_ask.jsonl"), ("eval_results", "DCG_results.jsonl")],
          "LexAwN": [("AwN_gen", "a1.jsonl"), ("eval_results", "LCA_results.jsonl"), ("AwN_gen", "interaction.jsonl")]}
 
 
-@pytest.mark.parametrize("stage", ["gold", "DCG", "LexAwN"])
+@pytest.mark.parametrize("stage", ["gold", "direct", "DCG", "LexAwN"])
 def test_batch_records_equal_a_synchronous_runs(pair, provider, capsys, stage):
     sync, batch = pair
     assert sync.run(stage) == 0
@@ -177,3 +178,13 @@ def test_the_budget_stops_before_a_batch_that_could_cross_it(pair, provider, tmp
     assert batch.run("gold", "--batch", "--batch-poll", "0", "--prices", str(prices), "--max-cost", "0.0005",
                      "--max-tokens", "50") == 2
     assert "--max-cost 0.0005" in capsys.readouterr().err and not provider.submitted
+
+
+@pytest.mark.parametrize("condition", ["delayed", "self-correction"])
+def test_batch_records_equal_a_synchronous_runs_with_a_non_ideal_user(pair, provider, condition):
+    sync, batch = pair
+    for h, extra in ((sync, ()), (batch, ("--batch", "--batch-poll", "0"))):
+        assert h.run("LexAwN", "--user-condition", condition, *extra) == 0
+        assert h.run("interaction", "--user-condition", condition, *extra) == 0
+    for top, name in FILES["LexAwN"] + [("eval_results", "LJP_interaction.jsonl")]:
+        assert contents(batch, top, name) == contents(sync, top, name), name
