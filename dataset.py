@@ -1,7 +1,7 @@
 """The dataset: the case schema, its validation (every problem named by case and field), loading,
 and the paper's Table 1 statistics.
 
-Run as `python common.py [--dataset PATH]` (or `python dataset.py`), it validates a dataset and prints them.
+`python common.py [--dataset PATH]` runs `main` here: it validates a dataset and prints them.
 """
 from __future__ import annotations
 
@@ -279,7 +279,3 @@ def main(argv=None) -> int:
     print(f"{args.dataset}: {len(cases)} cases, valid (sha256 {digest[:16]})")
     print(dataset_statistics(cases))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
