@@ -208,7 +208,9 @@ def reasoning_model(kind, prompt, body):
 
 def test_max_tokens_refused_switches_each_role_to_max_completion_tokens(harness, provider):
     provider.script = lambda kind, prompt, body: MAX_TOKENS_REFUSED if "max_tokens" in body else None
-    assert harness.run("gold", "--limit", "3") == 0
+    # one case at a time, so that exactly the first request of each role meets the refusal (with several in
+    # flight, each of them is refused once and repeated)
+    assert harness.run("gold", "--limit", "3", "--concurrency", "1") == 0
     refused = [r for r in provider.requests if "max_tokens" in r]
     assert len(refused) == 2  # the first request of each role (eval, judge), and no retry counted
     later = [r for r in provider.requests if "max_tokens" not in r]
