@@ -272,7 +272,8 @@ def _cycles(name: str, state, clients: dict, settings, out, err, run_case) -> in
                 else:
                     submit(ledger, caller.clients[role], role, chunk, settings.roles[role].max_tokens, log)
         log(f"cycle {cycles}: {sum(len(r) for r in groups.values())} requests "
-            f"({', '.join(f'{g} {len(v)}' for g, v in groups.items())}); elapsed {time.monotonic() - started:.0f}s")
+            f"({', '.join(f'{g} {len(v)}' for g, v in groups.items())}); {len(pending)} cases pending, at most "
+            f"{remaining_depth(state, pending)} more calls in the longest; elapsed {time.monotonic() - started:.0f}s")
     done = len(state.cases) - len(state.pending())
     print(f"[{name}] batch mode: {done} of {len(state.cases)} cases saved, {len(failed)} failed, {cycles} cycles; "
           f"wall {time.monotonic() - started:.1f}s", file=out, flush=True)
@@ -280,6 +281,19 @@ def _cycles(name: str, state, clients: dict, settings, out, err, run_case) -> in
         print(f"[{name}] case {number} failed: {settings.redact(message)}", file=err)
     CallJournal(jpath, writer, set()).compact({s.name: state.records[s.name] for s in state.steps})
     return 1 if failed else 0
+
+
+def remaining_depth(state, pending) -> int:
+    """The most calls a pending case may still need, one per cycle: the protocol's remaining depth."""
+    depth = 0
+    for case in pending:
+        left = 0
+        for step in state.steps:
+            if case.number not in state.records[step.name]:
+                upstream = {need: state.records[need].get(case.number) for need in step.needs}
+                left += sum(step.calls_for(upstream, state.settings, case).values())
+        depth = max(depth, left)
+    return depth
 
 
 def write_batch_file(ledger: Ledger, folder: Path, model: str, role: str, requests: list, max_tokens: int, log):

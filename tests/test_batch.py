@@ -188,3 +188,21 @@ def test_batch_records_equal_a_synchronous_runs_with_a_non_ideal_user(pair, prov
         assert h.run("interaction", "--user-condition", condition, *extra) == 0
     for top, name in FILES["LexAwN"] + [("eval_results", "LJP_interaction.jsonl")]:
         assert contents(batch, top, name) == contents(sync, top, name), name
+
+
+def test_a_kill_while_importing_imports_each_reply_once(pair, provider, monkeypatch, capsys):
+    from checkpoints import CallJournal
+    _, batch = pair
+    real_keep, kept = CallJournal.keep_key, {"n": 0}
+
+    def killed_after_two(self, *args, **kwargs):
+        real_keep(self, *args, **kwargs)
+        kept["n"] += 1
+        if kept["n"] == 2:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(CallJournal, "keep_key", killed_after_two)
+    assert batch.run("gold", "--batch", "--batch-poll", "0") == 130
+    monkeypatch.setattr(CallJournal, "keep_key", real_keep)
+    assert batch.run("gold", "--batch", "--batch-poll", "0") == 0
+    assert all(n == 1 for n in provider.submitted.values()) and len(batch.records("eval_results", "LJP_gold.jsonl")) == 4
+    assert "cases pending, at most" in capsys.readouterr().err
