@@ -24,7 +24,7 @@ from pathlib import Path
 
 from checkpoints import CallJournal, CheckpointWriter, journal_path, run_folder
 from records import model_folder
-from common import Usage, load_prompts, request_body
+from common import CONTEXT_WINDOW, Usage, load_prompts, request_body
 from errors import CaseFailed, FatalError, HarnessError
 from protocols import CaseCalls
 from replies import MalformedReply, parse_completion
@@ -128,14 +128,19 @@ def collect(ledger: Ledger, clients: dict, journal: Path, writer: CheckpointWrit
             request = batch["requests"].get(cid)
             if request is None or cid in known:
                 continue  # not ours, or imported before a kill
-            text, usage, problem = reply_of(entry, batch["max_tokens"])
+            role = request.get("role", batch["role"])
+            text, usage, problem = reply_of(entry, request.get("max_tokens", batch["max_tokens"]))
             if problem:
-                ledger.data["failures"][request["key"]] = ledger.data["failures"].get(request["key"], 0) + 1
-                log(f"case {request['case']}: {batch['role']} {problem}; asked again in the next cycle")
+                failures = ledger.data["failures"]
+                # a prompt beyond the context window fails its case at once, as a synchronous call does
+                failures[request["key"]] = 10 ** 6 if CONTEXT_WINDOW.search(problem) else \
+                    failures.get(request["key"], 0) + 1
+                ledger.data.setdefault("reasons", {})[request["key"]] = f"{role}: {problem}"
+                log(f"case {request['case']}: {role} {problem}" + ("" if CONTEXT_WINDOW.search(problem) else
+                                                                   "; asked again in the next cycle"))
                 continue
             keeper = keeper or CallJournal(journal, writer, set())
-            keeper.keep_key(request["case"], request["step"], request["key"], text, {batch["role"]: usage},
-                            custom_id=cid)
+            keeper.keep_key(request["case"], request["step"], request["key"], text, {role: usage}, custom_id=cid)
             known.add(cid)
             imported += 1
         batch["phase"] = "imported"  # unanswered requests (expired, cancelled) go into the next cycle
@@ -148,7 +153,7 @@ def reply_of(entry: dict, max_tokens: int) -> tuple[str, dict, str]:
     response = entry.get("response") or {}
     if entry.get("error") or response.get("status_code") != 200:
         error = entry.get("error") or (response.get("body") or {}).get("error") or {}
-        return "", {}, f"failed in the batch ({str(error.get('message', response.get('status_code')))[:80]})"
+        return "", {}, f"failed in the batch ({str(error.get('message', response.get('status_code')))[:240]})"
     try:
         reply = parse_completion(json.dumps(response.get("body")).encode())
     except MalformedReply as e:
@@ -237,7 +242,10 @@ def _cycles(name: str, state, clients: dict, settings, out, err, run_case) -> in
                         continue
                     tries = ledger.data["failures"].get(key, 0)
                     if tries > settings.retries:
-                        failed[case.number] = f"{need.role} request failed in {tries} batches"
+                        reason = ledger.data.get("reasons", {}).get(key, f"{need.role}: failed")
+                        failed[case.number] = (f"{reason} (a prompt beyond the context window: lower the output "
+                                               "limit or serve the model with a longer context)"
+                                               if tries >= 10 ** 6 else f"{reason} (after {tries} batches)")
                     else:
                         needs.append((case.number, calls.step, need, key))
                 except CaseFailed as e:
@@ -258,11 +266,11 @@ def _cycles(name: str, state, clients: dict, settings, out, err, run_case) -> in
             if caller.budget:  # the batch's worst case must fit the budget before it is submitted; it stays
                 # reserved for the invocation (a batch's real cost is known only when it is collected)
                 caller.budget.reserve(role.model, len(str(need.prompt)), role.max_tokens, batched=1.0)
-            # vLLM's run-batch takes one model per file; the API one batch per endpoint (per role here)
-            group = role.model if settings.batch_files else need.role
+            # vLLM's run-batch takes one model per file; the API one batch per endpoint (roles may share one)
+            group = role.model if settings.batch_files else role.base_url
             groups.setdefault(group, []).append((custom_id(number, step, key, submission),
-                                                 {"case": number, "step": step, "key": key, "role": need.role},
-                                                 body))
+                                                 {"case": number, "step": step, "key": key, "role": need.role,
+                                                  "max_tokens": role.max_tokens}, body))
         for group, requests in groups.items():
             role = requests[0][1]["role"]
             for chunk in chunks(requests):
@@ -271,8 +279,8 @@ def _cycles(name: str, state, clients: dict, settings, out, err, run_case) -> in
                                      settings.roles[role].max_tokens, log)
                 else:
                     submit(ledger, caller.clients[role], role, chunk, settings.roles[role].max_tokens, log)
-        log(f"cycle {cycles}: {sum(len(r) for r in groups.values())} requests "
-            f"({', '.join(f'{g} {len(v)}' for g, v in groups.items())}); {len(pending)} cases pending, at most "
+        log(f"cycle {cycles}: {sum(len(r) for r in groups.values())} requests in {len(groups)} batch(es); "
+            f"{len(pending)} cases pending, at most "
             f"{remaining_depth(state, pending)} more calls in the longest; elapsed {time.monotonic() - started:.0f}s")
     done = len(state.cases) - len(state.pending())
     print(f"[{name}] batch mode: {done} of {len(state.cases)} cases saved, {len(failed)} failed, {cycles} cycles; "

@@ -206,3 +206,31 @@ def test_a_kill_while_importing_imports_each_reply_once(pair, provider, monkeypa
     assert batch.run("gold", "--batch", "--batch-poll", "0") == 0
     assert all(n == 1 for n in provider.submitted.values()) and len(batch.records("eval_results", "LJP_gold.jsonl")) == 4
     assert "cases pending, at most" in capsys.readouterr().err
+
+
+def test_a_prompt_beyond_the_context_window_fails_its_case_at_once(pair, provider, capsys):
+    _, batch = pair
+    first = CASES[0]["complete_consultation"][0]["content"]
+    provider.script = lambda kind, prompt, body: {
+        "status": 400, "code": "context_length_exceeded",
+        "error": "This model's maximum context length is 2048 tokens."} if first in prompt else None
+    assert batch.run("gold", "--batch", "--batch-poll", "0") == 1
+    err = capsys.readouterr().err
+    assert "beyond the context window" in err and CASES[0]["case_number"] in err
+    assert sum(1 for cid in provider.submitted) == 4 + 3  # asked once, not retried; the other three went on
+
+
+def test_batched_calls_are_priced_at_the_batch_price(pair, provider, tmp_path, capsys):
+    import show_results
+    sync, batch = pair
+    prices = tmp_path / "p.json"
+    prices.write_text(json.dumps({m: {"prompt": 1, "completion": 4, "batch_discount": 0.5}
+                                  for m in ("eval-model", "DeepSeek-V4.1-Flash", "DeepSeek-R1")}))
+    assert sync.run("gold") == 0 and batch.run("gold", "--batch", "--batch-poll", "0") == 0
+    costs = []
+    for h in (sync, batch):
+        capsys.readouterr()
+        assert show_results.main(["--output-root", str(h.root), "--prices", str(prices)]) == 0
+        row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("eval-model  r1"))
+        costs.append(float(row.split()[-1]))
+    assert costs[1] == pytest.approx(costs[0] / 2, rel=0.01)
