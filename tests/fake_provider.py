@@ -19,6 +19,8 @@ KIND_MARKERS = (
     ("lca_judge", "你是一个严谨的文本分类器"),
     ("type_judge", "你是一个严谨的法律咨询回复分类器"),
     ("behaviour_judge", "你是一个严谨的对话事实核查员"),
+    ("audit_judge", "你是一个严谨的模拟用户回复审查员"),
+    ("focal_judge", "你是一个专业的民事裁判文书分析专家"),
     ("targeted", "引导用户说出<案件关键事实>中尚未在<对话历史>里出现的事实"),
     ("off_target", "但它不得涉及、也不得引出<案件关键事实>中的任何一条事实"),
     ("dcg_judge", "你是一个法律逻辑评估专家"),
@@ -111,6 +113,10 @@ def default_reply(kind: str, prompt: str) -> str:
         status = "recovered" if "【定向】" in between(prompt, "对话") else "absent"
         return json.dumps({"facts": [{"id": i, "status": status, "turns": []} for i in range(1, n + 1)],
                            "unsupported_assertion": False, "question_reveals_answer": False, "beyond_scope": False})
+    if kind == "audit_judge":  # a clean reply
+        return json.dumps({"超范围披露": [], "不实陈述": "否", "回答了问题": "是"}, ensure_ascii=False)
+    if kind == "focal_judge":
+        return "归责逻辑类"
     if kind == "plain":  # one of the four C.2 response types, by the consultation
         return PLAIN_STYLES[stable(prompt) % 4][1]
     if kind == "type_judge":

@@ -30,9 +30,6 @@ def test_an_unknown_focal_point_type_is_a_dataset_error(tmp_path, harness, capsy
 def test_dataset_types_are_used_and_the_judge_classifies_the_rest(tmp_path, provider, monkeypatch, capsys):
     cases = sample_cases()[:3]
     del cases[1]["focal_point_types"]  # the judge classifies this case's one focal point
-    from tests import fake_provider
-    monkeypatch.setattr(fake_provider, "KIND_MARKERS", fake_provider.KIND_MARKERS
-                        + (("focal_judge", "你是一个专业的民事裁判文书分析专家"),))
     provider.script = lambda kind, prompt, body: "契约效力类" if kind == "focal_judge" else None
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "three.json", cases))
     assert run_types(h, "--dry-run") == 0

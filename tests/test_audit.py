@@ -30,9 +30,6 @@ def script(kind, prompt, body):
 
 @pytest.fixture
 def audited(tmp_path, provider, monkeypatch):
-    from tests import fake_provider
-    monkeypatch.setattr(fake_provider, "KIND_MARKERS", fake_provider.KIND_MARKERS
-                        + (("audit_judge", "你是一个严谨的模拟用户回复审查员"),))
     provider.script = script
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "three.json", CASES))
     for stage in ("LexAwN", "DCG", "interaction"):
