@@ -234,3 +234,20 @@ def test_batched_calls_are_priced_at_the_batch_price(pair, provider, tmp_path, c
         row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("eval-model  r1"))
         costs.append(float(row.split()[-1]))
     assert costs[1] == pytest.approx(costs[0] / 2, rel=0.01)
+
+
+def test_batch_records_equal_a_synchronous_runs_for_the_analysis_stages(pair, provider):
+    """The plain consultation, the Targeted / Off-target dialogues and the simulator audit, in batches too."""
+    import audit_simulator
+    import eval_LJP_behaviour
+    import eval_plain
+    sync, batch = pair
+    files = [("Plain_gen", "plain_underspecified.jsonl"), ("eval_results", "plain_types_underspecified.jsonl"),
+             ("Behaviour_gen", "dialogues_targeted.jsonl"), ("eval_results", "LJP_off_target.jsonl"),
+             ("eval_results", "simulator_audit_dcg.jsonl"), ("eval_results", "simulator_audit_interaction.jsonl")]
+    for h, extra in ((sync, ()), (batch, ("--batch", "--batch-poll", "0"))):
+        assert h.run("LexAwN") == 0 and h.run("DCG") == 0
+        for stage in (eval_plain.STAGE, eval_LJP_behaviour.STAGE, audit_simulator.STAGE):
+            assert h.run_stage(stage, *extra) == 0
+    for top, name in files:
+        assert contents(batch, top, name) == contents(sync, top, name), name
