@@ -79,10 +79,11 @@ def custom_id(number: str, step: str, key: str, occurrence: int) -> str:
     return hashlib.sha256(f"{number}\0{step}\0{key}\0{occurrence}".encode()).hexdigest()[:32]
 
 
-def collect(ledger: Ledger, clients: dict, journal: Path, writer: CheckpointWriter, log) -> tuple[bool, int]:
+def collect(ledger: Ledger, clients: dict, journal: Path, writer: CheckpointWriter,
+            log) -> tuple[bool, int]:
     """Poll every open batch; import the finished ones. Returns (anything still in flight, replies imported)."""
     imported, waiting = 0, False
-    known = CallJournal.custom_ids(journal)
+    known = None  # the custom ids already imported: read once, when a finished batch is imported
     keeper = None  # the journal is opened once, and only when there is something to import
     for batch in ledger.open_batches():
         client = clients[batch["role"]]
@@ -116,6 +117,7 @@ def collect(ledger: Ledger, clients: dict, journal: Path, writer: CheckpointWrit
                 continue
             lines = [line for file_id in (remote.output_file_id, remote.error_file_id) if file_id
                      for line in client.files.content(file_id).read().splitlines()]
+        known = CallJournal.custom_ids(journal) if known is None else known
         for line in lines:
             if not line.strip():
                 continue

@@ -51,11 +51,7 @@ def write_plots(groups: list[Group], folder: Path, boot: Bootstrap | None,
         ax.set_ylabel(f"{TASK_NAMES[task]} {METRIC_NAMES[metric]}")
         ax.set_title(f"{title.split(' (')[0]} (error bars: {bar})", fontsize=10)
         ax.axhline(0, color="black", linewidth=0.6)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        written.append(folder / f"by_class_{task}_{metric}.png")
-        fig.savefig(written[-1], dpi=120)
-        plt.close(fig)
+        written.append(save(plt, fig, folder / f"by_class_{task}_{metric}.png", ax, legend=8))
 
     fig, ax = plt.subplots(figsize=(5.5, 5))
     for label, g in zip(labels, groups):
@@ -68,10 +64,7 @@ def write_plots(groups: list[Group], folder: Path, boot: Bootstrap | None,
     ax.set_xlabel("Acc_C: complete histories answered (low = over-asking)")
     ax.set_ylabel("Acc_U: underspecified histories asked (low = premature judgment)")
     ax.set_title("LCA: over-asking against premature judgment", fontsize=10)
-    fig.tight_layout()
-    written.append(folder / "lca_acc_c_vs_acc_u.png")
-    fig.savefig(written[-1], dpi=120)
-    plt.close(fig)
+    written.append(save(plt, fig, folder / "lca_acc_c_vs_acc_u.png"))
 
     fig, ax = plt.subplots(figsize=(6, 4.5))
     setups = [SETUP_NAMES[s] for s, _, _, _ in LJP_SETUPS]
@@ -83,17 +76,15 @@ def write_plots(groups: list[Group], folder: Path, boot: Bootstrap | None,
     ax.set_xticks(range(len(setups)), setups)
     ax.set_ylabel("QWK")
     ax.set_title(f"LJP: Direct → Interaction-Based → Gold-Standard ({bar})", fontsize=10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    written.append(folder / "ljp_setups.png")
-    fig.savefig(written[-1], dpi=120)
-    plt.close(fig)
+    written.append(save(plt, fig, folder / "ljp_setups.png", ax, legend=8))
     written += analysis_plots(plt, groups, labels, folder, complexity)
     return written
 
 
-def save(plt, fig, ax, path: Path) -> Path:
-    ax.legend(fontsize=7)
+def save(plt, fig, path: Path, ax=None, legend: int = 7) -> Path:
+    """Lay out, write and close a figure (with the axes' legend, when given)."""
+    if ax is not None:
+        ax.legend(fontsize=legend)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -115,7 +106,7 @@ def analysis_plots(plt, groups: list[Group], labels: list[str], folder: Path, co
         ax.set_xticks(np.arange(len(types)), types, rotation=20, fontsize=8)
         ax.set_ylabel("DCG accuracy")
         ax.set_title("Figure 4 (a): DCG accuracy by focal-point type", fontsize=10)
-        written.append(save(plt, fig, ax, folder / "fig4a_dcg_by_focal_type.png"))
+        written.append(save(plt, fig, folder / "fig4a_dcg_by_focal_type.png", ax))
         counts = typed[0][1].runs[0].metrics
         classes = classes_present(groups)
         fig, ax = plt.subplots(figsize=(8, 4.2))
@@ -126,7 +117,7 @@ def analysis_plots(plt, groups: list[Group], labels: list[str], folder: Path, co
             bottom += heights
         ax.set_ylabel("focal points")
         ax.set_title("Figure 4 (c): focal points per type and class", fontsize=10)
-        written.append(save(plt, fig, ax, folder / "fig4c_focal_points.png"))
+        written.append(save(plt, fig, folder / "fig4c_focal_points.png", ax))
     if complexity:
         fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
         for ax, (task, name) in zip(axes, (("LCA", "LCA Macro-F1"), ("DCG", "DCG accuracy"))):
@@ -146,8 +137,5 @@ def analysis_plots(plt, groups: list[Group], labels: list[str], folder: Path, co
             ax.set_ylabel(name)
             ax.set_title(f"Figure 3: {name} by cause against complexity", fontsize=9)
             ax.legend(fontsize=7)
-        fig.tight_layout()
-        written.append(folder / "fig3_complexity.png")
-        fig.savefig(written[-1], dpi=120)
-        plt.close(fig)
+        written.append(save(plt, fig, folder / "fig3_complexity.png"))
     return written

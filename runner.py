@@ -301,10 +301,9 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
             print(f"[{name}] {note}", file=err)
         if settings.batch_status or settings.batch:
             import batching  # the batch API is only touched when asked for
-            caller_clients = clients or ModelCaller(settings, None, None).clients
             if settings.batch_status:
-                return batching.status(settings, caller_clients, out)
-            return batching.run_cycles(name, state, caller_clients, settings, out, err, run_case)
+                return batching.status(settings, clients or ModelCaller(settings, None, None).clients, out)
+            return batching.run_cycles(name, state, clients, settings, out, err, run_case)
         return _execute(name, state, clients, out, err)
 
 
