@@ -9,10 +9,8 @@ Reads the dataset. For every selected case it writes, in this order:
 """
 import sys
 
-from protocols import A1_STEP, INTERACTION_STEP, LCA_STEP
-from runner import Stage, stage_main
-
-STAGE = Stage("LexAwN", (A1_STEP, LCA_STEP, INTERACTION_STEP), user_condition=True)
+from common import stage_main
+from lexpilot.protocols.consultation import LEXAWN_STAGE as STAGE
 
 if __name__ == "__main__":
     sys.exit(stage_main(STAGE, __doc__))

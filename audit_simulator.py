@@ -10,10 +10,8 @@ Run it after LexAwN_gen.py and eval_DCG.py, with the run's own options (--user-c
 """
 import sys
 
-from runner import Stage, stage_main
-from simulator_audit import AUDIT_STEPS, UPSTREAM
-
-STAGE = Stage("audit", AUDIT_STEPS, upstream=UPSTREAM, user_condition=True)
+from common import stage_main
+from lexpilot.protocols.audit import AUDIT_STAGE as STAGE
 
 if __name__ == "__main__":
     sys.exit(stage_main(STAGE, __doc__))

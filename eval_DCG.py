@@ -6,10 +6,8 @@ labels and the any-round success). Questions already in the benchmark history ne
 """
 import sys
 
-from protocols import DCG_STEP, FORCE_ASK_STEP
-from runner import Stage, stage_main
-
-STAGE = Stage("DCG", (FORCE_ASK_STEP, DCG_STEP))
+from common import stage_main
+from lexpilot.protocols.dcg import DCG_STAGE as STAGE
 
 if __name__ == "__main__":
     sys.exit(stage_main(STAGE, __doc__))

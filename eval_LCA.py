@@ -6,11 +6,8 @@ with, for the complete and the underspecified history, the label and the history
 """
 import sys
 
-from protocols import LCA_STEP
-from records import A1
-from runner import Stage, stage_main
-
-STAGE = Stage("LCA", (LCA_STEP,), upstream=(A1,))
+from common import stage_main
+from lexpilot.protocols.consultation import LCA_STAGE as STAGE
 
 if __name__ == "__main__":
     sys.exit(stage_main(STAGE, __doc__))

@@ -6,12 +6,10 @@ Interaction-Based needs LexAwN_gen.py to have finished for this run; the other t
 import dataclasses
 import sys
 
-import eval_LJP_direct
-import eval_LJP_gold
-import eval_LJP_interaction
-from runner import stage_main
+from common import stage_main
+from lexpilot.protocols.ljp import DIRECT_STAGE, GOLD_STAGE, INTERACTION_LJP_STAGE
 
-STAGES = (eval_LJP_direct.STAGE, eval_LJP_gold.STAGE, eval_LJP_interaction.STAGE)
+STAGES = (DIRECT_STAGE, GOLD_STAGE, INTERACTION_LJP_STAGE)
 
 if __name__ == "__main__":
     # The same options for each, so no --user-condition: a non-ideal run's Interaction-Based LJP is run

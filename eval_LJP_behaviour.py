@@ -11,10 +11,8 @@ Table 4 reuses the run's Direct LJP (eval_LJP_direct.py) under the same settings
 """
 import sys
 
-from behaviour import BEHAVIOUR_STEPS, direct_note
-from runner import Stage, stage_main
-
-STAGE = Stage("LJP behaviour", BEHAVIOUR_STEPS, prepare=direct_note)
+from common import stage_main
+from lexpilot.protocols.behaviour import BEHAVIOUR_STAGE as STAGE
 
 if __name__ == "__main__":
     sys.exit(stage_main(STAGE, __doc__))

@@ -5,10 +5,8 @@ and eval_results/<run>/<model>/LJP_direct.jsonl (claims, predicted and gold verd
 """
 import sys
 
-from protocols import DIRECT_STEPS
-from runner import Stage, stage_main
-
-STAGE = Stage("LJP direct", DIRECT_STEPS)
+from common import stage_main
+from lexpilot.protocols.ljp import DIRECT_STAGE as STAGE
 
 if __name__ == "__main__":
     sys.exit(stage_main(STAGE, __doc__))

@@ -5,10 +5,8 @@ and eval_results/<run>/<model>/LJP_gold.jsonl (claims, predicted and gold verdic
 """
 import sys
 
-from protocols import GOLD_STEPS
-from runner import Stage, stage_main
-
-STAGE = Stage("LJP gold", GOLD_STEPS)
+from common import stage_main
+from lexpilot.protocols.ljp import GOLD_STAGE as STAGE
 
 if __name__ == "__main__":
     sys.exit(stage_main(STAGE, __doc__))

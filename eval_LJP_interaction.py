@@ -5,11 +5,8 @@ Reads AwN_gen/<run>/<model>/interaction.jsonl (LexAwN_gen.py must have finished,
 """
 import sys
 
-from protocols import LJP_INTERACTION_STEP
-from records import INTERACTION
-from runner import Stage, stage_main
-
-STAGE = Stage("LJP interaction", (LJP_INTERACTION_STEP,), upstream=(INTERACTION,), user_condition=True)
+from common import stage_main
+from lexpilot.protocols.ljp import INTERACTION_LJP_STAGE as STAGE
 
 if __name__ == "__main__":
     sys.exit(stage_main(STAGE, __doc__))

@@ -9,10 +9,8 @@ judge_agreement.py export adds FOCAL items so the judge's types can be checked b
 """
 import sys
 
-from protocols import FOCAL_TYPE_STEP
-from runner import Stage, stage_main
-
-STAGE = Stage("focal types", (FOCAL_TYPE_STEP,))
+from common import stage_main
+from lexpilot.protocols.focal_types import FOCAL_TYPE_STAGE as STAGE
 
 if __name__ == "__main__":
     sys.exit(stage_main(STAGE, __doc__))

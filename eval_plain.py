@@ -11,10 +11,8 @@ plain_types_complete.jsonl).
 """
 import sys
 
-from protocols import PLAIN_STEPS
-from runner import Stage, stage_main
-
-STAGE = Stage("plain", PLAIN_STEPS, history_choice=True)
+from common import stage_main
+from lexpilot.protocols.plain import PLAIN_STAGE as STAGE
 
 if __name__ == "__main__":
     sys.exit(stage_main(STAGE, __doc__))

@@ -10,15 +10,8 @@ replayed, since the original judge decided its course). show_results.py then com
 """
 import sys
 
-from protocols import DCG_STEP, DIRECT_STEPS, GOLD_STEPS, LCA_STEP, LJP_INTERACTION_STEP
-from records import A1, DIRECT_PREDICTION, FORCE_ASK, GOLD_PREDICTION, INTERACTION
-from rejudging import INTERACTION_LABELS_STEP, copy_source
-from runner import Stage, stage_main
-
-STAGE = Stage("rejudge", (LCA_STEP, INTERACTION_LABELS_STEP, DCG_STEP, DIRECT_STEPS[1], GOLD_STEPS[1],
-                          LJP_INTERACTION_STEP),
-              upstream=(A1, INTERACTION, FORCE_ASK, DIRECT_PREDICTION, GOLD_PREDICTION), source_run=True,
-              prepare=copy_source)
+from common import stage_main
+from lexpilot.protocols.rejudging import REJUDGE_STAGE as STAGE
 
 if __name__ == "__main__":
     sys.exit(stage_main(STAGE, __doc__))

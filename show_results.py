@@ -12,21 +12,22 @@ import importlib
 import sys
 from pathlib import Path
 
-from dataset import HERE, load_dataset
-from errors import HarnessError
-from figures import write_plots
-from records import ROLES
-from results import Bootstrap, Group, group_runs, load_runs
-from pricing import read_prices
-from renderings import render_csv, render_latex, render_markdown, render_text
-from tables import (UsageError, build_tables, comparison_table, judge_sensitivity_tables, read_complexity, render_json,
-                    usage_tables)
-from viewer import write_site
+from lexpilot.benchmark.dataset import load_dataset
+from lexpilot.errors import HarnessError
+from lexpilot.reporting.figures import write_plots
+from lexpilot.benchmark.records import ROLES
+from lexpilot.reporting.results import Bootstrap, Group, group_runs, load_runs
+from lexpilot.pricing import read_prices
+from lexpilot.reporting.renderings import render_csv, render_latex, render_markdown, render_text
+from lexpilot.reporting.tables import (UsageError, build_tables, comparison_table, judge_sensitivity_tables,
+                                       read_complexity, render_json, usage_tables)
+from lexpilot.reporting.viewer import write_site
+from lexpilot.paths import DEFAULT_OUTPUT_ROOT
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output-root", type=Path, default=HERE, help="where the runs are (default: next to the scripts)")
+    parser.add_argument("--output-root", type=Path, default=DEFAULT_OUTPUT_ROOT, help="where the runs are (default: next to the scripts)")
     parser.add_argument("--dataset", type=Path, help="check every record against this dataset (default: the "
                         "dataset each run's manifest names, when it is still there and unchanged)")
     parser.add_argument("--model", action="append", help="show only this evaluated model id (repeatable)")

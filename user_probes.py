@@ -15,27 +15,30 @@ import argparse
 import sys
 from pathlib import Path
 
-import probes
-from dataset import DEFAULT_DATASET, HERE, load_dataset
-from errors import HarnessError
-from records import PROBE_DCG, PROBE_REPLIES, model_folder, read_records
-from runner import Stage, stage_main
-from renderings import read_sheet, render_text, write_sheet
+from lexpilot.benchmark import probe_file
+from lexpilot.reporting import probe_study
+from lexpilot.benchmark.dataset import DEFAULT_DATASET, load_dataset
+from lexpilot.errors import HarnessError
+from lexpilot.benchmark.records import PROBE_DCG, PROBE_REPLIES, model_folder, read_records
+from lexpilot.protocols.probes import PROBE_STAGE as STAGE
+from lexpilot.running.stage import stage_main
+from lexpilot.files import read_sheet, write_sheet
+from lexpilot.reporting.renderings import render_text
+from lexpilot.paths import DEFAULT_OUTPUT_ROOT
 
-STAGE = Stage("probes", probes.PROBE_STEPS, probe_file=True, prepare=probes.check_probe_file)
 
 
 def template(args) -> int:
     cases, _ = load_dataset(args.dataset)
-    rows = probes.template(cases, args.per_cause, args.seed)
-    write_sheet(args.out, probes.PROBE_COLUMNS, rows)
+    rows = probe_file.template(cases, args.per_cause, args.seed)
+    write_sheet(args.out, probe_file.PROBE_COLUMNS, rows)
     print(f"wrote {args.out}: {len(rows)} cases ({args.per_cause} per cause of action, seed {args.seed})")
     return 0
 
 
 def export(args) -> int:
     cases = {c.number: c for c in load_dataset(args.dataset)[0]}
-    table, _ = probes.load_probes(args.probes, cases)
+    table, _ = probe_file.load_probes(args.probes, cases)
     folder = model_folder(args.model)
     replies = read_records(PROBE_REPLIES.path(args.output_root, args.run_id, folder), PROBE_REPLIES,
                            {n: c.input_hash for n, c in cases.items()}, "use the run's --dataset")
@@ -45,10 +48,10 @@ def export(args) -> int:
     if not probed or len(probed) < len(table) or any(n not in labels for n in probed):
         raise HarnessError(f"run {args.run_id}: the probe replies or their DCG labels are incomplete; run "
                            "user_probes.py generate for this run first")
-    rows, keys = probes.sheet(table, {n: r for n, (_, r) in replies.items()}, {n: r for n, (_, r) in labels.items()},
+    rows, keys = probe_study.sheet(table, {n: r for n, (_, r) in replies.items()}, {n: r for n, (_, r) in labels.items()},
                               cases, args.seed)
-    write_sheet(args.out, probes.SHEET_COLUMNS, rows)
-    write_sheet(key_path(args.out), probes.KEY_COLUMNS, keys)
+    write_sheet(args.out, probe_study.SHEET_COLUMNS, rows)
+    write_sheet(key_path(args.out), probe_study.KEY_COLUMNS, keys)
     print(f"wrote {args.out} ({len(rows)} replies, seed {args.seed}) and {key_path(args.out)} (conditions and DCG "
           "labels: keep it from the experts)")
     return 0
@@ -59,13 +62,13 @@ def key_path(out: Path) -> Path:
 
 
 def score(args) -> int:
-    rows = read_sheet(args.sheet, probes.SHEET_COLUMNS)
-    key = {row["item_id"]: row for _, row in read_sheet(args.key or key_path(args.sheet), probes.KEY_COLUMNS)}
-    items, problems, agree = probes.adjudicated(args.sheet, rows, key)
+    rows = read_sheet(args.sheet, probe_study.SHEET_COLUMNS)
+    key = {row["item_id"]: row for _, row in read_sheet(args.key or key_path(args.sheet), probe_study.KEY_COLUMNS)}
+    items, problems, agree = probe_study.adjudicated(args.sheet, rows, key)
     if problems:
         shown = problems[:10] + ([f"... and {len(problems) - 10} more"] if len(problems) > 10 else [])
         raise HarnessError(f"{len(problems)} row(s) cannot be scored:\n  " + "\n  ".join(shown))
-    print(render_text(probes.table_13(items, agree)))
+    print(render_text(probe_study.table_13(items, agree)))
     return 0
 
 
@@ -86,7 +89,7 @@ def main(argv=None) -> int:
     e.add_argument("--model", required=True, help="the run's evaluated model id (it names the run's folder)")
     e.add_argument("--probes", type=Path, required=True)
     e.add_argument("--dataset", type=Path, default=DEFAULT_DATASET)
-    e.add_argument("--output-root", type=Path, default=HERE)
+    e.add_argument("--output-root", type=Path, default=DEFAULT_OUTPUT_ROOT)
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--out", type=Path, default=Path("probe_annotation.csv"))
     s = commands.add_parser("score", help="Table 13 from the filled sheet")

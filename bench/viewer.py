@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 
 from bench.throughput import synthetic_dataset
-from checkpoints import build_manifest, settings_hash
-from config import Role, Settings
-from dataset import load_dataset
-from records import (A1, DCG, DIRECT_PREDICTION, FORCE_ASK, GOLD_PREDICTION, INTERACTION, LCA, LJP_DIRECT, LJP_GOLD,
-                     LJP_INTERACTION, model_folder, new_record)
+from lexpilot.storage.manifest import build_manifest, settings_hash
+from lexpilot.settings import Role, Settings
+from lexpilot.benchmark.dataset import load_dataset
+from lexpilot.benchmark.records import (A1, DCG, DIRECT_PREDICTION, FORCE_ASK, GOLD_PREDICTION, INTERACTION, LCA,
+                                        LJP_DIRECT, LJP_GOLD, LJP_INTERACTION, model_folder, new_record)
 
 ROOT = Path(__file__).resolve().parents[1]
 VERDICTS = ("支持", "部分支持", "驳回")

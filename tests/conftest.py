@@ -10,7 +10,7 @@ import eval_LJP_direct
 import eval_LJP_gold
 import eval_LJP_interaction
 import LexAwN_gen
-from runner import stage_main
+from lexpilot.running.stage import stage_main
 from tests.fake_provider import FakeProvider
 
 ROOT = Path(__file__).resolve().parents[1]

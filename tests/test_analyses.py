@@ -6,9 +6,10 @@ import pytest
 
 import eval_focal_types
 import judge_agreement
+from lexpilot.reporting import agreement as agreement_kit
 import show_results
 from categories import FOCAL_TYPES
-from records import FOCAL_TYPE_RECORDS
+from lexpilot.benchmark.records import FOCAL_TYPE_RECORDS
 from tests.conftest import ROOT, Harness, sample_cases, write_dataset
 
 COMPLEXITY = ROOT / "data" / "LexPilot_sample_complexity.csv"
@@ -49,11 +50,11 @@ def test_dataset_types_are_used_and_the_judge_classifies_the_rest(tmp_path, prov
     out = tmp_path / "kit.csv"
     assert judge_agreement.main(["export", "--output-root", str(h.root), "--dataset", str(h.dataset),
                                  "--out", str(out)]) == 0
-    rows = [row for _, row in judge_agreement.read_sheet(out, judge_agreement.ANNOTATION_COLUMNS)]
+    rows = [row for _, row in agreement_kit.read_sheet(out, agreement_kit.ANNOTATION_COLUMNS)]
     focal = [row for row in rows if row["task"] == "FOCAL"]
     assert [row["reply"] for row in focal] == [cases[1]["focal_point"]]  # only the judge's types, blind
     assert not any(v == "契约效力类" for row in focal for v in row.values())  # the judge's label is in the key only
-    keys = [row for _, row in judge_agreement.read_sheet(judge_agreement.key_path(out), judge_agreement.KEY_COLUMNS)]
+    keys = [row for _, row in agreement_kit.read_sheet(agreement_kit.key_path(out), agreement_kit.KEY_COLUMNS)]
     assert [k["llm_label"] for k in keys if k["task"] == "FOCAL"] == ["契约效力类"]
 
 

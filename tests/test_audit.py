@@ -6,8 +6,8 @@ import pytest
 
 import audit_simulator
 import show_results
-from records import AUDIT
-from runner import stage_main
+from lexpilot.benchmark.records import AUDIT
+from lexpilot.running.stage import stage_main
 from tests.conftest import Harness, sample_cases, write_dataset
 from tests.fake_provider import between
 

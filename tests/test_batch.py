@@ -64,7 +64,7 @@ def test_a_batch_survives_its_process_and_is_never_submitted_twice(pair, provide
 
 @pytest.mark.parametrize("phase", ["before upload", "after upload", "after create"])
 def test_a_kill_at_each_phase_re_attaches_without_a_duplicate(pair, provider, monkeypatch, phase):
-    import batching
+    from lexpilot.running import batching
     _, batch = pair
     real_submit = batching.submit
 
@@ -162,7 +162,7 @@ def test_an_expired_batch_asks_its_unanswered_requests_again(pair, provider):
 
 
 def test_input_files_are_split_at_the_providers_limit(pair, provider, monkeypatch):
-    import batching
+    from lexpilot.running import batching
     _, batch = pair
     monkeypatch.setattr(batching, "MAX_REQUESTS", 3)
     assert batch.run("gold", "--batch", "--batch-poll", "0") == 0
@@ -191,7 +191,7 @@ def test_batch_records_equal_a_synchronous_runs_with_a_non_ideal_user(pair, prov
 
 
 def test_a_kill_while_importing_imports_each_reply_once(pair, provider, monkeypatch, capsys):
-    from checkpoints import CallJournal
+    from lexpilot.storage.checkpoints import CallJournal
     _, batch = pair
     real_keep, kept = CallJournal.keep_key, {"n": 0}
 

@@ -5,12 +5,14 @@ import time
 
 import pytest
 
-from common import ModelCaller, Usage, backoff_seconds, load_prompts, retry_after_seconds
-from config import DEFAULT_BASE_URL, Settings, resolve_roles
-from dataset import case_from_raw
-from errors import Aborted, CaseFailed, FatalError, HarnessError
-from protocols import CaseCalls, clean_judge_output, parse_dcg_label, parse_lca_label, verdict_parser
-from runner import Progress
+from lexpilot.models.calls import ModelCaller, Usage, backoff_seconds, retry_after_seconds
+from lexpilot.benchmark.prompts import load_prompts
+from lexpilot.settings import DEFAULT_BASE_URL, Settings, resolve_roles
+from lexpilot.benchmark.dataset import case_from_raw
+from lexpilot.errors import Aborted, CaseFailed, FatalError, HarnessError
+from lexpilot.protocols.steps import CaseCalls
+from lexpilot.protocols.judging import clean_judge_output, parse_dcg_label, parse_lca_label, verdict_parser
+from lexpilot.running.stage import Progress
 from tests.conftest import sample_cases
 from tests.fake_provider import FakeProvider
 

@@ -2,11 +2,12 @@
 import json
 import pytest
 
-from checkpoints import RunLock, manifest_path
+from lexpilot.storage.manifest import RunLock
+from lexpilot.storage.checkpoints import manifest_path
 import show_results
-from results import load_runs
-from records import A1, INTERACTION, content_digest
-from records import model_folder as model_dirname
+from lexpilot.reporting.results import load_runs
+from lexpilot.benchmark.records import A1, INTERACTION, content_digest
+from lexpilot.benchmark.records import model_folder as model_dirname
 from tests.conftest import SECRET, Harness, sample_cases
 from tests.fake_provider import FakeProvider
 

@@ -4,8 +4,8 @@ import shutil
 
 import eval_LJP_gold
 import show_results
-from records import LJP_GOLD
-from runner import stage_main
+from lexpilot.benchmark.records import LJP_GOLD
+from lexpilot.running.stage import stage_main
 from tests.conftest import ROOT
 
 SAVED = ROOT / "tests" / "data" / "run_saved_by_v1"  # made by commit b1ddf54 on 4 sample cases, model old-model

@@ -11,10 +11,11 @@ import sys
 
 import pytest
 
-import checkpoints
+from lexpilot.storage import checkpoints
 import judge_agreement
+from lexpilot.reporting import agreement as agreement_kit
 import show_results
-from records import A1, INTERACTION, LJP_GOLD
+from lexpilot.benchmark.records import A1, INTERACTION, LJP_GOLD
 from tests.conftest import ROOT, SAMPLE, Harness, sample_cases, write_dataset
 from tests.fake_provider import FakeProvider
 
@@ -198,12 +199,12 @@ def test_formula_cells_are_neutralised_in_every_csv_and_recoverable(tmp_path, mo
     out = tmp_path / "sheet.csv"
     assert judge_agreement.main(["export", "--output-root", str(h.root), "--dataset", str(h.dataset),
                                  "--out", str(out), "--per-task", "3"]) == 0
-    for path in (out, judge_agreement.key_path(out)):
+    for path in (out, agreement_kit.key_path(out)):
         with path.open(encoding="utf-8-sig", newline="") as f:
             cells = [c for row in csv.reader(f) for c in row]
         assert not any(c.startswith(("=", "+", "-", "@", "\t", "\r")) for c in cells)
     assert any(c == "'" + hostile for c in cells) or "'-model" in cells
-    rows = judge_agreement.read_sheet(out, judge_agreement.ANNOTATION_COLUMNS)
+    rows = agreement_kit.read_sheet(out, agreement_kit.ANNOTATION_COLUMNS)
     assert any(row["reply"] == hostile for _, row in rows)  # the original text is recovered on reading
     capsys.readouterr()
     assert show_results.main(["--output-root", str(h.root), "--format", "csv"]) == 0
@@ -358,7 +359,7 @@ def test_show_results_reports_a_broken_run_in_one_line(saved_run, tmp_path, monk
     h = saved_run(tmp_path, monkeypatch)
     breakage, message = REPORT_BREAKAGES[name]
     if name == "unknown cause of action":  # keep the digest right: the cause itself is the problem
-        from records import content_digest
+        from lexpilot.benchmark.records import content_digest
         path = h.file(LJP_GOLD)
         records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
         records[0]["cause_of_action"] = "外星纠纷"
@@ -374,7 +375,7 @@ def test_show_results_reports_a_broken_run_in_one_line(saved_run, tmp_path, monk
 
 def test_show_results_malformed_usage_and_an_unwritable_plot_folder(saved_run, tmp_path, monkeypatch, capsys):
     h = saved_run(tmp_path, monkeypatch)
-    from records import content_digest
+    from lexpilot.benchmark.records import content_digest
     path = h.file(LJP_GOLD)
     records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     records[0]["usage"] = {"judge": {"calls": "many"}}

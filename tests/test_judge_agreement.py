@@ -6,9 +6,10 @@ import pytest
 from sklearn.metrics import cohen_kappa_score
 
 import judge_agreement
+from lexpilot.reporting import agreement as agreement_kit
 from tests.conftest import SAMPLE, Harness, sample_cases, write_dataset
 from tests.fake_provider import FakeProvider
-from judge_agreement import agreement, cohen_kappa, key_path
+from lexpilot.reporting.agreement import agreement, cohen_kappa, key_path
 
 
 def test_cohen_kappa_by_hand_and_against_sklearn():
@@ -34,13 +35,13 @@ def annotation_files(tmp_path, items):
     """items: (task, annotator_1, annotator_2, adjudicated, llm_label)."""
     rows, keys = [], []
     for i, (task, a1, a2, adj, llm) in enumerate(items):
-        rows.append({c: "" for c in judge_agreement.ANNOTATION_COLUMNS} | {
+        rows.append({c: "" for c in agreement_kit.ANNOTATION_COLUMNS} | {
             "item_id": f"{task}-{i:03d}", "task": task, "annotator_1": a1, "annotator_2": a2, "adjudicated": adj})
-        keys.append({c: "" for c in judge_agreement.KEY_COLUMNS} | {
+        keys.append({c: "" for c in agreement_kit.KEY_COLUMNS} | {
             "item_id": f"{task}-{i:03d}", "task": task, "llm_label": llm})
     path = tmp_path / "ann.csv"
-    write_rows(path, judge_agreement.ANNOTATION_COLUMNS, rows)
-    write_rows(key_path(path), judge_agreement.KEY_COLUMNS, keys)
+    write_rows(path, agreement_kit.ANNOTATION_COLUMNS, rows)
+    write_rows(key_path(path), agreement_kit.KEY_COLUMNS, keys)
     return path
 
 
@@ -80,7 +81,7 @@ def test_invalid_annotations_name_the_row(tmp_path, capsys, item, message):
 
 def test_missing_columns_and_unknown_items_are_errors(tmp_path, capsys):
     path = annotation_files(tmp_path, [("LCA", "策略一", "策略一", "", "策略一")])
-    write_rows(key_path(path), judge_agreement.KEY_COLUMNS, [])
+    write_rows(key_path(path), agreement_kit.KEY_COLUMNS, [])
     assert judge_agreement.main(["score", str(path)]) == 2
     assert "not in ann.key.csv" in capsys.readouterr().err
     path.write_text("item_id,task\nLCA-000,LCA\n", encoding="utf-8")
@@ -145,7 +146,7 @@ def test_exported_labels_match_the_saved_judge_decisions(two_models, tmp_path):
     rows = {r["item_id"]: r for r in read(tmp_path / "a.csv")}
     for k in keys:  # a filled copy with the judge's labels scores 100% LLM-human agreement
         rows[k["item_id"]]["annotator_1"] = rows[k["item_id"]]["annotator_2"] = k["llm_label"]
-    write_rows(tmp_path / "a.csv", judge_agreement.ANNOTATION_COLUMNS, list(rows.values()))
+    write_rows(tmp_path / "a.csv", agreement_kit.ANNOTATION_COLUMNS, list(rows.values()))
     assert judge_agreement.main(["score", str(tmp_path / "a.csv")]) == 0
 
 
@@ -158,7 +159,7 @@ def test_export_refuses_another_dataset(two_models, tmp_path, capsys):
 def test_the_guidelines_are_the_judges_own_criteria_in_chinese(two_models, tmp_path):
     out = tmp_path / "g.csv"
     assert export(two_models, out, "--per-task", "3") == 0
-    text = judge_agreement.guidelines_path(out).read_text(encoding="utf-8")
+    text = agreement_kit.guidelines_path(out).read_text(encoding="utf-8")
     for phrase in ("【背景与策略定义】", "【特殊情况处理】（混合特征）", "若“明确的预测结论”占主导地位",  # LCA, mixed replies
                    "引导的正确性", "引导的可答性",  # DCG, Table 24
                    "# 分类标准", "诉讼费处理", "将“被驳回”等同义表述统一为“驳回”"):  # LJP, Table 25
@@ -170,7 +171,7 @@ def test_the_guidelines_are_the_judges_own_criteria_in_chinese(two_models, tmp_p
 
 def test_kappa_intervals_come_from_whole_cases(tmp_path, capsys):
     import numpy as np
-    from metrics import kappa_from_confusion
+    from lexpilot.reporting.metrics import kappa_from_confusion
     rng = np.random.default_rng(0)
     for _ in range(20):  # the vectorised kappa of the bootstrap equals scikit-learn's, weights included
         a = list(rng.choice(["支持", "部分支持", "驳回"], size=30))
@@ -181,13 +182,13 @@ def test_kappa_intervals_come_from_whole_cases(tmp_path, capsys):
         for x, y, k in zip(a, b, w):
             conf[labels.index(x), labels.index(y)] += k
         assert kappa_from_confusion(conf) == pytest.approx(cohen_kappa_score(a, b, sample_weight=w))
-    same = judge_agreement.kappa_interval(["是", "否"] * 5, ["是", "否"] * 5, [f"c{i}" for i in range(10)])
+    same = agreement_kit.kappa_interval(["是", "否"] * 5, ["是", "否"] * 5, [f"c{i}" for i in range(10)])
     assert same == (1.0, 1.0)
     # Two cases, each with items the raters split on: resampling items alone would give other intervals.
     a, b = ["是", "否", "是", "否"], ["是", "是", "否", "否"]
-    whole = judge_agreement.kappa_interval(a, b, ["c1", "c1", "c2", "c2"], resamples=400)
-    assert whole == judge_agreement.kappa_interval(a, b, ["c1", "c1", "c2", "c2"], resamples=400)  # seeded
-    items = judge_agreement.kappa_interval(a, b, ["c1", "c2", "c3", "c4"], resamples=400)
+    whole = agreement_kit.kappa_interval(a, b, ["c1", "c1", "c2", "c2"], resamples=400)
+    assert whole == agreement_kit.kappa_interval(a, b, ["c1", "c1", "c2", "c2"], resamples=400)  # seeded
+    items = agreement_kit.kappa_interval(a, b, ["c1", "c2", "c3", "c4"], resamples=400)
     assert whole != items
     path = annotation_files(tmp_path, [("LCA", "策略一", "策略一", "", "策略一"), ("LCA", "策略二", "策略二", "", "策略一")])
     assert judge_agreement.main(["score", str(path)]) == 0

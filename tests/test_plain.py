@@ -6,8 +6,9 @@ import pytest
 
 import eval_plain
 import judge_agreement
+from lexpilot.reporting import agreement as agreement_kit
 import show_results
-from records import PLAIN, PLAIN_TYPES
+from lexpilot.benchmark.records import PLAIN, PLAIN_TYPES
 from tests.conftest import Harness, sample_cases, write_dataset
 from tests.fake_provider import PLAIN_STYLES, between, request_kind
 
@@ -107,7 +108,7 @@ def test_response_types_go_to_the_judge_agreement_kit(four, provider, tmp_path):
     out = tmp_path / "kit.csv"
     assert judge_agreement.main(["export", "--output-root", str(four.root), "--dataset", str(four.dataset),
                                  "--out", str(out), "--per-task", "4"]) == 0
-    rows = [row for _, row in judge_agreement.read_sheet(out, judge_agreement.ANNOTATION_COLUMNS)]
+    rows = [row for _, row in agreement_kit.read_sheet(out, agreement_kit.ANNOTATION_COLUMNS)]
     typed = [row for row in rows if row["task"] == "TYPE"]
     assert len(typed) == 4 and all(row["reply"] in STYLE.values() for row in typed)
-    assert "=== TYPE" in judge_agreement.guidelines_path(out).read_text(encoding="utf-8")
+    assert "=== TYPE" in agreement_kit.guidelines_path(out).read_text(encoding="utf-8")

@@ -5,11 +5,13 @@ import json
 
 import pytest
 
-import probes
-from renderings import read_sheet, write_sheet
+from lexpilot.benchmark import probe_file
+from lexpilot.errors import HarnessError
+from lexpilot.reporting import probe_study
+from lexpilot.files import read_sheet, write_sheet
 import user_probes
-from dataset import load_dataset
-from records import PROBE_DCG, PROBE_REPLIES
+from lexpilot.benchmark.dataset import load_dataset
+from lexpilot.benchmark.records import PROBE_DCG, PROBE_REPLIES
 from tests.conftest import ROOT, SAMPLE, Harness
 from tests.fake_provider import between
 
@@ -24,7 +26,7 @@ def test_the_template_samples_per_cause_reproducibly(tmp_path):
     for seed in (0, 0, 1):
         assert user_probes.main(["template", "--dataset", str(many), "--out", str(tmp_path / f"t{seed}.csv"),
                                  "--seed", str(seed)]) == 0
-    rows = lambda p: [row for _, row in read_sheet(p, probes.PROBE_COLUMNS)]  # noqa: E731
+    rows = lambda p: [row for _, row in read_sheet(p, probe_file.PROBE_COLUMNS)]  # noqa: E731
     first = rows(tmp_path / "t0.csv")
     causes = [r["cause_of_action"] for r in first]
     assert len(first) == 24 and all(causes.count(c) == 2 for c in set(causes))
@@ -34,10 +36,10 @@ def test_the_template_samples_per_cause_reproducibly(tmp_path):
 
 
 def edited(tmp_path, change):
-    rows = [row for _, row in read_sheet(PROBES, probes.PROBE_COLUMNS)]
+    rows = [row for _, row in read_sheet(PROBES, probe_file.PROBE_COLUMNS)]
     change(rows)
     path = tmp_path / "probes.csv"
-    write_sheet(path, probes.PROBE_COLUMNS, rows)
+    write_sheet(path, probe_file.PROBE_COLUMNS, rows)
     return path
 
 
@@ -51,8 +53,8 @@ def edited(tmp_path, change):
 ])
 def test_every_probe_file_problem_is_named_with_its_row(tmp_path, change, message):
     cases = {c.number: c for c in load_dataset(SAMPLE)[0]}
-    with pytest.raises(probes.HarnessError, match="problem") as error:
-        probes.load_probes(edited(tmp_path, change), cases)
+    with pytest.raises(HarnessError, match="problem") as error:
+        probe_file.load_probes(edited(tmp_path, change), cases)
     assert message in str(error.value) and ".csv:" in str(error.value)
 
 
@@ -63,13 +65,13 @@ def generated(tmp_path, provider, monkeypatch):
             "--probes", str(PROBES)]
     assert user_probes.STAGE and user_probes.main(["generate", *argv, "--dry-run"]) == 0
     assert not provider.requests
-    from runner import stage_main
+    from lexpilot.running.stage import stage_main
     assert stage_main(user_probes.STAGE, "test", argv=argv, clients=provider.in_memory_clients()) == 0
     return h
 
 
 def test_generate_gives_d_the_reduced_details_and_never_the_experts_answers(generated, provider):
-    rows = {row["case_number"]: row for _, row in read_sheet(PROBES, probes.PROBE_COLUMNS)}
+    rows = {row["case_number"]: row for _, row in read_sheet(PROBES, probe_file.PROBE_COLUMNS)}
     user_prompts = provider.prompts("user")
     assert len(user_prompts) == 4 * 4 and len(provider.prompts("dcg_judge")) == 3 * 4
     for prompt in user_prompts:
@@ -99,7 +101,7 @@ def test_the_export_is_blind_shuffled_and_reproducible(generated, tmp_path):
     with (tmp_path / "a.csv").open(encoding="utf-8-sig") as f:
         header = next(csv.reader(f))
     assert "condition" not in header and "dcg_label" not in header
-    keys = [row for _, row in read_sheet(tmp_path / "a.key.csv", probes.KEY_COLUMNS)]
+    keys = [row for _, row in read_sheet(tmp_path / "a.key.csv", probe_study.KEY_COLUMNS)]
     assert len(keys) == 16 and [k["condition"] for k in keys] != sorted(k["condition"] for k in keys)
 
 
@@ -108,13 +110,13 @@ def sheet_and_key(tmp_path, items):
     rows, keys = [], []
     for i, (case, condition, dcg, one, two, adj) in enumerate(items, 1):
         item = f"P-{i:04d}"
-        rows.append({c: "" for c in probes.SHEET_COLUMNS} | {"item_id": item, "case_number": case}
-                    | {f"expert_1_{c}": v for c, v in zip(probes.EXPERT, one)}
-                    | {f"expert_2_{c}": v for c, v in zip(probes.EXPERT, two)}
-                    | {f"adjudicated_{c}": v for c, v in zip(probes.EXPERT, adj)})
+        rows.append({c: "" for c in probe_study.SHEET_COLUMNS} | {"item_id": item, "case_number": case}
+                    | {f"expert_1_{c}": v for c, v in zip(probe_study.EXPERT, one)}
+                    | {f"expert_2_{c}": v for c, v in zip(probe_study.EXPERT, two)}
+                    | {f"adjudicated_{c}": v for c, v in zip(probe_study.EXPERT, adj)})
         keys.append({"item_id": item, "case_number": case, "condition": condition, "dcg_label": dcg})
-    write_sheet(tmp_path / "s.csv", probes.SHEET_COLUMNS, rows)
-    write_sheet(tmp_path / "s.key.csv", probes.KEY_COLUMNS, keys)
+    write_sheet(tmp_path / "s.csv", probe_study.SHEET_COLUMNS, rows)
+    write_sheet(tmp_path / "s.key.csv", probe_study.KEY_COLUMNS, keys)
     return tmp_path / "s.csv"
 
 

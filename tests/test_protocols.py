@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from common import render_claims
-from dataset import case_from_raw
-from records import INTERACTION
+from lexpilot.benchmark.prompts import render_claims
+from lexpilot.benchmark.dataset import case_from_raw
+from lexpilot.benchmark.records import INTERACTION
 from tests.conftest import Harness, sample_cases, write_dataset
 from tests.fake_provider import ASK, PREDICT, between, kind_of, stable
 

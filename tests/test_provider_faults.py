@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-import common
-from common import Usage
-from errors import CaseFailed
+from lexpilot.models import calls
+from lexpilot.models.calls import Usage
+from lexpilot.errors import CaseFailed
 from tests.conftest import ROOT, SECRET, Harness, sample_cases, write_dataset
 from tests.fake_provider import FakeProvider
 from tests.test_calls import _caller, _script
@@ -19,7 +19,7 @@ from tests.test_calls import _caller, _script
 
 @pytest.mark.parametrize("retry_after", ["100000", "inf", "nan", "Fri, 31 Dec 2099 23:59:59 GMT"])
 def test_a_huge_retry_after_is_capped_said_and_fails_the_attempt(monkeypatch, retry_after):
-    monkeypatch.setattr(common, "MAX_RETRY_AFTER", 0.2)
+    monkeypatch.setattr(calls, "MAX_RETRY_AFTER", 0.2)
     with FakeProvider(_script(*[{"status": 429, "headers": {"Retry-After": retry_after}}] * 10)) as p:
         caller = _caller(p, retries=1)
         started = time.monotonic()
@@ -45,7 +45,7 @@ def test_a_call_is_abandoned_at_its_deadline_however_its_bytes_keep_coming(strea
 
 
 def test_the_deadline_defaults_to_ten_timeouts_and_can_be_set(tmp_path, provider, monkeypatch):
-    from config import add_common_args, settings_from_args
+    from lexpilot.settings import add_common_args, settings_from_args
     import argparse
     parser = argparse.ArgumentParser()
     add_common_args(parser)

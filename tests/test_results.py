@@ -8,11 +8,11 @@ import pytest
 from sklearn.metrics import accuracy_score, cohen_kappa_score, f1_score, recall_score
 
 import show_results
-import tables
-from metrics import confusion, lca_counts, lca_from_counts, ljp_from_counts, plain
-from records import RECORD_KINDS, SCHEMA_VERSION
-from records import model_folder as model_dirname
-from results import group_runs, load_runs
+from lexpilot.reporting import tables
+from lexpilot.reporting.metrics import confusion, lca_counts, lca_from_counts, ljp_from_counts, plain
+from lexpilot.benchmark.records import RECORD_KINDS, SCHEMA_VERSION
+from lexpilot.benchmark.records import model_folder as model_dirname
+from lexpilot.reporting.results import group_runs, load_runs
 
 C, U = "complete", "underspecified"
 

@@ -4,7 +4,7 @@ import json
 import pytest
 
 import show_results
-from records import INTERACTION, LJP_INTERACTION
+from lexpilot.benchmark.records import INTERACTION, LJP_INTERACTION
 from tests.conftest import Harness, sample_cases, write_dataset
 from tests.fake_provider import ASK, PREDICT, between, fault_record, kind_of
 

@@ -1,6 +1,7 @@
 """The harness's exceptions: what a user must act on, and how a case or a stage stops."""
 
 
+
 class HarnessError(Exception):
     """An error the user must act on; its message says what, where and what to do."""
 

@@ -6,9 +6,12 @@ state anything unsupported or contradicting the key details, did it answer the q
 """
 from __future__ import annotations
 
-from common import key_detail_lines, render_history, render_numbered_details
-from protocols import CaseCalls, Step, judge_json
-from records import AUDIT, FORCE_ASK, INTERACTION
+from lexpilot.benchmark.prompts import key_detail_lines, render_history, render_numbered_details
+from lexpilot.protocols.steps import CaseCalls, Step
+from lexpilot.protocols.judging import judge_json
+from lexpilot.benchmark.records import AUDIT, FORCE_ASK, INTERACTION
+from lexpilot.protocols.steps import Stage
+
 
 YES_NO = {"是": True, "否": False}
 
@@ -68,3 +71,5 @@ AUDIT_STEPS = (
          max_calls=lambda up, s, case=None: {"judge": replies_in("interaction", up)}, prompts={"judge": "judge_simulator_audit"}),
 )
 UPSTREAM = (FORCE_ASK, INTERACTION)
+
+AUDIT_STAGE = Stage("audit", "audit_simulator.py", AUDIT_STEPS, upstream=UPSTREAM, user_condition=True)

@@ -13,12 +13,13 @@ from pathlib import Path
 import numpy as np
 
 from categories import CLASS_LABELS, FOCAL_TYPES, cause_class
-from pricing import cost
-from checkpoints import COMPARED_MANIFEST_FIELDS
-from records import LJP_SETUPS, ROLES
-from rejudging import REJUDGED_KINDS, agreement, source_of
-from results import (AUDITED, OVERALL, STOP_CATEGORIES, TASKS, Bootstrap, Group, Run, group_label, paired_difference,
-                     read_saved)
+from lexpilot.pricing import cost
+from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS
+from lexpilot.benchmark.records import LJP_SETUPS, ROLES
+from lexpilot.reporting.judges import REJUDGED_KINDS, agreement, source_of
+from lexpilot.reporting.results import (AUDITED, OVERALL, STOP_CATEGORIES, TASKS, Bootstrap, Group, Run, group_label,
+                                        paired_difference, read_saved)
+
 
 USER_CONDITION_NAMES = (("standard", "Standard"), ("delayed", "Delayed Disclosure"), ("self-correction", "Self-Correction"))
 SETUP_NAMES = {"direct": "Direct", "interaction": "Interaction-Based", "gold": "Gold-Standard"}

@@ -1,46 +1,43 @@
-"""The renderings of tables for people: text, Markdown, LaTeX and CSV, and the CSV sheets the harness writes
-for people to fill (UTF-8 with a BOM; every cell safe from spreadsheet formulas) and reads back.
+"""Files the harness writes whole and files people fill: every whole-file write goes through `write_atomic`
+(a temporary file, then a rename, so a reader never sees half a file; a failed write is a `StorageError`
+naming the file), and the CSV sheets for people (UTF-8 with a BOM; every cell safe from spreadsheet formulas)
+are written and read back here.
 """
 from __future__ import annotations
 
 import csv
-import io
+import errno
+import json
+import os
 from pathlib import Path
 
-from errors import HarnessError
-from tables import Table
-
-def render_text(tables: list[Table]) -> str:
-    out = []
-    for t in tables:
-        widths = [max(len(r[i]) for r in [t.headers] + t.rows) for i in range(len(t.headers))]
-        line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
-        out += [t.title, line(t.headers), "  ".join("-" * w for w in widths)] + [line(r) for r in t.rows] + [""]
-    return "\n".join(out)
+from lexpilot.errors import HarnessError
+from lexpilot.errors import FatalError
 
 
-def render_markdown(tables: list[Table]) -> str:
-    out = []
-    for t in tables:
-        esc = lambda c: c.replace("|", "\\|")  # noqa: E731
-        out += [f"### {t.title}", "", "| " + " | ".join(map(esc, t.headers)) + " |",
-                "|" + "|".join("---" for _ in t.headers) + "|"]
-        out += ["| " + " | ".join(map(esc, r)) + " |" for r in t.rows] + [""]
-    return "\n".join(out)
+class StorageError(FatalError):
+    """Writing to the output root failed (a full disk, a read-only folder): the stage stops."""
 
 
-def render_latex(tables: list[Table]) -> str:
-    def esc(text: str) -> str:
-        for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("#", r"\#"), ("_", r"\_"),
-                     ("±", r"$\pm$"), ("−", "--")):
-            text = text.replace(a, b)
-        return text
-    out = []
-    for t in tables:
-        out += [f"% {esc(t.title)}", r"\begin{tabular}{l" + "c" * (len(t.headers) - 1) + "}", r"\toprule",
-                " & ".join(map(esc, t.headers)) + r" \\", r"\midrule"]
-        out += [" & ".join(map(esc, r)) + r" \\" for r in t.rows] + [r"\bottomrule", r"\end{tabular}", ""]
-    return "\n".join(out)
+def storage_error(error: OSError, path: Path) -> StorageError:
+    what = "no space left on device" if error.errno == errno.ENOSPC else (error.strerror or str(error)).lower()
+    return StorageError(f"{what} writing {path}; every completed record is kept. Free the space or fix the "
+                        "folder, then rerun the same command")
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace a file's content whole: a reader (or a crash) sees the old content or the new, never a part."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise storage_error(e, path) from None
+
+
+def write_json(path: Path, data) -> None:
+    write_atomic(path, json.dumps(data, ensure_ascii=False, indent=1).encode("utf-8"))
 
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
@@ -90,14 +87,3 @@ def read_sheet(path: Path, columns: list[str]) -> list[tuple[int, dict]]:
         raise HarnessError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}); save it as CSV UTF-8") from None
     except csv.Error as e:
         raise HarnessError(f"{path}: row {len(rows) + 2}: unreadable CSV ({e})") from None
-
-
-def render_csv(tables: list[Table]) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["table", "row"] + [f"col{i}" for i in range(1, max(len(t.headers) for t in tables))])
-    for t in tables:
-        writer.writerow(map(spreadsheet_safe, [t.title, "header"] + t.headers[1:]))
-        for r in t.rows:
-            writer.writerow(map(spreadsheet_safe, [t.title, r[0]] + r[1:]))
-    return buffer.getvalue()

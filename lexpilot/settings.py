@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from dataset import DEFAULT_DATASET, HERE
-from errors import HarnessError
-from pricing import read_prices
-from records import HISTORY_TYPES, ROLE_NAMES, ROLES, USER_CONDITIONS
+from lexpilot.benchmark.dataset import DEFAULT_DATASET
+from lexpilot.errors import HarnessError
+from lexpilot.pricing import read_prices
+from lexpilot.benchmark.records import HISTORY_TYPES, ROLE_NAMES, ROLES, USER_CONDITIONS
+from lexpilot.paths import DEFAULT_OUTPUT_ROOT
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,7 @@ def add_common_args(parser: argparse.ArgumentParser, user_condition: bool = Fals
     a("--user-model", help="User Model id (else $LEXPILOT_USER_MODEL, else DeepSeek-V4.1-Flash)")
     a("--judge-model", help="judge model id (else $LEXPILOT_JUDGE_MODEL, else DeepSeek-R1)")
     a("--dataset", type=Path, default=DEFAULT_DATASET, help="dataset JSON (default: %(default)s)")
-    a("--output-root", type=Path, default=HERE, help="where results go (default: next to the scripts)")
+    a("--output-root", type=Path, default=DEFAULT_OUTPUT_ROOT, help="where results go (default: next to the scripts)")
     a("--limit", type=number(int, 1, 10**7), help="evaluate only the first N cases in file order")
     temperature = number(float, 0, 2, default_word=True)
     a("--temperature", type=temperature, default=0.7,

@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 from typing import NamedTuple
 
-from errors import FatalError, HarnessError
+from lexpilot.errors import FatalError, HarnessError
 
 
 class Price(NamedTuple):

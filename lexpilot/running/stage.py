@@ -1,57 +1,29 @@
-"""The stage runner: a stage declared as data (`Stage`: name, steps, upstream record kinds, options), and
-running it: the command line, the manifest and lock, resuming from checkpoints, cases in parallel with
-a progress line, failures and Ctrl-C, the dry run's call and token estimate, and the closing summary.
+"""Running a stage: the command line, the manifest and lock, resuming from checkpoints, cases in parallel
+with a progress line, failures and Ctrl-C, the dry run, and the closing summary.
 """
 from __future__ import annotations
 
 import argparse
 import errno
-import json
 import os
 import sys
 import threading
 import time
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Callable
-from pathlib import Path
 
-from checkpoints import (CallJournal, CheckpointWriter, RunLock, build_manifest, check_manifest, checkpoint_path,
-                         journal_path, manifest_path, read_checkpoint, read_manifest, record_transport, settings_hash)
-from common import SLOT, ModelCaller, Usage, load_prompts, render_claims, render_details_by_focal_point, \
-    render_focal_points, render_history
-from config import Settings, add_common_args, settings_from_args
-from dataset import Case, load_dataset
-from errors import Aborted, CaseFailed, FatalError, HarnessError
-from protocols import CaseCalls, Step
-from pricing import cost
-from records import RECORD_KINDS, ROLES, RecordKind, new_record, record_digest
-
-
-@dataclass(frozen=True)
-class Stage:
-    """What one entry point runs: its steps in order, the record kinds other scripts must have finished
-    first, and whether it takes --user-condition."""
-    name: str
-    steps: tuple[Step, ...]
-    upstream: tuple[RecordKind, ...] = ()
-    user_condition: bool = False
-    history_choice: bool = False  # takes --histories
-    probe_file: bool = False  # takes --probes
-    source_run: bool = False  # takes --from-run
-    # called under the run's lock before anything is loaded (re-judging copies the source, probes are checked)
-    prepare: Callable[[Settings], str | None] | None = None
-
-    def enabled_steps(self, settings: Settings) -> list[Step]:
-        return [s for s in self.steps if s.when is None or s.when(settings)]
-
-    def kinds(self, settings: Settings) -> tuple[RecordKind, ...]:
-        """Every record kind the stage reads or writes with these settings (an upstream kind only where an
-        enabled step reads it)."""
-        steps = self.enabled_steps(settings)
-        needed = {need for s in steps for need in s.needs}
-        return tuple(k for k in self.upstream if k.name in needed) + tuple(s.kind for s in steps)
+from lexpilot.storage.checkpoints import (CallJournal, CheckpointWriter, checkpoint_path, journal_path, manifest_path)
+from lexpilot.storage.manifest import (RunLock, build_manifest, check_manifest, read_manifest, record_transport,
+                                       settings_hash)
+from lexpilot.benchmark.prompts import (load_prompts)
+from lexpilot.models.calls import ModelCaller, Usage
+from lexpilot.settings import Settings, add_common_args, settings_from_args
+from lexpilot.benchmark.dataset import Case, load_dataset
+from lexpilot.errors import Aborted, CaseFailed, FatalError, HarnessError
+from lexpilot.protocols.steps import CaseCalls
+from lexpilot.benchmark.records import RECORD_KINDS, ROLES
+from lexpilot.protocols.steps import Stage
+from lexpilot.running.quote import cost_quote, planned_calls
+from lexpilot.running.state import StageState, load_state, run_case
 
 
 class Progress:
@@ -98,149 +70,6 @@ class Progress:
             self.stream.write(self.line() + "\n")
             self.stream.flush()
             self._last_draw = now
-
-
-@dataclass
-class StageState:
-    settings: Settings
-    steps: list[Step]
-    cases: list[Case]
-    paths: dict[str, Path]
-    records: dict[str, dict[str, dict]]  # step -> case_number -> record
-    settings_hash: str = ""  # of the settings the new records are made with
-    manifest_path: Path | None = None
-    notes: list = field(default_factory=list)  # what loading repaired, for stderr
-
-    def pending(self) -> list[Case]:
-        return [c for c in self.cases if any(c.number not in self.records[s.name] for s in self.steps)]
-
-
-def load_state(settings: Settings, stage: Stage, cases: list[Case], repair: bool = True) -> StageState:
-    model = settings.roles["eval"].model
-    by_number = {c.number: c for c in cases}
-    kinds = stage.kinds(settings)
-    paths = {k.name: checkpoint_path(settings.output_root, settings.run_id, model, k) for k in kinds}
-    needs = {s.name: s.needs for s in stage.steps}
-    records, notes = {}, []
-    for kind in kinds:
-        loaded = read_checkpoint(paths[kind.name], kind, by_number, "Use the same --dataset and --limit as the "
-                                 "rest of this run, or a new --run-id", notes, repair)
-        records[kind.name] = {n: r for n, (_, r) in loaded.items()}
-        lines = {n: line for n, (line, _) in loaded.items()}
-        for need in needs.get(kind.name, ()):  # a record must have been built from the upstream records that exist now
-            for number, record in records[kind.name].items():
-                upstream = records[need].get(number)
-                if upstream is None or record.get("upstream_hash", {}).get(need) != record_digest(upstream):
-                    raise HarnessError(
-                        f"{paths[kind.name]}:{lines[number]}: case {number} was built from a {need} record "
-                        f"that {'no longer exists' if upstream is None else 'has changed'}. Delete this line "
-                        "to have it redone, or use a new --run-id.")
-    for kind in (k for k in stage.upstream if k in kinds):
-        missing = [c.number for c in cases if c.number not in records[kind.name]]
-        if missing:
-            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-            raise HarnessError(f"{paths[kind.name]}: the {kind.name} stage is incomplete ({len(missing)} of "
-                               f"{len(cases)} cases missing: {shown}). Run {kind.producer} for this run first.")
-    return StageState(settings, stage.enabled_steps(settings), cases, paths, records, notes=notes)
-
-
-def run_case(state: StageState, calls: CaseCalls, writer: CheckpointWriter) -> None:
-    case = calls.case
-    for step in state.steps:
-        if case.number in state.records[step.name]:
-            continue
-        calls.usage, calls.replayed, calls.step, calls.reasoning = Usage(), Usage(), step.name, {}
-        upstream = {need: state.records[need][case.number] for need in step.needs}
-        try:
-            body = step.run(calls, upstream)
-        finally:
-            calls.spent.merge(calls.usage.by_role)
-        cost = Usage()  # what this record cost, including replies paid in an earlier run and replayed
-        cost.merge(calls.usage.by_role)
-        cost.merge(calls.replayed.by_role)
-        record = new_record(case.number, case.input_hash, case.cause, body, upstream, cost.by_role,
-                            state.settings_hash, calls.reasoning)
-        writer.append(state.paths[step.name], record)
-        state.records[step.name][case.number] = record
-
-
-def planned_calls(state: StageState, cases: list[Case],
-                  prompts: dict[str, str] | None = None) -> tuple[Counter, Counter, Counter]:
-    """Calls per role at most, and the characters of the known prompt text they would send: the prompt and
-    the case's inputs, with the complete history standing for either history (an estimate), and with the
-    shorter of the two (a lower bound); earlier replies carried into a prompt are not known."""
-    calls, chars, low = Counter(), Counter(), Counter()
-    for case in cases:
-        histories = [len(render_history(h)) for h in (case.complete, case.underspecified)]
-        inputs = {"key_facts": len(render_details_by_focal_point(case)), "focus_text": len(render_focal_points(case)),
-                  "claims": len(render_claims(case))}
-        for step in state.steps:
-            if case.number in state.records[step.name]:
-                continue
-            upstream = {need: state.records[need].get(case.number) for need in step.needs}
-            planned = step.calls_for(upstream, state.settings, case)
-            calls.update(planned)
-            for role in planned:
-                template = (prompts or {}).get(step.prompts.get(role), "")
-                fixed = len(SLOT.sub("", template)) + sum(inputs.get(slot, 0) for slot in SLOT.findall(template))
-                # the judges' {history} slot holds a reply to judge, not the case's history
-                history = "history" in SLOT.findall(template) and role != "judge"
-                chars[role] += planned[role] * (fixed + (histories[0] if history else 0))
-                low[role] += step.surely_made().get(role, 0) * (fixed + (min(histories) if history else 0))
-    return calls, chars, low
-
-
-CARRIED_REPLIES = 6  # the most earlier replies any prompt of these protocols carries (a forced prediction: 3 + 3)
-
-
-def cost_quote(state: StageState, settings: Settings, calls: Counter, chars: Counter, pending: int) -> str:
-    """The cost of the pending work per role (`chars`: the known prompt text with the shorter history, so that
-    the lower bound is one): a lower bound (the known prompt text, no completion), an upper
-    bound (the known prompt, every carried reply and every completion at the output limit), and where runs of
-    this stage were saved under the output root, an expected figure from their usage per case."""
-    lines = ["cost quote (money per the price file):"]
-    expected_usage = saved_usage_per_case(settings.output_root, state.steps)
-    total = [0.0, 0.0, 0.0]
-    for role in ROLES:
-        if not calls.get(role):
-            continue
-        model, limit = settings.roles[role].model, settings.roles[role].max_tokens
-        price = settings.prices.get(model)
-        if price is None:
-            lines.append(f"  {role} ({model}): no price in the price file")
-            continue
-        batched = 1.0 if settings.batch and role in (settings.batch_roles or ROLES) else 0.0  # at batch prices
-        low = cost(price, chars[role], 0, batched)
-        high = cost(price, chars[role] + calls[role] * CARRIED_REPLIES * limit, calls[role] * limit, batched)
-        per_case = expected_usage.get(role)
-        expected = cost(price, per_case[0] * pending, per_case[1] * pending, batched) if per_case else None
-        total = [total[0] + low, total[1] + high, total[2] + (expected or 0)]
-        lines.append(f"  {role} ({model}): between {low:,.4f} and {high:,.4f}"
-                     + (f"; expected ~{expected:,.4f} from saved runs of this stage" if expected is not None else ""))
-    lines.append(f"  total: between {total[0]:,.4f} and {total[1]:,.4f}"
-                 + (f"; expected ~{total[2]:,.4f}" if expected_usage else ""))
-    return "\n".join(lines)
-
-
-def saved_usage_per_case(root: Path, steps: list[Step]) -> dict[str, tuple[float, float]]:
-    """Role -> (prompt, completion) tokens per case in the records of these steps saved under the root (every
-    run and model), for an expected cost."""
-    totals: dict[str, list[float]] = {}
-    cases: set = set()
-    for step in steps:
-        for path in root.glob(f"{step.kind.top}/*/*/{step.kind.file}"):
-            for line in path.read_bytes().splitlines():
-                try:
-                    record = json.loads(line)
-                    usage = record["usage"]
-                    cases.add((path.parent.parent.name, path.parent.name, record["case_number"]))  # run, model, case
-                    for role, used in usage.items():
-                        entry = totals.setdefault(role, [0.0, 0.0])
-                        entry[0] += used["prompt_tokens"]
-                        entry[1] += used["completion_tokens"]
-                except (ValueError, KeyError, TypeError, AttributeError):
-                    continue
-    return {role: (p / len(cases), c / len(cases)) for role, (p, c) in totals.items()} if cases else {}
 
 
 def _format_usage(usage: Usage) -> str:
@@ -300,7 +129,7 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
         for note in state.notes:
             print(f"[{name}] {note}", file=err)
         if settings.batch_status or settings.batch:
-            import batching  # the batch API is only touched when asked for
+            from lexpilot.running import batching  # the batch API is only touched when asked for
             if settings.batch_status:
                 return batching.status(settings, clients or ModelCaller(settings, None, None).clients, out)
             return batching.run_cycles(name, state, clients, settings, out, err, run_case)

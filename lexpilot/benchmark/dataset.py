@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from categories import CAUSES, CLASS_LABELS, FOCAL_TYPES, cause_class
-from errors import HarnessError
-from records import HISTORY_TYPES, VERDICTS, canonical_hash
+from lexpilot.errors import HarnessError
+from lexpilot.benchmark.records import HISTORY_TYPES, VERDICTS, canonical_hash
+from lexpilot.paths import DATA_DIR, PROJECT_ROOT
 
-HERE = Path(__file__).resolve().parent
-DATA_DIR = HERE / "data"
+
 DEFAULT_DATASET = DATA_DIR / "LexPilot_release_multiturn.json"
 SAMPLE_DATASET = DATA_DIR / "LexPilot_sample.json"
 PLAINTIFF_TYPES = ("自然人", "非自然人")
@@ -186,7 +186,7 @@ def _object(pairs) -> _Object:
 def dataset_problems(path: Path) -> tuple[list, list[str]]:
     """(raw cases, every problem found). Problems name the case and the field."""
     if not path.exists():
-        hint = f" Try --dataset {SAMPLE_DATASET.relative_to(HERE)} (the illustrative sample)." \
+        hint = f" Try --dataset {SAMPLE_DATASET.relative_to(PROJECT_ROOT)} (the illustrative sample)." \
             if path == DEFAULT_DATASET else ""
         return [], [f"{path}: dataset file not found. Put LexPilot_release_multiturn.json in "
                     f"{DATA_DIR} (see README.md).{hint}"]

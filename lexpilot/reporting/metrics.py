@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from records import VERDICTS
+from lexpilot.benchmark.records import VERDICTS
+
 
 K = len(VERDICTS)
 VERDICT_INDEX = {label: i for i, label in enumerate(VERDICTS)}

@@ -1,28 +1,32 @@
 """Re-judging a saved run with another judge: the new run reuses, byte for byte, every generation and User
 Model reply of the source run (no call to the evaluated model or the User Model) and asks only the judge steps
-again; and, for the reports, the agreement between the two judges on the same items.
+again.
 
 The Interaction-Based dialogue is not replayed: the original judge decided its course (a label 策略一 ended it),
-so its rounds are kept as they were; their labels are re-judged and compared, and the verdicts are extracted
-again from the same final response.
+so its rounds are kept as they were; their labels are re-judged, and the verdicts are extracted again from the
+same final response.
 """
 from __future__ import annotations
 
 import shutil
 
-import numpy as np
-from sklearn.metrics import cohen_kappa_score
 
-from checkpoints import manifest_path, read_manifest
-from config import Settings
-from dataset import load_dataset
-from errors import HarnessError
-from protocols import CaseCalls, Step, judge_strategy
-from records import (A1, DCG, DIRECT_PREDICTION, FORCE_ASK, GOLD_PREDICTION, INTERACTION, INTERACTION_LABELS, LCA,
-                     LJP_SETUPS, model_folder, read_records)
+from lexpilot.storage.checkpoints import manifest_path
+from lexpilot.storage.manifest import read_manifest
+from lexpilot.settings import Settings
+from lexpilot.benchmark.dataset import load_dataset
+from lexpilot.errors import HarnessError
+from lexpilot.protocols.steps import CaseCalls, Step
+from lexpilot.protocols.consultation import judge_strategy
+from lexpilot.benchmark.records import (A1, DIRECT_PREDICTION, FORCE_ASK, GOLD_PREDICTION, INTERACTION,
+                                        INTERACTION_LABELS, model_folder, read_records)
+from lexpilot.protocols.dcg import DCG_STEP
+from lexpilot.protocols.ljp import DIRECT_STEPS, GOLD_STEPS, LJP_INTERACTION_STEP
+from lexpilot.protocols.consultation import LCA_STEP
+from lexpilot.protocols.steps import Stage
+
 
 REUSED = (A1, INTERACTION, FORCE_ASK, DIRECT_PREDICTION, GOLD_PREDICTION)  # generations and User Model replies
-REJUDGED_KINDS = (LCA, DCG, INTERACTION, INTERACTION_LABELS, *(verdicts for _, verdicts, _, _ in LJP_SETUPS))
 
 
 def copy_source(settings: Settings) -> str | None:
@@ -82,45 +86,7 @@ def relabel_calls(upstream: dict, settings: Settings, case=None) -> dict:
 INTERACTION_LABELS_STEP = Step(INTERACTION_LABELS, relabel_rounds, needs=("interaction", "LCA"),
                                max_calls=relabel_calls, prompts={"judge": "judge_lca"})
 
-
-# ----------------------------------------------------------------------------- the two judges' agreement
-
-def judge_labels(saved: dict) -> dict[str, dict]:
-    """Item -> label, per task, of one run's saved judge decisions (`saved`: kind name -> case -> record)."""
-    items: dict[str, dict] = {"LCA": {}, "DCG": {}, "LJP": {}, "interaction rounds": {}}
-    for n, r in saved.get(LCA.name, {}).items():
-        for t, j in r["judgments"].items():
-            items["LCA"][(n, t)] = j["label"]
-    for n, r in saved.get(DCG.name, {}).items():
-        for x in r["rounds"]:
-            items["DCG"][(n, x["round"])] = x["label"]
-    for setup, verdicts, _, _ in LJP_SETUPS:
-        for n, r in saved.get(verdicts.name, {}).items():
-            for i, label in enumerate(r["predicted"]):
-                items["LJP"][(n, setup, i)] = label
-    for n, r in saved.get(INTERACTION.name, {}).items():
-        for x in r["rounds"]:
-            if x.get("label") is not None:
-                items["interaction rounds"][(n, x["round"])] = x["label"]
-    return items
-
-
-def agreement(original: dict, rejudged: dict) -> dict[str, tuple[int, float | None, float | None]]:
-    """Per task: (items judged by both, share of equal labels, Cohen's kappa; None where undefined)."""
-    out = {}
-    a_items, b_items = judge_labels(original), judge_labels(rejudged)
-    b_items["interaction rounds"] = {(n, x["round"]): x["label"] for n, r in
-                                     rejudged.get(INTERACTION_LABELS.name, {}).items() for x in r["rounds"]}
-    for task, a in a_items.items():
-        shared = sorted(set(a) & set(b_items[task]), key=str)
-        if not shared:
-            continue
-        x, y = [a[k] for k in shared], [b_items[task][k] for k in shared]
-        kappa = None if len(set(x) | set(y)) == 1 else float(cohen_kappa_score(x, y))
-        out[task] = (len(shared), float(np.mean([p == q for p, q in zip(x, y)])), kappa)
-    return out
-
-
-def source_of(manifest: dict) -> str | None:
-    value = manifest.get("rejudged_from")
-    return value if isinstance(value, str) else None
+REJUDGE_STAGE = Stage("rejudge", "rejudge.py", (LCA_STEP, INTERACTION_LABELS_STEP, DCG_STEP, DIRECT_STEPS[1], GOLD_STEPS[1],
+                                            LJP_INTERACTION_STEP),
+                      upstream=(A1, INTERACTION, FORCE_ASK, DIRECT_PREDICTION, GOLD_PREDICTION), source_run=True,
+                      prepare=copy_source)

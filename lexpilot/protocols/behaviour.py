@@ -12,9 +12,14 @@ extraction judge (Table 25) gives the verdicts, as in Direct LJP.
 """
 from __future__ import annotations
 
-from common import key_detail_lines, render_history, render_key_facts, render_numbered_details
-from protocols import CaseCalls, Step, extract_verdicts, force_judge, judge_json
-from records import BEHAVIOUR_DIALOGUE, BEHAVIOUR_PREDICTION, BEHAVIOURS, LJP_BEHAVIOUR, LJP_DIRECT, model_folder
+from lexpilot.benchmark.prompts import key_detail_lines, render_history, render_key_facts, render_numbered_details
+from lexpilot.protocols.steps import CaseCalls, Step
+from lexpilot.protocols.ljp import extract_verdicts, force_judge
+from lexpilot.protocols.judging import judge_json
+from lexpilot.benchmark.records import (BEHAVIOUR_DIALOGUE, BEHAVIOUR_PREDICTION, BEHAVIOURS, LJP_BEHAVIOUR,
+                                        LJP_DIRECT, model_folder)
+from lexpilot.protocols.steps import Stage
+
 
 ROUNDS = 3
 ATTEMPTS = 5
@@ -112,3 +117,5 @@ def direct_note(settings) -> str | None:
         return (f"Table 4 compares with Direct LJP, which this run does not have yet: run eval_LJP_direct.py "
                 f"--run-id {settings.run_id} with the same options")
     return None
+
+BEHAVIOUR_STAGE = Stage("LJP behaviour", "eval_LJP_behaviour.py", BEHAVIOUR_STEPS, prepare=direct_note)

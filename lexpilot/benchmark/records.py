@@ -12,7 +12,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from errors import HarnessError
+from lexpilot.errors import HarnessError
+
 
 SCHEMA_VERSION = 1
 

@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from categories import cause_class
-from dataset import Case, load_dataset
-from errors import HarnessError
-from records import (A1, DCG, DIRECT_PREDICTION, FORCE_ASK, GOLD_PREDICTION, INTERACTION, LCA, LJP_DIRECT, LJP_GOLD,
-                     LJP_INTERACTION)
-from results import Group, Run, group_label, read_saved
-from tables import Table
+from lexpilot.benchmark.dataset import Case, load_dataset
+from lexpilot.errors import HarnessError
+from lexpilot.benchmark.records import (A1, DCG, DIRECT_PREDICTION, FORCE_ASK, GOLD_PREDICTION, INTERACTION, LCA,
+                                        LJP_DIRECT, LJP_GOLD, LJP_INTERACTION)
+from lexpilot.reporting.results import Group, Run, group_label, read_saved
+from lexpilot.reporting.tables import Table
+
 
 HIGHLIGHT_RUN = 6
 SETUPS = (("direct", "Direct", DIRECT_PREDICTION, LJP_DIRECT, "response"),

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from records import LJP_SETUPS
-from results import METRIC_NAMES, OVERALL, TASK_NAMES, Bootstrap, Group, group_label
+from lexpilot.benchmark.records import LJP_SETUPS
+from lexpilot.reporting.results import METRIC_NAMES, OVERALL, TASK_NAMES, Bootstrap, Group, group_label
 from categories import FOCAL_TYPES
-from tables import CLASS_TABLES, SETUP_NAMES, classes_present
+from lexpilot.reporting.tables import CLASS_TABLES, SETUP_NAMES, classes_present
 
 
 def write_plots(groups: list[Group], folder: Path, boot: Bootstrap | None,

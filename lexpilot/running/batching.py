@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 import threading
 import time
@@ -22,12 +21,15 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from checkpoints import CallJournal, CheckpointWriter, journal_path, run_folder
-from records import model_folder
-from common import CONTEXT_WINDOW, Usage, load_prompts, request_body
-from errors import CaseFailed, FatalError, HarnessError
-from protocols import CaseCalls
-from replies import MalformedReply, parse_completion
+from lexpilot.storage.checkpoints import CallJournal, CheckpointWriter, journal_path, run_folder
+from lexpilot.benchmark.records import model_folder
+from lexpilot.models.calls import CONTEXT_WINDOW, Usage, request_body
+from lexpilot.benchmark.prompts import load_prompts
+from lexpilot.errors import CaseFailed, FatalError, HarnessError
+from lexpilot.protocols.steps import CaseCalls
+from lexpilot.models.replies import MalformedReply, parse_completion
+from lexpilot.files import write_json
+
 
 FINISHED = ("completed", "failed", "expired", "cancelled")
 MAX_REQUESTS, MAX_BYTES = 50_000, 200_000_000  # per batch input file (the provider's limits)
@@ -64,9 +66,7 @@ class Ledger:
                                "after checking at the provider that no batch of this run is in flight") from None
 
     def save(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, self.path)
+        write_json(self.path, self.data)
 
     def open_batches(self) -> list[dict]:
         return [b for b in self.data["batches"] if b["phase"] != "imported"]
@@ -196,7 +196,7 @@ class QuietProgress:
 
 
 def _cycles(name: str, state, clients: dict, settings, out, err, run_case) -> int:
-    from common import ModelCaller  # the clients and token fields, as a synchronous run builds them
+    from lexpilot.models.calls import ModelCaller
     log = (lambda message: print(f"[{name}] {message}", file=err, flush=True))
     model = settings.roles["eval"].model
     ledger = Ledger(run_folder(settings.output_root, settings.run_id, model) / "batches.json")

@@ -13,13 +13,17 @@ from pathlib import Path
 import numpy as np
 
 from categories import FOCAL_TYPES, cause_class
-from checkpoints import COMPARED_MANIFEST_FIELDS, compared_setting, read_unanswered
-from dataset import load_dataset
-from errors import HarnessError
-from metrics import (PLAIN_TYPE_ORDER, audit_counts, audit_from_counts, confusion, dcg_from_counts, lca_counts,
-                     lca_from_counts, ljp_from_counts, plain, plain_counts, plain_from_counts, ratio)
-from records import (AUDIT, BEHAVIOUR_DIALOGUE, BEHAVIOURS, DCG, FOCAL_TYPE_RECORDS, HISTORY_TYPES, INTERACTION, LCA, LJP_BEHAVIOUR,
-                     LJP_DIRECT, LJP_SETUPS, PLAIN_TYPES, RECORD_KINDS, RecordKind, model_folder, read_records)
+from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS, compared_setting
+from lexpilot.storage.checkpoints import read_unanswered
+from lexpilot.benchmark.dataset import load_dataset
+from lexpilot.errors import HarnessError
+from lexpilot.reporting.metrics import (PLAIN_TYPE_ORDER, audit_counts, audit_from_counts, confusion, dcg_from_counts,
+                                        lca_counts, lca_from_counts, ljp_from_counts, plain, plain_counts,
+                                        plain_from_counts, ratio)
+from lexpilot.benchmark.records import (AUDIT, BEHAVIOUR_DIALOGUE, BEHAVIOURS, DCG, FOCAL_TYPE_RECORDS, HISTORY_TYPES,
+                                        INTERACTION, LCA, LJP_BEHAVIOUR, LJP_DIRECT, LJP_SETUPS, PLAIN_TYPES,
+                                        RECORD_KINDS, RecordKind, model_folder, read_records)
+
 
 OVERALL = "Overall"
 USAGE_FIELDS = ("calls", "prompt_tokens", "completion_tokens", "unreported_calls", "reasoning_tokens", "batched_calls")

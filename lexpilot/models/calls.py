@@ -1,0 +1,302 @@
+"""Model calls for the three roles with the harness's retry rules, in one module: transient failures and
+backoff, rate-limit push-back (Retry-After, a shared throttle per endpoint), empty or truncated replies, the
+output-limit field a provider takes, usage per role and the budget of an invocation.
+"""
+from __future__ import annotations
+
+import math
+import random
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
+
+from lexpilot.settings import Role, Settings
+from lexpilot.errors import Aborted, CaseFailed, FatalError
+from lexpilot.pricing import Budget
+from lexpilot.models.replies import (DeadlineExceeded, MalformedReply, Reply, StreamCutShort, parse_completion,
+                                     parse_stream, read_body)
+
+
+# ----------------------------------------------------------------------------- model calls
+
+TRANSIENT_STATUS = {408, 409, 429}
+# HTTP 400 for a prompt longer than the context: OpenAI, vLLM and llama.cpp word it like this
+CONTEXT_WINDOW = re.compile(r"context_length_exceeded|maximum context length|context window|context length", re.I)
+# HTTP 400 for an output limit above the model's maximum (OpenAI, Anthropic, DeepSeek, vLLM wordings)
+OUTPUT_LIMIT = re.compile(r"max_(completion_)?tokens.*(too large|at most|maximum|exceed|less than|<=|range)"
+                          r"|(maximum|max) (output|completion) tokens", re.I | re.S)
+MAX_BACKOFF = 60.0
+MAX_RETRY_AFTER = 300.0  # the longest a provider's Retry-After may pause a stage; a longer one fails the attempt
+RATE_LIMITED_ATTEMPTS = 30  # 429s mean "slow down", not "failed": waited out under their own cap
+
+
+def retry_after_seconds(headers) -> float | None:
+    """The pause a response asks for (Retry-After in seconds or as an HTTP date, or retry-after-ms); any
+    value, however large or non-finite, is returned as it is: the caller caps it."""
+    if headers is None:
+        return None
+    if headers.get("retry-after-ms"):
+        try:
+            return max(0.0, float(headers["retry-after-ms"]) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+        return seconds if seconds == seconds else math.inf  # NaN: no usable pause, treated as too long
+    except ValueError:
+        try:
+            return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+        except (TypeError, ValueError, OverflowError, IndexError):
+            return None
+
+
+def backoff_seconds(attempt: int, retry_after: float | None, base: float) -> float:
+    if retry_after is not None:
+        return min(retry_after, MAX_RETRY_AFTER)
+    return min(MAX_BACKOFF, base * 2 ** attempt) * random.uniform(0.5, 1.0)
+
+
+def _duration(seconds: float) -> str:
+    return "forever" if seconds == math.inf else f"{seconds / 3600:.0f} h" if seconds >= 7200 else f"{seconds:.0f} s"
+
+
+@dataclass
+class Usage:
+    """Calls and tokens per role, for one record or a whole stage."""
+    by_role: dict = field(default_factory=dict)
+
+    def add(self, role: str, prompt_tokens: int, completion_tokens: int, calls: int = 1, unreported: int = 0,
+            reasoning_tokens: int = 0, batched: int = 0) -> None:
+        """`unreported`: calls whose reply carried no token counts (e.g. llama.cpp's streamed replies);
+        `reasoning_tokens`: the part of the completion tokens spent on reasoning, where reported."""
+        entry = self.by_role.setdefault(role, {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0})
+        entry["calls"] += calls
+        entry["prompt_tokens"] += prompt_tokens
+        entry["completion_tokens"] += completion_tokens
+        if unreported:
+            entry["unreported_calls"] = entry.get("unreported_calls", 0) + unreported
+        if reasoning_tokens:
+            entry["reasoning_tokens"] = entry.get("reasoning_tokens", 0) + reasoning_tokens
+        if batched:  # answered through a provider's batch API (priced at its batch price)
+            entry["batched_calls"] = entry.get("batched_calls", 0) + batched
+
+    def merge(self, other: dict) -> None:
+        for role, e in other.items():
+            self.add(role, e["prompt_tokens"], e["completion_tokens"], e["calls"], e.get("unreported_calls", 0),
+                     e.get("reasoning_tokens", 0), e.get("batched_calls", 0))
+
+
+class Throttle:
+    """Requests in flight to one endpoint: on HTTP 429 every worker waits out Retry-After and the limit
+    halves; a stream the endpoint cut short (a server with fewer slots than requests) lowers the limit below
+    what was in flight; each success raises it again (AIMD), so a pushing-back endpoint is not hammered."""
+
+    def __init__(self, limit: int):
+        self.max_limit, self.limit, self.in_flight = limit, float(limit), 0
+        self.resume_at = self.last_cut = 0.0
+        self.cond = threading.Condition()
+
+    def acquire(self, abort: threading.Event) -> None:
+        with self.cond:
+            while True:
+                if abort.is_set():
+                    raise Aborted()
+                wait = self.resume_at - time.monotonic()
+                if wait <= 0 and self.in_flight < int(self.limit):
+                    self.in_flight += 1
+                    return
+                self.cond.wait(min(max(wait, 0.01), 0.5))
+
+    def release(self, pushed_back: str | None = None, pause: float | None = None) -> None:
+        """`pushed_back`: "rate" (HTTP 429, pause = its Retry-After, already capped) or "slots"."""
+        with self.cond:
+            now = time.monotonic()
+            if pushed_back == "slots":  # the server has fewer slots than requests: it never grows them
+                self.limit = self.max_limit = max(1.0, min(self.limit, self.in_flight - 1))
+            elif pushed_back == "rate":
+                pause = pause if pause is not None else 1.0
+                self.resume_at = max(self.resume_at, now + pause)
+                if now - self.last_cut > pause:  # one cut per push-back, not one per rejected request
+                    self.limit, self.last_cut = max(1.0, self.limit / 2), now
+            else:
+                self.limit = min(self.max_limit, self.limit + 1 / self.limit)
+            self.in_flight -= 1
+            self.cond.notify_all()
+
+
+def request_body(role: Role, prompt: str | list[dict], token_field: str = "max_tokens") -> dict:
+    """The chat-completion request of a role: one user message (the filled prompt), or a conversation sent as
+    it is (a list of messages); n=1, the role's output limit and temperature (none for 'default')."""
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+    body = {"model": role.model, "messages": messages, "n": 1, token_field: role.max_tokens}
+    if role.temperature is not None:
+        body["temperature"] = role.temperature
+    return body
+
+
+def _message_of(error: Exception) -> str:
+    text = getattr(error, "message", None) or str(error)
+    return " ".join(text.split())[:240]
+
+
+class ModelCaller:
+    """Chat completions for the three roles, with the retry rules of the harness.
+
+    Every request is one user message (the filled prompt), n=1, the role's temperature (none for 'default')
+    and output limit. Replies are read within the call deadline and validated by `replies`; every message
+    and reply passes through the settings' redaction of API keys."""
+
+    def __init__(self, settings: Settings, progress, abort: threading.Event,  # progress: runner.Progress
+                 clients: dict | None = None, token_fields: dict | None = None):
+        import openai  # imported here so that offline commands (validation, results) never need it
+        self.openai = openai
+        self.settings, self.progress, self.abort = settings, progress, abort
+        self.throttles = {url: Throttle(settings.concurrency * 2)
+                          for url in {r.base_url for r in settings.roles.values()}}
+        # Every client is built here, before any worker starts: nothing is built lazily across threads.
+        self.clients = clients or {
+            role: openai.OpenAI(base_url=r.base_url, api_key=r.api_key or "EMPTY", timeout=settings.timeout,
+                                max_retries=0, http_client=openai.DefaultHttpxClient(follow_redirects=False))
+            for role, r in settings.roles.items()
+        }
+        # The output-limit field per role: OpenAI's reasoning models refuse max_tokens, so a role switches to
+        # max_completion_tokens on that refusal and keeps it (a transport detail; it does not change results).
+        self.token_fields = {role: "max_tokens" for role in settings.roles} | (token_fields or {})
+        self.lock = threading.Lock()
+        self.budget = Budget(settings.max_cost, settings.prices) if settings.max_cost is not None else None
+        try:
+            import httpx2 as httpx  # what the openai 3.x SDK is built on
+        except ImportError:
+            import httpx
+        self.transport_errors = (httpx.TimeoutException, httpx.TransportError)
+
+    def _request(self, role: Role, prompt: str | list[dict]) -> Reply:
+        kwargs = request_body(role, prompt, self.token_fields[role.name])
+        if self.settings.stream:
+            kwargs |= {"stream": True, "stream_options": {"include_usage": True}}
+        deadline = time.monotonic() + self.settings.call_deadline
+        with self.clients[role.name].chat.completions.with_streaming_response.create(**kwargs) as response:
+            if self.settings.stream:
+                return parse_stream(response.iter_lines(), deadline, self.abort.is_set)
+            return parse_completion(read_body(response.iter_bytes(), deadline))
+
+    def _refusal(self, role: Role, error) -> str | None:
+        """What a 400 means for the request, when the harness can act on it: 'token_field' (switched and
+        repeated), or raises for a temperature or output limit the model does not accept."""
+        body = error.body if isinstance(error.body, dict) else {}
+        body = body.get("error", body) if isinstance(body.get("error", body), dict) else body
+        param, code, text = str(body.get("param") or ""), str(body.get("code") or ""), _message_of(error)
+        flag_temperature, flag_tokens = role.flags
+        if (param == "max_tokens" and code == "unsupported_parameter") or \
+                re.search(r"'max_tokens' is not supported.*max_completion_tokens", text):
+            if self.token_fields[role.name] == "max_tokens":
+                with self.lock:
+                    self.token_fields[role.name] = "max_completion_tokens"
+                return "token_field"
+        if param == "temperature" or re.search(r"unsupported value: 'temperature'|temperature.*not support", text, re.I):
+            raise FatalError(f"{role.describe()}: the model does not accept temperature {role.temperature} "
+                             f"({self.settings.redact(text)}). Pass {flag_temperature} default to send none, so "
+                             "that the provider's default applies (a protocol change: report it)")
+        if OUTPUT_LIMIT.search(text) and not CONTEXT_WINDOW.search(text):
+            raise FatalError(f"{role.describe()}: the model does not accept {role.max_tokens} output tokens "
+                             f"({self.settings.redact(text)}). Pass {flag_tokens} with the model's limit")
+        return None
+
+    def chat(self, role_name: str, prompt: str | list[dict], usage: Usage) -> Reply:
+        """One non-empty, untruncated reply; transient failures are retried, permanent ones raise FatalError."""
+        role = self.settings.roles[role_name]
+        redact = self.settings.redact
+        throttle = self.throttles[role.base_url]
+        attempts = self.settings.retries + 1
+        attempt = rate_limited = 0
+        problem = ""
+        while attempt < attempts:
+            retry_after, problem, pushed_back, hint = None, "", None, ""
+            reserved = self.budget.reserve(role.model, len(str(prompt)), role.max_tokens) if self.budget else 0.0
+            reply = None
+            throttle.acquire(self.abort)
+            self.progress.update(in_flight=1)
+            try:
+                reply = self._request(role, prompt)
+            except self.openai.APIStatusError as e:
+                status = e.status_code
+                if status == 400 and CONTEXT_WINDOW.search(f"{getattr(e, 'code', '')} {e.message}"):
+                    # this case's prompt is too long for this model: no retry helps, the other cases may fit
+                    raise CaseFailed(f"{role.describe()}: the prompt plus {role.flags[1]} {role.max_tokens} "
+                                     f"exceed the model's context window ({redact(_message_of(e))}). "
+                                     f"Lower {role.flags[1]} or serve the model with a longer context") from None
+                if status == 400 and self._refusal(role, e) == "token_field":
+                    continue  # repeated at once with max_completion_tokens: not a failed attempt
+                if 300 <= status < 400:
+                    raise FatalError(f"{role.describe()}: the endpoint redirects to "
+                                     f"{redact(e.response.headers.get('location') or '?')}; redirects are not "
+                                     "followed (the prompt would go there): set the base URL to that address "
+                                     "if you trust it") from None
+                if status not in TRANSIENT_STATUS and status < 500:
+                    hint = {401: "check the API key variable for this role",
+                            403: "check the API key's permissions",
+                            404: "check the model id and the base URL"}.get(status, "check the request settings")
+                    raise FatalError(f"{role.describe()}: HTTP {status}: {redact(_message_of(e))} ({hint})") from None
+                problem = f"HTTP {status}"
+                retry_after = retry_after_seconds(e.response.headers)
+                if status == 429:
+                    pushed_back = "rate"
+                    if retry_after is not None and retry_after > MAX_RETRY_AFTER:
+                        problem += (f" (provider asks to wait {_duration(retry_after)}; capped at "
+                                    f"{MAX_RETRY_AFTER:.0f} s)")
+                        retry_after, pushed_back = MAX_RETRY_AFTER, "too long"
+            except (self.openai.APITimeoutError, TimeoutError, self.transport_errors[0]):
+                problem = f"no response within --timeout {self.settings.timeout:g}s"
+            except DeadlineExceeded:
+                problem = f"no complete reply within the call deadline of {self.settings.call_deadline:g}s"
+            except StreamCutShort as e:
+                problem, pushed_back = str(e), "slots"
+                hint = ("; the server may serve one request at a time: --concurrency 1, or start it with more "
+                        "slots (llama.cpp: --n_parallel)")
+            except MalformedReply as e:
+                problem = f"malformed reply: {redact(str(e))}"
+            except self.openai.APIConnectionError as e:
+                problem = f"connection error: {redact(_message_of(e.__cause__ or e))}"
+            except self.transport_errors[1] as e:  # raised while reading a body the SDK handed over
+                problem = f"connection error: {redact(_message_of(e))}"
+            except InterruptedError:
+                raise Aborted() from None
+            else:
+                if reply.prompt_tokens is not None:
+                    usage.add(role_name, reply.prompt_tokens, reply.completion_tokens or 0,
+                              reasoning_tokens=reply.reasoning_tokens or 0)
+                else:
+                    usage.add(role_name, 0, 0, unreported=1)
+                if reply.finish_reason == "length":
+                    problem = f"reply truncated at {role.flags[1]} {role.max_tokens}"
+                elif not reply.text.strip():
+                    problem = "empty reply"
+                else:
+                    reply.text, reply.reasoning = redact(reply.text), redact(reply.reasoning)
+                    return reply
+            finally:
+                self.progress.update(in_flight=-1)
+                throttle.release("rate" if pushed_back == "too long" else pushed_back, retry_after)
+                if self.budget:  # an answered call costs what it reports; an unanswered one its worst case
+                    self.budget.settle(reserved, role.model, reply.prompt_tokens if reply else None,
+                                       reply.completion_tokens if reply else None)
+            self.progress.retry(f"{role.describe()}: {problem}")
+            if pushed_back == "rate" and retry_after is not None and rate_limited < RATE_LIMITED_ATTEMPTS:
+                rate_limited += 1  # the throttle makes every worker wait out Retry-After
+                continue
+            attempt += 1
+            if attempt < attempts and self.abort.wait(backoff_seconds(attempt - 1, retry_after,
+                                                                      self.settings.backoff_base)):
+                raise Aborted()
+        if problem.startswith("reply truncated"):
+            hint = f"; raise {role.flags[1]} if the model needs the room"
+        elif problem.startswith("no response") or problem.startswith("no complete reply"):
+            hint = ("; raise --timeout or --call-deadline" if self.settings.stream else
+                    "; raise --timeout, or use --stream so that only a stalled connection times out")
+        raise CaseFailed(f"{role.describe()}: {problem} (after {attempts} attempts"
+                         + (f" and {rate_limited} rate-limited ones)" if rate_limited else ")") + hint)

@@ -1,0 +1,157 @@
+"""The contract every protocol is written in: `Step` (one checkpointed unit: a record per case in one file),
+`Stage` (what one entry point runs, declared as data) and `CaseCalls` (the calls of one case, with their usage).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from lexpilot.storage.checkpoints import CallJournal
+from lexpilot.models.calls import ModelCaller, Usage
+from lexpilot.benchmark.prompts import (fill, key_detail_lines, render_history, render_key_facts)
+from lexpilot.settings import Settings
+from lexpilot.benchmark.dataset import Case
+from lexpilot.errors import CaseFailed
+from lexpilot.benchmark.records import (RecordKind)
+from lexpilot.protocols.judging import fault_parser
+
+
+JUDGE_ATTEMPTS = 3
+
+
+@dataclass
+class CaseCalls:
+    """The calls of one case: everything a protocol step may ask for, with the usage it costs."""
+    caller: ModelCaller
+    prompts: dict[str, str]
+    case: Case
+    usage: Usage = field(default_factory=Usage)  # of the record being built, made now
+    spent: Usage = field(default_factory=Usage)  # of the whole case, saved or not
+    user_condition: str = "standard"
+    journal: "CallJournal | None" = None
+    step: str = ""  # the step being run, for the journal
+    replayed: Usage = field(default_factory=Usage)  # of the record being built, paid in an earlier run
+    replays: int = 0
+    keep_reasoning: bool = False  # the evaluated model's and User Model's reasoning too (the judge's always)
+    reasoning: dict = field(default_factory=dict)  # of the record being built: role -> reasoning per call
+
+    def _chat(self, role: str, prompt: str, keep: bool = True) -> str:
+        """A reply paid for in an earlier, unfinished attempt at this step is replayed, not bought again."""
+        if self.journal:
+            replayed = self.journal.take(self.case.number, self.step, role, prompt)
+            if replayed is not None:
+                self.replayed.merge(replayed[1])
+                self.replays += 1
+                return replayed[0]
+        # in batch mode the caller raises NeedsReply: the request goes into the next batch, and its reply reaches
+        # the journal when the batch is collected (nothing is marked or kept here)
+        batched = getattr(self.caller, "batched", False)
+        used = Usage()
+        call_id = self.journal.started(role) if self.journal and not batched else None
+        try:
+            reply = self.caller.chat(role, prompt, used)
+        finally:
+            self.usage.merge(used.by_role)
+            if call_id:
+                self.journal.ended(call_id)
+        if reply.reasoning and (role == "judge" or self.keep_reasoning):
+            self.reasoning.setdefault(role, []).append(reply.reasoning)
+        if keep and self.journal:
+            self.journal.keep(self.case.number, self.step, role, prompt, reply.text, used.by_role)
+        return reply.text
+
+    def generate(self, role: str, prompt_name: str, **slots) -> str:
+        return self._chat(role, fill(self.prompts[prompt_name], **slots))
+
+    def judge(self, prompt_name: str, parse: Callable[[str], object], **slots):
+        """(parsed answer, raw outputs): an invalid output is asked again, up to three attempts."""
+        return self.validated("judge", prompt_name, parse, **slots)
+
+    def validated(self, role: str, prompt_name: str, parse: Callable[[str], object], **slots):
+        """(parsed output, raw outputs) of a prompt whose output has a required form; an output that `parse`
+        rejects (ValueError) is asked for again, within three attempts in all."""
+        prompt = fill(self.prompts[prompt_name], **slots)
+        raws = []
+        for _ in range(JUDGE_ATTEMPTS):
+            raws.append(self._chat(role, prompt, keep=False))  # only a valid output is worth keeping
+            try:
+                parsed = parse(raws[-1])
+            except ValueError as e:
+                problem = str(e)
+                self.caller.progress.retry(f"invalid {prompt_name} output: {problem}")
+            else:
+                if self.journal and not getattr(self.caller, "batched", False):
+                    self.journal.keep(self.case.number, self.step, role, prompt, raws[-1], {})
+                return parsed, raws
+        raise CaseFailed(f"{prompt_name} output invalid after {JUDGE_ATTEMPTS} attempts ({problem}); "
+                         f"last raw output: {raws[-1][:200]!r}")
+
+    def converse(self, role: str, messages: list[dict]) -> str:
+        """A reply to a conversation sent as its own messages (the plain consultation), not to a prompt."""
+        return self._chat(role, [dict(m) for m in messages])
+
+    def user_reply(self, dialogue: list[dict], prompt_name: str = "user_standard", **slots) -> str:
+        """The User Model sees the conversation and the hidden key details, never focal points or verdicts."""
+        return self.generate("user", prompt_name, history=render_history(dialogue),
+                             key_facts=render_key_facts(self.case), **slots)
+
+    def faulty_user_reply(self, dialogue: list[dict]) -> tuple[str, dict]:
+        """The self-correcting user's one incomplete or wrong reply, and the fault it recorded: its kind and
+        the key detail it concerns (the record is taken off the reply the evaluated model sees)."""
+        (reply, fault), _ = self.validated("user", "user_self_correction", fault_parser(key_detail_lines(self.case)),
+                                           history=render_history(dialogue), key_facts=render_key_facts(self.case))
+        return reply, fault
+
+
+# ----------------------------------------------------------------------------- steps
+
+@dataclass(frozen=True)
+class Step:
+    """One checkpointed unit of a protocol: a record per case in one JSONL file."""
+    kind: RecordKind
+    run: Callable[[CaseCalls, dict], dict] | None  # (calls, upstream records by kind name) -> record body
+    needs: tuple[str, ...] = ()  # the kinds of the upstream records this step reads
+    max_calls: Callable[[dict, Settings], dict] | dict = field(default_factory=dict)
+    prompts: dict = field(default_factory=dict)  # role -> prompt name, for the dry run's token estimate
+    when: Callable[[Settings], bool] | None = None  # run only with these settings (e.g. a --histories choice)
+    min_calls: dict | None = None  # the calls always made, for a lower bound (default: a fixed max_calls)
+
+    @property
+    def name(self) -> str:
+        return self.kind.name
+
+    def surely_made(self) -> dict:
+        """The calls the step makes whatever the replies (a conditional count makes none sure)."""
+        if self.min_calls is not None:
+            return self.min_calls
+        return {} if callable(self.max_calls) else self.max_calls
+
+    def calls_for(self, upstream: dict, settings: Settings, case: Case | None = None) -> dict:
+        """The most calls per role the step makes for a case (its upstream records and the case as given)."""
+        return self.max_calls(upstream, settings, case) if callable(self.max_calls) else self.max_calls
+
+
+@dataclass(frozen=True)
+class Stage:
+    """What one entry point runs: its steps in order, the record kinds other scripts must have finished
+    first, and whether it takes --user-condition."""
+    name: str
+    script: str  # the entry point that runs it (its code hash starts there)
+    steps: tuple[Step, ...]
+    upstream: tuple[RecordKind, ...] = ()
+    user_condition: bool = False
+    history_choice: bool = False  # takes --histories
+    probe_file: bool = False  # takes --probes
+    source_run: bool = False  # takes --from-run
+    # called under the run's lock before anything is loaded (re-judging copies the source, probes are checked)
+    prepare: Callable[[Settings], str | None] | None = None
+
+    def enabled_steps(self, settings: Settings) -> list[Step]:
+        return [s for s in self.steps if s.when is None or s.when(settings)]
+
+    def kinds(self, settings: Settings) -> tuple[RecordKind, ...]:
+        """Every record kind the stage reads or writes with these settings (an upstream kind only where an
+        enabled step reads it)."""
+        steps = self.enabled_steps(settings)
+        needed = {need for s in steps for need in s.needs}
+        return tuple(k for k in self.upstream if k.name in needed) + tuple(s.kind for s in steps)

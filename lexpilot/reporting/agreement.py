@@ -1,0 +1,322 @@
+"""Judge agreement with people (Appendix E.2, Table 12): the blind items drawn from saved runs, the
+guidelines cut from the judge's prompts, the annotation sheet and its key, and the agreement and Cohen's kappa
+of each annotator with the judge, with bootstrap intervals over cases.
+"""
+from __future__ import annotations
+
+import random
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from sklearn.metrics import cohen_kappa_score
+
+from categories import FOCAL_TYPES
+from lexpilot.benchmark.prompts import load_prompts, render_details_by_focal_point, render_focal_points
+from lexpilot.benchmark.dataset import load_dataset
+from lexpilot.errors import HarnessError
+from lexpilot.benchmark.records import (A1, DCG, DCG_LABELS, FORCE_ASK, HISTORY_TYPES, LCA, LCA_LABELS, LJP_SETUPS,
+                                        PLAIN, PLAIN_TYPES, RESPONSE_TYPES, VERDICTS, FOCAL_TYPE_RECORDS)
+from lexpilot.reporting.metrics import kappa_from_confusion
+from lexpilot.reporting.results import load_runs, percentile_interval, read_task
+from lexpilot.files import read_sheet, write_sheet
+from lexpilot.reporting.renderings import render_text
+from lexpilot.reporting.tables import Table
+
+
+# TYPE: the response type of a plain consultation (Table 6); FOCAL: the judge's type of a focal point (Table 18)
+TASKS = ("LCA", "DCG", "LJP", "TYPE", "FOCAL")
+LABELS = {"LCA": LCA_LABELS, "DCG": DCG_LABELS, "LJP": VERDICTS, "TYPE": tuple(RESPONSE_TYPES),
+          "FOCAL": tuple(FOCAL_TYPES)}
+OPTIONAL = ("TYPE", "FOCAL")  # exported only where the plain consultation or the focal-type stage ran
+TYPE_LABEL = {name: label for label, name in RESPONSE_TYPES.items()}
+INSTRUCTIONS = {task: f"按标注说明（.guidelines.txt）中 {task} 部分的标准判断" for task in TASKS}
+ANNOTATION_COLUMNS = ["item_id", "task", "case_number", "cause_of_action", "instruction", "labels", "reply",
+                      "focal_points", "key_details", "claim", "all_claims", "annotator_1", "annotator_2",
+                      "adjudicated"]
+KEY_COLUMNS = ["item_id", "task", "model", "run_id", "case_number", "source", "llm_label"]
+
+
+@dataclass
+class Item:
+    task: str
+    model: str
+    run_id: str
+    case_number: str
+    source: str  # file and position of the judge decision
+    llm_label: str
+    reply: str
+    claim: str = ""
+
+
+# ----------------------------------------------------------------------------- agreement
+
+def cohen_kappa(a: list[str], b: list[str]) -> float | None:
+    """Unweighted Cohen's kappa (scikit-learn); None when chance agreement is 1 (both raters used one same
+    label), where scikit-learn answers NaN."""
+    if len(set(a) | set(b)) == 1:
+        return None
+    return float(cohen_kappa_score(a, b))
+
+
+def agreement(a: list[str], b: list[str]) -> tuple[float, float | None]:
+    return sum(x == y for x, y in zip(a, b)) / len(a), cohen_kappa(a, b)
+
+
+# ----------------------------------------------------------------------------- export
+
+def collect_items(root: Path, runs) -> dict[str, list[Item]]:
+    """Every saved judge decision of the given runs, per task, in a fixed order."""
+    items: dict[str, list[Item]] = {task: [] for task in TASKS}
+    for run in runs:
+        selected = run.selected
+
+        def records(kind):
+            found, problem = read_task(run, root, kind)
+            if problem:
+                print(f"note: run {run.run_id}, model {run.model}: {problem} (its decisions are not sampled)",
+                      file=sys.stderr)
+            return found or {}, kind.path(root, run.run_id, run.folder)
+
+        def item(task, path, number, where, label, reply, claim=""):
+            items[task].append(Item(task, run.model, run.run_id, number, f"{path.relative_to(root)} case {number} "
+                                    f"{where}", label, reply, claim))
+
+        (lca, lca_path), (a1, _) = records(LCA), records(A1)
+        for number in selected:
+            if number in lca and number in a1:
+                for history_type in HISTORY_TYPES:
+                    item("LCA", lca_path, number, history_type, lca[number]["judgments"][history_type]["label"],
+                         a1[number]["responses"][history_type]["response"])
+        (dcg, dcg_path), (asked, _) = records(DCG), records(FORCE_ASK)
+        for number in selected:
+            if number in dcg and number in asked:
+                questions = {r["round"]: r["question"] for r in asked[number]["rounds"]}
+                for judged in dcg[number]["rounds"]:
+                    item("DCG", dcg_path, number, f"round {judged['round']}", judged["label"],
+                         questions[judged["round"]])
+        for setup, results_file, generation_file, field in sorted(LJP_SETUPS, key=lambda s: s[0] == "interaction"):
+            (ljp, ljp_path), (generated, _) = records(results_file), records(generation_file)
+            for number in selected:
+                if number in ljp and number in generated:
+                    record = ljp[number]
+                    for i, (claim, label) in enumerate(zip(record["claims"], record["predicted"]), 1):
+                        item("LJP", ljp_path, number, f"claim {i}", label, generated[number][field], claim)
+        for history_type in HISTORY_TYPES:  # only where the plain consultation was run
+            if PLAIN_TYPES[history_type].path(root, run.run_id, run.folder).exists():
+                (typed, typed_path), (answered, _) = records(PLAIN_TYPES[history_type]), records(PLAIN[history_type])
+                for number in selected:
+                    if number in typed and number in answered:
+                        item("TYPE", typed_path, number, history_type, TYPE_LABEL[typed[number]["type"]],
+                             answered[number]["response"])
+        if FOCAL_TYPE_RECORDS.path(root, run.run_id, run.folder).exists():  # only the judge's own types
+            (focal, focal_path), _ = records(FOCAL_TYPE_RECORDS), None
+            for number in selected:
+                for i, entry in enumerate((focal.get(number) or {}).get("types", []), 1):
+                    if entry.get("source") == "judge":
+                        item("FOCAL", focal_path, number, f"focal point {i}", entry["type"], entry["focal_point"])
+    return items
+
+
+def balanced_sample(items: list[Item], size: int, rng: random.Random) -> list[Item]:
+    """Equal shares per evaluated model; a model with too few items gives its unused share to the others."""
+    by_model: dict[str, list[Item]] = {}
+    for it in items:
+        by_model.setdefault(it.model, []).append(it)
+    quota = {model: 0 for model in by_model}
+    left = min(size, len(items))
+    while left:
+        open_models = sorted(m for m in by_model if quota[m] < len(by_model[m]))
+        share, extra = divmod(left, len(open_models))
+        for i, model in enumerate(open_models):
+            give = min(share + (i < extra), len(by_model[model]) - quota[model])
+            quota[model] += give
+            left -= give
+    sample = [it for model in sorted(by_model) for it in rng.sample(by_model[model], quota[model])]
+    rng.shuffle(sample)  # annotators should not see the items in model blocks
+    return sample
+
+
+def export(args) -> int:
+    if args.per_task < 1:
+        raise HarnessError(f"--per-task must be at least 1, got {args.per_task}")
+    root = args.output_root.resolve()
+    runs = [r for r in load_runs(root, args.model, args.run_id, score=False, dataset=args.dataset)
+            if r.condition == "standard"]
+    if not runs:
+        raise HarnessError(f"no standard runs under {root}: run the stages first (see README.md)")
+    cases, dataset_sha = load_dataset(args.dataset)
+    other = [f"{r.run_id}/{r.model}" for r in runs if r.manifest["dataset_sha256"] != dataset_sha]
+    if other:
+        raise HarnessError(f"{args.dataset} is not the dataset of runs {', '.join(other)}: pass their --dataset")
+    by_number = {c.number: c for c in cases}
+    items = collect_items(root, runs)
+    rows, keys = [], []
+    for task in TASKS:
+        if task in OPTIONAL and not items[task]:
+            continue  # that stage was not run: nothing to say
+        sample = balanced_sample(items[task], args.per_task, random.Random(f"{args.seed}:{task}"))
+        if len(sample) < args.per_task:
+            print(f"note: only {len(sample)} {task} judge decisions saved; all are in the sample", file=sys.stderr)
+        for i, it in enumerate(sample, 1):
+            case = by_number[it.case_number]
+            item_id = f"{task}-{i:03d}"
+            rows.append({"item_id": item_id, "task": task, "case_number": it.case_number,
+                         "cause_of_action": case.cause, "instruction": INSTRUCTIONS[task],
+                         "labels": " | ".join(LABELS[task]), "reply": it.reply,
+                         "focal_points": render_focal_points(case) if task == "DCG" else "",
+                         "key_details": render_details_by_focal_point(case) if task == "DCG" else "",
+                         "claim": it.claim, "all_claims": "\n".join(case.claims) if task == "LJP" else "",
+                         "annotator_1": "", "annotator_2": "", "adjudicated": ""})
+            keys.append({"item_id": item_id, "task": task, "model": it.model, "run_id": it.run_id,
+                         "case_number": it.case_number, "source": it.source, "llm_label": it.llm_label})
+    write_sheet(args.out, ANNOTATION_COLUMNS, rows)
+    write_sheet(key_path(args.out), KEY_COLUMNS, keys)
+    try:
+        guidelines_path(args.out).write_text(guidelines(load_prompts()), encoding="utf-8")
+    except OSError as e:
+        raise HarnessError(f"{guidelines_path(args.out)}: cannot be written ({e.strerror or e})") from None
+    counts = {task: sum(r["task"] == task for r in rows) for task in TASKS}
+    print(f"wrote {args.out} ({', '.join(f'{t} {n}' for t, n in counts.items())} items; seed {args.seed}) "
+          f", {guidelines_path(args.out)} (the criteria, for the annotators) "
+          f"and {key_path(args.out)} (judge labels: keep it from the annotators)")
+    return 0
+
+
+# The criteria the judge applies (Tables 23-25), cut from its own prompts so the experts read the same text.
+GUIDELINE_SECTIONS = {
+    "LCA": ("judge_lca", "【背景与策略定义】", "【输入数据】",
+            "每一条目是一条AI法律顾问的新回复（不含此前的对话）。请按以下与评估模型相同的标准，判断它执行的是策略一还是策略二。"),
+    "DCG": ("judge_dcg", "# 评估任务", "# 输入数据",
+            "每一条目是一条AI提问，附有该案的争议焦点与对应案件事实。请按以下与评估模型相同的标准判断：两个条件均满足填“是”，否则填“否”。"),
+    "LJP": ("judge_ljp", "# 分类标准", "# 极其严格的输出格式",
+            "每一条目是一项诉讼请求，附有提出预测的回复与全部诉请。请按以下与评估模型相同的标准，填写该回复对这一项诉请的预测：支持、部分支持或驳回。"),
+    "FOCAL": ("judge_focal_type", "# 争议焦点类型定义", "# 输入数据",
+              "每一条目是一个民事案件的争议焦点。请按以下与评估模型相同的定义，判断它属于哪一种类型。"),
+    "TYPE": ("judge_response_type", "# 回复类型定义", "# 输入数据",
+             "每一条目是一条AI对法律咨询的普通回复（未使用LexAwN提示）。请按以下与评估模型相同的标准，判断它属于哪一种回复类型。"),
+}
+
+
+def guidelines(prompts: dict[str, str]) -> str:
+    """The annotation guidelines for each task, in Chinese, as the judge sees its criteria (Appendix E.3.1:
+    the experts apply the exact same criteria and guidelines)."""
+    parts = ["标注说明（与LLM评估模型使用相同的标准；条目中的标签、模型名称与评估模型的判断均不提供）", ""]
+    for task, (prompt, start, end, intro) in GUIDELINE_SECTIONS.items():
+        text = prompts[prompt]
+        if start not in text or end not in text:
+            raise HarnessError(f"prompts: the {prompt} prompt no longer has its {start} … {end} sections")
+        criteria = text[text.index(start):text.index(end)].strip()
+        parts += [f"=== {task}（可选标签：{' / '.join(LABELS[task])}）===", intro, "", criteria, ""]
+    parts += ["每一条目由两位标注者独立填写 annotator_1 与 annotator_2；两人不一致时，讨论后在 adjudicated 中填写一致意见。"]
+    return "\n".join(parts) + "\n"
+
+
+def guidelines_path(out: Path) -> Path:
+    return out.with_name(out.stem + ".guidelines.txt")
+
+
+def key_path(out: Path) -> Path:
+    return out.with_name(out.stem + ".key.csv")
+
+
+# ----------------------------------------------------------------------------- score
+
+def human_labels(path: Path, rows: list[tuple[int, dict]], key: dict[str, dict]) -> tuple[list, list[str]]:
+    """(task, annotator 1, annotator 2, adjudicated, judge) per item, and every problem found, by row."""
+    labelled, problems = [], []
+    seen: dict[str, int] = {}
+    for line, row in rows:
+        where = f"{path}:{line} (item {row.get('item_id') or '?'})"
+        task = row["task"]
+        if row["item_id"] in seen:
+            problems.append(f"{where}: a second row for this item (first at row {seen[row['item_id']]}); keep one")
+            continue
+        seen[row["item_id"]] = line
+        if row["item_id"] not in key or key[row["item_id"]]["task"] != task:
+            problems.append(f"{where}: not in {key_path(path).name}; keep the item_id and task columns as exported")
+            continue
+        allowed = LABELS[task]
+        values = {c: row[c].strip() for c in ("annotator_1", "annotator_2", "adjudicated")}
+        bad = [c for c in ("annotator_1", "annotator_2") if values[c] not in allowed]
+        if values["adjudicated"] and values["adjudicated"] not in allowed:
+            bad.append("adjudicated")
+        if bad:
+            problems.append(f"{where}: {', '.join(f'{c} {values[c]!r}' for c in bad)} is not one of "
+                            f"{', '.join(allowed)}")
+            continue
+        agreed = values["annotator_1"] == values["annotator_2"]
+        final = values["adjudicated"] or (values["annotator_1"] if agreed else "")
+        if not final:
+            problems.append(f"{where}: the annotators disagree; fill adjudicated with the label agreed in discussion")
+            continue
+        if agreed and final != values["annotator_1"]:
+            problems.append(f"{where}: adjudicated {final!r} differs from the label both annotators gave")
+            continue
+        labelled.append((task, values["annotator_1"], values["annotator_2"], final, key[row["item_id"]]["llm_label"],
+                         key[row["item_id"]].get("case_number") or row.get("case_number") or row["item_id"]))
+    return labelled, problems
+
+
+def agreement_table(labelled: list) -> Table:
+    rows, means = [], {"hh": [], "hk": [], "lh": [], "lk": []}
+    fmt_k = lambda k: "undefined" if k is None else f"{k:.2f}"  # noqa: E731
+    for task in TASKS:
+        items = [x for x in labelled if x[0] == task]
+        if not items:
+            continue
+        hh, hk = agreement([x[1] for x in items], [x[2] for x in items])
+        lh, lk = agreement([x[4] for x in items], [x[3] for x in items])
+        for name, value in (("hh", hh), ("hk", hk), ("lh", lh), ("lk", lk)):
+            if value is not None:
+                means[name].append(value)
+        rows.append([task, str(len(items)), f"{100 * hh:.1f}%", fmt_k(hk), f"{100 * lh:.1f}%", fmt_k(lk)])
+    mean = lambda v: sum(v) / len(v) if v else None  # noqa: E731
+    rows.append(["Average", str(len(labelled)), f"{100 * mean(means['hh']):.1f}%", fmt_k(mean(means["hk"])),
+                 f"{100 * mean(means['lh']):.1f}%", fmt_k(mean(means["lk"]))])
+    return Table("Judge agreement (Table 12): human-human, and LLM judge against the adjudicated human label",
+                 ["Task", "Items", "Human-Human Agree.", "Human-Human κ", "LLM-Human Agree.", "LLM-Human κ"], rows)
+
+
+def kappa_interval(a: list[str], b: list[str], cases: list[str], resamples: int = 1000,
+                   seed: int = 0) -> tuple[float, float] | None:
+    """95% percentile interval of Cohen's kappa over a bootstrap of whole cases: an LJP response's claims, or
+    both histories of a case, are drawn together (items of one case are not independent)."""
+    labels = sorted(set(a) | set(b))
+    clusters = sorted(set(cases))
+    where = np.array([clusters.index(c) for c in cases])
+    cells = np.array([labels.index(x) * len(labels) + labels.index(y) for x, y in zip(a, b)])
+    onehot = np.zeros((len(a), len(labels) ** 2))
+    onehot[np.arange(len(a)), cells] = 1
+    rng = np.random.default_rng(seed)
+    drawn = np.stack([np.bincount(rng.integers(0, len(clusters), len(clusters)), minlength=len(clusters))
+                      for _ in range(resamples)])[:, where]  # resamples × items: how often each item is drawn
+    kappas = kappa_from_confusion((drawn @ onehot).reshape(resamples, len(labels), len(labels)))
+    return percentile_interval(kappas)
+
+
+def interval_table(labelled: list) -> Table:
+    fmt = lambda ci: "undefined" if ci is None else f"[{ci[0]:.2f}, {ci[1]:.2f}]"  # noqa: E731
+    rows = []
+    for task in TASKS:
+        items = [x for x in labelled if x[0] == task]
+        if items:
+            cases = [x[5] for x in items]
+            rows.append([task, str(len(set(cases))), fmt(kappa_interval([x[1] for x in items], [x[2] for x in items], cases)),
+                         fmt(kappa_interval([x[4] for x in items], [x[3] for x in items], cases))])
+    return Table("κ with its 95% interval from a bootstrap over cases (a case's items resampled together, seed 0)",
+                 ["Task", "Cases", "Human-Human κ", "LLM-Human κ"], rows)
+
+
+def score(args) -> int:
+    rows = read_sheet(args.annotations, ANNOTATION_COLUMNS)
+    key = {row["item_id"]: row for _, row in read_sheet(args.key or key_path(args.annotations), KEY_COLUMNS)}
+    labelled, problems = human_labels(args.annotations, rows, key)
+    if problems:
+        shown = problems[:10] + ([f"... and {len(problems) - 10} more"] if len(problems) > 10 else [])
+        raise HarnessError(f"{len(problems)} row(s) cannot be scored:\n  " + "\n  ".join(shown))
+    if not labelled:
+        raise HarnessError(f"{args.annotations}: no annotated items")
+    print(render_text([agreement_table(labelled), interval_table(labelled)]))
+    return 0

@@ -1,0 +1,57 @@
+"""Two judges on the same generations (a re-judged run beside its source): which records each judge labelled,
+their agreement and Cohen's kappa per task.
+"""
+from __future__ import annotations
+
+
+import numpy as np
+from sklearn.metrics import cohen_kappa_score
+
+from lexpilot.benchmark.records import (DCG, INTERACTION,
+                                        INTERACTION_LABELS, LCA, LJP_SETUPS)
+
+
+REJUDGED_KINDS = (LCA, DCG, INTERACTION, INTERACTION_LABELS, *(verdicts for _, verdicts, _, _ in LJP_SETUPS))
+
+
+# ----------------------------------------------------------------------------- the two judges' agreement
+
+def judge_labels(saved: dict) -> dict[str, dict]:
+    """Item -> label, per task, of one run's saved judge decisions (`saved`: kind name -> case -> record)."""
+    items: dict[str, dict] = {"LCA": {}, "DCG": {}, "LJP": {}, "interaction rounds": {}}
+    for n, r in saved.get(LCA.name, {}).items():
+        for t, j in r["judgments"].items():
+            items["LCA"][(n, t)] = j["label"]
+    for n, r in saved.get(DCG.name, {}).items():
+        for x in r["rounds"]:
+            items["DCG"][(n, x["round"])] = x["label"]
+    for setup, verdicts, _, _ in LJP_SETUPS:
+        for n, r in saved.get(verdicts.name, {}).items():
+            for i, label in enumerate(r["predicted"]):
+                items["LJP"][(n, setup, i)] = label
+    for n, r in saved.get(INTERACTION.name, {}).items():
+        for x in r["rounds"]:
+            if x.get("label") is not None:
+                items["interaction rounds"][(n, x["round"])] = x["label"]
+    return items
+
+
+def agreement(original: dict, rejudged: dict) -> dict[str, tuple[int, float | None, float | None]]:
+    """Per task: (items judged by both, share of equal labels, Cohen's kappa; None where undefined)."""
+    out = {}
+    a_items, b_items = judge_labels(original), judge_labels(rejudged)
+    b_items["interaction rounds"] = {(n, x["round"]): x["label"] for n, r in
+                                     rejudged.get(INTERACTION_LABELS.name, {}).items() for x in r["rounds"]}
+    for task, a in a_items.items():
+        shared = sorted(set(a) & set(b_items[task]), key=str)
+        if not shared:
+            continue
+        x, y = [a[k] for k in shared], [b_items[task][k] for k in shared]
+        kappa = None if len(set(x) | set(y)) == 1 else float(cohen_kappa_score(x, y))
+        out[task] = (len(shared), float(np.mean([p == q for p, q in zip(x, y)])), kappa)
+    return out
+
+
+def source_of(manifest: dict) -> str | None:
+    value = manifest.get("rejudged_from")
+    return value if isinstance(value, str) else None

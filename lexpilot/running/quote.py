@@ -1,0 +1,96 @@
+"""The dry run's figures before any call: calls per role at most, the known prompt text, and the cost quote
+(bounds per role and an expected figure from saved runs).
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from lexpilot.benchmark.prompts import (SLOT, render_claims, render_details_by_focal_point,
+                                        render_focal_points, render_history)
+from lexpilot.settings import Settings
+from lexpilot.benchmark.dataset import Case
+from lexpilot.protocols.steps import Step
+from lexpilot.pricing import cost
+from lexpilot.benchmark.records import ROLES
+from lexpilot.running.state import StageState
+
+
+def planned_calls(state: StageState, cases: list[Case],
+                  prompts: dict[str, str] | None = None) -> tuple[Counter, Counter, Counter]:
+    """Calls per role at most, and the characters of the known prompt text they would send: the prompt and
+    the case's inputs, with the complete history standing for either history (an estimate), and with the
+    shorter of the two (a lower bound); earlier replies carried into a prompt are not known."""
+    calls, chars, low = Counter(), Counter(), Counter()
+    for case in cases:
+        histories = [len(render_history(h)) for h in (case.complete, case.underspecified)]
+        inputs = {"key_facts": len(render_details_by_focal_point(case)), "focus_text": len(render_focal_points(case)),
+                  "claims": len(render_claims(case))}
+        for step in state.steps:
+            if case.number in state.records[step.name]:
+                continue
+            upstream = {need: state.records[need].get(case.number) for need in step.needs}
+            planned = step.calls_for(upstream, state.settings, case)
+            calls.update(planned)
+            for role in planned:
+                template = (prompts or {}).get(step.prompts.get(role), "")
+                fixed = len(SLOT.sub("", template)) + sum(inputs.get(slot, 0) for slot in SLOT.findall(template))
+                # the judges' {history} slot holds a reply to judge, not the case's history
+                history = "history" in SLOT.findall(template) and role != "judge"
+                chars[role] += planned[role] * (fixed + (histories[0] if history else 0))
+                low[role] += step.surely_made().get(role, 0) * (fixed + (min(histories) if history else 0))
+    return calls, chars, low
+
+
+CARRIED_REPLIES = 6  # the most earlier replies any prompt of these protocols carries (a forced prediction: 3 + 3)
+
+
+def cost_quote(state: StageState, settings: Settings, calls: Counter, chars: Counter, pending: int) -> str:
+    """The cost of the pending work per role (`chars`: the known prompt text with the shorter history, so that
+    the lower bound is one): a lower bound (the known prompt text, no completion), an upper
+    bound (the known prompt, every carried reply and every completion at the output limit), and where runs of
+    this stage were saved under the output root, an expected figure from their usage per case."""
+    lines = ["cost quote (money per the price file):"]
+    expected_usage = saved_usage_per_case(settings.output_root, state.steps)
+    total = [0.0, 0.0, 0.0]
+    for role in ROLES:
+        if not calls.get(role):
+            continue
+        model, limit = settings.roles[role].model, settings.roles[role].max_tokens
+        price = settings.prices.get(model)
+        if price is None:
+            lines.append(f"  {role} ({model}): no price in the price file")
+            continue
+        batched = 1.0 if settings.batch and role in (settings.batch_roles or ROLES) else 0.0  # at batch prices
+        low = cost(price, chars[role], 0, batched)
+        high = cost(price, chars[role] + calls[role] * CARRIED_REPLIES * limit, calls[role] * limit, batched)
+        per_case = expected_usage.get(role)
+        expected = cost(price, per_case[0] * pending, per_case[1] * pending, batched) if per_case else None
+        total = [total[0] + low, total[1] + high, total[2] + (expected or 0)]
+        lines.append(f"  {role} ({model}): between {low:,.4f} and {high:,.4f}"
+                     + (f"; expected ~{expected:,.4f} from saved runs of this stage" if expected is not None else ""))
+    lines.append(f"  total: between {total[0]:,.4f} and {total[1]:,.4f}"
+                 + (f"; expected ~{total[2]:,.4f}" if expected_usage else ""))
+    return "\n".join(lines)
+
+
+def saved_usage_per_case(root: Path, steps: list[Step]) -> dict[str, tuple[float, float]]:
+    """Role -> (prompt, completion) tokens per case in the records of these steps saved under the root (every
+    run and model), for an expected cost."""
+    totals: dict[str, list[float]] = {}
+    cases: set = set()
+    for step in steps:
+        for path in root.glob(f"{step.kind.top}/*/*/{step.kind.file}"):
+            for line in path.read_bytes().splitlines():
+                try:
+                    record = json.loads(line)
+                    usage = record["usage"]
+                    cases.add((path.parent.parent.name, path.parent.name, record["case_number"]))  # run, model, case
+                    for role, used in usage.items():
+                        entry = totals.setdefault(role, [0.0, 0.0])
+                        entry[0] += used["prompt_tokens"]
+                        entry[1] += used["completion_tokens"]
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    continue
+    return {role: (p / len(cases), c / len(cases)) for role, (p, c) in totals.items()} if cases else {}

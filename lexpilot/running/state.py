@@ -1,0 +1,80 @@
+"""A stage's state on disk as it resumes: the records already saved per step (checked against the records
+they were built from) and running the pending steps of one case into new records.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lexpilot.storage.checkpoints import (CheckpointWriter, checkpoint_path, read_checkpoint)
+from lexpilot.models.calls import Usage
+from lexpilot.settings import Settings
+from lexpilot.benchmark.dataset import Case
+from lexpilot.errors import HarnessError
+from lexpilot.protocols.steps import CaseCalls, Step
+from lexpilot.benchmark.records import new_record, record_digest
+from lexpilot.protocols.steps import Stage
+
+
+@dataclass
+class StageState:
+    settings: Settings
+    steps: list[Step]
+    cases: list[Case]
+    paths: dict[str, Path]
+    records: dict[str, dict[str, dict]]  # step -> case_number -> record
+    settings_hash: str = ""  # of the settings the new records are made with
+    manifest_path: Path | None = None
+    notes: list = field(default_factory=list)  # what loading repaired, for stderr
+
+    def pending(self) -> list[Case]:
+        return [c for c in self.cases if any(c.number not in self.records[s.name] for s in self.steps)]
+
+
+def load_state(settings: Settings, stage: Stage, cases: list[Case], repair: bool = True) -> StageState:
+    model = settings.roles["eval"].model
+    by_number = {c.number: c for c in cases}
+    kinds = stage.kinds(settings)
+    paths = {k.name: checkpoint_path(settings.output_root, settings.run_id, model, k) for k in kinds}
+    needs = {s.name: s.needs for s in stage.steps}
+    records, notes = {}, []
+    for kind in kinds:
+        loaded = read_checkpoint(paths[kind.name], kind, by_number, "Use the same --dataset and --limit as the "
+                                 "rest of this run, or a new --run-id", notes, repair)
+        records[kind.name] = {n: r for n, (_, r) in loaded.items()}
+        lines = {n: line for n, (line, _) in loaded.items()}
+        for need in needs.get(kind.name, ()):  # a record must have been built from the upstream records that exist now
+            for number, record in records[kind.name].items():
+                upstream = records[need].get(number)
+                if upstream is None or record.get("upstream_hash", {}).get(need) != record_digest(upstream):
+                    raise HarnessError(
+                        f"{paths[kind.name]}:{lines[number]}: case {number} was built from a {need} record "
+                        f"that {'no longer exists' if upstream is None else 'has changed'}. Delete this line "
+                        "to have it redone, or use a new --run-id.")
+    for kind in (k for k in stage.upstream if k in kinds):
+        missing = [c.number for c in cases if c.number not in records[kind.name]]
+        if missing:
+            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            raise HarnessError(f"{paths[kind.name]}: the {kind.name} stage is incomplete ({len(missing)} of "
+                               f"{len(cases)} cases missing: {shown}). Run {kind.producer} for this run first.")
+    return StageState(settings, stage.enabled_steps(settings), cases, paths, records, notes=notes)
+
+
+def run_case(state: StageState, calls: CaseCalls, writer: CheckpointWriter) -> None:
+    case = calls.case
+    for step in state.steps:
+        if case.number in state.records[step.name]:
+            continue
+        calls.usage, calls.replayed, calls.step, calls.reasoning = Usage(), Usage(), step.name, {}
+        upstream = {need: state.records[need][case.number] for need in step.needs}
+        try:
+            body = step.run(calls, upstream)
+        finally:
+            calls.spent.merge(calls.usage.by_role)
+        cost = Usage()  # what this record cost, including replies paid in an earlier run and replayed
+        cost.merge(calls.usage.by_role)
+        cost.merge(calls.replayed.by_role)
+        record = new_record(case.number, case.input_hash, case.cause, body, upstream, cost.by_role,
+                            state.settings_hash, calls.reasoning)
+        writer.append(state.paths[step.name], record)
+        state.records[step.name][case.number] = record

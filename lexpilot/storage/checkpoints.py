@@ -1,0 +1,216 @@
+"""What a run keeps on disk, case by case: the checkpoint files (one synced JSONL record per case and step) and
+the call journal of replies paid within an unfinished step, with the tally of calls paid but never answered.
+
+Layout under the output root (record files: see lexpilot.benchmark.records.RecordKind):
+    runs/<run-id>/<model>/manifest.json, calls_journal.jsonl, unanswered_calls.json, .lock
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import uuid
+from collections import deque
+from pathlib import Path
+
+from lexpilot.benchmark.dataset import Case
+from lexpilot.benchmark.records import RecordKind, model_folder, read_records
+from lexpilot.files import storage_error, write_atomic
+
+
+def run_folder(root: Path, run_id: str, model: str) -> Path:
+    return root / "runs" / run_id / model_folder(model)
+
+
+def manifest_path(root: Path, run_id: str, model: str) -> Path:
+    return run_folder(root, run_id, model) / "manifest.json"
+
+
+def journal_path(root: Path, run_id: str, model: str) -> Path:
+    return run_folder(root, run_id, model) / "calls_journal.jsonl"
+
+
+def checkpoint_path(root: Path, run_id: str, model: str, kind: RecordKind) -> Path:
+    return kind.path(root, run_id, model_folder(model))
+
+
+def read_checkpoint(path: Path, kind: RecordKind, cases: dict[str, Case], what_to_do: str,
+                    notes: list, repair: bool = True) -> dict[str, tuple[int, dict]]:
+    """case_number -> (line, record); a malformed, foreign or stale line is an error, never skipped; a torn
+    last line (a crash) is set aside and its case redone, said in `notes`."""
+    return read_records(path, kind, {n: c.input_hash for n, c in cases.items()}, what_to_do, repair=repair,
+                        notes=notes)
+
+
+class CheckpointWriter:
+    """Appends one record per line; each line is flushed and synced before the case is reported done.
+    A file whose last line lost its newline (a crash) gets one before the first append, so no record is
+    ever glued onto a fragment."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.files = {}
+
+    def append(self, path: Path, record: dict, sync: bool = True) -> None:
+        line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+        with self.lock:
+            try:
+                f = self.files.get(path)
+                if f is None:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    f = self.files[path] = path.open("ab")
+                    if f.tell() > 0 and _last_byte(path) != b"\n":
+                        f.write(b"\n")
+                f.write(line)
+                f.flush()
+                if sync:  # the journal is a cache: a line lost in a machine crash only costs that call again
+                    os.fsync(f.fileno())
+            except OSError as e:
+                raise storage_error(e, path) from None
+
+    def close(self) -> None:
+        with self.lock:
+            for path, f in self.files.items():
+                try:
+                    f.close()
+                except OSError:
+                    pass  # every line was flushed when written; what failed then was reported then
+            self.files.clear()
+
+
+def _last_byte(path: Path) -> bytes:
+    with path.open("rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1)
+
+
+def _journal_lines(path: Path):
+    """(raw line, entry or None when unreadable) of a journal file."""
+    with path.open("rb") as f:
+        for raw in f:
+            try:
+                entry = json.loads(raw.decode("utf-8"))
+                yield raw, entry if isinstance(entry, dict) else None
+            except (UnicodeDecodeError, ValueError, RecursionError):
+                yield raw, None
+
+
+class CallJournal:
+    """Every accepted reply of an unfinished step, so that a rerun replays it instead of paying again; and
+    every call as it starts and ends, so that calls in flight when a process was killed (paid, never
+    answered) are counted.
+
+    A step's record is written only when all its calls succeeded; without the journal, a failure in the
+    last call of a step (the underspecified a1 response, round 3 of an interaction) would throw away the
+    paid replies before it. Replies are replayed per (case, step, role, prompt) in the order they were
+    made, which follows the protocol path exactly because each prompt contains the replies before it.
+    Calls started but never ended are added up per role in `unanswered_calls.json` beside the journal
+    when it is read, and their lines dropped.
+    """
+
+    def __init__(self, path: Path, writer: CheckpointWriter, wanted: set[tuple[str, str]]):
+        self.path, self.writer = path, writer
+        self.replies: dict[tuple, deque] = {}
+        self.lock = threading.Lock()
+        self.unreadable = 0
+        self.unanswered: dict[str, int] = {}
+        if not path.exists():
+            return
+        started, ended, kept = {}, set(), []
+        for raw, e in _journal_lines(path):
+            try:
+                if e is not None and e.get("t") == "start":
+                    started[e["id"]] = e["role"]
+                    continue
+                if e is not None and e.get("t") == "end":
+                    ended.add(e["id"])
+                    continue
+                key = (e["case_number"], e["step"], e["key"])
+                entry = (e["reply"], e["usage"])
+            except (KeyError, TypeError):
+                self.unreadable += 1  # a line torn by a crash: that call is simply made again
+                continue
+            kept.append(raw if raw.endswith(b"\n") else raw + b"\n")
+            if key[:2] in wanted:
+                self.replies.setdefault(key, deque()).append(entry)
+        for call_id, role in started.items():
+            if call_id not in ended:
+                self.unanswered[role] = self.unanswered.get(role, 0) + 1
+        if started or self.unreadable:
+            if self.unanswered:
+                add_unanswered(path.with_name("unanswered_calls.json"), self.unanswered)
+            write_atomic(path, b"".join(kept))
+
+    @staticmethod
+    def key(role: str, prompt) -> str:
+        text = prompt if isinstance(prompt, str) else json.dumps(prompt, ensure_ascii=False, sort_keys=True)
+        return hashlib.sha256(f"{role}\0{text}".encode()).hexdigest()[:24]
+
+    def take(self, case_number: str, step: str, role: str, prompt) -> tuple[str, dict] | None:
+        with self.lock:
+            queue = self.replies.get((case_number, step, self.key(role, prompt)))
+            return queue.popleft() if queue else None
+
+    def keep(self, case_number: str, step: str, role: str, prompt, reply: str, usage: dict) -> None:
+        self.keep_key(case_number, step, self.key(role, prompt), reply, usage)
+
+    def keep_key(self, case_number: str, step: str, key: str, reply: str, usage: dict,
+                 custom_id: str | None = None, sync: bool = False) -> None:
+        entry = {"case_number": case_number, "step": step, "key": key, "reply": reply, "usage": usage}
+        if custom_id:  # a reply collected from a batch: imported once, whatever happens during the import
+            entry["custom_id"] = custom_id
+        self.writer.append(self.path, entry, sync=sync)
+
+    @staticmethod
+    def custom_ids(path: Path) -> set[str]:
+        """The batch requests whose replies the journal already holds."""
+        if not path.exists():
+            return set()
+        return {e["custom_id"] for _, e in _journal_lines(path) if e is not None and isinstance(e.get("custom_id"), str)}
+
+    def started(self, role: str) -> str:
+        """Note a call about to be sent; returns its id for `ended`. Not synced: a killed process's writes
+        still reach the file (only a machine crash could lose the mark)."""
+        call_id = uuid.uuid4().hex[:16]
+        self.writer.append(self.path, {"t": "start", "id": call_id, "role": role}, sync=False)
+        return call_id
+
+    def ended(self, call_id: str) -> None:
+        self.writer.append(self.path, {"t": "end", "id": call_id}, sync=False)
+
+    def compact(self, saved: dict[str, dict]) -> None:
+        """Drop the replies of steps whose record is saved now (`saved`: step -> case_number -> record) and
+        the start and end marks of finished calls; the file goes when nothing is left. Other stages' steps
+        are kept."""
+        if not self.path.exists():
+            return
+        kept = []
+        for raw, e in _journal_lines(self.path):
+            try:
+                if e is None or e.get("t") in ("start", "end"):
+                    continue  # torn lines were counted when read; marks of this process's calls are done
+                if not (e["step"] in saved and e["case_number"] in saved[e["step"]]):
+                    kept.append(raw if raw.endswith(b"\n") else raw + b"\n")
+            except (KeyError, TypeError):
+                continue
+        if not kept:
+            self.path.unlink()
+            return
+        write_atomic(self.path, b"".join(kept))
+
+
+def add_unanswered(path: Path, calls: dict[str, int]) -> None:
+    """Add calls paid but never answered (in flight when a process died) to the run's tally."""
+    total = read_unanswered(path)
+    for role, n in calls.items():
+        total[role] = total.get(role, 0) + n
+    write_atomic(path, json.dumps(total).encode("utf-8"))
+
+
+def read_unanswered(path: Path) -> dict[str, int]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {r: n for r, n in data.items() if isinstance(n, int)} if isinstance(data, dict) else {}
