@@ -21,7 +21,7 @@ from lexpilot.benchmark.dataset import DEFAULT_DATASET, load_dataset
 from lexpilot.errors import HarnessError
 from lexpilot.benchmark.records import PROBE_DCG, PROBE_REPLIES, model_folder, read_records
 from lexpilot.protocols.probes import PROBE_STAGE as STAGE
-from lexpilot.running.stage import stage_main
+from common import stage_main
 from lexpilot.files import read_sheet, write_sheet
 from lexpilot.reporting.renderings import render_text
 from lexpilot.paths import DEFAULT_OUTPUT_ROOT

@@ -156,14 +156,16 @@ def test_an_endpoint_on_another_port_resumes_and_a_code_change_needs_consent(tmp
     manifest = json.loads(mpath.read_text(encoding="utf-8"))
     for role in manifest["models"].values():
         role["endpoint_host"] = "127.0.0.1:1"  # the server was on another port when the run started
-    manifest["code_hash"] = "0123456789abcdef"  # and the harness has been upgraded since
+    manifest["code_files"]["lexpilot/protocols/ljp.py"] = "0123456789abcdef"  # and the harness was upgraded since
     mpath.write_text(json.dumps(manifest), encoding="utf-8")
     assert h.run("direct", "--limit", "1") == 2
     err = capsys.readouterr().err
-    assert "code_hash: run 0123456789abcdef, now" in err and "--allow-code-change" in err and "models" not in err
+    assert "code: lexpilot/protocols/ljp.py changed since the run started" in err and "--allow-code-change" in err
+    assert "models" not in err
     assert h.run("direct", "--limit", "1", "--allow-code-change") == 0
     resumed = json.loads(mpath.read_text(encoding="utf-8"))
-    assert resumed["code_hash"] == "0123456789abcdef" and len(resumed["code_hashes_resumed_with"]) == 1
+    assert resumed["code_files"]["lexpilot/protocols/ljp.py"] == "0123456789abcdef"
+    assert len(resumed["code_hashes_resumed_with"]) == 1
     assert h.run("gold", "--limit", "1", "--allow-code-change", "--temperature", "0.2") == 2  # not for settings
 
 

@@ -81,3 +81,42 @@ def test_a_run_is_compared_on_the_prompts_its_user_condition_sends(tmp_path, mon
     err = capsys.readouterr().err
     assert "prompt_hash.user_delayed.txt: run fb05dda110120af5, now" in err and "user_standard" not in err
     assert not provider.requests
+
+
+SAVED_V2 = ROOT / "tests" / "data" / "run_saved_by_v2"  # made by commit 7a25040 (before the package): every stage
+# but the probe study on 4 sample cases, model v2-model; expected_show_results.json is what that commit reported
+
+
+def test_a_run_saved_before_the_package_reports_the_same_numbers(tmp_path, capsys):
+    root = tmp_path / "out"
+    shutil.copytree(SAVED_V2, root)
+    dataset = root / "LexPilot_sample.json"
+    assert show_results.main(["--output-root", str(root), "--dataset", str(dataset), "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    expected = json.loads((SAVED_V2 / "expected_show_results.json").read_text(encoding="utf-8"))["groups"][0]
+    group = json.loads(captured.out)["groups"][0]
+    assert group["metrics"] == expected["metrics"]  # every table's numbers, Table 4, Table 6 and the audit included
+    assert group["settings"] == expected["settings"] and not group["problems"]
+
+
+def test_a_run_saved_before_the_package_resumes_with_consent(tmp_path, provider, monkeypatch, capsys):
+    import eval_LJP_behaviour
+    root = tmp_path / "out"
+    shutil.copytree(SAVED_V2, root)
+    dataset = root / "LexPilot_sample.json"
+    extraction = root / "eval_results" / "v2run" / "v2-model-6bc9124b" / "LJP_targeted.jsonl"
+    lines = extraction.read_text(encoding="utf-8").splitlines(keepends=True)
+    extraction.write_text("".join(lines[:-1]), encoding="utf-8")  # the last case's verdicts were never extracted
+    monkeypatch.setenv("OPENAI_BASE_URL", provider.base_url)
+
+    def run(*extra):
+        argv = ["--run-id", "v2run", "--model", "v2-model", "--dataset", str(dataset), "--output-root", str(root),
+                "--limit", "4", *extra]
+        return stage_main(eval_LJP_behaviour.STAGE, "test", argv=argv, clients=provider.in_memory_clients())
+    assert run() == 2
+    assert "code_hash: run 985398f8be1f56db, now" in capsys.readouterr().err and not provider.requests
+    assert run("--allow-code-change") == 0
+    assert provider.kinds() == {"ljp_judge": 1}  # only the missing extraction
+    redone = extraction.read_text(encoding="utf-8").splitlines(keepends=True)
+    assert redone[:-1] == lines[:-1]
+    assert json.loads(redone[-1])["predicted"] == json.loads(lines[-1])["predicted"]

@@ -96,7 +96,7 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
     mpath = manifest_path(settings.output_root, settings.run_id, model)
     record_files = [checkpoint_path(settings.output_root, settings.run_id, model, k) for k in RECORD_KINDS]
     if settings.dry_run:
-        check_manifest(mpath, manifest, write=False, allow_code_change=settings.allow_code_change,
+        check_manifest(mpath, manifest, stage.script, write=False, allow_code_change=settings.allow_code_change,
                        record_files=record_files)
         state = load_state(settings, stage, selected, repair=False)  # a dry run changes no file
         pending = state.pending()
@@ -116,7 +116,7 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
             print(cost_quote(state, settings, calls, low, len(pending)), file=out)
         return 0
     with RunLock(mpath.with_name(".lock")):
-        note = check_manifest(mpath, manifest, write=True, allow_code_change=settings.allow_code_change,
+        note = check_manifest(mpath, manifest, stage.script, write=True, allow_code_change=settings.allow_code_change,
                               record_files=record_files)
         if note:
             print(f"[{name}] {note}", file=err)

@@ -4,7 +4,6 @@ writer per run and model.
 """
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import os
@@ -17,34 +16,12 @@ from lexpilot.benchmark.dataset import Case
 from lexpilot.errors import HarnessError
 from lexpilot.benchmark.prompts import PROMPT_DIR, prompt_files_used
 from lexpilot.benchmark.records import ROLES, SCHEMA_VERSION, canonical_hash
-from lexpilot.files import storage_error
-from lexpilot.files import write_json
-
-
-HERE = Path(__file__).resolve().parent
+from lexpilot.files import storage_error, write_json
+from lexpilot.storage.code import code_changes, code_digests, code_hash
 
 
 COMPARED_MANIFEST_FIELDS = ("dataset_sha256", "selected_cases", "code_hash", "prompt_hash",
                             "models", "generation", "user_condition", "rejudged_from")
-
-
-def code_files(start: str) -> list[Path]:
-    """The project's modules `start` imports, directly or through others, and itself: the code that
-    decides what a run produces (found from the import statements, so no list is kept by hand)."""
-    seen: set[str] = set()
-    todo = [start]
-    while todo:
-        name = todo.pop()
-        path = HERE / f"{name}.py"
-        if name in seen or not path.exists():
-            continue
-        seen.add(name)
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                todo += [a.name.split(".")[0] for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                todo.append(node.module.split(".")[0])
-    return sorted(HERE / f"{name}.py" for name in seen)
 
 
 def _digest(paths: list[Path]) -> str:
@@ -52,10 +29,6 @@ def _digest(paths: list[Path]) -> str:
     for p in paths:
         h.update(p.name.encode() + b"\0" + p.read_bytes().replace(b"\r\n", b"\n") + b"\0")
     return h.hexdigest()[:16]
-
-
-def code_hash(start: str = "runner") -> str:
-    return _digest(code_files(start))
 
 
 def prompt_hashes(condition: str) -> tuple[str, dict[str, str]]:
@@ -101,6 +74,7 @@ def generation_settings(settings: Settings) -> dict:
 
 def build_manifest(settings: Settings, dataset_sha256: str, selected: list[Case]) -> dict:
     prompt_hash, prompt_files = prompt_hashes(settings.user_condition)
+    code = code_digests()
     roles = settings.roles
     return {
         "schema_version": SCHEMA_VERSION,
@@ -108,7 +82,8 @@ def build_manifest(settings: Settings, dataset_sha256: str, selected: list[Case]
         "dataset_sha256": dataset_sha256,
         "dataset_path": str(settings.dataset),
         "selected_cases": [c.number for c in selected],
-        "code_hash": code_hash(),
+        "code_hash": code_hash(code),
+        "code_files": code,
         "prompt_hash": prompt_hash,
         "prompt_files": prompt_files,
         "models": {r: {"model": roles[r].model, "endpoint_host": roles[r].host} for r in ROLES},
@@ -190,11 +165,12 @@ def saved_settings(paths: list[Path]) -> set[str | None]:
     return found
 
 
-def check_manifest(path: Path, current: dict, write: bool, allow_code_change: bool = False,
+def check_manifest(path: Path, current: dict, script: str, write: bool, allow_code_change: bool = False,
                    record_files: list[Path] = ()) -> str | None:
     """Stop before any call when the run's saved settings differ; write the manifest on first use.
 
-    Harness code that changed since the run started (an upgrade) is accepted with `allow_code_change`,
+    Harness code that changed since the run started (any file the stage of `script` runs: see
+    lexpilot.storage.code) is accepted with `allow_code_change`,
     and the new code hash is added to the manifest's `code_hashes_resumed_with`. A manifest that is gone
     while records of the run remain is rebuilt when every record was made with the current settings, and
     refused otherwise; the note returned says so."""
@@ -210,27 +186,27 @@ def check_manifest(path: Path, current: dict, write: bool, allow_code_change: bo
         if write:
             write_json(path, current)
         return None
-    if path.exists():
-        saved = read_manifest(path)
-        differing = manifest_differences(saved, current)
-        if saved.get("user_condition") != current.get("user_condition"):
-            raise HarnessError(f"{path}: this run's user condition is {saved.get('user_condition')!r}, not "
-                               f"{current.get('user_condition')!r}. Pass --user-condition "
-                               f"{saved.get('user_condition')} (LexAwN_gen.py and eval_LJP_interaction.py take it; "
-                               "the other stages belong to standard runs), or use a new --run-id.")
-        code_changed = [d for d in differing if d.startswith("code_hash:")]
-        if code_changed and allow_code_change and len(differing) == 1:
-            resumed = saved.setdefault("code_hashes_resumed_with", [])
-            if current["code_hash"] not in resumed:
-                resumed.append(current["code_hash"])
-                if write:
-                    write_json(path, saved)
-            return None
-        if differing:
-            hint = (" If the harness was upgraded and the change does not alter results, add --allow-code-change "
-                    "(recorded in the manifest);" if code_changed else "")
-            raise HarnessError(f"{path}: this run was started with other settings ({'; '.join(differing)}).{hint} "
-                               "Rerun with the run's settings, or use a new --run-id.")
+    saved = read_manifest(path)
+    differing = [d for d in manifest_differences(saved, current) if not d.startswith("code_hash:")]
+    differing += code_changes(saved, script)
+    if saved.get("user_condition") != current.get("user_condition"):
+        raise HarnessError(f"{path}: this run's user condition is {saved.get('user_condition')!r}, not "
+                           f"{current.get('user_condition')!r}. Pass --user-condition "
+                           f"{saved.get('user_condition')} (LexAwN_gen.py and eval_LJP_interaction.py take it; "
+                           "the other stages belong to standard runs), or use a new --run-id.")
+    code_changed = [d for d in differing if d.startswith("code")]
+    if code_changed and allow_code_change and len(code_changed) == len(differing):
+        resumed = saved.setdefault("code_hashes_resumed_with", [])
+        if current["code_hash"] not in resumed:
+            resumed.append(current["code_hash"])
+            if write:
+                write_json(path, saved)
+        return None
+    if differing:
+        hint = (" If the harness was upgraded and the change does not alter results, add --allow-code-change "
+                "(recorded in the manifest);" if code_changed else "")
+        raise HarnessError(f"{path}: this run was started with other settings ({'; '.join(differing)}).{hint} "
+                           "Rerun with the run's settings, or use a new --run-id.")
     return None
 
 

@@ -1,0 +1,107 @@
+"""The code a run was made with: which files decide what a stage produces, and their digests.
+
+A stage's code is its entry point and every module of the project it imports, directly or through others,
+lazy imports inside functions included (found from the import statements, so no list is kept by hand), with
+the reporting package left out: fixing a table never blocks resuming a run. A run's manifest keeps the digest
+of every such file of every entry point when the run starts (`code_files`); each stage compares the files it
+runs now with those, so a change to any of them stops it until `--allow-code-change`.
+"""
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+from pathlib import Path
+
+from lexpilot.paths import PROJECT_ROOT
+
+NOT_CODE_OF_A_STAGE = ("lexpilot/reporting/",)  # reporting reads runs; it never decides what a stage records
+
+
+def _module_files(dotted: str, root: Path) -> list[Path]:
+    """The files an import of `dotted` runs: the module (or package) and the packages above it."""
+    parts = dotted.split(".")
+    files = [root.joinpath(*parts[:i], "__init__.py") for i in range(1, len(parts))]
+    base = root.joinpath(*parts)
+    return files + [base.with_suffix(".py"), base / "__init__.py"]
+
+
+def _imported(path: Path, root: Path) -> list[Path]:
+    stat = path.stat()
+    return _imports_of(path, root, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=512)  # keyed by the file's time and size: a changed file is parsed again
+def _imports_of(path: Path, root: Path, mtime_ns: int, size: int) -> list[Path]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_bytes())):
+        if isinstance(node, ast.Import):
+            found += [f for a in node.names for f in _module_files(a.name, root)]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found += _module_files(node.module, root)  # `from package import module` runs the module too
+            found += [f for a in node.names for f in _module_files(f"{node.module}.{a.name}", root)]
+    return found
+
+
+def relative(path: Path, root: Path) -> str:
+    return path.relative_to(root).as_posix()
+
+
+def code_files(scripts: list[str], root: Path | None = None) -> list[str]:
+    """The project files (relative, with /) that the entry points `scripts` run, reporting aside."""
+    root = root or PROJECT_ROOT
+    seen: set[Path] = set()
+    todo = [root / s for s in scripts]
+    while todo:
+        path = todo.pop()
+        if path in seen or not path.is_file() or relative(path, root).startswith(NOT_CODE_OF_A_STAGE):
+            continue
+        seen.add(path)
+        todo += _imported(path, root)
+    return sorted(relative(p, root) for p in seen)
+
+
+STAGE_RUNNER = "lexpilot/running/stage.py"
+
+
+def stage_scripts(root: Path) -> list[str]:
+    """The entry points that run a stage (their code reaches the stage runner); show_results.py and the
+    other reporting tools are not among them."""
+    return sorted(p.name for p in root.glob("*.py") if STAGE_RUNNER in code_files([p.name], root))
+
+
+def file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes().replace(b"\r\n", b"\n")).hexdigest()[:16]
+
+
+def code_digests(root: Path | None = None) -> dict[str, str]:
+    """Every file any stage script runs -> its digest: what a new manifest records."""
+    root = root or PROJECT_ROOT  # read at each call (the tests point it at a copy of the project)
+    files = sorted([*root.glob("*.py"), *root.glob("lexpilot/**/*.py")])
+    return dict(_digests(root, tuple((f, f.stat().st_mtime_ns, f.stat().st_size) for f in files)))
+
+
+@functools.lru_cache(maxsize=8)  # keyed by every file's time and size, so a change is always seen
+def _digests(root: Path, signature: tuple) -> tuple:
+    return tuple((name, file_digest(root / name)) for name in code_files(stage_scripts(root), root))
+
+
+def code_hash(digests: dict[str, str]) -> str:
+    """One digest for a set of files: the harness version a run was started with, as show_results groups it."""
+    return hashlib.sha256("".join(f"{name}\0{d}\0" for name, d in sorted(digests.items())).encode()).hexdigest()[:16]
+
+
+def code_changes(saved: dict, script: str, root: Path | None = None) -> list[str]:
+    """The files the stage of `script` runs that are not as they were when the run started, as
+    'code: FILE changed' lines; a manifest from before per-file digests is compared on its one code hash."""
+    root = root or PROJECT_ROOT
+    saved_files = saved.get("code_files")
+    if not isinstance(saved_files, dict):
+        now = code_hash(code_digests(root))
+        return [] if saved.get("code_hash") == now else [f"code_hash: run {saved.get('code_hash')}, now {now}"]
+    changes = []
+    for name in code_files([script], root):
+        before = saved_files.get(name)
+        if before != file_digest(root / name):
+            changes.append(f"code: {name} {'added' if before is None else 'changed'} since the run started")
+    return changes
