@@ -4,7 +4,6 @@ the rendering of a history, the key details, focal points, claims and a recorded
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from lexpilot.benchmark.dataset import Case
 from lexpilot.paths import PROMPT_DIR

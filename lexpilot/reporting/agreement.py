@@ -22,7 +22,7 @@ from lexpilot.reporting.metrics import kappa_from_confusion
 from lexpilot.reporting.results import load_runs, percentile_interval, read_task
 from lexpilot.files import read_sheet, write_sheet
 from lexpilot.reporting.renderings import render_text
-from lexpilot.reporting.tables import Table
+from lexpilot.reporting.table import Table
 
 
 # TYPE: the response type of a plain consultation (Table 6); FOCAL: the judge's type of a focal point (Table 18)
@@ -275,7 +275,7 @@ def agreement_table(labelled: list) -> Table:
     mean = lambda v: sum(v) / len(v) if v else None  # noqa: E731
     rows.append(["Average", str(len(labelled)), f"{100 * mean(means['hh']):.1f}%", fmt_k(mean(means["hk"])),
                  f"{100 * mean(means['lh']):.1f}%", fmt_k(mean(means["lk"]))])
-    return Table("Judge agreement (Table 12): human-human, and LLM judge against the adjudicated human label",
+    return Table("table_12", "Judge agreement (Table 12): human-human, and LLM judge against the adjudicated human label",
                  ["Task", "Items", "Human-Human Agree.", "Human-Human κ", "LLM-Human Agree.", "LLM-Human κ"], rows)
 
 
@@ -305,7 +305,7 @@ def interval_table(labelled: list) -> Table:
             cases = [x[5] for x in items]
             rows.append([task, str(len(set(cases))), fmt(kappa_interval([x[1] for x in items], [x[2] for x in items], cases)),
                          fmt(kappa_interval([x[4] for x in items], [x[3] for x in items], cases))])
-    return Table("κ with its 95% interval from a bootstrap over cases (a case's items resampled together, seed 0)",
+    return Table("table_12_intervals", "κ with its 95% interval from a bootstrap over cases (a case's items resampled together, seed 0)",
                  ["Task", "Cases", "Human-Human κ", "LLM-Human κ"], rows)
 
 

@@ -39,7 +39,7 @@ def write_plots(groups: list[Group], folder: Path, boot: Bootstrap | None,
         return stat["mean"], sd, sd
 
     bar = "95% bootstrap interval" if boot else "± SD over runs"
-    for title, (task, metric), _ in CLASS_TABLES:
+    for _, title, (task, metric), _, _ in CLASS_TABLES:
         fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(classes) + 1.5), 4.2))
         width = 0.8 / max(len(groups), 1)
         for i, (label, g) in enumerate(zip(labels, groups)):

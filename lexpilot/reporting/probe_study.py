@@ -10,7 +10,7 @@ import numpy as np
 
 from lexpilot.benchmark.prompts import render_history
 from lexpilot.benchmark.dataset import Case
-from lexpilot.reporting.tables import Table
+from lexpilot.reporting.table import Table
 from lexpilot.benchmark.probe_file import CONDITIONS, CONDITION_NAMES, Probe
 
 
@@ -117,12 +117,12 @@ def table_13(items: list[dict], agree: dict) -> list[Table]:
         rows.append([CONDITION_NAMES[condition], str(len(chosen))]
                     + [pct(rate(chosen, c)[0]) if not (c == "answer" and condition == "C") else "—" for c in EXPERT]
                     + [pct(float(np.mean(dcg))) if dcg else "—"])
-    tables = [Table("User simulator fidelity and DCG judge acceptance (Table 13): rates over applicable replies",
+    tables = [Table("table_13", "User simulator fidelity and DCG judge acceptance (Table 13): rates over applicable replies",
                     ["Condition", "Replies", "Answer", "OD", "Error", "DCG+"], rows)]
     diff = answer_difference(items)
     accepted = [i for i in items if i["condition"] in ("A", "B") and i["dcg_label"] == YES]
     failed = [i for i in accepted if i.get("answer") == NO or i.get("over_disclosure") == YES or i.get("error") == YES]
-    tables.append(Table("Probe study: the A-B comparison, agreement before adjudication, factual recovery (E.3.3)",
+    tables.append(Table("probe_study", "Probe study: the A-B comparison, agreement before adjudication, factual recovery (E.3.3)",
                         ["Measure", "Value"],
                         [["Answer rate, indirect − direct (B − A), pp [95% paired case-bootstrap interval]",
                           "n/a" if diff is None else f"{100 * diff[0]:+.1f} [{100 * diff[1]:+.1f}, {100 * diff[2]:+.1f}]"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 
-from lexpilot.reporting.tables import Table
+from lexpilot.reporting.table import Table
 from lexpilot.files import spreadsheet_safe
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import json
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -19,16 +18,12 @@ from lexpilot.benchmark.records import LJP_SETUPS, ROLES
 from lexpilot.reporting.judges import REJUDGED_KINDS, agreement, source_of
 from lexpilot.reporting.results import (AUDITED, OVERALL, STOP_CATEGORIES, TASKS, Bootstrap, Group, Run, group_label,
                                         paired_difference, read_saved)
+from lexpilot.reporting.table import Table
 
 
 USER_CONDITION_NAMES = (("standard", "Standard"), ("delayed", "Delayed Disclosure"), ("self-correction", "Self-Correction"))
 SETUP_NAMES = {"direct": "Direct", "interaction": "Interaction-Based", "gold": "Gold-Standard"}
 
-@dataclass
-class Table:
-    title: str
-    headers: list[str]
-    rows: list[list[str]]
 
 
 def cell(stat: dict | None, digits: int, ci: tuple[float, float] | None = None) -> str:
@@ -60,16 +55,21 @@ def classes_present(groups: list[Group]) -> list[str]:
     return [c for c in CLASS_LABELS if c in present]
 
 
-CLASS_TABLES = (("LCA Macro-F1 by class (Table 2, top)", ("LCA", "macro_f1"), 4),
-                ("DCG accuracy by class (Table 2, bottom)", ("DCG", "accuracy"), 4),
-                ("LJP Direct QWK by class", ("LJP_direct", "qwk"), 4),
-                ("LJP Interaction-Based QWK by class (Table 17)", ("LJP_interaction", "qwk"), 4),
-                ("LJP Gold-Standard QWK by class (Table 16)", ("LJP_gold", "qwk"), 4))
+# (identity, title, metric, digits, the task its cells link to)
+CLASS_TABLES = (("lca_by_class", "LCA Macro-F1 by class (Table 2, top)", ("LCA", "macro_f1"), 4, "LCA"),
+                ("dcg_by_class", "DCG accuracy by class (Table 2, bottom)", ("DCG", "accuracy"), 4, "DCG"),
+                ("ljp_direct_by_class", "LJP Direct QWK by class", ("LJP_direct", "qwk"), 4, "direct"),
+                ("ljp_interaction_by_class", "LJP Interaction-Based QWK by class (Table 17)", ("LJP_interaction", "qwk"),
+                 4, "interaction"),
+                ("ljp_gold_by_class", "LJP Gold-Standard QWK by class (Table 16)", ("LJP_gold", "qwk"), 4, "gold"))
+MAIN_COLUMN_TASKS = {"LCA Macro-F1": "LCA", "DCG Acc.": "DCG", "LJP Direct QWK": "direct",
+                     "LJP Interaction QWK": "interaction", "LJP Gold QWK": "gold"}
+SETUP_COLUMN_TASKS = {"Direct": "direct", "Interaction-Based": "interaction", "Gold-Standard": "gold"}
 
 
 def build_tables(groups: list[Group], boot: Bootstrap | None = None, complexity: dict | None = None) -> list[Table]:
     """The paper's tables over the standard-user groups; with `boot`, a 95% interval in every metric cell."""
-    tables = [Table("Runs", ["Model", "Runs", "Run ids", "Differs from #1 in"],
+    tables = [Table("runs", "Runs", ["Model", "Runs", "Run ids", "Differs from #1 in"],
                     [[group_label(g, groups), str(len(g.runs)), ", ".join(g.run_ids), ", ".join(g.differs) or "-"]
                      for g in groups])]
     non_ideal = non_ideal_table(groups, boot)
@@ -83,21 +83,21 @@ def build_tables(groups: list[Group], boot: Bootstrap | None = None, complexity:
     def value(g: Group, key: tuple, digits: int) -> str:
         return cell(g.stat(key), digits, boot.interval(g, key) if boot and key[0] in TASKS else None)
 
-    tables.append(Table(f"Main results (Table 11): mean ± SD over runs{suffix}",
+    tables.append(Table("main", f"Main results (Table 11): mean ± SD over runs{suffix}",
                         ["Model", "LCA Macro-F1", "DCG Acc.", "LJP Direct QWK", "LJP Interaction QWK", "LJP Gold QWK"],
                         [[label, value(g, ("LCA", "macro_f1", OVERALL), 3), value(g, ("DCG", "accuracy", OVERALL), 3)]
                          + [value(g, (f"LJP_{s}", "qwk", OVERALL), 3) for s, _, _, _ in LJP_SETUPS]
-                         for label, g in zip(labels, groups)]))
-    tables.append(Table(f"LCA detail (Table 14){suffix}", ["Model", "Macro-F1", "Acc_C", "Acc_U"],
+                         for label, g in zip(labels, groups)], column_tasks=MAIN_COLUMN_TASKS))
+    tables.append(Table("lca_detail", f"LCA detail (Table 14){suffix}", ["Model", "Macro-F1", "Acc_C", "Acc_U"],
                         [[label] + [value(g, ("LCA", m, OVERALL), 4) for m in ("macro_f1", "acc_c", "acc_u")]
-                         for label, g in zip(labels, groups)]))
-    for title, key, digits in CLASS_TABLES:
-        tables.append(Table(title + suffix, ["Model"] + classes,
+                         for label, g in zip(labels, groups)], task="LCA"))
+    for table_id, title, key, digits, task in CLASS_TABLES:
+        tables.append(Table(table_id, title + suffix, ["Model"] + classes,
                             [[label] + [value(g, (*key, c), digits) for c in classes]
-                             for label, g in zip(labels, groups)]))
-    tables.append(Table(f"LJP accuracy{suffix}", ["Model", "Direct", "Interaction-Based", "Gold-Standard"],
+                             for label, g in zip(labels, groups)], task=task))
+    tables.append(Table("ljp_accuracy", f"LJP accuracy{suffix}", ["Model", "Direct", "Interaction-Based", "Gold-Standard"],
                         [[label] + [value(g, (f"LJP_{s}", "accuracy", OVERALL), 4) for s, _, _, _ in LJP_SETUPS]
-                         for label, g in zip(labels, groups)]))
+                         for label, g in zip(labels, groups)], column_tasks=SETUP_COLUMN_TASKS))
     tables.append(interaction_gain_table(groups, labels))
     if boot:
         tables.append(paired_setups_table(groups, labels, boot))
@@ -109,7 +109,7 @@ def build_tables(groups: list[Group], boot: Bootstrap | None = None, complexity:
 
 def paired_setups_table(groups: list[Group], labels: list[str], boot: Bootstrap) -> Table:
     qwk = lambda g, setup: (g, (f"LJP_{setup}", "qwk", OVERALL))  # noqa: E731
-    return Table("Paired QWK differences on the same cases: difference of means [95% bootstrap interval], "
+    return Table("paired_setups", "Paired QWK differences on the same cases: difference of means [95% bootstrap interval], "
                  "share of resamples below zero", ["Model", "Interaction − Direct", "Gold − Interaction"],
                  [[label, difference_cell(paired_difference(boot, qwk(g, "interaction"), qwk(g, "direct"))),
                    difference_cell(paired_difference(boot, qwk(g, "gold"), qwk(g, "interaction")))]
@@ -128,7 +128,7 @@ def comparison_table(a: Group, b: Group, boot: Bootstrap) -> Table:
         key = (task, metric, OVERALL)
         rows.append([name, cell(a.stat(key), 4), cell(b.stat(key), 4),
                      difference_cell(paired_difference(boot, (a, key), (b, key)), 4)])
-    return Table(f"{a.model} − {b.model}: difference of means [95% bootstrap interval over cases], "
+    return Table("comparison", f"{a.model} − {b.model}: difference of means [95% bootstrap interval over cases], "
                  "share of resamples below zero", ["Metric", a.model, b.model, "Difference"], rows)
 
 
@@ -139,28 +139,31 @@ def behaviour_tables(groups: list[Group]) -> list[Table]:
         return []
     labels = [group_label(g, groups) for g in groups]
     classes = classes_present(groups) + [OVERALL]
-    tables = [Table("Interaction behaviour: mean questions before a prediction and share of stop reasons, "
+    tables = [Table("behaviour", "Interaction behaviour: mean questions before a prediction and share of stop reasons, "
                     "mean ± SD over runs",
                     ["Model", "Questions", "Judged in round 1 (premature)", "Round 2", "Round 3", "Budget (forced)"],
                     [[label, cell(g.stat(("behaviour", "questions", OVERALL)), 2)]
                      + [cell(g.stat(("behaviour", c, OVERALL)), 3) for c in STOP_CATEGORIES]
                      for label, g in zip(labels, groups)]),
-              Table("Interaction-Based QWK by stop reason, mean ± SD over runs",
+              Table("qwk_by_stop", "Interaction-Based QWK by stop reason, mean ± SD over runs",
                     ["Model", "Judged in round 1", "Round 2", "Round 3", "Budget (forced)"],
                     [[label] + [cell(g.stat(("LJP_interaction_by_stop", "qwk", c)), 4) for c in STOP_CATEGORIES]
                      for label, g in zip(labels, groups)])]
-    for title, metric, digits in (("Questions before a prediction by class", "questions", 2),
-                                  ("Premature predictions (judged in round 1) by class", "round 1", 3)):
-        tables.append(Table(title, ["Model"] + classes,
+    for table_id, title, metric, digits in (
+            ("questions_by_class", "Questions before a prediction by class", "questions", 2),
+            ("premature_by_class", "Premature predictions (judged in round 1) by class", "round 1", 3)):
+        tables.append(Table(table_id, title, ["Model"] + classes,
                             [[label] + [cell(g.stat(("behaviour", metric, c)), digits) for c in classes]
                              for label, g in zip(labels, groups)]))
 
     def shares(g: Group, cls: str) -> str:
         means = [(g.stat(("behaviour", category, cls)) or {}).get("mean") for category in STOP_CATEGORIES]
         return "n/a" if None in means else " / ".join(f"{m:.2f}" for m in means)
-    tables.append(Table("Stop reasons by class: judged in round 1 / 2 / 3 / budget, share (mean over runs)",
+    tables.append(Table("stop_by_class", "Stop reasons by class: judged in round 1 / 2 / 3 / budget, share (mean over runs)",
                         ["Model"] + classes, [[label] + [shares(g, c) for c in classes]
                                               for label, g in zip(labels, groups)]))
+    for table in tables:
+        table.task = "interaction"  # every cell here is about the Interaction-Based consultations
     return tables
 
 
@@ -176,10 +179,10 @@ def non_ideal_table(groups: list[Group], boot: Bootstrap | None = None) -> Table
         return None
     key = ("LJP_interaction", "qwk", OVERALL)
     non_standard = [(c, name) for c, name in USER_CONDITION_NAMES if c != "standard"]
-    table = Table("Non-ideal users (Table 15): Interaction-Based LJP QWK, mean ± SD over runs"
+    table = Table("non_ideal", "Non-ideal users (Table 15): Interaction-Based LJP QWK, mean ± SD over runs"
                   + (", [95% bootstrap interval over cases]; differences paired on the same cases" if boot else ""),
                   ["Model"] + [name for _, name in USER_CONDITION_NAMES]
-                  + ([f"{name} − Standard" for _, name in non_standard] if boot else []), [])
+                  + ([f"{name} − Standard" for _, name in non_standard] if boot else []), [], task="interaction")
     for (model, others), by_condition in rows.items():
         same_model = [k for k in rows if k[0] == model]
         label = model if len(same_model) == 1 else f"{model} #{same_model.index((model, others)) + 1}"
@@ -211,7 +214,7 @@ def plain_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
         title = ("Plain consultation (Table 6): response types on underspecified histories, mean ± SD over runs"
                  if history_type == "underspecified" else
                  "Plain consultation, control: response types on complete histories, mean ± SD over runs")
-        tables.append(Table(title + suffix, ["Model"] + list(PLAIN_TYPE_NAMES.values()),
+        tables.append(Table(f"plain_types_{history_type}", title + suffix, ["Model"] + list(PLAIN_TYPE_NAMES.values()),
                             [[label] + [cell(g.stat((task, k, OVERALL)), 3, boot.interval(g, (task, k, OVERALL))
                                                                             if boot else None)
                                         for k in PLAIN_TYPE_NAMES] for label, g in zip(labels, shown)]))
@@ -220,12 +223,12 @@ def plain_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
         def shares(g: Group, cls: str) -> str:
             means = [(g.stat((task, k, cls)) or {}).get("mean") for k in PLAIN_TYPE_NAMES]
             return "n/a" if None in means else " / ".join(f"{m:.2f}" for m in means)
-        tables.append(Table(f"Plain consultation by class ({history_type}): deficiency / conditional / "
+        tables.append(Table(f"plain_by_class_{history_type}", f"Plain consultation by class ({history_type}): deficiency / conditional / "
                             "unconditional / premature, share (mean over runs)", ["Model"] + classes,
                             [[label] + [shares(g, c) for c in classes] for label, g in zip(labels, shown)]))
     crossed = [g for g in groups if any(g.stat(("plain_then_asked", k, OVERALL)) for k in PLAIN_TYPE_NAMES)]
     if crossed:
-        tables.append(Table("Plain response type against the LexAwN label on the same underspecified history: "
+        tables.append(Table("plain_against_lexawn", "Plain response type against the LexAwN label on the same underspecified history: "
                             "share of those cases where LexAwN asked (策略二), mean over runs",
                             ["Model"] + list(PLAIN_TYPE_NAMES.values()),
                             [[group_label(g, crossed)] + [cell(g.stat(("plain_then_asked", k, OVERALL)), 3)
@@ -249,7 +252,7 @@ def judge_sensitivity_tables(groups: list[Group], root, boot: Bootstrap) -> list
             rows.append([original.model, f"{original.run_id} → {rejudged.run_id}",
                          f"{judge(original)} / {judge(rejudged)}", task, str(n), f"{100 * agree:.1f}%",
                          "undefined" if kappa is None else f"{kappa:.3f}"])
-    tables = [Table("Judge sensitivity: the two judges' labels on the same items (re-judged runs)",
+    tables = [Table("judge_labels", "Judge sensitivity: the two judges' labels on the same items (re-judged runs)",
                     ["Model", "Runs", "Judges", "Task", "Items", "Agreement", "Cohen's κ"], rows)]
     done = set()
     for (g_original, _), (g_rejudged, _) in pairs:
@@ -261,7 +264,7 @@ def judge_sensitivity_tables(groups: list[Group], root, boot: Bootstrap) -> list
             key = (task, metric, OVERALL)
             rows.append([name, cell(g_original.stat(key), 4), cell(g_rejudged.stat(key), 4),
                          difference_cell(paired_difference(boot, (g_rejudged, key), (g_original, key)), 4)])
-        tables.append(Table(f"{g_original.model}: every metric under each judge ({judge(g_original.runs[0])} / "
+        tables.append(Table("judge_sensitivity", f"{g_original.model}: every metric under each judge ({judge(g_original.runs[0])} / "
                             f"{judge(g_rejudged.runs[0])}), difference of means [95% bootstrap interval over "
                             "cases, paired], share of resamples below zero",
                             ["Metric", judge(g_original.runs[0]), judge(g_rejudged.runs[0]), "Re-judged − original"],
@@ -286,7 +289,7 @@ def audit_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
                              str(replies)] + [cell(g.stat((task, m, OVERALL)), 3, boot.interval(g, (task, m, OVERALL))
                                                                                 if boot else None)
                                               for m in ("over_disclosure", "error", "non_answer")])
-    tables = [Table("Simulator audit: User Model replies judged over-disclosing (key details not asked for), "
+    tables = [Table("audit_rates", "Simulator audit: User Model replies judged over-disclosing (key details not asked for), "
                     f"erroneous (unsupported or contradicting) or not answering, mean ± SD over runs{suffix}",
                     ["Model", "Replies of", "Replies audited", "Over-disclosure", "Error", "Non-answer"], rows)]
     rows = []
@@ -298,7 +301,7 @@ def audit_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
                 rows.append([group_label(g, audited), name, cell(g.stat((task, AUDITED[task][1], OVERALL)), digits),
                              cell(clean, digits), f"{cases['mean']:.0f}" if cases and cases["mean"] is not None
                              else "n/a"])
-    tables.append(Table("Task metrics on all cases and on the cases whose simulator replies were all clean "
+    tables.append(Table("audit_clean_cases", "Task metrics on all cases and on the cases whose simulator replies were all clean "
                         "(no over-disclosure, no error), mean over runs",
                         ["Model", "Metric", "All cases", "Clean cases only", "Clean cases (mean per run)"], rows))
     return tables
@@ -325,7 +328,7 @@ def table_4(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
             row += [difference_cell(paired_difference(boot, (g, key(t)), (g, key("T4_direct"))), 4)
                     for t in ("T4_targeted", "T4_off_target")]
         rows.append(row)
-    tables = [Table("Interaction behaviour and LJP (Table 4): QWK over the cases resolved in both conditions "
+    tables = [Table("table_4", "Interaction behaviour and LJP (Table 4): QWK over the cases resolved in both conditions "
                     f"(Direct on the same cases; unresolved cases left out, counted below), mean ± SD over runs{suffix}",
                     headers, rows)]
     rows = []
@@ -339,7 +342,7 @@ def table_4(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
             rows.append([group_label(g, shown), name, " / ".join("n/a" if v is None else f"{v:.2f}" for v in shares),
                          f"{unresolved['mean']:.1f}" if unresolved else "n/a",
                          "; ".join(f"{reason} ({n})" for reason, n in reasons.most_common(3)) or "-"])
-    tables.append(Table("Table 4 dialogues: share of cases accepted at attempt 1 / 2 / 3 / 4 / 5, unresolved cases "
+    tables.append(Table("table_4_attempts", "Table 4 dialogues: share of cases accepted at attempt 1 / 2 / 3 / 4 / 5, unresolved cases "
                         "(mean per run) and the most frequent rejection reasons (all runs)",
                         ["Model", "Condition", "Accepted at attempt", "Unresolved", "Rejections"], rows))
     return tables
@@ -356,14 +359,14 @@ def figure_4_tables(groups: list[Group]) -> list[Table]:
     classes = classes_present(typed)
     labels = [group_label(g, typed) for g in typed]
     counts = typed[0].runs[0].metrics
-    return [Table("Figure 4 (a): DCG accuracy by focal-point type (a case counts in each type among its focal "
+    return [Table("figure_4a", "Figure 4 (a): DCG accuracy by focal-point type (a case counts in each type among its focal "
                   "points), mean ± SD over runs", ["Model"] + types,
                   [[label] + [cell(g.stat(("DCG by focal type", t, OVERALL)), 3) for t in types]
                    for label, g in zip(labels, typed)]),
-            Table("Figure 4 (b): DCG accuracy by class, mean ± SD over runs", ["Model"] + classes,
+            Table("figure_4b", "Figure 4 (b): DCG accuracy by class, mean ± SD over runs", ["Model"] + classes,
                   [[label] + [cell(g.stat(("DCG", "accuracy", c)), 3) for c in classes]
                    for label, g in zip(labels, typed)]),
-            Table("Figure 4 (c): focal points per type and class", ["Type"] + classes + ["Total"],
+            Table("figure_4c", "Figure 4 (c): focal points per type and class", ["Type"] + classes + ["Total"],
                   [[t] + [f"{counts.get(('focal points', t, c), 0):.0f}" for c in classes]
                    + [f"{sum(counts.get(('focal points', t, c), 0) for c in classes):.0f}"] for t in types])]
 
@@ -375,7 +378,7 @@ def figure_3_tables(groups: list[Group], complexity: dict[str, float] | None) ->
     if not groups:
         return []
     if not complexity:
-        return [Table("Case complexity (Figure 3)", ["Note"],
+        return [Table("figure_3", "Case complexity (Figure 3)", ["Note"],
                       [["no complexity data: pass --complexity FILE (a CSV of cause_of_action,complexity: the average "
                         "number of legal provisions cited per cause) or give the cases a complexity field"]])]
     from scipy.stats import spearmanr
@@ -397,7 +400,7 @@ def figure_3_tables(groups: list[Group], complexity: dict[str, float] | None) ->
             rho = spearmanr(xs, ys).statistic if len(xs) > 2 and len(set(xs)) > 1 and len(set(ys)) > 1 else None
             rows.append([f"Spearman's rho, complexity vs {name}", "", str(len(xs)), "",
                          "n/a" if rho is None or rho != rho else f"{rho:+.3f}", ""])
-        tables.append(Table(f"Case complexity (Figure 3): {group_label(g, groups)}, per cause of action (mean over "
+        tables.append(Table("figure_3", f"Case complexity (Figure 3): {group_label(g, groups)}, per cause of action (mean over "
                             "runs); rho over the causes with complexity data",
                             ["Cause of action", "Class", "Cases", "Complexity", "LCA Macro-F1", "DCG Acc."], rows))
     return tables
@@ -439,11 +442,11 @@ def fault_table(groups: list[Group]) -> Table | None:
     groups = [g for g in groups if g.condition != "standard" and g.stat(("faults", "disrupted", OVERALL))]
     if not groups:
         return None
-    return Table("Non-ideal users: disrupted interactions and the self-correcting user's faults, mean over runs",
+    return Table("non_ideal_faults", "Non-ideal users: disrupted interactions and the self-correcting user's faults, mean over runs",
                  ["Model", "Condition", "Disrupted", "Incomplete", "Wrong"],
                  [[group_label(g, groups), g.condition] + [cell(g.stat(("faults", m, OVERALL)), 3)
                                                             for m in ("disrupted", "incomplete", "wrong")]
-                  for g in groups])
+                  for g in groups], task="interaction")
 
 
 def interaction_gain_table(groups: list[Group], labels: list[str]) -> Table:
@@ -460,8 +463,8 @@ def interaction_gain_table(groups: list[Group], labels: list[str]) -> Table:
                      "n/a" if change is None else f"{100 * change:+.2f}%"])
     rows.append([f"Average over {len(gains)} / {len(changes)} models",
                  f"{np.mean(gains):+.3f}" if gains else "n/a", f"{100 * np.mean(changes):+.2f}%" if changes else "n/a"])
-    return Table("Interaction-Based against Direct and Gold-Standard (QWK)",
-                 ["Model", "Interaction − Direct", "Interaction vs Gold (relative)"], rows)
+    return Table("interaction_gain", "Interaction-Based against Direct and Gold-Standard (QWK)",
+                 ["Model", "Interaction − Direct", "Interaction vs Gold (relative)"], rows, task="interaction")
 
 
 # ----------------------------------------------------------------------------- token usage and cost
@@ -514,11 +517,11 @@ def usage_tables(groups: list[Group], prices: dict | None) -> list[Table]:
                               str(used["completion_tokens"]) + (f" ({used['reasoning_tokens']} reasoning)"
                                                                  if used["reasoning_tokens"] else ""),
                               money(None if None in costs else sum(costs))])
-    return [Table("Token usage per run (calls / prompt tokens / completion tokens, of which reasoning; saved records; "
+    return [Table("usage_per_run", "Token usage per run (calls / prompt tokens / completion tokens, of which reasoning; saved records; "
                   "'uncounted': calls whose reply carried no token counts; 'unanswered': calls in flight when a "
                   "process was killed, paid but never answered, not priced)",
                   ["Model", "Run", "Evaluated model", "User Model", "Judge", "Cost"], per_run),
-            Table("Token usage per stage file, all runs of the group",
+            Table("usage_per_stage", "Token usage per stage file, all runs of the group",
                   ["Model", "Stage file", "Role", "Calls", "Prompt tokens", "Completion tokens", "Cost"], per_stage)]
 
 

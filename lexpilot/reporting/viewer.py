@@ -23,7 +23,7 @@ from lexpilot.errors import HarnessError
 from lexpilot.benchmark.records import (A1, DCG, DIRECT_PREDICTION, FORCE_ASK, GOLD_PREDICTION, INTERACTION, LCA,
                                         LJP_DIRECT, LJP_GOLD, LJP_INTERACTION)
 from lexpilot.reporting.results import Group, Run, group_label, read_saved
-from lexpilot.reporting.tables import Table
+from lexpilot.reporting.table import Table
 
 
 HIGHLIGHT_RUN = 6
@@ -31,14 +31,6 @@ SETUPS = (("direct", "Direct", DIRECT_PREDICTION, LJP_DIRECT, "response"),
           ("gold", "Gold-Standard", GOLD_PREDICTION, LJP_GOLD, "response"),
           ("interaction", "Interaction-Based", INTERACTION, LJP_INTERACTION, "final_response"))
 KINDS = (A1, LCA, INTERACTION, FORCE_ASK, DCG, DIRECT_PREDICTION, LJP_DIRECT, GOLD_PREDICTION, LJP_GOLD, LJP_INTERACTION)
-# Table title start -> the task whose cases a cell of that table is about
-TABLE_TASKS = (("Main results", None), ("LCA", "LCA"), ("DCG", "DCG"), ("LJP Direct", "direct"),
-               ("LJP Interaction", "interaction"), ("LJP Gold", "gold"), ("Interaction", "interaction"),
-               ("Non-ideal", "interaction"), ("Stop reasons", "interaction"), ("Premature", "interaction"),
-               ("Questions", "interaction"), ("LJP accuracy", None))
-MAIN_COLUMNS = {"LCA Macro-F1": "LCA", "DCG Acc.": "DCG", "LJP Direct QWK": "direct",
-                "LJP Interaction QWK": "interaction", "LJP Gold QWK": "gold", "Direct": "direct",
-                "Interaction-Based": "interaction", "Gold-Standard": "gold"}
 
 
 def esc(text) -> str:
@@ -174,8 +166,7 @@ def overview(tables: list[Table], groups: list[Group]) -> str:
         model = next((m for label, m in models.items() if row_label == label or row_label.startswith(label)), None)
         if model is None:
             return None
-        task = next((task for start, task in TABLE_TASKS if table.title.startswith(start)), None)
-        task = MAIN_COLUMNS.get(header, task)
+        task = table.task_of(header)  # declared by the table, whatever its title says
         query = {"model": model} | ({"task": task} if task else {}) | \
             ({"class": header} if header in classes and header != "Overall" else {})
         return "cases.html#" + "&".join(f"{k}={v}" for k, v in query.items())

@@ -14,7 +14,8 @@ from pathlib import Path
 from lexpilot.settings import Settings
 from lexpilot.benchmark.dataset import Case
 from lexpilot.errors import HarnessError
-from lexpilot.benchmark.prompts import PROMPT_DIR, prompt_files_used
+from lexpilot.paths import PROMPT_DIR
+from lexpilot.benchmark.prompts import prompt_files_used
 from lexpilot.benchmark.records import ROLES, SCHEMA_VERSION, canonical_hash
 from lexpilot.files import storage_error, write_json
 from lexpilot.storage.code import code_changes, code_digests, code_hash

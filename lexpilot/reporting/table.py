@@ -1,0 +1,18 @@
+"""What a table is, for every rendering and the viewer: an identity that stays when its title is reworded, the
+title, headers and rows, and which task's cases its cells are about (the viewer links each cell to them)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Table:
+    id: str  # e.g. "main", "lca_by_class", "table_4": JSON output, the viewer's links and the tests key on it
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+    task: str | None = None  # the task whose cases a cell is about (None: the table links to no cases)
+    column_tasks: dict[str, str] = field(default_factory=dict)  # a column about another task than `task`
+
+    def task_of(self, header: str) -> str | None:
+        return self.column_tasks.get(header, self.task)

@@ -1,0 +1,102 @@
+"""The package's layers, as docs/architecture.md draws them, checked on the import statements (stdlib ast, every
+import anywhere in a file, lazy ones inside functions included):
+
+- reporting never imports model calls, the protocols or the runner: printing a table never loads the HTTP client;
+- storage never imports model calls;
+- protocol modules never import reporting or the runner;
+- no module of the package imports an entry point (or common.py, which only hands the package on), and no entry
+  point imports another.
+"""
+import ast
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+# Each part of the package and the parts it may import (its own included). The foundation is the package's root
+# modules and the benchmark's vocabulary and data; everything may import it.
+FOUNDATION = {"errors", "paths", "files", "pricing", "settings", "benchmark"}
+MAY_IMPORT = {
+    "foundation": {"foundation"},
+    "models": {"foundation", "models"},
+    "storage": {"foundation", "storage"},
+    "protocols": {"foundation", "models", "storage", "protocols"},
+    "running": {"foundation", "models", "storage", "protocols", "running"},
+    "reporting": {"foundation", "storage", "reporting"},
+}
+TOP_LEVEL_MODULES = {"categories"}  # the benchmark's 36 causes of action, at the top as the design card names it
+
+
+def part(module: str) -> str:
+    """'lexpilot.models.calls' -> 'models'; a module at the package's root, or in benchmark/, -> 'foundation'."""
+    name = module.split(".")[1] if module.count(".") >= 1 else ""
+    return "foundation" if name in FOUNDATION or name in ("", "__init__") else name
+
+
+def imports(path: Path, root: Path = ROOT) -> list[tuple[int, str]]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_bytes())):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found += [(node.lineno, node.module)]
+            found += [(node.lineno, f"{node.module}.{a.name}") for a in node.names
+                      if (root / node.module.replace(".", "/") / f"{a.name}.py").is_file()]  # from package import module
+    return found
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    return ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+
+
+PACKAGE = sorted((ROOT / "lexpilot").rglob("*.py"))
+ENTRY_POINTS = sorted(p.stem for p in ROOT.glob("*.py"))
+
+
+def layer_violations(files: list[Path], root: Path = ROOT) -> list[str]:
+    problems = []
+    for path in files:
+        here = part(module_name(path, root))
+        for line, target in imports(path, root):
+            where = f"{path.relative_to(root)}:{line} imports {target}"
+            top = target.split(".")[0]
+            if top in ENTRY_POINTS and top not in TOP_LEVEL_MODULES:
+                problems.append(f"{where}: an entry point (or common.py)")
+            elif top == "lexpilot" and target.count(".") >= 1 and part(target) not in MAY_IMPORT[here]:
+                problems.append(f"{where}: {here} may not import {part(target)}")
+    return problems
+
+
+def test_every_file_of_the_package_has_a_part():
+    assert {part(module_name(p)) for p in PACKAGE} == set(MAY_IMPORT)
+
+
+def test_the_package_keeps_its_layers():
+    assert layer_violations(PACKAGE) == []
+
+
+def test_an_entry_point_never_imports_another():
+    problems = [f"{p.name}:{line} imports {target}" for p in ROOT.glob("*.py") for line, target in imports(p)
+                if target.split(".")[0] in ENTRY_POINTS and target.split(".")[0] not in TOP_LEVEL_MODULES | {"common"}]
+    assert problems == []
+
+
+@pytest.mark.parametrize("module, line, expected", [
+    ("lexpilot/reporting/tables.py", "from lexpilot.models.calls import ModelCaller", "reporting may not import models"),
+    ("lexpilot/reporting/tables.py", "from lexpilot.protocols import rejudging", "reporting may not import protocols"),
+    ("lexpilot/storage/checkpoints.py", "import lexpilot.models.calls", "storage may not import models"),
+    ("lexpilot/protocols/dcg.py", "from lexpilot.reporting.results import load_runs",
+     "protocols may not import reporting"),
+    ("lexpilot/benchmark/records.py", "from common import stage_main", "an entry point (or common.py)"),
+    ("lexpilot/protocols/ljp.py", "    import show_results  # lazily, inside a function", "an entry point"),
+])
+def test_a_forbidden_import_is_found(tmp_path, module, line, expected):
+    """Each rule, broken once on a copy of the module, is reported with the file and line."""
+    copy = ROOT / module
+    broken = tmp_path / "lexpilot" / Path(module).relative_to("lexpilot")
+    broken.parent.mkdir(parents=True)
+    body = "def later():\n" + line + "\n" if line.startswith(" ") else line + "\n"
+    broken.write_text(copy.read_text(encoding="utf-8") + "\n" + body, encoding="utf-8")
+    problems = layer_violations([broken], tmp_path)
+    assert len(problems) == 1 and expected in problems[0] and module in problems[0]
