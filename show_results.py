@@ -15,7 +15,7 @@ from pathlib import Path
 from lexpilot.benchmark.dataset import load_dataset
 from lexpilot.errors import HarnessError
 from lexpilot.reporting.figures import write_plots
-from lexpilot.benchmark.records import ROLES
+from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.reporting.results import Bootstrap, Group, group_runs, load_runs
 from lexpilot.pricing import read_prices
 from lexpilot.reporting.renderings import render_csv, render_latex, render_markdown, render_text

@@ -25,6 +25,8 @@ from common import stage_main
 from lexpilot.files import read_sheet, write_sheet
 from lexpilot.reporting.renderings import render_text
 from lexpilot.paths import DEFAULT_OUTPUT_ROOT
+from lexpilot.files import key_file
+from lexpilot.errors import first_of
 
 
 
@@ -51,22 +53,18 @@ def export(args) -> int:
     rows, keys = probe_study.sheet(table, {n: r for n, (_, r) in replies.items()}, {n: r for n, (_, r) in labels.items()},
                               cases, args.seed)
     write_sheet(args.out, probe_study.SHEET_COLUMNS, rows)
-    write_sheet(key_path(args.out), probe_study.KEY_COLUMNS, keys)
-    print(f"wrote {args.out} ({len(rows)} replies, seed {args.seed}) and {key_path(args.out)} (conditions and DCG "
+    write_sheet(key_file(args.out), probe_study.PROBE_KEY_COLUMNS, keys)
+    print(f"wrote {args.out} ({len(rows)} replies, seed {args.seed}) and {key_file(args.out)} (conditions and DCG "
           "labels: keep it from the experts)")
     return 0
 
 
-def key_path(out: Path) -> Path:
-    return out.with_name(out.stem + ".key.csv")
-
-
 def score(args) -> int:
     rows = read_sheet(args.sheet, probe_study.SHEET_COLUMNS)
-    key = {row["item_id"]: row for _, row in read_sheet(args.key or key_path(args.sheet), probe_study.KEY_COLUMNS)}
+    key = {row["item_id"]: row for _, row in read_sheet(args.key or key_file(args.sheet), probe_study.PROBE_KEY_COLUMNS)}
     items, problems, agree = probe_study.adjudicated(args.sheet, rows, key)
     if problems:
-        shown = problems[:10] + ([f"... and {len(problems) - 10} more"] if len(problems) > 10 else [])
+        shown = first_of(problems)
         raise HarnessError(f"{len(problems)} row(s) cannot be scored:\n  " + "\n  ".join(shown))
     print(render_text(probe_study.table_13(items, agree)))
     return 0

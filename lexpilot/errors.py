@@ -16,3 +16,11 @@ class CaseFailed(Exception):
 
 class Aborted(Exception):
     """The stage is stopping; the case in hand is left for the next run."""
+
+
+def first_of(items, limit: int = 10) -> list[str]:
+    """At most `limit` of a long list of problems or cases, and how many more there are: every message that
+    lists them shows them this way."""
+    items = [str(x) for x in items]
+    return items[:limit] + ([f"... and {len(items) - limit} more"] if len(items) > limit else [])
+

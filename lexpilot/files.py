@@ -87,3 +87,8 @@ def read_sheet(path: Path, columns: list[str]) -> list[tuple[int, dict]]:
         raise HarnessError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}); save it as CSV UTF-8") from None
     except csv.Error as e:
         raise HarnessError(f"{path}: row {len(rows) + 2}: unreadable CSV ({e})") from None
+
+
+def key_file(sheet: Path) -> Path:
+    """Where the key of a blind sheet for people goes (what the sheet must not show): beside it, as .key.csv."""
+    return sheet.with_name(sheet.stem + ".key.csv")

@@ -54,7 +54,7 @@ def test_dataset_types_are_used_and_the_judge_classifies_the_rest(tmp_path, prov
     focal = [row for row in rows if row["task"] == "FOCAL"]
     assert [row["reply"] for row in focal] == [cases[1]["focal_point"]]  # only the judge's types, blind
     assert not any(v == "契约效力类" for row in focal for v in row.values())  # the judge's label is in the key only
-    keys = [row for _, row in agreement_kit.read_sheet(agreement_kit.key_path(out), agreement_kit.KEY_COLUMNS)]
+    keys = [row for _, row in agreement_kit.read_sheet(agreement_kit.key_file(out), agreement_kit.ANNOTATION_KEY_COLUMNS)]
     assert [k["llm_label"] for k in keys if k["task"] == "FOCAL"] == ["契约效力类"]
 
 
@@ -112,7 +112,6 @@ def test_an_invalid_complexity_file_is_one_line(typed_run, tmp_path, capsys, con
 
 def test_figures_3_and_4_are_valid_pngs(typed_run, tmp_path, capsys):
     matplotlib = pytest.importorskip("matplotlib")
-    import matplotlib.image
     assert show_results.main(["--output-root", str(typed_run.root), "--complexity", str(COMPLEXITY),
                               "--plot", str(tmp_path / "fig")]) == 0
     for name in ("fig3_complexity.png", "fig4a_dcg_by_focal_type.png", "fig4c_focal_points.png"):

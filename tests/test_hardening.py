@@ -199,7 +199,7 @@ def test_formula_cells_are_neutralised_in_every_csv_and_recoverable(tmp_path, mo
     out = tmp_path / "sheet.csv"
     assert judge_agreement.main(["export", "--output-root", str(h.root), "--dataset", str(h.dataset),
                                  "--out", str(out), "--per-task", "3"]) == 0
-    for path in (out, agreement_kit.key_path(out)):
+    for path in (out, agreement_kit.key_file(out)):
         with path.open(encoding="utf-8-sig", newline="") as f:
             cells = [c for row in csv.reader(f) for c in row]
         assert not any(c.startswith(("=", "+", "-", "@", "\t", "\r")) for c in cells)

@@ -9,7 +9,9 @@ import judge_agreement
 from lexpilot.reporting import agreement as agreement_kit
 from tests.conftest import SAMPLE, Harness, sample_cases, write_dataset
 from tests.fake_provider import FakeProvider
-from lexpilot.reporting.agreement import agreement, cohen_kappa, key_path
+from lexpilot.reporting.metrics import cohen_kappa
+from lexpilot.files import key_file
+from lexpilot.reporting.metrics import label_agreement
 
 
 def test_cohen_kappa_by_hand_and_against_sklearn():
@@ -21,7 +23,7 @@ def test_cohen_kappa_by_hand_and_against_sklearn():
         a = [rng.choice("ABC") for _ in range(30)]
         b = [x if rng.random() < 0.6 else rng.choice("ABC") for x in a]
         assert cohen_kappa(a, b) == pytest.approx(cohen_kappa_score(a, b))
-    assert agreement(["x", "y", "y"], ["x", "y", "x"])[0] == pytest.approx(2 / 3)
+    assert label_agreement(["x", "y", "y"], ["x", "y", "x"])[0] == pytest.approx(2 / 3)
 
 
 def write_rows(path, columns, rows):
@@ -37,11 +39,11 @@ def annotation_files(tmp_path, items):
     for i, (task, a1, a2, adj, llm) in enumerate(items):
         rows.append({c: "" for c in agreement_kit.ANNOTATION_COLUMNS} | {
             "item_id": f"{task}-{i:03d}", "task": task, "annotator_1": a1, "annotator_2": a2, "adjudicated": adj})
-        keys.append({c: "" for c in agreement_kit.KEY_COLUMNS} | {
+        keys.append({c: "" for c in agreement_kit.ANNOTATION_KEY_COLUMNS} | {
             "item_id": f"{task}-{i:03d}", "task": task, "llm_label": llm})
     path = tmp_path / "ann.csv"
     write_rows(path, agreement_kit.ANNOTATION_COLUMNS, rows)
-    write_rows(key_path(path), agreement_kit.KEY_COLUMNS, keys)
+    write_rows(key_file(path), agreement_kit.ANNOTATION_KEY_COLUMNS, keys)
     return path
 
 
@@ -81,7 +83,7 @@ def test_invalid_annotations_name_the_row(tmp_path, capsys, item, message):
 
 def test_missing_columns_and_unknown_items_are_errors(tmp_path, capsys):
     path = annotation_files(tmp_path, [("LCA", "策略一", "策略一", "", "策略一")])
-    write_rows(key_path(path), agreement_kit.KEY_COLUMNS, [])
+    write_rows(key_file(path), agreement_kit.ANNOTATION_KEY_COLUMNS, [])
     assert judge_agreement.main(["score", str(path)]) == 2
     assert "not in ann.key.csv" in capsys.readouterr().err
     path.write_text("item_id,task\nLCA-000,LCA\n", encoding="utf-8")
@@ -117,9 +119,9 @@ def test_export_is_reproducible_balanced_and_blind(two_models, tmp_path):
     assert export(two_models, tmp_path / "b.csv", "--per-task", "7", "--seed", "5") == 0
     assert export(two_models, tmp_path / "c.csv", "--per-task", "7", "--seed", "6") == 0
     assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
-    assert key_path(tmp_path / "a.csv").read_bytes() == key_path(tmp_path / "b.csv").read_bytes()
-    assert key_path(tmp_path / "a.csv").read_bytes() != key_path(tmp_path / "c.csv").read_bytes()
-    rows, keys = read(tmp_path / "a.csv"), read(key_path(tmp_path / "a.csv"))
+    assert key_file(tmp_path / "a.csv").read_bytes() == key_file(tmp_path / "b.csv").read_bytes()
+    assert key_file(tmp_path / "a.csv").read_bytes() != key_file(tmp_path / "c.csv").read_bytes()
+    rows, keys = read(tmp_path / "a.csv"), read(key_file(tmp_path / "a.csv"))
     assert [r["item_id"] for r in rows] == [k["item_id"] for k in keys]
     for task in ("LCA", "DCG", "LJP"):
         models = sorted(k["model"] for k in keys if k["task"] == task)
@@ -138,7 +140,7 @@ def test_export_is_reproducible_balanced_and_blind(two_models, tmp_path):
 
 def test_exported_labels_match_the_saved_judge_decisions(two_models, tmp_path):
     assert export(two_models, tmp_path / "a.csv", "--per-task", "1000") == 0
-    keys = read(key_path(tmp_path / "a.csv"))
+    keys = read(key_file(tmp_path / "a.csv"))
     # 4+4+1 cases: 2 LCA decisions and 2 DCG rounds per case; every claim of the three LJP setups
     claims = sum(len(c["result_dict"]) for c in sample_cases()[:4]) * 2 + len(sample_cases()[0]["result_dict"])
     counts = {t: sum(k["task"] == t for k in keys) for t in ("LCA", "DCG", "LJP")}

@@ -101,7 +101,7 @@ def test_the_export_is_blind_shuffled_and_reproducible(generated, tmp_path):
     with (tmp_path / "a.csv").open(encoding="utf-8-sig") as f:
         header = next(csv.reader(f))
     assert "condition" not in header and "dcg_label" not in header
-    keys = [row for _, row in read_sheet(tmp_path / "a.key.csv", probe_study.KEY_COLUMNS)]
+    keys = [row for _, row in read_sheet(tmp_path / "a.key.csv", probe_study.PROBE_KEY_COLUMNS)]
     assert len(keys) == 16 and [k["condition"] for k in keys] != sorted(k["condition"] for k in keys)
 
 
@@ -116,7 +116,7 @@ def sheet_and_key(tmp_path, items):
                     | {f"adjudicated_{c}": v for c, v in zip(probe_study.EXPERT, adj)})
         keys.append({"item_id": item, "case_number": case, "condition": condition, "dcg_label": dcg})
     write_sheet(tmp_path / "s.csv", probe_study.SHEET_COLUMNS, rows)
-    write_sheet(tmp_path / "s.key.csv", probe_study.KEY_COLUMNS, keys)
+    write_sheet(tmp_path / "s.key.csv", probe_study.PROBE_KEY_COLUMNS, keys)
     return tmp_path / "s.csv"
 
 

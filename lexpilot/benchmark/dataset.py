@@ -15,8 +15,10 @@ from pathlib import Path
 
 from categories import CAUSES, CLASS_LABELS, FOCAL_TYPES, cause_class
 from lexpilot.errors import HarnessError
-from lexpilot.benchmark.records import HISTORY_TYPES, VERDICTS, canonical_hash
+from lexpilot.benchmark.vocabulary import HISTORY_TYPES, VERDICTS
+from lexpilot.benchmark.records import canonical_hash
 from lexpilot.paths import DATA_DIR, PROJECT_ROOT
+from lexpilot.errors import first_of
 
 
 DEFAULT_DATASET = DATA_DIR / "LexPilot_release_multiturn.json"
@@ -230,7 +232,7 @@ def load_dataset(path: Path) -> tuple[list[Case], str]:
     if len(problems) == 1:
         raise HarnessError(problems[0])
     if problems:
-        shown = problems[:50] + ([f"... and {len(problems) - 50} more"] if len(problems) > 50 else [])
+        shown = first_of(problems, 50)
         raise HarnessError(f"dataset has {len(problems)} problem(s); fix them and rerun:\n  "
                            + "\n  ".join(shown))
     digest = hashlib.sha256(path.read_bytes()).hexdigest()

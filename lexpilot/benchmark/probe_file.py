@@ -14,6 +14,7 @@ from lexpilot.benchmark.prompts import key_detail_lines, render_history
 from lexpilot.benchmark.dataset import Case
 from lexpilot.errors import HarnessError
 from lexpilot.files import read_sheet
+from lexpilot.errors import first_of
 
 
 CONDITIONS = ("A", "B", "C", "D")
@@ -89,7 +90,7 @@ def load_probes(path: Path, cases: dict[str, Case]) -> tuple[dict[str, Probe], s
                                             "D": row["A_question"]}, row["minimum_answer"],
                                    {c: row[f"permitted_{c}"] for c in CONDITIONS}, removed)
     if problems:
-        shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
+        shown = first_of(problems, 20)
         raise HarnessError(f"{len(problems)} problem(s) in the probe file; fix them and rerun:\n  " + "\n  ".join(shown))
     if not probes:
         raise HarnessError(f"{path}: no probe rows")

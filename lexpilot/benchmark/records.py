@@ -12,18 +12,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from lexpilot.benchmark.vocabulary import BEHAVIOURS, HISTORY_TYPES
 from lexpilot.errors import HarnessError
 
 
 SCHEMA_VERSION = 1
 
-VERDICTS = ("支持", "部分支持", "驳回")  # ordinal 0, 1, 2 for QWK
-HISTORY_TYPES = ("complete", "underspecified")
-ROLES = ("eval", "user", "judge")
-ROLE_NAMES = {"eval": "evaluated model", "user": "User Model", "judge": "judge"}
-USER_CONDITIONS = ("standard", "delayed", "self-correction")  # Appendix E.5
-LCA_LABELS = ("策略一", "策略二")  # 策略一: treated as complete (a prediction); 策略二: asked
-DCG_LABELS = ("是", "否")
 
 # Fields every record has; `upstream_hash` maps each record it was built from to that record's digest.
 COMMON_FIELDS = ("case_number", "schema_version", "input_hash", "cause_of_action", "upstream_hash", "usage")
@@ -72,7 +66,6 @@ PROBE_REPLIES = RecordKind("probe_replies", "Probe_gen", "probe_replies.jsonl", 
 PROBE_DCG = RecordKind("probe_dcg", "eval_results", "probe_dcg.jsonl", ("labels",), "user_probes.py generate")
 # Targeted / Off-target dialogues (Section 6.5, Appendix E.7, Table 4): the constructed and validated dialogue,
 # the prediction from it, and its verdicts; a case still failing validation after five attempts is unresolved.
-BEHAVIOURS = ("targeted", "off_target")
 BEHAVIOUR_DIALOGUE = {b: RecordKind(f"dialogue_{b}", "Behaviour_gen", f"dialogues_{b}.jsonl",
                                     ("condition", "status", "attempts", "dialogue"), "eval_LJP_behaviour.py")
                       for b in BEHAVIOURS}
@@ -89,8 +82,6 @@ PLAIN = {t: RecordKind(f"plain_{t}", "Plain_gen", f"plain_{t}.jsonl", ("history_
                        "eval_plain.py") for t in HISTORY_TYPES}
 PLAIN_TYPES = {t: RecordKind(f"plain_type_{t}", "eval_results", f"plain_types_{t}.jsonl",
                              ("history_type", "type", "judge_raw"), "eval_plain.py") for t in HISTORY_TYPES}
-RESPONSE_TYPES = {"缺失识别": "deficiency_recognition", "条件性一般建议": "conditional_advice",
-                  "无条件一般建议": "unconditional_advice", "过早预测": "premature_prediction"}  # C.2's order
 
 RECORD_KINDS = (A1, LCA, INTERACTION, FORCE_ASK, DCG, DIRECT_PREDICTION, LJP_DIRECT, GOLD_PREDICTION, LJP_GOLD,
                 LJP_INTERACTION, INTERACTION_LABELS, *PLAIN.values(), *PLAIN_TYPES.values(), *AUDIT.values(),
@@ -173,24 +164,28 @@ def set_aside_torn_tail(path: Path, keep: int) -> Path:
     return side
 
 
-def read_records(path: Path, kind: RecordKind, selected: dict[str, str | None], what_to_do: str,
-                 repair: bool = False, notes: list | None = None) -> dict[str, tuple[int, dict]]:
-    """case_number -> (line, record) of one checkpoint file; a missing file holds no record.
+def readable_records(path: Path):
+    """Every well-formed record of a file as it is, unreadable lines skipped: for estimates (usage per case,
+    the settings records were made with) that a torn or foreign line must not stop. What a stage resumes from
+    or a report counts is read by `read_records`, which never skips."""
+    if not path.is_file():
+        return
+    with path.open("rb") as f:
+        for raw in f:
+            try:
+                yield _parse_line(raw.rstrip(b"\n"))
+            except ValueError:
+                continue
 
-    `selected` maps the run's selected cases to their input hash (None: not known, not checked): a record of
-    another case, or one made from other inputs, is an error. A malformed line, a record of another schema
-    version, an edited record or a second record of a case is an error naming file:line, never skipped.
 
-    The last line alone may be torn or unterminated: that is how a crash or a full disk leaves a file. A
-    complete last record that only lost its newline is kept (with `repair`, the newline is added); a torn
-    one is left out, and with `repair` set aside in a side file so its case is redone. Either way a line is
-    added to `notes`.
-    """
-    records: dict[str, tuple[int, dict]] = {}
-    if not path.exists():
-        return records
-    data = path.read_bytes()
-    lines = data.split(b"\n")
+MALFORMED = "malformed or truncated record. Inspect the line; delete it to have that case generated again, then rerun."
+
+
+def _parsed_lines(path: Path, repair: bool, notes: list | None) -> list[tuple[int, dict]]:
+    """(line, record) of every line; the last line alone may be torn or unterminated (how a crash or a full
+    disk leaves a file): a complete record that only lost its newline is kept (with `repair`, the newline is
+    added), a torn one left out (with `repair`, set aside in a side file so that its case is redone)."""
+    lines = path.read_bytes().split(b"\n")
     complete, tail = lines[:-1], lines[-1]  # tail: bytes after the last newline (empty when terminated)
     parsed: list[tuple[int, dict]] = []
     for lineno, raw in enumerate(complete, 1):
@@ -200,53 +195,65 @@ def read_records(path: Path, kind: RecordKind, selected: dict[str, str | None], 
             if isinstance(e, TornLine) and lineno == len(complete) and not tail:
                 tail, complete = raw, complete[:-1]  # a torn last line that happens to end in a newline
                 break
-            raise HarnessError(f"{path}:{lineno}: malformed or truncated record. Inspect the line; delete it "
-                               "to have that case generated again, then rerun.") from None
-    if tail:
-        lineno = len(complete) + 1
-        try:
-            parsed.append((lineno, _parse_line(tail)))
-        except TornLine:
-            parsed.append((lineno, None))
-        except ValueError:
-            raise HarnessError(f"{path}:{lineno}: malformed or truncated record. Inspect the line; delete it "
-                               "to have that case generated again, then rerun.") from None
-        if parsed[-1][1] is not None:
-            if repair:
-                with path.open("ab") as f:
-                    f.write(b"\n")
-            if notes is not None:
-                notes.append(f"{path}:{lineno}: the last record had lost its newline; kept")
-        else:
-            parsed.pop()
-            keep = sum(len(line) + 1 for line in complete)
-            if repair:
-                side = set_aside_torn_tail(path, keep)
-                note = f"torn by an interrupted write; set aside in {side.name}, that case will be redone"
-            else:
-                note = "torn by an interrupted write; left out"
-            if notes is not None:
-                notes.append(f"{path}:{lineno}: the last line was {note}")
-    for lineno, record in parsed:
-        where = f"{path}:{lineno}"
-        number, version, input_hash = record["case_number"], record["schema_version"], record["input_hash"]
-        if version != SCHEMA_VERSION:
-            raise HarnessError(f"{where}: record has schema version {version}, this harness reads and writes "
-                               f"{SCHEMA_VERSION}. Use a new --run-id.")
-        missing = [name for name in COMMON_FIELDS + kind.fields if name not in record]
-        if missing:
-            raise HarnessError(f"{where}: a {kind.name} record without {', '.join(missing)}. Delete the line "
-                               "to have that case redone, then rerun.")
-        if "digest" in record and record["digest"] != content_digest(record):
-            raise HarnessError(f"{where}: the record of case {number} was changed after it was saved (its "
-                               "digest does not match). Delete the line to have that case redone.")
-        if number in records:
-            raise HarnessError(f"{where}: second record for case {number} (first at line "
-                               f"{records[number][0]}). Delete one of them, then rerun.")
-        if number not in selected:
-            raise HarnessError(f"{where}: case {number} is not among this run's selected cases ({what_to_do}).")
-        if selected[number] is not None and input_hash != selected[number]:
-            raise HarnessError(f"{where}: case {number} was generated from different inputs "
-                               f"(the dataset changed). {what_to_do}.")
-        records[number] = (lineno, record)
+            raise HarnessError(f"{path}:{lineno}: {MALFORMED}") from None
+    if not tail:
+        return parsed
+    lineno = len(complete) + 1
+    try:
+        parsed.append((lineno, _parse_line(tail)))
+    except TornLine:
+        keep = sum(len(line) + 1 for line in complete)
+        note = (f"torn by an interrupted write; set aside in {set_aside_torn_tail(path, keep).name}, that case "
+                "will be redone") if repair else "torn by an interrupted write; left out"
+        if notes is not None:
+            notes.append(f"{path}:{lineno}: the last line was {note}")
+        return parsed
+    except ValueError:
+        raise HarnessError(f"{path}:{lineno}: {MALFORMED}") from None
+    if repair:
+        with path.open("ab") as f:
+            f.write(b"\n")
+    if notes is not None:
+        notes.append(f"{path}:{lineno}: the last record had lost its newline; kept")
+    return parsed
+
+
+def _check_record(where: str, record: dict, kind: RecordKind, selected: dict[str, str | None],
+                  records: dict, what_to_do: str) -> None:
+    number, version, input_hash = record["case_number"], record["schema_version"], record["input_hash"]
+    if version != SCHEMA_VERSION:
+        raise HarnessError(f"{where}: record has schema version {version}, this harness reads and writes "
+                           f"{SCHEMA_VERSION}. Use a new --run-id.")
+    missing = [name for name in COMMON_FIELDS + kind.fields if name not in record]
+    if missing:
+        raise HarnessError(f"{where}: a {kind.name} record without {', '.join(missing)}. Delete the line "
+                           "to have that case redone, then rerun.")
+    if "digest" in record and record["digest"] != content_digest(record):
+        raise HarnessError(f"{where}: the record of case {number} was changed after it was saved (its "
+                           "digest does not match). Delete the line to have that case redone.")
+    if number in records:
+        raise HarnessError(f"{where}: second record for case {number} (first at line "
+                           f"{records[number][0]}). Delete one of them, then rerun.")
+    if number not in selected:
+        raise HarnessError(f"{where}: case {number} is not among this run's selected cases ({what_to_do}).")
+    if selected[number] is not None and input_hash != selected[number]:
+        raise HarnessError(f"{where}: case {number} was generated from different inputs "
+                           f"(the dataset changed). {what_to_do}.")
+
+
+def read_records(path: Path, kind: RecordKind, selected: dict[str, str | None], what_to_do: str,
+                 repair: bool = False, notes: list | None = None) -> dict[str, tuple[int, dict]]:
+    """case_number -> (line, record) of one checkpoint file; a missing file holds no record.
+
+    `selected` maps the run's selected cases to their input hash (None: not known, not checked): a record of
+    another case, or one made from other inputs, is an error. A malformed line, a record of another schema
+    version, an edited record or a second record of a case is an error naming file:line, never skipped; only
+    the last line may be torn (see `_parsed_lines`), which is said in `notes`.
+    """
+    records: dict[str, tuple[int, dict]] = {}
+    if not path.exists():
+        return records
+    for lineno, record in _parsed_lines(path, repair, notes):
+        _check_record(f"{path}:{lineno}", record, kind, selected, records, what_to_do)
+        records[record["case_number"]] = (lineno, record)
     return records

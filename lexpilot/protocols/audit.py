@@ -11,9 +11,10 @@ from lexpilot.protocols.steps import CaseCalls, Step
 from lexpilot.protocols.judging import judge_json
 from lexpilot.benchmark.records import AUDIT, FORCE_ASK, INTERACTION
 from lexpilot.protocols.steps import Stage
+from lexpilot.benchmark.vocabulary import NO, YES
 
 
-YES_NO = {"是": True, "否": False}
+YES_NO = {YES: True, NO: False}
 
 
 def audit_parser(n_details: int):

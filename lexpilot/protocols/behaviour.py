@@ -16,8 +16,8 @@ from lexpilot.benchmark.prompts import key_detail_lines, render_history, render_
 from lexpilot.protocols.steps import CaseCalls, Step
 from lexpilot.protocols.ljp import extract_verdicts, force_judge
 from lexpilot.protocols.judging import judge_json
-from lexpilot.benchmark.records import (BEHAVIOUR_DIALOGUE, BEHAVIOUR_PREDICTION, BEHAVIOURS, LJP_BEHAVIOUR,
-                                        LJP_DIRECT, model_folder)
+from lexpilot.benchmark.records import BEHAVIOUR_DIALOGUE, BEHAVIOUR_PREDICTION, LJP_BEHAVIOUR, LJP_DIRECT, model_folder
+from lexpilot.benchmark.vocabulary import BEHAVIOURS
 from lexpilot.protocols.steps import Stage
 
 

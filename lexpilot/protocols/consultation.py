@@ -7,12 +7,13 @@ from __future__ import annotations
 from lexpilot.benchmark.prompts import (render_fault, render_history)
 from lexpilot.settings import Settings
 from lexpilot.benchmark.dataset import Case
-from lexpilot.benchmark.records import (A1, HISTORY_TYPES,
-                                        INTERACTION, LCA)
+from lexpilot.benchmark.records import A1, INTERACTION, LCA
+from lexpilot.benchmark.vocabulary import HISTORY_TYPES
 from lexpilot.protocols.steps import CaseCalls, Stage, Step
 from lexpilot.protocols.ljp import force_judge
 from lexpilot.protocols.dcg import judge_question
 from lexpilot.protocols.judging import parse_lca_label
+from lexpilot.benchmark.vocabulary import ASKS, PREDICTS, YES
 
 
 CLARIFICATION_ROUNDS = 3  # user turns allowed after new assistant turns; pre-existing history turns do not count
@@ -42,7 +43,7 @@ def lca_labels(calls: CaseCalls, upstream: dict) -> dict:
         label, raw = judge_strategy(calls, upstream["a1"]["responses"][history_type]["response"])
         judgments[history_type] = {
             "label": label, "true_type": history_type,
-            "predicted_type": "underspecified" if label == "策略二" else "complete", "judge_raw": raw,
+            "predicted_type": "underspecified" if label == ASKS else "complete", "judge_raw": raw,
         }
     return {"judgments": judgments}
 
@@ -76,7 +77,7 @@ def interact(calls: CaseCalls, upstream: dict) -> dict:
         correction_due = condition == "self-correction" and disrupted_round == round_number - 1
         if correction_due:
             user_prompt, corrected_round = "user_correction", round_number
-        elif label == "策略一":
+        elif label == PREDICTS:
             return _interaction_record(history, rounds, dialogue, "judged", condition,
                                        disrupted_round, corrected_round, fault)
         else:
@@ -84,7 +85,7 @@ def interact(calls: CaseCalls, upstream: dict) -> dict:
             if condition in DISRUPTION_PROMPTS and disrupted_round is None:
                 relevant, raws = judge_question(calls, response)
                 entry["relevance"] = {"label": relevant, "judge_raw": raws}
-                if relevant == "是":
+                if relevant == YES:
                     user_prompt, disrupted_round = DISRUPTION_PROMPTS[condition], round_number
         entry["user_prompt"] = user_prompt
         if user_prompt == "user_self_correction":
@@ -113,7 +114,7 @@ def _interaction_record(history, rounds, dialogue, stop_reason, condition, disru
 
 def interaction_calls(upstream: dict, settings: Settings, case: Case | None = None) -> dict:
     lca = upstream.get("LCA")
-    if lca and lca["judgments"]["underspecified"]["label"] == "策略一":
+    if lca and lca["judgments"]["underspecified"]["label"] == PREDICTS:
         return {}
     relevance_checks = CLARIFICATION_ROUNDS if settings.user_condition in DISRUPTION_PROMPTS else 0
     return {"eval": CLARIFICATION_ROUNDS, "user": CLARIFICATION_ROUNDS,

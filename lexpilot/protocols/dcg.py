@@ -9,6 +9,7 @@ from lexpilot.benchmark.prompts import (render_details_by_focal_point,
 from lexpilot.benchmark.records import (DCG, FORCE_ASK)
 from lexpilot.protocols.steps import CaseCalls, Stage, Step
 from lexpilot.protocols.judging import parse_dcg_label
+from lexpilot.benchmark.vocabulary import YES
 
 
 DCG_ROUNDS = 2
@@ -44,7 +45,7 @@ def judge_questions(calls: CaseCalls, upstream: dict) -> dict:
     for generated in upstream["force_ask"]["rounds"]:
         label, raw = judge_question(calls, generated["question"])
         rounds.append({"round": generated["round"], "label": label, "judge_raw": raw})
-    return {"rounds": rounds, "success": any(r["label"] == "是" for r in rounds)}
+    return {"rounds": rounds, "success": any(r["label"] == YES for r in rounds)}
 FORCE_ASK_STEP = Step(FORCE_ASK, force_ask, max_calls={"eval": DCG_ROUNDS, "user": DCG_ROUNDS - 1},
                       prompts={"eval": "force_ask", "user": "user_standard"})
 DCG_STEP = Step(DCG, judge_questions, needs=("force_ask",), max_calls={"judge": DCG_ROUNDS},

@@ -8,7 +8,9 @@ import re
 from typing import Callable
 
 from categories import FOCAL_TYPES
-from lexpilot.benchmark.records import (RESPONSE_TYPES, VERDICTS)
+from lexpilot.benchmark.vocabulary import RESPONSE_TYPES, VERDICTS
+from lexpilot.benchmark.vocabulary import DCG_LABELS, LCA_LABELS
+from lexpilot.benchmark.vocabulary import ASKS, NO, PREDICTS, YES
 
 
 # ----------------------------------------------------------------------------- judge outputs
@@ -36,15 +38,15 @@ def judge_json(raw: str) -> dict:
 
 def parse_lca_label(raw: str) -> str:
     text = clean_judge_output(raw)
-    if text not in ("策略一", "策略二"):
-        raise ValueError("expected exactly 策略一 or 策略二")
+    if text not in LCA_LABELS:
+        raise ValueError(f"expected exactly {PREDICTS} or {ASKS}")
     return text
 
 
 def parse_dcg_label(raw: str) -> str:
     text = clean_judge_output(raw)
-    if text not in ("是", "否"):
-        raise ValueError("expected exactly 是 or 否")
+    if text not in DCG_LABELS:
+        raise ValueError(f"expected exactly {YES} or {NO}")
     return text
 
 

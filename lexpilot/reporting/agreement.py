@@ -10,32 +10,34 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from sklearn.metrics import cohen_kappa_score
 
 from categories import FOCAL_TYPES
 from lexpilot.benchmark.prompts import load_prompts, render_details_by_focal_point, render_focal_points
 from lexpilot.benchmark.dataset import load_dataset
 from lexpilot.errors import HarnessError
-from lexpilot.benchmark.records import (A1, DCG, DCG_LABELS, FORCE_ASK, HISTORY_TYPES, LCA, LCA_LABELS, LJP_SETUPS,
-                                        PLAIN, PLAIN_TYPES, RESPONSE_TYPES, VERDICTS, FOCAL_TYPE_RECORDS)
+from lexpilot.benchmark.records import A1, DCG, FORCE_ASK, LCA, LJP_SETUPS, PLAIN, PLAIN_TYPES, FOCAL_TYPE_RECORDS
+from lexpilot.benchmark.vocabulary import DCG_LABELS, HISTORY_TYPES, LCA_LABELS, RESPONSE_TYPES, VERDICTS
 from lexpilot.reporting.metrics import kappa_from_confusion
 from lexpilot.reporting.results import load_runs, percentile_interval, read_task
 from lexpilot.files import read_sheet, write_sheet
 from lexpilot.reporting.renderings import render_text
 from lexpilot.reporting.table import Table
+from lexpilot.files import key_file
+from lexpilot.reporting.metrics import label_agreement
+from lexpilot.errors import first_of
 
 
 # TYPE: the response type of a plain consultation (Table 6); FOCAL: the judge's type of a focal point (Table 18)
-TASKS = ("LCA", "DCG", "LJP", "TYPE", "FOCAL")
+ANNOTATED_TASKS = ("LCA", "DCG", "LJP", "TYPE", "FOCAL")
 LABELS = {"LCA": LCA_LABELS, "DCG": DCG_LABELS, "LJP": VERDICTS, "TYPE": tuple(RESPONSE_TYPES),
           "FOCAL": tuple(FOCAL_TYPES)}
 OPTIONAL = ("TYPE", "FOCAL")  # exported only where the plain consultation or the focal-type stage ran
 TYPE_LABEL = {name: label for label, name in RESPONSE_TYPES.items()}
-INSTRUCTIONS = {task: f"按标注说明（.guidelines.txt）中 {task} 部分的标准判断" for task in TASKS}
+INSTRUCTIONS = {task: f"按标注说明（.guidelines.txt）中 {task} 部分的标准判断" for task in ANNOTATED_TASKS}
 ANNOTATION_COLUMNS = ["item_id", "task", "case_number", "cause_of_action", "instruction", "labels", "reply",
                       "focal_points", "key_details", "claim", "all_claims", "annotator_1", "annotator_2",
                       "adjudicated"]
-KEY_COLUMNS = ["item_id", "task", "model", "run_id", "case_number", "source", "llm_label"]
+ANNOTATION_KEY_COLUMNS = ["item_id", "task", "model", "run_id", "case_number", "source", "llm_label"]
 
 
 @dataclass
@@ -52,23 +54,11 @@ class Item:
 
 # ----------------------------------------------------------------------------- agreement
 
-def cohen_kappa(a: list[str], b: list[str]) -> float | None:
-    """Unweighted Cohen's kappa (scikit-learn); None when chance agreement is 1 (both raters used one same
-    label), where scikit-learn answers NaN."""
-    if len(set(a) | set(b)) == 1:
-        return None
-    return float(cohen_kappa_score(a, b))
-
-
-def agreement(a: list[str], b: list[str]) -> tuple[float, float | None]:
-    return sum(x == y for x, y in zip(a, b)) / len(a), cohen_kappa(a, b)
-
-
 # ----------------------------------------------------------------------------- export
 
 def collect_items(root: Path, runs) -> dict[str, list[Item]]:
     """Every saved judge decision of the given runs, per task, in a fixed order."""
-    items: dict[str, list[Item]] = {task: [] for task in TASKS}
+    items: dict[str, list[Item]] = {task: [] for task in ANNOTATED_TASKS}
     for run in runs:
         selected = run.selected
 
@@ -153,7 +143,7 @@ def export(args) -> int:
     by_number = {c.number: c for c in cases}
     items = collect_items(root, runs)
     rows, keys = [], []
-    for task in TASKS:
+    for task in ANNOTATED_TASKS:
         if task in OPTIONAL and not items[task]:
             continue  # that stage was not run: nothing to say
         sample = balanced_sample(items[task], args.per_task, random.Random(f"{args.seed}:{task}"))
@@ -172,15 +162,15 @@ def export(args) -> int:
             keys.append({"item_id": item_id, "task": task, "model": it.model, "run_id": it.run_id,
                          "case_number": it.case_number, "source": it.source, "llm_label": it.llm_label})
     write_sheet(args.out, ANNOTATION_COLUMNS, rows)
-    write_sheet(key_path(args.out), KEY_COLUMNS, keys)
+    write_sheet(key_file(args.out), ANNOTATION_KEY_COLUMNS, keys)
     try:
         guidelines_path(args.out).write_text(guidelines(load_prompts()), encoding="utf-8")
     except OSError as e:
         raise HarnessError(f"{guidelines_path(args.out)}: cannot be written ({e.strerror or e})") from None
-    counts = {task: sum(r["task"] == task for r in rows) for task in TASKS}
+    counts = {task: sum(r["task"] == task for r in rows) for task in ANNOTATED_TASKS}
     print(f"wrote {args.out} ({', '.join(f'{t} {n}' for t, n in counts.items())} items; seed {args.seed}) "
           f", {guidelines_path(args.out)} (the criteria, for the annotators) "
-          f"and {key_path(args.out)} (judge labels: keep it from the annotators)")
+          f"and {key_file(args.out)} (judge labels: keep it from the annotators)")
     return 0
 
 
@@ -217,10 +207,6 @@ def guidelines_path(out: Path) -> Path:
     return out.with_name(out.stem + ".guidelines.txt")
 
 
-def key_path(out: Path) -> Path:
-    return out.with_name(out.stem + ".key.csv")
-
-
 # ----------------------------------------------------------------------------- score
 
 def human_labels(path: Path, rows: list[tuple[int, dict]], key: dict[str, dict]) -> tuple[list, list[str]]:
@@ -235,7 +221,7 @@ def human_labels(path: Path, rows: list[tuple[int, dict]], key: dict[str, dict])
             continue
         seen[row["item_id"]] = line
         if row["item_id"] not in key or key[row["item_id"]]["task"] != task:
-            problems.append(f"{where}: not in {key_path(path).name}; keep the item_id and task columns as exported")
+            problems.append(f"{where}: not in {key_file(path).name}; keep the item_id and task columns as exported")
             continue
         allowed = LABELS[task]
         values = {c: row[c].strip() for c in ("annotator_1", "annotator_2", "adjudicated")}
@@ -262,12 +248,12 @@ def human_labels(path: Path, rows: list[tuple[int, dict]], key: dict[str, dict])
 def agreement_table(labelled: list) -> Table:
     rows, means = [], {"hh": [], "hk": [], "lh": [], "lk": []}
     fmt_k = lambda k: "undefined" if k is None else f"{k:.2f}"  # noqa: E731
-    for task in TASKS:
+    for task in ANNOTATED_TASKS:
         items = [x for x in labelled if x[0] == task]
         if not items:
             continue
-        hh, hk = agreement([x[1] for x in items], [x[2] for x in items])
-        lh, lk = agreement([x[4] for x in items], [x[3] for x in items])
+        hh, hk = label_agreement([x[1] for x in items], [x[2] for x in items])
+        lh, lk = label_agreement([x[4] for x in items], [x[3] for x in items])
         for name, value in (("hh", hh), ("hk", hk), ("lh", lh), ("lk", lk)):
             if value is not None:
                 means[name].append(value)
@@ -299,7 +285,7 @@ def kappa_interval(a: list[str], b: list[str], cases: list[str], resamples: int 
 def interval_table(labelled: list) -> Table:
     fmt = lambda ci: "undefined" if ci is None else f"[{ci[0]:.2f}, {ci[1]:.2f}]"  # noqa: E731
     rows = []
-    for task in TASKS:
+    for task in ANNOTATED_TASKS:
         items = [x for x in labelled if x[0] == task]
         if items:
             cases = [x[5] for x in items]
@@ -311,10 +297,10 @@ def interval_table(labelled: list) -> Table:
 
 def score(args) -> int:
     rows = read_sheet(args.annotations, ANNOTATION_COLUMNS)
-    key = {row["item_id"]: row for _, row in read_sheet(args.key or key_path(args.annotations), KEY_COLUMNS)}
+    key = {row["item_id"]: row for _, row in read_sheet(args.key or key_file(args.annotations), ANNOTATION_KEY_COLUMNS)}
     labelled, problems = human_labels(args.annotations, rows, key)
     if problems:
-        shown = problems[:10] + ([f"... and {len(problems) - 10} more"] if len(problems) > 10 else [])
+        shown = first_of(problems)
         raise HarnessError(f"{len(problems)} row(s) cannot be scored:\n  " + "\n  ".join(shown))
     if not labelled:
         raise HarnessError(f"{args.annotations}: no annotated items")

@@ -4,11 +4,10 @@ their agreement and Cohen's kappa per task.
 from __future__ import annotations
 
 
-import numpy as np
-from sklearn.metrics import cohen_kappa_score
 
 from lexpilot.benchmark.records import (DCG, INTERACTION,
                                         INTERACTION_LABELS, LCA, LJP_SETUPS)
+from lexpilot.reporting.metrics import label_agreement
 
 
 REJUDGED_KINDS = (LCA, DCG, INTERACTION, INTERACTION_LABELS, *(verdicts for _, verdicts, _, _ in LJP_SETUPS))
@@ -36,7 +35,7 @@ def judge_labels(saved: dict) -> dict[str, dict]:
     return items
 
 
-def agreement(original: dict, rejudged: dict) -> dict[str, tuple[int, float | None, float | None]]:
+def judges_agreement(original: dict, rejudged: dict) -> dict[str, tuple[int, float | None, float | None]]:
     """Per task: (items judged by both, share of equal labels, Cohen's kappa; None where undefined)."""
     out = {}
     a_items, b_items = judge_labels(original), judge_labels(rejudged)
@@ -47,8 +46,7 @@ def agreement(original: dict, rejudged: dict) -> dict[str, tuple[int, float | No
         if not shared:
             continue
         x, y = [a[k] for k in shared], [b_items[task][k] for k in shared]
-        kappa = None if len(set(x) | set(y)) == 1 else float(cohen_kappa_score(x, y))
-        out[task] = (len(shared), float(np.mean([p == q for p, q in zip(x, y)])), kappa)
+        out[task] = (len(shared), *label_agreement(x, y))
     return out
 
 

@@ -8,8 +8,9 @@ bootstrap resample (counts weighted by how often each case was drawn).
 from __future__ import annotations
 
 import numpy as np
+from sklearn.metrics import cohen_kappa_score
 
-from lexpilot.benchmark.records import VERDICTS
+from lexpilot.benchmark.vocabulary import VERDICTS
 
 
 K = len(VERDICTS)
@@ -109,3 +110,16 @@ def audit_from_counts(c: np.ndarray) -> dict:
     replies, over, error, missed = np.moveaxis(np.asarray(c, float), -1, 0)
     return {"over_disclosure": ratio(over, replies), "error": ratio(error, replies),
             "non_answer": ratio(missed, replies)}
+
+
+def cohen_kappa(a: list[str], b: list[str]) -> float | None:
+    """Unweighted Cohen's kappa (scikit-learn); None when chance agreement is 1 (both raters used one same
+    label), where scikit-learn answers NaN. Every kappa the reports print comes from here."""
+    if len(set(a) | set(b)) == 1:
+        return None
+    return float(cohen_kappa_score(a, b))
+
+
+def label_agreement(a: list[str], b: list[str]) -> tuple[float, float | None]:
+    """Two raters' labels of the same items: the share of equal labels and Cohen's kappa."""
+    return sum(x == y for x, y in zip(a, b)) / len(a), cohen_kappa(a, b)

@@ -12,13 +12,13 @@ from lexpilot.benchmark.prompts import render_history
 from lexpilot.benchmark.dataset import Case
 from lexpilot.reporting.table import Table
 from lexpilot.benchmark.probe_file import CONDITIONS, CONDITION_NAMES, Probe
+from lexpilot.benchmark.vocabulary import NO, YES
 
 
 EXPERT = ("answer", "over_disclosure", "error")  # the three criteria, each 是/否
 SHEET_COLUMNS = ["item_id", "case_number", "history", "question", "reply", "sufficient_reply", "permitted",
                  *(f"expert_{i}_{c}" for i in (1, 2) for c in EXPERT), *(f"adjudicated_{c}" for c in EXPERT)]
-KEY_COLUMNS = ["item_id", "case_number", "condition", "dcg_label"]
-YES, NO = "是", "否"
+PROBE_KEY_COLUMNS = ["item_id", "case_number", "condition", "dcg_label"]
 
 
 # ----------------------------------------------------------------------------- the annotation sheet

@@ -20,9 +20,13 @@ from lexpilot.errors import HarnessError
 from lexpilot.reporting.metrics import (PLAIN_TYPE_ORDER, audit_counts, audit_from_counts, confusion, dcg_from_counts,
                                         lca_counts, lca_from_counts, ljp_from_counts, plain, plain_counts,
                                         plain_from_counts, ratio)
-from lexpilot.benchmark.records import (AUDIT, BEHAVIOUR_DIALOGUE, BEHAVIOURS, DCG, FOCAL_TYPE_RECORDS, HISTORY_TYPES,
-                                        INTERACTION, LCA, LJP_BEHAVIOUR, LJP_DIRECT, LJP_SETUPS, PLAIN_TYPES,
-                                        RECORD_KINDS, RecordKind, model_folder, read_records)
+from lexpilot.benchmark.records import (AUDIT, BEHAVIOUR_DIALOGUE, DCG, FOCAL_TYPE_RECORDS, INTERACTION, LCA,
+                                        LJP_BEHAVIOUR, LJP_DIRECT, LJP_SETUPS, PLAIN_TYPES, RECORD_KINDS, RecordKind,
+                                        model_folder, read_records)
+from lexpilot.benchmark.vocabulary import BEHAVIOURS, HISTORY_TYPES
+from lexpilot.benchmark.vocabulary import ASKS
+from lexpilot.errors import first_of
+from lexpilot.storage.manifest import read_manifest
 
 
 OVERALL = "Overall"
@@ -84,7 +88,7 @@ def complete_task(path: Path, selected: list[str], records: dict, problem: str |
         return None, problem
     missing = [n for n in selected if n not in records]
     if missing:
-        shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
+        shown = ", ".join(first_of(missing))
         return None, f"{path}: incomplete, {len(missing)} of {len(selected)} cases missing: {shown}"
     return {n: records[n] for n in selected}, None
 
@@ -189,7 +193,7 @@ def score_run(run: Run, root: Path, keep_records: bool = False) -> None:
     plain, lca = whole(PLAIN_TYPES["underspecified"])[0], whole(LCA)[0]
     if plain and lca:  # does the LexAwN prompt turn each plain response type into a question?
         for kind in PLAIN_TYPE_ORDER:
-            asked = [lca[n]["judgments"]["underspecified"]["label"] == "策略二" for n, r in plain.items()
+            asked = [lca[n]["judgments"]["underspecified"]["label"] == ASKS for n, r in plain.items()
                      if r["type"] == kind]
             run.metrics[("plain_then_asked", kind, OVERALL)] = float(np.mean(asked)) if asked else None
     interactions, _ = whole(INTERACTION)  # a missing file only leaves out the behaviour tables
@@ -267,7 +271,7 @@ def score_behaviour(run: Run, interactions: dict) -> None:
     """Questions before a prediction and stop reasons (premature = judged in round 1), overall and per class;
     Interaction-Based QWK per stop reason."""
     stops = np.array([stop_category(r) for r in interactions.values()])
-    questions = np.array([sum(r_["label"] == "策略二" for r_ in r["rounds"]) for r in interactions.values()])
+    questions = np.array([sum(r_["label"] == ASKS for r_ in r["rounds"]) for r in interactions.values()])
     classes = np.array([cause_class(r["cause_of_action"]) for r in interactions.values()])
     for cls in [OVERALL] + sorted(set(classes)):
         mask = np.ones(len(classes), bool) if cls == OVERALL else classes == cls
@@ -301,7 +305,7 @@ def load_runs(root: Path, models: list[str] | None, run_ids: list[str] | None, s
     runs = []
     datasets: dict[Path, tuple[dict, str] | str] = {}
     for path in sorted(root.glob("runs/*/*/manifest.json")):
-        manifest, problem = read_manifest(path, root)
+        manifest, problem = run_manifest(path, root)
         if problem:
             print(f"{problem}; run skipped", file=err)
             continue
@@ -316,14 +320,12 @@ def load_runs(root: Path, models: list[str] | None, run_ids: list[str] | None, s
     return runs
 
 
-def read_manifest(path: Path, root: Path) -> tuple[dict | None, str | None]:
+def run_manifest(path: Path, root: Path) -> tuple[dict | None, str | None]:
     """A manifest with the fields the reports need, or what is wrong with it."""
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        return None, f"{path}: unreadable manifest ({type(e).__name__}: {' '.join(str(e).split())[:120]})"
-    if not isinstance(manifest, dict):
-        return None, f"{path}: the manifest is not a JSON object"
+        manifest = read_manifest(path)
+    except HarnessError as e:
+        return None, str(e)
     try:
         model = manifest["models"]["eval"]["model"]
         selected = manifest["selected_cases"]

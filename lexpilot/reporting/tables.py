@@ -14,11 +14,13 @@ import numpy as np
 from categories import CLASS_LABELS, FOCAL_TYPES, cause_class
 from lexpilot.pricing import cost
 from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS
-from lexpilot.benchmark.records import LJP_SETUPS, ROLES
-from lexpilot.reporting.judges import REJUDGED_KINDS, agreement, source_of
+from lexpilot.benchmark.records import LJP_SETUPS
+from lexpilot.benchmark.vocabulary import ROLES
+from lexpilot.reporting.judges import REJUDGED_KINDS, source_of
 from lexpilot.reporting.results import (AUDITED, OVERALL, STOP_CATEGORIES, TASKS, Bootstrap, Group, Run, group_label,
                                         paired_difference, read_saved)
 from lexpilot.reporting.table import Table
+from lexpilot.reporting.judges import judges_agreement
 
 
 USER_CONDITION_NAMES = (("standard", "Standard"), ("delayed", "Delayed Disclosure"), ("self-correction", "Self-Correction"))
@@ -248,7 +250,7 @@ def judge_sensitivity_tables(groups: list[Group], root, boot: Bootstrap) -> list
     read = lambda r: {k.name: read_saved(r, root, k)[0] for k in REJUDGED_KINDS}  # noqa: E731
     rows = []
     for (_, original), (_, rejudged) in pairs:
-        for task, (n, agree, kappa) in agreement(read(original), read(rejudged)).items():
+        for task, (n, agree, kappa) in judges_agreement(read(original), read(rejudged)).items():
             rows.append([original.model, f"{original.run_id} → {rejudged.run_id}",
                          f"{judge(original)} / {judge(rejudged)}", task, str(n), f"{100 * agree:.1f}%",
                          "undefined" if kappa is None else f"{kappa:.3f}"])

@@ -24,6 +24,7 @@ from lexpilot.benchmark.records import (A1, DCG, DIRECT_PREDICTION, FORCE_ASK, G
                                         LJP_DIRECT, LJP_GOLD, LJP_INTERACTION)
 from lexpilot.reporting.results import Group, Run, group_label, read_saved
 from lexpilot.reporting.table import Table
+from lexpilot.benchmark.vocabulary import ASKS
 
 
 HIGHLIGHT_RUN = 6
@@ -94,7 +95,7 @@ def outcomes(rr: RunRecords, number: str) -> dict:
     lca = r["LCA"].get(number)
     if lca:
         row["lca_c"], row["lca_u"] = (lca["judgments"][t]["label"] for t in ("complete", "underspecified"))
-        if row["lca_c"] == "策略二":
+        if row["lca_c"] == ASKS:
             row["tags"].append("over-asking")
     dcg = r["DCG"].get(number)
     if dcg:
@@ -111,7 +112,7 @@ def outcomes(rr: RunRecords, number: str) -> dict:
     inter = r["interaction"].get(number)
     if inter:
         row["stop"] = inter["stop_reason"]
-        row["questions"] = sum(x.get("label") == "策略二" for x in inter["rounds"])
+        row["questions"] = sum(x.get("label") == ASKS for x in inter["rounds"])
         if inter["stop_reason"] == "judged" and len(inter["rounds"]) == 1:
             row["tags"].append("premature judgment")
         if inter["stop_reason"] == "budget":

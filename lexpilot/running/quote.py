@@ -3,7 +3,6 @@
 """
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 
@@ -13,8 +12,9 @@ from lexpilot.settings import Settings
 from lexpilot.benchmark.dataset import Case
 from lexpilot.protocols.steps import Step
 from lexpilot.pricing import cost
-from lexpilot.benchmark.records import ROLES
+from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.running.state import StageState
+from lexpilot.benchmark.records import readable_records
 
 
 def planned_calls(state: StageState, cases: list[Case],
@@ -82,15 +82,14 @@ def saved_usage_per_case(root: Path, steps: list[Step]) -> dict[str, tuple[float
     cases: set = set()
     for step in steps:
         for path in root.glob(f"{step.kind.top}/*/*/{step.kind.file}"):
-            for line in path.read_bytes().splitlines():
+            for record in readable_records(path):
                 try:
-                    record = json.loads(line)
                     usage = record["usage"]
                     cases.add((path.parent.parent.name, path.parent.name, record["case_number"]))  # run, model, case
                     for role, used in usage.items():
                         entry = totals.setdefault(role, [0.0, 0.0])
                         entry[0] += used["prompt_tokens"]
                         entry[1] += used["completion_tokens"]
-                except (ValueError, KeyError, TypeError, AttributeError):
+                except (KeyError, TypeError, AttributeError):
                     continue
     return {role: (p / len(cases), c / len(cases)) for role, (p, c) in totals.items()} if cases else {}

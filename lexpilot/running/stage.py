@@ -20,7 +20,8 @@ from lexpilot.settings import Settings, add_common_args, settings_from_args
 from lexpilot.benchmark.dataset import Case, load_dataset
 from lexpilot.errors import Aborted, CaseFailed, FatalError, HarnessError
 from lexpilot.protocols.steps import CaseCalls
-from lexpilot.benchmark.records import RECORD_KINDS, ROLES
+from lexpilot.benchmark.records import RECORD_KINDS
+from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.protocols.steps import Stage
 from lexpilot.running.quote import cost_quote, planned_calls
 from lexpilot.running.state import StageState, load_state, run_case

@@ -14,6 +14,7 @@ from lexpilot.errors import HarnessError
 from lexpilot.protocols.steps import CaseCalls, Step
 from lexpilot.benchmark.records import new_record, record_digest
 from lexpilot.protocols.steps import Stage
+from lexpilot.errors import first_of
 
 
 @dataclass
@@ -54,7 +55,7 @@ def load_state(settings: Settings, stage: Stage, cases: list[Case], repair: bool
     for kind in (k for k in stage.upstream if k in kinds):
         missing = [c.number for c in cases if c.number not in records[kind.name]]
         if missing:
-            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            shown = ", ".join(first_of(missing, 5))
             raise HarnessError(f"{paths[kind.name]}: the {kind.name} stage is incomplete ({len(missing)} of "
                                f"{len(cases)} cases missing: {shown}). Run {kind.producer} for this run first.")
     return StageState(settings, stage.enabled_steps(settings), cases, paths, records, notes=notes)

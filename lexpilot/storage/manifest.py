@@ -16,9 +16,11 @@ from lexpilot.benchmark.dataset import Case
 from lexpilot.errors import HarnessError
 from lexpilot.paths import PROMPT_DIR
 from lexpilot.benchmark.prompts import prompt_files_used
-from lexpilot.benchmark.records import ROLES, SCHEMA_VERSION, canonical_hash
+from lexpilot.benchmark.vocabulary import ROLES
+from lexpilot.benchmark.records import SCHEMA_VERSION, canonical_hash
 from lexpilot.files import storage_error, write_json
 from lexpilot.storage.code import code_changes, code_digests, code_hash
+from lexpilot.benchmark.records import readable_records
 
 
 COMPARED_MANIFEST_FIELDS = ("dataset_sha256", "selected_cases", "code_hash", "prompt_hash",
@@ -152,18 +154,7 @@ def settings_hash(manifest: dict) -> str:
 def saved_settings(paths: list[Path]) -> set[str | None]:
     """The settings hashes of the records saved in these files (None for a record made before records
     carried one); a line that cannot be read says nothing about settings and is skipped here."""
-    found: set[str | None] = set()
-    for path in paths:
-        if not path.is_file():
-            continue
-        with path.open("rb") as f:
-            for line in f:
-                try:
-                    record = json.loads(line)
-                    found.add(record.get("settings_hash") if isinstance(record, dict) else None)
-                except (ValueError, RecursionError):
-                    continue
-    return found
+    return {record.get("settings_hash") for path in paths for record in readable_records(path)}
 
 
 def check_manifest(path: Path, current: dict, script: str, write: bool, allow_code_change: bool = False,
@@ -219,10 +210,11 @@ def record_transport(path: Path, token_fields: dict) -> None:
 
 
 def read_manifest(path: Path) -> dict:
+    """A run's manifest as a JSON object (the one reader: stages and reports alike)."""
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, RecursionError) as e:
-        raise HarnessError(f"{path}: unreadable manifest ({' '.join(str(e).split())[:120]}). "
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise HarnessError(f"{path}: unreadable manifest ({type(e).__name__}: {' '.join(str(e).split())[:120]}). "
                            "Restore it or use a new --run-id.") from None
     if not isinstance(saved, dict):
         raise HarnessError(f"{path}: the manifest is not a JSON object. Restore it or use a new --run-id.")
