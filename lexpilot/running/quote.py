@@ -15,6 +15,7 @@ from lexpilot.pricing import cost
 from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.running.state import StageState
 from lexpilot.benchmark.records import readable_records
+from lexpilot.benchmark.prompts import load_prompts
 
 
 def planned_calls(state: StageState, cases: list[Case],
@@ -93,3 +94,25 @@ def saved_usage_per_case(root: Path, steps: list[Step]) -> dict[str, tuple[float
                 except (KeyError, TypeError, AttributeError):
                     continue
     return {role: (p / len(cases), c / len(cases)) for role, (p, c) in totals.items()} if cases else {}
+
+
+def dry_run_report(name: str, state: StageState, selected: list[Case]) -> str:
+    """What a --dry-run prints: the cases to do, the calls per role at most, the tokens and, with a price file,
+    the cost quote."""
+    settings, model = state.settings, state.settings.roles["eval"].model
+    pending = state.pending()
+    calls, chars, low = planned_calls(state, pending, load_prompts())
+    lines = [f"[{name}] dry run: {len(pending)} of {len(selected)} selected cases to do "
+             f"(run {settings.run_id}, model {model!r})",
+             "cases: " + (", ".join(c.number for c in pending) or "none"),
+             "calls at most (not counting retries): " + ", ".join(f"{role} {calls.get(role, 0)}" for role in ROLES),
+             "tokens, estimated: " + "; ".join(
+                 f"{role} prompt ~{chars.get(role, 0):,}, "
+                 f"completion <= {calls.get(role, 0) * settings.roles[role].max_tokens:,}"
+                 for role in ROLES if calls.get(role)),
+             "  (prompt: the prompts and case inputs at one token per character, about right for Chinese; "
+             "replies carried into later prompts come on top, up to --max-tokens each)"]
+    if settings.prices:
+        lines.append(cost_quote(state, settings, calls, low, len(pending)))
+    return "\n".join(lines)
+

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from lexpilot.storage.checkpoints import (CallJournal, CheckpointWriter, checkpoint_path, journal_path, manifest_path)
 from lexpilot.storage.manifest import (RunLock, build_manifest, check_manifest, read_manifest, record_transport,
@@ -23,8 +24,8 @@ from lexpilot.protocols.steps import CaseCalls
 from lexpilot.benchmark.records import RECORD_KINDS
 from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.protocols.steps import Stage
-from lexpilot.running.quote import cost_quote, planned_calls
 from lexpilot.running.state import StageState, load_state, run_case
+from lexpilot.running.quote import dry_run_report
 
 
 class Progress:
@@ -100,21 +101,7 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
         check_manifest(mpath, manifest, stage.script, write=False, allow_code_change=settings.allow_code_change,
                        record_files=record_files)
         state = load_state(settings, stage, selected, repair=False)  # a dry run changes no file
-        pending = state.pending()
-        calls, chars, low = planned_calls(state, pending, load_prompts())
-        print(f"[{name}] dry run: {len(pending)} of {len(selected)} selected cases to do "
-              f"(run {settings.run_id}, model {model!r})", file=out)
-        print("cases: " + (", ".join(c.number for c in pending) or "none"), file=out)
-        print("calls at most (not counting retries): " + ", ".join(
-            f"{role} {calls.get(role, 0)}" for role in ROLES), file=out)
-        print("tokens, estimated: " + "; ".join(
-            f"{role} prompt ~{chars.get(role, 0):,}, "
-            f"completion <= {calls.get(role, 0) * settings.roles[role].max_tokens:,}"
-            for role in ROLES if calls.get(role)), file=out)
-        print("  (prompt: the prompts and case inputs at one token per character, about right for Chinese; "
-              "replies carried into later prompts come on top, up to --max-tokens each)", file=out)
-        if settings.prices:
-            print(cost_quote(state, settings, calls, low, len(pending)), file=out)
+        print(dry_run_report(name, state, selected), file=out)
         return 0
     with RunLock(mpath.with_name(".lock")):
         note = check_manifest(mpath, manifest, stage.script, write=True, allow_code_change=settings.allow_code_change,
@@ -137,6 +124,106 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
         return _execute(name, state, clients, out, err)
 
 
+@dataclass
+class Outcome:
+    """What the workers of a stage report back, under one lock."""
+    failures: list[tuple[str, str]] = field(default_factory=list)  # (case, message)
+    fatal: list[str] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    replays: int = 0
+    finished: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    all_finished: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class Workers:
+    """Everything a worker needs to run one case: shared by the pool's threads."""
+    state: StageState
+    caller: ModelCaller
+    prompts: dict[str, str]
+    journal: CallJournal
+    writer: CheckpointWriter
+    progress: Progress
+    abort: threading.Event
+    stop_new: threading.Event
+    outcome: Outcome
+    total: int
+
+    def work(self, case: Case) -> None:
+        try:
+            if not self.stop_new.is_set():
+                self.work_on(case)
+        finally:
+            with self.outcome.lock:
+                self.outcome.finished += 1
+                if self.outcome.finished == self.total:
+                    self.outcome.all_finished.set()
+
+    def work_on(self, case: Case) -> None:
+        settings, outcome = self.state.settings, self.outcome
+        calls = CaseCalls(self.caller, self.prompts, case, user_condition=settings.user_condition,
+                          journal=self.journal, keep_reasoning=settings.keep_reasoning)
+        try:
+            run_case(self.state, calls, self.writer)
+            self.progress.update(done=1)
+        except FatalError as e:
+            outcome.fatal.append(str(e))
+            self.abort.set()
+            self.stop_new.set()
+        except Aborted:
+            pass
+        except CaseFailed as e:
+            self.failed(case, str(e), stop=not settings.keep_going)
+        except Exception as e:  # a bug must not lose the other cases' work: report it like a failure
+            self.failed(case, settings.redact(f"internal error {type(e).__name__}: {e}"), stop=True)
+        finally:
+            with outcome.lock:
+                outcome.usage.merge(calls.spent.by_role)
+                outcome.replays += calls.replays
+
+    def failed(self, case: Case, message: str, stop: bool) -> None:
+        self.outcome.failures.append((case.number, message))
+        self.progress.update(failed=1)
+        if stop:
+            self.stop_new.set()
+
+
+def _open_journal(name: str, state: StageState, pending: list[Case], writer: CheckpointWriter, err) -> CallJournal:
+    settings = state.settings
+    journal = CallJournal(journal_path(settings.output_root, settings.run_id, settings.roles["eval"].model), writer,
+                          {(c.number, s.name) for c in pending for s in state.steps
+                           if c.number not in state.records[s.name]})
+    if journal.unreadable:
+        print(f"[{name}] {journal.path}: {journal.unreadable} unreadable line(s) ignored (probably torn by a "
+              "crash); those calls are made again", file=err)
+    if journal.unanswered:
+        print(f"[{name}] calls in flight when an earlier process stopped (paid, never answered): "
+              + ", ".join(f"{role} {n}" for role, n in journal.unanswered.items())
+              + "; counted in show_results.py --usage", file=err)
+    return journal
+
+
+def _run_pool(name: str, pending: list[Case], workers: Workers, err) -> None:
+    """Every pending case on the pool; Ctrl-C stops at once with every completed record saved."""
+    pool = ThreadPoolExecutor(max_workers=workers.state.settings.concurrency, thread_name_prefix="case")
+    for case in pending:
+        pool.submit(workers.work, case)
+    try:
+        # A counter, not wait() over every future: that would cost O(cases) per completion.
+        while not workers.outcome.all_finished.wait(0.2):
+            workers.progress.draw()
+    except KeyboardInterrupt:
+        workers.abort.set()
+        workers.stop_new.set()
+        with workers.writer.lock:  # no record is half-written when we leave
+            workers.progress.draw(final=True)
+            print(f"\n[{name}] interrupted: completed cases are saved; rerun the same command to resume.",
+                  file=err, flush=True)
+            os._exit(130)
+    pool.shutdown()
+
+
 def _execute(name: str, state: StageState, clients, out, err) -> int:
     settings = state.settings
     pending = state.pending()
@@ -149,103 +236,39 @@ def _execute(name: str, state: StageState, clients, out, err) -> int:
         print(f"[{name}] cases: 0 done, {skipped} skipped (already saved), 0 failed; no calls", file=out)
         return 0
     progress = Progress(name, len(pending), err)
-    abort, stop_new = threading.Event(), threading.Event()
+    abort = threading.Event()
     transport = read_manifest(state.manifest_path).get("token_fields") if state.manifest_path else None
     caller = ModelCaller(settings, progress, abort, clients, transport if isinstance(transport, dict) else None)
-    prompts = load_prompts()
-    failures: list[tuple[str, str]] = []
-    fatal: list[str] = []
-    total_usage = Usage()
-    replays = {"count": 0}
-    journal = CallJournal(journal_path(settings.output_root, settings.run_id, settings.roles["eval"].model), writer,
-                          {(c.number, s.name) for c in pending for s in state.steps
-                           if c.number not in state.records[s.name]})
-    if journal.unreadable:
-        print(f"[{name}] {journal.path}: {journal.unreadable} unreadable line(s) ignored (probably torn by a "
-              "crash); those calls are made again", file=err)
-    if journal.unanswered:
-        print(f"[{name}] calls in flight when an earlier process stopped (paid, never answered): "
-              + ", ".join(f"{role} {n}" for role, n in journal.unanswered.items())
-              + "; counted in show_results.py --usage", file=err)
-    usage_lock = threading.Lock()
+    journal = _open_journal(name, state, pending, writer, err)
+    workers = Workers(state, caller, load_prompts(), journal, writer, progress, abort, threading.Event(), Outcome(),
+                      len(pending))
     started = time.monotonic()
-
-    finished = {"count": 0}
-    all_finished = threading.Event()
-
-    def work(case: Case) -> None:
-        try:
-            work_on(case)
-        finally:
-            with usage_lock:
-                finished["count"] += 1
-                if finished["count"] == len(pending):
-                    all_finished.set()
-
-    def work_on(case: Case) -> None:
-        if stop_new.is_set():
-            return
-        calls = CaseCalls(caller, prompts, case, user_condition=settings.user_condition, journal=journal,
-                          keep_reasoning=settings.keep_reasoning)
-        try:
-            run_case(state, calls, writer)
-            progress.update(done=1)
-        except FatalError as e:
-            fatal.append(str(e))
-            abort.set()
-            stop_new.set()
-        except Aborted:
-            pass
-        except CaseFailed as e:
-            failures.append((case.number, str(e)))
-            progress.update(failed=1)
-            if not settings.keep_going:
-                stop_new.set()
-        except Exception as e:  # a bug must not lose the other cases' work: report it like a failure
-            failures.append((case.number, settings.redact(f"internal error {type(e).__name__}: {e}")))
-            progress.update(failed=1)
-            stop_new.set()
-        finally:
-            with usage_lock:
-                total_usage.merge(calls.spent.by_role)
-                replays["count"] += calls.replays
-
-    pool = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="case")
-    for case in pending:
-        pool.submit(work, case)
-    try:
-        # A counter, not wait() over every future: that would cost O(cases) per completion.
-        while not all_finished.wait(0.2):
-            progress.draw()
-    except KeyboardInterrupt:
-        abort.set()
-        stop_new.set()
-        with writer.lock:  # no record is half-written when we leave
-            progress.draw(final=True)
-            print(f"\n[{name}] interrupted: completed cases are saved; rerun the same command to resume.",
-                  file=err, flush=True)
-            os._exit(130)
-    pool.shutdown()
+    _run_pool(name, pending, workers, err)
     writer.close()
     journal.compact(saved)
     if state.manifest_path and caller.token_fields != (transport or {role: "max_tokens" for role in settings.roles}):
         record_transport(state.manifest_path, caller.token_fields)
     progress.draw(final=True)
-    failed_numbers = sorted(n for n, _ in failures)
+    return _summary(name, workers, skipped, time.monotonic() - started, out, err)
+
+
+def _summary(name: str, workers: Workers, skipped: int, wall: float, out, err) -> int:
+    """The closing lines and the exit status: 1 when the stage stopped or a case failed."""
+    outcome, progress = workers.outcome, workers.progress
     print(f"[{name}] cases: {progress.done} done, {skipped} skipped (already saved), "
-          f"{len(failures)} failed; {_format_usage(total_usage)}"
-          + (f"; {replays['count']} replies paid in an earlier run replayed" if replays["count"] else "")
-          + f"; wall {time.monotonic() - started:.1f}s",
-          file=out, flush=True)
-    if fatal:
-        print(f"[{name}] stopped: {fatal[0]}", file=err)
+          f"{len(outcome.failures)} failed; {_format_usage(outcome.usage)}"
+          + (f"; {outcome.replays} replies paid in an earlier run replayed" if outcome.replays else "")
+          + f"; wall {wall:.1f}s", file=out, flush=True)
+    if outcome.fatal:
+        print(f"[{name}] stopped: {outcome.fatal[0]}", file=err)
         return 1
-    if failures:
-        for number, message in sorted(failures):
+    if outcome.failures:
+        for number, message in sorted(outcome.failures):
             print(f"[{name}] case {number} failed: {message}", file=err)
-        not_started = len(pending) - progress.done - len(failures)
+        not_started = workers.total - progress.done - len(outcome.failures)
         tail = f"; {not_started} cases not started" if not_started > 0 else ""
-        print(f"[{name}] {len(failures)} case(s) failed ({', '.join(failed_numbers)}){tail}. "
+        failed_numbers = sorted(n for n, _ in outcome.failures)
+        print(f"[{name}] {len(outcome.failures)} case(s) failed ({', '.join(failed_numbers)}){tail}. "
               "Rerun the same command to retry them; saved cases are kept.", file=err)
         return 1
     return 0
