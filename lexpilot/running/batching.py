@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from lexpilot.storage.checkpoints import CallJournal, CheckpointWriter, journal_path, run_folder
@@ -83,41 +83,61 @@ def collect(ledger: Ledger, clients: dict, journal: Path, writer: CheckpointWrit
             log) -> tuple[bool, int]:
     """Poll every open batch; import the finished ones. Returns (anything still in flight, replies imported)."""
     imported, waiting = 0, False
-    known = None  # the custom ids already imported: read once, when a finished batch is imported
-    keeper = None  # the journal is opened once, and only when there is something to import
+    importer = None  # opened once, and only when a finished batch is there to import
     for batch in ledger.open_batches():
-        client = clients[batch["role"]]
-        if batch["phase"] == "written":  # a vLLM input file: imported once its output file is there
-            output = Path(batch["output"])
-            if not output.exists():
-                waiting = True
-                continue
-            lines = output.read_bytes().splitlines()
-        elif batch["phase"] == "prepared":  # killed before the upload: nothing was submitted
-            batch["phase"] = "imported"
-            ledger.save()
+        lines = _finished_lines(batch, ledger, clients[batch["role"]], log)
+        if lines is None:
+            waiting = waiting or batch["phase"] != "imported"
             continue
-        if batch["phase"] == "uploaded":  # killed around the create: find the batch made from our file, if any
-            made = next((b for b in client.batches.list() if b.input_file_id == batch["file_id"]), None)
-            if made is None:
-                batch["phase"] = "imported"  # never created: its requests go into the next cycle
-                ledger.save()
-                continue
-            batch["batch_id"], batch["phase"] = made.id, "created"
+        importer = importer or Importer(ledger, CallJournal(journal, writer, set()), CallJournal.custom_ids(journal),
+                                        log)
+        imported += importer.import_lines(batch, lines)
+        batch["phase"] = "imported"  # unanswered requests (expired, cancelled) go into the next cycle
+        ledger.save()
+    return waiting, imported
+
+
+def _finished_lines(batch: dict, ledger: Ledger, client, log) -> list[bytes] | None:
+    """The output (and error) lines of a finished batch; None while it is in flight, or when it never reached
+    the provider (then it is marked imported: its requests go into the next cycle)."""
+    if batch["phase"] == "written":  # a vLLM input file: imported once its output file is there
+        output = Path(batch["output"])
+        return output.read_bytes().splitlines() if output.exists() else None
+    if batch["phase"] == "prepared":  # killed before the upload: nothing was submitted
+        batch["phase"] = "imported"
+        ledger.save()
+        return None
+    if batch["phase"] == "uploaded":  # killed around the create: find the batch made from our file, if any
+        made = next((b for b in client.batches.list() if b.input_file_id == batch["file_id"]), None)
+        if made is None:
+            batch["phase"] = "imported"  # never created: its requests go into the next cycle
             ledger.save()
-        if batch["phase"] != "written":
-            remote = client.batches.retrieve(batch["batch_id"])
-            batch["status"] = remote.status
-            counts = remote.request_counts
-            log(f"batch {batch['batch_id']} ({batch['role']}): {remote.status}, "
-                f"{getattr(counts, 'completed', 0)}/{getattr(counts, 'failed', 0)}/{len(batch['requests'])} "
-                "completed/failed/total")
-            if remote.status not in FINISHED:
-                waiting = True
-                continue
-            lines = [line for file_id in (remote.output_file_id, remote.error_file_id) if file_id
-                     for line in client.files.content(file_id).read().splitlines()]
-        known = CallJournal.custom_ids(journal) if known is None else known
+            return None
+        batch["batch_id"], batch["phase"] = made.id, "created"
+        ledger.save()
+    remote = client.batches.retrieve(batch["batch_id"])
+    batch["status"] = remote.status
+    counts = remote.request_counts
+    log(f"batch {batch['batch_id']} ({batch['role']}): {remote.status}, "
+        f"{getattr(counts, 'completed', 0)}/{getattr(counts, 'failed', 0)}/{len(batch['requests'])} "
+        "completed/failed/total")
+    if remote.status not in FINISHED:
+        return None
+    return [line for file_id in (remote.output_file_id, remote.error_file_id) if file_id
+            for line in client.files.content(file_id).read().splitlines()]
+
+
+@dataclass
+class Importer:
+    """Takes a finished batch's lines into the call journal: each accepted reply once (`known`: the custom ids
+    imported before, even by a process killed while importing), each rejected one counted against its request."""
+    ledger: Ledger
+    journal: CallJournal
+    known: set
+    log: object
+
+    def import_lines(self, batch: dict, lines: list[bytes]) -> int:
+        imported = 0
         for line in lines:
             if not line.strip():
                 continue
@@ -125,29 +145,29 @@ def collect(ledger: Ledger, clients: dict, journal: Path, writer: CheckpointWrit
                 entry = json.loads(line)
                 cid = entry.get("custom_id")
             except (ValueError, AttributeError):
-                log(f"batch {batch.get('batch_id', batch.get('output'))}: an unreadable output line skipped")
+                self.log(f"batch {batch.get('batch_id', batch.get('output'))}: an unreadable output line skipped")
                 continue
             request = batch["requests"].get(cid)
-            if request is None or cid in known:
+            if request is None or cid in self.known:
                 continue  # not ours, or imported before a kill
             role = request.get("role", batch["role"])
             text, usage, problem = reply_of(entry, request.get("max_tokens", batch["max_tokens"]))
             if problem:
-                failures = ledger.data["failures"]
-                # a prompt beyond the context window fails its case at once, as a synchronous call does
-                failures[request["key"]] = 10 ** 6 if CONTEXT_WINDOW.search(problem) else \
-                    failures.get(request["key"], 0) + 1
-                ledger.data.setdefault("reasons", {})[request["key"]] = f"{role}: {problem}"
-                log(f"case {request['case']}: {role} {problem}" + ("" if CONTEXT_WINDOW.search(problem) else
-                                                                   "; asked again in the next cycle"))
+                self.rejected(request, role, problem)
                 continue
-            keeper = keeper or CallJournal(journal, writer, set())
-            keeper.keep_key(request["case"], request["step"], request["key"], text, {role: usage}, custom_id=cid)
-            known.add(cid)
+            self.journal.keep_key(request["case"], request["step"], request["key"], text, {role: usage},
+                                  custom_id=cid)
+            self.known.add(cid)
             imported += 1
-        batch["phase"] = "imported"  # unanswered requests (expired, cancelled) go into the next cycle
-        ledger.save()
-    return waiting, imported
+        return imported
+
+    def rejected(self, request: dict, role: str, problem: str) -> None:
+        failures = self.ledger.data["failures"]
+        # a prompt beyond the context window fails its case at once, as a synchronous call does
+        failures[request["key"]] = 10 ** 6 if CONTEXT_WINDOW.search(problem) else failures.get(request["key"], 0) + 1
+        self.ledger.data.setdefault("reasons", {})[request["key"]] = f"{role}: {problem}"
+        self.log(f"case {request['case']}: {role} {problem}" + ("" if CONTEXT_WINDOW.search(problem) else
+                                                                "; asked again in the next cycle"))
 
 
 def reply_of(entry: dict, max_tokens: int) -> tuple[str, dict, str]:
@@ -195,22 +215,36 @@ class QuietProgress:
         self.log(f"retry: {message}")
 
 
+@dataclass
+class BatchRun:
+    """One batch-mode invocation of a stage: what every cycle reads and writes."""
+    name: str
+    state: object  # the StageState
+    settings: object
+    ledger: Ledger
+    journal_path: Path
+    writer: CheckpointWriter
+    caller: object  # the ModelCaller for the roles left synchronous, and the batch clients
+    batched_roles: set
+    prompts: dict
+    run_case: object
+    log: object
+    failed: dict = field(default_factory=dict)  # case -> why it failed
+
+
 def _cycles(name: str, state, clients: dict, settings, out, err, run_case) -> int:
     from lexpilot.models.calls import ModelCaller
     log = (lambda message: print(f"[{name}] {message}", file=err, flush=True))
     model = settings.roles["eval"].model
-    ledger = Ledger(run_folder(settings.output_root, settings.run_id, model) / "batches.json")
-    jpath = journal_path(settings.output_root, settings.run_id, model)
-    writer = CheckpointWriter()
-    caller = ModelCaller(settings, QuietProgress(log), threading.Event(), clients)
-    batched_roles = set(settings.batch_roles or ("eval", "user", "judge"))
-    prompts = load_prompts()
-    failed: dict[str, str] = {}
+    run = BatchRun(name, state, settings, Ledger(run_folder(settings.output_root, settings.run_id, model) / "batches.json"),
+                   journal_path(settings.output_root, settings.run_id, model), CheckpointWriter(),
+                   ModelCaller(settings, QuietProgress(log), threading.Event(), clients),
+                   set(settings.batch_roles or ("eval", "user", "judge")), load_prompts(), run_case, log)
     cycles, started = 0, time.monotonic()
     if not settings.batch_files:
-        check_endpoints(caller, settings, batched_roles)
+        check_endpoints(run.caller, settings, run.batched_roles)
     while True:
-        waiting, imported = collect(ledger, caller.clients, jpath, writer, log)
+        waiting, _ = collect(run.ledger, run.caller.clients, run.journal_path, run.writer, log)
         if waiting:
             if settings.batch_detach or settings.batch_files:
                 log("batches in flight; rerun the same command to collect them" + (
@@ -219,78 +253,110 @@ def _cycles(name: str, state, clients: dict, settings, out, err, run_case) -> in
                 return 0
             time.sleep(settings.batch_poll)
             continue
-        needs = []
-        pending = [c for c in state.pending() if c.number not in failed]
-        # one read of the journal per cycle: its replies are queued per case, step and prompt
-        journal = CallJournal(jpath, writer, {(c.number, s.name) for c in pending for s in state.steps})
-        for case in pending:
-            while True:  # a role left synchronous is answered at once, and the replay goes on
-                calls = CaseCalls(BatchCaller(settings, None), prompts, case, user_condition=settings.user_condition,
-                                  journal=journal)
-                try:
-                    run_case(state, calls, writer)
-                except NeedsReply as need:
-                    key = CallJournal.key(need.role, need.prompt)
-                    if need.role not in batched_roles:
-                        try:
-                            used = Usage()
-                            reply = caller.chat(need.role, need.prompt, used)
-                        except CaseFailed as e:
-                            failed[case.number] = str(e)
-                            break
-                        journal.keep_key(case.number, calls.step, key, reply.text, used.by_role)
-                        journal.replies.setdefault((case.number, calls.step, key), deque()).append(
-                            (reply.text, used.by_role))
-                        continue
-                    tries = ledger.data["failures"].get(key, 0)
-                    if tries > settings.retries:
-                        reason = ledger.data.get("reasons", {}).get(key, f"{need.role}: failed")
-                        failed[case.number] = (f"{reason} (a prompt beyond the context window: lower the output "
-                                               "limit or serve the model with a longer context)"
-                                               if tries >= 10 ** 6 else f"{reason} (after {tries} batches)")
-                    else:
-                        needs.append((case.number, calls.step, need, key))
-                except CaseFailed as e:
-                    failed[case.number] = str(e)
-                break
-        writer.close()
+        pending = [c for c in state.pending() if c.number not in run.failed]
+        needs = _replay(run, pending)
+        run.writer.close()
         if not needs:
             break
         cycles += 1
-        in_flight = ledger.in_flight_keys()
-        submission = len(ledger.data["batches"])  # makes every custom id of this cycle new
-        groups: dict[str, list] = {}
-        for number, step, need, key in needs:
-            if (number, step, key) in in_flight:
-                continue  # asked in a batch still open: never twice
-            role = settings.roles[need.role]
-            body = request_body(role, need.prompt, caller.token_fields[need.role])
-            if caller.budget:  # the batch's worst case must fit the budget before it is submitted; it stays
-                # reserved for the invocation (a batch's real cost is known only when it is collected)
-                caller.budget.reserve(role.model, len(str(need.prompt)), role.max_tokens, batched=1.0)
-            # vLLM's run-batch takes one model per file; the API one batch per endpoint (roles may share one)
-            group = role.model if settings.batch_files else role.base_url
-            groups.setdefault(group, []).append((custom_id(number, step, key, submission),
-                                                 {"case": number, "step": step, "key": key, "role": need.role,
-                                                  "max_tokens": role.max_tokens}, body))
-        for group, requests in groups.items():
-            role = requests[0][1]["role"]
-            for chunk in chunks(requests):
-                if settings.batch_files:
-                    write_batch_file(ledger, settings.batch_files, group, role, chunk,
-                                     settings.roles[role].max_tokens, log)
-                else:
-                    submit(ledger, caller.clients[role], role, chunk, settings.roles[role].max_tokens, log)
+        groups = _requests(run, needs)
+        _send(run, groups)
         log(f"cycle {cycles}: {sum(len(r) for r in groups.values())} requests in {len(groups)} batch(es); "
             f"{len(pending)} cases pending, at most "
             f"{remaining_depth(state, pending)} more calls in the longest; elapsed {time.monotonic() - started:.0f}s")
+    return _batch_summary(run, cycles, time.monotonic() - started, out, err)
+
+
+def _replay(run: BatchRun, pending: list) -> list[tuple]:
+    """Replay every pending case from its records and the journal until it needs a reply: the requests of the
+    next batches, as (case, step, NeedsReply, prompt key)."""
+    needs = []
+    # one read of the journal per cycle: its replies are queued per case, step and prompt
+    journal = CallJournal(run.journal_path, run.writer, {(c.number, s.name) for c in pending for s in run.state.steps})
+    for case in pending:
+        need = _replay_case(run, journal, case)
+        if need:
+            needs.append(need)
+    return needs
+
+
+def _replay_case(run: BatchRun, journal: CallJournal, case) -> tuple | None:
+    settings = run.settings
+    while True:  # a role left synchronous is answered at once, and the replay goes on
+        calls = CaseCalls(BatchCaller(settings, None), run.prompts, case, user_condition=settings.user_condition,
+                          journal=journal)
+        try:
+            run.run_case(run.state, calls, run.writer)
+            return None
+        except NeedsReply as need:
+            key = CallJournal.key(need.role, need.prompt)
+            if need.role not in run.batched_roles:
+                try:
+                    used = Usage()
+                    reply = run.caller.chat(need.role, need.prompt, used)
+                except CaseFailed as e:
+                    run.failed[case.number] = str(e)
+                    return None
+                journal.keep_key(case.number, calls.step, key, reply.text, used.by_role)
+                journal.replies.setdefault((case.number, calls.step, key), deque()).append((reply.text, used.by_role))
+                continue
+            tries = run.ledger.data["failures"].get(key, 0)
+            if tries <= settings.retries:
+                return (case.number, calls.step, need, key)
+            reason = run.ledger.data.get("reasons", {}).get(key, f"{need.role}: failed")
+            run.failed[case.number] = (f"{reason} (a prompt beyond the context window: lower the output limit or "
+                                       "serve the model with a longer context)" if tries >= 10 ** 6 else
+                                       f"{reason} (after {tries} batches)")
+            return None
+        except CaseFailed as e:
+            run.failed[case.number] = str(e)
+            return None
+
+
+def _requests(run: BatchRun, needs: list[tuple]) -> dict[str, list]:
+    """The cycle's requests by batch: one batch per endpoint (roles may share one), or per model for vLLM files;
+    a request already in an open batch is never asked twice."""
+    settings, caller = run.settings, run.caller
+    in_flight = run.ledger.in_flight_keys()
+    submission = len(run.ledger.data["batches"])  # makes every custom id of this cycle new
+    groups: dict[str, list] = {}
+    for number, step, need, key in needs:
+        if (number, step, key) in in_flight:
+            continue  # asked in a batch still open: never twice
+        role = settings.roles[need.role]
+        body = request_body(role, need.prompt, caller.token_fields[need.role])
+        if caller.budget:  # the batch's worst case must fit the budget before it is submitted; it stays
+            # reserved for the invocation (a batch's real cost is known only when it is collected)
+            caller.budget.reserve(role.model, len(str(need.prompt)), role.max_tokens, batched=1.0)
+        # vLLM's run-batch takes one model per file; the API one batch per endpoint (roles may share one)
+        group = role.model if settings.batch_files else role.base_url
+        groups.setdefault(group, []).append((custom_id(number, step, key, submission),
+                                             {"case": number, "step": step, "key": key, "role": need.role,
+                                              "max_tokens": role.max_tokens}, body))
+    return groups
+
+
+def _send(run: BatchRun, groups: dict[str, list]) -> None:
+    settings = run.settings
+    for group, requests in groups.items():
+        role = requests[0][1]["role"]
+        for chunk in chunks(requests):
+            if settings.batch_files:
+                write_batch_file(run.ledger, settings.batch_files, group, role, chunk,
+                                 settings.roles[role].max_tokens, run.log)
+            else:
+                submit(run.ledger, run.caller.clients[role], role, chunk, settings.roles[role].max_tokens, run.log)
+
+
+def _batch_summary(run: BatchRun, cycles: int, wall: float, out, err) -> int:
+    state, name = run.state, run.name
     done = len(state.cases) - len(state.pending())
-    print(f"[{name}] batch mode: {done} of {len(state.cases)} cases saved, {len(failed)} failed, {cycles} cycles; "
-          f"wall {time.monotonic() - started:.1f}s", file=out, flush=True)
-    for number, message in sorted(failed.items()):
-        print(f"[{name}] case {number} failed: {settings.redact(message)}", file=err)
-    CallJournal(jpath, writer, set()).compact({s.name: state.records[s.name] for s in state.steps})
-    return 1 if failed else 0
+    print(f"[{name}] batch mode: {done} of {len(state.cases)} cases saved, {len(run.failed)} failed, {cycles} cycles; "
+          f"wall {wall:.1f}s", file=out, flush=True)
+    for number, message in sorted(run.failed.items()):
+        print(f"[{name}] case {number} failed: {run.settings.redact(message)}", file=err)
+    CallJournal(run.journal_path, run.writer, set()).compact({s.name: state.records[s.name] for s in state.steps})
+    return 1 if run.failed else 0
 
 
 def remaining_depth(state, pending) -> int:
