@@ -144,6 +144,18 @@ def _message_of(error: Exception) -> str:
     return " ".join(text.split())[:240]
 
 
+@dataclass
+class Attempt:
+    """What one attempt at a call came to: an accepted reply, or a problem and how the provider pushed back."""
+    reply: Reply | None = None  # accepted
+    problem: str = ""
+    retry_after: float | None = None
+    pushed_back: str | None = None  # "rate" (429), "too long" (a Retry-After over the cap), "slots" (a cut stream)
+    hint: str = ""
+    repeat: bool = False  # asked again at once, not a failed attempt (the output-limit field switched)
+    answered: Reply | None = None  # any reply the provider gave, accepted or not (its cost settles the budget)
+
+
 class ModelCaller:
     """Chat completions for the three roles, with the retry rules of the harness.
 
@@ -175,8 +187,8 @@ class ModelCaller:
             import httpx
         self.transport_errors = (httpx.TimeoutException, httpx.TransportError)
 
-    def _request(self, role: Role, prompt: str | list[dict]) -> Reply:
-        kwargs = request_body(role, prompt, self.token_fields[role.name])
+    def _request(self, role: Role, prompt: str | list[dict], token_field: str) -> Reply:
+        kwargs = request_body(role, prompt, token_field)
         if self.settings.stream:
             kwargs |= {"stream": True, "stream_options": {"include_usage": True}}
         deadline = time.monotonic() + self.settings.call_deadline
@@ -185,17 +197,18 @@ class ModelCaller:
                 return parse_stream(response.iter_lines(), deadline, self.abort.is_set)
             return parse_completion(read_body(response.iter_bytes(), deadline))
 
-    def _refusal(self, role: Role, error) -> str | None:
-        """What a 400 means for the request, when the harness can act on it: 'token_field' (switched and
-        repeated), or raises for a temperature or output limit the model does not accept."""
+    def _refusal(self, role: Role, error, token_field: str) -> str | None:
+        """What a 400 means for the request, when the harness can act on it: 'token_field' (the output-limit
+        field the request carried is refused: repeated with max_completion_tokens), or raises for a temperature
+        or output limit the model does not accept."""
         body = error.body if isinstance(error.body, dict) else {}
         body = body.get("error", body) if isinstance(body.get("error", body), dict) else body
         param, code, text = str(body.get("param") or ""), str(body.get("code") or ""), _message_of(error)
         flag_temperature, flag_tokens = role.flags
         if (param == "max_tokens" and code == "unsupported_parameter") or \
                 re.search(r"'max_tokens' is not supported.*max_completion_tokens", text):
-            if self.token_fields[role.name] == "max_tokens":
-                with self.lock:
+            if token_field == "max_tokens":
+                with self.lock:  # whichever worker's refusal arrives first switches the role; all repeat
                     self.token_fields[role.name] = "max_completion_tokens"
                 return "token_field"
         if param == "temperature" or re.search(r"unsupported value: 'temperature'|temperature.*not support", text, re.I):
@@ -210,93 +223,112 @@ class ModelCaller:
     def chat(self, role_name: str, prompt: str | list[dict], usage: Usage) -> Reply:
         """One non-empty, untruncated reply; transient failures are retried, permanent ones raise FatalError."""
         role = self.settings.roles[role_name]
-        redact = self.settings.redact
-        throttle = self.throttles[role.base_url]
         attempts = self.settings.retries + 1
         attempt = rate_limited = 0
-        problem = ""
+        last = Attempt()
         while attempt < attempts:
-            retry_after, problem, pushed_back, hint = None, "", None, ""
-            reserved = self.budget.reserve(role.model, len(str(prompt)), role.max_tokens) if self.budget else 0.0
-            reply = None
-            throttle.acquire(self.abort)
-            self.progress.update(in_flight=1)
-            try:
-                reply = self._request(role, prompt)
-            except self.openai.APIStatusError as e:
-                status = e.status_code
-                if status == 400 and CONTEXT_WINDOW.search(f"{getattr(e, 'code', '')} {e.message}"):
-                    # this case's prompt is too long for this model: no retry helps, the other cases may fit
-                    raise CaseFailed(f"{role.describe()}: the prompt plus {role.flags[1]} {role.max_tokens} "
-                                     f"exceed the model's context window ({redact(_message_of(e))}). "
-                                     f"Lower {role.flags[1]} or serve the model with a longer context") from None
-                if status == 400 and self._refusal(role, e) == "token_field":
-                    continue  # repeated at once with max_completion_tokens: not a failed attempt
-                if 300 <= status < 400:
-                    raise FatalError(f"{role.describe()}: the endpoint redirects to "
-                                     f"{redact(e.response.headers.get('location') or '?')}; redirects are not "
-                                     "followed (the prompt would go there): set the base URL to that address "
-                                     "if you trust it") from None
-                if status not in TRANSIENT_STATUS and status < 500:
-                    hint = {401: "check the API key variable for this role",
-                            403: "check the API key's permissions",
-                            404: "check the model id and the base URL"}.get(status, "check the request settings")
-                    raise FatalError(f"{role.describe()}: HTTP {status}: {redact(_message_of(e))} ({hint})") from None
-                problem = f"HTTP {status}"
-                retry_after = retry_after_seconds(e.response.headers)
-                if status == 429:
-                    pushed_back = "rate"
-                    if retry_after is not None and retry_after > MAX_RETRY_AFTER:
-                        problem += (f" (provider asks to wait {_duration(retry_after)}; capped at "
-                                    f"{MAX_RETRY_AFTER:.0f} s)")
-                        retry_after, pushed_back = MAX_RETRY_AFTER, "too long"
-            except (self.openai.APITimeoutError, TimeoutError, self.transport_errors[0]):
-                problem = f"no response within --timeout {self.settings.timeout:g}s"
-            except DeadlineExceeded:
-                problem = f"no complete reply within the call deadline of {self.settings.call_deadline:g}s"
-            except StreamCutShort as e:
-                problem, pushed_back = str(e), "slots"
-                hint = ("; the server may serve one request at a time: --concurrency 1, or start it with more "
-                        "slots (llama.cpp: --n_parallel)")
-            except MalformedReply as e:
-                problem = f"malformed reply: {redact(str(e))}"
-            except self.openai.APIConnectionError as e:
-                problem = f"connection error: {redact(_message_of(e.__cause__ or e))}"
-            except self.transport_errors[1] as e:  # raised while reading a body the SDK handed over
-                problem = f"connection error: {redact(_message_of(e))}"
-            except InterruptedError:
-                raise Aborted() from None
-            else:
-                if reply.prompt_tokens is not None:
-                    usage.add(role_name, reply.prompt_tokens, reply.completion_tokens or 0,
-                              reasoning_tokens=reply.reasoning_tokens or 0)
-                else:
-                    usage.add(role_name, 0, 0, unreported=1)
-                if reply.finish_reason == "length":
-                    problem = f"reply truncated at {role.flags[1]} {role.max_tokens}"
-                elif not reply.text.strip():
-                    problem = "empty reply"
-                else:
-                    reply.text, reply.reasoning = redact(reply.text), redact(reply.reasoning)
-                    return reply
-            finally:
-                self.progress.update(in_flight=-1)
-                throttle.release("rate" if pushed_back == "too long" else pushed_back, retry_after)
-                if self.budget:  # an answered call costs what it reports; an unanswered one its worst case
-                    self.budget.settle(reserved, role.model, reply.prompt_tokens if reply else None,
-                                       reply.completion_tokens if reply else None)
-            self.progress.retry(f"{role.describe()}: {problem}")
-            if pushed_back == "rate" and retry_after is not None and rate_limited < RATE_LIMITED_ATTEMPTS:
+            last = self._attempt(role, prompt, usage)
+            if last.repeat:
+                continue  # repeated at once with max_completion_tokens: not a failed attempt
+            if last.reply is not None:
+                return last.reply
+            self.progress.retry(f"{role.describe()}: {last.problem}")
+            if last.pushed_back == "rate" and last.retry_after is not None and rate_limited < RATE_LIMITED_ATTEMPTS:
                 rate_limited += 1  # the throttle makes every worker wait out Retry-After
                 continue
             attempt += 1
-            if attempt < attempts and self.abort.wait(backoff_seconds(attempt - 1, retry_after,
+            if attempt < attempts and self.abort.wait(backoff_seconds(attempt - 1, last.retry_after,
                                                                       self.settings.backoff_base)):
                 raise Aborted()
-        if problem.startswith("reply truncated"):
-            hint = f"; raise {role.flags[1]} if the model needs the room"
-        elif problem.startswith("no response") or problem.startswith("no complete reply"):
-            hint = ("; raise --timeout or --call-deadline" if self.settings.stream else
+        raise CaseFailed(f"{role.describe()}: {last.problem} (after {attempts} attempts"
+                         + (f" and {rate_limited} rate-limited ones)" if rate_limited else ")")
+                         + self._failure_hint(role, last))
+
+    def _attempt(self, role: Role, prompt: str | list[dict], usage: Usage) -> Attempt:
+        """One request, within the endpoint's throttle and the budget; what came of it."""
+        reserved = self.budget.reserve(role.model, len(str(prompt)), role.max_tokens) if self.budget else 0.0
+        token_field = self.token_fields[role.name]
+        outcome = Attempt()
+        self.throttles[role.base_url].acquire(self.abort)
+        self.progress.update(in_flight=1)
+        try:
+            outcome = self._accepted(role, self._request(role, prompt, token_field), usage)
+        except self.openai.APIStatusError as e:
+            outcome = self._status_error(role, e, token_field)
+        except (self.openai.APITimeoutError, TimeoutError, self.transport_errors[0]):
+            outcome = Attempt(problem=f"no response within --timeout {self.settings.timeout:g}s")
+        except DeadlineExceeded:
+            outcome = Attempt(problem=f"no complete reply within the call deadline of {self.settings.call_deadline:g}s")
+        except StreamCutShort as e:
+            outcome = Attempt(problem=str(e), pushed_back="slots",
+                              hint="; the server may serve one request at a time: --concurrency 1, or start it "
+                                   "with more slots (llama.cpp: --n_parallel)")
+        except MalformedReply as e:
+            outcome = Attempt(problem=f"malformed reply: {self.settings.redact(str(e))}")
+        except self.openai.APIConnectionError as e:
+            outcome = Attempt(problem=f"connection error: {self.settings.redact(_message_of(e.__cause__ or e))}")
+        except self.transport_errors[1] as e:  # raised while reading a body the SDK handed over
+            outcome = Attempt(problem=f"connection error: {self.settings.redact(_message_of(e))}")
+        except InterruptedError:
+            raise Aborted() from None
+        finally:
+            self.progress.update(in_flight=-1)
+            self.throttles[role.base_url].release("rate" if outcome.pushed_back == "too long" else outcome.pushed_back,
+                                                  outcome.retry_after)
+            if self.budget:  # an answered call costs what it reports; an unanswered one its worst case
+                reply = outcome.answered
+                self.budget.settle(reserved, role.model, reply.prompt_tokens if reply else None,
+                                   reply.completion_tokens if reply else None)
+        return outcome
+
+    def _accepted(self, role: Role, reply: Reply, usage: Usage) -> Attempt:
+        """A reply counts as spent whatever it says; it is accepted when it is complete and not empty."""
+        if reply.prompt_tokens is not None:
+            usage.add(role.name, reply.prompt_tokens, reply.completion_tokens or 0,
+                      reasoning_tokens=reply.reasoning_tokens or 0)
+        else:
+            usage.add(role.name, 0, 0, unreported=1)
+        if reply.finish_reason == "length":
+            return Attempt(problem=f"reply truncated at {role.flags[1]} {role.max_tokens}", answered=reply)
+        if not reply.text.strip():
+            return Attempt(problem="empty reply", answered=reply)
+        reply.text, reply.reasoning = self.settings.redact(reply.text), self.settings.redact(reply.reasoning)
+        return Attempt(reply=reply, answered=reply)
+
+    def _status_error(self, role: Role, e, token_field: str) -> Attempt:
+        """An HTTP error status: a transient one is an attempt to retry; a permanent one stops the stage (or,
+        for a prompt beyond the context window, fails the case)."""
+        redact, status = self.settings.redact, e.status_code
+        if status == 400 and CONTEXT_WINDOW.search(f"{getattr(e, 'code', '')} {e.message}"):
+            # this case's prompt is too long for this model: no retry helps, the other cases may fit
+            raise CaseFailed(f"{role.describe()}: the prompt plus {role.flags[1]} {role.max_tokens} "
+                             f"exceed the model's context window ({redact(_message_of(e))}). "
+                             f"Lower {role.flags[1]} or serve the model with a longer context") from None
+        if status == 400 and self._refusal(role, e, token_field) == "token_field":
+            return Attempt(repeat=True)
+        if 300 <= status < 400:
+            raise FatalError(f"{role.describe()}: the endpoint redirects to "
+                             f"{redact(e.response.headers.get('location') or '?')}; redirects are not "
+                             "followed (the prompt would go there): set the base URL to that address "
+                             "if you trust it") from None
+        if status not in TRANSIENT_STATUS and status < 500:
+            hint = {401: "check the API key variable for this role",
+                    403: "check the API key's permissions",
+                    404: "check the model id and the base URL"}.get(status, "check the request settings")
+            raise FatalError(f"{role.describe()}: HTTP {status}: {redact(_message_of(e))} ({hint})") from None
+        outcome = Attempt(problem=f"HTTP {status}", retry_after=retry_after_seconds(e.response.headers))
+        if status == 429:
+            outcome.pushed_back = "rate"
+            if outcome.retry_after is not None and outcome.retry_after > MAX_RETRY_AFTER:
+                outcome.problem += (f" (provider asks to wait {_duration(outcome.retry_after)}; capped at "
+                                    f"{MAX_RETRY_AFTER:.0f} s)")
+                outcome.retry_after, outcome.pushed_back = MAX_RETRY_AFTER, "too long"
+        return outcome
+
+    def _failure_hint(self, role: Role, last: Attempt) -> str:
+        if last.problem.startswith("reply truncated"):
+            return f"; raise {role.flags[1]} if the model needs the room"
+        if last.problem.startswith("no response") or last.problem.startswith("no complete reply"):
+            return ("; raise --timeout or --call-deadline" if self.settings.stream else
                     "; raise --timeout, or use --stream so that only a stalled connection times out")
-        raise CaseFailed(f"{role.describe()}: {problem} (after {attempts} attempts"
-                         + (f" and {rate_limited} rate-limited ones)" if rate_limited else ")") + hint)
+        return last.hint
