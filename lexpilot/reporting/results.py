@@ -134,7 +134,8 @@ def metrics_of(task: str, data: TaskData, mask=None) -> dict:
 
 
 def score_run(run: Run, root: Path, keep_records: bool = False) -> None:
-    """Every task's metrics overall and per class, the interaction behaviour and the token usage of one run."""
+    """Every task's metrics overall and per class, the later sections' analyses, the interaction behaviour and
+    the token usage of one run."""
     saved = {kind.name: read_saved(run, root, kind) for kind in RECORD_KINDS}  # each file read once
     if keep_records:
         run.saved = {name: records for name, (records, _) in saved.items()}
@@ -146,56 +147,18 @@ def score_run(run: Run, root: Path, keep_records: bool = False) -> None:
     tasks = ["LJP_interaction", "audit_interaction"] if run.condition != "standard" else \
         [t for t in TASKS if t not in TABLE_4]
     for task in tasks:
-        kind, case_counts, _ = TASKS[task]
+        kind = TASKS[task][0]
         if task in OPTIONAL_TASKS and not kind.path(root, run.run_id, run.folder).exists():
             continue
-        records, problem = whole(kind)
-        if not problem:
-            counts = []
-            for number, record in records.items():
-                try:
-                    counts.append(case_counts(record))
-                except (ValueError, KeyError, TypeError, AttributeError):
-                    problem = f"{kind.path(root, run.run_id, run.folder)}: claims and verdicts misaligned for case {number}"
-                    break
-        if not problem:
-            try:
-                classes = [cause_class(r["cause_of_action"]) for r in records.values()]
-            except KeyError as e:
-                problem = f"{kind.path(root, run.run_id, run.folder)}: {e.args[0]}"
-        if problem:
-            run.problems.append(f"{TASK_NAMES[task]}: {problem}")
-            continue
-        data = run.tasks[task] = TaskData(list(records), classes, np.array(counts))
-        for metric, value in metrics_of(task, data).items():
-            run.metrics[(task, metric, OVERALL)] = value
-        for cls in sorted(set(classes)):
-            for metric, value in metrics_of(task, data, np.array(classes) == cls).items():
-                run.metrics[(task, metric, cls)] = value
-        if task in BY_CAUSE:  # Figure 3: the metric within each cause of action
-            causes = np.array([r["cause_of_action"] for r in records.values()])
-            for cause in sorted(set(causes)):
-                run.metrics[("by cause", task, cause)] = metrics_of(task, data, causes == cause)[BY_CAUSE[task]]
-                run.metrics[("cases by cause", task, cause)] = float((causes == cause).sum())
+        score_task(run, task, kind.path(root, run.run_id, run.folder), *whole(kind))
     types, _ = whole(FOCAL_TYPE_RECORDS)
     if types:
         score_focal_types(run, types)
-    for task, (audit, metric) in AUDITED.items():  # the metric on the cases whose simulator replies were clean
-        if task in run.tasks and audit in run.tasks:
-            clean = dict(zip(run.tasks[audit].cases, (run.tasks[audit].counts[:, 1:3].sum(axis=1) == 0)))
-            mask = np.array([clean.get(n, False) for n in run.tasks[task].cases])
-            run.metrics[("clean", task, OVERALL)] = metrics_of(task, run.tasks[task], mask)[metric] if mask.any() \
-                else None
-            run.metrics[("clean cases", task, OVERALL)] = float(mask.sum())
+    score_clean_cases(run)
     if all(LJP_BEHAVIOUR[b].path(root, run.run_id, run.folder).exists() for b in BEHAVIOURS):
         score_table_4(run, root, {name: whole(kind) for name, kind in TABLE_4.items()},
                       {b: whole(BEHAVIOUR_DIALOGUE[b])[0] for b in BEHAVIOURS})
-    plain, lca = whole(PLAIN_TYPES["underspecified"])[0], whole(LCA)[0]
-    if plain and lca:  # does the LexAwN prompt turn each plain response type into a question?
-        for kind in PLAIN_TYPE_ORDER:
-            asked = [lca[n]["judgments"]["underspecified"]["label"] == ASKS for n, r in plain.items()
-                     if r["type"] == kind]
-            run.metrics[("plain_then_asked", kind, OVERALL)] = float(np.mean(asked)) if asked else None
+    score_plain_against_lexawn(run, whole(PLAIN_TYPES["underspecified"])[0], whole(LCA)[0])
     interactions, _ = whole(INTERACTION)  # a missing file only leaves out the behaviour tables
     if interactions:
         try:
@@ -203,8 +166,66 @@ def score_run(run: Run, root: Path, keep_records: bool = False) -> None:
         except (KeyError, TypeError) as e:
             run.problems.append(f"behaviour: {INTERACTION.path(root, run.run_id, run.folder)}: unreadable "
                                 f"interaction record ({e})")
-    for kind in RECORD_KINDS:  # spending counts even in an unfinished file
-        for record in saved[kind.name][0].values():
+    score_usage(run, root, {name: records for name, (records, _) in saved.items()})
+
+
+def score_task(run: Run, task: str, path: Path, records: dict | None, problem: str | None) -> None:
+    """One task's per-case counts, and its metrics overall, per class and (Figure 3) per cause of action."""
+    case_counts = TASKS[task][1]
+    if not problem:
+        counts = []
+        for number, record in records.items():
+            try:
+                counts.append(case_counts(record))
+            except (ValueError, KeyError, TypeError, AttributeError):
+                problem = f"{path}: claims and verdicts misaligned for case {number}"
+                break
+    if not problem:
+        try:
+            classes = [cause_class(r["cause_of_action"]) for r in records.values()]
+        except KeyError as e:
+            problem = f"{path}: {e.args[0]}"
+    if problem:
+        run.problems.append(f"{TASK_NAMES[task]}: {problem}")
+        return
+    data = run.tasks[task] = TaskData(list(records), classes, np.array(counts))
+    for metric, value in metrics_of(task, data).items():
+        run.metrics[(task, metric, OVERALL)] = value
+    for cls in sorted(set(classes)):
+        for metric, value in metrics_of(task, data, np.array(classes) == cls).items():
+            run.metrics[(task, metric, cls)] = value
+    if task in BY_CAUSE:  # Figure 3: the metric within each cause of action
+        causes = np.array([r["cause_of_action"] for r in records.values()])
+        for cause in sorted(set(causes)):
+            run.metrics[("by cause", task, cause)] = metrics_of(task, data, causes == cause)[BY_CAUSE[task]]
+            run.metrics[("cases by cause", task, cause)] = float((causes == cause).sum())
+
+
+def score_clean_cases(run: Run) -> None:
+    """DCG and Interaction-Based LJP on the cases whose simulator replies the audit found all clean."""
+    for task, (audit, metric) in AUDITED.items():
+        if task in run.tasks and audit in run.tasks:
+            clean = dict(zip(run.tasks[audit].cases, (run.tasks[audit].counts[:, 1:3].sum(axis=1) == 0)))
+            mask = np.array([clean.get(n, False) for n in run.tasks[task].cases])
+            run.metrics[("clean", task, OVERALL)] = metrics_of(task, run.tasks[task], mask)[metric] if mask.any() \
+                else None
+            run.metrics[("clean cases", task, OVERALL)] = float(mask.sum())
+
+
+def score_plain_against_lexawn(run: Run, plain: dict | None, lca: dict | None) -> None:
+    """Does the LexAwN prompt turn each plain response type into a question (on the same history)?"""
+    if not (plain and lca):
+        return
+    for kind in PLAIN_TYPE_ORDER:
+        asked = [lca[n]["judgments"]["underspecified"]["label"] == ASKS for n, r in plain.items() if r["type"] == kind]
+        run.metrics[("plain_then_asked", kind, OVERALL)] = float(np.mean(asked)) if asked else None
+
+
+def score_usage(run: Run, root: Path, saved: dict[str, dict]) -> None:
+    """Tokens per stage file and role (spending counts even in an unfinished file), and calls paid but never
+    answered."""
+    for kind in RECORD_KINDS:
+        for record in saved[kind.name].values():
             usage = record.get("usage")
             for role, used in (usage.items() if isinstance(usage, dict) else ()):
                 if not isinstance(used, dict) or not all(isinstance(used.get(k, 0), int) for k in USAGE_FIELDS):
