@@ -75,6 +75,20 @@ def case_problems(raw) -> list[str]:
     """Every schema problem of one case object, as 'field: what is wrong' strings."""
     if not isinstance(raw, dict):
         return ["case: must be a JSON object"]
+    problems = _identity_problems(raw)
+    focal_points, focal_problems = _focal_point_problems(raw)
+    problems += focal_problems + _key_detail_problems(raw, focal_points)
+    for name in ("result_dict", "key_details"):
+        for key in getattr(raw.get(name), "duplicates", ()):
+            problems.append(f"{name}: {key[:30]!r} appears more than once (JSON keeps only the last)")
+    try:
+        json.dumps(raw, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        problems.append("text: holds invalid Unicode (a lone surrogate escape such as \\ud800)")
+    return problems + _verdict_problems(raw) + _history_pair_problems(raw)
+
+
+def _identity_problems(raw: dict) -> list[str]:
     problems = []
     number = raw.get("case_number")
     if not isinstance(number, str) or not number.strip():
@@ -87,6 +101,16 @@ def case_problems(raw) -> list[str]:
     ptype = raw.get("plaintiff_type")
     if ptype not in PLAINTIFF_TYPES:
         problems.append(f"plaintiff_type: {ptype!r} is not 自然人 or 非自然人")
+    complexity = raw.get("complexity")
+    if complexity is not None and (isinstance(complexity, bool) or not isinstance(complexity, (int, float))
+                                   or complexity != complexity or complexity < 0):
+        problems.append(f"complexity: {str(complexity)[:20]!r} is not a non-negative number")
+    return problems
+
+
+def _focal_point_problems(raw: dict) -> tuple[list[str] | None, list[str]]:
+    """The focal points (None when unusable) and the problems of them and of their types."""
+    problems = []
     focal = raw.get("focal_point")
     focal_points = [focal] if isinstance(focal, str) else focal
     if not _non_empty_strings(focal_points):
@@ -100,45 +124,44 @@ def case_problems(raw) -> list[str]:
             unknown = [t for t in types if t not in FOCAL_TYPES]
             if unknown:
                 problems.append(f"focal_point_types: unknown type {unknown[0]!r} (one of {', '.join(FOCAL_TYPES)})")
-    complexity = raw.get("complexity")
-    if complexity is not None and (isinstance(complexity, bool) or not isinstance(complexity, (int, float))
-                                   or complexity != complexity or complexity < 0):
-        problems.append(f"complexity: {str(complexity)[:20]!r} is not a non-negative number")
+    return focal_points, problems
+
+
+def _key_detail_problems(raw: dict, focal_points: list[str] | None) -> list[str]:
     details = raw.get("key_details")
     if isinstance(details, dict):
         if not details or not all(_non_empty_strings(v) for v in details.values()):
-            problems.append("key_details: every focal point must map to a non-empty list of non-empty strings")
-        elif focal_points is not None and set(details) != set(focal_points):
-            problems.append("key_details: its focal points do not match focal_point "
-                            f"(missing {sorted(set(focal_points) - set(details))}, "
-                            f"extra {sorted(set(details) - set(focal_points))})")
-    elif not _non_empty_strings(details):
-        problems.append("key_details: missing, empty, or not a list of non-empty strings")
-    for name in ("result_dict", "key_details"):
-        for key in getattr(raw.get(name), "duplicates", ()):
-            problems.append(f"{name}: {key[:30]!r} appears more than once (JSON keeps only the last)")
-    try:
-        json.dumps(raw, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        problems.append("text: holds invalid Unicode (a lone surrogate escape such as \\ud800)")
+            return ["key_details: every focal point must map to a non-empty list of non-empty strings"]
+        if focal_points is not None and set(details) != set(focal_points):
+            return ["key_details: its focal points do not match focal_point "
+                    f"(missing {sorted(set(focal_points) - set(details))}, "
+                    f"extra {sorted(set(details) - set(focal_points))})"]
+        return []
+    return [] if _non_empty_strings(details) else ["key_details: missing, empty, or not a list of non-empty strings"]
+
+
+def _verdict_problems(raw: dict) -> list[str]:
     result = raw.get("result_dict")
     if not isinstance(result, dict) or not result:
-        problems.append("result_dict: missing or empty (claim text -> verdict)")
-    else:
-        for claim, verdict in result.items():
-            if not claim.strip():
-                problems.append("result_dict: empty claim text")
-            if verdict not in VERDICTS:
-                problems.append(f"result_dict: unknown verdict {verdict!r} for claim {claim[:30]!r} "
-                                "(expected 支持, 部分支持 or 驳回)")
-    lengths = []
+        return ["result_dict: missing or empty (claim text -> verdict)"]
+    problems = []
+    for claim, verdict in result.items():
+        if not claim.strip():
+            problems.append("result_dict: empty claim text")
+        if verdict not in VERDICTS:
+            problems.append(f"result_dict: unknown verdict {verdict!r} for claim {claim[:30]!r} "
+                            "(expected 支持, 部分支持 or 驳回)")
+    return problems
+
+
+def _history_pair_problems(raw: dict) -> list[str]:
+    problems, lengths = [], []
     for history_type in HISTORY_TYPES:
         name = f"{history_type}_consultation"
         if name not in raw:
             problems.append(f"{name}: missing")
             continue
-        history_problems = _problems_in_history(raw[name], name)
-        problems += history_problems
+        problems += _problems_in_history(raw[name], name)
         lengths.append(len(raw[name]) if isinstance(raw[name], list) else None)
     if len(lengths) == 2 and None not in lengths and lengths[0] != lengths[1]:
         problems.append(f"complete_consultation has {lengths[0]} messages but "
