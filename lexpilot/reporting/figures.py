@@ -23,39 +23,55 @@ def write_plots(groups: list[Group], folder: Path, boot: Bootstrap | None,
 
     groups = [g for g in groups if g.condition == "standard"]
     labels = [group_label(g, groups) for g in groups]
-    classes = classes_present(groups) + [OVERALL]
     folder.mkdir(parents=True, exist_ok=True)
+    written = class_bars(plt, groups, labels, folder, boot)
+    written.append(lca_scatter(plt, groups, labels, folder, boot))
+    written.append(ljp_setups(plt, groups, labels, folder, boot))
+    return written + analysis_plots(plt, groups, labels, folder, complexity)
+
+
+def error_bar(g: Group, key: tuple, boot: Bootstrap | None) -> tuple[float, float, float]:
+    """(mean, lower, upper error): the bootstrap interval with --ci, else ± SD over runs."""
+    stat = g.stat(key)
+    if stat is None or stat["mean"] is None:
+        return np.nan, 0.0, 0.0
+    ci = boot.interval(g, key) if boot else None
+    if ci is not None:
+        return stat["mean"], stat["mean"] - ci[0], ci[1] - stat["mean"]
+    sd = stat["sd"] or 0.0
+    return stat["mean"], sd, sd
+
+
+def bar_label(boot: Bootstrap | None) -> str:
+    return "95% bootstrap interval" if boot else "± SD over runs"
+
+
+def class_bars(plt, groups: list[Group], labels: list[str], folder: Path, boot: Bootstrap | None) -> list[Path]:
+    """One figure per per-class table (Table 2, Tables 16-17): a bar per model and class."""
+    classes = classes_present(groups) + [OVERALL]
     written = []
-
-    def error(g: Group, key: tuple) -> tuple[float, float, float]:
-        """(mean, lower, upper error): the bootstrap interval with --ci, else ± SD over runs."""
-        stat = g.stat(key)
-        if stat is None or stat["mean"] is None:
-            return np.nan, 0.0, 0.0
-        ci = boot.interval(g, key) if boot else None
-        if ci is not None:
-            return stat["mean"], stat["mean"] - ci[0], ci[1] - stat["mean"]
-        sd = stat["sd"] or 0.0
-        return stat["mean"], sd, sd
-
-    bar = "95% bootstrap interval" if boot else "± SD over runs"
     for _, title, (task, metric), _, _ in CLASS_TABLES:
         fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(classes) + 1.5), 4.2))
         width = 0.8 / max(len(groups), 1)
         for i, (label, g) in enumerate(zip(labels, groups)):
-            values = [error(g, (task, metric, c)) for c in classes]
+            values = [error_bar(g, (task, metric, c), boot) for c in classes]
             x = np.arange(len(classes)) + (i - (len(groups) - 1) / 2) * width
             ax.bar(x, [v[0] for v in values], width, label=label,
                    yerr=np.array([[v[1] for v in values], [v[2] for v in values]]), capsize=3)
         ax.set_xticks(np.arange(len(classes)), classes)
         ax.set_ylabel(f"{TASK_NAMES[task]} {METRIC_NAMES[metric]}")
-        ax.set_title(f"{title.split(' (')[0]} (error bars: {bar})", fontsize=10)
+        ax.set_title(f"{title.split(' (')[0]} (error bars: {bar_label(boot)})", fontsize=10)
         ax.axhline(0, color="black", linewidth=0.6)
         written.append(save(plt, fig, folder / f"by_class_{task}_{metric}.png", ax, legend=8))
+    return written
 
+
+def lca_scatter(plt, groups: list[Group], labels: list[str], folder: Path, boot: Bootstrap | None) -> Path:
+    """Acc_C against Acc_U: over-asking against premature judgment."""
     fig, ax = plt.subplots(figsize=(5.5, 5))
     for label, g in zip(labels, groups):
-        (xc, xl, xu), (yu, yl, yh) = error(g, ("LCA", "acc_c", OVERALL)), error(g, ("LCA", "acc_u", OVERALL))
+        (xc, xl, xu) = error_bar(g, ("LCA", "acc_c", OVERALL), boot)
+        (yu, yl, yh) = error_bar(g, ("LCA", "acc_u", OVERALL), boot)
         ax.errorbar([xc], [yu], xerr=[[xl], [xu]], yerr=[[yl], [yh]], fmt="o", capsize=3, label=label)
         if not np.isnan(xc) and not np.isnan(yu):
             ax.annotate(label, (xc, yu), textcoords="offset points", xytext=(5, 5), fontsize=8)
@@ -64,21 +80,22 @@ def write_plots(groups: list[Group], folder: Path, boot: Bootstrap | None,
     ax.set_xlabel("Acc_C: complete histories answered (low = over-asking)")
     ax.set_ylabel("Acc_U: underspecified histories asked (low = premature judgment)")
     ax.set_title("LCA: over-asking against premature judgment", fontsize=10)
-    written.append(save(plt, fig, folder / "lca_acc_c_vs_acc_u.png"))
+    return save(plt, fig, folder / "lca_acc_c_vs_acc_u.png")
 
+
+def ljp_setups(plt, groups: list[Group], labels: list[str], folder: Path, boot: Bootstrap | None) -> Path:
+    """QWK across Direct, Interaction-Based and Gold-Standard, a line per model."""
     fig, ax = plt.subplots(figsize=(6, 4.5))
     setups = [SETUP_NAMES[s] for s, _, _, _ in LJP_SETUPS]
     for i, (label, g) in enumerate(zip(labels, groups)):
-        values = [error(g, (f"LJP_{s}", "qwk", OVERALL)) for s, _, _, _ in LJP_SETUPS]
+        values = [error_bar(g, (f"LJP_{s}", "qwk", OVERALL), boot) for s, _, _, _ in LJP_SETUPS]
         x = np.arange(len(setups)) + 0.04 * (i - (len(groups) - 1) / 2)  # overlapping bars stay apart
         ax.errorbar(x, [v[0] for v in values], yerr=[[v[1] for v in values], [v[2] for v in values]],
                     marker="o", capsize=3, label=label)
     ax.set_xticks(range(len(setups)), setups)
     ax.set_ylabel("QWK")
-    ax.set_title(f"LJP: Direct → Interaction-Based → Gold-Standard ({bar})", fontsize=10)
-    written.append(save(plt, fig, folder / "ljp_setups.png", ax, legend=8))
-    written += analysis_plots(plt, groups, labels, folder, complexity)
-    return written
+    ax.set_title(f"LJP: Direct → Interaction-Based → Gold-Standard ({bar_label(boot)})", fontsize=10)
+    return save(plt, fig, folder / "ljp_setups.png", ax, legend=8)
 
 
 def save(plt, fig, path: Path, ax=None, legend: int = 7) -> Path:
