@@ -57,35 +57,19 @@ def main(argv=None) -> int:
 
 
 def show(args) -> int:
-    if args.resamples < 1:
-        raise UsageError(f"--resamples must be at least 1, got {args.resamples}")
-    try:
-        prices = read_prices(args.prices) if args.prices else None
-    except HarnessError as e:
-        raise UsageError(str(e)) from None
-    complexity = read_complexity(args.complexity) if args.complexity else None  # checked before any run is read
-    if args.plot:
-        try:
-            importlib.import_module("matplotlib")  # only whether it is there: figures.py imports it
-        except ImportError:
-            raise UsageError("--plot needs matplotlib: pip install matplotlib") from None
+    prices, complexity = read_options(args)
     runs = load_runs(args.output_root.resolve(), args.model, args.run_id, dataset=args.dataset,
                      keep_records=bool(args.html))  # the viewer shows the records scored here
     if not runs:
         print(f"No results under {args.output_root.resolve()} yet: run LexAwN_gen.py, eval_DCG.py and "
               "eval_LJP.py with --run-id first (see README.md).")
         return 0
-    for run in runs:
-        for note in run.notes:
-            print(f"run {run.run_id}, model {run.model}: {note}", file=sys.stderr)
-        for problem in run.problems:
-            print(f"run {run.run_id}, model {run.model}: {problem} (metric not reported for this run)",
-                  file=sys.stderr)
+    report_problems(runs)
     groups = group_runs(runs)
     if complexity is None:
         complexity = dataset_complexity(runs, args.dataset)
     boot = Bootstrap(args.resamples, args.seed) if args.ci or args.compare else None
-    compared = compared_groups(groups, args.compare) if args.compare else None
+    compared = compared_groups(groups, args.compare) if args.compare else None  # both models must be there
     if prices:
         unpriced = sorted({r.manifest["models"][role]["model"] for r in runs for role in ROLES
                            if r.manifest["models"].get(role, {}).get("model") not in prices})
@@ -94,15 +78,7 @@ def show(args) -> int:
     if args.format == "json":
         print(render_json(groups, boot, args.usage or bool(prices)))
     else:
-        tables = build_tables(groups, boot, complexity)
-        tables += judge_sensitivity_tables(groups, args.output_root.resolve(), boot or Bootstrap(args.resamples,
-                                                                                                 args.seed))
-        if compared:
-            tables.append(comparison_table(*compared, boot))
-        if args.usage or prices:
-            tables += usage_tables(groups, prices)
-        render = {"text": render_text, "markdown": render_markdown, "csv": render_csv, "latex": render_latex}
-        print(render[args.format](tables))
+        print(RENDERINGS[args.format](all_tables(args, groups, boot, complexity, prices, compared)))
     if args.html:
         try:
             count = write_site(args.html, args.output_root.resolve(), groups, build_tables(groups, boot), args.dataset)
@@ -117,6 +93,46 @@ def show(args) -> int:
         for path in written:
             print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+RENDERINGS = {"text": render_text, "markdown": render_markdown, "csv": render_csv, "latex": render_latex}
+
+
+def read_options(args) -> tuple[dict | None, dict | None]:
+    """The options' own files, checked before any run is read: the price file and the complexity CSV."""
+    if args.resamples < 1:
+        raise UsageError(f"--resamples must be at least 1, got {args.resamples}")
+    try:
+        prices = read_prices(args.prices) if args.prices else None
+    except HarnessError as e:
+        raise UsageError(str(e)) from None
+    complexity = read_complexity(args.complexity) if args.complexity else None
+    if args.plot:
+        try:
+            importlib.import_module("matplotlib")  # only whether it is there: figures.py imports it
+        except ImportError:
+            raise UsageError("--plot needs matplotlib: pip install matplotlib") from None
+    return prices, complexity
+
+
+def report_problems(runs) -> None:
+    for run in runs:
+        for note in run.notes:
+            print(f"run {run.run_id}, model {run.model}: {note}", file=sys.stderr)
+        for problem in run.problems:
+            print(f"run {run.run_id}, model {run.model}: {problem} (metric not reported for this run)",
+                  file=sys.stderr)
+
+
+def all_tables(args, groups, boot, complexity, prices, compared) -> list:
+    """The paper's tables, the judge-sensitivity tables, a model comparison and the usage tables asked for."""
+    tables = build_tables(groups, boot, complexity)
+    tables += judge_sensitivity_tables(groups, args.output_root.resolve(), boot or Bootstrap(args.resamples, args.seed))
+    if compared:
+        tables.append(comparison_table(*compared, boot))
+    if args.usage or prices:
+        tables += usage_tables(groups, prices)
+    return tables
 
 
 def dataset_complexity(runs, dataset: Path | None) -> dict[str, float]:
