@@ -36,7 +36,7 @@ def reply(rng: random.Random, words: int) -> str:
 def write_run(root: Path, dataset: Path, cases, sha: str, model: str, run_id: str, rng: random.Random) -> None:
     roles = {r: Role(r, m, "http://127.0.0.1:1/v1", "", t) for r, m, t in
              (("eval", model, 0.7), ("user", "user-model", 0.7), ("judge", "judge-model", 0.1))}
-    settings = Settings(run_id, dataset, root, None, roles, 8192, 120, 3, 8, False, False, False)
+    settings = Settings(run_id, dataset, root, None, roles, 8192)
     manifest = build_manifest(settings, sha, cases)
     folder = root / "runs" / run_id / model_folder(model)
     folder.mkdir(parents=True)

@@ -43,35 +43,54 @@ class Role:
 
 
 @dataclass(frozen=True)
+class Transport:
+    """How calls travel (never what they ask): it may differ between invocations of the same run."""
+    timeout: float = 120.0  # seconds of silence
+    retries: int = 3
+    concurrency: int = 8  # cases at once
+    stream: bool = False
+    call_deadline: float = 1200.0  # wall-clock seconds one call may take, however its bytes trickle in
+    backoff_base: float = 1.0
+
+
+@dataclass(frozen=True)
+class Batching:
+    """Batch mode (--batch and the options beside it)."""
+    enabled: bool = False
+    roles: tuple[str, ...] = ()  # the roles asked through batches (none given: all)
+    detach: bool = False
+    status: bool = False
+    poll: float = 30.0
+    files: Path | None = None  # vLLM run-batch files instead of a batch API
+
+
+@dataclass(frozen=True)
+class Spending:
+    prices: dict | None = None  # model id -> (prompt, completion) price per million tokens
+    max_cost: float | None = None  # the invocation's hard budget
+
+
+@dataclass(frozen=True)
 class Settings:
+    """One invocation of a stage: the run and what decides its records, then how calls travel, batch mode and
+    spending, each grouped apart."""
     run_id: str
     dataset: Path
     output_root: Path
     limit: int | None
     roles: dict[str, Role]
     max_tokens: int
-    timeout: float
-    retries: int
-    concurrency: int
-    keep_going: bool
-    stream: bool
-    dry_run: bool
     user_condition: str = "standard"
-    allow_code_change: bool = False
     histories: tuple[str, ...] = ("underspecified",)
     source_run: str | None = None  # a re-judged run: the run whose generations it reuses
     probes: Path | None = None  # the probe study's filled probe file
-    prices: dict | None = None  # model id -> (prompt, completion) price per million tokens
-    max_cost: float | None = None
-    batch: bool = False
-    batch_roles: tuple[str, ...] = ()
-    batch_detach: bool = False
-    batch_status: bool = False
-    batch_poll: float = 30.0
-    batch_files: Path | None = None
-    call_deadline: float = 1200.0  # wall-clock seconds one call may take, however its bytes trickle in
+    keep_going: bool = False
+    dry_run: bool = False
+    allow_code_change: bool = False
     keep_reasoning: bool = False
-    backoff_base: float = 1.0
+    transport: Transport = Transport()
+    batching: Batching = Batching()
+    spending: Spending = Spending()
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -245,14 +264,16 @@ def settings_from_args(args: argparse.Namespace, env=os.environ) -> Settings:
     return Settings(
         run_id=args.run_id, dataset=args.dataset.resolve(), output_root=args.output_root.resolve(),
         limit=args.limit, roles=roles, max_tokens=args.max_tokens,
-        timeout=args.timeout, retries=args.retries, concurrency=args.concurrency,
-        keep_going=args.keep_going, stream=args.stream, dry_run=args.dry_run,
-        user_condition=getattr(args, "user_condition", "standard"), allow_code_change=args.allow_code_change,
+        user_condition=getattr(args, "user_condition", "standard"),
         histories=getattr(args, "histories", ("underspecified",)), source_run=getattr(args, "from_run", None),
         probes=args.probes.resolve() if getattr(args, "probes", None) else None,
-        call_deadline=args.call_deadline or 10 * args.timeout, keep_reasoning=args.keep_reasoning,
-        backoff_base=backoff_base, prices=prices, max_cost=args.max_cost,
-        batch=bool(args.batch or args.batch_detach or args.batch_files or args.batch_roles),
-        batch_detach=args.batch_detach, batch_status=args.batch_status, batch_poll=args.batch_poll,
-        batch_roles=args.batch_roles or (), batch_files=args.batch_files.resolve() if args.batch_files else None,
+        keep_going=args.keep_going, dry_run=args.dry_run, allow_code_change=args.allow_code_change,
+        keep_reasoning=args.keep_reasoning,
+        transport=Transport(timeout=args.timeout, retries=args.retries, concurrency=args.concurrency,
+                            stream=args.stream, call_deadline=args.call_deadline or 10 * args.timeout,
+                            backoff_base=backoff_base),
+        batching=Batching(enabled=bool(args.batch or args.batch_detach or args.batch_files or args.batch_roles),
+                          roles=args.batch_roles or (), detach=args.batch_detach, status=args.batch_status,
+                          poll=args.batch_poll, files=args.batch_files.resolve() if args.batch_files else None),
+        spending=Spending(prices=prices, max_cost=args.max_cost),
     )

@@ -15,6 +15,7 @@ from lexpilot.protocols.judging import clean_judge_output, parse_dcg_label, pars
 from lexpilot.running.stage import Progress
 from tests.conftest import sample_cases
 from tests.fake_provider import FakeProvider
+from lexpilot.settings import Transport
 
 
 def _args(**kw):
@@ -57,8 +58,8 @@ def _caller(provider, retries=3, timeout=5.0, stream=False, max_tokens=8192, dea
     roles = resolve_roles(_args(model="eval-m", max_tokens=max_tokens, **args),
                           {"OPENAI_BASE_URL": provider.base_url, "OPENAI_API_KEY": key})
     settings = Settings(run_id="r", dataset=None, output_root=None, limit=None, roles=roles, max_tokens=max_tokens,
-                        timeout=timeout, retries=retries, concurrency=1, keep_going=False, stream=stream,
-                        dry_run=False, call_deadline=deadline, backoff_base=0.001)
+                        transport=Transport(timeout=timeout, retries=retries, concurrency=1, stream=stream,
+                                            call_deadline=deadline, backoff_base=0.001))
     progress = Progress("t", 1, stream=open("/dev/null", "w"))
     return ModelCaller(settings, progress, threading.Event())
 

@@ -49,8 +49,8 @@ def test_the_deadline_defaults_to_ten_timeouts_and_can_be_set(tmp_path, provider
     import argparse
     parser = argparse.ArgumentParser()
     add_common_args(parser)
-    assert settings_from_args(parser.parse_args(["--run-id", "r", "--model", "m", "--timeout", "7"])).call_deadline == 70
-    assert settings_from_args(parser.parse_args(["--run-id", "r", "--model", "m", "--call-deadline", "9"])).call_deadline == 9
+    assert settings_from_args(parser.parse_args(["--run-id", "r", "--model", "m", "--timeout", "7"])).transport.call_deadline == 70
+    assert settings_from_args(parser.parse_args(["--run-id", "r", "--model", "m", "--call-deadline", "9"])).transport.call_deadline == 9
 
 
 # ----------------------------------------------------------------------------- malformed replies

@@ -168,11 +168,11 @@ class ModelCaller:
         import openai  # imported here so that offline commands (validation, results) never need it
         self.openai = openai
         self.settings, self.progress, self.abort = settings, progress, abort
-        self.throttles = {url: Throttle(settings.concurrency * 2)
+        self.throttles = {url: Throttle(settings.transport.concurrency * 2)
                           for url in {r.base_url for r in settings.roles.values()}}
         # Every client is built here, before any worker starts: nothing is built lazily across threads.
         self.clients = clients or {
-            role: openai.OpenAI(base_url=r.base_url, api_key=r.api_key or "EMPTY", timeout=settings.timeout,
+            role: openai.OpenAI(base_url=r.base_url, api_key=r.api_key or "EMPTY", timeout=settings.transport.timeout,
                                 max_retries=0, http_client=openai.DefaultHttpxClient(follow_redirects=False))
             for role, r in settings.roles.items()
         }
@@ -180,7 +180,7 @@ class ModelCaller:
         # max_completion_tokens on that refusal and keeps it (a transport detail; it does not change results).
         self.token_fields = {role: "max_tokens" for role in settings.roles} | (token_fields or {})
         self.lock = threading.Lock()
-        self.budget = Budget(settings.max_cost, settings.prices) if settings.max_cost is not None else None
+        self.budget = Budget(settings.spending.max_cost, settings.spending.prices) if settings.spending.max_cost is not None else None
         try:
             import httpx2 as httpx  # what the openai 3.x SDK is built on
         except ImportError:
@@ -189,11 +189,11 @@ class ModelCaller:
 
     def _request(self, role: Role, prompt: str | list[dict], token_field: str) -> Reply:
         kwargs = request_body(role, prompt, token_field)
-        if self.settings.stream:
+        if self.settings.transport.stream:
             kwargs |= {"stream": True, "stream_options": {"include_usage": True}}
-        deadline = time.monotonic() + self.settings.call_deadline
+        deadline = time.monotonic() + self.settings.transport.call_deadline
         with self.clients[role.name].chat.completions.with_streaming_response.create(**kwargs) as response:
-            if self.settings.stream:
+            if self.settings.transport.stream:
                 return parse_stream(response.iter_lines(), deadline, self.abort.is_set)
             return parse_completion(read_body(response.iter_bytes(), deadline))
 
@@ -223,7 +223,7 @@ class ModelCaller:
     def chat(self, role_name: str, prompt: str | list[dict], usage: Usage) -> Reply:
         """One non-empty, untruncated reply; transient failures are retried, permanent ones raise FatalError."""
         role = self.settings.roles[role_name]
-        attempts = self.settings.retries + 1
+        attempts = self.settings.transport.retries + 1
         attempt = rate_limited = 0
         last = Attempt()
         while attempt < attempts:
@@ -238,7 +238,7 @@ class ModelCaller:
                 continue
             attempt += 1
             if attempt < attempts and self.abort.wait(backoff_seconds(attempt - 1, last.retry_after,
-                                                                      self.settings.backoff_base)):
+                                                                      self.settings.transport.backoff_base)):
                 raise Aborted()
         raise CaseFailed(f"{role.describe()}: {last.problem} (after {attempts} attempts"
                          + (f" and {rate_limited} rate-limited ones)" if rate_limited else ")")
@@ -256,9 +256,9 @@ class ModelCaller:
         except self.openai.APIStatusError as e:
             outcome = self._status_error(role, e, token_field)
         except (self.openai.APITimeoutError, TimeoutError, self.transport_errors[0]):
-            outcome = Attempt(problem=f"no response within --timeout {self.settings.timeout:g}s")
+            outcome = Attempt(problem=f"no response within --timeout {self.settings.transport.timeout:g}s")
         except DeadlineExceeded:
-            outcome = Attempt(problem=f"no complete reply within the call deadline of {self.settings.call_deadline:g}s")
+            outcome = Attempt(problem=f"no complete reply within the call deadline of {self.settings.transport.call_deadline:g}s")
         except StreamCutShort as e:
             outcome = Attempt(problem=str(e), pushed_back="slots",
                               hint="; the server may serve one request at a time: --concurrency 1, or start it "
@@ -329,6 +329,6 @@ class ModelCaller:
         if last.problem.startswith("reply truncated"):
             return f"; raise {role.flags[1]} if the model needs the room"
         if last.problem.startswith("no response") or last.problem.startswith("no complete reply"):
-            return ("; raise --timeout or --call-deadline" if self.settings.stream else
+            return ("; raise --timeout or --call-deadline" if self.settings.transport.stream else
                     "; raise --timeout, or use --stream so that only a stalled connection times out")
         return last.hint

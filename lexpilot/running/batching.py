@@ -239,19 +239,19 @@ def _cycles(name: str, state, clients: dict, settings, out, err, run_case) -> in
     run = BatchRun(name, state, settings, Ledger(run_folder(settings.output_root, settings.run_id, model) / "batches.json"),
                    journal_path(settings.output_root, settings.run_id, model), CheckpointWriter(),
                    ModelCaller(settings, QuietProgress(log), threading.Event(), clients),
-                   set(settings.batch_roles or ("eval", "user", "judge")), load_prompts(), run_case, log)
+                   set(settings.batching.roles or ("eval", "user", "judge")), load_prompts(), run_case, log)
     cycles, started = 0, time.monotonic()
-    if not settings.batch_files:
+    if not settings.batching.files:
         check_endpoints(run.caller, settings, run.batched_roles)
     while True:
         waiting, _ = collect(run.ledger, run.caller.clients, run.journal_path, run.writer, log)
         if waiting:
-            if settings.batch_detach or settings.batch_files:
+            if settings.batching.detach or settings.batching.files:
                 log("batches in flight; rerun the same command to collect them" + (
-                    " once their output files are in --batch-files" if settings.batch_files else
+                    " once their output files are in --batch-files" if settings.batching.files else
                     " (--batch-status shows them)"))
                 return 0
-            time.sleep(settings.batch_poll)
+            time.sleep(settings.batching.poll)
             continue
         pending = [c for c in state.pending() if c.number not in run.failed]
         needs = _replay(run, pending)
@@ -301,7 +301,7 @@ def _replay_case(run: BatchRun, journal: CallJournal, case) -> tuple | None:
                 journal.replies.setdefault((case.number, calls.step, key), deque()).append((reply.text, used.by_role))
                 continue
             tries = run.ledger.data["failures"].get(key, 0)
-            if tries <= settings.retries:
+            if tries <= settings.transport.retries:
                 return (case.number, calls.step, need, key)
             reason = run.ledger.data.get("reasons", {}).get(key, f"{need.role}: failed")
             run.failed[case.number] = (f"{reason} (a prompt beyond the context window: lower the output limit or "
@@ -329,7 +329,7 @@ def _requests(run: BatchRun, needs: list[tuple]) -> dict[str, list]:
             # reserved for the invocation (a batch's real cost is known only when it is collected)
             caller.budget.reserve(role.model, len(str(need.prompt)), role.max_tokens, batched=1.0)
         # vLLM's run-batch takes one model per file; the API one batch per endpoint (roles may share one)
-        group = role.model if settings.batch_files else role.base_url
+        group = role.model if settings.batching.files else role.base_url
         groups.setdefault(group, []).append((custom_id(number, step, key, submission),
                                              {"case": number, "step": step, "key": key, "role": need.role,
                                               "max_tokens": role.max_tokens}, body))
@@ -341,8 +341,8 @@ def _send(run: BatchRun, groups: dict[str, list]) -> None:
     for group, requests in groups.items():
         role = requests[0][1]["role"]
         for chunk in chunks(requests):
-            if settings.batch_files:
-                write_batch_file(run.ledger, settings.batch_files, group, role, chunk,
+            if settings.batching.files:
+                write_batch_file(run.ledger, settings.batching.files, group, role, chunk,
                                  settings.roles[role].max_tokens, run.log)
             else:
                 submit(run.ledger, run.caller.clients[role], role, chunk, settings.roles[role].max_tokens, run.log)

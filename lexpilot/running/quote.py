@@ -59,11 +59,11 @@ def cost_quote(state: StageState, settings: Settings, calls: Counter, chars: Cou
         if not calls.get(role):
             continue
         model, limit = settings.roles[role].model, settings.roles[role].max_tokens
-        price = settings.prices.get(model)
+        price = settings.spending.prices.get(model)
         if price is None:
             lines.append(f"  {role} ({model}): no price in the price file")
             continue
-        batched = 1.0 if settings.batch and role in (settings.batch_roles or ROLES) else 0.0  # at batch prices
+        batched = 1.0 if settings.batching.enabled and role in (settings.batching.roles or ROLES) else 0.0  # at batch prices
         low = cost(price, chars[role], 0, batched)
         high = cost(price, chars[role] + calls[role] * CARRIED_REPLIES * limit, calls[role] * limit, batched)
         per_case = expected_usage.get(role)
@@ -112,7 +112,7 @@ def dry_run_report(name: str, state: StageState, selected: list[Case]) -> str:
                  for role in ROLES if calls.get(role)),
              "  (prompt: the prompts and case inputs at one token per character, about right for Chinese; "
              "replies carried into later prompts come on top, up to --max-tokens each)"]
-    if settings.prices:
+    if settings.spending.prices:
         lines.append(cost_quote(state, settings, calls, low, len(pending)))
     return "\n".join(lines)
 

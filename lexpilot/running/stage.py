@@ -116,9 +116,9 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
         state.settings_hash, state.manifest_path = settings_hash(manifest), mpath
         for note in state.notes:
             print(f"[{name}] {note}", file=err)
-        if settings.batch_status or settings.batch:
+        if settings.batching.status or settings.batching.enabled:
             from lexpilot.running import batching  # the batch API is only touched when asked for
-            if settings.batch_status:
+            if settings.batching.status:
                 return batching.status(settings, clients or ModelCaller(settings, None, None).clients, out)
             return batching.run_cycles(name, state, clients, settings, out, err, run_case)
         return _execute(name, state, clients, out, err)
@@ -206,7 +206,7 @@ def _open_journal(name: str, state: StageState, pending: list[Case], writer: Che
 
 def _run_pool(name: str, pending: list[Case], workers: Workers, err) -> None:
     """Every pending case on the pool; Ctrl-C stops at once with every completed record saved."""
-    pool = ThreadPoolExecutor(max_workers=workers.state.settings.concurrency, thread_name_prefix="case")
+    pool = ThreadPoolExecutor(max_workers=workers.state.settings.transport.concurrency, thread_name_prefix="case")
     for case in pending:
         pool.submit(workers.work, case)
     try:
