@@ -12,6 +12,13 @@ SAVED = ROOT / "tests" / "data" / "run_saved_by_v1"  # made by commit b1ddf54 on
 SAVED_DATASET = SAVED / "LexPilot_sample.json"  # the sample as it was then (it has gained fields since)
 
 
+def resume(stage, root, run_id, model, dataset, provider, *extra) -> int:
+    """A stage rerun on a saved run (its 4 cases), in memory against the scripted provider."""
+    argv = ["--run-id", run_id, "--model", model, "--dataset", str(dataset), "--output-root", str(root), "--limit", "4",
+            *extra]
+    return stage_main(stage, "test", argv=argv, clients=provider.in_memory_clients())
+
+
 def copy_of_saved_run(tmp_path):
     root = tmp_path / "out"
     shutil.copytree(SAVED, root)
@@ -37,9 +44,7 @@ def test_a_run_saved_before_the_redesign_resumes_with_consent(tmp_path, monkeypa
     monkeypatch.setenv("OPENAI_BASE_URL", provider.base_url)
 
     def run(*extra):
-        argv = ["--run-id", "v1run", "--model", "old-model", "--dataset", str(SAVED_DATASET), "--output-root", str(root),
-                "--limit", "4", *extra]
-        return stage_main(eval_LJP_gold.STAGE, "test", argv=argv, clients=provider.in_memory_clients())
+        return resume(eval_LJP_gold.STAGE, root, "v1run", "old-model", SAVED_DATASET, provider, *extra)
     assert run() == 2
     assert "code_hash: run 3ad6ca5ca3c40406" in capsys.readouterr().err and not provider.requests
     assert run("--allow-code-change") == 0
@@ -110,9 +115,7 @@ def test_a_run_saved_before_the_package_resumes_with_consent(tmp_path, provider,
     monkeypatch.setenv("OPENAI_BASE_URL", provider.base_url)
 
     def run(*extra):
-        argv = ["--run-id", "v2run", "--model", "v2-model", "--dataset", str(dataset), "--output-root", str(root),
-                "--limit", "4", *extra]
-        return stage_main(eval_LJP_behaviour.STAGE, "test", argv=argv, clients=provider.in_memory_clients())
+        return resume(eval_LJP_behaviour.STAGE, root, "v2run", "v2-model", dataset, provider, *extra)
     assert run() == 2
     assert "code_hash: run 985398f8be1f56db, now" in capsys.readouterr().err and not provider.requests
     assert run("--allow-code-change") == 0

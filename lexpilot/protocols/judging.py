@@ -10,7 +10,6 @@ from typing import Callable
 from categories import FOCAL_TYPES
 from lexpilot.benchmark.vocabulary import RESPONSE_TYPES, VERDICTS
 from lexpilot.benchmark.vocabulary import DCG_LABELS, LCA_LABELS
-from lexpilot.benchmark.vocabulary import ASKS, NO, PREDICTS, YES
 
 
 # ----------------------------------------------------------------------------- judge outputs
@@ -36,25 +35,24 @@ def judge_json(raw: str) -> dict:
     return data
 
 
-def parse_lca_label(raw: str) -> str:
+def exactly_one_of(raw: str, labels) -> str:
+    """The judge's answer when it is exactly one of `labels` (think blocks and fences aside)."""
     text = clean_judge_output(raw)
-    if text not in LCA_LABELS:
-        raise ValueError(f"expected exactly {PREDICTS} or {ASKS}")
+    if text not in labels:
+        raise ValueError(f"expected exactly {', '.join(labels[:-1])} or {labels[-1]}")
     return text
+
+
+def parse_lca_label(raw: str) -> str:
+    return exactly_one_of(raw, LCA_LABELS)
 
 
 def parse_dcg_label(raw: str) -> str:
-    text = clean_judge_output(raw)
-    if text not in DCG_LABELS:
-        raise ValueError(f"expected exactly {YES} or {NO}")
-    return text
+    return exactly_one_of(raw, DCG_LABELS)
 
 
 def parse_response_type(raw: str) -> str:
-    text = clean_judge_output(raw)
-    if text not in RESPONSE_TYPES:
-        raise ValueError("expected exactly 缺失识别, 条件性一般建议, 无条件一般建议 or 过早预测")
-    return RESPONSE_TYPES[text]
+    return RESPONSE_TYPES[exactly_one_of(raw, tuple(RESPONSE_TYPES))]
 
 
 def verdict_parser(n_claims: int) -> Callable[[str], list[str]]:
@@ -103,7 +101,4 @@ def fault_parser(details: list[str]) -> Callable[[str], tuple[str, dict]]:
 # ----------------------------------------------------------------------------- focal-point types (E.8)
 
 def parse_focal_type(raw: str) -> str:
-    text = clean_judge_output(raw)
-    if text not in FOCAL_TYPES:
-        raise ValueError(f"expected exactly one of {', '.join(FOCAL_TYPES)}")
-    return text
+    return exactly_one_of(raw, tuple(FOCAL_TYPES))
