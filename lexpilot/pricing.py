@@ -38,7 +38,7 @@ def read_prices(path: Path) -> dict[str, Price]:
                 raise ValueError
         except (TypeError, KeyError, ValueError, AttributeError):
             raise HarnessError(f"--prices {path}: entry {model!r} must be {{\"prompt\": number, \"completion\": "
-                               "number}} (price per million tokens; optional batch_prompt, batch_completion or "
+                               "number} (price per million tokens; optional batch_prompt, batch_completion or "
                                "batch_discount)") from None
     return prices
 
@@ -69,9 +69,9 @@ class Budget:
         with self.lock:
             if self.spent + self.reserved + worst > self.amount:
                 raise BudgetExceeded(f"--max-cost {self.amount:g}: the next call could cost up to {worst:.4f}, "
-                                     f"and {self.spent:.4f} is spent with {self.reserved:.4f} in flight; stopped "
-                                     f"with {self.amount - self.spent:.4f} left. Every completed record is saved: "
-                                     "rerun with a larger --max-cost to go on")
+                                     f"with {self.spent:.4f} spent and {self.reserved:.4f} reserved for calls in "
+                                     f"flight or batches submitted, {self.amount - self.spent - self.reserved:.4f} "
+                                     "left. Every completed record is saved: rerun with a larger --max-cost to go on")
             self.reserved += worst
         return worst
 

@@ -155,8 +155,17 @@ class FakeProvider:
         self.files: dict[str, bytes] = {}
         self.batches: dict[str, dict] = {}
         self.batch_delay, self.batch_refuse, self.batch_fail, self.batch_expire = 0.0, False, None, False
+        # faults of the batch endpoints: `batch_errors` answers the next matching calls (method, first path part,
+        # status) with that status instead (0: a connection reset, in memory); `batch_lost_create` creates the next batch but answers 500 (a create
+        # reply lost on the way back); `batch_final` ends every batch with that status and no output;
+        # `batch_forget` answers 404 for those batch ids; `batch_output` rewrites the lines of each output file
+        self.batch_errors: list[tuple[str, str, int]] = []
+        self.batch_lost_create, self.batch_final, self.batch_output = False, None, None
+        self.batch_forget: set[str] = set()
         self.submitted = Counter()  # custom_id -> batches it was submitted in
         self.requests: list[dict] = []
+        # every request answered with a reply, synchronously or in a batch: (kind, digest of what it asks) -> times
+        self.processed = Counter()
         self.lock = threading.Lock()
         self.statuses = Counter()
         self._window: list[float] = []
@@ -284,6 +293,8 @@ class FakeProvider:
             if not request.url.path.endswith("/chat/completions"):
                 status, headers, payload = self.batch_api(request.method, request.url.path, request.headers,
                                                           request.read())
+                if status == 0:  # a scripted connection reset
+                    raise httpx.ConnectError("Connection reset by peer", request=request)
                 return httpx.Response(status, headers=headers, content=payload)
             body = json.loads(request.content or b"{}")
             status, headers, payload = self.respond(request.url.path, body)
@@ -323,6 +334,12 @@ class FakeProvider:
             return reply(404, {"error": {"message": "Not Found", "type": "invalid_request_error"}})
         parts = path.split("?")[0].rstrip("/").split("/")[2:]  # after /v1
         with self.lock:
+            fault = next((f for f in self.batch_errors if f[0] == method and f[1] == parts[0]), None)
+            if fault:
+                self.batch_errors.remove(fault)
+                return reply(fault[2], {"error": {"message": "scripted batch endpoint error", "type": "server_error"}})
+            if len(parts) >= 2 and parts[0] == "batches" and parts[1] in self.batch_forget:
+                return reply(404, {"error": {"message": f"No batch found with id '{parts[1]}'"}})
             if parts == ["files"] and method == "POST":
                 name, content = multipart_file(headers.get("content-type", ""), raw)
                 file_id = f"file-{len(self.files) + 1}"
@@ -341,7 +358,11 @@ class FakeProvider:
                                           "input_file_id": body["input_file_id"], "completion_window": "24h",
                                           "status": "in_progress", "created_at": int(time.time()), "_lines": lines,
                                           "_ready": time.monotonic() + self.batch_delay,
-                                          "request_counts": {"total": len(lines), "completed": 0, "failed": 0}}
+                                          "request_counts": {"total": len(lines), "completed": 0, "failed": 0},
+                                          "metadata": body.get("metadata") or {}}
+                if self.batch_lost_create:
+                    self.batch_lost_create = False
+                    return reply(500, {"error": {"message": "upstream timeout", "type": "server_error"}})
                 return reply(200, public(self.batches[batch_id]))
             if parts == ["batches"] and method == "GET":
                 return reply(200, {"object": "list", "data": [public(b) for b in self.batches.values()],
@@ -356,6 +377,10 @@ class FakeProvider:
         return reply(404, {"error": {"message": f"no route {method} {path}"}})
 
     def _finish(self, batch: dict) -> None:
+        if self.batch_final:
+            batch["status"] = self.batch_final
+            batch["errors"] = {"object": "list", "data": [{"code": "scripted", "message": f"batch {self.batch_final}"}]}
+            return
         lines = batch["_lines"][:max(1, len(batch["_lines"]) // 2)] if self.batch_expire else batch["_lines"]
         out, errors = [], []
         for i, line in enumerate(lines):
@@ -374,7 +399,10 @@ class FakeProvider:
         for name, rows in (("output_file_id", out), ("error_file_id", errors)):
             if rows:
                 file_id = f"file-{len(self.files) + 1}"
-                self.files[file_id] = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode()
+                text = [json.dumps(r, ensure_ascii=False) for r in rows]
+                if name == "output_file_id" and self.batch_output:
+                    text = self.batch_output(text)
+                self.files[file_id] = "".join(line + "\n" for line in text).encode()
                 batch[name] = file_id
         batch["status"] = "expired" if self.batch_expire else "completed"
         batch["request_counts"] = {"total": len(batch["_lines"]), "completed": len(out), "failed": len(errors)}
@@ -427,6 +455,7 @@ class FakeProvider:
         reasoning = outcome_dict.get("reasoning_content")
         with self.lock:
             self.statuses[200] += 1
+            self.processed[(kind, hashlib.sha256(json.dumps(body["messages"], ensure_ascii=False).encode()).hexdigest())] += 1
         usage = {"prompt_tokens": len(prompt), "completion_tokens": len(content),
                  "total_tokens": len(prompt) + len(content)} if self.usage else None
         if usage and "reasoning_tokens" in outcome_dict:

@@ -34,7 +34,7 @@ def test_batch_records_equal_a_synchronous_runs(pair, provider, capsys, stage):
     sync, batch = pair
     assert sync.run(stage) == 0
     provider.requests = []
-    assert batch.run(stage, "--batch", "--batch-poll", "0") == 0
+    assert batch.run(stage, "--batch", "--batch-poll", "1") == 0
     out = capsys.readouterr().out
     for top, name in FILES[stage]:
         assert contents(batch, top, name) == contents(sync, top, name), name
@@ -58,7 +58,7 @@ def test_a_batch_survives_its_process_and_is_never_submitted_twice(pair, provide
     provider.batch_delay = 0
     for b in provider.batches.values():
         b["_ready"] = 0
-    assert batch.run("gold", "--batch", "--batch-poll", "0") == 0
+    assert batch.run("gold", "--batch", "--batch-poll", "1") == 0
     assert all(n == 1 for n in provider.submitted.values()) and len(batch.records("eval_results", "LJP_gold.jsonl")) == 4
 
 
@@ -68,13 +68,14 @@ def test_a_kill_at_each_phase_re_attaches_without_a_duplicate(pair, provider, mo
     _, batch = pair
     real_submit = batching.submit
 
-    def killed(ledger, client, role, requests, max_tokens, log):
+    def killed(run, client, role, requests, max_tokens):
+        ledger = run.ledger
         if phase == "before upload":
             ledger.data["batches"].append({"role": role, "phase": "prepared", "max_tokens": max_tokens,
                                            "requests": {cid: meta for cid, meta, _ in requests}})
             ledger.save()
         else:
-            real_submit(ledger, client, role, requests, max_tokens, log)
+            real_submit(run, client, role, requests, max_tokens)
             if phase == "after upload":  # the batch was created, but the ledger never learnt its id
                 b = ledger.data["batches"][-1]
                 b["phase"] = "uploaded"
@@ -82,9 +83,9 @@ def test_a_kill_at_each_phase_re_attaches_without_a_duplicate(pair, provider, mo
                 ledger.save()
         raise KeyboardInterrupt
     monkeypatch.setattr(batching, "submit", killed)
-    assert batch.run("gold", "--batch", "--batch-poll", "0") == 130  # interrupted at that phase
+    assert batch.run("gold", "--batch", "--batch-poll", "1") == 130  # interrupted at that phase
     monkeypatch.setattr(batching, "submit", real_submit)
-    assert batch.run("gold", "--batch", "--batch-poll", "0") == 0
+    assert batch.run("gold", "--batch", "--batch-poll", "1") == 0
     assert all(n == 1 for n in provider.submitted.values())
     assert len(batch.records("eval_results", "LJP_gold.jsonl")) == 4
 
@@ -99,7 +100,7 @@ def test_rejected_and_failed_requests_go_into_the_next_cycle(pair, provider, cap
     provider.batch_fail = fail_twice
     provider.script = lambda kind, prompt, body: {"content": "半句", "finish_reason": "length"} \
         if kind == "force_judge" and not provider.batches.get("batch-3") else None
-    assert batch.run("gold", "--batch", "--batch-poll", "0") == 0
+    assert batch.run("gold", "--batch", "--batch-poll", "1") == 0
     err = capsys.readouterr().err
     assert "failed in the batch" in err and "asked again in the next cycle" in err and "reply truncated" in err
     assert len(provider.batches) >= 4  # the rejected requests took further cycles
@@ -119,7 +120,7 @@ def test_a_role_left_synchronous_works_within_the_same_cycles(pair, provider):
     sync, batch = pair
     assert sync.run("DCG") == 0
     provider.requests = []
-    assert batch.run("DCG", "--batch-roles", "eval,judge", "--batch-poll", "0") == 0
+    assert batch.run("DCG", "--batch-roles", "eval,judge", "--batch-poll", "1") == 0
     assert provider.kinds() == {"user": 4}  # the User Model was called directly, the others in batches
     assert contents(batch, "Force_ask_gen", "force_ask.jsonl") == contents(sync, "Force_ask_gen", "force_ask.jsonl")
     record = batch.records("Force_ask_gen", "force_ask.jsonl")[0]
@@ -157,15 +158,16 @@ def test_vllm_batch_files_round_trip(pair, provider, tmp_path, capsys):
 def test_an_expired_batch_asks_its_unanswered_requests_again(pair, provider):
     _, batch = pair
     provider.batch_expire = True  # each batch ends expired with only half of its requests answered
-    assert batch.run("gold", "--batch", "--batch-poll", "0") == 0
+    # an unanswered request counts as a failed attempt: the last one here waits through four expired batches
+    assert batch.run("gold", "--batch", "--batch-poll", "1", "--retries", "5") == 0
     assert len(batch.records("eval_results", "LJP_gold.jsonl")) == 4 and len(provider.batches) > 2
 
 
 def test_input_files_are_split_at_the_providers_limit(pair, provider, monkeypatch):
-    from lexpilot.running import batching
+    from lexpilot.running import batch_api
     _, batch = pair
-    monkeypatch.setattr(batching, "MAX_REQUESTS", 3)
-    assert batch.run("gold", "--batch", "--batch-poll", "0") == 0
+    monkeypatch.setattr(batch_api, "MAX_REQUESTS", 3)
+    assert batch.run("gold", "--batch", "--batch-poll", "1") == 0
     sizes = sorted(len(b["_lines"]) for b in provider.batches.values())
     assert sizes == [1, 1, 3, 3]  # four requests per cycle, two cycles
 
@@ -175,7 +177,7 @@ def test_the_budget_stops_before_a_batch_that_could_cross_it(pair, provider, tmp
     prices = tmp_path / "p.json"
     prices.write_text(json.dumps({m: {"prompt": 1, "completion": 4, "batch_discount": 0.5}
                                   for m in ("eval-model", "DeepSeek-V4.1-Flash", "DeepSeek-R1")}))
-    assert batch.run("gold", "--batch", "--batch-poll", "0", "--prices", str(prices), "--max-cost", "0.0005",
+    assert batch.run("gold", "--batch", "--batch-poll", "1", "--prices", str(prices), "--max-cost", "0.0005",
                      "--max-tokens", "50") == 2
     assert "--max-cost 0.0005" in capsys.readouterr().err and not provider.submitted
 
@@ -183,7 +185,7 @@ def test_the_budget_stops_before_a_batch_that_could_cross_it(pair, provider, tmp
 @pytest.mark.parametrize("condition", ["delayed", "self-correction"])
 def test_batch_records_equal_a_synchronous_runs_with_a_non_ideal_user(pair, provider, condition):
     sync, batch = pair
-    for h, extra in ((sync, ()), (batch, ("--batch", "--batch-poll", "0"))):
+    for h, extra in ((sync, ()), (batch, ("--batch", "--batch-poll", "1"))):
         assert h.run("LexAwN", "--user-condition", condition, *extra) == 0
         assert h.run("interaction", "--user-condition", condition, *extra) == 0
     for top, name in FILES["LexAwN"] + [("eval_results", "LJP_interaction.jsonl")]:
@@ -201,9 +203,9 @@ def test_a_kill_while_importing_imports_each_reply_once(pair, provider, monkeypa
         if kept["n"] == 2:
             raise KeyboardInterrupt
     monkeypatch.setattr(CallJournal, "keep_key", killed_after_two)
-    assert batch.run("gold", "--batch", "--batch-poll", "0") == 130
+    assert batch.run("gold", "--batch", "--batch-poll", "1") == 130
     monkeypatch.setattr(CallJournal, "keep_key", real_keep)
-    assert batch.run("gold", "--batch", "--batch-poll", "0") == 0
+    assert batch.run("gold", "--batch", "--batch-poll", "1") == 0
     assert all(n == 1 for n in provider.submitted.values()) and len(batch.records("eval_results", "LJP_gold.jsonl")) == 4
     assert "cases pending, at most" in capsys.readouterr().err
 
@@ -214,7 +216,7 @@ def test_a_prompt_beyond_the_context_window_fails_its_case_at_once(pair, provide
     provider.script = lambda kind, prompt, body: {
         "status": 400, "code": "context_length_exceeded",
         "error": "This model's maximum context length is 2048 tokens."} if first in prompt else None
-    assert batch.run("gold", "--batch", "--batch-poll", "0") == 1
+    assert batch.run("gold", "--batch", "--batch-poll", "1") == 1
     err = capsys.readouterr().err
     assert "beyond the context window" in err and CASES[0]["case_number"] in err
     assert sum(1 for cid in provider.submitted) == 4 + 3  # asked once, not retried; the other three went on
@@ -226,7 +228,7 @@ def test_batched_calls_are_priced_at_the_batch_price(pair, provider, tmp_path, c
     prices = tmp_path / "p.json"
     prices.write_text(json.dumps({m: {"prompt": 1, "completion": 4, "batch_discount": 0.5}
                                   for m in ("eval-model", "DeepSeek-V4.1-Flash", "DeepSeek-R1")}))
-    assert sync.run("gold") == 0 and batch.run("gold", "--batch", "--batch-poll", "0") == 0
+    assert sync.run("gold") == 0 and batch.run("gold", "--batch", "--batch-poll", "1") == 0
     costs = []
     for h in (sync, batch):
         capsys.readouterr()
@@ -245,7 +247,7 @@ def test_batch_records_equal_a_synchronous_runs_for_the_analysis_stages(pair, pr
     files = [("Plain_gen", "plain_underspecified.jsonl"), ("eval_results", "plain_types_underspecified.jsonl"),
              ("Behaviour_gen", "dialogues_targeted.jsonl"), ("eval_results", "LJP_off_target.jsonl"),
              ("eval_results", "simulator_audit_dcg.jsonl"), ("eval_results", "simulator_audit_interaction.jsonl")]
-    for h, extra in ((sync, ()), (batch, ("--batch", "--batch-poll", "0"))):
+    for h, extra in ((sync, ()), (batch, ("--batch", "--batch-poll", "1"))):
         assert h.run("LexAwN") == 0 and h.run("DCG") == 0
         for stage in (eval_plain.STAGE, eval_LJP_behaviour.STAGE, audit_simulator.STAGE):
             assert h.run_stage(stage, *extra) == 0

@@ -139,7 +139,7 @@ def request_body(role: Role, prompt: str | list[dict], token_field: str = "max_t
     return body
 
 
-def _message_of(error: Exception) -> str:
+def error_message(error: Exception) -> str:
     text = getattr(error, "message", None) or str(error)
     return " ".join(text.split())[:240]
 
@@ -203,7 +203,7 @@ class ModelCaller:
         or output limit the model does not accept."""
         body = error.body if isinstance(error.body, dict) else {}
         body = body.get("error", body) if isinstance(body.get("error", body), dict) else body
-        param, code, text = str(body.get("param") or ""), str(body.get("code") or ""), _message_of(error)
+        param, code, text = str(body.get("param") or ""), str(body.get("code") or ""), error_message(error)
         flag_temperature, flag_tokens = role.flags
         if (param == "max_tokens" and code == "unsupported_parameter") or \
                 re.search(r"'max_tokens' is not supported.*max_completion_tokens", text):
@@ -266,9 +266,9 @@ class ModelCaller:
         except MalformedReply as e:
             outcome = Attempt(problem=f"malformed reply: {self.settings.redact(str(e))}")
         except self.openai.APIConnectionError as e:
-            outcome = Attempt(problem=f"connection error: {self.settings.redact(_message_of(e.__cause__ or e))}")
+            outcome = Attempt(problem=f"connection error: {self.settings.redact(error_message(e.__cause__ or e))}")
         except self.transport_errors[1] as e:  # raised while reading a body the SDK handed over
-            outcome = Attempt(problem=f"connection error: {self.settings.redact(_message_of(e))}")
+            outcome = Attempt(problem=f"connection error: {self.settings.redact(error_message(e))}")
         except InterruptedError:
             raise Aborted() from None
         finally:
@@ -302,7 +302,7 @@ class ModelCaller:
         if status == 400 and CONTEXT_WINDOW.search(f"{getattr(e, 'code', '')} {e.message}"):
             # this case's prompt is too long for this model: no retry helps, the other cases may fit
             raise CaseFailed(f"{role.describe()}: the prompt plus {role.flags[1]} {role.max_tokens} "
-                             f"exceed the model's context window ({redact(_message_of(e))}). "
+                             f"exceed the model's context window ({redact(error_message(e))}). "
                              f"Lower {role.flags[1]} or serve the model with a longer context") from None
         if status == 400 and self._refusal(role, e, token_field) == "token_field":
             return Attempt(repeat=True)
@@ -315,7 +315,7 @@ class ModelCaller:
             hint = {401: "check the API key variable for this role",
                     403: "check the API key's permissions",
                     404: "check the model id and the base URL"}.get(status, "check the request settings")
-            raise FatalError(f"{role.describe()}: HTTP {status}: {redact(_message_of(e))} ({hint})") from None
+            raise FatalError(f"{role.describe()}: HTTP {status}: {redact(error_message(e))} ({hint})") from None
         outcome = Attempt(problem=f"HTTP {status}", retry_after=retry_after_seconds(e.response.headers))
         if status == 429:
             outcome.pushed_back = "rate"

@@ -119,7 +119,7 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
         if settings.batching.status or settings.batching.enabled:
             from lexpilot.running import batching  # the batch API is only touched when asked for
             if settings.batching.status:
-                return batching.status(settings, clients or ModelCaller(settings, None, None).clients, out)
+                return batching.status(name, settings, clients, out)
             return batching.run_cycles(name, state, clients, settings, out, err, run_case)
         return _execute(name, state, clients, out, err)
 

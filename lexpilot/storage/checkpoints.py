@@ -112,6 +112,7 @@ class CallJournal:
     def __init__(self, path: Path, writer: CheckpointWriter, wanted: set[tuple[str, str]]):
         self.path, self.writer = path, writer
         self.replies: dict[tuple, deque] = {}
+        self.taken: dict[str, list] = {}  # case -> (key, reply) taken from `replies`, in order
         self.lock = threading.Lock()
         self.unreadable = 0
         self.unanswered: dict[str, int] = {}
@@ -149,8 +150,26 @@ class CallJournal:
 
     def take(self, case_number: str, step: str, role: str, prompt) -> tuple[str, dict] | None:
         with self.lock:
-            queue = self.replies.get((case_number, step, self.key(role, prompt)))
-            return queue.popleft() if queue else None
+            key = (case_number, step, self.key(role, prompt))
+            queue = self.replies.get(key)
+            if not queue:
+                return None
+            entry = queue.popleft()
+            self.taken.setdefault(case_number, []).append((key, entry))
+            return entry
+
+    def rewind(self, case_number: str) -> None:
+        """Put back every reply of the case taken so far: batch mode replays a case again after each reply
+        bought for it synchronously, and that replay must find every earlier reply again."""
+        with self.lock:
+            for key, entry in reversed(self.taken.pop(case_number, [])):
+                self.replies.setdefault(key, deque()).appendleft(entry)
+
+    def add(self, case_number: str, step: str, key: str, reply: str, usage: dict) -> None:
+        """Keep a reply just bought and queue it for this process's replay too."""
+        self.keep_key(case_number, step, key, reply, usage)
+        with self.lock:
+            self.replies.setdefault((case_number, step, key), deque()).append((reply, usage))
 
     def keep(self, case_number: str, step: str, role: str, prompt, reply: str, usage: dict) -> None:
         self.keep_key(case_number, step, self.key(role, prompt), reply, usage)

@@ -1,0 +1,219 @@
+"""The provider's side of batch mode: every call to the batch endpoints (files and batches) under the chat
+calls' retry rule, submitting a batch tagged with its run, model and stage, re-attaching the batches of the run
+that the ledger does not know, what a finished batch answered, and the files of vLLM's offline run-batch."""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+from lexpilot.benchmark.records import model_folder
+from lexpilot.errors import FatalError
+from lexpilot.models.calls import TRANSIENT_STATUS, backoff_seconds, error_message
+from lexpilot.running.ledger import Ledger
+
+FINISHED = ("completed", "failed", "expired", "cancelled")
+MAX_REQUESTS, MAX_BYTES = 50_000, 200_000_000  # per batch input file (the provider's limits)
+ENDPOINT = "/v1/chat/completions"
+
+
+class BatchEndpointError(FatalError):
+    """The batch endpoints kept failing: the stage stops; every batch recorded stays in the ledger."""
+
+
+def provider_call(run, what: str, call, missing_ok: bool = False):
+    """One call to the batch endpoints. HTTP 408/409/429/5xx, a timeout or a reset is retried with backoff, as a
+    chat call is (up to --retries times); a 404 gives None where `missing_ok`; any other refusal stops the stage."""
+    openai, settings = run.caller.openai, run.settings
+    attempts, problem = settings.transport.retries + 1, ""
+    for attempt in range(attempts):
+        try:
+            return call()
+        except openai.APIStatusError as e:
+            if e.status_code == 404 and missing_ok:
+                return None
+            if e.status_code not in TRANSIENT_STATUS and e.status_code < 500:
+                raise FatalError(f"{what}: HTTP {e.status_code}: {settings.redact(error_message(e))}") from None
+            problem = f"HTTP {e.status_code}"
+        except (openai.APIConnectionError, openai.APITimeoutError) as e:
+            problem = f"connection error ({settings.redact(error_message(e.__cause__ or e))})"
+        if attempt + 1 < attempts:
+            run.log(f"{what}: {problem}; asked again")
+            time.sleep(backoff_seconds(attempt, None, settings.transport.backoff_base))
+    raise BatchEndpointError(f"{what}: {problem} after {attempts} attempts. Every batch submitted is recorded: "
+                             "rerun the same command later")
+
+
+def request_digest(body: dict) -> str:
+    """What a request asks (model, messages, settings): how a re-attached batch's requests are matched."""
+    return hashlib.sha256(json.dumps(body, ensure_ascii=False, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def tag(run) -> dict[str, str]:
+    """The metadata every batch of this run, model and stage carries (and the output root, so that another copy
+    of the run elsewhere is not mistaken for this one)."""
+    settings = run.settings
+    return {"lexpilot_run": settings.run_id, "lexpilot_model": settings.roles["eval"].model[:500],
+            "lexpilot_stage": run.name, "lexpilot_root": hashlib.sha256(str(settings.output_root).encode()).hexdigest()[:16]}
+
+
+def tagged(remote, run) -> bool:
+    metadata = getattr(remote, "metadata", None) or {}
+    return isinstance(metadata, dict) and all(metadata.get(k) == v for k, v in tag(run).items())
+
+
+def batch_lines(requests: list) -> bytes:
+    return "".join(json.dumps({"custom_id": cid, "method": "POST", "url": ENDPOINT, "body": body}, ensure_ascii=False)
+                   + "\n" for cid, _, body in requests).encode("utf-8")
+
+
+def submit(run, client, role: str, requests: list, max_tokens: int) -> None:
+    """Record, upload, create: the ledger is written before each step that a kill could lose. A create whose
+    reply was lost is found by its input file before it is asked again, so no request goes out twice."""
+    ledger = run.ledger
+    batch = {"role": role, "phase": "prepared", "max_tokens": max_tokens,
+             "requests": {cid: meta for cid, meta, _ in requests}}
+    ledger.data["batches"].append(batch)
+    ledger.save()
+    uploaded = provider_call(run, "uploading a batch file", lambda: client.files.create(
+        file=("lexpilot_batch.jsonl", batch_lines(requests)), purpose="batch"))
+    batch["file_id"], batch["phase"] = uploaded.id, "uploaded"
+    ledger.save()
+    created = create(run, client, uploaded.id)
+    batch["batch_id"], batch["phase"] = created.id, "created"
+    ledger.save()
+    run.log(f"submitted batch {created.id} ({role}, {len(requests)} requests)")
+
+
+def create(run, client, file_id: str):
+    """Create the batch of an uploaded file, once: after a failed create, the provider's list is searched for a
+    batch made from the file before the create is repeated."""
+    def attempt():
+        made = made_from(run, client, file_id)
+        return made or client.batches.create(input_file_id=file_id, endpoint=ENDPOINT, completion_window="24h",
+                                             metadata=tag(run))
+    return provider_call(run, "creating a batch", attempt)
+
+
+def made_from(run, client, file_id: str):
+    return next((b for b in client.batches.list(limit=100) if b.input_file_id == file_id and tagged(b, run)), None)
+
+
+def listed(run, client) -> list:
+    """This run's batches (this model and stage) that the provider lists."""
+    return [b for b in provider_call(run, "listing batches", lambda: list(client.batches.list(limit=100)))
+            if tagged(b, run)]
+
+
+def finished_lines(run, batch: dict, client) -> list[bytes] | None:
+    """The output (and error) lines of a finished batch; None while it is in flight, or when it never reached the
+    provider or the provider no longer has it (then it is marked imported: its requests go into the next cycle,
+    each counted as a failed attempt)."""
+    if batch["phase"] == "written":  # a vLLM input file: imported once its output file is there
+        output = Path(batch["output"])
+        return output.read_bytes().splitlines() if output.exists() else None
+    if batch["phase"] == "prepared":  # killed before the upload: nothing was submitted
+        return lost(run, batch, None)
+    if batch["phase"] == "uploaded":  # killed around the create: find the batch made from our file, if any
+        made = provider_call(run, "listing batches", lambda: made_from(run, client, batch["file_id"]))
+        if made is None:
+            return lost(run, batch, None)  # never created
+        batch["batch_id"], batch["phase"] = made.id, "created"
+        run.ledger.save()
+    remote = provider_call(run, f"batch {batch['batch_id']}", lambda: client.batches.retrieve(batch["batch_id"]),
+                           missing_ok=True)
+    if remote is None:
+        return lost(run, batch, f"the provider no longer knows batch {batch['batch_id']} (HTTP 404)")
+    batch["status"] = remote.status
+    counts = remote.request_counts
+    run.log(f"batch {batch['batch_id']} ({batch['role']}): {remote.status}, "
+            f"{getattr(counts, 'completed', 0)}/{getattr(counts, 'failed', 0)}/{len(batch['requests'])} "
+            "completed/failed/total")
+    if remote.status not in FINISHED:
+        return None
+    batch["reason"] = f"batch {remote.status}" + (f" ({why})" if (why := provider_errors(remote)) else "")
+    lines = []
+    for file_id in (remote.output_file_id, remote.error_file_id):
+        content = file_id and provider_call(run, f"downloading the output of batch {batch['batch_id']}",
+                                            lambda: client.files.content(file_id).read(), missing_ok=True)
+        if file_id and content is None:
+            return lost(run, batch, f"the output file {file_id} of batch {batch['batch_id']} cannot be downloaded "
+                                    "(HTTP 404)")
+        lines += content.splitlines() if content else []
+    return lines
+
+
+def provider_errors(remote) -> str:
+    errors = getattr(getattr(remote, "errors", None), "data", None) or []
+    return "; ".join(str(getattr(e, "message", "") or getattr(e, "code", ""))[:200] for e in errors[:3])
+
+
+def lost(run, batch: dict, why: str | None) -> None:
+    """A batch that never reached the provider (why None) or that it lost: its requests go into the next cycle."""
+    if why:
+        run.log(f"{why}: its {len(batch['requests'])} requests are asked again in the next cycle")
+        for request in batch["requests"].values():
+            run.ledger.failed(request["key"], f"{request.get('role', batch['role'])}: {why}")
+    batch["phase"] = "imported"
+    run.ledger.save()
+    return None
+
+
+def adopt(run, clients: dict, pending: dict[str, tuple]) -> int:
+    """Re-attach the batches of this run, model and stage that the provider lists and the ledger does not know
+    (the ledger was lost, or is a stale copy): their requests are matched by what they ask to the requests the
+    cases need now (`pending`: request digest -> (case, step, key, role, max_tokens)), and never submitted again."""
+    ledger, adopted = run.ledger, 0
+    known, files = ledger.known_batch_ids(), ledger.known_file_ids()
+    for role, client in clients.items():
+        for remote in listed(run, client):
+            if remote.id in known or remote.input_file_id in files or \
+                    (remote.status in ("failed", "expired", "cancelled") and not remote.output_file_id):
+                continue
+            content = provider_call(run, f"reading the input of batch {remote.id}",
+                                    lambda: client.files.content(remote.input_file_id).read(), missing_ok=True)
+            requests = {}
+            for line in (content or b"").splitlines():
+                try:
+                    entry = json.loads(line)
+                    case, step, key, request_role, max_tokens = pending[request_digest(entry["body"])]
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    continue  # not a request the cases need now (answered already, or not ours)
+                requests[entry["custom_id"]] = {"case": case, "step": step, "key": key, "role": request_role,
+                                                "max_tokens": max_tokens}
+            ledger.data["batches"].append({"role": role, "phase": "created", "batch_id": remote.id,
+                                           "file_id": remote.input_file_id, "max_tokens": 0, "requests": requests,
+                                           "adopted": True})
+            known.add(remote.id)
+            adopted += 1
+            run.log(f"re-attached batch {remote.id} from the provider's list ({len(requests)} requests of this run): "
+                    "the ledger did not know it")
+    if adopted:
+        ledger.save()
+    return adopted
+
+
+def write_batch_file(ledger: Ledger, folder: Path, model: str, role: str, requests: list, max_tokens: int, log):
+    """--batch-files: the cycle's input for `vllm run-batch` (one model per file), recorded, then the command."""
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = f"cycle{len(ledger.data['batches']) + 1:04d}-{model_folder(model)}"
+    path, output = folder / f"{stem}.jsonl", folder / f"{stem}.out.jsonl"
+    path.write_bytes(batch_lines(requests))
+    ledger.data["batches"].append({"role": role, "phase": "written", "max_tokens": max_tokens, "path": str(path),
+                                   "output": str(output), "requests": {cid: meta for cid, meta, _ in requests}})
+    ledger.save()
+    log(f"wrote {path}: run  vllm run-batch -i {path} -o {output} --model {model}  (then rerun this command)")
+
+
+def chunks(requests: list) -> list[list]:
+    """Split at the provider's limits: requests and bytes per input file."""
+    out, current, size = [], [], 0
+    for request in requests:
+        line = len(json.dumps(request[2], ensure_ascii=False).encode()) + 200
+        if current and (len(current) >= MAX_REQUESTS or size + line > MAX_BYTES):
+            out.append(current)
+            current, size = [], 0
+        current.append(request)
+        size += line
+    return out + ([current] if current else [])

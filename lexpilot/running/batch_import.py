@@ -1,0 +1,124 @@
+"""What a finished batch answered, taken into the call journal: each output line validated as a synchronous reply
+would be (a line that is not a well-formed reply is counted and its request asked again), each accepted reply
+imported once, even by a process killed while importing; a request left without an accepted reply counts as a
+failed attempt, so that a provider whose batches keep failing ends the case rather than cycling for ever."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lexpilot.models.calls import CONTEXT_WINDOW, Usage
+from lexpilot.models.replies import MalformedReply, parse_completion
+from lexpilot.running.batch_api import finished_lines
+from lexpilot.storage.checkpoints import CallJournal, CheckpointWriter
+
+
+def collect(run, clients: dict, journal: Path, writer: CheckpointWriter) -> tuple[bool, int]:
+    """Poll every open batch; import the finished ones. Returns (anything still in flight, replies imported)."""
+    imported, waiting = 0, False
+    importer = None  # opened once, and only when a finished batch is there to import
+    for batch in run.ledger.open_batches():
+        lines = finished_lines(run, batch, clients[batch["role"]])
+        if lines is None:
+            waiting = waiting or batch["phase"] != "imported"
+            continue
+        importer = importer or Importer(run, CallJournal(journal, writer, set()), CallJournal.custom_ids(journal))
+        imported += importer.import_batch(batch, lines)
+        batch["phase"] = "imported"  # unanswered requests (expired, cancelled, failed) go into the next cycle
+        run.ledger.save()
+    return waiting, imported
+
+
+@dataclass
+class Importer:
+    """`known`: the custom ids whose replies the journal holds already."""
+    run: object
+    journal: CallJournal
+    known: set
+    malformed: int = 0
+    duplicated: list = field(default_factory=list)
+
+    def import_batch(self, batch: dict, lines: list[bytes]) -> int:
+        imported, seen = 0, {}
+        for line in lines:
+            entry = self.entry(line, batch)
+            if entry is None:
+                continue
+            cid = entry["custom_id"]
+            if cid in seen:
+                if seen[cid] != entry:
+                    self.duplicated.append(cid)
+                continue
+            seen[cid] = entry
+            request = batch["requests"].get(cid)
+            if request is None or cid in self.known:
+                continue  # not ours, or imported before a kill
+            imported += self.take(batch, cid, request, entry)
+        self.report(batch)
+        for cid, request in batch["requests"].items():  # asked, never answered: a failed attempt each
+            if cid not in seen and cid not in self.known:
+                self.run.ledger.failed(request["key"], f"{request.get('role', batch['role'])}: no reply in "
+                                                       f"{batch.get('reason') or 'the batch'}")
+        return imported
+
+    def entry(self, line: bytes, batch: dict) -> dict | None:
+        """A line as {custom_id, response, error}; None (counted) for one that is not."""
+        if not line.strip():
+            return None
+        try:
+            entry = json.loads(line)
+        except (ValueError, RecursionError):
+            entry = None
+        if not isinstance(entry, dict) or not isinstance(entry.get("custom_id"), str):
+            self.malformed += 1
+            return None
+        return entry
+
+    def take(self, batch: dict, cid: str, request: dict, entry: dict) -> int:
+        role = request.get("role", batch["role"])
+        text, usage, problem = reply_of(entry, request.get("max_tokens", batch["max_tokens"]))
+        if problem:
+            at_once = bool(CONTEXT_WINDOW.search(problem))  # no retry helps, as with a synchronous call
+            self.run.ledger.failed(request["key"], f"{role}: {problem}", at_once)
+            self.run.log(f"case {request['case']}: {role} {problem}" + ("" if at_once else
+                                                                        "; asked again in the next cycle"))
+            return 0
+        self.journal.keep_key(request["case"], request["step"], request["key"], text, {role: usage}, custom_id=cid)
+        self.known.add(cid)
+        return 1
+
+    def report(self, batch: dict) -> None:
+        where = f"batch {batch.get('batch_id') or batch.get('output')}"
+        if self.malformed:
+            self.run.log(f"{where}: {self.malformed} output line(s) are not batch replies (no string custom_id, "
+                         "or not JSON); their requests are asked again")
+        if self.duplicated:
+            self.run.log(f"{where}: {len(self.duplicated)} custom id(s) answered twice with different replies; "
+                         "the first reply of each is kept")
+        self.malformed, self.duplicated = 0, []
+
+
+def reply_of(entry: dict, max_tokens: int) -> tuple[str, dict, str]:
+    """(text, usage, problem) of one line of a batch output or error file, validated as a synchronous reply."""
+    response, error = entry.get("response"), entry.get("error")
+    if response is not None and not isinstance(response, dict):
+        return "", {}, "malformed reply: the line's response is not an object"
+    response = response or {}
+    if error or response.get("status_code") != 200:
+        body = response.get("body") if isinstance(response.get("body"), dict) else {}
+        detail = error if isinstance(error, dict) else (body.get("error") if isinstance(body.get("error"), dict)
+                                                        else {"message": error or response.get("status_code")})
+        return "", {}, f"failed in the batch ({str(detail.get('message', response.get('status_code')))[:240]})"
+    try:
+        reply = parse_completion(json.dumps(response.get("body")).encode())
+    except MalformedReply as e:
+        return "", {}, f"malformed reply: {e}"
+    usage = Usage()
+    usage.add("x", reply.prompt_tokens or 0, reply.completion_tokens or 0,
+              unreported=int(reply.prompt_tokens is None), batched=1)
+    if reply.finish_reason == "length":
+        return "", {}, f"reply truncated at {max_tokens} output tokens"
+    if not reply.text.strip():
+        return "", {}, "empty reply"
+    return reply.text, usage.by_role["x"], ""
