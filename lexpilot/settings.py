@@ -140,12 +140,28 @@ def resolve_roles(args: argparse.Namespace, env=os.environ) -> dict[str, Role]:
         variable = next((v for v in (f"{prefix}_BASE_URL", "OPENAI_BASE_URL") if env.get(v)), "the default")
         base_url = check_base_url(env.get(f"{prefix}_BASE_URL") or env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
                                   variable)
-        api_key = env.get(f"{prefix}_API_KEY") or env.get("OPENAI_API_KEY") or ""
+        key_variable = next((v for v in (f"{prefix}_API_KEY", "OPENAI_API_KEY") if env.get(v)), None)
+        api_key = check_api_key(env[key_variable], key_variable) if key_variable else ""
         temperature = {"eval": args.temperature, "judge": args.judge_temperature,
                        "user": args.temperature if args.user_temperature is None else args.user_temperature}[role]
         max_tokens = {"eval": None, "user": args.user_max_tokens, "judge": args.judge_max_tokens}[role]
         roles[role] = Role(role, model, base_url, api_key, temperature, max_tokens or args.max_tokens)
     return roles
+
+
+def check_api_key(key: str, variable: str) -> str:
+    """A key as an HTTP header can carry it, or a one-line error naming the variable (never the key)."""
+    problem = ("ends with a line break" if key.rstrip("\r\n") != key else
+               "begins or ends with spaces" if key.strip() != key else
+               "holds non-ASCII or control characters" if not key.isascii() or not key.isprintable() else None)
+    if problem:
+        raise HarnessError(f"{variable}: the API key {problem} (not shown); set the variable to the key alone")
+    return key
+
+
+def key_variables(role: str) -> str:
+    """Where a role's key is read from, for messages."""
+    return f"{ENV_PREFIX[role]}_API_KEY, then OPENAI_API_KEY"
 
 
 def number(kind: type, low: float, high: float, default_word: bool = False):

@@ -23,11 +23,12 @@ def test_a_huge_retry_after_is_capped_said_and_fails_the_attempt(monkeypatch, re
     with FakeProvider(_script(*[{"status": 429, "headers": {"Retry-After": retry_after}}] * 10)) as p:
         caller = _caller(p, retries=1)
         started = time.monotonic()
-        with pytest.raises(CaseFailed, match=r"HTTP 429 \(provider asks to wait .*; capped at 0 s\) \(after 2 attempts\)"):
+        with pytest.raises(CaseFailed, match=r"HTTP 429 \(provider asks to wait .*, more than the 0 s the harness "
+                                             r"waits\) \(after 2 attempts\); rerun the same command"):
             caller.chat("eval", "x", Usage())
         assert time.monotonic() - started < 3 and len(p.requests) == 2
         assert "provider asks to wait" in caller.progress.last_error
-        assert caller.throttles[p.base_url].resume_at - time.monotonic() < 1  # the stage pauses the cap at most
+        assert caller.throttles[p.base_url].resume_at <= time.monotonic()  # no worker paused for it
 
 
 @pytest.mark.parametrize("stream,outcome", [(False, {"trickle": 0.05}), (True, {"endless": True})])

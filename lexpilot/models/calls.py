@@ -17,6 +17,7 @@ from lexpilot.errors import Aborted, CaseFailed, FatalError
 from lexpilot.pricing import Budget
 from lexpilot.models.replies import (DeadlineExceeded, MalformedReply, Reply, StreamCutShort, parse_completion,
                                      parse_stream, read_body)
+from lexpilot.settings import key_variables
 
 
 # ----------------------------------------------------------------------------- model calls
@@ -62,7 +63,9 @@ def backoff_seconds(attempt: int, retry_after: float | None, base: float) -> flo
 
 
 def _duration(seconds: float) -> str:
-    return "forever" if seconds == math.inf else f"{seconds / 3600:.0f} h" if seconds >= 7200 else f"{seconds:.0f} s"
+    if seconds == math.inf:
+        return "forever"
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds:.0f} s"
 
 
 @dataclass
@@ -150,7 +153,7 @@ class Attempt:
     reply: Reply | None = None  # accepted
     problem: str = ""
     retry_after: float | None = None
-    pushed_back: str | None = None  # "rate" (429), "too long" (a Retry-After over the cap), "slots" (a cut stream)
+    pushed_back: str | None = None  # "rate" (429 with a wait the harness honours), "slots" (a cut stream)
     hint: str = ""
     repeat: bool = False  # asked again at once, not a failed attempt (the output-limit field switched)
     answered: Reply | None = None  # any reply the provider gave, accepted or not (its cost settles the budget)
@@ -273,8 +276,7 @@ class ModelCaller:
             raise Aborted() from None
         finally:
             self.progress.update(in_flight=-1)
-            self.throttles[role.base_url].release("rate" if outcome.pushed_back == "too long" else outcome.pushed_back,
-                                                  outcome.retry_after)
+            self.throttles[role.base_url].release(outcome.pushed_back, outcome.retry_after)
             if self.budget:  # an answered call costs what it reports; an unanswered one its worst case
                 reply = outcome.answered
                 self.budget.settle(reserved, role.model, reply.prompt_tokens if reply else None,
@@ -312,7 +314,8 @@ class ModelCaller:
                              "followed (the prompt would go there): set the base URL to that address "
                              "if you trust it") from None
         if status not in TRANSIENT_STATUS and status < 500:
-            hint = {401: "check the API key variable for this role",
+            hint = {401: "check the API key variable for this role" if role.api_key else
+                    f"no API key is set for this role: set {key_variables(role.name)}",
                     403: "check the API key's permissions",
                     404: "check the model id and the base URL"}.get(status, "check the request settings")
             raise FatalError(f"{role.describe()}: HTTP {status}: {redact(error_message(e))} ({hint})") from None
@@ -320,14 +323,18 @@ class ModelCaller:
         if status == 429:
             outcome.pushed_back = "rate"
             if outcome.retry_after is not None and outcome.retry_after > MAX_RETRY_AFTER:
-                outcome.problem += (f" (provider asks to wait {_duration(outcome.retry_after)}; capped at "
-                                    f"{MAX_RETRY_AFTER:.0f} s)")
-                outcome.retry_after, outcome.pushed_back = MAX_RETRY_AFTER, "too long"
+                # longer than the harness ever waits (a quota, a bogus header): a transient failure of this call,
+                # with the usual backoff, and no pause for the other workers
+                outcome.problem += (f" (provider asks to wait {_duration(outcome.retry_after)}, more than the "
+                                    f"{MAX_RETRY_AFTER:.0f} s the harness waits)")
+                outcome.retry_after, outcome.pushed_back = None, None
         return outcome
 
     def _failure_hint(self, role: Role, last: Attempt) -> str:
         if last.problem.startswith("reply truncated"):
             return f"; raise {role.flags[1]} if the model needs the room"
+        if "provider asks to wait" in last.problem:
+            return "; rerun the same command when the provider accepts requests again"
         if last.problem.startswith("no response") or last.problem.startswith("no complete reply"):
             return ("; raise --timeout or --call-deadline" if self.settings.transport.stream else
                     "; raise --timeout, or use --stream so that only a stalled connection times out")
