@@ -7,8 +7,15 @@ Run as a script, it validates a dataset and prints its statistics (the paper's T
 """
 import sys
 
-from lexpilot.benchmark.prompts import (fill, load_prompts, render_claims, render_details_by_focal_point,
-                                        render_focal_points, render_history, render_key_facts)
+from lexpilot.benchmark.prompts import (
+    fill,
+    load_prompts,
+    render_claims,
+    render_details_by_focal_point,
+    render_focal_points,
+    render_history,
+    render_key_facts,
+)
 from lexpilot.models.calls import ModelCaller, Usage
 from lexpilot.running.stage import run_stage, stage_main
 from lexpilot.storage.checkpoints import CallJournal, CheckpointWriter, read_checkpoint

@@ -9,9 +9,11 @@ import sys
 from common import stage_main
 from lexpilot.protocols.ljp import DIRECT_STAGE, GOLD_STAGE, INTERACTION_LJP_STAGE
 
-STAGES = (DIRECT_STAGE, GOLD_STAGE, INTERACTION_LJP_STAGE)
+# Run from this script (its code is what the code hash compares), with the same options for each, so no
+# --user-condition: a non-ideal run's Interaction-Based LJP is run with eval_LJP_interaction.py (Direct and
+# Gold-Standard belong to standard runs).
+STAGES = tuple(dataclasses.replace(stage, script="eval_LJP.py", user_condition=False)
+               for stage in (DIRECT_STAGE, GOLD_STAGE, INTERACTION_LJP_STAGE))
 
 if __name__ == "__main__":
-    # The same options for each, so no --user-condition: a non-ideal run's Interaction-Based LJP is run
-    # with eval_LJP_interaction.py (Direct and Gold-Standard belong to standard runs).
-    sys.exit(max([stage_main(dataclasses.replace(stage, user_condition=False), __doc__) for stage in STAGES]))
+    sys.exit(max([stage_main(stage, __doc__) for stage in STAGES]))

@@ -13,11 +13,10 @@ import argparse
 import sys
 from pathlib import Path
 
-
 from lexpilot.benchmark.dataset import DEFAULT_DATASET
 from lexpilot.errors import HarnessError
-from lexpilot.reporting.agreement import export, score
 from lexpilot.paths import DEFAULT_OUTPUT_ROOT
+from lexpilot.reporting.agreement import export, score
 
 
 def main(argv=None) -> int:

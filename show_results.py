@@ -13,16 +13,28 @@ import sys
 from pathlib import Path
 
 from lexpilot.benchmark.dataset import load_dataset
-from lexpilot.errors import HarnessError
-from lexpilot.reporting.figures import write_plots
 from lexpilot.benchmark.vocabulary import ROLES
-from lexpilot.reporting.results import Bootstrap, Group, group_runs, load_runs
-from lexpilot.pricing import read_prices
-from lexpilot.reporting.renderings import render_csv, render_latex, render_markdown, render_text
-from lexpilot.reporting.tables import (UsageError, build_tables, comparison_table, judge_sensitivity_tables,
-                                       read_complexity, render_json, usage_tables)
-from lexpilot.reporting.viewer import write_site
+from lexpilot.errors import HarnessError
 from lexpilot.paths import DEFAULT_OUTPUT_ROOT
+from lexpilot.pricing import read_prices
+from lexpilot.reporting.figures import write_plots
+from lexpilot.reporting.renderings import (
+    render_csv,
+    render_latex,
+    render_markdown,
+    render_text,
+)
+from lexpilot.reporting.results import Bootstrap, Group, group_runs, load_runs
+from lexpilot.reporting.tables import (
+    UsageError,
+    build_tables,
+    comparison_table,
+    judge_sensitivity_tables,
+    read_complexity,
+    render_json,
+    usage_tables,
+)
+from lexpilot.reporting.viewer import write_site
 
 
 def main(argv=None) -> int:

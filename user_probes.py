@@ -15,19 +15,21 @@ import argparse
 import sys
 from pathlib import Path
 
-from lexpilot.benchmark import probe_file
-from lexpilot.reporting import probe_study
-from lexpilot.benchmark.dataset import DEFAULT_DATASET, load_dataset
-from lexpilot.errors import HarnessError
-from lexpilot.benchmark.records import PROBE_DCG, PROBE_REPLIES, model_folder, read_records
-from lexpilot.protocols.probes import PROBE_STAGE as STAGE
 from common import stage_main
-from lexpilot.files import read_sheet, write_sheet
-from lexpilot.reporting.renderings import render_text
+from lexpilot.benchmark import probe_file
+from lexpilot.benchmark.dataset import DEFAULT_DATASET, load_dataset
+from lexpilot.benchmark.records import (
+    PROBE_DCG,
+    PROBE_REPLIES,
+    model_folder,
+    read_records,
+)
+from lexpilot.errors import HarnessError, first_of
+from lexpilot.files import key_file, read_sheet, write_sheet
 from lexpilot.paths import DEFAULT_OUTPUT_ROOT
-from lexpilot.files import key_file
-from lexpilot.errors import first_of
-
+from lexpilot.protocols.probes import PROBE_STAGE as STAGE
+from lexpilot.reporting import probe_study
+from lexpilot.reporting.renderings import render_text
 
 
 def template(args) -> int:

@@ -19,11 +19,23 @@ import time
 from pathlib import Path
 
 from bench.throughput import synthetic_dataset
-from lexpilot.storage.manifest import build_manifest, settings_hash
-from lexpilot.settings import Role, Settings
 from lexpilot.benchmark.dataset import load_dataset
-from lexpilot.benchmark.records import (A1, DCG, DIRECT_PREDICTION, FORCE_ASK, GOLD_PREDICTION, INTERACTION, LCA,
-                                        LJP_DIRECT, LJP_GOLD, LJP_INTERACTION, model_folder, new_record)
+from lexpilot.benchmark.records import (
+    A1,
+    DCG,
+    DIRECT_PREDICTION,
+    FORCE_ASK,
+    GOLD_PREDICTION,
+    INTERACTION,
+    LCA,
+    LJP_DIRECT,
+    LJP_GOLD,
+    LJP_INTERACTION,
+    model_folder,
+    new_record,
+)
+from lexpilot.settings import Role, Settings
+from lexpilot.storage.manifest import build_manifest, settings_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 VERDICTS = ("支持", "部分支持", "驳回")

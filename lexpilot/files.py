@@ -1,8 +1,8 @@
-"""Files the harness writes whole and files people fill: every whole-file write goes through `write_atomic`
-(a temporary file, then a rename, so a reader never sees half a file; a failed write is a `StorageError`
-naming the file), and the CSV sheets for people (UTF-8 with a BOM; every cell safe from spreadsheet formulas)
-are written and read back here.
-"""
+"""Files the harness writes whole and files people fill: a file the harness replaces in place (the manifest,
+the batch ledger, a compacted journal, the tally of unanswered calls, a batch input file) is written through
+`write_atomic` (a temporary file, then a rename, so a reader never sees half a file; a failed write is a
+`StorageError` naming the file); the CSV sheets for people (UTF-8 with a BOM; every cell safe from spreadsheet
+formulas) are written and read back here. Reports written once for people (the viewer's pages) are plain writes."""
 from __future__ import annotations
 
 import csv
@@ -11,8 +11,7 @@ import json
 import os
 from pathlib import Path
 
-from lexpilot.errors import HarnessError
-from lexpilot.errors import FatalError
+from lexpilot.errors import FatalError, HarnessError
 
 
 class StorageError(FatalError):

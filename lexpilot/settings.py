@@ -12,10 +12,15 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from lexpilot.benchmark.dataset import DEFAULT_DATASET
+from lexpilot.benchmark.vocabulary import (
+    HISTORY_TYPES,
+    ROLE_NAMES,
+    ROLES,
+    USER_CONDITIONS,
+)
 from lexpilot.errors import HarnessError
-from lexpilot.pricing import read_prices
-from lexpilot.benchmark.vocabulary import HISTORY_TYPES, ROLE_NAMES, ROLES, USER_CONDITIONS
 from lexpilot.paths import DEFAULT_OUTPUT_ROOT
+from lexpilot.pricing import read_prices
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,10 @@ import pytest
 
 import eval_focal_types
 import judge_agreement
-from lexpilot.reporting import agreement as agreement_kit
 import show_results
 from categories import FOCAL_TYPES
 from lexpilot.benchmark.records import FOCAL_TYPE_RECORDS
+from lexpilot.reporting import agreement as agreement_kit
 from tests.conftest import ROOT, Harness, sample_cases, write_dataset
 
 COMPLEXITY = ROOT / "data" / "LexPilot_sample_complexity.csv"

@@ -5,17 +5,26 @@ import time
 
 import pytest
 
-from lexpilot.models.calls import ModelCaller, Usage, backoff_seconds, retry_after_seconds
-from lexpilot.benchmark.prompts import load_prompts
-from lexpilot.settings import DEFAULT_BASE_URL, Settings, resolve_roles
 from lexpilot.benchmark.dataset import case_from_raw
+from lexpilot.benchmark.prompts import load_prompts
 from lexpilot.errors import Aborted, CaseFailed, FatalError, HarnessError
+from lexpilot.models.calls import (
+    ModelCaller,
+    Usage,
+    backoff_seconds,
+    retry_after_seconds,
+)
+from lexpilot.protocols.judging import (
+    clean_judge_output,
+    parse_dcg_label,
+    parse_lca_label,
+    verdict_parser,
+)
 from lexpilot.protocols.steps import CaseCalls
-from lexpilot.protocols.judging import clean_judge_output, parse_dcg_label, parse_lca_label, verdict_parser
 from lexpilot.running.stage import Progress
+from lexpilot.settings import DEFAULT_BASE_URL, Settings, Transport, resolve_roles
 from tests.conftest import sample_cases
 from tests.fake_provider import FakeProvider
-from lexpilot.settings import Transport
 
 
 def _args(**kw):

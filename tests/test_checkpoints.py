@@ -1,13 +1,14 @@
 """Checkpoints, manifests, locks and resuming: paid work is never lost or silently redone."""
 import json
+
 import pytest
 
-from lexpilot.storage.manifest import RunLock
-from lexpilot.storage.checkpoints import manifest_path
 import show_results
-from lexpilot.reporting.results import load_runs
 from lexpilot.benchmark.records import A1, INTERACTION, content_digest
 from lexpilot.benchmark.records import model_folder as model_dirname
+from lexpilot.reporting.results import load_runs
+from lexpilot.storage.checkpoints import manifest_path
+from lexpilot.storage.manifest import RunLock
 from tests.conftest import SECRET, Harness, sample_cases
 from tests.fake_provider import FakeProvider
 
@@ -270,6 +271,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_completed_records(tmp_path):
     import subprocess
     import sys
     import time
+
     from tests.conftest import ROOT, SAMPLE
     with FakeProvider(latency=0.1) as p:
         env = {**os.environ, "OPENAI_BASE_URL": p.base_url, "OPENAI_API_KEY": "k", "LEXPILOT_MODEL": "m"}

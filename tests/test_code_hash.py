@@ -14,8 +14,13 @@ from lexpilot.storage import code
 from tests.conftest import ROOT, Harness
 
 STAGE_SCRIPTS = ["LexAwN_gen.py", "eval_LCA.py", "eval_DCG.py", "eval_LJP_direct.py", "eval_LJP_gold.py",
-                 "eval_LJP_interaction.py", "eval_LJP_behaviour.py", "eval_plain.py", "eval_focal_types.py",
-                 "audit_simulator.py", "rejudge.py", "user_probes.py"]
+                 "eval_LJP_interaction.py", "eval_LJP.py", "eval_LJP_behaviour.py", "eval_plain.py",
+                 "eval_focal_types.py", "audit_simulator.py", "rejudge.py", "user_probes.py"]
+
+
+def stages_of(script: str) -> list:
+    module = importlib.import_module(script[:-3])
+    return list(getattr(module, "STAGES", None) or [module.STAGE])  # eval_LJP.py runs three
 # What every stage runs whatever its steps: the runner, batch mode, model calls, storage, the benchmark's data
 RUN_BY_EVERY_STAGE = {"common.py", "lexpilot/running/stage.py", "lexpilot/running/state.py",
                       "lexpilot/running/batching.py", "lexpilot/running/quote.py", "lexpilot/models/calls.py",
@@ -30,13 +35,14 @@ def source_file(function) -> str:
 
 @pytest.mark.parametrize("script", STAGE_SCRIPTS)
 def test_a_stage_s_code_is_its_script_its_protocols_and_the_runner_and_never_reporting(script):
-    stage = importlib.import_module(script[:-3]).STAGE
-    assert stage.script == script
-    files = set(code.code_files([script]))
-    protocol = {source_file(f) for step in stage.steps for f in (step.run, step.max_calls, step.when) if callable(f)}
-    protocol |= {source_file(stage.prepare)} if stage.prepare else set()
-    assert {script} | protocol | RUN_BY_EVERY_STAGE <= files
-    assert not [f for f in files if f.startswith("lexpilot/reporting/")]
+    for stage in stages_of(script):
+        assert stage.script == script  # the script that runs it, whose code the run is compared on
+        files = set(code.code_files([script]))
+        protocol = {source_file(f) for step in stage.steps for f in (step.run, step.max_calls, step.when)
+                    if callable(f)}
+        protocol |= {source_file(stage.prepare)} if stage.prepare else set()
+        assert {script} | protocol | RUN_BY_EVERY_STAGE <= files
+        assert not [f for f in files if f.startswith("lexpilot/reporting/")]
 
 
 def test_every_module_a_stage_loads_is_in_its_code():
@@ -111,3 +117,8 @@ def test_a_changed_protocol_module_stops_a_stage_run_on_a_run_started_before(tmp
     tables = project_copy / "lexpilot/reporting/tables.py"
     tables.write_bytes(tables.read_bytes() + b"\n# a fix to a table\n")
     assert h.run("DCG", "--limit", "2") == 0  # reporting is not a stage's code: the run resumes
+    helper = project_copy / "lexpilot/protocols/helper_for_dcg.py"  # a module reached by a relative import
+    helper.write_text("X = 1\n", encoding="utf-8")
+    dcg = project_copy / "lexpilot/protocols/dcg.py"
+    dcg.write_bytes(dcg.read_bytes() + b"\n\ndef later():\n    from .helper_for_dcg import X\n    return X\n")
+    assert "lexpilot/protocols/helper_for_dcg.py" in code.code_files(["eval_DCG.py"], project_copy)

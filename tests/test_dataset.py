@@ -5,8 +5,13 @@ import sys
 import pytest
 
 from categories import CAUSE_CLASSES, CAUSES, CLASS_LABELS, cause_class
-from lexpilot.benchmark.dataset import (DEFAULT_DATASET, case_from_raw, dataset_problems, dataset_statistics,
-                                        load_dataset)
+from lexpilot.benchmark.dataset import (
+    DEFAULT_DATASET,
+    case_from_raw,
+    dataset_problems,
+    dataset_statistics,
+    load_dataset,
+)
 from lexpilot.errors import HarnessError
 from tests.conftest import ROOT, SAMPLE, sample_cases, write_dataset
 

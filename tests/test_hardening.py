@@ -11,11 +11,11 @@ import sys
 
 import pytest
 
-from lexpilot.storage import checkpoints
 import judge_agreement
-from lexpilot.reporting import agreement as agreement_kit
 import show_results
 from lexpilot.benchmark.records import A1, INTERACTION, LJP_GOLD
+from lexpilot.reporting import agreement as agreement_kit
+from lexpilot.storage import checkpoints
 from tests.conftest import ROOT, SAMPLE, Harness, sample_cases, write_dataset
 from tests.fake_provider import FakeProvider
 

@@ -1,6 +1,5 @@
 """Hardening, round three (issue 28, items 10-21): the paper's reasoning model under concurrency, a Retry-After
 beyond the cap, API keys, special files, bounds, digests, duplicated keys, missing runs and reports' output."""
-import json
 import time
 from collections import Counter
 
@@ -17,8 +16,13 @@ def test_a_reasoning_model_at_the_default_concurrency_switches_every_refused_req
     """Item 10: eight requests go out at once with max_tokens; every refusal of the field the request carried is
     repeated with max_completion_tokens, whichever worker switched the role first."""
     dataset = write_dataset(tmp_path / "eight.json", sample_cases()[:8])
-    with FakeProvider(latency=0.05) as provider:
-        provider.script = lambda kind, prompt, body: MAX_TOKENS_REFUSED if "max_tokens" in body else None
+    def slow_refusal(kind, prompt, body):
+        if "max_tokens" in body:
+            time.sleep(0.2)  # every worker's first request is out before the first refusal comes back
+            return MAX_TOKENS_REFUSED
+        return None
+    with FakeProvider() as provider:
+        provider.script = slow_refusal
         h = Harness(tmp_path, provider, monkeypatch, dataset)
         assert h.run("gold") == 0  # the default --concurrency 8
         refused = [r for r in provider.requests if "max_tokens" in r]

@@ -6,12 +6,11 @@ import pytest
 from sklearn.metrics import cohen_kappa_score
 
 import judge_agreement
+from lexpilot.files import key_file
 from lexpilot.reporting import agreement as agreement_kit
+from lexpilot.reporting.metrics import cohen_kappa, label_agreement
 from tests.conftest import SAMPLE, Harness, sample_cases, write_dataset
 from tests.fake_provider import FakeProvider
-from lexpilot.reporting.metrics import cohen_kappa
-from lexpilot.files import key_file
-from lexpilot.reporting.metrics import label_agreement
 
 
 def test_cohen_kappa_by_hand_and_against_sklearn():
@@ -173,6 +172,7 @@ def test_the_guidelines_are_the_judges_own_criteria_in_chinese(two_models, tmp_p
 
 def test_kappa_intervals_come_from_whole_cases(tmp_path, capsys):
     import numpy as np
+
     from lexpilot.reporting.metrics import kappa_from_confusion
     rng = np.random.default_rng(0)
     for _ in range(20):  # the vectorised kappa of the bootstrap equals scikit-learn's, weights included

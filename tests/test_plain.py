@@ -6,9 +6,9 @@ import pytest
 
 import eval_plain
 import judge_agreement
-from lexpilot.reporting import agreement as agreement_kit
 import show_results
 from lexpilot.benchmark.records import PLAIN, PLAIN_TYPES
+from lexpilot.reporting import agreement as agreement_kit
 from tests.conftest import Harness, sample_cases, write_dataset
 from tests.fake_provider import PLAIN_STYLES, between, request_kind
 

@@ -5,13 +5,13 @@ import json
 
 import pytest
 
-from lexpilot.benchmark import probe_file
-from lexpilot.errors import HarnessError
-from lexpilot.reporting import probe_study
-from lexpilot.files import read_sheet, write_sheet
 import user_probes
+from lexpilot.benchmark import probe_file
 from lexpilot.benchmark.dataset import load_dataset
 from lexpilot.benchmark.records import PROBE_DCG, PROBE_REPLIES
+from lexpilot.errors import HarnessError
+from lexpilot.files import read_sheet, write_sheet
+from lexpilot.reporting import probe_study
 from tests.conftest import ROOT, SAMPLE, Harness
 from tests.fake_provider import between
 

@@ -4,9 +4,17 @@ import re
 
 import pytest
 
-from lexpilot.benchmark.prompts import (PROMPT_FILES, fill, load_prompts, render_claims, render_details_by_focal_point,
-                                        render_focal_points, render_history, render_key_facts)
 from lexpilot.benchmark.dataset import case_from_raw
+from lexpilot.benchmark.prompts import (
+    PROMPT_FILES,
+    fill,
+    load_prompts,
+    render_claims,
+    render_details_by_focal_point,
+    render_focal_points,
+    render_history,
+    render_key_facts,
+)
 from tests.conftest import ROOT, sample_cases
 
 EXPECTED_SLOTS = {

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from lexpilot.benchmark.prompts import render_claims
 from lexpilot.benchmark.dataset import case_from_raw
+from lexpilot.benchmark.prompts import render_claims
 from lexpilot.benchmark.records import INTERACTION
 from tests.conftest import Harness, sample_cases, write_dataset
 from tests.fake_provider import ASK, PREDICT, between, kind_of, stable

@@ -7,13 +7,12 @@ import time
 
 import pytest
 
+from lexpilot.errors import CaseFailed
 from lexpilot.models import calls
 from lexpilot.models.calls import Usage
-from lexpilot.errors import CaseFailed
 from tests.conftest import ROOT, SECRET, Harness, sample_cases, write_dataset
 from tests.fake_provider import FakeProvider
 from tests.test_calls import _caller, _script
-
 
 # ----------------------------------------------------------------------------- hangs
 
@@ -46,8 +45,9 @@ def test_a_call_is_abandoned_at_its_deadline_however_its_bytes_keep_coming(strea
 
 
 def test_the_deadline_defaults_to_ten_timeouts_and_can_be_set(tmp_path, provider, monkeypatch):
-    from lexpilot.settings import add_common_args, settings_from_args
     import argparse
+
+    from lexpilot.settings import add_common_args, settings_from_args
     parser = argparse.ArgumentParser()
     add_common_args(parser)
     assert settings_from_args(parser.parse_args(["--run-id", "r", "--model", "m", "--timeout", "7"])).transport.call_deadline == 70

@@ -6,7 +6,13 @@ import pytest
 
 import rejudge
 import show_results
-from lexpilot.benchmark.records import A1, DIRECT_PREDICTION, FORCE_ASK, GOLD_PREDICTION, INTERACTION
+from lexpilot.benchmark.records import (
+    A1,
+    DIRECT_PREDICTION,
+    FORCE_ASK,
+    GOLD_PREDICTION,
+    INTERACTION,
+)
 from lexpilot.running.stage import stage_main
 from tests.conftest import Harness, sample_cases, write_dataset
 from tests.fake_provider import default_reply

@@ -7,7 +7,12 @@ import pytest
 
 import show_results
 from lexpilot.benchmark.records import model_folder as model_dirname
-from lexpilot.reporting.results import Bootstrap, group_runs, load_runs, paired_difference
+from lexpilot.reporting.results import (
+    Bootstrap,
+    group_runs,
+    load_runs,
+    paired_difference,
+)
 from tests.test_results import C, U, make_run, quadratic_weighted_kappa, saved
 
 MANY = {f"F{i:02d}": "离婚纠纷" for i in range(20)}  # twenty Family cases

@@ -8,10 +8,16 @@ import pytest
 from sklearn.metrics import accuracy_score, cohen_kappa_score, f1_score, recall_score
 
 import show_results
-from lexpilot.reporting import tables
-from lexpilot.reporting.metrics import confusion, lca_counts, lca_from_counts, ljp_from_counts, plain
 from lexpilot.benchmark.records import RECORD_KINDS, SCHEMA_VERSION
 from lexpilot.benchmark.records import model_folder as model_dirname
+from lexpilot.reporting import tables
+from lexpilot.reporting.metrics import (
+    confusion,
+    lca_counts,
+    lca_from_counts,
+    ljp_from_counts,
+    plain,
+)
 from lexpilot.reporting.results import group_runs, load_runs
 
 C, U = "complete", "underspecified"

@@ -9,13 +9,10 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-
-from lexpilot.benchmark.prompts import key_detail_lines, render_history
 from lexpilot.benchmark.dataset import Case
-from lexpilot.errors import HarnessError
+from lexpilot.benchmark.prompts import key_detail_lines, render_history
+from lexpilot.errors import HarnessError, first_of
 from lexpilot.files import read_sheet
-from lexpilot.errors import first_of
-
 
 CONDITIONS = ("A", "B", "C", "D")
 CONDITION_NAMES = {"A": "A: Direct", "B": "B: Indirect", "C": "C: Broad", "D": "D: Withheld"}

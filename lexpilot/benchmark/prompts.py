@@ -8,8 +8,6 @@ import re
 from lexpilot.benchmark.dataset import Case
 from lexpilot.paths import PROMPT_DIR
 
-
-
 # ----------------------------------------------------------------------------- prompts and rendering
 
 PROMPT_FILES = {

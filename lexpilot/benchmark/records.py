@@ -15,7 +15,6 @@ from pathlib import Path
 from lexpilot.benchmark.vocabulary import BEHAVIOURS, HISTORY_TYPES
 from lexpilot.errors import HarnessError
 
-
 SCHEMA_VERSION = 1
 
 

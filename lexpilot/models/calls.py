@@ -12,13 +12,18 @@ import time
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 
-from lexpilot.settings import Role, Settings
 from lexpilot.errors import Aborted, CaseFailed, FatalError
+from lexpilot.models.replies import (
+    DeadlineExceeded,
+    MalformedReply,
+    Reply,
+    StreamCutShort,
+    parse_completion,
+    parse_stream,
+    read_body,
+)
 from lexpilot.pricing import Budget
-from lexpilot.models.replies import (DeadlineExceeded, MalformedReply, Reply, StreamCutShort, parse_completion,
-                                     parse_stream, read_body)
-from lexpilot.settings import key_variables
-
+from lexpilot.settings import Role, Settings, key_variables
 
 # ----------------------------------------------------------------------------- model calls
 

@@ -6,13 +6,15 @@ state anything unsupported or contradicting the key details, did it answer the q
 """
 from __future__ import annotations
 
-from lexpilot.benchmark.prompts import key_detail_lines, render_history, render_numbered_details
-from lexpilot.protocols.steps import CaseCalls, Step
-from lexpilot.protocols.judging import judge_json
+from lexpilot.benchmark.prompts import (
+    key_detail_lines,
+    render_history,
+    render_numbered_details,
+)
 from lexpilot.benchmark.records import AUDIT, FORCE_ASK, INTERACTION
-from lexpilot.protocols.steps import Stage
 from lexpilot.benchmark.vocabulary import NO, YES
-
+from lexpilot.protocols.judging import judge_json
+from lexpilot.protocols.steps import CaseCalls, Stage, Step
 
 YES_NO = {YES: True, NO: False}
 

@@ -12,14 +12,23 @@ extraction judge (Table 25) gives the verdicts, as in Direct LJP.
 """
 from __future__ import annotations
 
-from lexpilot.benchmark.prompts import key_detail_lines, render_history, render_key_facts, render_numbered_details
-from lexpilot.protocols.steps import CaseCalls, Step
-from lexpilot.protocols.ljp import extract_verdicts, force_judge
-from lexpilot.protocols.judging import judge_json
-from lexpilot.benchmark.records import BEHAVIOUR_DIALOGUE, BEHAVIOUR_PREDICTION, LJP_BEHAVIOUR, LJP_DIRECT, model_folder
+from lexpilot.benchmark.prompts import (
+    key_detail_lines,
+    render_history,
+    render_key_facts,
+    render_numbered_details,
+)
+from lexpilot.benchmark.records import (
+    BEHAVIOUR_DIALOGUE,
+    BEHAVIOUR_PREDICTION,
+    LJP_BEHAVIOUR,
+    LJP_DIRECT,
+    model_folder,
+)
 from lexpilot.benchmark.vocabulary import BEHAVIOURS
-from lexpilot.protocols.steps import Stage
-
+from lexpilot.protocols.judging import judge_json
+from lexpilot.protocols.ljp import extract_verdicts, force_judge
+from lexpilot.protocols.steps import CaseCalls, Stage, Step
 
 ROUNDS = 3
 ATTEMPTS = 5

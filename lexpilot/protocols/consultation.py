@@ -3,18 +3,15 @@ for the standard and the non-ideal users (Appendix E.5).
 """
 from __future__ import annotations
 
-
-from lexpilot.benchmark.prompts import (render_fault, render_history)
-from lexpilot.settings import Settings
 from lexpilot.benchmark.dataset import Case
+from lexpilot.benchmark.prompts import render_fault, render_history
 from lexpilot.benchmark.records import A1, INTERACTION, LCA
-from lexpilot.benchmark.vocabulary import HISTORY_TYPES
-from lexpilot.protocols.steps import CaseCalls, Stage, Step
-from lexpilot.protocols.ljp import force_judge
+from lexpilot.benchmark.vocabulary import ASKS, HISTORY_TYPES, PREDICTS, YES
 from lexpilot.protocols.dcg import judge_question
 from lexpilot.protocols.judging import parse_lca_label
-from lexpilot.benchmark.vocabulary import ASKS, PREDICTS, YES
-
+from lexpilot.protocols.ljp import force_judge
+from lexpilot.protocols.steps import CaseCalls, Stage, Step
+from lexpilot.settings import Settings
 
 CLARIFICATION_ROUNDS = 3  # user turns allowed after new assistant turns; pre-existing history turns do not count
 DISRUPTION_PROMPTS = {"delayed": "user_delayed", "self-correction": "user_self_correction"}

@@ -3,14 +3,15 @@ focal points and key details.
 """
 from __future__ import annotations
 
-
-from lexpilot.benchmark.prompts import (render_details_by_focal_point,
-                                        render_focal_points, render_history)
-from lexpilot.benchmark.records import (DCG, FORCE_ASK)
-from lexpilot.protocols.steps import CaseCalls, Stage, Step
-from lexpilot.protocols.judging import parse_dcg_label
+from lexpilot.benchmark.prompts import (
+    render_details_by_focal_point,
+    render_focal_points,
+    render_history,
+)
+from lexpilot.benchmark.records import DCG, FORCE_ASK
 from lexpilot.benchmark.vocabulary import YES
-
+from lexpilot.protocols.judging import parse_dcg_label
+from lexpilot.protocols.steps import CaseCalls, Stage, Step
 
 DCG_ROUNDS = 2
 

@@ -3,12 +3,11 @@ point.
 """
 from __future__ import annotations
 
-
-from lexpilot.settings import Settings
 from lexpilot.benchmark.dataset import Case
-from lexpilot.benchmark.records import (FOCAL_TYPE_RECORDS)
-from lexpilot.protocols.steps import CaseCalls, Stage, Step
+from lexpilot.benchmark.records import FOCAL_TYPE_RECORDS
 from lexpilot.protocols.judging import parse_focal_type
+from lexpilot.protocols.steps import CaseCalls, Stage, Step
+from lexpilot.settings import Settings
 
 
 def focal_types(calls: CaseCalls, upstream: dict) -> dict:

@@ -8,9 +8,12 @@ import re
 from typing import Callable
 
 from categories import FOCAL_TYPES
-from lexpilot.benchmark.vocabulary import RESPONSE_TYPES, VERDICTS
-from lexpilot.benchmark.vocabulary import DCG_LABELS, LCA_LABELS
-
+from lexpilot.benchmark.vocabulary import (
+    DCG_LABELS,
+    LCA_LABELS,
+    RESPONSE_TYPES,
+    VERDICTS,
+)
 
 # ----------------------------------------------------------------------------- judge outputs
 

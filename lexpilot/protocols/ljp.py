@@ -3,12 +3,18 @@ every prediction (Direct, Gold-Standard, Interaction-Based).
 """
 from __future__ import annotations
 
-
-from lexpilot.benchmark.prompts import (render_claims, render_history)
-from lexpilot.benchmark.records import (DIRECT_PREDICTION, GOLD_PREDICTION, INTERACTION, LJP_DIRECT, LJP_GOLD, LJP_INTERACTION, RecordKind)
-from lexpilot.protocols.steps import CaseCalls, Stage, Step
+from lexpilot.benchmark.prompts import render_claims, render_history
+from lexpilot.benchmark.records import (
+    DIRECT_PREDICTION,
+    GOLD_PREDICTION,
+    INTERACTION,
+    LJP_DIRECT,
+    LJP_GOLD,
+    LJP_INTERACTION,
+    RecordKind,
+)
 from lexpilot.protocols.judging import verdict_parser
-
+from lexpilot.protocols.steps import CaseCalls, Stage, Step
 
 # ----------------------------------------------------------------------------- LJP
 

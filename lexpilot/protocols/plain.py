@@ -3,11 +3,9 @@ task prompt, and the judge's response type.
 """
 from __future__ import annotations
 
-
-from lexpilot.benchmark.records import (PLAIN, PLAIN_TYPES)
-from lexpilot.protocols.steps import CaseCalls, Stage, Step
+from lexpilot.benchmark.records import PLAIN, PLAIN_TYPES
 from lexpilot.protocols.judging import parse_response_type
-
+from lexpilot.protocols.steps import CaseCalls, Stage, Step
 
 # ----------------------------------------------------------------------------- the plain consultation (C.2)
 

@@ -6,15 +6,12 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-
-from lexpilot.benchmark.prompts import key_detail_lines, render_history
 from lexpilot.benchmark.dataset import Case, load_dataset
-from lexpilot.protocols.steps import CaseCalls, Step
-from lexpilot.protocols.dcg import judge_question
-from lexpilot.benchmark.records import PROBE_DCG, PROBE_REPLIES
-from lexpilot.protocols.steps import Stage
 from lexpilot.benchmark.probe_file import CONDITIONS, Probe, load_probes
-
+from lexpilot.benchmark.prompts import key_detail_lines, render_history
+from lexpilot.benchmark.records import PROBE_DCG, PROBE_REPLIES
+from lexpilot.protocols.dcg import judge_question
+from lexpilot.protocols.steps import CaseCalls, Stage, Step
 
 # ----------------------------------------------------------------------------- generation (a stage)
 

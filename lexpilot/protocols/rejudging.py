@@ -10,21 +10,25 @@ from __future__ import annotations
 
 import shutil
 
-
-from lexpilot.storage.checkpoints import manifest_path
-from lexpilot.storage.manifest import read_manifest
-from lexpilot.settings import Settings
 from lexpilot.benchmark.dataset import load_dataset
+from lexpilot.benchmark.records import (
+    A1,
+    DIRECT_PREDICTION,
+    FORCE_ASK,
+    GOLD_PREDICTION,
+    INTERACTION,
+    INTERACTION_LABELS,
+    model_folder,
+    read_records,
+)
 from lexpilot.errors import HarnessError
-from lexpilot.protocols.steps import CaseCalls, Step
-from lexpilot.protocols.consultation import judge_strategy
-from lexpilot.benchmark.records import (A1, DIRECT_PREDICTION, FORCE_ASK, GOLD_PREDICTION, INTERACTION,
-                                        INTERACTION_LABELS, model_folder, read_records)
+from lexpilot.protocols.consultation import LCA_STEP, judge_strategy
 from lexpilot.protocols.dcg import DCG_STEP
 from lexpilot.protocols.ljp import DIRECT_STEPS, GOLD_STEPS, LJP_INTERACTION_STEP
-from lexpilot.protocols.consultation import LCA_STEP
-from lexpilot.protocols.steps import Stage
-
+from lexpilot.protocols.steps import CaseCalls, Stage, Step
+from lexpilot.settings import Settings
+from lexpilot.storage.checkpoints import manifest_path
+from lexpilot.storage.manifest import read_manifest
 
 REUSED = (A1, INTERACTION, FORCE_ASK, DIRECT_PREDICTION, GOLD_PREDICTION)  # generations and User Model replies
 

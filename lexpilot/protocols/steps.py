@@ -6,15 +6,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from lexpilot.storage.checkpoints import CallJournal
-from lexpilot.models.calls import ModelCaller, Usage
-from lexpilot.benchmark.prompts import (fill, key_detail_lines, render_history, render_key_facts)
-from lexpilot.settings import Settings
 from lexpilot.benchmark.dataset import Case
+from lexpilot.benchmark.prompts import (
+    fill,
+    key_detail_lines,
+    render_history,
+    render_key_facts,
+)
+from lexpilot.benchmark.records import RecordKind
 from lexpilot.errors import CaseFailed
-from lexpilot.benchmark.records import (RecordKind)
+from lexpilot.models.calls import ModelCaller, Usage
 from lexpilot.protocols.judging import fault_parser
-
+from lexpilot.settings import Settings
+from lexpilot.storage.checkpoints import CallJournal
 
 JUDGE_ATTEMPTS = 3
 

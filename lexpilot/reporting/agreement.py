@@ -12,20 +12,35 @@ from pathlib import Path
 import numpy as np
 
 from categories import FOCAL_TYPES
-from lexpilot.benchmark.prompts import load_prompts, render_details_by_focal_point, render_focal_points
 from lexpilot.benchmark.dataset import load_dataset
-from lexpilot.errors import HarnessError
-from lexpilot.benchmark.records import A1, DCG, FORCE_ASK, LCA, LJP_SETUPS, PLAIN, PLAIN_TYPES, FOCAL_TYPE_RECORDS
-from lexpilot.benchmark.vocabulary import DCG_LABELS, HISTORY_TYPES, LCA_LABELS, RESPONSE_TYPES, VERDICTS
-from lexpilot.reporting.metrics import kappa_from_confusion
-from lexpilot.reporting.results import load_runs, percentile_interval, read_task
-from lexpilot.files import read_sheet, write_sheet
+from lexpilot.benchmark.prompts import (
+    load_prompts,
+    render_details_by_focal_point,
+    render_focal_points,
+)
+from lexpilot.benchmark.records import (
+    A1,
+    DCG,
+    FOCAL_TYPE_RECORDS,
+    FORCE_ASK,
+    LCA,
+    LJP_SETUPS,
+    PLAIN,
+    PLAIN_TYPES,
+)
+from lexpilot.benchmark.vocabulary import (
+    DCG_LABELS,
+    HISTORY_TYPES,
+    LCA_LABELS,
+    RESPONSE_TYPES,
+    VERDICTS,
+)
+from lexpilot.errors import HarnessError, first_of
+from lexpilot.files import key_file, read_sheet, write_sheet
+from lexpilot.reporting.metrics import kappa_from_confusion, label_agreement
 from lexpilot.reporting.renderings import render_text
+from lexpilot.reporting.results import load_runs, percentile_interval, read_task
 from lexpilot.reporting.table import Table
-from lexpilot.files import key_file
-from lexpilot.reporting.metrics import label_agreement
-from lexpilot.errors import first_of
-
 
 # TYPE: the response type of a plain consultation (Table 6); FOCAL: the judge's type of a focal point (Table 18)
 ANNOTATED_TASKS = ("LCA", "DCG", "LJP", "TYPE", "FOCAL")

@@ -7,9 +7,16 @@ from pathlib import Path
 
 import numpy as np
 
-from lexpilot.benchmark.records import LJP_SETUPS
-from lexpilot.reporting.results import METRIC_NAMES, OVERALL, TASK_NAMES, Bootstrap, Group, group_label
 from categories import FOCAL_TYPES
+from lexpilot.benchmark.records import LJP_SETUPS
+from lexpilot.reporting.results import (
+    METRIC_NAMES,
+    OVERALL,
+    TASK_NAMES,
+    Bootstrap,
+    Group,
+    group_label,
+)
 from lexpilot.reporting.tables import CLASS_TABLES, SETUP_NAMES, classes_present
 
 

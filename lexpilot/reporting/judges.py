@@ -3,12 +3,14 @@ their agreement and Cohen's kappa per task.
 """
 from __future__ import annotations
 
-
-
-from lexpilot.benchmark.records import (DCG, INTERACTION,
-                                        INTERACTION_LABELS, LCA, LJP_SETUPS)
+from lexpilot.benchmark.records import (
+    DCG,
+    INTERACTION,
+    INTERACTION_LABELS,
+    LCA,
+    LJP_SETUPS,
+)
 from lexpilot.reporting.metrics import label_agreement
-
 
 REJUDGED_KINDS = (LCA, DCG, INTERACTION, INTERACTION_LABELS, *(verdicts for _, verdicts, _, _ in LJP_SETUPS))
 

@@ -12,7 +12,6 @@ from sklearn.metrics import cohen_kappa_score
 
 from lexpilot.benchmark.vocabulary import VERDICTS
 
-
 K = len(VERDICTS)
 VERDICT_INDEX = {label: i for i, label in enumerate(VERDICTS)}
 QWK_WEIGHTS = np.subtract.outer(np.arange(K), np.arange(K)) ** 2 / (K - 1) ** 2

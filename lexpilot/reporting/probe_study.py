@@ -8,12 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
-from lexpilot.benchmark.prompts import render_history
 from lexpilot.benchmark.dataset import Case
-from lexpilot.reporting.table import Table
-from lexpilot.benchmark.probe_file import CONDITIONS, CONDITION_NAMES, Probe
+from lexpilot.benchmark.probe_file import CONDITION_NAMES, CONDITIONS, Probe
+from lexpilot.benchmark.prompts import render_history
 from lexpilot.benchmark.vocabulary import NO, YES
-
+from lexpilot.reporting.table import Table
 
 EXPERT = ("answer", "over_disclosure", "error")  # the three criteria, each 是/否
 SHEET_COLUMNS = ["item_id", "case_number", "history", "question", "reply", "sufficient_reply", "permitted",

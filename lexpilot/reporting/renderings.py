@@ -5,8 +5,8 @@ from __future__ import annotations
 import csv
 import io
 
-from lexpilot.reporting.table import Table
 from lexpilot.files import spreadsheet_safe
+from lexpilot.reporting.table import Table
 
 
 def render_text(tables: list[Table]) -> str:

@@ -13,21 +13,45 @@ from pathlib import Path
 import numpy as np
 
 from categories import FOCAL_TYPES, cause_class
-from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS, compared_setting
-from lexpilot.storage.checkpoints import read_unanswered
 from lexpilot.benchmark.dataset import load_dataset
-from lexpilot.errors import HarnessError
-from lexpilot.reporting.metrics import (PLAIN_TYPE_ORDER, audit_counts, audit_from_counts, confusion, dcg_from_counts,
-                                        lca_counts, lca_from_counts, ljp_from_counts, plain, plain_counts,
-                                        plain_from_counts, ratio)
-from lexpilot.benchmark.records import (AUDIT, BEHAVIOUR_DIALOGUE, DCG, FOCAL_TYPE_RECORDS, INTERACTION, LCA,
-                                        LJP_BEHAVIOUR, LJP_DIRECT, LJP_SETUPS, PLAIN_TYPES, RECORD_KINDS, RecordKind,
-                                        model_folder, read_records)
-from lexpilot.benchmark.vocabulary import BEHAVIOURS, HISTORY_TYPES
-from lexpilot.benchmark.vocabulary import ASKS
-from lexpilot.errors import first_of
-from lexpilot.storage.manifest import read_manifest
-
+from lexpilot.benchmark.records import (
+    AUDIT,
+    BEHAVIOUR_DIALOGUE,
+    DCG,
+    FOCAL_TYPE_RECORDS,
+    INTERACTION,
+    LCA,
+    LJP_BEHAVIOUR,
+    LJP_DIRECT,
+    LJP_SETUPS,
+    PLAIN_TYPES,
+    RECORD_KINDS,
+    RecordKind,
+    model_folder,
+    read_records,
+)
+from lexpilot.benchmark.vocabulary import ASKS, BEHAVIOURS, HISTORY_TYPES
+from lexpilot.errors import HarnessError, first_of
+from lexpilot.reporting.metrics import (
+    PLAIN_TYPE_ORDER,
+    audit_counts,
+    audit_from_counts,
+    confusion,
+    dcg_from_counts,
+    lca_counts,
+    lca_from_counts,
+    ljp_from_counts,
+    plain,
+    plain_counts,
+    plain_from_counts,
+    ratio,
+)
+from lexpilot.storage.checkpoints import read_unanswered
+from lexpilot.storage.manifest import (
+    COMPARED_MANIFEST_FIELDS,
+    compared_setting,
+    read_manifest,
+)
 
 OVERALL = "Overall"
 USAGE_FIELDS = ("calls", "prompt_tokens", "completion_tokens", "unreported_calls", "reasoning_tokens", "batched_calls")

@@ -12,16 +12,24 @@ from pathlib import Path
 import numpy as np
 
 from categories import CLASS_LABELS, FOCAL_TYPES, cause_class
-from lexpilot.pricing import cost
-from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS
 from lexpilot.benchmark.records import LJP_SETUPS
 from lexpilot.benchmark.vocabulary import ROLES
-from lexpilot.reporting.judges import REJUDGED_KINDS, source_of
-from lexpilot.reporting.results import (AUDITED, OVERALL, STOP_CATEGORIES, TASKS, Bootstrap, Group, Run, group_label,
-                                        paired_difference, read_saved)
+from lexpilot.pricing import cost
+from lexpilot.reporting.judges import REJUDGED_KINDS, judges_agreement, source_of
+from lexpilot.reporting.results import (
+    AUDITED,
+    OVERALL,
+    STOP_CATEGORIES,
+    TASKS,
+    Bootstrap,
+    Group,
+    Run,
+    group_label,
+    paired_difference,
+    read_saved,
+)
 from lexpilot.reporting.table import Table
-from lexpilot.reporting.judges import judges_agreement
-
+from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS
 
 USER_CONDITION_NAMES = (("standard", "Standard"), ("delayed", "Delayed Disclosure"), ("self-correction", "Self-Correction"))
 SETUP_NAMES = {"direct": "Direct", "interaction": "Interaction-Based", "gold": "Gold-Standard"}
@@ -332,7 +340,7 @@ def table_4(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
         rows.append(row)
     tables = [Table("table_4", "Interaction behaviour and LJP (Table 4): QWK over the cases resolved in both conditions "
                     f"(Direct on the same cases; unresolved cases left out, counted below), mean ± SD over runs{suffix}",
-                    headers, rows)]
+                    headers, rows, column_tasks={"Direct": "direct"})]
     rows = []
     for g in shown:
         for b, name in (("targeted", "Targeted"), ("off_target", "Off-target")):

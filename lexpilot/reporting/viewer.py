@@ -19,13 +19,22 @@ from pathlib import Path
 
 from categories import cause_class
 from lexpilot.benchmark.dataset import Case, load_dataset
+from lexpilot.benchmark.records import (
+    A1,
+    DCG,
+    DIRECT_PREDICTION,
+    FORCE_ASK,
+    GOLD_PREDICTION,
+    INTERACTION,
+    LCA,
+    LJP_DIRECT,
+    LJP_GOLD,
+    LJP_INTERACTION,
+)
+from lexpilot.benchmark.vocabulary import ASKS
 from lexpilot.errors import HarnessError
-from lexpilot.benchmark.records import (A1, DCG, DIRECT_PREDICTION, FORCE_ASK, GOLD_PREDICTION, INTERACTION, LCA,
-                                        LJP_DIRECT, LJP_GOLD, LJP_INTERACTION)
 from lexpilot.reporting.results import Group, Run, group_label, read_saved
 from lexpilot.reporting.table import Table
-from lexpilot.benchmark.vocabulary import ASKS
-
 
 HIGHLIGHT_RUN = 6
 SETUPS = (("direct", "Direct", DIRECT_PREDICTION, LJP_DIRECT, "response"),
@@ -160,11 +169,11 @@ def table_html(t: Table, link) -> str:
 
 
 def overview(tables: list[Table], groups: list[Group]) -> str:
-    models = {group_label(g, groups): g.model for g in groups}
+    models = {g.model: g.model for g in groups} | {group_label(g, groups): g.model for g in groups}
     classes = {c for g in groups for r in g.runs for k in r.metrics for c in [k[2]]}
 
     def link(table: Table, row_label: str, header: str) -> str | None:
-        model = next((m for label, m in models.items() if row_label == label or row_label.startswith(label)), None)
+        model = models.get(row_label)  # a row is labelled with its group's label (or, Table 15, its model id)
         if model is None:
             return None
         task = table.task_of(header)  # declared by the table, whatever its title says

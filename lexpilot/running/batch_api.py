@@ -10,6 +10,7 @@ from pathlib import Path
 
 from lexpilot.benchmark.records import model_folder
 from lexpilot.errors import FatalError
+from lexpilot.files import write_atomic
 from lexpilot.models.calls import TRANSIENT_STATUS, backoff_seconds, error_message
 from lexpilot.running.ledger import Ledger
 
@@ -199,7 +200,7 @@ def write_batch_file(ledger: Ledger, folder: Path, model: str, role: str, reques
     folder.mkdir(parents=True, exist_ok=True)
     stem = f"cycle{len(ledger.data['batches']) + 1:04d}-{model_folder(model)}"
     path, output = folder / f"{stem}.jsonl", folder / f"{stem}.out.jsonl"
-    path.write_bytes(batch_lines(requests))
+    write_atomic(path, batch_lines(requests))
     ledger.data["batches"].append({"role": role, "phase": "written", "max_tokens": max_tokens, "path": str(path),
                                    "output": str(output), "requests": {cid: meta for cid, meta, _ in requests}})
     ledger.save()

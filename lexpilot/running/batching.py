@@ -25,11 +25,23 @@ from lexpilot.benchmark.prompts import load_prompts
 from lexpilot.errors import CaseFailed, FatalError
 from lexpilot.models.calls import Usage, request_body
 from lexpilot.protocols.steps import CaseCalls
-from lexpilot.running.batch_api import (adopt, chunks, listed, provider_call, request_digest, submit,
-                                        write_batch_file)
+from lexpilot.running.batch_api import (
+    adopt,
+    chunks,
+    listed,
+    provider_call,
+    request_digest,
+    submit,
+    write_batch_file,
+)
 from lexpilot.running.batch_import import collect
 from lexpilot.running.ledger import AT_ONCE, Ledger
-from lexpilot.storage.checkpoints import CallJournal, CheckpointWriter, journal_path, run_folder
+from lexpilot.storage.checkpoints import (
+    CallJournal,
+    CheckpointWriter,
+    journal_path,
+    run_folder,
+)
 
 
 class NeedsReply(Exception):

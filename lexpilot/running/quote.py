@@ -6,16 +6,21 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from lexpilot.benchmark.prompts import (SLOT, render_claims, render_details_by_focal_point,
-                                        render_focal_points, render_history)
-from lexpilot.settings import Settings
 from lexpilot.benchmark.dataset import Case
-from lexpilot.protocols.steps import Step
-from lexpilot.pricing import cost
-from lexpilot.benchmark.vocabulary import ROLES
-from lexpilot.running.state import StageState
+from lexpilot.benchmark.prompts import (
+    SLOT,
+    load_prompts,
+    render_claims,
+    render_details_by_focal_point,
+    render_focal_points,
+    render_history,
+)
 from lexpilot.benchmark.records import readable_records
-from lexpilot.benchmark.prompts import load_prompts
+from lexpilot.benchmark.vocabulary import ROLES
+from lexpilot.pricing import cost
+from lexpilot.protocols.steps import Step
+from lexpilot.running.state import StageState
+from lexpilot.settings import Settings
 
 
 def planned_calls(state: StageState, cases: list[Case],

@@ -12,20 +12,31 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from lexpilot.storage.checkpoints import (CallJournal, CheckpointWriter, checkpoint_path, journal_path, manifest_path)
-from lexpilot.storage.manifest import (RunLock, build_manifest, check_manifest, read_manifest, record_transport,
-                                       settings_hash)
-from lexpilot.benchmark.prompts import (load_prompts)
-from lexpilot.models.calls import ModelCaller, Usage
-from lexpilot.settings import Settings, add_common_args, settings_from_args
 from lexpilot.benchmark.dataset import Case, load_dataset
-from lexpilot.errors import Aborted, CaseFailed, FatalError, HarnessError
-from lexpilot.protocols.steps import CaseCalls
+from lexpilot.benchmark.prompts import load_prompts
 from lexpilot.benchmark.records import RECORD_KINDS
 from lexpilot.benchmark.vocabulary import ROLES
-from lexpilot.protocols.steps import Stage
-from lexpilot.running.state import StageState, load_state, run_case
+from lexpilot.errors import Aborted, CaseFailed, FatalError, HarnessError
+from lexpilot.models.calls import ModelCaller, Usage
+from lexpilot.protocols.steps import CaseCalls, Stage
 from lexpilot.running.quote import dry_run_report
+from lexpilot.running.state import StageState, load_state, run_case
+from lexpilot.settings import Settings, add_common_args, settings_from_args
+from lexpilot.storage.checkpoints import (
+    CallJournal,
+    CheckpointWriter,
+    checkpoint_path,
+    journal_path,
+    manifest_path,
+)
+from lexpilot.storage.manifest import (
+    RunLock,
+    build_manifest,
+    check_manifest,
+    read_manifest,
+    record_transport,
+    settings_hash,
+)
 
 
 class Progress:
@@ -117,7 +128,9 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
         for note in state.notes:
             print(f"[{name}] {note}", file=err)
         if settings.batching.status or settings.batching.enabled:
-            from lexpilot.running import batching  # the batch API is only touched when asked for
+            from lexpilot.running import (
+                batching,  # the batch API is only touched when asked for
+            )
             if settings.batching.status:
                 return batching.status(name, settings, clients, out)
             return batching.run_cycles(name, state, clients, settings, out, err, run_case)

@@ -6,15 +6,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lexpilot.storage.checkpoints import (CheckpointWriter, checkpoint_path, read_checkpoint)
-from lexpilot.models.calls import Usage
-from lexpilot.settings import Settings
 from lexpilot.benchmark.dataset import Case
-from lexpilot.errors import HarnessError
-from lexpilot.protocols.steps import CaseCalls, Step
 from lexpilot.benchmark.records import new_record, record_digest
-from lexpilot.protocols.steps import Stage
-from lexpilot.errors import first_of
+from lexpilot.errors import HarnessError, first_of
+from lexpilot.models.calls import Usage
+from lexpilot.protocols.steps import CaseCalls, Stage, Step
+from lexpilot.settings import Settings
+from lexpilot.storage.checkpoints import (
+    CheckpointWriter,
+    checkpoint_path,
+    read_checkpoint,
+)
 
 
 @dataclass

@@ -34,13 +34,26 @@ def _imported(path: Path, root: Path) -> list[Path]:
 @functools.lru_cache(maxsize=512)  # keyed by the file's time and size: a changed file is parsed again
 def _imports_of(path: Path, root: Path, mtime_ns: int, size: int) -> list[Path]:
     found = []
+    for _, module in imported_modules(path, root):
+        found += _module_files(module, root)
+    return found
+
+
+def imported_modules(path: Path, root: Path) -> list[tuple[int, str]]:
+    """(line, dotted name) of every import of a file, anywhere in it (inside functions too), relative imports made
+    absolute; `from package import name` gives both the package and package.name (which may be a module). The
+    layering test reads imports with it too."""
+    package = path.relative_to(root).parent.parts
+    names = []
     for node in ast.walk(ast.parse(path.read_bytes())):
         if isinstance(node, ast.Import):
-            found += [f for a in node.names for f in _module_files(a.name, root)]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found += _module_files(node.module, root)  # `from package import module` runs the module too
-            found += [f for a in node.names for f in _module_files(f"{node.module}.{a.name}", root)]
-    return found
+            names += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = list(package[:len(package) - node.level + 1]) if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            if module:
+                names += [(node.lineno, module)] + [(node.lineno, f"{module}.{a.name}") for a in node.names]
+    return names
 
 
 def relative(path: Path, root: Path) -> str:
