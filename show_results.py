@@ -35,6 +35,7 @@ from lexpilot.reporting.tables import (
     usage_tables,
 )
 from lexpilot.reporting.viewer import write_site
+from lexpilot.reporting.results import MAX_RESAMPLES
 
 
 def main(argv=None) -> int:
@@ -63,7 +64,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         return show(args)
-    except UsageError as e:
+    except (UsageError, HarnessError) as e:
         print(f"show_results: {e}", file=sys.stderr)
         return 2
 
@@ -112,8 +113,9 @@ RENDERINGS = {"text": render_text, "markdown": render_markdown, "csv": render_cs
 
 def read_options(args) -> tuple[dict | None, dict | None]:
     """The options' own files, checked before any run is read: the price file and the complexity CSV."""
-    if args.resamples < 1:
-        raise UsageError(f"--resamples must be at least 1, got {args.resamples}")
+    if not 1 <= args.resamples <= MAX_RESAMPLES:
+        raise UsageError(f"--resamples must be from 1 to {MAX_RESAMPLES:,} (the intervals are stable long before), "
+                         f"got {args.resamples}")
     try:
         prices = read_prices(args.prices) if args.prices else None
     except HarnessError as e:

@@ -9,6 +9,8 @@ import csv
 import errno
 import json
 import os
+import re
+import stat
 from pathlib import Path
 
 from lexpilot.errors import FatalError, HarnessError
@@ -42,12 +44,15 @@ def write_json(path: Path, data) -> None:
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
 
 
+NUMBER = re.compile(r"[+-]?\d+(\.\d+)?(e[+-]?\d+)?%?", re.I)  # a signed number is a number, not a formula
+
+
 def spreadsheet_safe(cell) -> str:
     """A CSV cell a spreadsheet shows as text, never runs as a formula: one apostrophe is put before a cell
     that starts with = + - @ a tab, a carriage return or an apostrophe. To recover the original text,
     remove the first character of every cell that starts with an apostrophe (`spreadsheet_text`)."""
     text = str(cell)
-    return "'" + text if text.startswith(FORMULA_START) else text
+    return "'" + text if text.startswith(FORMULA_START) and not NUMBER.fullmatch(text) else text
 
 
 def spreadsheet_text(cell: str) -> str:
@@ -74,6 +79,7 @@ def read_sheet(path: Path, columns: list[str]) -> list[tuple[int, dict]]:
         raise HarnessError(f"{path}: {'is a folder, not the CSV file' if path.is_dir() else 'not found'}")
     rows: list[tuple[int, dict]] = []  # the header is row 1
     try:
+        check_input(path)
         with path.open(encoding="utf-8-sig", newline="") as f:
             reader = csv.DictReader(f)
             missing = [c for c in columns if c not in (reader.fieldnames or [])]
@@ -91,3 +97,30 @@ def read_sheet(path: Path, columns: list[str]) -> list[tuple[int, dict]]:
 def key_file(sheet: Path) -> Path:
     """Where the key of a blind sheet for people goes (what the sheet must not show): beside it, as .key.csv."""
     return sheet.with_name(sheet.stem + ".key.csv")
+
+
+MAX_INPUT_BYTES = 1 << 30  # 1 GiB: far above any LexPilot file (the release is a few MB; a record file tens)
+
+
+def input_problem(path: Path) -> str | None:
+    """Why a file the harness reads (a dataset, a record file, a sheet, a price file) cannot be read, or None:
+    a folder, a device or a FIFO (which would never end, or block), or a file over MAX_INPUT_BYTES."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return None  # each reader says what a missing file means for it
+    except OSError as e:
+        return f"{path}: cannot be read ({e.strerror or e})"
+    if stat.S_ISDIR(info.st_mode):
+        return f"{path}: is a folder, not a file"
+    if not stat.S_ISREG(info.st_mode):
+        return f"{path}: not a regular file (a device, a FIFO or a socket); pass a file"
+    if info.st_size > MAX_INPUT_BYTES:
+        return f"{path}: {info.st_size:,} bytes, over the harness's limit of {MAX_INPUT_BYTES:,} for an input file"
+    return None
+
+
+def check_input(path: Path) -> None:
+    problem = input_problem(path)
+    if problem:
+        raise HarnessError(problem)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from lexpilot.errors import FatalError, HarnessError
+from lexpilot.files import check_input
 
 
 class Price(NamedTuple):
@@ -22,6 +23,7 @@ def read_prices(path: Path) -> dict[str, Price]:
     """{"model id": {"prompt": P, "completion": C}, ...} per million tokens; an entry may add the batch API's
     prices ("batch_prompt", "batch_completion") or a discount on both ("batch_discount": 0.5 = half price)."""
     try:
+        check_input(path)
         data = json.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, IsADirectoryError):
         raise HarnessError(f"--prices {path}: not found") from None

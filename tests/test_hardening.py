@@ -14,6 +14,7 @@ import pytest
 import judge_agreement
 import show_results
 from lexpilot.benchmark.records import A1, INTERACTION, LJP_GOLD
+from lexpilot.files import NUMBER
 from lexpilot.reporting import agreement as agreement_kit
 from lexpilot.storage import checkpoints
 from tests.conftest import ROOT, SAMPLE, Harness, sample_cases, write_dataset
@@ -202,14 +203,15 @@ def test_formula_cells_are_neutralised_in_every_csv_and_recoverable(tmp_path, mo
     for path in (out, agreement_kit.key_file(out)):
         with path.open(encoding="utf-8-sig", newline="") as f:
             cells = [c for row in csv.reader(f) for c in row]
-        assert not any(c.startswith(("=", "+", "-", "@", "\t", "\r")) for c in cells)
+        # a formula never starts a cell; a signed number is a number (issue 28, item 19)
+        assert not any(c.startswith(("=", "+", "-", "@", "\t", "\r")) and not NUMBER.fullmatch(c) for c in cells)
     assert any(c == "'" + hostile for c in cells) or "'-model" in cells
     rows = agreement_kit.read_sheet(out, agreement_kit.ANNOTATION_COLUMNS)
     assert any(row["reply"] == hostile for _, row in rows)  # the original text is recovered on reading
     capsys.readouterr()
     assert show_results.main(["--output-root", str(h.root), "--format", "csv"]) == 0
     cells = [c for row in csv.reader(io.StringIO(capsys.readouterr().out)) for c in row]
-    assert "'-model" in cells and not any(c.startswith(("=", "+", "-", "@")) for c in cells)
+    assert "'-model" in cells and not any(c.startswith(("=", "+", "-", "@")) and not NUMBER.fullmatch(c) for c in cells)
 
 
 # ----------------------------------------------------------------------------- unanswered calls (6)

@@ -1,5 +1,6 @@
 """Hardening, round three (issue 28, items 10-21): the paper's reasoning model under concurrency, a Retry-After
 beyond the cap, API keys, special files, bounds, digests, duplicated keys, missing runs and reports' output."""
+import json
 import time
 from collections import Counter
 
@@ -64,3 +65,99 @@ def test_no_api_key_at_all_is_said_with_the_variables_read(harness, provider, mo
     assert harness.run("gold", "--limit", "1") == 1
     err = capsys.readouterr().err
     assert "no API key is set" in err and "LEXPILOT_EVAL_API_KEY" in err and "OPENAI_API_KEY" in err
+
+
+def test_a_stage_file_replaced_by_a_folder_is_a_problem_not_a_traceback(harness, capsys):
+    """Item 13."""
+    import show_results
+    assert harness.run("gold", "--limit", "2") == 0
+    path = harness.file("eval_results", "LJP_gold.jsonl")
+    path.unlink()
+    path.mkdir()
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(harness.root)]) == 0
+    err = capsys.readouterr().err
+    assert f"{path}: is a folder, not a file" in err and "Traceback" not in err
+    assert harness.run("gold", "--limit", "2") == 2
+    assert "is a folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("special", ["/dev/zero", "fifo", "huge"])
+def test_a_dataset_that_is_not_a_regular_file_or_too_big_is_refused_at_once(harness, provider, tmp_path, capsys,
+                                                                            monkeypatch, special):
+    import os
+    from lexpilot import files
+    path = special
+    if special == "fifo":
+        path = tmp_path / "fifo"
+        os.mkfifo(path)  # no writer: reading it would block for ever
+    elif special == "huge":
+        path = tmp_path / "big.json"
+        path.write_text("[" + " " * 2000 + "]", encoding="utf-8")
+        monkeypatch.setattr(files, "MAX_INPUT_BYTES", 1000)
+    started = time.monotonic()
+    assert harness.run("gold", "--dataset", str(path)) == 2
+    err = capsys.readouterr().err
+    assert ("not a regular file" in err if special != "huge" else "over the harness's limit of 1,000" in err)
+    assert time.monotonic() - started < 5 and err.count("\n") == 1 and not provider.requests
+
+
+def test_resamples_are_bounded(capsys):
+    """Item 14."""
+    import show_results
+    assert show_results.main(["--ci", "--resamples", "1000000000"]) == 2
+    assert "--resamples must be from 1 to 100,000" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("raw, problem", [
+    ('"cause_of_action": "民间借贷纠纷", "cause_of_action": "民间借贷纠纷"', "case: 'cause_of_action' appears more than once"),
+    ('"complexity": Infinity', "Infinity is not a number JSON allows"),
+    ('"complexity": NaN', "NaN is not a number JSON allows")])
+def test_duplicated_keys_anywhere_and_infinity_are_dataset_errors(harness, tmp_path, capsys, raw, problem):
+    """Item 16: the last value no longer wins silently; Infinity and NaN are not numbers."""
+    text = json.dumps(sample_cases()[:1], ensure_ascii=False)
+    path = tmp_path / "d.json"
+    path.write_text(text.replace('{"case_number"', "{" + raw + ', "case_number"', 1), encoding="utf-8")
+    assert harness.run("gold", "--dataset", str(path)) == 2
+    assert problem in capsys.readouterr().err
+
+
+def test_complexity_csv_refuses_infinity(tmp_path, capsys):
+    import show_results
+    path = tmp_path / "c.csv"
+    path.write_text("cause_of_action,complexity\n离婚纠纷,inf\n", encoding="utf-8")
+    assert show_results.main(["--complexity", str(path)]) == 2
+    assert "'inf' is not a non-negative number" in capsys.readouterr().err
+
+
+def test_signed_numbers_are_numbers_in_csv_and_formulas_are_not():
+    """Item 19."""
+    from lexpilot.files import spreadsheet_safe
+    assert [spreadsheet_safe(c) for c in ("-0.308", "+0.641", "-12", "1e-3", "-model", "=1+1", "+0.6 [0.1, 0.9]")] == \
+        ["-0.308", "+0.641", "-12", "1e-3", "'-model", "'=1+1", "'+0.6 [0.1, 0.9]"]
+
+
+def test_markdown_escapes_html_in_a_model_id(harness, capsys):
+    """Item 21."""
+    import show_results
+    assert harness.run("gold", "--limit", "1", "--model", "<img src=x onerror=alert(1)>") == 0
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(harness.root), "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "<img" not in out and "&lt;img src=x onerror=alert(1)&gt;" in out
+
+
+@pytest.mark.parametrize("model", ["gpt-x ", " gpt-x", "gpt-x\t"])
+def test_a_model_id_with_surrounding_spaces_is_refused(harness, provider, capsys, model):
+    assert harness.run("gold", "--limit", "1", "--model", model) == 2
+    err = capsys.readouterr().err
+    assert "--model" in err and "spaces" in err and not provider.requests
+
+
+def test_the_price_file_message_has_no_stray_brace(tmp_path, capsys):
+    import show_results
+    path = tmp_path / "p.json"
+    path.write_text('{"m": {"prompt": "x"}}', encoding="utf-8")
+    assert show_results.main(["--prices", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert '{"prompt": number, "completion": number} (price' in err and "}}" not in err

@@ -18,6 +18,7 @@ from lexpilot.benchmark.records import canonical_hash
 from lexpilot.benchmark.vocabulary import HISTORY_TYPES, VERDICTS
 from lexpilot.errors import HarnessError, first_of
 from lexpilot.paths import DATA_DIR, PROJECT_ROOT
+from lexpilot.files import input_problem
 
 DEFAULT_DATASET = DATA_DIR / "LexPilot_release_multiturn.json"
 SAMPLE_DATASET = DATA_DIR / "LexPilot_sample.json"
@@ -76,9 +77,8 @@ def case_problems(raw) -> list[str]:
     problems = _identity_problems(raw)
     focal_points, focal_problems = _focal_point_problems(raw)
     problems += focal_problems + _key_detail_problems(raw, focal_points)
-    for name in ("result_dict", "key_details"):
-        for key in getattr(raw.get(name), "duplicates", ()):
-            problems.append(f"{name}: {key[:30]!r} appears more than once (JSON keeps only the last)")
+    for where, key in _duplicated_keys(raw, ""):
+        problems.append(f"{where or 'case'}: {key[:30]!r} appears more than once (JSON keeps only the last)")
     try:
         json.dumps(raw, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
@@ -198,6 +198,21 @@ class _Object(dict):
     duplicates: tuple = ()
 
 
+def _duplicated_keys(value, where: str):
+    """(where, key) of every key a JSON object of the case holds twice, at any depth."""
+    if isinstance(value, dict):
+        yield from ((where, key) for key in getattr(value, "duplicates", ()))
+        for key, sub in value.items():
+            yield from _duplicated_keys(sub, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list):
+        for i, sub in enumerate(value):
+            yield from _duplicated_keys(sub, f"{where}[{i}]")
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
 def _object(pairs) -> _Object:
     obj = _Object(pairs)
     if len(obj) < len(pairs):
@@ -213,16 +228,17 @@ def dataset_problems(path: Path) -> tuple[list, list[str]]:
             if path == DEFAULT_DATASET else ""
         return [], [f"{path}: dataset file not found. Put LexPilot_release_multiturn.json in "
                     f"{DATA_DIR} (see README.md).{hint}"]
+    problem = input_problem(path)
+    if problem:
+        return [], [problem + " (the dataset's JSON file)"]
     try:
         text = path.read_text(encoding="utf-8")
-    except IsADirectoryError:
-        return [], [f"{path}: is a folder; pass the dataset's JSON file"]
     except UnicodeDecodeError as e:
         return [], [f"{path}: not UTF-8 text ({e.reason} at byte {e.start})"]
     except OSError as e:
         return [], [f"{path}: cannot be read ({e.strerror or e})"]
     try:
-        raw_cases = json.loads(text, object_pairs_hook=_object)
+        raw_cases = json.loads(text, object_pairs_hook=_object, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
         return [], [f"{path}: not valid JSON at line {e.lineno} column {e.colno}: {e.msg}"
                     " (is the file truncated?)"]

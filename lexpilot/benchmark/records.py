@@ -14,6 +14,7 @@ from pathlib import Path
 
 from lexpilot.benchmark.vocabulary import BEHAVIOURS, HISTORY_TYPES
 from lexpilot.errors import HarnessError
+from lexpilot.files import check_input
 
 SCHEMA_VERSION = 1
 
@@ -252,6 +253,7 @@ def read_records(path: Path, kind: RecordKind, selected: dict[str, str | None], 
     records: dict[str, tuple[int, dict]] = {}
     if not path.exists():
         return records
+    check_input(path)
     for lineno, record in _parsed_lines(path, repair, notes):
         _check_record(f"{path}:{lineno}", record, kind, selected, records, what_to_do)
         records[record["case_number"]] = (lineno, record)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import html
 import io
 
 from lexpilot.files import spreadsheet_safe
@@ -21,7 +22,7 @@ def render_text(tables: list[Table]) -> str:
 def render_markdown(tables: list[Table]) -> str:
     out = []
     for t in tables:
-        esc = lambda c: c.replace("|", "\\|")  # noqa: E731
+        esc = lambda c: html.escape(c, quote=False).replace("|", "\\|")  # noqa: E731: no HTML, no column break
         out += [f"### {t.title}", "", "| " + " | ".join(map(esc, t.headers)) + " |",
                 "|" + "|".join("---" for _ in t.headers) + "|"]
         out += ["| " + " | ".join(map(esc, r)) + " |" for r in t.rows] + [""]

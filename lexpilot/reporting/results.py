@@ -468,6 +468,9 @@ def group_label(group: Group, groups: list[Group]) -> str:
 
 # ----------------------------------------------------------------------------- bootstrap over cases
 
+MAX_RESAMPLES = 100_000  # --resamples: more adds nothing a paper reports, and costs minutes of CPU per table
+
+
 @dataclass
 class Bootstrap:
     """Resampling of whole cases (a case's claims and both its histories stay together).

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from collections import Counter
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from lexpilot.reporting.results import (
 )
 from lexpilot.reporting.table import Table
 from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS
+from lexpilot.files import check_input
 
 USER_CONDITION_NAMES = (("standard", "Standard"), ("delayed", "Delayed Disclosure"), ("self-correction", "Self-Correction"))
 SETUP_NAMES = {"direct": "Direct", "interaction": "Interaction-Based", "gold": "Gold-Standard"}
@@ -424,6 +426,7 @@ def read_complexity(path: Path) -> dict[str, float]:
         raise UsageError(f"--complexity {path}: not found")
     values = {}
     try:
+        check_input(path)
         with path.open(encoding="utf-8-sig", newline="") as f:
             for line, row in enumerate(csv.reader(f), 1):
                 if not row or (line == 1 and row[0].strip() == "cause_of_action"):
@@ -436,7 +439,7 @@ def read_complexity(path: Path) -> dict[str, float]:
                     raise UsageError(f"{where}: missing complexity for {cause}")
                 try:
                     value = float(row[1])
-                    if not value == value or value < 0:
+                    if not math.isfinite(value) or value < 0:
                         raise ValueError
                 except ValueError:
                     raise UsageError(f"{where}: {row[1]!r} is not a non-negative number") from None

@@ -20,6 +20,7 @@ from lexpilot.files import storage_error, write_json
 from lexpilot.paths import PROMPT_DIR
 from lexpilot.settings import Settings
 from lexpilot.storage.code import code_changes, code_digests, code_hash
+from lexpilot.files import check_input
 
 COMPARED_MANIFEST_FIELDS = ("dataset_sha256", "selected_cases", "code_hash", "prompt_hash",
                             "models", "generation", "user_condition", "rejudged_from")
@@ -210,6 +211,7 @@ def record_transport(path: Path, token_fields: dict) -> None:
 def read_manifest(path: Path) -> dict:
     """A run's manifest as a JSON object (the one reader: stages and reports alike)."""
     try:
+        check_input(path)
         saved = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
         raise HarnessError(f"{path}: unreadable manifest ({type(e).__name__}: {' '.join(str(e).split())[:120]}). "
