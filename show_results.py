@@ -71,10 +71,16 @@ def main(argv=None) -> int:
 
 def show(args) -> int:
     prices, complexity = read_options(args)
-    runs = load_runs(args.output_root.resolve(), args.model, args.run_id, dataset=args.dataset,
+    root = args.output_root.resolve()
+    if not root.is_dir():
+        raise UsageError(f"--output-root {root} does not exist (or is not a folder)")
+    runs = load_runs(root, args.model, args.run_id, dataset=args.dataset,
                      keep_records=bool(args.html))  # the viewer shows the records scored here
+    missing = not_found(root, runs, args)
+    if missing:
+        raise UsageError(missing)
     if not runs:
-        print(f"No results under {args.output_root.resolve()} yet: run LexAwN_gen.py, eval_DCG.py and "
+        print(f"No results under {root} yet: run LexAwN_gen.py, eval_DCG.py and "
               "eval_LJP.py with --run-id first (see README.md).")
         return 0
     report_problems(runs)
@@ -106,6 +112,23 @@ def show(args) -> int:
         for path in written:
             print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def not_found(root: Path, runs, args) -> str | None:
+    """What was asked for (a run id, a model) and is not there, or records whose run has no manifest."""
+    there = sorted({p.parent.parent.name for p in root.glob("runs/*/*/manifest.json")})
+    for flag, asked, found in (("--run-id", args.run_id, {r.run_id for r in runs}),
+                               ("--model", args.model, {r.model for r in runs})):
+        absent = [x for x in asked or () if x not in found]
+        if absent:
+            return (f"{flag} {', '.join(absent)}: no such run under {root}"
+                    + (f" (runs there: {', '.join(there[:20])})" if there else ""))
+    orphans = sorted({p.parent.name for top in ("AwN_gen", "Force_ask_gen", "Force_judge_gen", "eval_results")
+                      for p in root.glob(f"{top}/*/*") if p.parent.name not in there})
+    if not runs and orphans:
+        return (f"records of run(s) {', '.join(orphans[:10])} under {root} but no manifest "
+                "(runs/<run>/<model>/manifest.json): restore it, or rerun a stage of the run to rebuild it")
+    return None
 
 
 RENDERINGS = {"text": render_text, "markdown": render_markdown, "csv": render_csv, "latex": render_latex}

@@ -267,11 +267,18 @@ def add_common_args(parser: argparse.ArgumentParser, user_condition: bool = Fals
 MAX_RUN_ID = 100  # a run id is a folder name under three folders: keep paths well inside OS limits
 
 
+def check_run_id(run_id: str, flag: str) -> None:
+    """A run id is a folder name under three folders: plain characters, never a path."""
+    if len(run_id) > MAX_RUN_ID:
+        raise HarnessError(f"{flag} is {len(run_id)} characters long; use at most {MAX_RUN_ID}")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", run_id):
+        raise HarnessError(f"{flag} {run_id!r}: use letters, digits, '.', '_' or '-' only")
+
+
 def settings_from_args(args: argparse.Namespace, env=os.environ) -> Settings:
-    if len(args.run_id) > MAX_RUN_ID:
-        raise HarnessError(f"--run-id is {len(args.run_id)} characters long; use at most {MAX_RUN_ID}")
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", args.run_id):
-        raise HarnessError(f"--run-id {args.run_id!r}: use letters, digits, '.', '_' or '-' only")
+    check_run_id(args.run_id, "--run-id")
+    if getattr(args, "from_run", None) is not None:
+        check_run_id(args.from_run, "--from-run")
     backoff = env.get("LEXPILOT_BACKOFF_BASE", "1.0")
     try:
         backoff_base = float(backoff)

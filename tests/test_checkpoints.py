@@ -8,7 +8,7 @@ from lexpilot.benchmark.records import A1, INTERACTION, content_digest
 from lexpilot.benchmark.records import model_folder as model_dirname
 from lexpilot.reporting.results import load_runs
 from lexpilot.storage.checkpoints import manifest_path
-from lexpilot.storage.manifest import RunLock
+from lexpilot.storage.manifest import RunLock, settings_digest
 from tests.conftest import SECRET, Harness, sample_cases
 from tests.fake_provider import FakeProvider
 
@@ -158,6 +158,7 @@ def test_an_endpoint_on_another_port_resumes_and_a_code_change_needs_consent(tmp
     for role in manifest["models"].values():
         role["endpoint_host"] = "127.0.0.1:1"  # the server was on another port when the run started
     manifest["code_files"]["lexpilot/protocols/ljp.py"] = "0123456789abcdef"  # and the harness was upgraded since
+    manifest["settings_digest"] = settings_digest(manifest)  # as the harness wrote it then
     mpath.write_text(json.dumps(manifest), encoding="utf-8")
     assert h.run("direct", "--limit", "1") == 2
     err = capsys.readouterr().err

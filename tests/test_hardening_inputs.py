@@ -161,3 +161,80 @@ def test_the_price_file_message_has_no_stray_brace(tmp_path, capsys):
     assert show_results.main(["--prices", str(path)]) == 2
     err = capsys.readouterr().err
     assert '{"prompt": number, "completion": number} (price' in err and "}}" not in err
+
+
+def test_a_journal_reply_edited_by_hand_is_never_replayed(harness, provider, capsys):
+    """Item 15: journal entries carry a digest like records do."""
+    provider.script = lambda kind, prompt, body: {"status": 500} if kind == "user" else None
+    assert harness.run("DCG", "--limit", "1", "--retries", "0") == 1  # the first question is paid, the reply fails
+    journal = next((harness.root / "runs").glob("*/*/calls_journal.jsonl"))
+    entries = [json.loads(x) for x in journal.read_text(encoding="utf-8").splitlines()]
+    reply = next(e for e in entries if "reply" in e)
+    journal.write_text(journal.read_text(encoding="utf-8").replace(json.dumps(reply["reply"], ensure_ascii=False)[1:-1],
+                                                                   "篡改的回复"), encoding="utf-8")
+    provider.script, provider.requests = None, []
+    capsys.readouterr()
+    assert harness.run("DCG", "--limit", "1") == 0
+    assert "1 repl(ies) changed after they were saved" in capsys.readouterr().err
+    assert provider.kinds()["force_ask"] == 2  # both questions asked: the edited one is not taken from the line
+    assert "篡改的回复" not in harness.file("Force_ask_gen", "force_ask.jsonl").read_text(encoding="utf-8")
+
+
+def test_an_edited_manifest_setting_is_noticed_by_stages_and_reports(harness, capsys):
+    """Item 15: temperature 0.7 -> 0.9 in manifest.json by hand."""
+    import show_results
+    assert harness.run("gold", "--limit", "2") == 0
+    manifest = next((harness.root / "runs").glob("*/*/manifest.json"))
+    manifest.write_text(manifest.read_text(encoding="utf-8").replace('"temperature": 0.7', '"temperature": 0.9'),
+                        encoding="utf-8")
+    capsys.readouterr()
+    assert harness.run("gold", "--limit", "2") == 2
+    assert "settings were changed after it started" in capsys.readouterr().err
+    assert show_results.main(["--output-root", str(harness.root)]) == 0
+    captured = capsys.readouterr()
+    assert "settings were changed after it started" in captured.err and "0.9" not in captured.out
+
+
+def test_records_made_with_other_settings_than_the_manifest_are_left_out(harness, capsys):
+    """Item 15: a manifest with a valid digest but other settings (swapped in) than its records."""
+    import show_results
+    from lexpilot.storage.manifest import settings_digest
+    assert harness.run("gold", "--limit", "2") == 0
+    path = next((harness.root / "runs").glob("*/*/manifest.json"))
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    manifest["generation"]["temperature"] = 0.9
+    manifest["settings_digest"] = settings_digest(manifest)
+    path.write_text(json.dumps(manifest, ensure_ascii=False), encoding="utf-8")
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(harness.root)]) == 0
+    assert "was made with other settings than the run's manifest says" in capsys.readouterr().err
+
+
+def test_what_was_asked_for_and_is_not_there_is_said_with_a_non_zero_status(harness, tmp_path, capsys):
+    """Item 17."""
+    import show_results
+    assert harness.run("gold", "--limit", "1") == 0
+    root = str(harness.root)
+    capsys.readouterr()
+    assert show_results.main(["--output-root", root, "--run-id", "nope"]) == 2
+    assert "--run-id nope: no such run" in capsys.readouterr().err
+    assert show_results.main(["--output-root", root, "--model", "other"]) == 2
+    assert "--model other: no such run" in capsys.readouterr().err
+    assert show_results.main(["--output-root", str(tmp_path / "nowhere")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    next((harness.root / "runs").glob("*/*/manifest.json")).unlink()
+    assert show_results.main(["--output-root", root]) == 2
+    err = capsys.readouterr().err
+    assert "records of run(s) r1" in err and "but no manifest" in err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert show_results.main(["--output-root", str(empty)]) == 0  # nothing run yet is not an error
+
+
+def test_from_run_is_checked_like_a_run_id(harness, provider, capsys):
+    """Item 18."""
+    import rejudge
+    for bad in ("../../x", "a/b", ".hidden"):
+        assert harness.run_stage(rejudge.STAGE, "--from-run", bad) == 2
+        assert "--from-run" in capsys.readouterr().err
+    assert not provider.requests

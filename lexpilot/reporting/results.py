@@ -52,6 +52,7 @@ from lexpilot.storage.manifest import (
     compared_setting,
     read_manifest,
 )
+from lexpilot.storage.manifest import settings_hash
 
 OVERALL = "Overall"
 USAGE_FIELDS = ("calls", "prompt_tokens", "completion_tokens", "unreported_calls", "reasoning_tokens", "batched_calls")
@@ -103,6 +104,11 @@ def read_saved(run: Run, root: Path, kind: RecordKind) -> tuple[dict, str | None
                               notes=run.notes)
     except HarnessError as e:
         return {}, str(e)
+    expected = settings_hash(run.manifest)
+    other = [(line, n) for n, (line, r) in loaded.items() if r.get("settings_hash") not in (None, expected)]
+    if other:  # the manifest says other settings than these records were made with (it was edited, or swapped)
+        return {}, (f"{path}:{other[0][0]}: case {other[0][1]} (and {len(other) - 1} more) was made with other "
+                    "settings than the run's manifest says; restore the manifest")
     return {n: r for n, (_, r) in loaded.items()}, None
 
 

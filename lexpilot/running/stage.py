@@ -207,6 +207,9 @@ def _open_journal(name: str, state: StageState, pending: list[Case], writer: Che
     journal = CallJournal(journal_path(settings.output_root, settings.run_id, settings.roles["eval"].model), writer,
                           {(c.number, s.name) for c in pending for s in state.steps
                            if c.number not in state.records[s.name]})
+    if journal.edited:
+        print(f"[{name}] {journal.path}: {journal.edited} repl(ies) changed after they were saved (their digest does "
+              "not match); those calls are made again", file=err)
     if journal.unreadable:
         print(f"[{name}] {journal.path}: {journal.unreadable} unreadable line(s) ignored (probably torn by a "
               "crash); those calls are made again", file=err)

@@ -17,6 +17,7 @@ from pathlib import Path
 from lexpilot.benchmark.dataset import Case
 from lexpilot.benchmark.records import RecordKind, model_folder, read_records
 from lexpilot.files import storage_error, write_atomic
+from lexpilot.benchmark.records import canonical_hash
 
 
 def run_folder(root: Path, run_id: str, model: str) -> Path:
@@ -96,6 +97,11 @@ def _journal_lines(path: Path):
                 yield raw, None
 
 
+def entry_digest(entry: dict) -> str:
+    """A journal reply's digest, as records carry one: a reply edited by hand is never replayed."""
+    return canonical_hash({k: v for k, v in entry.items() if k != "digest"})
+
+
 class CallJournal:
     """Every accepted reply of an unfinished step, so that a rerun replays it instead of paying again; and
     every call as it starts and ends, so that calls in flight when a process was killed (paid, never
@@ -114,7 +120,7 @@ class CallJournal:
         self.replies: dict[tuple, deque] = {}
         self.taken: dict[str, list] = {}  # case -> (key, reply) taken from `replies`, in order
         self.lock = threading.Lock()
-        self.unreadable = 0
+        self.unreadable = self.edited = 0
         self.unanswered: dict[str, int] = {}
         if not path.exists():
             return
@@ -132,13 +138,16 @@ class CallJournal:
             except (KeyError, TypeError):
                 self.unreadable += 1  # a line torn by a crash: that call is simply made again
                 continue
+            if "digest" in e and e["digest"] != entry_digest(e):
+                self.edited += 1  # changed by hand after it was saved: never replayed into a record
+                continue
             kept.append(raw if raw.endswith(b"\n") else raw + b"\n")
             if key[:2] in wanted:
                 self.replies.setdefault(key, deque()).append(entry)
         for call_id, role in started.items():
             if call_id not in ended:
                 self.unanswered[role] = self.unanswered.get(role, 0) + 1
-        if started or self.unreadable:
+        if started or self.unreadable or self.edited:
             if self.unanswered:
                 add_unanswered(path.with_name("unanswered_calls.json"), self.unanswered)
             write_atomic(path, b"".join(kept))
@@ -179,7 +188,7 @@ class CallJournal:
         entry = {"case_number": case_number, "step": step, "key": key, "reply": reply, "usage": usage}
         if custom_id:  # a reply collected from a batch: imported once, whatever happens during the import
             entry["custom_id"] = custom_id
-        self.writer.append(self.path, entry, sync=sync)
+        self.writer.append(self.path, {**entry, "digest": entry_digest(entry)}, sync=sync)
 
     @staticmethod
     def custom_ids(path: Path) -> set[str]:

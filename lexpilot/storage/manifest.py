@@ -78,7 +78,7 @@ def build_manifest(settings: Settings, dataset_sha256: str, selected: list[Case]
     prompt_hash, prompt_files = prompt_hashes(settings.user_condition)
     code = code_digests()
     roles = settings.roles
-    return {
+    manifest = {
         "schema_version": SCHEMA_VERSION,
         "run_id": settings.run_id,
         "dataset_sha256": dataset_sha256,
@@ -95,6 +95,13 @@ def build_manifest(settings: Settings, dataset_sha256: str, selected: list[Case]
         "package_versions": package_versions(),
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+    return manifest | {"settings_digest": settings_digest(manifest)}
+
+
+def settings_digest(manifest: dict) -> str:
+    """The digest of a manifest's compared settings: an edit by hand (a temperature changed after the run) is
+    seen by every reader."""
+    return canonical_hash({name: manifest.get(name) for name in COMPARED_MANIFEST_FIELDS})
 
 
 def compared_setting(manifest: dict, name: str):
@@ -218,6 +225,9 @@ def read_manifest(path: Path) -> dict:
                            "Restore it or use a new --run-id.") from None
     if not isinstance(saved, dict):
         raise HarnessError(f"{path}: the manifest is not a JSON object. Restore it or use a new --run-id.")
+    if "settings_digest" in saved and saved["settings_digest"] != settings_digest(saved):
+        raise HarnessError(f"{path}: the run's settings were changed after it started (the manifest's settings "
+                           "digest does not match). Restore the manifest, or use a new --run-id.")
     return saved
 
 
