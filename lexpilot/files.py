@@ -59,6 +59,18 @@ def spreadsheet_text(cell: str) -> str:
     return cell[1:] if cell.startswith("'") else cell
 
 
+SHEET_CELL_LIMIT = 32_000  # spreadsheet programs hold at most 32,767 characters in a cell
+
+
+def fits_a_cell(text: str, where_full: str) -> str:
+    """A cell for a sheet people open: a text over SHEET_CELL_LIMIT is cut, with a marker saying where the whole
+    text is."""
+    if len(text) <= SHEET_CELL_LIMIT:
+        return text
+    marker = f"\n…[cut here: {len(text) - SHEET_CELL_LIMIT + 200:,} more characters; the whole text is in {where_full}]"
+    return text[:SHEET_CELL_LIMIT - 200] + marker
+
+
 def write_sheet(path: Path, columns: list[str], rows: list[dict]) -> None:
     """A CSV sheet for people (UTF-8 with a BOM, which spreadsheet programs need), every cell spreadsheet_safe."""
     try:
@@ -80,6 +92,7 @@ def read_sheet(path: Path, columns: list[str]) -> list[tuple[int, dict]]:
     rows: list[tuple[int, dict]] = []  # the header is row 1
     try:
         check_input(path)
+        csv.field_size_limit(MAX_INPUT_BYTES)  # a cell the harness wrote may be as long as any reply
         with path.open(encoding="utf-8-sig", newline="") as f:
             reader = csv.DictReader(f)
             missing = [c for c in columns if c not in (reader.fieldnames or [])]

@@ -41,6 +41,7 @@ from lexpilot.reporting.metrics import kappa_from_confusion, label_agreement
 from lexpilot.reporting.renderings import render_text
 from lexpilot.reporting.results import load_runs, percentile_interval, read_task
 from lexpilot.reporting.table import Table
+from lexpilot.files import fits_a_cell
 
 # TYPE: the response type of a plain consultation (Table 6); FOCAL: the judge's type of a focal point (Table 18)
 ANNOTATED_TASKS = ("LCA", "DCG", "LJP", "TYPE", "FOCAL")
@@ -52,7 +53,7 @@ INSTRUCTIONS = {task: f"按标注说明（.guidelines.txt）中 {task} 部分的
 ANNOTATION_COLUMNS = ["item_id", "task", "case_number", "cause_of_action", "instruction", "labels", "reply",
                       "focal_points", "key_details", "claim", "all_claims", "annotator_1", "annotator_2",
                       "adjudicated"]
-ANNOTATION_KEY_COLUMNS = ["item_id", "task", "model", "run_id", "case_number", "source", "llm_label"]
+ANNOTATION_KEY_COLUMNS = ["item_id", "task", "model", "run_id", "case_number", "source", "llm_label", "reply"]
 
 
 @dataclass
@@ -169,13 +170,14 @@ def export(args) -> int:
             item_id = f"{task}-{i:03d}"
             rows.append({"item_id": item_id, "task": task, "case_number": it.case_number,
                          "cause_of_action": case.cause, "instruction": INSTRUCTIONS[task],
-                         "labels": " | ".join(LABELS[task]), "reply": it.reply,
+                         "labels": " | ".join(LABELS[task]), "reply": fits_a_cell(it.reply, key_file(args.out).name),
                          "focal_points": render_focal_points(case) if task == "DCG" else "",
                          "key_details": render_details_by_focal_point(case) if task == "DCG" else "",
                          "claim": it.claim, "all_claims": "\n".join(case.claims) if task == "LJP" else "",
                          "annotator_1": "", "annotator_2": "", "adjudicated": ""})
             keys.append({"item_id": item_id, "task": task, "model": it.model, "run_id": it.run_id,
-                         "case_number": it.case_number, "source": it.source, "llm_label": it.llm_label})
+                         "case_number": it.case_number, "source": it.source, "llm_label": it.llm_label,
+                         "reply": it.reply})  # whole, also where the sheet had to cut it
     write_sheet(args.out, ANNOTATION_COLUMNS, rows)
     write_sheet(key_file(args.out), ANNOTATION_KEY_COLUMNS, keys)
     try:
@@ -312,7 +314,8 @@ def interval_table(labelled: list) -> Table:
 
 def score(args) -> int:
     rows = read_sheet(args.annotations, ANNOTATION_COLUMNS)
-    key = {row["item_id"]: row for _, row in read_sheet(args.key or key_file(args.annotations), ANNOTATION_KEY_COLUMNS)}
+    needed = [c for c in ANNOTATION_KEY_COLUMNS if c != "reply"]  # key files written before it had the reply
+    key = {row["item_id"]: row for _, row in read_sheet(args.key or key_file(args.annotations), needed)}
     labelled, problems = human_labels(args.annotations, rows, key)
     if problems:
         shown = first_of(problems)
