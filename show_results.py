@@ -24,7 +24,13 @@ from lexpilot.reporting.renderings import (
     render_markdown,
     render_text,
 )
-from lexpilot.reporting.results import Bootstrap, Group, group_runs, load_runs
+from lexpilot.reporting.results import (
+    MAX_RESAMPLES,
+    Bootstrap,
+    Group,
+    group_runs,
+    load_runs,
+)
 from lexpilot.reporting.tables import (
     UsageError,
     build_tables,
@@ -35,7 +41,6 @@ from lexpilot.reporting.tables import (
     usage_tables,
 )
 from lexpilot.reporting.viewer import write_site
-from lexpilot.reporting.results import MAX_RESAMPLES
 
 
 def main(argv=None) -> int:

@@ -260,3 +260,71 @@ def test_the_budget_line_in_batch_mode_says_spent_reserved_and_left(pair, provid
     spent, reserved, left = (float(line.split(word)[0].split()[-1].rstrip(",")) for word in
                              (" spent", " reserved", " left"))
     assert spent == 0 and reserved > 0 and left == pytest.approx(100 - reserved, abs=1e-4)
+
+
+STORM_STAGES = ["LexAwN", "DCG", "direct", "gold", "interaction"]
+
+
+def analysis_stages():
+    import audit_simulator
+    import eval_LJP_behaviour
+    import eval_plain
+    return [eval_plain.STAGE, eval_LJP_behaviour.STAGE, audit_simulator.STAGE]
+
+
+def run_all(h, *extra) -> tuple[list[int], int]:
+    """Every stage of a run, each rerun after a kill (exit 130) until it ends: the exit codes, and the kills."""
+    codes, kills = [], 0
+    for stage in STORM_STAGES + analysis_stages():
+        for _ in range(60):
+            code = h.run(stage, *extra) if isinstance(stage, str) else h.run_stage(stage, *extra)
+            if code != 130:
+                break
+            kills += 1
+        codes.append(code)
+    return codes, kills
+
+
+@pytest.mark.parametrize("roles", [(), ("--batch-roles", "judge")])
+def test_every_stage_in_batches_under_a_fault_storm_and_kills_pays_what_a_synchronous_run_pays(
+        pair, provider, monkeypatch, roles):
+    """The issue's closing test: transient errors on every batch endpoint, a lost create reply, failed chat calls
+    for the roles left synchronous, kills after a batch is created and while its replies are imported; the
+    provider processes, request by request, exactly what a clean synchronous run of every stage processes."""
+    import random
+
+    from lexpilot.running import batching
+    from lexpilot.storage.checkpoints import CallJournal
+    sync, batch = pair
+    expected = synchronous(provider, sync, *STORM_STAGES)
+    for stage in analysis_stages():
+        assert sync.run_stage(stage) == 0
+    expected += provider.processed
+    provider.processed.clear()
+    rng = random.Random(7)
+    provider.batch_errors = [(rng.choice(["GET", "POST"]), rng.choice(["files", "batches"]), rng.choice([0, 429, 500,
+                                                                                                       503]))
+                             for _ in range(12)]
+    provider.batch_lost_create = True
+    chat_calls = Counter()
+
+    def flaky(kind, prompt, body):  # one chat call in five fails once: asked again, never paid twice
+        chat_calls[kind] += 1
+        return {"status": 502} if chat_calls[kind] % 5 == 0 else None
+    provider.script = flaky
+    real_submit, real_keep = batching.submit, CallJournal.keep_key
+
+    def submit_then_killed(run, client, role, requests, max_tokens):
+        real_submit(run, client, role, requests, max_tokens)
+        if rng.random() < 0.3:
+            raise KeyboardInterrupt  # killed just after the batch was created
+
+    def keep_then_killed(self, *args, **kwargs):
+        real_keep(self, *args, **kwargs)
+        if kwargs.get("custom_id") and rng.random() < 0.05:
+            raise KeyboardInterrupt  # killed while importing a batch's replies
+    monkeypatch.setattr(batching, "submit", submit_then_killed)
+    monkeypatch.setattr(CallJournal, "keep_key", keep_then_killed)
+    codes, kills = run_all(batch, "--batch", "--batch-poll", "0.1", "--retries", "6", *roles)
+    assert codes == [0] * 8 and kills >= 3 and len(provider.batches) > 8 and not provider.batch_errors
+    assert provider.processed == expected

@@ -86,6 +86,7 @@ def test_a_stage_file_replaced_by_a_folder_is_a_problem_not_a_traceback(harness,
 def test_a_dataset_that_is_not_a_regular_file_or_too_big_is_refused_at_once(harness, provider, tmp_path, capsys,
                                                                             monkeypatch, special):
     import os
+
     from lexpilot import files
     path = special
     if special == "fifo":

@@ -17,8 +17,8 @@ from categories import CAUSES, CLASS_LABELS, FOCAL_TYPES, cause_class
 from lexpilot.benchmark.records import canonical_hash
 from lexpilot.benchmark.vocabulary import HISTORY_TYPES, VERDICTS
 from lexpilot.errors import HarnessError, first_of
-from lexpilot.paths import DATA_DIR, PROJECT_ROOT
 from lexpilot.files import input_problem
+from lexpilot.paths import DATA_DIR, PROJECT_ROOT
 
 DEFAULT_DATASET = DATA_DIR / "LexPilot_release_multiturn.json"
 SAMPLE_DATASET = DATA_DIR / "LexPilot_sample.json"

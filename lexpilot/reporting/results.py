@@ -51,8 +51,8 @@ from lexpilot.storage.manifest import (
     COMPARED_MANIFEST_FIELDS,
     compared_setting,
     read_manifest,
+    settings_hash,
 )
-from lexpilot.storage.manifest import settings_hash
 
 OVERALL = "Overall"
 USAGE_FIELDS = ("calls", "prompt_tokens", "completion_tokens", "unreported_calls", "reasoning_tokens", "batched_calls")

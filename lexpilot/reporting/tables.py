@@ -15,6 +15,7 @@ import numpy as np
 from categories import CLASS_LABELS, FOCAL_TYPES, cause_class
 from lexpilot.benchmark.records import LJP_SETUPS
 from lexpilot.benchmark.vocabulary import ROLES
+from lexpilot.files import check_input
 from lexpilot.pricing import cost
 from lexpilot.reporting.judges import REJUDGED_KINDS, judges_agreement, source_of
 from lexpilot.reporting.results import (
@@ -31,7 +32,6 @@ from lexpilot.reporting.results import (
 )
 from lexpilot.reporting.table import Table
 from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS
-from lexpilot.files import check_input
 
 USER_CONDITION_NAMES = (("standard", "Standard"), ("delayed", "Delayed Disclosure"), ("self-correction", "Self-Correction"))
 SETUP_NAMES = {"direct": "Direct", "interaction": "Interaction-Based", "gold": "Gold-Standard"}

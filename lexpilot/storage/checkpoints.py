@@ -15,9 +15,13 @@ from collections import deque
 from pathlib import Path
 
 from lexpilot.benchmark.dataset import Case
-from lexpilot.benchmark.records import RecordKind, model_folder, read_records
+from lexpilot.benchmark.records import (
+    RecordKind,
+    canonical_hash,
+    model_folder,
+    read_records,
+)
 from lexpilot.files import storage_error, write_atomic
-from lexpilot.benchmark.records import canonical_hash
 
 
 def run_folder(root: Path, run_id: str, model: str) -> Path:

@@ -16,11 +16,10 @@ from lexpilot.benchmark.prompts import prompt_files_used
 from lexpilot.benchmark.records import SCHEMA_VERSION, canonical_hash, readable_records
 from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.errors import HarnessError
-from lexpilot.files import storage_error, write_json
+from lexpilot.files import check_input, storage_error, write_json
 from lexpilot.paths import PROMPT_DIR
 from lexpilot.settings import Settings
 from lexpilot.storage.code import code_changes, code_digests, code_hash
-from lexpilot.files import check_input
 
 COMPARED_MANIFEST_FIELDS = ("dataset_sha256", "selected_cases", "code_hash", "prompt_hash",
                             "models", "generation", "user_condition", "rejudged_from")
