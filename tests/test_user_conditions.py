@@ -202,3 +202,37 @@ def test_a_faulty_reply_without_a_valid_record_is_asked_again(one_case, provider
     (record,) = one_case.records(INTERACTION)
     assert record["fault"]["kind"] == "incomplete"
     assert sum(user_variant(p) == "mistaken" for p in provider.prompts("user")) == 2
+
+
+def qwk_of(records: list[dict]) -> float:
+    """Claim-level QWK of one run by hand (scikit-learn on the paper's 3-label scale)."""
+    from sklearn.metrics import cohen_kappa_score
+    gold = [v for r in records for v in r["gold"]]
+    predicted = [v for r in records for v in r["predicted"]]
+    return cohen_kappa_score(gold, predicted, weights="quadratic", labels=["支持", "部分支持", "驳回"])
+
+
+def test_table_15_pairs_real_runs_the_stages_wrote(tmp_path, provider, monkeypatch, capsys):
+    """Issue 25, item 1: two standard runs, one per non-ideal user, made by the stages: a non-ideal run's manifest
+    lists its extra user prompt file, and Table 15 still takes its Standard column from the standard runs of the
+    same model ("Standard" beside "Delayed Disclosure" and "Self-Correction", Table 15), with the paired declines."""
+    harness = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "four.json", sample_cases()[:4]))
+    qwk = {}
+    for run_id, condition in (("run1", "standard"), ("run2", "standard"), ("delayed1", "delayed"),
+                              ("selfcorr1", "self-correction")):
+        harness.run_id = run_id
+        assert harness.run("LexAwN", "--user-condition", condition) == 0
+        assert harness.run("interaction", "--user-condition", condition) == 0
+        qwk[run_id] = qwk_of(harness.records("eval_results", "LJP_interaction.jsonl"))
+    standard = (qwk["run1"] + qwk["run2"]) / 2
+    capsys.readouterr()
+    args = ["--output-root", str(harness.root)] + [x for r in qwk for x in ("--run-id", r)]
+    assert show_results.main(args + ["--ci"]) == 0
+    out = capsys.readouterr().out
+    rows = out[out.index("Non-ideal users (Table 15)"):].split("\n\n")[0].splitlines()[3:]
+    assert len(rows) == 1 and rows[0].startswith("eval-model")  # one row per model
+    cells = [c.strip() for c in rows[0].split("  ") if c.strip()]
+    assert cells[1].startswith(f"{standard:.4f}") and cells[2].startswith(f"{qwk['delayed1']:.4f}")
+    assert cells[3].startswith(f"{qwk['selfcorr1']:.4f}")
+    assert cells[4].startswith(f"{qwk['delayed1'] - standard:+.4f}")  # Delayed − Standard, paired
+    assert cells[5].startswith(f"{qwk['selfcorr1'] - standard:+.4f}")

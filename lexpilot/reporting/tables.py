@@ -32,6 +32,8 @@ from lexpilot.reporting.results import (
 )
 from lexpilot.reporting.table import Table
 from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS
+from lexpilot.benchmark.prompts import CONDITION_PROMPTS, PROMPT_FILES
+from lexpilot.storage.manifest import compared_setting
 
 USER_CONDITION_NAMES = (("standard", "Standard"), ("delayed", "Delayed Disclosure"), ("self-correction", "Self-Correction"))
 SETUP_NAMES = {"direct": "Direct", "interaction": "Interaction-Based", "gold": "Gold-Standard"}
@@ -179,13 +181,24 @@ def behaviour_tables(groups: list[Group]) -> list[Table]:
     return tables
 
 
+def paired_settings(group: Group) -> str:
+    """What must be equal for a non-ideal run to pair with standard runs in Table 15: every compared setting but
+    the user condition and the prompt files only a user condition sends (a delayed-disclosure run sends one
+    more prompt file than a standard run, and that must not keep them apart)."""
+    manifest = group.runs[0].manifest
+    settings = {name: compared_setting(manifest, name) for name in COMPARED_MANIFEST_FIELDS if name != "user_condition"}
+    condition_files = {PROMPT_FILES[name] for names in CONDITION_PROMPTS.values() for name in names}
+    if isinstance(settings.get("prompt_hash"), dict):
+        settings["prompt_hash"] = {f: h for f, h in settings["prompt_hash"].items() if f not in condition_files}
+    return json.dumps(settings, sort_keys=True, ensure_ascii=False)
+
+
 def non_ideal_table(groups: list[Group], boot: Bootstrap | None = None) -> Table | None:
     """Table 15: Interaction-Based QWK per user condition, for groups equal in every other setting; with
     `boot`, each condition's decline from Standard on the same resampled cases (paired)."""
     rows: dict[tuple, dict[str, Group]] = {}
     for g in groups:
-        others = tuple(s for name, s in zip(COMPARED_MANIFEST_FIELDS, g.settings) if name != "user_condition")
-        rows.setdefault((g.model, others), {})[g.condition] = g
+        rows.setdefault((g.model, paired_settings(g)), {})[g.condition] = g
     rows = {key: by_condition for key, by_condition in rows.items() if set(by_condition) - {"standard"}}
     if not rows:
         return None
