@@ -48,9 +48,12 @@ def test_attempts_rejections_and_unresolved_cases(three, provider, capsys):
     assert first["status"] == "accepted" and len(first["attempts"]) == 1
     assert second["status"] == "accepted" and len(second["attempts"]) == 3
     assert second["attempts"][0]["rejected"] == ["fact 1 absent", "a question reveals the answer"]
-    assert third["status"] == "unresolved" and len(third["attempts"]) == 5 and third["dialogue"] is None
+    # "rejection reasons and unresolved cases are retained": the last attempted dialogue is kept and predicted from
+    assert third["status"] == "unresolved" and len(third["attempts"]) == 5
+    assert third["dialogue"][len(CASES[2]["underspecified_consultation"]):] == third["attempts"][-1]["dialogue"]
     ljp = {r["case_number"]: r for r in three.records(LJP_BEHAVIOUR["targeted"])}
-    assert ljp[CASES[2]["case_number"]]["status"] == "unresolved" and ljp[CASES[2]["case_number"]]["predicted"] == []
+    unresolved = ljp[CASES[2]["case_number"]]
+    assert unresolved["status"] == "unresolved" and len(unresolved["predicted"]) == len(CASES[2]["result_dict"])
     off = three.records(BEHAVIOUR_DIALOGUE["off_target"])
     assert all(r["status"] == "accepted" and len(r["attempts"]) == 1 for r in off)
     assert three.run("direct") == 0
@@ -58,10 +61,12 @@ def test_attempts_rejections_and_unresolved_cases(three, provider, capsys):
     assert show_results.main(["--output-root", str(three.root)]) == 0
     out = capsys.readouterr().out
     table = out[out.index("Interaction behaviour and LJP (Table 4)"):].splitlines()
-    assert table[3].split()[:2] == ["eval-model", "2"]  # two cases resolved in both conditions
+    assert table[3].split()[:4] == ["eval-model", "3", "(1", "/"]  # every case; one unresolved (Targeted)
+    sensitivity = out[out.index("Table 4, sensitivity"):].splitlines()
+    assert sensitivity[3].split()[:2] == ["eval-model", "2"]  # two cases resolved in both conditions
     dialogues = out[out.index("Table 4 dialogues"):].splitlines()
     targeted = next(line for line in dialogues if "Targeted" in line)
-    assert "0.33 / 0.00 / 0.33 / 0.00 / 0.00" in targeted and " 1.0 " in f" {targeted} "
+    assert "1 / 0 / 1 / 0 / 0" in targeted and " 1 " in f" {targeted} "  # cases accepted at attempts 1..5
     assert "fact 1 absent (7)" in targeted
 
 
@@ -139,3 +144,66 @@ def test_a_run_without_direct_ljp_is_told_which_command_to_run(three, capsys):
     assert show_results.main(["--output-root", str(three.root)]) == 0
     err = capsys.readouterr().err
     assert "Table 4:" in err and "run eval_LJP_direct.py for this run" in err
+
+
+def test_table_4_covers_every_case_and_claim_with_a_resolved_only_sensitivity_view(three, provider, capsys):
+    """Issue 25, item 2. The paper: QWK "over all 657 equally weighted claims per run", "Direct results are reused
+    from Table 3", "rejection reasons and unresolved cases are retained". Case 3's Targeted dialogue is never
+    accepted: it is predicted from its last attempted dialogue and counted in the main table; the sensitivity view
+    keeps the two cases resolved in both conditions, Direct on the same two."""
+    labels = {"【定向】": ["支持", "驳回", "部分支持"], "【无关】": ["驳回", "驳回", "驳回"], "direct": ["部分支持", "支持", "驳回"]}
+    reject = rejecting({2: 99})
+
+    def script(kind, prompt, body):
+        if kind == "force_judge":
+            history = between(prompt, "对话历史")
+            return "【预测】" + next((m for m in ("【定向】", "【无关】") if m in history), "direct")
+        if kind == "ljp_judge":
+            marker = between(prompt, "待提取回复").removeprefix("【预测】")
+            n = len(between(prompt, "正式诉请").split("\n"))
+            return json.dumps({"results": labels[marker][:n]}, ensure_ascii=False)
+        return reject(kind, prompt, body)
+    provider.script = script
+    assert run_behaviour(three) == 0 and three.run("direct") == 0
+
+    def qwk(marker, cases):
+        gold = [v for c in cases for v in c["result_dict"].values()]
+        return quadratic_weighted_kappa(gold, [x for c in cases for x in labels[marker][:len(c["result_dict"])]])
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(three.root), "--format", "json"]) == 0
+    metrics = json.loads(capsys.readouterr().out)["groups"][0]["metrics"]
+    got = {t: metrics[t]["qwk"]["Overall"]["mean"] for t in ("LJP_direct", "T4_direct", "T4_targeted",
+                                                              "T4_off_target", "T4r_direct", "T4r_targeted",
+                                                              "T4r_off_target")}
+    assert got == pytest.approx({"LJP_direct": qwk("direct", CASES), "T4_direct": qwk("direct", CASES),
+                                 "T4_targeted": qwk("【定向】", CASES), "T4_off_target": qwk("【无关】", CASES),
+                                 "T4r_direct": qwk("direct", CASES[:2]), "T4r_targeted": qwk("【定向】", CASES[:2]),
+                                 "T4r_off_target": qwk("【无关】", CASES[:2])})
+    assert got["T4_direct"] == got["LJP_direct"]  # reused from Table 3
+    assert metrics["T4 unresolved"]["targeted"]["Overall"]["mean"] == 1
+
+
+def test_only_missing_facts_decide_acceptance_and_a_question_may_seek_several(three, provider):
+    """Issue 25, items 3 and 4: the validator sees the initial history apart from the constructed turns and marks a
+    key detail the history already states as "given": only the missing facts decide ("Targeted requires complete,
+    accurate recovery; Off-target requires no disclosure"). A Targeted question may seek several missing facts, so a
+    case with more missing facts than rounds is not impossible by construction."""
+    def script(kind, prompt, body):
+        if kind == "behaviour_judge":
+            reply = json.loads(default_reply(kind, prompt))
+            reply["facts"][0]["status"] = "given"  # fact 1 is in the initial history
+            return json.dumps(reply)
+        return None
+    provider.script = script
+    assert run_behaviour(three, "--limit", "1") == 0
+    for condition in ("targeted", "off_target"):
+        (record,) = three.records(BEHAVIOUR_DIALOGUE[condition])
+        assert record["status"] == "accepted" and len(record["attempts"]) == 1, condition
+        assert record["attempts"][0]["validation"]["facts"][0]["status"] == "given"
+    history = "\n".join(f"{'User' if m['role'] == 'user' else 'Assistant'}: {m['content']}"
+                        for m in CASES[0]["underspecified_consultation"])
+    for prompt in provider.prompts("behaviour_judge"):
+        dialogue = between(prompt, "对话")
+        assert dialogue.startswith(history) and "【以下为新增的提问与回答】" in dialogue
+        assert dialogue.index("【以下为新增的提问与回答】") > len(history) - 1
+    assert "一条或几条尚未说明的关键事实" in provider.prompts("targeted")[0]

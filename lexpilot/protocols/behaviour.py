@@ -4,11 +4,15 @@ judgment prediction, under controlled conditions.
 Per case and condition, from an independent copy of the underspecified history: the evaluated model, given the
 key details (never the verdicts), writes one question per round meant to recover the missing facts (Targeted)
 or to leave them undisclosed (Off-target), the Standard User Model answers, three rounds in both conditions;
-the judge checks each key detail against the whole dialogue (recovered / absent / contradicted, citing user
-turns) and flags unsupported assertions, questions that reveal the answer and replies beyond the question's
-scope. A failed dialogue is rebuilt from scratch, at most five attempts; then the same model predicts in a
-fresh context from the validated dialogue alone with the direct prediction prompt (Table 21), and the
-extraction judge (Table 25) gives the verdicts, as in Direct LJP.
+the judge checks each missing fact (a key detail the initial history does not already state: "given") against
+the whole dialogue, marking it recovered, absent or contradicted and citing the user turns, and flags, each as
+its own reason, unsupported assertions, questions that reveal the answer and replies beyond the question's
+scope. "Targeted requires complete, accurate recovery; Off-target requires no disclosure, including by
+implication" (Appendix E.7). A failed dialogue is rebuilt from scratch, at most five attempts ("rejection
+reasons and unresolved cases are retained"); then the same model predicts in a fresh context from the validated
+dialogue alone with the direct prediction prompt (Table 21), and the extraction judge (Table 25) gives the
+verdicts, as in Direct LJP. An unresolved case is predicted from its last attempted dialogue, and flagged, so
+that Table 4 covers every case and every claim.
 """
 from __future__ import annotations
 
@@ -32,7 +36,7 @@ from lexpilot.protocols.steps import CaseCalls, Stage, Step
 
 ROUNDS = 3
 ATTEMPTS = 5
-STATUSES = ("recovered", "absent", "contradicted")
+STATUSES = ("given", "recovered", "absent", "contradicted")  # given: stated in the initial history already
 FLAGS = {"unsupported_assertion": "unsupported assertion", "question_reveals_answer": "a question reveals the answer",
          "beyond_scope": "a reply beyond the question's scope"}
 WANTED = {"targeted": "recovered", "off_target": "absent"}
@@ -58,7 +62,7 @@ def rejection(validation: dict, condition: str) -> list[str]:
     """Why a dialogue fails its condition (empty: accepted). Acceptance depends on these criteria only, never
     on whether a verdict would be right."""
     wanted = WANTED[condition]
-    reasons = [f"fact {f['id']} {f['status']}" for f in validation["facts"] if f["status"] != wanted]
+    reasons = [f"fact {f['id']} {f['status']}" for f in validation["facts"] if f["status"] not in (wanted, "given")]
     return reasons + [name for flag, name in FLAGS.items() if validation[flag]]
 
 
@@ -74,34 +78,38 @@ def construct(condition: str):
                 dialogue.append({"role": "assistant", "content": question})
                 dialogue.append({"role": "user", "content": calls.user_reply(dialogue)})
             validation, raw = calls.judge("behaviour_validation", validation_parser(len(key_detail_lines(calls.case))),
-                                          history=render_history(dialogue),
+                                          history=render_constructed(history, dialogue[len(history):]),
                                           key_facts=render_numbered_details(calls.case))
             reasons = rejection(validation, condition)
             attempts.append({"attempt": attempt, "dialogue": dialogue[len(history):], "validation": validation,
                              "judge_raw": raw, "rejected": reasons})
             if not reasons:
                 return {"condition": condition, "status": "accepted", "attempts": attempts, "dialogue": dialogue}
-        return {"condition": condition, "status": "unresolved", "attempts": attempts, "dialogue": None}
+        # unresolved: the last attempted dialogue is kept for the prediction, which is flagged as unresolved
+        return {"condition": condition, "status": "unresolved", "attempts": attempts, "dialogue": dialogue}
     return run
+
+
+def render_constructed(history: list[dict], turns: list[dict]) -> str:
+    """The dialogue the validator reads: the initial history, then the constructed questions and replies, user
+    turns numbered over the whole dialogue (as the validation prompt says)."""
+    return render_history(history) + "\n【以下为新增的提问与回答】\n" + render_history(turns)
 
 
 def predict(condition: str):
     def run(calls: CaseCalls, upstream: dict) -> dict:
         dialogue = upstream[BEHAVIOUR_DIALOGUE[condition].name]
-        if dialogue["status"] != "accepted":
-            return {"condition": condition, "status": "unresolved", "response": None}
-        # a fresh context: the validated dialogue alone, with the direct prediction prompt
-        return {"condition": condition, "status": "accepted", "response": force_judge(calls, dialogue["dialogue"])}
+        # a fresh context: the validated (or, unresolved, the last attempted) dialogue alone, with the direct
+        # prediction prompt
+        return {"condition": condition, "status": dialogue["status"],
+                "response": force_judge(calls, dialogue["dialogue"])}
     return run
 
 
 def extract(condition: str):
     def run(calls: CaseCalls, upstream: dict) -> dict:
         prediction = upstream[BEHAVIOUR_PREDICTION[condition].name]
-        if prediction["status"] != "accepted":
-            return {"setup": condition, "status": "unresolved", "claims": list(calls.case.claims), "predicted": [],
-                    "gold": list(calls.case.verdicts), "judge_raw": []}
-        return {"setup": condition, "status": "accepted", **extract_verdicts(calls, prediction["response"])}
+        return {"setup": condition, "status": prediction["status"], **extract_verdicts(calls, prediction["response"])}
     return run
 
 

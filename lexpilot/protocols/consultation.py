@@ -123,7 +123,8 @@ def interaction_calls(upstream: dict, settings: Settings, case: Case | None = No
 A1_STEP = Step(A1, a1_responses, max_calls={"eval": 2}, prompts={"eval": "lexawn"})
 LCA_STEP = Step(LCA, lca_labels, needs=("a1",), max_calls={"judge": 2}, prompts={"judge": "judge_lca"})
 INTERACTION_STEP = Step(INTERACTION, interact, needs=("a1", "LCA"), max_calls=interaction_calls,
-                        prompts={"eval": "lexawn", "user": "user_standard", "judge": "judge_lca"})
+                        prompts={"eval": "lexawn", "user": "user_standard", "judge": "judge_lca"},
+                        also_sends=("force_judge", "judge_dcg"))  # the forced prediction; a non-ideal user's relevance check
 
 LEXAWN_STAGE = Stage("LexAwN", "LexAwN_gen.py", (A1_STEP, LCA_STEP, INTERACTION_STEP), user_condition=True)
 LCA_STAGE = Stage("LCA", "eval_LCA.py", (LCA_STEP,), upstream=(A1,))

@@ -19,6 +19,7 @@ from lexpilot.models.calls import ModelCaller, Usage
 from lexpilot.protocols.judging import fault_parser
 from lexpilot.settings import Settings
 from lexpilot.storage.checkpoints import CallJournal
+from lexpilot.benchmark.prompts import CONDITION_PROMPTS, PROMPT_FILES
 
 JUDGE_ATTEMPTS = 3
 
@@ -119,6 +120,7 @@ class Step:
     prompts: dict = field(default_factory=dict)  # role -> prompt name, for the dry run's token estimate
     when: Callable[[Settings], bool] | None = None  # run only with these settings (e.g. a --histories choice)
     min_calls: dict | None = None  # the calls always made, for a lower bound (default: a fixed max_calls)
+    also_sends: tuple[str, ...] = ()  # prompts it may send beyond `prompts` (a stage compares all it sends)
 
     @property
     def name(self) -> str:
@@ -152,6 +154,14 @@ class Stage:
 
     def enabled_steps(self, settings: Settings) -> list[Step]:
         return [s for s in self.steps if s.when is None or s.when(settings)]
+
+    def prompt_files(self, settings: Settings) -> set[str]:
+        """The prompt files this stage's enabled steps can send (a user condition's own prompts with the User
+        Model's): a run is compared on these, so a prompt another stage sends never blocks this one."""
+        names = {n for s in self.enabled_steps(settings) for n in (*s.prompts.values(), *s.also_sends)}
+        if any("user" in s.prompts for s in self.enabled_steps(settings)):
+            names |= set(CONDITION_PROMPTS.get(settings.user_condition, ()))
+        return {PROMPT_FILES[n] for n in names}
 
     def kinds(self, settings: Settings) -> tuple[RecordKind, ...]:
         """Every record kind the stage reads or writes with these settings (an upstream kind only where an

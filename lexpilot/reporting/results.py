@@ -145,8 +145,11 @@ TASKS = {
 TASKS |= {f"audit_{source}": (AUDIT[source], audit_counts, audit_from_counts) for source in AUDIT}
 # Table 4: Direct, Targeted and Off-target on the cases resolved in both conditions (filled in score_behaviour_
 # dialogues, not read from one file)
+# Table 4 over every case and claim ("QWK over all 657 equally weighted claims per run"; "Direct results are
+# reused from Table 3"), and, as a sensitivity view, over the cases resolved in both conditions
 TABLE_4 = {"T4_direct": LJP_DIRECT, **{f"T4_{b}": LJP_BEHAVIOUR[b] for b in BEHAVIOURS}}
-TASKS |= {task: (kind, ljp_case_counts, ljp_from_counts) for task, kind in TABLE_4.items()}
+TABLE_4_RESOLVED = {f"T4r_{name[3:]}": kind for name, kind in TABLE_4.items()}
+TASKS |= {task: (kind, ljp_case_counts, ljp_from_counts) for task, kind in {**TABLE_4, **TABLE_4_RESOLVED}.items()}
 # run only when wanted: the plain consultation, the simulator audit
 OPTIONAL_TASKS = {f"plain_{t}" for t in HISTORY_TYPES} | {f"audit_{source}" for source in AUDIT}
 # task using User Model replies -> (its audit, the metric shown on the cases whose replies were all clean)
@@ -175,7 +178,7 @@ def score_run(run: Run, root: Path, keep_records: bool = False) -> None:
 
     # A non-ideal-user run is only an Interaction-Based LJP result (Table 15).
     tasks = ["LJP_interaction", "audit_interaction"] if run.condition != "standard" else \
-        [t for t in TASKS if t not in TABLE_4]
+        [t for t in TASKS if t not in TABLE_4 and t not in TABLE_4_RESOLVED]
     for task in tasks:
         kind = TASKS[task][0]
         if task in OPTIONAL_TASKS and not kind.path(root, run.run_id, run.folder).exists():
@@ -286,8 +289,9 @@ def score_focal_types(run: Run, types: dict) -> None:
 
 
 def score_table_4(run: Run, root: Path, verdicts: dict, dialogues: dict) -> None:
-    """Table 4: QWK Direct / Targeted / Off-target over the cases resolved in both conditions (Direct on the
-    same cases), and per condition the share accepted at each attempt, the unresolved count and the reasons."""
+    """Table 4: QWK Direct / Targeted / Off-target over every case and claim (an unresolved case predicted from
+    its last attempted dialogue, and counted as unresolved), the same over the cases resolved in both conditions
+    (a sensitivity view), and per condition how many cases were accepted at each attempt, and the reasons."""
     problems = [f"{name}: {problem}" for name, (_, problem) in verdicts.items() if problem]
     if problems or any(d is None for d in dialogues.values()):
         hint = " (run eval_LJP_direct.py for this run: Table 4 compares with Direct)" \
@@ -295,16 +299,24 @@ def score_table_4(run: Run, root: Path, verdicts: dict, dialogues: dict) -> None
         run.problems.append("Table 4: " + "; ".join(problems or ["dialogues incomplete"]) + hint)
         return
     resolved = [n for n in run.selected if all(verdicts[f"T4_{b}"][0][n]["status"] == "accepted" for b in BEHAVIOURS)]
-    for task, (records, _) in verdicts.items():
-        rows = [records[n] for n in resolved]
-        data = run.tasks[task] = TaskData(resolved, [cause_class(r["cause_of_action"]) for r in rows],
-                                          np.array([ljp_case_counts(r) for r in rows]).reshape(len(rows), -1))
-        run.metrics[(task, "qwk", OVERALL)] = metrics_of(task, data)["qwk"] if rows else None
+    for cases, tasks in ((run.selected, TABLE_4), (resolved, TABLE_4_RESOLVED)):
+        for task, kind in tasks.items():
+            records = verdicts[f"T4_{task.split('_', 1)[1]}"][0]
+            rows = [records[n] for n in cases]
+            try:
+                counts = np.array([ljp_case_counts(r) for r in rows]).reshape(len(rows), -1)
+            except (ValueError, KeyError, TypeError):  # an unresolved case saved without a prediction (before 25.2)
+                run.problems.append(f"Table 4: {kind.file}: a case without predicted verdicts; rerun "
+                                    "eval_LJP_behaviour.py on a new run id")
+                return
+            data = run.tasks[task] = TaskData(list(cases), [cause_class(r["cause_of_action"]) for r in rows], counts)
+            run.metrics[(task, "qwk", OVERALL)] = metrics_of(task, data)["qwk"] if rows else None
+    run.metrics[("T4 cases", "all", OVERALL)] = float(len(run.selected))
     run.metrics[("T4 cases", "resolved", OVERALL)] = float(len(resolved))
     for b, records in dialogues.items():
         attempts = [len(r["attempts"]) if r["status"] == "accepted" else None for r in records.values()]
         for k in range(1, 6):
-            run.metrics[("T4 attempts", f"{b} {k}", OVERALL)] = float(np.mean([a == k for a in attempts]))
+            run.metrics[("T4 attempts", f"{b} {k}", OVERALL)] = float(sum(a == k for a in attempts))
         run.metrics[("T4 unresolved", b, OVERALL)] = float(sum(a is None for a in attempts))
         run.rejections[b] = Counter(reason for r in records.values() for a in r["attempts"]
                                     for reason in a["rejected"])

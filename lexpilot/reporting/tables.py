@@ -333,44 +333,54 @@ def audit_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
 
 
 def table_4(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
-    """Table 4: LJP QWK Direct / Targeted / Off-target over the cases resolved in both conditions, with the
-    paired differences under --ci; and how the dialogues were accepted (attempts, unresolved, reasons)."""
+    """Table 4: LJP QWK Direct / Targeted / Off-target over every case and claim (unresolved cases flagged), the
+    same over the cases resolved in both conditions as a sensitivity view, with the paired differences under --ci;
+    and how many cases each condition's dialogues were accepted at each attempt, with the rejection reasons."""
     shown = [g for g in groups if g.stat(("T4_targeted", "qwk", OVERALL))]
     if not shown:
         return []
     suffix = ", [95% bootstrap interval over cases]" if boot else ""
-    key = lambda task: (task, "qwk", OVERALL)  # noqa: E731
-    headers = ["Model", "Resolved cases", "Direct", "Targeted", "Off-target"]
-    if boot:
-        headers += ["Targeted − Direct", "Off-target − Direct"]
-    rows = []
-    for g in shown:
-        cases = g.stat(("T4 cases", "resolved", OVERALL))
-        row = [group_label(g, shown), f"{cases['mean']:.0f}" if cases else "n/a"]
-        row += [cell(g.stat(key(t)), 4, boot.interval(g, key(t)) if boot else None)
-                for t in ("T4_direct", "T4_targeted", "T4_off_target")]
-        if boot:
-            row += [difference_cell(paired_difference(boot, (g, key(t)), (g, key("T4_direct"))), 4)
-                    for t in ("T4_targeted", "T4_off_target")]
-        rows.append(row)
-    tables = [Table("table_4", "Interaction behaviour and LJP (Table 4): QWK over the cases resolved in both conditions "
-                    f"(Direct on the same cases; unresolved cases left out, counted below), mean ± SD over runs{suffix}",
-                    headers, rows, column_tasks={"Direct": "direct"})]
+    main = table_4_qwk(shown, boot, "T4", "table_4", "Interaction behaviour and LJP (Table 4): QWK over every case and "
+                       "claim, Direct as in Table 3; an unresolved case is predicted from its last attempted dialogue, "
+                       f"mean ± SD over runs{suffix}")
+    sensitivity = table_4_qwk(shown, boot, "T4r", "table_4_resolved", "Table 4, sensitivity: QWK over the cases "
+                              f"resolved in both conditions only (Direct on the same cases), mean ± SD over runs{suffix}")
     rows = []
     for g in shown:
         for b, name in (("targeted", "Targeted"), ("off_target", "Off-target")):
-            shares = [(g.stat(("T4 attempts", f"{b} {k}", OVERALL)) or {}).get("mean") for k in range(1, 6)]
+            counts = [(g.stat(("T4 attempts", f"{b} {k}", OVERALL)) or {}).get("mean") for k in range(1, 6)]
             unresolved = g.stat(("T4 unresolved", b, OVERALL))
             reasons = Counter()
             for r in g.runs:
                 reasons.update(r.rejections.get(b, {}))
-            rows.append([group_label(g, shown), name, " / ".join("n/a" if v is None else f"{v:.2f}" for v in shares),
-                         f"{unresolved['mean']:.1f}" if unresolved else "n/a",
+            rows.append([group_label(g, shown), name, " / ".join("n/a" if v is None else f"{v:g}" for v in counts),
+                         f"{unresolved['mean']:g}" if unresolved else "n/a",
                          "; ".join(f"{reason} ({n})" for reason, n in reasons.most_common(3)) or "-"])
-    tables.append(Table("table_4_attempts", "Table 4 dialogues: share of cases accepted at attempt 1 / 2 / 3 / 4 / 5, unresolved cases "
-                        "(mean per run) and the most frequent rejection reasons (all runs)",
-                        ["Model", "Condition", "Accepted at attempt", "Unresolved", "Rejections"], rows))
-    return tables
+    attempts = Table("table_4_attempts", "Table 4 dialogues: cases accepted at attempt 1 / 2 / 3 / 4 / 5 and unresolved "
+                     "cases (mean per run), and the most frequent rejection reasons (all runs)",
+                     ["Model", "Condition", "Accepted at attempt", "Unresolved", "Rejections"], rows)
+    return [main, attempts, sensitivity]
+
+
+def table_4_qwk(shown: list[Group], boot: Bootstrap | None, prefix: str, table_id: str, title: str) -> Table:
+    key = lambda task: (f"{prefix}_{task}", "qwk", OVERALL)  # noqa: E731
+    headers = ["Model", "Cases (unresolved T / O)" if prefix == "T4" else "Resolved cases", "Direct", "Targeted",
+               "Off-target"] + (["Targeted − Direct", "Off-target − Direct"] if boot else [])
+    rows = []
+    for g in shown:
+        cases = g.stat(("T4 cases", "all" if prefix == "T4" else "resolved", OVERALL))
+        flagged = [(g.stat(("T4 unresolved", b, OVERALL)) or {}).get("mean") for b in ("targeted", "off_target")]
+        count = f"{cases['mean']:g}" if cases else "n/a"
+        if prefix == "T4" and None not in flagged:
+            count += f" ({flagged[0]:g} / {flagged[1]:g})"
+        row = [group_label(g, shown), count]
+        row += [cell(g.stat(key(t)), 4, boot.interval(g, key(t)) if boot else None)
+                for t in ("direct", "targeted", "off_target")]
+        if boot:
+            row += [difference_cell(paired_difference(boot, (g, key(t)), (g, key("direct"))), 4)
+                    for t in ("targeted", "off_target")]
+        rows.append(row)
+    return Table(table_id, title, headers, rows, column_tasks={"Direct": "direct"})
 
 
 def figure_4_tables(groups: list[Group]) -> list[Table]:

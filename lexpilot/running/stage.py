@@ -110,13 +110,13 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
     record_files = [checkpoint_path(settings.output_root, settings.run_id, model, k) for k in RECORD_KINDS]
     if settings.dry_run:
         check_manifest(mpath, manifest, stage.script, write=False, allow_code_change=settings.allow_code_change,
-                       record_files=record_files)
+                       record_files=record_files, prompt_files=stage.prompt_files(settings))
         state = load_state(settings, stage, selected, repair=False)  # a dry run changes no file
         print(dry_run_report(name, state, selected), file=out)
         return 0
     with RunLock(mpath.with_name(".lock")):
         note = check_manifest(mpath, manifest, stage.script, write=True, allow_code_change=settings.allow_code_change,
-                              record_files=record_files)
+                              record_files=record_files, prompt_files=stage.prompt_files(settings))
         if note:
             print(f"[{name}] {note}", file=err)
         if stage.prepare:
@@ -124,7 +124,9 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
             if note:
                 print(f"[{name}] {note}", file=err)
         state = load_state(settings, stage, selected)
-        state.settings_hash, state.manifest_path = settings_hash(manifest), mpath
+        # new records carry the run's settings hash (the manifest saved when it started): a stage may go on while
+        # a prompt only another stage sends has changed since
+        state.settings_hash, state.manifest_path = settings_hash(read_manifest(mpath)), mpath
         for note in state.notes:
             print(f"[{name}] {note}", file=err)
         if settings.batching.status or settings.batching.enabled:

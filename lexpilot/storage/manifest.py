@@ -163,10 +163,11 @@ def saved_settings(paths: list[Path]) -> set[str | None]:
 
 
 def check_manifest(path: Path, current: dict, script: str, write: bool, allow_code_change: bool = False,
-                   record_files: list[Path] = ()) -> str | None:
+                   record_files: list[Path] = (), prompt_files: set[str] = frozenset()) -> str | None:
     """Stop before any call when the run's saved settings differ; write the manifest on first use.
 
-    Harness code that changed since the run started (any file the stage of `script` runs: see
+    Prompt files are compared where the stage sends them (`prompt_files`): a prompt only another stage sends
+    never blocks this one. Harness code that changed since the run started (any file the stage of `script` runs: see
     lexpilot.storage.code) is accepted with `allow_code_change`,
     and the new code hash is added to the manifest's `code_hashes_resumed_with`. A manifest that is gone
     while records of the run remain is rebuilt when every record was made with the current settings, and
@@ -184,7 +185,8 @@ def check_manifest(path: Path, current: dict, script: str, write: bool, allow_co
             write_json(path, current)
         return None
     saved = read_manifest(path)
-    differing = [d for d in manifest_differences(saved, current) if not d.startswith("code_hash:")]
+    differing = [d for d in manifest_differences(saved, current) if not d.startswith("code_hash:")
+                 and not (d.startswith("prompt_hash.") and d.split(":")[0][len("prompt_hash."):] not in prompt_files)]
     differing += code_changes(saved, script)
     if saved.get("user_condition") != current.get("user_condition"):
         raise HarnessError(f"{path}: this run's user condition is {saved.get('user_condition')!r}, not "
