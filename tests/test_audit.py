@@ -73,3 +73,36 @@ def test_rates_and_clean_case_metrics_hand_computed(audited, capsys):
     clean = out[out.index("Task metrics on all cases and on the cases whose simulator"):].splitlines()
     dcg_clean = next(line for line in clean if "DCG accuracy" in line).split()
     assert dcg_clean[-2:] == [f"{float(dcg[CASES[2]['case_number']]):.3f}", "1"]  # only the clean case
+
+
+def test_the_self_correcting_users_injected_fault_is_no_simulator_error(tmp_path, provider, monkeypatch, capsys):
+    """Issue 25, item 8: the deliberate fault of the Self-Correcting user is labelled as injected and left out of
+    the error rates; the other replies are judged as any."""
+    from tests.fake_provider import fault_record
+    h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "three.json", CASES))
+    h.run_id = "sc"
+    replies = iter(range(1000))
+    provider.script = lambda kind, prompt, body: (f"第{next(replies)}次回答：记不太清了。" + fault_record(prompt)
+                                                  if kind == "user" else None)  # every reply its own text
+    assert h.run("LexAwN", "--user-condition", "self-correction") == 0
+    interactions = h.records("AwN_gen", "interaction.jsonl")
+    faulty = {e["user_reply"] for r in interactions for e in r["rounds"]
+              if e.get("user_prompt") == "user_self_correction"}
+    assert faulty  # the scripted simulator injected its fault in at least one case
+    total = sum(1 for r in interactions for e in r["rounds"] if e.get("user_reply"))
+
+    def judge(kind, prompt, body):  # the judge flags exactly the injected replies, as it should
+        if kind == "audit_judge":
+            wrong = between(prompt, "模拟原告回复") in faulty
+            return json.dumps({"超范围披露": [], "不实陈述": "是" if wrong else "否", "回答了问题": "是"},
+                              ensure_ascii=False)
+        return None
+    provider.script = judge
+    assert h.run_stage(audit_simulator.STAGE, "--user-condition", "self-correction") == 0
+    replies = [x for r in h.records(AUDIT["interaction"]) for x in r["replies"]]
+    assert sorted(x["injected"] for x in replies) == sorted(x["error"] for x in replies)  # labelled, verdict kept
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(h.root), "--format", "json"]) == 0
+    metrics = json.loads(capsys.readouterr().out)["groups"][0]["metrics"]
+    assert metrics["audit_interaction"]["error"]["Overall"]["mean"] == 0.0  # 0 of the total - injected replies
+    assert sum(x["injected"] for x in replies) == len(faulty) and total > len(faulty)

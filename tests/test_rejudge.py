@@ -89,3 +89,26 @@ def test_a_rejudge_of_a_run_with_missing_generations_says_which_stage_to_run(tmp
     err = capsys.readouterr().err
     assert "run r1 lacks direct_prediction records for 4 of 4 cases: run eval_LJP_direct.py --run-id r1 first" in err
     assert not provider.requests
+
+
+@pytest.mark.parametrize("flags, named", [(("--temperature", "0.5"), "generation.temperature: run 0.7, now 0.5"),
+                                          (("--user-model", "other-user"), "models.user.model: run DeepSeek-V4.1-Flash"),
+                                          (("--max-tokens", "100"), "generation.max_tokens: run 8192, now 100")])
+def test_a_rejudge_flag_that_contradicts_the_source_runs_generation_settings_is_refused(tmp_path, provider,
+                                                                                         monkeypatch, capsys, flags,
+                                                                                         named):
+    """Issue 25, item 7: the re-judged run records the source run's settings for every role but the judge; a flag
+    that contradicts them is refused before any call and before anything is written."""
+    h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "one.json", sample_cases()[:1]))
+    for stage in ("LexAwN", "DCG", "direct", "gold", "interaction"):
+        assert h.run(stage) == 0
+    provider.requests = []
+    capsys.readouterr()
+    argv = ["--run-id", "rj", "--from-run", "r1", "--model", "eval-model", "--judge-model", "other-judge",
+            "--dataset", str(h.dataset), "--output-root", str(h.root), *flags]
+    assert stage_main(rejudge.STAGE, "test", argv=argv, clients=provider.in_memory_clients()) == 2
+    err = capsys.readouterr().err
+    assert named in err and "only the judge may differ" in err and not provider.requests
+    assert not (h.root / "runs" / "rj").exists()
+    argv = [a for a in argv if a not in flags]
+    assert stage_main(rejudge.STAGE, "test", argv=argv, clients=provider.in_memory_clients()) == 0

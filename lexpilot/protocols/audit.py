@@ -15,6 +15,7 @@ from lexpilot.benchmark.records import AUDIT, FORCE_ASK, INTERACTION
 from lexpilot.benchmark.vocabulary import NO, YES
 from lexpilot.protocols.judging import judge_json
 from lexpilot.protocols.steps import CaseCalls, Stage, Step
+from lexpilot.protocols.consultation import DISRUPTION_PROMPTS
 
 YES_NO = {YES: True, NO: False}
 
@@ -57,8 +58,12 @@ def audit_dcg(calls: CaseCalls, upstream: dict) -> dict:
 
 
 def audit_interaction(calls: CaseCalls, upstream: dict) -> dict:
-    return {"replies": [audit_reply(calls, before, question, entry["user_reply"],
-                                    f"interaction round {entry['round']} ({entry.get('user_prompt', 'user_standard')})")
+    """Every interaction reply audited; the non-ideal user's deliberate disruption (the delayed reply, the
+    self-correcting user's fault) is labelled `injected`: the judge's verdict on it is kept, and it is no
+    simulator error."""
+    return {"replies": [{**audit_reply(calls, before, question, entry["user_reply"],
+                                       f"interaction round {entry['round']} ({entry.get('user_prompt', 'user_standard')})"),
+                         "injected": entry.get("user_prompt") in DISRUPTION_PROMPTS.values()}
                         for before, question, entry in audited(upstream["interaction"], "assistant")]}
 
 

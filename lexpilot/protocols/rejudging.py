@@ -29,8 +29,36 @@ from lexpilot.protocols.steps import CaseCalls, Stage, Step
 from lexpilot.settings import Settings
 from lexpilot.storage.checkpoints import manifest_path
 from lexpilot.storage.manifest import read_manifest
+from lexpilot.storage.manifest import manifest_differences
 
 REUSED = (A1, INTERACTION, FORCE_ASK, DIRECT_PREDICTION, GOLD_PREDICTION)  # generations and User Model replies
+
+
+# What the copied generations were made with: every compared setting but the judge's (a re-judged run must not
+# claim settings its copied generations were not made with)
+GENERATION_SETTINGS = ("dataset_sha256", "selected_cases", "models.eval", "models.user", "generation.temperature",
+                       "generation.user_temperature", "generation.max_tokens", "generation.user_max_tokens",
+                       "generation.n")
+FLAGS = {"models.eval": "--model", "models.user": "--user-model (and LEXPILOT_USER_BASE_URL)",
+         "generation.temperature": "--temperature", "generation.user_temperature": "--user-temperature",
+         "generation.max_tokens": "--max-tokens", "generation.user_max_tokens": "--user-max-tokens",
+         "selected_cases": "--limit", "dataset_sha256": "--dataset"}
+
+
+def check_source_settings(settings: Settings, manifest: dict) -> None:
+    """Before anything is written: the new run's settings for every role but the judge are the source run's."""
+    source = manifest_path(settings.output_root, settings.source_run, settings.roles["eval"].model)
+    if not source.exists():
+        return  # copy_source says what is missing
+    saved = read_manifest(source)
+    differing = [d for d in manifest_differences(saved, manifest)
+                 if any(d.startswith(name + ":") or d.startswith(name + ".") for name in GENERATION_SETTINGS)
+                 or (d.startswith("prompt_hash.") and not d.startswith("prompt_hash.judge_"))]
+    if differing:
+        flags = sorted({flag for name, flag in FLAGS.items() for d in differing if d.startswith(name)})
+        raise HarnessError(f"run {settings.source_run} made the generations this run reuses with other settings "
+                           f"({'; '.join(differing)}); pass its settings ({', '.join(flags) or 'its prompts'}): "
+                           "only the judge may differ")
 
 
 def copy_source(settings: Settings) -> str | None:
@@ -93,4 +121,4 @@ INTERACTION_LABELS_STEP = Step(INTERACTION_LABELS, relabel_rounds, needs=("inter
 REJUDGE_STAGE = Stage("rejudge", "rejudge.py", (LCA_STEP, INTERACTION_LABELS_STEP, DCG_STEP, DIRECT_STEPS[1], GOLD_STEPS[1],
                                             LJP_INTERACTION_STEP),
                       upstream=(A1, INTERACTION, FORCE_ASK, DIRECT_PREDICTION, GOLD_PREDICTION), source_run=True,
-                      prepare=copy_source)
+                      prepare=copy_source, check_first=check_source_settings)

@@ -151,6 +151,8 @@ class Stage:
     source_run: bool = False  # takes --from-run
     # called under the run's lock before anything is loaded (re-judging copies the source, probes are checked)
     prepare: Callable[[Settings], str | None] | None = None
+    # called with the new run's manifest before it is compared or written (re-judging: the source's settings)
+    check_first: Callable[[Settings, dict], None] | None = None
 
     def enabled_steps(self, settings: Settings) -> list[Step]:
         return [s for s in self.steps if s.when is None or s.when(settings)]

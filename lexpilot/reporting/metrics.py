@@ -96,9 +96,16 @@ def plain_from_counts(c: np.ndarray) -> dict:
     return {name: ratio(np.moveaxis(c, -1, 0)[i], total) for i, name in enumerate(PLAIN_TYPE_ORDER)}
 
 
+def injected(reply: dict) -> bool:
+    """A non-ideal user's deliberate disruption (labelled since issue 25; before, known by its prompt)."""
+    return bool(reply.get("injected", str(reply.get("source", "")).endswith(("(user_delayed)",
+                                                                             "(user_self_correction)"))))
+
+
 def audit_counts(record: dict) -> np.ndarray:
-    """A simulator-audit record per case: replies audited, over-disclosing, erroneous, not answering."""
-    replies = record["replies"]
+    """A simulator-audit record per case: replies audited, over-disclosing, erroneous, not answering; the
+    injected disruption of a non-ideal user is left out (it is the protocol, not a simulator error)."""
+    replies = [r for r in record["replies"] if not injected(r)]
     return np.array([len(replies), sum(bool(r["over_disclosed"]) for r in replies),
                      sum(bool(r["error"]) for r in replies), sum(not r["answered"] for r in replies)], float)
 

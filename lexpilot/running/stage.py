@@ -108,6 +108,8 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
     manifest = build_manifest(settings, dataset_sha, selected)
     mpath = manifest_path(settings.output_root, settings.run_id, model)
     record_files = [checkpoint_path(settings.output_root, settings.run_id, model, k) for k in RECORD_KINDS]
+    if stage.check_first:
+        stage.check_first(settings, manifest)
     if settings.dry_run:
         check_manifest(mpath, manifest, stage.script, write=False, allow_code_change=settings.allow_code_change,
                        record_files=record_files, prompt_files=stage.prompt_files(settings))
