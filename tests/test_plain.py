@@ -51,15 +51,27 @@ def test_the_history_is_sent_as_its_own_messages_in_order_and_nothing_else(four,
     assert record["sent_as"] == "messages" and record["messages"] in [c["underspecified_consultation"] for c in CASES]
 
 
-def test_each_response_type_is_judged_from_the_response_alone(four, provider):
+def test_each_response_type_is_judged_with_the_consultation_and_its_missing_details(four, provider):
+    """Issue 25, item 5: the judge cannot judge "discussing various scenarios corresponding to the absent details"
+    from the response alone; it gets the consultation and the key details beside it (Tables 7-8 pair
+    "Consultation & Missing Details" with each response). Deficiency Recognition is "explicitly stating that the
+    provided information is inadequate": naming what is missing is not required."""
     provider.script = answers(["缺失识别", "条件性一般建议", "无条件一般建议", "过早预测"])
     assert run_plain(four) == 0
     types = {r["case_number"]: r["type"] for r in four.records(PLAIN_TYPES["underspecified"])}
     assert [types[c["case_number"]] for c in CASES] == ["deficiency_recognition", "conditional_advice",
                                                         "unconditional_advice", "premature_prediction"]
-    for prompt in provider.prompts("type_judge"):
+    prompts = provider.prompts("type_judge")
+    assert len(prompts) == len(CASES)
+    for case in CASES:
+        prompt = next(p for p in prompts if case["underspecified_consultation"][0]["content"] in p)
         assert between(prompt, "待评估回复") in STYLE.values()
-        assert not any(m["content"] in prompt for c in CASES for m in c["underspecified_consultation"])
+        history = "\n".join(f"{'User' if m['role'] == 'user' else 'Assistant'}: {m['content']}"
+                            for m in case["underspecified_consultation"])
+        assert between(prompt, "咨询对话") == history
+        details = case["key_details"].values() if isinstance(case["key_details"], dict) else [case["key_details"]]
+        assert all(d in between(prompt, "案件关键细节") for ds in details for d in ds)
+    assert "不要求具体说出缺少哪些事实" in prompts[0]
 
 
 def test_an_invalid_type_is_asked_again_then_the_case_fails_clearly(four, provider, capsys):
@@ -112,3 +124,19 @@ def test_response_types_go_to_the_judge_agreement_kit(four, provider, tmp_path):
     typed = [row for row in rows if row["task"] == "TYPE"]
     assert len(typed) == 4 and all(row["reply"] in STYLE.values() for row in typed)
     assert "=== TYPE" in agreement_kit.guidelines_path(out).read_text(encoding="utf-8")
+
+
+def test_the_complete_control_sends_and_judges_the_complete_history(four, provider):
+    """Issue 25, item 11: the control of Table 6 really is the complete history, sent as messages and shown to the
+    response-type judge."""
+    assert run_plain(four, "--histories", "underspecified,complete") == 0
+    sent = [r["messages"] for r in provider.requests if request_kind(r) == "plain"]
+    for case in CASES:
+        assert case["complete_consultation"] in sent and case["underspecified_consultation"] in sent
+    for record in four.records(PLAIN["complete"]):
+        case = next(c for c in CASES if c["case_number"] == record["case_number"])
+        assert record["messages"] == case["complete_consultation"] and record["history_type"] == "complete"
+    complete_histories = ["\n".join(f"{'User' if m['role'] == 'user' else 'Assistant'}: {m['content']}"
+                                    for m in c["complete_consultation"]) for c in CASES]
+    judged = [between(p, "咨询对话") for p in provider.prompts("type_judge")]
+    assert all(h in judged for h in complete_histories) and len(judged) == 2 * len(CASES)

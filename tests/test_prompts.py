@@ -22,7 +22,7 @@ EXPECTED_SLOTS = {
     "user_standard": {"history", "key_facts"}, "judge_lca": {"history"},
     "judge_dcg": {"ai_response", "focus_text", "key_facts"}, "judge_ljp": {"history", "claims"},
     "user_delayed": {"history", "key_facts"}, "user_self_correction": {"history", "key_facts"},
-    "user_correction": {"history", "key_facts", "fault"}, "judge_response_type": {"ai_response"},
+    "user_correction": {"history", "key_facts", "fault"}, "judge_response_type": {"history", "key_facts", "ai_response"},
     "judge_simulator_audit": {"history", "ai_response", "reply", "key_facts"},
     "behaviour_targeted": {"history", "key_facts"}, "behaviour_off_target": {"history", "key_facts"},
     "behaviour_validation": {"history", "key_facts"}, "judge_focal_type": {"focus_text"},

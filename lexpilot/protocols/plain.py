@@ -6,6 +6,7 @@ from __future__ import annotations
 from lexpilot.benchmark.records import PLAIN, PLAIN_TYPES
 from lexpilot.protocols.judging import parse_response_type
 from lexpilot.protocols.steps import CaseCalls, Stage, Step
+from lexpilot.benchmark.prompts import render_history, render_key_facts
 
 # ----------------------------------------------------------------------------- the plain consultation (C.2)
 
@@ -21,7 +22,11 @@ def plain_steps(history_type: str) -> tuple[Step, Step]:
                 "sent_as": "messages"}
 
     def classify(calls: CaseCalls, upstream: dict) -> dict:
+        # the consultation and the key details beside the response (the paper's Tables 7-8 pair "Consultation &
+        # Missing Details" with each response): scenarios "corresponding to the absent details" need them
         kind, raw = calls.judge("judge_response_type", parse_response_type,
+                                history=render_history(calls.case.history(history_type)),
+                                key_facts=render_key_facts(calls.case),
                                 ai_response=upstream[generation.name]["response"])
         return {"history_type": history_type, "type": kind, "judge_raw": raw}
 
