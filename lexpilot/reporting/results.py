@@ -82,6 +82,7 @@ class Run:
     unanswered: dict = field(default_factory=dict)  # role -> calls paid but never answered (process killed)
     saved: dict | None = None  # kind name -> case_number -> record, kept for the viewer (keep_records)
     rejections: dict = field(default_factory=dict)  # Table 4: condition -> Counter of rejection reasons
+    focal_types: dict = field(default_factory=dict)  # Figure 4: case -> (class, the type of each focal point)
 
     @property
     def selected(self) -> list[str]:
@@ -275,6 +276,7 @@ def score_focal_types(run: Run, types: dict) -> None:
     and the number of focal points per type and class."""
     for number, record in types.items():
         cls = cause_class(record["cause_of_action"])
+        run.focal_types[number] = (cls, [FOCAL_TYPES.get(e["type"], e["type"]) for e in record["types"]])
         for entry in record["types"]:
             key = ("focal points", FOCAL_TYPES.get(entry["type"], entry["type"]), cls)
             run.metrics[key] = run.metrics.get(key, 0.0) + 1

@@ -393,17 +393,35 @@ def figure_4_tables(groups: list[Group]) -> list[Table]:
     types = list(FOCAL_TYPES.values())
     classes = classes_present(typed)
     labels = [group_label(g, typed) for g in typed]
-    counts = typed[0].runs[0].metrics
-    return [Table("figure_4a", "Figure 4 (a): DCG accuracy by focal-point type (a case counts in each type among its focal "
-                  "points), mean ± SD over runs", ["Model"] + types,
-                  [[label] + [cell(g.stat(("DCG by focal type", t, OVERALL)), 3) for t in types]
-                   for label, g in zip(labels, typed)]),
-            Table("figure_4b", "Figure 4 (b): DCG accuracy by class, mean ± SD over runs", ["Model"] + classes,
-                  [[label] + [cell(g.stat(("DCG", "accuracy", c)), 3) for c in classes]
-                   for label, g in zip(labels, typed)]),
-            Table("figure_4c", "Figure 4 (c): focal points per type and class", ["Type"] + classes + ["Total"],
-                  [[t] + [f"{counts.get(('focal points', t, c), 0):.0f}" for c in classes]
-                   + [f"{sum(counts.get(('focal points', t, c), 0) for c in classes):.0f}"] for t in types])]
+    panels = []
+    for panel, key, columns, title in (
+            ("figure_4a", lambda c: ("DCG by focal type", c, OVERALL), types,
+             "Figure 4 (a): DCG accuracy by focal-point type (a case counts in each type among its focal points)"),
+            ("figure_4b", lambda c: ("DCG", "accuracy", c), classes, "Figure 4 (b): DCG accuracy by class")):
+        rows = [[label] + [cell(g.stat(key(c)), 3) for c in columns] for label, g in zip(labels, typed)]
+        # the figure plots the average over the models shown (the paper: three; choose them with --model)
+        rows.append([f"Average over {len(typed)} model(s)"] + [average_cell([g.stat(key(c)) for g in typed])
+                                                               for c in columns])
+        panels.append(Table(panel, f"{title}, mean ± SD over runs; the last row averages the models' means",
+                            ["Model"] + columns, rows, task="DCG"))
+    counts = Counter()  # over the benchmark: every case typed in any run shown, once
+    cases: dict = {}
+    for g in typed:
+        for r in g.runs:
+            for number, typed_case in r.focal_types.items():
+                cases.setdefault(number, typed_case)
+    for cls, of_case in cases.values():
+        counts.update((t, cls) for t in of_case)
+    panels.append(Table("figure_4c", f"Figure 4 (c): focal points per type and class, over the {len(cases)} typed "
+                        "cases of the benchmark", ["Type"] + classes + ["Total"],
+                        [[t] + [str(counts[(t, c)]) for c in classes] + [str(sum(counts[(t, c)] for c in classes))]
+                         for t in types]))
+    return panels
+
+
+def average_cell(stats: list[dict | None]) -> str:
+    means = [s["mean"] for s in stats if s and s["mean"] is not None]
+    return f"{np.mean(means):.3f}" if means else "n/a"
 
 
 def figure_3_tables(groups: list[Group], complexity: dict[str, float] | None) -> list[Table]:
