@@ -131,7 +131,9 @@ def test_a_batch_the_provider_lost_goes_back_to_pending(pair, provider, capsys, 
     capsys.readouterr()
     assert batch.run("gold", "--batch", "--batch-poll", "1") == 0
     err = capsys.readouterr().err
-    assert "its 8 requests are asked again in the next cycle" in err and "Traceback" not in err
+    assert ("its 8 requests are asked again in the next cycle" if lost == "batch" else
+            "cannot be downloaded (HTTP 404): the requests it answered are asked again") in err
+    assert "Traceback" not in err
     assert len(batch.records("eval_results", "LJP_gold.jsonl")) == 8
     if lost == "batch":
         assert provider.processed == expected
@@ -327,4 +329,33 @@ def test_every_stage_in_batches_under_a_fault_storm_and_kills_pays_what_a_synchr
     monkeypatch.setattr(CallJournal, "keep_key", keep_then_killed)
     codes, kills = run_all(batch, "--batch", "--batch-poll", "0.1", "--retries", "6", *roles)
     assert codes == [0] * 8 and kills >= 3 and len(provider.batches) > 8 and not provider.batch_errors
+    assert provider.processed == expected and max(provider.submitted.values()) == 1  # no batch bought twice
+
+
+def test_a_reasoning_model_in_batch_mode_switches_its_field_and_pays_each_request_once(pair, provider):
+    """Issue 28, item 10 in batch mode: the refusal lines of an OpenAI reasoning model come back in the output
+    file; the role switches to max_completion_tokens and asks again, as a synchronous call does."""
+    from tests.test_provider_faults import MAX_TOKENS_REFUSED
+    sync, batch = pair
+    expected = synchronous(provider, sync, "gold")
+    provider.script = lambda kind, prompt, body: MAX_TOKENS_REFUSED if "max_tokens" in body else None
+    assert batch.run("gold", "--batch", "--batch-poll", "1", "--retries", "0") == 0
     assert provider.processed == expected
+    manifest = json.loads(next((batch.root / "runs").glob("*/*/manifest.json")).read_text(encoding="utf-8"))
+    assert manifest["token_fields"]["eval"] == manifest["token_fields"]["judge"] == "max_completion_tokens"
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "text/html"])
+def test_a_batch_endpoint_answering_a_web_page_stops_in_one_line(pair, provider, capsys, content_type):
+    """A base URL pointing at a web page: a 200 whose body is not the batch API's, on /files or /batches."""
+    _, batch = pair
+    real = provider.batch_api
+
+    def page(method, path, headers, raw):
+        if method == "POST":
+            return 200, {"Content-Type": content_type}, b"<html>Welcome</html>"
+        return real(method, path, headers, raw)
+    provider.batch_api = page
+    assert batch.run("gold", "--batch", "--batch-poll", "1") in (1, 2)
+    err = capsys.readouterr().err
+    assert "not the batch API's; check the role's base URL" in err and "Traceback" not in err

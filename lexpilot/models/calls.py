@@ -33,6 +33,8 @@ CONTEXT_WINDOW = re.compile(r"context_length_exceeded|maximum context length|con
 # HTTP 400 for an output limit above the model's maximum (OpenAI, Anthropic, DeepSeek, vLLM wordings)
 OUTPUT_LIMIT = re.compile(r"max_(completion_)?tokens.*(too large|at most|maximum|exceed|less than|<=|range)"
                           r"|(maximum|max) (output|completion) tokens", re.I | re.S)
+# an OpenAI reasoning model refusing the output-limit field (the role switches to max_completion_tokens)
+MAX_TOKENS_REFUSED = re.compile(r"'max_tokens' is not supported.*max_completion_tokens|Unsupported parameter: 'max_tokens'")
 MAX_BACKOFF = 60.0
 MAX_RETRY_AFTER = 300.0  # the longest a provider's Retry-After may pause a stage; a longer one fails the attempt
 RATE_LIMITED_ATTEMPTS = 30  # 429s mean "slow down", not "failed": waited out under their own cap
@@ -213,8 +215,7 @@ class ModelCaller:
         body = body.get("error", body) if isinstance(body.get("error", body), dict) else body
         param, code, text = str(body.get("param") or ""), str(body.get("code") or ""), error_message(error)
         flag_temperature, flag_tokens = role.flags
-        if (param == "max_tokens" and code == "unsupported_parameter") or \
-                re.search(r"'max_tokens' is not supported.*max_completion_tokens", text):
+        if (param == "max_tokens" and code == "unsupported_parameter") or MAX_TOKENS_REFUSED.search(text):
             if token_field == "max_tokens":
                 with self.lock:  # whichever worker's refusal arrives first switches the role; all repeat
                     self.token_fields[role.name] = "max_completion_tokens"

@@ -13,9 +13,9 @@ from lexpilot.benchmark.prompts import (
 )
 from lexpilot.benchmark.records import AUDIT, FORCE_ASK, INTERACTION
 from lexpilot.benchmark.vocabulary import NO, YES
+from lexpilot.protocols.consultation import DISRUPTION_PROMPTS
 from lexpilot.protocols.judging import judge_json
 from lexpilot.protocols.steps import CaseCalls, Stage, Step
-from lexpilot.protocols.consultation import DISRUPTION_PROMPTS
 
 YES_NO = {YES: True, NO: False}
 

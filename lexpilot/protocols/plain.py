@@ -3,10 +3,10 @@ task prompt, and the judge's response type.
 """
 from __future__ import annotations
 
+from lexpilot.benchmark.prompts import render_history, render_key_facts
 from lexpilot.benchmark.records import PLAIN, PLAIN_TYPES
 from lexpilot.protocols.judging import parse_response_type
 from lexpilot.protocols.steps import CaseCalls, Stage, Step
-from lexpilot.benchmark.prompts import render_history, render_key_facts
 
 # ----------------------------------------------------------------------------- the plain consultation (C.2)
 

@@ -28,8 +28,7 @@ from lexpilot.protocols.ljp import DIRECT_STEPS, GOLD_STEPS, LJP_INTERACTION_STE
 from lexpilot.protocols.steps import CaseCalls, Stage, Step
 from lexpilot.settings import Settings
 from lexpilot.storage.checkpoints import manifest_path
-from lexpilot.storage.manifest import read_manifest
-from lexpilot.storage.manifest import manifest_differences
+from lexpilot.storage.manifest import manifest_differences, read_manifest
 
 REUSED = (A1, INTERACTION, FORCE_ASK, DIRECT_PREDICTION, GOLD_PREDICTION)  # generations and User Model replies
 

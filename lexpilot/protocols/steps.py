@@ -8,6 +8,8 @@ from typing import Callable
 
 from lexpilot.benchmark.dataset import Case
 from lexpilot.benchmark.prompts import (
+    CONDITION_PROMPTS,
+    PROMPT_FILES,
     fill,
     key_detail_lines,
     render_history,
@@ -19,7 +21,6 @@ from lexpilot.models.calls import ModelCaller, Usage
 from lexpilot.protocols.judging import fault_parser
 from lexpilot.settings import Settings
 from lexpilot.storage.checkpoints import CallJournal
-from lexpilot.benchmark.prompts import CONDITION_PROMPTS, PROMPT_FILES
 
 JUDGE_ATTEMPTS = 3
 

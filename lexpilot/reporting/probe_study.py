@@ -12,6 +12,7 @@ from lexpilot.benchmark.dataset import Case
 from lexpilot.benchmark.probe_file import CONDITION_NAMES, CONDITIONS, Probe
 from lexpilot.benchmark.prompts import render_history
 from lexpilot.benchmark.vocabulary import NO, YES
+from lexpilot.files import fits_a_cell
 from lexpilot.reporting.table import Table
 
 EXPERT = ("answer", "over_disclosure", "error")  # the three criteria, each 是/否
@@ -32,7 +33,7 @@ def sheet(probes: dict[str, Probe], replies: dict, labels: dict, cases: dict[str
         for condition, r in record["replies"].items():
             sufficient = {"C": "（不适用）", "D": "应说明不清楚或无法确认所问事实"}.get(condition, probe.minimum_answer)
             items.append(({"case_number": number, "history": render_history(cases[number].underspecified),
-                           "question": r["question"], "reply": r["reply"], "sufficient_reply": sufficient,
+                           "question": r["question"], "reply": fits_a_cell(r["reply"], "the run's probe_replies.jsonl"), "sufficient_reply": sufficient,
                            "permitted": probe.permitted[condition]},
                           condition, labels.get(number, {}).get("labels", {}).get(condition, {}).get("label", "")))
     random.Random(seed).shuffle(items)

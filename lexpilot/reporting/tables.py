@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from categories import CLASS_LABELS, FOCAL_TYPES, cause_class
+from lexpilot.benchmark.prompts import CONDITION_PROMPTS, PROMPT_FILES
 from lexpilot.benchmark.records import LJP_SETUPS
 from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.files import check_input
@@ -31,9 +32,7 @@ from lexpilot.reporting.results import (
     read_saved,
 )
 from lexpilot.reporting.table import Table
-from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS
-from lexpilot.benchmark.prompts import CONDITION_PROMPTS, PROMPT_FILES
-from lexpilot.storage.manifest import compared_setting
+from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS, compared_setting
 
 USER_CONDITION_NAMES = (("standard", "Standard"), ("delayed", "Delayed Disclosure"), ("self-correction", "Self-Correction"))
 SETUP_NAMES = {"direct": "Direct", "interaction": "Interaction-Based", "gold": "Gold-Standard"}

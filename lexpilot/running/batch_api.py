@@ -10,7 +10,7 @@ from pathlib import Path
 
 from lexpilot.benchmark.records import model_folder
 from lexpilot.errors import FatalError
-from lexpilot.files import write_atomic
+from lexpilot.files import check_input, write_atomic
 from lexpilot.models.calls import TRANSIENT_STATUS, backoff_seconds, error_message
 from lexpilot.running.ledger import Ledger
 
@@ -39,11 +39,21 @@ def provider_call(run, what: str, call, missing_ok: bool = False):
             problem = f"HTTP {e.status_code}"
         except (openai.APIConnectionError, openai.APITimeoutError) as e:
             problem = f"connection error ({settings.redact(error_message(e.__cause__ or e))})"
+        except (ValueError, AttributeError, TypeError):  # a 200 whose body is not the batch API's (a web page)
+            raise FatalError(f"{what}: the endpoint's answer is not the batch API's; check the role's base URL "
+                             "(it must be an OpenAI-compatible API with /files and /batches)") from None
         if attempt + 1 < attempts:
             run.log(f"{what}: {problem}; asked again")
             time.sleep(backoff_seconds(attempt, None, settings.transport.backoff_base))
     raise BatchEndpointError(f"{what}: {problem} after {attempts} attempts. Every batch submitted is recorded: "
                              "rerun the same command later")
+
+
+def checked(answer, field: str):
+    """An answer of the batch endpoints with the string field the harness reads (else: not the batch API)."""
+    if not isinstance(getattr(answer, field, None), str):
+        raise ValueError(field)
+    return answer
 
 
 def request_digest(body: dict) -> str:
@@ -77,8 +87,8 @@ def submit(run, client, role: str, requests: list, max_tokens: int) -> None:
              "requests": {cid: meta for cid, meta, _ in requests}}
     ledger.data["batches"].append(batch)
     ledger.save()
-    uploaded = provider_call(run, "uploading a batch file", lambda: client.files.create(
-        file=("lexpilot_batch.jsonl", batch_lines(requests)), purpose="batch"))
+    uploaded = provider_call(run, "uploading a batch file", lambda: checked(client.files.create(
+        file=("lexpilot_batch.jsonl", batch_lines(requests)), purpose="batch"), "id"))
     batch["file_id"], batch["phase"] = uploaded.id, "uploaded"
     ledger.save()
     created = create(run, client, uploaded.id)
@@ -92,18 +102,20 @@ def create(run, client, file_id: str):
     batch made from the file before the create is repeated."""
     def attempt():
         made = made_from(run, client, file_id)
-        return made or client.batches.create(input_file_id=file_id, endpoint=ENDPOINT, completion_window="24h",
-                                             metadata=tag(run))
+        return made or checked(client.batches.create(input_file_id=file_id, endpoint=ENDPOINT,
+                                                     completion_window="24h", metadata=tag(run)), "id")
     return provider_call(run, "creating a batch", attempt)
 
 
 def made_from(run, client, file_id: str):
-    return next((b for b in client.batches.list(limit=100) if b.input_file_id == file_id and tagged(b, run)), None)
+    """The batch made from our input file, if any (the file id is ours alone: no metadata needed)."""
+    return next((b for b in client.batches.list(limit=100) if getattr(b, "input_file_id", None) == file_id), None)
 
 
 def listed(run, client) -> list:
     """This run's batches (this model and stage) that the provider lists."""
-    return [b for b in provider_call(run, "listing batches", lambda: list(client.batches.list(limit=100)))
+    return [b for b in provider_call(run, "listing batches", lambda: [checked(b, "id") for b in
+                                                                      client.batches.list(limit=100)])
             if tagged(b, run)]
 
 
@@ -113,7 +125,10 @@ def finished_lines(run, batch: dict, client) -> list[bytes] | None:
     each counted as a failed attempt)."""
     if batch["phase"] == "written":  # a vLLM input file: imported once its output file is there
         output = Path(batch["output"])
-        return output.read_bytes().splitlines() if output.exists() else None
+        if not output.exists():
+            return None
+        check_input(output)
+        return output.read_bytes().splitlines()
     if batch["phase"] == "prepared":  # killed before the upload: nothing was submitted
         return lost(run, batch, None)
     if batch["phase"] == "uploaded":  # killed around the create: find the batch made from our file, if any
@@ -122,8 +137,8 @@ def finished_lines(run, batch: dict, client) -> list[bytes] | None:
             return lost(run, batch, None)  # never created
         batch["batch_id"], batch["phase"] = made.id, "created"
         run.ledger.save()
-    remote = provider_call(run, f"batch {batch['batch_id']}", lambda: client.batches.retrieve(batch["batch_id"]),
-                           missing_ok=True)
+    remote = provider_call(run, f"batch {batch['batch_id']}",
+                           lambda: checked(client.batches.retrieve(batch["batch_id"]), "status"), missing_ok=True)
     if remote is None:
         return lost(run, batch, f"the provider no longer knows batch {batch['batch_id']} (HTTP 404)")
     batch["status"] = remote.status
@@ -135,13 +150,13 @@ def finished_lines(run, batch: dict, client) -> list[bytes] | None:
         return None
     batch["reason"] = f"batch {remote.status}" + (f" ({why})" if (why := provider_errors(remote)) else "")
     lines = []
-    for file_id in (remote.output_file_id, remote.error_file_id):
-        content = file_id and provider_call(run, f"downloading the output of batch {batch['batch_id']}",
+    for name, file_id in (("output", remote.output_file_id), ("error", remote.error_file_id)):
+        content = file_id and provider_call(run, f"downloading the {name} file of batch {batch['batch_id']}",
                                             lambda: client.files.content(file_id).read(), missing_ok=True)
-        if file_id and content is None:
-            return lost(run, batch, f"the output file {file_id} of batch {batch['batch_id']} cannot be downloaded "
-                                    "(HTTP 404)")
-        lines += content.splitlines() if content else []
+        if file_id and content is None:  # its requests are left unanswered: asked again in the next cycle
+            run.log(f"the {name} file {file_id} of batch {batch['batch_id']} cannot be downloaded (HTTP 404): the "
+                    "requests it answered are asked again in the next cycle")
+        lines += content.splitlines() if isinstance(content, bytes) else []
     return lines
 
 
@@ -164,7 +179,8 @@ def lost(run, batch: dict, why: str | None) -> None:
 def adopt(run, clients: dict, pending: dict[str, tuple]) -> int:
     """Re-attach the batches of this run, model and stage that the provider lists and the ledger does not know
     (the ledger was lost, or is a stale copy): their requests are matched by what they ask to the requests the
-    cases need now (`pending`: request digest -> (case, step, key, role, max_tokens)), and never submitted again."""
+    cases need now (`pending`: request digest -> [(case, step, key, role, max_tokens), ...]), and never submitted
+    again."""
     ledger, adopted = run.ledger, 0
     known, files = ledger.known_batch_ids(), ledger.known_file_ids()
     for role, client in clients.items():
@@ -178,8 +194,9 @@ def adopt(run, clients: dict, pending: dict[str, tuple]) -> int:
             for line in (content or b"").splitlines():
                 try:
                     entry = json.loads(line)
-                    case, step, key, request_role, max_tokens = pending[request_digest(entry["body"])]
-                except (ValueError, KeyError, TypeError, AttributeError):
+                    # identical requests of different cases (a judge prompt holding only a reply) each take one
+                    case, step, key, request_role, max_tokens = pending[request_digest(entry["body"])].pop(0)
+                except (ValueError, KeyError, TypeError, AttributeError, IndexError):
                     continue  # not a request the cases need now (answered already, or not ours)
                 requests[entry["custom_id"]] = {"case": case, "step": step, "key": key, "role": request_role,
                                                 "max_tokens": max_tokens}
@@ -198,7 +215,9 @@ def adopt(run, clients: dict, pending: dict[str, tuple]) -> int:
 def write_batch_file(ledger: Ledger, folder: Path, model: str, role: str, requests: list, max_tokens: int, log):
     """--batch-files: the cycle's input for `vllm run-batch` (one model per file), recorded, then the command."""
     folder.mkdir(parents=True, exist_ok=True)
-    stem = f"cycle{len(ledger.data['batches']) + 1:04d}-{model_folder(model)}"
+    # numbered after every file already there, so an old output file is never read for new requests
+    taken = [int(p.name[5:9]) for p in folder.glob("cycle[0-9][0-9][0-9][0-9]-*") if p.name[5:9].isdigit()]
+    stem = f"cycle{max([len(ledger.data['batches']), *taken]) + 1:04d}-{model_folder(model)}"
     path, output = folder / f"{stem}.jsonl", folder / f"{stem}.out.jsonl"
     write_atomic(path, batch_lines(requests))
     ledger.data["batches"].append({"role": role, "phase": "written", "max_tokens": max_tokens, "path": str(path),

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lexpilot.models.calls import CONTEXT_WINDOW, Usage
+from lexpilot.models.calls import CONTEXT_WINDOW, MAX_TOKENS_REFUSED, Usage
 from lexpilot.models.replies import MalformedReply, parse_completion
 from lexpilot.running.batch_api import finished_lines
 from lexpilot.storage.checkpoints import CallJournal, CheckpointWriter
@@ -46,11 +46,9 @@ class Importer:
             if entry is None:
                 continue
             cid = entry["custom_id"]
-            if cid in seen:
-                if seen[cid] != entry:
-                    self.duplicated.append(cid)
-                continue
-            seen[cid] = entry
+            if cid in seen and seen[cid] != entry:
+                self.duplicated.append(cid)
+            seen.setdefault(cid, entry)
             request = batch["requests"].get(cid)
             if request is None or cid in self.known:
                 continue  # not ours, or imported before a kill
@@ -78,6 +76,14 @@ class Importer:
     def take(self, batch: dict, cid: str, request: dict, entry: dict) -> int:
         role = request.get("role", batch["role"])
         text, usage, problem = reply_of(entry, request.get("max_tokens", batch["max_tokens"]))
+        if problem and MAX_TOKENS_REFUSED.search(problem) and request.get("token_field", "max_tokens") == "max_tokens":
+            # an OpenAI reasoning model refused the field the request carried: the role switches, as a synchronous
+            # call does, and every such request is asked again with the new field; not a failed attempt
+            if self.run.caller.token_fields[role] == "max_tokens":
+                self.run.caller.token_fields[role] = "max_completion_tokens"
+                self.run.log(f"{role}: the model refuses max_tokens; its requests are asked again with "
+                             "max_completion_tokens")
+            return 0
         if problem:
             at_once = bool(CONTEXT_WINDOW.search(problem))  # no retry helps, as with a synchronous call
             self.run.ledger.failed(request["key"], f"{role}: {problem}", at_once)
@@ -95,7 +101,7 @@ class Importer:
                          "or not JSON); their requests are asked again")
         if self.duplicated:
             self.run.log(f"{where}: {len(self.duplicated)} custom id(s) answered twice with different replies; "
-                         "the first reply of each is kept")
+                         "the first accepted reply of each is kept")
         self.malformed, self.duplicated = 0, []
 
 

@@ -42,6 +42,7 @@ from lexpilot.storage.checkpoints import (
     journal_path,
     run_folder,
 )
+from lexpilot.storage.manifest import read_manifest, record_transport
 
 
 class NeedsReply(Exception):
@@ -93,6 +94,7 @@ class BatchRun:
     log: object
     failed: dict = field(default_factory=dict)  # case -> why it failed
     held: Counter = field(default_factory=Counter)  # case -> replies the journal holds for its pending steps
+    depth: int | None = None  # the least upper bound on the remaining calls said so far
 
     def batch_clients(self) -> dict:
         """One client per endpoint of the batched roles (roles may share one)."""
@@ -112,9 +114,11 @@ def run_cycles(name: str, state, clients: dict, settings, out, err, run_case) ->
     from lexpilot.models.calls import ModelCaller
     log = (lambda message: print(f"[{name}] {message}", file=err, flush=True))
     model = settings.roles["eval"].model
+    transport = read_manifest(state.manifest_path).get("token_fields") if state.manifest_path else None
     run = BatchRun(name, state, settings, Ledger(ledger_path(settings)),
                    journal_path(settings.output_root, settings.run_id, model), CheckpointWriter(),
-                   ModelCaller(settings, QuietProgress(log), threading.Event(), clients),
+                   ModelCaller(settings, QuietProgress(log), threading.Event(), clients,
+                               transport if isinstance(transport, dict) else None),
                    set(settings.batching.roles or ("eval", "user", "judge")), load_prompts(), run_case, log)
     try:
         return _cycles(run, out, err)
@@ -144,9 +148,11 @@ def _cycles(run: BatchRun, out, err) -> int:
         run.writer.close()
         if not adopted:  # the provider may hold batches of this run the ledger does not know: never ask twice
             adopted = True
-            if adopt(run, run.batch_clients(), {_digest(run, n): (n[0], n[1], n[3], n[2].role,
-                                                                  settings.roles[n[2].role].max_tokens)
-                                                for n in needs}):
+            pending_requests: dict[str, list] = {}
+            for n in needs:
+                pending_requests.setdefault(_digest(run, n), []).append(
+                    (n[0], n[1], n[3], n[2].role, settings.roles[n[2].role].max_tokens))
+            if adopt(run, run.batch_clients(), pending_requests):
                 continue
         if not needs:
             break
@@ -177,7 +183,8 @@ def _replay(run: BatchRun, pending: list) -> list[tuple]:
     next batches, as (case, step, NeedsReply, prompt key)."""
     needs = []
     # one read of the journal per cycle: its replies are queued per case, step and prompt
-    journal = CallJournal(run.journal_path, run.writer, {(c.number, s.name) for c in pending for s in run.state.steps})
+    journal = CallJournal(run.journal_path, run.writer, {(c.number, s.name) for c in pending for s in run.state.steps
+                                                         if c.number not in run.state.records[s.name]})
     run.held = Counter(key[0] for key, queue in journal.replies.items() for _ in queue)
     for case in pending:
         need = _replay_case(run, journal, case)
@@ -243,7 +250,8 @@ def _requests(run: BatchRun, needs: list[tuple]) -> dict[str, list]:
         group = role.model if settings.batching.files else role.base_url
         groups.setdefault(group, []).append((custom_id(number, step, key, submission),
                                              {"case": number, "step": step, "key": key, "role": need.role,
-                                              "max_tokens": role.max_tokens}, body))
+                                              "max_tokens": role.max_tokens,
+                                              "token_field": caller.token_fields[need.role]}, body))
     return groups
 
 
@@ -266,6 +274,9 @@ def _batch_summary(run: BatchRun, wall: float, out, err) -> int:
           f"{run.ledger.cycles(name)} cycles in this run; wall {wall:.1f}s", file=out, flush=True)
     for number, message in sorted(run.failed.items()):
         print(f"[{name}] case {number} failed: {run.settings.redact(message)}", file=err)
+    if state.manifest_path and run.caller.token_fields != read_manifest(state.manifest_path).get(
+            "token_fields", {role: "max_tokens" for role in run.settings.roles}):
+        record_transport(state.manifest_path, run.caller.token_fields)  # a resumed run starts with the field
     CallJournal(run.journal_path, run.writer, set()).compact({s.name: state.records[s.name] for s in state.steps})
     return 1 if run.failed else 0
 
@@ -281,7 +292,9 @@ def remaining_depth(run: BatchRun, pending) -> int:
                 upstream = {need: state.records[need].get(case.number) for need in step.needs}
                 left += sum(step.calls_for(upstream, state.settings, case).values())
         depth = max(depth, left - run.held[case.number])
-    return depth
+    # both are upper bounds (a step's bound can grow once its upstream record is known): the tighter one holds
+    run.depth = depth if run.depth is None else min(depth, run.depth)
+    return run.depth
 
 
 def check_endpoints(run: BatchRun) -> None:
@@ -311,7 +324,7 @@ def status(name: str, settings, clients: dict, out=sys.stdout) -> int:
     for b in run.ledger.open_batches():
         line = f"{b['role']}: {b.get('batch_id', '(not created)')}, {len(b['requests'])} requests, phase {b['phase']}"
         if b.get("batch_id"):
-            remote = provider_call(run, f"batch {b['batch_id']}", lambda: clients[b["role"]].batches.retrieve(
+            remote = provider_call(run, f"batch {b['batch_id']}", lambda: run.caller.clients[b["role"]].batches.retrieve(
                 b["batch_id"]), missing_ok=True)
             line += f", status {remote.status}" if remote else ", unknown to the provider (HTTP 404)"
         print(line, file=out)

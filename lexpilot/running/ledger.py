@@ -7,10 +7,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.errors import HarnessError
-from lexpilot.files import write_json
+from lexpilot.files import check_input, write_json
 
 PHASES = ("prepared", "uploaded", "created", "written", "imported")
+NEEDED = {"prepared": (), "uploaded": ("file_id",), "created": ("batch_id",), "written": ("path", "output"),
+          "imported": ()}  # what a batch in each phase must record
 AT_ONCE = 10 ** 6  # a failure no retry can mend (a prompt beyond the context window): the case fails at once
 
 
@@ -19,9 +22,12 @@ def _problem(data) -> str | None:
     if not isinstance(data, dict) or not isinstance(data.get("batches"), list):
         return "not an object with a list of batches"
     for i, batch in enumerate(data["batches"]):
-        if not isinstance(batch, dict) or batch.get("phase") not in PHASES or not isinstance(batch.get("role"), str) \
+        if not isinstance(batch, dict) or batch.get("phase") not in PHASES or batch.get("role") not in ROLES \
                 or not isinstance(batch.get("requests"), dict) \
-                or not all(isinstance(r, dict) and {"case", "step", "key"} <= set(r) for r in batch["requests"].values()):
+                or not all(isinstance(r, dict) and all(isinstance(r.get(k), str) for k in ("case", "step", "key"))
+                           for r in batch["requests"].values()) \
+                or not all(isinstance(batch.get(k), str) for k in NEEDED[batch["phase"]]) \
+                or not all(isinstance(batch[k], str) for k in ("batch_id", "file_id", "path", "output") if k in batch):
             return f"batch {i + 1} is malformed"
     for name in ("failures", "reasons"):
         if not isinstance(data.get(name, {}), dict):
@@ -37,6 +43,8 @@ class Ledger:
     def __init__(self, path: Path):
         self.path = path
         self.found = path.exists()  # a ledger that was there (a missing one may have been lost)
+        if self.found:
+            check_input(path)
         try:
             data = json.loads(path.read_text(encoding="utf-8")) if self.found else {"batches": []}
         except (OSError, UnicodeDecodeError, ValueError, RecursionError):

@@ -21,7 +21,7 @@ from lexpilot.benchmark.records import (
     model_folder,
     read_records,
 )
-from lexpilot.files import storage_error, write_atomic
+from lexpilot.files import check_input, storage_error, write_atomic
 
 
 def run_folder(root: Path, run_id: str, model: str) -> Path:
@@ -92,6 +92,7 @@ def _last_byte(path: Path) -> bytes:
 
 def _journal_lines(path: Path):
     """(raw line, entry or None when unreadable) of a journal file."""
+    check_input(path)
     with path.open("rb") as f:
         for raw in f:
             try:
@@ -139,11 +140,13 @@ class CallJournal:
                     continue
                 key = (e["case_number"], e["step"], e["key"])
                 entry = (e["reply"], e["usage"])
+                if not all(isinstance(x, str) for x in (*key, e["reply"])) or not isinstance(e["usage"], dict):
+                    raise TypeError
             except (KeyError, TypeError):
                 self.unreadable += 1  # a line torn by a crash: that call is simply made again
                 continue
-            if "digest" in e and e["digest"] != entry_digest(e):
-                self.edited += 1  # changed by hand after it was saved: never replayed into a record
+            if e.get("digest") != entry_digest(e):
+                self.edited += 1  # changed by hand after it was saved (or its digest removed): never replayed
                 continue
             kept.append(raw if raw.endswith(b"\n") else raw + b"\n")
             if key[:2] in wanted:
