@@ -40,6 +40,21 @@ def rejecting(times: dict):
     return script
 
 
+def predicting(labels: dict, otherwise=lambda kind, prompt, body: None):
+    """Predictions that say which dialogue they were made from (Targeted, Off-target, or none: Direct), and the
+    verdicts given for each in `labels`."""
+    def script(kind, prompt, body):
+        if kind == "force_judge":
+            history = between(prompt, "对话历史")
+            return "【预测】" + next((m for m in ("【定向】", "【无关】") if m in history), "direct")
+        if kind == "ljp_judge":
+            marker = between(prompt, "待提取回复").removeprefix("【预测】")
+            n = len(between(prompt, "正式诉请").split("\n"))
+            return json.dumps({"results": labels[marker][:n]}, ensure_ascii=False)
+        return otherwise(kind, prompt, body)
+    return script
+
+
 def test_attempts_rejections_and_unresolved_cases(three, provider, capsys):
     provider.script = rejecting({1: 2, 2: 99})
     assert run_behaviour(three) == 0  # an unresolved case is not an error
@@ -116,17 +131,7 @@ def test_the_dry_run_counts_the_worst_case(three, provider, capsys):
 
 def test_table_4_hand_computed(three, provider, capsys):
     labels = {"【定向】": ["支持", "驳回", "部分支持"], "【无关】": ["驳回", "驳回", "驳回"], "direct": ["支持", "支持", "支持"]}
-
-    def script(kind, prompt, body):
-        if kind == "force_judge":
-            history = between(prompt, "对话历史")
-            return "【预测】" + next((m for m in ("【定向】", "【无关】") if m in history), "direct")
-        if kind == "ljp_judge":
-            marker = between(prompt, "待提取回复").removeprefix("【预测】")
-            n = len(between(prompt, "正式诉请").split("\n"))
-            return json.dumps({"results": labels[marker][:n]}, ensure_ascii=False)
-        return None
-    provider.script = script
+    provider.script = predicting(labels)
     assert run_behaviour(three) == 0 and three.run("direct") == 0
     gold = [v for c in CASES for v in c["result_dict"].values()]
     predicted = {m: [x for c in CASES for x in labels[m][:len(c["result_dict"])]] for m in labels}
@@ -152,18 +157,7 @@ def test_table_4_covers_every_case_and_claim_with_a_resolved_only_sensitivity_vi
     accepted: it is predicted from its last attempted dialogue and counted in the main table; the sensitivity view
     keeps the two cases resolved in both conditions, Direct on the same two."""
     labels = {"【定向】": ["支持", "驳回", "部分支持"], "【无关】": ["驳回", "驳回", "驳回"], "direct": ["部分支持", "支持", "驳回"]}
-    reject = rejecting({2: 99})
-
-    def script(kind, prompt, body):
-        if kind == "force_judge":
-            history = between(prompt, "对话历史")
-            return "【预测】" + next((m for m in ("【定向】", "【无关】") if m in history), "direct")
-        if kind == "ljp_judge":
-            marker = between(prompt, "待提取回复").removeprefix("【预测】")
-            n = len(between(prompt, "正式诉请").split("\n"))
-            return json.dumps({"results": labels[marker][:n]}, ensure_ascii=False)
-        return reject(kind, prompt, body)
-    provider.script = script
+    provider.script = predicting(labels, otherwise=rejecting({2: 99}))
     assert run_behaviour(three) == 0 and three.run("direct") == 0
 
     def qwk(marker, cases):
