@@ -271,3 +271,24 @@ def test_a_huge_reply_fits_the_sheet_and_the_key_is_read_back(harness, provider,
     capsys.readouterr()
     assert judge_agreement.main(["score", str(out)]) == 0
     assert "Judge agreement (Table 12)" in capsys.readouterr().out
+
+
+def test_a_reply_without_token_counts_costs_its_reserved_worst_case(tmp_path, monkeypatch, capsys):
+    """Issue 25, item 11: a server that reports no usage (llama.cpp's streams): each such call is settled at its
+    worst case (its prompt at one token per character, its completion at the output limit), so the budget
+    stops exactly where those worst cases cross it."""
+    prices = tmp_path / "p.json"
+    prices.write_text(json.dumps({m: {"prompt": 1, "completion": 4} for m in ("eval-model", "DeepSeek-R1",
+                                                                               "DeepSeek-V4.1-Flash")}))
+    with FakeProvider(usage=False) as provider:
+        h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "two.json", sample_cases()[:2]))
+        common = ("--limit", "2", "--concurrency", "1", "--max-tokens", "1000", "--prices", str(prices))
+        assert h.run("gold", *common) == 0
+        worst = [(len(r["messages"][0]["content"]) * 1 + 1000 * 4) / 1e6 for r in provider.requests]
+        assert len(worst) == 4  # per case: the prediction, then its verdicts
+        provider.requests = []
+        h.run_id = "budget"
+        capsys.readouterr()
+        assert h.run("gold", *common, "--max-cost", f"{worst[0] + worst[1] + worst[2] / 2:.9f}") == 1
+        assert len(provider.requests) == 2  # the third call's worst case would cross the budget
+        assert "--max-cost" in capsys.readouterr().err

@@ -112,3 +112,26 @@ def test_a_rejudge_flag_that_contradicts_the_source_runs_generation_settings_is_
     assert not (h.root / "runs" / "rj").exists()
     argv = [a for a in argv if a not in flags]
     assert stage_main(rejudge.STAGE, "test", argv=argv, clients=provider.in_memory_clients()) == 0
+
+
+def test_the_interaction_rounds_row_of_the_judge_sensitivity_table(saved, capsys):
+    """Issue 25, item 11: the re-judged labels of the interaction's rounds (every one flipped by the second judge)
+    are compared with the original rounds' labels, item by item, in their own row."""
+    assert run_rejudge(saved) == 0
+    original = {(r["case_number"], x["round"]): x["label"] for r in saved.records("AwN_gen", "interaction.jsonl")
+                for x in r["rounds"] if x.get("label") is not None}
+    saved.run_id = "r1-B"
+    again = {(r["case_number"], x["round"]): x["label"]
+             for r in saved.records("eval_results", "interaction_labels.jsonl") for x in r["rounds"]}
+    shared = sorted(set(original) & set(again))
+    assert shared and all(original[k] != again[k] for k in shared)  # the second judge flips each
+    labels = [original[k] for k in shared]
+    n, k = len(labels), labels.count("策略一")
+    pe = (k * (n - k) + (n - k) * k) / n ** 2  # chance agreement of two raters whose labels are each other's flip
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(saved.root), "--resamples", "100"]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("Judge sensitivity"):].split("\n\n")[0].splitlines()
+    row = next(line for line in table if "interaction rounds" in line)
+    kappa = "undefined" if pe == 1 else f"{-pe / (1 - pe):.3f}"
+    assert row.split()[-3:] == [str(n), "0.0%", kappa]

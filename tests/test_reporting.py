@@ -280,3 +280,40 @@ def test_table_15_paired_declines_hand_checked(tmp_path, capsys):
     row = [c.strip() for c in table[3].split("  ") if c.strip()]
     assert row[-2] == "-1.0000 [-1.0000, -1.0000], 100.0% < 0"
     assert row[-1] == "+0.0000 [+0.0000, +0.0000], 0.0% < 0"
+
+
+def test_per_class_intervals_resample_that_class_only_on_a_run_the_stages_wrote(tmp_path, provider, monkeypatch,
+                                                                                  capsys):
+    """Issue 25, item 11: under --ci, a class cell's interval comes from the class's own cases. The DCG judge
+    accepts every question of the Family cases and every other one elsewhere: Family's interval is [1, 1]; the
+    whole-benchmark interval is not."""
+    from tests.conftest import Harness, sample_cases, write_dataset
+    cases = sample_cases()
+    family = {c["underspecified_consultation"][0]["content"] for c in cases if c["cause_of_action"] in
+              ("离婚纠纷", "离婚后财产纠纷", "婚约财产纠纷", "法定继承纠纷", "遗嘱继承纠纷", "抚养纠纷")}
+    counter = {"n": 0}
+
+    def judge(kind, prompt, body):
+        if kind == "dcg_judge":
+            if any(f in prompt for f in family):
+                return "是"
+            counter["n"] += 1
+            return "是" if counter["n"] % 2 else "否"
+        return None
+    provider.script = judge
+    h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "all.json", cases))
+    assert h.run("DCG") == 0
+    records = h.records("eval_results", "DCG_results.jsonl")
+    by_class = {}
+    from categories import cause_class
+    for r in records:
+        by_class.setdefault(cause_class(r["cause_of_action"]), []).append(r["success"])
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(h.root), "--ci", "--resamples", "300", "--format", "json"]) == 0
+    dcg = json.loads(capsys.readouterr().out)["groups"][0]["metrics"]["DCG"]["accuracy"]
+    assert by_class["Family"] == [True, True] and dcg["Family"]["mean"] == 1.0 and dcg["Family"]["ci95"] == [1.0, 1.0]
+    mixed = [c for c, v in by_class.items() if len(set(v)) > 1]
+    assert mixed and dcg["Overall"]["ci95"][0] < dcg["Overall"]["mean"] < 1.0
+    for c in mixed:  # a class of two cases, one success: its resamples give 0, 0.5 or 1
+        low, high = dcg[c]["ci95"]
+        assert dcg[c]["mean"] == 0.5 and low == 0.0 and high == 1.0
