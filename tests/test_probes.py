@@ -125,7 +125,7 @@ ITEMS = [  # two cases; case 2's B answer insufficient (adjudicated after a disa
     ("c1", "A", Y, (Y, N, N), (Y, N, N), (E, E, E)), ("c1", "B", Y, (Y, N, N), (Y, N, N), (E, E, E)),
     ("c1", "C", N, (E, Y, N), (E, Y, N), (E, E, E)), ("c1", "D", E, (Y, N, N), (Y, N, N), (E, E, E)),
     ("c2", "A", Y, (Y, N, N), (Y, N, N), (E, E, E)), ("c2", "B", N, (N, N, N), (Y, N, N), (N, E, E)),
-    ("c2", "C", Y, (E, N, N), (E, N, N), (E, E, E)), ("c2", "D", E, (Y, N, Y), (Y, N, Y), (E, E, E)),
+    ("c2", "C", Y, (E, N, N), (E, N, N), (E, E, E)), ("c2", "D", E, (N, N, Y), (N, N, Y), (E, E, E)),
 ]
 
 
@@ -136,8 +136,11 @@ def test_table_13_hand_computed(tmp_path, capsys):
     assert rows["A:"][2:] == ["2", "100.0%", "0.0%", "0.0%", "100.0%"]
     assert rows["B:"][2:] == ["2", "50.0%", "0.0%", "0.0%", "50.0%"]
     assert rows["C:"][2:] == ["2", "—", "50.0%", "0.0%", "50.0%"]
-    assert rows["D:"][2:] == ["2", "100.0%", "0.0%", "50.0%", "—"]
+    assert rows["D:"][2:] == ["2", "50.0%", "0.0%", "50.0%", "—"]
     assert "-50.0 [" in out  # B − A on two paired cases: (1 + 0)/2 − (1 + 1)/2
+    # D − A on the same two cases (E.3.3's paired A/D comparison): (1 + 0)/2 − (1 + 1)/2
+    withheld = next(line for line in out.splitlines() if "withheld − direct (D − A)" in line)
+    assert "-50.0 [" in withheld and "over 2 cases" in withheld
     # agreement before adjudication: answer 5/6 (C has none), over-disclosure 8/8, error 8/8
     agreement = {line.split("  ")[0]: line.split()[-1] for line in out.splitlines() if "Agreement before" in line}
     assert agreement == {"Agreement before adjudication: answer": "83.3%",

@@ -90,13 +90,14 @@ def rate(items: list[dict], criterion: str) -> tuple[float | None, int]:
     return (float(np.mean(values)) if values else None), len(values)
 
 
-def answer_difference(items: list[dict], resamples: int = 1000, seed: int = 0):
-    """B − A answer rate on the cases with both, and its 95% interval from a paired bootstrap over cases."""
+def answer_difference(items: list[dict], resamples: int = 1000, seed: int = 0, other: str = "B"):
+    """`other` − A answer rate on the cases with both (B: indirect; D: withheld, E.3.3's paired A/D comparison),
+    and its 95% interval from a paired bootstrap over cases."""
     by_case: dict[str, dict] = {}
     for i in items:
-        if i["condition"] in ("A", "B") and "answer" in i:
+        if i["condition"] in ("A", other) and "answer" in i:
             by_case.setdefault(i["case_number"], {})[i["condition"]] = float(i["answer"] == YES)
-    pairs = np.array([[v["A"], v["B"]] for v in by_case.values() if "A" in v and "B" in v])
+    pairs = np.array([[v["A"], v[other]] for v in by_case.values() if "A" in v and other in v])
     if not len(pairs):
         return None
     rng = np.random.default_rng(seed)
@@ -119,14 +120,17 @@ def table_13(items: list[dict], agree: dict) -> list[Table]:
                     + [pct(float(np.mean(dcg))) if dcg else "—"])
     tables = [Table("table_13", "User simulator fidelity and DCG judge acceptance (Table 13): rates over applicable replies",
                     ["Condition", "Replies", "Answer", "OD", "Error", "DCG+"], rows)]
-    diff = answer_difference(items)
+    diff, withheld = answer_difference(items), answer_difference(items, other="D")
     accepted = [i for i in items if i["condition"] in ("A", "B") and i["dcg_label"] == YES]
     failed = [i for i in accepted if i.get("answer") == NO or i.get("over_disclosure") == YES or i.get("error") == YES]
     tables.append(Table("probe_study", "Probe study: the A-B comparison, agreement before adjudication, factual recovery (E.3.3)",
                         ["Measure", "Value"],
                         [["Answer rate, indirect − direct (B − A), pp [95% paired case-bootstrap interval]",
                           "n/a" if diff is None else f"{100 * diff[0]:+.1f} [{100 * diff[1]:+.1f}, {100 * diff[2]:+.1f}]"
-                                                     f" over {diff[3]} cases"]]
+                                                     f" over {diff[3]} cases"],
+                         ["Answer rate, withheld − direct (D − A), pp [95% paired case-bootstrap interval]",
+                          "n/a" if withheld is None else f"{100 * withheld[0]:+.1f} [{100 * withheld[1]:+.1f}, "
+                                                         f"{100 * withheld[2]:+.1f}] over {withheld[3]} cases"]]
                         + [[f"Agreement before adjudication: {c}", pct(float(np.mean(v))) if v else "n/a"]
                            for c, v in agree.items()]
                         + [["Factual-recovery failures among DCG-accepted A/B requests (insufficient, over-disclosing "
