@@ -149,6 +149,8 @@ def read_options(args) -> tuple[dict | None, dict | None]:
     except HarnessError as e:
         raise UsageError(str(e)) from None
     complexity = read_complexity(args.complexity) if args.complexity else None
+    if args.dataset is not None and not args.dataset.is_file():
+        raise UsageError(f"--dataset {args.dataset}: not a dataset file (pass the JSON file the runs were made from)")
     if args.plot:
         try:
             importlib.import_module("matplotlib")  # only whether it is there: figures.py imports it

@@ -141,10 +141,10 @@ def resolve_roles(args: argparse.Namespace, env=os.environ) -> dict[str, Role]:
         model = flags[role] or env.get(MODEL_ENV[role]) or DEFAULT_MODELS.get(role)
         if not model:
             raise HarnessError("no evaluated model chosen: pass --model MODEL_ID or set LEXPILOT_MODEL")
-        if model.strip() != model:  # it would look like another model's id in every table
+        if model.strip() != model or not model.isprintable() or "\u200b" in model:  # would look like another id
             flag = {"eval": "--model", "user": "--user-model", "judge": "--judge-model"}[role]
-            raise HarnessError(f"{flag} / {MODEL_ENV[role]} {model!r}: a model id with surrounding spaces; "
-                               "pass the id alone")
+            raise HarnessError(f"{flag} / {MODEL_ENV[role]} {model!r}: a model id with surrounding spaces or "
+                               "invisible characters; pass the id alone")
         prefix = ENV_PREFIX[role]
         variable = next((v for v in (f"{prefix}_BASE_URL", "OPENAI_BASE_URL") if env.get(v)), "the default")
         base_url = check_base_url(env.get(f"{prefix}_BASE_URL") or env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,

@@ -292,3 +292,33 @@ def test_a_reply_without_token_counts_costs_its_reserved_worst_case(tmp_path, mo
         assert h.run("gold", *common, "--max-cost", f"{worst[0] + worst[1] + worst[2] / 2:.9f}") == 1
         assert len(provider.requests) == 2  # the third call's worst case would cross the budget
         assert "--max-cost" in capsys.readouterr().err
+
+
+def test_review_leftovers_of_the_hardening(harness, provider, tmp_path, capsys):
+    """A model id with an invisible character; a LaTeX cell with braces; a signed Unicode-digit string is text;
+    1e999 (infinite once read) as a complexity; --dataset a folder for show_results."""
+    import show_results
+    from lexpilot.files import spreadsheet_safe
+    from lexpilot.reporting.renderings import render_latex
+    from lexpilot.reporting.table import Table
+    for model in ("gpt\u200b4", "gpt\n4"):
+        assert harness.run("gold", "--limit", "1", "--model", model) == 2
+        assert "invisible characters" in capsys.readouterr().err
+    assert render_latex([Table("t", "a{b}", ["x_{1}"], [["\\\\cmd{y}"]])]).count(r"\{") == 3
+    assert spreadsheet_safe("-١٢") == "'-١٢"
+    text = json.dumps(sample_cases()[:1], ensure_ascii=False).replace('{"case_number"', '{"complexity": 1e999, '
+                                                                                         '"case_number"', 1)
+    path = tmp_path / "d.json"
+    path.write_text(text, encoding="utf-8")
+    assert harness.run("gold", "--dataset", str(path)) == 2
+    assert "complexity: 'inf' is not a non-negative number" in capsys.readouterr().err
+    assert show_results.main(["--output-root", str(tmp_path), "--dataset", str(tmp_path)]) == 2
+    assert "not a dataset file" in capsys.readouterr().err
+
+
+def test_a_zero_or_past_retry_after_is_the_usual_backoff_not_a_burst():
+    with FakeProvider(_script(*[{"status": 429, "headers": {"Retry-After": "0"}}] * 40)) as p:
+        caller = _caller(p, retries=2)
+        with pytest.raises(Exception, match="HTTP 429"):
+            caller.chat("eval", "x", Usage())
+        assert len(p.requests) == 3  # three attempts, not thirty rate-limited repeats

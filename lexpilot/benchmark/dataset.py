@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -101,7 +102,7 @@ def _identity_problems(raw: dict) -> list[str]:
         problems.append(f"plaintiff_type: {ptype!r} is not 自然人 or 非自然人")
     complexity = raw.get("complexity")
     if complexity is not None and (isinstance(complexity, bool) or not isinstance(complexity, (int, float))
-                                   or complexity != complexity or complexity < 0):
+                                   or not math.isfinite(complexity) or complexity < 0):
         problems.append(f"complexity: {str(complexity)[:20]!r} is not a non-negative number")
     return problems
 

@@ -325,7 +325,9 @@ class ModelCaller:
                     403: "check the API key's permissions",
                     404: "check the model id and the base URL"}.get(status, "check the request settings")
             raise FatalError(f"{role.describe()}: HTTP {status}: {redact(error_message(e))} ({hint})") from None
-        outcome = Attempt(problem=f"HTTP {status}", retry_after=retry_after_seconds(e.response.headers))
+        wait = retry_after_seconds(e.response.headers)
+        # a Retry-After of 0, negative or in the past asks nothing usable: the usual backoff applies
+        outcome = Attempt(problem=f"HTTP {status}", retry_after=wait if wait is not None and wait > 0 else None)
         if status == 429:
             outcome.pushed_back = "rate"
             if outcome.retry_after is not None and outcome.retry_after > MAX_RETRY_AFTER:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import html
 import io
+import re
 
 from lexpilot.files import spreadsheet_safe
 from lexpilot.reporting.table import Table
@@ -29,12 +30,14 @@ def render_markdown(tables: list[Table]) -> str:
     return "\n".join(out)
 
 
+LATEX = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "&": r"\&", "%": r"\%", "#": r"\#", "_": r"\_",
+         "$": r"\$", "^": r"\^{}", "~": r"\~{}", "±": r"$\pm$", "−": "--"}
+LATEX_SPECIAL = re.compile("|".join(map(re.escape, LATEX)))
+
+
 def render_latex(tables: list[Table]) -> str:
-    def esc(text: str) -> str:
-        for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("#", r"\#"), ("_", r"\_"),
-                     ("±", r"$\pm$"), ("−", "--")):
-            text = text.replace(a, b)
-        return text
+    def esc(text: str) -> str:  # one pass, so that no replacement is escaped again
+        return LATEX_SPECIAL.sub(lambda m: LATEX[m.group(0)], text)
     out = []
     for t in tables:
         out += [f"% {esc(t.title)}", r"\begin{tabular}{l" + "c" * (len(t.headers) - 1) + "}", r"\toprule",
