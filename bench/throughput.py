@@ -141,7 +141,7 @@ def batch_benchmark(args) -> int:
         env = {**os.environ, "OPENAI_BASE_URL": provider.base_url, "OPENAI_API_KEY": "bench",
                "LEXPILOT_MODEL": "bench-model"}
         common = ["--run-id", "bench", "--dataset", str(dataset), "--output-root", str(tmp / "out"), "--batch",
-                  "--batch-poll", str(max(0.1, min(0.2, args.batch_delay / 4)))]
+                  "--batch-poll", str(max(0.01, min(0.2, args.batch_delay / 4)))]
         print(f"{args.cases} cases, batch mode, a batch takes {args.batch_delay}s")
         print(f"{'stage':<16}{'requests':>10}{'cycles':>8}{'wall s':>9}{'bound s':>9}{'CPU ms/req':>12}{'peak MB':>9}")
         status = 0

@@ -241,8 +241,8 @@ def add_common_args(parser: argparse.ArgumentParser, user_condition: bool = Fals
       "price; answers within 24 h); a batch survives its process: rerun to re-attach")
     a("--batch-detach", action="store_true", help="with --batch: submit the cycle's batches, then exit 0")
     a("--batch-status", action="store_true", help="print the run's batches in flight and exit")
-    a("--batch-poll", type=number(float, 0.1, 86400), default=30.0,
-      help="seconds between batch polls, at least 0.1 (default 30)")
+    a("--batch-poll", type=number(float, 0.01, 86400), default=30.0,
+      help="seconds between batch polls, at least 0.01 (default 30)")
     a("--batch-roles", type=role_list, help="with --batch: the roles sent in batches, e.g. eval,judge (default all); "
       "the others are called synchronously within the same cycles")
     a("--batch-files", type=Path, metavar="DIR", help="offline batches for `vllm run-batch`: write each cycle's "

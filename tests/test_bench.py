@@ -6,8 +6,8 @@ from tests.conftest import ROOT
 
 
 def test_benchmark_runs_every_stage_and_prints_its_table():
-    result = subprocess.run([sys.executable, "-m", "bench.throughput", "--cases", "6", "--latency", "0",
-                             "--concurrency", "4"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    result = subprocess.run([sys.executable, "-m", "bench.throughput", "--cases", "2", "--latency", "0",
+                             "--concurrency", "2"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     for stage in ("LexAwN_gen.py", "eval_DCG.py", "eval_LJP.py", "show_results.py"):
@@ -16,8 +16,8 @@ def test_benchmark_runs_every_stage_and_prints_its_table():
 
 
 def test_the_batch_benchmark_counts_cycles_within_the_longest_call_chain():
-    result = subprocess.run([sys.executable, "-m", "bench.throughput", "--batch", "--cases", "4", "--batch-delay",
-                             "0.05"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    result = subprocess.run([sys.executable, "-m", "bench.throughput", "--batch", "--cases", "2", "--batch-delay",
+                             "0.02"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()[2:]}
     assert set(rows) == {"LexAwN_gen.py", "eval_DCG.py", "eval_LJP.py"}

@@ -25,8 +25,8 @@ MAX_TOKENS = os.environ.get("LEXPILOT_LIVE_MAX_TOKENS", "256")
 TIMEOUT = os.environ.get("LEXPILOT_LIVE_TIMEOUT", "300")
 CONTEXT_CHARS = int(os.environ.get("LEXPILOT_LIVE_CONTEXT_CHARS", "60000"))  # more than the served context
 
-# One worker runs them all, in turn (pytest.ini: --dist loadgroup): a server with one slot answers one request at
-# a time, and the tests must not make load for each other; the harness's own concurrency still meets it.
+# Run them in one process, in turn (-n0, docs/serving.md): a server with one slot answers one request at a time,
+# and the tests must not make load for each other; the harness's own concurrency still meets it.
 pytestmark = [pytest.mark.skipif(not LIVE, reason="set LEXPILOT_LIVE_BASE_URL to run against a real server"),
               pytest.mark.xdist_group("live")]
 

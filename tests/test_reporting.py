@@ -289,23 +289,19 @@ def test_per_class_intervals_resample_that_class_only_on_a_run_the_stages_wrote(
     whole-benchmark interval is not."""
     from tests.conftest import Harness, sample_cases, write_dataset
     cases = sample_cases()
-    family = {c["underspecified_consultation"][0]["content"] for c in cases if c["cause_of_action"] in
-              ("离婚纠纷", "离婚后财产纠纷", "婚约财产纠纷", "法定继承纠纷", "遗嘱继承纠纷", "抚养纠纷")}
-    counter = {"n": 0}
+    from categories import cause_class
 
-    def judge(kind, prompt, body):
+    def judge(kind, prompt, body):  # Family: every question accepted; elsewhere the first case of each class only
         if kind == "dcg_judge":
-            if any(f in prompt for f in family):
-                return "是"
-            counter["n"] += 1
-            return "是" if counter["n"] % 2 else "否"
+            i, case = next((i, c) for i, c in enumerate(cases) if all(
+                fp in prompt for fp in ([c["focal_point"]] if isinstance(c["focal_point"], str) else c["focal_point"])))
+            return "是" if cause_class(case["cause_of_action"]) == "Family" or i % 2 == 0 else "否"
         return None
     provider.script = judge
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "all.json", cases))
     assert h.run("DCG") == 0
     records = h.records("eval_results", "DCG_results.jsonl")
     by_class = {}
-    from categories import cause_class
     for r in records:
         by_class.setdefault(cause_class(r["cause_of_action"]), []).append(r["success"])
     capsys.readouterr()

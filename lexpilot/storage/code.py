@@ -34,8 +34,10 @@ def _imported(path: Path, root: Path) -> list[Path]:
 @functools.lru_cache(maxsize=512)  # keyed by the file's time and size: a changed file is parsed again
 def _imports_of(path: Path, root: Path, mtime_ns: int, size: int) -> list[Path]:
     found = []
+    ours = {p.stem for p in root.glob("*.py")} | {p.name for p in root.iterdir() if (p / "__init__.py").is_file()}
     for _, module in imported_modules(path, root):
-        found += _module_files(module, root)
+        if module.split(".")[0] in ours:  # the standard library and installed packages are not the project's code
+            found += _module_files(module, root)
     return found
 
 
