@@ -7,8 +7,10 @@
   generate  a stage of a run (its User Model, prompt and settings; resumable, concurrent, --dry-run): one reply
             per condition from a fresh copy of the underspecified history, then the DCG judge on A-C with the
             reply withheld; takes every stage option plus --probes FILE
-  export    a blind, shuffled, seeded annotation sheet (no condition, no DCG label) and its key file
-  score     Table 13, the B - A answer difference with a paired case-bootstrap interval, agreement before
+  export    one blind sheet per expert (OUT-expert1.csv, OUT-expert2.csv: each in its own seeded order, no
+            condition, no DCG label, every item laid out alike) and the key file (OUT.key.csv)
+  score     the two filled sheets: where the experts disagree, an adjudication sheet to fill first; then Table 13,
+            the B - A and D - A answer differences with paired case-bootstrap intervals, agreement before
             adjudication per criterion, and the factual-recovery failures among DCG-accepted A/B requests
 """
 import argparse
@@ -52,19 +54,35 @@ def export(args) -> int:
     if not probed or len(probed) < len(table) or any(n not in labels for n in probed):
         raise HarnessError(f"run {args.run_id}: the probe replies or their DCG labels are incomplete; run "
                            "user_probes.py generate for this run first")
-    rows, keys = probe_study.sheet(table, {n: r for n, (_, r) in replies.items()}, {n: r for n, (_, r) in labels.items()},
-                              cases, args.seed)
-    write_sheet(args.out, probe_study.SHEET_COLUMNS, rows)
+    one, two, keys = probe_study.sheets(table, {n: r for n, (_, r) in replies.items()},
+                                        {n: r for n, (_, r) in labels.items()}, cases, args.seed)
+    for number, rows in ((1, one), (2, two)):
+        write_sheet(expert_sheet(args.out, number), probe_study.EXPERT_SHEET_COLUMNS, rows)
     write_sheet(key_file(args.out), probe_study.PROBE_KEY_COLUMNS, keys)
-    print(f"wrote {args.out} ({len(rows)} replies, seed {args.seed}) and {key_file(args.out)} (conditions and DCG "
-          "labels: keep it from the experts)")
+    print(f"wrote {expert_sheet(args.out, 1)} and {expert_sheet(args.out, 2)} ({len(one)} replies, one sheet per expert, "
+          f"seed {args.seed}) and {key_file(args.out)} (conditions and DCG labels: keep it from the experts)")
     return 0
 
 
+def expert_sheet(out: Path, number: int) -> Path:
+    return out.with_name(f"{out.stem}-expert{number}{out.suffix}")
+
+
 def score(args) -> int:
-    rows = read_sheet(args.sheet, probe_study.SHEET_COLUMNS)
-    key = {row["item_id"]: row for _, row in read_sheet(args.key or key_file(args.sheet), probe_study.PROBE_KEY_COLUMNS)}
-    items, problems, agree = probe_study.adjudicated(args.sheet, rows, key)
+    one, two = (read_sheet(path, probe_study.EXPERT_SHEET_COLUMNS) for path in args.sheets)
+    key_path = args.key or key_file(args.sheets[0].with_name(args.sheets[0].stem.removesuffix("-expert1") + ".csv"))
+    key = {row["item_id"]: row for _, row in read_sheet(key_path, probe_study.PROBE_KEY_COLUMNS)}
+    adjudication = read_sheet(args.adjudicated, probe_study.ADJUDICATION_COLUMNS) if args.adjudicated else []
+    rows, problems = probe_study.joined(one, two, adjudication)
+    open_items = probe_study.disagreements(rows, key, {row["item_id"]: row for _, row in one})
+    if open_items:
+        path = args.adjudicated or args.sheets[0].with_name(args.sheets[0].stem.removesuffix("-expert1")
+                                                            + "-adjudicate.csv")
+        write_sheet(path, probe_study.ADJUDICATION_COLUMNS, open_items)
+        raise HarnessError(f"{len(open_items)} item(s) where the experts disagree: fill the adjudicated_ columns of "
+                           f"{path}, then rerun score with --adjudicated {path}")
+    items, more, agree = probe_study.adjudicated(args.sheets[0], rows, key)
+    problems += more
     if problems:
         shown = first_of(problems)
         raise HarnessError(f"{len(problems)} row(s) cannot be scored:\n  " + "\n  ".join(shown))
@@ -92,9 +110,11 @@ def main(argv=None) -> int:
     e.add_argument("--output-root", type=Path, default=DEFAULT_OUTPUT_ROOT)
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--out", type=Path, default=Path("probe_annotation.csv"))
-    s = commands.add_parser("score", help="Table 13 from the filled sheet")
-    s.add_argument("sheet", type=Path)
-    s.add_argument("--key", type=Path, help="default: the .key.csv next to the sheet")
+    s = commands.add_parser("score", help="Table 13 from the two experts' filled sheets")
+    s.add_argument("sheets", type=Path, nargs=2, metavar="EXPERT_SHEET", help="OUT-expert1.csv OUT-expert2.csv")
+    s.add_argument("--adjudicated", type=Path, help="the adjudication sheet score wrote for the items the experts "
+                   "disagree on, filled")
+    s.add_argument("--key", type=Path, help="default: OUT.key.csv next to the sheets")
     args = parser.parse_args(argv)
     try:
         return {"template": template, "export": export, "score": score}[args.command](args)

@@ -92,32 +92,50 @@ def test_generate_gives_d_the_reduced_details_and_never_the_experts_answers(gene
     assert len(generated.records(PROBE_DCG)) == 12
 
 
-def test_the_export_is_blind_shuffled_and_reproducible(generated, tmp_path):
+def test_the_export_is_one_blind_sheet_per_expert_shuffled_and_reproducible(generated, tmp_path):
+    """Issue 25, item 10: one sheet per expert (the reviews stay independent), each in its own order; no condition,
+    no DCG label, and no column that differs by condition in form (C and D are not recognisable by layout)."""
     args = ["export", "--run-id", "r1", "--model", "eval-model", "--probes", str(PROBES), "--dataset", str(SAMPLE),
             "--output-root", str(generated.root)]
     assert user_probes.main(args + ["--out", str(tmp_path / "a.csv")]) == 0
     assert user_probes.main(args + ["--out", str(tmp_path / "b.csv")]) == 0
-    assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
-    with (tmp_path / "a.csv").open(encoding="utf-8-sig") as f:
+    for expert in (1, 2):
+        assert (tmp_path / f"a-expert{expert}.csv").read_bytes() == (tmp_path / f"b-expert{expert}.csv").read_bytes()
+    one, two = ([row for _, row in read_sheet(tmp_path / f"a-expert{e}.csv", probe_study.EXPERT_SHEET_COLUMNS)]
+                for e in (1, 2))
+    with (tmp_path / "a-expert1.csv").open(encoding="utf-8-sig") as f:
         header = next(csv.reader(f))
-    assert "condition" not in header and "dcg_label" not in header
-    keys = [row for _, row in read_sheet(tmp_path / "a.key.csv", probe_study.PROBE_KEY_COLUMNS)]
-    assert len(keys) == 16 and [k["condition"] for k in keys] != sorted(k["condition"] for k in keys)
+    assert "condition" not in header and "dcg_label" not in header and not any("expert_2" in h for h in header)
+    assert [r["item_id"] for r in one] != [r["item_id"] for r in two]  # each expert's own order
+    assert sorted(r["item_id"] for r in one) == sorted(r["item_id"] for r in two)
+    keys = {row["item_id"]: row for _, row in read_sheet(tmp_path / "a.key.csv", probe_study.PROBE_KEY_COLUMNS)}
+    assert len(keys) == 16 and [k["condition"] for k in keys.values()] != sorted(k["condition"] for k in keys.values())
+    rows = {r["item_id"]: r for r in one}
+    for item, k in keys.items():  # the asked fact is the case's, whatever the condition; D knows fewer facts
+        same_case = [rows[i] for i, kk in keys.items() if kk["case_number"] == k["case_number"]]
+        assert len({r["asked_fact"] for r in same_case}) == 1
+        if k["condition"] == "D":
+            assert rows[item]["facts_known"].count("\n") < max(r["facts_known"].count("\n") for r in same_case)
 
 
 def sheet_and_key(tmp_path, items):
-    """items: (case, condition, dcg, expert 1 answer/od/error, expert 2 ..., adjudicated ...)."""
-    rows, keys = [], []
-    for i, (case, condition, dcg, one, two, adj) in enumerate(items, 1):
+    """items: (case, condition, dcg, expert 1 answer/od/error, expert 2 ..., adjudicated ...): the two experts'
+    sheets (expert 2's in reverse order), the key, and the adjudication sheet; returns the two sheets' paths."""
+    one, two, adjudication, keys = [], [], [], []
+    for i, (case, condition, dcg, first, second, adj) in enumerate(items, 1):
         item = f"P-{i:04d}"
-        rows.append({c: "" for c in probe_study.SHEET_COLUMNS} | {"item_id": item, "case_number": case}
-                    | {f"expert_1_{c}": v for c, v in zip(probe_study.EXPERT, one)}
-                    | {f"expert_2_{c}": v for c, v in zip(probe_study.EXPERT, two)}
-                    | {f"adjudicated_{c}": v for c, v in zip(probe_study.EXPERT, adj)})
+        base = {c: "" for c in probe_study.EXPERT_SHEET_COLUMNS} | {"item_id": item, "case_number": case}
+        one.append(base | dict(zip(probe_study.EXPERT, first)))
+        two.append(base | dict(zip(probe_study.EXPERT, second)))
+        adjudication.append({c: "" for c in probe_study.ADJUDICATION_COLUMNS} | {"item_id": item, "case_number": case}
+                            | {f"adjudicated_{c}": v for c, v in zip(probe_study.EXPERT, adj)})
         keys.append({"item_id": item, "case_number": case, "condition": condition, "dcg_label": dcg})
-    write_sheet(tmp_path / "s.csv", probe_study.SHEET_COLUMNS, rows)
+    write_sheet(tmp_path / "s-expert1.csv", probe_study.EXPERT_SHEET_COLUMNS, one)
+    write_sheet(tmp_path / "s-expert2.csv", probe_study.EXPERT_SHEET_COLUMNS, two[::-1])
     write_sheet(tmp_path / "s.key.csv", probe_study.PROBE_KEY_COLUMNS, keys)
-    return tmp_path / "s.csv"
+    write_sheet(tmp_path / "s-adjudicated.csv", probe_study.ADJUDICATION_COLUMNS, adjudication)
+    return [str(tmp_path / "s-expert1.csv"), str(tmp_path / "s-expert2.csv"), "--adjudicated",
+            str(tmp_path / "s-adjudicated.csv")]
 
 
 Y, N, E = "是", "否", ""
@@ -130,7 +148,7 @@ ITEMS = [  # two cases; case 2's B answer insufficient (adjudicated after a disa
 
 
 def test_table_13_hand_computed(tmp_path, capsys):
-    assert user_probes.main(["score", str(sheet_and_key(tmp_path, ITEMS))]) == 0
+    assert user_probes.main(["score", *sheet_and_key(tmp_path, ITEMS)]) == 0
     out = capsys.readouterr().out
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line[:2] in ("A:", "B:", "C:", "D:")}
     assert rows["A:"][2:] == ["2", "100.0%", "0.0%", "0.0%", "100.0%"]
@@ -152,9 +170,17 @@ def test_table_13_hand_computed(tmp_path, capsys):
 
 @pytest.mark.parametrize("item,message", [
     (("c1", "A", Y, (Y, "也许", N), (Y, N, N), (E, E, E)), "every expert column must be 是 or 否"),
-    (("c1", "A", Y, (Y, N, N), (N, N, N), (E, E, E)), "answer: the experts disagree; fill adjudicated_answer"),
 ])
 def test_every_invalid_annotation_names_its_row(tmp_path, capsys, item, message):
-    assert user_probes.main(["score", str(sheet_and_key(tmp_path, [ITEMS[0], item]))]) == 2
+    assert user_probes.main(["score", *sheet_and_key(tmp_path, [ITEMS[0], item])]) == 2
     err = capsys.readouterr().err
-    assert message in err and "s.csv:3 (item P-0002)" in err
+    assert message in err and "(item P-0002)" in err
+
+
+def test_a_disagreement_asks_for_adjudication_before_any_table(tmp_path, capsys):
+    sheets = sheet_and_key(tmp_path, [ITEMS[0], ("c1", "A", Y, (Y, N, N), (N, N, N), (E, E, E))])[:2]
+    assert user_probes.main(["score", *sheets]) == 2
+    err = capsys.readouterr().err
+    assert "1 item(s) where the experts disagree" in err and "s-adjudicate.csv" in err
+    rows = read_sheet(tmp_path / "s-adjudicate.csv", probe_study.ADJUDICATION_COLUMNS)
+    assert [(r["item_id"], r["expert_1_answer"], r["expert_2_answer"]) for _, r in rows] == [("P-0002", Y, N)]

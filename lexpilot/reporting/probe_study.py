@@ -9,40 +9,86 @@ from pathlib import Path
 import numpy as np
 
 from lexpilot.benchmark.dataset import Case
-from lexpilot.benchmark.probe_file import CONDITION_NAMES, CONDITIONS, Probe
-from lexpilot.benchmark.prompts import render_history
+from lexpilot.benchmark.probe_file import CONDITION_NAMES, CONDITIONS, Probe, numbered
+from lexpilot.benchmark.prompts import key_detail_lines, render_history
 from lexpilot.benchmark.vocabulary import NO, YES
 from lexpilot.files import fits_a_cell
 from lexpilot.reporting.table import Table
 
 EXPERT = ("answer", "over_disclosure", "error")  # the three criteria, each 是/否
-SHEET_COLUMNS = ["item_id", "case_number", "history", "question", "reply", "sufficient_reply", "permitted",
-                 *(f"expert_{i}_{c}" for i in (1, 2) for c in EXPERT), *(f"adjudicated_{c}" for c in EXPERT)]
+# One sheet per expert, so that the two reviews stay independent; every item looks alike whatever its condition
+# (the facts the simulated plaintiff knew, the fact asked about, the disclosures permitted), so the condition is
+# not in the layout
+EXPERT_SHEET_COLUMNS = ["item_id", "case_number", "history", "question", "reply", "facts_known", "asked_fact",
+                        "permitted", *EXPERT]
+ADJUDICATION_COLUMNS = ["item_id", "case_number", "question", "reply",
+                        *(f"expert_{i}_{c}" for i in (1, 2) for c in EXPERT), *(f"adjudicated_{c}" for c in EXPERT)]
+SHEET_COLUMNS = ["item_id", "case_number", *(f"expert_{i}_{c}" for i in (1, 2) for c in EXPERT),
+                 *(f"adjudicated_{c}" for c in EXPERT)]  # the two reviews and the adjudication, joined for scoring
 PROBE_KEY_COLUMNS = ["item_id", "case_number", "condition", "dcg_label"]
 
 
-# ----------------------------------------------------------------------------- the annotation sheet
+# ----------------------------------------------------------------------------- the annotation sheets
 
-def sheet(probes: dict[str, Probe], replies: dict, labels: dict, cases: dict[str, Case], seed: int):
-    """(rows for the experts, key rows): every reply, shuffled with a seed; no condition, no DCG label."""
+def sheets(probes: dict[str, Probe], replies: dict, labels: dict, cases: dict[str, Case], seed: int):
+    """(expert 1's rows, expert 2's rows, key rows): every reply, each expert's sheet in its own seeded order; no
+    condition, no DCG label."""
     items = []
     for number, record in replies.items():
         if not record.get("probed"):
             continue
-        probe = probes[number]
+        probe, details = probes[number], key_detail_lines(cases[number])
         for condition, r in record["replies"].items():
-            sufficient = {"C": "（不适用）", "D": "应说明不清楚或无法确认所问事实"}.get(condition, probe.minimum_answer)
+            known = [d for i, d in enumerate(details, 1) if not (condition == "D" and i in probe.removed)]
             items.append(({"case_number": number, "history": render_history(cases[number].underspecified),
-                           "question": r["question"], "reply": fits_a_cell(r["reply"], "the run's probe_replies.jsonl"), "sufficient_reply": sufficient,
+                           "question": r["question"], "reply": fits_a_cell(r["reply"], "the run's probe_replies.jsonl"),
+                           "facts_known": numbered(known), "asked_fact": probe.minimum_answer,
                            "permitted": probe.permitted[condition]},
                           condition, labels.get(number, {}).get("labels", {}).get(condition, {}).get("label", "")))
     random.Random(seed).shuffle(items)
-    rows, keys = [], []
+    keys, rows = [], []
     for i, (row, condition, dcg) in enumerate(items, 1):
-        item_id = f"P-{i:04d}"
-        rows.append({"item_id": item_id, **row} | {c: "" for c in SHEET_COLUMNS[7:]})
-        keys.append({"item_id": item_id, "case_number": row["case_number"], "condition": condition, "dcg_label": dcg})
-    return rows, keys
+        rows.append({"item_id": f"P-{i:04d}", **row} | {c: "" for c in EXPERT})
+        keys.append({"item_id": f"P-{i:04d}", "case_number": row["case_number"], "condition": condition,
+                     "dcg_label": dcg})
+    second = list(rows)
+    random.Random(seed + 1).shuffle(second)  # the second expert reads them in another order
+    return rows, second, keys
+
+
+def joined(one: list, two: list, adjudication: list) -> tuple[list, list[str]]:
+    """The two experts' sheets (and the adjudication sheet) as rows of SHEET_COLUMNS by item, with problems."""
+    by_item: dict[str, dict] = {}
+    problems = []
+    for expert, rows in ((1, one), (2, two)):
+        for line, row in rows:
+            entry = by_item.setdefault(row["item_id"], {"item_id": row["item_id"], "case_number": row["case_number"],
+                                                        "line": line})
+            entry.update({f"expert_{expert}_{c}": row[c] for c in EXPERT})
+    for line, row in adjudication:
+        if row["item_id"] in by_item:
+            by_item[row["item_id"]].update({f"adjudicated_{c}": row[f"adjudicated_{c}"] for c in EXPERT})
+    rows = []
+    for item, entry in by_item.items():
+        if not all(f"expert_{i}_answer" in entry for i in (1, 2)):
+            problems.append(f"item {item}: in one expert's sheet only; keep every row as exported")
+            continue
+        rows.append((entry.pop("line"), {c: entry.get(c, "") for c in SHEET_COLUMNS}))
+    return rows, problems
+
+
+def disagreements(rows: list, key: dict, sheet_rows: dict) -> list[dict]:
+    """The items whose applicable criteria the two experts labelled differently, for the adjudication sheet."""
+    out = []
+    for _, row in rows:
+        item = key.get(row["item_id"], {})
+        differ = [c for c in EXPERT if not (c == "answer" and item.get("condition") == "C")
+                  and {row[f"expert_1_{c}"], row[f"expert_2_{c}"]} == {YES, NO}]  # an invalid label: scoring says so
+        if differ and not all(row[f"adjudicated_{c}"] for c in differ):
+            shown = sheet_rows.get(row["item_id"], {})
+            out.append({c: row.get(c, "") for c in ADJUDICATION_COLUMNS}
+                       | {"question": shown.get("question", ""), "reply": shown.get("reply", "")})
+    return out
 
 
 # ----------------------------------------------------------------------------- Table 13
