@@ -117,3 +117,33 @@ def test_figures_3_and_4_are_valid_pngs(typed_run, tmp_path, capsys):
     for name in ("fig3_complexity.png", "fig4a_dcg_by_focal_type.png", "fig4c_focal_points.png"):
         image = matplotlib.image.imread(tmp_path / "fig" / name)
         assert image.shape[0] > 100 and image.std() > 0.01, name
+
+
+def test_focal_point_types_are_judged_once_for_the_benchmark_and_reused_by_every_run(tmp_path, provider, monkeypatch,
+                                                                                    capsys):
+    """Issue 25, item 6: types are a property of the benchmark, not of a run and model: another run (of another
+    model) under the same output root reuses the types judged before, with no call; Figure 4 (c) counts each
+    case once over the benchmark, and (a)/(b) gain the average over the models shown."""
+    cases = [{k: v for k, v in c.items() if k != "focal_point_types"} for c in sample_cases()[:3]]
+    provider.script = lambda kind, prompt, body: "契约效力类" if kind == "focal_judge" else None
+    h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "three.json", cases))
+    assert h.run("DCG") == 0 and run_types(h) == 0
+    judged = sum(len(c["focal_point"]) if isinstance(c["focal_point"], list) else 1 for c in cases)
+    assert provider.kinds()["focal_judge"] == judged
+    first = {r["case_number"]: r["types"] for r in h.records(FOCAL_TYPE_RECORDS)}
+    provider.requests = []
+    from lexpilot.running.stage import stage_main
+    from tests.conftest import STAGES
+    other = ["--run-id", "r2", "--model", "other-model", "--dataset", str(h.dataset), "--output-root", str(h.root)]
+    for stage in (STAGES["DCG"], eval_focal_types.STAGE):  # another model's run
+        assert stage_main(stage, "t", argv=other, clients=provider.in_memory_clients()) == 0
+    assert "focal_judge" not in provider.kinds()  # reused, not judged again
+    second = next((h.root / "eval_results" / "r2").glob("*/focal_types.jsonl"))
+    records = [json.loads(x) for x in second.read_text(encoding="utf-8").splitlines()]
+    assert {r["case_number"]: r["types"] for r in records} == first and all(r["reused_from"] == "r1" for r in records)
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(h.root)]) == 0
+    out = capsys.readouterr().out
+    panel_c = out[out.index("Figure 4 (c)"):].split("\n\n")[0]
+    assert f"over the {len(cases)} typed cases" in panel_c
+    assert "Average over 2 model(s)" in out[out.index("Figure 4 (a)"):out.index("Figure 4 (c)")]

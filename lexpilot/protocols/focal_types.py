@@ -8,6 +8,7 @@ from lexpilot.benchmark.records import FOCAL_TYPE_RECORDS
 from lexpilot.protocols.judging import parse_focal_type
 from lexpilot.protocols.steps import CaseCalls, Stage, Step
 from lexpilot.settings import Settings
+from lexpilot.benchmark.records import readable_records
 
 
 def focal_types(calls: CaseCalls, upstream: dict) -> dict:
@@ -16,11 +17,26 @@ def focal_types(calls: CaseCalls, upstream: dict) -> dict:
     if case.focal_types is not None:
         return {"types": [{"focal_point": fp, "type": t, "source": "dataset"}
                           for fp, t in zip(case.focal_points, case.focal_types)]}
+    typed = typed_before(calls.caller.settings, case)
+    if typed:  # a property of the benchmark: judged once, reused by every run and model
+        return typed
     types = []
     for fp in case.focal_points:
         label, raw = calls.judge("judge_focal_type", parse_focal_type, focus_text=fp)
         types.append({"focal_point": fp, "type": label, "source": "judge", "judge_raw": raw})
-    return {"types": types}
+    return {"types": types, "judge_model": calls.caller.settings.roles["judge"].model}
+
+
+def typed_before(settings: Settings, case: Case) -> dict | None:
+    """The types another run or model under the output root saved for this case (same inputs, same judge)."""
+    judge = settings.roles["judge"].model
+    for path in sorted(settings.output_root.glob(f"{FOCAL_TYPE_RECORDS.top}/*/*/{FOCAL_TYPE_RECORDS.file}")):
+        for record in readable_records(path):
+            if record.get("case_number") == case.number and record.get("input_hash") == case.input_hash \
+                    and record.get("judge_model", judge) == judge and record.get("types"):
+                run = path.parent.parent.name
+                return {"types": record["types"], "judge_model": judge, "reused_from": record.get("reused_from", run)}
+    return None
 
 
 def focal_type_calls(upstream: dict, settings: Settings, case: Case | None = None) -> dict:
