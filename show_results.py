@@ -38,8 +38,8 @@ from lexpilot.reporting.tables import (
     judge_sensitivity_tables,
     read_complexity,
     render_json,
-    usage_tables,
 )
+from lexpilot.reporting.usage import usage_tables
 from lexpilot.reporting.viewer import write_site
 
 

@@ -4,11 +4,10 @@ point.
 from __future__ import annotations
 
 from lexpilot.benchmark.dataset import Case
-from lexpilot.benchmark.records import FOCAL_TYPE_RECORDS
+from lexpilot.benchmark.records import FOCAL_TYPE_RECORDS, readable_records
 from lexpilot.protocols.judging import parse_focal_type
 from lexpilot.protocols.steps import CaseCalls, Stage, Step
 from lexpilot.settings import Settings
-from lexpilot.benchmark.records import readable_records
 
 
 def focal_types(calls: CaseCalls, upstream: dict) -> dict:

@@ -1,0 +1,67 @@
+"""Token usage and cost per run, role and stage file, from the records' usage (batched calls at the batch price;
+calls paid but never answered counted apart).
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from lexpilot.benchmark.vocabulary import ROLES
+from lexpilot.pricing import cost
+from lexpilot.reporting.results import (
+    Group,
+    Run,
+    group_label,
+)
+from lexpilot.reporting.table import Table
+
+
+def role_cost(run: Run, role: str, used: dict, prices: dict | None) -> float | None:
+    price = (prices or {}).get(run.manifest["models"].get(role, {}).get("model"))
+    if price is None:
+        return None
+    batched = used.get("batched_calls", 0) / used["calls"] if used.get("calls") else 0.0
+    return cost(price, used["prompt_tokens"], used["completion_tokens"], batched)
+
+
+def role_usage(used: Counter, unanswered: int) -> str:
+    text = f"{used['calls']} / {used['prompt_tokens']} / {used['completion_tokens']}"
+    if used["reasoning_tokens"]:
+        text += f" ({used['reasoning_tokens']} reasoning)"
+    if used["unreported_calls"]:
+        text += f" ({used['unreported_calls']} uncounted)"
+    return text + (f" (+{unanswered} unanswered)" if unanswered else "")
+
+
+def usage_tables(groups: list[Group], prices: dict | None) -> list[Table]:
+    """Tokens per run and role, and per stage file and role over each group's runs; cost when priced."""
+    money = lambda v: "n/a" if v is None else f"{v:,.2f}" if v >= 1 else f"{v:.4f}"  # noqa: E731
+    per_run, per_stage = [], []
+    for g in groups:
+        label = group_label(g, groups)
+        stage_totals: dict[tuple, Counter] = {}
+        stage_costs: dict[tuple, list] = {}
+        for run in g.runs:
+            by_role: dict[str, Counter] = {role: Counter() for role in ROLES}
+            costs = []
+            for stage, roles in run.usage.items():
+                for role, used in roles.items():
+                    by_role.setdefault(role, Counter()).update(used)
+                    stage_totals.setdefault((stage, role), Counter()).update(used)
+                    cost = role_cost(run, role, used, prices)
+                    costs.append(cost)
+                    stage_costs.setdefault((stage, role), []).append(cost)
+            total = None if not costs or None in costs else sum(costs)
+            per_run.append([label, run.run_id] + [role_usage(by_role[r], run.unanswered.get(r, 0)) for r in ROLES]
+                           + [money(total)])
+        for (stage, role), used in sorted(stage_totals.items(), key=lambda x: (x[0][0], ROLES.index(x[0][1]))):
+            costs = stage_costs[(stage, role)]
+            per_stage.append([label, stage, role, str(used["calls"]), str(used["prompt_tokens"]),
+                              str(used["completion_tokens"]) + (f" ({used['reasoning_tokens']} reasoning)"
+                                                                 if used["reasoning_tokens"] else ""),
+                              money(None if None in costs else sum(costs))])
+    return [Table("usage_per_run", "Token usage per run (calls / prompt tokens / completion tokens, of which reasoning; saved records; "
+                  "'uncounted': calls whose reply carried no token counts; 'unanswered': calls in flight when a "
+                  "process was killed, paid but never answered, not priced)",
+                  ["Model", "Run", "Evaluated model", "User Model", "Judge", "Cost"], per_run),
+            Table("usage_per_stage", "Token usage per stage file, all runs of the group",
+                  ["Model", "Stage file", "Role", "Calls", "Prompt tokens", "Completion tokens", "Cost"], per_stage)]
