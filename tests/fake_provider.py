@@ -111,7 +111,9 @@ def default_reply(kind: str, prompt: str) -> str:
     if kind == "behaviour_judge":  # targeted dialogues recover every fact, off-target ones none
         n = len(between(prompt, "案件关键事实").split("\n"))
         status = "recovered" if "【定向】" in between(prompt, "对话") else "absent"
-        return json.dumps({"facts": [{"id": i, "status": status, "turns": []} for i in range(1, n + 1)],
+        last = between(prompt, "对话").count("次发言）")  # a recovered fact cites the last user turn
+        return json.dumps({"facts": [{"id": i, "status": status, "turns": [last] if status == "recovered" else []}
+                                     for i in range(1, n + 1)],
                            "unsupported_assertion": False, "question_reveals_answer": False, "beyond_scope": False})
     if kind == "audit_judge":  # a clean reply
         return json.dumps({"超范围披露": [], "不实陈述": "否", "回答了问题": "是"}, ensure_ascii=False)

@@ -194,10 +194,28 @@ def test_only_missing_facts_decide_acceptance_and_a_question_may_seek_several(th
         (record,) = three.records(BEHAVIOUR_DIALOGUE[condition])
         assert record["status"] == "accepted" and len(record["attempts"]) == 1, condition
         assert record["attempts"][0]["validation"]["facts"][0]["status"] == "given"
-    history = "\n".join(f"{'User' if m['role'] == 'user' else 'Assistant'}: {m['content']}"
-                        for m in CASES[0]["underspecified_consultation"])
+    initial = CASES[0]["underspecified_consultation"]
     for prompt in provider.prompts("behaviour_judge"):
         dialogue = between(prompt, "对话")
-        assert dialogue.startswith(history) and "【以下为新增的提问与回答】" in dialogue
-        assert dialogue.index("【以下为新增的提问与回答】") > len(history) - 1
+        before, after = dialogue.split("\n【以下为新增的提问与回答】\n")
+        assert all(m["content"] in before for m in initial) and before.count("\n") == len(initial) - 1
     assert "一条或几条尚未说明的关键事实" in provider.prompts("targeted")[0]
+
+
+def test_a_recovered_fact_must_cite_a_new_user_turn(three, provider):
+    """The paper: the validator marks each missing fact "citing supporting user turns". The user turns are
+    numbered for it, and a recovery citing no turn of the constructed part (or one of the initial history) is
+    a rejection reason."""
+    def script(kind, prompt, body):
+        if kind == "behaviour_judge" and "【定向】" in between(prompt, "对话"):
+            reply = json.loads(default_reply(kind, prompt))
+            reply["facts"][0]["turns"] = [1]  # a turn of the initial history
+            return json.dumps(reply)
+        return None
+    provider.script = script
+    assert run_behaviour(three, "--limit", "1") == 0
+    (record,) = three.records(BEHAVIOUR_DIALOGUE["targeted"])
+    assert record["status"] == "unresolved"
+    assert record["attempts"][0]["rejected"] == ["fact 1 recovered without a cited new user turn"]
+    prompt = provider.prompts("behaviour_judge")[0]
+    assert "User（第1次发言）" in between(prompt, "对话") and "User（第4次发言）" in between(prompt, "对话")

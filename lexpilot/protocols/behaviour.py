@@ -58,11 +58,15 @@ def validation_parser(n_details: int):
     return parse
 
 
-def rejection(validation: dict, condition: str) -> list[str]:
+def rejection(validation: dict, condition: str, initial_turns: int = 0) -> list[str]:
     """Why a dialogue fails its condition (empty: accepted). Acceptance depends on these criteria only, never
-    on whether a verdict would be right."""
+    on whether a verdict would be right. A fact recovered must cite a user turn of the new part of the dialogue
+    (after the `initial_turns` of the history): a recovery the judge cannot point to is not one."""
     wanted = WANTED[condition]
     reasons = [f"fact {f['id']} {f['status']}" for f in validation["facts"] if f["status"] not in (wanted, "given")]
+    reasons += [f"fact {f['id']} recovered without a cited new user turn" for f in validation["facts"]
+                if f["status"] == "recovered" and not any(isinstance(t, int) and t > initial_turns
+                                                          for t in f["turns"])]
     return reasons + [name for flag, name in FLAGS.items() if validation[flag]]
 
 
@@ -80,7 +84,7 @@ def construct(condition: str):
             validation, raw = calls.judge("behaviour_validation", validation_parser(len(key_detail_lines(calls.case))),
                                           history=render_constructed(history, dialogue[len(history):]),
                                           key_facts=render_numbered_details(calls.case))
-            reasons = rejection(validation, condition)
+            reasons = rejection(validation, condition, user_turns(history))
             attempts.append({"attempt": attempt, "dialogue": dialogue[len(history):], "validation": validation,
                              "judge_raw": raw, "rejected": reasons})
             if not reasons:
@@ -91,9 +95,20 @@ def construct(condition: str):
 
 
 def render_constructed(history: list[dict], turns: list[dict]) -> str:
-    """The dialogue the validator reads: the initial history, then the constructed questions and replies, user
-    turns numbered over the whole dialogue (as the validation prompt says)."""
-    return render_history(history) + "\n【以下为新增的提问与回答】\n" + render_history(turns)
+    """The dialogue the validator reads: the initial history, then the constructed questions and replies, every
+    user turn numbered over the whole dialogue (the numbers the validator cites)."""
+    numbered, n = [], 0
+    for m in history + turns:
+        if m["role"] == "user":
+            n += 1
+            numbered.append(f"User（第{n}次发言）: {m['content']}")
+        else:
+            numbered.append(f"Assistant: {m['content']}")
+    return "\n".join(numbered[:len(history)] + ["【以下为新增的提问与回答】"] + numbered[len(history):])
+
+
+def user_turns(messages: list[dict]) -> int:
+    return sum(m["role"] == "user" for m in messages)
 
 
 def predict(condition: str):
