@@ -17,6 +17,8 @@ class Price(NamedTuple):
     completion: float
     batch_prompt: float  # what the provider's batch API charges (the synchronous price where none is given)
     batch_completion: float
+    cached_prompt: float | None = None  # a prompt token served from the provider's cache (None: the prompt price)
+    batch_cached_prompt: float | None = None
 
 
 def read_prices(path: Path) -> dict[str, Price]:
@@ -34,21 +36,31 @@ def read_prices(path: Path) -> dict[str, Price]:
         try:
             prompt, completion = float(entry["prompt"]), float(entry["completion"])
             factor = 1 - float(entry.get("batch_discount", 0))
+            cached = float(entry.get("cached_prompt", prompt * (1 - float(entry.get("cache_discount", 0)))))
             prices[model] = Price(prompt, completion, float(entry.get("batch_prompt", prompt * factor)),
-                                  float(entry.get("batch_completion", completion * factor)))
+                                  float(entry.get("batch_completion", completion * factor)), cached,
+                                  float(entry.get("batch_cached_prompt", cached * factor)))
             if not all(math.isfinite(p) and p >= 0 for p in prices[model]):
                 raise ValueError
         except (TypeError, KeyError, ValueError, AttributeError):
             raise HarnessError(f"--prices {path}: entry {model!r} must be {{\"prompt\": number, \"completion\": "
-                               "number} (price per million tokens; optional batch_prompt, batch_completion or "
+                               "number} (price per million tokens; optional cached_prompt or cache_discount, batch_prompt, batch_completion or "
                                "batch_discount)") from None
     return prices
 
 
-def cost(price: Price, prompt_tokens: float, completion_tokens: float, batched: float = 0.0) -> float:
-    """The cost of tokens; `batched`: the share of the calls answered through the batch API."""
-    normal = (prompt_tokens * price.prompt + completion_tokens * price.completion) / 1e6
-    batch = (prompt_tokens * price.batch_prompt + completion_tokens * price.batch_completion) / 1e6
+def cost(price: Price, prompt_tokens: float, completion_tokens: float, batched: float = 0.0,
+         cached_tokens: float = 0.0) -> float:
+    """The cost of tokens; `batched`: the share of the calls answered through the batch API; `cached_tokens`:
+    the prompt tokens the provider served from its cache (at the cached-input price; without one in the price
+    file, at the prompt price, so that nothing is under-reported)."""
+    cached = min(cached_tokens, prompt_tokens)
+    cached_price = price.prompt if price.cached_prompt is None else price.cached_prompt
+    batch_cached_price = price.batch_prompt if price.batch_cached_prompt is None else price.batch_cached_prompt
+    normal = ((prompt_tokens - cached) * price.prompt + cached * cached_price
+              + completion_tokens * price.completion) / 1e6
+    batch = ((prompt_tokens - cached) * price.batch_prompt + cached * batch_cached_price
+             + completion_tokens * price.batch_completion) / 1e6
     return (1 - batched) * normal + batched * batch
 
 
@@ -77,9 +89,12 @@ class Budget:
             self.reserved += worst
         return worst
 
-    def settle(self, reserved: float, model: str, prompt_tokens: int | None, completion_tokens: int | None) -> None:
-        """The call is over: its real cost (its worst case where the reply carried no token counts)."""
+    def settle(self, reserved: float, model: str, prompt_tokens: int | None, completion_tokens: int | None,
+               cached_tokens: int = 0) -> None:
+        """The call is over: its real cost, its cached share included (its worst case where the reply carried no
+        token counts)."""
         with self.lock:
             self.reserved -= reserved
             self.spent += reserved if prompt_tokens is None else cost(self.prices[model], prompt_tokens,
-                                                                      completion_tokens or 0)
+                                                                      completion_tokens or 0,
+                                                                      cached_tokens=cached_tokens)

@@ -168,6 +168,9 @@ class FakeProvider:
         self.requests: list[dict] = []
         # every request answered with a reply, synchronously or in a batch: (kind, digest of what it asks) -> times
         self.processed = Counter()
+        # `cache(prompt)`: extra usage fields a provider with a prompt cache reports (OpenAI's
+        # prompt_tokens_details.cached_tokens, DeepSeek's prompt_cache_hit_tokens), or None
+        self.cache = None
         self.lock = threading.Lock()
         self.statuses = Counter()
         self._window: list[float] = []
@@ -460,6 +463,8 @@ class FakeProvider:
             self.processed[(kind, hashlib.sha256(json.dumps(body["messages"], ensure_ascii=False).encode()).hexdigest())] += 1
         usage = {"prompt_tokens": len(prompt), "completion_tokens": len(content),
                  "total_tokens": len(prompt) + len(content)} if self.usage else None
+        if usage and self.cache:
+            usage |= self.cache(prompt) or {}
         if usage and "reasoning_tokens" in outcome_dict:
             usage["completion_tokens_details"] = {"reasoning_tokens": outcome_dict["reasoning_tokens"]}
         if body.get("stream"):

@@ -81,9 +81,10 @@ class Usage:
     by_role: dict = field(default_factory=dict)
 
     def add(self, role: str, prompt_tokens: int, completion_tokens: int, calls: int = 1, unreported: int = 0,
-            reasoning_tokens: int = 0, batched: int = 0) -> None:
+            reasoning_tokens: int = 0, batched: int = 0, cached_tokens: int = 0) -> None:
         """`unreported`: calls whose reply carried no token counts (e.g. llama.cpp's streamed replies);
-        `reasoning_tokens`: the part of the completion tokens spent on reasoning, where reported."""
+        `reasoning_tokens`: the part of the completion tokens spent on reasoning, where reported;
+        `cached_tokens`: the part of the prompt tokens served from the provider's prompt cache, where reported."""
         entry = self.by_role.setdefault(role, {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0})
         entry["calls"] += calls
         entry["prompt_tokens"] += prompt_tokens
@@ -94,11 +95,13 @@ class Usage:
             entry["reasoning_tokens"] = entry.get("reasoning_tokens", 0) + reasoning_tokens
         if batched:  # answered through a provider's batch API (priced at its batch price)
             entry["batched_calls"] = entry.get("batched_calls", 0) + batched
+        if cached_tokens:  # priced at the cached-input price
+            entry["cached_prompt_tokens"] = entry.get("cached_prompt_tokens", 0) + cached_tokens
 
     def merge(self, other: dict) -> None:
         for role, e in other.items():
             self.add(role, e["prompt_tokens"], e["completion_tokens"], e["calls"], e.get("unreported_calls", 0),
-                     e.get("reasoning_tokens", 0), e.get("batched_calls", 0))
+                     e.get("reasoning_tokens", 0), e.get("batched_calls", 0), e.get("cached_prompt_tokens", 0))
 
 
 class Throttle:
@@ -286,14 +289,14 @@ class ModelCaller:
             if self.budget:  # an answered call costs what it reports; an unanswered one its worst case
                 reply = outcome.answered
                 self.budget.settle(reserved, role.model, reply.prompt_tokens if reply else None,
-                                   reply.completion_tokens if reply else None)
+                                   reply.completion_tokens if reply else None, (reply.cached_tokens or 0) if reply else 0)
         return outcome
 
     def _accepted(self, role: Role, reply: Reply, usage: Usage) -> Attempt:
         """A reply counts as spent whatever it says; it is accepted when it is complete and not empty."""
         if reply.prompt_tokens is not None:
             usage.add(role.name, reply.prompt_tokens, reply.completion_tokens or 0,
-                      reasoning_tokens=reply.reasoning_tokens or 0)
+                      reasoning_tokens=reply.reasoning_tokens or 0, cached_tokens=reply.cached_tokens or 0)
         else:
             usage.add(role.name, 0, 0, unreported=1)
         if reply.finish_reason == "length":

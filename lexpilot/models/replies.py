@@ -30,6 +30,7 @@ class Reply:
     prompt_tokens: int | None = None  # None: the reply carried no token counts
     completion_tokens: int | None = None
     reasoning_tokens: int | None = None
+    cached_tokens: int | None = None  # prompt tokens the provider served from its prompt cache, where reported
     reasoning: str = ""  # reasoning returned apart from the content (reasoning_content / reasoning)
 
 
@@ -71,6 +72,12 @@ def _usage(reply: Reply, usage) -> None:
     reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
     if isinstance(reasoning, int) and not isinstance(reasoning, bool) and reasoning >= 0:
         reply.reasoning_tokens = reasoning
+    # OpenAI-compatible: prompt_tokens_details.cached_tokens; DeepSeek: prompt_cache_hit_tokens
+    prompt_details = usage.get("prompt_tokens_details")
+    cached = prompt_details.get("cached_tokens") if isinstance(prompt_details, dict) else None
+    cached = usage.get("prompt_cache_hit_tokens") if cached is None else cached
+    if isinstance(cached, int) and not isinstance(cached, bool) and 0 <= cached <= reply.prompt_tokens:
+        reply.cached_tokens = cached
 
 
 def _choice(data) -> dict | None:

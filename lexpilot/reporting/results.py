@@ -55,7 +55,8 @@ from lexpilot.storage.manifest import (
 )
 
 OVERALL = "Overall"
-USAGE_FIELDS = ("calls", "prompt_tokens", "completion_tokens", "unreported_calls", "reasoning_tokens", "batched_calls")
+USAGE_FIELDS = ("calls", "prompt_tokens", "completion_tokens", "unreported_calls", "reasoning_tokens", "batched_calls",
+                "cached_prompt_tokens")
 
 # ----------------------------------------------------------------------------- loading and scoring
 

@@ -20,13 +20,15 @@ def role_cost(run: Run, role: str, used: dict, prices: dict | None) -> float | N
     if price is None:
         return None
     batched = used.get("batched_calls", 0) / used["calls"] if used.get("calls") else 0.0
-    return cost(price, used["prompt_tokens"], used["completion_tokens"], batched)
+    return cost(price, used["prompt_tokens"], used["completion_tokens"], batched, used.get("cached_prompt_tokens", 0))
 
 
 def role_usage(used: Counter, unanswered: int) -> str:
     text = f"{used['calls']} / {used['prompt_tokens']} / {used['completion_tokens']}"
     if used["reasoning_tokens"]:
         text += f" ({used['reasoning_tokens']} reasoning)"
+    if used["cached_prompt_tokens"]:
+        text += f" ({used['cached_prompt_tokens']} prompt tokens cached)"
     if used["unreported_calls"]:
         text += f" ({used['unreported_calls']} uncounted)"
     return text + (f" (+{unanswered} unanswered)" if unanswered else "")

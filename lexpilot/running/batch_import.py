@@ -122,7 +122,7 @@ def reply_of(entry: dict, max_tokens: int) -> tuple[str, dict, str]:
         return "", {}, f"malformed reply: {e}"
     usage = Usage()
     usage.add("x", reply.prompt_tokens or 0, reply.completion_tokens or 0,
-              unreported=int(reply.prompt_tokens is None), batched=1)
+              unreported=int(reply.prompt_tokens is None), batched=1, cached_tokens=reply.cached_tokens or 0)
     if reply.finish_reason == "length":
         return "", {}, f"reply truncated at {max_tokens} output tokens"
     if not reply.text.strip():
