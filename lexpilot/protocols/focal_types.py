@@ -3,6 +3,8 @@ point.
 """
 from __future__ import annotations
 
+import functools
+
 from lexpilot.benchmark.dataset import Case
 from lexpilot.benchmark.records import FOCAL_TYPE_RECORDS, readable_records
 from lexpilot.protocols.judging import parse_focal_type
@@ -29,13 +31,26 @@ def focal_types(calls: CaseCalls, upstream: dict) -> dict:
 def typed_before(settings: Settings, case: Case) -> dict | None:
     """The types another run or model under the output root saved for this case (same inputs, same judge)."""
     judge = settings.roles["judge"].model
-    for path in sorted(settings.output_root.glob(f"{FOCAL_TYPE_RECORDS.top}/*/*/{FOCAL_TYPE_RECORDS.file}")):
-        for record in readable_records(path):
-            if record.get("case_number") == case.number and record.get("input_hash") == case.input_hash \
-                    and record.get("judge_model", judge) == judge and record.get("types"):
-                run = path.parent.parent.name
-                return {"types": record["types"], "judge_model": judge, "reused_from": record.get("reused_from", run)}
+    paths = sorted(settings.output_root.glob(f"{FOCAL_TYPE_RECORDS.top}/*/*/{FOCAL_TYPE_RECORDS.file}"))
+    typed = _typed_cases(tuple((p, p.stat().st_mtime_ns, p.stat().st_size) for p in paths))
+    # typed by this judge, or saved before records named the judge
+    found = typed.get((case.number, case.input_hash, judge)) or typed.get((case.number, case.input_hash, None))
+    if found:
+        record, run = found
+        return {"types": record["types"], "judge_model": judge, "reused_from": record.get("reused_from", run)}
     return None
+
+
+@functools.lru_cache(maxsize=4)  # keyed by every file's time and size: each file is read once, not once per case
+def _typed_cases(files: tuple) -> dict:
+    """(case, input hash, judge) -> (the first typed record saved for it, its run), over the files given."""
+    typed: dict = {}
+    for path, _, _ in files:
+        for record in readable_records(path):
+            if record.get("types"):
+                key = (record.get("case_number"), record.get("input_hash"), record.get("judge_model"))
+                typed.setdefault(key, (record, path.parent.parent.name))
+    return typed
 
 
 def focal_type_calls(upstream: dict, settings: Settings, case: Case | None = None) -> dict:

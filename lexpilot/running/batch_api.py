@@ -100,8 +100,11 @@ def submit(run, client, role: str, requests: list, max_tokens: int) -> None:
 def create(run, client, file_id: str):
     """Create the batch of an uploaded file, once: after a failed create, the provider's list is searched for a
     batch made from the file before the create is repeated."""
+    tried = []
+
     def attempt():
-        made = made_from(run, client, file_id)
+        made = made_from(run, client, file_id) if tried else None  # a repeat: did the failed create make it?
+        tried.append(True)
         return made or checked(client.batches.create(input_file_id=file_id, endpoint=ENDPOINT,
                                                      completion_window="24h", metadata=tag(run)), "id")
     return provider_call(run, "creating a batch", attempt)

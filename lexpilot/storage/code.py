@@ -34,11 +34,18 @@ def _imported(path: Path, root: Path) -> list[Path]:
 @functools.lru_cache(maxsize=512)  # keyed by the file's time and size: a changed file is parsed again
 def _imports_of(path: Path, root: Path, mtime_ns: int, size: int) -> list[Path]:
     found = []
-    ours = {p.stem for p in root.glob("*.py")} | {p.name for p in root.iterdir() if (p / "__init__.py").is_file()}
+    ours = _project_names(root)
     for _, module in imported_modules(path, root):
         if module.split(".")[0] in ours:  # the standard library and installed packages are not the project's code
             found += _module_files(module, root)
     return found
+
+
+@functools.lru_cache(maxsize=8)
+def _project_names(root: Path) -> frozenset[str]:
+    """The project's top-level modules and packages: the imports that can be the project's code."""
+    return frozenset({p.stem for p in root.glob("*.py")} | {p.name for p in root.iterdir()
+                                                             if (p / "__init__.py").is_file()})
 
 
 def imported_modules(path: Path, root: Path) -> list[tuple[int, str]]:

@@ -127,14 +127,16 @@ def _leaves(value, prefix: str) -> dict[str, object]:
     return {prefix: value}
 
 
-def manifest_differences(saved: dict, current: dict) -> list[str]:
-    """Each compared setting that differs, as 'field: run X, now Y' (nested fields by their dotted path)."""
+def manifest_differences(saved: dict, current: dict, prompt_files: set[str] | None = None) -> list[str]:
+    """Each compared setting that differs, as 'field: run X, now Y' (nested fields by their dotted path);
+    with `prompt_files`, prompts are compared on those files only (the ones a stage sends)."""
     differences = []
     for name in COMPARED_MANIFEST_FIELDS:
         before, now = compared_setting(saved, name), compared_setting(current, name)
         if name == "prompt_hash" and isinstance(before, dict) and isinstance(now, dict):
             # a prompt file added since the run started was never used by it: only shared files must match
-            before, now = ({f: h for f, h in d.items() if f in before and f in now} for d in (before, now))
+            before, now = ({f: h for f, h in d.items() if f in before and f in now
+                            and (prompt_files is None or f in prompt_files)} for d in (before, now))
         if before == now:
             continue
         if name == "selected_cases":
@@ -185,8 +187,8 @@ def check_manifest(path: Path, current: dict, script: str, write: bool, allow_co
             write_json(path, current)
         return None
     saved = read_manifest(path)
-    differing = [d for d in manifest_differences(saved, current) if not d.startswith("code_hash:")
-                 and not (d.startswith("prompt_hash.") and d.split(":")[0][len("prompt_hash."):] not in prompt_files)]
+    differing = [d for d in manifest_differences(saved, current, set(prompt_files))
+                 if not d.startswith("code_hash:")]
     differing += code_changes(saved, script)
     if saved.get("user_condition") != current.get("user_condition"):
         raise HarnessError(f"{path}: this run's user condition is {saved.get('user_condition')!r}, not "
