@@ -135,6 +135,7 @@ def test_focal_point_types_are_judged_once_for_the_benchmark_and_reused_by_every
     from lexpilot.running.stage import stage_main
     from tests.conftest import STAGES
     other = ["--run-id", "r2", "--model", "other-model", "--dataset", str(h.dataset), "--output-root", str(h.root)]
+    provider.script = lambda kind, prompt, body: "否" if kind == "dcg_judge" else None  # a weaker model: DCG 0
     for stage in (STAGES["DCG"], eval_focal_types.STAGE):  # another model's run
         assert stage_main(stage, "t", argv=other, clients=provider.in_memory_clients()) == 0
     assert "focal_judge" not in provider.kinds()  # reused, not judged again
@@ -146,4 +147,15 @@ def test_focal_point_types_are_judged_once_for_the_benchmark_and_reused_by_every
     out = capsys.readouterr().out
     panel_c = out[out.index("Figure 4 (c)"):].split("\n\n")[0]
     assert f"over the {len(cases)} typed cases" in panel_c
-    assert "Average over 2 model(s)" in out[out.index("Figure 4 (a)"):out.index("Figure 4 (c)")]
+    # by hand: every focal point is typed Contract Validity, so (a)'s column is each run's DCG accuracy, and the
+    # average row their mean; (c) counts each case's focal points once, whatever the number of runs
+    accuracy = []
+    for run in ("r1", "r2"):
+        path = next((h.root / "eval_results" / run).glob("*/DCG_results.jsonl"))
+        successes = [json.loads(x)["success"] for x in path.read_text(encoding="utf-8").splitlines()]
+        accuracy.append(sum(successes) / len(successes))
+    panel_a = out[out.index("Figure 4 (a)"):].split("\n\n")[0].splitlines()
+    average = next(line for line in panel_a if line.startswith("Average over 2 model(s)"))
+    assert accuracy[1] == 0 < accuracy[0] and f"{sum(accuracy) / 2:.3f}" in average.split()
+    total = next(line for line in panel_c.splitlines() if line.startswith("Contract Validity")).split()[-1]
+    assert int(total) == judged

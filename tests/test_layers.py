@@ -7,6 +7,8 @@ import anywhere in a file, lazy ones inside functions included):
 - no module of the package imports an entry point (or common.py, which only hands the package on), and no entry
   point imports another.
 """
+import importlib.util
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -98,3 +100,18 @@ def test_a_forbidden_import_is_found(tmp_path, module, line, expected):
     broken.write_text(copy.read_text(encoding="utf-8") + "\n" + body, encoding="utf-8")
     problems = layer_violations([broken], tmp_path)
     assert len(problems) == 1 and expected in problems[0] and module in problems[0]
+
+
+def test_the_root_holds_the_entry_points_common_categories_folders_and_project_files():
+    """Issue 24: the listing says what can be run; the shared code is in lexpilot/."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    top = {path.split("/")[0] + ("/" if "/" in path else "") for path in tracked}
+    files = {t for t in top if not t.endswith("/") and not t.startswith(".")}
+    scripts = {f for f in files if f.endswith(".py")} - {"common.py", "categories.py"}
+    assert scripts and all(importlib.util.find_spec(s[:-3]) for s in scripts)
+    assert all("def main" in (ROOT / s).read_text(encoding="utf-8") or "stage_main" in (ROOT / s).read_text(
+        encoding="utf-8") for s in scripts)  # every other .py at the top is an entry point
+    assert files - scripts == {"common.py", "categories.py", "README.md", "pytest.ini", "requirements.txt",
+                               "requirements-dev.txt", "requirements-optional.txt"}
+    assert {t for t in top if t.endswith("/") and not t.startswith(".")} == {
+        "bench/", "data/", "docs/", "lexpilot/", "prompts/", "tests/"}
