@@ -18,12 +18,7 @@ from lexpilot.errors import HarnessError
 from lexpilot.paths import DEFAULT_OUTPUT_ROOT
 from lexpilot.pricing import read_prices
 from lexpilot.reporting.figures import write_plots
-from lexpilot.reporting.renderings import (
-    render_csv,
-    render_latex,
-    render_markdown,
-    render_text,
-)
+from lexpilot.reporting.renderings import RENDERINGS
 from lexpilot.reporting.results import (
     MAX_RESAMPLES,
     Bootstrap,
@@ -136,7 +131,6 @@ def not_found(root: Path, runs, args) -> str | None:
     return None
 
 
-RENDERINGS = {"text": render_text, "markdown": render_markdown, "csv": render_csv, "latex": render_latex}
 
 
 def read_options(args) -> tuple[dict | None, dict | None]:

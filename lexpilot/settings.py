@@ -188,6 +188,21 @@ def number(kind: type, low: float, high: float, default_word: bool = False):
     return parse
 
 
+def rate_limits(entries: list[str]) -> dict[str, float]:
+    """MODEL=RPM entries (--rate-limit) -> model id -> requests per minute; raises HarnessError on a bad one."""
+    limits = {}
+    for entry in entries:
+        model, _, rpm = entry.rpartition("=")
+        try:
+            limits[model] = float(rpm)
+            if not model or not math.isfinite(limits[model]) or limits[model] <= 0:
+                raise ValueError
+        except ValueError:
+            raise HarnessError(f"--rate-limit {entry[:80]!r}: must be MODEL=REQUESTS_PER_MINUTE, a positive "
+                               "number") from None
+    return limits
+
+
 def role_list(text: str) -> tuple[str, ...]:
     chosen = {t.strip() for t in text.split(",") if t.strip()}
     if not chosen or chosen - set(ROLES):

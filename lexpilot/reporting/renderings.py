@@ -55,3 +55,6 @@ def render_csv(tables: list[Table]) -> str:
         for r in t.rows:
             writer.writerow(map(spreadsheet_safe, [t.title, r[0]] + r[1:]))
     return buffer.getvalue()
+
+
+RENDERINGS = {"text": render_text, "markdown": render_markdown, "csv": render_csv, "latex": render_latex}

@@ -61,9 +61,40 @@ def usage_tables(groups: list[Group], prices: dict | None) -> list[Table]:
                               str(used["completion_tokens"]) + (f" ({used['reasoning_tokens']} reasoning)"
                                                                  if used["reasoning_tokens"] else ""),
                               money(None if None in costs else sum(costs))])
-    return [Table("usage_per_run", "Token usage per run (calls / prompt tokens / completion tokens, of which reasoning; saved records; "
+    return [grid_total(groups, prices),
+            Table("usage_per_run", "Token usage per run (calls / prompt tokens / completion tokens, of which reasoning; saved records; "
                   "'uncounted': calls whose reply carried no token counts; 'unanswered': calls in flight when a "
                   "process was killed, paid but never answered, not priced)",
                   ["Model", "Run", "Evaluated model", "User Model", "Judge", "Cost"], per_run),
             Table("usage_per_stage", "Token usage per stage file, all runs of the group",
                   ["Model", "Stage file", "Role", "Calls", "Prompt tokens", "Completion tokens", "Cost"], per_stage)]
+
+
+def grid_total(groups: list[Group], prices: dict | None) -> Table:
+    """What every run and model shown has used and cost, per role and in all: with a grid quote for the rest
+    (quote_grid.py, which leaves saved cases out), spent + quote = the grid's total. Calls paid but never answered
+    are counted apart: their tokens were never reported, so they are not priced."""
+    money = lambda v: "n/a" if v is None else f"{v:,.2f}" if v >= 1 else f"{v:.4f}"  # noqa: E731
+    by_role: dict[str, Counter] = {role: Counter() for role in ROLES}
+    costs: dict[str, list] = {role: [] for role in ROLES}
+    unanswered = Counter()
+    for g in groups:
+        for run in g.runs:
+            unanswered.update(run.unanswered)
+            for roles in run.usage.values():
+                for role, used in roles.items():
+                    by_role.setdefault(role, Counter()).update(used)
+                    costs.setdefault(role, []).append(role_cost(run, role, used, prices))
+    rows = []
+    for role in [r for r in by_role if by_role[r]["calls"] or unanswered.get(r)] + ["all"]:
+        used = sum(by_role.values(), Counter()) if role == "all" else by_role[role]
+        spent = [c for r in (ROLES if role == "all" else [role]) for c in costs.get(r, [])]
+        paid = unanswered.total() if role == "all" else unanswered.get(role, 0)
+        batch = f"{used['batched_calls'] / used['calls']:.0%}" if used["calls"] else "-"
+        rows.append([role, str(used["calls"]), str(paid), batch, str(used["prompt_tokens"]),
+                     str(used["cached_prompt_tokens"]), str(used["completion_tokens"]),
+                     money(None if None in spent or not prices else sum(spent))])
+    runs = sum(len(g.runs) for g in groups)
+    return Table("usage_grid_total", f"Spent so far: every run and model shown ({runs} runs, saved records)",
+                 ["Role", "Calls", "Unanswered (paid, not priced)", "Batch share", "Prompt tokens",
+                  "of which cached", "Completion tokens", "Cost"], rows)

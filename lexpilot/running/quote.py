@@ -17,34 +17,46 @@ from lexpilot.benchmark.prompts import (
 )
 from lexpilot.benchmark.records import readable_records
 from lexpilot.benchmark.vocabulary import ROLES
-from lexpilot.pricing import cost
+from lexpilot.pricing import Price, cost
 from lexpilot.protocols.steps import Step
 from lexpilot.running.state import StageState
 from lexpilot.settings import Settings
 
 
+def case_steps(state: StageState, case: Case):
+    """(step, calls per role at most) of each step still to run for a case, from its upstream records as saved
+    (a missing upstream record counts at the most calls)."""
+    for step in state.steps:
+        if case.number in state.records[step.name]:
+            continue
+        upstream = {need: state.records[need].get(case.number) for need in step.needs}
+        yield step, step.calls_for(upstream, state.settings, case)
+
+
+def longest_chain(state: StageState, cases: list[Case]) -> int:
+    """The most calls one case makes in a row (a case's calls are made one after another): a wave of cases takes
+    this many call times, and batch mode this many cycles."""
+    return max((sum(sum(planned.values()) for _, planned in case_steps(state, c)) for c in cases), default=0)
+
+
 def planned_calls(state: StageState, cases: list[Case],
                   prompts: dict[str, str] | None = None) -> tuple[Counter, Counter, Counter]:
     """Calls per role at most, and the characters of the known prompt text they would send: the prompt and
-    the case's inputs, with the complete history standing for either history (an estimate), and with the
-    shorter of the two (a lower bound); earlier replies carried into a prompt are not known."""
+    the case's inputs, with the longer of the two histories (for an upper bound), and with the shorter and only
+    the calls surely made (a lower bound); earlier replies carried into a prompt are not known."""
     calls, chars, low = Counter(), Counter(), Counter()
     for case in cases:
         histories = [len(render_history(h)) for h in (case.complete, case.underspecified)]
         inputs = {"key_facts": len(render_details_by_focal_point(case)), "focus_text": len(render_focal_points(case)),
                   "claims": len(render_claims(case))}
-        for step in state.steps:
-            if case.number in state.records[step.name]:
-                continue
-            upstream = {need: state.records[need].get(case.number) for need in step.needs}
-            planned = step.calls_for(upstream, state.settings, case)
+        for step, planned in case_steps(state, case):
             calls.update(planned)
             for role in planned:
                 template = (prompts or {}).get(step.prompts.get(role), "")
                 fixed = len(SLOT.sub("", template)) + sum(inputs.get(slot, 0) for slot in SLOT.findall(template))
                 # the judges' {history} slot holds a reply to judge, not the case's history
                 history = "history" in SLOT.findall(template) and role != "judge"
-                chars[role] += planned[role] * (fixed + (histories[0] if history else 0))
+                chars[role] += planned[role] * (fixed + (max(histories) if history else 0))
                 low[role] += step.surely_made().get(role, 0) * (fixed + (min(histories) if history else 0))
     return calls, chars, low
 
@@ -52,11 +64,10 @@ def planned_calls(state: StageState, cases: list[Case],
 CARRIED_REPLIES = 6  # the most earlier replies any prompt of these protocols carries (a forced prediction: 3 + 3)
 
 
-def cost_quote(state: StageState, settings: Settings, calls: Counter, chars: Counter, pending: int) -> str:
-    """The cost of the pending work per role (`chars`: the known prompt text with the shorter history, so that
-    the lower bound is one): a lower bound (the known prompt text, no completion), an upper
-    bound (the known prompt, every carried reply and every completion at the output limit), and where runs of
-    this stage were saved under the output root, an expected figure from their usage per case."""
+def cost_quote(state: StageState, settings: Settings, calls: Counter, chars: Counter, low_chars: Counter,
+               pending: int) -> str:
+    """The cost of the pending work per role: bounds and, where runs of this stage were saved under the output
+    root, an expected figure from their usage per case (see `role_money`)."""
     lines = ["cost quote (money per the price file):"]
     expected_usage = saved_usage_per_case(settings.output_root, state.steps)
     total = [0.0, 0.0, 0.0]
@@ -69,10 +80,8 @@ def cost_quote(state: StageState, settings: Settings, calls: Counter, chars: Cou
             lines.append(f"  {role} ({model}): no price in the price file")
             continue
         batched = 1.0 if settings.batching.enabled and role in (settings.batching.roles or ROLES) else 0.0  # at batch prices
-        low = cost(price, chars[role], 0, batched)
-        high = cost(price, chars[role] + calls[role] * CARRIED_REPLIES * limit, calls[role] * limit, batched)
-        per_case = expected_usage.get(role)
-        expected = cost(price, per_case[0] * pending, per_case[1] * pending, batched) if per_case else None
+        low, high, expected = role_money(price, low_chars[role], chars[role] + calls[role] * CARRIED_REPLIES * limit,
+                                         calls[role] * limit, expected_usage.get(role), pending, batched)
         total = [total[0] + low, total[1] + high, total[2] + (expected or 0)]
         lines.append(f"  {role} ({model}): between {low:,.4f} and {high:,.4f}"
                      + (f"; expected ~{expected:,.4f} from saved runs of this stage" if expected is not None else ""))
@@ -81,9 +90,24 @@ def cost_quote(state: StageState, settings: Settings, calls: Counter, chars: Cou
     return "\n".join(lines)
 
 
-def saved_usage_per_case(root: Path, steps: list[Step]) -> dict[str, tuple[float, float]]:
-    """Role -> (prompt, completion) tokens per case in the records of these steps saved under the root (every
-    run and model), for an expected cost."""
+def role_money(price: Price, low_chars: int, high_prompt: int, high_completion: int, per_case, pending: int,
+               batched: float) -> tuple[float, float, float | None]:
+    """(low, high, expected) for one role: the known prompt text of the calls surely made, with no completion; every
+    prompt with the longer history, every carried reply and every completion at the output limit; the saved runs'
+    usage per case (cached share included) times the cases to do (None without saved runs)."""
+    expected = expected_cost(price, per_case, pending, batched) if per_case else None
+    return cost(price, low_chars, 0, batched), cost(price, high_prompt, high_completion, batched), expected
+
+
+def expected_cost(price, per_case: tuple[float, float, float], cases: int, batched: float) -> float:
+    """The cost of `cases` more cases at the saved usage per case (prompt, completion, cached prompt tokens)."""
+    prompt, completion, cached = (tokens * cases for tokens in per_case)
+    return cost(price, prompt, completion, batched, cached)
+
+
+def saved_usage_per_case(root: Path, steps: list[Step]) -> dict[str, tuple[float, float, float]]:
+    """Role -> (prompt, completion, cached prompt) tokens per case in the records of these steps saved under the
+    root (every run and model), for an expected cost (a run that reported no cached tokens counts none)."""
     totals: dict[str, list[float]] = {}
     cases: set = set()
     for step in steps:
@@ -93,12 +117,13 @@ def saved_usage_per_case(root: Path, steps: list[Step]) -> dict[str, tuple[float
                     usage = record["usage"]
                     cases.add((path.parent.parent.name, path.parent.name, record["case_number"]))  # run, model, case
                     for role, used in usage.items():
-                        entry = totals.setdefault(role, [0.0, 0.0])
+                        entry = totals.setdefault(role, [0.0, 0.0, 0.0])
                         entry[0] += used["prompt_tokens"]
                         entry[1] += used["completion_tokens"]
+                        entry[2] += used.get("cached_prompt_tokens", 0)
                 except (KeyError, TypeError, AttributeError):
                     continue
-    return {role: (p / len(cases), c / len(cases)) for role, (p, c) in totals.items()} if cases else {}
+    return {role: tuple(t / len(cases) for t in tokens) for role, tokens in totals.items()} if cases else {}
 
 
 def dry_run_report(name: str, state: StageState, selected: list[Case]) -> str:
@@ -118,6 +143,6 @@ def dry_run_report(name: str, state: StageState, selected: list[Case]) -> str:
              "  (prompt: the prompts and case inputs at one token per character, about right for Chinese; "
              "replies carried into later prompts come on top, up to --max-tokens each)"]
     if settings.spending.prices:
-        lines.append(cost_quote(state, settings, calls, low, len(pending)))
+        lines.append(cost_quote(state, settings, calls, chars, low, len(pending)))
     return "\n".join(lines)
 

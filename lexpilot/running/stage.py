@@ -111,9 +111,7 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
     if stage.check_first:
         stage.check_first(settings, manifest)
     if settings.dry_run:
-        check_manifest(mpath, manifest, stage.script, write=False, allow_code_change=settings.allow_code_change,
-                       record_files=record_files, prompt_files=stage.prompt_files(settings))
-        state = load_state(settings, stage, selected, repair=False)  # a dry run changes no file
+        state = read_only_state(stage, settings, selected, manifest)
         print(dry_run_report(name, state, selected), file=out)
         return 0
     with RunLock(mpath.with_name(".lock")):
@@ -139,6 +137,18 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
                 return batching.status(name, settings, clients, out)
             return batching.run_cycles(name, state, clients, settings, out, err, run_case)
         return _execute(name, state, clients, out, err)
+
+
+def read_only_state(stage: Stage, settings: Settings, selected: list[Case], manifest: dict,
+                    whole_upstream: bool = True) -> StageState:
+    """The stage's saved state as a dry run or a quote sees it: the run's manifest compared (a run with other
+    settings is refused as the stage would refuse it), the records read, no file changed."""
+    model = settings.roles["eval"].model
+    record_files = [checkpoint_path(settings.output_root, settings.run_id, model, k) for k in RECORD_KINDS]
+    check_manifest(manifest_path(settings.output_root, settings.run_id, model), manifest, stage.script, write=False,
+                   allow_code_change=settings.allow_code_change, record_files=record_files,
+                   prompt_files=stage.prompt_files(settings))
+    return load_state(settings, stage, selected, repair=False, whole_upstream=whole_upstream)
 
 
 @dataclass

@@ -34,7 +34,10 @@ class StageState:
         return [c for c in self.cases if any(c.number not in self.records[s.name] for s in self.steps)]
 
 
-def load_state(settings: Settings, stage: Stage, cases: list[Case], repair: bool = True) -> StageState:
+def load_state(settings: Settings, stage: Stage, cases: list[Case], repair: bool = True,
+               whole_upstream: bool = True) -> StageState:
+    """`whole_upstream`: refuse a stage whose upstream stage is unfinished (a grid quote counts such cases at
+    their most calls instead)."""
     model = settings.roles["eval"].model
     by_number = {c.number: c for c in cases}
     kinds = stage.kinds(settings)
@@ -54,7 +57,7 @@ def load_state(settings: Settings, stage: Stage, cases: list[Case], repair: bool
                         f"{paths[kind.name]}:{lines[number]}: case {number} was built from a {need} record "
                         f"that {'no longer exists' if upstream is None else 'has changed'}. Delete this line "
                         "to have it redone, or use a new --run-id.")
-    for kind in (k for k in stage.upstream if k in kinds):
+    for kind in (k for k in stage.upstream if k in kinds and whole_upstream):
         missing = [c.number for c in cases if c.number not in records[kind.name]]
         if missing:
             shown = ", ".join(first_of(missing, 5))

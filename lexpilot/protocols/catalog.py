@@ -1,0 +1,46 @@
+"""Every stage run per evaluated model and run from the dataset alone, by the entry point that runs it: the grid
+quote's `--stages` takes these names. The paper's grid is what the README's loop runs (LexAwN_gen.py, eval_DCG.py,
+eval_LJP.py); the validation stages come after. Re-judging (it needs a source run) and the probe study (an expert
+file, no evaluated model) are not run per model and run, so they are not here.
+"""
+from __future__ import annotations
+
+from lexpilot.protocols.audit import AUDIT_STAGE
+from lexpilot.protocols.behaviour import BEHAVIOUR_STAGE
+from lexpilot.protocols.consultation import LEXAWN_STAGE
+from lexpilot.protocols.dcg import DCG_STAGE
+from lexpilot.protocols.focal_types import FOCAL_TYPE_STAGE
+from lexpilot.protocols.ljp import DIRECT_STAGE, GOLD_STAGE, INTERACTION_LJP_STAGE
+from lexpilot.protocols.plain import PLAIN_STAGE
+from lexpilot.protocols.steps import Stage
+
+# entry point (without .py) -> the stages it runs, in order
+PAPER_GRID: dict[str, tuple[Stage, ...]] = {
+    "LexAwN_gen": (LEXAWN_STAGE,),
+    "eval_DCG": (DCG_STAGE,),
+    "eval_LJP": (DIRECT_STAGE, GOLD_STAGE, INTERACTION_LJP_STAGE),
+}
+VALIDATION_STAGES: dict[str, tuple[Stage, ...]] = {
+    "eval_plain": (PLAIN_STAGE,),
+    "eval_LJP_behaviour": (BEHAVIOUR_STAGE,),
+    "audit_simulator": (AUDIT_STAGE,),
+    "eval_focal_types": (FOCAL_TYPE_STAGE,),
+}
+SINGLE_LJP = {"eval_LJP_direct": (DIRECT_STAGE,), "eval_LJP_gold": (GOLD_STAGE,),
+              "eval_LJP_interaction": (INTERACTION_LJP_STAGE,)}
+GRID_STAGES = {**PAPER_GRID, **SINGLE_LJP, **VALIDATION_STAGES}
+STAGE_SETS = {"paper": tuple(PAPER_GRID), "all": (*PAPER_GRID, *VALIDATION_STAGES)}
+
+
+def stages_named(names: list[str]) -> list[Stage]:
+    """The stages of entry points named with or without `.py`, or of a set (`paper`, `all`), each once, in the
+    order given; raises KeyError naming an unknown one."""
+    chosen: list[Stage] = []
+    for name in names:
+        name = name.removesuffix(".py")
+        scripts = STAGE_SETS.get(name, (name,))
+        for script in scripts:
+            if script not in GRID_STAGES:
+                raise KeyError(name)
+            chosen += [s for s in GRID_STAGES[script] if s not in chosen]
+    return chosen

@@ -1,0 +1,247 @@
+"""The quote for a grid (evaluated models × runs × stages) before any call: what each stage's dry run would count
+for every (model, run), summed per stage and role and per endpoint; cost bounds and an expected figure at
+synchronous and batch prices; and an estimated wall time from the calls, their longest chain per case, the
+concurrency and each endpoint's rate limit. Cases saved under the output root are not counted again.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+from lexpilot.benchmark.dataset import Case
+from lexpilot.benchmark.prompts import load_prompts
+from lexpilot.benchmark.vocabulary import ROLES
+from lexpilot.errors import HarnessError
+from lexpilot.protocols.steps import Stage
+from lexpilot.running.quote import (
+    CARRIED_REPLIES,
+    longest_chain,
+    planned_calls,
+    role_money,
+    saved_usage_per_case,
+)
+from lexpilot.running.stage import read_only_state
+from lexpilot.settings import Settings, add_common_args, settings_from_args
+from lexpilot.storage.manifest import build_manifest
+
+BATCH_WINDOW_HOURS = 24  # OpenAI's batch completion window: a cycle takes at most this long
+
+
+@dataclass
+class Part:
+    """One stage of one (evaluated model, run): what its dry run counts, and what it would cost."""
+    model: str
+    run_id: str
+    stage: str
+    settings: Settings
+    pending: int = 0
+    calls: Counter = field(default_factory=Counter)  # role -> calls at most
+    chain: int = 0  # the most calls one case makes in a row
+    money: dict = field(default_factory=dict)  # (role, "sync"|"batch") -> (low, high, expected or None) or None
+    refused: str = ""  # why the stage would not run (its message), nothing counted
+
+
+def quote_part(stage: Stage, settings: Settings, selected: list[Case], dataset_sha: str, prompts: dict,
+               saved_usage: dict) -> Part:
+    """The stage's dry-run figures for one (model, run); an unfinished upstream stage counts at the most calls."""
+    part = Part(settings.roles["eval"].model, settings.run_id, stage.name, settings)
+    try:
+        state = read_only_state(stage, settings, selected, build_manifest(settings, dataset_sha, selected),
+                                whole_upstream=False)
+    except HarnessError as e:
+        part.refused = str(e)
+        return part
+    pending = state.pending()
+    part.pending, part.chain = len(pending), longest_chain(state, pending)
+    part.calls, chars, low = planned_calls(state, pending, prompts)
+    prices = settings.spending.prices or {}
+    for role, calls in part.calls.items():
+        price, limit = prices.get(settings.roles[role].model), settings.roles[role].max_tokens
+        for mode, batched in (("sync", 0.0), ("batch", 1.0)):
+            part.money[(role, mode)] = None if price is None else role_money(
+                price, low[role], chars[role] + calls * CARRIED_REPLIES * limit, calls * limit,
+                saved_usage.get(role), part.pending, batched)
+    return part
+
+
+def stage_settings(stages: list[Stage], options: list[str]):
+    """settings_of(stage, model, run_id): the settings each stage would run with, given the stage options of the
+    command (each stage reads those it takes, as its own script would: --user-condition only where it applies); an
+    option no chosen stage takes is refused."""
+    taken = [o for o in options if o.split("=")[0] in ("--run-id", "--model")]
+    if taken:
+        raise HarnessError(f"{taken[0]}: a grid names its runs and models with --run-ids/--runs and --models")
+    parsers = {}
+    for stage in stages:
+        parser = argparse.ArgumentParser(prog=stage.script, add_help=False)
+        add_common_args(parser, stage.user_condition, stage.history_choice, stage.source_run, stage.probe_file)
+        parsers[stage.name] = parser
+    unknown = None
+    for parser in parsers.values():
+        _, left = parser.parse_known_args(["--run-id", "x", *options])
+        unknown = set(left) if unknown is None else unknown & set(left)
+    if unknown:
+        raise HarnessError(f"{' '.join(o for o in options if o in unknown)}: not an option of any chosen stage "
+                           "(see python LexAwN_gen.py --help)")
+
+    def settings_of(stage: Stage, model: str, run_id: str) -> Settings:
+        args, _ = parsers[stage.name].parse_known_args(["--run-id", run_id, "--model", model, *options])
+        return settings_from_args(args)
+    return settings_of
+
+
+def quote_grid(stages: list[Stage], settings_of, models: list[str], run_ids: list[str], selected: list[Case],
+               dataset_sha: str) -> list[Part]:
+    """Every (model, run, stage) part; `settings_of(stage, model, run_id)` gives the settings the stage would run
+    with."""
+    prompts, parts = load_prompts(), []
+    for stage in stages:
+        saved_usage = None
+        for model in models:
+            for run_id in run_ids:
+                settings = settings_of(stage, model, run_id)
+                if saved_usage is None:  # the same steps and root for every part of a stage
+                    saved_usage = saved_usage_per_case(settings.output_root, list(stage.enabled_steps(settings)))
+                parts.append(quote_part(stage, settings, selected, dataset_sha, prompts, saved_usage))
+    return parts
+
+
+# ----------------------------------------------------------------------------- sums
+
+def endpoint_calls(parts: list[Part]) -> Counter:
+    """Calls per model id: the User Model and the judge are one endpoint for every evaluated model."""
+    calls = Counter()
+    for part in parts:
+        for role, n in part.calls.items():
+            calls[part.settings.roles[role].model] += n
+    return calls
+
+
+def summed_money(parts: list[Part], key) -> dict:
+    """key(part, role) -> {mode: [low, high, expected]}, None where a price is missing; expected None where no
+    saved run gives one for some part."""
+    sums: dict = {}
+    for part in parts:
+        for (role, mode), money in part.money.items():
+            entry = sums.setdefault(key(part, role), {}).setdefault(mode, [0.0, 0.0, 0.0])
+            if money is None or entry[0] is None:
+                sums[key(part, role)][mode] = [None, None, None]
+                continue
+            low, high, expected = money
+            entry[0] += low
+            entry[1] += high
+            entry[2] = None if expected is None or entry[2] is None else entry[2] + expected
+    return sums
+
+
+@dataclass(frozen=True)
+class Timing:
+    seconds_per_call: float
+    concurrency: int
+    jobs: int  # (model, run) jobs at once; 0: all
+    rate_limits: dict  # model id -> requests per minute
+
+
+def wall_time(parts: list[Part], timing: Timing) -> tuple[float, float, dict]:
+    """(seconds from the calls' chains, seconds from the busiest endpoint's rate limit, seconds per limited
+    endpoint). A (model, run) job runs its stages one after another, each in waves of `concurrency` cases, a
+    wave taking its longest chain of calls; jobs run side by side (`jobs` at once, all by default)."""
+    per_job: Counter = Counter()
+    for part in parts:
+        waves = math.ceil(part.pending / timing.concurrency) if part.pending else 0
+        per_job[(part.model, part.run_id)] += waves * part.chain * timing.seconds_per_call
+    at_once = timing.jobs or len(per_job) or 1
+    chains = max(per_job.values(), default=0.0) if at_once >= len(per_job) else sum(per_job.values()) / at_once
+    limited = {model: calls / timing.rate_limits[model] * 60 for model, calls in endpoint_calls(parts).items()
+               if model in timing.rate_limits}
+    return chains, max(limited.values(), default=0.0), limited
+
+
+def batch_cycles(parts: list[Part]) -> int:
+    """Batch mode's cycles for the slowest (model, run): each cycle sends every case's next call."""
+    per_job: Counter = Counter()
+    for part in parts:
+        per_job[(part.model, part.run_id)] += part.chain
+    return max(per_job.values(), default=0)
+
+
+def roles_of(parts: list[Part]) -> list[str]:
+    return [r for r in ROLES if any(p.calls.get(r) for p in parts)]
+
+
+# ----------------------------------------------------------------------------- what the quote prints
+
+MODES = ("sync", "batch")
+
+
+def money_cells(sums: dict) -> list[str]:
+    """Low, high and expected, synchronous then batch ("n/a": a model without a price; "none": no saved run)."""
+    cells = []
+    for mode in MODES:
+        low, high, expected = sums.get(mode, (None, None, None))
+        cells += ["n/a"] * 3 if low is None else [f"{low:.2f}", f"{high:.2f}",
+                                                  "none" if expected is None else f"{expected:.2f}"]
+    return cells
+
+
+NOTHING = {mode: (0.0, 0.0, 0.0) for mode in MODES}  # the money of no call
+MONEY_HEADERS = ["Sync low", "Sync high", "Sync expected", "Batch low", "Batch high", "Batch expected"]
+
+
+def quote_tables(parts: list[Part]) -> list[tuple[str, str, list[str], list[list[str]]]]:
+    """(id, title, headers, rows) of the quote's tables: per stage and role, per evaluated model, per endpoint."""
+    counted = [p for p in parts if not p.refused]
+    stage_order = list(dict.fromkeys(p.stage for p in counted))
+    per_stage = summed_money(counted, lambda p, role: (p.stage, role))
+    calls = Counter()
+    for part in counted:
+        for role, n in part.calls.items():
+            calls[(part.stage, role)] += n
+    stage_rows = [[stage, role, f"{sum(p.pending for p in counted if p.stage == stage):,}", f"{calls[(stage, role)]:,}",
+                   *money_cells(per_stage[(stage, role)])]
+                  for stage in stage_order for role in ROLES if (stage, role) in per_stage]
+    total = summed_money(counted, lambda p, role: "all")
+    stage_rows.append(["total", "", "", f"{sum(calls.values()):,}", *money_cells(total.get("all", NOTHING))])
+    per_model = summed_money(counted, lambda p, role: p.model)
+    model_rows = [[model, f"{sum(sum(p.calls.values()) for p in counted if p.model == model):,}",
+                   *money_cells(per_model.get(model, NOTHING))] for model in dict.fromkeys(p.model for p in counted)]
+    endpoints = endpoint_calls(counted)
+    endpoint_rows = [[model, ", ".join(sorted({role for p in counted for role in p.calls
+                                               if p.settings.roles[role].model == model})), f"{n:,}"]
+                     for model, n in endpoints.most_common()]
+    return [("grid_quote_stages", "Calls at most (retries not counted) and cost per stage and role, every model "
+             "and run of the grid; cases saved under the output root are not counted", ["Stage", "Role",
+             "Cases to do", "Calls"] + MONEY_HEADERS, stage_rows),
+            ("grid_quote_models", "Per evaluated model (its User Model and judge calls included)",
+             ["Evaluated model", "Calls"] + MONEY_HEADERS, model_rows),
+            ("grid_quote_endpoints", "Calls per endpoint (model id): the User Model and the judge serve every "
+             "evaluated model", ["Model id", "Roles", "Calls"], endpoint_rows)]
+
+
+def hours(seconds: float) -> str:
+    return f"{seconds / 3600:,.1f} h" if seconds >= 3600 else f"{seconds / 60:,.1f} min"
+
+
+def quote_notes(parts: list[Part], timing: Timing) -> list[str]:
+    """The wall-time estimate, batch cycles, and the parts not counted (a stage that would refuse to run)."""
+    counted = [p for p in parts if not p.refused]
+    chains, limited, per_endpoint = wall_time(counted, timing)
+    jobs = len({(p.model, p.run_id) for p in counted})
+    lines = [f"synchronous wall time, estimated: {hours(max(chains, limited))} — calls in a row per case at "
+             f"{timing.seconds_per_call:g} s each, {timing.concurrency} cases at once per job, "
+             f"{timing.jobs or jobs} of {jobs} (model, run) jobs at once: {hours(chains)}"
+             + "".join(f"; {model} at {timing.rate_limits[model]:g} requests/min: {hours(s)}"
+                       for model, s in sorted(per_endpoint.items()))]
+    cycles = batch_cycles(counted)
+    lines.append(f"batch mode: {cycles} cycles for the slowest job (each cycle sends every case's next call and "
+                 f"waits for the batch: up to {BATCH_WINDOW_HOURS} h each at OpenAI, usually far less)")
+    missing = sorted({m for p in counted for (role, _), v in p.money.items() if v is None
+                      for m in [p.settings.roles[role].model]})
+    if counted and not counted[0].settings.spending.prices:
+        lines.append("cost: give --prices FILE (price per million tokens of each model id; see docs/cost.md)")
+    elif missing:
+        lines.append(f"no price for {', '.join(missing)}: their cost shows as n/a (add them to --prices)")
+    lines += [f"not counted: {p.stage}, model {p.model!r}, run {p.run_id}: {p.refused}" for p in parts if p.refused]
+    return lines

@@ -1,0 +1,60 @@
+"""A quote for a whole grid before any call: evaluated models × runs × stages.
+
+Counts what each stage's --dry-run would count for every (model, run), with cases already saved under the
+output root left out (so it also answers "what will finishing this grid cost?"), and prints the calls per stage,
+role and endpoint, cost bounds and an expected figure (from saved runs) at synchronous and batch prices, and an
+estimated wall time. Every other option is a stage option (--dataset, --limit, --prices, --output-root,
+--concurrency, --user-model, --judge-model, --max-tokens, ...), passed to each stage as its script takes it.
+
+  python quote_grid.py --models gpt-4o deepseek-chat --runs 5 --prices data/prices_illustrative.json
+"""
+import argparse
+import sys
+
+from lexpilot.benchmark.dataset import load_dataset
+from lexpilot.errors import HarnessError
+from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS, stages_named
+from lexpilot.reporting.renderings import RENDERINGS
+from lexpilot.reporting.table import Table
+from lexpilot.running.grid_quote import Timing, quote_grid, quote_notes, quote_tables, stage_settings
+from lexpilot.settings import number, rate_limits
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", required=True, help="the evaluated model ids")
+    runs = parser.add_mutually_exclusive_group()
+    runs.add_argument("--runs", type=number(int, 1, 1000), default=5, help="run1 .. runN (default 5, as the paper)")
+    runs.add_argument("--run-ids", nargs="+", help="these run ids instead")
+    parser.add_argument("--stages", nargs="+", default=["paper"], metavar="NAME",
+                        help=f"entry points or sets: {', '.join([*STAGE_SETS, *GRID_STAGES])} (default: paper)")
+    parser.add_argument("--rate-limit", action="append", default=[], metavar="MODEL=RPM",
+                        help="an endpoint's requests per minute (repeat per model id)")
+    parser.add_argument("--seconds-per-call", type=number(float, 0.001, 3600), default=30.0,
+                        help="a call's time, for the wall-time estimate (default 30)")
+    parser.add_argument("--jobs", type=number(int, 0, 100000), default=0,
+                        help="(model, run) jobs run at once (default 0: all, as a job array)")
+    parser.add_argument("--format", choices=sorted(RENDERINGS), default="text")
+    args, options = parser.parse_known_args(argv)
+    try:
+        stages = stages_named(args.stages)
+        settings_of = stage_settings(stages, options)
+        first = settings_of(stages[0], args.models[0], "run1")
+        cases, sha = load_dataset(first.dataset)
+        selected = cases[:first.limit] if first.limit else cases
+        run_ids = args.run_ids or [f"run{i}" for i in range(1, args.runs + 1)]
+        parts = quote_grid(stages, settings_of, args.models, run_ids, selected, sha)
+        timing = Timing(args.seconds_per_call, first.transport.concurrency, args.jobs, rate_limits(args.rate_limit))
+    except KeyError as e:
+        print(f"quote_grid: unknown stage {e}; choose from {', '.join([*STAGE_SETS, *GRID_STAGES])}", file=sys.stderr)
+        return 2
+    except HarnessError as e:
+        print(f"quote_grid: {e}", file=sys.stderr)
+        return 2
+    print(RENDERINGS[args.format]([Table(*t) for t in quote_tables(parts)]))
+    print("\n".join(quote_notes(parts, timing)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

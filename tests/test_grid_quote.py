@@ -1,0 +1,153 @@
+"""The quote for a whole grid (issue 29, item 3) and the grid's spending so far (item 4), on a grid the stage
+scripts wrote with the scripted provider.
+
+Issue 29: "the grid quote's call counts equal to the sum of each stage's `--dry-run` counts for the same grid, its
+bounds bracketing what a scripted grid run then reports, and already-saved cases excluded"; "`show_results.py
+--usage --prices` sums over every run and model shown, with the unanswered (paid, never answered) calls and the
+batch share, so spent + quote for the rest = the grid's total".
+"""
+import csv
+import io
+import json
+import re
+
+import pytest
+
+import quote_grid
+import show_results
+from lexpilot.protocols.catalog import PAPER_GRID
+from lexpilot.running.stage import stage_main
+from tests.conftest import SECRET, sample_cases, write_dataset
+
+MODELS = ("model-a", "model-b")
+RUNS = ("r1", "r2")
+PAPER_STAGES = [stage for stages in PAPER_GRID.values() for stage in stages]
+ENTRY = {"prompt": 2000, "completion": 8000, "cached_prompt": 500, "batch_discount": 0.5}  # large: cents show
+ROLE_MODELS = {"user": "DeepSeek-V4.1-Flash", "judge": "DeepSeek-R1"}
+
+
+@pytest.fixture
+def grid(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # never reached: clients are in memory
+    dataset = write_dataset(tmp_path / "three.json", sample_cases()[:3])
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({m: ENTRY for m in (*MODELS, "model-c", *ROLE_MODELS.values())}))
+    return {"dataset": dataset, "root": tmp_path / "out", "prices": prices}
+
+
+def stage_argv(grid, model, run_id, *extra):
+    return ["--run-id", run_id, "--model", model, "--dataset", str(grid["dataset"]), "--output-root",
+            str(grid["root"]), *extra]
+
+
+def run(grid, provider, stage, model, run_id, *extra) -> int:
+    return stage_main(stage, "test", argv=stage_argv(grid, model, run_id, *extra), clients=provider.in_memory_clients())
+
+
+def quote(grid, capsys, *extra) -> tuple[dict, list[str]]:
+    """(stage, role) -> {"calls", "sync": [low, high, expected], "batch": [...]} from the quote's CSV, and its
+    closing lines (the grid's models and runs unless `extra` names others)."""
+    capsys.readouterr()
+    grid_names = [] if "--models" in extra else ["--models", *MODELS, "--run-ids", *RUNS]
+    assert quote_grid.main([*grid_names, "--dataset", str(grid["dataset"]),
+                            "--output-root", str(grid["root"]), "--prices", str(grid["prices"]), "--format", "csv",
+                            *extra]) == 0
+    out = capsys.readouterr().out
+    table, notes = out.split("\n\n", 1) if "\n\n" in out else (out, "")
+    rows = {}
+    for row in csv.reader(io.StringIO(table)):
+        if row[0].startswith("Calls at most") and row[1] != "header":
+            money = [None if v == "none" else float(v) for v in row[5:11]]
+            rows[(row[1], row[2])] = {"calls": int(row[4].replace(",", "")), "sync": money[:3], "batch": money[3:]}
+    return rows, [line for line in (table + "\n" + notes).splitlines() if not line.startswith(("Calls", "Per", "table"))]
+
+
+def dry_run_calls(grid, capsys, stage, model, run_id) -> dict:
+    capsys.readouterr()
+    assert stage_main(stage, "test", argv=stage_argv(grid, model, run_id, "--dry-run")) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("calls at most"))
+    return {role: int(n) for role, n in re.findall(r"(eval|user|judge) (\d+)", line)}
+
+
+def test_a_fresh_grid_is_every_case_at_its_most_calls(grid, capsys):
+    rows, _ = quote(grid, capsys)
+    # per case, by the protocol: LexAwN a1 on both histories (eval 2), LCA on both (judge 2), up to three
+    # clarification rounds (eval 3, user 3, judge 2: each reply after the first is labelled); DCG two forced
+    # questions (eval 2), the plaintiff's one answer between them (user 1), each judged (judge 2); Direct and
+    # Gold-Standard one prediction and one extraction each; Interaction-Based one extraction
+    per_case = {("LexAwN", "eval"): 5, ("LexAwN", "user"): 3, ("LexAwN", "judge"): 4, ("DCG", "eval"): 2,
+                ("DCG", "user"): 1, ("DCG", "judge"): 2, ("LJP direct", "eval"): 1, ("LJP direct", "judge"): 1,
+                ("LJP gold", "eval"): 1, ("LJP gold", "judge"): 1, ("LJP interaction", "judge"): 1}
+    jobs_times_cases = len(MODELS) * len(RUNS) * 3
+    assert {key: row["calls"] for key, row in rows.items() if key[0] != "total"} == {
+        key: n * jobs_times_cases for key, n in per_case.items()}
+    assert rows[("total", "")]["calls"] == 22 * jobs_times_cases
+    # no saved run yet: no expected figure; the batch bounds are half the synchronous ones
+    assert all(row["sync"][2] is None for row in rows.values())
+    sync, batch = rows[("total", "")]["sync"][:2], rows[("total", "")]["batch"][:2]
+    assert batch == pytest.approx([v / 2 for v in sync], abs=0.01)
+    assert 0 < sync[0] < sync[1]
+
+
+def test_the_quote_sums_the_dry_runs_brackets_the_grid_run_and_leaves_saved_cases_out(grid, provider, capsys):
+    for model in MODELS:  # LexAwN done everywhere, so that every stage's own dry run can count
+        for run_id in RUNS:
+            assert run(grid, provider, PAPER_STAGES[0], model, run_id) == 0
+    assert run(grid, provider, PAPER_STAGES[1], "model-a", "r1") == 0  # DCG done for one job, its last judging lost
+    dcg = next((grid["root"] / "eval_results" / "r1").glob("*/DCG_results.jsonl"))
+    dcg.write_text("".join(dcg.read_text(encoding="utf-8").splitlines(keepends=True)[:-1]), encoding="utf-8")
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(grid["root"]), "--prices", str(grid["prices"]), "--format",
+                              "csv"]) == 0
+    spent_before = grid_cost(capsys.readouterr().out)
+
+    rows, notes = quote(grid, capsys)
+    expected = {}
+    for stage in PAPER_STAGES:
+        for model in MODELS:
+            for run_id in RUNS:
+                for role, n in dry_run_calls(grid, capsys, stage, model, run_id).items():
+                    if n:
+                        expected[(stage.name, role)] = expected.get((stage.name, role), 0) + n
+    assert {key: row["calls"] for key, row in rows.items() if key[0] != "total"} == expected
+    assert rows[("DCG", "judge")]["calls"] == 3 * 3 * 2 + 2  # three jobs of three cases, and one lost record (2 questions)
+    assert rows[("DCG", "eval")]["calls"] == 3 * 3 * 2  # the lost record's two questions are saved: not bought again
+    assert ("LexAwN", "eval") not in rows  # saved everywhere: nothing to quote
+    assert rows[("LJP gold", "eval")]["sync"][2] is None  # no saved run of Gold-Standard yet
+
+    processed = sum(provider.processed.values())
+    for stage in PAPER_STAGES[1:]:
+        for model in MODELS:
+            for run_id in RUNS:
+                assert run(grid, provider, stage, model, run_id) == 0
+    made = sum(provider.processed.values()) - processed
+    assert made <= rows[("total", "")]["calls"]
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(grid["root"]), "--prices", str(grid["prices"]), "--format",
+                              "csv"]) == 0
+    spent = grid_cost(capsys.readouterr().out) - spent_before
+    low, high, _ = rows[("total", "")]["sync"]
+    assert low <= spent <= high
+
+    rows, _ = quote(grid, capsys)  # finished: nothing left to quote
+    assert rows[("total", "")]["calls"] == 0
+
+    # a new model's three cases are expected to cost what a saved case cost on average (every run and model)
+    rows, _ = quote(grid, capsys, "--models", "model-c", "--run-ids", "r3")
+    gold = [json.loads(line) for path in grid["root"].glob("eval_results/*/*/LJP_gold.jsonl")
+            for line in path.read_text(encoding="utf-8").splitlines()]
+    assert len(gold) == 12
+    prompt = sum(r["usage"]["judge"]["prompt_tokens"] for r in gold) / 12
+    completion = sum(r["usage"]["judge"]["completion_tokens"] for r in gold) / 12
+    by_hand = 3 * (prompt * 2000 + completion * 8000) / 1e6
+    assert rows[("LJP gold", "judge")]["sync"][2] == pytest.approx(by_hand, abs=0.006)
+    assert rows[("LJP gold", "judge")]["batch"][2] == pytest.approx(by_hand / 2, abs=0.006)
+
+
+def grid_cost(csv_text: str) -> float:
+    """The 'all' row's cost in the grid total of show_results' CSV."""
+    for row in csv.reader(io.StringIO(csv_text)):
+        if row[0].startswith("Spent so far") and row[1] == "all":
+            return float(row[-1].replace(",", ""))
+    raise AssertionError("no grid total in the report")
