@@ -21,7 +21,8 @@ from lexpilot.settings import number, rate_limits
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)  # --run-id is a stage option, not --run-ids
     parser.add_argument("--models", nargs="+", required=True, help="the evaluated model ids")
     runs = parser.add_mutually_exclusive_group()
     runs.add_argument("--runs", type=number(int, 1, 1000), default=5, help="run1 .. runN (default 5, as the paper)")

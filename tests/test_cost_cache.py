@@ -88,3 +88,24 @@ def test_max_cost_settles_a_cached_reply_at_its_real_cost(tmp_path, provider, mo
     p, c = reply.prompt_tokens, reply.completion_tokens
     assert caller.budget.spent == pytest.approx(((p - 100) * 2 + 100 * 0.5 + c * 8) / 1e6)
     assert caller.budget.reserved == pytest.approx(0)
+
+
+def test_a_prompt_the_case_alone_fixes_is_served_from_the_cache_in_the_next_run(tmp_path, provider, monkeypatch):
+    """Issue 29 item 2: "Direct and Gold-Standard send the same prompt in every run", and "every interaction round
+    resends the growing history": measured with the scripted provider playing a prefix cache (bench/caching.py)."""
+    from bench.caching import cached_shares, run_grid
+    from tests.fake_provider import PrefixCache
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    provider.cache = PrefixCache(minimum=64, step=64)  # DeepSeek-like: short prefixes count
+    run_grid(tmp_path, provider, runs=2, limit=2)
+    direct = {run: [json.loads(line) for line in next(tmp_path.glob(f"Force_judge_gen/{run}/*/a1_direct.jsonl"))
+                    .read_text(encoding="utf-8").splitlines()] for run in ("run1", "run2")}
+    for record in direct["run2"]:  # the whole prompt was sent in run 1: cached to its last 64-token step
+        used = record["usage"]["eval"]
+        assert used["cached_prompt_tokens"] == used["prompt_tokens"] // 64 * 64
+    shares = cached_shares(tmp_path)
+    # a later round's prompt starts with the earlier round's: the interaction's evaluated model hits the cache within
+    # a run, more than its first prompt (a1, the same instruction before another history) does across cases
+    share = lambda key: shares[key]["cached"] / shares[key]["prompt"]  # noqa: E731
+    assert share(("run1", "interaction.jsonl", "eval")) > share(("run1", "a1.jsonl", "eval"))
+    assert share(("run2", "a1.jsonl", "eval")) > 0.9 > share(("run1", "a1.jsonl", "eval"))

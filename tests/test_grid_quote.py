@@ -151,3 +151,52 @@ def grid_cost(csv_text: str) -> float:
         if row[0].startswith("Spent so far") and row[1] == "all":
             return float(row[-1].replace(",", ""))
     raise AssertionError("no grid total in the report")
+
+
+def test_the_wall_time_follows_the_chains_the_concurrency_and_each_endpoints_rate_limit(grid, capsys):
+    # a job's calls in a row per case: LexAwN 5 + 3 + 4 = 12, DCG 5, Direct 2, Gold-Standard 2, Interaction-Based 1
+    _, notes = quote(grid, capsys, "--seconds-per-call", "10")
+    assert any("4 of 4 (model, run) jobs at once: 3.7 min" in line for line in notes)  # 22 calls × 10 s = 220 s
+    assert any("batch mode: 22 cycles" in line for line in notes)
+    _, notes = quote(grid, capsys, "--seconds-per-call", "10", "--concurrency", "2", "--jobs", "1")
+    # three cases two at a time: two waves per stage, 440 s per job, four jobs one after another: 1,760 s
+    assert any("estimated: 29.3 min" in line and "1 of 4" in line for line in notes)
+    _, notes = quote(grid, capsys, "--seconds-per-call", "10", "--rate-limit", "DeepSeek-R1=6")
+    # the judge serves every job: 9 calls per case × 12 = 108 calls at 6 a minute = 18 min, longer than the chains
+    assert any("estimated: 18.0 min" in line and "DeepSeek-R1 at 6 requests/min: 18.0 min" in line for line in notes)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--stages", "eval_nothing"], "unknown stage 'eval_nothing'"),
+    (["--rate-limit", "DeepSeek-R1=fast"], "--rate-limit 'DeepSeek-R1=fast': must be MODEL=REQUESTS_PER_MINUTE"),
+    (["--no-such-flag"], "--no-such-flag: not an option of any chosen stage"),
+    (["--run-id", "x"], "--run-id: a grid names its runs and models with --run-ids/--runs and --models"),
+])
+def test_a_wrong_quote_command_is_one_line(grid, capsys, args, message):
+    assert quote_grid.main(["--models", "m", "--dataset", str(grid["dataset"]), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_the_grid_total_sums_every_run_with_unanswered_calls_and_the_batch_share(grid, provider, capsys):
+    gold = PAPER_STAGES[3]
+    assert run(grid, provider, gold, "model-a", "r1") == 0
+    assert run(grid, provider, gold, "model-b", "r1", "--batch", "--batch-poll", "0.01") == 0
+    folder = next((grid["root"] / "runs" / "r1").glob("*/manifest.json")).parent  # a kill left a call in flight
+    (folder / "unanswered_calls.json").write_text(json.dumps({"judge": 1}))
+    records = [(path, json.loads(line)) for top in ("Force_judge_gen", "eval_results")
+               for path in grid["root"].glob(f"{top}/r1/*/*.jsonl") for line in path.read_text().splitlines()]
+    assert len(records) == 12
+    calls = sum(u["calls"] for _, r in records for u in r["usage"].values())
+    batched = sum(u.get("batched_calls", 0) for _, r in records for u in r["usage"].values())
+    assert batched == calls / 2  # model-b's six records were answered through the batch API
+    by_hand = sum((u["prompt_tokens"] * 2000 + u["completion_tokens"] * 8000) / 1e6
+                  * (0.5 if u.get("batched_calls") else 1) for _, r in records for u in r["usage"].values())
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(grid["root"]), "--prices", str(grid["prices"]), "--format",
+                              "csv"]) == 0
+    out = capsys.readouterr().out
+    row = next(r for r in csv.reader(io.StringIO(out)) if r[0].startswith("Spent so far") and r[1] == "all")
+    assert row[2:5] == [str(calls), "1", "50%"]
+    assert float(row[-1]) == pytest.approx(by_hand, abs=0.006)
+    assert grid_cost(out) == pytest.approx(by_hand, abs=0.006)
