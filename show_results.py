@@ -17,7 +17,9 @@ from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.errors import HarnessError
 from lexpilot.paths import DEFAULT_OUTPUT_ROOT
 from lexpilot.pricing import read_prices
+from lexpilot.reporting.consistency import consistency_table, judge_noise_table
 from lexpilot.reporting.figures import write_plots
+from lexpilot.reporting.rankings import HEADLINE, power_table, ranking_tables
 from lexpilot.reporting.renderings import RENDERINGS
 from lexpilot.reporting.results import (
     MAX_RESAMPLES,
@@ -29,6 +31,7 @@ from lexpilot.reporting.results import (
 from lexpilot.reporting.tables import (
     UsageError,
     build_tables,
+    classes_present,
     comparison_table,
     judge_sensitivity_tables,
     read_complexity,
@@ -52,6 +55,14 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0: the same numbers every time)")
     parser.add_argument("--compare", nargs=2, metavar=("MODEL_A", "MODEL_B"),
                         help="paired bootstrap difference A − B on every metric (implies --ci)")
+    parser.add_argument("--rank", action="store_true", help="every comparable pair of models on each headline "
+                        "metric (paired bootstrap interval and p, Holm-adjusted) and a ranking with letter groups")
+    parser.add_argument("--by-class", action="store_true", help="with --rank: per cause-of-action class too")
+    parser.add_argument("--alpha", type=float, default=0.05, help="significance level of --rank and --power (default 0.05)")
+    parser.add_argument("--power", action="store_true", help="the smallest difference detectable at --alpha with "
+                        "power 0.8, for the design in hand and others (docs/statistics.md)")
+    parser.add_argument("--consistency", action="store_true", help="consistency over runs per model, and the "
+                        "judge's share of the run-to-run variance where runs were re-judged with the same judge")
     parser.add_argument("--usage", action="store_true", help="add token usage per run, role and stage file")
     parser.add_argument("--prices", type=Path, help='JSON {"model id": {"prompt": P, "completion": C}} in money '
                         "per million tokens: adds cost to the usage tables (implies --usage)")
@@ -75,7 +86,7 @@ def show(args) -> int:
     if not root.is_dir():
         raise UsageError(f"--output-root {root} does not exist (or is not a folder)")
     runs = load_runs(root, args.model, args.run_id, dataset=args.dataset,
-                     keep_records=bool(args.html))  # the viewer shows the records scored here
+                     keep_records=bool(args.html or args.consistency))  # the viewer shows the records scored here
     missing = not_found(root, runs, args)
     if missing:
         raise UsageError(missing)
@@ -168,6 +179,13 @@ def all_tables(args, groups, boot, complexity, prices, compared) -> list:
     tables += judge_sensitivity_tables(groups, args.output_root.resolve(), boot or Bootstrap(args.resamples, args.seed))
     if compared:
         tables.append(comparison_table(*compared, boot))
+    shared = boot or Bootstrap(args.resamples, args.seed)  # one resample matrix for every statistic
+    if args.rank:
+        tables += ranking_tables(groups, shared, args.alpha, classes_present(groups) if args.by_class else None)
+    if args.power:
+        tables.append(power_table(groups, shared, args.alpha))
+    if args.consistency:
+        tables += [consistency_table(groups)] + [t for t in [judge_noise_table(groups, HEADLINE)] if t]
     if args.usage or prices:
         tables += usage_tables(groups, prices)
     return tables

@@ -273,7 +273,8 @@ def judge_sensitivity_tables(groups: list[Group], root, boot: Bootstrap) -> list
             rows.append([original.model, f"{original.run_id} → {rejudged.run_id}",
                          f"{judge(original)} / {judge(rejudged)}", task, str(n), f"{100 * agree:.1f}%",
                          "undefined" if kappa is None else f"{kappa:.3f}"])
-    tables = [Table("judge_labels", "Judge sensitivity: the two judges' labels on the same items (re-judged runs)",
+    tables = [Table("judge_labels", "Judge sensitivity: the two judges' labels on the same items (re-judged runs; the same judge twice: its "
+                    "test-retest agreement)",
                     ["Model", "Runs", "Judges", "Task", "Items", "Agreement", "Cohen's κ"], rows)]
     done = set()
     for (g_original, _), (g_rejudged, _) in pairs:

@@ -1,0 +1,100 @@
+"""What a single-run paper hides: per model, how consistent its outcomes are over runs (claims right in every run
+and in at least one, items with the same outcome in every run, the flip rate between two runs), and how much of a
+metric's run-to-run variance is the judge's, from runs re-judged with the same judge (test-retest).
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from lexpilot.benchmark.records import DCG, LCA, LJP_SETUPS
+from lexpilot.reporting.judges import source_of
+from lexpilot.reporting.results import OVERALL, Group, Run, group_label
+from lexpilot.reporting.table import Table
+
+SETUP_NAMES = {"direct": "Direct", "interaction": "Interaction-Based", "gold": "Gold-Standard"}
+
+
+def outcomes(run: Run) -> dict[str, dict]:
+    """Per task: item -> (outcome, right): an LCA label per (case, history), a DCG success per case, a verdict
+    per (case, claim) of each LJP setup."""
+    saved = run.saved or {}
+    items: dict[str, dict] = {"LCA": {}, "DCG": {}}
+    for number, record in saved.get(LCA.name, {}).items():
+        for history, j in record["judgments"].items():
+            items["LCA"][(number, history)] = (j["predicted_type"], j["predicted_type"] == j["true_type"])
+    for number, record in saved.get(DCG.name, {}).items():
+        items["DCG"][number] = (bool(record["success"]), bool(record["success"]))
+    for setup, verdicts, _, _ in LJP_SETUPS:
+        task = f"LJP {SETUP_NAMES.get(setup, setup)}"
+        items[task] = {(number, i): (p, p == g) for number, record in saved.get(verdicts.name, {}).items()
+                       for i, (p, g) in enumerate(zip(record["predicted"], record["gold"]))}
+    return items
+
+
+def consistency(runs: list[Run]) -> dict[str, dict]:
+    """Per task, over the items every run has: how many, the share right in every run and in at least one, the
+    share with the same outcome in every run, and the flip rate (the mean over pairs of runs of the share of
+    items whose outcome differs)."""
+    per_run = [outcomes(r) for r in runs]
+    out = {}
+    for task in per_run[0]:
+        shared = set.intersection(*(set(o[task]) for o in per_run))
+        if not shared:
+            continue
+        values = [[o[task][item] for o in per_run] for item in sorted(shared, key=str)]
+        flips = [np.mean([v[i][0] != v[j][0] for v in values]) for i, j in itertools.combinations(range(len(runs)), 2)]
+        out[task] = {"items": len(values), "all_right": np.mean([all(r for _, r in v) for v in values]),
+                     "any_right": np.mean([any(r for _, r in v) for v in values]),
+                     "same": np.mean([len({o for o, _ in v}) == 1 for v in values]), "flip": float(np.mean(flips))}
+    return out
+
+
+def consistency_table(groups: list[Group]) -> Table:
+    rows = []
+    standard = [g for g in groups if g.condition == "standard" and len(g.runs) > 1]
+    for g in standard:
+        for task, c in consistency(g.runs).items():
+            rows.append([group_label(g, groups), task, str(len(g.runs)), str(c["items"]), f"{100 * c['all_right']:.1f}%",
+                         f"{100 * c['any_right']:.1f}%", f"{100 * c['same']:.1f}%", f"{100 * c['flip']:.1f}%"])
+    return Table("consistency", "Consistency over runs: items (LCA: case × history; DCG: case; LJP: claim) right in "
+                 "all k runs and in at least one, with the same outcome in every run, and the flip rate (share of "
+                 "items whose outcome differs between two runs, averaged over pairs of runs)",
+                 ["Model", "Task", "Runs (k)", "Items", "Right in all k", "Right in ≥ 1", "Same in all k", "Flip rate"],
+                 rows)
+
+
+def judge_noise_table(groups: list[Group], metrics) -> Table | None:
+    """For a group of runs whose runs were re-judged with the same judge: each metric's variance between runs
+    split into the judge's share (half the mean squared difference between a run and its re-judged copy, which
+    differ only by the judge's sampling) and the rest (generation and simulation)."""
+    runs = {(r.model, r.run_id): r for g in groups for r in g.runs}
+    judge = lambda r: r.manifest["models"]["judge"]["model"]  # noqa: E731
+    rows = []
+    for g in groups:
+        retests = [(runs[(r.model, source_of(r.manifest))], r) for r in g.runs
+                   if (r.model, source_of(r.manifest)) in runs and judge(runs[(r.model, source_of(r.manifest))]) == judge(r)]
+        if not retests:
+            continue
+        sources = next(s for s in groups if retests[0][0] in s.runs)
+        for name, (task, metric) in metrics:
+            key = (task, metric, OVERALL)
+            pairs = [(s.metrics.get(key), r.metrics.get(key)) for s, r in retests]
+            pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
+            stat = sources.stat(key)
+            if not pairs or not stat or stat["sd"] is None:
+                continue
+            judge_var = float(np.mean([(a - b) ** 2 for a, b in pairs]) / 2)
+            total = stat["sd"] ** 2
+            share = judge_var / total if total > 0 else None
+            rows.append([group_label(sources, groups), name, str(stat["n"]), str(len(pairs)), f"{total:.6f}",
+                         f"{judge_var:.6f}", "n/a" if share is None else f"{100 * min(share, 1.0):.1f}%",
+                         f"{max(total - judge_var, 0.0):.6f}"])
+    if not rows:
+        return None
+    return Table("judge_noise", "Judge noise: each metric's variance between runs, and the judge's share of it from "
+                 "runs re-judged with the same judge (half the mean squared difference between a run and its "
+                 "re-judged copy; the rest is generation and simulation; see docs/statistics.md)",
+                 ["Model", "Metric", "Runs", "Re-judged runs", "Variance between runs", "Judge's variance",
+                  "Judge's share", "The rest"], rows)

@@ -1,0 +1,224 @@
+"""Rankings a reviewer can trust: every pair of comparable model groups on each headline metric (the difference
+of means, its paired bootstrap interval, a two-sided p-value from the same resamples, Holm-adjusted across the
+pairs of the metric), the models ranked with a compact letter display, and the smallest difference a design of
+cases × runs can detect. Every figure reuses the one shared resample matrix of `Bootstrap` (cases drawn whole, the
+same draws for every group), so pairs are paired on cases.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass
+from statistics import NormalDist
+
+import numpy as np
+
+from lexpilot.reporting.results import OVERALL, Bootstrap, Group, group_label, paired_difference
+from lexpilot.reporting.table import Table
+from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS, compared_setting
+
+# Table 11's columns and Table 14's LCA details: (name, (task, metric)), the task as the viewer links it
+HEADLINE = (("LCA Macro-F1", ("LCA", "macro_f1")), ("LCA Acc_C", ("LCA", "acc_c")), ("LCA Acc_U", ("LCA", "acc_u")),
+            ("DCG Acc.", ("DCG", "accuracy")), ("LJP Direct QWK", ("LJP_direct", "qwk")),
+            ("LJP Interaction QWK", ("LJP_interaction", "qwk")), ("LJP Gold QWK", ("LJP_gold", "qwk")))
+# what must be equal for two groups to be compared: every compared setting but the evaluated model's own identity
+NOT_COMPARED = ("code_hash",)  # a fix elsewhere in the harness does not make two models' runs incomparable
+
+
+def comparable_settings(group: Group) -> dict:
+    manifest = group.runs[0].manifest
+    settings = {name: compared_setting(manifest, name) for name in COMPARED_MANIFEST_FIELDS if name not in NOT_COMPARED}
+    models = dict(settings.get("models") or {})
+    models.pop("eval", None)
+    return settings | {"models": models}
+
+
+def why_not_comparable(a: Group, b: Group) -> str | None:
+    """None when the two groups ran on the same cases with the same judge, User Model, prompts and generation
+    settings; else the settings that differ."""
+    sa, sb = comparable_settings(a), comparable_settings(b)
+    differing = [name for name in sa if json.dumps(sa[name], sort_keys=True) != json.dumps(sb.get(name), sort_keys=True)]
+    if a.model == b.model:
+        differing.insert(0, "the same evaluated model")
+    return ", ".join(differing) or None
+
+
+def bootstrap_p(difference: np.ndarray | None) -> float | None:
+    """Two-sided p-value of a zero difference: twice the smaller share of resamples on either side of zero (each
+    counted with the observed sample, (k + 1) / (B + 1), so it is never 0), at most 1."""
+    if difference is None:
+        return None
+    d = difference[~np.isnan(difference)]
+    if not d.size:
+        return None
+    below, above = (np.sum(d <= 0) + 1) / (d.size + 1), (np.sum(d >= 0) + 1) / (d.size + 1)
+    return float(min(1.0, 2 * min(below, above)))
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjustment: the i-th smallest of m p-values times (m − i + 1), made monotone, at most 1."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted, running = [0.0] * len(p_values), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def letter_display(ranked: list[str], different: set[frozenset]) -> dict[str, str]:
+    """A compact letter display (Piepho's insert-and-absorb): models sharing a letter are not significantly
+    different. `ranked`: best first; `different`: the pairs found different. Letters follow the ranking."""
+    columns = [set(ranked)]
+    for pair in sorted(different, key=lambda p: sorted(ranked.index(m) for m in p)):
+        a, b = tuple(pair)
+        split = []
+        for column in columns:
+            split += [column - {a}, column - {b}] if {a, b} <= column else [column]
+        columns = [c for c in split if c and not any(c < other for other in split)]  # absorb what another holds
+        columns = [c for i, c in enumerate(columns) if c not in columns[:i]]
+    columns.sort(key=lambda c: sorted(ranked.index(m) for m in c))
+    return {m: "".join("abcdefghijklmnopqrstuvwxyz"[i] for i, c in enumerate(columns) if m in c) for m in ranked}
+
+
+@dataclass
+class PairTest:
+    metric: str
+    a: Group
+    b: Group
+    difference: float
+    interval: tuple[float, float] | None
+    p: float | None
+    p_holm: float | None = None
+
+
+def pair_tests(groups: list[Group], boot: Bootstrap, key: tuple, metric: str) -> tuple[list[PairTest], list[str]]:
+    """Every comparable pair (A ranked above B by mean) on one metric, Holm-adjusted together; and why the other
+    pairs were not compared."""
+    tests, skipped = [], []
+    for a, b in itertools.combinations(groups, 2):
+        reason = why_not_comparable(a, b)
+        if reason:
+            skipped.append(f"{group_label(a, groups)} and {group_label(b, groups)}: {reason} differ")
+            continue
+        mean_a, mean_b = (a.stat(key) or {}).get("mean"), (b.stat(key) or {}).get("mean")
+        if mean_a is None or mean_b is None:
+            continue
+        if mean_b > mean_a:
+            a, b = b, a
+        result = paired_difference(boot, (a, key), (b, key))
+        if result is None:
+            continue
+        tests.append(PairTest(metric, a, b, result["difference"], result["ci"],
+                              bootstrap_p(boot.distribution(a, key) - boot.distribution(b, key))))
+    defined = [t for t in tests if t.p is not None]
+    for t, adjusted in zip(defined, holm([t.p for t in defined])):
+        t.p_holm = adjusted
+    return tests, skipped
+
+
+def headline_keys(by_class: list[str] | None = None):
+    for name, (task, metric) in HEADLINE:
+        yield name, (task, metric, OVERALL)
+        for cls in by_class or ():
+            yield f"{name} ({cls})", (task, metric, cls)
+
+
+def ranking_tables(groups: list[Group], boot: Bootstrap, alpha: float, by_class: list[str] | None = None) -> list[Table]:
+    """Per headline metric: the pairs (difference, interval, p, Holm p) and the ranking with its letters."""
+    groups = [g for g in groups if g.condition == "standard"]
+    pair_rows, rank_rows, notes = [], [], set()
+    for name, key in headline_keys(by_class):
+        tests, skipped = pair_tests(groups, boot, key, name)
+        notes.update(skipped)
+        for t in tests:
+            pair_rows.append([name, group_label(t.a, groups), group_label(t.b, groups), f"{t.difference:+.4f}",
+                              "n/a" if t.interval is None else f"[{t.interval[0]:+.4f}, {t.interval[1]:+.4f}]",
+                              fmt_p(t.p), fmt_p(t.p_holm), "yes" if t.p_holm is not None and t.p_holm < alpha else "no"])
+        ranked = sorted((g for g in groups if (g.stat(key) or {}).get("mean") is not None),
+                        key=lambda g: -g.stat(key)["mean"])
+        labels = [group_label(g, groups) for g in ranked]
+        different = {frozenset((group_label(t.a, groups), group_label(t.b, groups))) for t in tests
+                     if t.p_holm is not None and t.p_holm < alpha}
+        tested = {frozenset((group_label(t.a, groups), group_label(t.b, groups))) for t in tests}
+        letters = letter_display(labels, different) if all(
+            frozenset(p) in tested for p in itertools.combinations(labels, 2)) else {}
+        for rank, (label, g) in enumerate(zip(labels, ranked), 1):
+            stat = g.stat(key)
+            rank_rows.append([name, str(rank), label, f"{stat['mean']:.4f}",
+                              "n/a" if stat["sd"] is None else f"{stat['sd']:.4f}", str(stat["n"]),
+                              letters.get(label, "n/a")])
+    title = (f"Every comparable pair: difference of means (A − B, A ranked higher), 95% paired bootstrap interval "
+             f"over cases ({boot.resamples} resamples), two-sided bootstrap p, Holm-adjusted across the pairs of "
+             f"each metric; different at α = {alpha:g} after adjustment")
+    tables = [Table("pairs", title, ["Metric", "Model A", "Model B", "Difference", "95% interval", "p", "p (Holm)",
+                                     "Different"], pair_rows),
+              Table("ranking", f"Ranking per metric: mean and SD over runs; models sharing a letter are not different "
+                    f"at α = {alpha:g} after Holm's adjustment ('n/a': some pair could not be compared)",
+                    ["Metric", "Rank", "Model", "Mean", "SD", "Runs", "Group"], rank_rows)]
+    if notes:
+        tables.append(Table("not_comparable", "Pairs not compared (their runs differ in more than the evaluated model)",
+                            ["Pair"], [[n] for n in sorted(notes)]))
+    return tables
+
+
+def fmt_p(p: float | None) -> str:
+    return "n/a" if p is None else "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+# ----------------------------------------------------------------------------- power
+
+Z = NormalDist().inv_cdf
+
+
+def detectable_difference(case_variance: float, run_variance: float, cases: int, runs: int, design_cases: int,
+                          alpha: float = 0.05, power: float = 0.8) -> float:
+    """The smallest true difference between two models a two-sided test at `alpha` detects with `power`, for a
+    design of `cases` × `runs`. `case_variance`: the variance of the paired difference from drawing the cases
+    (measured on `design_cases` cases, beyond the run noise); `run_variance`: the sum of the two models' run-to-run
+    variances of a run's metric (on `design_cases` cases). Both shrink with more cases; the run noise with more
+    runs too."""
+    scale = design_cases / cases
+    return (Z(1 - alpha / 2) + Z(power)) * float(np.sqrt(case_variance * scale + run_variance * scale / runs))
+
+
+def variance_components(a: Group, b: Group, boot: Bootstrap, key: tuple) -> tuple[float, float] | None:
+    """(case variance, run variance) of the difference of two groups on the design in hand: the run variance is
+    the sum of the groups' variances between runs; the case variance is the bootstrap variance of the difference
+    of the group means less the run noise it holds (each group's run variance over its number of runs)."""
+    sa, sb = a.stat(key), b.stat(key)
+    if not sa or not sb or sa["sd"] is None or sb["sd"] is None:
+        return None
+    diff = boot.distribution(a, key) - boot.distribution(b, key)
+    diff = diff[~np.isnan(diff)]
+    if diff.size < 2:
+        return None
+    run_variance = sa["sd"] ** 2 + sb["sd"] ** 2
+    within = sa["sd"] ** 2 / sa["n"] + sb["sd"] ** 2 / sb["n"]
+    return max(0.0, float(np.var(diff, ddof=1)) - within), run_variance
+
+
+DESIGNS = ((1, None), (3, None), (5, None), (10, None), (5, 100), (5, 216), (5, 432))  # (runs, cases; None: as run)
+
+
+def power_table(groups: list[Group], boot: Bootstrap, alpha: float = 0.05, power: float = 0.8) -> Table:
+    """Per headline metric: the median over comparable pairs of the smallest detectable difference, for the
+    design in hand and other numbers of runs and cases."""
+    groups = [g for g in groups if g.condition == "standard"]
+    rows = []
+    for name, key in headline_keys():
+        components = [variance_components(a, b, boot, key) for a, b in itertools.combinations(groups, 2)
+                      if not why_not_comparable(a, b)]
+        components = [c for c in components if c is not None]
+        if not components:
+            rows.append([name, "n/a", "n/a"] + ["n/a"] * len(DESIGNS))
+            continue
+        cases = len(groups[0].runs[0].selected)
+        runs = int(np.median([len(g.runs) for g in groups]))
+        case_var, run_var = float(np.median([c[0] for c in components])), float(np.median([c[1] for c in components]))
+        row = [name, f"{cases} × {runs}", f"{detectable_difference(case_var, run_var, cases, runs, cases, alpha, power):.4f}"]
+        row += [f"{detectable_difference(case_var, run_var, n or cases, k, cases, alpha, power):.4f}" for k, n in DESIGNS]
+        rows.append(row)
+    headers = ["Metric", "Design (cases × runs)", "In hand"] + [f"{n or 'same'} × {k}" for k, n in DESIGNS]
+    return Table("power", f"Smallest difference between two models detectable at α = {alpha:g} with power "
+                 f"{power:g} (median over comparable pairs; from the variance between cases and between runs of the "
+                 "saved runs; see docs/statistics.md)", headers, rows)
