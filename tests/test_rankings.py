@@ -113,3 +113,89 @@ def test_consistency_figures_on_constructed_runs():
     # r3; claim 2 right in r3 only. Verdicts differ between r1/r2 on 2 of 4, r1/r3 on 1, r2/r3 on 3
     assert c["LJP Direct"] == pytest.approx({"items": 4, "all_right": 0.25, "any_right": 1.0, "same": 0.25,
                                              "flip": (2 + 1 + 3) / 12})
+
+
+# ----------------------------------------------------------------------------- end to end, on runs the stages wrote
+
+PLAN = {"m-a": {"r1": range(6), "r2": range(6)}, "m-b": {"r1": range(0, 5), "r2": range(1, 6)},
+        "m-c": {"r1": (), "r2": ()}, "m-d": {"r1": range(6), "r2": range(6)}}
+
+
+def dcg_script(cases, run_id):
+    """The evaluated model's forced questions carry 【对】 where the plan makes its DCG a success; the judge
+    answers 是 to exactly those."""
+    firsts = [c["underspecified_consultation"][0]["content"] for c in cases]
+
+    def script(kind, prompt, body):
+        if kind == "force_ask":
+            case = next(i for i, first in enumerate(firsts) if first in prompt)
+            return "【策略二】请问还有哪些事实？" + ("【对】" if case in PLAN[body["model"]][run_id] else "【错】")
+        if kind == "dcg_judge":
+            return "是" if "【对】" in prompt else "否"
+        return None
+    return script
+
+
+@pytest.fixture
+def ranked_root(tmp_path, provider, monkeypatch):
+    from lexpilot.protocols.dcg import DCG_STAGE
+    from lexpilot.running.stage import stage_main
+    from tests.conftest import SECRET, sample_cases, write_dataset
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    cases = sample_cases()[:6]
+    dataset = write_dataset(tmp_path / "six.json", cases)
+    for run_id in ("r1", "r2"):
+        provider.script = dcg_script(cases, run_id)
+        for model in PLAN:
+            judge = ["--judge-model", "judge-x"] if model == "m-d" else []
+            assert stage_main(DCG_STAGE, "t", argv=["--run-id", run_id, "--model", model, "--dataset", str(dataset),
+                                                    "--output-root", str(tmp_path / "out"), *judge],
+                              clients=provider.in_memory_clients()) == 0
+    return tmp_path / "out"
+
+
+def rows_of(out: str, table_start: str) -> list[list[str]]:
+    import csv
+    import io
+    return [r[1:] for r in csv.reader(io.StringIO(out)) if r and r[0].startswith(table_start) and r[1] != "header"]
+
+
+def test_all_pairs_ranking_and_consistency_on_runs_the_stages_wrote(ranked_root, capsys):
+    import show_results
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(ranked_root), "--rank", "--consistency", "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    pairs = {(r[0], r[1], r[2]): r[3:] for r in rows_of(out, "Every comparable pair")}
+    # DCG accuracy by hand: m-a 6/6 in both runs, m-b 5/6 in both, m-c 0/6; m-d has another judge: not compared
+    assert pairs[("DCG Acc.", "m-a", "m-c")][0] == "+1.0000" and pairs[("DCG Acc.", "m-b", "m-c")][0] == "+0.8333"
+    assert pairs[("DCG Acc.", "m-a", "m-b")][0] == "+0.1667"
+    assert not any("m-d" in key for key in pairs)
+    # m-a − m-c is 1 in every resample, and m-b − m-c above 0 in every one (no case fails in both of m-b's runs):
+    # p = 2 / (1000 + 1) = 0.002 each; Holm: the smaller of the tie × 3, then × 2, kept monotone: 0.006 both
+    assert pairs[("DCG Acc.", "m-a", "m-c")][2:] == ["0.002", "0.006", "yes"]
+    assert pairs[("DCG Acc.", "m-b", "m-c")][2:] == ["0.002", "0.006", "yes"]
+    # m-a − m-b is 0 only when a resample draws neither case 6 (m-b's r1 fails it) nor case 1 (r2): (4/6)^6
+    p_ab = float(pairs[("DCG Acc.", "m-a", "m-b")][2])
+    assert p_ab == pytest.approx(2 * (4 / 6) ** 6, abs=0.06)
+    assert pairs[("DCG Acc.", "m-a", "m-b")][3:] == [pairs[("DCG Acc.", "m-a", "m-b")][2], "no"]
+    ranking = [r for r in rows_of(out, "Ranking per metric") if r[0] == "DCG Acc."]
+    # m-d ran with another judge: a set of its own, ranked apart; m-a and m-b not different, both above m-c
+    assert [r[1:4] + [r[7]] for r in ranking] == [["1", "1", "m-a", "a"], ["1", "2", "m-b", "a"],
+                                                  ["1", "3", "m-c", "b"], ["2", "1", "m-d", "a"]]
+    assert any("m-a and m-d" in r[0] and "models" in r[0] for r in rows_of(out, "Pairs not compared"))
+    consistency_rows = {(r[0], r[1]): r[2:] for r in rows_of(out, "Consistency over runs")}
+    # m-b's DCG: cases 2-5 right in both runs, 1 and 6 in one each: 4/6 in all, 6/6 in at least one, 2 of 6 flip
+    assert consistency_rows[("m-b", "DCG")] == ["2", "6", "66.7%", "100.0%", "66.7%", "33.3%"]
+    assert consistency_rows[("m-a", "DCG")] == ["2", "6", "100.0%", "100.0%", "100.0%", "0.0%"]
+
+
+def test_the_letters_of_the_comparable_models(ranked_root, capsys):
+    import show_results
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(ranked_root), "--rank", "--model", "m-a", "--model", "m-b",
+                              "--model", "m-c", "--format", "latex"]) == 0
+    out = capsys.readouterr().out
+    # m-a and m-b not different after adjustment, both different from m-c
+    assert r"DCG Acc. & 1 & m-a & 1.0000 & 0.0000 & 2 & a \\" in out
+    assert r"DCG Acc. & 2 & m-b & 0.8333 & 0.0000 & 2 & a \\" in out
+    assert r"DCG Acc. & 3 & m-c & 0.0000 & 0.0000 & 2 & b \\" in out

@@ -91,17 +91,21 @@ class PairTest:
     p_holm: float | None = None
 
 
-def pair_tests(groups: list[Group], boot: Bootstrap, key: tuple, metric: str) -> tuple[list[PairTest], list[str]]:
-    """Every comparable pair (A ranked above B by mean) on one metric, Holm-adjusted together; and why the other
-    pairs were not compared."""
-    tests, skipped = [], []
+def comparable_sets(groups: list[Group]) -> list[list[Group]]:
+    """The groups split into sets that may be compared: the same cases, judge, User Model, prompts and generation
+    settings (in the order first met)."""
+    sets: dict[str, list[Group]] = {}
+    for g in groups:
+        sets.setdefault(json.dumps(comparable_settings(g), sort_keys=True), []).append(g)
+    return list(sets.values())
+
+
+def pair_tests(groups: list[Group], boot: Bootstrap, key: tuple, metric: str) -> list[PairTest]:
+    """Every pair of one comparable set (A ranked above B by mean) on one metric, Holm-adjusted together."""
+    tests = []
     for a, b in itertools.combinations(groups, 2):
-        reason = why_not_comparable(a, b)
-        if reason:
-            skipped.append(f"{group_label(a, groups)} and {group_label(b, groups)}: {reason} differ")
-            continue
         mean_a, mean_b = (a.stat(key) or {}).get("mean"), (b.stat(key) or {}).get("mean")
-        if mean_a is None or mean_b is None:
+        if why_not_comparable(a, b) or mean_a is None or mean_b is None:
             continue
         if mean_b > mean_a:
             a, b = b, a
@@ -113,7 +117,7 @@ def pair_tests(groups: list[Group], boot: Bootstrap, key: tuple, metric: str) ->
     defined = [t for t in tests if t.p is not None]
     for t, adjusted in zip(defined, holm([t.p for t in defined])):
         t.p_holm = adjusted
-    return tests, skipped
+    return tests
 
 
 def headline_keys(by_class: list[str] | None = None):
@@ -123,30 +127,37 @@ def headline_keys(by_class: list[str] | None = None):
             yield f"{name} ({cls})", (task, metric, cls)
 
 
+def ranked_rows(tests: list[PairTest], members: list[Group], groups: list[Group], key: tuple, name: str,
+                alpha: float, set_label: str) -> list[list[str]]:
+    """One set's ranking on one metric: rank, model, mean, SD, runs and its letters ("n/a" when some pair of the
+    set could not be tested)."""
+    label = lambda g: group_label(g, groups)  # noqa: E731
+    ranked = sorted((g for g in members if (g.stat(key) or {}).get("mean") is not None), key=lambda g: -g.stat(key)["mean"])
+    tested = {frozenset((label(t.a), label(t.b))) for t in tests if t.p_holm is not None}
+    different = {frozenset((label(t.a), label(t.b))) for t in tests if t.p_holm is not None and t.p_holm < alpha}
+    labels = [label(g) for g in ranked]
+    complete = all(frozenset(p) in tested for p in itertools.combinations(labels, 2))
+    letters = letter_display(labels, different) if complete else {}
+    return [[name, *([set_label] if set_label else []), str(rank), label(g), f"{g.stat(key)['mean']:.4f}",
+             "n/a" if g.stat(key)["sd"] is None else f"{g.stat(key)['sd']:.4f}", str(g.stat(key)["n"]),
+             letters.get(label(g), "n/a")] for rank, g in enumerate(ranked, 1)]
+
+
 def ranking_tables(groups: list[Group], boot: Bootstrap, alpha: float, by_class: list[str] | None = None) -> list[Table]:
-    """Per headline metric: the pairs (difference, interval, p, Holm p) and the ranking with its letters."""
+    """Per headline metric and comparable set: the pairs (difference, interval, p, Holm p) and the ranking with its
+    letters; the pairs of groups in different sets, with what differs."""
     groups = [g for g in groups if g.condition == "standard"]
-    pair_rows, rank_rows, notes = [], [], set()
+    sets = comparable_sets(groups)
+    label = lambda g: group_label(g, groups)  # noqa: E731
+    pair_rows, rank_rows = [], []
     for name, key in headline_keys(by_class):
-        tests, skipped = pair_tests(groups, boot, key, name)
-        notes.update(skipped)
-        for t in tests:
-            pair_rows.append([name, group_label(t.a, groups), group_label(t.b, groups), f"{t.difference:+.4f}",
-                              "n/a" if t.interval is None else f"[{t.interval[0]:+.4f}, {t.interval[1]:+.4f}]",
-                              fmt_p(t.p), fmt_p(t.p_holm), "yes" if t.p_holm is not None and t.p_holm < alpha else "no"])
-        ranked = sorted((g for g in groups if (g.stat(key) or {}).get("mean") is not None),
-                        key=lambda g: -g.stat(key)["mean"])
-        labels = [group_label(g, groups) for g in ranked]
-        different = {frozenset((group_label(t.a, groups), group_label(t.b, groups))) for t in tests
-                     if t.p_holm is not None and t.p_holm < alpha}
-        tested = {frozenset((group_label(t.a, groups), group_label(t.b, groups))) for t in tests}
-        letters = letter_display(labels, different) if all(
-            frozenset(p) in tested for p in itertools.combinations(labels, 2)) else {}
-        for rank, (label, g) in enumerate(zip(labels, ranked), 1):
-            stat = g.stat(key)
-            rank_rows.append([name, str(rank), label, f"{stat['mean']:.4f}",
-                              "n/a" if stat["sd"] is None else f"{stat['sd']:.4f}", str(stat["n"]),
-                              letters.get(label, "n/a")])
+        for number, members in enumerate(sets, 1):
+            tests = pair_tests(members, boot, key, name)
+            pair_rows += [[name, label(t.a), label(t.b), f"{t.difference:+.4f}",
+                           "n/a" if t.interval is None else f"[{t.interval[0]:+.4f}, {t.interval[1]:+.4f}]",
+                           fmt_p(t.p), fmt_p(t.p_holm), "yes" if t.p_holm is not None and t.p_holm < alpha else "no"]
+                          for t in tests]
+            rank_rows += ranked_rows(tests, members, groups, key, name, alpha, str(number) if len(sets) > 1 else "")
     title = (f"Every comparable pair: difference of means (A − B, A ranked higher), 95% paired bootstrap interval "
              f"over cases ({boot.resamples} resamples), two-sided bootstrap p, Holm-adjusted across the pairs of "
              f"each metric; different at α = {alpha:g} after adjustment")
@@ -154,10 +165,13 @@ def ranking_tables(groups: list[Group], boot: Bootstrap, alpha: float, by_class:
                                      "Different"], pair_rows),
               Table("ranking", f"Ranking per metric: mean and SD over runs; models sharing a letter are not different "
                     f"at α = {alpha:g} after Holm's adjustment ('n/a': some pair could not be compared)",
-                    ["Metric", "Rank", "Model", "Mean", "SD", "Runs", "Group"], rank_rows)]
-    if notes:
-        tables.append(Table("not_comparable", "Pairs not compared (their runs differ in more than the evaluated model)",
-                            ["Pair"], [[n] for n in sorted(notes)]))
+                    ["Metric", *(["Set"] if len(sets) > 1 else []), "Rank", "Model", "Mean", "SD", "Runs", "Group"],
+                    rank_rows)]
+    apart = [f"{label(a)} and {label(b)}: {why_not_comparable(a, b)} differ"
+             for one, other in itertools.combinations(sets, 2) for a in one for b in other]
+    if apart:
+        tables.append(Table("not_comparable", "Pairs not compared (their runs differ in more than the evaluated "
+                            "model; each set is ranked on its own)", ["Pair"], [[n] for n in apart]))
     return tables
 
 
