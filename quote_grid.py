@@ -6,7 +6,7 @@ role and endpoint, cost bounds and an expected figure (from saved runs) at synch
 estimated wall time. Every other option is a stage option (--dataset, --limit, --prices, --output-root,
 --concurrency, --user-model, --judge-model, --max-tokens, ...), passed to each stage as its script takes it.
 
-  python quote_grid.py --models gpt-4o deepseek-chat --runs 5 --prices data/prices_illustrative.json
+  python quote_grid.py --models GPT-5.6-Sol DeepSeek-V4.1 --runs 5 --prices data/prices_illustrative.json
 """
 import argparse
 import sys
@@ -16,7 +16,14 @@ from lexpilot.errors import HarnessError
 from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS, stages_named
 from lexpilot.reporting.renderings import RENDERINGS
 from lexpilot.reporting.table import Table
-from lexpilot.running.grid_quote import Timing, quote_grid, quote_notes, quote_tables, stage_settings
+from lexpilot.running.grid_quote import (
+    Timing,
+    check_rate_limits,
+    quote_grid,
+    quote_notes,
+    quote_tables,
+    stage_settings,
+)
 from lexpilot.settings import number, rate_limits
 
 
@@ -27,8 +34,9 @@ def main(argv=None) -> int:
     runs = parser.add_mutually_exclusive_group()
     runs.add_argument("--runs", type=number(int, 1, 1000), default=5, help="run1 .. runN (default 5, as the paper)")
     runs.add_argument("--run-ids", nargs="+", help="these run ids instead")
-    parser.add_argument("--stages", nargs="+", default=["paper"], metavar="NAME",
-                        help=f"entry points or sets: {', '.join([*STAGE_SETS, *GRID_STAGES])} (default: paper)")
+    parser.add_argument("--stages", nargs="+", default=["all"], metavar="NAME",
+                        help=f"entry points or sets: {', '.join([*STAGE_SETS, *GRID_STAGES])} (default: all; "
+                        "paper: what LexAwN_gen.py, eval_DCG.py and eval_LJP.py run)")
     parser.add_argument("--rate-limit", action="append", default=[], metavar="MODEL=RPM",
                         help="an endpoint's requests per minute (repeat per model id)")
     parser.add_argument("--seconds-per-call", type=number(float, 0.001, 3600), default=30.0,
@@ -44,17 +52,20 @@ def main(argv=None) -> int:
         cases, sha = load_dataset(first.dataset)
         selected = cases[:first.limit] if first.limit else cases
         run_ids = args.run_ids or [f"run{i}" for i in range(1, args.runs + 1)]
+        limits = rate_limits(args.rate_limit)
         parts = quote_grid(stages, settings_of, args.models, run_ids, selected, sha)
-        timing = Timing(args.seconds_per_call, first.transport.concurrency, args.jobs, rate_limits(args.rate_limit))
+        check_rate_limits(parts, limits)
+        timing = Timing(args.seconds_per_call, first.transport.concurrency, args.jobs, limits)
     except KeyError as e:
         print(f"quote_grid: unknown stage {e}; choose from {', '.join([*STAGE_SETS, *GRID_STAGES])}", file=sys.stderr)
         return 2
     except HarnessError as e:
         print(f"quote_grid: {e}", file=sys.stderr)
         return 2
-    print(RENDERINGS[args.format]([Table(*t) for t in quote_tables(parts)]))
-    print("\n".join(quote_notes(parts, timing)))
-    return 0
+    notes = Table("grid_quote_notes", "Time, and what the quote leaves out", ["Note"],
+                  [[line] for line in quote_notes(parts, timing)])
+    print(RENDERINGS[args.format]([Table(*t) for t in quote_tables(parts)] + [notes]))
+    return 1 if any(p.refused for p in parts) else 0  # a stage that would refuse to run is not quoted
 
 
 if __name__ == "__main__":

@@ -23,10 +23,14 @@ def price_file(tmp_path, entry=PRICES):
     return path
 
 
-@pytest.mark.parametrize("report, extra", [(OPENAI, ()), (DEEPSEEK, ()), (OPENAI, ("--stream",)),
-                                           (DEEPSEEK, ("--batch", "--batch-poll", "0.01"))])
+BATCH = ("--batch", "--batch-poll", "0.01")
+
+
+@pytest.mark.parametrize("report, extra, batch_discount", [
+    (OPENAI, (), 0), (DEEPSEEK, (), 0), (OPENAI, ("--stream",), 0), (DEEPSEEK, ("--stream",), 0),
+    (DEEPSEEK, BATCH, 0), (OPENAI, BATCH, 0), (OPENAI, BATCH, 0.5)])
 def test_cached_tokens_are_recorded_per_role_and_priced_at_the_cached_rate(tmp_path, provider, monkeypatch, capsys,
-                                                                           report, extra):
+                                                                           report, extra, batch_discount):
     provider.cache = report
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "two.json", sample_cases()[:2]))
     assert h.run("gold", *extra) == 0
@@ -39,10 +43,12 @@ def test_cached_tokens_are_recorded_per_role_and_priced_at_the_cached_rate(tmp_p
             t = totals.setdefault(role, [0, 0, 0, 0])
             for i, k in enumerate(("prompt_tokens", "completion_tokens", "cached_prompt_tokens", "calls")):
                 t[i] += u[k]
-    # by hand (no batch price in the file: batched calls cost the same)
-    expected = sum(((p - c) * 2 + c * 0.5 + o * 8) / 1e6 for p, o, c, _ in totals.values())
+    # by hand: a batch discount takes its share off every price, the cached one included (batched calls only)
+    factor = 1 - batch_discount if extra == BATCH else 1
+    expected = sum(((p - c) * 2 + c * 0.5 + o * 8) / 1e6 for p, o, c, _ in totals.values()) * factor
     capsys.readouterr()
-    assert show_results.main(["--output-root", str(h.root), "--prices", str(price_file(tmp_path))]) == 0
+    entry = {**PRICES, "batch_discount": batch_discount}
+    assert show_results.main(["--output-root", str(h.root), "--prices", str(price_file(tmp_path, entry))]) == 0
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("eval-model  r1"))
     assert float(row.split()[-1]) == pytest.approx(expected, abs=1e-4)

@@ -18,6 +18,7 @@ import show_results
 from lexpilot.protocols.catalog import PAPER_GRID
 from lexpilot.running.stage import stage_main
 from tests.conftest import SECRET, sample_cases, write_dataset
+from tests.fake_provider import PrefixCache
 
 MODELS = ("model-a", "model-b")
 RUNS = ("r1", "r2")
@@ -50,17 +51,17 @@ def quote(grid, capsys, *extra) -> tuple[dict, list[str]]:
     closing lines (the grid's models and runs unless `extra` names others)."""
     capsys.readouterr()
     grid_names = [] if "--models" in extra else ["--models", *MODELS, "--run-ids", *RUNS]
-    assert quote_grid.main([*grid_names, "--dataset", str(grid["dataset"]),
+    assert quote_grid.main([*grid_names, "--stages", "paper", "--dataset", str(grid["dataset"]),
                             "--output-root", str(grid["root"]), "--prices", str(grid["prices"]), "--format", "csv",
                             *extra]) == 0
-    out = capsys.readouterr().out
-    table, notes = out.split("\n\n", 1) if "\n\n" in out else (out, "")
-    rows = {}
-    for row in csv.reader(io.StringIO(table)):
+    rows, notes = {}, []
+    for row in filter(None, csv.reader(io.StringIO(capsys.readouterr().out))):  # print() adds an empty line
         if row[0].startswith("Calls at most") and row[1] != "header":
             money = [None if v == "none" else float(v) for v in row[5:11]]
             rows[(row[1], row[2])] = {"calls": int(row[4].replace(",", "")), "sync": money[:3], "batch": money[3:]}
-    return rows, [line for line in (table + "\n" + notes).splitlines() if not line.startswith(("Calls", "Per", "table"))]
+        elif row[0].startswith("Time, and what") and row[1] != "header":
+            notes.append(row[1])
+    return rows, notes
 
 
 def dry_run_calls(grid, capsys, stage, model, run_id) -> dict:
@@ -91,6 +92,7 @@ def test_a_fresh_grid_is_every_case_at_its_most_calls(grid, capsys):
 
 
 def test_the_quote_sums_the_dry_runs_brackets_the_grid_run_and_leaves_saved_cases_out(grid, provider, capsys):
+    provider.cache = PrefixCache(minimum=64, step=64)  # a provider that caches short prefixes: the bill shrinks
     for model in MODELS:  # LexAwN done everywhere, so that every stage's own dry run can count
         for run_id in RUNS:
             assert run(grid, provider, PAPER_STAGES[0], model, run_id) == 0
@@ -139,8 +141,10 @@ def test_the_quote_sums_the_dry_runs_brackets_the_grid_run_and_leaves_saved_case
             for line in path.read_text(encoding="utf-8").splitlines()]
     assert len(gold) == 12
     prompt = sum(r["usage"]["judge"]["prompt_tokens"] for r in gold) / 12
+    cached = sum(r["usage"]["judge"]["cached_prompt_tokens"] for r in gold) / 12
     completion = sum(r["usage"]["judge"]["completion_tokens"] for r in gold) / 12
-    by_hand = 3 * (prompt * 2000 + completion * 8000) / 1e6
+    assert cached > 0  # the cached share the saved runs were served is part of the expected figure
+    by_hand = 3 * ((prompt - cached) * 2000 + cached * 500 + completion * 8000) / 1e6
     assert rows[("LJP gold", "judge")]["sync"][2] == pytest.approx(by_hand, abs=0.006)
     assert rows[("LJP gold", "judge")]["batch"][2] == pytest.approx(by_hand / 2, abs=0.006)
 
@@ -149,7 +153,7 @@ def grid_cost(csv_text: str) -> float:
     """The 'all' row's cost in the grid total of show_results' CSV."""
     for row in csv.reader(io.StringIO(csv_text)):
         if row[0].startswith("Spent so far") and row[1] == "all":
-            return float(row[-1].replace(",", ""))
+            return float(row[-2].replace(",", ""))
     raise AssertionError("no grid total in the report")
 
 
@@ -171,6 +175,9 @@ def test_the_wall_time_follows_the_chains_the_concurrency_and_each_endpoints_rat
     (["--rate-limit", "DeepSeek-R1=fast"], "--rate-limit 'DeepSeek-R1=fast': must be MODEL=REQUESTS_PER_MINUTE"),
     (["--no-such-flag"], "--no-such-flag: not an option of any chosen stage"),
     (["--run-id", "x"], "--run-id: a grid names its runs and models with --run-ids/--runs and --models"),
+    (["--mod", "x"], "--mod x: not an option of any chosen stage"),  # no abbreviation stands for --model
+    (["--limit", "-1"], "argument --limit: -1 is outside 1 to"),
+    (["--rate-limit", "Nobody=5"], "--rate-limit Nobody: no role of this grid uses that model id"),
 ])
 def test_a_wrong_quote_command_is_one_line(grid, capsys, args, message):
     assert quote_grid.main(["--models", "m", "--dataset", str(grid["dataset"]), *args]) == 2
@@ -179,6 +186,7 @@ def test_a_wrong_quote_command_is_one_line(grid, capsys, args, message):
 
 
 def test_the_grid_total_sums_every_run_with_unanswered_calls_and_the_batch_share(grid, provider, capsys):
+    provider.cache = lambda prompt: {"prompt_tokens_details": {"cached_tokens": 100}}
     gold = PAPER_STAGES[3]
     assert run(grid, provider, gold, "model-a", "r1") == 0
     assert run(grid, provider, gold, "model-b", "r1", "--batch", "--batch-poll", "0.01") == 0
@@ -190,13 +198,36 @@ def test_the_grid_total_sums_every_run_with_unanswered_calls_and_the_batch_share
     calls = sum(u["calls"] for _, r in records for u in r["usage"].values())
     batched = sum(u.get("batched_calls", 0) for _, r in records for u in r["usage"].values())
     assert batched == calls / 2  # model-b's six records were answered through the batch API
-    by_hand = sum((u["prompt_tokens"] * 2000 + u["completion_tokens"] * 8000) / 1e6
-                  * (0.5 if u.get("batched_calls") else 1) for _, r in records for u in r["usage"].values())
+    by_hand = sum(((u["prompt_tokens"] - u["cached_prompt_tokens"]) * 2000 + u["cached_prompt_tokens"] * 500
+                   + u["completion_tokens"] * 8000) / 1e6 * (0.5 if u.get("batched_calls") else 1)
+                  for _, r in records for u in r["usage"].values())
     capsys.readouterr()
     assert show_results.main(["--output-root", str(grid["root"]), "--prices", str(grid["prices"]), "--format",
                               "csv"]) == 0
     out = capsys.readouterr().out
     row = next(r for r in csv.reader(io.StringIO(out)) if r[0].startswith("Spent so far") and r[1] == "all")
     assert row[2:5] == [str(calls), "1", "50%"]
-    assert float(row[-1]) == pytest.approx(by_hand, abs=0.006)
+    assert float(row[-2]) == pytest.approx(by_hand, abs=0.006)
     assert grid_cost(out) == pytest.approx(by_hand, abs=0.006)
+    # every call reported 100 cached prompt tokens: each saved (2000 − 500) per million, half that when batched
+    assert float(row[-1]) == pytest.approx(sum(100 * u["calls"] * 1500 / 1e6 * (0.5 if u.get("batched_calls") else 1)
+                                               for _, r in records for u in r["usage"].values()), abs=0.006)
+
+
+def test_a_stage_that_would_refuse_is_named_and_the_quote_says_so_in_its_status(grid, provider, capsys):
+    assert run(grid, provider, PAPER_STAGES[3], "model-a", "r1", "--temperature", "0.2") == 0  # other settings
+    capsys.readouterr()
+    status = quote_grid.main(["--models", *MODELS, "--run-ids", *RUNS, "--stages", "eval_LJP_gold", "--dataset",
+                              str(grid["dataset"]), "--output-root", str(grid["root"]), "--format", "csv"])
+    out = capsys.readouterr().out
+    assert status == 1
+    assert "not counted: LJP gold, model 'model-a', run r1" in out and "temperature" in out
+    total = next(r for r in csv.reader(io.StringIO(out)) if r and r[0].startswith("Calls at most") and r[1] == "total")
+    assert total[4] == str(3 * 3 * 2)  # the three other jobs' three cases, two calls each
+
+
+def test_the_batch_columns_send_only_the_roles_batch_roles_names(grid, capsys):
+    rows, _ = quote(grid, capsys, "--models", "model-a", "--run-ids", "r1", "--batch-roles", "eval")
+    eval_row, judge_row = rows[("LJP gold", "eval")], rows[("LJP gold", "judge")]
+    assert eval_row["batch"][:2] == pytest.approx([v / 2 for v in eval_row["sync"][:2]], abs=0.01)
+    assert judge_row["batch"][:2] == judge_row["sync"][:2]  # the judge stays synchronous, at its own price

@@ -77,6 +77,7 @@ def grid_total(groups: list[Group], prices: dict | None) -> Table:
     money = lambda v: "n/a" if v is None else f"{v:,.2f}" if v >= 1 else f"{v:.4f}"  # noqa: E731
     by_role: dict[str, Counter] = {role: Counter() for role in ROLES}
     costs: dict[str, list] = {role: [] for role in ROLES}
+    uncached: dict[str, list] = {role: [] for role in ROLES}  # the same calls had no prompt token been cached
     unanswered = Counter()
     for g in groups:
         for run in g.runs:
@@ -85,16 +86,19 @@ def grid_total(groups: list[Group], prices: dict | None) -> Table:
                 for role, used in roles.items():
                     by_role.setdefault(role, Counter()).update(used)
                     costs.setdefault(role, []).append(role_cost(run, role, used, prices))
+                    uncached.setdefault(role, []).append(role_cost(run, role, {**used, "cached_prompt_tokens": 0}, prices))
     rows = []
     for role in [r for r in by_role if by_role[r]["calls"] or unanswered.get(r)] + ["all"]:
         used = sum(by_role.values(), Counter()) if role == "all" else by_role[role]
         spent = [c for r in (ROLES if role == "all" else [role]) for c in costs.get(r, [])]
+        full = [c for r in (ROLES if role == "all" else [role]) for c in uncached.get(r, [])]
+        priced = bool(prices) and None not in spent
         paid = unanswered.total() if role == "all" else unanswered.get(role, 0)
         batch = f"{used['batched_calls'] / used['calls']:.0%}" if used["calls"] else "-"
         rows.append([role, str(used["calls"]), str(paid), batch, str(used["prompt_tokens"]),
                      str(used["cached_prompt_tokens"]), str(used["completion_tokens"]),
-                     money(None if None in spent or not prices else sum(spent))])
+                     money(sum(spent) if priced else None), money(sum(full) - sum(spent) if priced else None)])
     runs = sum(len(g.runs) for g in groups)
     return Table("usage_grid_total", f"Spent so far: every run and model shown ({runs} runs, saved records)",
                  ["Role", "Calls", "Unanswered (paid, not priced)", "Batch share", "Prompt tokens",
-                  "of which cached", "Completion tokens", "Cost"], rows)
+                  "of which cached", "Completion tokens", "Cost", "Saved by the cache"], rows)

@@ -6,6 +6,8 @@ concurrency and each endpoint's rate limit. Cases saved under the output root ar
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -17,6 +19,7 @@ from lexpilot.errors import HarnessError
 from lexpilot.protocols.steps import Stage
 from lexpilot.running.quote import (
     CARRIED_REPLIES,
+    carried_limit,
     longest_chain,
     planned_calls,
     role_money,
@@ -59,9 +62,11 @@ def quote_part(stage: Stage, settings: Settings, selected: list[Case], dataset_s
     prices = settings.spending.prices or {}
     for role, calls in part.calls.items():
         price, limit = prices.get(settings.roles[role].model), settings.roles[role].max_tokens
-        for mode, batched in (("sync", 0.0), ("batch", 1.0)):
+        # the batch columns send the roles --batch-roles names (every role by default) through a batch API
+        batchable = 1.0 if role in (settings.batching.roles or ROLES) else 0.0
+        for mode, batched in (("sync", 0.0), ("batch", batchable)):
             part.money[(role, mode)] = None if price is None else role_money(
-                price, low[role], chars[role] + calls * CARRIED_REPLIES * limit, calls * limit,
+                price, low[role], chars[role] + calls * CARRIED_REPLIES * carried_limit(settings), calls * limit,
                 saved_usage.get(role), part.pending, batched)
     return part
 
@@ -74,22 +79,42 @@ def stage_settings(stages: list[Stage], options: list[str]):
     if taken:
         raise HarnessError(f"{taken[0]}: a grid names its runs and models with --run-ids/--runs and --models")
     parsers = {}
-    for stage in stages:
-        parser = argparse.ArgumentParser(prog=stage.script, add_help=False)
+    for stage in stages:  # no abbreviations: --mod must not stand for --model
+        parser = argparse.ArgumentParser(prog=stage.script, add_help=False, allow_abbrev=False)
         add_common_args(parser, stage.user_condition, stage.history_choice, stage.source_run, stage.probe_file)
         parsers[stage.name] = parser
     unknown = None
     for parser in parsers.values():
-        _, left = parser.parse_known_args(["--run-id", "x", *options])
+        _, left = parsed(parser, ["--run-id", "x", *options])
         unknown = set(left) if unknown is None else unknown & set(left)
     if unknown:
         raise HarnessError(f"{' '.join(o for o in options if o in unknown)}: not an option of any chosen stage "
                            "(see python LexAwN_gen.py --help)")
 
     def settings_of(stage: Stage, model: str, run_id: str) -> Settings:
-        args, _ = parsers[stage.name].parse_known_args(["--run-id", run_id, "--model", model, *options])
+        args, _ = parsed(parsers[stage.name], ["--run-id", run_id, "--model", model, *options])
         return settings_from_args(args)
     return settings_of
+
+
+def parsed(parser: argparse.ArgumentParser, argv: list[str]):
+    """A stage parser's known options; its complaint (a bad value) as one line, not its whole usage."""
+    complaint = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(complaint):
+            return parser.parse_known_args(argv)
+    except SystemExit:
+        message = complaint.getvalue().strip().splitlines()[-1:] or ["bad option"]
+        raise HarnessError(message[0].split("error: ", 1)[-1]) from None
+
+
+def check_rate_limits(parts: list[Part], limits: dict) -> None:
+    """A --rate-limit must name an endpoint of the grid (a misspelt model id would silently change nothing)."""
+    endpoints = set(endpoint_calls(parts)) | {p.settings.roles[r].model for p in parts for r in ROLES}
+    unknown = sorted(set(limits) - endpoints)
+    if unknown:
+        raise HarnessError(f"--rate-limit {', '.join(unknown)}: no role of this grid uses that model id (the grid's: "
+                           f"{', '.join(sorted(endpoints))})")
 
 
 def quote_grid(stages: list[Stage], settings_of, models: list[str], run_ids: list[str], selected: list[Case],

@@ -61,6 +61,11 @@ def planned_calls(state: StageState, cases: list[Case],
     return calls, chars, low
 
 
+def carried_limit(settings: Settings) -> int:
+    """The longest reply a prompt can carry: the evaluated model's and the User Model's replies are carried."""
+    return max(settings.roles["eval"].max_tokens, settings.roles["user"].max_tokens)
+
+
 CARRIED_REPLIES = 6  # the most earlier replies any prompt of these protocols carries (a forced prediction: 3 + 3)
 
 
@@ -80,7 +85,7 @@ def cost_quote(state: StageState, settings: Settings, calls: Counter, chars: Cou
             lines.append(f"  {role} ({model}): no price in the price file")
             continue
         batched = 1.0 if settings.batching.enabled and role in (settings.batching.roles or ROLES) else 0.0  # at batch prices
-        low, high, expected = role_money(price, low_chars[role], chars[role] + calls[role] * CARRIED_REPLIES * limit,
+        low, high, expected = role_money(price, low_chars[role], chars[role] + calls[role] * CARRIED_REPLIES * carried_limit(settings),
                                          calls[role] * limit, expected_usage.get(role), pending, batched)
         total = [total[0] + low, total[1] + high, total[2] + (expected or 0)]
         lines.append(f"  {role} ({model}): between {low:,.4f} and {high:,.4f}"
@@ -92,11 +97,14 @@ def cost_quote(state: StageState, settings: Settings, calls: Counter, chars: Cou
 
 def role_money(price: Price, low_chars: int, high_prompt: int, high_completion: int, per_case, pending: int,
                batched: float) -> tuple[float, float, float | None]:
-    """(low, high, expected) for one role: the known prompt text of the calls surely made, with no completion; every
+    """(low, high, expected) for one role: the known prompt text of the calls surely made, at the cached-input price
+    and with no completion; every
     prompt with the longer history, every carried reply and every completion at the output limit; the saved runs'
     usage per case (cached share included) times the cases to do (None without saved runs)."""
     expected = expected_cost(price, per_case, pending, batched) if per_case else None
-    return cost(price, low_chars, 0, batched), cost(price, high_prompt, high_completion, batched), expected
+    # the low bound prices every known prompt token as if the provider's cache served it (the cheapest it can be)
+    low = cost(price, low_chars, 0, batched, cached_tokens=low_chars)
+    return low, cost(price, high_prompt, high_completion, batched), expected
 
 
 def expected_cost(price, per_case: tuple[float, float, float], cases: int, batched: float) -> float:
@@ -107,23 +115,30 @@ def expected_cost(price, per_case: tuple[float, float, float], cases: int, batch
 
 def saved_usage_per_case(root: Path, steps: list[Step]) -> dict[str, tuple[float, float, float]]:
     """Role -> (prompt, completion, cached prompt) tokens per case in the records of these steps saved under the
-    root (every run and model), for an expected cost (a run that reported no cached tokens counts none)."""
-    totals: dict[str, list[float]] = {}
-    cases: set = set()
+    root (every run and model), for an expected cost: each step's usage over the cases that step saved, summed
+    over the steps (a stage stopped part-way does not dilute it); a run that reported no cached tokens counts none."""
+    per_case: dict[str, list[float]] = {}
     for step in steps:
+        totals: dict[str, list[float]] = {}
+        cases = 0
         for path in root.glob(f"{step.kind.top}/*/*/{step.kind.file}"):
             for record in readable_records(path):
                 try:
-                    usage = record["usage"]
-                    cases.add((path.parent.parent.name, path.parent.name, record["case_number"]))  # run, model, case
-                    for role, used in usage.items():
-                        entry = totals.setdefault(role, [0.0, 0.0, 0.0])
-                        entry[0] += used["prompt_tokens"]
-                        entry[1] += used["completion_tokens"]
-                        entry[2] += used.get("cached_prompt_tokens", 0)
-                except (KeyError, TypeError, AttributeError):
+                    used_by_role = {role: tuple(float(used.get(f, 0) if f == "cached_prompt_tokens" else used[f])
+                                                for f in ("prompt_tokens", "completion_tokens", "cached_prompt_tokens"))
+                                    for role, used in record["usage"].items()}
+                except (KeyError, TypeError, AttributeError, ValueError):  # a record is untrusted input
                     continue
-    return {role: tuple(t / len(cases) for t in tokens) for role, tokens in totals.items()} if cases else {}
+                cases += 1
+                for role, tokens in used_by_role.items():
+                    entry = totals.setdefault(role, [0.0, 0.0, 0.0])
+                    for i, n in enumerate(tokens):
+                        entry[i] += n
+        for role, tokens in totals.items():
+            entry = per_case.setdefault(role, [0.0, 0.0, 0.0])
+            for i, n in enumerate(tokens):
+                entry[i] += n / cases
+    return {role: tuple(tokens) for role, tokens in per_case.items()}
 
 
 def dry_run_report(name: str, state: StageState, selected: list[Case]) -> str:
