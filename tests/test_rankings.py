@@ -199,3 +199,60 @@ def test_the_letters_of_the_comparable_models(ranked_root, capsys):
     assert r"DCG Acc. & 1 & m-a & 1.0000 & 0.0000 & 2 & a \\" in out
     assert r"DCG Acc. & 2 & m-b & 0.8333 & 0.0000 & 2 & a \\" in out
     assert r"DCG Acc. & 3 & m-c & 0.0000 & 0.0000 & 2 & b \\" in out
+
+
+# ----------------------------------------------------------------------------- judge noise (test-retest)
+
+def retest_script(cases, run_id, seen):
+    """r1 succeeds on cases 1-4, r2 on 1-5. Judging a question it has seen before (a re-judged run), the same
+    judge says 否 to case 1's question of r1 only: its test-retest noise."""
+    firsts = [c["underspecified_consultation"][0]["content"] for c in cases]
+    plan = {"r1": range(4), "r2": range(5)}
+
+    def script(kind, prompt, body):
+        if kind == "force_ask":
+            case = next(i for i, first in enumerate(firsts) if first in prompt)
+            asked = prompt.count("【策略二】")  # the questions before this one: each round's question is its own
+            return (f"【策略二】请问还有哪些事实？【{run_id}-{case}】【{asked}】"
+                    + ("【对】" if case in plan[run_id] else "【错】"))
+        if kind == "dcg_judge":
+            again = prompt in seen
+            seen.add(prompt)
+            return "否" if again and "【r1-0】" in prompt else ("是" if "【对】" in prompt else "否")
+        return None
+    return script
+
+
+def test_the_same_judge_rejudged_gives_test_retest_agreement_and_the_judges_share_of_the_variance(
+        tmp_path, provider, monkeypatch, capsys):
+    import rejudge
+    import show_results
+    from lexpilot.protocols.catalog import PAPER_GRID
+    from lexpilot.running.stage import stage_main
+    from tests.conftest import SECRET, sample_cases, write_dataset
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    cases, seen = sample_cases()[:6], set()
+    dataset = write_dataset(tmp_path / "six.json", cases)
+    common = ["--model", "m", "--dataset", str(dataset), "--output-root", str(tmp_path / "out")]
+    for run_id in ("r1", "r2"):
+        provider.script = retest_script(cases, run_id, seen)
+        for stage in (s for stages in PAPER_GRID.values() for s in stages):
+            assert stage_main(stage, "t", argv=["--run-id", run_id, *common], clients=provider.in_memory_clients()) == 0
+    generated = sum(n for (kind, _), n in provider.processed.items() if kind in ("lexawn", "force_ask", "force_judge",
+                                                                                  "user"))
+    for run_id in ("r1", "r2"):  # the same judge (the default) asked again on the same generations
+        assert stage_main(rejudge.STAGE, "t", argv=["--run-id", f"{run_id}-again", "--from-run", run_id, *common],
+                          clients=provider.in_memory_clients()) == 0
+    assert sum(n for (kind, _), n in provider.processed.items()
+               if kind in ("lexawn", "force_ask", "force_judge", "user")) == generated  # no call but the judge's
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(tmp_path / "out"), "--consistency", "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    labels = [r for r in rows_of(out, "Judge sensitivity: the two judges' labels") if r[3] == "DCG"]
+    # r1's 12 questions: the two of case 1 now 否 (were 是): 10 of 12 agree; r2's all agree
+    assert [(r[1], r[5]) for r in labels] == [("r1 → r1-again", "83.3%"), ("r2 → r2-again", "100.0%")]
+    noise = {r[1]: r[2:] for r in rows_of(out, "Judge noise")}
+    # DCG accuracy: r1 4/6, r2 5/6 (variance between runs (1/6)^2 / 2); re-judged r1 3/6, r2 5/6: the judge's
+    # variance is half the mean squared difference, ((1/6)^2 + 0) / 2 / 2 -> half of it
+    assert noise["DCG Acc."] == ["2", "2", f"{(1 / 6) ** 2 / 2:.6f}", f"{(1 / 6) ** 2 / 4:.6f}", "50.0%",
+                                 f"{(1 / 6) ** 2 / 4:.6f}"]

@@ -65,30 +65,36 @@ def consistency_table(groups: list[Group]) -> Table:
                  rows)
 
 
-def judge_noise_table(groups: list[Group], metrics) -> Table | None:
-    """For a group of runs whose runs were re-judged with the same judge: each metric's variance between runs
-    split into the judge's share (half the mean squared difference between a run and its re-judged copy, which
-    differ only by the judge's sampling) and the rest (generation and simulation)."""
-    runs = {(r.model, r.run_id): r for g in groups for r in g.runs}
+def retests(groups: list[Group]) -> list[tuple[Group, list[tuple[Run, Run]]]]:
+    """Per group of source runs: the (run, its copy re-judged by the same judge) pairs, from every re-judged run."""
+    source_group = {(r.model, r.run_id): (g, r) for g in groups for r in g.runs}
     judge = lambda r: r.manifest["models"]["judge"]["model"]  # noqa: E731
-    rows = []
+    found: dict[int, tuple[Group, list]] = {}
     for g in groups:
-        retests = [(runs[(r.model, source_of(r.manifest))], r) for r in g.runs
-                   if (r.model, source_of(r.manifest)) in runs and judge(runs[(r.model, source_of(r.manifest))]) == judge(r)]
-        if not retests:
-            continue
-        sources = next(s for s in groups if retests[0][0] in s.runs)
+        for r in g.runs:
+            source = source_group.get((r.model, source_of(r.manifest)))
+            if source and judge(source[1]) == judge(r):
+                found.setdefault(id(source[0]), (source[0], []))[1].append((source[1], r))
+    return list(found.values())
+
+
+def judge_noise_table(groups: list[Group], metrics) -> Table | None:
+    """For a group of runs re-judged with the same judge: each metric's variance between runs split into the
+    judge's share (half the mean squared difference between a run and its re-judged copy, which differ only by the
+    judge's sampling) and the rest (generation and simulation)."""
+    rows = []
+    for sources, pairs in retests(groups):
         for name, (task, metric) in metrics:
             key = (task, metric, OVERALL)
-            pairs = [(s.metrics.get(key), r.metrics.get(key)) for s, r in retests]
-            pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
+            values = [(a.metrics.get(key), b.metrics.get(key)) for a, b in pairs]
+            values = [(a, b) for a, b in values if a is not None and b is not None]
             stat = sources.stat(key)
-            if not pairs or not stat or stat["sd"] is None:
+            if not values or not stat or stat["sd"] is None:
                 continue
-            judge_var = float(np.mean([(a - b) ** 2 for a, b in pairs]) / 2)
+            judge_var = float(np.mean([(a - b) ** 2 for a, b in values]) / 2)
             total = stat["sd"] ** 2
             share = judge_var / total if total > 0 else None
-            rows.append([group_label(sources, groups), name, str(stat["n"]), str(len(pairs)), f"{total:.6f}",
+            rows.append([group_label(sources, groups), name, str(stat["n"]), str(len(values)), f"{total:.6f}",
                          f"{judge_var:.6f}", "n/a" if share is None else f"{100 * min(share, 1.0):.1f}%",
                          f"{max(total - judge_var, 0.0):.6f}"])
     if not rows:
