@@ -34,6 +34,7 @@ from lexpilot.reporting.tables import (
     classes_present,
     comparison_table,
     judge_sensitivity_tables,
+    order_table,
     read_complexity,
     render_json,
 )
@@ -177,6 +178,7 @@ def all_tables(args, groups, boot, complexity, prices, compared) -> list:
     """The paper's tables, the judge-sensitivity tables, a model comparison and the usage tables asked for."""
     tables = build_tables(groups, boot, complexity)
     tables += judge_sensitivity_tables(groups, args.output_root.resolve(), boot or Bootstrap(args.resamples, args.seed))
+    tables += [t for t in [order_table(groups, args.output_root.resolve())] if t]
     if compared:
         tables.append(comparison_table(*compared, boot))
     shared = boot or Bootstrap(args.resamples, args.seed)  # one resample matrix for every statistic

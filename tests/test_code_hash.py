@@ -15,7 +15,7 @@ from tests.conftest import ROOT, Harness
 
 STAGE_SCRIPTS = ["LexAwN_gen.py", "eval_LCA.py", "eval_DCG.py", "eval_LJP_direct.py", "eval_LJP_gold.py",
                  "eval_LJP_interaction.py", "eval_LJP.py", "eval_LJP_behaviour.py", "eval_plain.py",
-                 "eval_focal_types.py", "audit_simulator.py", "rejudge.py", "user_probes.py"]
+                 "eval_focal_types.py", "audit_simulator.py", "rejudge.py", "user_probes.py", "eval_LJP_order.py"]
 
 
 def stages_of(script: str) -> list:

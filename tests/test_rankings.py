@@ -256,3 +256,56 @@ def test_the_same_judge_rejudged_gives_test_retest_agreement_and_the_judges_shar
     # variance is half the mean squared difference, ((1/6)^2 + 0) / 2 / 2 -> half of it
     assert noise["DCG Acc."] == ["2", "2", f"{(1 / 6) ** 2 / 2:.6f}", f"{(1 / 6) ** 2 / 4:.6f}", "50.0%",
                                  f"{(1 / 6) ** 2 / 4:.6f}"]
+
+
+# ----------------------------------------------------------------------------- claim order (a diagnostic stage)
+
+def test_a_shuffled_order_is_restored_exactly():
+    from lexpilot.protocols.order import restore, shuffled_order
+    for n in range(2, 9):
+        order = shuffled_order(n, "17", "direct")
+        assert sorted(order) == list(range(n)) and order != list(range(n))
+        assert order == shuffled_order(n, "17", "direct")  # seeded: the same in every run
+        claims = [f"claim {i}" for i in range(n)]
+        assert restore(order, [claims[i] for i in order]) == claims
+    assert shuffled_order(1, "17", "direct") == [0]
+
+
+@pytest.mark.parametrize("judge, expected", [("by claim", "100.0%"), ("first line", None)])
+def test_the_order_stage_maps_verdicts_back_to_their_claims(tmp_path, provider, monkeypatch, capsys, judge, expected):
+    """An order-blind judge (its verdict follows the claim's text) agrees with itself exactly once the verdicts are
+    mapped back; a judge that answers 支持 to whatever claim comes first and 驳回 to the rest does not."""
+    import json as json_module
+
+    import eval_LJP_order
+    import show_results
+    from tests.conftest import Harness, sample_cases, write_dataset
+    from tests.fake_provider import between, default_reply
+
+    def first_line(kind, prompt, body):
+        if kind == "ljp_judge":
+            n = len(between(prompt, "正式诉请").split("\n"))
+            return json_module.dumps({"results": ["支持"] + ["驳回"] * (n - 1)}, ensure_ascii=False)
+        return None
+    provider.script = None if judge == "by claim" else first_line
+    cases = [c for c in sample_cases() if len(c["result_dict"]) >= 2][:3]
+    h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "three.json", cases))
+    for stage in ("LexAwN", "direct", "gold", "interaction"):
+        assert h.run(stage) == 0
+    judged = provider.kinds()["ljp_judge"]
+    assert h.run_stage(eval_LJP_order.STAGE) == 0
+    assert provider.kinds()["ljp_judge"] == judged + 3 * len(cases)  # one extraction per case and setup, no other call
+    records = h.records("eval_results", "LJP_order_direct.jsonl")
+    if expected is None:  # by hand: the original put 支持 on claim 1; shuffled, on the claim shown first
+        for r in records:
+            assert r["original"] == ["支持"] + ["驳回"] * (len(r["claims"]) - 1)
+            assert r["predicted"] == ["支持" if i == r["order"][0] else "驳回" for i in range(len(r["claims"]))]
+        claims = sum(len(r["claims"]) for r in records)
+        agree = sum(a == b for r in records for a, b in zip(r["original"], r["predicted"]))
+        expected = f"{100 * agree / claims:.1f}%"
+        assert agree < claims
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(h.root), "--format", "csv"]) == 0
+    rows = [r for r in rows_of(capsys.readouterr().out, "Diagnostic, outside the paper's protocol")]
+    assert [(r[2], r[4]) for r in rows] == [("Direct", expected), ("Interaction-Based", expected),
+                                            ("Gold-Standard", expected)]

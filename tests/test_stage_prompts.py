@@ -7,6 +7,7 @@ import pytest
 import audit_simulator
 import eval_focal_types
 import eval_LJP_behaviour
+import eval_LJP_order
 import eval_plain
 from lexpilot.benchmark import prompts as prompt_module
 from lexpilot.benchmark.prompts import PROMPT_FILES
@@ -36,15 +37,18 @@ RUNS = [("LexAwN", "standard"), ("LexAwN", "delayed"), ("LexAwN", "self-correcti
 
 
 @pytest.mark.parametrize("name, condition", RUNS + [("plain", "standard"), ("focal", "standard"),
-                                                    ("behaviour", "standard"), ("audit", "standard")])
+                                                    ("behaviour", "standard"), ("audit", "standard"),
+                                                    ("order", "standard")])
 def test_every_prompt_a_stage_fills_is_one_it_declares(tmp_path, provider, monkeypatch, recorded, name, condition):
     cases = [{k: v for k, v in c.items() if k != "focal_point_types"} for c in sample_cases()[:2]]  # typed by the judge
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "two.json", cases))
     extra = ("--user-condition", condition) if condition != "standard" else ()
     others = {"plain": eval_plain.STAGE, "focal": eval_focal_types.STAGE, "behaviour": eval_LJP_behaviour.STAGE,
-              "audit": audit_simulator.STAGE}
-    if name in ("LCA", "interaction", "audit"):
+              "audit": audit_simulator.STAGE, "order": eval_LJP_order.STAGE}
+    if name in ("LCA", "interaction", "audit", "order"):
         assert h.run("LexAwN", *extra) == 0
+    for upstream in ("direct", "gold", "interaction") if name == "order" else ():
+        assert h.run(upstream) == 0
     if name == "audit":
         assert h.run("DCG") == 0
     if name == "LCA":

@@ -63,9 +63,11 @@ def render_history(messages) -> str:
     return "\n".join(f"{'User' if m['role'] == 'user' else 'Assistant'}: {m['content']}" for m in messages)
 
 
-def render_claims(case: Case) -> str:
-    # One claim per line: the extraction prompt reads each line as one claim.
-    return "\n".join(" ".join(claim.splitlines()) for claim in case.claims)
+def render_claims(case: Case, order: list[int] | None = None) -> str:
+    """One claim per line (the extraction prompt reads each line as one claim), in the case's order or in `order`
+    (the claims' indices, for the order-sensitivity diagnostic)."""
+    claims = case.claims if order is None else [case.claims[i] for i in order]
+    return "\n".join(" ".join(claim.splitlines()) for claim in claims)
 
 
 def render_key_facts(case: Case) -> str:

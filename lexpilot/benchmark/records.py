@@ -83,10 +83,15 @@ PLAIN = {t: RecordKind(f"plain_{t}", "Plain_gen", f"plain_{t}.jsonl", ("history_
 PLAIN_TYPES = {t: RecordKind(f"plain_type_{t}", "eval_results", f"plain_types_{t}.jsonl",
                              ("history_type", "type", "judge_raw"), "eval_plain.py") for t in HISTORY_TYPES}
 
+# A diagnostic outside the paper's protocol: the extraction judge asked again with the claims shuffled
+LJP_ORDER = {setup: RecordKind(f"LJP_order_{setup}", "eval_results", f"LJP_order_{setup}.jsonl",
+                               ("setup", "order", "claims", "predicted", "original", "gold", "judge_raw"),
+                               "eval_LJP_order.py") for setup in ("direct", "interaction", "gold")}
+
 RECORD_KINDS = (A1, LCA, INTERACTION, FORCE_ASK, DCG, DIRECT_PREDICTION, LJP_DIRECT, GOLD_PREDICTION, LJP_GOLD,
                 LJP_INTERACTION, INTERACTION_LABELS, *PLAIN.values(), *PLAIN_TYPES.values(), *AUDIT.values(),
                 PROBE_REPLIES, PROBE_DCG, *BEHAVIOUR_DIALOGUE.values(), *BEHAVIOUR_PREDICTION.values(),
-                *LJP_BEHAVIOUR.values(), FOCAL_TYPE_RECORDS)
+                *LJP_BEHAVIOUR.values(), FOCAL_TYPE_RECORDS, *LJP_ORDER.values())
 # LJP setups in the paper's column order: (setup, verdict records, generation records, field of the reply)
 LJP_SETUPS = (("direct", LJP_DIRECT, DIRECT_PREDICTION, "response"),
               ("interaction", LJP_INTERACTION, INTERACTION, "final_response"),

@@ -11,6 +11,7 @@ from lexpilot.protocols.consultation import LEXAWN_STAGE
 from lexpilot.protocols.dcg import DCG_STAGE
 from lexpilot.protocols.focal_types import FOCAL_TYPE_STAGE
 from lexpilot.protocols.ljp import DIRECT_STAGE, GOLD_STAGE, INTERACTION_LJP_STAGE
+from lexpilot.protocols.order import ORDER_STAGE
 from lexpilot.protocols.plain import PLAIN_STAGE
 from lexpilot.protocols.steps import Stage
 
@@ -25,6 +26,7 @@ VALIDATION_STAGES: dict[str, tuple[Stage, ...]] = {
     "eval_LJP_behaviour": (BEHAVIOUR_STAGE,),
     "audit_simulator": (AUDIT_STAGE,),
     "eval_focal_types": (FOCAL_TYPE_STAGE,),
+    "eval_LJP_order": (ORDER_STAGE,),  # a diagnostic outside the paper's protocol
 }
 SINGLE_LJP = {"eval_LJP_direct": (DIRECT_STAGE,), "eval_LJP_gold": (GOLD_STAGE,),
               "eval_LJP_interaction": (INTERACTION_LJP_STAGE,)}

@@ -12,8 +12,8 @@ from lexpilot.benchmark.records import DCG, LCA, LJP_SETUPS
 from lexpilot.reporting.judges import source_of
 from lexpilot.reporting.results import OVERALL, Group, Run, group_label
 from lexpilot.reporting.table import Table
+from lexpilot.reporting.tables import SETUP_NAMES
 
-SETUP_NAMES = {"direct": "Direct", "interaction": "Interaction-Based", "gold": "Gold-Standard"}
 
 
 def outcomes(run: Run) -> dict[str, dict]:

@@ -55,3 +55,14 @@ def judges_agreement(original: dict, rejudged: dict) -> dict[str, tuple[int, flo
 def source_of(manifest: dict) -> str | None:
     value = manifest.get("rejudged_from")
     return value if isinstance(value, str) else None
+
+
+# ----------------------------------------------------------------------------- claim order (a diagnostic)
+
+def order_agreement(records: dict) -> tuple[int, float, float | None] | None:
+    """(claims, share of verdicts equal to the original extraction's, Cohen's kappa) over a run's re-extractions
+    with the claims shuffled (eval_LJP_order.py); None without any."""
+    pairs = [(a, b) for r in records.values() for a, b in zip(r["original"], r["predicted"])]
+    if not pairs:
+        return None
+    return (len(pairs), *label_agreement([a for a, _ in pairs], [b for _, b in pairs]))

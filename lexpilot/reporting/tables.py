@@ -14,9 +14,9 @@ import numpy as np
 
 from categories import CLASS_LABELS, FOCAL_TYPES, cause_class
 from lexpilot.benchmark.prompts import CONDITION_PROMPTS, PROMPT_FILES
-from lexpilot.benchmark.records import LJP_SETUPS
+from lexpilot.benchmark.records import LJP_ORDER, LJP_SETUPS
 from lexpilot.files import check_input
-from lexpilot.reporting.judges import REJUDGED_KINDS, judges_agreement, source_of
+from lexpilot.reporting.judges import REJUDGED_KINDS, judges_agreement, order_agreement, source_of
 from lexpilot.reporting.results import (
     AUDITED,
     OVERALL,
@@ -292,6 +292,27 @@ def judge_sensitivity_tables(groups: list[Group], root, boot: Bootstrap) -> list
                             ["Metric", judge(g_original.runs[0]), judge(g_rejudged.runs[0]), "Re-judged − original"],
                             rows))
     return tables
+
+
+def order_table(groups: list[Group], root) -> Table | None:
+    """The diagnostic eval_LJP_order.py runs: per run and setup, the extraction judge's verdicts with the claims
+    shuffled against its original ones."""
+    rows = []
+    for g in groups:
+        for run in g.runs:
+            for setup, kind in LJP_ORDER.items():
+                if not kind.path(root, run.run_id, run.folder).exists():
+                    continue
+                found = order_agreement(read_saved(run, root, kind)[0])
+                if found:
+                    n, agree, kappa = found
+                    rows.append([group_label(g, groups), run.run_id, SETUP_NAMES[setup], str(n), f"{100 * agree:.1f}%",
+                                 "undefined" if kappa is None else f"{kappa:.3f}"])
+    if not rows:
+        return None
+    return Table("claim_order", "Diagnostic, outside the paper's protocol: the LJP extraction judge with each case's "
+                 "claims shuffled (eval_LJP_order.py), its verdicts against the original extraction's",
+                 ["Model", "Run", "Setup", "Claims", "Agreement", "Cohen's κ"], rows)
 
 
 def audit_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:

@@ -25,7 +25,7 @@ from lexpilot.running.quote import (
     role_money,
     saved_usage_per_case,
 )
-from lexpilot.running.stage import read_only_state
+from lexpilot.running.state import read_only_state
 from lexpilot.settings import Settings, add_common_args, settings_from_args
 from lexpilot.storage.manifest import build_manifest
 

@@ -20,7 +20,7 @@ from lexpilot.errors import Aborted, CaseFailed, FatalError, HarnessError
 from lexpilot.models.calls import ModelCaller, Usage
 from lexpilot.protocols.steps import CaseCalls, Stage
 from lexpilot.running.quote import dry_run_report
-from lexpilot.running.state import StageState, load_state, run_case
+from lexpilot.running.state import StageState, load_state, read_only_state, run_case
 from lexpilot.settings import Settings, add_common_args, settings_from_args
 from lexpilot.storage.checkpoints import (
     CallJournal,
@@ -137,18 +137,6 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
                 return batching.status(name, settings, clients, out)
             return batching.run_cycles(name, state, clients, settings, out, err, run_case)
         return _execute(name, state, clients, out, err)
-
-
-def read_only_state(stage: Stage, settings: Settings, selected: list[Case], manifest: dict,
-                    whole_upstream: bool = True) -> StageState:
-    """The stage's saved state as a dry run or a quote sees it: the run's manifest compared (a run with other
-    settings is refused as the stage would refuse it), the records read, no file changed."""
-    model = settings.roles["eval"].model
-    record_files = [checkpoint_path(settings.output_root, settings.run_id, model, k) for k in RECORD_KINDS]
-    check_manifest(manifest_path(settings.output_root, settings.run_id, model), manifest, stage.script, write=False,
-                   allow_code_change=settings.allow_code_change, record_files=record_files,
-                   prompt_files=stage.prompt_files(settings))
-    return load_state(settings, stage, selected, repair=False, whole_upstream=whole_upstream)
 
 
 @dataclass

@@ -12,11 +12,14 @@ from lexpilot.errors import HarnessError, first_of
 from lexpilot.models.calls import Usage
 from lexpilot.protocols.steps import CaseCalls, Stage, Step
 from lexpilot.settings import Settings
+from lexpilot.benchmark.records import RECORD_KINDS
 from lexpilot.storage.checkpoints import (
     CheckpointWriter,
     checkpoint_path,
+    manifest_path,
     read_checkpoint,
 )
+from lexpilot.storage.manifest import check_manifest
 
 
 @dataclass
@@ -64,6 +67,18 @@ def load_state(settings: Settings, stage: Stage, cases: list[Case], repair: bool
             raise HarnessError(f"{paths[kind.name]}: the {kind.name} stage is incomplete ({len(missing)} of "
                                f"{len(cases)} cases missing: {shown}). Run {kind.producer} for this run first.")
     return StageState(settings, stage.enabled_steps(settings), cases, paths, records, notes=notes)
+
+
+def read_only_state(stage: Stage, settings: Settings, selected: list[Case], manifest: dict,
+                    whole_upstream: bool = True) -> StageState:
+    """The stage's saved state as a dry run or a quote sees it: the run's manifest compared (a run with other
+    settings is refused as the stage would refuse it), the records read, no file changed."""
+    model = settings.roles["eval"].model
+    record_files = [checkpoint_path(settings.output_root, settings.run_id, model, k) for k in RECORD_KINDS]
+    check_manifest(manifest_path(settings.output_root, settings.run_id, model), manifest, stage.script, write=False,
+                   allow_code_change=settings.allow_code_change, record_files=record_files,
+                   prompt_files=stage.prompt_files(settings))
+    return load_state(settings, stage, selected, repair=False, whole_upstream=whole_upstream)
 
 
 def run_case(state: StageState, calls: CaseCalls, writer: CheckpointWriter) -> None:

@@ -1,0 +1,53 @@
+"""A diagnostic outside the paper's protocol, labelled so everywhere: the LJP extraction judge (Table 25) asked
+again with each case's claims in a shuffled order (seeded per case and setup), its verdicts mapped back to the
+claims' own order, so that their agreement with the original extraction shows how much the judge's answers depend
+on the order of the claims — the reason FastChat's judge is asked with both answer orders.
+"""
+from __future__ import annotations
+
+import random
+
+from lexpilot.benchmark.prompts import render_claims
+from lexpilot.benchmark.records import LJP_ORDER, LJP_SETUPS, RecordKind
+from lexpilot.protocols.judging import verdict_parser
+from lexpilot.protocols.steps import CaseCalls, Stage, Step
+
+ORDER_SEED = "lexpilot-order-1"  # part of the protocol of this diagnostic: the same orders in every run
+
+
+def shuffled_order(n_claims: int, case_number: str, setup: str) -> list[int]:
+    """The claims' indices in the order they are shown: seeded by the case and setup, never the original order
+    when there are two claims or more (a case with one claim cannot be reordered)."""
+    order = list(range(n_claims))
+    if n_claims < 2:
+        return order
+    rng = random.Random(f"{ORDER_SEED}:{case_number}:{setup}")
+    while order == sorted(order):
+        rng.shuffle(order)
+    return order
+
+
+def restore(order: list[int], shown: list[str]) -> list[str]:
+    """Verdicts given in the shown order, put back in the claims' own order (shown[j] is claim order[j]'s)."""
+    restored = [""] * len(order)
+    for position, claim in enumerate(order):
+        restored[claim] = shown[position]
+    return restored
+
+
+def reextract(setup: str, verdicts: RecordKind, generation: RecordKind, field: str):
+    def run(calls: CaseCalls, upstream: dict) -> dict:
+        case = calls.case
+        order = shuffled_order(len(case.claims), case.number, setup)
+        shown, raw = calls.judge("judge_ljp", verdict_parser(len(case.claims)),
+                                 history=upstream[generation.name][field], claims=render_claims(case, order))
+        return {"setup": setup, "order": order, "claims": list(case.claims), "predicted": restore(order, shown),
+                "original": upstream[verdicts.name]["predicted"], "gold": list(case.verdicts), "judge_raw": raw}
+    return run
+
+
+ORDER_STEPS = tuple(Step(LJP_ORDER[setup], reextract(setup, verdicts, generation, field),
+                         needs=(generation.name, verdicts.name), max_calls={"judge": 1}, prompts={"judge": "judge_ljp"})
+                    for setup, verdicts, generation, field in LJP_SETUPS)
+ORDER_STAGE = Stage("LJP order (diagnostic)", "eval_LJP_order.py", ORDER_STEPS,
+                    upstream=tuple(kind for _, verdicts, generation, _ in LJP_SETUPS for kind in (generation, verdicts)))
