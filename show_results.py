@@ -112,7 +112,9 @@ def show(args) -> int:
         print(RENDERINGS[args.format](all_tables(args, groups, boot, complexity, prices, compared)))
     if args.html:
         try:
-            count = write_site(args.html, args.output_root.resolve(), groups, build_tables(groups, boot), args.dataset)
+            ranked = ranking_tables(groups, boot or Bootstrap(args.resamples, args.seed), args.alpha) if args.rank else []
+            count = write_site(args.html, args.output_root.resolve(), groups, build_tables(groups, boot) + ranked,
+                               args.dataset)
         except HarnessError as e:
             raise UsageError(str(e)) from None
         print(f"wrote {args.html / 'index.html'} ({count} case pages)", file=sys.stderr)

@@ -23,3 +23,10 @@ def test_the_batch_benchmark_counts_cycles_within_the_longest_call_chain():
     assert set(rows) == {"LexAwN_gen.py", "eval_DCG.py", "eval_LJP.py"}
     assert 1 <= int(rows["LexAwN_gen.py"][2]) <= 12  # a1 2 + LCA 2 + interaction 3 x 3 - 1 + the forced prediction
     assert int(rows["eval_DCG.py"][2]) == 5  # question, reply, question, then the two judgments one after the other
+
+
+def test_the_statistics_benchmark_times_every_table():
+    result = subprocess.run([sys.executable, "-m", "bench.statistics", "--models", "3", "--runs", "2", "--cases", "4",
+                             "--resamples", "50"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert "all pairs and ranking (--rank):" in result.stdout and "(42 rows, 50 resamples)"  # 3 pairs and 3 ranks on each of 7 metrics in result.stdout

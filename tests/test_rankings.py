@@ -309,3 +309,19 @@ def test_the_order_stage_maps_verdicts_back_to_their_claims(tmp_path, provider, 
     rows = [r for r in rows_of(capsys.readouterr().out, "Diagnostic, outside the paper's protocol")]
     assert [(r[2], r[4]) for r in rows] == [("Direct", expected), ("Interaction-Based", expected),
                                             ("Gold-Standard", expected)]
+
+
+def test_the_ranking_is_in_the_viewers_overview_and_per_class_on_request(ranked_root, tmp_path, capsys):
+    import html
+
+    import show_results
+    assert show_results.main(["--output-root", str(ranked_root), "--rank", "--by-class", "--model", "m-a", "--model",
+                              "m-b", "--model", "m-c", "--html", str(tmp_path / "site"), "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    by_class = [r for r in rows_of(out, "Ranking per metric") if r[0].startswith("DCG Acc. (")]
+    # the sample's first six cases are two of each of three classes; m-a succeeds on all of them, m-c on none
+    assert len({r[0] for r in by_class}) == 3 and len(by_class) == 9
+    assert {r[3] for r in by_class if r[2] == "m-a"} == {"1.0000"} and {r[3] for r in by_class if r[2] == "m-c"} == {
+        "0.0000"}
+    overview = html.unescape((tmp_path / "site" / "index.html").read_text(encoding="utf-8"))
+    assert "Ranking per metric" in overview and "Every comparable pair" in overview

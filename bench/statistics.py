@@ -1,0 +1,58 @@
+"""Benchmark of the rankings at the paper's scale: --models × --runs × --cases synthetic runs in the real record
+format (bench/viewer.py writes them; no API), then the all-pairs table with its ranking (`--rank`), the power
+table and the consistency table timed, in process, each after the runs are loaded, with --resamples resamples.
+Issue 27's target: the all-pairs table for 10 models × 5 runs × 432 cases with 1,000 resamples under 10 s.
+
+    python -m bench.statistics [--models 10] [--runs 5] [--cases 432] [--resamples 1000]
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.throughput import synthetic_dataset
+from bench.viewer import write_run
+from lexpilot.benchmark.dataset import load_dataset
+from lexpilot.reporting.consistency import consistency_table
+from lexpilot.reporting.rankings import power_table, ranking_tables
+from lexpilot.reporting.results import Bootstrap, group_runs, load_runs
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", type=int, default=10)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--cases", type=int, default=432)
+    parser.add_argument("--resamples", type=int, default=1000)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        dataset = tmp / "bench.json"
+        synthetic_dataset(args.cases, dataset)
+        cases, sha = load_dataset(dataset)
+        rng = random.Random(0)
+        for m in range(args.models):
+            for r in range(args.runs):
+                write_run(tmp / "out", dataset, cases, sha, f"model-{m}", f"run{r + 1}", rng)
+        start = time.monotonic()
+        groups = group_runs(load_runs(tmp / "out", None, None, dataset=dataset, keep_records=True))
+        print(f"{args.models} models × {args.runs} runs × {args.cases} cases loaded and scored in "
+              f"{time.monotonic() - start:.1f}s")
+        boot = Bootstrap(args.resamples, 0)
+        timed = {"all pairs and ranking (--rank)": lambda: ranking_tables(groups, boot, 0.05),
+                 "power (--power, same resamples)": lambda: power_table(groups, boot),
+                 "consistency (--consistency)": lambda: consistency_table(groups)}
+        for name, build in timed.items():
+            start = time.monotonic()
+            tables = build()
+            rows = sum(len(t.rows) for t in (tables if isinstance(tables, list) else [tables]))
+            print(f"{name}: {time.monotonic() - start:.2f}s ({rows} rows, {args.resamples} resamples)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
