@@ -13,7 +13,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from lexpilot.benchmark.dataset import DEFAULT_DATASET
 from lexpilot.errors import HarnessError
 from lexpilot.paths import DEFAULT_OUTPUT_ROOT
 from lexpilot.reporting.agreement import export, score
@@ -24,9 +23,10 @@ def main(argv=None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     e = commands.add_parser("export", help="write the annotation sample")
     e.add_argument("--output-root", type=Path, default=DEFAULT_OUTPUT_ROOT, help="where the runs are (default: next to the scripts)")
-    e.add_argument("--dataset", type=Path, default=DEFAULT_DATASET, help="the runs' dataset (default: %(default)s)")
-    e.add_argument("--model", action="append", help="only this evaluated model id (repeatable)")
-    e.add_argument("--run-id", action="append", help="only this run id (repeatable)")
+    e.add_argument("--dataset", type=Path, help="the runs' dataset (default: the one each run's manifest names, "
+                   "as show_results.py reads it)")
+    e.add_argument("--model", action="extend", nargs="+", help="only these evaluated model ids")
+    e.add_argument("--run-id", action="extend", nargs="+", help="only these run ids")
     e.add_argument("--per-task", type=int, default=100, help="items per task (default 100)")
     e.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     e.add_argument("--out", type=Path, default=Path("judge_agreement.csv"), help="default: %(default)s")

@@ -20,7 +20,7 @@ from lexpilot.pricing import read_prices
 from lexpilot.reporting.consistency import consistency_table, judge_noise_table
 from lexpilot.reporting.figures import write_plots
 from lexpilot.reporting.rankings import HEADLINE, power_table, ranking_tables
-from lexpilot.reporting.renderings import RENDERINGS
+from lexpilot.reporting.renderings import RENDERINGS, TEXT_WIDTH, render_text
 from lexpilot.reporting.results import (
     MAX_RESAMPLES,
     Bootstrap,
@@ -47,8 +47,8 @@ def main(argv=None) -> int:
     parser.add_argument("--output-root", type=Path, default=DEFAULT_OUTPUT_ROOT, help="where the runs are (default: next to the scripts)")
     parser.add_argument("--dataset", type=Path, help="check every record against this dataset (default: the "
                         "dataset each run's manifest names, when it is still there and unchanged)")
-    parser.add_argument("--model", action="append", help="show only this evaluated model id (repeatable)")
-    parser.add_argument("--run-id", action="append", help="show only this run id (repeatable)")
+    parser.add_argument("--model", action="extend", nargs="+", help="show only these evaluated model ids (--model A B, or repeated)")
+    parser.add_argument("--run-id", action="extend", nargs="+", help="show only these run ids (--run-id run1 run2, or repeated)")
     parser.add_argument("--format", choices=("text", "markdown", "csv", "json", "latex"), default="text")
     parser.add_argument("--ci", action="store_true", help="add 95%% bootstrap intervals over cases, and paired "
                         "Interaction − Direct and Gold − Interaction differences")
@@ -56,6 +56,10 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0: the same numbers every time)")
     parser.add_argument("--compare", nargs=2, metavar=("MODEL_A", "MODEL_B"),
                         help="paired bootstrap difference A − B on every metric (implies --ci)")
+    parser.add_argument("--width", type=int, default=TEXT_WIDTH, help="text tables wider than this many terminal "
+                        f"cells are printed in blocks of columns (default {TEXT_WIDTH}; 0: never)")
+    parser.add_argument("--table", nargs="+", metavar="ID", help="print only these tables (their identities, as "
+                        "--format json and docs/results.md name them: main, lca_by_class, pairs, ranking, ...)")
     parser.add_argument("--rank", action="store_true", help="every comparable pair of models on each headline "
                         "metric (paired bootstrap interval and p, Holm-adjusted) and a ranking with letter groups")
     parser.add_argument("--by-class", action="store_true", help="with --rank: per cause-of-action class too")
@@ -109,7 +113,8 @@ def show(args) -> int:
     if args.format == "json":
         print(render_json(groups, boot, args.usage or bool(prices)))
     else:
-        print(RENDERINGS[args.format](all_tables(args, groups, boot, complexity, prices, compared)))
+        tables = chosen(all_tables(args, groups, boot, complexity, prices, compared), args.table)
+        print(render_text(tables, args.width or 10**9) if args.format == "text" else RENDERINGS[args.format](tables))
     if args.html:
         try:
             ranked = ranking_tables(groups, boot or Bootstrap(args.resamples, args.seed), args.alpha) if args.rank else []
@@ -193,6 +198,20 @@ def all_tables(args, groups, boot, complexity, prices, compared) -> list:
     if args.usage or prices:
         tables += usage_tables(groups, prices)
     return tables
+
+
+def chosen(tables: list, ids: list[str] | None) -> list:
+    """The tables named by --table, in the order named; an unknown name is refused with the names there are."""
+    if not ids:
+        return tables
+    by_id: dict[str, list] = {}
+    for t in tables:
+        by_id.setdefault(t.id, []).append(t)
+    unknown = [i for i in ids if i not in by_id]
+    if unknown:
+        raise UsageError(f"--table {', '.join(unknown)}: no such table in this report (tables: "
+                         f"{', '.join(by_id)})")
+    return [t for i in ids for t in by_id[i]]
 
 
 def dataset_complexity(runs, dataset: Path | None) -> dict[str, float]:

@@ -14,6 +14,7 @@
             adjudication per criterion, and the factual-recovery failures among DCG-accepted A/B requests
 """
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -104,7 +105,8 @@ def main(argv=None) -> int:
     commands.add_parser("generate", help="the replies and DCG labels (stage options; see generate --help)")
     e = commands.add_parser("export", help="the blind annotation sheet")
     e.add_argument("--run-id", required=True)
-    e.add_argument("--model", required=True, help="the run's evaluated model id (it names the run's folder)")
+    e.add_argument("--model", default=os.environ.get("LEXPILOT_MODEL"), required="LEXPILOT_MODEL" not in os.environ,
+                   help="the run's evaluated model id (it names the run's folder; else $LEXPILOT_MODEL, as generate)")
     e.add_argument("--probes", type=Path, required=True)
     e.add_argument("--dataset", type=Path, default=DEFAULT_DATASET)
     e.add_argument("--output-root", type=Path, default=DEFAULT_OUTPUT_ROOT)

@@ -49,10 +49,11 @@ NUMBER = re.compile(r"[+-]?[0-9]+(\.[0-9]+)?(e[+-]?[0-9]+)?%?", re.I)  # a signe
 
 def spreadsheet_safe(cell) -> str:
     """A CSV cell a spreadsheet shows as text, never runs as a formula: one apostrophe is put before a cell
-    that starts with = + - @ a tab, a carriage return or an apostrophe. To recover the original text,
+    that starts with = + - @ a tab, a carriage return or an apostrophe (not a number, nor a lone "-"). To recover the original text,
     remove the first character of every cell that starts with an apostrophe (`spreadsheet_text`)."""
     text = str(cell)
-    return "'" + text if text.startswith(FORMULA_START) and not NUMBER.fullmatch(text) else text
+    # a number, and a lone dash (an empty cell's mark), are no formula
+    return "'" + text if text.startswith(FORMULA_START) and not NUMBER.fullmatch(text) and text != "-" else text
 
 
 def spreadsheet_text(cell: str) -> str:

@@ -10,6 +10,7 @@ import json
 import os
 import select
 import socket
+import sys
 import threading
 import time
 from collections import Counter
@@ -194,6 +195,7 @@ class FakeProvider:
         self._window: list[float] = []
         self.abandoned = 0  # streams the client closed while the server was still generating
         self.server = None
+        self.port = 0  # 0: any free port
 
     # --- lifecycle
     def start(self) -> str:
@@ -287,7 +289,7 @@ class FakeProvider:
             daemon_threads = True
             request_queue_size = 1024
 
-        self.server = Server(("127.0.0.1", 0), Handler)
+        self.server = Server(("127.0.0.1", self.port), Handler)
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
 
@@ -515,3 +517,30 @@ class FakeProvider:
             events.append(chunk([], usage))
         events.append("data: [DONE]\n\n")
         return "".join(events).encode()
+
+
+def main(argv=None) -> int:
+    """`python -m tests.fake_provider --port P`: the scripted provider as a server on 127.0.0.1, to try every stage
+    without a provider (OPENAI_BASE_URL=http://127.0.0.1:P/v1, any OPENAI_API_KEY). Ctrl-C stops it."""
+    import argparse
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before each reply")
+    args = parser.parse_args(argv)
+    provider = FakeProvider(latency=args.latency)
+    provider.port = args.port
+    try:
+        url = provider.start()
+    except OSError as e:
+        print(f"fake_provider: cannot listen on 127.0.0.1:{args.port} ({e.strerror or e})", file=sys.stderr)
+        return 2
+    print(f"scripted provider at {url} (every role; any key); Ctrl-C stops it", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        provider.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

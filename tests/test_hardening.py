@@ -211,7 +211,8 @@ def test_formula_cells_are_neutralised_in_every_csv_and_recoverable(tmp_path, mo
     capsys.readouterr()
     assert show_results.main(["--output-root", str(h.root), "--format", "csv"]) == 0
     cells = [c for row in csv.reader(io.StringIO(capsys.readouterr().out)) for c in row]
-    assert "'-model" in cells and not any(c.startswith(("=", "+", "-", "@")) and not NUMBER.fullmatch(c) for c in cells)
+    assert "'-model" in cells and not any(c.startswith(("=", "+", "-", "@")) and not NUMBER.fullmatch(c) and c != "-"
+                                          for c in cells)  # a lone dash marks an empty cell: no formula
 
 
 # ----------------------------------------------------------------------------- unanswered calls (6)
@@ -418,3 +419,17 @@ def test_judge_agreement_out_at_a_folder_is_one_line(saved_run, tmp_path, monkey
     assert judge_agreement.main(["export", "--output-root", str(h.root), "--dataset", str(SAMPLE),
                                  "--out", str(tmp_path)]) == 2
     assert "cannot be written" in one_line(capsys.readouterr().err)
+
+
+def test_the_progress_line_counts_calls_answered_before_any_case_is_done(harness, capsys):
+    """Issue 26 item 12: a stage of long cases shows progress while no case has finished; the summary's elapsed
+    time is the progress line's."""
+    from lexpilot.running.stage import Progress
+    progress = Progress("LJP behaviour", 3)
+    progress.update(in_flight=1)
+    progress.update(in_flight=-1, answered=1)
+    assert progress.line().startswith("[LJP behaviour] 0/3 done, 0 failed, 1 calls answered, 0 in flight")
+    assert harness.run("gold", "--limit", "2") == 0
+    captured = capsys.readouterr()
+    assert "2/2 done, 0 failed, 4 calls answered" in captured.err  # a prediction and its extraction per case
+    assert "elapsed" in captured.out.splitlines()[-1] and "wall" not in captured.out

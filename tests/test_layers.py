@@ -115,3 +115,15 @@ def test_the_root_holds_the_entry_points_common_categories_folders_and_project_f
                                "requirements-dev.txt", "requirements-optional.txt"}
     assert {t for t in top if t.endswith("/") and not t.startswith(".")} == {
         "bench/", "data/", "docs/", "lexpilot/", "prompts/", "tests/"}
+
+
+def test_every_output_folder_and_file_is_ignored_by_git_and_listed_in_the_readme():
+    """Issue 26 item 12: `.gitignore` and the README's output tree list every stage's output folder."""
+    from lexpilot.benchmark.records import RECORD_KINDS
+    ignored = (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    tree = readme[readme.index("## Outputs and resuming"):readme.index("Each record is one JSON line")]
+    for kind in RECORD_KINDS:
+        assert f"/{kind.top}/" in ignored, kind.top
+        assert f"{kind.top}/<run-id>/<model>/" in tree and kind.file in tree, (kind.top, kind.file)
+    assert "/runs/" in ignored

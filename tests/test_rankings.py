@@ -172,12 +172,12 @@ def test_all_pairs_ranking_and_consistency_on_runs_the_stages_wrote(ranked_root,
     assert not any("m-d" in key for key in pairs)
     # m-a − m-c is 1 in every resample, and m-b − m-c above 0 in every one (no case fails in both of m-b's runs):
     # p = 2 / (1000 + 1) = 0.002 each; Holm: the smaller of the tie × 3, then × 2, kept monotone: 0.006 both
-    assert pairs[("DCG Acc.", "m-a", "m-c")][2:] == ["0.002", "0.006", "yes"]
-    assert pairs[("DCG Acc.", "m-b", "m-c")][2:] == ["0.002", "0.006", "yes"]
+    assert pairs[("DCG Acc.", "m-a", "m-c")][1:] == ["1.0", "1.0", "0.002", "0.006", "yes"]  # interval: low, high
+    assert pairs[("DCG Acc.", "m-b", "m-c")][3:] == ["0.002", "0.006", "yes"]
     # m-a − m-b is 0 only when a resample draws neither case 6 (m-b's r1 fails it) nor case 1 (r2): (4/6)^6
-    p_ab = float(pairs[("DCG Acc.", "m-a", "m-b")][2])
+    p_ab = float(pairs[("DCG Acc.", "m-a", "m-b")][3])
     assert p_ab == pytest.approx(2 * (4 / 6) ** 6, abs=0.06)
-    assert pairs[("DCG Acc.", "m-a", "m-b")][3:] == [pairs[("DCG Acc.", "m-a", "m-b")][2], "no"]
+    assert pairs[("DCG Acc.", "m-a", "m-b")][4:] == [pairs[("DCG Acc.", "m-a", "m-b")][3], "no"]
     ranking = [r for r in rows_of(out, "Ranking per metric") if r[0] == "DCG Acc."]
     # m-d ran with another judge: a set of its own, ranked apart; m-a and m-b not different, both above m-c
     assert [r[1:4] + [r[7]] for r in ranking] == [["1", "1", "m-a", "a"], ["1", "2", "m-b", "a"],

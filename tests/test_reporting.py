@@ -273,7 +273,7 @@ def test_table_15_paired_declines_hand_checked(tmp_path, capsys):
              ljp={"interaction": {"A1": [("支持", "支持")], "A2": [("驳回", "支持")]}})
     make_run(tmp_path, "sc", cases=cases, user_condition="self-correction",
              ljp={"interaction": {"A1": [("支持", "支持")], "A2": [("驳回", "驳回")]}})
-    assert show_results.main(["--output-root", str(tmp_path), "--ci", "--resamples", "200"]) == 0
+    assert show_results.main(["--output-root", str(tmp_path), "--ci", "--resamples", "200", "--width", "0"]) == 0
     out = capsys.readouterr().out
     table = out[out.index("Non-ideal users (Table 15)"):].splitlines()
     assert table[1].split("  ")[0] == "Model" and "Delayed Disclosure − Standard" in table[1]

@@ -242,7 +242,13 @@ def test_every_format_parses(tmp_path, capsys, fmt):
         assert dcg["per_run"] == {"r1": 1.0, "r2": 0.0} and dcg["mean"] == 0.5
     elif fmt == "csv":
         rows = list(csv.reader(io.StringIO(out)))
-        assert rows[0][:2] == ["table", "row"] and any(r[1] == "m" and "0.500 ± 0.707" in r for r in rows)
+        assert rows[0][:2] == ["table", "row"]
+        # issue 26 item 9: numbers as numbers, a column each for the mean, SD, interval bounds and n
+        main = [r for r in rows if r and r[0].startswith("Main results")]
+        header, row = main[0], next(r for r in main if r[1] == "m")
+        at = header.index("DCG Acc. mean")
+        assert header[at:at + 5] == ["DCG Acc. mean", "DCG Acc. SD", "DCG Acc. low", "DCG Acc. high", "DCG Acc. n"]
+        assert row[at:at + 5] == ["0.5", "0.707107", "", "", "2"]
     elif fmt == "markdown":
         for block in out.strip().split("### ")[1:]:
             lines = [l for l in block.splitlines() if l.startswith("|")]

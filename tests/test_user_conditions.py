@@ -227,7 +227,7 @@ def test_table_15_pairs_real_runs_the_stages_wrote(tmp_path, provider, monkeypat
     standard = (qwk["run1"] + qwk["run2"]) / 2
     capsys.readouterr()
     args = ["--output-root", str(harness.root)] + [x for r in qwk for x in ("--run-id", r)]
-    assert show_results.main(args + ["--ci"]) == 0
+    assert show_results.main(args + ["--ci", "--width", "0"]) == 0  # one line per row, however wide
     out = capsys.readouterr().out
     rows = out[out.index("Non-ideal users (Table 15)"):].split("\n\n")[0].splitlines()[3:]
     assert len(rows) == 1 and rows[0].startswith("eval-model")  # one row per model

@@ -284,7 +284,7 @@ class ModelCaller:
         except InterruptedError:
             raise Aborted() from None
         finally:
-            self.progress.update(in_flight=-1)
+            self.progress.update(in_flight=-1, **({"answered": 1} if outcome.answered else {}))
             self.throttles[role.base_url].release(outcome.pushed_back, outcome.retry_after)
             if self.budget:  # an answered call costs what it reports; an unanswered one its worst case
                 reply = outcome.answered

@@ -143,6 +143,15 @@ def balanced_sample(items: list[Item], size: int, rng: random.Random) -> list[It
     return sample
 
 
+def runs_dataset(runs) -> Path:
+    """The dataset the runs' manifests name (the first that is still there), as show_results.py reads it."""
+    named = [Path(str(r.manifest.get("dataset_path"))) for r in runs]
+    found = next((p for p in named if p.is_file()), None)
+    if found is None:
+        raise HarnessError(f"the runs' dataset ({named[0]}) is not there any more: pass --dataset FILE")
+    return found
+
+
 def export(args) -> int:
     if args.per_task < 1:
         raise HarnessError(f"--per-task must be at least 1, got {args.per_task}")
@@ -151,10 +160,11 @@ def export(args) -> int:
             if r.condition == "standard"]
     if not runs:
         raise HarnessError(f"no standard runs under {root}: run the stages first (see README.md)")
-    cases, dataset_sha = load_dataset(args.dataset)
+    dataset = args.dataset or runs_dataset(runs)
+    cases, dataset_sha = load_dataset(dataset)
     other = [f"{r.run_id}/{r.model}" for r in runs if r.manifest["dataset_sha256"] != dataset_sha]
     if other:
-        raise HarnessError(f"{args.dataset} is not the dataset of runs {', '.join(other)}: pass their --dataset")
+        raise HarnessError(f"{dataset} is not the dataset of runs {', '.join(other)}: pass their --dataset")
     by_number = {c.number: c for c in cases}
     items = collect_items(root, runs)
     rows, keys = [], []

@@ -14,7 +14,7 @@ from statistics import NormalDist
 import numpy as np
 
 from lexpilot.reporting.results import OVERALL, Bootstrap, Group, group_label, paired_difference
-from lexpilot.reporting.table import Table
+from lexpilot.reporting.table import Figure, Table
 from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS, compared_setting
 
 # Table 11's columns and Table 14's LCA details: (name, (task, metric)), the task as the viewer links it
@@ -153,8 +153,7 @@ def ranking_tables(groups: list[Group], boot: Bootstrap, alpha: float, by_class:
     for name, key in headline_keys(by_class):
         for number, members in enumerate(sets, 1):
             tests = pair_tests(members, boot, key, name)
-            pair_rows += [[name, label(t.a), label(t.b), f"{t.difference:+.4f}",
-                           "n/a" if t.interval is None else f"[{t.interval[0]:+.4f}, {t.interval[1]:+.4f}]",
+            pair_rows += [[name, label(t.a), label(t.b), f"{t.difference:+.4f}", interval_cell(t.interval),
                            fmt_p(t.p), fmt_p(t.p_holm), "yes" if t.p_holm is not None and t.p_holm < alpha else "no"]
                           for t in tests]
             rank_rows += ranked_rows(tests, members, groups, key, name, alpha, str(number) if len(sets) > 1 else "")
@@ -173,6 +172,11 @@ def ranking_tables(groups: list[Group], boot: Bootstrap, alpha: float, by_class:
         tables.append(Table("not_comparable", "Pairs not compared (their runs differ in more than the evaluated "
                             "model; each set is ranked on its own)", ["Pair"], [[n] for n in apart]))
     return tables
+
+
+def interval_cell(interval: tuple[float, float] | None) -> Figure:
+    numbers = {"low": interval[0] if interval else None, "high": interval[1] if interval else None}
+    return Figure("n/a" if interval is None else f"[{interval[0]:+.4f}, {interval[1]:+.4f}]", numbers)
 
 
 def fmt_p(p: float | None) -> str:

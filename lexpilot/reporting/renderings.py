@@ -6,17 +6,51 @@ import csv
 import html
 import io
 import re
+import unicodedata
 
 from lexpilot.files import spreadsheet_safe
-from lexpilot.reporting.table import Table
+from lexpilot.reporting.table import Figure, Table
 
 
-def render_text(tables: list[Table]) -> str:
+TEXT_WIDTH = 120  # a text table wider than this is cut into column blocks, each repeating the first column
+
+
+def display_width(text: str) -> int:
+    """The terminal cells a text takes: a wide (CJK) character two, a combining mark none."""
+    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def pad(text: str, width: int) -> str:
+    return text + " " * (width - display_width(text))
+
+
+def column_blocks(widths: list[int], limit: int) -> list[list[int]]:
+    """Columns 1.. in blocks that fit `limit` cells beside column 0 (a column wider than the limit alone)."""
+    blocks, current, used = [], [], widths[0]
+    for i in range(1, len(widths)):
+        if current and used + 2 + widths[i] > limit:
+            blocks.append(current)
+            current, used = [], widths[0]
+        current.append(i)
+        used += 2 + widths[i]
+    return blocks + [current] if current else blocks or [[]]
+
+
+def render_text(tables: list[Table], limit: int = TEXT_WIDTH) -> str:
+    """Aligned by display width; a table wider than `limit` is printed in blocks of columns, each block with the
+    row labels (the first column) again."""
     out = []
     for t in tables:
-        widths = [max(len(r[i]) for r in [t.headers] + t.rows) for i in range(len(t.headers))]
-        line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
-        out += [t.title, line(t.headers), "  ".join("-" * w for w in widths)] + [line(r) for r in t.rows] + [""]
+        widths = [max(display_width(r[i]) for r in [t.headers] + t.rows) for i in range(len(t.headers))]
+        blocks = column_blocks(widths, limit)
+        out.append(t.title)
+        for n, block in enumerate(blocks):
+            columns = [0] + block
+            line = lambda r: "  ".join(pad(r[i], widths[i]) for i in columns).rstrip()  # noqa: E731
+            if len(blocks) > 1:
+                out.append(f"({n + 1}/{len(blocks)})")
+            out += [line(t.headers), "  ".join("-" * widths[i] for i in columns)] + [line(r) for r in t.rows]
+        out.append("")
     return "\n".join(out)
 
 
@@ -46,14 +80,34 @@ def render_latex(tables: list[Table]) -> str:
     return "\n".join(out)
 
 
+def csv_columns(t: Table) -> list[tuple[int, str | None]]:
+    """(column, number key or None for the text) of each CSV column: a column of figures becomes one column per
+    number it holds (mean, SD, interval bounds, n…), so that a spreadsheet computes on numbers, not on text."""
+    columns = []
+    for i in range(1, len(t.headers)):
+        keys = list(dict.fromkeys(k for r in t.rows if isinstance(r[i], Figure) for k in r[i].numbers))
+        columns += [(i, k) for k in keys] if keys else [(i, None)]
+    return columns
+
+
+def csv_value(value) -> str:
+    if value is None:
+        return ""
+    return repr(round(value, 6)) if isinstance(value, float) else str(value)
+
+
 def render_csv(tables: list[Table]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["table", "row"] + [f"col{i}" for i in range(1, max(len(t.headers) for t in tables))])
-    for t in tables:
-        writer.writerow(map(spreadsheet_safe, [t.title, "header"] + t.headers[1:]))
+    layouts = [csv_columns(t) for t in tables]
+    writer.writerow(["table", "row"] + [f"col{i}" for i in range(1, max(len(c) for c in layouts) + 1)])
+    for t, columns in zip(tables, layouts):
+        writer.writerow(map(spreadsheet_safe, [t.title, "header"] + [t.headers[i] + (f" {k}" if k else "")
+                                                                       for i, k in columns]))
         for r in t.rows:
-            writer.writerow(map(spreadsheet_safe, [t.title, r[0]] + r[1:]))
+            cells = [csv_value(r[i].numbers.get(k)) if k and isinstance(r[i], Figure) else
+                     "" if k else r[i] for i, k in columns]
+            writer.writerow(map(spreadsheet_safe, [t.title, r[0]] + cells))
     return buffer.getvalue()
 
 

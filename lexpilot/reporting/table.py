@@ -16,3 +16,14 @@ class Table:
 
     def task_of(self, header: str) -> str | None:
         return self.column_tasks.get(header, self.task)
+
+
+class Figure(str):
+    """A cell's text with the numbers it shows (mean, SD, interval bounds, n…; None where a number is undefined),
+    for a rendering that keeps numbers apart, as the CSV does so that a spreadsheet can compute on them."""
+    numbers: dict
+
+    def __new__(cls, text: str, numbers: dict):
+        figure = super().__new__(cls, text)
+        figure.numbers = numbers
+        return figure

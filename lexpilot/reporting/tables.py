@@ -28,7 +28,7 @@ from lexpilot.reporting.results import (
     paired_difference,
     read_saved,
 )
-from lexpilot.reporting.table import Table
+from lexpilot.reporting.table import Figure, Table
 from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS, compared_setting
 
 USER_CONDITION_NAMES = (("standard", "Standard"), ("delayed", "Delayed Disclosure"), ("self-correction", "Self-Correction"))
@@ -36,11 +36,15 @@ SETUP_NAMES = {"direct": "Direct", "interaction": "Interaction-Based", "gold": "
 
 
 
-def cell(stat: dict | None, digits: int, ci: tuple[float, float] | None = None) -> str:
+def cell(stat: dict | None, digits: int, ci: tuple[float, float] | None = None) -> Figure:
+    """mean ± SD [interval] (k undefined), with its numbers kept for the CSV."""
+    numbers = {"mean": None, "SD": None, "low": ci[0] if ci else None, "high": ci[1] if ci else None,
+               "n": stat["n"] if stat else None}
     if stat is None:
-        return "n/a"
+        return Figure("n/a", numbers)
     if stat["mean"] is None:
-        return "undefined"
+        return Figure("undefined", numbers)
+    numbers |= {"mean": stat["mean"], "SD": stat["sd"]}
     text = f"{stat['mean']:.{digits}f}"
     if len(stat["runs"]) > 1:
         text += f" ± {stat['sd']:.{digits}f}" if stat["sd"] is not None else " ± n/a"
@@ -48,16 +52,18 @@ def cell(stat: dict | None, digits: int, ci: tuple[float, float] | None = None) 
         text += f" [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
     if stat["undefined"]:
         text += f" ({stat['undefined']} undefined)"
-    return text
+    return Figure(text, numbers)
 
 
-def difference_cell(d: dict | None, digits: int = 3) -> str:
+def difference_cell(d: dict | None, digits: int = 3) -> Figure:
+    numbers = {"difference": d["difference"] if d else None, "low": d["ci"][0] if d and d["ci"] else None,
+               "high": d["ci"][1] if d and d["ci"] else None, "share below 0": d["below_zero"] if d else None}
     if d is None:
-        return "n/a"
+        return Figure("n/a", numbers)
     text = f"{d['difference']:+.{digits}f}"
     if d["ci"] is not None:
         text += f" [{d['ci'][0]:+.{digits}f}, {d['ci'][1]:+.{digits}f}]"
-    return text + (f", {100 * d['below_zero']:.1f}% < 0" if d["below_zero"] is not None else "")
+    return Figure(text + (f", {100 * d['below_zero']:.1f}% < 0" if d["below_zero"] is not None else ""), numbers)
 
 
 def classes_present(groups: list[Group]) -> list[str]:

@@ -271,7 +271,7 @@ def _batch_summary(run: BatchRun, wall: float, out, err) -> int:
     state, name = run.state, run.name
     done = len(state.cases) - len(state.pending())
     print(f"[{name}] batch mode: {done} of {len(state.cases)} cases saved, {len(run.failed)} failed, "
-          f"{run.ledger.cycles(name)} cycles in this run; wall {wall:.1f}s", file=out, flush=True)
+          f"{run.ledger.cycles(name)} cycles in this run; elapsed {wall:.1f}s", file=out, flush=True)
     for number, message in sorted(run.failed.items()):
         print(f"[{name}] case {number} failed: {run.settings.redact(message)}", file=err)
     if state.manifest_path and run.caller.token_fields != read_manifest(state.manifest_path).get(

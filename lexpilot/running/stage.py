@@ -45,6 +45,7 @@ class Progress:
     def __init__(self, stage: str, total: int, stream=None):
         self.stage, self.total, self.stream = stage, total, stream or sys.stderr
         self.done = self.failed = self.in_flight = self.retries = 0
+        self.answered = 0  # calls answered: progress within long cases, before any case is done
         self.last_error = ""
         self.lock = threading.Lock()
         self.start = time.monotonic()
@@ -66,7 +67,7 @@ class Progress:
         finished = self.done + self.failed
         eta = f"{elapsed / finished * (self.total - finished):.0f}s" if finished else "?"
         text = (f"[{self.stage}] {self.done}/{self.total} done, {self.failed} failed, "
-                f"{self.in_flight} calls in flight, {self.retries} retries, "
+                f"{self.answered} calls answered, {self.in_flight} in flight, {self.retries} retries, "
                 f"elapsed {elapsed:.0f}s, remaining ~{eta}")
         return text + (f" | last retry: {self.last_error}" if self.last_error else "")
 
@@ -260,14 +261,13 @@ def _execute(name: str, state: StageState, clients, out, err) -> int:
     journal = _open_journal(name, state, pending, writer, err)
     workers = Workers(state, caller, load_prompts(), journal, writer, progress, abort, threading.Event(), Outcome(),
                       len(pending))
-    started = time.monotonic()
     _run_pool(name, pending, workers, err)
     writer.close()
     journal.compact(saved)
     if state.manifest_path and caller.token_fields != (transport or {role: "max_tokens" for role in settings.roles}):
         record_transport(state.manifest_path, caller.token_fields)
     progress.draw(final=True)
-    return _summary(name, workers, skipped, time.monotonic() - started, out, err)
+    return _summary(name, workers, skipped, time.monotonic() - progress.start, out, err)  # as the progress line counts
 
 
 def _summary(name: str, workers: Workers, skipped: int, wall: float, out, err) -> int:
@@ -276,7 +276,7 @@ def _summary(name: str, workers: Workers, skipped: int, wall: float, out, err) -
     print(f"[{name}] cases: {progress.done} done, {skipped} skipped (already saved), "
           f"{len(outcome.failures)} failed; {_format_usage(outcome.usage)}"
           + (f"; {outcome.replays} replies paid in an earlier run replayed" if outcome.replays else "")
-          + f"; wall {wall:.1f}s", file=out, flush=True)
+          + f"; elapsed {wall:.1f}s", file=out, flush=True)
     if outcome.fatal:
         print(f"[{name}] stopped: {outcome.fatal[0]}", file=err)
         return 1

@@ -1,0 +1,72 @@
+"""The terminal and CSV renderings (issue 26 items 8 and 9): text aligned by display width (a Chinese character
+takes two cells), wide tables cut into column blocks, tables chosen by identity, numbers as numbers in CSV; on
+runs the stage scripts wrote."""
+import re
+import unicodedata
+
+import pytest
+
+import show_results
+from lexpilot.reporting.renderings import render_text
+from lexpilot.reporting.table import Table
+from tests.conftest import Harness, sample_cases, write_dataset
+
+
+def cells(line: str) -> str:
+    """The line as the terminal shows it: a wide character as two cells."""
+    return "".join(c * (2 if unicodedata.east_asian_width(c) in "WF" else 1) for c in line)
+
+
+def aligned(block: list[str]) -> bool:
+    """Every column of every row starts where the separator's dashes start."""
+    starts = [m.start() for m in re.finditer(r"-+", block[1])]
+    for line in [block[0]] + block[2:]:
+        shown = cells(line)
+        if any(0 < s < len(shown) and shown[s - 2:s] != "  " for s in starts):  # rstripped: empty last cells
+            return False
+    return True
+
+
+@pytest.fixture
+def dcg_root(tmp_path, provider, monkeypatch):
+    h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "six.json", sample_cases()[:6]))
+    assert h.run("LexAwN") == 0 and h.run("DCG") == 0  # Figure 3 is per cause of action: LCA and DCG
+    return h.root
+
+
+def test_text_columns_align_by_display_width_after_chinese_cells(dcg_root, capsys):
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(dcg_root), "--table", "figure_3",
+                              "--complexity", str(complexity(dcg_root))]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].startswith("Case complexity (Figure 3)")
+    table = lines[1:lines.index("")]
+    assert any(unicodedata.east_asian_width(c) == "W" for line in table for c in line)  # causes are in Chinese
+    assert aligned(table)
+    assert "Main results" not in out  # only the tables asked for
+
+
+def complexity(root):
+    """Figure 3's complexity file for the six cases' causes of action."""
+    causes = sorted({c["cause_of_action"] for c in sample_cases()[:6]})
+    path = root.parent / "complexity.csv"
+    path.write_text("cause_of_action,complexity\n" + "".join(f"{c},{i + 1}\n" for i, c in enumerate(causes)),
+                    encoding="utf-8")
+    return path
+
+
+def test_a_wide_table_is_cut_into_column_blocks_that_repeat_the_row_labels():
+    table = Table("wide", "Wide", ["Model"] + [f"指标{i}" for i in range(10)], [["模型甲"] + ["0.1234 ± 0.0100"] * 10])
+    lines = render_text([table], limit=80).splitlines()
+    blocks = [i for i, line in enumerate(lines) if re.fullmatch(r"\(\d/\d\)", line)]
+    assert len(blocks) == 3 and all(len(cells(line)) <= 80 for line in lines[1:])
+    assert all(lines[i + 3].startswith("模型甲") for i in blocks)  # each block with the row labels again
+    assert sum(line.count("0.1234") for line in lines) == 10
+    assert render_text([table], limit=10**9).count("(1/") == 0
+
+
+def test_an_unknown_table_name_is_one_line(dcg_root, capsys):
+    assert show_results.main(["--output-root", str(dcg_root), "--table", "nope"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # after the runs' own notes (tasks not run)
+    assert last.startswith("show_results: --table nope: no such table") and "main" in last

@@ -1,0 +1,48 @@
+"""The README's loop over every stage of a run, against `python -m tests.fake_provider` as a server (issue 26
+item 12): it names every stage run per model and run, and every script in it finishes."""
+import os
+import re
+import runpy
+import socket
+import subprocess
+import sys
+
+import pytest
+
+import show_results
+from lexpilot.protocols.catalog import STAGE_SETS
+from tests.conftest import ROOT
+
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+LOOP = re.search(r"python -m tests\.fake_provider --port 8765 &\n(.*?)\n```", README, re.S).group(1)
+
+
+def test_the_loop_names_every_stage_run_per_model_and_run():
+    scripts = re.search(r"for script in (.*?); do", LOOP).group(1).split()
+    assert [s.removesuffix(".py") for s in scripts] == list(STAGE_SETS["all"])
+
+
+def test_every_stage_of_the_loop_runs_against_the_scripted_server(tmp_path, monkeypatch, capsys):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "tests.fake_provider", "--port", str(port)], cwd=ROOT,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert "scripted provider at" in server.stdout.readline()
+        monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{port}/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", "any")
+        monkeypatch.setenv("LEXPILOT_MODEL", "try-model")
+        monkeypatch.chdir(ROOT)
+        for script in re.search(r"for script in (.*?); do", LOOP).group(1).split():
+            argv = ["--run-id", "try", "--limit", "2", "--dataset", "data/LexPilot_sample.json", "--output-root",
+                    str(tmp_path / "try-out")]
+            monkeypatch.setattr(sys, "argv", [script, *argv])
+            with pytest.raises(SystemExit) as ended:
+                runpy.run_path(str(ROOT / script), run_name="__main__")
+            assert ended.value.code == 0, script
+        assert show_results.main(["--output-root", str(tmp_path / "try-out")]) == 0
+        assert "Main results (Table 11)" in capsys.readouterr().out
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
