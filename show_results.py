@@ -40,6 +40,7 @@ from lexpilot.reporting.tables import (
 )
 from lexpilot.reporting.usage import usage_tables
 from lexpilot.reporting.viewer import write_site
+from lexpilot.settings import number
 
 
 def main(argv=None) -> int:
@@ -63,7 +64,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rank", action="store_true", help="every comparable pair of models on each headline "
                         "metric (paired bootstrap interval and p, Holm-adjusted) and a ranking with letter groups")
     parser.add_argument("--by-class", action="store_true", help="with --rank: per cause-of-action class too")
-    parser.add_argument("--alpha", type=float, default=0.05, help="significance level of --rank and --power (default 0.05)")
+    parser.add_argument("--alpha", type=number(float, 0.0001, 0.5), default=0.05,
+                        help="significance level of --rank and --power, from 0.0001 to 0.5 (default 0.05)")
     parser.add_argument("--power", action="store_true", help="the smallest difference detectable at --alpha with "
                         "power 0.8, for the design in hand and others (docs/statistics.md)")
     parser.add_argument("--consistency", action="store_true", help="consistency over runs per model, and the "
@@ -110,14 +112,16 @@ def show(args) -> int:
                            if r.manifest["models"].get(role, {}).get("model") not in prices})
         if unpriced:
             print(f"no price in {args.prices} for {', '.join(unpriced)}: their cost shows as n/a", file=sys.stderr)
-    if args.format == "json":
-        print(render_json(groups, boot, args.usage or bool(prices)))
+    if args.format == "json":  # the statistics asked for ride along as tables
+        extra = statistics_tables(args, groups, boot) if args.rank or args.power or args.consistency else None
+        print(render_json(groups, boot, args.usage or bool(prices), extra))
     else:
         tables = chosen(all_tables(args, groups, boot, complexity, prices, compared), args.table)
         print(render_text(tables, args.width or 10**9) if args.format == "text" else RENDERINGS[args.format](tables))
     if args.html:
         try:
-            ranked = ranking_tables(groups, boot or Bootstrap(args.resamples, args.seed), args.alpha) if args.rank else []
+            ranked = ranking_tables(groups, boot or Bootstrap(args.resamples, args.seed), args.alpha,
+                                    classes_present(groups) if args.by_class else None) if args.rank else []
             count = write_site(args.html, args.output_root.resolve(), groups, build_tables(groups, boot) + ranked,
                                args.dataset)
         except HarnessError as e:
@@ -157,6 +161,9 @@ def read_options(args) -> tuple[dict | None, dict | None]:
     if not 1 <= args.resamples <= MAX_RESAMPLES:
         raise UsageError(f"--resamples must be from 1 to {MAX_RESAMPLES:,} (the intervals are stable long before), "
                          f"got {args.resamples}")
+    if args.rank and 2 / (args.resamples + 1) >= args.alpha:  # the smallest p the resamples can give
+        raise UsageError(f"--rank: with {args.resamples} resamples no p-value can fall below --alpha {args.alpha:g}; "
+                         f"use --resamples {int(2 / args.alpha * 10)} or more")
     try:
         prices = read_prices(args.prices) if args.prices else None
     except HarnessError as e:
@@ -188,15 +195,22 @@ def all_tables(args, groups, boot, complexity, prices, compared) -> list:
     tables += [t for t in [order_table(groups, args.output_root.resolve())] if t]
     if compared:
         tables.append(comparison_table(*compared, boot))
-    shared = boot or Bootstrap(args.resamples, args.seed)  # one resample matrix for every statistic
+    tables += statistics_tables(args, groups, boot)
+    if args.usage or prices:
+        tables += usage_tables(groups, prices)
+    return tables
+
+
+def statistics_tables(args, groups, boot) -> list:
+    """--rank, --power and --consistency, on one resample matrix (the one of --ci when there is one)."""
+    shared = boot or Bootstrap(args.resamples, args.seed)
+    tables = []
     if args.rank:
         tables += ranking_tables(groups, shared, args.alpha, classes_present(groups) if args.by_class else None)
     if args.power:
         tables.append(power_table(groups, shared, args.alpha))
     if args.consistency:
         tables += [consistency_table(groups)] + [t for t in [judge_noise_table(groups, HEADLINE)] if t]
-    if args.usage or prices:
-        tables += usage_tables(groups, prices)
     return tables
 
 

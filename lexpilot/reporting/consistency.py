@@ -13,6 +13,7 @@ from lexpilot.reporting.judges import source_of
 from lexpilot.reporting.results import OVERALL, Group, Run, group_label
 from lexpilot.reporting.table import Table
 from lexpilot.reporting.tables import SETUP_NAMES
+from lexpilot.storage.manifest import compared_setting
 
 
 
@@ -65,15 +66,22 @@ def consistency_table(groups: list[Group]) -> Table:
                  rows)
 
 
+def judge_settings(manifest: dict) -> dict:
+    """The judge as it decides labels: its model and endpoint host, and its generation settings."""
+    generation = manifest.get("generation") if isinstance(manifest.get("generation"), dict) else {}
+    return {"model": (compared_setting(manifest, "models") or {}).get("judge"),
+            "temperature": generation.get("judge_temperature"),
+            "max_tokens": generation.get("judge_max_tokens", generation.get("max_tokens"))}
+
+
 def retests(groups: list[Group]) -> list[tuple[Group, list[tuple[Run, Run]]]]:
     """Per group of source runs: the (run, its copy re-judged by the same judge) pairs, from every re-judged run."""
     source_group = {(r.model, r.run_id): (g, r) for g in groups for r in g.runs}
-    judge = lambda r: r.manifest["models"]["judge"]["model"]  # noqa: E731
     found: dict[int, tuple[Group, list]] = {}
     for g in groups:
         for r in g.runs:
             source = source_group.get((r.model, source_of(r.manifest)))
-            if source and judge(source[1]) == judge(r):
+            if source and judge_settings(source[1].manifest) == judge_settings(r.manifest):
                 found.setdefault(id(source[0]), (source[0], []))[1].append((source[1], r))
     return list(found.values())
 

@@ -62,7 +62,8 @@ def source_of(manifest: dict) -> str | None:
 def order_agreement(records: dict) -> tuple[int, float, float | None] | None:
     """(claims, share of verdicts equal to the original extraction's, Cohen's kappa) over a run's re-extractions
     with the claims shuffled (eval_LJP_order.py); None without any."""
-    pairs = [(a, b) for r in records.values() for a, b in zip(r["original"], r["predicted"])]
+    # a case with one claim is never reordered: it says nothing of the order
+    pairs = [(a, b) for r in records.values() if len(r["order"]) > 1 for a, b in zip(r["original"], r["predicted"])]
     if not pairs:
         return None
     return (len(pairs), *label_agreement([a for a, _ in pairs], [b for _, b in pairs]))

@@ -33,14 +33,33 @@ def comparable_settings(group: Group) -> dict:
     return settings | {"models": models}
 
 
+def differing_settings(a: dict, b: dict, prefix: str = "") -> list[str]:
+    """The settings two groups differ in, down to the sub-setting (models.judge, generation.judge_temperature)."""
+    differing = []
+    for name in dict.fromkeys([*a, *b]):
+        x, y = a.get(name), b.get(name)
+        if isinstance(x, dict) and isinstance(y, dict) and not prefix:
+            differing += differing_settings(x, y, f"{name}.")
+        elif json.dumps(x, sort_keys=True) != json.dumps(y, sort_keys=True):
+            differing.append(prefix + name)
+    return differing
+
+
 def why_not_comparable(a: Group, b: Group) -> str | None:
     """None when the two groups ran on the same cases with the same judge, User Model, prompts and generation
     settings; else the settings that differ."""
-    sa, sb = comparable_settings(a), comparable_settings(b)
-    differing = [name for name in sa if json.dumps(sa[name], sort_keys=True) != json.dumps(sb.get(name), sort_keys=True)]
+    differing = differing_settings(comparable_settings(a), comparable_settings(b))
     if a.model == b.model:
-        differing.insert(0, "the same evaluated model")
+        differing.insert(0, "the evaluated model is the same (its runs differ in code)")
     return ", ".join(differing) or None
+
+
+MIN_CASES = 20  # below this, a bootstrap over cases cannot support a p-value (see docs/statistics.md)
+
+
+def ranked_groups(groups: list[Group]) -> list[Group]:
+    """The groups a ranking compares: standard users, not re-judged copies (those are the judge's analysis)."""
+    return [g for g in groups if g.condition == "standard" and not g.runs[0].manifest.get("rejudged_from")]
 
 
 def bootstrap_p(difference: np.ndarray | None) -> float | None:
@@ -65,6 +84,16 @@ def holm(p_values: list[float]) -> list[float]:
     return adjusted
 
 
+def letter(i: int) -> str:
+    """a … z, then aa, ab, …: as many groups as there are."""
+    name = ""
+    i += 1
+    while i:
+        i, rest = divmod(i - 1, 26)
+        name = "abcdefghijklmnopqrstuvwxyz"[rest] + name
+    return name
+
+
 def letter_display(ranked: list[str], different: set[frozenset]) -> dict[str, str]:
     """A compact letter display (Piepho's insert-and-absorb): models sharing a letter are not significantly
     different. `ranked`: best first; `different`: the pairs found different. Letters follow the ranking."""
@@ -77,7 +106,8 @@ def letter_display(ranked: list[str], different: set[frozenset]) -> dict[str, st
         columns = [c for c in split if c and not any(c < other for other in split)]  # absorb what another holds
         columns = [c for i, c in enumerate(columns) if c not in columns[:i]]
     columns.sort(key=lambda c: sorted(ranked.index(m) for m in c))
-    return {m: "".join("abcdefghijklmnopqrstuvwxyz"[i] for i, c in enumerate(columns) if m in c) for m in ranked}
+    joiner = "" if len(columns) <= 26 else "."  # past z, letters of two characters: dotted apart
+    return {m: joiner.join(letter(i) for i, c in enumerate(columns) if m in c) for m in ranked}
 
 
 @dataclass
@@ -93,11 +123,16 @@ class PairTest:
 
 def comparable_sets(groups: list[Group]) -> list[list[Group]]:
     """The groups split into sets that may be compared: the same cases, judge, User Model, prompts and generation
-    settings (in the order first met)."""
-    sets: dict[str, list[Group]] = {}
+    settings, one group per model (a model's runs made with other code go to a further set), in the order met."""
+    sets: list[tuple[str, list[Group]]] = []
     for g in groups:
-        sets.setdefault(json.dumps(comparable_settings(g), sort_keys=True), []).append(g)
-    return list(sets.values())
+        key = json.dumps(comparable_settings(g), sort_keys=True)
+        home = next((members for k, members in sets if k == key and all(m.model != g.model for m in members)), None)
+        if home is None:
+            sets.append((key, [g]))
+        else:
+            home.append(g)
+    return [members for _, members in sets]
 
 
 def pair_tests(groups: list[Group], boot: Bootstrap, key: tuple, metric: str) -> list[PairTest]:
@@ -112,12 +147,22 @@ def pair_tests(groups: list[Group], boot: Bootstrap, key: tuple, metric: str) ->
         result = paired_difference(boot, (a, key), (b, key))
         if result is None:
             continue
+        enough = cases_of(a, key) >= MIN_CASES
         tests.append(PairTest(metric, a, b, result["difference"], result["ci"],
-                              bootstrap_p(boot.distribution(a, key) - boot.distribution(b, key))))
+                              bootstrap_p(boot.distribution(a, key) - boot.distribution(b, key)) if enough else None))
     defined = [t for t in tests if t.p is not None]
     for t, adjusted in zip(defined, holm([t.p for t in defined])):
         t.p_holm = adjusted
     return tests
+
+
+def cases_of(group: Group, key: tuple) -> int:
+    """The cases a metric of a group rests on (a class's cases for a per-class metric)."""
+    task, _, cls = key
+    data = next((r.tasks[task] for r in group.runs if task in r.tasks), None)
+    if data is None:
+        return 0
+    return len(data.cases) if cls == OVERALL else sum(c == cls for c in data.classes)
 
 
 def headline_keys(by_class: list[str] | None = None):
@@ -146,7 +191,7 @@ def ranked_rows(tests: list[PairTest], members: list[Group], groups: list[Group]
 def ranking_tables(groups: list[Group], boot: Bootstrap, alpha: float, by_class: list[str] | None = None) -> list[Table]:
     """Per headline metric and comparable set: the pairs (difference, interval, p, Holm p) and the ranking with its
     letters; the pairs of groups in different sets, with what differs."""
-    groups = [g for g in groups if g.condition == "standard"]
+    groups = ranked_groups(groups)
     sets = comparable_sets(groups)
     label = lambda g: group_label(g, groups)  # noqa: E731
     pair_rows, rank_rows = [], []
@@ -159,15 +204,15 @@ def ranking_tables(groups: list[Group], boot: Bootstrap, alpha: float, by_class:
             rank_rows += ranked_rows(tests, members, groups, key, name, alpha, str(number) if len(sets) > 1 else "")
     title = (f"Every comparable pair: difference of means (A − B, A ranked higher), 95% paired bootstrap interval "
              f"over cases ({boot.resamples} resamples), two-sided bootstrap p, Holm-adjusted across the pairs of "
-             f"each metric; different at α = {alpha:g} after adjustment")
+             f"each metric; different at α = {alpha:g} after adjustment; p 'n/a' under {MIN_CASES} cases")
     tables = [Table("pairs", title, ["Metric", "Model A", "Model B", "Difference", "95% interval", "p", "p (Holm)",
                                      "Different"], pair_rows),
               Table("ranking", f"Ranking per metric: mean and SD over runs; models sharing a letter are not different "
                     f"at α = {alpha:g} after Holm's adjustment ('n/a': some pair could not be compared)",
                     ["Metric", *(["Set"] if len(sets) > 1 else []), "Rank", "Model", "Mean", "SD", "Runs", "Group"],
                     rank_rows)]
-    apart = [f"{label(a)} and {label(b)}: {why_not_comparable(a, b)} differ"
-             for one, other in itertools.combinations(sets, 2) for a in one for b in other]
+    apart = [f"{label(a)} (set {i + 1}) and {label(b)} (set {j + 1}): {why_not_comparable(a, b)} differ"
+             for (i, one), (j, other) in itertools.combinations(enumerate(sets), 2) for a in one for b in other]
     if apart:
         tables.append(Table("not_comparable", "Pairs not compared (their runs differ in more than the evaluated "
                             "model; each set is ranked on its own)", ["Pair"], [[n] for n in apart]))
@@ -219,24 +264,30 @@ DESIGNS = ((1, None), (3, None), (5, None), (10, None), (5, 100), (5, 216), (5, 
 
 
 def power_table(groups: list[Group], boot: Bootstrap, alpha: float = 0.05, power: float = 0.8) -> Table:
-    """Per headline metric: the median over comparable pairs of the smallest detectable difference, for the
-    design in hand and other numbers of runs and cases."""
-    groups = [g for g in groups if g.condition == "standard"]
+    """Per comparable set and headline metric: the median over the set's pairs of the smallest detectable
+    difference, for the set's design (its cases × the median of its runs) and other numbers of runs and cases."""
+    sets = [members for members in comparable_sets(ranked_groups(groups)) if len(members) > 1]
     rows = []
-    for name, key in headline_keys():
-        components = [variance_components(a, b, boot, key) for a, b in itertools.combinations(groups, 2)
-                      if not why_not_comparable(a, b)]
-        components = [c for c in components if c is not None]
-        if not components:
-            rows.append([name, "n/a", "n/a"] + ["n/a"] * len(DESIGNS))
-            continue
-        cases = len(groups[0].runs[0].selected)
-        runs = int(np.median([len(g.runs) for g in groups]))
-        case_var, run_var = float(np.median([c[0] for c in components])), float(np.median([c[1] for c in components]))
-        row = [name, f"{cases} × {runs}", f"{detectable_difference(case_var, run_var, cases, runs, cases, alpha, power):.4f}"]
-        row += [f"{detectable_difference(case_var, run_var, n or cases, k, cases, alpha, power):.4f}" for k, n in DESIGNS]
-        rows.append(row)
-    headers = ["Metric", "Design (cases × runs)", "In hand"] + [f"{n or 'same'} × {k}" for k, n in DESIGNS]
+    for number, members in enumerate(sets, 1):
+        cases = len(members[0].runs[0].selected)
+        runs = int(np.median([len(g.runs) for g in members]))
+        for name, key in headline_keys():
+            label = [name, *([str(number)] if len(sets) > 1 else []), f"{cases} × {runs}"]
+            components = [c for c in (variance_components(a, b, boot, key) for a, b in itertools.combinations(members, 2))
+                          if c is not None]
+            if not components:
+                rows.append(label + ["n/a: needs two runs of each model"] + [""] * len(DESIGNS))
+                continue
+            case_var, run_var = (float(np.median([c[i] for c in components])) for i in (0, 1))
+            if case_var == 0 and run_var == 0:
+                rows.append(label + ["n/a: no variance between cases or runs"] + [""] * len(DESIGNS))
+                continue
+            rows.append(label + [f"{detectable_difference(case_var, run_var, n or cases, k, cases, alpha, power):.4f}"
+                                 for k, n in ((runs, None), *DESIGNS)])
+    if not sets:
+        rows.append(["n/a: needs two comparable models"] + [""] * (2 + len(DESIGNS)))
+    headers = ["Metric", *(["Set"] if len(sets) > 1 else []), "Design (cases × runs)", "In hand"] + [
+        f"{n or 'same'} × {k}" for k, n in DESIGNS]
     return Table("power", f"Smallest difference between two models detectable at α = {alpha:g} with power "
-                 f"{power:g} (median over comparable pairs; from the variance between cases and between runs of the "
-                 "saved runs; see docs/statistics.md)", headers, rows)
+                 f"{power:g} (median over a set's comparable pairs; from the variance between cases and between runs "
+                 "of the saved runs; see docs/statistics.md)", headers, rows)

@@ -65,7 +65,8 @@ def render_markdown(tables: list[Table]) -> str:
 
 
 LATEX = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "&": r"\&", "%": r"\%", "#": r"\#", "_": r"\_",
-         "$": r"\$", "^": r"\^{}", "~": r"\~{}", "±": r"$\pm$", "−": "--"}
+         "$": r"\$", "^": r"\^{}", "~": r"\~{}", "±": r"$\pm$", "−": "--", "≥": r"$\geq$", "≤": r"$\leq$",
+         "<": r"\textless{}", ">": r"\textgreater{}", "α": r"$\alpha$", "κ": r"$\kappa$", "→": r"$\to$"}
 LATEX_SPECIAL = re.compile("|".join(map(re.escape, LATEX)))
 
 

@@ -551,7 +551,8 @@ class UsageError(Exception):
     """A problem with the price file: said in one line, nothing else is printed."""
 
 
-def render_json(groups: list[Group], boot: Bootstrap | None = None, usage: bool = False) -> str:
+def render_json(groups: list[Group], boot: Bootstrap | None = None, usage: bool = False,
+                tables: list[Table] | None = None) -> str:
     data = []
     for g in groups:
         metrics: dict = {}
@@ -571,4 +572,6 @@ def render_json(groups: list[Group], boot: Bootstrap | None = None, usage: bool 
             group["usage"] = {r.run_id: {stage: {role: dict(u) for role, u in roles.items()}
                                          for stage, roles in r.usage.items()} for r in g.runs}
         data.append(group)
-    return json.dumps({"groups": data}, ensure_ascii=False, indent=1)
+    extra = {"tables": [{"id": t.id, "title": t.title, "headers": t.headers, "rows": t.rows} for t in tables]} \
+        if tables else {}
+    return json.dumps({"groups": data, **extra}, ensure_ascii=False, indent=1)
