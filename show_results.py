@@ -101,8 +101,9 @@ def show(args) -> int:
         print(f"No results under {root} yet: run LexAwN_gen.py, eval_DCG.py and "
               "eval_LJP.py with --run-id first (see README.md).")
         return 0
-    report_problems(runs)
-    groups = group_runs(runs)
+    unreported = [r for r in runs if not r.tasks]  # a smoke or failed run: no task complete, one line for it
+    report_problems([r for r in runs if r.tasks], unreported)
+    groups = group_runs([r for r in runs if r.tasks])
     if complexity is None:
         complexity = dataset_complexity(runs, args.dataset)
     boot = Bootstrap(args.resamples, args.seed) if args.ci or args.compare else None
@@ -116,7 +117,8 @@ def show(args) -> int:
         extra = statistics_tables(args, groups, boot) if args.rank or args.power or args.consistency else None
         print(render_json(groups, boot, args.usage or bool(prices), extra))
     else:
-        tables = chosen(all_tables(args, groups, boot, complexity, prices, compared), args.table)
+        tables = all_tables(args, groups, boot, complexity, prices, compared, group_runs(runs))
+        tables = chosen(with_unreported(tables, unreported), args.table)
         print(render_text(tables, args.width or 10**9) if args.format == "text" else RENDERINGS[args.format](tables))
     if args.html:
         try:
@@ -179,7 +181,14 @@ def read_options(args) -> tuple[dict | None, dict | None]:
     return prices, complexity
 
 
-def report_problems(runs) -> None:
+def report_problems(runs, unreported) -> None:
+    for run in unreported:  # files not there are a smoke run's nature; anything else is a fault, said in full
+        faults = [p for p in run.problems if not p.endswith(": not found")]
+        print(f"run {run.run_id}, model {run.model}: not reported, no task complete"
+              + (f" ({len(run.problems) - len(faults)} record files not found)" if len(faults) < len(run.problems)
+                 else ""), file=sys.stderr)
+        for line in run.notes + faults:
+            print(f"run {run.run_id}, model {run.model}: {line}", file=sys.stderr)
     for run in runs:
         for note in run.notes:
             print(f"run {run.run_id}, model {run.model}: {note}", file=sys.stderr)
@@ -188,8 +197,19 @@ def report_problems(runs) -> None:
                   file=sys.stderr)
 
 
-def all_tables(args, groups, boot, complexity, prices, compared) -> list:
-    """The paper's tables, the judge-sensitivity tables, a model comparison and the usage tables asked for."""
+def with_unreported(tables: list, unreported: list) -> list:
+    """The runs table with a line for each run that has no complete task, saying why (and no row elsewhere)."""
+    for table in tables:
+        if table.id == "runs":
+            table.rows += [[run.model, "not reported", run.run_id, "no task complete: " + next(
+                (p for p in run.problems if not p.endswith(": not found")), "no record file of a task")]
+                for run in unreported]
+    return tables
+
+
+def all_tables(args, groups, boot, complexity, prices, compared, usage_groups) -> list:
+    """The paper's tables, the judge-sensitivity tables, a model comparison and the usage tables asked for (usage
+    over every run, those with no complete task included: they were paid for)."""
     tables = build_tables(groups, boot, complexity)
     tables += judge_sensitivity_tables(groups, args.output_root.resolve(), boot or Bootstrap(args.resamples, args.seed))
     tables += [t for t in [order_table(groups, args.output_root.resolve())] if t]
@@ -197,7 +217,7 @@ def all_tables(args, groups, boot, complexity, prices, compared) -> list:
         tables.append(comparison_table(*compared, boot))
     tables += statistics_tables(args, groups, boot)
     if args.usage or prices:
-        tables += usage_tables(groups, prices)
+        tables += usage_tables(usage_groups, prices)
     return tables
 
 

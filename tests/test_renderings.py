@@ -70,3 +70,26 @@ def test_an_unknown_table_name_is_one_line(dcg_root, capsys):
     assert show_results.main(["--output-root", str(dcg_root), "--table", "nope"]) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]  # after the runs' own notes (tasks not run)
     assert last.startswith("show_results: --table nope: no such table") and "main" in last
+
+
+def test_a_run_with_no_complete_task_is_one_line_and_its_spending_still_counts(tmp_path, provider, monkeypatch,
+                                                                               capsys):
+    """Issue 26 item 11: a smoke run that failed is one line in the runs table with why, not a row of n/a in every
+    table and a stderr line per missing file; what it spent is in the usage."""
+    h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "two.json", sample_cases()[:2]))
+    assert h.run("gold") == 0
+    h.run_id = "smoke"
+    provider.script = lambda kind, prompt, body: {"status": 400} if kind == "ljp_judge" else None
+    assert h.run("gold", "--limit", "1") == 1  # its extraction refused: no task complete
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(h.root), "--usage", "--width", "0"]) == 0
+    captured = capsys.readouterr()
+    smoke = [line for line in captured.err.splitlines() if "run smoke" in line]
+    assert len(smoke) == 1 and "not reported, no task complete" in smoke[0]
+    runs_table = captured.out[captured.out.index("Runs\n"):].split("\n\n")[0]
+    assert any(line.startswith("eval-model") and "not reported" in line and "smoke" in line
+               for line in runs_table.splitlines())
+    main = captured.out[captured.out.index("Main results"):].split("\n\n")[0].splitlines()
+    assert len(main) == 4  # title, header, rule and r1's row: no row of n/a for the smoke run
+    usage = captured.out[captured.out.index("Token usage per run"):].split("\n\n")[0]
+    assert "smoke" in usage  # its calls were paid for
