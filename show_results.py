@@ -124,8 +124,11 @@ def show(args) -> int:
         try:
             ranked = ranking_tables(groups, boot or Bootstrap(args.resamples, args.seed), args.alpha,
                                     classes_present(groups) if args.by_class else None) if args.rank else []
-            count = write_site(args.html, args.output_root.resolve(), groups, build_tables(groups, boot) + ranked,
-                               args.dataset)
+            # the site shows what the terminal shows: Figure 3 with --complexity, the judge-sensitivity tables
+            shown = build_tables(groups, boot, complexity) + judge_sensitivity_tables(
+                groups, root, boot or Bootstrap(args.resamples, args.seed)) + [
+                t for t in [order_table(groups, root)] if t] + ranked
+            count = write_site(args.html, root, groups, shown, args.dataset)
         except HarnessError as e:
             raise UsageError(str(e)) from None
         print(f"wrote {args.html / 'index.html'} ({count} case pages)", file=sys.stderr)

@@ -1,5 +1,6 @@
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,18 @@ def provider():
 @pytest.fixture
 def harness(tmp_path, provider, monkeypatch):
     return Harness(tmp_path, provider, monkeypatch)
+
+
+CHROMIUM = os.environ.get("LEXPILOT_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM:
+        if os.environ.get("CI"):
+            pytest.fail("no Chromium: .ci/run installs the distribution's chromium for these tests")
+        pytest.skip("no Chromium found (apt-get install chromium, or set LEXPILOT_CHROMIUM)")
+    playwright = pytest.importorskip("playwright.sync_api")
+    with playwright.sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield b
+        b.close()

@@ -180,7 +180,8 @@ def test_grouping_sd_ddof1_and_a_differing_run_split_off(tmp_path, capsys):
     assert s["mean"] == pytest.approx(0.25) and s["sd"] == pytest.approx(np.std([0.5, 0.25, 0.0], ddof=1))
     show_results.main(["--output-root", str(tmp_path)])
     out = capsys.readouterr().out
-    assert "0.250 ± 0.250" in out and "m #2" in out and "generation" in out and "r1, r2, r3" in out
+    # issue 26 item 10: the second group is labelled by what differs, not "#2"
+    assert "0.250 ± 0.250" in out and "m · temperature 0.2" in out and "generation" in out and "r1, r2, r3" in out
     show_results.main(["--output-root", str(tmp_path), "--run-id", "r4"])
     runs_table, main_table = capsys.readouterr().out.split("\n\n")[:2]
     assert runs_table.splitlines()[-1].split() == ["m", "1", "r4", "-"]

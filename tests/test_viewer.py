@@ -48,18 +48,6 @@ def test_the_site_is_self_contained_and_escapes_everything(site):
     assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in case_page
 
 
-@pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM:
-        if os.environ.get("CI"):
-            pytest.fail("no Chromium: .ci/run installs the distribution's chromium for these tests")
-        pytest.skip("no Chromium found (apt-get install chromium, or set LEXPILOT_CHROMIUM)")
-    playwright = pytest.importorskip("playwright.sync_api")
-    with playwright.sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield b
-        b.close()
-
 
 def test_the_site_in_a_real_browser(site, browser, tmp_path):
     page = browser.new_page(viewport={"width": 1280, "height": 900})

@@ -13,7 +13,14 @@ from statistics import NormalDist
 
 import numpy as np
 
-from lexpilot.reporting.results import OVERALL, Bootstrap, Group, group_label, paired_difference
+from lexpilot.reporting.results import (
+    OVERALL,
+    Bootstrap,
+    Group,
+    differing_settings,
+    group_label,
+    paired_difference,
+)
 from lexpilot.reporting.table import Figure, Table
 from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS, compared_setting
 
@@ -31,18 +38,6 @@ def comparable_settings(group: Group) -> dict:
     models = dict(settings.get("models") or {})
     models.pop("eval", None)
     return settings | {"models": models}
-
-
-def differing_settings(a: dict, b: dict, prefix: str = "") -> list[str]:
-    """The settings two groups differ in, down to the sub-setting (models.judge, generation.judge_temperature)."""
-    differing = []
-    for name in dict.fromkeys([*a, *b]):
-        x, y = a.get(name), b.get(name)
-        if isinstance(x, dict) and isinstance(y, dict) and not prefix:
-            differing += differing_settings(x, y, f"{name}.")
-        elif json.dumps(x, sort_keys=True) != json.dumps(y, sort_keys=True):
-            differing.append(prefix + name)
-    return differing
 
 
 def why_not_comparable(a: Group, b: Group) -> str | None:

@@ -481,10 +481,49 @@ def group_runs(runs: list[Run]) -> list[Group]:
     return ordered
 
 
+def differing_settings(a: dict, b: dict, prefix: str = "") -> list[str]:
+    """The settings two groups differ in, down to the sub-setting (models.judge, generation.judge_temperature)."""
+    differing = []
+    for name in dict.fromkeys([*a, *b]):
+        x, y = a.get(name), b.get(name)
+        if isinstance(x, dict) and isinstance(y, dict) and not prefix:
+            differing += differing_settings(x, y, f"{name}.")
+        elif json.dumps(x, sort_keys=True) != json.dumps(y, sort_keys=True):
+            differing.append(prefix + name)
+    return differing
+
+
+WORDS_FOR = {"selected_cases": "other cases", "dataset_sha256": "another dataset", "code_hash": "other code",
+             "prompt_hash": "other prompts", "user_condition": "another user condition"}
+
+
+def what_differs(settings: dict, name: str) -> str:
+    """A differing setting in a few words: its value where it is short (a temperature, a judge's model)."""
+    top, _, sub = name.partition(".")
+    if top in WORDS_FOR:
+        return WORDS_FOR[top]
+    value = settings.get(top, {}).get(sub) if sub else settings.get(top)
+    value = value.get("model", value) if isinstance(value, dict) else value
+    return f"{sub or top} {str(value)[:24]}"
+
+
 def group_label(group: Group, groups: list[Group]) -> str:
+    """The model (and a non-ideal user); a further group of the same model is labelled by what differs from its
+    first group (re-judged by a judge, another temperature, other code), not by a number."""
     siblings = [g for g in groups if g.model == group.model and g.condition == group.condition]
     label = group.model if group.condition == "standard" else f"{group.model} ({group.condition} user)"
-    return label if len(siblings) == 1 else f"{label} #{siblings.index(group) + 1}"
+    if len(siblings) == 1 or siblings[0] is group:
+        return label
+    text = difference_text(group, siblings[0])
+    clash = any(difference_text(g, siblings[0]) == text for g in siblings[1:] if g is not group)
+    return f"{label} · {text}" + (f" #{siblings.index(group) + 1}" if clash else "")
+
+
+def difference_text(group: Group, first: Group) -> str:
+    theirs, mine = ({n: json.loads(v) for n, v in zip(COMPARED_MANIFEST_FIELDS, g.settings)} for g in (first, group))
+    if mine.get("rejudged_from"):
+        return f"{mine['rejudged_from']} re-judged by {((mine.get('models') or {}).get('judge') or {}).get('model', '?')}"
+    return ", ".join(dict.fromkeys(what_differs(mine, n) for n in differing_settings(theirs, mine))) or "other runs"
 
 
 # ----------------------------------------------------------------------------- bootstrap over cases

@@ -13,8 +13,15 @@ class Table:
     rows: list[list[str]]
     task: str | None = None  # the task whose cases a cell is about (None: the table links to no cases)
     column_tasks: dict[str, str] = field(default_factory=dict)  # a column about another task than `task`
+    # a row about another task, named by a cell of the row (Table 4's "Condition", the clean-case table's "Metric")
+    row_tasks: dict[str, str] = field(default_factory=dict)
+    model: str | None = None  # the model a table's rows are about, when its rows are not models (Figure 3)
+    row_filter: str | None = None  # what a row label selects in the case list ("cause"), when not a model
 
-    def task_of(self, header: str) -> str | None:
+    def task_of(self, header: str, row: list | None = None) -> str | None:
+        for value in row or ():
+            if value in self.row_tasks:
+                return self.row_tasks[value]
         return self.column_tasks.get(header, self.task)
 
 

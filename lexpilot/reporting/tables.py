@@ -244,7 +244,7 @@ def plain_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
         tables.append(Table(f"plain_types_{history_type}", title + suffix, ["Model"] + list(PLAIN_TYPE_NAMES.values()),
                             [[label] + [cell(g.stat((task, k, OVERALL)), 3, boot.interval(g, (task, k, OVERALL))
                                                                             if boot else None)
-                                        for k in PLAIN_TYPE_NAMES] for label, g in zip(labels, shown)]))
+                                        for k in PLAIN_TYPE_NAMES] for label, g in zip(labels, shown)], task="plain"))
         classes = classes_present(shown) + [OVERALL]
 
         def shares(g: Group, cls: str) -> str:
@@ -252,14 +252,14 @@ def plain_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
             return "n/a" if None in means else " / ".join(f"{m:.2f}" for m in means)
         tables.append(Table(f"plain_by_class_{history_type}", f"Plain consultation by class ({history_type}): deficiency / conditional / "
                             "unconditional / premature, share (mean over runs)", ["Model"] + classes,
-                            [[label] + [shares(g, c) for c in classes] for label, g in zip(labels, shown)]))
+                            [[label] + [shares(g, c) for c in classes] for label, g in zip(labels, shown)], task="plain"))
     crossed = [g for g in groups if any(g.stat(("plain_then_asked", k, OVERALL)) for k in PLAIN_TYPE_NAMES)]
     if crossed:
         tables.append(Table("plain_against_lexawn", "Plain response type against the LexAwN label on the same underspecified history: "
                             "share of those cases where LexAwN asked (策略二), mean over runs",
                             ["Model"] + list(PLAIN_TYPE_NAMES.values()),
                             [[group_label(g, crossed)] + [cell(g.stat(("plain_then_asked", k, OVERALL)), 3)
-                                                          for k in PLAIN_TYPE_NAMES] for g in crossed]))
+                                                          for k in PLAIN_TYPE_NAMES] for g in crossed], task="plain"))
     return tables
 
 
@@ -340,7 +340,8 @@ def audit_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
                                               for m in ("over_disclosure", "error", "non_answer")])
     tables = [Table("audit_rates", "Simulator audit: User Model replies judged over-disclosing (key details not asked for), "
                     f"erroneous (unsupported or contradicting) or not answering, mean ± SD over runs{suffix}",
-                    ["Model", "Replies of", "Replies audited", "Over-disclosure", "Error", "Non-answer"], rows)]
+                    ["Model", "Replies of", "Replies audited", "Over-disclosure", "Error", "Non-answer"], rows,
+                    task="audit")]
     rows = []
     for g in audited:
         for task, name, digits in (("DCG", "DCG accuracy", 3), ("LJP_interaction", "Interaction-Based QWK", 4)):
@@ -352,7 +353,8 @@ def audit_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
                              else "n/a"])
     tables.append(Table("audit_clean_cases", "Task metrics on all cases and on the cases whose simulator replies were all clean "
                         "(no over-disclosure, no error), mean over runs",
-                        ["Model", "Metric", "All cases", "Clean cases only", "Clean cases (mean per run)"], rows))
+                        ["Model", "Metric", "All cases", "Clean cases only", "Clean cases (mean per run)"], rows,
+                        row_tasks={"DCG accuracy": "DCG", "Interaction-Based QWK": "interaction"}))
     return tables
 
 
@@ -382,7 +384,8 @@ def table_4(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
                          "; ".join(f"{reason} ({n})" for reason, n in reasons.most_common(3)) or "-"])
     attempts = Table("table_4_attempts", "Table 4 dialogues: cases accepted at attempt 1 / 2 / 3 / 4 / 5 and unresolved "
                      "cases (mean per run), and the most frequent rejection reasons (all runs)",
-                     ["Model", "Condition", "Accepted at attempt", "Unresolved", "Rejections"], rows)
+                     ["Model", "Condition", "Accepted at attempt", "Unresolved", "Rejections"], rows,
+                     row_tasks={"Targeted": "targeted", "Off-target": "off_target"})
     return [main, attempts, sensitivity]
 
 
@@ -404,7 +407,10 @@ def table_4_qwk(shown: list[Group], boot: Bootstrap | None, prefix: str, table_i
             row += [difference_cell(paired_difference(boot, (g, key(t)), (g, key("direct"))), 4)
                     for t in ("targeted", "off_target")]
         rows.append(row)
-    return Table(table_id, title, headers, rows, column_tasks={"Direct": "direct"})
+    return Table(table_id, title, headers, rows, column_tasks={"Direct": "direct", "Targeted": "targeted",
+                                                               "Off-target": "off_target",
+                                                               "Targeted − Direct": "targeted",
+                                                               "Off-target − Direct": "off_target"})
 
 
 def figure_4_tables(groups: list[Group]) -> list[Table]:
@@ -439,7 +445,7 @@ def figure_4_tables(groups: list[Group]) -> list[Table]:
     panels.append(Table("figure_4c", f"Figure 4 (c): focal points per type and class, over the {len(cases)} typed "
                         "cases of the benchmark", ["Type"] + classes + ["Total"],
                         [[t] + [str(counts[(t, c)]) for c in classes] + [str(sum(counts[(t, c)] for c in classes))]
-                         for t in types]))
+                         for t in types], task="DCG"))
     return panels
 
 
@@ -479,7 +485,8 @@ def figure_3_tables(groups: list[Group], complexity: dict[str, float] | None) ->
                          "n/a" if rho is None or rho != rho else f"{rho:+.3f}", ""])
         tables.append(Table("figure_3", f"Case complexity (Figure 3): {group_label(g, groups)}, per cause of action (mean over "
                             "runs); rho over the causes with complexity data",
-                            ["Cause of action", "Class", "Cases", "Complexity", "LCA Macro-F1", "DCG Acc."], rows))
+                            ["Cause of action", "Class", "Cases", "Complexity", "LCA Macro-F1", "DCG Acc."], rows,
+                            column_tasks={"LCA Macro-F1": "LCA", "DCG Acc.": "DCG"}, model=g.model, row_filter="cause"))
     return tables
 
 

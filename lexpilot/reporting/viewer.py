@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import json
+from urllib.parse import urlencode
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,8 +32,12 @@ from lexpilot.benchmark.records import (
     LJP_GOLD,
     LJP_INTERACTION,
 )
-from lexpilot.benchmark.vocabulary import ASKS
+from lexpilot.benchmark.records import AUDIT, LJP_BEHAVIOUR, PLAIN_TYPES
+from lexpilot.benchmark.vocabulary import ASKS, PREDICTS
 from lexpilot.errors import HarnessError
+from lexpilot.reporting.case_sections import KINDS as LATER_KINDS
+from lexpilot.reporting.case_sections import audit_note, later_sections, lca_label, rejudged
+from lexpilot.reporting.judges import source_of
 from lexpilot.reporting.results import Group, Run, group_label, read_saved
 from lexpilot.reporting.table import Table
 
@@ -40,7 +45,8 @@ HIGHLIGHT_RUN = 6
 SETUPS = (("direct", "Direct", DIRECT_PREDICTION, LJP_DIRECT, "response"),
           ("gold", "Gold-Standard", GOLD_PREDICTION, LJP_GOLD, "response"),
           ("interaction", "Interaction-Based", INTERACTION, LJP_INTERACTION, "final_response"))
-KINDS = (A1, LCA, INTERACTION, FORCE_ASK, DCG, DIRECT_PREDICTION, LJP_DIRECT, GOLD_PREDICTION, LJP_GOLD, LJP_INTERACTION)
+KINDS = (A1, LCA, INTERACTION, FORCE_ASK, DCG, DIRECT_PREDICTION, LJP_DIRECT, GOLD_PREDICTION, LJP_GOLD, LJP_INTERACTION,
+         *LATER_KINDS)
 
 
 def esc(text) -> str:
@@ -126,6 +132,20 @@ def outcomes(rr: RunRecords, number: str) -> dict:
             row["tags"].append("premature judgment")
         if inter["stop_reason"] == "budget":
             row["tags"].append("budget reached")
+    for condition, kind in LJP_BEHAVIOUR.items():
+        v = r.get(kind.name, {}).get(number)
+        if v:
+            right = sum(g == p for g, p in zip(v["gold"], v["predicted"]))
+            row[condition] = f"{right}/{len(v['gold'])}"
+    plain = r.get(PLAIN_TYPES["underspecified"].name, {}).get(number)
+    if plain:
+        row["plain"] = plain.get("type")
+    audited = [reply for kind in AUDIT.values() for reply in (r.get(kind.name, {}).get(number) or {}).get("replies", [])
+               if not reply.get("injected")]
+    if audited:
+        flagged = sum(bool(x.get("over_disclosed") or x.get("error") or not x.get("answered", True)) for x in audited)
+        row["audit"] = f"{flagged} flagged" if flagged else "clean"
+    row["fails"] = failing_tasks(row)
     expected = ["LCA", "DCG", "LJP_direct", "LJP_gold", "LJP_interaction"] if rr.run.condition == "standard" \
         else ["LJP_interaction"]
     if any(number not in r[k] for k in expected):
@@ -149,7 +169,26 @@ vertical-align:top}th{background:#f3f3f3;cursor:pointer}a{color:#1558b0}nav{marg
 .assistant{border-color:#36c}.judge{border-color:#c63;font-size:.9em;color:#555}mark{background:#fe8}
 .tag{display:inline-block;background:#eee;border-radius:3px;padding:0 .3em;margin:0 .2em;font-size:.85em}
 .grid{display:grid;grid-template-columns:1fr 1fr;gap:1em}.ok{color:#282}.bad{color:#b22}
-details{margin:.4em 0}summary{cursor:pointer;font-weight:600}"""
+details{margin:.4em 0}summary{cursor:pointer;font-weight:600}summary h2{display:inline}tr.failing td{background:#fdecec}
+@media (max-width:900px){body{margin:.6em}.grid{grid-template-columns:1fr}table{display:block;overflow-x:auto}
+select,input{max-width:100%}}"""
+
+
+def failing_tasks(row: dict) -> list[str]:
+    """The tasks (as the overview's links name them) this case gets wrong in this run: an LCA label against its
+    history's truth (the complete history answered, the underspecified asked), a DCG miss, a verdict wrong."""
+    fails = []
+    if "lca_c" in row and (row["lca_c"] != PREDICTS or row["lca_u"] != ASKS):
+        fails.append("LCA")
+    if row.get("dcg") is False:
+        fails.append("DCG")
+    if str(row.get("audit", "clean")) != "clean":
+        fails.append("audit")
+    for task in ("direct", "gold", "interaction", "targeted", "off_target"):
+        right, _, total = str(row.get(task, "")).partition("/")
+        if total and right != total:
+            fails.append(task)
+    return fails
 
 
 def page(title: str, body: str, up: str = "") -> str:
@@ -162,7 +201,7 @@ def table_html(t: Table, link) -> str:
     for r in t.rows:
         cells = []
         for i, value in enumerate(r):
-            href = link(t, r[0], t.headers[i]) if i else None
+            href = link(t, r, t.headers[i]) if i else None
             cells.append(f'<td><a href="{esc(href)}">{esc(value)}</a></td>' if href else f"<td>{esc(value)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     return f"<h3>{esc(t.title)}</h3><table><tr>{head}</tr>{''.join(rows)}</table>"
@@ -172,14 +211,18 @@ def overview(tables: list[Table], groups: list[Group]) -> str:
     models = {g.model: g.model for g in groups} | {group_label(g, groups): g.model for g in groups}
     classes = {c for g in groups for r in g.runs for k in r.metrics for c in [k[2]]}
 
-    def link(table: Table, row_label: str, header: str) -> str | None:
-        model = models.get(row_label)  # a row is labelled with its group's label (or, Table 15, its model id)
-        if model is None:
+    def link(table: Table, row: list, header: str) -> str | None:
+        task = table.task_of(header, row)  # declared by the table, whatever its title says
+        cls = {"class": header} if header in classes and header != "Overall" else {}
+        if table.row_filter:  # rows of causes (Figure 3), of one model's cases
+            query = {"model": table.model or "", table.row_filter: row[0]} | ({"task": task} if task else {})
+        elif row[0] in models:  # a row is labelled with its group's label (or, Table 15, its model id)
+            query = {"model": models[row[0]]} | ({"task": task} if task else {}) | cls
+        elif cls and task:  # a row of a type or a category, a column of a class (Figure 4 c): every model
+            query = cls | {"task": task}
+        else:
             return None
-        task = table.task_of(header)  # declared by the table, whatever its title says
-        query = {"model": model} | ({"task": task} if task else {}) | \
-            ({"class": header} if header in classes and header != "Overall" else {})
-        return "cases.html#" + "&".join(f"{k}={v}" for k, v in query.items())
+        return "cases.html#" + urlencode({k: v for k, v in query.items() if v})
     return "<h1>LexPilot results</h1>" + "".join(table_html(t, link) for t in tables)
 
 
@@ -190,19 +233,25 @@ let sortKey = 'case', sortDir = 1, limit = 500;
 function fill(id, values){const s=f(id);for(const v of [...new Set(values)].sort()){const o=document.createElement('option');o.value=v;o.textContent=v;s.appendChild(o);}}
 fill('model', rows.map(r=>r.model)); fill('run', rows.map(r=>r.run)); fill('class', rows.map(r=>r.class));
 fill('cause', rows.map(r=>r.cause)); fill('tag', rows.flatMap(r=>r.tags));
-function fromHash(){const p=new URLSearchParams(location.hash.slice(1));for(const k of ['model','run','class','cause','tag','text']){if(p.has(k))f(k).value=p.get(k);}if(p.has('task'))f('task').textContent='task: '+p.get('task');}
+const keys=['model','run','class','cause','tag','text'];let task='';
+function fromHash(){const p=new URLSearchParams(location.hash.slice(1));for(const k of keys)f(k).value=p.get(k)||'';task=p.get('task')||'';f('task').textContent=task?'task: '+task+' (cases it gets wrong first)':'';}
+function toHash(){const p=new URLSearchParams();for(const k of keys)if(f(k).value)p.set(k,f(k).value);if(task)p.set('task',task);history.replaceState(null,'','#'+p.toString());}
+function key(v){if(v===undefined||v===null)return '';const m=/^(\d+)\/(\d+)$/.exec(String(v));return m?Number(m[1])/Math.max(Number(m[2]),1):v;}
+function order(a,b){const x=key(a),y=key(b);if(typeof x==='number'&&typeof y==='number')return x-y;return String(x).localeCompare(String(y),'zh',{numeric:true});}
 function cell(v){const td=document.createElement('td');td.textContent=v===undefined?'–':String(v);return td;}
 function render(){const m=f('model').value,ru=f('run').value,c=f('class').value,ca=f('cause').value,t=f('tag').value,q=f('text').value.toLowerCase();
  const shown=rows.filter(r=>(!m||r.model===m)&&(!ru||r.run===ru)&&(!c||r.class===c)&&(!ca||r.cause===ca)&&(!t||r.tags.includes(t))&&(!q||r.search.includes(q)));
- shown.sort((a,b)=>(String(a[sortKey]??'')>String(b[sortKey]??'')?1:String(a[sortKey]??'')<String(b[sortKey]??'')?-1:0)*sortDir);
+ const fails=r=>task&&r.fails.includes(task)?0:1;
+ shown.sort((a,b)=>(fails(a)-fails(b))||order(a[sortKey],b[sortKey])*sortDir);
  f('count').textContent=shown.length+' of '+rows.length+' shown';
  const body=f('rows');body.replaceChildren();
  for(const r of shown.slice(0,limit)){const tr=document.createElement('tr');const a=document.createElement('a');a.href='case/'+r.page+'.html';a.textContent=r.case;const td=document.createElement('td');td.appendChild(a);tr.appendChild(td);
-  for(const k of ['cause','class','label','lca_c','lca_u','dcg','direct','gold','interaction','stop','questions'])tr.appendChild(cell(r[k]));
+  for(const k of ['cause','class','label','lca_c','lca_u','dcg','direct','gold','interaction','stop','questions','targeted','off_target','plain','audit'])tr.appendChild(cell(k==='dcg'&&r[k]!==undefined?(r[k]?'success':'miss'):(k==='lca_c'||k==='lca_u')&&r[k]?r[k]+(r[k]==='策略一'?' · answered':' · asked'):r[k]));
+  if(task&&r.fails.includes(task))tr.className='failing';
   const tags=document.createElement('td');for(const g of r.tags){const s=document.createElement('span');s.className='tag';s.textContent=g;tags.appendChild(s);}tr.appendChild(tags);body.appendChild(tr);}
  f('more').hidden=shown.length<=limit;}
-for(const id of ['model','run','class','cause','tag'])f(id).addEventListener('change',render);
-f('text').addEventListener('input',render);f('more').addEventListener('click',()=>{limit+=500;render();});
+for(const id of ['model','run','class','cause','tag'])f(id).addEventListener('change',()=>{toHash();render();});
+f('text').addEventListener('input',()=>{toHash();render();});f('more').addEventListener('click',()=>{limit+=500;render();});
 for(const th of document.querySelectorAll('th[data-key]'))th.addEventListener('click',()=>{sortDir=sortKey===th.dataset.key?-sortDir:1;sortKey=th.dataset.key;render();});
 window.addEventListener('hashchange',()=>{fromHash();render();});fromHash();render();
 """
@@ -212,7 +261,8 @@ def case_list(rows: list[dict]) -> str:
     headers = [("case", "Case"), ("cause", "Cause"), ("class", "Class"), ("label", "Model · run"),
                ("lca_c", "LCA complete"), ("lca_u", "LCA underspecified"), ("dcg", "DCG success"),
                ("direct", "Direct right"), ("gold", "Gold right"), ("interaction", "Interaction right"),
-               ("stop", "Stop"), ("questions", "Questions"), ("tags", "Outcome")]
+               ("stop", "Stop"), ("questions", "Questions"), ("targeted", "Targeted right"),
+               ("off_target", "Off-target right"), ("plain", "Plain type"), ("audit", "Audit"), ("tags", "Outcome")]
     selects = "".join(f'<label>{name} <select id="{key}"><option value="">all</option></select></label> '
                       for key, name in (("model", "Model"), ("run", "Run"), ("class", "Class"), ("cause", "Cause"),
                                         ("tag", "Outcome")))
@@ -232,37 +282,43 @@ def dialogue_html(messages: list[dict]) -> str:
     return "".join(msg(m["role"], m["content"]) for m in messages)
 
 
-def transcript(rr: RunRecords, case: Case | None, number: str, details: list[str]) -> str:
-    """Every task of one case in one run, in protocol order."""
+def transcript(rr: RunRecords, case: Case | None, number: str, details: list[str], source: dict | None = None) -> str:
+    """Every task of one case in one run, in protocol order; `source`: the records of the run it re-judged."""
     r, parts = rr.records, []
     a1, lca = r["a1"].get(number), r["LCA"].get(number)
+    original = ((source or {}).get("LCA") or {}).get(number) if source else None
     if a1:
         for t in ("complete", "underspecified"):
             judged = (lca or {}).get("judgments", {}).get(t, {})
-            parts.append(f"<h4>LexAwN after the {t} history (LCA: {esc(judged.get('label', '–'))})</h4>"
+            label = rejudged(judged.get("label"), (original or {}).get("judgments", {}).get(t, {}).get("label")) \
+                if source else lca_label(judged.get("label"))
+            parts.append(f"<h4>LexAwN after the {t} history (LCA: {esc(label)})</h4>"
                          + msg("assistant", a1["responses"][t]["response"])
                          + msg("judge", "\n".join(judged.get("judge_raw") or []), "LCA judge, raw"))
     asked, dcg = r["force_ask"].get(number), r["DCG"].get(number)
     if asked:
         labels = {x["round"]: x for x in (dcg or {}).get("rounds", [])}
-        parts.append(f"<h4>DCG (success: {esc((dcg or {}).get('success', '–'))})</h4>")
+        success = {True: "success", False: "miss"}.get((dcg or {}).get("success"), "–")
+        parts.append(f"<h4>DCG: {esc(success)}</h4>")
         for q in asked["rounds"]:
             judged = labels.get(q["round"], {})
             parts.append(msg("assistant", q["question"], f"forced question {q['round']}, judge: "
                                                           f"{judged.get('label', '–')}"))
             if q.get("user_reply"):
                 marked, _ = highlighted(q["user_reply"], details)
-                parts.append(msg("user", q["user_reply"], "User Model", marked))
+                parts.append(msg("user", q["user_reply"], "User Model" + audit_note(r, number, f"DCG round {q['round']}"),
+                                 marked))
     inter = r["interaction"].get(number)
     if inter:
         parts.append(f"<h4>Interaction ({esc(inter.get('user_condition', 'standard'))} user; stop: "
                      f"{esc(inter['stop_reason'])})</h4>")
         for x in inter["rounds"]:
             parts.append(msg("assistant", x["assistant"], f"round {x['round']}, {x['prompt']}, LCA label: "
-                                                          f"{x.get('label') or '–'}"))
+                                                          f"{lca_label(x.get('label'))}"))
             if x.get("user_reply"):
                 marked, _ = highlighted(x["user_reply"], details)
-                note = f"User Model ({x.get('user_prompt', 'user_standard')})"
+                note = f"User Model ({x.get('user_prompt', 'user_standard')})" + audit_note(
+                    r, number, f"interaction round {x['round']}")
                 if x.get("fault"):
                     note += f"; fault: {x['fault']['kind']} about “{x['fault']['detail']}”"
                 parts.append(msg("user", x["user_reply"], note, marked))
@@ -275,6 +331,7 @@ def transcript(rr: RunRecords, case: Case | None, number: str, details: list[str
         reply = (g or {}).get(reply_field, "") if setup != "interaction" else (inter or {}).get("final_response", "")
         parts.append(f"<h4>LJP {name}</h4>" + msg("assistant", reply, "prediction")
                      + f"<table><tr><th>Claim</th><th>Gold</th><th>Extracted</th></tr>{rows}</table>")
+    parts.append(later_sections(r, number))
     return "".join(parts) or "<p>No saved record of this case in this run.</p>"
 
 
@@ -283,7 +340,7 @@ const blocks=[...document.querySelectorAll('section.run')];const a=document.getE
 for(const s of [a,b])for(const x of blocks){const o=document.createElement('option');o.value=x.id;o.textContent=x.dataset.label;s.appendChild(o);}
 if(blocks.length>1)b.selectedIndex=1;
 function show(){const side=document.getElementById('side').checked;document.getElementById('runs').className=side?'grid':'';
- for(const x of blocks){x.hidden=side&&x.id!==a.value&&x.id!==b.value;x.style.order=side&&x.id===b.value?2:1;}}
+ for(const x of blocks){x.hidden=side&&x.id!==a.value&&x.id!==b.value;x.style.order=side&&x.id===b.value?2:1;if(side&&!x.hidden)x.querySelector('details').open=true;}}
 for(const e of [a,b,document.getElementById('side')])e.addEventListener('change',show);show();
 """
 
@@ -302,8 +359,12 @@ def case_page(number: str, case: Case | None, loaded: list[RunRecords]) -> str:
                 f"<h3>Claims and the court's verdicts</h3><table><tr><th>Claim</th><th>Verdict</th></tr>{claims}</table>")
     else:
         head = f"<h1>{esc(number)}</h1><p>The dataset was not available: pass --dataset to see the case itself.</p>"
-    sections = "".join(f'<section class="run" id="run{i}" data-label="{esc(rr.label)}"><h2>{esc(rr.label)}</h2>'
-                       f"{transcript(rr, case, number, details)}</section>" for i, rr in enumerate(loaded))
+    by_run = {(rr.run.model, rr.run.run_id): rr.records for rr in loaded}
+    # each run's tasks fold away: at 10 models × 5 runs the page is a list of runs, not one long column
+    sections = "".join(f'<section class="run" id="run{i}" data-label="{esc(rr.label)}"><details{" open" if i < 2 else ""}>'
+                       f"<summary><h2>{esc(rr.label)}</h2></summary>"
+                       f"{transcript(rr, case, number, details, by_run.get((rr.run.model, source_of(rr.run.manifest))))}"
+                       "</details></section>" for i, rr in enumerate(loaded))
     controls = ('<p><label><input type="checkbox" id="side"> side by side</label> '
                 '<select id="left"></select> <select id="right"></select></p>')
     return head + controls + f'<div id="runs">{sections}</div><script>{SIDE_SCRIPT}</script>'

@@ -1,0 +1,134 @@
+"""The viewer for every stage (issue 26 items 1-3 and 6), in real Chromium: the later stages on the case page, every
+overview table linked to its cases by identity, a task's link listing the cases it gets wrong first, every filter
+written to the address, a case list usable at 800 px; hostile model output inert in each new view."""
+import json
+import os
+import shutil
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+import rejudge
+import show_results
+from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS
+from tests.conftest import Harness, sample_cases, write_dataset
+from tests.fake_provider import default_reply
+
+HOSTILE = '<img src=x onerror="window.__pwned = 3"><script>window.__pwned = 4</script>'
+
+
+
+def hostile(kind, prompt, body):
+    if kind in ("plain", "targeted"):  # the plain answer and the Targeted questions carry markup
+        return default_reply(kind, prompt) + HOSTILE
+    return None
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """Two models, every stage run per model and run on four sample cases, model-a's run re-judged by the same
+    judge; the site written with --complexity."""
+    from tests.fake_provider import FakeProvider
+    tmp = tmp_path_factory.mktemp("stages")
+    with FakeProvider(hostile) as provider, pytest.MonkeyPatch.context() as monkeypatch:
+        tenth = json.loads(json.dumps(sample_cases()[0]))  # a case numbered 10: sorted as a number, after 4
+        tenth["case_number"] = "（2099）示例民初10号"
+        tenth["underspecified_consultation"][0]["content"] += "（另一位）"
+        h = Harness(tmp, provider, monkeypatch, write_dataset(tmp / "five.json", sample_cases()[:4] + [tenth]))
+        for model in ("model-a", "model-b"):
+            for name in STAGE_SETS["all"]:
+                for stage in GRID_STAGES[name]:
+                    assert h.run_stage(stage, "--model", model) == 0
+        assert h.run_stage(rejudge.STAGE, "--model", "model-a", "--from-run", "r1", "--run-id", "r1-again") == 0
+    complexity = tmp / "complexity.csv"
+    complexity.write_text("cause_of_action,complexity\n" + "".join(
+        f"{cause},{i + 1}\n" for i, cause in enumerate(dict.fromkeys(c["cause_of_action"] for c in sample_cases()[:4]))),
+        encoding="utf-8")
+    assert show_results.main(["--output-root", str(h.root), "--html", str(tmp / "site"), "--complexity",
+                              str(complexity)]) == 0
+    return h.root, tmp / "site"
+
+
+@pytest.fixture
+def page(browser):
+    if browser is None:
+        pytest.skip("no Chromium")
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.errors = []
+    page.on("pageerror", lambda e: page.errors.append(str(e)))
+    yield page
+    assert not page.errors
+    assert page.evaluate("window.__pwned") is None  # no hostile markup ran anywhere
+    page.close()
+
+
+def test_a_case_page_shows_every_stage(built, page):
+    root, site = built
+    page.goto((site / "case" / "0.html").as_uri())
+    body = page.inner_text("body")
+    targeted = json.loads(next(root.glob("Behaviour_gen/r1/model-a-*/dialogues_targeted.jsonl")).read_text(
+        encoding="utf-8").splitlines()[0])
+    question = targeted["attempts"][0]["dialogue"][0]["content"]
+    assert question in body  # the Targeted dialogue's own text, shown as text (its markup included)
+    for words in ("Targeted dialogue (Table 4)", "Off-target dialogue (Table 4)", "Validator", "attempt 1: accepted",
+                  "Plain consultation, underspecified history (response type:", "audit: clean",
+                  "Focal-point types (Figure 4)", "策略一 · answered"):
+        assert words in body, words
+    # the re-judged run, labelled by what differs, its labels beside the source's
+    assert "original judge" in body and "model-a · r1 re-judged by DeepSeek-R1" in body
+    assert "window.__pwned = 3" in body
+
+
+def test_every_overview_table_links_its_cases_and_a_task_link_lists_its_failures_first(built, page):
+    root, site = built
+    page.goto((site / "index.html").as_uri())
+    for title in ("Interaction behaviour and LJP (Table 4)", "Table 4 dialogues", "Figure 4 (c)",
+                  "Plain consultation (Table 6)", "Simulator audit", "Case complexity (Figure 3)",
+                  "Judge sensitivity"):
+        links = page.locator(f"h3:has-text('{title}') + table a")
+        assert links.count() > 0, title
+    # the LJP Direct QWK cell of model-a: the cases whose Direct verdicts are wrong come first, and only they
+    wrong = set()
+    for line in next(root.glob("eval_results/r1/model-a-*/LJP_direct.jsonl")).read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        if record["gold"] != record["predicted"]:
+            wrong.add(record["case_number"])
+    page.locator("h3:has-text('Main results') + table tr:has(td:text-is('model-a')) a").nth(2).click()
+    page.wait_for_url("**/cases.html#*")
+    assert parse_qs(urlparse(page.url).fragment)["task"] == ["direct"]
+    cases = page.locator("#rows tr td:first-child").all_inner_texts()
+    failing = page.locator("#rows tr.failing td:first-child").all_inner_texts()
+    assert set(failing) == wrong and cases[:len(failing)] == failing
+
+
+def test_every_filter_change_is_written_to_the_address(built, page):
+    _, site = built
+    page.goto((site / "cases.html").as_uri())
+    page.select_option("#model", "model-b")
+    page.select_option("#class", "Family")
+    page.fill("#text", "示例")
+    query = parse_qs(page.evaluate("location.hash").lstrip("#"))
+    assert query == {"model": ["model-b"], "class": ["Family"], "text": ["示例"]}
+    shown = page.inner_text("#count")
+    page.goto((site / "index.html").as_uri())
+    page.goto((site / "cases.html").as_uri() + "#" + page.evaluate("'model=model-b&class=Family&text=示例'"))
+    assert page.inner_text("#count") == shown  # the address alone brings the view back
+
+
+def test_the_case_list_is_usable_at_800_pixels_and_labels_outcomes_in_words(built, browser):
+    if browser is None:
+        pytest.skip("no Chromium")
+    _, site = built
+    page = browser.new_page(viewport={"width": 800, "height": 900})
+    page.goto((site / "cases.html").as_uri())
+    assert page.evaluate("document.documentElement.scrollWidth") <= 800  # the table scrolls, not the page
+    text = page.inner_text("#rows")
+    assert ("success" in text or "miss" in text) and "true" not in text and "false" not in text
+    assert "· answered" in text or "· asked" in text
+    number = lambda n: int(n.split("初")[1].rstrip("号"))  # noqa: E731  （2099）示例民初12号 -> 12
+    listed = [number(n) for n in page.locator("#rows tr td:first-child").all_inner_texts()]
+    assert listed == sorted(listed)  # as numbers: 2 before 10
+    page.click("th[data-key='case']")  # again: the other way
+    listed = [number(n) for n in page.locator("#rows tr td:first-child").all_inner_texts()]
+    assert listed == sorted(listed, reverse=True)
+    page.close()
