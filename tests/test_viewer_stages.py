@@ -18,9 +18,17 @@ HOSTILE = '<img src=x onerror="window.__pwned = 3"><script>window.__pwned = 4</s
 
 
 
+SEEN = set()
+
+
 def hostile(kind, prompt, body):
     if kind in ("plain", "targeted"):  # the plain answer and the Targeted questions carry markup
         return default_reply(kind, prompt) + HOSTILE
+    if kind == "dcg_judge":  # asked the same again (a re-judged run), the judge answers the other way
+        first = default_reply(kind, prompt)
+        again = prompt in SEEN
+        SEEN.add(prompt)
+        return {"是": "否", "否": "是"}[first] if again else first
     return None
 
 
@@ -132,3 +140,39 @@ def test_the_case_list_is_usable_at_800_pixels_and_labels_outcomes_in_words(buil
     listed = [number(n) for n in page.locator("#rows tr td:first-child").all_inner_texts()]
     assert listed == sorted(listed, reverse=True)
     page.close()
+
+
+def records(root, top, name, run="r1", model="model-a") -> dict:
+    path = next(root.glob(f"{top}/{run}/{model}-*/{name}"))
+    return {r["case_number"]: r for r in map(json.loads, path.read_text(encoding="utf-8").splitlines())}
+
+
+def listed(page) -> list[str]:
+    return page.locator("#body tr td:first-child").all_inner_texts()
+
+
+def test_comparisons_a_researcher_asks_for(built, page):
+    """Issue 26 item 4: right under A and wrong under B; wrong in every run; the two judges disagree; a matrix of
+    cases × models and runs, filterable to failures."""
+    root, site = built
+    right = {m: {n for n, r in records(root, "eval_results", "LJP_direct.jsonl", model=m).items()
+                 if r["gold"] == r["predicted"]} for m in ("model-a", "model-b")}
+    cases = set(records(root, "eval_results", "LJP_direct.jsonl"))
+    page.goto((site / "compare.html").as_uri() + "#mode=ab&task=direct&a=model-a · r1&b=model-b · r1")
+    assert set(listed(page)) == right["model-a"] - right["model-b"]
+    page.select_option("#mode", "never")
+    page.select_option("#model", "model-b")
+    assert set(listed(page)) == cases - right["model-b"]
+    assert "mode=never" in page.evaluate("location.hash") and "model=model-b" in page.evaluate("location.hash")
+    original = records(root, "eval_results", "DCG_results.jsonl")
+    again = records(root, "eval_results", "DCG_results.jsonl", run="r1-again")
+    page.select_option("#mode", "disagree")
+    disagreeing = {n for n in original if original[n]["success"] != again[n]["success"]}
+    assert disagreeing and set(listed(page)) == disagreeing
+    page.select_option("#mode", "matrix")
+    page.select_option("#task", "direct")
+    assert len(listed(page)) == len(cases)
+    assert page.locator("#body tr:first-child td").count() == 2 + 3  # case, cause, and three runs
+    page.check("#failures")
+    wrong_somewhere = cases - (right["model-a"] & right["model-b"])
+    assert set(listed(page)) == wrong_somewhere

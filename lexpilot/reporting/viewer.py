@@ -36,6 +36,7 @@ from lexpilot.benchmark.records import AUDIT, LJP_BEHAVIOUR, PLAIN_TYPES
 from lexpilot.benchmark.vocabulary import ASKS, PREDICTS
 from lexpilot.errors import HarnessError
 from lexpilot.reporting.case_sections import KINDS as LATER_KINDS
+from lexpilot.reporting.comparisons import TASKS, compare_page, disagreements
 from lexpilot.reporting.case_sections import audit_note, later_sections, lca_label, rejudged
 from lexpilot.reporting.judges import source_of
 from lexpilot.reporting.results import Group, Run, group_label, read_saved
@@ -158,7 +159,7 @@ PAGE = """<!DOCTYPE html>
 <html lang="zh"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
 <title>{title}</title><style>{style}</style></head><body>
-<nav><a href="{up}index.html">Overview</a> · <a href="{up}cases.html">Cases</a></nav>
+<nav><a href="{up}index.html">Overview</a> · <a href="{up}cases.html">Cases</a> · <a href="{up}compare.html">Compare</a></nav>
 {body}
 </body></html>
 """
@@ -400,10 +401,17 @@ def write_site(folder: Path, root: Path, groups: list[Group], tables: list[Table
                 search = " ".join([n, cause, rr.label] + [m["content"] for m in (case.underspecified if case else ())])
                 rows.append(row | {"case": n, "cause": cause, "class": cls, "page": pages[n],
                                    "search": search.lower()})
+        mine = {(r["model"], r["run"]): r for r in rows[len(rows) - sum(n in selected[id(rr)] for rr in loaded):]}
+        for rr in loaded:  # a re-judged run's outcomes against its source's, on this case
+            row = mine.get((rr.run.model, rr.run.run_id))
+            if row is not None and source_of(rr.run.manifest):
+                row["disagrees"] = disagreements(row, mine.get((rr.run.model, source_of(rr.run.manifest))))
     try:
         (folder / "case").mkdir(parents=True, exist_ok=True)
         (folder / "index.html").write_text(page("LexPilot results", overview(tables, groups)), encoding="utf-8")
         (folder / "cases.html").write_text(page("Cases", case_list(rows)), encoding="utf-8")
+        (folder / "compare.html").write_text(page("Compare", compare_page(script_json(rows), script_json(TASKS))),
+                                             encoding="utf-8")
         for n, i in pages.items():
             body = case_page(n, cases.get(n), [rr for rr in loaded if n in selected[id(rr)]])
             (folder / "case" / f"{i}.html").write_text(page(n, body, up="../"), encoding="utf-8")

@@ -1,0 +1,65 @@
+"""The viewer's comparison page (compare.html): for any task, a matrix of cases × models and runs with the outcome
+in each cell (filterable to failures), the cases right under A and wrong under B, the cases a model gets wrong in
+every run, and the cases where a re-judged run's judge disagrees with the original judge. It reads the case list's
+rows (one per case and run, with the tasks each gets wrong); every choice is written to the address.
+"""
+from __future__ import annotations
+
+TASKS = (("LCA", "lca_c"), ("DCG", "dcg"), ("direct", "direct"), ("gold", "gold"), ("interaction", "interaction"),
+         ("targeted", "targeted"), ("off_target", "off_target"), ("audit", "audit"))
+
+COMPARE_SCRIPT = """
+const rows=JSON.parse(document.getElementById('data').textContent);const f=id=>document.getElementById(id);
+const tasks=JSON.parse(document.getElementById('tasks').textContent);
+const labels=[...new Set(rows.map(r=>r.label))];const models=[...new Set(rows.map(r=>r.model))];
+function fill(id,values){for(const v of values){const o=document.createElement('option');o.value=v;o.textContent=v;f(id).appendChild(o);}}
+fill('task',tasks.map(t=>t[0]));fill('a',labels);fill('b',labels);fill('model',models);if(labels.length>1)f('b').value=labels[1];
+const keys=['mode','task','a','b','model','failures'];
+function fromHash(){const p=new URLSearchParams(location.hash.slice(1));for(const k of keys){if(!p.has(k))continue;if(k==='failures')f(k).checked=p.get(k)==='1';else f(k).value=p.get(k);}}
+function toHash(){const p=new URLSearchParams();for(const k of keys){const v=k==='failures'?(f(k).checked?'1':''):f(k).value;if(v)p.set(k,v);}history.replaceState(null,'','#'+p.toString());}
+function outcome(r,task){const field=tasks.find(t=>t[0]===task)[1];if(r[field]===undefined)return '';return r.fails.includes(task)?'wrong':'right';}
+const byCase={};for(const r of rows){(byCase[r.case]=byCase[r.case]||{page:r.page,cause:r.cause,runs:{}}).runs[r.label]=r;}
+const cases=Object.keys(byCase).sort((x,y)=>x.localeCompare(y,'zh',{numeric:true}));
+function link(c){const a=document.createElement('a');a.href='case/'+byCase[c].page+'.html';a.textContent=c;return a;}
+function td(x){const e=document.createElement('td');if(x instanceof Node)e.appendChild(x);else e.textContent=x;return e;}
+function render(){const mode=f('mode').value,task=f('task').value;const head=f('head'),body=f('body');head.replaceChildren();body.replaceChildren();
+ for(const id of ['a','b'])f(id).parentElement.hidden=mode!=='ab';f('model').parentElement.hidden=mode!=='never';f('failures').parentElement.hidden=mode!=='matrix';
+ let cols=['Case','Cause'],list=[];
+ if(mode==='matrix'){cols=cols.concat(labels);list=cases.filter(c=>!f('failures').checked||labels.some(l=>byCase[c].runs[l]&&outcome(byCase[c].runs[l],task)==='wrong'));}
+ if(mode==='ab'){cols=cols.concat([f('a').value,f('b').value]);list=cases.filter(c=>{const x=byCase[c].runs[f('a').value],y=byCase[c].runs[f('b').value];return x&&y&&outcome(x,task)==='right'&&outcome(y,task)==='wrong';});}
+ if(mode==='never'){const mine=labels.filter(l=>rows.some(r=>r.label===l&&r.model===f('model').value));cols=cols.concat(mine);list=cases.filter(c=>{const rs=mine.map(l=>byCase[c].runs[l]).filter(Boolean);return rs.length&&rs.every(r=>outcome(r,task)==='wrong');});}
+ if(mode==='disagree'){cols=cols.concat(['Re-judged run','Tasks the judges disagree on']);for(const c of cases)for(const r of Object.values(byCase[c].runs))if((r.disagrees||[]).length)list.push([c,r]);}
+ const tr=document.createElement('tr');for(const c of cols){const th=document.createElement('th');th.textContent=c;tr.appendChild(th);}head.appendChild(tr);
+ for(const item of list){const row=document.createElement('tr');const c=mode==='disagree'?item[0]:item;row.appendChild(td(link(c)));row.appendChild(td(byCase[c].cause));
+  if(mode==='disagree'){row.appendChild(td(item[1].label));row.appendChild(td(item[1].disagrees.join(', ')));}
+  else for(const l of cols.slice(2)){const r=byCase[c].runs[l];const o=r?outcome(r,task):'';const cell=td(o||'–');cell.className=o==='wrong'?'bad':o==='right'?'ok':'';row.appendChild(cell);}
+  body.appendChild(row);}
+ f('count').textContent=list.length+' cases';}
+for(const id of keys)f(id).addEventListener('change',()=>{toHash();render();});
+window.addEventListener('hashchange',()=>{fromHash();render();});fromHash();render();
+"""
+
+
+def compare_page(rows_json: str, tasks_json: str) -> str:
+    """The page's controls and table; `rows_json`: the case list's rows, safe inside a script element."""
+    return ("<h1>Compare</h1><p><label>View <select id=\"mode\">"
+            "<option value=\"matrix\">cases × models and runs</option>"
+            "<option value=\"ab\">right under A, wrong under B</option>"
+            "<option value=\"never\">wrong in every run of a model</option>"
+            "<option value=\"disagree\">the two judges disagree</option></select></label> "
+            "<label>Task <select id=\"task\"></select></label> <label>A <select id=\"a\"></select></label> "
+            "<label>B <select id=\"b\"></select></label> <label>Model <select id=\"model\"></select></label> "
+            "<label><input type=\"checkbox\" id=\"failures\"> failures only</label></p><p id=\"count\"></p>"
+            "<table><thead id=\"head\"></thead><tbody id=\"body\"></tbody></table>"
+            f'<script type="application/json" id="data">{rows_json}</script>'
+            f'<script type="application/json" id="tasks">{tasks_json}</script><script>{COMPARE_SCRIPT}</script>')
+
+
+def disagreements(row: dict, source: dict | None) -> list[str]:
+    """The tasks on which a re-judged run's outcome differs from its source run's on the same case."""
+    if source is None:
+        return []
+    fields = {"LCA": ("lca_c", "lca_u"), "DCG": ("dcg",), "direct": ("direct",), "gold": ("gold",),
+              "interaction": ("interaction",)}
+    return [task for task, names in fields.items() if any(row.get(n) != source.get(n) for n in names)
+            and any(n in row for n in names)]
