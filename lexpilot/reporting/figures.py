@@ -65,6 +65,7 @@ def class_bars(plt, groups: list[Group], labels: list[str], folder: Path, boot: 
             x = np.arange(len(classes)) + (i - (len(groups) - 1) / 2) * width
             ax.bar(x, [v[0] for v in values], width, label=label,
                    yerr=np.array([[v[1] for v in values], [v[2] for v in values]]), capsize=3)
+            mark_undefined(ax, x, [v[0] for v in values])
         ax.set_xticks(np.arange(len(classes)), classes)
         ax.set_ylabel(f"{TASK_NAMES[task]} {METRIC_NAMES[metric]}")
         ax.set_title(f"{title.split(' (')[0]} (error bars: {bar_label(boot)})", fontsize=10)
@@ -76,12 +77,16 @@ def class_bars(plt, groups: list[Group], labels: list[str], folder: Path, boot: 
 def lca_scatter(plt, groups: list[Group], labels: list[str], folder: Path, boot: Bootstrap | None) -> Path:
     """Acc_C against Acc_U: over-asking against premature judgment."""
     fig, ax = plt.subplots(figsize=(5.5, 5))
+    points = []
     for label, g in zip(labels, groups):
         (xc, xl, xu) = error_bar(g, ("LCA", "acc_c", OVERALL), boot)
         (yu, yl, yh) = error_bar(g, ("LCA", "acc_u", OVERALL), boot)
         ax.errorbar([xc], [yu], xerr=[[xl], [xu]], yerr=[[yl], [yh]], fmt="o", capsize=3, label=label)
         if not np.isnan(xc) and not np.isnan(yu):
-            ax.annotate(label, (xc, yu), textcoords="offset points", xytext=(5, 5), fontsize=8)
+            points.append((label, xc, yu))
+    for label, (x, y), (lx, ly) in dodged(points):  # ten models close together stay readable
+        ax.annotate(label, (x, y), xytext=(lx, ly), fontsize=8,
+                    arrowprops={"arrowstyle": "-", "color": "grey", "linewidth": 0.5} if (lx, ly) != (x, y) else None)
     ax.plot([0, 1], [1, 0], color="grey", linewidth=0.6, linestyle="--")
     ax.set_xlim(0, 1.02), ax.set_ylim(0, 1.02)
     ax.set_xlabel("Acc_C: complete histories answered (low = over-asking)")
@@ -105,12 +110,35 @@ def ljp_setups(plt, groups: list[Group], labels: list[str], folder: Path, boot: 
     return save(plt, fig, folder / "ljp_setups.png", ax, legend=8)
 
 
+LABEL_GAP = (0.14, 0.04)  # in axis units (0 to 1): two labels closer than this in both directions would overprint
+
+
+def dodged(points: list[tuple[str, float, float]]) -> list[tuple[str, tuple, tuple]]:
+    """(label, point, where its text goes): each label just above and right of its point, moved up, one step at a
+    time, while it would overprint a label already placed."""
+    placed, out = [], []
+    for label, x, y in sorted(points, key=lambda p: (p[2], p[1])):
+        lx, ly = x + 0.01, y + 0.01
+        while any(abs(lx - px) < LABEL_GAP[0] and abs(ly - py) < LABEL_GAP[1] for px, py in placed):
+            ly += LABEL_GAP[1]
+        placed.append((lx, ly))
+        out.append((label, (x, y), (lx, ly)))
+    return out
+
+
+def mark_undefined(ax, xs, values) -> None:
+    """An undefined value is written as n/a where its bar would stand, not left as an empty bar that reads as 0."""
+    for x, v in zip(xs, values):
+        if v is None or np.isnan(v):
+            ax.text(x, 0.01, "n/a", ha="center", va="bottom", fontsize=7, rotation=90, color="dimgray")
+
+
 def save(plt, fig, path: Path, ax=None, legend: int = 7) -> Path:
-    """Lay out, write and close a figure (with the axes' legend, when given)."""
+    """Lay out, write and close a figure (with the axes' legend, when given); no label is cut off at the edge."""
     if ax is not None:
         ax.legend(fontsize=legend)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -124,12 +152,14 @@ def analysis_plots(plt, groups: list[Group], labels: list[str], folder: Path, co
         fig, ax = plt.subplots(figsize=(9, 4.2))
         width = 0.8 / len(typed)
         for i, (label, g) in enumerate(typed):
-            values = [(g.stat(("DCG by focal type", t, OVERALL)) or {}).get("mean") for t in types]
-            ax.bar(np.arange(len(types)) + (i - (len(typed) - 1) / 2) * width,
-                   [np.nan if v is None else v for v in values], width, label=label)
+            values = [error_bar(g, ("DCG by focal type", t, OVERALL), None) for t in types]  # no bootstrap per type
+            x = np.arange(len(types)) + (i - (len(typed) - 1) / 2) * width
+            ax.bar(x, [v[0] for v in values], width, label=label,
+                   yerr=np.array([[v[1] for v in values], [v[2] for v in values]]), capsize=2)
+            mark_undefined(ax, x, [v[0] for v in values])
         ax.set_xticks(np.arange(len(types)), types, rotation=20, fontsize=8)
         ax.set_ylabel("DCG accuracy")
-        ax.set_title("Figure 4 (a): DCG accuracy by focal-point type", fontsize=10)
+        ax.set_title("Figure 4 (a): DCG accuracy by focal-point type (± SD over runs)", fontsize=10)
         written.append(save(plt, fig, folder / "fig4a_dcg_by_focal_type.png", ax))
         counts = typed[0][1].runs[0].metrics
         classes = classes_present(groups)
@@ -146,20 +176,20 @@ def analysis_plots(plt, groups: list[Group], labels: list[str], folder: Path, co
         fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
         for ax, (task, name) in zip(axes, (("LCA", "LCA Macro-F1"), ("DCG", "DCG accuracy"))):
             for label, g in zip(labels, groups):
-                points = [(complexity[k[2]], (g.stat(k) or {}).get("mean")) for k in
+                points = [(complexity[k[2]], *error_bar(g, k, None)[:2]) for k in
                           {k for r in g.runs for k in r.metrics if k[:2] == ("by cause", task)} if k[2] in complexity]
-                points = [(x, y) for x, y in points if y is not None]
+                points = [(x, y, e) for x, y, e in points if not np.isnan(y)]
                 if not points:
                     continue
-                xs, ys = np.array(points).T
-                ax.scatter(xs, ys, label=label, s=18)
+                xs, ys, errors = np.array(points).T
+                ax.errorbar(xs, ys, yerr=errors, fmt="o", markersize=4, capsize=2, label=label)  # ± SD over runs
                 if len(set(xs)) > 1:
                     slope, intercept = np.polyfit(xs, ys, 1)  # least squares
                     grid = np.linspace(xs.min(), xs.max(), 20)
                     ax.plot(grid, slope * grid + intercept, linewidth=1)
             ax.set_xlabel("complexity (average legal provisions cited per cause)")
             ax.set_ylabel(name)
-            ax.set_title(f"Figure 3: {name} by cause against complexity", fontsize=9)
+            ax.set_title(f"Figure 3: {name} by cause against complexity (± SD over runs)", fontsize=9)
             ax.legend(fontsize=7)
         written.append(save(plt, fig, folder / "fig3_complexity.png"))
     return written

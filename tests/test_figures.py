@@ -1,0 +1,66 @@
+"""The figures (issue 26 item 10): a further group labelled by what differs, scatter labels that do not overprint,
+an undefined value drawn as n/a, error bars on every chart; on runs the stage scripts wrote."""
+import pytest
+
+import show_results
+from lexpilot.reporting import figures
+from tests.conftest import Harness, sample_cases, write_dataset
+
+pytest.importorskip("matplotlib")
+
+
+def test_ten_labels_close_together_do_not_overprint():
+    points = [(f"model-{i}", 0.50 + 0.002 * i, 0.60 + 0.001 * i) for i in range(10)]
+    placed = [where for _, _, where in figures.dodged(points)]
+    for i, (x, y) in enumerate(placed):
+        for px, py in placed[:i]:
+            assert abs(x - px) >= figures.LABEL_GAP[0] or abs(y - py) >= figures.LABEL_GAP[1] - 1e-9
+
+
+@pytest.fixture
+def drawn(tmp_path, provider, monkeypatch):
+    """Every figure of two groups of one model (the second at another temperature), with --ci, kept open."""
+    figs = {}
+    original = figures.save
+
+    def keep(plt, fig, path, ax=None, legend=7):
+        figs[path.name] = fig
+        if ax is not None:
+            ax.legend(fontsize=legend)
+        return path
+    monkeypatch.setattr(figures, "save", keep)
+    h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "four.json", sample_cases()[:4]))
+    import eval_focal_types
+    for stage in ("LexAwN", "DCG", "direct", "gold", "interaction"):
+        assert h.run(stage) == 0
+    assert h.run_stage(eval_focal_types.STAGE) == 0
+    h.run_id = "r2"
+    for stage in ("LexAwN", "DCG", "direct", "gold", "interaction"):
+        assert h.run(stage, "--temperature", "0.2") == 0
+    assert h.run_stage(eval_focal_types.STAGE, "--temperature", "0.2") == 0
+    assert show_results.main(["--output-root", str(h.root), "--plot", str(tmp_path / "plots"), "--ci",
+                              "--resamples", "100"]) == 0
+    yield figs
+    monkeypatch.setattr(figures, "save", original)
+    import matplotlib.pyplot as plt
+    plt.close("all")
+
+
+def test_a_group_is_labelled_by_what_differs_and_every_chart_has_error_bars(drawn):
+    for name, fig in drawn.items():
+        ax = fig.axes[0]
+        legend = [t.get_text() for t in ax.get_legend().get_texts()] if ax.get_legend() else []
+        if name.startswith(("by_class", "ljp_setups")):
+            assert legend == ["eval-model", "eval-model · temperature 0.2, user_temperature 0.2"], name
+            assert any(getattr(c, "has_yerr", False) or type(c).__name__ == "ErrorbarContainer"
+                       for c in ax.containers), name
+        assert not any("#" in label for label in legend), name
+
+
+def test_an_undefined_value_is_drawn_as_n_a(drawn):
+    # four cases leave some focal-point type without a DCG accuracy (Figure 4 a): the chart says n/a there
+    chart = drawn["fig4a_dcg_by_focal_type.png"].axes[0]
+    heights = [bar.get_height() for bar in chart.patches]
+    marks = [t.get_text() for t in chart.texts]
+    assert sum(h != h for h in heights) > 0
+    assert marks.count("n/a") == sum(h != h for h in heights)  # NaN heights: nothing drawn but the mark
