@@ -195,3 +195,11 @@ def test_kappa_intervals_come_from_whole_cases(tmp_path, capsys):
     path = annotation_files(tmp_path, [("LCA", "策略一", "策略一", "", "策略一"), ("LCA", "策略二", "策略二", "", "策略一")])
     assert judge_agreement.main(["score", str(path)]) == 0
     assert "κ with its 95% interval from a bootstrap over cases" in capsys.readouterr().out
+
+
+def test_export_reads_the_dataset_each_runs_manifest_names(two_models, tmp_path):
+    """Issue 26 item 12: without --dataset, export uses the runs' own dataset, as show_results.py does."""
+    assert export(two_models, tmp_path / "given.csv") == 0
+    assert judge_agreement.main(["export", "--output-root", str(two_models.root), "--out",
+                                 str(tmp_path / "named.csv")]) == 0
+    assert (tmp_path / "given.csv").read_bytes() == (tmp_path / "named.csv").read_bytes()

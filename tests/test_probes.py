@@ -184,3 +184,12 @@ def test_a_disagreement_asks_for_adjudication_before_any_table(tmp_path, capsys)
     assert "1 item(s) where the experts disagree" in err and "s-adjudicate.csv" in err
     rows = read_sheet(tmp_path / "s-adjudicate.csv", probe_study.ADJUDICATION_COLUMNS)
     assert [(r["item_id"], r["expert_1_answer"], r["expert_2_answer"]) for _, r in rows] == [("P-0002", Y, N)]
+
+
+def test_export_reads_the_model_from_lexpilot_model_as_generate_does(generated, tmp_path, monkeypatch):
+    """Issue 26 item 12: `export` takes the evaluated model from $LEXPILOT_MODEL when --model is not given."""
+    common = ["--run-id", "r1", "--probes", str(PROBES), "--dataset", str(SAMPLE), "--output-root", str(generated.root)]
+    assert user_probes.main(["export", *common, "--model", "eval-model", "--out", str(tmp_path / "flag.csv")]) == 0
+    monkeypatch.setenv("LEXPILOT_MODEL", "eval-model")
+    assert user_probes.main(["export", *common, "--out", str(tmp_path / "env.csv")]) == 0
+    assert (tmp_path / "flag-expert1.csv").read_bytes() == (tmp_path / "env-expert1.csv").read_bytes()

@@ -19,7 +19,7 @@ function fromHash(){const p=new URLSearchParams(location.hash.slice(1));for(cons
 function toHash(){const p=new URLSearchParams();for(const k of keys){const v=k==='failures'?(f(k).checked?'1':''):f(k).value;if(v)p.set(k,v);}history.replaceState(null,'','#'+p.toString());}
 function outcome(r,task){const field=tasks.find(t=>t[0]===task)[1];if(r[field]===undefined)return '';return r.fails.includes(task)?'wrong':'right';}
 const byCase={};for(const r of rows){(byCase[r.case]=byCase[r.case]||{page:r.page,cause:r.cause,runs:{}}).runs[r.label]=r;}
-const cases=Object.keys(byCase).sort((x,y)=>x.localeCompare(y,'zh',{numeric:true}));
+const collator=new Intl.Collator('zh',{numeric:true});const cases=Object.keys(byCase).sort(collator.compare);
 function link(c){const a=document.createElement('a');a.href='case/'+byCase[c].page+'.html';a.textContent=c;return a;}
 function td(x){const e=document.createElement('td');if(x instanceof Node)e.appendChild(x);else e.textContent=x;return e;}
 function render(){const mode=f('mode').value,task=f('task').value;const head=f('head'),body=f('body');head.replaceChildren();body.replaceChildren();
