@@ -19,6 +19,7 @@ HOSTILE = '<img src=x onerror="window.__pwned = 3"><script>window.__pwned = 4</s
 
 
 SEEN = set()
+SENT: set = set()
 
 
 def hostile(kind, prompt, body):
@@ -48,6 +49,7 @@ def built(tmp_path_factory):
                 for stage in GRID_STAGES[name]:
                     assert h.run_stage(stage, "--model", model) == 0
         assert h.run_stage(rejudge.STAGE, "--model", "model-a", "--from-run", "r1", "--run-id", "r1-again") == 0
+        SENT.update(provider.prompts())  # every prompt the scripted provider received, for the exact calls
     complexity = tmp / "complexity.csv"
     complexity.write_text("cause_of_action,complexity\n" + "".join(
         f"{cause},{i + 1}\n" for i, cause in enumerate(dict.fromkeys(c["cause_of_action"] for c in sample_cases()[:4]))),
@@ -176,3 +178,35 @@ def test_comparisons_a_researcher_asks_for(built, page):
     page.check("#failures")
     wrong_somewhere = cases - (right["model-a"] & right["model-b"])
     assert set(listed(page)) == wrong_somewhere
+
+
+def test_each_reply_shows_the_exact_prompt_the_provider_received(built, page):
+    """Issue 26 item 5: the prompt re-rendered from prompts/ and the case equals what the scripted provider received,
+    for every call of a run (LexAwN, the LCA judge, DCG questions, replies and judge, the interaction's rounds and
+    replies, the predictions and the extraction judge); with the role's model and settings, and its tokens."""
+    _, site = built
+    page.goto((site / "case" / "0.html").as_uri())
+    buttons = page.locator("section#run0 button.call")
+    assert buttons.count() >= 12
+    shown = []
+    for i in range(buttons.count()):
+        buttons.nth(i).click()
+        box = page.locator("section#run0 div.callbox").nth(i)
+        shown.append(box.locator("pre.prompt").inner_text())
+        head = box.locator("p").first.inner_text()
+        assert "temperature" in head and "max_tokens" in head and "calls," in head
+    missing = [p[:80] for p in shown if p not in SENT]
+    assert not missing, missing
+    assert "differs from the file this run recorded" not in page.inner_text("body")
+
+
+def test_a_prompt_file_changed_since_the_run_is_said(built):
+    """The exact call says when prompts/ differs from the file the run recorded (the text is then today's file)."""
+    from lexpilot.reporting.calls_view import run_info
+    root, _ = built
+    manifest = json.loads(next(root.glob("runs/r1/model-a-*/manifest.json")).read_text(encoding="utf-8"))
+    assert run_info(manifest)["changed"] == []
+    manifest["prompt_files"]["lexawn.txt"] = "0" * 16
+    info = run_info(manifest)
+    assert info["changed"] == ["lexawn"]
+    assert info["roles"]["judge"]["model"] == "DeepSeek-R1" and "temperature 0.1" in info["roles"]["judge"]["settings"]

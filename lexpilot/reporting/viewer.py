@@ -35,6 +35,8 @@ from lexpilot.benchmark.records import (
 from lexpilot.benchmark.records import AUDIT, LJP_BEHAVIOUR, PLAIN_TYPES
 from lexpilot.benchmark.vocabulary import ASKS, PREDICTS
 from lexpilot.errors import HarnessError
+from lexpilot.benchmark.prompts import render_fault
+from lexpilot.reporting.calls_view import CALL_SCRIPT, call_button, call_data
 from lexpilot.reporting.case_sections import KINDS as LATER_KINDS
 from lexpilot.reporting.comparisons import TASKS, compare_page, disagreements
 from lexpilot.reporting.case_sections import audit_note, later_sections, lca_label, rejudged
@@ -171,6 +173,7 @@ vertical-align:top}th{background:#f3f3f3;cursor:pointer}a{color:#1558b0}nav{marg
 .tag{display:inline-block;background:#eee;border-radius:3px;padding:0 .3em;margin:0 .2em;font-size:.85em}
 .grid{display:grid;grid-template-columns:1fr 1fr;gap:1em}.ok{color:#282}.bad{color:#b22}
 details{margin:.4em 0}summary{cursor:pointer;font-weight:600}summary h2{display:inline}tr.failing td{background:#fdecec}
+button.call{margin-left:.5em;font-size:.75em}pre.prompt{white-space:pre-wrap;background:#f7f7f7;padding:.5em;font-size:.85em}
 @media (max-width:900px){body{margin:.6em}.grid{grid-template-columns:1fr}table{display:block;overflow-x:auto}
 select,input{max-width:100%}}"""
 
@@ -277,55 +280,106 @@ def case_list(rows_json: str) -> str:
             f'<script type="application/json" id="data">{rows_json}</script><script>{CASES_SCRIPT}</script>')
 
 
-def msg(role: str, text: str, note: str = "", body_html: str | None = None) -> str:
-    return (f'<div class="msg {role}"><b>{esc(role)}</b>{(" · " + esc(note)) if note else ""}<br>'
-            f'{body_html if body_html is not None else esc(text)}</div>')
+def msg(role: str, text: str, note: str = "", body_html: str | None = None, mid: str = "", call: str = "") -> str:
+    """A message; with `mid` an id the exact calls of later messages refer to, with `call` its exact-call button."""
+    ident = f' id="{mid}" data-role="{esc(role)}"' if mid else ""
+    return (f'<div class="msg {role}"{ident}><b>{esc(role)}</b>{(" · " + esc(note)) if note else ""}{call}<br>'
+            f'<span class="text">{body_html if body_html is not None else esc(text)}</span></div>')
 
 
 def dialogue_html(messages: list[dict]) -> str:
     return "".join(msg(m["role"], m["content"]) for m in messages)
 
 
-def transcript(rr: RunRecords, case: Case | None, number: str, details: list[str], source: dict | None = None) -> str:
-    """Every task of one case in one run, in protocol order; `source`: the records of the run it re-judged."""
-    r, parts = rr.records, []
+@dataclass
+class Ids:
+    """Message ids of one run's transcript on a case page (r<run>m<n>), and the run's index for its settings."""
+    run: int
+    n: int = 0
+
+    def next(self) -> str:
+        self.n += 1
+        return f"r{self.run}m{self.n}"
+
+
+def lexawn_part(r: dict, number: str, ids: Ids, source: dict | None) -> str:
     a1, lca = r["a1"].get(number), r["LCA"].get(number)
     original = ((source or {}).get("LCA") or {}).get(number) if source else None
-    if a1:
-        for t in ("complete", "underspecified"):
-            judged = (lca or {}).get("judgments", {}).get(t, {})
-            label = rejudged(judged.get("label"), (original or {}).get("judgments", {}).get(t, {}).get("label")) \
-                if source else lca_label(judged.get("label"))
-            parts.append(f"<h4>LexAwN after the {t} history (LCA: {esc(label)})</h4>"
-                         + msg("assistant", a1["responses"][t]["response"])
-                         + msg("judge", "\n".join(judged.get("judge_raw") or []), "LCA judge, raw"))
+    parts = []
+    for t in ("complete", "underspecified") if a1 else ():
+        judged = (lca or {}).get("judgments", {}).get(t, {})
+        label = rejudged(judged.get("label"), (original or {}).get("judgments", {}).get(t, {}).get("label")) \
+            if source else lca_label(judged.get("label"))
+        mid = ids.next()
+        parts.append(f"<h4>LexAwN after the {t} history (LCA: {esc(label)})</h4>"
+                     + msg("assistant", a1["responses"][t]["response"], mid=mid,
+                           call=call_button("lexawn", "eval", {"history": ["h", t]}, ids.run, a1))
+                     + msg("judge", "\n".join(judged.get("judge_raw") or []), "LCA judge, raw",
+                           call=call_button("judge_lca", "judge", {"history": ["m", mid]}, ids.run, lca,
+                                            len(judged.get("judge_raw") or []))))
+    return "".join(parts)
+
+
+def dcg_part(r: dict, number: str, ids: Ids, details: list[str]) -> str:
     asked, dcg = r["force_ask"].get(number), r["DCG"].get(number)
-    if asked:
-        labels = {x["round"]: x for x in (dcg or {}).get("rounds", [])}
-        success = {True: "success", False: "miss"}.get((dcg or {}).get("success"), "–")
-        parts.append(f"<h4>DCG: {esc(success)}</h4>")
-        for q in asked["rounds"]:
-            judged = labels.get(q["round"], {})
-            parts.append(msg("assistant", q["question"], f"forced question {q['round']}, judge: "
-                                                          f"{judged.get('label', '–')}"))
-            if q.get("user_reply"):
-                marked, _ = highlighted(q["user_reply"], details)
-                parts.append(msg("user", q["user_reply"], "User Model" + audit_note(r, number, f"DCG round {q['round']}"),
-                                 marked))
+    if not asked:
+        return ""
+    labels = {x["round"]: x for x in (dcg or {}).get("rounds", [])}
+    success = {True: "success", False: "miss"}.get((dcg or {}).get("success"), "–")
+    parts, before = [f"<h4>DCG: {esc(success)}</h4>"], []
+    for q in asked["rounds"]:
+        judged, mid = labels.get(q["round"], {}), ids.next()
+        parts.append(msg("assistant", q["question"], f"forced question {q['round']}", mid=mid,
+                         call=call_button("force_ask", "eval", {"history": ["d", "underspecified", list(before)]},
+                                          ids.run, asked)))
+        parts.append(msg("judge", str(judged.get("label", "–")), f"DCG judge on question {q['round']}",
+                         call=call_button("judge_dcg", "judge", {"ai_response": ["m", mid], "focus_text": ["fp"],
+                                                                 "key_facts": ["dbf"]}, ids.run, dcg,
+                                          len(judged.get("judge_raw") or []))))
+        before.append(mid)
+        if q.get("user_reply"):
+            marked, _ = highlighted(q["user_reply"], details)
+            reply_id = ids.next()
+            parts.append(msg("user", q["user_reply"], "User Model" + audit_note(r, number, f"DCG round {q['round']}"),
+                             marked, mid=reply_id, call=call_button(
+                                 "user_standard", "user", {"history": ["d", "underspecified", list(before)],
+                                                           "key_facts": ["kf"]}, ids.run, asked)))
+            before.append(reply_id)
+    return "".join(parts)
+
+
+def interaction_part(r: dict, number: str, ids: Ids, details: list[str]) -> str:
     inter = r["interaction"].get(number)
-    if inter:
-        parts.append(f"<h4>Interaction ({esc(inter.get('user_condition', 'standard'))} user; stop: "
-                     f"{esc(inter['stop_reason'])})</h4>")
-        for x in inter["rounds"]:
-            parts.append(msg("assistant", x["assistant"], f"round {x['round']}, {x['prompt']}, LCA label: "
-                                                          f"{lca_label(x.get('label'))}"))
-            if x.get("user_reply"):
-                marked, _ = highlighted(x["user_reply"], details)
-                note = f"User Model ({x.get('user_prompt', 'user_standard')})" + audit_note(
-                    r, number, f"interaction round {x['round']}")
-                if x.get("fault"):
-                    note += f"; fault: {x['fault']['kind']} about “{x['fault']['detail']}”"
-                parts.append(msg("user", x["user_reply"], note, marked))
+    if not inter:
+        return ""
+    parts, before = [f"<h4>Interaction ({esc(inter.get('user_condition', 'standard'))} user; stop: "
+                     f"{esc(inter['stop_reason'])})</h4>"], []
+    for x in inter["rounds"]:
+        mid = ids.next()
+        history = {"history": ["d", "underspecified", list(before)]}
+        call = (call_button("lexawn", "eval", {"history": ["h", "underspecified"]}, ids.run, r["a1"].get(number))
+                if x["round"] == 1 else call_button(x["prompt"], "eval", history, ids.run, inter))
+        parts.append(msg("assistant", x["assistant"], f"round {x['round']}, {x['prompt']}, LCA label: "
+                                                      f"{lca_label(x.get('label'))}", mid=mid, call=call))
+        before.append(mid)
+        if x.get("user_reply"):
+            marked, _ = highlighted(x["user_reply"], details)
+            prompt = x.get("user_prompt", "user_standard")
+            note = f"User Model ({prompt})" + audit_note(r, number, f"interaction round {x['round']}")
+            if x.get("fault"):
+                note += f"; fault: {x['fault']['kind']} about “{x['fault']['detail']}”"
+            slots = {"history": ["d", "underspecified", list(before)], "key_facts": ["kf"]}
+            if prompt == "user_correction":  # the fault the earlier reply recorded, as the prompt renders it
+                slots["fault"] = ["raw", render_fault(inter["fault"])] if inter.get("fault") else ["raw", ""]
+            reply_id = ids.next()
+            parts.append(msg("user", x["user_reply"], note, marked, mid=reply_id,
+                             call=call_button(prompt, "user", slots, ids.run, inter)))
+            before.append(reply_id)
+    return "".join(parts)
+
+
+def ljp_part(r: dict, number: str, ids: Ids) -> str:
+    parts, inter = [], r["interaction"].get(number)
     for setup, name, generation, verdicts, reply_field in SETUPS:
         v, g = r[verdicts.name].get(number), r[generation.name].get(number)
         if not v:
@@ -333,10 +387,25 @@ def transcript(rr: RunRecords, case: Case | None, number: str, details: list[str
         rows = "".join(f"<tr><td>{esc(c)}</td><td>{esc(gold)}</td><td class=\"{'ok' if gold == p else 'bad'}\">"
                        f"{esc(p)}</td></tr>" for c, gold, p in zip(v["claims"], v["gold"], v["predicted"]))
         reply = (g or {}).get(reply_field, "") if setup != "interaction" else (inter or {}).get("final_response", "")
-        parts.append(f"<h4>LJP {name}</h4>" + msg("assistant", reply, "prediction")
+        mid = ids.next()
+        predicted = "" if setup == "interaction" else call_button(
+            "force_judge", "eval", {"history": ["h", "underspecified" if setup == "direct" else "complete"]}, ids.run, g)
+        parts.append(f"<h4>LJP {name}</h4>" + msg("assistant", reply, "prediction", mid=mid, call=predicted)
+                     + msg("judge", "\n".join(v.get("judge_raw") or []), "extraction judge, raw",
+                           call=call_button("judge_ljp", "judge", {"history": ["m", mid], "claims": ["cl"]}, ids.run,
+                                            v, len(v.get("judge_raw") or [])))
                      + f"<table><tr><th>Claim</th><th>Gold</th><th>Extracted</th></tr>{rows}</table>")
-    parts.append(later_sections(r, number))
-    return "".join(parts) or "<p>No saved record of this case in this run.</p>"
+    return "".join(parts)
+
+
+def transcript(rr: RunRecords, case: Case | None, number: str, details: list[str], source: dict | None = None,
+               run: int = 0) -> str:
+    """Every task of one case in one run, in protocol order, each reply with its exact call; `source`: the records
+    of the run it re-judged."""
+    r, ids = rr.records, Ids(run)
+    text = (lexawn_part(r, number, ids, source) + dcg_part(r, number, ids, details)
+            + interaction_part(r, number, ids, details) + ljp_part(r, number, ids) + later_sections(r, number))
+    return text or "<p>No saved record of this case in this run.</p>"
 
 
 SIDE_SCRIPT = """
@@ -367,11 +436,13 @@ def case_page(number: str, case: Case | None, loaded: list[RunRecords]) -> str:
     # each run's tasks fold away: at 10 models × 5 runs the page is a list of runs, not one long column
     sections = "".join(f'<section class="run" id="run{i}" data-label="{esc(rr.label)}"><details{" open" if i < 2 else ""}>'
                        f"<summary><h2>{esc(rr.label)}</h2></summary>"
-                       f"{transcript(rr, case, number, details, by_run.get((rr.run.model, source_of(rr.run.manifest))))}"
+                       f"{transcript(rr, case, number, details, by_run.get((rr.run.model, source_of(rr.run.manifest))), i)}"
                        "</details></section>" for i, rr in enumerate(loaded))
     controls = ('<p><label><input type="checkbox" id="side"> side by side</label> '
                 '<select id="left"></select> <select id="right"></select></p>')
-    return head + controls + f'<div id="runs">{sections}</div><script>{SIDE_SCRIPT}</script>'
+    calls = call_data(case, [rr.run.manifest for rr in loaded])
+    return (head + controls + f'<div id="runs">{sections}</div><script>{SIDE_SCRIPT}</script>'
+            f'<script type="application/json" id="calls">{calls}</script><script>{CALL_SCRIPT}</script>')
 
 
 def write_site(folder: Path, root: Path, groups: list[Group], tables: list[Table], dataset: Path | None) -> int:
