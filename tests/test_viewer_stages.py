@@ -205,8 +205,8 @@ def test_a_prompt_file_changed_since_the_run_is_said(built):
     from lexpilot.reporting.calls_view import run_info
     root, _ = built
     manifest = json.loads(next(root.glob("runs/r1/model-a-*/manifest.json")).read_text(encoding="utf-8"))
-    assert run_info(manifest)["changed"] == []
+    assert run_info(manifest, {}, "x")["changed"] == []
     manifest["prompt_files"]["lexawn.txt"] = "0" * 16
-    info = run_info(manifest)
+    info = run_info(manifest, {}, "x")
     assert info["changed"] == ["lexawn"]
     assert info["roles"]["judge"]["model"] == "DeepSeek-R1" and "temperature 0.1" in info["roles"]["judge"]["settings"]

@@ -10,8 +10,10 @@ case (key details "kf", focal points "fp", claims "cl", key details by focal poi
 """
 from __future__ import annotations
 
+import functools
 import html
 import json
+from urllib.parse import quote
 
 from lexpilot.benchmark.dataset import Case
 from lexpilot.benchmark.prompts import (
@@ -26,26 +28,40 @@ from lexpilot.storage.manifest import prompt_hashes
 
 CALL_SCRIPT = """
 const callData=JSON.parse(document.getElementById('calls').textContent);
-function textOf(id){const e=document.getElementById(id);return e.querySelector('.text').textContent;}
-function roleOf(id){return document.getElementById(id).dataset.role;}
+function textOf(e){return e.querySelector('.text').textContent;}
 function rendered(messages){return messages.map(m=>(m.role==='user'?'User':'Assistant')+': '+m.content).join('\\n');}
-function slot(spec){const [kind,a,b]=spec;
+function thread(button,name){const me=button.closest('.msg'),section=button.closest('section.run');const out=[];
+ for(const e of section.querySelectorAll('.msg[data-th="'+name+'"]')){if(e===me)break;out.push({role:e.classList.contains('user')?'user':'assistant',content:textOf(e)});}
+ return out;}
+function slot(button,spec){const [kind,a,b]=spec.split(':');
  if(kind==='h')return rendered(callData.case[a]);
- if(kind==='d')return rendered(callData.case[a].concat(b.map(id=>({role:roleOf(id),content:textOf(id)}))));
- if(kind==='m')return textOf(a);
- if(kind==='raw')return a;
+ if(kind==='d')return rendered(callData.case[a].concat(thread(button,b)));
+ if(kind==='m')return textOf(document.getElementById(a));
+ if(kind==='raw')return decodeURIComponent(a);
  return callData.case[kind];}
-function prompt(call){const slots={};for(const [k,spec] of Object.entries(call.s))slots[k]=slot(spec);
- return callData.templates[call.t].replace(/\\{(history|key_facts|ai_response|focus_text|claims|fault|reply)\\}/g,(m,k)=>slots[k]);}
-for(const b of document.querySelectorAll('button.call'))b.addEventListener('click',()=>{
- const box=b.nextElementSibling;if(!box.hidden){box.hidden=true;return;}
- const call=JSON.parse(b.dataset.call),run=callData.runs[call.run],who=run.roles[call.role];
- box.replaceChildren();const head=document.createElement('p');
- head.textContent=call.role+': '+who.model+' · '+who.settings+' · '+call.t+' ('+callData.files[call.t]+')'+(call.usage?' · this record\\'s '+call.role+' calls: '+call.usage:'')+(call.attempts?' · attempts: '+call.attempts:'')+' · time: not recorded';
+function prompt(button){const slots={};for(const part of button.dataset.s.split(';')){const i=part.indexOf('=');slots[part.slice(0,i)]=slot(button,part.slice(i+1));}
+ return callData.templates[button.dataset.t].replace(/\\{(history|key_facts|ai_response|focus_text|claims|fault|reply)\\}/g,(m,k)=>slots[k]);}
+document.addEventListener('click',ev=>{const b=ev.target.closest('button.call');if(!b)return;
+ let box=b.nextElementSibling;if(box&&box.classList.contains('callbox')){box.hidden=!box.hidden;return;}
+ box=document.createElement('div');box.className='callbox';b.after(box);
+ const run=callData.runs[b.closest('section.run').dataset.run],role=b.dataset.r,who=run.roles[role],t=b.dataset.t;
+ const used=((run.usage[b.dataset.k]||{})[role]);
+ const head=document.createElement('p');
+ head.textContent=role+': '+who.model+' · '+who.settings+' · '+t+' ('+callData.files[t]+')'+(used?' · this record\\'s '+role+' calls: '+used[0]+' calls, '+used[1]+' prompt / '+used[2]+' completion tokens':'')+(b.dataset.a?' · attempts: '+b.dataset.a:'')+' · time: not recorded';
  box.appendChild(head);
- if(run.changed.includes(call.t)){const w=document.createElement('p');w.className='bad';w.textContent='prompts/'+callData.files[call.t]+' differs from the file this run recorded: the text below is today\\'s file, not what was sent';box.appendChild(w);}
- const pre=document.createElement('pre');pre.className='prompt';pre.textContent=prompt(call);box.appendChild(pre);box.hidden=false;});
+ if(run.changed.includes(t)){const w=document.createElement('p');w.className='bad';w.textContent='prompts/'+callData.files[t]+' differs from the file this run recorded: the text below is today\\'s file, not what was sent';box.appendChild(w);}
+ const pre=document.createElement('pre');pre.className='prompt';pre.textContent=prompt(b);box.appendChild(pre);});
 """
+
+
+@functools.lru_cache(maxsize=None)  # one read of prompts/ per site, not one per case page and run
+def current_digests(condition: str) -> dict[str, str]:
+    return prompt_hashes(condition)[1]
+
+
+@functools.lru_cache(maxsize=1)
+def templates() -> dict[str, str]:
+    return load_prompts()
 
 
 def case_texts(case: Case | None) -> dict:
@@ -56,8 +72,9 @@ def case_texts(case: Case | None) -> dict:
             "fp": render_focal_points(case), "cl": render_claims(case), "dbf": render_details_by_focal_point(case)}
 
 
-def run_info(manifest: dict) -> dict:
-    """Per role the model and its generation settings, and the prompts whose file changed since the run."""
+def run_info(manifest: dict, records: dict, number: str) -> dict:
+    """Per role the model and its generation settings, the prompts whose file changed since the run, and the
+    usage each of this case's records reports per role ([calls, prompt, completion tokens])."""
     generation = manifest.get("generation") if isinstance(manifest.get("generation"), dict) else {}
     models = manifest.get("models") if isinstance(manifest.get("models"), dict) else {}
     roles = {}
@@ -66,34 +83,41 @@ def run_info(manifest: dict) -> dict:
         roles[role] = {"model": str((models.get(role) or {}).get("model", "?")),
                        "settings": f"temperature {generation.get(f'{prefix}temperature', '?')}, max_tokens {limit}"}
     recorded = manifest.get("prompt_files") if isinstance(manifest.get("prompt_files"), dict) else {}
-    current = prompt_hashes(str(manifest.get("user_condition", "standard")))[1]
+    current = current_digests(str(manifest.get("user_condition", "standard")))
     changed = [name for name, file in PROMPT_FILES.items()
                if file in recorded and file in current and recorded[file] != current[file]]
-    return {"roles": roles, "changed": changed}
+    usage = {}
+    for kind in CALLED_KINDS:
+        used = ((records.get(kind) or {}).get(number) or {}).get("usage")
+        if isinstance(used, dict):
+            usage[kind] = {role: [u.get("calls"), u.get("prompt_tokens"), u.get("completion_tokens")]
+                           for role, u in used.items() if isinstance(u, dict)}
+    return {"roles": roles, "changed": changed, "usage": usage}
 
 
-def call_data(case: Case | None, manifests: list[dict]) -> str:
-    """The page's JSON for the exact calls: templates, the case's texts, and each run's roles and changed files."""
-    data = {"templates": load_prompts(), "files": PROMPT_FILES, "case": case_texts(case),
-            "runs": [run_info(m) for m in manifests]}
+CALLED_KINDS = ("a1", "LCA", "force_ask", "DCG", "interaction", "direct_prediction", "gold_prediction",
+                "LJP_direct", "LJP_gold", "LJP_interaction")
+
+
+def call_data(case: Case | None, runs: list[tuple[dict, dict]], number: str) -> str:
+    """The page's JSON for the exact calls: templates, the case's texts, and each run's (manifest, records) roles,
+    changed files and usage."""
+    data = {"templates": templates(), "files": PROMPT_FILES, "case": case_texts(case),
+            "runs": [run_info(manifest, records, number) for manifest, records in runs]}
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
-def usage_text(record: dict | None, role: str) -> str:
-    used = ((record or {}).get("usage") or {}).get(role)
-    if not isinstance(used, dict):
-        return ""
-    return f"{used.get('calls', '?')} calls, {used.get('prompt_tokens', '?')} prompt / " \
-           f"{used.get('completion_tokens', '?')} completion tokens"
+def call_button(template: str, role: str, slots: dict, kind: str, attempts: int | None = None) -> str:
+    """The button that shows the exact call of a reply (its box is made when asked): the prompt's name, the role,
+    where each slot's text comes from ("history=d:underspecified:dcg;key_facts=kf"), the record kind whose usage it
+    reports, and a judge's attempts."""
+    spec = ";".join(f"{name}={source}" for name, source in slots.items())
+    return (f'<button class="call" data-t="{template}" data-r="{role}" data-s="{html.escape(spec, quote=True)}" '
+            f'data-k="{kind}"' + (f' data-a="{attempts}"' if attempts else "") + ">exact call</button>")
 
 
-def call_button(template: str, role: str, slots: dict, run: int, record: dict | None = None,
-                attempts: int | None = None) -> str:
-    """The button that shows the exact call of a reply, and the box it opens (empty until asked)."""
-    call = {"t": template, "role": role, "s": slots, "run": run, "usage": usage_text(record, role)}
-    if attempts:
-        call["attempts"] = attempts
-    return (f'<button class="call" data-call="{html.escape(json.dumps(call, ensure_ascii=False), quote=True)}">'
-            "exact call</button><div class=\"callbox\" hidden></div>")
+def raw_slot(text: str) -> str:
+    """A literal slot value (a self-correcting user's fault), safe inside the descriptor."""
+    return "raw:" + quote(text, safe="")

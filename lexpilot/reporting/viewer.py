@@ -36,7 +36,7 @@ from lexpilot.benchmark.records import AUDIT, LJP_BEHAVIOUR, PLAIN_TYPES
 from lexpilot.benchmark.vocabulary import ASKS, PREDICTS
 from lexpilot.errors import HarnessError
 from lexpilot.benchmark.prompts import render_fault
-from lexpilot.reporting.calls_view import CALL_SCRIPT, call_button, call_data
+from lexpilot.reporting.calls_view import CALL_SCRIPT, call_button, call_data, raw_slot
 from lexpilot.reporting.case_sections import KINDS as LATER_KINDS
 from lexpilot.reporting.comparisons import TASKS, compare_page, disagreements
 from lexpilot.reporting.case_sections import audit_note, later_sections, lca_label, rejudged
@@ -280,10 +280,12 @@ def case_list(rows_json: str) -> str:
             f'<script type="application/json" id="data">{rows_json}</script><script>{CASES_SCRIPT}</script>')
 
 
-def msg(role: str, text: str, note: str = "", body_html: str | None = None, mid: str = "", call: str = "") -> str:
-    """A message; with `mid` an id the exact calls of later messages refer to, with `call` its exact-call button."""
-    ident = f' id="{mid}" data-role="{esc(role)}"' if mid else ""
-    return (f'<div class="msg {role}"{ident}><b>{esc(role)}</b>{(" · " + esc(note)) if note else ""}{call}<br>'
+def msg(role: str, text: str, note: str = "", body_html: str | None = None, mid: str = "", call: str = "",
+        thread: str = "") -> str:
+    """A message; with `mid` an id a judge's exact call refers to, with `thread` the dialogue it belongs to (a later
+    round's prompt holds the thread's earlier messages), with `call` its exact-call button."""
+    attributes = (f' id="{mid}"' if mid else "") + (f' data-th="{thread}"' if thread else "")
+    return (f'<div class="msg {role}"{attributes}><b>{esc(role)}</b>{(" · " + esc(note)) if note else ""}{call}<br>'
             f'<span class="text">{body_html if body_html is not None else esc(text)}</span></div>')
 
 
@@ -313,9 +315,9 @@ def lexawn_part(r: dict, number: str, ids: Ids, source: dict | None) -> str:
         mid = ids.next()
         parts.append(f"<h4>LexAwN after the {t} history (LCA: {esc(label)})</h4>"
                      + msg("assistant", a1["responses"][t]["response"], mid=mid,
-                           call=call_button("lexawn", "eval", {"history": ["h", t]}, ids.run, a1))
+                           call=call_button("lexawn", "eval", {"history": f"h:{t}"}, "a1"))
                      + msg("judge", "\n".join(judged.get("judge_raw") or []), "LCA judge, raw",
-                           call=call_button("judge_lca", "judge", {"history": ["m", mid]}, ids.run, lca,
+                           call=call_button("judge_lca", "judge", {"history": f"m:{mid}"}, "LCA",
                                             len(judged.get("judge_raw") or []))))
     return "".join(parts)
 
@@ -326,25 +328,21 @@ def dcg_part(r: dict, number: str, ids: Ids, details: list[str]) -> str:
         return ""
     labels = {x["round"]: x for x in (dcg or {}).get("rounds", [])}
     success = {True: "success", False: "miss"}.get((dcg or {}).get("success"), "–")
-    parts, before = [f"<h4>DCG: {esc(success)}</h4>"], []
+    parts = [f"<h4>DCG: {esc(success)}</h4>"]
     for q in asked["rounds"]:
         judged, mid = labels.get(q["round"], {}), ids.next()
-        parts.append(msg("assistant", q["question"], f"forced question {q['round']}", mid=mid,
-                         call=call_button("force_ask", "eval", {"history": ["d", "underspecified", list(before)]},
-                                          ids.run, asked)))
+        parts.append(msg("assistant", q["question"], f"forced question {q['round']}", mid=mid, thread="dcg",
+                         call=call_button("force_ask", "eval", {"history": "d:underspecified:dcg"}, "force_ask")))
         parts.append(msg("judge", str(judged.get("label", "–")), f"DCG judge on question {q['round']}",
-                         call=call_button("judge_dcg", "judge", {"ai_response": ["m", mid], "focus_text": ["fp"],
-                                                                 "key_facts": ["dbf"]}, ids.run, dcg,
+                         call=call_button("judge_dcg", "judge", {"ai_response": f"m:{mid}", "focus_text": "fp",
+                                                                 "key_facts": "dbf"}, "DCG",
                                           len(judged.get("judge_raw") or []))))
-        before.append(mid)
         if q.get("user_reply"):
             marked, _ = highlighted(q["user_reply"], details)
-            reply_id = ids.next()
             parts.append(msg("user", q["user_reply"], "User Model" + audit_note(r, number, f"DCG round {q['round']}"),
-                             marked, mid=reply_id, call=call_button(
-                                 "user_standard", "user", {"history": ["d", "underspecified", list(before)],
-                                                           "key_facts": ["kf"]}, ids.run, asked)))
-            before.append(reply_id)
+                             marked, thread="dcg", call=call_button(
+                                 "user_standard", "user", {"history": "d:underspecified:dcg", "key_facts": "kf"},
+                                 "force_ask")))
     return "".join(parts)
 
 
@@ -352,29 +350,24 @@ def interaction_part(r: dict, number: str, ids: Ids, details: list[str]) -> str:
     inter = r["interaction"].get(number)
     if not inter:
         return ""
-    parts, before = [f"<h4>Interaction ({esc(inter.get('user_condition', 'standard'))} user; stop: "
-                     f"{esc(inter['stop_reason'])})</h4>"], []
+    parts = [f"<h4>Interaction ({esc(inter.get('user_condition', 'standard'))} user; stop: "
+             f"{esc(inter['stop_reason'])})</h4>"]
     for x in inter["rounds"]:
-        mid = ids.next()
-        history = {"history": ["d", "underspecified", list(before)]}
-        call = (call_button("lexawn", "eval", {"history": ["h", "underspecified"]}, ids.run, r["a1"].get(number))
-                if x["round"] == 1 else call_button(x["prompt"], "eval", history, ids.run, inter))
+        call = (call_button("lexawn", "eval", {"history": "h:underspecified"}, "a1") if x["round"] == 1
+                else call_button(x["prompt"], "eval", {"history": "d:underspecified:int"}, "interaction"))
         parts.append(msg("assistant", x["assistant"], f"round {x['round']}, {x['prompt']}, LCA label: "
-                                                      f"{lca_label(x.get('label'))}", mid=mid, call=call))
-        before.append(mid)
+                                                      f"{lca_label(x.get('label'))}", call=call, thread="int"))
         if x.get("user_reply"):
             marked, _ = highlighted(x["user_reply"], details)
             prompt = x.get("user_prompt", "user_standard")
             note = f"User Model ({prompt})" + audit_note(r, number, f"interaction round {x['round']}")
             if x.get("fault"):
                 note += f"; fault: {x['fault']['kind']} about “{x['fault']['detail']}”"
-            slots = {"history": ["d", "underspecified", list(before)], "key_facts": ["kf"]}
+            slots = {"history": "d:underspecified:int", "key_facts": "kf"}
             if prompt == "user_correction":  # the fault the earlier reply recorded, as the prompt renders it
-                slots["fault"] = ["raw", render_fault(inter["fault"])] if inter.get("fault") else ["raw", ""]
-            reply_id = ids.next()
-            parts.append(msg("user", x["user_reply"], note, marked, mid=reply_id,
-                             call=call_button(prompt, "user", slots, ids.run, inter)))
-            before.append(reply_id)
+                slots["fault"] = raw_slot(render_fault(inter["fault"]) if inter.get("fault") else "")
+            parts.append(msg("user", x["user_reply"], note, marked, thread="int",
+                             call=call_button(prompt, "user", slots, "interaction")))
     return "".join(parts)
 
 
@@ -389,11 +382,12 @@ def ljp_part(r: dict, number: str, ids: Ids) -> str:
         reply = (g or {}).get(reply_field, "") if setup != "interaction" else (inter or {}).get("final_response", "")
         mid = ids.next()
         predicted = "" if setup == "interaction" else call_button(
-            "force_judge", "eval", {"history": ["h", "underspecified" if setup == "direct" else "complete"]}, ids.run, g)
+            "force_judge", "eval", {"history": "h:underspecified" if setup == "direct" else "h:complete"},
+            generation.name)
         parts.append(f"<h4>LJP {name}</h4>" + msg("assistant", reply, "prediction", mid=mid, call=predicted)
                      + msg("judge", "\n".join(v.get("judge_raw") or []), "extraction judge, raw",
-                           call=call_button("judge_ljp", "judge", {"history": ["m", mid], "claims": ["cl"]}, ids.run,
-                                            v, len(v.get("judge_raw") or [])))
+                           call=call_button("judge_ljp", "judge", {"history": f"m:{mid}", "claims": "cl"}, verdicts.name,
+                                            len(v.get("judge_raw") or [])))
                      + f"<table><tr><th>Claim</th><th>Gold</th><th>Extracted</th></tr>{rows}</table>")
     return "".join(parts)
 
@@ -434,13 +428,13 @@ def case_page(number: str, case: Case | None, loaded: list[RunRecords]) -> str:
         head = f"<h1>{esc(number)}</h1><p>The dataset was not available: pass --dataset to see the case itself.</p>"
     by_run = {(rr.run.model, rr.run.run_id): rr.records for rr in loaded}
     # each run's tasks fold away: at 10 models × 5 runs the page is a list of runs, not one long column
-    sections = "".join(f'<section class="run" id="run{i}" data-label="{esc(rr.label)}"><details{" open" if i < 2 else ""}>'
+    sections = "".join(f'<section class="run" id="run{i}" data-run="{i}" data-label="{esc(rr.label)}"><details{" open" if i < 2 else ""}>'
                        f"<summary><h2>{esc(rr.label)}</h2></summary>"
                        f"{transcript(rr, case, number, details, by_run.get((rr.run.model, source_of(rr.run.manifest))), i)}"
                        "</details></section>" for i, rr in enumerate(loaded))
     controls = ('<p><label><input type="checkbox" id="side"> side by side</label> '
                 '<select id="left"></select> <select id="right"></select></p>')
-    calls = call_data(case, [rr.run.manifest for rr in loaded])
+    calls = call_data(case, [(rr.run.manifest, rr.records) for rr in loaded], number)
     return (head + controls + f'<div id="runs">{sections}</div><script>{SIDE_SCRIPT}</script>'
             f'<script type="application/json" id="calls">{calls}</script><script>{CALL_SCRIPT}</script>')
 
