@@ -233,7 +233,7 @@ def overview(tables: list[Table], groups: list[Group]) -> str:
 CASES_SCRIPT = """
 const rows = JSON.parse(document.getElementById('data').textContent);
 const f = id => document.getElementById(id);
-let sortKey = 'case', sortDir = 1, limit = 500;
+let sortKey = 'case', sortDir = 1, limit = 200;  // the first screen draws 200 rows; 'Show more' adds 500
 function fill(id, values){const s=f(id);for(const v of [...new Set(values)].sort()){const o=document.createElement('option');o.value=v;o.textContent=v;s.appendChild(o);}}
 fill('model', rows.map(r=>r.model)); fill('run', rows.map(r=>r.run)); fill('class', rows.map(r=>r.class));
 fill('cause', rows.map(r=>r.cause)); fill('tag', rows.flatMap(r=>r.tags));
