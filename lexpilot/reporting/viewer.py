@@ -240,7 +240,7 @@ fill('cause', rows.map(r=>r.cause)); fill('tag', rows.flatMap(r=>r.tags));
 const keys=['model','run','class','cause','tag','text'];let task='';
 function fromHash(){const p=new URLSearchParams(location.hash.slice(1));for(const k of keys)f(k).value=p.get(k)||'';task=p.get('task')||'';f('task').textContent=task?'task: '+task+' (cases it gets wrong first)':'';}
 function toHash(){const p=new URLSearchParams();for(const k of keys)if(f(k).value)p.set(k,f(k).value);if(task)p.set('task',task);history.replaceState(null,'','#'+p.toString());}
-function key(v){if(v===undefined||v===null)return '';const m=/^(\d+)\/(\d+)$/.exec(String(v));return m?Number(m[1])/Math.max(Number(m[2]),1):v;}
+function key(v){if(v===undefined||v===null)return '';const m=/^(\\d+)\\/(\\d+)$/.exec(String(v));return m?Number(m[1])/Math.max(Number(m[2]),1):v;}
 const collator=new Intl.Collator('zh',{numeric:true});
 function compareKeys(x,y){if(typeof x==='number'&&typeof y==='number')return x-y;return collator.compare(String(x),String(y));}
 function cell(v){const td=document.createElement('td');td.textContent=v===undefined?'–':String(v);return td;}
