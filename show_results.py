@@ -128,7 +128,7 @@ def show(args) -> int:
             shown = build_tables(groups, boot, complexity) + judge_sensitivity_tables(
                 groups, root, boot or Bootstrap(args.resamples, args.seed)) + [
                 t for t in [order_table(groups, root)] if t] + ranked
-            count = write_site(args.html, root, groups, shown, args.dataset)
+            count = write_site(args.html, root, groups, with_unreported(shown, unreported), args.dataset)
         except HarnessError as e:
             raise UsageError(str(e)) from None
         print(f"wrote {args.html / 'index.html'} ({count} case pages)", file=sys.stderr)

@@ -93,3 +93,12 @@ def test_a_run_with_no_complete_task_is_one_line_and_its_spending_still_counts(t
     assert len(main) == 4  # title, header, rule and r1's row: no row of n/a for the smoke run
     usage = captured.out[captured.out.index("Token usage per run"):].split("\n\n")[0]
     assert "smoke" in usage  # its calls were paid for
+
+
+def test_a_text_cell_in_a_column_of_numbers_keeps_its_text_in_csv():
+    from lexpilot.reporting.renderings import render_csv
+    from lexpilot.reporting.table import Figure
+    table = Table("t", "T", ["Model", "QWK"], [["m", Figure("0.5", {"mean": 0.5, "n": 2})], ["Average", "0.500 (2)"]])
+    rows = [line.split(",") for line in render_csv([table]).splitlines()]
+    assert rows[1][2:4] == ["QWK mean", "QWK n"]
+    assert rows[2][2:4] == ["0.5", "2"] and rows[3][2:4] == ["0.500 (2)", ""]

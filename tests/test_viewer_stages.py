@@ -25,6 +25,8 @@ SENT: set = set()
 def hostile(kind, prompt, body):
     if kind in ("plain", "targeted"):  # the plain answer and the Targeted questions carry markup
         return default_reply(kind, prompt) + HOSTILE
+    if kind == "user":  # a carriage return, which an HTML parser would fold away: the exact call must keep it
+        return default_reply(kind, prompt) + "\r\n另起一行"
     if kind == "dcg_judge":  # asked the same again (a re-judged run), the judge answers the other way
         first = default_reply(kind, prompt)
         again = prompt in SEEN
@@ -169,7 +171,8 @@ def test_comparisons_a_researcher_asks_for(built, page):
     original = records(root, "eval_results", "DCG_results.jsonl")
     again = records(root, "eval_results", "DCG_results.jsonl", run="r1-again")
     page.select_option("#mode", "disagree")
-    disagreeing = {n for n in original if original[n]["success"] != again[n]["success"]}
+    labels = lambda record: [x["label"] for x in record["rounds"]]  # noqa: E731  judged again, label by label
+    disagreeing = {n for n in original if labels(original[n]) != labels(again[n])}
     assert disagreeing and set(listed(page)) == disagreeing
     page.select_option("#mode", "matrix")
     page.select_option("#task", "direct")

@@ -10,6 +10,7 @@ import html
 from lexpilot.benchmark.records import (
     AUDIT,
     BEHAVIOUR_DIALOGUE,
+    BEHAVIOUR_PREDICTION,
     FOCAL_TYPE_RECORDS,
     LJP_BEHAVIOUR,
     PLAIN,
@@ -18,8 +19,10 @@ from lexpilot.benchmark.records import (
     PROBE_REPLIES,
 )
 from lexpilot.benchmark.vocabulary import ASKS, PREDICTS
+from lexpilot.reporting.tables import PLAIN_TYPE_NAMES
 
-KINDS = (*PLAIN.values(), *PLAIN_TYPES.values(), *BEHAVIOUR_DIALOGUE.values(), *LJP_BEHAVIOUR.values(),
+KINDS = (*PLAIN.values(), *PLAIN_TYPES.values(), *BEHAVIOUR_DIALOGUE.values(), *BEHAVIOUR_PREDICTION.values(),
+         *LJP_BEHAVIOUR.values(),
          *AUDIT.values(), FOCAL_TYPE_RECORDS, PROBE_REPLIES, PROBE_DCG)
 LCA_MEANING = {PREDICTS: "策略一 · answered", ASKS: "策略二 · asked"}
 CONDITION_NAMES = {"targeted": "Targeted", "off_target": "Off-target"}
@@ -65,12 +68,18 @@ def plain_section(records: dict, number: str) -> str:
         if not answer:
             continue
         judged = records.get(PLAIN_TYPES[history].name, {}).get(number) or {}
-        parts.append(f"<h4>Plain consultation, {esc(history)} history (response type: {esc(judged.get('type', '–'))})"
+        kind_name = PLAIN_TYPE_NAMES.get(judged.get("type"), judged.get("type", "–"))
+        parts.append(f"<h4>Plain consultation, {esc(history)} history (response type: {esc(kind_name)})"
                      "</h4>" + msg("assistant", answer.get("response", ""), "no task prompt (Table 6)"))
     return "".join(parts)
 
 
-def behaviour_section(records: dict, number: str) -> str:
+def detail_of(details: list[str], number) -> str:
+    """The key detail a validator names by its number (1-based, as the case page lists them)."""
+    return details[number - 1] if isinstance(number, int) and 0 < number <= len(details) else ""
+
+
+def behaviour_section(records: dict, number: str, details: list[str]) -> str:
     """Table 4: every attempt of each condition, the validator's outcome per fact and its rejection reasons, which
     attempt was accepted, then the verdicts predicted from it."""
     parts = []
@@ -83,7 +92,7 @@ def behaviour_section(records: dict, number: str) -> str:
         attempts = record.get("attempts", [])
         for attempt in attempts:
             accepted = not attempt.get("rejected")
-            facts = "".join(f"<tr><td>{esc(f.get('id'))}</td><td>{esc(f.get('status'))}</td>"
+            facts = "".join(f"<tr><td>{esc(f.get('id'))}. {esc(detail_of(details, f.get('id')))}</td><td>{esc(f.get('status'))}</td>"
                             f"<td>{esc(', '.join(map(str, f.get('turns', []))))}</td></tr>"
                             for f in (attempt.get("validation") or {}).get("facts", []))
             verdict = "accepted" if accepted else "rejected: " + "; ".join(map(str, attempt["rejected"]))
@@ -92,9 +101,12 @@ def behaviour_section(records: dict, number: str) -> str:
                          + "".join(msg(m.get("role", "?"), m.get("content", "")) for m in attempt.get("dialogue", []))
                          + f"<table><tr><th>Key detail</th><th>Validator</th><th>Turns</th></tr>{facts}</table>"
                          "</details>")
+        prediction = records.get(BEHAVIOUR_PREDICTION[condition].name, {}).get(number)
+        if prediction:
+            parts.append(msg("assistant", prediction.get("response", ""), f"{name} prediction"))
         verdicts = records.get(LJP_BEHAVIOUR[condition].name, {}).get(number)
         if verdicts:
-            parts.append(f"<p>{esc(name)} prediction ({esc(verdicts.get('status'))})</p>" + verdict_table(verdicts))
+            parts.append(f"<p>{esc(name)} verdicts ({esc(verdicts.get('status'))})</p>" + verdict_table(verdicts))
     return "".join(parts)
 
 
@@ -118,8 +130,9 @@ def probes_section(records: dict, number: str) -> str:
         for condition, r in replies.get("replies", {}).items())
 
 
-def later_sections(records: dict, number: str) -> str:
-    return (plain_section(records, number) + behaviour_section(records, number) + focal_types_section(records, number)
+def later_sections(records: dict, number: str, details: list[str]) -> str:
+    return (plain_section(records, number) + behaviour_section(records, number, details)
+            + focal_types_section(records, number)
             + probes_section(records, number))
 
 

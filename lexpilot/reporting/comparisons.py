@@ -5,6 +5,8 @@ rows (one per case and run, with the tasks each gets wrong); every choice is wri
 """
 from __future__ import annotations
 
+from lexpilot.benchmark.records import DCG, INTERACTION, INTERACTION_LABELS, LCA, LJP_SETUPS
+
 TASKS = (("LCA", "lca_c"), ("DCG", "dcg"), ("direct", "direct"), ("gold", "gold"), ("interaction", "interaction"),
          ("targeted", "targeted"), ("off_target", "off_target"), ("audit", "audit"))
 
@@ -27,7 +29,7 @@ function render(){const mode=f('mode').value,task=f('task').value;const head=f('
  let cols=['Case','Cause'],list=[];
  if(mode==='matrix'){cols=cols.concat(labels);list=cases.filter(c=>!f('failures').checked||labels.some(l=>byCase[c].runs[l]&&outcome(byCase[c].runs[l],task)==='wrong'));}
  if(mode==='ab'){cols=cols.concat([f('a').value,f('b').value]);list=cases.filter(c=>{const x=byCase[c].runs[f('a').value],y=byCase[c].runs[f('b').value];return x&&y&&outcome(x,task)==='right'&&outcome(y,task)==='wrong';});}
- if(mode==='never'){const mine=labels.filter(l=>rows.some(r=>r.label===l&&r.model===f('model').value));cols=cols.concat(mine);list=cases.filter(c=>{const rs=mine.map(l=>byCase[c].runs[l]).filter(Boolean);return rs.length&&rs.every(r=>outcome(r,task)==='wrong');});}
+ if(mode==='never'){const mine=labels.filter(l=>rows.some(r=>r.label===l&&r.model===f('model').value&&!r.rejudged));cols=cols.concat(mine);list=cases.filter(c=>{const rs=mine.map(l=>byCase[c].runs[l]).filter(r=>r&&outcome(r,task)!=='');return rs.length&&rs.every(r=>outcome(r,task)==='wrong');});}
  if(mode==='disagree'){cols=cols.concat(['Re-judged run','Tasks the judges disagree on']);for(const c of cases)for(const r of Object.values(byCase[c].runs))if((r.disagrees||[]).length)list.push([c,r]);}
  const tr=document.createElement('tr');for(const c of cols){const th=document.createElement('th');th.textContent=c;tr.appendChild(th);}head.appendChild(tr);
  for(const item of list){const row=document.createElement('tr');const c=mode==='disagree'?item[0]:item;row.appendChild(td(link(c)));row.appendChild(td(byCase[c].cause));
@@ -55,11 +57,21 @@ def compare_page(rows_json: str, tasks_json: str) -> str:
             f'<script type="application/json" id="tasks">{tasks_json}</script><script>{COMPARE_SCRIPT}</script>')
 
 
-def disagreements(row: dict, source: dict | None) -> list[str]:
-    """The tasks on which a re-judged run's outcome differs from its source run's on the same case."""
+def judge_decisions(records: dict, number: str, rejudged: bool) -> dict[str, list]:
+    """Per task, the judge's decisions on one case: LCA labels per history, DCG labels per question, the extracted
+    verdicts per LJP setup, the interaction's round labels (a re-judged run keeps them in interaction_labels)."""
+    get = lambda kind: (records.get(kind.name) or {}).get(number) or {}  # noqa: E731
+    rounds = get(INTERACTION_LABELS if rejudged else INTERACTION).get("rounds", [])
+    return {"LCA": [j.get("label") for _, j in sorted(get(LCA).get("judgments", {}).items())],
+            "DCG": [x.get("label") for x in get(DCG).get("rounds", [])],
+            **{setup: list(get(kind).get("predicted", [])) for setup, kind, _, _ in LJP_SETUPS},
+            "interaction rounds": [x.get("label") for x in rounds if x.get("label") is not None]}
+
+
+def disagreements(records: dict, source: dict | None, number: str) -> list[str]:
+    """The tasks on which a re-judged run's judge decided otherwise than its source run's, on the same case (label
+    by label, not only the outcome)."""
     if source is None:
         return []
-    fields = {"LCA": ("lca_c", "lca_u"), "DCG": ("dcg",), "direct": ("direct",), "gold": ("gold",),
-              "interaction": ("interaction",)}
-    return [task for task, names in fields.items() if any(row.get(n) != source.get(n) for n in names)
-            and any(n in row for n in names)]
+    mine, theirs = judge_decisions(records, number, True), judge_decisions(source, number, False)
+    return [task for task, labels in mine.items() if labels and theirs.get(task) and labels != theirs[task]]

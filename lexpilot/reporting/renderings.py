@@ -91,6 +91,10 @@ def csv_columns(t: Table) -> list[tuple[int, str | None]]:
     return columns
 
 
+def first_key(columns: list[tuple[int, str | None]], i: int) -> str | None:
+    return next(k for j, k in columns if j == i)
+
+
 def csv_value(value) -> str:
     if value is None:
         return ""
@@ -107,7 +111,8 @@ def render_csv(tables: list[Table]) -> str:
                                                                        for i, k in columns]))
         for r in t.rows:
             cells = [csv_value(r[i].numbers.get(k)) if k and isinstance(r[i], Figure) else
-                     "" if k else r[i] for i, k in columns]
+                     r[i] if not k or k == first_key(columns, i) else "" for i, k in columns]  # text in a number
+            # column (an "Average" row's cell) is kept, in the column's first place
             writer.writerow(map(spreadsheet_safe, [t.title, r[0]] + cells))
     return buffer.getvalue()
 

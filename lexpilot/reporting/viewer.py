@@ -43,6 +43,7 @@ from lexpilot.reporting.case_sections import audit_note, later_sections, lca_lab
 from lexpilot.reporting.judges import source_of
 from lexpilot.reporting.results import Group, Run, group_label, read_saved
 from lexpilot.reporting.table import Table
+from lexpilot.reporting.tables import PLAIN_TYPE_NAMES
 
 HIGHLIGHT_RUN = 6
 SETUPS = (("direct", "Direct", DIRECT_PREDICTION, LJP_DIRECT, "response"),
@@ -53,7 +54,9 @@ KINDS = (A1, LCA, INTERACTION, FORCE_ASK, DCG, DIRECT_PREDICTION, LJP_DIRECT, GO
 
 
 def esc(text) -> str:
-    return html.escape("" if text is None else str(text), quote=True)
+    """Escaped for HTML; a carriage return as a character reference, which the HTML parser keeps (a literal one it
+    folds into the line feed), so a reply's exact text survives into the page and its exact call."""
+    return html.escape("" if text is None else str(text), quote=True).replace("\r", "&#13;")
 
 
 def script_json(data) -> str:
@@ -94,6 +97,7 @@ class RunRecords:
     run: Run
     label: str  # the group label and run id, as shown
     records: dict = field(default_factory=dict)  # kind name -> case_number -> record
+    group: str = ""  # the group's label: what an overview row names
 
 
 def load_records(root: Path, groups: list[Group]) -> list[RunRecords]:
@@ -102,14 +106,14 @@ def load_records(root: Path, groups: list[Group]) -> list[RunRecords]:
         for run in g.runs:
             records = run.saved if run.saved is not None else {kind.name: read_saved(run, root, kind)[0]
                                                                for kind in KINDS}
-            loaded.append(RunRecords(run, f"{group_label(g, groups)} · {run.run_id}", records))
+            loaded.append(RunRecords(run, f"{group_label(g, groups)} · {run.run_id}", records, group_label(g, groups)))
     return loaded
 
 
 def outcomes(rr: RunRecords, number: str) -> dict:
     """One row of the case list: the outcome of every task of one case in one run."""
     r = rr.records
-    row: dict = {"model": rr.run.model, "run": rr.run.run_id, "label": rr.label, "tags": []}
+    row: dict = {"model": rr.run.model, "run": rr.run.run_id, "label": rr.label, "group": rr.group, "tags": []}
     lca = r["LCA"].get(number)
     if lca:
         row["lca_c"], row["lca_u"] = (lca["judgments"][t]["label"] for t in ("complete", "underspecified"))
@@ -142,7 +146,7 @@ def outcomes(rr: RunRecords, number: str) -> dict:
             row[condition] = f"{right}/{len(v['gold'])}"
     plain = r.get(PLAIN_TYPES["underspecified"].name, {}).get(number)
     if plain:
-        row["plain"] = plain.get("type")
+        row["plain"] = PLAIN_TYPE_NAMES.get(plain.get("type"), plain.get("type"))
     audited = [reply for kind in AUDIT.values() for reply in (r.get(kind.name, {}).get(number) or {}).get("replies", [])
                if not reply.get("injected")]
     if audited:
@@ -212,16 +216,22 @@ def table_html(t: Table, link) -> str:
 
 
 def overview(tables: list[Table], groups: list[Group]) -> str:
-    models = {g.model: g.model for g in groups} | {group_label(g, groups): g.model for g in groups}
+    labels = {group_label(g, groups) for g in groups}
+    models = {g.model for g in groups}
     classes = {c for g in groups for r in g.runs for k in r.metrics for c in [k[2]]}
+    causes = {k[2] for g in groups for r in g.runs for k in r.metrics if k[0] == "by cause"}
 
     def link(table: Table, row: list, header: str) -> str | None:
         task = table.task_of(header, row)  # declared by the table, whatever its title says
         cls = {"class": header} if header in classes and header != "Overall" else {}
         if table.row_filter:  # rows of causes (Figure 3), of one model's cases
+            if row[0] not in causes:  # a summary row (Spearman's rho) is about no case
+                return None
             query = {"model": table.model or "", table.row_filter: row[0]} | ({"task": task} if task else {})
-        elif row[0] in models:  # a row is labelled with its group's label (or, Table 15, its model id)
-            query = {"model": models[row[0]]} | ({"task": task} if task else {}) | cls
+        elif row[0] in labels:  # a row names its group (a model, or a model's other settings): that group's runs
+            query = {"group": row[0]} | ({"task": task} if task else {}) | cls
+        elif row[0] in models:  # Table 15 names a model
+            query = {"model": row[0]} | ({"task": task} if task else {}) | cls
         elif cls and task:  # a row of a type or a category, a column of a class (Figure 4 c): every model
             query = cls | {"task": task}
         else:
@@ -235,17 +245,18 @@ const rows = JSON.parse(document.getElementById('data').textContent);
 const f = id => document.getElementById(id);
 let sortKey = 'case', sortDir = 1, limit = 200;  // the first screen draws 200 rows; 'Show more' adds 500
 function fill(id, values){const s=f(id);for(const v of [...new Set(values)].sort()){const o=document.createElement('option');o.value=v;o.textContent=v;s.appendChild(o);}}
-fill('model', rows.map(r=>r.model)); fill('run', rows.map(r=>r.run)); fill('class', rows.map(r=>r.class));
+fill('model', rows.map(r=>r.model)); fill('group', rows.map(r=>r.group)); fill('run', rows.map(r=>r.run)); fill('class', rows.map(r=>r.class));
 fill('cause', rows.map(r=>r.cause)); fill('tag', rows.flatMap(r=>r.tags));
-const keys=['model','run','class','cause','tag','text'];let task='';
-function fromHash(){const p=new URLSearchParams(location.hash.slice(1));for(const k of keys)f(k).value=p.get(k)||'';task=p.get('task')||'';f('task').textContent=task?'task: '+task+' (cases it gets wrong first)':'';}
+const keys=['model','group','run','class','cause','tag','text'];let task='';
+const judged=new Set(['LCA','DCG','direct','gold','interaction','targeted','off_target','audit']);  // tasks with a wrong outcome
+function fromHash(){const p=new URLSearchParams(location.hash.slice(1));for(const k of keys)f(k).value=p.get(k)||'';task=p.get('task')||'';f('task').textContent=task?'task: '+task+(judged.has(task)?' (cases it gets wrong first)':''):'';}
 function toHash(){const p=new URLSearchParams();for(const k of keys)if(f(k).value)p.set(k,f(k).value);if(task)p.set('task',task);history.replaceState(null,'','#'+p.toString());}
 function key(v){if(v===undefined||v===null)return '';const m=/^(\\d+)\\/(\\d+)$/.exec(String(v));return m?Number(m[1])/Math.max(Number(m[2]),1):v;}
 const collator=new Intl.Collator('zh',{numeric:true});
 function compareKeys(x,y){if(typeof x==='number'&&typeof y==='number')return x-y;return collator.compare(String(x),String(y));}
 function cell(v){const td=document.createElement('td');td.textContent=v===undefined?'–':String(v);return td;}
-function render(){const m=f('model').value,ru=f('run').value,c=f('class').value,ca=f('cause').value,t=f('tag').value,q=f('text').value.toLowerCase();
- const kept=rows.filter(r=>(!m||r.model===m)&&(!ru||r.run===ru)&&(!c||r.class===c)&&(!ca||r.cause===ca)&&(!t||r.tags.includes(t))&&(!q||r.search.includes(q)));
+function render(){const m=f('model').value,gr=f('group').value,ru=f('run').value,c=f('class').value,ca=f('cause').value,t=f('tag').value,q=f('text').value.toLowerCase();
+ const kept=rows.filter(r=>(!m||r.model===m)&&(!gr||r.group===gr)&&(!ru||r.run===ru)&&(!c||r.class===c)&&(!ca||r.cause===ca)&&(!t||r.tags.includes(t))&&(!q||r.search.includes(q)));
  // sort keys computed once per row, not at every comparison: 21,600 rows stay quick
  const decorated=kept.map(r=>[task&&r.fails.includes(task)?0:1,key(r[sortKey]),r]);
  decorated.sort((a,b)=>(a[0]-b[0])||compareKeys(a[1],b[1])*sortDir);
@@ -257,7 +268,7 @@ function render(){const m=f('model').value,ru=f('run').value,c=f('class').value,
   if(task&&r.fails.includes(task))tr.className='failing';
   const tags=document.createElement('td');for(const g of r.tags){const s=document.createElement('span');s.className='tag';s.textContent=g;tags.appendChild(s);}tr.appendChild(tags);body.appendChild(tr);}
  f('more').hidden=shown.length<=limit;}
-for(const id of ['model','run','class','cause','tag'])f(id).addEventListener('change',()=>{toHash();render();});
+for(const id of ['model','group','run','class','cause','tag'])f(id).addEventListener('change',()=>{toHash();render();});
 f('text').addEventListener('input',()=>{toHash();render();});f('more').addEventListener('click',()=>{limit+=500;render();});
 for(const th of document.querySelectorAll('th[data-key]'))th.addEventListener('click',()=>{sortDir=sortKey===th.dataset.key?-sortDir:1;sortKey=th.dataset.key;render();});
 window.addEventListener('hashchange',()=>{fromHash();render();});fromHash();render();
@@ -271,7 +282,8 @@ def case_list(rows_json: str) -> str:
                ("stop", "Stop"), ("questions", "Questions"), ("targeted", "Targeted right"),
                ("off_target", "Off-target right"), ("plain", "Plain type"), ("audit", "Audit"), ("tags", "Outcome")]
     selects = "".join(f'<label>{name} <select id="{key}"><option value="">all</option></select></label> '
-                      for key, name in (("model", "Model"), ("run", "Run"), ("class", "Class"), ("cause", "Cause"),
+                      for key, name in (("model", "Model"), ("group", "Group"), ("run", "Run"), ("class", "Class"),
+                                        ("cause", "Cause"),
                                         ("tag", "Outcome")))
     return ("<h1>Cases</h1><p>" + selects + '<label>Text <input id="text" type="search"></label> '
             '<span id="task"></span></p><p id="count"></p><table><thead><tr>'
@@ -322,18 +334,23 @@ def lexawn_part(r: dict, number: str, ids: Ids, source: dict | None) -> str:
     return "".join(parts)
 
 
-def dcg_part(r: dict, number: str, ids: Ids, details: list[str]) -> str:
+def dcg_part(r: dict, number: str, ids: Ids, details: list[str], source: dict | None = None) -> str:
     asked, dcg = r["force_ask"].get(number), r["DCG"].get(number)
     if not asked:
         return ""
     labels = {x["round"]: x for x in (dcg or {}).get("rounds", [])}
+    originals = {x["round"]: x.get("label") for x in (((source or {}).get("DCG") or {}).get(number) or {}).get("rounds", [])}
     success = {True: "success", False: "miss"}.get((dcg or {}).get("success"), "–")
     parts = [f"<h4>DCG: {esc(success)}</h4>"]
     for q in asked["rounds"]:
         judged, mid = labels.get(q["round"], {}), ids.next()
         parts.append(msg("assistant", q["question"], f"forced question {q['round']}", mid=mid, thread="dcg",
                          call=call_button("force_ask", "eval", {"history": "d:underspecified:dcg"}, "force_ask")))
-        parts.append(msg("judge", str(judged.get("label", "–")), f"DCG judge on question {q['round']}",
+        label = str(judged.get("label", "–"))
+        if source is not None and q["round"] in originals:  # a re-judged run: the original judge's label beside
+            label += f" (original judge: {originals[q['round']]}" + (", disagree)" if originals[q["round"]] != judged.get(
+                "label") else ")")
+        parts.append(msg("judge", label, f"DCG judge on question {q['round']}",
                          call=call_button("judge_dcg", "judge", {"ai_response": f"m:{mid}", "focus_text": "fp",
                                                                  "key_facts": "dbf"}, "DCG",
                                           len(judged.get("judge_raw") or []))))
@@ -371,14 +388,18 @@ def interaction_part(r: dict, number: str, ids: Ids, details: list[str]) -> str:
     return "".join(parts)
 
 
-def ljp_part(r: dict, number: str, ids: Ids) -> str:
+def ljp_part(r: dict, number: str, ids: Ids, source: dict | None = None) -> str:
     parts, inter = [], r["interaction"].get(number)
     for setup, name, generation, verdicts, reply_field in SETUPS:
         v, g = r[verdicts.name].get(number), r[generation.name].get(number)
         if not v:
             continue
+        before = ((((source or {}).get(verdicts.name) or {}).get(number) or {}).get("predicted")
+                  if source is not None else None)
         rows = "".join(f"<tr><td>{esc(c)}</td><td>{esc(gold)}</td><td class=\"{'ok' if gold == p else 'bad'}\">"
-                       f"{esc(p)}</td></tr>" for c, gold, p in zip(v["claims"], v["gold"], v["predicted"]))
+                       f"{esc(p)}</td>" + (f"<td>{esc(before[i])}{' ≠' if before[i] != p else ''}</td>"
+                                           if before and i < len(before) else "") + "</tr>"
+                       for i, (c, gold, p) in enumerate(zip(v["claims"], v["gold"], v["predicted"])))
         reply = (g or {}).get(reply_field, "") if setup != "interaction" else (inter or {}).get("final_response", "")
         mid = ids.next()
         predicted = "" if setup == "interaction" else call_button(
@@ -388,7 +409,8 @@ def ljp_part(r: dict, number: str, ids: Ids) -> str:
                      + msg("judge", "\n".join(v.get("judge_raw") or []), "extraction judge, raw",
                            call=call_button("judge_ljp", "judge", {"history": f"m:{mid}", "claims": "cl"}, verdicts.name,
                                             len(v.get("judge_raw") or [])))
-                     + f"<table><tr><th>Claim</th><th>Gold</th><th>Extracted</th></tr>{rows}</table>")
+                     + "<table><tr><th>Claim</th><th>Gold</th><th>Extracted</th>"
+                     + ("<th>Original judge</th>" if before else "") + f"</tr>{rows}</table>")
     return "".join(parts)
 
 
@@ -397,8 +419,8 @@ def transcript(rr: RunRecords, case: Case | None, number: str, details: list[str
     """Every task of one case in one run, in protocol order, each reply with its exact call; `source`: the records
     of the run it re-judged."""
     r, ids = rr.records, Ids(run)
-    text = (lexawn_part(r, number, ids, source) + dcg_part(r, number, ids, details)
-            + interaction_part(r, number, ids, details) + ljp_part(r, number, ids) + later_sections(r, number))
+    text = (lexawn_part(r, number, ids, source) + dcg_part(r, number, ids, details, source)
+            + interaction_part(r, number, ids, details) + ljp_part(r, number, ids, source) + later_sections(r, number, details))
     return text or "<p>No saved record of this case in this run.</p>"
 
 
@@ -422,7 +444,7 @@ def case_page(number: str, case: Case | None, loaded: list[RunRecords]) -> str:
                 f"<details open><summary>Underspecified history</summary>{dialogue_html(case.underspecified)}</details>"
                 f"<details><summary>Complete history</summary>{dialogue_html(case.complete)}</details>"
                 "<h3>Focal points</h3><ul>" + "".join(f"<li>{esc(p)}</li>" for p in case.focal_points) + "</ul>"
-                "<h3>Key details</h3><ul>" + "".join(f"<li>{esc(d)}</li>" for d in details) + "</ul>"
+                "<h3>Key details</h3><ol>" + "".join(f"<li>{esc(d)}</li>" for d in details) + "</ol>"
                 f"<h3>Claims and the court's verdicts</h3><table><tr><th>Claim</th><th>Verdict</th></tr>{claims}</table>")
     else:
         head = f"<h1>{esc(number)}</h1><p>The dataset was not available: pass --dataset to see the case itself.</p>"
@@ -451,6 +473,7 @@ def write_site(folder: Path, root: Path, groups: list[Group], tables: list[Table
         except HarnessError:
             cases = {}
     loaded = load_records(root, groups)
+    by_run = {(rr.run.model, rr.run.run_id): rr.records for rr in loaded}
     selected = {id(rr): set(rr.run.selected) for rr in loaded}
     numbers = list(dict.fromkeys(n for r in runs for n in r.selected))
     pages = {n: i for i, n in enumerate(numbers)}
@@ -470,10 +493,11 @@ def write_site(folder: Path, root: Path, groups: list[Group], tables: list[Table
                 rows.append(row | {"case": n, "cause": cause, "class": cls, "page": pages[n],
                                    "search": search.lower()})
         mine = {(r["model"], r["run"]): r for r in rows[len(rows) - sum(n in selected[id(rr)] for rr in loaded):]}
-        for rr in loaded:  # a re-judged run's outcomes against its source's, on this case
+        for rr in loaded:  # a re-judged run's decisions against its source's, on this case
             row = mine.get((rr.run.model, rr.run.run_id))
             if row is not None and source_of(rr.run.manifest):
-                row["disagrees"] = disagreements(row, mine.get((rr.run.model, source_of(rr.run.manifest))))
+                row["rejudged"] = True
+                row["disagrees"] = disagreements(rr.records, by_run.get((rr.run.model, source_of(rr.run.manifest))), n)
     try:
         (folder / "case").mkdir(parents=True, exist_ok=True)
         (folder / "index.html").write_text(page("LexPilot results", overview(tables, groups)), encoding="utf-8")
