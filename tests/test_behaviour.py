@@ -73,7 +73,7 @@ def test_attempts_rejections_and_unresolved_cases(three, provider, capsys):
     assert all(r["status"] == "accepted" and len(r["attempts"]) == 1 for r in off)
     assert three.run("direct") == 0
     capsys.readouterr()
-    assert show_results.main(["--output-root", str(three.root)]) == 0
+    assert show_results.main(["--output-root", str(three.root), "--width", "0"]) == 0
     out = capsys.readouterr().out
     table = out[out.index("Interaction behaviour and LJP (Table 4)"):].splitlines()
     assert table[3].split()[:4] == ["eval-model", "3", "(1", "/"]  # every case; one unresolved (Targeted)
@@ -146,7 +146,7 @@ def test_table_4_hand_computed(three, provider, capsys):
 def test_a_run_without_direct_ljp_is_told_which_command_to_run(three, capsys):
     assert run_behaviour(three, "--limit", "1") == 0
     assert "run eval_LJP_direct.py --run-id r1" in capsys.readouterr().err
-    assert show_results.main(["--output-root", str(three.root)]) == 0
+    assert show_results.main(["--output-root", str(three.root), "--width", "0"]) == 0
     err = capsys.readouterr().err
     assert "Table 4:" in err and "run eval_LJP_direct.py for this run" in err
 

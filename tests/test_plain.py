@@ -91,7 +91,7 @@ def test_table_6_and_the_cross_tabulation_hand_computed(four, provider, capsys):
     premature = [CASES[1]["case_number"], CASES[2]["case_number"]]
     asked_share = sum(lca[n] == "策略二" for n in premature) / 2
     capsys.readouterr()
-    assert show_results.main(["--output-root", str(four.root)]) == 0
+    assert show_results.main(["--output-root", str(four.root), "--width", "0"]) == 0
     out = capsys.readouterr().out
     table = out[out.index("Plain consultation (Table 6)"):].splitlines()
     assert table[3].split() == ["eval-model", "0.250", "0.000", "0.250", "0.500"]
@@ -111,7 +111,7 @@ def test_resume_dry_run_and_the_complete_control(four, provider, capsys):
     assert len(four.records(PLAIN["complete"])) == 4
     provider.requests = []
     assert run_plain(four, "--histories", "underspecified,complete") == 0 and not provider.requests
-    assert show_results.main(["--output-root", str(four.root), "--run-id", "r2"]) == 0
+    assert show_results.main(["--output-root", str(four.root), "--run-id", "r2", "--width", "0"]) == 0
     assert "control: response types on complete histories" in capsys.readouterr().out
 
 

@@ -102,3 +102,11 @@ def test_a_text_cell_in_a_column_of_numbers_keeps_its_text_in_csv():
     rows = [line.split(",") for line in render_csv([table]).splitlines()]
     assert rows[1][2:4] == ["QWK mean", "QWK n"]
     assert rows[2][2:4] == ["0.5", "2"] and rows[3][2:4] == ["0.500 (2)", ""]
+
+
+def test_a_long_title_is_wrapped_within_the_width():
+    title = "Every comparable pair: difference of means, 95% paired bootstrap interval over cases, " * 3
+    lines = render_text([Table("t", title, ["Model", "QWK"], [["m", "0.5"]])], limit=80).splitlines()
+    title_lines = lines[:lines.index("Model  QWK")]
+    assert len(title_lines) > 1 and all(len(line) <= 80 for line in title_lines)
+    assert " ".join(title_lines) == title.strip()

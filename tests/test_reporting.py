@@ -161,7 +161,7 @@ def test_cost_from_hand_made_usage_and_a_price_file(tmp_path, capsys):
     prices = tmp_path / "prices.json"
     prices.write_text(json.dumps({"m": {"prompt": 1, "completion": 4}, "u": {"prompt": 0.5, "completion": 1},
                                   "j": {"prompt": 2, "completion": 8}}), encoding="utf-8")
-    assert show_results.main(["--output-root", str(tmp_path), "--prices", str(prices)]) == 0
+    assert show_results.main(["--output-root", str(tmp_path), "--prices", str(prices), "--width", "0"]) == 0
     out = capsys.readouterr().out
     per_run = out[out.index("Token usage per run"):].splitlines()[3].split()
     # eval 2M prompt + 1M completion = 2 + 4; user 2M * 0.5 = 1; judge 1M*2 + 1M*8 = 10 -> 17

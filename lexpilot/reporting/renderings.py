@@ -6,6 +6,7 @@ import csv
 import html
 import io
 import re
+import textwrap
 import unicodedata
 
 from lexpilot.files import spreadsheet_safe
@@ -43,7 +44,7 @@ def render_text(tables: list[Table], limit: int = TEXT_WIDTH) -> str:
     for t in tables:
         widths = [max(display_width(r[i]) for r in [t.headers] + t.rows) for i in range(len(t.headers))]
         blocks = column_blocks(widths, limit)
-        out.append(t.title)
+        out += textwrap.wrap(t.title, limit) or [""]  # a long title in lines, not one line past the limit
         for n, block in enumerate(blocks):
             columns = [0] + block
             line = lambda r: "  ".join(pad(r[i], widths[i]) for i in columns).rstrip()  # noqa: E731
