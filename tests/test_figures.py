@@ -38,8 +38,12 @@ def drawn(tmp_path, provider, monkeypatch):
     for stage in ("LexAwN", "DCG", "direct", "gold", "interaction"):
         assert h.run(stage, "--temperature", "0.2") == 0
     assert h.run_stage(eval_focal_types.STAGE, "--temperature", "0.2") == 0
+    complexity = tmp_path / "complexity.csv"
+    complexity.write_text("cause_of_action,complexity\n" + "".join(
+        f"{cause},{i + 1}\n" for i, cause in enumerate(dict.fromkeys(c["cause_of_action"] for c in sample_cases()[:4]))),
+        encoding="utf-8")
     assert show_results.main(["--output-root", str(h.root), "--plot", str(tmp_path / "plots"), "--ci",
-                              "--resamples", "100"]) == 0
+                              "--resamples", "100", "--complexity", str(complexity)]) == 0
     yield figs
     monkeypatch.setattr(figures, "save", original)
     import matplotlib.pyplot as plt
@@ -64,3 +68,10 @@ def test_an_undefined_value_is_drawn_as_n_a(drawn):
     marks = [t.get_text() for t in chart.texts]
     assert sum(h != h for h in heights) > 0
     assert marks.count("n/a") == sum(h != h for h in heights)  # NaN heights: nothing drawn but the mark
+
+
+def test_figure_3s_trend_lines_take_their_groups_colours(drawn):
+    for ax in drawn["fig3_complexity.png"].axes:
+        points = [c.lines[0].get_color() for c in ax.containers]  # each group's markers, in order
+        trends = [line.get_color() for line in ax.get_lines() if line.get_linestyle() == "-" and len(line.get_xdata()) == 20]
+        assert trends and trends == points[:len(trends)]  # each group's trend line drawn in its markers' colour

@@ -213,3 +213,31 @@ def test_a_prompt_file_changed_since_the_run_is_said(built):
     info = run_info(manifest, {}, "x")
     assert info["changed"] == ["lexawn"]
     assert info["roles"]["judge"]["model"] == "DeepSeek-R1" and "temperature 0.1" in info["roles"]["judge"]["settings"]
+
+
+def test_a_rejudged_copy_is_no_further_model_and_the_judges_columns_say_which_is_which(built, capsys):
+    root, _ = built
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(root), "--format", "csv", "--table", "interaction_gain",
+                              "judge_sensitivity"]) == 0
+    out = capsys.readouterr().out
+    assert "Average over 2 / 2 models" in out  # model-a and model-b; model-a's re-judged copy is not a third
+    import csv
+    import io
+    header = next(r for r in csv.reader(io.StringIO(out)) if r and r[0].startswith("model-a: every metric")
+                  and r[1] == "header")
+    assert "original (DeepSeek-R1) mean" in header and "re-judged (DeepSeek-R1) mean" in header
+
+
+def test_an_unknown_filter_value_filters_to_nothing_and_the_sort_is_in_the_address(built, page):
+    _, site = built
+    page.goto((site / "cases.html").as_uri() + "#run=smoke")  # a run this site does not hold
+    assert page.inner_text("#count").startswith("0 of")  # not silently every run
+    page.goto((site / "cases.html").as_uri())
+    page.click("th[data-key='cause']")
+    page.click("th[data-key='cause']")
+    assert parse_qs(page.evaluate("location.hash").lstrip("#")) == {"sort": ["cause"], "dir": ["-1"]}
+    first = page.locator("#rows tr td:first-child").all_inner_texts()
+    page.goto((site / "index.html").as_uri())
+    page.goto((site / "cases.html").as_uri() + "#sort=cause&dir=-1")
+    assert page.locator("#rows tr td:first-child").all_inner_texts() == first

@@ -182,11 +182,11 @@ def analysis_plots(plt, groups: list[Group], labels: list[str], folder: Path, co
                 if not points:
                     continue
                 xs, ys, errors = np.array(points).T
-                ax.errorbar(xs, ys, yerr=errors, fmt="o", markersize=4, capsize=2, label=label)  # ± SD over runs
+                drawn = ax.errorbar(xs, ys, yerr=errors, fmt="o", markersize=4, capsize=2, label=label)  # ± SD
                 if len(set(xs)) > 1:
                     slope, intercept = np.polyfit(xs, ys, 1)  # least squares
                     grid = np.linspace(xs.min(), xs.max(), 20)
-                    ax.plot(grid, slope * grid + intercept, linewidth=1)
+                    ax.plot(grid, slope * grid + intercept, linewidth=1, color=drawn[0].get_color())  # its group's
             ax.set_xlabel("complexity (average legal provisions cited per cause)")
             ax.set_ylabel(name)
             ax.set_title(f"Figure 3: {name} by cause against complexity (± SD over runs)", fontsize=9)

@@ -292,10 +292,11 @@ def judge_sensitivity_tables(groups: list[Group], root, boot: Bootstrap) -> list
             key = (task, metric, OVERALL)
             rows.append([name, cell(g_original.stat(key), 4), cell(g_rejudged.stat(key), 4),
                          difference_cell(paired_difference(boot, (g_rejudged, key), (g_original, key)), 4)])
-        tables.append(Table("judge_sensitivity", f"{g_original.model}: every metric under each judge ({judge(g_original.runs[0])} / "
-                            f"{judge(g_rejudged.runs[0])}), difference of means [95% bootstrap interval over "
+        first, second = judge(g_original.runs[0]), judge(g_rejudged.runs[0])
+        tables.append(Table("judge_sensitivity", f"{g_original.model}: every metric under each judge ({first} / "
+                            f"{second}), difference of means [95% bootstrap interval over "
                             "cases, paired], share of resamples below zero",
-                            ["Metric", judge(g_original.runs[0]), judge(g_rejudged.runs[0]), "Re-judged − original"],
+                            ["Metric", f"original ({first})", f"re-judged ({second})", "Re-judged − original"],
                             rows))
     return tables
 
@@ -542,8 +543,9 @@ def interaction_gain_table(groups: list[Group], labels: list[str]) -> Table:
         gain = means["interaction"] - means["direct"] if None not in (means["interaction"], means["direct"]) else None
         change = (means["interaction"] - means["gold"]) / means["gold"] \
             if None not in (means["interaction"], means["gold"]) and means["gold"] != 0 else None
-        gains += [gain] if gain is not None else []
-        changes += [change] if change is not None else []
+        copy = bool(g.runs[0].manifest.get("rejudged_from"))  # a re-judged copy is no further model in the average
+        gains += [gain] if gain is not None and not copy else []
+        changes += [change] if change is not None and not copy else []
         rows.append([label, "n/a" if gain is None else f"{gain:+.3f}",
                      "n/a" if change is None else f"{100 * change:+.2f}%"])
     rows.append([f"Average over {len(gains)} / {len(changes)} models",

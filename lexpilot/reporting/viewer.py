@@ -249,8 +249,9 @@ fill('model', rows.map(r=>r.model)); fill('group', rows.map(r=>r.group)); fill('
 fill('cause', rows.map(r=>r.cause)); fill('tag', rows.flatMap(r=>r.tags));
 const keys=['model','group','run','class','cause','tag','text'];let task='';
 const judged=new Set(['LCA','DCG','direct','gold','interaction','targeted','off_target','audit']);  // tasks with a wrong outcome
-function fromHash(){const p=new URLSearchParams(location.hash.slice(1));for(const k of keys)f(k).value=p.get(k)||'';task=p.get('task')||'';f('task').textContent=task?'task: '+task+(judged.has(task)?' (cases it gets wrong first)':''):'';}
-function toHash(){const p=new URLSearchParams();for(const k of keys)if(f(k).value)p.set(k,f(k).value);if(task)p.set('task',task);history.replaceState(null,'','#'+p.toString());}
+function keep(id,v){const s=f(id);if(v&&s.tagName==='SELECT'&&![...s.options].some(o=>o.value===v)){const o=document.createElement('option');o.value=v;o.textContent=v+' (not in this site)';s.appendChild(o);}s.value=v;}
+function fromHash(){const p=new URLSearchParams(location.hash.slice(1));for(const k of keys)keep(k,p.get(k)||'');if(p.get('sort')){sortKey=p.get('sort');sortDir=p.get('dir')==='-1'?-1:1;}task=p.get('task')||'';f('task').textContent=task?'task: '+task+(judged.has(task)?' (cases it gets wrong first)':''):'';}
+function toHash(){const p=new URLSearchParams();for(const k of keys)if(f(k).value)p.set(k,f(k).value);if(task)p.set('task',task);if(sortKey!=='case'||sortDir!==1){p.set('sort',sortKey);p.set('dir',String(sortDir));}history.replaceState(null,'','#'+p.toString());}
 function key(v){if(v===undefined||v===null)return '';const m=/^(\\d+)\\/(\\d+)$/.exec(String(v));return m?Number(m[1])/Math.max(Number(m[2]),1):v;}
 const collator=new Intl.Collator('zh',{numeric:true});
 function compareKeys(x,y){if(typeof x==='number'&&typeof y==='number')return x-y;return collator.compare(String(x),String(y));}
@@ -270,7 +271,7 @@ function render(){const m=f('model').value,gr=f('group').value,ru=f('run').value
  f('more').hidden=shown.length<=limit;}
 for(const id of ['model','group','run','class','cause','tag'])f(id).addEventListener('change',()=>{toHash();render();});
 f('text').addEventListener('input',()=>{toHash();render();});f('more').addEventListener('click',()=>{limit+=500;render();});
-for(const th of document.querySelectorAll('th[data-key]'))th.addEventListener('click',()=>{sortDir=sortKey===th.dataset.key?-sortDir:1;sortKey=th.dataset.key;render();});
+for(const th of document.querySelectorAll('th[data-key]'))th.addEventListener('click',()=>{sortDir=sortKey===th.dataset.key?-sortDir:1;sortKey=th.dataset.key;toHash();render();});
 window.addEventListener('hashchange',()=>{fromHash();render();});fromHash();render();
 """
 
