@@ -96,7 +96,7 @@ def run_info(manifest: dict, records: dict, number: str) -> dict:
 
 
 CALLED_KINDS = ("a1", "LCA", "force_ask", "DCG", "interaction", "direct_prediction", "gold_prediction",
-                "LJP_direct", "LJP_gold", "LJP_interaction")
+                "LJP_direct", "LJP_gold", "LJP_interaction", "dialogue_targeted", "dialogue_off_target")
 
 
 def call_data(case: Case | None, runs: list[tuple[dict, dict]], number: str) -> str:

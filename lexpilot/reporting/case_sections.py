@@ -19,6 +19,7 @@ from lexpilot.benchmark.records import (
     PROBE_REPLIES,
 )
 from lexpilot.benchmark.vocabulary import ASKS, PREDICTS
+from lexpilot.reporting.calls_view import call_button
 from lexpilot.reporting.tables import PLAIN_TYPE_NAMES
 
 KINDS = (*PLAIN.values(), *PLAIN_TYPES.values(), *BEHAVIOUR_DIALOGUE.values(), *BEHAVIOUR_PREDICTION.values(),
@@ -29,7 +30,10 @@ CONDITION_NAMES = {"targeted": "Targeted", "off_target": "Off-target"}
 
 
 def esc(text) -> str:
-    return html.escape("" if text is None else str(text), quote=True)
+    """Escaped for HTML, the viewer's one escape; a carriage return as a character reference, which the HTML parser
+    keeps (a literal one it folds into the line feed), so a reply's exact text survives into the page and its
+    exact call."""
+    return html.escape("" if text is None else str(text), quote=True).replace("\r", "&#13;")
 
 
 def lca_label(label) -> str:
@@ -37,8 +41,11 @@ def lca_label(label) -> str:
     return LCA_MEANING.get(label, "–" if label is None else str(label))
 
 
-def msg(role: str, text: str, note: str = "") -> str:
-    return f'<div class="msg {esc(role)}"><b>{esc(role)}</b>{(" · " + esc(note)) if note else ""}<br>{esc(text)}</div>'
+def msg(role: str, text: str, note: str = "", thread: str = "", call: str = "") -> str:
+    """A message (as the viewer's); `thread` and `call` as there: its dialogue, and its exact-call button."""
+    attributes = f' data-th="{thread}"' if thread else ""
+    return (f'<div class="msg {esc(role)}"{attributes}><b>{esc(role)}</b>{(" · " + esc(note)) if note else ""}{call}'
+            f'<br><span class="text">{esc(text)}</span></div>')
 
 
 def verdict_table(record: dict) -> str:
@@ -98,7 +105,7 @@ def behaviour_section(records: dict, number: str, details: list[str]) -> str:
             verdict = "accepted" if accepted else "rejected: " + "; ".join(map(str, attempt["rejected"]))
             parts.append(f"<details{' open' if accepted else ''}><summary>{esc(name)} attempt "
                          f"{esc(attempt.get('attempt'))}: {esc(verdict)}</summary>"
-                         + "".join(msg(m.get("role", "?"), m.get("content", "")) for m in attempt.get("dialogue", []))
+                         + attempt_dialogue(attempt, condition, kind.name)
                          + f"<table><tr><th>Key detail</th><th>Validator</th><th>Turns</th></tr>{facts}</table>"
                          "</details>")
         prediction = records.get(BEHAVIOUR_PREDICTION[condition].name, {}).get(number)
@@ -108,6 +115,16 @@ def behaviour_section(records: dict, number: str, details: list[str]) -> str:
         if verdicts:
             parts.append(f"<p>{esc(name)} verdicts ({esc(verdicts.get('status'))})</p>" + verdict_table(verdicts))
     return "".join(parts)
+
+
+def attempt_dialogue(attempt: dict, condition: str, kind: str) -> str:
+    """One attempt's questions and replies, each with its exact call: a question from the condition's prompt, a
+    reply from the standard User Model's, both over the underspecified history and the attempt's turns so far."""
+    thread = f"t4{condition}{attempt.get('attempt')}"
+    history = {"history": f"d:underspecified:{thread}", "key_facts": "kf"}
+    return "".join(msg(m.get("role", "?"), m.get("content", ""), thread=thread, call=call_button(
+        f"behaviour_{condition}" if m.get("role") == "assistant" else "user_standard",
+        "eval" if m.get("role") == "assistant" else "user", history, kind)) for m in attempt.get("dialogue", []))
 
 
 def focal_types_section(records: dict, number: str) -> str:

@@ -12,7 +12,6 @@ of at least HIGHLIGHT_RUN consecutive characters of it appears verbatim in the r
 """
 from __future__ import annotations
 
-import html
 import json
 from urllib.parse import urlencode
 from dataclasses import dataclass, field
@@ -39,7 +38,7 @@ from lexpilot.benchmark.prompts import render_fault
 from lexpilot.reporting.calls_view import CALL_SCRIPT, call_button, call_data, raw_slot
 from lexpilot.reporting.case_sections import KINDS as LATER_KINDS
 from lexpilot.reporting.comparisons import TASKS, compare_page, disagreements
-from lexpilot.reporting.case_sections import audit_note, later_sections, lca_label, rejudged
+from lexpilot.reporting.case_sections import audit_note, esc, later_sections, lca_label, rejudged
 from lexpilot.reporting.judges import source_of
 from lexpilot.reporting.results import Group, Run, group_label, read_saved
 from lexpilot.reporting.table import Table
@@ -51,12 +50,6 @@ SETUPS = (("direct", "Direct", DIRECT_PREDICTION, LJP_DIRECT, "response"),
           ("interaction", "Interaction-Based", INTERACTION, LJP_INTERACTION, "final_response"))
 KINDS = (A1, LCA, INTERACTION, FORCE_ASK, DCG, DIRECT_PREDICTION, LJP_DIRECT, GOLD_PREDICTION, LJP_GOLD, LJP_INTERACTION,
          *LATER_KINDS)
-
-
-def esc(text) -> str:
-    """Escaped for HTML; a carriage return as a character reference, which the HTML parser keeps (a literal one it
-    folds into the line feed), so a reply's exact text survives into the page and its exact call."""
-    return html.escape("" if text is None else str(text), quote=True).replace("\r", "&#13;")
 
 
 def script_json(data) -> str:
