@@ -106,29 +106,27 @@ def show(args) -> int:
     groups = group_runs([r for r in runs if r.tasks])
     if complexity is None:
         complexity = dataset_complexity(runs, args.dataset)
-    boot = Bootstrap(args.resamples, args.seed) if args.ci or args.compare else None
+    # one resample matrix for every statistic; `boot` also puts intervals in the tables' cells (--ci, --compare)
+    shared = Bootstrap(args.resamples, args.seed)
+    boot = shared if args.ci or args.compare else None
     compared = compared_groups(groups, args.compare) if args.compare else None  # both models must be there
     if prices:
         unpriced = sorted({r.manifest["models"][role]["model"] for r in runs for role in ROLES
                            if r.manifest["models"].get(role, {}).get("model") not in prices})
         if unpriced:
             print(f"no price in {args.prices} for {', '.join(unpriced)}: their cost shows as n/a", file=sys.stderr)
+    tables = with_unreported(all_tables(args, groups, boot, shared, complexity, prices, compared, group_runs(runs)),
+                             unreported)  # built once: for the terminal and the site alike
     if args.format == "json":  # the statistics asked for ride along as tables
-        extra = statistics_tables(args, groups, boot) if args.rank or args.power or args.consistency else None
-        print(render_json(groups, boot, args.usage or bool(prices), extra))
+        extra = [t for t in tables if t.id in STATISTICS_TABLES]
+        print(render_json(groups, boot, args.usage or bool(prices), extra or None))
     else:
-        tables = all_tables(args, groups, boot, complexity, prices, compared, group_runs(runs))
-        tables = chosen(with_unreported(tables, unreported), args.table)
-        print(render_text(tables, args.width or 10**9) if args.format == "text" else RENDERINGS[args.format](tables))
+        shown = chosen(tables, args.table)
+        print(render_text(shown, args.width or 10**9) if args.format == "text" else RENDERINGS[args.format](shown))
     if args.html:
-        try:
-            ranked = ranking_tables(groups, boot or Bootstrap(args.resamples, args.seed), args.alpha,
-                                    classes_present(groups) if args.by_class else None) if args.rank else []
-            # the site shows what the terminal shows: Figure 3 with --complexity, the judge-sensitivity tables
-            shown = build_tables(groups, boot, complexity) + judge_sensitivity_tables(
-                groups, root, boot or Bootstrap(args.resamples, args.seed)) + [
-                t for t in [order_table(groups, root)] if t] + ranked
-            count = write_site(args.html, root, groups, with_unreported(shown, unreported), args.dataset)
+        try:  # the site shows what the terminal shows but the money (Figure 3 with --complexity, the judges, --rank)
+            count = write_site(args.html, root, groups, [t for t in tables if not t.id.startswith("usage_")],
+                               args.dataset)
         except HarnessError as e:
             raise UsageError(str(e)) from None
         print(f"wrote {args.html / 'index.html'} ({count} case pages)", file=sys.stderr)
@@ -210,23 +208,25 @@ def with_unreported(tables: list, unreported: list) -> list:
     return tables
 
 
-def all_tables(args, groups, boot, complexity, prices, compared, usage_groups) -> list:
-    """The paper's tables, the judge-sensitivity tables, a model comparison and the usage tables asked for (usage
-    over every run, those with no complete task included: they were paid for)."""
+STATISTICS_TABLES = {"pairs", "ranking", "not_comparable", "power", "consistency", "judge_noise"}
+
+
+def all_tables(args, groups, boot, shared, complexity, prices, compared, usage_groups) -> list:
+    """The paper's tables, the judge-sensitivity tables, a model comparison, the statistics and the usage tables asked
+    for (usage over every run, those with no complete task included: they were paid for)."""
     tables = build_tables(groups, boot, complexity)
-    tables += judge_sensitivity_tables(groups, args.output_root.resolve(), boot or Bootstrap(args.resamples, args.seed))
+    tables += judge_sensitivity_tables(groups, args.output_root.resolve(), shared)
     tables += [t for t in [order_table(groups, args.output_root.resolve())] if t]
     if compared:
         tables.append(comparison_table(*compared, boot))
-    tables += statistics_tables(args, groups, boot)
+    tables += statistics_tables(args, groups, shared)
     if args.usage or prices:
         tables += usage_tables(usage_groups, prices)
     return tables
 
 
-def statistics_tables(args, groups, boot) -> list:
-    """--rank, --power and --consistency, on one resample matrix (the one of --ci when there is one)."""
-    shared = boot or Bootstrap(args.resamples, args.seed)
+def statistics_tables(args, groups, shared) -> list:
+    """--rank, --power and --consistency, on the report's one resample matrix."""
     tables = []
     if args.rank:
         tables += ranking_tables(groups, shared, args.alpha, classes_present(groups) if args.by_class else None)

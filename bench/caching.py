@@ -17,7 +17,6 @@ import sys
 import tempfile
 from collections import Counter
 from contextlib import redirect_stderr, redirect_stdout
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 from lexpilot.protocols.catalog import PAPER_GRID

@@ -8,15 +8,12 @@ Issue 27's target: the all-pairs table for 10 models × 5 runs × 432 cases with
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.throughput import synthetic_dataset
-from bench.viewer import write_run
-from lexpilot.benchmark.dataset import load_dataset
+from bench.viewer import write_grid
 from lexpilot.reporting.consistency import consistency_table
 from lexpilot.reporting.rankings import power_table, ranking_tables
 from lexpilot.reporting.results import Bootstrap, group_runs, load_runs
@@ -31,13 +28,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        dataset = tmp / "bench.json"
-        synthetic_dataset(args.cases, dataset)
-        cases, sha = load_dataset(dataset)
-        rng = random.Random(0)
-        for m in range(args.models):
-            for r in range(args.runs):
-                write_run(tmp / "out", dataset, cases, sha, f"model-{m}", f"run{r + 1}", rng)
+        dataset = write_grid(tmp, args.models, args.runs, args.cases)
         start = time.monotonic()
         groups = group_runs(load_runs(tmp / "out", None, None, dataset=dataset, keep_records=True))
         print(f"{args.models} models × {args.runs} runs × {args.cases} cases loaded and scored in "

@@ -118,6 +118,18 @@ def first_screen(chromium: str, urls: dict[str, str]) -> dict[str, float]:
     return times
 
 
+def write_grid(folder: Path, models: int, runs: int, cases: int) -> Path:
+    """A synthetic dataset of `cases` cases and `models` × `runs` runs of it under folder/out; returns the dataset."""
+    dataset = folder / "bench.json"
+    synthetic_dataset(cases, dataset)
+    selected, sha = load_dataset(dataset)
+    rng = random.Random(0)
+    for m in range(models):
+        for r in range(runs):
+            write_run(folder / "out", dataset, selected, sha, f"model-{m}", f"run{r + 1}", rng)
+    return dataset
+
+
 def size(folder: Path, pattern: str) -> int:
     return sum(p.stat().st_size for p in folder.rglob(pattern) if p.is_file())
 
@@ -131,14 +143,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        dataset = tmp / "bench.json"
-        synthetic_dataset(args.cases, dataset)
-        cases, sha = load_dataset(dataset)
-        rng = random.Random(0)
         start = time.monotonic()
-        for m in range(args.models):
-            for r in range(args.runs):
-                write_run(tmp / "out", dataset, cases, sha, f"model-{m}", f"run{r + 1}", rng)
+        dataset = write_grid(tmp, args.models, args.runs, args.cases)
         print(f"{args.models} models × {args.runs} runs × {args.cases} cases written in "
               f"{time.monotonic() - start:.1f}s; JSONL {size(tmp / 'out', '*.jsonl') / 1e6:.1f} MB")
         start = time.monotonic()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import html
-import json
 from urllib.parse import quote
 
 from lexpilot.benchmark.dataset import Case
@@ -99,14 +98,11 @@ CALLED_KINDS = ("a1", "LCA", "force_ask", "DCG", "interaction", "direct_predicti
                 "LJP_direct", "LJP_gold", "LJP_interaction", "dialogue_targeted", "dialogue_off_target")
 
 
-def call_data(case: Case | None, runs: list[tuple[dict, dict]], number: str) -> str:
-    """The page's JSON for the exact calls: templates, the case's texts, and each run's (manifest, records) roles,
+def call_data(case: Case | None, runs: list[tuple[dict, dict]], number: str) -> dict:
+    """The page's data for the exact calls: templates, the case's texts, and each run's (manifest, records) roles,
     changed files and usage."""
-    data = {"templates": templates(), "files": PROMPT_FILES, "case": case_texts(case),
+    return {"templates": templates(), "files": PROMPT_FILES, "case": case_texts(case),
             "runs": [run_info(manifest, records, number) for manifest, records in runs]}
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
 def call_button(template: str, role: str, slots: dict, kind: str, attempts: int | None = None) -> str:

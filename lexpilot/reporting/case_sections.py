@@ -41,11 +41,13 @@ def lca_label(label) -> str:
     return LCA_MEANING.get(label, "–" if label is None else str(label))
 
 
-def msg(role: str, text: str, note: str = "", thread: str = "", call: str = "") -> str:
-    """A message (as the viewer's); `thread` and `call` as there: its dialogue, and its exact-call button."""
-    attributes = f' data-th="{thread}"' if thread else ""
+def msg(role: str, text: str, note: str = "", body_html: str | None = None, mid: str = "", call: str = "",
+        thread: str = "") -> str:
+    """A message; with `mid` an id a judge's exact call refers to, with `thread` the dialogue it belongs to (a later
+    round's prompt holds the thread's earlier messages), with `call` its exact-call button."""
+    attributes = (f' id="{mid}"' if mid else "") + (f' data-th="{thread}"' if thread else "")
     return (f'<div class="msg {esc(role)}"{attributes}><b>{esc(role)}</b>{(" · " + esc(note)) if note else ""}{call}'
-            f'<br><span class="text">{esc(text)}</span></div>')
+            f'<br><span class="text">{body_html if body_html is not None else esc(text)}</span></div>')
 
 
 def verdict_table(record: dict) -> str:

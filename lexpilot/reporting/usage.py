@@ -23,6 +23,10 @@ def role_cost(run: Run, role: str, used: dict, prices: dict | None) -> float | N
     return cost(price, used["prompt_tokens"], used["completion_tokens"], batched, used.get("cached_prompt_tokens", 0))
 
 
+def money(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.2f}" if value >= 1 else f"{value:.4f}"
+
+
 def role_usage(used: Counter, unanswered: int) -> str:
     text = f"{used['calls']} / {used['prompt_tokens']} / {used['completion_tokens']}"
     if used["reasoning_tokens"]:
@@ -36,7 +40,6 @@ def role_usage(used: Counter, unanswered: int) -> str:
 
 def usage_tables(groups: list[Group], prices: dict | None) -> list[Table]:
     """Tokens per run and role, and per stage file and role over each group's runs; cost when priced."""
-    money = lambda v: "n/a" if v is None else f"{v:,.2f}" if v >= 1 else f"{v:.4f}"  # noqa: E731
     per_run, per_stage = [], []
     for g in groups:
         label = group_label(g, groups)
@@ -74,7 +77,6 @@ def grid_total(groups: list[Group], prices: dict | None) -> Table:
     """What every run and model shown has used and cost, per role and in all: with a grid quote for the rest
     (quote_grid.py, which leaves saved cases out), spent + quote = the grid's total. Calls paid but never answered
     are counted apart: their tokens were never reported, so they are not priced."""
-    money = lambda v: "n/a" if v is None else f"{v:,.2f}" if v >= 1 else f"{v:.4f}"  # noqa: E731
     by_role: dict[str, Counter] = {role: Counter() for role in ROLES}
     costs: dict[str, list] = {role: [] for role in ROLES}
     uncached: dict[str, list] = {role: [] for role in ROLES}  # the same calls had no prompt token been cached

@@ -38,7 +38,7 @@ from lexpilot.benchmark.prompts import render_fault
 from lexpilot.reporting.calls_view import CALL_SCRIPT, call_button, call_data, raw_slot
 from lexpilot.reporting.case_sections import KINDS as LATER_KINDS
 from lexpilot.reporting.comparisons import TASKS, compare_page, disagreements
-from lexpilot.reporting.case_sections import audit_note, esc, later_sections, lca_label, rejudged
+from lexpilot.reporting.case_sections import audit_note, esc, later_sections, lca_label, msg, rejudged
 from lexpilot.reporting.judges import source_of
 from lexpilot.reporting.results import Group, Run, group_label, read_saved
 from lexpilot.reporting.table import Table
@@ -286,15 +286,6 @@ def case_list(rows_json: str) -> str:
             f'<script type="application/json" id="data">{rows_json}</script><script>{CASES_SCRIPT}</script>')
 
 
-def msg(role: str, text: str, note: str = "", body_html: str | None = None, mid: str = "", call: str = "",
-        thread: str = "") -> str:
-    """A message; with `mid` an id a judge's exact call refers to, with `thread` the dialogue it belongs to (a later
-    round's prompt holds the thread's earlier messages), with `call` its exact-call button."""
-    attributes = (f' id="{mid}"' if mid else "") + (f' data-th="{thread}"' if thread else "")
-    return (f'<div class="msg {role}"{attributes}><b>{esc(role)}</b>{(" · " + esc(note)) if note else ""}{call}<br>'
-            f'<span class="text">{body_html if body_html is not None else esc(text)}</span></div>')
-
-
 def dialogue_html(messages: list[dict]) -> str:
     return "".join(msg(m["role"], m["content"]) for m in messages)
 
@@ -450,7 +441,7 @@ def case_page(number: str, case: Case | None, loaded: list[RunRecords]) -> str:
                        "</details></section>" for i, rr in enumerate(loaded))
     controls = ('<p><label><input type="checkbox" id="side"> side by side</label> '
                 '<select id="left"></select> <select id="right"></select></p>')
-    calls = call_data(case, [(rr.run.manifest, rr.records) for rr in loaded], number)
+    calls = script_json(call_data(case, [(rr.run.manifest, rr.records) for rr in loaded], number))
     return (head + controls + f'<div id="runs">{sections}</div><script>{SIDE_SCRIPT}</script>'
             f'<script type="application/json" id="calls">{calls}</script><script>{CALL_SCRIPT}</script>')
 

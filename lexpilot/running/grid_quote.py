@@ -192,8 +192,6 @@ def batch_cycles(parts: list[Part]) -> int:
     return max(per_job.values(), default=0)
 
 
-def roles_of(parts: list[Part]) -> list[str]:
-    return [r for r in ROLES if any(p.calls.get(r) for p in parts)]
 
 
 # ----------------------------------------------------------------------------- what the quote prints
