@@ -33,6 +33,7 @@ from lexpilot.benchmark.records import (
     LJP_INTERACTION,
     model_folder,
     new_record,
+    record_line,
 )
 from lexpilot.settings import Role, Settings
 from lexpilot.storage.manifest import build_manifest, settings_hash
@@ -59,7 +60,7 @@ def write_run(root: Path, dataset: Path, cases, sha: str, model: str, run_id: st
 
     def save(kind, case, body, upstream=None):
         record = new_record(case.number, case.input_hash, case.cause, body, upstream or {}, usage, sh)
-        files.setdefault(kind, []).append(json.dumps(record, ensure_ascii=False))
+        files.setdefault(kind, []).append(record_line(record))  # as the checkpoint writer writes it
         return record
 
     for case in cases:
@@ -100,7 +101,7 @@ def write_run(root: Path, dataset: Path, cases, sha: str, model: str, run_id: st
     for kind, lines in files.items():
         path = kind.path(root, run_id, model_folder(model))
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        path.write_bytes(b"".join(lines))
 
 
 def first_screen(chromium: str, urls: dict[str, str]) -> dict[str, float]:

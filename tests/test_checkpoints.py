@@ -1,11 +1,14 @@
 """Checkpoints, manifests, locks and resuming: paid work is never lost or silently redone."""
+import gc
+import hashlib
 import json
 
 import pytest
 
 import show_results
-from lexpilot.benchmark.records import A1, INTERACTION, content_digest
+from lexpilot.benchmark.records import A1, DIRECT_PREDICTION, INTERACTION, content_digest, read_records
 from lexpilot.benchmark.records import model_folder as model_dirname
+from lexpilot.errors import HarnessError
 from lexpilot.reporting.results import load_runs
 from lexpilot.storage.checkpoints import manifest_path
 from lexpilot.storage.manifest import RunLock, settings_digest
@@ -135,6 +138,58 @@ def test_a_record_edited_by_hand_is_noticed_by_the_stages_and_show_results(tmp_p
     assert ("LCA", "macro_f1", "Overall") not in load_runs(h.root, None, None)[0].metrics
     assert h.run("LexAwN", "--limit", "2") == 2
     assert "changed after it was saved" in capsys.readouterr().err
+
+
+def test_a_line_is_its_canonical_content_then_its_digest_and_an_edit_in_place_is_noticed(tmp_path, monkeypatch,
+                                                                                          capsys, provider):
+    """A record's line is the canonical text its digest hashes, the digest last, so the digest is checked on the
+    line's bytes (docs/protocol.md: "`digest` (a hash of its own content)"); an edit of one character in place, a
+    digest moved onto other content, a record reformatted and a record saved before lines were canonical are each
+    read as they should be."""
+    h = Harness(tmp_path, provider, monkeypatch)
+    assert h.run("direct", "--limit", "2") == 0
+    path = h.file("Force_judge_gen", "a1_direct.jsonl")
+    lines = path.read_bytes().splitlines(keepends=True)
+    record = json.loads(lines[0])
+    content = {k: v for k, v in record.items() if k != "digest"}
+    canonical = json.dumps(content, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    assert lines[0] == (canonical[:-1] + f',"digest":"{record["digest"]}"}}\n').encode("utf-8")
+    assert record["digest"] == hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+
+    def read(first: bytes) -> str:
+        path.write_bytes(first + lines[1])
+        assert h.run("direct", "--limit", "2") in (0, 2)
+        return capsys.readouterr().err
+
+    reply = record["response"]
+    edited = lines[0].replace(json.dumps(reply, ensure_ascii=False)[1:-1].encode(), ("改" + reply[1:]).encode(), 1)
+    assert edited != lines[0] and json.loads(edited)["response"] == "改" + reply[1:]
+    assert f"{path}:1: the record of case {record['case_number']} was changed after it was saved" in read(edited)
+    second = json.loads(lines[1])  # the first line's content under the second line's digest
+    moved = lines[0].replace(record["digest"].encode(), second["digest"].encode())
+    assert "changed after it was saved" in read(moved)
+    reformatted = (json.dumps(record, ensure_ascii=False, indent=None) + "\n").encode("utf-8")  # older writers
+    assert reformatted != lines[0] and "changed after" not in read(reformatted)
+    assert "changed after" not in read(json.dumps(record).encode() + b"\n")  # ASCII escapes: the same content
+    assert len(h.records("Force_judge_gen", "a1_direct.jsonl")) == 2
+
+
+def test_reading_records_leaves_the_cycle_collector_as_it_found_it(tmp_path, monkeypatch, provider):
+    h = Harness(tmp_path, provider, monkeypatch)
+    assert h.run("direct", "--limit", "1") == 0
+    path = h.file("Force_judge_gen", "a1_direct.jsonl")
+    selected = {json.loads(path.read_text(encoding="utf-8"))["case_number"]: None}
+    try:
+        for running in (True, False):
+            (gc.enable if running else gc.disable)()
+            assert read_records(path, DIRECT_PREDICTION, selected, "x") and gc.isenabled() == running
+            path.write_bytes(path.read_bytes() + b"{}\n")  # malformed: read_records raises
+            with pytest.raises(HarnessError):
+                read_records(path, DIRECT_PREDICTION, selected, "x")
+            assert gc.isenabled() == running
+            path.write_bytes(path.read_bytes()[:-3])
+    finally:
+        gc.enable()
 
 
 def test_manifest_mismatch_stops_before_any_call(tmp_path, monkeypatch, capsys, provider):

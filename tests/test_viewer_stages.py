@@ -203,14 +203,27 @@ def test_each_reply_shows_the_exact_prompt_the_provider_received(built, page):
     assert "differs from the file this run recorded" not in page.inner_text("body")
 
 
+def test_the_site_written_by_two_processes_is_the_site_written_by_one(built, tmp_path):
+    """The case pages are written on every core (bench/viewer.py): byte for byte the pages of one process."""
+    from lexpilot.reporting.results import group_runs, load_runs
+    from lexpilot.reporting.viewer import write_site
+    root, _ = built
+    groups = group_runs([r for r in load_runs(root, None, None, keep_records=True) if r.tasks])
+    sites = {n: tmp_path / f"site{n}" for n in (1, 2)}
+    for n, folder in sites.items():
+        assert write_site(folder, root, groups, [], None, processes=n) == 5
+    files = {n: {p.relative_to(f): p.read_bytes() for p in sorted(f.rglob("*.html"))} for n, f in sites.items()}
+    assert len(files[1]) == 8 and files[1] == files[2]
+
+
 def test_a_prompt_file_changed_since_the_run_is_said(built):
     """The exact call says when prompts/ differs from the file the run recorded (the text is then today's file)."""
-    from lexpilot.reporting.calls_view import run_info
+    from lexpilot.reporting.calls_view import run_settings
     root, _ = built
     manifest = json.loads(next(root.glob("runs/r1/model-a-*/manifest.json")).read_text(encoding="utf-8"))
-    assert run_info(manifest, {}, "x")["changed"] == []
+    assert run_settings(manifest)["changed"] == []
     manifest["prompt_files"]["lexawn.txt"] = "0" * 16
-    info = run_info(manifest, {}, "x")
+    info = run_settings(manifest)
     assert info["changed"] == ["lexawn"]
     assert info["roles"]["judge"]["model"] == "DeepSeek-R1" and "temperature 0.1" in info["roles"]["judge"]["settings"]
 

@@ -71,9 +71,9 @@ def case_texts(case: Case | None) -> dict:
             "fp": render_focal_points(case), "cl": render_claims(case), "dbf": render_details_by_focal_point(case)}
 
 
-def run_info(manifest: dict, records: dict, number: str) -> dict:
-    """Per role the model and its generation settings, the prompts whose file changed since the run, and the
-    usage each of this case's records reports per role ([calls, prompt, completion tokens])."""
+def run_settings(manifest: dict) -> dict:
+    """Per role the model and its generation settings, and the prompts whose file changed since the run: the same on
+    every case page, so made once per run."""
     generation = manifest.get("generation") if isinstance(manifest.get("generation"), dict) else {}
     models = manifest.get("models") if isinstance(manifest.get("models"), dict) else {}
     roles = {}
@@ -85,13 +85,19 @@ def run_info(manifest: dict, records: dict, number: str) -> dict:
     current = current_digests(str(manifest.get("user_condition", "standard")))
     changed = [name for name, file in PROMPT_FILES.items()
                if file in recorded and file in current and recorded[file] != current[file]]
+    return {"roles": roles, "changed": changed}
+
+
+def run_info(settings: dict, records: dict, number: str) -> dict:
+    """A run's settings (`run_settings`) and the usage each of this case's records reports per role ([calls,
+    prompt, completion tokens])."""
     usage = {}
     for kind in CALLED_KINDS:
         used = ((records.get(kind) or {}).get(number) or {}).get("usage")
         if isinstance(used, dict):
             usage[kind] = {role: [u.get("calls"), u.get("prompt_tokens"), u.get("completion_tokens")]
                            for role, u in used.items() if isinstance(u, dict)}
-    return {"roles": roles, "changed": changed, "usage": usage}
+    return settings | {"usage": usage}
 
 
 CALLED_KINDS = ("a1", "LCA", "force_ask", "DCG", "interaction", "direct_prediction", "gold_prediction",
@@ -99,10 +105,10 @@ CALLED_KINDS = ("a1", "LCA", "force_ask", "DCG", "interaction", "direct_predicti
 
 
 def call_data(case: Case | None, runs: list[tuple[dict, dict]], number: str) -> dict:
-    """The page's data for the exact calls: templates, the case's texts, and each run's (manifest, records) roles,
-    changed files and usage."""
+    """The page's data for the exact calls: templates, the case's texts, and for each run (its `run_settings`, its
+    records) the roles, changed files and usage."""
     return {"templates": templates(), "files": PROMPT_FILES, "case": case_texts(case),
-            "runs": [run_info(manifest, records, number) for manifest, records in runs]}
+            "runs": [run_info(settings, records, number) for settings, records in runs]}
 
 
 def call_button(template: str, role: str, slots: dict, kind: str, attempts: int | None = None) -> str:

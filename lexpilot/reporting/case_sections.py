@@ -5,8 +5,6 @@ labels beside its source's. Everything is escaped: model outputs and dataset tex
 """
 from __future__ import annotations
 
-import html
-
 from lexpilot.benchmark.records import (
     AUDIT,
     BEHAVIOUR_DIALOGUE,
@@ -33,7 +31,12 @@ def esc(text) -> str:
     """Escaped for HTML, the viewer's one escape; a carriage return as a character reference, which the HTML parser
     keeps (a literal one it folds into the line feed), so a reply's exact text survives into the page and its
     exact call."""
-    return html.escape("" if text is None else str(text), quote=True).replace("\r", "&#13;")
+    if text is None:
+        return ""
+    text = str(text)
+    # html.escape's replacements, in its order, inline: a case page of 50 runs calls this 100,000 times
+    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+            .replace("'", "&#x27;").replace("\r", "&#13;"))
 
 
 def lca_label(label) -> str:

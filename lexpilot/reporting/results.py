@@ -4,6 +4,7 @@ settings; and the bootstrap over whole cases with paired differences.
 """
 from __future__ import annotations
 
+import gc
 import json
 import sys
 from collections import Counter
@@ -27,6 +28,7 @@ from lexpilot.benchmark.records import (
     PLAIN_TYPES,
     RECORD_KINDS,
     RecordKind,
+    collector_paused,
     model_folder,
     read_records,
 )
@@ -381,7 +383,9 @@ def load_runs(root: Path, models: list[str] | None, run_ids: list[str] | None, s
         run = Run(manifest["run_id"], model, manifest, path.parent.name)
         run.input_hashes = input_hashes(run, dataset, datasets, err)
         if score:  # judge_agreement only needs the manifests
-            score_run(run, root, keep_records)
+            with collector_paused():  # records and scores hold no cycles, and are kept to the report's end:
+                score_run(run, root, keep_records)
+            gc.freeze()  # the cycle collector need not walk them again
         runs.append(run)
     return runs
 

@@ -35,10 +35,11 @@ from lexpilot.benchmark.records import AUDIT, LJP_BEHAVIOUR, PLAIN_TYPES
 from lexpilot.benchmark.vocabulary import ASKS, PREDICTS
 from lexpilot.errors import HarnessError
 from lexpilot.benchmark.prompts import render_fault
-from lexpilot.reporting.calls_view import CALL_SCRIPT, call_button, call_data, raw_slot
+from lexpilot.reporting.calls_view import CALL_SCRIPT, call_button, call_data, raw_slot, run_settings
 from lexpilot.reporting.case_sections import KINDS as LATER_KINDS
 from lexpilot.reporting.comparisons import TASKS, compare_page, disagreements
 from lexpilot.reporting.case_sections import audit_note, esc, later_sections, lca_label, msg, rejudged
+from lexpilot.reporting.parallel import fork_map, workers
 from lexpilot.reporting.judges import source_of
 from lexpilot.reporting.results import Group, Run, group_label, read_saved
 from lexpilot.reporting.table import Table
@@ -91,6 +92,7 @@ class RunRecords:
     label: str  # the group label and run id, as shown
     records: dict = field(default_factory=dict)  # kind name -> case_number -> record
     group: str = ""  # the group's label: what an overview row names
+    settings: dict = field(default_factory=dict)  # its exact calls' roles and changed prompt files (run_settings)
 
 
 def load_records(root: Path, groups: list[Group]) -> list[RunRecords]:
@@ -99,7 +101,8 @@ def load_records(root: Path, groups: list[Group]) -> list[RunRecords]:
         for run in g.runs:
             records = run.saved if run.saved is not None else {kind.name: read_saved(run, root, kind)[0]
                                                                for kind in KINDS}
-            loaded.append(RunRecords(run, f"{group_label(g, groups)} · {run.run_id}", records, group_label(g, groups)))
+            loaded.append(RunRecords(run, f"{group_label(g, groups)} · {run.run_id}", records, group_label(g, groups),
+                                     run_settings(run.manifest)))
     return loaded
 
 
@@ -441,13 +444,15 @@ def case_page(number: str, case: Case | None, loaded: list[RunRecords]) -> str:
                        "</details></section>" for i, rr in enumerate(loaded))
     controls = ('<p><label><input type="checkbox" id="side"> side by side</label> '
                 '<select id="left"></select> <select id="right"></select></p>')
-    calls = script_json(call_data(case, [(rr.run.manifest, rr.records) for rr in loaded], number))
+    calls = script_json(call_data(case, [(rr.settings, rr.records) for rr in loaded], number))
     return (head + controls + f'<div id="runs">{sections}</div><script>{SIDE_SCRIPT}</script>'
             f'<script type="application/json" id="calls">{calls}</script><script>{CALL_SCRIPT}</script>')
 
 
-def write_site(folder: Path, root: Path, groups: list[Group], tables: list[Table], dataset: Path | None) -> int:
-    """Writes the site; returns the number of case pages."""
+def write_site(folder: Path, root: Path, groups: list[Group], tables: list[Table], dataset: Path | None,
+               processes: int | None = None) -> int:
+    """Writes the site, the case pages in `processes` processes (default: one per core); returns the number of
+    case pages."""
     runs = [r for g in groups for r in g.runs]
     cases: dict[str, Case] = {}
     path = dataset or next((Path(r.manifest["dataset_path"]) for r in runs
@@ -490,9 +495,12 @@ def write_site(folder: Path, root: Path, groups: list[Group], tables: list[Table
         (folder / "cases.html").write_text(page("Cases", case_list(rows_json)), encoding="utf-8")
         (folder / "compare.html").write_text(page("Compare", compare_page(rows_json, script_json(TASKS))),
                                              encoding="utf-8")
-        for n, i in pages.items():
+
+        def write_case(n: str) -> None:
             body = case_page(n, cases.get(n), [rr for rr in loaded if n in selected[id(rr)]])
-            (folder / "case" / f"{i}.html").write_text(page(n, body, up="../"), encoding="utf-8")
+            (folder / "case" / f"{pages[n]}.html").write_text(page(n, body, up="../"), encoding="utf-8")
+
+        fork_map(write_case, list(pages), processes or workers(len(pages)))
     except OSError as e:
         raise HarnessError(f"--html {folder}: cannot write the site there ({e.strerror or e})") from None
     return len(pages)

@@ -20,6 +20,7 @@ from lexpilot.benchmark.records import (
     canonical_hash,
     model_folder,
     read_records,
+    record_line,
 )
 from lexpilot.files import check_input, storage_error, write_atomic
 
@@ -58,7 +59,7 @@ class CheckpointWriter:
         self.files = {}
 
     def append(self, path: Path, record: dict, sync: bool = True) -> None:
-        line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+        line = record_line(record)
         with self.lock:
             try:
                 f = self.files.get(path)

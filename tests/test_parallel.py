@@ -1,0 +1,42 @@
+"""`fork_map`, the reports' use of every core: the same results as one process, in the items' order; a child's
+exception raised in the parent as it was raised; a child that dies is one line, not a hang."""
+import os
+
+import pytest
+
+from lexpilot.errors import HarnessError
+from lexpilot.reporting.parallel import fork_map, workers
+
+
+def test_results_come_back_in_the_items_order_from_every_process():
+    items = list(range(23))
+    for processes in (1, 2, 3, 30):
+        assert fork_map(lambda x: (x * x, os.getpid()), items, processes)[5][0] == 25
+        assert [r[0] for r in fork_map(lambda x: (x * x, os.getpid()), items, processes)] == [x * x for x in items]
+    pids = {pid for _, pid in fork_map(lambda x: (x, os.getpid()), items, 3)}
+    assert len(pids) == 3 and os.getpid() in pids  # the parent does its share
+
+
+def test_a_childs_exception_is_raised_in_the_parent():
+    def fail_on_seven(x):
+        if x == 7:
+            raise HarnessError(f"item {x}: no")
+        return x
+    for processes in (1, 2):
+        with pytest.raises(HarnessError, match="item 7: no"):
+            fork_map(fail_on_seven, list(range(10)), processes)
+
+
+def test_a_child_that_dies_is_one_line():
+    parent = os.getpid()
+
+    def die_in_a_child(x):
+        if x == 1 and os.getpid() != parent:
+            os._exit(3)
+        return x
+    with pytest.raises(HarnessError, match=r"a worker process ended without its results \(exit code 3\)"):
+        fork_map(die_in_a_child, [0, 1, 2, 3], 2)
+
+
+def test_workers_never_exceed_the_items_or_the_cores():
+    assert workers(1) == 1 and workers(0) == 1 and workers(10**6) == (os.cpu_count() or 1)
