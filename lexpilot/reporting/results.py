@@ -265,12 +265,14 @@ def score_usage(run: Run, root: Path, saved: dict[str, dict]) -> None:
         for record in saved[kind.name].values():
             usage = record.get("usage")
             for role, used in (usage.items() if isinstance(usage, dict) else ()):
-                if not isinstance(used, dict) or not all(isinstance(used.get(k, 0), int) for k in USAGE_FIELDS):
+                counts = [used.get(k, 0) for k in USAGE_FIELDS] if isinstance(used, dict) else None
+                if counts is None or not all(isinstance(c, int) for c in counts):
                     run.problems.append(f"usage: {kind.path(root, run.run_id, run.folder)}: malformed usage for "
                                         f"case {record['case_number']}; left out of the token counts")
                     continue
                 total = run.usage.setdefault(kind.file, {}).setdefault(role, Counter())
-                total.update({k: used.get(k, 0) for k in USAGE_FIELDS})
+                for name, count in zip(USAGE_FIELDS, counts):  # 216,000 records at 10 models × 5 runs: no Counter.update
+                    total[name] += count
     run.unanswered = read_unanswered(root / "runs" / run.run_id / run.folder / "unanswered_calls.json")
 
 
