@@ -184,8 +184,8 @@ def test_all_pairs_ranking_and_consistency_on_runs_the_stages_wrote(ranked_root,
     out = capsys.readouterr().out
     pairs = {(r[0], r[1], r[2]): r[3:] for r in rows_of(out, "Every comparable pair")}
     # DCG accuracy by hand: m-a 24/24 in both runs, m-b 23/24 in both, m-c 0/24; m-d has another judge
-    assert pairs[("DCG Acc.", "m-a", "m-c")][0] == "+1.0000" and pairs[("DCG Acc.", "m-b", "m-c")][0] == "+0.9583"
-    assert pairs[("DCG Acc.", "m-a", "m-b")][0] == "+0.0417"
+    assert pairs[("DCG Acc.", "m-a", "m-c")][0] == "+1.000" and pairs[("DCG Acc.", "m-b", "m-c")][0] == "+0.958"
+    assert pairs[("DCG Acc.", "m-a", "m-b")][0] == "+0.042"
     assert not any("m-d" in key for key in pairs)
     # m-a − m-c is 1 in every resample, and m-b − m-c above 0 in every one (no case fails in both of m-b's runs):
     # p = 2 / (1000 + 1) = 0.002 each; Holm: the smaller of the tie × 3, then × 2, kept monotone: 0.006 both
@@ -213,9 +213,9 @@ def test_the_letters_of_the_comparable_models(ranked_root, capsys):
                               "--model", "m-c", "--format", "latex"]) == 0
     out = capsys.readouterr().out
     # m-a and m-b not different after adjustment, both different from m-c
-    assert r"DCG Acc. & 1 & m-a & 1.0000 & 0.0000 & 2 & a \\" in out
-    assert r"DCG Acc. & 2 & m-b & 0.9583 & 0.0000 & 2 & a \\" in out
-    assert r"DCG Acc. & 3 & m-c & 0.0000 & 0.0000 & 2 & b \\" in out
+    assert r"DCG Acc. & 1 & m-a & 1.000 & 0.000 & 2 & a \\" in out
+    assert r"DCG Acc. & 2 & m-b & 0.958 & 0.000 & 2 & a \\" in out
+    assert r"DCG Acc. & 3 & m-c & 0.000 & 0.000 & 2 & b \\" in out
 
 
 # ----------------------------------------------------------------------------- judge noise (test-retest)
@@ -339,8 +339,8 @@ def test_the_ranking_is_in_the_viewers_overview_and_per_class_on_request(ranked_
     # four cases of each of the six classes: m-a succeeds on all of them, m-c on none; too few cases for a p-value
     # in a class, so no letters there
     assert len({r[0] for r in by_class}) == 6 and len(by_class) == 18
-    assert {r[3] for r in by_class if r[2] == "m-a"} == {"1.0000"} and {r[3] for r in by_class if r[2] == "m-c"} == {
-        "0.0000"}
+    assert {r[3] for r in by_class if r[2] == "m-a"} == {"1.000"} and {r[3] for r in by_class if r[2] == "m-c"} == {
+        "0.000"}
     assert {r[6] for r in by_class} == {"n/a"}
     overview = html.unescape((tmp_path / "site" / "index.html").read_text(encoding="utf-8"))
     assert "Ranking per metric" in overview and "Every comparable pair" in overview
@@ -411,7 +411,7 @@ def test_json_carries_the_statistics_asked_for(ranked_root, capsys):
     data = json_module.loads(capsys.readouterr().out)
     tables = {t["id"]: t for t in data["tables"]}
     assert {"pairs", "ranking", "consistency"} <= set(tables) and data["groups"]
-    assert ["DCG Acc.", "1", "1", "m-a", "1.0000", "0.0000", "2", "a"] in tables["ranking"]["rows"]
+    assert ["DCG Acc.", "1", "1", "m-a", "1.000", "0.000", "2", "a"] in tables["ranking"]["rows"]
 
 
 def test_a_models_runs_made_with_other_code_are_ranked_apart_and_rejudged_copies_not_at_all(ranked_root, capsys):

@@ -1,7 +1,9 @@
 """The terminal and CSV renderings (issue 26 items 8 and 9): text aligned by display width (a Chinese character
 takes two cells), wide tables cut into column blocks, tables chosen by identity, numbers as numbers in CSV; on
 runs the stage scripts wrote."""
+import json
 import re
+import statistics
 import unicodedata
 
 import pytest
@@ -110,3 +112,41 @@ def test_a_long_title_is_wrapped_within_the_width():
     title_lines = lines[:lines.index("Model  QWK")]
     assert len(title_lines) > 1 and all(len(line) <= 80 for line in title_lines)
     assert " ".join(title_lines) == title.strip()
+
+
+def test_decimals_are_one_rule_across_tables_on_runs_the_stages_wrote(tmp_path, provider, monkeypatch, capsys):
+    """Issue 26 item 8: "Decimals consistent across tables". A metric's cell has 3 decimals wherever it is shown (the
+    paper's Tables 3, 4 and 11), so the Overall column of a by-class table reads as the main table's cell."""
+    h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "six.json", sample_cases()[:6]))
+    for run_id in ("r1", "r2"):
+        h.run_id = run_id  # in r2 the judge finds no DCG question on target: the runs differ, the SD is not 0
+        provider.script = (lambda kind, prompt, body: "否" if kind == "dcg_judge" else None) if run_id == "r2" else None
+        for stage in ("LexAwN", "DCG", "direct", "gold"):
+            assert h.run(stage) == 0
+    success = [[bool(json.loads(line)["success"]) for line in path.read_text(encoding="utf-8").splitlines()]
+               for path in sorted(h.root.glob("eval_results/r*/*/DCG_results.jsonl"))]
+    accuracy = [sum(s) / len(s) for s in success]  # by hand: each run's share of cases with a successful DCG
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(h.root), "--format", "markdown"]) == 0
+    tables = markdown_tables(capsys.readouterr().out)
+    main = dict(zip(*next(t for name, t in tables.items() if name.startswith("Main results"))))
+    assert main["DCG Acc."] == f"{statistics.mean(accuracy):.3f} ± {statistics.stdev(accuracy):.3f}"
+    for metric, title in (("LCA Macro-F1", "LCA Macro-F1 by class"), ("DCG Acc.", "DCG accuracy by class"),
+                          ("LJP Direct QWK", "LJP Direct QWK by class"), ("LJP Gold QWK", "LJP Gold-Standard QWK")):
+        header, row = next(t for name, t in tables.items() if name.startswith(title))
+        assert row[header.index("Overall")] == main[metric], title
+    shown = [c for name, (header, row) in tables.items() if "usage" not in name.lower() for c in row]
+    assert shown and not [c for c in shown if re.search(r"\d\.\d{4}", c)]  # no metric at 4 decimals anywhere
+
+
+def markdown_tables(out: str) -> dict[str, tuple[list[str], list[str]]]:
+    """title -> (header, first row) of every table of a --format markdown report."""
+    tables, title = {}, None
+    lines = out.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("### ") or line.startswith("## "):
+            title = line.lstrip("# ").strip()
+        elif line.startswith("|") and title and title not in tables and i + 2 < len(lines):
+            split = lambda text: [c.strip() for c in text.strip().strip("|").split("|")]  # noqa: E731
+            tables[title] = (split(line), split(lines[i + 2]))
+    return tables

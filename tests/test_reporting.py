@@ -90,7 +90,7 @@ def test_ci_and_compare_on_the_command_line(tmp_path, capsys):
     assert show_results.main(argv + ["--compare", "good", "weak"]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("DCG Acc."))
     low = float(row.split("[")[1].split(",")[0])
-    assert "+0.7500" in row and low > 0 and "0.0% < 0" in row
+    assert "+0.750" in row and low > 0 and "0.0% < 0" in row
     assert show_results.main(argv + ["--compare", "good", "nobody"]) == 2
     assert "--compare nobody: no runs" in capsys.readouterr().err
     assert show_results.main(["--output-root", str(tmp_path), "--ci", "--format", "json"]) == 0
@@ -137,8 +137,8 @@ def test_interaction_behaviour_from_hand_made_records(tmp_path, capsys):
     by_class = out[out.index("Stop reasons by class"):].splitlines()
     assert by_class[1].split()[1:] == ["Family", "Real", "Rights", "Overall"]
     # Family: A1 premature, A2 judged in round 3; Real Rights: B1 budget, B2 premature
-    assert " ".join(by_class[3].split()) == ("m 0.50 / 0.00 / 0.50 / 0.00 0.50 / 0.00 / 0.00 / 0.50 "
-                                             "0.50 / 0.00 / 0.25 / 0.25")
+    assert " ".join(by_class[3].split()) == ("m 0.500 / 0.000 / 0.500 / 0.000 0.500 / 0.000 / 0.000 / 0.500 "
+                                             "0.500 / 0.000 / 0.250 / 0.250")
 
 
 def write_usage(root, run_id, name, usages, model="m"):
@@ -278,8 +278,8 @@ def test_table_15_paired_declines_hand_checked(tmp_path, capsys):
     table = out[out.index("Non-ideal users (Table 15)"):].splitlines()
     assert table[1].split("  ")[0] == "Model" and "Delayed Disclosure − Standard" in table[1]
     row = [c.strip() for c in table[3].split("  ") if c.strip()]
-    assert row[-2] == "-1.0000 [-1.0000, -1.0000], 100.0% < 0"
-    assert row[-1] == "+0.0000 [+0.0000, +0.0000], 0.0% < 0"
+    assert row[-2] == "-1.000 [-1.000, -1.000], 100.0% < 0"
+    assert row[-1] == "+0.000 [+0.000, +0.000], 0.0% < 0"
 
 
 def test_per_class_intervals_resample_that_class_only_on_a_run_the_stages_wrote(tmp_path, provider, monkeypatch,

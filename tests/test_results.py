@@ -226,7 +226,7 @@ def test_interaction_gain_and_relative_change(tmp_path, capsys):
     table = tables.interaction_gain_table(groups, ["m"])
     q = {s: quadratic_weighted_kappa(*zip(*p)) for s, p in pairs.items()}
     assert table.rows[0] == ["m", f"{q['interaction'] - q['direct']:+.3f}",
-                             f"{100 * (q['interaction'] - q['gold']) / q['gold']:+.2f}%"]
+                             f"{100 * (q['interaction'] - q['gold']) / q['gold']:+.1f}%"]
 
 
 @pytest.mark.parametrize("fmt", ["markdown", "csv", "json", "latex", "text"])

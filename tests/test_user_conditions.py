@@ -232,7 +232,7 @@ def test_table_15_pairs_real_runs_the_stages_wrote(tmp_path, provider, monkeypat
     rows = out[out.index("Non-ideal users (Table 15)"):].split("\n\n")[0].splitlines()[3:]
     assert len(rows) == 1 and rows[0].startswith("eval-model")  # one row per model
     cells = [c.strip() for c in rows[0].split("  ") if c.strip()]
-    assert cells[1].startswith(f"{standard:.4f}") and cells[2].startswith(f"{qwk['delayed1']:.4f}")
-    assert cells[3].startswith(f"{qwk['selfcorr1']:.4f}")
-    assert cells[4].startswith(f"{qwk['delayed1'] - standard:+.4f}")  # Delayed − Standard, paired
-    assert cells[5].startswith(f"{qwk['selfcorr1'] - standard:+.4f}")
+    assert cells[1].startswith(f"{standard:.3f}") and cells[2].startswith(f"{qwk['delayed1']:.3f}")
+    assert cells[3].startswith(f"{qwk['selfcorr1']:.3f}")
+    assert cells[4].startswith(f"{qwk['delayed1'] - standard:+.3f}")  # Delayed − Standard, paired
+    assert cells[5].startswith(f"{qwk['selfcorr1'] - standard:+.3f}")

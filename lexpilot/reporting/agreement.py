@@ -40,7 +40,7 @@ from lexpilot.files import fits_a_cell, key_file, read_sheet, write_sheet
 from lexpilot.reporting.metrics import kappa_from_confusion, label_agreement
 from lexpilot.reporting.renderings import render_text
 from lexpilot.reporting.results import load_runs, percentile_interval, read_task
-from lexpilot.reporting.table import Table
+from lexpilot.reporting.table import METRIC, PERCENT, Table
 
 # TYPE: the response type of a plain consultation (Table 6); FOCAL: the judge's type of a focal point (Table 18)
 ANNOTATED_TASKS = ("LCA", "DCG", "LJP", "TYPE", "FOCAL")
@@ -273,7 +273,7 @@ def human_labels(path: Path, rows: list[tuple[int, dict]], key: dict[str, dict])
 
 def agreement_table(labelled: list) -> Table:
     rows, means = [], {"hh": [], "hk": [], "lh": [], "lk": []}
-    fmt_k = lambda k: "undefined" if k is None else f"{k:.2f}"  # noqa: E731
+    fmt_k = lambda k: "undefined" if k is None else f"{k:.{METRIC}f}"  # noqa: E731
     for task in ANNOTATED_TASKS:
         items = [x for x in labelled if x[0] == task]
         if not items:
@@ -283,10 +283,10 @@ def agreement_table(labelled: list) -> Table:
         for name, value in (("hh", hh), ("hk", hk), ("lh", lh), ("lk", lk)):
             if value is not None:
                 means[name].append(value)
-        rows.append([task, str(len(items)), f"{100 * hh:.1f}%", fmt_k(hk), f"{100 * lh:.1f}%", fmt_k(lk)])
+        rows.append([task, str(len(items)), f"{100 * hh:.{PERCENT}f}%", fmt_k(hk), f"{100 * lh:.{PERCENT}f}%", fmt_k(lk)])
     mean = lambda v: sum(v) / len(v) if v else None  # noqa: E731
-    rows.append(["Average", str(len(labelled)), f"{100 * mean(means['hh']):.1f}%", fmt_k(mean(means["hk"])),
-                 f"{100 * mean(means['lh']):.1f}%", fmt_k(mean(means["lk"]))])
+    rows.append(["Average", str(len(labelled)), f"{100 * mean(means['hh']):.{PERCENT}f}%", fmt_k(mean(means["hk"])),
+                 f"{100 * mean(means['lh']):.{PERCENT}f}%", fmt_k(mean(means["lk"]))])
     return Table("table_12", "Judge agreement (Table 12): human-human, and LLM judge against the adjudicated human label",
                  ["Task", "Items", "Human-Human Agree.", "Human-Human κ", "LLM-Human Agree.", "LLM-Human κ"], rows)
 
@@ -309,7 +309,7 @@ def kappa_interval(a: list[str], b: list[str], cases: list[str], resamples: int 
 
 
 def interval_table(labelled: list) -> Table:
-    fmt = lambda ci: "undefined" if ci is None else f"[{ci[0]:.2f}, {ci[1]:.2f}]"  # noqa: E731
+    fmt = lambda ci: "undefined" if ci is None else f"[{ci[0]:.{METRIC}f}, {ci[1]:.{METRIC}f}]"  # noqa: E731
     rows = []
     for task in ANNOTATED_TASKS:
         items = [x for x in labelled if x[0] == task]

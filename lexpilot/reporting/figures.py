@@ -57,7 +57,7 @@ def class_bars(plt, groups: list[Group], labels: list[str], folder: Path, boot: 
     """One figure per per-class table (Table 2, Tables 16-17): a bar per model and class."""
     classes = classes_present(groups) + [OVERALL]
     written = []
-    for _, title, (task, metric), _, _ in CLASS_TABLES:
+    for _, title, (task, metric), _ in CLASS_TABLES:
         fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(classes) + 1.5), 4.2))
         width = 0.8 / max(len(groups), 1)
         for i, (label, g) in enumerate(zip(labels, groups)):

@@ -13,7 +13,7 @@ from lexpilot.benchmark.probe_file import CONDITION_NAMES, CONDITIONS, Probe, nu
 from lexpilot.benchmark.prompts import key_detail_lines, render_history
 from lexpilot.benchmark.vocabulary import NO, YES
 from lexpilot.files import fits_a_cell
-from lexpilot.reporting.table import Table
+from lexpilot.reporting.table import PERCENT, Table
 
 EXPERT = ("answer", "over_disclosure", "error")  # the three criteria, each 是/否
 # One sheet per expert, so that the two reviews stay independent; every item looks alike whatever its condition
@@ -154,7 +154,7 @@ def answer_difference(items: list[dict], resamples: int = 1000, seed: int = 0, o
 
 
 def table_13(items: list[dict], agree: dict) -> list[Table]:
-    pct = lambda v: "—" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+    pct = lambda v: "—" if v is None else f"{100 * v:.{PERCENT}f}%"  # noqa: E731
     rows = []
     for condition in CONDITIONS:
         chosen = [i for i in items if i["condition"] == condition]
@@ -172,14 +172,14 @@ def table_13(items: list[dict], agree: dict) -> list[Table]:
     tables.append(Table("probe_study", "Probe study: the A-B comparison, agreement before adjudication, factual recovery (E.3.3)",
                         ["Measure", "Value"],
                         [["Answer rate, indirect − direct (B − A), pp [95% paired case-bootstrap interval]",
-                          "n/a" if diff is None else f"{100 * diff[0]:+.1f} [{100 * diff[1]:+.1f}, {100 * diff[2]:+.1f}]"
+                          "n/a" if diff is None else f"{100 * diff[0]:+.{PERCENT}f} [{100 * diff[1]:+.{PERCENT}f}, {100 * diff[2]:+.{PERCENT}f}]"
                                                      f" over {diff[3]} cases"],
                          ["Answer rate, withheld − direct (D − A), pp [95% paired case-bootstrap interval]",
-                          "n/a" if withheld is None else f"{100 * withheld[0]:+.1f} [{100 * withheld[1]:+.1f}, "
-                                                         f"{100 * withheld[2]:+.1f}] over {withheld[3]} cases"]]
+                          "n/a" if withheld is None else f"{100 * withheld[0]:+.{PERCENT}f} [{100 * withheld[1]:+.{PERCENT}f}, "
+                                                         f"{100 * withheld[2]:+.{PERCENT}f}] over {withheld[3]} cases"]]
                         + [[f"Agreement before adjudication: {c}", pct(float(np.mean(v))) if v else "n/a"]
                            for c, v in agree.items()]
                         + [["Factual-recovery failures among DCG-accepted A/B requests (insufficient, over-disclosing "
-                            "or erroneous)", f"{len(failed)}/{len(accepted)} = {100 * len(failed) / len(accepted):.1f}%"
+                            "or erroneous)", f"{len(failed)}/{len(accepted)} = {100 * len(failed) / len(accepted):.{PERCENT}f}%"
                             if accepted else "n/a"]]))
     return tables

@@ -21,7 +21,7 @@ from lexpilot.reporting.results import (
     group_label,
     paired_difference,
 )
-from lexpilot.reporting.table import Figure, Table
+from lexpilot.reporting.table import METRIC, Figure, Table
 from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS, compared_setting
 
 # Table 11's columns and Table 14's LCA details: (name, (task, metric)), the task as the viewer links it
@@ -178,8 +178,8 @@ def ranked_rows(tests: list[PairTest], members: list[Group], groups: list[Group]
     labels = [label(g) for g in ranked]
     complete = all(frozenset(p) in tested for p in itertools.combinations(labels, 2))
     letters = letter_display(labels, different) if complete else {}
-    return [[name, *([set_label] if set_label else []), str(rank), label(g), f"{g.stat(key)['mean']:.4f}",
-             "n/a" if g.stat(key)["sd"] is None else f"{g.stat(key)['sd']:.4f}", str(g.stat(key)["n"]),
+    return [[name, *([set_label] if set_label else []), str(rank), label(g), f"{g.stat(key)['mean']:.{METRIC}f}",
+             "n/a" if g.stat(key)["sd"] is None else f"{g.stat(key)['sd']:.{METRIC}f}", str(g.stat(key)["n"]),
              letters.get(label(g), "n/a")] for rank, g in enumerate(ranked, 1)]
 
 
@@ -193,7 +193,7 @@ def ranking_tables(groups: list[Group], boot: Bootstrap, alpha: float, by_class:
     for name, key in headline_keys(by_class):
         for number, members in enumerate(sets, 1):
             tests = pair_tests(members, boot, key, name)
-            pair_rows += [[name, label(t.a), label(t.b), f"{t.difference:+.4f}", interval_cell(t.interval),
+            pair_rows += [[name, label(t.a), label(t.b), f"{t.difference:+.{METRIC}f}", interval_cell(t.interval),
                            fmt_p(t.p), fmt_p(t.p_holm), "yes" if t.p_holm is not None and t.p_holm < alpha else "no"]
                           for t in tests]
             rank_rows += ranked_rows(tests, members, groups, key, name, alpha, str(number) if len(sets) > 1 else "")
@@ -216,11 +216,11 @@ def ranking_tables(groups: list[Group], boot: Bootstrap, alpha: float, by_class:
 
 def interval_cell(interval: tuple[float, float] | None) -> Figure:
     numbers = {"low": interval[0] if interval else None, "high": interval[1] if interval else None}
-    return Figure("n/a" if interval is None else f"[{interval[0]:+.4f}, {interval[1]:+.4f}]", numbers)
+    return Figure("n/a" if interval is None else f"[{interval[0]:+.{METRIC}f}, {interval[1]:+.{METRIC}f}]", numbers)
 
 
 def fmt_p(p: float | None) -> str:
-    return "n/a" if p is None else "<0.001" if p < 0.001 else f"{p:.3f}"
+    return "n/a" if p is None else "<0.001" if p < 0.001 else f"{p:.{METRIC}f}"
 
 
 # ----------------------------------------------------------------------------- power
@@ -277,7 +277,7 @@ def power_table(groups: list[Group], boot: Bootstrap, alpha: float = 0.05, power
             if case_var == 0 and run_var == 0:
                 rows.append(label + ["n/a: no variance between cases or runs"] + [""] * len(DESIGNS))
                 continue
-            rows.append(label + [f"{detectable_difference(case_var, run_var, n or cases, k, cases, alpha, power):.4f}"
+            rows.append(label + [f"{detectable_difference(case_var, run_var, n or cases, k, cases, alpha, power):.{METRIC}f}"
                                  for k, n in ((runs, None), *DESIGNS)])
     if not sets:
         rows.append(["n/a: needs two comparable models"] + [""] * (2 + len(DESIGNS)))

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# Decimals, one rule for every table (the CSV and JSON keep every digit): a metric or a share on the 0–1 scale (F1,
+# accuracy, QWK, κ, ρ, a share of cases), with its SD, interval bounds and differences, at 3 as in the paper's
+# Tables 3, 4 and 11; a percentage at 1 (its Tables 5, 6 and 12); an average count (questions, provisions) at 2; a
+# variance at 6.
+METRIC, PERCENT, AVERAGE, VARIANCE = 3, 1, 2, 6
+
 
 @dataclass
 class Table:

@@ -28,7 +28,7 @@ from lexpilot.reporting.results import (
     paired_difference,
     read_saved,
 )
-from lexpilot.reporting.table import Figure, Table
+from lexpilot.reporting.table import AVERAGE, METRIC, PERCENT, Figure, Table
 from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS, compared_setting
 
 USER_CONDITION_NAMES = (("standard", "Standard"), ("delayed", "Delayed Disclosure"), ("self-correction", "Self-Correction"))
@@ -36,7 +36,7 @@ SETUP_NAMES = {"direct": "Direct", "interaction": "Interaction-Based", "gold": "
 
 
 
-def cell(stat: dict | None, digits: int, ci: tuple[float, float] | None = None) -> Figure:
+def cell(stat: dict | None, digits: int = METRIC, ci: tuple[float, float] | None = None) -> Figure:
     """mean ± SD [interval] (k undefined), with its numbers kept for the CSV."""
     numbers = {"mean": None, "SD": None, "low": ci[0] if ci else None, "high": ci[1] if ci else None,
                "n": stat["n"] if stat else None}
@@ -55,7 +55,7 @@ def cell(stat: dict | None, digits: int, ci: tuple[float, float] | None = None) 
     return Figure(text, numbers)
 
 
-def difference_cell(d: dict | None, digits: int = 3) -> Figure:
+def difference_cell(d: dict | None, digits: int = METRIC) -> Figure:
     numbers = {"difference": d["difference"] if d else None, "low": d["ci"][0] if d and d["ci"] else None,
                "high": d["ci"][1] if d and d["ci"] else None, "share below 0": d["below_zero"] if d else None}
     if d is None:
@@ -63,7 +63,7 @@ def difference_cell(d: dict | None, digits: int = 3) -> Figure:
     text = f"{d['difference']:+.{digits}f}"
     if d["ci"] is not None:
         text += f" [{d['ci'][0]:+.{digits}f}, {d['ci'][1]:+.{digits}f}]"
-    return Figure(text + (f", {100 * d['below_zero']:.1f}% < 0" if d["below_zero"] is not None else ""), numbers)
+    return Figure(text + (f", {100 * d['below_zero']:.{PERCENT}f}% < 0" if d["below_zero"] is not None else ""), numbers)
 
 
 def classes_present(groups: list[Group]) -> list[str]:
@@ -71,13 +71,13 @@ def classes_present(groups: list[Group]) -> list[str]:
     return [c for c in CLASS_LABELS if c in present]
 
 
-# (identity, title, metric, digits, the task its cells link to)
-CLASS_TABLES = (("lca_by_class", "LCA Macro-F1 by class (Table 2, top)", ("LCA", "macro_f1"), 4, "LCA"),
-                ("dcg_by_class", "DCG accuracy by class (Table 2, bottom)", ("DCG", "accuracy"), 4, "DCG"),
-                ("ljp_direct_by_class", "LJP Direct QWK by class", ("LJP_direct", "qwk"), 4, "direct"),
+# (identity, title, metric, the task its cells link to)
+CLASS_TABLES = (("lca_by_class", "LCA Macro-F1 by class (Table 2, top)", ("LCA", "macro_f1"), "LCA"),
+                ("dcg_by_class", "DCG accuracy by class (Table 2, bottom)", ("DCG", "accuracy"), "DCG"),
+                ("ljp_direct_by_class", "LJP Direct QWK by class", ("LJP_direct", "qwk"), "direct"),
                 ("ljp_interaction_by_class", "LJP Interaction-Based QWK by class (Table 17)", ("LJP_interaction", "qwk"),
-                 4, "interaction"),
-                ("ljp_gold_by_class", "LJP Gold-Standard QWK by class (Table 16)", ("LJP_gold", "qwk"), 4, "gold"))
+                 "interaction"),
+                ("ljp_gold_by_class", "LJP Gold-Standard QWK by class (Table 16)", ("LJP_gold", "qwk"), "gold"))
 MAIN_COLUMN_TASKS = {"LCA Macro-F1": "LCA", "DCG Acc.": "DCG", "LJP Direct QWK": "direct",
                      "LJP Interaction QWK": "interaction", "LJP Gold QWK": "gold"}
 SETUP_COLUMN_TASKS = {"Direct": "direct", "Interaction-Based": "interaction", "Gold-Standard": "gold"}
@@ -96,23 +96,23 @@ def build_tables(groups: list[Group], boot: Bootstrap | None = None, complexity:
     classes = classes_present(groups) + [OVERALL]
     suffix = ", [95% bootstrap interval over cases]" if boot else ""
 
-    def value(g: Group, key: tuple, digits: int) -> str:
-        return cell(g.stat(key), digits, boot.interval(g, key) if boot and key[0] in TASKS else None)
+    def value(g: Group, key: tuple) -> str:
+        return cell(g.stat(key), METRIC, boot.interval(g, key) if boot and key[0] in TASKS else None)
 
     tables.append(Table("main", f"Main results (Table 11): mean ± SD over runs{suffix}",
                         ["Model", "LCA Macro-F1", "DCG Acc.", "LJP Direct QWK", "LJP Interaction QWK", "LJP Gold QWK"],
-                        [[label, value(g, ("LCA", "macro_f1", OVERALL), 3), value(g, ("DCG", "accuracy", OVERALL), 3)]
-                         + [value(g, (f"LJP_{s}", "qwk", OVERALL), 3) for s, _, _, _ in LJP_SETUPS]
+                        [[label, value(g, ("LCA", "macro_f1", OVERALL)), value(g, ("DCG", "accuracy", OVERALL))]
+                         + [value(g, (f"LJP_{s}", "qwk", OVERALL)) for s, _, _, _ in LJP_SETUPS]
                          for label, g in zip(labels, groups)], column_tasks=MAIN_COLUMN_TASKS))
     tables.append(Table("lca_detail", f"LCA detail (Table 14){suffix}", ["Model", "Macro-F1", "Acc_C", "Acc_U"],
-                        [[label] + [value(g, ("LCA", m, OVERALL), 4) for m in ("macro_f1", "acc_c", "acc_u")]
+                        [[label] + [value(g, ("LCA", m, OVERALL)) for m in ("macro_f1", "acc_c", "acc_u")]
                          for label, g in zip(labels, groups)], task="LCA"))
-    for table_id, title, key, digits, task in CLASS_TABLES:
+    for table_id, title, key, task in CLASS_TABLES:
         tables.append(Table(table_id, title + suffix, ["Model"] + classes,
-                            [[label] + [value(g, (*key, c), digits) for c in classes]
+                            [[label] + [value(g, (*key, c)) for c in classes]
                              for label, g in zip(labels, groups)], task=task))
     tables.append(Table("ljp_accuracy", f"LJP accuracy{suffix}", ["Model", "Direct", "Interaction-Based", "Gold-Standard"],
-                        [[label] + [value(g, (f"LJP_{s}", "accuracy", OVERALL), 4) for s, _, _, _ in LJP_SETUPS]
+                        [[label] + [value(g, (f"LJP_{s}", "accuracy", OVERALL)) for s, _, _, _ in LJP_SETUPS]
                          for label, g in zip(labels, groups)], column_tasks=SETUP_COLUMN_TASKS))
     tables.append(interaction_gain_table(groups, labels))
     if boot:
@@ -142,8 +142,8 @@ def comparison_table(a: Group, b: Group, boot: Bootstrap) -> Table:
     rows = []
     for name, (task, metric) in COMPARED_METRICS:
         key = (task, metric, OVERALL)
-        rows.append([name, cell(a.stat(key), 4), cell(b.stat(key), 4),
-                     difference_cell(paired_difference(boot, (a, key), (b, key)), 4)])
+        rows.append([name, cell(a.stat(key)), cell(b.stat(key)),
+                     difference_cell(paired_difference(boot, (a, key), (b, key)))])
     return Table("comparison", f"{a.model} − {b.model}: difference of means [95% bootstrap interval over cases], "
                  "share of resamples below zero", ["Metric", a.model, b.model, "Difference"], rows)
 
@@ -158,23 +158,23 @@ def behaviour_tables(groups: list[Group]) -> list[Table]:
     tables = [Table("behaviour", "Interaction behaviour: mean questions before a prediction and share of stop reasons, "
                     "mean ± SD over runs",
                     ["Model", "Questions", "Judged in round 1 (premature)", "Round 2", "Round 3", "Budget (forced)"],
-                    [[label, cell(g.stat(("behaviour", "questions", OVERALL)), 2)]
-                     + [cell(g.stat(("behaviour", c, OVERALL)), 3) for c in STOP_CATEGORIES]
+                    [[label, cell(g.stat(("behaviour", "questions", OVERALL)), AVERAGE)]
+                     + [cell(g.stat(("behaviour", c, OVERALL))) for c in STOP_CATEGORIES]
                      for label, g in zip(labels, groups)]),
               Table("qwk_by_stop", "Interaction-Based QWK by stop reason, mean ± SD over runs",
                     ["Model", "Judged in round 1", "Round 2", "Round 3", "Budget (forced)"],
-                    [[label] + [cell(g.stat(("LJP_interaction_by_stop", "qwk", c)), 4) for c in STOP_CATEGORIES]
+                    [[label] + [cell(g.stat(("LJP_interaction_by_stop", "qwk", c))) for c in STOP_CATEGORIES]
                      for label, g in zip(labels, groups)])]
     for table_id, title, metric, digits in (
-            ("questions_by_class", "Questions before a prediction by class", "questions", 2),
-            ("premature_by_class", "Premature predictions (judged in round 1) by class", "round 1", 3)):
+            ("questions_by_class", "Questions before a prediction by class", "questions", AVERAGE),
+            ("premature_by_class", "Premature predictions (judged in round 1) by class", "round 1", METRIC)):
         tables.append(Table(table_id, title, ["Model"] + classes,
                             [[label] + [cell(g.stat(("behaviour", metric, c)), digits) for c in classes]
                              for label, g in zip(labels, groups)]))
 
     def shares(g: Group, cls: str) -> str:
         means = [(g.stat(("behaviour", category, cls)) or {}).get("mean") for category in STOP_CATEGORIES]
-        return "n/a" if None in means else " / ".join(f"{m:.2f}" for m in means)
+        return "n/a" if None in means else " / ".join(f"{m:.{METRIC}f}" for m in means)
     tables.append(Table("stop_by_class", "Stop reasons by class: judged in round 1 / 2 / 3 / budget, share (mean over runs)",
                         ["Model"] + classes, [[label] + [shares(g, c) for c in classes]
                                               for label, g in zip(labels, groups)]))
@@ -217,7 +217,7 @@ def non_ideal_table(groups: list[Group], boot: Bootstrap | None = None) -> Table
                          if c in by_condition else "n/a" for c, _ in USER_CONDITION_NAMES]
         if boot:
             standard = by_condition.get("standard")
-            row += [difference_cell(paired_difference(boot, (by_condition[c], key), (standard, key)), 4)
+            row += [difference_cell(paired_difference(boot, (by_condition[c], key), (standard, key)))
                     if standard and c in by_condition else "n/a" for c, _ in non_standard]
         table.rows.append(row)
     return table
@@ -249,7 +249,7 @@ def plain_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
 
         def shares(g: Group, cls: str) -> str:
             means = [(g.stat((task, k, cls)) or {}).get("mean") for k in PLAIN_TYPE_NAMES]
-            return "n/a" if None in means else " / ".join(f"{m:.2f}" for m in means)
+            return "n/a" if None in means else " / ".join(f"{m:.{METRIC}f}" for m in means)
         tables.append(Table(f"plain_by_class_{history_type}", f"Plain consultation by class ({history_type}): deficiency / conditional / "
                             "unconditional / premature, share (mean over runs)", ["Model"] + classes,
                             [[label] + [shares(g, c) for c in classes] for label, g in zip(labels, shown)], task="plain"))
@@ -258,7 +258,7 @@ def plain_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
         tables.append(Table("plain_against_lexawn", "Plain response type against the LexAwN label on the same underspecified history: "
                             "share of those cases where LexAwN asked (策略二), mean over runs",
                             ["Model"] + list(PLAIN_TYPE_NAMES.values()),
-                            [[group_label(g, crossed)] + [cell(g.stat(("plain_then_asked", k, OVERALL)), 3)
+                            [[group_label(g, crossed)] + [cell(g.stat(("plain_then_asked", k, OVERALL)))
                                                           for k in PLAIN_TYPE_NAMES] for g in crossed], task="plain"))
     return tables
 
@@ -277,8 +277,8 @@ def judge_sensitivity_tables(groups: list[Group], root, boot: Bootstrap) -> list
     for (_, original), (_, rejudged) in pairs:
         for task, (n, agree, kappa) in judges_agreement(read(original), read(rejudged)).items():
             rows.append([original.model, f"{original.run_id} → {rejudged.run_id}",
-                         f"{judge(original)} / {judge(rejudged)}", task, str(n), f"{100 * agree:.1f}%",
-                         "undefined" if kappa is None else f"{kappa:.3f}"])
+                         f"{judge(original)} / {judge(rejudged)}", task, str(n), f"{100 * agree:.{PERCENT}f}%",
+                         "undefined" if kappa is None else f"{kappa:.{METRIC}f}"])
     tables = [Table("judge_labels", "Judge sensitivity: the two judges' labels on the same items (re-judged runs; the same judge twice: its "
                     "test-retest agreement)",
                     ["Model", "Runs", "Judges", "Task", "Items", "Agreement", "Cohen's κ"], rows)]
@@ -290,8 +290,8 @@ def judge_sensitivity_tables(groups: list[Group], root, boot: Bootstrap) -> list
         rows = []
         for name, (task, metric) in COMPARED_METRICS:
             key = (task, metric, OVERALL)
-            rows.append([name, cell(g_original.stat(key), 4), cell(g_rejudged.stat(key), 4),
-                         difference_cell(paired_difference(boot, (g_rejudged, key), (g_original, key)), 4)])
+            rows.append([name, cell(g_original.stat(key)), cell(g_rejudged.stat(key)),
+                         difference_cell(paired_difference(boot, (g_rejudged, key), (g_original, key)))])
         first, second = judge(g_original.runs[0]), judge(g_rejudged.runs[0])
         tables.append(Table("judge_sensitivity", f"{g_original.model}: every metric under each judge ({first} / "
                             f"{second}), difference of means [95% bootstrap interval over "
@@ -313,8 +313,8 @@ def order_table(groups: list[Group], root) -> Table | None:
                 found = order_agreement(read_saved(run, root, kind)[0])
                 if found:
                     n, agree, kappa = found
-                    rows.append([group_label(g, groups), run.run_id, SETUP_NAMES[setup], str(n), f"{100 * agree:.1f}%",
-                                 "undefined" if kappa is None else f"{kappa:.3f}"])
+                    rows.append([group_label(g, groups), run.run_id, SETUP_NAMES[setup], str(n), f"{100 * agree:.{PERCENT}f}%",
+                                 "undefined" if kappa is None else f"{kappa:.{METRIC}f}"])
     if not rows:
         return None
     return Table("claim_order", "Diagnostic, outside the paper's protocol: the LJP extraction judge with each case's "
@@ -345,12 +345,12 @@ def audit_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
                     task="audit")]
     rows = []
     for g in audited:
-        for task, name, digits in (("DCG", "DCG accuracy", 3), ("LJP_interaction", "Interaction-Based QWK", 4)):
+        for task, name in (("DCG", "DCG accuracy"), ("LJP_interaction", "Interaction-Based QWK")):
             clean = g.stat(("clean", task, OVERALL))
             if clean is not None:
                 cases = g.stat(("clean cases", task, OVERALL))
-                rows.append([group_label(g, audited), name, cell(g.stat((task, AUDITED[task][1], OVERALL)), digits),
-                             cell(clean, digits), f"{cases['mean']:.0f}" if cases and cases["mean"] is not None
+                rows.append([group_label(g, audited), name, cell(g.stat((task, AUDITED[task][1], OVERALL))),
+                             cell(clean), f"{cases['mean']:.0f}" if cases and cases["mean"] is not None
                              else "n/a"])
     tables.append(Table("audit_clean_cases", "Task metrics on all cases and on the cases whose simulator replies were all clean "
                         "(no over-disclosure, no error), mean over runs",
@@ -405,7 +405,7 @@ def table_4_qwk(shown: list[Group], boot: Bootstrap | None, prefix: str, table_i
         row += [cell(g.stat(key(t)), 4, boot.interval(g, key(t)) if boot else None)
                 for t in ("direct", "targeted", "off_target")]
         if boot:
-            row += [difference_cell(paired_difference(boot, (g, key(t)), (g, key("direct"))), 4)
+            row += [difference_cell(paired_difference(boot, (g, key(t)), (g, key("direct"))))
                     for t in ("targeted", "off_target")]
         rows.append(row)
     return Table(table_id, title, headers, rows, column_tasks={"Direct": "direct", "Targeted": "targeted",
@@ -429,7 +429,7 @@ def figure_4_tables(groups: list[Group]) -> list[Table]:
             ("figure_4a", lambda c: ("DCG by focal type", c, OVERALL), types,
              "Figure 4 (a): DCG accuracy by focal-point type (a case counts in each type among its focal points)"),
             ("figure_4b", lambda c: ("DCG", "accuracy", c), classes, "Figure 4 (b): DCG accuracy by class")):
-        rows = [[label] + [cell(g.stat(key(c)), 3) for c in columns] for label, g in zip(labels, typed)]
+        rows = [[label] + [cell(g.stat(key(c))) for c in columns] for label, g in zip(labels, typed)]
         # the figure plots the average over the models shown (the paper: three; choose them with --model)
         rows.append([f"Average over {len(typed)} model(s)"] + [average_cell([g.stat(key(c)) for g in typed])
                                                                for c in columns])
@@ -452,7 +452,7 @@ def figure_4_tables(groups: list[Group]) -> list[Table]:
 
 def average_cell(stats: list[dict | None]) -> str:
     means = [s["mean"] for s in stats if s and s["mean"] is not None]
-    return f"{np.mean(means):.3f}" if means else "n/a"
+    return f"{np.mean(means):.{METRIC}f}" if means else "n/a"
 
 
 def figure_3_tables(groups: list[Group], complexity: dict[str, float] | None) -> list[Table]:
@@ -472,10 +472,10 @@ def figure_3_tables(groups: list[Group], complexity: dict[str, float] | None) ->
         rows, points = [], {"LCA": [], "DCG": []}
         for cause in causes:
             row = [cause, cause_class(cause), f"{(g.stat(('cases by cause', 'LCA', cause)) or {}).get('mean') or 0:.0f}",
-                   f"{complexity[cause]:.2f}" if cause in complexity else "n/a"]
+                   f"{complexity[cause]:.{AVERAGE}f}" if cause in complexity else "n/a"]
             for task in ("LCA", "DCG"):
                 stat = g.stat(("by cause", task, cause))
-                row.append(cell(stat, 3))
+                row.append(cell(stat))
                 if stat and stat["mean"] is not None and cause in complexity:
                     points[task].append((complexity[cause], stat["mean"]))
             rows.append(row)
@@ -483,7 +483,7 @@ def figure_3_tables(groups: list[Group], complexity: dict[str, float] | None) ->
             xs, ys = zip(*points[task]) if points[task] else ((), ())
             rho = spearmanr(xs, ys).statistic if len(xs) > 2 and len(set(xs)) > 1 and len(set(ys)) > 1 else None
             rows.append([f"Spearman's rho, complexity vs {name}", "", str(len(xs)), "",
-                         "n/a" if rho is None or rho != rho else f"{rho:+.3f}", ""])
+                         "n/a" if rho is None or rho != rho else f"{rho:+.{METRIC}f}", ""])
         tables.append(Table("figure_3", f"Case complexity (Figure 3): {group_label(g, groups)}, per cause of action (mean over "
                             "runs); rho over the causes with complexity data",
                             ["Cause of action", "Class", "Cases", "Complexity", "LCA Macro-F1", "DCG Acc."], rows,
@@ -530,7 +530,7 @@ def fault_table(groups: list[Group]) -> Table | None:
         return None
     return Table("non_ideal_faults", "Non-ideal users: disrupted interactions and the self-correcting user's faults, mean over runs",
                  ["Model", "Condition", "Disrupted", "Incomplete", "Wrong"],
-                 [[group_label(g, groups), g.condition] + [cell(g.stat(("faults", m, OVERALL)), 3)
+                 [[group_label(g, groups), g.condition] + [cell(g.stat(("faults", m, OVERALL)))
                                                             for m in ("disrupted", "incomplete", "wrong")]
                   for g in groups], task="interaction")
 
@@ -546,10 +546,10 @@ def interaction_gain_table(groups: list[Group], labels: list[str]) -> Table:
         copy = bool(g.runs[0].manifest.get("rejudged_from"))  # a re-judged copy is no further model in the average
         gains += [gain] if gain is not None and not copy else []
         changes += [change] if change is not None and not copy else []
-        rows.append([label, "n/a" if gain is None else f"{gain:+.3f}",
-                     "n/a" if change is None else f"{100 * change:+.2f}%"])
+        rows.append([label, "n/a" if gain is None else f"{gain:+.{METRIC}f}",
+                     "n/a" if change is None else f"{100 * change:+.{PERCENT}f}%"])
     rows.append([f"Average over {len(gains)} / {len(changes)} models",
-                 f"{np.mean(gains):+.3f}" if gains else "n/a", f"{100 * np.mean(changes):+.2f}%" if changes else "n/a"])
+                 f"{np.mean(gains):+.{METRIC}f}" if gains else "n/a", f"{100 * np.mean(changes):+.{PERCENT}f}%" if changes else "n/a"])
     return Table("interaction_gain", "Interaction-Based against Direct and Gold-Standard (QWK)",
                  ["Model", "Interaction − Direct", "Interaction vs Gold (relative)"], rows, task="interaction")
 
