@@ -10,8 +10,9 @@ import pytest
 
 import rejudge
 import show_results
+import user_probes
 from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS
-from tests.conftest import Harness, sample_cases, write_dataset
+from tests.conftest import ROOT, Harness, sample_cases, write_dataset
 from tests.fake_provider import default_reply
 
 HOSTILE = '<img src=x onerror="window.__pwned = 3"><script>window.__pwned = 4</script>'
@@ -20,6 +21,7 @@ HOSTILE = '<img src=x onerror="window.__pwned = 3"><script>window.__pwned = 4</s
 
 SEEN = set()
 SENT: set = set()
+SENT_AS_MESSAGES: list = []  # the plain consultation's calls: a history sent as its own messages
 
 
 def hostile(kind, prompt, body):
@@ -50,8 +52,10 @@ def built(tmp_path_factory):
             for name in STAGE_SETS["all"]:
                 for stage in GRID_STAGES[name]:
                     assert h.run_stage(stage, "--model", model) == 0
+        assert h.run_stage(user_probes.STAGE, "--model", "model-a", "--probes", str(ROOT / "data" / "LexPilot_sample_probes.csv")) == 0
         assert h.run_stage(rejudge.STAGE, "--model", "model-a", "--from-run", "r1", "--run-id", "r1-again") == 0
         SENT.update(provider.prompts())  # every prompt the scripted provider received, for the exact calls
+        SENT_AS_MESSAGES.extend(r["messages"] for r in provider.requests if len(r["messages"]) > 1)
     complexity = tmp / "complexity.csv"
     complexity.write_text("cause_of_action,complexity\n" + "".join(
         f"{cause},{i + 1}\n" for i, cause in enumerate(dict.fromkeys(c["cause_of_action"] for c in sample_cases()[:4]))),
@@ -185,22 +189,52 @@ def test_comparisons_a_researcher_asks_for(built, page):
 
 def test_each_reply_shows_the_exact_prompt_the_provider_received(built, page):
     """Issue 26 item 5: the prompt re-rendered from prompts/ and the case equals what the scripted provider received,
-    for every call of a run (LexAwN, the LCA judge, DCG questions, replies and judge, the interaction's rounds and
-    replies, the predictions and the extraction judge); with the role's model and settings, and its tokens."""
-    _, site = built
+    for every call of a run: LexAwN, the LCA judge, DCG questions, replies and judge, the interaction's rounds and
+    replies, the predictions and the extraction judge; the plain consultation (its history as messages) and its
+    response-type judge; Table 4's questions, replies, validator, prediction and extraction; the simulator audit of
+    each User Model reply; the probe study's replies and DCG judge; the claim-order diagnostic's judge. With the
+    role's model and settings, and its tokens."""
+    root, site = built
+    case = sample_cases()[0]["case_number"]
     page.goto((site / "case" / "0.html").as_uri())
+    assert page.locator("h1").inner_text() == case
     buttons = page.locator("section#run0 button.call")
-    assert buttons.count() >= 12
-    shown = []
+    shown, kinds, reordered = [], set(), []
     for i in range(buttons.count()):
-        buttons.nth(i).click()
+        button = buttons.nth(i)
+        button.click()
+        template, spec = button.get_attribute("data-t"), button.get_attribute("data-s")
+        kinds.add(template + (" (claims reordered)" if "claims=co:" in spec else ""))
         box = page.locator("section#run0 div.callbox").nth(i)
-        shown.append(box.locator("pre.prompt").inner_text())
+        text = box.locator("pre.prompt").inner_text()
+        shown.append(json.loads(text) if template == "(messages)" else text)
+        if "claims=co:" in spec:  # the claims in the order the diagnostic showed them, not the case's own
+            reordered.append((button.get_attribute("data-k"), text))
         head = box.locator("p").first.inner_text()
         assert "temperature" in head and "max_tokens" in head and "calls," in head
-    missing = [p[:80] for p in shown if p not in SENT]
+    assert kinds >= {"lexawn", "judge_lca", "force_ask", "user_standard", "judge_dcg", "force_judge", "judge_ljp",
+                     "(messages)", "judge_response_type", "behaviour_targeted", "behaviour_off_target",
+                     "behaviour_validation", "judge_simulator_audit", "judge_ljp (claims reordered)"}, kinds
+    missing = [str(p)[:80] for p in shown if p not in (SENT_AS_MESSAGES if isinstance(p, list) else SENT)]
     assert not missing, missing
     assert "differs from the file this run recorded" not in page.inner_text("body")
+    # every call of the case in this run has its button: the calls its records report, less the probe study's D
+    # reply (its key details are the probe file's, not on the page)
+    label = page.locator("section#run0").get_attribute("data-label")
+    run_id, model = label.split(" · ")[-1], label.split(" · ")[0]
+    calls = [(path.name, u.get("calls", 0)) for path in sorted(root.glob(f"*/{run_id}/{model}-*/*.jsonl"))
+             for line in path.read_text(encoding="utf-8").splitlines() if json.loads(line)["case_number"] == case
+             for u in json.loads(line).get("usage", {}).values()]
+    d_replies = sum("D" in json.loads(line)["replies"] for path in root.glob(f"*/{run_id}/{model}-*/probe_replies.jsonl")
+                    for line in path.read_text(encoding="utf-8").splitlines() if json.loads(line)["case_number"] == case)
+    assert len(reordered) == 3
+    for kind, text in reordered:
+        record = records(root, "eval_results", f"{kind}.jsonl", run_id, model)[case]
+        claims = [record["claims"][i] for i in record["order"]]
+        assert record["order"] != sorted(record["order"]) and [text.index(c) for c in claims] == sorted(
+            text.index(c) for c in claims)
+    reused = 1  # the interaction's round 1 is LexAwN's reply to the underspecified history, shown again with its call
+    assert d_replies == 1 and len(shown) == sum(n for _, n in calls) - d_replies + reused, calls
 
 
 def test_the_site_written_by_two_processes_is_the_site_written_by_one(built, tmp_path):

@@ -5,8 +5,12 @@ warning where the prompt file differs from the one the run recorded (the text sh
 was sent).
 
 A reply carries a descriptor: the prompt's name, the role, and for each slot where its text comes from: a history
-of the case ("h"), a history followed by messages of the page ("d"), one message of the page ("m"), a text of the
-case (key details "kf", focal points "fp", claims "cl", key details by focal point "dbf") or a literal ("raw").
+of the case ("h"), a history followed by messages of the page ("d"), the same less its last message, the question a
+reply answered ("b"), that question alone ("l"), the message the button is on ("s"), a history and a dialogue's
+turns numbered as the Table 4 validator reads them ("v"), one message of the page ("m"), a text of the case (key
+details "kf", numbered "nd", focal points "fp", claims "cl", the claims in another order "co", key details by focal
+point "dbf") or a literal ("raw").
+The plain consultation has no prompt: its call ("(messages)") is the history sent as its own messages.
 """
 from __future__ import annotations
 
@@ -22,7 +26,9 @@ from lexpilot.benchmark.prompts import (
     render_details_by_focal_point,
     render_focal_points,
     render_key_facts,
+    render_numbered_details,
 )
+from lexpilot.benchmark.records import RECORD_KINDS
 from lexpilot.storage.manifest import prompt_hashes
 
 CALL_SCRIPT = """
@@ -32,13 +38,21 @@ function rendered(messages){return messages.map(m=>(m.role==='user'?'User':'Assi
 function thread(button,name){const me=button.closest('.msg'),section=button.closest('section.run');const out=[];
  for(const e of section.querySelectorAll('.msg[data-th="'+name+'"]')){if(e===me)break;out.push({role:e.classList.contains('user')?'user':'assistant',content:textOf(e)});}
  return out;}
+function numbered(history,turns){let n=0;const line=m=>m.role==='user'?'User（第'+(++n)+'次发言）: '+m.content:'Assistant: '+m.content;
+ const h=history.map(line);return h.concat(['【以下为新增的提问与回答】'],turns.map(line)).join('\\n');}
 function slot(button,spec){const [kind,a,b]=spec.split(':');
  if(kind==='h')return rendered(callData.case[a]);
  if(kind==='d')return rendered(callData.case[a].concat(thread(button,b)));
+ if(kind==='b')return rendered(callData.case[a].concat(thread(button,b).slice(0,-1)));
+ if(kind==='l'){const t=thread(button,a);return t.length?t[t.length-1].content:'';}
+ if(kind==='s')return textOf(button.closest('.msg'));
+ if(kind==='v')return numbered(callData.case[a],thread(button,b));
  if(kind==='m')return textOf(document.getElementById(a));
+ if(kind==='co'){const claims=callData.case.cl.split('\\n');return a.split(',').map(i=>claims[+i]).join('\\n');}
  if(kind==='raw')return decodeURIComponent(a);
  return callData.case[kind];}
-function prompt(button){const slots={};for(const part of button.dataset.s.split(';')){const i=part.indexOf('=');slots[part.slice(0,i)]=slot(button,part.slice(i+1));}
+function prompt(button){if(button.dataset.t==='(messages)')return JSON.stringify(callData.case[button.dataset.s.split(':')[1]],null,1);
+ const slots={};for(const part of button.dataset.s.split(';')){const i=part.indexOf('=');slots[part.slice(0,i)]=slot(button,part.slice(i+1));}
  return callData.templates[button.dataset.t].replace(/\\{(history|key_facts|ai_response|focus_text|claims|fault|reply)\\}/g,(m,k)=>slots[k]);}
 document.addEventListener('click',ev=>{const b=ev.target.closest('button.call');if(!b)return;
  let box=b.nextElementSibling;if(box&&box.classList.contains('callbox')){box.hidden=!box.hidden;return;}
@@ -68,7 +82,8 @@ def case_texts(case: Case | None) -> dict:
     if case is None:
         return {}
     return {"underspecified": case.underspecified, "complete": case.complete, "kf": render_key_facts(case),
-            "fp": render_focal_points(case), "cl": render_claims(case), "dbf": render_details_by_focal_point(case)}
+            "nd": render_numbered_details(case), "fp": render_focal_points(case), "cl": render_claims(case),
+            "dbf": render_details_by_focal_point(case)}
 
 
 def run_settings(manifest: dict) -> dict:
@@ -100,14 +115,16 @@ def run_info(settings: dict, records: dict, number: str) -> dict:
     return settings | {"usage": usage}
 
 
-CALLED_KINDS = ("a1", "LCA", "force_ask", "DCG", "interaction", "direct_prediction", "gold_prediction",
-                "LJP_direct", "LJP_gold", "LJP_interaction", "dialogue_targeted", "dialogue_off_target")
+MESSAGES = "(messages)"  # the plain consultation's call: no prompt file
+
+CALLED_KINDS = tuple(kind.name for kind in RECORD_KINDS)  # every record kind whose calls a page can show
 
 
 def call_data(case: Case | None, runs: list[tuple[dict, dict]], number: str) -> dict:
     """The page's data for the exact calls: templates, the case's texts, and for each run (its `run_settings`, its
     records) the roles, changed files and usage."""
-    return {"templates": templates(), "files": PROMPT_FILES, "case": case_texts(case),
+    return {"templates": templates(), "files": PROMPT_FILES | {MESSAGES: "no prompt: the history sent as its own messages"},
+            "case": case_texts(case),
             "runs": [run_info(settings, records, number) for settings, records in runs]}
 
 

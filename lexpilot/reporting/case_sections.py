@@ -1,7 +1,8 @@
 """The case page's sections for the stages after the paper's main tasks: the plain consultation (Table 6), the
 Targeted and Off-target dialogues of every attempt with the validator's outcome per fact (Table 4), the simulator
-audit's verdict on a User Model reply, the focal-point types, the probe study's replies; and a re-judged run's
-labels beside its source's. Everything is escaped: model outputs and dataset text are untrusted.
+audit's verdict on a User Model reply, the focal-point types, the probe study's replies, the claim-order
+diagnostic; and a re-judged run's labels beside its source's. Each reply and judge output has its exact call
+(calls_view.py). Everything is escaped: model outputs and dataset text are untrusted.
 """
 from __future__ import annotations
 
@@ -11,18 +12,19 @@ from lexpilot.benchmark.records import (
     BEHAVIOUR_PREDICTION,
     FOCAL_TYPE_RECORDS,
     LJP_BEHAVIOUR,
+    LJP_ORDER,
     PLAIN,
     PLAIN_TYPES,
     PROBE_DCG,
     PROBE_REPLIES,
 )
 from lexpilot.benchmark.vocabulary import ASKS, PREDICTS
-from lexpilot.reporting.calls_view import call_button
+from lexpilot.reporting.calls_view import MESSAGES, call_button, raw_slot
 from lexpilot.reporting.tables import PLAIN_TYPE_NAMES
 
 KINDS = (*PLAIN.values(), *PLAIN_TYPES.values(), *BEHAVIOUR_DIALOGUE.values(), *BEHAVIOUR_PREDICTION.values(),
          *LJP_BEHAVIOUR.values(),
-         *AUDIT.values(), FOCAL_TYPE_RECORDS, PROBE_REPLIES, PROBE_DCG)
+         *AUDIT.values(), FOCAL_TYPE_RECORDS, PROBE_REPLIES, PROBE_DCG, *LJP_ORDER.values())
 LCA_MEANING = {PREDICTS: "策略一 · answered", ASKS: "策略二 · asked"}
 CONDITION_NAMES = {"targeted": "Targeted", "off_target": "Off-target"}
 
@@ -59,21 +61,43 @@ def verdict_table(record: dict) -> str:
     return f"<table><tr><th>Claim</th><th>Gold</th><th>Extracted</th></tr>{rows}</table>"
 
 
-def audit_note(records: dict, number: str, source: str) -> str:
-    """The simulator audit's verdict on the User Model reply it audited as `source` ("DCG round 1", "interaction
-    round 2"), or nothing where the reply was not audited."""
+def audited_reply(records: dict, number: str, source: str) -> tuple[str, dict] | None:
+    """(audit record kind, the audit's entry) of the User Model reply audited as `source` ("DCG round 1",
+    "interaction round 2"), or None where the reply was not audited."""
     for kind in AUDIT.values():
         for reply in (records.get(kind.name, {}).get(number) or {}).get("replies", []):
             if str(reply.get("source", "")).split(" (")[0] == source:
-                flags = [f"over-disclosed {len(reply['over_disclosed'])}" if reply.get("over_disclosed") else "",
-                         "unsupported or wrong" if reply.get("error") else "",
-                         "did not answer" if not reply.get("answered", True) else "",
-                         "the injected disruption" if reply.get("injected") else ""]
-                return "; audit: " + (", ".join(f for f in flags if f) or "clean")
-    return ""
+                return kind.name, reply
+    return None
 
 
-def plain_section(records: dict, number: str) -> str:
+def audit_note(records: dict, number: str, source: str) -> str:
+    """The simulator audit's verdict on the User Model reply it audited as `source`, or nothing."""
+    found = audited_reply(records, number, source)
+    if found is None:
+        return ""
+    reply = found[1]
+    flags = [f"over-disclosed {len(reply['over_disclosed'])}" if reply.get("over_disclosed") else "",
+             "unsupported or wrong" if reply.get("error") else "",
+             "did not answer" if not reply.get("answered", True) else "",
+             "the injected disruption" if reply.get("injected") else ""]
+    return "; audit: " + (", ".join(f for f in flags if f) or "clean")
+
+
+def audit_call(records: dict, number: str, source: str, thread: str) -> str:
+    """The audit judge's exact call on a User Model reply of `thread`: the conversation before the question it
+    answered, the question, the reply (the message the button is on) and the numbered key details."""
+    found = audited_reply(records, number, source)
+    if found is None:
+        return ""
+    kind, reply = found
+    return call_button("judge_simulator_audit", "judge", {"history": f"b:underspecified:{thread}",
+                                                          "ai_response": f"l:{thread}", "reply": "s", "key_facts": "nd"},
+                       kind, len(reply.get("judge_raw") or []))
+
+
+def plain_section(records: dict, number: str, ids) -> str:
+    """The plain consultation's answer (its call: the history as its own messages) and the response-type judge."""
     parts = []
     for history, kind in PLAIN.items():
         answer = records.get(kind.name, {}).get(number)
@@ -81,8 +105,14 @@ def plain_section(records: dict, number: str) -> str:
             continue
         judged = records.get(PLAIN_TYPES[history].name, {}).get(number) or {}
         kind_name = PLAIN_TYPE_NAMES.get(judged.get("type"), judged.get("type", "–"))
-        parts.append(f"<h4>Plain consultation, {esc(history)} history (response type: {esc(kind_name)})"
-                     "</h4>" + msg("assistant", answer.get("response", ""), "no task prompt (Table 6)"))
+        mid, raw = ids.next(), judged.get("judge_raw") or []
+        parts.append(f"<h4>Plain consultation, {esc(history)} history (response type: {esc(kind_name)})</h4>"
+                     + msg("assistant", answer.get("response", ""), "no task prompt (Table 6)", mid=mid,
+                           call=call_button(MESSAGES, "eval", {"messages": f"h:{history}"}, kind.name))
+                     + (msg("judge", "\n".join(raw), "response-type judge, raw", call=call_button(
+                         "judge_response_type", "judge", {"history": f"h:{history}", "key_facts": "kf",
+                                                          "ai_response": f"m:{mid}"}, PLAIN_TYPES[history].name,
+                         len(raw))) if judged else ""))
     return "".join(parts)
 
 
@@ -91,9 +121,9 @@ def detail_of(details: list[str], number) -> str:
     return details[number - 1] if isinstance(number, int) and 0 < number <= len(details) else ""
 
 
-def behaviour_section(records: dict, number: str, details: list[str]) -> str:
+def behaviour_section(records: dict, number: str, details: list[str], ids) -> str:
     """Table 4: every attempt of each condition, the validator's outcome per fact and its rejection reasons, which
-    attempt was accepted, then the verdicts predicted from it."""
+    attempt was accepted, then the verdicts predicted from it; each call with its exact call."""
     parts = []
     for condition, kind in BEHAVIOUR_DIALOGUE.items():
         record = records.get(kind.name, {}).get(number)
@@ -103,29 +133,50 @@ def behaviour_section(records: dict, number: str, details: list[str]) -> str:
         parts.append(f"<h4>{esc(name)} dialogue (Table 4): {esc(record.get('status'))}</h4>")
         attempts = record.get("attempts", [])
         for attempt in attempts:
-            accepted = not attempt.get("rejected")
-            facts = "".join(f"<tr><td>{esc(f.get('id'))}. {esc(detail_of(details, f.get('id')))}</td><td>{esc(f.get('status'))}</td>"
-                            f"<td>{esc(', '.join(map(str, f.get('turns', []))))}</td></tr>"
-                            for f in (attempt.get("validation") or {}).get("facts", []))
-            verdict = "accepted" if accepted else "rejected: " + "; ".join(map(str, attempt["rejected"]))
-            parts.append(f"<details{' open' if accepted else ''}><summary>{esc(name)} attempt "
-                         f"{esc(attempt.get('attempt'))}: {esc(verdict)}</summary>"
-                         + attempt_dialogue(attempt, condition, kind.name)
-                         + f"<table><tr><th>Key detail</th><th>Validator</th><th>Turns</th></tr>{facts}</table>"
-                         "</details>")
+            parts.append(attempt_html(attempt, condition, kind.name, details))
+        last = attempt_thread(condition, attempts[-1]) if attempts else ""
         prediction = records.get(BEHAVIOUR_PREDICTION[condition].name, {}).get(number)
-        if prediction:
-            parts.append(msg("assistant", prediction.get("response", ""), f"{name} prediction"))
+        mid = ids.next()
+        if prediction:  # from the accepted dialogue, or (unresolved) the last attempted one
+            parts.append(msg("assistant", prediction.get("response", ""), f"{name} prediction", mid=mid,
+                             call=call_button("force_judge", "eval", {"history": f"d:underspecified:{last}"},
+                                              BEHAVIOUR_PREDICTION[condition].name)))
         verdicts = records.get(LJP_BEHAVIOUR[condition].name, {}).get(number)
         if verdicts:
-            parts.append(f"<p>{esc(name)} verdicts ({esc(verdicts.get('status'))})</p>" + verdict_table(verdicts))
+            raw = verdicts.get("judge_raw") or []
+            parts.append(f"<p>{esc(name)} verdicts ({esc(verdicts.get('status'))})</p>"
+                         + (msg("judge", "\n".join(raw), "extraction judge, raw", call=call_button(
+                             "judge_ljp", "judge", {"history": f"m:{mid}", "claims": "cl"}, LJP_BEHAVIOUR[condition].name,
+                             len(raw))) if prediction else "") + verdict_table(verdicts))
     return "".join(parts)
+
+
+def attempt_thread(condition: str, attempt: dict) -> str:
+    return f"t4{condition}{attempt.get('attempt')}"
+
+
+def attempt_html(attempt: dict, condition: str, kind: str, details: list[str]) -> str:
+    """One attempt, folded unless accepted: its dialogue, the validator (its exact call reads the dialogue with the
+    user turns numbered) and its outcome per key detail."""
+    name = CONDITION_NAMES.get(condition, condition)
+    accepted = not attempt.get("rejected")
+    facts = "".join(f"<tr><td>{esc(f.get('id'))}. {esc(detail_of(details, f.get('id')))}</td><td>{esc(f.get('status'))}</td>"
+                    f"<td>{esc(', '.join(map(str, f.get('turns', []))))}</td></tr>"
+                    for f in (attempt.get("validation") or {}).get("facts", []))
+    verdict = "accepted" if accepted else "rejected: " + "; ".join(map(str, attempt["rejected"]))
+    raw = attempt.get("judge_raw") or []
+    validator = msg("judge", "\n".join(raw), "validator, raw", call=call_button(
+        "behaviour_validation", "judge", {"history": f"v:underspecified:{attempt_thread(condition, attempt)}",
+                                          "key_facts": "nd"}, kind, len(raw)))
+    return (f"<details{' open' if accepted else ''}><summary>{esc(name)} attempt {esc(attempt.get('attempt'))}: "
+            f"{esc(verdict)}</summary>" + attempt_dialogue(attempt, condition, kind) + validator
+            + f"<table><tr><th>Key detail</th><th>Validator</th><th>Turns</th></tr>{facts}</table></details>")
 
 
 def attempt_dialogue(attempt: dict, condition: str, kind: str) -> str:
     """One attempt's questions and replies, each with its exact call: a question from the condition's prompt, a
     reply from the standard User Model's, both over the underspecified history and the attempt's turns so far."""
-    thread = f"t4{condition}{attempt.get('attempt')}"
+    thread = attempt_thread(condition, attempt)
     history = {"history": f"d:underspecified:{thread}", "key_facts": "kf"}
     return "".join(msg(m.get("role", "?"), m.get("content", ""), thread=thread, call=call_button(
         f"behaviour_{condition}" if m.get("role") == "assistant" else "user_standard",
@@ -133,29 +184,70 @@ def attempt_dialogue(attempt: dict, condition: str, kind: str) -> str:
 
 
 def focal_types_section(records: dict, number: str) -> str:
+    """Figure 4's focal-point types: the dataset's, or the judge's with its exact call."""
     record = records.get(FOCAL_TYPE_RECORDS.name, {}).get(number)
     if not record:
         return ""
-    items = "".join(f"<li>{esc(t.get('focal_point'))}: <b>{esc(t.get('type'))}</b> ({esc(t.get('source'))})</li>"
+    items = "".join(f"<li>{esc(t.get('focal_point'))}: <b>{esc(t.get('type'))}</b> ({esc(t.get('source'))})"
+                    + (call_button("judge_focal_type", "judge", {"focus_text": raw_slot(str(t.get("focal_point")))},
+                                   FOCAL_TYPE_RECORDS.name, len(t.get("judge_raw") or []))
+                       if t.get("source") == "judge" else "") + "</li>"
                     for t in record.get("types", []))
     return f"<h4>Focal-point types (Figure 4)</h4><ul>{items}</ul>"
 
 
-def probes_section(records: dict, number: str) -> str:
+def probes_section(records: dict, number: str, ids) -> str:
+    """Table 13: each probe question (from the probe file), the User Model's reply and the DCG judge's label; a
+    D reply's key details are the probe file's, less the removed ones, which the page does not have: no exact
+    call for it."""
     replies = records.get(PROBE_REPLIES.name, {}).get(number)
     if not replies or not replies.get("probed"):
         return ""
     labels = (records.get(PROBE_DCG.name, {}).get(number) or {}).get("labels", {})
-    return "<h4>Probe study (Table 13)</h4>" + "".join(
-        msg("assistant", r.get("question", ""), f"probe, {condition}")
-        + msg("user", r.get("reply", ""), f"User Model; DCG label: {labels.get(condition, '–')}")
-        for condition, r in replies.get("replies", {}).items())
+    parts = ["<h4>Probe study (Table 13)</h4>"]
+    for condition, r in replies.get("replies", {}).items():
+        thread, mid = f"probe{condition}", ids.next()
+        judged = labels.get(condition) if isinstance(labels.get(condition), dict) else {}
+        user_call = "" if condition == "D" else call_button(
+            "user_standard", "user", {"history": f"d:underspecified:{thread}", "key_facts": "kf"}, PROBE_REPLIES.name)
+        parts.append(msg("assistant", r.get("question", ""), f"probe question {condition}", mid=mid, thread=thread)
+                     + msg("user", r.get("reply", ""), "User Model" + ("" if user_call else
+                                                                      " (with the probe file's key details less the "
+                                                                      "removed ones)"), thread=thread, call=user_call)
+                     + (msg("judge", str(judged.get("label", "–")), f"DCG judge on probe question {condition}",
+                            call=call_button("judge_dcg", "judge", {"ai_response": f"m:{mid}", "focus_text": "fp",
+                                                                    "key_facts": "dbf"}, PROBE_DCG.name,
+                                             len(judged.get("judge_raw") or []))) if judged else ""))
+    return "".join(parts)
 
 
-def later_sections(records: dict, number: str, details: list[str]) -> str:
-    return (plain_section(records, number) + behaviour_section(records, number, details)
-            + focal_types_section(records, number)
-            + probes_section(records, number))
+def order_section(records: dict, number: str, ids) -> str:
+    """The claim-order diagnostic (outside the paper's protocol): per setup the extraction judge asked again with
+    the claims in another order, its verdicts beside the original extraction's, a difference marked."""
+    parts = []
+    for setup, kind in LJP_ORDER.items():
+        record = records.get(kind.name, {}).get(number)
+        if not record:
+            continue
+        original, again = record.get("original") or [], record.get("predicted") or []
+        rows = "".join(f"<tr><td>{esc(c)}</td><td>{esc(o)}</td><td class=\"{'ok' if o == a else 'bad'}\">{esc(a)}"
+                       f"{'' if o == a else ' ≠'}</td></tr>" for c, o, a in zip(record.get("claims", []), original, again))
+        raw, reply = record.get("judge_raw") or [], ids.replies.get(setup)
+        call = call_button("judge_ljp", "judge", {"history": f"m:{reply}", "claims": "co:" + ",".join(
+            str(i) for i in record.get("order", []))}, kind.name, len(raw)) if reply else ""
+        parts.append(f"<h4>Claim order (diagnostic, not in the paper): LJP {esc(setup)}, claims shown in the order "
+                     f"{esc(', '.join(str(i + 1) for i in record.get('order', [])))}</h4>"
+                     + msg("judge", "\n".join(raw), "extraction judge, raw", call=call)
+                     + f"<table><tr><th>Claim</th><th>Original extraction</th><th>Claims reordered</th></tr>{rows}</table>")
+    return "".join(parts)
+
+
+def later_sections(records: dict, number: str, details: list[str], ids) -> str:
+    """The sections of the stages after the paper's main tasks; `ids` numbers their messages after the main ones
+    (its `replies`: each LJP setup's prediction, which the claim-order diagnostic's judge read)."""
+    return (plain_section(records, number, ids) + behaviour_section(records, number, details, ids)
+            + focal_types_section(records, number) + probes_section(records, number, ids)
+            + order_section(records, number, ids))
 
 
 def rejudged(label, original) -> str:

@@ -38,7 +38,7 @@ from lexpilot.benchmark.prompts import render_fault
 from lexpilot.reporting.calls_view import CALL_SCRIPT, call_button, call_data, raw_slot, run_settings
 from lexpilot.reporting.case_sections import KINDS as LATER_KINDS
 from lexpilot.reporting.comparisons import TASKS, compare_page, disagreements
-from lexpilot.reporting.case_sections import audit_note, esc, later_sections, lca_label, msg, rejudged
+from lexpilot.reporting.case_sections import audit_call, audit_note, esc, later_sections, lca_label, msg, rejudged
 from lexpilot.reporting.parallel import fork_map, workers
 from lexpilot.reporting.judges import source_of
 from lexpilot.reporting.results import Group, Run, group_label, read_saved
@@ -298,6 +298,7 @@ class Ids:
     """Message ids of one run's transcript on a case page (r<run>m<n>), and the run's index for its settings."""
     run: int
     n: int = 0
+    replies: dict = field(default_factory=dict)  # LJP setup -> the id of its prediction's message
 
     def next(self) -> str:
         self.n += 1
@@ -344,10 +345,11 @@ def dcg_part(r: dict, number: str, ids: Ids, details: list[str], source: dict | 
                                           len(judged.get("judge_raw") or []))))
         if q.get("user_reply"):
             marked, _ = highlighted(q["user_reply"], details)
-            parts.append(msg("user", q["user_reply"], "User Model" + audit_note(r, number, f"DCG round {q['round']}"),
+            source_name = f"DCG round {q['round']}"
+            parts.append(msg("user", q["user_reply"], "User Model" + audit_note(r, number, source_name),
                              marked, thread="dcg", call=call_button(
                                  "user_standard", "user", {"history": "d:underspecified:dcg", "key_facts": "kf"},
-                                 "force_ask")))
+                                 "force_ask") + audit_call(r, number, source_name, "dcg")))
     return "".join(parts)
 
 
@@ -360,8 +362,10 @@ def interaction_part(r: dict, number: str, ids: Ids, details: list[str]) -> str:
     for x in inter["rounds"]:
         call = (call_button("lexawn", "eval", {"history": "h:underspecified"}, "a1") if x["round"] == 1
                 else call_button(x["prompt"], "eval", {"history": "d:underspecified:int"}, "interaction"))
+        mid = ids.next()
         parts.append(msg("assistant", x["assistant"], f"round {x['round']}, {x['prompt']}, LCA label: "
-                                                      f"{lca_label(x.get('label'))}", call=call, thread="int"))
+                                                      f"{lca_label(x.get('label'))}", call=call, thread="int", mid=mid)
+                     + round_judges(x, mid))
         if x.get("user_reply"):
             marked, _ = highlighted(x["user_reply"], details)
             prompt = x.get("user_prompt", "user_standard")
@@ -372,7 +376,24 @@ def interaction_part(r: dict, number: str, ids: Ids, details: list[str]) -> str:
             if prompt == "user_correction":  # the fault the earlier reply recorded, as the prompt renders it
                 slots["fault"] = raw_slot(render_fault(inter["fault"]) if inter.get("fault") else "")
             parts.append(msg("user", x["user_reply"], note, marked, thread="int",
-                             call=call_button(prompt, "user", slots, "interaction")))
+                             call=call_button(prompt, "user", slots, "interaction")
+                             + audit_call(r, number, f"interaction round {x['round']}", "int")))
+    return "".join(parts)
+
+
+def round_judges(entry: dict, mid: str) -> str:
+    """An interaction round's judges after round 1 (whose label is LCA's, shown above): the LCA judge's label of the
+    response and, for a non-ideal user, the DCG judge's check that it asks a relevant question."""
+    parts = []
+    if entry["round"] > 1 and entry.get("label") is not None:
+        raw = entry.get("judge_raw") or []
+        parts.append(msg("judge", "\n".join(raw), f"LCA judge on round {entry['round']}, raw", call=call_button(
+            "judge_lca", "judge", {"history": f"m:{mid}"}, "interaction", len(raw))))
+    if isinstance(entry.get("relevance"), dict):
+        raw = entry["relevance"].get("judge_raw") or []
+        parts.append(msg("judge", str(entry["relevance"].get("label", "–")), "DCG judge: a relevant question?",
+                         call=call_button("judge_dcg", "judge", {"ai_response": f"m:{mid}", "focus_text": "fp",
+                                                                 "key_facts": "dbf"}, "interaction", len(raw))))
     return "".join(parts)
 
 
@@ -389,7 +410,7 @@ def ljp_part(r: dict, number: str, ids: Ids, source: dict | None = None) -> str:
                                            if before and i < len(before) else "") + "</tr>"
                        for i, (c, gold, p) in enumerate(zip(v["claims"], v["gold"], v["predicted"])))
         reply = (g or {}).get(reply_field, "") if setup != "interaction" else (inter or {}).get("final_response", "")
-        mid = ids.next()
+        mid = ids.replies[setup] = ids.next()
         predicted = "" if setup == "interaction" else call_button(
             "force_judge", "eval", {"history": "h:underspecified" if setup == "direct" else "h:complete"},
             generation.name)
@@ -408,7 +429,8 @@ def transcript(rr: RunRecords, case: Case | None, number: str, details: list[str
     of the run it re-judged."""
     r, ids = rr.records, Ids(run)
     text = (lexawn_part(r, number, ids, source) + dcg_part(r, number, ids, details, source)
-            + interaction_part(r, number, ids, details) + ljp_part(r, number, ids, source) + later_sections(r, number, details))
+            + interaction_part(r, number, ids, details) + ljp_part(r, number, ids, source)
+            + later_sections(r, number, details, ids))
     return text or "<p>No saved record of this case in this run.</p>"
 
 
