@@ -115,6 +115,14 @@ def test_every_overview_table_links_its_cases_and_a_task_link_lists_its_failures
     cases = page.locator("#rows tr td:first-child").all_inner_texts()
     failing = page.locator("#rows tr.failing td:first-child").all_inner_texts()
     assert set(failing) == wrong and cases[:len(failing)] == failing
+    assert page.locator("#task").input_value() == "direct"  # the task is a filter like the others: it clears
+    page.select_option("#task", "")
+    assert "task" not in parse_qs(page.evaluate("location.hash").lstrip("#"))
+    number = lambda case: int(case.split("初")[1].rstrip("号"))  # noqa: E731
+    assert page.locator("#rows tr.failing").count() == 0 and listed(page) == sorted(listed(page), key=number)
+    page.goto((site / "index.html").as_uri())  # a task with no wrong outcome sorts by its column instead
+    plain = page.locator("h3:has-text('Plain consultation (Table 6)') + table a").first.get_attribute("href")
+    assert parse_qs(urlparse(plain).fragment).get("sort") == ["plain"] and "task" not in plain
 
 
 def test_every_filter_change_is_written_to_the_address(built, page):
@@ -138,6 +146,11 @@ def test_the_case_list_is_usable_at_800_pixels_and_labels_outcomes_in_words(buil
     page = browser.new_page(viewport={"width": 800, "height": 900})
     page.goto((site / "cases.html").as_uri())
     assert page.evaluate("document.documentElement.scrollWidth") <= 800  # the table scrolls, not the page
+    outcome = page.locator("th[data-key='tags']").bounding_box()  # the outcome is seen without scrolling
+    assert outcome["x"] + outcome["width"] <= 800
+    tags = page.locator("#rows tr:first-child td").nth(4).locator("span.tag").all_inner_texts()
+    assert tags and set(tags) <= {"over-asking", "DCG miss", "wrong verdict", "premature judgment", "budget reached",
+                                  "unresolved or failed"}
     text = page.inner_text("#rows")
     assert ("success" in text or "miss" in text) and "true" not in text and "false" not in text
     assert "· answered" in text or "· asked" in text

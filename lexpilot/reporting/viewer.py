@@ -219,17 +219,20 @@ def overview(tables: list[Table], groups: list[Group]) -> str:
 
     def link(table: Table, row: list, header: str) -> str | None:
         task = table.task_of(header, row)  # declared by the table, whatever its title says
+        # a task with a wrong outcome puts its wrong cases first; one without (the plain consultation's response
+        # type) sorts the list by its column
+        about = ({"task": task} if task in WRONG_FIRST else {"sort": task}) if task else {}
         cls = {"class": header} if header in classes and header != "Overall" else {}
         if table.row_filter:  # rows of causes (Figure 3), of one model's cases
             if row[0] not in causes:  # a summary row (Spearman's rho) is about no case
                 return None
-            query = {"model": table.model or "", table.row_filter: row[0]} | ({"task": task} if task else {})
+            query = {"model": table.model or "", table.row_filter: row[0]} | about
         elif row[0] in labels:  # a row names its group (a model, or a model's other settings): that group's runs
-            query = {"group": row[0]} | ({"task": task} if task else {}) | cls
+            query = {"group": row[0]} | about | cls
         elif row[0] in models:  # Table 15 names a model
-            query = {"model": row[0]} | ({"task": task} if task else {}) | cls
+            query = {"model": row[0]} | about | cls
         elif cls and task:  # a row of a type or a category, a column of a class (Figure 4 c): every model
-            query = cls | {"task": task}
+            query = cls | about
         else:
             return None
         return "cases.html#" + urlencode({k: v for k, v in query.items() if v})
@@ -243,16 +246,15 @@ let sortKey = 'case', sortDir = 1, limit = 200;  // the first screen draws 200 r
 function fill(id, values){const s=f(id);for(const v of [...new Set(values)].sort()){const o=document.createElement('option');o.value=v;o.textContent=v;s.appendChild(o);}}
 fill('model', rows.map(r=>r.model)); fill('group', rows.map(r=>r.group)); fill('run', rows.map(r=>r.run)); fill('class', rows.map(r=>r.class));
 fill('cause', rows.map(r=>r.cause)); fill('tag', rows.flatMap(r=>r.tags));
-const keys=['model','group','run','class','cause','tag','text'];let task='';
-const judged=new Set(['LCA','DCG','direct','gold','interaction','targeted','off_target','audit']);  // tasks with a wrong outcome
+const keys=['model','group','run','class','cause','tag','task','text'];
 function keep(id,v){const s=f(id);if(v&&s.tagName==='SELECT'&&![...s.options].some(o=>o.value===v)){const o=document.createElement('option');o.value=v;o.textContent=v+' (not in this site)';s.appendChild(o);}s.value=v;}
-function fromHash(){const p=new URLSearchParams(location.hash.slice(1));for(const k of keys)keep(k,p.get(k)||'');if(p.get('sort')){sortKey=p.get('sort');sortDir=p.get('dir')==='-1'?-1:1;}task=p.get('task')||'';f('task').textContent=task?'task: '+task+(judged.has(task)?' (cases it gets wrong first)':''):'';}
-function toHash(){const p=new URLSearchParams();for(const k of keys)if(f(k).value)p.set(k,f(k).value);if(task)p.set('task',task);if(sortKey!=='case'||sortDir!==1){p.set('sort',sortKey);p.set('dir',String(sortDir));}history.replaceState(null,'','#'+p.toString());}
+function fromHash(){const p=new URLSearchParams(location.hash.slice(1));for(const k of keys)keep(k,p.get(k)||'');if(p.get('sort')){sortKey=p.get('sort');sortDir=p.get('dir')==='-1'?-1:1;}}
+function toHash(){const p=new URLSearchParams();for(const k of keys)if(f(k).value)p.set(k,f(k).value);if(sortKey!=='case'||sortDir!==1){p.set('sort',sortKey);p.set('dir',String(sortDir));}history.replaceState(null,'','#'+p.toString());}
 function key(v){if(v===undefined||v===null)return '';const m=/^(\\d+)\\/(\\d+)$/.exec(String(v));return m?Number(m[1])/Math.max(Number(m[2]),1):v;}
 const collator=new Intl.Collator('zh',{numeric:true});
 function compareKeys(x,y){if(typeof x==='number'&&typeof y==='number')return x-y;return collator.compare(String(x),String(y));}
 function cell(v){const td=document.createElement('td');td.textContent=v===undefined?'–':String(v);return td;}
-function render(){const m=f('model').value,gr=f('group').value,ru=f('run').value,c=f('class').value,ca=f('cause').value,t=f('tag').value,q=f('text').value.toLowerCase();
+function render(){const task=f('task').value,m=f('model').value,gr=f('group').value,ru=f('run').value,c=f('class').value,ca=f('cause').value,t=f('tag').value,q=f('text').value.toLowerCase();
  const kept=rows.filter(r=>(!m||r.model===m)&&(!gr||r.group===gr)&&(!ru||r.run===ru)&&(!c||r.class===c)&&(!ca||r.cause===ca)&&(!t||r.tags.includes(t))&&(!q||r.search.includes(q)));
  // sort keys computed once per row, not at every comparison: 21,600 rows stay quick
  const decorated=kept.map(r=>[task&&r.fails.includes(task)?0:1,key(r[sortKey]),r]);
@@ -261,29 +263,39 @@ function render(){const m=f('model').value,gr=f('group').value,ru=f('run').value
  f('count').textContent=shown.length+' of '+rows.length+' shown';
  const body=f('rows');body.replaceChildren();
  for(const r of shown.slice(0,limit)){const tr=document.createElement('tr');const a=document.createElement('a');a.href='case/'+r.page+'.html';a.textContent=r.case;const td=document.createElement('td');td.appendChild(a);tr.appendChild(td);
-  for(const k of ['cause','class','label','lca_c','lca_u','dcg','direct','gold','interaction','stop','questions','targeted','off_target','plain','audit'])tr.appendChild(cell(k==='dcg'&&r[k]!==undefined?(r[k]?'success':'miss'):(k==='lca_c'||k==='lca_u')&&r[k]?r[k]+(r[k]==='策略一'?' · answered':' · asked'):r[k]));
+  for(const k of ['cause','class','label'])tr.appendChild(cell(r[k]));
+  // the outcome right after the run: on a narrow screen it is seen without scrolling the table
+  const tags=document.createElement('td');for(const g of r.tags){const s=document.createElement('span');s.className='tag';s.textContent=g;tags.appendChild(s);}tr.appendChild(tags);
+  for(const k of ['lca_c','lca_u','dcg','direct','gold','interaction','stop','questions','targeted','off_target','plain','audit'])tr.appendChild(cell(k==='dcg'&&r[k]!==undefined?(r[k]?'success':'miss'):(k==='lca_c'||k==='lca_u')&&r[k]?r[k]+(r[k]==='策略一'?' · answered':' · asked'):r[k]));
   if(task&&r.fails.includes(task))tr.className='failing';
-  const tags=document.createElement('td');for(const g of r.tags){const s=document.createElement('span');s.className='tag';s.textContent=g;tags.appendChild(s);}tr.appendChild(tags);body.appendChild(tr);}
+  body.appendChild(tr);}
  f('more').hidden=shown.length<=limit;}
-for(const id of ['model','group','run','class','cause','tag'])f(id).addEventListener('change',()=>{toHash();render();});
+for(const id of ['model','group','run','class','cause','tag','task'])f(id).addEventListener('change',()=>{toHash();render();});
 f('text').addEventListener('input',()=>{toHash();render();});f('more').addEventListener('click',()=>{limit+=500;render();});
 for(const th of document.querySelectorAll('th[data-key]'))th.addEventListener('click',()=>{sortDir=sortKey===th.dataset.key?-sortDir:1;sortKey=th.dataset.key;toHash();render();});
 window.addEventListener('hashchange',()=>{fromHash();render();});fromHash();render();
 """
 
 
+WRONG_FIRST = {"LCA": "LCA", "DCG": "DCG", "direct": "LJP Direct", "interaction": "LJP Interaction",
+               "gold": "LJP Gold", "targeted": "Targeted", "off_target": "Off-target", "audit": "audit flagged"}
+
+
 def case_list(rows_json: str) -> str:
-    headers = [("case", "Case"), ("cause", "Cause"), ("class", "Class"), ("label", "Model · run"),
+    headers = [("case", "Case"), ("cause", "Cause"), ("class", "Class"), ("label", "Model · run"), ("tags", "Outcome"),
                ("lca_c", "LCA complete"), ("lca_u", "LCA underspecified"), ("dcg", "DCG success"),
                ("direct", "Direct right"), ("gold", "Gold right"), ("interaction", "Interaction right"),
                ("stop", "Stop"), ("questions", "Questions"), ("targeted", "Targeted right"),
-               ("off_target", "Off-target right"), ("plain", "Plain type"), ("audit", "Audit"), ("tags", "Outcome")]
+               ("off_target", "Off-target right"), ("plain", "Plain type"), ("audit", "Audit")]
     selects = "".join(f'<label>{name} <select id="{key}"><option value="">all</option></select></label> '
                       for key, name in (("model", "Model"), ("group", "Group"), ("run", "Run"), ("class", "Class"),
                                         ("cause", "Cause"),
                                         ("tag", "Outcome")))
+    # the task whose wrong cases come first (an overview cell's link sets it; "none" clears it)
+    tasks = "".join(f'<option value="{t}">{esc(name)}</option>' for t, name in WRONG_FIRST.items())
     return ("<h1>Cases</h1><p>" + selects + '<label>Text <input id="text" type="search"></label> '
-            '<span id="task"></span></p><p id="count"></p><table><thead><tr>'
+            f'<label>Wrong first <select id="task"><option value="">none</option>{tasks}</select></label></p>'
+            '<p id="count"></p><table><thead><tr>'
             + "".join(f'<th data-key="{k}">{esc(n)}</th>' for k, n in headers) + '</tr></thead><tbody id="rows">'
             '</tbody></table><button id="more" hidden>Show more</button>'
             f'<script type="application/json" id="data">{rows_json}</script><script>{CASES_SCRIPT}</script>')
