@@ -1,17 +1,21 @@
 """The terminal and CSV renderings (issue 26 items 8 and 9): text aligned by display width (a Chinese character
 takes two cells), wide tables cut into column blocks, tables chosen by identity, numbers as numbers in CSV; on
 runs the stage scripts wrote."""
+import csv
+import io
 import json
 import re
 import statistics
 import unicodedata
+from collections import Counter
 
 import pytest
 
+import eval_LJP_behaviour
 import show_results
 from lexpilot.reporting.renderings import render_text
 from lexpilot.reporting.table import Table
-from tests.conftest import Harness, sample_cases, write_dataset
+from tests.conftest import ROOT, Harness, sample_cases, write_dataset
 
 
 def cells(line: str) -> str:
@@ -150,3 +154,50 @@ def markdown_tables(out: str) -> dict[str, tuple[list[str], list[str]]]:
             split = lambda text: [c.strip() for c in text.strip().strip("|").split("|")]  # noqa: E731
             tables[title] = (split(line), split(lines[i + 2]))
     return tables
+
+
+def test_csv_gives_each_part_of_a_whole_its_own_number_on_runs_the_stages_wrote(tmp_path, provider, monkeypatch,
+                                                                                capsys):
+    """Issue 26 item 9: "numbers as numbers". The stop-reason shares ("0.500 / 0.000 / …"), Table 4's cases
+    accepted at each attempt ("5 / 0 / 0 / 0 / 0") and its count of unresolved cases are one number per CSV
+    column, each checked against the records by hand."""
+    h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "six.json", sample_cases()[:6]))
+    for stage in ("LexAwN", "direct", "interaction"):
+        assert h.run(stage) == 0
+    assert h.run_stage(eval_LJP_behaviour.STAGE) == 0
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(h.root), "--format", "csv", "--table", "stop_by_class",
+                              "table_4_attempts", "table_4"]) == 0
+    rows = list(csv.reader(io.StringIO(capsys.readouterr().out)))
+    sheet = {}
+    for row in rows[1:]:
+        if len(row) < 2:
+            continue
+        if row[1] == "header":
+            header = row[2:]
+        else:
+            sheet.setdefault(row[0].split(":")[0].split(" (")[0], []).append(dict(zip(header, row[2:])) | {"": row[1]})
+    interactions = h.records("AwN_gen", "interaction.jsonl")
+    stops = Counter("budget" if r["stop_reason"] != "judged" else f"round {len(r['rounds'])}" for r in interactions)
+    (stop,) = sheet["Stop reasons by class"]
+    for category in ("round 1", "round 2", "round 3", "budget"):
+        assert float(stop[f"Overall {category}"]) == pytest.approx(stops[category] / len(interactions), abs=1e-6)  # CSV: 6 decimals
+    for condition, name in (("targeted", "Targeted"), ("off_target", "Off-target")):
+        dialogues = h.records("Behaviour_gen", f"dialogues_{condition}.jsonl")
+        at = Counter(len(d["attempts"]) for d in dialogues if d["status"] == "accepted")
+        row = next(r for r in sheet["Table 4 dialogues"] if r["Condition"] == name)
+        assert [float(row[f"Accepted at attempt {k}"]) for k in range(1, 6)] == [at[k] for k in range(1, 6)]
+        unresolved = sum(d["status"] == "unresolved" for d in dialogues)
+        assert float(row["Unresolved"]) == unresolved
+        (qwk,) = sheet["Interaction behaviour and LJP"]
+        assert float(qwk[f"Cases (unresolved T / O) unresolved {name.lower()}"]) == unresolved
+    assert float(qwk["Cases (unresolved T / O) all"]) == len(interactions) == 6
+
+
+def test_decimals_are_declared_once():
+    """No table states its own decimals: they come from reporting/table.py (money aside, usage.py's own format)."""
+    literal = re.compile(r":[+,]?\.[1-9]f\}|\bcell\(.*?\), \d+[,)]")
+    found = [f"{path.name}:{n}: {line.strip()}" for path in sorted((ROOT / "lexpilot" / "reporting").glob("*.py"))
+             if path.name != "usage.py" for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if literal.search(line)]
+    assert not found, found

@@ -55,6 +55,14 @@ def cell(stat: dict | None, digits: int = METRIC, ci: tuple[float, float] | None
     return Figure(text, numbers)
 
 
+def parts_cell(parts: dict[str, float | None], digits: int | None = None) -> Figure:
+    """Numbers that make one whole, "a / b / c" (shares of the stop reasons, counts per attempt), each its own column
+    in the CSV; at `digits` decimals, or as short as they go (counts)."""
+    text = "n/a" if None in parts.values() and digits is not None else " / ".join(
+        "n/a" if v is None else f"{v:.{digits}f}" if digits is not None else f"{v:g}" for v in parts.values())
+    return Figure(text, dict(parts))
+
+
 def difference_cell(d: dict | None, digits: int = METRIC) -> Figure:
     numbers = {"difference": d["difference"] if d else None, "low": d["ci"][0] if d and d["ci"] else None,
                "high": d["ci"][1] if d and d["ci"] else None, "share below 0": d["below_zero"] if d else None}
@@ -172,9 +180,9 @@ def behaviour_tables(groups: list[Group]) -> list[Table]:
                             [[label] + [cell(g.stat(("behaviour", metric, c)), digits) for c in classes]
                              for label, g in zip(labels, groups)]))
 
-    def shares(g: Group, cls: str) -> str:
-        means = [(g.stat(("behaviour", category, cls)) or {}).get("mean") for category in STOP_CATEGORIES]
-        return "n/a" if None in means else " / ".join(f"{m:.{METRIC}f}" for m in means)
+    def shares(g: Group, cls: str) -> Figure:
+        return parts_cell({category: (g.stat(("behaviour", category, cls)) or {}).get("mean")
+                           for category in STOP_CATEGORIES}, METRIC)
     tables.append(Table("stop_by_class", "Stop reasons by class: judged in round 1 / 2 / 3 / budget, share (mean over runs)",
                         ["Model"] + classes, [[label] + [shares(g, c) for c in classes]
                                               for label, g in zip(labels, groups)]))
@@ -213,7 +221,7 @@ def non_ideal_table(groups: list[Group], boot: Bootstrap | None = None) -> Table
     for (model, others), by_condition in rows.items():
         same_model = [k for k in rows if k[0] == model]
         label = model if len(same_model) == 1 else f"{model} #{same_model.index((model, others)) + 1}"
-        row = [label] + [cell(by_condition[c].stat(key), 4, boot.interval(by_condition[c], key) if boot else None)
+        row = [label] + [cell(by_condition[c].stat(key), METRIC, boot.interval(by_condition[c], key) if boot else None)
                          if c in by_condition else "n/a" for c, _ in USER_CONDITION_NAMES]
         if boot:
             standard = by_condition.get("standard")
@@ -242,14 +250,14 @@ def plain_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
                  if history_type == "underspecified" else
                  "Plain consultation, control: response types on complete histories, mean ± SD over runs")
         tables.append(Table(f"plain_types_{history_type}", title + suffix, ["Model"] + list(PLAIN_TYPE_NAMES.values()),
-                            [[label] + [cell(g.stat((task, k, OVERALL)), 3, boot.interval(g, (task, k, OVERALL))
+                            [[label] + [cell(g.stat((task, k, OVERALL)), METRIC, boot.interval(g, (task, k, OVERALL))
                                                                             if boot else None)
                                         for k in PLAIN_TYPE_NAMES] for label, g in zip(labels, shown)], task="plain"))
         classes = classes_present(shown) + [OVERALL]
 
-        def shares(g: Group, cls: str) -> str:
-            means = [(g.stat((task, k, cls)) or {}).get("mean") for k in PLAIN_TYPE_NAMES]
-            return "n/a" if None in means else " / ".join(f"{m:.{METRIC}f}" for m in means)
+        def shares(g: Group, cls: str) -> Figure:
+            return parts_cell({name: (g.stat((task, k, cls)) or {}).get("mean") for k, name in PLAIN_TYPE_NAMES.items()},
+                              METRIC)
         tables.append(Table(f"plain_by_class_{history_type}", f"Plain consultation by class ({history_type}): deficiency / conditional / "
                             "unconditional / premature, share (mean over runs)", ["Model"] + classes,
                             [[label] + [shares(g, c) for c in classes] for label, g in zip(labels, shown)], task="plain"))
@@ -336,7 +344,7 @@ def audit_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
             if g.stat((task, "error", OVERALL)):
                 replies = sum(int(r.tasks[task].counts[:, 0].sum()) for r in g.runs if task in r.tasks)
                 rows.append([group_label(g, audited), {"dcg": "DCG", "interaction": "interaction"}[source],
-                             str(replies)] + [cell(g.stat((task, m, OVERALL)), 3, boot.interval(g, (task, m, OVERALL))
+                             str(replies)] + [cell(g.stat((task, m, OVERALL)), METRIC, boot.interval(g, (task, m, OVERALL))
                                                                                 if boot else None)
                                               for m in ("over_disclosure", "error", "non_answer")])
     tables = [Table("audit_rates", "Simulator audit: User Model replies judged over-disclosing (key details not asked for), "
@@ -380,7 +388,7 @@ def table_4(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
             reasons = Counter()
             for r in g.runs:
                 reasons.update(r.rejections.get(b, {}))
-            rows.append([group_label(g, shown), name, " / ".join("n/a" if v is None else f"{v:g}" for v in counts),
+            rows.append([group_label(g, shown), name, parts_cell(dict(zip(map(str, range(1, 6)), counts))),
                          f"{unresolved['mean']:g}" if unresolved else "n/a",
                          "; ".join(f"{reason} ({n})" for reason, n in reasons.most_common(3)) or "-"])
     attempts = Table("table_4_attempts", "Table 4 dialogues: cases accepted at attempt 1 / 2 / 3 / 4 / 5 and unresolved "
@@ -400,9 +408,11 @@ def table_4_qwk(shown: list[Group], boot: Bootstrap | None, prefix: str, table_i
         flagged = [(g.stat(("T4 unresolved", b, OVERALL)) or {}).get("mean") for b in ("targeted", "off_target")]
         count = f"{cases['mean']:g}" if cases else "n/a"
         if prefix == "T4" and None not in flagged:
-            count += f" ({flagged[0]:g} / {flagged[1]:g})"
+            count = Figure(f"{count} ({flagged[0]:g} / {flagged[1]:g})", {
+                "all": cases["mean"] if cases else None, "unresolved targeted": flagged[0],
+                "unresolved off-target": flagged[1]})
         row = [group_label(g, shown), count]
-        row += [cell(g.stat(key(t)), 4, boot.interval(g, key(t)) if boot else None)
+        row += [cell(g.stat(key(t)), METRIC, boot.interval(g, key(t)) if boot else None)
                 for t in ("direct", "targeted", "off_target")]
         if boot:
             row += [difference_cell(paired_difference(boot, (g, key(t)), (g, key("direct"))))
