@@ -442,3 +442,35 @@ def test_letters_go_on_past_z():
     every = {frozenset(p) for p in __import__("itertools").combinations(models, 2)}
     letters = letter_display(models, every)  # thirty groups: each model its own
     assert letters["m0"] == "a" and letters["m29"] == "ad" and len(set(letters.values())) == 30
+
+
+def test_ljp_consistency_on_runs_the_stages_wrote(tmp_path, provider, monkeypatch, capsys):
+    """The consistency table's LJP row, item = claim, on two Direct runs the stage wrote (the extraction judge reads
+    every claim as 支持 in r2), by hand from their records."""
+    import json
+
+    import show_results
+    from tests.conftest import Harness, sample_cases, write_dataset
+    from tests.fake_provider import default_reply
+    h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "five.json", sample_cases()[:5]))
+    for run_id in ("r1", "r2"):
+        h.run_id = run_id
+        provider.script = None if run_id == "r1" else lambda kind, prompt, body: json.dumps(
+            {"results": ["支持"] * len(json.loads(default_reply(kind, prompt))["results"])}) if kind == "ljp_judge" else None
+        assert h.run("direct") == 0
+    verdicts = {}
+    for run_id in ("r1", "r2"):
+        h.run_id = run_id
+        for r in h.records("eval_results", "LJP_direct.jsonl"):
+            for i, (gold, predicted) in enumerate(zip(r["gold"], r["predicted"])):
+                verdicts.setdefault((r["case_number"], i), []).append((predicted, gold == predicted))
+    items = list(verdicts.values())
+    share = lambda test: f"{100 * sum(map(test, items)) / len(items):.1f}%"  # noqa: E731
+    same = share(lambda v: v[0][0] == v[1][0])
+    expected = ["2", str(len(items)), share(lambda v: v[0][1] and v[1][1]), share(lambda v: v[0][1] or v[1][1]),
+                same, share(lambda v: v[0][0] != v[1][0])]
+    assert 0 < sum(v[0][0] == v[1][0] for v in items) < len(items)  # some claims flip, some do not
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(h.root), "--consistency", "--format", "csv"]) == 0
+    rows = {(r[0], r[1]): r[2:] for r in rows_of(capsys.readouterr().out, "Consistency over runs")}
+    assert rows[("eval-model", "LJP Direct")] == expected

@@ -141,6 +141,13 @@ def test_decimals_are_one_rule_across_tables_on_runs_the_stages_wrote(tmp_path, 
         assert row[header.index("Overall")] == main[metric], title
     shown = [c for name, (header, row) in tables.items() if "usage" not in name.lower() for c in row]
     assert shown and not [c for c in shown if re.search(r"\d\.\d{4}", c)]  # no metric at 4 decimals anywhere
+    assert show_results.main(["--output-root", str(h.root), "--format", "csv", "--table", "main"]) == 0
+    header, row = [r for r in csv.reader(io.StringIO(capsys.readouterr().out)) if len(r) > 2][1:3]  # every digit
+    main = dict(zip(header[2:], row[2:]))
+    assert float(main["DCG Acc. mean"]) == pytest.approx(statistics.mean(accuracy), abs=1e-6)
+    assert float(main["DCG Acc. SD"]) == pytest.approx(statistics.stdev(accuracy), abs=1e-6) and statistics.stdev(
+        accuracy) > 0
+    assert main["DCG Acc. n"] == "2" and main["DCG Acc. low"] == ""  # runs with a value; no interval without --ci
 
 
 def markdown_tables(out: str) -> dict[str, tuple[list[str], list[str]]]:
