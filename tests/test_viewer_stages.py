@@ -90,6 +90,11 @@ def test_a_case_page_shows_every_stage(built, page):
                   "Plain consultation, underspecified history (response type:", "audit: clean",
                   "Focal-point types (Figure 4)", "策略一 · answered"):
         assert words in body, words
+    # the probe study: each question, the User Model's reply and the DCG judge's label (as a word, not a record)
+    probe = records(root, "eval_results", "probe_dcg.jsonl")[sample_cases()[0]["case_number"]]["labels"]["A"]["label"]
+    judged = page.locator("section#run0 .msg.judge", has_text="DCG judge on probe question A")
+    assert "Probe study (Table 13)" in body and judged.locator(".text").inner_text() == probe
+    assert "'label':" not in body and '"label":' not in body
     # the re-judged run, labelled by what differs, its labels beside the source's
     assert "original judge" in body and "model-a · r1 re-judged by DeepSeek-R1" in body
     assert "window.__pwned = 3" in body
