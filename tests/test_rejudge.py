@@ -135,3 +135,23 @@ def test_the_interaction_rounds_row_of_the_judge_sensitivity_table(saved, capsys
     row = next(line for line in table if "interaction rounds" in line)
     kappa = "undefined" if pe == 1 else f"{-pe / (1 - pe):.3f}"
     assert row.split()[-3:] == [str(n), "0.0%", kappa]
+
+
+def test_a_run_rejudged_by_another_judge_is_read_whole_by_the_reports_and_the_viewer(saved, tmp_path, capsys):
+    """The generations a re-judged run copied carry the source run's settings (its judge was another): the reports
+    read them as the re-judged run's, and its case page shows every task, each label beside the original judge's."""
+    from lexpilot.reporting.case_sections import esc
+    from lexpilot.reporting.results import load_runs
+    assert run_rejudge(saved) == 0
+    (run,) = load_runs(saved.root, None, ["r1-B"], keep_records=True)
+    assert not [p for p in run.problems if "other settings" in p], run.problems
+    source = {r["case_number"]: r for r in saved.records(A1)}
+    assert run.saved["a1"] == source and set(run.tasks) >= {"LCA", "DCG", "LJP_direct", "LJP_interaction"}
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(saved.root), "--html", str(tmp_path / "site")]) == 0
+    assert "other settings" not in capsys.readouterr().err
+    page = (tmp_path / "site" / "case" / "0.html").read_text(encoding="utf-8")
+    (section,) = [s for s in page.split('<section class="run"') if "re-judged by judge-B" in s.split(">")[0]]
+    reply = source[CASES[0]["case_number"]]["responses"]["underspecified"]["response"]
+    assert esc(reply) in section and "DCG: " in section and "Interaction (" in section
+    assert section.count("original judge") >= 4  # LCA on both histories, each DCG question, the verdicts

@@ -94,6 +94,9 @@ RECORD_KINDS = (A1, LCA, INTERACTION, FORCE_ASK, DCG, DIRECT_PREDICTION, LJP_DIR
                 LJP_INTERACTION, INTERACTION_LABELS, *PLAIN.values(), *PLAIN_TYPES.values(), *AUDIT.values(),
                 PROBE_REPLIES, PROBE_DCG, *BEHAVIOUR_DIALOGUE.values(), *BEHAVIOUR_PREDICTION.values(),
                 *LJP_BEHAVIOUR.values(), FOCAL_TYPE_RECORDS, *LJP_ORDER.values())
+# What a re-judged run (rejudge.py) copies from its source byte for byte: the generations and User Model replies,
+# which carry the source run's settings hash (only the judge differs)
+REJUDGE_REUSED = (A1, INTERACTION, FORCE_ASK, DIRECT_PREDICTION, GOLD_PREDICTION)
 # LJP setups in the paper's column order: (setup, verdict records, generation records, field of the reply)
 LJP_SETUPS = (("direct", LJP_DIRECT, DIRECT_PREDICTION, "response"),
               ("interaction", LJP_INTERACTION, INTERACTION, "final_response"),

@@ -18,6 +18,7 @@ from lexpilot.benchmark.records import (
     GOLD_PREDICTION,
     INTERACTION,
     INTERACTION_LABELS,
+    REJUDGE_REUSED,
     model_folder,
     read_records,
 )
@@ -30,7 +31,7 @@ from lexpilot.settings import Settings
 from lexpilot.storage.checkpoints import manifest_path
 from lexpilot.storage.manifest import manifest_differences, read_manifest
 
-REUSED = (A1, INTERACTION, FORCE_ASK, DIRECT_PREDICTION, GOLD_PREDICTION)  # generations and User Model replies
+REUSED = REJUDGE_REUSED  # generations and User Model replies
 
 
 # What the copied generations were made with: every compared setting but the judge's (a re-judged run must not

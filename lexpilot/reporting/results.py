@@ -27,6 +27,7 @@ from lexpilot.benchmark.records import (
     LJP_SETUPS,
     PLAIN_TYPES,
     RECORD_KINDS,
+    REJUDGE_REUSED,
     RecordKind,
     collector_paused,
     model_folder,
@@ -108,12 +109,25 @@ def read_saved(run: Run, root: Path, kind: RecordKind) -> tuple[dict, str | None
                               notes=run.notes)
     except HarnessError as e:
         return {}, str(e)
-    expected = settings_hash(run.manifest)
-    other = [(line, n) for n, (line, r) in loaded.items() if r.get("settings_hash") not in (None, expected)]
+    expected = accepted_settings(run, root, kind)
+    other = [(line, n) for n, (line, r) in loaded.items() if r.get("settings_hash") not in (None, *expected)]
     if other:  # the manifest says other settings than these records were made with (it was edited, or swapped)
         return {}, (f"{path}:{other[0][0]}: case {other[0][1]} (and {len(other) - 1} more) was made with other "
                     "settings than the run's manifest says; restore the manifest")
     return {n: r for n, (_, r) in loaded.items()}, None
+
+
+def accepted_settings(run: Run, root: Path, kind: RecordKind) -> set[str]:
+    """The settings hashes a run's records of `kind` may carry: its manifest's, and for the generations a re-judged
+    run copied from its source, the source run's (made with another judge, the one setting that may differ)."""
+    hashes = {settings_hash(run.manifest)}
+    source = run.manifest.get("rejudged_from")
+    if isinstance(source, str) and kind in REJUDGE_REUSED:
+        try:
+            hashes.add(settings_hash(read_manifest(root / "runs" / source / run.folder / "manifest.json")))
+        except HarnessError:
+            pass  # the source's manifest is gone: the copies are then refused as made with other settings
+    return hashes
 
 
 def complete_task(path: Path, selected: list[str], records: dict, problem: str | None) -> tuple[dict | None, str | None]:
