@@ -193,9 +193,12 @@ def test_comparisons_a_researcher_asks_for(built, page):
     original = records(root, "eval_results", "DCG_results.jsonl")
     again = records(root, "eval_results", "DCG_results.jsonl", run="r1-again")
     page.select_option("#mode", "disagree")
+    page.select_option("#task", "DCG")
     labels = lambda record: [x["label"] for x in record["rounds"]]  # noqa: E731  judged again, label by label
     disagreeing = {n for n in original if labels(original[n]) != labels(again[n])}
     assert disagreeing and set(listed(page)) == disagreeing
+    page.select_option("#task", "direct")  # the extraction judge decided as before on every case: none listed
+    assert listed(page) == []
     page.select_option("#mode", "matrix")
     page.select_option("#task", "direct")
     assert len(listed(page)) == len(cases)
@@ -306,3 +309,21 @@ def test_an_unknown_filter_value_filters_to_nothing_and_the_sort_is_in_the_addre
     page.goto((site / "index.html").as_uri())
     page.goto((site / "cases.html").as_uri() + "#sort=cause&dir=-1")
     assert page.locator("#rows tr td:first-child").all_inner_texts() == first
+
+
+def test_a_case_list_row_opens_its_run_and_a_case_page_shows_one_task_at_a_time(built, page):
+    """Issue 26 item 6: at many runs a case page stays navigable. A row of the case list opens the case page at its
+    own run's transcript, unfolded; "Show" keeps one task of every run in view."""
+    _, site = built
+    page.goto((site / "cases.html").as_uri() + "#group=model-b")
+    page.locator("#rows a").first.click()
+    page.wait_for_url("**/case/*.html#run=*")
+    section = page.locator("section.run", has=page.locator("h2", has_text="model-b · r1"))
+    assert section.locator("details").first.evaluate("d => d.open")
+    top = section.evaluate("s => s.getBoundingClientRect().top")
+    assert 0 <= top < 900  # brought into view
+    page.select_option("#part", "ljp")
+    shown = {p.get_attribute("data-part") for p in page.locator("div.part:visible").all()}
+    assert shown == {"ljp"} and page.locator("div.part[data-part='dcg']").count() > 0
+    audit = page.locator("button.call", has_text="the audit's exact call")
+    assert audit.count() > 0 and page.locator("button.call", has_text="exact call").count() > audit.count()

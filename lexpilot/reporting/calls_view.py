@@ -128,13 +128,14 @@ def call_data(case: Case | None, runs: list[tuple[dict, dict]], number: str) -> 
             "runs": [run_info(settings, records, number) for settings, records in runs]}
 
 
-def call_button(template: str, role: str, slots: dict, kind: str, attempts: int | None = None) -> str:
+def call_button(template: str, role: str, slots: dict, kind: str, attempts: int | None = None,
+                text: str = "exact call") -> str:
     """The button that shows the exact call of a reply (its box is made when asked): the prompt's name, the role,
     where each slot's text comes from ("history=d:underspecified:dcg;key_facts=kf"), the record kind whose usage it
-    reports, and a judge's attempts."""
+    reports, a judge's attempts, and the button's words (the audit's call sits beside the reply's own)."""
     spec = ";".join(f"{name}={source}" for name, source in slots.items())
     return (f'<button class="call" data-t="{template}" data-r="{role}" data-s="{html.escape(spec, quote=True)}" '
-            f'data-k="{kind}"' + (f' data-a="{attempts}"' if attempts else "") + ">exact call</button>")
+            f'data-k="{kind}"' + (f' data-a="{attempts}"' if attempts else "") + f">{html.escape(text)}</button>")
 
 
 def raw_slot(text: str) -> str:

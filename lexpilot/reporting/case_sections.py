@@ -93,7 +93,7 @@ def audit_call(records: dict, number: str, source: str, thread: str) -> str:
     kind, reply = found
     return call_button("judge_simulator_audit", "judge", {"history": f"b:underspecified:{thread}",
                                                           "ai_response": f"l:{thread}", "reply": "s", "key_facts": "nd"},
-                       kind, len(reply.get("judge_raw") or []))
+                       kind, len(reply.get("judge_raw") or []), "the audit's exact call")
 
 
 def plain_section(records: dict, number: str, ids) -> str:
@@ -242,12 +242,13 @@ def order_section(records: dict, number: str, ids) -> str:
     return "".join(parts)
 
 
-def later_sections(records: dict, number: str, details: list[str], ids) -> str:
-    """The sections of the stages after the paper's main tasks; `ids` numbers their messages after the main ones
-    (its `replies`: each LJP setup's prediction, which the claim-order diagnostic's judge read)."""
-    return (plain_section(records, number, ids) + behaviour_section(records, number, details, ids)
-            + focal_types_section(records, number) + probes_section(records, number, ids)
-            + order_section(records, number, ids))
+def later_sections(records: dict, number: str, details: list[str], ids) -> list[tuple[str, str]]:
+    """(part, its HTML) of the stages after the paper's main tasks; `ids` numbers their messages after the main
+    ones (its `replies`: each LJP setup's prediction, which the claim-order diagnostic's judge read)."""
+    return [("plain", plain_section(records, number, ids)),
+            ("table4", behaviour_section(records, number, details, ids)),
+            ("focal", focal_types_section(records, number)), ("probes", probes_section(records, number, ids)),
+            ("order", order_section(records, number, ids))]
 
 
 def rejudged(label, original) -> str:

@@ -1,6 +1,6 @@
 """The viewer's comparison page (compare.html): for any task, a matrix of cases × models and runs with the outcome
 in each cell (filterable to failures), the cases right under A and wrong under B, the cases a model gets wrong in
-every run, and the cases where a re-judged run's judge disagrees with the original judge. It reads the case list's
+every run, and the cases where a re-judged run's judge disagrees with the original judge on the task. It reads the case list's
 rows (one per case and run, with the tasks each gets wrong); every choice is written to the address.
 """
 from __future__ import annotations
@@ -30,7 +30,9 @@ function render(){const mode=f('mode').value,task=f('task').value;const head=f('
  if(mode==='matrix'){cols=cols.concat(labels);list=cases.filter(c=>!f('failures').checked||labels.some(l=>byCase[c].runs[l]&&outcome(byCase[c].runs[l],task)==='wrong'));}
  if(mode==='ab'){cols=cols.concat([f('a').value,f('b').value]);list=cases.filter(c=>{const x=byCase[c].runs[f('a').value],y=byCase[c].runs[f('b').value];return x&&y&&outcome(x,task)==='right'&&outcome(y,task)==='wrong';});}
  if(mode==='never'){const mine=labels.filter(l=>rows.some(r=>r.label===l&&r.model===f('model').value&&!r.rejudged));cols=cols.concat(mine);list=cases.filter(c=>{const rs=mine.map(l=>byCase[c].runs[l]).filter(r=>r&&outcome(r,task)!=='');return rs.length&&rs.every(r=>outcome(r,task)==='wrong');});}
- if(mode==='disagree'){cols=cols.concat(['Re-judged run','Tasks the judges disagree on']);for(const c of cases)for(const r of Object.values(byCase[c].runs))if((r.disagrees||[]).length)list.push([c,r]);}
+ // the interaction's round labels count with its verdicts: both are the interaction task's judging
+ if(mode==='disagree'){cols=cols.concat(['Re-judged run','Tasks the judges disagree on']);const on=t=>t===task||(task==='interaction'&&t==='interaction rounds');
+  for(const c of cases)for(const r of Object.values(byCase[c].runs))if((r.disagrees||[]).some(on))list.push([c,r]);}
  const tr=document.createElement('tr');for(const c of cols){const th=document.createElement('th');th.textContent=c;tr.appendChild(th);}head.appendChild(tr);
  for(const item of list){const row=document.createElement('tr');const c=mode==='disagree'?item[0]:item;row.appendChild(td(link(c)));row.appendChild(td(byCase[c].cause));
   if(mode==='disagree'){row.appendChild(td(item[1].label));row.appendChild(td(item[1].disagrees.join(', ')));}

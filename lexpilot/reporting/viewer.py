@@ -262,7 +262,7 @@ function render(){const task=f('task').value,m=f('model').value,gr=f('group').va
  const shown=decorated.map(d=>d[2]);
  f('count').textContent=shown.length+' of '+rows.length+' shown';
  const body=f('rows');body.replaceChildren();
- for(const r of shown.slice(0,limit)){const tr=document.createElement('tr');const a=document.createElement('a');a.href='case/'+r.page+'.html';a.textContent=r.case;const td=document.createElement('td');td.appendChild(a);tr.appendChild(td);
+ for(const r of shown.slice(0,limit)){const tr=document.createElement('tr');const a=document.createElement('a');a.href='case/'+r.page+'.html#run='+encodeURIComponent(r.label);a.textContent=r.case;const td=document.createElement('td');td.appendChild(a);tr.appendChild(td);
   for(const k of ['cause','class','label'])tr.appendChild(cell(r[k]));
   // the outcome right after the run: on a narrow screen it is seen without scrolling the table
   const tags=document.createElement('td');for(const g of r.tags){const s=document.createElement('span');s.className='tag';s.textContent=g;tags.appendChild(s);}tr.appendChild(tags);
@@ -440,10 +440,16 @@ def transcript(rr: RunRecords, case: Case | None, number: str, details: list[str
     """Every task of one case in one run, in protocol order, each reply with its exact call; `source`: the records
     of the run it re-judged."""
     r, ids = rr.records, Ids(run)
-    text = (lexawn_part(r, number, ids, source) + dcg_part(r, number, ids, details, source)
-            + interaction_part(r, number, ids, details) + ljp_part(r, number, ids, source)
-            + later_sections(r, number, details, ids))
+    parts = [("lexawn", lexawn_part(r, number, ids, source)), ("dcg", dcg_part(r, number, ids, details, source)),
+             ("interaction", interaction_part(r, number, ids, details)), ("ljp", ljp_part(r, number, ids, source)),
+             *later_sections(r, number, details, ids)]
+    # each task apart, so that the page's "Show" choice keeps one task of every run in view
+    text = "".join(f'<div class="part" data-part="{name}">{html}</div>' for name, html in parts if html)
     return text or "<p>No saved record of this case in this run.</p>"
+
+
+PARTS = {"lexawn": "LexAwN and LCA", "dcg": "DCG", "interaction": "Interaction", "ljp": "LJP", "plain": "Plain consultation",
+         "table4": "Table 4 dialogues", "focal": "Focal-point types", "probes": "Probe study", "order": "Claim order"}
 
 
 SIDE_SCRIPT = """
@@ -453,6 +459,12 @@ if(blocks.length>1)b.selectedIndex=1;
 function show(){const side=document.getElementById('side').checked;document.getElementById('runs').className=side?'grid':'';
  for(const x of blocks){x.hidden=side&&x.id!==a.value&&x.id!==b.value;x.style.order=side&&x.id===b.value?2:1;if(side&&!x.hidden)x.querySelector('details').open=true;}}
 for(const e of [a,b,document.getElementById('side')])e.addEventListener('change',show);show();
+const part=document.getElementById('part');
+function only(){for(const x of document.querySelectorAll('div.part'))x.hidden=!!part.value&&x.dataset.part!==part.value;}
+part.addEventListener('change',only);
+// from the case list: #run=<its label> opens that run's transcript and brings it into view
+const wanted=new URLSearchParams(location.hash.slice(1)).get('run');
+for(const x of blocks)if(wanted&&x.dataset.label===wanted){x.querySelector('details').open=true;x.scrollIntoView();}
 """
 
 
@@ -476,8 +488,10 @@ def case_page(number: str, case: Case | None, loaded: list[RunRecords]) -> str:
                        f"<summary><h2>{esc(rr.label)}</h2></summary>"
                        f"{transcript(rr, case, number, details, by_run.get((rr.run.model, source_of(rr.run.manifest))), i)}"
                        "</details></section>" for i, rr in enumerate(loaded))
+    shown = "".join(f'<option value="{k}">{esc(v)}</option>' for k, v in PARTS.items())
     controls = ('<p><label><input type="checkbox" id="side"> side by side</label> '
-                '<select id="left"></select> <select id="right"></select></p>')
+                '<select id="left"></select> <select id="right"></select> '
+                f'<label>Show <select id="part"><option value="">every task</option>{shown}</select></label></p>')
     calls = script_json(call_data(case, [(rr.settings, rr.records) for rr in loaded], number))
     return (head + controls + f'<div id="runs">{sections}</div><script>{SIDE_SCRIPT}</script>'
             f'<script type="application/json" id="calls">{calls}</script><script>{CALL_SCRIPT}</script>')
