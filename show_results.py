@@ -57,7 +57,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0: the same numbers every time)")
     parser.add_argument("--compare", nargs=2, metavar=("MODEL_A", "MODEL_B"),
                         help="paired bootstrap difference A − B on every metric (implies --ci)")
-    parser.add_argument("--width", type=int, default=TEXT_WIDTH, help="text tables wider than this many terminal "
+    parser.add_argument("--width", type=number(int, 0, 10**6), default=TEXT_WIDTH, help="text tables wider than this many terminal "
                         f"cells are printed in blocks of columns (default {TEXT_WIDTH}; 0: never)")
     parser.add_argument("--table", nargs="+", metavar="ID", help="print only these tables (their identities, as "
                         "--format json and docs/results.md name them: main, lca_by_class, pairs, ranking, ...)")

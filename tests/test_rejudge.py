@@ -155,3 +155,15 @@ def test_a_run_rejudged_by_another_judge_is_read_whole_by_the_reports_and_the_vi
     reply = source[CASES[0]["case_number"]]["responses"]["underspecified"]["response"]
     assert esc(reply) in section and "DCG: " in section and "Interaction (" in section
     assert section.count("original judge") >= 4  # LCA on both histories, each DCG question, the verdicts
+
+
+@pytest.mark.parametrize("source, run_id, said", [("nope", "x", "no run 'nope' of model 'eval-model'"),
+                                                   ("r1", "r1", "--from-run names this run itself")])
+def test_a_failed_rejudge_leaves_no_run_behind(saved, capsys, source, run_id, said):
+    argv = ["--run-id", run_id, "--from-run", source, "--model", "eval-model", "--judge-model", "judge-B",
+            "--dataset", str(saved.dataset), "--output-root", str(saved.root)]
+    before = sorted(p.relative_to(saved.root) for p in saved.root.rglob("*"))
+    assert stage_main(rejudge.STAGE, "test", argv=argv, clients=saved.provider.in_memory_clients()) == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err and len(err.strip().splitlines()) <= 2
+    assert sorted(p.relative_to(saved.root) for p in saved.root.rglob("*")) == before  # no manifest, no lock

@@ -208,3 +208,10 @@ def test_decimals_are_declared_once():
              if path.name != "usage.py" for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
              if literal.search(line)]
     assert not found, found
+
+
+def test_a_negative_width_is_one_line(capsys):
+    with pytest.raises(SystemExit) as stop:
+        show_results.main(["--width", "-3"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "argument --width: -3 is outside 0 to" in err and "Traceback" not in err

@@ -9,6 +9,7 @@ same final response.
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 from lexpilot.benchmark.dataset import load_dataset
 from lexpilot.benchmark.records import (
@@ -45,12 +46,21 @@ FLAGS = {"models.eval": "--model", "models.user": "--user-model (and LEXPILOT_US
          "selected_cases": "--limit", "dataset_sha256": "--dataset"}
 
 
+def source_manifest(settings: Settings) -> Path:
+    """The source run's manifest, or why there is nothing to re-judge."""
+    source, model = settings.source_run, settings.roles["eval"].model
+    if source == settings.run_id:
+        raise HarnessError("--from-run names this run itself: give the re-judged run a new --run-id")
+    path = manifest_path(settings.output_root, source, model)
+    if not path.exists():
+        raise HarnessError(f"{path}: no run {source!r} of model {model!r} under {settings.output_root} to re-judge")
+    return path
+
+
 def check_source_settings(settings: Settings, manifest: dict) -> None:
-    """Before anything is written: the new run's settings for every role but the judge are the source run's."""
-    source = manifest_path(settings.output_root, settings.source_run, settings.roles["eval"].model)
-    if not source.exists():
-        return  # copy_source says what is missing
-    saved = read_manifest(source)
+    """Before anything is written (a failed re-judge leaves no run behind): there is a source run, and the new
+    run's settings for every role but the judge are its settings."""
+    saved = read_manifest(source_manifest(settings))
     differing = [d for d in manifest_differences(saved, manifest)
                  if any(d.startswith(name + ":") or d.startswith(name + ".") for name in GENERATION_SETTINGS)
                  or (d.startswith("prompt_hash.") and not d.startswith("prompt_hash.judge_"))]
@@ -65,12 +75,7 @@ def copy_source(settings: Settings) -> str | None:
     """Copy the source run's generation files into the new run (once; a resumed re-judge keeps its copies)."""
     source, model = settings.source_run, settings.roles["eval"].model
     root = settings.output_root
-    if source == settings.run_id:
-        raise HarnessError("--from-run names this run itself: give the re-judged run a new --run-id")
-    source_manifest = manifest_path(root, source, model)
-    if not source_manifest.exists():
-        raise HarnessError(f"{source_manifest}: no run {source!r} of model {model!r} under {root} to re-judge")
-    saved = read_manifest(source_manifest)
+    saved = read_manifest(source_manifest(settings))
     if saved.get("user_condition", "standard") != "standard":
         raise HarnessError(f"run {source} was made with the {saved.get('user_condition')} user: re-judging covers "
                            "standard runs (their every task)")
