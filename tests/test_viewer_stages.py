@@ -11,15 +11,17 @@ import pytest
 import rejudge
 import show_results
 import user_probes
+from categories import FOCAL_TYPES
 from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS
 from tests.conftest import ROOT, Harness, sample_cases, write_dataset
-from tests.fake_provider import default_reply
+from tests.fake_provider import between, default_reply
 
 HOSTILE = '<img src=x onerror="window.__pwned = 3"><script>window.__pwned = 4</script>'
 
 
 
 SEEN = set()
+ORDERS: dict = {}  # the extraction judge: a reply -> the order of the claims it was first asked with
 SENT: set = set()
 SENT_AS_MESSAGES: list = []  # the plain consultation's calls: a history sent as its own messages
 
@@ -34,6 +36,10 @@ def hostile(kind, prompt, body):
         again = prompt in SEEN
         SEEN.add(prompt)
         return {"是": "否", "否": "是"}[first] if again else first
+    if kind == "ljp_judge":  # the same reply with its claims in another order (the claim-order diagnostic): 驳回
+        reply, claims = between(prompt, "待提取回复"), between(prompt, "正式诉请")
+        if ORDERS.setdefault(reply, claims) != claims:
+            return json.dumps({"results": ["驳回"] * len(claims.split("\n"))}, ensure_ascii=False)
     return None
 
 
@@ -155,7 +161,7 @@ def test_the_case_list_is_usable_at_800_pixels_and_labels_outcomes_in_words(buil
     assert outcome["x"] + outcome["width"] <= 800
     tags = page.locator("#rows tr:first-child td").nth(4).locator("span.tag").all_inner_texts()
     assert tags and set(tags) <= {"over-asking", "DCG miss", "wrong verdict", "premature judgment", "budget reached",
-                                  "unresolved or failed"}
+                                  "unresolved or failed", "claim order changed"}
     text = page.inner_text("#rows")
     assert ("success" in text or "miss" in text) and "true" not in text and "false" not in text
     assert "· answered" in text or "· asked" in text
@@ -193,11 +199,11 @@ def test_comparisons_a_researcher_asks_for(built, page):
     original = records(root, "eval_results", "DCG_results.jsonl")
     again = records(root, "eval_results", "DCG_results.jsonl", run="r1-again")
     page.select_option("#mode", "disagree")
-    page.select_option("#task", "DCG")
+    page.select_option("#judged", "DCG")
     labels = lambda record: [x["label"] for x in record["rounds"]]  # noqa: E731  judged again, label by label
     disagreeing = {n for n in original if labels(original[n]) != labels(again[n])}
     assert disagreeing and set(listed(page)) == disagreeing
-    page.select_option("#task", "direct")  # the extraction judge decided as before on every case: none listed
+    page.select_option("#judged", "LJP")  # the extraction judge decided as before on every case: none listed
     assert listed(page) == []
     page.select_option("#mode", "matrix")
     page.select_option("#task", "direct")
@@ -327,3 +333,29 @@ def test_a_case_list_row_opens_its_run_and_a_case_page_shows_one_task_at_a_time(
     assert shown == {"ljp"} and page.locator("div.part[data-part='dcg']").count() > 0
     audit = page.locator("button.call", has_text="the audit's exact call")
     assert audit.count() > 0 and page.locator("button.call", has_text="exact call").count() > audit.count()
+
+
+def test_links_of_figure_3_figure_4_the_judges_and_the_claim_order_select_what_they_say(built, page):
+    """Issue 26 items 2-3, the links the review found too broad: Figure 4's focal-type cells select the cases with a
+    focal point of that type; Figure 3's rows their group's cases; the judges' label table the cases they
+    disagree on (compare.html); the claim-order rows the cases whose verdicts changed with the claims shuffled."""
+    root, site = built
+    page.goto((site / "index.html").as_uri())
+    href = lambda title, n=0: page.locator(f"h3:has-text('{title}') + table a").nth(n).get_attribute("href")  # noqa: E731
+    typed = records(root, "eval_results", "focal_types.jsonl")
+    link = href("Figure 4 (a)")
+    query = parse_qs(urlparse(link).fragment)
+    wanted = {n for n, r in typed.items() if any(FOCAL_TYPES.get(t["type"], t["type"]) == query["focal"][0]
+                                                 for t in r["types"])}
+    page.goto((site / link).as_uri() if "#" not in link else (site / "cases.html").as_uri() + "#" + urlparse(link).fragment)
+    assert query["task"] == ["DCG"] and wanted and set(page.locator("#rows tr td:first-child").all_inner_texts()) == wanted
+    page.goto((site / "index.html").as_uri())
+    assert "group" in parse_qs(urlparse(href("Case complexity (Figure 3)")).fragment)
+    judges = parse_qs(urlparse(href("Judge sensitivity: the two judges")).fragment)
+    assert judges["mode"] == ["disagree"] and judges["judged"][0] in ("LCA", "DCG", "LJP", "interaction rounds")
+    order = parse_qs(urlparse(href("Diagnostic, outside the paper")).fragment)
+    assert order["tag"] == ["claim order changed"]
+    changed = {n for kind in ("direct", "interaction", "gold") for n, r in
+               records(root, "eval_results", f"LJP_order_{kind}.jsonl").items() if r["predicted"] != r["original"]}
+    page.goto((site / "cases.html").as_uri() + "#group=model-a&run=r1&tag=claim%20order%20changed")
+    assert changed and set(page.locator("#rows tr td:first-child").all_inner_texts()) == changed

@@ -63,7 +63,8 @@ def consistency_table(groups: list[Group]) -> Table:
                  "all k runs and in at least one, with the same outcome in every run, and the flip rate (share of "
                  "items whose outcome differs between two runs, averaged over pairs of runs)",
                  ["Model", "Task", "Runs (k)", "Items", "Right in all k", "Right in ≥ 1", "Same in all k", "Flip rate"],
-                 rows)
+                 rows, row_tasks={"LCA": "LCA", "DCG": "DCG", **{f"LJP {name}": setup for setup, name in SETUP_NAMES.items()}},
+                 compare="never")  # a row links to the cases the model gets wrong in every run
 
 
 def judge_settings(manifest: dict) -> dict:

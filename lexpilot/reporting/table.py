@@ -21,8 +21,10 @@ class Table:
     column_tasks: dict[str, str] = field(default_factory=dict)  # a column about another task than `task`
     # a row about another task, named by a cell of the row (Table 4's "Condition", the clean-case table's "Metric")
     row_tasks: dict[str, str] = field(default_factory=dict)
-    model: str | None = None  # the model a table's rows are about, when its rows are not models (Figure 3)
+    group: str | None = None  # the group (a model's runs) a table's rows are about, when its rows are not groups
     row_filter: str | None = None  # what a row label selects in the case list ("cause"), when not a model
+    query: dict = field(default_factory=dict)  # filters every link of the table adds (a tag of the case list)
+    compare: str | None = None  # a view of compare.html its rows link to ("never", "disagree"), not the case list
 
     def task_of(self, header: str, row: list | None = None) -> str | None:
         for value in row or ():

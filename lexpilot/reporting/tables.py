@@ -33,6 +33,8 @@ from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS, compared_setting
 
 USER_CONDITION_NAMES = (("standard", "Standard"), ("delayed", "Delayed Disclosure"), ("self-correction", "Self-Correction"))
 SETUP_NAMES = {"direct": "Direct", "interaction": "Interaction-Based", "gold": "Gold-Standard"}
+JUDGED_TASKS = ("LCA", "DCG", "LJP", "interaction rounds")  # what a re-judged run's judge decides again
+ORDER_CHANGED = "claim order changed"  # the case list's tag: a verdict changed with the claims shuffled
 
 
 
@@ -289,7 +291,8 @@ def judge_sensitivity_tables(groups: list[Group], root, boot: Bootstrap) -> list
                          "undefined" if kappa is None else f"{kappa:.{METRIC}f}"])
     tables = [Table("judge_labels", "Judge sensitivity: the two judges' labels on the same items (re-judged runs; the same judge twice: its "
                     "test-retest agreement)",
-                    ["Model", "Runs", "Judges", "Task", "Items", "Agreement", "Cohen's κ"], rows)]
+                    ["Model", "Runs", "Judges", "Task", "Items", "Agreement", "Cohen's κ"], rows,
+                    row_tasks={t: t for t in JUDGED_TASKS}, compare="disagree")]  # a row: the cases they disagree on
     done = set()
     for (g_original, _), (g_rejudged, _) in pairs:
         if (id(g_original), id(g_rejudged)) in done:
@@ -327,7 +330,7 @@ def order_table(groups: list[Group], root) -> Table | None:
         return None
     return Table("claim_order", "Diagnostic, outside the paper's protocol: the LJP extraction judge with each case's "
                  "claims shuffled (eval_LJP_order.py), its verdicts against the original extraction's",
-                 ["Model", "Run", "Setup", "Claims", "Agreement", "Cohen's κ"], rows)
+                 ["Model", "Run", "Setup", "Claims", "Agreement", "Cohen's κ"], rows, query={"tag": ORDER_CHANGED})
 
 
 def audit_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
@@ -473,8 +476,8 @@ def figure_3_tables(groups: list[Group], complexity: dict[str, float] | None) ->
         return []
     if not complexity:
         return [Table("figure_3", "Case complexity (Figure 3)", ["Note"],
-                      [["no complexity data: pass --complexity FILE (a CSV of cause_of_action,complexity: the average "
-                        "number of legal provisions cited per cause) or give the cases a complexity field"]])]
+                      [["no complexity data: pass --complexity FILE (cause_of_action,complexity: provisions cited "
+                        "per cause)"]])]
     from scipy.stats import spearmanr
     tables = []
     for g in groups:
@@ -497,7 +500,8 @@ def figure_3_tables(groups: list[Group], complexity: dict[str, float] | None) ->
         tables.append(Table("figure_3", f"Case complexity (Figure 3): {group_label(g, groups)}, per cause of action (mean over "
                             "runs); rho over the causes with complexity data",
                             ["Cause of action", "Class", "Cases", "Complexity", "LCA Macro-F1", "DCG Acc."], rows,
-                            column_tasks={"LCA Macro-F1": "LCA", "DCG Acc.": "DCG"}, model=g.model, row_filter="cause"))
+                            column_tasks={"LCA Macro-F1": "LCA", "DCG Acc.": "DCG"}, group=group_label(g, groups),
+                            row_filter="cause"))
     return tables
 
 

@@ -17,7 +17,7 @@ from urllib.parse import urlencode
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from categories import cause_class
+from categories import FOCAL_TYPES, cause_class
 from lexpilot.benchmark.dataset import Case, load_dataset
 from lexpilot.benchmark.records import (
     A1,
@@ -31,7 +31,7 @@ from lexpilot.benchmark.records import (
     LJP_GOLD,
     LJP_INTERACTION,
 )
-from lexpilot.benchmark.records import AUDIT, LJP_BEHAVIOUR, PLAIN_TYPES
+from lexpilot.benchmark.records import AUDIT, FOCAL_TYPE_RECORDS, LJP_BEHAVIOUR, LJP_ORDER, PLAIN_TYPES
 from lexpilot.benchmark.vocabulary import ASKS, PREDICTS
 from lexpilot.errors import HarnessError
 from lexpilot.benchmark.prompts import render_fault
@@ -43,7 +43,7 @@ from lexpilot.reporting.parallel import fork_map, workers
 from lexpilot.reporting.judges import source_of
 from lexpilot.reporting.results import Group, Run, group_label, read_saved
 from lexpilot.reporting.table import Table
-from lexpilot.reporting.tables import PLAIN_TYPE_NAMES
+from lexpilot.reporting.tables import ORDER_CHANGED, PLAIN_TYPE_NAMES
 
 HIGHLIGHT_RUN = 6
 SETUPS = (("direct", "Direct", DIRECT_PREDICTION, LJP_DIRECT, "response"),
@@ -140,6 +140,12 @@ def outcomes(rr: RunRecords, number: str) -> dict:
         if v:
             right = sum(g == p for g, p in zip(v["gold"], v["predicted"]))
             row[condition] = f"{right}/{len(v['gold'])}"
+    if any((r.get(kind.name, {}).get(number) or {}).get("predicted") != (r.get(kind.name, {}).get(number) or {}).get(
+            "original") for kind in LJP_ORDER.values() if number in r.get(kind.name, {})):
+        row["tags"].append(ORDER_CHANGED)  # the claim-order diagnostic: a verdict changed with the claims shuffled
+    typed = r.get(FOCAL_TYPE_RECORDS.name, {}).get(number)
+    if typed:  # Figure 4: the types of the case's focal points
+        row["focal"] = sorted({FOCAL_TYPES.get(t.get("type"), str(t.get("type"))) for t in typed.get("types", [])})
     plain = r.get(PLAIN_TYPES["underspecified"].name, {}).get(number)
     if plain:
         row["plain"] = PLAIN_TYPE_NAMES.get(plain.get("type"), plain.get("type"))
@@ -217,16 +223,23 @@ def overview(tables: list[Table], groups: list[Group]) -> str:
     classes = {c for g in groups for r in g.runs for k in r.metrics for c in [k[2]]}
     causes = {k[2] for g in groups for r in g.runs for k in r.metrics if k[0] == "by cause"}
 
+    model_of = {group_label(g, groups): g.model for g in groups}
+
     def link(table: Table, row: list, header: str) -> str | None:
         task = table.task_of(header, row)  # declared by the table, whatever its title says
+        if table.compare:  # consistency: the cases a model gets wrong in every run; judges: where they disagree
+            query = {"mode": "never", "model": model_of.get(row[0], row[0]), "task": task} \
+                if table.compare == "never" else {"mode": "disagree", "judged": task}
+            return "compare.html#" + urlencode(query) if task else None
         # a task with a wrong outcome puts its wrong cases first; one without (the plain consultation's response
         # type) sorts the list by its column
         about = ({"task": task} if task in WRONG_FIRST else {"sort": task}) if task else {}
         cls = {"class": header} if header in classes and header != "Overall" else {}
-        if table.row_filter:  # rows of causes (Figure 3), of one model's cases
+        cls |= next(({"focal": x} for x in (header, row[0]) if x in FOCAL_TYPES.values()), {})  # Figure 4's types
+        if table.row_filter:  # rows of causes (Figure 3), of one group's cases
             if row[0] not in causes:  # a summary row (Spearman's rho) is about no case
                 return None
-            query = {"model": table.model or "", table.row_filter: row[0]} | about
+            query = {"group": table.group or "", table.row_filter: row[0]} | about
         elif row[0] in labels:  # a row names its group (a model, or a model's other settings): that group's runs
             query = {"group": row[0]} | about | cls
         elif row[0] in models:  # Table 15 names a model
@@ -235,7 +248,7 @@ def overview(tables: list[Table], groups: list[Group]) -> str:
             query = cls | about
         else:
             return None
-        return "cases.html#" + urlencode({k: v for k, v in query.items() if v})
+        return "cases.html#" + urlencode({k: v for k, v in (query | table.query).items() if v})
     return "<h1>LexPilot results</h1>" + "".join(table_html(t, link) for t in tables)
 
 
@@ -245,8 +258,8 @@ const f = id => document.getElementById(id);
 let sortKey = 'case', sortDir = 1, limit = 200;  // the first screen draws 200 rows; 'Show more' adds 500
 function fill(id, values){const s=f(id);for(const v of [...new Set(values)].sort()){const o=document.createElement('option');o.value=v;o.textContent=v;s.appendChild(o);}}
 fill('model', rows.map(r=>r.model)); fill('group', rows.map(r=>r.group)); fill('run', rows.map(r=>r.run)); fill('class', rows.map(r=>r.class));
-fill('cause', rows.map(r=>r.cause)); fill('tag', rows.flatMap(r=>r.tags));
-const keys=['model','group','run','class','cause','tag','task','text'];
+fill('cause', rows.map(r=>r.cause)); fill('focal', rows.flatMap(r=>r.focal||[])); fill('tag', rows.flatMap(r=>r.tags));
+const keys=['model','group','run','class','cause','focal','tag','task','text'];
 function keep(id,v){const s=f(id);if(v&&s.tagName==='SELECT'&&![...s.options].some(o=>o.value===v)){const o=document.createElement('option');o.value=v;o.textContent=v+' (not in this site)';s.appendChild(o);}s.value=v;}
 function fromHash(){const p=new URLSearchParams(location.hash.slice(1));for(const k of keys)keep(k,p.get(k)||'');if(p.get('sort')){sortKey=p.get('sort');sortDir=p.get('dir')==='-1'?-1:1;}}
 function toHash(){const p=new URLSearchParams();for(const k of keys)if(f(k).value)p.set(k,f(k).value);if(sortKey!=='case'||sortDir!==1){p.set('sort',sortKey);p.set('dir',String(sortDir));}history.replaceState(null,'','#'+p.toString());}
@@ -254,8 +267,8 @@ function key(v){if(v===undefined||v===null)return '';const m=/^(\\d+)\\/(\\d+)$/
 const collator=new Intl.Collator('zh',{numeric:true});
 function compareKeys(x,y){if(typeof x==='number'&&typeof y==='number')return x-y;return collator.compare(String(x),String(y));}
 function cell(v){const td=document.createElement('td');td.textContent=v===undefined?'–':String(v);return td;}
-function render(){const task=f('task').value,m=f('model').value,gr=f('group').value,ru=f('run').value,c=f('class').value,ca=f('cause').value,t=f('tag').value,q=f('text').value.toLowerCase();
- const kept=rows.filter(r=>(!m||r.model===m)&&(!gr||r.group===gr)&&(!ru||r.run===ru)&&(!c||r.class===c)&&(!ca||r.cause===ca)&&(!t||r.tags.includes(t))&&(!q||r.search.includes(q)));
+function render(){const task=f('task').value,m=f('model').value,gr=f('group').value,ru=f('run').value,c=f('class').value,ca=f('cause').value,fo=f('focal').value,t=f('tag').value,q=f('text').value.toLowerCase();
+ const kept=rows.filter(r=>(!m||r.model===m)&&(!gr||r.group===gr)&&(!ru||r.run===ru)&&(!c||r.class===c)&&(!ca||r.cause===ca)&&(!fo||(r.focal||[]).includes(fo))&&(!t||r.tags.includes(t))&&(!q||r.search.includes(q)));
  // sort keys computed once per row, not at every comparison: 21,600 rows stay quick
  const decorated=kept.map(r=>[task&&r.fails.includes(task)?0:1,key(r[sortKey]),r]);
  decorated.sort((a,b)=>(a[0]-b[0])||compareKeys(a[1],b[1])*sortDir);
@@ -270,7 +283,7 @@ function render(){const task=f('task').value,m=f('model').value,gr=f('group').va
   if(task&&r.fails.includes(task))tr.className='failing';
   body.appendChild(tr);}
  f('more').hidden=shown.length<=limit;}
-for(const id of ['model','group','run','class','cause','tag','task'])f(id).addEventListener('change',()=>{toHash();render();});
+for(const id of ['model','group','run','class','cause','focal','tag','task'])f(id).addEventListener('change',()=>{toHash();render();});
 f('text').addEventListener('input',()=>{toHash();render();});f('more').addEventListener('click',()=>{limit+=500;render();});
 for(const th of document.querySelectorAll('th[data-key]'))th.addEventListener('click',()=>{sortDir=sortKey===th.dataset.key?-sortDir:1;sortKey=th.dataset.key;toHash();render();});
 window.addEventListener('hashchange',()=>{fromHash();render();});fromHash();render();
@@ -289,7 +302,7 @@ def case_list(rows_json: str) -> str:
                ("off_target", "Off-target right"), ("plain", "Plain type"), ("audit", "Audit")]
     selects = "".join(f'<label>{name} <select id="{key}"><option value="">all</option></select></label> '
                       for key, name in (("model", "Model"), ("group", "Group"), ("run", "Run"), ("class", "Class"),
-                                        ("cause", "Cause"),
+                                        ("cause", "Cause"), ("focal", "Focal type"),
                                         ("tag", "Outcome")))
     # the task whose wrong cases come first (an overview cell's link sets it; "none" clears it)
     tasks = "".join(f'<option value="{t}">{esc(name)}</option>' for t, name in WRONG_FIRST.items())
