@@ -28,7 +28,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        dataset = write_grid(tmp, args.models, args.runs, args.cases)
+        dataset = write_grid(tmp, args.models, args.runs, args.cases, later=0)  # the main tasks only
         start = time.monotonic()
         groups = group_runs(load_runs(tmp / "out", None, None, dataset=dataset, keep_records=True))
         print(f"{args.models} models × {args.runs} runs × {args.cases} cases loaded and scored in "

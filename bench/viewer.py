@@ -1,9 +1,10 @@
 """Benchmark of the transcript viewer at the paper's scale: a scripted output of --models models × --runs runs ×
 --cases cases (synthetic records with the real record format, no API), then `show_results.py --html` timed as a
 process, the site's size against the JSONL it was made from, and the time until the first screen of the
-overview, the case list and a case page is ready in headless Chromium.
+overview, the case list, a case page and the comparisons is ready in headless Chromium. Every stage's records are
+written, the later ones too (plain consultation, Table 4, audit, focal types, claim order).
 
-    python -m bench.viewer [--models 10] [--runs 5] [--cases 432] [--chromium /usr/bin/chromium]
+    python -m bench.viewer [--models 10] [--runs 5] [--cases 432] [--later-models 3] [--chromium /usr/bin/chromium]
 """
 from __future__ import annotations
 
@@ -19,22 +20,32 @@ import time
 from pathlib import Path
 
 from bench.throughput import synthetic_dataset
+from categories import FOCAL_TYPES
 from lexpilot.benchmark.dataset import load_dataset
 from lexpilot.benchmark.records import (
     A1,
+    AUDIT,
+    BEHAVIOUR_DIALOGUE,
+    BEHAVIOUR_PREDICTION,
     DCG,
     DIRECT_PREDICTION,
+    FOCAL_TYPE_RECORDS,
     FORCE_ASK,
     GOLD_PREDICTION,
     INTERACTION,
     LCA,
+    LJP_BEHAVIOUR,
     LJP_DIRECT,
     LJP_GOLD,
     LJP_INTERACTION,
+    LJP_ORDER,
+    PLAIN,
+    PLAIN_TYPES,
     model_folder,
     new_record,
     record_line,
 )
+from lexpilot.benchmark.vocabulary import BEHAVIOURS
 from lexpilot.settings import Role, Settings
 from lexpilot.storage.manifest import build_manifest, settings_hash
 
@@ -46,7 +57,8 @@ def reply(rng: random.Random, words: int) -> str:
     return "".join(rng.choice("根据案件事实原告被告借款合同约定支持驳回证据法院认为") for _ in range(words))
 
 
-def write_run(root: Path, dataset: Path, cases, sha: str, model: str, run_id: str, rng: random.Random) -> None:
+def write_run(root: Path, dataset: Path, cases, sha: str, model: str, run_id: str, rng: random.Random,
+              later: bool = True) -> None:
     roles = {r: Role(r, m, "http://127.0.0.1:1/v1", "", t) for r, m, t in
              (("eval", model, 0.7), ("user", "user-model", 0.7), ("judge", "judge-model", 0.1))}
     settings = Settings(run_id, dataset, root, None, roles, 8192)
@@ -98,10 +110,47 @@ def write_run(root: Path, dataset: Path, cases, sha: str, model: str, run_id: st
         save(LJP_INTERACTION, case, {"setup": "interaction", "stop_reason": "judged", "claims": list(case.claims),
                                      "predicted": predicted, "gold": list(case.verdicts),
                                      "judge_raw": [json.dumps(predicted)]}, {"interaction": inter})
+        for kind, body in later_records(case, rng, under, predicted) if later else ():
+            save(kind, case, body)
     for kind, lines in files.items():
         path = kind.path(root, run_id, model_folder(model))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"".join(lines))
+
+
+def later_records(case, rng: random.Random, under: list[dict], predicted: list[str]) -> list[tuple]:
+    """The later stages' records of one case, as their stages write them: the plain consultation and its type, Table
+    4's dialogues (one attempt each), predictions and verdicts, the simulator audit, focal-point types and the
+    claim-order diagnostic, so that the site holds every view."""
+    verdicts = lambda: [rng.choice(VERDICTS) for _ in case.claims]  # noqa: E731
+    turns = [{"role": r, "content": reply(rng, 120 if r == "assistant" else 80)} for _ in range(3)
+             for r in ("assistant", "user")]
+    validation = {"facts": [{"id": 1, "status": "recovered", "turns": [3]}], "unsupported_assertion": False,
+                  "question_reveals_answer": False, "beyond_scope": False}
+    audit = {"over_disclosed": [], "error": False, "answered": True, "judge_raw": ['{"超范围披露": []}']}
+    records = [(PLAIN["underspecified"], {"history_type": "underspecified", "messages": under,
+                                          "response": reply(rng, 400), "sent_as": "messages"}),
+               (PLAIN_TYPES["underspecified"], {"history_type": "underspecified", "type": "premature_prediction",
+                                                "judge_raw": ["过早预测"]}),
+               (AUDIT["dcg"], {"replies": [{"source": "DCG round 1", **audit}]}),
+               (AUDIT["interaction"], {"replies": [{"source": "interaction round 1", **audit}]}),
+               (FOCAL_TYPE_RECORDS, {"types": [{"focal_point": fp, "type": t, "source": "judge", "judge_raw": [t]}
+                                               for fp in case.focal_points for t in [rng.choice(list(FOCAL_TYPES))]],
+                                     "judge_model": "judge-model"})]
+    for condition in BEHAVIOURS:
+        attempt = {"attempt": 1, "dialogue": turns, "validation": validation, "judge_raw": [json.dumps(validation)],
+                   "rejected": []}
+        records += [(BEHAVIOUR_DIALOGUE[condition], {"condition": condition, "status": "accepted", "attempts": [attempt],
+                                                     "dialogue": under + turns}),
+                    (BEHAVIOUR_PREDICTION[condition], {"condition": condition, "status": "accepted",
+                                                       "response": reply(rng, 500)}),
+                    (LJP_BEHAVIOUR[condition], {"setup": condition, "status": "accepted", "claims": list(case.claims),
+                                                "predicted": verdicts(), "gold": list(case.verdicts), "judge_raw": ["[]"]})]
+    order = list(reversed(range(len(case.claims))))
+    records += [(LJP_ORDER[setup], {"setup": setup, "order": order, "claims": list(case.claims), "predicted": verdicts(),
+                                    "original": predicted, "gold": list(case.verdicts), "judge_raw": ["[]"]})
+                for setup in LJP_ORDER]
+    return records
 
 
 def first_screen(chromium: str, urls: dict[str, str]) -> dict[str, float]:
@@ -119,15 +168,17 @@ def first_screen(chromium: str, urls: dict[str, str]) -> dict[str, float]:
     return times
 
 
-def write_grid(folder: Path, models: int, runs: int, cases: int) -> Path:
-    """A synthetic dataset of `cases` cases and `models` × `runs` runs of it under folder/out; returns the dataset."""
+def write_grid(folder: Path, models: int, runs: int, cases: int, later: int | None = None) -> Path:
+    """A synthetic dataset of `cases` cases and `models` × `runs` runs of it under folder/out, the later stages'
+    records for the first `later` models (None: every model); returns the dataset."""
     dataset = folder / "bench.json"
     synthetic_dataset(cases, dataset)
     selected, sha = load_dataset(dataset)
     rng = random.Random(0)
     for m in range(models):
         for r in range(runs):
-            write_run(folder / "out", dataset, selected, sha, f"model-{m}", f"run{r + 1}", rng)
+            write_run(folder / "out", dataset, selected, sha, f"model-{m}", f"run{r + 1}", rng,
+                      later is None or m < later)
     return dataset
 
 
@@ -140,13 +191,17 @@ def main(argv=None) -> int:
     parser.add_argument("--models", type=int, default=10)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--cases", type=int, default=432)
+    parser.add_argument("--later-models", type=int, default=3, help="models with the later stages' records too (the "
+                        "paper ran Table 4 and Table 6 on three models; default 3; -1: every model)")
     parser.add_argument("--chromium", default=shutil.which("chromium") or shutil.which("chromium-browser"))
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         start = time.monotonic()
-        dataset = write_grid(tmp, args.models, args.runs, args.cases)
-        print(f"{args.models} models × {args.runs} runs × {args.cases} cases written in "
+        later = None if args.later_models < 0 else args.later_models
+        dataset = write_grid(tmp, args.models, args.runs, args.cases, later)
+        print(f"{args.models} models × {args.runs} runs × {args.cases} cases (later stages: "
+              f"{'every model' if later is None else f'{later} models'}) written in "
               f"{time.monotonic() - start:.1f}s; JSONL {size(tmp / 'out', '*.jsonl') / 1e6:.1f} MB")
         start = time.monotonic()
         result = subprocess.run([sys.executable, "show_results.py", "--output-root", str(tmp / "out"), "--html",
@@ -162,7 +217,8 @@ def main(argv=None) -> int:
         if args.chromium:
             times = first_screen(args.chromium, {"overview": (tmp / "site" / "index.html").as_uri(),
                                                  "case list": (tmp / "site" / "cases.html").as_uri(),
-                                                 "case page": (tmp / "site" / "case" / "0.html").as_uri()})
+                                                 "case page": (tmp / "site" / "case" / "0.html").as_uri(),
+                                                 "compare": (tmp / "site" / "compare.html").as_uri()})
             print("first screen in headless Chromium: " + ", ".join(f"{k} {v:.2f}s" for k, v in times.items()))
         else:
             print("no Chromium: first-screen times not measured")

@@ -117,6 +117,11 @@ def read_saved(run: Run, root: Path, kind: RecordKind) -> tuple[dict, str | None
     return {n: r for n, (_, r) in loaded.items()}, None
 
 
+def saved_records(run: Run, root: Path, kind: RecordKind) -> dict:
+    """The records of one kind a run saved (case_number -> record): those scoring kept, else read again."""
+    return run.saved[kind.name] if run.saved is not None else read_saved(run, root, kind)[0]
+
+
 def accepted_settings(run: Run, root: Path, kind: RecordKind) -> set[str]:
     """The settings hashes a run's records of `kind` may carry: its manifest's, and for the generations a re-judged
     run copied from its source, the source run's (made with another judge, the one setting that may differ)."""

@@ -26,7 +26,7 @@ from lexpilot.reporting.results import (
     Group,
     group_label,
     paired_difference,
-    read_saved,
+    saved_records,
 )
 from lexpilot.reporting.table import AVERAGE, METRIC, PERCENT, Figure, Table
 from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS, compared_setting
@@ -282,7 +282,7 @@ def judge_sensitivity_tables(groups: list[Group], root, boot: Bootstrap) -> list
     if not pairs:
         return []
     judge = lambda r: r.manifest["models"]["judge"]["model"]  # noqa: E731
-    read = lambda r: {k.name: read_saved(r, root, k)[0] for k in REJUDGED_KINDS}  # noqa: E731
+    read = lambda r: {k.name: saved_records(r, root, k) for k in REJUDGED_KINDS}  # noqa: E731
     rows = []
     for (_, original), (_, rejudged) in pairs:
         for task, (n, agree, kappa) in judges_agreement(read(original), read(rejudged)).items():
@@ -321,7 +321,7 @@ def order_table(groups: list[Group], root) -> Table | None:
             for setup, kind in LJP_ORDER.items():
                 if not kind.path(root, run.run_id, run.folder).exists():
                     continue
-                found = order_agreement(read_saved(run, root, kind)[0])
+                found = order_agreement(saved_records(run, root, kind))
                 if found:
                     n, agree, kappa = found
                     rows.append([group_label(g, groups), run.run_id, SETUP_NAMES[setup], str(n), f"{100 * agree:.{PERCENT}f}%",
