@@ -359,3 +359,16 @@ def test_links_of_figure_3_figure_4_the_judges_and_the_claim_order_select_what_t
                records(root, "eval_results", f"LJP_order_{kind}.jsonl").items() if r["predicted"] != r["original"]}
     page.goto((site / "cases.html").as_uri() + "#group=model-a&run=r1&tag=claim%20order%20changed")
     assert changed and set(page.locator("#rows tr td:first-child").all_inner_texts()) == changed
+
+
+def test_compare_draws_the_first_200_cases_then_more_on_request(tmp_path, page):
+    """The comparisons' first screen stays quick at 432 cases × 50 runs (bench/viewer.py): 200 cases drawn, the rest
+    on "Show more", the count saying so."""
+    from bench.viewer import write_grid
+    dataset = write_grid(tmp_path, 1, 1, 250, later=0)
+    assert show_results.main(["--output-root", str(tmp_path / "out"), "--html", str(tmp_path / "site"),
+                              "--dataset", str(dataset)]) == 0
+    page.goto((tmp_path / "site" / "compare.html").as_uri())
+    assert page.inner_text("#count") == "250 cases, the first 200 shown" and len(listed(page)) == 200
+    page.click("#more")
+    assert page.inner_text("#count") == "250 cases" and len(listed(page)) == 250

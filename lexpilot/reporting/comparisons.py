@@ -17,7 +17,7 @@ const tasks=JSON.parse(document.getElementById('tasks').textContent);
 const labels=[...new Set(rows.map(r=>r.label))];const models=[...new Set(rows.map(r=>r.model))];
 function fill(id,values){for(const v of values){const o=document.createElement('option');o.value=v;o.textContent=v;f(id).appendChild(o);}}
 fill('task',tasks.map(t=>t[0]));fill('a',labels);fill('b',labels);fill('model',models);if(labels.length>1)f('b').value=labels[1];
-const keys=['mode','task','judged','a','b','model','failures'];
+const keys=['mode','task','judged','a','b','model','failures'];let limit=200;  // the first screen draws 200 cases
 function fromHash(){const p=new URLSearchParams(location.hash.slice(1));for(const k of keys){if(!p.has(k))continue;if(k==='failures')f(k).checked=p.get(k)==='1';else f(k).value=p.get(k);}}
 function toHash(){const p=new URLSearchParams();for(const k of keys){const v=k==='failures'?(f(k).checked?'1':''):f(k).value;if(v)p.set(k,v);}history.replaceState(null,'','#'+p.toString());}
 function outcome(r,task){const field=tasks.find(t=>t[0]===task)[1];if(r[field]===undefined)return '';return r.fails.includes(task)?'wrong':'right';}
@@ -37,12 +37,13 @@ function render(){const mode=f('mode').value,task=f('task').value;const head=f('
   const on=t=>judged==='LJP'?['direct','interaction','gold'].includes(t):t===judged;
   for(const c of cases)for(const r of Object.values(byCase[c].runs))if((r.disagrees||[]).some(on))list.push([c,r]);}
  const tr=document.createElement('tr');for(const c of cols){const th=document.createElement('th');th.textContent=c;tr.appendChild(th);}head.appendChild(tr);
- for(const item of list){const row=document.createElement('tr');const c=mode==='disagree'?item[0]:item;row.appendChild(td(link(c)));row.appendChild(td(byCase[c].cause));
+ for(const item of list.slice(0,limit)){const row=document.createElement('tr');const c=mode==='disagree'?item[0]:item;row.appendChild(td(link(c)));row.appendChild(td(byCase[c].cause));
   if(mode==='disagree'){row.appendChild(td(item[1].label));row.appendChild(td(item[1].disagrees.join(', ')));}
   else for(const l of cols.slice(2)){const r=byCase[c].runs[l];const o=r?outcome(r,task):'';const cell=td(o||'–');cell.className=o==='wrong'?'bad':o==='right'?'ok':'';row.appendChild(cell);}
   body.appendChild(row);}
- f('count').textContent=list.length+' cases';}
-for(const id of keys)f(id).addEventListener('change',()=>{toHash();render();});
+ f('count').textContent=list.length+' cases'+(list.length>limit?', the first '+limit+' shown':'');f('more').hidden=list.length<=limit;}
+for(const id of keys)f(id).addEventListener('change',()=>{limit=200;toHash();render();});
+f('more').addEventListener('click',()=>{limit+=500;render();});
 window.addEventListener('hashchange',()=>{fromHash();render();});fromHash();render();
 """
 
@@ -59,7 +60,7 @@ def compare_page(rows_json: str, tasks_json: str) -> str:
             "<label>A <select id=\"a\"></select></label> "
             "<label>B <select id=\"b\"></select></label> <label>Model <select id=\"model\"></select></label> "
             "<label><input type=\"checkbox\" id=\"failures\"> failures only</label></p><p id=\"count\"></p>"
-            "<table><thead id=\"head\"></thead><tbody id=\"body\"></tbody></table>"
+            "<table><thead id=\"head\"></thead><tbody id=\"body\"></tbody></table><button id=\"more\" hidden>Show more</button>"
             f'<script type="application/json" id="data">{rows_json}</script>'
             f'<script type="application/json" id="tasks">{tasks_json}</script><script>{COMPARE_SCRIPT}</script>')
 
