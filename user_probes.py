@@ -33,6 +33,8 @@ from lexpilot.paths import DEFAULT_OUTPUT_ROOT
 from lexpilot.protocols.probes import PROBE_STAGE as STAGE
 from lexpilot.reporting import probe_study
 from lexpilot.reporting.renderings import render_text
+from lexpilot.storage.checkpoints import manifest_path
+from lexpilot.storage.manifest import run_dataset
 
 
 def template(args) -> int:
@@ -44,7 +46,8 @@ def template(args) -> int:
 
 
 def export(args) -> int:
-    cases = {c.number: c for c in load_dataset(args.dataset)[0]}
+    dataset = args.dataset or run_dataset(manifest_path(args.output_root, args.run_id, args.model), DEFAULT_DATASET)
+    cases = {c.number: c for c in load_dataset(dataset)[0]}
     table, _ = probe_file.load_probes(args.probes, cases)
     folder = model_folder(args.model)
     replies = read_records(PROBE_REPLIES.path(args.output_root, args.run_id, folder), PROBE_REPLIES,
@@ -108,7 +111,7 @@ def main(argv=None) -> int:
     e.add_argument("--model", default=os.environ.get("LEXPILOT_MODEL"), required="LEXPILOT_MODEL" not in os.environ,
                    help="the run's evaluated model id (it names the run's folder; else $LEXPILOT_MODEL, as generate)")
     e.add_argument("--probes", type=Path, required=True)
-    e.add_argument("--dataset", type=Path, default=DEFAULT_DATASET)
+    e.add_argument("--dataset", type=Path, help="default: the dataset the run's manifest names (as show_results.py)")
     e.add_argument("--output-root", type=Path, default=DEFAULT_OUTPUT_ROOT)
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--out", type=Path, default=Path("probe_annotation.csv"))

@@ -193,3 +193,13 @@ def test_export_reads_the_model_from_lexpilot_model_as_generate_does(generated, 
     monkeypatch.setenv("LEXPILOT_MODEL", "eval-model")
     assert user_probes.main(["export", *common, "--out", str(tmp_path / "env.csv")]) == 0
     assert (tmp_path / "flag-expert1.csv").read_bytes() == (tmp_path / "env-expert1.csv").read_bytes()
+
+
+def test_the_export_reads_the_dataset_the_runs_manifest_names(generated, tmp_path, monkeypatch):
+    """Issue 26 item 12: like judge_agreement.py export and show_results.py, no --dataset needed (run elsewhere)."""
+    args = ["export", "--run-id", "r1", "--model", "eval-model", "--probes", str(PROBES), "--output-root",
+            str(generated.root)]
+    assert user_probes.main(args + ["--dataset", str(SAMPLE), "--out", str(tmp_path / "a.csv")]) == 0
+    monkeypatch.chdir(tmp_path)  # the default dataset path, relative to the working folder, is not found from here
+    assert user_probes.main(args + ["--out", str(tmp_path / "b.csv")]) == 0
+    assert (tmp_path / "a-expert1.csv").read_bytes() == (tmp_path / "b-expert1.csv").read_bytes()

@@ -126,6 +126,8 @@ def test_every_overview_table_links_its_cases_and_a_task_link_lists_its_failures
     cases = page.locator("#rows tr td:first-child").all_inner_texts()
     failing = page.locator("#rows tr.failing td:first-child").all_inner_texts()
     assert set(failing) == wrong and cases[:len(failing)] == failing
+    outcome = page.locator("#rows tr.failing td:nth-child(5) span.tag.bad").all_inner_texts()
+    assert len(outcome) == len(failing) and all("direct" in text.removeprefix("wrong: ").split(", ") for text in outcome)
     assert page.locator("#task").input_value() == "direct"  # the task is a filter like the others: it clears
     page.select_option("#task", "")
     assert "task" not in parse_qs(page.evaluate("location.hash").lstrip("#"))
@@ -159,7 +161,9 @@ def test_the_case_list_is_usable_at_800_pixels_and_labels_outcomes_in_words(buil
     assert page.evaluate("document.documentElement.scrollWidth") <= 800  # the table scrolls, not the page
     outcome = page.locator("th[data-key='tags']").bounding_box()  # the outcome is seen without scrolling
     assert outcome["x"] + outcome["width"] <= 800
-    tags = page.locator("#rows tr:first-child td").nth(4).locator("span.tag").all_inner_texts()
+    tags = page.locator("#rows tr:first-child td").nth(4).locator("span.tag:not(.bad)").all_inner_texts()
+    wrong = page.locator("#rows tr:first-child td").nth(4).locator("span.tag.bad").all_inner_texts()
+    assert wrong == [] or wrong[0].startswith("wrong: ")  # the tasks it gets wrong, seen at 800 px
     assert tags and set(tags) <= {"over-asking", "DCG miss", "wrong verdict", "premature judgment", "budget reached",
                                   "unresolved or failed", "claim order changed"}
     text = page.inner_text("#rows")

@@ -278,7 +278,9 @@ function render(){const task=f('task').value,m=f('model').value,gr=f('group').va
  for(const r of shown.slice(0,limit)){const tr=document.createElement('tr');const a=document.createElement('a');a.href='case/'+r.page+'.html#run='+encodeURIComponent(r.label);a.textContent=r.case;const td=document.createElement('td');td.appendChild(a);tr.appendChild(td);
   for(const k of ['cause','class','label'])tr.appendChild(cell(r[k]));
   // the outcome right after the run: on a narrow screen it is seen without scrolling the table
-  const tags=document.createElement('td');for(const g of r.tags){const s=document.createElement('span');s.className='tag';s.textContent=g;tags.appendChild(s);}tr.appendChild(tags);
+  const tags=document.createElement('td');for(const g of r.tags){const s=document.createElement('span');s.className='tag';s.textContent=g;tags.appendChild(s);}
+  if(r.fails.length){const s=document.createElement('span');s.className='tag bad';s.textContent='wrong: '+r.fails.join(', ');tags.appendChild(s);}  // which tasks, beside the run
+  tr.appendChild(tags);
   for(const k of ['lca_c','lca_u','dcg','direct','gold','interaction','stop','questions','targeted','off_target','plain','audit'])tr.appendChild(cell(k==='dcg'&&r[k]!==undefined?(r[k]?'success':'miss'):(k==='lca_c'||k==='lca_u')&&r[k]?r[k]+(r[k]==='策略一'?' · answered':' · asked'):r[k]));
   if(task&&r.fails.includes(task))tr.className='failing';
   body.appendChild(tr);}

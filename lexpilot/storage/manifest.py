@@ -154,6 +154,15 @@ def manifest_differences(saved: dict, current: dict, prompt_files: set[str] | No
 SETTINGS_IN_RECORDS = ("dataset_sha256", "prompt_hash", "models", "generation", "user_condition")
 
 
+def run_dataset(path: Path, default: Path) -> Path:
+    """The dataset a run's manifest (at `path`) names, or `default` where there is no readable one."""
+    try:
+        named = read_manifest(path).get("dataset_path")
+    except HarnessError:
+        return default
+    return Path(named) if isinstance(named, str) and named else default
+
+
 def settings_hash(manifest: dict) -> str:
     return canonical_hash({name: compared_setting(manifest, name) for name in SETTINGS_IN_RECORDS})
 
