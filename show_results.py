@@ -59,8 +59,9 @@ def main(argv=None) -> int:
                         help="paired bootstrap difference A − B on every metric (implies --ci)")
     parser.add_argument("--width", type=number(int, 0, 10**6), default=TEXT_WIDTH, help="text tables wider than this many terminal "
                         f"cells are printed in blocks of columns (default {TEXT_WIDTH}; 0: never)")
-    parser.add_argument("--table", nargs="+", metavar="ID", help="print only these tables (their identities, as "
-                        "--format json and docs/results.md name them: main, lca_by_class, pairs, ranking, ...)")
+    parser.add_argument("--table", nargs="+", metavar="ID", help="print only these tables, by identity (main, "
+                        "lca_by_class, table_4, ...: docs/results.md lists them; an unknown one is refused with the "
+                        "report's names); with --format json, those tables ride along with the metrics")
     parser.add_argument("--rank", action="store_true", help="every comparable pair of models on each headline "
                         "metric (paired bootstrap interval and p, Holm-adjusted) and a ranking with letter groups")
     parser.add_argument("--by-class", action="store_true", help="with --rank: per cause-of-action class too")
@@ -117,8 +118,8 @@ def show(args) -> int:
             print(f"no price in {args.prices} for {', '.join(unpriced)}: their cost shows as n/a", file=sys.stderr)
     tables = with_unreported(all_tables(args, groups, boot, shared, complexity, prices, compared, group_runs(runs)),
                              unreported)  # built once: for the terminal and the site alike
-    if args.format == "json":  # the statistics asked for ride along as tables
-        extra = [t for t in tables if t.id in STATISTICS_TABLES]
+    if args.format == "json":  # the statistics asked for ride along as tables, or the tables --table names
+        extra = chosen(tables, args.table) if args.table else [t for t in tables if t.id in STATISTICS_TABLES]
         print(render_json(groups, boot, args.usage or bool(prices), extra or None))
     else:
         shown = chosen(tables, args.table)

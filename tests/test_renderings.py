@@ -215,3 +215,11 @@ def test_a_negative_width_is_one_line(capsys):
         show_results.main(["--width", "-3"])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and "argument --width: -3 is outside 0 to" in err and "Traceback" not in err
+
+
+def test_json_carries_the_tables_table_names(dcg_root, capsys):
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(dcg_root), "--format", "json", "--table", "dcg_by_class"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (table,) = out["tables"]
+    assert table["id"] == "dcg_by_class" and table["headers"][-1] == "Overall" and out["groups"]
