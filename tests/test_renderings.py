@@ -199,6 +199,13 @@ def test_csv_gives_each_part_of_a_whole_its_own_number_on_runs_the_stages_wrote(
         (qwk,) = sheet["Interaction behaviour and LJP"]
         assert float(qwk[f"Cases (unresolved T / O) unresolved {name.lower()}"]) == unresolved
     assert float(qwk["Cases (unresolved T / O) all"]) == len(interactions) == 6
+    # the Interaction gain: the difference of the two QWK means, every digit (the text rounds it)
+    assert show_results.main(["--output-root", str(h.root), "--format", "json"]) == 0
+    metrics = json.loads(capsys.readouterr().out)["groups"][0]["metrics"]
+    assert show_results.main(["--output-root", str(h.root), "--format", "csv", "--table", "interaction_gain"]) == 0
+    header, row = [r for r in csv.reader(io.StringIO(capsys.readouterr().out)) if len(r) > 2][1:3]
+    gain = metrics["LJP_interaction"]["qwk"]["Overall"]["mean"] - metrics["LJP_direct"]["qwk"]["Overall"]["mean"]
+    assert float(dict(zip(header, row))["Interaction − Direct value"]) == pytest.approx(gain, abs=1e-6)
 
 
 def test_decimals_are_declared_once():

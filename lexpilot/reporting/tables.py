@@ -57,6 +57,15 @@ def cell(stat: dict | None, digits: int = METRIC, ci: tuple[float, float] | None
     return Figure(text, numbers)
 
 
+def number_cell(value: float | None, digits: int, signed: bool = False, percent: bool = False,
+                key: str = "value") -> Figure:
+    """One number: its text at `digits` decimals (signed, or in percent), the number whole for the CSV."""
+    if value is None:
+        return Figure("n/a", {key: None})
+    shown = 100 * value if percent else value
+    return Figure(f"{shown:{'+' if signed else ''}.{digits}f}" + ("%" if percent else ""), {key: shown})
+
+
 def parts_cell(parts: dict[str, float | None], digits: int | None = None) -> Figure:
     """Numbers that make one whole, "a / b / c" (shares of the stop reasons, counts per attempt), each its own column
     in the CSV; at `digits` decimals, or as short as they go (counts)."""
@@ -463,9 +472,9 @@ def figure_4_tables(groups: list[Group]) -> list[Table]:
     return panels
 
 
-def average_cell(stats: list[dict | None]) -> str:
+def average_cell(stats: list[dict | None]) -> Figure:
     means = [s["mean"] for s in stats if s and s["mean"] is not None]
-    return f"{np.mean(means):.{METRIC}f}" if means else "n/a"
+    return number_cell(float(np.mean(means)) if means else None, METRIC, key="mean")  # in the column's mean
 
 
 def figure_3_tables(groups: list[Group], complexity: dict[str, float] | None) -> list[Table]:
@@ -560,10 +569,10 @@ def interaction_gain_table(groups: list[Group], labels: list[str]) -> Table:
         copy = bool(g.runs[0].manifest.get("rejudged_from"))  # a re-judged copy is no further model in the average
         gains += [gain] if gain is not None and not copy else []
         changes += [change] if change is not None and not copy else []
-        rows.append([label, "n/a" if gain is None else f"{gain:+.{METRIC}f}",
-                     "n/a" if change is None else f"{100 * change:+.{PERCENT}f}%"])
+        rows.append([label, number_cell(gain, METRIC, signed=True), number_cell(change, PERCENT, signed=True, percent=True)])
     rows.append([f"Average over {len(gains)} / {len(changes)} models",
-                 f"{np.mean(gains):+.{METRIC}f}" if gains else "n/a", f"{100 * np.mean(changes):+.{PERCENT}f}%" if changes else "n/a"])
+                 number_cell(float(np.mean(gains)) if gains else None, METRIC, signed=True),
+                 number_cell(float(np.mean(changes)) if changes else None, PERCENT, signed=True, percent=True)])
     return Table("interaction_gain", "Interaction-Based against Direct and Gold-Standard (QWK)",
                  ["Model", "Interaction − Direct", "Interaction vs Gold (relative)"], rows, task="interaction")
 
