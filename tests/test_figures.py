@@ -75,3 +75,21 @@ def test_figure_3s_trend_lines_take_their_groups_colours(drawn):
         points = [c.lines[0].get_color() for c in ax.containers]  # each group's markers, in order
         trends = [line.get_color() for line in ax.get_lines() if line.get_linestyle() == "-" and len(line.get_xdata()) == 20]
         assert trends and trends == points[:len(trends)]  # each group's trend line drawn in its markers' colour
+
+
+def test_the_legend_stands_beside_the_axes_never_on_a_bar(tmp_path):
+    """Issue 26 item 10: at 10 models the legend covered the Family bars; it now stands right of the axes."""
+    import types
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots()
+    for m in range(10):
+        ax.bar([x + m / 12 for x in range(6)], [1.0] * 6, width=1 / 12, label=f"model-{m}")
+    kept = types.SimpleNamespace(close=lambda f: None)  # keep the figure open to measure it
+    figures.save(kept, fig, tmp_path / "bars.png", ax)
+    renderer = fig.canvas.get_renderer()
+    legend, axes = ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer)
+    assert legend.x0 >= axes.x1 and (tmp_path / "bars.png").stat().st_size > 0
+    plt.close(fig)

@@ -136,7 +136,7 @@ def mark_undefined(ax, xs, values) -> None:
 def save(plt, fig, path: Path, ax=None, legend: int = 7) -> Path:
     """Lay out, write and close a figure (with the axes' legend, when given); no label is cut off at the edge."""
     if ax is not None:
-        ax.legend(fontsize=legend)
+        ax.legend(fontsize=legend, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)  # beside: never on a bar
     fig.tight_layout()
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
