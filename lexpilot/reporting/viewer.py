@@ -254,6 +254,7 @@ def overview(tables: list[Table], groups: list[Group]) -> str:
 
 CASES_SCRIPT = """
 const rows = JSON.parse(document.getElementById('data').textContent);
+const texts = JSON.parse(document.getElementById('texts').textContent);  // case -> its history, for the text search
 const f = id => document.getElementById(id);
 let sortKey = 'case', sortDir = 1, limit = 200;  // the first screen draws 200 rows; 'Show more' adds 500
 function fill(id, values){const s=f(id);for(const v of [...new Set(values)].sort()){const o=document.createElement('option');o.value=v;o.textContent=v;s.appendChild(o);}}
@@ -268,7 +269,7 @@ const collator=new Intl.Collator('zh',{numeric:true});
 function compareKeys(x,y){if(typeof x==='number'&&typeof y==='number')return x-y;return collator.compare(String(x),String(y));}
 function cell(v){const td=document.createElement('td');td.textContent=v===undefined?'–':String(v);return td;}
 function render(){const task=f('task').value,m=f('model').value,gr=f('group').value,ru=f('run').value,c=f('class').value,ca=f('cause').value,fo=f('focal').value,t=f('tag').value,q=f('text').value.toLowerCase();
- const kept=rows.filter(r=>(!m||r.model===m)&&(!gr||r.group===gr)&&(!ru||r.run===ru)&&(!c||r.class===c)&&(!ca||r.cause===ca)&&(!fo||(r.focal||[]).includes(fo))&&(!t||r.tags.includes(t))&&(!q||r.search.includes(q)));
+ const kept=rows.filter(r=>(!m||r.model===m)&&(!gr||r.group===gr)&&(!ru||r.run===ru)&&(!c||r.class===c)&&(!ca||r.cause===ca)&&(!fo||(r.focal||[]).includes(fo))&&(!t||r.tags.includes(t))&&(!q||r.search.includes(q)||(texts[r.case]||'').includes(q)));
  // sort keys computed once per row, not at every comparison: 21,600 rows stay quick
  const decorated=kept.map(r=>[task&&r.fails.includes(task)?0:1,key(r[sortKey]),r]);
  decorated.sort((a,b)=>(a[0]-b[0])||compareKeys(a[1],b[1])*sortDir);
@@ -296,7 +297,8 @@ WRONG_FIRST = {"LCA": "LCA", "DCG": "DCG", "direct": "LJP Direct", "interaction"
                "gold": "LJP Gold", "targeted": "Targeted", "off_target": "Off-target", "audit": "audit flagged"}
 
 
-def case_list(rows_json: str) -> str:
+def case_list(rows_json: str, texts_json: str) -> str:
+    """The case list: `rows_json` a row per case and run, `texts_json` each case's history text for the search."""
     headers = [("case", "Case"), ("cause", "Cause"), ("class", "Class"), ("label", "Model · run"), ("tags", "Outcome"),
                ("lca_c", "LCA complete"), ("lca_u", "LCA underspecified"), ("dcg", "DCG success"),
                ("direct", "Direct right"), ("gold", "Gold right"), ("interaction", "Interaction right"),
@@ -313,7 +315,8 @@ def case_list(rows_json: str) -> str:
             '<p id="count"></p><table><thead><tr>'
             + "".join(f'<th data-key="{k}">{esc(n)}</th>' for k, n in headers) + '</tr></thead><tbody id="rows">'
             '</tbody></table><button id="more" hidden>Show more</button>'
-            f'<script type="application/json" id="data">{rows_json}</script><script>{CASES_SCRIPT}</script>')
+            f'<script type="application/json" id="data">{rows_json}</script>'
+            f'<script type="application/json" id="texts">{texts_json}</script><script>{CASES_SCRIPT}</script>')
 
 
 def dialogue_html(messages: list[dict]) -> str:
@@ -530,7 +533,7 @@ def write_site(folder: Path, root: Path, groups: list[Group], tables: list[Table
     selected = {id(rr): set(rr.run.selected) for rr in loaded}
     numbers = list(dict.fromkeys(n for r in runs for n in r.selected))
     pages = {n: i for i, n in enumerate(numbers)}
-    rows = []
+    rows, texts = [], {}
     for n in numbers:
         case = cases.get(n)
         cause = case.cause if case else next((rec.get("cause_of_action") for rr in loaded
@@ -542,9 +545,10 @@ def write_site(folder: Path, root: Path, groups: list[Group], tables: list[Table
                     cls = cause_class(cause)
                 except KeyError:
                     cls = "?"
-                search = " ".join([n, cause, rr.label] + [m["content"] for m in (case.underspecified if case else ())])
                 rows.append(row | {"case": n, "cause": cause, "class": cls, "page": pages[n],
-                                   "search": search.lower()})
+                                   "search": f"{n} {cause} {rr.label}".lower()})
+        # the history's text once per case, not once per run: the case list at 50 runs carries it 50 times less
+        texts[n] = " ".join(m["content"] for m in (case.underspecified if case else ())).lower()
         mine = {(r["model"], r["run"]): r for r in rows[len(rows) - sum(n in selected[id(rr)] for rr in loaded):]}
         for rr in loaded:  # a re-judged run's decisions against its source's, on this case
             row = mine.get((rr.run.model, rr.run.run_id))
@@ -555,7 +559,7 @@ def write_site(folder: Path, root: Path, groups: list[Group], tables: list[Table
         (folder / "case").mkdir(parents=True, exist_ok=True)
         (folder / "index.html").write_text(page("LexPilot results", overview(tables, groups)), encoding="utf-8")
         rows_json = script_json(rows)  # one encoding for both pages
-        (folder / "cases.html").write_text(page("Cases", case_list(rows_json)), encoding="utf-8")
+        (folder / "cases.html").write_text(page("Cases", case_list(rows_json, script_json(texts))), encoding="utf-8")
         (folder / "compare.html").write_text(page("Compare", compare_page(rows_json, script_json(TASKS))),
                                              encoding="utf-8")
 
