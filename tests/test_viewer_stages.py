@@ -49,6 +49,7 @@ def built(tmp_path_factory):
     judge; the site written with --complexity."""
     from tests.fake_provider import FakeProvider
     tmp = tmp_path_factory.mktemp("stages")
+    SEEN.clear(), ORDERS.clear(), SENT.clear(), SENT_AS_MESSAGES.clear()  # the module may be built again in a worker
     with FakeProvider(hostile) as provider, pytest.MonkeyPatch.context() as monkeypatch:
         tenth = json.loads(json.dumps(sample_cases()[0]))  # a case numbered 10: sorted as a number, after 4
         tenth["case_number"] = "（2099）示例民初10号"
