@@ -93,3 +93,11 @@ def test_the_legend_stands_beside_the_axes_never_on_a_bar(tmp_path):
     legend, axes = ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer)
     assert legend.x0 >= axes.x1 and (tmp_path / "bars.png").stat().st_size > 0
     plt.close(fig)
+
+
+def test_figure_3s_legend_stands_right_of_both_panels(drawn):
+    fig = drawn["fig3_complexity.png"]
+    renderer = fig.canvas.get_renderer()
+    first, second = fig.axes[:2]
+    assert first.get_legend() is None and second.get_legend() is not None
+    assert second.get_legend().get_window_extent(renderer).x0 >= second.get_window_extent(renderer).x1

@@ -155,6 +155,14 @@ def test_a_run_rejudged_by_another_judge_is_read_whole_by_the_reports_and_the_vi
     reply = source[CASES[0]["case_number"]]["responses"]["underspecified"]["response"]
     assert esc(reply) in section and "DCG: " in section and "Interaction (" in section
     assert section.count("original judge") >= 4  # LCA on both histories, each DCG question, the verdicts
+    # the interaction's rounds: the new judge's label beside the original judge's (judge-B flips every LCA label)
+    saved.run_id = "r1-B"
+    relabelled = {r["case_number"]: r for r in saved.records("eval_results", "interaction_labels.jsonl")}
+    rounds = relabelled[CASES[0]["case_number"]]["rounds"]
+    for entry in rounds:
+        assert esc(f"round {entry['round']}, ") in section
+        assert f"{entry['label']}" in section and f"original judge {entry['original_label']}" in section
+    assert section.count("(disagree)") >= len(rounds)
 
 
 @pytest.mark.parametrize("source, run_id, said", [("nope", "x", "no run 'nope' of model 'eval-model'"),
@@ -167,3 +175,20 @@ def test_a_failed_rejudge_leaves_no_run_behind(saved, capsys, source, run_id, sa
     err = capsys.readouterr().err
     assert said in err and "Traceback" not in err and len(err.strip().splitlines()) <= 2
     assert sorted(p.relative_to(saved.root) for p in saved.root.rglob("*")) == before  # no manifest, no lock
+
+
+def test_a_rejudged_run_counts_only_its_own_calls_in_the_spending(saved):
+    """The generations it copied were paid for by its source run: the re-judged run's usage is its judge's calls,
+    and the grid's evaluated-model calls are the source run's, not twice theirs."""
+    from lexpilot.reporting.results import load_runs
+    assert run_rejudge(saved) == 0
+    runs = {r.run_id: r for r in load_runs(saved.root, None, None)}
+    roles = lambda run: {role for stage in run.usage.values() for role, used in stage.items() if used["calls"]}  # noqa: E731
+    calls = lambda run, role: sum(u[role]["calls"] for u in run.usage.values() if role in u)  # noqa: E731
+    assert roles(runs["r1-B"]) == {"judge"} and calls(runs["r1"], "eval") > 0
+    assert sum(calls(r, "eval") for r in runs.values()) == calls(runs["r1"], "eval")
+    saved.run_id = "r1-B"  # the judge's calls it made: every one counted
+    made = sum(r["usage"].get("judge", {}).get("calls", 0) for name in ("LCA_results.jsonl", "DCG_results.jsonl",
+               "LJP_direct.jsonl", "LJP_gold.jsonl", "LJP_interaction.jsonl", "interaction_labels.jsonl")
+               for r in saved.records("eval_results", name))
+    assert calls(runs["r1-B"], "judge") == made > 0

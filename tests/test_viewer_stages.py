@@ -340,6 +340,8 @@ def test_a_case_list_row_opens_its_run_and_a_case_page_shows_one_task_at_a_time(
     page.select_option("#part", "ljp")
     shown = {p.get_attribute("data-part") for p in page.locator("div.part:visible").all()}
     assert shown == {"ljp"} and page.locator("div.part[data-part='dcg']").count() > 0
+    runs = page.locator("section.run").count()
+    assert runs >= 3 and page.locator("div.part[data-part='ljp']:visible").count() == runs  # every run's, unfolded
     audit = page.locator("button.call", has_text="the audit's exact call")
     assert audit.count() > 0 and page.locator("button.call", has_text="exact call").count() > audit.count()
 

@@ -104,7 +104,7 @@ def ljp_setups(plt, groups: list[Group], labels: list[str], folder: Path, boot: 
         x = np.arange(len(setups)) + 0.04 * (i - (len(groups) - 1) / 2)  # overlapping bars stay apart
         ax.errorbar(x, [v[0] for v in values], yerr=[[v[1] for v in values], [v[2] for v in values]],
                     marker="o", capsize=3, label=label)
-    ax.set_xticks(range(len(setups)), setups)
+    ax.set_xticks(range(len(setups)), setups, fontsize=8)  # the three setups' names side by side, apart
     ax.set_ylabel("QWK")
     ax.set_title(f"LJP: Direct → Interaction-Based → Gold-Standard ({bar_label(boot)})", fontsize=10)
     return save(plt, fig, folder / "ljp_setups.png", ax, legend=8)
@@ -133,10 +133,15 @@ def mark_undefined(ax, xs, values) -> None:
             ax.text(x, 0.01, "n/a", ha="center", va="bottom", fontsize=7, rotation=90, color="dimgray")
 
 
+def beside(ax, size: int) -> None:
+    """The axes' legend right of them: never on a bar or a point (at 10 models it covered the Family bars)."""
+    ax.legend(fontsize=size, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
+
+
 def save(plt, fig, path: Path, ax=None, legend: int = 7) -> Path:
     """Lay out, write and close a figure (with the axes' legend, when given); no label is cut off at the edge."""
     if ax is not None:
-        ax.legend(fontsize=legend, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)  # beside: never on a bar
+        beside(ax, legend)
     fig.tight_layout()
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
@@ -190,6 +195,6 @@ def analysis_plots(plt, groups: list[Group], labels: list[str], folder: Path, co
             ax.set_xlabel("complexity (average legal provisions cited per cause)")
             ax.set_ylabel(name)
             ax.set_title(f"Figure 3: {name} by cause against complexity (± SD over runs)", fontsize=9)
-            ax.legend(fontsize=7)
+        beside(axes[-1], 7)  # one legend for both panels, right of the second: on no point of either
         written.append(save(plt, fig, folder / "fig3_complexity.png"))
     return written

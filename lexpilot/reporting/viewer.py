@@ -26,6 +26,7 @@ from lexpilot.benchmark.records import (
     FORCE_ASK,
     GOLD_PREDICTION,
     INTERACTION,
+    INTERACTION_LABELS,
     LCA,
     LJP_DIRECT,
     LJP_GOLD,
@@ -389,13 +390,17 @@ def interaction_part(r: dict, number: str, ids: Ids, details: list[str]) -> str:
         return ""
     parts = [f"<h4>Interaction ({esc(inter.get('user_condition', 'standard'))} user; stop: "
              f"{esc(inter['stop_reason'])})</h4>"]
+    # a re-judged run: the new judge's round labels (interaction_labels), each beside the original judge's
+    relabelled = {e.get("round"): e for e in (r.get(INTERACTION_LABELS.name, {}).get(number) or {}).get("rounds", [])}
     for x in inter["rounds"]:
         call = (call_button("lexawn", "eval", {"history": "h:underspecified"}, "a1") if x["round"] == 1
                 else call_button(x["prompt"], "eval", {"history": "d:underspecified:int"}, "interaction"))
-        mid = ids.next()
-        parts.append(msg("assistant", x["assistant"], f"round {x['round']}, {x['prompt']}, LCA label: "
-                                                      f"{lca_label(x.get('label'))}", call=call, thread="int", mid=mid)
-                     + round_judges(x, mid))
+        mid, again = ids.next(), relabelled.get(x["round"])
+        label = rejudged(again.get("label"), x.get("label")) if again else lca_label(x.get("label"))
+        judged = x | {"label": again.get("label"), "judge_raw": again.get("judge_raw")} if again else x
+        parts.append(msg("assistant", x["assistant"], f"round {x['round']}, {x['prompt']}, LCA label: {label}",
+                         call=call, thread="int", mid=mid)
+                     + round_judges(judged, mid, INTERACTION_LABELS.name if again else "interaction"))
         if x.get("user_reply"):
             marked, _ = highlighted(x["user_reply"], details)
             prompt = x.get("user_prompt", "user_standard")
@@ -411,14 +416,14 @@ def interaction_part(r: dict, number: str, ids: Ids, details: list[str]) -> str:
     return "".join(parts)
 
 
-def round_judges(entry: dict, mid: str) -> str:
+def round_judges(entry: dict, mid: str, kind: str = "interaction") -> str:
     """An interaction round's judges after round 1 (whose label is LCA's, shown above): the LCA judge's label of the
     response and, for a non-ideal user, the DCG judge's check that it asks a relevant question."""
     parts = []
     if entry["round"] > 1 and entry.get("label") is not None:
         raw = entry.get("judge_raw") or []
         parts.append(msg("judge", "\n".join(raw), f"LCA judge on round {entry['round']}, raw", call=call_button(
-            "judge_lca", "judge", {"history": f"m:{mid}"}, "interaction", len(raw))))
+            "judge_lca", "judge", {"history": f"m:{mid}"}, kind, len(raw))))
     if isinstance(entry.get("relevance"), dict):
         raw = entry["relevance"].get("judge_raw") or []
         parts.append(msg("judge", str(entry["relevance"].get("label", "–")), "DCG judge: a relevant question?",
@@ -478,7 +483,8 @@ function show(){const side=document.getElementById('side').checked;document.getE
  for(const x of blocks){x.hidden=side&&x.id!==a.value&&x.id!==b.value;x.style.order=side&&x.id===b.value?2:1;if(side&&!x.hidden)x.querySelector('details').open=true;}}
 for(const e of [a,b,document.getElementById('side')])e.addEventListener('change',show);show();
 const part=document.getElementById('part');
-function only(){for(const x of document.querySelectorAll('div.part'))x.hidden=!!part.value&&x.dataset.part!==part.value;}
+function only(){for(const x of document.querySelectorAll('div.part'))x.hidden=!!part.value&&x.dataset.part!==part.value;
+ if(part.value)for(const x of blocks)x.querySelector('details').open=true;}  // one task, of every run: all unfolded
 part.addEventListener('change',only);
 // from the case list: #run=<its label> opens that run's transcript and brings it into view
 const wanted=new URLSearchParams(location.hash.slice(1)).get('run');
