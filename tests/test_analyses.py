@@ -93,6 +93,13 @@ def test_figure_3_with_a_complexity_file(typed_run, capsys):
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("Spearman's rho, complexity vs DCG Acc."))
     assert line.split()[-2:] == [str(len(dcg)), f"{expected:+.3f}"]
+    assert show_results.main(["--output-root", str(typed_run.root), "--complexity", str(COMPLEXITY), "--format", "csv",
+                              "--table", "figure_3"]) == 0
+    import csv
+    import io
+    rows = [r for r in csv.reader(io.StringIO(capsys.readouterr().out)) if len(r) > 2]
+    row = dict(zip(rows[1], next(r for r in rows if r[1] == "Spearman's rho, complexity vs DCG Acc.")))
+    assert float(row["DCG Acc. value"]) == pytest.approx(expected, abs=1e-6) and row["LCA Macro-F1 value"] == ""
     assert show_results.main(["--output-root", str(typed_run.root)]) == 0  # the sample has no complexity field
     assert "no complexity data: pass --complexity FILE" in capsys.readouterr().out
 

@@ -128,7 +128,7 @@ def test_every_overview_table_links_its_cases_and_a_task_link_lists_its_failures
     failing = page.locator("#rows tr.failing td:first-child").all_inner_texts()
     assert set(failing) == wrong and cases[:len(failing)] == failing
     outcome = page.locator("#rows tr.failing td:nth-child(5) span.tag.bad").all_inner_texts()
-    assert len(outcome) == len(failing) and all("direct" in text.removeprefix("wrong: ").split(", ") for text in outcome)
+    assert len(outcome) == len(failing) and all("LJP Direct" in text.removeprefix("wrong: ").split(", ") for text in outcome)
     assert page.locator("#task").input_value() == "direct"  # the task is a filter like the others: it clears
     page.select_option("#task", "")
     assert "task" not in parse_qs(page.evaluate("location.hash").lstrip("#"))

@@ -504,8 +504,9 @@ def figure_3_tables(groups: list[Group], complexity: dict[str, float] | None) ->
         for task, name in (("LCA", "LCA Macro-F1"), ("DCG", "DCG Acc.")):
             xs, ys = zip(*points[task]) if points[task] else ((), ())
             rho = spearmanr(xs, ys).statistic if len(xs) > 2 and len(set(xs)) > 1 and len(set(ys)) > 1 else None
-            rows.append([f"Spearman's rho, complexity vs {name}", "", str(len(xs)), "",
-                         "n/a" if rho is None or rho != rho else f"{rho:+.{METRIC}f}", ""])
+            shown = number_cell(None if rho is None or rho != rho else float(rho), METRIC, signed=True)
+            rows.append([f"Spearman's rho, complexity vs {name}", "", str(len(xs)), ""]
+                        + ([shown, ""] if task == "LCA" else ["", shown]))  # under its own metric's column
         tables.append(Table("figure_3", f"Case complexity (Figure 3): {group_label(g, groups)}, per cause of action (mean over "
                             "runs); rho over the causes with complexity data",
                             ["Cause of action", "Class", "Cases", "Complexity", "LCA Macro-F1", "DCG Acc."], rows,

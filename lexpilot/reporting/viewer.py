@@ -256,6 +256,7 @@ def overview(tables: list[Table], groups: list[Group]) -> str:
 CASES_SCRIPT = """
 const rows = JSON.parse(document.getElementById('data').textContent);
 const texts = JSON.parse(document.getElementById('texts').textContent);  // case -> its history, for the text search
+const names = Object.fromEntries([...document.getElementById('task').options].map(o=>[o.value,o.textContent]));  // task -> its name
 const f = id => document.getElementById(id);
 let sortKey = 'case', sortDir = 1, limit = 200;  // the first screen draws 200 rows; 'Show more' adds 500
 function fill(id, values){const s=f(id);for(const v of [...new Set(values)].sort()){const o=document.createElement('option');o.value=v;o.textContent=v;s.appendChild(o);}}
@@ -281,7 +282,7 @@ function render(){const task=f('task').value,m=f('model').value,gr=f('group').va
   for(const k of ['cause','class','label'])tr.appendChild(cell(r[k]));
   // the outcome right after the run: on a narrow screen it is seen without scrolling the table
   const tags=document.createElement('td');for(const g of r.tags){const s=document.createElement('span');s.className='tag';s.textContent=g;tags.appendChild(s);}
-  if(r.fails.length){const s=document.createElement('span');s.className='tag bad';s.textContent='wrong: '+r.fails.join(', ');tags.appendChild(s);}  // which tasks, beside the run
+  if(r.fails.length){const s=document.createElement('span');s.className='tag bad';s.textContent='wrong: '+r.fails.map(t=>names[t]||t).join(', ');tags.appendChild(s);}  // which tasks, beside the run
   tr.appendChild(tags);
   for(const k of ['lca_c','lca_u','dcg','direct','gold','interaction','stop','questions','targeted','off_target','plain','audit'])tr.appendChild(cell(k==='dcg'&&r[k]!==undefined?(r[k]?'success':'miss'):(k==='lca_c'||k==='lca_u')&&r[k]?r[k]+(r[k]==='策略一'?' · answered':' · asked'):r[k]));
   if(task&&r.fails.includes(task))tr.className='failing';
