@@ -162,7 +162,7 @@ def test_focal_point_types_are_judged_once_for_the_benchmark_and_reused_by_every
         successes = [json.loads(x)["success"] for x in path.read_text(encoding="utf-8").splitlines()]
         accuracy.append(sum(successes) / len(successes))
     panel_a = out[out.index("Figure 4 (a)"):].split("\n\n")[0].splitlines()
-    average = next(line for line in panel_a if line.startswith("Average over 2 model(s)"))
+    average = next(line for line in panel_a if line.startswith("Average over 2 models"))
     assert accuracy[1] == 0 < accuracy[0] and f"{sum(accuracy) / 2:.3f}" in average.split()
     total = next(line for line in panel_c.splitlines() if line.startswith("Contract Validity")).split()[-1]
     assert int(total) == judged

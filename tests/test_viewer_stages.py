@@ -216,6 +216,7 @@ def test_comparisons_a_researcher_asks_for(built, page):
     assert listed(page) == []
     page.select_option("#mode", "matrix")
     page.select_option("#task", "direct")
+    assert page.locator("#task option:checked").inner_text() == "LJP Direct"  # named as the case list names it
     assert len(listed(page)) == len(cases)
     assert page.locator("#body tr:first-child td").count() == 2 + 3  # case, cause, and three runs
     page.check("#failures")

@@ -8,15 +8,20 @@ from __future__ import annotations
 from lexpilot.benchmark.records import DCG, INTERACTION, INTERACTION_LABELS, LCA, LJP_SETUPS
 from lexpilot.reporting.tables import JUDGED_TASKS
 
-TASKS = (("LCA", "lca_c"), ("DCG", "dcg"), ("direct", "direct"), ("gold", "gold"), ("interaction", "interaction"),
-         ("targeted", "targeted"), ("off_target", "off_target"), ("audit", "audit"))
+# the tasks with a wrong outcome: their names, as the case list and this page show them
+TASK_NAMES = {"LCA": "LCA", "DCG": "DCG", "direct": "LJP Direct", "interaction": "LJP Interaction", "gold": "LJP Gold",
+              "targeted": "Targeted", "off_target": "Off-target", "audit": "audit flagged"}
+# (task, the case list row's field its outcome is read from, its name)
+TASKS = tuple((task, field, TASK_NAMES[task]) for task, field in (
+    ("LCA", "lca_c"), ("DCG", "dcg"), ("direct", "direct"), ("gold", "gold"), ("interaction", "interaction"),
+    ("targeted", "targeted"), ("off_target", "off_target"), ("audit", "audit")))
 
 COMPARE_SCRIPT = """
 const rows=JSON.parse(document.getElementById('data').textContent);const f=id=>document.getElementById(id);
 const tasks=JSON.parse(document.getElementById('tasks').textContent);
 const labels=[...new Set(rows.map(r=>r.label))];const models=[...new Set(rows.map(r=>r.model))];
-function fill(id,values){for(const v of values){const o=document.createElement('option');o.value=v;o.textContent=v;f(id).appendChild(o);}}
-fill('task',tasks.map(t=>t[0]));fill('a',labels);fill('b',labels);fill('model',models);if(labels.length>1)f('b').value=labels[1];
+function fill(id,values,names){for(const v of values){const o=document.createElement('option');o.value=v;o.textContent=names?names[v]:v;f(id).appendChild(o);}}
+fill('task',tasks.map(t=>t[0]),Object.fromEntries(tasks.map(t=>[t[0],t[2]])));fill('a',labels);fill('b',labels);fill('model',models);if(labels.length>1)f('b').value=labels[1];
 const keys=['mode','task','judged','a','b','model','failures'];let limit=200;  // the first screen draws 200 cases
 function fromHash(){const p=new URLSearchParams(location.hash.slice(1));for(const k of keys){if(!p.has(k))continue;if(k==='failures')f(k).checked=p.get(k)==='1';else f(k).value=p.get(k);}}
 function toHash(){const p=new URLSearchParams();for(const k of keys){const v=k==='failures'?(f(k).checked?'1':''):f(k).value;if(v)p.set(k,v);}history.replaceState(null,'','#'+p.toString());}

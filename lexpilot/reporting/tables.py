@@ -453,7 +453,7 @@ def figure_4_tables(groups: list[Group]) -> list[Table]:
             ("figure_4b", lambda c: ("DCG", "accuracy", c), classes, "Figure 4 (b): DCG accuracy by class")):
         rows = [[label] + [cell(g.stat(key(c))) for c in columns] for label, g in zip(labels, typed)]
         # the figure plots the average over the models shown (the paper: three; choose them with --model)
-        rows.append([f"Average over {len(typed)} model(s)"] + [average_cell([g.stat(key(c)) for g in typed])
+        rows.append([f"Average over {len(typed)} models"] + [average_cell([g.stat(key(c)) for g in typed])
                                                                for c in columns])
         panels.append(Table(panel, f"{title}, mean ± SD over runs; the last row averages the models' means",
                             ["Model"] + columns, rows, task="DCG"))

@@ -38,7 +38,7 @@ from lexpilot.errors import HarnessError
 from lexpilot.benchmark.prompts import render_fault
 from lexpilot.reporting.calls_view import CALL_SCRIPT, call_button, call_data, raw_slot, run_settings
 from lexpilot.reporting.case_sections import KINDS as LATER_KINDS
-from lexpilot.reporting.comparisons import TASKS, compare_page, disagreements
+from lexpilot.reporting.comparisons import TASK_NAMES, TASKS, compare_page, disagreements
 from lexpilot.reporting.case_sections import audit_call, audit_note, esc, later_sections, lca_label, msg, rejudged
 from lexpilot.reporting.parallel import fork_map, workers
 from lexpilot.reporting.judges import source_of
@@ -295,8 +295,7 @@ window.addEventListener('hashchange',()=>{fromHash();render();});fromHash();rend
 """
 
 
-WRONG_FIRST = {"LCA": "LCA", "DCG": "DCG", "direct": "LJP Direct", "interaction": "LJP Interaction",
-               "gold": "LJP Gold", "targeted": "Targeted", "off_target": "Off-target", "audit": "audit flagged"}
+WRONG_FIRST = TASK_NAMES  # the tasks whose wrong cases the case list can put first
 
 
 def case_list(rows_json: str, texts_json: str) -> str:
