@@ -17,27 +17,25 @@ from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.errors import HarnessError
 from lexpilot.paths import DEFAULT_OUTPUT_ROOT
 from lexpilot.pricing import read_prices
-from lexpilot.reporting.consistency import consistency_table, judge_noise_table
-from lexpilot.reporting.figures import write_plots
-from lexpilot.reporting.rankings import HEADLINE, power_table, ranking_tables
-from lexpilot.reporting.renderings import RENDERINGS, TEXT_WIDTH, render_text
-from lexpilot.reporting.results import (
-    MAX_RESAMPLES,
-    Bootstrap,
-    Group,
-    group_runs,
-    load_runs,
-)
-from lexpilot.reporting.tables import (
+from lexpilot.reporting.analyses import (
     UsageError,
-    build_tables,
-    classes_present,
-    comparison_table,
     judge_sensitivity_tables,
     order_table,
     read_complexity,
-    render_json,
 )
+from lexpilot.reporting.bootstrap import MAX_RESAMPLES, Bootstrap
+from lexpilot.reporting.consistency import consistency_table, judge_noise_table
+from lexpilot.reporting.figures import write_plots
+from lexpilot.reporting.groups import Group, classes_present, group_runs
+from lexpilot.reporting.rankings import HEADLINE, power_table, ranking_tables
+from lexpilot.reporting.renderings import (
+    RENDERINGS,
+    TEXT_WIDTH,
+    render_json,
+    render_text,
+)
+from lexpilot.reporting.results import load_runs
+from lexpilot.reporting.tables import build_tables, comparison_table
 from lexpilot.reporting.usage import usage_tables
 from lexpilot.reporting.viewer import write_site
 from lexpilot.settings import number

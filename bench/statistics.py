@@ -14,9 +14,11 @@ import time
 from pathlib import Path
 
 from bench.viewer import write_grid
+from lexpilot.reporting.bootstrap import Bootstrap
 from lexpilot.reporting.consistency import consistency_table
+from lexpilot.reporting.groups import group_runs
 from lexpilot.reporting.rankings import power_table, ranking_tables
-from lexpilot.reporting.results import Bootstrap, group_runs, load_runs
+from lexpilot.reporting.results import load_runs
 
 
 def main(argv=None) -> int:

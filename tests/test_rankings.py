@@ -5,7 +5,9 @@ from contextlib import nullcontext
 import numpy as np
 import pytest
 
+from lexpilot.reporting.bootstrap import Bootstrap
 from lexpilot.reporting.consistency import consistency
+from lexpilot.reporting.groups import Group
 from lexpilot.reporting.rankings import (
     bootstrap_p,
     detectable_difference,
@@ -13,7 +15,7 @@ from lexpilot.reporting.rankings import (
     letter_display,
     variance_components,
 )
-from lexpilot.reporting.results import OVERALL, Bootstrap, Group, Run, TaskData
+from lexpilot.reporting.runs import OVERALL, Run, TaskData
 
 KEY = ("DCG", "accuracy", OVERALL)
 

@@ -11,6 +11,7 @@ import show_results
 from lexpilot.benchmark.records import RECORD_KINDS, SCHEMA_VERSION
 from lexpilot.benchmark.records import model_folder as model_dirname
 from lexpilot.reporting import tables
+from lexpilot.reporting.groups import group_runs
 from lexpilot.reporting.metrics import (
     confusion,
     lca_counts,
@@ -18,7 +19,7 @@ from lexpilot.reporting.metrics import (
     ljp_from_counts,
     plain,
 )
-from lexpilot.reporting.results import group_runs, load_runs
+from lexpilot.reporting.results import load_runs
 
 C, U = "complete", "underspecified"
 

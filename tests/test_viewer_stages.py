@@ -2,8 +2,6 @@
 overview table linked to its cases by identity, a task's link listing the cases it gets wrong first, every filter
 written to the address, a case list usable at 800 px; hostile model output inert in each new view."""
 import json
-import os
-import shutil
 from urllib.parse import parse_qs, urlparse
 
 import pytest
@@ -276,7 +274,8 @@ def test_each_reply_shows_the_exact_prompt_the_provider_received(built, page):
 
 def test_the_site_written_by_two_processes_is_the_site_written_by_one(built, tmp_path):
     """The case pages are written on every core (bench/viewer.py): byte for byte the pages of one process."""
-    from lexpilot.reporting.results import group_runs, load_runs
+    from lexpilot.reporting.groups import group_runs
+    from lexpilot.reporting.results import load_runs
     from lexpilot.reporting.viewer import write_site
     root, _ = built
     groups = group_runs([r for r in load_runs(root, None, None, keep_records=True) if r.tasks])

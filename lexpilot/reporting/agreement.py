@@ -37,9 +37,11 @@ from lexpilot.benchmark.vocabulary import (
 )
 from lexpilot.errors import HarnessError, first_of
 from lexpilot.files import fits_a_cell, key_file, read_sheet, write_sheet
+from lexpilot.reporting.bootstrap import percentile_interval
 from lexpilot.reporting.metrics import kappa_from_confusion, label_agreement
 from lexpilot.reporting.renderings import render_text
-from lexpilot.reporting.results import load_runs, percentile_interval, read_task
+from lexpilot.reporting.results import load_runs
+from lexpilot.reporting.runs import read_task
 from lexpilot.reporting.table import METRIC, PERCENT, Table
 
 # TYPE: the response type of a plain consultation (Table 6); FOCAL: the judge's type of a focal point (Table 18)

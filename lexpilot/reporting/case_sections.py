@@ -20,7 +20,7 @@ from lexpilot.benchmark.records import (
 )
 from lexpilot.benchmark.vocabulary import ASKS, PREDICTS
 from lexpilot.reporting.calls_view import MESSAGES, call_button, raw_slot
-from lexpilot.reporting.tables import PLAIN_TYPE_NAMES
+from lexpilot.reporting.formats import PLAIN_TYPE_NAMES
 
 KINDS = (*PLAIN.values(), *PLAIN_TYPES.values(), *BEHAVIOUR_DIALOGUE.values(), *BEHAVIOUR_PREDICTION.values(),
          *LJP_BEHAVIOUR.values(),

@@ -5,8 +5,14 @@ rows (one per case and run, with the tasks each gets wrong); every choice is wri
 """
 from __future__ import annotations
 
-from lexpilot.benchmark.records import DCG, INTERACTION, INTERACTION_LABELS, LCA, LJP_SETUPS
-from lexpilot.reporting.tables import JUDGED_TASKS
+from lexpilot.benchmark.records import (
+    DCG,
+    INTERACTION,
+    INTERACTION_LABELS,
+    LCA,
+    LJP_SETUPS,
+)
+from lexpilot.reporting.analyses import JUDGED_TASKS
 
 # the tasks with a wrong outcome: their names, as the case list and this page show them
 TASK_NAMES = {"LCA": "LCA", "DCG": "DCG", "direct": "LJP Direct", "interaction": "LJP Interaction", "gold": "LJP Gold",

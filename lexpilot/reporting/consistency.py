@@ -9,12 +9,12 @@ import itertools
 import numpy as np
 
 from lexpilot.benchmark.records import DCG, LCA, LJP_SETUPS
+from lexpilot.reporting.formats import SETUP_NAMES
+from lexpilot.reporting.groups import Group, group_label
 from lexpilot.reporting.judges import source_of
-from lexpilot.reporting.results import OVERALL, Group, Run, group_label
+from lexpilot.reporting.runs import OVERALL, Run
 from lexpilot.reporting.table import PERCENT, VARIANCE, Table
-from lexpilot.reporting.tables import SETUP_NAMES
 from lexpilot.storage.manifest import compared_setting
-
 
 
 def outcomes(run: Run) -> dict[str, dict]:

@@ -9,15 +9,12 @@ import numpy as np
 
 from categories import FOCAL_TYPES
 from lexpilot.benchmark.records import LJP_SETUPS
-from lexpilot.reporting.results import (
-    METRIC_NAMES,
-    OVERALL,
-    TASK_NAMES,
-    Bootstrap,
-    Group,
-    group_label,
-)
-from lexpilot.reporting.tables import CLASS_TABLES, SETUP_NAMES, classes_present
+from lexpilot.reporting.bootstrap import Bootstrap
+from lexpilot.reporting.formats import SETUP_NAMES
+from lexpilot.reporting.groups import Group, classes_present, group_label
+from lexpilot.reporting.runs import OVERALL
+from lexpilot.reporting.scoring import METRIC_NAMES, TASK_NAMES
+from lexpilot.reporting.tables import CLASS_TABLES
 
 
 def write_plots(groups: list[Group], folder: Path, boot: Bootstrap | None,

@@ -13,14 +13,9 @@ from statistics import NormalDist
 
 import numpy as np
 
-from lexpilot.reporting.results import (
-    OVERALL,
-    Bootstrap,
-    Group,
-    differing_settings,
-    group_label,
-    paired_difference,
-)
+from lexpilot.reporting.bootstrap import Bootstrap, paired_difference
+from lexpilot.reporting.groups import Group, differing_settings, group_label
+from lexpilot.reporting.runs import OVERALL
 from lexpilot.reporting.table import METRIC, Figure, Table
 from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS, compared_setting
 

@@ -5,13 +5,17 @@ from __future__ import annotations
 import csv
 import html
 import io
+import json
 import re
 import textwrap
 import unicodedata
 
 from lexpilot.files import spreadsheet_safe
+from lexpilot.reporting.bootstrap import Bootstrap
+from lexpilot.reporting.groups import Group
+from lexpilot.reporting.scoring import TASKS
 from lexpilot.reporting.table import Figure, Table
-
+from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS
 
 TEXT_WIDTH = 120  # a text table wider than this is cut into column blocks, each repeating the first column
 
@@ -119,3 +123,30 @@ def render_csv(tables: list[Table]) -> str:
 
 
 RENDERINGS = {"text": render_text, "markdown": render_markdown, "csv": render_csv, "latex": render_latex}
+
+
+
+def render_json(groups: list[Group], boot: Bootstrap | None = None, usage: bool = False,
+                tables: list[Table] | None = None) -> str:
+    data = []
+    for g in groups:
+        metrics: dict = {}
+        keys = sorted({k for r in g.runs for k in r.metrics}, key=str)
+        for task, metric, cls in keys:
+            stat = g.stat((task, metric, cls))
+            entry = metrics.setdefault(task, {}).setdefault(metric, {})[cls] = {
+                "per_run": dict(zip([r.run_id for r in g.runs if (task, metric, cls) in r.metrics], stat["runs"])),
+                "mean": stat["mean"], "sd": stat["sd"], "undefined_runs": stat["undefined"]}
+            if boot and task in TASKS:
+                entry["ci95"] = boot.interval(g, (task, metric, cls))
+        group = {"model": g.model, "user_condition": g.condition, "run_ids": g.run_ids,
+                 "differs_from_first_group": g.differs,
+                 "settings": dict(zip(COMPARED_MANIFEST_FIELDS, map(json.loads, g.settings))),
+                 "problems": {r.run_id: r.problems for r in g.runs if r.problems}, "metrics": metrics}
+        if usage:
+            group["usage"] = {r.run_id: {stage: {role: dict(u) for role, u in roles.items()}
+                                         for stage, roles in r.usage.items()} for r in g.runs}
+        data.append(group)
+    extra = {"tables": [{"id": t.id, "title": t.title, "headers": t.headers, "rows": t.rows} for t in tables]} \
+        if tables else {}
+    return json.dumps({"groups": data, **extra}, ensure_ascii=False, indent=1)

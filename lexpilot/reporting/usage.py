@@ -7,11 +7,8 @@ from collections import Counter
 
 from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.pricing import cost
-from lexpilot.reporting.results import (
-    Group,
-    Run,
-    group_label,
-)
+from lexpilot.reporting.groups import Group, group_label
+from lexpilot.reporting.runs import Run
 from lexpilot.reporting.table import Table
 
 

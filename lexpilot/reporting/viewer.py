@@ -13,38 +13,63 @@ of at least HIGHLIGHT_RUN consecutive characters of it appears verbatim in the r
 from __future__ import annotations
 
 import json
-from urllib.parse import urlencode
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlencode
 
 from categories import FOCAL_TYPES, cause_class
 from lexpilot.benchmark.dataset import Case, load_dataset
+from lexpilot.benchmark.prompts import render_fault
 from lexpilot.benchmark.records import (
     A1,
+    AUDIT,
     DCG,
     DIRECT_PREDICTION,
+    FOCAL_TYPE_RECORDS,
     FORCE_ASK,
     GOLD_PREDICTION,
     INTERACTION,
     INTERACTION_LABELS,
     LCA,
+    LJP_BEHAVIOUR,
     LJP_DIRECT,
     LJP_GOLD,
     LJP_INTERACTION,
+    LJP_ORDER,
+    PLAIN_TYPES,
 )
-from lexpilot.benchmark.records import AUDIT, FOCAL_TYPE_RECORDS, LJP_BEHAVIOUR, LJP_ORDER, PLAIN_TYPES
 from lexpilot.benchmark.vocabulary import ASKS, PREDICTS
 from lexpilot.errors import HarnessError
-from lexpilot.benchmark.prompts import render_fault
-from lexpilot.reporting.calls_view import CALL_SCRIPT, call_button, call_data, raw_slot, run_settings
+from lexpilot.reporting.analyses import ORDER_CHANGED
+from lexpilot.reporting.calls_view import (
+    CALL_SCRIPT,
+    call_button,
+    call_data,
+    raw_slot,
+    run_settings,
+)
 from lexpilot.reporting.case_sections import KINDS as LATER_KINDS
-from lexpilot.reporting.comparisons import TASK_NAMES, TASKS, compare_page, disagreements
-from lexpilot.reporting.case_sections import audit_call, audit_note, esc, later_sections, lca_label, msg, rejudged
-from lexpilot.reporting.parallel import fork_map, workers
+from lexpilot.reporting.case_sections import (
+    audit_call,
+    audit_note,
+    esc,
+    later_sections,
+    lca_label,
+    msg,
+    rejudged,
+)
+from lexpilot.reporting.comparisons import (
+    TASK_NAMES,
+    TASKS,
+    compare_page,
+    disagreements,
+)
+from lexpilot.reporting.formats import PLAIN_TYPE_NAMES
+from lexpilot.reporting.groups import Group, group_label
 from lexpilot.reporting.judges import source_of
-from lexpilot.reporting.results import Group, Run, group_label, read_saved
+from lexpilot.reporting.parallel import fork_map, workers
+from lexpilot.reporting.runs import Run, read_saved
 from lexpilot.reporting.table import Table
-from lexpilot.reporting.tables import ORDER_CHANGED, PLAIN_TYPE_NAMES
 
 HIGHLIGHT_RUN = 6
 SETUPS = (("direct", "Direct", DIRECT_PREDICTION, LJP_DIRECT, "response"),

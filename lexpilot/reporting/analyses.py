@@ -1,0 +1,338 @@
+"""The tables of the paper's later analyses, from grouped runs: Table 4 (interaction behaviour and LJP), Figures 3
+and 4 as tables (with the --complexity file they read), the plain consultation (Table 6), the simulator audit,
+the judges of re-judged runs and the claim-order diagnostic.
+"""
+from __future__ import annotations
+
+import csv
+import math
+from collections import Counter
+from pathlib import Path
+
+from categories import FOCAL_TYPES, cause_class
+from lexpilot.benchmark.records import LJP_ORDER
+from lexpilot.files import check_input
+from lexpilot.reporting.bootstrap import Bootstrap, paired_difference
+from lexpilot.reporting.formats import (
+    COMPARED_METRICS,
+    PLAIN_TYPE_NAMES,
+    SETUP_NAMES,
+    average_cell,
+    cell,
+    difference_cell,
+    number_cell,
+    parts_cell,
+)
+from lexpilot.reporting.groups import Group, classes_present, group_label
+from lexpilot.reporting.judges import (
+    REJUDGED_KINDS,
+    judges_agreement,
+    order_agreement,
+    source_of,
+)
+from lexpilot.reporting.runs import OVERALL, saved_records
+from lexpilot.reporting.scoring import AUDITED
+from lexpilot.reporting.table import AVERAGE, METRIC, PERCENT, Figure, Table
+
+JUDGED_TASKS = ("LCA", "DCG", "LJP", "interaction rounds")  # what a re-judged run's judge decides again
+ORDER_CHANGED = "claim order changed"  # the case list's tag: a verdict changed with the claims shuffled
+
+
+def plain_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
+    """Table 6 on the benchmark: the response types of a plain consultation, per model and per class; on the
+    same histories, how often LexAwN then asked; and the complete-history control where it was run."""
+    tables = []
+    suffix = ", [95% bootstrap interval over cases]" if boot else ""
+    for history_type in ("underspecified", "complete"):
+        task = f"plain_{history_type}"
+        shown = [g for g in groups if g.stat((task, "premature_prediction", OVERALL))]
+        if not shown:
+            continue
+        labels = [group_label(g, shown) for g in shown]
+        title = ("Plain consultation (Table 6): response types on underspecified histories, mean ± SD over runs"
+                 if history_type == "underspecified" else
+                 "Plain consultation, control: response types on complete histories, mean ± SD over runs")
+        tables.append(Table(f"plain_types_{history_type}", title + suffix, ["Model"] + list(PLAIN_TYPE_NAMES.values()),
+                            [[label] + [cell(g.stat((task, k, OVERALL)), METRIC, boot.interval(g, (task, k, OVERALL))
+                                                                            if boot else None)
+                                        for k in PLAIN_TYPE_NAMES] for label, g in zip(labels, shown)], task="plain"))
+        classes = classes_present(shown) + [OVERALL]
+
+        def shares(g: Group, cls: str) -> Figure:
+            return parts_cell({name: (g.stat((task, k, cls)) or {}).get("mean") for k, name in PLAIN_TYPE_NAMES.items()},
+                              METRIC)
+        tables.append(Table(f"plain_by_class_{history_type}", f"Plain consultation by class ({history_type}): deficiency / conditional / "
+                            "unconditional / premature, share (mean over runs)", ["Model"] + classes,
+                            [[label] + [shares(g, c) for c in classes] for label, g in zip(labels, shown)], task="plain"))
+    crossed = [g for g in groups if any(g.stat(("plain_then_asked", k, OVERALL)) for k in PLAIN_TYPE_NAMES)]
+    if crossed:
+        tables.append(Table("plain_against_lexawn", "Plain response type against the LexAwN label on the same underspecified history: "
+                            "share of those cases where LexAwN asked (策略二), mean over runs",
+                            ["Model"] + list(PLAIN_TYPE_NAMES.values()),
+                            [[group_label(g, crossed)] + [cell(g.stat(("plain_then_asked", k, OVERALL)))
+                                                          for k in PLAIN_TYPE_NAMES] for g in crossed], task="plain"))
+    return tables
+
+
+def judge_sensitivity_tables(groups: list[Group], root, boot: Bootstrap) -> list[Table]:
+    """For runs re-judged with another judge (rejudge.py): the two judges' agreement on the same items, and
+    every metric under each judge with the paired bootstrap difference on the same cases."""
+    runs = {(r.model, r.run_id): (g, r) for g in groups for r in g.runs}
+    pairs = [(runs[(r.model, source_of(r.manifest))], (g, r)) for g in groups for r in g.runs
+             if (r.model, source_of(r.manifest)) in runs]
+    if not pairs:
+        return []
+    judge = lambda r: r.manifest["models"]["judge"]["model"]  # noqa: E731
+    read = lambda r: {k.name: saved_records(r, root, k) for k in REJUDGED_KINDS}  # noqa: E731
+    rows = []
+    for (_, original), (_, rejudged) in pairs:
+        for task, (n, agree, kappa) in judges_agreement(read(original), read(rejudged)).items():
+            rows.append([original.model, f"{original.run_id} → {rejudged.run_id}",
+                         f"{judge(original)} / {judge(rejudged)}", task, str(n), f"{100 * agree:.{PERCENT}f}%",
+                         "undefined" if kappa is None else f"{kappa:.{METRIC}f}"])
+    tables = [Table("judge_labels", "Judge sensitivity: the two judges' labels on the same items (re-judged runs; the same judge twice: its "
+                    "test-retest agreement)",
+                    ["Model", "Runs", "Judges", "Task", "Items", "Agreement", "Cohen's κ"], rows,
+                    row_tasks={t: t for t in JUDGED_TASKS}, compare="disagree")]  # a row: the cases they disagree on
+    done = set()
+    for (g_original, _), (g_rejudged, _) in pairs:
+        if (id(g_original), id(g_rejudged)) in done:
+            continue
+        done.add((id(g_original), id(g_rejudged)))
+        rows = []
+        for name, (task, metric) in COMPARED_METRICS:
+            key = (task, metric, OVERALL)
+            rows.append([name, cell(g_original.stat(key)), cell(g_rejudged.stat(key)),
+                         difference_cell(paired_difference(boot, (g_rejudged, key), (g_original, key)))])
+        first, second = judge(g_original.runs[0]), judge(g_rejudged.runs[0])
+        tables.append(Table("judge_sensitivity", f"{g_original.model}: every metric under each judge ({first} / "
+                            f"{second}), difference of means [95% bootstrap interval over "
+                            "cases, paired], share of resamples below zero",
+                            ["Metric", f"original ({first})", f"re-judged ({second})", "Re-judged − original"],
+                            rows))
+    return tables
+
+
+def order_table(groups: list[Group], root) -> Table | None:
+    """The diagnostic eval_LJP_order.py runs: per run and setup, the extraction judge's verdicts with the claims
+    shuffled against its original ones."""
+    rows = []
+    for g in groups:
+        for run in g.runs:
+            for setup, kind in LJP_ORDER.items():
+                if not kind.path(root, run.run_id, run.folder).exists():
+                    continue
+                found = order_agreement(saved_records(run, root, kind))
+                if found:
+                    n, agree, kappa = found
+                    rows.append([group_label(g, groups), run.run_id, SETUP_NAMES[setup], str(n), f"{100 * agree:.{PERCENT}f}%",
+                                 "undefined" if kappa is None else f"{kappa:.{METRIC}f}"])
+    if not rows:
+        return None
+    return Table("claim_order", "Diagnostic, outside the paper's protocol: the LJP extraction judge with each case's "
+                 "claims shuffled (eval_LJP_order.py), its verdicts against the original extraction's",
+                 ["Model", "Run", "Setup", "Claims", "Agreement", "Cohen's κ"], rows, query={"tag": ORDER_CHANGED})
+
+
+def audit_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
+    """The simulator audit: how often the User Model's replies over-disclosed, erred or did not answer, and
+    the tasks that rest on those replies recomputed on the cases whose replies were all clean."""
+    audited = [g for g in groups if any(g.stat((f"audit_{s}", "error", OVERALL)) for s in ("dcg", "interaction"))]
+    if not audited:
+        return []
+    suffix = ", [95% bootstrap interval over cases]" if boot else ""
+    rows = []
+    for g in audited:
+        for source in ("dcg", "interaction"):
+            task = f"audit_{source}"
+            if g.stat((task, "error", OVERALL)):
+                replies = sum(int(r.tasks[task].counts[:, 0].sum()) for r in g.runs if task in r.tasks)
+                rows.append([group_label(g, audited), {"dcg": "DCG", "interaction": "interaction"}[source],
+                             str(replies)] + [cell(g.stat((task, m, OVERALL)), METRIC, boot.interval(g, (task, m, OVERALL))
+                                                                                if boot else None)
+                                              for m in ("over_disclosure", "error", "non_answer")])
+    tables = [Table("audit_rates", "Simulator audit: User Model replies judged over-disclosing (key details not asked for), "
+                    f"erroneous (unsupported or contradicting) or not answering, mean ± SD over runs{suffix}",
+                    ["Model", "Replies of", "Replies audited", "Over-disclosure", "Error", "Non-answer"], rows,
+                    task="audit")]
+    rows = []
+    for g in audited:
+        for task, name in (("DCG", "DCG accuracy"), ("LJP_interaction", "Interaction-Based QWK")):
+            clean = g.stat(("clean", task, OVERALL))
+            if clean is not None:
+                cases = g.stat(("clean cases", task, OVERALL))
+                rows.append([group_label(g, audited), name, cell(g.stat((task, AUDITED[task][1], OVERALL))),
+                             cell(clean), f"{cases['mean']:.0f}" if cases and cases["mean"] is not None
+                             else "n/a"])
+    tables.append(Table("audit_clean_cases", "Task metrics on all cases and on the cases whose simulator replies were all clean "
+                        "(no over-disclosure, no error), mean over runs",
+                        ["Model", "Metric", "All cases", "Clean cases only", "Clean cases (mean per run)"], rows,
+                        row_tasks={"DCG accuracy": "DCG", "Interaction-Based QWK": "interaction"}))
+    return tables
+
+
+def table_4(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
+    """Table 4: LJP QWK Direct / Targeted / Off-target over every case and claim (unresolved cases flagged), the
+    same over the cases resolved in both conditions as a sensitivity view, with the paired differences under --ci;
+    and how many cases each condition's dialogues were accepted at each attempt, with the rejection reasons."""
+    shown = [g for g in groups if g.stat(("T4_targeted", "qwk", OVERALL))]
+    if not shown:
+        return []
+    suffix = ", [95% bootstrap interval over cases]" if boot else ""
+    main = table_4_qwk(shown, boot, "T4", "table_4", "Interaction behaviour and LJP (Table 4): QWK over every case and "
+                       "claim, Direct as in Table 3; an unresolved case is predicted from its last attempted dialogue, "
+                       f"mean ± SD over runs{suffix}")
+    sensitivity = table_4_qwk(shown, boot, "T4r", "table_4_resolved", "Table 4, sensitivity: QWK over the cases "
+                              f"resolved in both conditions only (Direct on the same cases), mean ± SD over runs{suffix}")
+    rows = []
+    for g in shown:
+        for b, name in (("targeted", "Targeted"), ("off_target", "Off-target")):
+            counts = [(g.stat(("T4 attempts", f"{b} {k}", OVERALL)) or {}).get("mean") for k in range(1, 6)]
+            unresolved = g.stat(("T4 unresolved", b, OVERALL))
+            reasons = Counter()
+            for r in g.runs:
+                reasons.update(r.rejections.get(b, {}))
+            rows.append([group_label(g, shown), name, parts_cell(dict(zip(map(str, range(1, 6)), counts))),
+                         f"{unresolved['mean']:g}" if unresolved else "n/a",
+                         "; ".join(f"{reason} ({n})" for reason, n in reasons.most_common(3)) or "-"])
+    attempts = Table("table_4_attempts", "Table 4 dialogues: cases accepted at attempt 1 / 2 / 3 / 4 / 5 and unresolved "
+                     "cases (mean per run), and the most frequent rejection reasons (all runs)",
+                     ["Model", "Condition", "Accepted at attempt", "Unresolved", "Rejections"], rows,
+                     row_tasks={"Targeted": "targeted", "Off-target": "off_target"})
+    return [main, attempts, sensitivity]
+
+
+def table_4_qwk(shown: list[Group], boot: Bootstrap | None, prefix: str, table_id: str, title: str) -> Table:
+    key = lambda task: (f"{prefix}_{task}", "qwk", OVERALL)  # noqa: E731
+    headers = ["Model", "Cases (unresolved T / O)" if prefix == "T4" else "Resolved cases", "Direct", "Targeted",
+               "Off-target"] + (["Targeted − Direct", "Off-target − Direct"] if boot else [])
+    rows = []
+    for g in shown:
+        cases = g.stat(("T4 cases", "all" if prefix == "T4" else "resolved", OVERALL))
+        flagged = [(g.stat(("T4 unresolved", b, OVERALL)) or {}).get("mean") for b in ("targeted", "off_target")]
+        count = f"{cases['mean']:g}" if cases else "n/a"
+        if prefix == "T4" and None not in flagged:
+            count = Figure(f"{count} ({flagged[0]:g} / {flagged[1]:g})", {
+                "all": cases["mean"] if cases else None, "unresolved targeted": flagged[0],
+                "unresolved off-target": flagged[1]})
+        row = [group_label(g, shown), count]
+        row += [cell(g.stat(key(t)), METRIC, boot.interval(g, key(t)) if boot else None)
+                for t in ("direct", "targeted", "off_target")]
+        if boot:
+            row += [difference_cell(paired_difference(boot, (g, key(t)), (g, key("direct"))))
+                    for t in ("targeted", "off_target")]
+        rows.append(row)
+    return Table(table_id, title, headers, rows, column_tasks={"Direct": "direct", "Targeted": "targeted",
+                                                               "Off-target": "off_target",
+                                                               "Targeted − Direct": "targeted",
+                                                               "Off-target − Direct": "off_target"})
+
+
+def figure_4_tables(groups: list[Group]) -> list[Table]:
+    """Figure 4 as tables: (a) DCG accuracy per focal-point type, (b) per class, (c) focal points per type and
+    class (from eval_focal_types.py)."""
+    groups = [g for g in groups if g.condition == "standard"]
+    typed = [g for g in groups if any(k[0] == "focal points" for r in g.runs for k in r.metrics)]
+    if not typed:
+        return []
+    types = list(FOCAL_TYPES.values())
+    classes = classes_present(typed)
+    labels = [group_label(g, typed) for g in typed]
+    panels = []
+    for panel, key, columns, title in (
+            ("figure_4a", lambda c: ("DCG by focal type", c, OVERALL), types,
+             "Figure 4 (a): DCG accuracy by focal-point type (a case counts in each type among its focal points)"),
+            ("figure_4b", lambda c: ("DCG", "accuracy", c), classes, "Figure 4 (b): DCG accuracy by class")):
+        rows = [[label] + [cell(g.stat(key(c))) for c in columns] for label, g in zip(labels, typed)]
+        # the figure plots the average over the models shown (the paper: three; choose them with --model)
+        rows.append([f"Average over {len(typed)} models"] + [average_cell([g.stat(key(c)) for g in typed])
+                                                               for c in columns])
+        panels.append(Table(panel, f"{title}, mean ± SD over runs; the last row averages the models' means",
+                            ["Model"] + columns, rows, task="DCG"))
+    counts = Counter()  # over the benchmark: every case typed in any run shown, once
+    cases: dict = {}
+    for g in typed:
+        for r in g.runs:
+            for number, typed_case in r.focal_types.items():
+                cases.setdefault(number, typed_case)
+    for cls, of_case in cases.values():
+        counts.update((t, cls) for t in of_case)
+    panels.append(Table("figure_4c", f"Figure 4 (c): focal points per type and class, over the {len(cases)} typed "
+                        "cases of the benchmark", ["Type"] + classes + ["Total"],
+                        [[t] + [str(counts[(t, c)]) for c in classes] + [str(sum(counts[(t, c)] for c in classes))]
+                         for t in types], task="DCG"))
+    return panels
+
+
+def figure_3_tables(groups: list[Group], complexity: dict[str, float] | None) -> list[Table]:
+    """Figure 3 as tables: per cause of action its complexity, LCA Macro-F1 and DCG accuracy (mean over runs),
+    and Spearman's rho between complexity and each metric across the causes."""
+    groups = [g for g in groups if g.condition == "standard" and g.stat(("LCA", "macro_f1", OVERALL))]
+    if not groups:
+        return []
+    if not complexity:
+        return [Table("figure_3", "Case complexity (Figure 3)", ["Note"],
+                      [["no complexity data: pass --complexity FILE (cause_of_action,complexity: provisions cited "
+                        "per cause)"]])]
+    from scipy.stats import spearmanr
+    tables = []
+    for g in groups:
+        causes = sorted({k[2] for r in g.runs for k in r.metrics if k[0] == "by cause"}, key=lambda c: complexity.get(c, 0))
+        rows, points = [], {"LCA": [], "DCG": []}
+        for cause in causes:
+            row = [cause, cause_class(cause), f"{(g.stat(('cases by cause', 'LCA', cause)) or {}).get('mean') or 0:.0f}",
+                   f"{complexity[cause]:.{AVERAGE}f}" if cause in complexity else "n/a"]
+            for task in ("LCA", "DCG"):
+                stat = g.stat(("by cause", task, cause))
+                row.append(cell(stat))
+                if stat and stat["mean"] is not None and cause in complexity:
+                    points[task].append((complexity[cause], stat["mean"]))
+            rows.append(row)
+        for task, name in (("LCA", "LCA Macro-F1"), ("DCG", "DCG Acc.")):
+            xs, ys = zip(*points[task]) if points[task] else ((), ())
+            rho = spearmanr(xs, ys).statistic if len(xs) > 2 and len(set(xs)) > 1 and len(set(ys)) > 1 else None
+            shown = number_cell(None if rho is None or rho != rho else float(rho), METRIC, signed=True)
+            rows.append([f"Spearman's rho, complexity vs {name}", "", str(len(xs)), ""]
+                        + ([shown, ""] if task == "LCA" else ["", shown]))  # under its own metric's column
+        tables.append(Table("figure_3", f"Case complexity (Figure 3): {group_label(g, groups)}, per cause of action (mean over "
+                            "runs); rho over the causes with complexity data",
+                            ["Cause of action", "Class", "Cases", "Complexity", "LCA Macro-F1", "DCG Acc."], rows,
+                            column_tasks={"LCA Macro-F1": "LCA", "DCG Acc.": "DCG"}, group=group_label(g, groups),
+                            row_filter="cause"))
+    return tables
+
+
+def read_complexity(path: Path) -> dict[str, float]:
+    """--complexity: a CSV of cause_of_action,complexity; unknown causes, missing or non-numeric values are
+    errors naming the line."""
+    from categories import CAUSES
+    if not path.is_file():
+        raise UsageError(f"--complexity {path}: not found")
+    values = {}
+    try:
+        check_input(path)
+        with path.open(encoding="utf-8-sig", newline="") as f:
+            for line, row in enumerate(csv.reader(f), 1):
+                if not row or (line == 1 and row[0].strip() == "cause_of_action"):
+                    continue
+                cause = row[0].strip()
+                where = f"--complexity {path}:{line}"
+                if cause not in CAUSES:
+                    raise UsageError(f"{where}: unknown cause of action {cause!r}")
+                if len(row) < 2 or not row[1].strip():
+                    raise UsageError(f"{where}: missing complexity for {cause}")
+                try:
+                    value = float(row[1])
+                    if not math.isfinite(value) or value < 0:
+                        raise ValueError
+                except ValueError:
+                    raise UsageError(f"{where}: {row[1]!r} is not a non-negative number") from None
+                values[cause] = value
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise UsageError(f"--complexity {path}: unreadable CSV ({e})") from None
+    return values
+
+
+
+class UsageError(Exception):
+    """A problem with the price file: said in one line, nothing else is printed."""

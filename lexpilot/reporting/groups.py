@@ -1,0 +1,112 @@
+"""Grouping runs with equal settings (a model's runs; its runs with other settings apart), each group's statistics
+over its runs, and a group's label by what differs from its model's first group.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from categories import CLASS_LABELS
+from lexpilot.reporting.runs import Run
+from lexpilot.storage.manifest import (
+    COMPARED_MANIFEST_FIELDS,
+    compared_setting,
+)
+
+
+@dataclass
+class Group:
+    model: str
+    settings: tuple
+    runs: list[Run]
+    differs: list[str] = field(default_factory=list)
+
+    @property
+    def condition(self) -> str:
+        return self.runs[0].condition
+
+    @property
+    def run_ids(self) -> list[str]:
+        return [r.run_id for r in self.runs]
+
+    def values(self, key) -> list:
+        return [r.metrics[key] for r in self.runs if key in r.metrics]
+
+    def stat(self, key) -> dict | None:
+        """Mean and sample SD over the runs where the metric is defined; counts the others."""
+        values = self.values(key)
+        if not values:
+            return None
+        defined = [v for v in values if v is not None]
+        return {"runs": values, "mean": float(np.mean(defined)) if defined else None,
+                "sd": float(np.std(defined, ddof=1)) if len(defined) > 1 else None,
+                "n": len(defined), "undefined": len(values) - len(defined)}
+
+
+def settings_key(manifest: dict) -> tuple:
+    return tuple(json.dumps(compared_setting(manifest, name), sort_keys=True) for name in COMPARED_MANIFEST_FIELDS)
+
+
+def group_runs(runs: list[Run]) -> list[Group]:
+    groups: dict[tuple, Group] = {}
+    for run in sorted(runs, key=lambda r: (r.model, r.run_id)):
+        key = (run.model, settings_key(run.manifest))
+        groups.setdefault(key, Group(run.model, key[1], [])).runs.append(run)
+    ordered = list(groups.values())
+    for group in ordered:
+        first = next(g for g in ordered if g.model == group.model)
+        group.differs = [name for name, a, b in zip(COMPARED_MANIFEST_FIELDS, group.settings, first.settings) if a != b]
+    return ordered
+
+
+def differing_settings(a: dict, b: dict, prefix: str = "") -> list[str]:
+    """The settings two groups differ in, down to the sub-setting (models.judge, generation.judge_temperature)."""
+    differing = []
+    for name in dict.fromkeys([*a, *b]):
+        x, y = a.get(name), b.get(name)
+        if isinstance(x, dict) and isinstance(y, dict) and not prefix:
+            differing += differing_settings(x, y, f"{name}.")
+        elif json.dumps(x, sort_keys=True) != json.dumps(y, sort_keys=True):
+            differing.append(prefix + name)
+    return differing
+
+
+WORDS_FOR = {"selected_cases": "other cases", "dataset_sha256": "another dataset", "code_hash": "other code",
+             "prompt_hash": "other prompts", "user_condition": "another user condition"}
+
+
+def what_differs(settings: dict, name: str) -> str:
+    """A differing setting in a few words: its value where it is short (a temperature, a judge's model)."""
+    top, _, sub = name.partition(".")
+    if top in WORDS_FOR:
+        return WORDS_FOR[top]
+    value = settings.get(top, {}).get(sub) if sub else settings.get(top)
+    value = value.get("model", value) if isinstance(value, dict) else value
+    return f"{sub or top} {str(value)[:24]}"
+
+
+def group_label(group: Group, groups: list[Group]) -> str:
+    """The model (and a non-ideal user); a further group of the same model is labelled by what differs from its
+    first group (re-judged by a judge, another temperature, other code), not by a number."""
+    siblings = [g for g in groups if g.model == group.model and g.condition == group.condition]
+    label = group.model if group.condition == "standard" else f"{group.model} ({group.condition} user)"
+    if len(siblings) == 1 or siblings[0] is group:
+        return label
+    text = difference_text(group, siblings[0])
+    clash = any(difference_text(g, siblings[0]) == text for g in siblings[1:] if g is not group)
+    return f"{label} · {text}" + (f" #{siblings.index(group) + 1}" if clash else "")
+
+
+def difference_text(group: Group, first: Group) -> str:
+    theirs, mine = ({n: json.loads(v) for n, v in zip(COMPARED_MANIFEST_FIELDS, g.settings)} for g in (first, group))
+    if mine.get("rejudged_from"):
+        return f"{mine['rejudged_from']} re-judged by {((mine.get('models') or {}).get('judge') or {}).get('model', '?')}"
+    return ", ".join(dict.fromkeys(what_differs(mine, n) for n in differing_settings(theirs, mine))) or "other runs"
+
+
+
+def classes_present(groups: list[Group]) -> list[str]:
+    present = {k[2] for g in groups for r in g.runs for k in r.metrics}
+    return [c for c in CLASS_LABELS if c in present]

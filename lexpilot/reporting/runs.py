@@ -1,0 +1,113 @@
+"""A saved run as the reports see it (its manifest, metrics, task data, usage, the records kept for the viewer),
+and the reading of its records: through the one record reader, checked against the run's settings, a task
+complete or why not.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from lexpilot.benchmark.records import (
+    REJUDGE_REUSED,
+    RecordKind,
+    read_records,
+)
+from lexpilot.errors import HarnessError, first_of
+from lexpilot.storage.manifest import (
+    read_manifest,
+    settings_hash,
+)
+
+OVERALL = "Overall"
+USAGE_FIELDS = ("calls", "prompt_tokens", "completion_tokens", "unreported_calls", "reasoning_tokens", "batched_calls",
+                "cached_prompt_tokens")
+
+
+@dataclass
+class TaskData:
+    """Per-case counts of one task of one run, in the run's selected-case order."""
+    cases: list[str]
+    classes: list[str]
+    counts: np.ndarray  # cases × counts
+
+
+@dataclass
+class Run:
+    run_id: str
+    model: str
+    manifest: dict
+    folder: str
+    metrics: dict = field(default_factory=dict)  # (task, metric, class) -> value or None
+    tasks: dict = field(default_factory=dict)  # task -> TaskData
+    usage: dict = field(default_factory=dict)  # checkpoint file -> role -> usage sums
+    problems: list[str] = field(default_factory=list)
+    input_hashes: dict = field(default_factory=dict)  # selected case -> input hash (None: not checked)
+    notes: list[str] = field(default_factory=list)  # torn last lines left out, for stderr
+    unanswered: dict = field(default_factory=dict)  # role -> calls paid but never answered (process killed)
+    saved: dict | None = None  # kind name -> case_number -> record, kept for the viewer (keep_records)
+    rejections: dict = field(default_factory=dict)  # Table 4: condition -> Counter of rejection reasons
+    focal_types: dict = field(default_factory=dict)  # Figure 4: case -> (class, the type of each focal point)
+
+    @property
+    def selected(self) -> list[str]:
+        return self.manifest["selected_cases"]
+
+    @property
+    def condition(self) -> str:
+        return self.manifest.get("user_condition", "standard")
+
+
+def read_saved(run: Run, root: Path, kind: RecordKind) -> tuple[dict, str | None]:
+    """The records of one kind saved so far, complete or not (case_number -> record), or the problem:
+    a missing file, a malformed line, another schema version, a case the manifest did not select, a record
+    made from other inputs than the dataset shown with."""
+    path = kind.path(root, run.run_id, run.folder)
+    if not path.exists():
+        return {}, f"{path}: not found"
+    try:
+        loaded = read_records(path, kind, run.input_hashes, "the run's files do not match its manifest",
+                              notes=run.notes)
+    except HarnessError as e:
+        return {}, str(e)
+    expected = accepted_settings(run, root, kind)
+    other = [(line, n) for n, (line, r) in loaded.items() if r.get("settings_hash") not in (None, *expected)]
+    if other:  # the manifest says other settings than these records were made with (it was edited, or swapped)
+        return {}, (f"{path}:{other[0][0]}: case {other[0][1]} (and {len(other) - 1} more) was made with other "
+                    "settings than the run's manifest says; restore the manifest")
+    return {n: r for n, (_, r) in loaded.items()}, None
+
+
+def saved_records(run: Run, root: Path, kind: RecordKind) -> dict:
+    """The records of one kind a run saved (case_number -> record): those scoring kept, else read again."""
+    return run.saved[kind.name] if run.saved is not None else read_saved(run, root, kind)[0]
+
+
+def accepted_settings(run: Run, root: Path, kind: RecordKind) -> set[str]:
+    """The settings hashes a run's records of `kind` may carry: its manifest's, and for the generations a re-judged
+    run copied from its source, the source run's (made with another judge, the one setting that may differ)."""
+    hashes = {settings_hash(run.manifest)}
+    source = run.manifest.get("rejudged_from")
+    if isinstance(source, str) and kind in REJUDGE_REUSED:
+        try:
+            hashes.add(settings_hash(read_manifest(root / "runs" / source / run.folder / "manifest.json")))
+        except HarnessError:
+            pass  # the source's manifest is gone: the copies are then refused as made with other settings
+    return hashes
+
+
+def complete_task(path: Path, selected: list[str], records: dict, problem: str | None) -> tuple[dict | None, str | None]:
+    """The records in selected-case order, or a problem: the task is incomplete."""
+    if problem:
+        return None, problem
+    missing = [n for n in selected if n not in records]
+    if missing:
+        shown = ", ".join(first_of(missing))
+        return None, f"{path}: incomplete, {len(missing)} of {len(selected)} cases missing: {shown}"
+    return {n: records[n] for n in selected}, None
+
+
+def read_task(run: Run, root: Path, kind: RecordKind) -> tuple[dict | None, str | None]:
+    """Every selected case's record of one kind, or why the task cannot be scored."""
+    return complete_task(kind.path(root, run.run_id, run.folder), run.selected, *read_saved(run, root, kind))

@@ -1,0 +1,287 @@
+"""Scoring one run: every task's metrics overall and per class (from per-case counts, so that the bootstrap can
+resample cases), the later sections' analyses (Table 4, focal types, the plain consultation, clean cases),
+interaction behaviour and token usage.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from operator import add
+from pathlib import Path
+
+import numpy as np
+
+from categories import FOCAL_TYPES, cause_class
+from lexpilot.benchmark.records import (
+    AUDIT,
+    BEHAVIOUR_DIALOGUE,
+    DCG,
+    FOCAL_TYPE_RECORDS,
+    INTERACTION,
+    LCA,
+    LJP_BEHAVIOUR,
+    LJP_DIRECT,
+    LJP_SETUPS,
+    PLAIN_TYPES,
+    RECORD_KINDS,
+    REJUDGE_REUSED,
+    RecordKind,
+)
+from lexpilot.benchmark.vocabulary import ASKS, BEHAVIOURS, HISTORY_TYPES
+from lexpilot.reporting.metrics import (
+    PLAIN_TYPE_ORDER,
+    audit_counts,
+    audit_from_counts,
+    confusion,
+    dcg_from_counts,
+    lca_counts,
+    lca_from_counts,
+    ljp_from_counts,
+    plain,
+    plain_counts,
+    plain_from_counts,
+)
+from lexpilot.reporting.runs import (
+    OVERALL,
+    USAGE_FIELDS,
+    Run,
+    TaskData,
+    complete_task,
+    read_saved,
+)
+from lexpilot.storage.checkpoints import read_unanswered
+
+
+def ljp_case_counts(record: dict) -> np.ndarray:
+    if not len(record["claims"]) == len(record["gold"]) == len(record["predicted"]) > 0:
+        raise ValueError
+    return confusion(zip(record["gold"], record["predicted"]))
+
+
+# task -> (verdict or label records, per-case counts of a record, metrics from summed counts)
+TASKS = {
+    "LCA": (LCA, lambda r: lca_counts([(j["true_type"], j["predicted_type"]) for j in r["judgments"].values()]),
+            lca_from_counts),
+    "DCG": (DCG, lambda r: np.array([float(bool(r["success"])), 1.0]), dcg_from_counts),
+    **{f"LJP_{setup}": (kind, ljp_case_counts, ljp_from_counts) for setup, kind, _, _ in LJP_SETUPS},
+    **{f"plain_{t}": (PLAIN_TYPES[t], lambda r: plain_counts(r["type"]), plain_from_counts) for t in HISTORY_TYPES},
+}
+TASKS |= {f"audit_{source}": (AUDIT[source], audit_counts, audit_from_counts) for source in AUDIT}
+# Table 4: Direct, Targeted and Off-target on the cases resolved in both conditions (filled in score_behaviour_
+# dialogues, not read from one file)
+# Table 4 over every case and claim ("QWK over all 657 equally weighted claims per run"; "Direct results are
+# reused from Table 3"), and, as a sensitivity view, over the cases resolved in both conditions
+TABLE_4 = {"T4_direct": LJP_DIRECT, **{f"T4_{b}": LJP_BEHAVIOUR[b] for b in BEHAVIOURS}}
+TABLE_4_RESOLVED = {f"T4r_{name[3:]}": kind for name, kind in TABLE_4.items()}
+TASKS |= {task: (kind, ljp_case_counts, ljp_from_counts) for task, kind in {**TABLE_4, **TABLE_4_RESOLVED}.items()}
+# run only when wanted: the plain consultation, the simulator audit
+OPTIONAL_TASKS = {f"plain_{t}" for t in HISTORY_TYPES} | {f"audit_{source}" for source in AUDIT}
+# task using User Model replies -> (its audit, the metric shown on the cases whose replies were all clean)
+AUDITED = {"DCG": ("audit_dcg", "accuracy"), "LJP_interaction": ("audit_interaction", "qwk")}
+METRIC_NAMES = {"macro_f1": "Macro-F1", "accuracy": "accuracy", "qwk": "QWK", "acc_c": "Acc_C", "acc_u": "Acc_U"}
+BY_CAUSE = {"LCA": "macro_f1", "DCG": "accuracy"}  # Figure 3's metrics, per cause of action
+TASK_NAMES = {"LCA": "LCA", "DCG": "DCG", **{f"LJP_{s}": f"LJP {s}" for s, _, _, _ in LJP_SETUPS},
+              **{f"plain_{t}": f"plain consultation ({t})" for t in HISTORY_TYPES},
+              **{f"audit_{s}": f"simulator audit ({s})" for s in AUDIT}}
+
+
+def metrics_of(task: str, data: TaskData, mask=None) -> dict:
+    counts = data.counts if mask is None else data.counts[mask]
+    return plain(TASKS[task][2](counts.sum(axis=0)))
+
+
+def score_run(run: Run, root: Path, keep_records: bool = False) -> None:
+    """Every task's metrics overall and per class, the later sections' analyses, the interaction behaviour and
+    the token usage of one run."""
+    saved = {kind.name: read_saved(run, root, kind) for kind in RECORD_KINDS}  # each file read once
+    if keep_records:
+        run.saved = {name: records for name, (records, _) in saved.items()}
+
+    def whole(kind: RecordKind):
+        return complete_task(kind.path(root, run.run_id, run.folder), run.selected, *saved[kind.name])
+
+    # A non-ideal-user run is only an Interaction-Based LJP result (Table 15).
+    tasks = ["LJP_interaction", "audit_interaction"] if run.condition != "standard" else \
+        [t for t in TASKS if t not in TABLE_4 and t not in TABLE_4_RESOLVED]
+    for task in tasks:
+        kind = TASKS[task][0]
+        if task in OPTIONAL_TASKS and not kind.path(root, run.run_id, run.folder).exists():
+            continue
+        score_task(run, task, kind.path(root, run.run_id, run.folder), *whole(kind))
+    types, _ = whole(FOCAL_TYPE_RECORDS)
+    if types:
+        score_focal_types(run, types)
+    score_clean_cases(run)
+    if all(LJP_BEHAVIOUR[b].path(root, run.run_id, run.folder).exists() for b in BEHAVIOURS):
+        score_table_4(run, root, {name: whole(kind) for name, kind in TABLE_4.items()},
+                      {b: whole(BEHAVIOUR_DIALOGUE[b])[0] for b in BEHAVIOURS})
+    score_plain_against_lexawn(run, whole(PLAIN_TYPES["underspecified"])[0], whole(LCA)[0])
+    interactions, _ = whole(INTERACTION)  # a missing file only leaves out the behaviour tables
+    if interactions:
+        try:
+            score_behaviour(run, interactions)
+        except (KeyError, TypeError) as e:
+            run.problems.append(f"behaviour: {INTERACTION.path(root, run.run_id, run.folder)}: unreadable "
+                                f"interaction record ({e})")
+    score_usage(run, root, {name: records for name, (records, _) in saved.items()})
+
+
+def score_task(run: Run, task: str, path: Path, records: dict | None, problem: str | None) -> None:
+    """One task's per-case counts, and its metrics overall, per class and (Figure 3) per cause of action."""
+    case_counts = TASKS[task][1]
+    if not problem:
+        counts = []
+        for number, record in records.items():
+            try:
+                counts.append(case_counts(record))
+            except (ValueError, KeyError, TypeError, AttributeError):
+                problem = f"{path}: claims and verdicts misaligned for case {number}"
+                break
+    if not problem:
+        try:
+            classes = [cause_class(r["cause_of_action"]) for r in records.values()]
+        except KeyError as e:
+            problem = f"{path}: {e.args[0]}"
+    if problem:
+        run.problems.append(f"{TASK_NAMES[task]}: {problem}")
+        return
+    data = run.tasks[task] = TaskData(list(records), classes, np.array(counts))
+    for metric, value in metrics_of(task, data).items():
+        run.metrics[(task, metric, OVERALL)] = value
+    for cls in sorted(set(classes)):
+        for metric, value in metrics_of(task, data, np.array(classes) == cls).items():
+            run.metrics[(task, metric, cls)] = value
+    if task in BY_CAUSE:  # Figure 3: the metric within each cause of action
+        causes = np.array([r["cause_of_action"] for r in records.values()])
+        for cause in sorted(set(causes)):
+            run.metrics[("by cause", task, cause)] = metrics_of(task, data, causes == cause)[BY_CAUSE[task]]
+            run.metrics[("cases by cause", task, cause)] = float((causes == cause).sum())
+
+
+def score_clean_cases(run: Run) -> None:
+    """DCG and Interaction-Based LJP on the cases whose simulator replies the audit found all clean."""
+    for task, (audit, metric) in AUDITED.items():
+        if task in run.tasks and audit in run.tasks:
+            clean = dict(zip(run.tasks[audit].cases, (run.tasks[audit].counts[:, 1:3].sum(axis=1) == 0)))
+            mask = np.array([clean.get(n, False) for n in run.tasks[task].cases])
+            run.metrics[("clean", task, OVERALL)] = metrics_of(task, run.tasks[task], mask)[metric] if mask.any() \
+                else None
+            run.metrics[("clean cases", task, OVERALL)] = float(mask.sum())
+
+
+def score_plain_against_lexawn(run: Run, plain: dict | None, lca: dict | None) -> None:
+    """Does the LexAwN prompt turn each plain response type into a question (on the same history)?"""
+    if not (plain and lca):
+        return
+    for kind in PLAIN_TYPE_ORDER:
+        asked = [lca[n]["judgments"]["underspecified"]["label"] == ASKS for n, r in plain.items() if r["type"] == kind]
+        run.metrics[("plain_then_asked", kind, OVERALL)] = float(np.mean(asked)) if asked else None
+
+
+def score_usage(run: Run, root: Path, saved: dict[str, dict]) -> None:
+    """Tokens per stage file and role (spending counts even in an unfinished file), and calls paid but never
+    answered."""
+    # a re-judged run's copied generations were paid for by its source run: counting them again overstates spending
+    copied = REJUDGE_REUSED if run.manifest.get("rejudged_from") else ()
+    for kind in (k for k in RECORD_KINDS if k not in copied):
+        totals: dict[str, list[int]] = {}  # role -> a sum per field: plain lists, 583,000 records at 10 × 5
+        for record in saved[kind.name].values():
+            usage = record.get("usage")
+            for role, used in (usage.items() if isinstance(usage, dict) else ()):
+                counts = [used.get(k, 0) for k in USAGE_FIELDS] if isinstance(used, dict) else None
+                if counts is None or not all(isinstance(c, int) for c in counts):
+                    run.problems.append(f"usage: {kind.path(root, run.run_id, run.folder)}: malformed usage for "
+                                        f"case {record['case_number']}; left out of the token counts")
+                    continue
+                total = totals.get(role) or totals.setdefault(role, [0] * len(USAGE_FIELDS))
+                total[:] = map(add, total, counts)
+        for role, total in totals.items():
+            run.usage.setdefault(kind.file, {})[role] = Counter(dict(zip(USAGE_FIELDS, total)))
+    run.unanswered = read_unanswered(root / "runs" / run.run_id / run.folder / "unanswered_calls.json")
+
+
+def score_focal_types(run: Run, types: dict) -> None:
+    """Figure 4: DCG accuracy per focal-point type (a case counts once in each type among its focal points),
+    and the number of focal points per type and class."""
+    for number, record in types.items():
+        cls = cause_class(record["cause_of_action"])
+        run.focal_types[number] = (cls, [FOCAL_TYPES.get(e["type"], e["type"]) for e in record["types"]])
+        for entry in record["types"]:
+            key = ("focal points", FOCAL_TYPES.get(entry["type"], entry["type"]), cls)
+            run.metrics[key] = run.metrics.get(key, 0.0) + 1
+    data = run.tasks.get("DCG")
+    if data is None:
+        return
+    of_case = {n: {FOCAL_TYPES.get(e["type"], e["type"]) for e in r["types"]} for n, r in types.items()}
+    for label in FOCAL_TYPES.values():
+        mask = np.array([label in of_case.get(n, ()) for n in data.cases])
+        run.metrics[("DCG by focal type", label, OVERALL)] = metrics_of("DCG", data, mask)["accuracy"] \
+            if mask.any() else None
+
+
+def score_table_4(run: Run, root: Path, verdicts: dict, dialogues: dict) -> None:
+    """Table 4: QWK Direct / Targeted / Off-target over every case and claim (an unresolved case predicted from
+    its last attempted dialogue, and counted as unresolved), the same over the cases resolved in both conditions
+    (a sensitivity view), and per condition how many cases were accepted at each attempt, and the reasons."""
+    problems = [f"{name}: {problem}" for name, (_, problem) in verdicts.items() if problem]
+    if problems or any(d is None for d in dialogues.values()):
+        hint = " (run eval_LJP_direct.py for this run: Table 4 compares with Direct)" \
+            if verdicts["T4_direct"][1] else ""
+        run.problems.append("Table 4: " + "; ".join(problems or ["dialogues incomplete"]) + hint)
+        return
+    resolved = [n for n in run.selected if all(verdicts[f"T4_{b}"][0][n]["status"] == "accepted" for b in BEHAVIOURS)]
+    for cases, tasks in ((run.selected, TABLE_4), (resolved, TABLE_4_RESOLVED)):
+        for task, kind in tasks.items():
+            records = verdicts[f"T4_{task.split('_', 1)[1]}"][0]
+            rows = [records[n] for n in cases]
+            try:
+                counts = np.array([ljp_case_counts(r) for r in rows]).reshape(len(rows), -1)
+            except (ValueError, KeyError, TypeError):  # an unresolved case saved without a prediction (before 25.2)
+                run.problems.append(f"Table 4: {kind.file}: a case without predicted verdicts; rerun "
+                                    "eval_LJP_behaviour.py on a new run id")
+                return
+            data = run.tasks[task] = TaskData(list(cases), [cause_class(r["cause_of_action"]) for r in rows], counts)
+            run.metrics[(task, "qwk", OVERALL)] = metrics_of(task, data)["qwk"] if rows else None
+    run.metrics[("T4 cases", "all", OVERALL)] = float(len(run.selected))
+    run.metrics[("T4 cases", "resolved", OVERALL)] = float(len(resolved))
+    for b, records in dialogues.items():
+        attempts = [len(r["attempts"]) if r["status"] == "accepted" else None for r in records.values()]
+        for k in range(1, 6):
+            run.metrics[("T4 attempts", f"{b} {k}", OVERALL)] = float(sum(a == k for a in attempts))
+        run.metrics[("T4 unresolved", b, OVERALL)] = float(sum(a is None for a in attempts))
+        run.rejections[b] = Counter(reason for r in records.values() for a in r["attempts"]
+                                    for reason in a["rejected"])
+
+
+STOP_CATEGORIES = ("round 1", "round 2", "round 3", "budget")
+
+
+def stop_category(interaction: dict) -> str:
+    """Judged in round 1, 2 or 3, or the forced prediction after the budget."""
+    return f"round {len(interaction['rounds'])}" if interaction["stop_reason"] == "judged" else "budget"
+
+
+def score_behaviour(run: Run, interactions: dict) -> None:
+    """Questions before a prediction and stop reasons (premature = judged in round 1), overall and per class;
+    Interaction-Based QWK per stop reason."""
+    stops = np.array([stop_category(r) for r in interactions.values()])
+    questions = np.array([sum(r_["label"] == ASKS for r_ in r["rounds"]) for r in interactions.values()])
+    classes = np.array([cause_class(r["cause_of_action"]) for r in interactions.values()])
+    for cls in [OVERALL] + sorted(set(classes)):
+        mask = np.ones(len(classes), bool) if cls == OVERALL else classes == cls
+        run.metrics[("behaviour", "questions", cls)] = float(questions[mask].mean())
+        for category in STOP_CATEGORIES:
+            run.metrics[("behaviour", category, cls)] = float((stops[mask] == category).mean())
+    disrupted = [r.get("disrupted_round") is not None for r in interactions.values()]
+    faults = [r["fault"]["kind"] for r in interactions.values() if isinstance(r.get("fault"), dict)]
+    if run.condition != "standard":
+        run.metrics[("faults", "disrupted", OVERALL)] = float(np.mean(disrupted))
+        for kind in ("incomplete", "wrong"):
+            run.metrics[("faults", kind, OVERALL)] = float(np.mean([f == kind for f in faults])) if faults else None
+    data = run.tasks.get("LJP_interaction")
+    if data is not None:
+        by_case = dict(zip(interactions, stops))
+        case_stops = np.array([by_case[n] for n in data.cases])
+        for category in STOP_CATEGORIES:
+            if (case_stops == category).any():
+                run.metrics[("LJP_interaction_by_stop", "qwk", category)] = \
+                    metrics_of("LJP_interaction", data, case_stops == category)["qwk"]
