@@ -1,0 +1,164 @@
+"""The case list (cases.html): one row per case and run with its outcome on every task and the tasks it gets wrong,
+its filters, sorting and text search written to the address; "Wrong first" puts a task's wrong cases first.
+"""
+from __future__ import annotations
+
+from categories import FOCAL_TYPES
+from lexpilot.benchmark.records import (
+    AUDIT,
+    FOCAL_TYPE_RECORDS,
+    LJP_BEHAVIOUR,
+    LJP_ORDER,
+    PLAIN_TYPES,
+)
+from lexpilot.benchmark.vocabulary import ASKS, PREDICTS
+from lexpilot.reporting.analyses import ORDER_CHANGED
+from lexpilot.reporting.case_sections import (
+    esc,
+)
+from lexpilot.reporting.comparisons import (
+    TASK_NAMES,
+)
+from lexpilot.reporting.formats import PLAIN_TYPE_NAMES
+from lexpilot.reporting.transcripts import SETUPS, RunRecords
+
+
+def outcomes(rr: RunRecords, number: str) -> dict:
+    """One row of the case list: the outcome of every task of one case in one run."""
+    r = rr.records
+    row: dict = {"model": rr.run.model, "run": rr.run.run_id, "label": rr.label, "group": rr.group, "tags": []}
+    lca = r["LCA"].get(number)
+    if lca:
+        row["lca_c"], row["lca_u"] = (lca["judgments"][t]["label"] for t in ("complete", "underspecified"))
+        if row["lca_c"] == ASKS:
+            row["tags"].append("over-asking")
+    dcg = r["DCG"].get(number)
+    if dcg:
+        row["dcg"] = bool(dcg["success"])
+        if not dcg["success"]:
+            row["tags"].append("DCG miss")
+    for setup, _, _, verdicts, _ in SETUPS:
+        v = r[verdicts.name].get(number)
+        if v:
+            right = sum(g == p for g, p in zip(v["gold"], v["predicted"]))
+            row[setup] = f"{right}/{len(v['gold'])}"
+            if right < len(v["gold"]):
+                row["tags"].append("wrong verdict")
+    inter = r["interaction"].get(number)
+    if inter:
+        row["stop"] = inter["stop_reason"]
+        row["questions"] = sum(x.get("label") == ASKS for x in inter["rounds"])
+        if inter["stop_reason"] == "judged" and len(inter["rounds"]) == 1:
+            row["tags"].append("premature judgment")
+        if inter["stop_reason"] == "budget":
+            row["tags"].append("budget reached")
+    for condition, kind in LJP_BEHAVIOUR.items():
+        v = r.get(kind.name, {}).get(number)
+        if v:
+            right = sum(g == p for g, p in zip(v["gold"], v["predicted"]))
+            row[condition] = f"{right}/{len(v['gold'])}"
+    if any((r.get(kind.name, {}).get(number) or {}).get("predicted") != (r.get(kind.name, {}).get(number) or {}).get(
+            "original") for kind in LJP_ORDER.values() if number in r.get(kind.name, {})):
+        row["tags"].append(ORDER_CHANGED)  # the claim-order diagnostic: a verdict changed with the claims shuffled
+    typed = r.get(FOCAL_TYPE_RECORDS.name, {}).get(number)
+    if typed:  # Figure 4: the types of the case's focal points
+        row["focal"] = sorted({FOCAL_TYPES.get(t.get("type"), str(t.get("type"))) for t in typed.get("types", [])})
+    plain = r.get(PLAIN_TYPES["underspecified"].name, {}).get(number)
+    if plain:
+        row["plain"] = PLAIN_TYPE_NAMES.get(plain.get("type"), plain.get("type"))
+    audited = [reply for kind in AUDIT.values() for reply in (r.get(kind.name, {}).get(number) or {}).get("replies", [])
+               if not reply.get("injected")]
+    if audited:
+        flagged = sum(bool(x.get("over_disclosed") or x.get("error") or not x.get("answered", True)) for x in audited)
+        row["audit"] = f"{flagged} flagged" if flagged else "clean"
+    row["fails"] = failing_tasks(row)
+    expected = ["LCA", "DCG", "LJP_direct", "LJP_gold", "LJP_interaction"] if rr.run.condition == "standard" \
+        else ["LJP_interaction"]
+    if any(number not in r[k] for k in expected):
+        row["tags"].append("unresolved or failed")
+    row["tags"] = sorted(set(row["tags"]))
+    return row
+
+
+def failing_tasks(row: dict) -> list[str]:
+    """The tasks (as the overview's links name them) this case gets wrong in this run: an LCA label against its
+    history's truth (the complete history answered, the underspecified asked), a DCG miss, a verdict wrong."""
+    fails = []
+    if "lca_c" in row and (row["lca_c"] != PREDICTS or row["lca_u"] != ASKS):
+        fails.append("LCA")
+    if row.get("dcg") is False:
+        fails.append("DCG")
+    if str(row.get("audit", "clean")) != "clean":
+        fails.append("audit")
+    for task in ("direct", "gold", "interaction", "targeted", "off_target"):
+        right, _, total = str(row.get(task, "")).partition("/")
+        if total and right != total:
+            fails.append(task)
+    return fails
+
+
+CASES_SCRIPT = """
+const rows = JSON.parse(document.getElementById('data').textContent);
+const texts = JSON.parse(document.getElementById('texts').textContent);  // case -> its history, for the text search
+const names = Object.fromEntries([...document.getElementById('task').options].map(o=>[o.value,o.textContent]));  // task -> its name
+const f = id => document.getElementById(id);
+let sortKey = 'case', sortDir = 1, limit = 200;  // the first screen draws 200 rows; 'Show more' adds 500
+function fill(id, values){const s=f(id);for(const v of [...new Set(values)].sort()){const o=document.createElement('option');o.value=v;o.textContent=v;s.appendChild(o);}}
+fill('model', rows.map(r=>r.model)); fill('group', rows.map(r=>r.group)); fill('run', rows.map(r=>r.run)); fill('class', rows.map(r=>r.class));
+fill('cause', rows.map(r=>r.cause)); fill('focal', rows.flatMap(r=>r.focal||[])); fill('tag', rows.flatMap(r=>r.tags));
+const keys=['model','group','run','class','cause','focal','tag','task','text'];
+function keep(id,v){const s=f(id);if(v&&s.tagName==='SELECT'&&![...s.options].some(o=>o.value===v)){const o=document.createElement('option');o.value=v;o.textContent=v+' (not in this site)';s.appendChild(o);}s.value=v;}
+function fromHash(){const p=new URLSearchParams(location.hash.slice(1));for(const k of keys)keep(k,p.get(k)||'');if(p.get('sort')){sortKey=p.get('sort');sortDir=p.get('dir')==='-1'?-1:1;}}
+function toHash(){const p=new URLSearchParams();for(const k of keys)if(f(k).value)p.set(k,f(k).value);if(sortKey!=='case'||sortDir!==1){p.set('sort',sortKey);p.set('dir',String(sortDir));}history.replaceState(null,'','#'+p.toString());}
+function key(v){if(v===undefined||v===null)return '';const m=/^(\\d+)\\/(\\d+)$/.exec(String(v));return m?Number(m[1])/Math.max(Number(m[2]),1):v;}
+const collator=new Intl.Collator('zh',{numeric:true});
+function compareKeys(x,y){if(typeof x==='number'&&typeof y==='number')return x-y;return collator.compare(String(x),String(y));}
+function cell(v){const td=document.createElement('td');td.textContent=v===undefined?'–':String(v);return td;}
+function render(){const task=f('task').value,m=f('model').value,gr=f('group').value,ru=f('run').value,c=f('class').value,ca=f('cause').value,fo=f('focal').value,t=f('tag').value,q=f('text').value.toLowerCase();
+ const kept=rows.filter(r=>(!m||r.model===m)&&(!gr||r.group===gr)&&(!ru||r.run===ru)&&(!c||r.class===c)&&(!ca||r.cause===ca)&&(!fo||(r.focal||[]).includes(fo))&&(!t||r.tags.includes(t))&&(!q||r.search.includes(q)||(texts[r.case]||'').includes(q)));
+ // sort keys computed once per row, not at every comparison: 21,600 rows stay quick
+ const decorated=kept.map(r=>[task&&r.fails.includes(task)?0:1,key(r[sortKey]),r]);
+ decorated.sort((a,b)=>(a[0]-b[0])||compareKeys(a[1],b[1])*sortDir);
+ const shown=decorated.map(d=>d[2]);
+ f('count').textContent=shown.length+' of '+rows.length+' shown';
+ const body=f('rows');body.replaceChildren();
+ for(const r of shown.slice(0,limit)){const tr=document.createElement('tr');const a=document.createElement('a');a.href='case/'+r.page+'.html#run='+encodeURIComponent(r.label);a.textContent=r.case;const td=document.createElement('td');td.appendChild(a);tr.appendChild(td);
+  for(const k of ['cause','class','label'])tr.appendChild(cell(r[k]));
+  // the outcome right after the run: on a narrow screen it is seen without scrolling the table
+  const tags=document.createElement('td');for(const g of r.tags){const s=document.createElement('span');s.className='tag';s.textContent=g;tags.appendChild(s);}
+  if(r.fails.length){const s=document.createElement('span');s.className='tag bad';s.textContent='wrong: '+r.fails.map(t=>names[t]||t).join(', ');tags.appendChild(s);}  // which tasks, beside the run
+  tr.appendChild(tags);
+  for(const k of ['lca_c','lca_u','dcg','direct','gold','interaction','stop','questions','targeted','off_target','plain','audit'])tr.appendChild(cell(k==='dcg'&&r[k]!==undefined?(r[k]?'success':'miss'):(k==='lca_c'||k==='lca_u')&&r[k]?r[k]+(r[k]==='策略一'?' · answered':' · asked'):r[k]));
+  if(task&&r.fails.includes(task))tr.className='failing';
+  body.appendChild(tr);}
+ f('more').hidden=shown.length<=limit;}
+for(const id of ['model','group','run','class','cause','focal','tag','task'])f(id).addEventListener('change',()=>{toHash();render();});
+f('text').addEventListener('input',()=>{toHash();render();});f('more').addEventListener('click',()=>{limit+=500;render();});
+for(const th of document.querySelectorAll('th[data-key]'))th.addEventListener('click',()=>{sortDir=sortKey===th.dataset.key?-sortDir:1;sortKey=th.dataset.key;toHash();render();});
+window.addEventListener('hashchange',()=>{fromHash();render();});fromHash();render();
+"""
+
+
+WRONG_FIRST = TASK_NAMES  # the tasks whose wrong cases the case list can put first
+
+
+def case_list(rows_json: str, texts_json: str) -> str:
+    """The case list: `rows_json` a row per case and run, `texts_json` each case's history text for the search."""
+    headers = [("case", "Case"), ("cause", "Cause"), ("class", "Class"), ("label", "Model · run"), ("tags", "Outcome"),
+               ("lca_c", "LCA complete"), ("lca_u", "LCA underspecified"), ("dcg", "DCG success"),
+               ("direct", "Direct right"), ("gold", "Gold right"), ("interaction", "Interaction right"),
+               ("stop", "Stop"), ("questions", "Questions"), ("targeted", "Targeted right"),
+               ("off_target", "Off-target right"), ("plain", "Plain type"), ("audit", "Audit")]
+    selects = "".join(f'<label>{name} <select id="{key}"><option value="">all</option></select></label> '
+                      for key, name in (("model", "Model"), ("group", "Group"), ("run", "Run"), ("class", "Class"),
+                                        ("cause", "Cause"), ("focal", "Focal type"),
+                                        ("tag", "Outcome")))
+    # the task whose wrong cases come first (an overview cell's link sets it; "none" clears it)
+    tasks = "".join(f'<option value="{t}">{esc(name)}</option>' for t, name in WRONG_FIRST.items())
+    return ("<h1>Cases</h1><p>" + selects + '<label>Text <input id="text" type="search"></label> '
+            f'<label>Wrong first <select id="task"><option value="">none</option>{tasks}</select></label></p>'
+            '<p id="count"></p><table><thead><tr>'
+            + "".join(f'<th data-key="{k}">{esc(n)}</th>' for k, n in headers) + '</tr></thead><tbody id="rows">'
+            '</tbody></table><button id="more" hidden>Show more</button>'
+            f'<script type="application/json" id="data">{rows_json}</script>'
+            f'<script type="application/json" id="texts">{texts_json}</script><script>{CASES_SCRIPT}</script>')

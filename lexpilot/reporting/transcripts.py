@@ -1,0 +1,236 @@
+"""One run's transcript of one case on its case page, task by task in protocol order (LexAwN and LCA, DCG, the
+interaction, LJP, then the later stages' sections), each reply with its exact call; the key details a User Model
+reply contains highlighted by a simple rule: a run of at least HIGHLIGHT_RUN consecutive characters of a key
+detail appearing verbatim. Everything is escaped: model outputs and dataset text are untrusted.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lexpilot.benchmark.dataset import Case
+from lexpilot.benchmark.prompts import render_fault
+from lexpilot.benchmark.records import (
+    A1,
+    DCG,
+    DIRECT_PREDICTION,
+    FORCE_ASK,
+    GOLD_PREDICTION,
+    INTERACTION,
+    INTERACTION_LABELS,
+    LCA,
+    LJP_DIRECT,
+    LJP_GOLD,
+    LJP_INTERACTION,
+)
+from lexpilot.reporting.calls_view import (
+    call_button,
+    raw_slot,
+)
+from lexpilot.reporting.case_sections import KINDS as LATER_KINDS
+from lexpilot.reporting.case_sections import (
+    audit_call,
+    audit_note,
+    esc,
+    later_sections,
+    lca_label,
+    msg,
+    rejudged,
+)
+from lexpilot.reporting.runs import Run
+
+HIGHLIGHT_RUN = 6
+SETUPS = (("direct", "Direct", DIRECT_PREDICTION, LJP_DIRECT, "response"),
+          ("gold", "Gold-Standard", GOLD_PREDICTION, LJP_GOLD, "response"),
+          ("interaction", "Interaction-Based", INTERACTION, LJP_INTERACTION, "final_response"))
+KINDS = (A1, LCA, INTERACTION, FORCE_ASK, DCG, DIRECT_PREDICTION, LJP_DIRECT, GOLD_PREDICTION, LJP_GOLD, LJP_INTERACTION,
+         *LATER_KINDS)
+
+
+def highlighted(text: str, details: list[str]) -> tuple[str, list[str]]:
+    """Escaped text with the runs of key details it contains marked, and the details found."""
+    marks = [False] * len(text)
+    found = []
+    for detail in details:
+        hit = False
+        for start in range(0, max(len(detail) - HIGHLIGHT_RUN + 1, 0)):
+            piece = detail[start:start + HIGHLIGHT_RUN]
+            at = text.find(piece)
+            while at >= 0:
+                hit = True
+                for i in range(at, at + HIGHLIGHT_RUN):
+                    marks[i] = True
+                at = text.find(piece, at + 1)
+        if hit:
+            found.append(detail)
+    out, i = [], 0
+    while i < len(text):
+        j = i
+        while j < len(text) and marks[j] == marks[i]:
+            j += 1
+        out.append(f"<mark>{esc(text[i:j])}</mark>" if marks[i] else esc(text[i:j]))
+        i = j
+    return "".join(out), found
+
+
+@dataclass
+class RunRecords:
+    run: Run
+    label: str  # the group label and run id, as shown
+    records: dict = field(default_factory=dict)  # kind name -> case_number -> record
+    group: str = ""  # the group's label: what an overview row names
+    settings: dict = field(default_factory=dict)  # its exact calls' roles and changed prompt files (run_settings)
+
+
+def dialogue_html(messages: list[dict]) -> str:
+    return "".join(msg(m["role"], m["content"]) for m in messages)
+
+
+@dataclass
+class Ids:
+    """Message ids of one run's transcript on a case page (r<run>m<n>), and the run's index for its settings."""
+    run: int
+    n: int = 0
+    replies: dict = field(default_factory=dict)  # LJP setup -> the id of its prediction's message
+
+    def next(self) -> str:
+        self.n += 1
+        return f"r{self.run}m{self.n}"
+
+
+def lexawn_part(r: dict, number: str, ids: Ids, source: dict | None) -> str:
+    a1, lca = r["a1"].get(number), r["LCA"].get(number)
+    original = ((source or {}).get("LCA") or {}).get(number) if source else None
+    parts = []
+    for t in ("complete", "underspecified") if a1 else ():
+        judged = (lca or {}).get("judgments", {}).get(t, {})
+        label = rejudged(judged.get("label"), (original or {}).get("judgments", {}).get(t, {}).get("label")) \
+            if source else lca_label(judged.get("label"))
+        mid = ids.next()
+        parts.append(f"<h4>LexAwN after the {t} history (LCA: {esc(label)})</h4>"
+                     + msg("assistant", a1["responses"][t]["response"], mid=mid,
+                           call=call_button("lexawn", "eval", {"history": f"h:{t}"}, "a1"))
+                     + msg("judge", "\n".join(judged.get("judge_raw") or []), "LCA judge, raw",
+                           call=call_button("judge_lca", "judge", {"history": f"m:{mid}"}, "LCA",
+                                            len(judged.get("judge_raw") or []))))
+    return "".join(parts)
+
+
+def dcg_part(r: dict, number: str, ids: Ids, details: list[str], source: dict | None = None) -> str:
+    asked, dcg = r["force_ask"].get(number), r["DCG"].get(number)
+    if not asked:
+        return ""
+    labels = {x["round"]: x for x in (dcg or {}).get("rounds", [])}
+    originals = {x["round"]: x.get("label") for x in (((source or {}).get("DCG") or {}).get(number) or {}).get("rounds", [])}
+    success = {True: "success", False: "miss"}.get((dcg or {}).get("success"), "–")
+    parts = [f"<h4>DCG: {esc(success)}</h4>"]
+    for q in asked["rounds"]:
+        judged, mid = labels.get(q["round"], {}), ids.next()
+        parts.append(msg("assistant", q["question"], f"forced question {q['round']}", mid=mid, thread="dcg",
+                         call=call_button("force_ask", "eval", {"history": "d:underspecified:dcg"}, "force_ask")))
+        label = str(judged.get("label", "–"))
+        if source is not None and q["round"] in originals:  # a re-judged run: the original judge's label beside
+            label += f" (original judge: {originals[q['round']]}" + (", disagree)" if originals[q["round"]] != judged.get(
+                "label") else ")")
+        parts.append(msg("judge", label, f"DCG judge on question {q['round']}",
+                         call=call_button("judge_dcg", "judge", {"ai_response": f"m:{mid}", "focus_text": "fp",
+                                                                 "key_facts": "dbf"}, "DCG",
+                                          len(judged.get("judge_raw") or []))))
+        if q.get("user_reply"):
+            marked, _ = highlighted(q["user_reply"], details)
+            source_name = f"DCG round {q['round']}"
+            parts.append(msg("user", q["user_reply"], "User Model" + audit_note(r, number, source_name),
+                             marked, thread="dcg", call=call_button(
+                                 "user_standard", "user", {"history": "d:underspecified:dcg", "key_facts": "kf"},
+                                 "force_ask") + audit_call(r, number, source_name, "dcg")))
+    return "".join(parts)
+
+
+def interaction_part(r: dict, number: str, ids: Ids, details: list[str]) -> str:
+    inter = r["interaction"].get(number)
+    if not inter:
+        return ""
+    parts = [f"<h4>Interaction ({esc(inter.get('user_condition', 'standard'))} user; stop: "
+             f"{esc(inter['stop_reason'])})</h4>"]
+    # a re-judged run: the new judge's round labels (interaction_labels), each beside the original judge's
+    relabelled = {e.get("round"): e for e in (r.get(INTERACTION_LABELS.name, {}).get(number) or {}).get("rounds", [])}
+    for x in inter["rounds"]:
+        call = (call_button("lexawn", "eval", {"history": "h:underspecified"}, "a1") if x["round"] == 1
+                else call_button(x["prompt"], "eval", {"history": "d:underspecified:int"}, "interaction"))
+        mid, again = ids.next(), relabelled.get(x["round"])
+        label = rejudged(again.get("label"), x.get("label")) if again else lca_label(x.get("label"))
+        judged = x | {"label": again.get("label"), "judge_raw": again.get("judge_raw")} if again else x
+        parts.append(msg("assistant", x["assistant"], f"round {x['round']}, {x['prompt']}, LCA label: {label}",
+                         call=call, thread="int", mid=mid)
+                     + round_judges(judged, mid, INTERACTION_LABELS.name if again else "interaction"))
+        if x.get("user_reply"):
+            marked, _ = highlighted(x["user_reply"], details)
+            prompt = x.get("user_prompt", "user_standard")
+            note = f"User Model ({prompt})" + audit_note(r, number, f"interaction round {x['round']}")
+            if x.get("fault"):
+                note += f"; fault: {x['fault']['kind']} about “{x['fault']['detail']}”"
+            slots = {"history": "d:underspecified:int", "key_facts": "kf"}
+            if prompt == "user_correction":  # the fault the earlier reply recorded, as the prompt renders it
+                slots["fault"] = raw_slot(render_fault(inter["fault"]) if inter.get("fault") else "")
+            parts.append(msg("user", x["user_reply"], note, marked, thread="int",
+                             call=call_button(prompt, "user", slots, "interaction")
+                             + audit_call(r, number, f"interaction round {x['round']}", "int")))
+    return "".join(parts)
+
+
+def round_judges(entry: dict, mid: str, kind: str = "interaction") -> str:
+    """An interaction round's judges after round 1 (whose label is LCA's, shown above): the LCA judge's label of the
+    response and, for a non-ideal user, the DCG judge's check that it asks a relevant question."""
+    parts = []
+    if entry["round"] > 1 and entry.get("label") is not None:
+        raw = entry.get("judge_raw") or []
+        parts.append(msg("judge", "\n".join(raw), f"LCA judge on round {entry['round']}, raw", call=call_button(
+            "judge_lca", "judge", {"history": f"m:{mid}"}, kind, len(raw))))
+    if isinstance(entry.get("relevance"), dict):
+        raw = entry["relevance"].get("judge_raw") or []
+        parts.append(msg("judge", str(entry["relevance"].get("label", "–")), "DCG judge: a relevant question?",
+                         call=call_button("judge_dcg", "judge", {"ai_response": f"m:{mid}", "focus_text": "fp",
+                                                                 "key_facts": "dbf"}, "interaction", len(raw))))
+    return "".join(parts)
+
+
+def ljp_part(r: dict, number: str, ids: Ids, source: dict | None = None) -> str:
+    parts, inter = [], r["interaction"].get(number)
+    for setup, name, generation, verdicts, reply_field in SETUPS:
+        v, g = r[verdicts.name].get(number), r[generation.name].get(number)
+        if not v:
+            continue
+        before = ((((source or {}).get(verdicts.name) or {}).get(number) or {}).get("predicted")
+                  if source is not None else None)
+        rows = "".join(f"<tr><td>{esc(c)}</td><td>{esc(gold)}</td><td class=\"{'ok' if gold == p else 'bad'}\">"
+                       f"{esc(p)}</td>" + (f"<td>{esc(before[i])}{' ≠' if before[i] != p else ''}</td>"
+                                           if before and i < len(before) else "") + "</tr>"
+                       for i, (c, gold, p) in enumerate(zip(v["claims"], v["gold"], v["predicted"])))
+        reply = (g or {}).get(reply_field, "") if setup != "interaction" else (inter or {}).get("final_response", "")
+        mid = ids.replies[setup] = ids.next()
+        predicted = "" if setup == "interaction" else call_button(
+            "force_judge", "eval", {"history": "h:underspecified" if setup == "direct" else "h:complete"},
+            generation.name)
+        parts.append(f"<h4>LJP {name}</h4>" + msg("assistant", reply, "prediction", mid=mid, call=predicted)
+                     + msg("judge", "\n".join(v.get("judge_raw") or []), "extraction judge, raw",
+                           call=call_button("judge_ljp", "judge", {"history": f"m:{mid}", "claims": "cl"}, verdicts.name,
+                                            len(v.get("judge_raw") or [])))
+                     + "<table><tr><th>Claim</th><th>Gold</th><th>Extracted</th>"
+                     + ("<th>Original judge</th>" if before else "") + f"</tr>{rows}</table>")
+    return "".join(parts)
+
+
+def transcript(rr: RunRecords, case: Case | None, number: str, details: list[str], source: dict | None = None,
+               run: int = 0) -> str:
+    """Every task of one case in one run, in protocol order, each reply with its exact call; `source`: the records
+    of the run it re-judged."""
+    r, ids = rr.records, Ids(run)
+    parts = [("lexawn", lexawn_part(r, number, ids, source)), ("dcg", dcg_part(r, number, ids, details, source)),
+             ("interaction", interaction_part(r, number, ids, details)), ("ljp", ljp_part(r, number, ids, source)),
+             *later_sections(r, number, details, ids)]
+    # each task apart, so that the page's "Show" choice keeps one task of every run in view
+    text = "".join(f'<div class="part" data-part="{name}">{html}</div>' for name, html in parts if html)
+    return text or "<p>No saved record of this case in this run.</p>"
+
+
+PARTS = {"lexawn": "LexAwN and LCA", "dcg": "DCG", "interaction": "Interaction", "ljp": "LJP", "plain": "Plain consultation",
+         "table4": "Table 4 dialogues", "focal": "Focal-point types", "probes": "Probe study", "order": "Claim order"}
