@@ -57,8 +57,8 @@ def outcomes(rr: RunRecords, number: str) -> dict:
         if v:
             right = sum(g == p for g, p in zip(v["gold"], v["predicted"]))
             row[condition] = f"{right}/{len(v['gold'])}"
-    if any((r.get(kind.name, {}).get(number) or {}).get("predicted") != (r.get(kind.name, {}).get(number) or {}).get(
-            "original") for kind in LJP_ORDER.values() if number in r.get(kind.name, {})):
+    reordered = [r.get(kind.name, {}).get(number) for kind in LJP_ORDER.values()]
+    if any(x and x.get("predicted") != x.get("original") for x in reordered):
         row["tags"].append(ORDER_CHANGED)  # the claim-order diagnostic: a verdict changed with the claims shuffled
     typed = r.get(FOCAL_TYPE_RECORDS.name, {}).get(number)
     if typed:  # Figure 4: the types of the case's focal points
