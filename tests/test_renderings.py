@@ -230,3 +230,23 @@ def test_json_carries_the_tables_table_names(dcg_root, capsys):
     out = json.loads(capsys.readouterr().out)
     (table,) = out["tables"]
     assert table["id"] == "dcg_by_class" and table["headers"][-1] == "Overall" and out["groups"]
+
+
+def test_a_group_shown_alone_keeps_its_name_and_its_link(tmp_path, provider, monkeypatch, capsys):
+    """A table that shows a few groups (Figure 4: only the runs with focal types) names each as every table does:
+    a model's second group, at another temperature, is not called by the model's name (its link opened the first
+    group's cases)."""
+    import eval_focal_types
+    h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "four.json", sample_cases()[:4]))
+    assert h.run("LexAwN") == 0 and h.run("DCG") == 0
+    h.run_id = "r2"
+    assert h.run("LexAwN", "--temperature", "0.2") == 0 and h.run("DCG", "--temperature", "0.2") == 0
+    assert h.run_stage(eval_focal_types.STAGE, "--temperature", "0.2") == 0
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(h.root), "--format", "json", "--table", "runs", "figure_4a",
+                              "--html", str(tmp_path / "site")]) == 0
+    tables = {t["id"]: t for t in json.loads(capsys.readouterr().out)["tables"]}
+    second = tables["runs"]["rows"][1][0]
+    assert second.startswith("eval-model · temperature 0.2") and tables["figure_4a"]["rows"][0][0] == second
+    index = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    assert "group=eval-model+%C2%B7+temperature+0.2" in index.split("Figure 4 (a)")[1].split("</table>")[0]

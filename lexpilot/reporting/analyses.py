@@ -23,7 +23,7 @@ from lexpilot.reporting.formats import (
     number_cell,
     parts_cell,
 )
-from lexpilot.reporting.groups import Group, classes_present, group_label
+from lexpilot.reporting.groups import Group, classes_present
 from lexpilot.reporting.judges import (
     REJUDGED_KINDS,
     judges_agreement,
@@ -48,7 +48,7 @@ def plain_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
         shown = [g for g in groups if g.stat((task, "premature_prediction", OVERALL))]
         if not shown:
             continue
-        labels = [group_label(g, shown) for g in shown]
+        labels = [g.label for g in shown]
         title = ("Plain consultation (Table 6): response types on underspecified histories, mean ± SD over runs"
                  if history_type == "underspecified" else
                  "Plain consultation, control: response types on complete histories, mean ± SD over runs")
@@ -69,7 +69,7 @@ def plain_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
         tables.append(Table("plain_against_lexawn", "Plain response type against the LexAwN label on the same underspecified history: "
                             "share of those cases where LexAwN asked (策略二), mean over runs",
                             ["Model"] + list(PLAIN_TYPE_NAMES.values()),
-                            [[group_label(g, crossed)] + [cell(g.stat(("plain_then_asked", k, OVERALL)))
+                            [[g.label] + [cell(g.stat(("plain_then_asked", k, OVERALL)))
                                                           for k in PLAIN_TYPE_NAMES] for g in crossed], task="plain"))
     return tables
 
@@ -125,7 +125,7 @@ def order_table(groups: list[Group], root) -> Table | None:
                 found = order_agreement(saved_records(run, root, kind))
                 if found:
                     n, agree, kappa = found
-                    rows.append([group_label(g, groups), run.run_id, SETUP_NAMES[setup], str(n), f"{100 * agree:.{PERCENT}f}%",
+                    rows.append([g.label, run.run_id, SETUP_NAMES[setup], str(n), f"{100 * agree:.{PERCENT}f}%",
                                  "undefined" if kappa is None else f"{kappa:.{METRIC}f}"])
     if not rows:
         return None
@@ -147,7 +147,7 @@ def audit_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
             task = f"audit_{source}"
             if g.stat((task, "error", OVERALL)):
                 replies = sum(int(r.tasks[task].counts[:, 0].sum()) for r in g.runs if task in r.tasks)
-                rows.append([group_label(g, audited), {"dcg": "DCG", "interaction": "interaction"}[source],
+                rows.append([g.label, {"dcg": "DCG", "interaction": "interaction"}[source],
                              str(replies)] + [cell(g.stat((task, m, OVERALL)), METRIC, boot.interval(g, (task, m, OVERALL))
                                                                                 if boot else None)
                                               for m in ("over_disclosure", "error", "non_answer")])
@@ -161,7 +161,7 @@ def audit_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
             clean = g.stat(("clean", task, OVERALL))
             if clean is not None:
                 cases = g.stat(("clean cases", task, OVERALL))
-                rows.append([group_label(g, audited), name, cell(g.stat((task, AUDITED[task][1], OVERALL))),
+                rows.append([g.label, name, cell(g.stat((task, AUDITED[task][1], OVERALL))),
                              cell(clean), f"{cases['mean']:.0f}" if cases and cases["mean"] is not None
                              else "n/a"])
     tables.append(Table("audit_clean_cases", "Task metrics on all cases and on the cases whose simulator replies were all clean "
@@ -192,7 +192,7 @@ def table_4(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
             reasons = Counter()
             for r in g.runs:
                 reasons.update(r.rejections.get(b, {}))
-            rows.append([group_label(g, shown), name, parts_cell(dict(zip(map(str, range(1, 6)), counts))),
+            rows.append([g.label, name, parts_cell(dict(zip(map(str, range(1, 6)), counts))),
                          f"{unresolved['mean']:g}" if unresolved else "n/a",
                          "; ".join(f"{reason} ({n})" for reason, n in reasons.most_common(3)) or "-"])
     attempts = Table("table_4_attempts", "Table 4 dialogues: cases accepted at attempt 1 / 2 / 3 / 4 / 5 and unresolved "
@@ -215,7 +215,7 @@ def table_4_qwk(shown: list[Group], boot: Bootstrap | None, prefix: str, table_i
             count = Figure(f"{count} ({flagged[0]:g} / {flagged[1]:g})", {
                 "all": cases["mean"] if cases else None, "unresolved targeted": flagged[0],
                 "unresolved off-target": flagged[1]})
-        row = [group_label(g, shown), count]
+        row = [g.label, count]
         row += [cell(g.stat(key(t)), METRIC, boot.interval(g, key(t)) if boot else None)
                 for t in ("direct", "targeted", "off_target")]
         if boot:
@@ -237,7 +237,7 @@ def figure_4_tables(groups: list[Group]) -> list[Table]:
         return []
     types = list(FOCAL_TYPES.values())
     classes = classes_present(typed)
-    labels = [group_label(g, typed) for g in typed]
+    labels = [g.label for g in typed]
     panels = []
     for panel, key, columns, title in (
             ("figure_4a", lambda c: ("DCG by focal type", c, OVERALL), types,
@@ -294,10 +294,10 @@ def figure_3_tables(groups: list[Group], complexity: dict[str, float] | None) ->
             shown = number_cell(None if rho is None or rho != rho else float(rho), METRIC, signed=True)
             rows.append([f"Spearman's rho, complexity vs {name}", "", str(len(xs)), ""]
                         + ([shown, ""] if task == "LCA" else ["", shown]))  # under its own metric's column
-        tables.append(Table("figure_3", f"Case complexity (Figure 3): {group_label(g, groups)}, per cause of action (mean over "
+        tables.append(Table("figure_3", f"Case complexity (Figure 3): {g.label}, per cause of action (mean over "
                             "runs); rho over the causes with complexity data",
                             ["Cause of action", "Class", "Cases", "Complexity", "LCA Macro-F1", "DCG Acc."], rows,
-                            column_tasks={"LCA Macro-F1": "LCA", "DCG Acc.": "DCG"}, group=group_label(g, groups),
+                            column_tasks={"LCA Macro-F1": "LCA", "DCG Acc.": "DCG"}, group=g.label,
                             row_filter="cause"))
     return tables
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from lexpilot.benchmark.records import DCG, LCA, LJP_SETUPS
 from lexpilot.reporting.formats import SETUP_NAMES
-from lexpilot.reporting.groups import Group, group_label
+from lexpilot.reporting.groups import Group
 from lexpilot.reporting.judges import source_of
 from lexpilot.reporting.runs import OVERALL, Run
 from lexpilot.reporting.table import PERCENT, VARIANCE, Table
@@ -57,7 +57,7 @@ def consistency_table(groups: list[Group]) -> Table:
     standard = [g for g in groups if g.condition == "standard" and len(g.runs) > 1]
     for g in standard:
         for task, c in consistency(g.runs).items():
-            rows.append([group_label(g, groups), task, str(len(g.runs)), str(c["items"]), f"{100 * c['all_right']:.{PERCENT}f}%",
+            rows.append([g.label, task, str(len(g.runs)), str(c["items"]), f"{100 * c['all_right']:.{PERCENT}f}%",
                          f"{100 * c['any_right']:.{PERCENT}f}%", f"{100 * c['same']:.{PERCENT}f}%", f"{100 * c['flip']:.{PERCENT}f}%"])
     return Table("consistency", "Consistency over runs: items (LCA: case × history; DCG: case; LJP: claim) right in "
                  "all k runs and in at least one, with the same outcome in every run, and the flip rate (share of "
@@ -103,7 +103,7 @@ def judge_noise_table(groups: list[Group], metrics) -> Table | None:
             judge_var = float(np.mean([(a - b) ** 2 for a, b in values]) / 2)
             total = stat["sd"] ** 2
             share = judge_var / total if total > 0 else None
-            rows.append([group_label(sources, groups), name, str(stat["n"]), str(len(values)), f"{total:.{VARIANCE}f}",
+            rows.append([sources.label, name, str(stat["n"]), str(len(values)), f"{total:.{VARIANCE}f}",
                          f"{judge_var:.{VARIANCE}f}", "n/a" if share is None else f"{100 * min(share, 1.0):.{PERCENT}f}%",
                          f"{max(total - judge_var, 0.0):.{VARIANCE}f}"])
     if not rows:

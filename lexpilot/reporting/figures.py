@@ -11,7 +11,7 @@ from categories import FOCAL_TYPES
 from lexpilot.benchmark.records import LJP_SETUPS
 from lexpilot.reporting.bootstrap import Bootstrap
 from lexpilot.reporting.formats import SETUP_NAMES
-from lexpilot.reporting.groups import Group, classes_present, group_label
+from lexpilot.reporting.groups import Group, classes_present
 from lexpilot.reporting.runs import OVERALL
 from lexpilot.reporting.scoring import METRIC_NAMES, TASK_NAMES
 from lexpilot.reporting.tables import CLASS_TABLES
@@ -26,7 +26,7 @@ def write_plots(groups: list[Group], folder: Path, boot: Bootstrap | None,
     import matplotlib.pyplot as plt
 
     groups = [g for g in groups if g.condition == "standard"]
-    labels = [group_label(g, groups) for g in groups]
+    labels = [g.label for g in groups]
     folder.mkdir(parents=True, exist_ok=True)
     written = class_bars(plt, groups, labels, folder, boot)
     written.append(lca_scatter(plt, groups, labels, folder, boot))

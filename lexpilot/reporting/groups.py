@@ -22,6 +22,7 @@ class Group:
     settings: tuple
     runs: list[Run]
     differs: list[str] = field(default_factory=list)
+    label: str = ""  # given by group_runs over every group of the report: the same in every table and link
 
     @property
     def condition(self) -> str:
@@ -58,6 +59,8 @@ def group_runs(runs: list[Run]) -> list[Group]:
     for group in ordered:
         first = next(g for g in ordered if g.model == group.model)
         group.differs = [name for name, a, b in zip(COMPARED_MANIFEST_FIELDS, group.settings, first.settings) if a != b]
+    for group in ordered:  # over all groups: a table that shows a few keeps each one's name (and its links)
+        group.label = group_label(group, ordered)
     return ordered
 
 

@@ -14,7 +14,7 @@ from statistics import NormalDist
 import numpy as np
 
 from lexpilot.reporting.bootstrap import Bootstrap, paired_difference
-from lexpilot.reporting.groups import Group, differing_settings, group_label
+from lexpilot.reporting.groups import Group, differing_settings
 from lexpilot.reporting.runs import OVERALL
 from lexpilot.reporting.table import METRIC, Figure, Table
 from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS, compared_setting
@@ -166,7 +166,7 @@ def ranked_rows(tests: list[PairTest], members: list[Group], groups: list[Group]
                 alpha: float, set_label: str) -> list[list[str]]:
     """One set's ranking on one metric: rank, model, mean, SD, runs and its letters ("n/a" when some pair of the
     set could not be tested)."""
-    label = lambda g: group_label(g, groups)  # noqa: E731
+    label = lambda g: g.label  # noqa: E731
     ranked = sorted((g for g in members if (g.stat(key) or {}).get("mean") is not None), key=lambda g: -g.stat(key)["mean"])
     tested = {frozenset((label(t.a), label(t.b))) for t in tests if t.p_holm is not None}
     different = {frozenset((label(t.a), label(t.b))) for t in tests if t.p_holm is not None and t.p_holm < alpha}
@@ -183,7 +183,7 @@ def ranking_tables(groups: list[Group], boot: Bootstrap, alpha: float, by_class:
     letters; the pairs of groups in different sets, with what differs."""
     groups = ranked_groups(groups)
     sets = comparable_sets(groups)
-    label = lambda g: group_label(g, groups)  # noqa: E731
+    label = lambda g: g.label  # noqa: E731
     pair_rows, rank_rows = [], []
     for name, key in headline_keys(by_class):
         for number, members in enumerate(sets, 1):

@@ -26,7 +26,7 @@ from lexpilot.reporting.formats import (
     number_cell,
     parts_cell,
 )
-from lexpilot.reporting.groups import Group, classes_present, group_label
+from lexpilot.reporting.groups import Group, classes_present
 from lexpilot.reporting.runs import OVERALL
 from lexpilot.reporting.scoring import STOP_CATEGORIES, TASKS
 from lexpilot.reporting.table import AVERAGE, METRIC, PERCENT, Figure, Table
@@ -47,13 +47,13 @@ SETUP_COLUMN_TASKS = {"Direct": "direct", "Interaction-Based": "interaction", "G
 def build_tables(groups: list[Group], boot: Bootstrap | None = None, complexity: dict | None = None) -> list[Table]:
     """The paper's tables over the standard-user groups; with `boot`, a 95% interval in every metric cell."""
     tables = [Table("runs", "Runs", ["Model", "Runs", "Run ids", "Differs from #1 in"],
-                    [[group_label(g, groups), str(len(g.runs)), ", ".join(g.run_ids), ", ".join(g.differs) or "-"]
+                    [[g.label, str(len(g.runs)), ", ".join(g.run_ids), ", ".join(g.differs) or "-"]
                      for g in groups])]
     non_ideal = non_ideal_table(groups, boot)
     behaviour = behaviour_tables(groups)
     groups_all = groups
     groups = [g for g in groups if g.condition == "standard"]
-    labels = [group_label(g, groups) for g in groups]
+    labels = [g.label for g in groups]
     classes = classes_present(groups) + [OVERALL]
     suffix = ", [95% bootstrap interval over cases]" if boot else ""
 
@@ -111,7 +111,7 @@ def behaviour_tables(groups: list[Group]) -> list[Table]:
     groups = [g for g in groups if g.stat(("behaviour", "questions", OVERALL))]
     if not groups:
         return []
-    labels = [group_label(g, groups) for g in groups]
+    labels = [g.label for g in groups]
     classes = classes_present(groups) + [OVERALL]
     tables = [Table("behaviour", "Interaction behaviour: mean questions before a prediction and share of stop reasons, "
                     "mean ± SD over runs",
@@ -170,7 +170,9 @@ def non_ideal_table(groups: list[Group], boot: Bootstrap | None = None) -> Table
                   + ([f"{name} − Standard" for _, name in non_standard] if boot else []), [], task="interaction")
     for (model, others), by_condition in rows.items():
         same_model = [k for k in rows if k[0] == model]
-        label = model if len(same_model) == 1 else f"{model} #{same_model.index((model, others)) + 1}"
+        standard = by_condition.get("standard")  # the row's name: its standard-user group's, as every table names it
+        label = model if len(same_model) == 1 else standard.label if standard else \
+            f"{model} #{same_model.index((model, others)) + 1}"
         row = [label] + [cell(by_condition[c].stat(key), METRIC, boot.interval(by_condition[c], key) if boot else None)
                          if c in by_condition else "n/a" for c, _ in USER_CONDITION_NAMES]
         if boot:
@@ -189,7 +191,7 @@ def fault_table(groups: list[Group]) -> Table | None:
         return None
     return Table("non_ideal_faults", "Non-ideal users: disrupted interactions and the self-correcting user's faults, mean over runs",
                  ["Model", "Condition", "Disrupted", "Incomplete", "Wrong"],
-                 [[group_label(g, groups), g.condition] + [cell(g.stat(("faults", m, OVERALL)))
+                 [[g.label, g.condition] + [cell(g.stat(("faults", m, OVERALL)))
                                                             for m in ("disrupted", "incomplete", "wrong")]
                   for g in groups], task="interaction")
 

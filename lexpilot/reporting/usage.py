@@ -7,7 +7,7 @@ from collections import Counter
 
 from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.pricing import cost
-from lexpilot.reporting.groups import Group, group_label
+from lexpilot.reporting.groups import Group
 from lexpilot.reporting.runs import Run
 from lexpilot.reporting.table import Table
 
@@ -39,7 +39,7 @@ def usage_tables(groups: list[Group], prices: dict | None) -> list[Table]:
     """Tokens per run and role, and per stage file and role over each group's runs; cost when priced."""
     per_run, per_stage = [], []
     for g in groups:
-        label = group_label(g, groups)
+        label = g.label
         stage_totals: dict[tuple, Counter] = {}
         stage_costs: dict[tuple, list] = {}
         for run in g.runs:

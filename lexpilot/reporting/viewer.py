@@ -31,7 +31,7 @@ from lexpilot.reporting.comparisons import (
     compare_page,
     disagreements,
 )
-from lexpilot.reporting.groups import Group, group_label
+from lexpilot.reporting.groups import Group
 from lexpilot.reporting.judges import source_of
 from lexpilot.reporting.parallel import fork_map, workers
 from lexpilot.reporting.runs import read_saved
@@ -58,7 +58,7 @@ def load_records(root: Path, groups: list[Group]) -> list[RunRecords]:
         for run in g.runs:
             records = run.saved if run.saved is not None else {kind.name: read_saved(run, root, kind)[0]
                                                                for kind in KINDS}
-            loaded.append(RunRecords(run, f"{group_label(g, groups)} · {run.run_id}", records, group_label(g, groups),
+            loaded.append(RunRecords(run, f"{g.label} · {run.run_id}", records, g.label,
                                      run_settings(run.manifest)))
     return loaded
 
@@ -101,12 +101,12 @@ def table_html(t: Table, link) -> str:
 
 
 def overview(tables: list[Table], groups: list[Group]) -> str:
-    labels = {group_label(g, groups) for g in groups}
+    labels = {g.label for g in groups}
     models = {g.model for g in groups}
     classes = {c for g in groups for r in g.runs for k in r.metrics for c in [k[2]]}
     causes = {k[2] for g in groups for r in g.runs for k in r.metrics if k[0] == "by cause"}
 
-    model_of = {group_label(g, groups): g.model for g in groups}
+    model_of = {g.label: g.model for g in groups}
 
     def link(table: Table, row: list, header: str) -> str | None:
         task = table.task_of(header, row)  # declared by the table, whatever its title says
