@@ -383,3 +383,21 @@ def test_compare_draws_the_first_200_cases_then_more_on_request(tmp_path, page):
     assert page.inner_text("#count") == "250 cases, the first 200 shown" and len(listed(page)) == 200
     page.click("#more")
     assert page.inner_text("#count") == "250 cases" and len(listed(page)) == 250
+
+
+def test_the_case_list_leaves_out_an_older_records_injected_disruption_as_the_metrics_do():
+    """An audit record saved before replies were labelled `injected` names the disruption by its prompt; the case
+    list, like the audit's metrics (metrics.injected), does not count it as the simulator's fault."""
+    import types
+
+    from lexpilot.benchmark.records import AUDIT
+    from lexpilot.reporting.case_list import outcomes
+    from lexpilot.reporting.transcripts import RunRecords
+    disruption = {"source": "interaction round 2 (user_delayed)", "over_disclosed": ["x"], "error": True,
+                  "answered": True}
+    records = {k: {} for k in ("LCA", "DCG", "interaction", "LJP_direct", "LJP_gold", "LJP_interaction")}
+    records[AUDIT["interaction"].name] = {"1": {"replies": [disruption]}}
+    run = types.SimpleNamespace(model="m", run_id="r1", condition="delayed")
+    assert "audit" not in outcomes(RunRecords(run, "m · r1", records, "m"), "1")
+    records[AUDIT["interaction"].name]["1"]["replies"].append({**disruption, "source": "interaction round 3"})
+    assert outcomes(RunRecords(run, "m · r1", records, "m"), "1")["audit"] == "1 flagged"
