@@ -75,9 +75,9 @@ def main(argv=None) -> int:
     print(f"{'run':6} {'stage file':24} {'role':6} {'prompt tokens':>14} {'cached':>10} {'share':>6}")
     for (run, name, role), used in sorted(shares.items()):
         print(f"{run:6} {name:24} {role:6} {used['prompt']:>14,} {used['cached']:>10,} "
-              f"{used['cached'] / used['prompt']:>6.0%}")
+              f"{used['cached'] / max(used['prompt'], 1):>6.0%}")
     total = sum(shares.values(), Counter())
-    print(f"all: {total['cached']:,} of {total['prompt']:,} prompt tokens cached ({total['cached'] / total['prompt']:.0%})")
+    print(f"all: {total['cached']:,} of {total['prompt']:,} prompt tokens cached ({total['cached'] / max(total['prompt'], 1):.0%})")
     return 0
 
 

@@ -40,3 +40,20 @@ def test_a_child_that_dies_is_one_line():
 
 def test_workers_never_exceed_the_items_or_the_cores():
     assert workers(1) == 1 and workers(0) == 1 and workers(10**6) == (os.cpu_count() or 1)
+
+
+def test_when_a_child_raises_the_other_children_are_stopped(tmp_path):
+    """The parent raises the first child's exception, and no other child goes on writing after it."""
+    import time
+
+    def work(x):
+        if x == 1:
+            raise HarnessError("stop")
+        if x == 2:
+            time.sleep(2)
+            (tmp_path / "late").write_text("still running")
+        return x
+    with pytest.raises(HarnessError, match="stop"):
+        fork_map(work, [0, 1, 2], 3)
+    time.sleep(2.5)
+    assert not (tmp_path / "late").exists()

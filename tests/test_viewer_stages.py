@@ -10,8 +10,10 @@ import rejudge
 import show_results
 import user_probes
 from categories import FOCAL_TYPES
+from lexpilot.benchmark.dataset import load_dataset
+from lexpilot.benchmark.prompts import render_claims
 from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS
-from tests.conftest import ROOT, Harness, sample_cases, write_dataset
+from tests.conftest import ROOT, SAMPLE, Harness, sample_cases, write_dataset
 from tests.fake_provider import between, default_reply
 
 HOSTILE = '<img src=x onerror="window.__pwned = 3"><script>window.__pwned = 4</script>'
@@ -19,7 +21,8 @@ HOSTILE = '<img src=x onerror="window.__pwned = 3"><script>window.__pwned = 4</s
 
 
 SEEN = set()
-ORDERS: dict = {}  # the extraction judge: a reply -> the order of the claims it was first asked with
+# each sample case's claims in its own order, as the extraction prompt lists them (one per line)
+OWN_ORDER = {frozenset(text.split("\n")): text for text in (render_claims(case) for case in load_dataset(SAMPLE)[0])}
 SENT: set = set()
 SENT_AS_MESSAGES: list = []  # the plain consultation's calls: a history sent as its own messages
 
@@ -34,9 +37,9 @@ def hostile(kind, prompt, body):
         again = prompt in SEEN
         SEEN.add(prompt)
         return {"是": "否", "否": "是"}[first] if again else first
-    if kind == "ljp_judge":  # the same reply with its claims in another order (the claim-order diagnostic): 驳回
-        reply, claims = between(prompt, "待提取回复"), between(prompt, "正式诉请")
-        if ORDERS.setdefault(reply, claims) != claims:
+    if kind == "ljp_judge":  # the claims in another order than the case's own (the claim-order diagnostic): 驳回
+        claims = between(prompt, "正式诉请")
+        if OWN_ORDER.get(frozenset(claims.split("\n")), claims) != claims:
             return json.dumps({"results": ["驳回"] * len(claims.split("\n"))}, ensure_ascii=False)
     return None
 
@@ -47,7 +50,7 @@ def built(tmp_path_factory):
     judge; the site written with --complexity."""
     from tests.fake_provider import FakeProvider
     tmp = tmp_path_factory.mktemp("stages")
-    SEEN.clear(), ORDERS.clear(), SENT.clear(), SENT_AS_MESSAGES.clear()  # the module may be built again in a worker
+    SEEN.clear(), SENT.clear(), SENT_AS_MESSAGES.clear()  # the module may be built again in a worker
     with FakeProvider(hostile) as provider, pytest.MonkeyPatch.context() as monkeypatch:
         tenth = json.loads(json.dumps(sample_cases()[0]))  # a case numbered 10: sorted as a number, after 4
         tenth["case_number"] = "（2099）示例民初10号"

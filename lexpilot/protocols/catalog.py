@@ -5,6 +5,7 @@ file, no evaluated model) are not run per model and run, so they are not here.
 """
 from __future__ import annotations
 
+from lexpilot.errors import HarnessError
 from lexpilot.protocols.audit import AUDIT_STAGE
 from lexpilot.protocols.behaviour import BEHAVIOUR_STAGE
 from lexpilot.protocols.consultation import LEXAWN_STAGE
@@ -36,13 +37,13 @@ STAGE_SETS = {"paper": tuple(PAPER_GRID), "all": (*PAPER_GRID, *VALIDATION_STAGE
 
 def stages_named(names: list[str]) -> list[Stage]:
     """The stages of entry points named with or without `.py`, or of a set (`paper`, `all`), each once, in the
-    order given; raises KeyError naming an unknown one."""
+    order given; an unknown name is a HarnessError naming the names there are."""
     chosen: list[Stage] = []
     for name in names:
         name = name.removesuffix(".py")
         scripts = STAGE_SETS.get(name, (name,))
         for script in scripts:
             if script not in GRID_STAGES:
-                raise KeyError(name)
+                raise HarnessError(f"unknown stage {name!r}; choose from {', '.join([*STAGE_SETS, *GRID_STAGES])}")
             chosen += [s for s in GRID_STAGES[script] if s not in chosen]
     return chosen

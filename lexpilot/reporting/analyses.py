@@ -335,4 +335,4 @@ def read_complexity(path: Path) -> dict[str, float]:
 
 
 class UsageError(Exception):
-    """A problem with the price file: said in one line, nothing else is printed."""
+    """A problem with a file the report reads (--complexity, --prices): said in one line, nothing else printed."""

@@ -45,6 +45,9 @@ def fork_map(fn: Callable, items: Sequence, processes: int) -> list:
         except EOFError:
             outcome, value = "died", None
         child.join()
+        if outcome != "done":
+            for other, _ in children:  # nobody will read what the others find
+                other.terminate()
         if outcome == "raised":
             raise value
         if outcome != "done":

@@ -203,7 +203,7 @@ def write_site(folder: Path, root: Path, groups: list[Group], tables: list[Table
     for n in numbers:
         case = cases.get(n)
         cause = case.cause if case else next((rec.get("cause_of_action") for rr in loaded
-                                              for kind in rr.records.values() for k, rec in kind.items() if k == n), "")
+                                              for kind in rr.records.values() for rec in [kind.get(n)] if rec), "")
         for rr in loaded:
             if n in selected[id(rr)]:
                 row = outcomes(rr, n)
