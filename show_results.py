@@ -35,6 +35,7 @@ from lexpilot.reporting.renderings import (
     render_text,
 )
 from lexpilot.reporting.results import load_runs
+from lexpilot.reporting.runs import named_dataset
 from lexpilot.reporting.tables import build_tables, comparison_table
 from lexpilot.reporting.usage import usage_tables
 from lexpilot.reporting.viewer import write_site
@@ -252,8 +253,7 @@ def chosen(tables: list, ids: list[str] | None) -> list:
 
 def dataset_complexity(runs, dataset: Path | None) -> dict[str, float]:
     """Figure 3 from the dataset: the mean of the cases' complexity field per cause, where cases have it."""
-    path = dataset or next((Path(r.manifest["dataset_path"]) for r in runs
-                            if Path(str(r.manifest.get("dataset_path"))).is_file()), None)
+    path = named_dataset(runs, dataset)
     if path is None:
         return {}
     try:

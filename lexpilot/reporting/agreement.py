@@ -41,7 +41,7 @@ from lexpilot.reporting.bootstrap import percentile_interval
 from lexpilot.reporting.metrics import kappa_from_confusion, label_agreement
 from lexpilot.reporting.renderings import render_text
 from lexpilot.reporting.results import load_runs
-from lexpilot.reporting.runs import read_task
+from lexpilot.reporting.runs import named_dataset, read_task
 from lexpilot.reporting.table import METRIC, PERCENT, Table
 
 # TYPE: the response type of a plain consultation (Table 6); FOCAL: the judge's type of a focal point (Table 18)
@@ -147,10 +147,10 @@ def balanced_sample(items: list[Item], size: int, rng: random.Random) -> list[It
 
 def runs_dataset(runs) -> Path:
     """The dataset the runs' manifests name (the first that is still there), as show_results.py reads it."""
-    named = [Path(str(r.manifest.get("dataset_path"))) for r in runs]
-    found = next((p for p in named if p.is_file()), None)
+    found = named_dataset(runs)
     if found is None:
-        raise HarnessError(f"the runs' dataset ({named[0]}) is not there any more: pass --dataset FILE")
+        raise HarnessError(f"the runs' dataset ({runs[0].manifest.get('dataset_path')}) is not there any more: "
+                           "pass --dataset FILE")
     return found
 
 

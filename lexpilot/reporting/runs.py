@@ -111,3 +111,9 @@ def complete_task(path: Path, selected: list[str], records: dict, problem: str |
 def read_task(run: Run, root: Path, kind: RecordKind) -> tuple[dict | None, str | None]:
     """Every selected case's record of one kind, or why the task cannot be scored."""
     return complete_task(kind.path(root, run.run_id, run.folder), run.selected, *read_saved(run, root, kind))
+
+
+def named_dataset(runs: list[Run], given: Path | None = None) -> Path | None:
+    """The dataset given, else the first the runs' manifests name that is still there (None: none is)."""
+    return given or next((Path(r.manifest["dataset_path"]) for r in runs
+                          if Path(str(r.manifest.get("dataset_path"))).is_file()), None)

@@ -34,7 +34,7 @@ from lexpilot.reporting.comparisons import (
 from lexpilot.reporting.groups import Group
 from lexpilot.reporting.judges import source_of
 from lexpilot.reporting.parallel import fork_map, workers
-from lexpilot.reporting.runs import read_saved
+from lexpilot.reporting.runs import named_dataset, read_saved
 from lexpilot.reporting.table import Table
 from lexpilot.reporting.transcripts import (
     KINDS,
@@ -187,8 +187,7 @@ def write_site(folder: Path, root: Path, groups: list[Group], tables: list[Table
     case pages."""
     runs = [r for g in groups for r in g.runs]
     cases: dict[str, Case] = {}
-    path = dataset or next((Path(r.manifest["dataset_path"]) for r in runs
-                            if Path(str(r.manifest.get("dataset_path"))).is_file()), None)
+    path = named_dataset(runs, dataset)
     if path is not None:
         try:
             cases = {c.number: c for c in load_dataset(path)[0]}
