@@ -26,8 +26,9 @@ from lexpilot.reporting.analyses import (
 from lexpilot.reporting.bootstrap import MAX_RESAMPLES, Bootstrap
 from lexpilot.reporting.consistency import consistency_table, judge_noise_table
 from lexpilot.reporting.figures import write_plots
+from lexpilot.reporting.formats import HEADLINE
 from lexpilot.reporting.groups import Group, classes_present, group_runs
-from lexpilot.reporting.rankings import HEADLINE, power_table, ranking_tables
+from lexpilot.reporting.rankings import power_table, ranking_tables
 from lexpilot.reporting.renderings import (
     RENDERINGS,
     TEXT_WIDTH,

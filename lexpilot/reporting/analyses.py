@@ -14,7 +14,7 @@ from lexpilot.benchmark.records import LJP_ORDER
 from lexpilot.files import check_input
 from lexpilot.reporting.bootstrap import Bootstrap, paired_difference
 from lexpilot.reporting.formats import (
-    COMPARED_METRICS,
+    HEADLINE,
     PLAIN_TYPE_NAMES,
     SETUP_NAMES,
     average_cell,
@@ -100,7 +100,7 @@ def judge_sensitivity_tables(groups: list[Group], root, boot: Bootstrap) -> list
             continue
         done.add((id(g_original), id(g_rejudged)))
         rows = []
-        for name, (task, metric) in COMPARED_METRICS:
+        for name, (task, metric) in HEADLINE:
             key = (task, metric, OVERALL)
             rows.append([name, cell(g_original.stat(key)), cell(g_rejudged.stat(key)),
                          difference_cell(paired_difference(boot, (g_rejudged, key), (g_original, key)))])

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from lexpilot.benchmark.records import LJP_SETUPS
 from lexpilot.reporting.table import METRIC, PERCENT, Figure
 
 USER_CONDITION_NAMES = (("standard", "Standard"), ("delayed", "Delayed Disclosure"), ("self-correction", "Self-Correction"))
@@ -69,6 +68,7 @@ def average_cell(stats: list[dict | None]) -> Figure:
     means = [s["mean"] for s in stats if s and s["mean"] is not None]
     return number_cell(float(np.mean(means)) if means else None, METRIC, key="mean")  # in the column's mean
 
-COMPARED_METRICS = (("LCA Macro-F1", ("LCA", "macro_f1")), ("LCA Acc_C", ("LCA", "acc_c")),
-                    ("LCA Acc_U", ("LCA", "acc_u")), ("DCG Acc.", ("DCG", "accuracy")),
-                    *((f"LJP {SETUP_NAMES[s]} QWK", (f"LJP_{s}", "qwk")) for s, _, _, _ in LJP_SETUPS))
+# Table 11's columns and Table 14's LCA details, (name, (task, metric)): every comparison, ranking and judge table
+HEADLINE = (("LCA Macro-F1", ("LCA", "macro_f1")), ("LCA Acc_C", ("LCA", "acc_c")), ("LCA Acc_U", ("LCA", "acc_u")),
+            ("DCG Acc.", ("DCG", "accuracy")), ("LJP Direct QWK", ("LJP_direct", "qwk")),
+            ("LJP Interaction QWK", ("LJP_interaction", "qwk")), ("LJP Gold QWK", ("LJP_gold", "qwk")))

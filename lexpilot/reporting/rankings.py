@@ -14,15 +14,12 @@ from statistics import NormalDist
 import numpy as np
 
 from lexpilot.reporting.bootstrap import Bootstrap, paired_difference
+from lexpilot.reporting.formats import HEADLINE
 from lexpilot.reporting.groups import Group, differing_settings
 from lexpilot.reporting.runs import OVERALL
 from lexpilot.reporting.table import METRIC, Figure, Table
 from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS, compared_setting
 
-# Table 11's columns and Table 14's LCA details: (name, (task, metric)), the task as the viewer links it
-HEADLINE = (("LCA Macro-F1", ("LCA", "macro_f1")), ("LCA Acc_C", ("LCA", "acc_c")), ("LCA Acc_U", ("LCA", "acc_u")),
-            ("DCG Acc.", ("DCG", "accuracy")), ("LJP Direct QWK", ("LJP_direct", "qwk")),
-            ("LJP Interaction QWK", ("LJP_interaction", "qwk")), ("LJP Gold QWK", ("LJP_gold", "qwk")))
 # what must be equal for two groups to be compared: every compared setting but the evaluated model's own identity
 NOT_COMPARED = ("code_hash",)  # a fix elsewhere in the harness does not make two models' runs incomparable
 

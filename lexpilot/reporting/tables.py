@@ -19,7 +19,7 @@ from lexpilot.reporting.analyses import (
 )
 from lexpilot.reporting.bootstrap import Bootstrap, paired_difference
 from lexpilot.reporting.formats import (
-    COMPARED_METRICS,
+    HEADLINE,
     USER_CONDITION_NAMES,
     cell,
     difference_cell,
@@ -98,7 +98,7 @@ def paired_setups_table(groups: list[Group], labels: list[str], boot: Bootstrap)
 def comparison_table(a: Group, b: Group, boot: Bootstrap) -> Table:
     """Model A − model B on every metric, paired on the same resampled cases."""
     rows = []
-    for name, (task, metric) in COMPARED_METRICS:
+    for name, (task, metric) in HEADLINE:
         key = (task, metric, OVERALL)
         rows.append([name, cell(a.stat(key)), cell(b.stat(key)),
                      difference_cell(paired_difference(boot, (a, key), (b, key)))])
