@@ -127,10 +127,9 @@ def dcg_part(r: dict, number: str, ids: Ids, details: list[str], source: dict | 
         judged, mid = labels.get(q["round"], {}), ids.next()
         parts.append(msg("assistant", q["question"], f"forced question {q['round']}", mid=mid, thread="dcg",
                          call=call_button("force_ask", "eval", {"history": "d:underspecified:dcg"}, "force_ask")))
-        label = str(judged.get("label", "–"))
-        if source is not None and q["round"] in originals:  # a re-judged run: the original judge's label beside
-            label += f" (original judge: {originals[q['round']]}" + (", disagree)" if originals[q["round"]] != judged.get(
-                "label") else ")")
+        # a re-judged run: the original judge's label beside
+        label = rejudged(judged.get("label", "–"), originals[q["round"]]) if source is not None and \
+            q["round"] in originals else str(judged.get("label", "–"))
         parts.append(msg("judge", label, f"DCG judge on question {q['round']}",
                          call=call_button("judge_dcg", "judge", {"ai_response": f"m:{mid}", "focus_text": "fp",
                                                                  "key_facts": "dbf"}, "DCG",
