@@ -64,6 +64,27 @@ class BatchCaller:
         raise NeedsReply(role, prompt)
 
 
+@dataclass
+class ReplayRetries:
+    """The progress of one replay of a case: an invalid output is said once, when its reply first comes in, not
+    again at every later cycle's replay of the case (each replay starts from the first call of the case's
+    pending steps)."""
+    log: object
+    reported: Counter  # (case, step) -> retries said so far
+    calls: CaseCalls | None = None  # the replay's calls, for the step being run
+    seen: Counter = field(default_factory=Counter)
+
+    def update(self, **deltas) -> None:
+        pass
+
+    def retry(self, message: str) -> None:
+        key = (self.calls.case.number, self.calls.step)
+        self.seen[key] += 1
+        if self.seen[key] > self.reported[key]:
+            self.reported[key] = self.seen[key]
+            self.log(f"case {key[0]}: asked again: {message}")
+
+
 class QuietProgress:
     """Counters for the synchronous calls of roles left out of the batches (the cycles print their own lines)."""
 
@@ -94,6 +115,7 @@ class BatchRun:
     log: object
     failed: dict = field(default_factory=dict)  # case -> why it failed
     held: Counter = field(default_factory=Counter)  # case -> replies the journal holds for its pending steps
+    retried: Counter = field(default_factory=Counter)  # (case, step) -> invalid outputs said so far
     depth: int | None = None  # the least upper bound on the remaining calls said so far
 
     def batch_clients(self) -> dict:
@@ -197,8 +219,9 @@ def _replay_case(run: BatchRun, journal: CallJournal, case) -> tuple | None:
     settings = run.settings
     while True:  # a role left synchronous is answered at once, and the replay goes on
         journal.rewind(case.number)  # each replay starts from the case's first call again
-        calls = CaseCalls(BatchCaller(settings, None), run.prompts, case, user_condition=settings.user_condition,
-                          journal=journal)
+        retries = ReplayRetries(run.log, run.retried)
+        calls = retries.calls = CaseCalls(BatchCaller(settings, retries), run.prompts, case,
+                                          user_condition=settings.user_condition, journal=journal)
         try:
             run.run_case(run.state, calls, run.writer)
             return None

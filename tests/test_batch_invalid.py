@@ -1,0 +1,101 @@
+"""Batch mode with invalid outputs (issue 34 item 0): "Judges write invalid output routinely". Every stage, in
+batch mode and with each --batch-roles split, is given one invalid output for every prompt whose output has a
+required form (every judge's); each is asked again as in a synchronous run, the
+stage completes, and the provider processes exactly what a clean synchronous run processes, request by request."""
+import json
+from collections import Counter
+
+import pytest
+
+import rejudge
+from lexpilot.benchmark.records import LCA
+from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS
+from lexpilot.protocols.consultation import LCA_STAGE
+from tests.conftest import Harness, sample_cases, write_dataset
+from tests.fake_provider import FakeProvider
+
+PROSE = "我认为这个问题很难说。"
+# every judge prompt: their outputs are parsed by `CaseCalls.validated`
+VALIDATED = ("lca_judge", "type_judge", "behaviour_judge", "audit_judge", "focal_judge", "dcg_judge", "ljp_judge")
+
+
+class FirstAnswerInvalid:
+    """The first answer to every validated prompt is prose; the second is the scripted provider's default."""
+
+    def __init__(self):
+        self.seen: set = set()
+        self.invalid = self.total = 0
+
+    def __call__(self, kind, prompt, body):
+        if kind in VALIDATED and prompt not in self.seen:
+            self.seen.add(prompt)
+            self.invalid += 1
+            self.total += 1
+            return PROSE
+        return None
+
+    def next_stage(self) -> None:
+        """A prompt another stage sent too (the LCA stage's, a re-judge's) is answered in prose again."""
+        self.seen.clear()
+        self.invalid = 0
+
+
+def cases() -> list[dict]:
+    """Three sample cases without their focal-point types, so that the judge types them."""
+    return [{k: v for k, v in case.items() if k != "focal_point_types"} for case in sample_cases()[:3]]
+
+
+def every_stage(h: Harness, script: FirstAnswerInvalid, *extra: str) -> None:
+    """Every stage run per model and run, the LCA stage on a deleted label file, and a re-judge: 12 stages, each
+    given invalid outputs."""
+    stages = [(stage, ()) for name in STAGE_SETS["all"] for stage in GRID_STAGES[name]]
+    stages += [(LCA_STAGE, ()), (rejudge.STAGE, ("--from-run", "r1", "--run-id", "r1-rj"))]
+    for stage, own in stages:
+        if stage is LCA_STAGE:
+            h.file(LCA).unlink()  # eval_LCA.py judges the a1 responses that have no label
+        script.next_stage()
+        assert h.run_stage(stage, *own, *extra) == 0, stage.name
+        assert script.invalid > 0, stage.name
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory):
+    """What the provider processes for a synchronous run of every stage, with the same invalid outputs."""
+    tmp = tmp_path_factory.mktemp("sync")
+    script = FirstAnswerInvalid()
+    with FakeProvider(script) as provider, pytest.MonkeyPatch.context() as monkeypatch:
+        h = Harness(tmp, provider, monkeypatch, write_dataset(tmp / "three.json", cases()))
+        every_stage(h, script)
+    assert {kind for kind, _ in provider.processed} >= set(VALIDATED)
+    return tmp, Counter(provider.processed)
+
+
+@pytest.mark.parametrize("roles", ["eval,user,judge", "eval", "judge", "eval,user", "user,judge"])
+def test_an_invalid_output_in_batch_mode_is_asked_again_and_every_stage_completes(clean, tmp_path, monkeypatch,
+                                                                                    capsys, roles):
+    sync_root, expected = clean
+    script = FirstAnswerInvalid()
+    with FakeProvider(script) as provider:
+        h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "three.json", cases()))
+        every_stage(h, script, "--batch-roles", roles, "--batch-poll", "1")
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and "invalid judge_lca output: expected exactly 策略一 or 策略二" in err
+        assert err.count(": asked again: invalid ") == script.total  # each said once, not at every cycle
+        assert provider.processed == expected
+    for path in (sync_root / "out" / "eval_results").rglob("*.jsonl"):  # the same labels and verdicts
+        twin = tmp_path / "out" / path.relative_to(sync_root / "out")
+        assert verdicts(twin) == verdicts(path), path.name
+
+
+# what depends on the order in which cases were asked: which of two equal prompts (the LCA judge sees only the
+# response, often the same for two cases) got the prose, and the usage and digests that follow from it
+ORDERED = ("usage", "digest", "upstream_hash", "judge_raw", "raw")
+
+
+def verdicts(path) -> list:
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in ORDERED}
+        return [strip(v) for v in value] if isinstance(value, list) else value
+    return sorted((strip(json.loads(line)) for line in path.read_text(encoding="utf-8").splitlines()),
+                  key=lambda r: r["case_number"])
