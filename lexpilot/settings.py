@@ -67,6 +67,7 @@ class Batching:
     status: bool = False
     poll: float = 30.0
     files: Path | None = None  # vLLM run-batch files instead of a batch API
+    resubmit: bool = False  # after a lost ledger, submit again what the provider cannot show as this run's
 
 
 @dataclass(frozen=True)
@@ -260,6 +261,8 @@ def add_common_args(parser: argparse.ArgumentParser, user_condition: bool = Fals
       help="seconds between batch polls, at least 0.01 (default 30)")
     a("--batch-roles", type=role_list, help="with --batch: the roles sent in batches, e.g. eval,judge (default all); "
       "the others are called synchronously within the same cycles")
+    a("--batch-resubmit", action="store_true", help="with --batch, after a lost batches.json at a provider that "
+      "lists batches without their metadata: submit the pending requests again (they may already be paid)")
     a("--batch-files", type=Path, metavar="DIR", help="offline batches for `vllm run-batch`: write each cycle's "
       "input files there and stop; rerun with their output files there to go on")
     a("--keep-reasoning", action="store_true",
@@ -320,8 +323,10 @@ def settings_from_args(args: argparse.Namespace, env=os.environ) -> Settings:
         transport=Transport(timeout=args.timeout, retries=args.retries, concurrency=args.concurrency,
                             stream=args.stream, call_deadline=args.call_deadline or 10 * args.timeout,
                             backoff_base=backoff_base),
-        batching=Batching(enabled=bool(args.batch or args.batch_detach or args.batch_files or args.batch_roles),
+        batching=Batching(enabled=bool(args.batch or args.batch_detach or args.batch_files or args.batch_roles
+                                       or args.batch_resubmit),
                           roles=args.batch_roles or (), detach=args.batch_detach, status=args.batch_status,
-                          poll=args.batch_poll, files=args.batch_files.resolve() if args.batch_files else None),
+                          poll=args.batch_poll, files=args.batch_files.resolve() if args.batch_files else None,
+                          resubmit=args.batch_resubmit),
         spending=Spending(prices=prices, max_cost=args.max_cost),
     )

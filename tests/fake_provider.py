@@ -183,6 +183,9 @@ class FakeProvider:
         self.batch_errors: list[tuple[str, str, int]] = []
         self.batch_lost_create, self.batch_final, self.batch_output = False, None, None
         self.batch_forget: set[str] = set()
+        # `batch_listed(batch)`: the metadata `GET /batches` shows for a batch (None: a provider that drops it; or
+        # another batch's, a listing that lies); the default shows what the batch was created with
+        self.batch_listed = None
         self.submitted = Counter()  # custom_id -> batches it was submitted in
         self.requests: list[dict] = []
         # every request answered with a reply, synchronously or in a batch: (kind, digest of what it asks) -> times
@@ -390,8 +393,10 @@ class FakeProvider:
                     return reply(500, {"error": {"message": "upstream timeout", "type": "server_error"}})
                 return reply(200, public(self.batches[batch_id]))
             if parts == ["batches"] and method == "GET":
-                return reply(200, {"object": "list", "data": [public(b) for b in self.batches.values()],
-                                   "has_more": False})
+                shown = [public(b) for b in self.batches.values()]
+                if self.batch_listed:
+                    shown = [{**b, "metadata": self.batch_listed(b)} for b in shown]
+                return reply(200, {"object": "list", "data": shown, "has_more": False})
             if len(parts) >= 2 and parts[0] == "batches" and parts[1] in self.batches:
                 batch = self.batches[parts[1]]
                 if parts[2:] == ["cancel"]:

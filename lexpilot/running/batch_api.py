@@ -63,15 +63,31 @@ def request_digest(body: dict) -> str:
 
 def tag(run) -> dict[str, str]:
     """The metadata every batch of this run, model and stage carries (and the output root, so that another copy
-    of the run elsewhere is not mistaken for this one)."""
+    of the run elsewhere is not mistaken for this one, and the run's incarnation, so that a later run made under
+    the same root, id, model and stage is not either)."""
     settings = run.settings
     return {"lexpilot_run": settings.run_id, "lexpilot_model": settings.roles["eval"].model[:500],
-            "lexpilot_stage": run.name, "lexpilot_root": hashlib.sha256(str(settings.output_root).encode()).hexdigest()[:16]}
+            "lexpilot_stage": run.name, "lexpilot_root": hashlib.sha256(str(settings.output_root).encode()).hexdigest()[:16],
+            "lexpilot_incarnation": run.incarnation}
 
 
-def tagged(remote, run) -> bool:
+def tagged(remote, run) -> str | None:
+    """"ours" for a batch tagged with this run, "foreign" for one of the same run id, root, model and stage made
+    by another incarnation (an earlier run moved away, or one from before incarnations), else None."""
     metadata = getattr(remote, "metadata", None) or {}
-    return isinstance(metadata, dict) and all(metadata.get(k) == v for k, v in tag(run).items())
+    if not isinstance(metadata, dict):
+        return None
+    ours = tag(run)
+    if any(metadata.get(k) != v for k, v in ours.items() if k != "lexpilot_incarnation"):
+        return None
+    return "ours" if metadata.get("lexpilot_incarnation") == ours["lexpilot_incarnation"] else "foreign"
+
+
+def foreign(run, remote, why: str) -> None:
+    """A batch left alone, said once per invocation."""
+    if remote.id not in run.foreign_said:
+        run.foreign_said.add(remote.id)
+        run.log(f"batch {remote.id}: {why}; left alone (not this run's)")
 
 
 def batch_lines(requests: list) -> bytes:
@@ -115,11 +131,22 @@ def made_from(run, client, file_id: str):
     return next((b for b in client.batches.list(limit=100) if getattr(b, "input_file_id", None) == file_id), None)
 
 
-def listed(run, client) -> list:
-    """This run's batches (this model and stage) that the provider lists."""
-    return [b for b in provider_call(run, "listing batches", lambda: [checked(b, "id") for b in
-                                                                      client.batches.list(limit=100)])
-            if tagged(b, run)]
+def listing(run, client) -> list:
+    """Every batch the provider lists."""
+    return provider_call(run, "listing batches", lambda: [checked(b, "id") for b in client.batches.list(limit=100)])
+
+
+def listed(run, client, batches: list | None = None) -> list:
+    """This run's batches (this model and stage) that the provider lists; one of an earlier run of the same id,
+    model and stage under this root is named in one line and left alone."""
+    ours = []
+    for remote in listing(run, client) if batches is None else batches:
+        whose = tagged(remote, run)
+        if whose == "foreign":
+            foreign(run, remote, "tagged with this run id, model and stage by another run (another incarnation)")
+        elif whose == "ours":
+            ours.append(remote)
+    return ours
 
 
 def finished_lines(run, batch: dict, client) -> list[bytes] | None:
@@ -187,14 +214,25 @@ def adopt(run, clients: dict, pending: dict[str, tuple]) -> int:
     ledger, adopted = run.ledger, 0
     known, files = ledger.known_batch_ids(), ledger.known_file_ids()
     for role, client in clients.items():
-        for remote in listed(run, client):
+        batches = listing(run, client)
+        if run.ledger_lost and batches and not any(getattr(b, "metadata", None) for b in batches) \
+                and not run.settings.batching.resubmit:
+            asked = sum(len(requests) for requests in pending.values())
+            raise FatalError(f"{ledger.path}: the ledger is gone and the provider does not return batch metadata; "
+                             f"{asked} requests may already be paid. Restore the ledger, or rerun with "
+                             "--batch-resubmit to submit them again")
+        for remote in listed(run, client, batches):
             if remote.id in known or remote.input_file_id in files or \
                     (remote.status in ("failed", "expired", "cancelled") and not remote.output_file_id):
                 continue
             content = provider_call(run, f"reading the input of batch {remote.id}",
                                     lambda: client.files.content(remote.input_file_id).read(), missing_ok=True)
+            lines = (content or b"").splitlines()
+            if not all(carries(line, run.incarnation) for line in lines if line.strip()):
+                foreign(run, remote, "its metadata names this run, but its requests carry another run's ids")
+                continue
             requests = {}
-            for line in (content or b"").splitlines():
+            for line in lines:
                 try:
                     entry = json.loads(line)
                     # identical requests of different cases (a judge prompt holding only a reply) each take one
@@ -213,6 +251,15 @@ def adopt(run, clients: dict, pending: dict[str, tuple]) -> int:
     if adopted:
         ledger.save()
     return adopted
+
+
+def carries(line: bytes, incarnation: str) -> bool:
+    """Whether a batch input line's custom id is this run's (it starts with the run's incarnation)."""
+    try:
+        cid = json.loads(line).get("custom_id")
+    except (ValueError, AttributeError, RecursionError):
+        return False
+    return isinstance(cid, str) and bool(incarnation) and cid.startswith(f"{incarnation}-")
 
 
 def write_batch_file(ledger: Ledger, folder: Path, model: str, role: str, requests: list, max_tokens: int, log):

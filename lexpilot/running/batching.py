@@ -40,9 +40,15 @@ from lexpilot.storage.checkpoints import (
     CallJournal,
     CheckpointWriter,
     journal_path,
+    manifest_path,
     run_folder,
 )
-from lexpilot.storage.manifest import read_manifest, record_transport
+from lexpilot.storage.manifest import (
+    note_batches_submitted,
+    read_manifest,
+    record_transport,
+    run_incarnation,
+)
 
 
 class NeedsReply(Exception):
@@ -117,6 +123,9 @@ class BatchRun:
     held: Counter = field(default_factory=Counter)  # case -> replies the journal holds for its pending steps
     retried: Counter = field(default_factory=Counter)  # (case, step) -> invalid outputs said so far
     depth: int | None = None  # the least upper bound on the remaining calls said so far
+    incarnation: str = ""  # the run's own id (its manifest's): in every batch's metadata and custom id
+    foreign_said: set = field(default_factory=set)  # the other runs' batches named so far
+    ledger_lost: bool = False  # the run submitted batches, and its ledger is gone
 
     def batch_clients(self) -> dict:
         """One client per endpoint of the batched roles (roles may share one)."""
@@ -124,6 +133,13 @@ class BatchRun:
         for role in sorted(self.batched_roles):
             by_url.setdefault(self.settings.roles[role].base_url, (role, self.caller.clients[role]))
         return dict(by_url.values())
+
+
+def saved_incarnation(settings) -> str:
+    """The run's incarnation as its manifest holds it, read only ("" without one)."""
+    path = manifest_path(settings.output_root, settings.run_id, settings.roles["eval"].model)
+    value = read_manifest(path).get("incarnation") if path.exists() else None
+    return value if isinstance(value, str) else ""
 
 
 def ledger_path(settings) -> Path:
@@ -141,7 +157,10 @@ def run_cycles(name: str, state, clients: dict, settings, out, err, run_case) ->
                    journal_path(settings.output_root, settings.run_id, model), CheckpointWriter(),
                    ModelCaller(settings, QuietProgress(log), threading.Event(), clients,
                                transport if isinstance(transport, dict) else None),
-                   set(settings.batching.roles or ("eval", "user", "judge")), load_prompts(), run_case, log)
+                   set(settings.batching.roles or ("eval", "user", "judge")), load_prompts(), run_case, log,
+                   incarnation=run_incarnation(state.manifest_path) if state.manifest_path else "")
+    run.ledger_lost = not run.ledger.found and bool(state.manifest_path) and \
+        bool(read_manifest(state.manifest_path).get("batches_submitted"))
     try:
         return _cycles(run, out, err)
     except KeyboardInterrupt:
@@ -250,8 +269,10 @@ def _replay_case(run: BatchRun, journal: CallJournal, case) -> tuple | None:
             return None
 
 
-def custom_id(number: str, step: str, key: str, occurrence: int) -> str:
-    return hashlib.sha256(f"{number}\0{step}\0{key}\0{occurrence}".encode()).hexdigest()[:32]
+def custom_id(incarnation: str, number: str, step: str, key: str, occurrence: int) -> str:
+    """A request's id in a batch: the run's incarnation, then what it asks for which case (a batch is adopted only
+    when every custom id in it starts with this run's incarnation)."""
+    return f"{incarnation}-" + hashlib.sha256(f"{number}\0{step}\0{key}\0{occurrence}".encode()).hexdigest()[:32]
 
 
 def _requests(run: BatchRun, needs: list[tuple]) -> dict[str, list]:
@@ -271,7 +292,7 @@ def _requests(run: BatchRun, needs: list[tuple]) -> dict[str, list]:
             caller.budget.reserve(role.model, len(str(need.prompt)), role.max_tokens, batched=1.0)
         # vLLM's run-batch takes one model per file; the API one batch per endpoint (roles may share one)
         group = role.model if settings.batching.files else role.base_url
-        groups.setdefault(group, []).append((custom_id(number, step, key, submission),
+        groups.setdefault(group, []).append((custom_id(run.incarnation, number, step, key, submission),
                                              {"case": number, "step": step, "key": key, "role": need.role,
                                               "max_tokens": role.max_tokens,
                                               "token_field": caller.token_fields[need.role]}, body))
@@ -280,6 +301,8 @@ def _requests(run: BatchRun, needs: list[tuple]) -> dict[str, list]:
 
 def _send(run: BatchRun, groups: dict[str, list]) -> None:
     settings = run.settings
+    if groups and run.state.manifest_path and not settings.batching.files:
+        note_batches_submitted(run.state.manifest_path)  # a ledger missing from now on was lost
     for group, requests in groups.items():
         role = requests[0][1]["role"]
         for chunk in chunks(requests):
@@ -342,7 +365,7 @@ def status(name: str, settings, clients: dict, out=sys.stdout) -> int:
     run = BatchRun(name, None, settings, Ledger(ledger_path(settings)), Path(), CheckpointWriter(),
                    ModelCaller(settings, QuietProgress(lambda m: print(m, file=out)), threading.Event(), clients),
                    set(settings.batching.roles or ("eval", "user", "judge")), {}, None,
-                   lambda m: print(m, file=out))
+                   lambda m: print(m, file=out), incarnation=saved_incarnation(settings))
     shown = 0
     for b in run.ledger.open_batches():
         line = f"{b['role']}: {b.get('batch_id', '(not created)')}, {len(b['requests'])} requests, phase {b['phase']}"

@@ -9,6 +9,7 @@ import json
 import os
 import sys
 import time
+import uuid
 from pathlib import Path
 
 from lexpilot.benchmark.dataset import Case
@@ -93,6 +94,9 @@ def build_manifest(settings: Settings, dataset_sha256: str, selected: list[Case]
         **({"rejudged_from": settings.source_run} if settings.source_run else {}),
         "package_versions": package_versions(),
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        # this run's own id, made when its manifest is first written: a batch carries it in its metadata and in
+        # every custom id, so a later run of the same id, root, model and stage never takes it as its own
+        "incarnation": new_incarnation(),
     }
     return manifest | {"settings_digest": settings_digest(manifest)}
 
@@ -225,6 +229,28 @@ def record_transport(path: Path, token_fields: dict) -> None:
     manifest = read_manifest(path)
     manifest["token_fields"] = token_fields
     write_json(path, manifest)
+
+
+def new_incarnation() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def run_incarnation(path: Path) -> str:
+    """The run's incarnation id; a run whose manifest was written before manifests carried one is given one now
+    (its batches in flight are in its ledger: they are collected from there, not matched by this id)."""
+    manifest = read_manifest(path)
+    if not isinstance(manifest.get("incarnation"), str) or not manifest["incarnation"]:
+        manifest["incarnation"] = new_incarnation()
+        write_json(path, manifest)
+    return manifest["incarnation"]
+
+
+def note_batches_submitted(path: Path) -> None:
+    """Note in the manifest that the run has submitted batches, once: a ledger missing after that was lost."""
+    manifest = read_manifest(path)
+    if not manifest.get("batches_submitted"):
+        manifest["batches_submitted"] = True
+        write_json(path, manifest)
 
 
 def read_manifest(path: Path) -> dict:

@@ -1,0 +1,138 @@
+"""A batch belongs to its own run (issue 34 items 1-2): "Give each run an incarnation id, random and made when its
+manifest is first written. Put it in the batch metadata and in every custom id. Attach only batches whose custom
+ids carry this run's id; a foreign batch is named in one line and left alone." And after a lost ledger, at a
+provider that drops `metadata` from `batches.list`: "Say so before resubmitting ... Resubmit only with an
+explicit option"."""
+import json
+import shutil
+from collections import Counter
+
+import pytest
+
+from tests.conftest import Harness, sample_cases, write_dataset
+
+CASES = sample_cases()[:8]
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    return write_dataset(tmp_path / "eight.json", CASES)
+
+
+def clean_run(tmp_path, provider, monkeypatch, dataset) -> Counter:
+    """What the provider processes for a clean synchronous run of the gold stage (8 cases)."""
+    sync = Harness(tmp_path / "sync", provider, monkeypatch, dataset)
+    assert sync.run("gold") == 0
+    processed = Counter(provider.processed)
+    provider.processed.clear()
+    return processed
+
+
+def manifest(h) -> dict:
+    return json.loads(next((h.root / "runs").glob("*/*/manifest.json")).read_text(encoding="utf-8"))
+
+
+def ledger(h) -> dict:
+    return json.loads(next((h.root / "runs").glob("*/*/batches.json")).read_text(encoding="utf-8"))
+
+
+def test_every_custom_id_and_the_metadata_carry_the_runs_incarnation(tmp_path, provider, monkeypatch, dataset):
+    h = Harness(tmp_path / "batch", provider, monkeypatch, dataset)
+    provider.batch_delay = 60
+    assert h.run("gold", "--batch-detach") == 0
+    incarnation = manifest(h)["incarnation"]
+    assert len(incarnation) == 12
+    batch = provider.batches["batch-1"]
+    assert batch["metadata"]["lexpilot_incarnation"] == incarnation
+    assert all(line["custom_id"].startswith(f"{incarnation}-") for line in batch["_lines"]) and batch["_lines"]
+    assert h.run("gold", "--batch-detach") == 0
+    assert manifest(h)["incarnation"] == incarnation  # made once, when the manifest is first written
+
+
+def test_a_new_run_under_a_moved_roots_path_leaves_the_old_runs_batch_alone(tmp_path, provider, monkeypatch,
+                                                                           dataset, capsys):
+    """Detach a run, move its root away, start a new run with the same root path, run id, model and stage: the
+    old batch is named in one line and left alone; the new run submits and collects its own."""
+    expected = clean_run(tmp_path, provider, monkeypatch, dataset)
+    h = Harness(tmp_path / "batch", provider, monkeypatch, dataset)
+    provider.batch_delay = 60
+    assert h.run("gold", "--batch-detach") == 0
+    shutil.move(h.root, tmp_path / "moved")
+    old = set(provider.batches)
+    provider.batch_delay = 0
+    for b in provider.batches.values():
+        b["_ready"] = 0  # the old batch is finished and its replies are waiting: still not the new run's
+    provider.processed.clear()
+    capsys.readouterr()
+    assert h.run("gold", "--batch", "--batch-poll", "1") == 0
+    err = capsys.readouterr().err
+    assert err.count("batch batch-1: tagged with this run id, model and stage by another run (another "
+                     "incarnation); left alone (not this run's)") == 1
+    assert "re-attached" not in err
+    ids = {b.get("batch_id") for b in ledger(h)["batches"]}
+    assert not ids & old
+    # the new run's own requests, each processed once (the old batch was never collected: the provider answers it
+    # only when it is retrieved, which nobody does)
+    assert provider.processed == expected
+    assert all(n == 1 for n in provider.submitted.values())
+
+
+def test_a_listing_that_claims_another_runs_batch_for_this_run_is_not_believed(tmp_path, provider, monkeypatch,
+                                                                              dataset, capsys):
+    """The provider lists run A's batch with run B's metadata: B reads its custom ids, which carry A's
+    incarnation, and leaves it alone."""
+    expected = clean_run(tmp_path, provider, monkeypatch, dataset)
+    a = Harness(tmp_path / "a", provider, monkeypatch, dataset)
+    b = Harness(tmp_path / "b", provider, monkeypatch, dataset)
+    provider.batch_delay = 60
+    assert a.run("gold", "--batch-detach") == 0  # batch-1, A's
+    assert b.run("gold", "--batch-detach") == 0  # batch-2, B's
+    b_metadata = provider.batches["batch-2"]["metadata"]
+    provider.batch_listed = lambda batch: b_metadata  # every batch listed as B's
+    provider.batch_delay = 0
+    for batch in provider.batches.values():
+        batch["_ready"] = 0
+    provider.processed.clear()
+    ledger_file = next((b.root / "runs").glob("*/*/batches.json"))
+    ledger_file.unlink()  # B must look at the provider's list to find its batch again
+    capsys.readouterr()
+    assert b.run("gold", "--batch", "--batch-poll", "1") == 0
+    err = capsys.readouterr().err
+    assert ("batch batch-1: its metadata names this run, but its requests carry another run's ids; left alone "
+            "(not this run's)") in err
+    assert "re-attached batch batch-2 from the provider's list (8 requests of this run)" in err
+    assert "batch-1" not in {x.get("batch_id") for x in ledger(b)["batches"]}
+    assert provider.processed == expected  # B's own 8 + 8 requests, once each; A's batch never taken
+    assert all(n == 1 for n in provider.submitted.values())
+
+
+def test_a_lost_ledger_at_a_provider_without_metadata_is_said_and_resubmitted_only_when_asked(
+        tmp_path, provider, monkeypatch, dataset, capsys):
+    h = Harness(tmp_path / "batch", provider, monkeypatch, dataset)
+    provider.batch_listed = lambda batch: None  # the provider drops metadata from its list
+    provider.batch_delay = 60
+    assert h.run("gold", "--batch-detach") == 0
+    next((h.root / "runs").glob("*/*/batches.json")).unlink()
+    submitted = Counter(provider.submitted)
+    capsys.readouterr()
+    assert h.run("gold", "--batch", "--batch-poll", "1") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith("batches.json: the ledger is gone and the provider does not return batch metadata; 8 "
+                            "requests may already be paid. Restore the ledger, or rerun with --batch-resubmit to "
+                            "submit them again")
+    assert provider.submitted == submitted  # nothing submitted again without the option
+    provider.batch_delay = 0
+    assert h.run("gold", "--batch", "--batch-resubmit", "--batch-poll", "1") == 0
+    assert sum(provider.submitted.values()) == sum(submitted.values()) + 8 + 8  # the 8 again, then the second step
+
+
+def test_a_first_batch_run_at_a_provider_without_metadata_is_not_stopped(tmp_path, provider, monkeypatch, dataset):
+    """No ledger was ever written (no batch submitted yet): nothing can be lost, so nothing is said."""
+    expected = clean_run(tmp_path, provider, monkeypatch, dataset)
+    other = Harness(tmp_path / "other", provider, monkeypatch, dataset)
+    provider.batch_listed = lambda batch: None
+    assert other.run("gold", "--batch", "--batch-poll", "1") == 0  # the provider now lists batches
+    provider.processed.clear()
+    h = Harness(tmp_path / "batch", provider, monkeypatch, dataset)
+    assert h.run("gold", "--batch", "--batch-poll", "1") == 0
+    assert provider.processed == expected
