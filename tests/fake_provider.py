@@ -171,7 +171,7 @@ class FakeProvider:
         self.script, self.latency, self.jitter, self.rate_limit, self.usage = script, latency, jitter, rate_limit, usage
         self.one_slot, self.active = one_slot, 0
         # the batch API: files and batches, answered `batch_delay` seconds after creation; `batch_refuse` answers
-        # 404 on /files and /batches; `batch_fail(custom_id)` puts a request in the error file; `batch_expire`
+        # 404 on /files and /batches; `batch_fail(custom_id)` puts a request in the error file (a string: its message); `batch_expire`
         # ends each batch expired with only its first half answered
         self.files: dict[str, bytes] = {}
         self.batches: dict[str, dict] = {}
@@ -182,6 +182,7 @@ class FakeProvider:
         # `batch_forget` answers 404 for those batch ids; `batch_output` rewrites the lines of each output file
         self.batch_errors: list[tuple[str, str, int]] = []
         self.batch_lost_create, self.batch_final, self.batch_output = False, None, None
+        self.batch_final_message = None  # the message of `batch_final`'s error (default: "batch <status>")
         self.batch_forget: set[str] = set()
         # `batch_listed(batch)`: the metadata `GET /batches` shows for a batch (None: a provider that drops it; or
         # another batch's, a listing that lies); the default shows what the batch was created with
@@ -409,14 +410,17 @@ class FakeProvider:
     def _finish(self, batch: dict) -> None:
         if self.batch_final:
             batch["status"] = self.batch_final
-            batch["errors"] = {"object": "list", "data": [{"code": "scripted", "message": f"batch {self.batch_final}"}]}
+            batch["errors"] = {"object": "list", "data": [{"code": "scripted", "message": self.batch_final_message
+                                                           or f"batch {self.batch_final}"}]}
             return
         lines = batch["_lines"][:max(1, len(batch["_lines"]) // 2)] if self.batch_expire else batch["_lines"]
         out, errors = [], []
         for i, line in enumerate(lines):
-            if self.batch_fail and self.batch_fail(line["custom_id"]):
+            failure = self.batch_fail(line["custom_id"]) if self.batch_fail else None
+            if failure:  # True, or the error's message
                 errors.append({"id": f"req-{i}", "custom_id": line["custom_id"], "response": None,
-                               "error": {"code": "server_error", "message": "scripted failure"}})
+                               "error": {"code": "server_error",
+                                         "message": failure if isinstance(failure, str) else "scripted failure"}})
                 continue
             self.lock.release()  # the chat handler takes the lock itself
             try:

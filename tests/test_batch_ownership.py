@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from tests.conftest import Harness, sample_cases, write_dataset
+from tests.conftest import SECRET, Harness, sample_cases, write_dataset
 
 CASES = sample_cases()[:8]
 
@@ -136,3 +136,40 @@ def test_a_first_batch_run_at_a_provider_without_metadata_is_not_stopped(tmp_pat
     h = Harness(tmp_path / "batch", provider, monkeypatch, dataset)
     assert h.run("gold", "--batch", "--batch-poll", "1") == 0
     assert provider.processed == expected
+
+
+# ----------------------------------------------------------------------------- keys (item 3)
+
+def echo_in_reply(provider):
+    provider.script = lambda kind, prompt, body: {"content": f"已收到。{SECRET}"} if kind == "force_judge" else None
+
+
+def echo_in_a_400_line(provider):
+    provider.script = lambda kind, prompt, body: ({"status": 400, "error": f"invalid key {SECRET} for this model"}
+                                                  if kind == "force_judge" else None)
+
+
+def echo_in_the_error_file(provider):
+    provider.batch_fail = lambda custom_id: f"auth failed for {SECRET}"
+
+
+def echo_in_the_batch_errors(provider):
+    provider.batch_final, provider.batch_final_message = "failed", f"key {SECRET} is not allowed to use batches"
+
+
+@pytest.mark.parametrize("echo", [echo_in_reply, echo_in_a_400_line, echo_in_the_error_file,
+                                  echo_in_the_batch_errors])
+def test_a_key_echoed_in_a_batch_never_reaches_a_file_or_a_message(tmp_path, provider, monkeypatch, dataset, capsys,
+                                                                  echo):
+    """"Synchronous replies are redacted; batch lines must be too, in every file and message": an error-file line,
+    a batch's errors.data[].message, a 400 line and a reply text that hold the key."""
+    h = Harness(tmp_path / "batch", provider, monkeypatch, dataset)
+    echo(provider)
+    h.run("gold", "--batch", "--batch-poll", "1", "--retries", "0", "--keep-going")
+    said = capsys.readouterr()
+    assert SECRET not in said.out + said.err
+    assert "[redacted key]" in said.out + said.err or echo is echo_in_reply
+    leaked = [p for p in h.root.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+    assert not leaked
+    if echo is echo_in_reply:  # the reply is kept, redacted, as a synchronous reply is
+        assert all("[redacted key]" in r["response"] for r in h.records("Force_judge_gen", "a1_force_judge.jsonl"))

@@ -178,7 +178,8 @@ def finished_lines(run, batch: dict, client) -> list[bytes] | None:
             "completed/failed/total")
     if remote.status not in FINISHED:
         return None
-    batch["reason"] = f"batch {remote.status}" + (f" ({why})" if (why := provider_errors(remote)) else "")
+    why = run.settings.redact(provider_errors(remote))  # a provider's own words may hold the key
+    batch["reason"] = f"batch {remote.status}" + (f" ({why})" if why else "")
     lines = []
     for name, file_id in (("output", remote.output_file_id), ("error", remote.error_file_id)):
         content = file_id and provider_call(run, f"downloading the {name} file of batch {batch['batch_id']}",

@@ -76,6 +76,9 @@ class Importer:
     def take(self, batch: dict, cid: str, request: dict, entry: dict) -> int:
         role = request.get("role", batch["role"])
         text, usage, problem = reply_of(entry, request.get("max_tokens", batch["max_tokens"]))
+        # a provider may echo the key in a reply or an error: redacted before any file or message, as a synchronous
+        # reply is
+        text, problem = self.run.settings.redact(text), self.run.settings.redact(problem)
         if problem and MAX_TOKENS_REFUSED.search(problem) and request.get("token_field", "max_tokens") == "max_tokens":
             # an OpenAI reasoning model refused the field the request carried: the role switches, as a synchronous
             # call does, and every such request is asked again with the new field; not a failed attempt
