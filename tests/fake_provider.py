@@ -33,6 +33,7 @@ KIND_MARKERS = (
     ("lexawn", "严格选择并执行以下两种策略之一"),
 )
 ASK, PREDICT = "【追问】", "【预测】"
+KEEP = object()  # usage as the provider counts it
 
 
 PLAIN_STYLES = (("缺失识别", "您提供的信息还不足以判断，请补充借款的约定。"),
@@ -194,6 +195,7 @@ class FakeProvider:
         # `cache(prompt)`: extra usage fields a provider with a prompt cache reports (OpenAI's
         # prompt_tokens_details.cached_tokens, DeepSeek's prompt_cache_hit_tokens), or None
         self.cache = None
+        self.usage_as = KEEP  # any JSON value: the `usage` every reply carries instead of the true counts
         self.lock = threading.Lock()
         self.statuses = Counter()
         self._window: list[float] = []
@@ -492,9 +494,11 @@ class FakeProvider:
             self.processed[(kind, hashlib.sha256(json.dumps(body["messages"], ensure_ascii=False).encode()).hexdigest())] += 1
         usage = {"prompt_tokens": len(prompt), "completion_tokens": len(content),
                  "total_tokens": len(prompt) + len(content)} if self.usage else None
-        if usage and self.cache:
+        if self.usage_as is not KEEP:  # a provider's malformed usage, as it sends it
+            usage = self.usage_as
+        if isinstance(usage, dict) and self.cache and self.usage_as is KEEP:
             usage |= self.cache(prompt) or {}
-        if usage and "reasoning_tokens" in outcome_dict:
+        if isinstance(usage, dict) and "reasoning_tokens" in outcome_dict:
             usage["completion_tokens_details"] = {"reasoning_tokens": outcome_dict["reasoning_tokens"]}
         if body.get("stream"):
             stall = {"X-Stall-After-First-Event": outcome["stall"]} if "stall" in outcome_dict else {}
@@ -504,7 +508,7 @@ class FakeProvider:
             message["reasoning_content"] = reasoning
         response = {"id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": body["model"],
                     "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
-        if usage:
+        if usage is not None:
             response["usage"] = usage
         headers = {**json_type, **({"X-Trickle": outcome_dict["trickle"]} if "trickle" in outcome_dict else {})}
         return 200, headers, json.dumps(response, ensure_ascii=False).encode()
@@ -522,7 +526,7 @@ class FakeProvider:
         events = [chunk([{"index": 0, "delta": {"role": "assistant", "content": content[:half]}}]),
                   chunk([{"index": 0, "delta": {"content": content[half:]}}]),
                   chunk([{"index": 0, "delta": {}, "finish_reason": finish}])]
-        if usage and (body.get("stream_options") or {}).get("include_usage"):
+        if usage is not None and (body.get("stream_options") or {}).get("include_usage"):
             events.append(chunk([], usage))
         events.append("data: [DONE]\n\n")
         return "".join(events).encode()

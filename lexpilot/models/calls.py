@@ -169,6 +169,12 @@ class Attempt:
     answered: Reply | None = None  # any reply the provider gave, accepted or not (its cost settles the budget)
 
 
+def malformed_usage(role: str, problem: str) -> str:
+    """What a reply with malformed usage means for the run (said once per stage and role)."""
+    return (f"{role}: a reply's {problem}; such replies are kept, their tokens counted as unreported and settled "
+            "at the worst case for --max-cost")
+
+
 class ModelCaller:
     """Chat completions for the three roles, with the retry rules of the harness.
 
@@ -193,6 +199,7 @@ class ModelCaller:
         # max_completion_tokens on that refusal and keeps it (a transport detail; it does not change results).
         self.token_fields = {role: "max_tokens" for role in settings.roles} | (token_fields or {})
         self.lock = threading.Lock()
+        self.said: set[str] = set()  # the topics of lines said once (malformed usage, per role)
         self.budget = Budget(settings.spending.max_cost, settings.spending.prices) if settings.spending.max_cost is not None else None
         try:
             import httpx2 as httpx  # what the openai 3.x SDK is built on
@@ -299,12 +306,23 @@ class ModelCaller:
                       reasoning_tokens=reply.reasoning_tokens or 0, cached_tokens=reply.cached_tokens or 0)
         else:
             usage.add(role.name, 0, 0, unreported=1)
+        if reply.usage_problem:
+            self.say_once(f"usage:{role.name}", malformed_usage(role.describe(), self.settings.redact(
+                reply.usage_problem)))
         if reply.finish_reason == "length":
             return Attempt(problem=f"reply truncated at {role.flags[1]} {role.max_tokens}", answered=reply)
         if not reply.text.strip():
             return Attempt(problem="empty reply", answered=reply)
         reply.text, reply.reasoning = self.settings.redact(reply.text), self.settings.redact(reply.reasoning)
         return Attempt(reply=reply, answered=reply)
+
+    def say_once(self, topic: str, message: str) -> None:
+        """A line said once per invocation (a stage) on the progress stream."""
+        with self.lock:
+            if topic in self.said:
+                return
+            self.said.add(topic)
+        self.progress.note(message)
 
     def _status_error(self, role: Role, e, token_field: str) -> Attempt:
         """An HTTP error status: a transient one is an attempt to retry; a permanent one stops the stage (or,

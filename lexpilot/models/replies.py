@@ -1,7 +1,7 @@
 """A provider's reply as the harness accepts it: a chat-completion body, or a stream of server-sent events,
 read within a wall-clock deadline and validated field by field into a `Reply`. Anything else (not JSON,
-HTML, a wrong shape, non-numeric usage, nesting too deep, invalid Unicode) is a `MalformedReply`, which the
-caller treats as a transient failure. The SDK's own response models are not used: parsing here is explicit,
+HTML, a wrong shape, nesting too deep, invalid Unicode) is a `MalformedReply`, which the caller treats as a
+transient failure; malformed usage is not (the reply is kept, its counts unreported). The SDK's own response models are not used: parsing here is explicit,
 and free of their lazily built classes (which raced across threads on a first call).
 """
 from __future__ import annotations
@@ -32,6 +32,7 @@ class Reply:
     reasoning_tokens: int | None = None
     cached_tokens: int | None = None  # prompt tokens the provider served from its prompt cache, where reported
     reasoning: str = ""  # reasoning returned apart from the content (reasoning_content / reasoning)
+    usage_problem: str = ""  # why the reply's usage could not be read (its counts are then unreported)
 
 
 def _loads(data: bytes | str, what: str):
@@ -58,15 +59,20 @@ def _text(value, where: str) -> str:
 
 
 def _usage(reply: Reply, usage) -> None:
+    """The reply's token counts. Usage that is not an object of whole, non-negative counts leaves the reply's
+    counts unreported, with what was wrong in `usage_problem`: the reply itself is kept (it was paid for, and
+    asking again would buy it twice)."""
     if usage is None:
         return
     if not isinstance(usage, dict):
-        raise MalformedReply("usage is not an object")
+        reply.usage_problem = f"usage is a JSON {type(usage).__name__}, not an object"
+        return
     counts = [usage.get("prompt_tokens"), usage.get("completion_tokens")]
     if counts == [None, None]:
         return
     if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts):
-        raise MalformedReply(f"usage holds non-numeric token counts ({str(counts)[:60]})")
+        reply.usage_problem = f"usage holds token counts that are not whole non-negative numbers ({str(counts)[:60]})"
+        return
     reply.prompt_tokens, reply.completion_tokens = counts
     details = usage.get("completion_tokens_details")
     reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lexpilot.models.calls import CONTEXT_WINDOW, MAX_TOKENS_REFUSED, Usage
+from lexpilot.models.calls import CONTEXT_WINDOW, MAX_TOKENS_REFUSED, Usage, malformed_usage
 from lexpilot.models.replies import MalformedReply, parse_completion
 from lexpilot.running.batch_api import finished_lines
 from lexpilot.storage.checkpoints import CallJournal, CheckpointWriter
@@ -75,7 +75,7 @@ class Importer:
 
     def take(self, batch: dict, cid: str, request: dict, entry: dict) -> int:
         role = request.get("role", batch["role"])
-        text, usage, problem = reply_of(entry, request.get("max_tokens", batch["max_tokens"]))
+        text, usage, problem = reply_of(entry, request.get("max_tokens", batch["max_tokens"]), self.say_usage(role))
         # a provider may echo the key in a reply or an error: redacted before any file or message, as a synchronous
         # reply is
         text, problem = self.run.settings.redact(text), self.run.settings.redact(problem)
@@ -97,6 +97,12 @@ class Importer:
         self.known.add(cid)
         return 1
 
+    def say_usage(self, role: str):
+        """How a reply with malformed usage is said: once per stage and role, as a synchronous call says it."""
+        describe = self.run.settings.roles[role].describe()
+        return lambda problem: self.run.caller.say_once(f"usage:{role}", malformed_usage(
+            describe, self.run.settings.redact(problem)))
+
     def report(self, batch: dict) -> None:
         where = f"batch {batch.get('batch_id') or batch.get('output')}"
         if self.malformed:
@@ -108,8 +114,9 @@ class Importer:
         self.malformed, self.duplicated = 0, []
 
 
-def reply_of(entry: dict, max_tokens: int) -> tuple[str, dict, str]:
-    """(text, usage, problem) of one line of a batch output or error file, validated as a synchronous reply."""
+def reply_of(entry: dict, max_tokens: int, say_usage=lambda problem: None) -> tuple[str, dict, str]:
+    """(text, usage, problem) of one line of a batch output or error file, validated as a synchronous reply
+    (malformed usage is handed to `say_usage`, and the reply kept with its counts unreported)."""
     response, error = entry.get("response"), entry.get("error")
     if response is not None and not isinstance(response, dict):
         return "", {}, "malformed reply: the line's response is not an object"
@@ -123,6 +130,8 @@ def reply_of(entry: dict, max_tokens: int) -> tuple[str, dict, str]:
         reply = parse_completion(json.dumps(response.get("body")).encode())
     except MalformedReply as e:
         return "", {}, f"malformed reply: {e}"
+    if reply.usage_problem:
+        say_usage(reply.usage_problem)
     usage = Usage()
     usage.add("x", reply.prompt_tokens or 0, reply.completion_tokens or 0,
               unreported=int(reply.prompt_tokens is None), batched=1, cached_tokens=reply.cached_tokens or 0)

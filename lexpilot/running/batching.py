@@ -100,6 +100,9 @@ class QuietProgress:
     def update(self, **deltas) -> None:
         pass
 
+    def note(self, message: str) -> None:
+        self.log(message)
+
     def retry(self, message: str) -> None:
         self.retries += 1
         self.log(f"retry: {message}")

@@ -62,6 +62,12 @@ class Progress:
             self.retries += 1
             self.last_error = message
 
+    def note(self, message: str) -> None:
+        """A line of its own, above the progress line."""
+        with self.lock:
+            self.stream.write(("\r\033[K" if self.tty else "") + f"[{self.stage}] {message}\n")
+            self.stream.flush()
+
     def line(self) -> str:
         elapsed = time.monotonic() - self.start
         finished = self.done + self.failed
