@@ -16,13 +16,14 @@ from lexpilot.benchmark.prompts import (
     render_history,
     render_key_facts,
 )
+from lexpilot.errors import STOPPED
 from lexpilot.models.calls import ModelCaller, Usage
 from lexpilot.running.stage import run_stage, stage_main
 from lexpilot.storage.checkpoints import CallJournal, CheckpointWriter, read_checkpoint
 
 __all__ = ["fill", "load_prompts", "render_claims", "render_details_by_focal_point", "render_focal_points",
-           "render_history", "render_key_facts", "ModelCaller", "Usage", "run_stage", "stage_main", "CallJournal",
-           "CheckpointWriter", "read_checkpoint"]
+           "render_history", "render_key_facts", "ModelCaller", "Usage", "run_stage", "stage_main", "STOPPED",
+           "CallJournal", "CheckpointWriter", "read_checkpoint"]
 
 if __name__ == "__main__":
     from lexpilot.benchmark.dataset import main

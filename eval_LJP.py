@@ -6,7 +6,7 @@ Interaction-Based needs LexAwN_gen.py to have finished for this run; the other t
 import dataclasses
 import sys
 
-from common import stage_main
+from common import STOPPED, stage_main
 from lexpilot.protocols.ljp import DIRECT_STAGE, GOLD_STAGE, INTERACTION_LJP_STAGE
 
 # Run from this script (its code is what the code hash compares), with the same options for each, so no
@@ -16,4 +16,9 @@ STAGES = tuple(dataclasses.replace(stage, script="eval_LJP.py", user_condition=F
                for stage in (DIRECT_STAGE, GOLD_STAGE, INTERACTION_LJP_STAGE))
 
 if __name__ == "__main__":
-    sys.exit(max([stage_main(stage, __doc__) for stage in STAGES]))
+    status = 0
+    for stage in STAGES:  # a stage that stopped (a 401, an unknown model, a bad setting) stops the rest
+        status = max(status, stage_main(stage, __doc__))
+        if status == STOPPED:
+            break
+    sys.exit(status)

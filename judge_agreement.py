@@ -16,6 +16,7 @@ from pathlib import Path
 from lexpilot.errors import HarnessError
 from lexpilot.paths import DEFAULT_OUTPUT_ROOT
 from lexpilot.reporting.agreement import export, score
+from lexpilot.settings import number
 
 
 def main(argv=None) -> int:
@@ -28,7 +29,7 @@ def main(argv=None) -> int:
     e.add_argument("--model", action="extend", nargs="+", help="only these evaluated model ids")
     e.add_argument("--run-id", action="extend", nargs="+", help="only these run ids")
     e.add_argument("--per-task", type=int, default=100, help="items per task (default 100)")
-    e.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    e.add_argument("--seed", type=number(int, 0, 10 ** 9), default=0, help="sampling seed, 0 or more (default 0)")
     e.add_argument("--out", type=Path, default=Path("judge_agreement.csv"), help="default: %(default)s")
     s = commands.add_parser("score", help="score a filled annotation file")
     s.add_argument("annotations", type=Path)

@@ -24,7 +24,7 @@ from lexpilot.running.grid_quote import (
     quote_tables,
     stage_settings,
 )
-from lexpilot.settings import number, rate_limits
+from lexpilot.settings import given_once, number, rate_limits
 
 
 def main(argv=None) -> int:
@@ -46,6 +46,8 @@ def main(argv=None) -> int:
     parser.add_argument("--format", choices=sorted(RENDERINGS), default="text")
     args, options = parser.parse_known_args(argv)
     try:
+        given_once("--models", args.models)
+        given_once("--run-ids", args.run_ids or [])
         stages = stages_named(args.stages)
         settings_of = stage_settings(stages, options)
         first = settings_of(stages[0], args.models[0], "run1")

@@ -54,7 +54,8 @@ def main(argv=None) -> int:
     parser.add_argument("--ci", action="store_true", help="add 95%% bootstrap intervals over cases, and paired "
                         "Interaction − Direct and Gold − Interaction differences")
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default 1000)")
-    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0: the same numbers every time)")
+    parser.add_argument("--seed", type=number(int, 0, 10 ** 9), default=0,
+                        help="bootstrap seed, 0 or more (default 0: the same numbers every time)")
     parser.add_argument("--compare", nargs=2, metavar=("MODEL_A", "MODEL_B"),
                         help="paired bootstrap difference A − B on every metric (implies --ci)")
     parser.add_argument("--width", type=number(int, 0, 10**6), default=TEXT_WIDTH, help="text tables wider than this many terminal "

@@ -33,6 +33,7 @@ from lexpilot.paths import DEFAULT_OUTPUT_ROOT
 from lexpilot.protocols.probes import PROBE_STAGE as STAGE
 from lexpilot.reporting import probe_study
 from lexpilot.reporting.renderings import render_text
+from lexpilot.settings import number
 from lexpilot.storage.checkpoints import manifest_path
 from lexpilot.storage.manifest import run_dataset
 
@@ -103,7 +104,7 @@ def main(argv=None) -> int:
     t = commands.add_parser("template", help="the probe file for the experts to fill")
     t.add_argument("--dataset", type=Path, default=DEFAULT_DATASET)
     t.add_argument("--per-cause", type=int, default=2, help="cases per cause of action (default 2)")
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--seed", type=number(int, 0, 10 ** 9), default=0)
     t.add_argument("--out", type=Path, default=Path("probes.csv"))
     commands.add_parser("generate", help="the replies and DCG labels (stage options; see generate --help)")
     e = commands.add_parser("export", help="the blind annotation sheet")
@@ -113,7 +114,7 @@ def main(argv=None) -> int:
     e.add_argument("--probes", type=Path, required=True)
     e.add_argument("--dataset", type=Path, help="default: the dataset the run's manifest names (as show_results.py)")
     e.add_argument("--output-root", type=Path, default=DEFAULT_OUTPUT_ROOT)
-    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--seed", type=number(int, 0, 10 ** 9), default=0)
     e.add_argument("--out", type=Path, default=Path("probe_annotation.csv"))
     s = commands.add_parser("score", help="Table 13 from the two experts' filled sheets")
     s.add_argument("sheets", type=Path, nargs=2, metavar="EXPERT_SHEET", help="OUT-expert1.csv OUT-expert2.csv")

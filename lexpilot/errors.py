@@ -2,6 +2,11 @@
 
 
 
+# The exit status of a stage that stopped (a setting, a file or an endpoint to fix: a 401, an unknown model); 1 is
+# a stage whose cases failed (rerun to retry them), 0 a stage that completed
+STOPPED = 2
+
+
 class HarnessError(Exception):
     """An error the user must act on; its message says what, where and what to do."""
 

@@ -21,32 +21,69 @@ class Price(NamedTuple):
     batch_cached_prompt: float | None = None
 
 
+MAX_PRICE = 10_000  # per million tokens: above any provider's price; a larger one is a typo (or overflows sums)
+
+
+class KeyedOnce(dict):
+    """A JSON object as read, with the first key it gave twice (json's default keeps the last silently)."""
+    twice: str | None = None
+
+
+def _keyed_once(pairs: list) -> KeyedOnce:
+    read = KeyedOnce()
+    for key, value in pairs:
+        if key in read and read.twice is None:
+            read.twice = key
+        read[key] = value
+    return read
+
+
+def _field(entry: dict, name: str, default: float | None, top: float) -> float:
+    value = entry.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not 0 <= value <= top:
+        raise ValueError(f"{name} must be a number from 0 to {top:g}")
+    return float(value)
+
+
 def read_prices(path: Path) -> dict[str, Price]:
     """{"model id": {"prompt": P, "completion": C}, ...} per million tokens; an entry may add the batch API's
-    prices ("batch_prompt", "batch_completion") or a discount on both ("batch_discount": 0.5 = half price)."""
+    prices ("batch_prompt", "batch_completion") or a discount on both ("batch_discount": 0.5 = half price).
+    Every price is a number from 0 to MAX_PRICE, every discount from 0 to 1, and no key is given twice."""
     try:
         check_input(path)
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_keyed_once)
     except (FileNotFoundError, IsADirectoryError):
         raise HarnessError(f"--prices {path}: not found") from None
     except (ValueError, RecursionError) as e:
         raise HarnessError(f"--prices {path}: not JSON ({' '.join(str(e).split())[:80]})") from None
+    if isinstance(data, KeyedOnce) and data.twice is not None:
+        raise HarnessError(f"--prices {path}: model {data.twice!r} is given twice (JSON keeps only the last); give "
+                           "each model once")
     prices = {}
     for model, entry in (data.items() if isinstance(data, dict) else [(None, None)]):
+        if isinstance(entry, KeyedOnce) and entry.twice is not None:
+            raise HarnessError(f"--prices {path}: entry {model!r} gives {entry.twice!r} twice (JSON keeps only the "
+                               "last); give each price once")
         try:
-            prompt, completion = float(entry["prompt"]), float(entry["completion"])
-            factor = 1 - float(entry.get("batch_discount", 0))
-            cached = float(entry.get("cached_prompt", prompt * (1 - float(entry.get("cache_discount", 0)))))
-            prices[model] = Price(prompt, completion, float(entry.get("batch_prompt", prompt * factor)),
-                                  float(entry.get("batch_completion", completion * factor)), cached,
-                                  float(entry.get("batch_cached_prompt", cached * factor)))
-            if not all(math.isfinite(p) and p >= 0 for p in prices[model]):
-                raise ValueError
-        except (TypeError, KeyError, ValueError, AttributeError):
+            prices[model] = _price(entry)
+        except (TypeError, KeyError, ValueError, AttributeError) as e:
+            why = f" ({e})" if isinstance(e, ValueError) and str(e) else ""
             raise HarnessError(f"--prices {path}: entry {model!r} must be {{\"prompt\": number, \"completion\": "
-                               "number} (price per million tokens; optional cached_prompt or cache_discount, batch_prompt, batch_completion or "
-                               "batch_discount)") from None
+                               "number} (price per million tokens; optional cached_prompt or cache_discount, "
+                               f"batch_prompt, batch_completion or batch_discount){why}") from None
     return prices
+
+
+def _price(entry: dict) -> Price:
+    if not isinstance(entry, dict) or "prompt" not in entry or "completion" not in entry:
+        raise KeyError("prompt")
+    prompt, completion = (_field(entry, name, None, MAX_PRICE) for name in ("prompt", "completion"))
+    factor = 1 - _field(entry, "batch_discount", 0, 1)
+    cached = _field(entry, "cached_prompt", prompt * (1 - _field(entry, "cache_discount", 0, 1)), MAX_PRICE)
+    return Price(prompt, completion, _field(entry, "batch_prompt", prompt * factor, MAX_PRICE),
+                 _field(entry, "batch_completion", completion * factor, MAX_PRICE), cached,
+                 _field(entry, "batch_cached_prompt", cached * factor, MAX_PRICE))
 
 
 def cost(price: Price, prompt_tokens: float, completion_tokens: float, batched: float = 0.0,

@@ -204,6 +204,16 @@ def rate_limits(entries: list[str]) -> dict[str, float]:
     return limits
 
 
+def given_once(flag: str, values: list[str]) -> list[str]:
+    """The values of a list option, each given once (a model or run id named twice would be counted twice)."""
+    seen = set()
+    for value in values:
+        if value in seen:
+            raise HarnessError(f"{flag}: {value!r} is given twice; name each once")
+        seen.add(value)
+    return values
+
+
 def role_list(text: str) -> tuple[str, ...]:
     chosen = {t.strip() for t in text.split(",") if t.strip()}
     if not chosen or chosen - set(ROLES):

@@ -108,6 +108,9 @@ def test_figure_3_with_a_complexity_file(typed_run, capsys):
     ("cause_of_action,complexity\n外星纠纷,2\n", ":2: unknown cause of action '外星纠纷'"),
     ("离婚纠纷,\n", ":1: missing complexity for 离婚纠纷"),
     ("离婚纠纷,很多\n", ":1: '很多' is not a non-negative number"),
+    # issue 34 item 6: the last value would win, and rho would be n/a
+    ("cause_of_action,complexity\n离婚纠纷,2\n抚养纠纷,1\n离婚纠纷,3\n",
+     ":4: 离婚纠纷 is listed twice (lines 2 and 4); give each cause one complexity"),
 ])
 def test_an_invalid_complexity_file_is_one_line(typed_run, tmp_path, capsys, content, message):
     path = tmp_path / "c.csv"

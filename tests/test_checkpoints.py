@@ -79,7 +79,7 @@ def test_paid_generation_is_kept_when_only_its_judging_fails(harness, provider):
 def test_permanent_failure_stops_at_once(tmp_path, monkeypatch, capsys):
     with FakeProvider(lambda kind, prompt, body: {"status": 401, "error": "invalid key"}) as p:
         h = Harness(tmp_path, p, monkeypatch)
-        assert h.run("direct", "--keep-going", "--concurrency", "2") == 1
+        assert h.run("direct", "--keep-going", "--concurrency", "2") == 2
         assert len(p.requests) <= 2
     err = capsys.readouterr().err
     assert "HTTP 401" in err and "eval-model" in err and SECRET not in err

@@ -48,7 +48,7 @@ def test_max_cost_stops_before_the_call_that_would_cross_it(priced, provider, ca
     h, prices = priced
     # the judge's worst case alone (8 per million at max-tokens 100, plus the prompt) fits several times
     assert h.run("gold", "--concurrency", "1", "--prices", str(prices), "--max-cost", "0.004",
-                 "--max-tokens", "100") == 1
+                 "--max-tokens", "100") == 2
     err = capsys.readouterr().err
     assert "--max-cost 0.004: the next call could cost up to" in err and "left" in err
     assert spent(h, prices) <= 0.004

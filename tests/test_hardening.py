@@ -157,7 +157,7 @@ def test_a_full_disk_stops_the_stage_in_one_line_and_keeps_every_completed_recor
             raise OSError(errno.ENOSPC, "No space left on device")
         real_fsync(fd)
     monkeypatch.setattr(checkpoints.os, "fsync", fsync)
-    assert harness.run("gold", "--concurrency", "1") == 1
+    assert harness.run("gold", "--concurrency", "1") == 2
     err = capsys.readouterr().err
     (line,) = [e for e in err.splitlines() if "stopped" in e]
     assert "no space left on device writing" in line and "every completed record is kept" in line

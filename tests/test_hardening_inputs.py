@@ -62,7 +62,7 @@ def test_a_malformed_api_key_is_named_before_any_call_and_never_printed(harness,
 def test_no_api_key_at_all_is_said_with_the_variables_read(harness, provider, monkeypatch, capsys):
     monkeypatch.delenv("OPENAI_API_KEY")
     provider.script = lambda kind, prompt, body: {"status": 401, "error": "Incorrect API key provided"}
-    assert harness.run("gold", "--limit", "1") == 1
+    assert harness.run("gold", "--limit", "1") == 2
     err = capsys.readouterr().err
     assert "no API key is set" in err and "LEXPILOT_EVAL_API_KEY" in err and "OPENAI_API_KEY" in err
 
@@ -289,7 +289,7 @@ def test_a_reply_without_token_counts_costs_its_reserved_worst_case(tmp_path, mo
         provider.requests = []
         h.run_id = "budget"
         capsys.readouterr()
-        assert h.run("gold", *common, "--max-cost", f"{worst[0] + worst[1] + worst[2] / 2:.9f}") == 1
+        assert h.run("gold", *common, "--max-cost", f"{worst[0] + worst[1] + worst[2] / 2:.9f}") == 2
         assert len(provider.requests) == 2  # the third call's worst case would cross the budget
         assert "--max-cost" in capsys.readouterr().err
 

@@ -127,7 +127,7 @@ def test_many_first_calls_at_once_in_a_fresh_process(tmp_path):
 def test_a_key_echoed_by_the_server_never_reaches_a_message_or_a_file(tmp_path, provider, monkeypatch, capsys):
     provider.script = lambda kind, prompt, body: {"status": 401, "error": f"Invalid API key: {SECRET}"}
     h = Harness(tmp_path, provider, monkeypatch)
-    assert h.run("gold", "--limit", "1") == 1
+    assert h.run("gold", "--limit", "1") == 2
     err = capsys.readouterr().err
     assert "Invalid API key: [redacted key]" in err and SECRET not in err
     provider.script = lambda kind, prompt, body: f"回复里有密钥 {SECRET}" if kind == "force_judge" else None
@@ -154,7 +154,7 @@ def test_a_redirect_to_another_origin_is_not_followed(tmp_path, provider, monkey
         provider.script = lambda kind, prompt, body: {
             "status": 307, "headers": {"Location": elsewhere.base_url + "/chat/completions"}}
         h = Harness(tmp_path, provider, monkeypatch, http=True)
-        assert h.run("gold", "--limit", "1") == 1
+        assert h.run("gold", "--limit", "1") == 2
         assert not elsewhere.requests  # the prompt never went there
     err = capsys.readouterr().err
     assert f"redirects to {elsewhere.base_url}/chat/completions" in err and "not followed" in err
@@ -225,7 +225,7 @@ def test_max_tokens_refused_switches_each_role_to_max_completion_tokens(harness,
 
 def test_a_refused_temperature_stops_with_the_flag_to_use_and_default_sends_none(harness, provider, capsys):
     provider.script = reasoning_model
-    assert harness.run("gold", "--limit", "1") == 1
+    assert harness.run("gold", "--limit", "1") == 2
     err = capsys.readouterr().err
     assert "evaluated model 'eval-model'" in err and "does not accept temperature 0.7" in err
     assert "Pass --temperature default" in err and len(provider.requests) == 2  # the switch, then the refusal
@@ -240,7 +240,7 @@ def test_a_refused_temperature_stops_with_the_flag_to_use_and_default_sends_none
 
 def test_a_user_or_judge_temperature_refusal_names_its_own_flag(harness, provider, capsys):
     provider.script = lambda kind, prompt, body: TEMPERATURE_REFUSED if kind == "ljp_judge" else None
-    assert harness.run("gold", "--limit", "1") == 1
+    assert harness.run("gold", "--limit", "1") == 2
     assert "judge 'DeepSeek-R1'" in capsys.readouterr().err and "Pass --judge-temperature default"
 
 
@@ -256,7 +256,7 @@ def test_per_role_output_limits_and_a_refused_limit_quotes_the_model(harness, pr
     provider.script = lambda kind, prompt, body: {"status": 400, "error": "max_tokens is too large: 8192. This model "
                                                   "supports at most 4096 completion tokens"} if kind == "force_ask" else None
     harness.run_id = "capped"
-    assert harness.run("DCG", "--limit", "1") == 1
+    assert harness.run("DCG", "--limit", "1") == 2
     err = capsys.readouterr().err
     assert "supports at most 4096 completion tokens" in err and "Pass --max-tokens with the model's limit" in err
 

@@ -86,7 +86,7 @@ def test_a_run_with_no_complete_task_is_one_line_and_its_spending_still_counts(t
     assert h.run("gold") == 0
     h.run_id = "smoke"
     provider.script = lambda kind, prompt, body: {"status": 400} if kind == "ljp_judge" else None
-    assert h.run("gold", "--limit", "1") == 1  # its extraction refused: no task complete
+    assert h.run("gold", "--limit", "1") == 2  # its extraction refused: no task complete
     capsys.readouterr()
     assert show_results.main(["--output-root", str(h.root), "--usage", "--width", "0"]) == 0
     captured = capsys.readouterr()

@@ -303,12 +303,12 @@ def figure_3_tables(groups: list[Group], complexity: dict[str, float] | None) ->
 
 
 def read_complexity(path: Path) -> dict[str, float]:
-    """--complexity: a CSV of cause_of_action,complexity; unknown causes, missing or non-numeric values are
-    errors naming the line."""
+    """--complexity: a CSV of cause_of_action,complexity; unknown causes, missing or non-numeric values and a
+    cause listed twice are errors naming the line."""
     from categories import CAUSES
     if not path.is_file():
         raise UsageError(f"--complexity {path}: not found")
-    values = {}
+    values, lines = {}, {}
     try:
         check_input(path)
         with path.open(encoding="utf-8-sig", newline="") as f:
@@ -327,7 +327,10 @@ def read_complexity(path: Path) -> dict[str, float]:
                         raise ValueError
                 except ValueError:
                     raise UsageError(f"{where}: {row[1]!r} is not a non-negative number") from None
-                values[cause] = value
+                if cause in values:  # the last would win silently
+                    raise UsageError(f"{where}: {cause} is listed twice (lines {lines[cause]} and {line}); give "
+                                     "each cause one complexity")
+                values[cause], lines[cause] = value, line
     except (UnicodeDecodeError, csv.Error) as e:
         raise UsageError(f"--complexity {path}: unreadable CSV ({e})") from None
     return values

@@ -62,7 +62,8 @@ def render_text(tables: list[Table], limit: int = TEXT_WIDTH) -> str:
 def render_markdown(tables: list[Table]) -> str:
     out = []
     for t in tables:
-        esc = lambda c: html.escape(c, quote=False).replace("|", "\\|")  # noqa: E731: no HTML, no column break
+        # no HTML, no column break: a backslash is escaped first, so that `\|` in a model id stays in its cell
+        esc = lambda c: html.escape(c, quote=False).replace("\\", "\\\\").replace("|", "\\|")  # noqa: E731
         out += [f"### {t.title}", "", "| " + " | ".join(map(esc, t.headers)) + " |",
                 "|" + "|".join("---" for _ in t.headers) + "|"]
         out += ["| " + " | ".join(map(esc, r)) + " |" for r in t.rows] + [""]

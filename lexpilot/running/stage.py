@@ -16,7 +16,7 @@ from lexpilot.benchmark.dataset import Case, load_dataset
 from lexpilot.benchmark.prompts import load_prompts
 from lexpilot.benchmark.records import RECORD_KINDS
 from lexpilot.benchmark.vocabulary import ROLES
-from lexpilot.errors import Aborted, CaseFailed, FatalError, HarnessError
+from lexpilot.errors import STOPPED, Aborted, CaseFailed, FatalError, HarnessError
 from lexpilot.models.calls import ModelCaller, Usage
 from lexpilot.protocols.steps import CaseCalls, Stage
 from lexpilot.running.quote import dry_run_report
@@ -277,7 +277,7 @@ def _execute(name: str, state: StageState, clients, out, err) -> int:
 
 
 def _summary(name: str, workers: Workers, skipped: int, wall: float, out, err) -> int:
-    """The closing lines and the exit status: 1 when the stage stopped or a case failed."""
+    """The closing lines and the exit status: STOPPED when the stage stopped, 1 when a case failed."""
     outcome, progress = workers.outcome, workers.progress
     print(f"[{name}] cases: {progress.done} done, {skipped} skipped (already saved), "
           f"{len(outcome.failures)} failed; {_format_usage(outcome.usage)}"
@@ -285,7 +285,7 @@ def _summary(name: str, workers: Workers, skipped: int, wall: float, out, err) -
           + f"; elapsed {wall:.1f}s", file=out, flush=True)
     if outcome.fatal:
         print(f"[{name}] stopped: {outcome.fatal[0]}", file=err)
-        return 1
+        return STOPPED
     if outcome.failures:
         for number, message in sorted(outcome.failures):
             print(f"[{name}] case {number} failed: {message}", file=err)
@@ -314,4 +314,4 @@ def stage_main(stage: Stage, doc: str, argv=None, clients: dict | None = None) -
         what = "no space left on device" if e.errno == errno.ENOSPC else (e.strerror or str(e)).lower()
         message = f"{what}: {path}. Check --output-root ({args.output_root}); nothing was lost"
     print(f"[{stage.name}] error: {settings.redact(message) if settings else message}", file=sys.stderr)
-    return 2
+    return STOPPED

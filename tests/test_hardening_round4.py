@@ -1,0 +1,136 @@
+"""Hardening, round four (issue 34): files that were accepted but wrong, and the one-liners (items 5-7, 10-12, 15).
+Each refusal is one line naming the file and entry, before any call."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import quote_grid
+import show_results
+from tests.conftest import ROOT, SECRET, sample_cases, write_dataset
+
+MODELS = ("eval-model", "DeepSeek-V4.1-Flash", "DeepSeek-R1")
+
+
+def price_file(tmp_path, text: str):
+    path = tmp_path / "prices.json"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+GOOD = '{"prompt": 1, "completion": 4}'
+BAD_PRICES = {
+    # item 5: the last key would win silently (judge cost 0.0016 instead of 0.0162)
+    "a price given twice": ('{"DeepSeek-R1": {"prompt": 10, "completion": 40, "prompt": 1}}',
+                            "entry 'DeepSeek-R1' gives 'prompt' twice (JSON keeps only the last)"),
+    "a model given twice": ('{"DeepSeek-R1": %s, "DeepSeek-R1": {"prompt": 2, "completion": 8}}' % GOOD,
+                            "model 'DeepSeek-R1' is given twice"),
+    # item 5: sums overflow to nan
+    "a huge price": ('{"DeepSeek-R1": {"prompt": 1e308, "completion": 4}}', "prompt must be a number from 0 to 10000"),
+    "above the bound": ('{"DeepSeek-R1": {"prompt": 10001, "completion": 4}}', "prompt must be a number from 0 to 10000"),
+    # item 15
+    "a negative discount": ('{"DeepSeek-R1": {"prompt": 1, "completion": 4, "batch_discount": -0.5}}',
+                            "batch_discount must be a number from 0 to 1"),
+    "a discount above 1": ('{"DeepSeek-R1": {"prompt": 1, "completion": 4, "cache_discount": 1.5}}',
+                           "cache_discount must be a number from 0 to 1"),
+    "prompt true": ('{"DeepSeek-R1": {"prompt": true, "completion": 4}}', "prompt must be a number from 0 to 10000"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_PRICES)
+@pytest.mark.parametrize("reader", ["--dry-run", "quote_grid.py", "--usage"])
+def test_a_wrong_price_file_is_refused_in_one_line_by_every_reader(harness, provider, tmp_path, capsys, name, reader):
+    text, message = BAD_PRICES[name]
+    path = price_file(tmp_path, text)
+    if reader == "--dry-run":
+        status = harness.run("gold", "--limit", "1", "--dry-run", "--prices", str(path))
+    elif reader == "quote_grid.py":
+        status = quote_grid.main(["--models", "eval-model", "--runs", "1", "--stages", "eval_LJP_gold",
+                                  "--limit", "1", "--dataset", str(harness.dataset), "--prices", str(path),
+                                  "--output-root", str(harness.root)])
+    else:
+        assert harness.run("gold", "--limit", "1") == 0
+        capsys.readouterr()
+        status = show_results.main(["--output-root", str(harness.root), "--usage", "--prices", str(path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1, err
+    assert str(path) in err[0] and message in err[0] and "nan" not in err[0]
+    assert not provider.requests or reader == "--usage"
+
+
+def test_a_good_price_file_still_reads(harness, tmp_path, capsys):
+    path = price_file(tmp_path, json.dumps({m: {"prompt": 1, "completion": 4, "batch_discount": 0.5,
+                                                "cache_discount": 0} for m in MODELS}))
+    assert harness.run("gold", "--limit", "1", "--dry-run", "--prices", str(path)) == 0
+
+
+@pytest.mark.parametrize("flag,values", [("--models", ["m", "m"]), ("--run-ids", ["r9", "r9"])])
+def test_quote_grid_refuses_an_id_given_twice(tmp_path, capsys, flag, values):
+    """Item 7: --models m m counted 1,056 calls against 528."""
+    argv = ["--models", "m", "--run-ids", "r1", "--stages", "eval_LJP_gold", "--limit", "1",
+            "--output-root", str(tmp_path)]
+    argv[argv.index(flag) + 1:argv.index(flag) + 2] = values
+    assert quote_grid.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"quote_grid: {flag}: {values[0]!r} is given twice; name each once"]
+
+
+@pytest.mark.parametrize("script,argv", [
+    (show_results.main, ["--ci", "--seed", "-1"]),
+])
+def test_a_negative_seed_is_one_line(script, argv, capsys):
+    """Item 10: numpy's SeedSequence refused it with a traceback."""
+    with pytest.raises(SystemExit) as stop:
+        script(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "argument --seed: -1 is outside 0 to" in err and "Traceback" not in err
+
+
+def cells(row: str) -> list[str]:
+    """A GitHub-flavoured Markdown table row split as cmark-gfm splits it: a backslash escapes the next character,
+    and every other `|` ends a cell."""
+    out, cell, i = [], "", 0
+    row = row.strip()[1:-1] if row.strip().startswith("|") else row
+    while i < len(row):
+        if row[i] == "\\" and i + 1 < len(row):
+            cell, i = cell + row[i:i + 2], i + 2
+            continue
+        if row[i] == "|":
+            out.append(cell)
+            cell = ""
+        else:
+            cell += row[i]
+        i += 1
+    return out + [cell]
+
+
+def test_a_model_id_with_a_backslash_and_a_bar_stays_in_its_markdown_cell(harness, capsys):
+    """Item 11: `a\\|b` was written `a\\\\|b`, which ends the cell after the escaped backslash."""
+    model = "vendor\\|model"
+    assert harness.run("gold", "--limit", "1", "--model", model) == 0
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(harness.root), "--format", "markdown"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [i for i, line in enumerate(lines) if line.startswith("| vendor")]
+    assert rows
+    for i in rows:
+        header = next(lines[j] for j in range(i, -1, -1) if lines[j].startswith("|") and lines[j + 1].startswith("|---"))
+        assert len(cells(lines[i])) == len(cells(header)), lines[i]
+        assert cells(lines[i])[0].strip() == "vendor\\\\\\|model"  # renders as vendor\|model
+
+
+def test_eval_ljp_stops_after_a_fatal_error_in_direct(tmp_path, provider):
+    """Item 12: a 401 in Direct stops the whole script; Gold and Interaction make no call."""
+    provider.script = lambda kind, prompt, body: {"status": 401, "error": "invalid key"}
+    dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LEXPILOT_"))}
+    env |= {"OPENAI_BASE_URL": provider.base_url, "OPENAI_API_KEY": SECRET}
+    done = subprocess.run([sys.executable, "eval_LJP.py", "--run-id", "r1", "--model", "m", "--dataset", str(dataset),
+                           "--output-root", str(tmp_path / "out"), "--retries", "0", "--concurrency", "1"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "[LJP direct] stopped: evaluated model 'm'" in done.stderr and "HTTP 401" in done.stderr
+    assert "[LJP gold]" not in done.stderr + done.stdout and "[LJP interaction]" not in done.stderr + done.stdout
+    assert len(provider.requests) == 1 and "Traceback" not in done.stderr
