@@ -134,3 +134,20 @@ def test_eval_ljp_stops_after_a_fatal_error_in_direct(tmp_path, provider):
     assert "[LJP direct] stopped: evaluated model 'm'" in done.stderr and "HTTP 401" in done.stderr
     assert "[LJP gold]" not in done.stderr + done.stdout and "[LJP interaction]" not in done.stderr + done.stdout
     assert len(provider.requests) == 1 and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("temperature,replayed", [("0.7", True), ("0.2", False)])
+def test_a_journal_is_replayed_only_under_the_settings_it_was_made_with(harness, provider, capsys, temperature,
+                                                                        replayed):
+    """Item 8: with the manifest deleted, a rerun at another temperature replayed the journal's replies made at 0.7
+    into the 0.2 run. Journal entries carry the run's settings hash; the same settings still replay them."""
+    provider.script = lambda kind, prompt, body: {"status": 500} if kind == "user" else None
+    assert harness.run("DCG", "--limit", "1", "--retries", "0") == 1  # the first question is paid, the reply fails
+    next((harness.root / "runs").glob("*/*/manifest.json")).unlink()
+    provider.script, provider.requests = None, []
+    capsys.readouterr()
+    assert harness.run("DCG", "--limit", "1", "--temperature", temperature) == 0
+    err = capsys.readouterr().err
+    # by hand: DCG asks two forced questions; the first was paid at 0.7
+    assert provider.kinds()["force_ask"] == (1 if replayed else 2)
+    assert ("1 repl(ies) were made with other settings than this run's" in err) is not replayed

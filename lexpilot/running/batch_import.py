@@ -23,7 +23,8 @@ def collect(run, clients: dict, journal: Path, writer: CheckpointWriter) -> tupl
         if lines is None:
             waiting = waiting or batch["phase"] != "imported"
             continue
-        importer = importer or Importer(run, CallJournal(journal, writer, set()), CallJournal.custom_ids(journal))
+        importer = importer or Importer(run, CallJournal(journal, writer, set(), run.state.settings_hash),
+                                         CallJournal.custom_ids(journal))
         imported += importer.import_batch(batch, lines)
         batch["phase"] = "imported"  # unanswered requests (expired, cancelled, failed) go into the next cycle
         run.ledger.save()

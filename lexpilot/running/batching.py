@@ -228,7 +228,8 @@ def _replay(run: BatchRun, pending: list) -> list[tuple]:
     needs = []
     # one read of the journal per cycle: its replies are queued per case, step and prompt
     journal = CallJournal(run.journal_path, run.writer, {(c.number, s.name) for c in pending for s in run.state.steps
-                                                         if c.number not in run.state.records[s.name]})
+                                                         if c.number not in run.state.records[s.name]},
+                          run.state.settings_hash)
     run.held = Counter(key[0] for key, queue in journal.replies.items() for _ in queue)
     for case in pending:
         need = _replay_case(run, journal, case)

@@ -215,7 +215,10 @@ def _open_journal(name: str, state: StageState, pending: list[Case], writer: Che
     settings = state.settings
     journal = CallJournal(journal_path(settings.output_root, settings.run_id, settings.roles["eval"].model), writer,
                           {(c.number, s.name) for c in pending for s in state.steps
-                           if c.number not in state.records[s.name]})
+                           if c.number not in state.records[s.name]}, state.settings_hash)
+    if journal.other_settings:
+        print(f"[{name}] {journal.path}: {journal.other_settings} repl(ies) were made with other settings than this "
+              "run's; they are not replayed, and those calls are made again", file=err)
     if journal.edited:
         print(f"[{name}] {journal.path}: {journal.edited} repl(ies) changed after they were saved (their digest does "
               "not match); those calls are made again", file=err)

@@ -121,8 +121,11 @@ class CallJournal:
     when it is read, and their lines dropped.
     """
 
-    def __init__(self, path: Path, writer: CheckpointWriter, wanted: set[tuple[str, str]]):
-        self.path, self.writer = path, writer
+    def __init__(self, path: Path, writer: CheckpointWriter, wanted: set[tuple[str, str]], settings: str = ""):
+        # `settings`: the run's settings hash; a reply is kept with it and replayed only under the same settings
+        # (a manifest deleted and rebuilt at another temperature never takes the replies made at the first)
+        self.path, self.writer, self.settings = path, writer, settings
+        self.other_settings = 0
         self.replies: dict[tuple, deque] = {}
         self.taken: dict[str, list] = {}  # case -> (key, reply) taken from `replies`, in order
         self.lock = threading.Lock()
@@ -150,7 +153,9 @@ class CallJournal:
                 self.edited += 1  # changed by hand after it was saved (or its digest removed): never replayed
                 continue
             kept.append(raw if raw.endswith(b"\n") else raw + b"\n")
-            if key[:2] in wanted:
+            if key[:2] in wanted and settings and e.get("settings", settings) != settings:
+                self.other_settings += 1  # made under other settings: kept on disk, never replayed here
+            elif key[:2] in wanted:
                 self.replies.setdefault(key, deque()).append(entry)
         for call_id, role in started.items():
             if call_id not in ended:
@@ -194,6 +199,8 @@ class CallJournal:
     def keep_key(self, case_number: str, step: str, key: str, reply: str, usage: dict,
                  custom_id: str | None = None, sync: bool = False) -> None:
         entry = {"case_number": case_number, "step": step, "key": key, "reply": reply, "usage": usage}
+        if self.settings:
+            entry["settings"] = self.settings
         if custom_id:  # a reply collected from a batch: imported once, whatever happens during the import
             entry["custom_id"] = custom_id
         self.writer.append(self.path, {**entry, "digest": entry_digest(entry)}, sync=sync)
