@@ -215,10 +215,12 @@ def test_batches_that_always_fail_end_the_cases_with_the_providers_reason(pair, 
 @pytest.mark.parametrize("content", ["{}", "[]", '{"batches": [1]}', '{"batches": [], "failures": []}', "nonsense"])
 def test_a_malformed_ledger_is_one_line(pair, provider, capsys, content):
     """Item 8."""
+    from lexpilot.storage.checkpoints import run_folder
     _, batch = pair
     assert batch.run("gold", "--batch-status") == 0
-    path = batch.root / "runs" / "r1"
-    ledger = next(path.glob("*")) / "batches.json"
+    assert not batch.root.exists()  # --batch-status only reads
+    ledger = run_folder(batch.root, "r1", "eval-model") / "batches.json"
+    ledger.parent.mkdir(parents=True)
     ledger.write_text(content, encoding="utf-8")
     for extra in (("--batch-status",), ("--batch", "--batch-poll", "1")):
         capsys.readouterr()

@@ -173,3 +173,42 @@ def test_a_key_echoed_in_a_batch_never_reaches_a_file_or_a_message(tmp_path, pro
     assert not leaked
     if echo is echo_in_reply:  # the reply is kept, redacted, as a synchronous reply is
         assert all("[redacted key]" in r["response"] for r in h.records("Force_judge_gen", "a1_force_judge.jsonl"))
+
+
+# ----------------------------------------------------------------------------- --batch-status (item 13)
+
+def test_batch_status_reads_while_another_process_writes_the_run(tmp_path, provider, monkeypatch, dataset, capsys):
+    """"--batch-status only reads, but the lock refuses it while another process holds the run"."""
+    from lexpilot.storage.manifest import RunLock
+    h = Harness(tmp_path / "batch", provider, monkeypatch, dataset)
+    provider.batch_delay = 60
+    assert h.run("gold", "--batch-detach") == 0
+    lock = next((h.root / "runs").glob("*/*/manifest.json")).with_name(".lock")
+    with RunLock(lock):  # another writer holds the run
+        capsys.readouterr()
+        assert h.run("gold", "--batch-status") == 0
+        assert "batch-1, 8 requests, phase created, status in_progress" in capsys.readouterr().out
+        assert h.run("gold", "--batch", "--batch-poll", "1") == 2  # a writer is still refused
+        assert "being written by" in capsys.readouterr().err
+
+
+def test_batch_status_after_a_lost_ledger_shows_a_completed_batch_not_collected(tmp_path, provider, monkeypatch,
+                                                                               dataset, capsys):
+    h = Harness(tmp_path / "batch", provider, monkeypatch, dataset)
+    provider.batch_delay = 60
+    assert h.run("gold", "--batch-detach") == 0
+    next((h.root / "runs").glob("*/*/batches.json")).unlink()
+    provider.batches["batch-1"]["_ready"] = 0
+    # the provider finishes the batch (it is retrieved once by someone else, as a dashboard would)
+    provider.batch_api("GET", "/v1/batches/batch-1", {}, b"")
+    assert provider.batches["batch-1"]["status"] == "completed"
+    assert h.run("gold", "--batch-status") == 0
+    out = capsys.readouterr().out
+    assert "no batch in flight" not in out
+    provider.batch_delay = 0
+    assert ("batch-1, status completed: listed by the provider for this run, not in the ledger (the next run "
+            "re-attaches to it and collects what the run's records do not hold yet)") in out
+    provider.processed.clear()
+    assert h.run("gold", "--batch", "--batch-poll", "1") == 0
+    assert "re-attached batch batch-1 from the provider's list (8 requests of this run)" in capsys.readouterr().err
+    assert max(provider.submitted.values()) == 1  # batch 1 collected, never asked again

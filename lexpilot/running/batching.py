@@ -26,6 +26,7 @@ from lexpilot.errors import CaseFailed, FatalError
 from lexpilot.models.calls import Usage, request_body
 from lexpilot.protocols.steps import CaseCalls
 from lexpilot.running.batch_api import (
+    FINISHED,
     adopt,
     chunks,
     listed,
@@ -383,9 +384,14 @@ def status(name: str, settings, clients: dict, out=sys.stdout) -> int:
         known = run.ledger.known_batch_ids()
         for role, client in run.batch_clients().items():
             for remote in listed(run, client):
-                if remote.id not in known and remote.status not in ("completed", "failed", "expired", "cancelled"):
+                # a completed batch the ledger does not know was never collected into it (a lost ledger): its
+                # replies are still to be taken
+                answered = remote.status == "completed" or getattr(remote, "output_file_id", None)
+                if remote.id not in known and (answered or remote.status not in FINISHED):
                     print(f"{role}: {remote.id}, status {remote.status}: listed by the provider for this run, not in "
-                          "the ledger (the next run re-attaches to it)", file=out)
+                          "the ledger (the next run re-attaches to it" + (" and collects what the run's records do "
+                                                                          "not hold yet)" if answered else ")"),
+                          file=out)
                     shown += 1
     if not shown:
         print("no batch in flight for this run", file=out)

@@ -121,6 +121,9 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
         state = read_only_state(stage, settings, selected, manifest)
         print(dry_run_report(name, state, selected), file=out)
         return 0
+    if settings.batching.status:  # it only reads: never refused while another process writes the run
+        from lexpilot.running import batching  # the batch API is only touched when asked for
+        return batching.status(name, settings, clients, out)
     with RunLock(mpath.with_name(".lock")):
         note = check_manifest(mpath, manifest, stage.script, write=True, allow_code_change=settings.allow_code_change,
                               record_files=record_files, prompt_files=stage.prompt_files(settings))
@@ -136,12 +139,8 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
         state.settings_hash, state.manifest_path = settings_hash(read_manifest(mpath)), mpath
         for note in state.notes:
             print(f"[{name}] {note}", file=err)
-        if settings.batching.status or settings.batching.enabled:
-            from lexpilot.running import (
-                batching,  # the batch API is only touched when asked for
-            )
-            if settings.batching.status:
-                return batching.status(name, settings, clients, out)
+        if settings.batching.enabled:
+            from lexpilot.running import batching
             return batching.run_cycles(name, state, clients, settings, out, err, run_case)
         return _execute(name, state, clients, out, err)
 
