@@ -11,12 +11,13 @@ from tests.fake_provider import ASK, PREDICT
 
 HOSTILE = ('<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2"></textarea>'
            '<b>粗体</b>')
+RLO = "\u202e反向"  # a right-to-left override never closed (issue 34 item 14)
 CHROMIUM = os.environ.get("LEXPILOT_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def hostile(kind, prompt, body):
     if kind == "lexawn":
-        return (PREDICT if "示例民初1号" not in prompt else ASK) + HOSTILE
+        return (PREDICT if "示例民初1号" not in prompt else ASK) + HOSTILE + RLO
     if kind == "user":
         return "我们自2097年3月起分居至今已满两年了。" + HOSTILE  # a key detail of the first sample case
     return None
@@ -85,3 +86,19 @@ def test_the_site_in_a_real_browser(site, browser, tmp_path):
     pixels = Image.open(shot).convert("L").getextrema()
     assert pixels[0] < 100 < pixels[1]  # not blank
     assert not errors
+
+
+def test_every_message_is_its_own_bidi_isolate(site, browser):
+    """Issue 34 item 14: "an unclosed right-to-left override in a reply reorders the rest of its block. Isolate each
+    message". Each message's text is an isolate with its direction from its own text; the role label before it
+    stays where it is, left of the text, in a message holding the override."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto((site / "case" / "0.html").as_uri())
+    texts = page.locator(".msg .text")
+    assert texts.count() > 0
+    assert page.evaluate("[...document.querySelectorAll('.msg .text')].every(e => getComputedStyle(e).unicodeBidi"
+                         " === 'isolate' && e.dir === 'auto')")
+    overridden = page.locator(".msg:has(.text:text-matches('反向'))").first
+    label, text = overridden.locator("b").first.bounding_box(), overridden.locator(".text").bounding_box()
+    assert label["x"] <= text["x"] + 1
+    page.close()

@@ -53,7 +53,9 @@ def msg(role: str, text: str, note: str = "", body_html: str | None = None, mid:
     round's prompt holds the thread's earlier messages), with `call` its exact-call button."""
     attributes = (f' id="{mid}"' if mid else "") + (f' data-th="{thread}"' if thread else "")
     return (f'<div class="msg {esc(role)}"{attributes}><b>{esc(role)}</b>{(" · " + esc(note)) if note else ""}{call}'
-            f'<br><span class="text">{body_html if body_html is not None else esc(text)}</span></div>')
+            # dir=auto and an isolate (the style): an unclosed right-to-left override in a reply reorders nothing
+            # outside it
+            f'<br><span class="text" dir="auto">{body_html if body_html is not None else esc(text)}</span></div>')
 
 
 def verdict_table(record: dict) -> str:
@@ -189,7 +191,7 @@ def focal_types_section(records: dict, number: str) -> str:
     record = records.get(FOCAL_TYPE_RECORDS.name, {}).get(number)
     if not record:
         return ""
-    items = "".join(f"<li>{esc(t.get('focal_point'))}: <b>{esc(t.get('type'))}</b> ({esc(t.get('source'))})"
+    items = "".join(f"<li><bdi>{esc(t.get('focal_point'))}</bdi>: <b>{esc(t.get('type'))}</b> ({esc(t.get('source'))})"
                     + (call_button("judge_focal_type", "judge", {"focus_text": raw_slot(str(t.get("focal_point")))},
                                    FOCAL_TYPE_RECORDS.name, len(t.get("judge_raw") or []))
                        if t.get("source") == "judge" else "") + "</li>"

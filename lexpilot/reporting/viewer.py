@@ -74,7 +74,7 @@ PAGE = """<!DOCTYPE html>
 STYLE = """body{font-family:system-ui,sans-serif;margin:1.5em;color:#222;line-height:1.45}
 table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:.25em .5em;text-align:left;
 vertical-align:top}th{background:#f3f3f3;cursor:pointer}a{color:#1558b0}nav{margin-bottom:1em}
-.msg{white-space:pre-wrap;border-left:3px solid #bbb;padding:.2em .6em;margin:.3em 0}.user{border-color:#2a7}
+.text{unicode-bidi:isolate}.msg{white-space:pre-wrap;border-left:3px solid #bbb;padding:.2em .6em;margin:.3em 0}.user{border-color:#2a7}
 .assistant{border-color:#36c}.judge{border-color:#c63;font-size:.9em;color:#555}mark{background:#fe8}
 .tag{display:inline-block;background:#eee;border-radius:3px;padding:0 .3em;margin:0 .2em;font-size:.85em}
 .grid{display:grid;grid-template-columns:1fr 1fr;gap:1em}.ok{color:#282}.bad{color:#b22}
