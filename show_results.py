@@ -60,6 +60,9 @@ def main(argv=None) -> int:
                         help="paired bootstrap difference A − B on every metric (implies --ci)")
     parser.add_argument("--width", type=number(int, 0, 10**6), default=TEXT_WIDTH, help="text tables wider than this many terminal "
                         f"cells are printed in blocks of columns (default {TEXT_WIDTH}; 0: never)")
+    parser.add_argument("--decimals", type=number(int, 0, 12), metavar="N", help="metrics at N decimals in the text, "
+                        "Markdown and LaTeX tables (default: each table at its paper table's precision, "
+                        "docs/results.md; CSV and JSON keep every digit)")
     parser.add_argument("--table", nargs="+", metavar="ID", help="print only these tables, by identity (main, "
                         "lca_by_class, table_4, ...: docs/results.md lists them; an unknown one is refused with the "
                         "report's names); with --format json, those tables ride along with the metrics")
@@ -124,7 +127,8 @@ def show(args) -> int:
         print(render_json(groups, boot, args.usage or bool(prices), extra or None))
     else:
         shown = chosen(tables, args.table)
-        print(render_text(shown, args.width or 10**9) if args.format == "text" else RENDERINGS[args.format](shown))
+        print(render_text(shown, args.width or 10**9, args.decimals) if args.format == "text" else
+              RENDERINGS[args.format](shown, args.decimals))
     if args.html:
         try:  # the site shows what the terminal shows but the money (Figure 3 with --complexity, the judges, --rank)
             count = write_site(args.html, root, groups, [t for t in tables if not t.id.startswith("usage_")],

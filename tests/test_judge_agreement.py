@@ -59,11 +59,12 @@ def test_score_prints_table_12_from_a_hand_computed_annotation_table(tmp_path, c
     assert judge_agreement.main(["score", str(path)]) == 0
     table_12 = capsys.readouterr().out.split("κ with its")[0]  # the interval table follows
     lines = {line.split()[0]: line.split() for line in table_12.splitlines() if line.strip()}
-    assert lines["LCA"][1:] == ["4", "75.0%", "0.500", "75.0%", "0.500"]
-    assert lines["DCG"][1:] == ["2", "100.0%", "1.000", "50.0%", "0.000"]
+    # κ at 2 decimals, as the paper's Table 12 prints it ("LCA 96.0% 0.92 93.0% 0.86")
+    assert lines["LCA"][1:] == ["4", "75.0%", "0.50", "75.0%", "0.50"]
+    assert lines["DCG"][1:] == ["2", "100.0%", "1.00", "50.0%", "0.00"]
     assert lines["LJP"][1:] == ["2", "100.0%", "undefined", "100.0%", "undefined"]
     # Average over tasks (Table 12 style); an undefined kappa is left out of the kappa mean.
-    assert lines["Average"][1:] == ["8", "91.7%", "0.750", "75.0%", "0.250"]
+    assert lines["Average"][1:] == ["8", "91.7%", "0.75", "75.0%", "0.25"]
 
 
 @pytest.mark.parametrize("item,message", [

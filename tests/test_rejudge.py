@@ -75,9 +75,9 @@ def test_the_judge_sensitivity_table_hand_checked(saved, capsys):
     n, k = len(labels), labels.count("策略一")
     pe = 2 * k * (n - k) / n ** 2
     lca_row = next(line for line in table if " LCA " in f" {line} ")
-    assert lca_row.split()[-3:] == [str(n), "0.0%", f"{-pe / (1 - pe):.3f}"]
+    assert lca_row.split()[-3:] == [str(n), "0.0%", f"{-pe / (1 - pe):.2f}"]  # κ at Table 12's 2 decimals
     ljp_row = next(line for line in table if " LJP " in f" {line} ")
-    assert ljp_row.split()[-2:] == ["100.0%", "1.000"]
+    assert ljp_row.split()[-2:] == ["100.0%", "1.00"]
     assert "every metric under each judge" in out and "Re-judged − original" in out
 
 
@@ -133,7 +133,7 @@ def test_the_interaction_rounds_row_of_the_judge_sensitivity_table(saved, capsys
     out = capsys.readouterr().out
     table = out[out.index("Judge sensitivity"):].split("\n\n")[0].splitlines()
     row = next(line for line in table if "interaction rounds" in line)
-    kappa = "undefined" if pe == 1 else f"{-pe / (1 - pe):.3f}"
+    kappa = "undefined" if pe == 1 else f"{-pe / (1 - pe):.2f}"
     assert row.split()[-3:] == [str(n), "0.0%", kappa]
 
 

@@ -118,36 +118,80 @@ def test_a_long_title_is_wrapped_within_the_width():
     assert " ".join(title_lines) == title.strip()
 
 
-def test_decimals_are_one_rule_across_tables_on_runs_the_stages_wrote(tmp_path, provider, monkeypatch, capsys):
-    """Issue 26 item 8: "Decimals consistent across tables". A metric's cell has 3 decimals wherever it is shown (the
-    paper's Tables 3, 4 and 11), so the Overall column of a by-class table reads as the main table's cell."""
+def lca_macro_f1(path) -> tuple[float, float]:
+    """By hand from a run's LCA records: (Macro-F1, Acc_C), the underspecified history the positive class."""
+    tp = fp = fn = tn = 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        for judged in json.loads(line)["judgments"].values():
+            truth, said = judged["true_type"] == "underspecified", judged["predicted_type"] == "underspecified"
+            tp, fp, fn, tn = tp + (truth and said), fp + (said and not truth), fn + (truth and not said), \
+                tn + (not truth and not said)
+    f1_u = 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0
+    f1_c = 2 * tn / (2 * tn + fp + fn) if tn + fp + fn else 0.0
+    return (f1_u + f1_c) / 2, tn / (tn + fp)
+
+
+def test_each_table_prints_at_its_paper_tables_precision_on_runs_the_stages_wrote(tmp_path, provider, monkeypatch,
+                                                                                  capsys):
+    """Issue 35 item 1: "a table's precision is its paper table's". The paper prints Table 11 at 3 decimals
+    (`$0.640\\pm 0.011$`) and Tables 2, 14, 16 and 17 at 4 (Table 14: "LawLLM-7B 0.4186 0.5278 0.3218"); the
+    Overall column of a by-class table is the main table's mean at 4 decimals; --decimals N redraws every metric
+    at N in the text formats, and the CSV keeps every digit."""
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "six.json", sample_cases()[:6]))
     for run_id in ("r1", "r2"):
-        h.run_id = run_id  # in r2 the judge finds no DCG question on target: the runs differ, the SD is not 0
-        provider.script = (lambda kind, prompt, body: "否" if kind == "dcg_judge" else None) if run_id == "r2" else None
+        h.run_id = run_id  # in r2 the judge finds no DCG question on target and labels every reply 策略二
+        provider.script = (lambda kind, prompt, body: {"dcg_judge": "否", "lca_judge": "策略二"}.get(kind)) \
+            if run_id == "r2" else None
         for stage in ("LexAwN", "DCG", "direct", "gold"):
             assert h.run(stage) == 0
     success = [[bool(json.loads(line)["success"]) for line in path.read_text(encoding="utf-8").splitlines()]
                for path in sorted(h.root.glob("eval_results/r*/*/DCG_results.jsonl"))]
     accuracy = [sum(s) / len(s) for s in success]  # by hand: each run's share of cases with a successful DCG
+    lca = [lca_macro_f1(path) for path in sorted(h.root.glob("eval_results/r*/*/LCA_results.jsonl"))]
+    f1, acc_c = [x[0] for x in lca], [x[1] for x in lca]
+    assert statistics.stdev(accuracy) > 0 and statistics.stdev(f1) > 0
     capsys.readouterr()
     assert show_results.main(["--output-root", str(h.root), "--format", "markdown"]) == 0
     tables = markdown_tables(capsys.readouterr().out)
     main = dict(zip(*next(t for name, t in tables.items() if name.startswith("Main results"))))
-    assert main["DCG Acc."] == f"{statistics.mean(accuracy):.3f} ± {statistics.stdev(accuracy):.3f}"
-    for metric, title in (("LCA Macro-F1", "LCA Macro-F1 by class"), ("DCG Acc.", "DCG accuracy by class"),
-                          ("LJP Direct QWK", "LJP Direct QWK by class"), ("LJP Gold QWK", "LJP Gold-Standard QWK")):
+    at = lambda values, d: f"{statistics.mean(values):.{d}f} ± {statistics.stdev(values):.{d}f}"  # noqa: E731
+    assert main["DCG Acc."] == at(accuracy, 3) and main["LCA Macro-F1"] == at(f1, 3)  # Table 11
+    detail = dict(zip(*next(t for name, t in tables.items() if name.startswith("LCA detail (Table 14)"))))
+    assert detail["Macro-F1"] == at(f1, 4) and detail["Acc_C"] == at(acc_c, 4)  # Table 14
+    for title, values in (("LCA Macro-F1 by class", f1), ("DCG accuracy by class", accuracy)):  # Table 2
         header, row = next(t for name, t in tables.items() if name.startswith(title))
-        assert row[header.index("Overall")] == main[metric], title
-    shown = [c for name, (header, row) in tables.items() if "usage" not in name.lower() for c in row]
-    assert shown and not [c for c in shown if re.search(r"\d\.\d{4}", c)]  # no metric at 4 decimals anywhere
+        assert row[header.index("Overall")] == at(values, 4), title
+    for title in ("LJP Direct QWK by class", "LJP Gold-Standard QWK"):  # Tables 16-17 and Direct beside them
+        header, row = next(t for name, t in tables.items() if name.startswith(title))
+        assert re.fullmatch(r"-?\d\.\d{4} ± \d\.\d{4}|undefined|n/a", row[header.index("Overall")]), title
+    for decimals in ("3", "5"):
+        assert show_results.main(["--output-root", str(h.root), "--format", "markdown", "--decimals", decimals]) == 0
+        tables = markdown_tables(capsys.readouterr().out)
+        header, row = next(t for name, t in tables.items() if name.startswith("DCG accuracy by class"))
+        main = dict(zip(*next(t for name, t in tables.items() if name.startswith("Main results"))))
+        assert row[header.index("Overall")] == main["DCG Acc."] == at(accuracy, int(decimals))
     assert show_results.main(["--output-root", str(h.root), "--format", "csv", "--table", "main"]) == 0
     header, row = [r for r in csv.reader(io.StringIO(capsys.readouterr().out)) if len(r) > 2][1:3]  # every digit
     main = dict(zip(header[2:], row[2:]))
     assert float(main["DCG Acc. mean"]) == pytest.approx(statistics.mean(accuracy), abs=1e-6)
-    assert float(main["DCG Acc. SD"]) == pytest.approx(statistics.stdev(accuracy), abs=1e-6) and statistics.stdev(
-        accuracy) > 0
+    assert float(main["DCG Acc. SD"]) == pytest.approx(statistics.stdev(accuracy), abs=1e-6)
     assert main["DCG Acc. n"] == "2" and main["DCG Acc. low"] == ""  # runs with a value; no interval without --ci
+
+
+def test_every_table_of_a_report_is_declared_with_its_paper_table():
+    """"Keep one declared rule ... with the paper's table named beside each identity": every identity the code
+    builds is in PAPER_TABLES, with a paper table (or "the harness's") and decimals of 2 to 4."""
+    from lexpilot.reporting.table import PAPER_TABLES
+    source = "".join(p.read_text(encoding="utf-8") for p in (ROOT / "lexpilot" / "reporting").glob("*.py"))
+    built = set(re.findall(r'Table\("([a-z0-9_]+)"', source)) | set(re.findall(r'"(table_4[a-z_]*)"', source))
+    built |= {f"{kind}_{h}" for kind in ("plain_types", "plain_by_class") for h in ("underspecified", "complete")}
+    built |= {"figure_4a", "figure_4b", "ljp_direct_by_class", "ljp_interaction_by_class", "ljp_gold_by_class"}
+    assert not built - set(PAPER_TABLES), built - set(PAPER_TABLES)
+    assert all(name.startswith(("Table", "nearest", "Figure", "the harness")) and 2 <= d <= 4
+               for name, d in PAPER_TABLES.values())
+    docs = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    for table_id, (name, decimals) in PAPER_TABLES.items():  # the docs list the rule as declared
+        assert f"| `{table_id}` | {name} | {decimals} |" in docs, table_id
 
 
 def markdown_tables(out: str) -> dict[str, tuple[list[str], list[str]]]:

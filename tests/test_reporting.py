@@ -275,8 +275,8 @@ def test_table_15_paired_declines_hand_checked(tmp_path, capsys):
     table = out[out.index("Non-ideal users (Table 15)"):].splitlines()
     assert table[1].split("  ")[0] == "Model" and "Delayed Disclosure − Standard" in table[1]
     row = [c.strip() for c in table[3].split("  ") if c.strip()]
-    assert row[-2] == "-1.000 [-1.000, -1.000], 100.0% < 0"
-    assert row[-1] == "+0.000 [+0.000, +0.000], 0.0% < 0"
+    assert row[-2] == "-1.0000 [-1.0000, -1.0000], 100.0% < 0"  # Table 15 at 4 decimals, as the paper's
+    assert row[-1] == "+0.0000 [+0.0000, +0.0000], 0.0% < 0"
 
 
 def test_per_class_intervals_resample_that_class_only_on_a_run_the_stages_wrote(tmp_path, provider, monkeypatch,

@@ -38,11 +38,12 @@ from lexpilot.benchmark.vocabulary import (
 from lexpilot.errors import HarnessError, first_of
 from lexpilot.files import fits_a_cell, key_file, read_sheet, write_sheet
 from lexpilot.reporting.bootstrap import percentile_interval
+from lexpilot.reporting.formats import interval_cell, kappa_cell
 from lexpilot.reporting.metrics import kappa_from_confusion, label_agreement
 from lexpilot.reporting.renderings import render_text
 from lexpilot.reporting.results import load_runs
 from lexpilot.reporting.runs import named_dataset, read_task
-from lexpilot.reporting.table import METRIC, PERCENT, Table
+from lexpilot.reporting.table import PERCENT, Table
 
 # TYPE: the response type of a plain consultation (Table 6); FOCAL: the judge's type of a focal point (Table 18)
 ANNOTATED_TASKS = ("LCA", "DCG", "LJP", "TYPE", "FOCAL")
@@ -275,7 +276,6 @@ def human_labels(path: Path, rows: list[tuple[int, dict]], key: dict[str, dict])
 
 def agreement_table(labelled: list) -> Table:
     rows, means = [], {"hh": [], "hk": [], "lh": [], "lk": []}
-    fmt_k = lambda k: "undefined" if k is None else f"{k:.{METRIC}f}"  # noqa: E731
     for task in ANNOTATED_TASKS:
         items = [x for x in labelled if x[0] == task]
         if not items:
@@ -285,10 +285,10 @@ def agreement_table(labelled: list) -> Table:
         for name, value in (("hh", hh), ("hk", hk), ("lh", lh), ("lk", lk)):
             if value is not None:
                 means[name].append(value)
-        rows.append([task, str(len(items)), f"{100 * hh:.{PERCENT}f}%", fmt_k(hk), f"{100 * lh:.{PERCENT}f}%", fmt_k(lk)])
+        rows.append([task, str(len(items)), f"{100 * hh:.{PERCENT}f}%", kappa_cell(hk), f"{100 * lh:.{PERCENT}f}%", kappa_cell(lk)])
     mean = lambda v: sum(v) / len(v) if v else None  # noqa: E731
-    rows.append(["Average", str(len(labelled)), f"{100 * mean(means['hh']):.{PERCENT}f}%", fmt_k(mean(means["hk"])),
-                 f"{100 * mean(means['lh']):.{PERCENT}f}%", fmt_k(mean(means["lk"]))])
+    rows.append(["Average", str(len(labelled)), f"{100 * mean(means['hh']):.{PERCENT}f}%", kappa_cell(mean(means["hk"])),
+                 f"{100 * mean(means['lh']):.{PERCENT}f}%", kappa_cell(mean(means["lk"]))])
     return Table("table_12", "Judge agreement (Table 12): human-human, and LLM judge against the adjudicated human label",
                  ["Task", "Items", "Human-Human Agree.", "Human-Human κ", "LLM-Human Agree.", "LLM-Human κ"], rows)
 
@@ -311,14 +311,15 @@ def kappa_interval(a: list[str], b: list[str], cases: list[str], resamples: int 
 
 
 def interval_table(labelled: list) -> Table:
-    fmt = lambda ci: "undefined" if ci is None else f"[{ci[0]:.{METRIC}f}, {ci[1]:.{METRIC}f}]"  # noqa: E731
     rows = []
     for task in ANNOTATED_TASKS:
         items = [x for x in labelled if x[0] == task]
         if items:
             cases = [x[5] for x in items]
-            rows.append([task, str(len(set(cases))), fmt(kappa_interval([x[1] for x in items], [x[2] for x in items], cases)),
-                         fmt(kappa_interval([x[4] for x in items], [x[3] for x in items], cases))])
+            rows.append([task, str(len(set(cases))), interval_cell(kappa_interval([x[1] for x in items], [x[2] for x in items], cases),
+                                                                    undefined="undefined"),
+                         interval_cell(kappa_interval([x[4] for x in items], [x[3] for x in items], cases),
+                                       undefined="undefined")])
     return Table("table_12_intervals", "κ with its 95% interval from a bootstrap over cases (a case's items resampled together, seed 0)",
                  ["Task", "Cases", "Human-Human κ", "LLM-Human κ"], rows)
 

@@ -20,6 +20,7 @@ from lexpilot.reporting.formats import (
     average_cell,
     cell,
     difference_cell,
+    kappa_cell,
     number_cell,
     parts_cell,
 )
@@ -89,7 +90,7 @@ def judge_sensitivity_tables(groups: list[Group], root, boot: Bootstrap) -> list
         for task, (n, agree, kappa) in judges_agreement(read(original), read(rejudged)).items():
             rows.append([original.model, f"{original.run_id} → {rejudged.run_id}",
                          f"{judge(original)} / {judge(rejudged)}", task, str(n), f"{100 * agree:.{PERCENT}f}%",
-                         "undefined" if kappa is None else f"{kappa:.{METRIC}f}"])
+                         kappa_cell(kappa)])
     tables = [Table("judge_labels", "Judge sensitivity: the two judges' labels on the same items (re-judged runs; the same judge twice: its "
                     "test-retest agreement)",
                     ["Model", "Runs", "Judges", "Task", "Items", "Agreement", "Cohen's κ"], rows,
@@ -126,7 +127,7 @@ def order_table(groups: list[Group], root) -> Table | None:
                 if found:
                     n, agree, kappa = found
                     rows.append([g.label, run.run_id, SETUP_NAMES[setup], str(n), f"{100 * agree:.{PERCENT}f}%",
-                                 "undefined" if kappa is None else f"{kappa:.{METRIC}f}"])
+                                 kappa_cell(kappa)])
     if not rows:
         return None
     return Table("claim_order", "Diagnostic, outside the paper's protocol: the LJP extraction judge with each case's "

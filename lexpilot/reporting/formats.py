@@ -4,6 +4,8 @@ give the setups, user conditions and plain response types.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from lexpilot.reporting.table import METRIC, PERCENT, Figure
@@ -11,6 +13,11 @@ from lexpilot.reporting.table import METRIC, PERCENT, Figure
 USER_CONDITION_NAMES = (("standard", "Standard"), ("delayed", "Delayed Disclosure"), ("self-correction", "Self-Correction"))
 SETUP_NAMES = {"direct": "Direct", "interaction": "Interaction-Based", "gold": "Gold-Standard"}
 
+
+
+def metric_drawn(digits: int, draw) -> Callable[[int], str] | None:
+    """A cell at METRIC decimals is a metric's: it is drawn again at its table's precision (table.py)."""
+    return draw if digits == METRIC else None
 
 
 def cell(stat: dict | None, digits: int = METRIC, ci: tuple[float, float] | None = None) -> Figure:
@@ -22,14 +29,15 @@ def cell(stat: dict | None, digits: int = METRIC, ci: tuple[float, float] | None
     if stat["mean"] is None:
         return Figure("undefined", numbers)
     numbers |= {"mean": stat["mean"], "SD": stat["sd"]}
-    text = f"{stat['mean']:.{digits}f}"
-    if len(stat["runs"]) > 1:
-        text += f" ± {stat['sd']:.{digits}f}" if stat["sd"] is not None else " ± n/a"
-    if ci is not None:
-        text += f" [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
-    if stat["undefined"]:
-        text += f" ({stat['undefined']} undefined)"
-    return Figure(text, numbers)
+
+    def draw(d: int) -> str:
+        text = f"{stat['mean']:.{d}f}"
+        if len(stat["runs"]) > 1:
+            text += f" ± {stat['sd']:.{d}f}" if stat["sd"] is not None else " ± n/a"
+        if ci is not None:
+            text += f" [{ci[0]:.{d}f}, {ci[1]:.{d}f}]"
+        return text + (f" ({stat['undefined']} undefined)" if stat["undefined"] else "")
+    return Figure(draw(digits), numbers, metric_drawn(digits, draw))
 
 
 def number_cell(value: float | None, digits: int, signed: bool = False, percent: bool = False,
@@ -38,15 +46,19 @@ def number_cell(value: float | None, digits: int, signed: bool = False, percent:
     if value is None:
         return Figure("n/a", {key: None})
     shown = 100 * value if percent else value
-    return Figure(f"{shown:{'+' if signed else ''}.{digits}f}" + ("%" if percent else ""), {key: shown})
+
+    def draw(d: int) -> str:
+        return f"{shown:{'+' if signed else ''}.{d}f}" + ("%" if percent else "")
+    return Figure(draw(digits), {key: shown}, None if percent else metric_drawn(digits, draw))
 
 
 def parts_cell(parts: dict[str, float | None], digits: int | None = None) -> Figure:
     """Numbers that make one whole, "a / b / c" (shares of the stop reasons, counts per attempt), each its own column
     in the CSV; at `digits` decimals, or as short as they go (counts)."""
-    text = "n/a" if None in parts.values() and digits is not None else " / ".join(
-        "n/a" if v is None else f"{v:.{digits}f}" if digits is not None else f"{v:g}" for v in parts.values())
-    return Figure(text, dict(parts))
+    def draw(d: int | None) -> str:
+        return "n/a" if None in parts.values() and d is not None else " / ".join(
+            "n/a" if v is None else f"{v:.{d}f}" if d is not None else f"{v:g}" for v in parts.values())
+    return Figure(draw(digits), dict(parts), metric_drawn(digits, draw))
 
 
 def difference_cell(d: dict | None, digits: int = METRIC) -> Figure:
@@ -54,10 +66,30 @@ def difference_cell(d: dict | None, digits: int = METRIC) -> Figure:
                "high": d["ci"][1] if d and d["ci"] else None, "share below 0": d["below_zero"] if d else None}
     if d is None:
         return Figure("n/a", numbers)
-    text = f"{d['difference']:+.{digits}f}"
-    if d["ci"] is not None:
-        text += f" [{d['ci'][0]:+.{digits}f}, {d['ci'][1]:+.{digits}f}]"
-    return Figure(text + (f", {100 * d['below_zero']:.{PERCENT}f}% < 0" if d["below_zero"] is not None else ""), numbers)
+
+    def draw(n: int) -> str:
+        text = f"{d['difference']:+.{n}f}"
+        if d["ci"] is not None:
+            text += f" [{d['ci'][0]:+.{n}f}, {d['ci'][1]:+.{n}f}]"
+        return text + (f", {100 * d['below_zero']:.{PERCENT}f}% < 0" if d["below_zero"] is not None else "")
+    return Figure(draw(digits), numbers, metric_drawn(digits, draw))
+
+
+def kappa_cell(kappa: float | None) -> Figure:
+    """Cohen's κ at its table's precision ("undefined" where the expected agreement is total)."""
+    return Figure("undefined", {"kappa": None}) if kappa is None else number_cell(kappa, METRIC, key="kappa")
+
+
+def interval_cell(interval: tuple[float, float] | None, signed: bool = False, undefined: str = "n/a") -> Figure:
+    """[low, high] at its table's precision (signed for an interval of a difference)."""
+    numbers = {"low": interval[0] if interval else None, "high": interval[1] if interval else None}
+    if interval is None:
+        return Figure(undefined, numbers)
+    sign = "+" if signed else ""
+
+    def draw(d: int) -> str:
+        return f"[{interval[0]:{sign}.{d}f}, {interval[1]:{sign}.{d}f}]"
+    return Figure(draw(METRIC), numbers, draw)
 
 
 PLAIN_TYPE_NAMES = {"deficiency_recognition": "Deficiency recognition", "conditional_advice": "Cond. generic advice",

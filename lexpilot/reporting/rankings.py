@@ -14,10 +14,10 @@ from statistics import NormalDist
 import numpy as np
 
 from lexpilot.reporting.bootstrap import Bootstrap, paired_difference
-from lexpilot.reporting.formats import HEADLINE
+from lexpilot.reporting.formats import HEADLINE, interval_cell
 from lexpilot.reporting.groups import Group, differing_settings
 from lexpilot.reporting.runs import OVERALL
-from lexpilot.reporting.table import METRIC, Figure, Table
+from lexpilot.reporting.table import METRIC, Table
 from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS, compared_setting
 
 # what must be equal for two groups to be compared: every compared setting but the evaluated model's own identity
@@ -185,7 +185,7 @@ def ranking_tables(groups: list[Group], boot: Bootstrap, alpha: float, by_class:
     for name, key in headline_keys(by_class):
         for number, members in enumerate(sets, 1):
             tests = pair_tests(members, boot, key, name)
-            pair_rows += [[name, label(t.a), label(t.b), f"{t.difference:+.{METRIC}f}", interval_cell(t.interval),
+            pair_rows += [[name, label(t.a), label(t.b), f"{t.difference:+.{METRIC}f}", interval_cell(t.interval, signed=True),
                            fmt_p(t.p), fmt_p(t.p_holm), "yes" if t.p_holm is not None and t.p_holm < alpha else "no"]
                           for t in tests]
             rank_rows += ranked_rows(tests, members, groups, key, name, alpha, str(number) if len(sets) > 1 else "")
@@ -204,11 +204,6 @@ def ranking_tables(groups: list[Group], boot: Bootstrap, alpha: float, by_class:
         tables.append(Table("not_comparable", "Pairs not compared (their runs differ in more than the evaluated "
                             "model; each set is ranked on its own)", ["Pair"], [[n] for n in apart]))
     return tables
-
-
-def interval_cell(interval: tuple[float, float] | None) -> Figure:
-    numbers = {"low": interval[0] if interval else None, "high": interval[1] if interval else None}
-    return Figure("n/a" if interval is None else f"[{interval[0]:+.{METRIC}f}, {interval[1]:+.{METRIC}f}]", numbers)
 
 
 def fmt_p(p: float | None) -> str:

@@ -41,11 +41,11 @@ def column_blocks(widths: list[int], limit: int) -> list[list[int]]:
     return blocks + [current] if current else blocks or [[]]
 
 
-def render_text(tables: list[Table], limit: int = TEXT_WIDTH) -> str:
+def render_text(tables: list[Table], limit: int = TEXT_WIDTH, decimals: int | None = None) -> str:
     """Aligned by display width; a table wider than `limit` is printed in blocks of columns, each block with the
-    row labels (the first column) again."""
+    row labels (the first column) again. Metrics at each table's precision, or at `decimals`."""
     out = []
-    for t in tables:
+    for t in (t.at(decimals) for t in tables):
         widths = [max(display_width(r[i]) for r in [t.headers] + t.rows) for i in range(len(t.headers))]
         blocks = column_blocks(widths, limit)
         out += textwrap.wrap(t.title, limit) or [""]  # a long title in lines, not one line past the limit
@@ -59,9 +59,9 @@ def render_text(tables: list[Table], limit: int = TEXT_WIDTH) -> str:
     return "\n".join(out)
 
 
-def render_markdown(tables: list[Table]) -> str:
+def render_markdown(tables: list[Table], decimals: int | None = None) -> str:
     out = []
-    for t in tables:
+    for t in (t.at(decimals) for t in tables):
         # no HTML, no column break: a backslash is escaped first, so that `\|` in a model id stays in its cell
         esc = lambda c: html.escape(c, quote=False).replace("\\", "\\\\").replace("|", "\\|")  # noqa: E731
         out += [f"### {t.title}", "", "| " + " | ".join(map(esc, t.headers)) + " |",
@@ -76,11 +76,11 @@ LATEX = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "&": r"\&", "%": r"\
 LATEX_SPECIAL = re.compile("|".join(map(re.escape, LATEX)))
 
 
-def render_latex(tables: list[Table]) -> str:
+def render_latex(tables: list[Table], decimals: int | None = None) -> str:
     def esc(text: str) -> str:  # one pass, so that no replacement is escaped again
         return LATEX_SPECIAL.sub(lambda m: LATEX[m.group(0)], text)
     out = []
-    for t in tables:
+    for t in (t.at(decimals) for t in tables):
         out += [f"% {esc(t.title)}", r"\begin{tabular}{l" + "c" * (len(t.headers) - 1) + "}", r"\toprule",
                 " & ".join(map(esc, t.headers)) + r" \\", r"\midrule"]
         out += [" & ".join(map(esc, r)) + r" \\" for r in t.rows] + [r"\bottomrule", r"\end{tabular}", ""]
@@ -107,7 +107,9 @@ def csv_value(value) -> str:
     return repr(round(value, 6)) if isinstance(value, float) else str(value)
 
 
-def render_csv(tables: list[Table]) -> str:
+def render_csv(tables: list[Table], decimals: int | None = None) -> str:
+    """Every number whole in its own column; a cell's text (an "Average" row's) at its table's precision."""
+    tables = [t.at() for t in tables]
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     layouts = [csv_columns(t) for t in tables]
@@ -148,6 +150,6 @@ def render_json(groups: list[Group], boot: Bootstrap | None = None, usage: bool 
             group["usage"] = {r.run_id: {stage: {role: dict(u) for role, u in roles.items()}
                                          for stage, roles in r.usage.items()} for r in g.runs}
         data.append(group)
-    extra = {"tables": [{"id": t.id, "title": t.title, "headers": t.headers, "rows": t.rows} for t in tables]} \
+    extra = {"tables": [{"id": t.id, "title": t.title, "headers": t.headers, "rows": t.at().rows} for t in tables]} \
         if tables else {}
     return json.dumps({"groups": data, **extra}, ensure_ascii=False, indent=1)

@@ -89,6 +89,7 @@ def page(title: str, body: str, up: str = "") -> str:
 
 
 def table_html(t: Table, link) -> str:
+    t = t.at()  # the paper's precision, as the terminal shows it
     head = "".join(f"<th>{esc(h)}</th>" for h in t.headers)
     rows = []
     for r in t.rows:
