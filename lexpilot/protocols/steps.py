@@ -41,7 +41,7 @@ class CaseCalls:
     keep_reasoning: bool = False  # the evaluated model's and User Model's reasoning too (the judge's always)
     reasoning: dict = field(default_factory=dict)  # of the record being built: role -> reasoning per call
 
-    def _chat(self, role: str, prompt: str, keep: bool = True) -> str:
+    def _chat(self, role: str, prompt: str) -> str:
         """A reply paid for in an earlier, unfinished attempt at this step is replayed, not bought again."""
         if self.journal:
             replayed = self.journal.take(self.case.number, self.step, role, prompt)
@@ -62,7 +62,7 @@ class CaseCalls:
                 self.journal.ended(call_id)
         if reply.reasoning and (role == "judge" or self.keep_reasoning):
             self.reasoning.setdefault(role, []).append(reply.reasoning)
-        if keep and self.journal:
+        if self.journal:
             self.journal.keep(self.case.number, self.step, role, prompt, reply.text, used.by_role)
         return reply.text
 
@@ -75,20 +75,20 @@ class CaseCalls:
 
     def validated(self, role: str, prompt_name: str, parse: Callable[[str], object], **slots):
         """(parsed output, raw outputs) of a prompt whose output has a required form; an output that `parse`
-        rejects (ValueError) is asked for again, within three attempts in all."""
+        rejects (ValueError) is asked for again, within three attempts in all. Every attempt is kept in the
+        journal with its usage, the rejected ones too: a rerun replays them (and their cost) in order instead of
+        buying them again. When all three are rejected, they are retired: the next run asks anew."""
         prompt = fill(self.prompts[prompt_name], **slots)
         raws = []
         for _ in range(JUDGE_ATTEMPTS):
-            raws.append(self._chat(role, prompt, keep=False))  # only a valid output is worth keeping
+            raws.append(self._chat(role, prompt))
             try:
-                parsed = parse(raws[-1])
+                return parse(raws[-1]), raws
             except ValueError as e:
                 problem = str(e)
                 self.caller.progress.retry(f"invalid {prompt_name} output: {problem}")
-            else:
-                if self.journal and not getattr(self.caller, "batched", False):
-                    self.journal.keep(self.case.number, self.step, role, prompt, raws[-1], {})
-                return parsed, raws
+        if self.journal:
+            self.journal.retire(self.case.number, self.step, role, prompt, raws)
         raise CaseFailed(f"{prompt_name} output invalid after {JUDGE_ATTEMPTS} attempts ({problem}); "
                          f"last raw output: {raws[-1][:200]!r}")
 

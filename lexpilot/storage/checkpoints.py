@@ -11,7 +11,7 @@ import json
 import os
 import threading
 import uuid
-from collections import deque
+from collections import Counter, deque
 from pathlib import Path
 
 from lexpilot.benchmark.dataset import Case
@@ -103,6 +103,10 @@ def _journal_lines(path: Path):
                 yield raw, None
 
 
+def reply_digest(reply: str) -> str:
+    return hashlib.sha256(reply.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
 def entry_digest(entry: dict) -> str:
     """A journal reply's digest, as records carry one: a reply edited by hand is never replayed."""
     return canonical_hash({k: v for k, v in entry.items() if k != "digest"})
@@ -133,7 +137,7 @@ class CallJournal:
         self.unanswered: dict[str, int] = {}
         if not path.exists():
             return
-        started, ended, kept = {}, set(), []
+        started, ended, kept, queued, retired = {}, set(), [], [], Counter()
         for raw, e in _journal_lines(path):
             try:
                 if e is not None and e.get("t") == "start":
@@ -141,6 +145,10 @@ class CallJournal:
                     continue
                 if e is not None and e.get("t") == "end":
                     ended.add(e["id"])
+                    continue
+                if e is not None and e.get("t") == "retire":
+                    retired.update((e["case_number"], e["step"], e["key"], r) for r in e["replies"])
+                    kept.append(raw if raw.endswith(b"\n") else raw + b"\n")
                     continue
                 key = (e["case_number"], e["step"], e["key"])
                 entry = (e["reply"], e["usage"])
@@ -156,7 +164,12 @@ class CallJournal:
             if key[:2] in wanted and settings and e.get("settings", settings) != settings:
                 self.other_settings += 1  # made under other settings: kept on disk, never replayed here
             elif key[:2] in wanted:
-                self.replies.setdefault(key, deque()).append(entry)
+                queued.append((key, entry))
+        for key, entry in queued:  # a retired reply (its case failed on it) is never replayed: a rerun asks anew
+            if retired[(*key, reply_digest(entry[0]))]:
+                retired[(*key, reply_digest(entry[0]))] -= 1
+                continue
+            self.replies.setdefault(key, deque()).append(entry)
         for call_id, role in started.items():
             if call_id not in ended:
                 self.unanswered[role] = self.unanswered.get(role, 0) + 1
@@ -204,6 +217,22 @@ class CallJournal:
         if custom_id:  # a reply collected from a batch: imported once, whatever happens during the import
             entry["custom_id"] = custom_id
         self.writer.append(self.path, {**entry, "digest": entry_digest(entry)}, sync=sync)
+
+    def retire(self, case_number: str, step: str, role: str, prompt, replies: list[str]) -> None:
+        """These replies to the prompt led the case to fail (outputs the judge kept getting wrong): they stay paid,
+        and are never replayed, so that the next run asks again instead of failing on them for ever."""
+        key = self.key(role, prompt)
+        with self.lock:
+            gone = Counter(replies)
+            taken = []
+            for k, entry in self.taken.get(case_number, []):
+                if k == (case_number, step, key) and gone[entry[0]]:
+                    gone[entry[0]] -= 1
+                    continue
+                taken.append((k, entry))
+            self.taken[case_number] = taken
+        self.writer.append(self.path, {"t": "retire", "case_number": case_number, "step": step, "key": key,
+                                       "replies": [reply_digest(r) for r in replies]}, sync=True)
 
     @staticmethod
     def custom_ids(path: Path) -> set[str]:

@@ -1,0 +1,155 @@
+"""Spending true after an interruption (issue 35 item 2): "Every paid attempt, accepted or rejected, keeps its usage
+through the journal, the replay and the record." Every stage is stopped right after a judge output it rejects (a
+401 on the next request), then rerun: the records' usage per role equals a clean run's, and the provider processed
+exactly what the clean run processed. A judge that keeps answering wrongly fails its case; the next run asks anew.
+And real processes killed at random moments: the records' usage equals a clean run's."""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+
+import rejudge
+from lexpilot.benchmark.records import LCA
+from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS
+from lexpilot.protocols.consultation import LCA_STAGE
+from tests.conftest import ROOT, Harness, sample_cases, write_dataset
+from tests.fake_provider import FakeProvider
+
+PROSE = "我认为这个问题很难说。"
+JUDGES = ("lca_judge", "type_judge", "behaviour_judge", "audit_judge", "focal_judge", "dcg_judge", "ljp_judge")
+USAGE = ("calls", "prompt_tokens", "completion_tokens", "unreported_calls")
+
+
+class ProseThenStop:
+    """The first answer to every judge prompt is prose; with `stop`, the request after the first prose is refused
+    once with a 401 (the stage stops at once, as a killed process would, with the prose kept in the journal)."""
+
+    def __init__(self, stop: bool):
+        self.seen, self.stop, self.stopped = set(), stop, False
+        self.prose = 0
+
+    def __call__(self, kind, prompt, body):
+        if self.stop and self.prose and not self.stopped:
+            self.stopped = True
+            return {"status": 401, "error": "key revoked for a moment"}
+        if kind in JUDGES and prompt not in self.seen:
+            self.seen.add(prompt)
+            self.prose += 1
+            return PROSE
+        return None
+
+
+def cases() -> list[dict]:
+    return [{k: v for k, v in case.items() if k != "focal_point_types"} for case in sample_cases()[:2]]
+
+
+def stages() -> list[tuple]:
+    found = [(stage, ()) for name in STAGE_SETS["all"] for stage in GRID_STAGES[name]]
+    return found + [(LCA_STAGE, ()), (rejudge.STAGE, ("--from-run", "r1", "--run-id", "r1-rj"))]
+
+
+def spent(root) -> dict:
+    """Usage per role summed over every record under the root."""
+    total: dict = {}
+    for path in root.rglob("*.jsonl"):
+        if path.name == "calls_journal.jsonl":
+            continue
+        for line in path.read_text(encoding="utf-8").splitlines():
+            for role, used in json.loads(line).get("usage", {}).items():
+                for field in USAGE:
+                    total[(role, field)] = total.get((role, field), 0) + used.get(field, 0)
+    return total
+
+
+def every_stage(h: Harness, scripts, stop: bool, capsys) -> list[tuple]:
+    """Every stage, each with its own script; with `stop`, stopped once and rerun. (usage, processed) after each."""
+    seen = []
+    for stage, own in stages():
+        if stage is LCA_STAGE:
+            h.file(LCA).unlink()  # eval_LCA.py judges the a1 responses that have no label
+        scripts.script = ProseThenStop(stop)
+        if stop:
+            assert h.run_stage(stage, *own, "--concurrency", "1") == 2, stage.name
+            assert scripts.script.stopped and "HTTP 401" in capsys.readouterr().err
+        assert h.run_stage(stage, *own, "--concurrency", "1") == 0, stage.name
+        seen.append((stage.name, spent(h.root), Counter(scripts.processed)))
+    return seen
+
+
+def test_a_stage_stopped_after_a_rejected_output_keeps_every_attempts_usage(tmp_path, monkeypatch, capsys):
+    with FakeProvider() as clean_provider:
+        clean = Harness(tmp_path / "clean", clean_provider, monkeypatch, write_dataset(tmp_path / "two.json", cases()))
+        expected = every_stage(clean, clean_provider, False, capsys)
+    with FakeProvider() as provider:
+        stopped = Harness(tmp_path / "stopped", provider, monkeypatch, write_dataset(tmp_path / "two.json", cases()))
+        found = every_stage(stopped, provider, True, capsys)
+    for (name, usage, processed), (_, clean_usage, clean_processed) in zip(found, expected):
+        assert processed == clean_processed, name  # the prose was replayed, never bought again
+        assert usage == clean_usage, name  # and its cost is in the record, as the accepted output's is
+        assert usage[("judge", "calls")] > 0
+
+
+def test_a_case_failed_on_three_rejected_outputs_is_asked_anew_by_the_next_run(harness, provider, capsys):
+    """The rejected attempts are kept (and replayed after a kill); once they fail the case they are retired, so the
+    rerun does not fail on them again without a call."""
+    provider.script = lambda kind, prompt, body: PROSE if kind == "ljp_judge" else None
+    assert harness.run("gold", "--limit", "1") == 1
+    assert "judge_ljp output invalid after 3 attempts" in capsys.readouterr().err
+    assert provider.kinds()["ljp_judge"] == 3
+    provider.script, provider.requests = None, []
+    assert harness.run("gold", "--limit", "1") == 0
+    assert provider.kinds()["ljp_judge"] == 1 and provider.kinds().get("force_judge", 0) == 0  # a1 kept, judge asked
+    record = harness.records("eval_results", "LJP_gold.jsonl")[0]
+    assert record["usage"]["judge"]["calls"] == 1
+
+
+# ----------------------------------------------------------------------------- real kills
+
+PAPER = ("LexAwN_gen.py", "eval_DCG.py", "eval_LJP.py")
+
+
+def run_scripts(root, env, kills: int, seed: int) -> int:
+    """The README's loop for one run, each script killed `kills` times at random moments, then run to the end."""
+    rng, killed = random.Random(seed), 0
+    for script in PAPER:
+        command = [sys.executable, script, "--run-id", "k", "--dataset", str(env["DATASET"]), "--output-root",
+                   str(root), "--concurrency", "2"]
+        for _ in range(kills):
+            process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL)
+            time.sleep(rng.uniform(0.4, 1.2))  # into the stage's calls (each takes 20 ms)
+            if process.poll() is None:
+                process.send_signal(signal.SIGKILL)
+                killed += 1
+            process.wait(timeout=30)
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+    return killed
+
+
+def unanswered(root) -> int:
+    return sum(sum(json.loads(p.read_text()).values()) for p in root.glob("runs/*/*/unanswered_calls.json"))
+
+
+def test_kills_at_random_moments_keep_the_usage_of_a_clean_run(tmp_path):
+    """After kills at random moments through the paper's stages, the records' usage per role equals a clean run's,
+    and what the provider processed beyond it is at most the calls in flight at the kills (paid, never answered)."""
+    dataset = write_dataset(tmp_path / "three.json", sample_cases()[:3])
+    with FakeProvider(latency=0.02) as provider:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LEXPILOT_"))}
+        env |= {"OPENAI_BASE_URL": provider.base_url, "OPENAI_API_KEY": "k", "LEXPILOT_MODEL": "m",
+                "DATASET": str(dataset)}
+        run_scripts(tmp_path / "clean", env, 0, 0)
+        clean, clean_processed = spent(tmp_path / "clean"), sum(provider.processed.values())
+        provider.processed.clear()
+        killed = run_scripts(tmp_path / "killed", env, 2, 7)
+        extra = sum(provider.processed.values()) - clean_processed
+    assert killed >= 3
+    assert spent(tmp_path / "killed") == clean
+    assert 0 <= extra <= unanswered(tmp_path / "killed")
