@@ -219,3 +219,28 @@ def test_a_recovered_fact_must_cite_a_new_user_turn(three, provider):
     assert record["attempts"][0]["rejected"] == ["fact 1 recovered without a cited new user turn"]
     prompt = provider.prompts("behaviour_judge")[0]
     assert "User（第1次发言）" in between(prompt, "对话") and "User（第4次发言）" in between(prompt, "对话")
+
+
+def test_table_4s_direct_column_takes_the_runs_table_3_takes(three, provider, capsys):
+    """Issue 35 item 3: "Direct results are reused from Table 3". Run r1 has the dialogues and Direct, run r2 only
+    Direct, with other verdicts: Table 4's Direct cell is the mean ± SD over both runs, as Table 3's (by hand)."""
+    from statistics import mean, stdev
+    labels = {"【定向】": ["支持", "驳回", "部分支持"], "【无关】": ["驳回", "驳回", "驳回"], "direct": ["部分支持", "支持", "驳回"]}
+    provider.script = predicting(labels)
+    assert run_behaviour(three) == 0 and three.run("direct") == 0
+    three.run_id = "r2"
+    provider.script = predicting({**labels, "direct": ["支持", "支持", "支持"]})
+    assert three.run("direct") == 0
+
+    def qwk(direct):
+        gold = [v for c in CASES for v in c["result_dict"].values()]
+        return quadratic_weighted_kappa(gold, [x for c in CASES for x in direct[:len(c["result_dict"])]])
+    runs = [qwk(["部分支持", "支持", "驳回"]), qwk(["支持", "支持", "支持"])]
+    assert runs[0] != runs[1]
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(three.root), "--table", "main", "table_4", "--format",
+                              "markdown"]) == 0
+    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines() if line.startswith("| eval-model")]
+    main, table_4 = [[c.strip() for c in r] for r in rows]
+    expected = f"{mean(runs):.3f} ± {stdev(runs):.3f}"
+    assert main[3] == expected and table_4[2] == expected
