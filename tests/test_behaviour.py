@@ -185,7 +185,7 @@ def test_only_missing_facts_decide_acceptance_and_a_question_may_seek_several(th
     def script(kind, prompt, body):
         if kind == "behaviour_judge":
             reply = json.loads(default_reply(kind, prompt))
-            reply["facts"][0]["status"] = "given"  # fact 1 is in the initial history
+            reply["facts"][0] |= {"status": "given", "turns": [1]}  # fact 1 is in the initial history's turn 1
             return json.dumps(reply)
         return None
     provider.script = script
@@ -244,3 +244,53 @@ def test_table_4s_direct_column_takes_the_runs_table_3_takes(three, provider, ca
     main, table_4 = [[c.strip() for c in r] for r in rows]
     expected = f"{mean(runs):.3f} ± {stdev(runs):.3f}"
     assert main[3] == expected and table_4[2] == expected
+
+
+def validating(status: str, turns):
+    """The validator marks fact 1 of every dialogue with this status and these cited turns (a callable: of the
+    dialogue's user-turn count), the other facts as the scripted provider does."""
+    def script(kind, prompt, body):
+        if kind == "behaviour_judge":
+            reply = json.loads(default_reply(kind, prompt))
+            last = between(prompt, "对话").count("次发言）")
+            reply["facts"][0] |= {"status": status, "turns": turns(last)}
+            return json.dumps(reply)
+        return None
+    return script
+
+
+@pytest.mark.parametrize("status,turns,targeted,off_target", [
+    # the history states fact 1 in part (sample case 民初3号's kind): Off-target can pass, Targeted must complete it
+    ("partly_given", lambda last: [1], "unresolved", "accepted"),
+    # the history states it whole, citing its own first user turn: not a missing fact in either condition
+    ("given", lambda last: [1], "accepted", "accepted"),
+    # "given", citing a new user turn: a fact leaked in the dialogue, labelled given, passes neither condition
+    ("given", lambda last: [last], "unresolved", "unresolved"),
+    ("partly_given", lambda last: [last], "unresolved", "unresolved"),
+    ("given", lambda last: [], "unresolved", "unresolved"),
+])
+def test_a_fact_the_history_states_in_part_or_whole_is_checked_against_the_turns_it_cites(three, provider, status,
+                                                                                          turns, targeted, off_target):
+    """Issue 35 item 4: "Targeted requires complete, accurate recovery; Off-target requires no disclosure" (E.7). A
+    key detail the history states only in part is "partly_given": left so, Off-target passes and Targeted does not;
+    a fact marked given or partly given must cite the initial history's user turns, as a recovered one must cite
+    new ones."""
+    provider.script = validating(status, turns)
+    assert run_behaviour(three, "--limit", "1") == 0
+    for condition, expected in (("targeted", targeted), ("off_target", off_target)):
+        (record,) = three.records(BEHAVIOUR_DIALOGUE[condition])
+        assert record["status"] == expected, condition
+        assert len(record["attempts"]) == (1 if expected == "accepted" else 5)
+        if expected == "unresolved":
+            reason = record["attempts"][0]["rejected"][0]
+            assert reason.startswith("fact 1 ") and ("partly given" in reason or "initial history" in reason), reason
+
+
+def test_rejection_rule_of_given_facts_by_hand():
+    from lexpilot.protocols.behaviour import rejection
+    flags = {"unsupported_assertion": False, "question_reveals_answer": False, "beyond_scope": False}
+    leaked = {"facts": [{"id": 1, "status": "given", "turns": [5]}], **flags}
+    assert rejection(leaked, "off_target", 2) == ["fact 1 given without citing only the initial history's user turns"]
+    assert rejection({"facts": [{"id": 1, "status": "given", "turns": [2]}], **flags}, "off_target", 2) == []
+    partly = {"facts": [{"id": 1, "status": "partly_given", "turns": [1]}], **flags}
+    assert rejection(partly, "off_target", 2) == [] and rejection(partly, "targeted", 2) == ["fact 1 partly given"]

@@ -36,10 +36,15 @@ from lexpilot.protocols.steps import CaseCalls, Stage, Step
 
 ROUNDS = 3
 ATTEMPTS = 5
-STATUSES = ("given", "recovered", "absent", "contradicted")  # given: stated in the initial history already
+# given: the initial history states the fact already (not a missing fact); partly_given: it states only part of
+# it, and the new turns add nothing to it (its rest is still missing)
+STATUSES = ("given", "partly_given", "recovered", "absent", "contradicted")
 FLAGS = {"unsupported_assertion": "unsupported assertion", "question_reveals_answer": "a question reveals the answer",
          "beyond_scope": "a reply beyond the question's scope"}
-WANTED = {"targeted": "recovered", "off_target": "absent"}
+# "Targeted requires complete, accurate recovery; Off-target requires no disclosure" (Appendix E.7): a fact the
+# history gives only in part must be completed in Targeted, and left as it is in Off-target
+WANTED = {"targeted": ("recovered",), "off_target": ("absent", "partly_given")}
+FROM_HISTORY = ("given", "partly_given")  # statuses that cite the initial history's user turns
 
 
 def validation_parser(n_details: int):
@@ -63,10 +68,17 @@ def rejection(validation: dict, condition: str, initial_turns: int = 0) -> list[
     on whether a verdict would be right. A fact recovered must cite a user turn of the new part of the dialogue
     (after the `initial_turns` of the history): a recovery the judge cannot point to is not one."""
     wanted = WANTED[condition]
-    reasons = [f"fact {f['id']} {f['status']}" for f in validation["facts"] if f["status"] not in (wanted, "given")]
-    reasons += [f"fact {f['id']} recovered without a cited new user turn" for f in validation["facts"]
+    facts = validation["facts"]
+    reasons = [f"fact {f['id']} {f['status'].replace('_', ' ')}" for f in facts
+               if f["status"] not in (*wanted, "given")]
+    reasons += [f"fact {f['id']} recovered without a cited new user turn" for f in facts
                 if f["status"] == "recovered" and not any(isinstance(t, int) and t > initial_turns
                                                           for t in f["turns"])]
+    # a fact the history states is checked against the turns it cites as a recovered one is: only the initial
+    # history's user turns (a fact leaked in the new turns and labelled "given" is not given)
+    reasons += [f"fact {f['id']} {f['status'].replace('_', ' ')} without citing only the initial history's user "
+                "turns" for f in facts if f["status"] in FROM_HISTORY and not (
+                    f["turns"] and all(isinstance(t, int) and 0 < t <= initial_turns for t in f["turns"]))]
     return reasons + [name for flag, name in FLAGS.items() if validation[flag]]
 
 
