@@ -232,7 +232,32 @@ def test_table_15_pairs_real_runs_the_stages_wrote(tmp_path, provider, monkeypat
     rows = out[out.index("Non-ideal users (Table 15)"):].split("\n\n")[0].splitlines()[3:]
     assert len(rows) == 1 and rows[0].startswith("eval-model")  # one row per model
     cells = [c.strip() for c in rows[0].split("  ") if c.strip()]
-    assert cells[1].startswith(f"{standard:.3f}") and cells[2].startswith(f"{qwk['delayed1']:.3f}")
-    assert cells[3].startswith(f"{qwk['selfcorr1']:.3f}")
-    assert cells[4].startswith(f"{qwk['delayed1'] - standard:+.3f}")  # Delayed − Standard, paired
-    assert cells[5].startswith(f"{qwk['selfcorr1'] - standard:+.3f}")
+    # at Table 15's 4 decimals
+    assert cells[1].startswith(f"{standard:.4f} ± ") and cells[2].startswith(f"{qwk['delayed1']:.4f} [")
+    assert cells[3].startswith(f"{qwk['selfcorr1']:.4f} [")
+    assert cells[4].startswith(f"{qwk['delayed1'] - standard:+.4f} [")  # Delayed − Standard, paired
+    assert cells[5].startswith(f"{qwk['selfcorr1'] - standard:+.4f} [")
+
+
+def test_table_15_pairs_runs_whose_code_differs_and_says_so(tmp_path, provider, monkeypatch, capsys):
+    """Issue 35 item 5: "a comment added to audit.py splits the delayed run into its own row". Table 15 pairs as the
+    rankings do, ignoring the code hash, and says when the code differs. The delayed run is made by a harness whose
+    code hash differs (the stages write it so); it stays in the standard runs' row."""
+    import lexpilot.storage.manifest as manifest
+    harness = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "four.json", sample_cases()[:4]))
+    qwk = {}
+    for run_id, condition in (("run1", "standard"), ("delayed1", "delayed")):
+        harness.run_id = run_id
+        if condition == "delayed":
+            monkeypatch.setattr(manifest, "code_hash", lambda files: "0123456789abcdef")  # a later harness
+        assert harness.run("LexAwN", "--user-condition", condition) == 0
+        assert harness.run("interaction", "--user-condition", condition) == 0
+        qwk[run_id] = qwk_of(harness.records("eval_results", "LJP_interaction.jsonl"))
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(harness.root), "--width", "0", "--table", "non_ideal"]) == 0
+    out = capsys.readouterr().out
+    rows = out[out.index("Non-ideal users (Table 15)"):].split("\n\n")[0].splitlines()[3:]
+    assert len(rows) == 1, rows  # one row: the code hash does not keep the conditions apart
+    cells = [c.strip() for c in rows[0].split("  ") if c.strip()]
+    assert cells[0] == "eval-model (its conditions' runs differ in code)"
+    assert cells[1] == f"{qwk['run1']:.4f}" and cells[2] == f"{qwk['delayed1']:.4f}"

@@ -76,6 +76,9 @@ def differing_settings(a: dict, b: dict, prefix: str = "") -> list[str]:
     return differing
 
 
+# what two groups may differ in and still be compared (the rankings) or paired (Table 15): a fix elsewhere in the
+# harness does not make runs incomparable
+NOT_COMPARED = ("code_hash",)
 WORDS_FOR = {"selected_cases": "other cases", "dataset_sha256": "another dataset", "code_hash": "other code",
              "prompt_hash": "other prompts", "user_condition": "another user condition"}
 

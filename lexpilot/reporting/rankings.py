@@ -15,13 +15,12 @@ import numpy as np
 
 from lexpilot.reporting.bootstrap import Bootstrap, paired_difference
 from lexpilot.reporting.formats import HEADLINE, interval_cell
-from lexpilot.reporting.groups import Group, differing_settings
+from lexpilot.reporting.groups import NOT_COMPARED, Group, differing_settings
 from lexpilot.reporting.runs import OVERALL
 from lexpilot.reporting.table import METRIC, Table
 from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS, compared_setting
 
 # what must be equal for two groups to be compared: every compared setting but the evaluated model's own identity
-NOT_COMPARED = ("code_hash",)  # a fix elsewhere in the harness does not make two models' runs incomparable
 
 
 def comparable_settings(group: Group) -> dict:

@@ -26,7 +26,7 @@ from lexpilot.reporting.formats import (
     number_cell,
     parts_cell,
 )
-from lexpilot.reporting.groups import Group, classes_present
+from lexpilot.reporting.groups import NOT_COMPARED, Group, classes_present
 from lexpilot.reporting.runs import OVERALL
 from lexpilot.reporting.scoring import STOP_CATEGORIES, TASKS
 from lexpilot.reporting.table import AVERAGE, METRIC, PERCENT, Figure, Table
@@ -146,7 +146,9 @@ def paired_settings(group: Group) -> str:
     the user condition and the prompt files only a user condition sends (a delayed-disclosure run sends one
     more prompt file than a standard run, and that must not keep them apart)."""
     manifest = group.runs[0].manifest
-    settings = {name: compared_setting(manifest, name) for name in COMPARED_MANIFEST_FIELDS if name != "user_condition"}
+    # the code hash apart, as the rankings compare (a comment added to a module does not change the protocol)
+    settings = {name: compared_setting(manifest, name) for name in COMPARED_MANIFEST_FIELDS
+                if name not in ("user_condition", *NOT_COMPARED)}
     condition_files = {PROMPT_FILES[name] for names in CONDITION_PROMPTS.values() for name in names}
     if isinstance(settings.get("prompt_hash"), dict):
         settings["prompt_hash"] = {f: h for f, h in settings["prompt_hash"].items() if f not in condition_files}
@@ -173,6 +175,8 @@ def non_ideal_table(groups: list[Group], boot: Bootstrap | None = None) -> Table
         standard = by_condition.get("standard")  # the row's name: its standard-user group's, as every table names it
         label = model if len(same_model) == 1 else standard.label if standard else \
             f"{model} #{same_model.index((model, others)) + 1}"
+        if len({r.manifest.get("code_hash") for g in by_condition.values() for r in g.runs}) > 1:
+            label += " (its conditions' runs differ in code)"
         row = [label] + [cell(by_condition[c].stat(key), METRIC, boot.interval(by_condition[c], key) if boot else None)
                          if c in by_condition else "n/a" for c, _ in USER_CONDITION_NAMES]
         if boot:
