@@ -123,7 +123,16 @@ def test_response_types_go_to_the_judge_agreement_kit(four, provider, tmp_path):
     rows = [row for _, row in agreement_kit.read_sheet(out, agreement_kit.ANNOTATION_COLUMNS)]
     typed = [row for row in rows if row["task"] == "TYPE"]
     assert len(typed) == 4 and all(row["reply"] in STYLE.values() for row in typed)
-    assert "=== TYPE" in agreement_kit.guidelines_path(out).read_text(encoding="utf-8")
+    guidelines = agreement_kit.guidelines_path(out).read_text(encoding="utf-8")
+    assert "=== TYPE" in guidelines
+    # issue 35 item 6: "Give the experts what the judge gets": the consultation and the key details it read beside
+    # the reply (its prompt's own slots, as sent), and the criteria from "结合咨询对话和关键细节" on
+    judged = {(between(p, "咨询对话"), between(p, "案件关键细节"), between(p, "待评估回复"))
+              for p in provider.prompts("type_judge")}
+    assert {(row["consultation"], row["key_details"], row["reply"]) for row in typed} <= judged
+    assert all(row["consultation"] and row["key_details"] for row in typed)
+    type_part = guidelines[guidelines.index("=== TYPE"):]
+    assert "请先阅读咨询对话和关键细节" in type_part and "结合咨询对话和关键细节判断回复如何对待缺失的细节" in type_part
 
 
 def test_the_complete_control_sends_and_judges_the_complete_history(four, provider):

@@ -17,6 +17,8 @@ from lexpilot.benchmark.prompts import (
     load_prompts,
     render_details_by_focal_point,
     render_focal_points,
+    render_history,
+    render_key_facts,
 )
 from lexpilot.benchmark.records import (
     A1,
@@ -53,8 +55,10 @@ OPTIONAL = ("TYPE", "FOCAL")  # exported only where the plain consultation or th
 TYPE_LABEL = {name: label for label, name in RESPONSE_TYPES.items()}
 INSTRUCTIONS = {task: f"按标注说明（.guidelines.txt）中 {task} 部分的标准判断" for task in ANNOTATED_TASKS}
 ANNOTATION_COLUMNS = ["item_id", "task", "case_number", "cause_of_action", "instruction", "labels", "reply",
-                      "focal_points", "key_details", "claim", "all_claims", "annotator_1", "annotator_2",
-                      "adjudicated"]
+                      "consultation", "focal_points", "key_details", "claim", "all_claims", "annotator_1",
+                      "annotator_2", "adjudicated"]
+# what `score` needs of a sheet (one exported before it carried the consultation still reads)
+SCORED_COLUMNS = [c for c in ANNOTATION_COLUMNS if c != "consultation"]
 ANNOTATION_KEY_COLUMNS = ["item_id", "task", "model", "run_id", "case_number", "source", "llm_label", "reply"]
 
 
@@ -68,6 +72,7 @@ class Item:
     llm_label: str
     reply: str
     claim: str = ""
+    history: str = ""  # the consultation the judge read beside the reply (TYPE: its history type)
 
 
 # ----------------------------------------------------------------------------- agreement
@@ -87,9 +92,9 @@ def collect_items(root: Path, runs) -> dict[str, list[Item]]:
                       file=sys.stderr)
             return found or {}, kind.path(root, run.run_id, run.folder)
 
-        def item(task, path, number, where, label, reply, claim=""):
+        def item(task, path, number, where, label, reply, claim="", history=""):
             items[task].append(Item(task, run.model, run.run_id, number, f"{path.relative_to(root)} case {number} "
-                                    f"{where}", label, reply, claim))
+                                    f"{where}", label, reply, claim, history))
 
         (lca, lca_path), (a1, _) = records(LCA), records(A1)
         for number in selected:
@@ -117,7 +122,7 @@ def collect_items(root: Path, runs) -> dict[str, list[Item]]:
                 for number in selected:
                     if number in typed and number in answered:
                         item("TYPE", typed_path, number, history_type, TYPE_LABEL[typed[number]["type"]],
-                             answered[number]["response"])
+                             answered[number]["response"], history=history_type)
         if FOCAL_TYPE_RECORDS.path(root, run.run_id, run.folder).exists():  # only the judge's own types
             (focal, focal_path), _ = records(FOCAL_TYPE_RECORDS), None
             for number in selected:
@@ -183,8 +188,12 @@ def export(args) -> int:
             rows.append({"item_id": item_id, "task": task, "case_number": it.case_number,
                          "cause_of_action": case.cause, "instruction": INSTRUCTIONS[task],
                          "labels": " | ".join(LABELS[task]), "reply": fits_a_cell(it.reply, key_file(args.out).name),
+                         # what the judge read beside the reply: the DCG judge the focal points and their
+                         # details; the response-type judge the consultation and the key details (E.3, Table 6)
+                         "consultation": render_history(case.history(it.history)) if task == "TYPE" else "",
                          "focal_points": render_focal_points(case) if task == "DCG" else "",
-                         "key_details": render_details_by_focal_point(case) if task == "DCG" else "",
+                         "key_details": render_details_by_focal_point(case) if task == "DCG" else
+                         render_key_facts(case) if task == "TYPE" else "",
                          "claim": it.claim, "all_claims": "\n".join(case.claims) if task == "LJP" else "",
                          "annotator_1": "", "annotator_2": "", "adjudicated": ""})
             keys.append({"item_id": item_id, "task": task, "model": it.model, "run_id": it.run_id,
@@ -213,8 +222,10 @@ GUIDELINE_SECTIONS = {
             "每一条目是一项诉讼请求，附有提出预测的回复与全部诉请。请按以下与评估模型相同的标准，填写该回复对这一项诉请的预测：支持、部分支持或驳回。"),
     "FOCAL": ("judge_focal_type", "# 争议焦点类型定义", "# 输入数据",
               "每一条目是一个民事案件的争议焦点。请按以下与评估模型相同的定义，判断它属于哪一种类型。"),
-    "TYPE": ("judge_response_type", "# 回复类型定义", "# 输入数据",
-             "每一条目是一条AI对法律咨询的普通回复（未使用LexAwN提示）。请按以下与评估模型相同的标准，判断它属于哪一种回复类型。"),
+    "TYPE": ("judge_response_type", "结合咨询对话和关键细节", "# 输入数据",
+             "每一条目是一条AI对法律咨询的普通回复（未使用LexAwN提示），附有该次咨询的对话（consultation 列）和该案判决所需的关键细节"
+             "（key_details 列；对不完整的咨询，其中未在对话中说明的就是缺失的细节）。请先阅读咨询对话和关键细节，再阅读回复，"
+             "按以下与评估模型相同的标准，判断它属于哪一种回复类型。"),
 }
 
 
@@ -325,7 +336,7 @@ def interval_table(labelled: list) -> Table:
 
 
 def score(args) -> int:
-    rows = read_sheet(args.annotations, ANNOTATION_COLUMNS)
+    rows = read_sheet(args.annotations, SCORED_COLUMNS)
     needed = [c for c in ANNOTATION_KEY_COLUMNS if c != "reply"]  # key files written before it had the reply
     key = {row["item_id"]: row for _, row in read_sheet(args.key or key_file(args.annotations), needed)}
     labelled, problems = human_labels(args.annotations, rows, key)
