@@ -138,7 +138,7 @@ def show(args) -> int:
         print(f"wrote {args.html / 'index.html'} ({count} case pages)", file=sys.stderr)
     if args.plot:
         try:
-            written = write_plots(groups, args.plot, boot, complexity)
+            written = write_plots(groups, args.plot, boot, complexity, tables)  # Figure 4 drawn from its tables
         except OSError as e:
             raise UsageError(f"--plot {args.plot}: cannot write the figures there ({e.strerror or e})") from None
         for path in written:

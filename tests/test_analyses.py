@@ -169,3 +169,81 @@ def test_focal_point_types_are_judged_once_for_the_benchmark_and_reused_by_every
     assert accuracy[1] == 0 < accuracy[0] and f"{sum(accuracy) / 2:.4f}" in average.split()  # as Table 2: 4 decimals
     total = next(line for line in panel_c.splitlines() if line.startswith("Contract Validity")).split()[-1]
     assert int(total) == judged
+
+
+class Recorder:
+    """Stands for matplotlib's pyplot: records each figure's bars (label, heights) and the files it saves."""
+
+    def __init__(self):
+        self.figures: dict[str, list] = {}
+        self.bars: list = []
+
+    def subplots(self, *args, **kwargs):
+        recorder = self
+
+        class Axes:
+            def bar(self, x, heights, *a, label=None, **k):
+                recorder.bars.append((label, [float(h) for h in heights]))
+
+            def __getattr__(self, name):
+                return lambda *a, **k: None
+
+        class Fig:
+            def savefig(self, path, **k):
+                recorder.figures[path.name], recorder.bars[:] = list(recorder.bars), []
+
+            def tight_layout(self):
+                pass
+        return Fig(), Axes()
+
+    def close(self, fig):
+        pass
+
+
+def test_figure_4s_panels_take_the_same_runs_and_its_images_show_its_tables(tmp_path, provider, monkeypatch, capsys):
+    """Issue 35 item 7: (a) and (b) over the same runs, said in the title; the images draw what the tables print,
+    the average bar included, (c) from the benchmark's typed cases. Model a's r1 has focal types and accepts every
+    DCG question; its r2 has no focal types and accepts none: (b) is r1's accuracy, 1.0, not the two-run mean 0.5."""
+    from lexpilot.reporting.analyses import figure_4_tables
+    from lexpilot.reporting.figures import analysis_plots
+    from lexpilot.reporting.groups import group_runs
+    from lexpilot.reporting.results import load_runs
+    cases = sample_cases()[:3]
+    h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "three.json", cases))
+    assert h.run("DCG") == 0 and run_types(h) == 0
+    h.run_id = "r2"
+    provider.script = lambda kind, prompt, body: "否" if kind == "dcg_judge" else None
+    assert h.run("DCG") == 0
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(h.root), "--table", "figure_4b", "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "Figure 4 (b): DCG accuracy by class, over the 1 of 2 runs with focal-point types" in out
+    from categories import cause_class
+    header = next([c.strip() for c in line.split("|")[1:-1]] for line in out.splitlines() if line.startswith("| Model"))
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in out.splitlines() if line.startswith("| eval")]
+    by_class: dict = {}  # by hand: r1's share of successful DCG cases per class (r2's are left out)
+    for record in (json.loads(x) for x in next((h.root / "eval_results" / "r1").glob("*/DCG_results.jsonl"))
+                   .read_text(encoding="utf-8").splitlines()):
+        by_class.setdefault(cause_class(record["cause_of_action"]), []).append(bool(record["success"]))
+    assert rows[0][1:] == [f"{sum(by_class[c]) / len(by_class[c]):.4f}" for c in header[1:]]
+    assert any(sum(v) for v in by_class.values())  # r2 accepts nothing: with it the values would differ
+    tables = figure_4_tables(group_runs(load_runs(h.root, None, None)))
+    plt = Recorder()
+    analysis_plots(plt, [], [], tmp_path, None, tables)
+    assert set(plt.figures) == {"fig4a_dcg_by_focal_type.png", "fig4b_dcg_by_class.png", "fig4c_focal_points.png"}
+    for table, name in zip(tables[:2], ("fig4a_dcg_by_focal_type.png", "fig4b_dcg_by_class.png")):
+        drawn = plt.figures[name]
+        assert [label for label, _ in drawn] == [r[0] for r in table.rows]  # each model, then the average
+        for (_, heights), row in zip(drawn, table.rows):
+            means = [c.numbers["mean"] for c in row[1:]]
+            assert [h for h in heights if h == h] == [m for m in means if m is not None]
+    counts = {label: heights for label, heights in plt.figures["fig4c_focal_points.png"]}
+    assert sum(map(sum, counts.values())) == sum(len(c["focal_point_types"]) for c in cases)  # by hand
+
+
+def test_the_focal_type_prompt_gives_every_example_of_table_18():
+    """Table 18 gives three examples per type; the judge's prompt carried two for two of them."""
+    text = (ROOT / "prompts" / "judge_focal_type.txt").read_text(encoding="utf-8")
+    for line in (x for x in text.splitlines() if "例如：" in x):
+        assert line.split("例如：")[1].count("；") == 2, line
+    assert "24万元是否包含离婚协议约定的20万元生活费" in text and "北街某号院内房屋的权属" in text

@@ -242,11 +242,15 @@ def figure_4_tables(groups: list[Group]) -> list[Table]:
     types = list(FOCAL_TYPES.values())
     classes = classes_present(typed)
     labels = [g.label for g in typed]
+    with_types = sum(1 for g in typed for r in g.runs if r.focal_types)
+    runs = f"over the {with_types} of {sum(len(g.runs) for g in typed)} runs with focal-point types"
     panels = []
-    for panel, key, columns, title in (
+    for panel, key, columns, title in (  # (a) and (b) over the same runs: those with focal-point types
             ("figure_4a", lambda c: ("DCG by focal type", c, OVERALL), types,
-             "Figure 4 (a): DCG accuracy by focal-point type (a case counts in each type among its focal points)"),
-            ("figure_4b", lambda c: ("DCG", "accuracy", c), classes, "Figure 4 (b): DCG accuracy by class")):
+             f"Figure 4 (a): DCG accuracy by focal-point type (a case counts in each type among its focal points), "
+             f"{runs}"),
+            ("figure_4b", lambda c: ("DCG typed", "accuracy", c), classes,
+             f"Figure 4 (b): DCG accuracy by class, {runs}")):
         rows = [[label] + [cell(g.stat(key(c))) for c in columns] for label, g in zip(labels, typed)]
         # the figure plots the average over the models shown (the paper: three; choose them with --model)
         rows.append([f"Average over {len(typed)} models"] + [average_cell([g.stat(key(c)) for g in typed])

@@ -14,11 +14,12 @@ from lexpilot.reporting.formats import SETUP_NAMES
 from lexpilot.reporting.groups import Group, classes_present
 from lexpilot.reporting.runs import OVERALL
 from lexpilot.reporting.scoring import METRIC_NAMES, TASK_NAMES
+from lexpilot.reporting.table import Table
 from lexpilot.reporting.tables import CLASS_TABLES
 
 
 def write_plots(groups: list[Group], folder: Path, boot: Bootstrap | None,
-                complexity: dict[str, float] | None = None) -> list[Path]:
+                complexity: dict[str, float] | None = None, tables: list[Table] = ()) -> list[Path]:
     """PNG figures of the per-class tables, Acc_C against Acc_U, QWK across the three LJP setups, and where the
     data exist Figure 3 (metrics against case complexity) and Figure 4 (DCG by focal-point type, counts)."""
     import matplotlib
@@ -31,7 +32,7 @@ def write_plots(groups: list[Group], folder: Path, boot: Bootstrap | None,
     written = class_bars(plt, groups, labels, folder, boot)
     written.append(lca_scatter(plt, groups, labels, folder, boot))
     written.append(ljp_setups(plt, groups, labels, folder, boot))
-    return written + analysis_plots(plt, groups, labels, folder, complexity)
+    return written + analysis_plots(plt, groups, labels, folder, complexity, list(tables))
 
 
 def error_bar(g: Group, key: tuple, boot: Bootstrap | None) -> tuple[float, float, float]:
@@ -145,35 +146,49 @@ def save(plt, fig, path: Path, ax=None, legend: int = 7) -> Path:
     return path
 
 
-def analysis_plots(plt, groups: list[Group], labels: list[str], folder: Path, complexity) -> list[Path]:
+def figure_4_bars(plt, table: Table, folder: Path, name: str, ylabel: str) -> Path:
+    """Figure 4 (a) or (b) drawn from its table: a bar per row (each model, then the average over the models) and
+    column, with the table's mean ± SD over runs, so that the image shows the numbers the table prints."""
+    columns = table.headers[1:]
+    fig, ax = plt.subplots(figsize=(9, 4.2))
+    width = 0.8 / len(table.rows)
+    for i, row in enumerate(table.rows):
+        numbers = [getattr(c, "numbers", {}) for c in row[1:]]
+        means = [np.nan if n.get("mean") is None else n["mean"] for n in numbers]
+        errors = [n.get("SD") or 0.0 for n in numbers]
+        x = np.arange(len(columns)) + (i - (len(table.rows) - 1) / 2) * width
+        average = i == len(table.rows) - 1
+        ax.bar(x, means, width, label=row[0], yerr=errors, capsize=2,
+               **({"color": "dimgray", "hatch": "//"} if average else {}))
+        mark_undefined(ax, x, means)
+    ax.set_xticks(np.arange(len(columns)), columns, rotation=20, fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(table.title.split(",")[0] + " (± SD over runs; the hatched bar: the average)", fontsize=10)
+    return save(plt, fig, folder / name, ax)
+
+
+def figure_4_counts(plt, table: Table, folder: Path) -> Path:
+    """Figure 4 (c) from its table: focal points per type (stacked) and class, over the typed cases."""
+    classes = table.headers[1:-1]
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    bottom = np.zeros(len(classes))
+    for row in table.rows:
+        heights = np.array([int(c) for c in row[1:-1]])
+        ax.bar(classes, heights, bottom=bottom, label=row[0])
+        bottom += heights
+    ax.set_ylabel("focal points")
+    ax.set_title(table.title.split(",")[0], fontsize=10)
+    return save(plt, fig, folder / "fig4c_focal_points.png", ax)
+
+
+def analysis_plots(plt, groups: list[Group], labels: list[str], folder: Path, complexity,
+                   tables: list[Table]) -> list[Path]:
     written = []
-    typed = [(label, g) for label, g in zip(labels, groups)
-             if any(k[0] == "DCG by focal type" for r in g.runs for k in r.metrics)]
-    if typed:
-        types = list(FOCAL_TYPES.values())
-        fig, ax = plt.subplots(figsize=(9, 4.2))
-        width = 0.8 / len(typed)
-        for i, (label, g) in enumerate(typed):
-            values = [error_bar(g, ("DCG by focal type", t, OVERALL), None) for t in types]  # no bootstrap per type
-            x = np.arange(len(types)) + (i - (len(typed) - 1) / 2) * width
-            ax.bar(x, [v[0] for v in values], width, label=label,
-                   yerr=np.array([[v[1] for v in values], [v[2] for v in values]]), capsize=2)
-            mark_undefined(ax, x, [v[0] for v in values])
-        ax.set_xticks(np.arange(len(types)), types, rotation=20, fontsize=8)
-        ax.set_ylabel("DCG accuracy")
-        ax.set_title("Figure 4 (a): DCG accuracy by focal-point type (± SD over runs)", fontsize=10)
-        written.append(save(plt, fig, folder / "fig4a_dcg_by_focal_type.png", ax))
-        counts = typed[0][1].runs[0].metrics
-        classes = classes_present(groups)
-        fig, ax = plt.subplots(figsize=(8, 4.2))
-        bottom = np.zeros(len(classes))
-        for t in types:
-            heights = np.array([counts.get(("focal points", t, c), 0) for c in classes])
-            ax.bar(classes, heights, bottom=bottom, label=t)
-            bottom += heights
-        ax.set_ylabel("focal points")
-        ax.set_title("Figure 4 (c): focal points per type and class", fontsize=10)
-        written.append(save(plt, fig, folder / "fig4c_focal_points.png", ax))
+    panels = {t.id: t for t in tables if t.id.startswith("figure_4")}
+    if "figure_4a" in panels:
+        written.append(figure_4_bars(plt, panels["figure_4a"], folder, "fig4a_dcg_by_focal_type.png", "DCG accuracy"))
+        written.append(figure_4_bars(plt, panels["figure_4b"], folder, "fig4b_dcg_by_class.png", "DCG accuracy"))
+        written.append(figure_4_counts(plt, panels["figure_4c"], folder))
     if complexity:
         fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
         for ax, (task, name) in zip(axes, (("LCA", "LCA Macro-F1"), ("DCG", "DCG accuracy"))):

@@ -211,6 +211,9 @@ def score_focal_types(run: Run, types: dict) -> None:
     data = run.tasks.get("DCG")
     if data is None:
         return
+    # Figure 4 (b) over the same runs as (a): the runs with focal-point types
+    for key in [k for k in run.metrics if k[:2] == ("DCG", "accuracy")]:
+        run.metrics[("DCG typed", "accuracy", key[2])] = run.metrics[key]
     of_case = {n: {FOCAL_TYPES.get(e["type"], e["type"]) for e in r["types"]} for n, r in types.items()}
     for label in FOCAL_TYPES.values():
         mask = np.array([label in of_case.get(n, ()) for n in data.cases])
