@@ -192,3 +192,18 @@ def test_a_rejudged_run_counts_only_its_own_calls_in_the_spending(saved):
                "LJP_direct.jsonl", "LJP_gold.jsonl", "LJP_interaction.jsonl", "interaction_labels.jsonl")
                for r in saved.records("eval_results", name))
     assert calls(runs["r1-B"], "judge") == made > 0
+
+
+def test_a_rejudge_of_a_non_ideal_run_is_refused_before_anything_is_written(saved, capsys):
+    """Issue 35 item 8: `--from-run delayed1 --run-id d1-rj` left a manifest that said "standard"."""
+    saved.run_id = "delayed1"
+    assert saved.run("LexAwN", "--user-condition", "delayed") == 0
+    argv = ["--run-id", "d1-rj", "--from-run", "delayed1", "--model", "eval-model", "--judge-model", "judge-B",
+            "--dataset", str(saved.dataset), "--output-root", str(saved.root)]
+    before = sorted(p.relative_to(saved.root) for p in saved.root.rglob("*"))
+    capsys.readouterr()
+    assert stage_main(rejudge.STAGE, "test", argv=argv, clients=saved.provider.in_memory_clients()) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["[rejudge] error: run delayed1 was made with the delayed user: re-judging covers standard runs "
+                   "(their every task)"]
+    assert sorted(p.relative_to(saved.root) for p in saved.root.rglob("*")) == before  # no manifest, no lock

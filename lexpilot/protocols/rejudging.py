@@ -61,6 +61,9 @@ def check_source_settings(settings: Settings, manifest: dict) -> None:
     """Before anything is written (a failed re-judge leaves no run behind): there is a source run, and the new
     run's settings for every role but the judge are its settings."""
     saved = read_manifest(source_manifest(settings))
+    if saved.get("user_condition", "standard") != "standard":
+        raise HarnessError(f"run {settings.source_run} was made with the {saved.get('user_condition')} user: "
+                           "re-judging covers standard runs (their every task)")
     differing = [d for d in manifest_differences(saved, manifest)
                  if any(d.startswith(name + ":") or d.startswith(name + ".") for name in GENERATION_SETTINGS)
                  or (d.startswith("prompt_hash.") and not d.startswith("prompt_hash.judge_"))]
@@ -75,10 +78,6 @@ def copy_source(settings: Settings) -> str | None:
     """Copy the source run's generation files into the new run (once; a resumed re-judge keeps its copies)."""
     source, model = settings.source_run, settings.roles["eval"].model
     root = settings.output_root
-    saved = read_manifest(source_manifest(settings))
-    if saved.get("user_condition", "standard") != "standard":
-        raise HarnessError(f"run {source} was made with the {saved.get('user_condition')} user: re-judging covers "
-                           "standard runs (their every task)")
     cases, _ = load_dataset(settings.dataset)
     selected = {c.number: c.input_hash for c in (cases[:settings.limit] if settings.limit else cases)}
     copied = []
