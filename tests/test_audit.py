@@ -106,3 +106,32 @@ def test_the_self_correcting_users_injected_fault_is_no_simulator_error(tmp_path
     metrics = json.loads(capsys.readouterr().out)["groups"][0]["metrics"]
     assert metrics["audit_interaction"]["error"]["Overall"]["mean"] == 0.0  # 0 of the total - injected replies
     assert sum(x["injected"] for x in replies) == len(faulty) and total > len(faulty)
+
+
+def test_the_correction_turn_is_a_protocol_turn_too(tmp_path, provider, monkeypatch, capsys):
+    """Issue 35 item 9: the correction reply was audited as an ordinary reply, where "did it answer the question"
+    fails. It is labelled `correction`, kept with its verdict, and left out of the rates as the fault is."""
+    from tests.fake_provider import fault_record
+    h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "three.json", CASES))
+    h.run_id = "sc"
+    replies = iter(range(1000))
+    provider.script = lambda kind, prompt, body: (f"第{next(replies)}次回答：记不太清了。" + fault_record(prompt)
+                                                  if kind == "user" else None)
+    assert h.run("LexAwN", "--user-condition", "self-correction") == 0
+    rounds = [e for r in h.records("AwN_gen", "interaction.jsonl") for e in r["rounds"] if e.get("user_reply")]
+    corrections = {e["user_reply"] for e in rounds if e.get("user_prompt") == "user_correction"}
+    assert corrections and len(rounds) > len(corrections)
+
+    def judge(kind, prompt, body):  # a correction answers no question: the judge says so
+        if kind == "audit_judge":
+            said = "否" if between(prompt, "模拟原告回复") in corrections else "是"
+            return json.dumps({"超范围披露": [], "不实陈述": "否", "回答了问题": said}, ensure_ascii=False)
+        return None
+    provider.script = judge
+    assert h.run_stage(audit_simulator.STAGE, "--user-condition", "self-correction") == 0
+    audited = [x for r in h.records(AUDIT["interaction"]) for x in r["replies"]]
+    assert sorted(x["correction"] for x in audited) == sorted(not x["answered"] for x in audited)
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(h.root), "--format", "json"]) == 0
+    metrics = json.loads(capsys.readouterr().out)["groups"][0]["metrics"]
+    assert metrics["audit_interaction"]["non_answer"]["Overall"]["mean"] == 0.0  # by hand: every non-answer left out

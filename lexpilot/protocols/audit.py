@@ -59,11 +59,14 @@ def audit_dcg(calls: CaseCalls, upstream: dict) -> dict:
 
 def audit_interaction(calls: CaseCalls, upstream: dict) -> dict:
     """Every interaction reply audited; the non-ideal user's deliberate disruption (the delayed reply, the
-    self-correcting user's fault) is labelled `injected`: the judge's verdict on it is kept, and it is no
-    simulator error."""
+    self-correcting user's fault) is labelled `injected`, and its correction `correction`: protocol turns, whose
+    judge verdicts are kept, and no simulator error."""
     return {"replies": [{**audit_reply(calls, before, question, entry["user_reply"],
                                        f"interaction round {entry['round']} ({entry.get('user_prompt', 'user_standard')})"),
-                         "injected": entry.get("user_prompt") in DISRUPTION_PROMPTS.values()}
+                         "injected": entry.get("user_prompt") in DISRUPTION_PROMPTS.values(),
+                         # the correction that follows the disruption is a protocol turn too: it corrects rather
+                         # than answers the question (after a judgment, there is none left to answer)
+                         "correction": entry.get("user_prompt") == "user_correction"}
                         for before, question, entry in audited(upstream["interaction"], "assistant")]}
 
 

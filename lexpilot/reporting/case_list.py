@@ -20,7 +20,7 @@ from lexpilot.reporting.comparisons import (
     TASK_NAMES,
 )
 from lexpilot.reporting.formats import PLAIN_TYPE_NAMES
-from lexpilot.reporting.metrics import injected
+from lexpilot.reporting.metrics import protocol_turn
 from lexpilot.reporting.transcripts import SETUPS, RunRecords
 
 
@@ -68,7 +68,7 @@ def outcomes(rr: RunRecords, number: str) -> dict:
     if plain:
         row["plain"] = PLAIN_TYPE_NAMES.get(plain.get("type"), plain.get("type"))
     audited = [reply for kind in AUDIT.values() for reply in (r.get(kind.name, {}).get(number) or {}).get("replies", [])
-               if not injected(reply)]
+               if not protocol_turn(reply)]
     if audited:
         flagged = sum(bool(x.get("over_disclosed") or x.get("error") or not x.get("answered", True)) for x in audited)
         row["audit"] = f"{flagged} flagged" if flagged else "clean"

@@ -21,7 +21,7 @@ from lexpilot.benchmark.records import (
 from lexpilot.benchmark.vocabulary import ASKS, PREDICTS
 from lexpilot.reporting.calls_view import MESSAGES, call_button, raw_slot
 from lexpilot.reporting.formats import PLAIN_TYPE_NAMES
-from lexpilot.reporting.metrics import injected
+from lexpilot.reporting.metrics import correction, injected
 
 KINDS = (*PLAIN.values(), *PLAIN_TYPES.values(), *BEHAVIOUR_DIALOGUE.values(), *BEHAVIOUR_PREDICTION.values(),
          *LJP_BEHAVIOUR.values(),
@@ -83,7 +83,8 @@ def audit_note(records: dict, number: str, source: str) -> str:
     flags = [f"over-disclosed {len(reply['over_disclosed'])}" if reply.get("over_disclosed") else "",
              "unsupported or wrong" if reply.get("error") else "",
              "did not answer" if not reply.get("answered", True) else "",
-             "the injected disruption" if injected(reply) else ""]
+             "the injected disruption" if injected(reply) else "",
+             "the correction turn (a protocol turn)" if correction(reply) else ""]
     return "; audit: " + (", ".join(f for f in flags if f) or "clean")
 
 

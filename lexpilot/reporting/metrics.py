@@ -102,10 +102,22 @@ def injected(reply: dict) -> bool:
                                                                              "(user_self_correction)"))))
 
 
+def correction(reply: dict) -> bool:
+    """A non-ideal user's correction turn (it corrects the disruption rather than answering the question): labelled
+    since issue 35, known before by its prompt."""
+    return bool(reply.get("correction", str(reply.get("source", "")).endswith("(user_correction)")))
+
+
+def protocol_turn(reply: dict) -> bool:
+    """A reply the protocol scripted, not the simulator's own: a non-ideal user's disruption or its correction."""
+    return injected(reply) or correction(reply)
+
+
 def audit_counts(record: dict) -> np.ndarray:
-    """A simulator-audit record per case: replies audited, over-disclosing, erroneous, not answering; the
-    injected disruption of a non-ideal user is left out (it is the protocol, not a simulator error)."""
-    replies = [r for r in record["replies"] if not injected(r)]
+    """A simulator-audit record per case: replies audited, over-disclosing, erroneous, not answering; a non-ideal
+    user's protocol turns (the injected disruption and its correction) are left out (they are the protocol, not a
+    simulator error)."""
+    replies = [r for r in record["replies"] if not protocol_turn(r)]
     return np.array([len(replies), sum(bool(r["over_disclosed"]) for r in replies),
                      sum(bool(r["error"]) for r in replies), sum(not r["answered"] for r in replies)], float)
 
