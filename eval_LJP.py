@@ -17,8 +17,10 @@ STAGES = tuple(dataclasses.replace(stage, script="eval_LJP.py", user_condition=F
 
 if __name__ == "__main__":
     status = 0
-    for stage in STAGES:  # a stage that stopped (a 401, an unknown model, a bad setting) stops the rest
-        status = max(status, stage_main(stage, __doc__))
-        if status == STOPPED:
+    for stage in STAGES:  # a stage that stopped (a 401, an unknown model, a bad setting) or was interrupted
+        done = stage_main(stage, __doc__)  # (Ctrl-C in batch mode: 130) stops the rest
+        status = max(status, done)
+        if done in (STOPPED, 130):
+            status = done
             break
     sys.exit(status)

@@ -212,3 +212,28 @@ def test_batch_status_after_a_lost_ledger_shows_a_completed_batch_not_collected(
     assert h.run("gold", "--batch", "--batch-poll", "1") == 0
     assert "re-attached batch batch-1 from the provider's list (8 requests of this run)" in capsys.readouterr().err
     assert max(provider.submitted.values()) == 1  # batch 1 collected, never asked again
+
+
+LONG_KEY = "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z" * 5  # 168 characters: longer than any cut of a message
+
+
+@pytest.mark.parametrize("where", ["error file", "400 line", "batch errors", "usage"])
+def test_a_long_key_is_redacted_before_a_message_is_cut(tmp_path, provider, monkeypatch, dataset, capsys, where):
+    """A message cut to its length before redaction kept part of a long key (review of item 3)."""
+    h = Harness(tmp_path / "batch", provider, monkeypatch, dataset)
+    monkeypatch.setenv("OPENAI_API_KEY", LONG_KEY)
+    echo = f"the provider says: {'x' * 200} {LONG_KEY} is refused"
+    if where == "error file":
+        provider.batch_fail = lambda custom_id: echo
+    elif where == "400 line":
+        provider.script = lambda kind, prompt, body: {"status": 400, "error": echo} if kind == "force_judge" else None
+    elif where == "batch errors":
+        provider.batch_final, provider.batch_final_message = "failed", echo
+    else:
+        provider.usage_as = {"prompt_tokens": echo, "completion_tokens": 1}
+    h.run("gold", "--batch", "--batch-poll", "1", "--retries", "0", "--keep-going")
+    said = capsys.readouterr()
+    windows = {LONG_KEY[i:i + 16] for i in range(len(LONG_KEY) - 15)}
+    texts = [said.out + said.err] + [p.read_bytes().decode("utf-8", "replace") for p in h.root.rglob("*")
+                                     if p.is_file()]
+    assert not [w for w in windows for t in texts if w in t]

@@ -152,9 +152,11 @@ def request_body(role: Role, prompt: str | list[dict], token_field: str = "max_t
     return body
 
 
-def error_message(error: Exception) -> str:
-    text = getattr(error, "message", None) or str(error)
-    return " ".join(text.split())[:240]
+def error_message(error: Exception, redact=None) -> str:
+    """A provider's error in one short line, redacted (with `redact`) before it is cut: a key cut in two would
+    no longer be matched."""
+    text = " ".join((getattr(error, "message", None) or str(error)).split())
+    return (redact(text) if redact else text)[:240]
 
 
 @dataclass
@@ -223,7 +225,7 @@ class ModelCaller:
         or output limit the model does not accept."""
         body = error.body if isinstance(error.body, dict) else {}
         body = body.get("error", body) if isinstance(body.get("error", body), dict) else body
-        param, code, text = str(body.get("param") or ""), str(body.get("code") or ""), error_message(error)
+        param, code, text = str(body.get("param") or ""), str(body.get("code") or ""), error_message(error, self.settings.redact)
         flag_temperature, flag_tokens = role.flags
         if (param == "max_tokens" and code == "unsupported_parameter") or MAX_TOKENS_REFUSED.search(text):
             if token_field == "max_tokens":
@@ -285,9 +287,9 @@ class ModelCaller:
         except MalformedReply as e:
             outcome = Attempt(problem=f"malformed reply: {self.settings.redact(str(e))}")
         except self.openai.APIConnectionError as e:
-            outcome = Attempt(problem=f"connection error: {self.settings.redact(error_message(e.__cause__ or e))}")
+            outcome = Attempt(problem=f"connection error: {error_message(e.__cause__ or e, self.settings.redact)}")
         except self.transport_errors[1] as e:  # raised while reading a body the SDK handed over
-            outcome = Attempt(problem=f"connection error: {self.settings.redact(error_message(e))}")
+            outcome = Attempt(problem=f"connection error: {error_message(e, self.settings.redact)}")
         except InterruptedError:
             raise Aborted() from None
         finally:
@@ -331,7 +333,7 @@ class ModelCaller:
         if status == 400 and CONTEXT_WINDOW.search(f"{getattr(e, 'code', '')} {e.message}"):
             # this case's prompt is too long for this model: no retry helps, the other cases may fit
             raise CaseFailed(f"{role.describe()}: the prompt plus {role.flags[1]} {role.max_tokens} "
-                             f"exceed the model's context window ({redact(error_message(e))}). "
+                             f"exceed the model's context window ({error_message(e, redact)}). "
                              f"Lower {role.flags[1]} or serve the model with a longer context") from None
         if status == 400 and self._refusal(role, e, token_field) == "token_field":
             return Attempt(repeat=True)
@@ -345,7 +347,7 @@ class ModelCaller:
                     f"no API key is set for this role: set {key_variables(role.name)}",
                     403: "check the API key's permissions",
                     404: "check the model id and the base URL"}.get(status, "check the request settings")
-            raise FatalError(f"{role.describe()}: HTTP {status}: {redact(error_message(e))} ({hint})") from None
+            raise FatalError(f"{role.describe()}: HTTP {status}: {error_message(e, redact)} ({hint})") from None
         wait = retry_after_seconds(e.response.headers)
         # a Retry-After of 0, negative or in the past asks nothing usable: the usual backoff applies
         outcome = Attempt(problem=f"HTTP {status}", retry_after=wait if wait is not None and wait > 0 else None)

@@ -11,6 +11,9 @@ import time
 from dataclasses import dataclass
 
 
+MAX_TOKENS = 10 ** 9  # a token count above this is no count (and overflows the prices' floats)
+
+
 class MalformedReply(Exception):
     """The endpoint answered 200 with something that is not a valid chat completion."""
 
@@ -70,8 +73,11 @@ def _usage(reply: Reply, usage) -> None:
     counts = [usage.get("prompt_tokens"), usage.get("completion_tokens")]
     if counts == [None, None]:
         return
-    if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts):
-        reply.usage_problem = f"usage holds token counts that are not whole non-negative numbers ({str(counts)[:60]})"
+    if not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= MAX_TOKENS for c in counts):
+        # the counts' kinds, not their text: a provider's text here may hold anything, a key included
+        kinds = ", ".join(type(c).__name__ if not isinstance(c, int) else "out of range" if c >= 0 else "negative"
+                          for c in counts)
+        reply.usage_problem = f"usage holds token counts that are not whole numbers from 0 to {MAX_TOKENS:,} ({kinds})"
         return
     reply.prompt_tokens, reply.completion_tokens = counts
     details = usage.get("completion_tokens_details")

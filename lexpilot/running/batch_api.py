@@ -35,10 +35,10 @@ def provider_call(run, what: str, call, missing_ok: bool = False):
             if e.status_code == 404 and missing_ok:
                 return None
             if e.status_code not in TRANSIENT_STATUS and e.status_code < 500:
-                raise FatalError(f"{what}: HTTP {e.status_code}: {settings.redact(error_message(e))}") from None
+                raise FatalError(f"{what}: HTTP {e.status_code}: {error_message(e, settings.redact)}") from None
             problem = f"HTTP {e.status_code}"
         except (openai.APIConnectionError, openai.APITimeoutError) as e:
-            problem = f"connection error ({settings.redact(error_message(e.__cause__ or e))})"
+            problem = f"connection error ({error_message(e.__cause__ or e, settings.redact)})"
         except (ValueError, AttributeError, TypeError):  # a 200 whose body is not the batch API's (a web page)
             raise FatalError(f"{what}: the endpoint's answer is not the batch API's; check the role's base URL "
                              "(it must be an OpenAI-compatible API with /files and /batches)") from None
@@ -178,7 +178,7 @@ def finished_lines(run, batch: dict, client) -> list[bytes] | None:
             "completed/failed/total")
     if remote.status not in FINISHED:
         return None
-    why = run.settings.redact(provider_errors(remote))  # a provider's own words may hold the key
+    why = provider_errors(remote, run.settings.redact)  # a provider's own words may hold the key
     batch["reason"] = f"batch {remote.status}" + (f" ({why})" if why else "")
     lines = []
     for name, file_id in (("output", remote.output_file_id), ("error", remote.error_file_id)):
@@ -191,9 +191,10 @@ def finished_lines(run, batch: dict, client) -> list[bytes] | None:
     return lines
 
 
-def provider_errors(remote) -> str:
+def provider_errors(remote, redact) -> str:
+    """The provider's first errors of a batch, each redacted whole, then cut (a key cut in two is never matched)."""
     errors = getattr(getattr(remote, "errors", None), "data", None) or []
-    return "; ".join(str(getattr(e, "message", "") or getattr(e, "code", ""))[:200] for e in errors[:3])
+    return "; ".join(redact(str(getattr(e, "message", "") or getattr(e, "code", "")))[:200] for e in errors[:3])
 
 
 def lost(run, batch: dict, why: str | None) -> None:

@@ -79,7 +79,7 @@ class Importer:
         text, usage, problem = reply_of(entry, request.get("max_tokens", batch["max_tokens"]), self.say_usage(role))
         # a provider may echo the key in a reply or an error: redacted before any file or message, as a synchronous
         # reply is
-        text, problem = self.run.settings.redact(text), self.run.settings.redact(problem)
+        text, problem = self.run.settings.redact(text), self.run.settings.redact(problem)[:300]
         if problem and MAX_TOKENS_REFUSED.search(problem) and request.get("token_field", "max_tokens") == "max_tokens":
             # an OpenAI reasoning model refused the field the request carried: the role switches, as a synchronous
             # call does, and every such request is asked again with the new field; not a failed attempt
@@ -126,7 +126,8 @@ def reply_of(entry: dict, max_tokens: int, say_usage=lambda problem: None) -> tu
         body = response.get("body") if isinstance(response.get("body"), dict) else {}
         detail = error if isinstance(error, dict) else (body.get("error") if isinstance(body.get("error"), dict)
                                                         else {"message": error or response.get("status_code")})
-        return "", {}, f"failed in the batch ({str(detail.get('message', response.get('status_code')))[:240]})"
+        # whole here: the caller redacts the key before it cuts the text
+        return "", {}, f"failed in the batch ({detail.get('message', response.get('status_code'))})"
     try:
         reply = parse_completion(json.dumps(response.get("body")).encode())
     except MalformedReply as e:
