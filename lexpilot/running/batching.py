@@ -130,6 +130,7 @@ class BatchRun:
     incarnation: str = ""  # the run's own id (its manifest's): in every batch's metadata and custom id
     foreign_said: set = field(default_factory=set)  # the other runs' batches named so far
     ledger_lost: bool = False  # the run submitted batches, and its ledger is gone
+    noted_submission: bool = False  # the manifest says the run has submitted batches
 
     def batch_clients(self) -> dict:
         """One client per endpoint of the batched roles (roles may share one)."""
@@ -306,8 +307,9 @@ def _requests(run: BatchRun, needs: list[tuple]) -> dict[str, list]:
 
 def _send(run: BatchRun, groups: dict[str, list]) -> None:
     settings = run.settings
-    if groups and run.state.manifest_path and not settings.batching.files:
+    if groups and run.state.manifest_path and not settings.batching.files and not run.noted_submission:
         note_batches_submitted(run.state.manifest_path)  # a ledger missing from now on was lost
+        run.noted_submission = True  # once per invocation: the manifest is not read again each cycle
     for group, requests in groups.items():
         role = requests[0][1]["role"]
         for chunk in chunks(requests):
