@@ -103,7 +103,7 @@ def main(argv=None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     t = commands.add_parser("template", help="the probe file for the experts to fill")
     t.add_argument("--dataset", type=Path, default=DEFAULT_DATASET)
-    t.add_argument("--per-cause", type=int, default=2, help="cases per cause of action (default 2)")
+    t.add_argument("--per-cause", type=number(int, 1, 10 ** 6), default=2, help="cases per cause of action (default 2)")
     t.add_argument("--seed", type=number(int, 0, 10 ** 9), default=0)
     t.add_argument("--out", type=Path, default=Path("probes.csv"))
     commands.add_parser("generate", help="the replies and DCG labels (stage options; see generate --help)")

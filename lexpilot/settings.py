@@ -184,9 +184,14 @@ def number(kind: type, low: float, high: float, default_word: bool = False):
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a {'whole ' if kind is int else ''}number") from None
         if not math.isfinite(value) or not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{text} is outside {low:g} to {high:g}")
+            raise argparse.ArgumentTypeError(f"{text} is outside {shown(low)} to {shown(high)}")
         return value
     return parse
+
+
+def shown(bound: float) -> str:
+    """A bound as a reader writes it: 1000000, not 1e+06."""
+    return f"{bound:,}".replace(",", "") if float(bound).is_integer() and abs(bound) < 10 ** 15 else f"{bound:g}"
 
 
 def rate_limits(entries: list[str]) -> dict[str, float]:

@@ -99,3 +99,45 @@ def verdicts(path) -> list:
         return [strip(v) for v in value] if isinstance(value, list) else value
     return sorted((strip(json.loads(line)) for line in path.read_text(encoding="utf-8").splitlines()),
                   key=lambda r: r["case_number"])
+
+
+def detached_until_done(h: Harness, provider, capsys, *extra: str) -> str:
+    """The gold stage in batch mode, one --batch-detach invocation per cycle (each batch finished before the next
+    invocation); what they said, together."""
+    provider.batch_delay, said = 3600, ""
+    for _ in range(12):
+        for batch in provider.batches.values():
+            batch["_ready"] = 0
+        h.run("gold", "--batch-detach", *extra)
+        out = capsys.readouterr()
+        said += out.err
+        if "batch mode:" in out.out:
+            return said
+    raise AssertionError("the stage did not finish in 12 invocations")
+
+
+def test_an_invalid_output_is_said_once_across_detached_invocations(tmp_path, monkeypatch, capsys):
+    """Review of item 0: each --batch-detach invocation replays the journal from the start; an invalid output an
+    earlier invocation said is not said again."""
+    script = FirstAnswerInvalid()
+    with FakeProvider(script) as provider:
+        h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "three.json", cases()))
+        said = detached_until_done(h, provider, capsys)
+    assert script.total > 0 and said.count(": asked again: invalid ") == script.total
+
+
+def test_the_last_of_three_invalid_outputs_is_not_said_to_be_asked_again(tmp_path, monkeypatch, capsys):
+    """Three invalid outputs: two are asked again; the third fails the case, which says so (in batch mode as in a
+    synchronous run)."""
+    always = (lambda kind, prompt, body: PROSE if kind == "ljp_judge" else None)
+    for mode in ((), ("--batch", "--batch-poll", "1")):
+        with FakeProvider(always) as provider:
+            root = tmp_path / ("batch" if mode else "sync")
+            h = Harness(root, provider, monkeypatch, write_dataset(tmp_path / f"{root.name}.json", cases()[:1]))
+            assert h.run("gold", "--keep-going", *mode) == 1
+            err = capsys.readouterr().err
+            if mode:
+                assert err.count(": asked again: invalid judge_ljp output") == 2, err
+            else:
+                assert ", 2 retries," in err and ", 3 retries," not in err, err
+            assert "judge_ljp output invalid after 3 attempts" in err

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from tests.conftest import SECRET, Harness, sample_cases, write_dataset
+from tests.conftest import SECRET, STAGES, Harness, sample_cases, write_dataset
 
 CASES = sample_cases()[:8]
 
@@ -108,22 +108,26 @@ def test_a_listing_that_claims_another_runs_batch_for_this_run_is_not_believed(t
 
 def test_a_lost_ledger_at_a_provider_without_metadata_is_said_and_resubmitted_only_when_asked(
         tmp_path, provider, monkeypatch, dataset, capsys):
+    expected = clean_run(tmp_path, provider, monkeypatch, dataset)
     h = Harness(tmp_path / "batch", provider, monkeypatch, dataset)
     provider.batch_listed = lambda batch: None  # the provider drops metadata from its list
     provider.batch_delay = 60
     assert h.run("gold", "--batch-detach") == 0
     next((h.root / "runs").glob("*/*/batches.json")).unlink()
     submitted = Counter(provider.submitted)
+    provider.processed.clear()
     capsys.readouterr()
     assert h.run("gold", "--batch", "--batch-poll", "1") == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].endswith("batches.json: the ledger is gone and the provider does not return batch metadata; 8 "
                             "requests may already be paid. Restore the ledger, or rerun with --batch-resubmit to "
                             "submit them again")
-    assert provider.submitted == submitted  # nothing submitted again without the option
+    assert provider.submitted == submitted and not provider.processed  # nothing asked again without the option
     provider.batch_delay = 0
     assert h.run("gold", "--batch", "--batch-resubmit", "--batch-poll", "1") == 0
     assert sum(provider.submitted.values()) == sum(submitted.values()) + 8 + 8  # the 8 again, then the second step
+    # every request of the stage processed once more: the lost batch's 8 are paid twice, as the option says
+    assert provider.processed == expected
 
 
 def test_a_first_batch_run_at_a_provider_without_metadata_is_not_stopped(tmp_path, provider, monkeypatch, dataset):
@@ -237,3 +241,119 @@ def test_a_long_key_is_redacted_before_a_message_is_cut(tmp_path, provider, monk
     texts = [said.out + said.err] + [p.read_bytes().decode("utf-8", "replace") for p in h.root.rglob("*")
                                      if p.is_file()]
     assert not [w for w in windows for t in texts if w in t]
+
+
+# ----------------------------------------------------------------------------- review of items 1-2
+
+def as_before_incarnations(h, provider) -> None:
+    """Make the detached run one from before incarnations: its manifest without one, its batch's metadata without
+    one, and its custom ids the 32 digits they were then."""
+    path = next((h.root / "runs").glob("*/*/manifest.json"))
+    saved = json.loads(path.read_text(encoding="utf-8"))
+    incarnation = saved.pop("incarnation")
+    path.write_text(json.dumps(saved, ensure_ascii=False), encoding="utf-8")
+    for batch in provider.batches.values():
+        del batch["metadata"]["lexpilot_incarnation"]
+        text = provider.files[batch["input_file_id"]].decode("utf-8").replace(f'"{incarnation}-', '"')
+        provider.files[batch["input_file_id"]] = text.encode("utf-8")
+        batch["_lines"] = [json.loads(x) for x in text.splitlines() if x.strip()]
+        assert all(len(x["custom_id"]) == 32 for x in batch["_lines"])
+
+
+def old_run_then(h, provider, capsys, damage) -> str:
+    """A run from before incarnations detached with a batch in flight, `damage` done, the batch finished, then the
+    stage run again: what it said."""
+    provider.batch_delay = 60
+    assert h.run("gold", "--batch-detach") == 0
+    as_before_incarnations(h, provider)
+    damage()
+    provider.batch_delay = 0
+    provider.batches["batch-1"]["_ready"] = 0
+    provider.processed.clear()
+    capsys.readouterr()
+    assert h.run("gold", "--batch", "--batch-poll", "1") == 0
+    return capsys.readouterr().err
+
+
+def test_a_run_from_before_incarnations_re_attaches_its_own_batch_after_a_lost_ledger(tmp_path, provider,
+                                                                                      monkeypatch, dataset, capsys):
+    """Its batch carries no incarnation and its custom ids are the old ones: still its own, never bought again."""
+    expected = clean_run(tmp_path, provider, monkeypatch, dataset)
+    h = Harness(tmp_path / "batch", provider, monkeypatch, dataset)
+    err = old_run_then(h, provider, capsys, lambda: next((h.root / "runs").glob("*/*/batches.json")).unlink())
+    assert "re-attached batch batch-1 from the provider's list (8 requests of this run)" in err
+    assert "left alone" not in err
+    assert manifest(h)["incarnation_late"] is True
+    assert provider.processed == expected  # batch 1's 8 collected, never asked again
+    assert max(provider.submitted.values()) == 1
+
+
+def test_a_new_run_leaves_a_moved_runs_batch_from_before_incarnations_alone(tmp_path, provider, monkeypatch,
+                                                                           dataset, capsys):
+    """Only a run that began before incarnations owns batches without one: a run made since does not."""
+    expected = clean_run(tmp_path, provider, monkeypatch, dataset)
+    h = Harness(tmp_path / "batch", provider, monkeypatch, dataset)
+    err = old_run_then(h, provider, capsys, lambda: shutil.move(h.root, tmp_path / "moved"))
+    assert "batch batch-1: tagged with this run id, model and stage by another run" in err
+    assert "re-attached" not in err
+    assert provider.processed == expected
+
+
+def test_a_lost_ledger_is_not_said_for_a_stage_that_never_submitted(tmp_path, provider, monkeypatch, dataset):
+    """The run submitted batches in the gold stage; the direct stage never did: its first batch run at a
+    provider without metadata has nothing to lose."""
+    sync = Harness(tmp_path / "sync", provider, monkeypatch, dataset)
+    assert sync.run("direct") == 0
+    expected_direct, provider.processed = Counter(provider.processed), Counter()
+    h = Harness(tmp_path / "batch", provider, monkeypatch, dataset)
+    provider.batch_listed = lambda batch: None
+    assert h.run("gold", "--batch", "--batch-poll", "1") == 0
+    assert manifest(h)["batches_submitted"] == [STAGES["gold"].name]
+    next((h.root / "runs").glob("*/*/batches.json")).unlink()
+    provider.processed.clear()
+    assert h.run("direct", "--batch", "--batch-poll", "1") == 0
+    assert provider.processed == expected_direct
+
+
+def test_a_lost_ledger_with_nothing_pending_is_not_said(tmp_path, provider, monkeypatch, dataset, capsys):
+    h = Harness(tmp_path / "batch", provider, monkeypatch, dataset)
+    provider.batch_listed = lambda batch: None
+    assert h.run("gold", "--batch", "--batch-poll", "1") == 0  # every case saved
+    next((h.root / "runs").glob("*/*/batches.json")).unlink()
+    provider.processed.clear()
+    capsys.readouterr()
+    assert h.run("gold", "--batch", "--batch-poll", "1") == 0
+    assert "the ledger is gone" not in capsys.readouterr().err
+    assert not provider.processed
+
+
+def test_batch_status_says_it_cannot_tell_after_a_lost_ledger_without_metadata(tmp_path, provider, monkeypatch,
+                                                                              dataset, capsys):
+    h = Harness(tmp_path / "batch", provider, monkeypatch, dataset)
+    provider.batch_listed = lambda batch: None
+    provider.batch_delay = 60
+    assert h.run("gold", "--batch-detach") == 0
+    next((h.root / "runs").glob("*/*/batches.json")).unlink()
+    capsys.readouterr()
+    assert h.run("gold", "--batch-status") == 0
+    out = capsys.readouterr().out
+    assert "no batch in flight" not in out
+    assert ("cannot tell what is in flight: the ledger is gone and the provider lists 1 batch(es) without "
+            "metadata") in out
+
+
+def test_a_batch_the_ledger_knows_is_not_called_foreign(tmp_path, provider, monkeypatch, dataset, capsys):
+    """A listing that tags the run's own batch with another incarnation: the ledger knows it, so nothing is said
+    and it is collected as the run's."""
+    expected = clean_run(tmp_path, provider, monkeypatch, dataset)
+    h = Harness(tmp_path / "batch", provider, monkeypatch, dataset)
+    provider.batch_delay = 60
+    assert h.run("gold", "--batch-detach") == 0
+    provider.batch_listed = lambda batch: {**batch["metadata"], "lexpilot_incarnation": "another"}
+    provider.batch_delay = 0
+    provider.batches["batch-1"]["_ready"] = 0
+    provider.processed.clear()
+    capsys.readouterr()
+    assert h.run("gold", "--batch", "--batch-poll", "1") == 0
+    assert "left alone" not in capsys.readouterr().err
+    assert provider.processed == expected

@@ -9,6 +9,7 @@ import pytest
 
 import quote_grid
 import show_results
+import user_probes
 from tests.conftest import ROOT, SECRET, sample_cases, write_dataset
 
 MODELS = ("eval-model", "DeepSeek-V4.1-Flash", "DeepSeek-R1")
@@ -77,15 +78,18 @@ def test_quote_grid_refuses_an_id_given_twice(tmp_path, capsys, flag, values):
     assert err == [f"quote_grid: {flag}: {values[0]!r} is given twice; name each once"]
 
 
-@pytest.mark.parametrize("script,argv", [
-    (show_results.main, ["--ci", "--seed", "-1"]),
+@pytest.mark.parametrize("script,argv,said", [
+    (show_results.main, ["--ci", "--seed", "-1"], "argument --seed: -1 is outside 0 to 1000000000"),
+    (user_probes.main, ["template", "--per-cause", "-1", "--dataset", "data/LexPilot_sample.json"],
+     "argument --per-cause: -1 is outside 1 to 1000000"),
 ])
-def test_a_negative_seed_is_one_line(script, argv, capsys):
-    """Item 10: numpy's SeedSequence refused it with a traceback."""
+def test_a_negative_seed_or_sample_size_is_one_line(script, argv, said, capsys):
+    """Item 10: numpy's SeedSequence refused a negative seed with a traceback, and random.sample a negative
+    --per-cause (review)."""
     with pytest.raises(SystemExit) as stop:
         script(argv)
     err = capsys.readouterr().err
-    assert stop.value.code == 2 and "argument --seed: -1 is outside 0 to" in err and "Traceback" not in err
+    assert stop.value.code == 2 and said in err and "Traceback" not in err
 
 
 def cells(row: str) -> list[str]:

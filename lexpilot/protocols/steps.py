@@ -80,13 +80,14 @@ class CaseCalls:
         buying them again. When all three are rejected, they are retired: the next run asks anew."""
         prompt = fill(self.prompts[prompt_name], **slots)
         raws = []
-        for _ in range(JUDGE_ATTEMPTS):
+        for attempt in range(JUDGE_ATTEMPTS):
             raws.append(self._chat(role, prompt))
             try:
                 return parse(raws[-1]), raws
             except ValueError as e:
                 problem = str(e)
-                self.caller.progress.retry(f"invalid {prompt_name} output: {problem}")
+                if attempt + 1 < JUDGE_ATTEMPTS:  # the last one is not asked again: the case fails, saying why
+                    self.caller.progress.retry(f"invalid {prompt_name} output: {problem}")
         if self.journal:
             self.journal.retire(self.case.number, self.step, role, prompt, raws)
         raise CaseFailed(f"{prompt_name} output invalid after {JUDGE_ATTEMPTS} attempts ({problem}); "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from pathlib import Path
 
@@ -73,13 +74,17 @@ def tag(run) -> dict[str, str]:
 
 def tagged(remote, run) -> str | None:
     """"ours" for a batch tagged with this run, "foreign" for one of the same run id, root, model and stage made
-    by another incarnation (an earlier run moved away, or one from before incarnations), else None."""
+    by another incarnation (an earlier run moved away, or one from before incarnations), else None. A run that
+    began before incarnations (its manifest says so) owns the batches of its root, id, model and stage that carry
+    none: it made them before it had one."""
     metadata = getattr(remote, "metadata", None) or {}
     if not isinstance(metadata, dict):
         return None
     ours = tag(run)
     if any(metadata.get(k) != v for k, v in ours.items() if k != "lexpilot_incarnation"):
         return None
+    if "lexpilot_incarnation" not in metadata and run.late:
+        return "ours"
     return "ours" if metadata.get("lexpilot_incarnation") == ours["lexpilot_incarnation"] else "foreign"
 
 
@@ -138,11 +143,12 @@ def listing(run, client) -> list:
 
 def listed(run, client, batches: list | None = None) -> list:
     """This run's batches (this model and stage) that the provider lists; one of an earlier run of the same id,
-    model and stage under this root is named in one line and left alone."""
-    ours = []
+    model and stage under this root is named in one line and left alone (unless the ledger knows it already: the
+    run's own, then, whatever its tag says)."""
+    ours, known = [], run.ledger.known_batch_ids()
     for remote in listing(run, client) if batches is None else batches:
         whose = tagged(remote, run)
-        if whose == "foreign":
+        if whose == "foreign" and remote.id not in known:
             foreign(run, remote, "tagged with this run id, model and stage by another run (another incarnation)")
         elif whose == "ours":
             ours.append(remote)
@@ -217,9 +223,8 @@ def adopt(run, clients: dict, pending: dict[str, tuple]) -> int:
     known, files = ledger.known_batch_ids(), ledger.known_file_ids()
     for role, client in clients.items():
         batches = listing(run, client)
-        if run.ledger_lost and batches and not any(getattr(b, "metadata", None) for b in batches) \
-                and not run.settings.batching.resubmit:
-            asked = sum(len(requests) for requests in pending.values())
+        asked = sum(len(requests) for requests in pending.values())
+        if run.ledger_lost and asked and untagged(batches) and not run.settings.batching.resubmit:
             raise FatalError(f"{ledger.path}: the ledger is gone and the provider does not return batch metadata; "
                              f"{asked} requests may already be paid. Restore the ledger, or rerun with "
                              "--batch-resubmit to submit them again")
@@ -230,7 +235,7 @@ def adopt(run, clients: dict, pending: dict[str, tuple]) -> int:
             content = provider_call(run, f"reading the input of batch {remote.id}",
                                     lambda: client.files.content(remote.input_file_id).read(), missing_ok=True)
             lines = (content or b"").splitlines()
-            if not all(carries(line, run.incarnation) for line in lines if line.strip()):
+            if not all(carries(line, run) for line in lines if line.strip()):
                 foreign(run, remote, "its metadata names this run, but its requests carry another run's ids")
                 continue
             requests = {}
@@ -255,13 +260,23 @@ def adopt(run, clients: dict, pending: dict[str, tuple]) -> int:
     return adopted
 
 
-def carries(line: bytes, incarnation: str) -> bool:
-    """Whether a batch input line's custom id is this run's (it starts with the run's incarnation)."""
+def untagged(batches: list) -> bool:
+    """The provider lists batches but none with its metadata: which of them are this run's cannot be told."""
+    return bool(batches) and not any(getattr(b, "metadata", None) for b in batches)
+
+
+def carries(line: bytes, run) -> bool:
+    """Whether a batch input line's custom id is this run's: it starts with the run's incarnation, or, for a run
+    that began before incarnations, it is one of the 32-digit ids made then."""
     try:
         cid = json.loads(line).get("custom_id")
     except (ValueError, AttributeError, RecursionError):
         return False
-    return isinstance(cid, str) and bool(incarnation) and cid.startswith(f"{incarnation}-")
+    if not isinstance(cid, str):
+        return False
+    if run.late and re.fullmatch(r"[0-9a-f]{32}", cid):
+        return True
+    return bool(run.incarnation) and cid.startswith(f"{run.incarnation}-")
 
 
 def write_batch_file(ledger: Ledger, folder: Path, model: str, role: str, requests: list, max_tokens: int, log):

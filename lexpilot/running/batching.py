@@ -30,9 +30,11 @@ from lexpilot.running.batch_api import (
     adopt,
     chunks,
     listed,
+    listing,
     provider_call,
     request_digest,
     submit,
+    untagged,
     write_batch_file,
 )
 from lexpilot.running.batch_import import collect
@@ -45,10 +47,12 @@ from lexpilot.storage.checkpoints import (
     run_folder,
 )
 from lexpilot.storage.manifest import (
+    incarnation_late,
     note_batches_submitted,
     read_manifest,
     record_transport,
     run_incarnation,
+    submitted_batches,
 )
 
 
@@ -75,9 +79,10 @@ class BatchCaller:
 class ReplayRetries:
     """The progress of one replay of a case: an invalid output is said once, when its reply first comes in, not
     again at every later cycle's replay of the case (each replay starts from the first call of the case's
-    pending steps)."""
+    pending steps), nor at a later invocation's (--batch-detach) for a reply the journal held when it began."""
     log: object
     reported: Counter  # (case, step) -> retries said so far
+    said_before: Counter = field(default_factory=Counter)  # (case, step) -> replies held when the invocation began
     calls: CaseCalls | None = None  # the replay's calls, for the step being run
     seen: Counter = field(default_factory=Counter)
 
@@ -87,6 +92,9 @@ class ReplayRetries:
     def retry(self, message: str) -> None:
         key = (self.calls.case.number, self.calls.step)
         self.seen[key] += 1
+        taken = sum(1 for taken_key, _ in self.calls.journal.taken.get(key[0], []) if taken_key[1] == key[1])
+        if taken <= self.said_before[key]:  # replayed from an earlier invocation, which said it
+            self.reported[key] = max(self.reported[key], self.seen[key])
         if self.seen[key] > self.reported[key]:
             self.reported[key] = self.seen[key]
             self.log(f"case {key[0]}: asked again: {message}")
@@ -126,8 +134,10 @@ class BatchRun:
     failed: dict = field(default_factory=dict)  # case -> why it failed
     held: Counter = field(default_factory=Counter)  # case -> replies the journal holds for its pending steps
     retried: Counter = field(default_factory=Counter)  # (case, step) -> invalid outputs said so far
+    said_before: Counter = field(default_factory=Counter)  # (case, step) -> replies the journal held at the start
     depth: int | None = None  # the least upper bound on the remaining calls said so far
     incarnation: str = ""  # the run's own id (its manifest's): in every batch's metadata and custom id
+    late: bool = False  # the run began before incarnations: its batches without one are its own too
     foreign_said: set = field(default_factory=set)  # the other runs' batches named so far
     ledger_lost: bool = False  # the run submitted batches, and its ledger is gone
     noted_submission: bool = False  # the manifest says the run has submitted batches
@@ -140,11 +150,17 @@ class BatchRun:
         return dict(by_url.values())
 
 
-def saved_incarnation(settings) -> str:
-    """The run's incarnation as its manifest holds it, read only ("" without one)."""
-    path = manifest_path(settings.output_root, settings.run_id, settings.roles["eval"].model)
-    value = read_manifest(path).get("incarnation") if path.exists() else None
-    return value if isinstance(value, str) else ""
+def know_itself(run: BatchRun, path: Path | None, read_only: bool = False) -> None:
+    """The run's incarnation (made now for a run from before incarnations, unless `read_only`), whether it began
+    before them, and whether its ledger was lost: the stage submitted batches, and the ledger is gone."""
+    manifest = read_manifest(path) if path and path.exists() else {}
+    if path and manifest and not read_only:
+        run.incarnation = run_incarnation(path)
+        manifest = read_manifest(path)
+    elif isinstance(manifest.get("incarnation"), str):
+        run.incarnation = manifest["incarnation"]
+    run.late = incarnation_late(manifest) or (bool(manifest) and not run.incarnation)
+    run.ledger_lost = not run.ledger.found and submitted_batches(manifest, run.name)
 
 
 def ledger_path(settings) -> Path:
@@ -162,10 +178,8 @@ def run_cycles(name: str, state, clients: dict, settings, out, err, run_case) ->
                    journal_path(settings.output_root, settings.run_id, model), CheckpointWriter(),
                    ModelCaller(settings, QuietProgress(log), threading.Event(), clients,
                                transport if isinstance(transport, dict) else None),
-                   set(settings.batching.roles or ("eval", "user", "judge")), load_prompts(), run_case, log,
-                   incarnation=run_incarnation(state.manifest_path) if state.manifest_path else "")
-    run.ledger_lost = not run.ledger.found and bool(state.manifest_path) and \
-        bool(read_manifest(state.manifest_path).get("batches_submitted"))
+                   set(settings.batching.roles or ("eval", "user", "judge")), load_prompts(), run_case, log)
+    know_itself(run, state.manifest_path)
     try:
         return _cycles(run, out, err)
     except KeyboardInterrupt:
@@ -179,6 +193,9 @@ def _cycles(run: BatchRun, out, err) -> int:
     started, adopted = time.monotonic(), bool(settings.batching.files)  # vLLM files have no provider list
     if not settings.batching.files:
         check_endpoints(run)
+    # what the journal holds before this invocation collects anything: its invalid outputs were said already
+    journal = read_journal(run, state.pending())
+    run.said_before.update(key[:2] for key, queue in journal.replies.items() for _ in queue)
     while True:
         waiting, _ = collect(run, run.caller.clients, run.journal_path, run.writer)
         if waiting:
@@ -228,10 +245,7 @@ def _replay(run: BatchRun, pending: list) -> list[tuple]:
     """Replay every pending case from its records and the journal until it needs a reply: the requests of the
     next batches, as (case, step, NeedsReply, prompt key)."""
     needs = []
-    # one read of the journal per cycle: its replies are queued per case, step and prompt
-    journal = CallJournal(run.journal_path, run.writer, {(c.number, s.name) for c in pending for s in run.state.steps
-                                                         if c.number not in run.state.records[s.name]},
-                          run.state.settings_hash)
+    journal = read_journal(run, pending)
     run.held = Counter(key[0] for key, queue in journal.replies.items() for _ in queue)
     for case in pending:
         need = _replay_case(run, journal, case)
@@ -240,11 +254,19 @@ def _replay(run: BatchRun, pending: list) -> list[tuple]:
     return needs
 
 
+def read_journal(run: BatchRun, pending: list) -> CallJournal:
+    """One read of the journal: the replies of the pending cases' unfinished steps, queued per case, step and
+    prompt."""
+    return CallJournal(run.journal_path, run.writer, {(c.number, s.name) for c in pending for s in run.state.steps
+                                                      if c.number not in run.state.records[s.name]},
+                       run.state.settings_hash)
+
+
 def _replay_case(run: BatchRun, journal: CallJournal, case) -> tuple | None:
     settings = run.settings
     while True:  # a role left synchronous is answered at once, and the replay goes on
         journal.rewind(case.number)  # each replay starts from the case's first call again
-        retries = ReplayRetries(run.log, run.retried)
+        retries = ReplayRetries(run.log, run.retried, run.said_before)
         calls = retries.calls = CaseCalls(BatchCaller(settings, retries), run.prompts, case,
                                           user_condition=settings.user_condition, journal=journal)
         try:
@@ -308,7 +330,7 @@ def _requests(run: BatchRun, needs: list[tuple]) -> dict[str, list]:
 def _send(run: BatchRun, groups: dict[str, list]) -> None:
     settings = run.settings
     if groups and run.state.manifest_path and not settings.batching.files and not run.noted_submission:
-        note_batches_submitted(run.state.manifest_path)  # a ledger missing from now on was lost
+        note_batches_submitted(run.state.manifest_path, run.name)  # the stage's ledger missing from now on was lost
         run.noted_submission = True  # once per invocation: the manifest is not read again each cycle
     for group, requests in groups.items():
         role = requests[0][1]["role"]
@@ -372,7 +394,8 @@ def status(name: str, settings, clients: dict, out=sys.stdout) -> int:
     run = BatchRun(name, None, settings, Ledger(ledger_path(settings)), Path(), CheckpointWriter(),
                    ModelCaller(settings, QuietProgress(lambda m: print(m, file=out)), threading.Event(), clients),
                    set(settings.batching.roles or ("eval", "user", "judge")), {}, None,
-                   lambda m: print(m, file=out), incarnation=saved_incarnation(settings))
+                   lambda m: print(m, file=out))
+    know_itself(run, manifest_path(settings.output_root, settings.run_id, settings.roles["eval"].model), read_only=True)
     shown = 0
     for b in run.ledger.open_batches():
         line = f"{b['role']}: {b.get('batch_id', '(not created)')}, {len(b['requests'])} requests, phase {b['phase']}"
@@ -385,7 +408,13 @@ def status(name: str, settings, clients: dict, out=sys.stdout) -> int:
     if not settings.batching.files:
         known = run.ledger.known_batch_ids()
         for role, client in run.batch_clients().items():
-            for remote in listed(run, client):
+            batches = listing(run, client)
+            if run.ledger_lost and untagged(batches):
+                print(f"{role}: cannot tell what is in flight: the ledger is gone and the provider lists "
+                      f"{len(batches)} batch(es) without metadata (restore {run.ledger.path}, or see docs/batch.md)",
+                      file=out)
+                shown += 1
+            for remote in listed(run, client, batches):
                 # a completed batch the ledger does not know was never collected into it (a lost ledger): its
                 # replies are still to be taken
                 answered = remote.status == "completed" or getattr(remote, "output_file_id", None)

@@ -236,21 +236,34 @@ def new_incarnation() -> str:
 
 
 def run_incarnation(path: Path) -> str:
-    """The run's incarnation id; a run whose manifest was written before manifests carried one is given one now
-    (its batches in flight are in its ledger: they are collected from there, not matched by this id)."""
+    """The run's incarnation id; a run whose manifest was written before manifests carried one is given one now,
+    and marked `incarnation_late`: its earlier batches carry no incarnation, and are still its own."""
     manifest = read_manifest(path)
     if not isinstance(manifest.get("incarnation"), str) or not manifest["incarnation"]:
-        manifest["incarnation"] = new_incarnation()
+        manifest["incarnation"], manifest["incarnation_late"] = new_incarnation(), True
         write_json(path, manifest)
     return manifest["incarnation"]
 
 
-def note_batches_submitted(path: Path) -> None:
-    """Note in the manifest that the run has submitted batches, once: a ledger missing after that was lost."""
+def incarnation_late(manifest: dict) -> bool:
+    """Whether the run began before manifests carried an incarnation (its first batches carry none)."""
+    return manifest.get("incarnation_late") is True
+
+
+def note_batches_submitted(path: Path, stage: str) -> None:
+    """Note in the manifest that the stage has submitted batches, once: its ledger missing after that was lost."""
     manifest = read_manifest(path)
-    if not manifest.get("batches_submitted"):
-        manifest["batches_submitted"] = True
+    if not submitted_batches(manifest, stage):
+        stages = manifest.get("batches_submitted")
+        manifest["batches_submitted"] = sorted({*(stages if isinstance(stages, list) else ()), stage})
         write_json(path, manifest)
+
+
+def submitted_batches(manifest: dict, stage: str) -> bool:
+    """Whether the manifest says the stage has submitted batches (`true`, as written before stages were named
+    there, stands for every stage)."""
+    stages = manifest.get("batches_submitted")
+    return stages is True or (isinstance(stages, list) and stage in stages)
 
 
 def read_manifest(path: Path) -> dict:
