@@ -207,3 +207,27 @@ def test_a_rejudge_of_a_non_ideal_run_is_refused_before_anything_is_written(save
     assert err == ["[rejudge] error: run delayed1 was made with the delayed user: re-judging covers standard runs "
                    "(their every task)"]
     assert sorted(p.relative_to(saved.root) for p in saved.root.rglob("*")) == before  # no manifest, no lock
+
+
+def test_figure_3_shows_the_model_not_its_re_judged_copy(saved, tmp_path, capsys, monkeypatch):
+    """Issue 35 item 10: "Re-judged copies appear as extra series; they belong in the judge tables only"."""
+    assert run_rejudge(saved) == 0
+    complexity = tmp_path / "complexity.csv"
+    causes = sorted({c["cause_of_action"] for c in CASES})
+    complexity.write_text("".join(f"{c},{i + 1}\n" for i, c in enumerate(causes)), encoding="utf-8")
+    argv = ["--output-root", str(saved.root), "--complexity", str(complexity)]
+    capsys.readouterr()
+    assert show_results.main([*argv, "--table", "figure_3"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("Case complexity (Figure 3): ") == 1 and "re-judged" not in out
+    assert show_results.main([*argv, "--table", "judge_sensitivity"]) == 0
+    assert "(DeepSeek-R1 / judge-B)" in capsys.readouterr().out  # the copy is in the judge's table
+    pytest.importorskip("matplotlib")
+    from lexpilot.reporting import figures
+    drawn = {}
+    monkeypatch.setattr(figures, "save", lambda plt, fig, path, ax=None, legend=7: drawn.setdefault(path.name, fig))
+    assert show_results.main([*argv, "--plot", str(tmp_path / "fig")]) == 0
+    for ax in drawn["fig3_complexity.png"].axes:
+        assert len(ax.containers) == 1  # one series: the model's runs, not the copy's
+    import matplotlib.pyplot as plt
+    plt.close("all")

@@ -272,10 +272,16 @@ def figure_4_tables(groups: list[Group]) -> list[Table]:
     return panels
 
 
+def figure_3_groups(groups: list[Group]) -> list[Group]:
+    """Figure 3's series: the models' runs with standard users and LCA results. A re-judged copy is the judge's
+    analysis (Tables 6, 13), not another model's series."""
+    return [g for g in groups if g.condition == "standard" and not g.rejudged and g.stat(("LCA", "macro_f1", OVERALL))]
+
+
 def figure_3_tables(groups: list[Group], complexity: dict[str, float] | None) -> list[Table]:
     """Figure 3 as tables: per cause of action its complexity, LCA Macro-F1 and DCG accuracy (mean over runs),
     and Spearman's rho between complexity and each metric across the causes."""
-    groups = [g for g in groups if g.condition == "standard" and g.stat(("LCA", "macro_f1", OVERALL))]
+    groups = figure_3_groups(groups)
     if not groups:
         return []
     if not complexity:

@@ -9,6 +9,7 @@ import numpy as np
 
 from categories import FOCAL_TYPES
 from lexpilot.benchmark.records import LJP_SETUPS
+from lexpilot.reporting.analyses import figure_3_groups
 from lexpilot.reporting.bootstrap import Bootstrap
 from lexpilot.reporting.formats import SETUP_NAMES
 from lexpilot.reporting.groups import Group, classes_present
@@ -189,10 +190,11 @@ def analysis_plots(plt, groups: list[Group], labels: list[str], folder: Path, co
         written.append(figure_4_bars(plt, panels["figure_4a"], folder, "fig4a_dcg_by_focal_type.png", "DCG accuracy"))
         written.append(figure_4_bars(plt, panels["figure_4b"], folder, "fig4b_dcg_by_class.png", "DCG accuracy"))
         written.append(figure_4_counts(plt, panels["figure_4c"], folder))
-    if complexity:
+    series = figure_3_groups(groups)
+    if complexity and series:
         fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
         for ax, (task, name) in zip(axes, (("LCA", "LCA Macro-F1"), ("DCG", "DCG accuracy"))):
-            for label, g in zip(labels, groups):
+            for label, g in ((label, g) for label, g in zip(labels, groups) if id(g) in {id(s) for s in series}):
                 points = [(complexity[k[2]], *error_bar(g, k, None)[:2]) for k in
                           {k for r in g.runs for k in r.metrics if k[:2] == ("by cause", task)} if k[2] in complexity]
                 points = [(x, y, e) for x, y, e in points if not np.isnan(y)]

@@ -29,6 +29,11 @@ class Group:
         return self.runs[0].condition
 
     @property
+    def rejudged(self) -> bool:
+        """A re-judged copy of runs (rejudge.py): the judge's analysis, never another model in a comparison."""
+        return bool(self.runs[0].manifest.get("rejudged_from"))
+
+    @property
     def run_ids(self) -> list[str]:
         return [r.run_id for r in self.runs]
 

@@ -45,7 +45,7 @@ MIN_CASES = 20  # below this, a bootstrap over cases cannot support a p-value (s
 
 def ranked_groups(groups: list[Group]) -> list[Group]:
     """The groups a ranking compares: standard users, not re-judged copies (those are the judge's analysis)."""
-    return [g for g in groups if g.condition == "standard" and not g.runs[0].manifest.get("rejudged_from")]
+    return [g for g in groups if g.condition == "standard" and not g.rejudged]
 
 
 def bootstrap_p(difference: np.ndarray | None) -> float | None:

@@ -208,7 +208,7 @@ def interaction_gain_table(groups: list[Group], labels: list[str]) -> Table:
         gain = means["interaction"] - means["direct"] if None not in (means["interaction"], means["direct"]) else None
         change = (means["interaction"] - means["gold"]) / means["gold"] \
             if None not in (means["interaction"], means["gold"]) and means["gold"] != 0 else None
-        copy = bool(g.runs[0].manifest.get("rejudged_from"))  # a re-judged copy is no further model in the average
+        copy = g.rejudged  # a re-judged copy is no further model in the average
         gains += [gain] if gain is not None and not copy else []
         changes += [change] if change is not None and not copy else []
         rows.append([label, number_cell(gain, METRIC, signed=True), number_cell(change, PERCENT, signed=True, percent=True)])
