@@ -1,6 +1,7 @@
 """Re-judging a saved run with another judge (rejudge.py): no evaluated-model or User Model call, the reused
 files byte for byte, the two judges' agreement hand-checked, and a source with missing generations."""
 import json
+import re
 
 import pytest
 
@@ -231,3 +232,31 @@ def test_figure_3_shows_the_model_not_its_re_judged_copy(saved, tmp_path, capsys
         assert len(ax.containers) == 1  # one series: the model's runs, not the copy's
     import matplotlib.pyplot as plt
     plt.close("all")
+
+
+def blocks_of(out: str, title: str) -> list[list[str]]:
+    """The column blocks of a text table: each its header line, rule and rows."""
+    lines = out[out.index(title):].split("\n\n")[0].splitlines()
+    starts = [i for i, line in enumerate(lines) if re.fullmatch(r"\(\d+/\d+\)", line)]
+    return [lines[a + 1:b] for a, b in zip(starts, starts[1:] + [len(lines)])]
+
+
+def test_a_wide_table_cut_into_blocks_repeats_every_key_column(saved, capsys):
+    """Issue 35 item 11: "Wide tables split into blocks repeat every key column ... A block never holds a lone
+    column when the table fits in fewer blocks"."""
+    assert run_rejudge(saved) == 0
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(saved.root), "--width", "80"]) == 0
+    out = capsys.readouterr().out
+    blocks = blocks_of(out, "Judge sensitivity")
+    assert len(blocks) == 2
+    first, second = ([re.split(r"\s{2,}", line) for line in b if not line.startswith("-")] for b in blocks)
+    assert first[0] == ["Model", "Runs", "Judges", "Task", "Items"]
+    assert second[0] == ["Model", "Task", "Agreement", "Cohen's κ"]  # the model and the task, again
+    assert [r[0] for r in second] == [r[0] for r in first] and [r[1] for r in second[1:]] == [r[3] for r in first[1:]]
+    assert len({tuple(r[:2]) for r in second[1:]}) == len(second) - 1  # every row told apart
+    # Table 11's five metrics at 110 cells (36 + 15 + 15 + 16 + 21 = 103 for four, 118 for five): two blocks,
+    # three and two, not four and a lone one
+    assert show_results.main(["--output-root", str(saved.root), "--width", "110"]) == 0
+    main = blocks_of(capsys.readouterr().out, "Main results")
+    assert [len(re.split(r"\s{2,}", b[0])) - 1 for b in main] == [3, 2]

@@ -17,7 +17,7 @@ from lexpilot.reporting.scoring import TASKS
 from lexpilot.reporting.table import Figure, Table
 from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS
 
-TEXT_WIDTH = 120  # a text table wider than this is cut into column blocks, each repeating the first column
+TEXT_WIDTH = 120  # a text table wider than this is cut into column blocks, each repeating the key columns
 
 
 def display_width(text: str) -> int:
@@ -29,28 +29,65 @@ def pad(text: str, width: int) -> str:
     return text + " " * (width - display_width(text))
 
 
-def column_blocks(widths: list[int], limit: int) -> list[list[int]]:
-    """Columns 1.. in blocks that fit `limit` cells beside column 0 (a column wider than the limit alone)."""
-    blocks, current, used = [], [], widths[0]
-    for i in range(1, len(widths)):
-        if current and used + 2 + widths[i] > limit:
-            blocks.append(current)
-            current, used = [], widths[0]
-        current.append(i)
-        used += 2 + widths[i]
-    return blocks + [current] if current else blocks or [[]]
+def key_columns(t: Table) -> list[int]:
+    """The columns that tell the rows apart (a model, then a metric, a condition or a task…): among the leading
+    text columns, each one in turn that tells more rows apart than those before it, until every row is told
+    apart (a column that follows from another, a judge from its runs, is left out)."""
+    texts = 1
+    while texts < len(t.headers) - 1 and not any(isinstance(r[texts], Figure) for r in t.rows):
+        texts += 1
+    keys = [0]
+    apart = (lambda columns: len({tuple(r[i] for i in columns) for r in t.rows}))  # noqa: E731
+    for i in range(1, texts):
+        if apart(keys) == len(t.rows):
+            break
+        if apart(keys + [i]) > apart(keys):
+            keys.append(i)
+    return keys
+
+
+def column_blocks(widths: list[int], limit: int, keys: list[int] = (0,)) -> list[list[int]]:
+    """The columns other than the key columns in blocks that fit `limit` cells beside them (a column wider than
+    the limit alone): as few blocks as fit, and within that count as even as they can be, so that a block holds a
+    lone column only when it must."""
+    base = sum(widths[i] for i in keys) + 2 * (len(keys) - 1)
+    columns = [i for i in range(len(widths)) if i not in keys]
+    if not columns:
+        return [[]]
+    fits = (lambda a, b: b - a == 1 or base + sum(2 + widths[c] for c in columns[a:b]) <= limit)  # noqa: E731
+    count, start = 0, 0
+    while start < len(columns):  # greedy: the fewest blocks
+        end = start + 1
+        while end < len(columns) and fits(start, end + 1):
+            end += 1
+        count, start = count + 1, end
+    # best[j][i]: the largest smallest block over splits of the first i columns into j fitting blocks
+    best = [[-1] * (len(columns) + 1) for _ in range(count + 1)]
+    cut = [[0] * (len(columns) + 1) for _ in range(count + 1)]
+    best[0][0] = len(columns)
+    for j in range(1, count + 1):
+        for i in range(1, len(columns) + 1):
+            for a in range(i):
+                if best[j - 1][a] >= 0 and fits(a, i) and min(best[j - 1][a], i - a) >= best[j][i]:
+                    best[j][i], cut[j][i] = min(best[j - 1][a], i - a), a
+    blocks, i = [], len(columns)
+    for j in range(count, 0, -1):
+        blocks.insert(0, columns[cut[j][i]:i])
+        i = cut[j][i]
+    return blocks
 
 
 def render_text(tables: list[Table], limit: int = TEXT_WIDTH, decimals: int | None = None) -> str:
     """Aligned by display width; a table wider than `limit` is printed in blocks of columns, each block with the
-    row labels (the first column) again. Metrics at each table's precision, or at `decimals`."""
+    key columns again (those that tell the rows apart). Metrics at each table's precision, or at `decimals`."""
     out = []
     for t in (t.at(decimals) for t in tables):
         widths = [max(display_width(r[i]) for r in [t.headers] + t.rows) for i in range(len(t.headers))]
-        blocks = column_blocks(widths, limit)
+        keys = key_columns(t)
+        blocks = column_blocks(widths, limit, keys)
         out += textwrap.wrap(t.title, limit) or [""]  # a long title in lines, not one line past the limit
         for n, block in enumerate(blocks):
-            columns = [0] + block
+            columns = sorted(keys + block)  # in the table's order
             line = lambda r: "  ".join(pad(r[i], widths[i]) for i in columns).rstrip()  # noqa: E731
             if len(blocks) > 1:
                 out.append(f"({n + 1}/{len(blocks)})")
