@@ -10,11 +10,13 @@ estimated wall time. Every other option is a stage option (--dataset, --limit, -
 """
 import argparse
 import sys
+import textwrap
 
 from lexpilot.benchmark.dataset import load_dataset
 from lexpilot.errors import HarnessError
 from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS, stages_named
-from lexpilot.reporting.renderings import RENDERINGS
+from lexpilot.reporting.quote_tables import drawn_quote
+from lexpilot.reporting.renderings import RENDERINGS, TEXT_WIDTH, render_text
 from lexpilot.reporting.table import Table
 from lexpilot.running.grid_quote import (
     Timing,
@@ -44,6 +46,8 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=number(int, 0, 100000), default=0,
                         help="(model, run) jobs run at once (default 0: all, as a job array)")
     parser.add_argument("--format", choices=sorted(RENDERINGS), default="text")
+    parser.add_argument("--width", type=number(int, 0, 10**6), default=TEXT_WIDTH, help="text tables wider than "
+                        f"this many terminal cells are printed in blocks of columns (default {TEXT_WIDTH}; 0: never)")
     args, options = parser.parse_known_args(argv)
     try:
         given_once("--models", args.models)
@@ -61,9 +65,12 @@ def main(argv=None) -> int:
     except HarnessError as e:
         print(f"quote_grid: {e}", file=sys.stderr)
         return 2
+    wrap = (lambda note: textwrap.wrap(note, args.width, subsequent_indent="  ")) if args.format == "text" and \
+        args.width else (lambda note: [note])  # a long note in lines of the text's width
     notes = Table("grid_quote_notes", "Time, and what the quote leaves out", ["Note"],
-                  [[line] for line in quote_notes(parts, timing)])
-    print(RENDERINGS[args.format]([Table(*t) for t in quote_tables(parts)] + [notes]))
+                  [[line] for note in quote_notes(parts, timing) for line in wrap(note)])
+    tables = drawn_quote(quote_tables(parts)) + [notes]
+    print(render_text(tables, args.width or 10**9) if args.format == "text" else RENDERINGS[args.format](tables))
     return 1 if any(p.refused for p in parts) else 0  # a stage that would refuse to run is not quoted
 
 

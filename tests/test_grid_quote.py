@@ -9,6 +9,7 @@ batch share, so spent + quote for the rest = the grid's total".
 import csv
 import io
 import json
+import math
 import re
 
 import pytest
@@ -231,3 +232,51 @@ def test_the_batch_columns_send_only_the_roles_batch_roles_names(grid, capsys):
     eval_row, judge_row = rows[("LJP gold", "eval")], rows[("LJP gold", "judge")]
     assert eval_row["batch"][:2] == pytest.approx([v / 2 for v in eval_row["sync"][:2]], abs=0.01)
     assert judge_row["batch"][:2] == judge_row["sync"][:2]  # the judge stays synchronous, at its own price
+
+
+def test_one_reason_refusing_every_cell_is_one_line_over_no_table(grid, provider, capsys):
+    """Issue 35 item 14: "A stage refused for the same reason in every cell is one line with a count, not 32 copies
+    of a 420-character line over an empty table"."""
+    for model in MODELS:
+        for run_id in RUNS:
+            assert run(grid, provider, PAPER_STAGES[3], model, run_id, "--temperature", "0.2") == 0
+    capsys.readouterr()
+    status = quote_grid.main(["--models", *MODELS, "--run-ids", *RUNS, "--stages", "eval_LJP_gold", "--dataset",
+                              str(grid["dataset"]), "--output-root", str(grid["root"])])
+    out = capsys.readouterr().out
+    assert status == 1
+    assert "Calls at most" not in out and "Per evaluated model" not in out  # no empty table
+    refused = [line for line in out.splitlines() if "not counted" in line]
+    assert len(refused) == 1 and "not counted: 4 of 4 parts (LJP gold), for one reason" in refused[0]
+    assert "temperature" in out and "nothing counted" in out
+
+
+def test_money_has_the_decimals_its_smallest_amount_needs(grid, capsys, tmp_path):
+    """Issue 35 item 14: "Money has as many decimals as the smallest amount needs (`0.00` hides the sample's
+    quote)": two significant digits of the smallest amount, every amount at that precision, the CSV whole."""
+    cheap = tmp_path / "cheap.json"
+    cheap.write_text(json.dumps({m: {"prompt": 0.01, "completion": 0.04} for m in (*MODELS, *ROLE_MODELS.values())}))
+    rows, _ = quote(grid, capsys, "--prices", str(cheap))
+    amounts = [v for row in rows.values() for mode in ("sync", "batch") for v in row[mode] if v]
+    smallest = min(amounts)
+    digits = max(2, 1 - math.floor(math.log10(smallest)))  # by hand: 0.0016 needs 4, 0.000123 needs 5
+    assert smallest < 0.005 and digits > 2  # at 2 decimals the smallest would print as 0.00
+    capsys.readouterr()
+    assert quote_grid.main(["--models", *MODELS, "--run-ids", *RUNS, "--stages", "paper", "--dataset",
+                            str(grid["dataset"]), "--output-root", str(grid["root"]), "--prices", str(cheap),
+                            "--width", "0"]) == 0
+    total = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("total"))
+    low, high = rows[("total", "")]["sync"][:2]
+    assert total.split()[2:4] == [f"{low:.{digits}f}", f"{high:.{digits}f}"]
+
+
+def test_the_quote_takes_width_as_show_results_does(grid, capsys):
+    capsys.readouterr()
+    assert quote_grid.main(["--models", *MODELS, "--run-ids", *RUNS, "--stages", "paper", "--dataset",
+                            str(grid["dataset"]), "--output-root", str(grid["root"]), "--prices",
+                            str(grid["prices"]), "--width", "80"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    first = lines.index(next(line for line in lines if line.startswith("Calls at most")))
+    blocks = [i for i in range(first, len(lines)) if re.fullmatch(r"\(\d/\d\)", lines[i])][:2]
+    assert len(blocks) == 2
+    assert all(lines[i + 1].split()[:2] == ["Stage", "Role"] for i in blocks)  # the key columns in each block

@@ -9,6 +9,7 @@ import argparse
 import contextlib
 import io
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -199,13 +200,13 @@ def batch_cycles(parts: list[Part]) -> int:
 MODES = ("sync", "batch")
 
 
-def money_cells(sums: dict) -> list[str]:
-    """Low, high and expected, synchronous then batch ("n/a": a model without a price; "none": no saved run)."""
+def money_cells(sums: dict) -> list:
+    """Low, high and expected, synchronous then batch, as numbers ("n/a": a model without a price; "none": no saved
+    run); the report draws them (reporting/quote_tables.py)."""
     cells = []
     for mode in MODES:
         low, high, expected = sums.get(mode, (None, None, None))
-        cells += ["n/a"] * 3 if low is None else [f"{low:.2f}", f"{high:.2f}",
-                                                  "none" if expected is None else f"{expected:.2f}"]
+        cells += ["n/a"] * 3 if low is None else [low, high, "none" if expected is None else expected]
     return cells
 
 
@@ -213,26 +214,29 @@ NOTHING = {mode: (0.0, 0.0, 0.0) for mode in MODES}  # the money of no call
 MONEY_HEADERS = ["Sync low", "Sync high", "Sync expected", "Batch low", "Batch high", "Batch expected"]
 
 
-def quote_tables(parts: list[Part]) -> list[tuple[str, str, list[str], list[list[str]]]]:
-    """(id, title, headers, rows) of the quote's tables: per stage and role, per evaluated model, per endpoint."""
+def quote_tables(parts: list[Part]) -> list[tuple[str, str, list[str], list[list]]]:
+    """(id, title, headers, rows) of the quote's tables, per stage and role, per evaluated model, per endpoint;
+    counts as ints and money as floats (none when nothing is counted)."""
     counted = [p for p in parts if not p.refused]
+    if not counted:
+        return []
     stage_order = list(dict.fromkeys(p.stage for p in counted))
     per_stage = summed_money(counted, lambda p, role: (p.stage, role))
     calls = Counter()
     for part in counted:
         for role, n in part.calls.items():
             calls[(part.stage, role)] += n
-    stage_rows = [[stage, role, f"{sum(p.pending for p in counted if p.stage == stage):,}", f"{calls[(stage, role)]:,}",
+    stage_rows = [[stage, role, sum(p.pending for p in counted if p.stage == stage), calls[(stage, role)],
                    *money_cells(per_stage[(stage, role)])]
                   for stage in stage_order for role in ROLES if (stage, role) in per_stage]
     total = summed_money(counted, lambda p, role: "all")
-    stage_rows.append(["total", "", "", f"{sum(calls.values()):,}", *money_cells(total.get("all", NOTHING))])
+    stage_rows.append(["total", "", "", sum(calls.values()), *money_cells(total.get("all", NOTHING))])
     per_model = summed_money(counted, lambda p, role: p.model)
-    model_rows = [[model, f"{sum(sum(p.calls.values()) for p in counted if p.model == model):,}",
+    model_rows = [[model, sum(sum(p.calls.values()) for p in counted if p.model == model),
                    *money_cells(per_model.get(model, NOTHING))] for model in dict.fromkeys(p.model for p in counted)]
     endpoints = endpoint_calls(counted)
     endpoint_rows = [[model, ", ".join(sorted({role for p in counted for role in p.calls
-                                               if p.settings.roles[role].model == model})), f"{n:,}"]
+                                               if p.settings.roles[role].model == model})), n]
                      for model, n in endpoints.most_common()]
     return [("grid_quote_stages", "Calls at most (retries not counted) and cost per stage and role, every model "
              "and run of the grid; cases saved under the output root are not counted", ["Stage", "Role",
@@ -243,6 +247,27 @@ def quote_tables(parts: list[Part]) -> list[tuple[str, str, list[str], list[list
              "evaluated model", ["Model id", "Roles", "Calls"], endpoint_rows)]
 
 
+def refusal_lines(parts: list[Part]) -> list[str]:
+    """The parts not counted, one line per reason (compared without the run folder it names first) with its stages
+    and how many parts it holds: a grid refused for one reason in every cell is one line."""
+    reasons: dict[str, list[Part]] = {}
+    for part in (p for p in parts if p.refused):
+        reasons.setdefault(RUN_PATH.sub("", part.refused), []).append(part)
+    lines = []
+    for refused in reasons.values():
+        first = refused[0]
+        if len(refused) == 1:
+            lines.append(f"not counted: {first.stage}, model {first.model!r}, run {first.run_id}: {first.refused}")
+            continue
+        stages = ", ".join(dict.fromkeys(p.stage for p in refused))
+        lines.append(f"not counted: {len(refused)} of {len(parts)} parts ({stages}), for one reason; the first, model "
+                     f"{first.model!r}, run {first.run_id}: {first.refused}")
+    return lines
+
+
+RUN_PATH = re.compile(r"^\S*?manifest\.json: |^\S*/runs/\S*?: ")
+
+
 def hours(seconds: float) -> str:
     return f"{seconds / 3600:,.1f} h" if seconds >= 3600 else f"{seconds / 60:,.1f} min"
 
@@ -250,6 +275,8 @@ def hours(seconds: float) -> str:
 def quote_notes(parts: list[Part], timing: Timing) -> list[str]:
     """The wall-time estimate, batch cycles, and the parts not counted (a stage that would refuse to run)."""
     counted = [p for p in parts if not p.refused]
+    if not counted:
+        return ["nothing counted: every stage of every (model, run) would be refused"] + refusal_lines(parts)
     chains, limited, per_endpoint = wall_time(counted, timing)
     jobs = len({(p.model, p.run_id) for p in counted})
     lines = [f"synchronous wall time, estimated: {hours(max(chains, limited))} — calls in a row per case at "
@@ -266,5 +293,4 @@ def quote_notes(parts: list[Part], timing: Timing) -> list[str]:
         lines.append("cost: give --prices FILE (price per million tokens of each model id; see docs/cost.md)")
     elif missing:
         lines.append(f"no price for {', '.join(missing)}: their cost shows as n/a (add them to --prices)")
-    lines += [f"not counted: {p.stage}, model {p.model!r}, run {p.run_id}: {p.refused}" for p in parts if p.refused]
-    return lines
+    return lines + refusal_lines(parts)
