@@ -155,3 +155,28 @@ def test_a_journal_is_replayed_only_under_the_settings_it_was_made_with(harness,
     # by hand: DCG asks two forced questions; the first was paid at 0.7
     assert provider.kinds()["force_ask"] == (1 if replayed else 2)
     assert ("1 repl(ies) were made with other settings than this run's" in err) is not replayed
+
+
+CTRL_C_IN_IMPORT = """
+import builtins, runpy, sys
+real = builtins.__import__
+def ctrl_c_in_openai(name, *args, **kwargs):
+    if name == "openai":  # the user presses Ctrl-C while the SDK loads (the stage's first second)
+        raise KeyboardInterrupt
+    return real(name, *args, **kwargs)
+builtins.__import__ = ctrl_c_in_openai
+sys.argv = ["eval_LJP_gold.py", *sys.argv[1:]]
+runpy.run_path("eval_LJP_gold.py", run_name="__main__")
+"""
+
+
+def test_ctrl_c_while_the_sdk_loads_is_the_usual_interrupted_line(tmp_path):
+    """Issue 35 item 15: "A Ctrl-C during the first second of a stage, inside `import openai`, prints a 45-line
+    traceback; it should print the usual "interrupted" line"."""
+    env = {**os.environ, "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}
+    done = subprocess.run([sys.executable, "-c", CTRL_C_IN_IMPORT, "--run-id", "r1", "--model", "m", "--dataset",
+                           "data/LexPilot_sample.json", "--output-root", str(tmp_path / "out")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    err = done.stderr.strip().splitlines()
+    assert done.returncode == 130, done.stderr
+    assert err == ["[LJP gold] interrupted: completed cases are saved; rerun the same command to resume."]

@@ -315,5 +315,9 @@ def stage_main(stage: Stage, doc: str, argv=None, clients: dict | None = None) -
         path = e.filename or args.output_root
         what = "no space left on device" if e.errno == errno.ENOSPC else (e.strerror or str(e)).lower()
         message = f"{what}: {path}. Check --output-root ({args.output_root}); nothing was lost"
+    except KeyboardInterrupt:  # Ctrl-C before the cases' pool handles it (loading the SDK, reading the run)
+        print(f"\n[{stage.name}] interrupted: completed cases are saved; rerun the same command to resume.",
+              file=sys.stderr, flush=True)
+        return 130
     print(f"[{stage.name}] error: {settings.redact(message) if settings else message}", file=sys.stderr)
     return STOPPED
