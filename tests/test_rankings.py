@@ -476,3 +476,31 @@ def test_ljp_consistency_on_runs_the_stages_wrote(tmp_path, provider, monkeypatc
     assert show_results.main(["--output-root", str(h.root), "--consistency", "--format", "csv"]) == 0
     rows = {(r[0], r[1]): r[2:] for r in rows_of(capsys.readouterr().out, "Consistency over runs")}
     assert rows[("eval-model", "LJP Direct")] == expected
+
+
+def test_equal_values_share_a_rank(ranked_runs, tmp_path, monkeypatch, capsys):
+    """Issue 35 item 15: "Equal values share a rank". m-e answers as m-b does in both runs (23 of 24 each): the
+    two share rank 2, and m-c, below both, is 4th (competition ranking: 1, 2, 2, 4)."""
+    import json as json_module
+    import shutil
+
+    import show_results
+    from lexpilot.protocols.dcg import DCG_STAGE
+    from lexpilot.running.stage import stage_main
+    from tests.conftest import SECRET
+    from tests.fake_provider import FakeProvider
+    root = shutil.copytree(ranked_runs, tmp_path / "out")
+    dataset = ranked_runs.parent / "cases.json"
+    cases = json_module.loads(dataset.read_text(encoding="utf-8"))
+    monkeypatch.setitem(PLAN, "m-e", PLAN["m-b"])
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    with FakeProvider() as provider:
+        for run_id in ("r1", "r2"):
+            provider.script = dcg_script(cases, run_id)
+            assert stage_main(DCG_STAGE, "t", argv=["--run-id", run_id, "--model", "m-e", "--dataset", str(dataset),
+                                                    "--output-root", str(root)],
+                              clients=provider.in_memory_clients()) == 0
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(root), "--rank", "--format", "csv"]) == 0
+    ranking = [r for r in rows_of(capsys.readouterr().out, "Ranking per metric") if r[0] == "DCG Acc." and r[1] == "1"]
+    assert sorted((r[2], r[3]) for r in ranking) == [("1", "m-a"), ("2", "m-b"), ("2", "m-e"), ("4", "m-c")]

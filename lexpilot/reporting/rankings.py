@@ -169,9 +169,11 @@ def ranked_rows(tests: list[PairTest], members: list[Group], groups: list[Group]
     labels = [label(g) for g in ranked]
     complete = all(frozenset(p) in tested for p in itertools.combinations(labels, 2))
     letters = letter_display(labels, different) if complete else {}
-    return [[name, *([set_label] if set_label else []), str(rank), label(g), f"{g.stat(key)['mean']:.{METRIC}f}",
+    means = [round(g.stat(key)["mean"], 12) for g in ranked]  # equal but for float noise: the same value
+    return [[name, *([set_label] if set_label else []), str(means.index(mean) + 1), label(g),  # equal values share
+             f"{g.stat(key)['mean']:.{METRIC}f}",  # a rank (1, 1, 3), as in competition ranking
              "n/a" if g.stat(key)["sd"] is None else f"{g.stat(key)['sd']:.{METRIC}f}", str(g.stat(key)["n"]),
-             letters.get(label(g), "n/a")] for rank, g in enumerate(ranked, 1)]
+             letters.get(label(g), "n/a")] for g, mean in zip(ranked, means)]
 
 
 def ranking_tables(groups: list[Group], boot: Bootstrap, alpha: float, by_class: list[str] | None = None) -> list[Table]:
