@@ -338,7 +338,7 @@ def test_batch_status_says_it_cannot_tell_after_a_lost_ledger_without_metadata(t
     assert h.run("gold", "--batch-status") == 0
     out = capsys.readouterr().out
     assert "no batch in flight" not in out
-    assert ("cannot tell what is in flight: the ledger is gone and the provider lists 1 batch(es) without "
+    assert ("cannot tell what is in flight: the ledger is gone and the provider lists 1 batch without "
             "metadata") in out
 
 

@@ -180,3 +180,17 @@ def test_ctrl_c_while_the_sdk_loads_is_the_usual_interrupted_line(tmp_path):
     err = done.stderr.strip().splitlines()
     assert done.returncode == 130, done.stderr
     assert err == ["[LJP gold] interrupted: completed cases are saved; rerun the same command to resume."]
+
+
+def test_counts_in_messages_and_titles_agree_with_their_nouns(tmp_path, provider, monkeypatch, capsys):
+    """Issue 35 item 15: "Fix the grammar: "1 more calls", "1 cycles", "(1 runs …)"" — on a batch run of one case
+    of the gold stage (a prediction, then its extraction: two cycles) and its report."""
+    from tests.conftest import Harness
+    h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "one.json", sample_cases()[:1]))
+    assert h.run("gold", "--batch", "--batch-poll", "1") == 0
+    said = capsys.readouterr()
+    assert "cycle 1: 1 request in 1 batch; 1 case pending, at most 2 more calls in the longest" in said.err
+    assert "cycle 2: 1 request in 1 batch; 1 case pending, at most 1 more call in the longest" in said.err
+    assert "2 cycles in this run" in said.out
+    assert show_results.main(["--output-root", str(h.root), "--usage"]) == 0
+    assert "Spent so far: every run and model shown (1 run, saved records)" in capsys.readouterr().out

@@ -18,7 +18,7 @@ from tests.conftest import ROOT
 
 # Each part of the package and the parts it may import (its own included). The foundation is the package's root
 # modules and the benchmark's vocabulary and data; everything may import it.
-FOUNDATION = {"errors", "paths", "files", "pricing", "settings", "benchmark"}
+FOUNDATION = {"errors", "paths", "files", "pricing", "settings", "text", "benchmark"}
 MAY_IMPORT = {
     "foundation": {"foundation"},
     "models": {"foundation", "models"},

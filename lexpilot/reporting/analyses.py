@@ -34,6 +34,7 @@ from lexpilot.reporting.judges import (
 from lexpilot.reporting.runs import OVERALL, saved_records
 from lexpilot.reporting.scoring import AUDITED
 from lexpilot.reporting.table import AVERAGE, METRIC, PERCENT, Figure, Table
+from lexpilot.text import counted
 
 JUDGED_TASKS = ("LCA", "DCG", "LJP", "interaction rounds")  # what a re-judged run's judge decides again
 ORDER_CHANGED = "claim order changed"  # the case list's tag: a verdict changed with the claims shuffled
@@ -243,7 +244,7 @@ def figure_4_tables(groups: list[Group]) -> list[Table]:
     classes = classes_present(typed)
     labels = [g.label for g in typed]
     with_types = sum(1 for g in typed for r in g.runs if r.focal_types)
-    runs = f"over the {with_types} of {sum(len(g.runs) for g in typed)} runs with focal-point types"
+    runs = f"over the {with_types} of {counted(sum(len(g.runs) for g in typed), 'run')} with focal-point types"
     panels = []
     for panel, key, columns, title in (  # (a) and (b) over the same runs: those with focal-point types
             ("figure_4a", lambda c: ("DCG by focal type", c, OVERALL), types,

@@ -10,6 +10,7 @@ from lexpilot.pricing import cost
 from lexpilot.reporting.groups import Group
 from lexpilot.reporting.runs import Run
 from lexpilot.reporting.table import Table
+from lexpilot.text import counted
 
 
 def role_cost(run: Run, role: str, used: dict, prices: dict | None) -> float | None:
@@ -98,6 +99,6 @@ def grid_total(groups: list[Group], prices: dict | None) -> Table:
                      str(used["cached_prompt_tokens"]), str(used["completion_tokens"]),
                      money(sum(spent) if priced else None), money(sum(full) - sum(spent) if priced else None)])
     runs = sum(len(g.runs) for g in groups)
-    return Table("usage_grid_total", f"Spent so far: every run and model shown ({runs} runs, saved records)",
+    return Table("usage_grid_total", f"Spent so far: every run and model shown ({counted(runs, 'run')}, saved records)",
                  ["Role", "Calls", "Unanswered (paid, not priced)", "Batch share", "Prompt tokens",
                   "of which cached", "Completion tokens", "Cost", "Saved by the cache"], rows)

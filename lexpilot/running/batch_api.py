@@ -14,6 +14,7 @@ from lexpilot.errors import FatalError
 from lexpilot.files import check_input, write_atomic
 from lexpilot.models.calls import TRANSIENT_STATUS, backoff_seconds, error_message
 from lexpilot.running.ledger import Ledger
+from lexpilot.text import counted
 
 FINISHED = ("completed", "failed", "expired", "cancelled")
 MAX_REQUESTS, MAX_BYTES = 50_000, 200_000_000  # per batch input file (the provider's limits)
@@ -115,7 +116,7 @@ def submit(run, client, role: str, requests: list, max_tokens: int) -> None:
     created = create(run, client, uploaded.id)
     batch["batch_id"], batch["phase"] = created.id, "created"
     ledger.save()
-    run.log(f"submitted batch {created.id} ({role}, {len(requests)} requests)")
+    run.log(f"submitted batch {created.id} ({role}, {counted(len(requests), 'request')})")
 
 
 def create(run, client, file_id: str):

@@ -54,6 +54,7 @@ from lexpilot.storage.manifest import (
     run_incarnation,
     submitted_batches,
 )
+from lexpilot.text import counted
 
 
 class NeedsReply(Exception):
@@ -132,7 +133,7 @@ class BatchRun:
     run_case: object
     log: object
     failed: dict = field(default_factory=dict)  # case -> why it failed
-    held: Counter = field(default_factory=Counter)  # case -> replies the journal holds for its pending steps
+    held: Counter = field(default_factory=Counter)  # (case, step) -> replies the journal holds for a pending step
     retried: Counter = field(default_factory=Counter)  # (case, step) -> invalid outputs said so far
     said_before: Counter = field(default_factory=Counter)  # (case, step) -> replies the journal held at the start
     depth: int | None = None  # the least upper bound on the remaining calls said so far
@@ -222,8 +223,9 @@ def _cycles(run: BatchRun, out, err) -> int:
         cycle = run.ledger.next_cycle(run.name)
         groups = _requests(run, needs)
         _send(run, groups)
-        log(f"cycle {cycle}: {sum(len(r) for r in groups.values())} requests in {len(groups)} batch(es); "
-            f"{len(pending)} cases pending, at most {remaining_depth(run, pending)} more calls in the longest; "
+        log(f"cycle {cycle}: {counted(sum(len(r) for r in groups.values()), 'request')} in "
+            f"{counted(len(groups), 'batch', 'batches')}; {counted(len(pending), 'case')} pending, at most "
+            f"{counted(remaining_depth(run, pending), 'more call')} in the longest; "
             f"elapsed {time.monotonic() - started:.0f}s" + _spending(run))
     return _batch_summary(run, time.monotonic() - started, out, err)
 
@@ -246,7 +248,7 @@ def _replay(run: BatchRun, pending: list) -> list[tuple]:
     next batches, as (case, step, NeedsReply, prompt key)."""
     needs = []
     journal = read_journal(run, pending)
-    run.held = Counter(key[0] for key, queue in journal.replies.items() for _ in queue)
+    run.held = Counter(key[:2] for key, queue in journal.replies.items() for _ in queue)
     for case in pending:
         need = _replay_case(run, journal, case)
         if need:
@@ -282,7 +284,7 @@ def _replay_case(run: BatchRun, journal: CallJournal, case) -> tuple | None:
                     run.failed[case.number] = str(e)
                     return None
                 journal.add(case.number, calls.step, key, reply.text, used.by_role)
-                run.held[case.number] += 1
+                run.held[(case.number, calls.step)] += 1
                 continue
             tries = run.ledger.tries(key)
             if tries <= settings.transport.retries:
@@ -346,7 +348,7 @@ def _batch_summary(run: BatchRun, wall: float, out, err) -> int:
     state, name = run.state, run.name
     done = len(state.cases) - len(state.pending())
     print(f"[{name}] batch mode: {done} of {len(state.cases)} cases saved, {len(run.failed)} failed, "
-          f"{run.ledger.cycles(name)} cycles in this run; elapsed {wall:.1f}s", file=out, flush=True)
+          f"{counted(run.ledger.cycles(name), 'cycle')} in this run; elapsed {wall:.1f}s", file=out, flush=True)
     for number, message in sorted(run.failed.items()):
         print(f"[{name}] case {number} failed: {run.settings.redact(message)}", file=err)
     if state.manifest_path and run.caller.token_fields != read_manifest(state.manifest_path).get(
@@ -358,15 +360,16 @@ def _batch_summary(run: BatchRun, wall: float, out, err) -> int:
 
 def remaining_depth(run: BatchRun, pending) -> int:
     """The most calls a pending case may still need, one per cycle: the protocol's remaining depth, less the
-    replies the journal already holds for the case."""
+    replies the journal already holds for its steps not saved yet (a step the replay has just saved holds none)."""
     state, depth = run.state, 0
     for case in pending:
         left = 0
         for step in state.steps:
             if case.number not in state.records[step.name]:
                 upstream = {need: state.records[need].get(case.number) for need in step.needs}
-                left += sum(step.calls_for(upstream, state.settings, case).values())
-        depth = max(depth, left - run.held[case.number])
+                bound = sum(step.calls_for(upstream, state.settings, case).values())
+                left += max(0, bound - run.held[(case.number, step.name)])  # rejected replies held count too
+        depth = max(depth, left)
     # both are upper bounds (a step's bound can grow once its upstream record is known): the tighter one holds
     run.depth = depth if run.depth is None else min(depth, run.depth)
     return run.depth
@@ -411,7 +414,7 @@ def status(name: str, settings, clients: dict, out=sys.stdout) -> int:
             batches = listing(run, client)
             if run.ledger_lost and untagged(batches):
                 print(f"{role}: cannot tell what is in flight: the ledger is gone and the provider lists "
-                      f"{len(batches)} batch(es) without metadata (restore {run.ledger.path}, or see docs/batch.md)",
+                      f"{counted(len(batches), 'batch', 'batches')} without metadata (restore {run.ledger.path}, or see docs/batch.md)",
                       file=out)
                 shown += 1
             for remote in listed(run, client, batches):
