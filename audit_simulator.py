@@ -1,4 +1,4 @@
-"""Simulator audit: the judge checks every User Model reply of a saved run (issue: trusting the simulator).
+"""Simulator audit: the judge checks every User Model reply of a saved run (can the simulator be trusted?).
 
 For each selected case, every reply the User Model gave in the run (the DCG round, and each interaction
 round, non-ideal users included) is given to the judge with the question it answered, the conversation before

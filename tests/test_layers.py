@@ -127,3 +127,24 @@ def test_every_output_folder_and_file_is_ignored_by_git_and_listed_in_the_readme
         assert f"/{kind.top}/" in ignored, kind.top
         assert f"{kind.top}/<run-id>/<model>/" in tree and kind.file in tree, (kind.top, kind.file)
     assert "/runs/" in ignored
+
+
+def help_texts(path: Path) -> list[str]:
+    """What --help prints from a file: its module docstring (an entry point's description) and every `help=`,
+    `description=` and `epilog=` text given to argparse."""
+    import ast
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    texts = [ast.get_docstring(tree) or ""] if path.parent == ROOT else []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg in ("help", "description", "epilog"):
+            texts += [part.value for part in ast.walk(node.value)
+                      if isinstance(part, ast.Constant) and isinstance(part.value, str)]
+    return texts
+
+
+def test_no_help_text_names_an_issue():
+    """Issue 35 item 15: "`--help` texts name no issue" (a reader of --help has never seen the tracker)."""
+    import re
+    files = [*ROOT.glob("*.py"), *(ROOT / "lexpilot").rglob("*.py")]
+    found = [(p.name, t) for p in files for t in help_texts(p) if re.search(r"\bissues? \d|#\d|\(issue\b", t)]
+    assert not found
