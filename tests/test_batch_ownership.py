@@ -308,7 +308,7 @@ def test_a_lost_ledger_is_not_said_for_a_stage_that_never_submitted(tmp_path, pr
     h = Harness(tmp_path / "batch", provider, monkeypatch, dataset)
     provider.batch_listed = lambda batch: None
     assert h.run("gold", "--batch", "--batch-poll", "1") == 0
-    assert manifest(h)["batches_submitted"] == [STAGES["gold"].name]
+    assert manifest(h)["batches_submitted"] == {STAGES["gold"].name: 2}  # its last cycle that submitted
     next((h.root / "runs").glob("*/*/batches.json")).unlink()
     provider.processed.clear()
     assert h.run("direct", "--batch", "--batch-poll", "1") == 0
@@ -357,3 +357,99 @@ def test_a_batch_the_ledger_knows_is_not_called_foreign(tmp_path, provider, monk
     assert h.run("gold", "--batch", "--batch-poll", "1") == 0
     assert "left alone" not in capsys.readouterr().err
     assert provider.processed == expected
+
+
+# ----------------------------------------------------------------------------- second review of items 1-2
+
+def finish(provider) -> None:
+    for batch in provider.batches.values():
+        batch["_ready"] = 0
+
+
+def ledger_file(h):
+    return next((h.root / "runs").glob("*/*/batches.json"))
+
+
+def test_a_lost_ledger_after_a_re_ask_adopts_the_re_ask_not_the_answered_batch(tmp_path, monkeypatch, capsys):
+    """An invalid judge output asked again: the re-ask asks what the first ask asked. After a lost ledger, the
+    batch of the first ask (collected already: its replies are in the journal) must not take the re-ask's place."""
+    from tests.fake_provider import FakeProvider
+    from tests.test_batch_invalid import FirstAnswerInvalid
+    four = write_dataset(tmp_path / "four.json", CASES[:4])
+    with FakeProvider(FirstAnswerInvalid()) as sync:
+        assert Harness(tmp_path / "sync", sync, monkeypatch, four).run("gold") == 0
+        expected = Counter(sync.processed)
+    with FakeProvider(FirstAnswerInvalid()) as provider:
+        h = Harness(tmp_path / "batch", provider, monkeypatch, four)
+        provider.batch_delay = 3600
+        for _ in range(3):  # the predictions; their extractions (prose); the extractions asked again, in flight
+            assert h.run("gold", "--batch-detach") == 0
+            finish(provider)
+        ledger_file(h).unlink()
+        provider.batch_delay = 0
+        capsys.readouterr()
+        assert h.run("gold", "--batch", "--batch-poll", "1") == 0
+        err = capsys.readouterr().err
+        assert "re-attached batch batch-3 from the provider's list (4 requests of this run)" in err
+        assert "re-attached batch batch-2" not in err
+        assert provider.processed == expected  # request by request: nothing bought twice
+
+
+def test_a_ledger_another_stage_wrote_after_the_loss_is_still_a_lost_ledger(tmp_path, provider, monkeypatch, dataset,
+                                                                           capsys):
+    """Every stage of a run shares batches.json: the gold stage's ledger lost, the direct stage writes a new one;
+    gold's batches are still not in it."""
+    h = Harness(tmp_path / "batch", provider, monkeypatch, dataset)
+    provider.batch_listed = lambda batch: None
+    provider.batch_delay = 3600
+    assert h.run("gold", "--batch-detach") == 0
+    ledger_file(h).unlink()
+    provider.batch_delay = 0
+    assert h.run("direct", "--batch", "--batch-poll", "1") == 0  # a new batches.json
+    submitted = Counter(provider.submitted)
+    capsys.readouterr()
+    assert h.run("gold", "--batch-status") == 0
+    assert "cannot tell what is in flight: the ledger is gone and the provider lists" in capsys.readouterr().out
+    assert h.run("gold", "--batch", "--batch-poll", "1") == 2
+    assert "the ledger is gone and the provider does not return batch metadata; 8 requests may already be paid" \
+        in capsys.readouterr().err
+    assert provider.submitted == submitted
+
+
+def test_a_stale_copy_of_the_ledger_put_back_is_said_before_any_submission(tmp_path, provider, monkeypatch, dataset,
+                                                                         capsys):
+    h = Harness(tmp_path / "batch", provider, monkeypatch, dataset)
+    provider.batch_listed = lambda batch: None
+    provider.batch_delay = 3600
+    assert h.run("gold", "--batch-detach") == 0  # the predictions
+    backup = ledger_file(h).read_bytes()
+    finish(provider)
+    assert h.run("gold", "--batch-detach") == 0  # collected; the extractions submitted
+    ledger_file(h).write_bytes(backup)  # an old copy put back
+    finish(provider)
+    submitted = Counter(provider.submitted)
+    capsys.readouterr()
+    assert h.run("gold", "--batch", "--batch-poll", "1") == 2
+    assert ("the ledger is older than the stage's last batches and the provider does not return batch metadata; 8 "
+            "requests may already be paid") in capsys.readouterr().err
+    assert provider.submitted == submitted
+
+
+def test_a_lost_ledger_at_a_provider_that_lists_none_of_the_runs_batches_is_said(tmp_path, provider, monkeypatch,
+                                                                               dataset, capsys):
+    """Another API key or project lists none of the run's batches: what was submitted cannot be seen."""
+    h = Harness(tmp_path / "batch", provider, monkeypatch, dataset)
+    provider.batch_delay = 3600
+    assert h.run("gold", "--batch-detach") == 0
+    ledger_file(h).unlink()
+    provider.batch_listed = lambda batch: {"lexpilot_run": "someone else's"}  # none of this run's
+    provider.batch_delay = 0
+    submitted = Counter(provider.submitted)
+    capsys.readouterr()
+    assert h.run("gold", "--batch-status") == 0
+    assert "cannot tell what is in flight: the ledger is gone and the provider lists no batch of this run" in \
+        capsys.readouterr().out
+    assert h.run("gold", "--batch", "--batch-poll", "1") == 2
+    assert ("the ledger is gone and the provider lists no batch of this run, model and stage (another API key or "
+            "project?); 8 requests may already be paid") in capsys.readouterr().err
+    assert provider.submitted == submitted

@@ -14,6 +14,7 @@ from lexpilot.errors import FatalError
 from lexpilot.files import check_input, write_atomic
 from lexpilot.models.calls import TRANSIENT_STATUS, backoff_seconds, error_message
 from lexpilot.running.ledger import Ledger
+from lexpilot.storage.checkpoints import journal_custom_ids
 from lexpilot.text import counted
 
 FINISHED = ("completed", "failed", "expired", "cancelled")
@@ -222,14 +223,12 @@ def adopt(run, clients: dict, pending: dict[str, tuple]) -> int:
     again."""
     ledger, adopted = run.ledger, 0
     known, files = ledger.known_batch_ids(), ledger.known_file_ids()
+    collected = journal_custom_ids(run.journal_path)  # lines of a batch imported already: never matched again
     for role, client in clients.items():
         batches = listing(run, client)
-        asked = sum(len(requests) for requests in pending.values())
-        if run.ledger_lost and asked and untagged(batches) and not run.settings.batching.resubmit:
-            raise FatalError(f"{ledger.path}: the ledger is gone and the provider does not return batch metadata; "
-                             f"{asked} requests may already be paid. Restore the ledger, or rerun with "
-                             "--batch-resubmit to submit them again")
-        for remote in listed(run, client, batches):
+        ours = listed(run, client, batches)
+        refuse_if_lost(run, pending, batches, ours)
+        for remote in ours:
             if remote.id in known or remote.input_file_id in files or \
                     (remote.status in ("failed", "expired", "cancelled") and not remote.output_file_id):
                 continue
@@ -243,22 +242,44 @@ def adopt(run, clients: dict, pending: dict[str, tuple]) -> int:
             for line in lines:
                 try:
                     entry = json.loads(line)
+                    if entry["custom_id"] in collected:
+                        continue  # answered and collected before the ledger was lost (a re-ask asks the same)
                     # identical requests of different cases (a judge prompt holding only a reply) each take one
                     case, step, key, request_role, max_tokens = pending[request_digest(entry["body"])].pop(0)
                 except (ValueError, KeyError, TypeError, AttributeError, IndexError):
                     continue  # not a request the cases need now (answered already, or not ours)
                 requests[entry["custom_id"]] = {"case": case, "step": step, "key": key, "role": request_role,
                                                 "max_tokens": max_tokens}
-            ledger.data["batches"].append({"role": role, "phase": "created", "batch_id": remote.id,
-                                           "file_id": remote.input_file_id, "max_tokens": 0, "requests": requests,
-                                           "adopted": True})
+            # a batch every line of which was collected already is known from now on, and nothing more
+            ledger.data["batches"].append({"role": role, "phase": "created" if requests else "imported",
+                                           "batch_id": remote.id, "file_id": remote.input_file_id, "max_tokens": 0,
+                                           "requests": requests, "adopted": True})
             known.add(remote.id)
+            if not requests:
+                ledger.save()
+                continue
             adopted += 1
             run.log(f"re-attached batch {remote.id} from the provider's list ({len(requests)} requests of this run): "
                     "the ledger did not know it")
     if adopted:
         ledger.save()
     return adopted
+
+
+def refuse_if_lost(run, pending: dict, batches: list, ours: list) -> None:
+    """After a lost or stale ledger, with requests still to make: a provider whose list has no metadata, or lists
+    none of this run's batches (another key or project?), cannot show what was submitted; stop rather than pay
+    twice, unless --batch-resubmit."""
+    asked = sum(len(requests) for requests in pending.values())
+    if not run.ledger_lost or not asked or run.settings.batching.resubmit:
+        return
+    why = ("the provider does not return batch metadata" if untagged(batches) else
+           "the provider lists no batch of this run, model and stage (another API key or project?)" if not ours
+           else "")
+    if why:
+        raise FatalError(f"{run.ledger.path}: {run.ledger_lost} and {why}; "
+                         f"{asked} requests may already be paid. Restore the ledger, or rerun with --batch-resubmit "
+                         "to submit them again")
 
 
 def untagged(batches: list) -> bool:

@@ -140,8 +140,8 @@ class BatchRun:
     incarnation: str = ""  # the run's own id (its manifest's): in every batch's metadata and custom id
     late: bool = False  # the run began before incarnations: its batches without one are its own too
     foreign_said: set = field(default_factory=set)  # the other runs' batches named so far
-    ledger_lost: bool = False  # the run submitted batches, and its ledger is gone
-    noted_submission: bool = False  # the manifest says the run has submitted batches
+    ledger_lost: str = ""  # why the ledger does not hold the stage's batches the manifest counts ("": it does)
+    noted_submission: int = 0  # the stage's last cycle the manifest counts as submitting
 
     def batch_clients(self) -> dict:
         """One client per endpoint of the batched roles (roles may share one)."""
@@ -161,7 +161,12 @@ def know_itself(run: BatchRun, path: Path | None, read_only: bool = False) -> No
     elif isinstance(manifest.get("incarnation"), str):
         run.incarnation = manifest["incarnation"]
     run.late = incarnation_late(manifest) or (bool(manifest) and not run.incarnation)
-    run.ledger_lost = not run.ledger.found and submitted_batches(manifest, run.name)
+    # the stage's batches as the manifest counts them, and the ledger does not: a lost ledger, another stage's new
+    # one, or an old copy put back
+    submitted = submitted_batches(manifest, run.name)
+    run.ledger_lost = "" if submitted <= run.ledger.cycles(run.name) else \
+        "the ledger is gone" if not run.ledger.found or not run.ledger.cycles(run.name) else \
+        "the ledger is older than the stage's last batches"
 
 
 def ledger_path(settings) -> Path:
@@ -331,9 +336,10 @@ def _requests(run: BatchRun, needs: list[tuple]) -> dict[str, list]:
 
 def _send(run: BatchRun, groups: dict[str, list]) -> None:
     settings = run.settings
-    if groups and run.state.manifest_path and not settings.batching.files and not run.noted_submission:
-        note_batches_submitted(run.state.manifest_path, run.name)  # the stage's ledger missing from now on was lost
-        run.noted_submission = True  # once per invocation: the manifest is not read again each cycle
+    cycle = run.ledger.cycles(run.name)
+    if groups and run.state.manifest_path and not settings.batching.files and run.noted_submission != cycle:
+        note_batches_submitted(run.state.manifest_path, run.name, cycle)  # before any of the cycle's submissions
+        run.noted_submission = cycle
     for group, requests in groups.items():
         role = requests[0][1]["role"]
         for chunk in chunks(requests):
@@ -412,12 +418,14 @@ def status(name: str, settings, clients: dict, out=sys.stdout) -> int:
         known = run.ledger.known_batch_ids()
         for role, client in run.batch_clients().items():
             batches = listing(run, client)
-            if run.ledger_lost and untagged(batches):
-                print(f"{role}: cannot tell what is in flight: the ledger is gone and the provider lists "
-                      f"{counted(len(batches), 'batch', 'batches')} without metadata (restore {run.ledger.path}, or see docs/batch.md)",
-                      file=out)
+            ours = listed(run, client, batches)
+            if run.ledger_lost and (untagged(batches) or not ours):
+                lists = (f"lists {counted(len(batches), 'batch', 'batches')} without metadata" if untagged(batches)
+                         else "lists no batch of this run, model and stage")
+                print(f"{role}: cannot tell what is in flight: {run.ledger_lost} and the provider {lists} (restore "
+                      f"{run.ledger.path}, or see docs/batch.md)", file=out)
                 shown += 1
-            for remote in listed(run, client, batches):
+            for remote in ours:
                 # a completed batch the ledger does not know was never collected into it (a lost ledger): its
                 # replies are still to be taken
                 answered = remote.status == "completed" or getattr(remote, "output_file_id", None)

@@ -103,6 +103,14 @@ def _journal_lines(path: Path):
                 yield raw, None
 
 
+def journal_custom_ids(path: Path) -> set[str]:
+    """The custom ids of every batch reply the journal holds: requests already collected, never to be matched to a
+    request the cases need now."""
+    if not path.exists():
+        return set()
+    return {e["custom_id"] for _, e in _journal_lines(path) if e is not None and isinstance(e.get("custom_id"), str)}
+
+
 def reply_digest(reply: str) -> str:
     return hashlib.sha256(reply.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 

@@ -250,20 +250,26 @@ def incarnation_late(manifest: dict) -> bool:
     return manifest.get("incarnation_late") is True
 
 
-def note_batches_submitted(path: Path, stage: str) -> None:
-    """Note in the manifest that the stage has submitted batches, once: its ledger missing after that was lost."""
+def note_batches_submitted(path: Path, stage: str, cycle: int) -> None:
+    """Note in the manifest the stage's last cycle that submits batches, before it submits them: a ledger that
+    records fewer cycles of the stage after that was lost, or is a stale copy."""
     manifest = read_manifest(path)
-    if not submitted_batches(manifest, stage):
-        stages = manifest.get("batches_submitted")
-        manifest["batches_submitted"] = sorted({*(stages if isinstance(stages, list) else ()), stage})
+    stages = manifest.get("batches_submitted")
+    stages = dict(stages) if isinstance(stages, dict) else {name: 1 for name in stages} \
+        if isinstance(stages, list) else {}
+    if stages.get(stage) != cycle:
+        manifest["batches_submitted"] = {**stages, stage: cycle}
         write_json(path, manifest)
 
 
-def submitted_batches(manifest: dict, stage: str) -> bool:
-    """Whether the manifest says the stage has submitted batches (`true`, as written before stages were named
-    there, stands for every stage)."""
+def submitted_batches(manifest: dict, stage: str) -> int:
+    """The stage's last cycle that submitted batches, as the manifest says (0: none; 1 where an older manifest
+    says only that it did: `true` for every stage, or a list of stages)."""
     stages = manifest.get("batches_submitted")
-    return stages is True or (isinstance(stages, list) and stage in stages)
+    if isinstance(stages, dict):
+        cycle = stages.get(stage, 0)
+        return cycle if isinstance(cycle, int) and not isinstance(cycle, bool) else 1
+    return int(stages is True or (isinstance(stages, list) and stage in stages))
 
 
 def read_manifest(path: Path) -> dict:
