@@ -32,10 +32,11 @@ from lexpilot.settings import given_once, number, rate_limits
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      allow_abbrev=False)  # --run-id is a stage option, not --run-ids
-    parser.add_argument("--models", nargs="+", required=True, help="the evaluated model ids")
+    # a flag given twice adds to the first (argparse would keep only the last, quoting half the grid in silence)
+    parser.add_argument("--models", nargs="+", action="extend", required=True, help="the evaluated model ids")
     runs = parser.add_mutually_exclusive_group()
     runs.add_argument("--runs", type=number(int, 1, 1000), default=5, help="run1 .. runN (default 5, as the paper)")
-    runs.add_argument("--run-ids", nargs="+", help="these run ids instead")
+    runs.add_argument("--run-ids", nargs="+", action="extend", help="these run ids instead")
     parser.add_argument("--stages", nargs="+", default=["all"], metavar="NAME",
                         help=f"entry points or sets: {', '.join([*STAGE_SETS, *GRID_STAGES])} (default: all; "
                         "paper: what LexAwN_gen.py, eval_DCG.py and eval_LJP.py run)")

@@ -101,7 +101,9 @@ def test_figure_3_with_a_complexity_file(typed_run, capsys):
     row = dict(zip(rows[1], next(r for r in rows if r[1] == "Spearman's rho, complexity vs DCG Acc.")))
     assert float(row["DCG Acc. value"]) == pytest.approx(expected, abs=1e-6) and row["LCA Macro-F1 value"] == ""
     assert show_results.main(["--output-root", str(typed_run.root)]) == 0  # the sample has no complexity field
-    assert "no complexity data: pass --complexity FILE" in capsys.readouterr().out
+    hint = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("no complexity data"))
+    assert "pass --complexity FILE" in hint and "data/LexPilot_sample_complexity.csv" in hint  # the shipped file
+    assert COMPLEXITY.is_file()
 
 
 @pytest.mark.parametrize("content,message", [

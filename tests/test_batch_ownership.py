@@ -453,3 +453,25 @@ def test_a_lost_ledger_at_a_provider_that_lists_none_of_the_runs_batches_is_said
     assert ("the ledger is gone and the provider lists no batch of this run, model and stage (another API key or "
             "project?); 8 requests may already be paid") in capsys.readouterr().err
     assert provider.submitted == submitted
+
+
+@pytest.mark.parametrize("reply", ["not JSON", "HTML", "a stream's error event", "a stream event not JSON"])
+def test_a_long_key_quoted_from_a_malformed_reply_is_redacted_before_it_is_cut(tmp_path, provider, monkeypatch,
+                                                                             dataset, capsys, reply):
+    """Second review of item 3: a malformed reply's start was cut (to 40 or 120 characters) before redaction, so a
+    key it held reached the message in part."""
+    h = Harness(tmp_path / "run", provider, monkeypatch, dataset)
+    monkeypatch.setenv("OPENAI_API_KEY", LONG_KEY)
+    stream = reply.startswith("a stream")
+    body = {"not JSON": f"Unauthorized {LONG_KEY}", "HTML": f"<html>key {LONG_KEY}</html>",
+            "a stream's error event": "data: " + json.dumps({"error": {"message": "x" * 100 + " " + LONG_KEY}}) + "\n\n",
+            "a stream event not JSON": f"data: key {LONG_KEY} bad\n\n"}[reply]
+    kind = "text/event-stream" if stream else "text/html" if reply == "HTML" else "application/json"
+    provider.script = (lambda k, p, b: {"raw": body.encode(), "content_type": kind} if k == "force_judge" else None)
+    h.run("gold", "--retries", "0", "--keep-going", *(["--stream"] if stream else []))
+    said = capsys.readouterr()
+    assert "malformed reply" in said.err and "[redacted key]" in said.err
+    windows = {LONG_KEY[i:i + 12] for i in range(len(LONG_KEY) - 11)}
+    texts = [said.out + said.err] + [p.read_bytes().decode("utf-8", "replace") for p in h.root.rglob("*")
+                                     if p.is_file()]
+    assert not [w for w in windows for t in texts if w in t]

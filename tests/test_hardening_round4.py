@@ -194,3 +194,18 @@ def test_counts_in_messages_and_titles_agree_with_their_nouns(tmp_path, provider
     assert "2 cycles in this run" in said.out
     assert show_results.main(["--output-root", str(h.root), "--usage"]) == 0
     assert "Spent so far: every run and model shown (1 run, saved records)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("flag", ["--models", "--run-ids"])
+def test_quote_grid_adds_a_repeated_flag_to_the_first(tmp_path, capsys, flag):
+    """Second review of item 7: `--models a --models b` quoted only b, in silence. Each flag adds to the list."""
+    values = {"--models": ["a", "b"], "--run-ids": ["r1", "r2"]}[flag]
+    other = ["--run-ids", "r1"] if flag == "--models" else ["--models", "a"]
+    argv = [flag, values[0], flag, values[1], *other, "--stages", "eval_LJP_gold", "--limit", "1",
+            "--dataset", "data/LexPilot_sample.json", "--output-root", str(tmp_path), "--format", "csv"]
+    assert quote_grid.main(argv) == 0
+    out = capsys.readouterr().out
+    import csv
+    import io
+    total = next(r for r in csv.reader(io.StringIO(out)) if r and r[0].startswith("Calls at most") and r[1] == "total")
+    assert total[4] == str(2 * 2)  # two parts of one case, two calls each (prediction, extraction)

@@ -285,7 +285,7 @@ class ModelCaller:
                               hint="; the server may serve one request at a time: --concurrency 1, or start it "
                                    "with more slots (llama.cpp: --n_parallel)")
         except MalformedReply as e:
-            outcome = Attempt(problem=f"malformed reply: {self.settings.redact(str(e))}")
+            outcome = Attempt(problem=f"malformed reply: {e.said(self.settings.redact)}")
         except self.openai.APIConnectionError as e:
             outcome = Attempt(problem=f"connection error: {error_message(e.__cause__ or e, self.settings.redact)}")
         except self.transport_errors[1] as e:  # raised while reading a body the SDK handed over

@@ -15,7 +15,20 @@ MAX_TOKENS = 10 ** 9  # a token count above this is no count (and overflows the 
 
 
 class MalformedReply(Exception):
-    """The endpoint answered 200 with something that is not a valid chat completion."""
+    """The endpoint answered 200 with something that is not a valid chat completion. What it quotes of the reply
+    (`excerpt`) is kept whole here and cut only when said (`said`), after redaction: a key cut first would no
+    longer be matched."""
+
+    def __init__(self, message: str, excerpt: str | None = None, limit: int = 40):
+        super().__init__(message)
+        self.excerpt, self.limit = excerpt, limit
+
+    def said(self, redact) -> str:
+        """The message with its excerpt redacted, then cut to its limit."""
+        message = redact(str(self))
+        if self.excerpt is None:
+            return message
+        return f"{message} ({' '.join(redact(self.excerpt).split())[:self.limit]!r}…)"
 
 
 class StreamCutShort(MalformedReply):
@@ -44,9 +57,9 @@ def _loads(data: bytes | str, what: str):
     except RecursionError:
         raise MalformedReply(f"{what} is nested too deeply to be a chat completion") from None
     except ValueError:
-        start = data[:40].decode("utf-8", "replace") if isinstance(data, bytes) else data[:40]
+        start = data[:4000].decode("utf-8", "replace") if isinstance(data, bytes) else data[:4000]
         kind = "HTML" if start.lstrip().lower().startswith(("<!doctype", "<html")) else "not JSON"
-        raise MalformedReply(f"{what} is {kind} ({' '.join(start.split())!r}…)") from None
+        raise MalformedReply(f"{what} is {kind}", start) from None
 
 
 def _text(value, where: str) -> str:
@@ -149,7 +162,7 @@ def parse_stream(lines, deadline: float, aborted) -> Reply:
             break
         event = _loads(payload, "a stream event")
         if isinstance(event, dict) and isinstance(event.get("error"), dict):
-            raise MalformedReply(f"the stream reported an error: {str(event['error'].get('message'))[:120]}")
+            raise MalformedReply("the stream reported an error", str(event["error"].get("message"))[:4000], 120)
         if isinstance(event, dict) and event.get("usage") is not None:
             _usage(reply, event["usage"])
         if isinstance(event, dict) and event.get("choices") == []:

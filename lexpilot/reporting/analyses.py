@@ -288,7 +288,7 @@ def figure_3_tables(groups: list[Group], complexity: dict[str, float] | None) ->
     if not complexity:
         return [Table("figure_3", "Case complexity (Figure 3)", ["Note"],
                       [["no complexity data: pass --complexity FILE (cause_of_action,complexity: provisions cited "
-                        "per cause)"]])]
+                        "per cause; for the sample, data/LexPilot_sample_complexity.csv)"]])]
     from scipy.stats import spearmanr
     tables = []
     for g in groups:

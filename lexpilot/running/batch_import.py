@@ -131,7 +131,7 @@ def reply_of(entry: dict, max_tokens: int, say_usage=lambda problem: None) -> tu
     try:
         reply = parse_completion(json.dumps(response.get("body")).encode())
     except MalformedReply as e:
-        return "", {}, f"malformed reply: {e}"
+        return "", {}, f"malformed reply: {e.said(lambda text: text)}"  # redacted by the caller, uncut
     if reply.usage_problem:
         say_usage(reply.usage_problem)
     usage = Usage()
