@@ -42,7 +42,8 @@ def template(args) -> int:
     cases, _ = load_dataset(args.dataset)
     rows = probe_file.template(cases, args.per_cause, args.seed)
     write_sheet(args.out, probe_file.PROBE_COLUMNS, rows)
-    print(f"wrote {args.out}: {len(rows)} cases ({args.per_cause} per cause of action, seed {args.seed})")
+    print(f"wrote {args.out}: {len(rows)} cases (up to {args.per_cause} per cause of action, seed {args.seed}; a "
+          "cause with fewer gives all it has)")
     return 0
 
 

@@ -75,9 +75,20 @@ def read_prices(path: Path) -> dict[str, Price]:
     return prices
 
 
+PRICE_KEYS = ("prompt", "completion", "cached_prompt", "cache_discount", "batch_prompt", "batch_completion",
+              "batch_cached_prompt", "batch_discount")
+EITHER = (("cached_prompt", "cache_discount"), ("batch_prompt", "batch_discount"), ("batch_completion", "batch_discount"))
+
+
 def _price(entry: dict) -> Price:
     if not isinstance(entry, dict) or "prompt" not in entry or "completion" not in entry:
         raise KeyError("prompt")
+    unknown = [k for k in entry if k not in PRICE_KEYS]
+    if unknown:  # a misspelt key ("promt") would price nothing, in silence
+        raise ValueError(f"{unknown[0]!r} is not a price key")
+    both = next((pair for pair in EITHER if all(k in entry for k in pair)), None)
+    if both:  # which one wins would be a guess
+        raise ValueError(f"give {both[0]} or {both[1]}, not both")
     prompt, completion = (_field(entry, name, None, MAX_PRICE) for name in ("prompt", "completion"))
     factor = 1 - _field(entry, "batch_discount", 0, 1)
     cached = _field(entry, "cached_prompt", prompt * (1 - _field(entry, "cache_discount", 0, 1)), MAX_PRICE)

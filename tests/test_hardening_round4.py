@@ -37,6 +37,11 @@ BAD_PRICES = {
     "a discount above 1": ('{"DeepSeek-R1": {"prompt": 1, "completion": 4, "cache_discount": 1.5}}',
                            "cache_discount must be a number from 0 to 1"),
     "prompt true": ('{"DeepSeek-R1": {"prompt": true, "completion": 4}}', "prompt must be a number from 0 to 10000"),
+    # review: a misspelt key priced nothing; two ways to give one price left a guess
+    "a misspelt key": ('{"DeepSeek-R1": {"prompt": 1, "completion": 4, "cached_promt": 0.5}}',
+                       "'cached_promt' is not a price key"),
+    "a discount and a price": ('{"DeepSeek-R1": {"prompt": 1, "completion": 4, "batch_discount": 0.5, '
+                               '"batch_prompt": 0.4}}', "give batch_prompt or batch_discount, not both"),
 }
 
 
