@@ -282,3 +282,18 @@ def test_429_without_retry_after_uses_the_retry_budget():
     with FakeProvider(_script(*[{"status": 429}] * 5)) as p:
         with pytest.raises(CaseFailed, match="HTTP 429 .after 2 attempts"):
             _caller(p, retries=1).chat("eval", "x", Usage())
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_a_retry_after_beyond_the_cap_is_the_usual_backoff_on_a_5xx_as_on_a_429(status, monkeypatch):
+    """Issue 35, a behaviour the suite did not exercise: "a Retry-After carried by a server error (5xx) is capped
+    as a 429's is, so no single backoff waits past the cap". A day asked for is not waited (not even the cap's 300
+    s): the call is retried with the usual backoff."""
+    from lexpilot.models import calls as calls_module
+    with FakeProvider(_script({"status": status, "headers": {"Retry-After": "86400"}})) as p:
+        caller = _caller(p)
+        waits = []
+        monkeypatch.setattr(caller.abort, "wait", lambda seconds=None: waits.append(seconds) or False)
+        assert caller.chat("eval", "x", Usage()).text == "?"
+    assert waits and max(waits) <= calls_module.MAX_BACKOFF and max(waits) < 1  # the usual backoff (base 0.001)
+    assert "more than the 300 s the harness waits" in caller.progress.last_error

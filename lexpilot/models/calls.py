@@ -353,12 +353,12 @@ class ModelCaller:
         outcome = Attempt(problem=f"HTTP {status}", retry_after=wait if wait is not None and wait > 0 else None)
         if status == 429:
             outcome.pushed_back = "rate"
-            if outcome.retry_after is not None and outcome.retry_after > MAX_RETRY_AFTER:
-                # longer than the harness ever waits (a quota, a bogus header): a transient failure of this call,
-                # with the usual backoff, and no pause for the other workers
-                outcome.problem += (f" (provider asks to wait {_duration(outcome.retry_after)}, more than the "
-                                    f"{MAX_RETRY_AFTER:.0f} s the harness waits)")
-                outcome.retry_after, outcome.pushed_back = None, None
+        if outcome.retry_after is not None and outcome.retry_after > MAX_RETRY_AFTER:
+            # longer than the harness ever waits (a quota, a bogus header), on a 429 or a 5xx alike: a transient
+            # failure of this call, with the usual backoff, and no pause for the other workers
+            outcome.problem += (f" (provider asks to wait {_duration(outcome.retry_after)}, more than the "
+                                f"{MAX_RETRY_AFTER:.0f} s the harness waits)")
+            outcome.retry_after, outcome.pushed_back = None, None
         return outcome
 
     def _failure_hint(self, role: Role, last: Attempt) -> str:
