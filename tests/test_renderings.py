@@ -294,3 +294,38 @@ def test_a_group_shown_alone_keeps_its_name_and_its_link(tmp_path, provider, mon
     assert second.startswith("eval-model · temperature 0.2") and tables["figure_4a"]["rows"][0][0] == second
     index = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
     assert "group=eval-model+%C2%B7+temperature+0.2" in index.split("Figure 4 (a)")[1].split("</table>")[0]
+
+
+def test_text_tables_stay_aligned_with_fullwidth_punctuation(tmp_path, provider, monkeypatch, capsys):
+    """Issue 35, a behaviour the suite did not exercise: "text tables stay aligned with fullwidth punctuation
+    (（）：，) in a cell". A model id with them, through a run the gold stage wrote, in every table's columns."""
+    import unicodedata
+
+    from lexpilot.running.stage import stage_main
+    from tests.conftest import STAGES
+
+    def display_width(text: str) -> int:  # a terminal's cells, counted here apart from the renderer's own count
+        return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+    assert [unicodedata.east_asian_width(c) for c in "（）：，"] == ["F"] * 4  # fullwidth, not wide
+    h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "two.json", sample_cases()[:2]))
+    model = "模型（甲）：第一版，v1"
+    assert stage_main(STAGES["gold"], "t", argv=["--run-id", "r1", "--model", model, "--dataset", str(h.dataset),
+                                                 "--output-root", str(h.root)],
+                      clients=provider.in_memory_clients()) == 0
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(h.root), "--width", "0"]) == 0
+    checked = 0
+    for block in capsys.readouterr().out.split("\n\n"):
+        lines = block.splitlines()
+        rule = next((i for i, line in enumerate(lines) if line and set(line) <= {"-", " "}), None)
+        if rule is None or not any(model in line for line in lines[rule + 1:]):
+            continue
+        # each column starts where the rule's dashes start, in display cells, in the header and in every row
+        starts = [m.start() for m in re.finditer(r"(?:^|  )(-)", lines[rule])]
+        starts = [s + (2 if s else 0) for s in starts]
+        for line in [lines[rule - 1]] + [x for x in lines[rule + 1:] if model in x]:
+            cells = [display_width(line[:i]) for i in range(len(line) + 1)]
+            for start in starts[1:]:
+                assert start in cells and line[cells.index(start) - 2:cells.index(start)] == "  ", (line, start)
+        checked += 1
+    assert checked >= 3  # the runs table, Table 11 and the class tables at least
