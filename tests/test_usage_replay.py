@@ -153,3 +153,41 @@ def test_kills_at_random_moments_keep_the_usage_of_a_clean_run(tmp_path):
     assert killed >= 3
     assert spent(tmp_path / "killed") == clean
     assert 0 <= extra <= unanswered(tmp_path / "killed")
+
+
+
+class ReasonedProseThenStop(ProseThenStop):
+    """As ProseThenStop, the judge giving its reasoning apart (reasoning_content) with every answer: the prose's
+    reasoning, then the accepted answer's."""
+
+    def __call__(self, kind, prompt, body):
+        answer = super().__call__(kind, prompt, body)
+        if kind != "ljp_judge" or isinstance(answer, dict):
+            return answer
+        return {"content": answer, "reasoning_content": "这段输出不合格式。"} if answer else \
+            {"reasoning_content": "先分析每项诉请，再对照判决。"}
+
+
+def reasoning_of(h) -> dict:
+    return {r["case_number"]: r.get("reasoning") for r in h.records("eval_results", "LJP_gold.jsonl")}
+
+
+def test_the_judges_reasoning_reaches_the_record_in_batch_mode_and_after_a_replay(tmp_path, monkeypatch):
+    """Second review of #34: records kept the judge's reasoning synchronously and dropped it in batch mode (the
+    journal did not hold it), and so did a reply replayed from the journal after an interruption. Each attempt's
+    reasoning is kept, the rejected prose's too, in order."""
+    dataset = write_dataset(tmp_path / "two.json", cases())
+    with FakeProvider(ReasonedProseThenStop(stop=False)) as provider:
+        sync = Harness(tmp_path / "sync", provider, monkeypatch, dataset)
+        assert sync.run("gold") == 0
+    expected = reasoning_of(sync)
+    assert all(r == {"judge": ["这段输出不合格式。", "先分析每项诉请，再对照判决。"]} for r in expected.values())
+    with FakeProvider(ReasonedProseThenStop(stop=False)) as provider:
+        batch = Harness(tmp_path / "batch", provider, monkeypatch, dataset)
+        assert batch.run("gold", "--batch", "--batch-poll", "1") == 0
+    assert reasoning_of(batch) == expected
+    with FakeProvider(ReasonedProseThenStop(stop=True)) as provider:  # stopped after the first prose, rerun
+        replayed = Harness(tmp_path / "replayed", provider, monkeypatch, dataset)
+        assert replayed.run("gold", "--concurrency", "1") == 2
+        assert replayed.run("gold", "--concurrency", "1") == 0
+    assert reasoning_of(replayed) == expected

@@ -46,9 +46,11 @@ class CaseCalls:
         if self.journal:
             replayed = self.journal.take(self.case.number, self.step, role, prompt)
             if replayed is not None:
-                self.replayed.merge(replayed[1])
+                text, usage, reasoning = replayed
+                self.replayed.merge(usage)
                 self.replays += 1
-                return replayed[0]
+                self.keep_reasoning_of(role, reasoning)
+                return text
         # in batch mode the caller raises NeedsReply: the request goes into the next batch, and its reply reaches
         # the journal when the batch is collected (nothing is marked or kept here)
         batched = getattr(self.caller, "batched", False)
@@ -60,11 +62,16 @@ class CaseCalls:
             self.usage.merge(used.by_role)
             if call_id:
                 self.journal.ended(call_id)
-        if reply.reasoning and (role == "judge" or self.keep_reasoning):
-            self.reasoning.setdefault(role, []).append(reply.reasoning)
+        self.keep_reasoning_of(role, reply.reasoning)
         if self.journal:
-            self.journal.keep(self.case.number, self.step, role, prompt, reply.text, used.by_role)
+            self.journal.keep(self.case.number, self.step, role, prompt, reply.text, used.by_role,
+                              reply.reasoning if role == "judge" or self.keep_reasoning else "")
         return reply.text
+
+    def keep_reasoning_of(self, role: str, reasoning: str) -> None:
+        """The record keeps the judge's reasoning, and the other roles' with --keep-reasoning."""
+        if reasoning and (role == "judge" or self.keep_reasoning):
+            self.reasoning.setdefault(role, []).append(reasoning)
 
     def generate(self, role: str, prompt_name: str, **slots) -> str:
         return self._chat(role, fill(self.prompts[prompt_name], **slots))

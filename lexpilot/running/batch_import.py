@@ -76,10 +76,12 @@ class Importer:
 
     def take(self, batch: dict, cid: str, request: dict, entry: dict) -> int:
         role = request.get("role", batch["role"])
-        text, usage, problem = reply_of(entry, request.get("max_tokens", batch["max_tokens"]), self.say_usage(role))
+        text, usage, problem, reasoning = reply_of(entry, request.get("max_tokens", batch["max_tokens"]),
+                                                   self.say_usage(role))
         # a provider may echo the key in a reply or an error: redacted before any file or message, as a synchronous
         # reply is
         text, problem = self.run.settings.redact(text), self.run.settings.redact(problem)[:300]
+        reasoning = self.run.settings.redact(reasoning) if role == "judge" or self.run.settings.keep_reasoning else ""
         if problem and MAX_TOKENS_REFUSED.search(problem) and request.get("token_field", "max_tokens") == "max_tokens":
             # an OpenAI reasoning model refused the field the request carried: the role switches, as a synchronous
             # call does, and every such request is asked again with the new field; not a failed attempt
@@ -94,7 +96,8 @@ class Importer:
             self.run.log(f"case {request['case']}: {role} {problem}" + ("" if at_once else
                                                                         "; asked again in the next cycle"))
             return 0
-        self.journal.keep_key(request["case"], request["step"], request["key"], text, {role: usage}, custom_id=cid)
+        self.journal.keep_key(request["case"], request["step"], request["key"], text, {role: usage}, custom_id=cid,
+                              reasoning=reasoning)
         self.known.add(cid)
         return 1
 
@@ -115,30 +118,30 @@ class Importer:
         self.malformed, self.duplicated = 0, []
 
 
-def reply_of(entry: dict, max_tokens: int, say_usage=lambda problem: None) -> tuple[str, dict, str]:
-    """(text, usage, problem) of one line of a batch output or error file, validated as a synchronous reply
+def reply_of(entry: dict, max_tokens: int, say_usage=lambda problem: None) -> tuple[str, dict, str, str]:
+    """(text, usage, problem, reasoning) of one line of a batch output or error file, validated as a synchronous reply
     (malformed usage is handed to `say_usage`, and the reply kept with its counts unreported)."""
     response, error = entry.get("response"), entry.get("error")
     if response is not None and not isinstance(response, dict):
-        return "", {}, "malformed reply: the line's response is not an object"
+        return "", {}, "malformed reply: the line's response is not an object", ""
     response = response or {}
     if error or response.get("status_code") != 200:
         body = response.get("body") if isinstance(response.get("body"), dict) else {}
         detail = error if isinstance(error, dict) else (body.get("error") if isinstance(body.get("error"), dict)
                                                         else {"message": error or response.get("status_code")})
         # whole here: the caller redacts the key before it cuts the text
-        return "", {}, f"failed in the batch ({detail.get('message', response.get('status_code'))})"
+        return "", {}, f"failed in the batch ({detail.get('message', response.get('status_code'))})", ""
     try:
         reply = parse_completion(json.dumps(response.get("body")).encode())
     except MalformedReply as e:
-        return "", {}, f"malformed reply: {e.said(lambda text: text)}"  # redacted by the caller, uncut
+        return "", {}, f"malformed reply: {e.said(lambda text: text)}", ""  # redacted by the caller, uncut
     if reply.usage_problem:
         say_usage(reply.usage_problem)
     usage = Usage()
     usage.add("x", reply.prompt_tokens or 0, reply.completion_tokens or 0,
               unreported=int(reply.prompt_tokens is None), batched=1, cached_tokens=reply.cached_tokens or 0)
     if reply.finish_reason == "length":
-        return "", {}, f"reply truncated at {max_tokens} output tokens"
+        return "", {}, f"reply truncated at {max_tokens} output tokens", ""
     if not reply.text.strip():
-        return "", {}, "empty reply"
-    return reply.text, usage.by_role["x"], ""
+        return "", {}, "empty reply", ""
+    return reply.text, usage.by_role["x"], "", reply.reasoning

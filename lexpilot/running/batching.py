@@ -288,7 +288,8 @@ def _replay_case(run: BatchRun, journal: CallJournal, case) -> tuple | None:
                 except CaseFailed as e:
                     run.failed[case.number] = str(e)
                     return None
-                journal.add(case.number, calls.step, key, reply.text, used.by_role)
+                journal.add(case.number, calls.step, key, reply.text, used.by_role,
+                            reply.reasoning if need.role == "judge" or settings.keep_reasoning else "")
                 run.held[(case.number, calls.step)] += 1
                 continue
             tries = run.ledger.tries(key)

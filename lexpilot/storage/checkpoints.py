@@ -159,8 +159,8 @@ class CallJournal:
                     kept.append(raw if raw.endswith(b"\n") else raw + b"\n")
                     continue
                 key = (e["case_number"], e["step"], e["key"])
-                entry = (e["reply"], e["usage"])
-                if not all(isinstance(x, str) for x in (*key, e["reply"])) or not isinstance(e["usage"], dict):
+                entry = (e["reply"], e["usage"], e.get("reasoning", ""))
+                if not all(isinstance(x, str) for x in (*key, e["reply"], entry[2])) or not isinstance(e["usage"], dict):
                     raise TypeError
             except (KeyError, TypeError):
                 self.unreadable += 1  # a line torn by a crash: that call is simply made again
@@ -191,7 +191,8 @@ class CallJournal:
         text = prompt if isinstance(prompt, str) else json.dumps(prompt, ensure_ascii=False, sort_keys=True)
         return hashlib.sha256(f"{role}\0{text}".encode()).hexdigest()[:24]
 
-    def take(self, case_number: str, step: str, role: str, prompt) -> tuple[str, dict] | None:
+    def take(self, case_number: str, step: str, role: str, prompt) -> tuple[str, dict, str] | None:
+        """(reply, usage, reasoning) of the next reply the journal holds for this call, or None."""
         with self.lock:
             key = (case_number, step, self.key(role, prompt))
             queue = self.replies.get(key)
@@ -208,18 +209,21 @@ class CallJournal:
             for key, entry in reversed(self.taken.pop(case_number, [])):
                 self.replies.setdefault(key, deque()).appendleft(entry)
 
-    def add(self, case_number: str, step: str, key: str, reply: str, usage: dict) -> None:
+    def add(self, case_number: str, step: str, key: str, reply: str, usage: dict, reasoning: str = "") -> None:
         """Keep a reply just bought and queue it for this process's replay too."""
-        self.keep_key(case_number, step, key, reply, usage)
+        self.keep_key(case_number, step, key, reply, usage, reasoning=reasoning)
         with self.lock:
-            self.replies.setdefault((case_number, step, key), deque()).append((reply, usage))
+            self.replies.setdefault((case_number, step, key), deque()).append((reply, usage, reasoning))
 
-    def keep(self, case_number: str, step: str, role: str, prompt, reply: str, usage: dict) -> None:
-        self.keep_key(case_number, step, self.key(role, prompt), reply, usage)
+    def keep(self, case_number: str, step: str, role: str, prompt, reply: str, usage: dict,
+             reasoning: str = "") -> None:
+        self.keep_key(case_number, step, self.key(role, prompt), reply, usage, reasoning=reasoning)
 
     def keep_key(self, case_number: str, step: str, key: str, reply: str, usage: dict,
-                 custom_id: str | None = None, sync: bool = False) -> None:
+                 custom_id: str | None = None, sync: bool = False, reasoning: str = "") -> None:
         entry = {"case_number": case_number, "step": step, "key": key, "reply": reply, "usage": usage}
+        if reasoning:  # the reasoning the record keeps (a replayed reply keeps it too)
+            entry["reasoning"] = reasoning
         if self.settings:
             entry["settings"] = self.settings
         if custom_id:  # a reply collected from a batch: imported once, whatever happens during the import
