@@ -475,3 +475,28 @@ def test_a_long_key_quoted_from_a_malformed_reply_is_redacted_before_it_is_cut(t
     texts = [said.out + said.err] + [p.read_bytes().decode("utf-8", "replace") for p in h.root.rglob("*")
                                      if p.is_file()]
     assert not [w for w in windows for t in texts if w in t]
+
+
+def test_a_run_whose_manifest_and_ledger_are_lost_re_attaches_its_batch(tmp_path, provider, monkeypatch, dataset,
+                                                                       capsys):
+    """Second review: manifest.json and batches.json deleted, the records there. The manifest is rebuilt from the
+    records with a new incarnation; the run's batch, which carries the lost one, is still the run's own."""
+    expected = clean_run(tmp_path, provider, monkeypatch, dataset)
+    h = Harness(tmp_path / "batch", provider, monkeypatch, dataset)
+    provider.batch_delay = 3600
+    assert h.run("gold", "--batch-detach") == 0
+    finish(provider)
+    assert h.run("gold", "--batch-detach") == 0  # the predictions saved; the extractions in flight
+    ledger_file(h).unlink()
+    next((h.root / "runs").glob("*/*/manifest.json")).unlink()
+    finish(provider)
+    provider.batch_delay = 0
+    provider.processed.clear()
+    capsys.readouterr()
+    assert h.run("gold", "--batch", "--batch-poll", "1") == 0
+    err = capsys.readouterr().err
+    assert "re-attached batch batch-2 from the provider's list (8 requests of this run)" in err
+    assert "left alone" not in err
+    assert max(provider.submitted.values()) == 1  # nothing submitted twice
+    # what this run made the provider process: the extractions in flight, once each, and nothing else
+    assert provider.processed == Counter({k: n for k, n in expected.items() if k[0] == "ljp_judge"})

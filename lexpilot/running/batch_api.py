@@ -78,15 +78,17 @@ def tagged(remote, run) -> str | None:
     """"ours" for a batch tagged with this run, "foreign" for one of the same run id, root, model and stage made
     by another incarnation (an earlier run moved away, or one from before incarnations), else None. A run that
     began before incarnations (its manifest says so) owns the batches of its root, id, model and stage that carry
-    none: it made them before it had one."""
+    none: it made them before it had one. A run whose manifest was rebuilt from its records (the manifest was
+    lost, the records are there: not a new run under a moved root) owns every batch of its root, id, model and
+    stage: the incarnation they carry was in the lost manifest."""
     metadata = getattr(remote, "metadata", None) or {}
     if not isinstance(metadata, dict):
         return None
     ours = tag(run)
     if any(metadata.get(k) != v for k, v in ours.items() if k != "lexpilot_incarnation"):
         return None
-    if "lexpilot_incarnation" not in metadata and run.late:
-        return "ours"
+    if ("lexpilot_incarnation" not in metadata and run.late) or run.rebuilt:
+        return "ours"  # made before the run had an incarnation, or under the one its lost manifest held
     return "ours" if metadata.get("lexpilot_incarnation") == ours["lexpilot_incarnation"] else "foreign"
 
 
@@ -296,8 +298,10 @@ def carries(line: bytes, run) -> bool:
         return False
     if not isinstance(cid, str):
         return False
-    if run.late and re.fullmatch(r"[0-9a-f]{32}", cid):
+    if (run.late or run.rebuilt) and re.fullmatch(r"[0-9a-f]{32}", cid):
         return True
+    if run.rebuilt and re.fullmatch(r"[0-9a-f]{12}-[0-9a-f]{32}", cid):
+        return True  # the run's own, made under the incarnation its lost manifest held
     return bool(run.incarnation) and cid.startswith(f"{run.incarnation}-")
 
 

@@ -139,6 +139,7 @@ class BatchRun:
     depth: int | None = None  # the least upper bound on the remaining calls said so far
     incarnation: str = ""  # the run's own id (its manifest's): in every batch's metadata and custom id
     late: bool = False  # the run began before incarnations: its batches without one are its own too
+    rebuilt: bool = False  # its manifest was rebuilt from its records: its batches carry the lost incarnation
     foreign_said: set = field(default_factory=set)  # the other runs' batches named so far
     ledger_lost: str = ""  # why the ledger does not hold the stage's batches the manifest counts ("": it does)
     noted_submission: int = 0  # the stage's last cycle the manifest counts as submitting
@@ -161,9 +162,11 @@ def know_itself(run: BatchRun, path: Path | None, read_only: bool = False) -> No
     elif isinstance(manifest.get("incarnation"), str):
         run.incarnation = manifest["incarnation"]
     run.late = incarnation_late(manifest) or (bool(manifest) and not run.incarnation)
+    # a manifest rebuilt from the run's records got a new incarnation: the run's batches carry the lost one
+    run.rebuilt = manifest.get("rebuilt_from_records") is True
     # the stage's batches as the manifest counts them, and the ledger does not: a lost ledger, another stage's new
     # one, or an old copy put back
-    submitted = submitted_batches(manifest, run.name)
+    submitted = max(submitted_batches(manifest, run.name), int(run.rebuilt))  # a rebuilt one cannot say: it may
     run.ledger_lost = "" if submitted <= run.ledger.cycles(run.name) else \
         "the ledger is gone" if not run.ledger.found or not run.ledger.cycles(run.name) else \
         "the ledger is older than the stage's last batches"
