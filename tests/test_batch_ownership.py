@@ -391,6 +391,7 @@ def test_a_lost_ledger_after_a_re_ask_adopts_the_re_ask_not_the_answered_batch(t
         assert h.run("gold", "--batch", "--batch-poll", "1") == 0
         err = capsys.readouterr().err
         assert "re-attached batch batch-3 from the provider's list (4 requests of this run)" in err
+        assert "batch batch-3 (judge): completed" in err  # named by the role its requests ask
         assert "re-attached batch batch-2" not in err
         assert provider.processed == expected  # request by request: nothing bought twice
 

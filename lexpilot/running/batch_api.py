@@ -253,7 +253,9 @@ def adopt(run, clients: dict, pending: dict[str, tuple]) -> int:
                 requests[entry["custom_id"]] = {"case": case, "step": step, "key": key, "role": request_role,
                                                 "max_tokens": max_tokens}
             # a batch every line of which was collected already is known from now on, and nothing more
-            ledger.data["batches"].append({"role": role, "phase": "created" if requests else "imported",
+            # named by the role its requests ask (roles sharing an endpoint share its client, not their batches)
+            asked_role = next(iter(requests.values()))["role"] if requests else role
+            ledger.data["batches"].append({"role": asked_role, "phase": "created" if requests else "imported",
                                            "batch_id": remote.id, "file_id": remote.input_file_id, "max_tokens": 0,
                                            "requests": requests, "adopted": True})
             known.add(remote.id)
