@@ -173,6 +173,11 @@ def ranked_root(ranked_runs, tmp_path):
     return shutil.copytree(ranked_runs, tmp_path / "out")
 
 
+def csv_percent(share: float) -> str:
+    """A share as the CSV writes a percentage: the number whole (issue 35 item 13), in percent, to 6 decimals."""
+    return repr(round(100 * share, 6))
+
+
 def rows_of(out: str, table_start: str) -> list[list[str]]:
     import csv
     import io
@@ -204,8 +209,8 @@ def test_all_pairs_ranking_and_consistency_on_runs_the_stages_wrote(ranked_root,
     assert ["m-a (set 1) and m-d (set 2): models.judge differ"] in rows_of(out, "Pairs not compared")
     consistency_rows = {(r[0], r[1]): r[2:] for r in rows_of(out, "Consistency over runs")}
     # m-b's DCG: cases 2-23 right in both runs, 1 and 24 in one each: 22/24 in all, 24/24 in at least one, 2 flip
-    assert consistency_rows[("m-b", "DCG")] == ["2", "24", "91.7%", "100.0%", "91.7%", "8.3%"]
-    assert consistency_rows[("m-a", "DCG")] == ["2", "24", "100.0%", "100.0%", "100.0%", "0.0%"]
+    assert consistency_rows[("m-b", "DCG")] == ["2", "24", csv_percent(22 / 24), "100.0", csv_percent(22 / 24), csv_percent(2 / 24)]
+    assert consistency_rows[("m-a", "DCG")] == ["2", "24", "100.0", "100.0", "100.0", "0.0"]
 
 
 def test_the_letters_of_the_comparable_models(ranked_root, capsys):
@@ -269,11 +274,11 @@ def test_the_same_judge_rejudged_gives_test_retest_agreement_and_the_judges_shar
     out = capsys.readouterr().out
     labels = [r for r in rows_of(out, "Judge sensitivity: the two judges' labels") if r[3] == "DCG"]
     # r1's 12 questions: the two of case 1 now 否 (were 是): 10 of 12 agree; r2's all agree
-    assert [(r[1], r[5]) for r in labels] == [("r1 → r1-again", "83.3%"), ("r2 → r2-again", "100.0%")]
+    assert [(r[1], r[5]) for r in labels] == [("r1 → r1-again", csv_percent(5 / 6)), ("r2 → r2-again", "100.0")]
     noise = {r[1]: r[2:] for r in rows_of(out, "Judge noise")}
     # DCG accuracy: r1 4/6, r2 5/6 (variance between runs (1/6)^2 / 2); re-judged r1 3/6, r2 5/6: the judge's
     # variance is half the mean squared difference, ((1/6)^2 + 0) / 2 / 2 -> half of it
-    assert noise["DCG Acc."] == ["2", "2", f"{(1 / 6) ** 2 / 2:.6f}", f"{(1 / 6) ** 2 / 4:.6f}", "50.0%",
+    assert noise["DCG Acc."] == ["2", "2", f"{(1 / 6) ** 2 / 2:.6f}", f"{(1 / 6) ** 2 / 4:.6f}", "50.0",
                                  f"{(1 / 6) ** 2 / 4:.6f}"]
 
 
@@ -290,7 +295,7 @@ def test_a_shuffled_order_is_restored_exactly():
     assert shuffled_order(1, "17", "direct") == [0]
 
 
-@pytest.mark.parametrize("judge, expected", [("by claim", "100.0%"), ("first line", None)])
+@pytest.mark.parametrize("judge, expected", [("by claim", "100.0"), ("first line", None)])
 def test_the_order_stage_maps_verdicts_back_to_their_claims(tmp_path, provider, monkeypatch, capsys, judge, expected):
     """An order-blind judge (its verdict follows the claim's text) agrees with itself exactly once the verdicts are
     mapped back; a judge that answers 支持 to whatever claim comes first and 驳回 to the rest does not."""
@@ -321,7 +326,7 @@ def test_the_order_stage_maps_verdicts_back_to_their_claims(tmp_path, provider, 
             assert r["predicted"] == ["支持" if i == r["order"][0] else "驳回" for i in range(len(r["claims"]))]
         claims = sum(len(r["claims"]) for r in records)
         agree = sum(a == b for r in records for a, b in zip(r["original"], r["predicted"]))
-        expected = f"{100 * agree / claims:.1f}%"
+        expected = csv_percent(agree / claims)
         assert agree < claims
     capsys.readouterr()
     assert show_results.main(["--output-root", str(h.root), "--format", "csv"]) == 0
@@ -467,7 +472,7 @@ def test_ljp_consistency_on_runs_the_stages_wrote(tmp_path, provider, monkeypatc
             for i, (gold, predicted) in enumerate(zip(r["gold"], r["predicted"])):
                 verdicts.setdefault((r["case_number"], i), []).append((predicted, gold == predicted))
     items = list(verdicts.values())
-    share = lambda test: f"{100 * sum(map(test, items)) / len(items):.1f}%"  # noqa: E731
+    share = lambda test: csv_percent(sum(map(test, items)) / len(items))  # noqa: E731
     same = share(lambda v: v[0][0] == v[1][0])
     expected = ["2", str(len(items)), share(lambda v: v[0][1] and v[1][1]), share(lambda v: v[0][1] or v[1][1]),
                 same, share(lambda v: v[0][0] != v[1][0])]

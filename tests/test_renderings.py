@@ -329,3 +329,36 @@ def test_text_tables_stay_aligned_with_fullwidth_punctuation(tmp_path, provider,
                 assert start in cells and line[cells.index(start) - 2:cells.index(start)] == "  ", (line, start)
         checked += 1
     assert checked >= 3  # the runs table, Table 11 and the class tables at least
+
+
+def test_csv_and_json_carry_numbers_not_display_text(tmp_path, provider, monkeypatch, capsys):
+    """Issue 35 item 13: "Percentages, `192 / 141670 / 3262` usage cells and `12 × 2` power cells are text today,
+    and `--format json --table …` rows are display strings. Give every number its own column or field". On a gold
+    run of two cases the stage wrote: by hand, the evaluated model made one prediction per case (2 calls) and the
+    judge one extraction per case (2 calls)."""
+    import csv
+    import io
+    import json
+    h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "two.json", sample_cases()[:2]))
+    assert h.run("gold") == 0
+    records = [json.loads(line) for path in h.root.rglob("*.jsonl")
+               for line in path.read_text(encoding="utf-8").splitlines()]
+    prompt = sum(r["usage"].get("eval", {}).get("prompt_tokens", 0) for r in records)  # the predictions' records
+    assert prompt > 0
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(h.root), "--usage", "--format", "json", "--table",
+                              "usage_per_run", "main"]) == 0
+    tables = {t["id"]: t for t in json.loads(capsys.readouterr().out)["tables"]}
+    usage = dict(zip(tables["usage_per_run"]["headers"], tables["usage_per_run"]["rows"][0]))
+    assert usage["Evaluated model"]["calls"] == 2 and usage["Judge"]["calls"] == 2
+    assert usage["Evaluated model"]["prompt tokens"] == prompt
+    assert usage["Evaluated model"]["text"].startswith(f"2 / {prompt} / ")
+    main = dict(zip(tables["main"]["headers"], tables["main"]["rows"][0]))
+    gold_qwk = main["LJP Gold QWK"]
+    assert isinstance(gold_qwk, dict) and isinstance(gold_qwk["mean"], float) and gold_qwk["text"].startswith("0.")
+    assert show_results.main(["--output-root", str(h.root), "--usage", "--format", "csv", "--table",
+                              "usage_per_run"]) == 0
+    rows = [r for r in csv.reader(io.StringIO(capsys.readouterr().out)) if len(r) > 2 and r[0].startswith("Token")]
+    header, data = rows[0], rows[1]  # the table's header row, then its one run
+    row = dict(zip(header[2:], data[2:]))
+    assert row["Evaluated model calls"] == "2" and row["Evaluated model prompt tokens"] == str(prompt)

@@ -40,7 +40,7 @@ from lexpilot.benchmark.vocabulary import (
 from lexpilot.errors import HarnessError, first_of
 from lexpilot.files import fits_a_cell, key_file, read_sheet, write_sheet
 from lexpilot.reporting.bootstrap import percentile_interval
-from lexpilot.reporting.formats import interval_cell, kappa_cell
+from lexpilot.reporting.formats import interval_cell, kappa_cell, number_cell
 from lexpilot.reporting.metrics import kappa_from_confusion, label_agreement
 from lexpilot.reporting.renderings import render_text
 from lexpilot.reporting.results import load_runs
@@ -296,10 +296,10 @@ def agreement_table(labelled: list) -> Table:
         for name, value in (("hh", hh), ("hk", hk), ("lh", lh), ("lk", lk)):
             if value is not None:
                 means[name].append(value)
-        rows.append([task, str(len(items)), f"{100 * hh:.{PERCENT}f}%", kappa_cell(hk), f"{100 * lh:.{PERCENT}f}%", kappa_cell(lk)])
+        rows.append([task, str(len(items)), number_cell(hh, PERCENT, percent=True), kappa_cell(hk), number_cell(lh, PERCENT, percent=True), kappa_cell(lk)])
     mean = lambda v: sum(v) / len(v) if v else None  # noqa: E731
-    rows.append(["Average", str(len(labelled)), f"{100 * mean(means['hh']):.{PERCENT}f}%", kappa_cell(mean(means["hk"])),
-                 f"{100 * mean(means['lh']):.{PERCENT}f}%", kappa_cell(mean(means["lk"]))])
+    rows.append(["Average", str(len(labelled)), number_cell(mean(means['hh']), PERCENT, percent=True), kappa_cell(mean(means["hk"])),
+                 number_cell(mean(means['lh']), PERCENT, percent=True), kappa_cell(mean(means["lk"]))])
     return Table("table_12", "Judge agreement (Table 12): human-human, and LLM judge against the adjudicated human label",
                  ["Task", "Items", "Human-Human Agree.", "Human-Human κ", "LLM-Human Agree.", "LLM-Human κ"], rows)
 

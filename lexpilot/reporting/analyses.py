@@ -90,7 +90,7 @@ def judge_sensitivity_tables(groups: list[Group], root, boot: Bootstrap) -> list
     for (_, original), (_, rejudged) in pairs:
         for task, (n, agree, kappa) in judges_agreement(read(original), read(rejudged)).items():
             rows.append([original.model, f"{original.run_id} → {rejudged.run_id}",
-                         f"{judge(original)} / {judge(rejudged)}", task, str(n), f"{100 * agree:.{PERCENT}f}%",
+                         f"{judge(original)} / {judge(rejudged)}", task, str(n), number_cell(agree, PERCENT, percent=True),
                          kappa_cell(kappa)])
     tables = [Table("judge_labels", "Judge sensitivity: the two judges' labels on the same items (re-judged runs; the same judge twice: its "
                     "test-retest agreement)",
@@ -127,7 +127,7 @@ def order_table(groups: list[Group], root) -> Table | None:
                 found = order_agreement(saved_records(run, root, kind))
                 if found:
                     n, agree, kappa = found
-                    rows.append([g.label, run.run_id, SETUP_NAMES[setup], str(n), f"{100 * agree:.{PERCENT}f}%",
+                    rows.append([g.label, run.run_id, SETUP_NAMES[setup], str(n), number_cell(agree, PERCENT, percent=True),
                                  kappa_cell(kappa)])
     if not rows:
         return None

@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 
 from lexpilot.benchmark.records import DCG, LCA, LJP_SETUPS
-from lexpilot.reporting.formats import SETUP_NAMES
+from lexpilot.reporting.formats import SETUP_NAMES, number_cell
 from lexpilot.reporting.groups import Group
 from lexpilot.reporting.judges import source_of
 from lexpilot.reporting.runs import OVERALL, Run
@@ -57,8 +57,8 @@ def consistency_table(groups: list[Group]) -> Table:
     standard = [g for g in groups if g.condition == "standard" and len(g.runs) > 1]
     for g in standard:
         for task, c in consistency(g.runs).items():
-            rows.append([g.label, task, str(len(g.runs)), str(c["items"]), f"{100 * c['all_right']:.{PERCENT}f}%",
-                         f"{100 * c['any_right']:.{PERCENT}f}%", f"{100 * c['same']:.{PERCENT}f}%", f"{100 * c['flip']:.{PERCENT}f}%"])
+            rows.append([g.label, task, str(len(g.runs)), str(c["items"]), number_cell(c['all_right'], PERCENT, percent=True),
+                         number_cell(c['any_right'], PERCENT, percent=True), number_cell(c['same'], PERCENT, percent=True), number_cell(c['flip'], PERCENT, percent=True)])
     return Table("consistency", "Consistency over runs: items (LCA: case × history; DCG: case; LJP: claim) right in "
                  "all k runs and in at least one, with the same outcome in every run, and the flip rate (share of "
                  "items whose outcome differs between two runs, averaged over pairs of runs)",
@@ -104,7 +104,7 @@ def judge_noise_table(groups: list[Group], metrics) -> Table | None:
             total = stat["sd"] ** 2
             share = judge_var / total if total > 0 else None
             rows.append([sources.label, name, str(stat["n"]), str(len(values)), f"{total:.{VARIANCE}f}",
-                         f"{judge_var:.{VARIANCE}f}", "n/a" if share is None else f"{100 * min(share, 1.0):.{PERCENT}f}%",
+                         f"{judge_var:.{VARIANCE}f}", "n/a" if share is None else number_cell(min(share, 1.0), PERCENT, percent=True),
                          f"{max(total - judge_var, 0.0):.{VARIANCE}f}"])
     if not rows:
         return None

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 
-from categories import FOCAL_TYPES
 from lexpilot.benchmark.records import LJP_SETUPS
 from lexpilot.reporting.analyses import figure_3_groups
 from lexpilot.reporting.bootstrap import Bootstrap

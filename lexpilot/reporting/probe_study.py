@@ -13,6 +13,7 @@ from lexpilot.benchmark.probe_file import CONDITION_NAMES, CONDITIONS, Probe, nu
 from lexpilot.benchmark.prompts import key_detail_lines, render_history
 from lexpilot.benchmark.vocabulary import NO, YES
 from lexpilot.files import fits_a_cell
+from lexpilot.reporting.formats import number_cell
 from lexpilot.reporting.table import PERCENT, Table
 
 EXPERT = ("answer", "over_disclosure", "error")  # the three criteria, each 是/否
@@ -154,7 +155,7 @@ def answer_difference(items: list[dict], resamples: int = 1000, seed: int = 0, o
 
 
 def table_13(items: list[dict], agree: dict) -> list[Table]:
-    pct = lambda v: "—" if v is None else f"{100 * v:.{PERCENT}f}%"  # noqa: E731
+    pct = lambda v: "—" if v is None else number_cell(v, PERCENT, percent=True)  # noqa: E731
     rows = []
     for condition in CONDITIONS:
         chosen = [i for i in items if i["condition"] == condition]

@@ -14,10 +14,10 @@ from statistics import NormalDist
 import numpy as np
 
 from lexpilot.reporting.bootstrap import Bootstrap, paired_difference
-from lexpilot.reporting.formats import HEADLINE, interval_cell
+from lexpilot.reporting.formats import HEADLINE, interval_cell, number_cell
 from lexpilot.reporting.groups import NOT_COMPARED, Group, differing_settings
 from lexpilot.reporting.runs import OVERALL
-from lexpilot.reporting.table import METRIC, Table
+from lexpilot.reporting.table import METRIC, Figure, Table
 from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS, compared_setting
 
 # what must be equal for two groups to be compared: every compared setting but the evaluated model's own identity
@@ -255,7 +255,8 @@ def power_table(groups: list[Group], boot: Bootstrap, alpha: float = 0.05, power
         cases = len(members[0].runs[0].selected)
         runs = int(np.median([len(g.runs) for g in members]))
         for name, key in headline_keys():
-            label = [name, *([str(number)] if len(sets) > 1 else []), f"{cases} × {runs}"]
+            label = [name, *([str(number)] if len(sets) > 1 else []),
+                     Figure(f"{cases} × {runs}", {"cases": cases, "runs": runs})]
             components = [c for c in (variance_components(a, b, boot, key) for a, b in itertools.combinations(members, 2))
                           if c is not None]
             if not components:
@@ -265,8 +266,8 @@ def power_table(groups: list[Group], boot: Bootstrap, alpha: float = 0.05, power
             if case_var == 0 and run_var == 0:
                 rows.append(label + ["n/a: no variance between cases or runs"] + [""] * len(DESIGNS))
                 continue
-            rows.append(label + [f"{detectable_difference(case_var, run_var, n or cases, k, cases, alpha, power):.{METRIC}f}"
-                                 for k, n in ((runs, None), *DESIGNS)])
+            rows.append(label + [number_cell(detectable_difference(case_var, run_var, n or cases, k, cases, alpha, power),
+                                             METRIC) for k, n in ((runs, None), *DESIGNS)])
     if not sets:
         rows.append(["n/a: needs two comparable models"] + [""] * (2 + len(DESIGNS)))
     headers = ["Metric", *(["Set"] if len(sets) > 1 else []), "Design (cases × runs)", "In hand"] + [

@@ -141,6 +141,7 @@ def first_key(columns: list[tuple[int, str | None]], i: int) -> str | None:
 def csv_value(value) -> str:
     if value is None:
         return ""
+    value = value.item() if hasattr(value, "item") else value  # a numpy scalar, as the plain number it holds
     return repr(round(value, 6)) if isinstance(value, float) else str(value)
 
 
@@ -187,6 +188,8 @@ def render_json(groups: list[Group], boot: Bootstrap | None = None, usage: bool 
             group["usage"] = {r.run_id: {stage: {role: dict(u) for role, u in roles.items()}
                                          for stage, roles in r.usage.items()} for r in g.runs}
         data.append(group)
-    extra = {"tables": [{"id": t.id, "title": t.title, "headers": t.headers, "rows": t.at().rows} for t in tables]} \
-        if tables else {}
+    # a cell with numbers is {"text", and each number}: a reader computes on the numbers, not on the display text
+    cell = (lambda c: {"text": str(c), **c.numbers} if isinstance(c, Figure) else c)  # noqa: E731
+    extra = {"tables": [{"id": t.id, "title": t.title, "headers": t.headers,
+                         "rows": [[cell(c) for c in r] for r in t.at().rows]} for t in tables]} if tables else {}
     return json.dumps({"groups": data, **extra}, ensure_ascii=False, indent=1)

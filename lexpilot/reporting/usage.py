@@ -9,7 +9,7 @@ from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.pricing import cost
 from lexpilot.reporting.groups import Group
 from lexpilot.reporting.runs import Run
-from lexpilot.reporting.table import Table
+from lexpilot.reporting.table import Figure, Table
 from lexpilot.text import counted
 
 
@@ -25,7 +25,12 @@ def money(value: float | None) -> str:
     return "n/a" if value is None else f"{value:,.2f}" if value >= 1 else f"{value:.4f}"
 
 
-def role_usage(used: Counter, unanswered: int) -> str:
+def role_usage(used: Counter, unanswered: int) -> Figure:
+    """calls / prompt / completion tokens and what else was reported, as text; each count its own CSV column."""
+    numbers = {"calls": used["calls"], "prompt tokens": used["prompt_tokens"],
+               "completion tokens": used["completion_tokens"], "reasoning tokens": used["reasoning_tokens"],
+               "cached prompt tokens": used["cached_prompt_tokens"], "uncounted calls": used["unreported_calls"],
+               "unanswered calls": unanswered}
     text = f"{used['calls']} / {used['prompt_tokens']} / {used['completion_tokens']}"
     if used["reasoning_tokens"]:
         text += f" ({used['reasoning_tokens']} reasoning)"
@@ -33,7 +38,7 @@ def role_usage(used: Counter, unanswered: int) -> str:
         text += f" ({used['cached_prompt_tokens']} prompt tokens cached)"
     if used["unreported_calls"]:
         text += f" ({used['unreported_calls']} uncounted)"
-    return text + (f" (+{unanswered} unanswered)" if unanswered else "")
+    return Figure(text + (f" (+{unanswered} unanswered)" if unanswered else ""), numbers)
 
 
 def usage_tables(groups: list[Group], prices: dict | None) -> list[Table]:
