@@ -501,3 +501,37 @@ def test_a_run_whose_manifest_and_ledger_are_lost_re_attaches_its_batch(tmp_path
     assert max(provider.submitted.values()) == 1  # nothing submitted twice
     # what this run made the provider process: the extractions in flight, once each, and nothing else
     assert provider.processed == Counter({k: n for k, n in expected.items() if k[0] == "ljp_judge"})
+
+
+def test_identical_requests_of_different_cases_are_each_credited_after_a_lost_ledger(tmp_path, provider,
+                                                                                    monkeypatch, capsys):
+    """Issue 35, a behaviour the suite did not exercise: "after a lost ledger, identical requests of different cases
+    (the same prompt bytes) are each credited to their own case, and none is paid twice". The LCA judge sees only a
+    response, and the scripted model's responses repeat across cases: the judge batch holds identical requests."""
+    four = write_dataset(tmp_path / "four.json", CASES[:4])
+    clean = Harness(tmp_path / "sync", provider, monkeypatch, four)
+    assert clean.run("LexAwN") == 0
+    expected, provider.processed = Counter(provider.processed), Counter()
+    h = Harness(tmp_path / "batch", provider, monkeypatch, four)
+    provider.batch_delay = 3600
+    judged = []
+    while len(judged) == len(set(judged)):  # cycle by cycle, until a batch in flight holds identical requests
+        assert h.run("LexAwN", "--batch-detach") == 0 and len(provider.batches) < 12
+        last = list(provider.batches.values())[-1]
+        judged = [line["body"]["messages"][0]["content"] for line in last["_lines"]]
+        judged = judged if "你是一个严谨的文本分类器" in judged[0] else []
+        if len(judged) == len(set(judged)):
+            finish(provider)
+    in_flight = last["id"]
+    ledger_file(h).unlink()
+    finish(provider)
+    provider.batch_delay = 0
+    capsys.readouterr()
+    assert h.run("LexAwN", "--batch", "--batch-poll", "1") == 0
+    assert f"re-attached batch {in_flight} from the provider's list ({len(judged)} requests of this run)" in \
+        capsys.readouterr().err
+    assert provider.processed == expected  # request by request, identical ones included
+    assert max(provider.submitted.values()) == 1
+    labels = lambda run: sorted((r["case_number"], json.dumps(r["judgments"], ensure_ascii=False))  # noqa: E731
+                                for r in run.records("eval_results", "LCA_results.jsonl"))
+    assert labels(h) == labels(clean)  # each case its own label
