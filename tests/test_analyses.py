@@ -249,3 +249,27 @@ def test_the_focal_type_prompt_gives_every_example_of_table_18():
     for line in (x for x in text.splitlines() if "例如：" in x):
         assert line.split("例如：")[1].count("；") == 2, line
     assert "24万元是否包含离婚协议约定的20万元生活费" in text and "北街某号院内房屋的权属" in text
+
+
+def test_figure_4s_average_is_over_the_models_with_focal_types_and_says_how_many(tmp_path, provider, monkeypatch,
+                                                                                capsys):
+    """Issue 35, a behaviour the suite did not exercise: "Figure 4's average must be over the models shown with
+    that analysis, and say how many". model-a and model-c have focal-point types, model-b only its DCG runs."""
+    from lexpilot.running.stage import stage_main
+    from tests.conftest import STAGES
+    h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "four.json", sample_cases()[:4]))
+    for model in ("model-a", "model-b", "model-c"):
+        argv = ["--run-id", "r1", "--model", model, "--dataset", str(h.dataset), "--output-root", str(h.root)]
+        for name in ("LexAwN", "DCG"):
+            assert stage_main(STAGES[name], "t", argv=argv, clients=provider.in_memory_clients()) == 0
+        if model != "model-b":
+            assert stage_main(eval_focal_types.STAGE, "t", argv=argv, clients=provider.in_memory_clients()) == 0
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(h.root), "--format", "json", "--table", "figure_4b"]) == 0
+    table = json.loads(capsys.readouterr().out)["tables"][0]
+    rows = {r[0]: dict(zip(table["headers"], r)) for r in table["rows"]}
+    assert set(rows) == {"model-a", "model-c", "Average over 2 models with focal-point types"}
+    average = rows["Average over 2 models with focal-point types"]
+    for cls in table["headers"][1:]:
+        values = [rows[m][cls]["mean"] for m in ("model-a", "model-c") if rows[m][cls]["mean"] is not None]
+        assert average[cls]["mean"] == pytest.approx(sum(values) / len(values)) and average[cls]["models"] == len(values)

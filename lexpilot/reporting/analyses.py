@@ -236,7 +236,9 @@ def table_4_qwk(shown: list[Group], boot: Bootstrap | None, prefix: str, table_i
 def figure_4_tables(groups: list[Group]) -> list[Table]:
     """Figure 4 as tables: (a) DCG accuracy per focal-point type, (b) per class, (c) focal points per type and
     class (from eval_focal_types.py)."""
-    groups = [g for g in groups if g.condition == "standard"]
+    # the models with the analysis (a model without focal-point types is not in the average); a re-judged copy is
+    # the judge's analysis, not another model
+    groups = [g for g in groups if g.condition == "standard" and not g.rejudged]
     typed = [g for g in groups if any(k[0] == "focal points" for r in g.runs for k in r.metrics)]
     if not typed:
         return []
@@ -254,7 +256,8 @@ def figure_4_tables(groups: list[Group]) -> list[Table]:
              f"Figure 4 (b): DCG accuracy by class, {runs}")):
         rows = [[label] + [cell(g.stat(key(c))) for c in columns] for label, g in zip(labels, typed)]
         # the figure plots the average over the models shown (the paper: three; choose them with --model)
-        rows.append([f"Average over {len(typed)} models"] + [average_cell([g.stat(key(c)) for g in typed])
+        rows.append([f"Average over {counted(len(typed), 'model')} with focal-point types"]
+                    + [average_cell([g.stat(key(c)) for g in typed])
                                                                for c in columns])
         panels.append(Table(panel, f"{title}, mean ± SD over runs; the last row averages the models' means",
                             ["Model"] + columns, rows, task="DCG"))

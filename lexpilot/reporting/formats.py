@@ -97,8 +97,14 @@ PLAIN_TYPE_NAMES = {"deficiency_recognition": "Deficiency recognition", "conditi
 
 
 def average_cell(stats: list[dict | None]) -> Figure:
+    """The mean of the models' means (in the column's mean), and over how many: "(1 of 2)" when some model has no
+    value in the column."""
     means = [s["mean"] for s in stats if s and s["mean"] is not None]
-    return number_cell(float(np.mean(means)) if means else None, METRIC, key="mean")  # in the column's mean
+    cell = number_cell(float(np.mean(means)) if means else None, METRIC, key="mean")
+    if not means or len(means) == len(stats):
+        return Figure(cell, {**cell.numbers, "models": len(means)}, cell.redraw and (lambda d: cell.redraw(d)))
+    return Figure(f"{cell} ({len(means)} of {len(stats)})", {**cell.numbers, "models": len(means)},
+                  cell.redraw and (lambda d: f"{cell.redraw(d)} ({len(means)} of {len(stats)})"))
 
 # Table 11's columns and Table 14's LCA details, (name, (task, metric)): every comparison, ranking and judge table
 HEADLINE = (("LCA Macro-F1", ("LCA", "macro_f1")), ("LCA Acc_C", ("LCA", "acc_c")), ("LCA Acc_U", ("LCA", "acc_u")),
