@@ -273,3 +273,24 @@ def test_figure_4s_average_is_over_the_models_with_focal_types_and_says_how_many
     for cls in table["headers"][1:]:
         values = [rows[m][cls]["mean"] for m in ("model-a", "model-c") if rows[m][cls]["mean"] is not None]
         assert average[cls]["mean"] == pytest.approx(sum(values) / len(values)) and average[cls]["models"] == len(values)
+
+
+def test_focal_types_are_reused_only_under_the_same_judge_settings(tmp_path, provider, monkeypatch):
+    """Issue 35, a behaviour the suite did not exercise: "a judged artifact reused across runs (focal types) is
+    reused only under the same judge settings, and judged again under another judge". Run r2 with the same judge
+    reuses r1's types with no call; r3 with the judge at another temperature, and r4 with another judge model,
+    judge every focal point again."""
+    from lexpilot.running.stage import stage_main
+    cases = [{k: v for k, v in c.items() if k != "focal_point_types"} for c in sample_cases()[:3]]
+    dataset = write_dataset(tmp_path / "three.json", cases)
+    focal_points = sum(len(c["focal_point"]) if isinstance(c["focal_point"], list) else 1 for c in cases)
+    root = tmp_path / "out"
+    judged = {}
+    for run_id, extra in (("r1", []), ("r2", []), ("r3", ["--judge-temperature", "0.6"]),
+                          ("r4", ["--judge-model", "judge-B"])):
+        provider.requests = []
+        argv = ["--run-id", run_id, "--model", "eval-model", "--dataset", str(dataset), "--output-root", str(root),
+                *extra]
+        assert stage_main(eval_focal_types.STAGE, "t", argv=argv, clients=provider.in_memory_clients()) == 0
+        judged[run_id] = provider.kinds().get("focal_judge", 0)
+    assert judged == {"r1": focal_points, "r2": 0, "r3": focal_points, "r4": focal_points}

@@ -6,7 +6,12 @@ from __future__ import annotations
 import functools
 
 from lexpilot.benchmark.dataset import Case
-from lexpilot.benchmark.records import FOCAL_TYPE_RECORDS, readable_records
+from lexpilot.benchmark.prompts import load_prompts
+from lexpilot.benchmark.records import (
+    FOCAL_TYPE_RECORDS,
+    canonical_hash,
+    readable_records,
+)
 from lexpilot.protocols.judging import parse_focal_type
 from lexpilot.protocols.steps import CaseCalls, Stage, Step
 from lexpilot.settings import Settings
@@ -25,19 +30,32 @@ def focal_types(calls: CaseCalls, upstream: dict) -> dict:
     for fp in case.focal_points:
         label, raw = calls.judge("judge_focal_type", parse_focal_type, focus_text=fp)
         types.append({"focal_point": fp, "type": label, "source": "judge", "judge_raw": raw})
-    return {"types": types, "judge_model": calls.caller.settings.roles["judge"].model}
+    return {"types": types, "judge_model": calls.caller.settings.roles["judge"].model,
+            "judge_settings": judge_settings(calls.caller.settings, calls.prompts)}
+
+
+def judge_settings(settings: Settings, prompts: dict) -> str:
+    """What decides the judge's types: its model, temperature and output limit, and the prompt it is given."""
+    judge = settings.roles["judge"]
+    return canonical_hash({"model": judge.model, "temperature": judge.temperature, "max_tokens": judge.max_tokens,
+                           "prompt": prompts["judge_focal_type"]})
 
 
 def typed_before(settings: Settings, case: Case) -> dict | None:
-    """The types another run or model under the output root saved for this case (same inputs, same judge)."""
-    judge = settings.roles["judge"].model
+    """The types another run or model under the output root saved for this case: same inputs, and the same judge
+    settings (model, temperature, output limit, prompt); a judge at another temperature types the case again.
+    A record saved before records named the judge's settings is matched by its judge model alone, and one saved
+    before they named the judge by the case."""
+    judge, mine = settings.roles["judge"].model, judge_settings(settings, load_prompts())
     paths = sorted(settings.output_root.glob(f"{FOCAL_TYPE_RECORDS.top}/*/*/{FOCAL_TYPE_RECORDS.file}"))
     typed = _typed_cases(tuple((p, p.stat().st_mtime_ns, p.stat().st_size) for p in paths))
-    # typed by this judge, or saved before records named the judge
-    found = typed.get((case.number, case.input_hash, judge)) or typed.get((case.number, case.input_hash, None))
+    found = next((typed[k] for k in ((case.number, case.input_hash, judge, mine), (case.number, case.input_hash,
+                                                                                   judge, None),
+                                     (case.number, case.input_hash, None, None)) if k in typed), None)
     if found:
         record, run = found
-        return {"types": record["types"], "judge_model": judge, "reused_from": record.get("reused_from", run)}
+        return {"types": record["types"], "judge_model": judge, "judge_settings": mine,
+                "reused_from": record.get("reused_from", run)}
     return None
 
 
@@ -48,7 +66,8 @@ def _typed_cases(files: tuple) -> dict:
     for path, _, _ in files:
         for record in readable_records(path):
             if record.get("types"):
-                key = (record.get("case_number"), record.get("input_hash"), record.get("judge_model"))
+                key = (record.get("case_number"), record.get("input_hash"), record.get("judge_model"),
+                       record.get("judge_settings"))
                 typed.setdefault(key, (record, path.parent.parent.name))
     return typed
 
