@@ -106,6 +106,11 @@ def test_a_case_page_shows_every_stage(built, page):
     # the re-judged run, labelled by what differs, its labels beside the source's
     assert "original judge" in body and "model-a · r1 re-judged by DeepSeek-R1" in body
     assert "window.__pwned = 3" in body
+    # the focal points' types in the words Figure 4 and the case list use (issue 35 item 15), the judge's label on hover
+    shown = page.locator("h4:has-text('Focal-point types') + ul b").all()
+    typed = records(root, "eval_results", "focal_types.jsonl")[sample_cases()[0]["case_number"]]["types"]
+    assert [b.inner_text() for b in shown[:len(typed)]] == [FOCAL_TYPES[t["type"]] for t in typed]
+    assert [b.get_attribute("title") for b in shown[:len(typed)]] == [t["type"] for t in typed]
 
 
 def test_every_overview_table_links_its_cases_and_a_task_link_lists_its_failures_first(built, page):

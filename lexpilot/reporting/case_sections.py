@@ -6,6 +6,7 @@ diagnostic; and a re-judged run's labels beside its source's. Each reply and jud
 """
 from __future__ import annotations
 
+from categories import FOCAL_TYPES
 from lexpilot.benchmark.records import (
     AUDIT,
     BEHAVIOUR_DIALOGUE,
@@ -192,7 +193,9 @@ def focal_types_section(records: dict, number: str) -> str:
     record = records.get(FOCAL_TYPE_RECORDS.name, {}).get(number)
     if not record:
         return ""
-    items = "".join(f"<li><bdi>{esc(t.get('focal_point'))}</bdi>: <b>{esc(t.get('type'))}</b> ({esc(t.get('source'))})"
+    # named as Figure 4 and the case list name it; the label the dataset or the judge gave is its tooltip
+    items = "".join(f"<li><bdi>{esc(t.get('focal_point'))}</bdi>: <b title=\"{esc(t.get('type'))}\">"
+                    f"{esc(FOCAL_TYPES.get(t.get('type'), str(t.get('type'))))}</b> ({esc(t.get('source'))})"
                     + (call_button("judge_focal_type", "judge", {"focus_text": raw_slot(str(t.get("focal_point")))},
                                    FOCAL_TYPE_RECORDS.name, len(t.get("judge_raw") or []))
                        if t.get("source") == "judge" else "") + "</li>"
