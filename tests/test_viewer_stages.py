@@ -409,3 +409,29 @@ def test_the_case_list_leaves_out_an_older_records_injected_disruption_as_the_me
     assert "audit" not in outcomes(RunRecords(run, "m · r1", records, "m"), "1")
     records[AUDIT["interaction"].name]["1"]["replies"].append({**disruption, "source": "interaction round 3"})
     assert outcomes(RunRecords(run, "m · r1", records, "m"), "1")["audit"] == "1 flagged"
+
+
+@pytest.mark.parametrize("title,column,stopped", [
+    ("Interaction behaviour: mean questions", "Judged in round 1 (premature)", lambda r: r["stop_reason"] == "judged"
+     and len(r["rounds"]) == 1),
+    ("Interaction behaviour: mean questions", "Round 3", lambda r: r["stop_reason"] == "judged" and len(r["rounds"]) == 3),
+    ("Interaction behaviour: mean questions", "Budget (forced)", lambda r: r["stop_reason"] == "budget"),
+    ("Interaction-Based QWK by stop reason", "Budget (forced)", lambda r: r["stop_reason"] == "budget"),
+    ("Premature predictions (judged in round 1) by class", "Overall", lambda r: r["stop_reason"] == "judged"
+     and len(r["rounds"]) == 1),
+])
+def test_a_stop_reason_cell_opens_the_cases_that_stopped_so(built, page, title, column, stopped):
+    """Issue 35 item 12: "The behaviour cells ("Judged in round 1 (premature)", rounds 2-3, budget) open the
+    premature, round and budget tags, not the wrong-verdict list". In Chromium, against the interaction records."""
+    root, site = built
+    page.goto((site / "index.html").as_uri())
+    table = page.locator(f"h3:has-text('{title}') + table")
+    headers = table.locator("tr").first.locator("th").all_inner_texts()
+    row = table.locator("tr", has=page.locator("td:first-child", has_text="model-a")).first
+    link = row.locator("td").nth(headers.index(column)).locator("a").get_attribute("href")
+    query = parse_qs(urlparse(link).fragment)
+    page.goto((site / "cases.html").as_uri() + "#" + urlparse(link).fragment)
+    assert query["group"] == ["model-a"]  # model-a's run r1, not its re-judged copy
+    wanted = {n for n, r in records(root, "AwN_gen", "interaction.jsonl").items() if stopped(r)}
+    listed = page.locator("#rows tr td:first-child").all_inner_texts()
+    assert wanted and len(listed) == len(set(listed)) and set(listed) == wanted

@@ -21,6 +21,7 @@ from lexpilot.reporting.comparisons import (
 )
 from lexpilot.reporting.formats import PLAIN_TYPE_NAMES
 from lexpilot.reporting.metrics import protocol_turn
+from lexpilot.reporting.scoring import STOP_TAGS, stop_category
 from lexpilot.reporting.transcripts import SETUPS, RunRecords
 
 
@@ -49,10 +50,7 @@ def outcomes(rr: RunRecords, number: str) -> dict:
     if inter:
         row["stop"] = inter["stop_reason"]
         row["questions"] = sum(x.get("label") == ASKS for x in inter["rounds"])
-        if inter["stop_reason"] == "judged" and len(inter["rounds"]) == 1:
-            row["tags"].append("premature judgment")
-        if inter["stop_reason"] == "budget":
-            row["tags"].append("budget reached")
+        row["tags"].append(STOP_TAGS[stop_category(inter)])  # premature, judged in round 2 or 3, budget
     for condition, kind in LJP_BEHAVIOUR.items():
         v = r.get(kind.name, {}).get(number)
         if v:

@@ -256,6 +256,9 @@ def score_table_4(run: Run, root: Path, verdicts: dict, dialogues: dict) -> None
 
 
 STOP_CATEGORIES = ("round 1", "round 2", "round 3", "budget")
+# the case list's tag of each stop reason: what a cell of the stop reasons opens
+STOP_TAGS = {"round 1": "premature judgment", "round 2": "judged in round 2", "round 3": "judged in round 3",
+             "budget": "budget reached"}
 
 
 def stop_category(interaction: dict) -> str:

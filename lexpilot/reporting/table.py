@@ -60,6 +60,7 @@ class Table:
     group: str | None = None  # the group (a model's runs) a table's rows are about, when its rows are not groups
     row_filter: str | None = None  # what a row label selects in the case list ("cause"), when not a model
     query: dict = field(default_factory=dict)  # filters every link of the table adds (a tag of the case list)
+    column_query: dict = field(default_factory=dict)  # header -> the filters that column's links add (its tag)
     compare: str | None = None  # a view of compare.html its rows link to ("never", "disagree"), not the case list
 
     @property

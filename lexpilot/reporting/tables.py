@@ -28,7 +28,7 @@ from lexpilot.reporting.formats import (
 )
 from lexpilot.reporting.groups import NOT_COMPARED, Group, classes_present
 from lexpilot.reporting.runs import OVERALL
-from lexpilot.reporting.scoring import STOP_CATEGORIES, TASKS
+from lexpilot.reporting.scoring import STOP_CATEGORIES, STOP_TAGS, TASKS
 from lexpilot.reporting.table import AVERAGE, METRIC, PERCENT, Figure, Table
 from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS, compared_setting
 
@@ -106,6 +106,11 @@ def comparison_table(a: Group, b: Group, boot: Bootstrap) -> Table:
                  "share of resamples below zero", ["Metric", a.model, b.model, "Difference"], rows)
 
 
+STOP_HEADERS = ("Judged in round 1 (premature)", "Round 2", "Round 3", "Budget (forced)")
+# a stop reason's cell opens the cases that stopped so: its tag in the case list
+STOP_LINKS = {header: {"tag": STOP_TAGS[c]} for header, c in zip(STOP_HEADERS, STOP_CATEGORIES)}
+
+
 def behaviour_tables(groups: list[Group]) -> list[Table]:
     """Over-asking against premature judgment (Section 6.2, Appendix E.4), from interaction.jsonl."""
     groups = [g for g in groups if g.stat(("behaviour", "questions", OVERALL))]
@@ -115,20 +120,21 @@ def behaviour_tables(groups: list[Group]) -> list[Table]:
     classes = classes_present(groups) + [OVERALL]
     tables = [Table("behaviour", "Interaction behaviour: mean questions before a prediction and share of stop reasons, "
                     "mean ± SD over runs",
-                    ["Model", "Questions", "Judged in round 1 (premature)", "Round 2", "Round 3", "Budget (forced)"],
+                    ["Model", "Questions", *STOP_HEADERS],
                     [[label, cell(g.stat(("behaviour", "questions", OVERALL)), AVERAGE)]
                      + [cell(g.stat(("behaviour", c, OVERALL))) for c in STOP_CATEGORIES]
-                     for label, g in zip(labels, groups)]),
+                     for label, g in zip(labels, groups)], column_query=STOP_LINKS),
               Table("qwk_by_stop", "Interaction-Based QWK by stop reason, mean ± SD over runs",
-                    ["Model", "Judged in round 1", "Round 2", "Round 3", "Budget (forced)"],
+                    ["Model", *STOP_HEADERS],
                     [[label] + [cell(g.stat(("LJP_interaction_by_stop", "qwk", c))) for c in STOP_CATEGORIES]
-                     for label, g in zip(labels, groups)])]
+                     for label, g in zip(labels, groups)], column_query=STOP_LINKS)]
     for table_id, title, metric, digits in (
             ("questions_by_class", "Questions before a prediction by class", "questions", AVERAGE),
             ("premature_by_class", "Premature predictions (judged in round 1) by class", "round 1", METRIC)):
         tables.append(Table(table_id, title, ["Model"] + classes,
                             [[label] + [cell(g.stat(("behaviour", metric, c)), digits) for c in classes]
-                             for label, g in zip(labels, groups)]))
+                             for label, g in zip(labels, groups)],
+                            query={"tag": STOP_TAGS[metric]} if metric in STOP_TAGS else {}))
 
     def shares(g: Group, cls: str) -> Figure:
         return parts_cell({category: (g.stat(("behaviour", category, cls)) or {}).get("mean")

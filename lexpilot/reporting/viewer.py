@@ -132,7 +132,8 @@ def overview(tables: list[Table], groups: list[Group]) -> str:
             query = cls | about
         else:
             return None
-        return "cases.html#" + urlencode({k: v for k, v in (query | table.query).items() if v})
+        extra = table.query | table.column_query.get(header, {})
+        return "cases.html#" + urlencode({k: v for k, v in (query | extra).items() if v})
     return "<h1>LexPilot results</h1>" + "".join(table_html(t, link) for t in tables)
 
 
