@@ -62,6 +62,7 @@ def built(tmp_path_factory):
                     assert h.run_stage(stage, "--model", model) == 0
         assert h.run_stage(user_probes.STAGE, "--model", "model-a", "--probes", str(ROOT / "data" / "LexPilot_sample_probes.csv")) == 0
         assert h.run_stage(rejudge.STAGE, "--model", "model-a", "--from-run", "r1", "--run-id", "r1-again") == 0
+        assert h.run_stage(rejudge.STAGE, "--model", "model-b", "--from-run", "r1", "--run-id", "r1-again") == 0
         SENT.update(provider.prompts())  # every prompt the scripted provider received, for the exact calls
         SENT_AS_MESSAGES.extend(r["messages"] for r in provider.requests if len(r["messages"]) > 1)
     complexity = tmp / "complexity.csv"
@@ -224,7 +225,7 @@ def test_comparisons_a_researcher_asks_for(built, page):
     page.select_option("#task", "direct")
     assert page.locator("#task option:checked").inner_text() == "LJP Direct"  # named as the case list names it
     assert len(listed(page)) == len(cases)
-    assert page.locator("#body tr:first-child td").count() == 2 + 3  # case, cause, and three runs
+    assert page.locator("#body tr:first-child td").count() == 2 + 4  # case, cause, and four runs (two re-judged)
     page.check("#failures")
     wrong_somewhere = cases - (right["model-a"] & right["model-b"])
     assert set(listed(page)) == wrong_somewhere
@@ -341,7 +342,7 @@ def test_a_case_list_row_opens_its_run_and_a_case_page_shows_one_task_at_a_time(
     page.goto((site / "cases.html").as_uri() + "#group=model-b")
     page.locator("#rows a").first.click()
     page.wait_for_url("**/case/*.html#run=*")
-    section = page.locator("section.run", has=page.locator("h2", has_text="model-b · r1"))
+    section = page.locator('section.run[data-label="model-b · r1"]')
     assert section.locator("details").first.evaluate("d => d.open")
     top = section.evaluate("s => s.getBoundingClientRect().top")
     assert 0 <= top < 900  # brought into view
@@ -435,3 +436,23 @@ def test_a_stop_reason_cell_opens_the_cases_that_stopped_so(built, page, title, 
     wanted = {n for n, r in records(root, "AwN_gen", "interaction.jsonl").items() if stopped(r)}
     listed = page.locator("#rows tr td:first-child").all_inner_texts()
     assert wanted and len(listed) == len(set(listed)) and set(listed) == wanted
+
+
+def test_a_judge_sensitivity_row_selects_its_re_judged_run(built, page):
+    """Issue 35 item 12: "The judge-sensitivity rows select their re-judged run": model-a's and model-b's runs are
+    both re-judged; each row's link lists only the cases where its own run's two judges disagree."""
+    root, site = built
+    page.goto((site / "index.html").as_uri())
+    table = page.locator("h3:has-text('Judge sensitivity: the two judges') + table")
+    seen = set()
+    for row in table.locator("tr").all()[1:]:
+        cells = row.locator("td").all_inner_texts()
+        href = row.locator("td a").first.get_attribute("href")
+        query = parse_qs(urlparse(href).fragment)
+        assert query["rejudged"][0].startswith(cells[0]) and query["rejudged"][0].endswith("· r1-again")
+        page.goto((site / "compare.html").as_uri() + "#" + urlparse(href).fragment)
+        shown = {tuple(r.locator("td").all_inner_texts()[2:3]) for r in page.locator("#body tr").all()}
+        assert shown <= {(query["rejudged"][0],)}  # only its own re-judged run
+        seen.add(query["rejudged"][0])
+        page.goto((site / "index.html").as_uri())
+    assert len(seen) == 2

@@ -86,16 +86,18 @@ def judge_sensitivity_tables(groups: list[Group], root, boot: Bootstrap) -> list
         return []
     judge = lambda r: r.manifest["models"]["judge"]["model"]  # noqa: E731
     read = lambda r: {k.name: saved_records(r, root, k) for k in REJUDGED_KINDS}  # noqa: E731
-    rows = []
-    for (_, original), (_, rejudged) in pairs:
+    rows, selects = [], []
+    for (_, original), (g_rejudged, rejudged) in pairs:
         for task, (n, agree, kappa) in judges_agreement(read(original), read(rejudged)).items():
             rows.append([original.model, f"{original.run_id} → {rejudged.run_id}",
                          f"{judge(original)} / {judge(rejudged)}", task, str(n), number_cell(agree, PERCENT, percent=True),
                          kappa_cell(kappa)])
+            selects.append({"rejudged": f"{g_rejudged.label} · {rejudged.run_id}"})  # as the viewer names the run
     tables = [Table("judge_labels", "Judge sensitivity: the two judges' labels on the same items (re-judged runs; the same judge twice: its "
                     "test-retest agreement)",
                     ["Model", "Runs", "Judges", "Task", "Items", "Agreement", "Cohen's κ"], rows,
-                    row_tasks={t: t for t in JUDGED_TASKS}, compare="disagree")]  # a row: the cases they disagree on
+                    row_tasks={t: t for t in JUDGED_TASKS}, compare="disagree",  # a row: where its two judges
+                    row_queries=selects)]  # disagree, in its re-judged run
     done = set()
     for (g_original, _), (g_rejudged, _) in pairs:
         if (id(g_original), id(g_rejudged)) in done:

@@ -61,6 +61,7 @@ class Table:
     row_filter: str | None = None  # what a row label selects in the case list ("cause"), when not a model
     query: dict = field(default_factory=dict)  # filters every link of the table adds (a tag of the case list)
     column_query: dict = field(default_factory=dict)  # header -> the filters that column's links add (its tag)
+    row_queries: list = field(default_factory=list)  # per row, the filters its links add (its run, its setup)
     compare: str | None = None  # a view of compare.html its rows link to ("never", "disagree"), not the case list
 
     @property

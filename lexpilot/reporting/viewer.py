@@ -92,10 +92,10 @@ def table_html(t: Table, link) -> str:
     t = t.at()  # the paper's precision, as the terminal shows it
     head = "".join(f"<th>{esc(h)}</th>" for h in t.headers)
     rows = []
-    for r in t.rows:
+    for n, r in enumerate(t.rows):
         cells = []
         for i, value in enumerate(r):
-            href = link(t, r, t.headers[i]) if i else None
+            href = link(t, r, t.headers[i], n) if i else None
             cells.append(f'<td><a href="{esc(href)}">{esc(value)}</a></td>' if href else f"<td>{esc(value)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     return f"<h3>{esc(t.title)}</h3><table><tr>{head}</tr>{''.join(rows)}</table>"
@@ -109,12 +109,13 @@ def overview(tables: list[Table], groups: list[Group]) -> str:
 
     model_of = {g.label: g.model for g in groups}
 
-    def link(table: Table, row: list, header: str) -> str | None:
+    def link(table: Table, row: list, header: str, index: int) -> str | None:
         task = table.task_of(header, row)  # declared by the table, whatever its title says
+        own = table.row_queries[index] if index < len(table.row_queries) else {}  # what this row alone selects
         if table.compare:  # consistency: the cases a model gets wrong in every run; judges: where they disagree
             query = {"mode": "never", "model": model_of.get(row[0], row[0]), "task": task} \
                 if table.compare == "never" else {"mode": "disagree", "judged": task}
-            return "compare.html#" + urlencode(query) if task else None
+            return "compare.html#" + urlencode(query | own) if task else None
         # a task with a wrong outcome puts its wrong cases first; one without (the plain consultation's response
         # type) sorts the list by its column
         about = ({"task": task} if task in WRONG_FIRST else {"sort": task}) if task else {}
@@ -132,7 +133,7 @@ def overview(tables: list[Table], groups: list[Group]) -> str:
             query = cls | about
         else:
             return None
-        extra = table.query | table.column_query.get(header, {})
+        extra = table.query | table.column_query.get(header, {}) | own
         return "cases.html#" + urlencode({k: v for k, v in (query | extra).items() if v})
     return "<h1>LexPilot results</h1>" + "".join(table_html(t, link) for t in tables)
 
