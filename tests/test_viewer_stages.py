@@ -176,8 +176,10 @@ def test_the_case_list_is_usable_at_800_pixels_and_labels_outcomes_in_words(buil
     tags = page.locator("#rows tr:first-child td").nth(4).locator("span.tag:not(.bad)").all_inner_texts()
     wrong = page.locator("#rows tr:first-child td").nth(4).locator("span.tag.bad").all_inner_texts()
     assert wrong == [] or wrong[0].startswith("wrong: ")  # the tasks it gets wrong, seen at 800 px
-    assert tags and set(tags) <= {"over-asking", "DCG miss", "wrong verdict", "premature judgment", "budget reached",
-                                  "unresolved or failed", "claim order changed"}
+    from lexpilot.reporting.analyses import ORDER_TAGS
+    from lexpilot.reporting.scoring import STOP_TAGS
+    assert tags and set(tags) <= {"over-asking", "DCG miss", "wrong verdict", "unresolved or failed",
+                                  "claim order changed", *STOP_TAGS.values(), *ORDER_TAGS.values()}
     text = page.inner_text("#rows")
     assert ("success" in text or "miss" in text) and "true" not in text and "false" not in text
     assert "· answered" in text or "· asked" in text
@@ -374,7 +376,7 @@ def test_links_of_figure_3_figure_4_the_judges_and_the_claim_order_select_what_t
     judges = parse_qs(urlparse(href("Judge sensitivity: the two judges")).fragment)
     assert judges["mode"] == ["disagree"] and judges["judged"][0] in ("LCA", "DCG", "LJP", "interaction rounds")
     order = parse_qs(urlparse(href("Diagnostic, outside the paper")).fragment)
-    assert order["tag"] == ["claim order changed"]
+    assert order["tag"][0].startswith("claim order changed: ")  # in the row's own setup (item 12 of issue 35)
     changed = {n for kind in ("direct", "interaction", "gold") for n, r in
                records(root, "eval_results", f"LJP_order_{kind}.jsonl").items() if r["predicted"] != r["original"]}
     page.goto((site / "cases.html").as_uri() + "#group=model-a&run=r1&tag=claim%20order%20changed")
@@ -456,3 +458,22 @@ def test_a_judge_sensitivity_row_selects_its_re_judged_run(built, page):
         seen.add(query["rejudged"][0])
         page.goto((site / "index.html").as_uri())
     assert len(seen) == 2
+
+
+def test_a_claim_order_row_selects_its_run_and_setup(built, page):
+    """Issue 35 item 12: "The claim-order rows select their run and setup": each row lists the cases of its run whose
+    verdicts changed with the claims shuffled in its own setup."""
+    root, site = built
+    names = {"Direct": "direct", "Interaction-Based": "interaction", "Gold-Standard": "gold"}
+    page.goto((site / "index.html").as_uri())
+    rows = page.locator("h3:has-text('Diagnostic, outside the paper') + table tr").all()[1:]
+    links = [(r.locator("td").all_inner_texts(), r.locator("td a").first.get_attribute("href")) for r in rows]
+    assert len(links) >= 3
+    for cells, href in links:
+        model, run, setup = cells[0], cells[1], names[cells[2]]
+        query = parse_qs(urlparse(href).fragment)
+        assert query["group"] == [model] and query["run"] == [run]
+        changed = {n for n, r in records(root, "eval_results", f"LJP_order_{setup}.jsonl", run=run, model=model).items()
+                   if r["predicted"] != r["original"]}
+        page.goto((site / "cases.html").as_uri() + "#" + urlparse(href).fragment)
+        assert set(page.locator("#rows tr td:first-child").all_inner_texts()) == changed

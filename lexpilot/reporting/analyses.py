@@ -38,6 +38,7 @@ from lexpilot.text import counted
 
 JUDGED_TASKS = ("LCA", "DCG", "LJP", "interaction rounds")  # what a re-judged run's judge decides again
 ORDER_CHANGED = "claim order changed"  # the case list's tag: a verdict changed with the claims shuffled
+ORDER_TAGS = {setup: f"{ORDER_CHANGED}: {name}" for setup, name in SETUP_NAMES.items()}  # ... in that setup
 
 
 def plain_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
@@ -120,7 +121,7 @@ def judge_sensitivity_tables(groups: list[Group], root, boot: Bootstrap) -> list
 def order_table(groups: list[Group], root) -> Table | None:
     """The diagnostic eval_LJP_order.py runs: per run and setup, the extraction judge's verdicts with the claims
     shuffled against its original ones."""
-    rows = []
+    rows, selects = [], []
     for g in groups:
         for run in g.runs:
             for setup, kind in LJP_ORDER.items():
@@ -131,11 +132,13 @@ def order_table(groups: list[Group], root) -> Table | None:
                     n, agree, kappa = found
                     rows.append([g.label, run.run_id, SETUP_NAMES[setup], str(n), number_cell(agree, PERCENT, percent=True),
                                  kappa_cell(kappa)])
+                    selects.append({"run": run.run_id, "tag": ORDER_TAGS[setup]})  # its run's cases, in its setup
     if not rows:
         return None
     return Table("claim_order", "Diagnostic, outside the paper's protocol: the LJP extraction judge with each case's "
                  "claims shuffled (eval_LJP_order.py), its verdicts against the original extraction's",
-                 ["Model", "Run", "Setup", "Claims", "Agreement", "Cohen's κ"], rows, query={"tag": ORDER_CHANGED})
+                 ["Model", "Run", "Setup", "Claims", "Agreement", "Cohen's κ"], rows, query={"tag": ORDER_CHANGED},
+                 row_queries=selects)
 
 
 def audit_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:

@@ -12,7 +12,7 @@ from lexpilot.benchmark.records import (
     PLAIN_TYPES,
 )
 from lexpilot.benchmark.vocabulary import ASKS, PREDICTS
-from lexpilot.reporting.analyses import ORDER_CHANGED
+from lexpilot.reporting.analyses import ORDER_CHANGED, ORDER_TAGS
 from lexpilot.reporting.case_sections import (
     esc,
 )
@@ -56,9 +56,10 @@ def outcomes(rr: RunRecords, number: str) -> dict:
         if v:
             right = sum(g == p for g, p in zip(v["gold"], v["predicted"]))
             row[condition] = f"{right}/{len(v['gold'])}"
-    reordered = [r.get(kind.name, {}).get(number) for kind in LJP_ORDER.values()]
-    if any(x and x.get("predicted") != x.get("original") for x in reordered):
-        row["tags"].append(ORDER_CHANGED)  # the claim-order diagnostic: a verdict changed with the claims shuffled
+    for setup, kind in LJP_ORDER.items():  # the claim-order diagnostic: a verdict changed with the claims shuffled
+        reordered = r.get(kind.name, {}).get(number)
+        if reordered and reordered.get("predicted") != reordered.get("original"):
+            row["tags"] += [ORDER_CHANGED, ORDER_TAGS[setup]]  # in some setup, and in this one
     typed = r.get(FOCAL_TYPE_RECORDS.name, {}).get(number)
     if typed:  # Figure 4: the types of the case's focal points
         row["focal"] = sorted({FOCAL_TYPES.get(t.get("type"), str(t.get("type"))) for t in typed.get("types", [])})
