@@ -178,8 +178,10 @@ def test_the_case_list_is_usable_at_800_pixels_and_labels_outcomes_in_words(buil
     assert wrong == [] or wrong[0].startswith("wrong: ")  # the tasks it gets wrong, seen at 800 px
     from lexpilot.reporting.analyses import ORDER_TAGS
     from lexpilot.reporting.scoring import STOP_TAGS
+    from lexpilot.reporting.formats import PLAIN_TYPE_NAMES, plain_tag
+    plain = {plain_tag(h, n) for h in ("underspecified", "complete") for n in PLAIN_TYPE_NAMES.values()}
     assert tags and set(tags) <= {"over-asking", "DCG miss", "wrong verdict", "unresolved or failed",
-                                  "claim order changed", *STOP_TAGS.values(), *ORDER_TAGS.values()}
+                                  "claim order changed", *STOP_TAGS.values(), *ORDER_TAGS.values(), *plain}
     text = page.inner_text("#rows")
     assert ("success" in text or "miss" in text) and "true" not in text and "false" not in text
     assert "· answered" in text or "· asked" in text
@@ -477,3 +479,23 @@ def test_a_claim_order_row_selects_its_run_and_setup(built, page):
                    if r["predicted"] != r["original"]}
         page.goto((site / "cases.html").as_uri() + "#" + urlparse(href).fragment)
         assert set(page.locator("#rows tr td:first-child").all_inner_texts()) == changed
+
+
+def test_a_table_6_cell_opens_the_cases_answered_with_its_type(built, page):
+    """Issue 35 item 12: "Table 6 cells filter by their type; today they sort alphabetically"."""
+    from lexpilot.reporting.formats import PLAIN_TYPE_NAMES
+    root, site = built
+    typed = records(root, "eval_results", "plain_types_underspecified.jsonl")
+    page.goto((site / "index.html").as_uri())
+    table = page.locator("h3:has-text('Plain consultation (Table 6)') + table")
+    headers = table.locator("tr").first.locator("th").all_inner_texts()
+    row = table.locator("tr", has=page.locator("td:first-child", has_text="model-a")).first
+    opened = 0
+    for key, name in PLAIN_TYPE_NAMES.items():
+        href = row.locator("td").nth(headers.index(name)).locator("a").get_attribute("href")
+        page.goto((site / "cases.html").as_uri() + "#" + urlparse(href).fragment)
+        wanted = {n for n, r in typed.items() if r["type"] == key}
+        assert set(page.locator("#rows tr td:first-child").all_inner_texts()) == wanted
+        opened += bool(wanted)
+        page.goto((site / "index.html").as_uri())
+    assert opened  # some type has cases

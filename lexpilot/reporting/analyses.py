@@ -23,6 +23,7 @@ from lexpilot.reporting.formats import (
     kappa_cell,
     number_cell,
     parts_cell,
+    plain_tag,
 )
 from lexpilot.reporting.groups import Group, classes_present
 from lexpilot.reporting.judges import (
@@ -58,7 +59,10 @@ def plain_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
         tables.append(Table(f"plain_types_{history_type}", title + suffix, ["Model"] + list(PLAIN_TYPE_NAMES.values()),
                             [[label] + [cell(g.stat((task, k, OVERALL)), METRIC, boot.interval(g, (task, k, OVERALL))
                                                                             if boot else None)
-                                        for k in PLAIN_TYPE_NAMES] for label, g in zip(labels, shown)], task="plain"))
+                                        for k in PLAIN_TYPE_NAMES] for label, g in zip(labels, shown)], task="plain",
+                            # a type's cell opens the cases answered with that type (not the list sorted by type)
+                            column_query={name: {"tag": plain_tag(history_type, name)}
+                                          for name in PLAIN_TYPE_NAMES.values()}))
         classes = classes_present(shown) + [OVERALL]
 
         def shares(g: Group, cls: str) -> Figure:

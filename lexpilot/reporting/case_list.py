@@ -19,7 +19,7 @@ from lexpilot.reporting.case_sections import (
 from lexpilot.reporting.comparisons import (
     TASK_NAMES,
 )
-from lexpilot.reporting.formats import PLAIN_TYPE_NAMES
+from lexpilot.reporting.formats import PLAIN_TYPE_NAMES, plain_tag
 from lexpilot.reporting.metrics import protocol_turn
 from lexpilot.reporting.scoring import STOP_TAGS, stop_category
 from lexpilot.reporting.transcripts import SETUPS, RunRecords
@@ -63,9 +63,13 @@ def outcomes(rr: RunRecords, number: str) -> dict:
     typed = r.get(FOCAL_TYPE_RECORDS.name, {}).get(number)
     if typed:  # Figure 4: the types of the case's focal points
         row["focal"] = sorted({FOCAL_TYPES.get(t.get("type"), str(t.get("type"))) for t in typed.get("types", [])})
-    plain = r.get(PLAIN_TYPES["underspecified"].name, {}).get(number)
-    if plain:
-        row["plain"] = PLAIN_TYPE_NAMES.get(plain.get("type"), plain.get("type"))
+    for history_type, kind in PLAIN_TYPES.items():  # Table 6: the plain consultation's response type
+        plain = r.get(kind.name, {}).get(number)
+        if plain:
+            name = PLAIN_TYPE_NAMES.get(plain.get("type"), plain.get("type"))
+            row["tags"].append(plain_tag(history_type, name))
+            if history_type == "underspecified":
+                row["plain"] = name
     audited = [reply for kind in AUDIT.values() for reply in (r.get(kind.name, {}).get(number) or {}).get("replies", [])
                if not protocol_turn(reply)]
     if audited:

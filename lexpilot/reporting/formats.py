@@ -96,6 +96,11 @@ PLAIN_TYPE_NAMES = {"deficiency_recognition": "Deficiency recognition", "conditi
                     "unconditional_advice": "Uncond. generic advice", "premature_prediction": "Premature prediction"}
 
 
+def plain_tag(history_type: str, name: str) -> str:
+    """The case list's tag of a plain consultation's response type (Table 6): what a cell of that type opens."""
+    return f"plain: {name}" if history_type == "underspecified" else f"plain ({history_type}): {name}"
+
+
 def average_cell(stats: list[dict | None]) -> Figure:
     """The mean of the models' means (in the column's mean), and over how many: "(1 of 2)" when some model has no
     value in the column."""
