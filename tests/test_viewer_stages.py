@@ -176,12 +176,13 @@ def test_the_case_list_is_usable_at_800_pixels_and_labels_outcomes_in_words(buil
     tags = page.locator("#rows tr:first-child td").nth(4).locator("span.tag:not(.bad)").all_inner_texts()
     wrong = page.locator("#rows tr:first-child td").nth(4).locator("span.tag.bad").all_inner_texts()
     assert wrong == [] or wrong[0].startswith("wrong: ")  # the tasks it gets wrong, seen at 800 px
-    from lexpilot.reporting.analyses import ORDER_TAGS
+    from lexpilot.reporting.analyses import AUDIT_TAGS, ORDER_TAGS
     from lexpilot.reporting.scoring import STOP_TAGS
     from lexpilot.reporting.formats import PLAIN_TYPE_NAMES, plain_tag
     plain = {plain_tag(h, n) for h in ("underspecified", "complete") for n in PLAIN_TYPE_NAMES.values()}
     assert tags and set(tags) <= {"over-asking", "DCG miss", "wrong verdict", "unresolved or failed",
-                                  "claim order changed", *STOP_TAGS.values(), *ORDER_TAGS.values(), *plain}
+                                  "claim order changed", *STOP_TAGS.values(), *ORDER_TAGS.values(), *plain,
+                                  *AUDIT_TAGS.values()}
     text = page.inner_text("#rows")
     assert ("success" in text or "miss" in text) and "true" not in text and "false" not in text
     assert "· answered" in text or "· asked" in text
@@ -499,3 +500,23 @@ def test_a_table_6_cell_opens_the_cases_answered_with_its_type(built, page):
         opened += bool(wanted)
         page.goto((site / "index.html").as_uri())
     assert opened  # some type has cases
+
+
+def test_an_audit_row_lists_the_cases_whose_replies_it_audited(built, page):
+    """Issue 35 item 12: "The audit's "interaction" row lists only the cases with audited replies"."""
+    from lexpilot.reporting.metrics import protocol_turn
+    root, site = built
+    page.goto((site / "index.html").as_uri())
+    rows = page.locator("h3:has-text('Simulator audit: User Model replies') + table tr").all()[1:]
+    links = [(r.locator("td").all_inner_texts(), r.locator("td a").first.get_attribute("href")) for r in rows]
+    checked = 0
+    for cells, href in links:
+        if cells[0] != "model-a":
+            continue
+        source = {"DCG": "dcg", "interaction": "interaction"}[cells[1]]
+        audit = records(root, "eval_results", f"simulator_audit_{source}.jsonl")
+        wanted = {n for n, r in audit.items() if any(not protocol_turn(x) for x in r.get("replies", []))}
+        page.goto((site / "cases.html").as_uri() + "#" + urlparse(href).fragment)
+        assert wanted and set(page.locator("#rows tr td:first-child").all_inner_texts()) == wanted
+        checked += 1
+    assert checked == 2

@@ -40,6 +40,7 @@ from lexpilot.text import counted
 JUDGED_TASKS = ("LCA", "DCG", "LJP", "interaction rounds")  # what a re-judged run's judge decides again
 ORDER_CHANGED = "claim order changed"  # the case list's tag: a verdict changed with the claims shuffled
 ORDER_TAGS = {setup: f"{ORDER_CHANGED}: {name}" for setup, name in SETUP_NAMES.items()}  # ... in that setup
+AUDIT_TAGS = {"dcg": "audited: DCG", "interaction": "audited: interaction"}  # a case with audited replies there
 
 
 def plain_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
@@ -152,11 +153,12 @@ def audit_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
     if not audited:
         return []
     suffix = ", [95% bootstrap interval over cases]" if boot else ""
-    rows = []
+    rows, selects = [], []
     for g in audited:
         for source in ("dcg", "interaction"):
             task = f"audit_{source}"
             if g.stat((task, "error", OVERALL)):
+                selects.append({"tag": AUDIT_TAGS[source]})  # the cases with replies of this source audited
                 replies = sum(int(r.tasks[task].counts[:, 0].sum()) for r in g.runs if task in r.tasks)
                 rows.append([g.label, {"dcg": "DCG", "interaction": "interaction"}[source],
                              str(replies)] + [cell(g.stat((task, m, OVERALL)), METRIC, boot.interval(g, (task, m, OVERALL))
@@ -165,7 +167,7 @@ def audit_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
     tables = [Table("audit_rates", "Simulator audit: User Model replies judged over-disclosing (key details not asked for), "
                     f"erroneous (unsupported or contradicting) or not answering, mean ± SD over runs{suffix}",
                     ["Model", "Replies of", "Replies audited", "Over-disclosure", "Error", "Non-answer"], rows,
-                    task="audit")]
+                    task="audit", row_queries=selects)]
     rows = []
     for g in audited:
         for task, name in (("DCG", "DCG accuracy"), ("LJP_interaction", "Interaction-Based QWK")):

@@ -12,7 +12,7 @@ from lexpilot.benchmark.records import (
     PLAIN_TYPES,
 )
 from lexpilot.benchmark.vocabulary import ASKS, PREDICTS
-from lexpilot.reporting.analyses import ORDER_CHANGED, ORDER_TAGS
+from lexpilot.reporting.analyses import AUDIT_TAGS, ORDER_CHANGED, ORDER_TAGS
 from lexpilot.reporting.case_sections import (
     esc,
 )
@@ -70,8 +70,11 @@ def outcomes(rr: RunRecords, number: str) -> dict:
             row["tags"].append(plain_tag(history_type, name))
             if history_type == "underspecified":
                 row["plain"] = name
-    audited = [reply for kind in AUDIT.values() for reply in (r.get(kind.name, {}).get(number) or {}).get("replies", [])
-               if not protocol_turn(reply)]
+    audited = []
+    for source, kind in AUDIT.items():  # the simulator audit's replies (a protocol's own turns are not audited)
+        replies = [x for x in (r.get(kind.name, {}).get(number) or {}).get("replies", []) if not protocol_turn(x)]
+        row["tags"] += [AUDIT_TAGS[source]] if replies else []
+        audited += replies
     if audited:
         flagged = sum(bool(x.get("over_disclosed") or x.get("error") or not x.get("answered", True)) for x in audited)
         row["audit"] = f"{flagged} flagged" if flagged else "clean"
