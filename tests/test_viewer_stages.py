@@ -520,3 +520,22 @@ def test_an_audit_row_lists_the_cases_whose_replies_it_audited(built, page):
         assert wanted and set(page.locator("#rows tr td:first-child").all_inner_texts()) == wanted
         checked += 1
     assert checked == 2
+
+
+def test_the_case_list_at_1400_pixels_shows_rows_and_every_column(built, browser):
+    """Issue 35 item 15: "The case list at 1,400 px shows more than 3.5 rows: Outcome tags wrap less, and Plain type
+    and Audit are in view"."""
+    if browser is None:
+        pytest.skip("no Chromium")
+    _, site = built
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto((site / "cases.html").as_uri())
+    rows = page.locator("#rows tr").all()
+    bottoms = [r.bounding_box()["y"] + r.bounding_box()["height"] for r in rows[:10]]
+    assert sum(b <= 900 for b in bottoms) >= 4  # four rows whole on the first screen, at least
+    for header in ("Plain type", "Audit"):
+        box = page.locator("#cases th", has_text=header).bounding_box()
+        assert box["x"] + box["width"] <= 1400, header  # in view without scrolling
+    tags = page.locator("#rows tr:first-child span.tag:not(.bad)").all()
+    assert all(t.bounding_box()["height"] < 24 for t in tags)  # each outcome on one line
+    page.close()

@@ -83,8 +83,17 @@ def outcomes(rr: RunRecords, number: str) -> dict:
         else ["LJP_interaction"]
     if any(number not in r[k] for k in expected):
         row["tags"].append("unresolved or failed")
-    row["tags"] = sorted(set(row["tags"]))
+    # the outcomes are shown in the row; the finer tags (a stop round, a setup, a response type, an audit) only
+    # select rows, so that a row stays one or two lines high
+    tags = sorted(set(row["tags"]))
+    row["tags"], row["marks"] = [t for t in tags if not is_mark(t)], [t for t in tags if is_mark(t)]
     return row
+
+
+def is_mark(tag: str) -> bool:
+    """A tag that selects rows without being shown in them (the links of the overview's finer cells use them)."""
+    return tag in ORDER_TAGS.values() or tag in AUDIT_TAGS.values() or tag.startswith("plain") \
+        or tag in (STOP_TAGS["round 2"], STOP_TAGS["round 3"])
 
 
 def failing_tasks(row: dict) -> list[str]:
@@ -112,7 +121,7 @@ const f = id => document.getElementById(id);
 let sortKey = 'case', sortDir = 1, limit = 200;  // the first screen draws 200 rows; 'Show more' adds 500
 function fill(id, values){const s=f(id);for(const v of [...new Set(values)].sort()){const o=document.createElement('option');o.value=v;o.textContent=v;s.appendChild(o);}}
 fill('model', rows.map(r=>r.model)); fill('group', rows.map(r=>r.group)); fill('run', rows.map(r=>r.run)); fill('class', rows.map(r=>r.class));
-fill('cause', rows.map(r=>r.cause)); fill('focal', rows.flatMap(r=>r.focal||[])); fill('tag', rows.flatMap(r=>r.tags));
+fill('cause', rows.map(r=>r.cause)); fill('focal', rows.flatMap(r=>r.focal||[])); fill('tag', rows.flatMap(r=>r.tags.concat(r.marks||[])));
 const keys=['model','group','run','class','cause','focal','tag','task','text'];
 function keep(id,v){const s=f(id);if(v&&s.tagName==='SELECT'&&![...s.options].some(o=>o.value===v)){const o=document.createElement('option');o.value=v;o.textContent=v+' (not in this site)';s.appendChild(o);}s.value=v;}
 function fromHash(){const p=new URLSearchParams(location.hash.slice(1));for(const k of keys)keep(k,p.get(k)||'');if(p.get('sort')){sortKey=p.get('sort');sortDir=p.get('dir')==='-1'?-1:1;}}
@@ -122,7 +131,7 @@ const collator=new Intl.Collator('zh',{numeric:true});
 function compareKeys(x,y){if(typeof x==='number'&&typeof y==='number')return x-y;return collator.compare(String(x),String(y));}
 function cell(v){const td=document.createElement('td');td.textContent=v===undefined?'–':String(v);return td;}
 function render(){const task=f('task').value,m=f('model').value,gr=f('group').value,ru=f('run').value,c=f('class').value,ca=f('cause').value,fo=f('focal').value,t=f('tag').value,q=f('text').value.toLowerCase();
- const kept=rows.filter(r=>(!m||r.model===m)&&(!gr||r.group===gr)&&(!ru||r.run===ru)&&(!c||r.class===c)&&(!ca||r.cause===ca)&&(!fo||(r.focal||[]).includes(fo))&&(!t||r.tags.includes(t))&&(!q||r.search.includes(q)||(texts[r.case]||'').includes(q)));
+ const kept=rows.filter(r=>(!m||r.model===m)&&(!gr||r.group===gr)&&(!ru||r.run===ru)&&(!c||r.class===c)&&(!ca||r.cause===ca)&&(!fo||(r.focal||[]).includes(fo))&&(!t||r.tags.includes(t)||(r.marks||[]).includes(t))&&(!q||r.search.includes(q)||(texts[r.case]||'').includes(q)));
  // sort keys computed once per row, not at every comparison: 21,600 rows stay quick
  const decorated=kept.map(r=>[task&&r.fails.includes(task)?0:1,key(r[sortKey]),r]);
  decorated.sort((a,b)=>(a[0]-b[0])||compareKeys(a[1],b[1])*sortDir);
@@ -164,7 +173,7 @@ def case_list(rows_json: str, texts_json: str) -> str:
     tasks = "".join(f'<option value="{t}">{esc(name)}</option>' for t, name in WRONG_FIRST.items())
     return ("<h1>Cases</h1><p>" + selects + '<label>Text <input id="text" type="search"></label> '
             f'<label>Wrong first <select id="task"><option value="">none</option>{tasks}</select></label></p>'
-            '<p id="count"></p><table><thead><tr>'
+            '<p id="count"></p><table id="cases"><thead><tr>'
             + "".join(f'<th data-key="{k}">{esc(n)}</th>' for k, n in headers) + '</tr></thead><tbody id="rows">'
             '</tbody></table><button id="more" hidden>Show more</button>'
             f'<script type="application/json" id="data">{rows_json}</script>'

@@ -80,6 +80,8 @@ vertical-align:top}th{background:#f3f3f3;cursor:pointer}a{color:#1558b0}nav{marg
 .grid{display:grid;grid-template-columns:1fr 1fr;gap:1em}.ok{color:#282}.bad{color:#b22}
 details{margin:.4em 0}summary{cursor:pointer;font-weight:600}summary h2{display:inline}tr.failing td{background:#fdecec}
 button.call{margin-left:.5em;font-size:.75em}pre.prompt{white-space:pre-wrap;background:#f7f7f7;padding:.5em;font-size:.85em}
+#cases{font-size:.8em}#cases td,#cases th{padding:.2em .35em}#cases td:first-child{white-space:nowrap}
+#cases td:nth-child(5){min-width:11em;max-width:15em}#cases .tag{white-space:nowrap}#cases .tag.bad{white-space:normal}
 @media (max-width:900px){body{margin:.6em}.grid{grid-template-columns:1fr}table{display:block;overflow-x:auto}
 select,input{max-width:100%}}"""
 
