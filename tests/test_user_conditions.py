@@ -261,3 +261,28 @@ def test_table_15_pairs_runs_whose_code_differs_and_says_so(tmp_path, provider, 
     cells = [c.strip() for c in rows[0].split("  ") if c.strip()]
     assert cells[0] == "eval-model (its conditions' runs differ in code)"
     assert cells[1] == f"{qwk['run1']:.4f}" and cells[2] == f"{qwk['delayed1']:.4f}"
+
+
+def test_a_table_15_cell_opens_its_own_conditions_runs(tmp_path, provider, monkeypatch, browser):
+    """Review of issue 35 item 12: the Delayed Disclosure and Self-Correction cells opened the standard runs."""
+    if browser is None:
+        pytest.skip("no Chromium")
+    from urllib.parse import parse_qs, urlparse
+    harness = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "two.json", sample_cases()[:2]))
+    for run_id, condition in (("run1", "standard"), ("delayed1", "delayed"), ("selfcorr1", "self-correction")):
+        harness.run_id = run_id
+        assert harness.run("LexAwN", "--user-condition", condition) == 0
+        assert harness.run("interaction", "--user-condition", condition) == 0
+    assert show_results.main(["--output-root", str(harness.root), "--html", str(tmp_path / "site")]) == 0
+    page = browser.new_page()
+    page.goto((tmp_path / "site" / "index.html").as_uri())
+    table = page.locator("h3:has-text('Non-ideal users (Table 15)') + table")
+    headers = table.locator("tr").first.locator("th").all_inner_texts()
+    row = table.locator("tr").nth(1)
+    for column, run_id in (("Standard", "run1"), ("Delayed Disclosure", "delayed1"), ("Self-Correction", "selfcorr1")):
+        href = row.locator("td").nth(headers.index(column)).locator("a").get_attribute("href")
+        page.goto((tmp_path / "site" / "cases.html").as_uri() + "#" + urlparse(href).fragment)
+        runs = {t.split(" · ")[-1] for t in page.locator("#rows tr td:nth-child(4)").all_inner_texts()}
+        assert runs == {run_id}, (column, parse_qs(urlparse(href).fragment))
+        page.goto((tmp_path / "site" / "index.html").as_uri())
+    page.close()

@@ -62,6 +62,7 @@ class Table:
     query: dict = field(default_factory=dict)  # filters every link of the table adds (a tag of the case list)
     column_query: dict = field(default_factory=dict)  # header -> the filters that column's links add (its tag)
     row_queries: list = field(default_factory=list)  # per row, the filters its links add (its run, its setup)
+    cell_queries: list = field(default_factory=list)  # per row, header -> the filters that cell's link adds
     compare: str | None = None  # a view of compare.html its rows link to ("never", "disagree"), not the case list
 
     @property

@@ -190,6 +190,9 @@ def non_ideal_table(groups: list[Group], boot: Bootstrap | None = None) -> Table
             row += [difference_cell(paired_difference(boot, (by_condition[c], key), (standard, key)))
                     if standard and c in by_condition else "n/a" for c, _ in non_standard]
         table.rows.append(row)
+        # a condition's cell opens its own runs (a delayed user's), not the row's standard ones
+        table.cell_queries.append({name: {"group": by_condition[c].label} for c, name in USER_CONDITION_NAMES
+                                   if c in by_condition})
     return table
 
 

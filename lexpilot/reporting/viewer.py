@@ -114,6 +114,7 @@ def overview(tables: list[Table], groups: list[Group]) -> str:
     def link(table: Table, row: list, header: str, index: int) -> str | None:
         task = table.task_of(header, row)  # declared by the table, whatever its title says
         own = table.row_queries[index] if index < len(table.row_queries) else {}  # what this row alone selects
+        own = own | (table.cell_queries[index].get(header, {}) if index < len(table.cell_queries) else {})
         if table.compare:  # consistency: the cases a model gets wrong in every run; judges: where they disagree
             query = {"mode": "never", "model": model_of.get(row[0], row[0]), "task": task} \
                 if table.compare == "never" else {"mode": "disagree", "judged": task}
