@@ -64,12 +64,12 @@ def test_rates_and_clean_case_metrics_hand_computed(audited, capsys):
     out = capsys.readouterr().out
     table = out[out.index("Simulator audit"):].splitlines()
     dcg_row = next(line for line in table if " DCG " in f" {line} ").split()
-    assert dcg_row[-4:] == ["3", "0.333", "0.333", "0.000"]
+    assert dcg_row[-4:] == ["3", "33.3%", "33.3%", "0.0%"]  # in percent, as Table 13 prints its rates
     replies = sum(counts.values()) - len(CASES)
     leaked = counts[CASES[0]["case_number"]] - 1
     invented = counts[CASES[1]["case_number"]] - 1
     inter_row = next(line for line in table if " interaction " in f" {line} ").split()
-    assert inter_row[-4:] == [str(replies), f"{leaked / replies:.3f}", f"{invented / replies:.3f}", "0.000"]
+    assert inter_row[-4:] == [str(replies), f"{100 * leaked / replies:.1f}%", f"{100 * invented / replies:.1f}%", "0.0%"]
     clean = out[out.index("Task metrics on all cases and on the cases whose simulator"):].splitlines()
     dcg_clean = next(line for line in clean if "DCG accuracy" in line).split()
     assert dcg_clean[-2:] == [f"{float(dcg[CASES[2]['case_number']]):.3f}", "1"]  # only the clean case

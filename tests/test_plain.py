@@ -94,7 +94,8 @@ def test_table_6_and_the_cross_tabulation_hand_computed(four, provider, capsys):
     assert show_results.main(["--output-root", str(four.root), "--width", "0"]) == 0
     out = capsys.readouterr().out
     table = out[out.index("Plain consultation (Table 6)"):].splitlines()
-    assert table[3].split() == ["eval-model", "0.250", "0.000", "0.250", "0.500"]
+    # in percent at 1 decimal, as the paper's Table 6 prints its rates (1 of 4, 0, 1 of 4, 2 of 4 cases)
+    assert table[3].split() == ["eval-model", "25.0%", "0.0%", "25.0%", "50.0%"]
     cross = out[out.index("Plain response type against the LexAwN label"):].splitlines()
     assert cross[3].split()[-1] == f"{asked_share:.3f}"
 

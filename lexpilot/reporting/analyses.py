@@ -23,6 +23,7 @@ from lexpilot.reporting.formats import (
     kappa_cell,
     number_cell,
     parts_cell,
+    percent_cell,
     plain_tag,
 )
 from lexpilot.reporting.groups import Group, classes_present
@@ -58,8 +59,8 @@ def plain_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
                  if history_type == "underspecified" else
                  "Plain consultation, control: response types on complete histories, mean ± SD over runs")
         tables.append(Table(f"plain_types_{history_type}", title + suffix, ["Model"] + list(PLAIN_TYPE_NAMES.values()),
-                            [[label] + [cell(g.stat((task, k, OVERALL)), METRIC, boot.interval(g, (task, k, OVERALL))
-                                                                            if boot else None)
+                            [[label] + [percent_cell(g.stat((task, k, OVERALL)), boot.interval(g, (task, k, OVERALL))
+                                                     if boot else None)  # in percent, as Table 6
                                         for k in PLAIN_TYPE_NAMES] for label, g in zip(labels, shown)], task="plain",
                             # a type's cell opens the cases answered with that type (not the list sorted by type)
                             column_query={name: {"tag": plain_tag(history_type, name)}
@@ -161,8 +162,8 @@ def audit_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
                 selects.append({"tag": AUDIT_TAGS[source]})  # the cases with replies of this source audited
                 replies = sum(int(r.tasks[task].counts[:, 0].sum()) for r in g.runs if task in r.tasks)
                 rows.append([g.label, {"dcg": "DCG", "interaction": "interaction"}[source],
-                             str(replies)] + [cell(g.stat((task, m, OVERALL)), METRIC, boot.interval(g, (task, m, OVERALL))
-                                                                                if boot else None)
+                             str(replies)] + [percent_cell(g.stat((task, m, OVERALL)), boot.interval(g, (task, m, OVERALL))
+                                                           if boot else None)  # in percent, as Table 13
                                               for m in ("over_disclosure", "error", "non_answer")])
     tables = [Table("audit_rates", "Simulator audit: User Model replies judged over-disclosing (key details not asked for), "
                     f"erroneous (unsupported or contradicting) or not answering, mean ± SD over runs{suffix}",

@@ -40,6 +40,17 @@ def cell(stat: dict | None, digits: int = METRIC, ci: tuple[float, float] | None
     return Figure(draw(digits), numbers, metric_drawn(digits, draw))
 
 
+def percent_cell(stat: dict | None, ci: tuple[float, float] | None = None) -> Figure:
+    """A share as the paper prints its rates (Tables 5, 6, 12, 13): mean% ± SD [interval] at PERCENT decimals, in
+    percent in the CSV too."""
+    if stat is None or stat["mean"] is None:
+        return cell(stat, PERCENT, ci)
+    scaled = {**stat, "mean": 100 * stat["mean"], "sd": None if stat["sd"] is None else 100 * stat["sd"]}
+    shown = cell(scaled, PERCENT, (100 * ci[0], 100 * ci[1]) if ci else None)
+    text = str(shown).replace(f"{scaled['mean']:.{PERCENT}f}", f"{scaled['mean']:.{PERCENT}f}%", 1)
+    return Figure(text, shown.numbers)
+
+
 def number_cell(value: float | None, digits: int, signed: bool = False, percent: bool = False,
                 key: str = "value") -> Figure:
     """One number: its text at `digits` decimals (signed, or in percent), the number whole for the CSV."""

@@ -32,10 +32,10 @@ PAPER_TABLES: dict[str, tuple[str, int]] = {
     "non_ideal": ("Table 15", 4), "non_ideal_faults": ("nearest: Table 15", 4),
     "figure_3": ("nearest: Table 2 (Figure 3)", 4), "figure_4a": ("nearest: Table 2 (Figure 4)", 4),
     "figure_4b": ("nearest: Table 2 (Figure 4)", 4), "figure_4c": ("Figure 4 (counts)", METRIC),
-    "plain_types_underspecified": ("Table 6", 3), "plain_types_complete": ("Table 6", 3),
+    "plain_types_underspecified": ("Table 6", 1), "plain_types_complete": ("Table 6", 1),  # rates in percent
     "plain_by_class_underspecified": ("nearest: Table 6", 3), "plain_by_class_complete": ("nearest: Table 6", 3),
     "plain_against_lexawn": ("nearest: Table 6", 3),
-    "audit_rates": ("nearest: Table 13", 3), "audit_clean_cases": ("nearest: Table 13", 3),
+    "audit_rates": ("nearest: Table 13", 1), "audit_clean_cases": ("nearest: Table 13", 3),
     "table_13": ("Table 13", 3), "probe_study": ("nearest: Table 13", 3),
     "table_12": ("Table 12", 2), "table_12_intervals": ("Table 12", 2), "judge_labels": ("nearest: Table 12", 2),
     "judge_sensitivity": ("nearest: Table 11", 3),
