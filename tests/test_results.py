@@ -227,7 +227,7 @@ def test_interaction_gain_and_relative_change(tmp_path, capsys):
     table = tables.interaction_gain_table(groups, ["m"])
     q = {s: quadratic_weighted_kappa(*zip(*p)) for s, p in pairs.items()}
     assert table.rows[0] == ["m", f"{q['interaction'] - q['direct']:+.3f}",
-                             f"{100 * (q['interaction'] - q['gold']) / q['gold']:+.1f}%"]
+                             f"{100 * (q['interaction'] - q['gold']) / q['gold']:+.2f}%"]  # as the paper: 23.84%
 
 
 @pytest.mark.parametrize("fmt", ["markdown", "csv", "json", "latex", "text"])
@@ -250,7 +250,7 @@ def test_every_format_parses(tmp_path, capsys, fmt):
         header, row = main[0], next(r for r in main if r[1] == "m")
         at = header.index("DCG Acc. mean")
         assert header[at:at + 5] == ["DCG Acc. mean", "DCG Acc. SD", "DCG Acc. low", "DCG Acc. high", "DCG Acc. n"]
-        assert row[at:at + 5] == ["0.5", "0.707107", "", "", "2"]
+        assert row[at] == "0.5" and float(row[at + 1]) == 2 ** 0.5 / 2 and row[at + 2:at + 5] == ["", "", "2"]
     elif fmt == "markdown":
         for block in out.strip().split("### ")[1:]:
             lines = [l for l in block.splitlines() if l.startswith("|")]
@@ -266,3 +266,13 @@ def test_no_results_yet_is_one_line_and_exit_zero(tmp_path, capsys):
     assert show_results.main(["--output-root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and "No results" in out
+
+
+def test_the_relative_change_is_not_taken_against_a_gold_qwk_at_or_below_zero(tmp_path):
+    """Review of issue 35: "Interaction vs Gold (relative)" printed -777.4% for a Gold QWK of -0.057."""
+    pairs = {"direct": [("支持", "驳回"), ("驳回", "驳回")], "interaction": [("支持", "部分支持"), ("驳回", "驳回")],
+             "gold": [("支持", "驳回"), ("驳回", "支持")]}
+    make_run(tmp_path, "r1", cases={"A1": "离婚纠纷"}, ljp={s: {"A1": p} for s, p in pairs.items()})
+    table = tables.interaction_gain_table(group_runs(load_runs(tmp_path, None, None)), ["m"])
+    assert quadratic_weighted_kappa(*zip(*pairs["gold"])) <= 0
+    assert table.rows[0][2] == "n/a"

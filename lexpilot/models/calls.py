@@ -24,6 +24,7 @@ from lexpilot.models.replies import (
 )
 from lexpilot.pricing import Budget
 from lexpilot.settings import Role, Settings, key_variables
+from lexpilot.text import counted
 
 # ----------------------------------------------------------------------------- model calls
 
@@ -261,7 +262,7 @@ class ModelCaller:
             if attempt < attempts and self.abort.wait(backoff_seconds(attempt - 1, last.retry_after,
                                                                       self.settings.transport.backoff_base)):
                 raise Aborted()
-        raise CaseFailed(f"{role.describe()}: {last.problem} (after {attempts} attempts"
+        raise CaseFailed(f"{role.describe()}: {last.problem} (after {counted(attempts, 'attempt')}"
                          + (f" and {rate_limited} rate-limited ones)" if rate_limited else ")")
                          + self._failure_hint(role, last))
 

@@ -29,7 +29,7 @@ from lexpilot.reporting.formats import (
 from lexpilot.reporting.groups import NOT_COMPARED, Group, classes_present
 from lexpilot.reporting.runs import OVERALL
 from lexpilot.reporting.scoring import STOP_CATEGORIES, STOP_TAGS, TASKS
-from lexpilot.reporting.table import AVERAGE, METRIC, PERCENT, Figure, Table
+from lexpilot.reporting.table import AVERAGE, METRIC, PERCENT, RELATIVE, Figure, Table
 from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS, compared_setting
 
 # (identity, title, metric, the task its cells link to)
@@ -215,12 +215,14 @@ def interaction_gain_table(groups: list[Group], labels: list[str]) -> Table:
     for label, g in zip(labels, groups):
         means = {s: (g.stat((f"LJP_{s}", "qwk", OVERALL)) or {}).get("mean") for s, _, _, _ in LJP_SETUPS}
         gain = means["interaction"] - means["direct"] if None not in (means["interaction"], means["direct"]) else None
+        # relative to Gold only where Gold is above 0: a ratio to a QWK at or below chance reads as nonsense
         change = (means["interaction"] - means["gold"]) / means["gold"] \
-            if None not in (means["interaction"], means["gold"]) and means["gold"] != 0 else None
+            if None not in (means["interaction"], means["gold"]) and means["gold"] > 0 else None
         copy = g.rejudged  # a re-judged copy is no further model in the average
         gains += [gain] if gain is not None and not copy else []
         changes += [change] if change is not None and not copy else []
-        rows.append([label, number_cell(gain, METRIC, signed=True), number_cell(change, PERCENT, signed=True, percent=True)])
+        rows.append([label, number_cell(gain, METRIC, signed=True),
+                     number_cell(change, RELATIVE, signed=True, percent=True)])
     rows.append([f"Average over {len(gains)} / {len(changes)} models",
                  number_cell(float(np.mean(gains)) if gains else None, METRIC, signed=True),
                  number_cell(float(np.mean(changes)) if changes else None, PERCENT, signed=True, percent=True)])

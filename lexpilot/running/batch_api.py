@@ -48,7 +48,7 @@ def provider_call(run, what: str, call, missing_ok: bool = False):
         if attempt + 1 < attempts:
             run.log(f"{what}: {problem}; asked again")
             time.sleep(backoff_seconds(attempt, None, settings.transport.backoff_base))
-    raise BatchEndpointError(f"{what}: {problem} after {attempts} attempts. Every batch submitted is recorded: "
+    raise BatchEndpointError(f"{what}: {problem} after {counted(attempts, 'attempt')}. Every batch submitted is recorded: "
                              "rerun the same command later")
 
 

@@ -37,6 +37,7 @@ from lexpilot.storage.manifest import (
     record_transport,
     settings_hash,
 )
+from lexpilot.text import counted
 
 
 class Progress:
@@ -122,7 +123,9 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
         print(dry_run_report(name, state, selected), file=out)
         return 0
     if settings.batching.status:  # it only reads: never refused while another process writes the run
-        from lexpilot.running import batching  # the batch API is only touched when asked for
+        from lexpilot.running import (
+            batching,  # the batch API is only touched when asked for
+        )
         return batching.status(name, settings, clients, out)
     with RunLock(mpath.with_name(".lock")):
         note = check_manifest(mpath, manifest, stage.script, write=True, allow_code_change=settings.allow_code_change,
@@ -292,10 +295,11 @@ def _summary(name: str, workers: Workers, skipped: int, wall: float, out, err) -
         for number, message in sorted(outcome.failures):
             print(f"[{name}] case {number} failed: {message}", file=err)
         not_started = workers.total - progress.done - len(outcome.failures)
-        tail = f"; {not_started} cases not started" if not_started > 0 else ""
+        tail = f"; {counted(not_started, 'case')} not started" if not_started > 0 else ""
         failed_numbers = sorted(n for n, _ in outcome.failures)
-        print(f"[{name}] {len(outcome.failures)} case(s) failed ({', '.join(failed_numbers)}){tail}. "
-              "Rerun the same command to retry them; saved cases are kept.", file=err)
+        print(f"[{name}] {counted(len(outcome.failures), 'case')} failed ({', '.join(failed_numbers)}){tail}. "
+              f"Rerun the same command to retry {'it' if len(outcome.failures) == 1 else 'them'}; saved cases are kept.",
+              file=err)
         return 1
     return 0
 
