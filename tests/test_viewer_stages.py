@@ -539,3 +539,24 @@ def test_the_case_list_at_1400_pixels_shows_rows_and_every_column(built, browser
     tags = page.locator("#rows tr:first-child span.tag:not(.bad)").all()
     assert all(t.bounding_box()["height"] < 24 for t in tags)  # each outcome on one line
     page.close()
+
+
+def test_figure_4_b_average_row_opens_the_runs_it_averages(built, page):
+    """Review of issue 35 item 12: Figure 4 (b)'s average row opened every run (re-judged copies included); it opens
+    the cases, of its class, of the runs with focal-point types that the average is over."""
+    from categories import cause_class
+    root, site = built
+    page.goto((site / "index.html").as_uri())
+    table = page.locator("h3:has-text('Figure 4 (b)') + table")
+    headers = table.locator("tr").first.locator("th").all_inner_texts()
+    average = table.locator("tr", has=page.locator("td:first-child", has_text="Average over")).first
+    cls = headers[1]
+    href = average.locator("td").nth(1).locator("a").get_attribute("href")
+    page.goto((site / "cases.html").as_uri() + "#" + urlparse(href).fragment)
+    listed = set(zip(page.locator("#rows tr td:first-child").all_inner_texts(),
+                     page.locator("#rows tr td:nth-child(4)").all_inner_texts()))
+    causes = {c["case_number"]: c["cause_of_action"]
+              for c in json.loads((root.parent / "five.json").read_text(encoding="utf-8"))}  # the built dataset
+    wanted = {(n, f"{model} · r1") for model in ("model-a", "model-b")
+              for n in records(root, "eval_results", "focal_types.jsonl", model=model) if cause_class(causes[n]) == cls}
+    assert wanted and listed == wanted

@@ -42,6 +42,7 @@ JUDGED_TASKS = ("LCA", "DCG", "LJP", "interaction rounds")  # what a re-judged r
 ORDER_CHANGED = "claim order changed"  # the case list's tag: a verdict changed with the claims shuffled
 ORDER_TAGS = {setup: f"{ORDER_CHANGED}: {name}" for setup, name in SETUP_NAMES.items()}  # ... in that setup
 AUDIT_TAGS = {"dcg": "audited: DCG", "interaction": "audited: interaction"}  # a case with audited replies there
+TYPED = "with focal-point types"  # a standard run's case with focal-point types: what Figure 4's averages are over
 
 
 def plain_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
@@ -272,7 +273,8 @@ def figure_4_tables(groups: list[Group]) -> list[Table]:
                     + [average_cell([g.stat(key(c)) for g in typed])
                                                                for c in columns])
         panels.append(Table(panel, f"{title}, mean ± SD over runs; the last row averages the models' means",
-                            ["Model"] + columns, rows, task="DCG"))
+                            ["Model"] + columns, rows, task="DCG",  # the average's cells: the typed runs' cases
+                            row_queries=[{}] * (len(rows) - 1) + [{"tag": TYPED}]))
     counts = Counter()  # over the benchmark: every case typed in any run shown, once
     cases: dict = {}
     for g in typed:

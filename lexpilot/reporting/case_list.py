@@ -12,7 +12,7 @@ from lexpilot.benchmark.records import (
     PLAIN_TYPES,
 )
 from lexpilot.benchmark.vocabulary import ASKS, PREDICTS
-from lexpilot.reporting.analyses import AUDIT_TAGS, ORDER_CHANGED, ORDER_TAGS
+from lexpilot.reporting.analyses import AUDIT_TAGS, ORDER_CHANGED, ORDER_TAGS, TYPED
 from lexpilot.reporting.case_sections import (
     esc,
 )
@@ -63,6 +63,8 @@ def outcomes(rr: RunRecords, number: str) -> dict:
     typed = r.get(FOCAL_TYPE_RECORDS.name, {}).get(number)
     if typed:  # Figure 4: the types of the case's focal points
         row["focal"] = sorted({FOCAL_TYPES.get(t.get("type"), str(t.get("type"))) for t in typed.get("types", [])})
+        if rr.run.condition == "standard" and not rr.run.manifest.get("rejudged_from"):
+            row["tags"].append(TYPED)  # a run Figure 4's averages are over
     for history_type, kind in PLAIN_TYPES.items():  # Table 6: the plain consultation's response type
         plain = r.get(kind.name, {}).get(number)
         if plain:
@@ -92,7 +94,7 @@ def outcomes(rr: RunRecords, number: str) -> dict:
 
 def is_mark(tag: str) -> bool:
     """A tag that selects rows without being shown in them (the links of the overview's finer cells use them)."""
-    return tag in ORDER_TAGS.values() or tag in AUDIT_TAGS.values() or tag.startswith("plain") \
+    return tag in ORDER_TAGS.values() or tag in AUDIT_TAGS.values() or tag.startswith("plain") or tag == TYPED \
         or tag in (STOP_TAGS["round 2"], STOP_TAGS["round 3"])
 
 
