@@ -207,7 +207,7 @@ def test_the_grid_total_sums_every_run_with_unanswered_calls_and_the_batch_share
                               "csv"]) == 0
     out = capsys.readouterr().out
     row = next(r for r in csv.reader(io.StringIO(out)) if r[0].startswith("Spent so far") and r[1] == "all")
-    assert row[2:5] == [str(calls), "1", "50%"]
+    assert row[2:5] == [str(calls), "1", "50.0"]  # the batch share, in percent, every digit in the CSV
     assert float(row[-2]) == pytest.approx(by_hand, abs=0.006)
     assert grid_cost(out) == pytest.approx(by_hand, abs=0.006)
     # every call reported 100 cached prompt tokens: each saved (2000 − 500) per million, half that when batched

@@ -350,8 +350,10 @@ def test_csv_and_json_carry_numbers_not_display_text(tmp_path, provider, monkeyp
     assert prompt > 0
     capsys.readouterr()
     assert show_results.main(["--output-root", str(h.root), "--usage", "--format", "json", "--table",
-                              "usage_per_run", "main"]) == 0
+                              "usage_per_run", "main", "runs"]) == 0
     tables = {t["id"]: t for t in json.loads(capsys.readouterr().out)["tables"]}
+    runs = dict(zip(tables["runs"]["headers"], tables["runs"]["rows"][0]))
+    assert runs["Runs"] == {"text": "1", "value": 1}  # a count, as its number too
     usage = dict(zip(tables["usage_per_run"]["headers"], tables["usage_per_run"]["rows"][0]))
     assert usage["Evaluated model"]["calls"] == 2 and usage["Judge"]["calls"] == 2
     assert usage["Evaluated model"]["prompt tokens"] == prompt

@@ -168,7 +168,7 @@ def audit_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
                                               for m in ("over_disclosure", "error", "non_answer")])
     tables = [Table("audit_rates", "Simulator audit: User Model replies judged over-disclosing (key details not asked for), "
                     f"erroneous (unsupported or contradicting) or not answering, mean ± SD over runs{suffix}",
-                    ["Model", "Replies of", "Replies audited", "Over-disclosure", "Error", "Non-answer"], rows,
+                    ["Model", "Replies of", "Replies audited (all runs)", "Over-disclosure", "Error", "Non-answer"], rows,
                     task="audit", row_queries=selects)]
     rows = []
     for g in audited:

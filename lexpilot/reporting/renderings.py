@@ -189,7 +189,9 @@ def render_json(groups: list[Group], boot: Bootstrap | None = None, usage: bool 
                                          for stage, roles in r.usage.items()} for r in g.runs}
         data.append(group)
     # a cell with numbers is {"text", and each number}: a reader computes on the numbers, not on the display text
-    cell = (lambda c: {"text": str(c), **c.numbers} if isinstance(c, Figure) else c)  # noqa: E731
+    # and a count written as text ("24") is given as its number too
+    cell = (lambda c: {"text": str(c), **c.numbers} if isinstance(c, Figure) else  # noqa: E731
+            {"text": c, "value": int(c)} if isinstance(c, str) and c.isascii() and c.isdigit() else c)
     extra = {"tables": [{"id": t.id, "title": t.title, "headers": t.headers,
                          "rows": [[cell(c) for c in r] for r in t.at().rows]} for t in tables]} if tables else {}
     return json.dumps({"groups": data, **extra}, ensure_ascii=False, indent=1)

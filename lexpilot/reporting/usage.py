@@ -7,9 +7,10 @@ from collections import Counter
 
 from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.pricing import cost
+from lexpilot.reporting.formats import number_cell
 from lexpilot.reporting.groups import Group
 from lexpilot.reporting.runs import Run
-from lexpilot.reporting.table import Figure, Table
+from lexpilot.reporting.table import PERCENT, Figure, Table
 from lexpilot.text import counted
 
 
@@ -99,7 +100,7 @@ def grid_total(groups: list[Group], prices: dict | None) -> Table:
         full = [c for r in (ROLES if role == "all" else [role]) for c in uncached.get(r, [])]
         priced = bool(prices) and None not in spent
         paid = unanswered.total() if role == "all" else unanswered.get(role, 0)
-        batch = f"{used['batched_calls'] / used['calls']:.0%}" if used["calls"] else "-"
+        batch = number_cell(used["batched_calls"] / used["calls"], PERCENT, percent=True) if used["calls"] else "-"
         rows.append([role, str(used["calls"]), str(paid), batch, str(used["prompt_tokens"]),
                      str(used["cached_prompt_tokens"]), str(used["completion_tokens"]),
                      money(sum(spent) if priced else None), money(sum(full) - sum(spent) if priced else None)])
