@@ -482,13 +482,15 @@ def test_a_claim_order_row_selects_its_run_and_setup(built, page):
         assert set(page.locator("#rows tr td:first-child").all_inner_texts()) == changed
 
 
-def test_a_table_6_cell_opens_the_cases_answered_with_its_type(built, page):
-    """Issue 35 item 12: "Table 6 cells filter by their type; today they sort alphabetically"."""
+@pytest.mark.parametrize("title", ["Plain consultation (Table 6)", "Plain response type against the LexAwN label"])
+def test_a_table_6_cell_opens_the_cases_answered_with_its_type(built, page, title):
+    """Issue 35 item 12: "Table 6 cells filter by their type; today they sort alphabetically" (and the table
+    crossing them with LexAwN's labels, whose shares are over the cases of each type)."""
     from lexpilot.reporting.formats import PLAIN_TYPE_NAMES
     root, site = built
     typed = records(root, "eval_results", "plain_types_underspecified.jsonl")
     page.goto((site / "index.html").as_uri())
-    table = page.locator("h3:has-text('Plain consultation (Table 6)') + table")
+    table = page.locator(f"h3:has-text('{title}') + table")
     headers = table.locator("tr").first.locator("th").all_inner_texts()
     row = table.locator("tr", has=page.locator("td:first-child", has_text="model-a")).first
     opened = 0

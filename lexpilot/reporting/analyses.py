@@ -80,7 +80,10 @@ def plain_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
                             "share of those cases where LexAwN asked (策略二), mean over runs",
                             ["Model"] + list(PLAIN_TYPE_NAMES.values()),
                             [[g.label] + [cell(g.stat(("plain_then_asked", k, OVERALL)))
-                                                          for k in PLAIN_TYPE_NAMES] for g in crossed], task="plain"))
+                                                          for k in PLAIN_TYPE_NAMES] for g in crossed], task="plain",
+                            # a type's cell: the cases answered with that type (what its share is over)
+                            column_query={name: {"tag": plain_tag("underspecified", name)}
+                                          for name in PLAIN_TYPE_NAMES.values()}))
     return tables
 
 
