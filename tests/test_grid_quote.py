@@ -280,3 +280,20 @@ def test_the_quote_takes_width_as_show_results_does(grid, capsys):
     blocks = [i for i in range(first, len(lines)) if re.fullmatch(r"\(\d/\d\)", lines[i])][:2]
     assert len(blocks) == 2
     assert all(lines[i + 1].split()[:2] == ["Stage", "Role"] for i in blocks)  # the key columns in each block
+
+
+def test_a_grid_of_non_ideal_users_quotes_only_the_stages_that_take_them(grid, capsys):
+    """Review of issue 35: `--user-condition delayed` counted DCG, LJP direct and gold and the analyses for new run
+    ids, stages that refuse a run with a non-ideal user. Only LexAwN, the Interaction-Based LJP and the audit are
+    counted; the rest is one line."""
+    capsys.readouterr()
+    status = quote_grid.main(["--models", *MODELS, "--run-ids", *RUNS, "--stages", "all", "--user-condition",
+                              "delayed", "--dataset", str(grid["dataset"]), "--output-root", str(grid["root"]),
+                              "--format", "csv"])
+    out = capsys.readouterr().out
+    assert status == 1  # some chosen stages are not counted
+    counted = {r[1] for r in csv.reader(io.StringIO(out)) if r and r[0].startswith("Calls at most") and r[1] not in
+               ("header", "total")}
+    assert counted == {"LexAwN", "LJP interaction", "audit"}
+    refused = [line for line in out.splitlines() if "not counted: " in line]
+    assert len(refused) == 1 and "takes only LexAwN_gen.py, eval_LJP_interaction.py, audit_simulator.py" in refused[0]

@@ -17,6 +17,7 @@ from lexpilot.benchmark.dataset import Case
 from lexpilot.benchmark.prompts import load_prompts
 from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.errors import HarnessError
+from lexpilot.protocols.catalog import CONDITION_SCRIPTS
 from lexpilot.protocols.steps import Stage
 from lexpilot.running.quote import (
     CARRIED_REPLIES,
@@ -123,11 +124,20 @@ def quote_grid(stages: list[Stage], settings_of, models: list[str], run_ids: lis
     """Every (model, run, stage) part; `settings_of(stage, model, run_id)` gives the settings the stage would run
     with."""
     prompts, parts = load_prompts(), []
+    # the grid's users: a stage that takes no --user-condition belongs to standard runs, and refuses the others
+    condition = next((settings_of(s, models[0], run_ids[0]).user_condition for s in stages if s.user_condition),
+                     "standard")
     for stage in stages:
         saved_usage = None
         for model in models:
             for run_id in run_ids:
                 settings = settings_of(stage, model, run_id)
+                if condition != "standard" and not stage.user_condition:
+                    part = Part(model, run_id, stage.name, settings)
+                    part.refused = (f"a run with the {condition} user takes only {', '.join(CONDITION_SCRIPTS)}; "
+                                    "the other stages belong to standard runs (leave them out of --stages)")
+                    parts.append(part)
+                    continue
                 if saved_usage is None:  # the same steps and root for every part of a stage
                     saved_usage = saved_usage_per_case(settings.output_root, list(stage.enabled_steps(settings)))
                 parts.append(quote_part(stage, settings, selected, dataset_sha, prompts, saved_usage))

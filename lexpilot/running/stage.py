@@ -18,6 +18,7 @@ from lexpilot.benchmark.records import RECORD_KINDS
 from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.errors import STOPPED, Aborted, CaseFailed, FatalError, HarnessError
 from lexpilot.models.calls import ModelCaller, Usage
+from lexpilot.protocols.catalog import CONDITION_SCRIPTS
 from lexpilot.protocols.steps import CaseCalls, Stage
 from lexpilot.running.quote import dry_run_report
 from lexpilot.running.state import StageState, load_state, read_only_state, run_case
@@ -129,7 +130,7 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
         return batching.status(name, settings, clients, out)
     with RunLock(mpath.with_name(".lock")):
         note = check_manifest(mpath, manifest, stage.script, write=True, allow_code_change=settings.allow_code_change,
-                              record_files=record_files, prompt_files=stage.prompt_files(settings))
+                              record_files=record_files, prompt_files=stage.prompt_files(settings), condition_scripts=CONDITION_SCRIPTS)
         if note:
             print(f"[{name}] {note}", file=err)
         if stage.prepare:

@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lexpilot.benchmark.dataset import Case
-from lexpilot.benchmark.records import new_record, record_digest
+from lexpilot.benchmark.records import RECORD_KINDS, new_record, record_digest
 from lexpilot.errors import HarnessError, first_of
 from lexpilot.models.calls import Usage
+from lexpilot.protocols.catalog import CONDITION_SCRIPTS
 from lexpilot.protocols.steps import CaseCalls, Stage, Step
 from lexpilot.settings import Settings
-from lexpilot.benchmark.records import RECORD_KINDS
 from lexpilot.storage.checkpoints import (
     CheckpointWriter,
     checkpoint_path,
@@ -77,7 +77,7 @@ def read_only_state(stage: Stage, settings: Settings, selected: list[Case], mani
     record_files = [checkpoint_path(settings.output_root, settings.run_id, model, k) for k in RECORD_KINDS]
     check_manifest(manifest_path(settings.output_root, settings.run_id, model), manifest, stage.script, write=False,
                    allow_code_change=settings.allow_code_change, record_files=record_files,
-                   prompt_files=stage.prompt_files(settings))
+                   prompt_files=stage.prompt_files(settings), condition_scripts=CONDITION_SCRIPTS)
     return load_state(settings, stage, selected, repair=False, whole_upstream=whole_upstream)
 
 

@@ -178,7 +178,8 @@ def saved_settings(paths: list[Path]) -> set[str | None]:
 
 
 def check_manifest(path: Path, current: dict, script: str, write: bool, allow_code_change: bool = False,
-                   record_files: list[Path] = (), prompt_files: set[str] = frozenset()) -> str | None:
+                   record_files: list[Path] = (), prompt_files: set[str] = frozenset(),
+                   condition_scripts: tuple[str, ...] = ()) -> str | None:
     """Stop before any call when the run's saved settings differ; write the manifest on first use.
 
     Prompt files are compared where the stage sends them (`prompt_files`): a prompt only another stage sends
@@ -206,8 +207,8 @@ def check_manifest(path: Path, current: dict, script: str, write: bool, allow_co
     if saved.get("user_condition") != current.get("user_condition"):
         raise HarnessError(f"{path}: this run's user condition is {saved.get('user_condition')!r}, not "
                            f"{current.get('user_condition')!r}. Pass --user-condition "
-                           f"{saved.get('user_condition')} (LexAwN_gen.py and eval_LJP_interaction.py take it; "
-                           "the other stages belong to standard runs), or use a new --run-id.")
+                           f"{saved.get('user_condition')} ({', '.join(condition_scripts) or 'the stages of such runs'} "
+                           "take it; the other stages belong to standard runs), or use a new --run-id.")
     code_changed = [d for d in differing if d.startswith("code")]
     if code_changed and allow_code_change and len(code_changed) == len(differing):
         resumed = saved.setdefault("code_hashes_resumed_with", [])
