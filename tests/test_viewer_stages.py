@@ -414,7 +414,7 @@ def test_the_case_list_leaves_out_an_older_records_injected_disruption_as_the_me
     run = types.SimpleNamespace(model="m", run_id="r1", condition="delayed")
     assert "audit" not in outcomes(RunRecords(run, "m · r1", records, "m"), "1")
     records[AUDIT["interaction"].name]["1"]["replies"].append({**disruption, "source": "interaction round 3"})
-    assert outcomes(RunRecords(run, "m · r1", records, "m"), "1")["audit"] == "1 flagged"
+    assert outcomes(RunRecords(run, "m · r1", records, "m"), "1")["audit"] == "interaction 1 flagged"  # per source (review of #35)
 
 
 @pytest.mark.parametrize("title,column,stopped", [
@@ -521,6 +521,18 @@ def test_an_audit_row_lists_the_cases_whose_replies_it_audited(built, page):
         page.goto((site / "cases.html").as_uri() + "#" + urlparse(href).fragment)
         assert wanted and set(page.locator("#rows tr td:first-child").all_inner_texts()) == wanted
         checked += 1
+        # a rate's cell: the cases with a reply of this source flagged so (review: every audited case opened)
+        flags = {"Over-disclosure": lambda x: bool(x["over_disclosed"]), "Error": lambda x: bool(x["error"]),
+                 "Non-answer": lambda x: not x["answered"]}
+        for at, (name, flagged) in enumerate(flags.items(), 3):
+            page.goto((site / "index.html").as_uri())
+            row = next(r for r in page.locator("h3:has-text('Simulator audit: User Model replies') + table tr").all()[1:]
+                       if r.locator("td").all_inner_texts()[:2] == cells[:2])
+            link = row.locator("td").nth(at).locator("a").get_attribute("href")
+            page.goto((site / "cases.html").as_uri() + "#" + urlparse(link).fragment)
+            expected = {n for n, r in audit.items() if any(flagged(x) for x in r.get("replies", []) if not protocol_turn(x))}
+            assert set(page.locator("#rows tr td:first-child").all_inner_texts()) == expected, (source, name)
+        page.goto((site / "index.html").as_uri())
     assert checked == 2
 
 

@@ -42,6 +42,10 @@ JUDGED_TASKS = ("LCA", "DCG", "LJP", "interaction rounds")  # what a re-judged r
 ORDER_CHANGED = "claim order changed"  # the case list's tag: a verdict changed with the claims shuffled
 ORDER_TAGS = {setup: f"{ORDER_CHANGED}: {name}" for setup, name in SETUP_NAMES.items()}  # ... in that setup
 AUDIT_TAGS = {"dcg": "audited: DCG", "interaction": "audited: interaction"}  # a case with audited replies there
+AUDIT_FLAGS = (("over_disclosure", "Over-disclosure"), ("error", "Error"), ("non_answer", "Non-answer"))  # in order of
+# audit_counts' flags; a case with a reply of the source flagged so
+AUDIT_FLAG_TAGS = {(source, metric): f"audit {name.lower()}: {source}" for source in AUDIT_TAGS
+                   for metric, name in AUDIT_FLAGS}
 TYPED = "with focal-point types"  # a standard run's case with focal-point types: what Figure 4's averages are over
 
 
@@ -158,21 +162,22 @@ def audit_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
     if not audited:
         return []
     suffix = ", [95% bootstrap interval over cases]" if boot else ""
-    rows, selects = [], []
+    rows, selects, flags = [], [], []
     for g in audited:
         for source in ("dcg", "interaction"):
             task = f"audit_{source}"
             if g.stat((task, "error", OVERALL)):
                 selects.append({"tag": AUDIT_TAGS[source]})  # the cases with replies of this source audited
+                flags.append({name: {"tag": AUDIT_FLAG_TAGS[(source, metric)]} for metric, name in AUDIT_FLAGS})
                 replies = sum(int(r.tasks[task].counts[:, 0].sum()) for r in g.runs if task in r.tasks)
                 rows.append([g.label, {"dcg": "DCG", "interaction": "interaction"}[source],
                              str(replies)] + [percent_cell(g.stat((task, m, OVERALL)), boot.interval(g, (task, m, OVERALL))
                                                            if boot else None)  # in percent, as Table 13
-                                              for m in ("over_disclosure", "error", "non_answer")])
+                                              for m, _ in AUDIT_FLAGS])
     tables = [Table("audit_rates", "Simulator audit: User Model replies judged over-disclosing (key details not asked for), "
                     f"erroneous (unsupported or contradicting) or not answering, mean ± SD over runs{suffix}",
                     ["Model", "Replies of", "Replies audited (all runs)", "Over-disclosure", "Error", "Non-answer"], rows,
-                    task="audit", row_queries=selects)]
+                    task="audit", row_queries=selects, cell_queries=flags)]  # a rate's cell: its flagged cases
     rows = []
     for g in audited:
         for task, name in (("DCG", "DCG accuracy"), ("LJP_interaction", "Interaction-Based QWK")):

@@ -12,7 +12,14 @@ from lexpilot.benchmark.records import (
     PLAIN_TYPES,
 )
 from lexpilot.benchmark.vocabulary import ASKS, PREDICTS
-from lexpilot.reporting.analyses import AUDIT_TAGS, ORDER_CHANGED, ORDER_TAGS, TYPED
+from lexpilot.reporting.analyses import (
+    AUDIT_FLAG_TAGS,
+    AUDIT_FLAGS,
+    AUDIT_TAGS,
+    ORDER_CHANGED,
+    ORDER_TAGS,
+    TYPED,
+)
 from lexpilot.reporting.case_sections import (
     esc,
 )
@@ -20,7 +27,7 @@ from lexpilot.reporting.comparisons import (
     TASK_NAMES,
 )
 from lexpilot.reporting.formats import PLAIN_TYPE_NAMES, plain_tag
-from lexpilot.reporting.metrics import protocol_turn
+from lexpilot.reporting.metrics import audit_counts, protocol_turn
 from lexpilot.reporting.scoring import STOP_TAGS, stop_category
 from lexpilot.reporting.transcripts import SETUPS, RunRecords
 
@@ -72,14 +79,19 @@ def outcomes(rr: RunRecords, number: str) -> dict:
             row["tags"].append(plain_tag(history_type, name))
             if history_type == "underspecified":
                 row["plain"] = name
-    audited = []
+    said = []
     for source, kind in AUDIT.items():  # the simulator audit's replies (a protocol's own turns are not audited)
-        replies = [x for x in (r.get(kind.name, {}).get(number) or {}).get("replies", []) if not protocol_turn(x)]
-        row["tags"] += [AUDIT_TAGS[source]] if replies else []
-        audited += replies
-    if audited:
-        flagged = sum(bool(x.get("over_disclosed") or x.get("error") or not x.get("answered", True)) for x in audited)
-        row["audit"] = f"{flagged} flagged" if flagged else "clean"
+        record = r.get(kind.name, {}).get(number)
+        counts = audit_counts(record) if record and isinstance(record.get("replies"), list) else None
+        if counts is None or not counts[0]:
+            continue
+        row["tags"].append(AUDIT_TAGS[source])
+        row["tags"] += [AUDIT_FLAG_TAGS[(source, metric)] for (metric, _), n in zip(AUDIT_FLAGS, counts[1:]) if n]
+        flagged = sum(1 for x in record["replies"] if not protocol_turn(x)
+                      and (x.get("over_disclosed") or x.get("error") or not x.get("answered", True)))
+        said.append(f"{AUDIT_NAMES[source]} {f'{flagged} flagged' if flagged else 'clean'}")
+    if said:  # per source: a DCG reply's flag is not the interaction's
+        row["audit"] = "; ".join(said)
     row["fails"] = failing_tasks(row)
     expected = ["LCA", "DCG", "LJP_direct", "LJP_gold", "LJP_interaction"] if rr.run.condition == "standard" \
         else ["LJP_interaction"]
@@ -92,9 +104,13 @@ def outcomes(rr: RunRecords, number: str) -> dict:
     return row
 
 
+AUDIT_NAMES = {"dcg": "DCG", "interaction": "interaction"}
+
+
 def is_mark(tag: str) -> bool:
     """A tag that selects rows without being shown in them (the links of the overview's finer cells use them)."""
-    return tag in ORDER_TAGS.values() or tag in AUDIT_TAGS.values() or tag.startswith("plain") or tag == TYPED \
+    return tag in ORDER_TAGS.values() or tag in AUDIT_TAGS.values() or tag in AUDIT_FLAG_TAGS.values() \
+        or tag.startswith("plain") or tag == TYPED \
         or tag in (STOP_TAGS["round 2"], STOP_TAGS["round 3"])
 
 
