@@ -148,3 +148,12 @@ def test_no_help_text_names_an_issue():
     files = [*ROOT.glob("*.py"), *(ROOT / "lexpilot").rglob("*.py")]
     found = [(p.name, t) for p in files for t in help_texts(p) if re.search(r"\bissues? \d|#\d|\(issue\b", t)]
     assert not found
+
+
+def test_the_entry_points_that_take_a_user_condition_are_declared_as_the_stages_say():
+    """vocabulary.CONDITION_SCRIPTS names them for the runner's messages (without importing every protocol into each
+    stage's code hash); it must be what the catalog's stages declare."""
+    from lexpilot.benchmark.vocabulary import CONDITION_SCRIPTS
+    from lexpilot.protocols.catalog import GRID_STAGES
+    declared = {s.script for stages in GRID_STAGES.values() for s in stages if s.user_condition}
+    assert set(CONDITION_SCRIPTS) == declared and len(CONDITION_SCRIPTS) == len(declared)

@@ -6,6 +6,9 @@ HISTORY_TYPES = ("complete", "underspecified")
 ROLES = ("eval", "user", "judge")
 ROLE_NAMES = {"eval": "evaluated model", "user": "User Model", "judge": "judge"}
 USER_CONDITIONS = ("standard", "delayed", "self-correction")  # Appendix E.5
+# the entry points that run with a non-ideal user (--user-condition): the stages declaring `user_condition` (a test
+# checks this against the catalog; a stage reads it here, so that its code hash holds no other stage's protocol)
+CONDITION_SCRIPTS = ("LexAwN_gen.py", "eval_LJP_interaction.py", "audit_simulator.py")
 
 # LCA (Table 23): 策略一, the response treats the history as complete (a prediction); 策略二, it asks
 LCA_LABELS = PREDICTS, ASKS = ("策略一", "策略二")

@@ -33,8 +33,6 @@ SINGLE_LJP = {"eval_LJP_direct": (DIRECT_STAGE,), "eval_LJP_gold": (GOLD_STAGE,)
               "eval_LJP_interaction": (INTERACTION_LJP_STAGE,)}
 GRID_STAGES = {**PAPER_GRID, **SINGLE_LJP, **VALIDATION_STAGES}
 STAGE_SETS = {"paper": tuple(PAPER_GRID), "all": (*PAPER_GRID, *VALIDATION_STAGES)}
-# the entry points that run with a non-ideal user (--user-condition); every other stage belongs to standard runs
-CONDITION_SCRIPTS = tuple(dict.fromkeys(s.script for stages in GRID_STAGES.values() for s in stages if s.user_condition))
 
 
 def stages_named(names: list[str]) -> list[Stage]:

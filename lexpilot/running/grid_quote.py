@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 
 from lexpilot.benchmark.dataset import Case
 from lexpilot.benchmark.prompts import load_prompts
-from lexpilot.benchmark.vocabulary import ROLES
+from lexpilot.benchmark.vocabulary import CONDITION_SCRIPTS, ROLES
 from lexpilot.errors import HarnessError
-from lexpilot.protocols.catalog import CONDITION_SCRIPTS
 from lexpilot.protocols.steps import Stage
 from lexpilot.running.quote import (
     CARRIED_REPLIES,

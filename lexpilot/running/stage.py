@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 from lexpilot.benchmark.dataset import Case, load_dataset
 from lexpilot.benchmark.prompts import load_prompts
 from lexpilot.benchmark.records import RECORD_KINDS
-from lexpilot.benchmark.vocabulary import ROLES
+from lexpilot.benchmark.vocabulary import CONDITION_SCRIPTS, ROLES
 from lexpilot.errors import STOPPED, Aborted, CaseFailed, FatalError, HarnessError
 from lexpilot.models.calls import ModelCaller, Usage
-from lexpilot.protocols.catalog import CONDITION_SCRIPTS
 from lexpilot.protocols.steps import CaseCalls, Stage
 from lexpilot.running.quote import dry_run_report
 from lexpilot.running.state import StageState, load_state, read_only_state, run_case

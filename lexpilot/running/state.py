@@ -8,9 +8,9 @@ from pathlib import Path
 
 from lexpilot.benchmark.dataset import Case
 from lexpilot.benchmark.records import RECORD_KINDS, new_record, record_digest
+from lexpilot.benchmark.vocabulary import CONDITION_SCRIPTS
 from lexpilot.errors import HarnessError, first_of
 from lexpilot.models.calls import Usage
-from lexpilot.protocols.catalog import CONDITION_SCRIPTS
 from lexpilot.protocols.steps import CaseCalls, Stage, Step
 from lexpilot.settings import Settings
 from lexpilot.storage.checkpoints import (
