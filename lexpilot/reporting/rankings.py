@@ -171,8 +171,8 @@ def ranked_rows(tests: list[PairTest], members: list[Group], groups: list[Group]
     letters = letter_display(labels, different) if complete else {}
     means = [round(g.stat(key)["mean"], 12) for g in ranked]  # equal but for float noise: the same value
     return [[name, *([set_label] if set_label else []), str(means.index(mean) + 1), label(g),  # equal values share
-             f"{g.stat(key)['mean']:.{METRIC}f}",  # a rank (1, 1, 3), as in competition ranking
-             "n/a" if g.stat(key)["sd"] is None else f"{g.stat(key)['sd']:.{METRIC}f}", str(g.stat(key)["n"]),
+             number_cell(g.stat(key)["mean"], METRIC),  # a rank (1, 1, 3), as in competition ranking
+             number_cell(g.stat(key)["sd"], METRIC), str(g.stat(key)["n"]),
              letters.get(label(g), "n/a")] for g, mean in zip(ranked, means)]
 
 
