@@ -367,3 +367,15 @@ def test_csv_and_json_carry_numbers_not_display_text(tmp_path, provider, monkeyp
     header, data = rows[0], rows[1]  # the table's header row, then its one run
     row = dict(zip(header[2:], data[2:]))
     assert row["Evaluated model calls"] == "2" and row["Evaluated model prompt tokens"] == str(prompt)
+
+
+def test_a_note_table_keeps_to_the_width(tmp_path, provider, monkeypatch, capsys):
+    """Review of issue 35: the Figure 3 note (152 characters) ignored --width 80."""
+    h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "two.json", sample_cases()[:2]))
+    for stage in ("LexAwN", "DCG"):
+        assert h.run(stage) == 0
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(h.root), "--width", "80", "--table", "figure_3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("no complexity data") for line in lines)
+    assert all(len(line) <= 80 for line in lines)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import html
 import io
 import json
@@ -82,6 +83,9 @@ def render_text(tables: list[Table], limit: int = TEXT_WIDTH, decimals: int | No
     key columns again (those that tell the rows apart). Metrics at each table's precision, or at `decimals`."""
     out = []
     for t in (t.at(decimals) for t in tables):
+        if len(t.headers) == 1:  # a table of notes: each note in lines of the width, not one line past it
+            t = dataclasses.replace(t, rows=[[line] for r in t.rows for line in
+                                             textwrap.wrap(r[0], limit, subsequent_indent="  ") or [""]])
         widths = [max(display_width(r[i]) for r in [t.headers] + t.rows) for i in range(len(t.headers))]
         keys = key_columns(t)
         blocks = column_blocks(widths, limit, keys)
