@@ -10,7 +10,6 @@ estimated wall time. Every other option is a stage option (--dataset, --limit, -
 """
 import argparse
 import sys
-import textwrap
 
 from lexpilot.benchmark.dataset import load_dataset
 from lexpilot.errors import HarnessError
@@ -66,10 +65,8 @@ def main(argv=None) -> int:
     except HarnessError as e:
         print(f"quote_grid: {e}", file=sys.stderr)
         return 2
-    wrap = (lambda note: textwrap.wrap(note, args.width, subsequent_indent="  ")) if args.format == "text" and \
-        args.width else (lambda note: [note])  # a long note in lines of the text's width
-    notes = Table("grid_quote_notes", "Time, and what the quote leaves out", ["Note"],
-                  [[line] for note in quote_notes(parts, timing) for line in wrap(note)])
+    notes = Table("grid_quote_notes", "Time, and what the quote leaves out", ["Note"],  # the text wraps each note
+                  [[note] for note in quote_notes(parts, timing)])
     tables = drawn_quote(quote_tables(parts)) + [notes]
     print(render_text(tables, args.width or 10**9) if args.format == "text" else RENDERINGS[args.format](tables))
     return 1 if any(p.refused for p in parts) else 0  # a stage that would refuse to run is not quoted

@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 
 from lexpilot.benchmark.dataset import Case
-from lexpilot.benchmark.prompts import load_prompts
 from lexpilot.benchmark.records import (
     FOCAL_TYPE_RECORDS,
     canonical_hash,
@@ -23,7 +22,7 @@ def focal_types(calls: CaseCalls, upstream: dict) -> dict:
     if case.focal_types is not None:
         return {"types": [{"focal_point": fp, "type": t, "source": "dataset"}
                           for fp, t in zip(case.focal_points, case.focal_types)]}
-    typed = typed_before(calls.caller.settings, case)
+    typed = typed_before(calls.caller.settings, case, calls.prompts)
     if typed:  # a property of the benchmark: judged once, reused by every run and model
         return typed
     types = []
@@ -41,12 +40,12 @@ def judge_settings(settings: Settings, prompts: dict) -> str:
                            "prompt": prompts["judge_focal_type"]})
 
 
-def typed_before(settings: Settings, case: Case) -> dict | None:
+def typed_before(settings: Settings, case: Case, prompts: dict) -> dict | None:
     """The types another run or model under the output root saved for this case: same inputs, and the same judge
     settings (model, temperature, output limit, prompt); a judge at another temperature types the case again.
     A record saved before records named the judge's settings is matched by its judge model alone, and one saved
     before they named the judge by the case."""
-    judge, mine = settings.roles["judge"].model, judge_settings(settings, load_prompts())
+    judge, mine = settings.roles["judge"].model, judge_settings(settings, prompts)
     paths = sorted(settings.output_root.glob(f"{FOCAL_TYPE_RECORDS.top}/*/*/{FOCAL_TYPE_RECORDS.file}"))
     typed = _typed_cases(tuple((p, p.stat().st_mtime_ns, p.stat().st_size) for p in paths))
     found = next((typed[k] for k in ((case.number, case.input_hash, judge, mine), (case.number, case.input_hash,

@@ -190,10 +190,11 @@ def analysis_plots(plt, groups: list[Group], labels: list[str], folder: Path, co
         written.append(figure_4_bars(plt, panels["figure_4b"], folder, "fig4b_dcg_by_class.png", "DCG accuracy"))
         written.append(figure_4_counts(plt, panels["figure_4c"], folder))
     series = figure_3_groups(groups)
+    shown = {id(g) for g in series}
     if complexity and series:
         fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
         for ax, (task, name) in zip(axes, (("LCA", "LCA Macro-F1"), ("DCG", "DCG accuracy"))):
-            for label, g in ((label, g) for label, g in zip(labels, groups) if id(g) in {id(s) for s in series}):
+            for label, g in ((label, g) for label, g in zip(labels, groups) if id(g) in shown):
                 points = [(complexity[k[2]], *error_bar(g, k, None)[:2]) for k in
                           {k for r in g.runs for k in r.metrics if k[:2] == ("by cause", task)} if k[2] in complexity]
                 points = [(x, y, e) for x, y, e in points if not np.isnan(y)]

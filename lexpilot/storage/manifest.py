@@ -256,8 +256,9 @@ def note_batches_submitted(path: Path, stage: str, cycle: int) -> None:
     records fewer cycles of the stage after that was lost, or is a stale copy."""
     manifest = read_manifest(path)
     stages = manifest.get("batches_submitted")
-    stages = dict(stages) if isinstance(stages, dict) else {name: 1 for name in stages} \
-        if isinstance(stages, list) else {}
+    # an older manifest's `true` (every stage) is kept as "*", its list of stages as a first cycle each
+    stages = dict(stages) if isinstance(stages, dict) else {"*": 1} if stages is True else \
+        {name: 1 for name in stages} if isinstance(stages, list) else {}
     if stages.get(stage) != cycle:
         manifest["batches_submitted"] = {**stages, stage: cycle}
         write_json(path, manifest)
@@ -268,7 +269,7 @@ def submitted_batches(manifest: dict, stage: str) -> int:
     says only that it did: `true` for every stage, or a list of stages)."""
     stages = manifest.get("batches_submitted")
     if isinstance(stages, dict):
-        cycle = stages.get(stage, 0)
+        cycle = stages.get(stage, stages.get("*", 0))
         return cycle if isinstance(cycle, int) and not isinstance(cycle, bool) else 1
     return int(stages is True or (isinstance(stages, list) and stage in stages))
 
