@@ -5,7 +5,12 @@ the `lexpilot` package (see docs/architecture.md); this module only hands it on.
 Run as a script, it validates a dataset and prints its statistics (the paper's Table 1):
     python common.py [--dataset PATH]
 """
+import os
 import sys
+
+from lexpilot.errors import leave_quietly_on_interrupt
+
+leave_quietly_on_interrupt(os.path.dirname(os.path.abspath(__file__)))  # before the imports that take time
 
 from lexpilot.benchmark.prompts import (
     fill,

@@ -10,8 +10,13 @@ score   reads the filled OUT and its key and prints, per task and on average, hu
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
+
+from lexpilot.errors import leave_quietly_on_interrupt, run_tool
+
+leave_quietly_on_interrupt(os.path.dirname(os.path.abspath(__file__)))  # before the imports that take time
 
 from lexpilot.errors import HarnessError
 from lexpilot.paths import DEFAULT_OUTPUT_ROOT
@@ -43,4 +48,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_tool(main, "judge_agreement"))

@@ -9,7 +9,12 @@ estimated wall time. Every other option is a stage option (--dataset, --limit, -
   python quote_grid.py --models GPT-5.6-Sol DeepSeek-V4.1 --runs 5 --prices data/prices_illustrative.json
 """
 import argparse
+import os
 import sys
+
+from lexpilot.errors import leave_quietly_on_interrupt, run_tool
+
+leave_quietly_on_interrupt(os.path.dirname(os.path.abspath(__file__)))  # before the imports that take time
 
 from lexpilot.benchmark.dataset import load_dataset
 from lexpilot.errors import HarnessError
@@ -73,4 +78,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_tool(main, "quote_grid"))

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from pathlib import Path
+
+from lexpilot.errors import leave_quietly_on_interrupt, run_tool
+
+leave_quietly_on_interrupt(os.path.dirname(os.path.abspath(__file__)))  # before the imports that take time
 
 from lexpilot.benchmark.dataset import load_dataset
 from lexpilot.benchmark.vocabulary import ROLES
@@ -290,4 +295,4 @@ def compared_groups(groups: list[Group], models: list[str]) -> tuple[Group, Grou
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_tool(main, "show_results"))

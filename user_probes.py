@@ -18,6 +18,10 @@ import os
 import sys
 from pathlib import Path
 
+from lexpilot.errors import leave_quietly_on_interrupt, run_tool
+
+leave_quietly_on_interrupt(os.path.dirname(os.path.abspath(__file__)))  # before the imports that take time
+
 from common import stage_main
 from lexpilot.benchmark import probe_file
 from lexpilot.benchmark.dataset import DEFAULT_DATASET, load_dataset
@@ -131,4 +135,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_tool(main, "user_probes"))

@@ -1,6 +1,8 @@
-"""The harness's exceptions: what a user must act on, and how a case or a stage stops."""
-
-
+"""The harness's exceptions: what a user must act on, and how a case, a stage or a tool stops (Ctrl-C included)."""
+import os
+import signal
+import sys
+import threading
 
 # The exit status of a stage that stopped (a setting, a file or an endpoint to fix: a 401, an unknown model); 1 is
 # a stage whose cases failed (rerun to retry them), 0 a stage that completed
@@ -29,3 +31,39 @@ def first_of(items, limit: int = 10) -> list[str]:
     items = [str(x) for x in items]
     return items[:limit] + ([f"... and {len(items) - limit} more"] if len(items) > limit else [])
 
+
+
+# The exit status of a program stopped by Ctrl-C (128 + SIGINT), as shells report it
+INTERRUPTED = 130
+
+
+def leave_quietly_on_interrupt(entry_points: str) -> None:
+    """When the program is one of the entry points in the folder `entry_points`: until it sets its own handling,
+    Ctrl-C ends it with one line instead of a traceback. Called first thing, while it is still importing and
+    nothing has been done; a program that only imports the harness (a test runner) keeps its own Ctrl-C."""
+    script = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not script or os.path.dirname(os.path.abspath(script)) != os.path.abspath(entry_points):
+        return
+    name = os.path.basename(script).removesuffix(".py")
+
+    def leave(_signum, _frame):
+        os.write(2, f"\n[{name}] interrupted while starting: nothing was done; rerun the same command.\n".encode())
+        os._exit(INTERRUPTED)
+    signal.signal(signal.SIGINT, leave)
+
+
+def own_interrupts() -> None:
+    """From here Ctrl-C raises KeyboardInterrupt, which the program handles (signals belong to the main thread)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def run_tool(main, name: str) -> int:
+    """A reporting tool's main, with Ctrl-C as one line and status 130 (its files are written whole, so none is
+    left half-written)."""
+    own_interrupts()
+    try:
+        return main()
+    except KeyboardInterrupt:
+        print(f"\n[{name}] interrupted: nothing was written; rerun the same command.", file=sys.stderr, flush=True)
+        return INTERRUPTED

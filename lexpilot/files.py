@@ -1,5 +1,5 @@
 """Files the harness writes whole and files people fill: a file the harness replaces in place (the manifest,
-the batch ledger, a compacted journal, the tally of unanswered calls, a batch input file) is written through
+the batch ledger, a compacted journal, the tally of unanswered calls, a batch input file, a sheet) is written through
 `write_atomic` (a temporary file, then a rename, so a reader never sees half a file; a failed write is a
 `StorageError` naming the file); the CSV sheets for people (UTF-8 with a BOM; every cell safe from spreadsheet
 formulas) are written and read back here. Reports written once for people (the viewer's pages) are plain writes."""
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import errno
+import io
 import json
 import os
 import re
@@ -73,16 +74,17 @@ def fits_a_cell(text: str, where_full: str) -> str:
 
 
 def write_sheet(path: Path, columns: list[str], rows: list[dict]) -> None:
-    """A CSV sheet for people (UTF-8 with a BOM, which spreadsheet programs need), every cell spreadsheet_safe."""
+    """A CSV sheet for people (UTF-8 with a BOM, which spreadsheet programs need), every cell spreadsheet_safe;
+    written whole, so a Ctrl-C or a full disk never leaves half a sheet."""
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows({k: spreadsheet_safe(v) for k, v in row.items()} for row in rows)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w", encoding="utf-8-sig", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=columns)
-            writer.writeheader()
-            writer.writerows({k: spreadsheet_safe(v) for k, v in row.items()} for row in rows)
-    except OSError as e:
-        raise HarnessError(f"{path}: cannot be written ({e.strerror or e}); pass --out a file in a writable "
-                           "folder") from None
+        write_atomic(path, text.getvalue().encode("utf-8-sig"))
+    except StorageError as e:
+        raise HarnessError(f"{path}: cannot be written ({str(e).split(' writing ')[0]}); pass --out a file in a "
+                           "writable folder") from None
 
 
 def read_sheet(path: Path, columns: list[str]) -> list[tuple[int, dict]]:

@@ -16,7 +16,7 @@ from lexpilot.benchmark.dataset import Case, load_dataset
 from lexpilot.benchmark.prompts import load_prompts
 from lexpilot.benchmark.records import RECORD_KINDS
 from lexpilot.benchmark.vocabulary import CONDITION_SCRIPTS, ROLES
-from lexpilot.errors import STOPPED, Aborted, CaseFailed, FatalError, HarnessError
+from lexpilot.errors import STOPPED, Aborted, CaseFailed, FatalError, HarnessError, own_interrupts
 from lexpilot.models.calls import ModelCaller, Usage
 from lexpilot.protocols.steps import CaseCalls, Stage
 from lexpilot.running.quote import dry_run_report
@@ -310,6 +310,7 @@ def stage_main(stage: Stage, doc: str, argv=None, clients: dict | None = None) -
     add_common_args(parser, stage.user_condition, stage.history_choice, stage.source_run, stage.probe_file)
     args = parser.parse_args(argv)
     settings = None
+    own_interrupts()  # the stage's handling of Ctrl-C from here (below, and in the cases' pool)
     try:
         settings = settings_from_args(args)
         return run_stage(stage, settings, clients)
