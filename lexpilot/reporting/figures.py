@@ -51,6 +51,12 @@ def bar_label(boot: Bootstrap | None) -> str:
     return "95% bootstrap interval" if boot else "± SD over runs"
 
 
+def two_lines(name: str) -> str:
+    """A class's name under its bars, its words on two lines: "Service Contract" beside "Finance Contract" would
+    run into each other on one."""
+    return name.replace(" ", "\n", 1)
+
+
 def class_bars(plt, groups: list[Group], labels: list[str], folder: Path, boot: Bootstrap | None) -> list[Path]:
     """One figure per per-class table (Table 2, Tables 16-17): a bar per model and class."""
     classes = classes_present(groups) + [OVERALL]
@@ -64,7 +70,7 @@ def class_bars(plt, groups: list[Group], labels: list[str], folder: Path, boot: 
             ax.bar(x, [v[0] for v in values], width, label=label,
                    yerr=np.array([[v[1] for v in values], [v[2] for v in values]]), capsize=3)
             mark_undefined(ax, x, [v[0] for v in values])
-        ax.set_xticks(np.arange(len(classes)), classes)
+        ax.set_xticks(np.arange(len(classes)), [two_lines(c) for c in classes])
         ax.set_ylabel(f"{TASK_NAMES[task]} {METRIC_NAMES[metric]}")
         ax.set_title(f"{title.split(' (')[0]} (error bars: {bar_label(boot)})", fontsize=10)
         ax.axhline(0, color="black", linewidth=0.6)
@@ -174,7 +180,7 @@ def figure_4_counts(plt, table: Table, folder: Path) -> Path:
     bottom = np.zeros(len(classes))
     for row in table.rows:
         heights = np.array([int(c) for c in row[1:-1]])
-        ax.bar(classes, heights, bottom=bottom, label=row[0])
+        ax.bar([two_lines(c) for c in classes], heights, bottom=bottom, label=row[0])
         bottom += heights
     ax.set_ylabel("focal points")
     ax.set_title(table.title.split(",")[0], fontsize=10)
