@@ -379,3 +379,17 @@ def test_a_note_table_keeps_to_the_width(tmp_path, provider, monkeypatch, capsys
     lines = capsys.readouterr().out.splitlines()
     assert any(line.startswith("no complexity data") for line in lines)
     assert all(len(line) <= 80 for line in lines)
+
+
+def test_a_note_of_chinese_text_keeps_to_the_width_in_terminal_cells():
+    """Issue 35's review: notes were wrapped by characters, and a Chinese character takes two terminal cells, so a
+    Chinese note ran past --width. Each line keeps to the width as a terminal shows it; nothing is lost."""
+    from lexpilot.reporting.renderings import display_width, render_text
+    from lexpilot.reporting.table import Table
+    note = ("the cause 机动车交通事故责任纠纷 has no typed case: 原告主张被告赔偿医疗费、误工费、护理费等各项损失，"
+            "被告辩称其已垫付部分费用 (see docs/analyses.md)")
+    lines = render_text([Table("notes", "Notes", ["note"], [[note]])], limit=40).splitlines()[3:]
+    lines = [line for line in lines if line]
+    assert len(lines) > 3 and all(display_width(line) <= 40 for line in lines), lines
+    assert "".join(line.strip() for line in lines).replace(" ", "") == note.replace(" ", "")
+    assert all(line.startswith("  ") for line in lines[1:])  # a note's later lines indented under its first

@@ -8,7 +8,6 @@ import html
 import io
 import json
 import re
-import textwrap
 import unicodedata
 
 from lexpilot.files import spreadsheet_safe
@@ -24,6 +23,22 @@ TEXT_WIDTH = 120  # a text table wider than this is cut into column blocks, each
 def display_width(text: str) -> int:
     """The terminal cells a text takes: a wide (CJK) character two, a combining mark none."""
     return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def wrap(text: str, limit: int, indent: str = "") -> list[str]:
+    """Lines of at most `limit` terminal cells (textwrap counts characters, and a Chinese character takes two):
+    broken at spaces, or between two wide characters, which Chinese text is written without spaces between."""
+    tokens = re.findall(r"\s+|[^\s\u2e80-\uffef]+|.", text.strip())  # spaces, a word, or one wide character
+    lines, line = [], ""
+    for token in tokens:
+        if token.isspace():
+            line += " " if line.strip() else ""
+        elif display_width(line) + display_width(token) <= limit or not line.strip():
+            line += token  # a word longer than a line stands on its own line, whole
+        else:
+            lines.append(line.rstrip())
+            line = indent + token
+    return lines + [line.rstrip()] if line.strip() else lines
 
 
 def pad(text: str, width: int) -> str:
@@ -85,11 +100,11 @@ def render_text(tables: list[Table], limit: int = TEXT_WIDTH, decimals: int | No
     for t in (t.at(decimals) for t in tables):
         if len(t.headers) == 1:  # a table of notes: each note in lines of the width, not one line past it
             t = dataclasses.replace(t, rows=[[line] for r in t.rows for line in
-                                             textwrap.wrap(r[0], limit, subsequent_indent="  ") or [""]])
+                                             wrap(r[0], limit, "  ") or [""]])
         widths = [max(display_width(r[i]) for r in [t.headers] + t.rows) for i in range(len(t.headers))]
         keys = key_columns(t)
         blocks = column_blocks(widths, limit, keys)
-        out += textwrap.wrap(t.title, limit) or [""]  # a long title in lines, not one line past the limit
+        out += wrap(t.title, limit) or [""]  # a long title in lines, not one line past the limit
         for n, block in enumerate(blocks):
             columns = sorted(keys + block)  # in the table's order
             line = lambda r: "  ".join(pad(r[i], widths[i]) for i in columns).rstrip()  # noqa: E731
