@@ -59,7 +59,7 @@ def test_every_probe_file_problem_is_named_with_its_row(tmp_path, change, messag
 
 
 @pytest.fixture
-def generated(tmp_path, provider, monkeypatch):
+def generated(tmp_path, provider, monkeypatch, capsys):
     h = Harness(tmp_path, provider, monkeypatch)
     argv = ["--run-id", "r1", "--model", "eval-model", "--dataset", str(SAMPLE), "--output-root", str(h.root),
             "--probes", str(PROBES)]
@@ -67,6 +67,8 @@ def generated(tmp_path, provider, monkeypatch):
     assert not provider.requests
     from lexpilot.running.stage import stage_main
     assert stage_main(user_probes.STAGE, "test", argv=argv, clients=provider.in_memory_clients()) == 0
+    # issue 35 item 15: "The probe study counts cases probed, not cases" (the probe file has 4 of the 12)
+    assert "[probes] cases: 4 done, 8 not in the probe file (nothing to ask), 0 skipped" in capsys.readouterr().out
     return h
 
 

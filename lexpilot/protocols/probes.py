@@ -76,4 +76,9 @@ PROBE_STEPS = (Step(PROBE_REPLIES, probe_replies, max_calls=probe_calls("user"),
                Step(PROBE_DCG, probe_dcg, needs=("probe_replies",), max_calls=probe_calls("judge"),
                     prompts={"judge": "judge_dcg"}))
 
-PROBE_STAGE = Stage("probes", "user_probes.py", PROBE_STEPS, probe_file=True, prepare=check_probe_file)
+def not_probed(settings, case: Case) -> bool:
+    return case.number not in probe_table(settings.probes, settings.dataset)[0]
+
+
+PROBE_STAGE = Stage("probes", "user_probes.py", PROBE_STEPS, probe_file=True, prepare=check_probe_file,
+                    idle=("not in the probe file (nothing to ask)", not_probed))

@@ -162,6 +162,9 @@ class Stage:
     prepare: Callable[[Settings], str | None] | None = None
     # called with the new run's manifest before it is compared or written (re-judging: the source's settings)
     check_first: Callable[[Settings, dict], None] | None = None
+    # the cases the stage has nothing to ask about (probes: a case not in the probe file), and why, so the closing
+    # line counts the cases worked on apart from them: (reason, case -> True when it has nothing to ask)
+    idle: tuple[str, Callable[[Settings, Case], bool]] | None = None
 
     def enabled_steps(self, settings: Settings) -> list[Step]:
         return [s for s in self.steps if s.when is None or s.when(settings)]

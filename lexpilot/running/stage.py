@@ -155,6 +155,7 @@ class Outcome:
     fatal: list[str] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     replays: int = 0
+    idle: int = 0  # of the cases done, those the stage had nothing to ask about (Stage.idle)
     finished: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     all_finished: threading.Event = field(default_factory=threading.Event)
@@ -191,6 +192,10 @@ class Workers:
         try:
             run_case(self.state, calls, self.writer)
             self.progress.update(done=1)
+            idle = self.state.idle
+            if idle and idle[1](settings, case):
+                with outcome.lock:
+                    outcome.idle += 1
         except FatalError as e:
             outcome.fatal.append(str(e))
             self.abort.set()
@@ -284,7 +289,9 @@ def _execute(name: str, state: StageState, clients, out, err) -> int:
 def _summary(name: str, workers: Workers, skipped: int, wall: float, out, err) -> int:
     """The closing lines and the exit status: STOPPED when the stage stopped, 1 when a case failed."""
     outcome, progress = workers.outcome, workers.progress
-    print(f"[{name}] cases: {progress.done} done, {skipped} skipped (already saved), "
+    idle = workers.state.idle
+    print(f"[{name}] cases: {progress.done - outcome.idle} done, "
+          + (f"{outcome.idle} {idle[0]}, " if idle and outcome.idle else "") + f"{skipped} skipped (already saved), "
           f"{len(outcome.failures)} failed; {_format_usage(outcome.usage)}"
           + (f"; {outcome.replays} replies paid in an earlier run replayed" if outcome.replays else "")
           + f"; elapsed {wall:.1f}s", file=out, flush=True)

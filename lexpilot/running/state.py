@@ -32,6 +32,7 @@ class StageState:
     settings_hash: str = ""  # of the settings the new records are made with
     manifest_path: Path | None = None
     notes: list = field(default_factory=list)  # what loading repaired, for stderr
+    idle: tuple | None = None  # the stage's cases with nothing to ask (Stage.idle)
 
     def pending(self) -> list[Case]:
         return [c for c in self.cases if any(c.number not in self.records[s.name] for s in self.steps)]
@@ -66,7 +67,7 @@ def load_state(settings: Settings, stage: Stage, cases: list[Case], repair: bool
             shown = ", ".join(first_of(missing, 5))
             raise HarnessError(f"{paths[kind.name]}: the {kind.name} stage is incomplete ({len(missing)} of "
                                f"{len(cases)} cases missing: {shown}). Run {kind.producer} for this run first.")
-    return StageState(settings, stage.enabled_steps(settings), cases, paths, records, notes=notes)
+    return StageState(settings, stage.enabled_steps(settings), cases, paths, records, notes=notes, idle=stage.idle)
 
 
 def read_only_state(stage: Stage, settings: Settings, selected: list[Case], manifest: dict,
