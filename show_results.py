@@ -33,6 +33,7 @@ from lexpilot.reporting.consistency import consistency_table, judge_noise_table
 from lexpilot.reporting.figures import write_plots
 from lexpilot.reporting.formats import HEADLINE
 from lexpilot.reporting.groups import Group, classes_present, group_runs
+from lexpilot.reporting.randomization import MAX_PERMUTATIONS
 from lexpilot.reporting.rankings import power_table, ranking_tables
 from lexpilot.reporting.renderings import (
     RENDERINGS,
@@ -72,7 +73,10 @@ def main(argv=None) -> int:
                         "lca_by_class, table_4, ...: docs/results.md lists them; an unknown one is refused with the "
                         "report's names); with --format json, those tables ride along with the metrics")
     parser.add_argument("--rank", action="store_true", help="every comparable pair of models on each headline "
-                        "metric (paired bootstrap interval and p, Holm-adjusted) and a ranking with letter groups")
+                        "metric (paired bootstrap interval, randomization-test p, Holm-adjusted) and a ranking with letter groups")
+    parser.add_argument("--permutations", type=number(int, 1, MAX_PERMUTATIONS), default=None,
+                        help="permutations of --rank's randomization test (default: as many as the pairs need at "
+                        "--alpha, (B + 1) ≥ 20 · pairs / alpha; fewer is refused)")
     parser.add_argument("--by-class", action="store_true", help="with --rank: per cause-of-action class too")
     parser.add_argument("--alpha", type=number(float, 0.0001, 0.5), default=0.05,
                         help="significance level of --rank and --power, from 0.0001 to 0.5 (default 0.05)")
@@ -175,9 +179,6 @@ def read_options(args) -> tuple[dict | None, dict | None]:
     if not 1 <= args.resamples <= MAX_RESAMPLES:
         raise UsageError(f"--resamples must be from 1 to {MAX_RESAMPLES:,} (the intervals are stable long before), "
                          f"got {args.resamples}")
-    if args.rank and 2 / (args.resamples + 1) >= args.alpha:  # the smallest p the resamples can give
-        raise UsageError(f"--rank: with {args.resamples} resamples no p-value can fall below --alpha {args.alpha:g}; "
-                         f"use --resamples {int(2 / args.alpha * 10)} or more")
     try:
         prices = read_prices(args.prices) if args.prices else None
     except HarnessError as e:
@@ -240,7 +241,8 @@ def statistics_tables(args, groups, shared) -> list:
     """--rank, --power and --consistency, on the report's one resample matrix."""
     tables = []
     if args.rank:
-        tables += ranking_tables(groups, shared, args.alpha, classes_present(groups) if args.by_class else None)
+        tables += ranking_tables(groups, shared, args.alpha, classes_present(groups) if args.by_class else None,
+                                 args.permutations)
     if args.power:
         tables.append(power_table(groups, shared, args.alpha))
     if args.consistency:

@@ -8,8 +8,8 @@ import pytest
 from lexpilot.reporting.bootstrap import Bootstrap
 from lexpilot.reporting.consistency import consistency
 from lexpilot.reporting.groups import Group
+from lexpilot.reporting.randomization import Randomization
 from lexpilot.reporting.rankings import (
-    bootstrap_p,
     detectable_difference,
     holm,
     letter_display,
@@ -46,25 +46,6 @@ def group_of(model: str, outcomes: np.ndarray) -> Group:
         run.metrics[KEY] = float(row.mean())
         runs.append(run)
     return Group(model, (), runs)
-
-
-def simulated_p(rng, weights, p_a, p_b, runs=1) -> float:
-    a = group_of("a", (rng.random((runs, p_a.size)) < p_a).astype(float))
-    b = group_of("b", (rng.random((runs, p_b.size)) < p_b).astype(float))
-    boot = Bootstrap(500, 0, _weights=weights)  # a report's groups live as long as its Bootstrap: one per experiment
-    return bootstrap_p(boot.distribution(a, KEY) - boot.distribution(b, KEY))
-
-
-def test_the_p_value_is_uniform_under_a_true_null_and_small_under_a_planted_difference():
-    rng = np.random.default_rng(7)
-    weights = {}  # the one resample matrix of the 120 cases, shared by every simulated experiment
-    difficulty = rng.uniform(0.2, 0.9, 120)  # the same cases for both models: a paired design
-    null = np.array([simulated_p(rng, weights, difficulty, difficulty) for _ in range(300)])
-    assert 0.02 <= (null < 0.05).mean() <= 0.09  # a 5% test rejects about 5% of true nulls
-    for q in (0.25, 0.5, 0.75):  # and the p-values spread evenly (the quartiles of a uniform, within sampling)
-        assert abs((null < q).mean() - q) < 0.08
-    planted = np.array([simulated_p(rng, weights, difficulty, difficulty - 0.25) for _ in range(50)])
-    assert (planted < 0.05).mean() > 0.9
 
 
 def test_the_power_formula_against_a_simulation_with_known_variance_components():
@@ -194,14 +175,19 @@ def test_all_pairs_ranking_and_consistency_on_runs_the_stages_wrote(ranked_root,
     assert pairs[("DCG Acc.", "m-a", "m-c")][0] == "+1.000" and pairs[("DCG Acc.", "m-b", "m-c")][0] == "+0.958"
     assert pairs[("DCG Acc.", "m-a", "m-b")][0] == "+0.042"
     assert not any("m-d" in key for key in pairs)
-    # m-a − m-c is 1 in every resample, and m-b − m-c above 0 in every one (no case fails in both of m-b's runs):
-    # p = 2 / (1000 + 1) = 0.002 each; Holm: the smaller of the tie × 3, then × 2, kept monotone: 0.006 both
-    assert pairs[("DCG Acc.", "m-a", "m-c")][1:] == ["1.0", "1.0", "0.002", "0.006", "yes"]  # interval: low, high
-    assert pairs[("DCG Acc.", "m-b", "m-c")][3:] == ["0.002", "0.006", "yes"]
-    # m-a − m-b is 0 only when a resample draws neither case 24 (m-b's r1 fails it) nor case 1 (r2): (22/24)^24
-    p_ab = float(pairs[("DCG Acc.", "m-a", "m-b")][3])
-    assert p_ab == pytest.approx(2 * (22 / 24) ** 24, abs=0.06)
-    assert pairs[("DCG Acc.", "m-a", "m-b")][4:] == [pairs[("DCG Acc.", "m-a", "m-b")][3], "no"]
+    # the randomization test (issue 36 item 2): m-a and m-c differ on all 24 cases, one way; of the swap patterns
+    # only the identity and the swap of all 24 reach |+1.000|, so none of the B drawn (2 in 2^24): p = 1 / (B + 1),
+    # with B = 20 · 3 pairs / 0.05 − 1 = 1199 chosen for the family (item 1). m-b − m-c likewise (every case differs
+    # in some run, one way)
+    permutations = 20 * 3 / 0.05 - 1
+    assert pairs[("DCG Acc.", "m-a", "m-c")][1:3] == ["1.0", "1.0"]  # interval: low, high
+    assert pairs[("DCG Acc.", "m-a", "m-c")][3] == pairs[("DCG Acc.", "m-b", "m-c")][3] == "<0.001"  # 1/1200
+    # Holm: the two smallest (tied) × 3 and × 2, kept monotone: 3 / 1200 = 0.0025 for both
+    assert pairs[("DCG Acc.", "m-a", "m-c")][4:] == pairs[("DCG Acc.", "m-b", "m-c")][4:] == [
+        f"{3 / (permutations + 1):.3f}", "yes"]
+    # m-a and m-b differ on two cases only (1 in r2, 24 in r1), each by +0.5 over the runs: the four swap patterns
+    # are enumerated, two of them as far from 0 as observed, p = 0.5 exactly: the exact sign test's 2 · (1/2)^2
+    assert pairs[("DCG Acc.", "m-a", "m-b")][3:] == ["0.500", "0.500", "no"]
     ranking = [r for r in rows_of(out, "Ranking per metric") if r[0] == "DCG Acc."]
     # m-d ran with another judge: a set of its own, ranked apart; m-a and m-b not different, both above m-c
     assert [r[1:4] + [r[7]] for r in ranking] == [["1", "1", "m-a", "a"], ["1", "2", "m-b", "a"],
@@ -345,13 +331,15 @@ def test_the_ranking_is_in_the_viewers_overview_and_per_class_on_request(ranked_
                               "m-b", "--model", "m-c", "--html", str(tmp_path / "site"), "--format", "csv"]) == 0
     out = capsys.readouterr().out
     by_class = [r for r in rows_of(out, "Ranking per metric") if r[0].startswith("DCG Acc. (")]
-    # four cases of each of the six classes: m-a succeeds on all of them, m-c on none; too few cases for a p-value
-    # in a class, so no letters there
+    # four cases of each of the six classes: m-a succeeds on all of them, m-c on none. Four differing cases, one
+    # way: the exact sign test's p = 2 · (1/2)^4 = 0.125 at best, 0.375 after Holm over 3 pairs: one letter for all
     assert len({r[0] for r in by_class}) == 6 and len(by_class) == 18
     # the CSV has the means as numbers (issue 35 item 13): all right, all wrong
     assert {r[3] for r in by_class if r[2] == "m-a"} == {"1.0"} and {r[3] for r in by_class if r[2] == "m-c"} == {
         "0.0"}
-    assert {r[6] for r in by_class} == {"n/a"}
+    assert {r[6] for r in by_class} == {"a"}
+    class_pairs = {(r[0], r[1], r[2]): r[3:] for r in rows_of(out, "Every comparable pair") if r[0].startswith("DCG")}
+    assert class_pairs[("DCG Acc. (Family)", "m-a", "m-c")][3:] == ["0.125", "0.375", "no"]
     overview = html.unescape((tmp_path / "site" / "index.html").read_text(encoding="utf-8"))
     assert "Ranking per metric" in overview and "Every comparable pair" in overview
 
@@ -387,22 +375,20 @@ def test_a_difference_of_the_detectable_size_is_found_four_times_in_five():
     spread = 0.1  # the per-case true differences vary around their mean
     noise = lambda p: np.mean(p * (1 - p))  # noqa: E731
     mdd = 2.8016 * np.sqrt(spread ** 2 / n + (noise(p_a) + noise(p_a - 0.1)) / (n * k))
-    weights, found = {}, []
+    test, found = Randomization(399), []
     for _ in range(150):
         idx = rng.integers(0, n, n)  # cases drawn afresh each experiment
         a_p = p_a[idx]
         b_p = np.clip(a_p - rng.normal(mdd, spread, n), 0, 1)
         a = group_of("a", (rng.random((k, n)) < a_p).astype(float))
         b = group_of("b", (rng.random((k, n)) < b_p).astype(float))
-        boot = Bootstrap(400, 0, _weights=weights)
-        found.append(bootstrap_p(boot.distribution(a, KEY) - boot.distribution(b, KEY)) < 0.05)
+        found.append(test.p_value(a, b, KEY) < 0.05)
     assert 0.65 <= np.mean(found) <= 0.93
 
 
 @pytest.mark.parametrize("args, message", [
     (["--rank", "--alpha", "0"], "argument --alpha: 0 is outside 0.0001 to 0.5"),
     (["--power", "--alpha", "nan"], "argument --alpha"),
-    (["--rank", "--resamples", "20"], "--rank: with 20 resamples no p-value can fall below --alpha 0.05"),
 ])
 def test_a_statistics_option_out_of_range_is_one_line(ranked_root, capsys, args, message):
     import show_results

@@ -1,8 +1,8 @@
 """Rankings a reviewer can trust: every pair of comparable model groups on each headline metric (the difference
-of means, its paired bootstrap interval, a two-sided p-value from the same resamples, Holm-adjusted across the
-pairs of the metric), the models ranked with a compact letter display, and the smallest difference a design of
-cases × runs can detect. Every figure reuses the one shared resample matrix of `Bootstrap` (cases drawn whole, the
-same draws for every group), so pairs are paired on cases.
+of means, its paired bootstrap interval, a two-sided p-value from a paired randomization test over cases,
+Holm-adjusted across the pairs of the metric), the models ranked with a compact letter display, and the smallest
+difference a design of cases × runs can detect. The intervals and the power reuse the one shared resample matrix
+of `Bootstrap` (cases drawn whole, the same draws for every group), so pairs are paired on cases.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import numpy as np
 from lexpilot.reporting.bootstrap import Bootstrap, paired_difference
 from lexpilot.reporting.formats import HEADLINE, interval_cell, number_cell
 from lexpilot.reporting.groups import NOT_COMPARED, Group, differing_settings
+from lexpilot.reporting.randomization import Randomization, check_permutations
 from lexpilot.reporting.runs import OVERALL
 from lexpilot.reporting.table import METRIC, Figure, Table
 from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS, compared_setting
@@ -40,24 +41,9 @@ def why_not_comparable(a: Group, b: Group) -> str | None:
     return ", ".join(differing) or None
 
 
-MIN_CASES = 20  # below this, a bootstrap over cases cannot support a p-value (see docs/statistics.md)
-
-
 def ranked_groups(groups: list[Group]) -> list[Group]:
     """The groups a ranking compares: standard users, not re-judged copies (those are the judge's analysis)."""
     return [g for g in groups if g.condition == "standard" and not g.rejudged]
-
-
-def bootstrap_p(difference: np.ndarray | None) -> float | None:
-    """Two-sided p-value of a zero difference: twice the smaller share of resamples on either side of zero (each
-    counted with the observed sample, (k + 1) / (B + 1), so it is never 0), at most 1."""
-    if difference is None:
-        return None
-    d = difference[~np.isnan(difference)]
-    if not d.size:
-        return None
-    below, above = (np.sum(d <= 0) + 1) / (d.size + 1), (np.sum(d >= 0) + 1) / (d.size + 1)
-    return float(min(1.0, 2 * min(below, above)))
 
 
 def holm(p_values: list[float]) -> list[float]:
@@ -121,7 +107,7 @@ def comparable_sets(groups: list[Group]) -> list[list[Group]]:
     return [members for _, members in sets]
 
 
-def pair_tests(groups: list[Group], boot: Bootstrap, key: tuple, metric: str) -> list[PairTest]:
+def pair_tests(groups: list[Group], boot: Bootstrap, test: Randomization, key: tuple, metric: str) -> list[PairTest]:
     """Every pair of one comparable set (A ranked above B by mean) on one metric, Holm-adjusted together."""
     tests = []
     for a, b in itertools.combinations(groups, 2):
@@ -133,22 +119,11 @@ def pair_tests(groups: list[Group], boot: Bootstrap, key: tuple, metric: str) ->
         result = paired_difference(boot, (a, key), (b, key))
         if result is None:
             continue
-        enough = cases_of(a, key) >= MIN_CASES
-        tests.append(PairTest(metric, a, b, result["difference"], result["ci"],
-                              bootstrap_p(boot.distribution(a, key) - boot.distribution(b, key)) if enough else None))
+        tests.append(PairTest(metric, a, b, result["difference"], result["ci"], test.p_value(a, b, key)))
     defined = [t for t in tests if t.p is not None]
     for t, adjusted in zip(defined, holm([t.p for t in defined])):
         t.p_holm = adjusted
     return tests
-
-
-def cases_of(group: Group, key: tuple) -> int:
-    """The cases a metric of a group rests on (a class's cases for a per-class metric)."""
-    task, _, cls = key
-    data = next((r.tasks[task] for r in group.runs if task in r.tasks), None)
-    if data is None:
-        return 0
-    return len(data.cases) if cls == OVERALL else sum(c == cls for c in data.classes)
 
 
 def headline_keys(by_class: list[str] | None = None):
@@ -176,23 +151,28 @@ def ranked_rows(tests: list[PairTest], members: list[Group], groups: list[Group]
              letters.get(label(g), "n/a")] for g, mean in zip(ranked, means)]
 
 
-def ranking_tables(groups: list[Group], boot: Bootstrap, alpha: float, by_class: list[str] | None = None) -> list[Table]:
+def ranking_tables(groups: list[Group], boot: Bootstrap, alpha: float, by_class: list[str] | None = None,
+                   permutations: int | None = None) -> list[Table]:
     """Per headline metric and comparable set: the pairs (difference, interval, p, Holm p) and the ranking with its
-    letters; the pairs of groups in different sets, with what differs."""
+    letters; the pairs of groups in different sets, with what differs. `permutations`: of the randomization test
+    (None: as many as the largest family of pairs needs at `alpha`)."""
     groups = ranked_groups(groups)
     sets = comparable_sets(groups)
+    family = max((len(s) * (len(s) - 1) // 2 for s in sets), default=1)
+    test = Randomization(check_permutations(permutations, family, alpha), boot.seed)
     label = lambda g: g.label  # noqa: E731
     pair_rows, rank_rows = [], []
     for name, key in headline_keys(by_class):
         for number, members in enumerate(sets, 1):
-            tests = pair_tests(members, boot, key, name)
+            tests = pair_tests(members, boot, test, key, name)
             pair_rows += [[name, label(t.a), label(t.b), f"{t.difference:+.{METRIC}f}", interval_cell(t.interval, signed=True),
                            fmt_p(t.p), fmt_p(t.p_holm), "yes" if t.p_holm is not None and t.p_holm < alpha else "no"]
                           for t in tests]
             rank_rows += ranked_rows(tests, members, groups, key, name, alpha, str(number) if len(sets) > 1 else "")
     title = (f"Every comparable pair: difference of means (A − B, A ranked higher), 95% paired bootstrap interval "
-             f"over cases ({boot.resamples} resamples), two-sided bootstrap p, Holm-adjusted across the pairs of "
-             f"each metric; different at α = {alpha:g} after adjustment; p 'n/a' under {MIN_CASES} cases")
+             f"over cases ({boot.resamples} resamples), two-sided p of a paired randomization test over cases "
+             f"({test.permutations} permutations; exact where few cases differ), Holm-adjusted across the pairs of "
+             f"each metric; different at α = {alpha:g} after adjustment")
     tables = [Table("pairs", title, ["Metric", "Model A", "Model B", "Difference", "95% interval", "p", "p (Holm)",
                                      "Different"], pair_rows),
               Table("ranking", f"Ranking per metric: mean and SD over runs; models sharing a letter are not different "

@@ -1,0 +1,185 @@
+"""The paired randomization test over cases that gives the rankings their p-values (approximate randomization:
+Noreen 1989; Dror et al. 2018), and how many permutations a family of pairs needs.
+
+Under the null hypothesis that two models are exchangeable, which model produced a case's outcomes is arbitrary:
+each permutation swaps the two models' outcomes of a whole case (all runs together) with probability ½ and
+recomputes the metric itself on the swapped counts (Macro-F1 and QWK are not means of cases). The two-sided p is
+(k + 1) / (B + 1) over B permutations; when so few cases differ that every swap pattern fits in B, the patterns are
+enumerated and p is exact. A case both models got alike in every run cannot change under a swap, so only the
+differing cases are drawn.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lexpilot.errors import HarnessError
+from lexpilot.reporting.groups import Group
+from lexpilot.reporting.runs import OVERALL
+from lexpilot.reporting.scoring import TASKS
+
+MAX_PERMUTATIONS = 100_000  # beyond, a report takes minutes; a larger --alpha or fewer pairs is the way out
+CHUNK = 10_000  # permutations evaluated at once: bounds the memory of a pair's test
+RESOLUTION = 20  # the smallest p must be 20 times below what a rejection needs after Holm (see below)
+
+
+def permutations_needed(pairs: int, alpha: float) -> int:
+    """The permutations B a family of `pairs` tests needs so that a rejection stays possible after Holm's
+    adjustment with room to spare: the smallest p, 1 / (B + 1), times the pairs is at most α / 20, that is
+    (B + 1) ≥ 20 · m / α (at least 999: the intervals' default resolution)."""
+    return max(999, math.ceil(RESOLUTION * max(pairs, 1) / alpha) - 1)
+
+
+def check_permutations(asked: int | None, pairs: int, alpha: float) -> int:
+    """The permutations to run: those asked for, or those the family needs; one line when neither can do."""
+    needed = permutations_needed(pairs, alpha)
+    if needed > MAX_PERMUTATIONS and (asked is None or asked < needed):
+        raise HarnessError(f"--rank: {pairs} pairs at --alpha {alpha:g} need {needed:,} permutations, above the "
+                           f"cap of {MAX_PERMUTATIONS:,}: use a larger --alpha, or rank fewer models (--model)")
+    if asked is not None and asked < needed:
+        raise HarnessError(f"--rank: {pairs} pairs at --alpha {alpha:g} need at least {needed:,} permutations "
+                           f"((B + 1) ≥ 20 · pairs / alpha), got --permutations {asked:,}; leave it out to have "
+                           "it chosen")
+    return asked or needed
+
+
+@dataclass
+class Randomization:
+    """Swap patterns drawn once per number of cases and seed, shared by every pair (each pair uses the columns
+    of the cases where its two models differ); a pair's p-values of every metric of a task found together."""
+    permutations: int
+    seed: int = 0
+    _signs: dict = field(default_factory=dict)
+    _p: dict = field(default_factory=dict)
+
+    def signs(self, cases: int) -> np.ndarray:
+        """Permutations × cases: 1 where the case's outcomes are swapped (float32, to multiply as it is)."""
+        if cases not in self._signs:
+            rng = np.random.default_rng([self.seed, cases])
+            self._signs[cases] = (rng.random((self.permutations, cases)) < 0.5).astype(np.float32)
+        return self._signs[cases]
+
+    def p_value(self, a: Group, b: Group, key: tuple) -> float | None:
+        """Two-sided p of the difference of the groups' means on `key` (task, metric, class); None when the
+        metric is undefined for either group."""
+        task, metric, cls = key
+        if (id(a), id(b), task, cls) not in self._p:
+            self._p[(id(a), id(b), task, cls)] = self.p_values(a, b, task, cls)
+        return self._p[(id(a), id(b), task, cls)].get(metric)
+
+    def p_values(self, a: Group, b: Group, task: str, cls: str) -> dict[str, float | None]:
+        """metric -> two-sided p, for every metric of the task."""
+        aligned = paired_counts(a, b, task, cls)
+        if aligned is None:
+            return {}
+        swapped = Swapped(*aligned, task)
+        differing = swapped.differing.size
+        observed = swapped.statistic(np.zeros((1, differing), dtype=np.float32), on_differing=True)
+        if differing == 0:
+            return {m: (None if np.isnan(v[0]) else 1.0) for m, v in observed.items()}
+        exact = 2 ** differing <= self.permutations  # every pattern, the identity included
+        if exact:
+            patterns = (np.arange(2 ** differing)[:, None] >> np.arange(differing) & 1).astype(np.float32)
+            chunks = [(p, True) for p in np.array_split(patterns, max(1, len(patterns) // CHUNK))]
+        else:  # the patterns over every case: a case that does not differ changes nothing
+            signs = self.signs(swapped.cases)
+            chunks = [(signs[start:start + CHUNK], False) for start in range(0, self.permutations, CHUNK)]
+        extreme = {m: 0 for m in observed}
+        total = {m: 0 for m in observed}
+        for chunk, on_differing in chunks:
+            for m, values in swapped.statistic(chunk, on_differing).items():
+                defined = values[~np.isnan(values)]
+                extreme[m] += int(np.sum(np.abs(defined) >= abs(observed[m][0]) - 1e-12))
+                total[m] += defined.size
+        return {m: None if np.isnan(observed[m][0]) else
+                float(extreme[m] / total[m]) if exact else float((extreme[m] + 1) / (total[m] + 1))
+                for m in observed}
+
+
+def paired_counts(a: Group, b: Group, task: str, cls: str) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
+    """Each run's per-case counts of the task (zero outside the class), on the cases every run of both groups
+    has, in one order."""
+    runs = [[r.tasks[task] for r in g.runs if task in r.tasks] for g in (a, b)]
+    if not runs[0] or not runs[1]:
+        return None
+    common = set.intersection(*(set(d.cases) for d in runs[0] + runs[1]))
+    order = [c for c in runs[0][0].cases if c in common]
+
+    def counts(data) -> np.ndarray:
+        index = {c: i for i, c in enumerate(data.cases)}
+        rows = np.array([index[c] for c in order], dtype=int)
+        chosen = data.counts[rows].astype(float) if rows.size else np.zeros((0, data.counts.shape[1]))
+        if cls != OVERALL:
+            chosen = chosen * (np.array(data.classes)[rows] == cls)[:, None]
+        return chosen
+    return [counts(d) for d in runs[0]], [counts(d) for d in runs[1]]
+
+
+class Swapped:
+    """One pair's runs under swap patterns. Each run of either model takes, on a swapped case, its partner run's
+    counts: runs paired in order, the shorter list taken round again when the numbers of runs differ. Only the
+    differing cases enter, and the products are taken once per distinct column of the differences (with equal
+    numbers of runs, B's change is A's negated; a count every case keeps, such as the questions asked, drops out)."""
+
+    def __init__(self, runs_a: list[np.ndarray], runs_b: list[np.ndarray], task: str):
+        self.task, self.runs_a, self.cases = task, len(runs_a), len(runs_a[0])
+        if len(runs_a) == len(runs_b):
+            changes = [b - a for a, b in zip(runs_a, runs_b)]
+            self.sides = [(i, 1.0) for i in range(len(runs_a))] + [(i, -1.0) for i in range(len(runs_b))]
+        else:
+            changes = ([runs_b[i % len(runs_b)] - a for i, a in enumerate(runs_a)]
+                       + [runs_a[j % len(runs_a)] - b for j, b in enumerate(runs_b)])
+            self.sides = [(i, 1.0) for i in range(len(changes))]
+        self.totals = [r.sum(axis=0) for r in runs_a + runs_b]
+        stacked = np.concatenate(changes, axis=1) if changes else np.zeros((self.cases, 0))
+        self.differing = np.flatnonzero((stacked != 0).any(axis=1))
+        width = changes[0].shape[1]
+        columns, source, sign = distinct_columns(stacked[self.differing])
+        self.on_differing = np.hstack([columns, np.zeros((len(columns), 1), np.float32)])  # the last: zero
+        self.on_every_case = np.zeros((self.cases, self.on_differing.shape[1]), np.float32)
+        self.on_every_case[self.differing] = self.on_differing
+        source = np.where(source < 0, columns.shape[1], source)
+        # per run of either side: the product columns its counts change by, and their signs
+        self.picks = [(source[c * width:(c + 1) * width], side_sign * sign[c * width:(c + 1) * width])
+                      for c, side_sign in self.sides]
+
+    def statistic(self, swaps: np.ndarray, on_differing: bool) -> dict[str, np.ndarray]:
+        """metric -> mean over A's runs − mean over B's runs, for each swap pattern (rows of `swaps`, float32, over
+        the differing cases or over every case)."""
+        product = swaps @ (self.on_differing if on_differing else self.on_every_case)  # exact: 0/1 × small counts
+        values: dict[str, list] = {}
+        for side, (columns, signs) in enumerate(self.picks):
+            totals = self.totals[side] + product[:, columns] * signs
+            for metric, value in TASKS[self.task][2](totals).items():
+                values.setdefault(metric, []).append(np.asarray(value, dtype=float))
+        return {m: group_mean(np.array(v[:self.runs_a])) - group_mean(np.array(v[self.runs_a:]))
+                for m, v in values.items()}
+
+
+def distinct_columns(changes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct non-zero columns up to sign (float32), and for each column of `changes` the distinct one it
+    is (-1: zero) and its sign."""
+    kept, index = [], {}
+    source, sign = np.full(changes.shape[1], -1), np.ones(changes.shape[1])
+    for j in range(changes.shape[1]):
+        column = changes[:, j]
+        nonzero = np.flatnonzero(column)
+        if not nonzero.size:
+            continue
+        flip = -1.0 if column[nonzero[0]] < 0 else 1.0
+        key = (column * flip).tobytes()
+        if key not in index:
+            index[key] = len(kept)
+            kept.append(column * flip)
+        source[j], sign[j] = index[key], flip
+    columns = np.array(kept, dtype=np.float32).T if kept else np.zeros((changes.shape[0], 0), np.float32)
+    return columns, source, sign
+
+
+def group_mean(values: np.ndarray) -> np.ndarray:
+    """The mean over runs where the metric is defined, as a group's value is (NaN where no run has it)."""
+    defined = ~np.isnan(values)
+    total, count = np.where(defined, values, 0).sum(axis=0), defined.sum(axis=0)
+    return np.divide(total, count, out=np.full(total.shape, np.nan), where=count > 0)

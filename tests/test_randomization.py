@@ -1,0 +1,153 @@
+"""The rankings' p-values (issue 36 items 1 and 2): a paired randomization test over cases whose resolution always
+allows a rejection after Holm's adjustment, checked against the exact sign test on runs the DCG stage wrote with
+planted differences, and against the nominal rate under a true null."""
+import json
+
+import numpy as np
+import pytest
+
+import show_results
+from lexpilot.reporting.groups import group_runs
+from lexpilot.reporting.randomization import Randomization, permutations_needed
+from lexpilot.reporting.results import load_runs
+from tests.test_rankings import KEY, group_of, rows_of
+
+
+def plan_script(cases, plan, run_id):
+    """The evaluated model's forced questions carry 【对】 on the cases the plan makes its DCG a success (both
+    questions of the case); the judge answers 是 to exactly those."""
+    firsts = [c["underspecified_consultation"][0]["content"] for c in cases]
+
+    def script(kind, prompt, body):
+        if kind == "force_ask":
+            case = next(i for i, first in enumerate(firsts) if first in prompt)
+            return "【策略二】请问还有哪些事实？" + ("【对】" if case in plan[body["model"]][run_id] else "【错】")
+        if kind == "dcg_judge":
+            return "是" if "【对】" in prompt else "否"
+        return None
+    return script
+
+
+def write_dcg_grid(folder, n: int, plan: dict) -> tuple:
+    """The DCG stage of every model and run of the plan (model -> run -> cases right), on n synthetic cases."""
+    from bench.throughput import synthetic_dataset
+    from lexpilot.protocols.dcg import DCG_STAGE
+    from lexpilot.running.stage import stage_main
+    from tests.conftest import SECRET
+    from tests.fake_provider import FakeProvider
+    dataset = folder / "cases.json"
+    synthetic_dataset(n, dataset)
+    cases = json.loads(dataset.read_text(encoding="utf-8"))
+    runs = sorted({run for model in plan.values() for run in model})
+    with pytest.MonkeyPatch.context() as monkeypatch, FakeProvider() as provider:
+        monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+        for run_id in runs:
+            provider.script = plan_script(cases, plan, run_id)
+            for model in plan:
+                assert stage_main(DCG_STAGE, "t", argv=["--run-id", run_id, "--model", model, "--dataset",
+                                                        str(dataset), "--output-root", str(folder / "out")],
+                                  clients=provider.in_memory_clients()) == 0
+    return folder / "out", dataset
+
+
+# Ten models, one run each, on 81 cases: model j is right on the first 9·j cases, so neighbours differ on 9 cases,
+# all one way, and models further apart on 18 or more
+TEN = {f"m{j}": {"r1": range(9 * j)} for j in range(10)}
+
+
+@pytest.fixture(scope="module")
+def ten_models(tmp_path_factory):
+    return write_dcg_grid(tmp_path_factory.mktemp("ten"), 81, TEN)[0]
+
+
+def pairs_and_letters(root, capsys, *extra) -> tuple[dict, dict]:
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(root), "--rank", "--format", "csv", *extra]) == 0
+    out = capsys.readouterr().out
+    pairs = {(r[1], r[2]): r[3:] for r in rows_of(out, "Every comparable pair") if r[0] == "DCG Acc."}
+    letters = {r[2]: r[6] for r in rows_of(out, "Ranking per metric") if r[0] == "DCG Acc."}
+    return pairs, letters
+
+
+def test_ten_models_with_ordered_differences_get_ten_letters_at_the_default_command(ten_models, capsys):
+    """Issue 36 item 1: "at the defaults, ten models can never differ ... The resolution of p must always allow a
+    rejection: (B + 1) ≥ 20 · m / α for a family of m pairs, chosen automatically". By hand: 45 pairs at α 0.05
+    need B = 20 · 45 / 0.05 − 1 = 17,999 permutations. Neighbours differ on 9 cases, one way: the 2^9 swap patterns
+    are enumerated, p = 2 · (1/2)^9 = 1/256 (the exact sign test); the other 36 pairs differ on 18 or more cases,
+    and no drawn pattern reaches their observed difference: p = 1/18,000. Holm: the 36 smallest × 45 … × 10 (at
+    most 0.0025), then the nine neighbours' 1/256 × 9 = 0.0352 < 0.05: every pair differs, letters a … j."""
+    pairs, letters = pairs_and_letters(ten_models, capsys)
+    assert len(pairs) == 45
+    for j in range(9):
+        higher, lower = f"m{j + 1}", f"m{j}"
+        assert pairs[(higher, lower)][0] == f"+{9 / 81:.3f}"
+        assert pairs[(higher, lower)][3:] == [f"{1 / 256:.3f}", f"{9 / 256:.3f}", "yes"]
+    far = [pairs[(f"m{i}", f"m{j}")] for i in range(10) for j in range(i - 1)]
+    assert {p[3] for p in far} == {"<0.001"} and all(p[5] == "yes" for p in far)
+    assert letters == {f"m{9 - i}": "abcdefghij"[i] for i in range(10)}
+
+
+def test_too_few_permutations_for_the_family_are_refused_in_one_line(ten_models, capsys):
+    """Issue 36 item 1: "`--resamples` below what the family needs is refused in one line" (the test's own count is
+    --permutations; --resamples sets the intervals' bootstrap), and a level no permitted count can reach is said."""
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(ten_models), "--rank", "--permutations", "1000"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == ("show_results: --rank: 45 pairs at --alpha 0.05 need at least 17,999 permutations ((B + 1) ≥ "
+                       "20 · pairs / alpha), got --permutations 1,000; leave it out to have it chosen")
+    assert show_results.main(["--output-root", str(ten_models), "--rank", "--alpha", "0.0001"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "show_results: --rank: 45 pairs at --alpha 0.0001 need 8,999,999 permutations, above the cap of 100,000: "
+        "use a larger --alpha, or rank fewer models (--model)")
+    assert permutations_needed(10, 0.05) == 3999 and permutations_needed(1, 0.05) == 999
+
+
+# Six models against a base, one run each, on 24 cases: m-dK is right on the base's 12 cases and K more
+DISCORDANT = {"base": {"r1": range(12)}} | {f"m-d{k}": {"r1": range(12 + k)} for k in (3, 4, 5, 6, 8, 12)}
+
+
+@pytest.fixture(scope="module")
+def discordant(tmp_path_factory):
+    return write_dcg_grid(tmp_path_factory.mktemp("discordant"), 24, DISCORDANT)
+
+
+def test_with_few_differing_cases_p_is_the_exact_sign_tests(discordant, capsys):
+    """Issue 36 item 2: "With 4 cases where only A is right ... the tool gives 0.034–0.042 against an exact sign
+    test's 0.125 ... Use a paired randomization test over cases ... enumerate exactly when the differing cases are
+    few". K differing cases, all one way: the two-sided sign test's p = 2 · (1/2)^K."""
+    root, _ = discordant
+    pairs, _ = pairs_and_letters(root, capsys)
+    for k in (3, 4, 5, 6, 8, 12):
+        exact = 2 * 0.5 ** k
+        assert pairs[(f"m-d{k}", "base")][3] == ("<0.001" if exact < 0.001 else f"{exact:.3f}"), k
+
+
+def test_drawn_permutations_agree_with_the_exact_p_within_monte_carlo_error(discordant):
+    """The same runs, the test drawing B patterns instead of enumerating (B below 2^K): the estimate (k + 1)/(B + 1)
+    is within three standard errors of the exact p, plus its 1/(B + 1)."""
+    root, dataset = discordant
+    groups = {g.model: g for g in group_runs(load_runs(root, None, None, dataset=dataset, keep_records=False))}
+    for k, permutations in ((8, 199), (12, 2999)):
+        exact = 2 * 0.5 ** k
+        drawn = Randomization(permutations, seed=k).p_value(groups[f"m-d{k}"], groups["base"], KEY)
+        error = 3 * np.sqrt(exact * (1 - exact) / permutations) + 1 / (permutations + 1)
+        assert abs(drawn - exact) <= error, (k, drawn, exact)
+
+
+def test_under_a_true_null_a_5_percent_test_rejects_at_most_5_percent():
+    """Issue 36 item 2: "the null rejection rate over 300 simulated grids is at most α + 2 SE" — two models with the
+    same per-case chances, two runs each, 120 cases; and a planted difference is found."""
+    rng = np.random.default_rng(5)
+    test = Randomization(499)
+    difficulty = rng.uniform(0.2, 0.9, 120)
+
+    def p(shift: float) -> float:
+        a = group_of("a", (rng.random((2, 120)) < difficulty).astype(float))
+        b = group_of("b", (rng.random((2, 120)) < np.clip(difficulty - shift, 0, 1)).astype(float))
+        return test.p_value(a, b, KEY)
+    null = np.array([p(0.0) for _ in range(300)])
+    se = np.sqrt(0.05 * 0.95 / 300)
+    assert (null < 0.05).mean() <= 0.05 + 2 * se
+    for q in (0.25, 0.5):  # valid at every level, not only at 5%
+        assert (null <= q).mean() <= q + 2 * np.sqrt(q * (1 - q) / 300)
+    assert np.mean([p(0.2) < 0.05 for _ in range(40)]) > 0.9
