@@ -10,22 +10,7 @@ import show_results
 from lexpilot.reporting.groups import group_runs
 from lexpilot.reporting.randomization import Randomization, permutations_needed
 from lexpilot.reporting.results import load_runs
-from tests.test_rankings import KEY, group_of, rows_of
-
-
-def plan_script(cases, plan, run_id):
-    """The evaluated model's forced questions carry 【对】 on the cases the plan makes its DCG a success (both
-    questions of the case); the judge answers 是 to exactly those."""
-    firsts = [c["underspecified_consultation"][0]["content"] for c in cases]
-
-    def script(kind, prompt, body):
-        if kind == "force_ask":
-            case = next(i for i, first in enumerate(firsts) if first in prompt)
-            return "【策略二】请问还有哪些事实？" + ("【对】" if case in plan[body["model"]][run_id] else "【错】")
-        if kind == "dcg_judge":
-            return "是" if "【对】" in prompt else "否"
-        return None
-    return script
+from tests.test_rankings import KEY, group_of, plan_script, rows_of
 
 
 def write_dcg_grid(folder, n: int, plan: dict) -> tuple:

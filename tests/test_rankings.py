@@ -107,19 +107,23 @@ PLAN = {"m-a": {"r1": range(N), "r2": range(N)}, "m-b": {"r1": range(0, N - 1), 
         "m-c": {"r1": (), "r2": ()}, "m-d": {"r1": range(N), "r2": range(N)}}
 
 
-def dcg_script(cases, run_id):
-    """The evaluated model's forced questions carry 【对】 where the plan makes its DCG a success; the judge
-    answers 是 to exactly those."""
+def plan_script(cases, plan, run_id):
+    """The evaluated model's forced questions carry 【对】 on the cases the plan (model -> run -> cases) makes its
+    DCG a success; the judge answers 是 to exactly those."""
     firsts = [c["underspecified_consultation"][0]["content"] for c in cases]
 
     def script(kind, prompt, body):
         if kind == "force_ask":
             case = next(i for i, first in enumerate(firsts) if first in prompt)
-            return "【策略二】请问还有哪些事实？" + ("【对】" if case in PLAN[body["model"]][run_id] else "【错】")
+            return "【策略二】请问还有哪些事实？" + ("【对】" if case in plan[body["model"]][run_id] else "【错】")
         if kind == "dcg_judge":
             return "是" if "【对】" in prompt else "否"
         return None
     return script
+
+
+def dcg_script(cases, run_id):
+    return plan_script(cases, PLAN, run_id)
 
 
 @pytest.fixture(scope="module")
