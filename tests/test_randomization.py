@@ -28,7 +28,7 @@ def write_dcg_grid(folder, n: int, plan: dict) -> tuple:
         monkeypatch.setenv("OPENAI_API_KEY", SECRET)
         for run_id in runs:
             provider.script = plan_script(cases, plan, run_id)
-            for model in plan:
+            for model in (m for m in plan if run_id in plan[m]):
                 assert stage_main(DCG_STAGE, "t", argv=["--run-id", run_id, "--model", model, "--dataset",
                                                         str(dataset), "--output-root", str(folder / "out")],
                                   clients=provider.in_memory_clients()) == 0
@@ -136,3 +136,33 @@ def test_under_a_true_null_a_5_percent_test_rejects_at_most_5_percent():
     for q in (0.25, 0.5):  # valid at every level, not only at 5%
         assert (null <= q).mean() <= q + 2 * np.sqrt(q * (1 - q) / 300)
     assert np.mean([p(0.2) < 0.05 for _ in range(40)]) > 0.9
+
+
+# A 4-run model and a 2-run one, each run right on 10 of 12 cases: "right in all k" favours the model with fewer runs
+RUNS = {"four": {"r1": range(10), "r2": range(2, 12), "r3": [*range(6), *range(8, 12)],
+                 "r4": [0, 1, 2, 4, 5, 6, 8, 9, 10, 11]},
+        "two": {"r1": range(10), "r2": range(1, 11)}}
+
+
+def test_pass_hat_k_compares_models_with_different_numbers_of_runs_at_one_k(tmp_path, capsys):
+    """Issue 36 item 4: "Consistency is not pass^k ... Report tau-bench's pass^k estimator for every k ≤ n: the mean
+    over cases of C(c, k)/C(n, k). Compare models at a common k, the smallest run count in the table, and say
+    which." Expected values from tau-bench's formula on the plan, each case's c counted from the plan here."""
+    import math
+    root, _ = write_dcg_grid(tmp_path, 12, RUNS)
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(root), "--consistency", "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    header = next(r for r in __import__("csv").reader(__import__("io").StringIO(out))
+                  if r and r[0].startswith("Consistency over runs") and r[1] == "header")
+    assert header[-4:] == ["pass^1 value", "pass^2 (common) value", "pass^3 value", "pass^4 value"]  # as numbers
+    assert "compare at pass^2, the smallest number of runs here" in header[0]
+    rows = {r[0]: r[2:] for r in rows_of(out, "Consistency over runs") if r[1] == "DCG"}
+    for model, runs in RUNS.items():
+        right = [sum(case in cases for cases in runs.values()) for case in range(12)]
+        n = len(runs)
+        expected = [100 * sum(math.comb(c, k) / math.comb(n, k) for c in right) / 12 for k in range(1, n + 1)]
+        assert [float(v) for v in rows[model][6:6 + n]] == pytest.approx(expected), model
+        assert rows[model][6 + n:] == [""] * (4 - n), model
+    # right in all runs: the 2-run model 9/12 (cases 2-10), the 4-run model 5/12 (cases 3, 5, 6, 9, 10)
+    assert float(rows["two"][2]) == pytest.approx(100 * 9 / 12) and float(rows["four"][2]) == pytest.approx(100 * 5 / 12)

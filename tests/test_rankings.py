@@ -93,9 +93,13 @@ def test_consistency_figures_on_constructed_runs():
             lca_ljp_run("r3", ["策略一", "策略二"], [["支持", "驳回"], ["支持", "驳回"]])]
     c = consistency(runs)
     # LCA: the complete history right and the same in all three; the underspecified one wrong once (r2)
+    # pass^k (tau-bench, C(c, k) / C(3, k)): the complete history right in 3 runs, the underspecified one in 2
+    assert c["LCA"].pop("pass") == pytest.approx([(3 / 3 + 2 / 3) / 2, (3 / 3 + 1 / 3) / 2, (1 + 0) / 2])
     assert c["LCA"] == pytest.approx({"items": 2, "all_right": 0.5, "any_right": 1.0, "same": 0.5, "flip": 1 / 3})
     # LJP claims (gold 支持, 驳回): case 1 claim 1 right ×3; claim 2 right in r1, r3; case 2 claim 1 right in r1,
     # r3; claim 2 right in r3 only. Verdicts differ between r1/r2 on 2 of 4, r1/r3 on 1, r2/r3 on 3
+    # the four claims right in 3, 2, 2 and 1 runs: pass^1 = 8/12, pass^2 = (3 + 1 + 1 + 0) / 3 / 4, pass^3 = 1/4
+    assert c["LJP Direct"].pop("pass") == pytest.approx([8 / 12, 5 / 12, 1 / 4])
     assert c["LJP Direct"] == pytest.approx({"items": 4, "all_right": 0.25, "any_right": 1.0, "same": 0.25,
                                              "flip": (2 + 1 + 3) / 12})
 
@@ -199,8 +203,10 @@ def test_all_pairs_ranking_and_consistency_on_runs_the_stages_wrote(ranked_root,
     assert ["m-a (set 1) and m-d (set 2): models.judge differ"] in rows_of(out, "Pairs not compared")
     consistency_rows = {(r[0], r[1]): r[2:] for r in rows_of(out, "Consistency over runs")}
     # m-b's DCG: cases 2-23 right in both runs, 1 and 24 in one each: 22/24 in all, 24/24 in at least one, 2 flip
-    assert consistency_rows[("m-b", "DCG")] == ["2", "24", csv_percent(22 / 24), "100.0", csv_percent(22 / 24), csv_percent(2 / 24)]
-    assert consistency_rows[("m-a", "DCG")] == ["2", "24", "100.0", "100.0", "100.0", "0.0"]
+    # pass^1 = (22 · 2/2 + 2 · 1/2) / 24 = 23/24, pass^2 = 22/24
+    assert consistency_rows[("m-b", "DCG")] == ["2", "24", csv_percent(22 / 24), "100.0", csv_percent(22 / 24),
+                                                csv_percent(2 / 24), csv_percent(23 / 24), csv_percent(22 / 24)]
+    assert consistency_rows[("m-a", "DCG")] == ["2", "24", "100.0", "100.0", "100.0", "0.0", "100.0", "100.0"]
 
 
 def test_the_letters_of_the_comparable_models(ranked_root, capsys):
@@ -470,8 +476,11 @@ def test_ljp_consistency_on_runs_the_stages_wrote(tmp_path, provider, monkeypatc
     items = list(verdicts.values())
     share = lambda test: csv_percent(sum(map(test, items)) / len(items))  # noqa: E731
     same = share(lambda v: v[0][0] == v[1][0])
+    # pass^1 by hand: the mean over claims of (runs right) / 2; pass^2: right in both (tau-bench's C(c, 2) / C(2, 2))
     expected = ["2", str(len(items)), share(lambda v: v[0][1] and v[1][1]), share(lambda v: v[0][1] or v[1][1]),
-                same, share(lambda v: v[0][0] != v[1][0])]
+                same, share(lambda v: v[0][0] != v[1][0]),
+                csv_percent(sum((v[0][1] + v[1][1]) / 2 for v in items) / len(items)),
+                share(lambda v: v[0][1] and v[1][1])]
     assert 0 < sum(v[0][0] == v[1][0] for v in items) < len(items)  # some claims flip, some do not
     capsys.readouterr()
     assert show_results.main(["--output-root", str(h.root), "--consistency", "--format", "csv"]) == 0

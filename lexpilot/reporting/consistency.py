@@ -1,10 +1,12 @@
 """What a single-run paper hides: per model, how consistent its outcomes are over runs (claims right in every run
-and in at least one, items with the same outcome in every run, the flip rate between two runs), and how much of a
-metric's run-to-run variance is the judge's, from runs re-judged with the same judge (test-retest).
+and in at least one, items with the same outcome in every run, the flip rate between two runs, and tau-bench's
+pass^k), and how much of a metric's run-to-run variance is the judge's, from runs re-judged with the same judge
+(test-retest).
 """
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 
@@ -46,23 +48,39 @@ def consistency(runs: list[Run]) -> dict[str, dict]:
             continue
         values = [[o[task][item] for o in per_run] for item in sorted(shared, key=str)]
         flips = [np.mean([v[i][0] != v[j][0] for v in values]) for i, j in itertools.combinations(range(len(runs)), 2)]
+        right = [sum(r for _, r in v) for v in values]
         out[task] = {"items": len(values), "all_right": np.mean([all(r for _, r in v) for v in values]),
+                     "pass": [pass_hat(right, len(runs), k) for k in range(1, len(runs) + 1)],
                      "any_right": np.mean([any(r for _, r in v) for v in values]),
                      "same": np.mean([len({o for o, _ in v}) == 1 for v in values]), "flip": float(np.mean(flips))}
     return out
 
 
+def pass_hat(right: list[int], runs: int, k: int) -> float:
+    """tau-bench's pass^k: the chance that k runs drawn from the n saved all get an item right, averaged over the
+    items, mean of C(c, k) / C(n, k) for an item right in c of the n runs. It does not depend on n as "right in
+    all n" does, so models with different numbers of runs compare at one k."""
+    return float(np.mean([math.comb(c, k) / math.comb(runs, k) for c in right]))
+
+
 def consistency_table(groups: list[Group]) -> Table:
     rows = []
     standard = [g for g in groups if g.condition == "standard" and len(g.runs) > 1]
+    most = max((len(g.runs) for g in standard), default=2)
+    common = min((len(g.runs) for g in standard), default=2)
     for g in standard:
         for task, c in consistency(g.runs).items():
-            rows.append([g.label, task, str(len(g.runs)), str(c["items"]), number_cell(c['all_right'], PERCENT, percent=True),
-                         number_cell(c['any_right'], PERCENT, percent=True), number_cell(c['same'], PERCENT, percent=True), number_cell(c['flip'], PERCENT, percent=True)])
+            rows.append([g.label, task, str(len(g.runs)), str(c["items"]),
+                         *(number_cell(c[m], PERCENT, percent=True) for m in ("all_right", "any_right", "same", "flip")),
+                         *(number_cell(v, PERCENT, percent=True) for v in c["pass"]), *[""] * (most - len(c["pass"]))])
     return Table("consistency", "Consistency over runs: items (LCA: case × history; DCG: case; LJP: claim) right in "
-                 "all k runs and in at least one, with the same outcome in every run, and the flip rate (share of "
-                 "items whose outcome differs between two runs, averaged over pairs of runs)",
-                 ["Model", "Task", "Runs (k)", "Items", "Right in all k", "Right in ≥ 1", "Same in all k", "Flip rate"],
+                 "all k runs and in at least one, with the same outcome in every run, the flip rate (share of "
+                 "items whose outcome differs between two runs, averaged over pairs of runs), and pass^k (tau-bench: "
+                 "the chance that k runs all get an item right, mean over items of C(c, k) / C(k runs, k)). Models "
+                 f"with different numbers of runs compare at pass^{common}, the smallest number of runs here "
+                 "('Right in all k' depends on k)",
+                 ["Model", "Task", "Runs (k)", "Items", "Right in all k", "Right in ≥ 1", "Same in all k", "Flip rate",
+                  *(f"pass^{k}" + (" (common)" if k == common else "") for k in range(1, most + 1))],
                  rows, row_tasks={"LCA": "LCA", "DCG": "DCG", **{f"LJP {name}": setup for setup, name in SETUP_NAMES.items()}},
                  compare="never")  # a row links to the cases the model gets wrong in every run
 
