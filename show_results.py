@@ -34,7 +34,7 @@ from lexpilot.reporting.figures import write_plots
 from lexpilot.reporting.formats import HEADLINE
 from lexpilot.reporting.groups import Group, classes_present, group_runs
 from lexpilot.reporting.randomization import MAX_PERMUTATIONS
-from lexpilot.reporting.rankings import power_table, ranking_tables
+from lexpilot.reporting.rankings import MIN_POWER_RESAMPLES, power_table, ranking_tables
 from lexpilot.reporting.renderings import (
     RENDERINGS,
     TEXT_WIDTH,
@@ -179,6 +179,11 @@ def read_options(args) -> tuple[dict | None, dict | None]:
     if not 1 <= args.resamples <= MAX_RESAMPLES:
         raise UsageError(f"--resamples must be from 1 to {MAX_RESAMPLES:,} (the intervals are stable long before), "
                          f"got {args.resamples}")
+    if args.by_class and not args.rank:
+        raise UsageError("--by-class adds the per-class rankings to --rank: pass --rank too")
+    if args.power and args.resamples < MIN_POWER_RESAMPLES:  # a variance from fewer resamples is off by over 14%
+        raise UsageError(f"--power estimates variances from the resamples: it needs --resamples "
+                         f"{MIN_POWER_RESAMPLES} or more, got {args.resamples}")
     try:
         prices = read_prices(args.prices) if args.prices else None
     except HarnessError as e:

@@ -180,8 +180,9 @@ def test_all_pairs_ranking_and_consistency_on_runs_the_stages_wrote(ranked_root,
     out = capsys.readouterr().out
     pairs = {(r[0], r[1], r[2]): r[3:] for r in rows_of(out, "Every comparable pair")}
     # DCG accuracy by hand: m-a 24/24 in both runs, m-b 23/24 in both, m-c 0/24; m-d has another judge
-    assert pairs[("DCG Acc.", "m-a", "m-c")][0] == "+1.000" and pairs[("DCG Acc.", "m-b", "m-c")][0] == "+0.958"
-    assert pairs[("DCG Acc.", "m-a", "m-b")][0] == "+0.042"
+    # (the CSV has every cell's number whole: issue 36 item 7, "JSON cells carry numbers, not display strings")
+    assert float(pairs[("DCG Acc.", "m-a", "m-c")][0]) == 1 and float(pairs[("DCG Acc.", "m-b", "m-c")][0]) == pytest.approx(23 / 24)
+    assert float(pairs[("DCG Acc.", "m-a", "m-b")][0]) == pytest.approx(1 / 24)
     assert not any("m-d" in key for key in pairs)
     # the randomization test (issue 36 item 2): m-a and m-c differ on all 24 cases, one way; of the swap patterns
     # only the identity and the swap of all 24 reach |+1.000|, so none of the B drawn (2 in 2^24): p = 1 / (B + 1),
@@ -189,13 +190,13 @@ def test_all_pairs_ranking_and_consistency_on_runs_the_stages_wrote(ranked_root,
     # in some run, one way)
     permutations = 20 * 3 / 0.05 - 1
     assert pairs[("DCG Acc.", "m-a", "m-c")][1:3] == ["1.0", "1.0"]  # interval: low, high
-    assert pairs[("DCG Acc.", "m-a", "m-c")][3] == pairs[("DCG Acc.", "m-b", "m-c")][3] == "<0.001"  # 1/1200
+    assert float(pairs[("DCG Acc.", "m-a", "m-c")][3]) == float(pairs[("DCG Acc.", "m-b", "m-c")][3]) == 1 / 1200
     # Holm: the two smallest (tied) × 3 and × 2, kept monotone: 3 / 1200 = 0.0025 for both
-    assert pairs[("DCG Acc.", "m-a", "m-c")][4:] == pairs[("DCG Acc.", "m-b", "m-c")][4:] == [
-        f"{3 / (permutations + 1):.3f}", "yes"]
+    for pair in (("DCG Acc.", "m-a", "m-c"), ("DCG Acc.", "m-b", "m-c")):
+        assert float(pairs[pair][4]) == pytest.approx(3 / (permutations + 1)) and pairs[pair][5] == "yes"
     # m-a and m-b differ on two cases only (1 in r2, 24 in r1), each by +0.5 over the runs: the four swap patterns
     # are enumerated, two of them as far from 0 as observed, p = 0.5 exactly: the exact sign test's 2 · (1/2)^2
-    assert pairs[("DCG Acc.", "m-a", "m-b")][3:] == ["0.500", "0.500", "no"]
+    assert pairs[("DCG Acc.", "m-a", "m-b")][3:] == ["0.5", "0.5", "no"]
     ranking = [r for r in rows_of(out, "Ranking per metric") if r[0] == "DCG Acc."]
     # m-d ran with another judge: a set of its own, ranked apart; m-a and m-b not different, both above m-c
     assert [r[1:4] + [r[7]] for r in ranking] == [["1", "1", "m-a", "a"], ["1", "2", "m-b", "a"],
@@ -349,7 +350,7 @@ def test_the_ranking_is_in_the_viewers_overview_and_per_class_on_request(ranked_
         "0.0"}
     assert {r[6] for r in by_class} == {"a"}
     class_pairs = {(r[0], r[1], r[2]): r[3:] for r in rows_of(out, "Every comparable pair") if r[0].startswith("DCG")}
-    assert class_pairs[("DCG Acc. (Family)", "m-a", "m-c")][3:] == ["0.125", "0.375", "no"]
+    assert class_pairs[("DCG Acc. (Family)", "m-a", "m-c")][3:] == ["0.125", "0.375", "no"]  # exact: 2/16, × 3
     overview = html.unescape((tmp_path / "site" / "index.html").read_text(encoding="utf-8"))
     assert "Ranking per metric" in overview and "Every comparable pair" in overview
 
@@ -399,6 +400,11 @@ def test_a_difference_of_the_detectable_size_is_found_four_times_in_five():
 @pytest.mark.parametrize("args, message", [
     (["--rank", "--alpha", "0"], "argument --alpha: 0 is outside 0.0001 to 0.5"),
     (["--power", "--alpha", "nan"], "argument --alpha"),
+    # issue 36 item 7: "`--by-class` without `--rank`, and `--power` with too few resamples to estimate, are
+    # refused in one line"
+    (["--by-class"], "--by-class adds the per-class rankings to --rank: pass --rank too"),
+    (["--power", "--resamples", "40"], "--power estimates variances from the resamples: it needs --resamples 100 or "
+                                       "more, got 40"),
 ])
 def test_a_statistics_option_out_of_range_is_one_line(ranked_root, capsys, args, message):
     import show_results
@@ -514,3 +520,52 @@ def test_equal_values_share_a_rank(ranked_runs, tmp_path, monkeypatch, capsys):
     assert show_results.main(["--output-root", str(root), "--rank", "--format", "csv"]) == 0
     ranking = [r for r in rows_of(capsys.readouterr().out, "Ranking per metric") if r[0] == "DCG Acc." and r[1] == "1"]
     assert sorted((r[2], r[3]) for r in ranking) == [("1", "m-a"), ("2", "m-b"), ("2", "m-e"), ("4", "m-c")]
+
+
+def test_the_letters_are_swept_so_none_is_redundant():
+    """Issue 36 item 7: "letters made compact with Piepho's sweep step, so no letter is redundant". Six models,
+    different: A-B, B-C, C-F, C-D, D-E. The ten pairs not different form, by hand, four cliques — ACE, ADF, BDF,
+    BEF — and each holds a pair no other holds (C-E, A-D, B-D, B-E): four letters. Insert-and-absorb alone gave
+    five. Then on random designs: two models share a letter exactly when they are not different, and no letter can
+    be dropped."""
+    import itertools
+    import random
+    different = {frozenset(p) for p in ("AB", "BC", "CF", "CD", "DE")}
+    assert letter_display(list("ABCDEF"), different) == {"A": "ab", "B": "cd", "C": "a", "D": "bc", "E": "ad",
+                                                          "F": "bcd"}
+    rng = random.Random(1)
+    models = list("ABCDEFG")
+    pairs = [frozenset(p) for p in itertools.combinations(models, 2)]
+    share = lambda shown: {p for p in pairs if set.intersection(*(set(shown[m]) for m in p))}  # noqa: E731
+    for _ in range(500):
+        different = {p for p in pairs if rng.random() < 0.5}
+        shown = letter_display(models, different)
+        assert share(shown) == set(pairs) - different
+        for letter_shown in {c for v in shown.values() for c in v}:
+            without = {m: v.replace(letter_shown, "") for m, v in shown.items()}
+            assert not all(without.values()) or share(without) != share(shown), (different, shown)
+
+
+def test_a_limited_run_beside_a_full_one_is_named_by_its_cases_and_code_is_said_only_when_it_differs(
+        ranked_runs, ranked_root, capsys):
+    """Issue 36 item 7: "with `--limit`, the full-case group is not "other cases", and "its runs differ in code" is
+    said only when they do" — m-a run again on the first 12 of its 24 cases, with the same code."""
+    import json as json_module
+
+    import show_results
+    from lexpilot.protocols.dcg import DCG_STAGE
+    from lexpilot.running.stage import stage_main
+    from tests.conftest import SECRET
+    from tests.fake_provider import FakeProvider
+    dataset = ranked_runs.parent / "cases.json"
+    cases = json_module.loads(dataset.read_text(encoding="utf-8"))
+    with pytest.MonkeyPatch.context() as monkeypatch, FakeProvider() as provider:
+        monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+        provider.script = dcg_script(cases, "r1")
+        assert stage_main(DCG_STAGE, "t", argv=["--run-id", "short", "--model", "m-a", "--dataset", str(dataset),
+                                                "--output-root", str(ranked_root), "--limit", "12"], clients=provider.in_memory_clients()) == 0
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(ranked_root), "--rank", "--format", "csv"]) == 0
+    apart = [r[0] for r in rows_of(capsys.readouterr().out, "Pairs not compared")]
+    assert "m-a (set 1) and m-a · 12 cases (set 2): the evaluated model is the same, selected_cases differ" in apart
+    assert not any("differ in code" in line for line in apart)

@@ -10,6 +10,7 @@ import numpy as np
 
 from categories import CLASS_LABELS
 from lexpilot.reporting.runs import Run
+from lexpilot.text import counted
 from lexpilot.storage.manifest import (
     COMPARED_MANIFEST_FIELDS,
     compared_setting,
@@ -91,11 +92,18 @@ WORDS_FOR = {"selected_cases": "other cases", "dataset_sha256": "another dataset
 def what_differs(settings: dict, name: str) -> str:
     """A differing setting in a few words: its value where it is short (a temperature, a judge's model)."""
     top, _, sub = name.partition(".")
+    if top == "selected_cases" and isinstance(settings.get(top), list):  # a --limit run beside a full one
+        return f"{counted(len(settings[top]), 'case')}"
     if top in WORDS_FOR:
         return WORDS_FOR[top]
     value = settings.get(top, {}).get(sub) if sub else settings.get(top)
     value = value.get("model", value) if isinstance(value, dict) else value
     return f"{sub or top} {str(value)[:24]}"
+
+
+def same_code(a: Group, b: Group) -> bool:
+    code = COMPARED_MANIFEST_FIELDS.index("code_hash")
+    return a.settings[code] == b.settings[code]
 
 
 def group_label(group: Group, groups: list[Group]) -> str:

@@ -15,7 +15,7 @@ import numpy as np
 
 from lexpilot.reporting.bootstrap import Bootstrap, paired_difference
 from lexpilot.reporting.formats import HEADLINE, interval_cell, number_cell
-from lexpilot.reporting.groups import NOT_COMPARED, Group, differing_settings
+from lexpilot.reporting.groups import NOT_COMPARED, Group, differing_settings, same_code
 from lexpilot.reporting.randomization import Randomization, check_permutations
 from lexpilot.reporting.runs import OVERALL
 from lexpilot.reporting.table import METRIC, Figure, Table
@@ -37,7 +37,7 @@ def why_not_comparable(a: Group, b: Group) -> str | None:
     settings; else the settings that differ."""
     differing = differing_settings(comparable_settings(a), comparable_settings(b))
     if a.model == b.model:
-        differing.insert(0, "the evaluated model is the same (its runs differ in code)")
+        differing.insert(0, "the evaluated model is the same" + ("" if same_code(a, b) else " (its runs differ in code)"))
     return ", ".join(differing) or None
 
 
@@ -67,8 +67,9 @@ def letter(i: int) -> str:
 
 
 def letter_display(ranked: list[str], different: set[frozenset]) -> dict[str, str]:
-    """A compact letter display (Piepho's insert-and-absorb): models sharing a letter are not significantly
-    different. `ranked`: best first; `different`: the pairs found different. Letters follow the ranking."""
+    """A compact letter display (Piepho 2004: insert-and-absorb, then the sweep): models sharing a letter are not
+    significantly different. `ranked`: best first; `different`: the pairs found different. Letters follow the
+    ranking."""
     columns = [set(ranked)]
     for pair in sorted(different, key=lambda p: sorted(ranked.index(m) for m in p)):
         a, b = tuple(pair)
@@ -77,9 +78,22 @@ def letter_display(ranked: list[str], different: set[frozenset]) -> dict[str, st
             split += [column - {a}, column - {b}] if {a, b} <= column else [column]
         columns = [c for c in split if c and not any(c < other for other in split)]  # absorb what another holds
         columns = [c for i, c in enumerate(columns) if c not in columns[:i]]
+    columns = swept(columns)
     columns.sort(key=lambda c: sorted(ranked.index(m) for m in c))
     joiner = "" if len(columns) <= 26 else "."  # past z, letters of two characters: dotted apart
     return {m: joiner.join(letter(i) for i, c in enumerate(columns) if m in c) for m in ranked}
+
+
+def swept(columns: list[set]) -> list[set]:
+    """Piepho's sweep: a letter is dropped when every model it holds, and every pair of them, shares another
+    letter too, so that no letter is redundant (insert-and-absorb alone can leave twice the letters needed)."""
+    columns = list(columns)
+    for column in list(columns):
+        others = [c for c in columns if c is not column]
+        covered = all(any({a, b} <= c for c in others) for a, b in itertools.combinations_with_replacement(column, 2))
+        if covered:
+            columns = others
+    return columns
 
 
 @dataclass
@@ -165,9 +179,9 @@ def ranking_tables(groups: list[Group], boot: Bootstrap, alpha: float, by_class:
     for name, key in headline_keys(by_class):
         for number, members in enumerate(sets, 1):
             tests = pair_tests(members, boot, test, key, name)
-            pair_rows += [[name, label(t.a), label(t.b), f"{t.difference:+.{METRIC}f}", interval_cell(t.interval, signed=True),
-                           fmt_p(t.p), fmt_p(t.p_holm), "yes" if t.p_holm is not None and t.p_holm < alpha else "no"]
-                          for t in tests]
+            pair_rows += [[name, label(t.a), label(t.b), number_cell(t.difference, METRIC, signed=True),
+                           interval_cell(t.interval, signed=True), p_cell(t.p), p_cell(t.p_holm),
+                           "yes" if t.p_holm is not None and t.p_holm < alpha else "no"] for t in tests]
             rank_rows += ranked_rows(tests, members, groups, key, name, alpha, str(number) if len(sets) > 1 else "")
     title = (f"Every comparable pair: difference of means (A − B, A ranked higher), 95% paired bootstrap interval "
              f"over cases ({boot.resamples} resamples), two-sided p of a paired randomization test over cases "
@@ -187,8 +201,9 @@ def ranking_tables(groups: list[Group], boot: Bootstrap, alpha: float, by_class:
     return tables
 
 
-def fmt_p(p: float | None) -> str:
-    return "n/a" if p is None else "<0.001" if p < 0.001 else f"{p:.{METRIC}f}"
+def p_cell(p: float | None) -> Figure:
+    """A p-value at three decimals ("<0.001" below), the number whole in the CSV and JSON."""
+    return Figure("n/a" if p is None else "<0.001" if p < 0.001 else f"{p:.{METRIC}f}", {"value": p})
 
 
 # ----------------------------------------------------------------------------- power
@@ -222,6 +237,8 @@ def variance_components(a: Group, b: Group, boot: Bootstrap, key: tuple) -> tupl
     within = sa["sd"] ** 2 / sa["n"] + sb["sd"] ** 2 / sb["n"]
     return max(0.0, float(np.var(diff, ddof=1)) - within), run_variance
 
+
+MIN_POWER_RESAMPLES = 100  # the variance of a difference from B resamples is off by about √(2/B): 14% at 100
 
 DESIGNS = ((1, None), (3, None), (5, None), (10, None), (5, 100), (5, 216), (5, 432))  # (runs, cases; None: as run)
 
