@@ -569,3 +569,24 @@ def test_a_limited_run_beside_a_full_one_is_named_by_its_cases_and_code_is_said_
     apart = [r[0] for r in rows_of(capsys.readouterr().out, "Pairs not compared")]
     assert "m-a (set 1) and m-a · 12 cases (set 2): the evaluated model is the same, selected_cases differ" in apart
     assert not any("differ in code" in line for line in apart)
+
+
+def test_the_power_table_on_runs_the_stages_wrote_and_at_holms_level(ranked_root, capsys):
+    """Issue 36 item 7: "the MDD at the Holm-adjusted α when read for a ranking claim, and labelled which". By hand
+    on the DCG runs (m-a, m-b, m-c: two runs each, no run-to-run variance): m-a − m-b differs by 0.5 on two of 24
+    cases, m-b − m-c by 1 on 22 and 0.5 on 2; both have a per-case variance of 0.5/24 − (1/24)² (population), so
+    a bootstrap variance of the mean of that over 24, and m-a − m-c none. The median of the three is that; MDD =
+    (z(1 − α/2) + z(0.8)) · √V, and at α/3 for the ranking of three pairs."""
+    from statistics import NormalDist
+    import show_results
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(ranked_root), "--power", "--model", "m-a", "--model", "m-b",
+                              "--model", "m-c", "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    rows = {r[0]: r[1:] for r in rows_of(out, "Smallest difference")}
+    z = NormalDist().inv_cdf
+    variance = (0.5 / 24 - (1 / 24) ** 2) / 24
+    for column, level in ((2, 0.05), (3, 0.05 / 3)):
+        expected = (z(1 - level / 2) + z(0.8)) * variance ** 0.5
+        assert float(rows["DCG Acc."][column]) == pytest.approx(expected, rel=0.1), column  # the bootstrap's error
+    assert "In hand at α/m (ranking)" in out

@@ -245,30 +245,35 @@ DESIGNS = ((1, None), (3, None), (5, None), (10, None), (5, 100), (5, 216), (5, 
 
 def power_table(groups: list[Group], boot: Bootstrap, alpha: float = 0.05, power: float = 0.8) -> Table:
     """Per comparable set and headline metric: the median over the set's pairs of the smallest detectable
-    difference, for the set's design (its cases × the median of its runs) and other numbers of runs and cases."""
+    difference, for the set's design (its cases × the median of its runs) and other numbers of runs and cases; in
+    hand also at α / m, the level Holm's first step holds a ranking of m pairs to."""
     sets = [members for members in comparable_sets(ranked_groups(groups)) if len(members) > 1]
     rows = []
     for number, members in enumerate(sets, 1):
         cases = len(members[0].runs[0].selected)
         runs = int(np.median([len(g.runs) for g in members]))
+        pairs = len(members) * (len(members) - 1) // 2
         for name, key in headline_keys():
             label = [name, *([str(number)] if len(sets) > 1 else []),
                      Figure(f"{cases} × {runs}", {"cases": cases, "runs": runs})]
             components = [c for c in (variance_components(a, b, boot, key) for a, b in itertools.combinations(members, 2))
                           if c is not None]
             if not components:
-                rows.append(label + ["n/a: needs two runs of each model"] + [""] * len(DESIGNS))
+                rows.append(label + ["n/a: needs two runs of each model"] + [""] * (len(DESIGNS) + 1))
                 continue
             case_var, run_var = (float(np.median([c[i] for c in components])) for i in (0, 1))
             if case_var == 0 and run_var == 0:
-                rows.append(label + ["n/a: no variance between cases or runs"] + [""] * len(DESIGNS))
+                rows.append(label + ["n/a: no variance between cases or runs"] + [""] * (len(DESIGNS) + 1))
                 continue
-            rows.append(label + [number_cell(detectable_difference(case_var, run_var, n or cases, k, cases, alpha, power),
-                                             METRIC) for k, n in ((runs, None), *DESIGNS)])
+            at = lambda k, n, level: number_cell(  # noqa: E731
+                detectable_difference(case_var, run_var, n or cases, k, cases, level, power), METRIC)
+            rows.append(label + [at(runs, None, alpha), at(runs, None, alpha / pairs)]
+                        + [at(k, n, alpha) for k, n in DESIGNS])
     if not sets:
-        rows.append(["n/a: needs two comparable models"] + [""] * (2 + len(DESIGNS)))
-    headers = ["Metric", *(["Set"] if len(sets) > 1 else []), "Design (cases × runs)", "In hand"] + [
-        f"{n or 'same'} × {k}" for k, n in DESIGNS]
+        rows.append(["n/a: needs two comparable models"] + [""] * (3 + len(DESIGNS)))
+    headers = ["Metric", *(["Set"] if len(sets) > 1 else []), "Design (cases × runs)", "In hand",
+               "In hand at α/m (ranking)"] + [f"{n or 'same'} × {k}" for k, n in DESIGNS]
     return Table("power", f"Smallest difference between two models detectable at α = {alpha:g} with power "
                  f"{power:g} (median over a set's comparable pairs; from the variance between cases and between runs "
-                 "of the saved runs; see docs/statistics.md)", headers, rows)
+                 "of the saved runs; see docs/statistics.md). For a claim in a ranking of m pairs read 'In hand at "
+                 "α/m': Holm holds the first of them to α/m", headers, rows)
