@@ -72,6 +72,8 @@ def main(argv=None) -> int:
     parser.add_argument("--table", nargs="+", metavar="ID", help="print only these tables, by identity (main, "
                         "lca_by_class, table_4, ...: docs/results.md lists them; an unknown one is refused with the "
                         "report's names); with --format json, those tables ride along with the metrics")
+    parser.add_argument("--include-rejudged", action="store_true", help="the paper's tables show re-judged copies "
+                        "of runs too (by default only the judge tables do, unless --run-id names one)")
     parser.add_argument("--rank", action="store_true", help="every comparable pair of models on each headline "
                         "metric (paired bootstrap interval, randomization-test p, Holm-adjusted) and a ranking with letter groups")
     parser.add_argument("--permutations", type=number(int, 1, MAX_PERMUTATIONS), default=None,
@@ -231,7 +233,7 @@ STATISTICS_TABLES = {"pairs", "ranking", "not_comparable", "power", "consistency
 def all_tables(args, groups, boot, shared, complexity, prices, compared, usage_groups) -> list:
     """The paper's tables, the judge-sensitivity tables, a model comparison, the statistics and the usage tables asked
     for (usage over every run, those with no complete task included: they were paid for)."""
-    tables = build_tables(groups, boot, complexity)
+    tables = build_tables(paper_groups(args, groups), boot, complexity)
     tables += judge_sensitivity_tables(groups, args.output_root.resolve(), shared)
     tables += [t for t in [order_table(groups, args.output_root.resolve())] if t]
     if compared:
@@ -240,6 +242,15 @@ def all_tables(args, groups, boot, shared, complexity, prices, compared, usage_g
     if args.usage or prices:
         tables += usage_tables(usage_groups, prices)
     return tables
+
+
+def paper_groups(args, groups) -> list:
+    """The groups the paper's tables show: the runs as judged; re-judged copies too with --include-rejudged or
+    when --run-id names one of them (the judge tables always show them)."""
+    named = set(args.run_id or ())
+    if args.include_rejudged or any(r.run_id in named for g in groups if g.rejudged for r in g.runs):
+        return groups
+    return [g for g in groups if not g.rejudged]
 
 
 def statistics_tables(args, groups, shared) -> list:

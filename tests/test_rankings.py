@@ -224,9 +224,9 @@ def test_the_letters_of_the_comparable_models(ranked_root, capsys):
 
 # ----------------------------------------------------------------------------- judge noise (test-retest)
 
-def retest_script(cases, run_id, seen):
+def retest_script(cases, run_id, seen, noisy=True):
     """r1 succeeds on cases 1-4, r2 on 1-5. Judging a question it has seen before (a re-judged run), the same
-    judge says 否 to case 1's question of r1 only: its test-retest noise."""
+    judge says 否 to case 1's question of r1 only: its test-retest noise (none unless `noisy`)."""
     firsts = [c["underspecified_consultation"][0]["content"] for c in cases]
     plan = {"r1": range(4), "r2": range(5)}
 
@@ -239,7 +239,7 @@ def retest_script(cases, run_id, seen):
         if kind == "dcg_judge":
             again = prompt in seen
             seen.add(prompt)
-            return "否" if again and "【r1-0】" in prompt else ("是" if "【对】" in prompt else "否")
+            return "否" if noisy and again and "【r1-0】" in prompt else ("是" if "【对】" in prompt else "否")
         return None
     return script
 
@@ -279,6 +279,90 @@ def test_the_same_judge_rejudged_gives_test_retest_agreement_and_the_judges_shar
     assert float(share) == pytest.approx(50.0) and noise["DCG Acc."][:4] == ["2", "2", f"{(1 / 6) ** 2 / 2:.6f}",
                                                                                 f"{(1 / 6) ** 2 / 4:.6f}"]
     assert noise["DCG Acc."][5] == f"{(1 / 6) ** 2 / 4:.6f}"
+
+
+@pytest.fixture
+def retested(tmp_path, provider, monkeypatch):
+    """Two runs of every paper stage on six sample cases (DCG: r1 4/6, r2 5/6), and a function re-judging a run
+    with the same judge, which has no noise here."""
+    import rejudge
+    from lexpilot.protocols.catalog import PAPER_GRID
+    from lexpilot.running.stage import stage_main
+    from tests.conftest import SECRET, sample_cases, write_dataset
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    cases, seen = sample_cases()[:6], set()
+    common = ["--model", "m", "--dataset", str(write_dataset(tmp_path / "six.json", cases)), "--output-root",
+              str(tmp_path / "out")]
+    for run_id in ("r1", "r2"):
+        provider.script = retest_script(cases, run_id, seen, noisy=False)
+        for stage in (s for stages in PAPER_GRID.values() for s in stages):
+            assert stage_main(stage, "t", argv=["--run-id", run_id, *common], clients=provider.in_memory_clients()) == 0
+
+    def again(run_id):
+        assert stage_main(rejudge.STAGE, "t", argv=["--run-id", f"{run_id}-again", "--from-run", run_id, *common],
+                          clients=provider.in_memory_clients()) == 0
+    return tmp_path / "out", again
+
+
+def test_a_rejudged_run_is_compared_with_the_run_it_copied(retested, capsys):
+    """Issue 36 item 5: "Re-judging run1 with the same judge agrees 100 % (κ = 1.000), yet the table shows DCG
+    −0.083 [−0.333, +0.167] because "original" was the two-run mean. Pair each re-judged run with its own source
+    run, case by case." Only r1 re-judged: original r1's 4/6, re-judged 4/6, the difference 0 in every resample."""
+    root, again = retested
+    again("r1")
+    capsys.readouterr()
+    assert show_results_main(["--output-root", str(root), "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    labels = [r for r in rows_of(out, "Judge sensitivity: the two judges' labels") if r[3] == "DCG"]
+    assert [(r[1], r[5]) for r in labels] == [("r1 → r1-again", "100.0")]
+    (title,) = {r[0] for r in csv_rows(out) if ": every metric under each judge" in r[0]}
+    assert title.startswith("m · re-judged by") and "(r1 → r1-again)" in title
+    header = ["Metric", *next(r for r in csv_rows(out) if r[0] == title and r[1] == "header")[2:]]
+    dcg = next(dict(zip(header, r)) for r in rows_of(out, title) if r[0] == "DCG Acc.")
+    original, copy = (next(v for k, v in dcg.items() if k.startswith(side) and k.endswith("mean"))
+                      for side in ("original", "re-judged"))
+    assert float(original) == pytest.approx(4 / 6) and float(copy) == pytest.approx(4 / 6)
+    assert [float(dcg[k]) for k in ("Re-judged − original difference", "Re-judged − original low",
+                                    "Re-judged − original high")] == [0.0, 0.0, 0.0]
+
+
+def test_rejudges_by_one_judge_are_one_group_shown_in_the_judge_tables_only(retested, capsys):
+    """Issue 36 item 6: "Re-judges of several runs by the same judge form one group, judged "by X", with its SD.
+    The paper's tables show the runs as judged, unless asked (--include-rejudged, or naming the run). The judge
+    tables show the re-judges." Both runs re-judged by the same judge: Table 11 has m alone; asked, a second row
+    "m · re-judged by …" over two runs, with its SD."""
+    import json as json_module
+    root, again = retested
+    again("r1")
+    again("r2")
+    capsys.readouterr()
+    assert show_results_main(["--output-root", str(root), "--format", "csv", "--table", "main"]) == 0
+    assert [r[0] for r in rows_of(capsys.readouterr().out, "Main results")] == ["m"]
+    for asked in (["--include-rejudged"], ["--run-id", "r1", "r2", "r1-again", "r2-again"]):
+        assert show_results_main(["--output-root", str(root), "--format", "csv", "--table", "main", *asked]) == 0
+        out = capsys.readouterr().out
+        header = ["Model", *next(r for r in csv_rows(out) if r[0].startswith("Main results") and r[1] == "header")[2:]]
+        rows = {r[0]: dict(zip(header, r)) for r in rows_of(out, "Main results")}
+        (rejudged,) = [label for label in rows if label != "m"]
+        assert rejudged.startswith("m · re-judged by ")
+        # DCG over the runs as re-judged (no noise: 4/6 and 5/6): mean 0.75, SD √((1/12)² · 2) = (1/6)/√2
+        assert float(rows[rejudged]["DCG Acc. mean"]) == pytest.approx(0.75)
+        assert float(rows[rejudged]["DCG Acc. SD"]) == pytest.approx((1 / 6) / 2 ** 0.5)
+    assert show_results_main(["--output-root", str(root), "--format", "json", "--table", "judge_sensitivity"]) == 0
+    (table,) = json_module.loads(capsys.readouterr().out)["tables"]
+    assert table["id"] == "judge_sensitivity" and table["part"].startswith("m · re-judged by ")
+    assert "(r1 → r1-again, r2 → r2-again)" in table["title"]
+
+
+def csv_rows(out: str) -> list[list[str]]:
+    import csv
+    import io
+    return [r for r in csv.reader(io.StringIO(out)) if r]
+
+
+def show_results_main(argv) -> int:
+    import show_results
+    return show_results.main(argv)
 
 
 # ----------------------------------------------------------------------------- claim order (a diagnostic stage)

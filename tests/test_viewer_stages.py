@@ -105,7 +105,7 @@ def test_a_case_page_shows_every_stage(built, page):
     assert "Probe study (Table 13)" in body and judged.locator(".text").inner_text() == probe
     assert "'label':" not in body and '"label":' not in body
     # the re-judged run, labelled by what differs, its labels beside the source's
-    assert "original judge" in body and "model-a · r1 re-judged by DeepSeek-R1" in body
+    assert "original judge" in body and "model-a · re-judged by DeepSeek-R1" in body
     assert "window.__pwned = 3" in body
     # the focal points' types in the words Figure 4 and the case list use (issue 35 item 15), the judge's label on hover
     shown = page.locator("h4:has-text('Focal-point types') + ul b").all()
@@ -321,7 +321,7 @@ def test_a_rejudged_copy_is_no_further_model_and_the_judges_columns_say_which_is
     assert "Average over 2 / 2 models" in out  # model-a and model-b; model-a's re-judged copy is not a third
     import csv
     import io
-    header = next(r for r in csv.reader(io.StringIO(out)) if r and r[0].startswith("model-a: every metric")
+    header = next(r for r in csv.reader(io.StringIO(out)) if r and r[0].startswith("model-a · re-judged by DeepSeek-R1: every metric")
                   and r[1] == "header")
     assert "original (DeepSeek-R1) mean" in header and "re-judged (DeepSeek-R1) mean" in header
 

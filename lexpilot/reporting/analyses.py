@@ -113,23 +113,33 @@ def judge_sensitivity_tables(groups: list[Group], root, boot: Bootstrap) -> list
                     ["Model", "Runs", "Judges", "Task", "Items", "Agreement", "Cohen's κ"], rows,
                     row_tasks={t: t for t in JUDGED_TASKS}, compare="disagree",  # a row: where its two judges
                     row_queries=selects)]  # disagree, in its re-judged run
-    done = set()
-    for (g_original, _), (g_rejudged, _) in pairs:
-        if (id(g_original), id(g_rejudged)) in done:
-            continue
-        done.add((id(g_original), id(g_rejudged)))
+    for g_original, g_rejudged, sources in rejudged_groups(pairs):
         rows = []
         for name, (task, metric) in HEADLINE:
             key = (task, metric, OVERALL)
-            rows.append([name, cell(g_original.stat(key)), cell(g_rejudged.stat(key)),
-                         difference_cell(paired_difference(boot, (g_rejudged, key), (g_original, key)))])
+            rows.append([name, cell(sources.stat(key)), cell(g_rejudged.stat(key)),
+                         difference_cell(paired_difference(boot, (g_rejudged, key), (sources, key)))])
         first, second = judge(g_original.runs[0]), judge(g_rejudged.runs[0])
-        tables.append(Table("judge_sensitivity", f"{g_original.model}: every metric under each judge ({first} / "
-                            f"{second}), difference of means [95% bootstrap interval over "
-                            "cases, paired], share of resamples below zero",
+        copied = ", ".join(f"{r.run_id} → {c.run_id}" for r, c in zip(sources.runs, g_rejudged.runs))
+        tables.append(Table("judge_sensitivity", f"{g_rejudged.label}: every metric under each judge ({first} / "
+                            f"{second}), each re-judged run beside the run it copied ({copied}); difference of "
+                            "means [95% bootstrap interval over cases, paired], share of resamples below zero",
                             ["Metric", f"original ({first})", f"re-judged ({second})", "Re-judged − original"],
-                            rows))
+                            rows, part=g_rejudged.label))
     return tables
+
+
+def rejudged_groups(pairs) -> list[tuple[Group, Group, Group]]:
+    """(the source runs' group, a re-judged group, the very runs it copied, in its order): the re-judged runs are
+    compared with their own sources, not with every run of the source group."""
+    found: dict[tuple, tuple] = {}
+    for (g_original, original), (g_rejudged, rejudged) in pairs:
+        entry = found.setdefault((id(g_original), id(g_rejudged)), (g_original, g_rejudged, {}))
+        entry[2][rejudged.run_id] = original
+    return [(g_original, g_rejudged,
+             Group(g_original.model, g_original.settings, [sources[r.run_id] for r in g_rejudged.runs if r.run_id in sources],
+                   label=g_original.label))
+            for g_original, g_rejudged, sources in found.values()]
 
 
 def order_table(groups: list[Group], root) -> Table | None:

@@ -53,7 +53,10 @@ class Group:
 
 
 def settings_key(manifest: dict) -> tuple:
-    return tuple(json.dumps(compared_setting(manifest, name), sort_keys=True) for name in COMPARED_MANIFEST_FIELDS)
+    """What a group shares. A re-judged run counts as re-judged, not by its source: re-judges of several runs by
+    one judge are one group, "re-judged by X", with its SD over them."""
+    return tuple(json.dumps((True if compared_setting(manifest, name) else None) if name == "rejudged_from" else
+                            compared_setting(manifest, name), sort_keys=True) for name in COMPARED_MANIFEST_FIELDS)
 
 
 def group_runs(runs: list[Run]) -> list[Group]:
@@ -121,7 +124,7 @@ def group_label(group: Group, groups: list[Group]) -> str:
 def difference_text(group: Group, first: Group) -> str:
     theirs, mine = ({n: json.loads(v) for n, v in zip(COMPARED_MANIFEST_FIELDS, g.settings)} for g in (first, group))
     if mine.get("rejudged_from"):
-        return f"{mine['rejudged_from']} re-judged by {((mine.get('models') or {}).get('judge') or {}).get('model', '?')}"
+        return f"re-judged by {((mine.get('models') or {}).get('judge') or {}).get('model', '?')}"
     return ", ".join(dict.fromkeys(what_differs(mine, n) for n in differing_settings(theirs, mine))) or "other runs"
 
 

@@ -211,6 +211,6 @@ def render_json(groups: list[Group], boot: Bootstrap | None = None, usage: bool 
     # and a count written as text ("24") is given as its number too
     cell = (lambda c: {"text": str(c), **c.numbers} if isinstance(c, Figure) else  # noqa: E731
             {"text": c, "value": int(c)} if isinstance(c, str) and c.isascii() and c.isdigit() else c)
-    extra = {"tables": [{"id": t.id, "title": t.title, "headers": t.headers,
+    extra = {"tables": [{"id": t.id, **({"part": t.part} if t.part else {}), "title": t.title, "headers": t.headers,
                          "rows": [[cell(c) for c in r] for r in t.at().rows]} for t in tables]} if tables else {}
     return json.dumps({"groups": data, **extra}, ensure_ascii=False, indent=1)

@@ -65,6 +65,8 @@ class Table:
     row_queries: list = field(default_factory=list)  # per row, the filters its links add (its run, its setup)
     cell_queries: list = field(default_factory=list)  # per row, header -> the filters that cell's link adds
     compare: str | None = None  # a view of compare.html its rows link to ("never", "disagree"), not the case list
+    # which one of a family of tables with one id (one per re-judged group): with the id, the table's identity
+    part: str | None = None
 
     @property
     def decimals(self) -> int:
