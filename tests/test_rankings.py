@@ -418,6 +418,24 @@ def test_the_order_stage_maps_verdicts_back_to_their_claims(tmp_path, provider, 
                                             ("Gold-Standard", expected)]
 
 
+def test_the_order_stage_makes_no_call_for_a_case_with_one_claim(tmp_path, provider, monkeypatch, capsys):
+    """Issue 36 item 7: "`eval_LJP_order.py` makes no call for cases with one claim (4 of the sample's 12, all left
+    out of the report anyway)": one extraction per setup for each of the 8 others, and the closing line says so."""
+    import eval_LJP_order
+    from tests.conftest import Harness, sample_cases
+    h = Harness(tmp_path, provider, monkeypatch)
+    single = sum(len(c["result_dict"]) < 2 for c in sample_cases())
+    assert single == 4
+    for stage in ("LexAwN", "direct", "gold", "interaction"):
+        assert h.run(stage) == 0
+    judged = provider.kinds()["ljp_judge"]
+    capsys.readouterr()
+    assert h.run_stage(eval_LJP_order.STAGE) == 0
+    assert provider.kinds()["ljp_judge"] == judged + 3 * (12 - single)
+    assert "cases: 8 done, 4 with one claim (no order to change; no call), 0 skipped" in capsys.readouterr().out
+    assert len(h.records("eval_results", "LJP_order_gold.jsonl")) == 12  # every case saved: the stage is complete
+
+
 def test_the_ranking_is_in_the_viewers_overview_and_per_class_on_request(ranked_root, tmp_path, capsys):
     import html
 

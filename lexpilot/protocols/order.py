@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 
+from lexpilot.benchmark.dataset import Case
 from lexpilot.benchmark.prompts import render_claims
 from lexpilot.benchmark.records import LJP_ORDER, LJP_SETUPS, RecordKind
 from lexpilot.protocols.judging import verdict_parser
@@ -35,9 +36,18 @@ def restore(order: list[int], shown: list[str]) -> list[str]:
     return restored
 
 
+def one_claim(case: Case) -> bool:
+    """A case with one claim: its order cannot change, so it is saved without a call (and left out of the report)."""
+    return len(case.claims) < 2
+
+
 def reextract(setup: str, verdicts: RecordKind, generation: RecordKind, field: str):
     def run(calls: CaseCalls, upstream: dict) -> dict:
         case = calls.case
+        if one_claim(case):
+            return {"setup": setup, "order": [0] * len(case.claims), "claims": list(case.claims),
+                    "predicted": list(upstream[verdicts.name]["predicted"]),
+                    "original": upstream[verdicts.name]["predicted"], "gold": list(case.verdicts), "judge_raw": None}
         order = shuffled_order(len(case.claims), case.number, setup)
         shown, raw = calls.judge("judge_ljp", verdict_parser(len(case.claims)),
                                  history=upstream[generation.name][field], claims=render_claims(case, order))
@@ -46,8 +56,13 @@ def reextract(setup: str, verdicts: RecordKind, generation: RecordKind, field: s
     return run
 
 
+def order_calls(upstream: dict, settings, case: Case | None = None) -> dict:
+    return {} if case is not None and one_claim(case) else {"judge": 1}
+
+
 ORDER_STEPS = tuple(Step(LJP_ORDER[setup], reextract(setup, verdicts, generation, field),
-                         needs=(generation.name, verdicts.name), max_calls={"judge": 1}, prompts={"judge": "judge_ljp"})
+                         needs=(generation.name, verdicts.name), max_calls=order_calls, prompts={"judge": "judge_ljp"})
                     for setup, verdicts, generation, field in LJP_SETUPS)
 ORDER_STAGE = Stage("LJP order (diagnostic)", "eval_LJP_order.py", ORDER_STEPS,
-                    upstream=tuple(kind for _, verdicts, generation, _ in LJP_SETUPS for kind in (generation, verdicts)))
+                    upstream=tuple(kind for _, verdicts, generation, _ in LJP_SETUPS for kind in (generation, verdicts)),
+                    idle=("with one claim (no order to change; no call)", lambda settings, case: one_claim(case)))
