@@ -262,7 +262,7 @@ def statistics_tables(args, groups, shared) -> list:
     if args.power:
         tables.append(power_table(groups, shared, args.alpha))
     if args.consistency:
-        tables += [consistency_table(groups)] + [t for t in [judge_noise_table(groups, HEADLINE)] if t]
+        tables += [consistency_table(groups)] + [t for t in [judge_noise_table(groups, HEADLINE, shared)] if t]
     return tables
 
 

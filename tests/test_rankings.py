@@ -224,9 +224,9 @@ def test_the_letters_of_the_comparable_models(ranked_root, capsys):
 
 # ----------------------------------------------------------------------------- judge noise (test-retest)
 
-def retest_script(cases, run_id, seen, noisy=True):
+def retest_script(cases, run_id, seen, flips=("【r1-0】",)):
     """r1 succeeds on cases 1-4, r2 on 1-5. Judging a question it has seen before (a re-judged run), the same
-    judge says 否 to case 1's question of r1 only: its test-retest noise (none unless `noisy`)."""
+    judge says 否 to the questions marked `flips` (case 1's of r1): its test-retest noise."""
     firsts = [c["underspecified_consultation"][0]["content"] for c in cases]
     plan = {"r1": range(4), "r2": range(5)}
 
@@ -239,7 +239,7 @@ def retest_script(cases, run_id, seen, noisy=True):
         if kind == "dcg_judge":
             again = prompt in seen
             seen.add(prompt)
-            return "否" if noisy and again and "【r1-0】" in prompt else ("是" if "【对】" in prompt else "否")
+            return "否" if again and any(f in prompt for f in flips) else ("是" if "【对】" in prompt else "否")
         return None
     return script
 
@@ -278,37 +278,63 @@ def test_the_same_judge_rejudged_gives_test_retest_agreement_and_the_judges_shar
     share = noise["DCG Acc."][4]  # every digit in the CSV: half, up to the float noise of the variances
     assert float(share) == pytest.approx(50.0) and noise["DCG Acc."][:4] == ["2", "2", f"{(1 / 6) ** 2 / 2:.6f}",
                                                                                 f"{(1 / 6) ** 2 / 4:.6f}"]
-    assert noise["DCG Acc."][5] == f"{(1 / 6) ** 2 / 4:.6f}"
+    assert noise["DCG Acc."][7] == f"{(1 / 6) ** 2 / 4:.6f}"  # the rest
+    # issue 36 item 3: "a bootstrap interval over cases". On each resample (w_c: how often case c is drawn, of 6)
+    # r1 − r2 = −w_5/6 and r1 − its copy = w_1/6, so the share is w_1² / (2 · w_5²), undefined where w_5 = 0. By
+    # exact enumeration of the multinomial (w_1, w_5) given w_5 ≥ 1: its 2.5% quantile is 0, its 96.5% quantile
+    # 2.0 and its 97.5% 4.5
+    low, high = (float(v) for v in noise["DCG Acc."][5:7])
+    assert low == 0.0 and 200.0 <= high <= 450.0
 
 
 @pytest.fixture
 def retested(tmp_path, provider, monkeypatch):
     """Two runs of every paper stage on six sample cases (DCG: r1 4/6, r2 5/6), and a function re-judging a run
-    with the same judge, which has no noise here."""
+    with the same judge, whose noise flips the questions marked `flips` (none by default)."""
     import rejudge
     from lexpilot.protocols.catalog import PAPER_GRID
     from lexpilot.running.stage import stage_main
     from tests.conftest import SECRET, sample_cases, write_dataset
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-    cases, seen = sample_cases()[:6], set()
-    common = ["--model", "m", "--dataset", str(write_dataset(tmp_path / "six.json", cases)), "--output-root",
-              str(tmp_path / "out")]
-    for run_id in ("r1", "r2"):
-        provider.script = retest_script(cases, run_id, seen, noisy=False)
-        for stage in (s for stages in PAPER_GRID.values() for s in stages):
-            assert stage_main(stage, "t", argv=["--run-id", run_id, *common], clients=provider.in_memory_clients()) == 0
 
-    def again(run_id):
-        assert stage_main(rejudge.STAGE, "t", argv=["--run-id", f"{run_id}-again", "--from-run", run_id, *common],
-                          clients=provider.in_memory_clients()) == 0
-    return tmp_path / "out", again
+    def make(flips=()):
+        cases, seen = sample_cases()[:6], set()
+        common = ["--model", "m", "--dataset", str(write_dataset(tmp_path / "six.json", cases)), "--output-root",
+                  str(tmp_path / "out")]
+        for run_id in ("r1", "r2"):
+            provider.script = retest_script(cases, run_id, seen, flips)
+            for stage in (s for stages in PAPER_GRID.values() for s in stages):
+                assert stage_main(stage, "t", argv=["--run-id", run_id, *common],
+                                  clients=provider.in_memory_clients()) == 0
+
+        def again(run_id):
+            assert stage_main(rejudge.STAGE, "t", argv=["--run-id", f"{run_id}-again", "--from-run", run_id, *common],
+                              clients=provider.in_memory_clients()) == 0
+        return tmp_path / "out", again
+    return make
+
+
+def test_a_judges_share_above_the_whole_is_shown_as_estimated_and_marked(retested, capsys):
+    """Issue 36 item 3: "With a true share of 64 %, the tool printed 93.7 % and 100 %. The 100 % is capped from a
+    raw 123 % ... Show ... the raw value, uncapped and marked when it is outside [0, 1]." The re-judge flips two of
+    r1's successes: judge's variance ((2/6)² + 0) / 2 / 2 = 1/36, variance between runs (1/6)² / 2 = 1/72: 200%."""
+    root, again = retested(flips=("【r1-0】", "【r1-1】"))
+    again("r1")
+    again("r2")
+    capsys.readouterr()
+    assert show_results_main(["--output-root", str(root), "--consistency", "--format", "csv"]) == 0
+    noise = {r[1]: r[2:] for r in rows_of(capsys.readouterr().out, "Judge noise")}
+    assert float(noise["DCG Acc."][4]) == pytest.approx(200.0)
+    assert show_results_main(["--output-root", str(root), "--consistency", "--table", "judge_noise", "--width", "0"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("m ") and "DCG Acc." in line)
+    assert "200.0% (outside 0-100%: noise)" in line
 
 
 def test_a_rejudged_run_is_compared_with_the_run_it_copied(retested, capsys):
     """Issue 36 item 5: "Re-judging run1 with the same judge agrees 100 % (κ = 1.000), yet the table shows DCG
     −0.083 [−0.333, +0.167] because "original" was the two-run mean. Pair each re-judged run with its own source
     run, case by case." Only r1 re-judged: original r1's 4/6, re-judged 4/6, the difference 0 in every resample."""
-    root, again = retested
+    root, again = retested()
     again("r1")
     capsys.readouterr()
     assert show_results_main(["--output-root", str(root), "--format", "csv"]) == 0
@@ -332,7 +358,7 @@ def test_rejudges_by_one_judge_are_one_group_shown_in_the_judge_tables_only(rete
     tables show the re-judges." Both runs re-judged by the same judge: Table 11 has m alone; asked, a second row
     "m · re-judged by …" over two runs, with its SD."""
     import json as json_module
-    root, again = retested
+    root, again = retested()
     again("r1")
     again("r2")
     capsys.readouterr()

@@ -54,6 +54,15 @@ class Bootstrap:
         defined = ~np.isnan(values)
         return ratio(np.where(defined, values, 0).sum(axis=0), defined.sum(axis=0))
 
+    def run_values(self, run, key: tuple) -> np.ndarray | None:
+        """One run's metric on every resample (NaN where undefined), on the same drawn cases as every run's."""
+        task, metric, cls = key
+        data = run.tasks.get(task)
+        if data is None:
+            return None
+        counts = data.counts if cls == OVERALL else data.counts * (np.array(data.classes) == cls)[:, None]
+        return np.asarray(TASKS[task][2](self.weights(tuple(data.cases)) @ counts)[metric], dtype=float)
+
     def interval(self, group: Group, key: tuple) -> tuple[float, float] | None:
         return percentile_interval(self.distribution(group, key))
 

@@ -11,11 +11,12 @@ import math
 import numpy as np
 
 from lexpilot.benchmark.records import DCG, LCA, LJP_SETUPS
+from lexpilot.reporting.bootstrap import Bootstrap, percentile_interval
 from lexpilot.reporting.formats import SETUP_NAMES, number_cell
 from lexpilot.reporting.groups import Group
 from lexpilot.reporting.judges import source_of
 from lexpilot.reporting.runs import OVERALL, Run
-from lexpilot.reporting.table import PERCENT, VARIANCE, Table
+from lexpilot.reporting.table import PERCENT, VARIANCE, Figure, Table
 from lexpilot.storage.manifest import compared_setting
 
 
@@ -105,29 +106,61 @@ def retests(groups: list[Group]) -> list[tuple[Group, list[tuple[Run, Run]]]]:
     return list(found.values())
 
 
-def judge_noise_table(groups: list[Group], metrics) -> Table | None:
+def judge_noise_table(groups: list[Group], metrics, boot: Bootstrap) -> Table | None:
     """For a group of runs re-judged with the same judge: each metric's variance between runs split into the
     judge's share (half the mean squared difference between a run and its re-judged copy, which differ only by the
-    judge's sampling) and the rest (generation and simulation)."""
+    judge's sampling) and the rest (generation and simulation). The share is shown as estimated, never capped (a
+    value above 100% is noise, and marked so), with a bootstrap interval over cases."""
     rows = []
     for sources, pairs in retests(groups):
         for name, (task, metric) in metrics:
             key = (task, metric, OVERALL)
-            values = [(a.metrics.get(key), b.metrics.get(key)) for a, b in pairs]
-            values = [(a, b) for a, b in values if a is not None and b is not None]
+            values = [(a.metrics.get(key), b.metrics.get(key), a, b) for a, b in pairs]
+            values = [v for v in values if v[0] is not None and v[1] is not None]
             stat = sources.stat(key)
             if not values or not stat or stat["sd"] is None:
                 continue
-            judge_var = float(np.mean([(a - b) ** 2 for a, b in values]) / 2)
+            judge_var = float(np.mean([(a - b) ** 2 for a, b, _, _ in values]) / 2)
             total = stat["sd"] ** 2
             share = judge_var / total if total > 0 else None
             rows.append([sources.label, name, str(stat["n"]), str(len(values)), f"{total:.{VARIANCE}f}",
-                         f"{judge_var:.{VARIANCE}f}", "n/a" if share is None else number_cell(min(share, 1.0), PERCENT, percent=True),
-                         f"{max(total - judge_var, 0.0):.{VARIANCE}f}"])
+                         f"{judge_var:.{VARIANCE}f}", share_cell(share),
+                         percent_interval(share_interval(boot, sources, [(a, b) for _, _, a, b in values], key)),
+                         f"{total - judge_var:.{VARIANCE}f}"])
     if not rows:
         return None
     return Table("judge_noise", "Judge noise: each metric's variance between runs, and the judge's share of it from "
                  "runs re-judged with the same judge (half the mean squared difference between a run and its "
-                 "re-judged copy; the rest is generation and simulation; see docs/statistics.md)",
+                 "re-judged copy; the rest is generation and simulation), with a 95% bootstrap interval over cases; "
+                 "a share outside 0-100% is shown as estimated and marked: too few runs (see docs/statistics.md)",
                  ["Model", "Metric", "Runs", "Re-judged runs", "Variance between runs", "Judge's variance",
-                  "Judge's share", "The rest"], rows)
+                  "Judge's share", "95% interval", "The rest"], rows)
+
+
+def share_cell(share: float | None) -> Figure:
+    """The judge's share as estimated: above 100% (or below 0) it is marked, never capped to look plausible."""
+    cell = number_cell(share, PERCENT, percent=True)
+    if share is None or 0 <= share <= 1:
+        return cell
+    return Figure(f"{cell} (outside 0-100%: noise)", cell.numbers)
+
+
+def percent_interval(interval: tuple[float, float] | None) -> Figure:
+    if interval is None:
+        return Figure("n/a", {"low": None, "high": None})
+    low, high = (100 * v for v in interval)
+    return Figure(f"[{low:.{PERCENT}f}%, {high:.{PERCENT}f}%]", {"low": low, "high": high})
+
+
+def share_interval(boot: Bootstrap, sources: Group, pairs: list[tuple[Run, Run]], key: tuple):
+    """The 95% percentile interval of the share over the resampled cases: every run and its copy on the same drawn
+    cases, the variance between the source runs and the judge's variance recomputed on each."""
+    runs = [boot.run_values(r, key) for r in sources.runs]
+    copies = [(boot.run_values(a, key), boot.run_values(b, key)) for a, b in pairs]
+    if any(v is None for v in runs) or any(a is None or b is None for a, b in copies):
+        return None
+    total = np.var(np.array(runs), axis=0, ddof=1)
+    judge = np.mean([(a - b) ** 2 for a, b in copies], axis=0) / 2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(total > 0, judge / total, np.nan)
+    return percentile_interval(share)
