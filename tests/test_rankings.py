@@ -427,7 +427,8 @@ def test_the_order_stage_maps_verdicts_back_to_their_claims(tmp_path, provider, 
         assert h.run(stage) == 0
     judged = provider.kinds()["ljp_judge"]
     assert h.run_stage(eval_LJP_order.STAGE) == 0
-    assert provider.kinds()["ljp_judge"] == judged + 3 * len(cases)  # one extraction per case and setup, no other call
+    # two extractions per case and setup (shuffled, and the same-order control), no other call
+    assert provider.kinds()["ljp_judge"] == judged + 2 * 3 * len(cases)
     records = h.records("eval_results", "LJP_order_direct.jsonl")
     if expected is None:  # by hand: the original put 支持 on claim 1; shuffled, on the claim shown first
         for r in records:
@@ -444,6 +445,52 @@ def test_the_order_stage_maps_verdicts_back_to_their_claims(tmp_path, provider, 
                                             ("Gold-Standard", expected)]
 
 
+def test_the_same_order_control_tells_the_judges_noise_from_the_orders_effect(tmp_path, provider, monkeypatch,
+                                                                              capsys):
+    """Issue 36 item 7: "the claim-order probe gets a same-order control (a second extraction with the original
+    order), so judge noise and order effects are told apart (today a planted 5 % order bias is invisible)". The
+    judge answers by a claim's text, but asked about a reply it has judged before it flips case A's first claim
+    (its noise, in the control and the shuffled ask alike), and with the claims out of order it also flips case
+    B's first claim (the order's effect). By hand, over the N claims of the cases with two or more: shuffled
+    agreement (N − 2)/N, the control's (N − 1)/N, the order's effect +1/N."""
+    import json as json_module
+
+    import eval_LJP_order
+    import show_results
+    from tests.conftest import Harness, sample_cases, write_dataset
+    from tests.fake_provider import between, default_reply
+    cases = [c for c in sample_cases() if len(c["result_dict"]) >= 2][:4]
+    noisy, biased = (list(cases[i]["result_dict"])[0] for i in (0, 1))
+    own_order = {tuple(c["result_dict"]) for c in cases}
+    seen = set()
+
+    def judge(kind, prompt, body):
+        if kind != "ljp_judge":
+            return None
+        reply, claims = between(prompt, "待提取回复"), between(prompt, "正式诉请").split("\n")
+        verdicts = json_module.loads(default_reply(kind, prompt))["results"]
+        flip = lambda v: "驳回" if v != "驳回" else "支持"  # noqa: E731
+        again = reply in seen
+        seen.add(reply)
+        for i, claim in enumerate(claims):
+            if (again and claim == noisy) or (tuple(claims) not in own_order and claim == biased):
+                verdicts[i] = flip(verdicts[i])
+        return json_module.dumps({"results": verdicts}, ensure_ascii=False)
+    provider.script = judge
+    h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "four.json", cases))
+    for stage in ("LexAwN", "direct", "gold", "interaction"):
+        assert h.run(stage) == 0
+    assert h.run_stage(eval_LJP_order.STAGE) == 0
+    n = sum(len(c["result_dict"]) for c in cases)
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(h.root), "--format", "csv"]) == 0
+    rows = rows_of(capsys.readouterr().out, "Diagnostic, outside the paper's protocol")
+    direct = next(r for r in rows if r[2] == "Direct")
+    assert direct[3] == str(n)
+    assert [float(v) for v in (direct[4], direct[6], direct[7])] == pytest.approx(
+        [100 * (n - 2) / n, 100 * (n - 1) / n, 100 / n])
+
+
 def test_the_order_stage_makes_no_call_for_a_case_with_one_claim(tmp_path, provider, monkeypatch, capsys):
     """Issue 36 item 7: "`eval_LJP_order.py` makes no call for cases with one claim (4 of the sample's 12, all left
     out of the report anyway)": one extraction per setup for each of the 8 others, and the closing line says so."""
@@ -457,7 +504,7 @@ def test_the_order_stage_makes_no_call_for_a_case_with_one_claim(tmp_path, provi
     judged = provider.kinds()["ljp_judge"]
     capsys.readouterr()
     assert h.run_stage(eval_LJP_order.STAGE) == 0
-    assert provider.kinds()["ljp_judge"] == judged + 3 * (12 - single)
+    assert provider.kinds()["ljp_judge"] == judged + 2 * 3 * (12 - single)  # shuffled and control
     assert "cases: 8 done, 4 with one claim (no order to change; no call), 0 skipped" in capsys.readouterr().out
     assert len(h.records("eval_results", "LJP_order_gold.jsonl")) == 12  # every case saved: the stage is complete
 

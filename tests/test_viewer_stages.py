@@ -276,12 +276,16 @@ def test_each_reply_shows_the_exact_prompt_the_provider_received(built, page):
              for u in json.loads(line).get("usage", {}).values()]
     d_replies = sum("D" in json.loads(line)["replies"] for path in root.glob(f"*/{run_id}/{model}-*/probe_replies.jsonl")
                     for line in path.read_text(encoding="utf-8").splitlines() if json.loads(line)["case_number"] == case)
-    assert len(reordered) == 3
-    for kind, text in reordered:
+    # per setup, the claims reordered and the same-order control (issue 36 item 7), each as the judge saw them
+    assert len(reordered) == 6
+    for kind in {k for k, _ in reordered}:
         record = records(root, "eval_results", f"{kind}.jsonl", run_id, model)[case]
-        claims = [record["claims"][i] for i in record["order"]]
-        assert record["order"] != sorted(record["order"]) and [text.index(c) for c in claims] == sorted(
-            text.index(c) for c in claims)
+        assert record["order"] != sorted(record["order"])
+        shown_orders = []
+        for text in (t for k, t in reordered if k == kind):
+            positions = [text.index(c) for c in record["claims"]]
+            shown_orders.append(sorted(range(len(positions)), key=positions.__getitem__))
+        assert sorted(shown_orders) == sorted([record["order"], sorted(record["order"])])
     reused = 1  # the interaction's round 1 is LexAwN's reply to the underspecified history, shown again with its call
     assert d_replies == 1 and len(shown) == sum(n for _, n in calls) - d_replies + reused, calls
 
@@ -350,7 +354,7 @@ def test_a_case_list_row_opens_its_run_and_a_case_page_shows_one_task_at_a_time(
     section = page.locator('section.run[data-label="model-b · r1"]')
     assert section.locator("details").first.evaluate("d => d.open")
     top = section.evaluate("s => s.getBoundingClientRect().top")
-    assert 0 <= top < 900  # brought into view
+    assert -1 <= top < 900  # brought into view (to within a pixel's rounding)
     page.select_option("#part", "ljp")
     shown = {p.get_attribute("data-part") for p in page.locator("div.part:visible").all()}
     assert shown == {"ljp"} and page.locator("div.part[data-part='dcg']").count() > 0

@@ -1,7 +1,9 @@
 """A diagnostic outside the paper's protocol, labelled so everywhere: the LJP extraction judge (Table 25) asked
 again with each case's claims in a shuffled order (seeded per case and setup), its verdicts mapped back to the
 claims' own order, so that their agreement with the original extraction shows how much the judge's answers depend
-on the order of the claims — the reason FastChat's judge is asked with both answer orders.
+on the order of the claims — the reason FastChat's judge is asked with both answer orders. A control asks it once
+more with the original order: its agreement with the original is the judge's own noise, so the difference between
+the two is the order's effect, told apart from the noise.
 """
 from __future__ import annotations
 
@@ -44,20 +46,26 @@ def one_claim(case: Case) -> bool:
 def reextract(setup: str, verdicts: RecordKind, generation: RecordKind, field: str):
     def run(calls: CaseCalls, upstream: dict) -> dict:
         case = calls.case
+        original = upstream[verdicts.name]["predicted"]
         if one_claim(case):
             return {"setup": setup, "order": [0] * len(case.claims), "claims": list(case.claims),
-                    "predicted": list(upstream[verdicts.name]["predicted"]),
-                    "original": upstream[verdicts.name]["predicted"], "gold": list(case.verdicts), "judge_raw": None}
+                    "predicted": list(original), "control": list(original), "original": original,
+                    "gold": list(case.verdicts), "judge_raw": None, "control_raw": None}
         order = shuffled_order(len(case.claims), case.number, setup)
-        shown, raw = calls.judge("judge_ljp", verdict_parser(len(case.claims)),
-                                 history=upstream[generation.name][field], claims=render_claims(case, order))
+        history = upstream[generation.name][field]
+        shown, raw = calls.judge("judge_ljp", verdict_parser(len(case.claims)), history=history,
+                                 claims=render_claims(case, order))
+        # the control: the same prompt as the original extraction, asked again
+        control, control_raw = calls.judge("judge_ljp", verdict_parser(len(case.claims)), history=history,
+                                           claims=render_claims(case, list(range(len(case.claims)))))
         return {"setup": setup, "order": order, "claims": list(case.claims), "predicted": restore(order, shown),
-                "original": upstream[verdicts.name]["predicted"], "gold": list(case.verdicts), "judge_raw": raw}
+                "control": control, "original": original, "gold": list(case.verdicts), "judge_raw": raw,
+                "control_raw": control_raw}
     return run
 
 
 def order_calls(upstream: dict, settings, case: Case | None = None) -> dict:
-    return {} if case is not None and one_claim(case) else {"judge": 1}
+    return {} if case is not None and one_claim(case) else {"judge": 2}  # shuffled, and the same-order control
 
 
 ORDER_STEPS = tuple(Step(LJP_ORDER[setup], reextract(setup, verdicts, generation, field),

@@ -153,15 +153,19 @@ def order_table(groups: list[Group], root) -> Table | None:
                     continue
                 found = order_agreement(saved_records(run, root, kind))
                 if found:
-                    n, agree, kappa = found
-                    rows.append([g.label, run.run_id, SETUP_NAMES[setup], str(n), number_cell(agree, PERCENT, percent=True),
-                                 kappa_cell(kappa)])
+                    rows.append([g.label, run.run_id, SETUP_NAMES[setup], str(found["claims"]),
+                                 number_cell(found["agreement"], PERCENT, percent=True), kappa_cell(found["kappa"]),
+                                 number_cell(found["control"], PERCENT, percent=True),
+                                 number_cell(found["effect"], PERCENT, signed=True, percent=True)])
                     selects.append({"run": run.run_id, "tag": ORDER_TAGS[setup]})  # its run's cases, in its setup
     if not rows:
         return None
     return Table("claim_order", "Diagnostic, outside the paper's protocol: the LJP extraction judge with each case's "
-                 "claims shuffled (eval_LJP_order.py), its verdicts against the original extraction's",
-                 ["Model", "Run", "Setup", "Claims", "Agreement", "Cohen's κ"], rows, query={"tag": ORDER_CHANGED},
+                 "claims shuffled (eval_LJP_order.py), its verdicts against the original extraction's; the control "
+                 "asks again in the original order (the judge's own noise), and the order's effect is the control's "
+                 "agreement less the shuffled one's (n/a: records made before the control)",
+                 ["Model", "Run", "Setup", "Claims", "Agreement", "Cohen's κ", "Same order (control)",
+                  "Order effect"], rows, query={"tag": ORDER_CHANGED},
                  row_queries=selects)
 
 

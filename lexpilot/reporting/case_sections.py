@@ -230,22 +230,30 @@ def probes_section(records: dict, number: str, ids) -> str:
 
 def order_section(records: dict, number: str, ids) -> str:
     """The claim-order diagnostic (outside the paper's protocol): per setup the extraction judge asked again with
-    the claims in another order, its verdicts beside the original extraction's, a difference marked."""
+    the claims in another order, and once more in the original order (the control: its own noise), its verdicts
+    beside the original extraction's, a difference marked. A case with one claim made no call: not shown."""
     parts = []
     for setup, kind in LJP_ORDER.items():
         record = records.get(kind.name, {}).get(number)
-        if not record:
+        if not record or len(record.get("order", [])) < 2:
             continue
         original, again = record.get("original") or [], record.get("predicted") or []
-        rows = "".join(f"<tr><td>{esc(c)}</td><td>{esc(o)}</td><td class=\"{'ok' if o == a else 'bad'}\">{esc(a)}"
-                       f"{'' if o == a else ' ≠'}</td></tr>" for c, o, a in zip(record.get("claims", []), original, again))
-        raw, reply = record.get("judge_raw") or [], ids.replies.get(setup)
-        call = call_button("judge_ljp", "judge", {"history": f"m:{reply}", "claims": "co:" + ",".join(
-            str(i) for i in record.get("order", []))}, kind.name, len(raw)) if reply else ""
+        control = record.get("control") if isinstance(record.get("control"), list) else None
+        mark = lambda o, a: f"<td class=\"{'ok' if o == a else 'bad'}\">{esc(a)}{'' if o == a else ' ≠'}</td>"  # noqa: E731
+        rows = "".join(f"<tr><td>{esc(c)}</td><td>{esc(o)}</td>{mark(o, a)}" + (mark(o, control[i]) if control else "")
+                       + "</tr>" for i, (c, o, a) in enumerate(zip(record.get("claims", []), original, again)))
+        reply = ids.replies.get(setup)
+        asked = [("reordered", record.get("order", []), record.get("judge_raw"))]
+        if control:
+            asked.append(("same order (control)", list(range(len(original))), record.get("control_raw")))
+        messages = "".join(msg("judge", "\n".join(raw or []), f"extraction judge, claims {what}, raw",
+                               call=call_button("judge_ljp", "judge", {"history": f"m:{reply}", "claims": "co:" + ",".join(
+                                   str(i) for i in order)}, kind.name, len(raw or [])) if reply else "")
+                           for what, order, raw in asked)
         parts.append(f"<h4>Claim order (diagnostic, not in the paper): LJP {esc(setup)}, claims shown in the order "
-                     f"{esc(', '.join(str(i + 1) for i in record.get('order', [])))}</h4>"
-                     + msg("judge", "\n".join(raw), "extraction judge, raw", call=call)
-                     + f"<table><tr><th>Claim</th><th>Original extraction</th><th>Claims reordered</th></tr>{rows}</table>")
+                     f"{esc(', '.join(str(i + 1) for i in record.get('order', [])))}</h4>" + messages
+                     + "<table><tr><th>Claim</th><th>Original extraction</th><th>Claims reordered</th>"
+                     + ("<th>Same order (control)</th>" if control else "") + f"</tr>{rows}</table>")
     return "".join(parts)
 
 

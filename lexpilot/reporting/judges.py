@@ -59,11 +59,19 @@ def source_of(manifest: dict) -> str | None:
 
 # ----------------------------------------------------------------------------- claim order (a diagnostic)
 
-def order_agreement(records: dict) -> tuple[int, float, float | None] | None:
-    """(claims, share of verdicts equal to the original extraction's, Cohen's kappa) over a run's re-extractions
-    with the claims shuffled (eval_LJP_order.py); None without any."""
+def order_agreement(records: dict) -> dict | None:
+    """Over a run's re-extractions (eval_LJP_order.py), the claims of cases with two or more: how many, the share
+    of verdicts with the claims shuffled equal to the original extraction's and Cohen's kappa, the share equal in
+    the same-order control (the judge's own noise; None for records made before the control), and the order's
+    effect, the control's agreement less the shuffled one's. None without any such case."""
     # a case with one claim is never reordered: it says nothing of the order
-    pairs = [(a, b) for r in records.values() if len(r["order"]) > 1 for a, b in zip(r["original"], r["predicted"])]
+    ordered = [r for r in records.values() if len(r["order"]) > 1]
+    pairs = [(a, b) for r in ordered for a, b in zip(r["original"], r["predicted"])]
     if not pairs:
         return None
-    return (len(pairs), *label_agreement([a for a, _ in pairs], [b for _, b in pairs]))
+    agree, kappa = label_agreement([a for a, _ in pairs], [b for _, b in pairs])
+    controlled = all(isinstance(r.get("control"), list) for r in ordered)
+    same = (sum(a == b for r in ordered for a, b in zip(r["original"], r["control"])) / len(pairs)
+            if controlled else None)
+    return {"claims": len(pairs), "agreement": agree, "kappa": kappa, "control": same,
+            "effect": None if same is None else same - agree}
