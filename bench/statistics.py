@@ -1,13 +1,15 @@
 """Benchmark of the rankings at the paper's scale: --models × --runs × --cases synthetic runs in the real record
 format (bench/viewer.py writes them; no API), then the all-pairs table with its ranking (`--rank`), the power
-table and the consistency table timed, in process, each after the runs are loaded, with --resamples resamples.
-Issue 27's target: the all-pairs table for 10 models × 5 runs × 432 cases with 1,000 resamples under 10 s.
+table and the consistency table timed, in process, each after the runs are loaded, with --resamples resamples
+(the all-pairs table with the permutations its family needs), and the process's peak memory.
+Issue 36's target: the three at 10 models × 5 runs × 432 cases within 10 s with the loading, under 400 MB.
 
     python -m bench.statistics [--models 10] [--runs 5] [--cases 432] [--resamples 1000]
 """
 from __future__ import annotations
 
 import argparse
+import resource
 import sys
 import tempfile
 import time
@@ -32,7 +34,8 @@ def main(argv=None) -> int:
         tmp = Path(tmp)
         dataset = write_grid(tmp, args.models, args.runs, args.cases, later=0)  # the main tasks only
         start = time.monotonic()
-        groups = group_runs(load_runs(tmp / "out", None, None, dataset=dataset, keep_records=True))
+        # as show_results.py loads them for --rank --power --consistency: the records themselves are not kept
+        groups = group_runs(load_runs(tmp / "out", None, None, dataset=dataset, keep_records=False))
         print(f"{args.models} models × {args.runs} runs × {args.cases} cases loaded and scored in "
               f"{time.monotonic() - start:.1f}s")
         boot = Bootstrap(args.resamples, 0)
@@ -44,6 +47,7 @@ def main(argv=None) -> int:
             tables = build()
             rows = sum(len(t.rows) for t in (tables if isinstance(tables, list) else [tables]))
             print(f"{name}: {time.monotonic() - start:.2f}s ({rows} rows, {args.resamples} resamples)")
+    print(f"peak memory of the process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
     return 0
 
 

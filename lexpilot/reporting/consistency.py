@@ -10,38 +10,21 @@ import math
 
 import numpy as np
 
-from lexpilot.benchmark.records import DCG, LCA, LJP_SETUPS
 from lexpilot.reporting.bootstrap import Bootstrap, percentile_interval
 from lexpilot.reporting.formats import SETUP_NAMES, number_cell
 from lexpilot.reporting.groups import Group
 from lexpilot.reporting.judges import source_of
 from lexpilot.reporting.runs import OVERALL, Run
+from lexpilot.reporting.scoring import item_outcomes
 from lexpilot.reporting.table import PERCENT, VARIANCE, Figure, Table
 from lexpilot.storage.manifest import compared_setting
-
-
-def outcomes(run: Run) -> dict[str, dict]:
-    """Per task: item -> (outcome, right): an LCA label per (case, history), a DCG success per case, a verdict
-    per (case, claim) of each LJP setup."""
-    saved = run.saved or {}
-    items: dict[str, dict] = {"LCA": {}, "DCG": {}}
-    for number, record in saved.get(LCA.name, {}).items():
-        for history, j in record["judgments"].items():
-            items["LCA"][(number, history)] = (j["predicted_type"], j["predicted_type"] == j["true_type"])
-    for number, record in saved.get(DCG.name, {}).items():
-        items["DCG"][number] = (bool(record["success"]), bool(record["success"]))
-    for setup, verdicts, _, _ in LJP_SETUPS:
-        task = f"LJP {SETUP_NAMES.get(setup, setup)}"
-        items[task] = {(number, i): (p, p == g) for number, record in saved.get(verdicts.name, {}).items()
-                       for i, (p, g) in enumerate(zip(record["predicted"], record["gold"]))}
-    return items
 
 
 def consistency(runs: list[Run]) -> dict[str, dict]:
     """Per task, over the items every run has: how many, the share right in every run and in at least one, the
     share with the same outcome in every run, and the flip rate (the mean over pairs of runs of the share of
     items whose outcome differs)."""
-    per_run = [outcomes(r) for r in runs]
+    per_run = [r.outcomes if r.outcomes is not None else item_outcomes(r.saved or {}) for r in runs]
     out = {}
     for task in per_run[0]:
         shared = set.intersection(*(set(o[task]) for o in per_run))

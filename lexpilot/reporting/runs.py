@@ -47,6 +47,7 @@ class Run:
     notes: list[str] = field(default_factory=list)  # torn last lines left out, for stderr
     unanswered: dict = field(default_factory=dict)  # role -> calls paid but never answered (process killed)
     saved: dict | None = None  # kind name -> case_number -> record, kept for the viewer (keep_records)
+    outcomes: dict | None = None  # task -> item -> (outcome, right), for consistency over runs (item_outcomes)
     rejections: dict = field(default_factory=dict)  # Table 4: condition -> Counter of rejection reasons
     focal_types: dict = field(default_factory=dict)  # Figure 4: case -> (class, the type of each focal point)
 

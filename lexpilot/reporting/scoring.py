@@ -27,6 +27,7 @@ from lexpilot.benchmark.records import (
     RecordKind,
 )
 from lexpilot.benchmark.vocabulary import ASKS, BEHAVIOURS, HISTORY_TYPES
+from lexpilot.reporting.formats import SETUP_NAMES
 from lexpilot.reporting.metrics import (
     PLAIN_TYPE_ORDER,
     audit_counts,
@@ -89,12 +90,30 @@ def metrics_of(task: str, data: TaskData, mask=None) -> dict:
     return plain(TASKS[task][2](counts.sum(axis=0)))
 
 
+def item_outcomes(saved: dict) -> dict[str, dict]:
+    """Per task: item -> (outcome, right), what consistency over runs compares: an LCA label per (case, history),
+    a DCG success per case, a verdict per (case, claim) of each LJP setup (`saved`: kind name -> case -> record).
+    Kept with every run, so that --consistency needs none of the records themselves."""
+    items: dict[str, dict] = {"LCA": {}, "DCG": {}}
+    for number, record in saved.get(LCA.name, {}).items():
+        for history, j in record["judgments"].items():
+            items["LCA"][(number, history)] = (j["predicted_type"], j["predicted_type"] == j["true_type"])
+    for number, record in saved.get(DCG.name, {}).items():
+        items["DCG"][number] = (bool(record["success"]), bool(record["success"]))
+    for setup, verdicts, _, _ in LJP_SETUPS:
+        task = f"LJP {SETUP_NAMES.get(setup, setup)}"
+        items[task] = {(number, i): (p, p == g) for number, record in saved.get(verdicts.name, {}).items()
+                       for i, (p, g) in enumerate(zip(record["predicted"], record["gold"]))}
+    return items
+
+
 def score_run(run: Run, root: Path, keep_records: bool = False) -> None:
     """Every task's metrics overall and per class, the later sections' analyses, the interaction behaviour and
     the token usage of one run."""
     saved = {kind.name: read_saved(run, root, kind) for kind in RECORD_KINDS}  # each file read once
     if keep_records:
         run.saved = {name: records for name, (records, _) in saved.items()}
+    run.outcomes = item_outcomes({name: records for name, (records, _) in saved.items()})
 
     def whole(kind: RecordKind):
         return complete_task(kind.path(root, run.run_id, run.folder), run.selected, *saved[kind.name])
