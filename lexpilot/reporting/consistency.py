@@ -15,7 +15,7 @@ from lexpilot.reporting.formats import SETUP_NAMES, number_cell
 from lexpilot.reporting.groups import Group
 from lexpilot.reporting.judges import source_of
 from lexpilot.reporting.runs import OVERALL, Run
-from lexpilot.reporting.scoring import item_outcomes
+from lexpilot.reporting.scoring import TASKS, item_outcomes
 from lexpilot.reporting.table import PERCENT, VARIANCE, Figure, Table
 from lexpilot.storage.manifest import compared_setting
 
@@ -108,16 +108,42 @@ def judge_noise_table(groups: list[Group], metrics, boot: Bootstrap) -> Table | 
             share = judge_var / total if total > 0 else None
             rows.append([sources.label, name, str(stat["n"]), str(len(values)), f"{total:.{VARIANCE}f}",
                          f"{judge_var:.{VARIANCE}f}", share_cell(share),
+                         share_cell(case_level_share(sources, [(a, b) for _, _, a, b in values], key)),
                          percent_interval(share_interval(boot, sources, [(a, b) for _, _, a, b in values], key)),
                          f"{total - judge_var:.{VARIANCE}f}"])
     if not rows:
         return None
     return Table("judge_noise", "Judge noise: each metric's variance between runs, and the judge's share of it from "
                  "runs re-judged with the same judge (half the mean squared difference between a run and its "
-                 "re-judged copy; the rest is generation and simulation), with a 95% bootstrap interval over cases; "
-                 "a share outside 0-100% is shown as estimated and marked: too few runs (see docs/statistics.md)",
+                 "re-judged copy; the rest is generation and simulation), with a 95% bootstrap interval over cases, "
+                 "and the case-level estimate (both variances summed case by case: steadier with few runs; n/a for "
+                 "a metric that is no mean over cases); a share outside 0-100% is shown as estimated and marked: "
+                 "too few runs (see docs/statistics.md)",
                  ["Model", "Metric", "Runs", "Re-judged runs", "Variance between runs", "Judge's variance",
-                  "Judge's share", "95% interval", "The rest"], rows)
+                  "Judge's share", "Case-level share", "95% interval", "The rest"], rows)
+
+
+def case_level_share(sources: Group, pairs: list[tuple[Run, Run]], key: tuple) -> float | None:
+    """The judge's share from the cases one by one: for a metric that is a mean over cases (each case's own value
+    defined, as DCG accuracy, Acc_C, Acc_U), the run-to-run variance of each case's value and the judge's half mean
+    squared difference, each summed over the cases, divided. The case-to-case covariances the run-level estimate
+    holds, which are only noise here, drop out; None for another metric (QWK, Macro-F1)."""
+    task, metric, _ = key
+
+    def per_case(run: Run) -> dict | None:
+        data = run.tasks.get(task)
+        if data is None:
+            return None
+        values = np.asarray(TASKS[task][2](data.counts)[metric], dtype=float)
+        return None if np.isnan(values).any() else dict(zip(data.cases, values))
+    runs = [per_case(r) for r in sources.runs]
+    copies = [(per_case(a), per_case(b)) for a, b in pairs]
+    if any(v is None for v in runs) or any(a is None or b is None for a, b in copies):
+        return None
+    cases = sorted(set.intersection(*(set(v) for v in runs + [x for pair in copies for x in pair])))
+    total = sum(np.var([v[c] for v in runs], ddof=1) for c in cases)
+    judge = sum(np.mean([(a[c] - b[c]) ** 2 for a, b in copies]) / 2 for c in cases)
+    return float(judge / total) if total > 0 else None
 
 
 def share_cell(share: float | None) -> Figure:
