@@ -8,14 +8,13 @@ Issue 36's target: the three at 10 models × 5 runs × 432 cases within 10 s wit
 """
 from __future__ import annotations
 
-import argparse
 import resource
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.viewer import write_grid
+from bench.viewer import grid_parser, write_grid
 from lexpilot.reporting.bootstrap import Bootstrap
 from lexpilot.reporting.consistency import consistency_table
 from lexpilot.reporting.groups import group_runs
@@ -24,10 +23,7 @@ from lexpilot.reporting.results import load_runs
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", type=int, default=10)
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--cases", type=int, default=432)
+    parser = grid_parser(__doc__)
     parser.add_argument("--resamples", type=int, default=1000)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:

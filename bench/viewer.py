@@ -186,11 +186,17 @@ def size(folder: Path, pattern: str) -> int:
     return sum(p.stat().st_size for p in folder.rglob(pattern) if p.is_file())
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def grid_parser(doc: str) -> argparse.ArgumentParser:
+    """The benchmarks' flags for the synthetic grid: the paper's 10 models × 5 runs × 432 cases by default."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", type=int, default=10)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--cases", type=int, default=432)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = grid_parser(__doc__)
     parser.add_argument("--later-models", type=int, default=3, help="models with the later stages' records too (the "
                         "paper ran Table 4 and Table 6 on three models; default 3; -1: every model)")
     parser.add_argument("--chromium", default=shutil.which("chromium") or shutil.which("chromium-browser"))

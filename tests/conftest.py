@@ -69,11 +69,12 @@ class Harness:
 
 
 @pytest.fixture(autouse=True)
-def clean_env(monkeypatch):
+def clean_env(monkeypatch, tmp_path_factory):
     for name in list(os.environ):
         if name.startswith(("LEXPILOT_", "OPENAI_")):
             monkeypatch.delenv(name)
     monkeypatch.setenv("LEXPILOT_BACKOFF_BASE", "0.001")
+    monkeypatch.setenv("LEXPILOT_CACHE", str(tmp_path_factory.mktemp("scores")))  # each test its own score cache
 
 
 @pytest.fixture

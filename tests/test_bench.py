@@ -30,3 +30,10 @@ def test_the_statistics_benchmark_times_every_table():
                              "--resamples", "50"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert "all pairs and ranking (--rank):" in result.stdout and "(42 rows, 50 resamples)"  # 3 pairs and 3 ranks on each of 7 metrics in result.stdout
+
+
+def test_the_reports_benchmark_times_a_report_and_its_repeat():
+    result = subprocess.run([sys.executable, "-m", "bench.reports", "--models", "2", "--runs", "2", "--cases", "4"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "again, unchanged runs (cache):" in result.stdout and "the three reports print the same" in result.stdout

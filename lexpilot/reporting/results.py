@@ -14,6 +14,7 @@ from lexpilot.benchmark.records import (
 )
 from lexpilot.errors import HarnessError
 from lexpilot.reporting.runs import Run
+from lexpilot.reporting.score_cache import cached_score, run_key, store_score
 from lexpilot.reporting.scoring import score_run
 from lexpilot.storage.manifest import (
     read_manifest,
@@ -41,11 +42,24 @@ def load_runs(root: Path, models: list[str] | None, run_ids: list[str] | None, s
         run = Run(manifest["run_id"], model, manifest, path.parent.name)
         run.input_hashes = input_hashes(run, dataset, datasets, err)
         if score:  # judge_agreement only needs the manifests
-            with collector_paused():  # records and scores hold no cycles, and are kept to the report's end:
-                score_run(run, root, keep_records)
+            run = scored(run, root, keep_records)
             gc.freeze()  # the cycle collector need not walk them again
         runs.append(run)
     return runs
+
+
+def scored(run: Run, root: Path, keep_records: bool) -> Run:
+    """The run scored: from the cache when nothing it depends on changed (and its records are not wanted), else
+    from its records, the cache then updated."""
+    key = None if keep_records else run_key(run, root)
+    cached = cached_score(run, root, key) if key else None
+    if cached is not None:
+        return cached
+    with collector_paused():  # records and scores hold no cycles, and are kept to the report's end
+        score_run(run, root, keep_records)
+    if key:
+        store_score(run, root, key)
+    return run
 
 
 def run_manifest(path: Path, root: Path) -> tuple[dict | None, str | None]:

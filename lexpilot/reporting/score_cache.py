@@ -1,0 +1,108 @@
+"""A cache of scored runs, so that a second report of unchanged runs does not parse and digest-check every record
+again: one file per run, kept outside the output root (in the user's cache folder), keyed by the digest of every
+file the run's scoring reads (each read whole, so a changed byte is a changed key, whatever its size or time),
+the dataset's inputs it was checked against, and the reporting code. A key that differs is a miss: the run is
+scored from its records and the entry replaced. Entries are signed with a key only this user can read, so an entry
+copied from elsewhere is never loaded (a pickle runs code). LEXPILOT_CACHE=off turns the cache off;
+LEXPILOT_CACHE=DIR puts it in DIR.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import json
+import os
+import pickle
+import secrets
+from pathlib import Path
+
+from lexpilot.benchmark.records import RECORD_KINDS
+from lexpilot.reporting.runs import Run
+
+PACKAGE = Path(__file__).resolve().parents[1]  # lexpilot/: scoring is a function of its code too
+
+
+def cache_folder() -> Path | None:
+    setting = os.environ.get("LEXPILOT_CACHE", "")
+    if setting.lower() == "off":
+        return None
+    if setting:
+        return Path(setting)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lexpilot" / "scores"
+
+
+def signing_key(folder: Path) -> bytes:
+    """This user's key (created on first use, readable by the user only)."""
+    path = folder / "key"
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        folder.mkdir(parents=True, exist_ok=True)
+        key = secrets.token_bytes(32)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "wb") as f:
+            f.write(key)
+        return key
+
+
+def run_key(run: Run, root: Path) -> str:
+    """The digest of everything a run's score depends on: every file in its folders, read whole, its inputs'
+    hashes and the package's code."""
+    h = hashlib.blake2b(digest_size=32)
+    folders = sorted({kind.path(root, run.run_id, run.folder).parent for kind in RECORD_KINDS}
+                     | {root / "runs" / run.run_id / run.folder})
+    for folder in folders:
+        for path in sorted(folder.glob("*")) if folder.is_dir() else ():
+            if path.is_file():
+                h.update(str(path.relative_to(root)).encode() + b"\0")
+                with path.open("rb") as f:
+                    h.update(hashlib.file_digest(f, "blake2b").digest())
+    h.update(json.dumps(run.input_hashes, sort_keys=True).encode())
+    h.update(code_digest())
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def code_digest() -> bytes:
+    """The package's code, read once per process (a pure function of the files for the report's duration)."""
+    h = hashlib.blake2b(digest_size=32)
+    for source in sorted(PACKAGE.rglob("*.py")):
+        h.update(str(source.relative_to(PACKAGE)).encode() + b"\0" + source.read_bytes())
+    return h.digest()
+
+
+def entry_path(folder: Path, root: Path, run: Run) -> Path:
+    name = hashlib.sha256(f"{root.resolve()}\0{run.run_id}\0{run.folder}".encode()).hexdigest()[:32]
+    return folder / f"{name}.pickle"
+
+
+def cached_score(run: Run, root: Path, key: str) -> Run | None:
+    """The run as scored before under this key, or None (no entry, another key, a bad signature)."""
+    folder = cache_folder()
+    if folder is None:
+        return None
+    try:
+        data = entry_path(folder, root, run).read_bytes()
+        signature, body = data[:32], data[32:]
+        if not hmac.compare_digest(signature, hmac.digest(signing_key(folder), body, "sha256")):
+            return None
+        stored_key, scored = pickle.loads(body)
+    except (OSError, ValueError, pickle.UnpicklingError, EOFError, TypeError):
+        return None
+    return scored if stored_key == key else None
+
+
+def store_score(run: Run, root: Path, key: str) -> None:
+    """Keep the scored run (never its records); a cache that cannot be written is no error: the report goes on."""
+    folder = cache_folder()
+    if folder is None or run.saved is not None:
+        return
+    try:
+        body = pickle.dumps((key, run), protocol=pickle.HIGHEST_PROTOCOL)
+        path = entry_path(folder, root, run)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(hmac.digest(signing_key(folder), body, "sha256") + body)
+        os.replace(tmp, path)
+    except OSError:
+        pass
