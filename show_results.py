@@ -109,7 +109,8 @@ def show(args) -> int:
     if not root.is_dir():
         raise UsageError(f"--output-root {root} does not exist (or is not a folder)")
     runs = load_runs(root, args.model, args.run_id, dataset=args.dataset,
-                     keep_records=bool(args.html))  # the viewer shows the records scored here
+                     keep_records=bool(args.html),  # the viewer shows the records scored here
+                     keep_outcomes=args.consistency)  # consistency over runs compares per-item outcomes
     missing = not_found(root, runs, args)
     if missing:
         raise UsageError(missing)

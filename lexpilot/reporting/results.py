@@ -22,7 +22,8 @@ from lexpilot.storage.manifest import (
 
 
 def load_runs(root: Path, models: list[str] | None, run_ids: list[str] | None, score: bool = True,
-              dataset: Path | None = None, err=None, keep_records: bool = False) -> list[Run]:
+              dataset: Path | None = None, err=None, keep_records: bool = False,
+              keep_outcomes: bool = False) -> list[Run]:
     """The runs under `root` (manifest by manifest), scored unless `score` is false.
 
     Records are checked against the cases of `dataset` (else the dataset the manifest names, when it is
@@ -42,21 +43,21 @@ def load_runs(root: Path, models: list[str] | None, run_ids: list[str] | None, s
         run = Run(manifest["run_id"], model, manifest, path.parent.name)
         run.input_hashes = input_hashes(run, dataset, datasets, err)
         if score:  # judge_agreement only needs the manifests
-            run = scored(run, root, keep_records)
+            run = scored(run, root, keep_records, keep_outcomes)
             gc.freeze()  # the cycle collector need not walk them again
         runs.append(run)
     return runs
 
 
-def scored(run: Run, root: Path, keep_records: bool) -> Run:
+def scored(run: Run, root: Path, keep_records: bool, keep_outcomes: bool) -> Run:
     """The run scored: from the cache when nothing it depends on changed (and its records are not wanted), else
     from its records, the cache then updated."""
-    key = None if keep_records else run_key(run, root)
+    key = None if keep_records else run_key(run, root) + ("+outcomes" if keep_outcomes else "")
     cached = cached_score(run, root, key) if key else None
     if cached is not None:
         return cached
     with collector_paused():  # records and scores hold no cycles, and are kept to the report's end
-        score_run(run, root, keep_records)
+        score_run(run, root, keep_records, keep_outcomes)
     if key:
         store_score(run, root, key)
     return run

@@ -107,13 +107,14 @@ def item_outcomes(saved: dict) -> dict[str, dict]:
     return items
 
 
-def score_run(run: Run, root: Path, keep_records: bool = False) -> None:
+def score_run(run: Run, root: Path, keep_records: bool = False, keep_outcomes: bool = False) -> None:
     """Every task's metrics overall and per class, the later sections' analyses, the interaction behaviour and
     the token usage of one run."""
     saved = {kind.name: read_saved(run, root, kind) for kind in RECORD_KINDS}  # each file read once
     if keep_records:
         run.saved = {name: records for name, (records, _) in saved.items()}
-    run.outcomes = item_outcomes({name: records for name, (records, _) in saved.items()})
+    if keep_outcomes and not keep_records:  # kept records give them when asked (a site's build would carry both)
+        run.outcomes = item_outcomes({name: records for name, (records, _) in saved.items()})
 
     def whole(kind: RecordKind):
         return complete_task(kind.path(root, run.run_id, run.folder), run.selected, *saved[kind.name])
