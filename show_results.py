@@ -41,11 +41,11 @@ from lexpilot.reporting.renderings import (
     render_json,
     render_text,
 )
-from lexpilot.reporting.results import load_runs
+from lexpilot.reporting.results import load_runs, score_runs
 from lexpilot.reporting.runs import named_dataset
 from lexpilot.reporting.tables import build_tables, comparison_table
 from lexpilot.reporting.usage import usage_tables
-from lexpilot.reporting.viewer import write_site
+from lexpilot.reporting.viewer import case_renderer, site_cases, write_site
 from lexpilot.settings import number
 
 
@@ -108,9 +108,10 @@ def show(args) -> int:
     root = args.output_root.resolve()
     if not root.is_dir():
         raise UsageError(f"--output-root {root} does not exist (or is not a folder)")
-    runs = load_runs(root, args.model, args.run_id, dataset=args.dataset,
-                     keep_records=bool(args.html),  # the viewer shows the records scored here
-                     keep_outcomes=args.consistency)  # consistency over runs compares per-item outcomes
+    runs = load_runs(root, args.model, args.run_id, score=False, dataset=args.dataset)
+    cases = site_cases(runs, args.dataset) if args.html else {}
+    runs = score_runs(runs, root, keep_outcomes=args.consistency,  # consistency over runs compares per-item outcomes
+                      render=case_renderer(cases) if args.html else None)  # the site's pages, made as records are read
     missing = not_found(root, runs, args)
     if missing:
         raise UsageError(missing)
@@ -143,8 +144,7 @@ def show(args) -> int:
               RENDERINGS[args.format](shown, args.decimals))
     if args.html:
         try:  # the site shows what the terminal shows but the money (Figure 3 with --complexity, the judges, --rank)
-            count = write_site(args.html, root, groups, [t for t in tables if not t.id.startswith("usage_")],
-                               args.dataset)
+            count = write_site(args.html, groups, [t for t in tables if not t.id.startswith("usage_")], cases)
         except HarnessError as e:
             raise UsageError(str(e)) from None
         print(f"wrote {args.html / 'index.html'} ({count} case pages)", file=sys.stderr)

@@ -31,7 +31,7 @@ def main(argv=None) -> int:
         dataset = write_grid(tmp, args.models, args.runs, args.cases, later=0)  # the main tasks only
         start = time.monotonic()
         # as show_results.py loads them for --rank --power --consistency: the records themselves are not kept
-        groups = group_runs(load_runs(tmp / "out", None, None, dataset=dataset, keep_records=False,
+        groups = group_runs(load_runs(tmp / "out", None, None, dataset=dataset,
                                     keep_outcomes=True))
         print(f"{args.models} models × {args.runs} runs × {args.cases} cases loaded and scored in "
               f"{time.monotonic() - start:.1f}s")

@@ -1,6 +1,7 @@
 """`fork_map`, the reports' use of every core: the same results as one process, in the items' order; a child's
 exception raised in the parent as it was raised; a child that dies is one line, not a hang."""
 import os
+import time
 
 import pytest
 
@@ -13,8 +14,19 @@ def test_results_come_back_in_the_items_order_from_every_process():
     for processes in (1, 2, 3, 30):
         assert fork_map(lambda x: (x * x, os.getpid()), items, processes)[5][0] == 25
         assert [r[0] for r in fork_map(lambda x: (x * x, os.getpid()), items, processes)] == [x * x for x in items]
-    pids = {pid for _, pid in fork_map(lambda x: (x, os.getpid()), items, 3)}
-    assert len(pids) == 3 and os.getpid() in pids  # the parent does its share
+    pids = {pid for _, pid in fork_map(lambda x: (time.sleep(0.01), os.getpid()), items, 3)}
+    assert len(pids) == 3 and os.getpid() not in pids  # three children work, the parent gathers
+
+
+def test_a_free_child_takes_the_next_item():
+    """The items go to whichever child is free: one slow item does not hold back a share of the others."""
+    slow = 0
+
+    def work(x):
+        time.sleep(1.0 if x == slow else 0.01)
+        return os.getpid()
+    pids = fork_map(work, list(range(12)), 2)
+    assert pids.count(pids[slow]) == 1  # the other child did the eleven quick ones
 
 
 def test_a_childs_exception_is_raised_in_the_parent():

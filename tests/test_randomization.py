@@ -116,7 +116,7 @@ def test_drawn_permutations_agree_with_the_exact_p_within_monte_carlo_error(disc
     """The same runs, the test drawing B patterns instead of enumerating (B below 2^K): the estimate (k + 1)/(B + 1)
     is within three standard errors of the exact p, plus its 1/(B + 1)."""
     root, dataset = discordant
-    groups = {g.model: g for g in group_runs(load_runs(root, None, None, dataset=dataset, keep_records=False))}
+    groups = {g.model: g for g in group_runs(load_runs(root, None, None, dataset=dataset))}
     for k, permutations in ((8, 199), (12, 2999)):
         exact = 2 * 0.5 ** k
         drawn = Randomization(permutations, seed=k).p_value(groups[f"m-d{k}"], groups["base"], KEY)

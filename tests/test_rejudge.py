@@ -143,11 +143,12 @@ def test_a_run_rejudged_by_another_judge_is_read_whole_by_the_reports_and_the_vi
     read them as the re-judged run's, and its case page shows every task, each label beside the original judge's."""
     from lexpilot.reporting.case_sections import esc
     from lexpilot.reporting.results import load_runs
+    from lexpilot.reporting.runs import saved_records
     assert run_rejudge(saved) == 0
-    (run,) = load_runs(saved.root, None, ["r1-B"], keep_records=True)
+    (run,) = load_runs(saved.root, None, ["r1-B"])
     assert not [p for p in run.problems if "other settings" in p], run.problems
     source = {r["case_number"]: r for r in saved.records(A1)}
-    assert run.saved["a1"] == source and set(run.tasks) >= {"LCA", "DCG", "LJP_direct", "LJP_interaction"}
+    assert saved_records(run, saved.root, A1) == source and set(run.tasks) >= {"LCA", "DCG", "LJP_direct", "LJP_interaction"}
     capsys.readouterr()
     assert show_results.main(["--output-root", str(saved.root), "--html", str(tmp_path / "site")]) == 0
     assert "other settings" not in capsys.readouterr().err

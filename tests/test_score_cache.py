@@ -20,7 +20,7 @@ def report(tmp_path, provider, monkeypatch, capsys):
         assert h.run(stage) == 0
     scored = []
     real = results.score_run
-    monkeypatch.setattr(results, "score_run", lambda run, *a: (scored.append(run.run_id), real(run, *a)))
+    monkeypatch.setattr(results, "score_run", lambda run, *a, **k: (scored.append(run.run_id), real(run, *a, **k)))
 
     def show(*extra):
         capsys.readouterr()

@@ -293,13 +293,15 @@ def test_each_reply_shows_the_exact_prompt_the_provider_received(built, page):
 def test_the_site_written_by_two_processes_is_the_site_written_by_one(built, tmp_path):
     """The case pages are written on every core (bench/viewer.py): byte for byte the pages of one process."""
     from lexpilot.reporting.groups import group_runs
-    from lexpilot.reporting.results import load_runs
-    from lexpilot.reporting.viewer import write_site
+    from lexpilot.reporting.results import load_runs, score_runs
+    from lexpilot.reporting.viewer import case_renderer, site_cases, write_site
     root, _ = built
-    groups = group_runs([r for r in load_runs(root, None, None, keep_records=True) if r.tasks])
     sites = {n: tmp_path / f"site{n}" for n in (1, 2)}
-    for n, folder in sites.items():
-        assert write_site(folder, root, groups, [], None, processes=n) == 5
+    for n, folder in sites.items():  # the runs scored and rendered, and the pages written, by n processes
+        runs = load_runs(root, None, None, score=False)
+        cases = site_cases(runs, None)
+        runs = score_runs(runs, root, render=case_renderer(cases), processes=n)
+        assert write_site(folder, group_runs([r for r in runs if r.tasks]), [], cases, processes=n) == 5
     files = {n: {p.relative_to(f): p.read_bytes() for p in sorted(f.rglob("*.html"))} for n, f in sites.items()}
     assert len(files[1]) == 8 and files[1] == files[2]
 

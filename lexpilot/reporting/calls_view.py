@@ -120,12 +120,12 @@ MESSAGES = "(messages)"  # the plain consultation's call: no prompt file
 CALLED_KINDS = tuple(kind.name for kind in RECORD_KINDS)  # every record kind whose calls a page can show
 
 
-def call_data(case: Case | None, runs: list[tuple[dict, dict]], number: str) -> dict:
-    """The page's data for the exact calls: templates, the case's texts, and for each run (its `run_settings`, its
-    records) the roles, changed files and usage."""
+def call_data(case: Case | None, infos: list[dict]) -> dict:
+    """The page's data for the exact calls: templates, the case's texts, and each run's `run_info` on the case
+    (roles, changed files and usage)."""
     return {"templates": templates(), "files": PROMPT_FILES | {MESSAGES: "no prompt: the history sent as its own messages"},
             "case": case_texts(case),
-            "runs": [run_info(settings, records, number) for settings, records in runs]}
+            "runs": infos}
 
 
 def call_button(template: str, role: str, slots: dict, kind: str, attempts: int | None = None,

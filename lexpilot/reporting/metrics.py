@@ -8,7 +8,6 @@ bootstrap resample (counts weighted by how often each case was drawn).
 from __future__ import annotations
 
 import numpy as np
-from sklearn.metrics import cohen_kappa_score
 
 from lexpilot.benchmark.vocabulary import VERDICTS
 
@@ -142,6 +141,7 @@ def cohen_kappa(a: list[str], b: list[str]) -> float | None:
     label), where scikit-learn answers NaN. Every kappa the reports print comes from here."""
     if len(set(a) | set(b)) == 1:
         return None
+    from sklearn.metrics import cohen_kappa_score  # here: importing scikit-learn costs a report 2 s, and few need it
     return float(cohen_kappa_score(a, b))
 
 

@@ -1,7 +1,9 @@
 """Reports over a whole grid on every core: `fork_map` runs a function over items in forked processes.
 
-A forked child starts with the parent's memory, so what a report has already read (the runs, the dataset) reaches
-it without being sent; only each item's result comes back, pickled through a pipe. Where `fork` is not offered
+A forked child starts with the parent's memory, so what a report has already read (the manifests, the dataset)
+reaches it without being sent; only each item's result comes back, pickled through a pipe as soon as it is made.
+The children take the next item when they are free (a heavy run does not hold back a share of light ones) and the
+parent only gathers, so a result is read while the children work on the next. Where `fork` is not offered
 (Windows) or one worker is asked for, the items are done here, one after the other, with the same results.
 """
 from __future__ import annotations
@@ -10,6 +12,7 @@ import multiprocessing
 import os
 import pickle
 from collections.abc import Callable, Sequence
+from multiprocessing.connection import wait
 
 from lexpilot.errors import HarnessError
 
@@ -20,50 +23,70 @@ def workers(count: int) -> int:
 
 
 def fork_map(fn: Callable, items: Sequence, processes: int) -> list:
-    """[fn(item) for item in items] in `processes` processes (this one included), results in the items' order.
-    An exception in a child is raised here as it was raised there."""
+    """[fn(item) for item in items] in `processes` forked processes, results in the items' order. An exception in
+    a child is raised here as it was raised there, and the other children are stopped."""
     if processes <= 1 or len(items) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         return [fn(item) for item in items]
     context = multiprocessing.get_context("fork")
-    shares = [list(range(i, len(items), processes)) for i in range(processes)]  # strided: big and small items mix
-    children = []
-    for share in shares[1:]:
+    taken = context.Value("i", 0)  # the next item's index: a free child takes it
+    children = {}
+    for _ in range(min(processes, len(items))):
         receive, send = context.Pipe(duplex=False)
-        child = context.Process(target=_child, args=(fn, [items[i] for i in share], send), daemon=True)
+        child = context.Process(target=_child, args=(fn, items, taken, send), daemon=True)
         child.start()
         send.close()  # the child holds its own end: a child that dies leaves the pipe at end of file
-        children.append((child, receive))
+        children[receive] = child
     try:
-        results = dict(zip(shares[0], (fn(items[i]) for i in shares[0])))
-    except BaseException:
-        for child, _ in children:  # nobody will read what they find
-            child.terminate()
-        raise
-    for share, (child, receive) in zip(shares[1:], children):
+        return _gather(children, len(items))
+    finally:
+        for child in children.values():  # nobody reads what the others would find after a failure
+            if child.is_alive():
+                child.terminate()
+            child.join()
+
+
+def _gather(children: dict, count: int) -> list:
+    results: dict[int, object] = {}
+    open_pipes = list(children)
+    while open_pipes:
+        for receive in wait(open_pipes):
+            try:
+                outcome, index, value = receive.recv()
+            except EOFError:
+                children[receive].join()
+                outcome, index, value = "died", None, children[receive].exitcode
+            if outcome == "item":
+                results[index] = value
+                continue
+            open_pipes.remove(receive)
+            if outcome == "raised":
+                raise value
+            if outcome == "died" and value != 0:
+                raise HarnessError(f"a worker process ended without its results (exit code {value}); "
+                                   "rerun, or free some memory")
+    if len(results) != count:
+        raise HarnessError("a worker process ended without its results; rerun, or free some memory")
+    return [results[i] for i in range(count)]
+
+
+def _child(fn: Callable, items: Sequence, taken, send) -> None:
+    while True:
+        with taken.get_lock():
+            index = taken.value
+            taken.value += 1
+        if index >= len(items):
+            break
         try:
-            outcome, value = receive.recv()
-        except EOFError:
-            outcome, value = "died", None
-        child.join()
-        if outcome != "done":
-            for other, _ in children:  # nobody will read what the others find
-                other.terminate()
-        if outcome == "raised":
-            raise value
-        if outcome != "done":
-            raise HarnessError(f"a worker process ended without its results (exit code {child.exitcode}); "
-                               "rerun, or free some memory")
-        results.update(zip(share, value))
-    return [results[i] for i in range(len(items))]
-
-
-def _child(fn: Callable, items: list, send) -> None:
-    try:
-        outcome = ("done", [fn(item) for item in items])
-    except BaseException as e:  # noqa: BLE001 (handed to the parent, which raises it)
-        outcome = ("raised", e)
-    try:
-        send.send(outcome)
-    except (pickle.PicklingError, TypeError, AttributeError):
-        send.send(("raised", HarnessError(f"{type(outcome[1]).__name__}: {outcome[1]}")))
+            outcome = ("item", index, fn(items[index]))
+        except BaseException as e:  # noqa: BLE001 (handed to the parent, which raises it)
+            outcome = ("raised", index, e)
+        try:
+            send.send(outcome)
+        except (pickle.PicklingError, TypeError, AttributeError) as e:
+            problem = outcome[2] if outcome[0] == "raised" else e
+            outcome = ("raised", index, HarnessError(f"{type(problem).__name__}: {problem}"))
+            send.send(outcome)
+        if outcome[0] == "raised":
+            break
+    send.send(("done", None, None))
     send.close()

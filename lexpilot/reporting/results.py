@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gc
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from lexpilot.benchmark.dataset import load_dataset
@@ -13,6 +15,8 @@ from lexpilot.benchmark.records import (
     model_folder,
 )
 from lexpilot.errors import HarnessError
+from lexpilot.reporting.judges import source_of
+from lexpilot.reporting.parallel import fork_map, workers
 from lexpilot.reporting.runs import Run
 from lexpilot.reporting.score_cache import cached_score, run_key, store_score
 from lexpilot.reporting.scoring import score_run
@@ -22,9 +26,8 @@ from lexpilot.storage.manifest import (
 
 
 def load_runs(root: Path, models: list[str] | None, run_ids: list[str] | None, score: bool = True,
-              dataset: Path | None = None, err=None, keep_records: bool = False,
-              keep_outcomes: bool = False) -> list[Run]:
-    """The runs under `root` (manifest by manifest), scored unless `score` is false.
+              dataset: Path | None = None, err=None, keep_outcomes: bool = False) -> list[Run]:
+    """The runs under `root` (manifest by manifest), scored unless `score` is false (then `score_runs` scores them).
 
     Records are checked against the cases of `dataset` (else the dataset the manifest names, when it is
     still there and unchanged): a record made from other inputs leaves its task out.
@@ -42,24 +45,78 @@ def load_runs(root: Path, models: list[str] | None, run_ids: list[str] | None, s
             continue
         run = Run(manifest["run_id"], model, manifest, path.parent.name)
         run.input_hashes = input_hashes(run, dataset, datasets, err)
-        if score:  # judge_agreement only needs the manifests
-            run = scored(run, root, keep_records, keep_outcomes)
-            gc.freeze()  # the cycle collector need not walk them again
         runs.append(run)
-    return runs
+    return score_runs(runs, root, keep_outcomes) if score else runs  # judge_agreement only needs the manifests
 
 
-def scored(run: Run, root: Path, keep_records: bool, keep_outcomes: bool) -> Run:
-    """The run scored: from the cache when nothing it depends on changed (and its records are not wanted), else
-    from its records, the cache then updated."""
-    key = None if keep_records else run_key(run, root) + ("+outcomes" if keep_outcomes else "")
-    cached = cached_score(run, root, key) if key else None
+Render = Callable[[Run, int, dict, "dict | None"], object]  # (run, its place, its records, its source's) -> pages
+
+
+def score_runs(runs: list[Run], root: Path, keep_outcomes: bool = False, render: Render | None = None,
+               processes: int | None = None) -> list[Run]:
+    """The runs scored, on every core (`processes`: default one per core), in their order. With `render`, each run's
+    `pages` are what render makes of its records while they are read (the viewer's case fragments), and no record
+    is kept: the site's build never holds fifty runs' records at once, and reads each file once."""
+    chains = rejudge_chains(runs)
+    work = partial(score_chain, root=root, keep_outcomes=keep_outcomes, render=render)
+    scored_runs: list[Run | None] = [None] * len(runs)
+    with collector_paused():  # what comes back holds no cycles, and is kept to the report's end
+        for chain in fork_map(work, chains, processes or workers(len(chains))):
+            for place, run in chain:
+                scored_runs[place] = run
+    gc.freeze()  # the cycle collector need not walk them again
+    return scored_runs
+
+
+def rejudge_chains(runs: list[Run]) -> list[list[tuple[int, Run]]]:
+    """The runs as (place, run) chains: each run shown that re-judged no run shown, then the re-judged copies of it
+    (its model's, copy after source), so that a copy is scored beside the records it re-judged."""
+    place = {(r.folder, r.run_id): i for i, r in enumerate(runs)}
+
+    def lineage(i: int) -> list[int]:  # from the run up to the first source not shown (a loop ends it too)
+        line = [i]
+        while (source := place.get((runs[line[-1]].folder, source_of(runs[line[-1]].manifest)))) is not None \
+                and source not in line:
+            line.append(source)
+        return line
+
+    chains: dict[int, list[list[int]]] = {}
+    for i in range(len(runs)):
+        line = lineage(i)
+        chains.setdefault(line[-1], []).append(line)
+    return [[(i, runs[i]) for i in sorted((line[0] for line in lines), key=lambda i: (len(lineage(i)), i))]
+            for lines in chains.values()]
+
+
+def score_chain(chain: list[tuple[int, Run]], root: Path, keep_outcomes: bool, render: Render | None) \
+        -> list[tuple[int, Run]]:
+    """One chain's runs scored (in a worker process), each with its pages when `render` is given."""
+    records: dict[str, dict] = {}
+    done = []
+    for place, run in chain:
+        if render is None:
+            done.append((place, scored(run, root, keep_outcomes)))
+            continue
+        with collector_paused():
+            score_run(run, root, keep_records=True, keep_outcomes=keep_outcomes)
+        records[run.run_id] = run.saved
+        run.pages = render(run, place, run.saved, records.get(source_of(run.manifest)))
+        done.append((place, run))
+    for _, run in done:
+        run.saved = None  # sent back without its records: its pages hold what the site shows of them
+    return done
+
+
+def scored(run: Run, root: Path, keep_outcomes: bool) -> Run:
+    """The run scored: from the cache when nothing it depends on changed, else from its records, the cache then
+    updated."""
+    key = run_key(run, root) + ("+outcomes" if keep_outcomes else "")
+    cached = cached_score(run, root, key)
     if cached is not None:
         return cached
     with collector_paused():  # records and scores hold no cycles, and are kept to the report's end
-        score_run(run, root, keep_records, keep_outcomes)
-    if key:
-        store_score(run, root, key)
+        score_run(run, root, keep_outcomes=keep_outcomes)
+    store_score(run, root, key)
     return run
 
 

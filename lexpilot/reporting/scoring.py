@@ -113,7 +113,7 @@ def score_run(run: Run, root: Path, keep_records: bool = False, keep_outcomes: b
     saved = {kind.name: read_saved(run, root, kind) for kind in RECORD_KINDS}  # each file read once
     if keep_records:
         run.saved = {name: records for name, (records, _) in saved.items()}
-    if keep_outcomes and not keep_records:  # kept records give them when asked (a site's build would carry both)
+    if keep_outcomes:
         run.outcomes = item_outcomes({name: records for name, (records, _) in saved.items()})
 
     def whole(kind: RecordKind):

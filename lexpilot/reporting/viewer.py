@@ -11,6 +11,7 @@ no file outside the folder, so the folder can be zipped and sent.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -20,6 +21,7 @@ from lexpilot.errors import HarnessError
 from lexpilot.reporting.calls_view import (
     CALL_SCRIPT,
     call_data,
+    run_info,
     run_settings,
 )
 from lexpilot.reporting.case_list import WRONG_FIRST, case_list, outcomes
@@ -34,10 +36,10 @@ from lexpilot.reporting.comparisons import (
 from lexpilot.reporting.groups import Group
 from lexpilot.reporting.judges import source_of
 from lexpilot.reporting.parallel import fork_map, workers
-from lexpilot.reporting.runs import named_dataset, read_saved
+from lexpilot.reporting.results import Render
+from lexpilot.reporting.runs import Run, named_dataset
 from lexpilot.reporting.table import Table
 from lexpilot.reporting.transcripts import (
-    KINDS,
     PARTS,
     RunRecords,
     dialogue_html,
@@ -52,15 +54,61 @@ def script_json(data) -> str:
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
-def load_records(root: Path, groups: list[Group]) -> list[RunRecords]:
-    loaded = []
-    for g in groups:
-        for run in g.runs:
-            records = run.saved if run.saved is not None else {kind.name: read_saved(run, root, kind)[0]
-                                                               for kind in KINDS}
-            loaded.append(RunRecords(run, f"{g.label} · {run.run_id}", records, g.label,
-                                     run_settings(run.manifest)))
-    return loaded
+@dataclass
+class CasePages:
+    """What the site shows of one run's records, made while they were read (`score_runs`), per selected case: its
+    transcript, the usage of its exact calls (`run_info`), its case-list row (`outcomes`, without the group's
+    label), its cause as the records say (for a site without the dataset), and for a re-judged run its decisions
+    against its source's."""
+    transcripts: dict[str, str] = field(default_factory=dict)
+    infos: dict[str, dict] = field(default_factory=dict)
+    rows: dict[str, dict] = field(default_factory=dict)
+    causes: dict[str, str | None] = field(default_factory=dict)
+    disagrees: dict[str, object] = field(default_factory=dict)
+
+
+def site_cases(runs: list[Run], dataset: Path | None) -> dict[str, Case]:
+    """The cases the site shows with the runs: those of `dataset`, else of the dataset the runs name (none when it
+    cannot be read: the pages then say so)."""
+    path = named_dataset(runs, dataset)
+    if path is None:
+        return {}
+    try:
+        return {c.number: c for c in load_dataset(path)[0]}
+    except HarnessError:
+        return {}
+
+
+def key_details(case: Case | None) -> list[str]:
+    if case is None:
+        return []
+    kd = case.key_details
+    return [d for ds in kd.values() for d in ds] if isinstance(kd, dict) else list(kd)
+
+
+def case_renderer(cases: dict[str, Case]) -> Render:
+    """What `score_runs` calls with each run's records for the site: its `CasePages`; `place` numbers the run's
+    messages, apart from every other run's on a page."""
+    def render(run: Run, place: int, records: dict, source: dict | None) -> CasePages:
+        rr, pages = RunRecords(run, "", records, "", run_settings(run.manifest)), CasePages()
+        for n in run.selected:
+            case = cases.get(n)
+            pages.transcripts[n] = transcript(rr, case, n, key_details(case), source, place)
+            pages.infos[n] = run_info(rr.settings, records, n)
+            pages.rows[n] = outcomes(rr, n)
+            found = [rec for kind in records.values() for rec in [kind.get(n)] if rec]
+            if found:
+                pages.causes[n] = found[0].get("cause_of_action")
+            if source_of(run.manifest):
+                pages.disagrees[n] = disagreements(records, source, n)
+        return pages
+    return render
+
+
+def shown_runs(groups: list[Group]) -> list[RunRecords]:
+    """The runs of the site, each labelled by its group and run id, its pages made by `case_renderer`."""
+    return [RunRecords(run, f"{g.label} · {run.run_id}", {}, g.label, run_settings(run.manifest))
+            for g in groups for run in g.runs]
 
 
 PAGE = """<!DOCTYPE html>
@@ -159,10 +207,8 @@ for(const x of blocks)if(wanted&&x.dataset.label===wanted){x.querySelector('deta
 
 
 def case_page(number: str, case: Case | None, loaded: list[RunRecords]) -> str:
-    details = []
+    details = key_details(case)
     if case is not None:
-        kd = case.key_details
-        details = [d for ds in kd.values() for d in ds] if isinstance(kd, dict) else list(kd)
         claims = "".join(f"<tr><td>{esc(c)}</td><td>{esc(v)}</td></tr>" for c, v in zip(case.claims, case.verdicts))
         head = (f"<h1>{esc(number)}</h1><p>{esc(case.cause)} · {esc(case.cause_class)} · {esc(case.plaintiff_type)}</p>"
                 f"<details open><summary>Underspecified history</summary>{dialogue_html(case.underspecified)}</details>"
@@ -172,60 +218,45 @@ def case_page(number: str, case: Case | None, loaded: list[RunRecords]) -> str:
                 f"<h3>Claims and the court's verdicts</h3><table><tr><th>Claim</th><th>Verdict</th></tr>{claims}</table>")
     else:
         head = f"<h1>{esc(number)}</h1><p>The dataset was not available: pass --dataset to see the case itself.</p>"
-    by_run = {(rr.run.model, rr.run.run_id): rr.records for rr in loaded}
     # each run's tasks fold away: at 10 models × 5 runs the page is a list of runs, not one long column
     sections = "".join(f'<section class="run" id="run{i}" data-run="{i}" data-label="{esc(rr.label)}"><details{" open" if i < 2 else ""}>'
                        f"<summary><h2>{esc(rr.label)}</h2></summary>"
-                       f"{transcript(rr, case, number, details, by_run.get((rr.run.model, source_of(rr.run.manifest))), i)}"
+                       f"{rr.run.pages.transcripts[number]}"
                        "</details></section>" for i, rr in enumerate(loaded))
     shown = "".join(f'<option value="{k}">{esc(v)}</option>' for k, v in PARTS.items())
     controls = ('<p><label><input type="checkbox" id="side"> side by side</label> '
                 '<select id="left"></select> <select id="right"></select> '
                 f'<label>Show <select id="part"><option value="">every task</option>{shown}</select></label></p>')
-    calls = script_json(call_data(case, [(rr.settings, rr.records) for rr in loaded], number))
+    calls = script_json(call_data(case, [rr.run.pages.infos[number] for rr in loaded]))
     return (head + controls + f'<div id="runs">{sections}</div><script>{SIDE_SCRIPT}</script>'
             f'<script type="application/json" id="calls">{calls}</script><script>{CALL_SCRIPT}</script>')
 
 
-def write_site(folder: Path, root: Path, groups: list[Group], tables: list[Table], dataset: Path | None,
+def write_site(folder: Path, groups: list[Group], tables: list[Table], cases: dict[str, Case],
                processes: int | None = None) -> int:
-    """Writes the site, the case pages in `processes` processes (default: one per core); returns the number of
-    case pages."""
-    runs = [r for g in groups for r in g.runs]
-    cases: dict[str, Case] = {}
-    path = named_dataset(runs, dataset)
-    if path is not None:
-        try:
-            cases = {c.number: c for c in load_dataset(path)[0]}
-        except HarnessError:
-            cases = {}
-    loaded = load_records(root, groups)
-    by_run = {(rr.run.model, rr.run.run_id): rr.records for rr in loaded}
-    selected = {id(rr): set(rr.run.selected) for rr in loaded}
-    numbers = list(dict.fromkeys(n for r in runs for n in r.selected))
+    """Writes the site of runs scored with `case_renderer(cases)`, the case pages in `processes` processes (default:
+    one per core); returns the number of case pages."""
+    loaded = shown_runs(groups)
+    numbers = list(dict.fromkeys(n for rr in loaded for n in rr.run.selected))
     pages = {n: i for i, n in enumerate(numbers)}
     rows, texts = [], {}
     for n in numbers:
         case = cases.get(n)
-        cause = case.cause if case else next((rec.get("cause_of_action") for rr in loaded
-                                              for kind in rr.records.values() for rec in [kind.get(n)] if rec), "")
+        cause = case.cause if case else next((rr.run.pages.causes[n] for rr in loaded if n in rr.run.pages.causes), "")
+        try:
+            cls = cause_class(cause)
+        except KeyError:
+            cls = "?"
         for rr in loaded:
-            if n in selected[id(rr)]:
-                row = outcomes(rr, n)
-                try:
-                    cls = cause_class(cause)
-                except KeyError:
-                    cls = "?"
-                rows.append(row | {"case": n, "cause": cause, "class": cls, "page": pages[n],
-                                   "search": f"{n} {cause} {rr.label}".lower()})
+            if n in rr.run.pages.rows:
+                row = rr.run.pages.rows[n] | {"label": rr.label, "group": rr.group}
+                row |= {"case": n, "cause": cause, "class": cls, "page": pages[n],
+                        "search": f"{n} {cause} {rr.label}".lower()}
+                if n in rr.run.pages.disagrees:  # a re-judged run's decisions against its source's, on this case
+                    row |= {"rejudged": True, "disagrees": rr.run.pages.disagrees[n]}
+                rows.append(row)
         # the history's text once per case, not once per run: the case list at 50 runs carries it 50 times less
         texts[n] = " ".join(m["content"] for m in (case.underspecified if case else ())).lower()
-        mine = {(r["model"], r["run"]): r for r in rows[len(rows) - sum(n in selected[id(rr)] for rr in loaded):]}
-        for rr in loaded:  # a re-judged run's decisions against its source's, on this case
-            row = mine.get((rr.run.model, rr.run.run_id))
-            if row is not None and source_of(rr.run.manifest):
-                row["rejudged"] = True
-                row["disagrees"] = disagreements(rr.records, by_run.get((rr.run.model, source_of(rr.run.manifest))), n)
     try:
         (folder / "case").mkdir(parents=True, exist_ok=True)
         (folder / "index.html").write_text(page("LexPilot results", overview(tables, groups)), encoding="utf-8")
@@ -235,7 +266,7 @@ def write_site(folder: Path, root: Path, groups: list[Group], tables: list[Table
                                              encoding="utf-8")
 
         def write_case(n: str) -> None:
-            body = case_page(n, cases.get(n), [rr for rr in loaded if n in selected[id(rr)]])
+            body = case_page(n, cases.get(n), [rr for rr in loaded if n in rr.run.pages.rows])
             (folder / "case" / f"{pages[n]}.html").write_text(page(n, body, up="../"), encoding="utf-8")
 
         fork_map(write_case, list(pages), processes or workers(len(pages)))
