@@ -177,6 +177,14 @@ def not_found(root: Path, runs, args) -> str | None:
 
 
 
+def writable_folder(folder: Path) -> bool:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return folder.is_dir() and os.access(folder, os.W_OK)
+
+
 def read_options(args) -> tuple[dict | None, dict | None]:
     """The options' own files, checked before any run is read: the price file and the complexity CSV."""
     if not 1 <= args.resamples <= MAX_RESAMPLES:
@@ -192,8 +200,17 @@ def read_options(args) -> tuple[dict | None, dict | None]:
     except HarnessError as e:
         raise UsageError(str(e)) from None
     complexity = read_complexity(args.complexity) if args.complexity else None
-    if args.dataset is not None and not args.dataset.is_file():
-        raise UsageError(f"--dataset {args.dataset}: not a dataset file (pass the JSON file the runs were made from)")
+    if args.dataset is not None:  # given, it must be one: records are checked against it
+        if not args.dataset.is_file():
+            raise UsageError(f"--dataset {args.dataset}: no such file (pass the JSON file the runs were made from)")
+        try:
+            load_dataset(args.dataset)
+        except HarnessError as e:
+            raise UsageError(f"--dataset: {str(e).splitlines()[0]} (pass the JSON file the runs were made from)") \
+                from None
+    for flag, folder in (("--html", args.html), ("--plot", args.plot)):
+        if folder is not None and not writable_folder(folder):  # found out now, not after the whole report
+            raise UsageError(f"{flag} {folder}: cannot write there (not a folder, or no permission)")
     if args.plot:
         try:
             importlib.import_module("matplotlib")  # only whether it is there: figures.py imports it

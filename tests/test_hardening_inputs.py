@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from lexpilot.models.calls import Usage
-from tests.conftest import SECRET, Harness, sample_cases, write_dataset
+from tests.conftest import ROOT, SECRET, Harness, sample_cases, write_dataset
 from tests.fake_provider import FakeProvider
 from tests.test_calls import _caller, _script
 from tests.test_provider_faults import MAX_TOKENS_REFUSED
@@ -313,7 +313,16 @@ def test_review_leftovers_of_the_hardening(harness, provider, tmp_path, capsys):
     assert harness.run("gold", "--dataset", str(path)) == 2
     assert "complexity: 'inf' is not a non-negative number" in capsys.readouterr().err
     assert show_results.main(["--output-root", str(tmp_path), "--dataset", str(tmp_path)]) == 2
-    assert "not a dataset file" in capsys.readouterr().err
+    assert "no such file" in capsys.readouterr().err
+    # review of issue 35: a file that is no dataset is refused in one line, before any report (it printed eight
+    # warnings and the report, and exited 0); a site or figure folder that cannot be written, before the report too
+    assert show_results.main(["--output-root", str(tmp_path), "--dataset", str(ROOT / "README.md")]) == 2
+    said = capsys.readouterr()
+    assert said.out == "" and len(said.err.strip().splitlines()) == 1 and "README.md" in said.err, said.err
+    for flag in ("--html", "--plot"):
+        assert show_results.main(["--output-root", str(tmp_path), flag, str(ROOT / "README.md")]) == 2
+        said = capsys.readouterr()
+        assert said.out == "" and said.err.startswith(f"show_results: {flag} ") and "cannot write" in said.err
 
 
 def test_a_zero_or_past_retry_after_is_the_usual_backoff_not_a_burst():

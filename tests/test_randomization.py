@@ -90,6 +90,8 @@ def test_too_few_permutations_for_the_family_are_refused_in_one_line(ten_models,
         "show_results: --rank: 45 pairs at --alpha 0.0001 need 8,999,999 permutations, above the cap of 100,000: "
         "use a larger --alpha, or rank fewer models (--model)")
     assert permutations_needed(10, 0.05) == 3999 and permutations_needed(1, 0.05) == 999
+    # review of issue 35: one model has no pair to test, so no count is too few ("0 pairs ... need 999")
+    assert show_results.main(["--output-root", str(ten_models), "--rank", "--permutations", "5", "--model", "m1"]) == 0
 
 
 # Six models against a base, one run each, on 24 cases: m-dK is right on the base's 12 cases and K more

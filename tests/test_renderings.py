@@ -361,6 +361,9 @@ def test_csv_and_json_carry_numbers_not_display_text(tmp_path, provider, monkeyp
     main = dict(zip(tables["main"]["headers"], tables["main"]["rows"][0]))
     gold_qwk = main["LJP Gold QWK"]
     assert isinstance(gold_qwk, dict) and isinstance(gold_qwk["mean"], float) and gold_qwk["text"].startswith("0.")
+    # the fields docs/results.md names (review of issue 35: the docs said "sd", the cells "SD")
+    docs = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    assert {"mean", "SD", "low", "high", "n"} <= set(gold_qwk) and '"mean": 0.5344, "SD": 0.0' in docs
     assert show_results.main(["--output-root", str(h.root), "--usage", "--format", "csv", "--table",
                               "usage_per_run"]) == 0
     rows = [r for r in csv.reader(io.StringIO(capsys.readouterr().out)) if len(r) > 2 and r[0].startswith("Token")]

@@ -324,7 +324,7 @@ def test_a_rejudged_copy_is_no_further_model_and_the_judges_columns_say_which_is
     assert show_results.main(["--output-root", str(root), "--format", "csv", "--table", "interaction_gain",
                               "judge_sensitivity"]) == 0
     out = capsys.readouterr().out
-    assert "Average over 2 / 2 models" in out  # model-a and model-b; model-a's re-judged copy is not a third
+    assert "Average over 2 models" in out  # model-a and model-b; model-a's re-judged copy is not a third
     import csv
     import io
     header = next(r for r in csv.reader(io.StringIO(out)) if r and r[0].startswith("model-a · re-judged by DeepSeek-R1: every metric")
@@ -540,6 +540,22 @@ def test_an_audit_row_lists_the_cases_whose_replies_it_audited(built, page):
             assert set(page.locator("#rows tr td:first-child").all_inner_texts()) == expected, (source, name)
         page.goto((site / "index.html").as_uri())
     assert checked == 2
+
+
+def test_a_case_is_wrong_on_the_audit_only_when_a_reply_of_it_was_flagged(built):
+    """Review of issue 35: "DCG clean; interaction clean" is a clean audit, not "wrong: audit flagged"; a case is
+    wrong on the audit when one of its audited replies (either source, the protocol's own turns left out) was
+    flagged for over-disclosure, an error or a non-answer."""
+    from lexpilot.reporting.metrics import protocol_turn
+    root, site = built
+    html = (site / "cases.html").read_text(encoding="utf-8")
+    rows = json.loads(html.split('<script type="application/json" id="data">')[1].split("</script>")[0])
+    audits = {s: records(root, "eval_results", f"simulator_audit_{s}.jsonl") for s in ("dcg", "interaction")}
+    flagged = {n for audit in audits.values() for n, r in audit.items() for x in r.get("replies", [])
+               if not protocol_turn(x) and (x["over_disclosed"] or x["error"] or not x["answered"])}
+    mine = [r for r in rows if r["model"] == "model-a" and r["run"] == "r1" and "audit" in r]
+    assert mine and {r["case"] for r in mine if "audit" in r["fails"]} == flagged
+    assert any("clean" in r["audit"] and "flagged" not in r["audit"] for r in mine)  # a clean one is among them
 
 
 def test_the_case_list_at_1400_pixels_shows_rows_and_every_column(built, browser):

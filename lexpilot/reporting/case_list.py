@@ -79,7 +79,7 @@ def outcomes(rr: RunRecords, number: str) -> dict:
             row["tags"].append(plain_tag(history_type, name))
             if history_type == "underspecified":
                 row["plain"] = name
-    said = []
+    said, flags = [], 0
     for source, kind in AUDIT.items():  # the simulator audit's replies (a protocol's own turns are not audited)
         record = r.get(kind.name, {}).get(number)
         counts = audit_counts(record) if record and isinstance(record.get("replies"), list) else None
@@ -90,8 +90,9 @@ def outcomes(rr: RunRecords, number: str) -> dict:
         flagged = sum(1 for x in record["replies"] if not protocol_turn(x)
                       and (x.get("over_disclosed") or x.get("error") or not x.get("answered", True)))
         said.append(f"{AUDIT_NAMES[source]} {f'{flagged} flagged' if flagged else 'clean'}")
+        flags += flagged
     if said:  # per source: a DCG reply's flag is not the interaction's
-        row["audit"] = "; ".join(said)
+        row["audit"], row["audit_flagged"] = "; ".join(said), flags
     row["fails"] = failing_tasks(row)
     expected = ["LCA", "DCG", "LJP_direct", "LJP_gold", "LJP_interaction"] if rr.run.condition == "standard" \
         else ["LJP_interaction"]
@@ -122,7 +123,7 @@ def failing_tasks(row: dict) -> list[str]:
         fails.append("LCA")
     if row.get("dcg") is False:
         fails.append("DCG")
-    if str(row.get("audit", "clean")) != "clean":
+    if row.get("audit_flagged"):  # a reply of either source flagged ("DCG clean; interaction clean" is clean)
         fails.append("audit")
     for task in ("direct", "gold", "interaction", "targeted", "off_target"):
         right, _, total = str(row.get(task, "")).partition("/")

@@ -33,8 +33,11 @@ def permutations_needed(pairs: int, alpha: float) -> int:
 
 
 def check_permutations(asked: int | None, pairs: int, alpha: float) -> int:
-    """The permutations to run: those asked for, or those the family needs; one line when neither can do."""
+    """The permutations to run: those asked for, or those the family needs; one line when neither can do (with no
+    pair to test, any number does)."""
     needed = permutations_needed(pairs, alpha)
+    if pairs == 0:
+        return asked or needed
     if needed > MAX_PERMUTATIONS and (asked is None or asked < needed):
         raise HarnessError(f"--rank: {pairs} pairs at --alpha {alpha:g} need {needed:,} permutations, above the "
                            f"cap of {MAX_PERMUTATIONS:,}: use a larger --alpha, or rank fewer models (--model)")
