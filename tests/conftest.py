@@ -25,6 +25,14 @@ SCRIPTS = {"LexAwN": LexAwN_gen, "LCA": eval_LCA, "DCG": eval_DCG, "direct": eva
 STAGES = {name: script.STAGE for name, script in SCRIPTS.items()}
 
 
+def as_at_a_terminal() -> None:
+    """A child process's Ctrl-C as a user's at a terminal: the shell starts a background job (a suite run with `&`)
+    with SIGINT ignored, which its children inherit, and a test of Ctrl-C must not depend on how pytest was started
+    (issue 37 item 9). Passed to subprocess as `preexec_fn`."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def sample_cases() -> list[dict]:
     return json.loads(SAMPLE.read_text(encoding="utf-8"))
 

@@ -328,12 +328,13 @@ def test_ctrl_c_stops_cleanly_and_keeps_completed_records(tmp_path):
     import sys
     import time
 
-    from tests.conftest import ROOT, SAMPLE
+    from tests.conftest import ROOT, SAMPLE, as_at_a_terminal
     with FakeProvider(latency=0.1) as p:
         env = {**os.environ, "OPENAI_BASE_URL": p.base_url, "OPENAI_API_KEY": "k", "LEXPILOT_MODEL": "m"}
         cmd = [sys.executable, str(ROOT / "eval_LJP_gold.py"), "--run-id", "r", "--dataset", str(SAMPLE),
                "--output-root", str(tmp_path), "--concurrency", "2"]
-        process = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        process = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                                   preexec_fn=as_at_a_terminal)
         deadline = time.monotonic() + 20
         results = tmp_path / "eval_results" / "r" / model_dirname("m") / "LJP_gold.jsonl"
         while not (results.exists() and results.read_text(encoding="utf-8")) and time.monotonic() < deadline:

@@ -10,7 +10,7 @@ import pytest
 import quote_grid
 import show_results
 import user_probes
-from tests.conftest import ROOT, SECRET, sample_cases, write_dataset
+from tests.conftest import ROOT, SECRET, as_at_a_terminal, sample_cases, write_dataset
 
 MODELS = ("eval-model", "DeepSeek-V4.1-Flash", "DeepSeek-R1")
 
@@ -250,7 +250,8 @@ def test_ctrl_c_at_any_moment_of_an_entry_point_is_one_line(tmp_path, script, mo
              else ["--usage"])
     (tmp_path / "out").mkdir()
     done = subprocess.run([sys.executable, "-c", CTRL_C_AT, script, module, *flags, "--output-root",
-                           str(tmp_path / "out")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+                           str(tmp_path / "out")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+                          preexec_fn=as_at_a_terminal)
     err = done.stderr.strip().splitlines()
     assert done.returncode == 130, done.stderr
     assert len(err) == 1 and err[0].startswith(said), done.stderr
