@@ -157,3 +157,13 @@ def test_the_entry_points_that_take_a_user_condition_are_declared_as_the_stages_
     from lexpilot.protocols.catalog import GRID_STAGES
     declared = {s.script for stages in GRID_STAGES.values() for s in stages if s.user_condition}
     assert set(CONDITION_SCRIPTS) == declared and len(CONDITION_SCRIPTS) == len(declared)
+
+
+def test_the_readme_is_a_short_front_page():
+    """Issue 37 item 9: "The README is at most 220 lines; the rest goes in docs/" — and every docs/ page it links
+    is there."""
+    import re
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 220
+    linked = set(re.findall(r"\]\((docs/[^)#]+)", readme))
+    assert "docs/troubleshooting.md" in linked and all((ROOT / link).is_file() for link in linked), linked
