@@ -178,11 +178,12 @@ def not_found(root: Path, runs, args) -> str | None:
 
 
 def writable_folder(folder: Path) -> bool:
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return False
-    return folder.is_dir() and os.access(folder, os.W_OK)
+    """Whether a folder is there to write in, or can be made (nothing is made here: a report refused later for
+    another reason leaves no folder behind)."""
+    existing = folder
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    return existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)
 
 
 def read_options(args) -> tuple[dict | None, dict | None]:

@@ -66,8 +66,8 @@ def export(args) -> int:
                            "user_probes.py generate for this run first")
     one, two, keys = probe_study.sheets(table, {n: r for n, (_, r) in replies.items()},
                                         {n: r for n, (_, r) in labels.items()}, cases, args.seed)
-    for number, rows in ((1, one), (2, two)):
-        write_sheet(expert_sheet(args.out, number), probe_study.EXPERT_SHEET_COLUMNS, rows)
+    for sheet, rows in ((1, one), (2, two)):
+        write_sheet(expert_sheet(args.out, sheet), probe_study.EXPERT_SHEET_COLUMNS, rows)
     write_sheet(key_file(args.out), probe_study.PROBE_KEY_COLUMNS, keys)
     print(f"wrote {expert_sheet(args.out, 1)} and {expert_sheet(args.out, 2)} ({len(one)} replies, one sheet per expert, "
           f"seed {args.seed}) and {key_file(args.out)} (conditions and DCG labels: keep it from the experts)")

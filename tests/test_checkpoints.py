@@ -6,7 +6,13 @@ import json
 import pytest
 
 import show_results
-from lexpilot.benchmark.records import A1, DIRECT_PREDICTION, INTERACTION, content_digest, read_records
+from lexpilot.benchmark.records import (
+    A1,
+    DIRECT_PREDICTION,
+    INTERACTION,
+    content_digest,
+    read_records,
+)
 from lexpilot.benchmark.records import model_folder as model_dirname
 from lexpilot.errors import HarnessError
 from lexpilot.reporting.results import load_runs

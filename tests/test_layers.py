@@ -167,3 +167,16 @@ def test_the_readme_is_a_short_front_page():
     assert len(readme.splitlines()) <= 220
     linked = set(re.findall(r"\]\((docs/[^)#]+)", readme))
     assert "docs/troubleshooting.md" in linked and all((ROOT / link).is_file() for link in linked), linked
+
+
+def test_the_tree_passes_the_linter():
+    """Issue 37 item 6: `ruff check` (pyflakes, isort, bugbear; pyproject.toml) over the whole tree, in CI too."""
+    import shutil
+    import subprocess
+    import sys
+    if shutil.which("ruff") is None and subprocess.run([sys.executable, "-m", "ruff", "--version"],
+                                                       capture_output=True).returncode:
+        pytest.skip("ruff is not installed (requirements-dev.txt pins it)")
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:]

@@ -420,7 +420,7 @@ def test_the_order_stage_maps_verdicts_back_to_their_claims(tmp_path, provider, 
     import eval_LJP_order
     import show_results
     from tests.conftest import Harness, sample_cases, write_dataset
-    from tests.fake_provider import between, default_reply
+    from tests.fake_provider import between
 
     def first_line(kind, prompt, body):
         if kind == "ljp_judge":
@@ -760,6 +760,7 @@ def test_the_power_table_on_runs_the_stages_wrote_and_at_holms_level(ranked_root
     a bootstrap variance of the mean of that over 24, and m-a − m-c none. The median of the three is that; MDD =
     (z(1 − α/2) + z(0.8)) · √V, and at α/3 for the ranking of three pairs."""
     from statistics import NormalDist
+
     import show_results
     capsys.readouterr()
     assert show_results.main(["--output-root", str(ranked_root), "--power", "--model", "m-a", "--model", "m-b",

@@ -1,6 +1,5 @@
 """The README's loop over every stage of a run, against `python -m tests.fake_provider` as a server (issue 26
 item 12): it names every stage run per model and run, and every script in it finishes."""
-import os
 import re
 import runpy
 import socket

@@ -12,8 +12,6 @@ import sys
 import time
 from collections import Counter
 
-import pytest
-
 import rejudge
 from lexpilot.benchmark.records import LCA
 from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS

@@ -10,7 +10,6 @@ import json
 import time
 from dataclasses import dataclass
 
-
 MAX_TOKENS = 10 ** 9  # a token count above this is no count (and overflows the prices' floats)
 
 

@@ -109,7 +109,7 @@ def collect_items(root: Path, runs) -> dict[str, list[Item]]:
                 for judged in dcg[number]["rounds"]:
                     item("DCG", dcg_path, number, f"round {judged['round']}", judged["label"],
                          questions[judged["round"]])
-        for setup, results_file, generation_file, field in sorted(LJP_SETUPS, key=lambda s: s[0] == "interaction"):
+        for _setup, results_file, generation_file, field in sorted(LJP_SETUPS, key=lambda s: s[0] == "interaction"):
             (ljp, ljp_path), (generated, _) = records(results_file), records(generation_file)
             for number in selected:
                 if number in ljp and number in generated:

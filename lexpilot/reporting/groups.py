@@ -10,11 +10,11 @@ import numpy as np
 
 from categories import CLASS_LABELS
 from lexpilot.reporting.runs import Run
-from lexpilot.text import counted
 from lexpilot.storage.manifest import (
     COMPARED_MANIFEST_FIELDS,
     compared_setting,
 )
+from lexpilot.text import counted
 
 
 @dataclass

@@ -141,7 +141,9 @@ def cohen_kappa(a: list[str], b: list[str]) -> float | None:
     label), where scikit-learn answers NaN. Every kappa the reports print comes from here."""
     if len(set(a) | set(b)) == 1:
         return None
-    from sklearn.metrics import cohen_kappa_score  # here: importing scikit-learn costs a report 2 s, and few need it
+    from sklearn.metrics import (
+        cohen_kappa_score,  # here: importing scikit-learn costs a report 2 s, and few need it
+    )
     return float(cohen_kappa_score(a, b))
 
 

@@ -66,7 +66,7 @@ def joined(one: list, two: list, adjudication: list) -> tuple[list, list[str]]:
             entry = by_item.setdefault(row["item_id"], {"item_id": row["item_id"], "case_number": row["case_number"],
                                                         "line": line})
             entry.update({f"expert_{expert}_{c}": row[c] for c in EXPERT})
-    for line, row in adjudication:
+    for _line, row in adjudication:
         if row["item_id"] in by_item:
             by_item[row["item_id"]].update({f"adjudicated_{c}": row[f"adjudicated_{c}"] for c in EXPERT})
     rows = []

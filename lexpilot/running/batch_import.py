@@ -8,7 +8,12 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lexpilot.models.calls import CONTEXT_WINDOW, MAX_TOKENS_REFUSED, Usage, malformed_usage
+from lexpilot.models.calls import (
+    CONTEXT_WINDOW,
+    MAX_TOKENS_REFUSED,
+    Usage,
+    malformed_usage,
+)
 from lexpilot.models.replies import MalformedReply, parse_completion
 from lexpilot.running.batch_api import finished_lines
 from lexpilot.storage.checkpoints import CallJournal, CheckpointWriter

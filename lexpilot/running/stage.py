@@ -16,7 +16,14 @@ from lexpilot.benchmark.dataset import Case, load_dataset
 from lexpilot.benchmark.prompts import load_prompts
 from lexpilot.benchmark.records import RECORD_KINDS
 from lexpilot.benchmark.vocabulary import CONDITION_SCRIPTS, ROLES
-from lexpilot.errors import STOPPED, Aborted, CaseFailed, FatalError, HarnessError, own_interrupts
+from lexpilot.errors import (
+    STOPPED,
+    Aborted,
+    CaseFailed,
+    FatalError,
+    HarnessError,
+    own_interrupts,
+)
 from lexpilot.models.calls import ModelCaller, Usage
 from lexpilot.protocols.steps import CaseCalls, Stage
 from lexpilot.running.quote import dry_run_report

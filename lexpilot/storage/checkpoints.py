@@ -77,7 +77,7 @@ class CheckpointWriter:
 
     def close(self) -> None:
         with self.lock:
-            for path, f in self.files.items():
+            for f in self.files.values():
                 try:
                     f.close()
                 except OSError:
