@@ -112,7 +112,7 @@ def test_the_root_holds_the_entry_points_common_categories_folders_and_project_f
     assert all("def main" in (ROOT / s).read_text(encoding="utf-8") or "stage_main" in (ROOT / s).read_text(
         encoding="utf-8") for s in scripts)  # every other .py at the top is an entry point
     assert files - scripts == {"common.py", "categories.py", "README.md", "pytest.ini", "requirements.txt",
-                               "requirements-dev.txt", "requirements-optional.txt"}
+                               "requirements-dev.txt", "requirements-optional.txt", "pyproject.toml"}
     assert {t for t in top if t.endswith("/") and not t.startswith(".")} == {
         "bench/", "data/", "docs/", "lexpilot/", "prompts/", "tests/"}
 

@@ -276,19 +276,41 @@ def test_the_same_judge_rejudged_gives_test_retest_agreement_and_the_judges_shar
     # DCG accuracy: r1 4/6, r2 5/6 (variance between runs (1/6)^2 / 2); re-judged r1 3/6, r2 5/6: the judge's
     # variance is half the mean squared difference, ((1/6)^2 + 0) / 2 / 2 -> half of it
     share = noise["DCG Acc."][4]  # every digit in the CSV: half, up to the float noise of the variances
-    assert float(share) == pytest.approx(50.0) and noise["DCG Acc."][:4] == ["2", "2", f"{(1 / 6) ** 2 / 2:.6f}",
-                                                                                f"{(1 / 6) ** 2 / 4:.6f}"]
-    assert noise["DCG Acc."][8] == f"{(1 / 6) ** 2 / 4:.6f}"  # the rest
+    assert float(share) == pytest.approx(50.0) and noise["DCG Acc."][:2] == ["2", "2"]
+    assert [float(v) for v in noise["DCG Acc."][2:4]] == pytest.approx([(1 / 6) ** 2 / 2, (1 / 6) ** 2 / 4])
+    assert float(noise["DCG Acc."][10]) == pytest.approx((1 / 6) ** 2 / 4)  # the rest
     # case by case: only case 5 varies between runs (0 in r1, 1 in r2: variance ½); the judge's half mean squared
     # difference is ((1 − 0)² + 0) / 2 / 2 = ¼ on case 1: ¼ / ½ = 50%
-    assert float(noise["DCG Acc."][5]) == pytest.approx(50.0)
-    assert all(noise[m][5] == "" for m in ("LCA Macro-F1", "LJP Direct QWK") if m in noise)  # no means of cases
+    assert float(noise["DCG Acc."][7]) == pytest.approx(50.0)
+    assert all(noise[m][7] == "" for m in ("LCA Macro-F1", "LJP Direct QWK") if m in noise)  # no means of cases
     # issue 36 item 3: "a bootstrap interval over cases". On each resample (w_c: how often case c is drawn, of 6)
     # r1 − r2 = −w_5/6 and r1 − its copy = w_1/6, so the share is w_1² / (2 · w_5²), undefined where w_5 = 0. By
     # exact enumeration of the multinomial (w_1, w_5) given w_5 ≥ 1: its 2.5% quantile is 0, its 96.5% quantile
     # 2.0 and its 97.5% 4.5
-    low, high = (float(v) for v in noise["DCG Acc."][6:8])
+    low, high = (float(v) for v in noise["DCG Acc."][5:7])
     assert low == 0.0 and 200.0 <= high <= 450.0
+    # review of issue 36: the case-level share has its own interval. On a resample its sums are w_1 · ¼ and
+    # w_5 · ½, so the share is w_1 / (2 · w_5) (w_5 ≥ 1); by exact enumeration its 2.5% quantile is 0 and its
+    # 96.5% and 99.6% quantiles 1.0 and 1.5
+    low, high = (float(v) for v in noise["DCG Acc."][8:10])
+    assert low == 0.0 and 100.0 <= high <= 150.0
+    # and on the very draws the report made (seed 0, the six cases in order): w_1 / (2 · w_5) per resample
+    import numpy as np
+
+    from lexpilot.reporting.bootstrap import Bootstrap
+    from tests.conftest import sample_cases
+    w = Bootstrap(1000, 0).weights(tuple(sorted(c["case_number"] for c in sample_cases()[:6])))
+    drawn = w[w[:, 4] > 0]
+    assert [low, high] == pytest.approx(list(100 * np.percentile(drawn[:, 0] / (2 * drawn[:, 4]), [2.5, 97.5])))
+    # with six cases the quantiles are coarse (a fixed total would give the same two): on unequal per-case parts,
+    # both sums are taken over each resample's cases
+    from lexpilot.reporting.consistency import case_share_interval
+    cases = tuple("abcdef")
+    total, judge = np.array([.5, .2, 0, .1, .3, 0]), np.array([.1, 0, .05, .2, 0, .1])
+    w = Bootstrap(1000, 0).weights(cases)
+    w = w[w @ total > 0]  # a resample with no variance between runs has no share
+    assert list(case_share_interval(Bootstrap(1000, 0), cases, total, judge)) == pytest.approx(
+        list(np.percentile((w @ judge) / (w @ total), [2.5, 97.5])))
 
 
 @pytest.fixture
@@ -331,7 +353,7 @@ def test_a_judges_share_above_the_whole_is_shown_as_estimated_and_marked(reteste
     assert float(noise["DCG Acc."][4]) == pytest.approx(200.0)
     # case by case: case 5's variance ½ between runs; the judge's ¼ on each of cases 1 and 2: ½ / ½ = 100%, where
     # the run-level estimate, from two runs, says 200%
-    assert float(noise["DCG Acc."][5]) == pytest.approx(100.0)
+    assert float(noise["DCG Acc."][7]) == pytest.approx(100.0)
     assert show_results_main(["--output-root", str(root), "--consistency", "--table", "judge_noise", "--width", "0"]) == 0
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("m ") and "DCG Acc." in line)
     assert "200.0% (outside 0-100%: noise)" in line
@@ -385,6 +407,11 @@ def test_rejudges_by_one_judge_are_one_group_shown_in_the_judge_tables_only(rete
     (table,) = json_module.loads(capsys.readouterr().out)["tables"]
     assert table["id"] == "judge_sensitivity" and table["part"].startswith("m · re-judged by ")
     assert "(r1 → r1-again, r2 → r2-again)" in table["title"]
+    # review of issue 36: nor are they a model of the consistency table, where they set the common k of pass^k
+    assert show_results_main(["--output-root", str(root), "--format", "csv", "--table", "consistency",
+                              "--consistency", "--include-rejudged"]) == 0
+    labels = {r[0] for r in rows_of(capsys.readouterr().out, "Consistency over runs")}
+    assert labels == {"m"}, labels
 
 
 def csv_rows(out: str) -> list[list[str]]:

@@ -49,7 +49,8 @@ def pass_hat(right: list[int], runs: int, k: int) -> float:
 
 def consistency_table(groups: list[Group]) -> Table:
     rows = []
-    standard = [g for g in groups if g.condition == "standard" and len(g.runs) > 1]
+    # a re-judged group is the judge's analysis (the judge tables), neither a model here nor what sets the common k
+    standard = [g for g in groups if g.condition == "standard" and len(g.runs) > 1 and not g.rejudged]
     most = max((len(g.runs) for g in standard), default=2)
     common = min((len(g.runs) for g in standard), default=2)
     for g in standard:
@@ -106,28 +107,33 @@ def judge_noise_table(groups: list[Group], metrics, boot: Bootstrap) -> Table | 
             judge_var = float(np.mean([(a - b) ** 2 for a, b, _, _ in values]) / 2)
             total = stat["sd"] ** 2
             share = judge_var / total if total > 0 else None
-            rows.append([sources.label, name, str(stat["n"]), str(len(values)), f"{total:.{VARIANCE}f}",
-                         f"{judge_var:.{VARIANCE}f}", share_cell(share),
-                         share_cell(case_level_share(sources, [(a, b) for _, _, a, b in values], key)),
-                         percent_interval(share_interval(boot, sources, [(a, b) for _, _, a, b in values], key)),
-                         f"{total - judge_var:.{VARIANCE}f}"])
+            copies = [(a, b) for _, _, a, b in values]
+            by_case = case_level_parts(sources, copies, key)
+            rows.append([sources.label, name, str(stat["n"]), str(len(values)), number_cell(total, VARIANCE),
+                         number_cell(judge_var, VARIANCE), share_cell(share),
+                         percent_interval(share_interval(boot, sources, copies, key)),
+                         share_cell(None if by_case is None else case_share(*by_case[1:])),
+                         percent_interval(None if by_case is None else case_share_interval(boot, *by_case)),
+                         number_cell(total - judge_var, VARIANCE)])
     if not rows:
         return None
     return Table("judge_noise", "Judge noise: each metric's variance between runs, and the judge's share of it from "
                  "runs re-judged with the same judge (half the mean squared difference between a run and its "
-                 "re-judged copy; the rest is generation and simulation), with a 95% bootstrap interval over cases, "
-                 "and the case-level estimate (both variances summed case by case: steadier with few runs; n/a for "
-                 "a metric that is no mean over cases); a share outside 0-100% is shown as estimated and marked: "
-                 "too few runs (see docs/statistics.md)",
+                 "re-judged copy; the rest is generation and simulation), and the case-level estimate (both "
+                 "variances summed case by case: steadier with few runs; n/a for a metric that is no mean over "
+                 "cases), each with its 95% bootstrap interval over cases; a share outside 0-100% is shown as "
+                 "estimated and marked: too few runs (see docs/statistics.md)",
                  ["Model", "Metric", "Runs", "Re-judged runs", "Variance between runs", "Judge's variance",
-                  "Judge's share", "Case-level share", "95% interval", "The rest"], rows)
+                  "Judge's share", "95% interval", "Case-level share", "Case-level 95% interval", "The rest"], rows)
 
 
-def case_level_share(sources: Group, pairs: list[tuple[Run, Run]], key: tuple) -> float | None:
-    """The judge's share from the cases one by one: for a metric that is a mean over cases (each case's own value
-    defined, as DCG accuracy, Acc_C, Acc_U), the run-to-run variance of each case's value and the judge's half mean
-    squared difference, each summed over the cases, divided. The case-to-case covariances the run-level estimate
-    holds, which are only noise here, drop out; None for another metric (QWK, Macro-F1)."""
+def case_level_parts(sources: Group, pairs: list[tuple[Run, Run]], key: tuple) \
+        -> tuple[tuple[str, ...], np.ndarray, np.ndarray] | None:
+    """The judge's share from the cases one by one, in parts: for a metric that is a mean over cases (each case's
+    own value defined, as DCG accuracy, Acc_C, Acc_U), the cases, each case's run-to-run variance and each case's
+    half mean squared difference between a run and its copy. Summed over the cases and divided, they give the
+    case-level share: the case-to-case covariances the run-level estimate holds drop out, which assumes the cases
+    of a run vary independently (their covariances are then only noise). None for another metric (QWK, Macro-F1)."""
     task, metric, _ = key
 
     def per_case(run: Run) -> dict | None:
@@ -140,10 +146,22 @@ def case_level_share(sources: Group, pairs: list[tuple[Run, Run]], key: tuple) -
     copies = [(per_case(a), per_case(b)) for a, b in pairs]
     if any(v is None for v in runs) or any(a is None or b is None for a, b in copies):
         return None
-    cases = sorted(set.intersection(*(set(v) for v in runs + [x for pair in copies for x in pair])))
-    total = sum(np.var([v[c] for v in runs], ddof=1) for c in cases)
-    judge = sum(np.mean([(a[c] - b[c]) ** 2 for a, b in copies]) / 2 for c in cases)
-    return float(judge / total) if total > 0 else None
+    cases = tuple(sorted(set.intersection(*(set(v) for v in runs + [x for pair in copies for x in pair]))))
+    total = np.array([np.var([v[c] for v in runs], ddof=1) for c in cases])
+    judge = np.array([np.mean([(a[c] - b[c]) ** 2 for a, b in copies]) / 2 for c in cases])
+    return cases, total, judge
+
+
+def case_share(total: np.ndarray, judge: np.ndarray) -> float | None:
+    return float(judge.sum() / total.sum()) if total.sum() > 0 else None
+
+
+def case_share_interval(boot: Bootstrap, cases: tuple, total: np.ndarray, judge: np.ndarray):
+    """The case-level share's 95% percentile interval: both sums taken over the resampled cases."""
+    weights = boot.weights(cases)
+    drawn_total, drawn_judge = weights @ total, weights @ judge
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return percentile_interval(np.where(drawn_total > 0, drawn_judge / drawn_total, np.nan))
 
 
 def share_cell(share: float | None) -> Figure:

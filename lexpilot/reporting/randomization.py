@@ -19,6 +19,7 @@ from lexpilot.errors import HarnessError
 from lexpilot.reporting.groups import Group
 from lexpilot.reporting.runs import OVERALL
 from lexpilot.reporting.scoring import TASKS
+from lexpilot.text import counted
 
 MAX_PERMUTATIONS = 100_000  # beyond, a report takes minutes; a larger --alpha or fewer pairs is the way out
 CHUNK = 10_000  # permutations evaluated at once: bounds the memory of a pair's test
@@ -39,10 +40,10 @@ def check_permutations(asked: int | None, pairs: int, alpha: float) -> int:
     if pairs == 0:
         return asked or needed
     if needed > MAX_PERMUTATIONS and (asked is None or asked < needed):
-        raise HarnessError(f"--rank: {pairs} pairs at --alpha {alpha:g} need {needed:,} permutations, above the "
+        raise HarnessError(f"--rank: {counted(pairs, 'pair')} at --alpha {alpha:g} need{'s' * (pairs == 1)} {needed:,} permutations, above the "
                            f"cap of {MAX_PERMUTATIONS:,}: use a larger --alpha, or rank fewer models (--model)")
     if asked is not None and asked < needed:
-        raise HarnessError(f"--rank: {pairs} pairs at --alpha {alpha:g} need at least {needed:,} permutations "
+        raise HarnessError(f"--rank: {counted(pairs, 'pair')} at --alpha {alpha:g} need{'s' * (pairs == 1)} at least {needed:,} permutations "
                            f"((B + 1) ≥ 20 · pairs / alpha), got --permutations {asked:,}; leave it out to have "
                            "it chosen")
     return asked or needed

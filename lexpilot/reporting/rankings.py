@@ -124,12 +124,7 @@ def comparable_sets(groups: list[Group]) -> list[list[Group]]:
 def pair_tests(groups: list[Group], boot: Bootstrap, test: Randomization, key: tuple, metric: str) -> list[PairTest]:
     """Every pair of one comparable set (A ranked above B by mean) on one metric, Holm-adjusted together."""
     tests = []
-    for a, b in itertools.combinations(groups, 2):
-        mean_a, mean_b = (a.stat(key) or {}).get("mean"), (b.stat(key) or {}).get("mean")
-        if why_not_comparable(a, b) or mean_a is None or mean_b is None:
-            continue
-        if mean_b > mean_a:
-            a, b = b, a
+    for a, b in ordered_pairs(groups, key):
         result = paired_difference(boot, (a, key), (b, key))
         if result is None:
             continue
@@ -138,6 +133,15 @@ def pair_tests(groups: list[Group], boot: Bootstrap, test: Randomization, key: t
     for t, adjusted in zip(defined, holm([t.p for t in defined])):
         t.p_holm = adjusted
     return tests
+
+
+def ordered_pairs(groups: list[Group], key: tuple):
+    """Every comparable pair of one set with both means defined, the higher mean first (A − B ≥ 0)."""
+    for a, b in itertools.combinations(groups, 2):
+        mean_a, mean_b = (a.stat(key) or {}).get("mean"), (b.stat(key) or {}).get("mean")
+        if why_not_comparable(a, b) or mean_a is None or mean_b is None:
+            continue
+        yield (b, a) if mean_b > mean_a else (a, b)
 
 
 def headline_keys(by_class: list[str] | None = None):
