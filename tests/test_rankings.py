@@ -407,6 +407,11 @@ def test_rejudges_by_one_judge_are_one_group_shown_in_the_judge_tables_only(rete
     (table,) = json_module.loads(capsys.readouterr().out)["tables"]
     assert table["id"] == "judge_sensitivity" and table["part"].startswith("m · re-judged by ")
     assert "(r1 → r1-again, r2 → r2-again)" in table["title"]
+    # review of issue 36: a re-judged copy named alone is labelled as one, not as the model's own runs
+    assert show_results_main(["--output-root", str(root), "--format", "csv", "--table", "main", "--run-id",
+                              "r2-again"]) == 0
+    (alone,) = [r[0] for r in rows_of(capsys.readouterr().out, "Main results")]
+    assert alone.startswith("m · re-judged by "), alone
     # review of issue 36: nor are they a model of the consistency table, where they set the common k of pass^k
     assert show_results_main(["--output-root", str(root), "--format", "csv", "--table", "consistency",
                               "--consistency", "--include-rejudged"]) == 0

@@ -114,8 +114,8 @@ def group_label(group: Group, groups: list[Group]) -> str:
     first group (re-judged by a judge, another temperature, other code), not by a number."""
     siblings = [g for g in groups if g.model == group.model and g.condition == group.condition]
     label = group.model if group.condition == "standard" else f"{group.model} ({group.condition} user)"
-    if len(siblings) == 1 or siblings[0] is group:
-        return label
+    if len(siblings) == 1 or siblings[0] is group:  # a re-judged copy shown alone still says it is one
+        return f"{label} · {difference_text(group, group)}" if group.rejudged else label
     text = difference_text(group, siblings[0])
     clash = any(difference_text(g, siblings[0]) == text for g in siblings[1:] if g is not group)
     return f"{label} · {text}" + (f" #{siblings.index(group) + 1}" if clash else "")
