@@ -2,6 +2,7 @@
 most 3 s. Use a cache of verified, parsed records keyed by each file's identity ..., invalidated by any change.
 The cache is never trusted for a file that changed, and is tested so." On runs the stage scripts wrote."""
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,24 @@ def test_the_cache_can_be_turned_off_and_the_viewer_reads_the_records(report, mo
     monkeypatch.setenv("LEXPILOT_CACHE", str(tmp_path / "scores"))
     show()
     assert show("--html", str(tmp_path / "site"))[1] == 1  # the site shows records: scored from them
+
+
+def test_entries_unused_for_30_days_are_removed_and_a_read_keeps_one(report):
+    """Review of issue 36: the cache grew without limit (a benchmark's temporary roots leave one entry per run). An
+    entry neither read nor written for 30 days is removed when a report stores a score; a read keeps it in use."""
+    from lexpilot.reporting import score_cache
+    _, show = report
+    folder = Path(os.environ["LEXPILOT_CACHE"])
+    show()
+    (entry,) = folder.glob("*.pickle")
+    month = time.time() - 31 * 24 * 3600
+    os.utime(entry, (month, month))
+    assert show()[1] == 0 and entry.stat().st_mtime > month + 24 * 3600  # read from the cache: in use again
+    stale, recent = folder / "stale.pickle", folder / "recent.pickle"
+    for path, when in ((stale, month), (recent, time.time() - 29 * 24 * 3600)):
+        path.write_bytes(b"x")
+        os.utime(path, (when, when))
+    score_cache.pruned.cache_clear()  # a new process
+    entry.write_bytes(b"\0" * 32 + entry.read_bytes()[32:])  # a miss, so the report stores, and prunes
+    assert show()[1] == 1
+    assert not stale.exists() and recent.exists() and entry.exists()

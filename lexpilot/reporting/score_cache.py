@@ -4,7 +4,8 @@ file the run's scoring reads (each read whole, so a changed byte is a changed ke
 the dataset's inputs it was checked against, and the reporting code. A key that differs is a miss: the run is
 scored from its records and the entry replaced. Entries are signed with a key only this user can read, so an entry
 copied from elsewhere is never loaded (a pickle runs code). LEXPILOT_CACHE=off turns the cache off;
-LEXPILOT_CACHE=DIR puts it in DIR.
+LEXPILOT_CACHE=DIR puts it in DIR. An entry neither read nor written for 30 days is removed, so the cache does
+not grow with every output root ever reported (a benchmark's temporary roots included).
 """
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ import json
 import os
 import pickle
 import secrets
+import time
 from pathlib import Path
 
 from lexpilot.benchmark.records import RECORD_KINDS
 from lexpilot.reporting.runs import Run
 
 PACKAGE = Path(__file__).resolve().parents[1]  # lexpilot/: scoring is a function of its code too
+UNUSED_FOR = 30 * 24 * 3600  # seconds: an entry neither read nor written for this long is removed
 
 
 def cache_folder() -> Path | None:
@@ -90,7 +93,25 @@ def cached_score(run: Run, root: Path, key: str) -> Run | None:
         stored_key, scored = pickle.loads(body)
     except (OSError, ValueError, pickle.UnpicklingError, EOFError, TypeError):
         return None
-    return scored if stored_key == key else None
+    if stored_key != key:
+        return None
+    try:
+        os.utime(entry_path(folder, root, run))  # read: in use, kept by the pruning
+    except OSError:
+        pass
+    return scored
+
+
+@functools.lru_cache(maxsize=None)
+def pruned(folder: Path) -> None:
+    """The entries unused for UNUSED_FOR removed, once per process and folder (what cannot be removed stays)."""
+    cutoff = time.time() - UNUSED_FOR
+    for path in folder.glob("*.pickle"):
+        try:
+            if path.stat().st_mtime < cutoff:
+                path.unlink()
+        except OSError:
+            pass
 
 
 def store_score(run: Run, root: Path, key: str) -> None:
@@ -98,6 +119,7 @@ def store_score(run: Run, root: Path, key: str) -> None:
     folder = cache_folder()
     if folder is None or run.saved is not None:
         return
+    pruned(folder)
     try:
         body = pickle.dumps((key, run), protocol=pickle.HIGHEST_PROTOCOL)
         path = entry_path(folder, root, run)
