@@ -3,17 +3,14 @@
 Writes what eval_LJP_direct.py, eval_LJP_gold.py and eval_LJP_interaction.py write.
 Interaction-Based needs LexAwN_gen.py to have finished for this run; the other two do not.
 """
-import dataclasses
 import sys
 
 from common import STOPPED, stage_main
-from lexpilot.protocols.ljp import DIRECT_STAGE, GOLD_STAGE, INTERACTION_LJP_STAGE
+from lexpilot.protocols.catalog import ENTRY_POINTS
 
-# Run from this script (its code is what the code hash compares), with the same options for each, so no
-# --user-condition: a non-ideal run's Interaction-Based LJP is run with eval_LJP_interaction.py (Direct and
-# Gold-Standard belong to standard runs).
-STAGES = tuple(dataclasses.replace(stage, script="eval_LJP.py", user_condition=False)
-               for stage in (DIRECT_STAGE, GOLD_STAGE, INTERACTION_LJP_STAGE))
+# Run from this script, with the same options for each, so no --user-condition: a non-ideal run's Interaction-Based
+# LJP is run with eval_LJP_interaction.py (Direct and Gold-Standard belong to standard runs). Declared in the catalog.
+STAGES = ENTRY_POINTS["eval_LJP"]
 
 if __name__ == "__main__":
     status = 0

@@ -10,17 +10,26 @@ import sys
 
 import pytest
 
+from lexpilot.protocols.catalog import ENTRY_POINTS
 from lexpilot.storage import code
 from tests.conftest import ROOT, Harness
 
-STAGE_SCRIPTS = ["LexAwN_gen.py", "eval_LCA.py", "eval_DCG.py", "eval_LJP_direct.py", "eval_LJP_gold.py",
-                 "eval_LJP_interaction.py", "eval_LJP.py", "eval_LJP_behaviour.py", "eval_plain.py",
-                 "eval_focal_types.py", "audit_simulator.py", "rejudge.py", "user_probes.py", "eval_LJP_order.py"]
+STAGE_SCRIPTS = [f"{name}.py" for name in ENTRY_POINTS]  # the stage catalog is the one list (issue 37 item 3)
 
 
 def stages_of(script: str) -> list:
-    module = importlib.import_module(script[:-3])
-    return list(getattr(module, "STAGES", None) or [module.STAGE])  # eval_LJP.py runs three
+    return list(ENTRY_POINTS[script[:-3]])  # eval_LJP.py runs three
+
+
+def test_every_stage_script_is_in_the_catalog_with_the_stages_it_runs():
+    """A stage script the catalog does not list would be outside the code-hash and prompt guards: every script at
+    the top that hands a stage to stage_main is there, declaring what it runs."""
+    scripts = sorted(p.name for p in ROOT.glob("*.py") if "stage_main(" in p.read_text(encoding="utf-8")
+                     and p.name != "common.py")
+    assert scripts == sorted(STAGE_SCRIPTS)
+    for script in scripts:
+        module = importlib.import_module(script[:-3])
+        assert list(getattr(module, "STAGES", None) or [module.STAGE]) == stages_of(script), script
 # What every stage runs whatever its steps: the runner, batch mode, model calls, storage, the benchmark's data
 RUN_BY_EVERY_STAGE = {"common.py", "lexpilot/running/stage.py", "lexpilot/running/state.py",
                       "lexpilot/running/batching.py", "lexpilot/running/quote.py", "lexpilot/models/calls.py",

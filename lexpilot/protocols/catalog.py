@@ -1,19 +1,25 @@
 """Every stage run per evaluated model and run from the dataset alone, by the entry point that runs it: the grid
 quote's `--stages` takes these names. The paper's grid is what the README's loop runs (LexAwN_gen.py, eval_DCG.py,
-eval_LJP.py); the validation stages come after. Re-judging (it needs a source run) and the probe study (an expert
-file, no evaluated model) are not run per model and run, so they are not here.
+eval_LJP.py); the validation stages come after. Re-judging (it needs a source run), the probe study (an expert
+file, no evaluated model) and eval_LCA.py (it judges LexAwN's saved responses again) are not run per model and run
+from the dataset alone: they are OTHER_STAGES. ENTRY_POINTS is every stage script and what it runs, the one list the
+tests' guards (code hash, prompts) read.
 """
 from __future__ import annotations
+
+import dataclasses
 
 from lexpilot.errors import HarnessError
 from lexpilot.protocols.audit import AUDIT_STAGE
 from lexpilot.protocols.behaviour import BEHAVIOUR_STAGE
-from lexpilot.protocols.consultation import LEXAWN_STAGE
+from lexpilot.protocols.consultation import LCA_STAGE, LEXAWN_STAGE
 from lexpilot.protocols.dcg import DCG_STAGE
 from lexpilot.protocols.focal_types import FOCAL_TYPE_STAGE
 from lexpilot.protocols.ljp import DIRECT_STAGE, GOLD_STAGE, INTERACTION_LJP_STAGE
 from lexpilot.protocols.order import ORDER_STAGE
 from lexpilot.protocols.plain import PLAIN_STAGE
+from lexpilot.protocols.probes import PROBE_STAGE
+from lexpilot.protocols.rejudging import REJUDGE_STAGE
 from lexpilot.protocols.steps import Stage
 
 # entry point (without .py) -> the stages it runs, in order
@@ -33,6 +39,12 @@ SINGLE_LJP = {"eval_LJP_direct": (DIRECT_STAGE,), "eval_LJP_gold": (GOLD_STAGE,)
               "eval_LJP_interaction": (INTERACTION_LJP_STAGE,)}
 GRID_STAGES = {**PAPER_GRID, **SINGLE_LJP, **VALIDATION_STAGES}
 STAGE_SETS = {"paper": tuple(PAPER_GRID), "all": (*PAPER_GRID, *VALIDATION_STAGES)}
+OTHER_STAGES = {"eval_LCA": (LCA_STAGE,), "rejudge": (REJUDGE_STAGE,), "user_probes": (PROBE_STAGE,)}
+# eval_LJP.py by hand runs the three setups as its own stages: its code is what their code hash compares, with the same
+# options for each, so no --user-condition (a non-ideal run's Interaction-Based LJP is eval_LJP_interaction.py's)
+BY_HAND = {"eval_LJP": tuple(dataclasses.replace(stage, script="eval_LJP.py", user_condition=False)
+                             for stage in PAPER_GRID["eval_LJP"])}
+ENTRY_POINTS: dict[str, tuple[Stage, ...]] = {**GRID_STAGES, **BY_HAND, **OTHER_STAGES}
 
 
 def stages_named(names: list[str]) -> list[Stage]:
