@@ -84,7 +84,7 @@ def rejudge_chains(runs: list[Run]) -> list[list[tuple[int, Run]]]:
     for i in range(len(runs)):
         line = lineage(i)
         chains.setdefault(line[-1], []).append(line)
-    return [[(i, runs[i]) for i in sorted((line[0] for line in lines), key=lambda i: (len(lineage(i)), i))]
+    return [[(line[0], runs[line[0]]) for line in sorted(lines, key=lambda line: (len(line), line[0]))]
             for lines in chains.values()]
 
 

@@ -96,9 +96,9 @@ def case_renderer(cases: dict[str, Case]) -> Render:
             pages.transcripts[n] = transcript(rr, case, n, key_details(case), source, place)
             pages.infos[n] = run_info(rr.settings, records, n)
             pages.rows[n] = outcomes(rr, n)
-            found = [rec for kind in records.values() for rec in [kind.get(n)] if rec]
-            if found:
-                pages.causes[n] = found[0].get("cause_of_action")
+            found = None if case else next((rec for kind in records.values() if (rec := kind.get(n))), None)
+            if found:  # the cause as the records say, for a site without the dataset
+                pages.causes[n] = found.get("cause_of_action")
             if source_of(run.manifest):
                 pages.disagrees[n] = disagreements(records, source, n)
         return pages
