@@ -19,9 +19,8 @@ leave_quietly_on_interrupt(os.path.dirname(os.path.abspath(__file__)))  # before
 from lexpilot.benchmark.dataset import load_dataset
 from lexpilot.errors import HarnessError
 from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS, stages_named
-from lexpilot.reporting.quote_tables import drawn_quote
-from lexpilot.reporting.renderings import RENDERINGS, TEXT_WIDTH, render_text
-from lexpilot.reporting.table import Table
+from lexpilot.reporting.quote_tables import quote_text
+from lexpilot.reporting.renderings import RENDERINGS, TEXT_WIDTH
 from lexpilot.running.grid_quote import (
     Timing,
     check_rate_limits,
@@ -70,10 +69,7 @@ def main(argv=None) -> int:
     except HarnessError as e:
         print(f"quote_grid: {e}", file=sys.stderr)
         return 2
-    notes = Table("grid_quote_notes", "Time, and what the quote leaves out", ["Note"],  # the text wraps each note
-                  [[note] for note in quote_notes(parts, timing)])
-    tables = drawn_quote(quote_tables(parts)) + [notes]
-    print(render_text(tables, args.width or 10**9) if args.format == "text" else RENDERINGS[args.format](tables))
+    print(quote_text(quote_tables(parts), quote_notes(parts, timing), args.format, args.width))
     return 1 if any(p.refused for p in parts) else 0  # a stage that would refuse to run is not quoted
 
 

@@ -275,7 +275,7 @@ def test_rate_limit_push_back_is_waited_out_beyond_the_retry_budget():
         caller = _caller(p, retries=1)
         assert caller.chat("eval", "x", Usage()).text == "?"
         assert p.statuses[429] == 6 and caller.progress.retries == 6
-        assert caller.throttles[p.base_url].last_cut > 0  # the shared limit was cut
+        assert caller.endpoints.limiters[(p.base_url,)].last_cut > 0  # the shared limit was cut
 
 
 def test_429_without_retry_after_uses_the_retry_budget():

@@ -43,7 +43,7 @@ def test_a_retry_after_beyond_the_cap_is_a_transient_failure_without_a_stage_pau
         with pytest.raises(Exception, match=rf"provider asks to wait [\d.]+ {shown.split()[-1]}"):
             caller.chat("eval", "x", Usage())
         assert time.monotonic() - started < 3 and len(p.requests) == 3  # retries 2: three attempts, no more
-        assert caller.throttles[p.base_url].resume_at <= time.monotonic()  # no worker was paused
+        assert caller.endpoints.limiters[(p.base_url,)].resume_at <= time.monotonic()  # no worker was paused
 
 
 @pytest.mark.parametrize("key, problem", [(SECRET + "\n", "ends with a line break"),

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 
 from lexpilot.errors import Aborted, CaseFailed, FatalError
+from lexpilot.models.limits import Endpoints, request_tokens
 from lexpilot.models.replies import (
     DeadlineExceeded,
     MalformedReply,
@@ -105,42 +106,20 @@ class Usage:
                      e.get("reasoning_tokens", 0), e.get("batched_calls", 0), e.get("cached_prompt_tokens", 0))
 
 
-class Throttle:
-    """Requests in flight to one endpoint: on HTTP 429 every worker waits out Retry-After and the limit
-    halves; a stream the endpoint cut short (a server with fewer slots than requests) lowers the limit below
-    what was in flight; each success raises it again (AIMD), so a pushing-back endpoint is not hammered."""
+@dataclass
+class Sharing:
+    """What the calls of many stages at once share (the grid): each endpoint's limiter, the budget, and the stop that
+    lets no new call start (a first Ctrl-C) while the calls in flight end and are journalled."""
+    endpoints: Endpoints
+    budget: Budget | None = None
+    draining: threading.Event = field(default_factory=threading.Event)
+    answered: Usage = field(default_factory=lambda: Usage())  # by model id: every call answered, for the display
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def __init__(self, limit: int):
-        self.max_limit, self.limit, self.in_flight = limit, float(limit), 0
-        self.resume_at = self.last_cut = 0.0
-        self.cond = threading.Condition()
-
-    def acquire(self, abort: threading.Event) -> None:
-        with self.cond:
-            while True:
-                if abort.is_set():
-                    raise Aborted()
-                wait = self.resume_at - time.monotonic()
-                if wait <= 0 and self.in_flight < int(self.limit):
-                    self.in_flight += 1
-                    return
-                self.cond.wait(min(max(wait, 0.01), 0.5))
-
-    def release(self, pushed_back: str | None = None, pause: float | None = None) -> None:
-        """`pushed_back`: "rate" (HTTP 429, pause = its Retry-After, already capped) or "slots"."""
-        with self.cond:
-            now = time.monotonic()
-            if pushed_back == "slots":  # the server has fewer slots than requests: it never grows them
-                self.limit = self.max_limit = max(1.0, min(self.limit, self.in_flight - 1))
-            elif pushed_back == "rate":
-                pause = pause if pause is not None else 1.0
-                self.resume_at = max(self.resume_at, now + pause)
-                if now - self.last_cut > pause:  # one cut per push-back, not one per rejected request
-                    self.limit, self.last_cut = max(1.0, self.limit / 2), now
-            else:
-                self.limit = min(self.max_limit, self.limit + 1 / self.limit)
-            self.in_flight -= 1
-            self.cond.notify_all()
+    def count(self, model: str, reply: Reply) -> None:
+        with self.lock:
+            self.answered.add(model, reply.prompt_tokens or 0, reply.completion_tokens or 0,
+                              unreported=int(reply.prompt_tokens is None), cached_tokens=reply.cached_tokens or 0)
 
 
 def request_body(role: Role, prompt: str | list[dict], token_field: str = "max_tokens") -> dict:
@@ -186,12 +165,16 @@ class ModelCaller:
     and reply passes through the settings' redaction of API keys."""
 
     def __init__(self, settings: Settings, progress, abort: threading.Event,  # progress: runner.Progress
-                 clients: dict | None = None, token_fields: dict | None = None):
+                 clients: dict | None = None, token_fields: dict | None = None, sharing: Sharing | None = None,
+                 cell=None):
         import openai  # imported here so that offline commands (validation, results) never need it
         self.openai = openai
         self.settings, self.progress, self.abort = settings, progress, abort
-        self.throttles = {url: Throttle(settings.transport.concurrency * 2)
-                          for url in {r.base_url for r in settings.roles.values()}}
+        # one limiter per base URL for a stage on its own; the grid's, per endpoint, shared by all its cells
+        self.endpoints = sharing.endpoints if sharing else Endpoints(lambda role: settings.transport.concurrency * 2)
+        self.limiters = {role: self.endpoints.of(r) for role, r in settings.roles.items()}
+        self.cell, self.sharing = cell, sharing
+        self.draining = sharing.draining if sharing else threading.Event()
         # Every client is built here, before any worker starts: nothing is built lazily across threads.
         self.clients = clients or {
             role: openai.OpenAI(base_url=r.base_url, api_key=r.api_key or "EMPTY", timeout=settings.transport.timeout,
@@ -203,7 +186,8 @@ class ModelCaller:
         self.token_fields = {role: "max_tokens" for role in settings.roles} | (token_fields or {})
         self.lock = threading.Lock()
         self.said: set[str] = set()  # the topics of lines said once (malformed usage, per role)
-        self.budget = Budget(settings.spending.max_cost, settings.spending.prices) if settings.spending.max_cost is not None else None
+        self.budget = sharing.budget if sharing else Budget(settings.spending.max_cost, settings.spending.prices) \
+            if settings.spending.max_cost is not None else None
         try:
             import httpx2 as httpx  # what the openai 3.x SDK is built on
         except ImportError:
@@ -259,24 +243,47 @@ class ModelCaller:
                 rate_limited += 1  # the throttle makes every worker wait out Retry-After
                 continue
             attempt += 1
-            if attempt < attempts and self.abort.wait(backoff_seconds(attempt - 1, last.retry_after,
-                                                                      self.settings.transport.backoff_base)):
+            if attempt < attempts and self._paused(backoff_seconds(attempt - 1, last.retry_after,
+                                                                   self.settings.transport.backoff_base)):
                 raise Aborted()
         raise CaseFailed(f"{role.describe()}: {last.problem} (after {counted(attempts, 'attempt')}"
                          + (f" and {rate_limited} rate-limited ones)" if rate_limited else ")")
                          + self._failure_hint(role, last))
 
+    def stopped(self) -> bool:
+        """No new call: the stage is stopping, or the grid is draining."""
+        return self.abort.is_set() or self.draining.is_set()
+
+    def _paused(self, seconds: float) -> bool:
+        """Wait out a backoff; True when a stop came first."""
+        deadline = time.monotonic() + seconds
+        while not self.stopped():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self.abort.wait(min(left, 0.2))
+        return True
+
     def _attempt(self, role: Role, prompt: str | list[dict], usage: Usage) -> Attempt:
-        """One request, within the endpoint's throttle and the budget; what came of it."""
-        reserved = self.budget.reserve(role.model, len(str(prompt)), role.max_tokens) if self.budget else 0.0
+        """One request, within the endpoint's limiter and the budget; what came of it."""
+        limiter, counted_tokens = self.limiters[role.name], request_tokens(len(str(prompt)), role.max_tokens)
+        limiter.acquire(self.stopped, self.cell, counted_tokens)  # before the budget: a wait reserves nothing
+        try:
+            reserved = self.budget.reserve(role.model, len(str(prompt)), role.max_tokens) if self.budget else 0.0
+        except FatalError:
+            limiter.release()
+            raise
         token_field = self.token_fields[role.name]
         outcome = Attempt()
-        self.throttles[role.base_url].acquire(self.abort)
         self.progress.update(in_flight=1)
         try:
             outcome = self._accepted(role, self._request(role, prompt, token_field), usage)
         except self.openai.APIStatusError as e:
-            outcome = self._status_error(role, e, token_field)
+            try:
+                outcome = self._status_error(role, e, token_field)
+            except FatalError as fatal:  # what every call to this endpoint would meet: the grid's cells stop too
+                limiter.fail(str(fatal))
+                raise
         except (self.openai.APITimeoutError, TimeoutError, self.transport_errors[0]):
             outcome = Attempt(problem=f"no response within --timeout {self.settings.transport.timeout:g}s")
         except DeadlineExceeded:
@@ -295,7 +302,11 @@ class ModelCaller:
             raise Aborted() from None
         finally:
             self.progress.update(in_flight=-1, **({"answered": 1} if outcome.answered else {}))
-            self.throttles[role.base_url].release(outcome.pushed_back, outcome.retry_after)
+            answered = outcome.answered
+            used = (answered.prompt_tokens or 0) + (answered.completion_tokens or 0) if answered else 0
+            limiter.release(outcome.pushed_back, outcome.retry_after, used - counted_tokens)
+            if self.sharing and answered:
+                self.sharing.count(role.model, answered)
             if self.budget:  # an answered call costs what it reports; an unanswered one its worst case
                 reply = outcome.answered
                 self.budget.settle(reserved, role.model, reply.prompt_tokens if reply else None,

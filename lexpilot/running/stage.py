@@ -24,7 +24,7 @@ from lexpilot.errors import (
     HarnessError,
     own_interrupts,
 )
-from lexpilot.models.calls import ModelCaller, Usage
+from lexpilot.models.calls import ModelCaller, Sharing, Usage
 from lexpilot.protocols.steps import CaseCalls, Stage
 from lexpilot.running.quote import dry_run_report
 from lexpilot.running.state import StageState, load_state, read_only_state, run_case
@@ -110,10 +110,12 @@ def _format_usage(usage: Usage) -> str:
     return "; ".join(parts) or "no calls"
 
 
-def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out=None, err=None) -> int:
+def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out=None, err=None,
+              sharing: Sharing | None = None, cell=None) -> int:
     """Load, resume, run every pending case of the stage's steps, save; returns the exit status.
 
-    `clients` (role -> OpenAI-compatible client) replace the ones built from the settings (tests).
+    `clients` (role -> OpenAI-compatible client) replace the ones built from the settings (tests); `sharing` is
+    what the grid's cells share (endpoint limiters, budget, draining), `cell` this stage's turn at them.
     """
     name = stage.name
     out, err = out or sys.stdout, err or sys.stderr
@@ -152,7 +154,7 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
         if settings.batching.enabled:
             from lexpilot.running import batching
             return batching.run_cycles(name, state, clients, settings, out, err, run_case)
-        return _execute(name, state, clients, out, err)
+        return _execute(name, state, clients, out, err, sharing, cell)
 
 
 @dataclass
@@ -266,7 +268,7 @@ def _run_pool(name: str, pending: list[Case], workers: Workers, err) -> None:
     pool.shutdown()
 
 
-def _execute(name: str, state: StageState, clients, out, err) -> int:
+def _execute(name: str, state: StageState, clients, out, err, sharing: Sharing | None = None, cell=None) -> int:
     settings = state.settings
     pending = state.pending()
     skipped = len(state.cases) - len(pending)
@@ -280,7 +282,8 @@ def _execute(name: str, state: StageState, clients, out, err) -> int:
     progress = Progress(name, len(pending), err)
     abort = threading.Event()
     transport = read_manifest(state.manifest_path).get("token_fields") if state.manifest_path else None
-    caller = ModelCaller(settings, progress, abort, clients, transport if isinstance(transport, dict) else None)
+    caller = ModelCaller(settings, progress, abort, clients, transport if isinstance(transport, dict) else None,
+                         sharing, cell)
     journal = _open_journal(name, state, pending, writer, err)
     workers = Workers(state, caller, load_prompts(), journal, writer, progress, abort, threading.Event(), Outcome(),
                       len(pending))

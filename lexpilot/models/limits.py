@@ -1,0 +1,234 @@
+"""Each endpoint's limits, shared by every call made to it: requests in flight (AIMD on push-back), the pause a
+429's Retry-After asks for, optional proactive pacing to a requests- and tokens-per-minute limit, turns taken in
+rotation by the cells (stages) waiting for it, and a stop that holds for every call once the endpoint has refused
+the grid's settings (a bad key, an unknown model).
+
+One stage invocation keeps one limiter per base URL; the grid (`run_grid.py`) keeps one per endpoint, its base URL,
+model id and key (by a hash, never the key), for every cell at once.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable, Hashable
+
+from lexpilot.errors import Aborted, FatalError, HarnessError
+
+# Paced a little under the limit: a provider counts arrivals in its own window, and requests sent exactly 60/rpm s
+# apart arrive a few milliseconds closer together or further apart than they were sent.
+PACING_MARGIN = 0.97
+POLL = 0.5  # the longest a waiting call sleeps before it looks at a stop again (a Ctrl-C, an abort)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """An endpoint's proactive limits (None: not limited that way): requests in flight, requests per minute and
+    tokens per minute."""
+    concurrency: int | None = None
+    rpm: float | None = None
+    tpm: float | None = None
+
+    NAMES = ("concurrency", "rpm", "tpm")
+
+
+def limit_value(name: str, value, where: str) -> float:
+    """A positive number for a limit (a whole one for concurrency), or a one-line error saying where."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    if not ok or (name == "concurrency" and value != int(value)):
+        kind = "a positive whole number" if name == "concurrency" else "a positive number"
+        raise HarnessError(f"{where}: {name} = {str(value)[:40]!r} is not {kind}")
+    return int(value) if name == "concurrency" else float(value)
+
+
+def parse_limits(text: str, where: str) -> Limits:
+    """'rpm:R,tpm:T,concurrency:C' (any of them) -> Limits; a bad entry is a one-line error naming `where`."""
+    values = {}
+    for entry in filter(None, (e.strip() for e in text.split(","))):
+        name, _, number = entry.partition(":")
+        if name not in Limits.NAMES:
+            raise HarnessError(f"{where}: {name!r} is not a limit; use {', '.join(Limits.NAMES)} as NAME:VALUE")
+        try:
+            parsed = float(number)
+        except ValueError:
+            parsed = number
+        values[name] = limit_value(name, parsed, where)
+    if not values:
+        raise HarnessError(f"{where}: no limit given; use e.g. rpm:500,tpm:200000,concurrency:16")
+    return Limits(**values)
+
+
+def key_digest(api_key: str) -> str:
+    """A key's identity for telling endpoints apart: its hash, so the key itself is never kept or shown."""
+    return hashlib.sha256(api_key.encode()).hexdigest()[:16]
+
+
+def request_tokens(prompt_chars: int, max_tokens: int) -> int:
+    """What a request counts against a tokens-per-minute limit when it is sent, as OpenAI's rate-limit guide counts
+    it: the larger of its output limit and its estimated prompt tokens (one token per character, as --max-cost
+    estimates Chinese text)."""
+    return max(max_tokens, prompt_chars)
+
+
+class Ticket:
+    """One call waiting for its turn at an endpoint."""
+    __slots__ = ("cell", "tokens", "granted", "wake_at", "event")
+
+    def __init__(self, cell: Hashable, tokens: int):
+        self.cell, self.tokens, self.granted, self.wake_at = cell, tokens, False, None
+        self.event = threading.Event()
+
+
+class Limiter:
+    """Requests in flight to one endpoint: on HTTP 429 every waiting call waits out Retry-After and the limit
+    halves; a stream the endpoint cut short (a server with fewer slots than requests) lowers the limit below
+    what was in flight; each success raises it again (AIMD), so a pushing-back endpoint is not hammered. With
+    `limits`, requests are also paced to its rpm and tpm. Waiting calls are let through a cell at a time in
+    rotation, so no cell starves; only the call whose turn it is is woken."""
+
+    def __init__(self, ceiling: int, limits: Limits = Limits(), name: str = ""):
+        self.name, self.limits = name, limits
+        self.max_limit = limits.concurrency or ceiling
+        self.limit, self.in_flight = float(self.max_limit), 0
+        self.resume_at = self.last_cut = 0.0
+        self.next_request = self.next_tokens = 0.0  # the earliest moment the pacing lets the next request go
+        self.waiting: dict[Hashable, deque[Ticket]] = {}
+        self.turns: deque[Hashable] = deque()  # cells with a call waiting, the next to go first
+        self.failure = ""  # an endpoint-wide refusal: every call raises it
+        self.sent = self.rate_limited = 0
+        self.lock = threading.Lock()
+
+    # --- taking and giving back a slot
+    def acquire(self, stopped: Callable[[], bool], cell: Hashable = None, tokens: int = 0) -> None:
+        """Wait for this call's turn; Aborted when `stopped()` turns true first, FatalError once the endpoint
+        has refused the settings."""
+        ticket = Ticket(cell, tokens)
+        with self.lock:
+            if cell not in self.waiting:
+                self.waiting[cell] = deque()
+                self.turns.append(cell)
+            self.waiting[cell].append(ticket)
+        while True:
+            with self.lock:
+                if not ticket.granted and (self.failure or stopped()):
+                    self._withdraw(ticket)
+                    self._dispatch(time.monotonic())
+                    if self.failure:
+                        raise FatalError(self.failure)
+                    raise Aborted()
+                if not ticket.granted:
+                    self._dispatch(time.monotonic())
+                if ticket.granted:
+                    return
+                timeout = POLL if ticket.wake_at is None else ticket.wake_at - time.monotonic()
+                ticket.event.clear()
+            ticket.event.wait(min(max(timeout, 0.0), POLL))
+
+    def release(self, pushed_back: str | None = None, pause: float | None = None, tokens_over: int = 0) -> None:
+        """`pushed_back`: "rate" (HTTP 429, pause = its Retry-After, already capped) or "slots"; `tokens_over`:
+        tokens the reply used beyond what was counted when it was sent, charged to the tpm pacing."""
+        with self.lock:
+            now = time.monotonic()
+            if pushed_back == "slots":  # the server has fewer slots than requests: it never grows them
+                self.limit = self.max_limit = max(1.0, min(self.limit, self.in_flight - 1))
+            elif pushed_back == "rate":
+                self.rate_limited += 1
+                pause = pause if pause is not None else 1.0
+                self.resume_at = max(self.resume_at, now + pause)
+                if now - self.last_cut > pause:  # one cut per push-back, not one per rejected request
+                    self.limit, self.last_cut = max(1.0, self.limit / 2), now
+            else:
+                self.limit = min(self.max_limit, self.limit + 1 / self.limit)
+            if tokens_over > 0 and self.limits.tpm:
+                self.next_tokens = max(self.next_tokens, now) + tokens_over / self._token_rate()
+            self.in_flight -= 1
+            self._dispatch(now)
+
+    def fail(self, message: str) -> None:
+        """The endpoint refused what every call sends (a key, a model id): no call to it is made again."""
+        with self.lock:
+            self.failure = self.failure or message
+            for queue in self.waiting.values():
+                for ticket in queue:
+                    ticket.event.set()
+
+    # --- under the lock
+    def _token_rate(self) -> float:
+        return self.limits.tpm * PACING_MARGIN / 60
+
+    def _wait_for(self, tokens: int, now: float) -> float:
+        """How long the next call must wait (0: it may go; inf: until a call in flight ends)."""
+        if self.in_flight >= int(self.limit):
+            return math.inf
+        return max(0.0, self.resume_at - now, self.next_request - now if self.limits.rpm else 0.0,
+                   self.next_tokens - now if self.limits.tpm else 0.0)
+
+    def _dispatch(self, now: float) -> None:
+        """Let waiting calls go, a cell at a time in rotation, while the limits allow."""
+        while self.turns:
+            cell = self.turns[0]
+            ticket = self.waiting[cell][0]
+            wait = self._wait_for(ticket.tokens, now)
+            if wait > 0:
+                wake_at = None if wait == math.inf else now + wait
+                if wake_at != ticket.wake_at:  # it sleeps until then (or until a release lets it go)
+                    ticket.wake_at = wake_at
+                    ticket.event.set()
+                return
+            self._withdraw(ticket)
+            self.in_flight += 1
+            self.sent += 1
+            if self.limits.rpm:
+                self.next_request = max(self.next_request, now) + 60 / (self.limits.rpm * PACING_MARGIN)
+            if self.limits.tpm:
+                self.next_tokens = max(self.next_tokens, now) + ticket.tokens / self._token_rate()
+            ticket.granted = True
+            ticket.event.set()
+
+    def _withdraw(self, ticket: Ticket) -> None:
+        """The ticket leaves its cell's queue; a cell that got a call through goes to the back of the rotation."""
+        queue = self.waiting.get(ticket.cell)
+        if not queue or ticket not in queue:
+            return
+        first = queue[0] is ticket
+        queue.remove(ticket)
+        if first and self.turns and self.turns[0] == ticket.cell:
+            self.turns.popleft()
+            if queue:
+                self.turns.append(ticket.cell)
+        if not queue:
+            del self.waiting[ticket.cell]
+            if ticket.cell in self.turns:
+                self.turns.remove(ticket.cell)
+
+
+def endpoint_of(role) -> tuple[str, str, str]:
+    """An endpoint as the grid tells them apart: base URL, model id, and the key's hash."""
+    return role.base_url, role.model, key_digest(role.api_key)
+
+
+class Endpoints:
+    """The limiters a set of calls shares: one per base URL for a stage invocation (`per_model` False), one per
+    endpoint for the grid. `ceiling(role)` is the most requests in flight a new limiter starts with (where no
+    concurrency limit is given); `limits` holds the proactive limits by model id."""
+
+    def __init__(self, ceiling: Callable[[object], int], limits: dict[str, Limits] | None = None,
+                 per_model: bool = False):
+        self.ceiling, self.limits, self.per_model = ceiling, limits or {}, per_model
+        self.limiters: dict[tuple, Limiter] = {}
+        self.lock = threading.Lock()
+
+    def of(self, role) -> Limiter:
+        key = endpoint_of(role) if self.per_model else (role.base_url,)
+        with self.lock:
+            if key not in self.limiters:
+                name = f"{role.model} at {role.host}" if self.per_model else role.host
+                self.limiters[key] = Limiter(self.ceiling(role), self.limits.get(role.model, Limits()), name)
+            return self.limiters[key]
+
+    def all(self) -> list[Limiter]:
+        with self.lock:
+            return list(self.limiters.values())

@@ -1,0 +1,157 @@
+"""The grid in one process (`run_grid.py`): every (evaluated model, run, stage) cell. The stages of one (model, run)
+run one after another, in the order their reads give (they share the run's lock, as the README's loop runs them);
+every (model, run) chain runs at once, and all of them share each endpoint's limiter and one budget. A cell runs its
+stage exactly as the stage's script does (`run_stage`), so it writes the same records, manifests and journals.
+
+A cell that stops holds back only the cells of its chain that read it; an endpoint that refuses the settings (a
+bad key, an unknown model) stops every cell that uses it with one message; the first Ctrl-C lets no new call start,
+lets the calls in flight end and be journalled, then leaves; rerunning the same command resumes.
+"""
+from __future__ import annotations
+
+import errno
+import io
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+from lexpilot.errors import HarnessError
+from lexpilot.models.calls import Sharing
+from lexpilot.protocols.steps import Stage
+from lexpilot.settings import Settings
+
+DONE, RUNNING, WAITING, FAILED, NOT_RUN, INTERRUPTED = "done", "running", "waiting", "failed", "not run", "interrupted"
+
+
+@dataclass
+class Cell:
+    """One stage of one (evaluated model, run), and how it went."""
+    model: str
+    run_id: str
+    stage: Stage
+    settings: Settings
+    reads: tuple[str, ...] = ()  # the stages of its chain whose records it reads
+    status: str = WAITING
+    reason: str = ""  # why it failed or did not run, in one line
+
+    @property
+    def label(self) -> str:
+        return f"{self.model} {self.run_id} {self.stage.name}"
+
+
+def reads(stage: Stage, earlier: Stage) -> bool:
+    """Whether `stage` reads records `earlier` writes (its upstream record kinds)."""
+    written = {step.kind.name for step in earlier.steps}
+    return any(kind.name in written for kind in stage.upstream)
+
+
+def in_order(stages: list[Stage]) -> list[Stage]:
+    """The stages with each after every chosen stage it reads, otherwise in the order given."""
+    left, ordered = list(stages), []
+    while left:
+        ready = next(s for s in left if not any(reads(s, other) for other in left if other is not s))
+        ordered.append(ready)
+        left.remove(ready)
+    return ordered
+
+
+def plan(stages: list[Stage], settings_of: Callable, models: list[str], run_ids: list[str]) -> list[list[Cell]]:
+    """The grid's chains: per (model, run), its cells in dependency order."""
+    ordered = in_order(stages)
+    return [[Cell(model, run_id, stage, settings_of(stage, model, run_id),
+                  tuple(e.name for e in ordered[:i] if reads(stage, e))) for i, stage in enumerate(ordered)]
+            for model in models for run_id in run_ids]
+
+
+@dataclass
+class Grid:
+    """The chains, what their calls share, and the clients per cell (None: built from the settings; tests pass
+    in-memory ones)."""
+    chains: list[list[Cell]]
+    sharing: Sharing
+    run_stage: Callable  # running.stage.run_stage
+    clients_of: Callable[[Cell], dict | None] = lambda cell: None
+    report: Callable[[Cell, str], None] = lambda cell, lines: None  # a finished cell's own lines
+
+    @property
+    def cells(self) -> list[Cell]:
+        return [cell for chain in self.chains for cell in chain]
+
+    def counts(self) -> dict[str, int]:
+        counts = dict.fromkeys((DONE, RUNNING, WAITING, FAILED, NOT_RUN, INTERRUPTED), 0)
+        for cell in self.cells:
+            counts[cell.status] += 1
+        return counts
+
+
+def run_chain(grid: Grid, chain: list[Cell]) -> None:
+    """A (model, run)'s cells one after another; a cell whose upstream did not finish is not run."""
+    for cell in chain:
+        if grid.sharing.draining.is_set():
+            return  # the rest stay waiting: a rerun starts them
+        held = [c for c in chain if c.stage.name in cell.reads and c.status != DONE]
+        if held:
+            cell.status, cell.reason = NOT_RUN, f"{held[0].stage.name} did not finish"
+            continue
+        cell.status = RUNNING
+        code, reason = run_cell(grid, cell)
+        if code == 0 and grid.sharing.draining.is_set():
+            cell.status, cell.reason = INTERRUPTED, "stopped by Ctrl-C"
+        elif code == 0:
+            cell.status = DONE
+        else:
+            cell.status, cell.reason = FAILED, reason
+
+
+def run_cell(grid: Grid, cell: Cell) -> tuple[int, str]:
+    """The stage as its script runs it, its lines kept apart; (exit status, the line saying why it stopped)."""
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        code = grid.run_stage(cell.stage, cell.settings, grid.clients_of(cell), out, err, grid.sharing, cell.label)
+        grid.report(cell, out.getvalue() + err.getvalue())
+    except HarnessError as e:
+        return 2, cell.settings.redact(str(e))
+    except OSError as e:
+        what = "no space left on device" if e.errno == errno.ENOSPC else (e.strerror or str(e)).lower()
+        return 2, f"{what}: {e.filename or cell.settings.output_root}; nothing was lost"
+    except Exception as e:  # a bug in one cell must not stop the others
+        return 2, cell.settings.redact(f"internal error {type(e).__name__}: {e}")
+    return code, why(err.getvalue(), cell.stage.name) if code else ""
+
+
+def why(err: str, name: str) -> str:
+    """The line of a stage's messages that says why it stopped, without its [stage] prefix."""
+    lines = [line.removeprefix(f"[{name}] ") for line in err.splitlines() if line.startswith(f"[{name}] ")]
+    for marker in ("stopped: ", "error: "):
+        for line in lines:
+            if line.startswith(marker):
+                return line.removeprefix(marker)
+    failed = [line for line in lines if " failed (" in line]
+    return (failed or lines or ["stopped"])[-1]
+
+
+def start_chains(grid: Grid) -> list[threading.Thread]:
+    """Every chain at once, each on its own thread."""
+    threads = [threading.Thread(target=run_chain, args=(grid, chain), name=f"chain-{i}", daemon=True)
+               for i, chain in enumerate(grid.chains)]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def wait_for(threads: list[threading.Thread], tick: Callable[[], None], wait: float = 0.2) -> None:
+    """Until every chain has ended, `tick` (the display) meanwhile. A KeyboardInterrupt reaches the caller (signals
+    go to the main thread), which drains the grid and waits again, or leaves."""
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(wait)
+            tick()
+
+
+def grouped_reasons(cells: list[Cell]) -> list[tuple[str, list[Cell]]]:
+    """Failed or held-back cells by reason: an endpoint's refusal met by every cell is one entry."""
+    reasons: dict[str, list[Cell]] = {}
+    for cell in cells:
+        if cell.status in (FAILED, NOT_RUN):
+            reasons.setdefault(f"{cell.status}: {cell.reason}", []).append(cell)
+    return list(reasons.items())

@@ -1,0 +1,139 @@
+"""The grid's one display: cells done, running, waiting and failed; per endpoint the calls in flight, calls/s, 429s
+and any pause; spending so far against the quote, and the time left. A terminal redraws it in place; anything else
+gets a line every 30 s. And the closing summary: each failed cell with its one-line reason, one line for cells that
+stopped for one reason.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from lexpilot.pricing import cost
+from lexpilot.running.grid import DONE, FAILED, INTERRUPTED, NOT_RUN, RUNNING, WAITING, Grid, grouped_reasons
+from lexpilot.text import counted
+
+EVERY = 30.0  # seconds between lines when the display is not a terminal
+PROGRESS = " calls answered, "  # in a stage's own progress line, which the grid's display replaces
+
+
+@dataclass
+class Quote:
+    """What the grid's quote said before it started: calls at most, and the expected and highest cost (None: no
+    prices or no saved run)."""
+    calls: int = 0
+    expected: float | None = None
+    high: float | None = None
+
+
+def spent(grid: Grid, prices: dict | None) -> float | None:
+    """The cost of every call answered so far, at synchronous prices (None without a price for every model)."""
+    with grid.sharing.lock:
+        answered = {model: dict(e) for model, e in grid.sharing.answered.by_role.items()}
+    if not prices or any(model not in prices for model in answered):
+        return None
+    return sum(cost(prices[m], e["prompt_tokens"], e["completion_tokens"], cached_tokens=e.get("cached_prompt_tokens", 0))
+               for m, e in answered.items())
+
+
+def answered_calls(grid: Grid) -> int:
+    with grid.sharing.lock:
+        return sum(e["calls"] for e in grid.sharing.answered.by_role.values())
+
+
+@dataclass
+class Display:
+    grid: Grid
+    quote: Quote
+    prices: dict | None
+    stream: object = None
+    start: float = field(default_factory=time.monotonic)
+    drawn_lines: int = 0
+    last: float = 0.0
+    sent_before: dict = field(default_factory=dict)  # limiter name -> (time, calls sent then), for calls/s
+
+    def __post_init__(self):
+        self.stream = self.stream or sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.last = self.start
+        self.lock = threading.Lock()
+
+    def note(self, line: str) -> None:
+        """A line of its own, above the display (which is drawn again below it)."""
+        with self.lock:
+            if self.tty and self.drawn_lines:
+                self.stream.write(f"\033[{self.drawn_lines}F\033[J")
+                self.drawn_lines = 0
+            self.stream.write(line + "\n")
+            self.stream.flush()
+
+    def cell_lines(self, cell, text: str) -> None:
+        """A finished cell's own closing lines and notes, each marked with the cell (its progress lines left out)."""
+        for line in text.splitlines():
+            if line.strip() and PROGRESS not in line:
+                self.note(f"[{cell.label}] {line.removeprefix(f'[{cell.stage.name}] ')}")
+
+    def lines(self) -> list[str]:
+        now, counts = time.monotonic(), self.grid.counts()
+        calls, elapsed = answered_calls(self.grid), now - self.start
+        left = max(0, self.quote.calls - calls)
+        eta = f"~{elapsed / calls * left:.0f}s" if calls else "?"
+        money = spent(self.grid, self.prices)
+        spending = "" if money is None else f"; spent {money:.2f}" + (
+            f" of {self.quote.expected:.2f} expected" if self.quote.expected is not None else "") + (
+            f" (at most {self.quote.high:.2f})" if self.quote.high is not None else "")
+        head = (f"[grid] cells: {counts[DONE]} done, {counts[RUNNING]} running, {counts[WAITING]} waiting, "
+                f"{counts[FAILED] + counts[NOT_RUN]} failed or held back; {calls} of at most {self.quote.calls} "
+                f"calls answered{spending}; elapsed {elapsed:.0f}s, remaining {eta}")
+        return [head] + [self.endpoint_line(limiter, now) for limiter in self.grid.sharing.endpoints.all()]
+
+    def endpoint_line(self, limiter, now: float) -> str:
+        then, before = self.sent_before.get(limiter.name, (self.start, 0))
+        rate = (limiter.sent - before) / (now - then) if now > then else 0.0
+        if now - then >= 5:  # calls/s over the last few seconds, not since the start
+            self.sent_before[limiter.name] = (now, limiter.sent)
+        pause = limiter.resume_at - now
+        return (f"  {limiter.name}: {limiter.in_flight} in flight, {rate:.1f} calls/s, "
+                f"{counted(limiter.rate_limited, '429')}" + (f", paused {pause:.0f}s" if pause > 0 else "")
+                + (f", stopped: {limiter.failure[:120]}" if limiter.failure else ""))
+
+    def draw(self, final: bool = False) -> None:
+        with self.lock:
+            self._draw(final)
+
+    def _draw(self, final: bool) -> None:
+        now = time.monotonic()
+        if self.tty:
+            if not final and now - self.last < 0.5:
+                return
+            lines = self.lines()
+            up = f"\033[{self.drawn_lines}F" if self.drawn_lines else ""
+            self.stream.write(up + "".join(f"\033[K{line[:200]}\n" for line in lines))
+            self.drawn_lines = len(lines)
+        elif final or now - self.last >= EVERY:
+            self.stream.write("\n".join(self.lines()) + "\n")
+        else:
+            return
+        self.stream.flush()
+        self.last = now
+
+
+def summary(grid: Grid, interrupted: bool) -> list[str]:
+    """The closing lines: the counts, then each failed cell with its reason (cells that stopped for one reason on
+    one line), and what to do."""
+    counts = grid.counts()
+    lines = [f"[grid] {counted(len(grid.cells), 'cell')}: {counts[DONE]} done, {counts[FAILED]} failed, "
+             f"{counts[NOT_RUN]} not run (an upstream stage did not finish), "
+             f"{counts[WAITING] + counts[INTERRUPTED]} left for a rerun"]
+    for reason, cells in grouped_reasons(grid.cells):
+        if len(cells) == 1:
+            lines.append(f"[grid] {cells[0].label}: {reason}")
+        else:
+            shown = ", ".join(c.label for c in cells[:4]) + (f" and {len(cells) - 4} more" if len(cells) > 4 else "")
+            lines.append(f"[grid] {len(cells)} cells {reason} ({shown})")
+    if interrupted:
+        lines.append("[grid] interrupted: every answered call is saved or journalled; rerun the same command to resume")
+    elif counts[FAILED] or counts[NOT_RUN]:
+        lines.append("[grid] rerun the same command to retry what failed; saved cases are kept")
+    return lines

@@ -1,0 +1,152 @@
+"""The grid file (`run_grid.py --grid FILE`, TOML): per evaluated model id, the endpoint it lives on (base URL, the
+name of the environment variable holding its key) and optional limits; per any other model id (the User Model's,
+the judge's), optional limits. Every mistake is one line naming the file, the key and its line.
+
+    [models."Qwen3-32B"]            # a local vLLM
+    base_url = "http://gpu-1:8000/v1"
+    concurrency = 32
+
+    [models."GPT-5.6-Sol"]          # a cloud API
+    base_url = "https://api.openai.com/v1"
+    key_variable = "OPENAI_API_KEY"
+    rpm = 500
+    tpm = 200000
+
+    [limits."DeepSeek-R1"]          # the judge's endpoint, configured as for a stage
+    rpm = 1000
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tomllib
+
+from lexpilot.errors import HarnessError
+from lexpilot.models.limits import Limits, limit_value, parse_limits
+from lexpilot.settings import check_api_key, check_base_url
+
+MODEL_KEYS = ("base_url", "key_variable", *Limits.NAMES)
+
+
+@dataclass(frozen=True)
+class ModelEndpoint:
+    """Where one evaluated model lives: its base URL, the variable holding its key (None: no key is sent)."""
+    base_url: str
+    key_variable: str | None = None
+
+
+@dataclass
+class GridFile:
+    endpoints: dict[str, ModelEndpoint] = field(default_factory=dict)  # evaluated model id -> endpoint
+    limits: dict[str, Limits] = field(default_factory=dict)  # any model id -> its limits
+
+
+def key_lines(text: str) -> dict[tuple[str, ...], int]:
+    """The line of each table header and key, (table..., key) -> line: tomllib says where the syntax is wrong,
+    not where a valid key holds a wrong value."""
+    lines, table = {}, ()
+    for number, line in enumerate(text.splitlines(), 1):
+        header = re.match(r"\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$", line)
+        if header:
+            table = tuple(part.strip().strip("\"'") for part in re.findall(r'"[^"]*"|\'[^\']*\'|[^.]+',
+                                                                          header.group(1)))
+            lines.setdefault(table, number)
+            continue
+        key = re.match(r"\s*(\"[^\"]*\"|'[^']*'|[A-Za-z0-9_-]+)\s*=", line)
+        if key:
+            lines.setdefault((*table, key.group(1).strip("\"'")), number)
+    return lines
+
+
+def read_grid_file(path: Path, env) -> GridFile:
+    """The grid file's endpoints and limits, checked; a HarnessError names the file, key and line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text)
+    except OSError as e:
+        raise HarnessError(f"--grid {path}: {(e.strerror or str(e)).lower()}") from None
+    except UnicodeDecodeError:
+        raise HarnessError(f"--grid {path}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as e:  # its message names the line and column
+        raise HarnessError(f"{path}: not valid TOML: {e}") from None
+    lines = key_lines(text)
+
+    def where(*keys: str) -> str:
+        line = next((lines[keys[:n]] for n in range(len(keys), 0, -1) if keys[:n] in lines), None)
+        return f"{path}:{line}: {'.'.join(keys)}" if line else f"{path}: {'.'.join(keys)}"
+
+    grid = GridFile()
+    for top, value in data.items():
+        if top not in ("models", "limits"):
+            raise HarnessError(f"{where(top)}: unknown table; a grid file has [models.\"ID\"] and [limits.\"ID\"]")
+        if not isinstance(value, dict) or any(not isinstance(v, dict) for v in value.values()):
+            raise HarnessError(f"{where(top)}: write each model as its own table, [{top}.\"MODEL_ID\"]")
+    for model, entry in data.get("models", {}).items():
+        grid.endpoints[model], limits = model_endpoint(entry, env, lambda *k, m=model: where("models", m, *k))
+        if limits:
+            grid.limits[model] = limits
+    for model, entry in data.get("limits", {}).items():
+        if model in grid.endpoints:
+            raise HarnessError(f"{where('limits', model)}: model {model!r} is given twice; put its limits in its "
+                               "[models] table")
+        unknown = sorted(set(entry) - set(Limits.NAMES))
+        if unknown:
+            raise HarnessError(f"{where('limits', model, unknown[0])}: unknown key; a [limits] table takes "
+                               f"{', '.join(Limits.NAMES)}")
+        grid.limits[model] = entry_limits(entry, lambda *k, m=model: where("limits", m, *k))
+    return grid
+
+
+def model_endpoint(entry: dict, env, where) -> tuple[ModelEndpoint, Limits | None]:
+    unknown = sorted(set(entry) - set(MODEL_KEYS))
+    if unknown:
+        raise HarnessError(f"{where(unknown[0])}: unknown key; a [models] table takes {', '.join(MODEL_KEYS)}")
+    if not isinstance(entry.get("base_url"), str):
+        raise HarnessError(f"{where('base_url')}: missing or not a string; give the model's base URL")
+    base_url = check_base_url(entry["base_url"], where("base_url"))
+    variable = entry.get("key_variable")
+    if variable is not None:
+        if not isinstance(variable, str) or not variable:
+            raise HarnessError(f"{where('key_variable')}: the name of an environment variable, as a string")
+        if not env.get(variable):
+            raise HarnessError(f"{where('key_variable')}: {variable} is not set; export it with the model's key, "
+                               "or remove key_variable to send no key")
+        check_api_key(env[variable], variable)
+    limits = {k: entry[k] for k in Limits.NAMES if k in entry}
+    return ModelEndpoint(base_url, variable), entry_limits(limits, where) if limits else None
+
+
+def entry_limits(entry: dict, where) -> Limits:
+    return Limits(**{name: limit_value(name, value, where(name)) for name, value in entry.items()})
+
+
+def command_limits(entries: list[str]) -> dict[str, Limits]:
+    """--limit MODEL=rpm:R,tpm:T,concurrency:C, repeatable -> model id -> Limits."""
+    limits = {}
+    for entry in entries:
+        model, _, text = entry.partition("=")
+        if not model or not text:
+            raise HarnessError(f"--limit {entry[:80]!r}: use MODEL=rpm:R,tpm:T,concurrency:C (any of them)")
+        if model in limits:
+            raise HarnessError(f"--limit {model}: given twice; give each model's limits once")
+        limits[model] = parse_limits(text, f"--limit {model}")
+    return limits
+
+
+def split_limits(options: list[str]) -> tuple[list[str], list[str]]:
+    """(--limit MODEL=... entries, the other options): `--limit N` is the stages' number of cases, `--limit
+    MODEL=rpm:R,...` an endpoint's limits; the value tells them apart (a model id is never a number)."""
+    limits, rest, i = [], [], 0
+    while i < len(options):
+        option = options[i]
+        value = option.partition("=")[2] if option.startswith("--limit=") else \
+            options[i + 1] if option == "--limit" and i + 1 < len(options) else None
+        if value is not None and "=" in value:
+            limits.append(value)
+            i += 1 if option.startswith("--limit=") else 2
+            continue
+        rest.append(option)
+        i += 1
+    return limits, rest

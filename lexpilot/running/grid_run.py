@@ -1,0 +1,129 @@
+"""Setting the grid up and running it (`run_grid.py`): each cell's settings, with an evaluated model's endpoint from
+the grid file; the limits by model id (grid file, then --limit); one limiter per endpoint and one budget for every
+cell; the quote the display measures against; and Ctrl-C: the first lets no new call start and waits for the calls
+in flight, the second leaves at once.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lexpilot.benchmark.dataset import load_dataset
+from lexpilot.errors import INTERRUPTED, HarnessError
+from lexpilot.models.calls import Sharing
+from lexpilot.models.limits import Endpoints, Limits
+from lexpilot.pricing import Budget
+from lexpilot.protocols.steps import Stage
+from lexpilot.running.grid import FAILED, NOT_RUN, Grid, plan, start_chains, wait_for
+from lexpilot.running.grid_display import Display, Quote, summary
+from lexpilot.running.grid_file import GridFile, ModelEndpoint, command_limits, read_grid_file
+from lexpilot.running.grid_quote import quote_grid, stage_settings, summed_money
+from lexpilot.settings import Settings
+
+
+def with_endpoint(settings: Settings, endpoint: ModelEndpoint | None, env) -> Settings:
+    """The settings with the evaluated model on its grid-file endpoint (no key sent without a key variable)."""
+    if endpoint is None:
+        return settings
+    key = env[endpoint.key_variable] if endpoint.key_variable else ""
+    roles = {**settings.roles, "eval": dataclasses.replace(settings.roles["eval"], base_url=endpoint.base_url,
+                                                          api_key=key)}
+    return dataclasses.replace(settings, roles=roles)
+
+
+def requests_per_minute(limits: Limits, tokens_per_request: int) -> float | None:
+    """What an endpoint's limits allow in requests a minute, a request counted at `tokens_per_request` against tpm."""
+    allowed = min(limits.rpm or math.inf, limits.tpm / tokens_per_request if limits.tpm else math.inf)
+    return None if allowed == math.inf else allowed
+
+
+@dataclass
+class GridRun:
+    stages: list[Stage]
+    models: list[str]
+    run_ids: list[str]
+    settings_of: object  # (stage, model, run_id) -> Settings
+    limits: dict[str, Limits]
+    err: object = None
+    clients_of: object = None  # tests: cell -> in-memory clients
+    grid: Grid | None = field(default=None, repr=False)
+
+    def rate_limits(self, first: Settings) -> dict[str, float]:
+        """Model id -> the requests a minute its limits allow, for the quote's wall time."""
+        tokens = {r.model: r.max_tokens for r in first.roles.values()}
+        allowed = {m: requests_per_minute(lim, tokens.get(m, first.max_tokens)) for m, lim in self.limits.items()}
+        return {m: rpm for m, rpm in allowed.items() if rpm is not None}
+
+    def run(self, run_stage=None) -> int:
+        from lexpilot.running.stage import run_stage as stage_runner  # the stages, only when the grid runs
+        err = self.err or sys.stderr
+        chains = plan(self.stages, self.settings_of, self.models, self.run_ids)
+        first = chains[0][0].settings
+        users = {}  # model id -> chains whose calls reach it, for an endpoint's starting ceiling
+        for chain in chains:
+            for model in {r.model for r in chain[0].settings.roles.values()}:
+                users[model] = users.get(model, 0) + 1
+        endpoints = Endpoints(lambda role: 2 * first.transport.concurrency * users.get(role.model, 1), self.limits,
+                              per_model=True)
+        budget = Budget(first.spending.max_cost, first.spending.prices) if first.spending.max_cost is not None else None
+        grid = self.grid = Grid(chains, Sharing(endpoints, budget), run_stage or stage_runner,
+                                self.clients_of or (lambda cell: None))
+        display = Display(grid, self.quote(first), first.spending.prices, err)
+        grid.report = display.cell_lines
+        interrupted = False
+        threads = start_chains(grid)
+        try:
+            wait_for(threads, display.draw)
+        except KeyboardInterrupt:
+            interrupted = True
+            grid.sharing.draining.set()
+            display.note("[grid] Ctrl-C: no new call starts; the calls in flight end and are saved or journalled "
+                         "(Ctrl-C again leaves at once)")
+            try:
+                wait_for(threads, display.draw)
+            except KeyboardInterrupt:
+                display.note("[grid] interrupted at once: completed cases are saved; rerun the same command to resume")
+                os._exit(INTERRUPTED)
+        display.draw(final=True)
+        for line in summary(grid, interrupted):
+            print(line, file=err)
+        counts = grid.counts()
+        return INTERRUPTED if interrupted else 1 if counts[FAILED] or counts[NOT_RUN] else 0
+
+    def quote(self, first: Settings) -> Quote:
+        """The quote for what is left, as run_grid.py --dry-run prints it, for the display."""
+        cases, sha = load_dataset(first.dataset)
+        selected = cases[:first.limit] if first.limit else cases
+        parts = [p for p in quote_grid(self.stages, self.settings_of, self.models, self.run_ids, selected, sha)
+                 if not p.refused]
+        low, high, expected = summed_money(parts, lambda p, role: "all").get("all", {}).get("sync", (None,) * 3)
+        return Quote(sum(sum(p.calls.values()) for p in parts), expected, high)
+
+
+def start_grid(stages: list[Stage], models: list[str] | None, run_ids: list[str], options: list[str],
+               grid_path: str | None, limit_entries: list[str], env=os.environ, err=None) -> GridRun:
+    """The grid's plan from the command line, checked before any call."""
+    batch = [o for o in options if o.split("=")[0].startswith("--batch")]
+    if batch:
+        raise HarnessError(f"{batch[0]}: batch mode is not pooled across the grid yet; run the stages with --batch "
+                           "by hand (docs/batch.md), or the grid without it")
+    grid_file = read_grid_file(Path(grid_path), env) if grid_path else GridFile()
+    models = models or list(grid_file.endpoints)
+    if not models:
+        raise HarnessError("no evaluated model: pass --models, or give [models.\"ID\"] tables in --grid")
+    limits = grid_file.limits | command_limits(limit_entries)
+    base = stage_settings(stages, options)
+
+    def settings_of(stage: Stage, model: str, run_id: str) -> Settings:
+        return with_endpoint(base(stage, model, run_id), grid_file.endpoints.get(model), env)
+    grid = GridRun(stages, models, run_ids, settings_of, limits, err)
+    used = {r.model for model in models for r in settings_of(stages[0], model, run_ids[0]).roles.values()}
+    unknown = sorted(set(limits) - used)
+    if unknown:
+        raise HarnessError(f"limits for {', '.join(unknown)}: no role of this grid uses that model id (the grid's: "
+                           f"{', '.join(sorted(used))})")
+    return grid

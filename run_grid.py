@@ -1,0 +1,72 @@
+"""The paper's grid in one command: every evaluated model × run × stage, each stage run as its script runs it, many at
+once, with each endpoint's limits (requests in flight, requests and tokens per minute, 429 pauses) shared by every
+cell that uses it, and one budget. Rerunning the same command resumes; --dry-run prints the quote for what is left.
+Every other option is a stage option (--dataset, --limit, --prices, --max-cost, --output-root, --concurrency,
+--user-model, --judge-model, ...), passed to each stage as its script takes it.
+
+  python run_grid.py --models GPT-5.6-Sol DeepSeek-V4.1 --runs 5 --grid grid.toml --limit DeepSeek-R1=rpm:1000
+
+--limit MODEL=rpm:R,tpm:T,concurrency:C (repeat per model id) sets an endpoint's limits, over the grid file's;
+--limit N, a number, is the stages' own (the first N cases).
+"""
+import argparse
+import os
+import sys
+
+from lexpilot.errors import leave_quietly_on_interrupt
+
+leave_quietly_on_interrupt(os.path.dirname(os.path.abspath(__file__)))  # before the imports that take time
+
+from lexpilot.benchmark.dataset import load_dataset
+from lexpilot.errors import INTERRUPTED, HarnessError, own_interrupts
+from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS, stages_named
+from lexpilot.reporting.quote_tables import quote_text
+from lexpilot.reporting.renderings import RENDERINGS, TEXT_WIDTH
+from lexpilot.running.grid_file import split_limits
+from lexpilot.running.grid_quote import Timing, quote_grid, quote_notes, quote_tables
+from lexpilot.running.grid_run import start_grid
+from lexpilot.settings import given_once, number
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)  # --run-id is a stage option, not --run-ids
+    parser.add_argument("--models", nargs="+", action="extend", help="the evaluated model ids (default: the grid "
+                        "file's)")
+    runs = parser.add_mutually_exclusive_group()
+    runs.add_argument("--runs", type=number(int, 1, 1000), default=5, help="run1 .. runN (default 5, as the paper)")
+    runs.add_argument("--run-ids", nargs="+", action="extend", help="these run ids instead")
+    parser.add_argument("--stages", nargs="+", default=["paper"], metavar="NAME",
+                        help=f"entry points or sets: {', '.join([*STAGE_SETS, *GRID_STAGES])} (default: paper, what "
+                        "LexAwN_gen.py, eval_DCG.py and eval_LJP.py run)")
+    parser.add_argument("--grid", metavar="FILE", help="a TOML file: each evaluated model's endpoint and limits, "
+                        "other models' limits (docs/grid.md)")
+    parser.add_argument("--format", choices=sorted(RENDERINGS), default="text", help="of the --dry-run quote")
+    parser.add_argument("--width", type=number(int, 0, 10**6), default=TEXT_WIDTH, help=argparse.SUPPRESS)
+    args, options = parser.parse_known_args(argv)
+    limits, options = split_limits(options)
+    own_interrupts()
+    try:
+        given_once("--models", args.models or [])
+        given_once("--run-ids", args.run_ids or [])
+        run_ids = args.run_ids or [f"run{i}" for i in range(1, args.runs + 1)]
+        grid = start_grid(stages_named(args.stages), args.models, run_ids, options, args.grid, limits)
+        if "--dry-run" in options:
+            first = grid.settings_of(grid.stages[0], grid.models[0], run_ids[0])
+            cases, sha = load_dataset(first.dataset)
+            selected = cases[:first.limit] if first.limit else cases
+            parts = quote_grid(grid.stages, grid.settings_of, grid.models, run_ids, selected, sha)
+            timing = Timing(30.0, first.transport.concurrency, 0, grid.rate_limits(first))
+            print(quote_text(quote_tables(parts), quote_notes(parts, timing), args.format, args.width))
+            return 1 if any(p.refused for p in parts) else 0
+        return grid.run()
+    except HarnessError as e:
+        print(f"run_grid: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # before the grid started its cells: nothing was done
+        print("\n[grid] interrupted before any call; rerun the same command.", file=sys.stderr)
+        return INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
