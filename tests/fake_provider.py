@@ -199,6 +199,7 @@ class FakeProvider:
         self.lock = threading.Lock()
         self.statuses = Counter()
         self._window: list[float] = []
+        self.arrivals: list[float] = []  # the moment every chat request arrived, answered or refused (429)
         self.abandoned = 0  # streams the client closed while the server was still generating
         self.server = None
         self.port = 0  # 0: any free port
@@ -341,6 +342,17 @@ class FakeProvider:
             requests = list(self.requests)
         return [r["messages"][0]["content"] for r in requests if kind is None or request_kind(r) == kind]
 
+    def busiest_second(self) -> int:
+        """The most requests that arrived within any one second (the window `rate_limit` counts in)."""
+        with self.lock:
+            times = sorted(self.arrivals)
+        most, first = 0, 0
+        for last, t in enumerate(times):
+            while t - times[first] >= 1.0:
+                first += 1
+            most = max(most, last - first + 1)
+        return most
+
     def kinds(self) -> Counter:
         with self.lock:
             return Counter(request_kind(r) for r in self.requests)
@@ -445,6 +457,8 @@ class FakeProvider:
 
     def respond(self, path: str, body: dict):
         json_type = {"Content-Type": "application/json"}
+        with self.lock:
+            self.arrivals.append(time.monotonic())
         if self._rate_limited():
             with self.lock:
                 self.statuses[429] += 1

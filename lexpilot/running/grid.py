@@ -108,7 +108,8 @@ def run_cell(grid: Grid, cell: Cell) -> tuple[int, str]:
     out, err = io.StringIO(), io.StringIO()
     try:
         code = grid.run_stage(cell.stage, cell.settings, grid.clients_of(cell), out, err, grid.sharing, cell.label)
-        grid.report(cell, out.getvalue() + err.getvalue())
+        if code == 0:  # a cell that stopped is said once in the summary, with every cell that stopped alike
+            grid.report(cell, out.getvalue() + err.getvalue())
     except HarnessError as e:
         return 2, cell.settings.redact(str(e))
     except OSError as e:

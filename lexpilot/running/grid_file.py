@@ -52,7 +52,8 @@ def key_lines(text: str) -> dict[tuple[str, ...], int]:
         if header:
             table = tuple(part.strip().strip("\"'") for part in re.findall(r'"[^"]*"|\'[^\']*\'|[^.]+',
                                                                           header.group(1)))
-            lines.setdefault(table, number)
+            for n in range(1, len(table) + 1):  # [models."m"] is where `models` first appears too
+                lines.setdefault(table[:n], number)
             continue
         key = re.match(r"\s*(\"[^\"]*\"|'[^']*'|[A-Za-z0-9_-]+)\s*=", line)
         if key:

@@ -1,0 +1,282 @@
+"""Issue 38: the paper's grid in one command (run_grid.py). Every (model, run, stage) cell writes what its stage
+script writes by hand; each endpoint's limits hold for every cell together (by the scripted provider's own count);
+faults stay in their cell or endpoint; the grid file's mistakes are one line naming the file, key and line."""
+import json
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+import quote_grid
+import run_grid
+import show_results
+from lexpilot.errors import FatalError
+from lexpilot.models.limits import Limiter, Limits, request_tokens
+from lexpilot.protocols.catalog import ENTRY_POINTS
+from lexpilot.running.stage import stage_main
+from tests.conftest import SECRET, sample_cases, write_dataset
+from tests.fake_provider import FakeProvider
+
+MODELS = ("model-a", "model-b", "model-c")
+README_LOOP = ("LexAwN_gen", "eval_DCG", "eval_LJP")  # the README's five-run loop, per run
+
+
+def records(root) -> dict:
+    """Every record file under the root's output folders: path -> its lines, in case order (cases run in parallel,
+    so the order of lines is not compared)."""
+    return {str(p.relative_to(root)): sorted(p.read_text(encoding="utf-8").splitlines())
+            for p in sorted(root.rglob("*.jsonl")) if "calls_journal" not in p.name}
+
+
+def readme_loop(root, dataset, run_ids, models=MODELS) -> None:
+    for run_id in run_ids:
+        for model in models:
+            for script in README_LOOP:
+                for stage in ENTRY_POINTS[script]:
+                    argv = ["--run-id", run_id, "--model", model, "--dataset", str(dataset), "--output-root", str(root)]
+                    assert stage_main(stage, "test", argv=argv) == 0
+
+
+def grid_argv(root, dataset, *extra) -> list[str]:
+    return ["--models", *MODELS, "--runs", "2", "--dataset", str(dataset), "--output-root", str(root), *extra]
+
+
+@pytest.fixture
+def three_cases(tmp_path):
+    return write_dataset(tmp_path / "three.json", sample_cases()[:3])
+
+
+@pytest.fixture
+def http(provider, monkeypatch):
+    monkeypatch.setenv("OPENAI_BASE_URL", provider.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    return provider
+
+
+def test_a_grid_writes_what_the_readme_loop_writes_and_reports_the_same(tmp_path, http, three_cases, capsys):
+    """Item 1: "A grid run and the README loop give byte-identical records apart from timing fields, and equal
+    show_results.py output. Test this on a 3-model × 2-run grid." (Records carry no timing field.)"""
+    readme_loop(tmp_path / "loop", three_cases, ("run1", "run2"))
+    by_hand = Counter(http.processed)
+    http.processed.clear()
+    assert run_grid.main(grid_argv(tmp_path / "grid", three_cases)) == 0
+    assert http.processed == by_hand  # the same requests, each once
+    loop, grid = records(tmp_path / "loop"), records(tmp_path / "grid")
+    assert len(loop) == 3 * 2 * 10 and loop == grid  # every record file of every (model, run), line for line
+    manifests = [sorted((tmp_path / name).glob("runs/*/*/manifest.json")) for name in ("loop", "grid")]
+    assert len(manifests[0]) == 6 and [m.relative_to(tmp_path / "loop") for m in manifests[0]] == \
+        [m.relative_to(tmp_path / "grid") for m in manifests[1]]
+    capsys.readouterr()
+    reports = []
+    for name in ("loop", "grid"):
+        assert show_results.main(["--output-root", str(tmp_path / name), "--dataset", str(three_cases)]) == 0
+        reports.append(capsys.readouterr().out)
+    assert reports[0] == reports[1] and "model-c" in reports[0]
+    assert run_grid.main(grid_argv(tmp_path / "grid", three_cases)) == 0  # rerun: resumes, asks nothing
+    assert http.processed == by_hand
+
+
+def test_each_evaluated_model_on_its_own_endpoint_from_the_grid_file(tmp_path, http, three_cases, monkeypatch):
+    """Item 2: "A grid file (TOML, documented with an example) names, per model id, the base URL, the name of the
+    environment variable that holds its key, and optional limits." The key reaches its endpoint only."""
+    with FakeProvider() as own:
+        grid_file = tmp_path / "grid.toml"
+        grid_file.write_text(f'[models."model-c"]\nbase_url = "{own.base_url}"\nkey_variable = "C_KEY"\n'
+                             'concurrency = 2\n', encoding="utf-8")
+        monkeypatch.setenv("C_KEY", "sk-model-c-only-0123456789")
+        argv = grid_argv(tmp_path / "out", three_cases, "--grid", str(grid_file), "--stages", "eval_LJP_direct")
+        assert run_grid.main(argv) == 0
+        assert {r["model"] for r in own.requests} == {"model-c"}
+        assert {r["model"] for r in http.requests} == {"model-a", "model-b", "DeepSeek-R1"}  # the judge's too
+    manifest = json.loads(next((tmp_path / "out").glob("runs/run1/model-c*/manifest.json")).read_text())
+    assert own.base_url.split("//")[1].split("/")[0] in json.dumps(manifest["models"]["eval"])
+    assert "sk-model-c" not in json.dumps(manifest)
+
+
+@pytest.mark.parametrize("text, where, what", [
+    ('[models."m"]\nbase_url = "http://127.0.0.1:9/v1"\nrpm = 10\nburst = 3\n', ":4: models.m.burst",
+     "unknown key"),
+    ('[models."m"]\nbase_url = "http://127.0.0.1:9/v1"\nkey_variable = "NOT_SET_ANYWHERE"\n',
+     ":3: models.m.key_variable", "NOT_SET_ANYWHERE is not set"),
+    ('[models."m"]\nbase_url = "http://127.0.0.1:9/v1"\n\n[models."m"]\nbase_url = "http://127.0.0.1:9/v1"\n',
+     "line 4", "twice"),
+    ('[models."m"]\nbase_url = "http://127.0.0.1:9/v1"\n[limits."m"]\nrpm = 5\n', ":3: limits.m", "given twice"),
+    ('[limits."DeepSeek-R1"]\nrpm = 100\ntpm = -5\n', ":3: limits.DeepSeek-R1.tpm", "not a positive number"),
+    ('[limits."DeepSeek-R1"]\nconcurrency = 2.5\n', ":2: limits.DeepSeek-R1.concurrency", "positive whole number"),
+    ('[endpoints."m"]\nbase_url = "http://127.0.0.1:9/v1"\n', ":1: endpoints", "unknown table"),
+])
+def test_a_bad_grid_file_is_one_line_naming_the_file_key_and_line(tmp_path, http, capsys, text, where, what):
+    """Item 2: "Bad grid files get one-line errors naming the file, key and line"."""
+    grid_file = tmp_path / "grid.toml"
+    grid_file.write_text(text, encoding="utf-8")
+    assert run_grid.main(["--models", "m", "--grid", str(grid_file), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert str(grid_file) in err and where in err and what in err, err
+
+
+@pytest.mark.parametrize("entry, what", [("DeepSeek-R1=rpm:0", "not a positive number"),
+                                         ("DeepSeek-R1=rps:3", "'rps' is not a limit"),
+                                         ("nosuch=rpm:3", "no role of this grid uses that model id")])
+def test_a_bad_limit_on_the_command_line_is_one_line(tmp_path, http, three_cases, capsys, entry, what):
+    assert run_grid.main(grid_argv(tmp_path / "out", three_cases, "--limit", entry, "--dry-run")) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and what in err, err
+    assert not http.requests
+
+
+def test_the_shared_user_model_and_judge_stay_under_their_limit_for_every_cell_together(tmp_path, monkeypatch,
+                                                                                          three_cases):
+    """Item 3: one limiter per endpoint for every cell: the User Model and the judge, each limited to R requests/s
+    by the provider (a 429 with Retry-After beyond it), are paced under R by the provider's own count, with at most
+    2 % of requests refused."""
+    rate = 15
+    with FakeProvider(latency=0.05) as evaluated, FakeProvider(rate_limit=rate) as user, \
+            FakeProvider(rate_limit=rate) as judge:
+        monkeypatch.setenv("OPENAI_BASE_URL", evaluated.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+        monkeypatch.setenv("LEXPILOT_USER_BASE_URL", user.base_url)
+        monkeypatch.setenv("LEXPILOT_JUDGE_BASE_URL", judge.base_url)
+        argv = grid_argv(tmp_path / "out", three_cases, "--stages", "LexAwN_gen", "eval_DCG",
+                         "--limit", f"DeepSeek-V4.1-Flash=rpm:{rate * 60}", "--limit", f"DeepSeek-R1=rpm:{rate * 60}")
+        assert run_grid.main(argv) == 0
+        for endpoint in (user, judge):
+            assert endpoint.busiest_second() <= rate
+            assert endpoint.statuses[429] <= 0.02 * len(endpoint.arrivals), endpoint.statuses
+            assert len(endpoint.arrivals) > 3 * rate  # long enough for the limit to matter
+
+
+def test_slots_go_round_robin_over_the_cells_waiting(tmp_path):
+    """Item 4: "No model starves: an endpoint's slots go round-robin over the cells waiting for it." Cell a
+    queues 6 calls before cell b queues 2; with one slot, b's calls go second and fourth, not last."""
+    limiter, order, never = Limiter(1), [], (lambda: False)
+    limiter.acquire(never, "holder")
+    threads = []
+    for cell, n in (("a", 6), ("b", 2)):
+        for _ in range(n):
+            def call(cell=cell):
+                limiter.acquire(never, cell)
+                order.append(cell)
+                time.sleep(0.01)
+                limiter.release()
+            threads.append(threading.Thread(target=call))
+            threads[-1].start()
+            time.sleep(0.02)  # queued in this order
+    limiter.release()
+    for t in threads:
+        t.join(5)
+    assert order == ["a", "b", "a", "b", "a", "a", "a", "a"]
+
+
+def test_requests_are_counted_against_tpm_as_the_provider_counts_them():
+    """Item 3: "OpenAI's rate-limit guide counts each request as the larger of its max_tokens and its estimated
+    prompt tokens, so at the paper's 8,192 a 200k-TPM key allows about 24 requests a minute.\""""
+    assert request_tokens(3000, 8192) == 8192 and request_tokens(9000, 8192) == 9000
+    from lexpilot.running.grid_run import requests_per_minute
+    assert round(requests_per_minute(Limits(tpm=200_000), 8192), 1) == 24.4
+    limiter, never, times = Limiter(10, Limits(tpm=60_000)), (lambda: False), []
+    for _ in range(4):  # 1,000 tokens a second (at 97 %): 200 tokens a request go 0.2 s apart
+        limiter.acquire(never, None, 200)
+        times.append(time.monotonic())
+        limiter.release()
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert all(0.2 <= g < 0.4 for g in gaps), gaps
+
+
+def test_an_endpoint_that_refuses_the_key_stops_its_cells_with_one_line_and_the_rest_go_on(tmp_path, http,
+                                                                                            three_cases, capsys):
+    """Item 6: "A 401, 403 or unknown model at one endpoint stops every cell of that endpoint with one line, not one
+    message per cell." And "A cell whose stage stops stops only the cells that depend on it"."""
+    http.script = lambda kind, prompt, body: {"status": 401, "error": "bad key"} if body["model"] == "model-b" else None
+    assert run_grid.main(grid_argv(tmp_path / "out", three_cases)) == 1
+    err = capsys.readouterr().err
+    stopped = [line for line in err.splitlines() if line.startswith("[grid]") and "401" in line]
+    assert len(stopped) == 1 and "[grid] 8 cells failed: " in stopped[0] and "model-b run1 LexAwN" in stopped[0], err
+    assert "[grid] 30 cells: 20 done, 8 failed, 2 not run" in err
+    assert "[grid] 2 cells not run: LexAwN did not finish (model-b run1 LJP interaction" in err
+    assert {r["model"] for r in http.requests if r["model"].startswith("model")} == {"model-a", "model-b", "model-c"}
+    # only the first calls, sent together before the first refusal came back (3 cases in each of 2 runs); no later
+    # stage of model-b sent anything
+    from tests.fake_provider import request_kind
+    sent = Counter(request_kind(r) for r in http.requests if r["model"] == "model-b")
+    assert set(sent) == {"lexawn"} and sent["lexawn"] <= 6, sent
+    assert "Traceback" not in err
+
+
+def test_a_cell_that_fails_holds_back_only_the_cells_that_read_it(tmp_path, http, three_cases, capsys):
+    """Item 6: a LexAwN that fails holds back its Interaction-Based LJP; its DCG, Direct and Gold-Standard run."""
+    def script(kind, prompt, body):
+        if body["model"] == "model-a" and kind == "lexawn":
+            return {"status": 500}
+    http.script = script
+    argv = grid_argv(tmp_path / "out", three_cases, "--runs", "1", "--retries", "0")
+    assert run_grid.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "[grid] model-a run1 LexAwN: failed: " in err
+    assert "[grid] model-a run1 LJP interaction: not run: LexAwN did not finish" in err
+    assert "[grid] 15 cells: 13 done, 1 failed, 1 not run" in err
+
+
+def test_a_grid_and_a_stage_script_on_the_same_run_are_refused(tmp_path, http, three_cases, capsys):
+    """Item 7: "A grid and a stage script on the same root and run id are refused, as today's lock does.\""""
+    from lexpilot.storage.checkpoints import run_folder
+    from lexpilot.storage.manifest import RunLock
+    lock = run_folder(tmp_path / "out", "run1", "model-a") / ".lock"
+    with RunLock(lock):
+        assert run_grid.main(grid_argv(tmp_path / "out", three_cases, "--runs", "1", "--stages", "LexAwN_gen")) == 1
+    err = capsys.readouterr().err
+    assert "[grid] model-a run1 LexAwN: failed:" in err and "lock" in err.lower()
+    assert "[grid] 3 cells: 2 done, 1 failed" in err
+
+
+def test_the_dry_run_prints_the_quote_and_makes_no_call(tmp_path, http, three_cases, capsys):
+    """Item 8: "--dry-run prints the quote, the same numbers quote_grid.py prints for what is left, and makes no
+    call.\""""
+    common = ["--models", *MODELS, "--runs", "2", "--dataset", str(three_cases), "--output-root", str(tmp_path),
+              "--stages", "paper"]
+    assert quote_grid.main(common) == 0
+    quoted = capsys.readouterr().out
+    assert run_grid.main([*common, "--dry-run"]) == 0
+    assert capsys.readouterr().out == quoted and "Calls" in quoted
+    assert not http.requests
+
+
+def test_max_cost_caps_the_whole_grid(tmp_path, http, three_cases, capsys):
+    """Item 8: "--max-cost caps the whole grid's spending": one budget for every cell, not one per cell."""
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({m: {"prompt": 1000.0, "completion": 1000.0}
+                                  for m in (*MODELS, "DeepSeek-V4.1-Flash", "DeepSeek-R1")}), encoding="utf-8")
+    assert run_grid.main(grid_argv(tmp_path / "out", three_cases, "--prices", str(prices), "--max-cost", "60")) == 1
+    err = capsys.readouterr().err
+    assert "--max-cost 60" in err
+    spent = sum((e["prompt_tokens"] + e["completion_tokens"]) * 1000 / 1e6
+                for r in http.requests for e in [{"prompt_tokens": len(r["messages"][0]["content"]),
+                                                  "completion_tokens": 0}])
+    assert spent <= 60 + 1e-9  # prompts alone of every answered call, within the one budget
+
+
+def test_a_second_run_of_a_finished_grid_has_nothing_to_do(tmp_path, http, three_cases, capsys):
+    assert run_grid.main(grid_argv(tmp_path / "out", three_cases, "--runs", "1", "--stages", "eval_LJP_direct")) == 0
+    before = len(http.requests)
+    assert run_grid.main(grid_argv(tmp_path / "out", three_cases, "--runs", "1", "--stages", "eval_LJP_direct")) == 0
+    assert len(http.requests) == before
+    assert "0 done, 3 skipped (already saved)" in capsys.readouterr().err
+
+
+def test_a_limiter_stops_every_waiting_call_when_the_endpoint_refuses():
+    limiter = Limiter(1)
+    limiter.acquire(lambda: False, "a")
+    raised = []
+
+    def wait():
+        try:
+            limiter.acquire(lambda: False, "b")
+        except FatalError as e:
+            raised.append(str(e))
+    t = threading.Thread(target=wait)
+    t.start()
+    time.sleep(0.05)
+    limiter.fail("HTTP 401: bad key")
+    t.join(2)
+    assert raised == ["HTTP 401: bad key"]
