@@ -1,0 +1,124 @@
+"""Issue 38 items 6 and 7 on real processes: `kill -9` the grid at random moments under provider faults, then rerun
+the same command: it completes with a clean run's records, and the provider processed exactly a clean run's
+requests, compared per request (its kind and the digest of what it asks), beyond the calls in flight at the kills
+(paid, never answered: the journal counts them). A first Ctrl-C starts no new call and loses none in flight; a
+second leaves at once."""
+import itertools
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+from tests.conftest import ROOT, as_at_a_terminal, sample_cases, write_dataset
+from tests.fake_provider import FakeProvider
+from tests.test_run_grid import records
+
+MODELS = ("model-a", "model-b", "model-c")
+
+
+class Faults:
+    """Every 6th request answered 500, every 9th 429 with a short Retry-After: retried, never processed."""
+
+    def __init__(self):
+        self.count = itertools.count(1)
+
+    def __call__(self, kind, prompt, body):
+        n = next(self.count)
+        if n % 6 == 0:
+            return {"status": 500}
+        if n % 9 == 0:
+            return {"status": 429, "headers": {"Retry-After": "0.05"}}
+        return None
+
+
+def grid_command(root, dataset) -> list[str]:
+    return [sys.executable, "run_grid.py", "--models", *MODELS, "--runs", "2", "--dataset", str(dataset),
+            "--output-root", str(root), "--concurrency", "2", "--retries", "8"]
+
+
+def environment(provider) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LEXPILOT_"))}
+    return env | {"OPENAI_BASE_URL": provider.base_url, "OPENAI_API_KEY": "k", "LEXPILOT_BACKOFF_BASE": "0.001"}
+
+
+def unanswered(root) -> int:
+    import json
+    return sum(sum(json.loads(p.read_text()).values()) for p in root.glob("runs/*/*/unanswered_calls.json"))
+
+
+def test_twenty_kills_at_random_moments_then_a_rerun_pay_for_exactly_a_clean_runs_requests(tmp_path):
+    dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
+    with FakeProvider(script=Faults(), latency=0.01) as provider:
+        env = environment(provider)
+        clean = subprocess.run(grid_command(tmp_path / "clean", dataset), cwd=ROOT, env=env, capture_output=True,
+                               text=True, timeout=120)
+        assert clean.returncode == 0, clean.stderr
+        clean_processed = Counter(provider.processed)
+        provider.processed.clear()
+        rng, killed = random.Random(38), 0
+        command = grid_command(tmp_path / "killed", dataset)
+        for _ in range(20):
+            process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL)
+            time.sleep(rng.uniform(0.6, 2.5))  # from the start-up into the cells' calls
+            if process.poll() is None:
+                process.send_signal(signal.SIGKILL)
+                killed += 1
+            process.wait(timeout=30)
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        processed = Counter(provider.processed)
+    assert killed >= 15  # most kills land while the grid runs
+    assert records(tmp_path / "killed") == records(tmp_path / "clean")
+    assert set(processed) == set(clean_processed)  # every request of a clean run, and no other
+    assert all(processed[k] >= n for k, n in clean_processed.items())
+    extra = sum((processed - clean_processed).values())
+    assert extra <= unanswered(tmp_path / "killed"), (extra, unanswered(tmp_path / "killed"))
+
+
+def test_a_first_ctrl_c_drains_the_grid_and_a_second_leaves_at_once(tmp_path):
+    """Item 6: "The first Ctrl-C starts no new call, finishes or journals the calls in flight, and exits. A second
+    Ctrl-C exits at once. Nothing saved is lost either way.\""""
+    dataset = write_dataset(tmp_path / "three.json", sample_cases()[:3])
+    with FakeProvider(latency=0.3) as provider:
+        env = environment(provider)
+        clean = subprocess.run(grid_command(tmp_path / "clean", dataset), cwd=ROOT, env=env, capture_output=True,
+                               text=True, timeout=120)
+        assert clean.returncode == 0, clean.stderr
+        clean_processed = Counter(provider.processed)
+        provider.processed.clear()
+        command = grid_command(tmp_path / "out", dataset)
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, preexec_fn=as_at_a_terminal)
+        deadline = time.monotonic() + 30
+        while len(provider.processed) < 10 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        at_signal = sum(provider.processed.values())
+        _, err = process.communicate(timeout=60)
+        assert process.returncode == 130, err
+        assert "Traceback" not in err and "Ctrl-C: no new call starts" in err and "interrupted:" in err, err
+        in_flight_then = sum(provider.processed.values())
+        # only the calls in flight then were answered: 6 chains, 2 cases at once each, a call each at most
+        assert in_flight_then - at_signal <= 6 * 2 < sum(clean_processed.values()) - in_flight_then
+        assert unanswered(tmp_path / "out") == 0  # none was left in flight
+        # a second Ctrl-C while the first drains: out at once
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, preexec_fn=as_at_a_terminal)
+        while sum(provider.processed.values()) < in_flight_then + 10 and time.monotonic() < deadline + 30:
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=10)
+        assert process.returncode == 130 and "Traceback" not in err and "interrupted at once" in err, err
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        processed = Counter(provider.processed)
+    assert records(tmp_path / "out") == records(tmp_path / "clean")
+    assert set(processed) == set(clean_processed)
+    extra = sum((processed - clean_processed).values())
+    assert extra <= unanswered(tmp_path / "out")  # only what the second Ctrl-C left in flight
