@@ -21,14 +21,16 @@ from lexpilot.errors import HarnessError
 from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS, stages_named
 from lexpilot.reporting.quote_tables import quote_text
 from lexpilot.reporting.renderings import RENDERINGS, TEXT_WIDTH
+from lexpilot.running.grid_file import split_limits
 from lexpilot.running.grid_quote import (
     Timing,
+    allowed_rates,
     check_rate_limits,
     quote_grid,
     quote_notes,
     quote_tables,
-    stage_settings,
 )
+from lexpilot.running.grid_run import plan_grid
 from lexpilot.settings import given_once, number, rate_limits
 
 
@@ -36,7 +38,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      allow_abbrev=False)  # --run-id is a stage option, not --run-ids
     # a flag given twice adds to the first (argparse would keep only the last, quoting half the grid in silence)
-    parser.add_argument("--models", nargs="+", action="extend", required=True, help="the evaluated model ids")
+    parser.add_argument("--models", nargs="+", action="extend", help="the evaluated model ids (default: the grid "
+                        "file's)")
     runs = parser.add_mutually_exclusive_group()
     runs.add_argument("--runs", type=number(int, 1, 1000), default=5, help="run1 .. runN (default 5, as the paper)")
     runs.add_argument("--run-ids", nargs="+", action="extend", help="these run ids instead")
@@ -45,6 +48,8 @@ def main(argv=None) -> int:
                         "paper: what LexAwN_gen.py, eval_DCG.py and eval_LJP.py run)")
     parser.add_argument("--rate-limit", action="append", default=[], metavar="MODEL=RPM",
                         help="an endpoint's requests per minute (repeat per model id)")
+    parser.add_argument("--grid", metavar="FILE", help="run_grid.py's grid file: each evaluated model's endpoint, "
+                        "and the limits (rpm, tpm) the wall time is estimated at (docs/grid.md)")
     parser.add_argument("--seconds-per-call", type=number(float, 0.001, 3600), default=30.0,
                         help="a call's time, for the wall-time estimate (default 30)")
     parser.add_argument("--jobs", type=number(int, 0, 100000), default=0,
@@ -53,17 +58,18 @@ def main(argv=None) -> int:
     parser.add_argument("--width", type=number(int, 0, 10**6), default=TEXT_WIDTH, help="text tables wider than "
                         f"this many terminal cells are printed in blocks of columns (default {TEXT_WIDTH}; 0: never)")
     args, options = parser.parse_known_args(argv)
+    endpoint_limits, options = split_limits(options)  # --limit MODEL=rpm:R,... as run_grid.py takes it
     try:
-        given_once("--models", args.models)
+        given_once("--models", args.models or [])
         given_once("--run-ids", args.run_ids or [])
         stages = stages_named(args.stages)
-        settings_of = stage_settings(stages, options)
-        first = settings_of(stages[0], args.models[0], "run1")
+        run_ids = args.run_ids or [f"run{i}" for i in range(1, args.runs + 1)]
+        grid = plan_grid(stages, args.models, run_ids, options, args.grid, endpoint_limits)
+        first = grid.settings_of(stages[0], grid.models[0], run_ids[0])
         cases, sha = load_dataset(first.dataset)
         selected = cases[:first.limit] if first.limit else cases
-        run_ids = args.run_ids or [f"run{i}" for i in range(1, args.runs + 1)]
-        limits = rate_limits(args.rate_limit)
-        parts = quote_grid(stages, settings_of, args.models, run_ids, selected, sha)
+        limits = allowed_rates(grid.limits, first) | rate_limits(args.rate_limit)
+        parts = quote_grid(stages, grid.settings_of, grid.models, run_ids, selected, sha)
         check_rate_limits(parts, limits)
         timing = Timing(args.seconds_per_call, first.transport.concurrency, args.jobs, limits)
     except HarnessError as e:

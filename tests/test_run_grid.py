@@ -12,7 +12,7 @@ import quote_grid
 import run_grid
 import show_results
 from lexpilot.errors import FatalError
-from lexpilot.models.limits import Limiter, Limits, request_tokens
+from lexpilot.models.limits import Limiter, Limits, request_tokens, requests_per_minute
 from lexpilot.protocols.catalog import ENTRY_POINTS
 from lexpilot.running.stage import stage_main
 from tests.conftest import SECRET, sample_cases, write_dataset
@@ -173,10 +173,9 @@ def test_requests_are_counted_against_tpm_as_the_provider_counts_them():
     """Item 3: "OpenAI's rate-limit guide counts each request as the larger of its max_tokens and its estimated
     prompt tokens, so at the paper's 8,192 a 200k-TPM key allows about 24 requests a minute.\""""
     assert request_tokens(3000, 8192) == 8192 and request_tokens(9000, 8192) == 9000
-    from lexpilot.running.grid_run import requests_per_minute
     assert round(requests_per_minute(Limits(tpm=200_000), 8192), 1) == 24.4
     limiter, never, times = Limiter(10, Limits(tpm=60_000)), (lambda: False), []
-    for _ in range(4):  # 1,000 tokens a second (at 97 %): 200 tokens a request go 0.2 s apart
+    for _ in range(4):  # 1,000 tokens a second (at 95 %): 200 tokens a request go 0.21 s apart
         limiter.acquire(never, None, 200)
         times.append(time.monotonic())
         limiter.release()
@@ -280,3 +279,16 @@ def test_a_limiter_stops_every_waiting_call_when_the_endpoint_refuses():
     limiter.fail("HTTP 401: bad key")
     t.join(2)
     assert raised == ["HTTP 401: bad key"]
+
+
+def test_the_quote_reads_the_grids_limits_and_shows_the_wall_time_they_imply(tmp_path, http, three_cases, capsys):
+    """Item 3: "`quote_grid.py --rate-limit` reads the same values" and "show in the quote what the limit implies for
+    wall time": a 200k-TPM judge at 8,192 tokens a request is 24.4 requests a minute."""
+    grid_file = tmp_path / "grid.toml"
+    grid_file.write_text('[limits."DeepSeek-R1"]\ntpm = 200000\n', encoding="utf-8")
+    common = ["--models", *MODELS, "--runs", "2", "--dataset", str(three_cases), "--output-root", str(tmp_path),
+              "--stages", "paper"]
+    for argv in ([*common, "--grid", str(grid_file)], [*common, "--limit", "DeepSeek-R1=tpm:200000"]):
+        assert quote_grid.main(argv) == 0
+        out = capsys.readouterr().out
+        assert "DeepSeek-R1 at 24.4141 requests/min" in " ".join(out.split()), out

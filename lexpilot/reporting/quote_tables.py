@@ -41,6 +41,6 @@ def quote_text(quoted: list[tuple], notes: list[str], fmt: str, width: int) -> s
     """The quote as quote_grid.py and run_grid.py --dry-run print it: its tables, then its notes (the text wraps
     each note), in one of the report's formats."""
     from lexpilot.reporting.renderings import RENDERINGS, render_text
-    tables = drawn_quote(quoted) + [Table("grid_quote_notes", "Time, and what the quote leaves out", ["Note"],
-                                          [[note] for note in notes])]
+    tables = drawn_quote([*quoted, ("grid_quote_notes", "Time, and what the quote leaves out", ["Note"],
+                                    [[note] for note in notes])])
     return render_text(tables, width or 10**9) if fmt == "text" else RENDERINGS[fmt](tables)

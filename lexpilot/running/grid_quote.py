@@ -17,6 +17,7 @@ from lexpilot.benchmark.dataset import Case
 from lexpilot.benchmark.prompts import load_prompts
 from lexpilot.benchmark.vocabulary import CONDITION_SCRIPTS, ROLES
 from lexpilot.errors import HarnessError
+from lexpilot.models.limits import requests_per_minute
 from lexpilot.protocols.steps import Stage
 from lexpilot.running.quote import (
     CARRIED_REPLIES,
@@ -107,6 +108,14 @@ def parsed(parser: argparse.ArgumentParser, argv: list[str]):
     except SystemExit:
         message = complaint.getvalue().strip().splitlines()[-1:] or ["bad option"]
         raise HarnessError(message[0].split("error: ", 1)[-1]) from None
+
+
+def allowed_rates(limits: dict, settings: Settings) -> dict[str, float]:
+    """Model id -> the requests a minute its Limits allow (a request counted at its role's output limit against
+    tpm), for the wall time; models limited only in concurrency are left out."""
+    tokens = {r.model: r.max_tokens for r in settings.roles.values()}
+    allowed = {m: requests_per_minute(lim, tokens.get(m, settings.max_tokens)) for m, lim in limits.items()}
+    return {m: rpm for m, rpm in allowed.items() if rpm is not None}
 
 
 def check_rate_limits(parts: list[Part], limits: dict) -> None:

@@ -6,7 +6,6 @@ in flight, the second leaves at once.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from lexpilot.protocols.steps import Stage
 from lexpilot.running.grid import FAILED, NOT_RUN, Grid, plan, start_chains, wait_for
 from lexpilot.running.grid_display import Display, Quote, summary
 from lexpilot.running.grid_file import GridFile, ModelEndpoint, command_limits, read_grid_file
-from lexpilot.running.grid_quote import quote_grid, stage_settings, summed_money
+from lexpilot.running.grid_quote import allowed_rates, quote_grid, stage_settings, summed_money
 from lexpilot.settings import Settings
 
 
@@ -33,12 +32,6 @@ def with_endpoint(settings: Settings, endpoint: ModelEndpoint | None, env) -> Se
     roles = {**settings.roles, "eval": dataclasses.replace(settings.roles["eval"], base_url=endpoint.base_url,
                                                           api_key=key)}
     return dataclasses.replace(settings, roles=roles)
-
-
-def requests_per_minute(limits: Limits, tokens_per_request: int) -> float | None:
-    """What an endpoint's limits allow in requests a minute, a request counted at `tokens_per_request` against tpm."""
-    allowed = min(limits.rpm or math.inf, limits.tpm / tokens_per_request if limits.tpm else math.inf)
-    return None if allowed == math.inf else allowed
 
 
 @dataclass
@@ -54,9 +47,7 @@ class GridRun:
 
     def rate_limits(self, first: Settings) -> dict[str, float]:
         """Model id -> the requests a minute its limits allow, for the quote's wall time."""
-        tokens = {r.model: r.max_tokens for r in first.roles.values()}
-        allowed = {m: requests_per_minute(lim, tokens.get(m, first.max_tokens)) for m, lim in self.limits.items()}
-        return {m: rpm for m, rpm in allowed.items() if rpm is not None}
+        return allowed_rates(self.limits, first)
 
     def run(self, run_stage=None) -> int:
         from lexpilot.running.stage import run_stage as stage_runner  # the stages, only when the grid runs
@@ -106,11 +97,18 @@ class GridRun:
 
 def start_grid(stages: list[Stage], models: list[str] | None, run_ids: list[str], options: list[str],
                grid_path: str | None, limit_entries: list[str], env=os.environ, err=None) -> GridRun:
-    """The grid's plan from the command line, checked before any call."""
+    """The grid run_grid.py runs, checked before any call."""
     batch = [o for o in options if o.split("=")[0].startswith("--batch")]
     if batch:
         raise HarnessError(f"{batch[0]}: batch mode is not pooled across the grid yet; run the stages with --batch "
                            "by hand (docs/batch.md), or the grid without it")
+    return plan_grid(stages, models, run_ids, options, grid_path, limit_entries, env, err)
+
+
+def plan_grid(stages: list[Stage], models: list[str] | None, run_ids: list[str], options: list[str],
+              grid_path: str | None, limit_entries: list[str], env=os.environ, err=None) -> GridRun:
+    """The grid from the command line (quote_grid.py's too): each cell's settings with the grid file's endpoints,
+    and the limits by model id, every model id one a role of the grid uses."""
     grid_file = read_grid_file(Path(grid_path), env) if grid_path else GridFile()
     models = models or list(grid_file.endpoints)
     if not models:
