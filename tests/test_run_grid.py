@@ -182,7 +182,7 @@ def test_requests_are_counted_against_tpm_as_the_provider_counts_them():
         times.append(time.monotonic())
         limiter.release()
     gaps = [b - a for a, b in zip(times, times[1:])]
-    assert all(0.2 <= g < 0.4 for g in gaps), gaps
+    assert all(0.2 <= g < 1.0 for g in gaps), gaps  # not before its tokens allow (and not stuck)
 
 
 def test_an_endpoint_that_refuses_the_key_stops_its_cells_with_one_line_and_the_rest_go_on(tmp_path, http,

@@ -6,9 +6,11 @@ and the paper's Table 1 statistics.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import math
+import stat
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -265,7 +267,20 @@ def dataset_problems(path: Path) -> tuple[list, list[str]]:
 
 
 def load_dataset(path: Path) -> tuple[list[Case], str]:
-    """All cases in file order and the dataset's sha256; raises HarnessError listing every problem."""
+    """All cases in file order and the dataset's sha256; raises HarnessError listing every problem. A file read
+    before in this process with the same content is not parsed again (the grid's cells all read one dataset)."""
+    path = Path(path)
+    try:
+        status = path.stat()  # a file, not a device or a pipe: nothing is read before dataset_problems checks it
+        key = (status.st_ino, status.st_mtime_ns, status.st_size) if stat.S_ISREG(status.st_mode) else None
+    except OSError:
+        key = None  # dataset_problems says what is wrong with it
+    cases, digest = _parsed(path, key) if key else _parsed.__wrapped__(path, None)
+    return list(cases), digest
+
+
+@functools.lru_cache(maxsize=4)  # by the file's inode, time and size (a changed file is parsed again); cases are frozen
+def _parsed(path: Path, key: tuple | None) -> tuple[tuple[Case, ...], str]:
     raw_cases, problems = dataset_problems(path)
     if len(problems) == 1:
         raise HarnessError(problems[0])
@@ -273,8 +288,7 @@ def load_dataset(path: Path) -> tuple[list[Case], str]:
         shown = first_of(problems, 50)
         raise HarnessError(f"dataset has {len(problems)} problem(s); fix them and rerun:\n  "
                            + "\n  ".join(shown))
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    return [case_from_raw(raw) for raw in raw_cases], digest
+    return tuple(case_from_raw(raw) for raw in raw_cases), hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def dataset_statistics(cases: list[Case]) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 
 from lexpilot.errors import Aborted, CaseFailed, FatalError
-from lexpilot.models.limits import Endpoints, request_tokens
+from lexpilot.models.limits import Endpoints, key_digest, request_tokens
 from lexpilot.models.replies import (
     DeadlineExceeded,
     MalformedReply,
@@ -116,6 +116,15 @@ class Sharing:
     answered: Usage = field(default_factory=lambda: Usage())  # by model id: every call answered, for the display
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    clients: dict = field(default_factory=dict)  # (base URL, key hash, timeout) -> the SDK client every cell uses
+
+    def client(self, role: Role, timeout: float, build):
+        key = (role.base_url, key_digest(role.api_key), timeout)
+        with self.lock:
+            if key not in self.clients:
+                self.clients[key] = build(role)
+            return self.clients[key]
+
     def count(self, model: str, reply: Reply) -> None:
         with self.lock:
             self.answered.add(model, reply.prompt_tokens or 0, reply.completion_tokens or 0,
@@ -175,12 +184,13 @@ class ModelCaller:
         self.limiters = {role: self.endpoints.of(r) for role, r in settings.roles.items()}
         self.cell, self.sharing = cell, sharing
         self.draining = sharing.draining if sharing else threading.Event()
-        # Every client is built here, before any worker starts: nothing is built lazily across threads.
-        self.clients = clients or {
-            role: openai.OpenAI(base_url=r.base_url, api_key=r.api_key or "EMPTY", timeout=settings.transport.timeout,
-                                max_retries=0, http_client=openai.DefaultHttpxClient(follow_redirects=False))
-            for role, r in settings.roles.items()
-        }
+        # Every client is built here, before any worker starts: nothing is built lazily across threads. The grid's
+        # cells share one per endpoint (and its connections): building one reads the whole environment for proxies.
+        def build(r: Role):
+            return openai.OpenAI(base_url=r.base_url, api_key=r.api_key or "EMPTY", timeout=settings.transport.timeout,
+                                 max_retries=0, http_client=openai.DefaultHttpxClient(follow_redirects=False))
+        self.clients = clients or {role: sharing.client(r, settings.transport.timeout, build) if sharing else build(r)
+                                   for role, r in settings.roles.items()}
         # The output-limit field per role: OpenAI's reasoning models refuse max_tokens, so a role switches to
         # max_completion_tokens on that refusal and keeps it (a transport detail; it does not change results).
         self.token_fields = {role: "max_tokens" for role in settings.roles} | (token_fields or {})

@@ -152,20 +152,25 @@ class Limiter:
         tokens the reply used beyond what was counted when it was sent, charged to the tpm pacing."""
         with self.lock:
             now = time.monotonic()
-            if pushed_back == "slots":  # the server has fewer slots than requests: it never grows them
-                self.limit = self.max_limit = max(1.0, min(self.limit, self.in_flight - 1))
-            elif pushed_back == "rate":
+            if pushed_back == "rate":
                 self.rate_limited += 1
-                pause = pause if pause is not None else 1.0
-                self.resume_at = max(self.resume_at, now + pause)
-                if now - self.last_cut > pause:  # one cut per push-back, not one per rejected request
-                    self.limit, self.last_cut = max(1.0, self.limit / 2), now
-            else:
-                self.limit = min(self.max_limit, self.limit + 1 / self.limit)
-            if tokens_over > 0 and self.limits.tpm:
-                self.next_tokens = max(self.next_tokens, now) + tokens_over / self._token_rate()
-            self.in_flight -= 1
+            self._give_back(pushed_back, pause, tokens_over, now)
             self._dispatch(now)
+
+    def _give_back(self, pushed_back: str | None, pause: float | None, tokens_over: int, now: float) -> None:
+        """A call ended: its slot back, and what its ending says about the endpoint (AIMD)."""
+        if pushed_back == "slots":  # the server has fewer slots than requests: it never grows them
+            self.limit = self.max_limit = max(1.0, min(self.limit, self.in_flight - 1))
+        elif pushed_back == "rate":
+            pause = pause if pause is not None else 1.0
+            self.resume_at = max(self.resume_at, now + pause)
+            if now - self.last_cut > pause:  # one cut per push-back, not one per rejected request
+                self.limit, self.last_cut = max(1.0, self.limit / 2), now
+        else:
+            self.limit = min(self.max_limit, self.limit + 1 / self.limit)
+        if tokens_over > 0 and self.limits.tpm:
+            self.next_tokens = max(self.next_tokens, now) + tokens_over / self._token_rate()
+        self.in_flight -= 1
 
     def fail(self, message: str) -> None:
         """The endpoint refused what every call sends (a key, a model id): no call to it is made again."""
@@ -179,19 +184,28 @@ class Limiter:
     def _token_rate(self) -> float:
         return self.limits.tpm * PACING_MARGIN / 60
 
-    def _wait_for(self, tokens: int, now: float) -> float:
-        """How long the next call must wait (0: it may go; inf: until a call in flight ends)."""
+    def _take(self, tokens: int, now: float) -> float:
+        """The next call's slot if the limits allow it now (0.0), else how long it must wait (inf: until a call in
+        flight ends)."""
         if self.in_flight >= int(self.limit):
             return math.inf
-        return max(0.0, self.resume_at - now, self.next_request - now if self.limits.rpm else 0.0,
+        wait = max(0.0, self.resume_at - now, self.next_request - now if self.limits.rpm else 0.0,
                    self.next_tokens - now if self.limits.tpm else 0.0)
+        if wait > 0:
+            return wait
+        self.in_flight += 1
+        if self.limits.rpm:
+            self.next_request = max(self.next_request, now) + 60 / (self.limits.rpm * PACING_MARGIN)
+        if self.limits.tpm:
+            self.next_tokens = max(self.next_tokens, now) + tokens / self._token_rate()
+        return 0.0
 
     def _dispatch(self, now: float) -> None:
         """Let waiting calls go, a cell at a time in rotation, while the limits allow."""
         while self.turns:
             cell = self.turns[0]
             ticket = self.waiting[cell][0]
-            wait = self._wait_for(ticket.tokens, now)
+            wait = self._take(ticket.tokens, now)
             if wait > 0:
                 wake_at = None if wait == math.inf else now + wait
                 if wake_at != ticket.wake_at:  # it sleeps until then (or until a release lets it go)
@@ -203,12 +217,7 @@ class Limiter:
             if self.backlog_since is not None:
                 self.backlog_sent += 1
             self._withdraw(ticket)
-            self.in_flight += 1
             self.sent += 1
-            if self.limits.rpm:
-                self.next_request = max(self.next_request, now) + 60 / (self.limits.rpm * PACING_MARGIN)
-            if self.limits.tpm:
-                self.next_tokens = max(self.next_tokens, now) + ticket.tokens / self._token_rate()
             ticket.granted = True
             ticket.event.set()
         if self.backlog_since is not None:  # no call waits any more

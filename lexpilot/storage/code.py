@@ -93,6 +93,12 @@ def stage_scripts(root: Path) -> list[str]:
 
 
 def file_digest(path: Path) -> str:
+    status = path.stat()
+    return _file_digest(path, status.st_mtime_ns, status.st_size)
+
+
+@functools.lru_cache(maxsize=1024)  # keyed by the file's time and size: the grid's cells compare the same files
+def _file_digest(path: Path, mtime_ns: int, size: int) -> str:
     return hashlib.sha256(path.read_bytes().replace(b"\r\n", b"\n")).hexdigest()[:16]
 
 

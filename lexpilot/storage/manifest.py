@@ -4,6 +4,7 @@ writer per run and model.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -51,6 +52,11 @@ LEGACY_PROMPT_SETS = {"ed0912c173dde14c": {
 
 
 def package_versions() -> dict[str, str]:
+    return dict(_package_versions())
+
+
+@functools.lru_cache(maxsize=1)  # read once per process: every cell of a grid records them
+def _package_versions() -> tuple:
     from importlib import metadata
     versions = {"python": sys.version.split()[0]}
     for package in ("openai", "numpy", "scikit-learn"):
@@ -58,7 +64,7 @@ def package_versions() -> dict[str, str]:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             versions[package] = "not installed"
-    return versions
+    return tuple(versions.items())
 
 
 def generation_settings(settings: Settings) -> dict:
