@@ -41,6 +41,10 @@ def main(argv=None) -> int:
                         "LexAwN_gen.py, eval_DCG.py and eval_LJP.py run)")
     parser.add_argument("--grid", metavar="FILE", help="a TOML file: each evaluated model's endpoint and limits, "
                         "other models' limits (docs/grid.md)")
+    parser.add_argument("--shard", metavar="K/N", help="run shard K of N: whole (model, run) chains, split the same "
+                        "way on every machine (docs/grid.md)")
+    parser.add_argument("--limits", dest="limits_url", metavar="redis://HOST:PORT/DB", help="share each endpoint's "
+                        "limits with every process and machine using it, through Redis (?lease=SECONDS, default 60)")
     parser.add_argument("--format", choices=sorted(RENDERINGS), default="text", help="of the --dry-run quote")
     parser.add_argument("--width", type=number(int, 0, 10**6), default=TEXT_WIDTH, help=argparse.SUPPRESS)
     args, options = parser.parse_known_args(argv)
@@ -50,7 +54,11 @@ def main(argv=None) -> int:
         given_once("--models", args.models or [])
         given_once("--run-ids", args.run_ids or [])
         run_ids = args.run_ids or [f"run{i}" for i in range(1, args.runs + 1)]
-        grid = start_grid(stages_named(args.stages), args.models, run_ids, options, args.grid, limits)
+        grid = start_grid(stages_named(args.stages), args.models, run_ids, options, args.grid, limits,
+                          shard=args.shard, limits_url=args.limits_url)
+        if "--dry-run" in options and args.shard:
+            print("\n".join(cell.label for chain in grid.chains() for cell in chain) or "(no cell)")
+            return 0
         if "--dry-run" in options:
             first = grid.settings_of(grid.stages[0], grid.models[0], run_ids[0])
             cases, sha = load_dataset(first.dataset)

@@ -277,11 +277,11 @@ class ModelCaller:
     def _attempt(self, role: Role, prompt: str | list[dict], usage: Usage) -> Attempt:
         """One request, within the endpoint's limiter and the budget; what came of it."""
         limiter, counted_tokens = self.limiters[role.name], request_tokens(len(str(prompt)), role.max_tokens)
-        limiter.acquire(self.stopped, self.cell, counted_tokens)  # before the budget: a wait reserves nothing
+        lease = limiter.acquire(self.stopped, self.cell, counted_tokens)  # before the budget: waiting reserves nothing
         try:
             reserved = self.budget.reserve(role.model, len(str(prompt)), role.max_tokens) if self.budget else 0.0
         except FatalError:
-            limiter.release()
+            limiter.release(lease=lease)
             raise
         token_field = self.token_fields[role.name]
         outcome = Attempt()
@@ -314,7 +314,7 @@ class ModelCaller:
             self.progress.update(in_flight=-1, **({"answered": 1} if outcome.answered else {}))
             answered = outcome.answered
             used = (answered.prompt_tokens or 0) + (answered.completion_tokens or 0) if answered else 0
-            limiter.release(outcome.pushed_back, outcome.retry_after, used - counted_tokens)
+            limiter.release(outcome.pushed_back, outcome.retry_after, used - counted_tokens, lease)
             if self.sharing and answered:
                 self.sharing.count(role.model, answered)
             if self.budget:  # an answered call costs what it reports; an unanswered one its worst case

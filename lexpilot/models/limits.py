@@ -83,10 +83,10 @@ def requests_per_minute(limits: Limits, tokens_per_request: int) -> float | None
 
 class Ticket:
     """One call waiting for its turn at an endpoint."""
-    __slots__ = ("cell", "tokens", "granted", "wake_at", "event")
+    __slots__ = ("cell", "tokens", "granted", "wake_at", "event", "lease")
 
     def __init__(self, cell: Hashable, tokens: int):
-        self.cell, self.tokens, self.granted, self.wake_at = cell, tokens, False, None
+        self.cell, self.tokens, self.granted, self.wake_at, self.lease = cell, tokens, False, None, None
         self.event = threading.Event()
 
 
@@ -122,9 +122,9 @@ class Limiter:
             return self.backlog_sent / (seconds * self.limits.rpm / 60)
 
     # --- taking and giving back a slot
-    def acquire(self, stopped: Callable[[], bool], cell: Hashable = None, tokens: int = 0) -> None:
-        """Wait for this call's turn; Aborted when `stopped()` turns true first, FatalError once the endpoint
-        has refused the settings."""
+    def acquire(self, stopped: Callable[[], bool], cell: Hashable = None, tokens: int = 0) -> str | None:
+        """Wait for this call's turn (the slot's lease id, where slots are shared, for `release`); Aborted when
+        `stopped()` turns true first, FatalError once the endpoint has refused the settings."""
         ticket = Ticket(cell, tokens)
         with self.lock:
             if cell not in self.waiting:
@@ -142,22 +142,24 @@ class Limiter:
                 if not ticket.granted:
                     self._dispatch(time.monotonic())
                 if ticket.granted:
-                    return
+                    return ticket.lease
                 timeout = POLL if ticket.wake_at is None else ticket.wake_at - time.monotonic()
                 ticket.event.clear()
             ticket.event.wait(min(max(timeout, 0.0), POLL))
 
-    def release(self, pushed_back: str | None = None, pause: float | None = None, tokens_over: int = 0) -> None:
+    def release(self, pushed_back: str | None = None, pause: float | None = None, tokens_over: int = 0,
+                lease: str | None = None) -> None:
         """`pushed_back`: "rate" (HTTP 429, pause = its Retry-After, already capped) or "slots"; `tokens_over`:
         tokens the reply used beyond what was counted when it was sent, charged to the tpm pacing."""
         with self.lock:
             now = time.monotonic()
             if pushed_back == "rate":
                 self.rate_limited += 1
-            self._give_back(pushed_back, pause, tokens_over, now)
+            self._give_back(pushed_back, pause, tokens_over, now, lease)
             self._dispatch(now)
 
-    def _give_back(self, pushed_back: str | None, pause: float | None, tokens_over: int, now: float) -> None:
+    def _give_back(self, pushed_back: str | None, pause: float | None, tokens_over: int, now: float,
+                   lease: str | None = None) -> None:
         """A call ended: its slot back, and what its ending says about the endpoint (AIMD)."""
         if pushed_back == "slots":  # the server has fewer slots than requests: it never grows them
             self.limit = self.max_limit = max(1.0, min(self.limit, self.in_flight - 1))
@@ -184,7 +186,7 @@ class Limiter:
     def _token_rate(self) -> float:
         return self.limits.tpm * PACING_MARGIN / 60
 
-    def _take(self, tokens: int, now: float) -> float:
+    def _take(self, ticket: Ticket, now: float) -> float:
         """The next call's slot if the limits allow it now (0.0), else how long it must wait (inf: until a call in
         flight ends)."""
         if self.in_flight >= int(self.limit):
@@ -197,7 +199,7 @@ class Limiter:
         if self.limits.rpm:
             self.next_request = max(self.next_request, now) + 60 / (self.limits.rpm * PACING_MARGIN)
         if self.limits.tpm:
-            self.next_tokens = max(self.next_tokens, now) + tokens / self._token_rate()
+            self.next_tokens = max(self.next_tokens, now) + ticket.tokens / self._token_rate()
         return 0.0
 
     def _dispatch(self, now: float) -> None:
@@ -205,7 +207,7 @@ class Limiter:
         while self.turns:
             cell = self.turns[0]
             ticket = self.waiting[cell][0]
-            wait = self._take(ticket.tokens, now)
+            wait = self._take(ticket, now)
             if wait > 0:
                 wake_at = None if wait == math.inf else now + wait
                 if wake_at != ticket.wake_at:  # it sleeps until then (or until a release lets it go)
@@ -252,8 +254,10 @@ class Endpoints:
     concurrency limit is given); `limits` holds the proactive limits by model id."""
 
     def __init__(self, ceiling: Callable[[object], int], limits: dict[str, Limits] | None = None,
-                 per_model: bool = False):
+                 per_model: bool = False, make: Callable | None = None):
         self.ceiling, self.limits, self.per_model = ceiling, limits or {}, per_model
+        # make(endpoint, ceiling, limits, name) -> a limiter: shared_limits.SharedLimiter for limits held in Redis
+        self.make = make or (lambda endpoint, ceiling, limits, name: Limiter(ceiling, limits, name))
         self.limiters: dict[tuple, Limiter] = {}
         self.lock = threading.Lock()
 
@@ -262,7 +266,7 @@ class Endpoints:
         with self.lock:
             if key not in self.limiters:
                 name = f"{role.model} at {role.host}" if self.per_model else role.host
-                self.limiters[key] = Limiter(self.ceiling(role), self.limits.get(role.model, Limits()), name)
+                self.limiters[key] = self.make(key, self.ceiling(role), self.limits.get(role.model, Limits()), name)
             return self.limiters[key]
 
     def all(self) -> list[Limiter]:

@@ -63,6 +63,28 @@ def plan(stages: list[Stage], settings_of: Callable, models: list[str], run_ids:
             for model in models for run_id in run_ids]
 
 
+def parse_shard(text: str) -> tuple[int, int]:
+    """'K/N' -> (K, N), 1 <= K <= N; a HarnessError otherwise."""
+    k, _, n = text.partition("/")
+    try:
+        shard = int(k), int(n)
+        if not 1 <= shard[0] <= shard[1]:
+            raise ValueError
+    except ValueError:
+        raise HarnessError(f"--shard {text[:40]!r}: use K/N with 1 <= K <= N, e.g. --shard 2/4") from None
+    return shard
+
+
+def shard_of(chains: list[list[Cell]], shard: tuple[int, int] | None) -> list[list[Cell]]:
+    """The chains of shard K of N: whole (model, run) chains, dealt in turn in the order of (model id, run id), so
+    every machine given the same grid splits it the same way, whatever order --models names them in."""
+    if shard is None:
+        return chains
+    k, n = shard
+    ordered = sorted(chains, key=lambda chain: (chain[0].model, chain[0].run_id))
+    return [chain for i, chain in enumerate(ordered) if i % n == k - 1]
+
+
 @dataclass
 class Grid:
     """The chains, what their calls share, and the clients per cell (None: built from the settings; tests pass

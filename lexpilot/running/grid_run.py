@@ -17,7 +17,17 @@ from lexpilot.models.calls import Sharing
 from lexpilot.models.limits import Endpoints, Limits
 from lexpilot.pricing import Budget
 from lexpilot.protocols.steps import Stage
-from lexpilot.running.grid import FAILED, NOT_RUN, Grid, plan, start_chains, wait_for
+from lexpilot.running.grid import (
+    FAILED,
+    NOT_RUN,
+    Cell,
+    Grid,
+    parse_shard,
+    plan,
+    shard_of,
+    start_chains,
+    wait_for,
+)
 from lexpilot.running.grid_display import Display, Quote, summary
 from lexpilot.running.grid_file import GridFile, ModelEndpoint, command_limits, read_grid_file
 from lexpilot.running.grid_quote import allowed_rates, quote_grid, stage_settings, summed_money
@@ -44,6 +54,36 @@ class GridRun:
     err: object = None
     clients_of: object = None  # tests: cell -> in-memory clients
     grid: Grid | None = field(default=None, repr=False)
+    shard: tuple[int, int] | None = None  # (K, N): this process runs shard K of N
+    limits_url: str | None = None  # redis://…: every endpoint's limiter shared through it
+
+    def chains(self) -> list[list[Cell]]:
+        return shard_of(plan(self.stages, self.settings_of, self.models, self.run_ids), self.shard)
+
+    def endpoints(self, chains: list[list[Cell]], say) -> Endpoints:
+        """One limiter per endpoint: in Redis with --limits; else this process's, holding its shard's share."""
+        first = chains[0][0].settings
+        users = {}  # model id -> chains whose calls reach it, for an endpoint's starting ceiling
+        for chain in chains:
+            for model in {r.model for r in chain[0].settings.roles.values()}:
+                users[model] = users.get(model, 0) + 1
+        limits, make = self.limits, None
+        if self.limits_url:
+            from lexpilot.models.shared_limits import RedisStore, SharedLimiter
+            store = RedisStore(self.limits_url, say)
+            store.reachable()
+            def make(endpoint, ceiling, lim, name):
+                return SharedLimiter(store, endpoint, ceiling, lim, name)
+        elif self.shard and self.shard[1] > 1:
+            n = self.shard[1]
+            limits = {m: Limits(max(1, lim.concurrency // n) if lim.concurrency else None,
+                                lim.rpm / n if lim.rpm else None, lim.tpm / n if lim.tpm else None)
+                      for m, lim in limits.items()}
+            if limits:
+                say(f"[grid] shard {self.shard[0]}/{n} without --limits: each endpoint's limits here are 1/{n} of "
+                    "the grid's (with --limits redis://… the shards share them instead)")
+        return Endpoints(lambda role: 2 * first.transport.concurrency * users.get(role.model, 1), limits,
+                         per_model=True, make=make)
 
     def rate_limits(self, first: Settings) -> dict[str, float]:
         """Model id -> the requests a minute its limits allow, for the quote's wall time."""
@@ -52,19 +92,22 @@ class GridRun:
     def run(self, run_stage=None) -> int:
         from lexpilot.running.stage import run_stage as stage_runner  # the stages, only when the grid runs
         err = self.err or sys.stderr
-        chains = plan(self.stages, self.settings_of, self.models, self.run_ids)
+        chains = self.chains()
+        if not chains:
+            print(f"[grid] shard {self.shard[0]}/{self.shard[1]} has no (model, run) of this grid", file=err)
+            return 0
         first = chains[0][0].settings
-        users = {}  # model id -> chains whose calls reach it, for an endpoint's starting ceiling
-        for chain in chains:
-            for model in {r.model for r in chain[0].settings.roles.values()}:
-                users[model] = users.get(model, 0) + 1
-        endpoints = Endpoints(lambda role: 2 * first.transport.concurrency * users.get(role.model, 1), self.limits,
-                              per_model=True)
+        notes: list[str] = []
+        speaker = {"say": notes.append}  # until the display is drawn, then the display
+        endpoints = self.endpoints(chains, lambda line: speaker["say"](line))
         budget = Budget(first.spending.max_cost, first.spending.prices) if first.spending.max_cost is not None else None
         grid = self.grid = Grid(chains, Sharing(endpoints, budget), run_stage or stage_runner,
                                 self.clients_of or (lambda cell: None))
-        display = Display(grid, self.quote(first), first.spending.prices, err)
+        display = Display(grid, self.quote(first, chains), first.spending.prices, err)
         grid.report = display.cell_lines
+        for note in notes:
+            display.note(note)
+        speaker["say"] = display.note  # what the shared store says from here on (Redis gone, or back)
         interrupted = False
         threads = start_chains(grid)
         try:
@@ -85,24 +128,28 @@ class GridRun:
         counts = grid.counts()
         return INTERRUPTED if interrupted else 1 if counts[FAILED] or counts[NOT_RUN] else 0
 
-    def quote(self, first: Settings) -> Quote:
-        """The quote for what is left, as run_grid.py --dry-run prints it, for the display."""
+    def quote(self, first: Settings, chains: list[list[Cell]]) -> Quote:
+        """The quote for what is left of these chains, as run_grid.py --dry-run prints it, for the display."""
         cases, sha = load_dataset(first.dataset)
         selected = cases[:first.limit] if first.limit else cases
-        parts = [p for p in quote_grid(self.stages, self.settings_of, self.models, self.run_ids, selected, sha)
+        parts = [p for chain in chains
+                 for p in quote_grid(self.stages, self.settings_of, [chain[0].model], [chain[0].run_id], selected, sha)
                  if not p.refused]
         low, high, expected = summed_money(parts, lambda p, role: "all").get("all", {}).get("sync", (None,) * 3)
         return Quote(sum(sum(p.calls.values()) for p in parts), expected, high)
 
 
 def start_grid(stages: list[Stage], models: list[str] | None, run_ids: list[str], options: list[str],
-               grid_path: str | None, limit_entries: list[str], env=os.environ, err=None) -> GridRun:
-    """The grid run_grid.py runs, checked before any call."""
+               grid_path: str | None, limit_entries: list[str], env=os.environ, err=None, shard: str | None = None,
+               limits_url: str | None = None) -> GridRun:
+    """The grid run_grid.py runs (or its shard K/N), checked before any call."""
     batch = [o for o in options if o.split("=")[0].startswith("--batch")]
     if batch:
         raise HarnessError(f"{batch[0]}: batch mode is not pooled across the grid yet; run the stages with --batch "
                            "by hand (docs/batch.md), or the grid without it")
-    return plan_grid(stages, models, run_ids, options, grid_path, limit_entries, env, err)
+    grid = plan_grid(stages, models, run_ids, options, grid_path, limit_entries, env, err)
+    grid.shard, grid.limits_url = (parse_shard(shard) if shard else None), limits_url
+    return grid
 
 
 def plan_grid(stages: list[Stage], models: list[str] | None, run_ids: list[str], options: list[str],

@@ -1,0 +1,205 @@
+"""An endpoint's limiter shared by every process and machine that uses it, through Redis (`run_grid.py --limits
+redis://HOST:PORT/DB`): requests in flight as leases that expire (a killed process's slots come back within the
+lease time), the rpm and tpm pacing, the AIMD ceiling and a 429's pause, each update one Lua script (atomic, on the
+Redis server's clock, so machines whose clocks differ agree). Each process still takes its own cells' turns in
+rotation (limits.Limiter); only the decision "may a call go now" is shared.
+
+Keys are `lexpilot:limits:<endpoint hash>:slots` (a sorted set: lease id -> expiry) and `...:state` (a hash: the
+ceiling, the pacing's next moments, the pause, counters), the hash taken over the base URL, model id and the key's
+hash, never the key; both expire a day after their last use. A Redis that cannot be reached pauses the calls that
+wait (one line when it goes, one when it is back); the calls in flight go on, and their leases expire by themselves.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import socket
+import threading
+from urllib.parse import parse_qs, urlsplit
+
+from lexpilot.errors import HarnessError
+from lexpilot.models.limits import PACING_MARGIN, Limiter, Limits
+
+KEEP_SECONDS = 24 * 3600  # how long an endpoint's keys outlive their last use
+DEFAULT_LEASE = 60.0
+UNREACHABLE_POLL = 1.0  # how often a waiting call asks again while Redis cannot be reached
+BUSY_POLL = 0.05  # how often the next call asks again while other processes hold every slot
+
+TAKE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local slots, state = KEYS[1], KEYS[2]
+redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
+local limit = tonumber(redis.call('HGET', state, 'limit') or ARGV[3])
+local in_flight = redis.call('ZCARD', slots)
+redis.call('EXPIRE', state, ARGV[7])
+if in_flight >= math.floor(limit) then return {-1, in_flight} end
+local wait = math.max(0, tonumber(redis.call('HGET', state, 'resume_at') or 0) - now)
+local next_request = tonumber(redis.call('HGET', state, 'next_request') or 0)
+local next_tokens = tonumber(redis.call('HGET', state, 'next_tokens') or 0)
+if tonumber(ARGV[5]) > 0 then wait = math.max(wait, next_request - now) end
+if tonumber(ARGV[6]) > 0 then wait = math.max(wait, next_tokens - now) end
+if wait > 0 then return {math.ceil(wait), in_flight} end
+redis.call('ZADD', slots, now + tonumber(ARGV[2]), ARGV[1])
+if tonumber(ARGV[5]) > 0 then redis.call('HSET', state, 'next_request', math.max(next_request, now) + ARGV[5]) end
+if tonumber(ARGV[6]) > 0 then redis.call('HSET', state, 'next_tokens', math.max(next_tokens, now) + ARGV[6]) end
+if not redis.call('HGET', state, 'limit') then redis.call('HSET', state, 'limit', ARGV[3], 'max', ARGV[4]) end
+redis.call('HINCRBY', state, 'sent', 1)
+redis.call('EXPIRE', slots, ARGV[7])
+return {0, in_flight + 1}
+"""
+
+GIVE_BACK = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local slots, state = KEYS[1], KEYS[2]
+local in_flight = redis.call('ZCARD', slots)
+redis.call('ZREM', slots, ARGV[1])
+local limit = tonumber(redis.call('HGET', state, 'limit') or ARGV[5])
+local max = tonumber(redis.call('HGET', state, 'max') or ARGV[6])
+local pause = tonumber(ARGV[3])
+if ARGV[2] == 'slots' then
+  limit = math.max(1, math.min(limit, in_flight - 1))
+  max = limit
+elseif ARGV[2] == 'rate' then
+  redis.call('HSET', state, 'resume_at', math.max(tonumber(redis.call('HGET', state, 'resume_at') or 0), now + pause))
+  redis.call('HINCRBY', state, 'rate_limited', 1)
+  if now - tonumber(redis.call('HGET', state, 'last_cut') or 0) > pause then
+    limit = math.max(1, limit / 2)
+    redis.call('HSET', state, 'last_cut', now)
+  end
+else
+  limit = math.min(max, limit + 1 / limit)
+end
+redis.call('HSET', state, 'limit', tostring(limit), 'max', tostring(max))
+if tonumber(ARGV[4]) > 0 then
+  redis.call('HSET', state, 'next_tokens', math.max(tonumber(redis.call('HGET', state, 'next_tokens') or 0), now) + ARGV[4])
+end
+return 1
+"""
+
+RENEW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[1]), ARGV[i]) end
+return 1
+"""
+
+
+class RedisStore:
+    """One connection to the Redis that holds every shared limiter, with its scripts; `say` reports (once per
+    change) that it cannot be reached, or is back."""
+
+    def __init__(self, url: str, say=print):
+        try:
+            import redis
+        except ImportError:
+            raise HarnessError("--limits redis://…: the redis package is not installed; pip install -r "
+                               "requirements-optional.txt") from None
+        try:
+            parts = urlsplit(url)
+            port = parts.port or 6379
+        except ValueError:
+            parts, port = urlsplit(""), 0
+        # the URL may hold a password: messages name the host and port only
+        if parts.scheme not in ("redis", "rediss") or not parts.hostname or not port:
+            raise HarnessError("--limits: not a redis://[:PASSWORD@]HOST:PORT/DB URL (optionally ?lease=SECONDS)")
+        self.where = f"{parts.hostname}:{port}"
+        try:
+            self.lease = float(parse_qs(parts.query).get("lease", [DEFAULT_LEASE])[0])
+            if not 1 <= self.lease <= 3600:
+                raise ValueError
+        except ValueError:
+            raise HarnessError(f"--limits (Redis at {self.where}): lease is a number of seconds from 1 to 3600") from None
+        self.errors = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+        self.client = redis.Redis.from_url(url.split("?")[0], socket_timeout=2, socket_connect_timeout=2)
+        self.take, self.give_back, self.renew = (self.client.register_script(s) for s in (TAKE, GIVE_BACK, RENEW))
+        self.say, self.unreachable, self.lock = say, False, threading.Lock()
+        self.ids = itertools.count(1)
+        self.owner = f"{socket.gethostname()}:{os.getpid()}"
+
+    def reachable(self) -> None:
+        """Before any call: Redis answers, or one line says it does not."""
+        try:
+            self.client.ping()
+        except self.errors as e:
+            reason = str(e).replace(parts_password(self.client), "[redacted]") if parts_password(self.client) else e
+            raise HarnessError(f"--limits: cannot reach Redis at {self.where} ({reason}); start it (docs/grid.md) "
+                               "or run without --limits") from None
+
+    def trouble(self, failed: bool) -> None:
+        with self.lock:
+            if failed == self.unreachable:
+                return
+            self.unreachable = failed
+        self.say(f"[grid] cannot reach Redis at {self.where}: calls wait until it is back (nothing is lost)" if failed
+                 else f"[grid] Redis at {self.where} reached again: calls go on")
+
+    def lease_id(self) -> str:
+        return f"{self.owner}:{next(self.ids)}"
+
+
+def parts_password(client) -> str:
+    """The password the client connects with ("" without one), to keep it out of messages."""
+    return client.connection_pool.connection_kwargs.get("password") or ""
+
+
+class SharedLimiter(Limiter):
+    """A Limiter whose slots, pacing, ceiling and pause live in Redis, shared with every process using the
+    endpoint; this process's cells still take their turns in rotation."""
+
+    def __init__(self, store: RedisStore, endpoint: tuple, ceiling: int, limits: Limits, name: str = ""):
+        super().__init__(ceiling, limits, name)
+        digest = hashlib.sha256("\0".join(endpoint).encode()).hexdigest()[:16]
+        self.store, self.keys = store, [f"lexpilot:limits:{digest}:slots", f"lexpilot:limits:{digest}:state"]
+        self.leases: set[str] = set()
+        self.heartbeat: threading.Thread | None = None
+
+    def _take(self, ticket, now: float) -> float:
+        interval = 60_000 / (self.limits.rpm * PACING_MARGIN) if self.limits.rpm else 0
+        token_ms = 1000 * ticket.tokens / self._token_rate() if self.limits.tpm else 0
+        lease = self.store.lease_id()
+        try:
+            wait, _ = self.store.take(keys=self.keys, args=[lease, int(self.store.lease * 1000), self.max_limit,
+                                                            self.max_limit, interval, token_ms, KEEP_SECONDS])
+        except self.store.errors:
+            self.store.trouble(True)
+            return UNREACHABLE_POLL
+        self.store.trouble(False)
+        if wait:
+            return BUSY_POLL if wait < 0 else wait / 1000
+        self.in_flight += 1
+        ticket.lease = lease
+        self.leases.add(lease)
+        self._keep_leases()
+        return 0.0
+
+    def _give_back(self, pushed_back, pause, tokens_over, now: float, lease: str | None = None) -> None:
+        self.in_flight -= 1
+        self.leases.discard(lease)
+        if pushed_back == "rate":
+            self.resume_at = max(self.resume_at, now + (pause if pause is not None else 1.0))
+        token_ms = 1000 * tokens_over / self._token_rate() if tokens_over > 0 and self.limits.tpm else 0
+        try:
+            self.store.give_back(keys=self.keys, args=[lease or "", pushed_back or "", int(1000 * (pause or 1.0)),
+                                                       token_ms, self.max_limit, self.max_limit])
+        except self.store.errors:
+            self.store.trouble(True)  # the lease expires by itself
+
+    def _keep_leases(self) -> None:
+        """Renew this process's leases a few times per lease: only a process that stopped loses its slots."""
+        if self.heartbeat is None:
+            self.heartbeat = threading.Thread(target=self._renew, name=f"leases-{self.name}", daemon=True)
+            self.heartbeat.start()
+
+    def _renew(self) -> None:
+        stop = threading.Event()
+        while not stop.wait(self.store.lease / 3):
+            with self.lock:
+                held = list(self.leases)
+            if held:
+                try:
+                    self.store.renew(keys=self.keys[:1], args=[int(self.store.lease * 1000), *held])
+                except self.store.errors:
+                    self.store.trouble(True)
