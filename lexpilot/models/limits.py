@@ -139,7 +139,7 @@ class Limiter:
                     if self.failure:
                         raise FatalError(self.failure)
                     raise Aborted()
-                if not ticket.granted:
+                if not ticket.granted and self._is_next(ticket):  # only the next call can go: no one else asks
                     self._dispatch(time.monotonic())
                 if ticket.granted:
                     return ticket.lease
@@ -183,6 +183,9 @@ class Limiter:
                     ticket.event.set()
 
     # --- under the lock
+    def _is_next(self, ticket: Ticket) -> bool:
+        return bool(self.turns) and self.waiting[self.turns[0]][0] is ticket
+
     def _token_rate(self) -> float:
         return self.limits.tpm * PACING_MARGIN / 60
 

@@ -16,6 +16,7 @@ import itertools
 import os
 import socket
 import threading
+import time
 from urllib.parse import parse_qs, urlsplit
 
 from lexpilot.errors import HarnessError
@@ -124,7 +125,8 @@ class RedisStore:
         try:
             self.client.ping()
         except self.errors as e:
-            reason = str(e).replace(parts_password(self.client), "[redacted]") if parts_password(self.client) else e
+            password = parts_password(self.client)
+            reason = str(e).replace(password, "[redacted]") if password else str(e)
             raise HarnessError(f"--limits: cannot reach Redis at {self.where} ({reason}); start it (docs/grid.md) "
                                "or run without --limits") from None
 
@@ -194,8 +196,8 @@ class SharedLimiter(Limiter):
             self.heartbeat.start()
 
     def _renew(self) -> None:
-        stop = threading.Event()
-        while not stop.wait(self.store.lease / 3):
+        while True:  # a daemon thread: it ends with the process
+            time.sleep(self.store.lease / 3)
             with self.lock:
                 held = list(self.leases)
             if held:
