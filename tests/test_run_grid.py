@@ -149,6 +149,40 @@ def test_the_shared_user_model_and_judge_stay_under_their_limit_for_every_cell_t
             assert len(endpoint.arrivals) > 3 * rate  # long enough for the limit to matter
 
 
+def judge_peak(http) -> list[int]:
+    """Scripts the provider to hold each judge call 50 ms; returns [the most judge calls it held at once]."""
+    held, peak, lock = [0], [0], threading.Lock()
+
+    def script(kind, prompt, body):
+        if body["model"] == "DeepSeek-R1":
+            with lock:
+                held[0] += 1
+                peak[0] = max(peak[0], held[0])
+            time.sleep(0.05)
+            with lock:
+                held[0] -= 1
+    http.script = script
+    return peak
+
+
+@pytest.mark.parametrize("shard, most", [(None, 4), ("1/2", 2)])
+def test_a_shard_without_a_shared_store_holds_1_in_n_of_each_limit_and_says_so(tmp_path, http, three_cases, capsys,
+                                                                              shard, most):
+    """Issue 39 item 2: "No shared store. Each shard holds its share of each shared endpoint's limits (limit ÷ N).
+    The progress line says so." A judge limited to 4 calls at once is held to 2 by shard 1/2 of 2, by the
+    provider's own count; the unsharded grid reaches the 4 (so the test can see the difference)."""
+    peak = judge_peak(http)
+    argv = grid_argv(tmp_path / "out", three_cases, "--stages", "LexAwN_gen", "eval_DCG", "--limit",
+                     "DeepSeek-R1=concurrency:4", *(("--shard", shard) if shard else ()))
+    assert run_grid.main(argv) == 0
+    err = capsys.readouterr().err
+    note = "[grid] shard 1/2 without --limits: each endpoint's limits here are 1/2 of the grid's"
+    assert peak[0] == most and (note in err) == bool(shard), (peak, err)
+    progress = [line for line in err.splitlines() if line.startswith("  DeepSeek-R1") and "in flight" in line]
+    held = "limits concurrency 2 (shard 1/2's 1/2 of the grid's)" if shard else "limits concurrency 4"
+    assert progress and all(line.endswith(held) for line in progress), progress
+
+
 def test_slots_go_round_robin_over_the_cells_waiting(tmp_path):
     """Item 4: "No model starves: an endpoint's slots go round-robin over the cells waiting for it." Cell a
     queues 6 calls before cell b queues 2; with one slot, b's calls go second and fourth, not last."""
@@ -185,15 +219,23 @@ def test_requests_are_counted_against_tpm_as_the_provider_counts_them():
     assert all(0.2 <= g < 1.0 for g in gaps), gaps  # not before its tokens allow (and not stuck)
 
 
-def test_an_endpoint_that_refuses_the_key_stops_its_cells_with_one_line_and_the_rest_go_on(tmp_path, http,
+REFUSALS = {401: ("bad key", "check the API key variable for this role"),
+            403: ("key lacks access to this model", "check the API key's permissions"),
+            404: ("The model `model-b` does not exist", "check the model id and the base URL")}
+
+
+@pytest.mark.parametrize("status", sorted(REFUSALS))
+def test_an_endpoint_that_refuses_the_key_stops_its_cells_with_one_line_and_the_rest_go_on(tmp_path, http, status,
                                                                                             three_cases, capsys):
     """Item 6: "A 401, 403 or unknown model at one endpoint stops every cell of that endpoint with one line, not one
     message per cell." And "A cell whose stage stops stops only the cells that depend on it"."""
-    http.script = lambda kind, prompt, body: {"status": 401, "error": "bad key"} if body["model"] == "model-b" else None
+    said, hint = REFUSALS[status]
+    http.script = lambda kind, prompt, body: {"status": status, "error": said} if body["model"] == "model-b" else None
     assert run_grid.main(grid_argv(tmp_path / "out", three_cases)) == 1
     err = capsys.readouterr().err
-    stopped = [line for line in err.splitlines() if line.startswith("[grid]") and "401" in line]
+    stopped = [line for line in err.splitlines() if line.startswith("[grid]") and f"HTTP {status}" in line]
     assert len(stopped) == 1 and "[grid] 8 cells failed: " in stopped[0] and "model-b run1 LexAwN" in stopped[0], err
+    assert said in stopped[0] and hint in stopped[0], stopped
     assert "[grid] 30 cells: 20 done, 8 failed, 2 not run" in err
     assert "[grid] 2 cells not run: LexAwN did not finish (model-b run1 LJP interaction" in err
     assert {r["model"] for r in http.requests if r["model"].startswith("model")} == {"model-a", "model-b", "model-c"}

@@ -42,6 +42,12 @@ def answered_calls(grid: Grid) -> int:
         return sum(e["calls"] for e in grid.sharing.answered.by_role.values())
 
 
+def limits_text(limits, share: str) -> str:
+    """', limits concurrency 2, rpm 450 (shard 1/2's 1/2 of the grid's)' for an endpoint with limits, else ''."""
+    named = [f"{name} {getattr(limits, name):g}" for name in limits.NAMES if getattr(limits, name)]
+    return f", limits {', '.join(named)}" + (f" ({share})" if share else "") if named else ""
+
+
 @dataclass
 class Display:
     grid: Grid
@@ -52,6 +58,7 @@ class Display:
     drawn_lines: int = 0
     last: float = 0.0
     sent_before: dict = field(default_factory=dict)  # limiter name -> (time, calls sent then), for calls/s
+    share: str = ""  # whose share of the grid's limits this process holds ("shard 1/2's 1/2"), when not all
 
     def __post_init__(self):
         self.stream = self.stream or sys.stderr
@@ -96,7 +103,8 @@ class Display:
             self.sent_before[limiter.name] = (now, limiter.sent)
         pause = limiter.resume_at - now
         return (f"  {limiter.name}: {limiter.in_flight} in flight, {rate:.1f} calls/s, "
-                f"{counted(limiter.rate_limited, '429')}" + (f", paused {pause:.0f}s" if pause > 0 else "")
+                f"{counted(limiter.rate_limited, '429')}" + limits_text(limiter.limits, self.share)
+                + (f", paused {pause:.0f}s" if pause > 0 else "")
                 + (f", stopped: {limiter.failure[:120]}" if limiter.failure else ""))
 
     def draw(self, final: bool = False) -> None:

@@ -85,6 +85,12 @@ class GridRun:
         return Endpoints(lambda role: 2 * first.transport.concurrency * users.get(role.model, 1), limits,
                          per_model=True, make=make)
 
+    def share_text(self) -> str:
+        """Whose share of the grid's limits this process holds, when a shard without a shared store holds 1/N."""
+        if self.limits_url or not self.shard or self.shard[1] == 1:
+            return ""
+        return f"shard {self.shard[0]}/{self.shard[1]}'s 1/{self.shard[1]} of the grid's"
+
     def rate_limits(self, first: Settings) -> dict[str, float]:
         """Model id -> the requests a minute its limits allow, for the quote's wall time."""
         return allowed_rates(self.limits, first)
@@ -103,7 +109,7 @@ class GridRun:
         budget = Budget(first.spending.max_cost, first.spending.prices) if first.spending.max_cost is not None else None
         grid = self.grid = Grid(chains, Sharing(endpoints, budget), run_stage or stage_runner,
                                 self.clients_of or (lambda cell: None))
-        display = Display(grid, self.quote(first, chains), first.spending.prices, err)
+        display = Display(grid, self.quote(first, chains), first.spending.prices, err, share=self.share_text())
         grid.report = display.cell_lines
         for note in notes:
             display.note(note)
