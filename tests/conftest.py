@@ -93,6 +93,14 @@ def provider():
 
 
 @pytest.fixture
+def http(provider, monkeypatch):
+    """The scripted provider over HTTP, as every role's endpoint (the environment's base URL and key)."""
+    monkeypatch.setenv("OPENAI_BASE_URL", provider.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    return provider
+
+
+@pytest.fixture
 def harness(tmp_path, provider, monkeypatch):
     return Harness(tmp_path, provider, monkeypatch)
 

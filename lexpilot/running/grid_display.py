@@ -5,6 +5,7 @@ stopped for one reason.
 """
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import time
@@ -16,6 +17,7 @@ from lexpilot.text import counted
 
 EVERY = 30.0  # seconds between lines when the display is not a terminal
 PROGRESS = " calls answered, "  # in a stage's own progress line, which the grid's display replaces
+RETRIES = re.compile(r" (?P<count>\d+) retries, .*?(?: \| last retry: (?P<last>.*))?$")  # in that line
 
 
 @dataclass
@@ -77,9 +79,16 @@ class Display:
             self.stream.flush()
 
     def cell_lines(self, cell, text: str) -> None:
-        """A finished cell's own closing lines and notes, each marked with the cell (its progress lines left out)."""
-        for line in text.splitlines():
-            if line.strip() and PROGRESS not in line:
+        """A finished cell's own closing lines and notes, each marked with the cell. Its progress lines are left
+        out, but not the retries the last one counted (an output asked again, a transient error), which a stage
+        run by hand shows there."""
+        lines = [line for line in text.splitlines() if line.strip()]
+        retries = [RETRIES.search(line) for line in lines if PROGRESS in line][-1:]
+        if retries and retries[0] and retries[0]["count"] != "0":
+            lines.append(f"{counted(int(retries[0]['count']), 'retry', 'retries')}" + (f", the last: {retries[0]['last']}"
+                                                                           if retries[0]["last"] else ""))
+        for line in lines:
+            if PROGRESS not in line:
                 self.note(f"[{cell.label}] {line.removeprefix(f'[{cell.stage.name}] ')}")
 
     def lines(self) -> list[str]:
