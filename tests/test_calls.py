@@ -173,7 +173,7 @@ def test_a_reply_without_token_counts_is_counted_as_unreported():
 
 
 # The shapes real servers use when the prompt plus max_tokens exceed the context window.
-LLAMA_CPP_CONTEXT = {"status": 400, "code": "context_length_exceeded", "type": "invalid_request_error",
+OPENAI_CONTEXT = {"status": 400, "code": "context_length_exceeded", "type": "invalid_request_error",
                      "error": "This model's maximum context length is 2048 tokens. However, you requested 4546 "
                               "tokens (4530 in the messages, 16 in the completion). Please reduce the length of "
                               "the messages or completion."}
@@ -182,7 +182,7 @@ VLLM_CONTEXT = {"status": 400, "type": "BadRequestError",
                          "(809 in the messages, 8191 in the completion)."}
 
 
-@pytest.mark.parametrize("error", [LLAMA_CPP_CONTEXT, VLLM_CONTEXT])
+@pytest.mark.parametrize("error", [OPENAI_CONTEXT, VLLM_CONTEXT])
 def test_context_window_error_fails_the_case_without_retry_and_says_what_to_do(error):
     with FakeProvider(_script(error)) as p:
         with pytest.raises(CaseFailed) as failure:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import random
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -14,6 +13,7 @@ from email.utils import parsedate_to_datetime
 
 from lexpilot.errors import Aborted, CaseFailed, FatalError
 from lexpilot.models.limits import Endpoints, key_digest, request_tokens
+from lexpilot.models.quirks import STOPS, Refusal, context_message, provider_error, refusal_of, stop_message
 from lexpilot.models.replies import (
     DeadlineExceeded,
     MalformedReply,
@@ -30,13 +30,6 @@ from lexpilot.text import counted
 # ----------------------------------------------------------------------------- model calls
 
 TRANSIENT_STATUS = {408, 409, 429}
-# HTTP 400 for a prompt longer than the context: OpenAI, vLLM and llama.cpp word it like this
-CONTEXT_WINDOW = re.compile(r"context_length_exceeded|maximum context length|context window|context length", re.I)
-# HTTP 400 for an output limit above the model's maximum (OpenAI, Anthropic, DeepSeek, vLLM wordings)
-OUTPUT_LIMIT = re.compile(r"max_(completion_)?tokens.*(too large|at most|maximum|exceed|less than|<=|range)"
-                          r"|(maximum|max) (output|completion) tokens", re.I | re.S)
-# an OpenAI reasoning model refusing the output-limit field (the role switches to max_completion_tokens)
-MAX_TOKENS_REFUSED = re.compile(r"'max_tokens' is not supported.*max_completion_tokens|Unsupported parameter: 'max_tokens'")
 MAX_BACKOFF = 60.0
 MAX_RETRY_AFTER = 300.0  # the longest a provider's Retry-After may pause a stage; a longer one fails the attempt
 RATE_LIMITED_ATTEMPTS = 30  # 429s mean "slow down", not "failed": waited out under their own cap
@@ -141,8 +134,8 @@ def request_body(role: Role, prompt: str | list[dict], token_field: str = "max_t
     return body
 
 
-def error_message(error: Exception, redact=None) -> str:
-    """A provider's error in one short line, redacted (with `redact`) before it is cut: a key cut in two would
+def error_message(error, redact=None) -> str:
+    """A provider's error (an exception, or a quirks.ProviderError) in one short line, redacted (with `redact`) before it is cut: a key cut in two would
     no longer be matched."""
     text = " ".join((getattr(error, "message", None) or str(error)).split())
     return (redact(text) if redact else text)[:240]
@@ -214,27 +207,20 @@ class ModelCaller:
                 return parse_stream(response.iter_lines(), deadline, self.abort.is_set)
             return parse_completion(read_body(response.iter_bytes(), deadline))
 
-    def _refusal(self, role: Role, error, token_field: str) -> str | None:
-        """What a 400 means for the request, when the harness can act on it: 'token_field' (the output-limit
-        field the request carried is refused: repeated with max_completion_tokens), or raises for a temperature
-        or output limit the model does not accept."""
-        body = error.body if isinstance(error.body, dict) else {}
-        body = body.get("error", body) if isinstance(body.get("error", body), dict) else body
-        param, code, text = str(body.get("param") or ""), str(body.get("code") or ""), error_message(error, self.settings.redact)
-        flag_temperature, flag_tokens = role.flags
-        if (param == "max_tokens" and code == "unsupported_parameter") or MAX_TOKENS_REFUSED.search(text):
-            if token_field == "max_tokens":
-                with self.lock:  # whichever worker's refusal arrives first switches the role; all repeat
-                    self.token_fields[role.name] = "max_completion_tokens"
-                return "token_field"
-        if param == "temperature" or re.search(r"unsupported value: 'temperature'|temperature.*not support", text, re.I):
-            raise FatalError(f"{role.describe()}: the model does not accept temperature {role.temperature} "
-                             f"({self.settings.redact(text)}). Pass {flag_temperature} default to send none, so "
-                             "that the provider's default applies (a protocol change: report it)")
-        if OUTPUT_LIMIT.search(text) and not CONTEXT_WINDOW.search(text):
-            raise FatalError(f"{role.describe()}: the model does not accept {role.max_tokens} output tokens "
-                             f"({self.settings.redact(text)}). Pass {flag_tokens} with the model's limit")
-        return None
+    def _refusal(self, role: Role, error, token_field: str) -> Refusal | None:
+        """What a 400 means for the request, when the harness can act on it (models/quirks.py): TOKEN_FIELD (the
+        output-limit field the request carried is refused: repeated with max_completion_tokens) or
+        CONTEXT_WINDOW; raises for a temperature or output limit the model does not accept."""
+        said = provider_error(error.status_code, error.body, error_message(error))
+        refusal = refusal_of(said)
+        if refusal is Refusal.TOKEN_FIELD and token_field != "max_tokens":
+            return None  # refused again after the switch: nothing more the harness can do
+        if refusal is Refusal.TOKEN_FIELD:
+            with self.lock:  # whichever worker's refusal arrives first switches the role; all repeat
+                self.token_fields[role.name] = "max_completion_tokens"
+        if refusal in STOPS:
+            raise FatalError(stop_message(role, refusal, error_message(said, self.settings.redact)))
+        return refusal
 
     def chat(self, role_name: str, prompt: str | list[dict], usage: Usage) -> Reply:
         """One non-empty, untruncated reply; transient failures are retried, permanent ones raise FatalError."""
@@ -352,12 +338,11 @@ class ModelCaller:
         """An HTTP error status: a transient one is an attempt to retry; a permanent one stops the stage (or,
         for a prompt beyond the context window, fails the case)."""
         redact, status = self.settings.redact, e.status_code
-        if status == 400 and CONTEXT_WINDOW.search(f"{getattr(e, 'code', '')} {e.message}"):
+        refusal = self._refusal(role, e, token_field) if status == 400 else None
+        if refusal is Refusal.CONTEXT_WINDOW:
             # this case's prompt is too long for this model: no retry helps, the other cases may fit
-            raise CaseFailed(f"{role.describe()}: the prompt plus {role.flags[1]} {role.max_tokens} "
-                             f"exceed the model's context window ({error_message(e, redact)}). "
-                             f"Lower {role.flags[1]} or serve the model with a longer context") from None
-        if status == 400 and self._refusal(role, e, token_field) == "token_field":
+            raise CaseFailed(context_message(role, error_message(e, redact))) from None
+        if refusal is Refusal.TOKEN_FIELD:
             return Attempt(repeat=True)
         if 300 <= status < 400:
             raise FatalError(f"{role.describe()}: the endpoint redirects to "

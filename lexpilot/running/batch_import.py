@@ -8,12 +8,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lexpilot.models.calls import (
-    CONTEXT_WINDOW,
-    MAX_TOKENS_REFUSED,
-    Usage,
-    malformed_usage,
-)
+from lexpilot.errors import FatalError
+from lexpilot.models.calls import Usage, error_message, malformed_usage
+from lexpilot.models.quirks import STOPS, ProviderError, Refusal, provider_error, refusal_of, stop_message
 from lexpilot.models.replies import MalformedReply, parse_completion
 from lexpilot.running.batch_api import finished_lines
 from lexpilot.storage.checkpoints import CallJournal, CheckpointWriter
@@ -33,6 +30,8 @@ def collect(run, clients: dict, journal: Path, writer: CheckpointWriter) -> tupl
         imported += importer.import_batch(batch, lines)
         batch["phase"] = "imported"  # unanswered requests (expired, cancelled, failed) go into the next cycle
         run.ledger.save()
+        if importer.stop:  # a refusal no cycle can mend: the stage stops now, as a synchronous one does
+            raise FatalError(importer.stop)
     return waiting, imported
 
 
@@ -44,6 +43,7 @@ class Importer:
     known: set
     malformed: int = 0
     duplicated: list = field(default_factory=list)
+    stop: str = ""  # the first refusal that stops the stage (models/quirks.py STOPS), said once the batch is in
 
     def import_batch(self, batch: dict, lines: list[bytes]) -> int:
         imported, seen = 0, {}
@@ -87,7 +87,17 @@ class Importer:
         # reply is
         text, problem = self.run.settings.redact(text), self.run.settings.redact(problem)[:300]
         reasoning = self.run.settings.redact(reasoning) if role == "judge" or self.run.settings.keep_reasoning else ""
-        if problem and MAX_TOKENS_REFUSED.search(problem) and request.get("token_field", "max_tokens") == "max_tokens":
+        if problem:
+            return self.refused(request, role, problem, line_error(entry))
+        self.journal.keep_key(request["case"], request["step"], request["key"], text, {role: usage}, custom_id=cid,
+                              reasoning=reasoning)
+        self.known.add(cid)
+        return 1
+
+    def refused(self, request: dict, role: str, problem: str, error: ProviderError | None) -> int:
+        """A line without an accepted reply, classified as a synchronous call's error is (models/quirks.py)."""
+        refusal = refusal_of(error) if error else None
+        if refusal is Refusal.TOKEN_FIELD and request.get("token_field", "max_tokens") == "max_tokens":
             # an OpenAI reasoning model refused the field the request carried: the role switches, as a synchronous
             # call does, and every such request is asked again with the new field; not a failed attempt
             if self.run.caller.token_fields[role] == "max_tokens":
@@ -95,16 +105,15 @@ class Importer:
                 self.run.log(f"{role}: the model refuses max_tokens; its requests are asked again with "
                              "max_completion_tokens")
             return 0
-        if problem:
-            at_once = bool(CONTEXT_WINDOW.search(problem))  # no retry helps, as with a synchronous call
-            self.run.ledger.failed(request["key"], f"{role}: {problem}", at_once)
+        if refusal in STOPS:
+            self.stop = self.stop or stop_message(self.run.settings.roles[role], refusal,
+                                                  error_message(error, self.run.settings.redact))
+        at_once = refusal in (Refusal.CONTEXT_WINDOW, *STOPS)  # no retry helps, as with a synchronous call
+        self.run.ledger.failed(request["key"], f"{role}: {problem}", at_once)
+        if refusal not in STOPS:
             self.run.log(f"case {request['case']}: {role} {problem}" + ("" if at_once else
                                                                         "; asked again in the next cycle"))
-            return 0
-        self.journal.keep_key(request["case"], request["step"], request["key"], text, {role: usage}, custom_id=cid,
-                              reasoning=reasoning)
-        self.known.add(cid)
-        return 1
+        return 0
 
     def say_usage(self, role: str):
         """How a reply with malformed usage is said: once per stage and role, as a synchronous call says it."""
@@ -126,16 +135,13 @@ class Importer:
 def reply_of(entry: dict, max_tokens: int, say_usage=lambda problem: None) -> tuple[str, dict, str, str]:
     """(text, usage, problem, reasoning) of one line of a batch output or error file, validated as a synchronous reply
     (malformed usage is handed to `say_usage`, and the reply kept with its counts unreported)."""
-    response, error = entry.get("response"), entry.get("error")
+    response = entry.get("response")
     if response is not None and not isinstance(response, dict):
         return "", {}, "malformed reply: the line's response is not an object", ""
     response = response or {}
-    if error or response.get("status_code") != 200:
-        body = response.get("body") if isinstance(response.get("body"), dict) else {}
-        detail = error if isinstance(error, dict) else (body.get("error") if isinstance(body.get("error"), dict)
-                                                        else {"message": error or response.get("status_code")})
-        # whole here: the caller redacts the key before it cuts the text
-        return "", {}, f"failed in the batch ({detail.get('message', response.get('status_code'))})", ""
+    refused = line_error(entry)
+    if refused:  # whole here: the caller redacts the key before it cuts the text
+        return "", {}, f"failed in the batch ({refused.message})", ""
     try:
         reply = parse_completion(json.dumps(response.get("body")).encode())
     except MalformedReply as e:
@@ -150,3 +156,17 @@ def reply_of(entry: dict, max_tokens: int, say_usage=lambda problem: None) -> tu
     if not reply.text.strip():
         return "", {}, "empty reply", ""
     return reply.text, usage.by_role["x"], "", reply.reasoning
+
+
+def line_error(entry: dict) -> ProviderError | None:
+    """The provider's refusal a batch line carries: an error-file line's error, or a response whose status is not
+    200 (its body as a synchronous error's); None for a reply."""
+    response, error = entry.get("response"), entry.get("error")
+    response = response if isinstance(response, dict) else {}
+    if not error and response.get("status_code") == 200:
+        return None
+    status = response.get("status_code")
+    status = status if isinstance(status, int) and not isinstance(status, bool) else None
+    if error:
+        return provider_error(None if isinstance(error, dict) else status, {"error": error}, str(error)[:300])
+    return provider_error(status, response.get("body"), str(status))
