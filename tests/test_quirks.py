@@ -7,7 +7,17 @@ import json
 
 import pytest
 
-from lexpilot.models.quirks import QUIRKS, Refusal, provider_error, refusal_of
+from lexpilot.models.quirks import (
+    CACHED_TOKENS,
+    QUIRKS,
+    REASONING_TEXT,
+    REASONING_TOKENS,
+    Refusal,
+    first_field,
+    provider_error,
+    refusal_of,
+)
+from lexpilot.models.replies import parse_completion, parse_stream
 from lexpilot.running.batch_import import line_error
 from tests.conftest import Harness, sample_cases, write_dataset
 from tests.test_provider_faults import TEMPERATURE_REFUSED
@@ -80,3 +90,24 @@ def test_a_refusal_that_stops_a_synchronous_stage_stops_a_batch_stage_in_one_cyc
     assert said["batch"][0].split(": ", 1)[1] == said["sync"][0].split(": ", 1)[1]  # the stage's prefix aside
     ledger = json.loads(next((tmp_path / "batch" / "out").glob("runs/*/*/batches.json")).read_text())
     assert sum(ledger["cycles"].values()) == (2 if kind == "ljp_judge" else 1)  # the judge asks after the model
+
+
+FIELDS = [(kind, f) for kind, fields in (("cached", CACHED_TOKENS), ("reasoning tokens", REASONING_TOKENS),
+                                         ("reasoning", REASONING_TEXT)) for f in fields]
+
+
+@pytest.mark.parametrize("kind, field", FIELDS, ids=[f.name for _, f in FIELDS])
+def test_each_providers_field_is_read_from_its_own_example_in_a_reply_and_a_stream(kind, field):
+    """Each field's example holds 7 there (the reasoning text: "7"), and a reply carrying it is read so, as a body
+    and as a stream; no other provider's field is needed."""
+    assert first_field(field.example, (field,)) == 7
+    example = {k: "想一想" if v == 7 else v for k, v in field.example.items()} if kind == "reasoning" else field.example
+    usage = {"prompt_tokens": 9, "completion_tokens": 9, **example} if kind != "reasoning" else None
+    message = {"role": "assistant", "content": "答", **(example if kind == "reasoning" else {})}
+    body = {"choices": [{"message": message, "finish_reason": "stop"}], "usage": usage}
+    delta = {"content": "答", **({k: v for k, v in example.items() if k != "content"} if kind == "reasoning" else {})}
+    events = [f"data: {json.dumps({'choices': [{'delta': delta, 'finish_reason': 'stop'}]})}",
+              f"data: {json.dumps({'choices': [], 'usage': usage})}", "data: [DONE]"]
+    for reply in (parse_completion(json.dumps(body).encode()), parse_stream(events, float("inf"), lambda: False)):
+        got = {"cached": reply.cached_tokens, "reasoning tokens": reply.reasoning_tokens, "reasoning": reply.reasoning}
+        assert got[kind] == ("想一想" if kind == "reasoning" else 7), (field.name, reply)

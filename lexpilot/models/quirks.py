@@ -1,8 +1,9 @@
 """Provider quirks, in one place: what a refused request means for the harness, read from the provider's error (its
 HTTP status, `param`, `code` and wording), for a synchronous call and a batch output line alike, so that batch mode
-cannot drift from the synchronous path. Each provider's wording or field is one named entry with an example of its
-own (tests/test_quirks.py plays every entry's example); a new quirk is one entry. And the one message a refusal
-that stops a stage gives, whichever path met it.
+cannot drift from the synchronous path; and where each provider puts the counts and text a reply carries beyond
+the standard ones (cached prompt tokens, reasoning tokens, reasoning text). Each provider's wording or field is one
+named entry with an example of its own (tests/test_quirks.py plays every entry's example); a new quirk is one
+entry. And the one message a refusal that stops a stage gives, whichever path met it.
 """
 from __future__ import annotations
 
@@ -121,3 +122,41 @@ def context_message(role, said: str) -> str:
     """Why a case fails when its prompt is beyond the model's context window (no retry helps; other cases may fit)."""
     return (f"{role.describe()}: the prompt plus {role.flags[1]} {role.max_tokens} exceed the model's context "
             f"window ({said}). Lower {role.flags[1]} or serve the model with a longer context")
+
+
+# ----------------------------------------------------------------------------- where a reply's extras are
+
+@dataclass(frozen=True)
+class Field:
+    """One provider's place for a value: a path of keys into the reply's `usage` or message (or stream delta)."""
+    name: str
+    path: tuple[str, ...]
+    example: dict  # a usage or message object that provider sends, holding 7 there (tests/test_quirks.py)
+
+
+CACHED_TOKENS = (  # prompt tokens served from the provider's prompt cache (priced apart), in `usage`
+    Field("OpenAI-compatible (OpenAI, vLLM): prompt_tokens_details.cached_tokens",
+          ("prompt_tokens_details", "cached_tokens"), {"prompt_tokens": 9, "prompt_tokens_details": {"cached_tokens": 7}}),
+    Field("DeepSeek: prompt_cache_hit_tokens", ("prompt_cache_hit_tokens",),
+          {"prompt_tokens": 9, "prompt_cache_hit_tokens": 7, "prompt_cache_miss_tokens": 2}),
+)
+REASONING_TOKENS = (  # completion tokens spent reasoning, in `usage`
+    Field("OpenAI: completion_tokens_details.reasoning_tokens", ("completion_tokens_details", "reasoning_tokens"),
+          {"completion_tokens": 9, "completion_tokens_details": {"reasoning_tokens": 7}}),
+)
+REASONING_TEXT = (  # reasoning returned apart from the content, in the message or a stream delta
+    Field("DeepSeek, llama.cpp (--reasoning-format deepseek), vLLM before 0.10: reasoning_content",
+          ("reasoning_content",), {"content": "答", "reasoning_content": 7}),
+    Field("vLLM, OpenRouter, Ollama: reasoning", ("reasoning",), {"content": "答", "reasoning": 7}),
+)
+
+
+def first_field(data: dict, fields: tuple[Field, ...]):
+    """The value at the first of `fields` that `data` holds (not None and not empty), else None."""
+    for f in fields:
+        value = data
+        for key in f.path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if value is not None and value != "":
+            return value
+    return None

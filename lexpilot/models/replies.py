@@ -10,6 +10,8 @@ import json
 import time
 from dataclasses import dataclass
 
+from lexpilot.models.quirks import CACHED_TOKENS, REASONING_TEXT, REASONING_TOKENS, first_field
+
 MAX_TOKENS = 10 ** 9  # a token count above this is no count (and overflows the prices' floats)
 
 
@@ -92,14 +94,10 @@ def _usage(reply: Reply, usage) -> None:
         reply.usage_problem = f"usage holds token counts that are not whole numbers from 0 to {MAX_TOKENS:,} ({kinds})"
         return
     reply.prompt_tokens, reply.completion_tokens = counts
-    details = usage.get("completion_tokens_details")
-    reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    reasoning = first_field(usage, REASONING_TOKENS)
     if isinstance(reasoning, int) and not isinstance(reasoning, bool) and reasoning >= 0:
         reply.reasoning_tokens = reasoning
-    # OpenAI-compatible: prompt_tokens_details.cached_tokens; DeepSeek: prompt_cache_hit_tokens
-    prompt_details = usage.get("prompt_tokens_details")
-    cached = prompt_details.get("cached_tokens") if isinstance(prompt_details, dict) else None
-    cached = usage.get("prompt_cache_hit_tokens") if cached is None else cached
+    cached = first_field(usage, CACHED_TOKENS)
     if isinstance(cached, int) and not isinstance(cached, bool) and 0 <= cached <= reply.prompt_tokens:
         reply.cached_tokens = cached
 
@@ -139,7 +137,7 @@ def parse_completion(body: bytes) -> Reply:
     if not isinstance(message, dict):
         raise MalformedReply(f"choices[0].message is {'null' if message is None else 'not an object'}")
     reply.text = _text(message.get("content"), "the reply's content")
-    reply.reasoning = _text(message.get("reasoning_content") or message.get("reasoning"), "the reply's reasoning")
+    reply.reasoning = _text(first_field(message, REASONING_TEXT), "the reply's reasoning")
     finish = choice.get("finish_reason")
     reply.finish_reason = finish if isinstance(finish, str) else None
     return reply
@@ -173,7 +171,7 @@ def parse_stream(lines, deadline: float, aborted) -> Reply:
         if not isinstance(delta, dict):
             raise MalformedReply("a stream event's delta is not an object")
         parts.append(_text(delta.get("content"), "the reply's content"))
-        reasoning.append(_text(delta.get("reasoning_content") or delta.get("reasoning"), "the reply's reasoning"))
+        reasoning.append(_text(first_field(delta, REASONING_TEXT), "the reply's reasoning"))
         if isinstance(choice.get("finish_reason"), str):
             reply.finish_reason = choice["finish_reason"]
     reply.text, reply.reasoning = "".join(parts), "".join(reasoning)
