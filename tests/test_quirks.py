@@ -60,10 +60,10 @@ def test_a_llama_cpp_context_overflow_fails_its_case_not_the_stage(tmp_path, pro
     provider.script = lambda kind, prompt, body: {"status": 400, "error": LLAMA_CPP_CONTEXT["error"]["message"],
                                                   "type": "exceed_context_size_error"} if first in prompt else None
     h = Harness(tmp_path, provider, monkeypatch, dataset)
-    assert h.run("gold") == 1
+    assert h.run("gold", "--keep-going") == 1
     err = capsys.readouterr().err
     assert "exceed the model's context window" in err and "Lower --max-tokens" in err
-    assert len(h.records("eval_results", "LJP_gold.jsonl")) == 2
+    assert len(h.records("eval_results", "LJP_gold.jsonl")) == 2, err
 
 
 OUTPUT_LIMIT_REFUSED = {"status": 400, "error": "max_tokens is too large: 8192. This model supports at most 4096 "

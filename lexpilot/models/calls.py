@@ -22,6 +22,7 @@ from lexpilot.models.replies import (
     parse_completion,
     parse_stream,
     read_body,
+    unusable,
 )
 from lexpilot.pricing import Budget
 from lexpilot.settings import Role, Settings, key_variables
@@ -319,10 +320,9 @@ class ModelCaller:
         if reply.usage_problem:
             self.say_once(f"usage:{role.name}", malformed_usage(role.describe(), self.settings.redact(
                 reply.usage_problem)))
-        if reply.finish_reason == "length":
-            return Attempt(problem=f"reply truncated at {role.flags[1]} {role.max_tokens}", answered=reply)
-        if not reply.text.strip():
-            return Attempt(problem="empty reply", answered=reply)
+        problem = unusable(reply, f"{role.flags[1]} {role.max_tokens}")
+        if problem:
+            return Attempt(problem=problem, answered=reply)
         reply.text, reply.reasoning = self.settings.redact(reply.text), self.settings.redact(reply.reasoning)
         return Attempt(reply=reply, answered=reply)
 

@@ -52,6 +52,14 @@ class Reply:
     usage_problem: str = ""  # why the reply's usage could not be read (its counts are then unreported)
 
 
+def unusable(reply: Reply, limit: str) -> str:
+    """Why a reply that came back is not accepted ("": it is), for a synchronous call and a batch line alike: cut
+    at its output limit (`limit`, as the role's flag and value), or empty. Either is paid for and asked again."""
+    if reply.finish_reason == "length":
+        return f"reply truncated at {limit}"
+    return "" if reply.text.strip() else "empty reply"
+
+
 def _loads(data: bytes | str, what: str):
     try:
         return json.loads(data)

@@ -11,7 +11,7 @@ from pathlib import Path
 from lexpilot.errors import FatalError
 from lexpilot.models.calls import Usage, error_message, malformed_usage
 from lexpilot.models.quirks import STOPS, ProviderError, Refusal, provider_error, refusal_of, stop_message
-from lexpilot.models.replies import MalformedReply, parse_completion
+from lexpilot.models.replies import MalformedReply, parse_completion, unusable
 from lexpilot.running.batch_api import finished_lines
 from lexpilot.storage.checkpoints import CallJournal, CheckpointWriter
 
@@ -81,8 +81,8 @@ class Importer:
 
     def take(self, batch: dict, cid: str, request: dict, entry: dict) -> int:
         role = request.get("role", batch["role"])
-        text, usage, problem, reasoning = reply_of(entry, request.get("max_tokens", batch["max_tokens"]),
-                                                   self.say_usage(role))
+        limit = f"{self.run.settings.roles[role].flags[1]} {request.get('max_tokens', batch['max_tokens'])}"
+        text, usage, problem, reasoning = reply_of(entry, limit, self.say_usage(role))
         # a provider may echo the key in a reply or an error: redacted before any file or message, as a synchronous
         # reply is
         text, problem = self.run.settings.redact(text), self.run.settings.redact(problem)[:300]
@@ -132,7 +132,7 @@ class Importer:
         self.malformed, self.duplicated = 0, []
 
 
-def reply_of(entry: dict, max_tokens: int, say_usage=lambda problem: None) -> tuple[str, dict, str, str]:
+def reply_of(entry: dict, limit: str, say_usage=lambda problem: None) -> tuple[str, dict, str, str]:
     """(text, usage, problem, reasoning) of one line of a batch output or error file, validated as a synchronous reply
     (malformed usage is handed to `say_usage`, and the reply kept with its counts unreported)."""
     response = entry.get("response")
@@ -151,10 +151,9 @@ def reply_of(entry: dict, max_tokens: int, say_usage=lambda problem: None) -> tu
     usage = Usage()
     usage.add("x", reply.prompt_tokens or 0, reply.completion_tokens or 0,
               unreported=int(reply.prompt_tokens is None), batched=1, cached_tokens=reply.cached_tokens or 0)
-    if reply.finish_reason == "length":
-        return "", {}, f"reply truncated at {max_tokens} output tokens", ""
-    if not reply.text.strip():
-        return "", {}, "empty reply", ""
+    problem = unusable(reply, limit)
+    if problem:
+        return "", {}, problem, ""
     return reply.text, usage.by_role["x"], "", reply.reasoning
 
 
