@@ -109,17 +109,19 @@ class Limiter:
         self.sent = self.rate_limited = 0
         # while calls wait for it (its backlog): since when, for how long in all, and the calls let go meanwhile
         self.backlog_since: float | None = None
-        self.backlog_seconds, self.backlog_sent = 0.0, 0
+        self.backlog_seconds, self.backlog_sent, self.backlogs = 0.0, 0, 0
         self.lock = threading.Lock()
 
     def busy(self) -> float | None:
         """The share of its rpm limit the endpoint was used at while calls waited for it (None: no rpm limit, or
-        never a backlog)."""
+        never a backlog). Over a backlog of t seconds the limit lets t × rpm / 60 calls go after the one it starts
+        with, so each backlog counts one call more than its length: a call that waited a millisecond for its turn
+        is the limit used in full, not a thousand times over."""
         with self.lock:
             seconds = self.backlog_seconds + (time.monotonic() - self.backlog_since if self.backlog_since else 0.0)
-            if not self.limits.rpm or seconds <= 0:
+            if not self.limits.rpm or not self.backlogs:
                 return None
-            return self.backlog_sent / (seconds * self.limits.rpm / 60)
+            return self.backlog_sent / (seconds * self.limits.rpm / 60 + self.backlogs)
 
     # --- taking and giving back a slot
     def acquire(self, stopped: Callable[[], bool], cell: Hashable = None, tokens: int = 0) -> str | None:
@@ -217,7 +219,7 @@ class Limiter:
                     ticket.wake_at = wake_at
                     ticket.event.set()
                 if self.backlog_since is None:
-                    self.backlog_since = now
+                    self.backlog_since, self.backlogs = now, self.backlogs + 1
                 return
             if self.backlog_since is not None:
                 self.backlog_sent += 1
