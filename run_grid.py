@@ -19,7 +19,7 @@ leave_quietly_on_interrupt(os.path.dirname(os.path.abspath(__file__)))  # before
 
 from lexpilot.benchmark.dataset import load_dataset
 from lexpilot.errors import INTERRUPTED, HarnessError, own_interrupts
-from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS, stages_named
+from lexpilot.protocols.catalog import DEFAULT_STAGE_SET, GRID_STAGES, STAGE_SETS, stages_named
 from lexpilot.reporting.quote_tables import quote_text
 from lexpilot.reporting.renderings import RENDERINGS, TEXT_WIDTH
 from lexpilot.running.grid_file import split_limits
@@ -36,9 +36,10 @@ def main(argv=None) -> int:
     runs = parser.add_mutually_exclusive_group()
     runs.add_argument("--runs", type=number(int, 1, 1000), default=5, help="run1 .. runN (default 5, as the paper)")
     runs.add_argument("--run-ids", nargs="+", action="extend", help="these run ids instead")
-    parser.add_argument("--stages", nargs="+", default=["paper"], metavar="NAME",
-                        help=f"entry points or sets: {', '.join([*STAGE_SETS, *GRID_STAGES])} (default: paper, what "
-                        "LexAwN_gen.py, eval_DCG.py and eval_LJP.py run)")
+    parser.add_argument("--stages", nargs="+", default=[DEFAULT_STAGE_SET], metavar="NAME",
+                        help=f"entry points or sets: {', '.join([*STAGE_SETS, *GRID_STAGES])} (default: "
+                        f"{DEFAULT_STAGE_SET}; paper: what LexAwN_gen.py, eval_DCG.py and eval_LJP.py run; all: the "
+                        "later stages too)")
     parser.add_argument("--grid", metavar="FILE", help="a TOML file: each evaluated model's endpoint and limits, "
                         "other models' limits (docs/grid.md)")
     parser.add_argument("--shard", metavar="K/N", help="run shard K of N: whole (model, run) chains, split the same "

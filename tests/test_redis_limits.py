@@ -233,3 +233,61 @@ def test_a_redis_that_cannot_be_reached_at_the_start_is_one_line(tmp_path, capsy
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and f"cannot reach Redis at 127.0.0.1:{port}" in err, err
     assert "SECRET" not in err  # a password in the URL is never shown
+
+
+def limits_error(tmp_path, capsys, url, *extra) -> tuple[int, str]:
+    """run_grid.py with --limits URL against the scripted provider: (exit status, what it printed), with no call."""
+    import run_grid
+    tmp_path.mkdir(exist_ok=True)
+    dataset = write_dataset(tmp_path / "one.json", sample_cases()[:1])
+    with FakeProvider() as p:
+        os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"] = p.base_url, "k"
+        try:
+            code = run_grid.main(["--models", "m", "--runs", "1", "--dataset", str(dataset), "--output-root",
+                                  str(tmp_path), "--limits", url, *extra])
+        finally:
+            del os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]
+        assert not p.requests
+    return code, capsys.readouterr().err.strip()
+
+
+@pytest.mark.parametrize("url, extra, said", [
+    ("http://127.0.0.1:6379/0", ("--dry-run",), "--limits: not a redis://[:PASSWORD@]HOST:PORT/DB URL"),
+    ("redis://127.0.0.1:6379/0?foo=1", (), "'foo' is not a setting; the URL takes only ?lease=SECONDS"),
+    ("redis://127.0.0.1:6379/0?lease=5&lease=9", (), "lease is one number of seconds from 1 to 3600"),
+])
+def test_a_limits_url_is_checked_before_anything_even_in_a_dry_run(tmp_path, capsys, url, extra, said):
+    code, err = limits_error(tmp_path, capsys, url, *extra)
+    assert code == 2 and len(err.splitlines()) == 1 and said in err, err
+
+
+def test_a_redis_that_answers_but_cannot_be_used_is_one_line_saying_why(tmp_path, capsys, redis_server):
+    """Review of issue 39: a database number the server lacks, a server that wants a password, and a server that is
+    not Redis (here the scripted provider's HTTP port) each ended in a traceback."""
+    code, err = limits_error(tmp_path / "db", capsys, redis_server.url[:-1] + "99")
+    assert code == 2 and len(err.splitlines()) == 1 and "refuses" in err and "database number" in err, err
+    redis_server.client().config_set("requirepass", "pw-SECRET-123")
+    code, err = limits_error(tmp_path / "auth", capsys, redis_server.url)
+    assert code == 2 and len(err.splitlines()) == 1 and "needs a password" in err, err
+    code, err = limits_error(tmp_path / "wrong", capsys, f"redis://:nope-XYZ@127.0.0.1:{redis_server.port}/0")
+    assert code == 2 and len(err.splitlines()) == 1 and "XYZ" not in err, err
+    import threading
+    web = socket.socket()
+    web.bind(("127.0.0.1", 0))
+    web.listen()
+
+    def answer_as_a_web_server():  # what the reviewer met at an address where a web server listens
+        while True:
+            try:
+                connection, _ = web.accept()
+            except OSError:
+                return
+            with connection:
+                connection.recv(1024)
+                connection.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+    threading.Thread(target=answer_as_a_web_server, daemon=True).start()
+    try:
+        code, err = limits_error(tmp_path / "web", capsys, f"redis://127.0.0.1:{web.getsockname()[1]}/0")
+    finally:
+        web.close()
+    assert code == 2 and len(err.splitlines()) == 1 and "does not answer as Redis does" in err, err

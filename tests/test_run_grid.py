@@ -270,8 +270,8 @@ def test_a_grid_and_a_stage_script_on_the_same_run_are_refused(tmp_path, http, t
 def test_the_dry_run_prints_the_quote_and_makes_no_call(tmp_path, http, three_cases, capsys):
     """Item 8: "--dry-run prints the quote, the same numbers quote_grid.py prints for what is left, and makes no
     call.\""""
-    common = ["--models", *MODELS, "--runs", "2", "--dataset", str(three_cases), "--output-root", str(tmp_path),
-              "--stages", "paper"]
+    # no --stages: the two take the same default (a review found the quote's was `all`, the grid's `paper`)
+    common = ["--models", *MODELS, "--runs", "2", "--dataset", str(three_cases), "--output-root", str(tmp_path)]
     assert quote_grid.main(common) == 0
     quoted = capsys.readouterr().out
     assert run_grid.main([*common, "--dry-run"]) == 0

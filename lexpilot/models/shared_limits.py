@@ -98,22 +98,10 @@ class RedisStore:
         except ImportError:
             raise HarnessError("--limits redis://…: the redis package is not installed; pip install -r "
                                "requirements-optional.txt") from None
-        try:
-            parts = urlsplit(url)
-            port = parts.port or 6379
-        except ValueError:
-            parts, port = urlsplit(""), 0
-        # the URL may hold a password: messages name the host and port only
-        if parts.scheme not in ("redis", "rediss") or not parts.hostname or not port:
-            raise HarnessError("--limits: not a redis://[:PASSWORD@]HOST:PORT/DB URL (optionally ?lease=SECONDS)")
-        self.where = f"{parts.hostname}:{port}"
-        try:
-            self.lease = float(parse_qs(parts.query).get("lease", [DEFAULT_LEASE])[0])
-            if not 1 <= self.lease <= 3600:
-                raise ValueError
-        except ValueError:
-            raise HarnessError(f"--limits (Redis at {self.where}): lease is a number of seconds from 1 to 3600") from None
-        self.errors = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+        self.where, self.lease = limits_url(url)
+        # any answer that is not the script's (connection lost, a timeout, a server that refuses): the calls wait
+        self.errors = (redis.exceptions.RedisError,)
+        self.redis = redis
         self.client = redis.Redis.from_url(url.split("?")[0], socket_timeout=2, socket_connect_timeout=2)
         self.take, self.give_back, self.renew = (self.client.register_script(s) for s in (TAKE, GIVE_BACK, RENEW))
         self.say, self.unreachable, self.lock = say, False, threading.Lock()
@@ -124,11 +112,27 @@ class RedisStore:
         """Before any call: Redis answers, or one line says it does not."""
         try:
             self.client.ping()
+            self.client.exists(f"lexpilot:limits:{self.owner}")  # a database number the server lacks fails here
         except self.errors as e:
-            password = parts_password(self.client)
-            reason = str(e).replace(password, "[redacted]") if password else str(e)
-            raise HarnessError(f"--limits: cannot reach Redis at {self.where} ({reason}); start it (docs/grid.md) "
-                               "or run without --limits") from None
+            raise HarnessError(self.refused(e)) from None
+
+    def refused(self, e) -> str:
+        """Why Redis cannot be used, in one line, its password never shown, and what to do."""
+        password = parts_password(self.client)
+        reason = " ".join((str(e).replace(password, "[redacted]") if password else str(e)).split())[:160]
+        exceptions = self.redis.exceptions
+        if isinstance(e, exceptions.AuthenticationError) or "authenticat" in reason.lower() or "NOAUTH" in reason:
+            return (f"--limits: Redis at {self.where} needs a password ({reason}): give it in the URL, "
+                    "redis://:PASSWORD@HOST:PORT/DB")
+        if isinstance(e, exceptions.ResponseError):
+            return (f"--limits: Redis at {self.where} refuses ({reason}); check the URL's database number (0 to 15 "
+                    "on a default server)")
+        if isinstance(e, (exceptions.ConnectionError, exceptions.TimeoutError)) and \
+                not isinstance(e, getattr(exceptions, "InvalidResponse", ())):
+            return (f"--limits: cannot reach Redis at {self.where} ({reason}); start it (docs/grid.md) or run "
+                    "without --limits")
+        return (f"--limits: the server at {self.where} does not answer as Redis does ({reason}); check the host "
+                "and port")
 
     def trouble(self, failed: bool) -> None:
         with self.lock:
@@ -140,6 +144,31 @@ class RedisStore:
 
     def lease_id(self) -> str:
         return f"{self.owner}:{next(self.ids)}"
+
+
+def limits_url(url: str) -> tuple[str, float]:
+    """(host:port, lease seconds) of a --limits URL, or a one-line error; checked before any call (a dry run too)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port or 6379
+        query = parse_qs(parts.query, keep_blank_values=True)
+    except ValueError:
+        parts, port, query = urlsplit(""), 0, {}
+    # the URL may hold a password: messages name the host and port only
+    if parts.scheme not in ("redis", "rediss") or not parts.hostname or not port:
+        raise HarnessError("--limits: not a redis://[:PASSWORD@]HOST:PORT/DB URL (optionally ?lease=SECONDS)")
+    where = f"{parts.hostname}:{port}"
+    unknown = sorted(set(query) - {"lease"})
+    if unknown:
+        raise HarnessError(f"--limits (Redis at {where}): {unknown[0][:40]!r} is not a setting; the URL takes only "
+                           "?lease=SECONDS")
+    try:
+        lease = float(query.get("lease", [DEFAULT_LEASE])[-1])
+        if not 1 <= lease <= 3600 or len(query.get("lease", [])) > 1:
+            raise ValueError
+    except ValueError:
+        raise HarnessError(f"--limits (Redis at {where}): lease is one number of seconds from 1 to 3600") from None
+    return where, lease
 
 
 def parts_password(client) -> str:

@@ -39,6 +39,8 @@ SINGLE_LJP = {"eval_LJP_direct": (DIRECT_STAGE,), "eval_LJP_gold": (GOLD_STAGE,)
               "eval_LJP_interaction": (INTERACTION_LJP_STAGE,)}
 GRID_STAGES = {**PAPER_GRID, **SINGLE_LJP, **VALIDATION_STAGES}
 STAGE_SETS = {"paper": tuple(PAPER_GRID), "all": (*PAPER_GRID, *VALIDATION_STAGES)}
+# what quote_grid.py quotes and run_grid.py runs without --stages: the same, so a dry run is the quote
+DEFAULT_STAGE_SET = "paper"
 OTHER_STAGES = {"eval_LCA": (LCA_STAGE,), "rejudge": (REJUDGE_STAGE,), "user_probes": (PROBE_STAGE,)}
 # eval_LJP.py by hand runs the three setups as its own stages: its code is what their code hash compares, with the same
 # options for each, so no --user-condition (a non-ideal run's Interaction-Based LJP is eval_LJP_interaction.py's)

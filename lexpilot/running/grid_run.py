@@ -155,6 +155,9 @@ def start_grid(stages: list[Stage], models: list[str] | None, run_ids: list[str]
                            "by hand (docs/batch.md), or the grid without it")
     grid = plan_grid(stages, models, run_ids, options, grid_path, limit_entries, env, err)
     grid.shard, grid.limits_url = (parse_shard(shard) if shard else None), limits_url
+    if limits_url:
+        from lexpilot.models.shared_limits import limits_url as checked_url
+        checked_url(limits_url)  # a dry run is told too
     return grid
 
 
