@@ -267,6 +267,28 @@ def test_a_grid_and_a_stage_script_on_the_same_run_are_refused(tmp_path, http, t
     assert "[grid] 3 cells: 2 done, 1 failed" in err
 
 
+def test_after_a_ctrl_c_a_cell_that_saved_every_case_is_done_and_one_that_did_not_is_stopped(tmp_path, http,
+                                                                                            three_cases):
+    """Review of item 6: after a first Ctrl-C, DCG cells that had saved every case were counted "left for a rerun",
+    and stopped cells were counted nowhere in the display. A stage the drain stopped says how many cases it did not
+    start and exits 130; one that saved them all exits 0."""
+    from lexpilot.protocols.catalog import stages_named
+    from lexpilot.running.grid import DONE, INTERRUPTED, WAITING
+    from lexpilot.running.grid_run import start_grid
+    for code, status in ((0, DONE), (130, INTERRUPTED)):
+        shown = Terminal(tty=False)
+        plan = start_grid(stages_named(["eval_LJP_direct", "eval_LJP_gold"]), ["model-a"], ["run1"],
+                          ["--dataset", str(three_cases), "--output-root", str(tmp_path)], None, [], err=shown)
+
+        def stage(stage, settings, clients, out, err, sharing, cell):
+            sharing.draining.set()  # the Ctrl-C comes while the first cell runs
+            return code
+        plan.run(run_stage=stage)
+        assert [c.status for c in plan.grid.cells] == [status, WAITING], code
+        assert "[grid] cells: " + ("1 done" if code == 0 else "0 done") in shown.text
+        assert (", 1 stopped by Ctrl-C;" in shown.text) == (code == 130), shown.text
+
+
 def test_the_dry_run_prints_the_quote_and_makes_no_call(tmp_path, http, three_cases, capsys):
     """Item 8: "--dry-run prints the quote, the same numbers quote_grid.py prints for what is left, and makes no
     call.\""""
@@ -408,7 +430,7 @@ def test_the_display_counts_cells_endpoints_and_spending_and_redraws_in_place(tm
     display.draw(final=True)
     lines = display.lines()
     assert terminal.text.count("\033[") >= 2 * len(lines) and f"\033[{len(lines)}F" in terminal.text  # redrawn
-    assert "18 of at most 36 calls answered" in lines[0] and "remaining ~" in lines[0]
+    assert "18 of at most 36 calls answered" in lines[0] and "remaining 0s" in lines[0]  # every cell done
     assert "paused 40s" in terminal.text or "paused 39s" in terminal.text
     assert "0.0 calls/s" in terminal.text  # no call since this display began
     quiet = Terminal(tty=False)

@@ -6,6 +6,7 @@ second leaves at once."""
 import itertools
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -105,6 +106,12 @@ def test_a_first_ctrl_c_drains_the_grid_and_a_second_leaves_at_once(tmp_path):
         # only the calls in flight then were answered: 6 chains, 2 cases at once each, a call each at most
         assert in_flight_then - at_signal <= 6 * 2 < sum(clean_processed.values()) - in_flight_then
         assert unanswered(tmp_path / "out") == 0  # none was left in flight
+        # every cell counted once: done (a stage that saved every case before the Ctrl-C, as the review saw DCG's),
+        # or stopped by it, or still waiting (a review found the stopped ones counted nowhere)
+        heads = re.findall(r"\[grid\] cells: (\d+) done, (\d+) running, (\d+) waiting, (\d+) failed or held back"
+                           r"(?:, (\d+) stopped by Ctrl-C)?;", err)
+        assert heads and sum(int(n or 0) for n in heads[-1]) == 30 and int(heads[-1][4] or 0) > 0, heads[-1:]
+        assert int(heads[-1][1]) == 0 and "elapsed" in err and re.search(r"remaining 0s\n(?:  .*\n)*\[grid\] 30 cells", err)
         # a second Ctrl-C while the first drains: out at once
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True, preexec_fn=as_at_a_terminal)

@@ -15,6 +15,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
+from lexpilot.errors import INTERRUPTED as INTERRUPTED_STATUS
 from lexpilot.errors import HarnessError
 from lexpilot.models.calls import Sharing
 from lexpilot.protocols.steps import Stage
@@ -117,10 +118,10 @@ def run_chain(grid: Grid, chain: list[Cell]) -> None:
             continue
         cell.status = RUNNING
         code, reason = run_cell(grid, cell)
-        if code == 0 and grid.sharing.draining.is_set():
-            cell.status, cell.reason = INTERRUPTED, "stopped by Ctrl-C"
-        elif code == 0:
+        if code == 0:  # every case saved, a Ctrl-C or not
             cell.status = DONE
+        elif code == INTERRUPTED_STATUS and grid.sharing.draining.is_set():
+            cell.status, cell.reason = INTERRUPTED, "stopped by Ctrl-C"
         else:
             cell.status, cell.reason = FAILED, reason
 

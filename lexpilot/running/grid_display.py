@@ -95,13 +95,17 @@ class Display:
         now, counts = time.monotonic(), self.grid.counts()
         calls, elapsed = answered_calls(self.grid), now - self.start
         left = max(0, self.quote.calls - calls)
-        eta = f"~{elapsed / calls * left:.0f}s" if calls else "?"
+        # nothing left to run here: every cell ended, or the rest wait for a rerun after a Ctrl-C
+        over = not counts[RUNNING] and (not counts[WAITING] or self.grid.sharing.draining.is_set())
+        eta = "0s" if over else f"~{elapsed / calls * left:.0f}s" if calls else "?"
         money = spent(self.grid, self.prices)
         spending = "" if money is None else f"; spent {money:.2f}" + (
             f" of the quote's {self.quote.high:.2f} at most" if self.quote.high is not None else "") + (
             f", {self.quote.expected:.2f} expected" if self.quote.expected is not None else "")
         head = (f"[grid] cells: {counts[DONE]} done, {counts[RUNNING]} running, {counts[WAITING]} waiting, "
-                f"{counts[FAILED] + counts[NOT_RUN]} failed or held back; {calls} of at most {self.quote.calls} "
+                f"{counts[FAILED] + counts[NOT_RUN]} failed or held back"
+                + (f", {counts[INTERRUPTED]} stopped by Ctrl-C" if counts[INTERRUPTED] else "")
+                + f"; {calls} of at most {self.quote.calls} "
                 f"calls answered{spending}; elapsed {elapsed:.0f}s, remaining {eta}")
         return [head] + [self.endpoint_line(limiter, now) for limiter in self.grid.sharing.endpoints.all()]
 

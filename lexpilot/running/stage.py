@@ -17,6 +17,7 @@ from lexpilot.benchmark.prompts import load_prompts
 from lexpilot.benchmark.records import RECORD_KINDS
 from lexpilot.benchmark.vocabulary import CONDITION_SCRIPTS, ROLES
 from lexpilot.errors import (
+    INTERRUPTED,
     STOPPED,
     Aborted,
     CaseFailed,
@@ -318,6 +319,11 @@ def _summary(name: str, workers: Workers, skipped: int, wall: float, out, err) -
               f"Rerun the same command to retry {'it' if len(outcome.failures) == 1 else 'them'}; saved cases are kept.",
               file=err)
         return 1
+    not_started = workers.total - progress.done
+    if not_started > 0:  # the grid is draining (its first Ctrl-C): the cases it did not start are left for a rerun
+        print(f"[{name}] {counted(not_started, 'case')} not started (Ctrl-C); rerun the same command to resume",
+              file=err)
+        return INTERRUPTED
     return 0
 
 
