@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 
-from lexpilot.errors import leave_quietly_on_interrupt, run_tool
+from lexpilot.errors import OneLineParser, leave_quietly_on_interrupt, run_tool
 
 leave_quietly_on_interrupt(os.path.dirname(os.path.abspath(__file__)))  # before the imports that take time
 
@@ -35,7 +35,7 @@ from lexpilot.settings import given_once, number, rate_limits
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      allow_abbrev=False)  # --run-id is a stage option, not --run-ids
     # a flag given twice adds to the first (argparse would keep only the last, quoting half the grid in silence)
     parser.add_argument("--models", nargs="+", action="extend", help="the evaluated model ids (default: the grid "

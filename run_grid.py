@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from lexpilot.errors import leave_quietly_on_interrupt
+from lexpilot.errors import OneLineParser, leave_quietly_on_interrupt
 
 leave_quietly_on_interrupt(os.path.dirname(os.path.abspath(__file__)))  # before the imports that take time
 
@@ -29,7 +29,7 @@ from lexpilot.settings import given_once, number
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      allow_abbrev=False)  # --run-id is a stage option, not --run-ids
     parser.add_argument("--models", nargs="+", action="extend", help="the evaluated model ids (default: the grid "
                         "file's)")

@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from lexpilot.errors import leave_quietly_on_interrupt, run_tool
+from lexpilot.errors import OneLineParser, leave_quietly_on_interrupt, run_tool
 
 leave_quietly_on_interrupt(os.path.dirname(os.path.abspath(__file__)))  # before the imports that take time
 
@@ -50,7 +50,7 @@ from lexpilot.settings import number
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output-root", type=Path, default=DEFAULT_OUTPUT_ROOT, help="where the runs are (default: next to the scripts)")
     parser.add_argument("--dataset", type=Path, help="check every record against this dataset (default: the "
                         "dataset each run's manifest names, when it is still there and unchanged)")

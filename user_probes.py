@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from lexpilot.errors import leave_quietly_on_interrupt, run_tool
+from lexpilot.errors import OneLineParser, leave_quietly_on_interrupt, run_tool
 
 leave_quietly_on_interrupt(os.path.dirname(os.path.abspath(__file__)))  # before the imports that take time
 
@@ -104,7 +104,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["generate"]:
         return stage_main(STAGE, __doc__, argv[1:])
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     t = commands.add_parser("template", help="the probe file for the experts to fill")
     t.add_argument("--dataset", type=Path, default=DEFAULT_DATASET)

@@ -1,4 +1,5 @@
 """The harness's exceptions: what a user must act on, and how a case, a stage or a tool stops (Ctrl-C included)."""
+import argparse
 import os
 import signal
 import sys
@@ -67,3 +68,11 @@ def run_tool(main, name: str) -> int:
     except KeyboardInterrupt:
         print(f"\n[{name}] interrupted: nothing was written; rerun the same command.", file=sys.stderr, flush=True)
         return INTERRUPTED
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """The entry points' command line: a mistake in it is one line naming the flag and what is wrong (argparse's own
+    error repeats the whole usage first); --help shows the usage."""
+
+    def error(self, message: str):
+        self.exit(STOPPED, f"{self.prog}: {message} (see --help)\n")

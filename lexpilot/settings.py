@@ -31,6 +31,7 @@ class Role:
     api_key: str = field(repr=False)  # never written anywhere
     temperature: float | None  # None: none sent, the provider's default applies ("default" in the manifest)
     max_tokens: int = 8192
+    key_variable: str = ""  # where its key came from, when not the role's own variables (a grid file's key_variable)
 
     @property
     def host(self) -> str:

@@ -553,8 +553,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds before each reply")
+    parser.add_argument("--jitter", type=float, default=0.0, help="up to this many seconds more, per prompt")
+    parser.add_argument("--rate-limit", type=float, help="requests a second it answers; beyond, HTTP 429 with "
+                        "Retry-After (as a provider's rate limit counts)")
     args = parser.parse_args(argv)
-    provider = FakeProvider(latency=args.latency)
+    provider = FakeProvider(latency=args.latency, jitter=args.jitter, rate_limit=args.rate_limit)
     provider.port = args.port
     try:
         url = provider.start()

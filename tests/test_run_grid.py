@@ -71,7 +71,8 @@ def test_a_grid_writes_what_the_readme_loop_writes_and_reports_the_same(tmp_path
     assert http.processed == by_hand
 
 
-def test_each_evaluated_model_on_its_own_endpoint_from_the_grid_file(tmp_path, http, three_cases, monkeypatch):
+def test_each_evaluated_model_on_its_own_endpoint_from_the_grid_file(tmp_path, http, three_cases, monkeypatch,
+                                                                      capsys):
     """Item 2: "A grid file (TOML, documented with an example) names, per model id, the base URL, the name of the
     environment variable that holds its key, and optional limits." The key reaches its endpoint only."""
     with FakeProvider() as own:
@@ -83,6 +84,11 @@ def test_each_evaluated_model_on_its_own_endpoint_from_the_grid_file(tmp_path, h
         assert run_grid.main(argv) == 0
         assert {r["model"] for r in own.requests} == {"model-c"}
         assert {r["model"] for r in http.requests} == {"model-a", "model-b", "DeepSeek-R1"}  # the judge's too
+        # its key refused: the line names the variable the grid file took it from (review of item 2)
+        own.script = lambda kind, prompt, body: {"status": 401, "error": "bad key"}
+        assert run_grid.main(grid_argv(tmp_path / "refused", three_cases, "--grid", str(grid_file), "--stages",
+                                       "eval_LJP_direct")) == 1
+        assert "check the key in C_KEY (the grid file's key_variable)" in capsys.readouterr().err
     manifest = json.loads(next((tmp_path / "out").glob("runs/run1/model-c*/manifest.json")).read_text())
     assert own.base_url.split("//")[1].split("/")[0] in json.dumps(manifest["models"]["eval"])
     assert "sk-model-c" not in json.dumps(manifest)
@@ -94,7 +100,10 @@ def test_each_evaluated_model_on_its_own_endpoint_from_the_grid_file(tmp_path, h
     ('[models."m"]\nbase_url = "http://127.0.0.1:9/v1"\nkey_variable = "NOT_SET_ANYWHERE"\n',
      ":3: models.m.key_variable", "NOT_SET_ANYWHERE is not set"),
     ('[models."m"]\nbase_url = "http://127.0.0.1:9/v1"\n\n[models."m"]\nbase_url = "http://127.0.0.1:9/v1"\n',
-     "line 4", "twice"),
+     ":4: models.m", "the same model id twice"),
+    ('[models."m"]\nbase_url = "http://127.0.0.1:9/v1"\nrpm = 1\nrpm = 2\n', ":4", "a key given twice in one table"),
+    ('concurrency = 4\n[models."m"]\nbase_url = "http://127.0.0.1:9/v1"\n', ":1: concurrency",
+     "unknown key (outside any table)"),
     ('[models."m"]\nbase_url = "http://127.0.0.1:9/v1"\n[limits."m"]\nrpm = 5\n', ":3: limits.m", "given twice"),
     ('[limits."DeepSeek-R1"]\nrpm = 100\ntpm = -5\n', ":3: limits.DeepSeek-R1.tpm", "not a positive number"),
     ('[limits."DeepSeek-R1"]\nconcurrency = 2.5\n', ":2: limits.DeepSeek-R1.concurrency", "positive whole number"),
@@ -112,6 +121,7 @@ def test_a_bad_grid_file_is_one_line_naming_the_file_key_and_line(tmp_path, http
 
 @pytest.mark.parametrize("entry, what", [("DeepSeek-R1=rpm:0", "not a positive number"),
                                          ("DeepSeek-R1=rps:3", "'rps' is not a limit"),
+                                         ("DeepSeek-R1=rpm:3,rpm:4", "rpm is given twice"),
                                          ("nosuch=rpm:3", "no role of this grid uses that model id")])
 def test_a_bad_limit_on_the_command_line_is_one_line(tmp_path, http, three_cases, capsys, entry, what):
     assert run_grid.main(grid_argv(tmp_path / "out", three_cases, "--limit", entry, "--dry-run")) == 2
@@ -440,3 +450,19 @@ def test_the_display_counts_cells_endpoints_and_spending_and_redraws_in_place(tm
     display.last -= 31
     display.draw()
     assert quiet.text.count("[grid] cells:") == 1
+
+
+@pytest.mark.parametrize("main, argv, said", [
+    (run_grid.main, ["--runs", "0"], "argument --runs: 0 is outside 1 to 1000 (see --help)"),
+    (run_grid.main, ["--models"], "argument --models: expected at least one argument"),
+    (quote_grid.main, ["--runs", "-1"], "argument --runs: -1 is outside 1 to 1000"),
+    (lambda argv: stage_main(ENTRY_POINTS["eval_LJP_gold"][0], "doc", argv=argv), ["--concurrency", "x"],
+     "argument --concurrency: 'x' is not a whole number (see --help)"),
+])
+def test_a_command_line_mistake_is_one_line_not_the_usage(capsys, main, argv, said):
+    """The guide: "Every error a user can meet is one or two lines". argparse's own error printed the whole usage
+    (five lines and more) before its one line (review of issue 38)."""
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    err = capsys.readouterr().err.strip()
+    assert stop.value.code == 2 and len(err.splitlines()) == 1 and said in err, err

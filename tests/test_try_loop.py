@@ -45,3 +45,32 @@ def test_every_stage_of_the_loop_runs_against_the_scripted_server(tmp_path, monk
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_the_scripted_server_takes_the_grid_benchmarks_rate_limit_from_its_command_line():
+    """Review of issue 38: the rate limit its tests and benchmark put on an endpoint was in the Python class only,
+    so a user could not reproduce the issue's setup from the command line."""
+    import json
+    import urllib.error
+    import urllib.request
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "tests.fake_provider", "--port", str(port), "--rate-limit", "3",
+                               "--latency", "0.01"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert "scripted provider at" in server.stdout.readline()
+        statuses = []
+        body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "你好"}]}).encode()
+        for _ in range(6):  # within a second: the fourth and later are refused
+            request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", body,
+                                             {"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=10) as reply:
+                    statuses.append(reply.status)
+            except urllib.error.HTTPError as e:
+                statuses.append((e.code, e.headers.get("Retry-After")))
+        assert statuses[:3] == [200] * 3 and (429, "0.2") in statuses[3:], statuses
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

@@ -5,7 +5,6 @@ and the paper's Table 1 statistics.
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import hashlib
 import json
@@ -19,7 +18,7 @@ from pathlib import Path
 from categories import CAUSES, CLASS_LABELS, FOCAL_TYPES, cause_class
 from lexpilot.benchmark.records import canonical_hash
 from lexpilot.benchmark.vocabulary import HISTORY_TYPES, VERDICTS
-from lexpilot.errors import HarnessError, first_of
+from lexpilot.errors import HarnessError, OneLineParser, first_of
 from lexpilot.files import input_problem
 from lexpilot.paths import DATA_DIR, PROJECT_ROOT
 
@@ -320,7 +319,7 @@ def dataset_statistics(cases: list[Case]) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description="Validate a LexPilot dataset and print its statistics.")
+    parser = OneLineParser(description="Validate a LexPilot dataset and print its statistics.")
     parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET, help="default: %(default)s")
     args = parser.parse_args(argv)
     _, problems = dataset_problems(args.dataset)

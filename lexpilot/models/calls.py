@@ -350,7 +350,8 @@ class ModelCaller:
                              "followed (the prompt would go there): set the base URL to that address "
                              "if you trust it") from None
         if status not in TRANSIENT_STATUS and status < 500:
-            hint = {401: "check the API key variable for this role" if role.api_key else
+            hint = {401: f"check the key in {role.key_variable} (the grid file's key_variable)" if role.key_variable
+                    else "check the API key variable for this role" if role.api_key else
                     f"no API key is set for this role: set {key_variables(role.name)}",
                     403: "check the API key's permissions",
                     404: "check the model id and the base URL"}.get(status, "check the request settings")

@@ -52,6 +52,8 @@ def parse_limits(text: str, where: str) -> Limits:
         name, _, number = entry.partition(":")
         if name not in Limits.NAMES:
             raise HarnessError(f"{where}: {name!r} is not a limit; use {', '.join(Limits.NAMES)} as NAME:VALUE")
+        if name in values:
+            raise HarnessError(f"{where}: {name} is given twice; give each limit once")
         try:
             parsed = float(number)
         except ValueError:

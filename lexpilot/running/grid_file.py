@@ -71,7 +71,7 @@ def read_grid_file(path: Path, env) -> GridFile:
     except UnicodeDecodeError:
         raise HarnessError(f"--grid {path}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as e:  # its message names the line and column
-        raise HarnessError(f"{path}: not valid TOML: {e}") from None
+        raise HarnessError(toml_mistake(path, str(e))) from None
     lines = key_lines(text)
 
     def where(*keys: str) -> str:
@@ -81,7 +81,9 @@ def read_grid_file(path: Path, env) -> GridFile:
     grid = GridFile()
     for top, value in data.items():
         if top not in ("models", "limits"):
-            raise HarnessError(f"{where(top)}: unknown table; a grid file has [models.\"ID\"] and [limits.\"ID\"]")
+            kind = "table" if isinstance(value, dict) else "key (outside any table)"
+            raise HarnessError(f"{where(top)}: unknown {kind}; a grid file has [models.\"ID\"] and [limits.\"ID\"] "
+                               "tables only")
         if not isinstance(value, dict) or any(not isinstance(v, dict) for v in value.values()):
             raise HarnessError(f"{where(top)}: write each model as its own table, [{top}.\"MODEL_ID\"]")
     for model, entry in data.get("models", {}).items():
@@ -151,3 +153,16 @@ def split_limits(options: list[str]) -> tuple[list[str], list[str]]:
         rest.append(option)
         i += 1
     return limits, rest
+
+
+def toml_mistake(path: Path, said: str) -> str:
+    """The TOML parser's complaint in the grid file's words: a model (or key) given twice, or where it is not TOML."""
+    line = re.search(r"at line (\d+)", said)
+    at = f"{path}:{line[1]}" if line else str(path)
+    twice = re.match(r"Cannot declare \((.*)\) twice", said)
+    if twice:
+        keys = ".".join(k.strip(" '\"") for k in twice[1].split(","))
+        return f"{at}: {keys}: the same model id twice; give each model one table"
+    if said.startswith("Cannot overwrite a value"):
+        return f"{at}: a key given twice in one table; give it once"
+    return f"{path}: not valid TOML: {said}"

@@ -40,7 +40,7 @@ def with_endpoint(settings: Settings, endpoint: ModelEndpoint | None, env) -> Se
         return settings
     key = env[endpoint.key_variable] if endpoint.key_variable else ""
     roles = {**settings.roles, "eval": dataclasses.replace(settings.roles["eval"], base_url=endpoint.base_url,
-                                                          api_key=key)}
+                                                          api_key=key, key_variable=endpoint.key_variable or "")}
     return dataclasses.replace(settings, roles=roles)
 
 

@@ -23,6 +23,7 @@ from lexpilot.errors import (
     CaseFailed,
     FatalError,
     HarnessError,
+    OneLineParser,
     own_interrupts,
 )
 from lexpilot.models.calls import ModelCaller, Sharing, Usage
@@ -329,7 +330,7 @@ def _summary(name: str, workers: Workers, skipped: int, wall: float, out, err) -
 
 def stage_main(stage: Stage, doc: str, argv=None, clients: dict | None = None) -> int:
     """Parse the common flags and run a stage; errors are one clear message and a non-zero status."""
-    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_args(parser, stage.user_condition, stage.history_choice, stage.source_run, stage.probe_file)
     args = parser.parse_args(argv)
     settings = None
