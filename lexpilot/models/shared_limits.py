@@ -127,8 +127,7 @@ class RedisStore:
         if isinstance(e, exceptions.ResponseError):
             return (f"--limits: Redis at {self.where} refuses ({reason}); check the URL's database number (0 to 15 "
                     "on a default server)")
-        if isinstance(e, (exceptions.ConnectionError, exceptions.TimeoutError)) and \
-                not isinstance(e, getattr(exceptions, "InvalidResponse", ())):
+        if isinstance(e, (exceptions.ConnectionError, exceptions.TimeoutError)):  # (InvalidResponse is neither)
             return (f"--limits: cannot reach Redis at {self.where} ({reason}); start it (docs/grid.md) or run "
                     "without --limits")
         return (f"--limits: the server at {self.where} does not answer as Redis does ({reason}); check the host "

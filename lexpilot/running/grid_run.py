@@ -74,7 +74,7 @@ class GridRun:
             store.reachable()
             def make(endpoint, ceiling, lim, name):
                 return SharedLimiter(store, endpoint, ceiling, lim, name)
-        elif self.shard and self.shard[1] > 1:
+        elif self.share_text():  # a shard without a shared store: its 1/N of each limit
             n = self.shard[1]
             limits = {m: Limits(max(1, lim.concurrency // n) if lim.concurrency else None,
                                 lim.rpm / n if lim.rpm else None, lim.tpm / n if lim.tpm else None)
