@@ -60,8 +60,8 @@ class CheckpointWriter:
 
     def append(self, path: Path, record: dict, sync: bool = True) -> None:
         line = record_line(record)
-        with self.lock:
-            try:
+        try:
+            with self.lock:
                 f = self.files.get(path)
                 if f is None:
                     path.parent.mkdir(parents=True, exist_ok=True)
@@ -69,11 +69,14 @@ class CheckpointWriter:
                     if f.tell() > 0 and _last_byte(path) != b"\n":
                         f.write(b"\n")
                 f.write(line)
-                f.flush()
-                if sync:  # the journal is a cache: a line lost in a machine crash only costs that call again
-                    os.fsync(f.fileno())
-            except OSError as e:
-                raise storage_error(e, path) from None
+                f.flush()  # in the kernel now: a killed process loses nothing
+                fd = f.fileno()
+            # Synced outside the lock, so one file's disk wait holds back no other line. The journal is a cache:
+            # a line of it lost in a machine crash only costs that call again, so it is not synced.
+            if sync:
+                os.fsync(fd)
+        except OSError as e:
+            raise storage_error(e, path) from None
 
     def close(self) -> None:
         with self.lock:

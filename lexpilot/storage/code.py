@@ -72,6 +72,17 @@ def relative(path: Path, root: Path) -> str:
 def code_files(scripts: list[str], root: Path | None = None) -> list[str]:
     """The project files (relative, with /) that the entry points `scripts` run, reporting aside."""
     root = root or PROJECT_ROOT
+    return list(_code_files(tuple(scripts), root, _signature(root)))
+
+
+def _signature(root: Path) -> tuple:
+    """Every project file's path, time and size: a change to any of them is always seen."""
+    files = sorted([*root.glob("*.py"), *root.glob("lexpilot/**/*.py")])
+    return tuple((f, s.st_mtime_ns, s.st_size) for f, s in ((f, f.stat()) for f in files))
+
+
+@functools.lru_cache(maxsize=64)  # the grid's cells each ask for their stage's files: walked once per process
+def _code_files(scripts: tuple[str, ...], root: Path, signature: tuple) -> tuple[str, ...]:
     seen: set[Path] = set()
     todo = [root / s for s in scripts]
     while todo:
@@ -80,7 +91,7 @@ def code_files(scripts: list[str], root: Path | None = None) -> list[str]:
             continue
         seen.add(path)
         todo += _imported(path, root)
-    return sorted(relative(p, root) for p in seen)
+    return tuple(sorted(relative(p, root) for p in seen))
 
 
 STAGE_RUNNER = "lexpilot/running/stage.py"
@@ -105,8 +116,7 @@ def _file_digest(path: Path, mtime_ns: int, size: int) -> str:
 def code_digests(root: Path | None = None) -> dict[str, str]:
     """Every file any stage script runs -> its digest: what a new manifest records."""
     root = root or PROJECT_ROOT  # read at each call (the tests point it at a copy of the project)
-    files = sorted([*root.glob("*.py"), *root.glob("lexpilot/**/*.py")])
-    return dict(_digests(root, tuple((f, f.stat().st_mtime_ns, f.stat().st_size) for f in files)))
+    return dict(_digests(root, _signature(root)))
 
 
 @functools.lru_cache(maxsize=8)  # keyed by every file's time and size, so a change is always seen
