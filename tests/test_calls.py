@@ -1,5 +1,6 @@
 """Model calls: roles and endpoints, request parameters, retries, rejections, judge-output validation."""
 import argparse
+import json
 import threading
 import time
 
@@ -297,3 +298,26 @@ def test_a_retry_after_beyond_the_cap_is_the_usual_backoff_on_a_5xx_as_on_a_429(
         assert caller.chat("eval", "x", Usage()).text == "?"
     assert waits and max(waits) <= calls_module.MAX_BACKOFF and max(waits) < 1  # the usual backoff (base 0.001)
     assert "more than the 300 s the harness waits" in caller.progress.last_error
+
+
+def test_a_call_is_marked_in_flight_when_it_is_sent_not_while_it_waits_for_a_slot(tmp_path):
+    """A process killed while its calls wait for the endpoint's slots paid for none of them: only a call whose
+    request went out is counted "paid, never answered" by the next run (the journal's start mark)."""
+    from lexpilot.storage.checkpoints import CallJournal, CheckpointWriter
+    case = case_from_raw(sample_cases()[0])
+    with FakeProvider() as p:
+        caller = _caller(p)
+        journal = CallJournal(tmp_path / "calls_journal.jsonl", CheckpointWriter(), set())
+        calls = CaseCalls(caller, load_prompts(), case, journal=journal, step="s")
+        limiter = caller.limiters["eval"]
+        held = [limiter.acquire(lambda: False) for _ in range(int(limiter.limit))]  # every slot taken
+        waiting = threading.Thread(target=calls._chat, args=("eval", "prompt"))
+        waiting.start()
+        time.sleep(0.3)
+        marks = lambda: [json.loads(line).get("t") for line in journal.path.read_text().splitlines()] \
+            if journal.path.exists() else []  # noqa: E731
+        assert waiting.is_alive() and "start" not in marks() and not p.requests  # waiting: nothing paid
+        for lease in held:
+            limiter.release(lease=lease)
+        waiting.join(10)
+        assert marks().count("start") == marks().count("end") == 1 and len(p.requests) == 1

@@ -8,6 +8,7 @@ import math
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 
@@ -223,14 +224,16 @@ class ModelCaller:
             raise FatalError(stop_message(role, refusal, error_message(said, self.settings.redact)))
         return refusal
 
-    def chat(self, role_name: str, prompt: str | list[dict], usage: Usage) -> Reply:
-        """One non-empty, untruncated reply; transient failures are retried, permanent ones raise FatalError."""
+    def chat(self, role_name: str, prompt: str | list[dict], usage: Usage,
+             on_send: Callable[[], None] | None = None) -> Reply:
+        """One non-empty, untruncated reply; transient failures are retried, permanent ones raise FatalError.
+        `on_send` is called as each request goes out (its slot taken, its cost reserved)."""
         role = self.settings.roles[role_name]
         attempts = self.settings.transport.retries + 1
         attempt = rate_limited = 0
         last = Attempt()
         while attempt < attempts:
-            last = self._attempt(role, prompt, usage)
+            last = self._attempt(role, prompt, usage, on_send)
             if last.repeat:
                 continue  # repeated at once with max_completion_tokens: not a failed attempt
             if last.reply is not None:
@@ -261,7 +264,7 @@ class ModelCaller:
             self.abort.wait(min(left, 0.2))
         return True
 
-    def _attempt(self, role: Role, prompt: str | list[dict], usage: Usage) -> Attempt:
+    def _attempt(self, role: Role, prompt: str | list[dict], usage: Usage, on_send=None) -> Attempt:
         """One request, within the endpoint's limiter and the budget; what came of it."""
         limiter, counted_tokens = self.limiters[role.name], request_tokens(len(str(prompt)), role.max_tokens)
         lease = limiter.acquire(self.stopped, self.cell, counted_tokens)  # before the budget: waiting reserves nothing
@@ -272,6 +275,8 @@ class ModelCaller:
             raise
         token_field = self.token_fields[role.name]
         outcome = Attempt()
+        if on_send:
+            on_send()
         self.progress.update(in_flight=1)
         try:
             outcome = self._accepted(role, self._request(role, prompt, token_field), usage)

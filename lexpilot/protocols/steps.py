@@ -54,13 +54,16 @@ class CaseCalls:
         # in batch mode the caller raises NeedsReply: the request goes into the next batch, and its reply reaches
         # the journal when the batch is collected (nothing is marked or kept here)
         batched = getattr(self.caller, "batched", False)
-        used = Usage()
-        call_id = self.journal.started(role) if self.journal and not batched else None
+        used, call_ids = Usage(), []
+
+        def sent() -> None:  # marked when its first request goes out: a call killed while it waits cost nothing
+            if self.journal and not batched and not call_ids:
+                call_ids.append(self.journal.started(role))
         try:
-            reply = self.caller.chat(role, prompt, used)
+            reply = self.caller.chat(role, prompt, used, on_send=sent)
         finally:
             self.usage.merge(used.by_role)
-            if call_id:
+            for call_id in call_ids:
                 self.journal.ended(call_id)
         self.keep_reasoning_of(role, reply.reasoning)
         if self.journal:

@@ -72,7 +72,7 @@ class BatchCaller:
     progress: object
     batched = True
 
-    def chat(self, role: str, prompt, usage: Usage):
+    def chat(self, role: str, prompt, usage: Usage, on_send=None):
         raise NeedsReply(role, prompt)
 
 
