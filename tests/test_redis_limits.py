@@ -9,11 +9,13 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections import Counter
 
 import pytest
 
+from lexpilot.errors import Aborted
 from tests.conftest import ROOT, sample_cases, write_dataset
 from tests.fake_provider import FakeProvider
 from tests.test_grid import environment, grid
@@ -245,3 +247,45 @@ def test_a_redis_that_answers_but_cannot_be_used_is_one_line_saying_why(tmp_path
     finally:
         web.close()
     assert code == 2 and len(err.splitlines()) == 1 and "does not answer as Redis does" in err, err
+
+
+def test_a_slot_given_back_goes_to_the_process_that_waited_not_back_to_the_giver(redis_server):
+    """Review of issue 39: with `concurrency:2` shared, the process holding both slots took each back at once on
+    release, before the other's next poll, so the other waited until it caught a slot free by chance, and then
+    kept it. Waiting processes now queue in Redis: the second process gets a slot within one call and one poll,
+    and two processes with equal demand get comparable shares."""
+    from lexpilot.models.limits import Limits
+    from lexpilot.models.shared_limits import BUSY_POLL, RedisStore, SharedLimiter
+    endpoint = ("http://127.0.0.1:1/v1", "judge-m", "key-hash")
+    stores = [RedisStore(redis_server.url, say=lambda line: None) for _ in range(2)]
+    stores[0].owner, stores[1].owner = "machine-1:100", "machine-2:200"  # as two processes
+    limiters = [SharedLimiter(s, endpoint, 8, Limits(concurrency=2), "judge") for s in stores]
+    stop, calls, first_slot = threading.Event(), Counter(), {}
+    hold = 0.1  # a call long beside the poll, as real ones are: a slot is rarely free between two calls
+
+    def call_after_call(k):  # a process with more calls than slots: each call ends and the next asks at once
+        while not stop.is_set():
+            try:
+                lease = limiters[k].acquire(stop.is_set)
+            except Aborted:
+                return
+            first_slot.setdefault(k, time.monotonic())
+            time.sleep(hold)
+            calls[k] += 1
+            limiters[k].release(lease=lease)
+
+    first = [threading.Thread(target=call_after_call, args=(0,)) for _ in range(4)]
+    for t in first:
+        t.start()
+    time.sleep(0.3)  # the first process holds both slots when the second starts asking
+    calls.clear()
+    began = time.monotonic()
+    second = [threading.Thread(target=call_after_call, args=(1,)) for _ in range(4)]
+    for t in second:
+        t.start()
+    time.sleep(2)
+    stop.set()
+    for t in first + second:
+        t.join(5)
+    assert first_slot[1] - began <= hold + BUSY_POLL + 0.15, first_slot[1] - began  # one call and one poll
+    assert 0.3 <= calls[1] / (calls[0] + calls[1]) <= 0.7, calls  # about half each

@@ -26,16 +26,34 @@ KEEP_SECONDS = 24 * 3600  # how long an endpoint's keys outlive their last use
 DEFAULT_LEASE = 60.0
 UNREACHABLE_POLL = 1.0  # how often a waiting call asks again while Redis cannot be reached
 BUSY_POLL = 0.05  # how often the next call asks again while other processes hold every slot
+# A process waiting for a slot queues in Redis, so a slot given back goes to the process that waited longest,
+# not back to the one that gave it (which asks at once, before anyone's next poll). One that stops asking for
+# this long (killed) leaves the queue: well above the longest a live waiter goes between asks (a pause's poll).
+QUEUE_STALE = 5.0
 
 TAKE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local slots, state = KEYS[1], KEYS[2]
+local slots, state, queue, seen = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
 local limit = tonumber(redis.call('HGET', state, 'limit') or ARGV[3])
 local in_flight = redis.call('ZCARD', slots)
 redis.call('EXPIRE', state, ARGV[7])
-if in_flight >= math.floor(limit) then return {-1, in_flight} end
+-- the processes waiting for a slot, first come first served: one that stopped asking leaves the queue
+for _, gone in ipairs(redis.call('ZRANGEBYSCORE', seen, '-inf', now - tonumber(ARGV[9]))) do
+  redis.call('ZREM', queue, gone)
+  redis.call('ZREM', seen, gone)
+end
+local mine = redis.call('ZSCORE', queue, ARGV[8])
+local ahead = mine and redis.call('ZCOUNT', queue, '-inf', '(' .. mine) or redis.call('ZCARD', queue)
+if mine then redis.call('ZADD', seen, now, ARGV[8]) end
+if in_flight + ahead >= math.floor(limit) then
+  redis.call('ZADD', queue, 'NX', now, ARGV[8])
+  redis.call('ZADD', seen, now, ARGV[8])
+  redis.call('EXPIRE', queue, ARGV[7])
+  redis.call('EXPIRE', seen, ARGV[7])
+  return {-1, in_flight}
+end
 local wait = math.max(0, tonumber(redis.call('HGET', state, 'resume_at') or 0) - now)
 local next_request = tonumber(redis.call('HGET', state, 'next_request') or 0)
 local next_tokens = tonumber(redis.call('HGET', state, 'next_tokens') or 0)
@@ -43,6 +61,8 @@ if tonumber(ARGV[5]) > 0 then wait = math.max(wait, next_request - now) end
 if tonumber(ARGV[6]) > 0 then wait = math.max(wait, next_tokens - now) end
 if wait > 0 then return {math.ceil(wait), in_flight} end
 redis.call('ZADD', slots, now + tonumber(ARGV[2]), ARGV[1])
+redis.call('ZREM', queue, ARGV[8])
+redis.call('ZREM', seen, ARGV[8])
 if tonumber(ARGV[5]) > 0 then redis.call('HSET', state, 'next_request', math.max(next_request, now) + ARGV[5]) end
 if tonumber(ARGV[6]) > 0 then redis.call('HSET', state, 'next_tokens', math.max(next_tokens, now) + ARGV[6]) end
 if not redis.call('HGET', state, 'limit') then redis.call('HSET', state, 'limit', ARGV[3], 'max', ARGV[4]) end
@@ -182,7 +202,8 @@ class SharedLimiter(Limiter):
     def __init__(self, store: RedisStore, endpoint: tuple, ceiling: int, limits: Limits, name: str = ""):
         super().__init__(ceiling, limits, name)
         digest = hashlib.sha256("\0".join(endpoint).encode()).hexdigest()[:16]
-        self.store, self.keys = store, [f"lexpilot:limits:{digest}:slots", f"lexpilot:limits:{digest}:state"]
+        self.store = store
+        self.keys = [f"lexpilot:limits:{digest}:{part}" for part in ("slots", "state", "queue", "seen")]
         self.leases: set[str] = set()
         self.heartbeat: threading.Thread | None = None
 
@@ -192,7 +213,8 @@ class SharedLimiter(Limiter):
         lease = self.store.lease_id()
         try:
             wait, _ = self.store.take(keys=self.keys, args=[lease, int(self.store.lease * 1000), self.max_limit,
-                                                            self.max_limit, interval, token_ms, KEEP_SECONDS])
+                                                            self.max_limit, interval, token_ms, KEEP_SECONDS,
+                                                            self.store.owner, int(QUEUE_STALE * 1000)])
         except self.store.errors:
             self.store.trouble(True)
             return UNREACHABLE_POLL
