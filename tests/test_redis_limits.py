@@ -211,6 +211,7 @@ def limits_error(tmp_path, capsys, url, *extra) -> tuple[int, str]:
     ("http://127.0.0.1:6379/0", ("--dry-run",), "--limits: not a redis://[:PASSWORD@]HOST:PORT/DB URL"),
     ("redis://127.0.0.1:6379/0?foo=1", (), "'foo' is not a setting; the URL takes only ?lease=SECONDS"),
     ("redis://127.0.0.1:6379/0?lease=5&lease=9", (), "lease is one number of seconds from 1 to 3600"),
+    ("redis://127.0.0.1:6379/abc", (), "the database is a number after the port"),  # was database 0, silently
 ])
 def test_a_limits_url_is_checked_before_anything_even_in_a_dry_run(tmp_path, capsys, url, extra, said):
     code, err = limits_error(tmp_path, capsys, url, *extra)
@@ -246,6 +247,10 @@ def test_a_redis_that_answers_but_cannot_be_used_is_one_line_saying_why(tmp_path
         code, err = limits_error(tmp_path / "web", capsys, f"redis://127.0.0.1:{web.getsockname()[1]}/0")
     finally:
         web.close()
+    assert code == 2 and len(err.splitlines()) == 1 and "does not answer as Redis does" in err, err
+    with FakeProvider() as web:  # an HTTP server that closes the line: it was "cannot reach Redis … start it"
+        port = web.base_url.split(":")[2].split("/")[0]
+        code, err = limits_error(tmp_path / "provider", capsys, f"redis://127.0.0.1:{port}/0")
     assert code == 2 and len(err.splitlines()) == 1 and "does not answer as Redis does" in err, err
 
 

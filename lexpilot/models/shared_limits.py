@@ -147,7 +147,8 @@ class RedisStore:
         if isinstance(e, exceptions.ResponseError):
             return (f"--limits: Redis at {self.where} refuses ({reason}); check the URL's database number (0 to 15 "
                     "on a default server)")
-        if isinstance(e, (exceptions.ConnectionError, exceptions.TimeoutError)):  # (InvalidResponse is neither)
+        # (InvalidResponse is neither; a server that is not Redis, an HTTP one say, often just closes the line)
+        if isinstance(e, (exceptions.ConnectionError, exceptions.TimeoutError)) and "closed by server" not in reason:
             return (f"--limits: cannot reach Redis at {self.where} ({reason}); start it (docs/grid.md) or run "
                     "without --limits")
         return (f"--limits: the server at {self.where} does not answer as Redis does ({reason}); check the host "
@@ -177,6 +178,9 @@ def limits_url(url: str) -> tuple[str, float]:
     if parts.scheme not in ("redis", "rediss") or not parts.hostname or not port:
         raise HarnessError("--limits: not a redis://[:PASSWORD@]HOST:PORT/DB URL (optionally ?lease=SECONDS)")
     where = f"{parts.hostname}:{port}"
+    if parts.path.strip("/") and not parts.path.strip("/").isdigit():
+        raise HarnessError(f"--limits (Redis at {where}): the database is a number after the port, "
+                           "redis://HOST:PORT/0")
     unknown = sorted(set(query) - {"lease"})
     if unknown:
         raise HarnessError(f"--limits (Redis at {where}): {unknown[0][:40]!r} is not a setting; the URL takes only "
