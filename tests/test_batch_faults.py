@@ -361,3 +361,21 @@ def test_a_batch_endpoint_answering_a_web_page_stops_in_one_line(pair, provider,
     assert batch.run("gold", "--batch", "--batch-poll", "1") in (1, 2)
     err = capsys.readouterr().err
     assert "not the batch API's; check the role's base URL" in err and "Traceback" not in err
+
+
+def test_a_role_left_synchronous_is_marked_in_flight_while_its_request_is_out(tmp_path, provider, monkeypatch):
+    """A call a killed process had sent is counted "paid, never answered" by the next run; in batch mode the roles
+    left synchronous are such calls too. Seen from the provider, while each of their requests is being answered."""
+    dataset = write_dataset(tmp_path / "one.json", CASES[:1])
+    batch = Harness(tmp_path / "batch", provider, monkeypatch, dataset)
+    open_marks = []
+
+    def look(kind, prompt, body):  # the journal's start marks without an end, at the moment of the request
+        if kind == "lexawn":
+            journal = next((batch.root / "runs").glob("*/*/calls_journal.jsonl"))
+            marks = Counter(json.loads(line).get("t") for line in journal.read_text(encoding="utf-8").splitlines())
+            open_marks.append(marks["start"] - marks["end"])
+        return None
+    provider.script = look
+    assert batch.run("LexAwN", "--batch-roles", "judge", "--batch-poll", "1") == 0
+    assert open_marks and all(n >= 1 for n in open_marks), open_marks

@@ -3,6 +3,7 @@
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -54,17 +55,13 @@ class CaseCalls:
         # in batch mode the caller raises NeedsReply: the request goes into the next batch, and its reply reaches
         # the journal when the batch is collected (nothing is marked or kept here)
         batched = getattr(self.caller, "batched", False)
-        used, call_ids = Usage(), []
-
-        def sent() -> None:  # marked when its first request goes out: a call killed while it waits cost nothing
-            if self.journal and not batched and not call_ids:
-                call_ids.append(self.journal.started(role))
+        used = Usage()
+        marks = self.journal.marked(role) if self.journal and not batched else nullcontext()
         try:
-            reply = self.caller.chat(role, prompt, used, on_send=sent)
+            with marks as sent:
+                reply = self.caller.chat(role, prompt, used, on_send=sent)
         finally:
             self.usage.merge(used.by_role)
-            for call_id in call_ids:
-                self.journal.ended(call_id)
         self.keep_reasoning_of(role, reply.reasoning)
         if self.journal:
             self.journal.keep(self.case.number, self.step, role, prompt, reply.text, used.by_role,

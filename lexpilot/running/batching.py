@@ -287,7 +287,8 @@ def _replay_case(run: BatchRun, journal: CallJournal, case) -> tuple | None:
             if need.role not in run.batched_roles:
                 try:
                     used = Usage()
-                    reply = run.caller.chat(need.role, need.prompt, used)
+                    with journal.marked(need.role) as sent:  # in flight, as a synchronous stage's calls are
+                        reply = run.caller.chat(need.role, need.prompt, used, on_send=sent)
                 except CaseFailed as e:
                     run.failed[case.number] = str(e)
                     return None

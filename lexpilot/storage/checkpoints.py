@@ -12,6 +12,7 @@ import os
 import threading
 import uuid
 from collections import Counter, deque
+from contextlib import contextmanager
 from pathlib import Path
 
 from lexpilot.benchmark.dataset import Case
@@ -265,6 +266,21 @@ class CallJournal:
 
     def ended(self, call_id: str) -> None:
         self.writer.append(self.path, {"t": "end", "id": call_id}, sync=False)
+
+    @contextmanager
+    def marked(self, role: str):
+        """The `on_send` of one call (its retries included): its start mark when its first request goes out, so a
+        call killed while it waited for a slot is not counted as paid, and its end mark when it ends."""
+        call_ids: list[str] = []
+
+        def sent() -> None:
+            if not call_ids:
+                call_ids.append(self.started(role))
+        try:
+            yield sent
+        finally:
+            for call_id in call_ids:
+                self.ended(call_id)
 
     def compact(self, saved: dict[str, dict]) -> None:
         """Drop the replies of steps whose record is saved now (`saved`: step -> case_number -> record) and
