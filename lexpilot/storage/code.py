@@ -97,10 +97,11 @@ def _code_files(scripts: tuple[str, ...], root: Path, signature: tuple) -> tuple
 STAGE_RUNNER = "lexpilot/running/stage.py"
 
 
-def stage_scripts(root: Path) -> list[str]:
+def stage_scripts(root: Path, signature: tuple) -> tuple[str, ...]:
     """The entry points that run a stage (their code reaches the stage runner); show_results.py and the
-    other reporting tools are not among them."""
-    return sorted(p.name for p in root.glob("*.py") if STAGE_RUNNER in code_files([p.name], root))
+    other reporting tools are not among them. `signature`: the project's, as `_signature` gives it."""
+    return tuple(sorted(p.name for p in root.glob("*.py")
+                        if STAGE_RUNNER in _code_files((p.name,), root, signature)))
 
 
 def file_digest(path: Path) -> str:
@@ -121,7 +122,8 @@ def code_digests(root: Path | None = None) -> dict[str, str]:
 
 @functools.lru_cache(maxsize=8)  # keyed by every file's time and size, so a change is always seen
 def _digests(root: Path, signature: tuple) -> tuple:
-    return tuple((name, file_digest(root / name)) for name in code_files(stage_scripts(root), root))
+    return tuple((name, file_digest(root / name))
+                 for name in _code_files(stage_scripts(root, signature), root, signature))
 
 
 def code_hash(digests: dict[str, str]) -> str:
