@@ -16,6 +16,8 @@ from collections import Counter
 import pytest
 
 from lexpilot.errors import Aborted
+from lexpilot.models.limits import Limits
+from lexpilot.models.shared_limits import BUSY_POLL, RedisStore, SharedLimiter
 from tests.conftest import ROOT, sample_cases, write_dataset
 from tests.fake_provider import FakeProvider
 from tests.test_grid import environment, grid
@@ -228,7 +230,6 @@ def test_a_redis_that_answers_but_cannot_be_used_is_one_line_saying_why(tmp_path
     assert code == 2 and len(err.splitlines()) == 1 and "needs a password" in err, err
     code, err = limits_error(tmp_path / "wrong", capsys, f"redis://:nope-XYZ@127.0.0.1:{redis_server.port}/0")
     assert code == 2 and len(err.splitlines()) == 1 and "XYZ" not in err, err
-    import threading
     web = socket.socket()
     web.bind(("127.0.0.1", 0))
     web.listen()
@@ -259,8 +260,6 @@ def test_a_slot_given_back_goes_to_the_process_that_waited_not_back_to_the_giver
     release, before the other's next poll, so the other waited until it caught a slot free by chance, and then
     kept it. Waiting processes now queue in Redis: the second process gets a slot within one call and one poll,
     and two processes with equal demand get comparable shares."""
-    from lexpilot.models.limits import Limits
-    from lexpilot.models.shared_limits import BUSY_POLL, RedisStore, SharedLimiter
     endpoint = ("http://127.0.0.1:1/v1", "judge-m", "key-hash")
     stores = [RedisStore(redis_server.url, say=lambda line: None) for _ in range(2)]
     stores[0].owner, stores[1].owner = "machine-1:100", "machine-2:200"  # as two processes
