@@ -10,6 +10,7 @@ import show_results
 from categories import FOCAL_TYPES
 from lexpilot.benchmark.records import FOCAL_TYPE_RECORDS
 from lexpilot.reporting import agreement as agreement_kit
+from lexpilot.reporting.renderings import json_key
 from tests.conftest import ROOT, Harness, sample_cases, write_dataset
 
 COMPLEXITY = ROOT / "data" / "LexPilot_sample_complexity.csv"
@@ -75,10 +76,10 @@ def test_figure_4_tables_hand_computed(typed_run, capsys):
     metrics = json.loads(capsys.readouterr().out)["groups"][0]["metrics"]
     for chinese, label in FOCAL_TYPES.items():
         having = [c["case_number"] for c in cases if chinese in c["focal_point_types"]]
-        got = metrics["DCG by focal type"][label]["Overall"]["mean"]
+        got = metrics["dcg_by_focal_type"][json_key(label)]["overall"]["mean"]
         assert got == (pytest.approx(sum(dcg[n] for n in having) / len(having)) if having else None), label
     amounts = sum(t == "数额界定类" for c in cases for t in c["focal_point_types"])
-    assert sum(v["mean"] for v in metrics["focal points"]["Amount Assessment"].values()) == amounts
+    assert sum(v["mean"] for v in metrics["focal_points"]["amount_assessment"].values()) == amounts
 
 
 def test_figure_3_with_a_complexity_file(typed_run, capsys):
@@ -87,7 +88,7 @@ def test_figure_3_with_a_complexity_file(typed_run, capsys):
                               "--format", "json"]) == 0
     metrics = json.loads(capsys.readouterr().out)["groups"][0]["metrics"]
     complexity = dict(line.split(",") for line in COMPLEXITY.read_text(encoding="utf-8").splitlines()[1:])
-    dcg = {cause: v["mean"] for cause, v in metrics["by cause"]["DCG"].items()}
+    dcg = {cause: v["mean"] for cause, v in metrics["by_cause"]["dcg"].items()}
     expected = spearmanr([float(complexity[c]) for c in dcg], list(dcg.values())).statistic
     assert show_results.main(["--output-root", str(typed_run.root), "--complexity", str(COMPLEXITY)]) == 0
     out = capsys.readouterr().out

@@ -104,7 +104,7 @@ def test_the_self_correcting_users_injected_fault_is_no_simulator_error(tmp_path
     capsys.readouterr()
     assert show_results.main(["--output-root", str(h.root), "--format", "json"]) == 0
     metrics = json.loads(capsys.readouterr().out)["groups"][0]["metrics"]
-    assert metrics["audit_interaction"]["error"]["Overall"]["mean"] == 0.0  # 0 of the total - injected replies
+    assert metrics["audit_interaction"]["error"]["overall"]["mean"] == 0.0  # 0 of the total - injected replies
     assert sum(x["injected"] for x in replies) == len(faulty) and total > len(faulty)
 
 
@@ -134,4 +134,4 @@ def test_the_correction_turn_is_a_protocol_turn_too(tmp_path, provider, monkeypa
     capsys.readouterr()
     assert show_results.main(["--output-root", str(h.root), "--format", "json"]) == 0
     metrics = json.loads(capsys.readouterr().out)["groups"][0]["metrics"]
-    assert metrics["audit_interaction"]["non_answer"]["Overall"]["mean"] == 0.0  # by hand: every non-answer left out
+    assert metrics["audit_interaction"]["non_answer"]["overall"]["mean"] == 0.0  # by hand: every non-answer left out

@@ -139,7 +139,7 @@ def test_table_4_hand_computed(three, provider, capsys):
     capsys.readouterr()
     assert show_results.main(["--output-root", str(three.root), "--format", "json"]) == 0
     metrics = json.loads(capsys.readouterr().out)["groups"][0]["metrics"]
-    got = [metrics[t]["qwk"]["Overall"]["mean"] for t in ("T4_direct", "T4_targeted", "T4_off_target")]
+    got = [metrics[t]["qwk"]["overall"]["mean"] for t in ("table_4_direct", "table_4_targeted", "table_4_off_target")]
     assert got == pytest.approx([e if e is not None else None for e in expected])
 
 
@@ -166,15 +166,18 @@ def test_table_4_covers_every_case_and_claim_with_a_resolved_only_sensitivity_vi
     capsys.readouterr()
     assert show_results.main(["--output-root", str(three.root), "--format", "json"]) == 0
     metrics = json.loads(capsys.readouterr().out)["groups"][0]["metrics"]
-    got = {t: metrics[t]["qwk"]["Overall"]["mean"] for t in ("LJP_direct", "T4_direct", "T4_targeted",
-                                                              "T4_off_target", "T4r_direct", "T4r_targeted",
-                                                              "T4r_off_target")}
-    assert got == pytest.approx({"LJP_direct": qwk("direct", CASES), "T4_direct": qwk("direct", CASES),
-                                 "T4_targeted": qwk("【定向】", CASES), "T4_off_target": qwk("【无关】", CASES),
-                                 "T4r_direct": qwk("direct", CASES[:2]), "T4r_targeted": qwk("【定向】", CASES[:2]),
-                                 "T4r_off_target": qwk("【无关】", CASES[:2])})
-    assert got["T4_direct"] == got["LJP_direct"]  # reused from Table 3
-    assert metrics["T4 unresolved"]["targeted"]["Overall"]["mean"] == 1
+    got = {t: metrics[t]["qwk"]["overall"]["mean"] for t in ("ljp_direct", "table_4_direct", "table_4_targeted",
+                                                              "table_4_off_target", "table_4_resolved_direct",
+                                                              "table_4_resolved_targeted",
+                                                              "table_4_resolved_off_target")}
+    assert got == pytest.approx({"ljp_direct": qwk("direct", CASES), "table_4_direct": qwk("direct", CASES),
+                                 "table_4_targeted": qwk("【定向】", CASES),
+                                 "table_4_off_target": qwk("【无关】", CASES),
+                                 "table_4_resolved_direct": qwk("direct", CASES[:2]),
+                                 "table_4_resolved_targeted": qwk("【定向】", CASES[:2]),
+                                 "table_4_resolved_off_target": qwk("【无关】", CASES[:2])})
+    assert got["table_4_direct"] == got["ljp_direct"]  # reused from Table 3
+    assert metrics["table_4_unresolved"]["targeted"]["overall"]["mean"] == 1
 
 
 def test_only_missing_facts_decide_acceptance_and_a_question_may_seek_several(three, provider):

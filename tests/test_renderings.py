@@ -251,7 +251,7 @@ def test_csv_gives_each_part_of_a_whole_its_own_number_on_runs_the_stages_wrote(
     metrics = json.loads(capsys.readouterr().out)["groups"][0]["metrics"]
     assert show_results.main(["--output-root", str(h.root), "--format", "csv", "--table", "interaction_gain"]) == 0
     header, row = [r for r in csv.reader(io.StringIO(capsys.readouterr().out)) if len(r) > 2][1:3]
-    gain = metrics["LJP_interaction"]["qwk"]["Overall"]["mean"] - metrics["LJP_direct"]["qwk"]["Overall"]["mean"]
+    gain = metrics["ljp_interaction"]["qwk"]["overall"]["mean"] - metrics["ljp_direct"]["qwk"]["overall"]["mean"]
     assert float(dict(zip(header, row))["Interaction − Direct value"]) == pytest.approx(gain, abs=1e-6)
 
 
@@ -356,14 +356,14 @@ def test_csv_and_json_carry_numbers_not_display_text(tmp_path, provider, monkeyp
     assert runs["Runs"] == {"text": "1", "value": 1}  # a count, as its number too
     usage = dict(zip(tables["usage_per_run"]["headers"], tables["usage_per_run"]["rows"][0]))
     assert usage["Evaluated model"]["calls"] == 2 and usage["Judge"]["calls"] == 2
-    assert usage["Evaluated model"]["prompt tokens"] == prompt
+    assert usage["Evaluated model"]["prompt_tokens"] == prompt
     assert usage["Evaluated model"]["text"].startswith(f"2 / {prompt} / ")
     main = dict(zip(tables["main"]["headers"], tables["main"]["rows"][0]))
     gold_qwk = main["LJP Gold QWK"]
     assert isinstance(gold_qwk, dict) and isinstance(gold_qwk["mean"], float) and gold_qwk["text"].startswith("0.")
-    # the fields docs/results.md names (review of issue 35: the docs said "sd", the cells "SD")
+    # the fields docs/results.md names, in the JSON's one style (issue 35 item 13; the CSV's headers say "SD")
     docs = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
-    assert {"mean", "SD", "low", "high", "n"} <= set(gold_qwk) and '"mean": 0.5344, "SD": 0.0' in docs
+    assert {"mean", "sd", "low", "high", "n"} <= set(gold_qwk) and '"mean": 0.5344, "sd": 0.0' in docs
     assert show_results.main(["--output-root", str(h.root), "--usage", "--format", "csv", "--table",
                               "usage_per_run"]) == 0
     rows = [r for r in csv.reader(io.StringIO(capsys.readouterr().out)) if len(r) > 2 and r[0].startswith("Token")]

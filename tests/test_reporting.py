@@ -9,6 +9,7 @@ import show_results
 from lexpilot.benchmark.records import model_folder as model_dirname
 from lexpilot.reporting.bootstrap import Bootstrap, paired_difference
 from lexpilot.reporting.groups import group_runs
+from lexpilot.reporting.renderings import json_key
 from lexpilot.reporting.results import load_runs
 from tests.test_results import C, U, make_run, quadratic_weighted_kappa, saved
 
@@ -92,7 +93,7 @@ def test_ci_and_compare_on_the_command_line(tmp_path, capsys):
     assert "--compare nobody: no runs" in capsys.readouterr().err
     assert show_results.main(["--output-root", str(tmp_path), "--ci", "--format", "json"]) == 0
     groups = json.loads(capsys.readouterr().out)["groups"]
-    assert groups[0]["metrics"]["DCG"]["accuracy"]["Overall"]["ci95"] == [1.0, 1.0]
+    assert groups[0]["metrics"]["dcg"]["accuracy"]["overall"]["ci95"] == [1.0, 1.0]
 
 
 def write_interactions(root, run_id, stops, model="m"):
@@ -303,10 +304,10 @@ def test_per_class_intervals_resample_that_class_only_on_a_run_the_stages_wrote(
         by_class.setdefault(cause_class(r["cause_of_action"]), []).append(r["success"])
     capsys.readouterr()
     assert show_results.main(["--output-root", str(h.root), "--ci", "--resamples", "300", "--format", "json"]) == 0
-    dcg = json.loads(capsys.readouterr().out)["groups"][0]["metrics"]["DCG"]["accuracy"]
-    assert by_class["Family"] == [True, True] and dcg["Family"]["mean"] == 1.0 and dcg["Family"]["ci95"] == [1.0, 1.0]
+    dcg = json.loads(capsys.readouterr().out)["groups"][0]["metrics"]["dcg"]["accuracy"]
+    assert by_class["Family"] == [True, True] and dcg["family"]["mean"] == 1.0 and dcg["family"]["ci95"] == [1.0, 1.0]
     mixed = [c for c, v in by_class.items() if len(set(v)) > 1]
-    assert mixed and dcg["Overall"]["ci95"][0] < dcg["Overall"]["mean"] < 1.0
+    assert mixed and dcg["overall"]["ci95"][0] < dcg["overall"]["mean"] < 1.0
     for c in mixed:  # a class of two cases, one success: its resamples give 0, 0.5 or 1
-        low, high = dcg[c]["ci95"]
-        assert dcg[c]["mean"] == 0.5 and low == 0.0 and high == 1.0
+        low, high = dcg[json_key(c)]["ci95"]
+        assert dcg[json_key(c)]["mean"] == 0.5 and low == 0.0 and high == 1.0

@@ -243,7 +243,7 @@ def test_every_format_parses(tmp_path, capsys, fmt):
         data = json.loads(out)
         (group,) = data["groups"]
         assert group["run_ids"] == ["r1", "r2"]
-        dcg = group["metrics"]["DCG"]["accuracy"]["Overall"]
+        dcg = group["metrics"]["dcg"]["accuracy"]["overall"]
         assert dcg["per_run"] == {"r1": 1.0, "r2": 0.0} and dcg["mean"] == 0.5
     elif fmt == "csv":
         rows = list(csv.reader(io.StringIO(out)))

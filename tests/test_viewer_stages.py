@@ -2,6 +2,7 @@
 overview table linked to its cases by identity, a task's link listing the cases it gets wrong first, every filter
 written to the address, a case list usable at 800 px; hostile model output inert in each new view."""
 import json
+import re
 from urllib.parse import parse_qs, urlparse
 
 import pytest
@@ -13,6 +14,7 @@ from categories import FOCAL_TYPES
 from lexpilot.benchmark.dataset import load_dataset
 from lexpilot.benchmark.prompts import render_claims
 from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS
+from lexpilot.reporting.renderings import json_key
 from tests.conftest import ROOT, SAMPLE, Harness, sample_cases, write_dataset
 from tests.fake_provider import between, default_reply
 
@@ -596,3 +598,41 @@ def test_figure_4_b_average_row_opens_the_runs_it_averages(built, page):
     wanted = {(n, f"{model} · r1") for model in ("model-a", "model-b")
               for n in records(root, "eval_results", "focal_types.jsonl", model=model) if cause_class(causes[n]) == cls}
     assert wanted and listed == wanted
+
+
+SNAKE_CASE = r"[a-z0-9]+(_[a-z0-9]+)*"
+
+
+def test_the_json_names_every_metric_and_number_in_one_style(built, capsys):
+    """Issue 35 item 13: "Give every number its own column or field, and use one style for JSON metric keys." On
+    every stage's runs, with every table of the report riding along: each key that names what was measured or over
+    which cases is snake_case (a cause of action keeps its Chinese name), and the numbers under them are the
+    records' own, counted here by hand."""
+    root, _ = built
+    assert show_results.main(["--output-root", str(root), "--usage", "--table", "nosuch"]) == 2
+    every_table = capsys.readouterr().err.split("tables: ")[1].rstrip(")\n").split(", ")  # as a user lists them
+    assert show_results.main(["--output-root", str(root), "--format", "json", "--usage", "--ci", "--resamples", "50",
+                              "--table", *every_table]) == 0
+    report = json.loads(capsys.readouterr().out)
+
+    def one_style(key: str) -> bool:
+        return bool(re.fullmatch(SNAKE_CASE, key)) or not re.search("[A-Za-z]", key)  # or a name in Chinese
+    names = [(t, m, c) for g in report["groups"] for t, ms in g["metrics"].items() for m, cs in ms.items() for c in cs]
+    numbers = {k for t in report["tables"] for r in t["rows"] for c in r if isinstance(c, dict) for k in c}
+    assert len(names) > 300 and {"sd", "mean", "low", "high", "n", "prompt_tokens"} <= numbers
+    assert [n for n in names if not all(map(one_style, n))] == [] and sorted(k for k in numbers if not one_style(k)) == []
+    assert any(not re.search("[A-Za-z]", c) for _, _, c in names)  # the causes of action are there, in Chinese
+    model_a = next(g for g in report["groups"] if g["model"] == "model-a" and g["run_ids"] == ["r1"])["metrics"]
+    dcg = records(root, "eval_results", "DCG_results.jsonl")
+    assert model_a["dcg"]["accuracy"]["overall"]["mean"] == sum(r["success"] for r in dcg.values()) / len(dcg) \
+        and len(dcg) == 5
+    assert model_a["table_4_cases"]["all"]["overall"]["mean"] == 5
+    judged_first = [r["stop_reason"] == "judged" and len(r["rounds"]) == 1
+                    for r in records(root, "AwN_gen", "interaction.jsonl").values()]  # a judgment in round 1
+    assert model_a["behaviour"]["round_1"]["overall"]["mean"] == sum(judged_first) / len(judged_first)
+    # the docs' table of names is the rule's: each name the tables print, then its JSON key
+    docs = (ROOT / "docs" / "results.md").read_text(encoding="utf-8").split("The JSON's keys have one style")[1]
+    rows = [line.split("|")[1:3] for line in docs.split("\n## ")[0].splitlines() if line.startswith("| `")]
+    pairs = [(a, b) for names, keys in rows
+             for a, b in zip(re.findall("`([^`]+)`", names), re.findall("`([^`]+)`", keys))]
+    assert len(pairs) >= 15 and [(a, b) for a, b in pairs if json_key(a) != b] == []

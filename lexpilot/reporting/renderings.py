@@ -186,31 +186,68 @@ RENDERINGS = {"text": render_text, "markdown": render_markdown, "csv": render_cs
 
 
 
+# Issue 35 item 13: "use one style for JSON metric keys". Every key of the JSON that names what was measured (a
+# task, a metric, a number of a cell) or over which cases (Overall, a class, a stop reason) is written in one style,
+# snake_case, by `json_key`; a name in Chinese (a cause of action) is kept as the dataset writes it. Table 4's
+# families carry their table's identity, as its tables do (`table_4`, `table_4_attempts`, `table_4_resolved`).
+JSON_KEY_PREFIXES = (("T4r_", "table_4_resolved"), ("T4 ", "table_4"), ("T4_", "table_4"))  # prefix, table id
+
+
+def json_key(name: str) -> str:
+    """A metric's or a number's key in the JSON: `LJP_gold` → `ljp_gold`, `T4 attempts` → `table_4_attempts`,
+    `off_target 1` → `off_target_1`, `SD` → `sd`, `Cond. generic advice` → `cond_generic_advice`."""
+    for old, new in JSON_KEY_PREFIXES:
+        if name.startswith(old):
+            name = f"{new}_{name[len(old):]}"
+            break
+    return re.sub(r"[^a-z0-9\u0080-\uffff]+", "_", name.lower()).strip("_")
+
+
+def json_keyed(items) -> dict:
+    """A dict of (name, value) pairs under their JSON keys; two names that would share a key are a bug here."""
+    out = {}
+    for name, value in items:
+        key = json_key(str(name))
+        assert key not in out, f"two metric names share the JSON key {key!r}"
+        out[key] = value
+    return out
+
+
+def json_cell(c):
+    """A table cell in the JSON: a cell with numbers is {"text", and each number under its JSON key}, for a reader
+    computes on the numbers, not on the display text; a count written as text ("24") is given as its number too."""
+    if isinstance(c, Figure):
+        return {"text": str(c), **json_keyed(c.numbers.items())}
+    return {"text": c, "value": int(c)} if isinstance(c, str) and c.isascii() and c.isdigit() else c
+
+
+def json_metrics(g: Group, boot: Bootstrap | None) -> dict:
+    """A group's metrics as task → metric → case group → {per_run, mean, sd, undefined_runs[, ci95]}."""
+    metrics: dict = {}
+    for key in sorted({k for r in g.runs for k in r.metrics}, key=str):
+        task, metric, cls = key
+        stat = g.stat(key)
+        entry = {"per_run": dict(zip([r.run_id for r in g.runs if key in r.metrics], stat["runs"])),
+                 "mean": stat["mean"], "sd": stat["sd"], "undefined_runs": stat["undefined"]}
+        if boot and task in TASKS:
+            entry["ci95"] = boot.interval(g, key)
+        metrics.setdefault(task, {}).setdefault(metric, {})[cls] = entry
+    return json_keyed((task, json_keyed((metric, json_keyed(per_cls.items())) for metric, per_cls in by_metric.items()))
+                      for task, by_metric in metrics.items())
+
+
 def render_json(groups: list[Group], boot: Bootstrap | None = None, usage: bool = False,
                 tables: list[Table] | None = None) -> str:
     data = []
     for g in groups:
-        metrics: dict = {}
-        keys = sorted({k for r in g.runs for k in r.metrics}, key=str)
-        for task, metric, cls in keys:
-            stat = g.stat((task, metric, cls))
-            entry = metrics.setdefault(task, {}).setdefault(metric, {})[cls] = {
-                "per_run": dict(zip([r.run_id for r in g.runs if (task, metric, cls) in r.metrics], stat["runs"])),
-                "mean": stat["mean"], "sd": stat["sd"], "undefined_runs": stat["undefined"]}
-            if boot and task in TASKS:
-                entry["ci95"] = boot.interval(g, (task, metric, cls))
         group = {"model": g.model, "user_condition": g.condition, "run_ids": g.run_ids,
                  "differs_from_first_group": g.differs,
                  "settings": dict(zip(COMPARED_MANIFEST_FIELDS, map(json.loads, g.settings))),
-                 "problems": {r.run_id: r.problems for r in g.runs if r.problems}, "metrics": metrics}
+                 "problems": {r.run_id: r.problems for r in g.runs if r.problems}, "metrics": json_metrics(g, boot)}
         if usage:
             group["usage"] = {r.run_id: {stage: {role: dict(u) for role, u in roles.items()}
                                          for stage, roles in r.usage.items()} for r in g.runs}
         data.append(group)
-    # a cell with numbers is {"text", and each number}: a reader computes on the numbers, not on the display text
-    # and a count written as text ("24") is given as its number too
-    cell = (lambda c: {"text": str(c), **c.numbers} if isinstance(c, Figure) else  # noqa: E731
-            {"text": c, "value": int(c)} if isinstance(c, str) and c.isascii() and c.isdigit() else c)
     extra = {"tables": [{"id": t.id, **({"part": t.part} if t.part else {}), "title": t.title, "headers": t.headers,
-                         "rows": [[cell(c) for c in r] for r in t.at().rows]} for t in tables]} if tables else {}
+                         "rows": [[json_cell(c) for c in r] for r in t.at().rows]} for t in tables]} if tables else {}
     return json.dumps({"groups": data, **extra}, ensure_ascii=False, indent=1)
