@@ -4,7 +4,11 @@ table and the consistency table timed, in process, each after the runs are loade
 (the all-pairs table with the permutations its family needs), and the process's peak memory.
 Issue 36's target: the three at 10 models × 5 runs × 432 cases within 10 s with the loading, under 400 MB.
 
-    python -m bench.statistics [--models 10] [--runs 5] [--cases 432] [--resamples 1000]
+    python -m bench.statistics [--models 10] [--runs 5] [--cases 432] [--resamples 1000] [--skill-step 0.1]
+
+By default the models are alike (every answer drawn at random), so the ranking's tests stop early (Besag and
+Clifford: docs/statistics.md); --skill-step S makes model m right on a share m · S of its answers, so that pairs
+differ and their tests run to the end: the slow case.
 """
 from __future__ import annotations
 
@@ -25,10 +29,12 @@ from lexpilot.reporting.results import load_runs
 def main(argv=None) -> int:
     parser = grid_parser(__doc__)
     parser.add_argument("--resamples", type=int, default=1000)
+    parser.add_argument("--skill-step", type=float, default=0.0)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        dataset = write_grid(tmp, args.models, args.runs, args.cases, later=0)  # the main tasks only
+        dataset = write_grid(tmp, args.models, args.runs, args.cases, later=0,  # the main tasks only
+                             skill_step=args.skill_step)
         start = time.monotonic()
         # as show_results.py loads them for --rank --power --consistency: the records themselves are not kept
         groups = group_runs(load_runs(tmp / "out", None, None, dataset=dataset,

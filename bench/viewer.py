@@ -58,7 +58,12 @@ def reply(rng: random.Random, words: int) -> str:
 
 
 def write_run(root: Path, dataset: Path, cases, sha: str, model: str, run_id: str, rng: random.Random,
-              later: bool = True) -> None:
+              later: bool = True, skill: float = 0.0) -> None:
+    """One run's records; with `skill`, the share of its LCA labels, DCG outcomes and verdicts that are right
+    (the rest drawn at random, as every one is at 0: the draws are then those of a grid without skill)."""
+    def right() -> bool:
+        return skill > 0 and rng.random() < skill
+
     roles = {r: Role(r, m, "http://127.0.0.1:1/v1", "", t) for r, m, t in
              (("eval", model, 0.7), ("user", "user-model", 0.7), ("judge", "judge-model", 0.1))}
     settings = Settings(run_id, dataset, root, None, roles, 8192)
@@ -79,7 +84,8 @@ def write_run(root: Path, dataset: Path, cases, sha: str, model: str, run_id: st
         under, comp = case.history("underspecified"), case.history("complete")
         a1 = save(A1, case, {"responses": {t: {"history": h, "response": reply(rng, 400)}
                                            for t, h in (("complete", comp), ("underspecified", under))}})
-        labels = {t: rng.choice(("策略一", "策略二")) for t in ("complete", "underspecified")}
+        labels = {t: ("策略二" if t == "underspecified" else "策略一") if right() else rng.choice(("策略一", "策略二"))
+                  for t in ("complete", "underspecified")}
         lca = save(LCA, case, {"judgments": {t: {"label": labels[t], "true_type": t, "judge_raw": [labels[t]],
                                                  "predicted_type": "underspecified" if labels[t] == "策略二"
                                                  else "complete"} for t in labels}}, {"a1": a1})
@@ -96,17 +102,17 @@ def write_run(root: Path, dataset: Path, cases, sha: str, model: str, run_id: st
         asked = save(FORCE_ASK, case, {"input_history": under, "rounds": [
             {"round": 1, "question": reply(rng, 120), "user_reply": reply(rng, 80)},
             {"round": 2, "question": reply(rng, 120)}]})
-        judged = [rng.choice(("是", "否")) for _ in range(2)]
+        judged = ["是", "是"] if right() else [rng.choice(("是", "否")) for _ in range(2)]
         save(DCG, case, {"rounds": [{"round": i + 1, "label": j, "judge_raw": [j]} for i, j in enumerate(judged)],
                          "success": "是" in judged}, {"force_ask": asked})
         for setup, generation, results, history in (("direct", DIRECT_PREDICTION, LJP_DIRECT, under),
                                                     ("gold", GOLD_PREDICTION, LJP_GOLD, comp)):
             g = save(generation, case, {"history_type": "x", "input_history": history, "response": reply(rng, 500)})
-            predicted = [rng.choice(VERDICTS) for _ in case.claims]
+            predicted = list(case.verdicts) if right() else [rng.choice(VERDICTS) for _ in case.claims]
             save(results, case, {"setup": setup, "claims": list(case.claims), "predicted": predicted,
                                  "gold": list(case.verdicts), "judge_raw": [json.dumps(predicted)]},
                  {generation.name: g})
-        predicted = [rng.choice(VERDICTS) for _ in case.claims]
+        predicted = list(case.verdicts) if right() else [rng.choice(VERDICTS) for _ in case.claims]
         save(LJP_INTERACTION, case, {"setup": "interaction", "stop_reason": "judged", "claims": list(case.claims),
                                      "predicted": predicted, "gold": list(case.verdicts),
                                      "judge_raw": [json.dumps(predicted)]}, {"interaction": inter})
@@ -168,9 +174,11 @@ def first_screen(chromium: str, urls: dict[str, str]) -> dict[str, float]:
     return times
 
 
-def write_grid(folder: Path, models: int, runs: int, cases: int, later: int | None = None) -> Path:
+def write_grid(folder: Path, models: int, runs: int, cases: int, later: int | None = None,
+               skill_step: float = 0.0) -> Path:
     """A synthetic dataset of `cases` cases and `models` × `runs` runs of it under folder/out, the later stages'
-    records for the first `later` models (None: every model); returns the dataset."""
+    records for the first `later` models (None: every model), model m right on a share m · `skill_step` of its
+    answers (0: all drawn at random, the models alike); returns the dataset."""
     dataset = folder / "bench.json"
     synthetic_dataset(cases, dataset)
     selected, sha = load_dataset(dataset)
@@ -178,7 +186,7 @@ def write_grid(folder: Path, models: int, runs: int, cases: int, later: int | No
     for m in range(models):
         for r in range(runs):
             write_run(folder / "out", dataset, selected, sha, f"model-{m}", f"run{r + 1}", rng,
-                      later is None or m < later)
+                      later is None or m < later, m * skill_step)
     return dataset
 
 

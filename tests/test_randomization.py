@@ -126,6 +126,54 @@ def test_drawn_permutations_agree_with_the_exact_p_within_monte_carlo_error(disc
         assert abs(drawn - exact) <= error, (k, drawn, exact)
 
 
+def test_the_pairs_tested_on_every_core_have_the_p_values_of_one_by_one(discordant, ten_models):
+    """The ranking prepares its pairs' tests in threads (docs/performance.md): each pair's p must be what the same
+    test gives alone, in another order, on runs the stage wrote (drawn and enumerated patterns both)."""
+    import itertools
+    for root, dataset in (discordant, (ten_models, ten_models.parent / "cases.json")):
+        groups = group_runs(load_runs(root, None, None, dataset=dataset))
+        pairs = [(a, b, KEY) for a, b in itertools.combinations(groups, 2)]
+        together = Randomization(2999, seed=7)
+        together.prepare(pairs)
+        alone = [Randomization(2999, seed=7).p_value(a, b, key) for a, b, key in reversed(pairs)][::-1]
+        assert [together.p_value(a, b, key) for a, b, key in pairs] == alone and len(set(alone)) > 1
+
+
+# Three models, one run each, on 60 cases: "far" right on every case, "base" on the first 48 and "near" on 45 others
+# (36 in common), so base and near are alike (21 cases differ, 12 against 9: p large) and far differs from both
+SEQUENTIAL = {"far": {"r1": range(60)}, "base": {"r1": range(0, 48)}, "near": {"r1": range(12, 57)}}
+
+
+def test_a_pair_sure_to_exceed_alpha_stops_early_and_every_decision_is_the_full_tests(tmp_path, capsys):
+    """The sequential Monte Carlo p of Besag and Clifford (1991), as docs/statistics.md states it: "a test stops at
+    the h-th pattern as extreme as the observed difference, its p then h / L over the L patterns drawn", at
+    h = floor(α (B + 1)). By hand on runs the DCG stage wrote: 3 pairs at α 0.05 draw B = 20 · 3 / 0.05 − 1 = 1,199
+    patterns (the report's own draws, seed 0), h = 60; each pattern's difference is the sum over cases of
+    (A − B) · (1 − 2 · swapped) / 60, counted here from the records."""
+    root, dataset = write_dcg_grid(tmp_path, 60, SEQUENTIAL)
+    pairs, letters = pairs_and_letters(root, capsys)
+    order = [c["case_number"] for c in json.loads(dataset.read_text(encoding="utf-8"))]
+    right = {}
+    for path in root.glob("eval_results/r1/*/DCG_results.jsonl"):
+        model = json.loads((root / "runs" / "r1" / path.parent.name / "manifest.json").read_text())["models"]
+        records = {r["case_number"]: r["success"] for r in map(json.loads, path.read_text().splitlines())}
+        right[model["eval"]["model"]] = np.array([float(records[c]) for c in order])
+    swaps = Randomization(1199, seed=0).signs(60)  # the draws: rng([seed, cases]) < 0.5, one row per pattern
+    stopped = 0
+    for (a, b), row in pairs.items():
+        d = right[a] - right[b]
+        observed, drawn = abs(d.sum()) / 60, np.abs((1 - 2 * swaps) @ d) / 60
+        hits = drawn >= observed - 1e-12
+        if hits.sum() >= 60:  # the 60th extreme at pattern L: p = 60 / L
+            expected = 60 / (int(np.flatnonzero(np.cumsum(hits) == 60)[0]) + 1)
+            stopped += 1
+        else:
+            expected = (hits.sum() + 1) / 1200
+        assert float(row[3]) == pytest.approx(expected, rel=1e-12), (a, b)
+    assert stopped == 1 and float(pairs[("base", "near")][3]) > 0.3 and len(pairs) == 3
+    assert letters == {"far": "a", "near": "b", "base": "b"}
+
+
 def test_under_a_true_null_a_5_percent_test_rejects_at_most_5_percent():
     """Issue 36 item 2: "the null rejection rate over 300 simulated grids is at most α + 2 SE" — two models with the
     same per-case chances, two runs each, 120 cases; and a planted difference is found."""

@@ -61,16 +61,23 @@ PREDICTED_TOTALS = np.kron(np.ones((K, 1)), np.eye(K))
 AGREEMENTS = np.eye(K).ravel()
 
 
+# every linear part of the claim-level metrics at once, one product: claims, the gold totals weighted by the QWK
+# weights (Σ_i w_ij · gold_i for each predicted j), predicted totals, the observed disagreement and the agreements.
+# Exact (counts times 0, 1 or a quarter), and one pass instead of six: the rankings' permutations take it millions
+# of times
+LJP_PARTS = np.column_stack([np.ones(K * K), GOLD_TOTALS @ QWK_WEIGHTS, PREDICTED_TOTALS, QWK_WEIGHTS.ravel(),
+                             AGREEMENTS])
+
+
 def ljp_from_counts(c: np.ndarray) -> dict:
-    observed = np.asarray(c, float)
-    n = observed.sum(axis=-1)
-    gold, predicted = observed @ GOLD_TOTALS, observed @ PREDICTED_TOTALS
+    parts = np.moveaxis(np.asarray(c, float) @ LJP_PARTS, -1, 0)
+    n, weighted_gold, predicted = parts[0], parts[1:1 + K], parts[1 + K:1 + 2 * K]
+    observed_disagreement, agreements = parts[1 + 2 * K], parts[2 + 2 * K]
     # the disagreement chance predicts: sum over gold i and predicted j of w_ij · gold_i · predicted_j / n
-    expected_disagreement = np.nan_to_num(ratio(((gold @ QWK_WEIGHTS) * predicted).sum(axis=-1), n))
-    observed_disagreement = observed @ QWK_WEIGHTS.ravel()
+    expected_disagreement = np.nan_to_num(ratio(sum(weighted_gold[j] * predicted[j] for j in range(K)), n))
     # QWK undefined when the expected disagreement is zero (one label on either side, or no claim)
     qwk = 1 - ratio(observed_disagreement, expected_disagreement)
-    return {"qwk": qwk, "accuracy": ratio(observed @ AGREEMENTS, n)}
+    return {"qwk": qwk, "accuracy": ratio(agreements, n)}
 
 
 def plain(metrics: dict) -> dict:

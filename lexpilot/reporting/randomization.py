@@ -11,18 +11,21 @@ differing cases are drawn.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from lexpilot.errors import HarnessError
 from lexpilot.reporting.groups import Group
+from lexpilot.reporting.parallel import thread_map, workers
 from lexpilot.reporting.runs import OVERALL
 from lexpilot.reporting.scoring import TASKS
 from lexpilot.text import counted
 
 MAX_PERMUTATIONS = 100_000  # beyond, a report takes minutes; a larger --alpha or fewer pairs is the way out
 CHUNK = 10_000  # permutations evaluated at once: bounds the memory of a pair's test
+STEP = 2_000  # drawn permutations evaluated at once: a test that may stop early looks again after each step
 RESOLUTION = 20  # the smallest p must be 20 times below what a rejection needs after Holm (see below)
 
 
@@ -55,15 +58,26 @@ class Randomization:
     of the cases where its two models differ); a pair's p-values of every metric of a task found together."""
     permutations: int
     seed: int = 0
+    stop_above: float | None = None  # α: a test stops once its p is sure to exceed it (Besag and Clifford 1991)
     _signs: dict = field(default_factory=dict)
     _p: dict = field(default_factory=dict)
+    _drawing: threading.Lock = field(default_factory=threading.Lock)
 
     def signs(self, cases: int) -> np.ndarray:
         """Permutations × cases: 1 where the case's outcomes are swapped (float32, to multiply as it is)."""
-        if cases not in self._signs:
-            rng = np.random.default_rng([self.seed, cases])
-            self._signs[cases] = (rng.random((self.permutations, cases)) < 0.5).astype(np.float32)
+        with self._drawing:  # drawn once, whichever thread asks first
+            if cases not in self._signs:
+                rng = np.random.default_rng([self.seed, cases])
+                self._signs[cases] = (rng.random((self.permutations, cases)) < 0.5).astype(np.float32)
         return self._signs[cases]
+
+    def prepare(self, pairs: list[tuple[Group, Group, tuple]]) -> None:
+        """The p-values of many (A, B, key) at once, on every core, for `p_value` to read: each pair's test is
+        the same whichever thread runs it (its swap patterns are drawn from the seed and the number of cases)."""
+        todo = list({(id(a), id(b), key[0], key[2]): (a, b, key[0], key[2]) for a, b, key in pairs
+                     if (id(a), id(b), key[0], key[2]) not in self._p}.items())
+        found = thread_map(lambda item: self.p_values(*item[1]), todo, workers(len(todo)))
+        self._p.update((cached, p) for (cached, _), p in zip(todo, found))
 
     def p_value(self, a: Group, b: Group, key: tuple) -> float | None:
         """Two-sided p of the difference of the groups' means on `key` (task, metric, class); None when the
@@ -83,23 +97,45 @@ class Randomization:
         observed = swapped.statistic(np.zeros((1, differing), dtype=np.float32), on_differing=True)
         if differing == 0:
             return {m: (None if np.isnan(v[0]) else 1.0) for m, v in observed.items()}
-        exact = 2 ** differing <= self.permutations  # every pattern, the identity included
-        if exact:
+        if 2 ** differing <= self.permutations:  # every pattern, the identity included: p exact
             patterns = (np.arange(2 ** differing)[:, None] >> np.arange(differing) & 1).astype(np.float32)
             chunks = [(p, True) for p in np.array_split(patterns, max(1, len(patterns) // CHUNK))]
-        else:  # the patterns over every case: a case that does not differ changes nothing
-            signs = self.signs(swapped.cases)
-            chunks = [(signs[start:start + CHUNK], False) for start in range(0, self.permutations, CHUNK)]
-        extreme = {m: 0 for m in observed}
-        total = {m: 0 for m in observed}
-        for chunk, on_differing in chunks:
-            for m, values in swapped.statistic(chunk, on_differing).items():
-                defined = values[~np.isnan(values)]
-                extreme[m] += int(np.sum(np.abs(defined) >= abs(observed[m][0]) - 1e-12))
-                total[m] += defined.size
-        return {m: None if np.isnan(observed[m][0]) else
-                float(extreme[m] / total[m]) if exact else float((extreme[m] + 1) / (total[m] + 1))
-                for m in observed}
+            extreme, total, _ = count_extremes(swapped, observed, chunks, None)
+            return {m: None if np.isnan(observed[m][0]) else float(extreme[m] / total[m]) for m in observed}
+        # the patterns over every case: a case that does not differ changes nothing
+        signs = self.signs(swapped.cases)
+        chunks = ((signs[start:start + STEP], False) for start in range(0, self.permutations, STEP))
+        extreme, total, stopped = count_extremes(swapped, observed, chunks, self.stop_after)
+        return {m: None if np.isnan(observed[m][0]) else stopped[m] if m in stopped else
+                float((extreme[m] + 1) / (total[m] + 1)) for m in observed}
+
+    @property
+    def stop_after(self) -> int | None:
+        """Besag and Clifford's h: a test stops at the h-th pattern as extreme as the observed difference, its p
+        then h / L over the L patterns drawn. At h = ⌊α · (B + 1)⌋ the p of all B patterns would exceed α too,
+        so every decision, and each Holm-adjusted p below α, is the full test's."""
+        return None if self.stop_above is None else math.floor(self.stop_above * (self.permutations + 1))
+
+
+def count_extremes(swapped: Swapped, observed: dict, chunks, stop_after: int | None) -> tuple[dict, dict, dict]:
+    """Per metric: the patterns at least as extreme as observed and the patterns where the metric is defined; and,
+    with `stop_after` (h), the p = h / L of each metric whose h-th extreme came at the L-th defined pattern. The
+    chunks stop once every defined metric has stopped."""
+    extreme, total, stopped = {m: 0 for m in observed}, {m: 0 for m in observed}, {}
+    deciding = {m for m in observed if not np.isnan(observed[m][0])}
+    for chunk, on_differing in chunks:
+        for m, values in swapped.statistic(chunk, on_differing).items():
+            if m in stopped:
+                continue
+            hits = np.abs(values[~np.isnan(values)]) >= abs(observed[m][0]) - 1e-12
+            if stop_after is not None and extreme[m] + hits.sum() >= stop_after:
+                at = int(np.flatnonzero(extreme[m] + np.cumsum(hits) >= stop_after)[0])  # the h-th extreme
+                stopped[m] = stop_after / (total[m] + at + 1)
+            extreme[m] += int(hits.sum())
+            total[m] += hits.size
+        if deciding <= set(stopped):
+            break
+    return extreme, total, stopped
 
 
 def paired_counts(a: Group, b: Group, task: str, cls: str) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
@@ -136,7 +172,7 @@ class Swapped:
             changes = ([runs_b[i % len(runs_b)] - a for i, a in enumerate(runs_a)]
                        + [runs_a[j % len(runs_a)] - b for j, b in enumerate(runs_b)])
             self.sides = [(i, 1.0) for i in range(len(changes))]
-        self.totals = [r.sum(axis=0) for r in runs_a + runs_b]
+        self.totals = np.stack([r.sum(axis=0) for r in runs_a + runs_b])  # run × count
         stacked = np.concatenate(changes, axis=1) if changes else np.zeros((self.cases, 0))
         self.differing = np.flatnonzero((stacked != 0).any(axis=1))
         width = changes[0].shape[1]
@@ -145,21 +181,18 @@ class Swapped:
         self.on_every_case = np.zeros((self.cases, self.on_differing.shape[1]), np.float32)
         self.on_every_case[self.differing] = self.on_differing
         source = np.where(source < 0, columns.shape[1], source)
-        # per run of either side: the product columns its counts change by, and their signs
-        self.picks = [(source[c * width:(c + 1) * width], side_sign * sign[c * width:(c + 1) * width])
-                      for c, side_sign in self.sides]
+        # per run of either side (run × count): the product column its count changes by, and the sign
+        self.picks = np.stack([source[c * width:(c + 1) * width] for c, _ in self.sides])
+        self.signs = np.stack([side_sign * sign[c * width:(c + 1) * width] for c, side_sign in self.sides])
 
     def statistic(self, swaps: np.ndarray, on_differing: bool) -> dict[str, np.ndarray]:
         """metric -> mean over A's runs − mean over B's runs, for each swap pattern (rows of `swaps`, float32, over
-        the differing cases or over every case)."""
+        the differing cases or over every case). Every run's metric is computed at once (run × pattern), as one
+        call of the task's metric: ten calls on a pattern's row each took most of a ranking's time."""
         product = swaps @ (self.on_differing if on_differing else self.on_every_case)  # exact: 0/1 × small counts
-        values: dict[str, list] = {}
-        for side, (columns, signs) in enumerate(self.picks):
-            totals = self.totals[side] + product[:, columns] * signs
-            for metric, value in TASKS[self.task][2](totals).items():
-                values.setdefault(metric, []).append(np.asarray(value, dtype=float))
-        return {m: group_mean(np.array(v[:self.runs_a])) - group_mean(np.array(v[self.runs_a:]))
-                for m, v in values.items()}
+        totals = self.totals[:, None, :] + np.moveaxis(product[:, self.picks], 1, 0) * self.signs[:, None, :]
+        return {m: group_mean(v[:self.runs_a]) - group_mean(v[self.runs_a:])
+                for m, v in TASKS[self.task][2](totals).items()}
 
 
 def distinct_columns(changes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -177,9 +177,11 @@ def ranking_tables(groups: list[Group], boot: Bootstrap, alpha: float, by_class:
     groups = ranked_groups(groups)
     sets = comparable_sets(groups)
     family = max((len(s) * (len(s) - 1) // 2 for s in sets), default=1)
-    test = Randomization(check_permutations(permutations, family, alpha), boot.seed)
+    test = Randomization(check_permutations(permutations, family, alpha), boot.seed, stop_above=alpha)
     label = lambda g: g.label  # noqa: E731
     pair_rows, rank_rows = [], []
+    test.prepare([(a, b, key) for _, key in headline_keys(by_class) for members in sets
+                  for a, b in ordered_pairs(members, key)])
     for name, key in headline_keys(by_class):
         for number, members in enumerate(sets, 1):
             tests = pair_tests(members, boot, test, key, name)
