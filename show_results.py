@@ -43,6 +43,7 @@ from lexpilot.reporting.renderings import (
 )
 from lexpilot.reporting.results import load_runs, score_runs
 from lexpilot.reporting.runs import named_dataset
+from lexpilot.reporting.table import TABLE_OPTIONS
 from lexpilot.reporting.tables import build_tables, comparison_table
 from lexpilot.reporting.usage import usage_tables
 from lexpilot.reporting.viewer import case_renderer, site_cases, write_site
@@ -294,8 +295,9 @@ def chosen(tables: list, ids: list[str] | None) -> list:
         by_id.setdefault(t.id, []).append(t)
     unknown = [i for i in ids if i not in by_id]
     if unknown:
+        options = "; ".join(f"{i} comes with {TABLE_OPTIONS[i]}" for i in unknown if i in TABLE_OPTIONS)
         raise UsageError(f"--table {', '.join(unknown)}: no such table in this report (tables: "
-                         f"{', '.join(by_id)})")
+                         f"{', '.join(by_id)})" + (f"; {options}" if options else ""))
     return [t for i in ids for t in by_id[i]]
 
 

@@ -76,6 +76,19 @@ def test_an_unknown_table_name_is_one_line(dcg_root, capsys):
     assert show_results.main(["--output-root", str(dcg_root), "--table", "nope"]) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]  # after the runs' own notes (tasks not run)
     assert last.startswith("show_results: --table nope: no such table") and "main" in last
+    # a table an option makes says which (review of issue 35: "--table pairs without --rank" said only "no such")
+    assert show_results.main(["--output-root", str(dcg_root), "--table", "pairs", "power", "nope"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.endswith("; pairs comes with --rank; power comes with --power")
+    assert show_results.main(["--output-root", str(dcg_root), "--table", "pairs", "--rank"]) == 0
+
+
+def test_two_names_sharing_a_json_key_are_one_line_not_a_merged_number():
+    from lexpilot.errors import HarnessError
+    from lexpilot.reporting.renderings import json_keyed
+    assert json_keyed([("T4 targeted", 1), ("T4 cases", 2)]) == {"table_4_targeted": 1, "table_4_cases": 2}
+    with pytest.raises(HarnessError, match="two metric names would share the key 'table_4_targeted'"):
+        json_keyed([("T4 targeted", 1), ("T4_targeted", 2)])
 
 
 def test_a_run_with_no_complete_task_is_one_line_and_its_spending_still_counts(tmp_path, provider, monkeypatch,

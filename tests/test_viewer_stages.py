@@ -15,6 +15,7 @@ from lexpilot.benchmark.dataset import load_dataset
 from lexpilot.benchmark.prompts import render_claims
 from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS
 from lexpilot.reporting.renderings import json_key
+from lexpilot.reporting.runs import USAGE_FIELDS
 from tests.conftest import ROOT, SAMPLE, Harness, sample_cases, write_dataset
 from tests.fake_provider import between, default_reply
 
@@ -636,3 +637,17 @@ def test_the_json_names_every_metric_and_number_in_one_style(built, capsys):
     pairs = [(a, b) for names, keys in rows
              for a, b in zip(re.findall("`([^`]+)`", names), re.findall("`([^`]+)`", keys))]
     assert len(pairs) >= 15 and [(a, b) for a, b in pairs if json_key(a) != b] == []
+    # one key per quantity: a usage cell's numbers are the records' usage fields the group gives, summed by hand
+    assert report["json_format"] == 2
+    group = next(g for g in report["groups"] if g["model"] == "model-a" and g["run_ids"] == ["r1"])
+    usage = next(t for t in report["tables"] if t["id"] == "usage_per_run")
+    row = next(r for r in usage["rows"] if r[0] == "model-a" and r[1] == "r1")
+    judge = dict(row[usage["headers"].index("Judge")])
+    by_hand = {}
+    for roles in group["usage"]["r1"].values():
+        for field, n in roles.get("judge", {}).items():
+            by_hand[field] = by_hand.get(field, 0) + n
+    assert judge.pop("text").startswith(f"{by_hand['calls']} / ") and by_hand["calls"] > 50
+    assert judge.pop("unanswered_calls") == group["unanswered_calls"]["r1"].get("judge", 0) == 0
+    assert {k: v for k, v in judge.items() if v} == {k: v for k, v in by_hand.items() if v}
+    assert set(judge) <= set(USAGE_FIELDS)  # named as the records name them, a zero count too

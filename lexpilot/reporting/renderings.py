@@ -10,6 +10,7 @@ import json
 import re
 import unicodedata
 
+from lexpilot.errors import HarnessError
 from lexpilot.files import spreadsheet_safe
 from lexpilot.reporting.bootstrap import Bootstrap
 from lexpilot.reporting.groups import Group
@@ -188,8 +189,10 @@ RENDERINGS = {"text": render_text, "markdown": render_markdown, "csv": render_cs
 
 # Issue 35 item 13: "use one style for JSON metric keys". Every key of the JSON that names what was measured (a
 # task, a metric, a number of a cell) or over which cases (Overall, a class, a stop reason) is written in one style,
-# snake_case, by `json_key`; a name in Chinese (a cause of action) is kept as the dataset writes it. Table 4's
-# families carry their table's identity, as its tables do (`table_4`, `table_4_attempts`, `table_4_resolved`).
+# snake_case, by `json_key`; a name in Chinese (a cause of action) keeps its characters. Table 4's families carry
+# their table's identity, as its tables do (`table_4`, `table_4_attempts`, `table_4_resolved`). JSON_FORMAT tells a
+# reader which keys a report has: 2 these, none the older reports' (the tables' and records' own names).
+JSON_FORMAT = 2
 JSON_KEY_PREFIXES = (("T4r_", "table_4_resolved"), ("T4 ", "table_4"), ("T4_", "table_4"))  # prefix, table id
 
 
@@ -200,7 +203,7 @@ def json_key(name: str) -> str:
         if name.startswith(old):
             name = f"{new}_{name[len(old):]}"
             break
-    return re.sub(r"[^a-z0-9\u0080-\uffff]+", "_", name.lower()).strip("_")
+    return re.sub(r"[\W_]+", "_", name.lower()).strip("_")  # letters and digits of any script kept
 
 
 def json_keyed(items) -> dict:
@@ -208,7 +211,9 @@ def json_keyed(items) -> dict:
     out = {}
     for name, value in items:
         key = json_key(str(name))
-        assert key not in out, f"two metric names share the JSON key {key!r}"
+        if key in out:  # a harness bug, said in a line: a merged number would be a wrong one
+            raise HarnessError(f"--format json: two metric names would share the key {key!r} ({name!r} and one "
+                               "before it); report this, and use --format csv meanwhile")
         out[key] = value
     return out
 
@@ -244,10 +249,11 @@ def render_json(groups: list[Group], boot: Bootstrap | None = None, usage: bool 
                  "differs_from_first_group": g.differs,
                  "settings": dict(zip(COMPARED_MANIFEST_FIELDS, map(json.loads, g.settings))),
                  "problems": {r.run_id: r.problems for r in g.runs if r.problems}, "metrics": json_metrics(g, boot)}
-        if usage:
+        if usage:  # the records' own usage fields, and the calls in flight when a stage stopped, per role
             group["usage"] = {r.run_id: {stage: {role: dict(u) for role, u in roles.items()}
                                          for stage, roles in r.usage.items()} for r in g.runs}
+            group["unanswered_calls"] = {r.run_id: dict(r.unanswered) for r in g.runs}
         data.append(group)
     extra = {"tables": [{"id": t.id, **({"part": t.part} if t.part else {}), "title": t.title, "headers": t.headers,
                          "rows": [[json_cell(c) for c in r] for r in t.at().rows]} for t in tables]} if tables else {}
-    return json.dumps({"groups": data, **extra}, ensure_ascii=False, indent=1)
+    return json.dumps({"json_format": JSON_FORMAT, "groups": data, **extra}, ensure_ascii=False, indent=1)

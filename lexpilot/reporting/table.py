@@ -47,6 +47,12 @@ PAPER_TABLES: dict[str, tuple[str, int]] = {
     "usage_grid_total": ("the harness's", METRIC),
 }
 
+# the tables a report has only when an option asks for them (the others come with the records they show)
+TABLE_OPTIONS = {"comparison": "--compare A B", "paired_setups": "--ci", "figure_3": "--complexity FILE",
+                 **dict.fromkeys(("pairs", "ranking", "not_comparable"), "--rank"), "power": "--power",
+                 **dict.fromkeys(("consistency", "judge_noise"), "--consistency"),
+                 **dict.fromkeys(("usage_per_run", "usage_per_stage", "usage_grid_total"), "--usage")}
+
 
 @dataclass
 class Table:

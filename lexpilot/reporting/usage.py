@@ -30,7 +30,7 @@ def role_usage(used: Counter, unanswered: int) -> Figure:
     """calls / prompt / completion tokens and what else was reported, as text; each count its own CSV column."""
     numbers = {"calls": used["calls"], "prompt tokens": used["prompt_tokens"],
                "completion tokens": used["completion_tokens"], "reasoning tokens": used["reasoning_tokens"],
-               "cached prompt tokens": used["cached_prompt_tokens"], "uncounted calls": used["unreported_calls"],
+               "cached prompt tokens": used["cached_prompt_tokens"], "unreported calls": used["unreported_calls"],
                "unanswered calls": unanswered}
     text = f"{used['calls']} / {used['prompt_tokens']} / {used['completion_tokens']}"
     if used["reasoning_tokens"]:
@@ -38,7 +38,7 @@ def role_usage(used: Counter, unanswered: int) -> Figure:
     if used["cached_prompt_tokens"]:
         text += f" ({used['cached_prompt_tokens']} prompt tokens cached)"
     if used["unreported_calls"]:
-        text += f" ({used['unreported_calls']} uncounted)"
+        text += f" ({used['unreported_calls']} unreported)"
     return Figure(text + (f" (+{unanswered} unanswered)" if unanswered else ""), numbers)
 
 
@@ -70,7 +70,7 @@ def usage_tables(groups: list[Group], prices: dict | None) -> list[Table]:
                               money(None if None in costs else sum(costs))])
     return [grid_total(groups, prices),
             Table("usage_per_run", "Token usage per run (calls / prompt tokens / completion tokens, of which reasoning; saved records; "
-                  "'uncounted': calls whose reply carried no token counts; 'unanswered': calls in flight when a "
+                  "'unreported': calls whose reply reported no token counts; 'unanswered': calls in flight when a "
                   "process was killed, paid but never answered, not priced)",
                   ["Model", "Run", "Evaluated model", "User Model", "Judge", "Cost"], per_run),
             Table("usage_per_stage", "Token usage per stage file, all runs of the group",
