@@ -10,7 +10,7 @@ import pytest
 import rejudge
 import show_results
 import user_probes
-from categories import FOCAL_TYPES
+from categories import CAUSES, FOCAL_TYPES
 from lexpilot.benchmark.dataset import load_dataset
 from lexpilot.benchmark.prompts import render_claims
 from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS
@@ -623,6 +623,7 @@ def test_the_json_names_every_metric_and_number_in_one_style(built, capsys):
     assert len(names) > 300 and {"sd", "mean", "low", "high", "n", "prompt_tokens"} <= numbers
     assert [n for n in names if not all(map(one_style, n))] == [] and sorted(k for k in numbers if not one_style(k)) == []
     assert any(not re.search("[A-Za-z]", c) for _, _, c in names)  # the causes of action are there, in Chinese
+    assert [c for c in CAUSES if json_key(c) != c] == [] and len(CAUSES) == 36  # each keeps its name
     model_a = next(g for g in report["groups"] if g["model"] == "model-a" and g["run_ids"] == ["r1"])["metrics"]
     dcg = records(root, "eval_results", "DCG_results.jsonl")
     assert model_a["dcg"]["accuracy"]["overall"]["mean"] == sum(r["success"] for r in dcg.values()) / len(dcg) \
