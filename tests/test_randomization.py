@@ -147,7 +147,7 @@ SEQUENTIAL = {"far": {"r1": range(60)}, "base": {"r1": range(0, 48)}, "near": {"
 def test_a_pair_sure_to_exceed_alpha_stops_early_and_every_decision_is_the_full_tests(tmp_path, capsys):
     """The sequential Monte Carlo p of Besag and Clifford (1991), as docs/statistics.md states it: "a test stops at
     the h-th pattern as extreme as the observed difference, its p then h / L over the L patterns drawn", at
-    h = floor(α (B + 1)). By hand on runs the DCG stage wrote: 3 pairs at α 0.05 draw B = 20 · 3 / 0.05 − 1 = 1,199
+    h = floor(α B) + 1. By hand on runs the DCG stage wrote: 3 pairs at α 0.05 draw B = 20 · 3 / 0.05 − 1 = 1,199
     patterns (the report's own draws, seed 0), h = 60; each pattern's difference is the sum over cases of
     (A − B) · (1 − 2 · swapped) / 60, counted here from the records."""
     root, dataset = write_dcg_grid(tmp_path, 60, SEQUENTIAL)
@@ -172,6 +172,28 @@ def test_a_pair_sure_to_exceed_alpha_stops_early_and_every_decision_is_the_full_
         assert float(row[3]) == pytest.approx(expected, rel=1e-12), (a, b)
     assert stopped == 1 and float(pairs[("base", "near")][3]) > 0.3 and len(pairs) == 3
     assert letters == {"far": "a", "near": "b", "base": "b"}
+
+
+def test_stopping_early_never_changes_a_decision_of_the_full_test():
+    """Review of issue 36: at h = floor(α (B + 1)) the stopped p = h / L could fall just below α where the full test's
+    did not (B = 1,018: 0.049 "yes" against 0.05005 "no"). At h = floor(α B) + 1, over 300 tests near the edge (12
+    simulated pairs whose p is near α, one model a little better on 40 cases, three runs each; 25 seeds each), each
+    p at or below α is the full test's to the last digit and every decision at α is the same."""
+    rng = np.random.default_rng(3)
+    edge, stopped = [], 0
+    while len(edge) < 12:
+        chances = rng.uniform(0.3, 0.8, 40)
+        a = group_of("a", (rng.random((3, 40)) < np.clip(chances + 0.1, 0, 1)).astype(float))
+        b = group_of("b", (rng.random((3, 40)) < chances).astype(float))
+        if 0.03 < Randomization(1018, 0).p_value(a, b, KEY) < 0.08:
+            edge.append((a, b))
+    for a, b in edge:
+        for seed in range(25):
+            full = Randomization(1018, seed).p_value(a, b, KEY)
+            early = Randomization(1018, seed, stop_above=0.05).p_value(a, b, KEY)
+            assert early == full or (early > 0.05 and full > 0.05), (seed, early, full)
+            stopped += early != full
+    assert stopped > 50  # many tests stopped, none changed its answer
 
 
 def test_under_a_true_null_a_5_percent_test_rejects_at_most_5_percent():

@@ -112,9 +112,10 @@ class Randomization:
     @property
     def stop_after(self) -> int | None:
         """Besag and Clifford's h: a test stops at the h-th pattern as extreme as the observed difference, its p
-        then h / L over the L patterns drawn. At h = ⌊α · (B + 1)⌋ the p of all B patterns would exceed α too,
-        so every decision, and each Holm-adjusted p below α, is the full test's."""
-        return None if self.stop_above is None else math.floor(self.stop_above * (self.permutations + 1))
+        then h / L over the L ≤ B patterns drawn. At h = ⌊α · B⌋ + 1 both that p (h / L ≥ h / B) and the p of all
+        B patterns ((k + 1) / (B + 1) with k ≥ h) exceed α, so every decision, and each Holm-adjusted p below α,
+        is the full test's. (⌊α · (B + 1)⌋, the first rule, let h / L fall below α at some B: review of #36.)"""
+        return None if self.stop_above is None else math.floor(self.stop_above * self.permutations) + 1
 
 
 def count_extremes(swapped: Swapped, observed: dict, chunks, stop_after: int | None) -> tuple[dict, dict, dict]:

@@ -191,7 +191,8 @@ def ranking_tables(groups: list[Group], boot: Bootstrap, alpha: float, by_class:
             rank_rows += ranked_rows(tests, members, groups, key, name, alpha, str(number) if len(sets) > 1 else "")
     title = (f"Every comparable pair: difference of means (A − B, A ranked higher), 95% paired bootstrap interval "
              f"over cases ({boot.resamples} resamples), two-sided p of a paired randomization test over cases "
-             f"({test.permutations} permutations; exact where few cases differ), Holm-adjusted across the pairs of "
+             f"({test.permutations} permutations, a test stopping once its p is sure to exceed α; exact where few cases "
+             f"differ), Holm-adjusted across the pairs of "
              f"each metric; different at α = {alpha:g} after adjustment")
     tables = [Table("pairs", title, ["Metric", "Model A", "Model B", "Difference", "95% interval", "p", "p (Holm)",
                                      "Different"], pair_rows),
