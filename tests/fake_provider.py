@@ -16,22 +16,33 @@ import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-# Marker phrases of each prompt of prompts/ (Appendix F), to tell the roles apart.
-KIND_MARKERS = (
-    ("lca_judge", "你是一个严谨的文本分类器"),
-    ("type_judge", "你是一个严谨的法律咨询回复分类器"),
-    ("behaviour_judge", "你是一个严谨的对话事实核查员"),
-    ("audit_judge", "你是一个严谨的模拟用户回复审查员"),
-    ("focal_judge", "你是一个专业的民事裁判文书分析专家"),
-    ("targeted", "引导用户说出<案件关键事实>中尚未在<对话历史>里出现的事实"),
-    ("off_target", "但它不得涉及、也不得引出<案件关键事实>中的任何一条事实"),
-    ("dcg_judge", "你是一个法律逻辑评估专家"),
-    ("ljp_judge", "你是一个专业的法律文本分析专家"),
-    ("user", "你现在需要扮演一名正在进行民事案件法律咨询的原告当事人"),
-    ("force_ask", "并直接执行以下提问策略"),
-    ("force_judge", "本次不进行进一步问答"),
-    ("lexawn", "严格选择并执行以下两种策略之一"),
-)
+# The scripted provider's name for the requests each prompt of lexpilot.benchmark.prompts.PROMPT_FILES fills (the
+# tests count and answer requests by these names). A prompt declared there and not here is known by its own name,
+# so a new stage's prompt is told apart as soon as it is declared (issue 37 item 3), never "unknown".
+KIND_OF_PROMPT = {"judge_lca": "lca_judge", "judge_response_type": "type_judge", "behaviour_validation": "behaviour_judge",
+                  "judge_simulator_audit": "audit_judge", "judge_focal_type": "focal_judge",
+                  "behaviour_targeted": "targeted", "behaviour_off_target": "off_target", "judge_dcg": "dcg_judge",
+                  "judge_ljp": "ljp_judge", **dict.fromkeys(("user_standard", "user_delayed", "user_self_correction",
+                                                             "user_correction"), "user"),
+                  "force_ask": "force_ask", "force_judge": "force_judge", "lexawn": "lexawn"}
+
+
+def prompt_markers() -> tuple[tuple[str, str], ...]:
+    """(kind, marker) for every declared prompt: the marker is the prompt's longest line that has no slot (so a
+    filled prompt holds it as written) and that no other prompt has."""
+    from lexpilot.benchmark.prompts import load_prompts
+    prompts = load_prompts()
+    markers = []
+    for name, text in prompts.items():
+        lines = [line.strip() for line in text.splitlines() if line.strip() and "{" not in line]
+        own = [line for line in lines if not any(line in other for n, other in prompts.items() if n != name)]
+        if not own:
+            raise ValueError(f"prompts: {name} has no line of its own to tell its requests apart")
+        markers.append((KIND_OF_PROMPT.get(name, name), max(own, key=len)))
+    return tuple(markers)
+
+
+KIND_MARKERS = prompt_markers()
 ASK, PREDICT = "【追问】", "【预测】"
 KEEP = object()  # usage as the provider counts it
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from lexpilot.benchmark.records import RECORD_KINDS
-from tests.conftest import ROOT, SAMPLE, SCRIPTS
+from tests.conftest import ROOT, SAMPLE
+from tests.conftest import STAGES as CATALOGUED
 from tests.fake_provider import FakeProvider
 
 LIVE = os.environ.get("LEXPILOT_LIVE_BASE_URL")  # read at import: the tests' clean_env fixture drops LEXPILOT_*
@@ -31,7 +32,7 @@ pytestmark = [pytest.mark.skipif(not LIVE, reason="set LEXPILOT_LIVE_BASE_URL to
               pytest.mark.xdist_group("live")]
 
 # Every stage script but eval_LCA.py (LexAwN_gen.py runs its step), in the order of a run.
-STAGES = [Path(SCRIPTS[name].__file__).name for name in ("LexAwN", "DCG", "direct", "gold", "interaction")]
+STAGES = [CATALOGUED[name].script for name in ("LexAwN", "DCG", "direct", "gold", "interaction")]
 USAGE = re.compile(r"\b(eval|user|judge) (\d+) calls/(\d+)\+(\d+) tokens( \((\d+) calls without token counts\))?")
 CLEAR_STOP = re.compile(r"^\[[^\]]+\] (case .+ failed: .+|stopped: .+|error: .+)$", re.M)
 

@@ -97,10 +97,30 @@ RECORD_KINDS = (A1, LCA, INTERACTION, FORCE_ASK, DCG, DIRECT_PREDICTION, LJP_DIR
 # What a re-judged run (rejudge.py) copies from its source byte for byte: the generations and User Model replies,
 # which carry the source run's settings hash (only the judge differs)
 REJUDGE_REUSED = (A1, INTERACTION, FORCE_ASK, DIRECT_PREDICTION, GOLD_PREDICTION)
-# LJP setups in the paper's column order: (setup, verdict records, generation records, field of the reply)
-LJP_SETUPS = (("direct", LJP_DIRECT, DIRECT_PREDICTION, "response"),
-              ("interaction", LJP_INTERACTION, INTERACTION, "final_response"),
-              ("gold", LJP_GOLD, GOLD_PREDICTION, "response"))
+
+
+@dataclass(frozen=True)
+class LjpSetup:
+    """One of the paper's three LJP setups and every name it goes by, each read from here (issue 37 item 7: `direct`,
+    `LJP_direct` and `LJP Direct QWK` were written by hand wherever they were used)."""
+    name: str  # "direct": the case list's and the comparison page's field, a column's link, the order diagnostic's
+    verdicts: RecordKind  # its extracted verdicts; their kind's name ("LJP_direct") is its task in the metrics
+    generation: RecordKind  # the reply the verdicts are read from
+    reply_field: str  # that reply's field
+    title: str  # the paper's name: "Direct", "Interaction-Based", "Gold-Standard"
+    short: str  # beside the other tasks' columns: "LJP Direct" ("LJP Direct QWK")
+
+    @property
+    def task(self) -> str:
+        return self.verdicts.name
+
+
+# in the paper's column order (Table 3)
+LJP_SETUPS = (LjpSetup("direct", LJP_DIRECT, DIRECT_PREDICTION, "response", "Direct", "LJP Direct"),
+              LjpSetup("interaction", LJP_INTERACTION, INTERACTION, "final_response", "Interaction-Based",
+                       "LJP Interaction"),
+              LjpSetup("gold", LJP_GOLD, GOLD_PREDICTION, "response", "Gold-Standard", "LJP Gold"))
+SETUP = {s.name: s for s in LJP_SETUPS}
 
 
 def canonical_text(obj) -> str:

@@ -68,9 +68,9 @@ def order_calls(upstream: dict, settings, case: Case | None = None) -> dict:
     return {} if case is not None and one_claim(case) else {"judge": 2}  # shuffled, and the same-order control
 
 
-ORDER_STEPS = tuple(Step(LJP_ORDER[setup], reextract(setup, verdicts, generation, field),
-                         needs=(generation.name, verdicts.name), max_calls=order_calls, prompts={"judge": "judge_ljp"})
-                    for setup, verdicts, generation, field in LJP_SETUPS)
+ORDER_STEPS = tuple(Step(LJP_ORDER[s.name], reextract(s.name, s.verdicts, s.generation, s.reply_field),
+                         needs=(s.generation.name, s.verdicts.name), max_calls=order_calls,
+                         prompts={"judge": "judge_ljp"}) for s in LJP_SETUPS)
 ORDER_STAGE = Stage("LJP order (diagnostic)", "eval_LJP_order.py", ORDER_STEPS,
-                    upstream=tuple(kind for _, verdicts, generation, _ in LJP_SETUPS for kind in (generation, verdicts)),
+                    upstream=tuple(kind for s in LJP_SETUPS for kind in (s.generation, s.verdicts)),
                     idle=("with one claim (no order to change; no call)", lambda settings, case: one_claim(case)))

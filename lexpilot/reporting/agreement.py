@@ -109,13 +109,14 @@ def collect_items(root: Path, runs) -> dict[str, list[Item]]:
                 for judged in dcg[number]["rounds"]:
                     item("DCG", dcg_path, number, f"round {judged['round']}", judged["label"],
                          questions[judged["round"]])
-        for _setup, results_file, generation_file, field in sorted(LJP_SETUPS, key=lambda s: s[0] == "interaction"):
-            (ljp, ljp_path), (generated, _) = records(results_file), records(generation_file)
+        for setup in sorted(LJP_SETUPS, key=lambda s: s.name == "interaction"):
+            (ljp, ljp_path), (generated, _) = records(setup.verdicts), records(setup.generation)
             for number in selected:
                 if number in ljp and number in generated:
                     record = ljp[number]
                     for i, (claim, label) in enumerate(zip(record["claims"], record["predicted"]), 1):
-                        item("LJP", ljp_path, number, f"claim {i}", label, generated[number][field], claim)
+                        item("LJP", ljp_path, number, f"claim {i}", label, generated[number][setup.reply_field],
+                             claim)
         for history_type in HISTORY_TYPES:  # only where the plain consultation was run
             if PLAIN_TYPES[history_type].path(root, run.run_id, run.folder).exists():
                 (typed, typed_path), (answered, _) = records(PLAIN_TYPES[history_type]), records(PLAIN[history_type])

@@ -10,13 +10,12 @@ from collections import Counter
 from pathlib import Path
 
 from categories import FOCAL_TYPES, cause_class
-from lexpilot.benchmark.records import LJP_ORDER
+from lexpilot.benchmark.records import LJP_ORDER, LJP_SETUPS, SETUP
 from lexpilot.files import check_input
 from lexpilot.reporting.bootstrap import Bootstrap, paired_difference
 from lexpilot.reporting.formats import (
     HEADLINE,
     PLAIN_TYPE_NAMES,
-    SETUP_NAMES,
     average_cell,
     cell,
     difference_cell,
@@ -40,7 +39,7 @@ from lexpilot.text import counted
 
 JUDGED_TASKS = ("LCA", "DCG", "LJP", "interaction rounds")  # what a re-judged run's judge decides again
 ORDER_CHANGED = "claim order changed"  # the case list's tag: a verdict changed with the claims shuffled
-ORDER_TAGS = {setup: f"{ORDER_CHANGED}: {name}" for setup, name in SETUP_NAMES.items()}  # ... in that setup
+ORDER_TAGS = {s.name: f"{ORDER_CHANGED}: {s.title}" for s in LJP_SETUPS}  # ... in that setup
 AUDIT_TAGS = {"dcg": "audited: DCG", "interaction": "audited: interaction"}  # a case with audited replies there
 AUDIT_FLAGS = (("over_disclosure", "Over-disclosure"), ("error", "Error"), ("non_answer", "Non-answer"))  # in order of
 # audit_counts' flags; a case with a reply of the source flagged so
@@ -153,7 +152,7 @@ def order_table(groups: list[Group], root) -> Table | None:
                     continue
                 found = order_agreement(saved_records(run, root, kind))
                 if found:
-                    rows.append([g.label, run.run_id, SETUP_NAMES[setup], str(found["claims"]),
+                    rows.append([g.label, run.run_id, SETUP[setup].title, str(found["claims"]),
                                  number_cell(found["agreement"], PERCENT, percent=True), kappa_cell(found["kappa"]),
                                  number_cell(found["control"], PERCENT, percent=True),
                                  number_cell(found["effect"], PERCENT, signed=True, percent=True)])

@@ -10,6 +10,7 @@ from lexpilot.benchmark.records import (
     LJP_BEHAVIOUR,
     LJP_ORDER,
     PLAIN_TYPES,
+    SETUP,
 )
 from lexpilot.benchmark.vocabulary import ASKS, PREDICTS
 from lexpilot.reporting.analyses import (
@@ -46,11 +47,11 @@ def outcomes(rr: RunRecords, number: str) -> dict:
         row["dcg"] = bool(dcg["success"])
         if not dcg["success"]:
             row["tags"].append("DCG miss")
-    for setup, _, _, verdicts, _ in SETUPS:
-        v = r[verdicts.name].get(number)
+    for setup in SETUPS:
+        v = r[setup.task].get(number)
         if v:
             right = sum(g == p for g, p in zip(v["gold"], v["predicted"]))
-            row[setup] = f"{right}/{len(v['gold'])}"
+            row[setup.name] = f"{right}/{len(v['gold'])}"
             if right < len(v["gold"]):
                 row["tags"].append("wrong verdict")
     inter = r["interaction"].get(number)
@@ -94,8 +95,8 @@ def outcomes(rr: RunRecords, number: str) -> dict:
     if said:  # per source: a DCG reply's flag is not the interaction's
         row["audit"], row["audit_flagged"] = "; ".join(said), flags
     row["fails"] = failing_tasks(row)
-    expected = ["LCA", "DCG", "LJP_direct", "LJP_gold", "LJP_interaction"] if rr.run.condition == "standard" \
-        else ["LJP_interaction"]
+    expected = ["LCA", "DCG", *(s.task for s in SETUPS)] if rr.run.condition == "standard" \
+        else [SETUP["interaction"].task]  # a non-ideal user's run has the interaction only
     if any(number not in r[k] for k in expected):
         row["tags"].append("unresolved or failed")
     # the outcomes are shown in the row; the finer tags (a stop round, a setup, a response type, an audit) only

@@ -15,10 +15,11 @@ from lexpilot.benchmark.records import (
 from lexpilot.reporting.analyses import JUDGED_TASKS
 
 # the tasks with a wrong outcome: their names, as the case list and this page show them
-TASK_NAMES = {"LCA": "LCA", "DCG": "DCG", "direct": "LJP Direct", "interaction": "LJP Interaction", "gold": "LJP Gold",
+TASK_NAMES = {"LCA": "LCA", "DCG": "DCG", **{s.name: s.short for s in LJP_SETUPS},
               "targeted": "Targeted", "off_target": "Off-target", "audit": "audit flagged"}
-# (task, the case list row's field its outcome is read from, its name)
-TASKS = tuple((task, field, TASK_NAMES[task]) for task, field in (
+# the tasks a case has an outcome in (task, the case list row's field it is read from, its name): not scoring.TASKS,
+# the metrics' tasks
+OUTCOME_TASKS = tuple((task, field, TASK_NAMES[task]) for task, field in (
     ("LCA", "lca_c"), ("DCG", "dcg"), ("direct", "direct"), ("gold", "gold"), ("interaction", "interaction"),
     ("targeted", "targeted"), ("off_target", "off_target"), ("audit", "audit")))
 
@@ -86,7 +87,7 @@ def judge_decisions(records: dict, number: str, rejudged: bool) -> dict[str, lis
     rounds = get(INTERACTION_LABELS if rejudged else INTERACTION).get("rounds", [])
     return {"LCA": [j.get("label") for _, j in sorted(get(LCA).get("judgments", {}).items())],
             "DCG": [x.get("label") for x in get(DCG).get("rounds", [])],
-            **{setup: list(get(kind).get("predicted", [])) for setup, kind, _, _ in LJP_SETUPS},
+            **{s.name: list(get(s.verdicts).get("predicted", [])) for s in LJP_SETUPS},
             "interaction rounds": [x.get("label") for x in rounds if x.get("label") is not None]}
 
 

@@ -10,8 +10,9 @@ import math
 
 import numpy as np
 
+from lexpilot.benchmark.records import LJP_SETUPS
 from lexpilot.reporting.bootstrap import Bootstrap, percentile_interval
-from lexpilot.reporting.formats import SETUP_NAMES, number_cell
+from lexpilot.reporting.formats import number_cell
 from lexpilot.reporting.groups import Group
 from lexpilot.reporting.judges import source_of
 from lexpilot.reporting.runs import OVERALL, Run
@@ -66,7 +67,7 @@ def consistency_table(groups: list[Group]) -> Table:
                  "('Right in all k' depends on k)",
                  ["Model", "Task", "Runs (k)", "Items", "Right in all k", "Right in ≥ 1", "Same in all k", "Flip rate",
                   *(f"pass^{k}" + (" (common)" if k == common else "") for k in range(1, most + 1))],
-                 rows, row_tasks={"LCA": "LCA", "DCG": "DCG", **{f"LJP {name}": setup for setup, name in SETUP_NAMES.items()}},
+                 rows, row_tasks={"LCA": "LCA", "DCG": "DCG", **{f"LJP {s.title}": s.name for s in LJP_SETUPS}},
                  compare="never")  # a row links to the cases the model gets wrong in every run
 
 

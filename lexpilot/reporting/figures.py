@@ -10,7 +10,6 @@ import numpy as np
 from lexpilot.benchmark.records import LJP_SETUPS
 from lexpilot.reporting.analyses import figure_3_groups
 from lexpilot.reporting.bootstrap import Bootstrap
-from lexpilot.reporting.formats import SETUP_NAMES
 from lexpilot.reporting.groups import Group, classes_present
 from lexpilot.reporting.runs import OVERALL
 from lexpilot.reporting.scoring import METRIC_NAMES, TASK_NAMES
@@ -102,9 +101,9 @@ def lca_scatter(plt, groups: list[Group], labels: list[str], folder: Path, boot:
 def ljp_setups(plt, groups: list[Group], labels: list[str], folder: Path, boot: Bootstrap | None) -> Path:
     """QWK across Direct, Interaction-Based and Gold-Standard, a line per model."""
     fig, ax = plt.subplots(figsize=(6, 4.5))
-    setups = [SETUP_NAMES[s] for s, _, _, _ in LJP_SETUPS]
+    setups = [s.title for s in LJP_SETUPS]
     for i, (label, g) in enumerate(zip(labels, groups)):
-        values = [error_bar(g, (f"LJP_{s}", "qwk", OVERALL), boot) for s, _, _, _ in LJP_SETUPS]
+        values = [error_bar(g, (s.task, "qwk", OVERALL), boot) for s in LJP_SETUPS]
         x = np.arange(len(setups)) + 0.04 * (i - (len(groups) - 1) / 2)  # overlapping bars stay apart
         ax.errorbar(x, [v[0] for v in values], yerr=[[v[1] for v in values], [v[2] for v in values]],
                     marker="o", capsize=3, label=label)

@@ -1,6 +1,6 @@
 """How a table shows a statistic: a cell of mean ± SD [interval], a number, the parts of a whole, a difference, a
 row of averages (each keeping its numbers for the CSV), at the decimals `table.py` declares; and the names tables
-give the setups, user conditions and plain response types.
+give the user conditions and plain response types (the LJP setups' are benchmark/records.py's LJP_SETUPS).
 """
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Callable
 
 import numpy as np
 
+from lexpilot.benchmark.records import LJP_SETUPS
 from lexpilot.reporting.table import METRIC, PERCENT, Figure
 
 USER_CONDITION_NAMES = (("standard", "Standard"), ("delayed", "Delayed Disclosure"), ("self-correction", "Self-Correction"))
-SETUP_NAMES = {"direct": "Direct", "interaction": "Interaction-Based", "gold": "Gold-Standard"}
 
 
 
@@ -124,5 +124,4 @@ def average_cell(stats: list[dict | None]) -> Figure:
 
 # Table 11's columns and Table 14's LCA details, (name, (task, metric)): every comparison, ranking and judge table
 HEADLINE = (("LCA Macro-F1", ("LCA", "macro_f1")), ("LCA Acc_C", ("LCA", "acc_c")), ("LCA Acc_U", ("LCA", "acc_u")),
-            ("DCG Acc.", ("DCG", "accuracy")), ("LJP Direct QWK", ("LJP_direct", "qwk")),
-            ("LJP Interaction QWK", ("LJP_interaction", "qwk")), ("LJP Gold QWK", ("LJP_gold", "qwk")))
+            ("DCG Acc.", ("DCG", "accuracy")), *((f"{s.short} QWK", (s.task, "qwk")) for s in LJP_SETUPS))

@@ -12,7 +12,7 @@ from lexpilot.benchmark.records import (
 )
 from lexpilot.reporting.metrics import label_agreement
 
-REJUDGED_KINDS = (LCA, DCG, INTERACTION, INTERACTION_LABELS, *(verdicts for _, verdicts, _, _ in LJP_SETUPS))
+REJUDGED_KINDS = (LCA, DCG, INTERACTION, INTERACTION_LABELS, *(s.verdicts for s in LJP_SETUPS))
 
 
 # ----------------------------------------------------------------------------- the two judges' agreement
@@ -26,10 +26,10 @@ def judge_labels(saved: dict) -> dict[str, dict]:
     for n, r in saved.get(DCG.name, {}).items():
         for x in r["rounds"]:
             items["DCG"][(n, x["round"])] = x["label"]
-    for setup, verdicts, _, _ in LJP_SETUPS:
-        for n, r in saved.get(verdicts.name, {}).items():
+    for setup in LJP_SETUPS:
+        for n, r in saved.get(setup.task, {}).items():
             for i, label in enumerate(r["predicted"]):
-                items["LJP"][(n, setup, i)] = label
+                items["LJP"][(n, setup.name, i)] = label
     for n, r in saved.get(INTERACTION.name, {}).items():
         for x in r["rounds"]:
             if x.get("label") is not None:

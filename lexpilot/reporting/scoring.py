@@ -27,7 +27,6 @@ from lexpilot.benchmark.records import (
     RecordKind,
 )
 from lexpilot.benchmark.vocabulary import ASKS, BEHAVIOURS, HISTORY_TYPES
-from lexpilot.reporting.formats import SETUP_NAMES
 from lexpilot.reporting.metrics import (
     PLAIN_TYPE_ORDER,
     audit_counts,
@@ -63,7 +62,7 @@ TASKS = {
     "LCA": (LCA, lambda r: lca_counts([(j["true_type"], j["predicted_type"]) for j in r["judgments"].values()]),
             lca_from_counts),
     "DCG": (DCG, lambda r: np.array([float(bool(r["success"])), 1.0]), dcg_from_counts),
-    **{f"LJP_{setup}": (kind, ljp_case_counts, ljp_from_counts) for setup, kind, _, _ in LJP_SETUPS},
+    **{s.task: (s.verdicts, ljp_case_counts, ljp_from_counts) for s in LJP_SETUPS},
     **{f"plain_{t}": (PLAIN_TYPES[t], lambda r: plain_counts(r["type"]), plain_from_counts) for t in HISTORY_TYPES},
 }
 TASKS |= {f"audit_{source}": (AUDIT[source], audit_counts, audit_from_counts) for source in AUDIT}
@@ -80,7 +79,7 @@ OPTIONAL_TASKS = {f"plain_{t}" for t in HISTORY_TYPES} | {f"audit_{source}" for 
 AUDITED = {"DCG": ("audit_dcg", "accuracy"), "LJP_interaction": ("audit_interaction", "qwk")}
 METRIC_NAMES = {"macro_f1": "Macro-F1", "accuracy": "accuracy", "qwk": "QWK", "acc_c": "Acc_C", "acc_u": "Acc_U"}
 BY_CAUSE = {"LCA": "macro_f1", "DCG": "accuracy"}  # Figure 3's metrics, per cause of action
-TASK_NAMES = {"LCA": "LCA", "DCG": "DCG", **{f"LJP_{s}": f"LJP {s}" for s, _, _, _ in LJP_SETUPS},
+TASK_NAMES = {"LCA": "LCA", "DCG": "DCG", **{s.task: f"LJP {s.name}" for s in LJP_SETUPS},
               **{f"plain_{t}": f"plain consultation ({t})" for t in HISTORY_TYPES},
               **{f"audit_{s}": f"simulator audit ({s})" for s in AUDIT}}
 
@@ -100,9 +99,8 @@ def item_outcomes(saved: dict) -> dict[str, dict]:
             items["LCA"][(number, history)] = (j["predicted_type"], j["predicted_type"] == j["true_type"])
     for number, record in saved.get(DCG.name, {}).items():
         items["DCG"][number] = (bool(record["success"]), bool(record["success"]))
-    for setup, verdicts, _, _ in LJP_SETUPS:
-        task = f"LJP {SETUP_NAMES.get(setup, setup)}"
-        items[task] = {(number, i): (p, p == g) for number, record in saved.get(verdicts.name, {}).items()
+    for setup in LJP_SETUPS:
+        items[f"LJP {setup.title}"] = {(number, i): (p, p == g) for number, record in saved.get(setup.task, {}).items()
                        for i, (p, g) in enumerate(zip(record["predicted"], record["gold"]))}
     return items
 

@@ -9,7 +9,7 @@ import json
 import numpy as np
 
 from lexpilot.benchmark.prompts import CONDITION_PROMPTS, PROMPT_FILES
-from lexpilot.benchmark.records import LJP_SETUPS
+from lexpilot.benchmark.records import LJP_SETUPS, SETUP
 from lexpilot.reporting.analyses import (
     audit_tables,
     figure_3_tables,
@@ -33,16 +33,14 @@ from lexpilot.reporting.table import AVERAGE, METRIC, RELATIVE, Figure, Table
 from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS, compared_setting
 from lexpilot.text import counted
 
+PAPER_BY_CLASS = {"interaction": " (Table 17)", "gold": " (Table 16)"}
 # (identity, title, metric, the task its cells link to)
 CLASS_TABLES = (("lca_by_class", "LCA Macro-F1 by class (Table 2, top)", ("LCA", "macro_f1"), "LCA"),
                 ("dcg_by_class", "DCG accuracy by class (Table 2, bottom)", ("DCG", "accuracy"), "DCG"),
-                ("ljp_direct_by_class", "LJP Direct QWK by class", ("LJP_direct", "qwk"), "direct"),
-                ("ljp_interaction_by_class", "LJP Interaction-Based QWK by class (Table 17)", ("LJP_interaction", "qwk"),
-                 "interaction"),
-                ("ljp_gold_by_class", "LJP Gold-Standard QWK by class (Table 16)", ("LJP_gold", "qwk"), "gold"))
-MAIN_COLUMN_TASKS = {"LCA Macro-F1": "LCA", "DCG Acc.": "DCG", "LJP Direct QWK": "direct",
-                     "LJP Interaction QWK": "interaction", "LJP Gold QWK": "gold"}
-SETUP_COLUMN_TASKS = {"Direct": "direct", "Interaction-Based": "interaction", "Gold-Standard": "gold"}
+                *((f"ljp_{s.name}_by_class", f"LJP {s.title} QWK by class{PAPER_BY_CLASS.get(s.name, '')}",
+                   (s.task, "qwk"), s.name) for s in LJP_SETUPS))
+MAIN_COLUMN_TASKS = {"LCA Macro-F1": "LCA", "DCG Acc.": "DCG", **{f"{s.short} QWK": s.name for s in LJP_SETUPS}}
+SETUP_COLUMN_TASKS = {s.title: s.name for s in LJP_SETUPS}
 
 
 def build_tables(groups: list[Group], boot: Bootstrap | None = None, complexity: dict | None = None) -> list[Table]:
@@ -62,9 +60,9 @@ def build_tables(groups: list[Group], boot: Bootstrap | None = None, complexity:
         return cell(g.stat(key), METRIC, boot.interval(g, key) if boot and key[0] in TASKS else None)
 
     tables.append(Table("main", f"Main results (Table 11): mean ± SD over runs{suffix}",
-                        ["Model", "LCA Macro-F1", "DCG Acc.", "LJP Direct QWK", "LJP Interaction QWK", "LJP Gold QWK"],
+                        ["Model", *MAIN_COLUMN_TASKS],
                         [[label, value(g, ("LCA", "macro_f1", OVERALL)), value(g, ("DCG", "accuracy", OVERALL))]
-                         + [value(g, (f"LJP_{s}", "qwk", OVERALL)) for s, _, _, _ in LJP_SETUPS]
+                         + [value(g, (s.task, "qwk", OVERALL)) for s in LJP_SETUPS]
                          for label, g in zip(labels, groups)], column_tasks=MAIN_COLUMN_TASKS))
     tables.append(Table("lca_detail", f"LCA detail (Table 14){suffix}", ["Model", "Macro-F1", "Acc_C", "Acc_U"],
                         [[label] + [value(g, ("LCA", m, OVERALL)) for m in ("macro_f1", "acc_c", "acc_u")]
@@ -73,8 +71,8 @@ def build_tables(groups: list[Group], boot: Bootstrap | None = None, complexity:
         tables.append(Table(table_id, title + suffix, ["Model"] + classes,
                             [[label] + [value(g, (*key, c)) for c in classes]
                              for label, g in zip(labels, groups)], task=task))
-    tables.append(Table("ljp_accuracy", f"LJP accuracy{suffix}", ["Model", "Direct", "Interaction-Based", "Gold-Standard"],
-                        [[label] + [value(g, (f"LJP_{s}", "accuracy", OVERALL)) for s, _, _, _ in LJP_SETUPS]
+    tables.append(Table("ljp_accuracy", f"LJP accuracy{suffix}", ["Model", *SETUP_COLUMN_TASKS],
+                        [[label] + [value(g, (s.task, "accuracy", OVERALL)) for s in LJP_SETUPS]
                          for label, g in zip(labels, groups)], column_tasks=SETUP_COLUMN_TASKS))
     tables.append(interaction_gain_table(groups, labels))
     if boot:
@@ -86,7 +84,7 @@ def build_tables(groups: list[Group], boot: Bootstrap | None = None, complexity:
 
 
 def paired_setups_table(groups: list[Group], labels: list[str], boot: Bootstrap) -> Table:
-    qwk = lambda g, setup: (g, (f"LJP_{setup}", "qwk", OVERALL))  # noqa: E731
+    qwk = lambda g, setup: (g, (SETUP[setup].task, "qwk", OVERALL))  # noqa: E731
     return Table("paired_setups", "Paired QWK differences on the same cases: difference of means [95% bootstrap interval], "
                  "share of resamples below zero", ["Model", "Interaction − Direct", "Gold − Interaction"],
                  [[label, difference_cell(paired_difference(boot, qwk(g, "interaction"), qwk(g, "direct"))),
@@ -218,7 +216,7 @@ def interaction_gain_table(groups: list[Group], labels: list[str]) -> Table:
     """Interaction − Direct and (Interaction − Gold) / Gold on the group means (Section 6.4)."""
     rows, gains, changes = [], [], []
     for label, g in zip(labels, groups):
-        means = {s: (g.stat((f"LJP_{s}", "qwk", OVERALL)) or {}).get("mean") for s, _, _, _ in LJP_SETUPS}
+        means = {s.name: (g.stat((s.task, "qwk", OVERALL)) or {}).get("mean") for s in LJP_SETUPS}
         gain = means["interaction"] - means["direct"] if None not in (means["interaction"], means["direct"]) else None
         # relative to Gold only where Gold is above 0: a ratio to a QWK at or below chance reads as nonsense
         change = (means["interaction"] - means["gold"]) / means["gold"] \

@@ -21,6 +21,7 @@ from lexpilot.benchmark.records import (
     LJP_DIRECT,
     LJP_GOLD,
     LJP_INTERACTION,
+    LJP_SETUPS,
 )
 from lexpilot.reporting.calls_view import (
     call_button,
@@ -39,9 +40,7 @@ from lexpilot.reporting.case_sections import (
 from lexpilot.reporting.runs import Run
 
 HIGHLIGHT_RUN = 6
-SETUPS = (("direct", "Direct", DIRECT_PREDICTION, LJP_DIRECT, "response"),
-          ("gold", "Gold-Standard", GOLD_PREDICTION, LJP_GOLD, "response"),
-          ("interaction", "Interaction-Based", INTERACTION, LJP_INTERACTION, "final_response"))
+SETUPS = sorted(LJP_SETUPS, key=lambda s: s.name == "interaction")  # a case page shows Interaction-Based last
 KINDS = (A1, LCA, INTERACTION, FORCE_ASK, DCG, DIRECT_PREDICTION, LJP_DIRECT, GOLD_PREDICTION, LJP_GOLD, LJP_INTERACTION,
          *LATER_KINDS)
 
@@ -194,7 +193,8 @@ def round_judges(entry: dict, mid: str, kind: str = "interaction") -> str:
 
 def ljp_part(r: dict, number: str, ids: Ids, source: dict | None = None) -> str:
     parts, inter = [], r["interaction"].get(number)
-    for setup, name, generation, verdicts, reply_field in SETUPS:
+    for one in SETUPS:
+        setup, generation, verdicts = one.name, one.generation, one.verdicts
         v, g = r[verdicts.name].get(number), r[generation.name].get(number)
         if not v:
             continue
@@ -204,12 +204,12 @@ def ljp_part(r: dict, number: str, ids: Ids, source: dict | None = None) -> str:
                        f"{esc(p)}</td>" + (f"<td>{esc(before[i])}{' ≠' if before[i] != p else ''}</td>"
                                            if before and i < len(before) else "") + "</tr>"
                        for i, (c, gold, p) in enumerate(zip(v["claims"], v["gold"], v["predicted"])))
-        reply = (g or {}).get(reply_field, "") if setup != "interaction" else (inter or {}).get("final_response", "")
+        reply = (g or {}).get(one.reply_field, "") if setup != "interaction" else (inter or {}).get("final_response", "")
         mid = ids.replies[setup] = ids.next()
         predicted = "" if setup == "interaction" else call_button(
             "force_judge", "eval", {"history": "h:underspecified" if setup == "direct" else "h:complete"},
             generation.name)
-        parts.append(f"<h4>LJP {name}</h4>" + msg("assistant", reply, "prediction", mid=mid, call=predicted)
+        parts.append(f"<h4>LJP {one.title}</h4>" + msg("assistant", reply, "prediction", mid=mid, call=predicted)
                      + msg("judge", "\n".join(v.get("judge_raw") or []), "extraction judge, raw",
                            call=call_button("judge_ljp", "judge", {"history": f"m:{mid}", "claims": "cl"}, verdicts.name,
                                             len(v.get("judge_raw") or [])))

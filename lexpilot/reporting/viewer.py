@@ -29,7 +29,7 @@ from lexpilot.reporting.case_sections import (
     esc,
 )
 from lexpilot.reporting.comparisons import (
-    TASKS,
+    OUTCOME_TASKS,
     compare_page,
     disagreements,
 )
@@ -262,7 +262,7 @@ def write_site(folder: Path, groups: list[Group], tables: list[Table], cases: di
         (folder / "index.html").write_text(page("LexPilot results", overview(tables, groups)), encoding="utf-8")
         rows_json = script_json(rows)  # one encoding for both pages
         (folder / "cases.html").write_text(page("Cases", case_list(rows_json, script_json(texts))), encoding="utf-8")
-        (folder / "compare.html").write_text(page("Compare", compare_page(rows_json, script_json(TASKS))),
+        (folder / "compare.html").write_text(page("Compare", compare_page(rows_json, script_json(OUTCOME_TASKS))),
                                              encoding="utf-8")
 
         def write_case(n: str) -> None:
