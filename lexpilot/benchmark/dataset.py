@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from categories import CAUSES, CLASS_LABELS, FOCAL_TYPES, cause_class
+from lexpilot.benchmark.categories import CAUSES, CLASS_LABELS, FOCAL_TYPES, cause_class
 from lexpilot.benchmark.records import canonical_hash
 from lexpilot.benchmark.vocabulary import HISTORY_TYPES, VERDICTS
 from lexpilot.errors import HarnessError, OneLineParser, first_of

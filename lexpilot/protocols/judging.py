@@ -7,7 +7,7 @@ import json
 import re
 from typing import Callable
 
-from categories import FOCAL_TYPES
+from lexpilot.benchmark.categories import FOCAL_TYPES
 from lexpilot.benchmark.vocabulary import (
     DCG_LABELS,
     LCA_LABELS,

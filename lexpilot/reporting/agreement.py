@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from categories import FOCAL_TYPES
+from lexpilot.benchmark.categories import FOCAL_TYPES
 from lexpilot.benchmark.dataset import load_dataset
 from lexpilot.benchmark.prompts import (
     load_prompts,

@@ -9,7 +9,7 @@ import math
 from collections import Counter
 from pathlib import Path
 
-from categories import FOCAL_TYPES, cause_class
+from lexpilot.benchmark.categories import CAUSES, FOCAL_TYPES, cause_class
 from lexpilot.benchmark.records import LJP_ORDER, LJP_SETUPS, SETUP
 from lexpilot.files import check_input
 from lexpilot.reporting.bootstrap import Bootstrap, paired_difference
@@ -358,7 +358,6 @@ def figure_3_tables(groups: list[Group], complexity: dict[str, float] | None) ->
 def read_complexity(path: Path) -> dict[str, float]:
     """--complexity: a CSV of cause_of_action,complexity; unknown causes, missing or non-numeric values and a
     cause listed twice are errors naming the line."""
-    from categories import CAUSES
     if not path.is_file():
         raise UsageError(f"--complexity {path}: not found")
     values, lines = {}, {}

@@ -3,7 +3,7 @@ its filters, sorting and text search written to the address; "Wrong first" puts 
 """
 from __future__ import annotations
 
-from categories import FOCAL_TYPES
+from lexpilot.benchmark.categories import FOCAL_TYPES
 from lexpilot.benchmark.records import (
     AUDIT,
     FOCAL_TYPE_RECORDS,

@@ -6,7 +6,7 @@ diagnostic; and a re-judged run's labels beside its source's. Each reply and jud
 """
 from __future__ import annotations
 
-from categories import FOCAL_TYPES
+from lexpilot.benchmark.categories import FOCAL_TYPES
 from lexpilot.benchmark.records import (
     AUDIT,
     BEHAVIOUR_DIALOGUE,

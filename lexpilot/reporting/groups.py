@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from categories import CLASS_LABELS
+from lexpilot.benchmark.categories import CLASS_LABELS
 from lexpilot.reporting.runs import Run
 from lexpilot.storage.manifest import (
     COMPARED_MANIFEST_FIELDS,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from categories import FOCAL_TYPES, cause_class
+from lexpilot.benchmark.categories import FOCAL_TYPES, cause_class
 from lexpilot.benchmark.records import (
     AUDIT,
     BEHAVIOUR_DIALOGUE,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlencode
 
-from categories import FOCAL_TYPES, cause_class
+from lexpilot.benchmark.categories import FOCAL_TYPES, cause_class
 from lexpilot.benchmark.dataset import Case, load_dataset
 from lexpilot.errors import HarnessError
 from lexpilot.reporting.calls_view import (
