@@ -26,7 +26,7 @@ from pathlib import Path
 
 from bench.throughput import synthetic_dataset
 from lexpilot.protocols.catalog import PAPER_GRID
-from tests.fake_provider import FakeProvider
+from lexpilot.scripted.provider import FakeProvider
 
 ROOT = Path(__file__).resolve().parents[1]
 USER, JUDGE = "DeepSeek-V4.1-Flash", "DeepSeek-R1"

@@ -24,7 +24,7 @@ from pathlib import Path
 import eval_DCG
 import eval_LJP
 import LexAwN_gen
-from tests.fake_provider import FakeProvider, kind_of
+from lexpilot.scripted.provider import FakeProvider, kind_of
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,7 +7,7 @@ import pytest
 
 from lexpilot.protocols.catalog import BY_HAND, ENTRY_POINTS
 from lexpilot.running.stage import stage_main
-from tests.fake_provider import FakeProvider
+from lexpilot.scripted.provider import FakeProvider
 
 ROOT = Path(__file__).resolve().parents[1]
 

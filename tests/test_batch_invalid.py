@@ -11,8 +11,8 @@ import rejudge
 from lexpilot.benchmark.records import LCA
 from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS
 from lexpilot.protocols.consultation import LCA_STAGE
+from lexpilot.scripted.provider import FakeProvider
 from tests.conftest import Harness, sample_cases, write_dataset
-from tests.fake_provider import FakeProvider
 
 PROSE = "我认为这个问题很难说。"
 # every judge prompt: their outputs are parsed by `CaseCalls.validated`

@@ -23,9 +23,9 @@ from lexpilot.protocols.judging import (
 )
 from lexpilot.protocols.steps import CaseCalls
 from lexpilot.running.stage import Progress
+from lexpilot.scripted.provider import FakeProvider
 from lexpilot.settings import DEFAULT_BASE_URL, Settings, Transport, resolve_roles
 from tests.conftest import sample_cases
-from tests.fake_provider import FakeProvider
 
 
 def _args(**kw):

@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 from lexpilot.benchmark import prompts as prompt_module
-from tests import fake_provider
+from lexpilot.scripted import provider as fake_provider
 from tests.conftest import ROOT, STAGES
 
 GUARDS = ["tests/test_code_hash.py", "tests/test_stage_prompts.py"]

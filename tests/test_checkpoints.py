@@ -16,10 +16,10 @@ from lexpilot.benchmark.records import (
 from lexpilot.benchmark.records import model_folder as model_dirname
 from lexpilot.errors import HarnessError
 from lexpilot.reporting.results import load_runs
+from lexpilot.scripted.provider import FakeProvider
 from lexpilot.storage.checkpoints import manifest_path
 from lexpilot.storage.manifest import RunLock, settings_digest
 from tests.conftest import SECRET, Harness, sample_cases
-from tests.fake_provider import FakeProvider
 
 THIRD_CASE = sample_cases()[2]["underspecified_consultation"][0]["content"]
 

@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import show_results
+from lexpilot.scripted.provider import FakeProvider
 from tests.conftest import ROOT, Harness, sample_cases, write_dataset
-from tests.fake_provider import FakeProvider
 
 STAGES = ("LexAwN", "DCG", "direct", "gold", "interaction")
 MODELS = ("model-a", "model-b", "model-c")

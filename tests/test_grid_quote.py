@@ -18,8 +18,8 @@ import quote_grid
 import show_results
 from lexpilot.protocols.catalog import PAPER_GRID
 from lexpilot.running.stage import stage_main
+from lexpilot.scripted.provider import PrefixCache
 from tests.conftest import SECRET, sample_cases, write_dataset
-from tests.fake_provider import PrefixCache
 
 MODELS = ("model-a", "model-b")
 RUNS = ("r1", "r2")

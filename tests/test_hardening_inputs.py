@@ -7,8 +7,8 @@ from collections import Counter
 import pytest
 
 from lexpilot.models.calls import Usage
+from lexpilot.scripted.provider import FakeProvider
 from tests.conftest import ROOT, SECRET, Harness, sample_cases, write_dataset
-from tests.fake_provider import FakeProvider
 from tests.test_calls import _caller, _script
 from tests.test_provider_faults import MAX_TOKENS_REFUSED
 

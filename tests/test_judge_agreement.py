@@ -9,8 +9,8 @@ import judge_agreement
 from lexpilot.files import key_file
 from lexpilot.reporting import agreement as agreement_kit
 from lexpilot.reporting.metrics import cohen_kappa, label_agreement
+from lexpilot.scripted.provider import FakeProvider
 from tests.conftest import SAMPLE, Harness, sample_cases, write_dataset
-from tests.fake_provider import FakeProvider
 
 
 def test_cohen_kappa_by_hand_and_against_sklearn():

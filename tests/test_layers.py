@@ -26,6 +26,7 @@ MAY_IMPORT = {
     "protocols": {"foundation", "models", "storage", "protocols"},
     "running": {"foundation", "models", "storage", "protocols", "running"},
     "reporting": {"foundation", "storage", "reporting"},
+    "scripted": {"foundation", "scripted"},  # the scripted provider: no other part imports it
 }
 TOP_LEVEL_MODULES = {"categories"}  # the 36 causes of action's face at the top, as the design card names it
 

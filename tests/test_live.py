@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from lexpilot.benchmark.records import RECORD_KINDS
+from lexpilot.scripted.provider import FakeProvider
 from tests.conftest import ROOT, SAMPLE
 from tests.conftest import STAGES as CATALOGUED
-from tests.fake_provider import FakeProvider
 
 LIVE = os.environ.get("LEXPILOT_LIVE_BASE_URL")  # read at import: the tests' clean_env fixture drops LEXPILOT_*
 MODEL = os.environ.get("LEXPILOT_LIVE_MODEL", "local")

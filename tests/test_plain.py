@@ -9,8 +9,8 @@ import judge_agreement
 import show_results
 from lexpilot.benchmark.records import PLAIN, PLAIN_TYPES
 from lexpilot.reporting import agreement as agreement_kit
+from lexpilot.scripted.provider import PLAIN_STYLES, between, request_kind
 from tests.conftest import Harness, sample_cases, write_dataset
-from tests.fake_provider import PLAIN_STYLES, between, request_kind
 
 CASES = sample_cases()[:4]
 STYLE = {name: text for name, text in PLAIN_STYLES}

@@ -12,8 +12,8 @@ from lexpilot.benchmark.records import PROBE_DCG, PROBE_REPLIES
 from lexpilot.errors import HarnessError
 from lexpilot.files import read_sheet, write_sheet
 from lexpilot.reporting import probe_study
+from lexpilot.scripted.provider import between
 from tests.conftest import ROOT, SAMPLE, Harness
-from tests.fake_provider import between
 
 PROBES = ROOT / "data" / "LexPilot_sample_probes.csv"
 

@@ -10,8 +10,8 @@ import pytest
 from lexpilot.errors import CaseFailed
 from lexpilot.models import calls
 from lexpilot.models.calls import Usage
+from lexpilot.scripted.provider import FakeProvider
 from tests.conftest import ROOT, SECRET, Harness, sample_cases, write_dataset
-from tests.fake_provider import FakeProvider
 from tests.test_calls import _caller, _script
 
 # ----------------------------------------------------------------------------- hangs
@@ -248,7 +248,7 @@ def test_a_user_or_judge_temperature_refusal_names_its_own_flag(harness, provide
 def test_per_role_output_limits_and_a_refused_limit_quotes_the_model(harness, provider, capsys):
     assert harness.run("DCG", "--limit", "1", "--user-max-tokens", "1000", "--judge-max-tokens", "500") == 0
     by_kind = {}
-    from tests.fake_provider import kind_of
+    from lexpilot.scripted.provider import kind_of
     for r in provider.requests:
         by_kind[kind_of(r["messages"][0]["content"])] = r["max_tokens"]
     assert by_kind == {"force_ask": 8192, "user": 1000, "dcg_judge": 500}

@@ -18,8 +18,8 @@ def write_dcg_grid(folder, n: int, plan: dict) -> tuple:
     from bench.throughput import synthetic_dataset
     from lexpilot.protocols.dcg import DCG_STAGE
     from lexpilot.running.stage import stage_main
+    from lexpilot.scripted.provider import FakeProvider
     from tests.conftest import SECRET
-    from tests.fake_provider import FakeProvider
     dataset = folder / "cases.json"
     synthetic_dataset(n, dataset)
     cases = json.loads(dataset.read_text(encoding="utf-8"))

@@ -138,8 +138,8 @@ def ranked_runs(tmp_path_factory):
     from bench.throughput import synthetic_dataset
     from lexpilot.protocols.dcg import DCG_STAGE
     from lexpilot.running.stage import stage_main
+    from lexpilot.scripted.provider import FakeProvider
     from tests.conftest import SECRET
-    from tests.fake_provider import FakeProvider
     tmp_path = tmp_path_factory.mktemp("ranked")
     dataset = tmp_path / "cases.json"
     synthetic_dataset(N, dataset)
@@ -451,8 +451,8 @@ def test_the_order_stage_maps_verdicts_back_to_their_claims(tmp_path, provider, 
 
     import eval_LJP_order
     import show_results
+    from lexpilot.scripted.provider import between
     from tests.conftest import Harness, sample_cases, write_dataset
-    from tests.fake_provider import between
 
     def first_line(kind, prompt, body):
         if kind == "ljp_judge":
@@ -496,8 +496,8 @@ def test_the_same_order_control_tells_the_judges_noise_from_the_orders_effect(tm
 
     import eval_LJP_order
     import show_results
+    from lexpilot.scripted.provider import between, default_reply
     from tests.conftest import Harness, sample_cases, write_dataset
-    from tests.fake_provider import between, default_reply
     cases = [c for c in sample_cases() if len(c["result_dict"]) >= 2][:4]
     noisy, biased = (list(cases[i]["result_dict"])[0] for i in (0, 1))
     own_order = {tuple(c["result_dict"]) for c in cases}
@@ -679,8 +679,8 @@ def test_ljp_consistency_on_runs_the_stages_wrote(tmp_path, provider, monkeypatc
     import json
 
     import show_results
+    from lexpilot.scripted.provider import default_reply
     from tests.conftest import Harness, sample_cases, write_dataset
-    from tests.fake_provider import default_reply
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "five.json", sample_cases()[:5]))
     for run_id in ("r1", "r2"):
         h.run_id = run_id
@@ -717,8 +717,8 @@ def test_equal_values_share_a_rank(ranked_runs, tmp_path, monkeypatch, capsys):
     import show_results
     from lexpilot.protocols.dcg import DCG_STAGE
     from lexpilot.running.stage import stage_main
+    from lexpilot.scripted.provider import FakeProvider
     from tests.conftest import SECRET
-    from tests.fake_provider import FakeProvider
     root = shutil.copytree(ranked_runs, tmp_path / "out")
     dataset = ranked_runs.parent / "cases.json"
     cases = json_module.loads(dataset.read_text(encoding="utf-8"))
@@ -769,8 +769,8 @@ def test_a_limited_run_beside_a_full_one_is_named_by_its_cases_and_code_is_said_
     import show_results
     from lexpilot.protocols.dcg import DCG_STAGE
     from lexpilot.running.stage import stage_main
+    from lexpilot.scripted.provider import FakeProvider
     from tests.conftest import SECRET
-    from tests.fake_provider import FakeProvider
     dataset = ranked_runs.parent / "cases.json"
     cases = json_module.loads(dataset.read_text(encoding="utf-8"))
     with pytest.MonkeyPatch.context() as monkeypatch, FakeProvider() as provider:

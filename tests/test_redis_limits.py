@@ -18,8 +18,8 @@ import pytest
 from lexpilot.errors import Aborted
 from lexpilot.models.limits import Limits
 from lexpilot.models.shared_limits import BUSY_POLL, RedisStore, SharedLimiter
+from lexpilot.scripted.provider import FakeProvider
 from tests.conftest import ROOT, sample_cases, write_dataset
-from tests.fake_provider import FakeProvider
 from tests.test_grid import environment, grid
 from tests.test_run_grid import records
 

@@ -15,8 +15,8 @@ from lexpilot.benchmark.records import (
     INTERACTION,
 )
 from lexpilot.running.stage import stage_main
+from lexpilot.scripted.provider import default_reply
 from tests.conftest import Harness, sample_cases, write_dataset
-from tests.fake_provider import default_reply
 
 CASES = sample_cases()[:4]
 

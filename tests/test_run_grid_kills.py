@@ -13,8 +13,8 @@ import sys
 import time
 from collections import Counter
 
+from lexpilot.scripted.provider import FakeProvider
 from tests.conftest import ROOT, as_at_a_terminal, sample_cases, write_dataset
-from tests.fake_provider import FakeProvider
 from tests.test_run_grid import records
 
 MODELS = ("model-a", "model-b", "model-c")

@@ -1,4 +1,4 @@
-"""The README's loop over every stage of a run, against `python -m tests.fake_provider` as a server (issue 26
+"""The README's loop over every stage of a run, against `python -m lexpilot.scripted` as a server (issue 26
 item 12): it names every stage run per model and run, and every script in it finishes."""
 import re
 import runpy
@@ -13,7 +13,7 @@ from lexpilot.protocols.catalog import STAGE_SETS
 from tests.conftest import ROOT
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
-LOOP = re.search(r"python -m tests\.fake_provider --port 8765 &\n(.*?)\n```", README, re.S).group(1)
+LOOP = re.search(r"python -m lexpilot\.scripted --port 8765 &\n(.*?)\n```", README, re.S).group(1)
 
 
 def test_the_loop_names_every_stage_run_per_model_and_run():
@@ -25,7 +25,7 @@ def test_every_stage_of_the_loop_runs_against_the_scripted_server(tmp_path, monk
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "tests.fake_provider", "--port", str(port)], cwd=ROOT,
+    server = subprocess.Popen([sys.executable, "-m", "lexpilot.scripted.provider", "--port", str(port)], cwd=ROOT,
                               stdout=subprocess.PIPE, text=True)
     try:
         assert "scripted provider at" in server.stdout.readline()
@@ -56,7 +56,7 @@ def test_the_scripted_server_takes_the_grid_benchmarks_rate_limit_from_its_comma
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "tests.fake_provider", "--port", str(port), "--rate-limit", "3",
+    server = subprocess.Popen([sys.executable, "-m", "lexpilot.scripted.provider", "--port", str(port), "--rate-limit", "3",
                                "--latency", "0.01"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         assert "scripted provider at" in server.stdout.readline()

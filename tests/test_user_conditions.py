@@ -5,8 +5,8 @@ import pytest
 
 import show_results
 from lexpilot.benchmark.records import INTERACTION, LJP_INTERACTION
+from lexpilot.scripted.provider import ASK, PREDICT, between, fault_record, kind_of
 from tests.conftest import Harness, sample_cases, write_dataset
-from tests.fake_provider import ASK, PREDICT, between, fault_record, kind_of
 
 CASE = sample_cases()[1]  # its underspecified history already holds one assistant question
 UNDERSPECIFIED_TAIL = CASE["underspecified_consultation"][-1]["content"]

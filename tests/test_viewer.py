@@ -6,8 +6,8 @@ import shutil
 import pytest
 
 import show_results
+from lexpilot.scripted.provider import ASK, PREDICT
 from tests.conftest import Harness, sample_cases, write_dataset
-from tests.fake_provider import ASK, PREDICT
 
 HOSTILE = ('<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2"></textarea>'
            '<b>粗体</b>')
@@ -26,7 +26,7 @@ def hostile(kind, prompt, body):
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     """Two models on four sample cases, one replying with markup; the site written once."""
-    from tests.fake_provider import FakeProvider
+    from lexpilot.scripted.provider import FakeProvider
     tmp = tmp_path_factory.mktemp("site")
     with FakeProvider(hostile) as provider, pytest.MonkeyPatch.context() as monkeypatch:
         h = Harness(tmp, provider, monkeypatch, write_dataset(tmp / "four.json", sample_cases()[:4]))

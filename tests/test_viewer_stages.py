@@ -16,8 +16,8 @@ from lexpilot.benchmark.prompts import render_claims
 from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS
 from lexpilot.reporting.renderings import json_key
 from lexpilot.reporting.runs import USAGE_FIELDS
+from lexpilot.scripted.provider import between, default_reply
 from tests.conftest import ROOT, SAMPLE, Harness, sample_cases, write_dataset
-from tests.fake_provider import between, default_reply
 
 HOSTILE = '<img src=x onerror="window.__pwned = 3"><script>window.__pwned = 4</script>'
 
@@ -51,7 +51,7 @@ def hostile(kind, prompt, body):
 def built(tmp_path_factory):
     """Two models, every stage run per model and run on four sample cases, model-a's run re-judged by the same
     judge; the site written with --complexity."""
-    from tests.fake_provider import FakeProvider
+    from lexpilot.scripted.provider import FakeProvider
     tmp = tmp_path_factory.mktemp("stages")
     SEEN.clear(), SENT.clear(), SENT_AS_MESSAGES.clear()  # the module may be built again in a worker
     with FakeProvider(hostile) as provider, pytest.MonkeyPatch.context() as monkeypatch:

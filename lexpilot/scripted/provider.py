@@ -1,4 +1,4 @@
-"""A small OpenAI-compatible chat-completions server on 127.0.0.1 for tests and the benchmark.
+"""A small OpenAI-compatible chat-completions server on 127.0.0.1, for trying the harness, the tests and the benchmarks.
 
 It plays the three LexPilot roles from the prompt it receives (see `kind_of`), or follows a script
 given by the test. Every request body is kept, so tests can check what each role was sent.
@@ -558,7 +558,7 @@ class FakeProvider:
 
 
 def main(argv=None) -> int:
-    """`python -m tests.fake_provider --port P`: the scripted provider as a server on 127.0.0.1, to try every stage
+    """`python -m lexpilot.scripted --port P`: the scripted provider as a server on 127.0.0.1, to try every stage
     without a provider (OPENAI_BASE_URL=http://127.0.0.1:P/v1, any OPENAI_API_KEY). Ctrl-C stops it."""
     import argparse
     parser = argparse.ArgumentParser(description=main.__doc__)
@@ -573,7 +573,7 @@ def main(argv=None) -> int:
     try:
         url = provider.start()
     except OSError as e:
-        print(f"fake_provider: cannot listen on 127.0.0.1:{args.port} ({e.strerror or e})", file=sys.stderr)
+        print(f"scripted provider: cannot listen on 127.0.0.1:{args.port} ({e.strerror or e})", file=sys.stderr)
         return 2
     print(f"scripted provider at {url} (every role; any key); Ctrl-C stops it", flush=True)
     try:
