@@ -20,7 +20,7 @@ leave_quietly_on_interrupt(os.path.dirname(os.path.abspath(__file__)))  # before
 
 from lexpilot.errors import HarnessError
 from lexpilot.paths import DEFAULT_OUTPUT_ROOT
-from lexpilot.reporting.agreement import export, score
+from lexpilot.reporting.validation.agreement import export, score
 from lexpilot.settings import number
 
 

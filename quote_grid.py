@@ -19,8 +19,8 @@ leave_quietly_on_interrupt(os.path.dirname(os.path.abspath(__file__)))  # before
 from lexpilot.benchmark.dataset import load_dataset
 from lexpilot.errors import HarnessError
 from lexpilot.protocols.catalog import DEFAULT_STAGE_SET, GRID_STAGES, STAGE_SETS, stages_named
-from lexpilot.reporting.quote_tables import quote_text
-from lexpilot.reporting.renderings import RENDERINGS, TEXT_WIDTH
+from lexpilot.reporting.tables.quote_tables import quote_text
+from lexpilot.reporting.tables.renderings import RENDERINGS, TEXT_WIDTH
 from lexpilot.running.grid_file import split_limits
 from lexpilot.running.grid_quote import (
     Timing,

@@ -22,31 +22,31 @@ from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.errors import HarnessError
 from lexpilot.paths import DEFAULT_OUTPUT_ROOT
 from lexpilot.pricing import read_prices
-from lexpilot.reporting.analyses import (
+from lexpilot.reporting.scoring.groups import Group, classes_present, group_runs
+from lexpilot.reporting.scoring.results import load_runs, score_runs
+from lexpilot.reporting.scoring.runs import named_dataset
+from lexpilot.reporting.site.viewer import case_renderer, site_cases, write_site
+from lexpilot.reporting.statistics.bootstrap import MAX_RESAMPLES, Bootstrap
+from lexpilot.reporting.statistics.consistency import consistency_table, judge_noise_table
+from lexpilot.reporting.statistics.randomization import MAX_PERMUTATIONS
+from lexpilot.reporting.statistics.rankings import MIN_POWER_RESAMPLES, power_table, ranking_tables
+from lexpilot.reporting.tables.analyses import (
     UsageError,
     judge_sensitivity_tables,
     order_table,
     read_complexity,
 )
-from lexpilot.reporting.bootstrap import MAX_RESAMPLES, Bootstrap
-from lexpilot.reporting.consistency import consistency_table, judge_noise_table
-from lexpilot.reporting.figures import write_plots
-from lexpilot.reporting.formats import HEADLINE
-from lexpilot.reporting.groups import Group, classes_present, group_runs
-from lexpilot.reporting.randomization import MAX_PERMUTATIONS
-from lexpilot.reporting.rankings import MIN_POWER_RESAMPLES, power_table, ranking_tables
-from lexpilot.reporting.renderings import (
+from lexpilot.reporting.tables.figures import write_plots
+from lexpilot.reporting.tables.formats import HEADLINE
+from lexpilot.reporting.tables.paper import build_tables, comparison_table
+from lexpilot.reporting.tables.renderings import (
     RENDERINGS,
     TEXT_WIDTH,
     render_json,
     render_text,
 )
-from lexpilot.reporting.results import load_runs, score_runs
-from lexpilot.reporting.runs import named_dataset
-from lexpilot.reporting.table import TABLE_OPTIONS
-from lexpilot.reporting.tables import build_tables, comparison_table
-from lexpilot.reporting.usage import usage_tables
-from lexpilot.reporting.viewer import case_renderer, site_cases, write_site
+from lexpilot.reporting.tables.table import TABLE_OPTIONS
+from lexpilot.reporting.tables.usage import usage_tables
 from lexpilot.settings import number
 
 

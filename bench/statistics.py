@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 
 from bench.viewer import grid_parser, write_grid
-from lexpilot.reporting.bootstrap import Bootstrap
-from lexpilot.reporting.consistency import consistency_table
-from lexpilot.reporting.groups import group_runs
-from lexpilot.reporting.rankings import power_table, ranking_tables
-from lexpilot.reporting.results import load_runs
+from lexpilot.reporting.scoring.groups import group_runs
+from lexpilot.reporting.scoring.results import load_runs
+from lexpilot.reporting.statistics.bootstrap import Bootstrap
+from lexpilot.reporting.statistics.consistency import consistency_table
+from lexpilot.reporting.statistics.rankings import power_table, ranking_tables
 
 
 def main(argv=None) -> int:

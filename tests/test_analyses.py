@@ -9,8 +9,8 @@ import judge_agreement
 import show_results
 from categories import FOCAL_TYPES
 from lexpilot.benchmark.records import FOCAL_TYPE_RECORDS
-from lexpilot.reporting import agreement as agreement_kit
-from lexpilot.reporting.renderings import json_key
+from lexpilot.reporting.tables.renderings import json_key
+from lexpilot.reporting.validation import agreement as agreement_kit
 from tests.conftest import ROOT, Harness, sample_cases, write_dataset
 
 COMPLEXITY = ROOT / "data" / "LexPilot_sample_complexity.csv"
@@ -208,10 +208,10 @@ def test_figure_4s_panels_take_the_same_runs_and_its_images_show_its_tables(tmp_
     """Issue 35 item 7: (a) and (b) over the same runs, said in the title; the images draw what the tables print,
     the average bar included, (c) from the benchmark's typed cases. Model a's r1 has focal types and accepts every
     DCG question; its r2 has no focal types and accepts none: (b) is r1's accuracy, 1.0, not the two-run mean 0.5."""
-    from lexpilot.reporting.analyses import figure_4_tables
-    from lexpilot.reporting.figures import analysis_plots
-    from lexpilot.reporting.groups import group_runs
-    from lexpilot.reporting.results import load_runs
+    from lexpilot.reporting.scoring.groups import group_runs
+    from lexpilot.reporting.scoring.results import load_runs
+    from lexpilot.reporting.tables.analyses import figure_4_tables
+    from lexpilot.reporting.tables.figures import analysis_plots
     cases = sample_cases()[:3]
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "three.json", cases))
     assert h.run("DCG") == 0 and run_types(h) == 0

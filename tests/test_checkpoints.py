@@ -15,7 +15,7 @@ from lexpilot.benchmark.records import (
 )
 from lexpilot.benchmark.records import model_folder as model_dirname
 from lexpilot.errors import HarnessError
-from lexpilot.reporting.results import load_runs
+from lexpilot.reporting.scoring.results import load_runs
 from lexpilot.scripted.provider import FakeProvider
 from lexpilot.storage.checkpoints import manifest_path
 from lexpilot.storage.manifest import RunLock, settings_digest

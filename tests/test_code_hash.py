@@ -94,7 +94,7 @@ def test_a_change_to_any_file_a_stage_runs_is_named_and_none_elsewhere(project_c
             expected = [f"code: {path} changed since the run started"] if script in running else []
             assert code.code_changes(saved, script, project_copy) == expected, (path, script)
         (project_copy / path).write_bytes(original)
-    for path in (project_copy / "lexpilot" / "reporting").glob("*.py"):  # fixing a table blocks nothing
+    for path in (project_copy / "lexpilot" / "reporting").rglob("*.py"):  # fixing a table blocks nothing
         path.write_bytes(path.read_bytes() + b"\n# a fix\n")
     assert all(code.code_changes(saved, script, project_copy) == [] for script in STAGE_SCRIPTS)
 
@@ -125,7 +125,7 @@ def test_a_changed_protocol_module_stops_a_stage_run_on_a_run_started_before(tmp
     (project_copy / "lexpilot/protocols/behaviour.py").write_bytes(
         (project_copy / "lexpilot/protocols/behaviour.py").read_bytes() + b"\n# one added line\n")
     assert h.run_stage(eval_LJP_behaviour.STAGE, "--limit", "2", "--allow-code-change") == 0
-    tables = project_copy / "lexpilot/reporting/tables.py"
+    tables = project_copy / "lexpilot/reporting/tables/paper.py"
     tables.write_bytes(tables.read_bytes() + b"\n# a fix to a table\n")
     assert h.run("DCG", "--limit", "2") == 0  # reporting is not a stage's code: the run resumes
     helper = project_copy / "lexpilot/protocols/helper_for_dcg.py"  # a module reached by a relative import

@@ -5,7 +5,7 @@ import shutil
 import eval_LJP_gold
 import show_results
 from lexpilot.benchmark.records import LJP_GOLD
-from lexpilot.reporting.renderings import json_key
+from lexpilot.reporting.tables.renderings import json_key
 from lexpilot.running.stage import stage_main
 from tests.conftest import ROOT
 

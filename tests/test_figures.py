@@ -3,7 +3,7 @@ an undefined value drawn as n/a, error bars on every chart; on runs the stage sc
 import pytest
 
 import show_results
-from lexpilot.reporting import figures
+from lexpilot.reporting.tables import figures
 from tests.conftest import Harness, sample_cases, write_dataset
 
 pytest.importorskip("matplotlib")

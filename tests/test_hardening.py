@@ -15,7 +15,7 @@ import judge_agreement
 import show_results
 from lexpilot.benchmark.records import A1, INTERACTION, LJP_GOLD
 from lexpilot.files import NUMBER
-from lexpilot.reporting import agreement as agreement_kit
+from lexpilot.reporting.validation import agreement as agreement_kit
 from lexpilot.scripted.provider import FakeProvider
 from lexpilot.storage import checkpoints
 from tests.conftest import ROOT, SAMPLE, Harness, sample_cases, write_dataset

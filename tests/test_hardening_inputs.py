@@ -248,7 +248,7 @@ def test_a_huge_reply_fits_the_sheet_and_the_key_is_read_back(harness, provider,
 
     import judge_agreement
     from lexpilot.files import read_sheet
-    from lexpilot.reporting import agreement
+    from lexpilot.reporting.validation import agreement
     huge = "很长的回复。" * 50_000
     provider.script = lambda kind, prompt, body: huge if kind == "lexawn" else None
     assert harness.run("LexAwN", "--limit", "2") == 0
@@ -299,8 +299,8 @@ def test_review_leftovers_of_the_hardening(harness, provider, tmp_path, capsys):
     1e999 (infinite once read) as a complexity; --dataset a folder for show_results."""
     import show_results
     from lexpilot.files import spreadsheet_safe
-    from lexpilot.reporting.renderings import render_latex
-    from lexpilot.reporting.table import Table
+    from lexpilot.reporting.tables.renderings import render_latex
+    from lexpilot.reporting.tables.table import Table
     for model in ("gpt\u200b4", "gpt\n4"):
         assert harness.run("gold", "--limit", "1", "--model", model) == 2
         assert "invisible characters" in capsys.readouterr().err

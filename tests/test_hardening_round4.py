@@ -238,9 +238,9 @@ runpy.run_path(script, run_name="__main__")
 @pytest.mark.parametrize("script, module, said", [
     # inside the script's own `from common import stage_main`, before the stage's handling exists
     ("eval_LJP_gold.py", "lexpilot.models.calls", "[eval_LJP_gold] interrupted while starting: nothing was done"),
-    ("show_results.py", "lexpilot.reporting.analyses", "[show_results] interrupted while starting: nothing was done"),
+    ("show_results.py", "lexpilot.reporting.tables.analyses", "[show_results] interrupted while starting: nothing was done"),
     # while the report reads the runs
-    ("show_results.py", "lexpilot.reporting.results:load_runs", "[show_results] interrupted: nothing was written"),
+    ("show_results.py", "lexpilot.reporting.scoring.results:load_runs", "[show_results] interrupted: nothing was written"),
 ])
 def test_ctrl_c_at_any_moment_of_an_entry_point_is_one_line(tmp_path, script, module, said):
     """Issue 35 item 15 and the guide: "Every error a user can meet is one or two lines ... Never a traceback" —

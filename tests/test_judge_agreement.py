@@ -7,8 +7,8 @@ from sklearn.metrics import cohen_kappa_score
 
 import judge_agreement
 from lexpilot.files import key_file
-from lexpilot.reporting import agreement as agreement_kit
-from lexpilot.reporting.metrics import cohen_kappa, label_agreement
+from lexpilot.reporting.scoring.metrics import cohen_kappa, label_agreement
+from lexpilot.reporting.validation import agreement as agreement_kit
 from lexpilot.scripted.provider import FakeProvider
 from tests.conftest import SAMPLE, Harness, sample_cases, write_dataset
 
@@ -174,7 +174,7 @@ def test_the_guidelines_are_the_judges_own_criteria_in_chinese(two_models, tmp_p
 def test_kappa_intervals_come_from_whole_cases(tmp_path, capsys):
     import numpy as np
 
-    from lexpilot.reporting.metrics import kappa_from_confusion
+    from lexpilot.reporting.scoring.metrics import kappa_from_confusion
     rng = np.random.default_rng(0)
     for _ in range(20):  # the vectorised kappa of the bootstrap equals scikit-learn's, weights included
         a = list(rng.choice(["支持", "部分支持", "驳回"], size=30))

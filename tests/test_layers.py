@@ -81,16 +81,16 @@ def test_an_entry_point_never_imports_another():
 
 
 @pytest.mark.parametrize("module, line, expected", [
-    ("lexpilot/reporting/tables.py", "from lexpilot.models.calls import ModelCaller", "reporting may not import models"),
-    ("lexpilot/reporting/tables.py", "from lexpilot.protocols import rejudging", "reporting may not import protocols"),
+    ("lexpilot/reporting/tables/paper.py", "from lexpilot.models.calls import ModelCaller", "reporting may not import models"),
+    ("lexpilot/reporting/tables/paper.py", "from lexpilot.protocols import rejudging", "reporting may not import protocols"),
     ("lexpilot/storage/checkpoints.py", "import lexpilot.models.calls", "storage may not import models"),
-    ("lexpilot/protocols/dcg.py", "from lexpilot.reporting.results import load_runs",
+    ("lexpilot/protocols/dcg.py", "from lexpilot.reporting.scoring.results import load_runs",
      "protocols may not import reporting"),
     ("lexpilot/benchmark/records.py", "from common import stage_main", "an entry point (or common.py"),
     ("lexpilot/protocols/ljp.py", "    import show_results  # lazily, inside a function", "an entry point"),
-    ("lexpilot/reporting/groups.py", "from categories import CLASS_LABELS", "an entry point (or common.py, categories"),
-    ("lexpilot/reporting/tables.py", "from ..models import calls", "reporting may not import models"),
-    ("lexpilot/reporting/tables.py", "from lexpilot import protocols", "reporting may not import protocols"),
+    ("lexpilot/reporting/scoring/groups.py", "from categories import CLASS_LABELS", "an entry point (or common.py, categories"),
+    ("lexpilot/reporting/tables/paper.py", "from ...models import calls", "reporting may not import models"),
+    ("lexpilot/reporting/tables/paper.py", "from lexpilot import protocols", "reporting may not import protocols"),
     ("lexpilot/storage/code.py", "    from ..models.calls import ModelCaller", "storage may not import models"),
 ])
 def test_a_forbidden_import_is_found(tmp_path, module, line, expected):

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from lexpilot.errors import HarnessError
-from lexpilot.reporting.parallel import fork_map, workers
+from lexpilot.reporting.scoring.parallel import fork_map, workers
 
 
 def test_results_come_back_in_the_items_order_from_every_process():

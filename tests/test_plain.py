@@ -8,7 +8,7 @@ import eval_plain
 import judge_agreement
 import show_results
 from lexpilot.benchmark.records import PLAIN, PLAIN_TYPES
-from lexpilot.reporting import agreement as agreement_kit
+from lexpilot.reporting.validation import agreement as agreement_kit
 from lexpilot.scripted.provider import PLAIN_STYLES, between, request_kind
 from tests.conftest import Harness, sample_cases, write_dataset
 

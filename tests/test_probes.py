@@ -11,7 +11,7 @@ from lexpilot.benchmark.dataset import load_dataset
 from lexpilot.benchmark.records import PROBE_DCG, PROBE_REPLIES
 from lexpilot.errors import HarnessError
 from lexpilot.files import read_sheet, write_sheet
-from lexpilot.reporting import probe_study
+from lexpilot.reporting.validation import probe_study
 from lexpilot.scripted.provider import between
 from tests.conftest import ROOT, SAMPLE, Harness
 

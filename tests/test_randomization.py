@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import show_results
-from lexpilot.reporting.groups import group_runs
-from lexpilot.reporting.randomization import Randomization, permutations_needed
-from lexpilot.reporting.results import load_runs
+from lexpilot.reporting.scoring.groups import group_runs
+from lexpilot.reporting.scoring.results import load_runs
+from lexpilot.reporting.statistics.randomization import Randomization, permutations_needed
 from tests.test_rankings import KEY, group_of, plan_script, rows_of
 
 

@@ -5,17 +5,17 @@ from contextlib import nullcontext
 import numpy as np
 import pytest
 
-from lexpilot.reporting.bootstrap import Bootstrap
-from lexpilot.reporting.consistency import consistency
-from lexpilot.reporting.groups import Group
-from lexpilot.reporting.randomization import Randomization
-from lexpilot.reporting.rankings import (
+from lexpilot.reporting.scoring.groups import Group
+from lexpilot.reporting.scoring.runs import OVERALL, Run, TaskData
+from lexpilot.reporting.statistics.bootstrap import Bootstrap
+from lexpilot.reporting.statistics.consistency import consistency
+from lexpilot.reporting.statistics.randomization import Randomization
+from lexpilot.reporting.statistics.rankings import (
     detectable_difference,
     holm,
     letter_display,
     variance_components,
 )
-from lexpilot.reporting.runs import OVERALL, Run, TaskData
 
 KEY = ("DCG", "accuracy", OVERALL)
 
@@ -297,14 +297,14 @@ def test_the_same_judge_rejudged_gives_test_retest_agreement_and_the_judges_shar
     # and on the very draws the report made (seed 0, the six cases in order): w_1 / (2 · w_5) per resample
     import numpy as np
 
-    from lexpilot.reporting.bootstrap import Bootstrap
+    from lexpilot.reporting.statistics.bootstrap import Bootstrap
     from tests.conftest import sample_cases
     w = Bootstrap(1000, 0).weights(tuple(sorted(c["case_number"] for c in sample_cases()[:6])))
     drawn = w[w[:, 4] > 0]
     assert [low, high] == pytest.approx(list(100 * np.percentile(drawn[:, 0] / (2 * drawn[:, 4]), [2.5, 97.5])))
     # with six cases the quantiles are coarse (a fixed total would give the same two): on unequal per-case parts,
     # both sums are taken over each resample's cases
-    from lexpilot.reporting.consistency import case_share_interval
+    from lexpilot.reporting.statistics.consistency import case_share_interval
     cases = tuple("abcdef")
     total, judge = np.array([.5, .2, 0, .1, .3, 0]), np.array([.1, 0, .05, .2, 0, .1])
     w = Bootstrap(1000, 0).weights(cases)
@@ -665,7 +665,7 @@ def test_a_models_runs_made_with_other_code_are_ranked_apart_and_rejudged_copies
 
 
 def test_letters_go_on_past_z():
-    from lexpilot.reporting.rankings import letter
+    from lexpilot.reporting.statistics.rankings import letter
     assert [letter(i) for i in (0, 25, 26, 27, 701, 702)] == ["a", "z", "aa", "ab", "zz", "aaa"]
     models = [f"m{i}" for i in range(30)]
     every = {frozenset(p) for p in __import__("itertools").combinations(models, 2)}

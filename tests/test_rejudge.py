@@ -141,9 +141,9 @@ def test_the_interaction_rounds_row_of_the_judge_sensitivity_table(saved, capsys
 def test_a_run_rejudged_by_another_judge_is_read_whole_by_the_reports_and_the_viewer(saved, tmp_path, capsys):
     """The generations a re-judged run copied carry the source run's settings (its judge was another): the reports
     read them as the re-judged run's, and its case page shows every task, each label beside the original judge's."""
-    from lexpilot.reporting.case_sections import esc
-    from lexpilot.reporting.results import load_runs
-    from lexpilot.reporting.runs import saved_records
+    from lexpilot.reporting.scoring.results import load_runs
+    from lexpilot.reporting.scoring.runs import saved_records
+    from lexpilot.reporting.site.case_sections import esc
     assert run_rejudge(saved) == 0
     (run,) = load_runs(saved.root, None, ["r1-B"])
     assert not [p for p in run.problems if "other settings" in p], run.problems
@@ -182,7 +182,7 @@ def test_a_failed_rejudge_leaves_no_run_behind(saved, capsys, source, run_id, sa
 def test_a_rejudged_run_counts_only_its_own_calls_in_the_spending(saved):
     """The generations it copied were paid for by its source run: the re-judged run's usage is its judge's calls,
     and the grid's evaluated-model calls are the source run's, not twice theirs."""
-    from lexpilot.reporting.results import load_runs
+    from lexpilot.reporting.scoring.results import load_runs
     assert run_rejudge(saved) == 0
     runs = {r.run_id: r for r in load_runs(saved.root, None, None)}
     roles = lambda run: {role for stage in run.usage.values() for role, used in stage.items() if used["calls"]}  # noqa: E731
@@ -225,7 +225,7 @@ def test_figure_3_shows_the_model_not_its_re_judged_copy(saved, tmp_path, capsys
     assert show_results.main([*argv, "--table", "judge_sensitivity"]) == 0
     assert "(DeepSeek-R1 / judge-B)" in capsys.readouterr().out  # the copy is in the judge's table
     pytest.importorskip("matplotlib")
-    from lexpilot.reporting import figures
+    from lexpilot.reporting.tables import figures
     drawn = {}
     monkeypatch.setattr(figures, "save", lambda plt, fig, path, ax=None, legend=7: drawn.setdefault(path.name, fig))
     assert show_results.main([*argv, "--plot", str(tmp_path / "fig")]) == 0

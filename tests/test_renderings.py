@@ -13,8 +13,8 @@ import pytest
 
 import eval_LJP_behaviour
 import show_results
-from lexpilot.reporting.renderings import render_text
-from lexpilot.reporting.table import Table
+from lexpilot.reporting.tables.renderings import render_text
+from lexpilot.reporting.tables.table import Table
 from tests.conftest import ROOT, Harness, sample_cases, write_dataset
 
 
@@ -85,7 +85,7 @@ def test_an_unknown_table_name_is_one_line(dcg_root, capsys):
 
 def test_two_names_sharing_a_json_key_are_one_line_not_a_merged_number():
     from lexpilot.errors import HarnessError
-    from lexpilot.reporting.renderings import json_keyed
+    from lexpilot.reporting.tables.renderings import json_keyed
     assert json_keyed([("T4 targeted", 1), ("T4 cases", 2)]) == {"table_4_targeted": 1, "table_4_cases": 2}
     with pytest.raises(HarnessError, match="two metric names would share the key 'table_4_targeted'"):
         json_keyed([("T4 targeted", 1), ("T4_targeted", 2)])
@@ -115,8 +115,8 @@ def test_a_run_with_no_complete_task_is_one_line_and_its_spending_still_counts(t
 
 
 def test_a_text_cell_in_a_column_of_numbers_keeps_its_text_in_csv():
-    from lexpilot.reporting.renderings import render_csv
-    from lexpilot.reporting.table import Figure
+    from lexpilot.reporting.tables.renderings import render_csv
+    from lexpilot.reporting.tables.table import Figure
     table = Table("t", "T", ["Model", "QWK"], [["m", Figure("0.5", {"mean": 0.5, "n": 2})], ["Average", "0.500 (2)"]])
     rows = [line.split(",") for line in render_csv([table]).splitlines()]
     assert rows[1][2:4] == ["QWK mean", "QWK n"]
@@ -195,8 +195,8 @@ def test_every_table_of_a_report_is_declared_with_its_paper_table():
     """"Keep one declared rule ... with the paper's table named beside each identity": every identity the code
     builds is in PAPER_TABLES, with a paper table (or "the harness's") and decimals of 2 to 4, or 1 for a table of
     rates in percent (Tables 6 and 13, as the paper prints them)."""
-    from lexpilot.reporting.table import PAPER_TABLES
-    source = "".join(p.read_text(encoding="utf-8") for p in (ROOT / "lexpilot" / "reporting").glob("*.py"))
+    from lexpilot.reporting.tables.table import PAPER_TABLES
+    source = "".join(p.read_text(encoding="utf-8") for p in (ROOT / "lexpilot" / "reporting").rglob("*.py"))
     built = set(re.findall(r'Table\("([a-z0-9_]+)"', source)) | set(re.findall(r'"(table_4[a-z_]*)"', source))
     built |= {f"{kind}_{h}" for kind in ("plain_types", "plain_by_class") for h in ("underspecified", "complete")}
     built |= {"figure_4a", "figure_4b", "ljp_direct_by_class", "ljp_interaction_by_class", "ljp_gold_by_class"}
@@ -269,9 +269,9 @@ def test_csv_gives_each_part_of_a_whole_its_own_number_on_runs_the_stages_wrote(
 
 
 def test_decimals_are_declared_once():
-    """No table states its own decimals: they come from reporting/table.py (money aside, usage.py's own format)."""
+    """No table states its own decimals: they come from reporting/tables/table.py (money aside, usage.py's own format)."""
     literal = re.compile(r":[+,]?\.[1-9]f\}|\bcell\(.*?\), \d+[,)]")
-    found = [f"{path.name}:{n}: {line.strip()}" for path in sorted((ROOT / "lexpilot" / "reporting").glob("*.py"))
+    found = [f"{path.name}:{n}: {line.strip()}" for path in sorted((ROOT / "lexpilot" / "reporting").rglob("*.py"))
              if path.name != "usage.py" for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
              if literal.search(line)]
     assert not found, found
@@ -400,8 +400,8 @@ def test_a_note_table_keeps_to_the_width(tmp_path, provider, monkeypatch, capsys
 def test_a_note_of_chinese_text_keeps_to_the_width_in_terminal_cells():
     """Issue 35's review: notes were wrapped by characters, and a Chinese character takes two terminal cells, so a
     Chinese note ran past --width. Each line keeps to the width as a terminal shows it; nothing is lost."""
-    from lexpilot.reporting.renderings import display_width, render_text
-    from lexpilot.reporting.table import Table
+    from lexpilot.reporting.tables.renderings import display_width, render_text
+    from lexpilot.reporting.tables.table import Table
     note = ("the cause 机动车交通事故责任纠纷 has no typed case: 原告主张被告赔偿医疗费、误工费、护理费等各项损失，"
             "被告辩称其已垫付部分费用 (see docs/analyses.md)")
     lines = render_text([Table("notes", "Notes", ["note"], [[note]])], limit=40).splitlines()[3:]

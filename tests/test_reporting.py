@@ -7,10 +7,10 @@ import pytest
 
 import show_results
 from lexpilot.benchmark.records import model_folder as model_dirname
-from lexpilot.reporting.bootstrap import Bootstrap, paired_difference
-from lexpilot.reporting.groups import group_runs
-from lexpilot.reporting.renderings import json_key
-from lexpilot.reporting.results import load_runs
+from lexpilot.reporting.scoring.groups import group_runs
+from lexpilot.reporting.scoring.results import load_runs
+from lexpilot.reporting.statistics.bootstrap import Bootstrap, paired_difference
+from lexpilot.reporting.tables.renderings import json_key
 from tests.test_results import C, U, make_run, quadratic_weighted_kappa, saved
 
 MANY = {f"F{i:02d}": "离婚纠纷" for i in range(20)}  # twenty Family cases
@@ -217,7 +217,7 @@ def random_ljp(rng, cases, accuracy):
 def test_every_task_setup_run_and_model_is_resampled_with_one_shared_draw(tmp_path):
     """Any task, LJP setup, run or model given draws of its own fails here: every bootstrap value must be the
     metric on the one matrix of case weights the bootstrap holds for these cases."""
-    from lexpilot.reporting.scoring import TASKS
+    from lexpilot.reporting.scoring.scoring import TASKS
     rng = np.random.default_rng(7)
     for model in ("m", "n"):
         for run_id in ("r1", "r2"):
@@ -252,7 +252,7 @@ def test_identical_imperfect_setups_differ_by_exactly_zero_in_every_resample(tmp
 
 
 def test_the_interval_is_the_central_95_percent():
-    from lexpilot.reporting.bootstrap import percentile_interval
+    from lexpilot.reporting.statistics.bootstrap import percentile_interval
     values = np.arange(1000.0)
     lo, hi = percentile_interval(values)
     assert (lo, hi) == pytest.approx((24.975, 974.025))

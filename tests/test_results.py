@@ -10,16 +10,16 @@ from sklearn.metrics import accuracy_score, cohen_kappa_score, f1_score, recall_
 import show_results
 from lexpilot.benchmark.records import RECORD_KINDS, SCHEMA_VERSION
 from lexpilot.benchmark.records import model_folder as model_dirname
-from lexpilot.reporting import tables
-from lexpilot.reporting.groups import group_runs
-from lexpilot.reporting.metrics import (
+from lexpilot.reporting.scoring.groups import group_runs
+from lexpilot.reporting.scoring.metrics import (
     confusion,
     lca_counts,
     lca_from_counts,
     ljp_from_counts,
     plain,
 )
-from lexpilot.reporting.results import load_runs
+from lexpilot.reporting.scoring.results import load_runs
+from lexpilot.reporting.tables import paper as tables
 
 C, U = "complete", "underspecified"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import show_results
-from lexpilot.reporting import results
+from lexpilot.reporting.scoring import results
 from tests.conftest import Harness, sample_cases, write_dataset
 
 
@@ -64,6 +64,30 @@ def test_an_entry_not_signed_here_is_never_loaded(report):
     assert show() == (first, 1)
 
 
+def test_an_entry_written_before_the_classes_moved_is_a_miss_not_a_traceback(report):
+    """Found when reporting moved into subfolders (issue 37 item 4): an entry signed here by the older code names
+    `lexpilot.reporting.runs.Run`, which no longer exists. It is scored again from the records, as any miss is."""
+    import hmac
+    import pickle
+    import sys
+    import types
+
+    from lexpilot.reporting.scoring import score_cache
+    h, show = report
+    first, _ = show()
+    (entry,) = Path(os.environ["LEXPILOT_CACHE"]).glob("*.pickle")
+    gone = types.ModuleType("lexpilot.reporting.runs")  # a module of the older layout, there only while pickling
+    gone.Run = type("Run", (), {"__module__": "lexpilot.reporting.runs"})
+    sys.modules[gone.__name__] = gone
+    try:
+        body = pickle.dumps(("an older key", gone.Run()))
+    finally:
+        del sys.modules[gone.__name__]
+    folder = entry.parent
+    entry.write_bytes(hmac.digest(score_cache.signing_key(folder), body, "sha256") + body)
+    assert show() == (first, 1)
+
+
 def test_the_cache_can_be_turned_off_and_the_viewer_reads_the_records(report, monkeypatch, tmp_path):
     h, show = report
     monkeypatch.setenv("LEXPILOT_CACHE", "off")
@@ -78,7 +102,7 @@ def test_the_cache_can_be_turned_off_and_the_viewer_reads_the_records(report, mo
 def test_entries_unused_for_30_days_are_removed_and_a_read_keeps_one(report):
     """Review of issue 36: the cache grew without limit (a benchmark's temporary roots leave one entry per run). An
     entry neither read nor written for 30 days is removed when a report stores a score; a read keeps it in use."""
-    from lexpilot.reporting import score_cache
+    from lexpilot.reporting.scoring import score_cache
     _, show = report
     folder = Path(os.environ["LEXPILOT_CACHE"])
     show()

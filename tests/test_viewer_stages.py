@@ -14,8 +14,8 @@ from categories import CAUSES, FOCAL_TYPES
 from lexpilot.benchmark.dataset import load_dataset
 from lexpilot.benchmark.prompts import render_claims
 from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS
-from lexpilot.reporting.renderings import json_key
-from lexpilot.reporting.runs import USAGE_FIELDS
+from lexpilot.reporting.scoring.runs import USAGE_FIELDS
+from lexpilot.reporting.tables.renderings import json_key
 from lexpilot.scripted.provider import between, default_reply
 from tests.conftest import ROOT, SAMPLE, Harness, sample_cases, write_dataset
 
@@ -179,9 +179,9 @@ def test_the_case_list_is_usable_at_800_pixels_and_labels_outcomes_in_words(buil
     tags = page.locator("#rows tr:first-child td").nth(4).locator("span.tag:not(.bad)").all_inner_texts()
     wrong = page.locator("#rows tr:first-child td").nth(4).locator("span.tag.bad").all_inner_texts()
     assert wrong == [] or wrong[0].startswith("wrong: ")  # the tasks it gets wrong, seen at 800 px
-    from lexpilot.reporting.analyses import AUDIT_TAGS, ORDER_TAGS
-    from lexpilot.reporting.formats import PLAIN_TYPE_NAMES, plain_tag
-    from lexpilot.reporting.scoring import STOP_TAGS
+    from lexpilot.reporting.scoring.scoring import STOP_TAGS
+    from lexpilot.reporting.tables.analyses import AUDIT_TAGS, ORDER_TAGS
+    from lexpilot.reporting.tables.formats import PLAIN_TYPE_NAMES, plain_tag
     plain = {plain_tag(h, n) for h in ("underspecified", "complete") for n in PLAIN_TYPE_NAMES.values()}
     assert tags and set(tags) <= {"over-asking", "DCG miss", "wrong verdict", "unresolved or failed",
                                   "claim order changed", *STOP_TAGS.values(), *ORDER_TAGS.values(), *plain,
@@ -295,9 +295,9 @@ def test_each_reply_shows_the_exact_prompt_the_provider_received(built, page):
 
 def test_the_site_written_by_two_processes_is_the_site_written_by_one(built, tmp_path):
     """The case pages are written on every core (bench/viewer.py): byte for byte the pages of one process."""
-    from lexpilot.reporting.groups import group_runs
-    from lexpilot.reporting.results import load_runs, score_runs
-    from lexpilot.reporting.viewer import case_renderer, site_cases, write_site
+    from lexpilot.reporting.scoring.groups import group_runs
+    from lexpilot.reporting.scoring.results import load_runs, score_runs
+    from lexpilot.reporting.site.viewer import case_renderer, site_cases, write_site
     root, _ = built
     sites = {n: tmp_path / f"site{n}" for n in (1, 2)}
     for n, folder in sites.items():  # the runs scored and rendered, and the pages written, by n processes
@@ -311,7 +311,7 @@ def test_the_site_written_by_two_processes_is_the_site_written_by_one(built, tmp
 
 def test_a_prompt_file_changed_since_the_run_is_said(built):
     """The exact call says when prompts/ differs from the file the run recorded (the text is then today's file)."""
-    from lexpilot.reporting.calls_view import run_settings
+    from lexpilot.reporting.site.calls_view import run_settings
     root, _ = built
     manifest = json.loads(next(root.glob("runs/r1/model-a-*/manifest.json")).read_text(encoding="utf-8"))
     assert run_settings(manifest)["changed"] == []
@@ -414,8 +414,8 @@ def test_the_case_list_leaves_out_an_older_records_injected_disruption_as_the_me
     import types
 
     from lexpilot.benchmark.records import AUDIT
-    from lexpilot.reporting.case_list import outcomes
-    from lexpilot.reporting.transcripts import RunRecords
+    from lexpilot.reporting.site.case_list import outcomes
+    from lexpilot.reporting.site.transcripts import RunRecords
     disruption = {"source": "interaction round 2 (user_delayed)", "over_disclosed": ["x"], "error": True,
                   "answered": True}
     records = {k: {} for k in ("LCA", "DCG", "interaction", "LJP_direct", "LJP_gold", "LJP_interaction")}
@@ -495,7 +495,7 @@ def test_a_claim_order_row_selects_its_run_and_setup(built, page):
 def test_a_table_6_cell_opens_the_cases_answered_with_its_type(built, page, title):
     """Issue 35 item 12: "Table 6 cells filter by their type; today they sort alphabetically" (and the table
     crossing them with LexAwN's labels, whose shares are over the cases of each type)."""
-    from lexpilot.reporting.formats import PLAIN_TYPE_NAMES
+    from lexpilot.reporting.tables.formats import PLAIN_TYPE_NAMES
     root, site = built
     typed = records(root, "eval_results", "plain_types_underspecified.jsonl")
     page.goto((site / "index.html").as_uri())
@@ -515,7 +515,7 @@ def test_a_table_6_cell_opens_the_cases_answered_with_its_type(built, page, titl
 
 def test_an_audit_row_lists_the_cases_whose_replies_it_audited(built, page):
     """Issue 35 item 12: "The audit's "interaction" row lists only the cases with audited replies"."""
-    from lexpilot.reporting.metrics import protocol_turn
+    from lexpilot.reporting.scoring.metrics import protocol_turn
     root, site = built
     page.goto((site / "index.html").as_uri())
     rows = page.locator("h3:has-text('Simulator audit: User Model replies') + table tr").all()[1:]
@@ -549,7 +549,7 @@ def test_a_case_is_wrong_on_the_audit_only_when_a_reply_of_it_was_flagged(built)
     """Review of issue 35: "DCG clean; interaction clean" is a clean audit, not "wrong: audit flagged"; a case is
     wrong on the audit when one of its audited replies (either source, the protocol's own turns left out) was
     flagged for over-disclosure, an error or a non-answer."""
-    from lexpilot.reporting.metrics import protocol_turn
+    from lexpilot.reporting.scoring.metrics import protocol_turn
     root, site = built
     html = (site / "cases.html").read_text(encoding="utf-8")
     rows = json.loads(html.split('<script type="application/json" id="data">')[1].split("</script>")[0])

@@ -220,7 +220,7 @@ MODES = ("sync", "batch")
 
 def money_cells(sums: dict) -> list:
     """Low, high and expected, synchronous then batch, as numbers ("n/a": a model without a price; "none": no saved
-    run); the report draws them (reporting/quote_tables.py)."""
+    run); the report draws them (reporting/tables/quote_tables.py)."""
     cells = []
     for mode in MODES:
         low, high, expected = sums.get(mode, (None, None, None))

@@ -7,10 +7,10 @@ from collections import Counter
 
 from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.pricing import cost
-from lexpilot.reporting.formats import number_cell
-from lexpilot.reporting.groups import Group
-from lexpilot.reporting.runs import Run
-from lexpilot.reporting.table import PERCENT, Figure, Table
+from lexpilot.reporting.scoring.groups import Group
+from lexpilot.reporting.scoring.runs import Run
+from lexpilot.reporting.tables.formats import number_cell
+from lexpilot.reporting.tables.table import PERCENT, Figure, Table
 from lexpilot.text import counted
 
 

@@ -13,12 +13,12 @@ from statistics import NormalDist
 
 import numpy as np
 
-from lexpilot.reporting.bootstrap import Bootstrap, paired_difference
-from lexpilot.reporting.formats import HEADLINE, interval_cell, number_cell
-from lexpilot.reporting.groups import NOT_COMPARED, Group, differing_settings, same_code
-from lexpilot.reporting.randomization import Randomization, check_permutations
-from lexpilot.reporting.runs import OVERALL
-from lexpilot.reporting.table import METRIC, Figure, Table
+from lexpilot.reporting.scoring.groups import NOT_COMPARED, Group, differing_settings, same_code
+from lexpilot.reporting.scoring.runs import OVERALL
+from lexpilot.reporting.statistics.bootstrap import Bootstrap, paired_difference
+from lexpilot.reporting.statistics.randomization import Randomization, check_permutations
+from lexpilot.reporting.tables.formats import HEADLINE, interval_cell, number_cell
+from lexpilot.reporting.tables.table import METRIC, Figure, Table
 from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS, compared_setting
 
 # what must be equal for two groups to be compared: every compared setting but the evaluated model's own identity

@@ -13,8 +13,8 @@ from lexpilot.benchmark.probe_file import CONDITION_NAMES, CONDITIONS, Probe, nu
 from lexpilot.benchmark.prompts import key_detail_lines, render_history
 from lexpilot.benchmark.vocabulary import NO, YES
 from lexpilot.files import fits_a_cell
-from lexpilot.reporting.formats import number_cell
-from lexpilot.reporting.table import PERCENT, Table
+from lexpilot.reporting.tables.formats import number_cell
+from lexpilot.reporting.tables.table import PERCENT, Table
 
 EXPERT = ("answer", "over_disclosure", "error")  # the three criteria, each 是/否
 # One sheet per expert, so that the two reviews stay independent; every item looks alike whatever its condition

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lexpilot.errors import HarnessError
-from lexpilot.reporting.groups import Group
-from lexpilot.reporting.parallel import thread_map, workers
-from lexpilot.reporting.runs import OVERALL
-from lexpilot.reporting.scoring import TASKS
+from lexpilot.reporting.scoring.groups import Group
+from lexpilot.reporting.scoring.parallel import thread_map, workers
+from lexpilot.reporting.scoring.runs import OVERALL
+from lexpilot.reporting.scoring.scoring import TASKS
 from lexpilot.text import counted
 
 MAX_PERMUTATIONS = 100_000  # beyond, a report takes minutes; a larger --alpha or fewer pairs is the way out

@@ -9,7 +9,7 @@ from typing import Callable
 import numpy as np
 
 from lexpilot.benchmark.records import LJP_SETUPS
-from lexpilot.reporting.table import METRIC, PERCENT, Figure
+from lexpilot.reporting.tables.table import METRIC, PERCENT, Figure
 
 USER_CONDITION_NAMES = (("standard", "Standard"), ("delayed", "Delayed Disclosure"), ("self-correction", "Self-Correction"))
 

@@ -27,7 +27,7 @@ from lexpilot.benchmark.records import (
     RecordKind,
 )
 from lexpilot.benchmark.vocabulary import ASKS, BEHAVIOURS, HISTORY_TYPES
-from lexpilot.reporting.metrics import (
+from lexpilot.reporting.scoring.metrics import (
     PLAIN_TYPE_ORDER,
     audit_counts,
     audit_from_counts,
@@ -40,7 +40,7 @@ from lexpilot.reporting.metrics import (
     plain_counts,
     plain_from_counts,
 )
-from lexpilot.reporting.runs import (
+from lexpilot.reporting.scoring.runs import (
     OVERALL,
     USAGE_FIELDS,
     Run,

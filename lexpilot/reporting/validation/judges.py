@@ -10,7 +10,7 @@ from lexpilot.benchmark.records import (
     LCA,
     LJP_SETUPS,
 )
-from lexpilot.reporting.metrics import label_agreement
+from lexpilot.reporting.scoring.metrics import label_agreement
 
 REJUDGED_KINDS = (LCA, DCG, INTERACTION, INTERACTION_LABELS, *(s.verdicts for s in LJP_SETUPS))
 

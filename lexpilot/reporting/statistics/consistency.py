@@ -11,13 +11,13 @@ import math
 import numpy as np
 
 from lexpilot.benchmark.records import LJP_SETUPS
-from lexpilot.reporting.bootstrap import Bootstrap, percentile_interval
-from lexpilot.reporting.formats import number_cell
-from lexpilot.reporting.groups import Group
-from lexpilot.reporting.judges import source_of
-from lexpilot.reporting.runs import OVERALL, Run
-from lexpilot.reporting.scoring import TASKS, item_outcomes
-from lexpilot.reporting.table import PERCENT, VARIANCE, Figure, Table
+from lexpilot.reporting.scoring.groups import Group
+from lexpilot.reporting.scoring.runs import OVERALL, Run
+from lexpilot.reporting.scoring.scoring import TASKS, item_outcomes
+from lexpilot.reporting.statistics.bootstrap import Bootstrap, percentile_interval
+from lexpilot.reporting.tables.formats import number_cell
+from lexpilot.reporting.tables.table import PERCENT, VARIANCE, Figure, Table
+from lexpilot.reporting.validation.judges import source_of
 from lexpilot.storage.manifest import compared_setting
 
 

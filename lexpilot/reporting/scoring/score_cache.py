@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 from lexpilot.benchmark.records import RECORD_KINDS
-from lexpilot.reporting.runs import Run
+from lexpilot.reporting.scoring.runs import Run
 
-PACKAGE = Path(__file__).resolve().parents[1]  # lexpilot/: scoring is a function of its code too
+PACKAGE = Path(__file__).resolve().parents[2]  # lexpilot/: scoring is a function of its code too
 UNUSED_FOR = 30 * 24 * 3600  # seconds: an entry neither read nor written for this long is removed
 
 
@@ -91,8 +91,8 @@ def cached_score(run: Run, root: Path, key: str) -> Run | None:
         if not hmac.compare_digest(signature, hmac.digest(signing_key(folder), body, "sha256")):
             return None
         stored_key, scored = pickle.loads(body)
-    except (OSError, ValueError, pickle.UnpicklingError, EOFError, TypeError):
-        return None
+    except (OSError, ValueError, pickle.UnpicklingError, EOFError, TypeError, ImportError, AttributeError):
+        return None  # ImportError, AttributeError: written by code whose classes have moved since (a miss too)
     if stored_key != key:
         return None
     try:

@@ -20,9 +20,9 @@ from lexpilot.benchmark.records import (
     PROBE_REPLIES,
 )
 from lexpilot.benchmark.vocabulary import ASKS, PREDICTS
-from lexpilot.reporting.calls_view import MESSAGES, call_button, raw_slot
-from lexpilot.reporting.formats import PLAIN_TYPE_NAMES
-from lexpilot.reporting.metrics import correction, injected
+from lexpilot.reporting.scoring.metrics import correction, injected
+from lexpilot.reporting.site.calls_view import MESSAGES, call_button, raw_slot
+from lexpilot.reporting.tables.formats import PLAIN_TYPE_NAMES
 
 KINDS = (*PLAIN.values(), *PLAIN_TYPES.values(), *BEHAVIOUR_DIALOGUE.values(), *BEHAVIOUR_PREDICTION.values(),
          *LJP_BEHAVIOUR.values(),

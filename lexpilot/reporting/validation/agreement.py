@@ -39,13 +39,13 @@ from lexpilot.benchmark.vocabulary import (
 )
 from lexpilot.errors import HarnessError, first_of
 from lexpilot.files import fits_a_cell, key_file, read_sheet, write_sheet
-from lexpilot.reporting.bootstrap import percentile_interval
-from lexpilot.reporting.formats import interval_cell, kappa_cell, number_cell
-from lexpilot.reporting.metrics import kappa_from_confusion, label_agreement
-from lexpilot.reporting.renderings import render_text
-from lexpilot.reporting.results import load_runs
-from lexpilot.reporting.runs import named_dataset, read_task
-from lexpilot.reporting.table import PERCENT, Table
+from lexpilot.reporting.scoring.metrics import kappa_from_confusion, label_agreement
+from lexpilot.reporting.scoring.results import load_runs
+from lexpilot.reporting.scoring.runs import named_dataset, read_task
+from lexpilot.reporting.statistics.bootstrap import percentile_interval
+from lexpilot.reporting.tables.formats import interval_cell, kappa_cell, number_cell
+from lexpilot.reporting.tables.renderings import render_text
+from lexpilot.reporting.tables.table import PERCENT, Table
 
 # TYPE: the response type of a plain consultation (Table 6); FOCAL: the judge's type of a focal point (Table 18)
 ANNOTATED_TASKS = ("LCA", "DCG", "LJP", "TYPE", "FOCAL")

@@ -18,33 +18,33 @@ from urllib.parse import urlencode
 from lexpilot.benchmark.categories import FOCAL_TYPES, cause_class
 from lexpilot.benchmark.dataset import Case, load_dataset
 from lexpilot.errors import HarnessError
-from lexpilot.reporting.calls_view import (
+from lexpilot.reporting.scoring.groups import Group
+from lexpilot.reporting.scoring.parallel import fork_map, workers
+from lexpilot.reporting.scoring.results import Render
+from lexpilot.reporting.scoring.runs import Run, named_dataset
+from lexpilot.reporting.site.calls_view import (
     CALL_SCRIPT,
     call_data,
     run_info,
     run_settings,
 )
-from lexpilot.reporting.case_list import WRONG_FIRST, case_list, outcomes
-from lexpilot.reporting.case_sections import (
+from lexpilot.reporting.site.case_list import WRONG_FIRST, case_list, outcomes
+from lexpilot.reporting.site.case_sections import (
     esc,
 )
-from lexpilot.reporting.comparisons import (
+from lexpilot.reporting.site.comparisons import (
     OUTCOME_TASKS,
     compare_page,
     disagreements,
 )
-from lexpilot.reporting.groups import Group
-from lexpilot.reporting.judges import source_of
-from lexpilot.reporting.parallel import fork_map, workers
-from lexpilot.reporting.results import Render
-from lexpilot.reporting.runs import Run, named_dataset
-from lexpilot.reporting.table import Table
-from lexpilot.reporting.transcripts import (
+from lexpilot.reporting.site.transcripts import (
     PARTS,
     RunRecords,
     dialogue_html,
     transcript,
 )
+from lexpilot.reporting.tables.table import Table
+from lexpilot.reporting.validation.judges import source_of
 
 
 def script_json(data) -> str:

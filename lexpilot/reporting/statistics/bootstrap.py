@@ -6,12 +6,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lexpilot.reporting.groups import Group
-from lexpilot.reporting.metrics import (
+from lexpilot.reporting.scoring.groups import Group
+from lexpilot.reporting.scoring.metrics import (
     ratio,
 )
-from lexpilot.reporting.runs import OVERALL
-from lexpilot.reporting.scoring import TASKS
+from lexpilot.reporting.scoring.runs import OVERALL
+from lexpilot.reporting.scoring.scoring import TASKS
 
 MAX_RESAMPLES = 100_000  # --resamples: more adds nothing a paper reports, and costs minutes of CPU per table
 

@@ -23,12 +23,13 @@ from lexpilot.benchmark.records import (
     LJP_INTERACTION,
     LJP_SETUPS,
 )
-from lexpilot.reporting.calls_view import (
+from lexpilot.reporting.scoring.runs import Run
+from lexpilot.reporting.site.calls_view import (
     call_button,
     raw_slot,
 )
-from lexpilot.reporting.case_sections import KINDS as LATER_KINDS
-from lexpilot.reporting.case_sections import (
+from lexpilot.reporting.site.case_sections import KINDS as LATER_KINDS
+from lexpilot.reporting.site.case_sections import (
     audit_call,
     audit_note,
     esc,
@@ -37,7 +38,6 @@ from lexpilot.reporting.case_sections import (
     msg,
     rejudged,
 )
-from lexpilot.reporting.runs import Run
 
 HIGHLIGHT_RUN = 6
 SETUPS = sorted(LJP_SETUPS, key=lambda s: s.name == "interaction")  # a case page shows Interaction-Based last

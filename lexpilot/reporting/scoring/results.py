@@ -15,11 +15,11 @@ from lexpilot.benchmark.records import (
     model_folder,
 )
 from lexpilot.errors import HarnessError
-from lexpilot.reporting.judges import source_of
-from lexpilot.reporting.parallel import fork_map, workers
-from lexpilot.reporting.runs import Run
-from lexpilot.reporting.score_cache import cached_score, run_key, store_score
-from lexpilot.reporting.scoring import score_run
+from lexpilot.reporting.scoring.parallel import fork_map, workers
+from lexpilot.reporting.scoring.runs import Run
+from lexpilot.reporting.scoring.score_cache import cached_score, run_key, store_score
+from lexpilot.reporting.scoring.scoring import score_run
+from lexpilot.reporting.validation.judges import source_of
 from lexpilot.storage.manifest import (
     read_manifest,
 )

@@ -13,7 +13,16 @@ from lexpilot.benchmark.records import (
     SETUP,
 )
 from lexpilot.benchmark.vocabulary import ASKS, PREDICTS
-from lexpilot.reporting.analyses import (
+from lexpilot.reporting.scoring.metrics import audit_counts, protocol_turn
+from lexpilot.reporting.scoring.scoring import STOP_TAGS, stop_category
+from lexpilot.reporting.site.case_sections import (
+    esc,
+)
+from lexpilot.reporting.site.comparisons import (
+    TASK_NAMES,
+)
+from lexpilot.reporting.site.transcripts import SETUPS, RunRecords
+from lexpilot.reporting.tables.analyses import (
     AUDIT_FLAG_TAGS,
     AUDIT_FLAGS,
     AUDIT_TAGS,
@@ -21,16 +30,7 @@ from lexpilot.reporting.analyses import (
     ORDER_TAGS,
     TYPED,
 )
-from lexpilot.reporting.case_sections import (
-    esc,
-)
-from lexpilot.reporting.comparisons import (
-    TASK_NAMES,
-)
-from lexpilot.reporting.formats import PLAIN_TYPE_NAMES, plain_tag
-from lexpilot.reporting.metrics import audit_counts, protocol_turn
-from lexpilot.reporting.scoring import STOP_TAGS, stop_category
-from lexpilot.reporting.transcripts import SETUPS, RunRecords
+from lexpilot.reporting.tables.formats import PLAIN_TYPE_NAMES, plain_tag
 
 
 def outcomes(rr: RunRecords, number: str) -> dict:

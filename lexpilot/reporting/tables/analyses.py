@@ -12,8 +12,11 @@ from pathlib import Path
 from lexpilot.benchmark.categories import CAUSES, FOCAL_TYPES, cause_class
 from lexpilot.benchmark.records import LJP_ORDER, LJP_SETUPS, SETUP
 from lexpilot.files import check_input
-from lexpilot.reporting.bootstrap import Bootstrap, paired_difference
-from lexpilot.reporting.formats import (
+from lexpilot.reporting.scoring.groups import Group, classes_present
+from lexpilot.reporting.scoring.runs import OVERALL, saved_records
+from lexpilot.reporting.scoring.scoring import AUDITED
+from lexpilot.reporting.statistics.bootstrap import Bootstrap, paired_difference
+from lexpilot.reporting.tables.formats import (
     HEADLINE,
     PLAIN_TYPE_NAMES,
     average_cell,
@@ -25,16 +28,13 @@ from lexpilot.reporting.formats import (
     percent_cell,
     plain_tag,
 )
-from lexpilot.reporting.groups import Group, classes_present
-from lexpilot.reporting.judges import (
+from lexpilot.reporting.tables.table import AVERAGE, METRIC, PERCENT, Figure, Table
+from lexpilot.reporting.validation.judges import (
     REJUDGED_KINDS,
     judges_agreement,
     order_agreement,
     source_of,
 )
-from lexpilot.reporting.runs import OVERALL, saved_records
-from lexpilot.reporting.scoring import AUDITED
-from lexpilot.reporting.table import AVERAGE, METRIC, PERCENT, Figure, Table
 from lexpilot.text import counted
 
 JUDGED_TASKS = ("LCA", "DCG", "LJP", "interaction rounds")  # what a re-judged run's judge decides again

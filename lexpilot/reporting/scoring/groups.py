@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lexpilot.benchmark.categories import CLASS_LABELS
-from lexpilot.reporting.runs import Run
+from lexpilot.reporting.scoring.runs import Run
 from lexpilot.storage.manifest import (
     COMPARED_MANIFEST_FIELDS,
     compared_setting,

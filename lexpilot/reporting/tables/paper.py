@@ -10,15 +10,18 @@ import numpy as np
 
 from lexpilot.benchmark.prompts import CONDITION_PROMPTS, PROMPT_FILES
 from lexpilot.benchmark.records import LJP_SETUPS, SETUP
-from lexpilot.reporting.analyses import (
+from lexpilot.reporting.scoring.groups import NOT_COMPARED, Group, classes_present
+from lexpilot.reporting.scoring.runs import OVERALL
+from lexpilot.reporting.scoring.scoring import STOP_CATEGORIES, STOP_TAGS, TASKS
+from lexpilot.reporting.statistics.bootstrap import Bootstrap, paired_difference
+from lexpilot.reporting.tables.analyses import (
     audit_tables,
     figure_3_tables,
     figure_4_tables,
     plain_tables,
     table_4,
 )
-from lexpilot.reporting.bootstrap import Bootstrap, paired_difference
-from lexpilot.reporting.formats import (
+from lexpilot.reporting.tables.formats import (
     HEADLINE,
     USER_CONDITION_NAMES,
     cell,
@@ -26,10 +29,7 @@ from lexpilot.reporting.formats import (
     number_cell,
     parts_cell,
 )
-from lexpilot.reporting.groups import NOT_COMPARED, Group, classes_present
-from lexpilot.reporting.runs import OVERALL
-from lexpilot.reporting.scoring import STOP_CATEGORIES, STOP_TAGS, TASKS
-from lexpilot.reporting.table import AVERAGE, METRIC, RELATIVE, Figure, Table
+from lexpilot.reporting.tables.table import AVERAGE, METRIC, RELATIVE, Figure, Table
 from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS, compared_setting
 from lexpilot.text import counted
 

@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 
 from lexpilot.benchmark.records import LJP_SETUPS
-from lexpilot.reporting.analyses import figure_3_groups
-from lexpilot.reporting.bootstrap import Bootstrap
-from lexpilot.reporting.groups import Group, classes_present
-from lexpilot.reporting.runs import OVERALL
-from lexpilot.reporting.scoring import METRIC_NAMES, TASK_NAMES
-from lexpilot.reporting.table import Table
-from lexpilot.reporting.tables import CLASS_TABLES
+from lexpilot.reporting.scoring.groups import Group, classes_present
+from lexpilot.reporting.scoring.runs import OVERALL
+from lexpilot.reporting.scoring.scoring import METRIC_NAMES, TASK_NAMES
+from lexpilot.reporting.statistics.bootstrap import Bootstrap
+from lexpilot.reporting.tables.analyses import figure_3_groups
+from lexpilot.reporting.tables.paper import CLASS_TABLES
+from lexpilot.reporting.tables.table import Table
 
 
 def write_plots(groups: list[Group], folder: Path, boot: Bootstrap | None,

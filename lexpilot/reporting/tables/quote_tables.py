@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from lexpilot.reporting.table import Figure, Table
+from lexpilot.reporting.tables.table import Figure, Table
 
 MAX_MONEY_DECIMALS = 6
 
@@ -40,7 +40,7 @@ def drawn_quote(tables: list[tuple]) -> list[Table]:
 def quote_text(quoted: list[tuple], notes: list[str], fmt: str, width: int) -> str:
     """The quote as quote_grid.py and run_grid.py --dry-run print it: its tables, then its notes (the text wraps
     each note), in one of the report's formats."""
-    from lexpilot.reporting.renderings import RENDERINGS, render_text
+    from lexpilot.reporting.tables.renderings import RENDERINGS, render_text
     tables = drawn_quote([*quoted, ("grid_quote_notes", "Time, and what the quote leaves out", ["Note"],
                                     [[note] for note in notes])])
     return render_text(tables, width or 10**9) if fmt == "text" else RENDERINGS[fmt](tables)

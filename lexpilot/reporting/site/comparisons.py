@@ -12,7 +12,7 @@ from lexpilot.benchmark.records import (
     LCA,
     LJP_SETUPS,
 )
-from lexpilot.reporting.analyses import JUDGED_TASKS
+from lexpilot.reporting.tables.analyses import JUDGED_TASKS
 
 # the tasks with a wrong outcome: their names, as the case list and this page show them
 TASK_NAMES = {"LCA": "LCA", "DCG": "DCG", **{s.name: s.short for s in LJP_SETUPS},
