@@ -19,7 +19,7 @@ from lexpilot.errors import OneLineParser, leave_quietly_on_interrupt, run_tool
 leave_quietly_on_interrupt(os.path.dirname(os.path.abspath(__file__)))  # before the imports that take time
 
 from lexpilot.errors import HarnessError
-from lexpilot.paths import DEFAULT_OUTPUT_ROOT
+from lexpilot.reporting.scoring.results import add_run_options
 from lexpilot.reporting.validation.agreement import export, score
 from lexpilot.settings import number
 
@@ -28,11 +28,7 @@ def main(argv=None) -> int:
     parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     e = commands.add_parser("export", help="write the annotation sample")
-    e.add_argument("--output-root", type=Path, default=DEFAULT_OUTPUT_ROOT, help="where the runs are (default: next to the scripts)")
-    e.add_argument("--dataset", type=Path, help="the runs' dataset (default: the one each run's manifest names, "
-                   "as show_results.py reads it)")
-    e.add_argument("--model", action="extend", nargs="+", help="only these evaluated model ids")
-    e.add_argument("--run-id", action="extend", nargs="+", help="only these run ids")
+    add_run_options(e)
     e.add_argument("--per-task", type=int, default=100, help="items per task (default 100)")
     e.add_argument("--seed", type=number(int, 0, 10 ** 9), default=0, help="sampling seed, 0 or more (default 0)")
     e.add_argument("--out", type=Path, default=Path("judge_agreement.csv"), help="default: %(default)s")

@@ -33,8 +33,8 @@ from lexpilot.benchmark.records import (
 )
 from lexpilot.errors import HarnessError, first_of
 from lexpilot.files import key_file, read_sheet, write_sheet
-from lexpilot.paths import DEFAULT_OUTPUT_ROOT
 from lexpilot.protocols.probes import PROBE_STAGE as STAGE
+from lexpilot.reporting.scoring.results import add_run_options
 from lexpilot.reporting.tables.renderings import render_text
 from lexpilot.reporting.validation import probe_study
 from lexpilot.settings import number
@@ -113,12 +113,8 @@ def main(argv=None) -> int:
     t.add_argument("--out", type=Path, default=Path("probes.csv"))
     commands.add_parser("generate", help="the replies and DCG labels (stage options; see generate --help)")
     e = commands.add_parser("export", help="the blind annotation sheet")
-    e.add_argument("--run-id", required=True)
-    e.add_argument("--model", default=os.environ.get("LEXPILOT_MODEL"), required="LEXPILOT_MODEL" not in os.environ,
-                   help="the run's evaluated model id (it names the run's folder; else $LEXPILOT_MODEL, as generate)")
+    add_run_options(e, one_run=True)
     e.add_argument("--probes", type=Path, required=True)
-    e.add_argument("--dataset", type=Path, help="default: the dataset the run's manifest names (as show_results.py)")
-    e.add_argument("--output-root", type=Path, default=DEFAULT_OUTPUT_ROOT)
     e.add_argument("--seed", type=number(int, 0, 10 ** 9), default=0)
     e.add_argument("--out", type=Path, default=Path("probe_annotation.csv"))
     s = commands.add_parser("score", help="Table 13 from the two experts' filled sheets")

@@ -182,3 +182,15 @@ def test_the_tree_passes_the_linter():
     done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-3000:]
+
+
+def test_the_report_scripts_declare_their_run_options_once_and_show_results_is_short():
+    """Issue 37 item 4: "show_results.py ... becomes a short entry point, like the stage scripts; the report's
+    assembly lives in the package. The report scripts' shared flags (--output-root, --dataset, --model, --run-id,
+    hand-declared in three scripts) get one declaration" (reporting/scoring/results.py's add_run_options)."""
+    scripts = ("show_results.py", "judge_agreement.py", "user_probes.py")
+    declared = [f"{s}: {flag}" for s in scripts for flag in ("--output-root", "--dataset", "--model", "--run-id")
+                if f'add_argument("{flag}"' in (ROOT / s).read_text(encoding="utf-8")
+                and not (s == "user_probes.py" and flag == "--dataset")]  # its template's own dataset to sample
+    assert declared == [] and all("add_run_options(" in (ROOT / s).read_text(encoding="utf-8") for s in scripts)
+    assert len((ROOT / "show_results.py").read_text(encoding="utf-8").splitlines()) <= 100

@@ -1,5 +1,6 @@
 """The runs under an output root, read and scored: each manifest checked, each run's records checked against
-the dataset it names (or the one given), every run scored once.
+the dataset it names (or the one given), every run scored once; and the options that choose them, declared once for
+every report script.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from lexpilot.benchmark.records import (
     model_folder,
 )
 from lexpilot.errors import HarnessError
+from lexpilot.paths import DEFAULT_OUTPUT_ROOT
 from lexpilot.reporting.scoring.parallel import fork_map, workers
 from lexpilot.reporting.scoring.runs import Run
 from lexpilot.reporting.scoring.score_cache import cached_score, run_key, store_score
@@ -23,6 +25,27 @@ from lexpilot.reporting.validation.judges import source_of
 from lexpilot.storage.manifest import (
     read_manifest,
 )
+
+
+def add_run_options(parser, one_run: bool = False) -> None:
+    """--output-root and --dataset, and the runs to read: any number of models and run ids (show_results.py,
+    judge_agreement.py export), or with `one_run` the one run of one model a kit evaluates (user_probes.py
+    evaluate: --run-id required, --model defaulting to LEXPILOT_MODEL, as a stage takes them)."""
+    import os
+    parser.add_argument("--output-root", type=Path, default=DEFAULT_OUTPUT_ROOT,
+                        help="where the runs are (default: next to the scripts)")
+    parser.add_argument("--dataset", type=Path, help="check every record against this dataset (default: the "
+                        "dataset each run's manifest names, when it is still there and unchanged)")
+    if one_run:
+        parser.add_argument("--run-id", required=True)
+        parser.add_argument("--model", default=os.environ.get("LEXPILOT_MODEL"),
+                            required="LEXPILOT_MODEL" not in os.environ,
+                            help="the run's evaluated model id (it names the run's folder; else $LEXPILOT_MODEL)")
+        return
+    parser.add_argument("--model", action="extend", nargs="+",
+                        help="only these evaluated model ids (--model A B, or repeated)")
+    parser.add_argument("--run-id", action="extend", nargs="+",
+                        help="only these run ids (--run-id run1 run2, or repeated)")
 
 
 def load_runs(root: Path, models: list[str] | None, run_ids: list[str] | None, score: bool = True,

@@ -1,0 +1,278 @@
+"""A report of saved runs, assembled: the runs read, checked and scored, grouped, every table built once (the paper's,
+the judges', the statistics and usage asked for), the tables chosen and rendered, the site and the figures written.
+show_results.py declares the options and hands them to `show`; it never calls an API.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from lexpilot.benchmark.dataset import load_dataset
+from lexpilot.benchmark.vocabulary import ROLES
+from lexpilot.errors import HarnessError
+from lexpilot.pricing import read_prices
+from lexpilot.reporting.scoring.groups import Group, classes_present, group_runs
+from lexpilot.reporting.scoring.results import load_runs, score_runs
+from lexpilot.reporting.scoring.runs import named_dataset
+from lexpilot.reporting.site.viewer import case_renderer, site_cases, write_site
+from lexpilot.reporting.statistics.bootstrap import MAX_RESAMPLES, Bootstrap
+from lexpilot.reporting.statistics.consistency import consistency_table, judge_noise_table
+from lexpilot.reporting.statistics.rankings import MIN_POWER_RESAMPLES, power_table, ranking_tables
+from lexpilot.reporting.tables.analyses import (
+    UsageError,
+    judge_sensitivity_tables,
+    order_table,
+    read_complexity,
+)
+from lexpilot.reporting.tables.figures import write_plots
+from lexpilot.reporting.tables.formats import HEADLINE
+from lexpilot.reporting.tables.paper import build_tables, comparison_table
+from lexpilot.reporting.tables.renderings import RENDERINGS, render_json, render_text
+from lexpilot.reporting.tables.table import TABLE_OPTIONS
+from lexpilot.reporting.tables.usage import usage_tables
+
+
+def show(args) -> int:
+    prices, complexity = read_options(args)
+    root = args.output_root.resolve()
+    if not root.is_dir():
+        raise UsageError(f"--output-root {root} does not exist (or is not a folder)")
+    runs = load_runs(root, args.model, args.run_id, score=False, dataset=args.dataset)
+    cases = site_cases(runs, args.dataset) if args.html else {}
+    runs = score_runs(runs, root, keep_outcomes=args.consistency,  # consistency over runs compares per-item outcomes
+                      render=case_renderer(cases) if args.html else None)  # the site's pages, made as records are read
+    missing = not_found(root, runs, args)
+    if missing:
+        raise UsageError(missing)
+    if not runs:
+        print(f"No results under {root} yet: run LexAwN_gen.py, eval_DCG.py and "
+              "eval_LJP.py with --run-id first (see README.md).")
+        return 0
+    unreported = [r for r in runs if not r.tasks]  # a smoke or failed run: no task complete, one line for it
+    report_problems([r for r in runs if r.tasks], unreported)
+    groups = group_runs([r for r in runs if r.tasks])
+    if complexity is None:
+        complexity = dataset_complexity(runs, args.dataset)
+    # one resample matrix for every statistic; `boot` also puts intervals in the tables' cells (--ci, --compare)
+    shared = Bootstrap(args.resamples, args.seed)
+    boot = shared if args.ci or args.compare else None
+    compared = compared_groups(groups, args.compare) if args.compare else None  # both models must be there
+    if prices:
+        unpriced = sorted({r.manifest["models"][role]["model"] for r in runs for role in ROLES
+                           if r.manifest["models"].get(role, {}).get("model") not in prices})
+        if unpriced:
+            print(f"no price in {args.prices} for {', '.join(unpriced)}: their cost shows as n/a", file=sys.stderr)
+    built = Built(groups, boot, shared, complexity, prices, compared, group_runs(runs))
+    tables = with_unreported(all_tables(args, built), unreported)  # built once: for the terminal and the site alike
+    if args.format == "json":  # the statistics asked for ride along as tables, or the tables --table names
+        extra = chosen(tables, args.table) if args.table else [t for t in tables if t.id in STATISTICS_TABLES]
+        print(render_json(groups, boot, args.usage or bool(prices), extra or None))
+    else:
+        shown = chosen(tables, args.table)
+        print(render_text(shown, args.width or 10**9, args.decimals) if args.format == "text" else
+              RENDERINGS[args.format](shown, args.decimals))
+    if args.html:
+        try:  # the site shows what the terminal shows but the money (Figure 3 with --complexity, the judges, --rank)
+            count = write_site(args.html, groups, [t for t in tables if not t.id.startswith("usage_")], cases)
+        except HarnessError as e:
+            raise UsageError(str(e)) from None
+        print(f"wrote {args.html / 'index.html'} ({count} case pages)", file=sys.stderr)
+    if args.plot:
+        try:
+            written = write_plots(groups, args.plot, boot, complexity, tables)  # Figure 4 drawn from its tables
+        except OSError as e:
+            raise UsageError(f"--plot {args.plot}: cannot write the figures there ({e.strerror or e})") from None
+        for path in written:
+            print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def not_found(root: Path, runs, args) -> str | None:
+    """What was asked for (a run id, a model) and is not there, or records whose run has no manifest."""
+    there = sorted({p.parent.parent.name for p in root.glob("runs/*/*/manifest.json")})
+    for flag, asked, found in (("--run-id", args.run_id, {r.run_id for r in runs}),
+                               ("--model", args.model, {r.model for r in runs})):
+        absent = [x for x in asked or () if x not in found]
+        if absent:
+            return (f"{flag} {', '.join(absent)}: no such run under {root}"
+                    + (f" (runs there: {', '.join(there[:20])})" if there else ""))
+    orphans = sorted({p.parent.name for top in ("AwN_gen", "Force_ask_gen", "Force_judge_gen", "eval_results")
+                      for p in root.glob(f"{top}/*/*") if p.parent.name not in there})
+    if not runs and orphans:
+        return (f"records of run(s) {', '.join(orphans[:10])} under {root} but no manifest "
+                "(runs/<run>/<model>/manifest.json): restore it, or rerun a stage of the run to rebuild it")
+    return None
+
+
+
+
+def writable_folder(folder: Path) -> bool:
+    """Whether a folder is there to write in, or can be made (nothing is made here: a report refused later for
+    another reason leaves no folder behind)."""
+    existing = folder
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    return existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)
+
+
+def read_options(args) -> tuple[dict | None, dict | None]:
+    """The options' own files, checked before any run is read: the price file and the complexity CSV."""
+    if not 1 <= args.resamples <= MAX_RESAMPLES:
+        raise UsageError(f"--resamples must be from 1 to {MAX_RESAMPLES:,} (the intervals are stable long before), "
+                         f"got {args.resamples}")
+    if args.by_class and not args.rank:
+        raise UsageError("--by-class adds the per-class rankings to --rank: pass --rank too")
+    if args.power and args.resamples < MIN_POWER_RESAMPLES:  # a variance from fewer resamples is off by over 14%
+        raise UsageError(f"--power estimates variances from the resamples: it needs --resamples "
+                         f"{MIN_POWER_RESAMPLES} or more, got {args.resamples}")
+    try:
+        prices = read_prices(args.prices) if args.prices else None
+    except HarnessError as e:
+        raise UsageError(str(e)) from None
+    complexity = read_complexity(args.complexity) if args.complexity else None
+    if args.dataset is not None:  # given, it must be one: records are checked against it
+        if not args.dataset.is_file():
+            raise UsageError(f"--dataset {args.dataset}: no such file (pass the JSON file the runs were made from)")
+        try:
+            load_dataset(args.dataset)
+        except HarnessError as e:
+            raise UsageError(f"--dataset: {str(e).splitlines()[0]} (pass the JSON file the runs were made from)") \
+                from None
+    for flag, folder in (("--html", args.html), ("--plot", args.plot)):
+        if folder is not None and not writable_folder(folder):  # found out now, not after the whole report
+            raise UsageError(f"{flag} {folder}: cannot write there (not a folder, or no permission)")
+    if args.plot:
+        try:
+            importlib.import_module("matplotlib")  # only whether it is there: figures.py imports it
+        except ImportError:
+            raise UsageError("--plot needs matplotlib: pip install matplotlib") from None
+    return prices, complexity
+
+
+def report_problems(runs, unreported) -> None:
+    for run in unreported:  # files not there are a smoke run's nature; anything else is a fault, said in full
+        faults = [p for p in run.problems if not p.endswith(": not found")]
+        print(f"run {run.run_id}, model {run.model}: not reported, no task complete"
+              + (f" ({len(run.problems) - len(faults)} record files not found)" if len(faults) < len(run.problems)
+                 else ""), file=sys.stderr)
+        for line in run.notes + faults:
+            print(f"run {run.run_id}, model {run.model}: {line}", file=sys.stderr)
+    for run in runs:
+        for note in run.notes:
+            print(f"run {run.run_id}, model {run.model}: {note}", file=sys.stderr)
+        for problem in run.problems:
+            print(f"run {run.run_id}, model {run.model}: {problem} (metric not reported for this run)",
+                  file=sys.stderr)
+
+
+def with_unreported(tables: list, unreported: list) -> list:
+    """The runs table with a line for each run that has no complete task, saying why (and no row elsewhere)."""
+    for table in tables:
+        if table.id == "runs":
+            table.rows += [[run.model, "not reported", run.run_id, "no task complete: " + next(
+                (p for p in run.problems if not p.endswith(": not found")), "no record file of a task")]
+                for run in unreported]
+    return tables
+
+
+STATISTICS_TABLES = {"pairs", "ranking", "not_comparable", "power", "consistency", "judge_noise"}
+
+
+@dataclass
+class Built:
+    """What a report's tables are built from: the groups, the resample matrices, the options read from files."""
+    groups: list[Group]
+    boot: Bootstrap | None  # the intervals in the cells (--ci, --compare)
+    shared: Bootstrap  # every statistic's one resample matrix
+    complexity: dict
+    prices: dict | None
+    compared: tuple[Group, Group] | None
+    usage_groups: list[Group]  # every run, those with no complete task included: they were paid for
+
+
+def all_tables(args, built: Built) -> list:
+    """The paper's tables, the judge-sensitivity tables, a model comparison, the statistics and the usage tables asked
+    for."""
+    groups, root = built.groups, args.output_root.resolve()
+    tables = build_tables(paper_groups(args, groups), built.boot, built.complexity)
+    tables += judge_sensitivity_tables(groups, root, built.shared)
+    tables += [t for t in [order_table(groups, root)] if t]
+    if built.compared:
+        tables.append(comparison_table(*built.compared, built.boot))
+    tables += statistics_tables(args, groups, built.shared)
+    if args.usage or built.prices:
+        tables += usage_tables(built.usage_groups, built.prices)
+    return tables
+
+
+def paper_groups(args, groups) -> list:
+    """The groups the paper's tables show: the runs as judged; re-judged copies too with --include-rejudged or
+    when --run-id names one of them (the judge tables always show them)."""
+    named = set(args.run_id or ())
+    if args.include_rejudged or any(r.run_id in named for g in groups if g.rejudged for r in g.runs):
+        return groups
+    return [g for g in groups if not g.rejudged]
+
+
+def statistics_tables(args, groups, shared) -> list:
+    """--rank, --power and --consistency, on the report's one resample matrix."""
+    tables = []
+    if args.rank:
+        tables += ranking_tables(groups, shared, args.alpha, classes_present(groups) if args.by_class else None,
+                                 args.permutations)
+    if args.power:
+        tables.append(power_table(groups, shared, args.alpha))
+    if args.consistency:
+        tables += [consistency_table(groups)] + [t for t in [judge_noise_table(groups, HEADLINE, shared)] if t]
+    return tables
+
+
+def chosen(tables: list, ids: list[str] | None) -> list:
+    """The tables named by --table, in the order named; an unknown name is refused with the names there are."""
+    if not ids:
+        return tables
+    by_id: dict[str, list] = {}
+    for t in tables:
+        by_id.setdefault(t.id, []).append(t)
+    unknown = [i for i in ids if i not in by_id]
+    if unknown:
+        options = "; ".join(f"{i} comes with {TABLE_OPTIONS[i]}" for i in unknown if i in TABLE_OPTIONS)
+        raise UsageError(f"--table {', '.join(unknown)}: no such table in this report (tables: "
+                         f"{', '.join(by_id)})" + (f"; {options}" if options else ""))
+    return [t for i in ids for t in by_id[i]]
+
+
+def dataset_complexity(runs, dataset: Path | None) -> dict[str, float]:
+    """Figure 3 from the dataset: the mean of the cases' complexity field per cause, where cases have it."""
+    path = named_dataset(runs, dataset)
+    if path is None:
+        return {}
+    try:
+        cases, _ = load_dataset(path)
+    except HarnessError:
+        return {}
+    by_cause: dict[str, list[float]] = {}
+    for case in cases:
+        if case.complexity is not None:
+            by_cause.setdefault(case.cause, []).append(case.complexity)
+    return {cause: sum(v) / len(v) for cause, v in by_cause.items()}
+
+
+def compared_groups(groups: list[Group], models: list[str]) -> tuple[Group, Group]:
+    """The one standard group of each model, on the same cases (the comparison is paired)."""
+    chosen = []
+    for model in models:
+        found = [g for g in groups if g.model == model and g.condition == "standard"]
+        if len(found) != 1:
+            raise UsageError(f"--compare {model}: {'no runs' if not found else f'{len(found)} groups of runs with different settings'}"
+                             " of this model; select the runs with --run-id")
+        chosen.append(found[0])
+    cases = [g.runs[0].manifest["selected_cases"] for g in chosen]
+    if cases[0] != cases[1]:
+        raise UsageError(f"--compare: {models[0]} and {models[1]} were run on different cases; a paired "
+                         "comparison needs the same dataset and --limit")
+    return chosen[0], chosen[1]
+
