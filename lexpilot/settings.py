@@ -22,6 +22,13 @@ from lexpilot.errors import HarnessError
 from lexpilot.paths import DEFAULT_OUTPUT_ROOT
 from lexpilot.pricing import read_prices
 
+# Every default declared once, read by the dataclasses, the command line and its help (issue 37 item 7): the paper's
+# generation settings (Appendix E.1), and how calls travel
+PAPER_TEMPERATURE = {"eval": 0.7, "user": 0.7, "judge": 0.1}
+PAPER_MAX_TOKENS = 8192
+TIMEOUT = 120.0  # seconds of silence
+DEADLINE_TIMEOUTS = 10  # one call's wall-clock deadline, in timeouts
+
 
 @dataclass(frozen=True)
 class Role:
@@ -30,7 +37,7 @@ class Role:
     base_url: str
     api_key: str = field(repr=False)  # never written anywhere
     temperature: float | None  # None: none sent, the provider's default applies ("default" in the manifest)
-    max_tokens: int = 8192
+    max_tokens: int = PAPER_MAX_TOKENS
     key_variable: str = ""  # where its key came from, when not the role's own variables (a grid file's key_variable)
 
     @property
@@ -51,11 +58,12 @@ class Role:
 @dataclass(frozen=True)
 class Transport:
     """How calls travel (never what they ask): it may differ between invocations of the same run."""
-    timeout: float = 120.0  # seconds of silence
+    timeout: float = TIMEOUT
     retries: int = 3
     concurrency: int = 8  # cases at once
     stream: bool = False
-    call_deadline: float = 1200.0  # wall-clock seconds one call may take, however its bytes trickle in
+    call_deadline: float = DEADLINE_TIMEOUTS * TIMEOUT  # wall-clock seconds one call may take, however its bytes
+    # trickle in
     backoff_base: float = 1.0
 
 
@@ -237,30 +245,35 @@ def histories(text: str) -> tuple[str, ...]:
 
 def add_common_args(parser: argparse.ArgumentParser, user_condition: bool = False,
                     history_choice: bool = False, from_run: bool = False, probe_file: bool = False) -> None:
-    a = parser.add_argument
+    a, transport = parser.add_argument, Transport()
     a("--run-id", required=True, help="name of this run; rerunning with the same id resumes it")
-    a("--model", help="evaluated model id (else $LEXPILOT_MODEL)")
-    a("--user-model", help="User Model id (else $LEXPILOT_USER_MODEL, else DeepSeek-V4.1-Flash)")
-    a("--judge-model", help="judge model id (else $LEXPILOT_JUDGE_MODEL, else DeepSeek-R1)")
+    a("--model", help=f"evaluated model id (else ${MODEL_ENV['eval']})")
+    a("--user-model", help=f"User Model id (else ${MODEL_ENV['user']}, else {DEFAULT_MODELS['user']})")
+    a("--judge-model", help=f"judge model id (else ${MODEL_ENV['judge']}, else {DEFAULT_MODELS['judge']})")
     a("--dataset", type=Path, default=DEFAULT_DATASET, help="dataset JSON (default: %(default)s)")
     a("--output-root", type=Path, default=DEFAULT_OUTPUT_ROOT, help="where results go (default: next to the scripts)")
     a("--limit", type=number(int, 1, 10**7), help="evaluate only the first N cases in file order")
     temperature = number(float, 0, 2, default_word=True)
-    a("--temperature", type=temperature, default=0.7,
-      help="evaluated model, and User Model unless --user-temperature (default 0.7; 'default': send none)")
+    a("--temperature", type=temperature, default=PAPER_TEMPERATURE["eval"],
+      help=f"evaluated model, and User Model unless --user-temperature (default {PAPER_TEMPERATURE['eval']:g}; "
+           "'default': send none)")
     a("--user-temperature", type=temperature, help="User Model (default: --temperature)")
-    a("--judge-temperature", type=temperature, default=0.1, help="judge (default 0.1)")
+    a("--judge-temperature", type=temperature, default=PAPER_TEMPERATURE["judge"],
+      help=f"judge (default {PAPER_TEMPERATURE['judge']:g})")
     tokens = number(int, 1, 10**7)
-    a("--max-tokens", type=tokens, default=8192, help="per call, every role unless set below (default 8192)")
+    a("--max-tokens", type=tokens, default=PAPER_MAX_TOKENS,
+      help=f"per call, every role unless set below (default {PAPER_MAX_TOKENS})")
     a("--user-max-tokens", type=tokens, help="User Model (default: --max-tokens)")
     a("--judge-max-tokens", type=tokens, help="judge (default: --max-tokens)")
-    a("--timeout", type=number(float, 0.001, 86400), default=120.0,
-      help="seconds without a byte before a call is retried (default 120)")
+    a("--timeout", type=number(float, 0.001, 86400), default=transport.timeout,
+      help=f"seconds without a byte before a call is retried (default {transport.timeout:g})")
     a("--call-deadline", type=number(float, 0.001, 10**6),
       help="wall-clock seconds one call may take in all before it is abandoned and retried "
-           "(default 10 x --timeout)")
-    a("--retries", type=number(int, 0, 1000), default=3, help="retries of a transient failure per call (default 3)")
-    a("--concurrency", type=number(int, 1, 4096), default=8, help="cases run at once (default 8)")
+           f"(default {DEADLINE_TIMEOUTS} x --timeout)")
+    a("--retries", type=number(int, 0, 1000), default=transport.retries,
+      help=f"retries of a transient failure per call (default {transport.retries})")
+    a("--concurrency", type=number(int, 1, 4096), default=transport.concurrency,
+      help=f"cases run at once (default {transport.concurrency})")
     a("--keep-going", action="store_true", help="on a failed case, go on with the others")
     a("--stream", action="store_true",
       help="stream replies, so --timeout bounds a stalled connection, not a long generation")
@@ -337,7 +350,7 @@ def settings_from_args(args: argparse.Namespace, env=os.environ) -> Settings:
         keep_going=args.keep_going, dry_run=args.dry_run, allow_code_change=args.allow_code_change,
         keep_reasoning=args.keep_reasoning,
         transport=Transport(timeout=args.timeout, retries=args.retries, concurrency=args.concurrency,
-                            stream=args.stream, call_deadline=args.call_deadline or 10 * args.timeout,
+                            stream=args.stream, call_deadline=args.call_deadline or DEADLINE_TIMEOUTS * args.timeout,
                             backoff_base=backoff_base),
         batching=Batching(enabled=bool(args.batch or args.batch_detach or args.batch_files or args.batch_roles
                                        or args.batch_resubmit),

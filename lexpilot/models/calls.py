@@ -161,6 +161,12 @@ def malformed_usage(role: str, problem: str) -> str:
             "at the worst case for --max-cost")
 
 
+def default_token_fields(roles) -> dict[str, str]:
+    """The output-limit field each role starts with: max_tokens (a role switches to max_completion_tokens when its
+    model refuses max_tokens, and a run's manifest keeps what it switched to)."""
+    return {role: "max_tokens" for role in roles}
+
+
 class ModelCaller:
     """Chat completions for the three roles, with the retry rules of the harness.
 
@@ -188,7 +194,7 @@ class ModelCaller:
                                    for role, r in settings.roles.items()}
         # The output-limit field per role: OpenAI's reasoning models refuse max_tokens, so a role switches to
         # max_completion_tokens on that refusal and keeps it (a transport detail; it does not change results).
-        self.token_fields = {role: "max_tokens" for role in settings.roles} | (token_fields or {})
+        self.token_fields = default_token_fields(settings.roles) | (token_fields or {})
         self.lock = threading.Lock()
         self.said: set[str] = set()  # the topics of lines said once (malformed usage, per role)
         self.budget = sharing.budget if sharing else Budget(settings.spending.max_cost, settings.spending.prices) \

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from lexpilot.benchmark.prompts import load_prompts
 from lexpilot.errors import CaseFailed, FatalError
-from lexpilot.models.calls import Usage, request_body
+from lexpilot.models.calls import Usage, default_token_fields, request_body
 from lexpilot.protocols.steps import CaseCalls
 from lexpilot.running.batch_api import (
     FINISHED,
@@ -363,7 +363,7 @@ def _batch_summary(run: BatchRun, wall: float, out, err) -> int:
     for number, message in sorted(run.failed.items()):
         print(f"[{name}] case {number} failed: {run.settings.redact(message)}", file=err)
     if state.manifest_path and run.caller.token_fields != read_manifest(state.manifest_path).get(
-            "token_fields", {role: "max_tokens" for role in run.settings.roles}):
+            "token_fields", default_token_fields(run.settings.roles)):
         record_transport(state.manifest_path, run.caller.token_fields)  # a resumed run starts with the field
     CallJournal(run.journal_path, run.writer, set()).compact({s.name: state.records[s.name] for s in state.steps})
     return 1 if run.failed else 0

@@ -26,7 +26,7 @@ from lexpilot.errors import (
     OneLineParser,
     own_interrupts,
 )
-from lexpilot.models.calls import ModelCaller, Sharing, Usage
+from lexpilot.models.calls import ModelCaller, Sharing, Usage, default_token_fields
 from lexpilot.protocols.steps import CaseCalls, Stage
 from lexpilot.running.quote import dry_run_report
 from lexpilot.running.state import StageState, load_state, read_only_state, run_case
@@ -292,7 +292,7 @@ def _execute(name: str, state: StageState, clients, out, err, sharing: Sharing |
     _run_pool(name, pending, workers, err)
     writer.close()
     journal.compact(saved)
-    if state.manifest_path and caller.token_fields != (transport or {role: "max_tokens" for role in settings.roles}):
+    if state.manifest_path and caller.token_fields != (transport or default_token_fields(settings.roles)):
         record_transport(state.manifest_path, caller.token_fields)
     progress.draw(final=True)
     return _summary(name, workers, skipped, time.monotonic() - progress.start, out, err)  # as the progress line counts
