@@ -43,6 +43,7 @@ from lexpilot.reporting.site.transcripts import (
     dialogue_html,
     transcript,
 )
+from lexpilot.reporting.site.web import web_file
 from lexpilot.reporting.tables.table import Table
 from lexpilot.reporting.validation.judges import source_of
 
@@ -111,27 +112,8 @@ def shown_runs(groups: list[Group]) -> list[RunRecords]:
             for g in groups for run in g.runs]
 
 
-PAGE = """<!DOCTYPE html>
-<html lang="zh"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
-<title>{title}</title><style>{style}</style></head><body>
-<nav><a href="{up}index.html">Overview</a> · <a href="{up}cases.html">Cases</a> · <a href="{up}compare.html">Compare</a></nav>
-{body}
-</body></html>
-"""
-STYLE = """body{font-family:system-ui,sans-serif;margin:1.5em;color:#222;line-height:1.45}
-table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:.25em .5em;text-align:left;
-vertical-align:top}th{background:#f3f3f3;cursor:pointer}a{color:#1558b0}nav{margin-bottom:1em}
-.text{unicode-bidi:isolate}.msg{white-space:pre-wrap;border-left:3px solid #bbb;padding:.2em .6em;margin:.3em 0}.user{border-color:#2a7}
-.assistant{border-color:#36c}.judge{border-color:#c63;font-size:.9em;color:#555}mark{background:#fe8}
-.tag{display:inline-block;background:#eee;border-radius:3px;padding:0 .3em;margin:0 .2em;font-size:.85em}
-.grid{display:grid;grid-template-columns:1fr 1fr;gap:1em}.ok{color:#282}.bad{color:#b22}
-details{margin:.4em 0}summary{cursor:pointer;font-weight:600}summary h2{display:inline}tr.failing td{background:#fdecec}
-button.call{margin-left:.5em;font-size:.75em}pre.prompt{white-space:pre-wrap;background:#f7f7f7;padding:.5em;font-size:.85em}
-#cases{font-size:.8em}#cases td,#cases th{padding:.2em .35em}#cases td:first-child{white-space:nowrap}
-#cases td:nth-child(5){min-width:11em;max-width:15em}#cases .tag{white-space:nowrap}#cases .tag.bad{white-space:normal}
-@media (max-width:900px){body{margin:.6em}.grid{grid-template-columns:1fr}table{display:block;overflow-x:auto}
-select,input{max-width:100%}}"""
+PAGE = web_file("page.html")  # every page: {title}, {style}, {up} (the way to the top), {body}
+STYLE = web_file("style.css")
 
 
 def page(title: str, body: str, up: str = "") -> str:
@@ -189,21 +171,7 @@ def overview(tables: list[Table], groups: list[Group]) -> str:
     return "<h1>LexPilot results</h1>" + "".join(table_html(t, link) for t in tables)
 
 
-SIDE_SCRIPT = """
-const blocks=[...document.querySelectorAll('section.run')];const a=document.getElementById('left'),b=document.getElementById('right');
-for(const s of [a,b])for(const x of blocks){const o=document.createElement('option');o.value=x.id;o.textContent=x.dataset.label;s.appendChild(o);}
-if(blocks.length>1)b.selectedIndex=1;
-function show(){const side=document.getElementById('side').checked;document.getElementById('runs').className=side?'grid':'';
- for(const x of blocks){x.hidden=side&&x.id!==a.value&&x.id!==b.value;x.style.order=side&&x.id===b.value?2:1;if(side&&!x.hidden)x.querySelector('details').open=true;}}
-for(const e of [a,b,document.getElementById('side')])e.addEventListener('change',show);show();
-const part=document.getElementById('part');
-function only(){for(const x of document.querySelectorAll('div.part'))x.hidden=!!part.value&&x.dataset.part!==part.value;
- if(part.value)for(const x of blocks)x.querySelector('details').open=true;}  // one task, of every run: all unfolded
-part.addEventListener('change',only);
-// from the case list: #run=<its label> opens that run's transcript and brings it into view
-const wanted=new URLSearchParams(location.hash.slice(1)).get('run');
-for(const x of blocks)if(wanted&&x.dataset.label===wanted){x.querySelector('details').open=true;x.scrollIntoView();}
-"""
+SIDE_SCRIPT = web_file("side.js")  # a case page's runs side by side, and its parts
 
 
 def case_page(number: str, case: Case | None, loaded: list[RunRecords]) -> str:
