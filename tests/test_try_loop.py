@@ -25,7 +25,7 @@ def test_every_stage_of_the_loop_runs_against_the_scripted_server(tmp_path, monk
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "lexpilot.scripted.provider", "--port", str(port)], cwd=ROOT,
+    server = subprocess.Popen([sys.executable, "-m", "lexpilot.scripted", "--port", str(port)], cwd=ROOT,  # as README
                               stdout=subprocess.PIPE, text=True)
     try:
         assert "scripted provider at" in server.stdout.readline()
@@ -74,3 +74,41 @@ def test_the_scripted_server_takes_the_grid_benchmarks_rate_limit_from_its_comma
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_the_scripted_server_lets_models_differ_and_logs_each_request_without_its_key(tmp_path, monkeypatch, capsys):
+    """Issue 37 item 8: "The scripted provider gets what a user trying the harness needs: a request log, ... and
+    per-model behaviour, so that the compare views show something." Two models through DCG and Direct LJP on the
+    sample: their outcomes differ under --models-differ, and the log has a line per request, with no key."""
+    import json
+
+    from lexpilot.running.stage import stage_main
+    from tests.conftest import STAGES
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = tmp_path / "requests.jsonl"
+    server = subprocess.Popen([sys.executable, "-m", "lexpilot.scripted", "--port", str(port), "--models-differ",
+                               "--log", str(log)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert "scripted provider at" in server.stdout.readline()
+        monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{port}/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-try-SECRET-0123456789")
+        for model in ("model-a", "model-b"):
+            for stage in ("DCG", "direct"):
+                argv = ["--run-id", "try", "--model", model, "--dataset", str(ROOT / "data" / "LexPilot_sample.json"),
+                        "--output-root", str(tmp_path / "out")]
+                assert stage_main(STAGES[stage], "t", argv=argv) == 0
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    lines = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+    by_model = {m: sum(line["model"] == m for line in lines) for m in ("model-a", "model-b")}
+    assert by_model["model-a"] == by_model["model-b"] > 0 and "SECRET" not in log.read_text(encoding="utf-8")
+    assert {line["kind"] for line in lines} >= {"force_ask", "user", "dcg_judge", "force_judge", "ljp_judge"}
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(tmp_path / "out"), "--format", "json"]) == 0
+    groups = {g["model"]: g["metrics"] for g in json.loads(capsys.readouterr().out)["groups"]}
+    outcomes = [(groups[m]["dcg"]["accuracy"]["overall"]["mean"], groups[m]["ljp_direct"]["qwk"]["overall"]["mean"])
+                for m in ("model-a", "model-b")]
+    assert outcomes[0] != outcomes[1], outcomes

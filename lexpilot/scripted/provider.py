@@ -15,6 +15,7 @@ import threading
 import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 # The scripted provider's name for the requests each prompt of lexpilot.benchmark.prompts.PROMPT_FILES fills (the
 # tests count and answer requests by these names). A prompt declared there and not here is known by its own name,
@@ -149,6 +150,26 @@ def default_reply(kind: str, prompt: str) -> str:
     return "?"
 
 
+def models_differ(kind: str, prompt: str, body: dict) -> str | None:
+    """A script under which evaluated models answer differently (`--models-differ`), so that the comparison page,
+    the rankings and the case list have differences to show: each model asks for a number of turns of its own
+    before it predicts, tags its replies with its id (so the DCG judge, which hashes the question, judges them
+    apart), and the LJP judge reads each model's reply as verdicts of its own. Every other request is as by default."""
+    model = body.get("model", "")
+    if kind == "lexawn":
+        history = between(prompt, "对话历史")
+        patience = stable(history.split("\n", 1)[0] + model) % 5
+        return (PREDICT + f"结合现有事实（{model}），诉请预测：支持。" if history.count("Assistant:") >= patience
+                else ASK + f"请问还需要核实哪一点事实？（{model}）")
+    if kind in ("force_ask", "force_judge"):
+        return default_reply(kind, prompt) + f"（{model}）"
+    if kind == "ljp_judge":
+        reply, labels = between(prompt, "待提取回复"), ["支持", "部分支持", "驳回"]
+        claims = between(prompt, "正式诉请").split("\n")
+        return json.dumps({"results": [labels[stable(c + reply) % 3] for c in claims]}, ensure_ascii=False)
+    return None
+
+
 class PrefixCache:
     """A provider's automatic prefix cache, as OpenAI documents it: a prompt of at least `minimum` tokens is served
     from the cache for the longest prefix it shares with an earlier prompt, counted in steps of `step` tokens past
@@ -213,6 +234,7 @@ class FakeProvider:
         self.arrivals: list[float] = []  # the moment every chat request arrived, answered or refused (429)
         self.abandoned = 0  # streams the client closed while the server was still generating
         self.server = None
+        self.log = None  # a file (text, appended): a JSON line per chat request, its model, role and settings
         self.port = 0  # 0: any free port
 
     # --- lifecycle
@@ -477,6 +499,14 @@ class FakeProvider:
                 {"error": {"message": "rate limit", "type": "rate_limit"}}).encode()
         with self.lock:
             self.requests.append(body)
+            if self.log is not None:  # what was asked, never how (no header: the key is never written)
+                self.log.write(json.dumps({"at": round(time.time(), 3), "model": body.get("model"),
+                                           "kind": request_kind(body), "max_tokens": body.get("max_tokens"),
+                                           "temperature": body.get("temperature"), "stream": bool(body.get("stream")),
+                                           "prompt_sha256": hashlib.sha256(json.dumps(
+                                               body["messages"], ensure_ascii=False).encode()).hexdigest()[:16]},
+                                          ensure_ascii=False) + "\n")
+                self.log.flush()
             busy = self.one_slot and self.active > 0
             if busy and body.get("stream"):
                 self.statuses["cut"] += 1
@@ -567,8 +597,19 @@ def main(argv=None) -> int:
     parser.add_argument("--jitter", type=float, default=0.0, help="up to this many seconds more, per prompt")
     parser.add_argument("--rate-limit", type=float, help="requests a second it answers; beyond, HTTP 429 with "
                         "Retry-After (as a provider's rate limit counts)")
+    parser.add_argument("--models-differ", action="store_true", help="each evaluated model answers in its own way, "
+                        "so that comparisons and rankings have something to show (the replies stay canned)")
+    parser.add_argument("--log", type=Path, metavar="FILE", help="append a JSON line per chat request there: its "
+                        "model, role, output limit, temperature and a digest of its prompt")
     args = parser.parse_args(argv)
-    provider = FakeProvider(latency=args.latency, jitter=args.jitter, rate_limit=args.rate_limit)
+    provider = FakeProvider(models_differ if args.models_differ else None, latency=args.latency, jitter=args.jitter,
+                            rate_limit=args.rate_limit)
+    if args.log:
+        try:
+            provider.log = args.log.open("a", encoding="utf-8")
+        except OSError as e:
+            print(f"scripted provider: --log {args.log}: cannot write there ({e.strerror or e})", file=sys.stderr)
+            return 2
     provider.port = args.port
     try:
         url = provider.start()
