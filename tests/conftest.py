@@ -21,6 +21,15 @@ STAGES = {stage.name.removeprefix("LJP "): stage for entry, stages in ENTRY_POIN
           for stage in stages}
 
 
+def judge_kinds() -> tuple[str, ...]:
+    """The scripted provider's names of every prompt a catalogued stage sends the judge (whose outputs
+    `CaseCalls.validated` parses), read from the catalog: a new judge stage is in every test that asks for them."""
+    from lexpilot.scripted.provider import KIND_OF_PROMPT
+    names = {name for stages in ENTRY_POINTS.values() for stage in stages for step in stage.steps
+             for role, name in step.prompts.items() if role == "judge"}
+    return tuple(sorted(KIND_OF_PROMPT.get(name, name) for name in names))
+
+
 def as_at_a_terminal() -> None:
     """A child process's Ctrl-C as a user's at a terminal: the shell starts a background job (a suite run with `&`)
     with SIGINT ignored, which its children inherit, and a test of Ctrl-C must not depend on how pytest was started

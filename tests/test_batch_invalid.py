@@ -12,11 +12,10 @@ from lexpilot.benchmark.records import LCA
 from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS
 from lexpilot.protocols.consultation import LCA_STAGE
 from lexpilot.scripted.provider import FakeProvider
-from tests.conftest import Harness, sample_cases, write_dataset
+from tests.conftest import Harness, judge_kinds, sample_cases, write_dataset
 
 PROSE = "我认为这个问题很难说。"
-# every judge prompt: their outputs are parsed by `CaseCalls.validated`
-VALIDATED = ("lca_judge", "type_judge", "behaviour_judge", "audit_judge", "focal_judge", "dcg_judge", "ljp_judge")
+VALIDATED = judge_kinds()  # every judge prompt of the catalog: their outputs are parsed by `CaseCalls.validated`
 
 
 class FirstAnswerInvalid:

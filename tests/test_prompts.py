@@ -112,6 +112,13 @@ def test_fill_never_reexpands_inserted_text():
     assert text == "A 用户说 {claims} 和 {key_facts} { B X"
 
 
+def test_fill_refuses_a_slot_no_prompt_may_hold():
+    """A newcomer's review (issue 37): a new stage's {question} was sent as written, its value dropped, because
+    the slot was not declared; `fill` now says so."""
+    with pytest.raises(KeyError, match=r"\{question\} is not declared in benchmark/prompts.py's SLOTS"):
+        fill("{history} {question}", history="h", question="q")
+
+
 def test_fill_refuses_a_missing_slot():
     with pytest.raises(KeyError, match="claims"):
         fill("{history} {claims}", history="h")

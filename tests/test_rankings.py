@@ -805,3 +805,41 @@ def test_the_power_table_on_runs_the_stages_wrote_and_at_holms_level(ranked_root
         expected = (z(1 - level / 2) + z(0.8)) * variance ** 0.5
         assert float(rows["DCG Acc."][column]) == pytest.approx(expected, rel=0.1), column  # the bootstrap's error
     assert "In hand at α/m (ranking)" in out
+
+
+def test_a_prompt_file_added_since_a_run_was_made_keeps_it_comparable_and_in_its_group(tmp_path, provider,
+                                                                                          monkeypatch, capsys):
+    """Found by a newcomer's review (issue 37): adding a stage's prompt file made every older run "not comparable"
+    (`prompt_hash.judge_demo.txt differ`) although neither run sent it. On DCG runs the stage wrote, before and after
+    a prompt file is declared: runs of one model stay one group, and two models stay a compared pair; a prompt both
+    runs record with other text still differs."""
+    import csv
+    import io
+    import json
+
+    import show_results
+    from lexpilot.benchmark import prompts as prompt_module
+    from lexpilot.storage import manifest as manifest_module
+    from tests.conftest import Harness, sample_cases, write_dataset
+    h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "four.json", sample_cases()[:4]))
+    assert h.run("DCG", "--model", "model-a") == 0
+    folder = tmp_path / "prompts"  # the harness gains a prompt file: the prompts as they are, and one more
+    folder.mkdir()
+    for name in prompt_module.PROMPT_FILES.values():
+        (folder / name).write_bytes((prompt_module.PROMPT_DIR / name).read_bytes())
+    (folder / "judge_demo.txt").write_text("你是一个新的评审员。\n{history}\n", encoding="utf-8")
+    monkeypatch.setitem(prompt_module.PROMPT_FILES, "judge_demo", "judge_demo.txt")
+    monkeypatch.setattr(prompt_module, "PROMPT_DIR", folder)
+    monkeypatch.setattr(manifest_module, "PROMPT_DIR", folder)
+    for model, run_id in (("model-b", "r1"), ("model-a", "r2")):
+        h.run_id = run_id
+        assert h.run("DCG", "--model", model) == 0
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(h.root), "--rank", "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    rows = [r for r in csv.reader(io.StringIO(out)) if r]
+    assert sum("judge_demo.txt" in json.loads(p.read_text(encoding="utf-8"))["prompt_files"]
+               for p in h.root.glob("runs/*/*/manifest.json")) == 2  # the later runs record it, the first not
+    assert any(r[0].startswith("Runs") and r[1] == "model-a" and r[2] == "2" for r in rows), out  # one group, 2 runs
+    assert not any(r[0].startswith("Pairs not compared") for r in rows), [r for r in rows if r[0].startswith("Pairs")]
+    assert any(r[0].startswith("Every comparable pair") and r[1] == "DCG Acc." for r in rows)

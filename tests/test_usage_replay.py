@@ -17,10 +17,10 @@ from lexpilot.benchmark.records import LCA
 from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS
 from lexpilot.protocols.consultation import LCA_STAGE
 from lexpilot.scripted.provider import FakeProvider
-from tests.conftest import ROOT, Harness, sample_cases, write_dataset
+from tests.conftest import ROOT, Harness, judge_kinds, sample_cases, write_dataset
 
 PROSE = "我认为这个问题很难说。"
-JUDGES = ("lca_judge", "type_judge", "behaviour_judge", "audit_judge", "focal_judge", "dcg_judge", "ljp_judge")
+JUDGES = judge_kinds()  # every judge prompt of the catalog: their outputs are parsed by `CaseCalls.validated`
 USAGE = ("calls", "prompt_tokens", "completion_tokens", "unreported_calls")
 
 

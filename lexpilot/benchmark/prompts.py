@@ -42,7 +42,10 @@ def prompt_files_used(condition: str) -> list[str]:
                   if name not in special or name in CONDITION_PROMPTS.get(condition, ()))
 
 
-SLOT = re.compile(r"\{(history|key_facts|ai_response|focus_text|claims|fault|reply)\}")
+# the slots a prompt file may hold: a new slot is declared here, else it would be sent as written (a review of
+# issue 37 found a new stage's {question} sent as literal text and its value dropped: `fill` now refuses that)
+SLOTS = ("history", "key_facts", "ai_response", "focus_text", "claims", "fault", "reply")
+SLOT = re.compile(r"\{(" + "|".join(SLOTS) + r")\}")
 
 
 def load_prompts() -> dict[str, str]:
@@ -51,6 +54,10 @@ def load_prompts() -> dict[str, str]:
 
 def fill(template: str, **slots: str) -> str:
     """Fill the template's slots in one pass: text inserted is never expanded again."""
+    unknown = sorted(set(slots) - set(SLOTS))
+    if unknown:
+        raise KeyError(f"prompt slot {{{unknown[0]}}} is not declared in benchmark/prompts.py's SLOTS")
+
     def value(match: re.Match) -> str:
         if match.group(1) not in slots:
             raise KeyError(f"prompt slot {{{match.group(1)}}} was given no value")

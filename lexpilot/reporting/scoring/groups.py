@@ -52,17 +52,31 @@ class Group:
                 "n": len(defined), "undefined": len(values) - len(defined)}
 
 
-def settings_key(manifest: dict) -> tuple:
+def settings_key(manifest: dict, prompts: set[str] | None = None) -> tuple:
     """What a group shares. A re-judged run counts as re-judged, not by its source: re-judges of several runs by
-    one judge are one group, "re-judged by X", with its SD over them."""
-    return tuple(json.dumps((True if compared_setting(manifest, name) else None) if name == "rejudged_from" else
-                            compared_setting(manifest, name), sort_keys=True) for name in COMPARED_MANIFEST_FIELDS)
+    one judge are one group, "re-judged by X", with its SD over them. Prompts are compared on `prompts`, the files
+    every run of the report records (a prompt file added to the harness since a run was made is no difference)."""
+    def shared(name: str):
+        value = compared_setting(manifest, name)
+        if name == "rejudged_from":
+            return True if value else None
+        if name == "prompt_hash" and isinstance(value, dict) and prompts is not None:
+            return {file: digest for file, digest in value.items() if file in prompts}
+        return value
+    return tuple(json.dumps(shared(name), sort_keys=True) for name in COMPARED_MANIFEST_FIELDS)
+
+
+def recorded_prompts(runs: list[Run]) -> set[str] | None:
+    """The prompt files every run records (None: some run records its prompts only as one digest)."""
+    files = [compared_setting(r.manifest, "prompt_hash") for r in runs]
+    return set.intersection(*map(set, files)) if files and all(isinstance(f, dict) for f in files) else None
 
 
 def group_runs(runs: list[Run]) -> list[Group]:
     groups: dict[tuple, Group] = {}
+    prompts = recorded_prompts(runs)
     for run in sorted(runs, key=lambda r: (r.model, r.run_id)):
-        key = (run.model, settings_key(run.manifest))
+        key = (run.model, settings_key(run.manifest, prompts))
         groups.setdefault(key, Group(run.model, key[1], [])).runs.append(run)
     ordered = list(groups.values())
     for group in ordered:
@@ -78,6 +92,8 @@ def differing_settings(a: dict, b: dict, prefix: str = "") -> list[str]:
     differing = []
     for name in dict.fromkeys([*a, *b]):
         x, y = a.get(name), b.get(name)
+        if prefix == "prompt_hash." and (x is None or y is None):
+            continue  # a prompt file one run's harness did not have yet: neither sent it in what both ran
         if isinstance(x, dict) and isinstance(y, dict) and not prefix:
             differing += differing_settings(x, y, f"{name}.")
         elif json.dumps(x, sort_keys=True) != json.dumps(y, sort_keys=True):

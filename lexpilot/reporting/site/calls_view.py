@@ -29,7 +29,7 @@ from lexpilot.benchmark.prompts import (
     render_numbered_details,
 )
 from lexpilot.benchmark.records import RECORD_KINDS
-from lexpilot.reporting.site.web import web_file
+from lexpilot.reporting.site.web_files import web_file
 from lexpilot.storage.manifest import prompt_hashes
 
 CALL_SCRIPT = web_file("call.js")  # a reply's exact call, shown on request

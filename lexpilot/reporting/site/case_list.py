@@ -19,10 +19,10 @@ from lexpilot.reporting.site.case_sections import (
     esc,
 )
 from lexpilot.reporting.site.comparisons import (
-    TASK_NAMES,
+    OUTCOME_NAMES,
 )
 from lexpilot.reporting.site.transcripts import SETUPS, RunRecords
-from lexpilot.reporting.site.web import web_file
+from lexpilot.reporting.site.web_files import web_file
 from lexpilot.reporting.tables.analyses import (
     AUDIT_FLAG_TAGS,
     AUDIT_FLAGS,
@@ -137,7 +137,7 @@ def failing_tasks(row: dict) -> list[str]:
 CASES_SCRIPT = web_file("cases.js")  # the filters, sort and address of the case list
 
 
-WRONG_FIRST = TASK_NAMES  # the tasks whose wrong cases the case list can put first
+WRONG_FIRST = OUTCOME_NAMES  # the tasks whose wrong cases the case list can put first
 
 
 def case_list(rows_json: str, texts_json: str) -> str:

@@ -12,15 +12,15 @@ from lexpilot.benchmark.records import (
     LCA,
     LJP_SETUPS,
 )
-from lexpilot.reporting.site.web import web_file
+from lexpilot.reporting.site.web_files import web_file
 from lexpilot.reporting.tables.analyses import JUDGED_TASKS
 
 # the tasks with a wrong outcome: their names, as the case list and this page show them
-TASK_NAMES = {"LCA": "LCA", "DCG": "DCG", **{s.name: s.short for s in LJP_SETUPS},
+OUTCOME_NAMES = {"LCA": "LCA", "DCG": "DCG", **{s.name: s.short for s in LJP_SETUPS},
               "targeted": "Targeted", "off_target": "Off-target", "audit": "audit flagged"}
 # the tasks a case has an outcome in (task, the case list row's field it is read from, its name): not scoring.TASKS,
 # the metrics' tasks
-OUTCOME_TASKS = tuple((task, field, TASK_NAMES[task]) for task, field in (
+OUTCOME_TASKS = tuple((task, field, OUTCOME_NAMES[task]) for task, field in (
     ("LCA", "lca_c"), ("DCG", "dcg"), ("direct", "direct"), ("gold", "gold"), ("interaction", "interaction"),
     ("targeted", "targeted"), ("off_target", "off_target"), ("audit", "audit")))
 

@@ -43,7 +43,7 @@ from lexpilot.reporting.site.transcripts import (
     dialogue_html,
     transcript,
 )
-from lexpilot.reporting.site.web import web_file
+from lexpilot.reporting.site.web_files import web_file
 from lexpilot.reporting.tables.table import Table
 from lexpilot.reporting.validation.judges import source_of
 

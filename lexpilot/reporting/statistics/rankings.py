@@ -13,7 +13,13 @@ from statistics import NormalDist
 
 import numpy as np
 
-from lexpilot.reporting.scoring.groups import NOT_COMPARED, Group, differing_settings, same_code
+from lexpilot.reporting.scoring.groups import (
+    NOT_COMPARED,
+    Group,
+    differing_settings,
+    recorded_prompts,
+    same_code,
+)
 from lexpilot.reporting.scoring.runs import OVERALL
 from lexpilot.reporting.statistics.bootstrap import Bootstrap, paired_difference
 from lexpilot.reporting.statistics.randomization import Randomization, check_permutations
@@ -24,9 +30,12 @@ from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS, compared_setting
 # what must be equal for two groups to be compared: every compared setting but the evaluated model's own identity
 
 
-def comparable_settings(group: Group) -> dict:
+def comparable_settings(group: Group, prompts: set[str] | None = None) -> dict:
+    """The settings two groups must share to be compared; prompts on `prompts` (the files every group records)."""
     manifest = group.runs[0].manifest
     settings = {name: compared_setting(manifest, name) for name in COMPARED_MANIFEST_FIELDS if name not in NOT_COMPARED}
+    if prompts is not None and isinstance(settings.get("prompt_hash"), dict):
+        settings["prompt_hash"] = {f: d for f, d in settings["prompt_hash"].items() if f in prompts}
     models = dict(settings.get("models") or {})
     models.pop("eval", None)
     return settings | {"models": models}
@@ -111,8 +120,9 @@ def comparable_sets(groups: list[Group]) -> list[list[Group]]:
     """The groups split into sets that may be compared: the same cases, judge, User Model, prompts and generation
     settings, one group per model (a model's runs made with other code go to a further set), in the order met."""
     sets: list[tuple[str, list[Group]]] = []
+    prompts = recorded_prompts([g.runs[0] for g in groups])
     for g in groups:
-        key = json.dumps(comparable_settings(g), sort_keys=True)
+        key = json.dumps(comparable_settings(g, prompts), sort_keys=True)
         home = next((members for k, members in sets if k == key and all(m.model != g.model for m in members)), None)
         if home is None:
             sets.append((key, [g]))

@@ -10,7 +10,7 @@ import numpy as np
 
 from lexpilot.benchmark.prompts import CONDITION_PROMPTS, PROMPT_FILES
 from lexpilot.benchmark.records import LJP_SETUPS, SETUP
-from lexpilot.reporting.scoring.groups import NOT_COMPARED, Group, classes_present
+from lexpilot.reporting.scoring.groups import NOT_COMPARED, Group, classes_present, recorded_prompts
 from lexpilot.reporting.scoring.runs import OVERALL
 from lexpilot.reporting.scoring.scoring import STOP_CATEGORIES, STOP_TAGS, TASKS
 from lexpilot.reporting.statistics.bootstrap import Bootstrap, paired_difference
@@ -146,7 +146,7 @@ def behaviour_tables(groups: list[Group]) -> list[Table]:
     return tables
 
 
-def paired_settings(group: Group) -> str:
+def paired_settings(group: Group, prompts: set[str] | None = None) -> str:
     """What must be equal for a non-ideal run to pair with standard runs in Table 15: every compared setting but
     the user condition and the prompt files only a user condition sends (a delayed-disclosure run sends one
     more prompt file than a standard run, and that must not keep them apart)."""
@@ -155,8 +155,9 @@ def paired_settings(group: Group) -> str:
     settings = {name: compared_setting(manifest, name) for name in COMPARED_MANIFEST_FIELDS
                 if name not in ("user_condition", *NOT_COMPARED)}
     condition_files = {PROMPT_FILES[name] for names in CONDITION_PROMPTS.values() for name in names}
-    if isinstance(settings.get("prompt_hash"), dict):
-        settings["prompt_hash"] = {f: h for f, h in settings["prompt_hash"].items() if f not in condition_files}
+    if isinstance(settings.get("prompt_hash"), dict):  # on `prompts`: a file added to the harness since is none
+        settings["prompt_hash"] = {f: h for f, h in settings["prompt_hash"].items()
+                                   if f not in condition_files and (prompts is None or f in prompts)}
     return json.dumps(settings, sort_keys=True, ensure_ascii=False)
 
 
@@ -164,8 +165,9 @@ def non_ideal_table(groups: list[Group], boot: Bootstrap | None = None) -> Table
     """Table 15: Interaction-Based QWK per user condition, for groups equal in every other setting; with
     `boot`, each condition's decline from Standard on the same resampled cases (paired)."""
     rows: dict[tuple, dict[str, Group]] = {}
+    prompts = recorded_prompts([g.runs[0] for g in groups])
     for g in groups:
-        by_condition = rows.setdefault((g.model, paired_settings(g)), {})
+        by_condition = rows.setdefault((g.model, paired_settings(g, prompts)), {})
         first = by_condition.setdefault(g.condition, g)
         if first is not g:  # runs of one condition apart only in their code: one cell over all of them
             by_condition[g.condition] = Group(first.model, first.settings, first.runs + g.runs, first.differs,
