@@ -6,7 +6,8 @@ each permutation swaps the two models' outcomes of a whole case (all runs togeth
 recomputes the metric itself on the swapped counts (Macro-F1 and QWK are not means of cases). The two-sided p is
 (k + 1) / (B + 1) over B permutations; when so few cases differ that every swap pattern fits in B, the patterns are
 enumerated and p is exact. A case both models got alike in every run cannot change under a swap, so only the
-differing cases are drawn.
+differing cases are drawn. A drawn test stops once its p is sure to exceed α (Besag and Clifford 1991), its p then
+h / L; every decision stays the full test's (`Randomization.stop_after`). The pairs' tests run in threads.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from lexpilot.reporting.scoring.scoring import TASKS
 from lexpilot.text import counted
 
 MAX_PERMUTATIONS = 100_000  # beyond, a report takes minutes; a larger --alpha or fewer pairs is the way out
-CHUNK = 10_000  # permutations evaluated at once: bounds the memory of a pair's test
+CHUNK = 10_000  # enumerated patterns evaluated at once: bounds the memory of a pair's test
 STEP = 2_000  # drawn permutations evaluated at once: a test that may stop early looks again after each step
 RESOLUTION = 20  # the smallest p must be 20 times below what a rejection needs after Holm (see below)
 
