@@ -409,3 +409,25 @@ def test_a_note_of_chinese_text_keeps_to_the_width_in_terminal_cells():
     assert len(lines) > 3 and all(display_width(line) <= 40 for line in lines), lines
     assert "".join(line.strip() for line in lines).replace(" ", "") == note.replace(" ", "")
     assert all(line.startswith("  ") for line in lines[1:])  # a note's later lines indented under its first
+
+
+def test_json_with_compare_carries_the_comparison_as_the_statistics_ride_along(tmp_path, provider, monkeypatch,
+                                                                                capsys):
+    """A review of issue 35: `--format json --compare A B` printed no comparison unless `--table comparison` was
+    given, while --rank, --power and --consistency bring theirs. On DCG runs the stage wrote for two models, the
+    comparison's DCG row gives A − B of the records' accuracies, by hand."""
+    import json
+    h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "four.json", sample_cases()[:4]))
+    accuracy = {}
+    for model in ("model-a", "model-b"):
+        assert h.run("DCG", "--model", model) == 0
+        path = next(h.root.glob(f"eval_results/r1/{model}-*/DCG_results.jsonl"))
+        records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        accuracy[model] = sum(r["success"] for r in records) / len(records)
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(h.root), "--format", "json", "--compare", "model-a", "model-b",
+                              "--resamples", "100"]) == 0
+    (comparison,) = [t for t in json.loads(capsys.readouterr().out)["tables"] if t["id"] == "comparison"]
+    dcg = next(r for r in comparison["rows"] if r[0] == "DCG Acc.")
+    difference = accuracy["model-a"] - accuracy["model-b"]
+    assert any(isinstance(c, dict) and c.get("difference") == pytest.approx(difference) for c in dcg[1:]), dcg

@@ -68,7 +68,8 @@ def show(args) -> int:
     built = Built(groups, boot, shared, complexity, prices, compared, group_runs(runs))
     tables = with_unreported(all_tables(args, built), unreported)  # built once: for the terminal and the site alike
     if args.format == "json":  # the statistics asked for ride along as tables, or the tables --table names
-        extra = chosen(tables, args.table) if args.table else [t for t in tables if t.id in STATISTICS_TABLES]
+        extra = chosen(tables, args.table) if args.table else [t for t in tables if t.id in STATISTICS_TABLES
+                                                               or (t.id == "comparison" and args.compare)]
         print(render_json(groups, boot, args.usage or bool(prices), extra or None))
     else:
         shown = chosen(tables, args.table)
