@@ -21,7 +21,8 @@ from pathlib import Path
 
 from lexpilot.protocols.catalog import PAPER_GRID
 from lexpilot.running.stage import stage_main
-from lexpilot.scripted.provider import FakeProvider, PrefixCache, default_reply
+from lexpilot.scripted.provider import FakeProvider
+from lexpilot.scripted.replies import PrefixCache, default_reply
 
 ROOT = Path(__file__).resolve().parents[1]
 

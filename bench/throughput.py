@@ -24,7 +24,8 @@ from pathlib import Path
 import eval_DCG
 import eval_LJP
 import LexAwN_gen
-from lexpilot.scripted.provider import FakeProvider, kind_of
+from lexpilot.scripted.kinds import kind_of
+from lexpilot.scripted.provider import FakeProvider
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -24,7 +24,7 @@ STAGES = {stage.name.removeprefix("LJP "): stage for entry, stages in ENTRY_POIN
 def judge_kinds() -> tuple[str, ...]:
     """The scripted provider's names of every prompt a catalogued stage sends the judge (whose outputs
     `CaseCalls.validated` parses), read from the catalog: a new judge stage is in every test that asks for them."""
-    from lexpilot.scripted.provider import KIND_OF_PROMPT
+    from lexpilot.scripted.kinds import KIND_OF_PROMPT
     names = {name for stages in ENTRY_POINTS.values() for stage in stages for step in stage.steps
              for role, name in step.prompts.items() if role == "judge"}
     return tuple(sorted(KIND_OF_PROMPT.get(name, name) for name in names))

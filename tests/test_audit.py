@@ -8,7 +8,7 @@ import audit_simulator
 import show_results
 from lexpilot.benchmark.records import AUDIT
 from lexpilot.running.stage import stage_main
-from lexpilot.scripted.provider import between
+from lexpilot.scripted.kinds import between
 from tests.conftest import Harness, sample_cases, write_dataset
 
 CASES = sample_cases()[:3]
@@ -78,7 +78,7 @@ def test_rates_and_clean_case_metrics_hand_computed(audited, capsys):
 def test_the_self_correcting_users_injected_fault_is_no_simulator_error(tmp_path, provider, monkeypatch, capsys):
     """Issue 25, item 8: the deliberate fault of the Self-Correcting user is labelled as injected and left out of
     the error rates; the other replies are judged as any."""
-    from lexpilot.scripted.provider import fault_record
+    from lexpilot.scripted.replies import fault_record
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "three.json", CASES))
     h.run_id = "sc"
     replies = iter(range(1000))
@@ -111,7 +111,7 @@ def test_the_self_correcting_users_injected_fault_is_no_simulator_error(tmp_path
 def test_the_correction_turn_is_a_protocol_turn_too(tmp_path, provider, monkeypatch, capsys):
     """Issue 35 item 9: the correction reply was audited as an ordinary reply, where "did it answer the question"
     fails. It is labelled `correction`, kept with its verdict, and left out of the rates as the fault is."""
-    from lexpilot.scripted.provider import fault_record
+    from lexpilot.scripted.replies import fault_record
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "three.json", CASES))
     h.run_id = "sc"
     replies = iter(range(1000))

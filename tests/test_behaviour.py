@@ -7,7 +7,8 @@ import pytest
 import eval_LJP_behaviour
 import show_results
 from lexpilot.benchmark.records import BEHAVIOUR_DIALOGUE, LJP_BEHAVIOUR
-from lexpilot.scripted.provider import between, default_reply
+from lexpilot.scripted.kinds import between
+from lexpilot.scripted.replies import default_reply
 from tests.conftest import Harness, sample_cases, write_dataset
 from tests.test_results import quadratic_weighted_kappa
 

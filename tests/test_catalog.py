@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 from lexpilot.benchmark import prompts as prompt_module
-from lexpilot.scripted import provider as fake_provider
+from lexpilot.scripted import kinds
 from tests.conftest import ROOT, STAGES
 
 GUARDS = ["tests/test_code_hash.py", "tests/test_stage_prompts.py"]
@@ -34,12 +34,12 @@ def test_the_tests_know_every_catalogued_stage_by_a_short_name():
 def test_a_prompt_declared_only_in_the_prompt_files_is_told_apart_by_the_scripted_provider(tmp_path, monkeypatch):
     """The scripted provider's markers come from the prompt files: each declared prompt is known by its kind, and
     one declared only in PROMPT_FILES by its own name, never as "unknown"."""
-    for kind, marker in fake_provider.prompt_markers():
-        assert fake_provider.kind_of(f"……{marker}……") == kind
+    for kind, marker in kinds.prompt_markers():
+        assert kinds.kind_of(f"……{marker}……") == kind
     new = tmp_path / "judge_new.txt"
     new.write_text("你是一个新的评审员，只评一件事。\n<对话历史>\n{history}\n</对话历史>\n", encoding="utf-8")
     monkeypatch.setitem(prompt_module.PROMPT_FILES, "judge_new", str(new))
-    monkeypatch.setattr(fake_provider, "KIND_MARKERS", fake_provider.prompt_markers())
+    monkeypatch.setattr(kinds, "KIND_MARKERS", kinds.prompt_markers())
     filled = prompt_module.fill(new.read_text(encoding="utf-8"), history="User: 我借了钱。")
-    assert fake_provider.kind_of(filled) == "judge_new"
-    assert {kind for kind, _ in fake_provider.KIND_MARKERS} >= {"lexawn", "user", "ljp_judge", "judge_new"}
+    assert kinds.kind_of(filled) == "judge_new"
+    assert {kind for kind, _ in kinds.KIND_MARKERS} >= {"lexawn", "user", "ljp_judge", "judge_new"}

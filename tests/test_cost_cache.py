@@ -100,7 +100,7 @@ def test_a_prompt_the_case_alone_fixes_is_served_from_the_cache_in_the_next_run(
     """Issue 29 item 2: "Direct and Gold-Standard send the same prompt in every run", and "every interaction round
     resends the growing history": measured with the scripted provider playing a prefix cache (bench/caching.py)."""
     from bench.caching import cached_shares, run_grid
-    from lexpilot.scripted.provider import PrefixCache
+    from lexpilot.scripted.replies import PrefixCache
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     provider.cache = PrefixCache(minimum=64, step=64)  # DeepSeek-like: short prefixes count
     run_grid(tmp_path, provider, runs=2, limit=2)

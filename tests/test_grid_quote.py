@@ -18,7 +18,7 @@ import quote_grid
 import show_results
 from lexpilot.protocols.catalog import PAPER_GRID
 from lexpilot.running.stage import stage_main
-from lexpilot.scripted.provider import PrefixCache
+from lexpilot.scripted.replies import PrefixCache
 from tests.conftest import SECRET, sample_cases, write_dataset
 
 MODELS = ("model-a", "model-b")

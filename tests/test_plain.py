@@ -9,7 +9,8 @@ import judge_agreement
 import show_results
 from lexpilot.benchmark.records import PLAIN, PLAIN_TYPES
 from lexpilot.reporting.validation import agreement as agreement_kit
-from lexpilot.scripted.provider import PLAIN_STYLES, between, request_kind
+from lexpilot.scripted.kinds import between, request_kind
+from lexpilot.scripted.replies import PLAIN_STYLES
 from tests.conftest import Harness, sample_cases, write_dataset
 
 CASES = sample_cases()[:4]

@@ -12,7 +12,7 @@ from lexpilot.benchmark.records import PROBE_DCG, PROBE_REPLIES
 from lexpilot.errors import HarnessError
 from lexpilot.files import read_sheet, write_sheet
 from lexpilot.reporting.validation import probe_study
-from lexpilot.scripted.provider import between
+from lexpilot.scripted.kinds import between
 from tests.conftest import ROOT, SAMPLE, Harness
 
 PROBES = ROOT / "data" / "LexPilot_sample_probes.csv"

@@ -6,7 +6,8 @@ import pytest
 from lexpilot.benchmark.dataset import case_from_raw
 from lexpilot.benchmark.prompts import render_claims
 from lexpilot.benchmark.records import INTERACTION
-from lexpilot.scripted.provider import ASK, PREDICT, between, kind_of, stable
+from lexpilot.scripted.kinds import between, kind_of, stable
+from lexpilot.scripted.replies import ASK, PREDICT
 from tests.conftest import Harness, sample_cases, write_dataset
 
 CASE = sample_cases()[1]  # 3 messages: one pre-existing assistant question

@@ -248,7 +248,7 @@ def test_a_user_or_judge_temperature_refusal_names_its_own_flag(harness, provide
 def test_per_role_output_limits_and_a_refused_limit_quotes_the_model(harness, provider, capsys):
     assert harness.run("DCG", "--limit", "1", "--user-max-tokens", "1000", "--judge-max-tokens", "500") == 0
     by_kind = {}
-    from lexpilot.scripted.provider import kind_of
+    from lexpilot.scripted.kinds import kind_of
     for r in provider.requests:
         by_kind[kind_of(r["messages"][0]["content"])] = r["max_tokens"]
     assert by_kind == {"force_ask": 8192, "user": 1000, "dcg_judge": 500}

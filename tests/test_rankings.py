@@ -451,7 +451,7 @@ def test_the_order_stage_maps_verdicts_back_to_their_claims(tmp_path, provider, 
 
     import eval_LJP_order
     import show_results
-    from lexpilot.scripted.provider import between
+    from lexpilot.scripted.kinds import between
     from tests.conftest import Harness, sample_cases, write_dataset
 
     def first_line(kind, prompt, body):
@@ -496,7 +496,8 @@ def test_the_same_order_control_tells_the_judges_noise_from_the_orders_effect(tm
 
     import eval_LJP_order
     import show_results
-    from lexpilot.scripted.provider import between, default_reply
+    from lexpilot.scripted.kinds import between
+    from lexpilot.scripted.replies import default_reply
     from tests.conftest import Harness, sample_cases, write_dataset
     cases = [c for c in sample_cases() if len(c["result_dict"]) >= 2][:4]
     noisy, biased = (list(cases[i]["result_dict"])[0] for i in (0, 1))
@@ -679,7 +680,7 @@ def test_ljp_consistency_on_runs_the_stages_wrote(tmp_path, provider, monkeypatc
     import json
 
     import show_results
-    from lexpilot.scripted.provider import default_reply
+    from lexpilot.scripted.replies import default_reply
     from tests.conftest import Harness, sample_cases, write_dataset
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "five.json", sample_cases()[:5]))
     for run_id in ("r1", "r2"):

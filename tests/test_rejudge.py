@@ -15,7 +15,7 @@ from lexpilot.benchmark.records import (
     INTERACTION,
 )
 from lexpilot.running.stage import stage_main
-from lexpilot.scripted.provider import default_reply
+from lexpilot.scripted.replies import default_reply
 from tests.conftest import Harness, sample_cases, write_dataset
 
 CASES = sample_cases()[:4]

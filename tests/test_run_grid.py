@@ -245,7 +245,7 @@ def test_an_endpoint_that_refuses_the_key_stops_its_cells_with_one_line_and_the_
     assert {r["model"] for r in http.requests if r["model"].startswith("model")} == {"model-a", "model-b", "model-c"}
     # only the first calls, sent together before the first refusal came back (3 cases in each of 2 runs); no later
     # stage of model-b sent anything
-    from lexpilot.scripted.provider import request_kind
+    from lexpilot.scripted.kinds import request_kind
     sent = Counter(request_kind(r) for r in http.requests if r["model"] == "model-b")
     assert set(sent) == {"lexawn"} and sent["lexawn"] <= 6, sent
     assert "Traceback" not in err

@@ -56,7 +56,7 @@ def test_the_scripted_server_takes_the_grid_benchmarks_rate_limit_from_its_comma
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "lexpilot.scripted.provider", "--port", str(port), "--rate-limit", "3",
+    server = subprocess.Popen([sys.executable, "-m", "lexpilot.scripted", "--port", str(port), "--rate-limit", "3",
                                "--latency", "0.01"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         assert "scripted provider at" in server.stdout.readline()

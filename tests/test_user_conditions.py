@@ -5,7 +5,8 @@ import pytest
 
 import show_results
 from lexpilot.benchmark.records import INTERACTION, LJP_INTERACTION
-from lexpilot.scripted.provider import ASK, PREDICT, between, fault_record, kind_of
+from lexpilot.scripted.kinds import between, kind_of
+from lexpilot.scripted.replies import ASK, PREDICT, fault_record
 from tests.conftest import Harness, sample_cases, write_dataset
 
 CASE = sample_cases()[1]  # its underspecified history already holds one assistant question

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 import show_results
-from lexpilot.scripted.provider import ASK, PREDICT
+from lexpilot.scripted.replies import ASK, PREDICT
 from tests.conftest import Harness, sample_cases, write_dataset
 
 HOSTILE = ('<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2"></textarea>'

@@ -16,7 +16,8 @@ from lexpilot.benchmark.prompts import render_claims
 from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS
 from lexpilot.reporting.scoring.runs import USAGE_FIELDS
 from lexpilot.reporting.tables.renderings import json_key
-from lexpilot.scripted.provider import between, default_reply
+from lexpilot.scripted.kinds import between
+from lexpilot.scripted.replies import default_reply
 from tests.conftest import ROOT, SAMPLE, Harness, sample_cases, write_dataset
 
 HOSTILE = '<img src=x onerror="window.__pwned = 3"><script>window.__pwned = 4</script>'

@@ -1,193 +1,27 @@
-"""A small OpenAI-compatible chat-completions server on 127.0.0.1, for trying the harness, the tests and the benchmarks.
-
-It plays the three LexPilot roles from the prompt it receives (see `kind_of`), or follows a script
-given by the test. Every request body is kept, so tests can check what each role was sent.
+"""A small OpenAI-compatible chat-completions server on 127.0.0.1, for trying the harness, the tests and the benchmarks:
+the server, its chat answers (canned replies from replies.py, or a test's script) and what it saw. It plays the three
+LexPilot roles from the prompt it receives (kinds.py), answers the batch API (batches.py), and keeps every request
+body, so tests can check what each role was sent.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import select
 import socket
-import sys
 import threading
 import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
-# The scripted provider's name for the requests each prompt of lexpilot.benchmark.prompts.PROMPT_FILES fills (the
-# tests count and answer requests by these names). A prompt declared there and not here is known by its own name,
-# so a new stage's prompt is told apart as soon as it is declared (issue 37 item 3), never "unknown".
-KIND_OF_PROMPT = {"judge_lca": "lca_judge", "judge_response_type": "type_judge", "behaviour_validation": "behaviour_judge",
-                  "judge_simulator_audit": "audit_judge", "judge_focal_type": "focal_judge",
-                  "behaviour_targeted": "targeted", "behaviour_off_target": "off_target", "judge_dcg": "dcg_judge",
-                  "judge_ljp": "ljp_judge", **dict.fromkeys(("user_standard", "user_delayed", "user_self_correction",
-                                                             "user_correction"), "user"),
-                  "force_ask": "force_ask", "force_judge": "force_judge", "lexawn": "lexawn"}
+from lexpilot.scripted.batches import BatchEndpoints
+from lexpilot.scripted.kinds import request_kind, stable
+from lexpilot.scripted.replies import default_reply
 
-
-def prompt_markers() -> tuple[tuple[str, str], ...]:
-    """(kind, marker) for every declared prompt: the marker is the prompt's longest line that has no slot (so a
-    filled prompt holds it as written) and that no other prompt has."""
-    from lexpilot.benchmark.prompts import load_prompts
-    prompts = load_prompts()
-    markers = []
-    for name, text in prompts.items():
-        lines = [line.strip() for line in text.splitlines() if line.strip() and "{" not in line]
-        own = [line for line in lines if not any(line in other for n, other in prompts.items() if n != name)]
-        if not own:
-            raise ValueError(f"prompts: {name} has no line of its own to tell its requests apart")
-        markers.append((KIND_OF_PROMPT.get(name, name), max(own, key=len)))
-    return tuple(markers)
-
-
-KIND_MARKERS = prompt_markers()
-ASK, PREDICT = "【追问】", "【预测】"
 KEEP = object()  # usage as the provider counts it
 
 
-PLAIN_STYLES = (("缺失识别", "您提供的信息还不足以判断，请补充借款的约定。"),
-                ("条件性一般建议", "情形一：若有借条……情形二：若没有借条……"),
-                ("无条件一般建议", "建议您保留证据，先协商，协商不成再起诉。"),
-                ("过早预测", "您的诉请会得到支持。"))
-
-
-def kind_of(prompt: str) -> str:
-    """The role a request plays, from its prompt."""
-    for kind, marker in KIND_MARKERS:
-        if marker in prompt:
-            return kind
-    return "unknown"
-
-
-def request_kind(body: dict) -> str:
-    """A conversation of several messages is a plain consultation; one message is a filled prompt."""
-    return "plain" if len(body["messages"]) > 1 else kind_of(body["messages"][0]["content"])
-
-
-def between(prompt: str, tag: str) -> str:
-    """The slot's content: the last <tag>…</tag> block (the instructions mention the tags too)."""
-    end = prompt.rfind(f"</{tag}>")
-    start = prompt.rfind(f"<{tag}>", 0, end)
-    return prompt[start + len(tag) + 2:end].strip() if start >= 0 else ""
-
-
-def stable(text: str) -> int:
-    return int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:8], 16)
-
-
-def multipart_file(content_type: str, raw: bytes) -> tuple[str, bytes]:
-    """The uploaded file of a multipart/form-data request: (file name, content)."""
-    from email.parser import BytesParser
-    message = BytesParser().parsebytes(f"Content-Type: {content_type}\r\n\r\n".encode() + raw)
-    for part in message.get_payload():
-        if part.get_filename():
-            return part.get_filename(), part.get_payload(decode=True)
-    raise ValueError("no file in the upload")
-
-
-def file_object(file_id: str, name: str, size: int) -> dict:
-    return {"id": file_id, "object": "file", "bytes": size, "created_at": 0, "filename": name, "purpose": "batch",
-            "status": "processed"}
-
-
-def public(batch: dict) -> dict:
-    return {k: v for k, v in batch.items() if not k.startswith("_")}
-
-
-def fault_record(prompt: str) -> str:
-    """The structured record a self-correcting user's faulty reply ends with, when its prompt asks for one:
-    an incomplete answer about the first key detail."""
-    if "<故障记录>{" not in prompt:
-        return ""
-    detail = between(prompt, "案件客观事实").split("\n")[0].strip()
-    return "\n<故障记录>" + json.dumps({"类型": "不完整", "涉及": detail}, ensure_ascii=False) + "</故障记录>"
-
-
-def default_reply(kind: str, prompt: str) -> str:
-    """Deterministic replies that exercise every path: some LexAwN replies ask, some predict."""
-    if kind == "lexawn":
-        history = between(prompt, "对话历史")
-        first = history.split("\n", 1)[0]
-        # Ask until the history holds a case-dependent number of assistant turns (0 to 4).
-        patience = stable(first) % 5
-        return (PREDICT + "结合现有事实，诉请预测：支持。" if history.count("Assistant:") >= patience
-                else ASK + "请问还需要核实哪一点事实？")
-    if kind == "force_ask":
-        return ASK + "请问借款是否有转账记录？"
-    if kind == "force_judge":
-        return PREDICT + "法律分析……各项诉请预测：支持。"
-    if kind == "user":
-        return "这个我记得，具体情况是这样的。" + fault_record(prompt)
-    if kind in ("targeted", "off_target"):
-        return {"targeted": "【定向】请问还有哪些事实？", "off_target": "【无关】请问您是怎么找到我们的？"}[kind]
-    if kind == "behaviour_judge":  # targeted dialogues recover every fact, off-target ones none
-        n = len(between(prompt, "案件关键事实").split("\n"))
-        status = "recovered" if "【定向】" in between(prompt, "对话") else "absent"
-        last = between(prompt, "对话").count("次发言）")  # a recovered fact cites the last user turn
-        return json.dumps({"facts": [{"id": i, "status": status, "turns": [last] if status == "recovered" else []}
-                                     for i in range(1, n + 1)],
-                           "unsupported_assertion": False, "question_reveals_answer": False, "beyond_scope": False})
-    if kind == "audit_judge":  # a clean reply
-        return json.dumps({"超范围披露": [], "不实陈述": "否", "回答了问题": "是"}, ensure_ascii=False)
-    if kind == "focal_judge":
-        return "归责逻辑类"
-    if kind == "plain":  # one of the four C.2 response types, by the consultation
-        return PLAIN_STYLES[stable(prompt) % 4][1]
-    if kind == "type_judge":
-        reply = between(prompt, "待评估回复")
-        return next((name for name, text in PLAIN_STYLES if text == reply), "过早预测")
-    if kind == "lca_judge":
-        return "策略一" if PREDICT in between(prompt, "待评估回复") else "策略二"
-    if kind == "dcg_judge":
-        return "是" if stable(between(prompt, "AI提问内容") + between(prompt, "裁判文书争议焦点")) % 2 else "否"
-    if kind == "ljp_judge":
-        claims = between(prompt, "正式诉请").split("\n")
-        labels = ["支持", "部分支持", "驳回"]
-        return json.dumps({"results": [labels[stable(c) % 3] for c in claims]}, ensure_ascii=False)
-    return "?"
-
-
-def models_differ(kind: str, prompt: str, body: dict) -> str | None:
-    """A script under which evaluated models answer differently (`--models-differ`), so that the comparison page,
-    the rankings and the case list have differences to show: each model asks for a number of turns of its own
-    before it predicts, tags its replies with its id (so the DCG judge, which hashes the question, judges them
-    apart), and the LJP judge reads each model's reply as verdicts of its own. Every other request is as by default."""
-    model = body.get("model", "")
-    if kind == "lexawn":
-        history = between(prompt, "对话历史")
-        patience = stable(history.split("\n", 1)[0] + model) % 5
-        return (PREDICT + f"结合现有事实（{model}），诉请预测：支持。" if history.count("Assistant:") >= patience
-                else ASK + f"请问还需要核实哪一点事实？（{model}）")
-    if kind in ("force_ask", "force_judge"):
-        return default_reply(kind, prompt) + f"（{model}）"
-    if kind == "ljp_judge":
-        reply, labels = between(prompt, "待提取回复"), ["支持", "部分支持", "驳回"]
-        claims = between(prompt, "正式诉请").split("\n")
-        return json.dumps({"results": [labels[stable(c + reply) % 3] for c in claims]}, ensure_ascii=False)
-    return None
-
-
-class PrefixCache:
-    """A provider's automatic prefix cache, as OpenAI documents it: a prompt of at least `minimum` tokens is served
-    from the cache for the longest prefix it shares with an earlier prompt, counted in steps of `step` tokens past
-    the minimum (one token a character, as this provider counts them). Entries never expire here: the best case.
-    Use as `provider.cache = PrefixCache()`; it reports OpenAI's usage field."""
-
-    def __init__(self, minimum: int = 1024, step: int = 128):
-        self.minimum, self.step, self.seen, self.lock = minimum, step, [], threading.Lock()
-
-    def __call__(self, prompt: str) -> dict:
-        with self.lock:
-            shared = max((len(os.path.commonprefix([earlier, prompt])) for earlier in self.seen), default=0)
-            self.seen.append(prompt)
-        cached = 0 if shared < self.minimum else self.minimum + (shared - self.minimum) // self.step * self.step
-        return {"prompt_tokens_details": {"cached_tokens": cached}}
-
-
-class FakeProvider:
+class FakeProvider(BatchEndpoints):
     """`script(kind, prompt, body)` may return a str (the reply), None (the default reply), or a dict:
     {"status": 429, "headers": {...}, "error": "...", "param": ..., "code": ...} for an HTTP error,
     {"content": ..., "finish_reason": "length", "reasoning_content": ..., "reasoning_tokens": N} for a given
@@ -402,92 +236,6 @@ class FakeProvider:
             self._window.append(now)
             return False
 
-    # --- the batch API (OpenAI's files and batches endpoints, as vLLM and others copy them)
-    def batch_api(self, method: str, path: str, headers, raw: bytes):
-        json_type = {"Content-Type": "application/json"}
-        reply = lambda status, data: (status, json_type, json.dumps(data, ensure_ascii=False).encode())  # noqa: E731
-        if self.batch_refuse:
-            return reply(404, {"error": {"message": "Not Found", "type": "invalid_request_error"}})
-        parts = path.split("?")[0].rstrip("/").split("/")[2:]  # after /v1
-        with self.lock:
-            fault = next((f for f in self.batch_errors if f[0] == method and f[1] == parts[0]), None)
-            if fault:
-                self.batch_errors.remove(fault)
-                return reply(fault[2], {"error": {"message": "scripted batch endpoint error", "type": "server_error"}})
-            if len(parts) >= 2 and parts[0] == "batches" and parts[1] in self.batch_forget:
-                return reply(404, {"error": {"message": f"No batch found with id '{parts[1]}'"}})
-            if parts == ["files"] and method == "POST":
-                name, content = multipart_file(headers.get("content-type", ""), raw)
-                file_id = f"file-{len(self.files) + 1}"
-                self.files[file_id] = content
-                return reply(200, file_object(file_id, name, len(content)))
-            if len(parts) == 3 and parts[0] == "files" and parts[2] == "content":
-                if parts[1] not in self.files:
-                    return reply(404, {"error": {"message": "no such file"}})
-                return 200, {"Content-Type": "application/jsonl"}, self.files[parts[1]]
-            if parts == ["batches"] and method == "POST":
-                body = json.loads(raw)
-                batch_id = f"batch-{len(self.batches) + 1}"
-                lines = [json.loads(x) for x in self.files[body["input_file_id"]].splitlines() if x.strip()]
-                self.submitted.update(x["custom_id"] for x in lines)
-                self.batches[batch_id] = {"id": batch_id, "object": "batch", "endpoint": body["endpoint"],
-                                          "input_file_id": body["input_file_id"], "completion_window": "24h",
-                                          "status": "in_progress", "created_at": int(time.time()), "_lines": lines,
-                                          "_ready": time.monotonic() + self.batch_delay,
-                                          "request_counts": {"total": len(lines), "completed": 0, "failed": 0},
-                                          "metadata": body.get("metadata") or {}}
-                if self.batch_lost_create:
-                    self.batch_lost_create = False
-                    return reply(500, {"error": {"message": "upstream timeout", "type": "server_error"}})
-                return reply(200, public(self.batches[batch_id]))
-            if parts == ["batches"] and method == "GET":
-                shown = [public(b) for b in self.batches.values()]
-                if self.batch_listed:
-                    shown = [{**b, "metadata": self.batch_listed(b)} for b in shown]
-                return reply(200, {"object": "list", "data": shown, "has_more": False})
-            if len(parts) >= 2 and parts[0] == "batches" and parts[1] in self.batches:
-                batch = self.batches[parts[1]]
-                if parts[2:] == ["cancel"]:
-                    batch["status"] = "cancelled"
-                elif batch["status"] == "in_progress" and time.monotonic() >= batch["_ready"]:
-                    self._finish(batch)
-                return reply(200, public(batch))
-        return reply(404, {"error": {"message": f"no route {method} {path}"}})
-
-    def _finish(self, batch: dict) -> None:
-        if self.batch_final:
-            batch["status"] = self.batch_final
-            batch["errors"] = {"object": "list", "data": [{"code": "scripted", "message": self.batch_final_message
-                                                           or f"batch {self.batch_final}"}]}
-            return
-        lines = batch["_lines"][:max(1, len(batch["_lines"]) // 2)] if self.batch_expire else batch["_lines"]
-        out, errors = [], []
-        for i, line in enumerate(lines):
-            failure = self.batch_fail(line["custom_id"]) if self.batch_fail else None
-            if failure:  # True, or the error's message
-                errors.append({"id": f"req-{i}", "custom_id": line["custom_id"], "response": None,
-                               "error": {"code": "server_error",
-                                         "message": failure if isinstance(failure, str) else "scripted failure"}})
-                continue
-            self.lock.release()  # the chat handler takes the lock itself
-            try:
-                status, _, payload = self._answer(line["body"])
-            finally:
-                self.lock.acquire()
-            out.append({"id": f"req-{i}", "custom_id": line["custom_id"],
-                        "response": {"status_code": status, "request_id": f"req-{i}", "body": json.loads(payload)},
-                        "error": None})
-        for name, rows in (("output_file_id", out), ("error_file_id", errors)):
-            if rows:
-                file_id = f"file-{len(self.files) + 1}"
-                text = [json.dumps(r, ensure_ascii=False) for r in rows]
-                if name == "output_file_id" and self.batch_output:
-                    text = self.batch_output(text)
-                self.files[file_id] = "".join(line + "\n" for line in text).encode()
-                batch[name] = file_id
-        batch["status"] = "expired" if self.batch_expire else "completed"
-        batch["request_counts"] = {"total": len(batch["_lines"]), "completed": len(out), "failed": len(errors)}
-
     def respond(self, path: str, body: dict):
         json_type = {"Content-Type": "application/json"}
         with self.lock:
@@ -585,44 +333,3 @@ class FakeProvider:
             events.append(chunk([], usage))
         events.append("data: [DONE]\n\n")
         return "".join(events).encode()
-
-
-def main(argv=None) -> int:
-    """`python -m lexpilot.scripted --port P`: the scripted provider as a server on 127.0.0.1, to try every stage
-    without a provider (OPENAI_BASE_URL=http://127.0.0.1:P/v1, any OPENAI_API_KEY). Ctrl-C stops it."""
-    import argparse
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--port", type=int, default=8765)
-    parser.add_argument("--latency", type=float, default=0.0, help="seconds before each reply")
-    parser.add_argument("--jitter", type=float, default=0.0, help="up to this many seconds more, per prompt")
-    parser.add_argument("--rate-limit", type=float, help="requests a second it answers; beyond, HTTP 429 with "
-                        "Retry-After (as a provider's rate limit counts)")
-    parser.add_argument("--models-differ", action="store_true", help="each evaluated model answers in its own way, "
-                        "so that comparisons and rankings have something to show (the replies stay canned)")
-    parser.add_argument("--log", type=Path, metavar="FILE", help="append a JSON line per chat request there: its "
-                        "model, role, output limit, temperature and a digest of its prompt")
-    args = parser.parse_args(argv)
-    provider = FakeProvider(models_differ if args.models_differ else None, latency=args.latency, jitter=args.jitter,
-                            rate_limit=args.rate_limit)
-    if args.log:
-        try:
-            provider.log = args.log.open("a", encoding="utf-8")
-        except OSError as e:
-            print(f"scripted provider: --log {args.log}: cannot write there ({e.strerror or e})", file=sys.stderr)
-            return 2
-    provider.port = args.port
-    try:
-        url = provider.start()
-    except OSError as e:
-        print(f"scripted provider: cannot listen on 127.0.0.1:{args.port} ({e.strerror or e})", file=sys.stderr)
-        return 2
-    print(f"scripted provider at {url} (every role; any key); Ctrl-C stops it", flush=True)
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        provider.stop()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
