@@ -21,6 +21,22 @@ STAGES = {stage.name.removeprefix("LJP "): stage for entry, stages in ENTRY_POIN
           for stage in stages}
 
 
+def prompts_in(folder: Path, monkeypatch, **added: str) -> Path:
+    """The harness's prompts served from `folder`: a copy of prompts/ there, with `added` prompt files (name ->
+    text) declared beside them, as a harness that gains a prompt file (a new stage's) declares it."""
+    from lexpilot.benchmark import prompts as prompt_module
+    from lexpilot.storage import manifest as manifest_module
+    folder.mkdir()
+    for file in prompt_module.PROMPT_FILES.values():
+        (folder / file).write_bytes((prompt_module.PROMPT_DIR / file).read_bytes())
+    for name, text in added.items():
+        (folder / f"{name}.txt").write_text(text, encoding="utf-8")
+        monkeypatch.setitem(prompt_module.PROMPT_FILES, name, f"{name}.txt")
+    monkeypatch.setattr(prompt_module, "PROMPT_DIR", folder)
+    monkeypatch.setattr(manifest_module, "PROMPT_DIR", folder)
+    return folder
+
+
 def judge_kinds() -> tuple[str, ...]:
     """The scripted provider's names of every prompt a catalogued stage sends the judge (whose outputs
     `CaseCalls.validated` parses), read from the catalog: a new judge stage is in every test that asks for them."""

@@ -819,19 +819,10 @@ def test_a_prompt_file_added_since_a_run_was_made_keeps_it_comparable_and_in_its
     import json
 
     import show_results
-    from lexpilot.benchmark import prompts as prompt_module
-    from lexpilot.storage import manifest as manifest_module
-    from tests.conftest import Harness, sample_cases, write_dataset
+    from tests.conftest import Harness, prompts_in, sample_cases, write_dataset
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "four.json", sample_cases()[:4]))
     assert h.run("DCG", "--model", "model-a") == 0
-    folder = tmp_path / "prompts"  # the harness gains a prompt file: the prompts as they are, and one more
-    folder.mkdir()
-    for name in prompt_module.PROMPT_FILES.values():
-        (folder / name).write_bytes((prompt_module.PROMPT_DIR / name).read_bytes())
-    (folder / "judge_demo.txt").write_text("你是一个新的评审员。\n{history}\n", encoding="utf-8")
-    monkeypatch.setitem(prompt_module.PROMPT_FILES, "judge_demo", "judge_demo.txt")
-    monkeypatch.setattr(prompt_module, "PROMPT_DIR", folder)
-    monkeypatch.setattr(manifest_module, "PROMPT_DIR", folder)
+    prompts_in(tmp_path / "prompts", monkeypatch, judge_demo="你是一个新的评审员。\n{history}\n")  # one more file
     for model, run_id in (("model-b", "r1"), ("model-a", "r2")):
         h.run_id = run_id
         assert h.run("DCG", "--model", model) == 0

@@ -8,7 +8,7 @@ from lexpilot.benchmark import prompts as prompt_module
 from lexpilot.benchmark.prompts import PROMPT_FILES
 from lexpilot.protocols.catalog import ENTRY_POINTS, GRID_STAGES, OTHER_STAGES
 from lexpilot.running import stage as stage_module
-from tests.conftest import Harness, sample_cases, write_dataset
+from tests.conftest import Harness, prompts_in, sample_cases, write_dataset
 
 
 class Recording(dict):
@@ -71,14 +71,8 @@ def test_every_prompt_a_stage_fills_is_one_it_declares(tmp_path, provider, monke
 def test_a_prompt_only_another_stage_sends_never_blocks_a_stage(tmp_path, provider, monkeypatch, capsys):
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "two.json", sample_cases()[:2]))
     assert h.run("gold", "--limit", "1") == 0
-    folder = tmp_path / "prompts"
-    folder.mkdir()
-    for name in PROMPT_FILES.values():
-        (folder / name).write_bytes((prompt_module.PROMPT_DIR / name).read_bytes())
+    folder = prompts_in(tmp_path / "prompts", monkeypatch)
     (folder / "behaviour_targeted.txt").write_text("改过的提示 {history} {key_facts}", encoding="utf-8")
-    monkeypatch.setattr(prompt_module, "PROMPT_DIR", folder)
-    from lexpilot.storage import manifest
-    monkeypatch.setattr(manifest, "PROMPT_DIR", folder)
     assert h.run("gold", "--limit", "2") == 2  # the selection grew: refused for that, not for the prompt
     err = capsys.readouterr().err
     assert "selected_cases" in err and "behaviour_targeted" not in err

@@ -213,6 +213,14 @@ def qwk_of(records: list[dict]) -> float:
     return cohen_kappa_score(gold, predicted, weights="quadratic", labels=["支持", "部分支持", "驳回"])
 
 
+def table_15_rows(harness, capsys) -> list[str]:
+    """Table 15's text rows, as the report prints them at any width."""
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(harness.root), "--width", "0", "--table", "non_ideal"]) == 0
+    out = capsys.readouterr().out
+    return out[out.index("Non-ideal users (Table 15)"):].split("\n\n")[0].splitlines()[3:]
+
+
 def test_table_15_pairs_real_runs_the_stages_wrote(tmp_path, provider, monkeypatch, capsys):
     """Issue 25, item 1: two standard runs, one per non-ideal user, made by the stages: a non-ideal run's manifest
     lists its extra user prompt file, and Table 15 still takes its Standard column from the standard runs of the
@@ -254,10 +262,7 @@ def test_table_15_pairs_runs_whose_code_differs_and_says_so(tmp_path, provider, 
         assert harness.run("LexAwN", "--user-condition", condition) == 0
         assert harness.run("interaction", "--user-condition", condition) == 0
         qwk[run_id] = qwk_of(harness.records("eval_results", "LJP_interaction.jsonl"))
-    capsys.readouterr()
-    assert show_results.main(["--output-root", str(harness.root), "--width", "0", "--table", "non_ideal"]) == 0
-    out = capsys.readouterr().out
-    rows = out[out.index("Non-ideal users (Table 15)"):].split("\n\n")[0].splitlines()[3:]
+    rows = table_15_rows(harness, capsys)
     assert len(rows) == 1, rows  # one row: the code hash does not keep the conditions apart
     cells = [c.strip() for c in rows[0].split("  ") if c.strip()]
     assert cells[0] == "eval-model (its conditions' runs differ in code)"
@@ -295,28 +300,17 @@ def test_table_15_pairs_a_run_made_after_a_prompt_file_was_added(tmp_path, provi
     """A newcomer's review of issue 37: a prompt file added to the harness (a new stage's) made every older run
     "not comparable"; Table 15 pairs on the prompt files both runs record. The standard run is made before the
     harness gains judge_demo.txt, the delayed run after: one row, its cells the records' QWK by hand."""
-    from lexpilot.benchmark import prompts as prompt_module
-    from lexpilot.storage import manifest as manifest_module
+    from tests.conftest import prompts_in
     harness = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "four.json", sample_cases()[:4]))
     qwk = {}
     for run_id, condition in (("run1", "standard"), ("delayed1", "delayed")):
         harness.run_id = run_id
-        if condition == "delayed":  # the harness gains a prompt file: the prompts as they are, and one more
-            folder = tmp_path / "prompts"
-            folder.mkdir()
-            for name in prompt_module.PROMPT_FILES.values():
-                (folder / name).write_bytes((prompt_module.PROMPT_DIR / name).read_bytes())
-            (folder / "judge_demo.txt").write_text("你是一个新的评审员。\n{history}\n", encoding="utf-8")
-            monkeypatch.setitem(prompt_module.PROMPT_FILES, "judge_demo", "judge_demo.txt")
-            monkeypatch.setattr(prompt_module, "PROMPT_DIR", folder)
-            monkeypatch.setattr(manifest_module, "PROMPT_DIR", folder)
+        if condition == "delayed":  # the harness gains a prompt file
+            prompts_in(tmp_path / "prompts", monkeypatch, judge_demo="你是一个新的评审员。\n{history}\n")
         assert harness.run("LexAwN", "--user-condition", condition) == 0
         assert harness.run("interaction", "--user-condition", condition) == 0
         qwk[run_id] = qwk_of(harness.records("eval_results", "LJP_interaction.jsonl"))
-    capsys.readouterr()
-    assert show_results.main(["--output-root", str(harness.root), "--width", "0", "--table", "non_ideal"]) == 0
-    out = capsys.readouterr().out
-    rows = out[out.index("Non-ideal users (Table 15)"):].split("\n\n")[0].splitlines()[3:]
+    rows = table_15_rows(harness, capsys)
     assert len(rows) == 1, rows  # one row: the added prompt file does not keep the conditions apart
     cells = [c.strip() for c in rows[0].split("  ") if c.strip()]
     assert cells[1] == f"{qwk['run1']:.4f}" and cells[2] == f"{qwk['delayed1']:.4f}", cells
