@@ -60,10 +60,15 @@ def settings_key(manifest: dict, prompts: set[str] | None = None) -> tuple:
         value = compared_setting(manifest, name)
         if name == "rejudged_from":
             return True if value else None
-        if name == "prompt_hash" and isinstance(value, dict) and prompts is not None:
-            return {file: digest for file, digest in value.items() if file in prompts}
-        return value
+        return on_prompts(value, prompts) if name == "prompt_hash" else value
     return tuple(json.dumps(shared(name), sort_keys=True) for name in COMPARED_MANIFEST_FIELDS)
+
+
+def on_prompts(prompt_hash, prompts: set[str] | None):
+    """A run's compared prompts on `prompts` only (None: all it records)."""
+    if prompts is None or not isinstance(prompt_hash, dict):
+        return prompt_hash
+    return {file: digest for file, digest in prompt_hash.items() if file in prompts}
 
 
 def recorded_prompts(runs: list[Run]) -> set[str] | None:

@@ -5,6 +5,7 @@ every report script.
 from __future__ import annotations
 
 import gc
+import os
 import sys
 from collections.abc import Callable
 from functools import partial
@@ -31,7 +32,6 @@ def add_run_options(parser, one_run: bool = False) -> None:
     """--output-root and --dataset, and the runs to read: any number of models and run ids (show_results.py,
     judge_agreement.py export), or with `one_run` the one run of one model a kit evaluates (user_probes.py
     evaluate: --run-id required, --model defaulting to LEXPILOT_MODEL, as a stage takes them)."""
-    import os
     parser.add_argument("--output-root", type=Path, default=DEFAULT_OUTPUT_ROOT,
                         help="where the runs are (default: next to the scripts)")
     parser.add_argument("--dataset", type=Path, help="check every record against this dataset (default: the "

@@ -17,6 +17,7 @@ from lexpilot.reporting.scoring.groups import (
     NOT_COMPARED,
     Group,
     differing_settings,
+    on_prompts,
     recorded_prompts,
     same_code,
 )
@@ -34,8 +35,7 @@ def comparable_settings(group: Group, prompts: set[str] | None = None) -> dict:
     """The settings two groups must share to be compared; prompts on `prompts` (the files every group records)."""
     manifest = group.runs[0].manifest
     settings = {name: compared_setting(manifest, name) for name in COMPARED_MANIFEST_FIELDS if name not in NOT_COMPARED}
-    if prompts is not None and isinstance(settings.get("prompt_hash"), dict):
-        settings["prompt_hash"] = {f: d for f, d in settings["prompt_hash"].items() if f in prompts}
+    settings["prompt_hash"] = on_prompts(settings.get("prompt_hash"), prompts)
     models = dict(settings.get("models") or {})
     models.pop("eval", None)
     return settings | {"models": models}

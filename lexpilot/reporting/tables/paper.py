@@ -10,7 +10,13 @@ import numpy as np
 
 from lexpilot.benchmark.prompts import CONDITION_PROMPTS, PROMPT_FILES
 from lexpilot.benchmark.records import LJP_SETUPS, SETUP
-from lexpilot.reporting.scoring.groups import NOT_COMPARED, Group, classes_present, recorded_prompts
+from lexpilot.reporting.scoring.groups import (
+    NOT_COMPARED,
+    Group,
+    classes_present,
+    on_prompts,
+    recorded_prompts,
+)
 from lexpilot.reporting.scoring.runs import OVERALL
 from lexpilot.reporting.scoring.scoring import STOP_CATEGORIES, STOP_TAGS, TASKS
 from lexpilot.reporting.statistics.bootstrap import Bootstrap, paired_difference
@@ -155,9 +161,9 @@ def paired_settings(group: Group, prompts: set[str] | None = None) -> str:
     settings = {name: compared_setting(manifest, name) for name in COMPARED_MANIFEST_FIELDS
                 if name not in ("user_condition", *NOT_COMPARED)}
     condition_files = {PROMPT_FILES[name] for names in CONDITION_PROMPTS.values() for name in names}
-    if isinstance(settings.get("prompt_hash"), dict):  # on `prompts`: a file added to the harness since is none
-        settings["prompt_hash"] = {f: h for f, h in settings["prompt_hash"].items()
-                                   if f not in condition_files and (prompts is None or f in prompts)}
+    settings["prompt_hash"] = on_prompts(settings.get("prompt_hash"), prompts)  # a file added since is no difference
+    if isinstance(settings["prompt_hash"], dict):
+        settings["prompt_hash"] = {f: h for f, h in settings["prompt_hash"].items() if f not in condition_files}
     return json.dumps(settings, sort_keys=True, ensure_ascii=False)
 
 
