@@ -154,22 +154,29 @@ def why(err: str, name: str) -> str:
     return (failed or lines or ["stopped"])[-1]
 
 
-def start_chains(grid: Grid) -> list[threading.Thread]:
-    """Every chain at once, each on its own thread."""
-    threads = [threading.Thread(target=run_chain, args=(grid, chain), name=f"chain-{i}", daemon=True)
-               for i, chain in enumerate(grid.chains)]
-    for thread in threads:
-        thread.start()
-    return threads
+def start_chains(grid: Grid) -> list[threading.Event]:
+    """Every chain at once, each on its own thread; an event per chain, set when it has ended (however it ended)."""
+    ended = [threading.Event() for _ in grid.chains]
+
+    def run(chain: list[Cell], done: threading.Event) -> None:
+        try:
+            run_chain(grid, chain)
+        finally:
+            done.set()
+    for i, (chain, done) in enumerate(zip(grid.chains, ended)):
+        threading.Thread(target=run, args=(chain, done), name=f"chain-{i}", daemon=True).start()
+    return ended
 
 
-def wait_for(threads: list[threading.Thread], tick: Callable[[], None], wait: float = 0.2) -> None:
-    """Until every chain has ended, `tick` (the display) meanwhile. A KeyboardInterrupt reaches the caller (signals
-    go to the main thread), which drains the grid and waits again, or leaves."""
-    for thread in threads:
-        while thread.is_alive():
-            thread.join(wait)
+def wait_for(chains: list[threading.Event], tick: Callable[[], None], wait: float = 0.2) -> None:
+    """Until every chain has ended (each sets its event as it ends), `tick` (the display) meanwhile. A
+    KeyboardInterrupt reaches the caller (signals go to the main thread), which drains the grid and waits again, or
+    leaves. An event the chain sets itself, not Thread.join and is_alive: join waits on a lock that a
+    KeyboardInterrupt interrupts, and once in five full suites under load the drain ended with a cell shown running."""
+    for ended in chains:
+        while not ended.wait(wait):
             tick()
+        tick()
 
 
 def grouped_reasons(cells: list[Cell]) -> list[tuple[str, list[Cell]]]:

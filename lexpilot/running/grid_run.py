@@ -115,16 +115,16 @@ class GridRun:
             display.note(note)
         speaker["say"] = display.note  # what the shared store says from here on (Redis gone, or back)
         interrupted = False
-        threads = start_chains(grid)
+        chains = start_chains(grid)
         try:
-            wait_for(threads, display.draw)
+            wait_for(chains, display.draw)
         except KeyboardInterrupt:
             interrupted = True
             grid.sharing.draining.set()
             display.note("[grid] Ctrl-C: no new call starts; the calls in flight end and are saved or journalled "
                          "(Ctrl-C again leaves at once)")
             try:
-                wait_for(threads, display.draw)
+                wait_for(chains, display.draw)
             except KeyboardInterrupt:
                 display.note("[grid] interrupted at once: completed cases are saved; rerun the same command to resume")
                 os._exit(INTERRUPTED)
