@@ -172,7 +172,8 @@ def wait_for(chains: list[threading.Event], tick: Callable[[], None], wait: floa
     """Until every chain has ended (each sets its event as it ends), `tick` (the display) meanwhile. A
     KeyboardInterrupt reaches the caller (signals go to the main thread), which drains the grid and waits again, or
     leaves. An event the chain sets itself, not Thread.join and is_alive: join waits on a lock that a
-    KeyboardInterrupt interrupts, and in about one of seven full suites under load the drain ended with a cell shown running."""
+    KeyboardInterrupt interrupts, and in about one of seven full suites under load the drain ended with a cell
+    shown running."""
     for ended in chains:
         while not ended.wait(wait):
             tick()
