@@ -547,6 +547,6 @@ def test_an_older_manifests_every_stage_submitted_survives_one_stage_noting_its_
     )
     path = tmp_path / "manifest.json"
     path.write_text(json.dumps({"batches_submitted": True}), encoding="utf-8")
-    note_batches_submitted(path, "LJP gold", 3)
+    note_batches_submitted(read_manifest(path), "LJP gold", 3)
     saved = read_manifest(path)
     assert submitted_batches(saved, "LJP gold") == 3 and submitted_batches(saved, "DCG") == 1

@@ -16,6 +16,7 @@ from lexpilot.reporting.statistics.rankings import (
     letter_display,
     variance_components,
 )
+from lexpilot.storage.manifest import Manifest
 
 KEY = ("DCG", "accuracy", OVERALL)
 
@@ -41,7 +42,7 @@ def group_of(model: str, outcomes: np.ndarray) -> Group:
     cases = [str(i) for i in range(outcomes.shape[1])]
     runs = []
     for i, row in enumerate(outcomes):
-        run = Run(f"r{i}", model, {"selected_cases": cases}, model)
+        run = Run(f"r{i}", model, Manifest.of({"selected_cases": cases}), model)
         run.tasks["DCG"] = TaskData(cases, ["c"] * len(cases), np.stack([row, np.ones_like(row)], axis=1).astype(float))
         run.metrics[KEY] = float(row.mean())
         runs.append(run)
@@ -79,7 +80,7 @@ def test_the_power_formula_against_a_simulation_with_known_variance_components()
 
 def lca_ljp_run(run_id: str, labels: list[str], verdicts: list[list[str]]) -> Run:
     """A constructed run: LCA labels of case 1's two histories, and one LJP setup's verdicts per case."""
-    run = Run(run_id, "m", {"selected_cases": ["1", "2"]}, "m")
+    run = Run(run_id, "m", Manifest.of({"selected_cases": ["1", "2"]}), "m")
     truth = {"complete": "策略一", "underspecified": "策略二"}
     run.saved = {"LCA": {"1": {"judgments": {h: {"predicted_type": label, "true_type": truth[h]}
                                                       for h, label in zip(truth, labels)}}},

@@ -313,11 +313,12 @@ def test_the_site_written_by_two_processes_is_the_site_written_by_one(built, tmp
 def test_a_prompt_file_changed_since_the_run_is_said(built):
     """The exact call says when prompts/ differs from the file the run recorded (the text is then today's file)."""
     from lexpilot.reporting.site.calls_view import run_settings
+    from lexpilot.storage.manifest import Manifest
     root, _ = built
     manifest = json.loads(next(root.glob("runs/r1/model-a-*/manifest.json")).read_text(encoding="utf-8"))
-    assert run_settings(manifest)["changed"] == []
+    assert run_settings(Manifest.of(manifest))["changed"] == []
     manifest["prompt_files"]["lexawn.txt"] = "0" * 16
-    info = run_settings(manifest)
+    info = run_settings(Manifest.of(manifest))
     assert info["changed"] == ["lexawn"]
     assert info["roles"]["judge"]["model"] == "DeepSeek-R1" and "temperature 0.1" in info["roles"]["judge"]["settings"]
 

@@ -22,15 +22,15 @@ def focal_types(calls: CaseCalls, upstream: dict) -> dict:
     if case.focal_types is not None:
         return {"types": [{"focal_point": fp, "type": t, "source": "dataset"}
                           for fp, t in zip(case.focal_points, case.focal_types)]}
-    typed = typed_before(calls.caller.settings, case, calls.prompts)
+    typed = typed_before(calls.settings, case, calls.prompts)
     if typed:  # a property of the benchmark: judged once, reused by every run and model
         return typed
     types = []
     for fp in case.focal_points:
         label, raw = calls.judge("judge_focal_type", parse_focal_type, focus_text=fp)
         types.append({"focal_point": fp, "type": label, "source": "judge", "judge_raw": raw})
-    return {"types": types, "judge_model": calls.caller.settings.roles["judge"].model,
-            "judge_settings": judge_settings(calls.caller.settings, calls.prompts)}
+    return {"types": types, "judge_model": calls.settings.roles["judge"].model,
+            "judge_settings": judge_settings(calls.settings, calls.prompts)}
 
 
 def judge_settings(settings: Settings, prompts: dict) -> str:

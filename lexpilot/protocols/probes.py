@@ -16,7 +16,7 @@ from lexpilot.protocols.steps import CaseCalls, Stage, Step
 # ----------------------------------------------------------------------------- generation (a stage)
 
 def probes_of(calls: CaseCalls) -> Probe | None:
-    settings = calls.caller.settings
+    settings = calls.settings
     return probe_table(settings.probes, settings.dataset)[0].get(calls.case.number)
 
 
@@ -48,7 +48,7 @@ def probe_replies(calls: CaseCalls, upstream: dict) -> dict:
     if probe is None:
         return {"probed": False, "replies": {}}
     conditions = CONDITIONS if probe.removed else CONDITIONS[:3]
-    digest = probe_table(calls.caller.settings.probes, calls.caller.settings.dataset)[1]
+    digest = probe_table(calls.settings.probes, calls.settings.dataset)[1]
     return {"probed": True, "probe_file": digest, "replies": {c: reply_for(calls, probe, c) for c in conditions}}
 
 

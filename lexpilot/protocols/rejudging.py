@@ -30,7 +30,7 @@ from lexpilot.protocols.ljp import DIRECT_STEPS, GOLD_STEPS, LJP_INTERACTION_STE
 from lexpilot.protocols.steps import CaseCalls, Stage, Step
 from lexpilot.settings import Settings
 from lexpilot.storage.checkpoints import manifest_path
-from lexpilot.storage.manifest import manifest_differences, read_manifest
+from lexpilot.storage.manifest import read_manifest
 
 REUSED = REJUDGE_REUSED  # generations and User Model replies
 
@@ -61,10 +61,10 @@ def check_source_settings(settings: Settings, manifest: dict) -> None:
     """Before anything is written (a failed re-judge leaves no run behind): there is a source run, and the new
     run's settings for every role but the judge are its settings."""
     saved = read_manifest(source_manifest(settings))
-    if saved.get("user_condition", "standard") != "standard":
-        raise HarnessError(f"run {settings.source_run} was made with the {saved.get('user_condition')} user: "
+    if saved.user_condition != "standard":
+        raise HarnessError(f"run {settings.source_run} was made with the {saved.user_condition} user: "
                            "re-judging covers standard runs (their every task)")
-    differing = [d for d in manifest_differences(saved, manifest)
+    differing = [d for d in saved.differences(manifest)
                  if any(d.startswith(name + ":") or d.startswith(name + ".") for name in GENERATION_SETTINGS)
                  or (d.startswith("prompt_hash.") and not d.startswith("prompt_hash.judge_"))]
     if differing:

@@ -41,6 +41,7 @@ class CaseCalls:
     replays: int = 0
     keep_reasoning: bool = False  # the evaluated model's and User Model's reasoning too (the judge's always)
     reasoning: dict = field(default_factory=dict)  # of the record being built: role -> reasoning per call
+    settings: Settings | None = None  # the run's: what a step records of them (the judge's model) or reads
 
     def _chat(self, role: str, prompt: str) -> str:
         """A reply paid for in an earlier, unfinished attempt at this step is replayed, not bought again."""

@@ -61,8 +61,8 @@ def show(args) -> int:
     boot = shared if args.ci or args.compare else None
     compared = compared_groups(groups, args.compare) if args.compare else None  # both models must be there
     if prices:
-        unpriced = sorted({r.manifest["models"][role]["model"] for r in runs for role in ROLES
-                           if r.manifest["models"].get(role, {}).get("model") not in prices})
+        unpriced = sorted({str(r.manifest.model(role)) for r in runs for role in ROLES
+                           if r.manifest.model(role) not in prices})
         if unpriced:
             print(f"no price in {args.prices} for {', '.join(unpriced)}: their cost shows as n/a", file=sys.stderr)
     built = Built(groups, boot, shared, complexity, prices, compared, group_runs(runs))
@@ -271,7 +271,7 @@ def compared_groups(groups: list[Group], models: list[str]) -> tuple[Group, Grou
             raise UsageError(f"--compare {model}: {'no runs' if not found else f'{len(found)} groups of runs with different settings'}"
                              " of this model; select the runs with --run-id")
         chosen.append(found[0])
-    cases = [g.runs[0].manifest["selected_cases"] for g in chosen]
+    cases = [g.runs[0].selected for g in chosen]
     if cases[0] != cases[1]:
         raise UsageError(f"--compare: {models[0]} and {models[1]} were run on different cases; a paired "
                          "comparison needs the same dataset and --limit")

@@ -47,7 +47,7 @@ from lexpilot.storage.checkpoints import (
     run_folder,
 )
 from lexpilot.storage.manifest import (
-    incarnation_late,
+    Manifest,
     note_batches_submitted,
     read_manifest,
     record_transport,
@@ -152,24 +152,24 @@ class BatchRun:
         return dict(by_url.values())
 
 
-def know_itself(run: BatchRun, path: Path | None, read_only: bool = False) -> None:
+def know_itself(run: BatchRun, manifest: Manifest | None, read_only: bool = False) -> Manifest | None:
     """The run's incarnation (made now for a run from before incarnations, unless `read_only`), whether it began
-    before them, and whether its ledger was lost: the stage submitted batches, and the ledger is gone."""
-    manifest = read_manifest(path) if path and path.exists() else {}
-    if path and manifest and not read_only:
-        run.incarnation = run_incarnation(path)
-        manifest = read_manifest(path)
-    elif isinstance(manifest.get("incarnation"), str):
-        run.incarnation = manifest["incarnation"]
-    run.late = incarnation_late(manifest) or (bool(manifest) and not run.incarnation)
+    before them, and whether its ledger was lost: the stage submitted batches, and the ledger is gone. Returns the
+    manifest, as it now is."""
+    if manifest and not read_only:
+        manifest = run_incarnation(manifest)
+    run.incarnation = (manifest.incarnation if manifest else None) or ""
+    run.late = bool(manifest) and (manifest.incarnation_late or not run.incarnation)
     # a manifest rebuilt from the run's records got a new incarnation: the run's batches carry the lost one
-    run.rebuilt = manifest.get("rebuilt_from_records") is True
+    run.rebuilt = bool(manifest) and manifest.rebuilt
     # the stage's batches as the manifest counts them, and the ledger does not: a lost ledger, another stage's new
     # one, or an old copy put back
-    submitted = max(submitted_batches(manifest, run.name), int(run.rebuilt))  # a rebuilt one cannot say: it may
+    # (a rebuilt one cannot say: it may have)
+    submitted = max(submitted_batches(manifest, run.name) if manifest else 0, int(run.rebuilt))
     run.ledger_lost = "" if submitted <= run.ledger.cycles(run.name) else \
         "the ledger is gone" if not run.ledger.found or not run.ledger.cycles(run.name) else \
         "the ledger is older than the stage's last batches"
+    return manifest
 
 
 def ledger_path(settings) -> Path:
@@ -182,13 +182,13 @@ def run_cycles(name: str, state, clients: dict, settings, out, err, run_case) ->
     from lexpilot.models.calls import ModelCaller
     log = (lambda message: print(f"[{name}] {message}", file=err, flush=True))
     model = settings.roles["eval"].model
-    transport = read_manifest(state.manifest_path).get("token_fields") if state.manifest_path else None
+    transport = state.manifest.token_fields if state.manifest else None
     run = BatchRun(name, state, settings, Ledger(ledger_path(settings)),
                    journal_path(settings.output_root, settings.run_id, model), CheckpointWriter(),
                    ModelCaller(settings, QuietProgress(log), threading.Event(), clients,
-                               transport if isinstance(transport, dict) else None),
+                               transport),
                    set(settings.batching.roles or ("eval", "user", "judge")), load_prompts(), run_case, log)
-    know_itself(run, state.manifest_path)
+    state.manifest = know_itself(run, state.manifest)
     try:
         return _cycles(run, out, err)
     except KeyboardInterrupt:
@@ -278,7 +278,8 @@ def _replay_case(run: BatchRun, journal: CallJournal, case) -> tuple | None:
         journal.rewind(case.number)  # each replay starts from the case's first call again
         retries = ReplayRetries(run.log, run.retried, run.said_before)
         calls = retries.calls = CaseCalls(BatchCaller(settings, retries), run.prompts, case,
-                                          user_condition=settings.user_condition, journal=journal)
+                                          user_condition=settings.user_condition, journal=journal,
+                                          settings=settings)
         try:
             run.run_case(run.state, calls, run.writer)
             return None
@@ -342,8 +343,8 @@ def _requests(run: BatchRun, needs: list[tuple]) -> dict[str, list]:
 def _send(run: BatchRun, groups: dict[str, list]) -> None:
     settings = run.settings
     cycle = run.ledger.cycles(run.name)
-    if groups and run.state.manifest_path and not settings.batching.files and run.noted_submission != cycle:
-        note_batches_submitted(run.state.manifest_path, run.name, cycle)  # before any of the cycle's submissions
+    if groups and run.state.manifest and not settings.batching.files and run.noted_submission != cycle:
+        run.state.manifest = note_batches_submitted(run.state.manifest, run.name, cycle)  # before any of the cycle's submissions
         run.noted_submission = cycle
     for group, requests in groups.items():
         role = requests[0][1]["role"]
@@ -362,9 +363,9 @@ def _batch_summary(run: BatchRun, wall: float, out, err) -> int:
           f"{counted(run.ledger.cycles(name), 'cycle')} in this run; elapsed {wall:.1f}s", file=out, flush=True)
     for number, message in sorted(run.failed.items()):
         print(f"[{name}] case {number} failed: {run.settings.redact(message)}", file=err)
-    if state.manifest_path and run.caller.token_fields != read_manifest(state.manifest_path).get(
-            "token_fields", default_token_fields(run.settings.roles)):
-        record_transport(state.manifest_path, run.caller.token_fields)  # a resumed run starts with the field
+    if state.manifest and run.caller.token_fields != (state.manifest.token_fields
+                                                      or default_token_fields(run.settings.roles)):
+        state.manifest = record_transport(state.manifest, run.caller.token_fields)  # a resumed run starts with the field
     CallJournal(run.journal_path, run.writer, set()).compact({s.name: state.records[s.name] for s in state.steps})
     return 1 if run.failed else 0
 
@@ -409,7 +410,8 @@ def status(name: str, settings, clients: dict, out=sys.stdout) -> int:
                    ModelCaller(settings, QuietProgress(lambda m: print(m, file=out)), threading.Event(), clients),
                    set(settings.batching.roles or ("eval", "user", "judge")), {}, None,
                    lambda m: print(m, file=out))
-    know_itself(run, manifest_path(settings.output_root, settings.run_id, settings.roles["eval"].model), read_only=True)
+    path = manifest_path(settings.output_root, settings.run_id, settings.roles["eval"].model)
+    know_itself(run, read_manifest(path) if path.exists() else None, read_only=True)
     shown = 0
     for b in run.ledger.open_batches():
         line = f"{b['role']}: {b.get('batch_id', '(not created)')}, {len(b['requests'])} requests, phase {b['phase']}"

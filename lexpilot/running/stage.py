@@ -42,9 +42,7 @@ from lexpilot.storage.manifest import (
     RunLock,
     build_manifest,
     check_manifest,
-    read_manifest,
     record_transport,
-    settings_hash,
 )
 from lexpilot.text import counted
 
@@ -139,8 +137,9 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
         )
         return batching.status(name, settings, clients, out)
     with RunLock(mpath.with_name(".lock")):
-        note = check_manifest(mpath, manifest, stage.script, write=True, allow_code_change=settings.allow_code_change,
-                              record_files=record_files, prompt_files=stage.prompt_files(settings), condition_scripts=CONDITION_SCRIPTS)
+        saved, note = check_manifest(mpath, manifest, stage.script, write=True,
+                                     allow_code_change=settings.allow_code_change, record_files=record_files,
+                                     prompt_files=stage.prompt_files(settings), condition_scripts=CONDITION_SCRIPTS)
         if note:
             print(f"[{name}] {note}", file=err)
         if stage.prepare:
@@ -148,9 +147,7 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
             if note:
                 print(f"[{name}] {note}", file=err)
         state = load_state(settings, stage, selected)
-        # new records carry the run's settings hash (the manifest saved when it started): a stage may go on while
-        # a prompt only another stage sends has changed since
-        state.settings_hash, state.manifest_path = settings_hash(read_manifest(mpath)), mpath
+        state.manifest = saved
         for note in state.notes:
             print(f"[{name}] {note}", file=err)
         if settings.batching.enabled:
@@ -199,7 +196,7 @@ class Workers:
     def work_on(self, case: Case) -> None:
         settings, outcome = self.state.settings, self.outcome
         calls = CaseCalls(self.caller, self.prompts, case, user_condition=settings.user_condition,
-                          journal=self.journal, keep_reasoning=settings.keep_reasoning)
+                          journal=self.journal, keep_reasoning=settings.keep_reasoning, settings=settings)
         try:
             run_case(self.state, calls, self.writer)
             self.progress.update(done=1)
@@ -283,17 +280,16 @@ def _execute(name: str, state: StageState, clients, out, err, sharing: Sharing |
         return 0
     progress = Progress(name, len(pending), err)
     abort = threading.Event()
-    transport = read_manifest(state.manifest_path).get("token_fields") if state.manifest_path else None
-    caller = ModelCaller(settings, progress, abort, clients, transport if isinstance(transport, dict) else None,
-                         sharing, cell)
+    transport = state.manifest.token_fields if state.manifest else None
+    caller = ModelCaller(settings, progress, abort, clients, transport, sharing, cell)
     journal = _open_journal(name, state, pending, writer, err)
     workers = Workers(state, caller, load_prompts(), journal, writer, progress, abort, threading.Event(), Outcome(),
                       len(pending))
     _run_pool(name, pending, workers, err)
     writer.close()
     journal.compact(saved)
-    if state.manifest_path and caller.token_fields != (transport or default_token_fields(settings.roles)):
-        record_transport(state.manifest_path, caller.token_fields)
+    if state.manifest and caller.token_fields != (transport or default_token_fields(settings.roles)):
+        state.manifest = record_transport(state.manifest, caller.token_fields)
     progress.draw(final=True)
     return _summary(name, workers, skipped, time.monotonic() - progress.start, out, err)  # as the progress line counts
 

@@ -19,7 +19,7 @@ from lexpilot.storage.checkpoints import (
     manifest_path,
     read_checkpoint,
 )
-from lexpilot.storage.manifest import check_manifest
+from lexpilot.storage.manifest import Manifest, check_manifest
 
 
 @dataclass
@@ -29,10 +29,15 @@ class StageState:
     cases: list[Case]
     paths: dict[str, Path]
     records: dict[str, dict[str, dict]]  # step -> case_number -> record
-    settings_hash: str = ""  # of the settings the new records are made with
-    manifest_path: Path | None = None
+    manifest: Manifest | None = None  # the run's, read once as the stage began (None: a dry run's, unwritten)
     notes: list = field(default_factory=list)  # what loading repaired, for stderr
     idle: tuple | None = None  # the stage's cases with nothing to ask (Stage.idle)
+
+    @property
+    def settings_hash(self) -> str:
+        """The hash new records carry: of the run's settings as its manifest saved them when it started (a stage
+        may go on while a prompt only another stage sends has changed since)."""
+        return self.manifest.settings_hash if self.manifest else ""
 
     def pending(self) -> list[Case]:
         return [c for c in self.cases if any(c.number not in self.records[s.name] for s in self.steps)]

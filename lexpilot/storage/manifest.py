@@ -11,6 +11,7 @@ import os
 import sys
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from lexpilot.benchmark.dataset import Case
@@ -22,6 +23,106 @@ from lexpilot.files import check_input, storage_error, write_json
 from lexpilot.paths import PROMPT_DIR
 from lexpilot.settings import Settings
 from lexpilot.storage.code import code_changes, code_digests, code_hash
+
+
+@dataclass(frozen=True)
+class RoleModel:
+    """One role as a run recorded it: its model and its endpoint's host (None: not recorded, or malformed)."""
+    model: str | None
+    endpoint_host: str | None
+
+
+@dataclass(frozen=True)
+class RoleGeneration:
+    """What one role's requests were sent with: a temperature ("default": the provider's) and an output limit."""
+    temperature: float | str | None
+    max_tokens: int | None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A run's manifest, typed: its roles, the settings that decide its results and how its calls travelled.
+
+    Read (`read_manifest`) and written only here; the JSON as saved rides along (`saved`) so that a rewrite keeps
+    every field, a later harness's included, in its order. A field a malformed or older manifest lacks is None
+    (or empty), never an error here: readers that need it say what is missing."""
+    path: Path | None
+    run_id: str | None
+    dataset_sha256: str | None
+    dataset_path: str | None
+    selected_cases: list | None
+    code_hash: str | None
+    prompt_files: dict
+    models: dict[str, RoleModel]
+    generation: dict[str, RoleGeneration]
+    user_condition: str
+    rejudged_from: str | None
+    incarnation: str | None
+    incarnation_late: bool
+    rebuilt: bool  # rebuilt from the run's records: its incarnation is new, its batches carry the lost one
+    token_fields: dict | None  # the output-limit field each role's endpoint takes, once a call found it
+    saved: dict = field(repr=False, compare=False)
+
+    @classmethod
+    def of(cls, saved: dict, path: Path | None = None) -> Manifest:
+        text = (lambda name: saved.get(name) if isinstance(saved.get(name), str) else None)
+        models = saved.get("models") if isinstance(saved.get("models"), dict) else {}
+        generation = saved.get("generation") if isinstance(saved.get("generation"), dict) else {}
+        return cls(path, text("run_id"), text("dataset_sha256"), text("dataset_path"),
+                   saved.get("selected_cases") if isinstance(saved.get("selected_cases"), list) else None,
+                   text("code_hash"), _dict_of(saved, "prompt_files"),
+                   {role: _role_model(entry) for role, entry in models.items()},
+                   {role: _role_generation(generation, prefix) for role, prefix in GENERATION_PREFIXES.items()},
+                   str(saved.get("user_condition", "standard")), text("rejudged_from"), text("incarnation") or None,
+                   saved.get("incarnation_late") is True, saved.get("rebuilt_from_records") is True,
+                   saved.get("token_fields") if isinstance(saved.get("token_fields"), dict) else None, saved)
+
+    def model(self, role: str) -> str | None:
+        entry = self.models.get(role)
+        return entry.model if entry else None
+
+    @functools.cached_property
+    def settings_hash(self) -> str:
+        """The hash of the settings its records carry (`settings_hash`)."""
+        return settings_hash(self.saved)
+
+    def compared(self, name: str):
+        """One compared setting as it decides results (`compared_setting`)."""
+        return compared_setting(self.saved, name)
+
+    def compared_settings(self, leave_out: tuple[str, ...] = ()) -> dict:
+        """Every compared setting but those left out, as each decides results."""
+        return {name: self.compared(name) for name in COMPARED_MANIFEST_FIELDS if name not in leave_out}
+
+    def differences(self, current: dict, prompt_files: set[str] | None = None) -> list[str]:
+        """Each compared setting that differs from `current` (a manifest built now), as `manifest_differences`."""
+        return manifest_differences(self.saved, current, prompt_files)
+
+    def judge_identity(self) -> dict:
+        """The judge as it decides labels: its model and endpoint host (port aside), and its generation."""
+        judge = self.generation["judge"]
+        return {"model": (self.compared("models") or {}).get("judge"),
+                "temperature": judge.temperature, "max_tokens": judge.max_tokens}
+
+
+# a role's generation settings in the manifest's "generation": the evaluated model's unprefixed, the others' with
+# their role's prefix (an output limit only where it differs from the evaluated model's)
+GENERATION_PREFIXES = {"eval": "", "user": "user_", "judge": "judge_"}
+
+
+def _dict_of(saved: dict, name: str) -> dict:
+    return saved.get(name) if isinstance(saved.get(name), dict) else {}
+
+
+def _role_model(entry) -> RoleModel:
+    entry = entry if isinstance(entry, dict) else {}
+    return RoleModel(*(entry.get(k) if isinstance(entry.get(k), str) else None for k in ("model", "endpoint_host")))
+
+
+def _role_generation(generation: dict, prefix: str) -> RoleGeneration:
+    return RoleGeneration(generation.get(f"{prefix}temperature"),
+                          generation.get(f"{prefix}max_tokens", generation.get("max_tokens")))
+
 
 COMPARED_MANIFEST_FIELDS = ("dataset_sha256", "selected_cases", "code_hash", "prompt_hash",
                             "models", "generation", "user_condition", "rejudged_from")
@@ -167,10 +268,10 @@ SETTINGS_IN_RECORDS = ("dataset_sha256", "prompt_hash", "models", "generation", 
 def run_dataset(path: Path, default: Path) -> Path:
     """The dataset a run's manifest (at `path`) names, or `default` where there is no readable one."""
     try:
-        named = read_manifest(path).get("dataset_path")
+        named = read_manifest(path).dataset_path
     except HarnessError:
         return default
-    return Path(named) if isinstance(named, str) and named else default
+    return Path(named) if named else default
 
 
 def settings_hash(manifest: dict) -> str:
@@ -185,103 +286,106 @@ def saved_settings(paths: list[Path]) -> set[str | None]:
 
 def check_manifest(path: Path, current: dict, script: str, write: bool, allow_code_change: bool = False,
                    record_files: list[Path] = (), prompt_files: set[str] = frozenset(),
-                   condition_scripts: tuple[str, ...] = ()) -> str | None:
-    """Stop before any call when the run's saved settings differ; write the manifest on first use.
+                   condition_scripts: tuple[str, ...] = ()) -> tuple[Manifest | None, str | None]:
+    """Stop before any call when the run's saved settings differ; write the manifest on first use. Returns the
+    run's manifest as saved (None: none is, and `write` is false) and a note for the user.
 
     Prompt files are compared where the stage sends them (`prompt_files`): a prompt only another stage sends
-    never blocks this one. Harness code that changed since the run started (any file the stage of `script` runs: see
-    lexpilot.storage.code) is accepted with `allow_code_change`,
-    and the new code hash is added to the manifest's `code_hashes_resumed_with`. A manifest that is gone
-    while records of the run remain is rebuilt when every record was made with the current settings, and
-    refused otherwise; the note returned says so."""
+    never blocks this one. Harness code that changed since the run started (any file the stage of `script` runs:
+    see lexpilot.storage.code) is accepted with `allow_code_change`, and the new code hash is added to the
+    manifest's `code_hashes_resumed_with`. A manifest that is gone while records of the run remain is rebuilt
+    when every record was made with the current settings, and refused otherwise; the note returned says so."""
     if not path.exists():
-        found = saved_settings(list(record_files))
-        if found and found != {settings_hash(current)}:
-            raise HarnessError(f"{path}: the run's manifest is missing and its saved records were made with other "
-                               "settings (or by a harness that did not record them). Restore the manifest with "
-                               "the run's settings, or use a new --run-id.")
-        if found and write:
-            write_json(path, {**current, "rebuilt_from_records": True})
-            return f"{path} was missing: rebuilt, since every saved record was made with these settings"
-        if write:
-            write_json(path, current)
-        return None
+        return _first_manifest(path, current, list(record_files), write)
     saved = read_manifest(path)
-    differing = [d for d in manifest_differences(saved, current, set(prompt_files))
+    differing = [d for d in saved.differences(current, set(prompt_files))
                  if not d.startswith("code_hash:")]
-    differing += code_changes(saved, script)
-    if saved.get("user_condition") != current.get("user_condition"):
-        raise HarnessError(f"{path}: this run's user condition is {saved.get('user_condition')!r}, not "
-                           f"{current.get('user_condition')!r}. Pass --user-condition "
-                           f"{saved.get('user_condition')} ({', '.join(condition_scripts) or 'the stages of such runs'} "
-                           "take it; the other stages belong to standard runs), or use a new --run-id.")
+    differing += code_changes(saved.saved, script)
+    if saved.user_condition != current.get("user_condition"):
+        raise HarnessError(f"{path}: this run's user condition is {saved.user_condition!r}, not "
+                           f"{current.get('user_condition')!r}. Pass --user-condition {saved.user_condition} "
+                           f"({', '.join(condition_scripts) or 'the stages of such runs'} take it; the other stages "
+                           "belong to standard runs), or use a new --run-id.")
     code_changed = [d for d in differing if d.startswith("code")]
     if code_changed and allow_code_change and len(code_changed) == len(differing):
-        resumed = saved.setdefault("code_hashes_resumed_with", [])
-        if current["code_hash"] not in resumed:
-            resumed.append(current["code_hash"])
-            if write:
-                write_json(path, saved)
-        return None
+        resumed = list(saved.saved.get("code_hashes_resumed_with") or [])
+        if current["code_hash"] not in resumed and write:
+            saved = _rewrite(saved, code_hashes_resumed_with=[*resumed, current["code_hash"]])
+        return saved, None
     if differing:
         hint = (" If the harness was upgraded and the change does not alter results, add --allow-code-change "
                 "(recorded in the manifest);" if code_changed else "")
         raise HarnessError(f"{path}: this run was started with other settings ({'; '.join(differing)}).{hint} "
                            "Rerun with the run's settings, or use a new --run-id.")
-    return None
+    return saved, None
 
 
-def record_transport(path: Path, token_fields: dict) -> None:
+def _first_manifest(path: Path, current: dict, record_files: list[Path],
+                    write: bool) -> tuple[Manifest | None, str | None]:
+    """A run without a manifest: written now (rebuilt, where records of the run remain and every one was made
+    with these settings), refused where the records say other settings."""
+    found = saved_settings(record_files)
+    if found and found != {settings_hash(current)}:
+        raise HarnessError(f"{path}: the run's manifest is missing and its saved records were made with other "
+                           "settings (or by a harness that did not record them). Restore the manifest with "
+                           "the run's settings, or use a new --run-id.")
+    if not write:
+        return None, None
+    saved = {**current, "rebuilt_from_records": True} if found else current
+    write_json(path, saved)
+    return Manifest.of(saved, path), (f"{path} was missing: rebuilt, since every saved record was made with these "
+                                      "settings" if found else None)
+
+
+def _rewrite(manifest: Manifest, **changes) -> Manifest:
+    """The manifest with these fields changed, written over the saved one."""
+    saved = {**manifest.saved, **changes}
+    write_json(manifest.path, saved)
+    return Manifest.of(saved, manifest.path)
+
+
+def record_transport(manifest: Manifest, token_fields: dict) -> Manifest:
     """Note in the manifest the output-limit field each role's endpoint takes (not a compared setting)."""
-    manifest = read_manifest(path)
-    manifest["token_fields"] = token_fields
-    write_json(path, manifest)
+    return _rewrite(manifest, token_fields=token_fields)
 
 
 def new_incarnation() -> str:
     return uuid.uuid4().hex[:12]
 
 
-def run_incarnation(path: Path) -> str:
-    """The run's incarnation id; a run whose manifest was written before manifests carried one is given one now,
-    and marked `incarnation_late`: its earlier batches carry no incarnation, and are still its own."""
-    manifest = read_manifest(path)
-    if not isinstance(manifest.get("incarnation"), str) or not manifest["incarnation"]:
-        manifest["incarnation"], manifest["incarnation_late"] = new_incarnation(), True
-        write_json(path, manifest)
-    return manifest["incarnation"]
+def run_incarnation(manifest: Manifest) -> Manifest:
+    """The run's manifest with an incarnation id: a run whose manifest was written before manifests carried one
+    is given one now, and marked `incarnation_late`: its earlier batches carry no incarnation, and are still its
+    own."""
+    if manifest.incarnation:
+        return manifest
+    return _rewrite(manifest, incarnation=new_incarnation(), incarnation_late=True)
 
 
-def incarnation_late(manifest: dict) -> bool:
-    """Whether the run began before manifests carried an incarnation (its first batches carry none)."""
-    return manifest.get("incarnation_late") is True
-
-
-def note_batches_submitted(path: Path, stage: str, cycle: int) -> None:
+def note_batches_submitted(manifest: Manifest, stage: str, cycle: int) -> Manifest:
     """Note in the manifest the stage's last cycle that submits batches, before it submits them: a ledger that
     records fewer cycles of the stage after that was lost, or is a stale copy."""
-    manifest = read_manifest(path)
-    stages = manifest.get("batches_submitted")
+    stages = manifest.saved.get("batches_submitted")
     # an older manifest's `true` (every stage) is kept as "*", its list of stages as a first cycle each
     stages = dict(stages) if isinstance(stages, dict) else {"*": 1} if stages is True else \
         {name: 1 for name in stages} if isinstance(stages, list) else {}
-    if stages.get(stage) != cycle:
-        manifest["batches_submitted"] = {**stages, stage: cycle}
-        write_json(path, manifest)
+    if stages.get(stage) == cycle:
+        return manifest
+    return _rewrite(manifest, batches_submitted={**stages, stage: cycle})
 
 
-def submitted_batches(manifest: dict, stage: str) -> int:
+def submitted_batches(manifest: Manifest, stage: str) -> int:
     """The stage's last cycle that submitted batches, as the manifest says (0: none; 1 where an older manifest
     says only that it did: `true` for every stage, or a list of stages)."""
-    stages = manifest.get("batches_submitted")
+    stages = manifest.saved.get("batches_submitted")
     if isinstance(stages, dict):
         cycle = stages.get(stage, stages.get("*", 0))
         return cycle if isinstance(cycle, int) and not isinstance(cycle, bool) else 1
     return int(stages is True or (isinstance(stages, list) and stage in stages))
 
 
-def read_manifest(path: Path) -> dict:
-    """A run's manifest as a JSON object (the one reader: stages and reports alike)."""
+def read_manifest(path: Path) -> Manifest:
+    """A run's manifest (the one reader: stages and reports alike)."""
     try:
         check_input(path)
         saved = json.loads(path.read_text(encoding="utf-8"))
@@ -293,7 +397,7 @@ def read_manifest(path: Path) -> dict:
     if "settings_digest" in saved and saved["settings_digest"] != settings_digest(saved):
         raise HarnessError(f"{path}: the run's settings were changed after it started (the manifest's settings "
                            "digest does not match). Restore the manifest, or use a new --run-id.")
-    return saved
+    return Manifest.of(saved, path)
 
 
 class RunLock:

@@ -12,7 +12,7 @@ from lexpilot.benchmark.categories import CLASS_LABELS
 from lexpilot.reporting.scoring.runs import Run
 from lexpilot.storage.manifest import (
     COMPARED_MANIFEST_FIELDS,
-    compared_setting,
+    Manifest,
 )
 from lexpilot.text import counted
 
@@ -32,7 +32,7 @@ class Group:
     @property
     def rejudged(self) -> bool:
         """A re-judged copy of runs (rejudge.py): the judge's analysis, never another model in a comparison."""
-        return bool(self.runs[0].manifest.get("rejudged_from"))
+        return bool(self.runs[0].manifest.rejudged_from)
 
     @property
     def run_ids(self) -> list[str]:
@@ -52,12 +52,12 @@ class Group:
                 "n": len(defined), "undefined": len(values) - len(defined)}
 
 
-def settings_key(manifest: dict, prompts: set[str] | None = None) -> tuple:
+def settings_key(manifest: Manifest, prompts: set[str] | None = None) -> tuple:
     """What a group shares. A re-judged run counts as re-judged, not by its source: re-judges of several runs by
     one judge are one group, "re-judged by X", with its SD over them. Prompts are compared on `prompts`, the files
     every run of the report records (a prompt file added to the harness since a run was made is no difference)."""
     def shared(name: str):
-        value = compared_setting(manifest, name)
+        value = manifest.compared(name)
         if name == "rejudged_from":
             return True if value else None
         return on_prompts(value, prompts) if name == "prompt_hash" else value
@@ -73,7 +73,7 @@ def on_prompts(prompt_hash, prompts: set[str] | None):
 
 def recorded_prompts(runs: list[Run]) -> set[str] | None:
     """The prompt files every run records (None: some run records its prompts only as one digest)."""
-    files = [compared_setting(r.manifest, "prompt_hash") for r in runs]
+    files = [r.manifest.compared("prompt_hash") for r in runs]
     return set.intersection(*map(set, files)) if files and all(isinstance(f, dict) for f in files) else None
 
 

@@ -22,10 +22,7 @@ from lexpilot.reporting.scoring.parallel import fork_map, workers
 from lexpilot.reporting.scoring.runs import Run
 from lexpilot.reporting.scoring.score_cache import cached_score, run_key, store_score
 from lexpilot.reporting.scoring.scoring import score_run
-from lexpilot.reporting.validation.judges import source_of
-from lexpilot.storage.manifest import (
-    read_manifest,
-)
+from lexpilot.storage.manifest import Manifest, read_manifest
 
 
 def add_run_options(parser, one_run: bool = False) -> None:
@@ -63,10 +60,10 @@ def load_runs(root: Path, models: list[str] | None, run_ids: list[str] | None, s
         if problem:
             print(f"{problem}; run skipped", file=err)
             continue
-        model = manifest["models"]["eval"]["model"]
-        if (models and model not in models) or (run_ids and manifest["run_id"] not in run_ids):
+        model = manifest.model("eval")
+        if (models and model not in models) or (run_ids and manifest.run_id not in run_ids):
             continue
-        run = Run(manifest["run_id"], model, manifest, path.parent.name)
+        run = Run(manifest.run_id, model, manifest, path.parent.name)
         run.input_hashes = input_hashes(run, dataset, datasets, err)
         runs.append(run)
     return score_runs(runs, root, keep_outcomes) if score else runs  # judge_agreement only needs the manifests
@@ -98,7 +95,7 @@ def rejudge_chains(runs: list[Run]) -> list[list[tuple[int, Run]]]:
 
     def lineage(i: int) -> list[int]:  # from the run up to the first source not shown (a loop ends it too)
         line = [i]
-        while (source := place.get((runs[line[-1]].folder, source_of(runs[line[-1]].manifest)))) is not None \
+        while (source := place.get((runs[line[-1]].folder, runs[line[-1]].manifest.rejudged_from))) is not None \
                 and source not in line:
             line.append(source)
         return line
@@ -123,7 +120,7 @@ def score_chain(chain: list[tuple[int, Run]], root: Path, keep_outcomes: bool, r
         with collector_paused():
             score_run(run, root, keep_records=True, keep_outcomes=keep_outcomes)
         records[run.run_id] = run.saved
-        run.pages = render(run, place, run.saved, records.get(source_of(run.manifest)))
+        run.pages = render(run, place, run.saved, records.get(run.manifest.rejudged_from))
         done.append((place, run))
     for _, run in done:
         run.saved = None  # sent back without its records: its pages hold what the site shows of them
@@ -143,20 +140,14 @@ def scored(run: Run, root: Path, keep_outcomes: bool) -> Run:
     return run
 
 
-def run_manifest(path: Path, root: Path) -> tuple[dict | None, str | None]:
+def run_manifest(path: Path, root: Path) -> tuple[Manifest | None, str | None]:
     """A manifest with the fields the reports need, or what is wrong with it."""
     try:
         manifest = read_manifest(path)
     except HarnessError as e:
         return None, str(e)
-    try:
-        model = manifest["models"]["eval"]["model"]
-        selected = manifest["selected_cases"]
-        run_id = manifest["run_id"]
-        if not isinstance(model, str) or not isinstance(run_id, str) or not isinstance(selected, list) \
-                or not all(isinstance(n, str) for n in selected):
-            raise TypeError
-    except (KeyError, TypeError):
+    model, selected, run_id = manifest.model("eval"), manifest.selected_cases, manifest.run_id
+    if model is None or run_id is None or selected is None or not all(isinstance(n, str) for n in selected):
         return None, f"{path}: the manifest lacks models.eval.model, run_id or selected_cases (or they are malformed)"
     if path.parent != root / "runs" / run_id / model_folder(model):
         return None, f"{path}: the manifest's run_id {run_id[:80]!r} and model do not match its folder"
@@ -165,10 +156,10 @@ def run_manifest(path: Path, root: Path) -> tuple[dict | None, str | None]:
 
 def input_hashes(run: Run, dataset: Path | None, cache: dict, err) -> dict[str, str | None]:
     """Selected case -> its input hash in the dataset shown with (None where it cannot be checked)."""
-    named = run.manifest.get("dataset_path")
+    named = run.manifest.dataset_path
     path = dataset or Path(str(named))
     unchecked = {n: None for n in run.selected}
-    if dataset is None and (not isinstance(named, str) or not path.is_file()):
+    if dataset is None and (not named or not path.is_file()):
         print(f"run {run.run_id}, model {run.model}: the run's dataset {named!r} is not there; records not "
               "checked against it (pass --dataset)", file=err)
         return unchecked
@@ -183,7 +174,7 @@ def input_hashes(run: Run, dataset: Path | None, cache: dict, err) -> dict[str, 
               file=err)
         return unchecked
     hashes, sha = cache[path]
-    if dataset is None and sha != run.manifest.get("dataset_sha256"):
+    if dataset is None and sha != run.manifest.dataset_sha256:
         print(f"run {run.run_id}, model {run.model}: {path} has changed since the run; records not checked "
               "against it (pass the run's --dataset)", file=err)
         return unchecked

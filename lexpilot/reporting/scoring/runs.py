@@ -15,10 +15,7 @@ from lexpilot.benchmark.records import (
     read_records,
 )
 from lexpilot.errors import HarnessError, first_of
-from lexpilot.storage.manifest import (
-    read_manifest,
-    settings_hash,
-)
+from lexpilot.storage.manifest import Manifest, read_manifest
 
 OVERALL = "Overall"
 USAGE_FIELDS = ("calls", "prompt_tokens", "completion_tokens", "unreported_calls", "reasoning_tokens", "batched_calls",
@@ -37,7 +34,7 @@ class TaskData:
 class Run:
     run_id: str
     model: str
-    manifest: dict
+    manifest: Manifest
     folder: str
     metrics: dict = field(default_factory=dict)  # (task, metric, class) -> value or None
     tasks: dict = field(default_factory=dict)  # task -> TaskData
@@ -54,11 +51,11 @@ class Run:
 
     @property
     def selected(self) -> list[str]:
-        return self.manifest["selected_cases"]
+        return self.manifest.selected_cases
 
     @property
     def condition(self) -> str:
-        return self.manifest.get("user_condition", "standard")
+        return self.manifest.user_condition
 
 
 def read_saved(run: Run, root: Path, kind: RecordKind) -> tuple[dict, str | None]:
@@ -89,11 +86,11 @@ def saved_records(run: Run, root: Path, kind: RecordKind) -> dict:
 def accepted_settings(run: Run, root: Path, kind: RecordKind) -> set[str]:
     """The settings hashes a run's records of `kind` may carry: its manifest's, and for the generations a re-judged
     run copied from its source, the source run's (made with another judge, the one setting that may differ)."""
-    hashes = {settings_hash(run.manifest)}
-    source = run.manifest.get("rejudged_from")
-    if isinstance(source, str) and kind in REJUDGE_REUSED:
+    hashes = {run.manifest.settings_hash}
+    source = run.manifest.rejudged_from
+    if source and kind in REJUDGE_REUSED:
         try:
-            hashes.add(settings_hash(read_manifest(root / "runs" / source / run.folder / "manifest.json")))
+            hashes.add(read_manifest(root / "runs" / source / run.folder / "manifest.json").settings_hash)
         except HarnessError:
             pass  # the source's manifest is gone: the copies are then refused as made with other settings
     return hashes
@@ -117,5 +114,5 @@ def read_task(run: Run, root: Path, kind: RecordKind) -> tuple[dict | None, str 
 
 def named_dataset(runs: list[Run], given: Path | None = None) -> Path | None:
     """The dataset given, else the first the runs' manifests name that is still there (None: none is)."""
-    return given or next((Path(r.manifest["dataset_path"]) for r in runs
-                          if Path(str(r.manifest.get("dataset_path"))).is_file()), None)
+    return given or next((Path(r.manifest.dataset_path) for r in runs
+                          if r.manifest.dataset_path and Path(r.manifest.dataset_path).is_file()), None)

@@ -30,7 +30,7 @@ from lexpilot.benchmark.prompts import (
 )
 from lexpilot.benchmark.records import RECORD_KINDS
 from lexpilot.reporting.site.web_files import web_file
-from lexpilot.storage.manifest import prompt_hashes
+from lexpilot.storage.manifest import Manifest, prompt_hashes
 
 CALL_SCRIPT = web_file("call.js")  # a reply's exact call, shown on request
 
@@ -54,18 +54,16 @@ def case_texts(case: Case | None) -> dict:
             "dbf": render_details_by_focal_point(case)}
 
 
-def run_settings(manifest: dict) -> dict:
+def run_settings(manifest: Manifest) -> dict:
     """Per role the model and its generation settings, and the prompts whose file changed since the run: the same on
     every case page, so made once per run."""
-    generation = manifest.get("generation") if isinstance(manifest.get("generation"), dict) else {}
-    models = manifest.get("models") if isinstance(manifest.get("models"), dict) else {}
     roles = {}
-    for role, prefix in (("eval", ""), ("user", "user_"), ("judge", "judge_")):
-        limit = generation.get(f"{prefix}max_tokens", generation.get("max_tokens"))
-        roles[role] = {"model": str((models.get(role) or {}).get("model", "?")),
-                       "settings": f"temperature {generation.get(f'{prefix}temperature', '?')}, max_tokens {limit}"}
-    recorded = manifest.get("prompt_files") if isinstance(manifest.get("prompt_files"), dict) else {}
-    current = current_digests(str(manifest.get("user_condition", "standard")))
+    for role in ("eval", "user", "judge"):
+        generation = manifest.generation[role]
+        shown = "?" if generation.temperature is None else generation.temperature
+        roles[role] = {"model": str(manifest.model(role) or "?"),
+                       "settings": f"temperature {shown}, max_tokens {generation.max_tokens}"}
+    recorded, current = manifest.prompt_files, current_digests(manifest.user_condition)
     changed = [name for name, file in PROMPT_FILES.items()
                if file in recorded and file in current and recorded[file] != current[file]]
     return {"roles": roles, "changed": changed}

@@ -72,7 +72,7 @@ def outcomes(rr: RunRecords, number: str) -> dict:
     typed = r.get(FOCAL_TYPE_RECORDS.name, {}).get(number)
     if typed:  # Figure 4: the types of the case's focal points
         row["focal"] = sorted({FOCAL_TYPES.get(t.get("type"), str(t.get("type"))) for t in typed.get("types", [])})
-        if rr.run.condition == "standard" and not rr.run.manifest.get("rejudged_from"):
+        if rr.run.condition == "standard" and not rr.run.manifest.rejudged_from:
             row["tags"].append(TYPED)  # a run Figure 4's averages are over
     for history_type, kind in PLAIN_TYPES.items():  # Table 6: the plain consultation's response type
         plain = r.get(kind.name, {}).get(number)

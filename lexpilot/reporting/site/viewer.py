@@ -45,7 +45,6 @@ from lexpilot.reporting.site.transcripts import (
 )
 from lexpilot.reporting.site.web_files import web_file
 from lexpilot.reporting.tables.table import Table
-from lexpilot.reporting.validation.judges import source_of
 
 
 def script_json(data) -> str:
@@ -100,7 +99,7 @@ def case_renderer(cases: dict[str, Case]) -> Render:
             found = None if case else next((rec for kind in records.values() if (rec := kind.get(n))), None)
             if found:  # the cause as the records say, for a site without the dataset
                 pages.causes[n] = found.get("cause_of_action")
-            if source_of(run.manifest):
+            if run.manifest.rejudged_from:
                 pages.disagrees[n] = disagreements(records, source, n)
         return pages
     return render

@@ -17,8 +17,6 @@ from lexpilot.reporting.scoring.scoring import TASKS, item_outcomes
 from lexpilot.reporting.statistics.bootstrap import Bootstrap, percentile_interval
 from lexpilot.reporting.tables.formats import number_cell
 from lexpilot.reporting.tables.table import PERCENT, VARIANCE, Figure, Table
-from lexpilot.reporting.validation.judges import source_of
-from lexpilot.storage.manifest import compared_setting
 
 
 def consistency(runs: list[Run]) -> dict[str, dict]:
@@ -71,22 +69,14 @@ def consistency_table(groups: list[Group]) -> Table:
                  compare="never")  # a row links to the cases the model gets wrong in every run
 
 
-def judge_settings(manifest: dict) -> dict:
-    """The judge as it decides labels: its model and endpoint host, and its generation settings."""
-    generation = manifest.get("generation") if isinstance(manifest.get("generation"), dict) else {}
-    return {"model": (compared_setting(manifest, "models") or {}).get("judge"),
-            "temperature": generation.get("judge_temperature"),
-            "max_tokens": generation.get("judge_max_tokens", generation.get("max_tokens"))}
-
-
 def retests(groups: list[Group]) -> list[tuple[Group, list[tuple[Run, Run]]]]:
     """Per group of source runs: the (run, its copy re-judged by the same judge) pairs, from every re-judged run."""
     source_group = {(r.model, r.run_id): (g, r) for g in groups for r in g.runs}
     found: dict[int, tuple[Group, list]] = {}
     for g in groups:
         for r in g.runs:
-            source = source_group.get((r.model, source_of(r.manifest)))
-            if source and judge_settings(source[1].manifest) == judge_settings(r.manifest):
+            source = source_group.get((r.model, r.manifest.rejudged_from))
+            if source and source[1].manifest.judge_identity() == r.manifest.judge_identity():
                 found.setdefault(id(source[0]), (source[0], []))[1].append((source[1], r))
     return list(found.values())
 

@@ -26,7 +26,6 @@ from lexpilot.reporting.statistics.bootstrap import Bootstrap, paired_difference
 from lexpilot.reporting.statistics.randomization import Randomization, check_permutations
 from lexpilot.reporting.tables.formats import HEADLINE, interval_cell, number_cell
 from lexpilot.reporting.tables.table import METRIC, Figure, Table
-from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS, compared_setting
 
 # what must be equal for two groups to be compared: every compared setting but the evaluated model's own identity
 
@@ -34,7 +33,7 @@ from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS, compared_setting
 def comparable_settings(group: Group, prompts: set[str] | None = None) -> dict:
     """The settings two groups must share to be compared; prompts on `prompts` (the files every group records)."""
     manifest = group.runs[0].manifest
-    settings = {name: compared_setting(manifest, name) for name in COMPARED_MANIFEST_FIELDS if name not in NOT_COMPARED}
+    settings = manifest.compared_settings(leave_out=NOT_COMPARED)
     settings["prompt_hash"] = on_prompts(settings.get("prompt_hash"), prompts)
     models = dict(settings.get("models") or {})
     models.pop("eval", None)

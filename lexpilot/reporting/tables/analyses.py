@@ -33,7 +33,6 @@ from lexpilot.reporting.validation.judges import (
     REJUDGED_KINDS,
     judges_agreement,
     order_agreement,
-    source_of,
 )
 from lexpilot.text import counted
 
@@ -94,11 +93,11 @@ def judge_sensitivity_tables(groups: list[Group], root, boot: Bootstrap) -> list
     """For runs re-judged with another judge (rejudge.py): the two judges' agreement on the same items, and
     every metric under each judge with the paired bootstrap difference on the same cases."""
     runs = {(r.model, r.run_id): (g, r) for g in groups for r in g.runs}
-    pairs = [(runs[(r.model, source_of(r.manifest))], (g, r)) for g in groups for r in g.runs
-             if (r.model, source_of(r.manifest)) in runs]
+    pairs = [(runs[(r.model, r.manifest.rejudged_from)], (g, r)) for g in groups for r in g.runs
+             if (r.model, r.manifest.rejudged_from) in runs]
     if not pairs:
         return []
-    judge = lambda r: r.manifest["models"]["judge"]["model"]  # noqa: E731
+    judge = lambda r: r.manifest.model("judge")  # noqa: E731
     read = lambda r: {k.name: saved_records(r, root, k) for k in REJUDGED_KINDS}  # noqa: E731
     rows, selects = [], []
     for (_, original), (g_rejudged, rejudged) in pairs:

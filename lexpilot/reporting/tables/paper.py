@@ -36,7 +36,6 @@ from lexpilot.reporting.tables.formats import (
     parts_cell,
 )
 from lexpilot.reporting.tables.table import AVERAGE, METRIC, RELATIVE, Figure, Table
-from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS, compared_setting
 from lexpilot.text import counted
 
 PAPER_BY_CLASS = {"interaction": " (Table 17)", "gold": " (Table 16)"}
@@ -158,8 +157,7 @@ def paired_settings(group: Group, prompts: set[str] | None = None) -> str:
     more prompt file than a standard run, and that must not keep them apart)."""
     manifest = group.runs[0].manifest
     # the code hash apart, as the rankings compare (a comment added to a module does not change the protocol)
-    settings = {name: compared_setting(manifest, name) for name in COMPARED_MANIFEST_FIELDS
-                if name not in ("user_condition", *NOT_COMPARED)}
+    settings = manifest.compared_settings(leave_out=("user_condition", *NOT_COMPARED))
     condition_files = {PROMPT_FILES[name] for names in CONDITION_PROMPTS.values() for name in names}
     settings["prompt_hash"] = on_prompts(settings.get("prompt_hash"), prompts)  # a file added since is no difference
     if isinstance(settings["prompt_hash"], dict):
@@ -192,7 +190,7 @@ def non_ideal_table(groups: list[Group], boot: Bootstrap | None = None) -> Table
         standard = by_condition.get("standard")  # the row's name: its standard-user group's, as every table names it
         label = model if len(same_model) == 1 else standard.label if standard else \
             f"{model} #{same_model.index((model, others)) + 1}"
-        if len({r.manifest.get("code_hash") for g in by_condition.values() for r in g.runs}) > 1:
+        if len({r.manifest.code_hash for g in by_condition.values() for r in g.runs}) > 1:
             label += " (its conditions' runs differ in code)"
         row = [label] + [cell(by_condition[c].stat(key), METRIC, boot.interval(by_condition[c], key) if boot else None)
                          if c in by_condition else "n/a" for c, _ in USER_CONDITION_NAMES]

@@ -15,7 +15,7 @@ from lexpilot.text import counted
 
 
 def role_cost(run: Run, role: str, used: dict, prices: dict | None) -> float | None:
-    price = (prices or {}).get(run.manifest["models"].get(role, {}).get("model"))
+    price = (prices or {}).get(run.manifest.model(role))
     if price is None:
         return None
     batched = used.get("batched_calls", 0) / used["calls"] if used.get("calls") else 0.0

@@ -156,7 +156,7 @@ def runs_dataset(runs) -> Path:
     """The dataset the runs' manifests name (the first that is still there), as show_results.py reads it."""
     found = named_dataset(runs)
     if found is None:
-        raise HarnessError(f"the runs' dataset ({runs[0].manifest.get('dataset_path')}) is not there any more: "
+        raise HarnessError(f"the runs' dataset ({runs[0].manifest.dataset_path}) is not there any more: "
                            "pass --dataset FILE")
     return found
 
@@ -171,7 +171,7 @@ def export(args) -> int:
         raise HarnessError(f"no standard runs under {root}: run the stages first (see README.md)")
     dataset = args.dataset or runs_dataset(runs)
     cases, dataset_sha = load_dataset(dataset)
-    other = [f"{r.run_id}/{r.model}" for r in runs if r.manifest["dataset_sha256"] != dataset_sha]
+    other = [f"{r.run_id}/{r.model}" for r in runs if r.manifest.dataset_sha256 != dataset_sha]
     if other:
         raise HarnessError(f"{dataset} is not the dataset of runs {', '.join(other)}: pass their --dataset")
     by_number = {c.number: c for c in cases}

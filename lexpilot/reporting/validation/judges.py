@@ -52,11 +52,6 @@ def judges_agreement(original: dict, rejudged: dict) -> dict[str, tuple[int, flo
     return out
 
 
-def source_of(manifest: dict) -> str | None:
-    value = manifest.get("rejudged_from")
-    return value if isinstance(value, str) else None
-
-
 # ----------------------------------------------------------------------------- claim order (a diagnostic)
 
 def order_agreement(records: dict) -> dict | None:
