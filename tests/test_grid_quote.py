@@ -106,14 +106,7 @@ def test_the_quote_sums_the_dry_runs_brackets_the_grid_run_and_leaves_saved_case
     spent_before = grid_cost(capsys.readouterr().out)
 
     rows, notes = quote(grid, capsys)
-    expected = {}
-    for stage in PAPER_STAGES:
-        for model in MODELS:
-            for run_id in RUNS:
-                for role, n in dry_run_calls(grid, capsys, stage, model, run_id).items():
-                    if n:
-                        expected[(stage.name, role)] = expected.get((stage.name, role), 0) + n
-    assert {key: row["calls"] for key, row in rows.items() if key[0] != "total"} == expected
+    assert {key: row["calls"] for key, row in rows.items() if key[0] != "total"} == dry_runs_summed(grid, capsys)
     assert rows[("DCG", "judge")]["calls"] == 3 * 3 * 2 + 2  # three jobs of three cases, and one lost record (2 questions)
     assert rows[("DCG", "eval")]["calls"] == 3 * 3 * 2  # the lost record's two questions are saved: not bought again
     assert ("LexAwN", "eval") not in rows  # saved everywhere: nothing to quote
@@ -136,7 +129,11 @@ def test_the_quote_sums_the_dry_runs_brackets_the_grid_run_and_leaves_saved_case
     rows, _ = quote(grid, capsys)  # finished: nothing left to quote
     assert rows[("total", "")]["calls"] == 0
 
-    # a new model's three cases are expected to cost what a saved case cost on average (every run and model)
+    check_a_new_models_cases_cost_a_saved_cases_average(grid, capsys)
+
+
+def check_a_new_models_cases_cost_a_saved_cases_average(grid, capsys) -> None:
+    """A new model's three cases are expected to cost what a saved case cost on average (every run and model)."""
     rows, _ = quote(grid, capsys, "--models", "model-c", "--run-ids", "r3")
     gold = [json.loads(line) for path in grid["root"].glob("eval_results/*/*/LJP_gold.jsonl")
             for line in path.read_text(encoding="utf-8").splitlines()]
@@ -148,6 +145,18 @@ def test_the_quote_sums_the_dry_runs_brackets_the_grid_run_and_leaves_saved_case
     by_hand = 3 * ((prompt - cached) * 2000 + cached * 500 + completion * 8000) / 1e6
     assert rows[("LJP gold", "judge")]["sync"][2] == pytest.approx(by_hand, abs=0.006)
     assert rows[("LJP gold", "judge")]["batch"][2] == pytest.approx(by_hand / 2, abs=0.006)
+
+
+def dry_runs_summed(grid, capsys) -> dict[tuple[str, str], int]:
+    """(stage, role) -> the calls every stage's own dry run counts, summed over the grid's models and runs."""
+    expected = {}
+    for stage in PAPER_STAGES:
+        for model in MODELS:
+            for run_id in RUNS:
+                for role, n in dry_run_calls(grid, capsys, stage, model, run_id).items():
+                    if n:
+                        expected[(stage.name, role)] = expected.get((stage.name, role), 0) + n
+    return expected
 
 
 def grid_cost(csv_text: str) -> float:

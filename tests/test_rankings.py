@@ -17,6 +17,7 @@ from lexpilot.reporting.statistics.rankings import (
     variance_components,
 )
 from lexpilot.storage.manifest import Manifest
+from tests.conftest import SECRET, sample_cases, write_dataset
 
 KEY = ("DCG", "accuracy", OVERALL)
 
@@ -245,14 +246,15 @@ def retest_script(cases, run_id, seen, flips=("【r1-0】",)):
     return script
 
 
-def test_the_same_judge_rejudged_gives_test_retest_agreement_and_the_judges_share_of_the_variance(
-        tmp_path, provider, monkeypatch, capsys):
+GENERATION_KINDS = ("lexawn", "force_ask", "force_judge", "user")
+
+
+def two_runs_rejudged_by_the_same_judge(tmp_path, provider) -> None:
+    """Runs r1 and r2 of every paper stage on six sample cases (`retest_script`), each re-judged by the same judge
+    (the default) as r1-again and r2-again, which ask no call but the judge's."""
     import rejudge
-    import show_results
     from lexpilot.protocols.catalog import PAPER_GRID
     from lexpilot.running.stage import stage_main
-    from tests.conftest import SECRET, sample_cases, write_dataset
-    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     cases, seen = sample_cases()[:6], set()
     dataset = write_dataset(tmp_path / "six.json", cases)
     common = ["--model", "m", "--dataset", str(dataset), "--output-root", str(tmp_path / "out")]
@@ -260,13 +262,18 @@ def test_the_same_judge_rejudged_gives_test_retest_agreement_and_the_judges_shar
         provider.script = retest_script(cases, run_id, seen)
         for stage in (s for stages in PAPER_GRID.values() for s in stages):
             assert stage_main(stage, "t", argv=["--run-id", run_id, *common], clients=provider.in_memory_clients()) == 0
-    generated = sum(n for (kind, _), n in provider.processed.items() if kind in ("lexawn", "force_ask", "force_judge",
-                                                                                  "user"))
-    for run_id in ("r1", "r2"):  # the same judge (the default) asked again on the same generations
+    generated = sum(n for (kind, _), n in provider.processed.items() if kind in GENERATION_KINDS)
+    for run_id in ("r1", "r2"):
         assert stage_main(rejudge.STAGE, "t", argv=["--run-id", f"{run_id}-again", "--from-run", run_id, *common],
                           clients=provider.in_memory_clients()) == 0
-    assert sum(n for (kind, _), n in provider.processed.items()
-               if kind in ("lexawn", "force_ask", "force_judge", "user")) == generated  # no call but the judge's
+    assert sum(n for (kind, _), n in provider.processed.items() if kind in GENERATION_KINDS) == generated
+
+
+def test_the_same_judge_rejudged_gives_test_retest_agreement_and_the_judges_share_of_the_variance(
+        tmp_path, provider, monkeypatch, capsys):
+    import show_results
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    two_runs_rejudged_by_the_same_judge(tmp_path, provider)
     capsys.readouterr()
     assert show_results.main(["--output-root", str(tmp_path / "out"), "--consistency", "--format", "csv"]) == 0
     out = capsys.readouterr().out
@@ -303,8 +310,14 @@ def test_the_same_judge_rejudged_gives_test_retest_agreement_and_the_judges_shar
     w = Bootstrap(1000, 0).weights(tuple(sorted(c["case_number"] for c in sample_cases()[:6])))
     drawn = w[w[:, 4] > 0]
     assert [low, high] == pytest.approx(list(100 * np.percentile(drawn[:, 0] / (2 * drawn[:, 4]), [2.5, 97.5])))
-    # with six cases the quantiles are coarse (a fixed total would give the same two): on unequal per-case parts,
-    # both sums are taken over each resample's cases
+
+
+def test_the_case_level_share_sums_both_parts_over_each_resamples_cases():
+    """With six cases the quantiles above are coarse (a fixed total would give the same two): on unequal per-case
+    parts, both sums are taken over each resample's cases."""
+    import numpy as np
+
+    from lexpilot.reporting.statistics.bootstrap import Bootstrap
     from lexpilot.reporting.statistics.consistency import case_share_interval
     cases = tuple("abcdef")
     total, judge = np.array([.5, .2, 0, .1, .3, 0]), np.array([.1, 0, .05, .2, 0, .1])
@@ -395,10 +408,7 @@ def test_rejudges_by_one_judge_are_one_group_shown_in_the_judge_tables_only(rete
     assert show_results_main(["--output-root", str(root), "--format", "csv", "--table", "main"]) == 0
     assert [r[0] for r in rows_of(capsys.readouterr().out, "Main results")] == ["m"]
     for asked in (["--include-rejudged"], ["--run-id", "r1", "r2", "r1-again", "r2-again"]):
-        assert show_results_main(["--output-root", str(root), "--format", "csv", "--table", "main", *asked]) == 0
-        out = capsys.readouterr().out
-        header = ["Model", *next(r for r in csv_rows(out) if r[0].startswith("Main results") and r[1] == "header")[2:]]
-        rows = {r[0]: dict(zip(header, r)) for r in rows_of(out, "Main results")}
+        rows = main_rows(root, capsys, *asked)
         (rejudged,) = [label for label in rows if label != "m"]
         assert rejudged.startswith("m · re-judged by ")
         # DCG over the runs as re-judged (no noise: 4/6 and 5/6): mean 0.75, SD √((1/12)² · 2) = (1/6)/√2
@@ -418,6 +428,14 @@ def test_rejudges_by_one_judge_are_one_group_shown_in_the_judge_tables_only(rete
                               "--consistency", "--include-rejudged"]) == 0
     labels = {r[0] for r in rows_of(capsys.readouterr().out, "Consistency over runs")}
     assert labels == {"m"}, labels
+
+
+def main_rows(root, capsys, *asked: str) -> dict[str, dict[str, str]]:
+    """Table 11's rows as the CSV gives them (model label -> column -> value), for the runs `asked` names."""
+    assert show_results_main(["--output-root", str(root), "--format", "csv", "--table", "main", *asked]) == 0
+    out = capsys.readouterr().out
+    header = ["Model", *next(r for r in csv_rows(out) if r[0].startswith("Main results") and r[1] == "header")[2:]]
+    return {r[0]: dict(zip(header, r)) for r in rows_of(out, "Main results")}
 
 
 def csv_rows(out: str) -> list[list[str]]:

@@ -235,15 +235,7 @@ def test_csv_gives_each_part_of_a_whole_its_own_number_on_runs_the_stages_wrote(
     capsys.readouterr()
     assert show_results.main(["--output-root", str(h.root), "--format", "csv", "--table", "stop_by_class",
                               "table_4_attempts", "table_4"]) == 0
-    rows = list(csv.reader(io.StringIO(capsys.readouterr().out)))
-    sheet = {}
-    for row in rows[1:]:
-        if len(row) < 2:
-            continue
-        if row[1] == "header":
-            header = row[2:]
-        else:
-            sheet.setdefault(row[0].split(":")[0].split(" (")[0], []).append(dict(zip(header, row[2:])) | {"": row[1]})
+    sheet = csv_sheet(capsys.readouterr().out)
     interactions = h.records("AwN_gen", "interaction.jsonl")
     stops = Counter("budget" if r["stop_reason"] != "judged" else f"round {len(r['rounds'])}" for r in interactions)
     (stop,) = sheet["Stop reasons by class"]
@@ -259,10 +251,28 @@ def test_csv_gives_each_part_of_a_whole_its_own_number_on_runs_the_stages_wrote(
         (qwk,) = sheet["Interaction behaviour and LJP"]
         assert float(qwk[f"Cases (unresolved T / O) unresolved {name.lower()}"]) == unresolved
     assert float(qwk["Cases (unresolved T / O) all"]) == len(interactions) == 6
-    # the Interaction gain: the difference of the two QWK means, every digit (the text rounds it)
-    assert show_results.main(["--output-root", str(h.root), "--format", "json"]) == 0
+    check_the_interaction_gain_is_the_difference_of_the_means(h.root, capsys)
+
+
+def csv_sheet(out: str) -> dict[str, list[dict]]:
+    """show_results' CSV as table title (before any colon or parenthesis) -> its rows, each header -> value (the
+    row's part under "")."""
+    sheet, header = {}, []
+    for row in list(csv.reader(io.StringIO(out)))[1:]:
+        if len(row) < 2:
+            continue
+        if row[1] == "header":
+            header = row[2:]
+        else:
+            sheet.setdefault(row[0].split(":")[0].split(" (")[0], []).append(dict(zip(header, row[2:])) | {"": row[1]})
+    return sheet
+
+
+def check_the_interaction_gain_is_the_difference_of_the_means(root, capsys) -> None:
+    """The Interaction gain: the difference of the two QWK means, every digit (the text rounds it)."""
+    assert show_results.main(["--output-root", str(root), "--format", "json"]) == 0
     metrics = json.loads(capsys.readouterr().out)["groups"][0]["metrics"]
-    assert show_results.main(["--output-root", str(h.root), "--format", "csv", "--table", "interaction_gain"]) == 0
+    assert show_results.main(["--output-root", str(root), "--format", "csv", "--table", "interaction_gain"]) == 0
     header, row = [r for r in csv.reader(io.StringIO(capsys.readouterr().out)) if len(r) > 2][1:3]
     gain = metrics["ljp_interaction"]["qwk"]["overall"]["mean"] - metrics["ljp_direct"]["qwk"]["overall"]["mean"]
     assert float(dict(zip(header, row))["Interaction − Direct value"]) == pytest.approx(gain, abs=1e-6)
@@ -352,8 +362,6 @@ def test_csv_and_json_carry_numbers_not_display_text(tmp_path, provider, monkeyp
     and `--format json --table …` rows are display strings. Give every number its own column or field". On a gold
     run of two cases the stage wrote: by hand, the evaluated model made one prediction per case (2 calls) and the
     judge one extraction per case (2 calls)."""
-    import csv
-    import io
     import json
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "two.json", sample_cases()[:2]))
     assert h.run("gold") == 0
@@ -377,7 +385,14 @@ def test_csv_and_json_carry_numbers_not_display_text(tmp_path, provider, monkeyp
     # the fields docs/results.md names, in the JSON's one style (issue 35 item 13; the CSV's headers say "SD")
     docs = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
     assert {"mean", "sd", "low", "high", "n"} <= set(gold_qwk) and '"mean": 0.5344, "sd": 0.0' in docs
-    assert show_results.main(["--output-root", str(h.root), "--usage", "--format", "csv", "--table",
+    check_the_csv_gives_each_usage_number_a_column(h.root, prompt, capsys)
+
+
+def check_the_csv_gives_each_usage_number_a_column(root, prompt: int, capsys) -> None:
+    """The usage table's CSV: the evaluated model's calls and prompt tokens each in their own column."""
+    import csv
+    import io
+    assert show_results.main(["--output-root", str(root), "--usage", "--format", "csv", "--table",
                               "usage_per_run"]) == 0
     rows = [r for r in csv.reader(io.StringIO(capsys.readouterr().out)) if len(r) > 2 and r[0].startswith("Token")]
     header, data = rows[0], rows[1]  # the table's header row, then its one run

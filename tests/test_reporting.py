@@ -1,6 +1,7 @@
 """show_results.py beyond the paper: bootstrap intervals, paired comparisons, interaction behaviour, cost, figures."""
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -148,7 +149,8 @@ def write_usage(root, run_id, name, usages, model="m"):
             f.write(json.dumps(saved(name, {"case_number": n, "cause_of_action": MIXED[n], "usage": usage})) + "\n")
 
 
-def test_cost_from_hand_made_usage_and_a_price_file(tmp_path, capsys):
+def a_run_with_hand_made_usage_and_prices(tmp_path) -> Path:
+    """Run r1 of models m, u and j with the usage below in two files, and a price file (returned) for them."""
     make_run(tmp_path, "r1", cases=MIXED, models={"eval": {"model": "m"}, "user": {"model": "u"},
                                                   "judge": {"model": "j"}})
     used = lambda calls, p, c: {"calls": calls, "prompt_tokens": p, "completion_tokens": c}  # noqa: E731
@@ -159,6 +161,11 @@ def test_cost_from_hand_made_usage_and_a_price_file(tmp_path, capsys):
     prices = tmp_path / "prices.json"
     prices.write_text(json.dumps({"m": {"prompt": 1, "completion": 4}, "u": {"prompt": 0.5, "completion": 1},
                                   "j": {"prompt": 2, "completion": 8}}), encoding="utf-8")
+    return prices
+
+
+def test_cost_from_hand_made_usage_and_a_price_file(tmp_path, capsys):
+    prices = a_run_with_hand_made_usage_and_prices(tmp_path)
     assert show_results.main(["--output-root", str(tmp_path), "--prices", str(prices), "--width", "0"]) == 0
     out = capsys.readouterr().out
     per_run = out[out.index("Token usage per run"):].splitlines()[3].split()

@@ -405,17 +405,12 @@ def test_the_display_counts_cells_endpoints_and_spending_and_redraws_in_place(tm
     """Item 5: "cells done, running, waiting and failed; per endpoint: calls in flight, calls/s, 429s and any pause;
     spending so far against the quote, and the ETA. A TTY redraws in place; a non-TTY prints a line every 30 s.\""""
     from lexpilot.protocols.catalog import stages_named
-    from lexpilot.running.grid_display import Display, Quote
     from lexpilot.running.grid_run import start_grid
     prices = tmp_path / "prices.json"
     prices.write_text(json.dumps({m: {"prompt": 1000.0, "completion": 2000.0}
                                   for m in (*MODELS, "DeepSeek-V4.1-Flash", "DeepSeek-R1")}), encoding="utf-8")
-    options = ["--dataset", str(three_cases), "--output-root", str(tmp_path / "out"), "--prices", str(prices)]
-    assert quote_grid.main(["--models", *MODELS, "--run-ids", "run1", "--stages", "eval_LJP_direct", "--format", "csv",
-                            *options]) == 0
-    import csv
-    total = next(r for r in csv.reader(capsys.readouterr().out.splitlines()) if r[1] == "total")
-    high = float(total[6])  # table, row (the stage), Role, Cases to do, Calls, Sync low, Sync high
+    high = quoted_high(["--dataset", str(three_cases), "--output-root", str(tmp_path / "out"), "--prices", str(prices)],
+                       capsys)
     err = Terminal(tty=False)
     plan = start_grid(stages_named(["eval_LJP_direct"]), list(MODELS), ["run1"],
                       ["--dataset", str(three_cases), "--output-root", str(tmp_path / "out"), "--prices", str(prices)],
@@ -433,6 +428,22 @@ def test_the_display_counts_cells_endpoints_and_spending_and_redraws_in_place(tm
     shown_spent = re.search(rf"; spent (\d+\.\d\d) of the quote's {high:.2f} at most;", shown)
     assert shown_spent and abs(float(shown_spent[1]) - spent) <= 0.005 + 1e-9, (spent, high, shown)
     assert "  DeepSeek-R1 at 127.0.0.1:" in shown and "0 in flight" in shown and "0 429s" in shown
+    check_a_terminal_redraws_in_place_and_a_log_every_30_s(grid)
+
+
+def quoted_high(options: list[str], capsys) -> float:
+    """The quote's highest synchronous cost of Direct LJP over MODELS, run1 (its CSV's total row)."""
+    import csv
+    assert quote_grid.main(["--models", *MODELS, "--run-ids", "run1", "--stages", "eval_LJP_direct", "--format", "csv",
+                            *options]) == 0
+    total = next(r for r in csv.reader(capsys.readouterr().out.splitlines()) if r[1] == "total")
+    return float(total[6])  # table, row (the stage), Role, Cases to do, Calls, Sync low, Sync high
+
+
+def check_a_terminal_redraws_in_place_and_a_log_every_30_s(grid) -> None:
+    """The finished grid's display drawn again: on a TTY in place (with a pause a 429 asked for), elsewhere a line
+    every 30 s."""
+    from lexpilot.running.grid_display import Display, Quote
     grid.sharing.endpoints.all()[0].resume_at = time.monotonic() + 40  # a pause a 429 asked for
     terminal = Terminal(tty=True)
     display = Display(grid, Quote(36, 1.0, 2.0), None, terminal)

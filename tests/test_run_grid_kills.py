@@ -88,6 +88,29 @@ def test_twenty_kills_at_random_moments_then_a_rerun_pay_for_exactly_a_clean_run
     assert extra <= unanswered(tmp_path / "killed"), (extra, unanswered(tmp_path / "killed"))
 
 
+def a_second_ctrl_c_leaves_at_once(command, env, provider, calls: int, deadline: float) -> None:
+    """The grid started again and, once the provider has processed `calls`, two Ctrl-Cs: the second, while the
+    first drains, leaves at once."""
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, preexec_fn=as_at_a_terminal)
+    while sum(provider.processed.values()) < calls and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=10)
+    assert process.returncode == 130 and "Traceback" not in err and "interrupted at once" in err, err
+
+
+def check_every_cell_is_counted_once(err: str) -> None:
+    """The drained grid's last line counts every cell once: done (a stage that saved every case before the Ctrl-C,
+    as the review saw DCG's), or stopped by it, or still waiting (a review found the stopped ones counted nowhere)."""
+    heads = re.findall(r"\[grid\] cells: (\d+) done, (\d+) running, (\d+) waiting, (\d+) failed or held back"
+                       r"(?:, (\d+) stopped by Ctrl-C)?;", err)
+    assert heads and sum(int(n or 0) for n in heads[-1]) == 30 and int(heads[-1][4] or 0) > 0, heads[-1:]
+    assert int(heads[-1][1]) == 0 and "elapsed" in err and re.search(r"remaining 0s\n(?:  .*\n)*\[grid\] 30 cells", err)
+
+
 def test_a_first_ctrl_c_drains_the_grid_and_a_second_leaves_at_once(tmp_path):
     """Item 6: "The first Ctrl-C starts no new call, finishes or journals the calls in flight, and exits. A second
     Ctrl-C exits at once. Nothing saved is lost either way.\""""
@@ -114,22 +137,8 @@ def test_a_first_ctrl_c_drains_the_grid_and_a_second_leaves_at_once(tmp_path):
         # only the calls in flight then were answered: 6 chains, 2 cases at once each, a call each at most
         assert in_flight_then - at_signal <= 6 * 2 < sum(clean_processed.values()) - in_flight_then
         assert unanswered(tmp_path / "out") == 0  # none was left in flight
-        # every cell counted once: done (a stage that saved every case before the Ctrl-C, as the review saw DCG's),
-        # or stopped by it, or still waiting (a review found the stopped ones counted nowhere)
-        heads = re.findall(r"\[grid\] cells: (\d+) done, (\d+) running, (\d+) waiting, (\d+) failed or held back"
-                           r"(?:, (\d+) stopped by Ctrl-C)?;", err)
-        assert heads and sum(int(n or 0) for n in heads[-1]) == 30 and int(heads[-1][4] or 0) > 0, heads[-1:]
-        assert int(heads[-1][1]) == 0 and "elapsed" in err and re.search(r"remaining 0s\n(?:  .*\n)*\[grid\] 30 cells", err)
-        # a second Ctrl-C while the first drains: out at once
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True, preexec_fn=as_at_a_terminal)
-        while sum(provider.processed.values()) < in_flight_then + 10 and time.monotonic() < deadline + 30:
-            time.sleep(0.05)
-        process.send_signal(signal.SIGINT)
-        time.sleep(0.05)
-        process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=10)
-        assert process.returncode == 130 and "Traceback" not in err and "interrupted at once" in err, err
+        check_every_cell_is_counted_once(err)
+        a_second_ctrl_c_leaves_at_once(command, env, provider, in_flight_then + 10, deadline + 30)
         done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         processed = Counter(provider.processed)

@@ -5,6 +5,7 @@ import runpy
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -76,18 +77,14 @@ def test_the_scripted_server_takes_the_grid_benchmarks_rate_limit_from_its_comma
         server.wait(timeout=10)
 
 
-def test_the_scripted_server_lets_models_differ_and_logs_each_request_without_its_key(tmp_path, monkeypatch, capsys):
-    """Issue 37 item 8: "The scripted provider gets what a user trying the harness needs: a request log, ... and
-    per-model behaviour, so that the compare views show something." Two models through DCG and Direct LJP on the
-    sample: their outcomes differ under --models-differ, and the log has a line per request, with no key."""
-    import json
-
+def two_models_through_the_scripted_server(root: Path, log: Path, monkeypatch) -> None:
+    """`python -m lexpilot.scripted --models-differ --log LOG` on a free port, and models a and b through DCG and
+    Direct LJP on the sample against it, under `root`."""
     from lexpilot.running.stage import stage_main
     from tests.conftest import STAGES
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    log = tmp_path / "requests.jsonl"
     server = subprocess.Popen([sys.executable, "-m", "lexpilot.scripted", "--port", str(port), "--models-differ",
                                "--log", str(log)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
@@ -97,11 +94,21 @@ def test_the_scripted_server_lets_models_differ_and_logs_each_request_without_it
         for model in ("model-a", "model-b"):
             for stage in ("DCG", "direct"):
                 argv = ["--run-id", "try", "--model", model, "--dataset", str(ROOT / "data" / "LexPilot_sample.json"),
-                        "--output-root", str(tmp_path / "out")]
+                        "--output-root", str(root)]
                 assert stage_main(STAGES[stage], "t", argv=argv) == 0
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_the_scripted_server_lets_models_differ_and_logs_each_request_without_its_key(tmp_path, monkeypatch, capsys):
+    """Issue 37 item 8: "The scripted provider gets what a user trying the harness needs: a request log, ... and
+    per-model behaviour, so that the compare views show something." Two models through DCG and Direct LJP on the
+    sample: their outcomes differ under --models-differ, and the log has a line per request, with no key."""
+    import json
+
+    log = tmp_path / "requests.jsonl"
+    two_models_through_the_scripted_server(tmp_path / "out", log, monkeypatch)
     lines = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
     by_model = {m: sum(line["model"] == m for line in lines) for m in ("model-a", "model-b")}
     assert by_model["model-a"] == by_model["model-b"] > 0 and "SECRET" not in log.read_text(encoding="utf-8")

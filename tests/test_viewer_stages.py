@@ -251,20 +251,7 @@ def test_each_reply_shows_the_exact_prompt_the_provider_received(built, page):
     case = sample_cases()[0]["case_number"]
     page.goto((site / "case" / "0.html").as_uri())
     assert page.locator("h1").inner_text() == case
-    buttons = page.locator("section#run0 button.call")
-    shown, kinds, reordered = [], set(), []
-    for i in range(buttons.count()):
-        button = buttons.nth(i)
-        button.click()
-        template, spec = button.get_attribute("data-t"), button.get_attribute("data-s")
-        kinds.add(template + (" (claims reordered)" if "claims=co:" in spec else ""))
-        box = page.locator("section#run0 div.callbox").nth(i)
-        text = box.locator("pre.prompt").inner_text()
-        shown.append(json.loads(text) if template == "(messages)" else text)
-        if "claims=co:" in spec:  # the claims in the order the diagnostic showed them, not the case's own
-            reordered.append((button.get_attribute("data-k"), text))
-        head = box.locator("p").first.inner_text()
-        assert "temperature" in head and "max_tokens" in head and "calls," in head
+    shown, kinds, reordered = open_every_call(page)
     assert kinds >= {"lexawn", "judge_lca", "force_ask", "user_standard", "judge_dcg", "force_judge", "judge_ljp",
                      "(messages)", "judge_response_type", "behaviour_targeted", "behaviour_off_target",
                      "behaviour_validation", "judge_simulator_audit", "judge_ljp (claims reordered)"}, kinds
@@ -280,7 +267,33 @@ def test_each_reply_shows_the_exact_prompt_the_provider_received(built, page):
              for u in json.loads(line).get("usage", {}).values()]
     d_replies = sum("D" in json.loads(line)["replies"] for path in root.glob(f"*/{run_id}/{model}-*/probe_replies.jsonl")
                     for line in path.read_text(encoding="utf-8").splitlines() if json.loads(line)["case_number"] == case)
-    # per setup, the claims reordered and the same-order control (issue 36 item 7), each as the judge saw them
+    check_the_reordered_claims_are_shown_as_the_judge_saw_them(reordered, root, run_id, model, case)
+    reused = 1  # the interaction's round 1 is LexAwN's reply to the underspecified history, shown again with its call
+    assert d_replies == 1 and len(shown) == sum(n for _, n in calls) - d_replies + reused, calls
+
+
+def open_every_call(page) -> tuple[list, set, list]:
+    """Each call button of the first run opened: the prompts shown, the prompt kinds, and the (record kind, prompt)
+    of every call whose claims the diagnostic reordered; each call's head names its settings and tokens."""
+    buttons = page.locator("section#run0 button.call")
+    shown, kinds, reordered = [], set(), []
+    for i in range(buttons.count()):
+        button = buttons.nth(i)
+        button.click()
+        template, spec = button.get_attribute("data-t"), button.get_attribute("data-s")
+        kinds.add(template + (" (claims reordered)" if "claims=co:" in spec else ""))
+        box = page.locator("section#run0 div.callbox").nth(i)
+        text = box.locator("pre.prompt").inner_text()
+        shown.append(json.loads(text) if template == "(messages)" else text)
+        if "claims=co:" in spec:  # the claims in the order the diagnostic showed them, not the case's own
+            reordered.append((button.get_attribute("data-k"), text))
+        head = box.locator("p").first.inner_text()
+        assert "temperature" in head and "max_tokens" in head and "calls," in head
+    return shown, kinds, reordered
+
+
+def check_the_reordered_claims_are_shown_as_the_judge_saw_them(reordered, root, run_id, model, case) -> None:
+    """Per setup, the claims reordered and the same-order control (issue 36 item 7), each as the judge saw them."""
     assert len(reordered) == 6
     for kind in {k for k, _ in reordered}:
         record = records(root, "eval_results", f"{kind}.jsonl", run_id, model)[case]
@@ -290,8 +303,6 @@ def test_each_reply_shows_the_exact_prompt_the_provider_received(built, page):
             positions = [text.index(c) for c in record["claims"]]
             shown_orders.append(sorted(range(len(positions)), key=positions.__getitem__))
         assert sorted(shown_orders) == sorted([record["order"], sorted(record["order"])])
-    reused = 1  # the interaction's round 1 is LexAwN's reply to the underspecified history, shown again with its call
-    assert d_replies == 1 and len(shown) == sum(n for _, n in calls) - d_replies + reused, calls
 
 
 def test_the_site_written_by_two_processes_is_the_site_written_by_one(built, tmp_path):
@@ -626,6 +637,14 @@ def test_the_json_names_every_metric_and_number_in_one_style(built, capsys):
     assert [n for n in names if not all(map(one_style, n))] == [] and sorted(k for k in numbers if not one_style(k)) == []
     assert any(not re.search("[A-Za-z]", c) for _, _, c in names)  # the causes of action are there, in Chinese
     assert [c for c in CAUSES if json_key(c) != c] == [] and len(CAUSES) == 36  # each keeps its name
+    check_the_numbers_are_the_records_own(report, root)
+    check_the_docs_table_of_names_is_the_rules()
+    assert report["json_format"] == 2
+    check_a_usage_cell_sums_the_records_usage(report)
+
+
+def check_the_numbers_are_the_records_own(report: dict, root) -> None:
+    """Model A's DCG accuracy, Table 4's case count and the share judged in round 1, counted from its records."""
     model_a = next(g for g in report["groups"] if g["model"] == "model-a" and g["run_ids"] == ["r1"])["metrics"]
     dcg = records(root, "eval_results", "DCG_results.jsonl")
     assert model_a["dcg"]["accuracy"]["overall"]["mean"] == sum(r["success"] for r in dcg.values()) / len(dcg) \
@@ -634,14 +653,19 @@ def test_the_json_names_every_metric_and_number_in_one_style(built, capsys):
     judged_first = [r["stop_reason"] == "judged" and len(r["rounds"]) == 1
                     for r in records(root, "AwN_gen", "interaction.jsonl").values()]  # a judgment in round 1
     assert model_a["behaviour"]["round_1"]["overall"]["mean"] == sum(judged_first) / len(judged_first)
-    # the docs' table of names is the rule's: each name the tables print, then its JSON key
+
+
+def check_the_docs_table_of_names_is_the_rules() -> None:
+    """The docs' table of names is the rule's: each name the tables print, then its JSON key."""
     docs = (ROOT / "docs" / "results.md").read_text(encoding="utf-8").split("The JSON's keys have one style")[1]
     rows = [line.split("|")[1:3] for line in docs.split("\n## ")[0].splitlines() if line.startswith("| `")]
     pairs = [(a, b) for names, keys in rows
              for a, b in zip(re.findall("`([^`]+)`", names), re.findall("`([^`]+)`", keys))]
     assert len(pairs) >= 15 and [(a, b) for a, b in pairs if json_key(a) != b] == []
-    # one key per quantity: a usage cell's numbers are the records' usage fields the group gives, summed by hand
-    assert report["json_format"] == 2
+
+
+def check_a_usage_cell_sums_the_records_usage(report: dict) -> None:
+    """One key per quantity: a usage cell's numbers are the records' usage fields the group gives, summed by hand."""
     group = next(g for g in report["groups"] if g["model"] == "model-a" and g["run_ids"] == ["r1"])
     usage = next(t for t in report["tables"] if t["id"] == "usage_per_run")
     row = next(r for r in usage["rows"] if r[0] == "model-a" and r[1] == "r1")
