@@ -18,35 +18,28 @@ leave_quietly_on_interrupt(os.path.dirname(os.path.abspath(__file__)))  # before
 
 from lexpilot.benchmark.dataset import load_dataset
 from lexpilot.errors import HarnessError
-from lexpilot.protocols.catalog import DEFAULT_STAGE_SET, GRID_STAGES, STAGE_SETS, stages_named
+from lexpilot.protocols.catalog import stages_named
 from lexpilot.reporting.tables.quote_tables import quote_text
 from lexpilot.reporting.tables.renderings import RENDERINGS, TEXT_WIDTH
 from lexpilot.running.grid_file import split_limits
 from lexpilot.running.grid_quote import (
     Timing,
+    add_grid_args,
     allowed_rates,
     check_rate_limits,
+    grid_run_ids,
     quote_grid,
     quote_notes,
     quote_tables,
 )
 from lexpilot.running.grid_run import plan_grid
-from lexpilot.settings import given_once, number, rate_limits
+from lexpilot.settings import number, rate_limits
 
 
 def main(argv=None) -> int:
     parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      allow_abbrev=False)  # --run-id is a stage option, not --run-ids
-    # a flag given twice adds to the first (argparse would keep only the last, quoting half the grid in silence)
-    parser.add_argument("--models", nargs="+", action="extend", help="the evaluated model ids (default: the grid "
-                        "file's)")
-    runs = parser.add_mutually_exclusive_group()
-    runs.add_argument("--runs", type=number(int, 1, 1000), default=5, help="run1 .. runN (default 5, as the paper)")
-    runs.add_argument("--run-ids", nargs="+", action="extend", help="these run ids instead")
-    parser.add_argument("--stages", nargs="+", default=[DEFAULT_STAGE_SET], metavar="NAME",
-                        help=f"entry points or sets: {', '.join([*STAGE_SETS, *GRID_STAGES])} (default: "
-                        f"{DEFAULT_STAGE_SET}; paper: what LexAwN_gen.py, eval_DCG.py and eval_LJP.py run; all: the "
-                        "later stages too)")
+    add_grid_args(parser)
     parser.add_argument("--rate-limit", action="append", default=[], metavar="MODEL=RPM",
                         help="an endpoint's requests per minute (repeat per model id)")
     parser.add_argument("--grid", metavar="FILE", help="run_grid.py's grid file: each evaluated model's endpoint, "
@@ -61,10 +54,8 @@ def main(argv=None) -> int:
     args, options = parser.parse_known_args(argv)
     endpoint_limits, options = split_limits(options)  # --limit MODEL=rpm:R,... as run_grid.py takes it
     try:
-        given_once("--models", args.models or [])
-        given_once("--run-ids", args.run_ids or [])
+        run_ids = grid_run_ids(args)
         stages = stages_named(args.stages)
-        run_ids = args.run_ids or [f"run{i}" for i in range(1, args.runs + 1)]
         grid = plan_grid(stages, args.models, run_ids, options, args.grid, endpoint_limits)
         first = grid.settings_of(stages[0], grid.models[0], run_ids[0])
         cases, sha = load_dataset(first.dataset)

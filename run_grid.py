@@ -19,27 +19,26 @@ leave_quietly_on_interrupt(os.path.dirname(os.path.abspath(__file__)))  # before
 
 from lexpilot.benchmark.dataset import load_dataset
 from lexpilot.errors import INTERRUPTED, HarnessError, own_interrupts
-from lexpilot.protocols.catalog import DEFAULT_STAGE_SET, GRID_STAGES, STAGE_SETS, stages_named
+from lexpilot.protocols.catalog import stages_named
 from lexpilot.reporting.tables.quote_tables import quote_text
 from lexpilot.reporting.tables.renderings import RENDERINGS, TEXT_WIDTH
 from lexpilot.running.grid_file import split_limits
-from lexpilot.running.grid_quote import Timing, quote_grid, quote_notes, quote_tables
+from lexpilot.running.grid_quote import (
+    Timing,
+    add_grid_args,
+    grid_run_ids,
+    quote_grid,
+    quote_notes,
+    quote_tables,
+)
 from lexpilot.running.grid_run import start_grid
-from lexpilot.settings import given_once, number
+from lexpilot.settings import number
 
 
 def main(argv=None) -> int:
     parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      allow_abbrev=False)  # --run-id is a stage option, not --run-ids
-    parser.add_argument("--models", nargs="+", action="extend", help="the evaluated model ids (default: the grid "
-                        "file's)")
-    runs = parser.add_mutually_exclusive_group()
-    runs.add_argument("--runs", type=number(int, 1, 1000), default=5, help="run1 .. runN (default 5, as the paper)")
-    runs.add_argument("--run-ids", nargs="+", action="extend", help="these run ids instead")
-    parser.add_argument("--stages", nargs="+", default=[DEFAULT_STAGE_SET], metavar="NAME",
-                        help=f"entry points or sets: {', '.join([*STAGE_SETS, *GRID_STAGES])} (default: "
-                        f"{DEFAULT_STAGE_SET}; paper: what LexAwN_gen.py, eval_DCG.py and eval_LJP.py run; all: the "
-                        "later stages too)")
+    add_grid_args(parser)
     parser.add_argument("--grid", metavar="FILE", help="a TOML file: each evaluated model's endpoint and limits, "
                         "other models' limits (docs/grid.md)")
     parser.add_argument("--shard", metavar="K/N", help="run shard K of N: whole (model, run) chains, split the same "
@@ -52,9 +51,7 @@ def main(argv=None) -> int:
     limits, options = split_limits(options)
     own_interrupts()
     try:
-        given_once("--models", args.models or [])
-        given_once("--run-ids", args.run_ids or [])
-        run_ids = args.run_ids or [f"run{i}" for i in range(1, args.runs + 1)]
+        run_ids = grid_run_ids(args)
         grid = start_grid(stages_named(args.stages), args.models, run_ids, options, args.grid, limits,
                           shard=args.shard, limits_url=args.limits_url)
         if "--dry-run" in options and args.shard:

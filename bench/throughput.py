@@ -80,7 +80,8 @@ def ideal_seconds(out: Path, stages: list, latency: float, concurrency: int) -> 
     return total
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The benchmark's flags (the module's docstring shows them)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", type=int, default=432)
     parser.add_argument("--concurrency", type=int, default=8)
@@ -90,7 +91,26 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", action="store_true", help="run every stage with --batch against the scripted "
                         "batch API instead: cycles, harness CPU per request, peak memory, wall against cycles x delay")
     parser.add_argument("--batch-delay", type=float, default=1.0, help="seconds a scripted batch takes (default 1)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _stage_row(script: str, stages: list, provider, common: list[str], env: dict, out: Path, args) -> int:
+    """Runs one entry point on the fresh run and prints its row: calls per role, wall and ideal time,
+    efficiency, CPU per call, peak memory, 429s, calls per second; returns its exit status."""
+    before, before_429 = len(provider.requests), provider.statuses[429]
+    wall, cpu, rss, code = run_process([sys.executable, script, *common], env)
+    kinds = Counter(ROLE_OF_KIND.get(kind_of(r["messages"][0]["content"]), "judge")
+                    for r in provider.requests[before:])
+    calls = sum(kinds.values())
+    ideal = ideal_seconds(out, stages, args.latency, args.concurrency)
+    print(f"{script:<16}{kinds['eval']:>7}{kinds['user']:>7}{kinds['judge']:>7}{wall:>9.2f}{ideal:>9.2f}"
+          f"{(ideal / wall if ideal else 0):>7.2f}{1000 * cpu / max(calls, 1):>12.2f}{rss:>9.0f}"
+          f"{provider.statuses[429] - before_429:>6}{calls / wall:>9.1f}")
+    return code
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
 
     if args.batch:
         return batch_benchmark(args)
@@ -111,16 +131,8 @@ def main(argv=None) -> int:
         print(header)
         status = 0
         for script, stages in STAGES.items():
-            before, before_429 = len(provider.requests), provider.statuses[429]
-            wall, cpu, rss, code = run_process([sys.executable, script, *common], env)
+            code = _stage_row(script, stages, provider, common, env, tmp / "out", args)
             status = status or code
-            kinds = Counter(ROLE_OF_KIND.get(kind_of(r["messages"][0]["content"]), "judge")
-                            for r in provider.requests[before:])
-            calls = sum(kinds.values())
-            ideal = ideal_seconds(tmp / "out", stages, args.latency, args.concurrency)
-            print(f"{script:<16}{kinds['eval']:>7}{kinds['user']:>7}{kinds['judge']:>7}{wall:>9.2f}{ideal:>9.2f}"
-                  f"{(ideal / wall if ideal else 0):>7.2f}{1000 * cpu / max(calls, 1):>12.2f}{rss:>9.0f}"
-                  f"{provider.statuses[429] - before_429:>6}{calls / wall:>9.1f}")
         wall, cpu, rss, code = run_process([sys.executable, "show_results.py", "--output-root", str(tmp / "out")], env)
         status = status or code
         print(f"{'show_results.py':<16}{'':>21}{wall:>9.2f}{'':>16}{'':>12}{rss:>9.0f}")

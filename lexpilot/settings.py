@@ -245,55 +245,13 @@ def histories(text: str) -> tuple[str, ...]:
 
 def add_common_args(parser: argparse.ArgumentParser, user_condition: bool = False,
                     history_choice: bool = False, from_run: bool = False, probe_file: bool = False) -> None:
-    a, transport = parser.add_argument, Transport()
-    a("--run-id", required=True, help="name of this run; rerunning with the same id resumes it")
-    a("--model", help=f"evaluated model id (else ${MODEL_ENV['eval']})")
-    a("--user-model", help=f"User Model id (else ${MODEL_ENV['user']}, else {DEFAULT_MODELS['user']})")
-    a("--judge-model", help=f"judge model id (else ${MODEL_ENV['judge']}, else {DEFAULT_MODELS['judge']})")
-    a("--dataset", type=Path, default=DEFAULT_DATASET, help="dataset JSON (default: %(default)s)")
-    a("--output-root", type=Path, default=DEFAULT_OUTPUT_ROOT, help="where results go (default: next to the scripts)")
-    a("--limit", type=number(int, 1, 10**7), help="evaluate only the first N cases in file order")
-    temperature = number(float, 0, 2, default_word=True)
-    a("--temperature", type=temperature, default=PAPER_TEMPERATURE["eval"],
-      help=f"evaluated model, and User Model unless --user-temperature (default {PAPER_TEMPERATURE['eval']:g}; "
-           "'default': send none)")
-    a("--user-temperature", type=temperature, help="User Model (default: --temperature)")
-    a("--judge-temperature", type=temperature, default=PAPER_TEMPERATURE["judge"],
-      help=f"judge (default {PAPER_TEMPERATURE['judge']:g})")
-    tokens = number(int, 1, 10**7)
-    a("--max-tokens", type=tokens, default=PAPER_MAX_TOKENS,
-      help=f"per call, every role unless set below (default {PAPER_MAX_TOKENS})")
-    a("--user-max-tokens", type=tokens, help="User Model (default: --max-tokens)")
-    a("--judge-max-tokens", type=tokens, help="judge (default: --max-tokens)")
-    a("--timeout", type=number(float, 0.001, 86400), default=transport.timeout,
-      help=f"seconds without a byte before a call is retried (default {transport.timeout:g})")
-    a("--call-deadline", type=number(float, 0.001, 10**6),
-      help="wall-clock seconds one call may take in all before it is abandoned and retried "
-           f"(default {DEADLINE_TIMEOUTS} x --timeout)")
-    a("--retries", type=number(int, 0, 1000), default=transport.retries,
-      help=f"retries of a transient failure per call (default {transport.retries})")
-    a("--concurrency", type=number(int, 1, 4096), default=transport.concurrency,
-      help=f"cases run at once (default {transport.concurrency})")
-    a("--keep-going", action="store_true", help="on a failed case, go on with the others")
-    a("--stream", action="store_true",
-      help="stream replies, so --timeout bounds a stalled connection, not a long generation")
-    a("--dry-run", action="store_true", help="print the cases and calls the stage would make; call nothing")
-    a("--prices", type=Path, metavar="FILE", help='JSON {"model id": {"prompt": P, "completion": C}} per million '
-      "tokens: --dry-run then quotes the cost; needed by --max-cost")
-    a("--max-cost", type=number(float, 0, 10**9), metavar="AMOUNT",
-      help="a hard budget for this invocation (with --prices): no call starts that could take the spending past it")
-    a("--batch", action="store_true", help="advance in cycles through the provider's batch API (about half the "
-      "price; answers within 24 h); a batch survives its process: rerun to re-attach")
-    a("--batch-detach", action="store_true", help="with --batch: submit the cycle's batches, then exit 0")
-    a("--batch-status", action="store_true", help="print the run's batches in flight and exit")
-    a("--batch-poll", type=number(float, 0.01, 86400), default=30.0,
-      help="seconds between batch polls, at least 0.01 (default 30)")
-    a("--batch-roles", type=role_list, help="with --batch: the roles sent in batches, e.g. eval,judge (default all); "
-      "the others are called synchronously within the same cycles")
-    a("--batch-resubmit", action="store_true", help="with --batch, after a lost batches.json at a provider that "
-      "lists batches without their metadata: submit the pending requests again (they may already be paid)")
-    a("--batch-files", type=Path, metavar="DIR", help="offline batches for `vllm run-batch`: write each cycle's "
-      "input files there and stop; rerun with their output files there to go on")
+    """Every stage's options, in the order --help lists them; the flags add those only some stages take."""
+    a = parser.add_argument
+    _add_run_args(a)
+    _add_sampling_args(a)
+    _add_transport_args(a)
+    _add_spending_args(a)
+    _add_batch_args(a)
     a("--keep-reasoning", action="store_true",
       help="save the evaluated model's separate reasoning in its records too (the judge's is always saved)")
     a("--allow-code-change", action="store_true",
@@ -309,6 +267,75 @@ def add_common_args(parser: argparse.ArgumentParser, user_condition: bool = Fals
     if user_condition:
         a("--user-condition", choices=USER_CONDITIONS, default="standard",
           help="simulated user behaviour (default standard)")
+
+
+def _add_run_args(a) -> None:
+    """The run: its id, the three roles' models, the dataset and where results go."""
+    a("--run-id", required=True, help="name of this run; rerunning with the same id resumes it")
+    a("--model", help=f"evaluated model id (else ${MODEL_ENV['eval']})")
+    a("--user-model", help=f"User Model id (else ${MODEL_ENV['user']}, else {DEFAULT_MODELS['user']})")
+    a("--judge-model", help=f"judge model id (else ${MODEL_ENV['judge']}, else {DEFAULT_MODELS['judge']})")
+    a("--dataset", type=Path, default=DEFAULT_DATASET, help="dataset JSON (default: %(default)s)")
+    a("--output-root", type=Path, default=DEFAULT_OUTPUT_ROOT, help="where results go (default: next to the scripts)")
+    a("--limit", type=number(int, 1, 10**7), help="evaluate only the first N cases in file order")
+
+
+def _add_sampling_args(a) -> None:
+    """Temperatures and output limits per role (the paper's by default)."""
+    temperature = number(float, 0, 2, default_word=True)
+    a("--temperature", type=temperature, default=PAPER_TEMPERATURE["eval"],
+      help=f"evaluated model, and User Model unless --user-temperature (default {PAPER_TEMPERATURE['eval']:g}; "
+           "'default': send none)")
+    a("--user-temperature", type=temperature, help="User Model (default: --temperature)")
+    a("--judge-temperature", type=temperature, default=PAPER_TEMPERATURE["judge"],
+      help=f"judge (default {PAPER_TEMPERATURE['judge']:g})")
+    tokens = number(int, 1, 10**7)
+    a("--max-tokens", type=tokens, default=PAPER_MAX_TOKENS,
+      help=f"per call, every role unless set below (default {PAPER_MAX_TOKENS})")
+    a("--user-max-tokens", type=tokens, help="User Model (default: --max-tokens)")
+    a("--judge-max-tokens", type=tokens, help="judge (default: --max-tokens)")
+
+
+def _add_transport_args(a) -> None:
+    """How calls are made and retried, and what a failed case does."""
+    transport = Transport()
+    a("--timeout", type=number(float, 0.001, 86400), default=transport.timeout,
+      help=f"seconds without a byte before a call is retried (default {transport.timeout:g})")
+    a("--call-deadline", type=number(float, 0.001, 10**6),
+      help="wall-clock seconds one call may take in all before it is abandoned and retried "
+           f"(default {DEADLINE_TIMEOUTS} x --timeout)")
+    a("--retries", type=number(int, 0, 1000), default=transport.retries,
+      help=f"retries of a transient failure per call (default {transport.retries})")
+    a("--concurrency", type=number(int, 1, 4096), default=transport.concurrency,
+      help=f"cases run at once (default {transport.concurrency})")
+    a("--keep-going", action="store_true", help="on a failed case, go on with the others")
+    a("--stream", action="store_true",
+      help="stream replies, so --timeout bounds a stalled connection, not a long generation")
+
+
+def _add_spending_args(a) -> None:
+    """The dry run, its quote, and the budget."""
+    a("--dry-run", action="store_true", help="print the cases and calls the stage would make; call nothing")
+    a("--prices", type=Path, metavar="FILE", help='JSON {"model id": {"prompt": P, "completion": C}} per million '
+      "tokens: --dry-run then quotes the cost; needed by --max-cost")
+    a("--max-cost", type=number(float, 0, 10**9), metavar="AMOUNT",
+      help="a hard budget for this invocation (with --prices): no call starts that could take the spending past it")
+
+
+def _add_batch_args(a) -> None:
+    """--batch and its options: the provider's batch API, or offline batch files."""
+    a("--batch", action="store_true", help="advance in cycles through the provider's batch API (about half the "
+      "price; answers within 24 h); a batch survives its process: rerun to re-attach")
+    a("--batch-detach", action="store_true", help="with --batch: submit the cycle's batches, then exit 0")
+    a("--batch-status", action="store_true", help="print the run's batches in flight and exit")
+    a("--batch-poll", type=number(float, 0.01, 86400), default=30.0,
+      help="seconds between batch polls, at least 0.01 (default 30)")
+    a("--batch-roles", type=role_list, help="with --batch: the roles sent in batches, e.g. eval,judge (default all); "
+      "the others are called synchronously within the same cycles")
+    a("--batch-resubmit", action="store_true", help="with --batch, after a lost batches.json at a provider that "
+      "lists batches without their metadata: submit the pending requests again (they may already be paid)")
+    a("--batch-files", type=Path, metavar="DIR", help="offline batches for `vllm run-batch`: write each cycle's "
+      "input files there and stop; rerun with their output files there to go on")
 
 
 MAX_RUN_ID = 100  # a run id is a folder name under three folders: keep paths well inside OS limits

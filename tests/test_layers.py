@@ -184,6 +184,28 @@ def test_the_tree_passes_the_linter():
     assert done.returncode == 0, done.stdout[-3000:]
 
 
+def functions_over(limit: int, root: Path) -> list[str]:
+    """Each function (or method) of the Python files under `root` (hidden folders aside) longer than `limit`
+    lines, its decorators aside."""
+    import ast
+    found = []
+    for path in (p for p in root.rglob("*.py") if not any(x.startswith(".") for x in p.relative_to(root).parts)):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            length = getattr(node, "end_lineno", 0) - getattr(node, "lineno", 0) + 1
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and length > limit:
+                found.append(f"{path.relative_to(root)}:{node.lineno} {node.name}: {length} lines")
+    return found
+
+
+def test_no_function_is_over_60_lines(tmp_path):
+    """The guide's habit: "plain functions, small dataclasses; no function over ~60 lines", as formatted."""
+    assert functions_over(60, ROOT) == []
+    (tmp_path / "sixty.py").write_text("def f():\n" + "    x = 1\n" * 59, encoding="utf-8")
+    assert functions_over(60, tmp_path) == []
+    (tmp_path / "sixty_one.py").write_text("class C:\n    def g(self):\n" + "        x = 1\n" * 60, encoding="utf-8")
+    assert functions_over(60, tmp_path) == ["sixty_one.py:2 g: 61 lines"]
+
+
 def test_the_report_scripts_declare_their_run_options_once_and_show_results_is_short():
     """Issue 37 item 4: "show_results.py ... becomes a short entry point, like the stage scripts; the report's
     assembly lives in the package. The report scripts' shared flags (--output-root, --dataset, --model, --run-id,

@@ -66,22 +66,7 @@ def load_probes(path: Path, cases: dict[str, Case]) -> tuple[dict[str, Probe], s
         for field in ("A_question", "B_question", "C_question", "minimum_answer"):
             if not row[field]:
                 problems.append(f"{where}: {field}: empty")
-        details = key_detail_lines(case)
-        removed: tuple[int, ...] = ()
-        if row["D_removed"]:
-            try:
-                removed = tuple(sorted({int(x) for x in row["D_removed"].replace("；", ";").replace(",", ";").split(";")
-                                        if x.strip()}))
-            except ValueError:
-                problems.append(f"{where}: D_removed: {row['D_removed']!r} is not a list of key-detail numbers "
-                                "(e.g. 2;3)")
-            else:
-                if not removed or any(not 1 <= i <= len(details) for i in removed):
-                    problems.append(f"{where}: D_removed: {row['D_removed']!r} does not match the case's "
-                                    f"{len(details)} key details (numbers 1 to {len(details)})")
-                elif len(removed) == len(details):
-                    problems.append(f"{where}: D_removed: removes every key detail; leave D_removed empty for a "
-                                    "case without D")
+        removed = _removed_details(row["D_removed"], key_detail_lines(case), where, problems)
         if not any(p.startswith(where) for p in problems):
             probes[number] = Probe(number, {"A": row["A_question"], "B": row["B_question"], "C": row["C_question"],
                                             "D": row["A_question"]}, row["minimum_answer"],
@@ -92,3 +77,23 @@ def load_probes(path: Path, cases: dict[str, Case]) -> tuple[dict[str, Probe], s
     if not probes:
         raise HarnessError(f"{path}: no probe rows")
     return probes, hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def _removed_details(text: str, details: list[str], where: str, problems: list[str]) -> tuple[int, ...]:
+    """D_removed (e.g. "2;3"): the numbers of the key details condition D withholds, sorted; what is wrong
+    with it goes into `problems`."""
+    removed: tuple[int, ...] = ()
+    if text:
+        try:
+            entries = text.replace("；", ";").replace(",", ";").split(";")
+            removed = tuple(sorted({int(x) for x in entries if x.strip()}))
+        except ValueError:
+            problems.append(f"{where}: D_removed: {text!r} is not a list of key-detail numbers (e.g. 2;3)")
+        else:
+            if not removed or any(not 1 <= i <= len(details) for i in removed):
+                problems.append(f"{where}: D_removed: {text!r} does not match the case's {len(details)} key "
+                                f"details (numbers 1 to {len(details)})")
+            elif len(removed) == len(details):
+                problems.append(f"{where}: D_removed: removes every key detail; leave D_removed empty for a "
+                                "case without D")
+    return removed

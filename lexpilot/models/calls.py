@@ -309,17 +309,23 @@ class ModelCaller:
         except InterruptedError:
             raise Aborted() from None
         finally:
-            self.progress.update(in_flight=-1, **({"answered": 1} if outcome.answered else {}))
-            answered = outcome.answered
-            used = (answered.prompt_tokens or 0) + (answered.completion_tokens or 0) if answered else 0
-            limiter.release(outcome.pushed_back, outcome.retry_after, used - counted_tokens, lease)
-            if self.sharing and answered:
-                self.sharing.count(role.model, answered)
-            if self.budget:  # an answered call costs what it reports; an unanswered one its worst case
-                reply = outcome.answered
-                self.budget.settle(reserved, role.model, reply.prompt_tokens if reply else None,
-                                   reply.completion_tokens if reply else None, (reply.cached_tokens or 0) if reply else 0)
+            self._settle(role, outcome, limiter, lease, counted_tokens, reserved)
         return outcome
+
+    def _settle(self, role: Role, outcome: Attempt, limiter, lease, counted_tokens: int,
+                reserved: float) -> None:
+        """An attempt's end, however it ended: the progress, the endpoint's lease (with the tokens it used),
+        the counts shared with the grid and the budget."""
+        self.progress.update(in_flight=-1, **({"answered": 1} if outcome.answered else {}))
+        answered = outcome.answered
+        used = (answered.prompt_tokens or 0) + (answered.completion_tokens or 0) if answered else 0
+        limiter.release(outcome.pushed_back, outcome.retry_after, used - counted_tokens, lease)
+        if self.sharing and answered:
+            self.sharing.count(role.model, answered)
+        if self.budget:  # an answered call costs what it reports; an unanswered one its worst case
+            reply = outcome.answered
+            self.budget.settle(reserved, role.model, reply.prompt_tokens if reply else None,
+                               reply.completion_tokens if reply else None, (reply.cached_tokens or 0) if reply else 0)
 
     def _accepted(self, role: Role, reply: Reply, usage: Usage) -> Attempt:
         """A reply counts as spent whatever it says; it is accepted when it is complete and not empty."""

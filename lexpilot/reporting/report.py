@@ -1,6 +1,7 @@
 """A report of saved runs, assembled: the runs read, checked and scored, grouped, every table built once (the paper's,
 the judges', the statistics and usage asked for), the tables chosen and rendered, the site and the figures written.
-show_results.py declares the options and hands them to `show`; it never calls an API.
+show_results.py declares the options (the report's own from `add_report_options`) and hands them to `show`; it
+never calls an API.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from lexpilot.reporting.scoring.runs import named_dataset
 from lexpilot.reporting.site.viewer import case_renderer, site_cases, write_site
 from lexpilot.reporting.statistics.bootstrap import MAX_RESAMPLES, Bootstrap
 from lexpilot.reporting.statistics.consistency import consistency_table, judge_noise_table
+from lexpilot.reporting.statistics.randomization import MAX_PERMUTATIONS
 from lexpilot.reporting.statistics.rankings import MIN_POWER_RESAMPLES, power_table, ranking_tables
 from lexpilot.reporting.tables.analyses import (
     UsageError,
@@ -30,9 +32,80 @@ from lexpilot.reporting.tables.analyses import (
 from lexpilot.reporting.tables.figures import write_plots
 from lexpilot.reporting.tables.formats import HEADLINE
 from lexpilot.reporting.tables.paper import build_tables, comparison_table
-from lexpilot.reporting.tables.renderings import RENDERINGS, render_json, render_text
+from lexpilot.reporting.tables.renderings import RENDERINGS, TEXT_WIDTH, render_json, render_text
 from lexpilot.reporting.tables.table import TABLE_OPTIONS
 from lexpilot.reporting.tables.usage import usage_tables
+from lexpilot.settings import number
+
+
+def add_report_options(parser) -> None:
+    """show_results.py's options past the runs to read (add_run_options), in the order --help lists them."""
+    _add_table_options(parser)
+    _add_statistics_options(parser)
+    _add_output_options(parser)
+
+
+def _add_table_options(parser) -> None:
+    """How the tables are printed: format, intervals in the cells, width, decimals, which tables."""
+    parser.add_argument("--format", choices=("text", "markdown", "csv", "json", "latex"), default="text")
+    parser.add_argument("--ci", action="store_true", help="add 95%% bootstrap intervals over cases, and "
+                        "paired Interaction − Direct and Gold − Interaction differences")
+    parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    parser.add_argument("--seed", type=number(int, 0, 10 ** 9), default=0,
+                        help="bootstrap seed, 0 or more (default 0: the same numbers every time)")
+    parser.add_argument("--compare", nargs=2, metavar=("MODEL_A", "MODEL_B"),
+                        help="paired bootstrap difference A − B on every metric (implies --ci)")
+    parser.add_argument("--width", type=number(int, 0, 10**6), default=TEXT_WIDTH,
+                        help="text tables wider than this many terminal cells are printed in blocks of "
+                        f"columns (default {TEXT_WIDTH}; 0: never)")
+    parser.add_argument("--decimals", type=number(int, 0, 12), metavar="N",
+                        help="metrics at N decimals in the text, Markdown and LaTeX tables (default: each "
+                        "table at its paper table's precision, docs/results.md; CSV and JSON keep every "
+                        "digit)")
+    parser.add_argument("--table", nargs="+", metavar="ID",
+                        help="print only these tables, by identity (main, lca_by_class, table_4, ...: "
+                        "docs/results.md lists them; an unknown one is refused with the report's names); "
+                        "with --format json, those tables ride along with the metrics")
+    parser.add_argument("--include-rejudged", action="store_true",
+                        help="the paper's tables show re-judged copies of runs too (by default only the "
+                        "judge tables do, unless --run-id names one)")
+
+
+def _add_statistics_options(parser) -> None:
+    """--rank and its test, --power and --consistency: statistics over the runs, each a table of its own."""
+    parser.add_argument("--rank", action="store_true",
+                        help="every comparable pair of models on each headline metric (paired bootstrap "
+                        "interval, randomization-test p, Holm-adjusted) and a ranking with letter groups")
+    parser.add_argument("--permutations", type=number(int, 1, MAX_PERMUTATIONS), default=None,
+                        help="permutations of --rank's randomization test (default: as many as the pairs "
+                        "need at --alpha, (B + 1) ≥ 20 · pairs / alpha; fewer is refused)")
+    parser.add_argument("--by-class", action="store_true", help="with --rank: per cause-of-action class too")
+    parser.add_argument("--alpha", type=number(float, 0.0001, 0.5), default=0.05,
+                        help="significance level of --rank and --power, from 0.0001 to 0.5 (default 0.05)")
+    parser.add_argument("--power", action="store_true",
+                        help="the smallest difference detectable at --alpha with power 0.8, for the design "
+                        "in hand and others (docs/statistics.md)")
+    parser.add_argument("--consistency", action="store_true",
+                        help="consistency over runs per model, and the judge's share of the run-to-run "
+                        "variance where runs were re-judged with the same judge")
+
+
+def _add_output_options(parser) -> None:
+    """The usage tables and their prices, and what is written besides the tables: the figures (with the
+    complexity Figure 3 reads) and the transcript viewer."""
+    parser.add_argument("--usage", action="store_true", help="add token usage per run, role and stage file")
+    parser.add_argument("--prices", type=Path,
+                        help='JSON {"model id": {"prompt": P, "completion": C}} in money per million '
+                        "tokens: adds cost to the usage tables (implies --usage)")
+    parser.add_argument("--plot", type=Path, metavar="DIR",
+                        help="also write PNG figures there (needs matplotlib)")
+    parser.add_argument("--complexity", type=Path, metavar="FILE",
+                        help="Figure 3: a CSV of cause_of_action,complexity (the average number of legal "
+                        "provisions cited per cause); default: the cases' complexity field, where the "
+                        "dataset has one")
+    parser.add_argument("--html", type=Path, metavar="DIR",
+                        help="also write the transcript viewer there: a static site (index.html) that opens "
+                        "from the file system; see docs/viewer.md")
 
 
 def show(args) -> int:
@@ -61,12 +134,28 @@ def show(args) -> int:
     boot = shared if args.ci or args.compare else None
     compared = compared_groups(groups, args.compare) if args.compare else None  # both models must be there
     if prices:
-        unpriced = sorted({str(r.manifest.model(role)) for r in runs for role in ROLES
-                           if r.manifest.model(role) not in prices})
-        if unpriced:
-            print(f"no price in {args.prices} for {', '.join(unpriced)}: their cost shows as n/a", file=sys.stderr)
+        _warn_unpriced(runs, prices, args.prices)
     built = Built(groups, boot, shared, complexity, prices, compared, group_runs(runs))
     tables = with_unreported(all_tables(args, built), unreported)  # built once: for the terminal and the site alike
+    _print_tables(args, tables, groups, boot, prices)
+    if args.html:
+        _write_viewer(args.html, groups, tables, cases)
+    if args.plot:
+        _write_figures(args.plot, groups, boot, complexity, tables)
+    return 0
+
+
+def _warn_unpriced(runs, prices: dict, price_file: Path) -> None:
+    """The models of any role that the price file has no price for: their cost shows as n/a, said once."""
+    unpriced = sorted({str(r.manifest.model(role)) for r in runs for role in ROLES
+                       if r.manifest.model(role) not in prices})
+    if unpriced:
+        print(f"no price in {price_file} for {', '.join(unpriced)}: their cost shows as n/a", file=sys.stderr)
+
+
+def _print_tables(args, tables: list, groups: list[Group], boot: Bootstrap | None,
+                  prices: dict | None) -> None:
+    """The report on stdout: JSON of the groups' metrics, or the tables chosen, in the format asked for."""
     if args.format == "json":  # the statistics asked for ride along as tables, or the tables --table names
         extra = chosen(tables, args.table) if args.table else [t for t in tables if t.id in STATISTICS_TABLES
                                                                or (t.id == "comparison" and args.compare)]
@@ -75,20 +164,27 @@ def show(args) -> int:
         shown = chosen(tables, args.table)
         print(render_text(shown, args.width or 10**9, args.decimals) if args.format == "text" else
               RENDERINGS[args.format](shown, args.decimals))
-    if args.html:
-        try:  # the site shows what the terminal shows but the money (Figure 3 with --complexity, the judges, --rank)
-            count = write_site(args.html, groups, [t for t in tables if not t.id.startswith("usage_")], cases)
-        except HarnessError as e:
-            raise UsageError(str(e)) from None
-        print(f"wrote {args.html / 'index.html'} ({count} case pages)", file=sys.stderr)
-    if args.plot:
-        try:
-            written = write_plots(groups, args.plot, boot, complexity, tables)  # Figure 4 drawn from its tables
-        except OSError as e:
-            raise UsageError(f"--plot {args.plot}: cannot write the figures there ({e.strerror or e})") from None
-        for path in written:
-            print(f"wrote {path}", file=sys.stderr)
-    return 0
+
+
+def _write_viewer(folder: Path, groups: list[Group], tables: list, cases: dict) -> None:
+    """--html: the transcript viewer, with the report's tables but the usage ones."""
+    # the site shows what the terminal shows but the money (Figure 3 with --complexity, the judges, --rank)
+    try:
+        count = write_site(folder, groups, [t for t in tables if not t.id.startswith("usage_")], cases)
+    except HarnessError as e:
+        raise UsageError(str(e)) from None
+    print(f"wrote {folder / 'index.html'} ({count} case pages)", file=sys.stderr)
+
+
+def _write_figures(folder: Path, groups: list[Group], boot: Bootstrap | None, complexity: dict,
+                   tables: list) -> None:
+    """--plot: the PNG figures, each file written said on stderr."""
+    try:
+        written = write_plots(groups, folder, boot, complexity, tables)  # Figure 4 drawn from its tables
+    except OSError as e:
+        raise UsageError(f"--plot {folder}: cannot write the figures there ({e.strerror or e})") from None
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr)
 
 
 def not_found(root: Path, runs, args) -> str | None:

@@ -240,18 +240,7 @@ def adopt(run, clients: dict, pending: dict[str, tuple]) -> int:
             if not all(carries(line, run) for line in lines if line.strip()):
                 foreign(run, remote, "its metadata names this run, but its requests carry another run's ids")
                 continue
-            requests = {}
-            for line in lines:
-                try:
-                    entry = json.loads(line)
-                    if entry["custom_id"] in collected:
-                        continue  # answered and collected before the ledger was lost (a re-ask asks the same)
-                    # identical requests of different cases (a judge prompt holding only a reply) each take one
-                    case, step, key, request_role, max_tokens = pending[request_digest(entry["body"])].pop(0)
-                except (ValueError, KeyError, TypeError, AttributeError, IndexError):
-                    continue  # not a request the cases need now (answered already, or not ours)
-                requests[entry["custom_id"]] = {"case": case, "step": step, "key": key, "role": request_role,
-                                                "max_tokens": max_tokens}
+            requests = _matched_requests(lines, pending, collected)
             # a batch every line of which was collected already is known from now on, and nothing more
             # named by the role its requests ask (roles sharing an endpoint share its client, not their batches)
             asked_role = next(iter(requests.values()))["role"] if requests else role
@@ -268,6 +257,24 @@ def adopt(run, clients: dict, pending: dict[str, tuple]) -> int:
     if adopted:
         ledger.save()
     return adopted
+
+
+def _matched_requests(lines: list[bytes], pending: dict[str, tuple], collected: set[str]) -> dict[str, dict]:
+    """An adopted batch's requests the cases need now (custom id -> its ledger entry), each taken from
+    `pending` by what it asks; lines collected already, or not asked now, are left out."""
+    requests = {}
+    for line in lines:
+        try:
+            entry = json.loads(line)
+            if entry["custom_id"] in collected:
+                continue  # answered and collected before the ledger was lost (a re-ask asks the same)
+            # identical requests of different cases (a judge prompt holding only a reply) each take one
+            case, step, key, request_role, max_tokens = pending[request_digest(entry["body"])].pop(0)
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError):
+            continue  # not a request the cases need now (answered already, or not ours)
+        requests[entry["custom_id"]] = {"case": case, "step": step, "key": key, "role": request_role,
+                                        "max_tokens": max_tokens}
+    return requests
 
 
 def refuse_if_lost(run, pending: dict, batches: list, ours: list) -> None:

@@ -18,6 +18,7 @@ from lexpilot.benchmark.prompts import load_prompts
 from lexpilot.benchmark.vocabulary import CONDITION_SCRIPTS, ROLES
 from lexpilot.errors import HarnessError
 from lexpilot.models.limits import requests_per_minute
+from lexpilot.protocols.catalog import DEFAULT_STAGE_SET, GRID_STAGES, STAGE_SETS
 from lexpilot.protocols.steps import Stage
 from lexpilot.running.quote import (
     CARRIED_REPLIES,
@@ -28,7 +29,7 @@ from lexpilot.running.quote import (
     saved_usage_per_case,
 )
 from lexpilot.running.state import read_only_state
-from lexpilot.settings import Settings, add_common_args, settings_from_args
+from lexpilot.settings import Settings, add_common_args, given_once, number, settings_from_args
 from lexpilot.storage.manifest import build_manifest
 
 BATCH_WINDOW_HOURS = 24  # OpenAI's batch completion window: a cycle takes at most this long
@@ -108,6 +109,30 @@ def parsed(parser: argparse.ArgumentParser, argv: list[str]):
     except SystemExit:
         message = complaint.getvalue().strip().splitlines()[-1:] or ["bad option"]
         raise HarnessError(message[0].split("error: ", 1)[-1]) from None
+
+
+def add_grid_args(parser: argparse.ArgumentParser) -> None:
+    """The options run_grid.py and quote_grid.py share, first in both: the grid's evaluated models, runs and
+    stages."""
+    # a flag given twice adds to the first (argparse would keep only the last, quoting half the grid in
+    # silence)
+    parser.add_argument("--models", nargs="+", action="extend",
+                        help="the evaluated model ids (default: the grid file's)")
+    runs = parser.add_mutually_exclusive_group()
+    runs.add_argument("--runs", type=number(int, 1, 1000), default=5,
+                      help="run1 .. runN (default 5, as the paper)")
+    runs.add_argument("--run-ids", nargs="+", action="extend", help="these run ids instead")
+    parser.add_argument("--stages", nargs="+", default=[DEFAULT_STAGE_SET], metavar="NAME",
+                        help=f"entry points or sets: {', '.join([*STAGE_SETS, *GRID_STAGES])} (default: "
+                        f"{DEFAULT_STAGE_SET}; paper: what LexAwN_gen.py, eval_DCG.py and eval_LJP.py run; "
+                        "all: the later stages too)")
+
+
+def grid_run_ids(args: argparse.Namespace) -> list[str]:
+    """The grid's run ids: --run-ids, else run1 .. runN (--runs); a model or run id named twice is refused."""
+    given_once("--models", args.models or [])
+    given_once("--run-ids", args.run_ids or [])
+    return args.run_ids or [f"run{i}" for i in range(1, args.runs + 1)]
 
 
 def allowed_rates(limits: dict, settings: Settings) -> dict[str, float]:
@@ -238,6 +263,17 @@ def quote_tables(parts: list[Part]) -> list[tuple[str, str, list[str], list[list
     counted = [p for p in parts if not p.refused]
     if not counted:
         return []
+    return [("grid_quote_stages", "Calls at most (retries not counted) and cost per stage and role, every model "
+             "and run of the grid; cases saved under the output root are not counted", ["Stage", "Role",
+             "Cases to do", "Calls"] + MONEY_HEADERS, _stage_rows(counted)),
+            ("grid_quote_models", "Per evaluated model (its User Model and judge calls included)",
+             ["Evaluated model", "Calls"] + MONEY_HEADERS, _model_rows(counted)),
+            ("grid_quote_endpoints", "Calls per endpoint (model id): the User Model and the judge serve every "
+             "evaluated model", ["Model id", "Roles", "Calls"], _endpoint_rows(counted))]
+
+
+def _stage_rows(counted: list[Part]) -> list[list]:
+    """A row per stage and role, in the grid's order, and the total row."""
     stage_order = list(dict.fromkeys(p.stage for p in counted))
     per_stage = summed_money(counted, lambda p, role: (p.stage, role))
     calls = Counter()
@@ -249,20 +285,22 @@ def quote_tables(parts: list[Part]) -> list[tuple[str, str, list[str], list[list
                   for stage in stage_order for role in ROLES if (stage, role) in per_stage]
     total = summed_money(counted, lambda p, role: "all")
     stage_rows.append(["total", "", "", sum(calls.values()), *money_cells(total.get("all", NOTHING))])
+    return stage_rows
+
+
+def _model_rows(counted: list[Part]) -> list[list]:
+    """A row per evaluated model: its calls and money, its User Model's and judge's included."""
     per_model = summed_money(counted, lambda p, role: p.model)
-    model_rows = [[model, sum(sum(p.calls.values()) for p in counted if p.model == model),
-                   *money_cells(per_model.get(model, NOTHING))] for model in dict.fromkeys(p.model for p in counted)]
+    return [[model, sum(sum(p.calls.values()) for p in counted if p.model == model),
+             *money_cells(per_model.get(model, NOTHING))] for model in dict.fromkeys(p.model for p in counted)]
+
+
+def _endpoint_rows(counted: list[Part]) -> list[list]:
+    """A row per endpoint (model id), the busiest first: the roles it serves and its calls."""
     endpoints = endpoint_calls(counted)
-    endpoint_rows = [[model, ", ".join(sorted({role for p in counted for role in p.calls
-                                               if p.settings.roles[role].model == model})), n]
-                     for model, n in endpoints.most_common()]
-    return [("grid_quote_stages", "Calls at most (retries not counted) and cost per stage and role, every model "
-             "and run of the grid; cases saved under the output root are not counted", ["Stage", "Role",
-             "Cases to do", "Calls"] + MONEY_HEADERS, stage_rows),
-            ("grid_quote_models", "Per evaluated model (its User Model and judge calls included)",
-             ["Evaluated model", "Calls"] + MONEY_HEADERS, model_rows),
-            ("grid_quote_endpoints", "Calls per endpoint (model id): the User Model and the judge serve every "
-             "evaluated model", ["Model id", "Roles", "Calls"], endpoint_rows)]
+    return [[model, ", ".join(sorted({role for p in counted for role in p.calls
+                                      if p.settings.roles[role].model == model})), n]
+            for model, n in endpoints.most_common()]
 
 
 def refusal_lines(parts: list[Part]) -> list[str]:

@@ -19,6 +19,7 @@ from lexpilot.scripted.kinds import request_kind, stable
 from lexpilot.scripted.replies import default_reply
 
 KEEP = object()  # usage as the provider counts it
+JSON_TYPE = {"Content-Type": "application/json"}
 
 
 class FakeProvider(BatchEndpoints):
@@ -73,97 +74,8 @@ class FakeProvider(BatchEndpoints):
 
     # --- lifecycle
     def start(self) -> str:
-        provider = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_GET(self):
-                status, headers, payload = provider.batch_api("GET", self.path, self.headers, b"")
-                head = [f"HTTP/1.1 {status} X", f"Content-Length: {len(payload)}"] + \
-                    [f"{k}: {v}" for k, v in headers.items()]
-                self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode() + payload)
-                self.wfile.flush()
-
-            def do_POST(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length)
-                if not self.path.endswith("/chat/completions"):
-                    status, headers, payload = provider.batch_api("POST", self.path, self.headers, raw)
-                    self.wfile.write(f"HTTP/1.1 {status} X\r\nContent-Length: {len(payload)}\r\n".encode()
-                                     + "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode() + b"\r\n"
-                                     + payload)
-                    self.wfile.flush()
-                    return
-                body = json.loads(raw or b"{}")
-                status, headers, payload = provider.respond(self.path, body)
-                stall = headers.pop("X-Stall-After-First-Event", None)
-                trickle = headers.pop("X-Trickle", None)
-                if headers.pop("X-Endless", None):
-                    self._endless()
-                    return
-                if trickle is not None:
-                    self._trickle(status, headers, payload, float(trickle))
-                    return
-                head = [f"HTTP/1.1 {status} X", f"Content-Length: {len(payload)}"]
-                head += [f"{k}: {v}" for k, v in headers.items()]
-                head = ("\r\n".join(head) + "\r\n\r\n").encode()
-                if stall is None:
-                    # One write: status line, headers and body together (no delayed-ACK stall).
-                    self.wfile.write(head + payload)
-                    self.wfile.flush()
-                    return
-                # A stream that stops after its first event, as a stuck generation does.
-                first_event = payload.index(b"\n\n") + 2
-                self.wfile.write(head + payload[:first_event])
-                self.wfile.flush()
-                time.sleep(float(stall))
-                ready, _, _ = select.select([self.connection], [], [], 0)
-                if ready and self.connection.recv(1, socket.MSG_PEEK) == b"":
-                    with provider.lock:
-                        provider.abandoned += 1  # the client closed the connection: a server would stop here
-                    self.close_connection = True
-                    return
-                self.wfile.write(payload[first_event:])
-                self.wfile.flush()
-
-            def _trickle(self, status, headers, payload, pause):
-                head = [f"HTTP/1.1 {status} X", f"Content-Length: {len(payload)}"] + \
-                    [f"{k}: {v}" for k, v in headers.items()]
-                self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode())
-                try:
-                    for i in range(len(payload)):
-                        self.wfile.write(payload[i:i + 1])
-                        self.wfile.flush()
-                        time.sleep(pause)
-                except OSError:  # the client gave up
-                    with provider.lock:
-                        provider.abandoned += 1
-                    self.close_connection = True
-
-            def _endless(self):
-                self.wfile.write(b"HTTP/1.1 200 X\r\nContent-Type: text/event-stream\r\n"
-                                 b"Transfer-Encoding: chunked\r\n\r\n")
-                event = b'data: {"choices": [{"index": 0, "delta": {"content": "..."}}]}\n\n'
-                frame = f"{len(event):x}\r\n".encode() + event + b"\r\n"
-                try:
-                    for _ in range(100000):  # bounded: about 100 s at most
-                        self.wfile.write(frame)
-                        self.wfile.flush()
-                        time.sleep(0.001)
-                except OSError:
-                    with provider.lock:
-                        provider.abandoned += 1
-                self.close_connection = True
-
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-            request_queue_size = 1024
-
-        self.server = Server(("127.0.0.1", self.port), Handler)
+        self.server = _Server(("127.0.0.1", self.port), _Handler)
+        self.server.provider = self
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
 
@@ -237,13 +149,12 @@ class FakeProvider(BatchEndpoints):
             return False
 
     def respond(self, path: str, body: dict):
-        json_type = {"Content-Type": "application/json"}
         with self.lock:
             self.arrivals.append(time.monotonic())
         if self._rate_limited():
             with self.lock:
                 self.statuses[429] += 1
-            return 429, {**json_type, "Retry-After": "0.2"}, json.dumps(
+            return 429, {**JSON_TYPE, "Retry-After": "0.2"}, json.dumps(
                 {"error": {"message": "rate limit", "type": "rate_limit"}}).encode()
         with self.lock:
             self.requests.append(body)
@@ -267,7 +178,6 @@ class FakeProvider(BatchEndpoints):
                 self.active -= 1
 
     def _answer(self, body: dict):
-        json_type = {"Content-Type": "application/json"}
         prompt = body["messages"][0]["content"] if len(body["messages"]) == 1 else json.dumps(body["messages"])
         kind = request_kind(body)
         outcome = self.script(kind, prompt, body) if self.script else None
@@ -275,11 +185,7 @@ class FakeProvider(BatchEndpoints):
             time.sleep(outcome["sleep"])
             outcome = None
         if isinstance(outcome, dict) and "status" in outcome:
-            with self.lock:
-                self.statuses[outcome["status"]] += 1
-            error = {"error": {"message": outcome.get("error", "scripted error"), "type": outcome.get("type", "test"),
-                               "code": outcome.get("code"), "param": outcome.get("param")}}
-            return outcome["status"], {**json_type, **outcome.get("headers", {})}, json.dumps(error).encode()
+            return self._scripted_error(outcome)
         if self.latency or self.jitter:
             time.sleep(self.latency + self.jitter * (stable(prompt) % 1000) / 1000)
         if isinstance(outcome, dict) and "raw" in outcome:
@@ -291,10 +197,26 @@ class FakeProvider(BatchEndpoints):
             content, finish = outcome.get("content", default_reply(kind, prompt)), outcome.get("finish_reason", "stop")
         else:
             content, finish = (outcome if outcome is not None else default_reply(kind, prompt)), "stop"
-        reasoning = outcome_dict.get("reasoning_content")
         with self.lock:
             self.statuses[200] += 1
             self.processed[(kind, hashlib.sha256(json.dumps(body["messages"], ensure_ascii=False).encode()).hexdigest())] += 1
+        usage = self._usage(prompt, content, outcome_dict)
+        if body.get("stream"):
+            stall = {"X-Stall-After-First-Event": outcome["stall"]} if "stall" in outcome_dict else {}
+            return 200, {"Content-Type": "text/event-stream", **stall}, self._sse(body, content, finish, usage)
+        return self._completion(body, content, finish, usage, outcome_dict)
+
+    def _scripted_error(self, outcome: dict):
+        """A script's {"status": ...}: that HTTP error, with its message, type, code, param and headers."""
+        with self.lock:
+            self.statuses[outcome["status"]] += 1
+        error = {"error": {"message": outcome.get("error", "scripted error"), "type": outcome.get("type", "test"),
+                           "code": outcome.get("code"), "param": outcome.get("param")}}
+        return outcome["status"], {**JSON_TYPE, **outcome.get("headers", {})}, json.dumps(error).encode()
+
+    def _usage(self, prompt: str, content: str, outcome_dict: dict):
+        """The usage a reply reports: counted in characters, or `usage_as`; with a prompt cache's and the
+        reasoning's fields."""
         usage = {"prompt_tokens": len(prompt), "completion_tokens": len(content),
                  "total_tokens": len(prompt) + len(content)} if self.usage else None
         if self.usage_as is not KEEP:  # a provider's malformed usage, as it sends it
@@ -303,17 +225,21 @@ class FakeProvider(BatchEndpoints):
             usage |= self.cache(prompt) or {}
         if isinstance(usage, dict) and "reasoning_tokens" in outcome_dict:
             usage["completion_tokens_details"] = {"reasoning_tokens": outcome_dict["reasoning_tokens"]}
-        if body.get("stream"):
-            stall = {"X-Stall-After-First-Event": outcome["stall"]} if "stall" in outcome_dict else {}
-            return 200, {"Content-Type": "text/event-stream", **stall}, self._sse(body, content, finish, usage)
+        return usage
+
+    @staticmethod
+    def _completion(body: dict, content: str, finish: str, usage, outcome_dict: dict):
+        """A reply not streamed: one chat.completion (for a trickle, with the header saying how slowly)."""
         message = {"role": "assistant", "content": content}
+        reasoning = outcome_dict.get("reasoning_content")
         if reasoning is not None:
             message["reasoning_content"] = reasoning
         response = {"id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": body["model"],
                     "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
         if usage is not None:
             response["usage"] = usage
-        headers = {**json_type, **({"X-Trickle": outcome_dict["trickle"]} if "trickle" in outcome_dict else {})}
+        trickle = {"X-Trickle": outcome_dict["trickle"]} if "trickle" in outcome_dict else {}
+        headers = {**JSON_TYPE, **trickle}
         return 200, headers, json.dumps(response, ensure_ascii=False).encode()
 
     @staticmethod
@@ -333,3 +259,101 @@ class FakeProvider(BatchEndpoints):
             events.append(chunk([], usage))
         events.append("data: [DONE]\n\n")
         return "".join(events).encode()
+
+
+# --- over HTTP: the server and its handler; the provider they answer for is the server's `provider`
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024
+    provider: FakeProvider
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        status, headers, payload = self.server.provider.batch_api("GET", self.path, self.headers, b"")
+        head = [f"HTTP/1.1 {status} X", f"Content-Length: {len(payload)}"] + \
+            [f"{k}: {v}" for k, v in headers.items()]
+        self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode() + payload)
+        self.wfile.flush()
+
+    def do_POST(self):
+        provider = self.server.provider
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        if not self.path.endswith("/chat/completions"):
+            status, headers, payload = provider.batch_api("POST", self.path, self.headers, raw)
+            self.wfile.write(f"HTTP/1.1 {status} X\r\nContent-Length: {len(payload)}\r\n".encode()
+                             + "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode() + b"\r\n"
+                             + payload)
+            self.wfile.flush()
+            return
+        body = json.loads(raw or b"{}")
+        status, headers, payload = provider.respond(self.path, body)
+        stall = headers.pop("X-Stall-After-First-Event", None)
+        trickle = headers.pop("X-Trickle", None)
+        if headers.pop("X-Endless", None):
+            self._endless()
+            return
+        if trickle is not None:
+            self._trickle(status, headers, payload, float(trickle))
+            return
+        head = [f"HTTP/1.1 {status} X", f"Content-Length: {len(payload)}"]
+        head += [f"{k}: {v}" for k, v in headers.items()]
+        head = ("\r\n".join(head) + "\r\n\r\n").encode()
+        if stall is None:
+            # One write: status line, headers and body together (no delayed-ACK stall).
+            self.wfile.write(head + payload)
+            self.wfile.flush()
+            return
+        self._stalled(head, payload, float(stall))
+
+    def _stalled(self, head, payload, stall):
+        """A stream that stops after its first event, as a stuck generation does."""
+        first_event = payload.index(b"\n\n") + 2
+        self.wfile.write(head + payload[:first_event])
+        self.wfile.flush()
+        time.sleep(stall)
+        ready, _, _ = select.select([self.connection], [], [], 0)
+        if ready and self.connection.recv(1, socket.MSG_PEEK) == b"":
+            self._abandoned()  # the client closed the connection: a server would stop here
+            return
+        self.wfile.write(payload[first_event:])
+        self.wfile.flush()
+
+    def _abandoned(self):
+        """The client gave up on a reply still being sent: counted, and the connection closed."""
+        with self.server.provider.lock:
+            self.server.provider.abandoned += 1
+        self.close_connection = True
+
+    def _trickle(self, status, headers, payload, pause):
+        head = [f"HTTP/1.1 {status} X", f"Content-Length: {len(payload)}"] + \
+            [f"{k}: {v}" for k, v in headers.items()]
+        self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode())
+        try:
+            for i in range(len(payload)):
+                self.wfile.write(payload[i:i + 1])
+                self.wfile.flush()
+                time.sleep(pause)
+        except OSError:  # the client gave up
+            self._abandoned()
+
+    def _endless(self):
+        self.wfile.write(b"HTTP/1.1 200 X\r\nContent-Type: text/event-stream\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n")
+        event = b'data: {"choices": [{"index": 0, "delta": {"content": "..."}}]}\n\n'
+        frame = f"{len(event):x}\r\n".encode() + event + b"\r\n"
+        try:
+            for _ in range(100000):  # bounded: about 100 s at most
+                self.wfile.write(frame)
+                self.wfile.flush()
+                time.sleep(0.001)
+        except OSError:
+            self._abandoned()
+        self.close_connection = True

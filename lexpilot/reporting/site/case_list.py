@@ -38,6 +38,23 @@ def outcomes(rr: RunRecords, number: str) -> dict:
     """One row of the case list: the outcome of every task of one case in one run."""
     r = rr.records
     row: dict = {"model": rr.run.model, "run": rr.run.run_id, "label": rr.label, "group": rr.group, "tags": []}
+    _protocol_outcomes(row, r, number)
+    _later_outcomes(row, rr, number)
+    _audit_outcomes(row, r, number)
+    row["fails"] = failing_tasks(row)
+    expected = ["LCA", "DCG", *(s.task for s in SETUPS)] if rr.run.condition == "standard" \
+        else [SETUP["interaction"].task]  # a non-ideal user's run has the interaction only
+    if any(number not in r[k] for k in expected):
+        row["tags"].append("unresolved or failed")
+    # the outcomes are shown in the row; the finer tags (a stop round, a setup, a response type, an audit) only
+    # select rows, so that a row stays one or two lines high
+    tags = sorted(set(row["tags"]))
+    row["tags"], row["marks"] = [t for t in tags if not is_mark(t)], [t for t in tags if is_mark(t)]
+    return row
+
+
+def _protocol_outcomes(row: dict, r: dict, number: str) -> None:
+    """The row's LCA labels, DCG success, verdicts right per setup, the interaction's stop and questions."""
     lca = r["LCA"].get(number)
     if lca:
         row["lca_c"], row["lca_u"] = (lca["judgments"][t]["label"] for t in ("complete", "underspecified"))
@@ -60,6 +77,11 @@ def outcomes(rr: RunRecords, number: str) -> dict:
         row["stop"] = inter["stop_reason"]
         row["questions"] = sum(x.get("label") == ASKS for x in inter["rounds"])
         row["tags"].append(STOP_TAGS[stop_category(inter)])  # premature, judged in round 2 or 3, budget
+
+
+def _later_outcomes(row: dict, rr: RunRecords, number: str) -> None:
+    """The later stages' outcomes: Table 4's verdicts, the claim order, focal types, the plain type."""
+    r = rr.records
     for condition, kind in LJP_BEHAVIOUR.items():
         v = r.get(kind.name, {}).get(number)
         if v:
@@ -81,6 +103,10 @@ def outcomes(rr: RunRecords, number: str) -> dict:
             row["tags"].append(plain_tag(history_type, name))
             if history_type == "underspecified":
                 row["plain"] = name
+
+
+def _audit_outcomes(row: dict, r: dict, number: str) -> None:
+    """The row's simulator audit: per source, its tags and how many of its replies were flagged."""
     said, flags = [], 0
     for source, kind in AUDIT.items():  # the simulator audit's replies (a protocol's own turns are not audited)
         record = r.get(kind.name, {}).get(number)
@@ -95,16 +121,6 @@ def outcomes(rr: RunRecords, number: str) -> dict:
         flags += flagged
     if said:  # per source: a DCG reply's flag is not the interaction's
         row["audit"], row["audit_flagged"] = "; ".join(said), flags
-    row["fails"] = failing_tasks(row)
-    expected = ["LCA", "DCG", *(s.task for s in SETUPS)] if rr.run.condition == "standard" \
-        else [SETUP["interaction"].task]  # a non-ideal user's run has the interaction only
-    if any(number not in r[k] for k in expected):
-        row["tags"].append("unresolved or failed")
-    # the outcomes are shown in the row; the finer tags (a stop round, a setup, a response type, an audit) only
-    # select rows, so that a row stays one or two lines high
-    tags = sorted(set(row["tags"]))
-    row["tags"], row["marks"] = [t for t in tags if not is_mark(t)], [t for t in tags if is_mark(t)]
-    return row
 
 
 AUDIT_NAMES = {"dcg": "DCG", "interaction": "interaction"}

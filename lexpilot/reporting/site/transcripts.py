@@ -134,13 +134,18 @@ def dcg_part(r: dict, number: str, ids: Ids, details: list[str], source: dict | 
                                                                  "key_facts": "dbf"}, "DCG",
                                           len(judged.get("judge_raw") or []))))
         if q.get("user_reply"):
-            marked, _ = highlighted(q["user_reply"], details)
-            source_name = f"DCG round {q['round']}"
-            parts.append(msg("user", q["user_reply"], "User Model" + audit_note(r, number, source_name),
-                             marked, thread="dcg", call=call_button(
-                                 "user_standard", "user", {"history": "d:underspecified:dcg", "key_facts": "kf"},
-                                 "force_ask") + audit_call(r, number, source_name, "dcg")))
+            parts.append(_dcg_user_reply(r, number, q, details))
     return "".join(parts)
+
+
+def _dcg_user_reply(r: dict, number: str, q: dict, details: list[str]) -> str:
+    """The User Model's answer to a forced question, its key details marked, with its call and its audit."""
+    marked, _ = highlighted(q["user_reply"], details)
+    source_name = f"DCG round {q['round']}"
+    return msg("user", q["user_reply"], "User Model" + audit_note(r, number, source_name),
+               marked, thread="dcg", call=call_button(
+                   "user_standard", "user", {"history": "d:underspecified:dcg", "key_facts": "kf"},
+                   "force_ask") + audit_call(r, number, source_name, "dcg"))
 
 
 def interaction_part(r: dict, number: str, ids: Ids, details: list[str]) -> str:

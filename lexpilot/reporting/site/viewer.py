@@ -199,15 +199,11 @@ def case_page(number: str, case: Case | None, loaded: list[RunRecords]) -> str:
             f'<script type="application/json" id="calls">{calls}</script><script>{CALL_SCRIPT}</script>')
 
 
-def write_site(folder: Path, groups: list[Group], tables: list[Table], cases: dict[str, Case],
-               processes: int | None = None) -> int:
-    """Writes the site of runs scored with `case_renderer(cases)`, the case pages in `processes` processes (default:
-    one per core); returns the number of case pages."""
-    loaded = shown_runs(groups)
-    numbers = list(dict.fromkeys(n for rr in loaded for n in rr.run.selected))
-    pages = {n: i for i, n in enumerate(numbers)}
+def _case_list_rows(loaded: list[RunRecords], cases: dict[str, Case],
+                    pages: dict[str, int]) -> tuple[list, dict]:
+    """The case list's rows, one per case and run in the order of `pages`, and each case's history text."""
     rows, texts = [], {}
-    for n in numbers:
+    for n in pages:
         case = cases.get(n)
         cause = case.cause if case else next((rr.run.pages.causes[n] for rr in loaded if n in rr.run.pages.causes), "")
         try:
@@ -224,6 +220,17 @@ def write_site(folder: Path, groups: list[Group], tables: list[Table], cases: di
                 rows.append(row)
         # the history's text once per case, not once per run: the case list at 50 runs carries it 50 times less
         texts[n] = " ".join(m["content"] for m in (case.underspecified if case else ())).lower()
+    return rows, texts
+
+
+def write_site(folder: Path, groups: list[Group], tables: list[Table], cases: dict[str, Case],
+               processes: int | None = None) -> int:
+    """Writes the site of runs scored with `case_renderer(cases)`, the case pages in `processes` processes (default:
+    one per core); returns the number of case pages."""
+    loaded = shown_runs(groups)
+    numbers = list(dict.fromkeys(n for rr in loaded for n in rr.run.selected))
+    pages = {n: i for i, n in enumerate(numbers)}
+    rows, texts = _case_list_rows(loaded, cases, pages)
     try:
         (folder / "case").mkdir(parents=True, exist_ok=True)
         (folder / "index.html").write_text(page("LexPilot results", overview(tables, groups)), encoding="utf-8")

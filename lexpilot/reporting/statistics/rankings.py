@@ -178,6 +178,9 @@ def ranked_rows(tests: list[PairTest], members: list[Group], groups: list[Group]
              letters.get(label(g), "n/a")] for g, mean in zip(ranked, means)]
 
 
+PAIR_HEADERS = ("Metric", "Model A", "Model B", "Difference", "95% interval", "p", "p (Holm)", "Different")
+
+
 def ranking_tables(groups: list[Group], boot: Bootstrap, alpha: float, by_class: list[str] | None = None,
                    permutations: int | None = None) -> list[Table]:
     """Per headline metric and comparable set: the pairs (difference, interval, p, Holm p) and the ranking with its
@@ -187,34 +190,47 @@ def ranking_tables(groups: list[Group], boot: Bootstrap, alpha: float, by_class:
     sets = comparable_sets(groups)
     family = max((len(s) * (len(s) - 1) // 2 for s in sets), default=1)
     test = Randomization(check_permutations(permutations, family, alpha), boot.seed, stop_above=alpha)
-    label = lambda g: g.label  # noqa: E731
     pair_rows, rank_rows = [], []
     test.prepare([(a, b, key) for _, key in headline_keys(by_class) for members in sets
                   for a, b in ordered_pairs(members, key)])
     for name, key in headline_keys(by_class):
         for number, members in enumerate(sets, 1):
             tests = pair_tests(members, boot, test, key, name)
-            pair_rows += [[name, label(t.a), label(t.b), number_cell(t.difference, METRIC, signed=True),
-                           interval_cell(t.interval, signed=True), p_cell(t.p), p_cell(t.p_holm),
-                           "yes" if t.p_holm is not None and t.p_holm < alpha else "no"] for t in tests]
+            pair_rows += [_pair_row(t, alpha) for t in tests]
             rank_rows += ranked_rows(tests, members, groups, key, name, alpha, str(number) if len(sets) > 1 else "")
-    title = (f"Every comparable pair: difference of means (A − B, A ranked higher), 95% paired bootstrap interval "
-             f"over cases ({boot.resamples} resamples), two-sided p of a paired randomization test over cases "
-             f"({test.permutations} permutations, a test stopping once its p is sure to exceed α; exact where few cases "
-             f"differ), Holm-adjusted across the pairs of "
-             f"each metric; different at α = {alpha:g} after adjustment")
-    tables = [Table("pairs", title, ["Metric", "Model A", "Model B", "Difference", "95% interval", "p", "p (Holm)",
-                                     "Different"], pair_rows),
+    tables = [Table("pairs", _pairs_title(boot, test, alpha), list(PAIR_HEADERS), pair_rows),
               Table("ranking", f"Ranking per metric: mean and SD over runs; models sharing a letter are not different "
                     f"at α = {alpha:g} after Holm's adjustment ('n/a': some pair could not be compared)",
                     ["Metric", *(["Set"] if len(sets) > 1 else []), "Rank", "Model", "Mean", "SD", "Runs", "Group"],
                     rank_rows)]
-    apart = [f"{label(a)} (set {i + 1}) and {label(b)} (set {j + 1}): {why_not_comparable(a, b)} differ"
+    apart = _not_comparable_table(sets)
+    return tables + ([apart] if apart else [])
+
+
+def _pair_row(t: PairTest, alpha: float) -> list:
+    """One pair of the pairs table: the difference, its interval, p and Holm's p, and whether they differ."""
+    return [t.metric, t.a.label, t.b.label, number_cell(t.difference, METRIC, signed=True),
+            interval_cell(t.interval, signed=True), p_cell(t.p), p_cell(t.p_holm),
+            "yes" if t.p_holm is not None and t.p_holm < alpha else "no"]
+
+
+def _pairs_title(boot: Bootstrap, test: Randomization, alpha: float) -> str:
+    """The pairs table's title: how the intervals and p-values were made."""
+    return (f"Every comparable pair: difference of means (A − B, A ranked higher), 95% paired bootstrap "
+            f"interval over cases ({boot.resamples} resamples), two-sided p of a paired randomization test "
+            f"over cases ({test.permutations} permutations, a test stopping once its p is sure to exceed α; "
+            f"exact where few cases differ), Holm-adjusted across the pairs of "
+            f"each metric; different at α = {alpha:g} after adjustment")
+
+
+def _not_comparable_table(sets: list[list[Group]]) -> Table | None:
+    """The pairs of groups in different comparable sets, with the settings that keep them apart."""
+    apart = [f"{a.label} (set {i + 1}) and {b.label} (set {j + 1}): {why_not_comparable(a, b)} differ"
              for (i, one), (j, other) in itertools.combinations(enumerate(sets), 2) for a in one for b in other]
-    if apart:
-        tables.append(Table("not_comparable", "Pairs not compared (their runs differ in more than the evaluated "
-                            "model; each set is ranked on its own)", ["Pair"], [[n] for n in apart]))
-    return tables
+    if not apart:
+        return None
+    return Table("not_comparable", "Pairs not compared (their runs differ in more than the evaluated "
+                 "model; each set is ranked on its own)", ["Pair"], [[n] for n in apart])
 
 
 def p_cell(p: float | None) -> Figure:

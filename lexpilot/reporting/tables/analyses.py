@@ -47,35 +47,20 @@ AUDIT_FLAG_TAGS = {(source, metric): f"audit {name.lower()}: {source}" for sourc
 TYPED = "with focal-point types"  # a standard run's case with focal-point types: what Figure 4's averages are over
 
 
+PLAIN_TITLES = {
+    "underspecified": "Plain consultation (Table 6): response types on underspecified histories, "
+                      "mean ± SD over runs",
+    "complete": "Plain consultation, control: response types on complete histories, mean ± SD over runs"}
+
+
 def plain_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
     """Table 6 on the benchmark: the response types of a plain consultation, per model and per class; on the
     same histories, how often LexAwN then asked; and the complete-history control where it was run."""
     tables = []
-    suffix = ", [95% bootstrap interval over cases]" if boot else ""
     for history_type in ("underspecified", "complete"):
-        task = f"plain_{history_type}"
-        shown = [g for g in groups if g.stat((task, "premature_prediction", OVERALL))]
-        if not shown:
-            continue
-        labels = [g.label for g in shown]
-        title = ("Plain consultation (Table 6): response types on underspecified histories, mean ± SD over runs"
-                 if history_type == "underspecified" else
-                 "Plain consultation, control: response types on complete histories, mean ± SD over runs")
-        tables.append(Table(f"plain_types_{history_type}", title + suffix, ["Model"] + list(PLAIN_TYPE_NAMES.values()),
-                            [[label] + [percent_cell(g.stat((task, k, OVERALL)), boot.interval(g, (task, k, OVERALL))
-                                                     if boot else None)  # in percent, as Table 6
-                                        for k in PLAIN_TYPE_NAMES] for label, g in zip(labels, shown)], task="plain",
-                            # a type's cell opens the cases answered with that type (not the list sorted by type)
-                            column_query={name: {"tag": plain_tag(history_type, name)}
-                                          for name in PLAIN_TYPE_NAMES.values()}))
-        classes = classes_present(shown) + [OVERALL]
-
-        def shares(g: Group, cls: str) -> Figure:
-            return parts_cell({name: (g.stat((task, k, cls)) or {}).get("mean") for k, name in PLAIN_TYPE_NAMES.items()},
-                              METRIC)
-        tables.append(Table(f"plain_by_class_{history_type}", f"Plain consultation by class ({history_type}): deficiency / conditional / "
-                            "unconditional / premature, share (mean over runs)", ["Model"] + classes,
-                            [[label] + [shares(g, c) for c in classes] for label, g in zip(labels, shown)], task="plain"))
+        shown = [g for g in groups if g.stat((f"plain_{history_type}", "premature_prediction", OVERALL))]
+        if shown:
+            tables += _plain_history_tables(shown, boot, history_type)
     crossed = [g for g in groups if any(g.stat(("plain_then_asked", k, OVERALL)) for k in PLAIN_TYPE_NAMES)]
     if crossed:
         tables.append(Table("plain_against_lexawn", "Plain response type against the LexAwN label on the same underspecified history: "
@@ -84,9 +69,39 @@ def plain_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
                             [[g.label] + [cell(g.stat(("plain_then_asked", k, OVERALL)))
                                                           for k in PLAIN_TYPE_NAMES] for g in crossed], task="plain",
                             # a type's cell: the cases answered with that type (what its share is over)
-                            column_query={name: {"tag": plain_tag("underspecified", name)}
-                                          for name in PLAIN_TYPE_NAMES.values()}))
+                            column_query=_plain_type_links("underspecified")))
     return tables
+
+
+def _plain_history_tables(shown: list[Group], boot: Bootstrap | None, history_type: str) -> list[Table]:
+    """The plain consultation's response types on one kind of history: per model, then per class."""
+    task = f"plain_{history_type}"
+    suffix = ", [95% bootstrap interval over cases]" if boot else ""
+    labels = [g.label for g in shown]
+    classes = classes_present(shown) + [OVERALL]
+    return [Table(f"plain_types_{history_type}", PLAIN_TITLES[history_type] + suffix,
+                  ["Model"] + list(PLAIN_TYPE_NAMES.values()),
+                  [[label] + [percent_cell(g.stat((task, k, OVERALL)), boot.interval(g, (task, k, OVERALL))
+                                           if boot else None)  # in percent, as Table 6
+                              for k in PLAIN_TYPE_NAMES] for label, g in zip(labels, shown)], task="plain",
+                  # a type's cell opens the cases answered with that type (not the list sorted by type)
+                  column_query=_plain_type_links(history_type)),
+            Table(f"plain_by_class_{history_type}", f"Plain consultation by class ({history_type}): "
+                  "deficiency / conditional / unconditional / premature, share (mean over runs)",
+                  ["Model"] + classes,
+                  [[label] + [_plain_shares(g, task, c) for c in classes] for label, g in zip(labels, shown)],
+                  task="plain")]
+
+
+def _plain_type_links(history_type: str) -> dict:
+    """Each response type's column opens the cases answered with that type, on that kind of history."""
+    return {name: {"tag": plain_tag(history_type, name)} for name in PLAIN_TYPE_NAMES.values()}
+
+
+def _plain_shares(g: Group, task: str, cls: str) -> Figure:
+    """The four response types' shares of one class, in one cell."""
+    return parts_cell({name: (g.stat((task, k, cls)) or {}).get("mean") for k, name in PLAIN_TYPE_NAMES.items()},
+                      METRIC)
 
 
 def judge_sensitivity_tables(groups: list[Group], root, boot: Bootstrap) -> list[Table]:
@@ -97,34 +112,47 @@ def judge_sensitivity_tables(groups: list[Group], root, boot: Bootstrap) -> list
              if (r.model, r.manifest.rejudged_from) in runs]
     if not pairs:
         return []
-    judge = lambda r: r.manifest.model("judge")  # noqa: E731
+    return [_judge_labels_table(pairs, root)] + [_judge_metrics_table(boot, *found)
+                                                 for found in rejudged_groups(pairs)]
+
+
+def _judge(run) -> str:
+    """The judge a run's verdicts were made with."""
+    return run.manifest.model("judge")
+
+
+def _judge_labels_table(pairs, root) -> Table:
+    """Each re-judged run beside its original: the two judges' agreement per judged task."""
     read = lambda r: {k.name: saved_records(r, root, k) for k in REJUDGED_KINDS}  # noqa: E731
     rows, selects = [], []
     for (_, original), (g_rejudged, rejudged) in pairs:
         for task, (n, agree, kappa) in judges_agreement(read(original), read(rejudged)).items():
             rows.append([original.model, f"{original.run_id} → {rejudged.run_id}",
-                         f"{judge(original)} / {judge(rejudged)}", task, str(n), number_cell(agree, PERCENT, percent=True),
-                         kappa_cell(kappa)])
+                         f"{_judge(original)} / {_judge(rejudged)}", task, str(n),
+                         number_cell(agree, PERCENT, percent=True), kappa_cell(kappa)])
             selects.append({"rejudged": f"{g_rejudged.label} · {rejudged.run_id}"})  # as the viewer names the run
-    tables = [Table("judge_labels", "Judge sensitivity: the two judges' labels on the same items (re-judged runs; the same judge twice: its "
-                    "test-retest agreement)",
-                    ["Model", "Runs", "Judges", "Task", "Items", "Agreement", "Cohen's κ"], rows,
-                    row_tasks={t: t for t in JUDGED_TASKS}, compare="disagree",  # a row: where its two judges
-                    row_queries=selects)]  # disagree, in its re-judged run
-    for g_original, g_rejudged, sources in rejudged_groups(pairs):
-        rows = []
-        for name, (task, metric) in HEADLINE:
-            key = (task, metric, OVERALL)
-            rows.append([name, cell(sources.stat(key)), cell(g_rejudged.stat(key)),
-                         difference_cell(paired_difference(boot, (g_rejudged, key), (sources, key)))])
-        first, second = judge(g_original.runs[0]), judge(g_rejudged.runs[0])
-        copied = ", ".join(f"{r.run_id} → {c.run_id}" for r, c in zip(sources.runs, g_rejudged.runs))
-        tables.append(Table("judge_sensitivity", f"{g_rejudged.label}: every metric under each judge ({first} / "
-                            f"{second}), each re-judged run beside the run it copied ({copied}); difference of "
-                            "means [95% bootstrap interval over cases, paired], share of resamples below zero",
-                            ["Metric", f"original ({first})", f"re-judged ({second})", "Re-judged − original"],
-                            rows, part=g_rejudged.label))
-    return tables
+    return Table("judge_labels", "Judge sensitivity: the two judges' labels on the same items (re-judged "
+                 "runs; the same judge twice: its test-retest agreement)",
+                 ["Model", "Runs", "Judges", "Task", "Items", "Agreement", "Cohen's κ"], rows,
+                 row_tasks={t: t for t in JUDGED_TASKS}, compare="disagree",  # a row: where its two judges
+                 row_queries=selects)  # disagree, in its re-judged run
+
+
+def _judge_metrics_table(boot: Bootstrap, g_original: Group, g_rejudged: Group, sources: Group) -> Table:
+    """Every headline metric of a re-judged group and of the very runs it copied, with their paired
+    difference."""
+    rows = []
+    for name, (task, metric) in HEADLINE:
+        key = (task, metric, OVERALL)
+        rows.append([name, cell(sources.stat(key)), cell(g_rejudged.stat(key)),
+                     difference_cell(paired_difference(boot, (g_rejudged, key), (sources, key)))])
+    first, second = _judge(g_original.runs[0]), _judge(g_rejudged.runs[0])
+    copied = ", ".join(f"{r.run_id} → {c.run_id}" for r, c in zip(sources.runs, g_rejudged.runs))
+    return Table("judge_sensitivity", f"{g_rejudged.label}: every metric under each judge ({first} / "
+                 f"{second}), each re-judged run beside the run it copied ({copied}); difference of "
+                 "means [95% bootstrap interval over cases, paired], share of resamples below zero",
+                 ["Metric", f"original ({first})", f"re-judged ({second})", "Re-judged − original"],
+                 rows, part=g_rejudged.label)
 
 
 def rejudged_groups(pairs) -> list[tuple[Group, Group, Group]]:
@@ -167,43 +195,60 @@ def order_table(groups: list[Group], root) -> Table | None:
                  row_queries=selects)
 
 
+# the replies audited (the User Model's in DCG and in the interaction), as the rows name them
+AUDIT_SOURCES = {"dcg": "DCG", "interaction": "interaction"}
+# the tasks that rest on the audited replies, recomputed on the cases whose replies were all clean
+CLEAN_METRICS = (("DCG", "DCG accuracy"), ("LJP_interaction", "Interaction-Based QWK"))
+
+
 def audit_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
     """The simulator audit: how often the User Model's replies over-disclosed, erred or did not answer, and
     the tasks that rest on those replies recomputed on the cases whose replies were all clean."""
-    audited = [g for g in groups if any(g.stat((f"audit_{s}", "error", OVERALL)) for s in ("dcg", "interaction"))]
+    audited = [g for g in groups if any(g.stat((f"audit_{s}", "error", OVERALL)) for s in AUDIT_SOURCES)]
     if not audited:
         return []
+    return [_audit_rates_table(audited, boot), _audit_clean_table(audited)]
+
+
+def _audit_rates_table(audited: list[Group], boot: Bootstrap | None) -> Table:
+    """Per model and source of replies: how many replies were audited and the share of each flag."""
     suffix = ", [95% bootstrap interval over cases]" if boot else ""
     rows, selects, flags = [], [], []
     for g in audited:
-        for source in ("dcg", "interaction"):
+        for source in AUDIT_SOURCES:
             task = f"audit_{source}"
             if g.stat((task, "error", OVERALL)):
                 selects.append({"tag": AUDIT_TAGS[source]})  # the cases with replies of this source audited
                 flags.append({name: {"tag": AUDIT_FLAG_TAGS[(source, metric)]} for metric, name in AUDIT_FLAGS})
                 replies = sum(int(r.tasks[task].counts[:, 0].sum()) for r in g.runs if task in r.tasks)
-                rows.append([g.label, {"dcg": "DCG", "interaction": "interaction"}[source],
-                             str(replies)] + [percent_cell(g.stat((task, m, OVERALL)), boot.interval(g, (task, m, OVERALL))
-                                                           if boot else None)  # in percent, as Table 13
-                                              for m, _ in AUDIT_FLAGS])
-    tables = [Table("audit_rates", "Simulator audit: User Model replies judged over-disclosing (key details not asked for), "
-                    f"erroneous (unsupported or contradicting) or not answering, mean ± SD over runs{suffix}",
-                    ["Model", "Replies of", "Replies audited (all runs)", "Over-disclosure", "Error", "Non-answer"], rows,
-                    task="audit", row_queries=selects, cell_queries=flags)]  # a rate's cell: its flagged cases
+                rows.append([g.label, AUDIT_SOURCES[source], str(replies)]
+                            + [percent_cell(g.stat((task, m, OVERALL)), boot.interval(g, (task, m, OVERALL))
+                                            if boot else None)  # in percent, as Table 13
+                               for m, _ in AUDIT_FLAGS])
+    return Table("audit_rates", "Simulator audit: User Model replies judged over-disclosing (key details not "
+                 "asked for), erroneous (unsupported or contradicting) or not answering, mean ± SD over "
+                 f"runs{suffix}",
+                 ["Model", "Replies of", "Replies audited (all runs)", "Over-disclosure", "Error",
+                  "Non-answer"], rows, task="audit", row_queries=selects,
+                 cell_queries=flags)  # a rate's cell: its flagged cases
+
+
+def _audit_clean_table(audited: list[Group]) -> Table:
+    """The tasks resting on the audited replies, on all cases and on the cases whose replies were all
+    clean."""
     rows = []
     for g in audited:
-        for task, name in (("DCG", "DCG accuracy"), ("LJP_interaction", "Interaction-Based QWK")):
+        for task, name in CLEAN_METRICS:
             clean = g.stat(("clean", task, OVERALL))
             if clean is not None:
                 cases = g.stat(("clean cases", task, OVERALL))
                 rows.append([g.label, name, cell(g.stat((task, AUDITED[task][1], OVERALL))),
                              cell(clean), f"{cases['mean']:.0f}" if cases and cases["mean"] is not None
                              else "n/a"])
-    tables.append(Table("audit_clean_cases", "Task metrics on all cases and on the cases whose simulator replies were all clean "
-                        "(no over-disclosure, no error), mean over runs",
-                        ["Model", "Metric", "All cases", "Clean cases only", "Clean cases (mean per run)"], rows,
-                        row_tasks={"DCG accuracy": "DCG", "Interaction-Based QWK": "interaction"}))
-    return tables
+    return Table("audit_clean_cases", "Task metrics on all cases and on the cases whose simulator replies "
+                 "were all clean (no over-disclosure, no error), mean over runs",
+                 ["Model", "Metric", "All cases", "Clean cases only", "Clean cases (mean per run)"], rows,
+                 row_tasks={"DCG accuracy": "DCG", "Interaction-Based QWK": "interaction"})
 
 
 def table_4(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
@@ -277,7 +322,6 @@ def figure_4_tables(groups: list[Group]) -> list[Table]:
         return []
     types = list(FOCAL_TYPES.values())
     classes = classes_present(typed)
-    labels = [g.label for g in typed]
     with_types = sum(1 for g in typed for r in g.runs if r.focal_types)
     runs = f"over the {with_types} of {counted(sum(len(g.runs) for g in typed), 'run')} with focal-point types"
     panels = []
@@ -287,15 +331,26 @@ def figure_4_tables(groups: list[Group]) -> list[Table]:
              f"{runs}"),
             ("figure_4b", lambda c: ("DCG typed", "accuracy", c), classes,
              f"Figure 4 (b): DCG accuracy by class, {runs}")):
-        rows = [[label] + [cell(g.stat(key(c))) for c in columns] for label, g in zip(labels, typed)]
-        # the figure plots the average over the models shown (the paper: three; choose them with --model)
-        rows.append([f"Average over {counted(len(typed), 'model')} with focal-point types"]
-                    + [average_cell([g.stat(key(c)) for g in typed])
-                                                               for c in columns])
-        panels.append(Table(panel, f"{title}, mean ± SD over runs; the last row averages the models' means",
-                            ["Model"] + columns, rows, task="DCG",  # the average's cells: the typed runs' cases
-                            row_queries=[{}] * (len(rows) - 1) + [{"tag": TYPED}]))
-    counts = Counter()  # over the benchmark: every case typed in any run shown, once
+        panels.append(_figure_4_panel(typed, panel, key, columns, title))
+    panels.append(_figure_4c(typed, types, classes))
+    return panels
+
+
+def _figure_4_panel(typed: list[Group], panel: str, key, columns: list[str], title: str) -> Table:
+    """Panel (a) or (b): DCG accuracy per column for each model, and the average the figure plots."""
+    rows = [[g.label] + [cell(g.stat(key(c))) for c in columns] for g in typed]
+    # the figure plots the average over the models shown (the paper: three; choose them with --model)
+    rows.append([f"Average over {counted(len(typed), 'model')} with focal-point types"]
+                + [average_cell([g.stat(key(c)) for g in typed]) for c in columns])
+    return Table(panel, f"{title}, mean ± SD over runs; the last row averages the models' means",
+                 ["Model"] + columns, rows, task="DCG",  # the average's cells: the typed runs' cases
+                 row_queries=[{}] * (len(rows) - 1) + [{"tag": TYPED}])
+
+
+def _figure_4c(typed: list[Group], types: list[str], classes: list[str]) -> Table:
+    """Panel (c): focal points per type and class over the benchmark, every case typed in any run shown
+    once."""
+    counts = Counter()
     cases: dict = {}
     for g in typed:
         for r in g.runs:
@@ -303,11 +358,10 @@ def figure_4_tables(groups: list[Group]) -> list[Table]:
                 cases.setdefault(number, typed_case)
     for cls, of_case in cases.values():
         counts.update((t, cls) for t in of_case)
-    panels.append(Table("figure_4c", f"Figure 4 (c): focal points per type and class, over the {len(cases)} typed "
-                        "cases of the benchmark", ["Type"] + classes + ["Total"],
-                        [[t] + [str(counts[(t, c)]) for c in classes] + [str(sum(counts[(t, c)] for c in classes))]
-                         for t in types], task="DCG"))
-    return panels
+    return Table("figure_4c", f"Figure 4 (c): focal points per type and class, over the {len(cases)} typed "
+                 "cases of the benchmark", ["Type"] + classes + ["Total"],
+                 [[t] + [str(counts[(t, c)]) for c in classes] + [str(sum(counts[(t, c)] for c in classes))]
+                  for t in types], task="DCG")
 
 
 def figure_3_groups(groups: list[Group]) -> list[Group]:
@@ -326,32 +380,43 @@ def figure_3_tables(groups: list[Group], complexity: dict[str, float] | None) ->
         return [Table("figure_3", "Case complexity (Figure 3)", ["Note"],
                       [["no complexity data: pass --complexity FILE (cause_of_action,complexity: provisions cited "
                         "per cause; for the sample, data/LexPilot_sample_complexity.csv)"]])]
-    from scipy.stats import spearmanr
     tables = []
     for g in groups:
-        causes = sorted({k[2] for r in g.runs for k in r.metrics if k[0] == "by cause"}, key=lambda c: complexity.get(c, 0))
-        rows, points = [], {"LCA": [], "DCG": []}
-        for cause in causes:
-            row = [cause, cause_class(cause), f"{(g.stat(('cases by cause', 'LCA', cause)) or {}).get('mean') or 0:.0f}",
-                   f"{complexity[cause]:.{AVERAGE}f}" if cause in complexity else "n/a"]
-            for task in ("LCA", "DCG"):
-                stat = g.stat(("by cause", task, cause))
-                row.append(cell(stat))
-                if stat and stat["mean"] is not None and cause in complexity:
-                    points[task].append((complexity[cause], stat["mean"]))
-            rows.append(row)
+        rows, points = _figure_3_cause_rows(g, complexity)
         for task, name in (("LCA", "LCA Macro-F1"), ("DCG", "DCG Acc.")):
-            xs, ys = zip(*points[task]) if points[task] else ((), ())
-            rho = spearmanr(xs, ys).statistic if len(xs) > 2 and len(set(xs)) > 1 and len(set(ys)) > 1 else None
-            shown = number_cell(None if rho is None or rho != rho else float(rho), METRIC, signed=True)
-            rows.append([f"Spearman's rho, complexity vs {name}", "", str(len(xs)), ""]
-                        + ([shown, ""] if task == "LCA" else ["", shown]))  # under its own metric's column
+            rows.append(_spearman_row(task, name, points[task]))
         tables.append(Table("figure_3", f"Case complexity (Figure 3): {g.label}, per cause of action (mean over "
                             "runs); rho over the causes with complexity data",
                             ["Cause of action", "Class", "Cases", "Complexity", "LCA Macro-F1", "DCG Acc."], rows,
                             column_tasks={"LCA Macro-F1": "LCA", "DCG Acc.": "DCG"}, group=g.label,
                             row_filter="cause"))
     return tables
+
+
+def _figure_3_cause_rows(g: Group, complexity: dict[str, float]) -> tuple[list, dict[str, list]]:
+    """A group's row per cause of action, least complex first, and each task's (complexity, mean) points."""
+    causes = sorted({k[2] for r in g.runs for k in r.metrics if k[0] == "by cause"}, key=lambda c: complexity.get(c, 0))
+    rows, points = [], {"LCA": [], "DCG": []}
+    for cause in causes:
+        row = [cause, cause_class(cause), f"{(g.stat(('cases by cause', 'LCA', cause)) or {}).get('mean') or 0:.0f}",
+               f"{complexity[cause]:.{AVERAGE}f}" if cause in complexity else "n/a"]
+        for task in ("LCA", "DCG"):
+            stat = g.stat(("by cause", task, cause))
+            row.append(cell(stat))
+            if stat and stat["mean"] is not None and cause in complexity:
+                points[task].append((complexity[cause], stat["mean"]))
+        rows.append(row)
+    return rows, points
+
+
+def _spearman_row(task: str, name: str, points: list[tuple[float, float]]) -> list:
+    """Spearman's rho between complexity and one task's metric over the causes, under that metric's column."""
+    from scipy.stats import spearmanr  # scipy (scikit-learn brings it) loaded only when Figure 3 has data
+    xs, ys = zip(*points) if points else ((), ())
+    rho = spearmanr(xs, ys).statistic if len(xs) > 2 and len(set(xs)) > 1 and len(set(ys)) > 1 else None
+    shown = number_cell(None if rho is None or rho != rho else float(rho), METRIC, signed=True)
+    return ([f"Spearman's rho, complexity vs {name}", "", str(len(xs)), ""]
+            + ([shown, ""] if task == "LCA" else ["", shown]))  # under its own metric's column
 
 
 def read_complexity(path: Path) -> dict[str, float]:

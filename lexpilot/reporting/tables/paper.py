@@ -58,27 +58,7 @@ def build_tables(groups: list[Group], boot: Bootstrap | None = None, complexity:
     groups_all = groups
     groups = [g for g in groups if g.condition == "standard"]
     labels = [g.label for g in groups]
-    classes = classes_present(groups) + [OVERALL]
-    suffix = ", [95% bootstrap interval over cases]" if boot else ""
-
-    def value(g: Group, key: tuple) -> str:
-        return cell(g.stat(key), METRIC, boot.interval(g, key) if boot and key[0] in TASKS else None)
-
-    tables.append(Table("main", f"Main results (Table 11): mean ± SD over runs{suffix}",
-                        ["Model", *MAIN_COLUMN_TASKS],
-                        [[label, value(g, ("LCA", "macro_f1", OVERALL)), value(g, ("DCG", "accuracy", OVERALL))]
-                         + [value(g, (s.task, "qwk", OVERALL)) for s in LJP_SETUPS]
-                         for label, g in zip(labels, groups)], column_tasks=MAIN_COLUMN_TASKS))
-    tables.append(Table("lca_detail", f"LCA detail (Table 14){suffix}", ["Model", "Macro-F1", "Acc_C", "Acc_U"],
-                        [[label] + [value(g, ("LCA", m, OVERALL)) for m in ("macro_f1", "acc_c", "acc_u")]
-                         for label, g in zip(labels, groups)], task="LCA"))
-    for table_id, title, key, task in CLASS_TABLES:
-        tables.append(Table(table_id, title + suffix, ["Model"] + classes,
-                            [[label] + [value(g, (*key, c)) for c in classes]
-                             for label, g in zip(labels, groups)], task=task))
-    tables.append(Table("ljp_accuracy", f"LJP accuracy{suffix}", ["Model", *SETUP_COLUMN_TASKS],
-                        [[label] + [value(g, (s.task, "accuracy", OVERALL)) for s in LJP_SETUPS]
-                         for label, g in zip(labels, groups)], column_tasks=SETUP_COLUMN_TASKS))
+    tables += _results_tables(groups, labels, boot)
     tables.append(interaction_gain_table(groups, labels))
     if boot:
         tables.append(paired_setups_table(groups, labels, boot))
@@ -86,6 +66,32 @@ def build_tables(groups: list[Group], boot: Bootstrap | None = None, complexity:
     return (tables + behaviour + ([non_ideal] if non_ideal else []) + ([faults] if faults else [])
             + table_4(groups, boot) + figure_4_tables(groups) + figure_3_tables(groups, complexity)
             + plain_tables(groups, boot) + audit_tables(groups_all, boot))
+
+
+def _results_tables(groups: list[Group], labels: list[str], boot: Bootstrap | None) -> list[Table]:
+    """The main results (Table 11), the LCA detail, the per-class tables and the LJP accuracy."""
+    classes = classes_present(groups) + [OVERALL]
+    suffix = ", [95% bootstrap interval over cases]" if boot else ""
+
+    def value(g: Group, key: tuple) -> str:
+        return cell(g.stat(key), METRIC, boot.interval(g, key) if boot and key[0] in TASKS else None)
+
+    tables = [Table("main", f"Main results (Table 11): mean ± SD over runs{suffix}",
+                    ["Model", *MAIN_COLUMN_TASKS],
+                    [[label, value(g, ("LCA", "macro_f1", OVERALL)), value(g, ("DCG", "accuracy", OVERALL))]
+                     + [value(g, (s.task, "qwk", OVERALL)) for s in LJP_SETUPS]
+                     for label, g in zip(labels, groups)], column_tasks=MAIN_COLUMN_TASKS),
+              Table("lca_detail", f"LCA detail (Table 14){suffix}", ["Model", "Macro-F1", "Acc_C", "Acc_U"],
+                    [[label] + [value(g, ("LCA", m, OVERALL)) for m in ("macro_f1", "acc_c", "acc_u")]
+                     for label, g in zip(labels, groups)], task="LCA")]
+    for table_id, title, key, task in CLASS_TABLES:
+        tables.append(Table(table_id, title + suffix, ["Model"] + classes,
+                            [[label] + [value(g, (*key, c)) for c in classes]
+                             for label, g in zip(labels, groups)], task=task))
+    tables.append(Table("ljp_accuracy", f"LJP accuracy{suffix}", ["Model", *SETUP_COLUMN_TASKS],
+                        [[label] + [value(g, (s.task, "accuracy", OVERALL)) for s in LJP_SETUPS]
+                         for label, g in zip(labels, groups)], column_tasks=SETUP_COLUMN_TASKS))
+    return tables
 
 
 def paired_setups_table(groups: list[Group], labels: list[str], boot: Bootstrap) -> Table:
@@ -115,40 +121,57 @@ STOP_HEADERS = ("Judged in round 1 (premature)", "Round 2", "Round 3", "Budget (
 STOP_LINKS = {header: {"tag": STOP_TAGS[c]} for header, c in zip(STOP_HEADERS, STOP_CATEGORIES)}
 
 
+# (identity, title, behaviour metric, digits) of the per-class behaviour tables
+BEHAVIOUR_BY_CLASS = (
+    ("questions_by_class", "Questions before a prediction by class", "questions", AVERAGE),
+    ("premature_by_class", "Premature predictions (judged in round 1) by class", "round 1", METRIC))
+
+
 def behaviour_tables(groups: list[Group]) -> list[Table]:
     """Over-asking against premature judgment (Section 6.2, Appendix E.4), from interaction.jsonl."""
     groups = [g for g in groups if g.stat(("behaviour", "questions", OVERALL))]
     if not groups:
         return []
     labels = [g.label for g in groups]
-    classes = classes_present(groups) + [OVERALL]
-    tables = [Table("behaviour", "Interaction behaviour: mean questions before a prediction and share of stop reasons, "
-                    "mean ± SD over runs",
-                    ["Model", "Questions", *STOP_HEADERS],
-                    [[label, cell(g.stat(("behaviour", "questions", OVERALL)), AVERAGE)]
-                     + [cell(g.stat(("behaviour", c, OVERALL))) for c in STOP_CATEGORIES]
-                     for label, g in zip(labels, groups)], column_query=STOP_LINKS),
-              Table("qwk_by_stop", "Interaction-Based QWK by stop reason, mean ± SD over runs",
-                    ["Model", *STOP_HEADERS],
-                    [[label] + [cell(g.stat(("LJP_interaction_by_stop", "qwk", c))) for c in STOP_CATEGORIES]
-                     for label, g in zip(labels, groups)], column_query=STOP_LINKS)]
-    for table_id, title, metric, digits in (
-            ("questions_by_class", "Questions before a prediction by class", "questions", AVERAGE),
-            ("premature_by_class", "Premature predictions (judged in round 1) by class", "round 1", METRIC)):
-        tables.append(Table(table_id, title, ["Model"] + classes,
-                            [[label] + [cell(g.stat(("behaviour", metric, c)), digits) for c in classes]
-                             for label, g in zip(labels, groups)],
-                            query={"tag": STOP_TAGS[metric]} if metric in STOP_TAGS else {}))
-
-    def shares(g: Group, cls: str) -> Figure:
-        return parts_cell({category: (g.stat(("behaviour", category, cls)) or {}).get("mean")
-                           for category in STOP_CATEGORIES}, METRIC)
-    tables.append(Table("stop_by_class", "Stop reasons by class: judged in round 1 / 2 / 3 / budget, share (mean over runs)",
-                        ["Model"] + classes, [[label] + [shares(g, c) for c in classes]
-                                              for label, g in zip(labels, groups)]))
+    tables = _stop_tables(groups, labels) + _behaviour_class_tables(groups, labels)
     for table in tables:
         table.task = "interaction"  # every cell here is about the Interaction-Based consultations
     return tables
+
+
+def _stop_tables(groups: list[Group], labels: list[str]) -> list[Table]:
+    """Questions asked and the shares of stop reasons per model; the Interaction-Based QWK per stop reason."""
+    return [Table("behaviour", "Interaction behaviour: mean questions before a prediction and share of stop "
+                  "reasons, mean ± SD over runs",
+                  ["Model", "Questions", *STOP_HEADERS],
+                  [[label, cell(g.stat(("behaviour", "questions", OVERALL)), AVERAGE)]
+                   + [cell(g.stat(("behaviour", c, OVERALL))) for c in STOP_CATEGORIES]
+                   for label, g in zip(labels, groups)], column_query=STOP_LINKS),
+            Table("qwk_by_stop", "Interaction-Based QWK by stop reason, mean ± SD over runs",
+                  ["Model", *STOP_HEADERS],
+                  [[label] + [cell(g.stat(("LJP_interaction_by_stop", "qwk", c))) for c in STOP_CATEGORIES]
+                   for label, g in zip(labels, groups)], column_query=STOP_LINKS)]
+
+
+def _behaviour_class_tables(groups: list[Group], labels: list[str]) -> list[Table]:
+    """Questions, premature predictions and the stop reasons per cause-of-action class."""
+    classes = classes_present(groups) + [OVERALL]
+    tables = [Table(table_id, title, ["Model"] + classes,
+                    [[label] + [cell(g.stat(("behaviour", metric, c)), digits) for c in classes]
+                     for label, g in zip(labels, groups)],
+                    query={"tag": STOP_TAGS[metric]} if metric in STOP_TAGS else {})
+              for table_id, title, metric, digits in BEHAVIOUR_BY_CLASS]
+    tables.append(Table("stop_by_class", "Stop reasons by class: judged in round 1 / 2 / 3 / budget, share "
+                        "(mean over runs)", ["Model"] + classes,
+                        [[label] + [_stop_shares(g, c) for c in classes]
+                         for label, g in zip(labels, groups)]))
+    return tables
+
+
+def _stop_shares(g: Group, cls: str) -> Figure:
+    """The shares of the four stop reasons in one class, in one cell."""
+    return parts_cell({category: (g.stat(("behaviour", category, cls)) or {}).get("mean")
+                       for category in STOP_CATEGORIES}, METRIC)
 
 
 def paired_settings(group: Group, prompts: set[str] | None = None) -> str:
@@ -168,15 +191,7 @@ def paired_settings(group: Group, prompts: set[str] | None = None) -> str:
 def non_ideal_table(groups: list[Group], boot: Bootstrap | None = None) -> Table | None:
     """Table 15: Interaction-Based QWK per user condition, for groups equal in every other setting; with
     `boot`, each condition's decline from Standard on the same resampled cases (paired)."""
-    rows: dict[tuple, dict[str, Group]] = {}
-    prompts = recorded_prompts([g.runs[0] for g in groups])
-    for g in groups:
-        by_condition = rows.setdefault((g.model, paired_settings(g, prompts)), {})
-        first = by_condition.setdefault(g.condition, g)
-        if first is not g:  # runs of one condition apart only in their code: one cell over all of them
-            by_condition[g.condition] = Group(first.model, first.settings, first.runs + g.runs, first.differs,
-                                              first.label)
-    rows = {key: by_condition for key, by_condition in rows.items() if set(by_condition) - {"standard"}}
+    rows = _conditions_paired(groups)
     if not rows:
         return None
     key = ("LJP_interaction", "qwk", OVERALL)
@@ -203,6 +218,20 @@ def non_ideal_table(groups: list[Group], boot: Bootstrap | None = None) -> Table
         table.cell_queries.append({name: {"group": by_condition[c].label} for c, name in USER_CONDITION_NAMES
                                    if c in by_condition})
     return table
+
+
+def _conditions_paired(groups: list[Group]) -> dict[tuple, dict[str, Group]]:
+    """Table 15's rows: per (model, every other setting), its group under each user condition; only the rows
+    with some non-standard condition."""
+    rows: dict[tuple, dict[str, Group]] = {}
+    prompts = recorded_prompts([g.runs[0] for g in groups])
+    for g in groups:
+        by_condition = rows.setdefault((g.model, paired_settings(g, prompts)), {})
+        first = by_condition.setdefault(g.condition, g)
+        if first is not g:  # runs of one condition apart only in their code: one cell over all of them
+            by_condition[g.condition] = Group(first.model, first.settings, first.runs + g.runs, first.differs,
+                                              first.label)
+    return {key: by_condition for key, by_condition in rows.items() if set(by_condition) - {"standard"}}
 
 
 def fault_table(groups: list[Group]) -> Table | None:

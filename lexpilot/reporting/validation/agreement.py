@@ -79,57 +79,90 @@ class Item:
 
 # ----------------------------------------------------------------------------- export
 
+def _task_records(root: Path, run):
+    """Reads one kind of the run's records: (records by case number, their file); notes an unreadable one."""
+    def records(kind):
+        found, problem = read_task(run, root, kind)
+        if problem:
+            print(f"note: run {run.run_id}, model {run.model}: {problem} (its decisions are not sampled)",
+                  file=sys.stderr)
+        return found or {}, kind.path(root, run.run_id, run.folder)
+    return records
+
+
+def _item_adder(root: Path, run, items: dict[str, list[Item]]):
+    """Adds one of the run's judge decisions to its task's items, with the file and place it came from."""
+    def item(task, path, number, where, label, reply, claim="", history=""):
+        source = f"{path.relative_to(root)} case {number} {where}"
+        items[task].append(Item(task, run.model, run.run_id, number, source, label, reply, claim, history))
+    return item
+
+
+def _lca_items(records, item, selected) -> None:
+    """LCA: the judge's label of the LexAwN reply after each history."""
+    (lca, lca_path), (a1, _) = records(LCA), records(A1)
+    for number in selected:
+        if number in lca and number in a1:
+            for history_type in HISTORY_TYPES:
+                item("LCA", lca_path, number, history_type, lca[number]["judgments"][history_type]["label"],
+                     a1[number]["responses"][history_type]["response"])
+
+
+def _dcg_items(records, item, selected) -> None:
+    """DCG: the judge's label of each round's forced question."""
+    (dcg, dcg_path), (asked, _) = records(DCG), records(FORCE_ASK)
+    for number in selected:
+        if number in dcg and number in asked:
+            questions = {r["round"]: r["question"] for r in asked[number]["rounds"]}
+            for judged in dcg[number]["rounds"]:
+                item("DCG", dcg_path, number, f"round {judged['round']}", judged["label"],
+                     questions[judged["round"]])
+
+
+def _ljp_items(records, item, selected) -> None:
+    """LJP: the verdict the judge extracted for each claim, of every setup (Interaction-Based last)."""
+    for setup in sorted(LJP_SETUPS, key=lambda s: s.name == "interaction"):
+        (ljp, ljp_path), (generated, _) = records(setup.verdicts), records(setup.generation)
+        for number in selected:
+            if number in ljp and number in generated:
+                record = ljp[number]
+                for i, (claim, label) in enumerate(zip(record["claims"], record["predicted"]), 1):
+                    item("LJP", ljp_path, number, f"claim {i}", label, generated[number][setup.reply_field],
+                         claim)
+
+
+def _type_items(records, item, selected, history_type: str) -> None:
+    """TYPE: the judge's response type of the plain consultation after one history."""
+    (typed, typed_path), (answered, _) = records(PLAIN_TYPES[history_type]), records(PLAIN[history_type])
+    for number in selected:
+        if number in typed and number in answered:
+            item("TYPE", typed_path, number, history_type, TYPE_LABEL[typed[number]["type"]],
+                 answered[number]["response"], history=history_type)
+
+
+def _focal_items(records, item, selected) -> None:
+    """FOCAL: the type of each focal point, where the judge gave it."""
+    focal, focal_path = records(FOCAL_TYPE_RECORDS)
+    for number in selected:
+        for i, entry in enumerate((focal.get(number) or {}).get("types", []), 1):
+            if entry.get("source") == "judge":
+                item("FOCAL", focal_path, number, f"focal point {i}", entry["type"], entry["focal_point"])
+
+
 def collect_items(root: Path, runs) -> dict[str, list[Item]]:
     """Every saved judge decision of the given runs, per task, in a fixed order."""
     items: dict[str, list[Item]] = {task: [] for task in ANNOTATED_TASKS}
     for run in runs:
         selected = run.selected
-
-        def records(kind):
-            found, problem = read_task(run, root, kind)
-            if problem:
-                print(f"note: run {run.run_id}, model {run.model}: {problem} (its decisions are not sampled)",
-                      file=sys.stderr)
-            return found or {}, kind.path(root, run.run_id, run.folder)
-
-        def item(task, path, number, where, label, reply, claim="", history=""):
-            items[task].append(Item(task, run.model, run.run_id, number, f"{path.relative_to(root)} case {number} "
-                                    f"{where}", label, reply, claim, history))
-
-        (lca, lca_path), (a1, _) = records(LCA), records(A1)
-        for number in selected:
-            if number in lca and number in a1:
-                for history_type in HISTORY_TYPES:
-                    item("LCA", lca_path, number, history_type, lca[number]["judgments"][history_type]["label"],
-                         a1[number]["responses"][history_type]["response"])
-        (dcg, dcg_path), (asked, _) = records(DCG), records(FORCE_ASK)
-        for number in selected:
-            if number in dcg and number in asked:
-                questions = {r["round"]: r["question"] for r in asked[number]["rounds"]}
-                for judged in dcg[number]["rounds"]:
-                    item("DCG", dcg_path, number, f"round {judged['round']}", judged["label"],
-                         questions[judged["round"]])
-        for setup in sorted(LJP_SETUPS, key=lambda s: s.name == "interaction"):
-            (ljp, ljp_path), (generated, _) = records(setup.verdicts), records(setup.generation)
-            for number in selected:
-                if number in ljp and number in generated:
-                    record = ljp[number]
-                    for i, (claim, label) in enumerate(zip(record["claims"], record["predicted"]), 1):
-                        item("LJP", ljp_path, number, f"claim {i}", label, generated[number][setup.reply_field],
-                             claim)
+        records, item = _task_records(root, run), _item_adder(root, run, items)
+        _lca_items(records, item, selected)
+        _dcg_items(records, item, selected)
+        _ljp_items(records, item, selected)
         for history_type in HISTORY_TYPES:  # only where the plain consultation was run
             if PLAIN_TYPES[history_type].path(root, run.run_id, run.folder).exists():
-                (typed, typed_path), (answered, _) = records(PLAIN_TYPES[history_type]), records(PLAIN[history_type])
-                for number in selected:
-                    if number in typed and number in answered:
-                        item("TYPE", typed_path, number, history_type, TYPE_LABEL[typed[number]["type"]],
-                             answered[number]["response"], history=history_type)
+                _type_items(records, item, selected, history_type)
         if FOCAL_TYPE_RECORDS.path(root, run.run_id, run.folder).exists():  # only the judge's own types
-            (focal, focal_path), _ = records(FOCAL_TYPE_RECORDS), None
-            for number in selected:
-                for i, entry in enumerate((focal.get(number) or {}).get("types", []), 1):
-                    if entry.get("source") == "judge":
-                        item("FOCAL", focal_path, number, f"focal point {i}", entry["type"], entry["focal_point"])
+            _focal_items(records, item, selected)
     return items
 
 
@@ -161,6 +194,38 @@ def runs_dataset(runs) -> Path:
     return found
 
 
+def _cases_by_number(args, runs) -> dict:
+    """The cases of the runs' dataset (--dataset, else the one their manifests name), by number."""
+    dataset = args.dataset or runs_dataset(runs)
+    cases, dataset_sha = load_dataset(dataset)
+    other = [f"{r.run_id}/{r.model}" for r in runs if r.manifest.dataset_sha256 != dataset_sha]
+    if other:
+        raise HarnessError(f"{dataset} is not the dataset of runs {', '.join(other)}: pass their --dataset")
+    return {c.number: c for c in cases}
+
+
+def _sheet_row(task: str, item_id: str, it: Item, case, out: Path) -> dict:
+    """An item's row of the annotation sheet: what the judge read, without its label, model or run."""
+    return {"item_id": item_id, "task": task, "case_number": it.case_number,
+            "cause_of_action": case.cause, "instruction": INSTRUCTIONS[task],
+            "labels": " | ".join(LABELS[task]), "reply": fits_a_cell(it.reply, key_file(out).name),
+            # what the judge read beside the reply: the DCG judge the focal points and their
+            # details; the response-type judge the consultation and the key details (E.3, Table 6)
+            "consultation": render_history(case.history(it.history)) if task == "TYPE" else "",
+            "focal_points": render_focal_points(case) if task == "DCG" else "",
+            "key_details": render_details_by_focal_point(case) if task == "DCG" else
+            render_key_facts(case) if task == "TYPE" else "",
+            "claim": it.claim, "all_claims": "\n".join(case.claims) if task == "LJP" else "",
+            "annotator_1": "", "annotator_2": "", "adjudicated": ""}
+
+
+def _key_row(task: str, item_id: str, it: Item) -> dict:
+    """An item's row of the key file: the judge's label and where it was saved."""
+    return {"item_id": item_id, "task": task, "model": it.model, "run_id": it.run_id,
+            "case_number": it.case_number, "source": it.source, "llm_label": it.llm_label,
+            "reply": it.reply}  # whole, also where the sheet had to cut it
+
+
 def export(args) -> int:
     if args.per_task < 1:
         raise HarnessError(f"--per-task must be at least 1, got {args.per_task}")
@@ -169,12 +234,7 @@ def export(args) -> int:
             if r.condition == "standard"]
     if not runs:
         raise HarnessError(f"no standard runs under {root}: run the stages first (see README.md)")
-    dataset = args.dataset or runs_dataset(runs)
-    cases, dataset_sha = load_dataset(dataset)
-    other = [f"{r.run_id}/{r.model}" for r in runs if r.manifest.dataset_sha256 != dataset_sha]
-    if other:
-        raise HarnessError(f"{dataset} is not the dataset of runs {', '.join(other)}: pass their --dataset")
-    by_number = {c.number: c for c in cases}
+    by_number = _cases_by_number(args, runs)
     items = collect_items(root, runs)
     rows, keys = [], []
     for task in ANNOTATED_TASKS:
@@ -184,22 +244,9 @@ def export(args) -> int:
         if len(sample) < args.per_task:
             print(f"note: only {len(sample)} {task} judge decisions saved; all are in the sample", file=sys.stderr)
         for i, it in enumerate(sample, 1):
-            case = by_number[it.case_number]
             item_id = f"{task}-{i:03d}"
-            rows.append({"item_id": item_id, "task": task, "case_number": it.case_number,
-                         "cause_of_action": case.cause, "instruction": INSTRUCTIONS[task],
-                         "labels": " | ".join(LABELS[task]), "reply": fits_a_cell(it.reply, key_file(args.out).name),
-                         # what the judge read beside the reply: the DCG judge the focal points and their
-                         # details; the response-type judge the consultation and the key details (E.3, Table 6)
-                         "consultation": render_history(case.history(it.history)) if task == "TYPE" else "",
-                         "focal_points": render_focal_points(case) if task == "DCG" else "",
-                         "key_details": render_details_by_focal_point(case) if task == "DCG" else
-                         render_key_facts(case) if task == "TYPE" else "",
-                         "claim": it.claim, "all_claims": "\n".join(case.claims) if task == "LJP" else "",
-                         "annotator_1": "", "annotator_2": "", "adjudicated": ""})
-            keys.append({"item_id": item_id, "task": task, "model": it.model, "run_id": it.run_id,
-                         "case_number": it.case_number, "source": it.source, "llm_label": it.llm_label,
-                         "reply": it.reply})  # whole, also where the sheet had to cut it
+            rows.append(_sheet_row(task, item_id, it, by_number[it.case_number], args.out))
+            keys.append(_key_row(task, item_id, it))
     write_sheet(args.out, ANNOTATION_COLUMNS, rows)
     write_sheet(key_file(args.out), ANNOTATION_KEY_COLUMNS, keys)
     try:

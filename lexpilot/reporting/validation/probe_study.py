@@ -154,8 +154,20 @@ def answer_difference(items: list[dict], resamples: int = 1000, seed: int = 0, o
     return float(pairs[:, 1].mean() - pairs[:, 0].mean()), float(lo), float(hi), len(pairs)
 
 
-def table_13(items: list[dict], agree: dict) -> list[Table]:
-    pct = lambda v: "—" if v is None else number_cell(v, PERCENT, percent=True)  # noqa: E731
+def _percent(v: float | None) -> str:
+    return "—" if v is None else number_cell(v, PERCENT, percent=True)
+
+
+def _difference_cell(diff) -> str:
+    """A paired answer-rate difference in points, its interval and its cases (`answer_difference`)."""
+    if diff is None:
+        return "n/a"
+    return (f"{100 * diff[0]:+.{PERCENT}f} [{100 * diff[1]:+.{PERCENT}f}, {100 * diff[2]:+.{PERCENT}f}]"
+            f" over {diff[3]} cases")
+
+
+def _condition_rows(items: list[dict]) -> list[list[str]]:
+    """Table 13's rows: per condition, each applicable criterion's rate and the DCG judge's acceptance."""
     rows = []
     for condition in CONDITIONS:
         chosen = [i for i in items if i["condition"] == condition]
@@ -163,24 +175,37 @@ def table_13(items: list[dict], agree: dict) -> list[Table]:
             continue
         dcg = [i["dcg_label"] == YES for i in chosen if condition != "D" and i["dcg_label"]]
         rows.append([CONDITION_NAMES[condition], str(len(chosen))]
-                    + [pct(rate(chosen, c)[0]) if not (c == "answer" and condition == "C") else "—" for c in EXPERT]
-                    + [pct(float(np.mean(dcg))) if dcg else "—"])
-    tables = [Table("table_13", "User simulator fidelity and DCG judge acceptance (Table 13): rates over applicable replies",
-                    ["Condition", "Replies", "Answer", "OD", "Error", "DCG+"], rows)]
-    diff, withheld = answer_difference(items), answer_difference(items, other="D")
+                    + [_percent(rate(chosen, c)[0]) if not (c == "answer" and condition == "C") else "—"
+                       for c in EXPERT]
+                    + [_percent(float(np.mean(dcg))) if dcg else "—"])
+    return rows
+
+
+def _recovery_cell(items: list[dict]) -> str:
+    """The DCG-accepted A/B requests whose reply was insufficient, over-disclosing or erroneous, of all."""
     accepted = [i for i in items if i["condition"] in ("A", "B") and i["dcg_label"] == YES]
     failed = [i for i in accepted if i.get("answer") == NO or i.get("over_disclosure") == YES or i.get("error") == YES]
-    tables.append(Table("probe_study", "Probe study: the A-B comparison, agreement before adjudication, factual recovery (E.3.3)",
+    if not accepted:
+        return "n/a"
+    return f"{len(failed)}/{len(accepted)} = {100 * len(failed) / len(accepted):.{PERCENT}f}%"
+
+
+def table_13(items: list[dict], agree: dict) -> list[Table]:
+    tables = [Table("table_13",
+                    "User simulator fidelity and DCG judge acceptance (Table 13): "
+                    "rates over applicable replies",
+                    ["Condition", "Replies", "Answer", "OD", "Error", "DCG+"], _condition_rows(items))]
+    diff, withheld = answer_difference(items), answer_difference(items, other="D")
+    tables.append(Table("probe_study",
+                        "Probe study: the A-B comparison, agreement before adjudication, "
+                        "factual recovery (E.3.3)",
                         ["Measure", "Value"],
                         [["Answer rate, indirect − direct (B − A), pp [95% paired case-bootstrap interval]",
-                          "n/a" if diff is None else f"{100 * diff[0]:+.{PERCENT}f} [{100 * diff[1]:+.{PERCENT}f}, {100 * diff[2]:+.{PERCENT}f}]"
-                                                     f" over {diff[3]} cases"],
+                          _difference_cell(diff)],
                          ["Answer rate, withheld − direct (D − A), pp [95% paired case-bootstrap interval]",
-                          "n/a" if withheld is None else f"{100 * withheld[0]:+.{PERCENT}f} [{100 * withheld[1]:+.{PERCENT}f}, "
-                                                         f"{100 * withheld[2]:+.{PERCENT}f}] over {withheld[3]} cases"]]
-                        + [[f"Agreement before adjudication: {c}", pct(float(np.mean(v))) if v else "n/a"]
-                           for c, v in agree.items()]
+                          _difference_cell(withheld)]]
+                        + [[f"Agreement before adjudication: {c}",
+                            _percent(float(np.mean(v))) if v else "n/a"] for c, v in agree.items()]
                         + [["Factual-recovery failures among DCG-accepted A/B requests (insufficient, over-disclosing "
-                            "or erroneous)", f"{len(failed)}/{len(accepted)} = {100 * len(failed) / len(accepted):.{PERCENT}f}%"
-                            if accepted else "n/a"]]))
+                            "or erroneous)", _recovery_cell(items)]]))
     return tables
