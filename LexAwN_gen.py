@@ -7,6 +7,7 @@ Reads the dataset. For every selected case it writes, in this order:
                                                 for up to three clarification rounds, then a forced prediction
 --user-condition delayed|self-correction runs the interaction with a non-ideal user (Appendix E.5).
 """
+
 import sys
 
 from common import stage_main

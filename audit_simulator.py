@@ -8,6 +8,7 @@ Writes eval_results/<run>/<model>/simulator_audit_dcg.jsonl and simulator_audit_
 show_results.py reports the rates and the task metrics on the cases whose replies were all clean.
 Run it after LexAwN_gen.py and eval_DCG.py, with the run's own options (--user-condition for a non-ideal run).
 """
+
 import sys
 
 from common import stage_main

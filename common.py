@@ -5,6 +5,7 @@ the `lexpilot` package (see docs/architecture.md); this module only hands it on.
 Run as a script, it validates a dataset and prints its statistics (the paper's Table 1):
     python common.py [--dataset PATH]
 """
+
 import os
 import sys
 
@@ -26,10 +27,25 @@ from lexpilot.models.calls import ModelCaller, Usage
 from lexpilot.running.stage import run_stage, stage_main
 from lexpilot.storage.checkpoints import CallJournal, CheckpointWriter, read_checkpoint
 
-__all__ = ["fill", "load_prompts", "render_claims", "render_details_by_focal_point", "render_focal_points",
-           "render_history", "render_key_facts", "ModelCaller", "Usage", "run_stage", "stage_main", "STOPPED",
-           "CallJournal", "CheckpointWriter", "read_checkpoint"]
+__all__ = [
+    "fill",
+    "load_prompts",
+    "render_claims",
+    "render_details_by_focal_point",
+    "render_focal_points",
+    "render_history",
+    "render_key_facts",
+    "ModelCaller",
+    "Usage",
+    "run_stage",
+    "stage_main",
+    "STOPPED",
+    "CallJournal",
+    "CheckpointWriter",
+    "read_checkpoint",
+]
 
 if __name__ == "__main__":
     from lexpilot.benchmark.dataset import main
+
     sys.exit(main())

@@ -4,6 +4,7 @@ Reads the dataset; writes Force_ask_gen/<run>/<model>/force_ask.jsonl (both ques
 User Model's reply between them) and eval_results/<run>/<model>/DCG_results.jsonl (both round
 labels and the any-round success). Questions already in the benchmark history never count.
 """
+
 import sys
 
 from common import stage_main

@@ -4,6 +4,7 @@ Reads AwN_gen/<run>/<model>/a1.jsonl (written by LexAwN_gen.py) and never genera
 own, it judges every a1 response that has no label yet. Writes eval_results/<run>/<model>/LCA_results.jsonl
 with, for the complete and the underspecified history, the label and the history's true type.
 """
+
 import sys
 
 from common import stage_main

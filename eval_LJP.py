@@ -3,6 +3,7 @@
 Writes what eval_LJP_direct.py, eval_LJP_gold.py and eval_LJP_interaction.py write.
 Interaction-Based needs LexAwN_gen.py to have finished for this run; the other two do not.
 """
+
 import sys
 
 from common import STOPPED, stage_main

@@ -9,6 +9,7 @@ error); then a prediction in a fresh context from the validated dialogue alone (
 prediction_{targeted,off_target}.jsonl and eval_results/<run>/<model>/LJP_{targeted,off_target}.jsonl.
 Table 4 reuses the run's Direct LJP (eval_LJP_direct.py) under the same settings.
 """
+
 import sys
 
 from common import stage_main

@@ -3,6 +3,7 @@
 Reads the dataset; writes Force_judge_gen/<run>/<model>/a1_direct.jsonl (the prediction)
 and eval_results/<run>/<model>/LJP_direct.jsonl (claims, predicted and gold verdicts in claim order).
 """
+
 import sys
 
 from common import stage_main

@@ -3,6 +3,7 @@
 Reads the dataset; writes Force_judge_gen/<run>/<model>/a1_force_judge.jsonl (the prediction)
 and eval_results/<run>/<model>/LJP_gold.jsonl (claims, predicted and gold verdicts in claim order).
 """
+
 import sys
 
 from common import stage_main

@@ -3,6 +3,7 @@
 Reads AwN_gen/<run>/<model>/interaction.jsonl (LexAwN_gen.py must have finished, with the same
 --user-condition); writes eval_results/<run>/<model>/LJP_interaction.jsonl.
 """
+
 import sys
 
 from common import stage_main

@@ -5,6 +5,7 @@ extraction per setup (show_results.py reports it, labelled as a diagnostic).
 Needs eval_LJP.py (Direct, Gold-Standard and Interaction-Based) to have finished for the run. Writes
   eval_results/<run>/<model>/LJP_order_direct.jsonl, LJP_order_interaction.jsonl, LJP_order_gold.jsonl
 """
+
 import sys
 
 from common import stage_main

@@ -7,6 +7,7 @@ the judge classifies each focal point (prompts/judge_focal_type.txt, written for
 Writes eval_results/<run>/<model>/focal_types.jsonl; show_results.py then gives Figure 4, and
 judge_agreement.py export adds FOCAL items so the judge's types can be checked by people.
 """
+
 import sys
 
 from common import stage_main

@@ -9,6 +9,7 @@ For every selected case the history is sent as an ordinary chat, its messages in
 --histories underspecified,complete answers the complete history too, as a control (plain_complete.jsonl,
 plain_types_complete.jsonl).
 """
+
 import sys
 
 from common import stage_main

@@ -7,6 +7,7 @@ export  reads the saved runs under --output-root and the dataset, and writes a s
 score   reads the filled OUT and its key and prints, per task and on average, human-human agreement
         and Cohen's kappa, and LLM-human agreement and kappa against the adjudicated human label.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,7 +31,9 @@ def main(argv=None) -> int:
     e = commands.add_parser("export", help="write the annotation sample")
     add_run_options(e)
     e.add_argument("--per-task", type=int, default=100, help="items per task (default 100)")
-    e.add_argument("--seed", type=number(int, 0, 10 ** 9), default=0, help="sampling seed, 0 or more (default 0)")
+    e.add_argument(
+        "--seed", type=number(int, 0, 10**9), default=0, help="sampling seed, 0 or more (default 0)"
+    )
     e.add_argument("--out", type=Path, default=Path("judge_agreement.csv"), help="default: %(default)s")
     s = commands.add_parser("score", help="score a filled annotation file")
     s.add_argument("annotations", type=Path)

@@ -8,6 +8,7 @@ estimated wall time. Every other option is a stage option (--dataset, --limit, -
 
   python quote_grid.py --models GPT-5.6-Sol DeepSeek-V4.1 --runs 5 --prices data/prices_illustrative.json
 """
+
 import argparse
 import os
 import sys
@@ -37,20 +38,43 @@ from lexpilot.settings import number, rate_limits
 
 
 def main(argv=None) -> int:
-    parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     allow_abbrev=False)  # --run-id is a stage option, not --run-ids
+    parser = OneLineParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )  # --run-id is a stage option, not --run-ids
     add_grid_args(parser)
-    parser.add_argument("--rate-limit", action="append", default=[], metavar="MODEL=RPM",
-                        help="an endpoint's requests per minute (repeat per model id)")
-    parser.add_argument("--grid", metavar="FILE", help="run_grid.py's grid file: each evaluated model's endpoint, "
-                        "and the limits (rpm, tpm) the wall time is estimated at (docs/grid.md)")
-    parser.add_argument("--seconds-per-call", type=number(float, 0.001, 3600), default=30.0,
-                        help="a call's time, for the wall-time estimate (default 30)")
-    parser.add_argument("--jobs", type=number(int, 0, 100000), default=0,
-                        help="(model, run) jobs run at once (default 0: all, as a job array)")
+    parser.add_argument(
+        "--rate-limit",
+        action="append",
+        default=[],
+        metavar="MODEL=RPM",
+        help="an endpoint's requests per minute (repeat per model id)",
+    )
+    parser.add_argument(
+        "--grid",
+        metavar="FILE",
+        help="run_grid.py's grid file: each evaluated model's endpoint, "
+        "and the limits (rpm, tpm) the wall time is estimated at (docs/grid.md)",
+    )
+    parser.add_argument(
+        "--seconds-per-call",
+        type=number(float, 0.001, 3600),
+        default=30.0,
+        help="a call's time, for the wall-time estimate (default 30)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=number(int, 0, 100000),
+        default=0,
+        help="(model, run) jobs run at once (default 0: all, as a job array)",
+    )
     parser.add_argument("--format", choices=sorted(RENDERINGS), default="text")
-    parser.add_argument("--width", type=number(int, 0, 10**6), default=TEXT_WIDTH, help="text tables wider than "
-                        f"this many terminal cells are printed in blocks of columns (default {TEXT_WIDTH}; 0: never)")
+    parser.add_argument(
+        "--width",
+        type=number(int, 0, 10**6),
+        default=TEXT_WIDTH,
+        help="text tables wider than "
+        f"this many terminal cells are printed in blocks of columns (default {TEXT_WIDTH}; 0: never)",
+    )
     args, options = parser.parse_known_args(argv)
     endpoint_limits, options = split_limits(options)  # --limit MODEL=rpm:R,... as run_grid.py takes it
     try:
@@ -59,7 +83,7 @@ def main(argv=None) -> int:
         grid = plan_grid(stages, args.models, run_ids, options, args.grid, endpoint_limits)
         first = grid.settings_of(stages[0], grid.models[0], run_ids[0])
         cases, sha = load_dataset(first.dataset)
-        selected = cases[:first.limit] if first.limit else cases
+        selected = cases[: first.limit] if first.limit else cases
         limits = allowed_rates(grid.limits, first) | rate_limits(args.rate_limit)
         parts = quote_grid(stages, grid.settings_of, grid.models, run_ids, selected, sha)
         check_rate_limits(parts, limits)

@@ -8,6 +8,7 @@ then writes the judge's decisions as the stages do: LCA_results, DCG_results, LJ
 LJP_interaction, and interaction_labels.jsonl (the interaction's round labels asked again; the dialogue is not
 replayed, since the original judge decided its course). show_results.py then compares the two judges.
 """
+
 import sys
 
 from common import stage_main

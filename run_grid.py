@@ -9,6 +9,7 @@ Every other option is a stage option (--dataset, --limit, --prices, --max-cost, 
 --limit MODEL=rpm:R,tpm:T,concurrency:C (repeat per model id) sets an endpoint's limits, over the grid file's;
 --limit N, a number, is the stages' own (the first N cases).
 """
+
 import argparse
 import os
 import sys
@@ -36,15 +37,28 @@ from lexpilot.settings import number
 
 
 def main(argv=None) -> int:
-    parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     allow_abbrev=False)  # --run-id is a stage option, not --run-ids
+    parser = OneLineParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )  # --run-id is a stage option, not --run-ids
     add_grid_args(parser)
-    parser.add_argument("--grid", metavar="FILE", help="a TOML file: each evaluated model's endpoint and limits, "
-                        "other models' limits (docs/grid.md)")
-    parser.add_argument("--shard", metavar="K/N", help="run shard K of N: whole (model, run) chains, split the same "
-                        "way on every machine (docs/grid.md)")
-    parser.add_argument("--limits", dest="limits_url", metavar="redis://HOST:PORT/DB", help="share each endpoint's "
-                        "limits with every process and machine using it, through Redis (?lease=SECONDS, default 60)")
+    parser.add_argument(
+        "--grid",
+        metavar="FILE",
+        help="a TOML file: each evaluated model's endpoint and limits, other models' limits (docs/grid.md)",
+    )
+    parser.add_argument(
+        "--shard",
+        metavar="K/N",
+        help="run shard K of N: whole (model, run) chains, split the same "
+        "way on every machine (docs/grid.md)",
+    )
+    parser.add_argument(
+        "--limits",
+        dest="limits_url",
+        metavar="redis://HOST:PORT/DB",
+        help="share each endpoint's "
+        "limits with every process and machine using it, through Redis (?lease=SECONDS, default 60)",
+    )
     parser.add_argument("--format", choices=sorted(RENDERINGS), default="text", help="of the --dry-run quote")
     parser.add_argument("--width", type=number(int, 0, 10**6), default=TEXT_WIDTH, help=argparse.SUPPRESS)
     args, options = parser.parse_known_args(argv)
@@ -52,15 +66,23 @@ def main(argv=None) -> int:
     own_interrupts()
     try:
         run_ids = grid_run_ids(args)
-        grid = start_grid(stages_named(args.stages), args.models, run_ids, options, args.grid, limits,
-                          shard=args.shard, limits_url=args.limits_url)
+        grid = start_grid(
+            stages_named(args.stages),
+            args.models,
+            run_ids,
+            options,
+            args.grid,
+            limits,
+            shard=args.shard,
+            limits_url=args.limits_url,
+        )
         if "--dry-run" in options and args.shard:
             print("\n".join(cell.label for chain in grid.chains() for cell in chain) or "(no cell)")
             return 0
         if "--dry-run" in options:
             first = grid.settings_of(grid.stages[0], grid.models[0], run_ids[0])
             cases, sha = load_dataset(first.dataset)
-            selected = cases[:first.limit] if first.limit else cases
+            selected = cases[: first.limit] if first.limit else cases
             parts = quote_grid(grid.stages, grid.settings_of, grid.models, run_ids, selected, sha)
             timing = Timing(30.0, first.transport.concurrency, 0, grid.rate_limits(first))
             print(quote_text(quote_tables(parts), quote_notes(parts, timing), args.format, args.width))

@@ -5,6 +5,7 @@ Metrics are computed within each run (overall and per cause-of-action class), th
 settings are grouped and reported as mean and sample SD (ddof=1). Writes only to stdout
 (problems with the saved files go to stderr).
 """
+
 from __future__ import annotations
 
 import argparse

@@ -8,6 +8,7 @@ and per run.
 The scripted provider counts a token a character (about right for Chinese) and never evicts: the figures are what
 the prompts allow at best, not what a provider will serve. Needs no credentials; writes only to a temporary folder.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,22 +28,41 @@ from lexpilot.scripted.replies import PrefixCache, default_reply
 ROOT = Path(__file__).resolve().parents[1]
 
 
-GENERATED = ("lexawn", "force_ask", "force_judge", "user")  # the evaluated model's and the User Model's replies
+GENERATED = (
+    "lexawn",
+    "force_ask",
+    "force_judge",
+    "user",
+)  # the evaluated model's and the User Model's replies
 
 
 def run_grid(root: Path, provider: FakeProvider, runs: int, limit: int | None) -> None:
     """Every paper stage for runs run1..runN; the evaluated model and the User Model word their replies apart in
     each run (sampled at temperature 0.7, they would), so a later run's prompts repeat only what the case fixes."""
-    os.environ.setdefault("OPENAI_API_KEY", "sk-bench-not-a-key")  # never sent anywhere: the clients are in memory
-    common = ["--model", "bench-model", "--dataset", str(ROOT / "data" / "LexPilot_sample.json"),
-              "--output-root", str(root), *(["--limit", str(limit)] if limit else [])]
+    os.environ.setdefault(
+        "OPENAI_API_KEY", "sk-bench-not-a-key"
+    )  # never sent anywhere: the clients are in memory
+    common = [
+        "--model",
+        "bench-model",
+        "--dataset",
+        str(ROOT / "data" / "LexPilot_sample.json"),
+        "--output-root",
+        str(root),
+        *(["--limit", str(limit)] if limit else []),
+    ]
     for i in range(1, runs + 1):
-        provider.script = lambda kind, prompt, body, i=i: (f"{default_reply(kind, prompt)}（第{i}次）"
-                                                         if kind in GENERATED else None)
+        provider.script = lambda kind, prompt, body, i=i: (
+            f"{default_reply(kind, prompt)}（第{i}次）" if kind in GENERATED else None
+        )
         for stages in PAPER_GRID.values():
             for stage in stages:
-                status = stage_main(stage, "bench", argv=["--run-id", f"run{i}", *common],
-                                    clients=provider.in_memory_clients())
+                status = stage_main(
+                    stage,
+                    "bench",
+                    argv=["--run-id", f"run{i}", *common],
+                    clients=provider.in_memory_clients(),
+                )
                 if status:
                     sys.exit(f"bench.caching: {stage.name} failed (status {status})")
 
@@ -62,10 +82,16 @@ def cached_shares(root: Path) -> dict[tuple[str, str, str], Counter]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=2)
-    parser.add_argument("--minimum", type=int, default=1024, help="the fewest prompt tokens a provider caches")
-    parser.add_argument("--step", type=int, default=128, help="cache hits counted in steps of this many tokens")
+    parser.add_argument(
+        "--minimum", type=int, default=1024, help="the fewest prompt tokens a provider caches"
+    )
+    parser.add_argument(
+        "--step", type=int, default=128, help="cache hits counted in steps of this many tokens"
+    )
     parser.add_argument("--limit", type=int, help="the first N cases of the sample")
     args = parser.parse_args(argv)
     with FakeProvider() as provider, tempfile.TemporaryDirectory() as tmp:
@@ -75,10 +101,14 @@ def main(argv=None) -> int:
         shares = cached_shares(Path(tmp))
     print(f"{'run':6} {'stage file':24} {'role':6} {'prompt tokens':>14} {'cached':>10} {'share':>6}")
     for (run, name, role), used in sorted(shares.items()):
-        print(f"{run:6} {name:24} {role:6} {used['prompt']:>14,} {used['cached']:>10,} "
-              f"{used['cached'] / max(used['prompt'], 1):>6.0%}")
+        print(
+            f"{run:6} {name:24} {role:6} {used['prompt']:>14,} {used['cached']:>10,} "
+            f"{used['cached'] / max(used['prompt'], 1):>6.0%}"
+        )
     total = sum(shares.values(), Counter())
-    print(f"all: {total['cached']:,} of {total['prompt']:,} prompt tokens cached ({total['cached'] / max(total['prompt'], 1):.0%})")
+    print(
+        f"all: {total['cached']:,} of {total['prompt']:,} prompt tokens cached ({total['cached'] / max(total['prompt'], 1):.0%})"
+    )
     return 0
 
 

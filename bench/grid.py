@@ -11,6 +11,7 @@ the longest chain of dependent calls × latency), wall ÷ bound, how busy each s
 429. `--scale` runs only run_grid.py, at zero latency and no limit, and prints its client CPU per call and peak
 memory (the grid process alone; the providers run in this one). Writes only to a temporary folder.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,11 @@ LOOP_SCRIPTS = [f"{name}.py" for name in PAPER_GRID]
 
 def base_env(user: FakeProvider, judge: FakeProvider) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LEXPILOT_"))}
-    return env | {"OPENAI_API_KEY": "bench", "LEXPILOT_USER_BASE_URL": user.base_url,
-                  "LEXPILOT_JUDGE_BASE_URL": judge.base_url}
+    return env | {
+        "OPENAI_API_KEY": "bench",
+        "LEXPILOT_USER_BASE_URL": user.base_url,
+        "LEXPILOT_JUDGE_BASE_URL": judge.base_url,
+    }
 
 
 def run(argv: list[str], env: dict, lines: list | None = None) -> tuple[float, float, int]:
@@ -54,29 +58,66 @@ def run(argv: list[str], env: dict, lines: list | None = None) -> tuple[float, f
 
 
 def stage_options(dataset: Path, root: Path, limit: int | None) -> list[str]:
-    return ["--dataset", str(dataset), "--output-root", str(root)] + (["--limit", str(limit)] if limit else [])
+    return ["--dataset", str(dataset), "--output-root", str(root)] + (
+        ["--limit", str(limit)] if limit else []
+    )
 
 
 def the_grid(models, runs, evaluated, env, dataset, root, args) -> dict:
     grid_file = root.parent / f"{root.name}.toml"
-    grid_file.write_text("".join(f'[models."{m}"]\nbase_url = "{p.base_url}"\n\n' for m, p in zip(models, evaluated)),
-                         encoding="utf-8")
-    limits = [] if args.scale else ["--limit", f"{USER}=rpm:{args.rate * 60}", "--limit", f"{JUDGE}=rpm:{args.rate * 60}"]
-    argv = [sys.executable, "run_grid.py", "--grid", str(grid_file), "--runs", str(runs), *limits,
-            "--concurrency", str(args.concurrency), *stage_options(dataset, root, args.limit)]
+    grid_file.write_text(
+        "".join(f'[models."{m}"]\nbase_url = "{p.base_url}"\n\n' for m, p in zip(models, evaluated)),
+        encoding="utf-8",
+    )
+    limits = (
+        []
+        if args.scale
+        else ["--limit", f"{USER}=rpm:{args.rate * 60}", "--limit", f"{JUDGE}=rpm:{args.rate * 60}"]
+    )
+    argv = [
+        sys.executable,
+        "run_grid.py",
+        "--grid",
+        str(grid_file),
+        "--runs",
+        str(runs),
+        *limits,
+        "--concurrency",
+        str(args.concurrency),
+        *stage_options(dataset, root, args.limit),
+    ]
     lines: list[str] = []
     cpu, memory, _ = run(argv, env, lines)
     # the summary's "[grid] MODEL at HOST: N calls; P% of its rpm limit used while calls waited for it"
-    waited = {m: re.search(rf"\[grid\] {m} at \S+ \d+ calls; (\d+)% of its rpm", "\n".join(lines)) for m in (USER, JUDGE)}
-    return {"cpu": cpu, "memory": memory, "waited": {m: int(w.group(1)) if w else None for m, w in waited.items()}}
+    waited = {
+        m: re.search(rf"\[grid\] {m} at \S+ \d+ calls; (\d+)% of its rpm", "\n".join(lines))
+        for m in (USER, JUDGE)
+    }
+    return {
+        "cpu": cpu,
+        "memory": memory,
+        "waited": {m: int(w.group(1)) if w else None for m, w in waited.items()},
+    }
 
 
 def one_job(model, run_id, provider, env, dataset, root, args) -> None:
     """The README's loop for one (model, run): its three scripts one after another."""
     job_env = env | {"LEXPILOT_EVAL_BASE_URL": provider.base_url}
     for script in LOOP_SCRIPTS:
-        run([sys.executable, script, "--run-id", run_id, "--model", model, "--concurrency", str(args.concurrency),
-             *stage_options(dataset, root, args.limit)], job_env)
+        run(
+            [
+                sys.executable,
+                script,
+                "--run-id",
+                run_id,
+                "--model",
+                model,
+                "--concurrency",
+                str(args.concurrency),
+                *stage_options(dataset, root, args.limit),
+            ],
+            job_env,
+        )
 
 
 def jobs_at_once(at_once: int):
@@ -86,6 +127,7 @@ def jobs_at_once(at_once: int):
             for done in [pool.submit(one_job, m, r, p, env, dataset, root, args) for m, r, p in jobs]:
                 done.result()
         return {}
+
     return way
 
 
@@ -94,7 +136,10 @@ def measure(name: str, way, args, dataset: Path, folder: Path) -> dict:
     latency = 0.0 if args.scale else args.latency
     evaluated = [FakeProvider(latency=latency) for _ in models]
     rate = None if args.scale else args.rate
-    user, judge = FakeProvider(latency=latency, rate_limit=rate), FakeProvider(latency=latency, rate_limit=rate)
+    user, judge = (
+        FakeProvider(latency=latency, rate_limit=rate),
+        FakeProvider(latency=latency, rate_limit=rate),
+    )
     for provider in (*evaluated, user, judge):
         provider.base_url = provider.start()
     try:
@@ -107,11 +152,22 @@ def measure(name: str, way, args, dataset: Path, folder: Path) -> dict:
     answered = {"user": user.statuses[200], "judge": judge.statuses[200]}
     refused = user.statuses[429] + judge.statuses[429]
     requests = sum(len(p.arrivals) for p in (*evaluated, user, judge))
-    busy = {role: p.statuses[200] / (args.rate * (max(p.arrivals) - min(p.arrivals))) if rate and p.arrivals else None
-            for role, p in (("user", user), ("judge", judge))}
+    busy = {
+        role: p.statuses[200] / (args.rate * (max(p.arrivals) - min(p.arrivals)))
+        if rate and p.arrivals
+        else None
+        for role, p in (("user", user), ("judge", judge))
+    }
     calls = sum(p.statuses[200] for p in (*evaluated, user, judge))
-    return figures | {"way": name, "wall": wall, "calls": calls, "answered": answered, "refused": refused,
-                      "requests": requests, "busy": busy}
+    return figures | {
+        "way": name,
+        "wall": wall,
+        "calls": calls,
+        "answered": answered,
+        "refused": refused,
+        "requests": requests,
+        "busy": busy,
+    }
 
 
 def chain_bound(args, dataset: Path) -> float:
@@ -120,21 +176,28 @@ def chain_bound(args, dataset: Path) -> float:
     from lexpilot.benchmark.dataset import load_dataset
     from lexpilot.protocols.catalog import stages_named
     from lexpilot.running.grid_quote import quote_grid, stage_settings
+
     stages = stages_named(["paper"])
     settings_of = stage_settings(stages, stage_options(dataset, Path(tempfile.mkdtemp()), args.limit))
     cases, sha = load_dataset(dataset)
-    parts = quote_grid(stages, settings_of, ["m"], ["run1"], cases[:args.limit] if args.limit else cases, sha)
+    parts = quote_grid(
+        stages, settings_of, ["m"], ["run1"], cases[: args.limit] if args.limit else cases, sha
+    )
     return sum(p.chain for p in parts) * args.latency
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--models", type=int, default=3)
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--cases", type=int, default=12, help="cases in the synthetic dataset")
     parser.add_argument("--limit", type=int, default=None, help="the stages' --limit (the first N cases)")
     parser.add_argument("--latency", type=float, default=0.3)
-    parser.add_argument("--rate", type=float, default=20.0, help="the User Model's and the judge's requests/s")
+    parser.add_argument(
+        "--rate", type=float, default=20.0, help="the User Model's and the judge's requests/s"
+    )
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--jobs", type=int, default=6, help="the GNU-parallel recipe's -j")
     parser.add_argument("--scale", action="store_true", help="run_grid.py alone: CPU per call and memory")
@@ -142,28 +205,45 @@ def main(argv=None) -> int:
     folder = Path(tempfile.mkdtemp(prefix="lexpilot-grid-bench-"))
     dataset = folder / "dataset.json"
     synthetic_dataset(args.cases, dataset)
-    ways = {"run_grid.py": the_grid} if args.scale else {
-        "run_grid.py": the_grid, f"parallel -j {args.jobs}": jobs_at_once(args.jobs), "README loop": jobs_at_once(1)}
+    ways = (
+        {"run_grid.py": the_grid}
+        if args.scale
+        else {
+            "run_grid.py": the_grid,
+            f"parallel -j {args.jobs}": jobs_at_once(args.jobs),
+            "README loop": jobs_at_once(1),
+        }
+    )
     results = [measure(name, way, args, dataset, folder) for name, way in ways.items()]
     if args.scale:
         r = results[0]
-        print(f"run_grid.py, {args.models} models × {args.runs} runs × {args.limit or args.cases} cases, zero latency: "
-              f"{r['calls']} calls in {r['wall']:.1f} s, client CPU {1000 * r['cpu'] / r['calls']:.2f} ms per call, "
-              f"peak memory {r['memory']:.0f} MB")
+        print(
+            f"run_grid.py, {args.models} models × {args.runs} runs × {args.limit or args.cases} cases, zero latency: "
+            f"{r['calls']} calls in {r['wall']:.1f} s, client CPU {1000 * r['cpu'] / r['calls']:.2f} ms per call, "
+            f"peak memory {r['memory']:.0f} MB"
+        )
         return 0
     bound_calls = max(results[0]["answered"].values()) / args.rate
     bound = max(bound_calls, chain_bound(args, dataset))
-    print(f"{args.models} models × {args.runs} runs × {args.limit or args.cases} cases, paper stages; evaluated models "
-          f"at {args.latency:g} s; User Model and judge limited to {args.rate:g} requests/s")
-    print(f"bound: {bound:.1f} s (busiest endpoint {bound_calls:.1f} s; longest chain {chain_bound(args, dataset):.1f} s)")
-    print("| way | wall s | wall ÷ bound | User Model busy | judge busy | busy while calls waited (User Model, judge) "
-          "| answered 429 |")
+    print(
+        f"{args.models} models × {args.runs} runs × {args.limit or args.cases} cases, paper stages; evaluated models "
+        f"at {args.latency:g} s; User Model and judge limited to {args.rate:g} requests/s"
+    )
+    print(
+        f"bound: {bound:.1f} s (busiest endpoint {bound_calls:.1f} s; longest chain {chain_bound(args, dataset):.1f} s)"
+    )
+    print(
+        "| way | wall s | wall ÷ bound | User Model busy | judge busy | busy while calls waited (User Model, judge) "
+        "| answered 429 |"
+    )
     print("|---|---|---|---|---|---|---|")
     for r in results:
         busy = [f"{100 * b:.0f}%" if b is not None else "–" for b in r["busy"].values()]
         waited = ", ".join(f"{w}%" if w is not None else "–" for w in r.get("waited", {}).values()) or "–"
-        print(f"| {r['way']} | {r['wall']:.1f} | {r['wall'] / bound:.2f} | {busy[0]} | {busy[1]} | {waited} | "
-              f"{r['refused']} of {r['requests']} ({100 * r['refused'] / r['requests']:.1f}%) |")
+        print(
+            f"| {r['way']} | {r['wall']:.1f} | {r['wall'] / bound:.2f} | {busy[0]} | {busy[1]} | {waited} | "
+            f"{r['refused']} of {r['requests']} ({100 * r['refused'] / r['requests']:.1f}%) |"
+        )
     print(json.dumps(results, default=str), file=sys.stderr)
     return 0
 

@@ -5,6 +5,7 @@ runs (from the cache of scored runs), and with the cache off. Issue 36's target:
 
     python -m bench.reports [--models 10] [--runs 5] [--cases 432]
 """
+
 from __future__ import annotations
 
 import os
@@ -27,12 +28,26 @@ def main(argv=None) -> int:
         dataset = write_grid(tmp, args.models, args.runs, args.cases, later=0)  # the main tasks only
         env = {**os.environ, "LEXPILOT_CACHE": str(tmp / "cache")}
         printed = set()
-        for label, cache in (("scored from the records", None), ("again, unchanged runs (cache)", None),
-                             ("cache off", "off")):
+        for label, cache in (
+            ("scored from the records", None),
+            ("again, unchanged runs (cache)", None),
+            ("cache off", "off"),
+        ):
             start = time.monotonic()
-            done = subprocess.run([sys.executable, "show_results.py", "--output-root", str(tmp / "out"), "--dataset",
-                                   str(dataset)], cwd=ROOT, env={**env, **({"LEXPILOT_CACHE": cache} if cache else {})},
-                                  capture_output=True, text=True)
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "show_results.py",
+                    "--output-root",
+                    str(tmp / "out"),
+                    "--dataset",
+                    str(dataset),
+                ],
+                cwd=ROOT,
+                env={**env, **({"LEXPILOT_CACHE": cache} if cache else {})},
+                capture_output=True,
+                text=True,
+            )
             printed.add(done.stdout)
             print(f"{label}: {time.monotonic() - start:.1f}s (exit {done.returncode})")
         print("the three reports print the same" if len(printed) == 1 else "the reports DIFFER")

@@ -10,6 +10,7 @@ By default the models are alike (every answer drawn at random), so the ranking's
 Clifford: docs/statistics.md); --skill-step S makes model m right on a share m · S of its answers, so that pairs
 differ and their tests run to the end: the slow case.
 """
+
 from __future__ import annotations
 
 import resource
@@ -33,18 +34,27 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        dataset = write_grid(tmp, args.models, args.runs, args.cases, later=0,  # the main tasks only
-                             skill_step=args.skill_step)
+        dataset = write_grid(
+            tmp,
+            args.models,
+            args.runs,
+            args.cases,
+            later=0,  # the main tasks only
+            skill_step=args.skill_step,
+        )
         start = time.monotonic()
         # as show_results.py loads them for --rank --power --consistency: the records themselves are not kept
-        groups = group_runs(load_runs(tmp / "out", None, None, dataset=dataset,
-                                    keep_outcomes=True))
-        print(f"{args.models} models × {args.runs} runs × {args.cases} cases loaded and scored in "
-              f"{time.monotonic() - start:.1f}s")
+        groups = group_runs(load_runs(tmp / "out", None, None, dataset=dataset, keep_outcomes=True))
+        print(
+            f"{args.models} models × {args.runs} runs × {args.cases} cases loaded and scored in "
+            f"{time.monotonic() - start:.1f}s"
+        )
         boot = Bootstrap(args.resamples, 0)
-        timed = {"all pairs and ranking (--rank)": lambda: ranking_tables(groups, boot, 0.05),
-                 "power (--power, same resamples)": lambda: power_table(groups, boot),
-                 "consistency (--consistency)": lambda: consistency_table(groups)}
+        timed = {
+            "all pairs and ranking (--rank)": lambda: ranking_tables(groups, boot, 0.05),
+            "power (--power, same resamples)": lambda: power_table(groups, boot),
+            "consistency (--consistency)": lambda: consistency_table(groups),
+        }
         for name, build in timed.items():
             start = time.monotonic()
             tables = build()

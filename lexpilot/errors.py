@@ -1,4 +1,5 @@
 """The harness's exceptions: what a user must act on, and how a case, a stage or a tool stops (Ctrl-C included)."""
+
 import argparse
 import os
 import signal
@@ -33,7 +34,6 @@ def first_of(items, limit: int = 10) -> list[str]:
     return items[:limit] + ([f"... and {len(items) - limit} more"] if len(items) > limit else [])
 
 
-
 # The exit status of a program stopped by Ctrl-C (128 + SIGINT), as shells report it
 INTERRUPTED = 130
 
@@ -48,8 +48,11 @@ def leave_quietly_on_interrupt(entry_points: str) -> None:
     name = os.path.basename(script).removesuffix(".py")
 
     def leave(_signum, _frame):
-        os.write(2, f"\n[{name}] interrupted while starting: nothing was done; rerun the same command.\n".encode())
+        os.write(
+            2, f"\n[{name}] interrupted while starting: nothing was done; rerun the same command.\n".encode()
+        )
         os._exit(INTERRUPTED)
+
     signal.signal(signal.SIGINT, leave)
 
 
@@ -66,7 +69,11 @@ def run_tool(main, name: str) -> int:
     try:
         return main()
     except KeyboardInterrupt:
-        print(f"\n[{name}] interrupted: nothing was written; rerun the same command.", file=sys.stderr, flush=True)
+        print(
+            f"\n[{name}] interrupted: nothing was written; rerun the same command.",
+            file=sys.stderr,
+            flush=True,
+        )
         return INTERRUPTED
 
 

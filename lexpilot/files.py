@@ -3,6 +3,7 @@ the batch ledger, a compacted journal, the tally of unanswered calls, a batch in
 `write_atomic` (a temporary file, then a rename, so a reader never sees half a file; a failed write is a
 `StorageError` naming the file); the CSV sheets for people (UTF-8 with a BOM; every cell safe from spreadsheet
 formulas) are written and read back here. Reports written once for people (the viewer's pages) are plain writes."""
+
 from __future__ import annotations
 
 import csv
@@ -22,9 +23,13 @@ class StorageError(FatalError):
 
 
 def storage_error(error: OSError, path: Path) -> StorageError:
-    what = "no space left on device" if error.errno == errno.ENOSPC else (error.strerror or str(error)).lower()
-    return StorageError(f"{what} writing {path}; every completed record is kept. Free the space or fix the "
-                        "folder, then rerun the same command")
+    what = (
+        "no space left on device" if error.errno == errno.ENOSPC else (error.strerror or str(error)).lower()
+    )
+    return StorageError(
+        f"{what} writing {path}; every completed record is kept. Free the space or fix the "
+        "folder, then rerun the same command"
+    )
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -45,7 +50,9 @@ def write_json(path: Path, data) -> None:
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
 
 
-NUMBER = re.compile(r"[+-]?[0-9]+(\.[0-9]+)?(e[+-]?[0-9]+)?%?", re.I)  # a signed number is a number, not a formula
+NUMBER = re.compile(
+    r"[+-]?[0-9]+(\.[0-9]+)?(e[+-]?[0-9]+)?%?", re.I
+)  # a signed number is a number, not a formula
 
 
 def spreadsheet_safe(cell) -> str:
@@ -54,7 +61,9 @@ def spreadsheet_safe(cell) -> str:
     remove the first character of every cell that starts with an apostrophe (`spreadsheet_text`)."""
     text = str(cell)
     # a number, and a lone dash (an empty cell's mark), are no formula
-    return "'" + text if text.startswith(FORMULA_START) and not NUMBER.fullmatch(text) and text != "-" else text
+    return (
+        "'" + text if text.startswith(FORMULA_START) and not NUMBER.fullmatch(text) and text != "-" else text
+    )
 
 
 def spreadsheet_text(cell: str) -> str:
@@ -70,7 +79,7 @@ def fits_a_cell(text: str, where_full: str) -> str:
     if len(text) <= SHEET_CELL_LIMIT:
         return text
     marker = f"\n…[cut here: {len(text) - SHEET_CELL_LIMIT + 200:,} more characters; the whole text is in {where_full}]"
-    return text[:SHEET_CELL_LIMIT - 200] + marker
+    return text[: SHEET_CELL_LIMIT - 200] + marker
 
 
 def write_sheet(path: Path, columns: list[str], rows: list[dict]) -> None:
@@ -83,8 +92,10 @@ def write_sheet(path: Path, columns: list[str], rows: list[dict]) -> None:
     try:
         write_atomic(path, text.getvalue().encode("utf-8-sig"))
     except StorageError as e:
-        raise HarnessError(f"{path}: cannot be written ({str(e).split(' writing ')[0]}); pass --out a file in a "
-                           "writable folder") from None
+        raise HarnessError(
+            f"{path}: cannot be written ({str(e).split(' writing ')[0]}); pass --out a file in a "
+            "writable folder"
+        ) from None
 
 
 def read_sheet(path: Path, columns: list[str]) -> list[tuple[int, dict]]:
@@ -100,12 +111,16 @@ def read_sheet(path: Path, columns: list[str]) -> list[tuple[int, dict]]:
             reader = csv.DictReader(f)
             missing = [c for c in columns if c not in (reader.fieldnames or [])]
             if missing:
-                raise HarnessError(f"{path}: columns missing: {', '.join(missing)}. Use the file that export wrote.")
+                raise HarnessError(
+                    f"{path}: columns missing: {', '.join(missing)}. Use the file that export wrote."
+                )
             for number, row in enumerate(reader, 2):
                 rows.append((number, {k: spreadsheet_text(v or "") for k, v in row.items() if k}))
             return rows
     except UnicodeDecodeError as e:
-        raise HarnessError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}); save it as CSV UTF-8") from None
+        raise HarnessError(
+            f"{path}: not UTF-8 text ({e.reason} at byte {e.start}); save it as CSV UTF-8"
+        ) from None
     except csv.Error as e:
         raise HarnessError(f"{path}: row {len(rows) + 2}: unreadable CSV ({e})") from None
 

@@ -1,5 +1,6 @@
 """Where the project's files are, declared once: the project root (where the scripts are, and the default
 output root), the prompts, the data folder and the default datasets."""
+
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent

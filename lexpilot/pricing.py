@@ -1,5 +1,6 @@
 """Money: the price file (per model id, per million tokens), the cost of usage, and the hard budget of an
 invocation (--max-cost), which no call may cross even at its worst case."""
+
 from __future__ import annotations
 
 import json
@@ -17,15 +18,20 @@ class Price(NamedTuple):
     completion: float
     batch_prompt: float  # what the provider's batch API charges (the synchronous price where none is given)
     batch_completion: float
-    cached_prompt: float | None = None  # a prompt token served from the provider's cache (None: the prompt price)
+    cached_prompt: float | None = (
+        None  # a prompt token served from the provider's cache (None: the prompt price)
+    )
     batch_cached_prompt: float | None = None
 
 
-MAX_PRICE = 10_000  # per million tokens: above any provider's price; a larger one is a typo (or overflows sums)
+MAX_PRICE = (
+    10_000  # per million tokens: above any provider's price; a larger one is a typo (or overflows sums)
+)
 
 
 class KeyedOnce(dict):
     """A JSON object as read, with the first key it gave twice (json's default keeps the last silently)."""
+
     twice: str | None = None
 
 
@@ -40,8 +46,12 @@ def _keyed_once(pairs: list) -> KeyedOnce:
 
 def _field(entry: dict, name: str, default: float | None, top: float) -> float:
     value = entry.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not 0 <= value <= top:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not 0 <= value <= top
+    ):
         raise ValueError(f"{name} must be a number from 0 to {top:g}")
     return float(value)
 
@@ -58,26 +68,44 @@ def read_prices(path: Path) -> dict[str, Price]:
     except (ValueError, RecursionError) as e:
         raise HarnessError(f"--prices {path}: not JSON ({' '.join(str(e).split())[:80]})") from None
     if isinstance(data, KeyedOnce) and data.twice is not None:
-        raise HarnessError(f"--prices {path}: model {data.twice!r} is given twice (JSON keeps only the last); give "
-                           "each model once")
+        raise HarnessError(
+            f"--prices {path}: model {data.twice!r} is given twice (JSON keeps only the last); give "
+            "each model once"
+        )
     prices = {}
-    for model, entry in (data.items() if isinstance(data, dict) else [(None, None)]):
+    for model, entry in data.items() if isinstance(data, dict) else [(None, None)]:
         if isinstance(entry, KeyedOnce) and entry.twice is not None:
-            raise HarnessError(f"--prices {path}: entry {model!r} gives {entry.twice!r} twice (JSON keeps only the "
-                               "last); give each price once")
+            raise HarnessError(
+                f"--prices {path}: entry {model!r} gives {entry.twice!r} twice (JSON keeps only the "
+                "last); give each price once"
+            )
         try:
             prices[model] = _price(entry)
         except (TypeError, KeyError, ValueError, AttributeError) as e:
             why = f" ({e})" if isinstance(e, ValueError) and str(e) else ""
-            raise HarnessError(f"--prices {path}: entry {model!r} must be {{\"prompt\": number, \"completion\": "
-                               "number} (price per million tokens; optional cached_prompt or cache_discount, "
-                               f"batch_prompt, batch_completion or batch_discount){why}") from None
+            raise HarnessError(
+                f'--prices {path}: entry {model!r} must be {{"prompt": number, "completion": '
+                "number} (price per million tokens; optional cached_prompt or cache_discount, "
+                f"batch_prompt, batch_completion or batch_discount){why}"
+            ) from None
     return prices
 
 
-PRICE_KEYS = ("prompt", "completion", "cached_prompt", "cache_discount", "batch_prompt", "batch_completion",
-              "batch_cached_prompt", "batch_discount")
-EITHER = (("cached_prompt", "cache_discount"), ("batch_prompt", "batch_discount"), ("batch_completion", "batch_discount"))
+PRICE_KEYS = (
+    "prompt",
+    "completion",
+    "cached_prompt",
+    "cache_discount",
+    "batch_prompt",
+    "batch_completion",
+    "batch_cached_prompt",
+    "batch_discount",
+)
+EITHER = (
+    ("cached_prompt", "cache_discount"),
+    ("batch_prompt", "batch_discount"),
+    ("batch_completion", "batch_discount"),
+)
 
 
 def _price(entry: dict) -> Price:
@@ -92,23 +120,39 @@ def _price(entry: dict) -> Price:
     prompt, completion = (_field(entry, name, None, MAX_PRICE) for name in ("prompt", "completion"))
     factor = 1 - _field(entry, "batch_discount", 0, 1)
     cached = _field(entry, "cached_prompt", prompt * (1 - _field(entry, "cache_discount", 0, 1)), MAX_PRICE)
-    return Price(prompt, completion, _field(entry, "batch_prompt", prompt * factor, MAX_PRICE),
-                 _field(entry, "batch_completion", completion * factor, MAX_PRICE), cached,
-                 _field(entry, "batch_cached_prompt", cached * factor, MAX_PRICE))
+    return Price(
+        prompt,
+        completion,
+        _field(entry, "batch_prompt", prompt * factor, MAX_PRICE),
+        _field(entry, "batch_completion", completion * factor, MAX_PRICE),
+        cached,
+        _field(entry, "batch_cached_prompt", cached * factor, MAX_PRICE),
+    )
 
 
-def cost(price: Price, prompt_tokens: float, completion_tokens: float, batched: float = 0.0,
-         cached_tokens: float = 0.0) -> float:
+def cost(
+    price: Price,
+    prompt_tokens: float,
+    completion_tokens: float,
+    batched: float = 0.0,
+    cached_tokens: float = 0.0,
+) -> float:
     """The cost of tokens; `batched`: the share of the calls answered through the batch API; `cached_tokens`:
     the prompt tokens the provider served from its cache (at the cached-input price; without one in the price
     file, at the prompt price, so that nothing is under-reported)."""
     cached = min(cached_tokens, prompt_tokens)
     cached_price = price.prompt if price.cached_prompt is None else price.cached_prompt
-    batch_cached_price = price.batch_prompt if price.batch_cached_prompt is None else price.batch_cached_prompt
-    normal = ((prompt_tokens - cached) * price.prompt + cached * cached_price
-              + completion_tokens * price.completion) / 1e6
-    batch = ((prompt_tokens - cached) * price.batch_prompt + cached * batch_cached_price
-             + completion_tokens * price.batch_completion) / 1e6
+    batch_cached_price = (
+        price.batch_prompt if price.batch_cached_prompt is None else price.batch_cached_prompt
+    )
+    normal = (
+        (prompt_tokens - cached) * price.prompt + cached * cached_price + completion_tokens * price.completion
+    ) / 1e6
+    batch = (
+        (prompt_tokens - cached) * price.batch_prompt
+        + cached * batch_cached_price
+        + completion_tokens * price.batch_completion
+    ) / 1e6
     return (1 - batched) * normal + batched * batch
 
 
@@ -130,19 +174,31 @@ class Budget:
         worst = cost(self.prices[model], prompt_chars, max_tokens, batched)
         with self.lock:
             if self.spent + self.reserved + worst > self.amount:
-                raise BudgetExceeded(f"--max-cost {self.amount:g}: the next call could cost up to {worst:.4f}, "
-                                     f"with {self.spent:.4f} spent and {self.reserved:.4f} reserved for calls in "
-                                     f"flight or batches submitted, {self.amount - self.spent - self.reserved:.4f} "
-                                     "left. Every completed record is saved: rerun with a larger --max-cost to go on")
+                raise BudgetExceeded(
+                    f"--max-cost {self.amount:g}: the next call could cost up to {worst:.4f}, "
+                    f"with {self.spent:.4f} spent and {self.reserved:.4f} reserved for calls in "
+                    f"flight or batches submitted, {self.amount - self.spent - self.reserved:.4f} "
+                    "left. Every completed record is saved: rerun with a larger --max-cost to go on"
+                )
             self.reserved += worst
         return worst
 
-    def settle(self, reserved: float, model: str, prompt_tokens: int | None, completion_tokens: int | None,
-               cached_tokens: int = 0) -> None:
+    def settle(
+        self,
+        reserved: float,
+        model: str,
+        prompt_tokens: int | None,
+        completion_tokens: int | None,
+        cached_tokens: int = 0,
+    ) -> None:
         """The call is over: its real cost, its cached share included (its worst case where the reply carried no
         token counts)."""
         with self.lock:
             self.reserved -= reserved
-            self.spent += reserved if prompt_tokens is None else cost(self.prices[model], prompt_tokens,
-                                                                      completion_tokens or 0,
-                                                                      cached_tokens=cached_tokens)
+            self.spent += (
+                reserved
+                if prompt_tokens is None
+                else cost(
+                    self.prices[model], prompt_tokens, completion_tokens or 0, cached_tokens=cached_tokens
+                )
+            )

@@ -1,6 +1,7 @@
 """Run configuration: the three roles (model, endpoint, key, temperature), the options every stage
 takes on the command line and the environment variables behind them, and their validation.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,7 +39,9 @@ class Role:
     api_key: str = field(repr=False)  # never written anywhere
     temperature: float | None  # None: none sent, the provider's default applies ("default" in the manifest)
     max_tokens: int = PAPER_MAX_TOKENS
-    key_variable: str = ""  # where its key came from, when not the role's own variables (a grid file's key_variable)
+    key_variable: str = (
+        ""  # where its key came from, when not the role's own variables (a grid file's key_variable)
+    )
 
     @property
     def host(self) -> str:
@@ -58,11 +61,14 @@ class Role:
 @dataclass(frozen=True)
 class Transport:
     """How calls travel (never what they ask): it may differ between invocations of the same run."""
+
     timeout: float = TIMEOUT
     retries: int = 3
     concurrency: int = 8  # cases at once
     stream: bool = False
-    call_deadline: float = DEADLINE_TIMEOUTS * TIMEOUT  # wall-clock seconds one call may take, however its bytes
+    call_deadline: float = (
+        DEADLINE_TIMEOUTS * TIMEOUT
+    )  # wall-clock seconds one call may take, however its bytes
     # trickle in
     backoff_base: float = 1.0
 
@@ -70,6 +76,7 @@ class Transport:
 @dataclass(frozen=True)
 class Batching:
     """Batch mode (--batch and the options beside it)."""
+
     enabled: bool = False
     roles: tuple[str, ...] = ()  # the roles asked through batches (none given: all)
     detach: bool = False
@@ -89,6 +96,7 @@ class Spending:
 class Settings:
     """One invocation of a stage: the run and what decides its records, then how calls travel, batch mode and
     spending, each grouped apart."""
+
     run_id: str
     dataset: Path
     output_root: Path
@@ -132,8 +140,10 @@ def check_base_url(url: str, variable: str) -> str:
         parts, port_ok = urlsplit(""), False
     if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok or parts.username:
         shown = url if len(url) < 12 and not any(c.isalnum() for c in url[4:]) else f"{url[:8]}…"
-        raise HarnessError(f"{variable}: {shown!r} is not an http(s)://host[:port]/… base URL "
-                           "(is a key in the URL variable?)")
+        raise HarnessError(
+            f"{variable}: {shown!r} is not an http(s)://host[:port]/… base URL "
+            "(is a key in the URL variable?)"
+        )
     return url
 
 
@@ -151,18 +161,26 @@ def resolve_roles(args: argparse.Namespace, env=os.environ) -> dict[str, Role]:
         model = flags[role] or env.get(MODEL_ENV[role]) or DEFAULT_MODELS.get(role)
         if not model:
             raise HarnessError("no evaluated model chosen: pass --model MODEL_ID or set LEXPILOT_MODEL")
-        if model.strip() != model or not model.isprintable() or "\u200b" in model:  # would look like another id
+        if (
+            model.strip() != model or not model.isprintable() or "\u200b" in model
+        ):  # would look like another id
             flag = {"eval": "--model", "user": "--user-model", "judge": "--judge-model"}[role]
-            raise HarnessError(f"{flag} / {MODEL_ENV[role]} {model!r}: a model id with surrounding spaces or "
-                               "invisible characters; pass the id alone")
+            raise HarnessError(
+                f"{flag} / {MODEL_ENV[role]} {model!r}: a model id with surrounding spaces or "
+                "invisible characters; pass the id alone"
+            )
         prefix = ENV_PREFIX[role]
         variable = next((v for v in (f"{prefix}_BASE_URL", "OPENAI_BASE_URL") if env.get(v)), "the default")
-        base_url = check_base_url(env.get(f"{prefix}_BASE_URL") or env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
-                                  variable)
+        base_url = check_base_url(
+            env.get(f"{prefix}_BASE_URL") or env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL, variable
+        )
         key_variable = next((v for v in (f"{prefix}_API_KEY", "OPENAI_API_KEY") if env.get(v)), None)
         api_key = check_api_key(env[key_variable], key_variable) if key_variable else ""
-        temperature = {"eval": args.temperature, "judge": args.judge_temperature,
-                       "user": args.temperature if args.user_temperature is None else args.user_temperature}[role]
+        temperature = {
+            "eval": args.temperature,
+            "judge": args.judge_temperature,
+            "user": args.temperature if args.user_temperature is None else args.user_temperature,
+        }[role]
         max_tokens = {"eval": None, "user": args.user_max_tokens, "judge": args.judge_max_tokens}[role]
         roles[role] = Role(role, model, base_url, api_key, temperature, max_tokens or args.max_tokens)
     return roles
@@ -170,11 +188,19 @@ def resolve_roles(args: argparse.Namespace, env=os.environ) -> dict[str, Role]:
 
 def check_api_key(key: str, variable: str) -> str:
     """A key as an HTTP header can carry it, or a one-line error naming the variable (never the key)."""
-    problem = ("ends with a line break" if key.rstrip("\r\n") != key else
-               "begins or ends with spaces" if key.strip() != key else
-               "holds non-ASCII or control characters" if not key.isascii() or not key.isprintable() else None)
+    problem = (
+        "ends with a line break"
+        if key.rstrip("\r\n") != key
+        else "begins or ends with spaces"
+        if key.strip() != key
+        else "holds non-ASCII or control characters"
+        if not key.isascii() or not key.isprintable()
+        else None
+    )
     if problem:
-        raise HarnessError(f"{variable}: the API key {problem} (not shown); set the variable to the key alone")
+        raise HarnessError(
+            f"{variable}: the API key {problem} (not shown); set the variable to the key alone"
+        )
     return key
 
 
@@ -185,22 +211,28 @@ def key_variables(role: str) -> str:
 
 def number(kind: type, low: float, high: float, default_word: bool = False):
     """An argparse type: a finite number in [low, high]; with `default_word`, also 'default' (None)."""
+
     def parse(text: str):
         if default_word and text == "default":
             return None
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a {'whole ' if kind is int else ''}number") from None
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a {'whole ' if kind is int else ''}number"
+            ) from None
         if not math.isfinite(value) or not low <= value <= high:
             raise argparse.ArgumentTypeError(f"{text} is outside {shown(low)} to {shown(high)}")
         return value
+
     return parse
 
 
 def shown(bound: float) -> str:
     """A bound as a reader writes it: 1000000, not 1e+06."""
-    return f"{bound:,}".replace(",", "") if float(bound).is_integer() and abs(bound) < 10 ** 15 else f"{bound:g}"
+    return (
+        f"{bound:,}".replace(",", "") if float(bound).is_integer() and abs(bound) < 10**15 else f"{bound:g}"
+    )
 
 
 def rate_limits(entries: list[str]) -> dict[str, float]:
@@ -213,8 +245,9 @@ def rate_limits(entries: list[str]) -> dict[str, float]:
             if not model or not math.isfinite(limits[model]) or limits[model] <= 0:
                 raise ValueError
         except ValueError:
-            raise HarnessError(f"--rate-limit {entry[:80]!r}: must be MODEL=REQUESTS_PER_MINUTE, a positive "
-                               "number") from None
+            raise HarnessError(
+                f"--rate-limit {entry[:80]!r}: must be MODEL=REQUESTS_PER_MINUTE, a positive number"
+            ) from None
     return limits
 
 
@@ -243,8 +276,13 @@ def histories(text: str) -> tuple[str, ...]:
     return tuple(t for t in ("underspecified", "complete") if t in chosen)
 
 
-def add_common_args(parser: argparse.ArgumentParser, user_condition: bool = False,
-                    history_choice: bool = False, from_run: bool = False, probe_file: bool = False) -> None:
+def add_common_args(
+    parser: argparse.ArgumentParser,
+    user_condition: bool = False,
+    history_choice: bool = False,
+    from_run: bool = False,
+    probe_file: bool = False,
+) -> None:
     """Every stage's options, in the order --help lists them; the flags add those only some stages take."""
     a = parser.add_argument
     _add_run_args(a)
@@ -252,21 +290,44 @@ def add_common_args(parser: argparse.ArgumentParser, user_condition: bool = Fals
     _add_transport_args(a)
     _add_spending_args(a)
     _add_batch_args(a)
-    a("--keep-reasoning", action="store_true",
-      help="save the evaluated model's separate reasoning in its records too (the judge's is always saved)")
-    a("--allow-code-change", action="store_true",
-      help="resume a run started by another version of the harness code (recorded in the manifest)")
+    a(
+        "--keep-reasoning",
+        action="store_true",
+        help="save the evaluated model's separate reasoning in its records too (the judge's is always saved)",
+    )
+    a(
+        "--allow-code-change",
+        action="store_true",
+        help="resume a run started by another version of the harness code (recorded in the manifest)",
+    )
     if from_run:
-        a("--from-run", required=True, metavar="RUN_ID",
-          help="the saved run whose generations and User Model replies are reused (same --model)")
+        a(
+            "--from-run",
+            required=True,
+            metavar="RUN_ID",
+            help="the saved run whose generations and User Model replies are reused (same --model)",
+        )
     if probe_file:
-        a("--probes", type=Path, required=True, help="the probe file the experts filled (user_probes.py template)")
+        a(
+            "--probes",
+            type=Path,
+            required=True,
+            help="the probe file the experts filled (user_probes.py template)",
+        )
     if history_choice:
-        a("--histories", type=histories, default=("underspecified",),
-          help="which histories to answer: underspecified (default), or underspecified,complete as a control")
+        a(
+            "--histories",
+            type=histories,
+            default=("underspecified",),
+            help="which histories to answer: underspecified (default), or underspecified,complete as a control",
+        )
     if user_condition:
-        a("--user-condition", choices=USER_CONDITIONS, default="standard",
-          help="simulated user behaviour (default standard)")
+        a(
+            "--user-condition",
+            choices=USER_CONDITIONS,
+            default="standard",
+            help="simulated user behaviour (default standard)",
+        )
 
 
 def _add_run_args(a) -> None:
@@ -276,22 +337,39 @@ def _add_run_args(a) -> None:
     a("--user-model", help=f"User Model id (else ${MODEL_ENV['user']}, else {DEFAULT_MODELS['user']})")
     a("--judge-model", help=f"judge model id (else ${MODEL_ENV['judge']}, else {DEFAULT_MODELS['judge']})")
     a("--dataset", type=Path, default=DEFAULT_DATASET, help="dataset JSON (default: %(default)s)")
-    a("--output-root", type=Path, default=DEFAULT_OUTPUT_ROOT, help="where results go (default: next to the scripts)")
+    a(
+        "--output-root",
+        type=Path,
+        default=DEFAULT_OUTPUT_ROOT,
+        help="where results go (default: next to the scripts)",
+    )
     a("--limit", type=number(int, 1, 10**7), help="evaluate only the first N cases in file order")
 
 
 def _add_sampling_args(a) -> None:
     """Temperatures and output limits per role (the paper's by default)."""
     temperature = number(float, 0, 2, default_word=True)
-    a("--temperature", type=temperature, default=PAPER_TEMPERATURE["eval"],
-      help=f"evaluated model, and User Model unless --user-temperature (default {PAPER_TEMPERATURE['eval']:g}; "
-           "'default': send none)")
+    a(
+        "--temperature",
+        type=temperature,
+        default=PAPER_TEMPERATURE["eval"],
+        help=f"evaluated model, and User Model unless --user-temperature (default {PAPER_TEMPERATURE['eval']:g}; "
+        "'default': send none)",
+    )
     a("--user-temperature", type=temperature, help="User Model (default: --temperature)")
-    a("--judge-temperature", type=temperature, default=PAPER_TEMPERATURE["judge"],
-      help=f"judge (default {PAPER_TEMPERATURE['judge']:g})")
+    a(
+        "--judge-temperature",
+        type=temperature,
+        default=PAPER_TEMPERATURE["judge"],
+        help=f"judge (default {PAPER_TEMPERATURE['judge']:g})",
+    )
     tokens = number(int, 1, 10**7)
-    a("--max-tokens", type=tokens, default=PAPER_MAX_TOKENS,
-      help=f"per call, every role unless set below (default {PAPER_MAX_TOKENS})")
+    a(
+        "--max-tokens",
+        type=tokens,
+        default=PAPER_MAX_TOKENS,
+        help=f"per call, every role unless set below (default {PAPER_MAX_TOKENS})",
+    )
     a("--user-max-tokens", type=tokens, help="User Model (default: --max-tokens)")
     a("--judge-max-tokens", type=tokens, help="judge (default: --max-tokens)")
 
@@ -299,43 +377,91 @@ def _add_sampling_args(a) -> None:
 def _add_transport_args(a) -> None:
     """How calls are made and retried, and what a failed case does."""
     transport = Transport()
-    a("--timeout", type=number(float, 0.001, 86400), default=transport.timeout,
-      help=f"seconds without a byte before a call is retried (default {transport.timeout:g})")
-    a("--call-deadline", type=number(float, 0.001, 10**6),
-      help="wall-clock seconds one call may take in all before it is abandoned and retried "
-           f"(default {DEADLINE_TIMEOUTS} x --timeout)")
-    a("--retries", type=number(int, 0, 1000), default=transport.retries,
-      help=f"retries of a transient failure per call (default {transport.retries})")
-    a("--concurrency", type=number(int, 1, 4096), default=transport.concurrency,
-      help=f"cases run at once (default {transport.concurrency})")
+    a(
+        "--timeout",
+        type=number(float, 0.001, 86400),
+        default=transport.timeout,
+        help=f"seconds without a byte before a call is retried (default {transport.timeout:g})",
+    )
+    a(
+        "--call-deadline",
+        type=number(float, 0.001, 10**6),
+        help="wall-clock seconds one call may take in all before it is abandoned and retried "
+        f"(default {DEADLINE_TIMEOUTS} x --timeout)",
+    )
+    a(
+        "--retries",
+        type=number(int, 0, 1000),
+        default=transport.retries,
+        help=f"retries of a transient failure per call (default {transport.retries})",
+    )
+    a(
+        "--concurrency",
+        type=number(int, 1, 4096),
+        default=transport.concurrency,
+        help=f"cases run at once (default {transport.concurrency})",
+    )
     a("--keep-going", action="store_true", help="on a failed case, go on with the others")
-    a("--stream", action="store_true",
-      help="stream replies, so --timeout bounds a stalled connection, not a long generation")
+    a(
+        "--stream",
+        action="store_true",
+        help="stream replies, so --timeout bounds a stalled connection, not a long generation",
+    )
 
 
 def _add_spending_args(a) -> None:
     """The dry run, its quote, and the budget."""
     a("--dry-run", action="store_true", help="print the cases and calls the stage would make; call nothing")
-    a("--prices", type=Path, metavar="FILE", help='JSON {"model id": {"prompt": P, "completion": C}} per million '
-      "tokens: --dry-run then quotes the cost; needed by --max-cost")
-    a("--max-cost", type=number(float, 0, 10**9), metavar="AMOUNT",
-      help="a hard budget for this invocation (with --prices): no call starts that could take the spending past it")
+    a(
+        "--prices",
+        type=Path,
+        metavar="FILE",
+        help='JSON {"model id": {"prompt": P, "completion": C}} per million '
+        "tokens: --dry-run then quotes the cost; needed by --max-cost",
+    )
+    a(
+        "--max-cost",
+        type=number(float, 0, 10**9),
+        metavar="AMOUNT",
+        help="a hard budget for this invocation (with --prices): no call starts that could take the spending past it",
+    )
 
 
 def _add_batch_args(a) -> None:
     """--batch and its options: the provider's batch API, or offline batch files."""
-    a("--batch", action="store_true", help="advance in cycles through the provider's batch API (about half the "
-      "price; answers within 24 h); a batch survives its process: rerun to re-attach")
+    a(
+        "--batch",
+        action="store_true",
+        help="advance in cycles through the provider's batch API (about half the "
+        "price; answers within 24 h); a batch survives its process: rerun to re-attach",
+    )
     a("--batch-detach", action="store_true", help="with --batch: submit the cycle's batches, then exit 0")
     a("--batch-status", action="store_true", help="print the run's batches in flight and exit")
-    a("--batch-poll", type=number(float, 0.01, 86400), default=30.0,
-      help="seconds between batch polls, at least 0.01 (default 30)")
-    a("--batch-roles", type=role_list, help="with --batch: the roles sent in batches, e.g. eval,judge (default all); "
-      "the others are called synchronously within the same cycles")
-    a("--batch-resubmit", action="store_true", help="with --batch, after a lost batches.json at a provider that "
-      "lists batches without their metadata: submit the pending requests again (they may already be paid)")
-    a("--batch-files", type=Path, metavar="DIR", help="offline batches for `vllm run-batch`: write each cycle's "
-      "input files there and stop; rerun with their output files there to go on")
+    a(
+        "--batch-poll",
+        type=number(float, 0.01, 86400),
+        default=30.0,
+        help="seconds between batch polls, at least 0.01 (default 30)",
+    )
+    a(
+        "--batch-roles",
+        type=role_list,
+        help="with --batch: the roles sent in batches, e.g. eval,judge (default all); "
+        "the others are called synchronously within the same cycles",
+    )
+    a(
+        "--batch-resubmit",
+        action="store_true",
+        help="with --batch, after a lost batches.json at a provider that "
+        "lists batches without their metadata: submit the pending requests again (they may already be paid)",
+    )
+    a(
+        "--batch-files",
+        type=Path,
+        metavar="DIR",
+        help="offline batches for `vllm run-batch`: write each cycle's "
+        "input files there and stop; rerun with their output files there to go on",
+    )
 
 
 MAX_RUN_ID = 100  # a run id is a folder name under three folders: keep paths well inside OS limits
@@ -359,8 +485,9 @@ def settings_from_args(args: argparse.Namespace, env=os.environ) -> Settings:
         if not 0 <= backoff_base <= 3600:
             raise ValueError
     except ValueError:
-        raise HarnessError(f"LEXPILOT_BACKOFF_BASE={backoff[:20]!r}: must be a number of seconds from 0 "
-                           "to 3600") from None
+        raise HarnessError(
+            f"LEXPILOT_BACKOFF_BASE={backoff[:20]!r}: must be a number of seconds from 0 to 3600"
+        ) from None
     prices = read_prices(args.prices) if args.prices else None
     if args.max_cost is not None and prices is None:
         raise HarnessError("--max-cost needs --prices FILE (the price per million tokens of each model id)")
@@ -369,20 +496,38 @@ def settings_from_args(args: argparse.Namespace, env=os.environ) -> Settings:
     if args.max_cost is not None and unpriced:
         raise HarnessError(f"--max-cost: {args.prices} has no price for {', '.join(unpriced)}")
     return Settings(
-        run_id=args.run_id, dataset=args.dataset.resolve(), output_root=args.output_root.resolve(),
-        limit=args.limit, roles=roles, max_tokens=args.max_tokens,
+        run_id=args.run_id,
+        dataset=args.dataset.resolve(),
+        output_root=args.output_root.resolve(),
+        limit=args.limit,
+        roles=roles,
+        max_tokens=args.max_tokens,
         user_condition=getattr(args, "user_condition", "standard"),
-        histories=getattr(args, "histories", ("underspecified",)), source_run=getattr(args, "from_run", None),
+        histories=getattr(args, "histories", ("underspecified",)),
+        source_run=getattr(args, "from_run", None),
         probes=args.probes.resolve() if getattr(args, "probes", None) else None,
-        keep_going=args.keep_going, dry_run=args.dry_run, allow_code_change=args.allow_code_change,
+        keep_going=args.keep_going,
+        dry_run=args.dry_run,
+        allow_code_change=args.allow_code_change,
         keep_reasoning=args.keep_reasoning,
-        transport=Transport(timeout=args.timeout, retries=args.retries, concurrency=args.concurrency,
-                            stream=args.stream, call_deadline=args.call_deadline or DEADLINE_TIMEOUTS * args.timeout,
-                            backoff_base=backoff_base),
-        batching=Batching(enabled=bool(args.batch or args.batch_detach or args.batch_files or args.batch_roles
-                                       or args.batch_resubmit),
-                          roles=args.batch_roles or (), detach=args.batch_detach, status=args.batch_status,
-                          poll=args.batch_poll, files=args.batch_files.resolve() if args.batch_files else None,
-                          resubmit=args.batch_resubmit),
+        transport=Transport(
+            timeout=args.timeout,
+            retries=args.retries,
+            concurrency=args.concurrency,
+            stream=args.stream,
+            call_deadline=args.call_deadline or DEADLINE_TIMEOUTS * args.timeout,
+            backoff_base=backoff_base,
+        ),
+        batching=Batching(
+            enabled=bool(
+                args.batch or args.batch_detach or args.batch_files or args.batch_roles or args.batch_resubmit
+            ),
+            roles=args.batch_roles or (),
+            detach=args.batch_detach,
+            status=args.batch_status,
+            poll=args.batch_poll,
+            files=args.batch_files.resolve() if args.batch_files else None,
+            resubmit=args.batch_resubmit,
+        ),
         spending=Spending(prices=prices, max_cost=args.max_cost),
     )

@@ -17,8 +17,12 @@ SECRET = "sk-test-DO-NOT-LEAK-0123456789abcdef"
 # Every stage the catalog declares, by its name with "LJP " left out ("LexAwN", "DCG", "gold", "audit", …): the
 # catalog is the one list (issue 37 item 3), a stage added there is here too. eval_LJP.py's own copies of the
 # three setups are left out: the single-setup scripts' stages carry those names.
-STAGES = {stage.name.removeprefix("LJP "): stage for entry, stages in ENTRY_POINTS.items() if entry not in BY_HAND
-          for stage in stages}
+STAGES = {
+    stage.name.removeprefix("LJP "): stage
+    for entry, stages in ENTRY_POINTS.items()
+    if entry not in BY_HAND
+    for stage in stages
+}
 
 
 def prompts_in(folder: Path, monkeypatch, **added: str) -> Path:
@@ -26,6 +30,7 @@ def prompts_in(folder: Path, monkeypatch, **added: str) -> Path:
     text) declared beside them, as a harness that gains a prompt file (a new stage's) declares it."""
     from lexpilot.benchmark import prompts as prompt_module
     from lexpilot.storage import manifest as manifest_module
+
     folder.mkdir()
     for file in prompt_module.PROMPT_FILES.values():
         (folder / file).write_bytes((prompt_module.PROMPT_DIR / file).read_bytes())
@@ -41,8 +46,15 @@ def judge_kinds() -> tuple[str, ...]:
     """The scripted provider's names of every prompt a catalogued stage sends the judge (whose outputs
     `CaseCalls.validated` parses), read from the catalog: a new judge stage is in every test that asks for them."""
     from lexpilot.scripted.kinds import KIND_OF_PROMPT
-    names = {name for stages in ENTRY_POINTS.values() for stage in stages for step in stage.steps
-             for role, name in step.prompts.items() if role == "judge"}
+
+    names = {
+        name
+        for stages in ENTRY_POINTS.values()
+        for stage in stages
+        for step in stage.steps
+        for role, name in step.prompts.items()
+        if role == "judge"
+    }
     return tuple(sorted(KIND_OF_PROMPT.get(name, name) for name in names))
 
 
@@ -51,6 +63,7 @@ def as_at_a_terminal() -> None:
     with SIGINT ignored, which its children inherit, and a test of Ctrl-C must not depend on how pytest was started
     (issue 37 item 9). Passed to subprocess as `preexec_fn`."""
     import signal
+
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
@@ -67,22 +80,42 @@ class Harness:
     """Runs stages in-process against a FakeProvider, with outputs under a temporary root: through the
     OpenAI SDK over HTTP to the provider's server when `http`, else in memory (no socket)."""
 
-    def __init__(self, tmp_path: Path, provider: FakeProvider, monkeypatch, dataset: Path = SAMPLE, http: bool = False):
+    def __init__(
+        self, tmp_path: Path, provider: FakeProvider, monkeypatch, dataset: Path = SAMPLE, http: bool = False
+    ):
         self.root, self.provider, self.dataset, self.run_id = tmp_path / "out", provider, dataset, "r1"
         self.http = http
         monkeypatch.setenv("OPENAI_BASE_URL", provider.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", SECRET)
 
     def run(self, stage: str, *extra: str) -> int:
-        argv = ["--run-id", self.run_id, "--model", "eval-model", "--dataset", str(self.dataset),
-                "--output-root", str(self.root), *extra]
+        argv = [
+            "--run-id",
+            self.run_id,
+            "--model",
+            "eval-model",
+            "--dataset",
+            str(self.dataset),
+            "--output-root",
+            str(self.root),
+            *extra,
+        ]
         clients = None if self.http else self.provider.in_memory_clients()
         return stage_main(STAGES[stage], "test", argv=argv, clients=clients)
 
     def run_stage(self, stage, *extra: str) -> int:
         """A stage object (of any entry point), in memory, with this harness's run, model, dataset and root."""
-        argv = ["--run-id", self.run_id, "--model", "eval-model", "--dataset", str(self.dataset),
-                "--output-root", str(self.root), *extra]
+        argv = [
+            "--run-id",
+            self.run_id,
+            "--model",
+            "eval-model",
+            "--dataset",
+            str(self.dataset),
+            "--output-root",
+            str(self.root),
+            *extra,
+        ]
         return stage_main(stage, "test", argv=argv, clients=self.provider.in_memory_clients())
 
     def file(self, top, name: str | None = None) -> Path:
@@ -103,7 +136,9 @@ def clean_env(monkeypatch, tmp_path_factory):
         if name.startswith(("LEXPILOT_", "OPENAI_")):
             monkeypatch.delenv(name)
     monkeypatch.setenv("LEXPILOT_BACKOFF_BASE", "0.001")
-    monkeypatch.setenv("LEXPILOT_CACHE", str(tmp_path_factory.mktemp("scores")))  # each test its own score cache
+    monkeypatch.setenv(
+        "LEXPILOT_CACHE", str(tmp_path_factory.mktemp("scores"))
+    )  # each test its own score cache
 
 
 @pytest.fixture
@@ -127,6 +162,7 @@ def harness(tmp_path, provider, monkeypatch):
 
 
 CHROMIUM = os.environ.get("LEXPILOT_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+
 
 @pytest.fixture(scope="module")
 def browser():

@@ -1,5 +1,6 @@
 """Batch mode (--batch): cycles through the scripted batch API give the records of a synchronous run; a batch
 survives its process; rejected replies go into the next cycle; refusing endpoints stop before submitting."""
+
 import json
 
 import pytest
@@ -11,8 +12,10 @@ VOLATILE = ("usage", "digest", "upstream_hash")  # batched calls are marked in u
 
 
 def contents(h, name_top, name_file):
-    return sorted(({k: v for k, v in r.items() if k not in VOLATILE} for r in h.records(name_top, name_file)),
-                  key=lambda r: r["case_number"])
+    return sorted(
+        ({k: v for k, v in r.items() if k not in VOLATILE} for r in h.records(name_top, name_file)),
+        key=lambda r: r["case_number"],
+    )
 
 
 @pytest.fixture
@@ -23,10 +26,16 @@ def pair(tmp_path, provider, monkeypatch):
     return sync, batch
 
 
-FILES = {"gold": [("Force_judge_gen", "a1_force_judge.jsonl"), ("eval_results", "LJP_gold.jsonl")],
-         "direct": [("Force_judge_gen", "a1_direct.jsonl"), ("eval_results", "LJP_direct.jsonl")],
-         "DCG": [("Force_ask_gen", "force_ask.jsonl"), ("eval_results", "DCG_results.jsonl")],
-         "LexAwN": [("AwN_gen", "a1.jsonl"), ("eval_results", "LCA_results.jsonl"), ("AwN_gen", "interaction.jsonl")]}
+FILES = {
+    "gold": [("Force_judge_gen", "a1_force_judge.jsonl"), ("eval_results", "LJP_gold.jsonl")],
+    "direct": [("Force_judge_gen", "a1_direct.jsonl"), ("eval_results", "LJP_direct.jsonl")],
+    "DCG": [("Force_ask_gen", "force_ask.jsonl"), ("eval_results", "DCG_results.jsonl")],
+    "LexAwN": [
+        ("AwN_gen", "a1.jsonl"),
+        ("eval_results", "LCA_results.jsonl"),
+        ("AwN_gen", "interaction.jsonl"),
+    ],
+}
 
 
 @pytest.mark.parametrize("stage", ["gold", "direct", "DCG", "LexAwN"])
@@ -59,20 +68,30 @@ def test_a_batch_survives_its_process_and_is_never_submitted_twice(pair, provide
     for b in provider.batches.values():
         b["_ready"] = 0
     assert batch.run("gold", "--batch", "--batch-poll", "1") == 0
-    assert all(n == 1 for n in provider.submitted.values()) and len(batch.records("eval_results", "LJP_gold.jsonl")) == 4
+    assert (
+        all(n == 1 for n in provider.submitted.values())
+        and len(batch.records("eval_results", "LJP_gold.jsonl")) == 4
+    )
 
 
 @pytest.mark.parametrize("phase", ["before upload", "after upload", "after create"])
 def test_a_kill_at_each_phase_re_attaches_without_a_duplicate(pair, provider, monkeypatch, phase):
     from lexpilot.running import batching
+
     _, batch = pair
     real_submit = batching.submit
 
     def killed(run, client, role, requests, max_tokens):
         ledger = run.ledger
         if phase == "before upload":
-            ledger.data["batches"].append({"role": role, "phase": "prepared", "max_tokens": max_tokens,
-                                           "requests": {cid: meta for cid, meta, _ in requests}})
+            ledger.data["batches"].append(
+                {
+                    "role": role,
+                    "phase": "prepared",
+                    "max_tokens": max_tokens,
+                    "requests": {cid: meta for cid, meta, _ in requests},
+                }
+            )
             ledger.save()
         else:
             real_submit(run, client, role, requests, max_tokens)
@@ -82,6 +101,7 @@ def test_a_kill_at_each_phase_re_attaches_without_a_duplicate(pair, provider, mo
                 b.pop("batch_id")
                 ledger.save()
         raise KeyboardInterrupt
+
     monkeypatch.setattr(batching, "submit", killed)
     assert batch.run("gold", "--batch", "--batch-poll", "1") == 130  # interrupted at that phase
     monkeypatch.setattr(batching, "submit", real_submit)
@@ -97,12 +117,18 @@ def test_rejected_and_failed_requests_go_into_the_next_cycle(pair, provider, cap
     def fail_twice(custom_id):
         failures["n"] += 1
         return failures["n"] <= 2
+
     provider.batch_fail = fail_twice
-    provider.script = lambda kind, prompt, body: {"content": "半句", "finish_reason": "length"} \
-        if kind == "force_judge" and not provider.batches.get("batch-3") else None
+    provider.script = lambda kind, prompt, body: (
+        {"content": "半句", "finish_reason": "length"}
+        if kind == "force_judge" and not provider.batches.get("batch-3")
+        else None
+    )
     assert batch.run("gold", "--batch", "--batch-poll", "1") == 0
     err = capsys.readouterr().err
-    assert "failed in the batch" in err and "asked again in the next cycle" in err and "reply truncated" in err
+    assert (
+        "failed in the batch" in err and "asked again in the next cycle" in err and "reply truncated" in err
+    )
     assert len(provider.batches) >= 4  # the rejected requests took further cycles
     assert len(batch.records("eval_results", "LJP_gold.jsonl")) == 4
 
@@ -122,7 +148,9 @@ def test_a_role_left_synchronous_works_within_the_same_cycles(pair, provider):
     provider.requests = []
     assert batch.run("DCG", "--batch-roles", "eval,judge", "--batch-poll", "1") == 0
     assert provider.kinds() == {"user": 4}  # the User Model was called directly, the others in batches
-    assert contents(batch, "Force_ask_gen", "force_ask.jsonl") == contents(sync, "Force_ask_gen", "force_ask.jsonl")
+    assert contents(batch, "Force_ask_gen", "force_ask.jsonl") == contents(
+        sync, "Force_ask_gen", "force_ask.jsonl"
+    )
     record = batch.records("Force_ask_gen", "force_ask.jsonl")[0]
     assert "batched_calls" not in record["usage"]["user"] and record["usage"]["eval"]["batched_calls"] == 2
 
@@ -135,8 +163,11 @@ def test_vllm_batch_files_round_trip(pair, provider, tmp_path, capsys):
     while True:
         assert batch.run("gold", "--batch-files", str(folder)) == 0
         err = capsys.readouterr().err
-        inputs = [p for p in sorted(folder.glob("*.jsonl")) if not p.name.endswith(".out.jsonl")
-                  and not p.with_name(p.stem + ".out.jsonl").exists()]
+        inputs = [
+            p
+            for p in sorted(folder.glob("*.jsonl"))
+            if not p.name.endswith(".out.jsonl") and not p.with_name(p.stem + ".out.jsonl").exists()
+        ]
         if not inputs:
             break
         assert "vllm run-batch -i" in err
@@ -146,13 +177,21 @@ def test_vllm_batch_files_round_trip(pair, provider, tmp_path, capsys):
             out = []
             for i, x in enumerate(lines):
                 status, _, payload = provider._answer(x["body"])
-                out.append({"id": f"vllm-{i}", "custom_id": x["custom_id"],
-                            "response": {"status_code": status, "body": json.loads(payload)}, "error": None})
+                out.append(
+                    {
+                        "id": f"vllm-{i}",
+                        "custom_id": x["custom_id"],
+                        "response": {"status_code": status, "body": json.loads(payload)},
+                        "error": None,
+                    }
+                )
             path.with_name(path.stem + ".out.jsonl").write_text(
-                "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in out), encoding="utf-8")
+                "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in out), encoding="utf-8"
+            )
         rounds += 1
-    assert rounds == 2 and contents(batch, "eval_results", "LJP_gold.jsonl") == contents(sync, "eval_results",
-                                                                                          "LJP_gold.jsonl")
+    assert rounds == 2 and contents(batch, "eval_results", "LJP_gold.jsonl") == contents(
+        sync, "eval_results", "LJP_gold.jsonl"
+    )
 
 
 def test_an_expired_batch_asks_its_unanswered_requests_again(pair, provider):
@@ -165,6 +204,7 @@ def test_an_expired_batch_asks_its_unanswered_requests_again(pair, provider):
 
 def test_input_files_are_split_at_the_providers_limit(pair, provider, monkeypatch):
     from lexpilot.running import batch_api
+
     _, batch = pair
     monkeypatch.setattr(batch_api, "MAX_REQUESTS", 3)
     assert batch.run("gold", "--batch", "--batch-poll", "1") == 0
@@ -175,10 +215,29 @@ def test_input_files_are_split_at_the_providers_limit(pair, provider, monkeypatc
 def test_the_budget_stops_before_a_batch_that_could_cross_it(pair, provider, tmp_path, capsys):
     _, batch = pair
     prices = tmp_path / "p.json"
-    prices.write_text(json.dumps({m: {"prompt": 1, "completion": 4, "batch_discount": 0.5}
-                                  for m in ("eval-model", "DeepSeek-V4.1-Flash", "DeepSeek-R1")}))
-    assert batch.run("gold", "--batch", "--batch-poll", "1", "--prices", str(prices), "--max-cost", "0.0005",
-                     "--max-tokens", "50") == 2
+    prices.write_text(
+        json.dumps(
+            {
+                m: {"prompt": 1, "completion": 4, "batch_discount": 0.5}
+                for m in ("eval-model", "DeepSeek-V4.1-Flash", "DeepSeek-R1")
+            }
+        )
+    )
+    assert (
+        batch.run(
+            "gold",
+            "--batch",
+            "--batch-poll",
+            "1",
+            "--prices",
+            str(prices),
+            "--max-cost",
+            "0.0005",
+            "--max-tokens",
+            "50",
+        )
+        == 2
+    )
     assert "--max-cost 0.0005" in capsys.readouterr().err and not provider.submitted
 
 
@@ -194,6 +253,7 @@ def test_batch_records_equal_a_synchronous_runs_with_a_non_ideal_user(pair, prov
 
 def test_a_kill_while_importing_imports_each_reply_once(pair, provider, monkeypatch, capsys):
     from lexpilot.storage.checkpoints import CallJournal
+
     _, batch = pair
     real_keep, kept = CallJournal.keep_key, {"n": 0}
 
@@ -202,20 +262,30 @@ def test_a_kill_while_importing_imports_each_reply_once(pair, provider, monkeypa
         kept["n"] += 1
         if kept["n"] == 2:
             raise KeyboardInterrupt
+
     monkeypatch.setattr(CallJournal, "keep_key", killed_after_two)
     assert batch.run("gold", "--batch", "--batch-poll", "1") == 130
     monkeypatch.setattr(CallJournal, "keep_key", real_keep)
     assert batch.run("gold", "--batch", "--batch-poll", "1") == 0
-    assert all(n == 1 for n in provider.submitted.values()) and len(batch.records("eval_results", "LJP_gold.jsonl")) == 4
+    assert (
+        all(n == 1 for n in provider.submitted.values())
+        and len(batch.records("eval_results", "LJP_gold.jsonl")) == 4
+    )
     assert "cases pending, at most" in capsys.readouterr().err
 
 
 def test_a_prompt_beyond_the_context_window_fails_its_case_at_once(pair, provider, capsys):
     _, batch = pair
     first = CASES[0]["complete_consultation"][0]["content"]
-    provider.script = lambda kind, prompt, body: {
-        "status": 400, "code": "context_length_exceeded",
-        "error": "This model's maximum context length is 2048 tokens."} if first in prompt else None
+    provider.script = lambda kind, prompt, body: (
+        {
+            "status": 400,
+            "code": "context_length_exceeded",
+            "error": "This model's maximum context length is 2048 tokens.",
+        }
+        if first in prompt
+        else None
+    )
     assert batch.run("gold", "--batch", "--batch-poll", "1") == 1
     err = capsys.readouterr().err
     assert "beyond the context window" in err and CASES[0]["case_number"] in err
@@ -224,10 +294,17 @@ def test_a_prompt_beyond_the_context_window_fails_its_case_at_once(pair, provide
 
 def test_batched_calls_are_priced_at_the_batch_price(pair, provider, tmp_path, capsys):
     import show_results
+
     sync, batch = pair
     prices = tmp_path / "p.json"
-    prices.write_text(json.dumps({m: {"prompt": 1, "completion": 4, "batch_discount": 0.5}
-                                  for m in ("eval-model", "DeepSeek-V4.1-Flash", "DeepSeek-R1")}))
+    prices.write_text(
+        json.dumps(
+            {
+                m: {"prompt": 1, "completion": 4, "batch_discount": 0.5}
+                for m in ("eval-model", "DeepSeek-V4.1-Flash", "DeepSeek-R1")
+            }
+        )
+    )
     assert sync.run("gold") == 0 and batch.run("gold", "--batch", "--batch-poll", "1") == 0
     costs = []
     for h in (sync, batch):
@@ -243,10 +320,16 @@ def test_batch_records_equal_a_synchronous_runs_for_the_analysis_stages(pair, pr
     import audit_simulator
     import eval_LJP_behaviour
     import eval_plain
+
     sync, batch = pair
-    files = [("Plain_gen", "plain_underspecified.jsonl"), ("eval_results", "plain_types_underspecified.jsonl"),
-             ("Behaviour_gen", "dialogues_targeted.jsonl"), ("eval_results", "LJP_off_target.jsonl"),
-             ("eval_results", "simulator_audit_dcg.jsonl"), ("eval_results", "simulator_audit_interaction.jsonl")]
+    files = [
+        ("Plain_gen", "plain_underspecified.jsonl"),
+        ("eval_results", "plain_types_underspecified.jsonl"),
+        ("Behaviour_gen", "dialogues_targeted.jsonl"),
+        ("eval_results", "LJP_off_target.jsonl"),
+        ("eval_results", "simulator_audit_dcg.jsonl"),
+        ("eval_results", "simulator_audit_interaction.jsonl"),
+    ]
     for h, extra in ((sync, ()), (batch, ("--batch", "--batch-poll", "1"))):
         assert h.run("LexAwN") == 0 and h.run("DCG") == 0
         for stage in (eval_plain.STAGE, eval_LJP_behaviour.STAGE, audit_simulator.STAGE):

@@ -1,5 +1,6 @@
 """Batch mode under faults (issue 28): paid work is counted per request — what the provider processed, by
 kind and by what the request asks — and must equal what a clean synchronous run processes."""
+
 import json
 from collections import Counter
 
@@ -13,8 +14,10 @@ CASES = sample_cases()[:8]
 @pytest.fixture
 def pair(tmp_path, provider, monkeypatch):
     dataset = write_dataset(tmp_path / "eight.json", CASES)
-    return (Harness(tmp_path / "sync", provider, monkeypatch, dataset),
-            Harness(tmp_path / "batch", provider, monkeypatch, dataset))
+    return (
+        Harness(tmp_path / "sync", provider, monkeypatch, dataset),
+        Harness(tmp_path / "batch", provider, monkeypatch, dataset),
+    )
 
 
 def synchronous(provider, h, *stages) -> Counter:
@@ -46,7 +49,9 @@ def ledger_of(h):
     return next((h.root / "runs").glob("*/*/batches.json"))
 
 
-def test_a_lost_ledger_is_rebuilt_from_the_providers_list_and_nothing_is_submitted_twice(pair, provider, capsys):
+def test_a_lost_ledger_is_rebuilt_from_the_providers_list_and_nothing_is_submitted_twice(
+    pair, provider, capsys
+):
     """Item 2: after --batch-detach the ledger is deleted: --batch-status still shows the batch (the provider
     lists it, tagged with run, model and stage), and the rerun re-attaches to it instead of submitting again."""
     sync, batch = pair
@@ -60,7 +65,10 @@ def test_a_lost_ledger_is_rebuilt_from_the_providers_list_and_nothing_is_submitt
     out = capsys.readouterr().out
     assert "batch-1, status in_progress: listed by the provider for this run" in out and "no batch" not in out
     assert batch.run("gold", "--batch-detach") == 0
-    assert "re-attached batch batch-1 from the provider's list (8 requests of this run)" in capsys.readouterr().err
+    assert (
+        "re-attached batch batch-1 from the provider's list (8 requests of this run)"
+        in capsys.readouterr().err
+    )
     assert provider.submitted == submitted  # nothing submitted again
     for b in provider.batches.values():
         b["_ready"] = 0
@@ -126,13 +134,17 @@ def test_a_batch_the_provider_lost_goes_back_to_pending(pair, provider, capsys, 
             if path.endswith("/batches/batch-1") and "output_file_id" in provider.batches["batch-1"]:
                 provider.files.pop(provider.batches["batch-1"]["output_file_id"], None)
             return status, h, payload
+
         provider.batch_api = without_output
     provider.batch_delay = 0
     capsys.readouterr()
     assert batch.run("gold", "--batch", "--batch-poll", "1") == 0
     err = capsys.readouterr().err
-    assert ("its 8 requests are asked again in the next cycle" if lost == "batch" else
-            "cannot be downloaded (HTTP 404): the requests it answered are asked again") in err
+    assert (
+        "its 8 requests are asked again in the next cycle"
+        if lost == "batch"
+        else "cannot be downloaded (HTTP 404): the requests it answered are asked again"
+    ) in err
     assert "Traceback" not in err
     assert len(batch.records("eval_results", "LJP_gold.jsonl")) == 8
     if lost == "batch":
@@ -143,11 +155,17 @@ def mangled(lines: list[str]) -> list[str]:
     """Item 5: a custom id that is a list, an object, null; a bare string; a response that is a string, a body
     that is a string; a custom id answered twice with different replies."""
     first, second, third, fourth = (json.loads(x) for x in lines[:4])
-    bad = [json.dumps({**first, "custom_id": ["x"]}), json.dumps({**first, "custom_id": {"a": 1}}),
-           json.dumps({**first, "custom_id": None}), json.dumps("oops"), json.dumps({**second, "response": "oops"}),
-           json.dumps({**third, "response": {**third["response"], "body": "oops"}})]
-    twice = json.dumps({**fourth, "response": {**fourth["response"], "body": {**fourth["response"]["body"],
-                                                                                "id": "other"}}})
+    bad = [
+        json.dumps({**first, "custom_id": ["x"]}),
+        json.dumps({**first, "custom_id": {"a": 1}}),
+        json.dumps({**first, "custom_id": None}),
+        json.dumps("oops"),
+        json.dumps({**second, "response": "oops"}),
+        json.dumps({**third, "response": {**third["response"], "body": "oops"}}),
+    ]
+    twice = json.dumps(
+        {**fourth, "response": {**fourth["response"], "body": {**fourth["response"]["body"], "id": "other"}}}
+    )
     return bad + [lines[3], twice] + lines[4:]
 
 
@@ -161,6 +179,7 @@ def test_malformed_output_lines_are_counted_reported_and_asked_again(pair, provi
             state["first"] = False
             return mangled(lines)
         return lines
+
     provider.batch_output = once
     assert batch.run("gold", "--batch", "--batch-poll", "1") == 0
     err = capsys.readouterr().err
@@ -168,7 +187,10 @@ def test_malformed_output_lines_are_counted_reported_and_asked_again(pair, provi
     assert "1 custom id(s) answered twice with different replies" in err
     assert "malformed reply" in err and "Traceback" not in err
     from tests.test_batch import contents
-    assert contents(batch, "eval_results", "LJP_gold.jsonl") == contents(sync, "eval_results", "LJP_gold.jsonl")
+
+    assert contents(batch, "eval_results", "LJP_gold.jsonl") == contents(
+        sync, "eval_results", "LJP_gold.jsonl"
+    )
 
 
 def test_malformed_lines_in_a_vllm_output_file_are_no_traceback(pair, provider, tmp_path, capsys):
@@ -180,8 +202,14 @@ def test_malformed_lines_in_a_vllm_output_file_are_no_traceback(pair, provider, 
     for x in path.read_text(encoding="utf-8").splitlines():
         x = json.loads(x)
         status, _, payload = provider._answer(x["body"])
-        lines.append(json.dumps({"custom_id": x["custom_id"], "response": {"status_code": status,
-                                                                           "body": json.loads(payload)}}))
+        lines.append(
+            json.dumps(
+                {
+                    "custom_id": x["custom_id"],
+                    "response": {"status_code": status, "body": json.loads(payload)},
+                }
+            )
+        )
     path.with_name(path.stem + ".out.jsonl").write_text("\n".join(mangled(lines)) + "\n", encoding="utf-8")
     assert batch.run("gold", "--batch-files", str(folder)) == 0
     err = capsys.readouterr().err
@@ -192,12 +220,19 @@ def test_transient_failures_of_the_batch_endpoints_are_retried(pair, provider, c
     """Item 6: one HTTP 500, 429 or connection reset on /files or /batches is retried, not a traceback."""
     sync, batch = pair
     expected = synchronous(provider, sync, "gold")
-    provider.batch_errors = [("POST", "files", 500), ("POST", "batches", 429), ("GET", "batches", 0),
-                             ("GET", "files", 502), ("GET", "batches", 500)]
+    provider.batch_errors = [
+        ("POST", "files", 500),
+        ("POST", "batches", 429),
+        ("GET", "batches", 0),
+        ("GET", "files", 502),
+        ("GET", "batches", 500),
+    ]
     assert batch.run("gold", "--batch", "--batch-poll", "1") == 0
     err = capsys.readouterr().err
     assert "uploading a batch file: HTTP 500; asked again" in err and "Traceback" not in err
-    assert provider.processed == expected and max(provider.submitted.values()) == 1 and not provider.batch_errors
+    assert (
+        provider.processed == expected and max(provider.submitted.values()) == 1 and not provider.batch_errors
+    )
 
 
 @pytest.mark.parametrize("final", ["failed", "cancelled", "expired"])
@@ -212,10 +247,13 @@ def test_batches_that_always_fail_end_the_cases_with_the_providers_reason(pair, 
     assert "no accepted reply in 3 batches" in err
 
 
-@pytest.mark.parametrize("content", ["{}", "[]", '{"batches": [1]}', '{"batches": [], "failures": []}', "nonsense"])
+@pytest.mark.parametrize(
+    "content", ["{}", "[]", '{"batches": [1]}', '{"batches": [], "failures": []}', "nonsense"]
+)
 def test_a_malformed_ledger_is_one_line(pair, provider, capsys, content):
     """Item 8."""
     from lexpilot.storage.checkpoints import run_folder
+
     _, batch = pair
     assert batch.run("gold", "--batch-status") == 0
     assert not batch.root.exists()  # --batch-status only reads
@@ -257,12 +295,21 @@ def test_cycle_lines_count_over_the_run_and_the_depth_goes_down(pair, provider, 
 def test_the_budget_line_in_batch_mode_says_spent_reserved_and_left(pair, provider, tmp_path, capsys):
     _, batch = pair
     prices = tmp_path / "p.json"
-    prices.write_text(json.dumps({m: {"prompt": 1, "completion": 4, "batch_discount": 0.5}
-                                  for m in ("eval-model", "DeepSeek-V4.1-Flash", "DeepSeek-R1")}))
-    assert batch.run("gold", "--batch", "--batch-poll", "1", "--prices", str(prices), "--max-cost", "100") == 0
+    prices.write_text(
+        json.dumps(
+            {
+                m: {"prompt": 1, "completion": 4, "batch_discount": 0.5}
+                for m in ("eval-model", "DeepSeek-V4.1-Flash", "DeepSeek-R1")
+            }
+        )
+    )
+    assert (
+        batch.run("gold", "--batch", "--batch-poll", "1", "--prices", str(prices), "--max-cost", "100") == 0
+    )
     line = next(x for x in capsys.readouterr().err.splitlines() if "] cycle 1:" in x)
-    spent, reserved, left = (float(line.split(word)[0].split()[-1].rstrip(",")) for word in
-                             (" spent", " reserved", " left"))
+    spent, reserved, left = (
+        float(line.split(word)[0].split()[-1].rstrip(",")) for word in (" spent", " reserved", " left")
+    )
     assert spent == 0 and reserved > 0 and left == pytest.approx(100 - reserved, abs=1e-4)
 
 
@@ -273,6 +320,7 @@ def analysis_stages():
     import audit_simulator
     import eval_LJP_behaviour
     import eval_plain
+
     return [eval_plain.STAGE, eval_LJP_behaviour.STAGE, audit_simulator.STAGE]
 
 
@@ -291,7 +339,8 @@ def run_all(h, *extra) -> tuple[list[int], int]:
 
 @pytest.mark.parametrize("roles", [(), ("--batch-roles", "judge")])
 def test_every_stage_in_batches_under_a_fault_storm_and_kills_pays_what_a_synchronous_run_pays(
-        pair, provider, monkeypatch, roles):
+    pair, provider, monkeypatch, roles
+):
     """The issue's closing test: transient errors on every batch endpoint, a lost create reply, failed chat calls
     for the roles left synchronous, kills after a batch is created and while its replies are imported; the
     provider processes, request by request, exactly what a clean synchronous run of every stage processes."""
@@ -299,6 +348,7 @@ def test_every_stage_in_batches_under_a_fault_storm_and_kills_pays_what_a_synchr
 
     from lexpilot.running import batching
     from lexpilot.storage.checkpoints import CallJournal
+
     sync, batch = pair
     expected = synchronous(provider, sync, *STORM_STAGES)
     for stage in analysis_stages():
@@ -306,15 +356,17 @@ def test_every_stage_in_batches_under_a_fault_storm_and_kills_pays_what_a_synchr
     expected += provider.processed
     provider.processed.clear()
     rng = random.Random(7)
-    provider.batch_errors = [(rng.choice(["GET", "POST"]), rng.choice(["files", "batches"]), rng.choice([0, 429, 500,
-                                                                                                       503]))
-                             for _ in range(12)]
+    provider.batch_errors = [
+        (rng.choice(["GET", "POST"]), rng.choice(["files", "batches"]), rng.choice([0, 429, 500, 503]))
+        for _ in range(12)
+    ]
     provider.batch_lost_create = True
     chat_calls = Counter()
 
     def flaky(kind, prompt, body):  # one chat call in five fails once: asked again, never paid twice
         chat_calls[kind] += 1
         return {"status": 502} if chat_calls[kind] % 5 == 0 else None
+
     provider.script = flaky
     real_submit, real_keep = batching.submit, CallJournal.keep_key
 
@@ -327,6 +379,7 @@ def test_every_stage_in_batches_under_a_fault_storm_and_kills_pays_what_a_synchr
         real_keep(self, *args, **kwargs)
         if kwargs.get("custom_id") and rng.random() < 0.05:
             raise KeyboardInterrupt  # killed while importing a batch's replies
+
     monkeypatch.setattr(batching, "submit", submit_then_killed)
     monkeypatch.setattr(CallJournal, "keep_key", keep_then_killed)
     codes, kills = run_all(batch, "--batch", "--batch-poll", "0.1", "--retries", "6", *roles)
@@ -338,6 +391,7 @@ def test_a_reasoning_model_in_batch_mode_switches_its_field_and_pays_each_reques
     """Issue 28, item 10 in batch mode: the refusal lines of an OpenAI reasoning model come back in the output
     file; the role switches to max_completion_tokens and asks again, as a synchronous call does."""
     from tests.test_provider_faults import MAX_TOKENS_REFUSED
+
     sync, batch = pair
     expected = synchronous(provider, sync, "gold")
     provider.script = lambda kind, prompt, body: MAX_TOKENS_REFUSED if "max_tokens" in body else None
@@ -357,13 +411,16 @@ def test_a_batch_endpoint_answering_a_web_page_stops_in_one_line(pair, provider,
         if method == "POST":
             return 200, {"Content-Type": content_type}, b"<html>Welcome</html>"
         return real(method, path, headers, raw)
+
     provider.batch_api = page
     assert batch.run("gold", "--batch", "--batch-poll", "1") in (1, 2)
     err = capsys.readouterr().err
     assert "not the batch API's; check the role's base URL" in err and "Traceback" not in err
 
 
-def test_a_role_left_synchronous_is_marked_in_flight_while_its_request_is_out(tmp_path, provider, monkeypatch):
+def test_a_role_left_synchronous_is_marked_in_flight_while_its_request_is_out(
+    tmp_path, provider, monkeypatch
+):
     """A call a killed process had sent is counted "paid, never answered" by the next run; in batch mode the roles
     left synchronous are such calls too. Seen from the provider, while each of their requests is being answered."""
     dataset = write_dataset(tmp_path / "one.json", CASES[:1])
@@ -373,9 +430,12 @@ def test_a_role_left_synchronous_is_marked_in_flight_while_its_request_is_out(tm
     def look(kind, prompt, body):  # the journal's start marks without an end, at the moment of the request
         if kind == "lexawn":
             journal = next((batch.root / "runs").glob("*/*/calls_journal.jsonl"))
-            marks = Counter(json.loads(line).get("t") for line in journal.read_text(encoding="utf-8").splitlines())
+            marks = Counter(
+                json.loads(line).get("t") for line in journal.read_text(encoding="utf-8").splitlines()
+            )
             open_marks.append(marks["start"] - marks["end"])
         return None
+
     provider.script = look
     assert batch.run("LexAwN", "--batch-roles", "judge", "--batch-poll", "1") == 0
     assert open_marks and all(n >= 1 for n in open_marks), open_marks

@@ -2,6 +2,7 @@
 batch mode and with each --batch-roles split, is given one invalid output for every prompt whose output has a
 required form (every judge's); each is asked again as in a synchronous run, the
 stage completes, and the provider processes exactly what a clean synchronous run processes, request by request."""
+
 import json
 from collections import Counter
 
@@ -15,7 +16,9 @@ from lexpilot.scripted.provider import FakeProvider
 from tests.conftest import Harness, judge_kinds, sample_cases, write_dataset
 
 PROSE = "我认为这个问题很难说。"
-VALIDATED = judge_kinds()  # every judge prompt of the catalog: their outputs are parsed by `CaseCalls.validated`
+VALIDATED = (
+    judge_kinds()
+)  # every judge prompt of the catalog: their outputs are parsed by `CaseCalls.validated`
 
 
 class FirstAnswerInvalid:
@@ -70,8 +73,9 @@ def clean(tmp_path_factory):
 
 
 @pytest.mark.parametrize("roles", ["eval,user,judge", "eval", "judge", "eval,user", "user,judge"])
-def test_an_invalid_output_in_batch_mode_is_asked_again_and_every_stage_completes(clean, tmp_path, monkeypatch,
-                                                                                    capsys, roles):
+def test_an_invalid_output_in_batch_mode_is_asked_again_and_every_stage_completes(
+    clean, tmp_path, monkeypatch, capsys, roles
+):
     sync_root, expected = clean
     script = FirstAnswerInvalid()
     with FakeProvider(script) as provider:
@@ -96,8 +100,11 @@ def verdicts(path) -> list:
         if isinstance(value, dict):
             return {k: strip(v) for k, v in value.items() if k not in ORDERED}
         return [strip(v) for v in value] if isinstance(value, list) else value
-    return sorted((strip(json.loads(line)) for line in path.read_text(encoding="utf-8").splitlines()),
-                  key=lambda r: r["case_number"])
+
+    return sorted(
+        (strip(json.loads(line)) for line in path.read_text(encoding="utf-8").splitlines()),
+        key=lambda r: r["case_number"],
+    )
 
 
 def detached_until_done(h: Harness, provider, capsys, *extra: str) -> str:
@@ -128,11 +135,13 @@ def test_an_invalid_output_is_said_once_across_detached_invocations(tmp_path, mo
 def test_the_last_of_three_invalid_outputs_is_not_said_to_be_asked_again(tmp_path, monkeypatch, capsys):
     """Three invalid outputs: two are asked again; the third fails the case, which says so (in batch mode as in a
     synchronous run)."""
-    always = (lambda kind, prompt, body: PROSE if kind == "ljp_judge" else None)
+    always = lambda kind, prompt, body: PROSE if kind == "ljp_judge" else None
     for mode in ((), ("--batch", "--batch-poll", "1")):
         with FakeProvider(always) as provider:
             root = tmp_path / ("batch" if mode else "sync")
-            h = Harness(root, provider, monkeypatch, write_dataset(tmp_path / f"{root.name}.json", cases()[:1]))
+            h = Harness(
+                root, provider, monkeypatch, write_dataset(tmp_path / f"{root.name}.json", cases()[:1])
+            )
             assert h.run("gold", "--keep-going", *mode) == 1
             err = capsys.readouterr().err
             if mode:

@@ -1,4 +1,5 @@
 """Smoke test of the throughput benchmark: a handful of cases at zero latency completes and prints its table."""
+
 import subprocess
 import sys
 
@@ -6,8 +7,13 @@ from tests.conftest import ROOT
 
 
 def test_benchmark_runs_every_stage_and_prints_its_table():
-    result = subprocess.run([sys.executable, "-m", "bench.throughput", "--cases", "2", "--latency", "0",
-                             "--concurrency", "2"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.throughput", "--cases", "2", "--latency", "0", "--concurrency", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     for stage in ("LexAwN_gen.py", "eval_DCG.py", "eval_LJP.py", "show_results.py"):
@@ -16,25 +22,58 @@ def test_benchmark_runs_every_stage_and_prints_its_table():
 
 
 def test_the_batch_benchmark_counts_cycles_within_the_longest_call_chain():
-    result = subprocess.run([sys.executable, "-m", "bench.throughput", "--batch", "--cases", "2", "--batch-delay",
-                             "0.02"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.throughput", "--batch", "--cases", "2", "--batch-delay", "0.02"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr
     rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()[2:]}
     assert set(rows) == {"LexAwN_gen.py", "eval_DCG.py", "eval_LJP.py"}
-    assert 1 <= int(rows["LexAwN_gen.py"][2]) <= 12  # a1 2 + LCA 2 + interaction 3 x 3 - 1 + the forced prediction
-    assert int(rows["eval_DCG.py"][2]) == 5  # question, reply, question, then the two judgments one after the other
+    assert (
+        1 <= int(rows["LexAwN_gen.py"][2]) <= 12
+    )  # a1 2 + LCA 2 + interaction 3 x 3 - 1 + the forced prediction
+    assert (
+        int(rows["eval_DCG.py"][2]) == 5
+    )  # question, reply, question, then the two judgments one after the other
 
 
 def test_the_statistics_benchmark_times_every_table():
-    result = subprocess.run([sys.executable, "-m", "bench.statistics", "--models", "3", "--runs", "2", "--cases", "4",
-                             "--resamples", "50"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.statistics",
+            "--models",
+            "3",
+            "--runs",
+            "2",
+            "--cases",
+            "4",
+            "--resamples",
+            "50",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr
     # 3 pairs and 3 ranks on each of 7 metrics (its second half was a bare string, always true: issue 37 item 9)
     assert "all pairs and ranking (--rank):" in result.stdout and "(42 rows, 50 resamples)" in result.stdout
 
 
 def test_the_reports_benchmark_times_a_report_and_its_repeat():
-    result = subprocess.run([sys.executable, "-m", "bench.reports", "--models", "2", "--runs", "2", "--cases", "4"],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.reports", "--models", "2", "--runs", "2", "--cases", "4"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
-    assert "again, unchanged runs (cache):" in result.stdout and "the three reports print the same" in result.stdout
+    assert (
+        "again, unchanged runs (cache):" in result.stdout
+        and "the three reports print the same" in result.stdout
+    )

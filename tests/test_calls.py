@@ -1,4 +1,5 @@
 """Model calls: roles and endpoints, request parameters, retries, rejections, judge-output validation."""
+
 import argparse
 import json
 import threading
@@ -29,22 +30,43 @@ from tests.conftest import sample_cases
 
 
 def _args(**kw):
-    base = dict(model=None, user_model=None, judge_model=None, temperature=0.7, user_temperature=None,
-                judge_temperature=0.1, max_tokens=8192, user_max_tokens=None, judge_max_tokens=None)
+    base = dict(
+        model=None,
+        user_model=None,
+        judge_model=None,
+        temperature=0.7,
+        user_temperature=None,
+        judge_temperature=0.1,
+        max_tokens=8192,
+        user_max_tokens=None,
+        judge_max_tokens=None,
+    )
     return argparse.Namespace(**{**base, **kw})
 
 
 def test_roles_fall_back_to_openai_variables_and_defaults():
-    env = {"LEXPILOT_MODEL": "m", "OPENAI_BASE_URL": "http://shared:9/v1", "OPENAI_API_KEY": "k0",
-           "LEXPILOT_JUDGE_BASE_URL": "http://judge.example:8443/v1", "LEXPILOT_JUDGE_API_KEY": "kj",
-           "LEXPILOT_USER_MODEL": "u-env"}
+    env = {
+        "LEXPILOT_MODEL": "m",
+        "OPENAI_BASE_URL": "http://shared:9/v1",
+        "OPENAI_API_KEY": "k0",
+        "LEXPILOT_JUDGE_BASE_URL": "http://judge.example:8443/v1",
+        "LEXPILOT_JUDGE_API_KEY": "kj",
+        "LEXPILOT_USER_MODEL": "u-env",
+    }
     roles = resolve_roles(_args(), env)
     assert (roles["eval"].model, roles["user"].model, roles["judge"].model) == ("m", "u-env", "DeepSeek-R1")
     assert roles["eval"].base_url == roles["user"].base_url == "http://shared:9/v1"
     assert (roles["judge"].base_url, roles["judge"].api_key, roles["eval"].api_key) == (
-        "http://judge.example:8443/v1", "kj", "k0")
+        "http://judge.example:8443/v1",
+        "kj",
+        "k0",
+    )
     assert roles["judge"].host == "judge.example:8443"
-    assert (roles["eval"].temperature, roles["user"].temperature, roles["judge"].temperature) == (0.7, 0.7, 0.1)
+    assert (roles["eval"].temperature, roles["user"].temperature, roles["judge"].temperature) == (
+        0.7,
+        0.7,
+        0.1,
+    )
 
 
 def test_flags_win_and_defaults_apply():
@@ -65,11 +87,26 @@ def test_key_never_in_role_repr():
 
 
 def _caller(provider, retries=3, timeout=5.0, stream=False, max_tokens=8192, deadline=60.0, key="k", **args):
-    roles = resolve_roles(_args(model="eval-m", max_tokens=max_tokens, **args),
-                          {"OPENAI_BASE_URL": provider.base_url, "OPENAI_API_KEY": key})
-    settings = Settings(run_id="r", dataset=None, output_root=None, limit=None, roles=roles, max_tokens=max_tokens,
-                        transport=Transport(timeout=timeout, retries=retries, concurrency=1, stream=stream,
-                                            call_deadline=deadline, backoff_base=0.001))
+    roles = resolve_roles(
+        _args(model="eval-m", max_tokens=max_tokens, **args),
+        {"OPENAI_BASE_URL": provider.base_url, "OPENAI_API_KEY": key},
+    )
+    settings = Settings(
+        run_id="r",
+        dataset=None,
+        output_root=None,
+        limit=None,
+        roles=roles,
+        max_tokens=max_tokens,
+        transport=Transport(
+            timeout=timeout,
+            retries=retries,
+            concurrency=1,
+            stream=stream,
+            call_deadline=deadline,
+            backoff_base=0.001,
+        ),
+    )
     progress = Progress("t", 1, stream=open("/dev/null", "w"))
     return ModelCaller(settings, progress, threading.Event())
 
@@ -82,6 +119,7 @@ def _script(*outcomes):
     def script(kind, prompt, body):
         with lock:
             return queue.pop(0) if queue else None
+
     return script
 
 
@@ -89,8 +127,13 @@ def test_request_carries_exactly_the_specified_parameters():
     with FakeProvider() as p:
         _caller(p).chat("judge", "填好的提示", Usage())
         body = p.requests[0]
-    assert body == {"model": "DeepSeek-R1", "messages": [{"role": "user", "content": "填好的提示"}],
-                    "temperature": 0.1, "max_tokens": 8192, "n": 1}
+    assert body == {
+        "model": "DeepSeek-R1",
+        "messages": [{"role": "user", "content": "填好的提示"}],
+        "temperature": 0.1,
+        "max_tokens": 8192,
+        "n": 1,
+    }
 
 
 @pytest.mark.parametrize("status", [429, 500, 503, 408])
@@ -170,17 +213,29 @@ def test_a_reply_without_token_counts_is_counted_as_unreported():
         usage = Usage()
         assert _caller(p, stream=True).chat("eval", "x", usage).text == "流式回答"
         assert _caller(p, stream=False).chat("eval", "x", usage).text == "?"
-    assert usage.by_role["eval"] == {"calls": 2, "prompt_tokens": 0, "completion_tokens": 0, "unreported_calls": 2}
+    assert usage.by_role["eval"] == {
+        "calls": 2,
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "unreported_calls": 2,
+    }
 
 
 # The shapes real servers use when the prompt plus max_tokens exceed the context window.
-OPENAI_CONTEXT = {"status": 400, "code": "context_length_exceeded", "type": "invalid_request_error",
-                     "error": "This model's maximum context length is 2048 tokens. However, you requested 4546 "
-                              "tokens (4530 in the messages, 16 in the completion). Please reduce the length of "
-                              "the messages or completion."}
-VLLM_CONTEXT = {"status": 400, "type": "BadRequestError",
-                "error": "This model's maximum context length is 8192 tokens. However, you requested 9000 tokens "
-                         "(809 in the messages, 8191 in the completion)."}
+OPENAI_CONTEXT = {
+    "status": 400,
+    "code": "context_length_exceeded",
+    "type": "invalid_request_error",
+    "error": "This model's maximum context length is 2048 tokens. However, you requested 4546 "
+    "tokens (4530 in the messages, 16 in the completion). Please reduce the length of "
+    "the messages or completion.",
+}
+VLLM_CONTEXT = {
+    "status": 400,
+    "type": "BadRequestError",
+    "error": "This model's maximum context length is 8192 tokens. However, you requested 9000 tokens "
+    "(809 in the messages, 8191 in the completion).",
+}
 
 
 @pytest.mark.parametrize("error", [OPENAI_CONTEXT, VLLM_CONTEXT])
@@ -227,12 +282,15 @@ def test_abort_stops_between_attempts():
             caller.chat("eval", "x", Usage())
 
 
-@pytest.mark.parametrize("raw,clean", [
-    ("  策略二\n", "策略二"),
-    ("<think>先分析一下……策略一？</think>\n策略二", "策略二"),
-    ("推理过程</think>策略一", "策略一"),
-    ("```json\n{\"results\": [\"支持\"]}\n```", "{\"results\": [\"支持\"]}"),
-])
+@pytest.mark.parametrize(
+    "raw,clean",
+    [
+        ("  策略二\n", "策略二"),
+        ("<think>先分析一下……策略一？</think>\n策略二", "策略二"),
+        ("推理过程</think>策略一", "策略一"),
+        ('```json\n{"results": ["支持"]}\n```', '{"results": ["支持"]}'),
+    ],
+)
 def test_judge_output_tolerance(raw, clean):
     assert clean_judge_output(raw) == clean
 
@@ -291,12 +349,15 @@ def test_a_retry_after_beyond_the_cap_is_the_usual_backoff_on_a_5xx_as_on_a_429(
     as a 429's is, so no single backoff waits past the cap". A day asked for is not waited (not even the cap's 300
     s): the call is retried with the usual backoff."""
     from lexpilot.models import calls as calls_module
+
     with FakeProvider(_script({"status": status, "headers": {"Retry-After": "86400"}})) as p:
         caller = _caller(p)
         waits = []
         monkeypatch.setattr(caller.abort, "wait", lambda seconds=None: waits.append(seconds) or False)
         assert caller.chat("eval", "x", Usage()).text == "?"
-    assert waits and max(waits) <= calls_module.MAX_BACKOFF and max(waits) < 1  # the usual backoff (base 0.001)
+    assert (
+        waits and max(waits) <= calls_module.MAX_BACKOFF and max(waits) < 1
+    )  # the usual backoff (base 0.001)
     assert "more than the 300 s the harness waits" in caller.progress.last_error
 
 
@@ -304,6 +365,7 @@ def test_a_call_is_marked_in_flight_when_it_is_sent_not_while_it_waits_for_a_slo
     """A process killed while its calls wait for the endpoint's slots paid for none of them: only a call whose
     request went out is counted "paid, never answered" by the next run (the journal's start mark)."""
     from lexpilot.storage.checkpoints import CallJournal, CheckpointWriter
+
     case = case_from_raw(sample_cases()[0])
     with FakeProvider() as p:
         caller = _caller(p)
@@ -314,8 +376,11 @@ def test_a_call_is_marked_in_flight_when_it_is_sent_not_while_it_waits_for_a_slo
         waiting = threading.Thread(target=calls._chat, args=("eval", "prompt"))
         waiting.start()
         time.sleep(0.3)
-        marks = lambda: [json.loads(line).get("t") for line in journal.path.read_text().splitlines()] \
-            if journal.path.exists() else []  # noqa: E731
+        marks = lambda: (
+            [json.loads(line).get("t") for line in journal.path.read_text().splitlines()]
+            if journal.path.exists()
+            else []
+        )  # noqa: E731
         assert waiting.is_alive() and "start" not in marks() and not p.requests  # waiting: nothing paid
         for lease in held:
             limiter.release(lease=lease)

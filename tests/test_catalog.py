@@ -1,5 +1,6 @@
 """The stage catalog and the prompt declarations are the only lists (issue 37 item 3): a stage or a prompt declared
 there is under the tests' guards and told apart by the scripted provider without touching either."""
+
 import subprocess
 import sys
 
@@ -11,27 +12,37 @@ GUARDS = ["tests/test_code_hash.py", "tests/test_stage_prompts.py"]
 
 
 def collected(*plugin: str) -> str:
-    return subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", *plugin, *GUARDS], cwd=ROOT,
-                          capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", *plugin, *GUARDS],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
 
 
 def test_a_stage_declared_only_in_the_catalog_is_under_the_code_hash_and_prompt_guards():
-    """"Test this: a new stage declared only in the catalog (a test fixture) is covered by the code-hash and prompt
+    """ "Test this: a new stage declared only in the catalog (a test fixture) is covered by the code-hash and prompt
     tests without touching them." The fixture stage is declared by tests/fixture_stage_plugin.py alone."""
     hashed = "test_code_hash.py::test_a_stage_s_code_is_its_script_its_protocols_and_the_runner_and_never_reporting"
     prompted = "test_stage_prompts.py::test_every_prompt_a_stage_fills_is_one_it_declares"
     assert f"{hashed}[eval_fixture.py]" not in collected() and "fixture stage" not in collected()
     with_fixture = collected("-p", "tests.fixture_stage_plugin")
-    assert f"{hashed}[eval_fixture.py]" in with_fixture and f"{prompted}[fixture stage-standard]" in with_fixture
+    assert (
+        f"{hashed}[eval_fixture.py]" in with_fixture and f"{prompted}[fixture stage-standard]" in with_fixture
+    )
 
 
 def test_the_tests_know_every_catalogued_stage_by_a_short_name():
     from lexpilot.protocols.catalog import ENTRY_POINTS
+
     every = {stage.name for stages in ENTRY_POINTS.values() for stage in stages}
     assert {stage.name for stage in STAGES.values()} == every and STAGES["gold"].name == "LJP gold"
 
 
-def test_a_prompt_declared_only_in_the_prompt_files_is_told_apart_by_the_scripted_provider(tmp_path, monkeypatch):
+def test_a_prompt_declared_only_in_the_prompt_files_is_told_apart_by_the_scripted_provider(
+    tmp_path, monkeypatch
+):
     """The scripted provider's markers come from the prompt files: each declared prompt is known by its kind, and
     one declared only in PROMPT_FILES by its own name, never as "unknown"."""
     for kind, marker in kinds.prompt_markers():

@@ -1,4 +1,5 @@
 """Checkpoints, manifests, locks and resuming: paid work is never lost or silently redone."""
+
 import gc
 import hashlib
 import json
@@ -31,7 +32,9 @@ def fail_case(text, status=500):
 
 def test_model_folder_is_safe_and_unique():
     assert model_dirname("org/Model:7B") != model_dirname("org_Model_7B")
-    assert "/" not in model_dirname("org/Model:7B") and model_dirname("org/Model:7B").startswith("org_Model_7B-")
+    assert "/" not in model_dirname("org/Model:7B") and model_dirname("org/Model:7B").startswith(
+        "org_Model_7B-"
+    )
 
 
 def test_failure_stops_the_stage_and_rerun_resumes_without_regenerating(harness, provider, capsys):
@@ -61,12 +64,18 @@ def test_keep_going_finishes_the_others_and_reports_every_failure(tmp_path, monk
 
 
 def test_a_case_too_long_for_the_context_window_fails_alone(harness, provider, capsys):
-    error = {"status": 400, "code": "context_length_exceeded", "error": "This model's maximum context length is "
-             "2048 tokens. However, you requested 4546 tokens (4530 in the messages, 16 in the completion)."}
+    error = {
+        "status": 400,
+        "code": "context_length_exceeded",
+        "error": "This model's maximum context length is "
+        "2048 tokens. However, you requested 4546 tokens (4530 in the messages, 16 in the completion).",
+    }
     provider.script = lambda kind, prompt, body: error if THIRD_CASE in prompt else None
     assert harness.run("direct", "--keep-going") == 1
     err = capsys.readouterr().err
-    assert "case （2099）示例民初3号 failed" in err and "context window" in err and "Lower --max-tokens" in err
+    assert (
+        "case （2099）示例民初3号 failed" in err and "context window" in err and "Lower --max-tokens" in err
+    )
     assert len(harness.records("eval_results", "LJP_direct.jsonl")) == 11
     assert sum(THIRD_CASE in p for p in provider.prompts()) == 1  # never retried
 
@@ -129,25 +138,33 @@ def test_changed_upstream_record_is_detected(tmp_path, monkeypatch, capsys, prov
     assert "built from a direct_prediction record that has changed" in capsys.readouterr().err
 
 
-def test_a_record_edited_by_hand_is_noticed_by_the_stages_and_show_results(tmp_path, monkeypatch, capsys, provider):
+def test_a_record_edited_by_hand_is_noticed_by_the_stages_and_show_results(
+    tmp_path, monkeypatch, capsys, provider
+):
     h = Harness(tmp_path, provider, monkeypatch)
     assert h.run("LexAwN", "--limit", "2") == 0
     path = h.file("eval_results", "LCA_results.jsonl")
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
     record = json.loads(lines[1])
     judged = record["judgments"]["complete"]
-    judged["predicted_type"] = {"complete": "underspecified", "underspecified": "complete"}[judged["predicted_type"]]
+    judged["predicted_type"] = {"complete": "underspecified", "underspecified": "complete"}[
+        judged["predicted_type"]
+    ]
     path.write_text(lines[0] + json.dumps(record, ensure_ascii=False) + "\n", encoding="utf-8")
     assert show_results.main(["--output-root", str(h.root), "--format", "json"]) == 0
     captured = capsys.readouterr()
-    assert f"LCA: {path}:2: the record of case {record['case_number']} was changed after it was saved" in captured.err
+    assert (
+        f"LCA: {path}:2: the record of case {record['case_number']} was changed after it was saved"
+        in captured.err
+    )
     assert ("LCA", "macro_f1", "Overall") not in load_runs(h.root, None, None)[0].metrics
     assert h.run("LexAwN", "--limit", "2") == 2
     assert "changed after it was saved" in capsys.readouterr().err
 
 
-def test_a_line_is_its_canonical_content_then_its_digest_and_an_edit_in_place_is_noticed(tmp_path, monkeypatch,
-                                                                                          capsys, provider):
+def test_a_line_is_its_canonical_content_then_its_digest_and_an_edit_in_place_is_noticed(
+    tmp_path, monkeypatch, capsys, provider
+):
     """A record's line is the canonical text its digest hashes, the digest last, so the digest is checked on the
     line's bytes (docs/protocol.md: "`digest` (a hash of its own content)"); an edit of one character in place, a
     digest moved onto other content, a record reformatted and a record saved before lines were canonical are each
@@ -168,13 +185,19 @@ def test_a_line_is_its_canonical_content_then_its_digest_and_an_edit_in_place_is
         return capsys.readouterr().err
 
     reply = record["response"]
-    edited = lines[0].replace(json.dumps(reply, ensure_ascii=False)[1:-1].encode(), ("改" + reply[1:]).encode(), 1)
+    edited = lines[0].replace(
+        json.dumps(reply, ensure_ascii=False)[1:-1].encode(), ("改" + reply[1:]).encode(), 1
+    )
     assert edited != lines[0] and json.loads(edited)["response"] == "改" + reply[1:]
-    assert f"{path}:1: the record of case {record['case_number']} was changed after it was saved" in read(edited)
+    assert f"{path}:1: the record of case {record['case_number']} was changed after it was saved" in read(
+        edited
+    )
     second = json.loads(lines[1])  # the first line's content under the second line's digest
     moved = lines[0].replace(record["digest"].encode(), second["digest"].encode())
     assert "changed after it was saved" in read(moved)
-    reformatted = (json.dumps(record, ensure_ascii=False, indent=None) + "\n").encode("utf-8")  # older writers
+    reformatted = (json.dumps(record, ensure_ascii=False, indent=None) + "\n").encode(
+        "utf-8"
+    )  # older writers
     assert reformatted != lines[0] and "changed after" not in read(reformatted)
     assert "changed after" not in read(json.dumps(record).encode() + b"\n")  # ASCII escapes: the same content
     assert len(h.records("Force_judge_gen", "a1_direct.jsonl")) == 2
@@ -207,29 +230,41 @@ def test_manifest_mismatch_stops_before_any_call(tmp_path, monkeypatch, capsys, 
     assert len(provider.requests) == before
     err = capsys.readouterr().err
     assert "models.judge.model: run DeepSeek-R1, now other-judge" in err
-    assert "generation.temperature: run 0.7, now 0.5" in err and "generation.user_temperature: run 0.7, now 0.5" in err
+    assert (
+        "generation.temperature: run 0.7, now 0.5" in err
+        and "generation.user_temperature: run 0.7, now 0.5" in err
+    )
     assert "selected_cases: run 1 cases, now 2" in err and "new --run-id" in err
 
 
-def test_an_endpoint_on_another_port_resumes_and_a_code_change_needs_consent(tmp_path, monkeypatch, capsys, provider):
+def test_an_endpoint_on_another_port_resumes_and_a_code_change_needs_consent(
+    tmp_path, monkeypatch, capsys, provider
+):
     h = Harness(tmp_path, provider, monkeypatch)
     assert h.run("direct", "--limit", "1") == 0
     mpath = next((h.root / "runs").glob("*/*/manifest.json"))
     manifest = json.loads(mpath.read_text(encoding="utf-8"))
     for role in manifest["models"].values():
         role["endpoint_host"] = "127.0.0.1:1"  # the server was on another port when the run started
-    manifest["code_files"]["lexpilot/protocols/ljp.py"] = "0123456789abcdef"  # and the harness was upgraded since
+    manifest["code_files"]["lexpilot/protocols/ljp.py"] = (
+        "0123456789abcdef"  # and the harness was upgraded since
+    )
     manifest["settings_digest"] = settings_digest(manifest)  # as the harness wrote it then
     mpath.write_text(json.dumps(manifest), encoding="utf-8")
     assert h.run("direct", "--limit", "1") == 2
     err = capsys.readouterr().err
-    assert "code: lexpilot/protocols/ljp.py changed since the run started" in err and "--allow-code-change" in err
+    assert (
+        "code: lexpilot/protocols/ljp.py changed since the run started" in err
+        and "--allow-code-change" in err
+    )
     assert "models" not in err
     assert h.run("direct", "--limit", "1", "--allow-code-change") == 0
     resumed = json.loads(mpath.read_text(encoding="utf-8"))
     assert resumed["code_files"]["lexpilot/protocols/ljp.py"] == "0123456789abcdef"
     assert len(resumed["code_hashes_resumed_with"]) == 1
-    assert h.run("gold", "--limit", "1", "--allow-code-change", "--temperature", "0.2") == 2  # not for settings
+    assert (
+        h.run("gold", "--limit", "1", "--allow-code-change", "--temperature", "0.2") == 2
+    )  # not for settings
 
 
 def test_manifest_records_settings_and_never_credentials(tmp_path, monkeypatch, provider):
@@ -238,10 +273,17 @@ def test_manifest_records_settings_and_never_credentials(tmp_path, monkeypatch, 
     assert h.run("DCG", "--limit", "2", "--stream") == 0  # transport settings do not split a run
     manifest = json.loads(manifest_path(h.root, "r1", "eval-model").read_text(encoding="utf-8"))
     assert manifest["selected_cases"] == ["（2099）示例民初1号", "（2099）示例民初2号"]
-    assert manifest["models"]["judge"] == {"model": "DeepSeek-R1", "endpoint_host": "127.0.0.1:" +
-                                           provider.base_url.split(":")[2].split("/")[0]}
-    assert manifest["generation"] == {"temperature": 0.7, "user_temperature": 0.7, "judge_temperature": 0.1,
-                                      "max_tokens": 8192, "n": 1}
+    assert manifest["models"]["judge"] == {
+        "model": "DeepSeek-R1",
+        "endpoint_host": "127.0.0.1:" + provider.base_url.split(":")[2].split("/")[0],
+    }
+    assert manifest["generation"] == {
+        "temperature": 0.7,
+        "user_temperature": 0.7,
+        "judge_temperature": 0.1,
+        "max_tokens": 8192,
+        "n": 1,
+    }
     assert {"dataset_sha256", "code_hash", "prompt_hash", "package_versions"} <= set(manifest)
     for path in h.root.rglob("*"):
         if path.is_file():
@@ -265,8 +307,12 @@ def test_results_do_not_depend_on_concurrency(tmp_path, monkeypatch):
             for stage in ("LexAwN", "DCG", "direct", "gold", "interaction"):
                 assert h.run(stage, "--concurrency", concurrency) == 0
             files = sorted(f for f in h.root.rglob("*.jsonl"))
-            outputs.append({f.relative_to(h.root).as_posix(): sorted(f.read_text(encoding="utf-8").splitlines())
-                            for f in files})
+            outputs.append(
+                {
+                    f.relative_to(h.root).as_posix(): sorted(f.read_text(encoding="utf-8").splitlines())
+                    for f in files
+                }
+            )
     assert len(outputs[0]) == 10 and outputs[0] == outputs[1]
 
 
@@ -274,11 +320,14 @@ def always_ask(kind, prompt, body):
     return "【追问】还需要核实一点。" if kind == "lexawn" else None
 
 
-@pytest.mark.parametrize("stage,calls", [
-    ("LexAwN", {"eval": 12 * 5, "user": 12 * 3, "judge": 12 * 4}),
-    ("DCG", {"eval": 24, "user": 12, "judge": 24}),
-    ("direct", {"eval": 12, "judge": 12}),
-])
+@pytest.mark.parametrize(
+    "stage,calls",
+    [
+        ("LexAwN", {"eval": 12 * 5, "user": 12 * 3, "judge": 12 * 4}),
+        ("DCG", {"eval": 24, "user": 12, "judge": 24}),
+        ("direct", {"eval": 12, "judge": 12}),
+    ],
+)
 def test_dry_run_counts_match_a_fresh_run(tmp_path, monkeypatch, capsys, stage, calls):
     with FakeProvider(always_ask) as p:
         h = Harness(tmp_path, p, monkeypatch)
@@ -286,8 +335,11 @@ def test_dry_run_counts_match_a_fresh_run(tmp_path, monkeypatch, capsys, stage, 
         out = capsys.readouterr().out
         assert not p.requests and not h.root.exists()
         assert "12 of 12 selected cases to do" in out
-        assert "calls at most (not counting retries): " + ", ".join(
-            f"{r} {calls.get(r, 0)}" for r in ("eval", "user", "judge")) in out
+        assert (
+            "calls at most (not counting retries): "
+            + ", ".join(f"{r} {calls.get(r, 0)}" for r in ("eval", "user", "judge"))
+            in out
+        )
         assert h.run(stage) == 0
         roles = {"lexawn": "eval", "force_ask": "eval", "force_judge": "eval", "user": "user"}
         made = {}
@@ -306,7 +358,14 @@ def test_dry_run_estimates_tokens_from_the_prompts_it_would_send(harness, provid
     assert harness.run("gold") == 0
     sent = {kind: sum(len(p) for p in provider.prompts(kind)) for kind in ("force_judge", "ljp_judge")}
     # the Gold-Standard prompt is the prompt and the complete history: known exactly beforehand
-    assert estimate["eval"][:6] == ["eval", "prompt", f"~{sent['force_judge']:,},", "completion", "<=", "12,000"]
+    assert estimate["eval"][:6] == [
+        "eval",
+        "prompt",
+        f"~{sent['force_judge']:,},",
+        "completion",
+        "<=",
+        "12,000",
+    ]
     # the extraction prompt also carries the reply to extract from, which is not known beforehand
     judged = int(estimate["judge"][2].strip("~,").replace(",", ""))
     assert 0 < judged < sent["ljp_judge"] and "user" not in estimate
@@ -335,12 +394,29 @@ def test_ctrl_c_stops_cleanly_and_keeps_completed_records(tmp_path):
     import time
 
     from tests.conftest import ROOT, SAMPLE, as_at_a_terminal
+
     with FakeProvider(latency=0.1) as p:
         env = {**os.environ, "OPENAI_BASE_URL": p.base_url, "OPENAI_API_KEY": "k", "LEXPILOT_MODEL": "m"}
-        cmd = [sys.executable, str(ROOT / "eval_LJP_gold.py"), "--run-id", "r", "--dataset", str(SAMPLE),
-               "--output-root", str(tmp_path), "--concurrency", "2"]
-        process = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                                   preexec_fn=as_at_a_terminal)
+        cmd = [
+            sys.executable,
+            str(ROOT / "eval_LJP_gold.py"),
+            "--run-id",
+            "r",
+            "--dataset",
+            str(SAMPLE),
+            "--output-root",
+            str(tmp_path),
+            "--concurrency",
+            "2",
+        ]
+        process = subprocess.Popen(
+            cmd,
+            env=env,
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            preexec_fn=as_at_a_terminal,
+        )
         deadline = time.monotonic() + 20
         results = tmp_path / "eval_results" / "r" / model_dirname("m") / "LJP_gold.jsonl"
         while not (results.exists() and results.read_text(encoding="utf-8")) and time.monotonic() < deadline:
@@ -366,16 +442,24 @@ def numbered_replies(fail_when):
             serial["n"] += 1
             return f"【追问】第{serial['n']}个回复：请问还有什么证据？"
         return None
+
     return script
 
 
-def test_a_reply_paid_before_a_failure_in_the_same_step_is_replayed_not_bought_again(harness, provider, capsys):
+def test_a_reply_paid_before_a_failure_in_the_same_step_is_replayed_not_bought_again(
+    harness, provider, capsys
+):
     h = harness
     underspecified_tail = sample_cases()[0]["underspecified_consultation"][-1]["content"]
     complete_tail = sample_cases()[0]["complete_consultation"][-1]["content"]
-    provider.script = numbered_replies(lambda kind, prompt: kind == "lexawn" and underspecified_tail in prompt
-                                       and complete_tail not in prompt)
-    assert h.run("LexAwN", "--limit", "1", "--retries", "0") == 1  # a1: complete answered, underspecified failed
+    provider.script = numbered_replies(
+        lambda kind, prompt: (
+            kind == "lexawn" and underspecified_tail in prompt and complete_tail not in prompt
+        )
+    )
+    assert (
+        h.run("LexAwN", "--limit", "1", "--retries", "0") == 1
+    )  # a1: complete answered, underspecified failed
     first = [p for p in provider.prompts("lexawn")]
     assert len(first) == 2 and not (h.root / "AwN_gen").exists()
     journal = next(h.root.glob("runs/r1/*/calls_journal.jsonl"))

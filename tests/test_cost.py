@@ -1,4 +1,5 @@
 """Cost: the dry run's quote holds over a scripted run, and --max-cost stops before the call that would cross it."""
+
 import json
 import re
 
@@ -10,9 +11,16 @@ from tests.conftest import Harness, sample_cases, write_dataset
 @pytest.fixture
 def priced(tmp_path, provider, monkeypatch):
     prices = tmp_path / "prices.json"
-    prices.write_text(json.dumps({"eval-model": {"prompt": 1.0, "completion": 4.0},
-                                  "DeepSeek-V4.1-Flash": {"prompt": 0.5, "completion": 2.0},
-                                  "DeepSeek-R1": {"prompt": 2.0, "completion": 8.0}}), encoding="utf-8")
+    prices.write_text(
+        json.dumps(
+            {
+                "eval-model": {"prompt": 1.0, "completion": 4.0},
+                "DeepSeek-V4.1-Flash": {"prompt": 0.5, "completion": 2.0},
+                "DeepSeek-R1": {"prompt": 2.0, "completion": 8.0},
+            }
+        ),
+        encoding="utf-8",
+    )
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "four.json", sample_cases()[:4]))
     return h, prices
 
@@ -25,7 +33,9 @@ def spent(h, prices) -> float:
         for line in path.read_text(encoding="utf-8").splitlines():
             for role, used in json.loads(line).get("usage", {}).items():
                 price = table[models[role]]
-                total += (used["prompt_tokens"] * price["prompt"] + used["completion_tokens"] * price["completion"]) / 1e6
+                total += (
+                    used["prompt_tokens"] * price["prompt"] + used["completion_tokens"] * price["completion"]
+                ) / 1e6
     return total
 
 
@@ -34,12 +44,16 @@ def test_the_quote_bounds_hold_over_a_scripted_run(priced, capsys, stage):
     h, prices = priced
     assert h.run(stage, "--dry-run", "--prices", str(prices)) == 0
     out = capsys.readouterr().out
-    low, high = map(lambda x: float(x.replace(",", "")),
-                    re.search(r"total: between ([\d.,]+) and ([\d.,]+)", out).groups())
+    low, high = map(
+        lambda x: float(x.replace(",", "")),
+        re.search(r"total: between ([\d.,]+) and ([\d.,]+)", out).groups(),
+    )
     assert h.run(stage) == 0
     assert low <= spent(h, prices) <= high
     h.run_id = "again"
-    assert h.run(stage, "--dry-run", "--prices", str(prices)) == 0  # now an expected figure from the saved run
+    assert (
+        h.run(stage, "--dry-run", "--prices", str(prices)) == 0
+    )  # now an expected figure from the saved run
     expected = float(re.search(r"expected ~([\d.,]+)\n", capsys.readouterr().out).group(1).replace(",", ""))
     assert expected == pytest.approx(spent(h, prices), rel=0.01)
 
@@ -47,8 +61,20 @@ def test_the_quote_bounds_hold_over_a_scripted_run(priced, capsys, stage):
 def test_max_cost_stops_before_the_call_that_would_cross_it(priced, provider, capsys):
     h, prices = priced
     # the judge's worst case alone (8 per million at max-tokens 100, plus the prompt) fits several times
-    assert h.run("gold", "--concurrency", "1", "--prices", str(prices), "--max-cost", "0.004",
-                 "--max-tokens", "100") == 2
+    assert (
+        h.run(
+            "gold",
+            "--concurrency",
+            "1",
+            "--prices",
+            str(prices),
+            "--max-cost",
+            "0.004",
+            "--max-tokens",
+            "100",
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "--max-cost 0.004: the next call could cost up to" in err and "left" in err
     assert spent(h, prices) <= 0.004
@@ -56,7 +82,10 @@ def test_max_cost_stops_before_the_call_that_would_cross_it(priced, provider, ca
     assert 0 < made < 8  # it started, and stopped before the end
     saved = len(h.records("eval_results", "LJP_gold.jsonl")) if list(h.root.rglob("LJP_gold.jsonl")) else 0
     assert saved >= 1
-    assert h.run("gold", "--concurrency", "1", "--prices", str(prices), "--max-cost", "1", "--max-tokens", "100") == 0
+    assert (
+        h.run("gold", "--concurrency", "1", "--prices", str(prices), "--max-cost", "1", "--max-tokens", "100")
+        == 0
+    )
 
 
 def test_max_cost_needs_prices_for_every_model(priced, capsys):

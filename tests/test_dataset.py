@@ -1,4 +1,5 @@
 """Dataset schema, validation messages, statistics, categories."""
+
 import subprocess
 import sys
 
@@ -45,7 +46,9 @@ def test_sample_is_valid_and_covers_what_the_issue_asks():
 def test_claim_order_is_result_dict_insertion_order():
     raw = sample_cases()[9]
     case = case_from_raw(raw)
-    assert list(case.claims) == list(raw["result_dict"]) and list(case.verdicts) == list(raw["result_dict"].values())
+    assert list(case.claims) == list(raw["result_dict"]) and list(case.verdicts) == list(
+        raw["result_dict"].values()
+    )
 
 
 def test_single_focal_point_string_means_one_item_list():
@@ -68,16 +71,34 @@ BREAKAGES = {
     "empty case number": (lambda cs: cs[0].update(case_number=""), "case_number: missing or empty"),
     "unknown cause": (lambda cs: cs[0].update(cause_of_action="外星纠纷"), "unknown cause '外星纠纷'"),
     "plaintiff": (lambda cs: cs[0].update(plaintiff_type="法人"), "plaintiff_type: '法人'"),
-    "verdict": (lambda cs: cs[0]["result_dict"].update({"判令被告赔礼道歉": "胜诉"}), "unknown verdict '胜诉'"),
+    "verdict": (
+        lambda cs: cs[0]["result_dict"].update({"判令被告赔礼道歉": "胜诉"}),
+        "unknown verdict '胜诉'",
+    ),
     "empty result": (lambda cs: cs[0].update(result_dict={}), "result_dict: missing or empty"),
     "role order": (lambda cs: cs[1]["complete_consultation"][1].update(role="user"), "expected 'assistant'"),
-    "ends with assistant": (lambda cs: [c.update(complete_consultation=c["complete_consultation"][:2],
-                                                 underspecified_consultation=c["underspecified_consultation"][:2])
-                                        for c in cs[1:2]], "must end with a user message"),
-    "unequal": (lambda cs: cs[1].update(underspecified_consultation=cs[1]["underspecified_consultation"][:1]),
-                "they must be of equal length"),
-    "empty content": (lambda cs: cs[0]["underspecified_consultation"][0].update(content="  "), "content is empty"),
-    "mapping mismatch": (lambda cs: cs[0]["key_details"].pop("夫妻感情是否确已破裂"), "do not match focal_point"),
+    "ends with assistant": (
+        lambda cs: [
+            c.update(
+                complete_consultation=c["complete_consultation"][:2],
+                underspecified_consultation=c["underspecified_consultation"][:2],
+            )
+            for c in cs[1:2]
+        ],
+        "must end with a user message",
+    ),
+    "unequal": (
+        lambda cs: cs[1].update(underspecified_consultation=cs[1]["underspecified_consultation"][:1]),
+        "they must be of equal length",
+    ),
+    "empty content": (
+        lambda cs: cs[0]["underspecified_consultation"][0].update(content="  "),
+        "content is empty",
+    ),
+    "mapping mismatch": (
+        lambda cs: cs[0]["key_details"].pop("夫妻感情是否确已破裂"),
+        "do not match focal_point",
+    ),
 }
 
 
@@ -94,17 +115,21 @@ def test_every_problem_is_listed_not_just_the_first(tmp_path):
         for mutate_one, _ in (BREAKAGES["unknown cause"], BREAKAGES["verdict"], BREAKAGES["empty content"]):
             mutate_one(cs)
         cs[5]["plaintiff_type"] = "?"
+
     problems = _problems_for(tmp_path, mutate)
     assert len(problems) == 4
     assert any("（2099）示例民初6号" in p and "plaintiff_type" in p for p in problems)
 
 
-@pytest.mark.parametrize("content,expected", [
-    (None, "not found"),
-    ("[{\"case_number\": \"1\",", "not valid JSON at line 1"),
-    ("{\"a\": 1}", "must be a JSON array"),
-    ("[]", "holds no cases"),
-])
+@pytest.mark.parametrize(
+    "content,expected",
+    [
+        (None, "not found"),
+        ('[{"case_number": "1",', "not valid JSON at line 1"),
+        ('{"a": 1}', "must be a JSON array"),
+        ("[]", "holds no cases"),
+    ],
+)
 def test_file_level_problems(tmp_path, content, expected):
     path = tmp_path / "d.json"
     if content is not None:
@@ -139,14 +164,26 @@ def test_statistics_table():
 
 
 def test_cli_validates_and_lists_every_problem(tmp_path):
-    ok = subprocess.run([sys.executable, str(ROOT / "common.py"), "--dataset", str(SAMPLE)],
-                        capture_output=True, text=True, cwd=tmp_path)
+    ok = subprocess.run(
+        [sys.executable, str(ROOT / "common.py"), "--dataset", str(SAMPLE)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert ok.returncode == 0 and "Verdict distribution" in ok.stdout
     cases = sample_cases()
     cases[0]["cause_of_action"] = "外星纠纷"
     cases[3]["result_dict"] = {"x": "赢"}
-    bad = subprocess.run([sys.executable, str(ROOT / "common.py"), "--dataset",
-                          str(write_dataset(tmp_path / "bad.json", cases))], capture_output=True, text=True)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "common.py"),
+            "--dataset",
+            str(write_dataset(tmp_path / "bad.json", cases)),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 1
     assert "2 problem(s)" in bad.stderr and "外星纠纷" in bad.stderr and "'赢'" in bad.stderr
 

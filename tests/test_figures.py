@@ -1,5 +1,6 @@
 """The figures (issue 26 item 10): a further group labelled by what differs, scatter labels that do not overprint,
 an undefined value drawn as n/a, error bars on every chart; on runs the stage scripts wrote."""
+
 import pytest
 
 import show_results
@@ -28,9 +29,11 @@ def drawn(tmp_path, provider, monkeypatch):
         if ax is not None:
             ax.legend(fontsize=legend)
         return path
+
     monkeypatch.setattr(figures, "save", keep)
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "four.json", sample_cases()[:4]))
     import eval_focal_types
+
     for stage in ("LexAwN", "DCG", "direct", "gold", "interaction"):
         assert h.run(stage) == 0
     assert h.run_stage(eval_focal_types.STAGE) == 0
@@ -39,14 +42,34 @@ def drawn(tmp_path, provider, monkeypatch):
         assert h.run(stage, "--temperature", "0.2") == 0
     assert h.run_stage(eval_focal_types.STAGE, "--temperature", "0.2") == 0
     complexity = tmp_path / "complexity.csv"
-    complexity.write_text("cause_of_action,complexity\n" + "".join(
-        f"{cause},{i + 1}\n" for i, cause in enumerate(dict.fromkeys(c["cause_of_action"] for c in sample_cases()[:4]))),
-        encoding="utf-8")
-    assert show_results.main(["--output-root", str(h.root), "--plot", str(tmp_path / "plots"), "--ci",
-                              "--resamples", "100", "--complexity", str(complexity)]) == 0
+    complexity.write_text(
+        "cause_of_action,complexity\n"
+        + "".join(
+            f"{cause},{i + 1}\n"
+            for i, cause in enumerate(dict.fromkeys(c["cause_of_action"] for c in sample_cases()[:4]))
+        ),
+        encoding="utf-8",
+    )
+    assert (
+        show_results.main(
+            [
+                "--output-root",
+                str(h.root),
+                "--plot",
+                str(tmp_path / "plots"),
+                "--ci",
+                "--resamples",
+                "100",
+                "--complexity",
+                str(complexity),
+            ]
+        )
+        == 0
+    )
     yield figs
     monkeypatch.setattr(figures, "save", original)
     import matplotlib.pyplot as plt
+
     plt.close("all")
 
 
@@ -56,8 +79,10 @@ def test_a_group_is_labelled_by_what_differs_and_every_chart_has_error_bars(draw
         legend = [t.get_text() for t in ax.get_legend().get_texts()] if ax.get_legend() else []
         if name.startswith(("by_class", "ljp_setups")):
             assert legend == ["eval-model", "eval-model · temperature 0.2, user_temperature 0.2"], name
-            assert any(getattr(c, "has_yerr", False) or type(c).__name__ == "ErrorbarContainer"
-                       for c in ax.containers), name
+            assert any(
+                getattr(c, "has_yerr", False) or type(c).__name__ == "ErrorbarContainer"
+                for c in ax.containers
+            ), name
         assert not any("#" in label for label in legend), name
 
 
@@ -73,8 +98,14 @@ def test_an_undefined_value_is_drawn_as_n_a(drawn):
 def test_figure_3s_trend_lines_take_their_groups_colours(drawn):
     for ax in drawn["fig3_complexity.png"].axes:
         points = [c.lines[0].get_color() for c in ax.containers]  # each group's markers, in order
-        trends = [line.get_color() for line in ax.get_lines() if line.get_linestyle() == "-" and len(line.get_xdata()) == 20]
-        assert trends and trends == points[:len(trends)]  # each group's trend line drawn in its markers' colour
+        trends = [
+            line.get_color()
+            for line in ax.get_lines()
+            if line.get_linestyle() == "-" and len(line.get_xdata()) == 20
+        ]
+        assert (
+            trends and trends == points[: len(trends)]
+        )  # each group's trend line drawn in its markers' colour
 
 
 def test_the_legend_stands_beside_the_axes_never_on_a_bar(tmp_path):
@@ -82,8 +113,10 @@ def test_the_legend_stands_beside_the_axes_never_on_a_bar(tmp_path):
     import types
 
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots()
     for m in range(10):
         ax.bar([x + m / 12 for x in range(6)], [1.0] * 6, width=1 / 12, label=f"model-{m}")
@@ -112,12 +145,14 @@ def test_the_class_names_under_the_bars_never_overprint(tmp_path, provider, monk
     def keep(plt, fig, path, ax=None, legend=7):
         figs[path.name] = fig
         return path
+
     monkeypatch.setattr(figures, "save", keep)
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "all.json", sample_cases()))
     for stage in ("LexAwN", "DCG"):
         assert h.run(stage) == 0
     assert show_results.main(["--output-root", str(h.root), "--plot", str(tmp_path / "plots")]) == 0
     import matplotlib.pyplot as plt
+
     try:
         checked = 0
         for name, fig in figs.items():

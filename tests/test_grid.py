@@ -1,5 +1,6 @@
 """The grid on many machines: output roots produced separately and copied together report the same tables as
 one root produced in place, whether each machine ran stage scripts by hand or `run_grid.py --shard K/N`."""
+
 import json
 import os
 import shutil
@@ -15,14 +16,31 @@ MODELS = ("model-a", "model-b", "model-c")
 
 
 def grid(root, dataset, *extra) -> list[str]:
-    return [sys.executable, "run_grid.py", "--models", *MODELS, "--runs", "2", "--dataset", str(dataset),
-            "--output-root", str(root), "--concurrency", "4", *extra]
+    return [
+        sys.executable,
+        "run_grid.py",
+        "--models",
+        *MODELS,
+        "--runs",
+        "2",
+        "--dataset",
+        str(dataset),
+        "--output-root",
+        str(root),
+        "--concurrency",
+        "4",
+        *extra,
+    ]
 
 
 def environment(evaluated, judge) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LEXPILOT_"))}
-    return env | {"OPENAI_BASE_URL": evaluated.base_url, "LEXPILOT_JUDGE_BASE_URL": judge.base_url,
-                  "OPENAI_API_KEY": "k", "LEXPILOT_BACKOFF_BASE": "0.001"}
+    return env | {
+        "OPENAI_BASE_URL": evaluated.base_url,
+        "LEXPILOT_JUDGE_BASE_URL": judge.base_url,
+        "OPENAI_API_KEY": "k",
+        "LEXPILOT_BACKOFF_BASE": "0.001",
+    }
 
 
 def gather(roots, into):
@@ -34,8 +52,22 @@ def gather(roots, into):
 
 def report(root, dataset, capsys) -> list:
     """show_results.py's groups for one output root (with intervals, so the runs' pairing is compared too)."""
-    assert show_results.main(["--output-root", str(root), "--dataset", str(dataset), "--format", "json",
-                              "--ci", "--resamples", "50"]) == 0
+    assert (
+        show_results.main(
+            [
+                "--output-root",
+                str(root),
+                "--dataset",
+                str(dataset),
+                "--format",
+                "json",
+                "--ci",
+                "--resamples",
+                "50",
+            ]
+        )
+        == 0
+    )
     return json.loads(capsys.readouterr().out)["groups"]
 
 
@@ -50,13 +82,15 @@ def test_roots_made_apart_and_gathered_report_what_one_root_reports(tmp_path, pr
                 for stage in STAGES:
                     assert h.run(stage, "--model", model) == 0
     capsys.readouterr()
-    one, gathered = (report(root, dataset, capsys) for root in (in_place.root, gather(
-        [h.root for h in machines.values()], tmp_path / "gathered")))
+    one, gathered = (
+        report(root, dataset, capsys)
+        for root in (in_place.root, gather([h.root for h in machines.values()], tmp_path / "gathered"))
+    )
     assert one == gathered and len(one) == 2
 
 
 def test_two_shards_cover_every_cell_once_and_report_as_one_unsharded_run(tmp_path, capsys):
-    """"`--shard 1/2` and `--shard 2/2` together cover every cell once. Their gathered roots report the same tables
+    """ "`--shard 1/2` and `--shard 2/2` together cover every cell once. Their gathered roots report the same tables
     as one unsharded run." And "`--shard` with `--dry-run` lists the cells of a shard": the same on every machine,
     whatever order --models gives."""
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
@@ -65,20 +99,34 @@ def test_two_shards_cover_every_cell_once_and_report_as_one_unsharded_run(tmp_pa
         listed = []
         for k, models in ((1, MODELS), (2, MODELS[::-1])):
             argv = grid(tmp_path / "dry", dataset, "--shard", f"{k}/2", "--dry-run")
-            argv[argv.index("--models") + 1:argv.index("--models") + 4] = models
+            argv[argv.index("--models") + 1 : argv.index("--models") + 4] = models
             done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
             assert done.returncode == 0, done.stderr
             listed.append(done.stdout.splitlines())
         assert not set(listed[0]) & set(listed[1]) and len(listed[0]) == len(listed[1]) == 15
         stages = ("LexAwN", "DCG", "LJP direct", "LJP gold", "LJP interaction")
-        assert set(listed[0]) | set(listed[1]) == {f"{m} run{r} {s}" for m in MODELS for r in (1, 2) for s in stages}
+        assert set(listed[0]) | set(listed[1]) == {
+            f"{m} run{r} {s}" for m in MODELS for r in (1, 2) for s in stages
+        }
         for k in (1, 2):
-            done = subprocess.run(grid(tmp_path / f"machine-{k}", dataset, "--shard", f"{k}/2"), cwd=ROOT, env=env,
-                                  capture_output=True, text=True, timeout=120)
+            done = subprocess.run(
+                grid(tmp_path / f"machine-{k}", dataset, "--shard", f"{k}/2"),
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             assert done.returncode == 0, done.stderr
-        whole = subprocess.run(grid(tmp_path / "whole", dataset), cwd=ROOT, env=env, capture_output=True, text=True,
-                               timeout=120)
+        whole = subprocess.run(
+            grid(tmp_path / "whole", dataset), cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        )
         assert whole.returncode == 0, whole.stderr
-    one, gathered = (report(root, dataset, capsys) for root in (tmp_path / "whole", gather(
-        [tmp_path / f"machine-{k}" for k in (1, 2)], tmp_path / "gathered")))
+    one, gathered = (
+        report(root, dataset, capsys)
+        for root in (
+            tmp_path / "whole",
+            gather([tmp_path / f"machine-{k}" for k in (1, 2)], tmp_path / "gathered"),
+        )
+    )
     assert one == gathered and len(one) == 3

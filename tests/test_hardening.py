@@ -1,6 +1,7 @@
 """What an adversarial trial found on disk and in inputs (issue #14 items 3-6, 11-13): a lost manifest,
 torn and unterminated lines, edited records, unanswered calls, formulas in CSV cells, and inputs that once
 gave a traceback; each now a recovery or one line saying what and where."""
+
 import csv
 import errno
 import io
@@ -27,6 +28,7 @@ def run_folder(h):
 
 # ----------------------------------------------------------------------------- a lost manifest (3)
 
+
 def test_a_lost_manifest_is_rebuilt_from_records_made_with_the_same_settings(harness, capsys):
     assert harness.run("gold", "--limit", "2") == 0
     manifest = run_folder(harness) / "manifest.json"
@@ -50,6 +52,7 @@ def test_a_lost_manifest_is_never_relabelled_with_other_settings(harness, provid
 
 # ----------------------------------------------------------------------------- torn lines (4)
 
+
 def tear(path, how):
     """Leave the file as a crash would: the last record cut inside a multi-byte character, or the last
     record complete but without its newline."""
@@ -57,13 +60,15 @@ def tear(path, how):
     if how == "torn":
         last = data.rstrip(b"\n").rsplit(b"\n", 1)[-1]
         cut = last.index("示".encode()) + 1  # inside the three bytes of a Chinese character
-        path.write_bytes(data[:len(data) - len(last) - 1] + last[:cut])
+        path.write_bytes(data[: len(data) - len(last) - 1] + last[:cut])
     else:
         path.write_bytes(data.rstrip(b"\n"))
 
 
 @pytest.mark.parametrize("how", ["torn", "unterminated"])
-def test_a_torn_or_unterminated_last_line_is_recovered_and_nothing_complete_is_lost(harness, provider, capsys, how):
+def test_a_torn_or_unterminated_last_line_is_recovered_and_nothing_complete_is_lost(
+    harness, provider, capsys, how
+):
     assert harness.run("gold", "--limit", "4") == 0
     results = harness.file(LJP_GOLD)
     before = [json.loads(line) for line in results.read_text(encoding="utf-8").splitlines()]
@@ -116,11 +121,24 @@ def test_a_kill_leaves_torn_files_and_the_rerun_recovers_every_complete_record(t
     """A real process killed in the middle of a stage, then torn lines added as a full disk leaves them."""
     import signal
     import time
+
     with FakeProvider(latency=0.05) as p:
         env = {**os.environ, "OPENAI_BASE_URL": p.base_url, "OPENAI_API_KEY": "k", "LEXPILOT_MODEL": "m"}
-        command = [sys.executable, "LexAwN_gen.py", "--run-id", "k", "--dataset", str(SAMPLE), "--output-root",
-                   str(tmp_path), "--concurrency", "4"]
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        command = [
+            sys.executable,
+            "LexAwN_gen.py",
+            "--run-id",
+            "k",
+            "--dataset",
+            str(SAMPLE),
+            "--output-root",
+            str(tmp_path),
+            "--concurrency",
+            "4",
+        ]
+        process = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         a1 = None
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -142,13 +160,19 @@ def test_a_kill_leaves_torn_files_and_the_rerun_recovers_every_complete_record(t
         result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr and "set aside" in result.stderr
-    final = {json.loads(line)["case_number"]: json.loads(line) for line in a1.read_text(encoding="utf-8").splitlines()}
+    final = {
+        json.loads(line)["case_number"]: json.loads(line)
+        for line in a1.read_text(encoding="utf-8").splitlines()
+    }
     assert len(final) == 12 and all(final[r["case_number"]] == r for r in complete)
 
 
 # ----------------------------------------------------------------------------- a full disk
 
-def test_a_full_disk_stops_the_stage_in_one_line_and_keeps_every_completed_record(harness, monkeypatch, capsys):
+
+def test_a_full_disk_stops_the_stage_in_one_line_and_keeps_every_completed_record(
+    harness, monkeypatch, capsys
+):
     real_fsync, calls = os.fsync, {"n": 0}
 
     def fsync(fd):
@@ -156,6 +180,7 @@ def test_a_full_disk_stops_the_stage_in_one_line_and_keeps_every_completed_recor
         if calls["n"] > 3:
             raise OSError(errno.ENOSPC, "No space left on device")
         real_fsync(fd)
+
     monkeypatch.setattr(checkpoints.os, "fsync", fsync)
     assert harness.run("gold", "--concurrency", "1") == 2
     err = capsys.readouterr().err
@@ -169,11 +194,14 @@ def test_a_full_disk_stops_the_stage_in_one_line_and_keeps_every_completed_recor
 
 # ----------------------------------------------------------------------------- datasets and exports (5, 11)
 
+
 def test_a_duplicated_claim_is_a_dataset_error(tmp_path, harness, capsys):
     case = sample_cases()[0]
     claim = next(iter(case["result_dict"]))
     text = json.dumps([case], ensure_ascii=False)
-    duplicated = text.replace('"result_dict": {', '"result_dict": {' + json.dumps(claim, ensure_ascii=False) + ': "驳回", ', 1)
+    duplicated = text.replace(
+        '"result_dict": {', '"result_dict": {' + json.dumps(claim, ensure_ascii=False) + ': "驳回", ', 1
+    )
     (tmp_path / "dup.json").write_text(duplicated, encoding="utf-8")
     harness.dataset = tmp_path / "dup.json"
     assert harness.run("gold") == 2
@@ -183,7 +211,10 @@ def test_a_duplicated_claim_is_a_dataset_error(tmp_path, harness, capsys):
 
 def test_judge_agreement_refuses_a_duplicated_item_row(tmp_path, capsys):
     from tests.test_judge_agreement import annotation_files
-    path = annotation_files(tmp_path, [("LCA", "策略一", "策略一", "", "策略一"), ("LCA", "策略二", "策略二", "", "策略二")])
+
+    path = annotation_files(
+        tmp_path, [("LCA", "策略一", "策略一", "", "策略一"), ("LCA", "策略二", "策略二", "", "策略二")]
+    )
     lines = path.read_text(encoding="utf-8-sig").splitlines(keepends=True)
     path.write_text("".join(lines + [lines[1]]), encoding="utf-8-sig")
     assert judge_agreement.main(["score", str(path)]) == 2
@@ -191,40 +222,68 @@ def test_judge_agreement_refuses_a_duplicated_item_row(tmp_path, capsys):
 
 
 def test_formula_cells_are_neutralised_in_every_csv_and_recoverable(tmp_path, monkeypatch, capsys):
-    hostile = "=HYPERLINK(\"http://x\",\"点我\")"
-    provider = FakeProvider(lambda kind, prompt, body: hostile if kind in ("lexawn", "force_ask", "force_judge") else None)
+    hostile = '=HYPERLINK("http://x","点我")'
+    provider = FakeProvider(
+        lambda kind, prompt, body: hostile if kind in ("lexawn", "force_ask", "force_judge") else None
+    )
     with provider:
         h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "d.json", sample_cases()[:2]))
         for stage in ("LexAwN", "DCG", "direct", "gold", "interaction"):
             h.run(stage, "--model=-model")  # a model id that starts with a minus sign as well
     out = tmp_path / "sheet.csv"
-    assert judge_agreement.main(["export", "--output-root", str(h.root), "--dataset", str(h.dataset),
-                                 "--out", str(out), "--per-task", "3"]) == 0
+    assert (
+        judge_agreement.main(
+            [
+                "export",
+                "--output-root",
+                str(h.root),
+                "--dataset",
+                str(h.dataset),
+                "--out",
+                str(out),
+                "--per-task",
+                "3",
+            ]
+        )
+        == 0
+    )
     for path in (out, agreement_kit.key_file(out)):
         with path.open(encoding="utf-8-sig", newline="") as f:
             cells = [c for row in csv.reader(f) for c in row]
         # a formula never starts a cell; a signed number is a number (issue 28, item 19)
-        assert not any(c.startswith(("=", "+", "-", "@", "\t", "\r")) and not NUMBER.fullmatch(c) for c in cells)
+        assert not any(
+            c.startswith(("=", "+", "-", "@", "\t", "\r")) and not NUMBER.fullmatch(c) for c in cells
+        )
     assert any(c == "'" + hostile for c in cells) or "'-model" in cells
     rows = agreement_kit.read_sheet(out, agreement_kit.ANNOTATION_COLUMNS)
     assert any(row["reply"] == hostile for _, row in rows)  # the original text is recovered on reading
     capsys.readouterr()
     assert show_results.main(["--output-root", str(h.root), "--format", "csv"]) == 0
     cells = [c for row in csv.reader(io.StringIO(capsys.readouterr().out)) for c in row]
-    assert "'-model" in cells and not any(c.startswith(("=", "+", "-", "@")) and not NUMBER.fullmatch(c) and c != "-"
-                                          for c in cells)  # a lone dash marks an empty cell: no formula
+    assert "'-model" in cells and not any(
+        c.startswith(("=", "+", "-", "@")) and not NUMBER.fullmatch(c) and c != "-" for c in cells
+    )  # a lone dash marks an empty cell: no formula
 
 
 # ----------------------------------------------------------------------------- unanswered calls (6)
+
 
 def test_calls_in_flight_at_a_kill_are_counted_as_paid_but_never_answered(harness, capsys):
     assert harness.run("gold", "--limit", "2") == 0
     results = harness.file(LJP_GOLD)
     results.write_text(results.read_text(encoding="utf-8").splitlines(keepends=True)[0], encoding="utf-8")
-    journal = run_folder(harness) / "calls_journal.jsonl"  # as a process killed with two calls in flight left it
-    journal.write_text(json.dumps({"t": "start", "id": "a", "role": "judge"}) + "\n"
-                       + json.dumps({"t": "start", "id": "b", "role": "eval"}) + "\n"
-                       + json.dumps({"t": "end", "id": "b"}) + "\n", encoding="utf-8")
+    journal = (
+        run_folder(harness) / "calls_journal.jsonl"
+    )  # as a process killed with two calls in flight left it
+    journal.write_text(
+        json.dumps({"t": "start", "id": "a", "role": "judge"})
+        + "\n"
+        + json.dumps({"t": "start", "id": "b", "role": "eval"})
+        + "\n"
+        + json.dumps({"t": "end", "id": "b"})
+        + "\n",
+        encoding="utf-8",
+    )
     assert harness.run("gold", "--limit", "2") == 0
     err = capsys.readouterr().err
     assert "calls in flight when an earlier process stopped (paid, never answered): judge 1" in err
@@ -237,9 +296,11 @@ def test_calls_in_flight_at_a_kill_are_counted_as_paid_but_never_answered(harnes
 
 # ----------------------------------------------------------------------------- one line, never a traceback (12)
 
+
 def one_line(err: str) -> str:
-    lines = [line for line in err.strip().splitlines()
-             if "done, " not in line and not line.startswith("note:")]  # progress lines and notes aside
+    lines = [
+        line for line in err.strip().splitlines() if "done, " not in line and not line.startswith("note:")
+    ]  # progress lines and notes aside
     assert "Traceback" not in err and 1 <= len(lines) <= 2, err
     return lines[-1]
 
@@ -254,6 +315,7 @@ def break_record(field, value):
         record = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
         record[field] = value
         path.write_text(json.dumps(record, ensure_ascii=False) + "\n", encoding="utf-8")
+
     return edit
 
 
@@ -288,9 +350,18 @@ def deep(tmp_path):
 DATASETS = {
     "a folder": (lambda tmp: (tmp, None, "is a folder")),
     "nested too deeply": deep,
-    "a 5,000-digit number": (lambda tmp: (tmp / "n.json", "[" + "9" * 5000 + "]", "not a usable JSON dataset")),
-    "a lone surrogate": (lambda tmp: (tmp / "s.json", json.dumps(sample_cases()[:1], ensure_ascii=False)
-                                      .replace('"content": "', '"content": "\\ud800', 1), "lone surrogate")),
+    "a 5,000-digit number": (
+        lambda tmp: (tmp / "n.json", "[" + "9" * 5000 + "]", "not a usable JSON dataset")
+    ),
+    "a lone surrogate": (
+        lambda tmp: (
+            tmp / "s.json",
+            json.dumps(sample_cases()[:1], ensure_ascii=False).replace(
+                '"content": "', '"content": "\\ud800', 1
+            ),
+            "lone surrogate",
+        )
+    ),
 }
 
 
@@ -334,6 +405,7 @@ def finished_run(tmp_path_factory):
 @pytest.fixture
 def saved_run(finished_run, tmp_path, monkeypatch, provider):
     import shutil
+
     h = Harness(tmp_path, provider, monkeypatch)
     shutil.copytree(finished_run, h.root)
     return lambda *_: h
@@ -345,16 +417,25 @@ def manifest_edit(change):
         manifest = json.loads(path.read_text(encoding="utf-8"))
         change(manifest)
         path.write_text(json.dumps(manifest), encoding="utf-8")
+
     return edit
 
 
 REPORT_BREAKAGES = {
     # compared settings edited by hand: the manifest's settings digest says so first (issue 28, item 15)
-    "manifest without models": (manifest_edit(lambda m: m.pop("models")), "settings were changed after it started"),
-    "manifest without selected_cases": (manifest_edit(lambda m: m.pop("selected_cases")),
-                                        "settings were changed after it started"),
+    "manifest without models": (
+        manifest_edit(lambda m: m.pop("models")),
+        "settings were changed after it started",
+    ),
+    "manifest without selected_cases": (
+        manifest_edit(lambda m: m.pop("selected_cases")),
+        "settings were changed after it started",
+    ),
     "integer run_id": (manifest_edit(lambda m: m.update(run_id=7)), "lacks models.eval.model"),
-    "run_id outside the root": (manifest_edit(lambda m: m.update(run_id="../../../etc")), "do not match its folder"),
+    "run_id outside the root": (
+        manifest_edit(lambda m: m.update(run_id="../../../etc")),
+        "do not match its folder",
+    ),
     "unknown cause of action": (break_record("cause_of_action", "外星纠纷"), "unknown cause of action"),
 }
 
@@ -365,6 +446,7 @@ def test_show_results_reports_a_broken_run_in_one_line(saved_run, tmp_path, monk
     breakage, message = REPORT_BREAKAGES[name]
     if name == "unknown cause of action":  # keep the digest right: the cause itself is the problem
         from lexpilot.benchmark.records import content_digest
+
         path = h.file(LJP_GOLD)
         records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
         records[0]["cause_of_action"] = "外星纠纷"
@@ -381,6 +463,7 @@ def test_show_results_reports_a_broken_run_in_one_line(saved_run, tmp_path, monk
 def test_show_results_malformed_usage_and_an_unwritable_plot_folder(saved_run, tmp_path, monkeypatch, capsys):
     h = saved_run(tmp_path, monkeypatch)
     from lexpilot.benchmark.records import content_digest
+
     path = h.file(LJP_GOLD)
     records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     records[0]["usage"] = {"judge": {"calls": "many"}}
@@ -397,10 +480,12 @@ def test_show_results_malformed_usage_and_an_unwritable_plot_folder(saved_run, t
 
 def test_judge_agreement_hostile_files_are_one_line(tmp_path, capsys):
     from tests.test_judge_agreement import annotation_files
+
     path = annotation_files(tmp_path, [("LCA", "策略一", "策略一", "", "策略一")])
     cases = {
-        "a field over the CSV limit": lambda: path.write_text(path.read_text(encoding="utf-8-sig")
-                                                             + '"' + "x" * 200000 + '"\n', encoding="utf-8"),
+        "a field over the CSV limit": lambda: path.write_text(
+            path.read_text(encoding="utf-8-sig") + '"' + "x" * 200000 + '"\n', encoding="utf-8"
+        ),
         "invalid UTF-8": lambda: path.write_bytes(path.read_bytes() + b"\xff\xfe\xfa\n"),
     }
     original = path.read_bytes()
@@ -416,8 +501,12 @@ def test_judge_agreement_hostile_files_are_one_line(tmp_path, capsys):
 def test_judge_agreement_out_at_a_folder_is_one_line(saved_run, tmp_path, monkeypatch, capsys):
     h = saved_run(tmp_path, monkeypatch)
     capsys.readouterr()
-    assert judge_agreement.main(["export", "--output-root", str(h.root), "--dataset", str(SAMPLE),
-                                 "--out", str(tmp_path)]) == 2
+    assert (
+        judge_agreement.main(
+            ["export", "--output-root", str(h.root), "--dataset", str(SAMPLE), "--out", str(tmp_path)]
+        )
+        == 2
+    )
     assert "cannot be written" in one_line(capsys.readouterr().err)
 
 
@@ -425,6 +514,7 @@ def test_the_progress_line_counts_calls_answered_before_any_case_is_done(harness
     """Issue 26 item 12: a stage of long cases shows progress while no case has finished; the summary's elapsed
     time is the progress line's."""
     from lexpilot.running.stage import Progress
+
     progress = Progress("LJP behaviour", 3)
     progress.update(in_flight=1)
     progress.update(in_flight=-1, answered=1)

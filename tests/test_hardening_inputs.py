@@ -1,5 +1,6 @@
 """Hardening, round three (issue 28, items 10-21): the paper's reasoning model under concurrency, a Retry-After
 beyond the cap, API keys, special files, bounds, digests, duplicated keys, missing runs and reports' output."""
+
 import json
 import time
 from collections import Counter
@@ -17,11 +18,13 @@ def test_a_reasoning_model_at_the_default_concurrency_switches_every_refused_req
     """Item 10: eight requests go out at once with max_tokens; every refusal of the field the request carried is
     repeated with max_completion_tokens, whichever worker switched the role first."""
     dataset = write_dataset(tmp_path / "eight.json", sample_cases()[:8])
+
     def slow_refusal(kind, prompt, body):
         if "max_tokens" in body:
             time.sleep(0.2)  # every worker's first request is out before the first refusal comes back
             return MAX_TOKENS_REFUSED
         return None
+
     with FakeProvider() as provider:
         provider.script = slow_refusal
         h = Harness(tmp_path, provider, monkeypatch, dataset)
@@ -46,11 +49,18 @@ def test_a_retry_after_beyond_the_cap_is_a_transient_failure_without_a_stage_pau
         assert caller.endpoints.limiters[(p.base_url,)].resume_at <= time.monotonic()  # no worker was paused
 
 
-@pytest.mark.parametrize("key, problem", [(SECRET + "\n", "ends with a line break"),
-                                          (SECRET + "\r\n", "ends with a line break"),
-                                          ("sk-ключ-0123456789", "non-ASCII"), (" " + SECRET, "spaces")])
-def test_a_malformed_api_key_is_named_before_any_call_and_never_printed(harness, provider, monkeypatch, capsys,
-                                                                        key, problem):
+@pytest.mark.parametrize(
+    "key, problem",
+    [
+        (SECRET + "\n", "ends with a line break"),
+        (SECRET + "\r\n", "ends with a line break"),
+        ("sk-ключ-0123456789", "non-ASCII"),
+        (" " + SECRET, "spaces"),
+    ],
+)
+def test_a_malformed_api_key_is_named_before_any_call_and_never_printed(
+    harness, provider, monkeypatch, capsys, key, problem
+):
     """Item 12."""
     monkeypatch.setenv("OPENAI_API_KEY", key)
     assert harness.run("gold", "--limit", "1") == 2
@@ -70,6 +80,7 @@ def test_no_api_key_at_all_is_said_with_the_variables_read(harness, provider, mo
 def test_a_stage_file_replaced_by_a_folder_is_a_problem_not_a_traceback(harness, capsys):
     """Item 13."""
     import show_results
+
     assert harness.run("gold", "--limit", "2") == 0
     path = harness.file("eval_results", "LJP_gold.jsonl")
     path.unlink()
@@ -83,11 +94,13 @@ def test_a_stage_file_replaced_by_a_folder_is_a_problem_not_a_traceback(harness,
 
 
 @pytest.mark.parametrize("special", ["/dev/zero", "fifo", "huge"])
-def test_a_dataset_that_is_not_a_regular_file_or_too_big_is_refused_at_once(harness, provider, tmp_path, capsys,
-                                                                            monkeypatch, special):
+def test_a_dataset_that_is_not_a_regular_file_or_too_big_is_refused_at_once(
+    harness, provider, tmp_path, capsys, monkeypatch, special
+):
     import os
 
     from lexpilot import files
+
     path = special
     if special == "fifo":
         path = tmp_path / "fifo"
@@ -99,21 +112,29 @@ def test_a_dataset_that_is_not_a_regular_file_or_too_big_is_refused_at_once(harn
     started = time.monotonic()
     assert harness.run("gold", "--dataset", str(path)) == 2
     err = capsys.readouterr().err
-    assert ("not a regular file" in err if special != "huge" else "over the harness's limit of 1,000" in err)
+    assert "not a regular file" in err if special != "huge" else "over the harness's limit of 1,000" in err
     assert time.monotonic() - started < 5 and err.count("\n") == 1 and not provider.requests
 
 
 def test_resamples_are_bounded(capsys):
     """Item 14."""
     import show_results
+
     assert show_results.main(["--ci", "--resamples", "1000000000"]) == 2
     assert "--resamples must be from 1 to 100,000" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("raw, problem", [
-    ('"cause_of_action": "民间借贷纠纷", "cause_of_action": "民间借贷纠纷"', "case: 'cause_of_action' appears more than once"),
-    ('"complexity": Infinity', "Infinity is not a number JSON allows"),
-    ('"complexity": NaN', "NaN is not a number JSON allows")])
+@pytest.mark.parametrize(
+    "raw, problem",
+    [
+        (
+            '"cause_of_action": "民间借贷纠纷", "cause_of_action": "民间借贷纠纷"',
+            "case: 'cause_of_action' appears more than once",
+        ),
+        ('"complexity": Infinity', "Infinity is not a number JSON allows"),
+        ('"complexity": NaN', "NaN is not a number JSON allows"),
+    ],
+)
 def test_duplicated_keys_anywhere_and_infinity_are_dataset_errors(harness, tmp_path, capsys, raw, problem):
     """Item 16: the last value no longer wins silently; Infinity and NaN are not numbers."""
     text = json.dumps(sample_cases()[:1], ensure_ascii=False)
@@ -125,6 +146,7 @@ def test_duplicated_keys_anywhere_and_infinity_are_dataset_errors(harness, tmp_p
 
 def test_complexity_csv_refuses_infinity(tmp_path, capsys):
     import show_results
+
     path = tmp_path / "c.csv"
     path.write_text("cause_of_action,complexity\n离婚纠纷,inf\n", encoding="utf-8")
     assert show_results.main(["--complexity", str(path)]) == 2
@@ -134,13 +156,16 @@ def test_complexity_csv_refuses_infinity(tmp_path, capsys):
 def test_signed_numbers_are_numbers_in_csv_and_formulas_are_not():
     """Item 19."""
     from lexpilot.files import spreadsheet_safe
-    assert [spreadsheet_safe(c) for c in ("-0.308", "+0.641", "-12", "1e-3", "-model", "=1+1", "+0.6 [0.1, 0.9]")] == \
-        ["-0.308", "+0.641", "-12", "1e-3", "'-model", "'=1+1", "'+0.6 [0.1, 0.9]"]
+
+    assert [
+        spreadsheet_safe(c) for c in ("-0.308", "+0.641", "-12", "1e-3", "-model", "=1+1", "+0.6 [0.1, 0.9]")
+    ] == ["-0.308", "+0.641", "-12", "1e-3", "'-model", "'=1+1", "'+0.6 [0.1, 0.9]"]
 
 
 def test_markdown_escapes_html_in_a_model_id(harness, capsys):
     """Item 21."""
     import show_results
+
     assert harness.run("gold", "--limit", "1", "--model", "<img src=x onerror=alert(1)>") == 0
     capsys.readouterr()
     assert show_results.main(["--output-root", str(harness.root), "--format", "markdown"]) == 0
@@ -157,6 +182,7 @@ def test_a_model_id_with_surrounding_spaces_is_refused(harness, provider, capsys
 
 def test_the_price_file_message_has_no_stray_brace(tmp_path, capsys):
     import show_results
+
     path = tmp_path / "p.json"
     path.write_text('{"m": {"prompt": "x"}}', encoding="utf-8")
     assert show_results.main(["--prices", str(path)]) == 2
@@ -167,27 +193,38 @@ def test_the_price_file_message_has_no_stray_brace(tmp_path, capsys):
 def test_a_journal_reply_edited_by_hand_is_never_replayed(harness, provider, capsys):
     """Item 15: journal entries carry a digest like records do."""
     provider.script = lambda kind, prompt, body: {"status": 500} if kind == "user" else None
-    assert harness.run("DCG", "--limit", "1", "--retries", "0") == 1  # the first question is paid, the reply fails
+    assert (
+        harness.run("DCG", "--limit", "1", "--retries", "0") == 1
+    )  # the first question is paid, the reply fails
     journal = next((harness.root / "runs").glob("*/*/calls_journal.jsonl"))
     entries = [json.loads(x) for x in journal.read_text(encoding="utf-8").splitlines()]
     reply = next(e for e in entries if "reply" in e)
-    journal.write_text(journal.read_text(encoding="utf-8").replace(json.dumps(reply["reply"], ensure_ascii=False)[1:-1],
-                                                                   "篡改的回复"), encoding="utf-8")
+    journal.write_text(
+        journal.read_text(encoding="utf-8").replace(
+            json.dumps(reply["reply"], ensure_ascii=False)[1:-1], "篡改的回复"
+        ),
+        encoding="utf-8",
+    )
     provider.script, provider.requests = None, []
     capsys.readouterr()
     assert harness.run("DCG", "--limit", "1") == 0
     assert "1 repl(ies) changed after they were saved" in capsys.readouterr().err
-    assert provider.kinds()["force_ask"] == 2  # both questions asked: the edited one is not taken from the line
+    assert (
+        provider.kinds()["force_ask"] == 2
+    )  # both questions asked: the edited one is not taken from the line
     assert "篡改的回复" not in harness.file("Force_ask_gen", "force_ask.jsonl").read_text(encoding="utf-8")
 
 
 def test_an_edited_manifest_setting_is_noticed_by_stages_and_reports(harness, capsys):
     """Item 15: temperature 0.7 -> 0.9 in manifest.json by hand."""
     import show_results
+
     assert harness.run("gold", "--limit", "2") == 0
     manifest = next((harness.root / "runs").glob("*/*/manifest.json"))
-    manifest.write_text(manifest.read_text(encoding="utf-8").replace('"temperature": 0.7', '"temperature": 0.9'),
-                        encoding="utf-8")
+    manifest.write_text(
+        manifest.read_text(encoding="utf-8").replace('"temperature": 0.7', '"temperature": 0.9'),
+        encoding="utf-8",
+    )
     capsys.readouterr()
     assert harness.run("gold", "--limit", "2") == 2
     assert "settings were changed after it started" in capsys.readouterr().err
@@ -200,6 +237,7 @@ def test_records_made_with_other_settings_than_the_manifest_are_left_out(harness
     """Item 15: a manifest with a valid digest but other settings (swapped in) than its records."""
     import show_results
     from lexpilot.storage.manifest import settings_digest
+
     assert harness.run("gold", "--limit", "2") == 0
     path = next((harness.root / "runs").glob("*/*/manifest.json"))
     manifest = json.loads(path.read_text(encoding="utf-8"))
@@ -214,6 +252,7 @@ def test_records_made_with_other_settings_than_the_manifest_are_left_out(harness
 def test_what_was_asked_for_and_is_not_there_is_said_with_a_non_zero_status(harness, tmp_path, capsys):
     """Item 17."""
     import show_results
+
     assert harness.run("gold", "--limit", "1") == 0
     root = str(harness.root)
     capsys.readouterr()
@@ -235,6 +274,7 @@ def test_what_was_asked_for_and_is_not_there_is_said_with_a_non_zero_status(harn
 def test_from_run_is_checked_like_a_run_id(harness, provider, capsys):
     """Item 18."""
     import rejudge
+
     for bad in ("../../x", "a/b", ".hidden"):
         assert harness.run_stage(rejudge.STAGE, "--from-run", bad) == 2
         assert "--from-run" in capsys.readouterr().err
@@ -249,14 +289,29 @@ def test_a_huge_reply_fits_the_sheet_and_the_key_is_read_back(harness, provider,
     import judge_agreement
     from lexpilot.files import read_sheet
     from lexpilot.reporting.validation import agreement
+
     huge = "很长的回复。" * 50_000
     provider.script = lambda kind, prompt, body: huge if kind == "lexawn" else None
     assert harness.run("LexAwN", "--limit", "2") == 0
     out = tmp_path / "sheet.csv"
-    assert judge_agreement.main(["export", "--output-root", str(harness.root), "--dataset", str(harness.dataset),
-                                 "--out", str(out), "--per-task", "2"]) == 0
+    assert (
+        judge_agreement.main(
+            [
+                "export",
+                "--output-root",
+                str(harness.root),
+                "--dataset",
+                str(harness.dataset),
+                "--out",
+                str(out),
+                "--per-task",
+                "2",
+            ]
+        )
+        == 0
+    )
     with out.open(encoding="utf-8-sig", newline="") as f:
-        csv.field_size_limit(10 ** 9)
+        csv.field_size_limit(10**9)
         cells = [c for row in csv.reader(f) for c in row]
     assert max(map(len, cells)) <= 32_767 and any("the whole text is in sheet.key.csv" in c for c in cells)
     keys = read_sheet(agreement.key_file(out), agreement.ANNOTATION_KEY_COLUMNS)
@@ -278,8 +333,11 @@ def test_a_reply_without_token_counts_costs_its_reserved_worst_case(tmp_path, mo
     worst case (its prompt at one token per character, its completion at the output limit), so the budget
     stops exactly where those worst cases cross it."""
     prices = tmp_path / "p.json"
-    prices.write_text(json.dumps({m: {"prompt": 1, "completion": 4} for m in ("eval-model", "DeepSeek-R1",
-                                                                               "DeepSeek-V4.1-Flash")}))
+    prices.write_text(
+        json.dumps(
+            {m: {"prompt": 1, "completion": 4} for m in ("eval-model", "DeepSeek-R1", "DeepSeek-V4.1-Flash")}
+        )
+    )
     with FakeProvider(usage=False) as provider:
         h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "two.json", sample_cases()[:2]))
         common = ("--limit", "2", "--concurrency", "1", "--max-tokens", "1000", "--prices", str(prices))
@@ -301,13 +359,15 @@ def test_review_leftovers_of_the_hardening(harness, provider, tmp_path, capsys):
     from lexpilot.files import spreadsheet_safe
     from lexpilot.reporting.tables.renderings import render_latex
     from lexpilot.reporting.tables.table import Table
+
     for model in ("gpt\u200b4", "gpt\n4"):
         assert harness.run("gold", "--limit", "1", "--model", model) == 2
         assert "invisible characters" in capsys.readouterr().err
     assert render_latex([Table("t", "a{b}", ["x_{1}"], [["\\\\cmd{y}"]])]).count(r"\{") == 3
     assert spreadsheet_safe("-١٢") == "'-١٢"
-    text = json.dumps(sample_cases()[:1], ensure_ascii=False).replace('{"case_number"', '{"complexity": 1e999, '
-                                                                                         '"case_number"', 1)
+    text = json.dumps(sample_cases()[:1], ensure_ascii=False).replace(
+        '{"case_number"', '{"complexity": 1e999, "case_number"', 1
+    )
     path = tmp_path / "d.json"
     path.write_text(text, encoding="utf-8")
     assert harness.run("gold", "--dataset", str(path)) == 2

@@ -1,5 +1,6 @@
 """Hardening, round four (issue 34): files that were accepted but wrong, and the one-liners (items 5-7, 10-12, 15).
 Each refusal is one line naming the file and entry, before any call."""
+
 import json
 import os
 import subprocess
@@ -24,38 +25,76 @@ def price_file(tmp_path, text: str):
 GOOD = '{"prompt": 1, "completion": 4}'
 BAD_PRICES = {
     # item 5: the last key would win silently (judge cost 0.0016 instead of 0.0162)
-    "a price given twice": ('{"DeepSeek-R1": {"prompt": 10, "completion": 40, "prompt": 1}}',
-                            "entry 'DeepSeek-R1' gives 'prompt' twice (JSON keeps only the last)"),
-    "a model given twice": ('{"DeepSeek-R1": %s, "DeepSeek-R1": {"prompt": 2, "completion": 8}}' % GOOD,
-                            "model 'DeepSeek-R1' is given twice"),
+    "a price given twice": (
+        '{"DeepSeek-R1": {"prompt": 10, "completion": 40, "prompt": 1}}',
+        "entry 'DeepSeek-R1' gives 'prompt' twice (JSON keeps only the last)",
+    ),
+    "a model given twice": (
+        '{"DeepSeek-R1": %s, "DeepSeek-R1": {"prompt": 2, "completion": 8}}' % GOOD,
+        "model 'DeepSeek-R1' is given twice",
+    ),
     # item 5: sums overflow to nan
-    "a huge price": ('{"DeepSeek-R1": {"prompt": 1e308, "completion": 4}}', "prompt must be a number from 0 to 10000"),
-    "above the bound": ('{"DeepSeek-R1": {"prompt": 10001, "completion": 4}}', "prompt must be a number from 0 to 10000"),
+    "a huge price": (
+        '{"DeepSeek-R1": {"prompt": 1e308, "completion": 4}}',
+        "prompt must be a number from 0 to 10000",
+    ),
+    "above the bound": (
+        '{"DeepSeek-R1": {"prompt": 10001, "completion": 4}}',
+        "prompt must be a number from 0 to 10000",
+    ),
     # item 15
-    "a negative discount": ('{"DeepSeek-R1": {"prompt": 1, "completion": 4, "batch_discount": -0.5}}',
-                            "batch_discount must be a number from 0 to 1"),
-    "a discount above 1": ('{"DeepSeek-R1": {"prompt": 1, "completion": 4, "cache_discount": 1.5}}',
-                           "cache_discount must be a number from 0 to 1"),
-    "prompt true": ('{"DeepSeek-R1": {"prompt": true, "completion": 4}}', "prompt must be a number from 0 to 10000"),
+    "a negative discount": (
+        '{"DeepSeek-R1": {"prompt": 1, "completion": 4, "batch_discount": -0.5}}',
+        "batch_discount must be a number from 0 to 1",
+    ),
+    "a discount above 1": (
+        '{"DeepSeek-R1": {"prompt": 1, "completion": 4, "cache_discount": 1.5}}',
+        "cache_discount must be a number from 0 to 1",
+    ),
+    "prompt true": (
+        '{"DeepSeek-R1": {"prompt": true, "completion": 4}}',
+        "prompt must be a number from 0 to 10000",
+    ),
     # review: a misspelt key priced nothing; two ways to give one price left a guess
-    "a misspelt key": ('{"DeepSeek-R1": {"prompt": 1, "completion": 4, "cached_promt": 0.5}}',
-                       "'cached_promt' is not a price key"),
-    "a discount and a price": ('{"DeepSeek-R1": {"prompt": 1, "completion": 4, "batch_discount": 0.5, '
-                               '"batch_prompt": 0.4}}', "give batch_prompt or batch_discount, not both"),
+    "a misspelt key": (
+        '{"DeepSeek-R1": {"prompt": 1, "completion": 4, "cached_promt": 0.5}}',
+        "'cached_promt' is not a price key",
+    ),
+    "a discount and a price": (
+        '{"DeepSeek-R1": {"prompt": 1, "completion": 4, "batch_discount": 0.5, "batch_prompt": 0.4}}',
+        "give batch_prompt or batch_discount, not both",
+    ),
 }
 
 
 @pytest.mark.parametrize("name", BAD_PRICES)
 @pytest.mark.parametrize("reader", ["--dry-run", "quote_grid.py", "--usage"])
-def test_a_wrong_price_file_is_refused_in_one_line_by_every_reader(harness, provider, tmp_path, capsys, name, reader):
+def test_a_wrong_price_file_is_refused_in_one_line_by_every_reader(
+    harness, provider, tmp_path, capsys, name, reader
+):
     text, message = BAD_PRICES[name]
     path = price_file(tmp_path, text)
     if reader == "--dry-run":
         status = harness.run("gold", "--limit", "1", "--dry-run", "--prices", str(path))
     elif reader == "quote_grid.py":
-        status = quote_grid.main(["--models", "eval-model", "--runs", "1", "--stages", "eval_LJP_gold",
-                                  "--limit", "1", "--dataset", str(harness.dataset), "--prices", str(path),
-                                  "--output-root", str(harness.root)])
+        status = quote_grid.main(
+            [
+                "--models",
+                "eval-model",
+                "--runs",
+                "1",
+                "--stages",
+                "eval_LJP_gold",
+                "--limit",
+                "1",
+                "--dataset",
+                str(harness.dataset),
+                "--prices",
+                str(path),
+                "--output-root",
+                str(harness.root),
+            ]
+        )
     else:
         assert harness.run("gold", "--limit", "1") == 0
         capsys.readouterr()
@@ -67,27 +106,47 @@ def test_a_wrong_price_file_is_refused_in_one_line_by_every_reader(harness, prov
 
 
 def test_a_good_price_file_still_reads(harness, tmp_path, capsys):
-    path = price_file(tmp_path, json.dumps({m: {"prompt": 1, "completion": 4, "batch_discount": 0.5,
-                                                "cache_discount": 0} for m in MODELS}))
+    path = price_file(
+        tmp_path,
+        json.dumps(
+            {m: {"prompt": 1, "completion": 4, "batch_discount": 0.5, "cache_discount": 0} for m in MODELS}
+        ),
+    )
     assert harness.run("gold", "--limit", "1", "--dry-run", "--prices", str(path)) == 0
 
 
 @pytest.mark.parametrize("flag,values", [("--models", ["m", "m"]), ("--run-ids", ["r9", "r9"])])
 def test_quote_grid_refuses_an_id_given_twice(tmp_path, capsys, flag, values):
     """Item 7: --models m m counted 1,056 calls against 528."""
-    argv = ["--models", "m", "--run-ids", "r1", "--stages", "eval_LJP_gold", "--limit", "1",
-            "--output-root", str(tmp_path)]
-    argv[argv.index(flag) + 1:argv.index(flag) + 2] = values
+    argv = [
+        "--models",
+        "m",
+        "--run-ids",
+        "r1",
+        "--stages",
+        "eval_LJP_gold",
+        "--limit",
+        "1",
+        "--output-root",
+        str(tmp_path),
+    ]
+    argv[argv.index(flag) + 1 : argv.index(flag) + 2] = values
     assert quote_grid.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"quote_grid: {flag}: {values[0]!r} is given twice; name each once"]
 
 
-@pytest.mark.parametrize("script,argv,said", [
-    (show_results.main, ["--ci", "--seed", "-1"], "argument --seed: -1 is outside 0 to 1000000000"),
-    (user_probes.main, ["template", "--per-cause", "-1", "--dataset", "data/LexPilot_sample.json"],
-     "argument --per-cause: -1 is outside 1 to 1000000"),
-])
+@pytest.mark.parametrize(
+    "script,argv,said",
+    [
+        (show_results.main, ["--ci", "--seed", "-1"], "argument --seed: -1 is outside 0 to 1000000000"),
+        (
+            user_probes.main,
+            ["template", "--per-cause", "-1", "--dataset", "data/LexPilot_sample.json"],
+            "argument --per-cause: -1 is outside 1 to 1000000",
+        ),
+    ],
+)
 def test_a_negative_seed_or_sample_size_is_one_line(script, argv, said, capsys):
     """Item 10: numpy's SeedSequence refused a negative seed with a traceback, and random.sample a negative
     --per-cause (review)."""
@@ -104,7 +163,7 @@ def cells(row: str) -> list[str]:
     row = row.strip()[1:-1] if row.strip().startswith("|") else row
     while i < len(row):
         if row[i] == "\\" and i + 1 < len(row):
-            cell, i = cell + row[i:i + 2], i + 2
+            cell, i = cell + row[i : i + 2], i + 2
             continue
         if row[i] == "|":
             out.append(cell)
@@ -125,7 +184,9 @@ def test_a_model_id_with_a_backslash_and_a_bar_stays_in_its_markdown_cell(harnes
     rows = [i for i, line in enumerate(lines) if line.startswith("| vendor")]
     assert rows
     for i in rows:
-        header = next(lines[j] for j in range(i, -1, -1) if lines[j].startswith("|") and lines[j + 1].startswith("|---"))
+        header = next(
+            lines[j] for j in range(i, -1, -1) if lines[j].startswith("|") and lines[j + 1].startswith("|---")
+        )
         assert len(cells(lines[i])) == len(cells(header)), lines[i]
         assert cells(lines[i])[0].strip() == "vendor\\\\\\|model"  # renders as vendor\|model
 
@@ -136,22 +197,47 @@ def test_eval_ljp_stops_after_a_fatal_error_in_direct(tmp_path, provider):
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LEXPILOT_"))}
     env |= {"OPENAI_BASE_URL": provider.base_url, "OPENAI_API_KEY": SECRET}
-    done = subprocess.run([sys.executable, "eval_LJP.py", "--run-id", "r1", "--model", "m", "--dataset", str(dataset),
-                           "--output-root", str(tmp_path / "out"), "--retries", "0", "--concurrency", "1"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "eval_LJP.py",
+            "--run-id",
+            "r1",
+            "--model",
+            "m",
+            "--dataset",
+            str(dataset),
+            "--output-root",
+            str(tmp_path / "out"),
+            "--retries",
+            "0",
+            "--concurrency",
+            "1",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2, done.stderr
     assert "[LJP direct] stopped: evaluated model 'm'" in done.stderr and "HTTP 401" in done.stderr
-    assert "[LJP gold]" not in done.stderr + done.stdout and "[LJP interaction]" not in done.stderr + done.stdout
+    assert (
+        "[LJP gold]" not in done.stderr + done.stdout and "[LJP interaction]" not in done.stderr + done.stdout
+    )
     assert len(provider.requests) == 1 and "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize("temperature,replayed", [("0.7", True), ("0.2", False)])
-def test_a_journal_is_replayed_only_under_the_settings_it_was_made_with(harness, provider, capsys, temperature,
-                                                                        replayed):
+def test_a_journal_is_replayed_only_under_the_settings_it_was_made_with(
+    harness, provider, capsys, temperature, replayed
+):
     """Item 8: with the manifest deleted, a rerun at another temperature replayed the journal's replies made at 0.7
     into the 0.2 run. Journal entries carry the run's settings hash; the same settings still replay them."""
     provider.script = lambda kind, prompt, body: {"status": 500} if kind == "user" else None
-    assert harness.run("DCG", "--limit", "1", "--retries", "0") == 1  # the first question is paid, the reply fails
+    assert (
+        harness.run("DCG", "--limit", "1", "--retries", "0") == 1
+    )  # the first question is paid, the reply fails
     next((harness.root / "runs").glob("*/*/manifest.json")).unlink()
     provider.script, provider.requests = None, []
     capsys.readouterr()
@@ -179,9 +265,26 @@ def test_ctrl_c_while_the_sdk_loads_is_the_usual_interrupted_line(tmp_path):
     """Issue 35 item 15: "A Ctrl-C during the first second of a stage, inside `import openai`, prints a 45-line
     traceback; it should print the usual "interrupted" line"."""
     env = {**os.environ, "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}
-    done = subprocess.run([sys.executable, "-c", CTRL_C_IN_IMPORT, "--run-id", "r1", "--model", "m", "--dataset",
-                           "data/LexPilot_sample.json", "--output-root", str(tmp_path / "out")],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            CTRL_C_IN_IMPORT,
+            "--run-id",
+            "r1",
+            "--model",
+            "m",
+            "--dataset",
+            "data/LexPilot_sample.json",
+            "--output-root",
+            str(tmp_path / "out"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     err = done.stderr.strip().splitlines()
     assert done.returncode == 130, done.stderr
     assert err == ["[LJP gold] interrupted: completed cases are saved; rerun the same command to resume."]
@@ -191,6 +294,7 @@ def test_counts_in_messages_and_titles_agree_with_their_nouns(tmp_path, provider
     """Issue 35 item 15: "Fix the grammar: "1 more calls", "1 cycles", "(1 runs …)"" — on a batch run of one case
     of the gold stage (a prediction, then its extraction: two cycles) and its report."""
     from tests.conftest import Harness
+
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "one.json", sample_cases()[:1]))
     assert h.run("gold", "--batch", "--batch-poll", "1") == 0
     said = capsys.readouterr()
@@ -206,13 +310,31 @@ def test_quote_grid_adds_a_repeated_flag_to_the_first(tmp_path, capsys, flag):
     """Second review of item 7: `--models a --models b` quoted only b, in silence. Each flag adds to the list."""
     values = {"--models": ["a", "b"], "--run-ids": ["r1", "r2"]}[flag]
     other = ["--run-ids", "r1"] if flag == "--models" else ["--models", "a"]
-    argv = [flag, values[0], flag, values[1], *other, "--stages", "eval_LJP_gold", "--limit", "1",
-            "--dataset", "data/LexPilot_sample.json", "--output-root", str(tmp_path), "--format", "csv"]
+    argv = [
+        flag,
+        values[0],
+        flag,
+        values[1],
+        *other,
+        "--stages",
+        "eval_LJP_gold",
+        "--limit",
+        "1",
+        "--dataset",
+        "data/LexPilot_sample.json",
+        "--output-root",
+        str(tmp_path),
+        "--format",
+        "csv",
+    ]
     assert quote_grid.main(argv) == 0
     out = capsys.readouterr().out
     import csv
     import io
-    total = next(r for r in csv.reader(io.StringIO(out)) if r and r[0].startswith("Calls at most") and r[1] == "total")
+
+    total = next(
+        r for r in csv.reader(io.StringIO(out)) if r and r[0].startswith("Calls at most") and r[1] == "total"
+    )
     assert total[4] == str(2 * 2)  # two parts of one case, two calls each (prediction, extraction)
 
 
@@ -235,23 +357,47 @@ runpy.run_path(script, run_name="__main__")
 """
 
 
-@pytest.mark.parametrize("script, module, said", [
-    # inside the script's own `from common import stage_main`, before the stage's handling exists
-    ("eval_LJP_gold.py", "lexpilot.models.calls", "[eval_LJP_gold] interrupted while starting: nothing was done"),
-    ("show_results.py", "lexpilot.reporting.tables.analyses", "[show_results] interrupted while starting: nothing was done"),
-    # while the report reads the runs
-    ("show_results.py", "lexpilot.reporting.scoring.results:load_runs", "[show_results] interrupted: nothing was written"),
-])
+@pytest.mark.parametrize(
+    "script, module, said",
+    [
+        # inside the script's own `from common import stage_main`, before the stage's handling exists
+        (
+            "eval_LJP_gold.py",
+            "lexpilot.models.calls",
+            "[eval_LJP_gold] interrupted while starting: nothing was done",
+        ),
+        (
+            "show_results.py",
+            "lexpilot.reporting.tables.analyses",
+            "[show_results] interrupted while starting: nothing was done",
+        ),
+        # while the report reads the runs
+        (
+            "show_results.py",
+            "lexpilot.reporting.scoring.results:load_runs",
+            "[show_results] interrupted: nothing was written",
+        ),
+    ],
+)
 def test_ctrl_c_at_any_moment_of_an_entry_point_is_one_line(tmp_path, script, module, said):
     """Issue 35 item 15 and the guide: "Every error a user can meet is one or two lines ... Never a traceback" —
     Ctrl-C while an entry point imports the harness, and while a report runs, is one line and status 130."""
     env = {**os.environ, "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}
-    flags = (["--run-id", "r1", "--model", "m", "--dataset", "data/LexPilot_sample.json"] if script != "show_results.py"
-             else ["--usage"])
+    flags = (
+        ["--run-id", "r1", "--model", "m", "--dataset", "data/LexPilot_sample.json"]
+        if script != "show_results.py"
+        else ["--usage"]
+    )
     (tmp_path / "out").mkdir()
-    done = subprocess.run([sys.executable, "-c", CTRL_C_AT, script, module, *flags, "--output-root",
-                           str(tmp_path / "out")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
-                          preexec_fn=as_at_a_terminal)
+    done = subprocess.run(
+        [sys.executable, "-c", CTRL_C_AT, script, module, *flags, "--output-root", str(tmp_path / "out")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=as_at_a_terminal,
+    )
     err = done.stderr.strip().splitlines()
     assert done.returncode == 130, done.stderr
     assert len(err) == 1 and err[0].startswith(said), done.stderr

@@ -1,4 +1,5 @@
 """judge_agreement.py: reproducible balanced export, Cohen's kappa, Table 12 scoring, clear annotation errors."""
+
 import csv
 import random
 
@@ -36,10 +37,20 @@ def annotation_files(tmp_path, items):
     """items: (task, annotator_1, annotator_2, adjudicated, llm_label)."""
     rows, keys = [], []
     for i, (task, a1, a2, adj, llm) in enumerate(items):
-        rows.append({c: "" for c in agreement_kit.ANNOTATION_COLUMNS} | {
-            "item_id": f"{task}-{i:03d}", "task": task, "annotator_1": a1, "annotator_2": a2, "adjudicated": adj})
-        keys.append({c: "" for c in agreement_kit.ANNOTATION_KEY_COLUMNS} | {
-            "item_id": f"{task}-{i:03d}", "task": task, "llm_label": llm})
+        rows.append(
+            {c: "" for c in agreement_kit.ANNOTATION_COLUMNS}
+            | {
+                "item_id": f"{task}-{i:03d}",
+                "task": task,
+                "annotator_1": a1,
+                "annotator_2": a2,
+                "adjudicated": adj,
+            }
+        )
+        keys.append(
+            {c: "" for c in agreement_kit.ANNOTATION_KEY_COLUMNS}
+            | {"item_id": f"{task}-{i:03d}", "task": task, "llm_label": llm}
+        )
     path = tmp_path / "ann.csv"
     write_rows(path, agreement_kit.ANNOTATION_COLUMNS, rows)
     write_rows(key_file(path), agreement_kit.ANNOTATION_KEY_COLUMNS, keys)
@@ -48,12 +59,16 @@ def annotation_files(tmp_path, items):
 
 def test_score_prints_table_12_from_a_hand_computed_annotation_table(tmp_path, capsys):
     items = [  # LCA: humans agree 3/4 (kappa 0.5), item 2 adjudicated 策略二; judge matches 3/4 finals
-        ("LCA", "策略一", "策略一", "", "策略一"), ("LCA", "策略一", "策略二", "策略二", "策略二"),
-        ("LCA", "策略二", "策略二", "", "策略二"), ("LCA", "策略二", "策略二", "", "策略一"),
+        ("LCA", "策略一", "策略一", "", "策略一"),
+        ("LCA", "策略一", "策略二", "策略二", "策略二"),
+        ("LCA", "策略二", "策略二", "", "策略二"),
+        ("LCA", "策略二", "策略二", "", "策略一"),
         # DCG: humans agree 2/2 on different labels (kappa 1); judge 1/2 (kappa 0)
-        ("DCG", "是", "是", "", "是"), ("DCG", "否", "否", "", "是"),
+        ("DCG", "是", "是", "", "是"),
+        ("DCG", "否", "否", "", "是"),
         # LJP: all 支持 everywhere: agreement 100%, kappa undefined
-        ("LJP", "支持", "支持", "", "支持"), ("LJP", "支持", "支持", "", "支持"),
+        ("LJP", "支持", "支持", "", "支持"),
+        ("LJP", "支持", "支持", "", "支持"),
     ]
     path = annotation_files(tmp_path, items)
     assert judge_agreement.main(["score", str(path)]) == 0
@@ -67,12 +82,18 @@ def test_score_prints_table_12_from_a_hand_computed_annotation_table(tmp_path, c
     assert lines["Average"][1:] == ["8", "91.7%", "0.75", "75.0%", "0.25"]
 
 
-@pytest.mark.parametrize("item,message", [
-    (("LCA", "策略一", "", "", "策略一"), "annotator_2 '' is not one of 策略一, 策略二"),
-    (("DCG", "是", "maybe", "", "是"), "annotator_2 'maybe' is not one of 是, 否"),
-    (("LJP", "支持", "驳回", "", "支持"), "the annotators disagree; fill adjudicated"),
-    (("LJP", "支持", "支持", "驳回", "支持"), "adjudicated '驳回' differs from the label both annotators gave"),
-])
+@pytest.mark.parametrize(
+    "item,message",
+    [
+        (("LCA", "策略一", "", "", "策略一"), "annotator_2 '' is not one of 策略一, 策略二"),
+        (("DCG", "是", "maybe", "", "是"), "annotator_2 'maybe' is not one of 是, 否"),
+        (("LJP", "支持", "驳回", "", "支持"), "the annotators disagree; fill adjudicated"),
+        (
+            ("LJP", "支持", "支持", "驳回", "支持"),
+            "adjudicated '驳回' differs from the label both annotators gave",
+        ),
+    ],
+)
 def test_invalid_annotations_name_the_row(tmp_path, capsys, item, message):
     good = ("LCA", "策略一", "策略一", "", "策略一")
     path = annotation_files(tmp_path, [good, item])
@@ -97,7 +118,9 @@ def two_models(tmp_path_factory):
     the module (the tests only read them)."""
     tmp_path = tmp_path_factory.mktemp("two_models")
     with FakeProvider() as provider, pytest.MonkeyPatch.context() as monkeypatch:
-        harness = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "d.json", sample_cases()[:4]))
+        harness = Harness(
+            tmp_path, provider, monkeypatch, write_dataset(tmp_path / "d.json", sample_cases()[:4])
+        )
         for model, limit in (("model-a", "4"), ("model-b", "4"), ("model-c", "1")):
             for stage in ("LexAwN", "DCG", "direct", "gold", "interaction"):
                 assert harness.run(stage, "--model", model, "--limit", limit) == 0
@@ -105,8 +128,18 @@ def two_models(tmp_path_factory):
 
 
 def export(harness, out, *extra):
-    return judge_agreement.main(["export", "--output-root", str(harness.root), "--dataset", str(harness.dataset),
-                                 "--out", str(out), *extra])
+    return judge_agreement.main(
+        [
+            "export",
+            "--output-root",
+            str(harness.root),
+            "--dataset",
+            str(harness.dataset),
+            "--out",
+            str(out),
+            *extra,
+        ]
+    )
 
 
 def read(path):
@@ -142,7 +175,9 @@ def test_exported_labels_match_the_saved_judge_decisions(two_models, tmp_path):
     assert export(two_models, tmp_path / "a.csv", "--per-task", "1000") == 0
     keys = read(key_file(tmp_path / "a.csv"))
     # 4+4+1 cases: 2 LCA decisions and 2 DCG rounds per case; every claim of the three LJP setups
-    claims = sum(len(c["result_dict"]) for c in sample_cases()[:4]) * 2 + len(sample_cases()[0]["result_dict"])
+    claims = sum(len(c["result_dict"]) for c in sample_cases()[:4]) * 2 + len(
+        sample_cases()[0]["result_dict"]
+    )
     counts = {t: sum(k["task"] == t for k in keys) for t in ("LCA", "DCG", "LJP")}
     assert counts == {"LCA": 18, "DCG": 18, "LJP": 3 * claims}
     rows = {r["item_id"]: r for r in read(tmp_path / "a.csv")}
@@ -153,8 +188,20 @@ def test_exported_labels_match_the_saved_judge_decisions(two_models, tmp_path):
 
 
 def test_export_refuses_another_dataset(two_models, tmp_path, capsys):
-    assert judge_agreement.main(["export", "--output-root", str(two_models.root), "--dataset", str(SAMPLE),
-                                 "--out", str(tmp_path / "x.csv")]) == 2
+    assert (
+        judge_agreement.main(
+            [
+                "export",
+                "--output-root",
+                str(two_models.root),
+                "--dataset",
+                str(SAMPLE),
+                "--out",
+                str(tmp_path / "x.csv"),
+            ]
+        )
+        == 2
+    )
     assert "is not the dataset of runs" in capsys.readouterr().err and not (tmp_path / "x.csv").exists()
 
 
@@ -162,9 +209,16 @@ def test_the_guidelines_are_the_judges_own_criteria_in_chinese(two_models, tmp_p
     out = tmp_path / "g.csv"
     assert export(two_models, out, "--per-task", "3") == 0
     text = agreement_kit.guidelines_path(out).read_text(encoding="utf-8")
-    for phrase in ("【背景与策略定义】", "【特殊情况处理】（混合特征）", "若“明确的预测结论”占主导地位",  # LCA, mixed replies
-                   "引导的正确性", "引导的可答性",  # DCG, Table 24
-                   "# 分类标准", "诉讼费处理", "将“被驳回”等同义表述统一为“驳回”"):  # LJP, Table 25
+    for phrase in (
+        "【背景与策略定义】",
+        "【特殊情况处理】（混合特征）",
+        "若“明确的预测结论”占主导地位",  # LCA, mixed replies
+        "引导的正确性",
+        "引导的可答性",  # DCG, Table 24
+        "# 分类标准",
+        "诉讼费处理",
+        "将“被驳回”等同义表述统一为“驳回”",
+    ):  # LJP, Table 25
         assert phrase in text, phrase
     assert "{" not in text and "<待评估回复>" not in text  # criteria only: no input slots, no output format
     rows = read(out)
@@ -175,6 +229,7 @@ def test_kappa_intervals_come_from_whole_cases(tmp_path, capsys):
     import numpy as np
 
     from lexpilot.reporting.scoring.metrics import kappa_from_confusion
+
     rng = np.random.default_rng(0)
     for _ in range(20):  # the vectorised kappa of the bootstrap equals scikit-learn's, weights included
         a = list(rng.choice(["支持", "部分支持", "驳回"], size=30))
@@ -193,7 +248,9 @@ def test_kappa_intervals_come_from_whole_cases(tmp_path, capsys):
     assert whole == agreement_kit.kappa_interval(a, b, ["c1", "c1", "c2", "c2"], resamples=400)  # seeded
     items = agreement_kit.kappa_interval(a, b, ["c1", "c2", "c3", "c4"], resamples=400)
     assert whole != items
-    path = annotation_files(tmp_path, [("LCA", "策略一", "策略一", "", "策略一"), ("LCA", "策略二", "策略二", "", "策略一")])
+    path = annotation_files(
+        tmp_path, [("LCA", "策略一", "策略一", "", "策略一"), ("LCA", "策略二", "策略二", "", "策略一")]
+    )
     assert judge_agreement.main(["score", str(path)]) == 0
     assert "κ with its 95% interval from a bootstrap over cases" in capsys.readouterr().out
 
@@ -201,6 +258,10 @@ def test_kappa_intervals_come_from_whole_cases(tmp_path, capsys):
 def test_export_reads_the_dataset_each_runs_manifest_names(two_models, tmp_path):
     """Issue 26 item 12: without --dataset, export uses the runs' own dataset, as show_results.py does."""
     assert export(two_models, tmp_path / "given.csv") == 0
-    assert judge_agreement.main(["export", "--output-root", str(two_models.root), "--out",
-                                 str(tmp_path / "named.csv")]) == 0
+    assert (
+        judge_agreement.main(
+            ["export", "--output-root", str(two_models.root), "--out", str(tmp_path / "named.csv")]
+        )
+        == 0
+    )
     assert (tmp_path / "given.csv").read_bytes() == (tmp_path / "named.csv").read_bytes()

@@ -7,6 +7,7 @@ import anywhere in a file, lazy ones inside functions included):
 - no module of the package imports a module at the top of the checkout: an entry point, common.py or categories.py,
   which only hand the package on (the package stands alone: issue 37 item 8); no entry point imports another.
 """
+
 import importlib.util
 import subprocess
 from pathlib import Path
@@ -61,8 +62,10 @@ def layer_violations(files: list[Path], root: Path = ROOT) -> list[str]:
             if top in ENTRY_POINTS:
                 problems.setdefault((where, top), f"{where}: an entry point (or common.py, categories.py)")
             elif top == "lexpilot" and target.count(".") >= 1 and part(target) not in MAY_IMPORT[here]:
-                problems.setdefault((where, part(target)), f"{where}.{target.split('.')[1]}: {here} may not import "
-                                                           f"{part(target)}")
+                problems.setdefault(
+                    (where, part(target)),
+                    f"{where}.{target.split('.')[1]}: {here} may not import {part(target)}",
+                )
     return list(problems.values())
 
 
@@ -75,24 +78,62 @@ def test_the_package_keeps_its_layers():
 
 
 def test_an_entry_point_never_imports_another():
-    problems = [f"{p.name}:{line} imports {target}" for p in ROOT.glob("*.py") for line, target in imports(p)
-                if target.split(".")[0] in ENTRY_POINTS and target.split(".")[0] not in TOP_LEVEL_MODULES | {"common"}]
+    problems = [
+        f"{p.name}:{line} imports {target}"
+        for p in ROOT.glob("*.py")
+        for line, target in imports(p)
+        if target.split(".")[0] in ENTRY_POINTS and target.split(".")[0] not in TOP_LEVEL_MODULES | {"common"}
+    ]
     assert problems == []
 
 
-@pytest.mark.parametrize("module, line, expected", [
-    ("lexpilot/reporting/tables/paper.py", "from lexpilot.models.calls import ModelCaller", "reporting may not import models"),
-    ("lexpilot/reporting/tables/paper.py", "from lexpilot.protocols import rejudging", "reporting may not import protocols"),
-    ("lexpilot/storage/checkpoints.py", "import lexpilot.models.calls", "storage may not import models"),
-    ("lexpilot/protocols/dcg.py", "from lexpilot.reporting.scoring.results import load_runs",
-     "protocols may not import reporting"),
-    ("lexpilot/benchmark/records.py", "from common import stage_main", "an entry point (or common.py"),
-    ("lexpilot/protocols/ljp.py", "    import show_results  # lazily, inside a function", "an entry point"),
-    ("lexpilot/reporting/scoring/groups.py", "from categories import CLASS_LABELS", "an entry point (or common.py, categories"),
-    ("lexpilot/reporting/tables/paper.py", "from ...models import calls", "reporting may not import models"),
-    ("lexpilot/reporting/tables/paper.py", "from lexpilot import protocols", "reporting may not import protocols"),
-    ("lexpilot/storage/code.py", "    from ..models.calls import ModelCaller", "storage may not import models"),
-])
+@pytest.mark.parametrize(
+    "module, line, expected",
+    [
+        (
+            "lexpilot/reporting/tables/paper.py",
+            "from lexpilot.models.calls import ModelCaller",
+            "reporting may not import models",
+        ),
+        (
+            "lexpilot/reporting/tables/paper.py",
+            "from lexpilot.protocols import rejudging",
+            "reporting may not import protocols",
+        ),
+        ("lexpilot/storage/checkpoints.py", "import lexpilot.models.calls", "storage may not import models"),
+        (
+            "lexpilot/protocols/dcg.py",
+            "from lexpilot.reporting.scoring.results import load_runs",
+            "protocols may not import reporting",
+        ),
+        ("lexpilot/benchmark/records.py", "from common import stage_main", "an entry point (or common.py"),
+        (
+            "lexpilot/protocols/ljp.py",
+            "    import show_results  # lazily, inside a function",
+            "an entry point",
+        ),
+        (
+            "lexpilot/reporting/scoring/groups.py",
+            "from categories import CLASS_LABELS",
+            "an entry point (or common.py, categories",
+        ),
+        (
+            "lexpilot/reporting/tables/paper.py",
+            "from ...models import calls",
+            "reporting may not import models",
+        ),
+        (
+            "lexpilot/reporting/tables/paper.py",
+            "from lexpilot import protocols",
+            "reporting may not import protocols",
+        ),
+        (
+            "lexpilot/storage/code.py",
+            "    from ..models.calls import ModelCaller",
+            "storage may not import models",
+        ),
+    ],
+)
 def test_a_forbidden_import_is_found(tmp_path, module, line, expected):
     """Each rule, broken once on a copy of the module, is reported with the file and line."""
     copy = ROOT / module
@@ -106,25 +147,45 @@ def test_a_forbidden_import_is_found(tmp_path, module, line, expected):
 
 def test_the_root_holds_the_entry_points_common_categories_folders_and_project_files():
     """Issue 24: the listing says what can be run; the shared code is in lexpilot/."""
-    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     top = {path.split("/")[0] + ("/" if "/" in path else "") for path in tracked}
     files = {t for t in top if not t.endswith("/") and not t.startswith(".")}
     scripts = {f for f in files if f.endswith(".py")} - {"common.py", "categories.py"}
     assert scripts and all(importlib.util.find_spec(s[:-3]) for s in scripts)
-    assert all("def main" in (ROOT / s).read_text(encoding="utf-8") or "stage_main" in (ROOT / s).read_text(
-        encoding="utf-8") for s in scripts)  # every other .py at the top is an entry point
-    assert files - scripts == {"common.py", "categories.py", "README.md", "pytest.ini", "requirements.txt",
-                               "requirements-dev.txt", "requirements-optional.txt", "pyproject.toml"}
+    assert all(
+        "def main" in (ROOT / s).read_text(encoding="utf-8")
+        or "stage_main" in (ROOT / s).read_text(encoding="utf-8")
+        for s in scripts
+    )  # every other .py at the top is an entry point
+    assert files - scripts == {
+        "common.py",
+        "categories.py",
+        "README.md",
+        "pytest.ini",
+        "requirements.txt",
+        "requirements-dev.txt",
+        "requirements-optional.txt",
+        "pyproject.toml",
+    }
     assert {t for t in top if t.endswith("/") and not t.startswith(".")} == {
-        "bench/", "data/", "docs/", "lexpilot/", "prompts/", "tests/"}
+        "bench/",
+        "data/",
+        "docs/",
+        "lexpilot/",
+        "prompts/",
+        "tests/",
+    }
 
 
 def test_every_output_folder_and_file_is_ignored_by_git_and_listed_in_the_readme():
     """Issue 26 item 12: `.gitignore` and the README's output tree list every stage's output folder."""
     from lexpilot.benchmark.records import RECORD_KINDS
+
     ignored = (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    tree = readme[readme.index("## Outputs and resuming"):readme.index("Each record is one JSON line")]
+    tree = readme[readme.index("## Outputs and resuming") : readme.index("Each record is one JSON line")]
     for kind in RECORD_KINDS:
         assert f"/{kind.top}/" in ignored, kind.top
         assert f"{kind.top}/<run-id>/<model>/" in tree and kind.file in tree, (kind.top, kind.file)
@@ -135,18 +196,23 @@ def help_texts(path: Path) -> list[str]:
     """What --help prints from a file: its module docstring (an entry point's description) and every `help=`,
     `description=` and `epilog=` text given to argparse."""
     import ast
+
     tree = ast.parse(path.read_text(encoding="utf-8"))
     texts = [ast.get_docstring(tree) or ""] if path.parent == ROOT else []
     for node in ast.walk(tree):
         if isinstance(node, ast.keyword) and node.arg in ("help", "description", "epilog"):
-            texts += [part.value for part in ast.walk(node.value)
-                      if isinstance(part, ast.Constant) and isinstance(part.value, str)]
+            texts += [
+                part.value
+                for part in ast.walk(node.value)
+                if isinstance(part, ast.Constant) and isinstance(part.value, str)
+            ]
     return texts
 
 
 def test_no_help_text_names_an_issue():
     """Issue 35 item 15: "`--help` texts name no issue" (a reader of --help has never seen the tracker)."""
     import re
+
     files = [*ROOT.glob("*.py"), *(ROOT / "lexpilot").rglob("*.py")]
     found = [(p.name, t) for p in files for t in help_texts(p) if re.search(r"\bissues? \d|#\d|\(issue\b", t)]
     assert not found
@@ -157,6 +223,7 @@ def test_the_entry_points_that_take_a_user_condition_are_declared_as_the_stages_
     stage's code hash); it must be what the catalog's stages declare."""
     from lexpilot.benchmark.vocabulary import CONDITION_SCRIPTS
     from lexpilot.protocols.catalog import GRID_STAGES
+
     declared = {s.script for stages in GRID_STAGES.values() for s in stages if s.user_condition}
     assert set(CONDITION_SCRIPTS) == declared and len(CONDITION_SCRIPTS) == len(declared)
 
@@ -165,6 +232,7 @@ def test_the_readme_is_a_short_front_page():
     """Issue 37 item 9: "The README is at most 220 lines; the rest goes in docs/" — and every docs/ page it links
     is there."""
     import re
+
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert len(readme.splitlines()) <= 220
     linked = set(re.findall(r"\]\((docs/[^)#]+)", readme))
@@ -176,11 +244,19 @@ def test_the_tree_passes_the_linter():
     import shutil
     import subprocess
     import sys
-    if shutil.which("ruff") is None and subprocess.run([sys.executable, "-m", "ruff", "--version"],
-                                                       capture_output=True).returncode:
+
+    if (
+        shutil.which("ruff") is None
+        and subprocess.run([sys.executable, "-m", "ruff", "--version"], capture_output=True).returncode
+    ):
         pytest.skip("ruff is not installed (requirements-dev.txt pins it)")
-    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-cache", "."],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout[-3000:]
 
 
@@ -188,8 +264,11 @@ def functions_over(limit: int, root: Path) -> list[str]:
     """Each function (or method) of the Python files under `root` (hidden folders aside) longer than `limit`
     lines, its decorators aside."""
     import ast
+
     found = []
-    for path in (p for p in root.rglob("*.py") if not any(x.startswith(".") for x in p.relative_to(root).parts)):
+    for path in (
+        p for p in root.rglob("*.py") if not any(x.startswith(".") for x in p.relative_to(root).parts)
+    ):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             length = getattr(node, "end_lineno", 0) - getattr(node, "lineno", 0) + 1
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and length > limit:
@@ -202,7 +281,9 @@ def test_no_function_is_over_60_lines(tmp_path):
     assert functions_over(60, ROOT) == []
     (tmp_path / "sixty.py").write_text("def f():\n" + "    x = 1\n" * 59, encoding="utf-8")
     assert functions_over(60, tmp_path) == []
-    (tmp_path / "sixty_one.py").write_text("class C:\n    def g(self):\n" + "        x = 1\n" * 60, encoding="utf-8")
+    (tmp_path / "sixty_one.py").write_text(
+        "class C:\n    def g(self):\n" + "        x = 1\n" * 60, encoding="utf-8"
+    )
     assert functions_over(60, tmp_path) == ["sixty_one.py:2 g: 61 lines"]
 
 
@@ -211,8 +292,14 @@ def test_the_report_scripts_declare_their_run_options_once_and_show_results_is_s
     assembly lives in the package. The report scripts' shared flags (--output-root, --dataset, --model, --run-id,
     hand-declared in three scripts) get one declaration" (reporting/scoring/results.py's add_run_options)."""
     scripts = ("show_results.py", "judge_agreement.py", "user_probes.py")
-    declared = [f"{s}: {flag}" for s in scripts for flag in ("--output-root", "--dataset", "--model", "--run-id")
-                if f'add_argument("{flag}"' in (ROOT / s).read_text(encoding="utf-8")
-                and not (s == "user_probes.py" and flag == "--dataset")]  # its template's own dataset to sample
-    assert declared == [] and all("add_run_options(" in (ROOT / s).read_text(encoding="utf-8") for s in scripts)
+    declared = [
+        f"{s}: {flag}"
+        for s in scripts
+        for flag in ("--output-root", "--dataset", "--model", "--run-id")
+        if f'add_argument("{flag}"' in (ROOT / s).read_text(encoding="utf-8")
+        and not (s == "user_probes.py" and flag == "--dataset")
+    ]  # its template's own dataset to sample
+    assert declared == [] and all(
+        "add_run_options(" in (ROOT / s).read_text(encoding="utf-8") for s in scripts
+    )
     assert len((ROOT / "show_results.py").read_text(encoding="utf-8").splitlines()) <= 100

@@ -2,6 +2,7 @@
 is kept. "Record its usage as unreported, settled at the worst case for the budget, as a usage-less reply is. Say
 so once per stage, and never ask again." In synchronous, streamed and batch modes, the provider processes exactly
 what a clean run processes."""
+
 import json
 from collections import Counter
 
@@ -9,14 +10,16 @@ import pytest
 
 from tests.conftest import Harness, sample_cases, write_dataset
 
-USAGES = {"negative": {"prompt_tokens": -5, "completion_tokens": 3},
-          "null counts": {"prompt_tokens": None, "completion_tokens": 7},
-          "float": {"prompt_tokens": 1.5, "completion_tokens": 3},
-          "string": {"prompt_tokens": "many", "completion_tokens": 3},
-          "list": [120, 3],
-          "text": "120 tokens",
-          # a count no provider bills: it overflowed the prices' floats and failed every case (review of item 4)
-          "huge": {"prompt_tokens": 10 ** 400, "completion_tokens": 1}}
+USAGES = {
+    "negative": {"prompt_tokens": -5, "completion_tokens": 3},
+    "null counts": {"prompt_tokens": None, "completion_tokens": 7},
+    "float": {"prompt_tokens": 1.5, "completion_tokens": 3},
+    "string": {"prompt_tokens": "many", "completion_tokens": 3},
+    "list": [120, 3],
+    "text": "120 tokens",
+    # a count no provider bills: it overflowed the prices' floats and failed every case (review of item 4)
+    "huge": {"prompt_tokens": 10**400, "completion_tokens": 1},
+}
 MODES = {"sync": (), "stream": ("--stream",), "batch": ("--batch", "--batch-poll", "1")}
 
 
@@ -28,15 +31,22 @@ def dataset(tmp_path):
 @pytest.fixture
 def prices(tmp_path):
     path = tmp_path / "prices.json"
-    path.write_text(json.dumps({m: {"prompt": 1, "completion": 4, "batch_discount": 0.5}
-                                for m in ("eval-model", "DeepSeek-V4.1-Flash", "DeepSeek-R1")}))
+    path.write_text(
+        json.dumps(
+            {
+                m: {"prompt": 1, "completion": 4, "batch_discount": 0.5}
+                for m in ("eval-model", "DeepSeek-V4.1-Flash", "DeepSeek-R1")
+            }
+        )
+    )
     return path
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("usage", USAGES)
-def test_a_reply_with_malformed_usage_is_kept_and_never_bought_again(tmp_path, provider, monkeypatch, capsys,
-                                                                    dataset, prices, mode, usage):
+def test_a_reply_with_malformed_usage_is_kept_and_never_bought_again(
+    tmp_path, provider, monkeypatch, capsys, dataset, prices, mode, usage
+):
     clean = Harness(tmp_path / "clean", provider, monkeypatch, dataset)
     assert clean.run("gold") == 0
     expected = Counter(provider.processed)
@@ -49,8 +59,9 @@ def test_a_reply_with_malformed_usage_is_kept_and_never_bought_again(tmp_path, p
     err = capsys.readouterr().err
     said = [line for line in err.splitlines() if "a reply's usage" in line]
     # once per stage and role: the evaluated model's and the judge's
-    assert len(said) == 2 and all("kept, their tokens counted as unreported and settled at the worst case" in line
-                                  for line in said), said
+    assert len(said) == 2 and all(
+        "kept, their tokens counted as unreported and settled at the worst case" in line for line in said
+    ), said
     assert "malformed reply" not in err
     for name in ("a1_force_judge.jsonl",):
         for record in h.records("Force_judge_gen", name):
@@ -59,7 +70,9 @@ def test_a_reply_with_malformed_usage_is_kept_and_never_bought_again(tmp_path, p
         assert record["usage"]["judge"]["unreported_calls"] == record["usage"]["judge"]["calls"] == 1
 
 
-def test_a_reply_with_malformed_usage_is_settled_at_its_worst_case(tmp_path, provider, monkeypatch, dataset, prices):
+def test_a_reply_with_malformed_usage_is_settled_at_its_worst_case(
+    tmp_path, provider, monkeypatch, dataset, prices
+):
     """The budget counts such a reply at the worst case its request could cost (prompt at one token per character,
     the whole output limit), as it counts a reply without usage: a budget that fits 8 worst cases and not 9 passes,
     one that fits 7 stops before the eighth call."""
@@ -71,8 +84,24 @@ def test_a_reply_with_malformed_usage_is_settled_at_its_worst_case(tmp_path, pro
     assert len(worst) == 8
     provider.requests.clear()
     enough = Harness(tmp_path / "b", provider, monkeypatch, dataset)
-    assert enough.run("gold", "--max-tokens", "100", "--prices", str(prices), "--max-cost",
-                      f"{sum(worst) * 1.0001:.8f}") == 0
+    assert (
+        enough.run(
+            "gold", "--max-tokens", "100", "--prices", str(prices), "--max-cost", f"{sum(worst) * 1.0001:.8f}"
+        )
+        == 0
+    )
     short = Harness(tmp_path / "c", provider, monkeypatch, dataset)
-    assert short.run("gold", "--max-tokens", "100", "--prices", str(prices), "--max-cost",
-                     f"{sum(worst[:7]) * 0.999:.8f}", "--concurrency", "1") != 0
+    assert (
+        short.run(
+            "gold",
+            "--max-tokens",
+            "100",
+            "--prices",
+            str(prices),
+            "--max-cost",
+            f"{sum(worst[:7]) * 0.999:.8f}",
+            "--concurrency",
+            "1",
+        )
+        != 0
+    )

@@ -1,5 +1,6 @@
 """`fork_map`, the reports' use of every core: the same results as one process, in the items' order; a child's
 exception raised in the parent as it was raised; a child that dies is one line, not a hang."""
+
 import os
 import time
 
@@ -13,7 +14,9 @@ def test_results_come_back_in_the_items_order_from_every_process():
     items = list(range(23))
     for processes in (1, 2, 3, 30):
         assert fork_map(lambda x: (x * x, os.getpid()), items, processes)[5][0] == 25
-        assert [r[0] for r in fork_map(lambda x: (x * x, os.getpid()), items, processes)] == [x * x for x in items]
+        assert [r[0] for r in fork_map(lambda x: (x * x, os.getpid()), items, processes)] == [
+            x * x for x in items
+        ]
     pids = {pid for _, pid in fork_map(lambda x: (time.sleep(0.01), os.getpid()), items, 3)}
     assert len(pids) == 3 and os.getpid() not in pids  # three children work, the parent gathers
 
@@ -25,6 +28,7 @@ def test_a_free_child_takes_the_next_item():
     def work(x):
         time.sleep(1.0 if x == slow else 0.01)
         return os.getpid()
+
     pids = fork_map(work, list(range(12)), 2)
     assert pids.count(pids[slow]) == 1  # the other child did the eleven quick ones
 
@@ -34,6 +38,7 @@ def test_a_childs_exception_is_raised_in_the_parent():
         if x == 7:
             raise HarnessError(f"item {x}: no")
         return x
+
     for processes in (1, 2):
         with pytest.raises(HarnessError, match="item 7: no"):
             fork_map(fail_on_seven, list(range(10)), processes)
@@ -46,6 +51,7 @@ def test_a_child_that_dies_is_one_line():
         if x == 1 and os.getpid() != parent:
             os._exit(3)
         return x
+
     with pytest.raises(HarnessError, match=r"a worker process ended without its results \(exit code 3\)"):
         fork_map(die_in_a_child, [0, 1, 2, 3], 2)
 
@@ -65,6 +71,7 @@ def test_when_a_child_raises_the_other_children_are_stopped(tmp_path):
             time.sleep(2)
             (tmp_path / "late").write_text("still running")
         return x
+
     with pytest.raises(HarnessError, match="stop"):
         fork_map(work, [0, 1, 2], 3)
     time.sleep(2.5)

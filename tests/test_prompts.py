@@ -1,4 +1,5 @@
 """Appendix F prompts: files, slots, safe filling, and what each rendering puts into them."""
+
 import json
 import re
 
@@ -18,14 +19,22 @@ from lexpilot.benchmark.prompts import (
 from tests.conftest import ROOT, sample_cases
 
 EXPECTED_SLOTS = {
-    "lexawn": {"history"}, "force_ask": {"history"}, "force_judge": {"history"},
-    "user_standard": {"history", "key_facts"}, "judge_lca": {"history"},
-    "judge_dcg": {"ai_response", "focus_text", "key_facts"}, "judge_ljp": {"history", "claims"},
-    "user_delayed": {"history", "key_facts"}, "user_self_correction": {"history", "key_facts"},
-    "user_correction": {"history", "key_facts", "fault"}, "judge_response_type": {"history", "key_facts", "ai_response"},
+    "lexawn": {"history"},
+    "force_ask": {"history"},
+    "force_judge": {"history"},
+    "user_standard": {"history", "key_facts"},
+    "judge_lca": {"history"},
+    "judge_dcg": {"ai_response", "focus_text", "key_facts"},
+    "judge_ljp": {"history", "claims"},
+    "user_delayed": {"history", "key_facts"},
+    "user_self_correction": {"history", "key_facts"},
+    "user_correction": {"history", "key_facts", "fault"},
+    "judge_response_type": {"history", "key_facts", "ai_response"},
     "judge_simulator_audit": {"history", "ai_response", "reply", "key_facts"},
-    "behaviour_targeted": {"history", "key_facts"}, "behaviour_off_target": {"history", "key_facts"},
-    "behaviour_validation": {"history", "key_facts"}, "judge_focal_type": {"focus_text"},
+    "behaviour_targeted": {"history", "key_facts"},
+    "behaviour_off_target": {"history", "key_facts"},
+    "behaviour_validation": {"history", "key_facts"},
+    "judge_focal_type": {"focus_text"},
 }
 
 
@@ -45,7 +54,10 @@ def test_prompts_keep_the_original_wording():
     assert "（如 ```json ）" in prompts["judge_ljp"]
     assert '{ "results": ["驳回", "支持", "部分支持"] }' in prompts["judge_ljp"]
     assert prompts["judge_lca"].rstrip().endswith("Markdown标记或换行符。")
-    assert "1. 引导的正确性：<AI提问内容>所关注的问题，应属于解决<裁判文书争议焦点>所必需的法律要点" in prompts["judge_dcg"]
+    assert (
+        "1. 引导的正确性：<AI提问内容>所关注的问题，应属于解决<裁判文书争议焦点>所必需的法律要点"
+        in prompts["judge_dcg"]
+    )
 
 
 APPENDIX_F = json.loads((ROOT / "tests" / "data" / "appendix_f.json").read_text(encoding="utf-8"))["prompts"]
@@ -60,7 +72,9 @@ def paper_form(text: str) -> str:
 
 @pytest.mark.parametrize("name", sorted(APPENDIX_F))
 def test_every_appendix_f_prompt_is_the_papers_text(name):
-    assert paper_form(load_prompts()[name]) == paper_form(APPENDIX_F[name]["text"]), APPENDIX_F[name]["paper_title"]
+    assert paper_form(load_prompts()[name]) == paper_form(APPENDIX_F[name]["text"]), APPENDIX_F[name][
+        "paper_title"
+    ]
 
 
 # Rules of the Standard User Model (Table 22) that every prompt written for the harness keeps, apart from the
@@ -78,11 +92,14 @@ CUES = ("关键事实", "关键情况", "关键点", "争议焦点")
 def test_every_prompt_written_for_the_harness_keeps_the_standard_rules_and_gives_no_cue(name):
     prompts = load_prompts()
     standard, text = prompts["user_standard"], prompts[name]
-    inputs = standard[standard.index("# Input Data"):standard.index("# 逻辑与回复策略")]
-    constraints = standard[standard.index("# Output Constraints"):]
+    inputs = standard[standard.index("# Input Data") : standard.index("# 逻辑与回复策略")]
+    constraints = standard[standard.index("# Output Constraints") :]
     assert inputs in text
-    expected = constraints.replace("仅输出你作为用户的回复文本", "仅输出你作为用户的回复文本和最后的<故障记录>") \
-        if name == "user_self_correction" else constraints
+    expected = (
+        constraints.replace("仅输出你作为用户的回复文本", "仅输出你作为用户的回复文本和最后的<故障记录>")
+        if name == "user_self_correction"
+        else constraints
+    )
     assert text.endswith(expected)
     for rule, phrase in STANDARD_RULES.items():
         assert phrase in text, f"{name}: {rule}"
@@ -101,7 +118,9 @@ def test_the_disruptions_are_what_appendix_e5_describes_and_no_easier_than_stand
     correction = prompts["user_correction"]
     assert "{fault}" in correction and "无论AI的最新回复是继续追问还是已经给出了判断" in correction
     assert "回答有依据的部分，并明确说明其余部分不清楚" in correction
-    assert "上一次回复的信息不完整或有误" not in correction  # it is told what was wrong, not told it was wrong
+    assert (
+        "上一次回复的信息不完整或有误" not in correction
+    )  # it is told what was wrong, not told it was wrong
     # issue 25, item 9: correct what was wrong, within the scope of the question that led to it (a key-detail line
     # may bundle several facts: the correction never discloses the parts that question did not ask)
     assert "完整地给出" not in correction and "限于引出上一次回复的那个问题所问的范围" in correction

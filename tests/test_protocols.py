@@ -1,4 +1,5 @@
 """The evaluation protocols: calls per role and their order, budgets, isolation, reuse rules."""
+
 import json
 
 import pytest
@@ -22,17 +23,22 @@ def one_case(tmp_path, provider, monkeypatch):
 
 def asks_then_predicts(questions: int):
     """LexAwN asks `questions` new questions on the underspecified history, then predicts."""
+
     def script(kind, prompt, body):
         history = between(prompt, "对话历史")
         if kind == "lexawn":
             if UNDERSPECIFIED_TAIL not in history:
                 return PREDICT + "完整咨询：支持。"
             new_turns = history.count("Assistant:") - PRE_EXISTING
-            return PREDICT + f"第{new_turns + 1}次回复：支持。" if new_turns >= questions else \
-                ASK + f"第{new_turns + 1}次回复：请问还有什么证据？"
+            return (
+                PREDICT + f"第{new_turns + 1}次回复：支持。"
+                if new_turns >= questions
+                else ASK + f"第{new_turns + 1}次回复：请问还有什么证据？"
+            )
         if kind == "user":
             return f"用户第{history.count('Assistant:') - PRE_EXISTING}次回答。"
         return None
+
     return script
 
 
@@ -40,8 +46,10 @@ def roles_of(provider):
     return [kind_of(p) for p in provider.prompts()]
 
 
-@pytest.mark.parametrize("questions,expected_round,stop", [(0, 1, "judged"), (1, 2, "judged"), (2, 3, "judged"),
-                                                            (3, 4, "budget"), (7, 4, "budget")])
+@pytest.mark.parametrize(
+    "questions,expected_round,stop",
+    [(0, 1, "judged"), (1, 2, "judged"), (2, 3, "judged"), (3, 4, "budget"), (7, 4, "budget")],
+)
 def test_interaction_rounds_calls_and_order(one_case, provider, questions, expected_round, stop):
     provider.script = asks_then_predicts(questions)
     assert one_case.run("LexAwN", "--concurrency", "1") == 0
@@ -95,7 +103,11 @@ def test_lca_records_label_and_true_type(one_case, provider):
     assert one_case.run("LexAwN") == 0
     (lca,) = one_case.records("eval_results", "LCA_results.jsonl")
     assert lca["judgments"]["complete"] | {"judge_raw": None} == {
-        "label": "策略一", "true_type": "complete", "predicted_type": "complete", "judge_raw": None}
+        "label": "策略一",
+        "true_type": "complete",
+        "predicted_type": "complete",
+        "judge_raw": None,
+    }
     assert lca["judgments"]["underspecified"]["predicted_type"] == "underspecified"
 
 
@@ -149,7 +161,9 @@ def test_second_dcg_question_sees_first_question_and_reply(one_case, provider):
 
 
 def test_questions_in_the_history_never_count_for_dcg(one_case, provider):
-    provider.script = lambda kind, prompt, body: "否" if kind == "dcg_judge" else dcg_script(kind, prompt, body)
+    provider.script = lambda kind, prompt, body: (
+        "否" if kind == "dcg_judge" else dcg_script(kind, prompt, body)
+    )
     assert one_case.run("DCG") == 0
     judged = [between(p, "AI提问内容") for p in provider.prompts("dcg_judge")]
     assert all(CASE["underspecified_consultation"][1]["content"] not in q for q in judged)
@@ -172,8 +186,12 @@ def test_direct_gold_and_lca_responses_are_each_dedicated(one_case, provider):
     (gold,) = one_case.records("Force_judge_gen", "a1_force_judge.jsonl")
     (a1,) = one_case.records("AwN_gen", "a1.jsonl")
     assert direct["history_type"] == "underspecified" and gold["history_type"] == "complete"
-    responses = [direct["response"], gold["response"], a1["responses"]["complete"]["response"],
-                 a1["responses"]["underspecified"]["response"]]
+    responses = [
+        direct["response"],
+        gold["response"],
+        a1["responses"]["complete"]["response"],
+        a1["responses"]["underspecified"]["response"],
+    ]
     assert len(set(responses)) == 4
     extracted = [between(p, "待提取回复") for p in provider.prompts("ljp_judge")]
     assert extracted == [direct["response"], gold["response"]]
@@ -182,13 +200,16 @@ def test_direct_gold_and_lca_responses_are_each_dedicated(one_case, provider):
 
 def test_claims_keep_result_dict_order_and_verdicts_stay_aligned(tmp_path, provider, monkeypatch):
     raw = sample_cases()[9]  # three claims
-    labels = {claim: ["支持", "部分支持", "驳回"][i] for i, claim in enumerate(reversed(list(raw["result_dict"])))}
+    labels = {
+        claim: ["支持", "部分支持", "驳回"][i] for i, claim in enumerate(reversed(list(raw["result_dict"])))
+    }
 
     def script(kind, prompt, body):
         if kind == "ljp_judge":
             claims = between(prompt, "正式诉请").split("\n")
             return json.dumps({"results": [labels[c] for c in claims]}, ensure_ascii=False)
         return None
+
     provider.script = script
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "d.json", [raw]))
     assert h.run("direct") == 0
@@ -202,13 +223,21 @@ def test_isolation_of_every_role(harness, provider):
     for stage in ("LexAwN", "DCG", "direct", "gold", "interaction"):
         assert harness.run(stage) == 0
     cases = [case_from_raw(raw) for raw in sample_cases()]
-    details = {c.number: [d for ds in (c.key_details.values() if isinstance(c.key_details, dict)
-                                       else [c.key_details]) for d in ds] for c in cases}
+    details = {
+        c.number: [
+            d
+            for ds in (c.key_details.values() if isinstance(c.key_details, dict) else [c.key_details])
+            for d in ds
+        ]
+        for c in cases
+    }
     all_details = [d for ds in details.values() for d in ds]
     focal_points = [fp for c in cases for fp in c.focal_points]
     histories = [m["content"] for c in cases for h in (c.complete, c.underspecified) for m in h]
     generated = {r["final_response"] for r in harness.records(INTERACTION)}
-    for prompt in provider.prompts("lexawn") + provider.prompts("force_ask") + provider.prompts("force_judge"):
+    for prompt in (
+        provider.prompts("lexawn") + provider.prompts("force_ask") + provider.prompts("force_judge")
+    ):
         assert not any(d in prompt for d in all_details) and not any(fp in prompt for fp in focal_points)
         assert "result_dict" not in prompt
     for prompt in provider.prompts("user"):
@@ -232,14 +261,20 @@ def test_supplied_histories_reach_prompts_whole_and_unchanged(harness, provider)
     prompts = "\n".join(provider.prompts("force_judge"))
     for raw in sample_cases():
         for name in ("complete_consultation", "underspecified_consultation"):
-            rendered = "\n".join(f"{'User' if m['role'] == 'user' else 'Assistant'}: {m['content']}"
-                                 for m in raw[name])
+            rendered = "\n".join(
+                f"{'User' if m['role'] == 'user' else 'Assistant'}: {m['content']}" for m in raw[name]
+            )
             assert f"<对话历史>{rendered}\n</对话历史>" in prompts
 
 
-@pytest.mark.parametrize("stage,gen_file", [("DCG", ("Force_ask_gen", "force_ask.jsonl")),
-                                            ("direct", ("Force_judge_gen", "a1_direct.jsonl")),
-                                            ("LexAwN", ("AwN_gen", "a1.jsonl"))])
+@pytest.mark.parametrize(
+    "stage,gen_file",
+    [
+        ("DCG", ("Force_ask_gen", "force_ask.jsonl")),
+        ("direct", ("Force_judge_gen", "a1_direct.jsonl")),
+        ("LexAwN", ("AwN_gen", "a1.jsonl")),
+    ],
+)
 def test_each_stage_resumes_without_regenerating(harness, provider, stage, gen_file):
     fail_first = sample_cases()[0]["underspecified_consultation"][0]["content"]
     provider.script = lambda kind, prompt, body: {"status": 500} if fail_first in prompt else None
@@ -249,6 +284,8 @@ def test_each_stage_resumes_without_regenerating(harness, provider, stage, gen_f
     provider.script, provider.requests = None, []
     assert harness.run(stage) == 0
     first_case = (fail_first, sample_cases()[0]["complete_consultation"][0]["content"])
-    generations = [p for p in provider.prompts() if kind_of(p) in ("lexawn", "force_ask", "force_judge", "user")]
+    generations = [
+        p for p in provider.prompts() if kind_of(p) in ("lexawn", "force_ask", "force_judge", "user")
+    ]
     assert generations and all(any(m in p for m in first_case) for p in generations)
     assert len(harness.records(*gen_file)) == 12

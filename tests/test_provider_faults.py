@@ -1,5 +1,6 @@
 """Hardening of the model calls against a broken or hostile provider (issue #14 items 1, 2, 7-10, 16) and
 the parameter quirks of today's providers (issue #20), against the scripted server."""
+
 import json
 import subprocess
 import sys
@@ -16,18 +17,24 @@ from tests.test_calls import _caller, _script
 
 # ----------------------------------------------------------------------------- hangs
 
+
 @pytest.mark.parametrize("retry_after", ["100000", "inf", "nan", "Fri, 31 Dec 2099 23:59:59 GMT"])
 def test_a_huge_retry_after_is_capped_said_and_fails_the_attempt(monkeypatch, retry_after):
     monkeypatch.setattr(calls, "MAX_RETRY_AFTER", 0.2)
     with FakeProvider(_script(*[{"status": 429, "headers": {"Retry-After": retry_after}}] * 10)) as p:
         caller = _caller(p, retries=1)
         started = time.monotonic()
-        with pytest.raises(CaseFailed, match=r"HTTP 429 \(provider asks to wait .*, more than the 0 s the harness "
-                                             r"waits\) \(after 2 attempts\); rerun the same command"):
+        with pytest.raises(
+            CaseFailed,
+            match=r"HTTP 429 \(provider asks to wait .*, more than the 0 s the harness "
+            r"waits\) \(after 2 attempts\); rerun the same command",
+        ):
             caller.chat("eval", "x", Usage())
         assert time.monotonic() - started < 3 and len(p.requests) == 2
         assert "provider asks to wait" in caller.progress.last_error
-        assert caller.endpoints.limiters[(p.base_url,)].resume_at <= time.monotonic()  # no worker paused for it
+        assert (
+            caller.endpoints.limiters[(p.base_url,)].resume_at <= time.monotonic()
+        )  # no worker paused for it
 
 
 @pytest.mark.parametrize("stream,outcome", [(False, {"trickle": 0.05}), (True, {"endless": True})])
@@ -48,10 +55,21 @@ def test_the_deadline_defaults_to_ten_timeouts_and_can_be_set(tmp_path, provider
     import argparse
 
     from lexpilot.settings import add_common_args, settings_from_args
+
     parser = argparse.ArgumentParser()
     add_common_args(parser)
-    assert settings_from_args(parser.parse_args(["--run-id", "r", "--model", "m", "--timeout", "7"])).transport.call_deadline == 70
-    assert settings_from_args(parser.parse_args(["--run-id", "r", "--model", "m", "--call-deadline", "9"])).transport.call_deadline == 9
+    assert (
+        settings_from_args(
+            parser.parse_args(["--run-id", "r", "--model", "m", "--timeout", "7"])
+        ).transport.call_deadline
+        == 70
+    )
+    assert (
+        settings_from_args(
+            parser.parse_args(["--run-id", "r", "--model", "m", "--call-deadline", "9"])
+        ).transport.call_deadline
+        == 9
+    )
 
 
 # ----------------------------------------------------------------------------- malformed replies
@@ -62,8 +80,14 @@ MALFORMED = {
     "array": (b"[1, 2, 3]", "JSON list, not an object"),
     "choices string": (b'{"choices": "none"}', "choices is a str"),
     "message null": (b'{"choices": [{"message": null, "finish_reason": "stop"}]}', "message is null"),
-    "deep": (b'{"choices": [{"message": {"content": ' + b"[" * 100000 + b"]" * 100000 + b'}}]}', "nested too deeply"),
-    "surrogate": (b'{"choices": [{"message": {"content": "\\ud800"}, "finish_reason": "stop"}]}', "lone surrogate"),
+    "deep": (
+        b'{"choices": [{"message": {"content": ' + b"[" * 100000 + b"]" * 100000 + b"}}]}",
+        "nested too deeply",
+    ),
+    "surrogate": (
+        b'{"choices": [{"message": {"content": "\\ud800"}, "finish_reason": "stop"}]}',
+        "lone surrogate",
+    ),
 }
 
 
@@ -92,9 +116,14 @@ def test_a_malformed_judge_reply_fails_only_its_case(tmp_path, provider, monkeyp
 
 # ----------------------------------------------------------------------------- a one-slot server
 
-def test_a_stream_cut_short_by_a_one_slot_server_is_push_back_and_the_stage_completes(tmp_path, monkeypatch, capsys):
+
+def test_a_stream_cut_short_by_a_one_slot_server_is_push_back_and_the_stage_completes(
+    tmp_path, monkeypatch, capsys
+):
     with FakeProvider(latency=0.05, one_slot=True) as p:
-        h = Harness(tmp_path, p, monkeypatch, write_dataset(tmp_path / "two.json", sample_cases()[:2]), http=True)
+        h = Harness(
+            tmp_path, p, monkeypatch, write_dataset(tmp_path / "two.json", sample_cases()[:2]), http=True
+        )
         assert h.run("LexAwN", "--stream", "--concurrency", "2") == 0
         assert p.statuses["cut"] > 0  # the server did cut concurrent streams
         err = capsys.readouterr().err
@@ -104,8 +133,11 @@ def test_a_stream_cut_short_by_a_one_slot_server_is_push_back_and_the_stage_comp
 def test_a_stream_without_finish_reason_says_what_to_do():
     cut = {"raw": b"data: [DONE]\n\n", "content_type": "text/event-stream"}
     with FakeProvider(_script(*[cut] * 3)) as p:
-        with pytest.raises(CaseFailed, match="stream ended before the reply finished .after 2 attempts.; "
-                                             "the server may serve one request at a time: --concurrency 1"):
+        with pytest.raises(
+            CaseFailed,
+            match="stream ended before the reply finished .after 2 attempts.; "
+            "the server may serve one request at a time: --concurrency 1",
+        ):
             _caller(p, retries=1, stream=True).chat("eval", "x", Usage())
 
 
@@ -114,17 +146,41 @@ def test_many_first_calls_at_once_in_a_fresh_process(tmp_path):
     cases = [dict(c, case_number=f"（2099）并发民初{i}号") for i, c in enumerate(sample_cases() * 2)]
     dataset = write_dataset(tmp_path / "many.json", cases)
     with FakeProvider() as p:
-        env = {"PATH": "/usr/bin:/bin", "OPENAI_BASE_URL": p.base_url, "OPENAI_API_KEY": "k", "LEXPILOT_MODEL": "m"}
-        result = subprocess.run([sys.executable, "eval_LJP_gold.py", "--run-id", "r", "--dataset", str(dataset),
-                                 "--output-root", str(tmp_path), "--concurrency", "24"],
-                                cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "OPENAI_BASE_URL": p.base_url,
+            "OPENAI_API_KEY": "k",
+            "LEXPILOT_MODEL": "m",
+        }
+        result = subprocess.run(
+            [
+                sys.executable,
+                "eval_LJP_gold.py",
+                "--run-id",
+                "r",
+                "--dataset",
+                str(dataset),
+                "--output-root",
+                str(tmp_path),
+                "--concurrency",
+                "24",
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert result.returncode == 0, result.stderr
     assert "24 done" in result.stdout
 
 
 # ----------------------------------------------------------------------------- secrets and redirects
 
-def test_a_key_echoed_by_the_server_never_reaches_a_message_or_a_file(tmp_path, provider, monkeypatch, capsys):
+
+def test_a_key_echoed_by_the_server_never_reaches_a_message_or_a_file(
+    tmp_path, provider, monkeypatch, capsys
+):
     provider.script = lambda kind, prompt, body: {"status": 401, "error": f"Invalid API key: {SECRET}"}
     h = Harness(tmp_path, provider, monkeypatch)
     assert h.run("gold", "--limit", "1") == 2
@@ -138,9 +194,19 @@ def test_a_key_echoed_by_the_server_never_reaches_a_message_or_a_file(tmp_path, 
             assert SECRET not in path.read_text(encoding="utf-8", errors="replace"), path
 
 
-@pytest.mark.parametrize("url", ["sk-test-DO-NOT-LEAK-0123456789abcdef", "http://[::1", "http://127.0.0.1:99999/v1",
-                                 "ftp://host/v1", "http:///v1"])
-def test_a_base_url_that_is_not_an_http_url_stops_before_any_call(tmp_path, provider, monkeypatch, capsys, url):
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sk-test-DO-NOT-LEAK-0123456789abcdef",
+        "http://[::1",
+        "http://127.0.0.1:99999/v1",
+        "ftp://host/v1",
+        "http:///v1",
+    ],
+)
+def test_a_base_url_that_is_not_an_http_url_stops_before_any_call(
+    tmp_path, provider, monkeypatch, capsys, url
+):
     h = Harness(tmp_path, provider, monkeypatch)
     monkeypatch.setenv("OPENAI_BASE_URL", url)
     assert h.run("gold", "--limit", "1") == 2
@@ -152,7 +218,9 @@ def test_a_base_url_that_is_not_an_http_url_stops_before_any_call(tmp_path, prov
 def test_a_redirect_to_another_origin_is_not_followed(tmp_path, provider, monkeypatch, capsys):
     with FakeProvider() as elsewhere:
         provider.script = lambda kind, prompt, body: {
-            "status": 307, "headers": {"Location": elsewhere.base_url + "/chat/completions"}}
+            "status": 307,
+            "headers": {"Location": elsewhere.base_url + "/chat/completions"},
+        }
         h = Harness(tmp_path, provider, monkeypatch, http=True)
         assert h.run("gold", "--limit", "1") == 2
         assert not elsewhere.requests  # the prompt never went there
@@ -162,13 +230,26 @@ def test_a_redirect_to_another_origin_is_not_followed(tmp_path, provider, monkey
 
 # ----------------------------------------------------------------------------- numbers and messages
 
-@pytest.mark.parametrize("flag,value", [("--temperature", "nan"), ("--timeout", "nan"), ("--timeout", "inf"),
-                                        ("--timeout", "1e300"), ("--temperature", "-1"), ("--max-tokens", "0"),
-                                        ("--concurrency", "1.5"), ("--retries", "-1")])
+
+@pytest.mark.parametrize(
+    "flag,value",
+    [
+        ("--temperature", "nan"),
+        ("--timeout", "nan"),
+        ("--timeout", "inf"),
+        ("--timeout", "1e300"),
+        ("--temperature", "-1"),
+        ("--max-tokens", "0"),
+        ("--concurrency", "1.5"),
+        ("--retries", "-1"),
+    ],
+)
 def test_non_finite_and_out_of_range_numbers_are_refused_at_parse_time(harness, capsys, flag, value):
     with pytest.raises(SystemExit) as exit_:
         harness.run("gold", flag, value)
-    assert exit_.value.code == 2 and f"argument {flag}" in capsys.readouterr().err and not harness.root.exists()
+    assert (
+        exit_.value.code == 2 and f"argument {flag}" in capsys.readouterr().err and not harness.root.exists()
+    )
 
 
 def test_the_timeout_hint_fits_the_streaming_setting():
@@ -181,19 +262,40 @@ def test_the_timeout_hint_fits_the_streaming_setting():
 def test_a_rerun_with_nothing_to_do_removes_a_stale_journal(harness):
     assert harness.run("gold", "--limit", "1") == 0
     journal = next((harness.root / "runs").glob("*/*/")) / "calls_journal.jsonl"
-    journal.write_text(json.dumps({"case_number": "（2099）示例民初1号", "step": "gold_prediction", "key": "k",
-                                   "reply": "r", "usage": {}}) + "\n", encoding="utf-8")
+    journal.write_text(
+        json.dumps(
+            {
+                "case_number": "（2099）示例民初1号",
+                "step": "gold_prediction",
+                "key": "k",
+                "reply": "r",
+                "usage": {},
+            }
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     assert harness.run("gold", "--limit", "1") == 0 and not journal.exists()
 
 
 # ----------------------------------------------------------------------------- today's providers (#20)
 
-MAX_TOKENS_REFUSED = {"status": 400, "param": "max_tokens", "code": "unsupported_parameter", "type": "invalid_request_error",
-                      "error": "Unsupported parameter: 'max_tokens' is not supported with this model. "
-                               "Use 'max_completion_tokens' instead."}
-TEMPERATURE_REFUSED = {"status": 400, "param": "temperature", "code": "unsupported_value", "type": "invalid_request_error",
-                       "error": "Unsupported value: 'temperature' does not support 0.7 with this model. "
-                                "Only the default (1) value is supported."}
+MAX_TOKENS_REFUSED = {
+    "status": 400,
+    "param": "max_tokens",
+    "code": "unsupported_parameter",
+    "type": "invalid_request_error",
+    "error": "Unsupported parameter: 'max_tokens' is not supported with this model. "
+    "Use 'max_completion_tokens' instead.",
+}
+TEMPERATURE_REFUSED = {
+    "status": 400,
+    "param": "temperature",
+    "code": "unsupported_value",
+    "type": "invalid_request_error",
+    "error": "Unsupported value: 'temperature' does not support 0.7 with this model. "
+    "Only the default (1) value is supported.",
+}
 
 
 def reasoning_model(kind, prompt, body):
@@ -217,7 +319,9 @@ def test_max_tokens_refused_switches_each_role_to_max_completion_tokens(harness,
     manifest = json.loads(next((harness.root / "runs").glob("*/*/manifest.json")).read_text(encoding="utf-8"))
     assert manifest["token_fields"]["eval"] == manifest["token_fields"]["judge"] == "max_completion_tokens"
     results = harness.file("eval_results", "LJP_gold.jsonl")
-    results.write_text("".join(results.read_text(encoding="utf-8").splitlines(keepends=True)[:-1]), encoding="utf-8")
+    results.write_text(
+        "".join(results.read_text(encoding="utf-8").splitlines(keepends=True)[:-1]), encoding="utf-8"
+    )
     provider.requests = []
     assert harness.run("gold", "--limit", "3") == 0  # the resumed run starts with the field it learnt
     assert len(provider.requests) == 1 and "max_tokens" not in provider.requests[0]
@@ -230,11 +334,17 @@ def test_a_refused_temperature_stops_with_the_flag_to_use_and_default_sends_none
     assert "evaluated model 'eval-model'" in err and "does not accept temperature 0.7" in err
     assert "Pass --temperature default" in err and len(provider.requests) == 2  # the switch, then the refusal
     harness.run_id = "default-temperature"
-    assert harness.run("gold", "--limit", "1", "--temperature", "default", "--judge-temperature", "default") == 0
+    assert (
+        harness.run("gold", "--limit", "1", "--temperature", "default", "--judge-temperature", "default") == 0
+    )
     sent = [r for r in provider.requests[2:]]
     assert sent and all("temperature" not in r for r in sent)
-    manifest = json.loads((harness.root / "runs" / "default-temperature").glob("*/manifest.json").__next__()
-                          .read_text(encoding="utf-8"))
+    manifest = json.loads(
+        (harness.root / "runs" / "default-temperature")
+        .glob("*/manifest.json")
+        .__next__()
+        .read_text(encoding="utf-8")
+    )
     assert manifest["generation"]["temperature"] == manifest["generation"]["judge_temperature"] == "default"
 
 
@@ -249,35 +359,54 @@ def test_per_role_output_limits_and_a_refused_limit_quotes_the_model(harness, pr
     assert harness.run("DCG", "--limit", "1", "--user-max-tokens", "1000", "--judge-max-tokens", "500") == 0
     by_kind = {}
     from lexpilot.scripted.kinds import kind_of
+
     for r in provider.requests:
         by_kind[kind_of(r["messages"][0]["content"])] = r["max_tokens"]
     assert by_kind == {"force_ask": 8192, "user": 1000, "dcg_judge": 500}
     manifest = json.loads(next((harness.root / "runs").glob("*/*/manifest.json")).read_text(encoding="utf-8"))
-    assert manifest["generation"]["user_max_tokens"] == 1000 and manifest["generation"]["judge_max_tokens"] == 500
-    provider.script = lambda kind, prompt, body: {"status": 400, "error": "max_tokens is too large: 8192. This model "
-                                                  "supports at most 4096 completion tokens"} if kind == "force_ask" else None
+    assert (
+        manifest["generation"]["user_max_tokens"] == 1000
+        and manifest["generation"]["judge_max_tokens"] == 500
+    )
+    provider.script = lambda kind, prompt, body: (
+        {
+            "status": 400,
+            "error": "max_tokens is too large: 8192. This model supports at most 4096 completion tokens",
+        }
+        if kind == "force_ask"
+        else None
+    )
     harness.run_id = "capped"
     assert harness.run("DCG", "--limit", "1") == 2
     err = capsys.readouterr().err
-    assert "supports at most 4096 completion tokens" in err and "Pass --max-tokens with the model's limit" in err
+    assert (
+        "supports at most 4096 completion tokens" in err and "Pass --max-tokens with the model's limit" in err
+    )
 
 
 def test_reasoning_is_kept_for_the_judge_and_counted(harness, provider, capsys):
     def script(kind, prompt, body):
         if kind == "ljp_judge":
-            claims = prompt[prompt.rfind("<正式诉请>") + 6:prompt.rfind("</正式诉请>")].strip().split("\n")
-            return {"content": json.dumps({"results": ["支持"] * len(claims)}), "reasoning_content": "先看诉请……",
-                    "reasoning_tokens": 40}
+            claims = prompt[prompt.rfind("<正式诉请>") + 6 : prompt.rfind("</正式诉请>")].strip().split("\n")
+            return {
+                "content": json.dumps({"results": ["支持"] * len(claims)}),
+                "reasoning_content": "先看诉请……",
+                "reasoning_tokens": 40,
+            }
         if kind == "force_judge":
             return {"content": "【预测】支持。", "reasoning_content": "模型的思考", "reasoning_tokens": 7}
         return None
+
     provider.script = script
     assert harness.run("gold", "--limit", "1") == 0
     (prediction,) = harness.records("Force_judge_gen", "a1_force_judge.jsonl")
     (verdicts,) = harness.records("eval_results", "LJP_gold.jsonl")
     assert "reasoning" not in prediction and prediction["response"] == "【预测】支持。"
     assert verdicts["reasoning"] == {"judge": ["先看诉请……"]}
-    assert verdicts["usage"]["judge"]["reasoning_tokens"] == 40 and prediction["usage"]["eval"]["reasoning_tokens"] == 7
+    assert (
+        verdicts["usage"]["judge"]["reasoning_tokens"] == 40
+        and prediction["usage"]["eval"]["reasoning_tokens"] == 7
+    )
     harness.run_id = "kept"
     assert harness.run("gold", "--limit", "1", "--keep-reasoning") == 0
     (prediction,) = harness.records("Force_judge_gen", "a1_force_judge.jsonl")
@@ -286,6 +415,7 @@ def test_reasoning_is_kept_for_the_judge_and_counted(harness, provider, capsys):
 
 def test_a_default_temperature_run_is_shown_with_its_setting_and_never_grouped_with_0_7(harness, capsys):
     import show_results
+
     assert harness.run("gold", "--limit", "1") == 0
     harness.run_id = "r-default"
     assert harness.run("gold", "--limit", "1", "--temperature", "default") == 0
@@ -293,7 +423,9 @@ def test_a_default_temperature_run_is_shown_with_its_setting_and_never_grouped_w
     assert show_results.main(["--output-root", str(harness.root), "--format", "json"]) == 0
     groups = json.loads(capsys.readouterr().out)["groups"]
     assert sorted((g["run_ids"][0], g["settings"]["generation"]["temperature"]) for g in groups) == [
-        ("r-default", "default"), ("r1", 0.7)]
+        ("r-default", "default"),
+        ("r1", 0.7),
+    ]
     assert show_results.main(["--output-root", str(harness.root)]) == 0
     runs = capsys.readouterr().out.split("Main results")[0]
     assert "generation" in runs  # the Runs table says what differs

@@ -1,6 +1,7 @@
 """The rankings' p-values (issue 36 items 1 and 2): a paired randomization test over cases whose resolution always
 allows a rejection after Holm's adjustment, checked against the exact sign test on runs the DCG stage wrote with
 planted differences, and against the nominal rate under a true null."""
+
 import json
 
 import numpy as np
@@ -20,6 +21,7 @@ def write_dcg_grid(folder, n: int, plan: dict) -> tuple:
     from lexpilot.running.stage import stage_main
     from lexpilot.scripted.provider import FakeProvider
     from tests.conftest import SECRET
+
     dataset = folder / "cases.json"
     synthetic_dataset(n, dataset)
     cases = json.loads(dataset.read_text(encoding="utf-8"))
@@ -29,9 +31,24 @@ def write_dcg_grid(folder, n: int, plan: dict) -> tuple:
         for run_id in runs:
             provider.script = plan_script(cases, plan, run_id)
             for model in (m for m in plan if run_id in plan[m]):
-                assert stage_main(DCG_STAGE, "t", argv=["--run-id", run_id, "--model", model, "--dataset",
-                                                        str(dataset), "--output-root", str(folder / "out")],
-                                  clients=provider.in_memory_clients()) == 0
+                assert (
+                    stage_main(
+                        DCG_STAGE,
+                        "t",
+                        argv=[
+                            "--run-id",
+                            run_id,
+                            "--model",
+                            model,
+                            "--dataset",
+                            str(dataset),
+                            "--output-root",
+                            str(folder / "out"),
+                        ],
+                        clients=provider.in_memory_clients(),
+                    )
+                    == 0
+                )
     return folder / "out", dataset
 
 
@@ -83,15 +100,23 @@ def test_too_few_permutations_for_the_family_are_refused_in_one_line(ten_models,
     capsys.readouterr()
     assert show_results.main(["--output-root", str(ten_models), "--rank", "--permutations", "1000"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1] == ("show_results: --rank: 45 pairs at --alpha 0.05 need at least 17,999 permutations ((B + 1) ≥ "
-                       "20 · pairs / alpha), got --permutations 1,000; leave it out to have it chosen")
+    assert err[-1] == (
+        "show_results: --rank: 45 pairs at --alpha 0.05 need at least 17,999 permutations ((B + 1) ≥ "
+        "20 · pairs / alpha), got --permutations 1,000; leave it out to have it chosen"
+    )
     assert show_results.main(["--output-root", str(ten_models), "--rank", "--alpha", "0.0001"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "show_results: --rank: 45 pairs at --alpha 0.0001 need 8,999,999 permutations, above the cap of 100,000: "
-        "use a larger --alpha, or rank fewer models (--model)")
+        "use a larger --alpha, or rank fewer models (--model)"
+    )
     assert permutations_needed(10, 0.05) == 3999 and permutations_needed(1, 0.05) == 999
     # review of issue 35: one model has no pair to test, so no count is too few ("0 pairs ... need 999")
-    assert show_results.main(["--output-root", str(ten_models), "--rank", "--permutations", "5", "--model", "m1"]) == 0
+    assert (
+        show_results.main(
+            ["--output-root", str(ten_models), "--rank", "--permutations", "5", "--model", "m1"]
+        )
+        == 0
+    )
 
 
 # Six models against a base, one run each, on 24 cases: m-dK is right on the base's 12 cases and K more
@@ -110,7 +135,7 @@ def test_with_few_differing_cases_p_is_the_exact_sign_tests(discordant, capsys):
     root, _ = discordant
     pairs, _ = pairs_and_letters(root, capsys)
     for k in (3, 4, 5, 6, 8, 12):
-        exact = 2 * 0.5 ** k
+        exact = 2 * 0.5**k
         assert float(pairs[(f"m-d{k}", "base")][3]) == exact, k  # every pattern enumerated: exactly
 
 
@@ -120,7 +145,7 @@ def test_drawn_permutations_agree_with_the_exact_p_within_monte_carlo_error(disc
     root, dataset = discordant
     groups = {g.model: g for g in group_runs(load_runs(root, None, None, dataset=dataset))}
     for k, permutations in ((8, 199), (12, 2999)):
-        exact = 2 * 0.5 ** k
+        exact = 2 * 0.5**k
         drawn = Randomization(permutations, seed=k).p_value(groups[f"m-d{k}"], groups["base"], KEY)
         error = 3 * np.sqrt(exact * (1 - exact) / permutations) + 1 / (permutations + 1)
         assert abs(drawn - exact) <= error, (k, drawn, exact)
@@ -130,6 +155,7 @@ def test_the_pairs_tested_on_every_core_have_the_p_values_of_one_by_one(discorda
     """The ranking prepares its pairs' tests in threads (docs/performance.md): each pair's p must be what the same
     test gives alone, in another order, on runs the stage wrote (drawn and enumerated patterns both)."""
     import itertools
+
     for root, dataset in (discordant, (ten_models, ten_models.parent / "cases.json")):
         groups = group_runs(load_runs(root, None, None, dataset=dataset))
         pairs = [(a, b, KEY) for a, b in itertools.combinations(groups, 2)]
@@ -207,6 +233,7 @@ def test_under_a_true_null_a_5_percent_test_rejects_at_most_5_percent():
         a = group_of("a", (rng.random((2, 120)) < difficulty).astype(float))
         b = group_of("b", (rng.random((2, 120)) < np.clip(difficulty - shift, 0, 1)).astype(float))
         return test.p_value(a, b, KEY)
+
     null = np.array([p(0.0) for _ in range(300)])
     se = np.sqrt(0.05 * 0.95 / 300)
     assert (null < 0.05).mean() <= 0.05 + 2 * se
@@ -216,9 +243,15 @@ def test_under_a_true_null_a_5_percent_test_rejects_at_most_5_percent():
 
 
 # A 4-run model and a 2-run one, each run right on 10 of 12 cases: "right in all k" favours the model with fewer runs
-RUNS = {"four": {"r1": range(10), "r2": range(2, 12), "r3": [*range(6), *range(8, 12)],
-                 "r4": [0, 1, 2, 4, 5, 6, 8, 9, 10, 11]},
-        "two": {"r1": range(10), "r2": range(1, 11)}}
+RUNS = {
+    "four": {
+        "r1": range(10),
+        "r2": range(2, 12),
+        "r3": [*range(6), *range(8, 12)],
+        "r4": [0, 1, 2, 4, 5, 6, 8, 9, 10, 11],
+    },
+    "two": {"r1": range(10), "r2": range(1, 11)},
+}
 
 
 def test_pass_hat_k_compares_models_with_different_numbers_of_runs_at_one_k(tmp_path, capsys):
@@ -226,20 +259,31 @@ def test_pass_hat_k_compares_models_with_different_numbers_of_runs_at_one_k(tmp_
     over cases of C(c, k)/C(n, k). Compare models at a common k, the smallest run count in the table, and say
     which." Expected values from tau-bench's formula on the plan, each case's c counted from the plan here."""
     import math
+
     root, _ = write_dcg_grid(tmp_path, 12, RUNS)
     capsys.readouterr()
     assert show_results.main(["--output-root", str(root), "--consistency", "--format", "csv"]) == 0
     out = capsys.readouterr().out
-    header = next(r for r in __import__("csv").reader(__import__("io").StringIO(out))
-                  if r and r[0].startswith("Consistency over runs") and r[1] == "header")
-    assert header[-4:] == ["pass^1 value", "pass^2 (common) value", "pass^3 value", "pass^4 value"]  # as numbers
+    header = next(
+        r
+        for r in __import__("csv").reader(__import__("io").StringIO(out))
+        if r and r[0].startswith("Consistency over runs") and r[1] == "header"
+    )
+    assert header[-4:] == [
+        "pass^1 value",
+        "pass^2 (common) value",
+        "pass^3 value",
+        "pass^4 value",
+    ]  # as numbers
     assert "compare at pass^2, the smallest number of runs here" in header[0]
     rows = {r[0]: r[2:] for r in rows_of(out, "Consistency over runs") if r[1] == "DCG"}
     for model, runs in RUNS.items():
         right = [sum(case in cases for cases in runs.values()) for case in range(12)]
         n = len(runs)
         expected = [100 * sum(math.comb(c, k) / math.comb(n, k) for c in right) / 12 for k in range(1, n + 1)]
-        assert [float(v) for v in rows[model][6:6 + n]] == pytest.approx(expected), model
-        assert rows[model][6 + n:] == [""] * (4 - n), model
+        assert [float(v) for v in rows[model][6 : 6 + n]] == pytest.approx(expected), model
+        assert rows[model][6 + n :] == [""] * (4 - n), model
     # right in all runs: the 2-run model 9/12 (cases 2-10), the 4-run model 5/12 (cases 3, 5, 6, 9, 10)
-    assert float(rows["two"][2]) == pytest.approx(100 * 9 / 12) and float(rows["four"][2]) == pytest.approx(100 * 5 / 12)
+    assert float(rows["two"][2]) == pytest.approx(100 * 9 / 12) and float(rows["four"][2]) == pytest.approx(
+        100 * 5 / 12
+    )

@@ -3,6 +3,7 @@ through a real Redis (`--limits redis://…`): Debian's redis-server, started he
 where it is absent; .ci/run installs it). Two processes share one limit by the provider's own count; a killed
 process's leases come back and its shard completes on a rerun; a Redis restart pauses both, with one line, and
 nothing is lost or paid twice. (Two shards gathered: tests/test_grid.py.)"""
+
 import json
 import os
 import shutil
@@ -40,8 +41,22 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        self.process = subprocess.Popen([REDIS, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                                         "--appendonly", "no", "--dir", str(self.folder)], stdout=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            [
+                REDIS,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.folder),
+            ],
+            stdout=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
@@ -57,6 +72,7 @@ class RedisServer:
 
     def client(self):
         import redis
+
         return redis.Redis(port=self.port)
 
 
@@ -75,13 +91,24 @@ def redis_server(tmp_path):
 
 
 def both_shards(root, dataset, env, *extra) -> list[subprocess.Popen]:
-    return [subprocess.Popen(grid(root, dataset, "--shard", f"{k}/2", *extra), cwd=ROOT, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in (1, 2)]
+    return [
+        subprocess.Popen(
+            grid(root, dataset, "--shard", f"{k}/2", *extra),
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for k in (1, 2)
+    ]
 
 
 def clean_run(root, dataset, env, *providers) -> Counter:
     """An unsharded grid without Redis: what the providers processed for it, per request (then forgotten)."""
-    clean = subprocess.run(grid(root, dataset), cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    clean = subprocess.run(
+        grid(root, dataset), cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert clean.returncode == 0, clean.stderr
     processed = sum((Counter(p.processed) for p in providers), Counter())
     for p in providers:
@@ -94,16 +121,25 @@ def unanswered(root) -> int:
 
 
 def test_two_processes_share_one_limit_and_use_it(tmp_path, redis_server):
-    """"Two processes share an endpoint limited to R requests/s. Together they stay at or under R, by the scripted
+    """ "Two processes share an endpoint limited to R requests/s. Together they stay at or under R, by the scripted
     provider's own count, and use at least 90 % of it.\""""
     rate = 8
     dataset = write_dataset(tmp_path / "three.json", sample_cases()[:3])
     with FakeProvider(latency=0.02) as evaluated, FakeProvider(rate_limit=rate) as judge:
-        shards = both_shards(tmp_path / "out", dataset, environment(evaluated, judge), "--limits", redis_server.url,
-                             "--limit", f"DeepSeek-R1=rpm:{rate * 60}")
+        shards = both_shards(
+            tmp_path / "out",
+            dataset,
+            environment(evaluated, judge),
+            "--limits",
+            redis_server.url,
+            "--limit",
+            f"DeepSeek-R1=rpm:{rate * 60}",
+        )
         errs = [p.communicate(timeout=180)[1] for p in shards]
         assert [p.returncode for p in shards] == [0, 0], errs
-        assert judge.busiest_second() <= rate + 1  # paced at 97 %: one late request at most meets a window's R
+        assert (
+            judge.busiest_second() <= rate + 1
+        )  # paced at 97 %: one late request at most meets a window's R
         assert judge.statuses[429] <= 0.02 * len(judge.arrivals), judge.statuses
         busy_span = max(judge.arrivals) - min(judge.arrivals)
         # the judge has work all along (every stage ends with its calls): its calls ÷ (R × the time it was used)
@@ -112,7 +148,7 @@ def test_two_processes_share_one_limit_and_use_it(tmp_path, redis_server):
 
 
 def test_a_killed_process_gives_its_leases_back_and_its_shard_completes_on_a_rerun(tmp_path, redis_server):
-    """"`kill -9` one process: its leases return within the lease time and the other process carries on. Rerunning
+    """ "`kill -9` one process: its leases return within the lease time and the other process carries on. Rerunning
     the killed shard completes it. The provider processed exactly the requests of a clean run, per request.\""""
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
     lease = 3
@@ -131,15 +167,25 @@ def test_a_killed_process_gives_its_leases_back_and_its_shard_completes_on_a_rer
         while time.monotonic() < killed_at + lease + 2:  # its leases lapse: none outlives the lease time
             seconds, micros = client.time()
             now_ms = seconds * 1000 + micros / 1000  # Redis's own clock, as the leases' scores use it
-            held = [score for key in client.keys("lexpilot:limits:*:slots")
-                    for member, score in client.zrange(key, 0, -1, withscores=True) if pid in member.decode()]
+            held = [
+                score
+                for key in client.keys("lexpilot:limits:*:slots")
+                for member, score in client.zrange(key, 0, -1, withscores=True)
+                if pid in member.decode()
+            ]
             if time.monotonic() > killed_at + lease + 0.5:
                 assert all(score <= now_ms for score in held), held
             time.sleep(0.2)
         _, err = shards[1].communicate(timeout=120)
         assert shards[1].returncode == 0, err  # the other carried on
-        rerun = subprocess.run(grid(tmp_path / "out", dataset, "--shard", "1/2", *limits), cwd=ROOT, env=env,
-                               capture_output=True, text=True, timeout=120)
+        rerun = subprocess.run(
+            grid(tmp_path / "out", dataset, "--shard", "1/2", *limits),
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert rerun.returncode == 0, rerun.stderr
         processed = Counter(evaluated.processed) + Counter(judge.processed)
     assert records(tmp_path / "out") == records(tmp_path / "clean")
@@ -148,7 +194,7 @@ def test_a_killed_process_gives_its_leases_back_and_its_shard_completes_on_a_rer
 
 
 def test_a_redis_restart_pauses_both_processes_with_one_line_and_loses_nothing(tmp_path, redis_server):
-    """"Restart Redis mid-run: both processes pause with one line and continue, with nothing lost or paid twice.\""""
+    """ "Restart Redis mid-run: both processes pause with one line and continue, with nothing lost or paid twice.\""""
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
     with FakeProvider(latency=0.05) as evaluated, FakeProvider(latency=0.05) as judge:
         env = environment(evaluated, judge)
@@ -161,7 +207,9 @@ def test_a_redis_restart_pauses_both_processes_with_one_line_and_loses_nothing(t
         time.sleep(2.5)
         paused_at = sum(evaluated.processed.values()) + sum(judge.processed.values())
         time.sleep(1.0)
-        assert sum(evaluated.processed.values()) + sum(judge.processed.values()) == paused_at  # no call while away
+        assert (
+            sum(evaluated.processed.values()) + sum(judge.processed.values()) == paused_at
+        )  # no call while away
         redis_server.start()
         errs = [p.communicate(timeout=120)[1] for p in shards]
         assert [p.returncode for p in shards] == [0, 0], errs
@@ -176,6 +224,7 @@ def test_a_redis_restart_pauses_both_processes_with_one_line_and_loses_nothing(t
 def test_a_redis_that_cannot_be_reached_at_the_start_is_one_line(tmp_path, capsys):
     pytest.importorskip("redis")
     import run_grid
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -183,8 +232,20 @@ def test_a_redis_that_cannot_be_reached_at_the_start_is_one_line(tmp_path, capsy
     with FakeProvider() as p:
         os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"] = p.base_url, "k"
         try:
-            code = run_grid.main(["--models", "m", "--runs", "1", "--dataset", str(dataset), "--output-root",
-                                  str(tmp_path), "--limits", f"redis://:pw-SECRET-123@127.0.0.1:{port}/0"])
+            code = run_grid.main(
+                [
+                    "--models",
+                    "m",
+                    "--runs",
+                    "1",
+                    "--dataset",
+                    str(dataset),
+                    "--output-root",
+                    str(tmp_path),
+                    "--limits",
+                    f"redis://:pw-SECRET-123@127.0.0.1:{port}/0",
+                ]
+            )
         finally:
             del os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]
         assert not p.requests
@@ -196,25 +257,46 @@ def test_a_redis_that_cannot_be_reached_at_the_start_is_one_line(tmp_path, capsy
 def limits_error(tmp_path, capsys, url, *extra) -> tuple[int, str]:
     """run_grid.py with --limits URL against the scripted provider: (exit status, what it printed), with no call."""
     import run_grid
+
     tmp_path.mkdir(exist_ok=True)
     dataset = write_dataset(tmp_path / "one.json", sample_cases()[:1])
     with FakeProvider() as p:
         os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"] = p.base_url, "k"
         try:
-            code = run_grid.main(["--models", "m", "--runs", "1", "--dataset", str(dataset), "--output-root",
-                                  str(tmp_path), "--limits", url, *extra])
+            code = run_grid.main(
+                [
+                    "--models",
+                    "m",
+                    "--runs",
+                    "1",
+                    "--dataset",
+                    str(dataset),
+                    "--output-root",
+                    str(tmp_path),
+                    "--limits",
+                    url,
+                    *extra,
+                ]
+            )
         finally:
             del os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]
         assert not p.requests
     return code, capsys.readouterr().err.strip()
 
 
-@pytest.mark.parametrize("url, extra, said", [
-    ("http://127.0.0.1:6379/0", ("--dry-run",), "--limits: not a redis://[:PASSWORD@]HOST:PORT/DB URL"),
-    ("redis://127.0.0.1:6379/0?foo=1", (), "'foo' is not a setting; the URL takes only ?lease=SECONDS"),
-    ("redis://127.0.0.1:6379/0?lease=5&lease=9", (), "lease is one number of seconds from 1 to 3600"),
-    ("redis://127.0.0.1:6379/abc", (), "the database is a number after the port"),  # was database 0, silently
-])
+@pytest.mark.parametrize(
+    "url, extra, said",
+    [
+        ("http://127.0.0.1:6379/0", ("--dry-run",), "--limits: not a redis://[:PASSWORD@]HOST:PORT/DB URL"),
+        ("redis://127.0.0.1:6379/0?foo=1", (), "'foo' is not a setting; the URL takes only ?lease=SECONDS"),
+        ("redis://127.0.0.1:6379/0?lease=5&lease=9", (), "lease is one number of seconds from 1 to 3600"),
+        (
+            "redis://127.0.0.1:6379/abc",
+            (),
+            "the database is a number after the port",
+        ),  # was database 0, silently
+    ],
+)
 def test_a_limits_url_is_checked_before_anything_even_in_a_dry_run(tmp_path, capsys, url, extra, said):
     code, err = limits_error(tmp_path, capsys, url, *extra)
     assert code == 2 and len(err.splitlines()) == 1 and said in err, err
@@ -243,6 +325,7 @@ def test_a_redis_that_answers_but_cannot_be_used_is_one_line_saying_why(tmp_path
             with connection:
                 connection.recv(1024)
                 connection.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
     threading.Thread(target=answer_as_a_web_server, daemon=True).start()
     try:
         code, err = limits_error(tmp_path / "web", capsys, f"redis://127.0.0.1:{web.getsockname()[1]}/0")

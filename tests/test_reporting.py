@@ -1,4 +1,5 @@
 """show_results.py beyond the paper: bootstrap intervals, paired comparisons, interaction behaviour, cost, figures."""
+
 import json
 import sys
 from pathlib import Path
@@ -101,43 +102,70 @@ def write_interactions(root, run_id, stops, model="m"):
     """stops: {case: (stop_reason, labels of the rounds)} as LexAwN_gen.py writes them."""
     path = root / "AwN_gen" / run_id / model_dirname(model) / "interaction.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(saved("interaction.jsonl", {
-        "case_number": n, "cause_of_action": MIXED[n], "stop_reason": stop,
-        "rounds": [{"label": label} for label in labels]})) + "\n"
-                            for n, (stop, labels) in stops.items()), encoding="utf-8")
+    path.write_text(
+        "".join(
+            json.dumps(
+                saved(
+                    "interaction.jsonl",
+                    {
+                        "case_number": n,
+                        "cause_of_action": MIXED[n],
+                        "stop_reason": stop,
+                        "rounds": [{"label": label} for label in labels],
+                    },
+                )
+            )
+            + "\n"
+            for n, (stop, labels) in stops.items()
+        ),
+        encoding="utf-8",
+    )
 
 
 MIXED = {"A1": "离婚纠纷", "A2": "法定继承纠纷", "B1": "相邻关系纠纷", "B2": "返还原物纠纷"}
 
 
 def test_interaction_behaviour_from_hand_made_records(tmp_path, capsys):
-    ljp = {"A1": [("支持", "支持")], "A2": [("驳回", "驳回")], "B1": [("支持", "驳回")], "B2": [("驳回", "支持")]}
+    ljp = {
+        "A1": [("支持", "支持")],
+        "A2": [("驳回", "驳回")],
+        "B1": [("支持", "驳回")],
+        "B2": [("驳回", "支持")],
+    }
     make_run(tmp_path, "r1", cases=MIXED, ljp={"interaction": ljp})
-    write_interactions(tmp_path, "r1", {
-        "A1": ("judged", ["策略一"]),                               # premature
-        "A2": ("judged", ["策略二", "策略二", "策略一"]),             # judged in round 3 after two questions
-        "B1": ("budget", ["策略二", "策略二", "策略二", None]),        # forced after three questions
-        "B2": ("judged", ["策略一"]),                               # premature
-    })
+    write_interactions(
+        tmp_path,
+        "r1",
+        {
+            "A1": ("judged", ["策略一"]),  # premature
+            "A2": ("judged", ["策略二", "策略二", "策略一"]),  # judged in round 3 after two questions
+            "B1": ("budget", ["策略二", "策略二", "策略二", None]),  # forced after three questions
+            "B2": ("judged", ["策略一"]),  # premature
+        },
+    )
     g = group(tmp_path)
     stat = lambda *key: g.stat(key)["mean"]  # noqa: E731
     assert stat("behaviour", "questions", "Overall") == pytest.approx(5 / 4)
     assert stat("behaviour", "round 1", "Overall") == 0.5 and stat("behaviour", "round 2", "Overall") == 0
     assert stat("behaviour", "round 3", "Overall") == 0.25 and stat("behaviour", "budget", "Overall") == 0.25
-    assert stat("behaviour", "questions", "Family") == 1 and stat("behaviour", "round 1", "Real Rights") == 0.5
+    assert (
+        stat("behaviour", "questions", "Family") == 1 and stat("behaviour", "round 1", "Real Rights") == 0.5
+    )
     # QWK per stop reason: round 1 holds A1 (支持→支持) and B2 (驳回→支持)
     assert stat("LJP_interaction_by_stop", "qwk", "round 1") == pytest.approx(
-        quadratic_weighted_kappa(["支持", "驳回"], ["支持", "支持"]))
+        quadratic_weighted_kappa(["支持", "驳回"], ["支持", "支持"])
+    )
     assert g.stat(("LJP_interaction_by_stop", "qwk", "round 2")) is None
     assert show_results.main(["--output-root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    row = out[out.index("Interaction behaviour"):].splitlines()[3].split()
+    row = out[out.index("Interaction behaviour") :].splitlines()[3].split()
     assert row == ["m", "1.25", "0.500", "0.000", "0.250", "0.250"]
-    by_class = out[out.index("Stop reasons by class"):].splitlines()
+    by_class = out[out.index("Stop reasons by class") :].splitlines()
     assert by_class[1].split()[1:] == ["Family", "Real", "Rights", "Overall"]
     # Family: A1 premature, A2 judged in round 3; Real Rights: B1 budget, B2 premature
-    assert " ".join(by_class[3].split()) == ("m 0.500 / 0.000 / 0.500 / 0.000 0.500 / 0.000 / 0.000 / 0.500 "
-                                             "0.500 / 0.000 / 0.250 / 0.250")
+    assert " ".join(by_class[3].split()) == (
+        "m 0.500 / 0.000 / 0.500 / 0.000 0.500 / 0.000 / 0.000 / 0.500 0.500 / 0.000 / 0.250 / 0.250"
+    )
 
 
 def write_usage(root, run_id, name, usages, model="m"):
@@ -146,21 +174,50 @@ def write_usage(root, run_id, name, usages, model="m"):
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as f:
         for n, usage in usages.items():
-            f.write(json.dumps(saved(name, {"case_number": n, "cause_of_action": MIXED[n], "usage": usage})) + "\n")
+            f.write(
+                json.dumps(saved(name, {"case_number": n, "cause_of_action": MIXED[n], "usage": usage}))
+                + "\n"
+            )
 
 
 def a_run_with_hand_made_usage_and_prices(tmp_path) -> Path:
     """Run r1 of models m, u and j with the usage below in two files, and a price file (returned) for them."""
-    make_run(tmp_path, "r1", cases=MIXED, models={"eval": {"model": "m"}, "user": {"model": "u"},
-                                                  "judge": {"model": "j"}})
+    make_run(
+        tmp_path,
+        "r1",
+        cases=MIXED,
+        models={"eval": {"model": "m"}, "user": {"model": "u"}, "judge": {"model": "j"}},
+    )
     used = lambda calls, p, c: {"calls": calls, "prompt_tokens": p, "completion_tokens": c}  # noqa: E731
-    write_usage(tmp_path, "r1", "a1.jsonl", {"A1": {"eval": used(2, 1_000_000, 500_000)},
-                                             "A2": {"eval": used(2, 1_000_000, 500_000)}})
-    write_usage(tmp_path, "r1", "interaction.jsonl", {"A1": {"eval": used(1, 0, 0), "user": used(1, 2_000_000, 0),
-                                                             "judge": used(1, 1_000_000, 1_000_000)}})
+    write_usage(
+        tmp_path,
+        "r1",
+        "a1.jsonl",
+        {"A1": {"eval": used(2, 1_000_000, 500_000)}, "A2": {"eval": used(2, 1_000_000, 500_000)}},
+    )
+    write_usage(
+        tmp_path,
+        "r1",
+        "interaction.jsonl",
+        {
+            "A1": {
+                "eval": used(1, 0, 0),
+                "user": used(1, 2_000_000, 0),
+                "judge": used(1, 1_000_000, 1_000_000),
+            }
+        },
+    )
     prices = tmp_path / "prices.json"
-    prices.write_text(json.dumps({"m": {"prompt": 1, "completion": 4}, "u": {"prompt": 0.5, "completion": 1},
-                                  "j": {"prompt": 2, "completion": 8}}), encoding="utf-8")
+    prices.write_text(
+        json.dumps(
+            {
+                "m": {"prompt": 1, "completion": 4},
+                "u": {"prompt": 0.5, "completion": 1},
+                "j": {"prompt": 2, "completion": 8},
+            }
+        ),
+        encoding="utf-8",
+    )
     return prices
 
 
@@ -168,16 +225,35 @@ def test_cost_from_hand_made_usage_and_a_price_file(tmp_path, capsys):
     prices = a_run_with_hand_made_usage_and_prices(tmp_path)
     assert show_results.main(["--output-root", str(tmp_path), "--prices", str(prices), "--width", "0"]) == 0
     out = capsys.readouterr().out
-    per_run = out[out.index("Token usage per run"):].splitlines()[3].split()
+    per_run = out[out.index("Token usage per run") :].splitlines()[3].split()
     # eval 2M prompt + 1M completion = 2 + 4; user 2M * 0.5 = 1; judge 1M*2 + 1M*8 = 10 -> 17
-    assert per_run == ["m", "r1", "5", "/", "2000000", "/", "1000000", "1", "/", "2000000", "/", "0",
-                       "1", "/", "1000000", "/", "1000000", "17.00"]
-    stages = out[out.index("Token usage per stage"):].splitlines()[3:7]
+    assert per_run == [
+        "m",
+        "r1",
+        "5",
+        "/",
+        "2000000",
+        "/",
+        "1000000",
+        "1",
+        "/",
+        "2000000",
+        "/",
+        "0",
+        "1",
+        "/",
+        "1000000",
+        "/",
+        "1000000",
+        "17.00",
+    ]
+    stages = out[out.index("Token usage per stage") :].splitlines()[3:7]
     assert [line.split() for line in stages] == [
         ["m", "a1.jsonl", "eval", "4", "2000000", "1000000", "6.00"],
         ["m", "interaction.jsonl", "eval", "1", "0", "0", "0.0000"],
         ["m", "interaction.jsonl", "user", "1", "2000000", "0", "1.00"],
-        ["m", "interaction.jsonl", "judge", "1", "1000000", "1000000", "10.00"]]
+        ["m", "interaction.jsonl", "judge", "1", "1000000", "1000000", "10.00"],
+    ]
     prices.write_text(json.dumps({"m": {"prompt": 1}}), encoding="utf-8")
     assert show_results.main(["--output-root", str(tmp_path), "--prices", str(prices)]) == 2
     assert "entry 'm' must be" in capsys.readouterr().err
@@ -186,16 +262,36 @@ def test_cost_from_hand_made_usage_and_a_price_file(tmp_path, capsys):
 def test_each_figure_is_written_and_is_a_valid_png(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     import matplotlib.image
+
     for run_id in ("r1", "r2"):
-        make_run(tmp_path, run_id, cases=MIXED, lca={n: (C, U) for n in MIXED}, dcg={n: True for n in MIXED},
-                 ljp={s: {n: [("支持", "支持"), ("驳回", "部分支持")] for n in MIXED}
-                      for s in ("direct", "interaction", "gold")})
+        make_run(
+            tmp_path,
+            run_id,
+            cases=MIXED,
+            lca={n: (C, U) for n in MIXED},
+            dcg={n: True for n in MIXED},
+            ljp={
+                s: {n: [("支持", "支持"), ("驳回", "部分支持")] for n in MIXED}
+                for s in ("direct", "interaction", "gold")
+            },
+        )
     plots = tmp_path / "plots"
-    assert show_results.main(["--output-root", str(tmp_path), "--plot", str(plots), "--ci", "--resamples", "50"]) == 0
+    assert (
+        show_results.main(["--output-root", str(tmp_path), "--plot", str(plots), "--ci", "--resamples", "50"])
+        == 0
+    )
     names = sorted(p.name for p in plots.iterdir())
-    assert names == sorted(["by_class_LCA_macro_f1.png", "by_class_DCG_accuracy.png", "by_class_LJP_direct_qwk.png",
-                            "by_class_LJP_interaction_qwk.png", "by_class_LJP_gold_qwk.png",
-                            "lca_acc_c_vs_acc_u.png", "ljp_setups.png"])
+    assert names == sorted(
+        [
+            "by_class_LCA_macro_f1.png",
+            "by_class_DCG_accuracy.png",
+            "by_class_LJP_direct_qwk.png",
+            "by_class_LJP_interaction_qwk.png",
+            "by_class_LJP_gold_qwk.png",
+            "lca_acc_c_vs_acc_u.png",
+            "ljp_setups.png",
+        ]
+    )
     for name in names:
         data = (plots / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n"
@@ -212,6 +308,7 @@ def test_plot_without_matplotlib_says_how_to_install(tmp_path, capsys, monkeypat
 
 # ----------------------------------------------------------------------------- drift the suite must catch (#16)
 
+
 def random_ljp(rng, cases, accuracy):
     labels = ["支持", "部分支持", "驳回"]
     out = {}
@@ -225,14 +322,22 @@ def test_every_task_setup_run_and_model_is_resampled_with_one_shared_draw(tmp_pa
     """Any task, LJP setup, run or model given draws of its own fails here: every bootstrap value must be the
     metric on the one matrix of case weights the bootstrap holds for these cases."""
     from lexpilot.reporting.scoring.scoring import TASKS
+
     rng = np.random.default_rng(7)
     for model in ("m", "n"):
         for run_id in ("r1", "r2"):
-            make_run(tmp_path, f"{model}-{run_id}", model=model, cases=MANY,
-                     lca={c: (C if rng.random() < 0.6 else U, U if rng.random() < 0.6 else C) for c in MANY},
-                     dcg={c: bool(rng.random() < 0.5) for c in MANY},
-                     ljp={s: random_ljp(rng, MANY, a) for s, a in (("direct", 0.4), ("interaction", 0.6),
-                                                                  ("gold", 0.8))})
+            make_run(
+                tmp_path,
+                f"{model}-{run_id}",
+                model=model,
+                cases=MANY,
+                lca={c: (C if rng.random() < 0.6 else U, U if rng.random() < 0.6 else C) for c in MANY},
+                dcg={c: bool(rng.random() < 0.5) for c in MANY},
+                ljp={
+                    s: random_ljp(rng, MANY, a)
+                    for s, a in (("direct", 0.4), ("interaction", 0.6), ("gold", 0.8))
+                },
+            )
     boot = Bootstrap(150, 3)
     weights = boot.weights(tuple(MANY))
     for g in groups_of(tmp_path):
@@ -243,14 +348,20 @@ def test_every_task_setup_run_and_model_is_resampled_with_one_shared_draw(tmp_pa
             per_run = [metrics_from(weights @ run.tasks[task].counts) for run in g.runs]
             for metric in per_run[0]:
                 expected = np.nanmean(np.array([m[metric] for m in per_run]), axis=0)
-                assert np.allclose(boot.distribution(g, (task, metric, "Overall")), expected, equal_nan=True), \
-                    (g.model, task, metric)
+                assert np.allclose(
+                    boot.distribution(g, (task, metric, "Overall")), expected, equal_nan=True
+                ), (g.model, task, metric)
 
 
 def test_identical_imperfect_setups_differ_by_exactly_zero_in_every_resample(tmp_path):
     rng = np.random.default_rng(11)
     same = random_ljp(rng, MANY, 0.5)
-    make_run(tmp_path, "r1", cases=MANY, ljp={"direct": same, "interaction": same, "gold": random_ljp(rng, MANY, 0.9)})
+    make_run(
+        tmp_path,
+        "r1",
+        cases=MANY,
+        ljp={"direct": same, "interaction": same, "gold": random_ljp(rng, MANY, 0.9)},
+    )
     g, boot = group(tmp_path), Bootstrap(300, 0)
     key = lambda s: (g, (f"LJP_{s}", "qwk", "Overall"))  # noqa: E731
     assert np.nanstd(boot.distribution(*key("direct"))) > 0.01  # imperfect: unpaired draws would disagree
@@ -260,6 +371,7 @@ def test_identical_imperfect_setups_differ_by_exactly_zero_in_every_resample(tmp
 
 def test_the_interval_is_the_central_95_percent():
     from lexpilot.reporting.statistics.bootstrap import percentile_interval
+
     values = np.arange(1000.0)
     lo, hi = percentile_interval(values)
     assert (lo, hi) == pytest.approx((24.975, 974.025))
@@ -273,35 +385,63 @@ def test_table_15_paired_declines_hand_checked(tmp_path, capsys):
     # Standard: both right, QWK 1. Delayed: A2 predicted 支持 for 驳回: O = [[1,0,0],[0,0,0],[1,0,0]],
     # E = outer([1,0,1],[2,0,0])/2 = [[1,0,0],[0,0,0],[1,0,0]]: QWK = 1 - 1/1 = 0, decline -1.
     # Resamples holding one case twice leave QWK undefined on both sides; those with both cases give -1.
-    make_run(tmp_path, "std", cases=cases, ljp={"interaction": {"A1": [("支持", "支持")], "A2": [("驳回", "驳回")]}})
-    make_run(tmp_path, "del", cases=cases, user_condition="delayed",
-             ljp={"interaction": {"A1": [("支持", "支持")], "A2": [("驳回", "支持")]}})
-    make_run(tmp_path, "sc", cases=cases, user_condition="self-correction",
-             ljp={"interaction": {"A1": [("支持", "支持")], "A2": [("驳回", "驳回")]}})
-    assert show_results.main(["--output-root", str(tmp_path), "--ci", "--resamples", "200", "--width", "0"]) == 0
+    make_run(
+        tmp_path,
+        "std",
+        cases=cases,
+        ljp={"interaction": {"A1": [("支持", "支持")], "A2": [("驳回", "驳回")]}},
+    )
+    make_run(
+        tmp_path,
+        "del",
+        cases=cases,
+        user_condition="delayed",
+        ljp={"interaction": {"A1": [("支持", "支持")], "A2": [("驳回", "支持")]}},
+    )
+    make_run(
+        tmp_path,
+        "sc",
+        cases=cases,
+        user_condition="self-correction",
+        ljp={"interaction": {"A1": [("支持", "支持")], "A2": [("驳回", "驳回")]}},
+    )
+    assert (
+        show_results.main(["--output-root", str(tmp_path), "--ci", "--resamples", "200", "--width", "0"]) == 0
+    )
     out = capsys.readouterr().out
-    table = out[out.index("Non-ideal users (Table 15)"):].splitlines()
+    table = out[out.index("Non-ideal users (Table 15)") :].splitlines()
     assert table[1].split("  ")[0] == "Model" and "Delayed Disclosure − Standard" in table[1]
     row = [c.strip() for c in table[3].split("  ") if c.strip()]
     assert row[-2] == "-1.0000 [-1.0000, -1.0000], 100.0% < 0"  # Table 15 at 4 decimals, as the paper's
     assert row[-1] == "+0.0000 [+0.0000, +0.0000], 0.0% < 0"
 
 
-def test_per_class_intervals_resample_that_class_only_on_a_run_the_stages_wrote(tmp_path, provider, monkeypatch,
-                                                                                  capsys):
+def test_per_class_intervals_resample_that_class_only_on_a_run_the_stages_wrote(
+    tmp_path, provider, monkeypatch, capsys
+):
     """Issue 25, item 11: under --ci, a class cell's interval comes from the class's own cases. The DCG judge
     accepts every question of the Family cases and every other one elsewhere: Family's interval is [1, 1]; the
     whole-benchmark interval is not."""
     from tests.conftest import Harness, sample_cases, write_dataset
+
     cases = sample_cases()
     from categories import cause_class
 
-    def judge(kind, prompt, body):  # Family: every question accepted; elsewhere the first case of each class only
+    def judge(
+        kind, prompt, body
+    ):  # Family: every question accepted; elsewhere the first case of each class only
         if kind == "dcg_judge":
-            i, case = next((i, c) for i, c in enumerate(cases) if all(
-                fp in prompt for fp in ([c["focal_point"]] if isinstance(c["focal_point"], str) else c["focal_point"])))
+            i, case = next(
+                (i, c)
+                for i, c in enumerate(cases)
+                if all(
+                    fp in prompt
+                    for fp in ([c["focal_point"]] if isinstance(c["focal_point"], str) else c["focal_point"])
+                )
+            )
             return "是" if cause_class(case["cause_of_action"]) == "Family" or i % 2 == 0 else "否"
         return None
+
     provider.script = judge
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "all.json", cases))
     assert h.run("DCG") == 0
@@ -310,9 +450,16 @@ def test_per_class_intervals_resample_that_class_only_on_a_run_the_stages_wrote(
     for r in records:
         by_class.setdefault(cause_class(r["cause_of_action"]), []).append(r["success"])
     capsys.readouterr()
-    assert show_results.main(["--output-root", str(h.root), "--ci", "--resamples", "300", "--format", "json"]) == 0
+    assert (
+        show_results.main(["--output-root", str(h.root), "--ci", "--resamples", "300", "--format", "json"])
+        == 0
+    )
     dcg = json.loads(capsys.readouterr().out)["groups"][0]["metrics"]["dcg"]["accuracy"]
-    assert by_class["Family"] == [True, True] and dcg["family"]["mean"] == 1.0 and dcg["family"]["ci95"] == [1.0, 1.0]
+    assert (
+        by_class["Family"] == [True, True]
+        and dcg["family"]["mean"] == 1.0
+        and dcg["family"]["ci95"] == [1.0, 1.0]
+    )
     mixed = [c for c, v in by_class.items() if len(set(v)) > 1]
     assert mixed and dcg["overall"]["ci95"][0] < dcg["overall"]["mean"] < 1.0
     for c in mixed:  # a class of two cases, one success: its resamples give 0, 0.5 or 1

@@ -1,4 +1,5 @@
 """show_results.py: the paper's metrics on hand-computed cases, grouping, validation, output formats."""
+
 import csv
 import io
 import json
@@ -68,7 +69,11 @@ def test_qwk_hand_computed_matches_sklearn_and_keeps_absent_labels():
     assert quadratic_weighted_kappa(gold, pred) == pytest.approx(1 - observed / expected_dis)
 
 
-PAPER_SCALE = ["支持", "部分支持", "驳回"]  # Section 5.3: the ordinal scale of the verdicts, written out here on purpose
+PAPER_SCALE = [
+    "支持",
+    "部分支持",
+    "驳回",
+]  # Section 5.3: the ordinal scale of the verdicts, written out here on purpose
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -91,7 +96,9 @@ def test_lca_metrics_equal_sklearn_on_random_samples(seed):
     true = list(rng.choice([C, U], size=int(rng.integers(4, 300))))
     pred = [t if keep else str(rng.choice([C, U])) for t, keep in zip(true, rng.random(len(true)) < 0.6)]
     m = lca_metrics(list(zip(true, pred)))
-    assert m["macro_f1"] == pytest.approx(f1_score(true, pred, average="macro", labels=[C, U], zero_division=0))
+    assert m["macro_f1"] == pytest.approx(
+        f1_score(true, pred, average="macro", labels=[C, U], zero_division=0)
+    )
     assert m["f1_u"] == pytest.approx(f1_score(true, pred, pos_label=U, zero_division=0))
     assert m["acc_c"] == pytest.approx(recall_score(true, pred, pos_label=C, zero_division=0))
     assert m["acc_u"] == pytest.approx(recall_score(true, pred, pos_label=U, zero_division=0))
@@ -103,8 +110,13 @@ def test_qwk_undefined_when_expected_disagreement_is_zero():
 
 
 CASES = {"A1": "离婚纠纷", "A2": "法定继承纠纷", "B1": "相邻关系纠纷", "B2": "返还原物纠纷"}
-SETTINGS = {"dataset_sha256": "d", "code_hash": "c", "prompt_hash": "p", "user_condition": "standard",
-            "generation": {"temperature": 0.7, "judge_temperature": 0.1, "max_tokens": 8192, "n": 1}}
+SETTINGS = {
+    "dataset_sha256": "d",
+    "code_hash": "c",
+    "prompt_hash": "p",
+    "user_condition": "standard",
+    "generation": {"temperature": 0.7, "judge_temperature": 0.1, "max_tokens": 8192, "n": 1},
+}
 
 
 KIND_OF_FILE = {k.file: k for k in RECORD_KINDS}
@@ -113,35 +125,68 @@ KIND_OF_FILE = {k.file: k for k in RECORD_KINDS}
 def saved(file_name: str, body: dict) -> dict:
     """A record as the harness saves it in that file: every field of its kind, `body` over them."""
     kind = KIND_OF_FILE[file_name]
-    return {name: None for name in kind.fields} | {"schema_version": SCHEMA_VERSION, "input_hash": "h",
-                                                   "upstream_hash": {}, "usage": {}} | body
+    return (
+        {name: None for name in kind.fields}
+        | {"schema_version": SCHEMA_VERSION, "input_hash": "h", "upstream_hash": {}, "usage": {}}
+        | body
+    )
 
 
 def make_run(root, run_id, model="m", lca=None, dcg=None, ljp=None, cases=CASES, **overrides):
     """Write a run: lca = {case: (pred complete, pred underspecified)}, dcg = {case: success},
     ljp = {setup: {case: [(gold, predicted), ...]}}."""
     folder = model_dirname(model)
-    manifest = {**SETTINGS, "run_id": run_id, "selected_cases": list(cases),
-                "models": {"eval": {"model": model, "endpoint_host": "h"}, "user": {}, "judge": {}}, **overrides}
+    manifest = {
+        **SETTINGS,
+        "run_id": run_id,
+        "selected_cases": list(cases),
+        "models": {"eval": {"model": model, "endpoint_host": "h"}, "user": {}, "judge": {}},
+        **overrides,
+    }
     (root / "runs" / run_id / folder).mkdir(parents=True)
     (root / "runs" / run_id / folder / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
 
     def write(name, records):
         path = root / "eval_results" / run_id / folder / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(json.dumps(saved(name, r), ensure_ascii=False) + "\n" for r in records),
-                        encoding="utf-8")
+        path.write_text(
+            "".join(json.dumps(saved(name, r), ensure_ascii=False) + "\n" for r in records), encoding="utf-8"
+        )
+
     if lca is not None:
-        write("LCA_results.jsonl", [{"case_number": n, "cause_of_action": cases[n], "judgments": {
-            C: {"true_type": C, "predicted_type": pc}, U: {"true_type": U, "predicted_type": pu}}}
-            for n, (pc, pu) in lca.items()])
+        write(
+            "LCA_results.jsonl",
+            [
+                {
+                    "case_number": n,
+                    "cause_of_action": cases[n],
+                    "judgments": {
+                        C: {"true_type": C, "predicted_type": pc},
+                        U: {"true_type": U, "predicted_type": pu},
+                    },
+                }
+                for n, (pc, pu) in lca.items()
+            ],
+        )
     if dcg is not None:
-        write("DCG_results.jsonl", [{"case_number": n, "cause_of_action": cases[n], "success": s}
-                                    for n, s in dcg.items()])
+        write(
+            "DCG_results.jsonl",
+            [{"case_number": n, "cause_of_action": cases[n], "success": s} for n, s in dcg.items()],
+        )
     for setup, by_case in (ljp or {}).items():
-        write(f"LJP_{setup}.jsonl", [{"case_number": n, "cause_of_action": cases[n], "claims": [str(i) for i in
-                                      range(len(p))], "gold": [g for g, _ in p], "predicted": [x for _, x in p]}
-                                     for n, p in by_case.items()])
+        write(
+            f"LJP_{setup}.jsonl",
+            [
+                {
+                    "case_number": n,
+                    "cause_of_action": cases[n],
+                    "claims": [str(i) for i in range(len(p))],
+                    "gold": [g for g, _ in p],
+                    "predicted": [x for _, x in p],
+                }
+                for n, p in by_case.items()
+            ],
+        )
 
 
 def stat(groups, key, model="m"):
@@ -150,19 +195,31 @@ def stat(groups, key, model="m"):
 
 
 def test_per_class_breakdown(tmp_path):
-    make_run(tmp_path, "r1", lca={"A1": (C, U), "A2": (C, U), "B1": (U, U), "B2": (U, C)},
-             dcg={"A1": True, "A2": False, "B1": False, "B2": False},
-             ljp={"direct": {"A1": [("支持", "支持")], "A2": [("驳回", "驳回"), ("部分支持", "支持")],
-                             "B1": [("支持", "驳回")], "B2": [("驳回", "支持")]}})
+    make_run(
+        tmp_path,
+        "r1",
+        lca={"A1": (C, U), "A2": (C, U), "B1": (U, U), "B2": (U, C)},
+        dcg={"A1": True, "A2": False, "B1": False, "B2": False},
+        ljp={
+            "direct": {
+                "A1": [("支持", "支持")],
+                "A2": [("驳回", "驳回"), ("部分支持", "支持")],
+                "B1": [("支持", "驳回")],
+                "B2": [("驳回", "支持")],
+            }
+        },
+    )
     groups = group_runs(load_runs(tmp_path, None, None))
     assert stat(groups, ("LCA", "macro_f1", "Family"))["mean"] == 1.0
-    assert stat(groups, ("LCA", "macro_f1", "Real Rights"))["mean"] == pytest.approx(lca_metrics(
-        [(C, U), (U, U), (C, U), (U, C)])["macro_f1"])
+    assert stat(groups, ("LCA", "macro_f1", "Real Rights"))["mean"] == pytest.approx(
+        lca_metrics([(C, U), (U, U), (C, U), (U, C)])["macro_f1"]
+    )
     assert stat(groups, ("DCG", "accuracy", "Family"))["mean"] == 0.5
     assert stat(groups, ("DCG", "accuracy", "Overall"))["mean"] == 0.25
     assert stat(groups, ("LJP_direct", "accuracy", "Family"))["mean"] == pytest.approx(2 / 3)
     assert stat(groups, ("LJP_direct", "qwk", "Real Rights"))["mean"] == pytest.approx(
-        quadratic_weighted_kappa(["支持", "驳回"], ["驳回", "支持"]))
+        quadratic_weighted_kappa(["支持", "驳回"], ["驳回", "支持"])
+    )
     assert stat(groups, ("LJP_direct", "qwk", "Torts")) is None  # a class with no cases is not shown
 
 
@@ -171,8 +228,12 @@ def test_grouping_sd_ddof1_and_a_differing_run_split_off(tmp_path, capsys):
     for run_id, v in values.items():
         dcg = {"A1": v >= 0.5, "A2": v == 1.0, "B1": False, "B2": False}
         make_run(tmp_path, run_id, dcg=dcg)
-    make_run(tmp_path, "r4", dcg={n: True for n in CASES},
-             generation={**SETTINGS["generation"], "temperature": 0.2})
+    make_run(
+        tmp_path,
+        "r4",
+        dcg={n: True for n in CASES},
+        generation={**SETTINGS["generation"], "temperature": 0.2},
+    )
     groups = group_runs(load_runs(tmp_path, None, None))
     assert [g.run_ids for g in groups] == [["r1", "r2", "r3"], ["r4"]]
     assert groups[1].differs == ["generation"]
@@ -182,7 +243,12 @@ def test_grouping_sd_ddof1_and_a_differing_run_split_off(tmp_path, capsys):
     show_results.main(["--output-root", str(tmp_path)])
     out = capsys.readouterr().out
     # issue 26 item 10: the second group is labelled by what differs, not "#2"
-    assert "0.250 ± 0.250" in out and "m · temperature 0.2" in out and "generation" in out and "r1, r2, r3" in out
+    assert (
+        "0.250 ± 0.250" in out
+        and "m · temperature 0.2" in out
+        and "generation" in out
+        and "r1, r2, r3" in out
+    )
     show_results.main(["--output-root", str(tmp_path), "--run-id", "r4"])
     runs_table, main_table = capsys.readouterr().out.split("\n\n")[:2]
     assert runs_table.splitlines()[-1].split() == ["m", "1", "r4", "-"]
@@ -191,8 +257,18 @@ def test_grouping_sd_ddof1_and_a_differing_run_split_off(tmp_path, capsys):
 
 def test_undefined_qwk_mean_over_defined_runs(tmp_path, capsys):
     make_run(tmp_path, "r1", ljp={"gold": {n: [("支持", "支持")] for n in CASES}})
-    make_run(tmp_path, "r2", ljp={"gold": {"A1": [("支持", "支持")], "A2": [("驳回", "驳回")],
-                                           "B1": [("支持", "驳回")], "B2": [("驳回", "驳回")]}})
+    make_run(
+        tmp_path,
+        "r2",
+        ljp={
+            "gold": {
+                "A1": [("支持", "支持")],
+                "A2": [("驳回", "驳回")],
+                "B1": [("支持", "驳回")],
+                "B2": [("驳回", "驳回")],
+            }
+        },
+    )
     groups = group_runs(load_runs(tmp_path, None, None))
     s = stat(groups, ("LJP_gold", "qwk", "Overall"))
     assert s["runs"][0] is None and s["undefined"] == 1 and s["n"] == 1
@@ -201,10 +277,20 @@ def test_undefined_qwk_mean_over_defined_runs(tmp_path, capsys):
 
 
 def test_incomplete_and_misaligned_tasks_are_reported_not_scored(tmp_path, capsys):
-    make_run(tmp_path, "r1", dcg={"A1": True, "A2": True, "B1": True},
-             lca={n: (C, U) for n in CASES},
-             ljp={"direct": {"A1": [("支持", "支持")], "A2": [("驳回", "驳回")], "B1": [("支持", "驳回")],
-                             "B2": [("驳回", "驳回")]}})
+    make_run(
+        tmp_path,
+        "r1",
+        dcg={"A1": True, "A2": True, "B1": True},
+        lca={n: (C, U) for n in CASES},
+        ljp={
+            "direct": {
+                "A1": [("支持", "支持")],
+                "A2": [("驳回", "驳回")],
+                "B1": [("支持", "驳回")],
+                "B2": [("驳回", "驳回")],
+            }
+        },
+    )
     path = tmp_path / "eval_results" / "r1" / model_dirname("m") / "LJP_direct.jsonl"
     lines = path.read_text(encoding="utf-8").splitlines()
     broken = json.loads(lines[1])
@@ -220,17 +306,26 @@ def test_incomplete_and_misaligned_tasks_are_reported_not_scored(tmp_path, capsy
 
 
 def test_interaction_gain_and_relative_change(tmp_path, capsys):
-    pairs = {"direct": [("支持", "驳回"), ("驳回", "驳回")], "interaction": [("支持", "部分支持"), ("驳回", "驳回")],
-             "gold": [("支持", "支持"), ("驳回", "驳回")]}
+    pairs = {
+        "direct": [("支持", "驳回"), ("驳回", "驳回")],
+        "interaction": [("支持", "部分支持"), ("驳回", "驳回")],
+        "gold": [("支持", "支持"), ("驳回", "驳回")],
+    }
     make_run(tmp_path, "r1", cases={"A1": "离婚纠纷"}, ljp={s: {"A1": p} for s, p in pairs.items()})
     groups = group_runs(load_runs(tmp_path, None, None))
     table = tables.interaction_gain_table(groups, ["m"])
     q = {s: quadratic_weighted_kappa(*zip(*p)) for s, p in pairs.items()}
-    assert table.rows[0] == ["m", f"{q['interaction'] - q['direct']:+.3f}",
-                             f"{100 * (q['interaction'] - q['gold']) / q['gold']:+.2f}%"]  # as the paper: 23.84%
+    assert table.rows[0] == [
+        "m",
+        f"{q['interaction'] - q['direct']:+.3f}",
+        f"{100 * (q['interaction'] - q['gold']) / q['gold']:+.2f}%",
+    ]  # as the paper: 23.84%
     # the average, the paper's headline ("23.84%", Section 6.4), at the same decimals, over "1 model"
-    assert table.rows[-1] == ["Average over 1 model", f"{q['interaction'] - q['direct']:+.3f}",
-                              f"{100 * (q['interaction'] - q['gold']) / q['gold']:+.2f}%"]
+    assert table.rows[-1] == [
+        "Average over 1 model",
+        f"{q['interaction'] - q['direct']:+.3f}",
+        f"{100 * (q['interaction'] - q['gold']) / q['gold']:+.2f}%",
+    ]
 
 
 @pytest.mark.parametrize("fmt", ["markdown", "csv", "json", "latex", "text"])
@@ -252,8 +347,14 @@ def test_every_format_parses(tmp_path, capsys, fmt):
         main = [r for r in rows if r and r[0].startswith("Main results")]
         header, row = main[0], next(r for r in main if r[1] == "m")
         at = header.index("DCG Acc. mean")
-        assert header[at:at + 5] == ["DCG Acc. mean", "DCG Acc. SD", "DCG Acc. low", "DCG Acc. high", "DCG Acc. n"]
-        assert row[at] == "0.5" and float(row[at + 1]) == 2 ** 0.5 / 2 and row[at + 2:at + 5] == ["", "", "2"]
+        assert header[at : at + 5] == [
+            "DCG Acc. mean",
+            "DCG Acc. SD",
+            "DCG Acc. low",
+            "DCG Acc. high",
+            "DCG Acc. n",
+        ]
+        assert row[at] == "0.5" and float(row[at + 1]) == 2**0.5 / 2 and row[at + 2 : at + 5] == ["", "", "2"]
     elif fmt == "markdown":
         for block in out.strip().split("### ")[1:]:
             lines = [l for l in block.splitlines() if l.startswith("|")]
@@ -273,8 +374,11 @@ def test_no_results_yet_is_one_line_and_exit_zero(tmp_path, capsys):
 
 def test_the_relative_change_is_not_taken_against_a_gold_qwk_at_or_below_zero(tmp_path):
     """Review of issue 35: "Interaction vs Gold (relative)" printed -777.4% for a Gold QWK of -0.057."""
-    pairs = {"direct": [("支持", "驳回"), ("驳回", "驳回")], "interaction": [("支持", "部分支持"), ("驳回", "驳回")],
-             "gold": [("支持", "驳回"), ("驳回", "支持")]}
+    pairs = {
+        "direct": [("支持", "驳回"), ("驳回", "驳回")],
+        "interaction": [("支持", "部分支持"), ("驳回", "驳回")],
+        "gold": [("支持", "驳回"), ("驳回", "支持")],
+    }
     make_run(tmp_path, "r1", cases={"A1": "离婚纠纷"}, ljp={s: {"A1": p} for s, p in pairs.items()})
     table = tables.interaction_gain_table(group_runs(load_runs(tmp_path, None, None)), ["m"])
     assert quadratic_weighted_kappa(*zip(*pairs["gold"])) <= 0

@@ -1,6 +1,7 @@
 """Issue 38: the paper's grid in one command (run_grid.py). Every (model, run, stage) cell writes what its stage
 script writes by hand; each endpoint's limits hold for every cell together (by the scripted provider's own count);
 faults stay in their cell or endpoint; the grid file's mistakes are one line naming the file, key and line."""
+
 import json
 import re
 import threading
@@ -26,8 +27,11 @@ README_LOOP = ("LexAwN_gen", "eval_DCG", "eval_LJP")  # the README's five-run lo
 def records(root) -> dict:
     """Every record file under the root's output folders: path -> its lines, in case order (cases run in parallel,
     so the order of lines is not compared)."""
-    return {str(p.relative_to(root)): sorted(p.read_text(encoding="utf-8").splitlines())
-            for p in sorted(root.rglob("*.jsonl")) if "calls_journal" not in p.name}
+    return {
+        str(p.relative_to(root)): sorted(p.read_text(encoding="utf-8").splitlines())
+        for p in sorted(root.rglob("*.jsonl"))
+        if "calls_journal" not in p.name
+    }
 
 
 def readme_loop(root, dataset, run_ids, models=MODELS) -> None:
@@ -35,12 +39,31 @@ def readme_loop(root, dataset, run_ids, models=MODELS) -> None:
         for model in models:
             for script in README_LOOP:
                 for stage in ENTRY_POINTS[script]:
-                    argv = ["--run-id", run_id, "--model", model, "--dataset", str(dataset), "--output-root", str(root)]
+                    argv = [
+                        "--run-id",
+                        run_id,
+                        "--model",
+                        model,
+                        "--dataset",
+                        str(dataset),
+                        "--output-root",
+                        str(root),
+                    ]
                     assert stage_main(stage, "test", argv=argv) == 0
 
 
 def grid_argv(root, dataset, *extra, models=MODELS, runs=2) -> list[str]:
-    return ["--models", *models, "--runs", str(runs), "--dataset", str(dataset), "--output-root", str(root), *extra]
+    return [
+        "--models",
+        *models,
+        "--runs",
+        str(runs),
+        "--dataset",
+        str(dataset),
+        "--output-root",
+        str(root),
+        *extra,
+    ]
 
 
 @pytest.fixture
@@ -59,8 +82,9 @@ def test_a_grid_writes_what_the_readme_loop_writes_and_reports_the_same(tmp_path
     loop, grid = records(tmp_path / "loop"), records(tmp_path / "grid")
     assert len(loop) == 3 * 2 * 10 and loop == grid  # every record file of every (model, run), line for line
     manifests = [sorted((tmp_path / name).glob("runs/*/*/manifest.json")) for name in ("loop", "grid")]
-    assert len(manifests[0]) == 6 and [m.relative_to(tmp_path / "loop") for m in manifests[0]] == \
-        [m.relative_to(tmp_path / "grid") for m in manifests[1]]
+    assert len(manifests[0]) == 6 and [m.relative_to(tmp_path / "loop") for m in manifests[0]] == [
+        m.relative_to(tmp_path / "grid") for m in manifests[1]
+    ]
     capsys.readouterr()
     reports = []
     for name in ("loop", "grid"):
@@ -71,44 +95,86 @@ def test_a_grid_writes_what_the_readme_loop_writes_and_reports_the_same(tmp_path
     assert http.processed == by_hand
 
 
-def test_each_evaluated_model_on_its_own_endpoint_from_the_grid_file(tmp_path, http, three_cases, monkeypatch,
-                                                                      capsys):
+def test_each_evaluated_model_on_its_own_endpoint_from_the_grid_file(
+    tmp_path, http, three_cases, monkeypatch, capsys
+):
     """Item 2: "A grid file (TOML, documented with an example) names, per model id, the base URL, the name of the
     environment variable that holds its key, and optional limits." The key reaches its endpoint only."""
     with FakeProvider() as own:
         grid_file = tmp_path / "grid.toml"
-        grid_file.write_text(f'[models."model-c"]\nbase_url = "{own.base_url}"\nkey_variable = "C_KEY"\n'
-                             'concurrency = 2\n', encoding="utf-8")
+        grid_file.write_text(
+            f'[models."model-c"]\nbase_url = "{own.base_url}"\nkey_variable = "C_KEY"\nconcurrency = 2\n',
+            encoding="utf-8",
+        )
         monkeypatch.setenv("C_KEY", "sk-model-c-only-0123456789")
-        argv = grid_argv(tmp_path / "out", three_cases, "--grid", str(grid_file), "--stages", "eval_LJP_direct")
+        argv = grid_argv(
+            tmp_path / "out", three_cases, "--grid", str(grid_file), "--stages", "eval_LJP_direct"
+        )
         assert run_grid.main(argv) == 0
         assert {r["model"] for r in own.requests} == {"model-c"}
         assert {r["model"] for r in http.requests} == {"model-a", "model-b", "DeepSeek-R1"}  # the judge's too
         # its key refused: the line names the variable the grid file took it from (review of item 2)
         own.script = lambda kind, prompt, body: {"status": 401, "error": "bad key"}
-        assert run_grid.main(grid_argv(tmp_path / "refused", three_cases, "--grid", str(grid_file), "--stages",
-                                       "eval_LJP_direct")) == 1
+        assert (
+            run_grid.main(
+                grid_argv(
+                    tmp_path / "refused", three_cases, "--grid", str(grid_file), "--stages", "eval_LJP_direct"
+                )
+            )
+            == 1
+        )
         assert "check the key in C_KEY (the grid file's key_variable)" in capsys.readouterr().err
     manifest = json.loads(next((tmp_path / "out").glob("runs/run1/model-c*/manifest.json")).read_text())
     assert own.base_url.split("//")[1].split("/")[0] in json.dumps(manifest["models"]["eval"])
     assert "sk-model-c" not in json.dumps(manifest)
 
 
-@pytest.mark.parametrize("text, where, what", [
-    ('[models."m"]\nbase_url = "http://127.0.0.1:9/v1"\nrpm = 10\nburst = 3\n', ":4: models.m.burst",
-     "unknown key"),
-    ('[models."m"]\nbase_url = "http://127.0.0.1:9/v1"\nkey_variable = "NOT_SET_ANYWHERE"\n',
-     ":3: models.m.key_variable", "NOT_SET_ANYWHERE is not set"),
-    ('[models."m"]\nbase_url = "http://127.0.0.1:9/v1"\n\n[models."m"]\nbase_url = "http://127.0.0.1:9/v1"\n',
-     ":4: models.m", "the same model id twice"),
-    ('[models."m"]\nbase_url = "http://127.0.0.1:9/v1"\nrpm = 1\nrpm = 2\n', ":4", "a key given twice in one table"),
-    ('concurrency = 4\n[models."m"]\nbase_url = "http://127.0.0.1:9/v1"\n', ":1: concurrency",
-     "unknown key (outside any table)"),
-    ('[models."m"]\nbase_url = "http://127.0.0.1:9/v1"\n[limits."m"]\nrpm = 5\n', ":3: limits.m", "given twice"),
-    ('[limits."DeepSeek-R1"]\nrpm = 100\ntpm = -5\n', ":3: limits.DeepSeek-R1.tpm", "not a positive number"),
-    ('[limits."DeepSeek-R1"]\nconcurrency = 2.5\n', ":2: limits.DeepSeek-R1.concurrency", "positive whole number"),
-    ('[endpoints."m"]\nbase_url = "http://127.0.0.1:9/v1"\n', ":1: endpoints", "unknown table"),
-])
+@pytest.mark.parametrize(
+    "text, where, what",
+    [
+        (
+            '[models."m"]\nbase_url = "http://127.0.0.1:9/v1"\nrpm = 10\nburst = 3\n',
+            ":4: models.m.burst",
+            "unknown key",
+        ),
+        (
+            '[models."m"]\nbase_url = "http://127.0.0.1:9/v1"\nkey_variable = "NOT_SET_ANYWHERE"\n',
+            ":3: models.m.key_variable",
+            "NOT_SET_ANYWHERE is not set",
+        ),
+        (
+            '[models."m"]\nbase_url = "http://127.0.0.1:9/v1"\n\n[models."m"]\nbase_url = "http://127.0.0.1:9/v1"\n',
+            ":4: models.m",
+            "the same model id twice",
+        ),
+        (
+            '[models."m"]\nbase_url = "http://127.0.0.1:9/v1"\nrpm = 1\nrpm = 2\n',
+            ":4",
+            "a key given twice in one table",
+        ),
+        (
+            'concurrency = 4\n[models."m"]\nbase_url = "http://127.0.0.1:9/v1"\n',
+            ":1: concurrency",
+            "unknown key (outside any table)",
+        ),
+        (
+            '[models."m"]\nbase_url = "http://127.0.0.1:9/v1"\n[limits."m"]\nrpm = 5\n',
+            ":3: limits.m",
+            "given twice",
+        ),
+        (
+            '[limits."DeepSeek-R1"]\nrpm = 100\ntpm = -5\n',
+            ":3: limits.DeepSeek-R1.tpm",
+            "not a positive number",
+        ),
+        (
+            '[limits."DeepSeek-R1"]\nconcurrency = 2.5\n',
+            ":2: limits.DeepSeek-R1.concurrency",
+            "positive whole number",
+        ),
+        ('[endpoints."m"]\nbase_url = "http://127.0.0.1:9/v1"\n', ":1: endpoints", "unknown table"),
+    ],
+)
 def test_a_bad_grid_file_is_one_line_naming_the_file_key_and_line(tmp_path, http, capsys, text, where, what):
     """Item 2: "Bad grid files get one-line errors naming the file, key and line"."""
     grid_file = tmp_path / "grid.toml"
@@ -119,10 +185,15 @@ def test_a_bad_grid_file_is_one_line_naming_the_file_key_and_line(tmp_path, http
     assert str(grid_file) in err and where in err and what in err, err
 
 
-@pytest.mark.parametrize("entry, what", [("DeepSeek-R1=rpm:0", "not a positive number"),
-                                         ("DeepSeek-R1=rps:3", "'rps' is not a limit"),
-                                         ("DeepSeek-R1=rpm:3,rpm:4", "rpm is given twice"),
-                                         ("nosuch=rpm:3", "no role of this grid uses that model id")])
+@pytest.mark.parametrize(
+    "entry, what",
+    [
+        ("DeepSeek-R1=rpm:0", "not a positive number"),
+        ("DeepSeek-R1=rps:3", "'rps' is not a limit"),
+        ("DeepSeek-R1=rpm:3,rpm:4", "rpm is given twice"),
+        ("nosuch=rpm:3", "no role of this grid uses that model id"),
+    ],
+)
 def test_a_bad_limit_on_the_command_line_is_one_line(tmp_path, http, three_cases, capsys, entry, what):
     assert run_grid.main(grid_argv(tmp_path / "out", three_cases, "--limit", entry, "--dry-run")) == 2
     err = capsys.readouterr().err.strip()
@@ -130,20 +201,33 @@ def test_a_bad_limit_on_the_command_line_is_one_line(tmp_path, http, three_cases
     assert not http.requests
 
 
-def test_the_shared_user_model_and_judge_stay_under_their_limit_for_every_cell_together(tmp_path, monkeypatch,
-                                                                                          three_cases):
+def test_the_shared_user_model_and_judge_stay_under_their_limit_for_every_cell_together(
+    tmp_path, monkeypatch, three_cases
+):
     """Item 3: one limiter per endpoint for every cell: the User Model and the judge, each limited to R requests/s
     by the provider (a 429 with Retry-After beyond it), are paced under R by the provider's own count, with at most
     2 % of requests refused."""
     rate = 15
-    with FakeProvider(latency=0.05) as evaluated, FakeProvider(rate_limit=rate) as user, \
-            FakeProvider(rate_limit=rate) as judge:
+    with (
+        FakeProvider(latency=0.05) as evaluated,
+        FakeProvider(rate_limit=rate) as user,
+        FakeProvider(rate_limit=rate) as judge,
+    ):
         monkeypatch.setenv("OPENAI_BASE_URL", evaluated.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", SECRET)
         monkeypatch.setenv("LEXPILOT_USER_BASE_URL", user.base_url)
         monkeypatch.setenv("LEXPILOT_JUDGE_BASE_URL", judge.base_url)
-        argv = grid_argv(tmp_path / "out", three_cases, "--stages", "LexAwN_gen", "eval_DCG",
-                         "--limit", f"DeepSeek-V4.1-Flash=rpm:{rate * 60}", "--limit", f"DeepSeek-R1=rpm:{rate * 60}")
+        argv = grid_argv(
+            tmp_path / "out",
+            three_cases,
+            "--stages",
+            "LexAwN_gen",
+            "eval_DCG",
+            "--limit",
+            f"DeepSeek-V4.1-Flash=rpm:{rate * 60}",
+            "--limit",
+            f"DeepSeek-R1=rpm:{rate * 60}",
+        )
         assert run_grid.main(argv) == 0
         for endpoint in (user, judge):
             # paced at 97 % of R, a request delayed on its way by the machine's load can reach the provider within a
@@ -165,19 +249,29 @@ def judge_peak(http) -> list[int]:
             time.sleep(0.05)
             with lock:
                 held[0] -= 1
+
     http.script = script
     return peak
 
 
 @pytest.mark.parametrize("shard, most", [(None, 4), ("1/2", 2)])
-def test_a_shard_without_a_shared_store_holds_1_in_n_of_each_limit_and_says_so(tmp_path, http, three_cases, capsys,
-                                                                              shard, most):
+def test_a_shard_without_a_shared_store_holds_1_in_n_of_each_limit_and_says_so(
+    tmp_path, http, three_cases, capsys, shard, most
+):
     """Issue 39 item 2: "No shared store. Each shard holds its share of each shared endpoint's limits (limit ÷ N).
     The progress line says so." A judge limited to 4 calls at once is held to 2 by shard 1/2 of 2, by the
     provider's own count; the unsharded grid reaches the 4 (so the test can see the difference)."""
     peak = judge_peak(http)
-    argv = grid_argv(tmp_path / "out", three_cases, "--stages", "LexAwN_gen", "eval_DCG", "--limit",
-                     "DeepSeek-R1=concurrency:4", *(("--shard", shard) if shard else ()))
+    argv = grid_argv(
+        tmp_path / "out",
+        three_cases,
+        "--stages",
+        "LexAwN_gen",
+        "eval_DCG",
+        "--limit",
+        "DeepSeek-R1=concurrency:4",
+        *(("--shard", shard) if shard else ()),
+    )
     assert run_grid.main(argv) == 0
     err = capsys.readouterr().err
     note = "[grid] shard 1/2 without --limits: each endpoint's limits here are 1/2 of the grid's"
@@ -195,11 +289,13 @@ def test_slots_go_round_robin_over_the_cells_waiting(tmp_path):
     threads = []
     for cell, n in (("a", 6), ("b", 2)):
         for _ in range(n):
+
             def call(cell=cell):
                 limiter.acquire(never, cell)
                 order.append(cell)
                 time.sleep(0.01)
                 limiter.release()
+
             threads.append(threading.Thread(target=call))
             threads[-1].start()
             time.sleep(0.02)  # queued in this order
@@ -223,29 +319,41 @@ def test_requests_are_counted_against_tpm_as_the_provider_counts_them():
     assert all(0.2 <= g < 1.0 for g in gaps), gaps  # not before its tokens allow (and not stuck)
 
 
-REFUSALS = {401: ("bad key", "check the API key variable for this role"),
-            403: ("key lacks access to this model", "check the API key's permissions"),
-            404: ("The model `model-b` does not exist", "check the model id and the base URL")}
+REFUSALS = {
+    401: ("bad key", "check the API key variable for this role"),
+    403: ("key lacks access to this model", "check the API key's permissions"),
+    404: ("The model `model-b` does not exist", "check the model id and the base URL"),
+}
 
 
 @pytest.mark.parametrize("status", sorted(REFUSALS))
-def test_an_endpoint_that_refuses_the_key_stops_its_cells_with_one_line_and_the_rest_go_on(tmp_path, http, status,
-                                                                                            three_cases, capsys):
+def test_an_endpoint_that_refuses_the_key_stops_its_cells_with_one_line_and_the_rest_go_on(
+    tmp_path, http, status, three_cases, capsys
+):
     """Item 6: "A 401, 403 or unknown model at one endpoint stops every cell of that endpoint with one line, not one
     message per cell." And "A cell whose stage stops stops only the cells that depend on it"."""
     said, hint = REFUSALS[status]
-    http.script = lambda kind, prompt, body: {"status": status, "error": said} if body["model"] == "model-b" else None
+    http.script = lambda kind, prompt, body: (
+        {"status": status, "error": said} if body["model"] == "model-b" else None
+    )
     assert run_grid.main(grid_argv(tmp_path / "out", three_cases)) == 1
     err = capsys.readouterr().err
     stopped = [line for line in err.splitlines() if line.startswith("[grid]") and f"HTTP {status}" in line]
-    assert len(stopped) == 1 and "[grid] 8 cells failed: " in stopped[0] and "model-b run1 LexAwN" in stopped[0], err
+    assert (
+        len(stopped) == 1 and "[grid] 8 cells failed: " in stopped[0] and "model-b run1 LexAwN" in stopped[0]
+    ), err
     assert said in stopped[0] and hint in stopped[0], stopped
     assert "[grid] 30 cells: 20 done, 8 failed, 2 not run" in err
     assert "[grid] 2 cells not run: LexAwN did not finish (model-b run1 LJP interaction" in err
-    assert {r["model"] for r in http.requests if r["model"].startswith("model")} == {"model-a", "model-b", "model-c"}
+    assert {r["model"] for r in http.requests if r["model"].startswith("model")} == {
+        "model-a",
+        "model-b",
+        "model-c",
+    }
     # only the first calls, sent together before the first refusal came back (3 cases in each of 2 runs); no later
     # stage of model-b sent anything
     from lexpilot.scripted.kinds import request_kind
+
     sent = Counter(request_kind(r) for r in http.requests if r["model"] == "model-b")
     assert set(sent) == {"lexawn"} and sent["lexawn"] <= 6, sent
     assert "Traceback" not in err
@@ -253,9 +361,11 @@ def test_an_endpoint_that_refuses_the_key_stops_its_cells_with_one_line_and_the_
 
 def test_a_cell_that_fails_holds_back_only_the_cells_that_read_it(tmp_path, http, three_cases, capsys):
     """Item 6: a LexAwN that fails holds back its Interaction-Based LJP; its DCG, Direct and Gold-Standard run."""
+
     def script(kind, prompt, body):
         if body["model"] == "model-a" and kind == "lexawn":
             return {"status": 500}
+
     http.script = script
     argv = grid_argv(tmp_path / "out", three_cases, "--runs", "1", "--retries", "0")
     assert run_grid.main(argv) == 1
@@ -269,30 +379,44 @@ def test_a_grid_and_a_stage_script_on_the_same_run_are_refused(tmp_path, http, t
     """Item 7: "A grid and a stage script on the same root and run id are refused, as today's lock does.\""""
     from lexpilot.storage.checkpoints import run_folder
     from lexpilot.storage.manifest import RunLock
+
     lock = run_folder(tmp_path / "out", "run1", "model-a") / ".lock"
     with RunLock(lock):
-        assert run_grid.main(grid_argv(tmp_path / "out", three_cases, "--runs", "1", "--stages", "LexAwN_gen")) == 1
+        assert (
+            run_grid.main(grid_argv(tmp_path / "out", three_cases, "--runs", "1", "--stages", "LexAwN_gen"))
+            == 1
+        )
     err = capsys.readouterr().err
     assert "[grid] model-a run1 LexAwN: failed:" in err and "lock" in err.lower()
     assert "[grid] 3 cells: 2 done, 1 failed" in err
 
 
-def test_after_a_ctrl_c_a_cell_that_saved_every_case_is_done_and_one_that_did_not_is_stopped(tmp_path, http,
-                                                                                            three_cases):
+def test_after_a_ctrl_c_a_cell_that_saved_every_case_is_done_and_one_that_did_not_is_stopped(
+    tmp_path, http, three_cases
+):
     """Review of item 6: after a first Ctrl-C, DCG cells that had saved every case were counted "left for a rerun",
     and stopped cells were counted nowhere in the display. A stage the drain stopped says how many cases it did not
     start and exits 130; one that saved them all exits 0."""
     from lexpilot.protocols.catalog import stages_named
     from lexpilot.running.grid import DONE, INTERRUPTED, WAITING
     from lexpilot.running.grid_run import start_grid
+
     for code, status in ((0, DONE), (130, INTERRUPTED)):
         shown = Terminal(tty=False)
-        plan = start_grid(stages_named(["eval_LJP_direct", "eval_LJP_gold"]), ["model-a"], ["run1"],
-                          ["--dataset", str(three_cases), "--output-root", str(tmp_path)], None, [], err=shown)
+        plan = start_grid(
+            stages_named(["eval_LJP_direct", "eval_LJP_gold"]),
+            ["model-a"],
+            ["run1"],
+            ["--dataset", str(three_cases), "--output-root", str(tmp_path)],
+            None,
+            [],
+            err=shown,
+        )
 
         def stage(stage, settings, clients, out, err, sharing, cell):
             sharing.draining.set()  # the Ctrl-C comes while the first cell runs
             return code
+
         plan.run(run_stage=stage)
         assert [c.status for c in plan.grid.cells] == [status, WAITING], code
         assert "[grid] cells: " + ("1 done" if code == 0 else "0 done") in shown.text
@@ -303,7 +427,16 @@ def test_the_dry_run_prints_the_quote_and_makes_no_call(tmp_path, http, three_ca
     """Item 8: "--dry-run prints the quote, the same numbers quote_grid.py prints for what is left, and makes no
     call.\""""
     # no --stages: the two take the same default (a review found the quote's was `all`, the grid's `paper`)
-    common = ["--models", *MODELS, "--runs", "2", "--dataset", str(three_cases), "--output-root", str(tmp_path)]
+    common = [
+        "--models",
+        *MODELS,
+        "--runs",
+        "2",
+        "--dataset",
+        str(three_cases),
+        "--output-root",
+        str(tmp_path),
+    ]
     assert quote_grid.main(common) == 0
     quoted = capsys.readouterr().out
     assert run_grid.main([*common, "--dry-run"]) == 0
@@ -314,21 +447,39 @@ def test_the_dry_run_prints_the_quote_and_makes_no_call(tmp_path, http, three_ca
 def test_max_cost_caps_the_whole_grid(tmp_path, http, three_cases, capsys):
     """Item 8: "--max-cost caps the whole grid's spending": one budget for every cell, not one per cell."""
     prices = tmp_path / "prices.json"
-    prices.write_text(json.dumps({m: {"prompt": 1000.0, "completion": 1000.0}
-                                  for m in (*MODELS, "DeepSeek-V4.1-Flash", "DeepSeek-R1")}), encoding="utf-8")
-    assert run_grid.main(grid_argv(tmp_path / "out", three_cases, "--prices", str(prices), "--max-cost", "60")) == 1
+    prices.write_text(
+        json.dumps(
+            {
+                m: {"prompt": 1000.0, "completion": 1000.0}
+                for m in (*MODELS, "DeepSeek-V4.1-Flash", "DeepSeek-R1")
+            }
+        ),
+        encoding="utf-8",
+    )
+    assert (
+        run_grid.main(grid_argv(tmp_path / "out", three_cases, "--prices", str(prices), "--max-cost", "60"))
+        == 1
+    )
     err = capsys.readouterr().err
     assert "--max-cost 60" in err
-    spent = sum((e["prompt_tokens"] + e["completion_tokens"]) * 1000 / 1e6
-                for r in http.requests for e in [{"prompt_tokens": len(r["messages"][0]["content"]),
-                                                  "completion_tokens": 0}])
+    spent = sum(
+        (e["prompt_tokens"] + e["completion_tokens"]) * 1000 / 1e6
+        for r in http.requests
+        for e in [{"prompt_tokens": len(r["messages"][0]["content"]), "completion_tokens": 0}]
+    )
     assert spent <= 60 + 1e-9  # prompts alone of every answered call, within the one budget
 
 
 def test_a_second_run_of_a_finished_grid_has_nothing_to_do(tmp_path, http, three_cases, capsys):
-    assert run_grid.main(grid_argv(tmp_path / "out", three_cases, "--runs", "1", "--stages", "eval_LJP_direct")) == 0
+    assert (
+        run_grid.main(grid_argv(tmp_path / "out", three_cases, "--runs", "1", "--stages", "eval_LJP_direct"))
+        == 0
+    )
     before = len(http.requests)
-    assert run_grid.main(grid_argv(tmp_path / "out", three_cases, "--runs", "1", "--stages", "eval_LJP_direct")) == 0
+    assert (
+        run_grid.main(grid_argv(tmp_path / "out", three_cases, "--runs", "1", "--stages", "eval_LJP_direct"))
+        == 0
+    )
     assert len(http.requests) == before
     assert "0 done, 3 skipped (already saved)" in capsys.readouterr().err
 
@@ -339,8 +490,10 @@ def test_the_share_of_the_rpm_limit_used_while_calls_waited_is_a_share():
     0.39 s and use 39 of the 40.2 calls the limit allowed then (97 %); calls that each wait a fraction of a
     millisecond for their turn use it in full, not 1,250 % of it (as a bench once printed 128 %)."""
     limiter = Limiter(100, Limits(rpm=6000))
-    threads = [threading.Thread(target=lambda: limiter.release(lease=limiter.acquire(lambda: False, "a")))
-               for _ in range(40)]
+    threads = [
+        threading.Thread(target=lambda: limiter.release(lease=limiter.acquire(lambda: False, "a")))
+        for _ in range(40)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -348,7 +501,9 @@ def test_the_share_of_the_rpm_limit_used_while_calls_waited_is_a_share():
     # 97 % on a quiet machine; a loaded one wakes the next call late (0.89 once, in the full suite)
     assert limiter.sent == 40 and 0.75 <= limiter.busy() <= 1.0, limiter.busy()
     late = Limiter(100, Limits(rpm=6000))
-    for _ in range(20):  # each call comes a little before the pacing lets it go: a backlog of a moment each time
+    for _ in range(
+        20
+    ):  # each call comes a little before the pacing lets it go: a backlog of a moment each time
         late.release(lease=late.acquire(lambda: False, "a"))
         time.sleep(0.0095)
     assert late.backlogs >= 10 and 0.5 <= late.busy() <= 1.0, (late.backlogs, late.busy())
@@ -364,6 +519,7 @@ def test_a_limiter_stops_every_waiting_call_when_the_endpoint_refuses():
             limiter.acquire(lambda: False, "b")
         except FatalError as e:
             raised.append(str(e))
+
     t = threading.Thread(target=wait)
     t.start()
     time.sleep(0.05)
@@ -372,13 +528,25 @@ def test_a_limiter_stops_every_waiting_call_when_the_endpoint_refuses():
     assert raised == ["HTTP 401: bad key"]
 
 
-def test_the_quote_reads_the_grids_limits_and_shows_the_wall_time_they_imply(tmp_path, http, three_cases, capsys):
+def test_the_quote_reads_the_grids_limits_and_shows_the_wall_time_they_imply(
+    tmp_path, http, three_cases, capsys
+):
     """Item 3: "`quote_grid.py --rate-limit` reads the same values" and "show in the quote what the limit implies for
     wall time": a 200k-TPM judge at 8,192 tokens a request is 24.4 requests a minute."""
     grid_file = tmp_path / "grid.toml"
     grid_file.write_text('[limits."DeepSeek-R1"]\ntpm = 200000\n', encoding="utf-8")
-    common = ["--models", *MODELS, "--runs", "2", "--dataset", str(three_cases), "--output-root", str(tmp_path),
-              "--stages", "paper"]
+    common = [
+        "--models",
+        *MODELS,
+        "--runs",
+        "2",
+        "--dataset",
+        str(three_cases),
+        "--output-root",
+        str(tmp_path),
+        "--stages",
+        "paper",
+    ]
     for argv in ([*common, "--grid", str(grid_file)], [*common, "--limit", "DeepSeek-R1=tpm:200000"]):
         assert quote_grid.main(argv) == 0
         out = capsys.readouterr().out
@@ -401,29 +569,54 @@ class Terminal:
         return self.tty
 
 
-def test_the_display_counts_cells_endpoints_and_spending_and_redraws_in_place(tmp_path, http, three_cases, capsys):
+def test_the_display_counts_cells_endpoints_and_spending_and_redraws_in_place(
+    tmp_path, http, three_cases, capsys
+):
     """Item 5: "cells done, running, waiting and failed; per endpoint: calls in flight, calls/s, 429s and any pause;
     spending so far against the quote, and the ETA. A TTY redraws in place; a non-TTY prints a line every 30 s.\""""
     from lexpilot.protocols.catalog import stages_named
     from lexpilot.running.grid_run import start_grid
+
     prices = tmp_path / "prices.json"
-    prices.write_text(json.dumps({m: {"prompt": 1000.0, "completion": 2000.0}
-                                  for m in (*MODELS, "DeepSeek-V4.1-Flash", "DeepSeek-R1")}), encoding="utf-8")
-    high = quoted_high(["--dataset", str(three_cases), "--output-root", str(tmp_path / "out"), "--prices", str(prices)],
-                       capsys)
+    prices.write_text(
+        json.dumps(
+            {
+                m: {"prompt": 1000.0, "completion": 2000.0}
+                for m in (*MODELS, "DeepSeek-V4.1-Flash", "DeepSeek-R1")
+            }
+        ),
+        encoding="utf-8",
+    )
+    high = quoted_high(
+        ["--dataset", str(three_cases), "--output-root", str(tmp_path / "out"), "--prices", str(prices)],
+        capsys,
+    )
     err = Terminal(tty=False)
-    plan = start_grid(stages_named(["eval_LJP_direct"]), list(MODELS), ["run1"],
-                      ["--dataset", str(three_cases), "--output-root", str(tmp_path / "out"), "--prices", str(prices)],
-                      None, ["DeepSeek-R1=rpm:6000"], err=err)
+    plan = start_grid(
+        stages_named(["eval_LJP_direct"]),
+        list(MODELS),
+        ["run1"],
+        ["--dataset", str(three_cases), "--output-root", str(tmp_path / "out"), "--prices", str(prices)],
+        None,
+        ["DeepSeek-R1=rpm:6000"],
+        err=err,
+    )
     assert plan.run() == 0
     grid = plan.grid
     shown = err.text
-    assert "[grid] cells: 3 done, 0 running, 0 waiting, 0 failed or held back; 18 of at most 18 calls answered" in shown
+    assert (
+        "[grid] cells: 3 done, 0 running, 0 waiting, 0 failed or held back; 18 of at most 18 calls answered"
+        in shown
+    )
     # 3 cases × 3 models: 9 eval and 9 judge calls, at 1,000 and 2,000 per million prompt and completion tokens, by
     # the usage the records keep
-    spent = sum((e["prompt_tokens"] * 1000 + e["completion_tokens"] * 2000) / 1e6
-                for p in (tmp_path / "out").rglob("*.jsonl") if "journal" not in p.name
-                for line in p.read_text(encoding="utf-8").splitlines() for e in json.loads(line)["usage"].values())
+    spent = sum(
+        (e["prompt_tokens"] * 1000 + e["completion_tokens"] * 2000) / 1e6
+        for p in (tmp_path / "out").rglob("*.jsonl")
+        if "journal" not in p.name
+        for line in p.read_text(encoding="utf-8").splitlines()
+        for e in json.loads(line)["usage"].values()
+    )
     # summed in another order, the display's total can round the other way at a half cent (13.605 -> 13.60)
     shown_spent = re.search(rf"; spent (\d+\.\d\d) of the quote's {high:.2f} at most;", shown)
     assert shown_spent and abs(float(shown_spent[1]) - spent) <= 0.005 + 1e-9, (spent, high, shown)
@@ -434,8 +627,23 @@ def test_the_display_counts_cells_endpoints_and_spending_and_redraws_in_place(tm
 def quoted_high(options: list[str], capsys) -> float:
     """The quote's highest synchronous cost of Direct LJP over MODELS, run1 (its CSV's total row)."""
     import csv
-    assert quote_grid.main(["--models", *MODELS, "--run-ids", "run1", "--stages", "eval_LJP_direct", "--format", "csv",
-                            *options]) == 0
+
+    assert (
+        quote_grid.main(
+            [
+                "--models",
+                *MODELS,
+                "--run-ids",
+                "run1",
+                "--stages",
+                "eval_LJP_direct",
+                "--format",
+                "csv",
+                *options,
+            ]
+        )
+        == 0
+    )
     total = next(r for r in csv.reader(capsys.readouterr().out.splitlines()) if r[1] == "total")
     return float(total[6])  # table, row (the stage), Role, Cases to do, Calls, Sync low, Sync high
 
@@ -444,6 +652,7 @@ def check_a_terminal_redraws_in_place_and_a_log_every_30_s(grid) -> None:
     """The finished grid's display drawn again: on a TTY in place (with a pause a 429 asked for), elsewhere a line
     every 30 s."""
     from lexpilot.running.grid_display import Display, Quote
+
     grid.sharing.endpoints.all()[0].resume_at = time.monotonic() + 40  # a pause a 429 asked for
     terminal = Terminal(tty=True)
     display = Display(grid, Quote(36, 1.0, 2.0), None, terminal)
@@ -451,7 +660,9 @@ def check_a_terminal_redraws_in_place_and_a_log_every_30_s(grid) -> None:
     display.draw()
     display.draw(final=True)
     lines = display.lines()
-    assert terminal.text.count("\033[") >= 2 * len(lines) and f"\033[{len(lines)}F" in terminal.text  # redrawn
+    assert (
+        terminal.text.count("\033[") >= 2 * len(lines) and f"\033[{len(lines)}F" in terminal.text
+    )  # redrawn
     assert "18 of at most 36 calls answered" in lines[0] and "remaining 0s" in lines[0]  # every cell done
     assert "paused 40s" in terminal.text or "paused 39s" in terminal.text
     assert "0.0 calls/s" in terminal.text  # no call since this display began
@@ -464,13 +675,19 @@ def check_a_terminal_redraws_in_place_and_a_log_every_30_s(grid) -> None:
     assert quiet.text.count("[grid] cells:") == 1
 
 
-@pytest.mark.parametrize("main, argv, said", [
-    (run_grid.main, ["--runs", "0"], "argument --runs: 0 is outside 1 to 1000 (see --help)"),
-    (run_grid.main, ["--models"], "argument --models: expected at least one argument"),
-    (quote_grid.main, ["--runs", "-1"], "argument --runs: -1 is outside 1 to 1000"),
-    (lambda argv: stage_main(ENTRY_POINTS["eval_LJP_gold"][0], "doc", argv=argv), ["--concurrency", "x"],
-     "argument --concurrency: 'x' is not a whole number (see --help)"),
-])
+@pytest.mark.parametrize(
+    "main, argv, said",
+    [
+        (run_grid.main, ["--runs", "0"], "argument --runs: 0 is outside 1 to 1000 (see --help)"),
+        (run_grid.main, ["--models"], "argument --models: expected at least one argument"),
+        (quote_grid.main, ["--runs", "-1"], "argument --runs: -1 is outside 1 to 1000"),
+        (
+            lambda argv: stage_main(ENTRY_POINTS["eval_LJP_gold"][0], "doc", argv=argv),
+            ["--concurrency", "x"],
+            "argument --concurrency: 'x' is not a whole number (see --help)",
+        ),
+    ],
+)
 def test_a_command_line_mistake_is_one_line_not_the_usage(capsys, main, argv, said):
     """The guide: "Every error a user can meet is one or two lines". argparse's own error printed the whole usage
     (five lines and more) before its one line (review of issue 38)."""

@@ -3,6 +3,7 @@ invalid judge output, a malformed `usage` and a server that echoes the key, each
 once (run_grid.py). Cells call the stage scripts' own code, so each must end as a stage script ends: the output
 asked again, the reply kept with its usage unreported, the key never shown or saved; and the provider processes
 exactly what a clean grid processes, request by request."""
+
 import json
 import re
 from collections import Counter
@@ -37,8 +38,9 @@ def clean_grid(http, root, dataset, *extra) -> Counter:
     return processed
 
 
-def test_an_invalid_judge_output_in_every_cell_is_asked_again_and_the_grid_completes(tmp_path, http, dataset,
-                                                                                     capsys):
+def test_an_invalid_judge_output_in_every_cell_is_asked_again_and_the_grid_completes(
+    tmp_path, http, dataset, capsys
+):
     """Paper §4: the judge's outputs have a required form ("策略一 or 策略二", a verdict per claim); a stage asks
     again for one that has not. The first answer to every judge prompt of every cell is prose."""
     expected = clean_grid(http, tmp_path / "clean", dataset)
@@ -49,8 +51,11 @@ def test_an_invalid_judge_output_in_every_cell_is_asked_again_and_the_grid_compl
     assert "Traceback" not in err and script.total > 0
     assert {kind for kind, _ in http.processed if kind in VALIDATED} >= {"lca_judge", "dcg_judge"}
     # each cell says how many outputs it asked again, as a stage run by hand says in its progress line
-    retried = [re.match(r"\[(model-. run1 [^]]+)\] (\d+) retr(?:y|ies), the last: invalid (\w+) output", line)
-               for line in err.splitlines() if "retr" in line and line.startswith("[model-")]
+    retried = [
+        re.match(r"\[(model-. run1 [^]]+)\] (\d+) retr(?:y|ies), the last: invalid (\w+) output", line)
+        for line in err.splitlines()
+        if "retr" in line and line.startswith("[model-")
+    ]
     assert retried and all(retried) and sum(int(m[2]) for m in retried) == script.total, err
     # which model's cell meets a prompt first depends on timing (the models answer alike): not which stages
     assert {m[1].split(" ", 2)[2] for m in retried} >= {"LexAwN", "DCG"}
@@ -65,8 +70,12 @@ def test_a_malformed_usage_in_every_cell_is_kept_and_never_bought_again(tmp_path
     case for the budget"; under one grid budget, every cell's replies are kept and none is asked again."""
     expected = clean_grid(http, tmp_path / "clean", dataset)
     prices = tmp_path / "prices.json"
-    prices.write_text(json.dumps({m: {"prompt": 1, "completion": 4}
-                                  for m in (*MODELS, "DeepSeek-V4.1-Flash", "DeepSeek-R1")}), encoding="utf-8")
+    prices.write_text(
+        json.dumps(
+            {m: {"prompt": 1, "completion": 4} for m in (*MODELS, "DeepSeek-V4.1-Flash", "DeepSeek-R1")}
+        ),
+        encoding="utf-8",
+    )
     http.usage_as = USAGES["negative"]
     argv = small_grid(tmp_path / "out", dataset, "--prices", str(prices), "--max-cost", "1000")
     assert run_grid.main(argv) == 0
@@ -75,18 +84,31 @@ def test_a_malformed_usage_in_every_cell_is_kept_and_never_bought_again(tmp_path
     assert "malformed reply" not in err and "Traceback" not in err
     said = [line for line in err.splitlines() if "a reply's usage" in line]
     assert said and all(line.startswith("[model-") for line in said), said  # each marked with its cell
-    records = [json.loads(line) for path in (tmp_path / "out").rglob("*.jsonl") if "journal" not in path.name
-               for line in path.read_text(encoding="utf-8").splitlines()]
-    usages = [u for r in records for u in (r.get("usage") or {}).values() if isinstance(u, dict) and u.get("calls")]
+    records = [
+        json.loads(line)
+        for path in (tmp_path / "out").rglob("*.jsonl")
+        if "journal" not in path.name
+        for line in path.read_text(encoding="utf-8").splitlines()
+    ]
+    usages = [
+        u for r in records for u in (r.get("usage") or {}).values() if isinstance(u, dict) and u.get("calls")
+    ]
     assert usages and all(u["unreported_calls"] == u["calls"] for u in usages)
 
 
-def test_a_key_echoed_by_the_server_reaches_no_message_and_no_file_of_the_grid(tmp_path, http, dataset, capsys):
+def test_a_key_echoed_by_the_server_reaches_no_message_and_no_file_of_the_grid(
+    tmp_path, http, dataset, capsys
+):
     """The guide: "Credentials never reach a file, a log or a message, even when a server echoes them." A 401
     that quotes the key stops its endpoint with one line, the key redacted; replies that quote it are saved without
     it."""
-    http.script = lambda kind, prompt, body: {"status": 401, "error": f"Invalid API key: {SECRET}"} \
-        if body["model"] == "model-b" else f"回复里有密钥 {SECRET}" if kind == "force_judge" else None
+    http.script = lambda kind, prompt, body: (
+        {"status": 401, "error": f"Invalid API key: {SECRET}"}
+        if body["model"] == "model-b"
+        else f"回复里有密钥 {SECRET}"
+        if kind == "force_judge"
+        else None
+    )
     assert run_grid.main(small_grid(tmp_path / "out", dataset)) == 1
     err = capsys.readouterr().err
     stopped = [line for line in err.splitlines() if line.startswith("[grid]") and "HTTP 401" in line]

@@ -3,6 +3,7 @@ the same command: it completes with a clean run's records, and the provider proc
 requests, compared per request (its kind and the digest of what it asks), beyond the calls in flight at the kills
 (paid, never answered: the journal counts them). A first Ctrl-C starts no new call and loses none in flight; a
 second leaves at once."""
+
 import itertools
 import os
 import random
@@ -36,17 +37,36 @@ class Faults:
 
 
 def grid_command(root, dataset) -> list[str]:
-    return [sys.executable, "run_grid.py", "--models", *MODELS, "--runs", "2", "--dataset", str(dataset),
-            "--output-root", str(root), "--concurrency", "2", "--retries", "8"]
+    return [
+        sys.executable,
+        "run_grid.py",
+        "--models",
+        *MODELS,
+        "--runs",
+        "2",
+        "--dataset",
+        str(dataset),
+        "--output-root",
+        str(root),
+        "--concurrency",
+        "2",
+        "--retries",
+        "8",
+    ]
 
 
 def environment(provider) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LEXPILOT_"))}
-    return env | {"OPENAI_BASE_URL": provider.base_url, "OPENAI_API_KEY": "k", "LEXPILOT_BACKOFF_BASE": "0.001"}
+    return env | {
+        "OPENAI_BASE_URL": provider.base_url,
+        "OPENAI_API_KEY": "k",
+        "LEXPILOT_BACKOFF_BASE": "0.001",
+    }
 
 
 def unanswered(root) -> int:
     import json
+
     return sum(sum(json.loads(p.read_text()).values()) for p in root.glob("runs/*/*/unanswered_calls.json"))
 
 
@@ -54,8 +74,14 @@ def test_twenty_kills_at_random_moments_then_a_rerun_pay_for_exactly_a_clean_run
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
     with FakeProvider(script=Faults(), latency=0.03) as provider:  # slow enough for 20 kills to land
         env = environment(provider)
-        clean = subprocess.run(grid_command(tmp_path / "clean", dataset), cwd=ROOT, env=env, capture_output=True,
-                               text=True, timeout=120)
+        clean = subprocess.run(
+            grid_command(tmp_path / "clean", dataset),
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert clean.returncode == 0, clean.stderr
         clean_processed = Counter(provider.processed)
         provider.processed.clear()
@@ -67,11 +93,15 @@ def test_twenty_kills_at_random_moments_then_a_rerun_pay_for_exactly_a_clean_run
         while killed < 20 and started < 40:  # "at least 20 kills at random moments through a 3 × 2 grid"
             started += 1
             before = sum(provider.processed.values())
-            process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.DEVNULL)
+            process = subprocess.Popen(
+                command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
             moment, deadline = rng.randint(1, spread), time.monotonic() + 60
-            while process.poll() is None and sum(provider.processed.values()) - before < moment \
-                    and time.monotonic() < deadline:
+            while (
+                process.poll() is None
+                and sum(provider.processed.values()) - before < moment
+                and time.monotonic() < deadline
+            ):
                 time.sleep(0.005)
             if process.poll() is None:
                 process.send_signal(signal.SIGKILL)
@@ -91,8 +121,15 @@ def test_twenty_kills_at_random_moments_then_a_rerun_pay_for_exactly_a_clean_run
 def a_second_ctrl_c_leaves_at_once(command, env, provider, calls: int, deadline: float) -> None:
     """The grid started again and, once the provider has processed `calls`, two Ctrl-Cs: the second, while the
     first drains, leaves at once."""
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, preexec_fn=as_at_a_terminal)
+    process = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=as_at_a_terminal,
+    )
     while sum(provider.processed.values()) < calls and time.monotonic() < deadline:
         time.sleep(0.05)
     process.send_signal(signal.SIGINT)
@@ -105,10 +142,17 @@ def a_second_ctrl_c_leaves_at_once(command, env, provider, calls: int, deadline:
 def check_every_cell_is_counted_once(err: str) -> None:
     """The drained grid's last line counts every cell once: done (a stage that saved every case before the Ctrl-C,
     as the review saw DCG's), or stopped by it, or still waiting (a review found the stopped ones counted nowhere)."""
-    heads = re.findall(r"\[grid\] cells: (\d+) done, (\d+) running, (\d+) waiting, (\d+) failed or held back"
-                       r"(?:, (\d+) stopped by Ctrl-C)?;", err)
+    heads = re.findall(
+        r"\[grid\] cells: (\d+) done, (\d+) running, (\d+) waiting, (\d+) failed or held back"
+        r"(?:, (\d+) stopped by Ctrl-C)?;",
+        err,
+    )
     assert heads and sum(int(n or 0) for n in heads[-1]) == 30 and int(heads[-1][4] or 0) > 0, heads[-1:]
-    assert int(heads[-1][1]) == 0 and "elapsed" in err and re.search(r"remaining 0s\n(?:  .*\n)*\[grid\] 30 cells", err)
+    assert (
+        int(heads[-1][1]) == 0
+        and "elapsed" in err
+        and re.search(r"remaining 0s\n(?:  .*\n)*\[grid\] 30 cells", err)
+    )
 
 
 def test_a_first_ctrl_c_drains_the_grid_and_a_second_leaves_at_once(tmp_path):
@@ -117,14 +161,27 @@ def test_a_first_ctrl_c_drains_the_grid_and_a_second_leaves_at_once(tmp_path):
     dataset = write_dataset(tmp_path / "three.json", sample_cases()[:3])
     with FakeProvider(latency=0.3) as provider:
         env = environment(provider)
-        clean = subprocess.run(grid_command(tmp_path / "clean", dataset), cwd=ROOT, env=env, capture_output=True,
-                               text=True, timeout=120)
+        clean = subprocess.run(
+            grid_command(tmp_path / "clean", dataset),
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert clean.returncode == 0, clean.stderr
         clean_processed = Counter(provider.processed)
         provider.processed.clear()
         command = grid_command(tmp_path / "out", dataset)
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True, preexec_fn=as_at_a_terminal)
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=as_at_a_terminal,
+        )
         deadline = time.monotonic() + 30
         while len(provider.processed) < 10 and time.monotonic() < deadline:
             time.sleep(0.05)

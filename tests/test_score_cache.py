@@ -1,6 +1,7 @@
 """The cache of scored runs (issue 36, speed at the grid's scale): "A second report of unchanged runs takes at
 most 3 s. Use a cache of verified, parsed records keyed by each file's identity ..., invalidated by any change.
 The cache is never trusted for a file that changed, and is tested so." On runs the stage scripts wrote."""
+
 import os
 import time
 from pathlib import Path
@@ -21,7 +22,9 @@ def report(tmp_path, provider, monkeypatch, capsys):
         assert h.run(stage) == 0
     scored = []
     real = results.score_run
-    monkeypatch.setattr(results, "score_run", lambda run, *a, **k: (scored.append(run.run_id), real(run, *a, **k)))
+    monkeypatch.setattr(
+        results, "score_run", lambda run, *a, **k: (scored.append(run.run_id), real(run, *a, **k))
+    )
 
     def show(*extra):
         capsys.readouterr()
@@ -29,6 +32,7 @@ def report(tmp_path, provider, monkeypatch, capsys):
         assert show_results.main(["--output-root", str(h.root), "--format", "csv", *extra]) == 0
         said = capsys.readouterr()
         return said.out + said.err, len(scored)
+
     return h, show
 
 
@@ -73,10 +77,13 @@ def test_an_entry_written_before_the_classes_moved_is_a_miss_not_a_traceback(rep
     import types
 
     from lexpilot.reporting.scoring import score_cache
+
     h, show = report
     first, _ = show()
     (entry,) = Path(os.environ["LEXPILOT_CACHE"]).glob("*.pickle")
-    gone = types.ModuleType("lexpilot.reporting.runs")  # a module of the older layout, there only while pickling
+    gone = types.ModuleType(
+        "lexpilot.reporting.runs"
+    )  # a module of the older layout, there only while pickling
     gone.Run = type("Run", (), {"__module__": "lexpilot.reporting.runs"})
     sys.modules[gone.__name__] = gone
     try:
@@ -103,6 +110,7 @@ def test_entries_unused_for_30_days_are_removed_and_a_read_keeps_one(report):
     """Review of issue 36: the cache grew without limit (a benchmark's temporary roots leave one entry per run). An
     entry neither read nor written for 30 days is removed when a report stores a score; a read keeps it in use."""
     from lexpilot.reporting.scoring import score_cache
+
     _, show = report
     folder = Path(os.environ["LEXPILOT_CACHE"])
     show()

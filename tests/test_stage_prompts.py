@@ -1,5 +1,6 @@
 """A stage is compared on the prompt files it sends (as on the code it runs): each stage declares them, the
 declaration covers every prompt the stage actually fills, and a prompt only another stage sends never blocks it."""
+
 from types import SimpleNamespace
 
 import pytest
@@ -13,6 +14,7 @@ from tests.conftest import Harness, prompts_in, sample_cases, write_dataset
 
 class Recording(dict):
     """The prompts, noting every one a stage fills."""
+
     used: set
 
     def __getitem__(self, name):
@@ -30,8 +32,16 @@ def recorded(monkeypatch):
 
 # Every stage the catalog declares (issue 37 item 3: a new stage is covered without touching this test), under each
 # user condition it takes; re-judging needs a finished run and the probe study an expert file (their own tests).
-CATALOGUED = list({stage.name: stage for stages in ENTRY_POINTS.values() for stage in stages
-                   if stage not in (*OTHER_STAGES["rejudge"], *OTHER_STAGES["user_probes"])}.values())
+CATALOGUED = list(
+    {
+        stage.name: stage
+        for stages in ENTRY_POINTS.values()
+        for stage in stages
+        if stage not in (*OTHER_STAGES["rejudge"], *OTHER_STAGES["user_probes"])
+    }.values()
+)
+
+
 def conditions(stage) -> tuple[str, ...]:
     """The user conditions a stage can be run under here: each, where it and every stage it reads take one."""
     every = stage.user_condition and all(s.user_condition for s in upstream_stages(stage))
@@ -42,7 +52,9 @@ def upstream_stages(stage) -> list:
     """The stages that write what `stage` reads, each before what reads it (found in the catalog by record kind)."""
     chosen = []
     for kind in stage.upstream:
-        maker = next(s for stages in GRID_STAGES.values() for s in stages if kind in [step.kind for step in s.steps])
+        maker = next(
+            s for stages in GRID_STAGES.values() for s in stages if kind in [step.kind for step in s.steps]
+        )
         chosen += [s for s in (*upstream_stages(maker), maker) if s not in chosen]
     return chosen
 
@@ -51,13 +63,19 @@ RUNS = [(stage, condition) for stage in CATALOGUED for condition in conditions(s
 
 
 @pytest.mark.parametrize("stage, condition", RUNS, ids=[f"{s.name}-{c}" for s, c in RUNS])
-def test_every_prompt_a_stage_fills_is_one_it_declares(tmp_path, provider, monkeypatch, recorded, stage, condition):
-    cases = [{k: v for k, v in c.items() if k != "focal_point_types"} for c in sample_cases()[:2]]  # typed by the judge
+def test_every_prompt_a_stage_fills_is_one_it_declares(
+    tmp_path, provider, monkeypatch, recorded, stage, condition
+):
+    cases = [
+        {k: v for k, v in c.items() if k != "focal_point_types"} for c in sample_cases()[:2]
+    ]  # typed by the judge
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "two.json", cases))
     extra = ("--user-condition", condition) if condition != "standard" else ()
     for upstream in upstream_stages(stage):
         assert h.run_stage(upstream, *(extra if upstream.user_condition else ())) == 0
-    for step in stage.steps:  # what an upstream stage wrote too (LexAwN judges LCA) is done again by this stage
+    for (
+        step
+    ) in stage.steps:  # what an upstream stage wrote too (LexAwN judges LCA) is done again by this stage
         path = next((h.root / step.kind.top / h.run_id).glob(f"*/{step.kind.file}"), None)
         if path is not None:
             path.unlink()

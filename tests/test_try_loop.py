@@ -1,5 +1,6 @@
 """The README's loop over every stage of a run, against `python -m lexpilot.scripted` as a server (issue 26
 item 12): it names every stage run per model and run, and every script in it finishes."""
+
 import re
 import runpy
 import socket
@@ -26,8 +27,12 @@ def test_every_stage_of_the_loop_runs_against_the_scripted_server(tmp_path, monk
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "lexpilot.scripted", "--port", str(port)], cwd=ROOT,  # as README
-                              stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "lexpilot.scripted", "--port", str(port)],
+        cwd=ROOT,  # as README
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert "scripted provider at" in server.stdout.readline()
         monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{port}/v1")
@@ -35,8 +40,16 @@ def test_every_stage_of_the_loop_runs_against_the_scripted_server(tmp_path, monk
         monkeypatch.setenv("LEXPILOT_MODEL", "try-model")
         monkeypatch.chdir(ROOT)
         for script in re.search(r"for script in (.*?); do", LOOP).group(1).split():
-            argv = ["--run-id", "try", "--limit", "2", "--dataset", "data/LexPilot_sample.json", "--output-root",
-                    str(tmp_path / "try-out")]
+            argv = [
+                "--run-id",
+                "try",
+                "--limit",
+                "2",
+                "--dataset",
+                "data/LexPilot_sample.json",
+                "--output-root",
+                str(tmp_path / "try-out"),
+            ]
             monkeypatch.setattr(sys, "argv", [script, *argv])
             with pytest.raises(SystemExit) as ended:
                 runpy.run_path(str(ROOT / script), run_name="__main__")
@@ -54,18 +67,34 @@ def test_the_scripted_server_takes_the_grid_benchmarks_rate_limit_from_its_comma
     import json
     import urllib.error
     import urllib.request
+
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "lexpilot.scripted", "--port", str(port), "--rate-limit", "3",
-                               "--latency", "0.01"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "lexpilot.scripted",
+            "--port",
+            str(port),
+            "--rate-limit",
+            "3",
+            "--latency",
+            "0.01",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert "scripted provider at" in server.stdout.readline()
         statuses = []
         body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "你好"}]}).encode()
         for _ in range(6):  # within a second: the fourth and later are refused
-            request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", body,
-                                             {"Content-Type": "application/json"})
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/v1/chat/completions", body, {"Content-Type": "application/json"}
+            )
             try:
                 with urllib.request.urlopen(request, timeout=10) as reply:
                     statuses.append(reply.status)
@@ -82,26 +111,50 @@ def two_models_through_the_scripted_server(root: Path, log: Path, monkeypatch) -
     Direct LJP on the sample against it, under `root`."""
     from lexpilot.running.stage import stage_main
     from tests.conftest import STAGES
+
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "lexpilot.scripted", "--port", str(port), "--models-differ",
-                               "--log", str(log)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "lexpilot.scripted",
+            "--port",
+            str(port),
+            "--models-differ",
+            "--log",
+            str(log),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert "scripted provider at" in server.stdout.readline()
         monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{port}/v1")
         monkeypatch.setenv("OPENAI_API_KEY", "sk-try-SECRET-0123456789")
         for model in ("model-a", "model-b"):
             for stage in ("DCG", "direct"):
-                argv = ["--run-id", "try", "--model", model, "--dataset", str(ROOT / "data" / "LexPilot_sample.json"),
-                        "--output-root", str(root)]
+                argv = [
+                    "--run-id",
+                    "try",
+                    "--model",
+                    model,
+                    "--dataset",
+                    str(ROOT / "data" / "LexPilot_sample.json"),
+                    "--output-root",
+                    str(root),
+                ]
                 assert stage_main(STAGES[stage], "t", argv=argv) == 0
     finally:
         server.terminate()
         server.wait(timeout=10)
 
 
-def test_the_scripted_server_lets_models_differ_and_logs_each_request_without_its_key(tmp_path, monkeypatch, capsys):
+def test_the_scripted_server_lets_models_differ_and_logs_each_request_without_its_key(
+    tmp_path, monkeypatch, capsys
+):
     """Issue 37 item 8: "The scripted provider gets what a user trying the harness needs: a request log, ... and
     per-model behaviour, so that the compare views show something." Two models through DCG and Direct LJP on the
     sample: their outcomes differ under --models-differ, and the log has a line per request, with no key."""
@@ -116,6 +169,8 @@ def test_the_scripted_server_lets_models_differ_and_logs_each_request_without_it
     capsys.readouterr()
     assert show_results.main(["--output-root", str(tmp_path / "out"), "--format", "json"]) == 0
     groups = {g["model"]: g["metrics"] for g in json.loads(capsys.readouterr().out)["groups"]}
-    outcomes = [(groups[m]["dcg"]["accuracy"]["overall"]["mean"], groups[m]["ljp_direct"]["qwk"]["overall"]["mean"])
-                for m in ("model-a", "model-b")]
+    outcomes = [
+        (groups[m]["dcg"]["accuracy"]["overall"]["mean"], groups[m]["ljp_direct"]["qwk"]["overall"]["mean"])
+        for m in ("model-a", "model-b")
+    ]
     assert outcomes[0] != outcomes[1], outcomes

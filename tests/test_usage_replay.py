@@ -3,6 +3,7 @@ through the journal, the replay and the record." Every stage is stopped right af
 401 on the next request), then rerun: the records' usage per role equals a clean run's, and the provider processed
 exactly what the clean run processed. A judge that keeps answering wrongly fails its case; the next run asks anew.
 And real processes killed at random moments: the records' usage equals a clean run's."""
+
 import json
 import os
 import random
@@ -82,10 +83,14 @@ def every_stage(h: Harness, scripts, stop: bool, capsys) -> list[tuple]:
 
 def test_a_stage_stopped_after_a_rejected_output_keeps_every_attempts_usage(tmp_path, monkeypatch, capsys):
     with FakeProvider() as clean_provider:
-        clean = Harness(tmp_path / "clean", clean_provider, monkeypatch, write_dataset(tmp_path / "two.json", cases()))
+        clean = Harness(
+            tmp_path / "clean", clean_provider, monkeypatch, write_dataset(tmp_path / "two.json", cases())
+        )
         expected = every_stage(clean, clean_provider, False, capsys)
     with FakeProvider() as provider:
-        stopped = Harness(tmp_path / "stopped", provider, monkeypatch, write_dataset(tmp_path / "two.json", cases()))
+        stopped = Harness(
+            tmp_path / "stopped", provider, monkeypatch, write_dataset(tmp_path / "two.json", cases())
+        )
         found = every_stage(stopped, provider, True, capsys)
     for (name, usage, processed), (_, clean_usage, clean_processed) in zip(found, expected):
         assert processed == clean_processed, name  # the prose was replayed, never bought again
@@ -102,7 +107,9 @@ def test_a_case_failed_on_three_rejected_outputs_is_asked_anew_by_the_next_run(h
     assert provider.kinds()["ljp_judge"] == 3
     provider.script, provider.requests = None, []
     assert harness.run("gold", "--limit", "1") == 0
-    assert provider.kinds()["ljp_judge"] == 1 and provider.kinds().get("force_judge", 0) == 0  # a1 kept, judge asked
+    assert (
+        provider.kinds()["ljp_judge"] == 1 and provider.kinds().get("force_judge", 0) == 0
+    )  # a1 kept, judge asked
     record = harness.records("eval_results", "LJP_gold.jsonl")[0]
     assert record["usage"]["judge"]["calls"] == 1
 
@@ -116,11 +123,22 @@ def run_scripts(root, env, kills: int, seed: int) -> int:
     """The README's loop for one run, each script killed `kills` times at random moments, then run to the end."""
     rng, killed = random.Random(seed), 0
     for script in PAPER:
-        command = [sys.executable, script, "--run-id", "k", "--dataset", str(env["DATASET"]), "--output-root",
-                   str(root), "--concurrency", "2"]
+        command = [
+            sys.executable,
+            script,
+            "--run-id",
+            "k",
+            "--dataset",
+            str(env["DATASET"]),
+            "--output-root",
+            str(root),
+            "--concurrency",
+            "2",
+        ]
         for _ in range(kills):
-            process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.DEVNULL)
+            process = subprocess.Popen(
+                command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
             time.sleep(rng.uniform(0.4, 1.2))  # into the stage's calls (each takes 20 ms)
             if process.poll() is None:
                 process.send_signal(signal.SIGKILL)
@@ -141,8 +159,12 @@ def test_kills_at_random_moments_keep_the_usage_of_a_clean_run(tmp_path):
     dataset = write_dataset(tmp_path / "three.json", sample_cases()[:3])
     with FakeProvider(latency=0.02) as provider:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LEXPILOT_"))}
-        env |= {"OPENAI_BASE_URL": provider.base_url, "OPENAI_API_KEY": "k", "LEXPILOT_MODEL": "m",
-                "DATASET": str(dataset)}
+        env |= {
+            "OPENAI_BASE_URL": provider.base_url,
+            "OPENAI_API_KEY": "k",
+            "LEXPILOT_MODEL": "m",
+            "DATASET": str(dataset),
+        }
         run_scripts(tmp_path / "clean", env, 0, 0)
         clean, clean_processed = spent(tmp_path / "clean"), sum(provider.processed.values())
         provider.processed.clear()
@@ -153,7 +175,6 @@ def test_kills_at_random_moments_keep_the_usage_of_a_clean_run(tmp_path):
     assert 0 <= extra <= unanswered(tmp_path / "killed")
 
 
-
 class ReasonedProseThenStop(ProseThenStop):
     """As ProseThenStop, the judge giving its reasoning apart (reasoning_content) with every answer: the prose's
     reasoning, then the accepted answer's."""
@@ -162,8 +183,11 @@ class ReasonedProseThenStop(ProseThenStop):
         answer = super().__call__(kind, prompt, body)
         if kind != "ljp_judge" or isinstance(answer, dict):
             return answer
-        return {"content": answer, "reasoning_content": "这段输出不合格式。"} if answer else \
-            {"reasoning_content": "先分析每项诉请，再对照判决。"}
+        return (
+            {"content": answer, "reasoning_content": "这段输出不合格式。"}
+            if answer
+            else {"reasoning_content": "先分析每项诉请，再对照判决。"}
+        )
 
 
 def reasoning_of(h) -> dict:
@@ -179,7 +203,9 @@ def test_the_judges_reasoning_reaches_the_record_in_batch_mode_and_after_a_repla
         sync = Harness(tmp_path / "sync", provider, monkeypatch, dataset)
         assert sync.run("gold") == 0
     expected = reasoning_of(sync)
-    assert all(r == {"judge": ["这段输出不合格式。", "先分析每项诉请，再对照判决。"]} for r in expected.values())
+    assert all(
+        r == {"judge": ["这段输出不合格式。", "先分析每项诉请，再对照判决。"]} for r in expected.values()
+    )
     with FakeProvider(ReasonedProseThenStop(stop=False)) as provider:
         batch = Harness(tmp_path / "batch", provider, monkeypatch, dataset)
         assert batch.run("gold", "--batch", "--batch-poll", "1") == 0

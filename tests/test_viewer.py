@@ -1,5 +1,6 @@
 """The transcript viewer (show_results.py --html): a static site tested in a real browser (the distribution's
 Chromium driven by Playwright); untrusted text stays text."""
+
 import os
 import shutil
 
@@ -9,8 +10,7 @@ import show_results
 from lexpilot.scripted.replies import ASK, PREDICT
 from tests.conftest import Harness, sample_cases, write_dataset
 
-HOSTILE = ('<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2"></textarea>'
-           '<b>粗体</b>')
+HOSTILE = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2"></textarea><b>粗体</b>'
 RLO = "\u202e反向"  # a right-to-left override never closed (issue 34 item 14)
 CHROMIUM = os.environ.get("LEXPILOT_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -27,6 +27,7 @@ def hostile(kind, prompt, body):
 def site(tmp_path_factory):
     """Two models on four sample cases, one replying with markup; the site written once."""
     from lexpilot.scripted.provider import FakeProvider
+
     tmp = tmp_path_factory.mktemp("site")
     with FakeProvider(hostile) as provider, pytest.MonkeyPatch.context() as monkeypatch:
         h = Harness(tmp, provider, monkeypatch, write_dataset(tmp / "four.json", sample_cases()[:4]))
@@ -39,7 +40,11 @@ def site(tmp_path_factory):
 
 def test_the_site_is_self_contained_and_escapes_everything(site):
     files = list(site.rglob("*"))
-    assert (site / "index.html").exists() and (site / "cases.html").exists() and len(list(site.glob("case/*.html"))) == 4
+    assert (
+        (site / "index.html").exists()
+        and (site / "cases.html").exists()
+        and len(list(site.glob("case/*.html"))) == 4
+    )
     for path in files:
         if path.is_file():
             text = path.read_text(encoding="utf-8")
@@ -47,7 +52,6 @@ def test_the_site_is_self_contained_and_escapes_everything(site):
             assert "http://" not in text and "https://" not in text  # nothing from outside, no CDN
     case_page = (site / "case" / "0.html").read_text(encoding="utf-8")
     assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in case_page
-
 
 
 def test_the_site_in_a_real_browser(site, browser, tmp_path):
@@ -64,8 +68,11 @@ def test_the_site_in_a_real_browser(site, browser, tmp_path):
     assert page.input_value("#group") == "model-b"  # the row's group: its runs, not every run of the model
     assert page.inner_text("#count") == "4 of 8 shown"
     page.select_option("#class", "Family")
-    families = sum(1 for c in sample_cases()[:4] if c["cause_of_action"] in ("离婚纠纷", "离婚后财产纠纷", "婚约财产纠纷",
-                                                                            "抚养纠纷", "法定继承纠纷"))
+    families = sum(
+        1
+        for c in sample_cases()[:4]
+        if c["cause_of_action"] in ("离婚纠纷", "离婚后财产纠纷", "婚约财产纠纷", "抚养纠纷", "法定继承纠纷")
+    )
     assert page.inner_text("#count") == f"{families} of 8 shown"
     page.select_option("#class", "")
     page.fill("#text", "示例民初1号")
@@ -83,6 +90,7 @@ def test_the_site_in_a_real_browser(site, browser, tmp_path):
     shot = tmp_path / "case.png"
     page.screenshot(path=str(shot))
     from PIL import Image
+
     pixels = Image.open(shot).convert("L").getextrema()
     assert pixels[0] < 100 < pixels[1]  # not blank
     assert not errors
@@ -96,8 +104,10 @@ def test_every_message_is_its_own_bidi_isolate(site, browser):
     page.goto((site / "case" / "0.html").as_uri())
     texts = page.locator(".msg .text")
     assert texts.count() > 0
-    assert page.evaluate("[...document.querySelectorAll('.msg .text')].every(e => getComputedStyle(e).unicodeBidi"
-                         " === 'isolate' && e.dir === 'auto')")
+    assert page.evaluate(
+        "[...document.querySelectorAll('.msg .text')].every(e => getComputedStyle(e).unicodeBidi"
+        " === 'isolate' && e.dir === 'auto')"
+    )
     overridden = page.locator(".msg:has(.text:text-matches('反向'))").first
     label, text = overridden.locator("b").first.bounding_box(), overridden.locator(".text").bounding_box()
     assert label["x"] <= text["x"] + 1

@@ -1,6 +1,7 @@
 """The viewer for every stage (issue 26 items 1-3 and 6), in real Chromium: the later stages on the case page, every
 overview table linked to its cases by identity, a task's link listing the cases it gets wrong first, every filter
 written to the address, a case list usable at 800 px; hostile model output inert in each new view."""
+
 import json
 import re
 from urllib.parse import parse_qs, urlparse
@@ -23,10 +24,11 @@ from tests.conftest import ROOT, SAMPLE, Harness, sample_cases, write_dataset
 HOSTILE = '<img src=x onerror="window.__pwned = 3"><script>window.__pwned = 4</script>'
 
 
-
 SEEN = set()
 # each sample case's claims in its own order, as the extraction prompt lists them (one per line)
-OWN_ORDER = {frozenset(text.split("\n")): text for text in (render_claims(case) for case in load_dataset(SAMPLE)[0])}
+OWN_ORDER = {
+    frozenset(text.split("\n")): text for text in (render_claims(case) for case in load_dataset(SAMPLE)[0])
+}
 SENT: set = set()
 SENT_AS_MESSAGES: list = []  # the plain consultation's calls: a history sent as its own messages
 
@@ -41,7 +43,9 @@ def hostile(kind, prompt, body):
         again = prompt in SEEN
         SEEN.add(prompt)
         return {"是": "否", "否": "是"}[first] if again else first
-    if kind == "ljp_judge":  # the claims in another order than the case's own (the claim-order diagnostic): 驳回
+    if (
+        kind == "ljp_judge"
+    ):  # the claims in another order than the case's own (the claim-order diagnostic): 驳回
         claims = between(prompt, "正式诉请")
         if OWN_ORDER.get(frozenset(claims.split("\n")), claims) != claims:
             return json.dumps({"results": ["驳回"] * len(claims.split("\n"))}, ensure_ascii=False)
@@ -53,28 +57,53 @@ def built(tmp_path_factory):
     """Two models, every stage run per model and run on four sample cases, model-a's run re-judged by the same
     judge; the site written with --complexity."""
     from lexpilot.scripted.provider import FakeProvider
+
     tmp = tmp_path_factory.mktemp("stages")
     SEEN.clear(), SENT.clear(), SENT_AS_MESSAGES.clear()  # the module may be built again in a worker
     with FakeProvider(hostile) as provider, pytest.MonkeyPatch.context() as monkeypatch:
         tenth = json.loads(json.dumps(sample_cases()[0]))  # a case numbered 10: sorted as a number, after 4
         tenth["case_number"] = "（2099）示例民初10号"
         tenth["underspecified_consultation"][0]["content"] += "（另一位）"
-        h = Harness(tmp, provider, monkeypatch, write_dataset(tmp / "five.json", sample_cases()[:4] + [tenth]))
+        h = Harness(
+            tmp, provider, monkeypatch, write_dataset(tmp / "five.json", sample_cases()[:4] + [tenth])
+        )
         for model in ("model-a", "model-b"):
             for name in STAGE_SETS["all"]:
                 for stage in GRID_STAGES[name]:
                     assert h.run_stage(stage, "--model", model) == 0
-        assert h.run_stage(user_probes.STAGE, "--model", "model-a", "--probes", str(ROOT / "data" / "LexPilot_sample_probes.csv")) == 0
-        assert h.run_stage(rejudge.STAGE, "--model", "model-a", "--from-run", "r1", "--run-id", "r1-again") == 0
-        assert h.run_stage(rejudge.STAGE, "--model", "model-b", "--from-run", "r1", "--run-id", "r1-again") == 0
+        assert (
+            h.run_stage(
+                user_probes.STAGE,
+                "--model",
+                "model-a",
+                "--probes",
+                str(ROOT / "data" / "LexPilot_sample_probes.csv"),
+            )
+            == 0
+        )
+        assert (
+            h.run_stage(rejudge.STAGE, "--model", "model-a", "--from-run", "r1", "--run-id", "r1-again") == 0
+        )
+        assert (
+            h.run_stage(rejudge.STAGE, "--model", "model-b", "--from-run", "r1", "--run-id", "r1-again") == 0
+        )
         SENT.update(provider.prompts())  # every prompt the scripted provider received, for the exact calls
         SENT_AS_MESSAGES.extend(r["messages"] for r in provider.requests if len(r["messages"]) > 1)
     complexity = tmp / "complexity.csv"
-    complexity.write_text("cause_of_action,complexity\n" + "".join(
-        f"{cause},{i + 1}\n" for i, cause in enumerate(dict.fromkeys(c["cause_of_action"] for c in sample_cases()[:4]))),
-        encoding="utf-8")
-    assert show_results.main(["--output-root", str(h.root), "--html", str(tmp / "site"), "--complexity",
-                              str(complexity)]) == 0
+    complexity.write_text(
+        "cause_of_action,complexity\n"
+        + "".join(
+            f"{cause},{i + 1}\n"
+            for i, cause in enumerate(dict.fromkeys(c["cause_of_action"] for c in sample_cases()[:4]))
+        ),
+        encoding="utf-8",
+    )
+    assert (
+        show_results.main(
+            ["--output-root", str(h.root), "--html", str(tmp / "site"), "--complexity", str(complexity)]
+        )
+        == 0
+    )
     return h.root, tmp / "site"
 
 
@@ -95,16 +124,28 @@ def test_a_case_page_shows_every_stage(built, page):
     root, site = built
     page.goto((site / "case" / "0.html").as_uri())
     body = page.inner_text("body")
-    targeted = json.loads(next(root.glob("Behaviour_gen/r1/model-a-*/dialogues_targeted.jsonl")).read_text(
-        encoding="utf-8").splitlines()[0])
+    targeted = json.loads(
+        next(root.glob("Behaviour_gen/r1/model-a-*/dialogues_targeted.jsonl"))
+        .read_text(encoding="utf-8")
+        .splitlines()[0]
+    )
     question = targeted["attempts"][0]["dialogue"][0]["content"]
     assert question in body  # the Targeted dialogue's own text, shown as text (its markup included)
-    for words in ("Targeted dialogue (Table 4)", "Off-target dialogue (Table 4)", "Validator", "attempt 1: accepted",
-                  "Plain consultation, underspecified history (response type:", "audit: clean",
-                  "Focal-point types (Figure 4)", "策略一 · answered"):
+    for words in (
+        "Targeted dialogue (Table 4)",
+        "Off-target dialogue (Table 4)",
+        "Validator",
+        "attempt 1: accepted",
+        "Plain consultation, underspecified history (response type:",
+        "audit: clean",
+        "Focal-point types (Figure 4)",
+        "策略一 · answered",
+    ):
         assert words in body, words
     # the probe study: each question, the User Model's reply and the DCG judge's label (as a word, not a record)
-    probe = records(root, "eval_results", "probe_dcg.jsonl")[sample_cases()[0]["case_number"]]["labels"]["A"]["label"]
+    probe = records(root, "eval_results", "probe_dcg.jsonl")[sample_cases()[0]["case_number"]]["labels"]["A"][
+        "label"
+    ]
     judged = page.locator("section#run0 .msg.judge", has_text="DCG judge on probe question A")
     assert "Probe study (Table 13)" in body and judged.locator(".text").inner_text() == probe
     assert "'label':" not in body and '"label":' not in body
@@ -114,21 +155,29 @@ def test_a_case_page_shows_every_stage(built, page):
     # the focal points' types in the words Figure 4 and the case list use (issue 35 item 15), the judge's label on hover
     shown = page.locator("h4:has-text('Focal-point types') + ul b").all()
     typed = records(root, "eval_results", "focal_types.jsonl")[sample_cases()[0]["case_number"]]["types"]
-    assert [b.inner_text() for b in shown[:len(typed)]] == [FOCAL_TYPES[t["type"]] for t in typed]
-    assert [b.get_attribute("title") for b in shown[:len(typed)]] == [t["type"] for t in typed]
+    assert [b.inner_text() for b in shown[: len(typed)]] == [FOCAL_TYPES[t["type"]] for t in typed]
+    assert [b.get_attribute("title") for b in shown[: len(typed)]] == [t["type"] for t in typed]
 
 
 def test_every_overview_table_links_its_cases_and_a_task_link_lists_its_failures_first(built, page):
     root, site = built
     page.goto((site / "index.html").as_uri())
-    for title in ("Interaction behaviour and LJP (Table 4)", "Table 4 dialogues", "Figure 4 (c)",
-                  "Plain consultation (Table 6)", "Simulator audit", "Case complexity (Figure 3)",
-                  "Judge sensitivity"):
+    for title in (
+        "Interaction behaviour and LJP (Table 4)",
+        "Table 4 dialogues",
+        "Figure 4 (c)",
+        "Plain consultation (Table 6)",
+        "Simulator audit",
+        "Case complexity (Figure 3)",
+        "Judge sensitivity",
+    ):
         links = page.locator(f"h3:has-text('{title}') + table a")
         assert links.count() > 0, title
     # the LJP Direct QWK cell of model-a: the cases whose Direct verdicts are wrong come first, and only they
     wrong = set()
-    for line in next(root.glob("eval_results/r1/model-a-*/LJP_direct.jsonl")).read_text(encoding="utf-8").splitlines():
+    for line in (
+        next(root.glob("eval_results/r1/model-a-*/LJP_direct.jsonl")).read_text(encoding="utf-8").splitlines()
+    ):
         record = json.loads(line)
         if record["gold"] != record["predicted"]:
             wrong.add(record["case_number"])
@@ -137,9 +186,11 @@ def test_every_overview_table_links_its_cases_and_a_task_link_lists_its_failures
     assert parse_qs(urlparse(page.url).fragment)["task"] == ["direct"]
     cases = page.locator("#rows tr td:first-child").all_inner_texts()
     failing = page.locator("#rows tr.failing td:first-child").all_inner_texts()
-    assert set(failing) == wrong and cases[:len(failing)] == failing
+    assert set(failing) == wrong and cases[: len(failing)] == failing
     outcome = page.locator("#rows tr.failing td:nth-child(5) span.tag.bad").all_inner_texts()
-    assert len(outcome) == len(failing) and all("LJP Direct" in text.removeprefix("wrong: ").split(", ") for text in outcome)
+    assert len(outcome) == len(failing) and all(
+        "LJP Direct" in text.removeprefix("wrong: ").split(", ") for text in outcome
+    )
     assert page.locator("#task").input_value() == "direct"  # the task is a filter like the others: it clears
     page.select_option("#task", "")
     assert "task" not in parse_qs(page.evaluate("location.hash").lstrip("#"))
@@ -183,10 +234,19 @@ def test_the_case_list_is_usable_at_800_pixels_and_labels_outcomes_in_words(buil
     from lexpilot.reporting.scoring.scoring import STOP_TAGS
     from lexpilot.reporting.tables.analyses import AUDIT_TAGS, ORDER_TAGS
     from lexpilot.reporting.tables.formats import PLAIN_TYPE_NAMES, plain_tag
+
     plain = {plain_tag(h, n) for h in ("underspecified", "complete") for n in PLAIN_TYPE_NAMES.values()}
-    assert tags and set(tags) <= {"over-asking", "DCG miss", "wrong verdict", "unresolved or failed",
-                                  "claim order changed", *STOP_TAGS.values(), *ORDER_TAGS.values(), *plain,
-                                  *AUDIT_TAGS.values()}
+    assert tags and set(tags) <= {
+        "over-asking",
+        "DCG miss",
+        "wrong verdict",
+        "unresolved or failed",
+        "claim order changed",
+        *STOP_TAGS.values(),
+        *ORDER_TAGS.values(),
+        *plain,
+        *AUDIT_TAGS.values(),
+    }
     text = page.inner_text("#rows")
     assert ("success" in text or "miss" in text) and "true" not in text and "false" not in text
     assert "· answered" in text or "· asked" in text
@@ -212,15 +272,23 @@ def test_comparisons_a_researcher_asks_for(built, page):
     """Issue 26 item 4: right under A and wrong under B; wrong in every run; the two judges disagree; a matrix of
     cases × models and runs, filterable to failures."""
     root, site = built
-    right = {m: {n for n, r in records(root, "eval_results", "LJP_direct.jsonl", model=m).items()
-                 if r["gold"] == r["predicted"]} for m in ("model-a", "model-b")}
+    right = {
+        m: {
+            n
+            for n, r in records(root, "eval_results", "LJP_direct.jsonl", model=m).items()
+            if r["gold"] == r["predicted"]
+        }
+        for m in ("model-a", "model-b")
+    }
     cases = set(records(root, "eval_results", "LJP_direct.jsonl"))
     page.goto((site / "compare.html").as_uri() + "#mode=ab&task=direct&a=model-a · r1&b=model-b · r1")
     assert set(listed(page)) == right["model-a"] - right["model-b"]
     page.select_option("#mode", "never")
     page.select_option("#model", "model-b")
     assert set(listed(page)) == cases - right["model-b"]
-    assert "mode=never" in page.evaluate("location.hash") and "model=model-b" in page.evaluate("location.hash")
+    assert "mode=never" in page.evaluate("location.hash") and "model=model-b" in page.evaluate(
+        "location.hash"
+    )
     original = records(root, "eval_results", "DCG_results.jsonl")
     again = records(root, "eval_results", "DCG_results.jsonl", run="r1-again")
     page.select_option("#mode", "disagree")
@@ -232,9 +300,13 @@ def test_comparisons_a_researcher_asks_for(built, page):
     assert listed(page) == []
     page.select_option("#mode", "matrix")
     page.select_option("#task", "direct")
-    assert page.locator("#task option:checked").inner_text() == "LJP Direct"  # named as the case list names it
+    assert (
+        page.locator("#task option:checked").inner_text() == "LJP Direct"
+    )  # named as the case list names it
     assert len(listed(page)) == len(cases)
-    assert page.locator("#body tr:first-child td").count() == 2 + 4  # case, cause, and four runs (two re-judged)
+    assert (
+        page.locator("#body tr:first-child td").count() == 2 + 4
+    )  # case, cause, and four runs (two re-judged)
     page.check("#failures")
     wrong_somewhere = cases - (right["model-a"] & right["model-b"])
     assert set(listed(page)) == wrong_somewhere
@@ -252,9 +324,22 @@ def test_each_reply_shows_the_exact_prompt_the_provider_received(built, page):
     page.goto((site / "case" / "0.html").as_uri())
     assert page.locator("h1").inner_text() == case
     shown, kinds, reordered = open_every_call(page)
-    assert kinds >= {"lexawn", "judge_lca", "force_ask", "user_standard", "judge_dcg", "force_judge", "judge_ljp",
-                     "(messages)", "judge_response_type", "behaviour_targeted", "behaviour_off_target",
-                     "behaviour_validation", "judge_simulator_audit", "judge_ljp (claims reordered)"}, kinds
+    assert kinds >= {
+        "lexawn",
+        "judge_lca",
+        "force_ask",
+        "user_standard",
+        "judge_dcg",
+        "force_judge",
+        "judge_ljp",
+        "(messages)",
+        "judge_response_type",
+        "behaviour_targeted",
+        "behaviour_off_target",
+        "behaviour_validation",
+        "judge_simulator_audit",
+        "judge_ljp (claims reordered)",
+    }, kinds
     missing = [str(p)[:80] for p in shown if p not in (SENT_AS_MESSAGES if isinstance(p, list) else SENT)]
     assert not missing, missing
     assert "differs from the file this run recorded" not in page.inner_text("body")
@@ -262,11 +347,19 @@ def test_each_reply_shows_the_exact_prompt_the_provider_received(built, page):
     # reply (its key details are the probe file's, not on the page)
     label = page.locator("section#run0").get_attribute("data-label")
     run_id, model = label.split(" · ")[-1], label.split(" · ")[0]
-    calls = [(path.name, u.get("calls", 0)) for path in sorted(root.glob(f"*/{run_id}/{model}-*/*.jsonl"))
-             for line in path.read_text(encoding="utf-8").splitlines() if json.loads(line)["case_number"] == case
-             for u in json.loads(line).get("usage", {}).values()]
-    d_replies = sum("D" in json.loads(line)["replies"] for path in root.glob(f"*/{run_id}/{model}-*/probe_replies.jsonl")
-                    for line in path.read_text(encoding="utf-8").splitlines() if json.loads(line)["case_number"] == case)
+    calls = [
+        (path.name, u.get("calls", 0))
+        for path in sorted(root.glob(f"*/{run_id}/{model}-*/*.jsonl"))
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if json.loads(line)["case_number"] == case
+        for u in json.loads(line).get("usage", {}).values()
+    ]
+    d_replies = sum(
+        "D" in json.loads(line)["replies"]
+        for path in root.glob(f"*/{run_id}/{model}-*/probe_replies.jsonl")
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if json.loads(line)["case_number"] == case
+    )
     check_the_reordered_claims_are_shown_as_the_judge_saw_them(reordered, root, run_id, model, case)
     reused = 1  # the interaction's round 1 is LexAwN's reply to the underspecified history, shown again with its call
     assert d_replies == 1 and len(shown) == sum(n for _, n in calls) - d_replies + reused, calls
@@ -310,6 +403,7 @@ def test_the_site_written_by_two_processes_is_the_site_written_by_one(built, tmp
     from lexpilot.reporting.scoring.groups import group_runs
     from lexpilot.reporting.scoring.results import load_runs, score_runs
     from lexpilot.reporting.site.viewer import case_renderer, site_cases, write_site
+
     root, _ = built
     sites = {n: tmp_path / f"site{n}" for n in (1, 2)}
     for n, folder in sites.items():  # the runs scored and rendered, and the pages written, by n processes
@@ -317,7 +411,9 @@ def test_the_site_written_by_two_processes_is_the_site_written_by_one(built, tmp
         cases = site_cases(runs, None)
         runs = score_runs(runs, root, render=case_renderer(cases), processes=n)
         assert write_site(folder, group_runs([r for r in runs if r.tasks]), [], cases, processes=n) == 5
-    files = {n: {p.relative_to(f): p.read_bytes() for p in sorted(f.rglob("*.html"))} for n, f in sites.items()}
+    files = {
+        n: {p.relative_to(f): p.read_bytes() for p in sorted(f.rglob("*.html"))} for n, f in sites.items()
+    }
     assert len(files[1]) == 8 and files[1] == files[2]
 
 
@@ -325,26 +421,46 @@ def test_a_prompt_file_changed_since_the_run_is_said(built):
     """The exact call says when prompts/ differs from the file the run recorded (the text is then today's file)."""
     from lexpilot.reporting.site.calls_view import run_settings
     from lexpilot.storage.manifest import Manifest
+
     root, _ = built
     manifest = json.loads(next(root.glob("runs/r1/model-a-*/manifest.json")).read_text(encoding="utf-8"))
     assert run_settings(Manifest.of(manifest))["changed"] == []
     manifest["prompt_files"]["lexawn.txt"] = "0" * 16
     info = run_settings(Manifest.of(manifest))
     assert info["changed"] == ["lexawn"]
-    assert info["roles"]["judge"]["model"] == "DeepSeek-R1" and "temperature 0.1" in info["roles"]["judge"]["settings"]
+    assert (
+        info["roles"]["judge"]["model"] == "DeepSeek-R1"
+        and "temperature 0.1" in info["roles"]["judge"]["settings"]
+    )
 
 
 def test_a_rejudged_copy_is_no_further_model_and_the_judges_columns_say_which_is_which(built, capsys):
     root, _ = built
     capsys.readouterr()
-    assert show_results.main(["--output-root", str(root), "--format", "csv", "--table", "interaction_gain",
-                              "judge_sensitivity"]) == 0
+    assert (
+        show_results.main(
+            [
+                "--output-root",
+                str(root),
+                "--format",
+                "csv",
+                "--table",
+                "interaction_gain",
+                "judge_sensitivity",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "Average over 2 models" in out  # model-a and model-b; model-a's re-judged copy is not a third
     import csv
     import io
-    header = next(r for r in csv.reader(io.StringIO(out)) if r and r[0].startswith("model-a · re-judged by DeepSeek-R1: every metric")
-                  and r[1] == "header")
+
+    header = next(
+        r
+        for r in csv.reader(io.StringIO(out))
+        if r and r[0].startswith("model-a · re-judged by DeepSeek-R1: every metric") and r[1] == "header"
+    )
     assert "original (DeepSeek-R1) mean" in header and "re-judged (DeepSeek-R1) mean" in header
 
 
@@ -377,7 +493,9 @@ def test_a_case_list_row_opens_its_run_and_a_case_page_shows_one_task_at_a_time(
     shown = {p.get_attribute("data-part") for p in page.locator("div.part:visible").all()}
     assert shown == {"ljp"} and page.locator("div.part[data-part='dcg']").count() > 0
     runs = page.locator("section.run").count()
-    assert runs >= 3 and page.locator("div.part[data-part='ljp']:visible").count() == runs  # every run's, unfolded
+    assert (
+        runs >= 3 and page.locator("div.part[data-part='ljp']:visible").count() == runs
+    )  # every run's, unfolded
     audit = page.locator("button.call", has_text="the audit's exact call")
     assert audit.count() > 0 and page.locator("button.call", has_text="exact call").count() > audit.count()
 
@@ -392,18 +510,38 @@ def test_links_of_figure_3_figure_4_the_judges_and_the_claim_order_select_what_t
     typed = records(root, "eval_results", "focal_types.jsonl")
     link = href("Figure 4 (a)")
     query = parse_qs(urlparse(link).fragment)
-    wanted = {n for n, r in typed.items() if any(FOCAL_TYPES.get(t["type"], t["type"]) == query["focal"][0]
-                                                 for t in r["types"])}
-    page.goto((site / link).as_uri() if "#" not in link else (site / "cases.html").as_uri() + "#" + urlparse(link).fragment)
-    assert query["task"] == ["DCG"] and wanted and set(page.locator("#rows tr td:first-child").all_inner_texts()) == wanted
+    wanted = {
+        n
+        for n, r in typed.items()
+        if any(FOCAL_TYPES.get(t["type"], t["type"]) == query["focal"][0] for t in r["types"])
+    }
+    page.goto(
+        (site / link).as_uri()
+        if "#" not in link
+        else (site / "cases.html").as_uri() + "#" + urlparse(link).fragment
+    )
+    assert (
+        query["task"] == ["DCG"]
+        and wanted
+        and set(page.locator("#rows tr td:first-child").all_inner_texts()) == wanted
+    )
     page.goto((site / "index.html").as_uri())
     assert "group" in parse_qs(urlparse(href("Case complexity (Figure 3)")).fragment)
     judges = parse_qs(urlparse(href("Judge sensitivity: the two judges")).fragment)
-    assert judges["mode"] == ["disagree"] and judges["judged"][0] in ("LCA", "DCG", "LJP", "interaction rounds")
+    assert judges["mode"] == ["disagree"] and judges["judged"][0] in (
+        "LCA",
+        "DCG",
+        "LJP",
+        "interaction rounds",
+    )
     order = parse_qs(urlparse(href("Diagnostic, outside the paper")).fragment)
     assert order["tag"][0].startswith("claim order changed: ")  # in the row's own setup (item 12 of issue 35)
-    changed = {n for kind in ("direct", "interaction", "gold") for n, r in
-               records(root, "eval_results", f"LJP_order_{kind}.jsonl").items() if r["predicted"] != r["original"]}
+    changed = {
+        n
+        for kind in ("direct", "interaction", "gold")
+        for n, r in records(root, "eval_results", f"LJP_order_{kind}.jsonl").items()
+        if r["predicted"] != r["original"]
+    }
     page.goto((site / "cases.html").as_uri() + "#group=model-a&run=r1&tag=claim%20order%20changed")
     assert changed and set(page.locator("#rows tr td:first-child").all_inner_texts()) == changed
 
@@ -412,9 +550,21 @@ def test_compare_draws_the_first_200_cases_then_more_on_request(tmp_path, page):
     """The comparisons' first screen stays quick at 432 cases × 50 runs (bench/viewer.py): 200 cases drawn, the rest
     on "Show more", the count saying so."""
     from bench.viewer import write_grid
+
     dataset = write_grid(tmp_path, 1, 1, 250, later=0)
-    assert show_results.main(["--output-root", str(tmp_path / "out"), "--html", str(tmp_path / "site"),
-                              "--dataset", str(dataset)]) == 0
+    assert (
+        show_results.main(
+            [
+                "--output-root",
+                str(tmp_path / "out"),
+                "--html",
+                str(tmp_path / "site"),
+                "--dataset",
+                str(dataset),
+            ]
+        )
+        == 0
+    )
     page.goto((tmp_path / "site" / "compare.html").as_uri())
     assert page.inner_text("#count") == "250 cases, the first 200 shown" and len(listed(page)) == 200
     page.click("#more")
@@ -429,25 +579,45 @@ def test_the_case_list_leaves_out_an_older_records_injected_disruption_as_the_me
     from lexpilot.benchmark.records import AUDIT
     from lexpilot.reporting.site.case_list import outcomes
     from lexpilot.reporting.site.transcripts import RunRecords
-    disruption = {"source": "interaction round 2 (user_delayed)", "over_disclosed": ["x"], "error": True,
-                  "answered": True}
+
+    disruption = {
+        "source": "interaction round 2 (user_delayed)",
+        "over_disclosed": ["x"],
+        "error": True,
+        "answered": True,
+    }
     records = {k: {} for k in ("LCA", "DCG", "interaction", "LJP_direct", "LJP_gold", "LJP_interaction")}
     records[AUDIT["interaction"].name] = {"1": {"replies": [disruption]}}
     run = types.SimpleNamespace(model="m", run_id="r1", condition="delayed")
     assert "audit" not in outcomes(RunRecords(run, "m · r1", records, "m"), "1")
     records[AUDIT["interaction"].name]["1"]["replies"].append({**disruption, "source": "interaction round 3"})
-    assert outcomes(RunRecords(run, "m · r1", records, "m"), "1")["audit"] == "interaction 1 flagged"  # per source (review of #35)
+    assert (
+        outcomes(RunRecords(run, "m · r1", records, "m"), "1")["audit"] == "interaction 1 flagged"
+    )  # per source (review of #35)
 
 
-@pytest.mark.parametrize("title,column,stopped", [
-    ("Interaction behaviour: mean questions", "Judged in round 1 (premature)", lambda r: r["stop_reason"] == "judged"
-     and len(r["rounds"]) == 1),
-    ("Interaction behaviour: mean questions", "Round 3", lambda r: r["stop_reason"] == "judged" and len(r["rounds"]) == 3),
-    ("Interaction behaviour: mean questions", "Budget (forced)", lambda r: r["stop_reason"] == "budget"),
-    ("Interaction-Based QWK by stop reason", "Budget (forced)", lambda r: r["stop_reason"] == "budget"),
-    ("Premature predictions (judged in round 1) by class", "Overall", lambda r: r["stop_reason"] == "judged"
-     and len(r["rounds"]) == 1),
-])
+@pytest.mark.parametrize(
+    "title,column,stopped",
+    [
+        (
+            "Interaction behaviour: mean questions",
+            "Judged in round 1 (premature)",
+            lambda r: r["stop_reason"] == "judged" and len(r["rounds"]) == 1,
+        ),
+        (
+            "Interaction behaviour: mean questions",
+            "Round 3",
+            lambda r: r["stop_reason"] == "judged" and len(r["rounds"]) == 3,
+        ),
+        ("Interaction behaviour: mean questions", "Budget (forced)", lambda r: r["stop_reason"] == "budget"),
+        ("Interaction-Based QWK by stop reason", "Budget (forced)", lambda r: r["stop_reason"] == "budget"),
+        (
+            "Premature predictions (judged in round 1) by class",
+            "Overall",
+            lambda r: r["stop_reason"] == "judged" and len(r["rounds"]) == 1,
+        ),
+    ],
+)
 def test_a_stop_reason_cell_opens_the_cases_that_stopped_so(built, page, title, column, stopped):
     """Issue 35 item 12: "The behaviour cells ("Judged in round 1 (premature)", rounds 2-3, budget) open the
     premature, round and budget tags, not the wrong-verdict list". In Chromium, against the interaction records."""
@@ -498,17 +668,25 @@ def test_a_claim_order_row_selects_its_run_and_setup(built, page):
         model, run, setup = cells[0], cells[1], names[cells[2]]
         query = parse_qs(urlparse(href).fragment)
         assert query["group"] == [model] and query["run"] == [run]
-        changed = {n for n, r in records(root, "eval_results", f"LJP_order_{setup}.jsonl", run=run, model=model).items()
-                   if r["predicted"] != r["original"]}
+        changed = {
+            n
+            for n, r in records(
+                root, "eval_results", f"LJP_order_{setup}.jsonl", run=run, model=model
+            ).items()
+            if r["predicted"] != r["original"]
+        }
         page.goto((site / "cases.html").as_uri() + "#" + urlparse(href).fragment)
         assert set(page.locator("#rows tr td:first-child").all_inner_texts()) == changed
 
 
-@pytest.mark.parametrize("title", ["Plain consultation (Table 6)", "Plain response type against the LexAwN label"])
+@pytest.mark.parametrize(
+    "title", ["Plain consultation (Table 6)", "Plain response type against the LexAwN label"]
+)
 def test_a_table_6_cell_opens_the_cases_answered_with_its_type(built, page, title):
     """Issue 35 item 12: "Table 6 cells filter by their type; today they sort alphabetically" (and the table
     crossing them with LexAwN's labels, whose shares are over the cases of each type)."""
     from lexpilot.reporting.tables.formats import PLAIN_TYPE_NAMES
+
     root, site = built
     typed = records(root, "eval_results", "plain_types_underspecified.jsonl")
     page.goto((site / "index.html").as_uri())
@@ -529,6 +707,7 @@ def test_a_table_6_cell_opens_the_cases_answered_with_its_type(built, page, titl
 def test_an_audit_row_lists_the_cases_whose_replies_it_audited(built, page):
     """Issue 35 item 12: "The audit's "interaction" row lists only the cases with audited replies"."""
     from lexpilot.reporting.scoring.metrics import protocol_turn
+
     root, site = built
     page.goto((site / "index.html").as_uri())
     rows = page.locator("h3:has-text('Simulator audit: User Model replies') + table tr").all()[1:]
@@ -544,15 +723,27 @@ def test_an_audit_row_lists_the_cases_whose_replies_it_audited(built, page):
         assert wanted and set(page.locator("#rows tr td:first-child").all_inner_texts()) == wanted
         checked += 1
         # a rate's cell: the cases with a reply of this source flagged so (review: every audited case opened)
-        flags = {"Over-disclosure": lambda x: bool(x["over_disclosed"]), "Error": lambda x: bool(x["error"]),
-                 "Non-answer": lambda x: not x["answered"]}
+        flags = {
+            "Over-disclosure": lambda x: bool(x["over_disclosed"]),
+            "Error": lambda x: bool(x["error"]),
+            "Non-answer": lambda x: not x["answered"],
+        }
         for at, (name, flagged) in enumerate(flags.items(), 3):
             page.goto((site / "index.html").as_uri())
-            row = next(r for r in page.locator("h3:has-text('Simulator audit: User Model replies') + table tr").all()[1:]
-                       if r.locator("td").all_inner_texts()[:2] == cells[:2])
+            row = next(
+                r
+                for r in page.locator("h3:has-text('Simulator audit: User Model replies') + table tr").all()[
+                    1:
+                ]
+                if r.locator("td").all_inner_texts()[:2] == cells[:2]
+            )
             link = row.locator("td").nth(at).locator("a").get_attribute("href")
             page.goto((site / "cases.html").as_uri() + "#" + urlparse(link).fragment)
-            expected = {n for n, r in audit.items() if any(flagged(x) for x in r.get("replies", []) if not protocol_turn(x))}
+            expected = {
+                n
+                for n, r in audit.items()
+                if any(flagged(x) for x in r.get("replies", []) if not protocol_turn(x))
+            }
             assert set(page.locator("#rows tr td:first-child").all_inner_texts()) == expected, (source, name)
         page.goto((site / "index.html").as_uri())
     assert checked == 2
@@ -563,15 +754,23 @@ def test_a_case_is_wrong_on_the_audit_only_when_a_reply_of_it_was_flagged(built)
     wrong on the audit when one of its audited replies (either source, the protocol's own turns left out) was
     flagged for over-disclosure, an error or a non-answer."""
     from lexpilot.reporting.scoring.metrics import protocol_turn
+
     root, site = built
     html = (site / "cases.html").read_text(encoding="utf-8")
     rows = json.loads(html.split('<script type="application/json" id="data">')[1].split("</script>")[0])
     audits = {s: records(root, "eval_results", f"simulator_audit_{s}.jsonl") for s in ("dcg", "interaction")}
-    flagged = {n for audit in audits.values() for n, r in audit.items() for x in r.get("replies", [])
-               if not protocol_turn(x) and (x["over_disclosed"] or x["error"] or not x["answered"])}
+    flagged = {
+        n
+        for audit in audits.values()
+        for n, r in audit.items()
+        for x in r.get("replies", [])
+        if not protocol_turn(x) and (x["over_disclosed"] or x["error"] or not x["answered"])
+    }
     mine = [r for r in rows if r["model"] == "model-a" and r["run"] == "r1" and "audit" in r]
     assert mine and {r["case"] for r in mine if "audit" in r["fails"]} == flagged
-    assert any("clean" in r["audit"] and "flagged" not in r["audit"] for r in mine)  # a clean one is among them
+    assert any(
+        "clean" in r["audit"] and "flagged" not in r["audit"] for r in mine
+    )  # a clean one is among them
 
 
 def test_the_case_list_at_1400_pixels_shows_rows_and_every_column(built, browser):
@@ -597,6 +796,7 @@ def test_figure_4_b_average_row_opens_the_runs_it_averages(built, page):
     """Review of issue 35 item 12: Figure 4 (b)'s average row opened every run (re-judged copies included); it opens
     the cases, of its class, of the runs with focal-point types that the average is over."""
     from categories import cause_class
+
     root, site = built
     page.goto((site / "index.html").as_uri())
     table = page.locator("h3:has-text('Figure 4 (b)') + table")
@@ -605,12 +805,22 @@ def test_figure_4_b_average_row_opens_the_runs_it_averages(built, page):
     cls = headers[1]
     href = average.locator("td").nth(1).locator("a").get_attribute("href")
     page.goto((site / "cases.html").as_uri() + "#" + urlparse(href).fragment)
-    listed = set(zip(page.locator("#rows tr td:first-child").all_inner_texts(),
-                     page.locator("#rows tr td:nth-child(4)").all_inner_texts()))
-    causes = {c["case_number"]: c["cause_of_action"]
-              for c in json.loads((root.parent / "five.json").read_text(encoding="utf-8"))}  # the built dataset
-    wanted = {(n, f"{model} · r1") for model in ("model-a", "model-b")
-              for n in records(root, "eval_results", "focal_types.jsonl", model=model) if cause_class(causes[n]) == cls}
+    listed = set(
+        zip(
+            page.locator("#rows tr td:first-child").all_inner_texts(),
+            page.locator("#rows tr td:nth-child(4)").all_inner_texts(),
+        )
+    )
+    causes = {
+        c["case_number"]: c["cause_of_action"]
+        for c in json.loads((root.parent / "five.json").read_text(encoding="utf-8"))
+    }  # the built dataset
+    wanted = {
+        (n, f"{model} · r1")
+        for model in ("model-a", "model-b")
+        for n in records(root, "eval_results", "focal_types.jsonl", model=model)
+        if cause_class(causes[n]) == cls
+    }
     assert wanted and listed == wanted
 
 
@@ -624,18 +834,46 @@ def test_the_json_names_every_metric_and_number_in_one_style(built, capsys):
     records' own, counted here by hand."""
     root, _ = built
     assert show_results.main(["--output-root", str(root), "--usage", "--table", "nosuch"]) == 2
-    every_table = capsys.readouterr().err.split("tables: ")[1].rstrip(")\n").split(", ")  # as a user lists them
-    assert show_results.main(["--output-root", str(root), "--format", "json", "--usage", "--ci", "--resamples", "50",
-                              "--table", *every_table]) == 0
+    every_table = (
+        capsys.readouterr().err.split("tables: ")[1].rstrip(")\n").split(", ")
+    )  # as a user lists them
+    assert (
+        show_results.main(
+            [
+                "--output-root",
+                str(root),
+                "--format",
+                "json",
+                "--usage",
+                "--ci",
+                "--resamples",
+                "50",
+                "--table",
+                *every_table,
+            ]
+        )
+        == 0
+    )
     report = json.loads(capsys.readouterr().out)
 
     def one_style(key: str) -> bool:
         return bool(re.fullmatch(SNAKE_CASE, key)) or not re.search("[A-Za-z]", key)  # or a name in Chinese
-    names = [(t, m, c) for g in report["groups"] for t, ms in g["metrics"].items() for m, cs in ms.items() for c in cs]
+
+    names = [
+        (t, m, c)
+        for g in report["groups"]
+        for t, ms in g["metrics"].items()
+        for m, cs in ms.items()
+        for c in cs
+    ]
     numbers = {k for t in report["tables"] for r in t["rows"] for c in r if isinstance(c, dict) for k in c}
     assert len(names) > 300 and {"sd", "mean", "low", "high", "n", "prompt_tokens"} <= numbers
-    assert [n for n in names if not all(map(one_style, n))] == [] and sorted(k for k in numbers if not one_style(k)) == []
-    assert any(not re.search("[A-Za-z]", c) for _, _, c in names)  # the causes of action are there, in Chinese
+    assert [n for n in names if not all(map(one_style, n))] == [] and sorted(
+        k for k in numbers if not one_style(k)
+    ) == []
+    assert any(
+        not re.search("[A-Za-z]", c) for _, _, c in names
+    )  # the causes of action are there, in Chinese
     assert [c for c in CAUSES if json_key(c) != c] == [] and len(CAUSES) == 36  # each keeps its name
     check_the_numbers_are_the_records_own(report, root)
     check_the_docs_table_of_names_is_the_rules()
@@ -645,22 +883,33 @@ def test_the_json_names_every_metric_and_number_in_one_style(built, capsys):
 
 def check_the_numbers_are_the_records_own(report: dict, root) -> None:
     """Model A's DCG accuracy, Table 4's case count and the share judged in round 1, counted from its records."""
-    model_a = next(g for g in report["groups"] if g["model"] == "model-a" and g["run_ids"] == ["r1"])["metrics"]
+    model_a = next(g for g in report["groups"] if g["model"] == "model-a" and g["run_ids"] == ["r1"])[
+        "metrics"
+    ]
     dcg = records(root, "eval_results", "DCG_results.jsonl")
-    assert model_a["dcg"]["accuracy"]["overall"]["mean"] == sum(r["success"] for r in dcg.values()) / len(dcg) \
+    assert (
+        model_a["dcg"]["accuracy"]["overall"]["mean"] == sum(r["success"] for r in dcg.values()) / len(dcg)
         and len(dcg) == 5
+    )
     assert model_a["table_4_cases"]["all"]["overall"]["mean"] == 5
-    judged_first = [r["stop_reason"] == "judged" and len(r["rounds"]) == 1
-                    for r in records(root, "AwN_gen", "interaction.jsonl").values()]  # a judgment in round 1
+    judged_first = [
+        r["stop_reason"] == "judged" and len(r["rounds"]) == 1
+        for r in records(root, "AwN_gen", "interaction.jsonl").values()
+    ]  # a judgment in round 1
     assert model_a["behaviour"]["round_1"]["overall"]["mean"] == sum(judged_first) / len(judged_first)
 
 
 def check_the_docs_table_of_names_is_the_rules() -> None:
     """The docs' table of names is the rule's: each name the tables print, then its JSON key."""
-    docs = (ROOT / "docs" / "results.md").read_text(encoding="utf-8").split("The JSON's keys have one style")[1]
+    docs = (
+        (ROOT / "docs" / "results.md").read_text(encoding="utf-8").split("The JSON's keys have one style")[1]
+    )
     rows = [line.split("|")[1:3] for line in docs.split("\n## ")[0].splitlines() if line.startswith("| `")]
-    pairs = [(a, b) for names, keys in rows
-             for a, b in zip(re.findall("`([^`]+)`", names), re.findall("`([^`]+)`", keys))]
+    pairs = [
+        (a, b)
+        for names, keys in rows
+        for a, b in zip(re.findall("`([^`]+)`", names), re.findall("`([^`]+)`", keys))
+    ]
     assert len(pairs) >= 15 and [(a, b) for a, b in pairs if json_key(a) != b] == []
 
 

@@ -3,6 +3,7 @@ and the paper's Table 1 statistics.
 
 `python common.py [--dataset PATH]` runs `main` here: it validates a dataset and prints them.
 """
+
 from __future__ import annotations
 
 import functools
@@ -41,7 +42,9 @@ class Case:
     underspecified: tuple[dict, ...]
     input_hash: str  # of the whole case object, so any change to it is noticed
     focal_types: tuple[str, ...] | None = None  # optional: the Table 18 type of each focal point
-    complexity: float | None = None  # optional: the cause's average number of legal provisions cited (Figure 3)
+    complexity: float | None = (
+        None  # optional: the cause's average number of legal provisions cited (Figure 3)
+    )
 
     def history(self, history_type: str) -> list[dict]:
         return [dict(m) for m in getattr(self, history_type)]
@@ -58,8 +61,10 @@ def _problems_in_history(value, field_name: str) -> list[str]:
             continue
         expected = "user" if i % 2 == 0 else "assistant"
         if message.get("role") != expected:
-            problems.append(f"{where}: role is {message.get('role')!r}, expected {expected!r} "
-                            "(messages alternate, starting with user)")
+            problems.append(
+                f"{where}: role is {message.get('role')!r}, expected {expected!r} "
+                "(messages alternate, starting with user)"
+            )
         content = message.get("content")
         if not isinstance(content, str) or not content.strip():
             problems.append(f"{where}: content is empty or not a string")
@@ -102,8 +107,12 @@ def _identity_problems(raw: dict) -> list[str]:
     if ptype not in PLAINTIFF_TYPES:
         problems.append(f"plaintiff_type: {ptype!r} is not 自然人 or 非自然人")
     complexity = raw.get("complexity")
-    if complexity is not None and (isinstance(complexity, bool) or not isinstance(complexity, (int, float))
-                                   or not math.isfinite(complexity) or complexity < 0):
+    if complexity is not None and (
+        isinstance(complexity, bool)
+        or not isinstance(complexity, (int, float))
+        or not math.isfinite(complexity)
+        or complexity < 0
+    ):
         problems.append(f"complexity: {str(complexity)[:20]!r} is not a non-negative number")
     return problems
 
@@ -123,7 +132,9 @@ def _focal_point_problems(raw: dict) -> tuple[list[str] | None, list[str]]:
         else:
             unknown = [t for t in types if t not in FOCAL_TYPES]
             if unknown:
-                problems.append(f"focal_point_types: unknown type {unknown[0]!r} (one of {', '.join(FOCAL_TYPES)})")
+                problems.append(
+                    f"focal_point_types: unknown type {unknown[0]!r} (one of {', '.join(FOCAL_TYPES)})"
+                )
     return focal_points, problems
 
 
@@ -133,11 +144,17 @@ def _key_detail_problems(raw: dict, focal_points: list[str] | None) -> list[str]
         if not details or not all(_non_empty_strings(v) for v in details.values()):
             return ["key_details: every focal point must map to a non-empty list of non-empty strings"]
         if focal_points is not None and set(details) != set(focal_points):
-            return ["key_details: its focal points do not match focal_point "
-                    f"(missing {sorted(set(focal_points) - set(details))}, "
-                    f"extra {sorted(set(details) - set(focal_points))})"]
+            return [
+                "key_details: its focal points do not match focal_point "
+                f"(missing {sorted(set(focal_points) - set(details))}, "
+                f"extra {sorted(set(details) - set(focal_points))})"
+            ]
         return []
-    return [] if _non_empty_strings(details) else ["key_details: missing, empty, or not a list of non-empty strings"]
+    return (
+        []
+        if _non_empty_strings(details)
+        else ["key_details: missing, empty, or not a list of non-empty strings"]
+    )
 
 
 def _verdict_problems(raw: dict) -> list[str]:
@@ -149,8 +166,10 @@ def _verdict_problems(raw: dict) -> list[str]:
         if not claim.strip():
             problems.append("result_dict: empty claim text")
         if verdict not in VERDICTS:
-            problems.append(f"result_dict: unknown verdict {verdict!r} for claim {claim[:30]!r} "
-                            "(expected 支持, 部分支持 or 驳回)")
+            problems.append(
+                f"result_dict: unknown verdict {verdict!r} for claim {claim[:30]!r} "
+                "(expected 支持, 部分支持 or 驳回)"
+            )
     return problems
 
 
@@ -164,8 +183,10 @@ def _history_pair_problems(raw: dict) -> list[str]:
         problems += _problems_in_history(raw[name], name)
         lengths.append(len(raw[name]) if isinstance(raw[name], list) else None)
     if len(lengths) == 2 and None not in lengths and lengths[0] != lengths[1]:
-        problems.append(f"complete_consultation has {lengths[0]} messages but "
-                        f"underspecified_consultation has {lengths[1]}: they must be of equal length")
+        problems.append(
+            f"complete_consultation has {lengths[0]} messages but "
+            f"underspecified_consultation has {lengths[1]}: they must be of equal length"
+        )
     return problems
 
 
@@ -183,10 +204,14 @@ def case_from_raw(raw: dict) -> Case:
         key_details = tuple(details)
     result = raw["result_dict"]
     return Case(
-        number=raw["case_number"], cause=raw["cause_of_action"],
-        cause_class=cause_class(raw["cause_of_action"]), plaintiff_type=raw["plaintiff_type"],
-        focal_points=focal_points, key_details=key_details,
-        claims=tuple(result), verdicts=tuple(result.values()),
+        number=raw["case_number"],
+        cause=raw["cause_of_action"],
+        cause_class=cause_class(raw["cause_of_action"]),
+        plaintiff_type=raw["plaintiff_type"],
+        focal_points=focal_points,
+        key_details=key_details,
+        claims=tuple(result),
+        verdicts=tuple(result.values()),
         complete=_freeze_history(raw["complete_consultation"]),
         underspecified=_freeze_history(raw["underspecified_consultation"]),
         input_hash=canonical_hash(raw),
@@ -197,6 +222,7 @@ def case_from_raw(raw: dict) -> Case:
 
 class _Object(dict):
     """A JSON object that remembers the keys it held more than once (json keeps only the last)."""
+
     duplicates: tuple = ()
 
 
@@ -226,10 +252,15 @@ def _object(pairs) -> _Object:
 def dataset_problems(path: Path) -> tuple[list, list[str]]:
     """(raw cases, every problem found). Problems name the case and the field."""
     if not path.exists():
-        hint = f" Try --dataset {SAMPLE_DATASET.relative_to(PROJECT_ROOT)} (the illustrative sample)." \
-            if path == DEFAULT_DATASET else ""
-        return [], [f"{path}: dataset file not found. Put LexPilot_release_multiturn.json in "
-                    f"{DATA_DIR} (see README.md).{hint}"]
+        hint = (
+            f" Try --dataset {SAMPLE_DATASET.relative_to(PROJECT_ROOT)} (the illustrative sample)."
+            if path == DEFAULT_DATASET
+            else ""
+        )
+        return [], [
+            f"{path}: dataset file not found. Put LexPilot_release_multiturn.json in "
+            f"{DATA_DIR} (see README.md).{hint}"
+        ]
     problem = input_problem(path)
     if problem:
         return [], [problem + " (the dataset's JSON file)"]
@@ -242,8 +273,9 @@ def dataset_problems(path: Path) -> tuple[list, list[str]]:
     try:
         raw_cases = json.loads(text, object_pairs_hook=_object, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
-        return [], [f"{path}: not valid JSON at line {e.lineno} column {e.colno}: {e.msg}"
-                    " (is the file truncated?)"]
+        return [], [
+            f"{path}: not valid JSON at line {e.lineno} column {e.colno}: {e.msg} (is the file truncated?)"
+        ]
     except RecursionError:
         return [], [f"{path}: nested too deeply to be a LexPilot dataset"]
     except ValueError as e:  # e.g. a number of thousands of digits
@@ -256,7 +288,9 @@ def dataset_problems(path: Path) -> tuple[list, list[str]]:
     seen: dict[str, int] = {}
     for index, raw in enumerate(raw_cases):
         number = raw.get("case_number") if isinstance(raw, dict) else None
-        label = f"case {number} (#{index + 1})" if isinstance(number, str) and number else f"case #{index + 1}"
+        label = (
+            f"case {number} (#{index + 1})" if isinstance(number, str) and number else f"case #{index + 1}"
+        )
         problems += [f"{path}: {label}: {p}" for p in case_problems(raw)]
         if isinstance(number, str) and number:
             if number in seen:
@@ -270,7 +304,9 @@ def load_dataset(path: Path) -> tuple[list[Case], str]:
     before in this process with the same content is not parsed again (the grid's cells all read one dataset)."""
     path = Path(path)
     try:
-        status = path.stat()  # a file, not a device or a pipe: nothing is read before dataset_problems checks it
+        status = (
+            path.stat()
+        )  # a file, not a device or a pipe: nothing is read before dataset_problems checks it
         key = (status.st_ino, status.st_mtime_ns, status.st_size) if stat.S_ISREG(status.st_mode) else None
     except OSError:
         key = None  # dataset_problems says what is wrong with it
@@ -278,15 +314,18 @@ def load_dataset(path: Path) -> tuple[list[Case], str]:
     return list(cases), digest
 
 
-@functools.lru_cache(maxsize=4)  # by the file's inode, time and size (a changed file is parsed again); cases are frozen
+@functools.lru_cache(
+    maxsize=4
+)  # by the file's inode, time and size (a changed file is parsed again); cases are frozen
 def _parsed(path: Path, key: tuple | None) -> tuple[tuple[Case, ...], str]:
     raw_cases, problems = dataset_problems(path)
     if len(problems) == 1:
         raise HarnessError(problems[0])
     if problems:
         shown = first_of(problems, 50)
-        raise HarnessError(f"dataset has {len(problems)} problem(s); fix them and rerun:\n  "
-                           + "\n  ".join(shown))
+        raise HarnessError(
+            f"dataset has {len(problems)} problem(s); fix them and rerun:\n  " + "\n  ".join(shown)
+        )
     return tuple(case_from_raw(raw) for raw in raw_cases), hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -308,8 +347,13 @@ def dataset_statistics(cases: list[Case]) -> str:
         ("", "Non-natural person", plaintiffs["非自然人"]),
     ]
     for verdict, name in zip(VERDICTS, ("Supported", "Partially Supported", "Dismissed")):
-        rows.append(("Verdict distribution" if verdict == "支持" else "", name,
-                     f"{100 * verdicts[verdict] / n_claims:.2f}%"))
+        rows.append(
+            (
+                "Verdict distribution" if verdict == "支持" else "",
+                name,
+                f"{100 * verdicts[verdict] / n_claims:.2f}%",
+            )
+        )
     rows.append(("Claims", "Total", n_claims))
     rows.append(("", "Per case", f"{n_claims / len(cases):.2f}"))
     for i, label in enumerate(CLASS_LABELS):

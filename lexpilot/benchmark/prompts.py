@@ -1,6 +1,7 @@
 """The prompts of prompts/ (one file each, Appendix F and the harness's own) and how a case fills their slots:
 the rendering of a history, the key details, focal points, claims and a recorded fault.
 """
+
 from __future__ import annotations
 
 import re
@@ -11,35 +12,41 @@ from lexpilot.paths import PROMPT_DIR
 # ----------------------------------------------------------------------------- prompts and rendering
 
 PROMPT_FILES = {
-    "lexawn": "lexawn.txt",                  # Table 19
-    "force_ask": "dcg_force_ask.txt",        # Table 20
-    "force_judge": "force_judge.txt",        # Table 21: Direct, Gold-Standard, forced final prediction
-    "user_standard": "user_standard.txt",    # Table 22
+    "lexawn": "lexawn.txt",  # Table 19
+    "force_ask": "dcg_force_ask.txt",  # Table 20
+    "force_judge": "force_judge.txt",  # Table 21: Direct, Gold-Standard, forced final prediction
+    "user_standard": "user_standard.txt",  # Table 22
     # Appendix E.5 non-ideal users, written from the paper's description in the register of Table 22:
-    "user_delayed": "user_delayed.txt",                  # the one hesitant, withholding reply
+    "user_delayed": "user_delayed.txt",  # the one hesitant, withholding reply
     "user_self_correction": "user_self_correction.txt",  # the one incomplete or mistaken reply
-    "user_correction": "user_correction.txt",            # the spontaneous correction in the next user turn
-    "judge_lca": "judge_lca.txt",            # Table 23
-    "judge_dcg": "judge_dcg.txt",            # Table 24
-    "judge_ljp": "judge_ljp_extract.txt",    # Table 25
+    "user_correction": "user_correction.txt",  # the spontaneous correction in the next user turn
+    "judge_lca": "judge_lca.txt",  # Table 23
+    "judge_dcg": "judge_dcg.txt",  # Table 24
+    "judge_ljp": "judge_ljp_extract.txt",  # Table 25
     # Pilot Study II (Appendix C.2), written for this harness in the register of Appendix F:
     "judge_response_type": "judge_response_type.txt",  # the four response types of a plain consultation
     "judge_simulator_audit": "judge_simulator_audit.txt",  # the audit of every User Model reply of a run
     # Targeted / Off-target dialogues (Appendix E.7; the paper does not print them):
-    "behaviour_targeted": "behaviour_targeted.txt",      # a question meant to recover the key details
+    "behaviour_targeted": "behaviour_targeted.txt",  # a question meant to recover the key details
     "behaviour_off_target": "behaviour_off_target.txt",  # a question meant to leave them undisclosed
     "behaviour_validation": "behaviour_validation.txt",  # the judge's check of a constructed dialogue
     "judge_focal_type": "judge_focal_type.txt",  # the Table 18 type of a focal point (Appendix E.8)
 }
 # The prompts written for the non-ideal users (Appendix E.5): only runs of that condition use them.
-CONDITION_PROMPTS = {"delayed": ("user_delayed",), "self-correction": ("user_self_correction", "user_correction")}
+CONDITION_PROMPTS = {
+    "delayed": ("user_delayed",),
+    "self-correction": ("user_self_correction", "user_correction"),
+}
 
 
 def prompt_files_used(condition: str) -> list[str]:
     """The prompt files a run of this user condition sends (their hashes decide whether it may resume)."""
     special = {name for names in CONDITION_PROMPTS.values() for name in names}
-    return sorted(PROMPT_FILES[name] for name in PROMPT_FILES
-                  if name not in special or name in CONDITION_PROMPTS.get(condition, ()))
+    return sorted(
+        PROMPT_FILES[name]
+        for name in PROMPT_FILES
+        if name not in special or name in CONDITION_PROMPTS.get(condition, ())
+    )
 
 
 # the slots a prompt file may hold: a new slot is declared here, else it would be sent as written (a review of
@@ -62,6 +69,7 @@ def fill(template: str, **slots: str) -> str:
         if match.group(1) not in slots:
             raise KeyError(f"prompt slot {{{match.group(1)}}} was given no value")
         return slots[match.group(1)]
+
     return SLOT.sub(value, template)
 
 

@@ -3,6 +3,7 @@ version, record digests, and the one reader of checkpoint files that every tool 
 
 A record is one JSON line per case. Every kind carries the common fields (`COMMON_FIELDS`) plus its own.
 """
+
 from __future__ import annotations
 
 import gc
@@ -28,6 +29,7 @@ COMMON_FIELDS = ("case_number", "schema_version", "input_hash", "cause_of_action
 @dataclass(frozen=True)
 class RecordKind:
     """One checkpoint file: where it lives, the fields its records hold, and the script that writes it."""
+
     name: str
     top: str  # folder under the output root
     file: str
@@ -40,60 +42,157 @@ class RecordKind:
 
 A1 = RecordKind("a1", "AwN_gen", "a1.jsonl", ("responses",), "LexAwN_gen.py")
 LCA = RecordKind("LCA", "eval_results", "LCA_results.jsonl", ("judgments",), "LexAwN_gen.py")
-INTERACTION = RecordKind("interaction", "AwN_gen", "interaction.jsonl",
-                         ("user_condition", "input_history", "rounds", "continued_history", "stop_reason",
-                          "final_response", "disrupted_round", "corrected_round"), "LexAwN_gen.py")
-FORCE_ASK = RecordKind("force_ask", "Force_ask_gen", "force_ask.jsonl", ("input_history", "rounds"), "eval_DCG.py")
+INTERACTION = RecordKind(
+    "interaction",
+    "AwN_gen",
+    "interaction.jsonl",
+    (
+        "user_condition",
+        "input_history",
+        "rounds",
+        "continued_history",
+        "stop_reason",
+        "final_response",
+        "disrupted_round",
+        "corrected_round",
+    ),
+    "LexAwN_gen.py",
+)
+FORCE_ASK = RecordKind(
+    "force_ask", "Force_ask_gen", "force_ask.jsonl", ("input_history", "rounds"), "eval_DCG.py"
+)
 DCG = RecordKind("DCG", "eval_results", "DCG_results.jsonl", ("rounds", "success"), "eval_DCG.py")
 PREDICTION_FIELDS = ("history_type", "input_history", "response")
 VERDICT_FIELDS = ("setup", "claims", "predicted", "gold", "judge_raw")
-DIRECT_PREDICTION = RecordKind("direct_prediction", "Force_judge_gen", "a1_direct.jsonl", PREDICTION_FIELDS,
-                               "eval_LJP_direct.py")
-GOLD_PREDICTION = RecordKind("gold_prediction", "Force_judge_gen", "a1_force_judge.jsonl", PREDICTION_FIELDS,
-                             "eval_LJP_gold.py")
-LJP_DIRECT = RecordKind("LJP_direct", "eval_results", "LJP_direct.jsonl", VERDICT_FIELDS, "eval_LJP_direct.py")
+DIRECT_PREDICTION = RecordKind(
+    "direct_prediction", "Force_judge_gen", "a1_direct.jsonl", PREDICTION_FIELDS, "eval_LJP_direct.py"
+)
+GOLD_PREDICTION = RecordKind(
+    "gold_prediction", "Force_judge_gen", "a1_force_judge.jsonl", PREDICTION_FIELDS, "eval_LJP_gold.py"
+)
+LJP_DIRECT = RecordKind(
+    "LJP_direct", "eval_results", "LJP_direct.jsonl", VERDICT_FIELDS, "eval_LJP_direct.py"
+)
 LJP_GOLD = RecordKind("LJP_gold", "eval_results", "LJP_gold.jsonl", VERDICT_FIELDS, "eval_LJP_gold.py")
-LJP_INTERACTION = RecordKind("LJP_interaction", "eval_results", "LJP_interaction.jsonl",
-                             VERDICT_FIELDS + ("stop_reason",), "eval_LJP_interaction.py")
+LJP_INTERACTION = RecordKind(
+    "LJP_interaction",
+    "eval_results",
+    "LJP_interaction.jsonl",
+    VERDICT_FIELDS + ("stop_reason",),
+    "eval_LJP_interaction.py",
+)
 
 # A re-judged run's new labels of the interaction rounds, beside the labels the original judge gave.
-INTERACTION_LABELS = RecordKind("interaction_labels", "eval_results", "interaction_labels.jsonl", ("rounds",),
-                                "rejudge.py")
+INTERACTION_LABELS = RecordKind(
+    "interaction_labels", "eval_results", "interaction_labels.jsonl", ("rounds",), "rejudge.py"
+)
 # The simulator audit: the judge's findings on every User Model reply of a run, per source of replies.
-AUDIT = {source: RecordKind(f"audit_{source}", "eval_results", f"simulator_audit_{source}.jsonl", ("replies",),
-                            "audit_simulator.py") for source in ("dcg", "interaction")}
+AUDIT = {
+    source: RecordKind(
+        f"audit_{source}",
+        "eval_results",
+        f"simulator_audit_{source}.jsonl",
+        ("replies",),
+        "audit_simulator.py",
+    )
+    for source in ("dcg", "interaction")
+}
 # The probe study of the User Model (Appendix E.3.2): its replies per condition, and the DCG judge on A-C.
-PROBE_REPLIES = RecordKind("probe_replies", "Probe_gen", "probe_replies.jsonl", ("probed", "replies"),
-                           "user_probes.py generate")
+PROBE_REPLIES = RecordKind(
+    "probe_replies", "Probe_gen", "probe_replies.jsonl", ("probed", "replies"), "user_probes.py generate"
+)
 PROBE_DCG = RecordKind("probe_dcg", "eval_results", "probe_dcg.jsonl", ("labels",), "user_probes.py generate")
 # Targeted / Off-target dialogues (Section 6.5, Appendix E.7, Table 4): the constructed and validated dialogue,
 # the prediction from it, and its verdicts; a case still failing validation after five attempts is unresolved.
-BEHAVIOUR_DIALOGUE = {b: RecordKind(f"dialogue_{b}", "Behaviour_gen", f"dialogues_{b}.jsonl",
-                                    ("condition", "status", "attempts", "dialogue"), "eval_LJP_behaviour.py")
-                      for b in BEHAVIOURS}
-BEHAVIOUR_PREDICTION = {b: RecordKind(f"prediction_{b}", "Behaviour_gen", f"prediction_{b}.jsonl",
-                                      ("condition", "status", "response"), "eval_LJP_behaviour.py") for b in BEHAVIOURS}
-LJP_BEHAVIOUR = {b: RecordKind(f"LJP_{b}", "eval_results", f"LJP_{b}.jsonl", VERDICT_FIELDS + ("status",),
-                               "eval_LJP_behaviour.py") for b in BEHAVIOURS}
+BEHAVIOUR_DIALOGUE = {
+    b: RecordKind(
+        f"dialogue_{b}",
+        "Behaviour_gen",
+        f"dialogues_{b}.jsonl",
+        ("condition", "status", "attempts", "dialogue"),
+        "eval_LJP_behaviour.py",
+    )
+    for b in BEHAVIOURS
+}
+BEHAVIOUR_PREDICTION = {
+    b: RecordKind(
+        f"prediction_{b}",
+        "Behaviour_gen",
+        f"prediction_{b}.jsonl",
+        ("condition", "status", "response"),
+        "eval_LJP_behaviour.py",
+    )
+    for b in BEHAVIOURS
+}
+LJP_BEHAVIOUR = {
+    b: RecordKind(
+        f"LJP_{b}", "eval_results", f"LJP_{b}.jsonl", VERDICT_FIELDS + ("status",), "eval_LJP_behaviour.py"
+    )
+    for b in BEHAVIOURS
+}
 # The Table 18 type of each focal point of a case (Appendix E.8): from the dataset where it gives them, else
 # from the judge.
-FOCAL_TYPE_RECORDS = RecordKind("focal_types", "eval_results", "focal_types.jsonl", ("types",), "eval_focal_types.py")
+FOCAL_TYPE_RECORDS = RecordKind(
+    "focal_types", "eval_results", "focal_types.jsonl", ("types",), "eval_focal_types.py"
+)
 # The plain consultation (Pilot Study II, Appendix C.2): the history sent as an ordinary chat, and the judge's
 # response type; one file per history type (the complete history is an optional control).
-PLAIN = {t: RecordKind(f"plain_{t}", "Plain_gen", f"plain_{t}.jsonl", ("history_type", "messages", "response"),
-                       "eval_plain.py") for t in HISTORY_TYPES}
-PLAIN_TYPES = {t: RecordKind(f"plain_type_{t}", "eval_results", f"plain_types_{t}.jsonl",
-                             ("history_type", "type", "judge_raw"), "eval_plain.py") for t in HISTORY_TYPES}
+PLAIN = {
+    t: RecordKind(
+        f"plain_{t}",
+        "Plain_gen",
+        f"plain_{t}.jsonl",
+        ("history_type", "messages", "response"),
+        "eval_plain.py",
+    )
+    for t in HISTORY_TYPES
+}
+PLAIN_TYPES = {
+    t: RecordKind(
+        f"plain_type_{t}",
+        "eval_results",
+        f"plain_types_{t}.jsonl",
+        ("history_type", "type", "judge_raw"),
+        "eval_plain.py",
+    )
+    for t in HISTORY_TYPES
+}
 
 # A diagnostic outside the paper's protocol: the extraction judge asked again with the claims shuffled
-LJP_ORDER = {setup: RecordKind(f"LJP_order_{setup}", "eval_results", f"LJP_order_{setup}.jsonl",
-                               ("setup", "order", "claims", "predicted", "original", "gold", "judge_raw"),
-                               "eval_LJP_order.py") for setup in ("direct", "interaction", "gold")}
+LJP_ORDER = {
+    setup: RecordKind(
+        f"LJP_order_{setup}",
+        "eval_results",
+        f"LJP_order_{setup}.jsonl",
+        ("setup", "order", "claims", "predicted", "original", "gold", "judge_raw"),
+        "eval_LJP_order.py",
+    )
+    for setup in ("direct", "interaction", "gold")
+}
 
-RECORD_KINDS = (A1, LCA, INTERACTION, FORCE_ASK, DCG, DIRECT_PREDICTION, LJP_DIRECT, GOLD_PREDICTION, LJP_GOLD,
-                LJP_INTERACTION, INTERACTION_LABELS, *PLAIN.values(), *PLAIN_TYPES.values(), *AUDIT.values(),
-                PROBE_REPLIES, PROBE_DCG, *BEHAVIOUR_DIALOGUE.values(), *BEHAVIOUR_PREDICTION.values(),
-                *LJP_BEHAVIOUR.values(), FOCAL_TYPE_RECORDS, *LJP_ORDER.values())
+RECORD_KINDS = (
+    A1,
+    LCA,
+    INTERACTION,
+    FORCE_ASK,
+    DCG,
+    DIRECT_PREDICTION,
+    LJP_DIRECT,
+    GOLD_PREDICTION,
+    LJP_GOLD,
+    LJP_INTERACTION,
+    INTERACTION_LABELS,
+    *PLAIN.values(),
+    *PLAIN_TYPES.values(),
+    *AUDIT.values(),
+    PROBE_REPLIES,
+    PROBE_DCG,
+    *BEHAVIOUR_DIALOGUE.values(),
+    *BEHAVIOUR_PREDICTION.values(),
+    *LJP_BEHAVIOUR.values(),
+    FOCAL_TYPE_RECORDS,
+    *LJP_ORDER.values(),
+)
 # What a re-judged run (rejudge.py) copies from its source byte for byte: the generations and User Model replies,
 # which carry the source run's settings hash (only the judge differs)
 REJUDGE_REUSED = (A1, INTERACTION, FORCE_ASK, DIRECT_PREDICTION, GOLD_PREDICTION)
@@ -103,8 +202,11 @@ REJUDGE_REUSED = (A1, INTERACTION, FORCE_ASK, DIRECT_PREDICTION, GOLD_PREDICTION
 class LjpSetup:
     """One of the paper's three LJP setups and every name it goes by, each read from here (issue 37 item 7: `direct`,
     `LJP_direct` and `LJP Direct QWK` were written by hand wherever they were used)."""
+
     name: str  # "direct": the case list's and the comparison page's field, a column's link, the order diagnostic's
-    verdicts: RecordKind  # its extracted verdicts; their kind's name ("LJP_direct") is its task in the metrics
+    verdicts: (
+        RecordKind  # its extracted verdicts; their kind's name ("LJP_direct") is its task in the metrics
+    )
     generation: RecordKind  # the reply the verdicts are read from
     reply_field: str  # that reply's field
     title: str  # the paper's name: "Direct", "Interaction-Based", "Gold-Standard"
@@ -116,10 +218,13 @@ class LjpSetup:
 
 
 # in the paper's column order (Table 3)
-LJP_SETUPS = (LjpSetup("direct", LJP_DIRECT, DIRECT_PREDICTION, "response", "Direct", "LJP Direct"),
-              LjpSetup("interaction", LJP_INTERACTION, INTERACTION, "final_response", "Interaction-Based",
-                       "LJP Interaction"),
-              LjpSetup("gold", LJP_GOLD, GOLD_PREDICTION, "response", "Gold-Standard", "LJP Gold"))
+LJP_SETUPS = (
+    LjpSetup("direct", LJP_DIRECT, DIRECT_PREDICTION, "response", "Direct", "LJP Direct"),
+    LjpSetup(
+        "interaction", LJP_INTERACTION, INTERACTION, "final_response", "Interaction-Based", "LJP Interaction"
+    ),
+    LjpSetup("gold", LJP_GOLD, GOLD_PREDICTION, "response", "Gold-Standard", "LJP Gold"),
+)
 SETUP = {s.name: s for s in LJP_SETUPS}
 
 
@@ -163,21 +268,38 @@ def digest_holds(raw: bytes, record: dict) -> bool:
     it stands, less its digest; any other (a record saved before lines were canonical, or a line reformatted)
     is checked on its content written out canonically."""
     digest = record["digest"]
-    if isinstance(digest, str) and raw[-TAIL_LENGTH:] == DIGEST_TAIL[0] + digest.encode() + DIGEST_TAIL[1] \
-            and text_hash(raw[:-TAIL_LENGTH] + b"}") == digest:
+    if (
+        isinstance(digest, str)
+        and raw[-TAIL_LENGTH:] == DIGEST_TAIL[0] + digest.encode() + DIGEST_TAIL[1]
+        and text_hash(raw[:-TAIL_LENGTH] + b"}") == digest
+    ):
         return True
     return digest == content_digest(record)
 
 
-def new_record(case_number: str, input_hash: str, cause: str, body: dict, upstream: dict[str, dict],
-               usage: dict, settings_hash: str, reasoning: dict | None = None) -> dict:
+def new_record(
+    case_number: str,
+    input_hash: str,
+    cause: str,
+    body: dict,
+    upstream: dict[str, dict],
+    usage: dict,
+    settings_hash: str,
+    reasoning: dict | None = None,
+) -> dict:
     """A record of any kind: the common fields around the kind's own `body`, the hash of the settings it
     was made with (so a lost manifest can be rebuilt or refused), the reasoning returned apart from the
     replies (when there was any), and last the digest of its own content (so an edit is noticed)."""
-    record = {"case_number": case_number, "schema_version": SCHEMA_VERSION, "input_hash": input_hash,
-              "cause_of_action": cause, **body,
-              "upstream_hash": {name: record_digest(r) for name, r in upstream.items()}, "usage": usage,
-              "settings_hash": settings_hash}
+    record = {
+        "case_number": case_number,
+        "schema_version": SCHEMA_VERSION,
+        "input_hash": input_hash,
+        "cause_of_action": cause,
+        **body,
+        "upstream_hash": {name: record_digest(r) for name, r in upstream.items()},
+        "usage": usage,
+        "settings_hash": settings_hash,
+    }
     if reasoning:
         record["reasoning"] = reasoning
     record["digest"] = content_digest(record)
@@ -187,6 +309,7 @@ def new_record(case_number: str, input_hash: str, cause: str, body: dict, upstre
 def model_folder(model: str) -> str:
     """Filesystem-safe model name plus a hash of the exact id, so two ids never share a folder."""
     import re
+
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", model).strip("._-")[:60] or "model"
     return f"{safe}-{hashlib.sha256(model.encode('utf-8')).hexdigest()[:8]}"
 
@@ -265,8 +388,14 @@ def _parsed_lines(path: Path, repair: bool, notes: list | None) -> list[tuple[in
         parsed.append((lineno, _parse_line(tail), tail))
     except TornLine:
         keep = sum(len(line) + 1 for line in complete)
-        note = (f"torn by an interrupted write; set aside in {set_aside_torn_tail(path, keep).name}, that case "
-                "will be redone") if repair else "torn by an interrupted write; left out"
+        note = (
+            (
+                f"torn by an interrupted write; set aside in {set_aside_torn_tail(path, keep).name}, that case "
+                "will be redone"
+            )
+            if repair
+            else "torn by an interrupted write; left out"
+        )
         if notes is not None:
             notes.append(f"{path}:{lineno}: the last line was {note}")
         return parsed
@@ -280,31 +409,53 @@ def _parsed_lines(path: Path, repair: bool, notes: list | None) -> list[tuple[in
     return parsed
 
 
-def _check_record(where: str, record: dict, raw: bytes, kind: RecordKind, selected: dict[str, str | None],
-                  records: dict, what_to_do: str) -> None:
+def _check_record(
+    where: str,
+    record: dict,
+    raw: bytes,
+    kind: RecordKind,
+    selected: dict[str, str | None],
+    records: dict,
+    what_to_do: str,
+) -> None:
     number, version, input_hash = record["case_number"], record["schema_version"], record["input_hash"]
     if version != SCHEMA_VERSION:
-        raise HarnessError(f"{where}: record has schema version {version}, this harness reads and writes "
-                           f"{SCHEMA_VERSION}. Use a new --run-id.")
+        raise HarnessError(
+            f"{where}: record has schema version {version}, this harness reads and writes "
+            f"{SCHEMA_VERSION}. Use a new --run-id."
+        )
     missing = [name for name in COMMON_FIELDS + kind.fields if name not in record]
     if missing:
-        raise HarnessError(f"{where}: a {kind.name} record without {', '.join(missing)}. Delete the line "
-                           "to have that case redone, then rerun.")
+        raise HarnessError(
+            f"{where}: a {kind.name} record without {', '.join(missing)}. Delete the line "
+            "to have that case redone, then rerun."
+        )
     if "digest" in record and not digest_holds(raw, record):
-        raise HarnessError(f"{where}: the record of case {number} was changed after it was saved (its "
-                           "digest does not match). Delete the line to have that case redone.")
+        raise HarnessError(
+            f"{where}: the record of case {number} was changed after it was saved (its "
+            "digest does not match). Delete the line to have that case redone."
+        )
     if number in records:
-        raise HarnessError(f"{where}: second record for case {number} (first at line "
-                           f"{records[number][0]}). Delete one of them, then rerun.")
+        raise HarnessError(
+            f"{where}: second record for case {number} (first at line "
+            f"{records[number][0]}). Delete one of them, then rerun."
+        )
     if number not in selected:
         raise HarnessError(f"{where}: case {number} is not among this run's selected cases ({what_to_do}).")
     if selected[number] is not None and input_hash != selected[number]:
-        raise HarnessError(f"{where}: case {number} was generated from different inputs "
-                           f"(the dataset changed). {what_to_do}.")
+        raise HarnessError(
+            f"{where}: case {number} was generated from different inputs (the dataset changed). {what_to_do}."
+        )
 
 
-def read_records(path: Path, kind: RecordKind, selected: dict[str, str | None], what_to_do: str,
-                 repair: bool = False, notes: list | None = None) -> dict[str, tuple[int, dict]]:
+def read_records(
+    path: Path,
+    kind: RecordKind,
+    selected: dict[str, str | None],
+    what_to_do: str,
+    repair: bool = False,
+    notes: list | None = None,
+) -> dict[str, tuple[int, dict]]:
     """case_number -> (line, record) of one checkpoint file; a missing file holds no record.
 
     `selected` maps the run's selected cases to their input hash (None: not known, not checked): a record of

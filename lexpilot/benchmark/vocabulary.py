@@ -15,6 +15,10 @@ LCA_LABELS = PREDICTS, ASKS = ("策略一", "策略二")
 # Every yes/no judgment (DCG, Table 24; the relevance check, the simulator audit, the probe study's experts)
 DCG_LABELS = YES, NO = ("是", "否")
 # The plain consultation's response types (Appendix C.2), in C.2's order
-RESPONSE_TYPES = {"缺失识别": "deficiency_recognition", "条件性一般建议": "conditional_advice",
-                  "无条件一般建议": "unconditional_advice", "过早预测": "premature_prediction"}
+RESPONSE_TYPES = {
+    "缺失识别": "deficiency_recognition",
+    "条件性一般建议": "conditional_advice",
+    "无条件一般建议": "unconditional_advice",
+    "过早预测": "premature_prediction",
+}
 BEHAVIOURS = ("targeted", "off_target")  # Table 4's two dialogue conditions

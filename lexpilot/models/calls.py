@@ -2,6 +2,7 @@
 backoff, rate-limit push-back (Retry-After, a shared throttle per endpoint), empty or truncated replies, the
 output-limit field a provider takes, usage per role and the budget of an invocation.
 """
+
 from __future__ import annotations
 
 import math
@@ -33,7 +34,9 @@ from lexpilot.text import counted
 
 TRANSIENT_STATUS = {408, 409, 429}
 MAX_BACKOFF = 60.0
-MAX_RETRY_AFTER = 300.0  # the longest a provider's Retry-After may pause a stage; a longer one fails the attempt
+MAX_RETRY_AFTER = (
+    300.0  # the longest a provider's Retry-After may pause a stage; a longer one fails the attempt
+)
 RATE_LIMITED_ATTEMPTS = 30  # 429s mean "slow down", not "failed": waited out under their own cap
 
 
@@ -63,7 +66,7 @@ def retry_after_seconds(headers) -> float | None:
 def backoff_seconds(attempt: int, retry_after: float | None, base: float) -> float:
     if retry_after is not None:
         return min(retry_after, MAX_RETRY_AFTER)
-    return min(MAX_BACKOFF, base * 2 ** attempt) * random.uniform(0.5, 1.0)
+    return min(MAX_BACKOFF, base * 2**attempt) * random.uniform(0.5, 1.0)
 
 
 def _duration(seconds: float) -> str:
@@ -75,10 +78,20 @@ def _duration(seconds: float) -> str:
 @dataclass
 class Usage:
     """Calls and tokens per role, for one record or a whole stage."""
+
     by_role: dict = field(default_factory=dict)
 
-    def add(self, role: str, prompt_tokens: int, completion_tokens: int, calls: int = 1, unreported: int = 0,
-            reasoning_tokens: int = 0, batched: int = 0, cached_tokens: int = 0) -> None:
+    def add(
+        self,
+        role: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        calls: int = 1,
+        unreported: int = 0,
+        reasoning_tokens: int = 0,
+        batched: int = 0,
+        cached_tokens: int = 0,
+    ) -> None:
         """`unreported`: calls whose reply carried no token counts (e.g. llama.cpp's streamed replies);
         `reasoning_tokens`: the part of the completion tokens spent on reasoning, where reported;
         `cached_tokens`: the part of the prompt tokens served from the provider's prompt cache, where reported."""
@@ -97,21 +110,34 @@ class Usage:
 
     def merge(self, other: dict) -> None:
         for role, e in other.items():
-            self.add(role, e["prompt_tokens"], e["completion_tokens"], e["calls"], e.get("unreported_calls", 0),
-                     e.get("reasoning_tokens", 0), e.get("batched_calls", 0), e.get("cached_prompt_tokens", 0))
+            self.add(
+                role,
+                e["prompt_tokens"],
+                e["completion_tokens"],
+                e["calls"],
+                e.get("unreported_calls", 0),
+                e.get("reasoning_tokens", 0),
+                e.get("batched_calls", 0),
+                e.get("cached_prompt_tokens", 0),
+            )
 
 
 @dataclass
 class Sharing:
     """What the calls of many stages at once share (the grid): each endpoint's limiter, the budget, and the stop that
     lets no new call start (a first Ctrl-C) while the calls in flight end and are journalled."""
+
     endpoints: Endpoints
     budget: Budget | None = None
     draining: threading.Event = field(default_factory=threading.Event)
-    answered: Usage = field(default_factory=lambda: Usage())  # by model id: every call answered, for the display
+    answered: Usage = field(
+        default_factory=lambda: Usage()
+    )  # by model id: every call answered, for the display
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    clients: dict = field(default_factory=dict)  # (base URL, key hash, timeout) -> the SDK client every cell uses
+    clients: dict = field(
+        default_factory=dict
+    )  # (base URL, key hash, timeout) -> the SDK client every cell uses
 
     def client(self, role: Role, timeout: float, build):
         key = (role.base_url, key_digest(role.api_key), timeout)
@@ -122,8 +148,13 @@ class Sharing:
 
     def count(self, model: str, reply: Reply) -> None:
         with self.lock:
-            self.answered.add(model, reply.prompt_tokens or 0, reply.completion_tokens or 0,
-                              unreported=int(reply.prompt_tokens is None), cached_tokens=reply.cached_tokens or 0)
+            self.answered.add(
+                model,
+                reply.prompt_tokens or 0,
+                reply.completion_tokens or 0,
+                unreported=int(reply.prompt_tokens is None),
+                cached_tokens=reply.cached_tokens or 0,
+            )
 
 
 def request_body(role: Role, prompt: str | list[dict], token_field: str = "max_tokens") -> dict:
@@ -146,19 +177,24 @@ def error_message(error, redact=None) -> str:
 @dataclass
 class Attempt:
     """What one attempt at a call came to: an accepted reply, or a problem and how the provider pushed back."""
+
     reply: Reply | None = None  # accepted
     problem: str = ""
     retry_after: float | None = None
     pushed_back: str | None = None  # "rate" (429 with a wait the harness honours), "slots" (a cut stream)
     hint: str = ""
     repeat: bool = False  # asked again at once, not a failed attempt (the output-limit field switched)
-    answered: Reply | None = None  # any reply the provider gave, accepted or not (its cost settles the budget)
+    answered: Reply | None = (
+        None  # any reply the provider gave, accepted or not (its cost settles the budget)
+    )
 
 
 def malformed_usage(role: str, problem: str) -> str:
     """What a reply with malformed usage means for the run (said once per stage and role)."""
-    return (f"{role}: a reply's {problem}; such replies are kept, their tokens counted as unreported and settled "
-            "at the worst case for --max-cost")
+    return (
+        f"{role}: a reply's {problem}; such replies are kept, their tokens counted as unreported and settled "
+        "at the worst case for --max-cost"
+    )
 
 
 def default_token_fields(roles) -> dict[str, str]:
@@ -174,31 +210,55 @@ class ModelCaller:
     and output limit. Replies are read within the call deadline and validated by `replies`; every message
     and reply passes through the settings' redaction of API keys."""
 
-    def __init__(self, settings: Settings, progress, abort: threading.Event,  # progress: runner.Progress
-                 clients: dict | None = None, token_fields: dict | None = None, sharing: Sharing | None = None,
-                 cell=None):
+    def __init__(
+        self,
+        settings: Settings,
+        progress,
+        abort: threading.Event,  # progress: runner.Progress
+        clients: dict | None = None,
+        token_fields: dict | None = None,
+        sharing: Sharing | None = None,
+        cell=None,
+    ):
         import openai  # imported here so that offline commands (validation, results) never need it
+
         self.openai = openai
         self.settings, self.progress, self.abort = settings, progress, abort
         # one limiter per base URL for a stage on its own; the grid's, per endpoint, shared by all its cells
-        self.endpoints = sharing.endpoints if sharing else Endpoints(lambda role: settings.transport.concurrency * 2)
+        self.endpoints = (
+            sharing.endpoints if sharing else Endpoints(lambda role: settings.transport.concurrency * 2)
+        )
         self.limiters = {role: self.endpoints.of(r) for role, r in settings.roles.items()}
         self.cell, self.sharing = cell, sharing
         self.draining = sharing.draining if sharing else threading.Event()
+
         # Every client is built here, before any worker starts: nothing is built lazily across threads. The grid's
         # cells share one per endpoint (and its connections): building one reads the whole environment for proxies.
         def build(r: Role):
-            return openai.OpenAI(base_url=r.base_url, api_key=r.api_key or "EMPTY", timeout=settings.transport.timeout,
-                                 max_retries=0, http_client=openai.DefaultHttpxClient(follow_redirects=False))
-        self.clients = clients or {role: sharing.client(r, settings.transport.timeout, build) if sharing else build(r)
-                                   for role, r in settings.roles.items()}
+            return openai.OpenAI(
+                base_url=r.base_url,
+                api_key=r.api_key or "EMPTY",
+                timeout=settings.transport.timeout,
+                max_retries=0,
+                http_client=openai.DefaultHttpxClient(follow_redirects=False),
+            )
+
+        self.clients = clients or {
+            role: sharing.client(r, settings.transport.timeout, build) if sharing else build(r)
+            for role, r in settings.roles.items()
+        }
         # The output-limit field per role: OpenAI's reasoning models refuse max_tokens, so a role switches to
         # max_completion_tokens on that refusal and keeps it (a transport detail; it does not change results).
         self.token_fields = default_token_fields(settings.roles) | (token_fields or {})
         self.lock = threading.Lock()
         self.said: set[str] = set()  # the topics of lines said once (malformed usage, per role)
-        self.budget = sharing.budget if sharing else Budget(settings.spending.max_cost, settings.spending.prices) \
-            if settings.spending.max_cost is not None else None
+        self.budget = (
+            sharing.budget
+            if sharing
+            else Budget(settings.spending.max_cost, settings.spending.prices)
+            if settings.spending.max_cost is not None
+            else None
+        )
         try:
             import httpx2 as httpx  # what the openai 3.x SDK is built on
         except ImportError:
@@ -230,8 +290,13 @@ class ModelCaller:
             raise FatalError(stop_message(role, refusal, error_message(said, self.settings.redact)))
         return refusal
 
-    def chat(self, role_name: str, prompt: str | list[dict], usage: Usage,
-             on_send: Callable[[], None] | None = None) -> Reply:
+    def chat(
+        self,
+        role_name: str,
+        prompt: str | list[dict],
+        usage: Usage,
+        on_send: Callable[[], None] | None = None,
+    ) -> Reply:
         """One non-empty, untruncated reply; transient failures are retried, permanent ones raise FatalError.
         `on_send` is called as each request goes out (its slot taken, its cost reserved)."""
         role = self.settings.roles[role_name]
@@ -245,16 +310,23 @@ class ModelCaller:
             if last.reply is not None:
                 return last.reply
             self.progress.retry(f"{role.describe()}: {last.problem}")
-            if last.pushed_back == "rate" and last.retry_after is not None and rate_limited < RATE_LIMITED_ATTEMPTS:
+            if (
+                last.pushed_back == "rate"
+                and last.retry_after is not None
+                and rate_limited < RATE_LIMITED_ATTEMPTS
+            ):
                 rate_limited += 1  # the throttle makes every worker wait out Retry-After
                 continue
             attempt += 1
-            if attempt < attempts and self._paused(backoff_seconds(attempt - 1, last.retry_after,
-                                                                   self.settings.transport.backoff_base)):
+            if attempt < attempts and self._paused(
+                backoff_seconds(attempt - 1, last.retry_after, self.settings.transport.backoff_base)
+            ):
                 raise Aborted()
-        raise CaseFailed(f"{role.describe()}: {last.problem} (after {counted(attempts, 'attempt')}"
-                         + (f" and {rate_limited} rate-limited ones)" if rate_limited else ")")
-                         + self._failure_hint(role, last))
+        raise CaseFailed(
+            f"{role.describe()}: {last.problem} (after {counted(attempts, 'attempt')}"
+            + (f" and {rate_limited} rate-limited ones)" if rate_limited else ")")
+            + self._failure_hint(role, last)
+        )
 
     def stopped(self) -> bool:
         """No new call: the stage is stopping, or the grid is draining."""
@@ -273,9 +345,13 @@ class ModelCaller:
     def _attempt(self, role: Role, prompt: str | list[dict], usage: Usage, on_send=None) -> Attempt:
         """One request, within the endpoint's limiter and the budget; what came of it."""
         limiter, counted_tokens = self.limiters[role.name], request_tokens(len(str(prompt)), role.max_tokens)
-        lease = limiter.acquire(self.stopped, self.cell, counted_tokens)  # before the budget: waiting reserves nothing
+        lease = limiter.acquire(
+            self.stopped, self.cell, counted_tokens
+        )  # before the budget: waiting reserves nothing
         try:
-            reserved = self.budget.reserve(role.model, len(str(prompt)), role.max_tokens) if self.budget else 0.0
+            reserved = (
+                self.budget.reserve(role.model, len(str(prompt)), role.max_tokens) if self.budget else 0.0
+            )
         except FatalError:
             limiter.release(lease=lease)
             raise
@@ -289,21 +365,30 @@ class ModelCaller:
         except self.openai.APIStatusError as e:
             try:
                 outcome = self._status_error(role, e, token_field)
-            except FatalError as fatal:  # what every call to this endpoint would meet: the grid's cells stop too
+            except (
+                FatalError
+            ) as fatal:  # what every call to this endpoint would meet: the grid's cells stop too
                 limiter.fail(str(fatal))
                 raise
         except (self.openai.APITimeoutError, TimeoutError, self.transport_errors[0]):
             outcome = Attempt(problem=f"no response within --timeout {self.settings.transport.timeout:g}s")
         except DeadlineExceeded:
-            outcome = Attempt(problem=f"no complete reply within the call deadline of {self.settings.transport.call_deadline:g}s")
+            outcome = Attempt(
+                problem=f"no complete reply within the call deadline of {self.settings.transport.call_deadline:g}s"
+            )
         except StreamCutShort as e:
-            outcome = Attempt(problem=str(e), pushed_back="slots",
-                              hint="; the server may serve one request at a time: --concurrency 1, or start it "
-                                   "with more slots (llama.cpp: --n_parallel)")
+            outcome = Attempt(
+                problem=str(e),
+                pushed_back="slots",
+                hint="; the server may serve one request at a time: --concurrency 1, or start it "
+                "with more slots (llama.cpp: --n_parallel)",
+            )
         except MalformedReply as e:
             outcome = Attempt(problem=f"malformed reply: {e.said(self.settings.redact)}")
         except self.openai.APIConnectionError as e:
-            outcome = Attempt(problem=f"connection error: {error_message(e.__cause__ or e, self.settings.redact)}")
+            outcome = Attempt(
+                problem=f"connection error: {error_message(e.__cause__ or e, self.settings.redact)}"
+            )
         except self.transport_errors[1] as e:  # raised while reading a body the SDK handed over
             outcome = Attempt(problem=f"connection error: {error_message(e, self.settings.redact)}")
         except InterruptedError:
@@ -312,8 +397,9 @@ class ModelCaller:
             self._settle(role, outcome, limiter, lease, counted_tokens, reserved)
         return outcome
 
-    def _settle(self, role: Role, outcome: Attempt, limiter, lease, counted_tokens: int,
-                reserved: float) -> None:
+    def _settle(
+        self, role: Role, outcome: Attempt, limiter, lease, counted_tokens: int, reserved: float
+    ) -> None:
         """An attempt's end, however it ended: the progress, the endpoint's lease (with the tokens it used),
         the counts shared with the grid and the budget."""
         self.progress.update(in_flight=-1, **({"answered": 1} if outcome.answered else {}))
@@ -324,19 +410,31 @@ class ModelCaller:
             self.sharing.count(role.model, answered)
         if self.budget:  # an answered call costs what it reports; an unanswered one its worst case
             reply = outcome.answered
-            self.budget.settle(reserved, role.model, reply.prompt_tokens if reply else None,
-                               reply.completion_tokens if reply else None, (reply.cached_tokens or 0) if reply else 0)
+            self.budget.settle(
+                reserved,
+                role.model,
+                reply.prompt_tokens if reply else None,
+                reply.completion_tokens if reply else None,
+                (reply.cached_tokens or 0) if reply else 0,
+            )
 
     def _accepted(self, role: Role, reply: Reply, usage: Usage) -> Attempt:
         """A reply counts as spent whatever it says; it is accepted when it is complete and not empty."""
         if reply.prompt_tokens is not None:
-            usage.add(role.name, reply.prompt_tokens, reply.completion_tokens or 0,
-                      reasoning_tokens=reply.reasoning_tokens or 0, cached_tokens=reply.cached_tokens or 0)
+            usage.add(
+                role.name,
+                reply.prompt_tokens,
+                reply.completion_tokens or 0,
+                reasoning_tokens=reply.reasoning_tokens or 0,
+                cached_tokens=reply.cached_tokens or 0,
+            )
         else:
             usage.add(role.name, 0, 0, unreported=1)
         if reply.usage_problem:
-            self.say_once(f"usage:{role.name}", malformed_usage(role.describe(), self.settings.redact(
-                reply.usage_problem)))
+            self.say_once(
+                f"usage:{role.name}",
+                malformed_usage(role.describe(), self.settings.redact(reply.usage_problem)),
+            )
         problem = unusable(reply, f"{role.flags[1]} {role.max_tokens}")
         if problem:
             return Attempt(problem=problem, answered=reply)
@@ -362,27 +460,39 @@ class ModelCaller:
         if refusal is Refusal.TOKEN_FIELD:
             return Attempt(repeat=True)
         if 300 <= status < 400:
-            raise FatalError(f"{role.describe()}: the endpoint redirects to "
-                             f"{redact(e.response.headers.get('location') or '?')}; redirects are not "
-                             "followed (the prompt would go there): set the base URL to that address "
-                             "if you trust it") from None
+            raise FatalError(
+                f"{role.describe()}: the endpoint redirects to "
+                f"{redact(e.response.headers.get('location') or '?')}; redirects are not "
+                "followed (the prompt would go there): set the base URL to that address "
+                "if you trust it"
+            ) from None
         if status not in TRANSIENT_STATUS and status < 500:
-            hint = {401: f"check the key in {role.key_variable} (the grid file's key_variable)" if role.key_variable
-                    else "check the API key variable for this role" if role.api_key else
-                    f"no API key is set for this role: set {key_variables(role.name)}",
-                    403: "check the API key's permissions",
-                    404: "check the model id and the base URL"}.get(status, "check the request settings")
-            raise FatalError(f"{role.describe()}: HTTP {status}: {error_message(e, redact)} ({hint})") from None
+            hint = {
+                401: f"check the key in {role.key_variable} (the grid file's key_variable)"
+                if role.key_variable
+                else "check the API key variable for this role"
+                if role.api_key
+                else f"no API key is set for this role: set {key_variables(role.name)}",
+                403: "check the API key's permissions",
+                404: "check the model id and the base URL",
+            }.get(status, "check the request settings")
+            raise FatalError(
+                f"{role.describe()}: HTTP {status}: {error_message(e, redact)} ({hint})"
+            ) from None
         wait = retry_after_seconds(e.response.headers)
         # a Retry-After of 0, negative or in the past asks nothing usable: the usual backoff applies
-        outcome = Attempt(problem=f"HTTP {status}", retry_after=wait if wait is not None and wait > 0 else None)
+        outcome = Attempt(
+            problem=f"HTTP {status}", retry_after=wait if wait is not None and wait > 0 else None
+        )
         if status == 429:
             outcome.pushed_back = "rate"
         if outcome.retry_after is not None and outcome.retry_after > MAX_RETRY_AFTER:
             # longer than the harness ever waits (a quota, a bogus header), on a 429 or a 5xx alike: a transient
             # failure of this call, with the usual backoff, and no pause for the other workers
-            outcome.problem += (f" (provider asks to wait {_duration(outcome.retry_after)}, more than the "
-                                f"{MAX_RETRY_AFTER:.0f} s the harness waits)")
+            outcome.problem += (
+                f" (provider asks to wait {_duration(outcome.retry_after)}, more than the "
+                f"{MAX_RETRY_AFTER:.0f} s the harness waits)"
+            )
             outcome.retry_after, outcome.pushed_back = None, None
         return outcome
 
@@ -392,6 +502,9 @@ class ModelCaller:
         if "provider asks to wait" in last.problem:
             return "; rerun the same command when the provider accepts requests again"
         if last.problem.startswith("no response") or last.problem.startswith("no complete reply"):
-            return ("; raise --timeout or --call-deadline" if self.settings.transport.stream else
-                    "; raise --timeout, or use --stream so that only a stalled connection times out")
+            return (
+                "; raise --timeout or --call-deadline"
+                if self.settings.transport.stream
+                else "; raise --timeout, or use --stream so that only a stalled connection times out"
+            )
         return last.hint

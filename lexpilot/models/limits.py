@@ -6,6 +6,7 @@ the grid's settings (a bad key, an unknown model).
 One stage invocation keeps one limiter per base URL; the grid (`run_grid.py`) keeps one per endpoint, its base URL,
 model id and key (by a hash, never the key), for every cell at once.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,6 +30,7 @@ POLL = 0.5  # the longest a waiting call sleeps before it looks at a stop again 
 class Limits:
     """An endpoint's proactive limits (None: not limited that way): requests in flight, requests per minute and
     tokens per minute."""
+
     concurrency: int | None = None
     rpm: float | None = None
     tpm: float | None = None
@@ -38,7 +40,9 @@ class Limits:
 
 def limit_value(name: str, value, where: str) -> float:
     """A positive number for a limit (a whole one for concurrency), or a one-line error saying where."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    ok = (
+        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    )
     if not ok or (name == "concurrency" and value != int(value)):
         kind = "a positive whole number" if name == "concurrency" else "a positive number"
         raise HarnessError(f"{where}: {name} = {str(value)[:40]!r} is not {kind}")
@@ -51,7 +55,9 @@ def parse_limits(text: str, where: str) -> Limits:
     for entry in filter(None, (e.strip() for e in text.split(","))):
         name, _, number = entry.partition(":")
         if name not in Limits.NAMES:
-            raise HarnessError(f"{where}: {name!r} is not a limit; use {', '.join(Limits.NAMES)} as NAME:VALUE")
+            raise HarnessError(
+                f"{where}: {name!r} is not a limit; use {', '.join(Limits.NAMES)} as NAME:VALUE"
+            )
         if name in values:
             raise HarnessError(f"{where}: {name} is given twice; give each limit once")
         try:
@@ -85,6 +91,7 @@ def requests_per_minute(limits: Limits, tokens_per_request: int) -> float | None
 
 class Ticket:
     """One call waiting for its turn at an endpoint."""
+
     __slots__ = ("cell", "tokens", "granted", "wake_at", "event", "lease")
 
     def __init__(self, cell: Hashable, tokens: int):
@@ -120,7 +127,9 @@ class Limiter:
         with, so each backlog counts one call more than its length: a call that waited a millisecond for its turn
         is the limit used in full, not a thousand times over."""
         with self.lock:
-            seconds = self.backlog_seconds + (time.monotonic() - self.backlog_since if self.backlog_since else 0.0)
+            seconds = self.backlog_seconds + (
+                time.monotonic() - self.backlog_since if self.backlog_since else 0.0
+            )
             if not self.limits.rpm or not self.backlogs:
                 return None
             return self.backlog_sent / (seconds * self.limits.rpm / 60 + self.backlogs)
@@ -143,7 +152,9 @@ class Limiter:
                     if self.failure:
                         raise FatalError(self.failure)
                     raise Aborted()
-                if not ticket.granted and self._is_next(ticket):  # only the next call can go: no one else asks
+                if not ticket.granted and self._is_next(
+                    ticket
+                ):  # only the next call can go: no one else asks
                     self._dispatch(time.monotonic())
                 if ticket.granted:
                     return ticket.lease
@@ -151,8 +162,13 @@ class Limiter:
                 ticket.event.clear()
             ticket.event.wait(min(max(timeout, 0.0), POLL))
 
-    def release(self, pushed_back: str | None = None, pause: float | None = None, tokens_over: int = 0,
-                lease: str | None = None) -> None:
+    def release(
+        self,
+        pushed_back: str | None = None,
+        pause: float | None = None,
+        tokens_over: int = 0,
+        lease: str | None = None,
+    ) -> None:
         """`pushed_back`: "rate" (HTTP 429, pause = its Retry-After, already capped) or "slots"; `tokens_over`:
         tokens the reply used beyond what was counted when it was sent, charged to the tpm pacing."""
         with self.lock:
@@ -162,8 +178,14 @@ class Limiter:
             self._give_back(pushed_back, pause, tokens_over, now, lease)
             self._dispatch(now)
 
-    def _give_back(self, pushed_back: str | None, pause: float | None, tokens_over: int, now: float,
-                   lease: str | None = None) -> None:
+    def _give_back(
+        self,
+        pushed_back: str | None,
+        pause: float | None,
+        tokens_over: int,
+        now: float,
+        lease: str | None = None,
+    ) -> None:
         """A call ended: its slot back, and what its ending says about the endpoint (AIMD)."""
         if pushed_back == "slots":  # the server has fewer slots than requests: it never grows them
             self.limit = self.max_limit = max(1.0, min(self.limit, self.in_flight - 1))
@@ -198,8 +220,12 @@ class Limiter:
         flight ends)."""
         if self.in_flight >= int(self.limit):
             return math.inf
-        wait = max(0.0, self.resume_at - now, self.next_request - now if self.limits.rpm else 0.0,
-                   self.next_tokens - now if self.limits.tpm else 0.0)
+        wait = max(
+            0.0,
+            self.resume_at - now,
+            self.next_request - now if self.limits.rpm else 0.0,
+            self.next_tokens - now if self.limits.tpm else 0.0,
+        )
         if wait > 0:
             return wait
         self.in_flight += 1
@@ -260,8 +286,13 @@ class Endpoints:
     endpoint for the grid. `ceiling(role)` is the most requests in flight a new limiter starts with (where no
     concurrency limit is given); `limits` holds the proactive limits by model id."""
 
-    def __init__(self, ceiling: Callable[[object], int], limits: dict[str, Limits] | None = None,
-                 per_model: bool = False, make: Callable | None = None):
+    def __init__(
+        self,
+        ceiling: Callable[[object], int],
+        limits: dict[str, Limits] | None = None,
+        per_model: bool = False,
+        make: Callable | None = None,
+    ):
         self.ceiling, self.limits, self.per_model = ceiling, limits or {}, per_model
         # make(endpoint, ceiling, limits, name) -> a limiter: shared_limits.SharedLimiter for limits held in Redis
         self.make = make or (lambda endpoint, ceiling, limits, name: Limiter(ceiling, limits, name))
@@ -273,7 +304,9 @@ class Endpoints:
         with self.lock:
             if key not in self.limiters:
                 name = f"{role.model} at {role.host}" if self.per_model else role.host
-                self.limiters[key] = self.make(key, self.ceiling(role), self.limits.get(role.model, Limits()), name)
+                self.limiters[key] = self.make(
+                    key, self.ceiling(role), self.limits.get(role.model, Limits()), name
+                )
             return self.limiters[key]
 
     def all(self) -> list[Limiter]:

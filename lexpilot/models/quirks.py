@@ -5,6 +5,7 @@ the standard ones (cached prompt tokens, reasoning tokens, reasoning text). Each
 named entry with an example of its own (tests/test_quirks.py plays every entry's example); a new quirk is one
 entry. And the one message a refusal that stops a stage gives, whichever path met it.
 """
+
 from __future__ import annotations
 
 import re
@@ -14,8 +15,11 @@ from enum import Enum
 
 class Refusal(str, Enum):
     """What a refused request asks of the harness."""
+
     TOKEN_FIELD = "token_field"  # the output-limit field is refused: asked again with max_completion_tokens
-    CONTEXT_WINDOW = "context_window"  # the prompt plus the output limit exceed the model's context: the case fails
+    CONTEXT_WINDOW = (
+        "context_window"  # the prompt plus the output limit exceed the model's context: the case fails
+    )
     TEMPERATURE = "temperature"  # the model accepts no temperature but its default: the stage stops
     OUTPUT_LIMIT = "output_limit"  # the output limit is above the model's: the stage stops
 
@@ -26,6 +30,7 @@ STOPS = (Refusal.TEMPERATURE, Refusal.OUTPUT_LIMIT)  # no retry and no other cas
 @dataclass(frozen=True)
 class ProviderError:
     """A provider's refusal of one request, however it came (an HTTP error, a batch output or error line)."""
+
     status: int | None  # None: a batch error-file line, which carries no status
     message: str
     param: str = ""
@@ -35,6 +40,7 @@ class ProviderError:
 @dataclass(frozen=True)
 class Quirk:
     """One provider's way of saying a refusal: its `param` and `code` (all given must match) or its wording."""
+
     name: str
     refusal: Refusal
     example: ProviderError  # what that provider sends (tests/test_quirks.py)
@@ -54,36 +60,70 @@ def _e(message: str, param: str = "", code: str = "") -> ProviderError:
 
 # in the order they are tried: a context window is said before an output limit, whose wordings overlap
 QUIRKS = (
-    Quirk("OpenAI: context_length_exceeded", Refusal.CONTEXT_WINDOW,
-          _e("This model's maximum context length is 8192 tokens.", "messages", "context_length_exceeded"),
-          wording=r"context_length_exceeded"),
-    Quirk("OpenAI, vLLM, DeepSeek: 'maximum context length'", Refusal.CONTEXT_WINDOW,
-          _e("This model's maximum context length is 32768 tokens. However, you requested 40000 tokens."),
-          wording=r"maximum context length|context length"),
-    Quirk("llama.cpp server: 'exceeds the available context size' (exceed_context_size_error)", Refusal.CONTEXT_WINDOW,
-          _e("request (4476 tokens) exceeds the available context size (4096 tokens), try increasing it"),
-          wording=r"exceeds? the available context size"),
-    Quirk("OpenAI-compatible: 'context window'", Refusal.CONTEXT_WINDOW,
-          _e("Input is longer than the model's context window."), wording=r"context window"),
-    Quirk("OpenAI reasoning models: max_tokens unsupported (param and code)", Refusal.TOKEN_FIELD,
-          _e("Unsupported parameter.", "max_tokens", "unsupported_parameter"),
-          param="max_tokens", code="unsupported_parameter"),
-    Quirk("OpenAI reasoning models: max_tokens unsupported (wording)", Refusal.TOKEN_FIELD,
-          _e("Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' "
-             "instead."),
-          wording=r"'max_tokens' is not supported.*max_completion_tokens|Unsupported parameter: 'max_tokens'"),
-    Quirk("OpenAI reasoning models: temperature unsupported (param)", Refusal.TEMPERATURE,
-          _e("Unsupported value.", "temperature", "unsupported_value"), param="temperature"),
-    Quirk("OpenAI-compatible: temperature unsupported (wording)", Refusal.TEMPERATURE,
-          _e("Unsupported value: 'temperature' does not support 0.7 with this model."),
-          wording=r"unsupported value: 'temperature'|temperature.*not support"),
-    Quirk("OpenAI, Anthropic, DeepSeek, vLLM: max_tokens too large / at most / maximum / range",
-          Refusal.OUTPUT_LIMIT,
-          _e("max_tokens: 64000 > 32000, which is the maximum allowed number of output tokens for this model"),
-          wording=r"max_(completion_)?tokens.*(too large|at most|maximum|exceed|less than|<=|range)"),
-    Quirk("OpenAI-compatible: 'maximum output/completion tokens' without the field's name", Refusal.OUTPUT_LIMIT,
-          _e("The requested output exceeds the maximum completion tokens (4096) of this model"),
-          wording=r"(maximum|max) (output|completion) tokens"),
+    Quirk(
+        "OpenAI: context_length_exceeded",
+        Refusal.CONTEXT_WINDOW,
+        _e("This model's maximum context length is 8192 tokens.", "messages", "context_length_exceeded"),
+        wording=r"context_length_exceeded",
+    ),
+    Quirk(
+        "OpenAI, vLLM, DeepSeek: 'maximum context length'",
+        Refusal.CONTEXT_WINDOW,
+        _e("This model's maximum context length is 32768 tokens. However, you requested 40000 tokens."),
+        wording=r"maximum context length|context length",
+    ),
+    Quirk(
+        "llama.cpp server: 'exceeds the available context size' (exceed_context_size_error)",
+        Refusal.CONTEXT_WINDOW,
+        _e("request (4476 tokens) exceeds the available context size (4096 tokens), try increasing it"),
+        wording=r"exceeds? the available context size",
+    ),
+    Quirk(
+        "OpenAI-compatible: 'context window'",
+        Refusal.CONTEXT_WINDOW,
+        _e("Input is longer than the model's context window."),
+        wording=r"context window",
+    ),
+    Quirk(
+        "OpenAI reasoning models: max_tokens unsupported (param and code)",
+        Refusal.TOKEN_FIELD,
+        _e("Unsupported parameter.", "max_tokens", "unsupported_parameter"),
+        param="max_tokens",
+        code="unsupported_parameter",
+    ),
+    Quirk(
+        "OpenAI reasoning models: max_tokens unsupported (wording)",
+        Refusal.TOKEN_FIELD,
+        _e(
+            "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' "
+            "instead."
+        ),
+        wording=r"'max_tokens' is not supported.*max_completion_tokens|Unsupported parameter: 'max_tokens'",
+    ),
+    Quirk(
+        "OpenAI reasoning models: temperature unsupported (param)",
+        Refusal.TEMPERATURE,
+        _e("Unsupported value.", "temperature", "unsupported_value"),
+        param="temperature",
+    ),
+    Quirk(
+        "OpenAI-compatible: temperature unsupported (wording)",
+        Refusal.TEMPERATURE,
+        _e("Unsupported value: 'temperature' does not support 0.7 with this model."),
+        wording=r"unsupported value: 'temperature'|temperature.*not support",
+    ),
+    Quirk(
+        "OpenAI, Anthropic, DeepSeek, vLLM: max_tokens too large / at most / maximum / range",
+        Refusal.OUTPUT_LIMIT,
+        _e("max_tokens: 64000 > 32000, which is the maximum allowed number of output tokens for this model"),
+        wording=r"max_(completion_)?tokens.*(too large|at most|maximum|exceed|less than|<=|range)",
+    ),
+    Quirk(
+        "OpenAI-compatible: 'maximum output/completion tokens' without the field's name",
+        Refusal.OUTPUT_LIMIT,
+        _e("The requested output exceeds the maximum completion tokens (4096) of this model"),
+        wording=r"(maximum|max) (output|completion) tokens",
+    ),
 )
 
 
@@ -94,8 +134,12 @@ def provider_error(status: int | None, body, fallback: str = "") -> ProviderErro
     inner = body.get("error", body)
     inner = inner if isinstance(inner, dict) else {"message": inner} if isinstance(inner, str) else {}
     message = inner.get("message")
-    return ProviderError(status, message if isinstance(message, str) and message.strip() else fallback,
-                         str(inner.get("param") or ""), str(inner.get("code") or ""))
+    return ProviderError(
+        status,
+        message if isinstance(message, str) and message.strip() else fallback,
+        str(inner.get("param") or ""),
+        str(inner.get("code") or ""),
+    )
 
 
 def refusal_of(error: ProviderError) -> Refusal | None:
@@ -111,42 +155,62 @@ def stop_message(role, refusal: Refusal, said: str) -> str:
     synchronous call and a batch line."""
     flag_temperature, flag_tokens = role.flags
     if refusal is Refusal.TEMPERATURE:
-        return (f"{role.describe()}: the model does not accept temperature {role.temperature} ({said}). Pass "
-                f"{flag_temperature} default to send none, so that the provider's default applies (a protocol "
-                "change: report it)")
-    return (f"{role.describe()}: the model does not accept {role.max_tokens} output tokens ({said}). Pass "
-            f"{flag_tokens} with the model's limit")
+        return (
+            f"{role.describe()}: the model does not accept temperature {role.temperature} ({said}). Pass "
+            f"{flag_temperature} default to send none, so that the provider's default applies (a protocol "
+            "change: report it)"
+        )
+    return (
+        f"{role.describe()}: the model does not accept {role.max_tokens} output tokens ({said}). Pass "
+        f"{flag_tokens} with the model's limit"
+    )
 
 
 def context_message(role, said: str) -> str:
     """Why a case fails when its prompt is beyond the model's context window (no retry helps; other cases may fit)."""
-    return (f"{role.describe()}: the prompt plus {role.flags[1]} {role.max_tokens} exceed the model's context "
-            f"window ({said}). Lower {role.flags[1]} or serve the model with a longer context")
+    return (
+        f"{role.describe()}: the prompt plus {role.flags[1]} {role.max_tokens} exceed the model's context "
+        f"window ({said}). Lower {role.flags[1]} or serve the model with a longer context"
+    )
 
 
 # ----------------------------------------------------------------------------- where a reply's extras are
 
+
 @dataclass(frozen=True)
 class Field:
     """One provider's place for a value: a path of keys into the reply's `usage` or message (or stream delta)."""
+
     name: str
     path: tuple[str, ...]
     example: dict  # a usage or message object that provider sends, holding 7 there (tests/test_quirks.py)
 
 
 CACHED_TOKENS = (  # prompt tokens served from the provider's prompt cache (priced apart), in `usage`
-    Field("OpenAI-compatible (OpenAI, vLLM): prompt_tokens_details.cached_tokens",
-          ("prompt_tokens_details", "cached_tokens"), {"prompt_tokens": 9, "prompt_tokens_details": {"cached_tokens": 7}}),
-    Field("DeepSeek: prompt_cache_hit_tokens", ("prompt_cache_hit_tokens",),
-          {"prompt_tokens": 9, "prompt_cache_hit_tokens": 7, "prompt_cache_miss_tokens": 2}),
+    Field(
+        "OpenAI-compatible (OpenAI, vLLM): prompt_tokens_details.cached_tokens",
+        ("prompt_tokens_details", "cached_tokens"),
+        {"prompt_tokens": 9, "prompt_tokens_details": {"cached_tokens": 7}},
+    ),
+    Field(
+        "DeepSeek: prompt_cache_hit_tokens",
+        ("prompt_cache_hit_tokens",),
+        {"prompt_tokens": 9, "prompt_cache_hit_tokens": 7, "prompt_cache_miss_tokens": 2},
+    ),
 )
 REASONING_TOKENS = (  # completion tokens spent reasoning, in `usage`
-    Field("OpenAI: completion_tokens_details.reasoning_tokens", ("completion_tokens_details", "reasoning_tokens"),
-          {"completion_tokens": 9, "completion_tokens_details": {"reasoning_tokens": 7}}),
+    Field(
+        "OpenAI: completion_tokens_details.reasoning_tokens",
+        ("completion_tokens_details", "reasoning_tokens"),
+        {"completion_tokens": 9, "completion_tokens_details": {"reasoning_tokens": 7}},
+    ),
 )
 REASONING_TEXT = (  # reasoning returned apart from the content, in the message or a stream delta
-    Field("DeepSeek, llama.cpp (--reasoning-format deepseek), vLLM before 0.10: reasoning_content",
-          ("reasoning_content",), {"content": "答", "reasoning_content": 7}),
+    Field(
+        "DeepSeek, llama.cpp (--reasoning-format deepseek), vLLM before 0.10: reasoning_content",
+        ("reasoning_content",),
+        {"content": "答", "reasoning_content": 7},
+    ),
     Field("vLLM, OpenRouter, Ollama: reasoning", ("reasoning",), {"content": "答", "reasoning": 7}),
 )
 

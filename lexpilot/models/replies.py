@@ -4,6 +4,7 @@ HTML, a wrong shape, nesting too deep, invalid Unicode) is a `MalformedReply`, w
 transient failure; malformed usage is not (the reply is kept, its counts unreported). The SDK's own response models are not used: parsing here is explicit,
 and free of their lazily built classes (which raced across threads on a first call).
 """
+
 from __future__ import annotations
 
 import json
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 
 from lexpilot.models.quirks import CACHED_TOKENS, REASONING_TEXT, REASONING_TOKENS, first_field
 
-MAX_TOKENS = 10 ** 9  # a token count above this is no count (and overflows the prices' floats)
+MAX_TOKENS = 10**9  # a token count above this is no count (and overflows the prices' floats)
 
 
 class MalformedReply(Exception):
@@ -29,7 +30,7 @@ class MalformedReply(Exception):
         message = redact(str(self))
         if self.excerpt is None:
             return message
-        return f"{message} ({' '.join(redact(self.excerpt).split())[:self.limit]!r}…)"
+        return f"{message} ({' '.join(redact(self.excerpt).split())[: self.limit]!r}…)"
 
 
 class StreamCutShort(MalformedReply):
@@ -47,7 +48,9 @@ class Reply:
     prompt_tokens: int | None = None  # None: the reply carried no token counts
     completion_tokens: int | None = None
     reasoning_tokens: int | None = None
-    cached_tokens: int | None = None  # prompt tokens the provider served from its prompt cache, where reported
+    cached_tokens: int | None = (
+        None  # prompt tokens the provider served from its prompt cache, where reported
+    )
     reasoning: str = ""  # reasoning returned apart from the content (reasoning_content / reasoning)
     usage_problem: str = ""  # why the reply's usage could not be read (its counts are then unreported)
 
@@ -97,9 +100,13 @@ def _usage(reply: Reply, usage) -> None:
         return
     if not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= MAX_TOKENS for c in counts):
         # the counts' kinds, not their text: a provider's text here may hold anything, a key included
-        kinds = ", ".join(type(c).__name__ if not isinstance(c, int) else "out of range" if c >= 0 else "negative"
-                          for c in counts)
-        reply.usage_problem = f"usage holds token counts that are not whole numbers from 0 to {MAX_TOKENS:,} ({kinds})"
+        kinds = ", ".join(
+            type(c).__name__ if not isinstance(c, int) else "out of range" if c >= 0 else "negative"
+            for c in counts
+        )
+        reply.usage_problem = (
+            f"usage holds token counts that are not whole numbers from 0 to {MAX_TOKENS:,} ({kinds})"
+        )
         return
     reply.prompt_tokens, reply.completion_tokens = counts
     reasoning = first_field(usage, REASONING_TOKENS)
@@ -167,7 +174,9 @@ def parse_stream(lines, deadline: float, aborted) -> Reply:
             break
         event = _loads(payload, "a stream event")
         if isinstance(event, dict) and isinstance(event.get("error"), dict):
-            raise MalformedReply("the stream reported an error", str(event["error"].get("message"))[:4000], 120)
+            raise MalformedReply(
+                "the stream reported an error", str(event["error"].get("message"))[:4000], 120
+            )
         if isinstance(event, dict) and event.get("usage") is not None:
             _usage(reply, event["usage"])
         if isinstance(event, dict) and event.get("choices") == []:

@@ -9,6 +9,7 @@ ceiling, the pacing's next moments, the pause, counters), the hash taken over th
 hash, never the key; both expire a day after their last use. A Redis that cannot be reached pauses the calls that
 wait (one line when it goes, one when it is back); the calls in flight go on, and their leases expire by themselves.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -116,14 +117,18 @@ class RedisStore:
         try:
             import redis
         except ImportError:
-            raise HarnessError("--limits redis://…: the redis package is not installed; pip install -r "
-                               "requirements-optional.txt") from None
+            raise HarnessError(
+                "--limits redis://…: the redis package is not installed; pip install -r "
+                "requirements-optional.txt"
+            ) from None
         self.where, self.lease = limits_url(url)
         # any answer that is not the script's (connection lost, a timeout, a server that refuses): the calls wait
         self.errors = (redis.exceptions.RedisError,)
         self.redis = redis
         self.client = redis.Redis.from_url(url.split("?")[0], socket_timeout=2, socket_connect_timeout=2)
-        self.take, self.give_back, self.renew = (self.client.register_script(s) for s in (TAKE, GIVE_BACK, RENEW))
+        self.take, self.give_back, self.renew = (
+            self.client.register_script(s) for s in (TAKE, GIVE_BACK, RENEW)
+        )
         self.say, self.unreachable, self.lock = say, False, threading.Lock()
         self.ids = itertools.count(1)
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
@@ -132,7 +137,9 @@ class RedisStore:
         """Before any call: Redis answers, or one line says it does not."""
         try:
             self.client.ping()
-            self.client.exists(f"lexpilot:limits:{self.owner}")  # a database number the server lacks fails here
+            self.client.exists(
+                f"lexpilot:limits:{self.owner}"
+            )  # a database number the server lacks fails here
         except self.errors as e:
             raise HarnessError(self.refused(e)) from None
 
@@ -141,26 +148,44 @@ class RedisStore:
         password = parts_password(self.client)
         reason = " ".join((str(e).replace(password, "[redacted]") if password else str(e)).split())[:160]
         exceptions = self.redis.exceptions
-        if isinstance(e, exceptions.AuthenticationError) or "authenticat" in reason.lower() or "NOAUTH" in reason:
-            return (f"--limits: Redis at {self.where} needs a password ({reason}): give it in the URL, "
-                    "redis://:PASSWORD@HOST:PORT/DB")
+        if (
+            isinstance(e, exceptions.AuthenticationError)
+            or "authenticat" in reason.lower()
+            or "NOAUTH" in reason
+        ):
+            return (
+                f"--limits: Redis at {self.where} needs a password ({reason}): give it in the URL, "
+                "redis://:PASSWORD@HOST:PORT/DB"
+            )
         if isinstance(e, exceptions.ResponseError):
-            return (f"--limits: Redis at {self.where} refuses ({reason}); check the URL's database number (0 to 15 "
-                    "on a default server)")
+            return (
+                f"--limits: Redis at {self.where} refuses ({reason}); check the URL's database number (0 to 15 "
+                "on a default server)"
+            )
         # (InvalidResponse is neither; a server that is not Redis, an HTTP one say, often just closes the line)
-        if isinstance(e, (exceptions.ConnectionError, exceptions.TimeoutError)) and "closed by server" not in reason:
-            return (f"--limits: cannot reach Redis at {self.where} ({reason}); start it (docs/grid.md) or run "
-                    "without --limits")
-        return (f"--limits: the server at {self.where} does not answer as Redis does ({reason}); check the host "
-                "and port")
+        if (
+            isinstance(e, (exceptions.ConnectionError, exceptions.TimeoutError))
+            and "closed by server" not in reason
+        ):
+            return (
+                f"--limits: cannot reach Redis at {self.where} ({reason}); start it (docs/grid.md) or run "
+                "without --limits"
+            )
+        return (
+            f"--limits: the server at {self.where} does not answer as Redis does ({reason}); check the host "
+            "and port"
+        )
 
     def trouble(self, failed: bool) -> None:
         with self.lock:
             if failed == self.unreachable:
                 return
             self.unreachable = failed
-        self.say(f"[grid] cannot reach Redis at {self.where}: calls wait until it is back (nothing is lost)" if failed
-                 else f"[grid] Redis at {self.where} reached again: calls go on")
+        self.say(
+            f"[grid] cannot reach Redis at {self.where}: calls wait until it is back (nothing is lost)"
+            if failed
+            else f"[grid] Redis at {self.where} reached again: calls go on"
+        )
 
     def lease_id(self) -> str:
         return f"{self.owner}:{next(self.ids)}"
@@ -179,18 +204,23 @@ def limits_url(url: str) -> tuple[str, float]:
         raise HarnessError("--limits: not a redis://[:PASSWORD@]HOST:PORT/DB URL (optionally ?lease=SECONDS)")
     where = f"{parts.hostname}:{port}"
     if parts.path.strip("/") and not parts.path.strip("/").isdigit():
-        raise HarnessError(f"--limits (Redis at {where}): the database is a number after the port, "
-                           "redis://HOST:PORT/0")
+        raise HarnessError(
+            f"--limits (Redis at {where}): the database is a number after the port, redis://HOST:PORT/0"
+        )
     unknown = sorted(set(query) - {"lease"})
     if unknown:
-        raise HarnessError(f"--limits (Redis at {where}): {unknown[0][:40]!r} is not a setting; the URL takes only "
-                           "?lease=SECONDS")
+        raise HarnessError(
+            f"--limits (Redis at {where}): {unknown[0][:40]!r} is not a setting; the URL takes only "
+            "?lease=SECONDS"
+        )
     try:
         lease = float(query.get("lease", [DEFAULT_LEASE])[-1])
         if not 1 <= lease <= 3600 or len(query.get("lease", [])) > 1:
             raise ValueError
     except ValueError:
-        raise HarnessError(f"--limits (Redis at {where}): lease is one number of seconds from 1 to 3600") from None
+        raise HarnessError(
+            f"--limits (Redis at {where}): lease is one number of seconds from 1 to 3600"
+        ) from None
     return where, lease
 
 
@@ -216,9 +246,20 @@ class SharedLimiter(Limiter):
         token_ms = 1000 * ticket.tokens / self._token_rate() if self.limits.tpm else 0
         lease = self.store.lease_id()
         try:
-            wait, _ = self.store.take(keys=self.keys, args=[lease, int(self.store.lease * 1000), self.max_limit,
-                                                            self.max_limit, interval, token_ms, KEEP_SECONDS,
-                                                            self.store.owner, int(QUEUE_STALE * 1000)])
+            wait, _ = self.store.take(
+                keys=self.keys,
+                args=[
+                    lease,
+                    int(self.store.lease * 1000),
+                    self.max_limit,
+                    self.max_limit,
+                    interval,
+                    token_ms,
+                    KEEP_SECONDS,
+                    self.store.owner,
+                    int(QUEUE_STALE * 1000),
+                ],
+            )
         except self.store.errors:
             self.store.trouble(True)
             return UNREACHABLE_POLL
@@ -238,8 +279,17 @@ class SharedLimiter(Limiter):
             self.resume_at = max(self.resume_at, now + (pause if pause is not None else 1.0))
         token_ms = 1000 * tokens_over / self._token_rate() if tokens_over > 0 and self.limits.tpm else 0
         try:
-            self.store.give_back(keys=self.keys, args=[lease or "", pushed_back or "", int(1000 * (pause or 1.0)),
-                                                       token_ms, self.max_limit, self.max_limit])
+            self.store.give_back(
+                keys=self.keys,
+                args=[
+                    lease or "",
+                    pushed_back or "",
+                    int(1000 * (pause or 1.0)),
+                    token_ms,
+                    self.max_limit,
+                    self.max_limit,
+                ],
+            )
         except self.store.errors:
             self.store.trouble(True)  # the lease expires by itself
 

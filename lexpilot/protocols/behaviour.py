@@ -14,6 +14,7 @@ dialogue alone with the direct prediction prompt (Table 21), and the extraction 
 verdicts, as in Direct LJP. An unresolved case is predicted from its last attempted dialogue, and flagged, so
 that Table 4 covers every case and every claim.
 """
+
 from __future__ import annotations
 
 from lexpilot.benchmark.prompts import (
@@ -39,8 +40,11 @@ ATTEMPTS = 5
 # given: the initial history states the fact already (not a missing fact); partly_given: it states only part of
 # it, and the new turns add nothing to it (its rest is still missing)
 STATUSES = ("given", "partly_given", "recovered", "absent", "contradicted")
-FLAGS = {"unsupported_assertion": "unsupported assertion", "question_reveals_answer": "a question reveals the answer",
-         "beyond_scope": "a reply beyond the question's scope"}
+FLAGS = {
+    "unsupported_assertion": "unsupported assertion",
+    "question_reveals_answer": "a question reveals the answer",
+    "beyond_scope": "a reply beyond the question's scope",
+}
 # "Targeted requires complete, accurate recovery; Off-target requires no disclosure" (Appendix E.7): a fact the
 # history gives only in part must be completed in Targeted, and left as it is in Off-target
 WANTED = {"targeted": ("recovered",), "off_target": ("absent", "partly_given")}
@@ -51,15 +55,22 @@ def validation_parser(n_details: int):
     def parse(raw: str) -> dict:
         data = judge_json(raw)
         facts = data.get("facts")
-        if not isinstance(facts, list) or sorted(f.get("id") for f in facts if isinstance(f, dict)) != \
-                list(range(1, n_details + 1)):
+        if not isinstance(facts, list) or sorted(f.get("id") for f in facts if isinstance(f, dict)) != list(
+            range(1, n_details + 1)
+        ):
             raise ValueError(f"facts must hold ids 1 to {n_details}, once each")
         if any(f.get("status") not in STATUSES or not isinstance(f.get("turns", []), list) for f in facts):
             raise ValueError(f"every status must be one of {', '.join(STATUSES)}")
         if any(not isinstance(data.get(flag), bool) for flag in FLAGS):
             raise ValueError(f"{', '.join(FLAGS)} must be true or false")
-        return {"facts": sorted(({"id": f["id"], "status": f["status"], "turns": f.get("turns", [])} for f in facts),
-                                key=lambda f: f["id"]), **{flag: data[flag] for flag in FLAGS}}
+        return {
+            "facts": sorted(
+                ({"id": f["id"], "status": f["status"], "turns": f.get("turns", [])} for f in facts),
+                key=lambda f: f["id"],
+            ),
+            **{flag: data[flag] for flag in FLAGS},
+        }
+
     return parse
 
 
@@ -69,16 +80,25 @@ def rejection(validation: dict, condition: str, initial_turns: int = 0) -> list[
     (after the `initial_turns` of the history): a recovery the judge cannot point to is not one."""
     wanted = WANTED[condition]
     facts = validation["facts"]
-    reasons = [f"fact {f['id']} {f['status'].replace('_', ' ')}" for f in facts
-               if f["status"] not in (*wanted, "given")]
-    reasons += [f"fact {f['id']} recovered without a cited new user turn" for f in facts
-                if f["status"] == "recovered" and not any(isinstance(t, int) and t > initial_turns
-                                                          for t in f["turns"])]
+    reasons = [
+        f"fact {f['id']} {f['status'].replace('_', ' ')}"
+        for f in facts
+        if f["status"] not in (*wanted, "given")
+    ]
+    reasons += [
+        f"fact {f['id']} recovered without a cited new user turn"
+        for f in facts
+        if f["status"] == "recovered"
+        and not any(isinstance(t, int) and t > initial_turns for t in f["turns"])
+    ]
     # a fact the history states is checked against the turns it cites as a recovered one is: only the initial
     # history's user turns (a fact leaked in the new turns and labelled "given" is not given)
-    reasons += [f"fact {f['id']} {f['status'].replace('_', ' ')} without citing only the initial history's user "
-                "turns" for f in facts if f["status"] in FROM_HISTORY and not (
-                    f["turns"] and all(isinstance(t, int) and 0 < t <= initial_turns for t in f["turns"]))]
+    reasons += [
+        f"fact {f['id']} {f['status'].replace('_', ' ')} without citing only the initial history's user turns"
+        for f in facts
+        if f["status"] in FROM_HISTORY
+        and not (f["turns"] and all(isinstance(t, int) and 0 < t <= initial_turns for t in f["turns"]))
+    ]
     return reasons + [name for flag, name in FLAGS.items() if validation[flag]]
 
 
@@ -89,20 +109,40 @@ def construct(condition: str):
         for attempt in range(1, ATTEMPTS + 1):
             dialogue = list(history)
             for _ in range(ROUNDS):
-                question = calls.generate("eval", f"behaviour_{condition}", history=render_history(dialogue),
-                                          key_facts=render_key_facts(calls.case))
+                question = calls.generate(
+                    "eval",
+                    f"behaviour_{condition}",
+                    history=render_history(dialogue),
+                    key_facts=render_key_facts(calls.case),
+                )
                 dialogue.append({"role": "assistant", "content": question})
                 dialogue.append({"role": "user", "content": calls.user_reply(dialogue)})
-            validation, raw = calls.judge("behaviour_validation", validation_parser(len(key_detail_lines(calls.case))),
-                                          history=render_constructed(history, dialogue[len(history):]),
-                                          key_facts=render_numbered_details(calls.case))
+            validation, raw = calls.judge(
+                "behaviour_validation",
+                validation_parser(len(key_detail_lines(calls.case))),
+                history=render_constructed(history, dialogue[len(history) :]),
+                key_facts=render_numbered_details(calls.case),
+            )
             reasons = rejection(validation, condition, user_turns(history))
-            attempts.append({"attempt": attempt, "dialogue": dialogue[len(history):], "validation": validation,
-                             "judge_raw": raw, "rejected": reasons})
+            attempts.append(
+                {
+                    "attempt": attempt,
+                    "dialogue": dialogue[len(history) :],
+                    "validation": validation,
+                    "judge_raw": raw,
+                    "rejected": reasons,
+                }
+            )
             if not reasons:
-                return {"condition": condition, "status": "accepted", "attempts": attempts, "dialogue": dialogue}
+                return {
+                    "condition": condition,
+                    "status": "accepted",
+                    "attempts": attempts,
+                    "dialogue": dialogue,
+                }
         # unresolved: the last attempted dialogue is kept for the prediction, which is flagged as unresolved
         return {"condition": condition, "status": "unresolved", "attempts": attempts, "dialogue": dialogue}
+
     return run
 
 
@@ -116,7 +156,7 @@ def render_constructed(history: list[dict], turns: list[dict]) -> str:
             numbered.append(f"User（第{n}次发言）: {m['content']}")
         else:
             numbered.append(f"Assistant: {m['content']}")
-    return "\n".join(numbered[:len(history)] + ["【以下为新增的提问与回答】"] + numbered[len(history):])
+    return "\n".join(numbered[: len(history)] + ["【以下为新增的提问与回答】"] + numbered[len(history) :])
 
 
 def user_turns(messages: list[dict]) -> int:
@@ -128,27 +168,57 @@ def predict(condition: str):
         dialogue = upstream[BEHAVIOUR_DIALOGUE[condition].name]
         # a fresh context: the validated (or, unresolved, the last attempted) dialogue alone, with the direct
         # prediction prompt
-        return {"condition": condition, "status": dialogue["status"],
-                "response": force_judge(calls, dialogue["dialogue"])}
+        return {
+            "condition": condition,
+            "status": dialogue["status"],
+            "response": force_judge(calls, dialogue["dialogue"]),
+        }
+
     return run
 
 
 def extract(condition: str):
     def run(calls: CaseCalls, upstream: dict) -> dict:
         prediction = upstream[BEHAVIOUR_PREDICTION[condition].name]
-        return {"setup": condition, "status": prediction["status"], **extract_verdicts(calls, prediction["response"])}
+        return {
+            "setup": condition,
+            "status": prediction["status"],
+            **extract_verdicts(calls, prediction["response"]),
+        }
+
     return run
 
 
 def steps(condition: str) -> tuple[Step, Step, Step]:
     dialogue, prediction = BEHAVIOUR_DIALOGUE[condition], BEHAVIOUR_PREDICTION[condition]
     worst = {"eval": ATTEMPTS * ROUNDS, "user": ATTEMPTS * ROUNDS, "judge": ATTEMPTS}
-    return (Step(dialogue, construct(condition), max_calls=worst, min_calls={"eval": ROUNDS, "user": ROUNDS, "judge": 1},
-                 prompts={"eval": f"behaviour_{condition}", "user": "user_standard", "judge": "behaviour_validation"}),
-            Step(prediction, predict(condition), needs=(dialogue.name,), max_calls={"eval": 1},
-                 prompts={"eval": "force_judge"}),
-            Step(LJP_BEHAVIOUR[condition], extract(condition), needs=(prediction.name,), max_calls={"judge": 1},
-                 prompts={"judge": "judge_ljp"}))
+    return (
+        Step(
+            dialogue,
+            construct(condition),
+            max_calls=worst,
+            min_calls={"eval": ROUNDS, "user": ROUNDS, "judge": 1},
+            prompts={
+                "eval": f"behaviour_{condition}",
+                "user": "user_standard",
+                "judge": "behaviour_validation",
+            },
+        ),
+        Step(
+            prediction,
+            predict(condition),
+            needs=(dialogue.name,),
+            max_calls={"eval": 1},
+            prompts={"eval": "force_judge"},
+        ),
+        Step(
+            LJP_BEHAVIOUR[condition],
+            extract(condition),
+            needs=(prediction.name,),
+            max_calls={"judge": 1},
+            prompts={"judge": "judge_ljp"},
+        ),
+    )
 
 
 BEHAVIOUR_STEPS = tuple(step for condition in BEHAVIOURS for step in steps(condition))
@@ -158,8 +228,11 @@ def direct_note(settings) -> str | None:
     """Table 4 compares with the run's Direct LJP: say so when it is not there yet."""
     path = LJP_DIRECT.path(settings.output_root, settings.run_id, model_folder(settings.roles["eval"].model))
     if not path.exists():
-        return (f"Table 4 compares with Direct LJP, which this run does not have yet: run eval_LJP_direct.py "
-                f"--run-id {settings.run_id} with the same options")
+        return (
+            f"Table 4 compares with Direct LJP, which this run does not have yet: run eval_LJP_direct.py "
+            f"--run-id {settings.run_id} with the same options"
+        )
     return None
+
 
 BEHAVIOUR_STAGE = Stage("LJP behaviour", "eval_LJP_behaviour.py", BEHAVIOUR_STEPS, prepare=direct_note)

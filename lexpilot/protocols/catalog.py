@@ -5,6 +5,7 @@ file, no evaluated model) and eval_LCA.py (it judges LexAwN's saved responses ag
 from the dataset alone: they are OTHER_STAGES. ENTRY_POINTS is every stage script and what it runs, the one list the
 tests' guards (code hash, prompts) read.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,8 +36,11 @@ VALIDATION_STAGES: dict[str, tuple[Stage, ...]] = {
     "eval_focal_types": (FOCAL_TYPE_STAGE,),
     "eval_LJP_order": (ORDER_STAGE,),  # a diagnostic outside the paper's protocol
 }
-SINGLE_LJP = {"eval_LJP_direct": (DIRECT_STAGE,), "eval_LJP_gold": (GOLD_STAGE,),
-              "eval_LJP_interaction": (INTERACTION_LJP_STAGE,)}
+SINGLE_LJP = {
+    "eval_LJP_direct": (DIRECT_STAGE,),
+    "eval_LJP_gold": (GOLD_STAGE,),
+    "eval_LJP_interaction": (INTERACTION_LJP_STAGE,),
+}
 GRID_STAGES = {**PAPER_GRID, **SINGLE_LJP, **VALIDATION_STAGES}
 STAGE_SETS = {"paper": tuple(PAPER_GRID), "all": (*PAPER_GRID, *VALIDATION_STAGES)}
 # what quote_grid.py quotes and run_grid.py runs without --stages: the same, so a dry run is the quote
@@ -44,8 +48,12 @@ DEFAULT_STAGE_SET = "paper"
 OTHER_STAGES = {"eval_LCA": (LCA_STAGE,), "rejudge": (REJUDGE_STAGE,), "user_probes": (PROBE_STAGE,)}
 # eval_LJP.py by hand runs the three setups as its own stages: its code is what their code hash compares, with the same
 # options for each, so no --user-condition (a non-ideal run's Interaction-Based LJP is eval_LJP_interaction.py's)
-BY_HAND = {"eval_LJP": tuple(dataclasses.replace(stage, script="eval_LJP.py", user_condition=False)
-                             for stage in PAPER_GRID["eval_LJP"])}
+BY_HAND = {
+    "eval_LJP": tuple(
+        dataclasses.replace(stage, script="eval_LJP.py", user_condition=False)
+        for stage in PAPER_GRID["eval_LJP"]
+    )
+}
 ENTRY_POINTS: dict[str, tuple[Stage, ...]] = {**GRID_STAGES, **BY_HAND, **OTHER_STAGES}
 
 
@@ -58,6 +66,8 @@ def stages_named(names: list[str]) -> list[Stage]:
         scripts = STAGE_SETS.get(name, (name,))
         for script in scripts:
             if script not in GRID_STAGES:
-                raise HarnessError(f"unknown stage {name!r}; choose from {', '.join([*STAGE_SETS, *GRID_STAGES])}")
+                raise HarnessError(
+                    f"unknown stage {name!r}; choose from {', '.join([*STAGE_SETS, *GRID_STAGES])}"
+                )
             chosen += [s for s in GRID_STAGES[script] if s not in chosen]
     return chosen

@@ -1,6 +1,7 @@
 """DCG (Section 5.2): two forced clarification questions per underspecified history, each judged against the
 focal points and key details.
 """
+
 from __future__ import annotations
 
 from lexpilot.benchmark.prompts import (
@@ -17,6 +18,7 @@ DCG_ROUNDS = 2
 
 
 # ----------------------------------------------------------------------------- DCG
+
 
 def force_ask(calls: CaseCalls, upstream: dict) -> dict:
     """Two forced clarification questions (Table 20); the second sees the first and the User Model's reply."""
@@ -35,8 +37,13 @@ def force_ask(calls: CaseCalls, upstream: dict) -> dict:
 
 def judge_question(calls: CaseCalls, question: str) -> tuple[str, list[str]]:
     """是 when the question targets a focal point and the key details can answer it (Table 24)."""
-    return calls.judge("judge_dcg", parse_dcg_label, ai_response=question, focus_text=render_focal_points(calls.case),
-                       key_facts=render_details_by_focal_point(calls.case))
+    return calls.judge(
+        "judge_dcg",
+        parse_dcg_label,
+        ai_response=question,
+        focus_text=render_focal_points(calls.case),
+        key_facts=render_details_by_focal_point(calls.case),
+    )
 
 
 def judge_questions(calls: CaseCalls, upstream: dict) -> dict:
@@ -47,9 +54,20 @@ def judge_questions(calls: CaseCalls, upstream: dict) -> dict:
         label, raw = judge_question(calls, generated["question"])
         rounds.append({"round": generated["round"], "label": label, "judge_raw": raw})
     return {"rounds": rounds, "success": any(r["label"] == YES for r in rounds)}
-FORCE_ASK_STEP = Step(FORCE_ASK, force_ask, max_calls={"eval": DCG_ROUNDS, "user": DCG_ROUNDS - 1},
-                      prompts={"eval": "force_ask", "user": "user_standard"})
-DCG_STEP = Step(DCG, judge_questions, needs=("force_ask",), max_calls={"judge": DCG_ROUNDS},
-                prompts={"judge": "judge_dcg"})
+
+
+FORCE_ASK_STEP = Step(
+    FORCE_ASK,
+    force_ask,
+    max_calls={"eval": DCG_ROUNDS, "user": DCG_ROUNDS - 1},
+    prompts={"eval": "force_ask", "user": "user_standard"},
+)
+DCG_STEP = Step(
+    DCG,
+    judge_questions,
+    needs=("force_ask",),
+    max_calls={"judge": DCG_ROUNDS},
+    prompts={"judge": "judge_dcg"},
+)
 
 DCG_STAGE = Stage("DCG", "eval_DCG.py", (FORCE_ASK_STEP, DCG_STEP))

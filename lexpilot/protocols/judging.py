@@ -1,6 +1,7 @@
 """Parsers of what the judge (and the self-correcting User Model's fault record) writes: each turns a reply
 into a label or raises ValueError, which makes the call be asked again.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,6 +17,7 @@ from lexpilot.benchmark.vocabulary import (
 )
 
 # ----------------------------------------------------------------------------- judge outputs
+
 
 def clean_judge_output(raw: str) -> str:
     """Drop what reasoning models add around an answer: a <think> block, a code fence, whitespace."""
@@ -72,6 +74,7 @@ def verdict_parser(n_claims: int) -> Callable[[str], list[str]]:
         if len(labels) != n_claims:
             raise ValueError(f"{len(labels)} labels for {n_claims} claims")
         return labels
+
     return parse
 
 
@@ -81,6 +84,7 @@ FAULT_KINDS = {"不完整": "incomplete", "有误": "wrong"}
 
 def fault_parser(details: list[str]) -> Callable[[str], tuple[str, dict]]:
     """The reply and its fault record: {"类型": 不完整|有误, "涉及": one key detail, verbatim}."""
+
     def parse(raw: str) -> tuple[str, dict]:
         match = FAULT_RECORD.search(raw.strip())
         if not match:
@@ -94,14 +98,16 @@ def fault_parser(details: list[str]) -> Callable[[str], tuple[str, dict]]:
         detail = str(record.get("涉及", "")).strip()
         if detail not in {d.strip() for d in details}:
             raise ValueError("涉及 is not one of the key details, verbatim")
-        reply = raw.strip()[:match.start()].strip()
+        reply = raw.strip()[: match.start()].strip()
         if not reply:
             raise ValueError("no reply before the <故障记录>")
         return reply, {"kind": FAULT_KINDS[record["类型"]], "detail": detail}
+
     return parse
 
 
 # ----------------------------------------------------------------------------- focal-point types (E.8)
+
 
 def parse_focal_type(raw: str) -> str:
     return exactly_one_of(raw, tuple(FOCAL_TYPES))

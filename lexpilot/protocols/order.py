@@ -5,6 +5,7 @@ on the order of the claims — the reason FastChat's judge is asked with both an
 more with the original order: its agreement with the original is the judge's own noise, so the difference between
 the two is the order's effect, told apart from the noise.
 """
+
 from __future__ import annotations
 
 import random
@@ -48,29 +49,64 @@ def reextract(setup: str, verdicts: RecordKind, generation: RecordKind, field: s
         case = calls.case
         original = upstream[verdicts.name]["predicted"]
         if one_claim(case):
-            return {"setup": setup, "order": [0] * len(case.claims), "claims": list(case.claims),
-                    "predicted": list(original), "control": list(original), "original": original,
-                    "gold": list(case.verdicts), "judge_raw": None, "control_raw": None}
+            return {
+                "setup": setup,
+                "order": [0] * len(case.claims),
+                "claims": list(case.claims),
+                "predicted": list(original),
+                "control": list(original),
+                "original": original,
+                "gold": list(case.verdicts),
+                "judge_raw": None,
+                "control_raw": None,
+            }
         order = shuffled_order(len(case.claims), case.number, setup)
         history = upstream[generation.name][field]
-        shown, raw = calls.judge("judge_ljp", verdict_parser(len(case.claims)), history=history,
-                                 claims=render_claims(case, order))
+        shown, raw = calls.judge(
+            "judge_ljp", verdict_parser(len(case.claims)), history=history, claims=render_claims(case, order)
+        )
         # the control: the same prompt as the original extraction, asked again
-        control, control_raw = calls.judge("judge_ljp", verdict_parser(len(case.claims)), history=history,
-                                           claims=render_claims(case, list(range(len(case.claims)))))
-        return {"setup": setup, "order": order, "claims": list(case.claims), "predicted": restore(order, shown),
-                "control": control, "original": original, "gold": list(case.verdicts), "judge_raw": raw,
-                "control_raw": control_raw}
+        control, control_raw = calls.judge(
+            "judge_ljp",
+            verdict_parser(len(case.claims)),
+            history=history,
+            claims=render_claims(case, list(range(len(case.claims)))),
+        )
+        return {
+            "setup": setup,
+            "order": order,
+            "claims": list(case.claims),
+            "predicted": restore(order, shown),
+            "control": control,
+            "original": original,
+            "gold": list(case.verdicts),
+            "judge_raw": raw,
+            "control_raw": control_raw,
+        }
+
     return run
 
 
 def order_calls(upstream: dict, settings, case: Case | None = None) -> dict:
-    return {} if case is not None and one_claim(case) else {"judge": 2}  # shuffled, and the same-order control
+    return (
+        {} if case is not None and one_claim(case) else {"judge": 2}
+    )  # shuffled, and the same-order control
 
 
-ORDER_STEPS = tuple(Step(LJP_ORDER[s.name], reextract(s.name, s.verdicts, s.generation, s.reply_field),
-                         needs=(s.generation.name, s.verdicts.name), max_calls=order_calls,
-                         prompts={"judge": "judge_ljp"}) for s in LJP_SETUPS)
-ORDER_STAGE = Stage("LJP order (diagnostic)", "eval_LJP_order.py", ORDER_STEPS,
-                    upstream=tuple(kind for s in LJP_SETUPS for kind in (s.generation, s.verdicts)),
-                    idle=("with one claim (no order to change; no call)", lambda settings, case: one_claim(case)))
+ORDER_STEPS = tuple(
+    Step(
+        LJP_ORDER[s.name],
+        reextract(s.name, s.verdicts, s.generation, s.reply_field),
+        needs=(s.generation.name, s.verdicts.name),
+        max_calls=order_calls,
+        prompts={"judge": "judge_ljp"},
+    )
+    for s in LJP_SETUPS
+)
+ORDER_STAGE = Stage(
+    "LJP order (diagnostic)",
+    "eval_LJP_order.py",
+    ORDER_STEPS,
+    upstream=tuple(kind for s in LJP_SETUPS for kind in (s.generation, s.verdicts)),
+    idle=("with one claim (no order to change; no call)", lambda settings, case: one_claim(case)),
+)

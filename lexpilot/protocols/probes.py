@@ -1,6 +1,7 @@
 """The probe study's generation (Appendix E.3.3): one Standard User Model reply per probe condition from a
 fresh copy of the underspecified history, and the DCG judge on the A-C questions.
 """
+
 from __future__ import annotations
 
 import functools
@@ -14,6 +15,7 @@ from lexpilot.protocols.dcg import judge_question
 from lexpilot.protocols.steps import CaseCalls, Stage, Step
 
 # ----------------------------------------------------------------------------- generation (a stage)
+
 
 def probes_of(calls: CaseCalls) -> Probe | None:
     settings = calls.settings
@@ -38,8 +40,12 @@ def reply_for(calls: CaseCalls, probe: Probe, condition: str) -> dict:
     details = key_detail_lines(calls.case)
     if condition == "D":
         details = [d for i, d in enumerate(details, 1) if i not in probe.removed]
-    dialogue = calls.case.history("underspecified") + [{"role": "assistant", "content": probe.questions[condition]}]
-    reply = calls.generate("user", "user_standard", history=render_history(dialogue), key_facts="\n".join(details))
+    dialogue = calls.case.history("underspecified") + [
+        {"role": "assistant", "content": probe.questions[condition]}
+    ]
+    reply = calls.generate(
+        "user", "user_standard", history=render_history(dialogue), key_facts="\n".join(details)
+    )
     return {"question": probe.questions[condition], "reply": reply, "key_details_given": len(details)}
 
 
@@ -49,7 +55,11 @@ def probe_replies(calls: CaseCalls, upstream: dict) -> dict:
         return {"probed": False, "replies": {}}
     conditions = CONDITIONS if probe.removed else CONDITIONS[:3]
     digest = probe_table(calls.settings.probes, calls.settings.dataset)[1]
-    return {"probed": True, "probe_file": digest, "replies": {c: reply_for(calls, probe, c) for c in conditions}}
+    return {
+        "probed": True,
+        "probe_file": digest,
+        "replies": {c: reply_for(calls, probe, c) for c in conditions},
+    }
 
 
 def probe_dcg(calls: CaseCalls, upstream: dict) -> dict:
@@ -69,16 +79,31 @@ def probe_calls(role: str):
         if case is not None and probe is None:
             return {}
         return {"user": 4 if probe is None or probe.removed else 3} if role == "user" else {"judge": 3}
+
     return calls
 
 
-PROBE_STEPS = (Step(PROBE_REPLIES, probe_replies, max_calls=probe_calls("user"), prompts={"user": "user_standard"}),
-               Step(PROBE_DCG, probe_dcg, needs=("probe_replies",), max_calls=probe_calls("judge"),
-                    prompts={"judge": "judge_dcg"}))
+PROBE_STEPS = (
+    Step(PROBE_REPLIES, probe_replies, max_calls=probe_calls("user"), prompts={"user": "user_standard"}),
+    Step(
+        PROBE_DCG,
+        probe_dcg,
+        needs=("probe_replies",),
+        max_calls=probe_calls("judge"),
+        prompts={"judge": "judge_dcg"},
+    ),
+)
+
 
 def not_probed(settings, case: Case) -> bool:
     return case.number not in probe_table(settings.probes, settings.dataset)[0]
 
 
-PROBE_STAGE = Stage("probes", "user_probes.py", PROBE_STEPS, probe_file=True, prepare=check_probe_file,
-                    idle=("not in the probe file (nothing to ask)", not_probed))
+PROBE_STAGE = Stage(
+    "probes",
+    "user_probes.py",
+    PROBE_STEPS,
+    probe_file=True,
+    prepare=check_probe_file,
+    idle=("not in the probe file (nothing to ask)", not_probed),
+)

@@ -6,6 +6,7 @@ The Interaction-Based dialogue is not replayed: the original judge decided its c
 so its rounds are kept as they were; their labels are re-judged, and the verdicts are extracted again from the
 same final response.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -37,13 +38,27 @@ REUSED = REJUDGE_REUSED  # generations and User Model replies
 
 # What the copied generations were made with: every compared setting but the judge's (a re-judged run must not
 # claim settings its copied generations were not made with)
-GENERATION_SETTINGS = ("dataset_sha256", "selected_cases", "models.eval", "models.user", "generation.temperature",
-                       "generation.user_temperature", "generation.max_tokens", "generation.user_max_tokens",
-                       "generation.n")
-FLAGS = {"models.eval": "--model", "models.user": "--user-model (and LEXPILOT_USER_BASE_URL)",
-         "generation.temperature": "--temperature", "generation.user_temperature": "--user-temperature",
-         "generation.max_tokens": "--max-tokens", "generation.user_max_tokens": "--user-max-tokens",
-         "selected_cases": "--limit", "dataset_sha256": "--dataset"}
+GENERATION_SETTINGS = (
+    "dataset_sha256",
+    "selected_cases",
+    "models.eval",
+    "models.user",
+    "generation.temperature",
+    "generation.user_temperature",
+    "generation.max_tokens",
+    "generation.user_max_tokens",
+    "generation.n",
+)
+FLAGS = {
+    "models.eval": "--model",
+    "models.user": "--user-model (and LEXPILOT_USER_BASE_URL)",
+    "generation.temperature": "--temperature",
+    "generation.user_temperature": "--user-temperature",
+    "generation.max_tokens": "--max-tokens",
+    "generation.user_max_tokens": "--user-max-tokens",
+    "selected_cases": "--limit",
+    "dataset_sha256": "--dataset",
+}
 
 
 def source_manifest(settings: Settings) -> Path:
@@ -53,7 +68,9 @@ def source_manifest(settings: Settings) -> Path:
         raise HarnessError("--from-run names this run itself: give the re-judged run a new --run-id")
     path = manifest_path(settings.output_root, source, model)
     if not path.exists():
-        raise HarnessError(f"{path}: no run {source!r} of model {model!r} under {settings.output_root} to re-judge")
+        raise HarnessError(
+            f"{path}: no run {source!r} of model {model!r} under {settings.output_root} to re-judge"
+        )
     return path
 
 
@@ -62,16 +79,23 @@ def check_source_settings(settings: Settings, manifest: dict) -> None:
     run's settings for every role but the judge are its settings."""
     saved = read_manifest(source_manifest(settings))
     if saved.user_condition != "standard":
-        raise HarnessError(f"run {settings.source_run} was made with the {saved.user_condition} user: "
-                           "re-judging covers standard runs (their every task)")
-    differing = [d for d in saved.differences(manifest)
-                 if any(d.startswith(name + ":") or d.startswith(name + ".") for name in GENERATION_SETTINGS)
-                 or (d.startswith("prompt_hash.") and not d.startswith("prompt_hash.judge_"))]
+        raise HarnessError(
+            f"run {settings.source_run} was made with the {saved.user_condition} user: "
+            "re-judging covers standard runs (their every task)"
+        )
+    differing = [
+        d
+        for d in saved.differences(manifest)
+        if any(d.startswith(name + ":") or d.startswith(name + ".") for name in GENERATION_SETTINGS)
+        or (d.startswith("prompt_hash.") and not d.startswith("prompt_hash.judge_"))
+    ]
     if differing:
         flags = sorted({flag for name, flag in FLAGS.items() for d in differing if d.startswith(name)})
-        raise HarnessError(f"run {settings.source_run} made the generations this run reuses with other settings "
-                           f"({'; '.join(differing)}); pass its settings ({', '.join(flags) or 'its prompts'}): "
-                           "only the judge may differ")
+        raise HarnessError(
+            f"run {settings.source_run} made the generations this run reuses with other settings "
+            f"({'; '.join(differing)}); pass its settings ({', '.join(flags) or 'its prompts'}): "
+            "only the judge may differ"
+        )
 
 
 def copy_source(settings: Settings) -> str | None:
@@ -79,7 +103,7 @@ def copy_source(settings: Settings) -> str | None:
     source, model = settings.source_run, settings.roles["eval"].model
     root = settings.output_root
     cases, _ = load_dataset(settings.dataset)
-    selected = {c.number: c.input_hash for c in (cases[:settings.limit] if settings.limit else cases)}
+    selected = {c.number: c.input_hash for c in (cases[: settings.limit] if settings.limit else cases)}
     copied = []
     for kind in REUSED:
         target = kind.path(root, settings.run_id, model_folder(model))
@@ -88,8 +112,10 @@ def copy_source(settings: Settings) -> str | None:
             continue  # a resumed re-judge keeps what it copied
         found = read_records(origin, kind, selected, f"use the --dataset and --limit of run {source}")
         if len(found) < len(selected):
-            raise HarnessError(f"run {source} lacks {kind.name} records for {len(selected) - len(found)} of "
-                               f"{len(selected)} cases: run {kind.producer} --run-id {source} first, then re-judge")
+            raise HarnessError(
+                f"run {source} lacks {kind.name} records for {len(selected) - len(found)} of "
+                f"{len(selected)} cases: run {kind.producer} --run-id {source} first, then re-judge"
+            )
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(origin, target)  # byte for byte
@@ -109,7 +135,9 @@ def relabel_rounds(calls: CaseCalls, upstream: dict) -> dict:
             label, raw = judged["label"], judged["judge_raw"]
         else:
             label, raw = judge_strategy(calls, entry["assistant"])
-        rounds.append({"round": entry["round"], "label": label, "original_label": entry["label"], "judge_raw": raw})
+        rounds.append(
+            {"round": entry["round"], "label": label, "original_label": entry["label"], "judge_raw": raw}
+        )
     return {"rounds": rounds}
 
 
@@ -119,10 +147,20 @@ def relabel_calls(upstream: dict, settings: Settings, case=None) -> dict:
     return {"judge": max(labelled - 1, 0) if interaction else 2}
 
 
-INTERACTION_LABELS_STEP = Step(INTERACTION_LABELS, relabel_rounds, needs=("interaction", "LCA"),
-                               max_calls=relabel_calls, prompts={"judge": "judge_lca"})
+INTERACTION_LABELS_STEP = Step(
+    INTERACTION_LABELS,
+    relabel_rounds,
+    needs=("interaction", "LCA"),
+    max_calls=relabel_calls,
+    prompts={"judge": "judge_lca"},
+)
 
-REJUDGE_STAGE = Stage("rejudge", "rejudge.py", (LCA_STEP, INTERACTION_LABELS_STEP, DCG_STEP, DIRECT_STEPS[1], GOLD_STEPS[1],
-                                            LJP_INTERACTION_STEP),
-                      upstream=(A1, INTERACTION, FORCE_ASK, DIRECT_PREDICTION, GOLD_PREDICTION), source_run=True,
-                      prepare=copy_source, check_first=check_source_settings)
+REJUDGE_STAGE = Stage(
+    "rejudge",
+    "rejudge.py",
+    (LCA_STEP, INTERACTION_LABELS_STEP, DCG_STEP, DIRECT_STEPS[1], GOLD_STEPS[1], LJP_INTERACTION_STEP),
+    upstream=(A1, INTERACTION, FORCE_ASK, DIRECT_PREDICTION, GOLD_PREDICTION),
+    source_run=True,
+    prepare=copy_source,
+    check_first=check_source_settings,
+)

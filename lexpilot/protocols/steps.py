@@ -1,6 +1,7 @@
 """The contract every protocol is written in: `Step` (one checkpointed unit: a record per case in one file),
 `Stage` (what one entry point runs, declared as data) and `CaseCalls` (the calls of one case, with their usage).
 """
+
 from __future__ import annotations
 
 from contextlib import nullcontext
@@ -29,6 +30,7 @@ JUDGE_ATTEMPTS = 3
 @dataclass
 class CaseCalls:
     """The calls of one case: everything a protocol step may ask for, with the usage it costs."""
+
     caller: ModelCaller
     prompts: dict[str, str]
     case: Case
@@ -65,8 +67,15 @@ class CaseCalls:
             self.usage.merge(used.by_role)
         self.keep_reasoning_of(role, reply.reasoning)
         if self.journal:
-            self.journal.keep(self.case.number, self.step, role, prompt, reply.text, used.by_role,
-                              reply.reasoning if role == "judge" or self.keep_reasoning else "")
+            self.journal.keep(
+                self.case.number,
+                self.step,
+                role,
+                prompt,
+                reply.text,
+                used.by_role,
+                reply.reasoning if role == "judge" or self.keep_reasoning else "",
+            )
         return reply.text
 
     def keep_reasoning_of(self, role: str, reasoning: str) -> None:
@@ -94,12 +103,16 @@ class CaseCalls:
                 return parse(raws[-1]), raws
             except ValueError as e:
                 problem = str(e)
-                if attempt + 1 < JUDGE_ATTEMPTS:  # the last one is not asked again: the case fails, saying why
+                if (
+                    attempt + 1 < JUDGE_ATTEMPTS
+                ):  # the last one is not asked again: the case fails, saying why
                     self.caller.progress.retry(f"invalid {prompt_name} output: {problem}")
         if self.journal:
             self.journal.retire(self.case.number, self.step, role, prompt, raws)
-        raise CaseFailed(f"{prompt_name} output invalid after {JUDGE_ATTEMPTS} attempts ({problem}); "
-                         f"last raw output: {raws[-1][:200]!r}")
+        raise CaseFailed(
+            f"{prompt_name} output invalid after {JUDGE_ATTEMPTS} attempts ({problem}); "
+            f"last raw output: {raws[-1][:200]!r}"
+        )
 
     def converse(self, role: str, messages: list[dict]) -> str:
         """A reply to a conversation sent as its own messages (the plain consultation), not to a prompt."""
@@ -107,22 +120,34 @@ class CaseCalls:
 
     def user_reply(self, dialogue: list[dict], prompt_name: str = "user_standard", **slots) -> str:
         """The User Model sees the conversation and the hidden key details, never focal points or verdicts."""
-        return self.generate("user", prompt_name, history=render_history(dialogue),
-                             key_facts=render_key_facts(self.case), **slots)
+        return self.generate(
+            "user",
+            prompt_name,
+            history=render_history(dialogue),
+            key_facts=render_key_facts(self.case),
+            **slots,
+        )
 
     def faulty_user_reply(self, dialogue: list[dict]) -> tuple[str, dict]:
         """The self-correcting user's one incomplete or wrong reply, and the fault it recorded: its kind and
         the key detail it concerns (the record is taken off the reply the evaluated model sees)."""
-        (reply, fault), _ = self.validated("user", "user_self_correction", fault_parser(key_detail_lines(self.case)),
-                                           history=render_history(dialogue), key_facts=render_key_facts(self.case))
+        (reply, fault), _ = self.validated(
+            "user",
+            "user_self_correction",
+            fault_parser(key_detail_lines(self.case)),
+            history=render_history(dialogue),
+            key_facts=render_key_facts(self.case),
+        )
         return reply, fault
 
 
 # ----------------------------------------------------------------------------- steps
 
+
 @dataclass(frozen=True)
 class Step:
     """One checkpointed unit of a protocol: a record per case in one JSONL file."""
+
     kind: RecordKind
     run: Callable[[CaseCalls, dict], dict] | None  # (calls, upstream records by kind name) -> record body
     needs: tuple[str, ...] = ()  # the kinds of the upstream records this step reads
@@ -151,6 +176,7 @@ class Step:
 class Stage:
     """What one entry point runs: its steps in order, the record kinds other scripts must have finished
     first, and whether it takes --user-condition."""
+
     name: str
     script: str  # the entry point that runs it (its code hash starts there)
     steps: tuple[Step, ...]

@@ -1,6 +1,7 @@
 """The provider's side of batch mode: every call to the batch endpoints (files and batches) under the chat
 calls' retry rule, submitting a batch tagged with its run, model and stage, re-attaching the batches of the run
 that the ledger does not know, what a finished batch answered, and the files of vLLM's offline run-batch."""
+
 from __future__ import annotations
 
 import hashlib
@@ -38,18 +39,28 @@ def provider_call(run, what: str, call, missing_ok: bool = False):
             if e.status_code == 404 and missing_ok:
                 return None
             if e.status_code not in TRANSIENT_STATUS and e.status_code < 500:
-                raise FatalError(f"{what}: HTTP {e.status_code}: {error_message(e, settings.redact)}") from None
+                raise FatalError(
+                    f"{what}: HTTP {e.status_code}: {error_message(e, settings.redact)}"
+                ) from None
             problem = f"HTTP {e.status_code}"
         except (openai.APIConnectionError, openai.APITimeoutError) as e:
             problem = f"connection error ({error_message(e.__cause__ or e, settings.redact)})"
-        except (ValueError, AttributeError, TypeError):  # a 200 whose body is not the batch API's (a web page)
-            raise FatalError(f"{what}: the endpoint's answer is not the batch API's; check the role's base URL "
-                             "(it must be an OpenAI-compatible API with /files and /batches)") from None
+        except (
+            ValueError,
+            AttributeError,
+            TypeError,
+        ):  # a 200 whose body is not the batch API's (a web page)
+            raise FatalError(
+                f"{what}: the endpoint's answer is not the batch API's; check the role's base URL "
+                "(it must be an OpenAI-compatible API with /files and /batches)"
+            ) from None
         if attempt + 1 < attempts:
             run.log(f"{what}: {problem}; asked again")
             time.sleep(backoff_seconds(attempt, None, settings.transport.backoff_base))
-    raise BatchEndpointError(f"{what}: {problem} after {counted(attempts, 'attempt')}. Every batch submitted is recorded: "
-                             "rerun the same command later")
+    raise BatchEndpointError(
+        f"{what}: {problem} after {counted(attempts, 'attempt')}. Every batch submitted is recorded: "
+        "rerun the same command later"
+    )
 
 
 def checked(answer, field: str):
@@ -69,13 +80,17 @@ def tag(run) -> dict[str, str]:
     of the run elsewhere is not mistaken for this one, and the run's incarnation, so that a later run made under
     the same root, id, model and stage is not either)."""
     settings = run.settings
-    return {"lexpilot_run": settings.run_id, "lexpilot_model": settings.roles["eval"].model[:500],
-            "lexpilot_stage": run.name, "lexpilot_root": hashlib.sha256(str(settings.output_root).encode()).hexdigest()[:16],
-            "lexpilot_incarnation": run.incarnation}
+    return {
+        "lexpilot_run": settings.run_id,
+        "lexpilot_model": settings.roles["eval"].model[:500],
+        "lexpilot_stage": run.name,
+        "lexpilot_root": hashlib.sha256(str(settings.output_root).encode()).hexdigest()[:16],
+        "lexpilot_incarnation": run.incarnation,
+    }
 
 
 def tagged(remote, run) -> str | None:
-    """"ours" for a batch tagged with this run, "foreign" for one of the same run id, root, model and stage made
+    """ "ours" for a batch tagged with this run, "foreign" for one of the same run id, root, model and stage made
     by another incarnation (an earlier run moved away, or one from before incarnations), else None. A run that
     began before incarnations (its manifest says so) owns the batches of its root, id, model and stage that carry
     none: it made them before it had one. A run whose manifest was rebuilt from its records (the manifest was
@@ -100,20 +115,32 @@ def foreign(run, remote, why: str) -> None:
 
 
 def batch_lines(requests: list) -> bytes:
-    return "".join(json.dumps({"custom_id": cid, "method": "POST", "url": ENDPOINT, "body": body}, ensure_ascii=False)
-                   + "\n" for cid, _, body in requests).encode("utf-8")
+    return "".join(
+        json.dumps({"custom_id": cid, "method": "POST", "url": ENDPOINT, "body": body}, ensure_ascii=False)
+        + "\n"
+        for cid, _, body in requests
+    ).encode("utf-8")
 
 
 def submit(run, client, role: str, requests: list, max_tokens: int) -> None:
     """Record, upload, create: the ledger is written before each step that a kill could lose. A create whose
     reply was lost is found by its input file before it is asked again, so no request goes out twice."""
     ledger = run.ledger
-    batch = {"role": role, "phase": "prepared", "max_tokens": max_tokens,
-             "requests": {cid: meta for cid, meta, _ in requests}}
+    batch = {
+        "role": role,
+        "phase": "prepared",
+        "max_tokens": max_tokens,
+        "requests": {cid: meta for cid, meta, _ in requests},
+    }
     ledger.data["batches"].append(batch)
     ledger.save()
-    uploaded = provider_call(run, "uploading a batch file", lambda: checked(client.files.create(
-        file=("lexpilot_batch.jsonl", batch_lines(requests)), purpose="batch"), "id"))
+    uploaded = provider_call(
+        run,
+        "uploading a batch file",
+        lambda: checked(
+            client.files.create(file=("lexpilot_batch.jsonl", batch_lines(requests)), purpose="batch"), "id"
+        ),
+    )
     batch["file_id"], batch["phase"] = uploaded.id, "uploaded"
     ledger.save()
     created = create(run, client, uploaded.id)
@@ -130,19 +157,28 @@ def create(run, client, file_id: str):
     def attempt():
         made = made_from(run, client, file_id) if tried else None  # a repeat: did the failed create make it?
         tried.append(True)
-        return made or checked(client.batches.create(input_file_id=file_id, endpoint=ENDPOINT,
-                                                     completion_window="24h", metadata=tag(run)), "id")
+        return made or checked(
+            client.batches.create(
+                input_file_id=file_id, endpoint=ENDPOINT, completion_window="24h", metadata=tag(run)
+            ),
+            "id",
+        )
+
     return provider_call(run, "creating a batch", attempt)
 
 
 def made_from(run, client, file_id: str):
     """The batch made from our input file, if any (the file id is ours alone: no metadata needed)."""
-    return next((b for b in client.batches.list(limit=100) if getattr(b, "input_file_id", None) == file_id), None)
+    return next(
+        (b for b in client.batches.list(limit=100) if getattr(b, "input_file_id", None) == file_id), None
+    )
 
 
 def listing(run, client) -> list:
     """Every batch the provider lists."""
-    return provider_call(run, "listing batches", lambda: [checked(b, "id") for b in client.batches.list(limit=100)])
+    return provider_call(
+        run, "listing batches", lambda: [checked(b, "id") for b in client.batches.list(limit=100)]
+    )
 
 
 def listed(run, client, batches: list | None = None) -> list:
@@ -153,7 +189,9 @@ def listed(run, client, batches: list | None = None) -> list:
     for remote in listing(run, client) if batches is None else batches:
         whose = tagged(remote, run)
         if whose == "foreign" and remote.id not in known:
-            foreign(run, remote, "tagged with this run id, model and stage by another run (another incarnation)")
+            foreign(
+                run, remote, "tagged with this run id, model and stage by another run (another incarnation)"
+            )
         elif whose == "ours":
             ours.append(remote)
     return ours
@@ -177,26 +215,38 @@ def finished_lines(run, batch: dict, client) -> list[bytes] | None:
             return lost(run, batch, None)  # never created
         batch["batch_id"], batch["phase"] = made.id, "created"
         run.ledger.save()
-    remote = provider_call(run, f"batch {batch['batch_id']}",
-                           lambda: checked(client.batches.retrieve(batch["batch_id"]), "status"), missing_ok=True)
+    remote = provider_call(
+        run,
+        f"batch {batch['batch_id']}",
+        lambda: checked(client.batches.retrieve(batch["batch_id"]), "status"),
+        missing_ok=True,
+    )
     if remote is None:
         return lost(run, batch, f"the provider no longer knows batch {batch['batch_id']} (HTTP 404)")
     batch["status"] = remote.status
     counts = remote.request_counts
-    run.log(f"batch {batch['batch_id']} ({batch['role']}): {remote.status}, "
-            f"{getattr(counts, 'completed', 0)}/{getattr(counts, 'failed', 0)}/{len(batch['requests'])} "
-            "completed/failed/total")
+    run.log(
+        f"batch {batch['batch_id']} ({batch['role']}): {remote.status}, "
+        f"{getattr(counts, 'completed', 0)}/{getattr(counts, 'failed', 0)}/{len(batch['requests'])} "
+        "completed/failed/total"
+    )
     if remote.status not in FINISHED:
         return None
     why = provider_errors(remote, run.settings.redact)  # a provider's own words may hold the key
     batch["reason"] = f"batch {remote.status}" + (f" ({why})" if why else "")
     lines = []
     for name, file_id in (("output", remote.output_file_id), ("error", remote.error_file_id)):
-        content = file_id and provider_call(run, f"downloading the {name} file of batch {batch['batch_id']}",
-                                            lambda: client.files.content(file_id).read(), missing_ok=True)
+        content = file_id and provider_call(
+            run,
+            f"downloading the {name} file of batch {batch['batch_id']}",
+            lambda: client.files.content(file_id).read(),
+            missing_ok=True,
+        )
         if file_id and content is None:  # its requests are left unanswered: asked again in the next cycle
-            run.log(f"the {name} file {file_id} of batch {batch['batch_id']} cannot be downloaded (HTTP 404): the "
-                    "requests it answered are asked again in the next cycle")
+            run.log(
+                f"the {name} file {file_id} of batch {batch['batch_id']} cannot be downloaded (HTTP 404): the "
+                "requests it answered are asked again in the next cycle"
+            )
         lines += content.splitlines() if isinstance(content, bytes) else []
     return lines
 
@@ -204,7 +254,9 @@ def finished_lines(run, batch: dict, client) -> list[bytes] | None:
 def provider_errors(remote, redact) -> str:
     """The provider's first errors of a batch, each redacted whole, then cut (a key cut in two is never matched)."""
     errors = getattr(getattr(remote, "errors", None), "data", None) or []
-    return "; ".join(redact(str(getattr(e, "message", "") or getattr(e, "code", "")))[:200] for e in errors[:3])
+    return "; ".join(
+        redact(str(getattr(e, "message", "") or getattr(e, "code", "")))[:200] for e in errors[:3]
+    )
 
 
 def lost(run, batch: dict, why: str | None) -> None:
@@ -231,11 +283,18 @@ def adopt(run, clients: dict, pending: dict[str, tuple]) -> int:
         ours = listed(run, client, batches)
         refuse_if_lost(run, pending, batches, ours)
         for remote in ours:
-            if remote.id in known or remote.input_file_id in files or \
-                    (remote.status in ("failed", "expired", "cancelled") and not remote.output_file_id):
+            if (
+                remote.id in known
+                or remote.input_file_id in files
+                or (remote.status in ("failed", "expired", "cancelled") and not remote.output_file_id)
+            ):
                 continue
-            content = provider_call(run, f"reading the input of batch {remote.id}",
-                                    lambda: client.files.content(remote.input_file_id).read(), missing_ok=True)
+            content = provider_call(
+                run,
+                f"reading the input of batch {remote.id}",
+                lambda: client.files.content(remote.input_file_id).read(),
+                missing_ok=True,
+            )
             lines = (content or b"").splitlines()
             if not all(carries(line, run) for line in lines if line.strip()):
                 foreign(run, remote, "its metadata names this run, but its requests carry another run's ids")
@@ -244,16 +303,26 @@ def adopt(run, clients: dict, pending: dict[str, tuple]) -> int:
             # a batch every line of which was collected already is known from now on, and nothing more
             # named by the role its requests ask (roles sharing an endpoint share its client, not their batches)
             asked_role = next(iter(requests.values()))["role"] if requests else role
-            ledger.data["batches"].append({"role": asked_role, "phase": "created" if requests else "imported",
-                                           "batch_id": remote.id, "file_id": remote.input_file_id, "max_tokens": 0,
-                                           "requests": requests, "adopted": True})
+            ledger.data["batches"].append(
+                {
+                    "role": asked_role,
+                    "phase": "created" if requests else "imported",
+                    "batch_id": remote.id,
+                    "file_id": remote.input_file_id,
+                    "max_tokens": 0,
+                    "requests": requests,
+                    "adopted": True,
+                }
+            )
             known.add(remote.id)
             if not requests:
                 ledger.save()
                 continue
             adopted += 1
-            run.log(f"re-attached batch {remote.id} from the provider's list ({len(requests)} requests of this run): "
-                    "the ledger did not know it")
+            run.log(
+                f"re-attached batch {remote.id} from the provider's list ({len(requests)} requests of this run): "
+                "the ledger did not know it"
+            )
     if adopted:
         ledger.save()
     return adopted
@@ -272,8 +341,13 @@ def _matched_requests(lines: list[bytes], pending: dict[str, tuple], collected: 
             case, step, key, request_role, max_tokens = pending[request_digest(entry["body"])].pop(0)
         except (ValueError, KeyError, TypeError, AttributeError, IndexError):
             continue  # not a request the cases need now (answered already, or not ours)
-        requests[entry["custom_id"]] = {"case": case, "step": step, "key": key, "role": request_role,
-                                        "max_tokens": max_tokens}
+        requests[entry["custom_id"]] = {
+            "case": case,
+            "step": step,
+            "key": key,
+            "role": request_role,
+            "max_tokens": max_tokens,
+        }
     return requests
 
 
@@ -284,13 +358,19 @@ def refuse_if_lost(run, pending: dict, batches: list, ours: list) -> None:
     asked = sum(len(requests) for requests in pending.values())
     if not run.ledger_lost or not asked or run.settings.batching.resubmit:
         return
-    why = ("the provider does not return batch metadata" if untagged(batches) else
-           "the provider lists no batch of this run, model and stage (another API key or project?)" if not ours
-           else "")
+    why = (
+        "the provider does not return batch metadata"
+        if untagged(batches)
+        else "the provider lists no batch of this run, model and stage (another API key or project?)"
+        if not ours
+        else ""
+    )
     if why:
-        raise FatalError(f"{run.ledger.path}: {run.ledger_lost} and {why}; "
-                         f"{asked} requests may already be paid. Restore the ledger, or rerun with --batch-resubmit "
-                         "to submit them again")
+        raise FatalError(
+            f"{run.ledger.path}: {run.ledger_lost} and {why}; "
+            f"{asked} requests may already be paid. Restore the ledger, or rerun with --batch-resubmit "
+            "to submit them again"
+        )
 
 
 def untagged(batches: list) -> bool:
@@ -314,7 +394,9 @@ def carries(line: bytes, run) -> bool:
     return bool(run.incarnation) and cid.startswith(f"{run.incarnation}-")
 
 
-def write_batch_file(ledger: Ledger, folder: Path, model: str, role: str, requests: list, max_tokens: int, log):
+def write_batch_file(
+    ledger: Ledger, folder: Path, model: str, role: str, requests: list, max_tokens: int, log
+):
     """--batch-files: the cycle's input for `vllm run-batch` (one model per file), recorded, then the command."""
     folder.mkdir(parents=True, exist_ok=True)
     # numbered after every file already there, so an old output file is never read for new requests
@@ -322,8 +404,16 @@ def write_batch_file(ledger: Ledger, folder: Path, model: str, role: str, reques
     stem = f"cycle{max([len(ledger.data['batches']), *taken]) + 1:04d}-{model_folder(model)}"
     path, output = folder / f"{stem}.jsonl", folder / f"{stem}.out.jsonl"
     write_atomic(path, batch_lines(requests))
-    ledger.data["batches"].append({"role": role, "phase": "written", "max_tokens": max_tokens, "path": str(path),
-                                   "output": str(output), "requests": {cid: meta for cid, meta, _ in requests}})
+    ledger.data["batches"].append(
+        {
+            "role": role,
+            "phase": "written",
+            "max_tokens": max_tokens,
+            "path": str(path),
+            "output": str(output),
+            "requests": {cid: meta for cid, meta, _ in requests},
+        }
+    )
     ledger.save()
     log(f"wrote {path}: run  vllm run-batch -i {path} -o {output} --model {model}  (then rerun this command)")
 

@@ -2,6 +2,7 @@
 would be (a line that is not a well-formed reply is counted and its request asked again), each accepted reply
 imported once, even by a process killed while importing; a request left without an accepted reply counts as a
 failed attempt, so that a provider whose batches keep failing ends the case rather than cycling for ever."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,9 @@ def collect(run, clients: dict, journal: Path, writer: CheckpointWriter) -> tupl
         if lines is None:
             waiting = waiting or batch["phase"] != "imported"
             continue
-        importer = importer or Importer(run, CallJournal(journal, writer, set(), run.state.settings_hash),
-                                         CallJournal.custom_ids(journal))
+        importer = importer or Importer(
+            run, CallJournal(journal, writer, set(), run.state.settings_hash), CallJournal.custom_ids(journal)
+        )
         imported += importer.import_batch(batch, lines)
         batch["phase"] = "imported"  # unanswered requests (expired, cancelled, failed) go into the next cycle
         run.ledger.save()
@@ -38,12 +40,15 @@ def collect(run, clients: dict, journal: Path, writer: CheckpointWriter) -> tupl
 @dataclass
 class Importer:
     """`known`: the custom ids whose replies the journal holds already."""
+
     run: object
     journal: CallJournal
     known: set
     malformed: int = 0
     duplicated: list = field(default_factory=list)
-    stop: str = ""  # the first refusal that stops the stage (models/quirks.py STOPS), said once the batch is in
+    stop: str = (
+        ""  # the first refusal that stops the stage (models/quirks.py STOPS), said once the batch is in
+    )
 
     def import_batch(self, batch: dict, lines: list[bytes]) -> int:
         imported, seen = 0, {}
@@ -62,8 +67,10 @@ class Importer:
         self.report(batch)
         for cid, request in batch["requests"].items():  # asked, never answered: a failed attempt each
             if cid not in seen and cid not in self.known:
-                self.run.ledger.failed(request["key"], f"{request.get('role', batch['role'])}: no reply in "
-                                                       f"{batch.get('reason') or 'the batch'}")
+                self.run.ledger.failed(
+                    request["key"],
+                    f"{request.get('role', batch['role'])}: no reply in {batch.get('reason') or 'the batch'}",
+                )
         return imported
 
     def entry(self, line: bytes, batch: dict) -> dict | None:
@@ -86,11 +93,20 @@ class Importer:
         # a provider may echo the key in a reply or an error: redacted before any file or message, as a synchronous
         # reply is
         text, problem = self.run.settings.redact(text), self.run.settings.redact(problem)[:300]
-        reasoning = self.run.settings.redact(reasoning) if role == "judge" or self.run.settings.keep_reasoning else ""
+        reasoning = (
+            self.run.settings.redact(reasoning) if role == "judge" or self.run.settings.keep_reasoning else ""
+        )
         if problem:
             return self.refused(request, role, problem, line_error(entry))
-        self.journal.keep_key(request["case"], request["step"], request["key"], text, {role: usage}, custom_id=cid,
-                              reasoning=reasoning)
+        self.journal.keep_key(
+            request["case"],
+            request["step"],
+            request["key"],
+            text,
+            {role: usage},
+            custom_id=cid,
+            reasoning=reasoning,
+        )
         self.known.add(cid)
         return 1
 
@@ -102,33 +118,43 @@ class Importer:
             # call does, and every such request is asked again with the new field; not a failed attempt
             if self.run.caller.token_fields[role] == "max_tokens":
                 self.run.caller.token_fields[role] = "max_completion_tokens"
-                self.run.log(f"{role}: the model refuses max_tokens; its requests are asked again with "
-                             "max_completion_tokens")
+                self.run.log(
+                    f"{role}: the model refuses max_tokens; its requests are asked again with "
+                    "max_completion_tokens"
+                )
             return 0
         if refusal in STOPS:
-            self.stop = self.stop or stop_message(self.run.settings.roles[role], refusal,
-                                                  error_message(error, self.run.settings.redact))
+            self.stop = self.stop or stop_message(
+                self.run.settings.roles[role], refusal, error_message(error, self.run.settings.redact)
+            )
         at_once = refusal in (Refusal.CONTEXT_WINDOW, *STOPS)  # no retry helps, as with a synchronous call
         self.run.ledger.failed(request["key"], f"{role}: {problem}", at_once)
         if refusal not in STOPS:
-            self.run.log(f"case {request['case']}: {role} {problem}" + ("" if at_once else
-                                                                        "; asked again in the next cycle"))
+            self.run.log(
+                f"case {request['case']}: {role} {problem}"
+                + ("" if at_once else "; asked again in the next cycle")
+            )
         return 0
 
     def say_usage(self, role: str):
         """How a reply with malformed usage is said: once per stage and role, as a synchronous call says it."""
         describe = self.run.settings.roles[role].describe()
-        return lambda problem: self.run.caller.say_once(f"usage:{role}", malformed_usage(
-            describe, self.run.settings.redact(problem)))
+        return lambda problem: self.run.caller.say_once(
+            f"usage:{role}", malformed_usage(describe, self.run.settings.redact(problem))
+        )
 
     def report(self, batch: dict) -> None:
         where = f"batch {batch.get('batch_id') or batch.get('output')}"
         if self.malformed:
-            self.run.log(f"{where}: {self.malformed} output line(s) are not batch replies (no string custom_id, "
-                         "or not JSON); their requests are asked again")
+            self.run.log(
+                f"{where}: {self.malformed} output line(s) are not batch replies (no string custom_id, "
+                "or not JSON); their requests are asked again"
+            )
         if self.duplicated:
-            self.run.log(f"{where}: {len(self.duplicated)} custom id(s) answered twice with different replies; "
-                         "the first accepted reply of each is kept")
+            self.run.log(
+                f"{where}: {len(self.duplicated)} custom id(s) answered twice with different replies; "
+                "the first accepted reply of each is kept"
+            )
         self.malformed, self.duplicated = 0, []
 
 
@@ -149,8 +175,14 @@ def reply_of(entry: dict, limit: str, say_usage=lambda problem: None) -> tuple[s
     if reply.usage_problem:
         say_usage(reply.usage_problem)
     usage = Usage()
-    usage.add("x", reply.prompt_tokens or 0, reply.completion_tokens or 0,
-              unreported=int(reply.prompt_tokens is None), batched=1, cached_tokens=reply.cached_tokens or 0)
+    usage.add(
+        "x",
+        reply.prompt_tokens or 0,
+        reply.completion_tokens or 0,
+        unreported=int(reply.prompt_tokens is None),
+        batched=1,
+        cached_tokens=reply.cached_tokens or 0,
+    )
     problem = unusable(reply, limit)
     if problem:
         return "", {}, problem, ""

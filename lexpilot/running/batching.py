@@ -11,6 +11,7 @@ call journal, from which the next cycle's replay reads them; the records are the
 with `batched_calls` in their usage. Roles left out of --batch-roles are asked directly within the cycles, each
 reply once.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -68,6 +69,7 @@ class NeedsReply(Exception):
 @dataclass
 class BatchCaller:
     """Stands for the model caller during a cycle's replay: every call it gets becomes a batch request."""
+
     settings: object
     progress: object
     batched = True
@@ -81,9 +83,12 @@ class ReplayRetries:
     """The progress of one replay of a case: an invalid output is said once, when its reply first comes in, not
     again at every later cycle's replay of the case (each replay starts from the first call of the case's
     pending steps), nor at a later invocation's (--batch-detach) for a reply the journal held when it began."""
+
     log: object
     reported: Counter  # (case, step) -> retries said so far
-    said_before: Counter = field(default_factory=Counter)  # (case, step) -> replies held when the invocation began
+    said_before: Counter = field(
+        default_factory=Counter
+    )  # (case, step) -> replies held when the invocation began
     calls: CaseCalls | None = None  # the replay's calls, for the step being run
     seen: Counter = field(default_factory=Counter)
 
@@ -121,6 +126,7 @@ class QuietProgress:
 @dataclass
 class BatchRun:
     """One batch-mode invocation of a stage: what every cycle reads and writes."""
+
     name: str
     state: object  # the StageState
     settings: object
@@ -133,15 +139,21 @@ class BatchRun:
     run_case: object
     log: object
     failed: dict = field(default_factory=dict)  # case -> why it failed
-    held: Counter = field(default_factory=Counter)  # (case, step) -> replies the journal holds for a pending step
+    held: Counter = field(
+        default_factory=Counter
+    )  # (case, step) -> replies the journal holds for a pending step
     retried: Counter = field(default_factory=Counter)  # (case, step) -> invalid outputs said so far
-    said_before: Counter = field(default_factory=Counter)  # (case, step) -> replies the journal held at the start
+    said_before: Counter = field(
+        default_factory=Counter
+    )  # (case, step) -> replies the journal held at the start
     depth: int | None = None  # the least upper bound on the remaining calls said so far
     incarnation: str = ""  # the run's own id (its manifest's): in every batch's metadata and custom id
     late: bool = False  # the run began before incarnations: its batches without one are its own too
     rebuilt: bool = False  # its manifest was rebuilt from its records: its batches carry the lost incarnation
     foreign_said: set = field(default_factory=set)  # the other runs' batches named so far
-    ledger_lost: str = ""  # why the ledger does not hold the stage's batches the manifest counts ("": it does)
+    ledger_lost: str = (
+        ""  # why the ledger does not hold the stage's batches the manifest counts ("": it does)
+    )
     noted_submission: int = 0  # the stage's last cycle the manifest counts as submitting
 
     def batch_clients(self) -> dict:
@@ -166,9 +178,13 @@ def know_itself(run: BatchRun, manifest: Manifest | None, read_only: bool = Fals
     # one, or an old copy put back
     # (a rebuilt one cannot say: it may have)
     submitted = max(submitted_batches(manifest, run.name) if manifest else 0, int(run.rebuilt))
-    run.ledger_lost = "" if submitted <= run.ledger.cycles(run.name) else \
-        "the ledger is gone" if not run.ledger.found or not run.ledger.cycles(run.name) else \
-        "the ledger is older than the stage's last batches"
+    run.ledger_lost = (
+        ""
+        if submitted <= run.ledger.cycles(run.name)
+        else "the ledger is gone"
+        if not run.ledger.found or not run.ledger.cycles(run.name)
+        else "the ledger is older than the stage's last batches"
+    )
     return manifest
 
 
@@ -180,20 +196,32 @@ def run_cycles(name: str, state, clients: dict, settings, out, err, run_case) ->
     """The batch-mode stage: cycles of replay, submission and collection until every case is saved or failed.
     Ctrl-C leaves every recorded batch in flight: the same command re-attaches to them."""
     from lexpilot.models.calls import ModelCaller
-    log = (lambda message: print(f"[{name}] {message}", file=err, flush=True))
+
+    log = lambda message: print(f"[{name}] {message}", file=err, flush=True)
     model = settings.roles["eval"].model
     transport = state.manifest.token_fields if state.manifest else None
-    run = BatchRun(name, state, settings, Ledger(ledger_path(settings)),
-                   journal_path(settings.output_root, settings.run_id, model), CheckpointWriter(),
-                   ModelCaller(settings, QuietProgress(log), threading.Event(), clients,
-                               transport),
-                   set(settings.batching.roles or ("eval", "user", "judge")), load_prompts(), run_case, log)
+    run = BatchRun(
+        name,
+        state,
+        settings,
+        Ledger(ledger_path(settings)),
+        journal_path(settings.output_root, settings.run_id, model),
+        CheckpointWriter(),
+        ModelCaller(settings, QuietProgress(log), threading.Event(), clients, transport),
+        set(settings.batching.roles or ("eval", "user", "judge")),
+        load_prompts(),
+        run_case,
+        log,
+    )
     state.manifest = know_itself(run, state.manifest)
     try:
         return _cycles(run, out, err)
     except KeyboardInterrupt:
-        print(f"\n[{name}] interrupted: the batches in flight stay recorded; rerun the same command to collect them",
-              file=err, flush=True)
+        print(
+            f"\n[{name}] interrupted: the batches in flight stay recorded; rerun the same command to collect them",
+            file=err,
+            flush=True,
+        )
         return 130
 
 
@@ -209,9 +237,14 @@ def _cycles(run: BatchRun, out, err) -> int:
         waiting, _ = collect(run, run.caller.clients, run.journal_path, run.writer)
         if waiting:
             if settings.batching.detach or settings.batching.files:
-                log("batches in flight; rerun the same command to collect them" + (
-                    " once their output files are in --batch-files" if settings.batching.files else
-                    " (--batch-status shows them)"))
+                log(
+                    "batches in flight; rerun the same command to collect them"
+                    + (
+                        " once their output files are in --batch-files"
+                        if settings.batching.files
+                        else " (--batch-status shows them)"
+                    )
+                )
                 return 0
             time.sleep(settings.batching.poll)
             continue
@@ -223,7 +256,8 @@ def _cycles(run: BatchRun, out, err) -> int:
             pending_requests: dict[str, list] = {}
             for n in needs:
                 pending_requests.setdefault(_digest(run, n), []).append(
-                    (n[0], n[1], n[3], n[2].role, settings.roles[n[2].role].max_tokens))
+                    (n[0], n[1], n[3], n[2].role, settings.roles[n[2].role].max_tokens)
+                )
             if adopt(run, run.batch_clients(), pending_requests):
                 continue
         if not needs:
@@ -231,10 +265,12 @@ def _cycles(run: BatchRun, out, err) -> int:
         cycle = run.ledger.next_cycle(run.name)
         groups = _requests(run, needs)
         _send(run, groups)
-        log(f"cycle {cycle}: {counted(sum(len(r) for r in groups.values()), 'request')} in "
+        log(
+            f"cycle {cycle}: {counted(sum(len(r) for r in groups.values()), 'request')} in "
             f"{counted(len(groups), 'batch', 'batches')}; {counted(len(pending), 'case')} pending, at most "
             f"{counted(remaining_depth(run, pending), 'more call')} in the longest; "
-            f"elapsed {time.monotonic() - started:.0f}s" + _spending(run))
+            f"elapsed {time.monotonic() - started:.0f}s" + _spending(run)
+        )
     return _batch_summary(run, time.monotonic() - started, out, err)
 
 
@@ -247,8 +283,10 @@ def _spending(run: BatchRun) -> str:
     budget = run.caller.budget
     if not budget:
         return ""
-    return (f"; --max-cost {budget.amount:g}: {budget.spent:.4f} spent, {budget.reserved:.4f} reserved for the "
-            f"batches submitted, {budget.amount - budget.spent - budget.reserved:.4f} left")
+    return (
+        f"; --max-cost {budget.amount:g}: {budget.spent:.4f} spent, {budget.reserved:.4f} reserved for the "
+        f"batches submitted, {budget.amount - budget.spent - budget.reserved:.4f} left"
+    )
 
 
 def _replay(run: BatchRun, pending: list) -> list[tuple]:
@@ -267,9 +305,17 @@ def _replay(run: BatchRun, pending: list) -> list[tuple]:
 def read_journal(run: BatchRun, pending: list) -> CallJournal:
     """One read of the journal: the replies of the pending cases' unfinished steps, queued per case, step and
     prompt."""
-    return CallJournal(run.journal_path, run.writer, {(c.number, s.name) for c in pending for s in run.state.steps
-                                                      if c.number not in run.state.records[s.name]},
-                       run.state.settings_hash)
+    return CallJournal(
+        run.journal_path,
+        run.writer,
+        {
+            (c.number, s.name)
+            for c in pending
+            for s in run.state.steps
+            if c.number not in run.state.records[s.name]
+        },
+        run.state.settings_hash,
+    )
 
 
 def _replay_case(run: BatchRun, journal: CallJournal, case) -> tuple | None:
@@ -277,9 +323,14 @@ def _replay_case(run: BatchRun, journal: CallJournal, case) -> tuple | None:
     while True:  # a role left synchronous is answered at once, and the replay goes on
         journal.rewind(case.number)  # each replay starts from the case's first call again
         retries = ReplayRetries(run.log, run.retried, run.said_before)
-        calls = retries.calls = CaseCalls(BatchCaller(settings, retries), run.prompts, case,
-                                          user_condition=settings.user_condition, journal=journal,
-                                          settings=settings)
+        calls = retries.calls = CaseCalls(
+            BatchCaller(settings, retries),
+            run.prompts,
+            case,
+            user_condition=settings.user_condition,
+            journal=journal,
+            settings=settings,
+        )
         try:
             run.run_case(run.state, calls, run.writer)
             return None
@@ -293,17 +344,26 @@ def _replay_case(run: BatchRun, journal: CallJournal, case) -> tuple | None:
                 except CaseFailed as e:
                     run.failed[case.number] = str(e)
                     return None
-                journal.add(case.number, calls.step, key, reply.text, used.by_role,
-                            reply.reasoning if need.role == "judge" or settings.keep_reasoning else "")
+                journal.add(
+                    case.number,
+                    calls.step,
+                    key,
+                    reply.text,
+                    used.by_role,
+                    reply.reasoning if need.role == "judge" or settings.keep_reasoning else "",
+                )
                 run.held[(case.number, calls.step)] += 1
                 continue
             tries = run.ledger.tries(key)
             if tries <= settings.transport.retries:
                 return (case.number, calls.step, need, key)
             reason = run.ledger.reason(key, need.role)
-            run.failed[case.number] = (f"{reason} (a prompt beyond the context window: lower the output limit or "
-                                       "serve the model with a longer context)" if tries >= AT_ONCE else
-                                       f"{reason} (no accepted reply in {tries} batches)")
+            run.failed[case.number] = (
+                f"{reason} (a prompt beyond the context window: lower the output limit or "
+                "serve the model with a longer context)"
+                if tries >= AT_ONCE
+                else f"{reason} (no accepted reply in {tries} batches)"
+            )
             return None
         except CaseFailed as e:
             run.failed[case.number] = str(e)
@@ -313,7 +373,9 @@ def _replay_case(run: BatchRun, journal: CallJournal, case) -> tuple | None:
 def custom_id(incarnation: str, number: str, step: str, key: str, occurrence: int) -> str:
     """A request's id in a batch: the run's incarnation, then what it asks for which case (a batch is adopted only
     when every custom id in it starts with this run's incarnation)."""
-    return f"{incarnation}-" + hashlib.sha256(f"{number}\0{step}\0{key}\0{occurrence}".encode()).hexdigest()[:32]
+    return (
+        f"{incarnation}-" + hashlib.sha256(f"{number}\0{step}\0{key}\0{occurrence}".encode()).hexdigest()[:32]
+    )
 
 
 def _requests(run: BatchRun, needs: list[tuple]) -> dict[str, list]:
@@ -333,10 +395,20 @@ def _requests(run: BatchRun, needs: list[tuple]) -> dict[str, list]:
             caller.budget.reserve(role.model, len(str(need.prompt)), role.max_tokens, batched=1.0)
         # vLLM's run-batch takes one model per file; the API one batch per endpoint (roles may share one)
         group = role.model if settings.batching.files else role.base_url
-        groups.setdefault(group, []).append((custom_id(run.incarnation, number, step, key, submission),
-                                             {"case": number, "step": step, "key": key, "role": need.role,
-                                              "max_tokens": role.max_tokens,
-                                              "token_field": caller.token_fields[need.role]}, body))
+        groups.setdefault(group, []).append(
+            (
+                custom_id(run.incarnation, number, step, key, submission),
+                {
+                    "case": number,
+                    "step": step,
+                    "key": key,
+                    "role": need.role,
+                    "max_tokens": role.max_tokens,
+                    "token_field": caller.token_fields[need.role],
+                },
+                body,
+            )
+        )
     return groups
 
 
@@ -344,14 +416,23 @@ def _send(run: BatchRun, groups: dict[str, list]) -> None:
     settings = run.settings
     cycle = run.ledger.cycles(run.name)
     if groups and run.state.manifest and not settings.batching.files and run.noted_submission != cycle:
-        run.state.manifest = note_batches_submitted(run.state.manifest, run.name, cycle)  # before any of the cycle's submissions
+        run.state.manifest = note_batches_submitted(
+            run.state.manifest, run.name, cycle
+        )  # before any of the cycle's submissions
         run.noted_submission = cycle
     for group, requests in groups.items():
         role = requests[0][1]["role"]
         for chunk in chunks(requests):
             if settings.batching.files:
-                write_batch_file(run.ledger, settings.batching.files, group, role, chunk,
-                                 settings.roles[role].max_tokens, run.log)
+                write_batch_file(
+                    run.ledger,
+                    settings.batching.files,
+                    group,
+                    role,
+                    chunk,
+                    settings.roles[role].max_tokens,
+                    run.log,
+                )
             else:
                 submit(run, run.caller.clients[role], role, chunk, settings.roles[role].max_tokens)
 
@@ -359,14 +440,23 @@ def _send(run: BatchRun, groups: dict[str, list]) -> None:
 def _batch_summary(run: BatchRun, wall: float, out, err) -> int:
     state, name = run.state, run.name
     done = len(state.cases) - len(state.pending())
-    print(f"[{name}] batch mode: {done} of {len(state.cases)} cases saved, {len(run.failed)} failed, "
-          f"{counted(run.ledger.cycles(name), 'cycle')} in this run; elapsed {wall:.1f}s", file=out, flush=True)
+    print(
+        f"[{name}] batch mode: {done} of {len(state.cases)} cases saved, {len(run.failed)} failed, "
+        f"{counted(run.ledger.cycles(name), 'cycle')} in this run; elapsed {wall:.1f}s",
+        file=out,
+        flush=True,
+    )
     for number, message in sorted(run.failed.items()):
         print(f"[{name}] case {number} failed: {run.settings.redact(message)}", file=err)
-    if state.manifest and run.caller.token_fields != (state.manifest.token_fields
-                                                      or default_token_fields(run.settings.roles)):
-        state.manifest = record_transport(state.manifest, run.caller.token_fields)  # a resumed run starts with the field
-    CallJournal(run.journal_path, run.writer, set()).compact({s.name: state.records[s.name] for s in state.steps})
+    if state.manifest and run.caller.token_fields != (
+        state.manifest.token_fields or default_token_fields(run.settings.roles)
+    ):
+        state.manifest = record_transport(
+            state.manifest, run.caller.token_fields
+        )  # a resumed run starts with the field
+    CallJournal(run.journal_path, run.writer, set()).compact(
+        {s.name: state.records[s.name] for s in state.steps}
+    )
     return 1 if run.failed else 0
 
 
@@ -394,9 +484,11 @@ def check_endpoints(run: BatchRun) -> None:
             client.batches.list(limit=1)
         except run.caller.openai.APIStatusError as e:
             if e.status_code in (404, 405, 501):
-                raise FatalError(f"{run.settings.roles[role].describe()}: the endpoint refuses the batch API (HTTP "
-                                 f"{e.status_code}); leave the role synchronous (--batch-roles without {role}) or "
-                                 "run without --batch") from None
+                raise FatalError(
+                    f"{run.settings.roles[role].describe()}: the endpoint refuses the batch API (HTTP "
+                    f"{e.status_code}); leave the role synchronous (--batch-roles without {role}) or "
+                    "run without --batch"
+                ) from None
             provider_call(run, "listing batches", lambda: client.batches.list(limit=1))  # transient: retried
         except (run.caller.openai.APIConnectionError, run.caller.openai.APITimeoutError):
             provider_call(run, "listing batches", lambda: client.batches.list(limit=1))
@@ -406,10 +498,20 @@ def status(name: str, settings, clients: dict, out=sys.stdout) -> int:
     """--batch-status: what is in flight for the run (the ledger's batches, and the run's batches the provider
     lists that the ledger does not know), without waiting."""
     from lexpilot.models.calls import ModelCaller
-    run = BatchRun(name, None, settings, Ledger(ledger_path(settings)), Path(), CheckpointWriter(),
-                   ModelCaller(settings, QuietProgress(lambda m: print(m, file=out)), threading.Event(), clients),
-                   set(settings.batching.roles or ("eval", "user", "judge")), {}, None,
-                   lambda m: print(m, file=out))
+
+    run = BatchRun(
+        name,
+        None,
+        settings,
+        Ledger(ledger_path(settings)),
+        Path(),
+        CheckpointWriter(),
+        ModelCaller(settings, QuietProgress(lambda m: print(m, file=out)), threading.Event(), clients),
+        set(settings.batching.roles or ("eval", "user", "judge")),
+        {},
+        None,
+        lambda m: print(m, file=out),
+    )
     path = manifest_path(settings.output_root, settings.run_id, settings.roles["eval"].model)
     know_itself(run, read_manifest(path) if path.exists() else None, read_only=True)
     shown = _ledger_status(run, out)
@@ -426,8 +528,12 @@ def _ledger_status(run: BatchRun, out) -> int:
     for b in run.ledger.open_batches():
         line = f"{b['role']}: {b.get('batch_id', '(not created)')}, {len(b['requests'])} requests, phase {b['phase']}"
         if b.get("batch_id"):
-            remote = provider_call(run, f"batch {b['batch_id']}", lambda: run.caller.clients[b["role"]].batches.retrieve(
-                b["batch_id"]), missing_ok=True)
+            remote = provider_call(
+                run,
+                f"batch {b['batch_id']}",
+                lambda: run.caller.clients[b["role"]].batches.retrieve(b["batch_id"]),
+                missing_ok=True,
+            )
             line += f", status {remote.status}" if remote else ", unknown to the provider (HTTP 404)"
         print(line, file=out)
         shown += 1
@@ -443,19 +549,27 @@ def _listed_status(run: BatchRun, out) -> int:
         batches = listing(run, client)
         ours = listed(run, client, batches)
         if run.ledger_lost and (untagged(batches) or not ours):
-            lists = (f"lists {counted(len(batches), 'batch', 'batches')} without metadata" if untagged(batches)
-                     else "lists no batch of this run, model and stage")
-            print(f"{role}: cannot tell what is in flight: {run.ledger_lost} and the provider {lists} (restore "
-                  f"{run.ledger.path}, or see docs/batch.md)", file=out)
+            lists = (
+                f"lists {counted(len(batches), 'batch', 'batches')} without metadata"
+                if untagged(batches)
+                else "lists no batch of this run, model and stage"
+            )
+            print(
+                f"{role}: cannot tell what is in flight: {run.ledger_lost} and the provider {lists} (restore "
+                f"{run.ledger.path}, or see docs/batch.md)",
+                file=out,
+            )
             shown += 1
         for remote in ours:
             # a completed batch the ledger does not know was never collected into it (a lost ledger): its
             # replies are still to be taken
             answered = remote.status == "completed" or getattr(remote, "output_file_id", None)
             if remote.id not in known and (answered or remote.status not in FINISHED):
-                print(f"{role}: {remote.id}, status {remote.status}: listed by the provider for this run, not in "
-                      "the ledger (the next run re-attaches to it" + (" and collects what the run's records do "
-                                                                      "not hold yet)" if answered else ")"),
-                      file=out)
+                print(
+                    f"{role}: {remote.id}, status {remote.status}: listed by the provider for this run, not in "
+                    "the ledger (the next run re-attaches to it"
+                    + (" and collects what the run's records do not hold yet)" if answered else ")"),
+                    file=out,
+                )
                 shown += 1
     return shown

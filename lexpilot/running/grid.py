@@ -7,6 +7,7 @@ A cell that stops holds back only the cells of its chain that read it; an endpoi
 bad key, an unknown model) stops every cell that uses it with one message; the first Ctrl-C lets no new call start,
 lets the calls in flight end and be journalled, then leaves; rerunning the same command resumes.
 """
+
 from __future__ import annotations
 
 import errno
@@ -21,12 +22,20 @@ from lexpilot.models.calls import Sharing
 from lexpilot.protocols.steps import Stage
 from lexpilot.settings import Settings
 
-DONE, RUNNING, WAITING, FAILED, NOT_RUN, INTERRUPTED = "done", "running", "waiting", "failed", "not run", "interrupted"
+DONE, RUNNING, WAITING, FAILED, NOT_RUN, INTERRUPTED = (
+    "done",
+    "running",
+    "waiting",
+    "failed",
+    "not run",
+    "interrupted",
+)
 
 
 @dataclass
 class Cell:
     """One stage of one (evaluated model, run), and how it went."""
+
     model: str
     run_id: str
     stage: Stage
@@ -56,12 +65,25 @@ def in_order(stages: list[Stage]) -> list[Stage]:
     return ordered
 
 
-def plan(stages: list[Stage], settings_of: Callable, models: list[str], run_ids: list[str]) -> list[list[Cell]]:
+def plan(
+    stages: list[Stage], settings_of: Callable, models: list[str], run_ids: list[str]
+) -> list[list[Cell]]:
     """The grid's chains: per (model, run), its cells in dependency order."""
     ordered = in_order(stages)
-    return [[Cell(model, run_id, stage, settings_of(stage, model, run_id),
-                  tuple(e.name for e in ordered[:i] if reads(stage, e))) for i, stage in enumerate(ordered)]
-            for model in models for run_id in run_ids]
+    return [
+        [
+            Cell(
+                model,
+                run_id,
+                stage,
+                settings_of(stage, model, run_id),
+                tuple(e.name for e in ordered[:i] if reads(stage, e)),
+            )
+            for i, stage in enumerate(ordered)
+        ]
+        for model in models
+        for run_id in run_ids
+    ]
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -90,6 +112,7 @@ def shard_of(chains: list[list[Cell]], shard: tuple[int, int] | None) -> list[li
 class Grid:
     """The chains, what their calls share, and the clients per cell (None: built from the settings; tests pass
     in-memory ones)."""
+
     chains: list[list[Cell]]
     sharing: Sharing
     run_stage: Callable  # running.stage.run_stage
@@ -130,7 +153,9 @@ def run_cell(grid: Grid, cell: Cell) -> tuple[int, str]:
     """The stage as its script runs it, its lines kept apart; (exit status, the line saying why it stopped)."""
     out, err = io.StringIO(), io.StringIO()
     try:
-        code = grid.run_stage(cell.stage, cell.settings, grid.clients_of(cell), out, err, grid.sharing, cell.label)
+        code = grid.run_stage(
+            cell.stage, cell.settings, grid.clients_of(cell), out, err, grid.sharing, cell.label
+        )
         if code == 0:  # a cell that stopped is said once in the summary, with every cell that stopped alike
             grid.report(cell, out.getvalue() + err.getvalue())
     except HarnessError as e:
@@ -163,6 +188,7 @@ def start_chains(grid: Grid) -> list[threading.Event]:
             run_chain(grid, chain)
         finally:
             done.set()
+
     for i, (chain, done) in enumerate(zip(grid.chains, ended)):
         threading.Thread(target=run, args=(chain, done), name=f"chain-{i}", daemon=True).start()
     return ended

@@ -3,6 +3,7 @@ and any pause; spending so far against the quote, and the time left. A terminal 
 gets a line every 30 s. And the closing summary: each failed cell with its one-line reason, one line for cells that
 stopped for one reason.
 """
+
 from __future__ import annotations
 
 import re
@@ -24,6 +25,7 @@ RETRIES = re.compile(r" (?P<count>\d+) retries, .*?(?: \| last retry: (?P<last>.
 class Quote:
     """What the grid's quote said before it started: calls at most, and the expected and highest cost (None: no
     prices or no saved run)."""
+
     calls: int = 0
     expected: float | None = None
     high: float | None = None
@@ -35,8 +37,15 @@ def spent(grid: Grid, prices: dict | None) -> float | None:
         answered = {model: dict(e) for model, e in grid.sharing.answered.by_role.items()}
     if not prices or any(model not in prices for model in answered):
         return None
-    return sum(cost(prices[m], e["prompt_tokens"], e["completion_tokens"], cached_tokens=e.get("cached_prompt_tokens", 0))
-               for m, e in answered.items())
+    return sum(
+        cost(
+            prices[m],
+            e["prompt_tokens"],
+            e["completion_tokens"],
+            cached_tokens=e.get("cached_prompt_tokens", 0),
+        )
+        for m, e in answered.items()
+    )
 
 
 def answered_calls(grid: Grid) -> int:
@@ -85,8 +94,10 @@ class Display:
         lines = [line for line in text.splitlines() if line.strip()]
         retries = [RETRIES.search(line) for line in lines if PROGRESS in line][-1:]
         if retries and retries[0] and retries[0]["count"] != "0":
-            lines.append(f"{counted(int(retries[0]['count']), 'retry', 'retries')}" + (f", the last: {retries[0]['last']}"
-                                                                           if retries[0]["last"] else ""))
+            lines.append(
+                f"{counted(int(retries[0]['count']), 'retry', 'retries')}"
+                + (f", the last: {retries[0]['last']}" if retries[0]["last"] else "")
+            )
         for line in lines:
             if PROGRESS not in line:
                 self.note(f"[{cell.label}] {line.removeprefix(f'[{cell.stage.name}] ')}")
@@ -99,14 +110,20 @@ class Display:
         over = not counts[RUNNING] and (not counts[WAITING] or self.grid.sharing.draining.is_set())
         eta = "0s" if over else f"~{elapsed / calls * left:.0f}s" if calls else "?"
         money = spent(self.grid, self.prices)
-        spending = "" if money is None else f"; spent {money:.2f}" + (
-            f" of the quote's {self.quote.high:.2f} at most" if self.quote.high is not None else "") + (
-            f", {self.quote.expected:.2f} expected" if self.quote.expected is not None else "")
-        head = (f"[grid] cells: {counts[DONE]} done, {counts[RUNNING]} running, {counts[WAITING]} waiting, "
-                f"{counts[FAILED] + counts[NOT_RUN]} failed or held back"
-                + (f", {counts[INTERRUPTED]} stopped by Ctrl-C" if counts[INTERRUPTED] else "")
-                + f"; {calls} of at most {self.quote.calls} "
-                f"calls answered{spending}; elapsed {elapsed:.0f}s, remaining {eta}")
+        spending = (
+            ""
+            if money is None
+            else f"; spent {money:.2f}"
+            + (f" of the quote's {self.quote.high:.2f} at most" if self.quote.high is not None else "")
+            + (f", {self.quote.expected:.2f} expected" if self.quote.expected is not None else "")
+        )
+        head = (
+            f"[grid] cells: {counts[DONE]} done, {counts[RUNNING]} running, {counts[WAITING]} waiting, "
+            f"{counts[FAILED] + counts[NOT_RUN]} failed or held back"
+            + (f", {counts[INTERRUPTED]} stopped by Ctrl-C" if counts[INTERRUPTED] else "")
+            + f"; {calls} of at most {self.quote.calls} "
+            f"calls answered{spending}; elapsed {elapsed:.0f}s, remaining {eta}"
+        )
         return [head] + [self.endpoint_line(limiter, now) for limiter in self.grid.sharing.endpoints.all()]
 
     def endpoint_line(self, limiter, now: float) -> str:
@@ -115,10 +132,13 @@ class Display:
         if now - then >= 5:  # calls/s over the last few seconds, not since the start
             self.sent_before[limiter.name] = (now, limiter.sent)
         pause = limiter.resume_at - now
-        return (f"  {limiter.name}: {limiter.in_flight} in flight, {rate:.1f} calls/s, "
-                f"{counted(limiter.rate_limited, '429')}" + limits_text(limiter.limits, self.share)
-                + (f", paused {pause:.0f}s" if pause > 0 else "")
-                + (f", stopped: {limiter.failure[:120]}" if limiter.failure else ""))
+        return (
+            f"  {limiter.name}: {limiter.in_flight} in flight, {rate:.1f} calls/s, "
+            f"{counted(limiter.rate_limited, '429')}"
+            + limits_text(limiter.limits, self.share)
+            + (f", paused {pause:.0f}s" if pause > 0 else "")
+            + (f", stopped: {limiter.failure[:120]}" if limiter.failure else "")
+        )
 
     def draw(self, final: bool = False) -> None:
         with self.lock:
@@ -145,22 +165,30 @@ def summary(grid: Grid, interrupted: bool) -> list[str]:
     """The closing lines: the counts, then each failed cell with its reason (cells that stopped for one reason on
     one line), and what to do."""
     counts = grid.counts()
-    lines = [f"[grid] {counted(len(grid.cells), 'cell')}: {counts[DONE]} done, {counts[FAILED]} failed, "
-             f"{counts[NOT_RUN]} not run (an upstream stage did not finish), "
-             f"{counts[WAITING] + counts[INTERRUPTED]} left for a rerun"]
+    lines = [
+        f"[grid] {counted(len(grid.cells), 'cell')}: {counts[DONE]} done, {counts[FAILED]} failed, "
+        f"{counts[NOT_RUN]} not run (an upstream stage did not finish), "
+        f"{counts[WAITING] + counts[INTERRUPTED]} left for a rerun"
+    ]
     for reason, cells in grouped_reasons(grid.cells):
         if len(cells) == 1:
             lines.append(f"[grid] {cells[0].label}: {reason}")
         else:
-            shown = ", ".join(c.label for c in cells[:4]) + (f" and {len(cells) - 4} more" if len(cells) > 4 else "")
+            shown = ", ".join(c.label for c in cells[:4]) + (
+                f" and {len(cells) - 4} more" if len(cells) > 4 else ""
+            )
             lines.append(f"[grid] {len(cells)} cells {reason} ({shown})")
     for limiter in grid.sharing.endpoints.all():
         busy = limiter.busy()
         if busy is not None:
-            lines.append(f"[grid] {limiter.name}: {limiter.sent} calls; {100 * busy:.0f}% of its rpm limit used while "
-                         "calls waited for it")
+            lines.append(
+                f"[grid] {limiter.name}: {limiter.sent} calls; {100 * busy:.0f}% of its rpm limit used while "
+                "calls waited for it"
+            )
     if interrupted:
-        lines.append("[grid] interrupted: every answered call is saved or journalled; rerun the same command to resume")
+        lines.append(
+            "[grid] interrupted: every answered call is saved or journalled; rerun the same command to resume"
+        )
     elif counts[FAILED] or counts[NOT_RUN]:
         lines.append("[grid] rerun the same command to retry what failed; saved cases are kept")
     return lines

@@ -15,6 +15,7 @@ the judge's), optional limits. Every mistake is one line naming the file, the ke
     [limits."DeepSeek-R1"]          # the judge's endpoint, configured as for a stage
     rpm = 1000
 """
+
 from __future__ import annotations
 
 import re
@@ -33,6 +34,7 @@ MODEL_KEYS = ("base_url", "key_variable", *Limits.NAMES)
 @dataclass(frozen=True)
 class ModelEndpoint:
     """Where one evaluated model lives: its base URL, the variable holding its key (None: no key is sent)."""
+
     base_url: str
     key_variable: str | None = None
 
@@ -50,8 +52,9 @@ def key_lines(text: str) -> dict[tuple[str, ...], int]:
     for number, line in enumerate(text.splitlines(), 1):
         header = re.match(r"\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$", line)
         if header:
-            table = tuple(part.strip().strip("\"'") for part in re.findall(r'"[^"]*"|\'[^\']*\'|[^.]+',
-                                                                          header.group(1)))
+            table = tuple(
+                part.strip().strip("\"'") for part in re.findall(r'"[^"]*"|\'[^\']*\'|[^.]+', header.group(1))
+            )
             for n in range(1, len(table) + 1):  # [models."m"] is where `models` first appears too
                 lines.setdefault(table[:n], number)
             continue
@@ -82,22 +85,27 @@ def read_grid_file(path: Path, env) -> GridFile:
     for top, value in data.items():
         if top not in ("models", "limits"):
             kind = "table" if isinstance(value, dict) else "key (outside any table)"
-            raise HarnessError(f"{where(top)}: unknown {kind}; a grid file has [models.\"ID\"] and [limits.\"ID\"] "
-                               "tables only")
+            raise HarnessError(
+                f'{where(top)}: unknown {kind}; a grid file has [models."ID"] and [limits."ID"] tables only'
+            )
         if not isinstance(value, dict) or any(not isinstance(v, dict) for v in value.values()):
-            raise HarnessError(f"{where(top)}: write each model as its own table, [{top}.\"MODEL_ID\"]")
+            raise HarnessError(f'{where(top)}: write each model as its own table, [{top}."MODEL_ID"]')
     for model, entry in data.get("models", {}).items():
         grid.endpoints[model], limits = model_endpoint(entry, env, lambda *k, m=model: where("models", m, *k))
         if limits:
             grid.limits[model] = limits
     for model, entry in data.get("limits", {}).items():
         if model in grid.endpoints:
-            raise HarnessError(f"{where('limits', model)}: model {model!r} is given twice; put its limits in its "
-                               "[models] table")
+            raise HarnessError(
+                f"{where('limits', model)}: model {model!r} is given twice; put its limits in its "
+                "[models] table"
+            )
         unknown = sorted(set(entry) - set(Limits.NAMES))
         if unknown:
-            raise HarnessError(f"{where('limits', model, unknown[0])}: unknown key; a [limits] table takes "
-                               f"{', '.join(Limits.NAMES)}")
+            raise HarnessError(
+                f"{where('limits', model, unknown[0])}: unknown key; a [limits] table takes "
+                f"{', '.join(Limits.NAMES)}"
+            )
         grid.limits[model] = entry_limits(entry, lambda *k, m=model: where("limits", m, *k))
     return grid
 
@@ -105,7 +113,9 @@ def read_grid_file(path: Path, env) -> GridFile:
 def model_endpoint(entry: dict, env, where) -> tuple[ModelEndpoint, Limits | None]:
     unknown = sorted(set(entry) - set(MODEL_KEYS))
     if unknown:
-        raise HarnessError(f"{where(unknown[0])}: unknown key; a [models] table takes {', '.join(MODEL_KEYS)}")
+        raise HarnessError(
+            f"{where(unknown[0])}: unknown key; a [models] table takes {', '.join(MODEL_KEYS)}"
+        )
     if not isinstance(entry.get("base_url"), str):
         raise HarnessError(f"{where('base_url')}: missing or not a string; give the model's base URL")
     base_url = check_base_url(entry["base_url"], where("base_url"))
@@ -114,8 +124,10 @@ def model_endpoint(entry: dict, env, where) -> tuple[ModelEndpoint, Limits | Non
         if not isinstance(variable, str) or not variable:
             raise HarnessError(f"{where('key_variable')}: the name of an environment variable, as a string")
         if not env.get(variable):
-            raise HarnessError(f"{where('key_variable')}: {variable} is not set; export it with the model's key, "
-                               "or remove key_variable to send no key")
+            raise HarnessError(
+                f"{where('key_variable')}: {variable} is not set; export it with the model's key, "
+                "or remove key_variable to send no key"
+            )
         check_api_key(env[variable], variable)
     limits = {k: entry[k] for k in Limits.NAMES if k in entry}
     return ModelEndpoint(base_url, variable), entry_limits(limits, where) if limits else None
@@ -144,8 +156,13 @@ def split_limits(options: list[str]) -> tuple[list[str], list[str]]:
     limits, rest, i = [], [], 0
     while i < len(options):
         option = options[i]
-        value = option.partition("=")[2] if option.startswith("--limit=") else \
-            options[i + 1] if option == "--limit" and i + 1 < len(options) else None
+        value = (
+            option.partition("=")[2]
+            if option.startswith("--limit=")
+            else options[i + 1]
+            if option == "--limit" and i + 1 < len(options)
+            else None
+        )
         if value is not None and "=" in value:
             limits.append(value)
             i += 1 if option.startswith("--limit=") else 2

@@ -3,6 +3,7 @@ for every (model, run), summed per stage and role and per endpoint; cost bounds 
 synchronous and batch prices; and an estimated wall time from the calls, their longest chain per case, the
 concurrency and each endpoint's rate limit. Cases saved under the output root are not counted again.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,6 +39,7 @@ BATCH_WINDOW_HOURS = 24  # OpenAI's batch completion window: a cycle takes at mo
 @dataclass
 class Part:
     """One stage of one (evaluated model, run): what its dry run counts, and what it would cost."""
+
     model: str
     run_id: str
     stage: str
@@ -45,17 +47,21 @@ class Part:
     pending: int = 0
     calls: Counter = field(default_factory=Counter)  # role -> calls at most
     chain: int = 0  # the most calls one case makes in a row
-    money: dict = field(default_factory=dict)  # (role, "sync"|"batch") -> (low, high, expected or None) or None
+    money: dict = field(
+        default_factory=dict
+    )  # (role, "sync"|"batch") -> (low, high, expected or None) or None
     refused: str = ""  # why the stage would not run (its message), nothing counted
 
 
-def quote_part(stage: Stage, settings: Settings, selected: list[Case], dataset_sha: str, prompts: dict,
-               saved_usage: dict) -> Part:
+def quote_part(
+    stage: Stage, settings: Settings, selected: list[Case], dataset_sha: str, prompts: dict, saved_usage: dict
+) -> Part:
     """The stage's dry-run figures for one (model, run); an unfinished upstream stage counts at the most calls."""
     part = Part(settings.roles["eval"].model, settings.run_id, stage.name, settings)
     try:
-        state = read_only_state(stage, settings, selected, build_manifest(settings, dataset_sha, selected),
-                                whole_upstream=False)
+        state = read_only_state(
+            stage, settings, selected, build_manifest(settings, dataset_sha, selected), whole_upstream=False
+        )
     except HarnessError as e:
         part.refused = str(e)
         return part
@@ -68,9 +74,19 @@ def quote_part(stage: Stage, settings: Settings, selected: list[Case], dataset_s
         # the batch columns send the roles --batch-roles names (every role by default) through a batch API
         batchable = 1.0 if role in (settings.batching.roles or ROLES) else 0.0
         for mode, batched in (("sync", 0.0), ("batch", batchable)):
-            part.money[(role, mode)] = None if price is None else role_money(
-                price, low[role], chars[role] + calls * CARRIED_REPLIES * carried_limit(settings), calls * limit,
-                saved_usage.get(role), part.pending, batched)
+            part.money[(role, mode)] = (
+                None
+                if price is None
+                else role_money(
+                    price,
+                    low[role],
+                    chars[role] + calls * CARRIED_REPLIES * carried_limit(settings),
+                    calls * limit,
+                    saved_usage.get(role),
+                    part.pending,
+                    batched,
+                )
+            )
     return part
 
 
@@ -84,19 +100,24 @@ def stage_settings(stages: list[Stage], options: list[str]):
     parsers = {}
     for stage in stages:  # no abbreviations: --mod must not stand for --model
         parser = argparse.ArgumentParser(prog=stage.script, add_help=False, allow_abbrev=False)
-        add_common_args(parser, stage.user_condition, stage.history_choice, stage.source_run, stage.probe_file)
+        add_common_args(
+            parser, stage.user_condition, stage.history_choice, stage.source_run, stage.probe_file
+        )
         parsers[stage.name] = parser
     unknown = None
     for parser in parsers.values():
         _, left = parsed(parser, ["--run-id", "x", *options])
         unknown = set(left) if unknown is None else unknown & set(left)
     if unknown:
-        raise HarnessError(f"{' '.join(o for o in options if o in unknown)}: not an option of any chosen stage "
-                           "(see python LexAwN_gen.py --help)")
+        raise HarnessError(
+            f"{' '.join(o for o in options if o in unknown)}: not an option of any chosen stage "
+            "(see python LexAwN_gen.py --help)"
+        )
 
     def settings_of(stage: Stage, model: str, run_id: str) -> Settings:
         args, _ = parsed(parsers[stage.name], ["--run-id", run_id, "--model", model, *options])
         return settings_from_args(args)
+
     return settings_of
 
 
@@ -116,16 +137,23 @@ def add_grid_args(parser: argparse.ArgumentParser) -> None:
     stages."""
     # a flag given twice adds to the first (argparse would keep only the last, quoting half the grid in
     # silence)
-    parser.add_argument("--models", nargs="+", action="extend",
-                        help="the evaluated model ids (default: the grid file's)")
+    parser.add_argument(
+        "--models", nargs="+", action="extend", help="the evaluated model ids (default: the grid file's)"
+    )
     runs = parser.add_mutually_exclusive_group()
-    runs.add_argument("--runs", type=number(int, 1, 1000), default=5,
-                      help="run1 .. runN (default 5, as the paper)")
+    runs.add_argument(
+        "--runs", type=number(int, 1, 1000), default=5, help="run1 .. runN (default 5, as the paper)"
+    )
     runs.add_argument("--run-ids", nargs="+", action="extend", help="these run ids instead")
-    parser.add_argument("--stages", nargs="+", default=[DEFAULT_STAGE_SET], metavar="NAME",
-                        help=f"entry points or sets: {', '.join([*STAGE_SETS, *GRID_STAGES])} (default: "
-                        f"{DEFAULT_STAGE_SET}; paper: what LexAwN_gen.py, eval_DCG.py and eval_LJP.py run; "
-                        "all: the later stages too)")
+    parser.add_argument(
+        "--stages",
+        nargs="+",
+        default=[DEFAULT_STAGE_SET],
+        metavar="NAME",
+        help=f"entry points or sets: {', '.join([*STAGE_SETS, *GRID_STAGES])} (default: "
+        f"{DEFAULT_STAGE_SET}; paper: what LexAwN_gen.py, eval_DCG.py and eval_LJP.py run; "
+        "all: the later stages too)",
+    )
 
 
 def grid_run_ids(args: argparse.Namespace) -> list[str]:
@@ -148,18 +176,27 @@ def check_rate_limits(parts: list[Part], limits: dict) -> None:
     endpoints = set(endpoint_calls(parts)) | {p.settings.roles[r].model for p in parts for r in ROLES}
     unknown = sorted(set(limits) - endpoints)
     if unknown:
-        raise HarnessError(f"--rate-limit {', '.join(unknown)}: no role of this grid uses that model id (the grid's: "
-                           f"{', '.join(sorted(endpoints))})")
+        raise HarnessError(
+            f"--rate-limit {', '.join(unknown)}: no role of this grid uses that model id (the grid's: "
+            f"{', '.join(sorted(endpoints))})"
+        )
 
 
-def quote_grid(stages: list[Stage], settings_of, models: list[str], run_ids: list[str], selected: list[Case],
-               dataset_sha: str) -> list[Part]:
+def quote_grid(
+    stages: list[Stage],
+    settings_of,
+    models: list[str],
+    run_ids: list[str],
+    selected: list[Case],
+    dataset_sha: str,
+) -> list[Part]:
     """Every (model, run, stage) part; `settings_of(stage, model, run_id)` gives the settings the stage would run
     with."""
     prompts, parts = load_prompts(), []
     # the grid's users: a stage that takes no --user-condition belongs to standard runs, and refuses the others
-    condition = next((settings_of(s, models[0], run_ids[0]).user_condition for s in stages if s.user_condition),
-                     "standard")
+    condition = next(
+        (settings_of(s, models[0], run_ids[0]).user_condition for s in stages if s.user_condition), "standard"
+    )
     for stage in stages:
         saved_usage = None
         for model in models:
@@ -167,17 +204,22 @@ def quote_grid(stages: list[Stage], settings_of, models: list[str], run_ids: lis
                 settings = settings_of(stage, model, run_id)
                 if condition != "standard" and not stage.user_condition:
                     part = Part(model, run_id, stage.name, settings)
-                    part.refused = (f"a run with the {condition} user takes only {', '.join(CONDITION_SCRIPTS)}; "
-                                    "the other stages belong to standard runs (leave them out of --stages)")
+                    part.refused = (
+                        f"a run with the {condition} user takes only {', '.join(CONDITION_SCRIPTS)}; "
+                        "the other stages belong to standard runs (leave them out of --stages)"
+                    )
                     parts.append(part)
                     continue
                 if saved_usage is None:  # the same steps and root for every part of a stage
-                    saved_usage = saved_usage_per_case(settings.output_root, list(stage.enabled_steps(settings)))
+                    saved_usage = saved_usage_per_case(
+                        settings.output_root, list(stage.enabled_steps(settings))
+                    )
                 parts.append(quote_part(stage, settings, selected, dataset_sha, prompts, saved_usage))
     return parts
 
 
 # ----------------------------------------------------------------------------- sums
+
 
 def endpoint_calls(parts: list[Part]) -> Counter:
     """Calls per model id: the User Model and the judge are one endpoint for every evaluated model."""
@@ -222,9 +264,14 @@ def wall_time(parts: list[Part], timing: Timing) -> tuple[float, float, dict]:
         waves = math.ceil(part.pending / timing.concurrency) if part.pending else 0
         per_job[(part.model, part.run_id)] += waves * part.chain * timing.seconds_per_call
     at_once = timing.jobs or len(per_job) or 1
-    chains = max(per_job.values(), default=0.0) if at_once >= len(per_job) else sum(per_job.values()) / at_once
-    limited = {model: calls / timing.rate_limits[model] * 60 for model, calls in endpoint_calls(parts).items()
-               if model in timing.rate_limits}
+    chains = (
+        max(per_job.values(), default=0.0) if at_once >= len(per_job) else sum(per_job.values()) / at_once
+    )
+    limited = {
+        model: calls / timing.rate_limits[model] * 60
+        for model, calls in endpoint_calls(parts).items()
+        if model in timing.rate_limits
+    }
     return chains, max(limited.values(), default=0.0), limited
 
 
@@ -234,8 +281,6 @@ def batch_cycles(parts: list[Part]) -> int:
     for part in parts:
         per_job[(part.model, part.run_id)] += part.chain
     return max(per_job.values(), default=0)
-
-
 
 
 # ----------------------------------------------------------------------------- what the quote prints
@@ -263,13 +308,27 @@ def quote_tables(parts: list[Part]) -> list[tuple[str, str, list[str], list[list
     counted = [p for p in parts if not p.refused]
     if not counted:
         return []
-    return [("grid_quote_stages", "Calls at most (retries not counted) and cost per stage and role, every model "
-             "and run of the grid; cases saved under the output root are not counted", ["Stage", "Role",
-             "Cases to do", "Calls"] + MONEY_HEADERS, _stage_rows(counted)),
-            ("grid_quote_models", "Per evaluated model (its User Model and judge calls included)",
-             ["Evaluated model", "Calls"] + MONEY_HEADERS, _model_rows(counted)),
-            ("grid_quote_endpoints", "Calls per endpoint (model id): the User Model and the judge serve every "
-             "evaluated model", ["Model id", "Roles", "Calls"], _endpoint_rows(counted))]
+    return [
+        (
+            "grid_quote_stages",
+            "Calls at most (retries not counted) and cost per stage and role, every model "
+            "and run of the grid; cases saved under the output root are not counted",
+            ["Stage", "Role", "Cases to do", "Calls"] + MONEY_HEADERS,
+            _stage_rows(counted),
+        ),
+        (
+            "grid_quote_models",
+            "Per evaluated model (its User Model and judge calls included)",
+            ["Evaluated model", "Calls"] + MONEY_HEADERS,
+            _model_rows(counted),
+        ),
+        (
+            "grid_quote_endpoints",
+            "Calls per endpoint (model id): the User Model and the judge serve every evaluated model",
+            ["Model id", "Roles", "Calls"],
+            _endpoint_rows(counted),
+        ),
+    ]
 
 
 def _stage_rows(counted: list[Part]) -> list[list]:
@@ -280,9 +339,18 @@ def _stage_rows(counted: list[Part]) -> list[list]:
     for part in counted:
         for role, n in part.calls.items():
             calls[(part.stage, role)] += n
-    stage_rows = [[stage, role, sum(p.pending for p in counted if p.stage == stage), calls[(stage, role)],
-                   *money_cells(per_stage[(stage, role)])]
-                  for stage in stage_order for role in ROLES if (stage, role) in per_stage]
+    stage_rows = [
+        [
+            stage,
+            role,
+            sum(p.pending for p in counted if p.stage == stage),
+            calls[(stage, role)],
+            *money_cells(per_stage[(stage, role)]),
+        ]
+        for stage in stage_order
+        for role in ROLES
+        if (stage, role) in per_stage
+    ]
     total = summed_money(counted, lambda p, role: "all")
     stage_rows.append(["total", "", "", sum(calls.values()), *money_cells(total.get("all", NOTHING))])
     return stage_rows
@@ -291,16 +359,29 @@ def _stage_rows(counted: list[Part]) -> list[list]:
 def _model_rows(counted: list[Part]) -> list[list]:
     """A row per evaluated model: its calls and money, its User Model's and judge's included."""
     per_model = summed_money(counted, lambda p, role: p.model)
-    return [[model, sum(sum(p.calls.values()) for p in counted if p.model == model),
-             *money_cells(per_model.get(model, NOTHING))] for model in dict.fromkeys(p.model for p in counted)]
+    return [
+        [
+            model,
+            sum(sum(p.calls.values()) for p in counted if p.model == model),
+            *money_cells(per_model.get(model, NOTHING)),
+        ]
+        for model in dict.fromkeys(p.model for p in counted)
+    ]
 
 
 def _endpoint_rows(counted: list[Part]) -> list[list]:
     """A row per endpoint (model id), the busiest first: the roles it serves and its calls."""
     endpoints = endpoint_calls(counted)
-    return [[model, ", ".join(sorted({role for p in counted for role in p.calls
-                                      if p.settings.roles[role].model == model})), n]
-            for model, n in endpoints.most_common()]
+    return [
+        [
+            model,
+            ", ".join(
+                sorted({role for p in counted for role in p.calls if p.settings.roles[role].model == model})
+            ),
+            n,
+        ]
+        for model, n in endpoints.most_common()
+    ]
 
 
 def refusal_lines(parts: list[Part]) -> list[str]:
@@ -313,11 +394,15 @@ def refusal_lines(parts: list[Part]) -> list[str]:
     for refused in reasons.values():
         first = refused[0]
         if len(refused) == 1:
-            lines.append(f"not counted: {first.stage}, model {first.model!r}, run {first.run_id}: {first.refused}")
+            lines.append(
+                f"not counted: {first.stage}, model {first.model!r}, run {first.run_id}: {first.refused}"
+            )
             continue
         stages = ", ".join(dict.fromkeys(p.stage for p in refused))
-        lines.append(f"not counted: {len(refused)} of {len(parts)} parts ({stages}), for one reason; the first, model "
-                     f"{first.model!r}, run {first.run_id}: {first.refused}")
+        lines.append(
+            f"not counted: {len(refused)} of {len(parts)} parts ({stages}), for one reason; the first, model "
+            f"{first.model!r}, run {first.run_id}: {first.refused}"
+        )
     return lines
 
 
@@ -335,16 +420,29 @@ def quote_notes(parts: list[Part], timing: Timing) -> list[str]:
         return ["nothing counted: every stage of every (model, run) would be refused"] + refusal_lines(parts)
     chains, limited, per_endpoint = wall_time(counted, timing)
     jobs = len({(p.model, p.run_id) for p in counted})
-    lines = [f"synchronous wall time, estimated: {hours(max(chains, limited))} — calls in a row per case at "
-             f"{timing.seconds_per_call:g} s each, {timing.concurrency} cases at once per job, "
-             f"{timing.jobs or jobs} of {jobs} (model, run) jobs at once: {hours(chains)}"
-             + "".join(f"; {model} at {timing.rate_limits[model]:g} requests/min: {hours(s)}"
-                       for model, s in sorted(per_endpoint.items()))]
+    lines = [
+        f"synchronous wall time, estimated: {hours(max(chains, limited))} — calls in a row per case at "
+        f"{timing.seconds_per_call:g} s each, {timing.concurrency} cases at once per job, "
+        f"{timing.jobs or jobs} of {jobs} (model, run) jobs at once: {hours(chains)}"
+        + "".join(
+            f"; {model} at {timing.rate_limits[model]:g} requests/min: {hours(s)}"
+            for model, s in sorted(per_endpoint.items())
+        )
+    ]
     cycles = batch_cycles(counted)
-    lines.append(f"batch mode: {cycles} cycles for the slowest job (each cycle sends every case's next call and "
-                 f"waits for the batch: up to {BATCH_WINDOW_HOURS} h each at OpenAI, usually far less)")
-    missing = sorted({m for p in counted for (role, _), v in p.money.items() if v is None
-                      for m in [p.settings.roles[role].model]})
+    lines.append(
+        f"batch mode: {cycles} cycles for the slowest job (each cycle sends every case's next call and "
+        f"waits for the batch: up to {BATCH_WINDOW_HOURS} h each at OpenAI, usually far less)"
+    )
+    missing = sorted(
+        {
+            m
+            for p in counted
+            for (role, _), v in p.money.items()
+            if v is None
+            for m in [p.settings.roles[role].model]
+        }
+    )
     if counted and not counted[0].settings.spending.prices:
         lines.append("cost: give --prices FILE (price per million tokens of each model id; see docs/cost.md)")
     elif missing:

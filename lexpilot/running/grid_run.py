@@ -3,6 +3,7 @@ the grid file; the limits by model id (grid file, then --limit); one limiter per
 cell; the quote the display measures against; and Ctrl-C: the first lets no new call start and waits for the calls
 in flight, the second leaves at once.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,8 +40,15 @@ def with_endpoint(settings: Settings, endpoint: ModelEndpoint | None, env) -> Se
     if endpoint is None:
         return settings
     key = env[endpoint.key_variable] if endpoint.key_variable else ""
-    roles = {**settings.roles, "eval": dataclasses.replace(settings.roles["eval"], base_url=endpoint.base_url,
-                                                          api_key=key, key_variable=endpoint.key_variable or "")}
+    roles = {
+        **settings.roles,
+        "eval": dataclasses.replace(
+            settings.roles["eval"],
+            base_url=endpoint.base_url,
+            api_key=key,
+            key_variable=endpoint.key_variable or "",
+        ),
+    }
     return dataclasses.replace(settings, roles=roles)
 
 
@@ -70,20 +78,33 @@ class GridRun:
         limits, make = self.limits, None
         if self.limits_url:
             from lexpilot.models.shared_limits import RedisStore, SharedLimiter
+
             store = RedisStore(self.limits_url, say)
             store.reachable()
+
             def make(endpoint, ceiling, lim, name):
                 return SharedLimiter(store, endpoint, ceiling, lim, name)
         elif self.share_text():  # a shard without a shared store: its 1/N of each limit
             n = self.shard[1]
-            limits = {m: Limits(max(1, lim.concurrency // n) if lim.concurrency else None,
-                                lim.rpm / n if lim.rpm else None, lim.tpm / n if lim.tpm else None)
-                      for m, lim in limits.items()}
+            limits = {
+                m: Limits(
+                    max(1, lim.concurrency // n) if lim.concurrency else None,
+                    lim.rpm / n if lim.rpm else None,
+                    lim.tpm / n if lim.tpm else None,
+                )
+                for m, lim in limits.items()
+            }
             if limits:
-                say(f"[grid] shard {self.shard[0]}/{n} without --limits: each endpoint's limits here are 1/{n} of "
-                    "the grid's (with --limits redis://… the shards share them instead)")
-        return Endpoints(lambda role: 2 * first.transport.concurrency * users.get(role.model, 1), limits,
-                         per_model=True, make=make)
+                say(
+                    f"[grid] shard {self.shard[0]}/{n} without --limits: each endpoint's limits here are 1/{n} of "
+                    "the grid's (with --limits redis://… the shards share them instead)"
+                )
+        return Endpoints(
+            lambda role: 2 * first.transport.concurrency * users.get(role.model, 1),
+            limits,
+            per_model=True,
+            make=make,
+        )
 
     def share_text(self) -> str:
         """Whose share of the grid's limits this process holds, when a shard without a shared store holds 1/N."""
@@ -97,6 +118,7 @@ class GridRun:
 
     def run(self, run_stage=None) -> int:
         from lexpilot.running.stage import run_stage as stage_runner  # the stages, only when the grid runs
+
         err = self.err or sys.stderr
         chains = self.chains()
         if not chains:
@@ -106,10 +128,20 @@ class GridRun:
         notes: list[str] = []
         speaker = {"say": notes.append}  # until the display is drawn, then the display
         endpoints = self.endpoints(chains, lambda line: speaker["say"](line))
-        budget = Budget(first.spending.max_cost, first.spending.prices) if first.spending.max_cost is not None else None
-        grid = self.grid = Grid(chains, Sharing(endpoints, budget), run_stage or stage_runner,
-                                self.clients_of or (lambda cell: None))
-        display = Display(grid, self.quote(first, chains), first.spending.prices, err, share=self.share_text())
+        budget = (
+            Budget(first.spending.max_cost, first.spending.prices)
+            if first.spending.max_cost is not None
+            else None
+        )
+        grid = self.grid = Grid(
+            chains,
+            Sharing(endpoints, budget),
+            run_stage or stage_runner,
+            self.clients_of or (lambda cell: None),
+        )
+        display = Display(
+            grid, self.quote(first, chains), first.spending.prices, err, share=self.share_text()
+        )
         grid.report = display.cell_lines
         for note in notes:
             display.note(note)
@@ -121,12 +153,16 @@ class GridRun:
         except KeyboardInterrupt:
             interrupted = True
             grid.sharing.draining.set()
-            display.note("[grid] Ctrl-C: no new call starts; the calls in flight end and are saved or journalled "
-                         "(Ctrl-C again leaves at once)")
+            display.note(
+                "[grid] Ctrl-C: no new call starts; the calls in flight end and are saved or journalled "
+                "(Ctrl-C again leaves at once)"
+            )
             try:
                 wait_for(chains, display.draw)
             except KeyboardInterrupt:
-                display.note("[grid] interrupted at once: completed cases are saved; rerun the same command to resume")
+                display.note(
+                    "[grid] interrupted at once: completed cases are saved; rerun the same command to resume"
+                )
                 os._exit(INTERRUPTED)
         display.draw(final=True)
         for line in summary(grid, interrupted):
@@ -137,47 +173,77 @@ class GridRun:
     def quote(self, first: Settings, chains: list[list[Cell]]) -> Quote:
         """The quote for what is left of these chains, as run_grid.py --dry-run prints it, for the display."""
         cases, sha = load_dataset(first.dataset)
-        selected = cases[:first.limit] if first.limit else cases
-        parts = [p for chain in chains
-                 for p in quote_grid(self.stages, self.settings_of, [chain[0].model], [chain[0].run_id], selected, sha)
-                 if not p.refused]
-        low, high, expected = summed_money(parts, lambda p, role: "all").get("all", {}).get("sync", (None,) * 3)
+        selected = cases[: first.limit] if first.limit else cases
+        parts = [
+            p
+            for chain in chains
+            for p in quote_grid(
+                self.stages, self.settings_of, [chain[0].model], [chain[0].run_id], selected, sha
+            )
+            if not p.refused
+        ]
+        low, high, expected = (
+            summed_money(parts, lambda p, role: "all").get("all", {}).get("sync", (None,) * 3)
+        )
         return Quote(sum(sum(p.calls.values()) for p in parts), expected, high)
 
 
-def start_grid(stages: list[Stage], models: list[str] | None, run_ids: list[str], options: list[str],
-               grid_path: str | None, limit_entries: list[str], env=os.environ, err=None, shard: str | None = None,
-               limits_url: str | None = None) -> GridRun:
+def start_grid(
+    stages: list[Stage],
+    models: list[str] | None,
+    run_ids: list[str],
+    options: list[str],
+    grid_path: str | None,
+    limit_entries: list[str],
+    env=os.environ,
+    err=None,
+    shard: str | None = None,
+    limits_url: str | None = None,
+) -> GridRun:
     """The grid run_grid.py runs (or its shard K/N), checked before any call."""
     batch = [o for o in options if o.split("=")[0].startswith("--batch")]
     if batch:
-        raise HarnessError(f"{batch[0]}: batch mode is not pooled across the grid yet; run the stages with --batch "
-                           "by hand (docs/batch.md), or the grid without it")
+        raise HarnessError(
+            f"{batch[0]}: batch mode is not pooled across the grid yet; run the stages with --batch "
+            "by hand (docs/batch.md), or the grid without it"
+        )
     grid = plan_grid(stages, models, run_ids, options, grid_path, limit_entries, env, err)
     grid.shard, grid.limits_url = (parse_shard(shard) if shard else None), limits_url
     if limits_url:
         from lexpilot.models.shared_limits import limits_url as checked_url
+
         checked_url(limits_url)  # a dry run is told too
     return grid
 
 
-def plan_grid(stages: list[Stage], models: list[str] | None, run_ids: list[str], options: list[str],
-              grid_path: str | None, limit_entries: list[str], env=os.environ, err=None) -> GridRun:
+def plan_grid(
+    stages: list[Stage],
+    models: list[str] | None,
+    run_ids: list[str],
+    options: list[str],
+    grid_path: str | None,
+    limit_entries: list[str],
+    env=os.environ,
+    err=None,
+) -> GridRun:
     """The grid from the command line (quote_grid.py's too): each cell's settings with the grid file's endpoints,
     and the limits by model id, every model id one a role of the grid uses."""
     grid_file = read_grid_file(Path(grid_path), env) if grid_path else GridFile()
     models = models or list(grid_file.endpoints)
     if not models:
-        raise HarnessError("no evaluated model: pass --models, or give [models.\"ID\"] tables in --grid")
+        raise HarnessError('no evaluated model: pass --models, or give [models."ID"] tables in --grid')
     limits = grid_file.limits | command_limits(limit_entries)
     base = stage_settings(stages, options)
 
     def settings_of(stage: Stage, model: str, run_id: str) -> Settings:
         return with_endpoint(base(stage, model, run_id), grid_file.endpoints.get(model), env)
+
     grid = GridRun(stages, models, run_ids, settings_of, limits, err)
     used = {r.model for model in models for r in settings_of(stages[0], model, run_ids[0]).roles.values()}
     unknown = sorted(set(limits) - used)
     if unknown:
-        raise HarnessError(f"limits for {', '.join(unknown)}: no role of this grid uses that model id (the grid's: "
-                           f"{', '.join(sorted(used))})")
+        raise HarnessError(
+            f"limits for {', '.join(unknown)}: no role of this grid uses that model id (the grid's: "
+            f"{', '.join(sorted(used))})"
+        )
     return grid

@@ -2,6 +2,7 @@
 the request behind each custom id), how often each request failed and why, and the cycles so far. It is written
 before every step a kill could lose; when it is lost or stale, the provider's list of the run's batches (tagged
 with the run, model and stage when created) re-attaches them."""
+
 from __future__ import annotations
 
 import json
@@ -12,9 +13,14 @@ from lexpilot.errors import HarnessError
 from lexpilot.files import check_input, write_json
 
 PHASES = ("prepared", "uploaded", "created", "written", "imported")
-NEEDED = {"prepared": (), "uploaded": ("file_id",), "created": ("batch_id",), "written": ("path", "output"),
-          "imported": ()}  # what a batch in each phase must record
-AT_ONCE = 10 ** 6  # a failure no retry can mend (a prompt beyond the context window): the case fails at once
+NEEDED = {
+    "prepared": (),
+    "uploaded": ("file_id",),
+    "created": ("batch_id",),
+    "written": ("path", "output"),
+    "imported": (),
+}  # what a batch in each phase must record
+AT_ONCE = 10**6  # a failure no retry can mend (a prompt beyond the context window): the case fails at once
 
 
 def _problem(data) -> str | None:
@@ -22,17 +28,27 @@ def _problem(data) -> str | None:
     if not isinstance(data, dict) or not isinstance(data.get("batches"), list):
         return "not an object with a list of batches"
     for i, batch in enumerate(data["batches"]):
-        if not isinstance(batch, dict) or batch.get("phase") not in PHASES or batch.get("role") not in ROLES \
-                or not isinstance(batch.get("requests"), dict) \
-                or not all(isinstance(r, dict) and all(isinstance(r.get(k), str) for k in ("case", "step", "key"))
-                           for r in batch["requests"].values()) \
-                or not all(isinstance(batch.get(k), str) for k in NEEDED[batch["phase"]]) \
-                or not all(isinstance(batch[k], str) for k in ("batch_id", "file_id", "path", "output") if k in batch):
+        if (
+            not isinstance(batch, dict)
+            or batch.get("phase") not in PHASES
+            or batch.get("role") not in ROLES
+            or not isinstance(batch.get("requests"), dict)
+            or not all(
+                isinstance(r, dict) and all(isinstance(r.get(k), str) for k in ("case", "step", "key"))
+                for r in batch["requests"].values()
+            )
+            or not all(isinstance(batch.get(k), str) for k in NEEDED[batch["phase"]])
+            or not all(
+                isinstance(batch[k], str) for k in ("batch_id", "file_id", "path", "output") if k in batch
+            )
+        ):
             return f"batch {i + 1} is malformed"
     for name in ("failures", "reasons"):
         if not isinstance(data.get(name, {}), dict):
             return f"{name} is not an object"
-    if not isinstance(data.get("cycles", {}), dict) or not all(isinstance(n, int) for n in data.get("cycles", {}).values()):
+    if not isinstance(data.get("cycles", {}), dict) or not all(
+        isinstance(n, int) for n in data.get("cycles", {}).values()
+    ):
         return "cycles is not an object of counts per stage"
     return None
 
@@ -52,8 +68,10 @@ class Ledger:
         else:
             problem = _problem(data)
         if problem:
-            raise HarnessError(f"{path}: {problem}; it records this run's batches in flight. Restore it, or remove "
-                               "it: the next run re-attaches to the run's batches from the provider's list")
+            raise HarnessError(
+                f"{path}: {problem}; it records this run's batches in flight. Restore it, or remove "
+                "it: the next run re-attaches to the run's batches from the provider's list"
+            )
         self.data = {"failures": {}, "reasons": {}, "cycles": {}, **data}
 
     def save(self) -> None:

@@ -1,6 +1,7 @@
 """The dry run's figures before any call: calls per role at most, the known prompt text, and the cost quote
 (bounds per role and an expected figure from saved runs).
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -39,21 +40,27 @@ def longest_chain(state: StageState, cases: list[Case]) -> int:
     return max((sum(sum(planned.values()) for _, planned in case_steps(state, c)) for c in cases), default=0)
 
 
-def planned_calls(state: StageState, cases: list[Case],
-                  prompts: dict[str, str] | None = None) -> tuple[Counter, Counter, Counter]:
+def planned_calls(
+    state: StageState, cases: list[Case], prompts: dict[str, str] | None = None
+) -> tuple[Counter, Counter, Counter]:
     """Calls per role at most, and the characters of the known prompt text they would send: the prompt and
     the case's inputs, with the longer of the two histories (for an upper bound), and with the shorter and only
     the calls surely made (a lower bound); earlier replies carried into a prompt are not known."""
     calls, chars, low = Counter(), Counter(), Counter()
     for case in cases:
         histories = [len(render_history(h)) for h in (case.complete, case.underspecified)]
-        inputs = {"key_facts": len(render_details_by_focal_point(case)), "focus_text": len(render_focal_points(case)),
-                  "claims": len(render_claims(case))}
+        inputs = {
+            "key_facts": len(render_details_by_focal_point(case)),
+            "focus_text": len(render_focal_points(case)),
+            "claims": len(render_claims(case)),
+        }
         for step, planned in case_steps(state, case):
             calls.update(planned)
             for role in planned:
                 template = (prompts or {}).get(step.prompts.get(role), "")
-                fixed = len(SLOT.sub("", template)) + sum(inputs.get(slot, 0) for slot in SLOT.findall(template))
+                fixed = len(SLOT.sub("", template)) + sum(
+                    inputs.get(slot, 0) for slot in SLOT.findall(template)
+                )
                 # the judges' {history} slot holds a reply to judge, not the case's history
                 history = "history" in SLOT.findall(template) and role != "judge"
                 chars[role] += planned[role] * (fixed + (max(histories) if history else 0))
@@ -66,11 +73,14 @@ def carried_limit(settings: Settings) -> int:
     return max(settings.roles["eval"].max_tokens, settings.roles["user"].max_tokens)
 
 
-CARRIED_REPLIES = 6  # the most earlier replies any prompt of these protocols carries (a forced prediction: 3 + 3)
+CARRIED_REPLIES = (
+    6  # the most earlier replies any prompt of these protocols carries (a forced prediction: 3 + 3)
+)
 
 
-def cost_quote(state: StageState, settings: Settings, calls: Counter, chars: Counter, low_chars: Counter,
-               pending: int) -> str:
+def cost_quote(
+    state: StageState, settings: Settings, calls: Counter, chars: Counter, low_chars: Counter, pending: int
+) -> str:
     """The cost of the pending work per role: bounds and, where runs of this stage were saved under the output
     root, an expected figure from their usage per case (see `role_money`)."""
     lines = ["cost quote (money per the price file):"]
@@ -84,19 +94,39 @@ def cost_quote(state: StageState, settings: Settings, calls: Counter, chars: Cou
         if price is None:
             lines.append(f"  {role} ({model}): no price in the price file")
             continue
-        batched = 1.0 if settings.batching.enabled and role in (settings.batching.roles or ROLES) else 0.0  # at batch prices
-        low, high, expected = role_money(price, low_chars[role], chars[role] + calls[role] * CARRIED_REPLIES * carried_limit(settings),
-                                         calls[role] * limit, expected_usage.get(role), pending, batched)
+        batched = (
+            1.0 if settings.batching.enabled and role in (settings.batching.roles or ROLES) else 0.0
+        )  # at batch prices
+        low, high, expected = role_money(
+            price,
+            low_chars[role],
+            chars[role] + calls[role] * CARRIED_REPLIES * carried_limit(settings),
+            calls[role] * limit,
+            expected_usage.get(role),
+            pending,
+            batched,
+        )
         total = [total[0] + low, total[1] + high, total[2] + (expected or 0)]
-        lines.append(f"  {role} ({model}): between {low:,.4f} and {high:,.4f}"
-                     + (f"; expected ~{expected:,.4f} from saved runs of this stage" if expected is not None else ""))
-    lines.append(f"  total: between {total[0]:,.4f} and {total[1]:,.4f}"
-                 + (f"; expected ~{total[2]:,.4f}" if expected_usage else ""))
+        lines.append(
+            f"  {role} ({model}): between {low:,.4f} and {high:,.4f}"
+            + (f"; expected ~{expected:,.4f} from saved runs of this stage" if expected is not None else "")
+        )
+    lines.append(
+        f"  total: between {total[0]:,.4f} and {total[1]:,.4f}"
+        + (f"; expected ~{total[2]:,.4f}" if expected_usage else "")
+    )
     return "\n".join(lines)
 
 
-def role_money(price: Price, low_chars: int, high_prompt: int, high_completion: int, per_case, pending: int,
-               batched: float) -> tuple[float, float, float | None]:
+def role_money(
+    price: Price,
+    low_chars: int,
+    high_prompt: int,
+    high_completion: int,
+    per_case,
+    pending: int,
+    batched: float,
+) -> tuple[float, float, float | None]:
     """(low, high, expected) for one role: the known prompt text of the calls surely made, at the cached-input price
     and with no completion; every
     prompt with the longer history, every carried reply and every completion at the output limit; the saved runs'
@@ -124,9 +154,13 @@ def saved_usage_per_case(root: Path, steps: list[Step]) -> dict[str, tuple[float
         for path in root.glob(f"{step.kind.top}/*/*/{step.kind.file}"):
             for record in readable_records(path):
                 try:
-                    used_by_role = {role: tuple(float(used.get(f, 0) if f == "cached_prompt_tokens" else used[f])
-                                                for f in ("prompt_tokens", "completion_tokens", "cached_prompt_tokens"))
-                                    for role, used in record["usage"].items()}
+                    used_by_role = {
+                        role: tuple(
+                            float(used.get(f, 0) if f == "cached_prompt_tokens" else used[f])
+                            for f in ("prompt_tokens", "completion_tokens", "cached_prompt_tokens")
+                        )
+                        for role, used in record["usage"].items()
+                    }
                 except (KeyError, TypeError, AttributeError, ValueError):  # a record is untrusted input
                     continue
                 cases += 1
@@ -147,17 +181,22 @@ def dry_run_report(name: str, state: StageState, selected: list[Case]) -> str:
     settings, model = state.settings, state.settings.roles["eval"].model
     pending = state.pending()
     calls, chars, low = planned_calls(state, pending, load_prompts())
-    lines = [f"[{name}] dry run: {len(pending)} of {len(selected)} selected cases to do "
-             f"(run {settings.run_id}, model {model!r})",
-             "cases: " + (", ".join(c.number for c in pending) or "none"),
-             "calls at most (not counting retries): " + ", ".join(f"{role} {calls.get(role, 0)}" for role in ROLES),
-             "tokens, estimated: " + "; ".join(
-                 f"{role} prompt ~{chars.get(role, 0):,}, "
-                 f"completion <= {calls.get(role, 0) * settings.roles[role].max_tokens:,}"
-                 for role in ROLES if calls.get(role)),
-             "  (prompt: the prompts and case inputs at one token per character, about right for Chinese; "
-             "replies carried into later prompts come on top, up to --max-tokens each)"]
+    lines = [
+        f"[{name}] dry run: {len(pending)} of {len(selected)} selected cases to do "
+        f"(run {settings.run_id}, model {model!r})",
+        "cases: " + (", ".join(c.number for c in pending) or "none"),
+        "calls at most (not counting retries): "
+        + ", ".join(f"{role} {calls.get(role, 0)}" for role in ROLES),
+        "tokens, estimated: "
+        + "; ".join(
+            f"{role} prompt ~{chars.get(role, 0):,}, "
+            f"completion <= {calls.get(role, 0) * settings.roles[role].max_tokens:,}"
+            for role in ROLES
+            if calls.get(role)
+        ),
+        "  (prompt: the prompts and case inputs at one token per character, about right for Chinese; "
+        "replies carried into later prompts come on top, up to --max-tokens each)",
+    ]
     if settings.spending.prices:
         lines.append(cost_quote(state, settings, calls, chars, low, len(pending)))
     return "\n".join(lines)
-

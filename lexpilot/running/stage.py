@@ -1,6 +1,7 @@
 """Running a stage: the command line, the manifest and lock, resuming from checkpoints, cases in parallel
 with a progress line, failures and Ctrl-C, the dry run, and the closing summary.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -80,9 +81,11 @@ class Progress:
         elapsed = time.monotonic() - self.start
         finished = self.done + self.failed
         eta = f"{elapsed / finished * (self.total - finished):.0f}s" if finished else "?"
-        text = (f"[{self.stage}] {self.done}/{self.total} done, {self.failed} failed, "
-                f"{self.answered} calls answered, {self.in_flight} in flight, {self.retries} retries, "
-                f"elapsed {elapsed:.0f}s, remaining ~{eta}")
+        text = (
+            f"[{self.stage}] {self.done}/{self.total} done, {self.failed} failed, "
+            f"{self.answered} calls answered, {self.in_flight} in flight, {self.retries} retries, "
+            f"elapsed {elapsed:.0f}s, remaining ~{eta}"
+        )
         return text + (f" | last retry: {self.last_error}" if self.last_error else "")
 
     def draw(self, final: bool = False) -> None:
@@ -105,13 +108,26 @@ def _format_usage(usage: Usage) -> str:
     for role in ROLES:
         e = usage.by_role.get(role)
         if e:
-            parts.append(f"{role} {e['calls']} calls/{e['prompt_tokens']}+{e['completion_tokens']} tokens"
-                         + (f" ({e['unreported_calls']} calls without token counts)" if e.get("unreported_calls") else ""))
+            parts.append(
+                f"{role} {e['calls']} calls/{e['prompt_tokens']}+{e['completion_tokens']} tokens"
+                + (
+                    f" ({e['unreported_calls']} calls without token counts)"
+                    if e.get("unreported_calls")
+                    else ""
+                )
+            )
     return "; ".join(parts) or "no calls"
 
 
-def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out=None, err=None,
-              sharing: Sharing | None = None, cell=None) -> int:
+def run_stage(
+    stage: Stage,
+    settings: Settings,
+    clients: dict | None = None,
+    out=None,
+    err=None,
+    sharing: Sharing | None = None,
+    cell=None,
+) -> int:
     """Load, resume, run every pending case of the stage's steps, save; returns the exit status.
 
     `clients` (role -> OpenAI-compatible client) replace the ones built from the settings (tests); `sharing` is
@@ -120,7 +136,7 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
     name = stage.name
     out, err = out or sys.stdout, err or sys.stderr
     all_cases, dataset_sha = load_dataset(settings.dataset)
-    selected = all_cases[:settings.limit] if settings.limit else all_cases
+    selected = all_cases[: settings.limit] if settings.limit else all_cases
     model = settings.roles["eval"].model
     manifest = build_manifest(settings, dataset_sha, selected)
     mpath = manifest_path(settings.output_root, settings.run_id, model)
@@ -135,11 +151,19 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
         from lexpilot.running import (
             batching,  # the batch API is only touched when asked for
         )
+
         return batching.status(name, settings, clients, out)
     with RunLock(mpath.with_name(".lock")):
-        saved, note = check_manifest(mpath, manifest, stage.script, write=True,
-                                     allow_code_change=settings.allow_code_change, record_files=record_files,
-                                     prompt_files=stage.prompt_files(settings), condition_scripts=CONDITION_SCRIPTS)
+        saved, note = check_manifest(
+            mpath,
+            manifest,
+            stage.script,
+            write=True,
+            allow_code_change=settings.allow_code_change,
+            record_files=record_files,
+            prompt_files=stage.prompt_files(settings),
+            condition_scripts=CONDITION_SCRIPTS,
+        )
         if note:
             print(f"[{name}] {note}", file=err)
         if stage.prepare:
@@ -152,6 +176,7 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
             print(f"[{name}] {note}", file=err)
         if settings.batching.enabled:
             from lexpilot.running import batching
+
             return batching.run_cycles(name, state, clients, settings, out, err, run_case)
         return _execute(name, state, clients, out, err, sharing, cell)
 
@@ -159,6 +184,7 @@ def run_stage(stage: Stage, settings: Settings, clients: dict | None = None, out
 @dataclass
 class Outcome:
     """What the workers of a stage report back, under one lock."""
+
     failures: list[tuple[str, str]] = field(default_factory=list)  # (case, message)
     fatal: list[str] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
@@ -172,6 +198,7 @@ class Outcome:
 @dataclass
 class Workers:
     """Everything a worker needs to run one case: shared by the pool's threads."""
+
     state: StageState
     caller: ModelCaller
     prompts: dict[str, str]
@@ -195,8 +222,15 @@ class Workers:
 
     def work_on(self, case: Case) -> None:
         settings, outcome = self.state.settings, self.outcome
-        calls = CaseCalls(self.caller, self.prompts, case, user_condition=settings.user_condition,
-                          journal=self.journal, keep_reasoning=settings.keep_reasoning, settings=settings)
+        calls = CaseCalls(
+            self.caller,
+            self.prompts,
+            case,
+            user_condition=settings.user_condition,
+            journal=self.journal,
+            keep_reasoning=settings.keep_reasoning,
+            settings=settings,
+        )
         try:
             run_case(self.state, calls, self.writer)
             self.progress.update(done=1)
@@ -226,30 +260,49 @@ class Workers:
             self.stop_new.set()
 
 
-def _open_journal(name: str, state: StageState, pending: list[Case], writer: CheckpointWriter, err) -> CallJournal:
+def _open_journal(
+    name: str, state: StageState, pending: list[Case], writer: CheckpointWriter, err
+) -> CallJournal:
     settings = state.settings
-    journal = CallJournal(journal_path(settings.output_root, settings.run_id, settings.roles["eval"].model), writer,
-                          {(c.number, s.name) for c in pending for s in state.steps
-                           if c.number not in state.records[s.name]}, state.settings_hash)
+    journal = CallJournal(
+        journal_path(settings.output_root, settings.run_id, settings.roles["eval"].model),
+        writer,
+        {(c.number, s.name) for c in pending for s in state.steps if c.number not in state.records[s.name]},
+        state.settings_hash,
+    )
     if journal.other_settings:
-        print(f"[{name}] {journal.path}: {journal.other_settings} repl(ies) were made with other settings than this "
-              "run's; they are not replayed, and those calls are made again", file=err)
+        print(
+            f"[{name}] {journal.path}: {journal.other_settings} repl(ies) were made with other settings than this "
+            "run's; they are not replayed, and those calls are made again",
+            file=err,
+        )
     if journal.edited:
-        print(f"[{name}] {journal.path}: {journal.edited} repl(ies) changed after they were saved (their digest does "
-              "not match); those calls are made again", file=err)
+        print(
+            f"[{name}] {journal.path}: {journal.edited} repl(ies) changed after they were saved (their digest does "
+            "not match); those calls are made again",
+            file=err,
+        )
     if journal.unreadable:
-        print(f"[{name}] {journal.path}: {journal.unreadable} unreadable line(s) ignored (probably torn by a "
-              "crash); those calls are made again", file=err)
+        print(
+            f"[{name}] {journal.path}: {journal.unreadable} unreadable line(s) ignored (probably torn by a "
+            "crash); those calls are made again",
+            file=err,
+        )
     if journal.unanswered:
-        print(f"[{name}] calls in flight when an earlier process stopped (paid, never answered): "
-              + ", ".join(f"{role} {n}" for role, n in journal.unanswered.items())
-              + "; counted in show_results.py --usage", file=err)
+        print(
+            f"[{name}] calls in flight when an earlier process stopped (paid, never answered): "
+            + ", ".join(f"{role} {n}" for role, n in journal.unanswered.items())
+            + "; counted in show_results.py --usage",
+            file=err,
+        )
     return journal
 
 
 def _run_pool(name: str, pending: list[Case], workers: Workers, err) -> None:
     """Every pending case on the pool; Ctrl-C stops at once with every completed record saved."""
-    pool = ThreadPoolExecutor(max_workers=workers.state.settings.transport.concurrency, thread_name_prefix="case")
+    pool = ThreadPoolExecutor(
+        max_workers=workers.state.settings.transport.concurrency, thread_name_prefix="case"
+    )
     for case in pending:
         pool.submit(workers.work, case)
     try:
@@ -261,21 +314,27 @@ def _run_pool(name: str, pending: list[Case], workers: Workers, err) -> None:
         workers.stop_new.set()
         with workers.writer.lock:  # no record is half-written when we leave
             workers.progress.draw(final=True)
-            print(f"\n[{name}] interrupted: completed cases are saved; rerun the same command to resume.",
-                  file=err, flush=True)
+            print(
+                f"\n[{name}] interrupted: completed cases are saved; rerun the same command to resume.",
+                file=err,
+                flush=True,
+            )
             os._exit(130)
     pool.shutdown()
 
 
-def _execute(name: str, state: StageState, clients, out, err, sharing: Sharing | None = None, cell=None) -> int:
+def _execute(
+    name: str, state: StageState, clients, out, err, sharing: Sharing | None = None, cell=None
+) -> int:
     settings = state.settings
     pending = state.pending()
     skipped = len(state.cases) - len(pending)
     writer = CheckpointWriter()
     saved = {s.name: state.records[s.name] for s in state.steps}
     if not pending:  # nothing to do: no client, no pool; a journal left by an earlier crash is emptied
-        CallJournal(journal_path(settings.output_root, settings.run_id, settings.roles["eval"].model), writer,
-                    set()).compact(saved)
+        CallJournal(
+            journal_path(settings.output_root, settings.run_id, settings.roles["eval"].model), writer, set()
+        ).compact(saved)
         print(f"[{name}] cases: 0 done, {skipped} skipped (already saved), 0 failed; no calls", file=out)
         return 0
     progress = Progress(name, len(pending), err)
@@ -283,26 +342,43 @@ def _execute(name: str, state: StageState, clients, out, err, sharing: Sharing |
     transport = state.manifest.token_fields if state.manifest else None
     caller = ModelCaller(settings, progress, abort, clients, transport, sharing, cell)
     journal = _open_journal(name, state, pending, writer, err)
-    workers = Workers(state, caller, load_prompts(), journal, writer, progress, abort, threading.Event(), Outcome(),
-                      len(pending))
+    workers = Workers(
+        state,
+        caller,
+        load_prompts(),
+        journal,
+        writer,
+        progress,
+        abort,
+        threading.Event(),
+        Outcome(),
+        len(pending),
+    )
     _run_pool(name, pending, workers, err)
     writer.close()
     journal.compact(saved)
     if state.manifest and caller.token_fields != (transport or default_token_fields(settings.roles)):
         state.manifest = record_transport(state.manifest, caller.token_fields)
     progress.draw(final=True)
-    return _summary(name, workers, skipped, time.monotonic() - progress.start, out, err)  # as the progress line counts
+    return _summary(
+        name, workers, skipped, time.monotonic() - progress.start, out, err
+    )  # as the progress line counts
 
 
 def _summary(name: str, workers: Workers, skipped: int, wall: float, out, err) -> int:
     """The closing lines and the exit status: STOPPED when the stage stopped, 1 when a case failed."""
     outcome, progress = workers.outcome, workers.progress
     idle = workers.state.idle
-    print(f"[{name}] cases: {progress.done - outcome.idle} done, "
-          + (f"{outcome.idle} {idle[0]}, " if idle and outcome.idle else "") + f"{skipped} skipped (already saved), "
-          f"{len(outcome.failures)} failed; {_format_usage(outcome.usage)}"
-          + (f"; {outcome.replays} replies paid in an earlier run replayed" if outcome.replays else "")
-          + f"; elapsed {wall:.1f}s", file=out, flush=True)
+    print(
+        f"[{name}] cases: {progress.done - outcome.idle} done, "
+        + (f"{outcome.idle} {idle[0]}, " if idle and outcome.idle else "")
+        + f"{skipped} skipped (already saved), "
+        f"{len(outcome.failures)} failed; {_format_usage(outcome.usage)}"
+        + (f"; {outcome.replays} replies paid in an earlier run replayed" if outcome.replays else "")
+        + f"; elapsed {wall:.1f}s",
+        file=out,
+        flush=True,
+    )
     if outcome.fatal:
         print(f"[{name}] stopped: {outcome.fatal[0]}", file=err)
         return STOPPED
@@ -312,14 +388,20 @@ def _summary(name: str, workers: Workers, skipped: int, wall: float, out, err) -
         not_started = workers.total - progress.done - len(outcome.failures)
         tail = f"; {counted(not_started, 'case')} not started" if not_started > 0 else ""
         failed_numbers = sorted(n for n, _ in outcome.failures)
-        print(f"[{name}] {counted(len(outcome.failures), 'case')} failed ({', '.join(failed_numbers)}){tail}. "
-              f"Rerun the same command to retry {'it' if len(outcome.failures) == 1 else 'them'}; saved cases are kept.",
-              file=err)
+        print(
+            f"[{name}] {counted(len(outcome.failures), 'case')} failed ({', '.join(failed_numbers)}){tail}. "
+            f"Rerun the same command to retry {'it' if len(outcome.failures) == 1 else 'them'}; saved cases are kept.",
+            file=err,
+        )
         return 1
     not_started = workers.total - progress.done
-    if not_started > 0:  # the grid is draining (its first Ctrl-C): the cases it did not start are left for a rerun
-        print(f"[{name}] {counted(not_started, 'case')} not started (Ctrl-C); rerun the same command to resume",
-              file=err)
+    if (
+        not_started > 0
+    ):  # the grid is draining (its first Ctrl-C): the cases it did not start are left for a rerun
+        print(
+            f"[{name}] {counted(not_started, 'case')} not started (Ctrl-C); rerun the same command to resume",
+            file=err,
+        )
         return INTERRUPTED
     return 0
 
@@ -341,8 +423,11 @@ def stage_main(stage: Stage, doc: str, argv=None, clients: dict | None = None) -
         what = "no space left on device" if e.errno == errno.ENOSPC else (e.strerror or str(e)).lower()
         message = f"{what}: {path}. Check --output-root ({args.output_root}); nothing was lost"
     except KeyboardInterrupt:  # Ctrl-C before the cases' pool handles it (loading the SDK, reading the run)
-        print(f"\n[{stage.name}] interrupted: completed cases are saved; rerun the same command to resume.",
-              file=sys.stderr, flush=True)
+        print(
+            f"\n[{stage.name}] interrupted: completed cases are saved; rerun the same command to resume.",
+            file=sys.stderr,
+            flush=True,
+        )
         return 130
     print(f"[{stage.name}] error: {settings.redact(message) if settings else message}", file=sys.stderr)
     return STOPPED

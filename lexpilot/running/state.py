@@ -1,6 +1,7 @@
 """A stage's state on disk as it resumes: the records already saved per step (checked against the records
 they were built from) and running the pending steps of one case into new records.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -43,8 +44,9 @@ class StageState:
         return [c for c in self.cases if any(c.number not in self.records[s.name] for s in self.steps)]
 
 
-def load_state(settings: Settings, stage: Stage, cases: list[Case], repair: bool = True,
-               whole_upstream: bool = True) -> StageState:
+def load_state(
+    settings: Settings, stage: Stage, cases: list[Case], repair: bool = True, whole_upstream: bool = True
+) -> StageState:
     """`whole_upstream`: refuse a stage whose upstream stage is unfinished (a grid quote counts such cases at
     their most calls instead)."""
     model = settings.roles["eval"].model
@@ -54,36 +56,57 @@ def load_state(settings: Settings, stage: Stage, cases: list[Case], repair: bool
     needs = {s.name: s.needs for s in stage.steps}
     records, notes = {}, []
     for kind in kinds:
-        loaded = read_checkpoint(paths[kind.name], kind, by_number, "Use the same --dataset and --limit as the "
-                                 "rest of this run, or a new --run-id", notes, repair)
+        loaded = read_checkpoint(
+            paths[kind.name],
+            kind,
+            by_number,
+            "Use the same --dataset and --limit as the rest of this run, or a new --run-id",
+            notes,
+            repair,
+        )
         records[kind.name] = {n: r for n, (_, r) in loaded.items()}
         lines = {n: line for n, (line, _) in loaded.items()}
-        for need in needs.get(kind.name, ()):  # a record must have been built from the upstream records that exist now
+        for need in needs.get(
+            kind.name, ()
+        ):  # a record must have been built from the upstream records that exist now
             for number, record in records[kind.name].items():
                 upstream = records[need].get(number)
                 if upstream is None or record.get("upstream_hash", {}).get(need) != record_digest(upstream):
                     raise HarnessError(
                         f"{paths[kind.name]}:{lines[number]}: case {number} was built from a {need} record "
                         f"that {'no longer exists' if upstream is None else 'has changed'}. Delete this line "
-                        "to have it redone, or use a new --run-id.")
+                        "to have it redone, or use a new --run-id."
+                    )
     for kind in (k for k in stage.upstream if k in kinds and whole_upstream):
         missing = [c.number for c in cases if c.number not in records[kind.name]]
         if missing:
             shown = ", ".join(first_of(missing, 5))
-            raise HarnessError(f"{paths[kind.name]}: the {kind.name} stage is incomplete ({len(missing)} of "
-                               f"{len(cases)} cases missing: {shown}). Run {kind.producer} for this run first.")
-    return StageState(settings, stage.enabled_steps(settings), cases, paths, records, notes=notes, idle=stage.idle)
+            raise HarnessError(
+                f"{paths[kind.name]}: the {kind.name} stage is incomplete ({len(missing)} of "
+                f"{len(cases)} cases missing: {shown}). Run {kind.producer} for this run first."
+            )
+    return StageState(
+        settings, stage.enabled_steps(settings), cases, paths, records, notes=notes, idle=stage.idle
+    )
 
 
-def read_only_state(stage: Stage, settings: Settings, selected: list[Case], manifest: dict,
-                    whole_upstream: bool = True) -> StageState:
+def read_only_state(
+    stage: Stage, settings: Settings, selected: list[Case], manifest: dict, whole_upstream: bool = True
+) -> StageState:
     """The stage's saved state as a dry run or a quote sees it: the run's manifest compared (a run with other
     settings is refused as the stage would refuse it), the records read, no file changed."""
     model = settings.roles["eval"].model
     record_files = [checkpoint_path(settings.output_root, settings.run_id, model, k) for k in RECORD_KINDS]
-    check_manifest(manifest_path(settings.output_root, settings.run_id, model), manifest, stage.script, write=False,
-                   allow_code_change=settings.allow_code_change, record_files=record_files,
-                   prompt_files=stage.prompt_files(settings), condition_scripts=CONDITION_SCRIPTS)
+    check_manifest(
+        manifest_path(settings.output_root, settings.run_id, model),
+        manifest,
+        stage.script,
+        write=False,
+        allow_code_change=settings.allow_code_change,
+        record_files=record_files,
+        prompt_files=stage.prompt_files(settings),
+        condition_scripts=CONDITION_SCRIPTS,
+    )
     return load_state(settings, stage, selected, repair=False, whole_upstream=whole_upstream)
 
 
@@ -101,7 +124,15 @@ def run_case(state: StageState, calls: CaseCalls, writer: CheckpointWriter) -> N
         cost = Usage()  # what this record cost, including replies paid in an earlier run and replayed
         cost.merge(calls.usage.by_role)
         cost.merge(calls.replayed.by_role)
-        record = new_record(case.number, case.input_hash, case.cause, body, upstream, cost.by_role,
-                            state.settings_hash, calls.reasoning)
+        record = new_record(
+            case.number,
+            case.input_hash,
+            case.cause,
+            body,
+            upstream,
+            cost.by_role,
+            state.settings_hash,
+            calls.reasoning,
+        )
         writer.append(state.paths[step.name], record)
         state.records[step.name][case.number] = record

@@ -1,5 +1,6 @@
 """The scripted provider's batch API: OpenAI's files and batches endpoints (as vLLM and others copy them), with the
 faults a test can script on them; each batch line is answered as a chat request is."""
+
 from __future__ import annotations
 
 import json
@@ -9,6 +10,7 @@ import time
 def multipart_file(content_type: str, raw: bytes) -> tuple[str, bytes]:
     """The uploaded file of a multipart/form-data request: (file name, content)."""
     from email.parser import BytesParser
+
     message = BytesParser().parsebytes(f"Content-Type: {content_type}\r\n\r\n".encode() + raw)
     for part in message.get_payload():
         if part.get_filename():
@@ -17,8 +19,15 @@ def multipart_file(content_type: str, raw: bytes) -> tuple[str, bytes]:
 
 
 def file_object(file_id: str, name: str, size: int) -> dict:
-    return {"id": file_id, "object": "file", "bytes": size, "created_at": 0, "filename": name, "purpose": "batch",
-            "status": "processed"}
+    return {
+        "id": file_id,
+        "object": "file",
+        "bytes": size,
+        "created_at": 0,
+        "filename": name,
+        "purpose": "batch",
+        "status": "processed",
+    }
 
 
 def public(batch: dict) -> dict:
@@ -39,7 +48,9 @@ class BatchEndpoints:
             fault = next((f for f in self.batch_errors if f[0] == method and f[1] == parts[0]), None)
             if fault:
                 self.batch_errors.remove(fault)
-                return reply(fault[2], {"error": {"message": "scripted batch endpoint error", "type": "server_error"}})
+                return reply(
+                    fault[2], {"error": {"message": "scripted batch endpoint error", "type": "server_error"}}
+                )
             if len(parts) >= 2 and parts[0] == "batches" and parts[1] in self.batch_forget:
                 return reply(404, {"error": {"message": f"No batch found with id '{parts[1]}'"}})
             if parts == ["files"] and method == "POST":
@@ -56,12 +67,19 @@ class BatchEndpoints:
                 batch_id = f"batch-{len(self.batches) + 1}"
                 lines = [json.loads(x) for x in self.files[body["input_file_id"]].splitlines() if x.strip()]
                 self.submitted.update(x["custom_id"] for x in lines)
-                self.batches[batch_id] = {"id": batch_id, "object": "batch", "endpoint": body["endpoint"],
-                                          "input_file_id": body["input_file_id"], "completion_window": "24h",
-                                          "status": "in_progress", "created_at": int(time.time()), "_lines": lines,
-                                          "_ready": time.monotonic() + self.batch_delay,
-                                          "request_counts": {"total": len(lines), "completed": 0, "failed": 0},
-                                          "metadata": body.get("metadata") or {}}
+                self.batches[batch_id] = {
+                    "id": batch_id,
+                    "object": "batch",
+                    "endpoint": body["endpoint"],
+                    "input_file_id": body["input_file_id"],
+                    "completion_window": "24h",
+                    "status": "in_progress",
+                    "created_at": int(time.time()),
+                    "_lines": lines,
+                    "_ready": time.monotonic() + self.batch_delay,
+                    "request_counts": {"total": len(lines), "completed": 0, "failed": 0},
+                    "metadata": body.get("metadata") or {},
+                }
                 if self.batch_lost_create:
                     self.batch_lost_create = False
                     return reply(500, {"error": {"message": "upstream timeout", "type": "server_error"}})
@@ -83,26 +101,47 @@ class BatchEndpoints:
     def _finish(self, batch: dict) -> None:
         if self.batch_final:
             batch["status"] = self.batch_final
-            batch["errors"] = {"object": "list", "data": [{"code": "scripted", "message": self.batch_final_message
-                                                           or f"batch {self.batch_final}"}]}
+            batch["errors"] = {
+                "object": "list",
+                "data": [
+                    {"code": "scripted", "message": self.batch_final_message or f"batch {self.batch_final}"}
+                ],
+            }
             return
-        lines = batch["_lines"][:max(1, len(batch["_lines"]) // 2)] if self.batch_expire else batch["_lines"]
+        lines = batch["_lines"][: max(1, len(batch["_lines"]) // 2)] if self.batch_expire else batch["_lines"]
         out, errors = [], []
         for i, line in enumerate(lines):
             failure = self.batch_fail(line["custom_id"]) if self.batch_fail else None
             if failure:  # True, or the error's message
-                errors.append({"id": f"req-{i}", "custom_id": line["custom_id"], "response": None,
-                               "error": {"code": "server_error",
-                                         "message": failure if isinstance(failure, str) else "scripted failure"}})
+                errors.append(
+                    {
+                        "id": f"req-{i}",
+                        "custom_id": line["custom_id"],
+                        "response": None,
+                        "error": {
+                            "code": "server_error",
+                            "message": failure if isinstance(failure, str) else "scripted failure",
+                        },
+                    }
+                )
                 continue
             self.lock.release()  # the chat handler takes the lock itself
             try:
                 status, _, payload = self._answer(line["body"])
             finally:
                 self.lock.acquire()
-            out.append({"id": f"req-{i}", "custom_id": line["custom_id"],
-                        "response": {"status_code": status, "request_id": f"req-{i}", "body": json.loads(payload)},
-                        "error": None})
+            out.append(
+                {
+                    "id": f"req-{i}",
+                    "custom_id": line["custom_id"],
+                    "response": {
+                        "status_code": status,
+                        "request_id": f"req-{i}",
+                        "body": json.loads(payload),
+                    },
+                    "error": None,
+                }
+            )
         for name, rows in (("output_file_id", out), ("error_file_id", errors)):
             if rows:
                 file_id = f"file-{len(self.files) + 1}"
@@ -112,4 +151,8 @@ class BatchEndpoints:
                 self.files[file_id] = "".join(line + "\n" for line in text).encode()
                 batch[name] = file_id
         batch["status"] = "expired" if self.batch_expire else "completed"
-        batch["request_counts"] = {"total": len(batch["_lines"]), "completed": len(out), "failed": len(errors)}
+        batch["request_counts"] = {
+            "total": len(batch["_lines"]),
+            "completed": len(out),
+            "failed": len(errors),
+        }

@@ -1,5 +1,6 @@
 """What a request to the scripted provider is: its kind, told from the prompt it fills (each declared prompt file's
 own line), and the helpers that read a filled prompt's slots."""
+
 from __future__ import annotations
 
 import hashlib
@@ -7,18 +8,28 @@ import hashlib
 # The scripted provider's name for the requests each prompt of lexpilot.benchmark.prompts.PROMPT_FILES fills (the
 # tests count and answer requests by these names). A prompt declared there and not here is known by its own name,
 # so a new stage's prompt is told apart as soon as it is declared (issue 37 item 3), never "unknown".
-KIND_OF_PROMPT = {"judge_lca": "lca_judge", "judge_response_type": "type_judge", "behaviour_validation": "behaviour_judge",
-                  "judge_simulator_audit": "audit_judge", "judge_focal_type": "focal_judge",
-                  "behaviour_targeted": "targeted", "behaviour_off_target": "off_target", "judge_dcg": "dcg_judge",
-                  "judge_ljp": "ljp_judge", **dict.fromkeys(("user_standard", "user_delayed", "user_self_correction",
-                                                             "user_correction"), "user"),
-                  "force_ask": "force_ask", "force_judge": "force_judge", "lexawn": "lexawn"}
+KIND_OF_PROMPT = {
+    "judge_lca": "lca_judge",
+    "judge_response_type": "type_judge",
+    "behaviour_validation": "behaviour_judge",
+    "judge_simulator_audit": "audit_judge",
+    "judge_focal_type": "focal_judge",
+    "behaviour_targeted": "targeted",
+    "behaviour_off_target": "off_target",
+    "judge_dcg": "dcg_judge",
+    "judge_ljp": "ljp_judge",
+    **dict.fromkeys(("user_standard", "user_delayed", "user_self_correction", "user_correction"), "user"),
+    "force_ask": "force_ask",
+    "force_judge": "force_judge",
+    "lexawn": "lexawn",
+}
 
 
 def prompt_markers() -> tuple[tuple[str, str], ...]:
     """(kind, marker) for every declared prompt: the marker is the prompt's longest line that has no slot (so a
     filled prompt holds it as written) and that no other prompt has."""
     from lexpilot.benchmark.prompts import load_prompts
+
     prompts = load_prompts()
     markers = []
     for name, text in prompts.items():
@@ -50,7 +61,7 @@ def between(prompt: str, tag: str) -> str:
     """The slot's content: the last <tag>…</tag> block (the instructions mention the tags too)."""
     end = prompt.rfind(f"</{tag}>")
     start = prompt.rfind(f"<{tag}>", 0, end)
-    return prompt[start + len(tag) + 2:end].strip() if start >= 0 else ""
+    return prompt[start + len(tag) + 2 : end].strip() if start >= 0 else ""
 
 
 def stable(text: str) -> int:

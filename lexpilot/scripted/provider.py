@@ -3,6 +3,7 @@ the server, its chat answers (canned replies from replies.py, or a test's script
 LexPilot roles from the prompt it receives (kinds.py), answers the batch API (batches.py), and keeps every request
 body, so tests can check what each role was sent.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -34,9 +35,22 @@ class FakeProvider(BatchEndpoints):
     `one_slot`: like llama-cpp-python's server, one request at a time; a streamed request that arrives while
     another is being answered gets at once a stream with no content and no finish reason."""
 
-    def __init__(self, script=None, latency: float = 0.0, jitter: float = 0.0, rate_limit: float | None = None,
-                 usage: bool = True, one_slot: bool = False):
-        self.script, self.latency, self.jitter, self.rate_limit, self.usage = script, latency, jitter, rate_limit, usage
+    def __init__(
+        self,
+        script=None,
+        latency: float = 0.0,
+        jitter: float = 0.0,
+        rate_limit: float | None = None,
+        usage: bool = True,
+        one_slot: bool = False,
+    ):
+        self.script, self.latency, self.jitter, self.rate_limit, self.usage = (
+            script,
+            latency,
+            jitter,
+            rate_limit,
+            usage,
+        )
         self.one_slot, self.active = one_slot, 0
         # the batch API: files and batches, answered `batch_delay` seconds after creation; `batch_refuse` answers
         # 404 on /files and /batches; `batch_fail(custom_id)` puts a request in the error file (a string: its message); `batch_expire`
@@ -76,7 +90,9 @@ class FakeProvider(BatchEndpoints):
     def start(self) -> str:
         self.server = _Server(("127.0.0.1", self.port), _Handler)
         self.server.provider = self
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
         return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
 
     def stop(self) -> None:
@@ -95,6 +111,7 @@ class FakeProvider(BatchEndpoints):
         """OpenAI SDK clients per role that reach this provider in memory (the SDK's own HTTP transport
         replaced by a mock one): the same requests and replies as over HTTP, without a socket."""
         import openai
+
         try:
             import httpx2 as httpx  # what the openai 3.x SDK is built on
         except ImportError:
@@ -102,8 +119,9 @@ class FakeProvider(BatchEndpoints):
 
         def handle(request):
             if not request.url.path.endswith("/chat/completions"):
-                status, headers, payload = self.batch_api(request.method, request.url.path, request.headers,
-                                                          request.read())
+                status, headers, payload = self.batch_api(
+                    request.method, request.url.path, request.headers, request.read()
+                )
                 if status == 0:  # a scripted connection reset
                     raise httpx.ConnectError("Connection reset by peer", request=request)
                 return httpx.Response(status, headers=headers, content=payload)
@@ -111,8 +129,13 @@ class FakeProvider(BatchEndpoints):
             status, headers, payload = self.respond(request.url.path, body)
             headers.pop("X-Stall-After-First-Event", None)  # stalls need a socket: HTTP tests only
             return httpx.Response(status, headers=headers, content=payload)
-        client = openai.OpenAI(base_url=self.base_url, api_key="in-memory", max_retries=0,
-                               http_client=httpx.Client(transport=httpx.MockTransport(handle)))
+
+        client = openai.OpenAI(
+            base_url=self.base_url,
+            api_key="in-memory",
+            max_retries=0,
+            http_client=httpx.Client(transport=httpx.MockTransport(handle)),
+        )
         return {role: client for role in ("eval", "user", "judge")}
 
     # --- inspection
@@ -154,17 +177,31 @@ class FakeProvider(BatchEndpoints):
         if self._rate_limited():
             with self.lock:
                 self.statuses[429] += 1
-            return 429, {**JSON_TYPE, "Retry-After": "0.2"}, json.dumps(
-                {"error": {"message": "rate limit", "type": "rate_limit"}}).encode()
+            return (
+                429,
+                {**JSON_TYPE, "Retry-After": "0.2"},
+                json.dumps({"error": {"message": "rate limit", "type": "rate_limit"}}).encode(),
+            )
         with self.lock:
             self.requests.append(body)
             if self.log is not None:  # what was asked, never how (no header: the key is never written)
-                self.log.write(json.dumps({"at": round(time.time(), 3), "model": body.get("model"),
-                                           "kind": request_kind(body), "max_tokens": body.get("max_tokens"),
-                                           "temperature": body.get("temperature"), "stream": bool(body.get("stream")),
-                                           "prompt_sha256": hashlib.sha256(json.dumps(
-                                               body["messages"], ensure_ascii=False).encode()).hexdigest()[:16]},
-                                          ensure_ascii=False) + "\n")
+                self.log.write(
+                    json.dumps(
+                        {
+                            "at": round(time.time(), 3),
+                            "model": body.get("model"),
+                            "kind": request_kind(body),
+                            "max_tokens": body.get("max_tokens"),
+                            "temperature": body.get("temperature"),
+                            "stream": bool(body.get("stream")),
+                            "prompt_sha256": hashlib.sha256(
+                                json.dumps(body["messages"], ensure_ascii=False).encode()
+                            ).hexdigest()[:16],
+                        },
+                        ensure_ascii=False,
+                    )
+                    + "\n"
+                )
                 self.log.flush()
             busy = self.one_slot and self.active > 0
             if busy and body.get("stream"):
@@ -178,7 +215,9 @@ class FakeProvider(BatchEndpoints):
                 self.active -= 1
 
     def _answer(self, body: dict):
-        prompt = body["messages"][0]["content"] if len(body["messages"]) == 1 else json.dumps(body["messages"])
+        prompt = (
+            body["messages"][0]["content"] if len(body["messages"]) == 1 else json.dumps(body["messages"])
+        )
         kind = request_kind(body)
         outcome = self.script(kind, prompt, body) if self.script else None
         if isinstance(outcome, dict) and "sleep" in outcome:
@@ -194,31 +233,53 @@ class FakeProvider(BatchEndpoints):
             return 200, {"X-Endless": "1"}, b""
         outcome_dict = outcome if isinstance(outcome, dict) else {}
         if isinstance(outcome, dict):
-            content, finish = outcome.get("content", default_reply(kind, prompt)), outcome.get("finish_reason", "stop")
+            content, finish = (
+                outcome.get("content", default_reply(kind, prompt)),
+                outcome.get("finish_reason", "stop"),
+            )
         else:
             content, finish = (outcome if outcome is not None else default_reply(kind, prompt)), "stop"
         with self.lock:
             self.statuses[200] += 1
-            self.processed[(kind, hashlib.sha256(json.dumps(body["messages"], ensure_ascii=False).encode()).hexdigest())] += 1
+            self.processed[
+                (kind, hashlib.sha256(json.dumps(body["messages"], ensure_ascii=False).encode()).hexdigest())
+            ] += 1
         usage = self._usage(prompt, content, outcome_dict)
         if body.get("stream"):
             stall = {"X-Stall-After-First-Event": outcome["stall"]} if "stall" in outcome_dict else {}
-            return 200, {"Content-Type": "text/event-stream", **stall}, self._sse(body, content, finish, usage)
+            return (
+                200,
+                {"Content-Type": "text/event-stream", **stall},
+                self._sse(body, content, finish, usage),
+            )
         return self._completion(body, content, finish, usage, outcome_dict)
 
     def _scripted_error(self, outcome: dict):
         """A script's {"status": ...}: that HTTP error, with its message, type, code, param and headers."""
         with self.lock:
             self.statuses[outcome["status"]] += 1
-        error = {"error": {"message": outcome.get("error", "scripted error"), "type": outcome.get("type", "test"),
-                           "code": outcome.get("code"), "param": outcome.get("param")}}
+        error = {
+            "error": {
+                "message": outcome.get("error", "scripted error"),
+                "type": outcome.get("type", "test"),
+                "code": outcome.get("code"),
+                "param": outcome.get("param"),
+            }
+        }
         return outcome["status"], {**JSON_TYPE, **outcome.get("headers", {})}, json.dumps(error).encode()
 
     def _usage(self, prompt: str, content: str, outcome_dict: dict):
         """The usage a reply reports: counted in characters, or `usage_as`; with a prompt cache's and the
         reasoning's fields."""
-        usage = {"prompt_tokens": len(prompt), "completion_tokens": len(content),
-                 "total_tokens": len(prompt) + len(content)} if self.usage else None
+        usage = (
+            {
+                "prompt_tokens": len(prompt),
+                "completion_tokens": len(content),
+                "total_tokens": len(prompt) + len(content),
+            }
+            if self.usage
+            else None
+        )
         if self.usage_as is not KEEP:  # a provider's malformed usage, as it sends it
             usage = self.usage_as
         if isinstance(usage, dict) and self.cache and self.usage_as is KEEP:
@@ -234,8 +295,13 @@ class FakeProvider(BatchEndpoints):
         reasoning = outcome_dict.get("reasoning_content")
         if reasoning is not None:
             message["reasoning_content"] = reasoning
-        response = {"id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": body["model"],
-                    "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
+        response = {
+            "id": "chatcmpl-test",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body["model"],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        }
         if usage is not None:
             response["usage"] = usage
         trickle = {"X-Trickle": outcome_dict["trickle"]} if "trickle" in outcome_dict else {}
@@ -245,16 +311,24 @@ class FakeProvider(BatchEndpoints):
     @staticmethod
     def _sse(body, content, finish, usage) -> bytes:
         def chunk(choices, usage=None):
-            data = {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 0,
-                    "model": body["model"], "choices": choices}
+            data = {
+                "id": "chatcmpl-test",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": body["model"],
+                "choices": choices,
+            }
             if usage is not None:
                 data["usage"] = usage
             return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
         half = len(content) // 2
         # as llama.cpp's server and OpenAI do: the finish reason comes in a last chunk with an empty delta
-        events = [chunk([{"index": 0, "delta": {"role": "assistant", "content": content[:half]}}]),
-                  chunk([{"index": 0, "delta": {"content": content[half:]}}]),
-                  chunk([{"index": 0, "delta": {}, "finish_reason": finish}])]
+        events = [
+            chunk([{"index": 0, "delta": {"role": "assistant", "content": content[:half]}}]),
+            chunk([{"index": 0, "delta": {"content": content[half:]}}]),
+            chunk([{"index": 0, "delta": {}, "finish_reason": finish}]),
+        ]
         if usage is not None and (body.get("stream_options") or {}).get("include_usage"):
             events.append(chunk([], usage))
         events.append("data: [DONE]\n\n")
@@ -262,6 +336,7 @@ class FakeProvider(BatchEndpoints):
 
 
 # --- over HTTP: the server and its handler; the provider they answer for is the server's `provider`
+
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
@@ -277,8 +352,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         status, headers, payload = self.server.provider.batch_api("GET", self.path, self.headers, b"")
-        head = [f"HTTP/1.1 {status} X", f"Content-Length: {len(payload)}"] + \
-            [f"{k}: {v}" for k, v in headers.items()]
+        head = [f"HTTP/1.1 {status} X", f"Content-Length: {len(payload)}"] + [
+            f"{k}: {v}" for k, v in headers.items()
+        ]
         self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode() + payload)
         self.wfile.flush()
 
@@ -288,9 +364,12 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length)
         if not self.path.endswith("/chat/completions"):
             status, headers, payload = provider.batch_api("POST", self.path, self.headers, raw)
-            self.wfile.write(f"HTTP/1.1 {status} X\r\nContent-Length: {len(payload)}\r\n".encode()
-                             + "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode() + b"\r\n"
-                             + payload)
+            self.wfile.write(
+                f"HTTP/1.1 {status} X\r\nContent-Length: {len(payload)}\r\n".encode()
+                + "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode()
+                + b"\r\n"
+                + payload
+            )
             self.wfile.flush()
             return
         body = json.loads(raw or b"{}")
@@ -333,20 +412,22 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
     def _trickle(self, status, headers, payload, pause):
-        head = [f"HTTP/1.1 {status} X", f"Content-Length: {len(payload)}"] + \
-            [f"{k}: {v}" for k, v in headers.items()]
+        head = [f"HTTP/1.1 {status} X", f"Content-Length: {len(payload)}"] + [
+            f"{k}: {v}" for k, v in headers.items()
+        ]
         self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode())
         try:
             for i in range(len(payload)):
-                self.wfile.write(payload[i:i + 1])
+                self.wfile.write(payload[i : i + 1])
                 self.wfile.flush()
                 time.sleep(pause)
         except OSError:  # the client gave up
             self._abandoned()
 
     def _endless(self):
-        self.wfile.write(b"HTTP/1.1 200 X\r\nContent-Type: text/event-stream\r\n"
-                         b"Transfer-Encoding: chunked\r\n\r\n")
+        self.wfile.write(
+            b"HTTP/1.1 200 X\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
         event = b'data: {"choices": [{"index": 0, "delta": {"content": "..."}}]}\n\n'
         frame = f"{len(event):x}\r\n".encode() + event + b"\r\n"
         try:

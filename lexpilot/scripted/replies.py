@@ -1,5 +1,6 @@
 """The scripted provider's canned replies: a deterministic reply per request kind that exercises every path of every
 stage, the per-model variant (`--models-differ`), and a provider's prefix cache as its usage reports it."""
+
 from __future__ import annotations
 
 import json
@@ -10,10 +11,12 @@ from lexpilot.scripted.kinds import between, stable
 
 ASK, PREDICT = "【追问】", "【预测】"
 
-PLAIN_STYLES = (("缺失识别", "您提供的信息还不足以判断，请补充借款的约定。"),
-                ("条件性一般建议", "情形一：若有借条……情形二：若没有借条……"),
-                ("无条件一般建议", "建议您保留证据，先协商，协商不成再起诉。"),
-                ("过早预测", "您的诉请会得到支持。"))
+PLAIN_STYLES = (
+    ("缺失识别", "您提供的信息还不足以判断，请补充借款的约定。"),
+    ("条件性一般建议", "情形一：若有借条……情形二：若没有借条……"),
+    ("无条件一般建议", "建议您保留证据，先协商，协商不成再起诉。"),
+    ("过早预测", "您的诉请会得到支持。"),
+)
 
 
 def fault_record(prompt: str) -> str:
@@ -32,8 +35,11 @@ def default_reply(kind: str, prompt: str) -> str:
         first = history.split("\n", 1)[0]
         # Ask until the history holds a case-dependent number of assistant turns (0 to 4).
         patience = stable(first) % 5
-        return (PREDICT + "结合现有事实，诉请预测：支持。" if history.count("Assistant:") >= patience
-                else ASK + "请问还需要核实哪一点事实？")
+        return (
+            PREDICT + "结合现有事实，诉请预测：支持。"
+            if history.count("Assistant:") >= patience
+            else ASK + "请问还需要核实哪一点事实？"
+        )
     if kind == "force_ask":
         return ASK + "请问借款是否有转账记录？"
     if kind == "force_judge":
@@ -41,14 +47,24 @@ def default_reply(kind: str, prompt: str) -> str:
     if kind == "user":
         return "这个我记得，具体情况是这样的。" + fault_record(prompt)
     if kind in ("targeted", "off_target"):
-        return {"targeted": "【定向】请问还有哪些事实？", "off_target": "【无关】请问您是怎么找到我们的？"}[kind]
+        return {"targeted": "【定向】请问还有哪些事实？", "off_target": "【无关】请问您是怎么找到我们的？"}[
+            kind
+        ]
     if kind == "behaviour_judge":  # targeted dialogues recover every fact, off-target ones none
         n = len(between(prompt, "案件关键事实").split("\n"))
         status = "recovered" if "【定向】" in between(prompt, "对话") else "absent"
         last = between(prompt, "对话").count("次发言）")  # a recovered fact cites the last user turn
-        return json.dumps({"facts": [{"id": i, "status": status, "turns": [last] if status == "recovered" else []}
-                                     for i in range(1, n + 1)],
-                           "unsupported_assertion": False, "question_reveals_answer": False, "beyond_scope": False})
+        return json.dumps(
+            {
+                "facts": [
+                    {"id": i, "status": status, "turns": [last] if status == "recovered" else []}
+                    for i in range(1, n + 1)
+                ],
+                "unsupported_assertion": False,
+                "question_reveals_answer": False,
+                "beyond_scope": False,
+            }
+        )
     if kind == "audit_judge":  # a clean reply
         return json.dumps({"超范围披露": [], "不实陈述": "否", "回答了问题": "是"}, ensure_ascii=False)
     if kind == "focal_judge":
@@ -61,7 +77,9 @@ def default_reply(kind: str, prompt: str) -> str:
     if kind == "lca_judge":
         return "策略一" if PREDICT in between(prompt, "待评估回复") else "策略二"
     if kind == "dcg_judge":
-        return "是" if stable(between(prompt, "AI提问内容") + between(prompt, "裁判文书争议焦点")) % 2 else "否"
+        return (
+            "是" if stable(between(prompt, "AI提问内容") + between(prompt, "裁判文书争议焦点")) % 2 else "否"
+        )
     if kind == "ljp_judge":
         claims = between(prompt, "正式诉请").split("\n")
         labels = ["支持", "部分支持", "驳回"]
@@ -78,8 +96,11 @@ def models_differ(kind: str, prompt: str, body: dict) -> str | None:
     if kind == "lexawn":
         history = between(prompt, "对话历史")
         patience = stable(history.split("\n", 1)[0] + model) % 5
-        return (PREDICT + f"结合现有事实（{model}），诉请预测：支持。" if history.count("Assistant:") >= patience
-                else ASK + f"请问还需要核实哪一点事实？（{model}）")
+        return (
+            PREDICT + f"结合现有事实（{model}），诉请预测：支持。"
+            if history.count("Assistant:") >= patience
+            else ASK + f"请问还需要核实哪一点事实？（{model}）"
+        )
     if kind in ("force_ask", "force_judge"):
         return default_reply(kind, prompt) + f"（{model}）"
     if kind == "ljp_judge":
@@ -102,5 +123,7 @@ class PrefixCache:
         with self.lock:
             shared = max((len(os.path.commonprefix([earlier, prompt])) for earlier in self.seen), default=0)
             self.seen.append(prompt)
-        cached = 0 if shared < self.minimum else self.minimum + (shared - self.minimum) // self.step * self.step
+        cached = (
+            0 if shared < self.minimum else self.minimum + (shared - self.minimum) // self.step * self.step
+        )
         return {"prompt_tokens_details": {"cached_tokens": cached}}

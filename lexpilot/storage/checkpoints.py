@@ -4,6 +4,7 @@ the call journal of replies paid within an unfinished step, with the tally of ca
 Layout under the output root (record files: see lexpilot.benchmark.records.RecordKind):
     runs/<run-id>/<model>/manifest.json, calls_journal.jsonl, unanswered_calls.json, .lock
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -42,12 +43,14 @@ def checkpoint_path(root: Path, run_id: str, model: str, kind: RecordKind) -> Pa
     return kind.path(root, run_id, model_folder(model))
 
 
-def read_checkpoint(path: Path, kind: RecordKind, cases: dict[str, Case], what_to_do: str,
-                    notes: list, repair: bool = True) -> dict[str, tuple[int, dict]]:
+def read_checkpoint(
+    path: Path, kind: RecordKind, cases: dict[str, Case], what_to_do: str, notes: list, repair: bool = True
+) -> dict[str, tuple[int, dict]]:
     """case_number -> (line, record); a malformed, foreign or stale line is an error, never skipped; a torn
     last line (a crash) is set aside and its case redone, said in `notes`."""
-    return read_records(path, kind, {n: c.input_hash for n, c in cases.items()}, what_to_do, repair=repair,
-                        notes=notes)
+    return read_records(
+        path, kind, {n: c.input_hash for n, c in cases.items()}, what_to_do, repair=repair, notes=notes
+    )
 
 
 class CheckpointWriter:
@@ -112,7 +115,11 @@ def journal_custom_ids(path: Path) -> set[str]:
     request the cases need now."""
     if not path.exists():
         return set()
-    return {e["custom_id"] for _, e in _journal_lines(path) if e is not None and isinstance(e.get("custom_id"), str)}
+    return {
+        e["custom_id"]
+        for _, e in _journal_lines(path)
+        if e is not None and isinstance(e.get("custom_id"), str)
+    }
 
 
 def reply_digest(reply: str) -> str:
@@ -137,7 +144,9 @@ class CallJournal:
     when it is read, and their lines dropped.
     """
 
-    def __init__(self, path: Path, writer: CheckpointWriter, wanted: set[tuple[str, str]], settings: str = ""):
+    def __init__(
+        self, path: Path, writer: CheckpointWriter, wanted: set[tuple[str, str]], settings: str = ""
+    ):
         # `settings`: the run's settings hash; a reply is kept with it and replayed only under the same settings
         # (a manifest deleted and rebuilt at another temperature never takes the replies made at the first)
         self.path, self.writer, self.settings = path, writer, settings
@@ -164,7 +173,9 @@ class CallJournal:
                     continue
                 key = (e["case_number"], e["step"], e["key"])
                 entry = (e["reply"], e["usage"], e.get("reasoning", ""))
-                if not all(isinstance(x, str) for x in (*key, e["reply"], entry[2])) or not isinstance(e["usage"], dict):
+                if not all(isinstance(x, str) for x in (*key, e["reply"], entry[2])) or not isinstance(
+                    e["usage"], dict
+                ):
                     raise TypeError
             except (KeyError, TypeError):
                 self.unreadable += 1  # a line torn by a crash: that call is simply made again
@@ -177,7 +188,10 @@ class CallJournal:
                 self.other_settings += 1  # made under other settings: kept on disk, never replayed here
             elif key[:2] in wanted:
                 queued.append((key, entry))
-        for key, entry in queued:  # a retired reply (its case failed on it) is never replayed: a rerun asks anew
+        for (
+            key,
+            entry,
+        ) in queued:  # a retired reply (its case failed on it) is never replayed: a rerun asks anew
             if retired[(*key, reply_digest(entry[0]))]:
                 retired[(*key, reply_digest(entry[0]))] -= 1
                 continue
@@ -213,18 +227,30 @@ class CallJournal:
             for key, entry in reversed(self.taken.pop(case_number, [])):
                 self.replies.setdefault(key, deque()).appendleft(entry)
 
-    def add(self, case_number: str, step: str, key: str, reply: str, usage: dict, reasoning: str = "") -> None:
+    def add(
+        self, case_number: str, step: str, key: str, reply: str, usage: dict, reasoning: str = ""
+    ) -> None:
         """Keep a reply just bought and queue it for this process's replay too."""
         self.keep_key(case_number, step, key, reply, usage, reasoning=reasoning)
         with self.lock:
             self.replies.setdefault((case_number, step, key), deque()).append((reply, usage, reasoning))
 
-    def keep(self, case_number: str, step: str, role: str, prompt, reply: str, usage: dict,
-             reasoning: str = "") -> None:
+    def keep(
+        self, case_number: str, step: str, role: str, prompt, reply: str, usage: dict, reasoning: str = ""
+    ) -> None:
         self.keep_key(case_number, step, self.key(role, prompt), reply, usage, reasoning=reasoning)
 
-    def keep_key(self, case_number: str, step: str, key: str, reply: str, usage: dict,
-                 custom_id: str | None = None, sync: bool = False, reasoning: str = "") -> None:
+    def keep_key(
+        self,
+        case_number: str,
+        step: str,
+        key: str,
+        reply: str,
+        usage: dict,
+        custom_id: str | None = None,
+        sync: bool = False,
+        reasoning: str = "",
+    ) -> None:
         entry = {"case_number": case_number, "step": step, "key": key, "reply": reply, "usage": usage}
         if reasoning:  # the reasoning the record keeps (a replayed reply keeps it too)
             entry["reasoning"] = reasoning
@@ -247,15 +273,28 @@ class CallJournal:
                     continue
                 taken.append((k, entry))
             self.taken[case_number] = taken
-        self.writer.append(self.path, {"t": "retire", "case_number": case_number, "step": step, "key": key,
-                                       "replies": [reply_digest(r) for r in replies]}, sync=True)
+        self.writer.append(
+            self.path,
+            {
+                "t": "retire",
+                "case_number": case_number,
+                "step": step,
+                "key": key,
+                "replies": [reply_digest(r) for r in replies],
+            },
+            sync=True,
+        )
 
     @staticmethod
     def custom_ids(path: Path) -> set[str]:
         """The batch requests whose replies the journal already holds."""
         if not path.exists():
             return set()
-        return {e["custom_id"] for _, e in _journal_lines(path) if e is not None and isinstance(e.get("custom_id"), str)}
+        return {
+            e["custom_id"]
+            for _, e in _journal_lines(path)
+            if e is not None and isinstance(e.get("custom_id"), str)
+        }
 
     def started(self, role: str) -> str:
         """Note a call about to be sent; returns its id for `ended`. Not synced: a killed process's writes
@@ -276,6 +315,7 @@ class CallJournal:
         def sent() -> None:
             if not call_ids:
                 call_ids.append(self.started(role))
+
         try:
             yield sent
         finally:

@@ -6,6 +6,7 @@ the reporting package left out: fixing a table never blocks resuming a run. A ru
 of every such file of every entry point when the run starts (`code_files`); each stage compares the files it
 runs now with those, so a change to any of them stops it until `--allow-code-change`.
 """
+
 from __future__ import annotations
 
 import ast
@@ -36,7 +37,9 @@ def _imports_of(path: Path, root: Path, mtime_ns: int, size: int) -> list[Path]:
     found = []
     ours = _project_names(root)
     for _, module in imported_modules(path, root):
-        if module.split(".")[0] in ours:  # the standard library and installed packages are not the project's code
+        if (
+            module.split(".")[0] in ours
+        ):  # the standard library and installed packages are not the project's code
             found += _module_files(module, root)
     return found
 
@@ -44,8 +47,10 @@ def _imports_of(path: Path, root: Path, mtime_ns: int, size: int) -> list[Path]:
 @functools.lru_cache(maxsize=8)
 def _project_names(root: Path) -> frozenset[str]:
     """The project's top-level modules and packages: the imports that can be the project's code."""
-    return frozenset({p.stem for p in root.glob("*.py")} | {p.name for p in root.iterdir()
-                                                             if (p / "__init__.py").is_file()})
+    return frozenset(
+        {p.stem for p in root.glob("*.py")}
+        | {p.name for p in root.iterdir() if (p / "__init__.py").is_file()}
+    )
 
 
 def imported_modules(path: Path, root: Path) -> list[tuple[int, str]]:
@@ -58,7 +63,7 @@ def imported_modules(path: Path, root: Path) -> list[tuple[int, str]]:
         if isinstance(node, ast.Import):
             names += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = list(package[:len(package) - node.level + 1]) if node.level else []
+            base = list(package[: len(package) - node.level + 1]) if node.level else []
             module = ".".join(base + ([node.module] if node.module else []))
             if module:
                 names += [(node.lineno, module)] + [(node.lineno, f"{module}.{a.name}") for a in node.names]
@@ -100,8 +105,9 @@ STAGE_RUNNER = "lexpilot/running/stage.py"
 def stage_scripts(root: Path, signature: tuple) -> tuple[str, ...]:
     """The entry points that run a stage (their code reaches the stage runner); show_results.py and the
     other reporting tools are not among them. `signature`: the project's, as `_signature` gives it."""
-    return tuple(sorted(p.name for p in root.glob("*.py")
-                        if STAGE_RUNNER in _code_files((p.name,), root, signature)))
+    return tuple(
+        sorted(p.name for p in root.glob("*.py") if STAGE_RUNNER in _code_files((p.name,), root, signature))
+    )
 
 
 def file_digest(path: Path) -> str:
@@ -109,7 +115,9 @@ def file_digest(path: Path) -> str:
     return _file_digest(path, status.st_mtime_ns, status.st_size)
 
 
-@functools.lru_cache(maxsize=1024)  # keyed by the file's time and size: the grid's cells compare the same files
+@functools.lru_cache(
+    maxsize=1024
+)  # keyed by the file's time and size: the grid's cells compare the same files
 def _file_digest(path: Path, mtime_ns: int, size: int) -> str:
     return hashlib.sha256(path.read_bytes().replace(b"\r\n", b"\n")).hexdigest()[:16]
 
@@ -122,13 +130,17 @@ def code_digests(root: Path | None = None) -> dict[str, str]:
 
 @functools.lru_cache(maxsize=8)  # keyed by every file's time and size, so a change is always seen
 def _digests(root: Path, signature: tuple) -> tuple:
-    return tuple((name, file_digest(root / name))
-                 for name in _code_files(stage_scripts(root, signature), root, signature))
+    return tuple(
+        (name, file_digest(root / name))
+        for name in _code_files(stage_scripts(root, signature), root, signature)
+    )
 
 
 def code_hash(digests: dict[str, str]) -> str:
     """One digest for a set of files: the harness version a run was started with, as show_results groups it."""
-    return hashlib.sha256("".join(f"{name}\0{d}\0" for name, d in sorted(digests.items())).encode()).hexdigest()[:16]
+    return hashlib.sha256(
+        "".join(f"{name}\0{d}\0" for name, d in sorted(digests.items())).encode()
+    ).hexdigest()[:16]
 
 
 def code_changes(saved: dict, script: str, root: Path | None = None) -> list[str]:
@@ -138,7 +150,9 @@ def code_changes(saved: dict, script: str, root: Path | None = None) -> list[str
     saved_files = saved.get("code_files")
     if not isinstance(saved_files, dict):
         now = code_hash(code_digests(root))
-        return [] if saved.get("code_hash") == now else [f"code_hash: run {saved.get('code_hash')}, now {now}"]
+        return (
+            [] if saved.get("code_hash") == now else [f"code_hash: run {saved.get('code_hash')}, now {now}"]
+        )
     changes = []
     for name in code_files([script], root):
         before = saved_files.get(name)

@@ -2,6 +2,7 @@
 compared, the code and prompt hashes, the settings hash every record carries) and the lock that allows one
 writer per run and model.
 """
+
 from __future__ import annotations
 
 import functools
@@ -28,6 +29,7 @@ from lexpilot.storage.code import code_changes, code_digests, code_hash
 @dataclass(frozen=True)
 class RoleModel:
     """One role as a run recorded it: its model and its endpoint's host (None: not recorded, or malformed)."""
+
     model: str | None
     endpoint_host: str | None
 
@@ -35,6 +37,7 @@ class RoleModel:
 @dataclass(frozen=True)
 class RoleGeneration:
     """What one role's requests were sent with: a temperature ("default": the provider's) and an output limit."""
+
     temperature: float | str | None
     max_tokens: int | None
 
@@ -46,6 +49,7 @@ class Manifest:
     Read (`read_manifest`) and written only here; the JSON as saved rides along (`saved`) so that a rewrite keeps
     every field, a later harness's included, in its order. A field a malformed or older manifest lacks is None
     (or empty), never an error here: readers that need it say what is missing."""
+
     path: Path | None
     run_id: str | None
     dataset_sha256: str | None
@@ -65,17 +69,27 @@ class Manifest:
 
     @classmethod
     def of(cls, saved: dict, path: Path | None = None) -> Manifest:
-        text = (lambda name: saved.get(name) if isinstance(saved.get(name), str) else None)
+        text = lambda name: saved.get(name) if isinstance(saved.get(name), str) else None
         models = saved.get("models") if isinstance(saved.get("models"), dict) else {}
         generation = saved.get("generation") if isinstance(saved.get("generation"), dict) else {}
-        return cls(path, text("run_id"), text("dataset_sha256"), text("dataset_path"),
-                   saved.get("selected_cases") if isinstance(saved.get("selected_cases"), list) else None,
-                   text("code_hash"), _dict_of(saved, "prompt_files"),
-                   {role: _role_model(entry) for role, entry in models.items()},
-                   {role: _role_generation(generation, prefix) for role, prefix in GENERATION_PREFIXES.items()},
-                   str(saved.get("user_condition", "standard")), text("rejudged_from"), text("incarnation") or None,
-                   saved.get("incarnation_late") is True, saved.get("rebuilt_from_records") is True,
-                   saved.get("token_fields") if isinstance(saved.get("token_fields"), dict) else None, saved)
+        return cls(
+            path,
+            text("run_id"),
+            text("dataset_sha256"),
+            text("dataset_path"),
+            saved.get("selected_cases") if isinstance(saved.get("selected_cases"), list) else None,
+            text("code_hash"),
+            _dict_of(saved, "prompt_files"),
+            {role: _role_model(entry) for role, entry in models.items()},
+            {role: _role_generation(generation, prefix) for role, prefix in GENERATION_PREFIXES.items()},
+            str(saved.get("user_condition", "standard")),
+            text("rejudged_from"),
+            text("incarnation") or None,
+            saved.get("incarnation_late") is True,
+            saved.get("rebuilt_from_records") is True,
+            saved.get("token_fields") if isinstance(saved.get("token_fields"), dict) else None,
+            saved,
+        )
 
     def model(self, role: str) -> str | None:
         entry = self.models.get(role)
@@ -101,8 +115,11 @@ class Manifest:
     def judge_identity(self) -> dict:
         """The judge as it decides labels: its model and endpoint host (port aside), and its generation."""
         judge = self.generation["judge"]
-        return {"model": (self.compared("models") or {}).get("judge"),
-                "temperature": judge.temperature, "max_tokens": judge.max_tokens}
+        return {
+            "model": (self.compared("models") or {}).get("judge"),
+            "temperature": judge.temperature,
+            "max_tokens": judge.max_tokens,
+        }
 
 
 # a role's generation settings in the manifest's "generation": the evaluated model's unprefixed, the others' with
@@ -116,16 +133,28 @@ def _dict_of(saved: dict, name: str) -> dict:
 
 def _role_model(entry) -> RoleModel:
     entry = entry if isinstance(entry, dict) else {}
-    return RoleModel(*(entry.get(k) if isinstance(entry.get(k), str) else None for k in ("model", "endpoint_host")))
+    return RoleModel(
+        *(entry.get(k) if isinstance(entry.get(k), str) else None for k in ("model", "endpoint_host"))
+    )
 
 
 def _role_generation(generation: dict, prefix: str) -> RoleGeneration:
-    return RoleGeneration(generation.get(f"{prefix}temperature"),
-                          generation.get(f"{prefix}max_tokens", generation.get("max_tokens")))
+    return RoleGeneration(
+        generation.get(f"{prefix}temperature"),
+        generation.get(f"{prefix}max_tokens", generation.get("max_tokens")),
+    )
 
 
-COMPARED_MANIFEST_FIELDS = ("dataset_sha256", "selected_cases", "code_hash", "prompt_hash",
-                            "models", "generation", "user_condition", "rejudged_from")
+COMPARED_MANIFEST_FIELDS = (
+    "dataset_sha256",
+    "selected_cases",
+    "code_hash",
+    "prompt_hash",
+    "models",
+    "generation",
+    "user_condition",
+    "rejudged_from",
+)
 
 
 def _digest(paths: list[Path]) -> str:
@@ -138,18 +167,27 @@ def _digest(paths: list[Path]) -> str:
 def prompt_hashes(condition: str) -> tuple[str, dict[str, str]]:
     """The hash of the prompts a run of this condition sends, and each file's own hash."""
     paths = [PROMPT_DIR / name for name in prompt_files_used(condition)]
-    return _digest(paths), {p.name: hashlib.sha256(p.read_bytes().replace(b"\r\n", b"\n")).hexdigest()[:16]
-                            for p in paths}
+    return _digest(paths), {
+        p.name: hashlib.sha256(p.read_bytes().replace(b"\r\n", b"\n")).hexdigest()[:16] for p in paths
+    }
 
 
 # Manifests written before they listed each prompt file's hash (up to commit b1ddf54) hashed all ten prompt
 # files together; this is what each file held then, so such a run is compared on the prompts it uses.
-LEGACY_PROMPT_SETS = {"ed0912c173dde14c": {
-    "dcg_force_ask.txt": "e7110e6bd24558ec", "force_judge.txt": "00b732d489ffef92",
-    "judge_dcg.txt": "a63f915dfd185b30", "judge_lca.txt": "9132ef54552e082f",
-    "judge_ljp_extract.txt": "def1bfdab21e6c47", "lexawn.txt": "e84776b5dad5a374",
-    "user_correction.txt": "8df7a24b819dabef", "user_delayed.txt": "fb05dda110120af5",
-    "user_self_correction.txt": "45f7c615ce7e32c8", "user_standard.txt": "ebd9b5bb8ecf57b8"}}
+LEGACY_PROMPT_SETS = {
+    "ed0912c173dde14c": {
+        "dcg_force_ask.txt": "e7110e6bd24558ec",
+        "force_judge.txt": "00b732d489ffef92",
+        "judge_dcg.txt": "a63f915dfd185b30",
+        "judge_lca.txt": "9132ef54552e082f",
+        "judge_ljp_extract.txt": "def1bfdab21e6c47",
+        "lexawn.txt": "e84776b5dad5a374",
+        "user_correction.txt": "8df7a24b819dabef",
+        "user_delayed.txt": "fb05dda110120af5",
+        "user_self_correction.txt": "45f7c615ce7e32c8",
+        "user_standard.txt": "ebd9b5bb8ecf57b8",
+    }
+}
 
 
 def package_versions() -> dict[str, str]:
@@ -159,6 +197,7 @@ def package_versions() -> dict[str, str]:
 @functools.lru_cache(maxsize=1)  # read once per process: every cell of a grid records them
 def _package_versions() -> tuple:
     from importlib import metadata
+
     versions = {"python": sys.version.split()[0]}
     for package in ("openai", "numpy", "scikit-learn"):
         try:
@@ -173,8 +212,13 @@ def generation_settings(settings: Settings) -> dict:
     limit appears on its own only where it differs from --max-tokens (so earlier manifests still match)."""
     roles = settings.roles
     temperature = {name: "default" if r.temperature is None else r.temperature for name, r in roles.items()}
-    generation = {"temperature": temperature["eval"], "user_temperature": temperature["user"],
-                  "judge_temperature": temperature["judge"], "max_tokens": roles["eval"].max_tokens, "n": 1}
+    generation = {
+        "temperature": temperature["eval"],
+        "user_temperature": temperature["user"],
+        "judge_temperature": temperature["judge"],
+        "max_tokens": roles["eval"].max_tokens,
+        "n": 1,
+    }
     for name in ("user", "judge"):
         if roles[name].max_tokens != roles["eval"].max_tokens:
             generation[f"{name}_max_tokens"] = roles[name].max_tokens
@@ -226,9 +270,17 @@ def compared_setting(manifest: dict, name: str):
         used = set(prompt_files_used(str(manifest.get("user_condition", "standard"))))
         return {file: digest for file, digest in files.items() if file in used}
     if name == "models" and isinstance(value, dict):
-        return {role: {**m, "endpoint_host": str(m.get("endpoint_host", "")).rsplit(":", 1)[0]
-                       if str(m.get("endpoint_host", "")).count(":") == 1 else m.get("endpoint_host")}
-                if isinstance(m, dict) else m for role, m in value.items()}
+        return {
+            role: {
+                **m,
+                "endpoint_host": str(m.get("endpoint_host", "")).rsplit(":", 1)[0]
+                if str(m.get("endpoint_host", "")).count(":") == 1
+                else m.get("endpoint_host"),
+            }
+            if isinstance(m, dict)
+            else m
+            for role, m in value.items()
+        }
     return value
 
 
@@ -246,17 +298,28 @@ def manifest_differences(saved: dict, current: dict, prompt_files: set[str] | No
         before, now = compared_setting(saved, name), compared_setting(current, name)
         if name == "prompt_hash" and isinstance(before, dict) and isinstance(now, dict):
             # a prompt file added since the run started was never used by it: only shared files must match
-            before, now = ({f: h for f, h in d.items() if f in before and f in now
-                            and (prompt_files is None or f in prompt_files)} for d in (before, now))
+            before, now = (
+                {
+                    f: h
+                    for f, h in d.items()
+                    if f in before and f in now and (prompt_files is None or f in prompt_files)
+                }
+                for d in (before, now)
+            )
         if before == now:
             continue
         if name == "selected_cases":
-            differences.append(f"selected_cases: run {len(before or [])} cases, now {len(now or [])} "
-                               "(same --dataset and --limit)")
+            differences.append(
+                f"selected_cases: run {len(before or [])} cases, now {len(now or [])} "
+                "(same --dataset and --limit)"
+            )
             continue
         a, b = _leaves(before, name), _leaves(now, name)
-        differences += [f"{key}: run {a.get(key, 'absent')}, now {b.get(key, 'absent')}"
-                        for key in list(dict.fromkeys([*a, *b])) if a.get(key) != b.get(key)]
+        differences += [
+            f"{key}: run {a.get(key, 'absent')}, now {b.get(key, 'absent')}"
+            for key in list(dict.fromkeys([*a, *b]))
+            if a.get(key) != b.get(key)
+        ]
     return differences
 
 
@@ -284,9 +347,16 @@ def saved_settings(paths: list[Path]) -> set[str | None]:
     return {record.get("settings_hash") for path in paths for record in readable_records(path)}
 
 
-def check_manifest(path: Path, current: dict, script: str, write: bool, allow_code_change: bool = False,
-                   record_files: list[Path] = (), prompt_files: set[str] = frozenset(),
-                   condition_scripts: tuple[str, ...] = ()) -> tuple[Manifest | None, str | None]:
+def check_manifest(
+    path: Path,
+    current: dict,
+    script: str,
+    write: bool,
+    allow_code_change: bool = False,
+    record_files: list[Path] = (),
+    prompt_files: set[str] = frozenset(),
+    condition_scripts: tuple[str, ...] = (),
+) -> tuple[Manifest | None, str | None]:
     """Stop before any call when the run's saved settings differ; write the manifest on first use. Returns the
     run's manifest as saved (None: none is, and `write` is false) and a note for the user.
 
@@ -298,14 +368,15 @@ def check_manifest(path: Path, current: dict, script: str, write: bool, allow_co
     if not path.exists():
         return _first_manifest(path, current, list(record_files), write)
     saved = read_manifest(path)
-    differing = [d for d in saved.differences(current, set(prompt_files))
-                 if not d.startswith("code_hash:")]
+    differing = [d for d in saved.differences(current, set(prompt_files)) if not d.startswith("code_hash:")]
     differing += code_changes(saved.saved, script)
     if saved.user_condition != current.get("user_condition"):
-        raise HarnessError(f"{path}: this run's user condition is {saved.user_condition!r}, not "
-                           f"{current.get('user_condition')!r}. Pass --user-condition {saved.user_condition} "
-                           f"({', '.join(condition_scripts) or 'the stages of such runs'} take it; the other stages "
-                           "belong to standard runs), or use a new --run-id.")
+        raise HarnessError(
+            f"{path}: this run's user condition is {saved.user_condition!r}, not "
+            f"{current.get('user_condition')!r}. Pass --user-condition {saved.user_condition} "
+            f"({', '.join(condition_scripts) or 'the stages of such runs'} take it; the other stages "
+            "belong to standard runs), or use a new --run-id."
+        )
     code_changed = [d for d in differing if d.startswith("code")]
     if code_changed and allow_code_change and len(code_changed) == len(differing):
         resumed = list(saved.saved.get("code_hashes_resumed_with") or [])
@@ -313,28 +384,40 @@ def check_manifest(path: Path, current: dict, script: str, write: bool, allow_co
             saved = _rewrite(saved, code_hashes_resumed_with=[*resumed, current["code_hash"]])
         return saved, None
     if differing:
-        hint = (" If the harness was upgraded and the change does not alter results, add --allow-code-change "
-                "(recorded in the manifest);" if code_changed else "")
-        raise HarnessError(f"{path}: this run was started with other settings ({'; '.join(differing)}).{hint} "
-                           "Rerun with the run's settings, or use a new --run-id.")
+        hint = (
+            " If the harness was upgraded and the change does not alter results, add --allow-code-change "
+            "(recorded in the manifest);"
+            if code_changed
+            else ""
+        )
+        raise HarnessError(
+            f"{path}: this run was started with other settings ({'; '.join(differing)}).{hint} "
+            "Rerun with the run's settings, or use a new --run-id."
+        )
     return saved, None
 
 
-def _first_manifest(path: Path, current: dict, record_files: list[Path],
-                    write: bool) -> tuple[Manifest | None, str | None]:
+def _first_manifest(
+    path: Path, current: dict, record_files: list[Path], write: bool
+) -> tuple[Manifest | None, str | None]:
     """A run without a manifest: written now (rebuilt, where records of the run remain and every one was made
     with these settings), refused where the records say other settings."""
     found = saved_settings(record_files)
     if found and found != {settings_hash(current)}:
-        raise HarnessError(f"{path}: the run's manifest is missing and its saved records were made with other "
-                           "settings (or by a harness that did not record them). Restore the manifest with "
-                           "the run's settings, or use a new --run-id.")
+        raise HarnessError(
+            f"{path}: the run's manifest is missing and its saved records were made with other "
+            "settings (or by a harness that did not record them). Restore the manifest with "
+            "the run's settings, or use a new --run-id."
+        )
     if not write:
         return None, None
     saved = {**current, "rebuilt_from_records": True} if found else current
     write_json(path, saved)
-    return Manifest.of(saved, path), (f"{path} was missing: rebuilt, since every saved record was made with these "
-                                      "settings" if found else None)
+    return Manifest.of(saved, path), (
+        f"{path} was missing: rebuilt, since every saved record was made with these settings"
+        if found
+        else None
+    )
 
 
 def _rewrite(manifest: Manifest, **changes) -> Manifest:
@@ -367,8 +450,15 @@ def note_batches_submitted(manifest: Manifest, stage: str, cycle: int) -> Manife
     records fewer cycles of the stage after that was lost, or is a stale copy."""
     stages = manifest.saved.get("batches_submitted")
     # an older manifest's `true` (every stage) is kept as "*", its list of stages as a first cycle each
-    stages = dict(stages) if isinstance(stages, dict) else {"*": 1} if stages is True else \
-        {name: 1 for name in stages} if isinstance(stages, list) else {}
+    stages = (
+        dict(stages)
+        if isinstance(stages, dict)
+        else {"*": 1}
+        if stages is True
+        else {name: 1 for name in stages}
+        if isinstance(stages, list)
+        else {}
+    )
     if stages.get(stage) == cycle:
         return manifest
     return _rewrite(manifest, batches_submitted={**stages, stage: cycle})
@@ -390,13 +480,17 @@ def read_manifest(path: Path) -> Manifest:
         check_input(path)
         saved = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise HarnessError(f"{path}: unreadable manifest ({type(e).__name__}: {' '.join(str(e).split())[:120]}). "
-                           "Restore it or use a new --run-id.") from None
+        raise HarnessError(
+            f"{path}: unreadable manifest ({type(e).__name__}: {' '.join(str(e).split())[:120]}). "
+            "Restore it or use a new --run-id."
+        ) from None
     if not isinstance(saved, dict):
         raise HarnessError(f"{path}: the manifest is not a JSON object. Restore it or use a new --run-id.")
     if "settings_digest" in saved and saved["settings_digest"] != settings_digest(saved):
-        raise HarnessError(f"{path}: the run's settings were changed after it started (the manifest's settings "
-                           "digest does not match). Restore the manifest, or use a new --run-id.")
+        raise HarnessError(
+            f"{path}: the run's settings were changed after it started (the manifest's settings "
+            "digest does not match). Restore the manifest, or use a new --run-id."
+        )
     return Manifest.of(saved, path)
 
 
@@ -412,22 +506,28 @@ class RunLock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.file = self.path.open("a+")
         except IsADirectoryError:
-            raise HarnessError(f"{self.path}: the run's lock file is a folder; remove it, then rerun") from None
+            raise HarnessError(
+                f"{self.path}: the run's lock file is a folder; remove it, then rerun"
+            ) from None
         except OSError as e:
             raise storage_error(e, self.path) from None
         try:
             if os.name == "nt":
                 import msvcrt
+
                 msvcrt.locking(self.file.fileno(), msvcrt.LK_NBLCK, 1)
             else:
                 import fcntl
+
                 fcntl.flock(self.file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             self.file.seek(0)
             holder = self.file.read().strip() or "another process"
             self.file.close()
-            raise HarnessError(f"{self.path}: this run and model are being written by {holder}. "
-                               "Wait for it to finish; do not run two writers on one run id.") from None
+            raise HarnessError(
+                f"{self.path}: this run and model are being written by {holder}. "
+                "Wait for it to finish; do not run two writers on one run id."
+            ) from None
         self.file.seek(0)
         self.file.truncate()
         self.file.write(f"pid {os.getpid()}")

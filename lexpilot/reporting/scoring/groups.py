@@ -1,6 +1,7 @@
 """Grouping runs with equal settings (a model's runs; its runs with other settings apart), each group's statistics
 over its runs, and a group's label by what differs from its model's first group.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,20 +48,26 @@ class Group:
         if not values:
             return None
         defined = [v for v in values if v is not None]
-        return {"runs": values, "mean": float(np.mean(defined)) if defined else None,
-                "sd": float(np.std(defined, ddof=1)) if len(defined) > 1 else None,
-                "n": len(defined), "undefined": len(values) - len(defined)}
+        return {
+            "runs": values,
+            "mean": float(np.mean(defined)) if defined else None,
+            "sd": float(np.std(defined, ddof=1)) if len(defined) > 1 else None,
+            "n": len(defined),
+            "undefined": len(values) - len(defined),
+        }
 
 
 def settings_key(manifest: Manifest, prompts: set[str] | None = None) -> tuple:
     """What a group shares. A re-judged run counts as re-judged, not by its source: re-judges of several runs by
     one judge are one group, "re-judged by X", with its SD over them. Prompts are compared on `prompts`, the files
     every run of the report records (a prompt file added to the harness since a run was made is no difference)."""
+
     def shared(name: str):
         value = manifest.compared(name)
         if name == "rejudged_from":
             return True if value else None
         return on_prompts(value, prompts) if name == "prompt_hash" else value
+
     return tuple(json.dumps(shared(name), sort_keys=True) for name in COMPARED_MANIFEST_FIELDS)
 
 
@@ -86,7 +93,9 @@ def group_runs(runs: list[Run]) -> list[Group]:
     ordered = list(groups.values())
     for group in ordered:
         first = next(g for g in ordered if g.model == group.model)
-        group.differs = [name for name, a, b in zip(COMPARED_MANIFEST_FIELDS, group.settings, first.settings) if a != b]
+        group.differs = [
+            name for name, a, b in zip(COMPARED_MANIFEST_FIELDS, group.settings, first.settings) if a != b
+        ]
     for group in ordered:  # over all groups: a table that shows a few keeps each one's name (and its links)
         group.label = group_label(group, ordered)
     return ordered
@@ -109,8 +118,13 @@ def differing_settings(a: dict, b: dict, prefix: str = "") -> list[str]:
 # what two groups may differ in and still be compared (the rankings) or paired (Table 15): a fix elsewhere in the
 # harness does not make runs incomparable
 NOT_COMPARED = ("code_hash",)
-WORDS_FOR = {"selected_cases": "other cases", "dataset_sha256": "another dataset", "code_hash": "other code",
-             "prompt_hash": "other prompts", "user_condition": "another user condition"}
+WORDS_FOR = {
+    "selected_cases": "other cases",
+    "dataset_sha256": "another dataset",
+    "code_hash": "other code",
+    "prompt_hash": "other prompts",
+    "user_condition": "another user condition",
+}
 
 
 def what_differs(settings: dict, name: str) -> str:
@@ -143,11 +157,15 @@ def group_label(group: Group, groups: list[Group]) -> str:
 
 
 def difference_text(group: Group, first: Group) -> str:
-    theirs, mine = ({n: json.loads(v) for n, v in zip(COMPARED_MANIFEST_FIELDS, g.settings)} for g in (first, group))
+    theirs, mine = (
+        {n: json.loads(v) for n, v in zip(COMPARED_MANIFEST_FIELDS, g.settings)} for g in (first, group)
+    )
     if mine.get("rejudged_from"):
         return f"re-judged by {((mine.get('models') or {}).get('judge') or {}).get('model', '?')}"
-    return ", ".join(dict.fromkeys(what_differs(mine, n) for n in differing_settings(theirs, mine))) or "other runs"
-
+    return (
+        ", ".join(dict.fromkeys(what_differs(mine, n) for n in differing_settings(theirs, mine)))
+        or "other runs"
+    )
 
 
 def classes_present(groups: list[Group]) -> list[str]:

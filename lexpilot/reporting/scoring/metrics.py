@@ -5,6 +5,7 @@ Each task reduces a case to a small vector of counts; a metric is a function of 
 functions give the point estimate (counts summed over the cases) and, vectorised over the first axis, every
 bootstrap resample (counts weighted by how often each case was drawn).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,8 +25,12 @@ def ratio(num, den):
 
 def lca_counts(labels) -> np.ndarray:
     """(TP, FP, FN, TN) with underspecified as the positive class, from (true, predicted) types."""
-    cells = {("underspecified", "underspecified"): 0, ("complete", "underspecified"): 1,
-             ("underspecified", "complete"): 2, ("complete", "complete"): 3}
+    cells = {
+        ("underspecified", "underspecified"): 0,
+        ("complete", "underspecified"): 1,
+        ("underspecified", "complete"): 2,
+        ("complete", "complete"): 3,
+    }
     c = np.zeros(4)
     for pair in labels:
         c[cells[pair]] += 1
@@ -37,8 +42,13 @@ def lca_from_counts(c: np.ndarray) -> dict:
     # an F1 with no positive anywhere is 0, as in the paper's always-ask / always-answer 1/3
     f1_u = np.nan_to_num(ratio(2 * tp, 2 * tp + fp + fn))
     f1_c = np.nan_to_num(ratio(2 * tn, 2 * tn + fp + fn))
-    return {"macro_f1": (f1_u + f1_c) / 2, "f1_u": f1_u, "f1_c": f1_c,
-            "acc_c": ratio(tn, tn + fp), "acc_u": ratio(tp, tp + fn)}
+    return {
+        "macro_f1": (f1_u + f1_c) / 2,
+        "f1_u": f1_u,
+        "f1_c": f1_c,
+        "acc_c": ratio(tn, tn + fp),
+        "acc_u": ratio(tp, tp + fn),
+    }
 
 
 def dcg_from_counts(c: np.ndarray) -> dict:
@@ -65,13 +75,14 @@ AGREEMENTS = np.eye(K).ravel()
 # weights (Σ_i w_ij · gold_i for each predicted j), predicted totals, the observed disagreement and the agreements.
 # Exact (counts times 0, 1 or a quarter), and one pass instead of six: the rankings' permutations take it millions
 # of times
-LJP_PARTS = np.column_stack([np.ones(K * K), GOLD_TOTALS @ QWK_WEIGHTS, PREDICTED_TOTALS, QWK_WEIGHTS.ravel(),
-                             AGREEMENTS])
+LJP_PARTS = np.column_stack(
+    [np.ones(K * K), GOLD_TOTALS @ QWK_WEIGHTS, PREDICTED_TOTALS, QWK_WEIGHTS.ravel(), AGREEMENTS]
+)
 
 
 def ljp_from_counts(c: np.ndarray) -> dict:
     parts = np.moveaxis(np.asarray(c, float) @ LJP_PARTS, -1, 0)
-    n, weighted_gold, predicted = parts[0], parts[1:1 + K], parts[1 + K:1 + 2 * K]
+    n, weighted_gold, predicted = parts[0], parts[1 : 1 + K], parts[1 + K : 1 + 2 * K]
     observed_disagreement, agreements = parts[1 + 2 * K], parts[2 + 2 * K]
     # the disagreement chance predicts: sum over gold i and predicted j of w_ij · gold_i · predicted_j / n
     expected_disagreement = np.nan_to_num(ratio(sum(weighted_gold[j] * predicted[j] for j in range(K)), n))
@@ -91,11 +102,16 @@ def kappa_from_confusion(c: np.ndarray) -> np.ndarray:
     c = np.asarray(c, float)
     n = c.sum(axis=(-2, -1))
     observed = ratio(np.trace(c, axis1=-2, axis2=-1), n)
-    expected = ratio((c.sum(-1) * c.sum(-2)).sum(-1), n ** 2)
+    expected = ratio((c.sum(-1) * c.sum(-2)).sum(-1), n**2)
     return ratio(observed - expected, 1 - expected)
 
 
-PLAIN_TYPE_ORDER = ("deficiency_recognition", "conditional_advice", "unconditional_advice", "premature_prediction")
+PLAIN_TYPE_ORDER = (
+    "deficiency_recognition",
+    "conditional_advice",
+    "unconditional_advice",
+    "premature_prediction",
+)
 
 
 def plain_counts(response_type: str) -> np.ndarray:
@@ -111,8 +127,11 @@ def plain_from_counts(c: np.ndarray) -> dict:
 
 def injected(reply: dict) -> bool:
     """A non-ideal user's deliberate disruption (labelled since issue 25; before, known by its prompt)."""
-    return bool(reply.get("injected", str(reply.get("source", "")).endswith(("(user_delayed)",
-                                                                             "(user_self_correction)"))))
+    return bool(
+        reply.get(
+            "injected", str(reply.get("source", "")).endswith(("(user_delayed)", "(user_self_correction)"))
+        )
+    )
 
 
 def correction(reply: dict) -> bool:
@@ -131,16 +150,26 @@ def audit_counts(record: dict) -> np.ndarray:
     user's protocol turns (the injected disruption and its correction) are left out (they are the protocol, not a
     simulator error)."""
     replies = [r for r in record["replies"] if not protocol_turn(r)]
-    return np.array([len(replies), sum(bool(r["over_disclosed"]) for r in replies),
-                     sum(bool(r["error"]) for r in replies), sum(not r["answered"] for r in replies)], float)
+    return np.array(
+        [
+            len(replies),
+            sum(bool(r["over_disclosed"]) for r in replies),
+            sum(bool(r["error"]) for r in replies),
+            sum(not r["answered"] for r in replies),
+        ],
+        float,
+    )
 
 
 def audit_from_counts(c: np.ndarray) -> dict:
     """The share of audited User Model replies that disclosed unasked key details, stated something
     unsupported or contradicting them, or did not answer the question."""
     replies, over, error, missed = np.moveaxis(np.asarray(c, float), -1, 0)
-    return {"over_disclosure": ratio(over, replies), "error": ratio(error, replies),
-            "non_answer": ratio(missed, replies)}
+    return {
+        "over_disclosure": ratio(over, replies),
+        "error": ratio(error, replies),
+        "non_answer": ratio(missed, replies),
+    }
 
 
 def cohen_kappa(a: list[str], b: list[str]) -> float | None:
@@ -151,6 +180,7 @@ def cohen_kappa(a: list[str], b: list[str]) -> float | None:
     from sklearn.metrics import (
         cohen_kappa_score,  # here: importing scikit-learn costs a report 2 s, and few need it
     )
+
     return float(cohen_kappa_score(a, b))
 
 

@@ -7,6 +7,7 @@ The children take the next item when they are free (a heavy run does not hold ba
 parent only gathers, so a result is read while the children work on the next. Where `fork` is not offered
 (Windows) or one worker is asked for, the items are done here, one after the other, with the same results.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -85,8 +86,10 @@ def _gather(children: dict, count: int) -> list:
             if outcome == "raised":
                 raise value
             if outcome == "died" and value != 0:
-                raise HarnessError(f"a worker process ended without its results (exit code {value}); "
-                                   "rerun, or free some memory")
+                raise HarnessError(
+                    f"a worker process ended without its results (exit code {value}); "
+                    "rerun, or free some memory"
+                )
     if len(results) != count:
         raise HarnessError("a worker process ended without its results; rerun, or free some memory")
     return [results[i] for i in range(count)]

@@ -2,6 +2,7 @@
 the dataset it names (or the one given), every run scored once; and the options that choose them, declared once for
 every report script.
 """
+
 from __future__ import annotations
 
 import gc
@@ -29,24 +30,47 @@ def add_run_options(parser, one_run: bool = False) -> None:
     """--output-root and --dataset, and the runs to read: any number of models and run ids (show_results.py,
     judge_agreement.py export), or with `one_run` the one run of one model a kit evaluates (user_probes.py
     evaluate: --run-id required, --model defaulting to LEXPILOT_MODEL, as a stage takes them)."""
-    parser.add_argument("--output-root", type=Path, default=DEFAULT_OUTPUT_ROOT,
-                        help="where the runs are (default: next to the scripts)")
-    parser.add_argument("--dataset", type=Path, help="check every record against this dataset (default: the "
-                        "dataset each run's manifest names, when it is still there and unchanged)")
+    parser.add_argument(
+        "--output-root",
+        type=Path,
+        default=DEFAULT_OUTPUT_ROOT,
+        help="where the runs are (default: next to the scripts)",
+    )
+    parser.add_argument(
+        "--dataset",
+        type=Path,
+        help="check every record against this dataset (default: the "
+        "dataset each run's manifest names, when it is still there and unchanged)",
+    )
     if one_run:
         parser.add_argument("--run-id", required=True)
-        parser.add_argument("--model", default=os.environ.get("LEXPILOT_MODEL"),
-                            required="LEXPILOT_MODEL" not in os.environ,
-                            help="the run's evaluated model id (it names the run's folder; else $LEXPILOT_MODEL)")
+        parser.add_argument(
+            "--model",
+            default=os.environ.get("LEXPILOT_MODEL"),
+            required="LEXPILOT_MODEL" not in os.environ,
+            help="the run's evaluated model id (it names the run's folder; else $LEXPILOT_MODEL)",
+        )
         return
-    parser.add_argument("--model", action="extend", nargs="+",
-                        help="only these evaluated model ids (--model A B, or repeated)")
-    parser.add_argument("--run-id", action="extend", nargs="+",
-                        help="only these run ids (--run-id run1 run2, or repeated)")
+    parser.add_argument(
+        "--model",
+        action="extend",
+        nargs="+",
+        help="only these evaluated model ids (--model A B, or repeated)",
+    )
+    parser.add_argument(
+        "--run-id", action="extend", nargs="+", help="only these run ids (--run-id run1 run2, or repeated)"
+    )
 
 
-def load_runs(root: Path, models: list[str] | None, run_ids: list[str] | None, score: bool = True,
-              dataset: Path | None = None, err=None, keep_outcomes: bool = False) -> list[Run]:
+def load_runs(
+    root: Path,
+    models: list[str] | None,
+    run_ids: list[str] | None,
+    score: bool = True,
+    dataset: Path | None = None,
+    err=None,
+    keep_outcomes: bool = False,
+) -> list[Run]:
     """The runs under `root` (manifest by manifest), scored unless `score` is false (then `score_runs` scores them).
 
     Records are checked against the cases of `dataset` (else the dataset the manifest names, when it is
@@ -66,14 +90,23 @@ def load_runs(root: Path, models: list[str] | None, run_ids: list[str] | None, s
         run = Run(manifest.run_id, model, manifest, path.parent.name)
         run.input_hashes = input_hashes(run, dataset, datasets, err)
         runs.append(run)
-    return score_runs(runs, root, keep_outcomes) if score else runs  # judge_agreement only needs the manifests
+    return (
+        score_runs(runs, root, keep_outcomes) if score else runs
+    )  # judge_agreement only needs the manifests
 
 
-Render = Callable[[Run, int, dict, "dict | None"], object]  # (run, its place, its records, its source's) -> pages
+Render = Callable[
+    [Run, int, dict, "dict | None"], object
+]  # (run, its place, its records, its source's) -> pages
 
 
-def score_runs(runs: list[Run], root: Path, keep_outcomes: bool = False, render: Render | None = None,
-               processes: int | None = None) -> list[Run]:
+def score_runs(
+    runs: list[Run],
+    root: Path,
+    keep_outcomes: bool = False,
+    render: Render | None = None,
+    processes: int | None = None,
+) -> list[Run]:
     """The runs scored, on every core (`processes`: default one per core), in their order. With `render`, each run's
     `pages` are what render makes of its records while they are read (the viewer's case fragments), and no record
     is kept: the site's build never holds fifty runs' records at once, and reads each file once."""
@@ -95,8 +128,9 @@ def rejudge_chains(runs: list[Run]) -> list[list[tuple[int, Run]]]:
 
     def lineage(i: int) -> list[int]:  # from the run up to the first source not shown (a loop ends it too)
         line = [i]
-        while (source := place.get((runs[line[-1]].folder, runs[line[-1]].manifest.rejudged_from))) is not None \
-                and source not in line:
+        while (
+            source := place.get((runs[line[-1]].folder, runs[line[-1]].manifest.rejudged_from))
+        ) is not None and source not in line:
             line.append(source)
         return line
 
@@ -104,12 +138,15 @@ def rejudge_chains(runs: list[Run]) -> list[list[tuple[int, Run]]]:
     for i in range(len(runs)):
         line = lineage(i)
         chains.setdefault(line[-1], []).append(line)
-    return [[(line[0], runs[line[0]]) for line in sorted(lines, key=lambda line: (len(line), line[0]))]
-            for lines in chains.values()]
+    return [
+        [(line[0], runs[line[0]]) for line in sorted(lines, key=lambda line: (len(line), line[0]))]
+        for lines in chains.values()
+    ]
 
 
-def score_chain(chain: list[tuple[int, Run]], root: Path, keep_outcomes: bool, render: Render | None) \
-        -> list[tuple[int, Run]]:
+def score_chain(
+    chain: list[tuple[int, Run]], root: Path, keep_outcomes: bool, render: Render | None
+) -> list[tuple[int, Run]]:
     """One chain's runs scored (in a worker process), each with its pages when `render` is given."""
     records: dict[str, dict] = {}
     done = []
@@ -148,7 +185,10 @@ def run_manifest(path: Path, root: Path) -> tuple[Manifest | None, str | None]:
         return None, str(e)
     model, selected, run_id = manifest.model("eval"), manifest.selected_cases, manifest.run_id
     if model is None or run_id is None or selected is None or not all(isinstance(n, str) for n in selected):
-        return None, f"{path}: the manifest lacks models.eval.model, run_id or selected_cases (or they are malformed)"
+        return (
+            None,
+            f"{path}: the manifest lacks models.eval.model, run_id or selected_cases (or they are malformed)",
+        )
     if path.parent != root / "runs" / run_id / model_folder(model):
         return None, f"{path}: the manifest's run_id {run_id[:80]!r} and model do not match its folder"
     return manifest, None
@@ -160,8 +200,11 @@ def input_hashes(run: Run, dataset: Path | None, cache: dict, err) -> dict[str, 
     path = dataset or Path(str(named))
     unchecked = {n: None for n in run.selected}
     if dataset is None and (not named or not path.is_file()):
-        print(f"run {run.run_id}, model {run.model}: the run's dataset {named!r} is not there; records not "
-              "checked against it (pass --dataset)", file=err)
+        print(
+            f"run {run.run_id}, model {run.model}: the run's dataset {named!r} is not there; records not "
+            "checked against it (pass --dataset)",
+            file=err,
+        )
         return unchecked
     if path not in cache:
         try:
@@ -170,13 +213,18 @@ def input_hashes(run: Run, dataset: Path | None, cache: dict, err) -> dict[str, 
         except HarnessError as e:
             cache[path] = str(e).splitlines()[0]
     if isinstance(cache[path], str):
-        print(f"run {run.run_id}, model {run.model}: records not checked against the dataset: {cache[path]}",
-              file=err)
+        print(
+            f"run {run.run_id}, model {run.model}: records not checked against the dataset: {cache[path]}",
+            file=err,
+        )
         return unchecked
     hashes, sha = cache[path]
     if dataset is None and sha != run.manifest.dataset_sha256:
-        print(f"run {run.run_id}, model {run.model}: {path} has changed since the run; records not checked "
-              "against it (pass the run's --dataset)", file=err)
+        print(
+            f"run {run.run_id}, model {run.model}: {path} has changed since the run; records not checked "
+            "against it (pass the run's --dataset)",
+            file=err,
+        )
         return unchecked
     # a case the dataset does not hold gets a hash no record has, so its records are reported
     return {n: hashes.get(n, "not in the dataset") for n in run.selected}

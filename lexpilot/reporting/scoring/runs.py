@@ -2,6 +2,7 @@
 and the reading of its records: through the one record reader, checked against the run's settings, a task
 complete or why not.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -18,13 +19,21 @@ from lexpilot.errors import HarnessError, first_of
 from lexpilot.storage.manifest import Manifest, read_manifest
 
 OVERALL = "Overall"
-USAGE_FIELDS = ("calls", "prompt_tokens", "completion_tokens", "unreported_calls", "reasoning_tokens", "batched_calls",
-                "cached_prompt_tokens")
+USAGE_FIELDS = (
+    "calls",
+    "prompt_tokens",
+    "completion_tokens",
+    "unreported_calls",
+    "reasoning_tokens",
+    "batched_calls",
+    "cached_prompt_tokens",
+)
 
 
 @dataclass
 class TaskData:
     """Per-case counts of one task of one run, in the run's selected-case order."""
+
     cases: list[str]
     classes: list[str]
     counts: np.ndarray  # cases × counts
@@ -43,9 +52,13 @@ class Run:
     input_hashes: dict = field(default_factory=dict)  # selected case -> input hash (None: not checked)
     notes: list[str] = field(default_factory=list)  # torn last lines left out, for stderr
     unanswered: dict = field(default_factory=dict)  # role -> calls paid but never answered (process killed)
-    saved: dict | None = None  # kind name -> case_number -> record, while a site's build renders them (score_runs)
+    saved: dict | None = (
+        None  # kind name -> case_number -> record, while a site's build renders them (score_runs)
+    )
     pages: object = None  # what the site's build made of its records (viewer.CasePages), when --html asked
-    outcomes: dict | None = None  # task -> item -> (outcome, right), for consistency over runs (item_outcomes)
+    outcomes: dict | None = (
+        None  # task -> item -> (outcome, right), for consistency over runs (item_outcomes)
+    )
     rejections: dict = field(default_factory=dict)  # Table 4: condition -> Counter of rejection reasons
     focal_types: dict = field(default_factory=dict)  # Figure 4: case -> (class, the type of each focal point)
 
@@ -66,15 +79,20 @@ def read_saved(run: Run, root: Path, kind: RecordKind) -> tuple[dict, str | None
     if not path.exists():
         return {}, f"{path}: not found"
     try:
-        loaded = read_records(path, kind, run.input_hashes, "the run's files do not match its manifest",
-                              notes=run.notes)
+        loaded = read_records(
+            path, kind, run.input_hashes, "the run's files do not match its manifest", notes=run.notes
+        )
     except HarnessError as e:
         return {}, str(e)
     expected = accepted_settings(run, root, kind)
     other = [(line, n) for n, (line, r) in loaded.items() if r.get("settings_hash") not in (None, *expected)]
-    if other:  # the manifest says other settings than these records were made with (it was edited, or swapped)
-        return {}, (f"{path}:{other[0][0]}: case {other[0][1]} (and {len(other) - 1} more) was made with other "
-                    "settings than the run's manifest says; restore the manifest")
+    if (
+        other
+    ):  # the manifest says other settings than these records were made with (it was edited, or swapped)
+        return {}, (
+            f"{path}:{other[0][0]}: case {other[0][1]} (and {len(other) - 1} more) was made with other "
+            "settings than the run's manifest says; restore the manifest"
+        )
     return {n: r for n, (_, r) in loaded.items()}, None
 
 
@@ -96,7 +114,9 @@ def accepted_settings(run: Run, root: Path, kind: RecordKind) -> set[str]:
     return hashes
 
 
-def complete_task(path: Path, selected: list[str], records: dict, problem: str | None) -> tuple[dict | None, str | None]:
+def complete_task(
+    path: Path, selected: list[str], records: dict, problem: str | None
+) -> tuple[dict | None, str | None]:
     """The records in selected-case order, or a problem: the task is incomplete."""
     if problem:
         return None, problem
@@ -114,5 +134,11 @@ def read_task(run: Run, root: Path, kind: RecordKind) -> tuple[dict | None, str 
 
 def named_dataset(runs: list[Run], given: Path | None = None) -> Path | None:
     """The dataset given, else the first the runs' manifests name that is still there (None: none is)."""
-    return given or next((Path(r.manifest.dataset_path) for r in runs
-                          if r.manifest.dataset_path and Path(r.manifest.dataset_path).is_file()), None)
+    return given or next(
+        (
+            Path(r.manifest.dataset_path)
+            for r in runs
+            if r.manifest.dataset_path and Path(r.manifest.dataset_path).is_file()
+        ),
+        None,
+    )

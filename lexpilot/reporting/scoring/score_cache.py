@@ -7,6 +7,7 @@ copied from elsewhere is never loaded (a pickle runs code). LEXPILOT_CACHE=off t
 LEXPILOT_CACHE=DIR puts it in DIR. An entry neither read nor written for 30 days is removed, so the cache does
 not grow with every output root ever reported (a benchmark's temporary roots included).
 """
+
 from __future__ import annotations
 
 import functools
@@ -53,8 +54,10 @@ def run_key(run: Run, root: Path) -> str:
     """The digest of everything a run's score depends on: every file in its folders, read whole, its inputs'
     hashes and the package's code."""
     h = hashlib.blake2b(digest_size=32)
-    folders = sorted({kind.path(root, run.run_id, run.folder).parent for kind in RECORD_KINDS}
-                     | {root / "runs" / run.run_id / run.folder})
+    folders = sorted(
+        {kind.path(root, run.run_id, run.folder).parent for kind in RECORD_KINDS}
+        | {root / "runs" / run.run_id / run.folder}
+    )
     for folder in folders:
         for path in sorted(folder.glob("*")) if folder.is_dir() else ():
             if path.is_file():
@@ -92,7 +95,9 @@ def cached_score(run: Run, root: Path, key: str) -> Run | None:
             return None
         stored_key, scored = pickle.loads(body)
     except (OSError, ValueError, pickle.UnpicklingError, EOFError, TypeError, ImportError, AttributeError):
-        return None  # ImportError, AttributeError: written by code whose classes have moved since (a miss too)
+        return (
+            None  # ImportError, AttributeError: written by code whose classes have moved since (a miss too)
+        )
     if stored_key != key:
         return None
     try:

@@ -2,6 +2,7 @@
 resample cases), the later sections' analyses (Table 4, focal types, the plain consultation, clean cases),
 interaction behaviour and token usage.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -59,11 +60,17 @@ def ljp_case_counts(record: dict) -> np.ndarray:
 
 # task -> (verdict or label records, per-case counts of a record, metrics from summed counts)
 TASKS = {
-    "LCA": (LCA, lambda r: lca_counts([(j["true_type"], j["predicted_type"]) for j in r["judgments"].values()]),
-            lca_from_counts),
+    "LCA": (
+        LCA,
+        lambda r: lca_counts([(j["true_type"], j["predicted_type"]) for j in r["judgments"].values()]),
+        lca_from_counts,
+    ),
     "DCG": (DCG, lambda r: np.array([float(bool(r["success"])), 1.0]), dcg_from_counts),
     **{s.task: (s.verdicts, ljp_case_counts, ljp_from_counts) for s in LJP_SETUPS},
-    **{f"plain_{t}": (PLAIN_TYPES[t], lambda r: plain_counts(r["type"]), plain_from_counts) for t in HISTORY_TYPES},
+    **{
+        f"plain_{t}": (PLAIN_TYPES[t], lambda r: plain_counts(r["type"]), plain_from_counts)
+        for t in HISTORY_TYPES
+    },
 }
 TASKS |= {f"audit_{source}": (AUDIT[source], audit_counts, audit_from_counts) for source in AUDIT}
 # Table 4: Direct, Targeted and Off-target on the cases resolved in both conditions (filled in score_behaviour_
@@ -72,16 +79,28 @@ TASKS |= {f"audit_{source}": (AUDIT[source], audit_counts, audit_from_counts) fo
 # reused from Table 3"), and, as a sensitivity view, over the cases resolved in both conditions
 TABLE_4 = {"T4_direct": LJP_DIRECT, **{f"T4_{b}": LJP_BEHAVIOUR[b] for b in BEHAVIOURS}}
 TABLE_4_RESOLVED = {f"T4r_{name[3:]}": kind for name, kind in TABLE_4.items()}
-TASKS |= {task: (kind, ljp_case_counts, ljp_from_counts) for task, kind in {**TABLE_4, **TABLE_4_RESOLVED}.items()}
+TASKS |= {
+    task: (kind, ljp_case_counts, ljp_from_counts) for task, kind in {**TABLE_4, **TABLE_4_RESOLVED}.items()
+}
 # run only when wanted: the plain consultation, the simulator audit
 OPTIONAL_TASKS = {f"plain_{t}" for t in HISTORY_TYPES} | {f"audit_{source}" for source in AUDIT}
 # task using User Model replies -> (its audit, the metric shown on the cases whose replies were all clean)
 AUDITED = {"DCG": ("audit_dcg", "accuracy"), "LJP_interaction": ("audit_interaction", "qwk")}
-METRIC_NAMES = {"macro_f1": "Macro-F1", "accuracy": "accuracy", "qwk": "QWK", "acc_c": "Acc_C", "acc_u": "Acc_U"}
+METRIC_NAMES = {
+    "macro_f1": "Macro-F1",
+    "accuracy": "accuracy",
+    "qwk": "QWK",
+    "acc_c": "Acc_C",
+    "acc_u": "Acc_U",
+}
 BY_CAUSE = {"LCA": "macro_f1", "DCG": "accuracy"}  # Figure 3's metrics, per cause of action
-TASK_NAMES = {"LCA": "LCA", "DCG": "DCG", **{s.task: f"LJP {s.name}" for s in LJP_SETUPS},
-              **{f"plain_{t}": f"plain consultation ({t})" for t in HISTORY_TYPES},
-              **{f"audit_{s}": f"simulator audit ({s})" for s in AUDIT}}
+TASK_NAMES = {
+    "LCA": "LCA",
+    "DCG": "DCG",
+    **{s.task: f"LJP {s.name}" for s in LJP_SETUPS},
+    **{f"plain_{t}": f"plain consultation ({t})" for t in HISTORY_TYPES},
+    **{f"audit_{s}": f"simulator audit ({s})" for s in AUDIT},
+}
 
 
 def metrics_of(task: str, data: TaskData, mask=None) -> dict:
@@ -100,8 +119,11 @@ def item_outcomes(saved: dict) -> dict[str, dict]:
     for number, record in saved.get(DCG.name, {}).items():
         items["DCG"][number] = (bool(record["success"]), bool(record["success"]))
     for setup in LJP_SETUPS:
-        items[f"LJP {setup.title}"] = {(number, i): (p, p == g) for number, record in saved.get(setup.task, {}).items()
-                       for i, (p, g) in enumerate(zip(record["predicted"], record["gold"]))}
+        items[f"LJP {setup.title}"] = {
+            (number, i): (p, p == g)
+            for number, record in saved.get(setup.task, {}).items()
+            for i, (p, g) in enumerate(zip(record["predicted"], record["gold"]))
+        }
     return items
 
 
@@ -118,8 +140,11 @@ def score_run(run: Run, root: Path, keep_records: bool = False, keep_outcomes: b
         return complete_task(kind.path(root, run.run_id, run.folder), run.selected, *saved[kind.name])
 
     # A non-ideal-user run is only an Interaction-Based LJP result (Table 15).
-    tasks = ["LJP_interaction", "audit_interaction"] if run.condition != "standard" else \
-        [t for t in TASKS if t not in TABLE_4 and t not in TABLE_4_RESOLVED]
+    tasks = (
+        ["LJP_interaction", "audit_interaction"]
+        if run.condition != "standard"
+        else [t for t in TASKS if t not in TABLE_4 and t not in TABLE_4_RESOLVED]
+    )
     for task in tasks:
         kind = TASKS[task][0]
         if task in OPTIONAL_TASKS and not kind.path(root, run.run_id, run.folder).exists():
@@ -130,16 +155,22 @@ def score_run(run: Run, root: Path, keep_records: bool = False, keep_outcomes: b
         score_focal_types(run, types)
     score_clean_cases(run)
     if all(LJP_BEHAVIOUR[b].path(root, run.run_id, run.folder).exists() for b in BEHAVIOURS):
-        score_table_4(run, root, {name: whole(kind) for name, kind in TABLE_4.items()},
-                      {b: whole(BEHAVIOUR_DIALOGUE[b])[0] for b in BEHAVIOURS})
+        score_table_4(
+            run,
+            root,
+            {name: whole(kind) for name, kind in TABLE_4.items()},
+            {b: whole(BEHAVIOUR_DIALOGUE[b])[0] for b in BEHAVIOURS},
+        )
     score_plain_against_lexawn(run, whole(PLAIN_TYPES["underspecified"])[0], whole(LCA)[0])
     interactions, _ = whole(INTERACTION)  # a missing file only leaves out the behaviour tables
     if interactions:
         try:
             score_behaviour(run, interactions)
         except (KeyError, TypeError) as e:
-            run.problems.append(f"behaviour: {INTERACTION.path(root, run.run_id, run.folder)}: unreadable "
-                                f"interaction record ({e})")
+            run.problems.append(
+                f"behaviour: {INTERACTION.path(root, run.run_id, run.folder)}: unreadable "
+                f"interaction record ({e})"
+            )
     score_usage(run, root, {name: records for name, (records, _) in saved.items()})
 
 
@@ -181,8 +212,9 @@ def score_clean_cases(run: Run) -> None:
         if task in run.tasks and audit in run.tasks:
             clean = dict(zip(run.tasks[audit].cases, (run.tasks[audit].counts[:, 1:3].sum(axis=1) == 0)))
             mask = np.array([clean.get(n, False) for n in run.tasks[task].cases])
-            run.metrics[("clean", task, OVERALL)] = metrics_of(task, run.tasks[task], mask)[metric] if mask.any() \
-                else None
+            run.metrics[("clean", task, OVERALL)] = (
+                metrics_of(task, run.tasks[task], mask)[metric] if mask.any() else None
+            )
             run.metrics[("clean cases", task, OVERALL)] = float(mask.sum())
 
 
@@ -191,7 +223,11 @@ def score_plain_against_lexawn(run: Run, plain: dict | None, lca: dict | None) -
     if not (plain and lca):
         return
     for kind in PLAIN_TYPE_ORDER:
-        asked = [lca[n]["judgments"]["underspecified"]["label"] == ASKS for n, r in plain.items() if r["type"] == kind]
+        asked = [
+            lca[n]["judgments"]["underspecified"]["label"] == ASKS
+            for n, r in plain.items()
+            if r["type"] == kind
+        ]
         run.metrics[("plain_then_asked", kind, OVERALL)] = float(np.mean(asked)) if asked else None
 
 
@@ -204,11 +240,13 @@ def score_usage(run: Run, root: Path, saved: dict[str, dict]) -> None:
         totals: dict[str, list[int]] = {}  # role -> a sum per field: plain lists, 583,000 records at 10 × 5
         for record in saved[kind.name].values():
             usage = record.get("usage")
-            for role, used in (usage.items() if isinstance(usage, dict) else ()):
+            for role, used in usage.items() if isinstance(usage, dict) else ():
                 counts = [used.get(k, 0) for k in USAGE_FIELDS] if isinstance(used, dict) else None
                 if counts is None or not all(isinstance(c, int) for c in counts):
-                    run.problems.append(f"usage: {kind.path(root, run.run_id, run.folder)}: malformed usage for "
-                                        f"case {record['case_number']}; left out of the token counts")
+                    run.problems.append(
+                        f"usage: {kind.path(root, run.run_id, run.folder)}: malformed usage for "
+                        f"case {record['case_number']}; left out of the token counts"
+                    )
                     continue
                 total = totals.get(role) or totals.setdefault(role, [0] * len(USAGE_FIELDS))
                 total[:] = map(add, total, counts)
@@ -235,8 +273,9 @@ def score_focal_types(run: Run, types: dict) -> None:
     of_case = {n: {FOCAL_TYPES.get(e["type"], e["type"]) for e in r["types"]} for n, r in types.items()}
     for label in FOCAL_TYPES.values():
         mask = np.array([label in of_case.get(n, ()) for n in data.cases])
-        run.metrics[("DCG by focal type", label, OVERALL)] = metrics_of("DCG", data, mask)["accuracy"] \
-            if mask.any() else None
+        run.metrics[("DCG by focal type", label, OVERALL)] = (
+            metrics_of("DCG", data, mask)["accuracy"] if mask.any() else None
+        )
 
 
 def score_table_4(run: Run, root: Path, verdicts: dict, dialogues: dict) -> None:
@@ -245,22 +284,35 @@ def score_table_4(run: Run, root: Path, verdicts: dict, dialogues: dict) -> None
     (a sensitivity view), and per condition how many cases were accepted at each attempt, and the reasons."""
     problems = [f"{name}: {problem}" for name, (_, problem) in verdicts.items() if problem]
     if problems or any(d is None for d in dialogues.values()):
-        hint = " (run eval_LJP_direct.py for this run: Table 4 compares with Direct)" \
-            if verdicts["T4_direct"][1] else ""
+        hint = (
+            " (run eval_LJP_direct.py for this run: Table 4 compares with Direct)"
+            if verdicts["T4_direct"][1]
+            else ""
+        )
         run.problems.append("Table 4: " + "; ".join(problems or ["dialogues incomplete"]) + hint)
         return
-    resolved = [n for n in run.selected if all(verdicts[f"T4_{b}"][0][n]["status"] == "accepted" for b in BEHAVIOURS)]
+    resolved = [
+        n for n in run.selected if all(verdicts[f"T4_{b}"][0][n]["status"] == "accepted" for b in BEHAVIOURS)
+    ]
     for cases, tasks in ((run.selected, TABLE_4), (resolved, TABLE_4_RESOLVED)):
         for task, kind in tasks.items():
             records = verdicts[f"T4_{task.split('_', 1)[1]}"][0]
             rows = [records[n] for n in cases]
             try:
                 counts = np.array([ljp_case_counts(r) for r in rows]).reshape(len(rows), -1)
-            except (ValueError, KeyError, TypeError):  # an unresolved case saved without a prediction (before 25.2)
-                run.problems.append(f"Table 4: {kind.file}: a case without predicted verdicts; rerun "
-                                    "eval_LJP_behaviour.py on a new run id")
+            except (
+                ValueError,
+                KeyError,
+                TypeError,
+            ):  # an unresolved case saved without a prediction (before 25.2)
+                run.problems.append(
+                    f"Table 4: {kind.file}: a case without predicted verdicts; rerun "
+                    "eval_LJP_behaviour.py on a new run id"
+                )
                 return
-            data = run.tasks[task] = TaskData(list(cases), [cause_class(r["cause_of_action"]) for r in rows], counts)
+            data = run.tasks[task] = TaskData(
+                list(cases), [cause_class(r["cause_of_action"]) for r in rows], counts
+            )
             run.metrics[(task, "qwk", OVERALL)] = metrics_of(task, data)["qwk"] if rows else None
     run.metrics[("T4 cases", "all", OVERALL)] = float(len(run.selected))
     run.metrics[("T4 cases", "resolved", OVERALL)] = float(len(resolved))
@@ -269,14 +321,19 @@ def score_table_4(run: Run, root: Path, verdicts: dict, dialogues: dict) -> None
         for k in range(1, 6):
             run.metrics[("T4 attempts", f"{b} {k}", OVERALL)] = float(sum(a == k for a in attempts))
         run.metrics[("T4 unresolved", b, OVERALL)] = float(sum(a is None for a in attempts))
-        run.rejections[b] = Counter(reason for r in records.values() for a in r["attempts"]
-                                    for reason in a["rejected"])
+        run.rejections[b] = Counter(
+            reason for r in records.values() for a in r["attempts"] for reason in a["rejected"]
+        )
 
 
 STOP_CATEGORIES = ("round 1", "round 2", "round 3", "budget")
 # the case list's tag of each stop reason: what a cell of the stop reasons opens
-STOP_TAGS = {"round 1": "premature judgment", "round 2": "judged in round 2", "round 3": "judged in round 3",
-             "budget": "budget reached"}
+STOP_TAGS = {
+    "round 1": "premature judgment",
+    "round 2": "judged in round 2",
+    "round 3": "judged in round 3",
+    "budget": "budget reached",
+}
 
 
 def stop_category(interaction: dict) -> str:
@@ -300,12 +357,15 @@ def score_behaviour(run: Run, interactions: dict) -> None:
     if run.condition != "standard":
         run.metrics[("faults", "disrupted", OVERALL)] = float(np.mean(disrupted))
         for kind in ("incomplete", "wrong"):
-            run.metrics[("faults", kind, OVERALL)] = float(np.mean([f == kind for f in faults])) if faults else None
+            run.metrics[("faults", kind, OVERALL)] = (
+                float(np.mean([f == kind for f in faults])) if faults else None
+            )
     data = run.tasks.get("LJP_interaction")
     if data is not None:
         by_case = dict(zip(interactions, stops))
         case_stops = np.array([by_case[n] for n in data.cases])
         for category in STOP_CATEGORIES:
             if (case_stops == category).any():
-                run.metrics[("LJP_interaction_by_stop", "qwk", category)] = \
-                    metrics_of("LJP_interaction", data, case_stops == category)["qwk"]
+                run.metrics[("LJP_interaction_by_stop", "qwk", category)] = metrics_of(
+                    "LJP_interaction", data, case_stops == category
+                )["qwk"]

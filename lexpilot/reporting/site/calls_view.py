@@ -12,6 +12,7 @@ details "kf", numbered "nd", focal points "fp", claims "cl", the claims in anoth
 point "dbf") or a literal ("raw").
 The plain consultation has no prompt: its call ("(messages)") is the history sent as its own messages.
 """
+
 from __future__ import annotations
 
 import functools
@@ -49,9 +50,15 @@ def case_texts(case: Case | None) -> dict:
     """The case's texts a prompt slot can hold, rendered as the protocols render them."""
     if case is None:
         return {}
-    return {"underspecified": case.underspecified, "complete": case.complete, "kf": render_key_facts(case),
-            "nd": render_numbered_details(case), "fp": render_focal_points(case), "cl": render_claims(case),
-            "dbf": render_details_by_focal_point(case)}
+    return {
+        "underspecified": case.underspecified,
+        "complete": case.complete,
+        "kf": render_key_facts(case),
+        "nd": render_numbered_details(case),
+        "fp": render_focal_points(case),
+        "cl": render_claims(case),
+        "dbf": render_details_by_focal_point(case),
+    }
 
 
 def run_settings(manifest: Manifest) -> dict:
@@ -61,11 +68,16 @@ def run_settings(manifest: Manifest) -> dict:
     for role in ("eval", "user", "judge"):
         generation = manifest.generation[role]
         shown = "?" if generation.temperature is None else generation.temperature
-        roles[role] = {"model": str(manifest.model(role) or "?"),
-                       "settings": f"temperature {shown}, max_tokens {generation.max_tokens}"}
+        roles[role] = {
+            "model": str(manifest.model(role) or "?"),
+            "settings": f"temperature {shown}, max_tokens {generation.max_tokens}",
+        }
     recorded, current = manifest.prompt_files, current_digests(manifest.user_condition)
-    changed = [name for name, file in PROMPT_FILES.items()
-               if file in recorded and file in current and recorded[file] != current[file]]
+    changed = [
+        name
+        for name, file in PROMPT_FILES.items()
+        if file in recorded and file in current and recorded[file] != current[file]
+    ]
     return {"roles": roles, "changed": changed}
 
 
@@ -76,8 +88,11 @@ def run_info(settings: dict, records: dict, number: str) -> dict:
     for kind in CALLED_KINDS:
         used = ((records.get(kind) or {}).get(number) or {}).get("usage")
         if isinstance(used, dict):
-            usage[kind] = {role: [u.get("calls"), u.get("prompt_tokens"), u.get("completion_tokens")]
-                           for role, u in used.items() if isinstance(u, dict)}
+            usage[kind] = {
+                role: [u.get("calls"), u.get("prompt_tokens"), u.get("completion_tokens")]
+                for role, u in used.items()
+                if isinstance(u, dict)
+            }
     return settings | {"usage": usage}
 
 
@@ -89,19 +104,25 @@ CALLED_KINDS = tuple(kind.name for kind in RECORD_KINDS)  # every record kind wh
 def call_data(case: Case | None, infos: list[dict]) -> dict:
     """The page's data for the exact calls: templates, the case's texts, and each run's `run_info` on the case
     (roles, changed files and usage)."""
-    return {"templates": templates(), "files": PROMPT_FILES | {MESSAGES: "no prompt: the history sent as its own messages"},
-            "case": case_texts(case),
-            "runs": infos}
+    return {
+        "templates": templates(),
+        "files": PROMPT_FILES | {MESSAGES: "no prompt: the history sent as its own messages"},
+        "case": case_texts(case),
+        "runs": infos,
+    }
 
 
-def call_button(template: str, role: str, slots: dict, kind: str, attempts: int | None = None,
-                text: str = "exact call") -> str:
+def call_button(
+    template: str, role: str, slots: dict, kind: str, attempts: int | None = None, text: str = "exact call"
+) -> str:
     """The button that shows the exact call of a reply (its box is made when asked): the prompt's name, the role,
     where each slot's text comes from ("history=d:underspecified:dcg;key_facts=kf"), the record kind whose usage it
     reports, a judge's attempts, and the button's words (the audit's call sits beside the reply's own)."""
     spec = ";".join(f"{name}={source}" for name, source in slots.items())
-    return (f'<button class="call" data-t="{template}" data-r="{role}" data-s="{html.escape(spec, quote=True)}" '
-            f'data-k="{kind}"' + (f' data-a="{attempts}"' if attempts else "") + f">{html.escape(text)}</button>")
+    return (
+        f'<button class="call" data-t="{template}" data-r="{role}" data-s="{html.escape(spec, quote=True)}" '
+        f'data-k="{kind}"' + (f' data-a="{attempts}"' if attempts else "") + f">{html.escape(text)}</button>"
+    )
 
 
 def raw_slot(text: str) -> str:

@@ -1,6 +1,7 @@
 """The case list (cases.html): one row per case and run with its outcome on every task and the tasks it gets wrong,
 its filters, sorting and text search written to the address; "Wrong first" puts a task's wrong cases first.
 """
+
 from __future__ import annotations
 
 from lexpilot.benchmark.categories import FOCAL_TYPES
@@ -37,13 +38,22 @@ from lexpilot.reporting.tables.formats import PLAIN_TYPE_NAMES, plain_tag
 def outcomes(rr: RunRecords, number: str) -> dict:
     """One row of the case list: the outcome of every task of one case in one run."""
     r = rr.records
-    row: dict = {"model": rr.run.model, "run": rr.run.run_id, "label": rr.label, "group": rr.group, "tags": []}
+    row: dict = {
+        "model": rr.run.model,
+        "run": rr.run.run_id,
+        "label": rr.label,
+        "group": rr.group,
+        "tags": [],
+    }
     _protocol_outcomes(row, r, number)
     _later_outcomes(row, rr, number)
     _audit_outcomes(row, r, number)
     row["fails"] = failing_tasks(row)
-    expected = ["LCA", "DCG", *(s.task for s in SETUPS)] if rr.run.condition == "standard" \
-        else [SETUP["interaction"].task]  # a non-ideal user's run has the interaction only
+    expected = (
+        ["LCA", "DCG", *(s.task for s in SETUPS)]
+        if rr.run.condition == "standard"
+        else [SETUP["interaction"].task]
+    )  # a non-ideal user's run has the interaction only
     if any(number not in r[k] for k in expected):
         row["tags"].append("unresolved or failed")
     # the outcomes are shown in the row; the finer tags (a stop round, a setup, a response type, an audit) only
@@ -87,13 +97,18 @@ def _later_outcomes(row: dict, rr: RunRecords, number: str) -> None:
         if v:
             right = sum(g == p for g, p in zip(v["gold"], v["predicted"]))
             row[condition] = f"{right}/{len(v['gold'])}"
-    for setup, kind in LJP_ORDER.items():  # the claim-order diagnostic: a verdict changed with the claims shuffled
+    for (
+        setup,
+        kind,
+    ) in LJP_ORDER.items():  # the claim-order diagnostic: a verdict changed with the claims shuffled
         reordered = r.get(kind.name, {}).get(number)
         if reordered and reordered.get("predicted") != reordered.get("original"):
             row["tags"] += [ORDER_CHANGED, ORDER_TAGS[setup]]  # in some setup, and in this one
     typed = r.get(FOCAL_TYPE_RECORDS.name, {}).get(number)
     if typed:  # Figure 4: the types of the case's focal points
-        row["focal"] = sorted({FOCAL_TYPES.get(t.get("type"), str(t.get("type"))) for t in typed.get("types", [])})
+        row["focal"] = sorted(
+            {FOCAL_TYPES.get(t.get("type"), str(t.get("type"))) for t in typed.get("types", [])}
+        )
         if rr.run.condition == "standard" and not rr.run.manifest.rejudged_from:
             row["tags"].append(TYPED)  # a run Figure 4's averages are over
     for history_type, kind in PLAIN_TYPES.items():  # Table 6: the plain consultation's response type
@@ -108,15 +123,24 @@ def _later_outcomes(row: dict, rr: RunRecords, number: str) -> None:
 def _audit_outcomes(row: dict, r: dict, number: str) -> None:
     """The row's simulator audit: per source, its tags and how many of its replies were flagged."""
     said, flags = [], 0
-    for source, kind in AUDIT.items():  # the simulator audit's replies (a protocol's own turns are not audited)
+    for (
+        source,
+        kind,
+    ) in AUDIT.items():  # the simulator audit's replies (a protocol's own turns are not audited)
         record = r.get(kind.name, {}).get(number)
         counts = audit_counts(record) if record and isinstance(record.get("replies"), list) else None
         if counts is None or not counts[0]:
             continue
         row["tags"].append(AUDIT_TAGS[source])
-        row["tags"] += [AUDIT_FLAG_TAGS[(source, metric)] for (metric, _), n in zip(AUDIT_FLAGS, counts[1:]) if n]
-        flagged = sum(1 for x in record["replies"] if not protocol_turn(x)
-                      and (x.get("over_disclosed") or x.get("error") or not x.get("answered", True)))
+        row["tags"] += [
+            AUDIT_FLAG_TAGS[(source, metric)] for (metric, _), n in zip(AUDIT_FLAGS, counts[1:]) if n
+        ]
+        flagged = sum(
+            1
+            for x in record["replies"]
+            if not protocol_turn(x)
+            and (x.get("over_disclosed") or x.get("error") or not x.get("answered", True))
+        )
         said.append(f"{AUDIT_NAMES[source]} {f'{flagged} flagged' if flagged else 'clean'}")
         flags += flagged
     if said:  # per source: a DCG reply's flag is not the interaction's
@@ -128,9 +152,14 @@ AUDIT_NAMES = {"dcg": "DCG", "interaction": "interaction"}
 
 def is_mark(tag: str) -> bool:
     """A tag that selects rows without being shown in them (the links of the overview's finer cells use them)."""
-    return tag in ORDER_TAGS.values() or tag in AUDIT_TAGS.values() or tag in AUDIT_FLAG_TAGS.values() \
-        or tag.startswith("plain") or tag == TYPED \
+    return (
+        tag in ORDER_TAGS.values()
+        or tag in AUDIT_TAGS.values()
+        or tag in AUDIT_FLAG_TAGS.values()
+        or tag.startswith("plain")
+        or tag == TYPED
         or tag in (STOP_TAGS["round 2"], STOP_TAGS["round 3"])
+    )
 
 
 def failing_tasks(row: dict) -> list[str]:
@@ -158,21 +187,46 @@ WRONG_FIRST = OUTCOME_NAMES  # the tasks whose wrong cases the case list can put
 
 def case_list(rows_json: str, texts_json: str) -> str:
     """The case list: `rows_json` a row per case and run, `texts_json` each case's history text for the search."""
-    headers = [("case", "Case"), ("cause", "Cause"), ("class", "Class"), ("label", "Model · run"), ("tags", "Outcome"),
-               ("lca_c", "LCA complete"), ("lca_u", "LCA underspecified"), ("dcg", "DCG success"),
-               ("direct", "Direct right"), ("gold", "Gold right"), ("interaction", "Interaction right"),
-               ("stop", "Stop"), ("questions", "Questions"), ("targeted", "Targeted right"),
-               ("off_target", "Off-target right"), ("plain", "Plain type"), ("audit", "Audit")]
-    selects = "".join(f'<label>{name} <select id="{key}"><option value="">all</option></select></label> '
-                      for key, name in (("model", "Model"), ("group", "Group"), ("run", "Run"), ("class", "Class"),
-                                        ("cause", "Cause"), ("focal", "Focal type"),
-                                        ("tag", "Outcome")))
+    headers = [
+        ("case", "Case"),
+        ("cause", "Cause"),
+        ("class", "Class"),
+        ("label", "Model · run"),
+        ("tags", "Outcome"),
+        ("lca_c", "LCA complete"),
+        ("lca_u", "LCA underspecified"),
+        ("dcg", "DCG success"),
+        ("direct", "Direct right"),
+        ("gold", "Gold right"),
+        ("interaction", "Interaction right"),
+        ("stop", "Stop"),
+        ("questions", "Questions"),
+        ("targeted", "Targeted right"),
+        ("off_target", "Off-target right"),
+        ("plain", "Plain type"),
+        ("audit", "Audit"),
+    ]
+    selects = "".join(
+        f'<label>{name} <select id="{key}"><option value="">all</option></select></label> '
+        for key, name in (
+            ("model", "Model"),
+            ("group", "Group"),
+            ("run", "Run"),
+            ("class", "Class"),
+            ("cause", "Cause"),
+            ("focal", "Focal type"),
+            ("tag", "Outcome"),
+        )
+    )
     # the task whose wrong cases come first (an overview cell's link sets it; "none" clears it)
     tasks = "".join(f'<option value="{t}">{esc(name)}</option>' for t, name in WRONG_FIRST.items())
-    return ("<h1>Cases</h1><p>" + selects + '<label>Text <input id="text" type="search"></label> '
-            f'<label>Wrong first <select id="task"><option value="">none</option>{tasks}</select></label></p>'
-            '<p id="count"></p><table id="cases"><thead><tr>'
-            + "".join(f'<th data-key="{k}">{esc(n)}</th>' for k, n in headers) + '</tr></thead><tbody id="rows">'
-            '</tbody></table><button id="more" hidden>Show more</button>'
-            f'<script type="application/json" id="data">{rows_json}</script>'
-            f'<script type="application/json" id="texts">{texts_json}</script><script>{CASES_SCRIPT}</script>')
+    return (
+        "<h1>Cases</h1><p>" + selects + '<label>Text <input id="text" type="search"></label> '
+        f'<label>Wrong first <select id="task"><option value="">none</option>{tasks}</select></label></p>'
+        '<p id="count"></p><table id="cases"><thead><tr>'
+        + "".join(f'<th data-key="{k}">{esc(n)}</th>' for k, n in headers)
+        + '</tr></thead><tbody id="rows">'
+        '</tbody></table><button id="more" hidden>Show more</button>'
+        f'<script type="application/json" id="data">{rows_json}</script>'
+        f'<script type="application/json" id="texts">{texts_json}</script><script>{CASES_SCRIPT}</script>'
+    )

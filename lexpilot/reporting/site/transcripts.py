@@ -3,6 +3,7 @@ interaction, LJP, then the later stages' sections), each reply with its exact ca
 reply contains highlighted by a simple rule: a run of at least HIGHLIGHT_RUN consecutive characters of a key
 detail appearing verbatim. Everything is escaped: model outputs and dataset text are untrusted.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -41,8 +42,19 @@ from lexpilot.reporting.site.case_sections import (
 
 HIGHLIGHT_RUN = 6
 SETUPS = sorted(LJP_SETUPS, key=lambda s: s.name == "interaction")  # a case page shows Interaction-Based last
-KINDS = (A1, LCA, INTERACTION, FORCE_ASK, DCG, DIRECT_PREDICTION, LJP_DIRECT, GOLD_PREDICTION, LJP_GOLD, LJP_INTERACTION,
-         *LATER_KINDS)
+KINDS = (
+    A1,
+    LCA,
+    INTERACTION,
+    FORCE_ASK,
+    DCG,
+    DIRECT_PREDICTION,
+    LJP_DIRECT,
+    GOLD_PREDICTION,
+    LJP_GOLD,
+    LJP_INTERACTION,
+    *LATER_KINDS,
+)
 
 
 def highlighted(text: str, details: list[str]) -> tuple[str, list[str]]:
@@ -52,7 +64,7 @@ def highlighted(text: str, details: list[str]) -> tuple[str, list[str]]:
     for detail in details:
         hit = False
         for start in range(0, max(len(detail) - HIGHLIGHT_RUN + 1, 0)):
-            piece = detail[start:start + HIGHLIGHT_RUN]
+            piece = detail[start : start + HIGHLIGHT_RUN]
             at = text.find(piece)
             while at >= 0:
                 hit = True
@@ -77,7 +89,9 @@ class RunRecords:
     label: str  # the group label and run id, as shown
     records: dict = field(default_factory=dict)  # kind name -> case_number -> record
     group: str = ""  # the group's label: what an overview row names
-    settings: dict = field(default_factory=dict)  # its exact calls' roles and changed prompt files (run_settings)
+    settings: dict = field(
+        default_factory=dict
+    )  # its exact calls' roles and changed prompt files (run_settings)
 
 
 def dialogue_html(messages: list[dict]) -> str:
@@ -87,6 +101,7 @@ def dialogue_html(messages: list[dict]) -> str:
 @dataclass
 class Ids:
     """Message ids of one run's transcript on a case page (r<run>m<n>), and the run's index for its settings."""
+
     run: int
     n: int = 0
     replies: dict = field(default_factory=dict)  # LJP setup -> the id of its prediction's message
@@ -102,15 +117,29 @@ def lexawn_part(r: dict, number: str, ids: Ids, source: dict | None) -> str:
     parts = []
     for t in ("complete", "underspecified") if a1 else ():
         judged = (lca or {}).get("judgments", {}).get(t, {})
-        label = rejudged(judged.get("label"), (original or {}).get("judgments", {}).get(t, {}).get("label")) \
-            if source else lca_label(judged.get("label"))
+        label = (
+            rejudged(judged.get("label"), (original or {}).get("judgments", {}).get(t, {}).get("label"))
+            if source
+            else lca_label(judged.get("label"))
+        )
         mid = ids.next()
-        parts.append(f"<h4>LexAwN after the {t} history (LCA: {esc(label)})</h4>"
-                     + msg("assistant", a1["responses"][t]["response"], mid=mid,
-                           call=call_button("lexawn", "eval", {"history": f"h:{t}"}, "a1"))
-                     + msg("judge", "\n".join(judged.get("judge_raw") or []), "LCA judge, raw",
-                           call=call_button("judge_lca", "judge", {"history": f"m:{mid}"}, "LCA",
-                                            len(judged.get("judge_raw") or []))))
+        parts.append(
+            f"<h4>LexAwN after the {t} history (LCA: {esc(label)})</h4>"
+            + msg(
+                "assistant",
+                a1["responses"][t]["response"],
+                mid=mid,
+                call=call_button("lexawn", "eval", {"history": f"h:{t}"}, "a1"),
+            )
+            + msg(
+                "judge",
+                "\n".join(judged.get("judge_raw") or []),
+                "LCA judge, raw",
+                call=call_button(
+                    "judge_lca", "judge", {"history": f"m:{mid}"}, "LCA", len(judged.get("judge_raw") or [])
+                ),
+            )
+        )
     return "".join(parts)
 
 
@@ -119,20 +148,44 @@ def dcg_part(r: dict, number: str, ids: Ids, details: list[str], source: dict | 
     if not asked:
         return ""
     labels = {x["round"]: x for x in (dcg or {}).get("rounds", [])}
-    originals = {x["round"]: x.get("label") for x in (((source or {}).get("DCG") or {}).get(number) or {}).get("rounds", [])}
+    originals = {
+        x["round"]: x.get("label")
+        for x in (((source or {}).get("DCG") or {}).get(number) or {}).get("rounds", [])
+    }
     success = {True: "success", False: "miss"}.get((dcg or {}).get("success"), "–")
     parts = [f"<h4>DCG: {esc(success)}</h4>"]
     for q in asked["rounds"]:
         judged, mid = labels.get(q["round"], {}), ids.next()
-        parts.append(msg("assistant", q["question"], f"forced question {q['round']}", mid=mid, thread="dcg",
-                         call=call_button("force_ask", "eval", {"history": "d:underspecified:dcg"}, "force_ask")))
+        parts.append(
+            msg(
+                "assistant",
+                q["question"],
+                f"forced question {q['round']}",
+                mid=mid,
+                thread="dcg",
+                call=call_button("force_ask", "eval", {"history": "d:underspecified:dcg"}, "force_ask"),
+            )
+        )
         # a re-judged run: the original judge's label beside
-        label = rejudged(judged.get("label", "–"), originals[q["round"]]) if source is not None and \
-            q["round"] in originals else str(judged.get("label", "–"))
-        parts.append(msg("judge", label, f"DCG judge on question {q['round']}",
-                         call=call_button("judge_dcg", "judge", {"ai_response": f"m:{mid}", "focus_text": "fp",
-                                                                 "key_facts": "dbf"}, "DCG",
-                                          len(judged.get("judge_raw") or []))))
+        label = (
+            rejudged(judged.get("label", "–"), originals[q["round"]])
+            if source is not None and q["round"] in originals
+            else str(judged.get("label", "–"))
+        )
+        parts.append(
+            msg(
+                "judge",
+                label,
+                f"DCG judge on question {q['round']}",
+                call=call_button(
+                    "judge_dcg",
+                    "judge",
+                    {"ai_response": f"m:{mid}", "focus_text": "fp", "key_facts": "dbf"},
+                    "DCG",
+                    len(judged.get("judge_raw") or []),
+                ),
+            )
+        )
         if q.get("user_reply"):
             parts.append(_dcg_user_reply(r, number, q, details))
     return "".join(parts)
@@ -142,29 +195,51 @@ def _dcg_user_reply(r: dict, number: str, q: dict, details: list[str]) -> str:
     """The User Model's answer to a forced question, its key details marked, with its call and its audit."""
     marked, _ = highlighted(q["user_reply"], details)
     source_name = f"DCG round {q['round']}"
-    return msg("user", q["user_reply"], "User Model" + audit_note(r, number, source_name),
-               marked, thread="dcg", call=call_button(
-                   "user_standard", "user", {"history": "d:underspecified:dcg", "key_facts": "kf"},
-                   "force_ask") + audit_call(r, number, source_name, "dcg"))
+    return msg(
+        "user",
+        q["user_reply"],
+        "User Model" + audit_note(r, number, source_name),
+        marked,
+        thread="dcg",
+        call=call_button(
+            "user_standard", "user", {"history": "d:underspecified:dcg", "key_facts": "kf"}, "force_ask"
+        )
+        + audit_call(r, number, source_name, "dcg"),
+    )
 
 
 def interaction_part(r: dict, number: str, ids: Ids, details: list[str]) -> str:
     inter = r["interaction"].get(number)
     if not inter:
         return ""
-    parts = [f"<h4>Interaction ({esc(inter.get('user_condition', 'standard'))} user; stop: "
-             f"{esc(inter['stop_reason'])})</h4>"]
+    parts = [
+        f"<h4>Interaction ({esc(inter.get('user_condition', 'standard'))} user; stop: "
+        f"{esc(inter['stop_reason'])})</h4>"
+    ]
     # a re-judged run: the new judge's round labels (interaction_labels), each beside the original judge's
-    relabelled = {e.get("round"): e for e in (r.get(INTERACTION_LABELS.name, {}).get(number) or {}).get("rounds", [])}
+    relabelled = {
+        e.get("round"): e for e in (r.get(INTERACTION_LABELS.name, {}).get(number) or {}).get("rounds", [])
+    }
     for x in inter["rounds"]:
-        call = (call_button("lexawn", "eval", {"history": "h:underspecified"}, "a1") if x["round"] == 1
-                else call_button(x["prompt"], "eval", {"history": "d:underspecified:int"}, "interaction"))
+        call = (
+            call_button("lexawn", "eval", {"history": "h:underspecified"}, "a1")
+            if x["round"] == 1
+            else call_button(x["prompt"], "eval", {"history": "d:underspecified:int"}, "interaction")
+        )
         mid, again = ids.next(), relabelled.get(x["round"])
         label = rejudged(again.get("label"), x.get("label")) if again else lca_label(x.get("label"))
         judged = x | {"label": again.get("label"), "judge_raw": again.get("judge_raw")} if again else x
-        parts.append(msg("assistant", x["assistant"], f"round {x['round']}, {x['prompt']}, LCA label: {label}",
-                         call=call, thread="int", mid=mid)
-                     + round_judges(judged, mid, INTERACTION_LABELS.name if again else "interaction"))
+        parts.append(
+            msg(
+                "assistant",
+                x["assistant"],
+                f"round {x['round']}, {x['prompt']}, LCA label: {label}",
+                call=call,
+                thread="int",
+                mid=mid,
+            )
+            + round_judges(judged, mid, INTERACTION_LABELS.name if again else "interaction")
+        )
         if x.get("user_reply"):
             marked, _ = highlighted(x["user_reply"], details)
             prompt = x.get("user_prompt", "user_standard")
@@ -174,9 +249,17 @@ def interaction_part(r: dict, number: str, ids: Ids, details: list[str]) -> str:
             slots = {"history": "d:underspecified:int", "key_facts": "kf"}
             if prompt == "user_correction":  # the fault the earlier reply recorded, as the prompt renders it
                 slots["fault"] = raw_slot(render_fault(inter["fault"]) if inter.get("fault") else "")
-            parts.append(msg("user", x["user_reply"], note, marked, thread="int",
-                             call=call_button(prompt, "user", slots, "interaction")
-                             + audit_call(r, number, f"interaction round {x['round']}", "int")))
+            parts.append(
+                msg(
+                    "user",
+                    x["user_reply"],
+                    note,
+                    marked,
+                    thread="int",
+                    call=call_button(prompt, "user", slots, "interaction")
+                    + audit_call(r, number, f"interaction round {x['round']}", "int"),
+                )
+            )
     return "".join(parts)
 
 
@@ -186,13 +269,30 @@ def round_judges(entry: dict, mid: str, kind: str = "interaction") -> str:
     parts = []
     if entry["round"] > 1 and entry.get("label") is not None:
         raw = entry.get("judge_raw") or []
-        parts.append(msg("judge", "\n".join(raw), f"LCA judge on round {entry['round']}, raw", call=call_button(
-            "judge_lca", "judge", {"history": f"m:{mid}"}, kind, len(raw))))
+        parts.append(
+            msg(
+                "judge",
+                "\n".join(raw),
+                f"LCA judge on round {entry['round']}, raw",
+                call=call_button("judge_lca", "judge", {"history": f"m:{mid}"}, kind, len(raw)),
+            )
+        )
     if isinstance(entry.get("relevance"), dict):
         raw = entry["relevance"].get("judge_raw") or []
-        parts.append(msg("judge", str(entry["relevance"].get("label", "–")), "DCG judge: a relevant question?",
-                         call=call_button("judge_dcg", "judge", {"ai_response": f"m:{mid}", "focus_text": "fp",
-                                                                 "key_facts": "dbf"}, "interaction", len(raw))))
+        parts.append(
+            msg(
+                "judge",
+                str(entry["relevance"].get("label", "–")),
+                "DCG judge: a relevant question?",
+                call=call_button(
+                    "judge_dcg",
+                    "judge",
+                    {"ai_response": f"m:{mid}", "focus_text": "fp", "key_facts": "dbf"},
+                    "interaction",
+                    len(raw),
+                ),
+            )
+        )
     return "".join(parts)
 
 
@@ -203,38 +303,91 @@ def ljp_part(r: dict, number: str, ids: Ids, source: dict | None = None) -> str:
         v, g = r[verdicts.name].get(number), r[generation.name].get(number)
         if not v:
             continue
-        before = ((((source or {}).get(verdicts.name) or {}).get(number) or {}).get("predicted")
-                  if source is not None else None)
-        rows = "".join(f"<tr><td>{esc(c)}</td><td>{esc(gold)}</td><td class=\"{'ok' if gold == p else 'bad'}\">"
-                       f"{esc(p)}</td>" + (f"<td>{esc(before[i])}{' ≠' if before[i] != p else ''}</td>"
-                                           if before and i < len(before) else "") + "</tr>"
-                       for i, (c, gold, p) in enumerate(zip(v["claims"], v["gold"], v["predicted"])))
-        reply = (g or {}).get(one.reply_field, "") if setup != "interaction" else (inter or {}).get("final_response", "")
+        before = (
+            (((source or {}).get(verdicts.name) or {}).get(number) or {}).get("predicted")
+            if source is not None
+            else None
+        )
+        rows = "".join(
+            f'<tr><td>{esc(c)}</td><td>{esc(gold)}</td><td class="{"ok" if gold == p else "bad"}">'
+            f"{esc(p)}</td>"
+            + (
+                f"<td>{esc(before[i])}{' ≠' if before[i] != p else ''}</td>"
+                if before and i < len(before)
+                else ""
+            )
+            + "</tr>"
+            for i, (c, gold, p) in enumerate(zip(v["claims"], v["gold"], v["predicted"]))
+        )
+        reply = (
+            (g or {}).get(one.reply_field, "")
+            if setup != "interaction"
+            else (inter or {}).get("final_response", "")
+        )
         mid = ids.replies[setup] = ids.next()
-        predicted = "" if setup == "interaction" else call_button(
-            "force_judge", "eval", {"history": "h:underspecified" if setup == "direct" else "h:complete"},
-            generation.name)
-        parts.append(f"<h4>LJP {one.title}</h4>" + msg("assistant", reply, "prediction", mid=mid, call=predicted)
-                     + msg("judge", "\n".join(v.get("judge_raw") or []), "extraction judge, raw",
-                           call=call_button("judge_ljp", "judge", {"history": f"m:{mid}", "claims": "cl"}, verdicts.name,
-                                            len(v.get("judge_raw") or [])))
-                     + "<table><tr><th>Claim</th><th>Gold</th><th>Extracted</th>"
-                     + ("<th>Original judge</th>" if before else "") + f"</tr>{rows}</table>")
+        predicted = (
+            ""
+            if setup == "interaction"
+            else call_button(
+                "force_judge",
+                "eval",
+                {"history": "h:underspecified" if setup == "direct" else "h:complete"},
+                generation.name,
+            )
+        )
+        parts.append(
+            f"<h4>LJP {one.title}</h4>"
+            + msg("assistant", reply, "prediction", mid=mid, call=predicted)
+            + msg(
+                "judge",
+                "\n".join(v.get("judge_raw") or []),
+                "extraction judge, raw",
+                call=call_button(
+                    "judge_ljp",
+                    "judge",
+                    {"history": f"m:{mid}", "claims": "cl"},
+                    verdicts.name,
+                    len(v.get("judge_raw") or []),
+                ),
+            )
+            + "<table><tr><th>Claim</th><th>Gold</th><th>Extracted</th>"
+            + ("<th>Original judge</th>" if before else "")
+            + f"</tr>{rows}</table>"
+        )
     return "".join(parts)
 
 
-def transcript(rr: RunRecords, case: Case | None, number: str, details: list[str], source: dict | None = None,
-               run: int = 0) -> str:
+def transcript(
+    rr: RunRecords,
+    case: Case | None,
+    number: str,
+    details: list[str],
+    source: dict | None = None,
+    run: int = 0,
+) -> str:
     """Every task of one case in one run, in protocol order, each reply with its exact call; `source`: the records
     of the run it re-judged."""
     r, ids = rr.records, Ids(run)
-    parts = [("lexawn", lexawn_part(r, number, ids, source)), ("dcg", dcg_part(r, number, ids, details, source)),
-             ("interaction", interaction_part(r, number, ids, details)), ("ljp", ljp_part(r, number, ids, source)),
-             *later_sections(r, number, details, ids)]
+    parts = [
+        ("lexawn", lexawn_part(r, number, ids, source)),
+        ("dcg", dcg_part(r, number, ids, details, source)),
+        ("interaction", interaction_part(r, number, ids, details)),
+        ("ljp", ljp_part(r, number, ids, source)),
+        *later_sections(r, number, details, ids),
+    ]
     # each task apart, so that the page's "Show" choice keeps one task of every run in view
     text = "".join(f'<div class="part" data-part="{name}">{html}</div>' for name, html in parts if html)
     return text or "<p>No saved record of this case in this run.</p>"
 
 
-PARTS = {"lexawn": "LexAwN and LCA", "dcg": "DCG", "interaction": "Interaction", "ljp": "LJP", "plain": "Plain consultation",
-         "table4": "Table 4 dialogues", "focal": "Focal-point types", "probes": "Probe study", "order": "Claim order"}
+PARTS = {
+    "lexawn": "LexAwN and LCA",
+    "dcg": "DCG",
+    "interaction": "Interaction",
+    "ljp": "LJP",
+    "plain": "Plain consultation",
+    "table4": "Table 4 dialogues",
+    "focal": "Focal-point types",
+    "probes": "Probe study",
+    "order": "Claim order",
+}

@@ -8,6 +8,7 @@ Everything is escaped (model outputs and dataset text are untrusted); the pages 
 no file outside the folder, so the folder can be zipped and sent.
 (transcripts.py writes each run's transcript, case_list.py the case list.)
 """
+
 from __future__ import annotations
 
 import json
@@ -50,8 +51,13 @@ from lexpilot.reporting.tables.table import Table
 def script_json(data) -> str:
     """JSON that can sit inside a <script> element: no '<', '>' or '&' can end it or open a tag."""
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+    return (
+        text.replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
 
 
 @dataclass
@@ -60,6 +66,7 @@ class CasePages:
     transcript, the usage of its exact calls (`run_info`), its case-list row (`outcomes`, without the group's
     label), its cause as the records say (for a site without the dataset), and for a re-judged run its decisions
     against its source's."""
+
     transcripts: dict[str, str] = field(default_factory=dict)
     infos: dict[str, dict] = field(default_factory=dict)
     rows: dict[str, dict] = field(default_factory=dict)
@@ -89,6 +96,7 @@ def key_details(case: Case | None) -> list[str]:
 def case_renderer(cases: dict[str, Case]) -> Render:
     """What `score_runs` calls with each run's records for the site: its `CasePages`; `place` numbers the run's
     messages, apart from every other run's on a page."""
+
     def render(run: Run, place: int, records: dict, source: dict | None) -> CasePages:
         rr, pages = RunRecords(run, "", records, "", run_settings(run.manifest)), CasePages()
         for n in run.selected:
@@ -102,13 +110,17 @@ def case_renderer(cases: dict[str, Case]) -> Render:
             if run.manifest.rejudged_from:
                 pages.disagrees[n] = disagreements(records, source, n)
         return pages
+
     return render
 
 
 def shown_runs(groups: list[Group]) -> list[RunRecords]:
     """The runs of the site, each labelled by its group and run id, its pages made by `case_renderer`."""
-    return [RunRecords(run, f"{g.label} · {run.run_id}", {}, g.label, run_settings(run.manifest))
-            for g in groups for run in g.runs]
+    return [
+        RunRecords(run, f"{g.label} · {run.run_id}", {}, g.label, run_settings(run.manifest))
+        for g in groups
+        for run in g.runs
+    ]
 
 
 PAGE = web_file("page.html")  # every page: {title}, {style}, {up} (the way to the top), {body}
@@ -127,7 +139,9 @@ def table_html(t: Table, link) -> str:
         cells = []
         for i, value in enumerate(r):
             href = link(t, r, t.headers[i], n) if i else None
-            cells.append(f'<td><a href="{esc(href)}">{esc(value)}</a></td>' if href else f"<td>{esc(value)}</td>")
+            cells.append(
+                f'<td><a href="{esc(href)}">{esc(value)}</a></td>' if href else f"<td>{esc(value)}</td>"
+            )
         rows.append("<tr>" + "".join(cells) + "</tr>")
     return f"<h3>{esc(t.title)}</h3><table><tr>{head}</tr>{''.join(rows)}</table>"
 
@@ -142,22 +156,33 @@ def overview(tables: list[Table], groups: list[Group]) -> str:
 
     def link(table: Table, row: list, header: str, index: int) -> str | None:
         task = table.task_of(header, row)  # declared by the table, whatever its title says
-        own = table.row_queries[index] if index < len(table.row_queries) else {}  # what this row alone selects
+        own = (
+            table.row_queries[index] if index < len(table.row_queries) else {}
+        )  # what this row alone selects
         own = own | (table.cell_queries[index].get(header, {}) if index < len(table.cell_queries) else {})
-        if table.compare:  # consistency: the cases a model gets wrong in every run; judges: where they disagree
-            query = {"mode": "never", "model": model_of.get(row[0], row[0]), "task": task} \
-                if table.compare == "never" else {"mode": "disagree", "judged": task}
+        if (
+            table.compare
+        ):  # consistency: the cases a model gets wrong in every run; judges: where they disagree
+            query = (
+                {"mode": "never", "model": model_of.get(row[0], row[0]), "task": task}
+                if table.compare == "never"
+                else {"mode": "disagree", "judged": task}
+            )
             return "compare.html#" + urlencode(query | own) if task else None
         # a task with a wrong outcome puts its wrong cases first; one without (the plain consultation's response
         # type) sorts the list by its column
         about = ({"task": task} if task in WRONG_FIRST else {"sort": task}) if task else {}
         cls = {"class": header} if header in classes and header != "Overall" else {}
-        cls |= next(({"focal": x} for x in (header, row[0]) if x in FOCAL_TYPES.values()), {})  # Figure 4's types
+        cls |= next(
+            ({"focal": x} for x in (header, row[0]) if x in FOCAL_TYPES.values()), {}
+        )  # Figure 4's types
         if table.row_filter:  # rows of causes (Figure 3), of one group's cases
             if row[0] not in causes:  # a summary row (Spearman's rho) is about no case
                 return None
             query = {"group": table.group or "", table.row_filter: row[0]} | about
-        elif row[0] in labels:  # a row names its group (a model, or a model's other settings): that group's runs
+        elif (
+            row[0] in labels
+        ):  # a row names its group (a model, or a model's other settings): that group's runs
             query = {"group": row[0]} | about | cls
         elif row[0] in models:  # Table 15 names a model
             query = {"model": row[0]} | about | cls
@@ -167,6 +192,7 @@ def overview(tables: list[Table], groups: list[Group]) -> str:
             return None
         extra = table.query | table.column_query.get(header, {}) | own
         return "cases.html#" + urlencode({k: v for k, v in (query | extra).items() if v})
+
     return "<h1>LexPilot results</h1>" + "".join(table_html(t, link) for t in tables)
 
 
@@ -176,36 +202,52 @@ SIDE_SCRIPT = web_file("side.js")  # a case page's runs side by side, and its pa
 def case_page(number: str, case: Case | None, loaded: list[RunRecords]) -> str:
     details = key_details(case)
     if case is not None:
-        claims = "".join(f"<tr><td>{esc(c)}</td><td>{esc(v)}</td></tr>" for c, v in zip(case.claims, case.verdicts))
-        head = (f"<h1>{esc(number)}</h1><p>{esc(case.cause)} · {esc(case.cause_class)} · {esc(case.plaintiff_type)}</p>"
-                f"<details open><summary>Underspecified history</summary>{dialogue_html(case.underspecified)}</details>"
-                f"<details><summary>Complete history</summary>{dialogue_html(case.complete)}</details>"
-                "<h3>Focal points</h3><ul>" + "".join(f"<li>{esc(p)}</li>" for p in case.focal_points) + "</ul>"
-                "<h3>Key details</h3><ol>" + "".join(f"<li>{esc(d)}</li>" for d in details) + "</ol>"
-                f"<h3>Claims and the court's verdicts</h3><table><tr><th>Claim</th><th>Verdict</th></tr>{claims}</table>")
+        claims = "".join(
+            f"<tr><td>{esc(c)}</td><td>{esc(v)}</td></tr>" for c, v in zip(case.claims, case.verdicts)
+        )
+        head = (
+            f"<h1>{esc(number)}</h1><p>{esc(case.cause)} · {esc(case.cause_class)} · {esc(case.plaintiff_type)}</p>"
+            f"<details open><summary>Underspecified history</summary>{dialogue_html(case.underspecified)}</details>"
+            f"<details><summary>Complete history</summary>{dialogue_html(case.complete)}</details>"
+            "<h3>Focal points</h3><ul>" + "".join(f"<li>{esc(p)}</li>" for p in case.focal_points) + "</ul>"
+            "<h3>Key details</h3><ol>" + "".join(f"<li>{esc(d)}</li>" for d in details) + "</ol>"
+            f"<h3>Claims and the court's verdicts</h3><table><tr><th>Claim</th><th>Verdict</th></tr>{claims}</table>"
+        )
     else:
         head = f"<h1>{esc(number)}</h1><p>The dataset was not available: pass --dataset to see the case itself.</p>"
     # each run's tasks fold away: at 10 models × 5 runs the page is a list of runs, not one long column
-    sections = "".join(f'<section class="run" id="run{i}" data-run="{i}" data-label="{esc(rr.label)}"><details{" open" if i < 2 else ""}>'
-                       f"<summary><h2>{esc(rr.label)}</h2></summary>"
-                       f"{rr.run.pages.transcripts[number]}"
-                       "</details></section>" for i, rr in enumerate(loaded))
+    sections = "".join(
+        f'<section class="run" id="run{i}" data-run="{i}" data-label="{esc(rr.label)}"><details{" open" if i < 2 else ""}>'
+        f"<summary><h2>{esc(rr.label)}</h2></summary>"
+        f"{rr.run.pages.transcripts[number]}"
+        "</details></section>"
+        for i, rr in enumerate(loaded)
+    )
     shown = "".join(f'<option value="{k}">{esc(v)}</option>' for k, v in PARTS.items())
-    controls = ('<p><label><input type="checkbox" id="side"> side by side</label> '
-                '<select id="left"></select> <select id="right"></select> '
-                f'<label>Show <select id="part"><option value="">every task</option>{shown}</select></label></p>')
+    controls = (
+        '<p><label><input type="checkbox" id="side"> side by side</label> '
+        '<select id="left"></select> <select id="right"></select> '
+        f'<label>Show <select id="part"><option value="">every task</option>{shown}</select></label></p>'
+    )
     calls = script_json(call_data(case, [rr.run.pages.infos[number] for rr in loaded]))
-    return (head + controls + f'<div id="runs">{sections}</div><script>{SIDE_SCRIPT}</script>'
-            f'<script type="application/json" id="calls">{calls}</script><script>{CALL_SCRIPT}</script>')
+    return (
+        head + controls + f'<div id="runs">{sections}</div><script>{SIDE_SCRIPT}</script>'
+        f'<script type="application/json" id="calls">{calls}</script><script>{CALL_SCRIPT}</script>'
+    )
 
 
-def _case_list_rows(loaded: list[RunRecords], cases: dict[str, Case],
-                    pages: dict[str, int]) -> tuple[list, dict]:
+def _case_list_rows(
+    loaded: list[RunRecords], cases: dict[str, Case], pages: dict[str, int]
+) -> tuple[list, dict]:
     """The case list's rows, one per case and run in the order of `pages`, and each case's history text."""
     rows, texts = [], {}
     for n in pages:
         case = cases.get(n)
-        cause = case.cause if case else next((rr.run.pages.causes[n] for rr in loaded if n in rr.run.pages.causes), "")
+        cause = (
+            case.cause
+            if case
+            else next((rr.run.pages.causes[n] for rr in loaded if n in rr.run.pages.causes), "")
+        )
         try:
             cls = cause_class(cause)
         except KeyError:
@@ -213,9 +255,16 @@ def _case_list_rows(loaded: list[RunRecords], cases: dict[str, Case],
         for rr in loaded:
             if n in rr.run.pages.rows:
                 row = rr.run.pages.rows[n] | {"label": rr.label, "group": rr.group}
-                row |= {"case": n, "cause": cause, "class": cls, "page": pages[n],
-                        "search": f"{n} {cause} {rr.label}".lower()}
-                if n in rr.run.pages.disagrees:  # a re-judged run's decisions against its source's, on this case
+                row |= {
+                    "case": n,
+                    "cause": cause,
+                    "class": cls,
+                    "page": pages[n],
+                    "search": f"{n} {cause} {rr.label}".lower(),
+                }
+                if (
+                    n in rr.run.pages.disagrees
+                ):  # a re-judged run's decisions against its source's, on this case
                     row |= {"rejudged": True, "disagrees": rr.run.pages.disagrees[n]}
                 rows.append(row)
         # the history's text once per case, not once per run: the case list at 50 runs carries it 50 times less
@@ -223,8 +272,13 @@ def _case_list_rows(loaded: list[RunRecords], cases: dict[str, Case],
     return rows, texts
 
 
-def write_site(folder: Path, groups: list[Group], tables: list[Table], cases: dict[str, Case],
-               processes: int | None = None) -> int:
+def write_site(
+    folder: Path,
+    groups: list[Group],
+    tables: list[Table],
+    cases: dict[str, Case],
+    processes: int | None = None,
+) -> int:
     """Writes the site of runs scored with `case_renderer(cases)`, the case pages in `processes` processes (default:
     one per core); returns the number of case pages."""
     loaded = shown_runs(groups)
@@ -233,11 +287,16 @@ def write_site(folder: Path, groups: list[Group], tables: list[Table], cases: di
     rows, texts = _case_list_rows(loaded, cases, pages)
     try:
         (folder / "case").mkdir(parents=True, exist_ok=True)
-        (folder / "index.html").write_text(page("LexPilot results", overview(tables, groups)), encoding="utf-8")
+        (folder / "index.html").write_text(
+            page("LexPilot results", overview(tables, groups)), encoding="utf-8"
+        )
         rows_json = script_json(rows)  # one encoding for both pages
-        (folder / "cases.html").write_text(page("Cases", case_list(rows_json, script_json(texts))), encoding="utf-8")
-        (folder / "compare.html").write_text(page("Compare", compare_page(rows_json, script_json(OUTCOME_TASKS))),
-                                             encoding="utf-8")
+        (folder / "cases.html").write_text(
+            page("Cases", case_list(rows_json, script_json(texts))), encoding="utf-8"
+        )
+        (folder / "compare.html").write_text(
+            page("Compare", compare_page(rows_json, script_json(OUTCOME_TASKS))), encoding="utf-8"
+        )
 
         def write_case(n: str) -> None:
             body = case_page(n, cases.get(n), [rr for rr in loaded if n in rr.run.pages.rows])

@@ -1,5 +1,6 @@
 """The site's own web files (web/: the page template, its style and its scripts), read as package data and inlined
 into every page, so that a written site stays one folder that opens from disk with no request of its own."""
+
 from __future__ import annotations
 
 import functools

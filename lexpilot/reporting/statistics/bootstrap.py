@@ -1,5 +1,5 @@
-"""The bootstrap over whole cases, shared by every statistic of a report, and paired differences on it.
-"""
+"""The bootstrap over whole cases, shared by every statistic of a report, and paired differences on it."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -24,6 +24,7 @@ class Bootstrap:
     so differences between setups or models are paired. A group's value in a resample is the mean over its
     runs of the metric on that resample.
     """
+
     resamples: int = 1000
     seed: int = 0
     _weights: dict = field(default_factory=dict)
@@ -34,7 +35,9 @@ class Bootstrap:
         if cases not in self._weights:
             rng = np.random.default_rng(self.seed)
             draws = rng.integers(0, len(cases), size=(self.resamples, len(cases)))
-            self._weights[cases] = np.stack([np.bincount(d, minlength=len(cases)) for d in draws]).astype(float)
+            self._weights[cases] = np.stack([np.bincount(d, minlength=len(cases)) for d in draws]).astype(
+                float
+            )
         return self._weights[cases]
 
     def distribution(self, group: Group, key: tuple) -> np.ndarray | None:
@@ -44,7 +47,11 @@ class Bootstrap:
             for run in group.runs:
                 data = run.tasks.get(task)
                 if data is not None:
-                    counts = data.counts if cls == OVERALL else data.counts * (np.array(data.classes) == cls)[:, None]
+                    counts = (
+                        data.counts
+                        if cls == OVERALL
+                        else data.counts * (np.array(data.classes) == cls)[:, None]
+                    )
                     per_run.append(TASKS[task][2](self.weights(tuple(data.cases)) @ counts))
             self._metrics[(id(group), task, cls)] = per_run
         per_run = self._metrics[(id(group), task, cls)]
@@ -84,5 +91,8 @@ def paired_difference(boot: Bootstrap, a: tuple[Group, tuple], b: tuple[Group, t
         return None
     diff = da - db
     defined = diff[~np.isnan(diff)]
-    return {"difference": mean_a - mean_b, "ci": percentile_interval(diff),
-            "below_zero": float((defined < 0).mean()) if defined.size else None}
+    return {
+        "difference": mean_a - mean_b,
+        "ci": percentile_interval(diff),
+        "below_zero": float((defined < 0).mean()) if defined.size else None,
+    }

@@ -3,6 +3,7 @@ and in at least one, items with the same outcome in every run, the flip rate bet
 pass^k), and how much of a metric's run-to-run variance is the judge's, from runs re-judged with the same judge
 (test-retest).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -30,12 +31,19 @@ def consistency(runs: list[Run]) -> dict[str, dict]:
         if not shared:
             continue
         values = [[o[task][item] for o in per_run] for item in sorted(shared, key=str)]
-        flips = [np.mean([v[i][0] != v[j][0] for v in values]) for i, j in itertools.combinations(range(len(runs)), 2)]
+        flips = [
+            np.mean([v[i][0] != v[j][0] for v in values])
+            for i, j in itertools.combinations(range(len(runs)), 2)
+        ]
         right = [sum(r for _, r in v) for v in values]
-        out[task] = {"items": len(values), "all_right": np.mean([all(r for _, r in v) for v in values]),
-                     "pass": [pass_hat(right, len(runs), k) for k in range(1, len(runs) + 1)],
-                     "any_right": np.mean([any(r for _, r in v) for v in values]),
-                     "same": np.mean([len({o for o, _ in v}) == 1 for v in values]), "flip": float(np.mean(flips))}
+        out[task] = {
+            "items": len(values),
+            "all_right": np.mean([all(r for _, r in v) for v in values]),
+            "pass": [pass_hat(right, len(runs), k) for k in range(1, len(runs) + 1)],
+            "any_right": np.mean([any(r for _, r in v) for v in values]),
+            "same": np.mean([len({o for o, _ in v}) == 1 for v in values]),
+            "flip": float(np.mean(flips)),
+        }
     return out
 
 
@@ -54,19 +62,43 @@ def consistency_table(groups: list[Group]) -> Table:
     common = min((len(g.runs) for g in standard), default=2)
     for g in standard:
         for task, c in consistency(g.runs).items():
-            rows.append([g.label, task, str(len(g.runs)), str(c["items"]),
-                         *(number_cell(c[m], PERCENT, percent=True) for m in ("all_right", "any_right", "same", "flip")),
-                         *(number_cell(v, PERCENT, percent=True) for v in c["pass"]), *[""] * (most - len(c["pass"]))])
-    return Table("consistency", "Consistency over runs: items (LCA: case × history; DCG: case; LJP: claim) right in "
-                 "all k runs and in at least one, with the same outcome in every run, the flip rate (share of "
-                 "items whose outcome differs between two runs, averaged over pairs of runs), and pass^k (tau-bench: "
-                 "the chance that k runs all get an item right, mean over items of C(c, k) / C(k runs, k)). Models "
-                 f"with different numbers of runs compare at pass^{common}, the smallest number of runs here "
-                 "('Right in all k' depends on k)",
-                 ["Model", "Task", "Runs (k)", "Items", "Right in all k", "Right in ≥ 1", "Same in all k", "Flip rate",
-                  *(f"pass^{k}" + (" (common)" if k == common else "") for k in range(1, most + 1))],
-                 rows, row_tasks={"LCA": "LCA", "DCG": "DCG", **{f"LJP {s.title}": s.name for s in LJP_SETUPS}},
-                 compare="never")  # a row links to the cases the model gets wrong in every run
+            rows.append(
+                [
+                    g.label,
+                    task,
+                    str(len(g.runs)),
+                    str(c["items"]),
+                    *(
+                        number_cell(c[m], PERCENT, percent=True)
+                        for m in ("all_right", "any_right", "same", "flip")
+                    ),
+                    *(number_cell(v, PERCENT, percent=True) for v in c["pass"]),
+                    *[""] * (most - len(c["pass"])),
+                ]
+            )
+    return Table(
+        "consistency",
+        "Consistency over runs: items (LCA: case × history; DCG: case; LJP: claim) right in "
+        "all k runs and in at least one, with the same outcome in every run, the flip rate (share of "
+        "items whose outcome differs between two runs, averaged over pairs of runs), and pass^k (tau-bench: "
+        "the chance that k runs all get an item right, mean over items of C(c, k) / C(k runs, k)). Models "
+        f"with different numbers of runs compare at pass^{common}, the smallest number of runs here "
+        "('Right in all k' depends on k)",
+        [
+            "Model",
+            "Task",
+            "Runs (k)",
+            "Items",
+            "Right in all k",
+            "Right in ≥ 1",
+            "Same in all k",
+            "Flip rate",
+            *(f"pass^{k}" + (" (common)" if k == common else "") for k in range(1, most + 1)),
+        ],
+        rows,
+        row_tasks={"LCA": "LCA", "DCG": "DCG", **{f"LJP {s.title}": s.name for s in LJP_SETUPS}},
+        compare="never",
+    )  # a row links to the cases the model gets wrong in every run
 
 
 def retests(groups: list[Group]) -> list[tuple[Group, list[tuple[Run, Run]]]]:
@@ -100,26 +132,51 @@ def judge_noise_table(groups: list[Group], metrics, boot: Bootstrap) -> Table | 
             share = judge_var / total if total > 0 else None
             copies = [(a, b) for _, _, a, b in values]
             by_case = case_level_parts(sources, copies, key)
-            rows.append([sources.label, name, str(stat["n"]), str(len(values)), number_cell(total, VARIANCE),
-                         number_cell(judge_var, VARIANCE), share_cell(share),
-                         percent_interval(share_interval(boot, sources, copies, key)),
-                         share_cell(None if by_case is None else case_share(*by_case[1:])),
-                         percent_interval(None if by_case is None else case_share_interval(boot, *by_case)),
-                         number_cell(total - judge_var, VARIANCE)])
+            rows.append(
+                [
+                    sources.label,
+                    name,
+                    str(stat["n"]),
+                    str(len(values)),
+                    number_cell(total, VARIANCE),
+                    number_cell(judge_var, VARIANCE),
+                    share_cell(share),
+                    percent_interval(share_interval(boot, sources, copies, key)),
+                    share_cell(None if by_case is None else case_share(*by_case[1:])),
+                    percent_interval(None if by_case is None else case_share_interval(boot, *by_case)),
+                    number_cell(total - judge_var, VARIANCE),
+                ]
+            )
     if not rows:
         return None
-    return Table("judge_noise", "Judge noise: each metric's variance between runs, and the judge's share of it from "
-                 "runs re-judged with the same judge (half the mean squared difference between a run and its "
-                 "re-judged copy; the rest is generation and simulation), and the case-level estimate (both "
-                 "variances summed case by case: steadier with few runs; n/a for a metric that is no mean over "
-                 "cases), each with its 95% bootstrap interval over cases; a share outside 0-100% is shown as "
-                 "estimated and marked: too few runs (see docs/statistics.md)",
-                 ["Model", "Metric", "Runs", "Re-judged runs", "Variance between runs", "Judge's variance",
-                  "Judge's share", "95% interval", "Case-level share", "Case-level 95% interval", "The rest"], rows)
+    return Table(
+        "judge_noise",
+        "Judge noise: each metric's variance between runs, and the judge's share of it from "
+        "runs re-judged with the same judge (half the mean squared difference between a run and its "
+        "re-judged copy; the rest is generation and simulation), and the case-level estimate (both "
+        "variances summed case by case: steadier with few runs; n/a for a metric that is no mean over "
+        "cases), each with its 95% bootstrap interval over cases; a share outside 0-100% is shown as "
+        "estimated and marked: too few runs (see docs/statistics.md)",
+        [
+            "Model",
+            "Metric",
+            "Runs",
+            "Re-judged runs",
+            "Variance between runs",
+            "Judge's variance",
+            "Judge's share",
+            "95% interval",
+            "Case-level share",
+            "Case-level 95% interval",
+            "The rest",
+        ],
+        rows,
+    )
 
 
-def case_level_parts(sources: Group, pairs: list[tuple[Run, Run]], key: tuple) \
-        -> tuple[tuple[str, ...], np.ndarray, np.ndarray] | None:
+def case_level_parts(
+    sources: Group, pairs: list[tuple[Run, Run]], key: tuple
+) -> tuple[tuple[str, ...], np.ndarray, np.ndarray] | None:
     """The judge's share from the cases one by one, in parts: for a metric that is a mean over cases (each case's
     own value defined, as DCG accuracy, Acc_C, Acc_U), the cases, each case's run-to-run variance and each case's
     half mean squared difference between a run and its copy. Summed over the cases and divided, they give the
@@ -133,6 +190,7 @@ def case_level_parts(sources: Group, pairs: list[tuple[Run, Run]], key: tuple) \
             return None
         values = np.asarray(TASKS[task][2](data.counts)[metric], dtype=float)
         return None if np.isnan(values).any() else dict(zip(data.cases, values))
+
     runs = [per_case(r) for r in sources.runs]
     copies = [(per_case(a), per_case(b)) for a, b in pairs]
     if any(v is None for v in runs) or any(a is None or b is None for a, b in copies):

@@ -9,6 +9,7 @@ enumerated and p is exact. A case both models got alike in every run cannot chan
 differing cases are drawn. A drawn test stops once its p is sure to exceed α (Besag and Clifford 1991), its p then
 h / L; every decision stays the full test's (`Randomization.stop_after`). The pairs' tests run in threads.
 """
+
 from __future__ import annotations
 
 import math
@@ -44,12 +45,16 @@ def check_permutations(asked: int | None, pairs: int, alpha: float) -> int:
     if pairs == 0:
         return asked or needed
     if needed > MAX_PERMUTATIONS and (asked is None or asked < needed):
-        raise HarnessError(f"--rank: {counted(pairs, 'pair')} at --alpha {alpha:g} need{'s' * (pairs == 1)} {needed:,} permutations, above the "
-                           f"cap of {MAX_PERMUTATIONS:,}: use a larger --alpha, or rank fewer models (--model)")
+        raise HarnessError(
+            f"--rank: {counted(pairs, 'pair')} at --alpha {alpha:g} need{'s' * (pairs == 1)} {needed:,} permutations, above the "
+            f"cap of {MAX_PERMUTATIONS:,}: use a larger --alpha, or rank fewer models (--model)"
+        )
     if asked is not None and asked < needed:
-        raise HarnessError(f"--rank: {counted(pairs, 'pair')} at --alpha {alpha:g} need{'s' * (pairs == 1)} at least {needed:,} permutations "
-                           f"((B + 1) ≥ 20 · pairs / alpha), got --permutations {asked:,}; leave it out to have "
-                           "it chosen")
+        raise HarnessError(
+            f"--rank: {counted(pairs, 'pair')} at --alpha {alpha:g} need{'s' * (pairs == 1)} at least {needed:,} permutations "
+            f"((B + 1) ≥ 20 · pairs / alpha), got --permutations {asked:,}; leave it out to have "
+            "it chosen"
+        )
     return asked or needed
 
 
@@ -57,9 +62,12 @@ def check_permutations(asked: int | None, pairs: int, alpha: float) -> int:
 class Randomization:
     """Swap patterns drawn once per number of cases and seed, shared by every pair (each pair uses the columns
     of the cases where its two models differ); a pair's p-values of every metric of a task found together."""
+
     permutations: int
     seed: int = 0
-    stop_above: float | None = None  # α: a test stops once its p is sure to exceed it (Besag and Clifford 1991)
+    stop_above: float | None = (
+        None  # α: a test stops once its p is sure to exceed it (Besag and Clifford 1991)
+    )
     _signs: dict = field(default_factory=dict)
     _p: dict = field(default_factory=dict)
     _drawing: threading.Lock = field(default_factory=threading.Lock)
@@ -75,8 +83,13 @@ class Randomization:
     def prepare(self, pairs: list[tuple[Group, Group, tuple]]) -> None:
         """The p-values of many (A, B, key) at once, on every core, for `p_value` to read: each pair's test is
         the same whichever thread runs it (its swap patterns are drawn from the seed and the number of cases)."""
-        todo = list({(id(a), id(b), key[0], key[2]): (a, b, key[0], key[2]) for a, b, key in pairs
-                     if (id(a), id(b), key[0], key[2]) not in self._p}.items())
+        todo = list(
+            {
+                (id(a), id(b), key[0], key[2]): (a, b, key[0], key[2])
+                for a, b, key in pairs
+                if (id(a), id(b), key[0], key[2]) not in self._p
+            }.items()
+        )
         found = thread_map(lambda item: self.p_values(*item[1]), todo, workers(len(todo)))
         self._p.update((cached, p) for (cached, _), p in zip(todo, found))
 
@@ -98,17 +111,23 @@ class Randomization:
         observed = swapped.statistic(np.zeros((1, differing), dtype=np.float32), on_differing=True)
         if differing == 0:
             return {m: (None if np.isnan(v[0]) else 1.0) for m, v in observed.items()}
-        if 2 ** differing <= self.permutations:  # every pattern, the identity included: p exact
-            patterns = (np.arange(2 ** differing)[:, None] >> np.arange(differing) & 1).astype(np.float32)
+        if 2**differing <= self.permutations:  # every pattern, the identity included: p exact
+            patterns = (np.arange(2**differing)[:, None] >> np.arange(differing) & 1).astype(np.float32)
             chunks = [(p, True) for p in np.array_split(patterns, max(1, len(patterns) // CHUNK))]
             extreme, total, _ = count_extremes(swapped, observed, chunks, None)
             return {m: None if np.isnan(observed[m][0]) else float(extreme[m] / total[m]) for m in observed}
         # the patterns over every case: a case that does not differ changes nothing
         signs = self.signs(swapped.cases)
-        chunks = ((signs[start:start + STEP], False) for start in range(0, self.permutations, STEP))
+        chunks = ((signs[start : start + STEP], False) for start in range(0, self.permutations, STEP))
         extreme, total, stopped = count_extremes(swapped, observed, chunks, self.stop_after)
-        return {m: None if np.isnan(observed[m][0]) else stopped[m] if m in stopped else
-                float((extreme[m] + 1) / (total[m] + 1)) for m in observed}
+        return {
+            m: None
+            if np.isnan(observed[m][0])
+            else stopped[m]
+            if m in stopped
+            else float((extreme[m] + 1) / (total[m] + 1))
+            for m in observed
+        }
 
     @property
     def stop_after(self) -> int | None:
@@ -119,7 +138,9 @@ class Randomization:
         return None if self.stop_above is None else math.floor(self.stop_above * self.permutations) + 1
 
 
-def count_extremes(swapped: Swapped, observed: dict, chunks, stop_after: int | None) -> tuple[dict, dict, dict]:
+def count_extremes(
+    swapped: Swapped, observed: dict, chunks, stop_after: int | None
+) -> tuple[dict, dict, dict]:
     """Per metric: the patterns at least as extreme as observed and the patterns where the metric is defined; and,
     with `stop_after` (h), the p = h / L of each metric whose h-th extreme came at the L-th defined pattern. The
     chunks stop once every defined metric has stopped."""
@@ -140,7 +161,9 @@ def count_extremes(swapped: Swapped, observed: dict, chunks, stop_after: int | N
     return extreme, total, stopped
 
 
-def paired_counts(a: Group, b: Group, task: str, cls: str) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
+def paired_counts(
+    a: Group, b: Group, task: str, cls: str
+) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
     """Each run's per-case counts of the task (zero outside the class), on the cases every run of both groups
     has, in one order."""
     runs = [[r.tasks[task] for r in g.runs if task in r.tasks] for g in (a, b)]
@@ -156,6 +179,7 @@ def paired_counts(a: Group, b: Group, task: str, cls: str) -> tuple[list[np.ndar
         if cls != OVERALL:
             chosen = chosen * (np.array(data.classes)[rows] == cls)[:, None]
         return chosen
+
     return [counts(d) for d in runs[0]], [counts(d) for d in runs[1]]
 
 
@@ -171,8 +195,9 @@ class Swapped:
             changes = [b - a for a, b in zip(runs_a, runs_b)]
             self.sides = [(i, 1.0) for i in range(len(runs_a))] + [(i, -1.0) for i in range(len(runs_b))]
         else:
-            changes = ([runs_b[i % len(runs_b)] - a for i, a in enumerate(runs_a)]
-                       + [runs_a[j % len(runs_a)] - b for j, b in enumerate(runs_b)])
+            changes = [runs_b[i % len(runs_b)] - a for i, a in enumerate(runs_a)] + [
+                runs_a[j % len(runs_a)] - b for j, b in enumerate(runs_b)
+            ]
             self.sides = [(i, 1.0) for i in range(len(changes))]
         self.totals = np.stack([r.sum(axis=0) for r in runs_a + runs_b])  # run × count
         stacked = np.concatenate(changes, axis=1) if changes else np.zeros((self.cases, 0))
@@ -184,17 +209,21 @@ class Swapped:
         self.on_every_case[self.differing] = self.on_differing
         source = np.where(source < 0, columns.shape[1], source)
         # per run of either side (run × count): the product column its count changes by, and the sign
-        self.picks = np.stack([source[c * width:(c + 1) * width] for c, _ in self.sides])
-        self.signs = np.stack([side_sign * sign[c * width:(c + 1) * width] for c, side_sign in self.sides])
+        self.picks = np.stack([source[c * width : (c + 1) * width] for c, _ in self.sides])
+        self.signs = np.stack([side_sign * sign[c * width : (c + 1) * width] for c, side_sign in self.sides])
 
     def statistic(self, swaps: np.ndarray, on_differing: bool) -> dict[str, np.ndarray]:
         """metric -> mean over A's runs − mean over B's runs, for each swap pattern (rows of `swaps`, float32, over
         the differing cases or over every case). Every run's metric is computed at once (run × pattern), as one
         call of the task's metric: ten calls on a pattern's row each took most of a ranking's time."""
-        product = swaps @ (self.on_differing if on_differing else self.on_every_case)  # exact: 0/1 × small counts
+        product = swaps @ (
+            self.on_differing if on_differing else self.on_every_case
+        )  # exact: 0/1 × small counts
         totals = self.totals[:, None, :] + np.moveaxis(product[:, self.picks], 1, 0) * self.signs[:, None, :]
-        return {m: group_mean(v[:self.runs_a]) - group_mean(v[self.runs_a:])
-                for m, v in TASKS[self.task][2](totals).items()}
+        return {
+            m: group_mean(v[: self.runs_a]) - group_mean(v[self.runs_a :])
+            for m, v in TASKS[self.task][2](totals).items()
+        }
 
 
 def distinct_columns(changes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -4,6 +4,7 @@ Holm-adjusted across the pairs of the metric), the models ranked with a compact 
 difference a design of cases × runs can detect. The intervals and the power reuse the one shared resample matrix
 of `Bootstrap` (cases drawn whole, the same draws for every group), so pairs are paired on cases.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -45,7 +46,9 @@ def why_not_comparable(a: Group, b: Group) -> str | None:
     settings; else the settings that differ."""
     differing = differing_settings(comparable_settings(a), comparable_settings(b))
     if a.model == b.model:
-        differing.insert(0, "the evaluated model is the same" + ("" if same_code(a, b) else " (its runs differ in code)"))
+        differing.insert(
+            0, "the evaluated model is the same" + ("" if same_code(a, b) else " (its runs differ in code)")
+        )
     return ", ".join(differing) or None
 
 
@@ -84,7 +87,9 @@ def letter_display(ranked: list[str], different: set[frozenset]) -> dict[str, st
         split = []
         for column in columns:
             split += [column - {a}, column - {b}] if {a, b} <= column else [column]
-        columns = [c for c in split if c and not any(c < other for other in split)]  # absorb what another holds
+        columns = [
+            c for c in split if c and not any(c < other for other in split)
+        ]  # absorb what another holds
         columns = [c for i, c in enumerate(columns) if c not in columns[:i]]
     columns = swept(columns)
     columns.sort(key=lambda c: sorted(ranked.index(m) for m in c))
@@ -98,7 +103,9 @@ def swept(columns: list[set]) -> list[set]:
     columns = list(columns)
     for column in list(columns):
         others = [c for c in columns if c is not column]
-        covered = all(any({a, b} <= c for c in others) for a, b in itertools.combinations_with_replacement(column, 2))
+        covered = all(
+            any({a, b} <= c for c in others) for a, b in itertools.combinations_with_replacement(column, 2)
+        )
         if covered:
             columns = others
     return columns
@@ -122,7 +129,9 @@ def comparable_sets(groups: list[Group]) -> list[list[Group]]:
     prompts = recorded_prompts([g.runs[0] for g in groups])
     for g in groups:
         key = json.dumps(comparable_settings(g, prompts), sort_keys=True)
-        home = next((members for k, members in sets if k == key and all(m.model != g.model for m in members)), None)
+        home = next(
+            (members for k, members in sets if k == key and all(m.model != g.model for m in members)), None
+        )
         if home is None:
             sets.append((key, [g]))
         else:
@@ -130,7 +139,9 @@ def comparable_sets(groups: list[Group]) -> list[list[Group]]:
     return [members for _, members in sets]
 
 
-def pair_tests(groups: list[Group], boot: Bootstrap, test: Randomization, key: tuple, metric: str) -> list[PairTest]:
+def pair_tests(
+    groups: list[Group], boot: Bootstrap, test: Randomization, key: tuple, metric: str
+) -> list[PairTest]:
     """Every pair of one comparable set (A ranked above B by mean) on one metric, Holm-adjusted together."""
     tests = []
     for a, b in ordered_pairs(groups, key):
@@ -160,29 +171,55 @@ def headline_keys(by_class: list[str] | None = None):
             yield f"{name} ({cls})", (task, metric, cls)
 
 
-def ranked_rows(tests: list[PairTest], members: list[Group], groups: list[Group], key: tuple, name: str,
-                alpha: float, set_label: str) -> list[list[str]]:
+def ranked_rows(
+    tests: list[PairTest],
+    members: list[Group],
+    groups: list[Group],
+    key: tuple,
+    name: str,
+    alpha: float,
+    set_label: str,
+) -> list[list[str]]:
     """One set's ranking on one metric: rank, model, mean, SD, runs and its letters ("n/a" when some pair of the
     set could not be tested)."""
     label = lambda g: g.label  # noqa: E731
-    ranked = sorted((g for g in members if (g.stat(key) or {}).get("mean") is not None), key=lambda g: -g.stat(key)["mean"])
+    ranked = sorted(
+        (g for g in members if (g.stat(key) or {}).get("mean") is not None),
+        key=lambda g: -g.stat(key)["mean"],
+    )
     tested = {frozenset((label(t.a), label(t.b))) for t in tests if t.p_holm is not None}
-    different = {frozenset((label(t.a), label(t.b))) for t in tests if t.p_holm is not None and t.p_holm < alpha}
+    different = {
+        frozenset((label(t.a), label(t.b))) for t in tests if t.p_holm is not None and t.p_holm < alpha
+    }
     labels = [label(g) for g in ranked]
     complete = all(frozenset(p) in tested for p in itertools.combinations(labels, 2))
     letters = letter_display(labels, different) if complete else {}
     means = [round(g.stat(key)["mean"], 12) for g in ranked]  # equal but for float noise: the same value
-    return [[name, *([set_label] if set_label else []), str(means.index(mean) + 1), label(g),  # equal values share
-             number_cell(g.stat(key)["mean"], METRIC),  # a rank (1, 1, 3), as in competition ranking
-             number_cell(g.stat(key)["sd"], METRIC), str(g.stat(key)["n"]),
-             letters.get(label(g), "n/a")] for g, mean in zip(ranked, means)]
+    return [
+        [
+            name,
+            *([set_label] if set_label else []),
+            str(means.index(mean) + 1),
+            label(g),  # equal values share
+            number_cell(g.stat(key)["mean"], METRIC),  # a rank (1, 1, 3), as in competition ranking
+            number_cell(g.stat(key)["sd"], METRIC),
+            str(g.stat(key)["n"]),
+            letters.get(label(g), "n/a"),
+        ]
+        for g, mean in zip(ranked, means)
+    ]
 
 
 PAIR_HEADERS = ("Metric", "Model A", "Model B", "Difference", "95% interval", "p", "p (Holm)", "Different")
 
 
-def ranking_tables(groups: list[Group], boot: Bootstrap, alpha: float, by_class: list[str] | None = None,
-                   permutations: int | None = None) -> list[Table]:
+def ranking_tables(
+    groups: list[Group],
+    boot: Bootstrap,
+    alpha: float,
+    by_class: list[str] | None = None,
+    permutations: int | None = None,
+) -> list[Table]:
     """Per headline metric and comparable set: the pairs (difference, interval, p, Holm p) and the ranking with its
     letters; the pairs of groups in different sets, with what differs. `permutations`: of the randomization test
     (None: as many as the largest family of pairs needs at `alpha`)."""
@@ -191,46 +228,77 @@ def ranking_tables(groups: list[Group], boot: Bootstrap, alpha: float, by_class:
     family = max((len(s) * (len(s) - 1) // 2 for s in sets), default=1)
     test = Randomization(check_permutations(permutations, family, alpha), boot.seed, stop_above=alpha)
     pair_rows, rank_rows = [], []
-    test.prepare([(a, b, key) for _, key in headline_keys(by_class) for members in sets
-                  for a, b in ordered_pairs(members, key)])
+    test.prepare(
+        [
+            (a, b, key)
+            for _, key in headline_keys(by_class)
+            for members in sets
+            for a, b in ordered_pairs(members, key)
+        ]
+    )
     for name, key in headline_keys(by_class):
         for number, members in enumerate(sets, 1):
             tests = pair_tests(members, boot, test, key, name)
             pair_rows += [_pair_row(t, alpha) for t in tests]
-            rank_rows += ranked_rows(tests, members, groups, key, name, alpha, str(number) if len(sets) > 1 else "")
-    tables = [Table("pairs", _pairs_title(boot, test, alpha), list(PAIR_HEADERS), pair_rows),
-              Table("ranking", f"Ranking per metric: mean and SD over runs; models sharing a letter are not different "
-                    f"at α = {alpha:g} after Holm's adjustment ('n/a': some pair could not be compared)",
-                    ["Metric", *(["Set"] if len(sets) > 1 else []), "Rank", "Model", "Mean", "SD", "Runs", "Group"],
-                    rank_rows)]
+            rank_rows += ranked_rows(
+                tests, members, groups, key, name, alpha, str(number) if len(sets) > 1 else ""
+            )
+    tables = [
+        Table("pairs", _pairs_title(boot, test, alpha), list(PAIR_HEADERS), pair_rows),
+        Table(
+            "ranking",
+            f"Ranking per metric: mean and SD over runs; models sharing a letter are not different "
+            f"at α = {alpha:g} after Holm's adjustment ('n/a': some pair could not be compared)",
+            ["Metric", *(["Set"] if len(sets) > 1 else []), "Rank", "Model", "Mean", "SD", "Runs", "Group"],
+            rank_rows,
+        ),
+    ]
     apart = _not_comparable_table(sets)
     return tables + ([apart] if apart else [])
 
 
 def _pair_row(t: PairTest, alpha: float) -> list:
     """One pair of the pairs table: the difference, its interval, p and Holm's p, and whether they differ."""
-    return [t.metric, t.a.label, t.b.label, number_cell(t.difference, METRIC, signed=True),
-            interval_cell(t.interval, signed=True), p_cell(t.p), p_cell(t.p_holm),
-            "yes" if t.p_holm is not None and t.p_holm < alpha else "no"]
+    return [
+        t.metric,
+        t.a.label,
+        t.b.label,
+        number_cell(t.difference, METRIC, signed=True),
+        interval_cell(t.interval, signed=True),
+        p_cell(t.p),
+        p_cell(t.p_holm),
+        "yes" if t.p_holm is not None and t.p_holm < alpha else "no",
+    ]
 
 
 def _pairs_title(boot: Bootstrap, test: Randomization, alpha: float) -> str:
     """The pairs table's title: how the intervals and p-values were made."""
-    return (f"Every comparable pair: difference of means (A − B, A ranked higher), 95% paired bootstrap "
-            f"interval over cases ({boot.resamples} resamples), two-sided p of a paired randomization test "
-            f"over cases ({test.permutations} permutations, a test stopping once its p is sure to exceed α; "
-            f"exact where few cases differ), Holm-adjusted across the pairs of "
-            f"each metric; different at α = {alpha:g} after adjustment")
+    return (
+        f"Every comparable pair: difference of means (A − B, A ranked higher), 95% paired bootstrap "
+        f"interval over cases ({boot.resamples} resamples), two-sided p of a paired randomization test "
+        f"over cases ({test.permutations} permutations, a test stopping once its p is sure to exceed α; "
+        f"exact where few cases differ), Holm-adjusted across the pairs of "
+        f"each metric; different at α = {alpha:g} after adjustment"
+    )
 
 
 def _not_comparable_table(sets: list[list[Group]]) -> Table | None:
     """The pairs of groups in different comparable sets, with the settings that keep them apart."""
-    apart = [f"{a.label} (set {i + 1}) and {b.label} (set {j + 1}): {why_not_comparable(a, b)} differ"
-             for (i, one), (j, other) in itertools.combinations(enumerate(sets), 2) for a in one for b in other]
+    apart = [
+        f"{a.label} (set {i + 1}) and {b.label} (set {j + 1}): {why_not_comparable(a, b)} differ"
+        for (i, one), (j, other) in itertools.combinations(enumerate(sets), 2)
+        for a in one
+        for b in other
+    ]
     if not apart:
         return None
-    return Table("not_comparable", "Pairs not compared (their runs differ in more than the evaluated "
-                 "model; each set is ranked on its own)", ["Pair"], [[n] for n in apart])
+    return Table(
+        "not_comparable",
+        "Pairs not compared (their runs differ in more than the evaluated "
+        "model; each set is ranked on its own)",
+        ["Pair"],
+        [[n] for n in apart],
+    )
 
 
 def p_cell(p: float | None) -> Figure:
@@ -243,8 +311,15 @@ def p_cell(p: float | None) -> Figure:
 Z = NormalDist().inv_cdf
 
 
-def detectable_difference(case_variance: float, run_variance: float, cases: int, runs: int, design_cases: int,
-                          alpha: float = 0.05, power: float = 0.8) -> float:
+def detectable_difference(
+    case_variance: float,
+    run_variance: float,
+    cases: int,
+    runs: int,
+    design_cases: int,
+    alpha: float = 0.05,
+    power: float = 0.8,
+) -> float:
     """The smallest true difference between two models a two-sided test at `alpha` detects with `power`, for a
     design of `cases` × `runs`. `case_variance`: the variance of the paired difference from drawing the cases
     (measured on `design_cases` cases, beyond the run noise); `run_variance`: the sum of the two models' run-to-run
@@ -272,7 +347,15 @@ def variance_components(a: Group, b: Group, boot: Bootstrap, key: tuple) -> tupl
 
 MIN_POWER_RESAMPLES = 100  # the variance of a difference from B resamples is off by about √(2/B): 14% at 100
 
-DESIGNS = ((1, None), (3, None), (5, None), (10, None), (5, 100), (5, 216), (5, 432))  # (runs, cases; None: as run)
+DESIGNS = (
+    (1, None),
+    (3, None),
+    (5, None),
+    (10, None),
+    (5, 100),
+    (5, 216),
+    (5, 432),
+)  # (runs, cases; None: as run)
 
 
 def power_table(groups: list[Group], boot: Bootstrap, alpha: float = 0.05, power: float = 0.8) -> Table:
@@ -286,10 +369,16 @@ def power_table(groups: list[Group], boot: Bootstrap, alpha: float = 0.05, power
         runs = int(np.median([len(g.runs) for g in members]))
         pairs = len(members) * (len(members) - 1) // 2
         for name, key in headline_keys():
-            label = [name, *([str(number)] if len(sets) > 1 else []),
-                     Figure(f"{cases} × {runs}", {"cases": cases, "runs": runs})]
-            components = [c for c in (variance_components(a, b, boot, key) for a, b in itertools.combinations(members, 2))
-                          if c is not None]
+            label = [
+                name,
+                *([str(number)] if len(sets) > 1 else []),
+                Figure(f"{cases} × {runs}", {"cases": cases, "runs": runs}),
+            ]
+            components = [
+                c
+                for c in (variance_components(a, b, boot, key) for a, b in itertools.combinations(members, 2))
+                if c is not None
+            ]
             if not components:
                 rows.append(label + ["n/a: needs two runs of each model"] + [""] * (len(DESIGNS) + 1))
                 continue
@@ -298,14 +387,28 @@ def power_table(groups: list[Group], boot: Bootstrap, alpha: float = 0.05, power
                 rows.append(label + ["n/a: no variance between cases or runs"] + [""] * (len(DESIGNS) + 1))
                 continue
             at = lambda k, n, level: number_cell(  # noqa: E731
-                detectable_difference(case_var, run_var, n or cases, k, cases, level, power), METRIC)
-            rows.append(label + [at(runs, None, alpha), at(runs, None, alpha / pairs)]
-                        + [at(k, n, alpha) for k, n in DESIGNS])
+                detectable_difference(case_var, run_var, n or cases, k, cases, level, power), METRIC
+            )
+            rows.append(
+                label
+                + [at(runs, None, alpha), at(runs, None, alpha / pairs)]
+                + [at(k, n, alpha) for k, n in DESIGNS]
+            )
     if not sets:
         rows.append(["n/a: needs two comparable models"] + [""] * (3 + len(DESIGNS)))
-    headers = ["Metric", *(["Set"] if len(sets) > 1 else []), "Design (cases × runs)", "In hand",
-               "In hand at α/m (ranking)"] + [f"{n or 'same'} × {k}" for k, n in DESIGNS]
-    return Table("power", f"Smallest difference between two models detectable at α = {alpha:g} with power "
-                 f"{power:g} (median over a set's comparable pairs; from the variance between cases and between runs "
-                 "of the saved runs; see docs/statistics.md). For a claim in a ranking of m pairs read 'In hand at "
-                 "α/m': Holm holds the first of them to α/m", headers, rows)
+    headers = [
+        "Metric",
+        *(["Set"] if len(sets) > 1 else []),
+        "Design (cases × runs)",
+        "In hand",
+        "In hand at α/m (ranking)",
+    ] + [f"{n or 'same'} × {k}" for k, n in DESIGNS]
+    return Table(
+        "power",
+        f"Smallest difference between two models detectable at α = {alpha:g} with power "
+        f"{power:g} (median over a set's comparable pairs; from the variance between cases and between runs "
+        "of the saved runs; see docs/statistics.md). For a claim in a ranking of m pairs read 'In hand at "
+        "α/m': Holm holds the first of them to α/m",
+        headers,
+        rows,
+    )

@@ -2,6 +2,7 @@
 and 4 as tables (with the --complexity file they read), the plain consultation (Table 6), the simulator audit,
 the judges of re-judged runs and the claim-order diagnostic.
 """
+
 from __future__ import annotations
 
 import csv
@@ -39,18 +40,29 @@ from lexpilot.text import counted
 JUDGED_TASKS = ("LCA", "DCG", "LJP", "interaction rounds")  # what a re-judged run's judge decides again
 ORDER_CHANGED = "claim order changed"  # the case list's tag: a verdict changed with the claims shuffled
 ORDER_TAGS = {s.name: f"{ORDER_CHANGED}: {s.title}" for s in LJP_SETUPS}  # ... in that setup
-AUDIT_TAGS = {"dcg": "audited: DCG", "interaction": "audited: interaction"}  # a case with audited replies there
-AUDIT_FLAGS = (("over_disclosure", "Over-disclosure"), ("error", "Error"), ("non_answer", "Non-answer"))  # in order of
+AUDIT_TAGS = {
+    "dcg": "audited: DCG",
+    "interaction": "audited: interaction",
+}  # a case with audited replies there
+AUDIT_FLAGS = (
+    ("over_disclosure", "Over-disclosure"),
+    ("error", "Error"),
+    ("non_answer", "Non-answer"),
+)  # in order of
 # audit_counts' flags; a case with a reply of the source flagged so
-AUDIT_FLAG_TAGS = {(source, metric): f"audit {name.lower()}: {source}" for source in AUDIT_TAGS
-                   for metric, name in AUDIT_FLAGS}
+AUDIT_FLAG_TAGS = {
+    (source, metric): f"audit {name.lower()}: {source}"
+    for source in AUDIT_TAGS
+    for metric, name in AUDIT_FLAGS
+}
 TYPED = "with focal-point types"  # a standard run's case with focal-point types: what Figure 4's averages are over
 
 
 PLAIN_TITLES = {
     "underspecified": "Plain consultation (Table 6): response types on underspecified histories, "
-                      "mean ± SD over runs",
-    "complete": "Plain consultation, control: response types on complete histories, mean ± SD over runs"}
+    "mean ± SD over runs",
+    "complete": "Plain consultation, control: response types on complete histories, mean ± SD over runs",
+}
 
 
 def plain_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
@@ -63,13 +75,21 @@ def plain_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
             tables += _plain_history_tables(shown, boot, history_type)
     crossed = [g for g in groups if any(g.stat(("plain_then_asked", k, OVERALL)) for k in PLAIN_TYPE_NAMES)]
     if crossed:
-        tables.append(Table("plain_against_lexawn", "Plain response type against the LexAwN label on the same underspecified history: "
-                            "share of those cases where LexAwN asked (策略二), mean over runs",
-                            ["Model"] + list(PLAIN_TYPE_NAMES.values()),
-                            [[g.label] + [cell(g.stat(("plain_then_asked", k, OVERALL)))
-                                                          for k in PLAIN_TYPE_NAMES] for g in crossed], task="plain",
-                            # a type's cell: the cases answered with that type (what its share is over)
-                            column_query=_plain_type_links("underspecified")))
+        tables.append(
+            Table(
+                "plain_against_lexawn",
+                "Plain response type against the LexAwN label on the same underspecified history: "
+                "share of those cases where LexAwN asked (策略二), mean over runs",
+                ["Model"] + list(PLAIN_TYPE_NAMES.values()),
+                [
+                    [g.label] + [cell(g.stat(("plain_then_asked", k, OVERALL))) for k in PLAIN_TYPE_NAMES]
+                    for g in crossed
+                ],
+                task="plain",
+                # a type's cell: the cases answered with that type (what its share is over)
+                column_query=_plain_type_links("underspecified"),
+            )
+        )
     return tables
 
 
@@ -79,18 +99,34 @@ def _plain_history_tables(shown: list[Group], boot: Bootstrap | None, history_ty
     suffix = ", [95% bootstrap interval over cases]" if boot else ""
     labels = [g.label for g in shown]
     classes = classes_present(shown) + [OVERALL]
-    return [Table(f"plain_types_{history_type}", PLAIN_TITLES[history_type] + suffix,
-                  ["Model"] + list(PLAIN_TYPE_NAMES.values()),
-                  [[label] + [percent_cell(g.stat((task, k, OVERALL)), boot.interval(g, (task, k, OVERALL))
-                                           if boot else None)  # in percent, as Table 6
-                              for k in PLAIN_TYPE_NAMES] for label, g in zip(labels, shown)], task="plain",
-                  # a type's cell opens the cases answered with that type (not the list sorted by type)
-                  column_query=_plain_type_links(history_type)),
-            Table(f"plain_by_class_{history_type}", f"Plain consultation by class ({history_type}): "
-                  "deficiency / conditional / unconditional / premature, share (mean over runs)",
-                  ["Model"] + classes,
-                  [[label] + [_plain_shares(g, task, c) for c in classes] for label, g in zip(labels, shown)],
-                  task="plain")]
+    return [
+        Table(
+            f"plain_types_{history_type}",
+            PLAIN_TITLES[history_type] + suffix,
+            ["Model"] + list(PLAIN_TYPE_NAMES.values()),
+            [
+                [label]
+                + [
+                    percent_cell(
+                        g.stat((task, k, OVERALL)), boot.interval(g, (task, k, OVERALL)) if boot else None
+                    )  # in percent, as Table 6
+                    for k in PLAIN_TYPE_NAMES
+                ]
+                for label, g in zip(labels, shown)
+            ],
+            task="plain",
+            # a type's cell opens the cases answered with that type (not the list sorted by type)
+            column_query=_plain_type_links(history_type),
+        ),
+        Table(
+            f"plain_by_class_{history_type}",
+            f"Plain consultation by class ({history_type}): "
+            "deficiency / conditional / unconditional / premature, share (mean over runs)",
+            ["Model"] + classes,
+            [[label] + [_plain_shares(g, task, c) for c in classes] for label, g in zip(labels, shown)],
+            task="plain",
+        ),
+    ]
 
 
 def _plain_type_links(history_type: str) -> dict:
@@ -100,20 +136,26 @@ def _plain_type_links(history_type: str) -> dict:
 
 def _plain_shares(g: Group, task: str, cls: str) -> Figure:
     """The four response types' shares of one class, in one cell."""
-    return parts_cell({name: (g.stat((task, k, cls)) or {}).get("mean") for k, name in PLAIN_TYPE_NAMES.items()},
-                      METRIC)
+    return parts_cell(
+        {name: (g.stat((task, k, cls)) or {}).get("mean") for k, name in PLAIN_TYPE_NAMES.items()}, METRIC
+    )
 
 
 def judge_sensitivity_tables(groups: list[Group], root, boot: Bootstrap) -> list[Table]:
     """For runs re-judged with another judge (rejudge.py): the two judges' agreement on the same items, and
     every metric under each judge with the paired bootstrap difference on the same cases."""
     runs = {(r.model, r.run_id): (g, r) for g in groups for r in g.runs}
-    pairs = [(runs[(r.model, r.manifest.rejudged_from)], (g, r)) for g in groups for r in g.runs
-             if (r.model, r.manifest.rejudged_from) in runs]
+    pairs = [
+        (runs[(r.model, r.manifest.rejudged_from)], (g, r))
+        for g in groups
+        for r in g.runs
+        if (r.model, r.manifest.rejudged_from) in runs
+    ]
     if not pairs:
         return []
-    return [_judge_labels_table(pairs, root)] + [_judge_metrics_table(boot, *found)
-                                                 for found in rejudged_groups(pairs)]
+    return [_judge_labels_table(pairs, root)] + [
+        _judge_metrics_table(boot, *found) for found in rejudged_groups(pairs)
+    ]
 
 
 def _judge(run) -> str:
@@ -127,15 +169,30 @@ def _judge_labels_table(pairs, root) -> Table:
     rows, selects = [], []
     for (_, original), (g_rejudged, rejudged) in pairs:
         for task, (n, agree, kappa) in judges_agreement(read(original), read(rejudged)).items():
-            rows.append([original.model, f"{original.run_id} → {rejudged.run_id}",
-                         f"{_judge(original)} / {_judge(rejudged)}", task, str(n),
-                         number_cell(agree, PERCENT, percent=True), kappa_cell(kappa)])
-            selects.append({"rejudged": f"{g_rejudged.label} · {rejudged.run_id}"})  # as the viewer names the run
-    return Table("judge_labels", "Judge sensitivity: the two judges' labels on the same items (re-judged "
-                 "runs; the same judge twice: its test-retest agreement)",
-                 ["Model", "Runs", "Judges", "Task", "Items", "Agreement", "Cohen's κ"], rows,
-                 row_tasks={t: t for t in JUDGED_TASKS}, compare="disagree",  # a row: where its two judges
-                 row_queries=selects)  # disagree, in its re-judged run
+            rows.append(
+                [
+                    original.model,
+                    f"{original.run_id} → {rejudged.run_id}",
+                    f"{_judge(original)} / {_judge(rejudged)}",
+                    task,
+                    str(n),
+                    number_cell(agree, PERCENT, percent=True),
+                    kappa_cell(kappa),
+                ]
+            )
+            selects.append(
+                {"rejudged": f"{g_rejudged.label} · {rejudged.run_id}"}
+            )  # as the viewer names the run
+    return Table(
+        "judge_labels",
+        "Judge sensitivity: the two judges' labels on the same items (re-judged "
+        "runs; the same judge twice: its test-retest agreement)",
+        ["Model", "Runs", "Judges", "Task", "Items", "Agreement", "Cohen's κ"],
+        rows,
+        row_tasks={t: t for t in JUDGED_TASKS},
+        compare="disagree",  # a row: where its two judges
+        row_queries=selects,
+    )  # disagree, in its re-judged run
 
 
 def _judge_metrics_table(boot: Bootstrap, g_original: Group, g_rejudged: Group, sources: Group) -> Table:
@@ -144,15 +201,25 @@ def _judge_metrics_table(boot: Bootstrap, g_original: Group, g_rejudged: Group, 
     rows = []
     for name, (task, metric) in HEADLINE:
         key = (task, metric, OVERALL)
-        rows.append([name, cell(sources.stat(key)), cell(g_rejudged.stat(key)),
-                     difference_cell(paired_difference(boot, (g_rejudged, key), (sources, key)))])
+        rows.append(
+            [
+                name,
+                cell(sources.stat(key)),
+                cell(g_rejudged.stat(key)),
+                difference_cell(paired_difference(boot, (g_rejudged, key), (sources, key))),
+            ]
+        )
     first, second = _judge(g_original.runs[0]), _judge(g_rejudged.runs[0])
     copied = ", ".join(f"{r.run_id} → {c.run_id}" for r, c in zip(sources.runs, g_rejudged.runs))
-    return Table("judge_sensitivity", f"{g_rejudged.label}: every metric under each judge ({first} / "
-                 f"{second}), each re-judged run beside the run it copied ({copied}); difference of "
-                 "means [95% bootstrap interval over cases, paired], share of resamples below zero",
-                 ["Metric", f"original ({first})", f"re-judged ({second})", "Re-judged − original"],
-                 rows, part=g_rejudged.label)
+    return Table(
+        "judge_sensitivity",
+        f"{g_rejudged.label}: every metric under each judge ({first} / "
+        f"{second}), each re-judged run beside the run it copied ({copied}); difference of "
+        "means [95% bootstrap interval over cases, paired], share of resamples below zero",
+        ["Metric", f"original ({first})", f"re-judged ({second})", "Re-judged − original"],
+        rows,
+        part=g_rejudged.label,
+    )
 
 
 def rejudged_groups(pairs) -> list[tuple[Group, Group, Group]]:
@@ -162,10 +229,19 @@ def rejudged_groups(pairs) -> list[tuple[Group, Group, Group]]:
     for (g_original, original), (g_rejudged, rejudged) in pairs:
         entry = found.setdefault((id(g_original), id(g_rejudged)), (g_original, g_rejudged, {}))
         entry[2][rejudged.run_id] = original
-    return [(g_original, g_rejudged,
-             Group(g_original.model, g_original.settings, [sources[r.run_id] for r in g_rejudged.runs if r.run_id in sources],
-                   label=g_original.label))
-            for g_original, g_rejudged, sources in found.values()]
+    return [
+        (
+            g_original,
+            g_rejudged,
+            Group(
+                g_original.model,
+                g_original.settings,
+                [sources[r.run_id] for r in g_rejudged.runs if r.run_id in sources],
+                label=g_original.label,
+            ),
+        )
+        for g_original, g_rejudged, sources in found.values()
+    ]
 
 
 def order_table(groups: list[Group], root) -> Table | None:
@@ -179,20 +255,34 @@ def order_table(groups: list[Group], root) -> Table | None:
                     continue
                 found = order_agreement(saved_records(run, root, kind))
                 if found:
-                    rows.append([g.label, run.run_id, SETUP[setup].title, str(found["claims"]),
-                                 number_cell(found["agreement"], PERCENT, percent=True), kappa_cell(found["kappa"]),
-                                 number_cell(found["control"], PERCENT, percent=True),
-                                 number_cell(found["effect"], PERCENT, signed=True, percent=True)])
-                    selects.append({"run": run.run_id, "tag": ORDER_TAGS[setup]})  # its run's cases, in its setup
+                    rows.append(
+                        [
+                            g.label,
+                            run.run_id,
+                            SETUP[setup].title,
+                            str(found["claims"]),
+                            number_cell(found["agreement"], PERCENT, percent=True),
+                            kappa_cell(found["kappa"]),
+                            number_cell(found["control"], PERCENT, percent=True),
+                            number_cell(found["effect"], PERCENT, signed=True, percent=True),
+                        ]
+                    )
+                    selects.append(
+                        {"run": run.run_id, "tag": ORDER_TAGS[setup]}
+                    )  # its run's cases, in its setup
     if not rows:
         return None
-    return Table("claim_order", "Diagnostic, outside the paper's protocol: the LJP extraction judge with each case's "
-                 "claims shuffled (eval_LJP_order.py), its verdicts against the original extraction's; the control "
-                 "asks again in the original order (the judge's own noise), and the order's effect is the control's "
-                 "agreement less the shuffled one's (n/a: records made before the control)",
-                 ["Model", "Run", "Setup", "Claims", "Agreement", "Cohen's κ", "Same order (control)",
-                  "Order effect"], rows, query={"tag": ORDER_CHANGED},
-                 row_queries=selects)
+    return Table(
+        "claim_order",
+        "Diagnostic, outside the paper's protocol: the LJP extraction judge with each case's "
+        "claims shuffled (eval_LJP_order.py), its verdicts against the original extraction's; the control "
+        "asks again in the original order (the judge's own noise), and the order's effect is the control's "
+        "agreement less the shuffled one's (n/a: records made before the control)",
+        ["Model", "Run", "Setup", "Claims", "Agreement", "Cohen's κ", "Same order (control)", "Order effect"],
+        rows,
+        query={"tag": ORDER_CHANGED},
+        row_queries=selects,
+    )
 
 
 # the replies audited (the User Model's in DCG and in the interaction), as the rows name them
@@ -219,18 +309,30 @@ def _audit_rates_table(audited: list[Group], boot: Bootstrap | None) -> Table:
             task = f"audit_{source}"
             if g.stat((task, "error", OVERALL)):
                 selects.append({"tag": AUDIT_TAGS[source]})  # the cases with replies of this source audited
-                flags.append({name: {"tag": AUDIT_FLAG_TAGS[(source, metric)]} for metric, name in AUDIT_FLAGS})
+                flags.append(
+                    {name: {"tag": AUDIT_FLAG_TAGS[(source, metric)]} for metric, name in AUDIT_FLAGS}
+                )
                 replies = sum(int(r.tasks[task].counts[:, 0].sum()) for r in g.runs if task in r.tasks)
-                rows.append([g.label, AUDIT_SOURCES[source], str(replies)]
-                            + [percent_cell(g.stat((task, m, OVERALL)), boot.interval(g, (task, m, OVERALL))
-                                            if boot else None)  # in percent, as Table 13
-                               for m, _ in AUDIT_FLAGS])
-    return Table("audit_rates", "Simulator audit: User Model replies judged over-disclosing (key details not "
-                 "asked for), erroneous (unsupported or contradicting) or not answering, mean ± SD over "
-                 f"runs{suffix}",
-                 ["Model", "Replies of", "Replies audited (all runs)", "Over-disclosure", "Error",
-                  "Non-answer"], rows, task="audit", row_queries=selects,
-                 cell_queries=flags)  # a rate's cell: its flagged cases
+                rows.append(
+                    [g.label, AUDIT_SOURCES[source], str(replies)]
+                    + [
+                        percent_cell(
+                            g.stat((task, m, OVERALL)), boot.interval(g, (task, m, OVERALL)) if boot else None
+                        )  # in percent, as Table 13
+                        for m, _ in AUDIT_FLAGS
+                    ]
+                )
+    return Table(
+        "audit_rates",
+        "Simulator audit: User Model replies judged over-disclosing (key details not "
+        "asked for), erroneous (unsupported or contradicting) or not answering, mean ± SD over "
+        f"runs{suffix}",
+        ["Model", "Replies of", "Replies audited (all runs)", "Over-disclosure", "Error", "Non-answer"],
+        rows,
+        task="audit",
+        row_queries=selects,
+        cell_queries=flags,
+    )  # a rate's cell: its flagged cases
 
 
 def _audit_clean_table(audited: list[Group]) -> Table:
@@ -242,13 +344,23 @@ def _audit_clean_table(audited: list[Group]) -> Table:
             clean = g.stat(("clean", task, OVERALL))
             if clean is not None:
                 cases = g.stat(("clean cases", task, OVERALL))
-                rows.append([g.label, name, cell(g.stat((task, AUDITED[task][1], OVERALL))),
-                             cell(clean), f"{cases['mean']:.0f}" if cases and cases["mean"] is not None
-                             else "n/a"])
-    return Table("audit_clean_cases", "Task metrics on all cases and on the cases whose simulator replies "
-                 "were all clean (no over-disclosure, no error), mean over runs",
-                 ["Model", "Metric", "All cases", "Clean cases only", "Clean cases (mean per run)"], rows,
-                 row_tasks={"DCG accuracy": "DCG", "Interaction-Based QWK": "interaction"})
+                rows.append(
+                    [
+                        g.label,
+                        name,
+                        cell(g.stat((task, AUDITED[task][1], OVERALL))),
+                        cell(clean),
+                        f"{cases['mean']:.0f}" if cases and cases["mean"] is not None else "n/a",
+                    ]
+                )
+    return Table(
+        "audit_clean_cases",
+        "Task metrics on all cases and on the cases whose simulator replies "
+        "were all clean (no over-disclosure, no error), mean over runs",
+        ["Model", "Metric", "All cases", "Clean cases only", "Clean cases (mean per run)"],
+        rows,
+        row_tasks={"DCG accuracy": "DCG", "Interaction-Based QWK": "interaction"},
+    )
 
 
 def table_4(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
@@ -259,11 +371,23 @@ def table_4(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
     if not shown:
         return []
     suffix = ", [95% bootstrap interval over cases]" if boot else ""
-    main = table_4_qwk(shown, boot, "T4", "table_4", "Interaction behaviour and LJP (Table 4): QWK over every case and "
-                       "claim, Direct as in Table 3 (every run); an unresolved case is predicted from its last attempted "
-                       f"dialogue, mean ± SD over runs{suffix}")
-    sensitivity = table_4_qwk(shown, boot, "T4r", "table_4_resolved", "Table 4, sensitivity: QWK over the cases "
-                              f"resolved in both conditions only (Direct on the same cases), mean ± SD over runs{suffix}")
+    main = table_4_qwk(
+        shown,
+        boot,
+        "T4",
+        "table_4",
+        "Interaction behaviour and LJP (Table 4): QWK over every case and "
+        "claim, Direct as in Table 3 (every run); an unresolved case is predicted from its last attempted "
+        f"dialogue, mean ± SD over runs{suffix}",
+    )
+    sensitivity = table_4_qwk(
+        shown,
+        boot,
+        "T4r",
+        "table_4_resolved",
+        "Table 4, sensitivity: QWK over the cases "
+        f"resolved in both conditions only (Direct on the same cases), mean ± SD over runs{suffix}",
+    )
     rows = []
     for g in shown:
         for b, name in (("targeted", "Targeted"), ("off_target", "Off-target")):
@@ -272,43 +396,78 @@ def table_4(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
             reasons = Counter()
             for r in g.runs:
                 reasons.update(r.rejections.get(b, {}))
-            rows.append([g.label, name, parts_cell(dict(zip(map(str, range(1, 6)), counts))),
-                         f"{unresolved['mean']:g}" if unresolved else "n/a",
-                         "; ".join(f"{reason} ({n})" for reason, n in reasons.most_common(3)) or "-"])
-    attempts = Table("table_4_attempts", "Table 4 dialogues: cases accepted at attempt 1 / 2 / 3 / 4 / 5 and unresolved "
-                     "cases (mean per run), and the most frequent rejection reasons (all runs)",
-                     ["Model", "Condition", "Accepted at attempt", "Unresolved", "Rejections"], rows,
-                     row_tasks={"Targeted": "targeted", "Off-target": "off_target"})
+            rows.append(
+                [
+                    g.label,
+                    name,
+                    parts_cell(dict(zip(map(str, range(1, 6)), counts))),
+                    f"{unresolved['mean']:g}" if unresolved else "n/a",
+                    "; ".join(f"{reason} ({n})" for reason, n in reasons.most_common(3)) or "-",
+                ]
+            )
+    attempts = Table(
+        "table_4_attempts",
+        "Table 4 dialogues: cases accepted at attempt 1 / 2 / 3 / 4 / 5 and unresolved "
+        "cases (mean per run), and the most frequent rejection reasons (all runs)",
+        ["Model", "Condition", "Accepted at attempt", "Unresolved", "Rejections"],
+        rows,
+        row_tasks={"Targeted": "targeted", "Off-target": "off_target"},
+    )
     return [main, attempts, sensitivity]
 
 
 def table_4_qwk(shown: list[Group], boot: Bootstrap | None, prefix: str, table_id: str, title: str) -> Table:
     key = lambda task: (f"{prefix}_{task}", "qwk", OVERALL)  # noqa: E731
-    headers = ["Model", "Cases (unresolved T / O)" if prefix == "T4" else "Resolved cases", "Direct", "Targeted",
-               "Off-target"] + (["Targeted − Direct", "Off-target − Direct"] if boot else [])
+    headers = [
+        "Model",
+        "Cases (unresolved T / O)" if prefix == "T4" else "Resolved cases",
+        "Direct",
+        "Targeted",
+        "Off-target",
+    ] + (["Targeted − Direct", "Off-target − Direct"] if boot else [])
     rows = []
     for g in shown:
         cases = g.stat(("T4 cases", "all" if prefix == "T4" else "resolved", OVERALL))
-        flagged = [(g.stat(("T4 unresolved", b, OVERALL)) or {}).get("mean") for b in ("targeted", "off_target")]
+        flagged = [
+            (g.stat(("T4 unresolved", b, OVERALL)) or {}).get("mean") for b in ("targeted", "off_target")
+        ]
         count = f"{cases['mean']:g}" if cases else "n/a"
         if prefix == "T4" and None not in flagged:
-            count = Figure(f"{count} ({flagged[0]:g} / {flagged[1]:g})", {
-                "all": cases["mean"] if cases else None, "unresolved targeted": flagged[0],
-                "unresolved off-target": flagged[1]})
+            count = Figure(
+                f"{count} ({flagged[0]:g} / {flagged[1]:g})",
+                {
+                    "all": cases["mean"] if cases else None,
+                    "unresolved targeted": flagged[0],
+                    "unresolved off-target": flagged[1],
+                },
+            )
         row = [g.label, count]
         # "Direct results are reused from Table 3": over every run of the group, as Table 3 takes them (the
         # paired differences stay within the runs that have the dialogues)
         direct = ("LJP_direct", "qwk", OVERALL) if prefix == "T4" else key("direct")
-        row += [cell(g.stat(k), METRIC, boot.interval(g, k) if boot else None)
-                for k in (direct, key("targeted"), key("off_target"))]
+        row += [
+            cell(g.stat(k), METRIC, boot.interval(g, k) if boot else None)
+            for k in (direct, key("targeted"), key("off_target"))
+        ]
         if boot:
-            row += [difference_cell(paired_difference(boot, (g, key(t)), (g, key("direct"))))
-                    for t in ("targeted", "off_target")]
+            row += [
+                difference_cell(paired_difference(boot, (g, key(t)), (g, key("direct"))))
+                for t in ("targeted", "off_target")
+            ]
         rows.append(row)
-    return Table(table_id, title, headers, rows, column_tasks={"Direct": "direct", "Targeted": "targeted",
-                                                               "Off-target": "off_target",
-                                                               "Targeted − Direct": "targeted",
-                                                               "Off-target − Direct": "off_target"})
+    return Table(
+        table_id,
+        title,
+        headers,
+        rows,
+        column_tasks={
+            "Direct": "direct",
+            "Targeted": "targeted",
+            "Off-target": "off_target",
+            "Targeted − Direct": "targeted",
+            "Off-target − Direct": "off_target",
+        },
+    )
 
 
 def figure_4_tables(groups: list[Group]) -> list[Table]:
@@ -323,14 +482,25 @@ def figure_4_tables(groups: list[Group]) -> list[Table]:
     types = list(FOCAL_TYPES.values())
     classes = classes_present(typed)
     with_types = sum(1 for g in typed for r in g.runs if r.focal_types)
-    runs = f"over the {with_types} of {counted(sum(len(g.runs) for g in typed), 'run')} with focal-point types"
+    runs = (
+        f"over the {with_types} of {counted(sum(len(g.runs) for g in typed), 'run')} with focal-point types"
+    )
     panels = []
     for panel, key, columns, title in (  # (a) and (b) over the same runs: those with focal-point types
-            ("figure_4a", lambda c: ("DCG by focal type", c, OVERALL), types,
-             f"Figure 4 (a): DCG accuracy by focal-point type (a case counts in each type among its focal points), "
-             f"{runs}"),
-            ("figure_4b", lambda c: ("DCG typed", "accuracy", c), classes,
-             f"Figure 4 (b): DCG accuracy by class, {runs}")):
+        (
+            "figure_4a",
+            lambda c: ("DCG by focal type", c, OVERALL),
+            types,
+            f"Figure 4 (a): DCG accuracy by focal-point type (a case counts in each type among its focal points), "
+            f"{runs}",
+        ),
+        (
+            "figure_4b",
+            lambda c: ("DCG typed", "accuracy", c),
+            classes,
+            f"Figure 4 (b): DCG accuracy by class, {runs}",
+        ),
+    ):
         panels.append(_figure_4_panel(typed, panel, key, columns, title))
     panels.append(_figure_4c(typed, types, classes))
     return panels
@@ -340,11 +510,18 @@ def _figure_4_panel(typed: list[Group], panel: str, key, columns: list[str], tit
     """Panel (a) or (b): DCG accuracy per column for each model, and the average the figure plots."""
     rows = [[g.label] + [cell(g.stat(key(c))) for c in columns] for g in typed]
     # the figure plots the average over the models shown (the paper: three; choose them with --model)
-    rows.append([f"Average over {counted(len(typed), 'model')} with focal-point types"]
-                + [average_cell([g.stat(key(c)) for g in typed]) for c in columns])
-    return Table(panel, f"{title}, mean ± SD over runs; the last row averages the models' means",
-                 ["Model"] + columns, rows, task="DCG",  # the average's cells: the typed runs' cases
-                 row_queries=[{}] * (len(rows) - 1) + [{"tag": TYPED}])
+    rows.append(
+        [f"Average over {counted(len(typed), 'model')} with focal-point types"]
+        + [average_cell([g.stat(key(c)) for g in typed]) for c in columns]
+    )
+    return Table(
+        panel,
+        f"{title}, mean ± SD over runs; the last row averages the models' means",
+        ["Model"] + columns,
+        rows,
+        task="DCG",  # the average's cells: the typed runs' cases
+        row_queries=[{}] * (len(rows) - 1) + [{"tag": TYPED}],
+    )
 
 
 def _figure_4c(typed: list[Group], types: list[str], classes: list[str]) -> Table:
@@ -358,16 +535,26 @@ def _figure_4c(typed: list[Group], types: list[str], classes: list[str]) -> Tabl
                 cases.setdefault(number, typed_case)
     for cls, of_case in cases.values():
         counts.update((t, cls) for t in of_case)
-    return Table("figure_4c", f"Figure 4 (c): focal points per type and class, over the {len(cases)} typed "
-                 "cases of the benchmark", ["Type"] + classes + ["Total"],
-                 [[t] + [str(counts[(t, c)]) for c in classes] + [str(sum(counts[(t, c)] for c in classes))]
-                  for t in types], task="DCG")
+    return Table(
+        "figure_4c",
+        f"Figure 4 (c): focal points per type and class, over the {len(cases)} typed cases of the benchmark",
+        ["Type"] + classes + ["Total"],
+        [
+            [t] + [str(counts[(t, c)]) for c in classes] + [str(sum(counts[(t, c)] for c in classes))]
+            for t in types
+        ],
+        task="DCG",
+    )
 
 
 def figure_3_groups(groups: list[Group]) -> list[Group]:
     """Figure 3's series: the models' runs with standard users and LCA results. A re-judged copy is the judge's
     analysis (Tables 6, 13), not another model's series."""
-    return [g for g in groups if g.condition == "standard" and not g.rejudged and g.stat(("LCA", "macro_f1", OVERALL))]
+    return [
+        g
+        for g in groups
+        if g.condition == "standard" and not g.rejudged and g.stat(("LCA", "macro_f1", OVERALL))
+    ]
 
 
 def figure_3_tables(groups: list[Group], complexity: dict[str, float] | None) -> list[Table]:
@@ -377,29 +564,52 @@ def figure_3_tables(groups: list[Group], complexity: dict[str, float] | None) ->
     if not groups:
         return []
     if not complexity:
-        return [Table("figure_3", "Case complexity (Figure 3)", ["Note"],
-                      [["no complexity data: pass --complexity FILE (cause_of_action,complexity: provisions cited "
-                        "per cause; for the sample, data/LexPilot_sample_complexity.csv)"]])]
+        return [
+            Table(
+                "figure_3",
+                "Case complexity (Figure 3)",
+                ["Note"],
+                [
+                    [
+                        "no complexity data: pass --complexity FILE (cause_of_action,complexity: provisions cited "
+                        "per cause; for the sample, data/LexPilot_sample_complexity.csv)"
+                    ]
+                ],
+            )
+        ]
     tables = []
     for g in groups:
         rows, points = _figure_3_cause_rows(g, complexity)
         for task, name in (("LCA", "LCA Macro-F1"), ("DCG", "DCG Acc.")):
             rows.append(_spearman_row(task, name, points[task]))
-        tables.append(Table("figure_3", f"Case complexity (Figure 3): {g.label}, per cause of action (mean over "
-                            "runs); rho over the causes with complexity data",
-                            ["Cause of action", "Class", "Cases", "Complexity", "LCA Macro-F1", "DCG Acc."], rows,
-                            column_tasks={"LCA Macro-F1": "LCA", "DCG Acc.": "DCG"}, group=g.label,
-                            row_filter="cause"))
+        tables.append(
+            Table(
+                "figure_3",
+                f"Case complexity (Figure 3): {g.label}, per cause of action (mean over "
+                "runs); rho over the causes with complexity data",
+                ["Cause of action", "Class", "Cases", "Complexity", "LCA Macro-F1", "DCG Acc."],
+                rows,
+                column_tasks={"LCA Macro-F1": "LCA", "DCG Acc.": "DCG"},
+                group=g.label,
+                row_filter="cause",
+            )
+        )
     return tables
 
 
 def _figure_3_cause_rows(g: Group, complexity: dict[str, float]) -> tuple[list, dict[str, list]]:
     """A group's row per cause of action, least complex first, and each task's (complexity, mean) points."""
-    causes = sorted({k[2] for r in g.runs for k in r.metrics if k[0] == "by cause"}, key=lambda c: complexity.get(c, 0))
+    causes = sorted(
+        {k[2] for r in g.runs for k in r.metrics if k[0] == "by cause"}, key=lambda c: complexity.get(c, 0)
+    )
     rows, points = [], {"LCA": [], "DCG": []}
     for cause in causes:
-        row = [cause, cause_class(cause), f"{(g.stat(('cases by cause', 'LCA', cause)) or {}).get('mean') or 0:.0f}",
-               f"{complexity[cause]:.{AVERAGE}f}" if cause in complexity else "n/a"]
+        row = [
+            cause,
+            cause_class(cause),
+            f"{(g.stat(('cases by cause', 'LCA', cause)) or {}).get('mean') or 0:.0f}",
+            f"{complexity[cause]:.{AVERAGE}f}" if cause in complexity else "n/a",
+        ]
         for task in ("LCA", "DCG"):
             stat = g.stat(("by cause", task, cause))
             row.append(cell(stat))
@@ -412,11 +622,13 @@ def _figure_3_cause_rows(g: Group, complexity: dict[str, float]) -> tuple[list, 
 def _spearman_row(task: str, name: str, points: list[tuple[float, float]]) -> list:
     """Spearman's rho between complexity and one task's metric over the causes, under that metric's column."""
     from scipy.stats import spearmanr  # scipy (scikit-learn brings it) loaded only when Figure 3 has data
+
     xs, ys = zip(*points) if points else ((), ())
     rho = spearmanr(xs, ys).statistic if len(xs) > 2 and len(set(xs)) > 1 and len(set(ys)) > 1 else None
     shown = number_cell(None if rho is None or rho != rho else float(rho), METRIC, signed=True)
-    return ([f"Spearman's rho, complexity vs {name}", "", str(len(xs)), ""]
-            + ([shown, ""] if task == "LCA" else ["", shown]))  # under its own metric's column
+    return [f"Spearman's rho, complexity vs {name}", "", str(len(xs)), ""] + (
+        [shown, ""] if task == "LCA" else ["", shown]
+    )  # under its own metric's column
 
 
 def read_complexity(path: Path) -> dict[str, float]:
@@ -444,13 +656,14 @@ def read_complexity(path: Path) -> dict[str, float]:
                 except ValueError:
                     raise UsageError(f"{where}: {row[1]!r} is not a non-negative number") from None
                 if cause in values:  # the last would win silently
-                    raise UsageError(f"{where}: {cause} is listed twice (lines {lines[cause]} and {line}); give "
-                                     "each cause one complexity")
+                    raise UsageError(
+                        f"{where}: {cause} is listed twice (lines {lines[cause]} and {line}); give "
+                        "each cause one complexity"
+                    )
                 values[cause], lines[cause] = value, line
     except (UnicodeDecodeError, csv.Error) as e:
         raise UsageError(f"--complexity {path}: unreadable CSV ({e})") from None
     return values
-
 
 
 class UsageError(Exception):

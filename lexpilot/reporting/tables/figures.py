@@ -1,6 +1,7 @@
 """PNG figures of the reported tables (per-class bars, Acc_C against Acc_U, QWK across the LJP setups);
 matplotlib is imported only here, only when figures are asked for.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,11 +18,17 @@ from lexpilot.reporting.tables.paper import CLASS_TABLES
 from lexpilot.reporting.tables.table import Table
 
 
-def write_plots(groups: list[Group], folder: Path, boot: Bootstrap | None,
-                complexity: dict[str, float] | None = None, tables: list[Table] = ()) -> list[Path]:
+def write_plots(
+    groups: list[Group],
+    folder: Path,
+    boot: Bootstrap | None,
+    complexity: dict[str, float] | None = None,
+    tables: list[Table] = (),
+) -> list[Path]:
     """PNG figures of the per-class tables, Acc_C against Acc_U, QWK across the three LJP setups, and where the
     data exist Figure 3 (metrics against case complexity) and Figure 4 (DCG by focal-point type, counts)."""
     import matplotlib
+
     matplotlib.use("Agg")  # files only, no screen needed
     import matplotlib.pyplot as plt
 
@@ -56,7 +63,9 @@ def two_lines(name: str) -> str:
     return name.replace(" ", "\n", 1)
 
 
-def class_bars(plt, groups: list[Group], labels: list[str], folder: Path, boot: Bootstrap | None) -> list[Path]:
+def class_bars(
+    plt, groups: list[Group], labels: list[str], folder: Path, boot: Bootstrap | None
+) -> list[Path]:
     """One figure per per-class table (Table 2, Tables 16-17): a bar per model and class."""
     classes = classes_present(groups) + [OVERALL]
     written = []
@@ -66,8 +75,14 @@ def class_bars(plt, groups: list[Group], labels: list[str], folder: Path, boot: 
         for i, (label, g) in enumerate(zip(labels, groups)):
             values = [error_bar(g, (task, metric, c), boot) for c in classes]
             x = np.arange(len(classes)) + (i - (len(groups) - 1) / 2) * width
-            ax.bar(x, [v[0] for v in values], width, label=label,
-                   yerr=np.array([[v[1] for v in values], [v[2] for v in values]]), capsize=3)
+            ax.bar(
+                x,
+                [v[0] for v in values],
+                width,
+                label=label,
+                yerr=np.array([[v[1] for v in values], [v[2] for v in values]]),
+                capsize=3,
+            )
             mark_undefined(ax, x, [v[0] for v in values])
         ax.set_xticks(np.arange(len(classes)), [two_lines(c) for c in classes])
         ax.set_ylabel(f"{TASK_NAMES[task]} {METRIC_NAMES[metric]}")
@@ -88,8 +103,13 @@ def lca_scatter(plt, groups: list[Group], labels: list[str], folder: Path, boot:
         if not np.isnan(xc) and not np.isnan(yu):
             points.append((label, xc, yu))
     for label, (x, y), (lx, ly) in dodged(points):  # ten models close together stay readable
-        ax.annotate(label, (x, y), xytext=(lx, ly), fontsize=8,
-                    arrowprops={"arrowstyle": "-", "color": "grey", "linewidth": 0.5} if (lx, ly) != (x, y) else None)
+        ax.annotate(
+            label,
+            (x, y),
+            xytext=(lx, ly),
+            fontsize=8,
+            arrowprops={"arrowstyle": "-", "color": "grey", "linewidth": 0.5} if (lx, ly) != (x, y) else None,
+        )
     ax.plot([0, 1], [1, 0], color="grey", linewidth=0.6, linestyle="--")
     ax.set_xlim(0, 1.02), ax.set_ylim(0, 1.02)
     ax.set_xlabel("Acc_C: complete histories answered (low = over-asking)")
@@ -105,15 +125,24 @@ def ljp_setups(plt, groups: list[Group], labels: list[str], folder: Path, boot: 
     for i, (label, g) in enumerate(zip(labels, groups)):
         values = [error_bar(g, (s.task, "qwk", OVERALL), boot) for s in LJP_SETUPS]
         x = np.arange(len(setups)) + 0.04 * (i - (len(groups) - 1) / 2)  # overlapping bars stay apart
-        ax.errorbar(x, [v[0] for v in values], yerr=[[v[1] for v in values], [v[2] for v in values]],
-                    marker="o", capsize=3, label=label)
+        ax.errorbar(
+            x,
+            [v[0] for v in values],
+            yerr=[[v[1] for v in values], [v[2] for v in values]],
+            marker="o",
+            capsize=3,
+            label=label,
+        )
     ax.set_xticks(range(len(setups)), setups, fontsize=8)  # the three setups' names side by side, apart
     ax.set_ylabel("QWK")
     ax.set_title(f"LJP: Direct → Interaction-Based → Gold-Standard ({bar_label(boot)})", fontsize=10)
     return save(plt, fig, folder / "ljp_setups.png", ax, legend=8)
 
 
-LABEL_GAP = (0.14, 0.04)  # in axis units (0 to 1): two labels closer than this in both directions would overprint
+LABEL_GAP = (
+    0.14,
+    0.04,
+)  # in axis units (0 to 1): two labels closer than this in both directions would overprint
 
 
 def dodged(points: list[tuple[str, float, float]]) -> list[tuple[str, tuple, tuple]]:
@@ -163,8 +192,15 @@ def figure_4_bars(plt, table: Table, folder: Path, name: str, ylabel: str) -> Pa
         errors = [n.get("SD") or 0.0 for n in numbers]
         x = np.arange(len(columns)) + (i - (len(table.rows) - 1) / 2) * width
         average = i == len(table.rows) - 1
-        ax.bar(x, means, width, label=row[0], yerr=errors, capsize=2,
-               **({"color": "dimgray", "hatch": "//"} if average else {}))
+        ax.bar(
+            x,
+            means,
+            width,
+            label=row[0],
+            yerr=errors,
+            capsize=2,
+            **({"color": "dimgray", "hatch": "//"} if average else {}),
+        )
         mark_undefined(ax, x, means)
     ax.set_xticks(np.arange(len(columns)), columns, rotation=20, fontsize=8)
     ax.set_ylabel(ylabel)
@@ -186,13 +222,18 @@ def figure_4_counts(plt, table: Table, folder: Path) -> Path:
     return save(plt, fig, folder / "fig4c_focal_points.png", ax)
 
 
-def analysis_plots(plt, groups: list[Group], labels: list[str], folder: Path, complexity,
-                   tables: list[Table]) -> list[Path]:
+def analysis_plots(
+    plt, groups: list[Group], labels: list[str], folder: Path, complexity, tables: list[Table]
+) -> list[Path]:
     written = []
     panels = {t.id: t for t in tables if t.id.startswith("figure_4")}
     if "figure_4a" in panels:
-        written.append(figure_4_bars(plt, panels["figure_4a"], folder, "fig4a_dcg_by_focal_type.png", "DCG accuracy"))
-        written.append(figure_4_bars(plt, panels["figure_4b"], folder, "fig4b_dcg_by_class.png", "DCG accuracy"))
+        written.append(
+            figure_4_bars(plt, panels["figure_4a"], folder, "fig4a_dcg_by_focal_type.png", "DCG accuracy")
+        )
+        written.append(
+            figure_4_bars(plt, panels["figure_4b"], folder, "fig4b_dcg_by_class.png", "DCG accuracy")
+        )
         written.append(figure_4_counts(plt, panels["figure_4c"], folder))
     series = figure_3_groups(groups)
     shown = {id(g) for g in series}
@@ -200,17 +241,24 @@ def analysis_plots(plt, groups: list[Group], labels: list[str], folder: Path, co
         fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
         for ax, (task, name) in zip(axes, (("LCA", "LCA Macro-F1"), ("DCG", "DCG accuracy"))):
             for label, g in ((label, g) for label, g in zip(labels, groups) if id(g) in shown):
-                points = [(complexity[k[2]], *error_bar(g, k, None)[:2]) for k in
-                          {k for r in g.runs for k in r.metrics if k[:2] == ("by cause", task)} if k[2] in complexity]
+                points = [
+                    (complexity[k[2]], *error_bar(g, k, None)[:2])
+                    for k in {k for r in g.runs for k in r.metrics if k[:2] == ("by cause", task)}
+                    if k[2] in complexity
+                ]
                 points = [(x, y, e) for x, y, e in points if not np.isnan(y)]
                 if not points:
                     continue
                 xs, ys, errors = np.array(points).T
-                drawn = ax.errorbar(xs, ys, yerr=errors, fmt="o", markersize=4, capsize=2, label=label)  # ± SD
+                drawn = ax.errorbar(
+                    xs, ys, yerr=errors, fmt="o", markersize=4, capsize=2, label=label
+                )  # ± SD
                 if len(set(xs)) > 1:
                     slope, intercept = np.polyfit(xs, ys, 1)  # least squares
                     grid = np.linspace(xs.min(), xs.max(), 20)
-                    ax.plot(grid, slope * grid + intercept, linewidth=1, color=drawn[0].get_color())  # its group's
+                    ax.plot(
+                        grid, slope * grid + intercept, linewidth=1, color=drawn[0].get_color()
+                    )  # its group's
             ax.set_xlabel("complexity (average legal provisions cited per cause)")
             ax.set_ylabel(name)
             ax.set_title(f"Figure 3: {name} by cause against complexity (± SD over runs)", fontsize=9)

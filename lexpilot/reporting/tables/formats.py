@@ -2,6 +2,7 @@
 row of averages (each keeping its numbers for the CSV), at the decimals `table.py` declares; and the names tables
 give the user conditions and plain response types (the LJP setups' are benchmark/records.py's LJP_SETUPS).
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -11,8 +12,11 @@ import numpy as np
 from lexpilot.benchmark.records import LJP_SETUPS
 from lexpilot.reporting.tables.table import METRIC, PERCENT, Figure
 
-USER_CONDITION_NAMES = (("standard", "Standard"), ("delayed", "Delayed Disclosure"), ("self-correction", "Self-Correction"))
-
+USER_CONDITION_NAMES = (
+    ("standard", "Standard"),
+    ("delayed", "Delayed Disclosure"),
+    ("self-correction", "Self-Correction"),
+)
 
 
 def metric_drawn(digits: int, draw) -> Callable[[int], str] | None:
@@ -22,8 +26,13 @@ def metric_drawn(digits: int, draw) -> Callable[[int], str] | None:
 
 def cell(stat: dict | None, digits: int = METRIC, ci: tuple[float, float] | None = None) -> Figure:
     """mean ± SD [interval] (k undefined), with its numbers kept for the CSV."""
-    numbers = {"mean": None, "SD": None, "low": ci[0] if ci else None, "high": ci[1] if ci else None,
-               "n": stat["n"] if stat else None}
+    numbers = {
+        "mean": None,
+        "SD": None,
+        "low": ci[0] if ci else None,
+        "high": ci[1] if ci else None,
+        "n": stat["n"] if stat else None,
+    }
     if stat is None:
         return Figure("n/a", numbers)
     if stat["mean"] is None:
@@ -37,6 +46,7 @@ def cell(stat: dict | None, digits: int = METRIC, ci: tuple[float, float] | None
         if ci is not None:
             text += f" [{ci[0]:.{d}f}, {ci[1]:.{d}f}]"
         return text + (f" ({stat['undefined']} undefined)" if stat["undefined"] else "")
+
     return Figure(draw(digits), numbers, metric_drawn(digits, draw))
 
 
@@ -51,8 +61,9 @@ def percent_cell(stat: dict | None, ci: tuple[float, float] | None = None) -> Fi
     return Figure(text, shown.numbers)
 
 
-def number_cell(value: float | None, digits: int, signed: bool = False, percent: bool = False,
-                key: str = "value") -> Figure:
+def number_cell(
+    value: float | None, digits: int, signed: bool = False, percent: bool = False, key: str = "value"
+) -> Figure:
     """One number: its text at `digits` decimals (signed, or in percent), the number whole for the CSV."""
     if value is None:
         return Figure("n/a", {key: None})
@@ -60,21 +71,33 @@ def number_cell(value: float | None, digits: int, signed: bool = False, percent:
 
     def draw(d: int) -> str:
         return f"{shown:{'+' if signed else ''}.{d}f}" + ("%" if percent else "")
+
     return Figure(draw(digits), {key: shown}, None if percent else metric_drawn(digits, draw))
 
 
 def parts_cell(parts: dict[str, float | None], digits: int | None = None) -> Figure:
     """Numbers that make one whole, "a / b / c" (shares of the stop reasons, counts per attempt), each its own column
     in the CSV; at `digits` decimals, or as short as they go (counts)."""
+
     def draw(d: int | None) -> str:
-        return "n/a" if None in parts.values() and d is not None else " / ".join(
-            "n/a" if v is None else f"{v:.{d}f}" if d is not None else f"{v:g}" for v in parts.values())
+        return (
+            "n/a"
+            if None in parts.values() and d is not None
+            else " / ".join(
+                "n/a" if v is None else f"{v:.{d}f}" if d is not None else f"{v:g}" for v in parts.values()
+            )
+        )
+
     return Figure(draw(digits), dict(parts), metric_drawn(digits, draw))
 
 
 def difference_cell(d: dict | None, digits: int = METRIC) -> Figure:
-    numbers = {"difference": d["difference"] if d else None, "low": d["ci"][0] if d and d["ci"] else None,
-               "high": d["ci"][1] if d and d["ci"] else None, "share below 0": d["below_zero"] if d else None}
+    numbers = {
+        "difference": d["difference"] if d else None,
+        "low": d["ci"][0] if d and d["ci"] else None,
+        "high": d["ci"][1] if d and d["ci"] else None,
+        "share below 0": d["below_zero"] if d else None,
+    }
     if d is None:
         return Figure("n/a", numbers)
 
@@ -83,6 +106,7 @@ def difference_cell(d: dict | None, digits: int = METRIC) -> Figure:
         if d["ci"] is not None:
             text += f" [{d['ci'][0]:+.{n}f}, {d['ci'][1]:+.{n}f}]"
         return text + (f", {100 * d['below_zero']:.{PERCENT}f}% < 0" if d["below_zero"] is not None else "")
+
     return Figure(draw(digits), numbers, metric_drawn(digits, draw))
 
 
@@ -91,7 +115,9 @@ def kappa_cell(kappa: float | None) -> Figure:
     return Figure("undefined", {"kappa": None}) if kappa is None else number_cell(kappa, METRIC, key="kappa")
 
 
-def interval_cell(interval: tuple[float, float] | None, signed: bool = False, undefined: str = "n/a") -> Figure:
+def interval_cell(
+    interval: tuple[float, float] | None, signed: bool = False, undefined: str = "n/a"
+) -> Figure:
     """[low, high] at its table's precision (signed for an interval of a difference)."""
     numbers = {"low": interval[0] if interval else None, "high": interval[1] if interval else None}
     if interval is None:
@@ -100,11 +126,16 @@ def interval_cell(interval: tuple[float, float] | None, signed: bool = False, un
 
     def draw(d: int) -> str:
         return f"[{interval[0]:{sign}.{d}f}, {interval[1]:{sign}.{d}f}]"
+
     return Figure(draw(METRIC), numbers, draw)
 
 
-PLAIN_TYPE_NAMES = {"deficiency_recognition": "Deficiency recognition", "conditional_advice": "Cond. generic advice",
-                    "unconditional_advice": "Uncond. generic advice", "premature_prediction": "Premature prediction"}
+PLAIN_TYPE_NAMES = {
+    "deficiency_recognition": "Deficiency recognition",
+    "conditional_advice": "Cond. generic advice",
+    "unconditional_advice": "Uncond. generic advice",
+    "premature_prediction": "Premature prediction",
+}
 
 
 def plain_tag(history_type: str, name: str) -> str:
@@ -118,10 +149,21 @@ def average_cell(stats: list[dict | None]) -> Figure:
     means = [s["mean"] for s in stats if s and s["mean"] is not None]
     cell = number_cell(float(np.mean(means)) if means else None, METRIC, key="mean")
     if not means or len(means) == len(stats):
-        return Figure(cell, {**cell.numbers, "models": len(means)}, cell.redraw and (lambda d: cell.redraw(d)))
-    return Figure(f"{cell} ({len(means)} of {len(stats)})", {**cell.numbers, "models": len(means)},
-                  cell.redraw and (lambda d: f"{cell.redraw(d)} ({len(means)} of {len(stats)})"))
+        return Figure(
+            cell, {**cell.numbers, "models": len(means)}, cell.redraw and (lambda d: cell.redraw(d))
+        )
+    return Figure(
+        f"{cell} ({len(means)} of {len(stats)})",
+        {**cell.numbers, "models": len(means)},
+        cell.redraw and (lambda d: f"{cell.redraw(d)} ({len(means)} of {len(stats)})"),
+    )
+
 
 # Table 11's columns and Table 14's LCA details, (name, (task, metric)): every comparison, ranking and judge table
-HEADLINE = (("LCA Macro-F1", ("LCA", "macro_f1")), ("LCA Acc_C", ("LCA", "acc_c")), ("LCA Acc_U", ("LCA", "acc_u")),
-            ("DCG Acc.", ("DCG", "accuracy")), *((f"{s.short} QWK", (s.task, "qwk")) for s in LJP_SETUPS))
+HEADLINE = (
+    ("LCA Macro-F1", ("LCA", "macro_f1")),
+    ("LCA Acc_C", ("LCA", "acc_c")),
+    ("LCA Acc_U", ("LCA", "acc_u")),
+    ("DCG Acc.", ("DCG", "accuracy")),
+    *((f"{s.short} QWK", (s.task, "qwk")) for s in LJP_SETUPS),
+)

@@ -2,6 +2,7 @@
 gain, paired setups, interaction behaviour, non-ideal users (Table 15) and a model comparison; `build_tables`
 gathers them with the later analyses' (analyses.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -40,19 +41,39 @@ from lexpilot.text import counted
 
 PAPER_BY_CLASS = {"interaction": " (Table 17)", "gold": " (Table 16)"}
 # (identity, title, metric, the task its cells link to)
-CLASS_TABLES = (("lca_by_class", "LCA Macro-F1 by class (Table 2, top)", ("LCA", "macro_f1"), "LCA"),
-                ("dcg_by_class", "DCG accuracy by class (Table 2, bottom)", ("DCG", "accuracy"), "DCG"),
-                *((f"ljp_{s.name}_by_class", f"LJP {s.title} QWK by class{PAPER_BY_CLASS.get(s.name, '')}",
-                   (s.task, "qwk"), s.name) for s in LJP_SETUPS))
-MAIN_COLUMN_TASKS = {"LCA Macro-F1": "LCA", "DCG Acc.": "DCG", **{f"{s.short} QWK": s.name for s in LJP_SETUPS}}
+CLASS_TABLES = (
+    ("lca_by_class", "LCA Macro-F1 by class (Table 2, top)", ("LCA", "macro_f1"), "LCA"),
+    ("dcg_by_class", "DCG accuracy by class (Table 2, bottom)", ("DCG", "accuracy"), "DCG"),
+    *(
+        (
+            f"ljp_{s.name}_by_class",
+            f"LJP {s.title} QWK by class{PAPER_BY_CLASS.get(s.name, '')}",
+            (s.task, "qwk"),
+            s.name,
+        )
+        for s in LJP_SETUPS
+    ),
+)
+MAIN_COLUMN_TASKS = {
+    "LCA Macro-F1": "LCA",
+    "DCG Acc.": "DCG",
+    **{f"{s.short} QWK": s.name for s in LJP_SETUPS},
+}
 SETUP_COLUMN_TASKS = {s.title: s.name for s in LJP_SETUPS}
 
 
-def build_tables(groups: list[Group], boot: Bootstrap | None = None, complexity: dict | None = None) -> list[Table]:
+def build_tables(
+    groups: list[Group], boot: Bootstrap | None = None, complexity: dict | None = None
+) -> list[Table]:
     """The paper's tables over the standard-user groups; with `boot`, a 95% interval in every metric cell."""
-    tables = [Table("runs", "Runs", ["Model", "Runs", "Run ids", "Differs from #1 in"],
-                    [[g.label, str(len(g.runs)), ", ".join(g.run_ids), ", ".join(g.differs) or "-"]
-                     for g in groups])]
+    tables = [
+        Table(
+            "runs",
+            "Runs",
+            ["Model", "Runs", "Run ids", "Differs from #1 in"],
+            [[g.label, str(len(g.runs)), ", ".join(g.run_ids), ", ".join(g.differs) or "-"] for g in groups],
+        )
+    ]
     non_ideal = non_ideal_table(groups, boot)
     behaviour = behaviour_tables(groups)
     groups_all = groups
@@ -63,9 +84,17 @@ def build_tables(groups: list[Group], boot: Bootstrap | None = None, complexity:
     if boot:
         tables.append(paired_setups_table(groups, labels, boot))
     faults = fault_table(groups_all)
-    return (tables + behaviour + ([non_ideal] if non_ideal else []) + ([faults] if faults else [])
-            + table_4(groups, boot) + figure_4_tables(groups) + figure_3_tables(groups, complexity)
-            + plain_tables(groups, boot) + audit_tables(groups_all, boot))
+    return (
+        tables
+        + behaviour
+        + ([non_ideal] if non_ideal else [])
+        + ([faults] if faults else [])
+        + table_4(groups, boot)
+        + figure_4_tables(groups)
+        + figure_3_tables(groups, complexity)
+        + plain_tables(groups, boot)
+        + audit_tables(groups_all, boot)
+    )
 
 
 def _results_tables(groups: list[Group], labels: list[str], boot: Bootstrap | None) -> list[Table]:
@@ -76,33 +105,70 @@ def _results_tables(groups: list[Group], labels: list[str], boot: Bootstrap | No
     def value(g: Group, key: tuple) -> str:
         return cell(g.stat(key), METRIC, boot.interval(g, key) if boot and key[0] in TASKS else None)
 
-    tables = [Table("main", f"Main results (Table 11): mean ± SD over runs{suffix}",
-                    ["Model", *MAIN_COLUMN_TASKS],
-                    [[label, value(g, ("LCA", "macro_f1", OVERALL)), value(g, ("DCG", "accuracy", OVERALL))]
-                     + [value(g, (s.task, "qwk", OVERALL)) for s in LJP_SETUPS]
-                     for label, g in zip(labels, groups)], column_tasks=MAIN_COLUMN_TASKS),
-              Table("lca_detail", f"LCA detail (Table 14){suffix}", ["Model", "Macro-F1", "Acc_C", "Acc_U"],
-                    [[label] + [value(g, ("LCA", m, OVERALL)) for m in ("macro_f1", "acc_c", "acc_u")]
-                     for label, g in zip(labels, groups)], task="LCA")]
+    tables = [
+        Table(
+            "main",
+            f"Main results (Table 11): mean ± SD over runs{suffix}",
+            ["Model", *MAIN_COLUMN_TASKS],
+            [
+                [label, value(g, ("LCA", "macro_f1", OVERALL)), value(g, ("DCG", "accuracy", OVERALL))]
+                + [value(g, (s.task, "qwk", OVERALL)) for s in LJP_SETUPS]
+                for label, g in zip(labels, groups)
+            ],
+            column_tasks=MAIN_COLUMN_TASKS,
+        ),
+        Table(
+            "lca_detail",
+            f"LCA detail (Table 14){suffix}",
+            ["Model", "Macro-F1", "Acc_C", "Acc_U"],
+            [
+                [label] + [value(g, ("LCA", m, OVERALL)) for m in ("macro_f1", "acc_c", "acc_u")]
+                for label, g in zip(labels, groups)
+            ],
+            task="LCA",
+        ),
+    ]
     for table_id, title, key, task in CLASS_TABLES:
-        tables.append(Table(table_id, title + suffix, ["Model"] + classes,
-                            [[label] + [value(g, (*key, c)) for c in classes]
-                             for label, g in zip(labels, groups)], task=task))
-    tables.append(Table("ljp_accuracy", f"LJP accuracy{suffix}", ["Model", *SETUP_COLUMN_TASKS],
-                        [[label] + [value(g, (s.task, "accuracy", OVERALL)) for s in LJP_SETUPS]
-                         for label, g in zip(labels, groups)], column_tasks=SETUP_COLUMN_TASKS))
+        tables.append(
+            Table(
+                table_id,
+                title + suffix,
+                ["Model"] + classes,
+                [[label] + [value(g, (*key, c)) for c in classes] for label, g in zip(labels, groups)],
+                task=task,
+            )
+        )
+    tables.append(
+        Table(
+            "ljp_accuracy",
+            f"LJP accuracy{suffix}",
+            ["Model", *SETUP_COLUMN_TASKS],
+            [
+                [label] + [value(g, (s.task, "accuracy", OVERALL)) for s in LJP_SETUPS]
+                for label, g in zip(labels, groups)
+            ],
+            column_tasks=SETUP_COLUMN_TASKS,
+        )
+    )
     return tables
 
 
 def paired_setups_table(groups: list[Group], labels: list[str], boot: Bootstrap) -> Table:
     qwk = lambda g, setup: (g, (SETUP[setup].task, "qwk", OVERALL))  # noqa: E731
-    return Table("paired_setups", "Paired QWK differences on the same cases: difference of means [95% bootstrap interval], "
-                 "share of resamples below zero", ["Model", "Interaction − Direct", "Gold − Interaction"],
-                 [[label, difference_cell(paired_difference(boot, qwk(g, "interaction"), qwk(g, "direct"))),
-                   difference_cell(paired_difference(boot, qwk(g, "gold"), qwk(g, "interaction")))]
-                  for label, g in zip(labels, groups)])
-
-
+    return Table(
+        "paired_setups",
+        "Paired QWK differences on the same cases: difference of means [95% bootstrap interval], "
+        "share of resamples below zero",
+        ["Model", "Interaction − Direct", "Gold − Interaction"],
+        [
+            [
+                label,
+                difference_cell(paired_difference(boot, qwk(g, "interaction"), qwk(g, "direct"))),
+                difference_cell(paired_difference(boot, qwk(g, "gold"), qwk(g, "interaction"))),
+            ]
+            for label, g in zip(labels, groups)
+        ],
+    )
 
 
 def comparison_table(a: Group, b: Group, boot: Bootstrap) -> Table:
@@ -110,10 +176,21 @@ def comparison_table(a: Group, b: Group, boot: Bootstrap) -> Table:
     rows = []
     for name, (task, metric) in HEADLINE:
         key = (task, metric, OVERALL)
-        rows.append([name, cell(a.stat(key)), cell(b.stat(key)),
-                     difference_cell(paired_difference(boot, (a, key), (b, key)))])
-    return Table("comparison", f"{a.model} − {b.model}: difference of means [95% bootstrap interval over cases], "
-                 "share of resamples below zero", ["Metric", a.model, b.model, "Difference"], rows)
+        rows.append(
+            [
+                name,
+                cell(a.stat(key)),
+                cell(b.stat(key)),
+                difference_cell(paired_difference(boot, (a, key), (b, key))),
+            ]
+        )
+    return Table(
+        "comparison",
+        f"{a.model} − {b.model}: difference of means [95% bootstrap interval over cases], "
+        "share of resamples below zero",
+        ["Metric", a.model, b.model, "Difference"],
+        rows,
+    )
 
 
 STOP_HEADERS = ("Judged in round 1 (premature)", "Round 2", "Round 3", "Budget (forced)")
@@ -124,7 +201,8 @@ STOP_LINKS = {header: {"tag": STOP_TAGS[c]} for header, c in zip(STOP_HEADERS, S
 # (identity, title, behaviour metric, digits) of the per-class behaviour tables
 BEHAVIOUR_BY_CLASS = (
     ("questions_by_class", "Questions before a prediction by class", "questions", AVERAGE),
-    ("premature_by_class", "Premature predictions (judged in round 1) by class", "round 1", METRIC))
+    ("premature_by_class", "Premature predictions (judged in round 1) by class", "round 1", METRIC),
+)
 
 
 def behaviour_tables(groups: list[Group]) -> list[Table]:
@@ -141,37 +219,65 @@ def behaviour_tables(groups: list[Group]) -> list[Table]:
 
 def _stop_tables(groups: list[Group], labels: list[str]) -> list[Table]:
     """Questions asked and the shares of stop reasons per model; the Interaction-Based QWK per stop reason."""
-    return [Table("behaviour", "Interaction behaviour: mean questions before a prediction and share of stop "
-                  "reasons, mean ± SD over runs",
-                  ["Model", "Questions", *STOP_HEADERS],
-                  [[label, cell(g.stat(("behaviour", "questions", OVERALL)), AVERAGE)]
-                   + [cell(g.stat(("behaviour", c, OVERALL))) for c in STOP_CATEGORIES]
-                   for label, g in zip(labels, groups)], column_query=STOP_LINKS),
-            Table("qwk_by_stop", "Interaction-Based QWK by stop reason, mean ± SD over runs",
-                  ["Model", *STOP_HEADERS],
-                  [[label] + [cell(g.stat(("LJP_interaction_by_stop", "qwk", c))) for c in STOP_CATEGORIES]
-                   for label, g in zip(labels, groups)], column_query=STOP_LINKS)]
+    return [
+        Table(
+            "behaviour",
+            "Interaction behaviour: mean questions before a prediction and share of stop "
+            "reasons, mean ± SD over runs",
+            ["Model", "Questions", *STOP_HEADERS],
+            [
+                [label, cell(g.stat(("behaviour", "questions", OVERALL)), AVERAGE)]
+                + [cell(g.stat(("behaviour", c, OVERALL))) for c in STOP_CATEGORIES]
+                for label, g in zip(labels, groups)
+            ],
+            column_query=STOP_LINKS,
+        ),
+        Table(
+            "qwk_by_stop",
+            "Interaction-Based QWK by stop reason, mean ± SD over runs",
+            ["Model", *STOP_HEADERS],
+            [
+                [label] + [cell(g.stat(("LJP_interaction_by_stop", "qwk", c))) for c in STOP_CATEGORIES]
+                for label, g in zip(labels, groups)
+            ],
+            column_query=STOP_LINKS,
+        ),
+    ]
 
 
 def _behaviour_class_tables(groups: list[Group], labels: list[str]) -> list[Table]:
     """Questions, premature predictions and the stop reasons per cause-of-action class."""
     classes = classes_present(groups) + [OVERALL]
-    tables = [Table(table_id, title, ["Model"] + classes,
-                    [[label] + [cell(g.stat(("behaviour", metric, c)), digits) for c in classes]
-                     for label, g in zip(labels, groups)],
-                    query={"tag": STOP_TAGS[metric]} if metric in STOP_TAGS else {})
-              for table_id, title, metric, digits in BEHAVIOUR_BY_CLASS]
-    tables.append(Table("stop_by_class", "Stop reasons by class: judged in round 1 / 2 / 3 / budget, share "
-                        "(mean over runs)", ["Model"] + classes,
-                        [[label] + [_stop_shares(g, c) for c in classes]
-                         for label, g in zip(labels, groups)]))
+    tables = [
+        Table(
+            table_id,
+            title,
+            ["Model"] + classes,
+            [
+                [label] + [cell(g.stat(("behaviour", metric, c)), digits) for c in classes]
+                for label, g in zip(labels, groups)
+            ],
+            query={"tag": STOP_TAGS[metric]} if metric in STOP_TAGS else {},
+        )
+        for table_id, title, metric, digits in BEHAVIOUR_BY_CLASS
+    ]
+    tables.append(
+        Table(
+            "stop_by_class",
+            "Stop reasons by class: judged in round 1 / 2 / 3 / budget, share (mean over runs)",
+            ["Model"] + classes,
+            [[label] + [_stop_shares(g, c) for c in classes] for label, g in zip(labels, groups)],
+        )
+    )
     return tables
 
 
 def _stop_shares(g: Group, cls: str) -> Figure:
     """The shares of the four stop reasons in one class, in one cell."""
-    return parts_cell({category: (g.stat(("behaviour", category, cls)) or {}).get("mean")
-                       for category in STOP_CATEGORIES}, METRIC)
+    return parts_cell(
+        {category: (g.stat(("behaviour", category, cls)) or {}).get("mean") for category in STOP_CATEGORIES},
+        METRIC,
+    )
 
 
 def paired_settings(group: Group, prompts: set[str] | None = None) -> str:
@@ -182,9 +288,13 @@ def paired_settings(group: Group, prompts: set[str] | None = None) -> str:
     # the code hash apart, as the rankings compare (a comment added to a module does not change the protocol)
     settings = manifest.compared_settings(leave_out=("user_condition", *NOT_COMPARED))
     condition_files = {PROMPT_FILES[name] for names in CONDITION_PROMPTS.values() for name in names}
-    settings["prompt_hash"] = on_prompts(settings.get("prompt_hash"), prompts)  # a file added since is no difference
+    settings["prompt_hash"] = on_prompts(
+        settings.get("prompt_hash"), prompts
+    )  # a file added since is no difference
     if isinstance(settings["prompt_hash"], dict):
-        settings["prompt_hash"] = {f: h for f, h in settings["prompt_hash"].items() if f not in condition_files}
+        settings["prompt_hash"] = {
+            f: h for f, h in settings["prompt_hash"].items() if f not in condition_files
+        }
     return json.dumps(settings, sort_keys=True, ensure_ascii=False)
 
 
@@ -196,27 +306,49 @@ def non_ideal_table(groups: list[Group], boot: Bootstrap | None = None) -> Table
         return None
     key = ("LJP_interaction", "qwk", OVERALL)
     non_standard = [(c, name) for c, name in USER_CONDITION_NAMES if c != "standard"]
-    table = Table("non_ideal", "Non-ideal users (Table 15): Interaction-Based LJP QWK, mean ± SD over runs"
-                  + (", [95% bootstrap interval over cases]; differences paired on the same cases" if boot else ""),
-                  ["Model"] + [name for _, name in USER_CONDITION_NAMES]
-                  + ([f"{name} − Standard" for _, name in non_standard] if boot else []), [], task="interaction")
+    table = Table(
+        "non_ideal",
+        "Non-ideal users (Table 15): Interaction-Based LJP QWK, mean ± SD over runs"
+        + (", [95% bootstrap interval over cases]; differences paired on the same cases" if boot else ""),
+        ["Model"]
+        + [name for _, name in USER_CONDITION_NAMES]
+        + ([f"{name} − Standard" for _, name in non_standard] if boot else []),
+        [],
+        task="interaction",
+    )
     for (model, others), by_condition in rows.items():
         same_model = [k for k in rows if k[0] == model]
-        standard = by_condition.get("standard")  # the row's name: its standard-user group's, as every table names it
-        label = model if len(same_model) == 1 else standard.label if standard else \
-            f"{model} #{same_model.index((model, others)) + 1}"
+        standard = by_condition.get(
+            "standard"
+        )  # the row's name: its standard-user group's, as every table names it
+        label = (
+            model
+            if len(same_model) == 1
+            else standard.label
+            if standard
+            else f"{model} #{same_model.index((model, others)) + 1}"
+        )
         if len({r.manifest.code_hash for g in by_condition.values() for r in g.runs}) > 1:
             label += " (its conditions' runs differ in code)"
-        row = [label] + [cell(by_condition[c].stat(key), METRIC, boot.interval(by_condition[c], key) if boot else None)
-                         if c in by_condition else "n/a" for c, _ in USER_CONDITION_NAMES]
+        row = [label] + [
+            cell(by_condition[c].stat(key), METRIC, boot.interval(by_condition[c], key) if boot else None)
+            if c in by_condition
+            else "n/a"
+            for c, _ in USER_CONDITION_NAMES
+        ]
         if boot:
             standard = by_condition.get("standard")
-            row += [difference_cell(paired_difference(boot, (by_condition[c], key), (standard, key)))
-                    if standard and c in by_condition else "n/a" for c, _ in non_standard]
+            row += [
+                difference_cell(paired_difference(boot, (by_condition[c], key), (standard, key)))
+                if standard and c in by_condition
+                else "n/a"
+                for c, _ in non_standard
+            ]
         table.rows.append(row)
         # a condition's cell opens its own runs (a delayed user's), not the row's standard ones
-        table.cell_queries.append({name: {"group": by_condition[c].label} for c, name in USER_CONDITION_NAMES
-                                   if c in by_condition})
+        table.cell_queries.append(
+            {name: {"group": by_condition[c].label} for c, name in USER_CONDITION_NAMES if c in by_condition}
+        )
     return table
 
 
@@ -229,8 +361,9 @@ def _conditions_paired(groups: list[Group]) -> dict[tuple, dict[str, Group]]:
         by_condition = rows.setdefault((g.model, paired_settings(g, prompts)), {})
         first = by_condition.setdefault(g.condition, g)
         if first is not g:  # runs of one condition apart only in their code: one cell over all of them
-            by_condition[g.condition] = Group(first.model, first.settings, first.runs + g.runs, first.differs,
-                                              first.label)
+            by_condition[g.condition] = Group(
+                first.model, first.settings, first.runs + g.runs, first.differs, first.label
+            )
     return {key: by_condition for key, by_condition in rows.items() if set(by_condition) - {"standard"}}
 
 
@@ -240,11 +373,17 @@ def fault_table(groups: list[Group]) -> Table | None:
     groups = [g for g in groups if g.condition != "standard" and g.stat(("faults", "disrupted", OVERALL))]
     if not groups:
         return None
-    return Table("non_ideal_faults", "Non-ideal users: disrupted interactions and the self-correcting user's faults, mean over runs",
-                 ["Model", "Condition", "Disrupted", "Incomplete", "Wrong"],
-                 [[g.label, g.condition] + [cell(g.stat(("faults", m, OVERALL)))
-                                                            for m in ("disrupted", "incomplete", "wrong")]
-                  for g in groups], task="interaction")
+    return Table(
+        "non_ideal_faults",
+        "Non-ideal users: disrupted interactions and the self-correcting user's faults, mean over runs",
+        ["Model", "Condition", "Disrupted", "Incomplete", "Wrong"],
+        [
+            [g.label, g.condition]
+            + [cell(g.stat(("faults", m, OVERALL))) for m in ("disrupted", "incomplete", "wrong")]
+            for g in groups
+        ],
+        task="interaction",
+    )
 
 
 def interaction_gain_table(groups: list[Group], labels: list[str]) -> Table:
@@ -252,18 +391,44 @@ def interaction_gain_table(groups: list[Group], labels: list[str]) -> Table:
     rows, gains, changes = [], [], []
     for label, g in zip(labels, groups):
         means = {s.name: (g.stat((s.task, "qwk", OVERALL)) or {}).get("mean") for s in LJP_SETUPS}
-        gain = means["interaction"] - means["direct"] if None not in (means["interaction"], means["direct"]) else None
+        gain = (
+            means["interaction"] - means["direct"]
+            if None not in (means["interaction"], means["direct"])
+            else None
+        )
         # relative to Gold only where Gold is above 0: a ratio to a QWK at or below chance reads as nonsense
-        change = (means["interaction"] - means["gold"]) / means["gold"] \
-            if None not in (means["interaction"], means["gold"]) and means["gold"] > 0 else None
+        change = (
+            (means["interaction"] - means["gold"]) / means["gold"]
+            if None not in (means["interaction"], means["gold"]) and means["gold"] > 0
+            else None
+        )
         copy = g.rejudged  # a re-judged copy is no further model in the average
         gains += [gain] if gain is not None and not copy else []
         changes += [change] if change is not None and not copy else []
-        rows.append([label, number_cell(gain, METRIC, signed=True),
-                     number_cell(change, RELATIVE, signed=True, percent=True)])
-    over = counted(len(gains), "model") if len(gains) == len(changes) else f"{len(gains)} / {len(changes)} models"
-    rows.append([f"Average over {over}", number_cell(float(np.mean(gains)) if gains else None, METRIC, signed=True),
-                 # at the model rows' decimals: the paper's headline is this average, "23.84%" (Section 6.4)
-                 number_cell(float(np.mean(changes)) if changes else None, RELATIVE, signed=True, percent=True)])
-    return Table("interaction_gain", "Interaction-Based against Direct and Gold-Standard (QWK)",
-                 ["Model", "Interaction − Direct", "Interaction vs Gold (relative)"], rows, task="interaction")
+        rows.append(
+            [
+                label,
+                number_cell(gain, METRIC, signed=True),
+                number_cell(change, RELATIVE, signed=True, percent=True),
+            ]
+        )
+    over = (
+        counted(len(gains), "model")
+        if len(gains) == len(changes)
+        else f"{len(gains)} / {len(changes)} models"
+    )
+    rows.append(
+        [
+            f"Average over {over}",
+            number_cell(float(np.mean(gains)) if gains else None, METRIC, signed=True),
+            # at the model rows' decimals: the paper's headline is this average, "23.84%" (Section 6.4)
+            number_cell(float(np.mean(changes)) if changes else None, RELATIVE, signed=True, percent=True),
+        ]
+    )
+    return Table(
+        "interaction_gain",
+        "Interaction-Based against Direct and Gold-Standard (QWK)",
+        ["Model", "Interaction − Direct", "Interaction vs Gold (relative)"],
+        rows,
+        task="interaction",
+    )

@@ -1,5 +1,6 @@
 """The grid quote's tables as a person reads them: counts with thousands separators, money at the decimals its
 smallest amount needs; every number whole in the CSV."""
+
 from __future__ import annotations
 
 import math
@@ -26,21 +27,28 @@ def quote_cell(value, digits: int):
     if isinstance(value, int):
         return Figure(f"{value:,}", {"value": value})
     # an amount too small for the most decimals shown is not drawn as nothing
-    shown = f"<{10 ** -digits:.{digits}f}" if 0 < value < 0.5 * 10 ** -digits else f"{value:.{digits}f}"
+    shown = f"<{10**-digits:.{digits}f}" if 0 < value < 0.5 * 10**-digits else f"{value:.{digits}f}"
     return Figure(shown, {"value": value})
 
 
 def drawn_quote(tables: list[tuple]) -> list[Table]:
     """(id, title, headers, rows of numbers) -> Tables, every amount at one precision."""
     digits = money_decimals(tables)
-    return [Table(id_, title, headers, [[quote_cell(c, digits) for c in r] for r in rows])
-            for id_, title, headers, rows in tables]
+    return [
+        Table(id_, title, headers, [[quote_cell(c, digits) for c in r] for r in rows])
+        for id_, title, headers, rows in tables
+    ]
 
 
 def quote_text(quoted: list[tuple], notes: list[str], fmt: str, width: int) -> str:
     """The quote as quote_grid.py and run_grid.py --dry-run print it: its tables, then its notes (the text wraps
     each note), in one of the report's formats."""
     from lexpilot.reporting.tables.renderings import RENDERINGS, render_text
-    tables = drawn_quote([*quoted, ("grid_quote_notes", "Time, and what the quote leaves out", ["Note"],
-                                    [[note] for note in notes])])
+
+    tables = drawn_quote(
+        [
+            *quoted,
+            ("grid_quote_notes", "Time, and what the quote leaves out", ["Note"], [[note] for note in notes]),
+        ]
+    )
     return render_text(tables, width or 10**9) if fmt == "text" else RENDERINGS[fmt](tables)

@@ -1,5 +1,5 @@
-"""The renderings of tables for people: text, Markdown, LaTeX and CSV.
-"""
+"""The renderings of tables for people: text, Markdown, LaTeX and CSV."""
+
 from __future__ import annotations
 
 import csv
@@ -23,7 +23,9 @@ TEXT_WIDTH = 120  # a text table wider than this is cut into column blocks, each
 
 def display_width(text: str) -> int:
     """The terminal cells a text takes: a wide (CJK) character two, a combining mark none."""
-    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+    return sum(
+        0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text
+    )
 
 
 def wrap(text: str, limit: int, indent: str = "") -> list[str]:
@@ -54,7 +56,7 @@ def key_columns(t: Table) -> list[int]:
     while texts < len(t.headers) - 1 and not any(isinstance(r[texts], Figure) for r in t.rows):
         texts += 1
     keys = [0]
-    apart = (lambda columns: len({tuple(r[i] for i in columns) for r in t.rows}))  # noqa: E731
+    apart = lambda columns: len({tuple(r[i] for i in columns) for r in t.rows})  # noqa: E731
     for i in range(1, texts):
         if apart(keys) == len(t.rows):
             break
@@ -71,7 +73,7 @@ def column_blocks(widths: list[int], limit: int, keys: list[int] = (0,)) -> list
     columns = [i for i in range(len(widths)) if i not in keys]
     if not columns:
         return [[]]
-    fits = (lambda a, b: b - a == 1 or base + sum(2 + widths[c] for c in columns[a:b]) <= limit)  # noqa: E731
+    fits = lambda a, b: b - a == 1 or base + sum(2 + widths[c] for c in columns[a:b]) <= limit  # noqa: E731
     count, start = 0, 0
     while start < len(columns):  # greedy: the fewest blocks
         end = start + 1
@@ -89,7 +91,7 @@ def column_blocks(widths: list[int], limit: int, keys: list[int] = (0,)) -> list
                     best[j][i], cut[j][i] = min(best[j - 1][a], i - a), a
     blocks, i = [], len(columns)
     for j in range(count, 0, -1):
-        blocks.insert(0, columns[cut[j][i]:i])
+        blocks.insert(0, columns[cut[j][i] : i])
         i = cut[j][i]
     return blocks
 
@@ -100,8 +102,9 @@ def render_text(tables: list[Table], limit: int = TEXT_WIDTH, decimals: int | No
     out = []
     for t in (t.at(decimals) for t in tables):
         if len(t.headers) == 1:  # a table of notes: each note in lines of the width, not one line past it
-            t = dataclasses.replace(t, rows=[[line] for r in t.rows for line in
-                                             wrap(r[0], limit, "  ") or [""]])
+            t = dataclasses.replace(
+                t, rows=[[line] for r in t.rows for line in wrap(r[0], limit, "  ") or [""]]
+            )
         widths = [max(display_width(r[i]) for r in [t.headers] + t.rows) for i in range(len(t.headers))]
         keys = key_columns(t)
         blocks = column_blocks(widths, limit, keys)
@@ -121,25 +124,53 @@ def render_markdown(tables: list[Table], decimals: int | None = None) -> str:
     for t in (t.at(decimals) for t in tables):
         # no HTML, no column break: a backslash is escaped first, so that `\|` in a model id stays in its cell
         esc = lambda c: html.escape(c, quote=False).replace("\\", "\\\\").replace("|", "\\|")  # noqa: E731
-        out += [f"### {t.title}", "", "| " + " | ".join(map(esc, t.headers)) + " |",
-                "|" + "|".join("---" for _ in t.headers) + "|"]
+        out += [
+            f"### {t.title}",
+            "",
+            "| " + " | ".join(map(esc, t.headers)) + " |",
+            "|" + "|".join("---" for _ in t.headers) + "|",
+        ]
         out += ["| " + " | ".join(map(esc, r)) + " |" for r in t.rows] + [""]
     return "\n".join(out)
 
 
-LATEX = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "&": r"\&", "%": r"\%", "#": r"\#", "_": r"\_",
-         "$": r"\$", "^": r"\^{}", "~": r"\~{}", "±": r"$\pm$", "−": "--", "≥": r"$\geq$", "≤": r"$\leq$",
-         "<": r"\textless{}", ">": r"\textgreater{}", "α": r"$\alpha$", "κ": r"$\kappa$", "→": r"$\to$"}
+LATEX = {
+    "\\": r"\textbackslash{}",
+    "{": r"\{",
+    "}": r"\}",
+    "&": r"\&",
+    "%": r"\%",
+    "#": r"\#",
+    "_": r"\_",
+    "$": r"\$",
+    "^": r"\^{}",
+    "~": r"\~{}",
+    "±": r"$\pm$",
+    "−": "--",
+    "≥": r"$\geq$",
+    "≤": r"$\leq$",
+    "<": r"\textless{}",
+    ">": r"\textgreater{}",
+    "α": r"$\alpha$",
+    "κ": r"$\kappa$",
+    "→": r"$\to$",
+}
 LATEX_SPECIAL = re.compile("|".join(map(re.escape, LATEX)))
 
 
 def render_latex(tables: list[Table], decimals: int | None = None) -> str:
     def esc(text: str) -> str:  # one pass, so that no replacement is escaped again
         return LATEX_SPECIAL.sub(lambda m: LATEX[m.group(0)], text)
+
     out = []
     for t in (t.at(decimals) for t in tables):
-        out += [f"% {esc(t.title)}", r"\begin{tabular}{l" + "c" * (len(t.headers) - 1) + "}", r"\toprule",
-                " & ".join(map(esc, t.headers)) + r" \\", r"\midrule"]
+        out += [
+            f"% {esc(t.title)}",
+            r"\begin{tabular}{l" + "c" * (len(t.headers) - 1) + "}",
+            r"\toprule",
+            " & ".join(map(esc, t.headers)) + r" \\",
+            r"\midrule",
+        ]
         out += [" & ".join(map(esc, r)) + r" \\" for r in t.rows] + [r"\bottomrule", r"\end{tabular}", ""]
     return "\n".join(out)
 
@@ -162,7 +193,9 @@ def csv_value(value) -> str:
     if value is None:
         return ""
     value = value.item() if hasattr(value, "item") else value  # a numpy scalar, as the plain number it holds
-    return repr(value) if isinstance(value, float) else str(value)  # every digit: a spreadsheet computes on it
+    return (
+        repr(value) if isinstance(value, float) else str(value)
+    )  # every digit: a spreadsheet computes on it
 
 
 def render_csv(tables: list[Table], decimals: int | None = None) -> str:
@@ -173,18 +206,27 @@ def render_csv(tables: list[Table], decimals: int | None = None) -> str:
     layouts = [csv_columns(t) for t in tables]
     writer.writerow(["table", "row"] + [f"col{i}" for i in range(1, max(len(c) for c in layouts) + 1)])
     for t, columns in zip(tables, layouts):
-        writer.writerow(map(spreadsheet_safe, [t.title, "header"] + [t.headers[i] + (f" {k}" if k else "")
-                                                                       for i, k in columns]))
+        writer.writerow(
+            map(
+                spreadsheet_safe,
+                [t.title, "header"] + [t.headers[i] + (f" {k}" if k else "") for i, k in columns],
+            )
+        )
         for r in t.rows:
-            cells = [csv_value(r[i].numbers.get(k)) if k and isinstance(r[i], Figure) else
-                     r[i] if not k or k == first_key(columns, i) else "" for i, k in columns]  # text in a number
+            cells = [
+                csv_value(r[i].numbers.get(k))
+                if k and isinstance(r[i], Figure)
+                else r[i]
+                if not k or k == first_key(columns, i)
+                else ""
+                for i, k in columns
+            ]  # text in a number
             # column (an "Average" row's cell) is kept, in the column's first place
             writer.writerow(map(spreadsheet_safe, [t.title, r[0]] + cells))
     return buffer.getvalue()
 
 
 RENDERINGS = {"text": render_text, "markdown": render_markdown, "csv": render_csv, "latex": render_latex}
-
 
 
 # Issue 35 item 13: "use one style for JSON metric keys". Every key of the JSON that names what was measured (a
@@ -201,7 +243,7 @@ def json_key(name: str) -> str:
     `off_target 1` → `off_target_1`, `SD` → `sd`, `Cond. generic advice` → `cond_generic_advice`."""
     for old, new in JSON_KEY_PREFIXES:
         if name.startswith(old):
-            name = f"{new}_{name[len(old):]}"
+            name = f"{new}_{name[len(old) :]}"
             break
     return re.sub(r"[\W_]+", "_", name.lower()).strip("_")  # letters and digits of any script kept
 
@@ -212,8 +254,10 @@ def json_keyed(items) -> dict:
     for name, value in items:
         key = json_key(str(name))
         if key in out:  # a harness bug, said in a line: a merged number would be a wrong one
-            raise HarnessError(f"--format json: two metric names would share the key {key!r} ({name!r} and one "
-                               "before it); report this, and use --format csv meanwhile")
+            raise HarnessError(
+                f"--format json: two metric names would share the key {key!r} ({name!r} and one "
+                "before it); report this, and use --format csv meanwhile"
+            )
         out[key] = value
     return out
 
@@ -232,28 +276,58 @@ def json_metrics(g: Group, boot: Bootstrap | None) -> dict:
     for key in sorted({k for r in g.runs for k in r.metrics}, key=str):
         task, metric, cls = key
         stat = g.stat(key)
-        entry = {"per_run": dict(zip([r.run_id for r in g.runs if key in r.metrics], stat["runs"])),
-                 "mean": stat["mean"], "sd": stat["sd"], "undefined_runs": stat["undefined"]}
+        entry = {
+            "per_run": dict(zip([r.run_id for r in g.runs if key in r.metrics], stat["runs"])),
+            "mean": stat["mean"],
+            "sd": stat["sd"],
+            "undefined_runs": stat["undefined"],
+        }
         if boot and task in TASKS:
             entry["ci95"] = boot.interval(g, key)
         metrics.setdefault(task, {}).setdefault(metric, {})[cls] = entry
-    return json_keyed((task, json_keyed((metric, json_keyed(per_cls.items())) for metric, per_cls in by_metric.items()))
-                      for task, by_metric in metrics.items())
+    return json_keyed(
+        (task, json_keyed((metric, json_keyed(per_cls.items())) for metric, per_cls in by_metric.items()))
+        for task, by_metric in metrics.items()
+    )
 
 
-def render_json(groups: list[Group], boot: Bootstrap | None = None, usage: bool = False,
-                tables: list[Table] | None = None) -> str:
+def render_json(
+    groups: list[Group], boot: Bootstrap | None = None, usage: bool = False, tables: list[Table] | None = None
+) -> str:
     data = []
     for g in groups:
-        group = {"model": g.model, "user_condition": g.condition, "run_ids": g.run_ids,
-                 "differs_from_first_group": g.differs,
-                 "settings": dict(zip(COMPARED_MANIFEST_FIELDS, map(json.loads, g.settings))),
-                 "problems": {r.run_id: r.problems for r in g.runs if r.problems}, "metrics": json_metrics(g, boot)}
+        group = {
+            "model": g.model,
+            "user_condition": g.condition,
+            "run_ids": g.run_ids,
+            "differs_from_first_group": g.differs,
+            "settings": dict(zip(COMPARED_MANIFEST_FIELDS, map(json.loads, g.settings))),
+            "problems": {r.run_id: r.problems for r in g.runs if r.problems},
+            "metrics": json_metrics(g, boot),
+        }
         if usage:  # the records' own usage fields, and the calls in flight when a stage stopped, per role
-            group["usage"] = {r.run_id: {stage: {role: dict(u) for role, u in roles.items()}
-                                         for stage, roles in r.usage.items()} for r in g.runs}
+            group["usage"] = {
+                r.run_id: {
+                    stage: {role: dict(u) for role, u in roles.items()} for stage, roles in r.usage.items()
+                }
+                for r in g.runs
+            }
             group["unanswered_calls"] = {r.run_id: dict(r.unanswered) for r in g.runs}
         data.append(group)
-    extra = {"tables": [{"id": t.id, **({"part": t.part} if t.part else {}), "title": t.title, "headers": t.headers,
-                         "rows": [[json_cell(c) for c in r] for r in t.at().rows]} for t in tables]} if tables else {}
+    extra = (
+        {
+            "tables": [
+                {
+                    "id": t.id,
+                    **({"part": t.part} if t.part else {}),
+                    "title": t.title,
+                    "headers": t.headers,
+                    "rows": [[json_cell(c) for c in r] for r in t.at().rows],
+                }
+                for t in tables
+            ]
+        }
+        if tables
+        else {}
+    )
     return json.dumps({"json_format": JSON_FORMAT, "groups": data, **extra}, ensure_ascii=False, indent=1)

@@ -1,5 +1,6 @@
 """What a table is, for every rendering and the viewer: an identity that stays when its title is reworded, the
 title, headers and rows, and which task's cases its cells are about (the viewer links each cell to them)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,39 +20,66 @@ RELATIVE = 2  # a relative change, as the paper quotes it (Interaction-Based 23.
 # at 2 (docs/results.md lists them).
 PAPER_TABLES: dict[str, tuple[str, int]] = {
     "runs": ("the harness's", METRIC),
-    "main": ("Table 11", 3), "comparison": ("nearest: Table 11", 3),
+    "main": ("Table 11", 3),
+    "comparison": ("nearest: Table 11", 3),
     "lca_detail": ("Table 14", 4),
-    "lca_by_class": ("Table 2", 4), "dcg_by_class": ("Table 2", 4),
-    "ljp_gold_by_class": ("Table 16", 4), "ljp_interaction_by_class": ("Table 17", 4),
+    "lca_by_class": ("Table 2", 4),
+    "dcg_by_class": ("Table 2", 4),
+    "ljp_gold_by_class": ("Table 16", 4),
+    "ljp_interaction_by_class": ("Table 17", 4),
     "ljp_direct_by_class": ("nearest: Tables 16-17", 4),
-    "ljp_accuracy": ("nearest: Table 3", 3), "interaction_gain": ("nearest: Table 3", 3),
-    "paired_setups": ("nearest: Table 3", 3), "claim_order": ("nearest: Table 3", 3),
-    "behaviour": ("nearest: Table 4", 3), "qwk_by_stop": ("nearest: Table 4", 3),
-    "questions_by_class": ("nearest: Table 4", 3), "premature_by_class": ("nearest: Table 4", 3),
+    "ljp_accuracy": ("nearest: Table 3", 3),
+    "interaction_gain": ("nearest: Table 3", 3),
+    "paired_setups": ("nearest: Table 3", 3),
+    "claim_order": ("nearest: Table 3", 3),
+    "behaviour": ("nearest: Table 4", 3),
+    "qwk_by_stop": ("nearest: Table 4", 3),
+    "questions_by_class": ("nearest: Table 4", 3),
+    "premature_by_class": ("nearest: Table 4", 3),
     "stop_by_class": ("nearest: Table 4", 3),
-    "table_4": ("Table 4", 3), "table_4_resolved": ("Table 4", 3), "table_4_attempts": ("Table 4", 3),
-    "non_ideal": ("Table 15", 4), "non_ideal_faults": ("nearest: Table 15", 4),
-    "figure_3": ("nearest: Table 2 (Figure 3)", 4), "figure_4a": ("nearest: Table 2 (Figure 4)", 4),
-    "figure_4b": ("nearest: Table 2 (Figure 4)", 4), "figure_4c": ("Figure 4 (counts)", METRIC),
-    "plain_types_underspecified": ("Table 6", 1), "plain_types_complete": ("Table 6", 1),  # rates in percent
-    "plain_by_class_underspecified": ("nearest: Table 6", 3), "plain_by_class_complete": ("nearest: Table 6", 3),
+    "table_4": ("Table 4", 3),
+    "table_4_resolved": ("Table 4", 3),
+    "table_4_attempts": ("Table 4", 3),
+    "non_ideal": ("Table 15", 4),
+    "non_ideal_faults": ("nearest: Table 15", 4),
+    "figure_3": ("nearest: Table 2 (Figure 3)", 4),
+    "figure_4a": ("nearest: Table 2 (Figure 4)", 4),
+    "figure_4b": ("nearest: Table 2 (Figure 4)", 4),
+    "figure_4c": ("Figure 4 (counts)", METRIC),
+    "plain_types_underspecified": ("Table 6", 1),
+    "plain_types_complete": ("Table 6", 1),  # rates in percent
+    "plain_by_class_underspecified": ("nearest: Table 6", 3),
+    "plain_by_class_complete": ("nearest: Table 6", 3),
     "plain_against_lexawn": ("nearest: Table 6", 3),
-    "audit_rates": ("nearest: Table 13", 1), "audit_clean_cases": ("nearest: Table 13", 3),
-    "table_13": ("Table 13", 3), "probe_study": ("nearest: Table 13", 3),
-    "table_12": ("Table 12", 2), "table_12_intervals": ("Table 12", 2), "judge_labels": ("nearest: Table 12", 2),
+    "audit_rates": ("nearest: Table 13", 1),
+    "audit_clean_cases": ("nearest: Table 13", 3),
+    "table_13": ("Table 13", 3),
+    "probe_study": ("nearest: Table 13", 3),
+    "table_12": ("Table 12", 2),
+    "table_12_intervals": ("Table 12", 2),
+    "judge_labels": ("nearest: Table 12", 2),
     "judge_sensitivity": ("nearest: Table 11", 3),
-    "consistency": ("nearest: Table 11", 3), "judge_noise": ("nearest: Table 11", 3),
-    "pairs": ("nearest: Table 11", 3), "ranking": ("nearest: Table 11", 3), "not_comparable": ("the harness's", 3),
+    "consistency": ("nearest: Table 11", 3),
+    "judge_noise": ("nearest: Table 11", 3),
+    "pairs": ("nearest: Table 11", 3),
+    "ranking": ("nearest: Table 11", 3),
+    "not_comparable": ("the harness's", 3),
     "power": ("nearest: Table 11", 3),
-    "usage_per_run": ("the harness's", METRIC), "usage_per_stage": ("the harness's", METRIC),
+    "usage_per_run": ("the harness's", METRIC),
+    "usage_per_stage": ("the harness's", METRIC),
     "usage_grid_total": ("the harness's", METRIC),
 }
 
 # the tables a report has only when an option asks for them (the others come with the records they show)
-TABLE_OPTIONS = {"comparison": "--compare A B", "paired_setups": "--ci", "figure_3": "--complexity FILE",
-                 **dict.fromkeys(("pairs", "ranking", "not_comparable"), "--rank"), "power": "--power",
-                 **dict.fromkeys(("consistency", "judge_noise"), "--consistency"),
-                 **dict.fromkeys(("usage_per_run", "usage_per_stage", "usage_grid_total"), "--usage")}
+TABLE_OPTIONS = {
+    "comparison": "--compare A B",
+    "paired_setups": "--ci",
+    "figure_3": "--complexity FILE",
+    **dict.fromkeys(("pairs", "ranking", "not_comparable"), "--rank"),
+    "power": "--power",
+    **dict.fromkeys(("consistency", "judge_noise"), "--consistency"),
+    **dict.fromkeys(("usage_per_run", "usage_per_stage", "usage_grid_total"), "--usage"),
+}
 
 
 @dataclass
@@ -64,13 +92,19 @@ class Table:
     column_tasks: dict[str, str] = field(default_factory=dict)  # a column about another task than `task`
     # a row about another task, named by a cell of the row (Table 4's "Condition", the clean-case table's "Metric")
     row_tasks: dict[str, str] = field(default_factory=dict)
-    group: str | None = None  # the group (a model's runs) a table's rows are about, when its rows are not groups
+    group: str | None = (
+        None  # the group (a model's runs) a table's rows are about, when its rows are not groups
+    )
     row_filter: str | None = None  # what a row label selects in the case list ("cause"), when not a model
     query: dict = field(default_factory=dict)  # filters every link of the table adds (a tag of the case list)
-    column_query: dict = field(default_factory=dict)  # header -> the filters that column's links add (its tag)
+    column_query: dict = field(
+        default_factory=dict
+    )  # header -> the filters that column's links add (its tag)
     row_queries: list = field(default_factory=list)  # per row, the filters its links add (its run, its setup)
     cell_queries: list = field(default_factory=list)  # per row, header -> the filters that cell's link adds
-    compare: str | None = None  # a view of compare.html its rows link to ("never", "disagree"), not the case list
+    compare: str | None = (
+        None  # a view of compare.html its rows link to ("never", "disagree"), not the case list
+    )
     # which one of a family of tables with one id (one per re-judged group): with the id, the table's identity
     part: str | None = None
 
@@ -96,6 +130,7 @@ class Figure(str):
     """A cell's text with the numbers it shows (mean, SD, interval bounds, n…; None where a number is undefined),
     for a rendering that keeps numbers apart, as the CSV does so that a spreadsheet can compute on them; a metric's
     cell can draw itself again at other decimals (`redraw`)."""
+
     numbers: dict
     redraw: Callable[[int], Figure] | None
 

@@ -1,6 +1,7 @@
 """Token usage and cost per run, role and stage file, from the records' usage (batched calls at the batch price;
 calls paid but never answered counted apart).
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -19,7 +20,9 @@ def role_cost(run: Run, role: str, used: dict, prices: dict | None) -> float | N
     if price is None:
         return None
     batched = used.get("batched_calls", 0) / used["calls"] if used.get("calls") else 0.0
-    return cost(price, used["prompt_tokens"], used["completion_tokens"], batched, used.get("cached_prompt_tokens", 0))
+    return cost(
+        price, used["prompt_tokens"], used["completion_tokens"], batched, used.get("cached_prompt_tokens", 0)
+    )
 
 
 def money(value: float | None) -> str:
@@ -28,10 +31,15 @@ def money(value: float | None) -> str:
 
 def role_usage(used: Counter, unanswered: int) -> Figure:
     """calls / prompt / completion tokens and what else was reported, as text; each count its own CSV column."""
-    numbers = {"calls": used["calls"], "prompt tokens": used["prompt_tokens"],
-               "completion tokens": used["completion_tokens"], "reasoning tokens": used["reasoning_tokens"],
-               "cached prompt tokens": used["cached_prompt_tokens"], "unreported calls": used["unreported_calls"],
-               "unanswered calls": unanswered}
+    numbers = {
+        "calls": used["calls"],
+        "prompt tokens": used["prompt_tokens"],
+        "completion tokens": used["completion_tokens"],
+        "reasoning tokens": used["reasoning_tokens"],
+        "cached prompt tokens": used["cached_prompt_tokens"],
+        "unreported calls": used["unreported_calls"],
+        "unanswered calls": unanswered,
+    }
     text = f"{used['calls']} / {used['prompt_tokens']} / {used['completion_tokens']}"
     if used["reasoning_tokens"]:
         text += f" ({used['reasoning_tokens']} reasoning)"
@@ -60,21 +68,44 @@ def usage_tables(groups: list[Group], prices: dict | None) -> list[Table]:
                     costs.append(cost)
                     stage_costs.setdefault((stage, role), []).append(cost)
             total = None if not costs or None in costs else sum(costs)
-            per_run.append([label, run.run_id] + [role_usage(by_role[r], run.unanswered.get(r, 0)) for r in ROLES]
-                           + [money(total)])
-        for (stage, role), used in sorted(stage_totals.items(), key=lambda x: (x[0][0], ROLES.index(x[0][1]))):
+            per_run.append(
+                [label, run.run_id]
+                + [role_usage(by_role[r], run.unanswered.get(r, 0)) for r in ROLES]
+                + [money(total)]
+            )
+        for (stage, role), used in sorted(
+            stage_totals.items(), key=lambda x: (x[0][0], ROLES.index(x[0][1]))
+        ):
             costs = stage_costs[(stage, role)]
-            per_stage.append([label, stage, role, str(used["calls"]), str(used["prompt_tokens"]),
-                              str(used["completion_tokens"]) + (f" ({used['reasoning_tokens']} reasoning)"
-                                                                 if used["reasoning_tokens"] else ""),
-                              money(None if None in costs else sum(costs))])
-    return [grid_total(groups, prices),
-            Table("usage_per_run", "Token usage per run (calls / prompt tokens / completion tokens, of which reasoning; saved records; "
-                  "'unreported': calls whose reply reported no token counts; 'unanswered': calls in flight when a "
-                  "process was killed, paid but never answered, not priced)",
-                  ["Model", "Run", "Evaluated model", "User Model", "Judge", "Cost"], per_run),
-            Table("usage_per_stage", "Token usage per stage file, all runs of the group",
-                  ["Model", "Stage file", "Role", "Calls", "Prompt tokens", "Completion tokens", "Cost"], per_stage)]
+            per_stage.append(
+                [
+                    label,
+                    stage,
+                    role,
+                    str(used["calls"]),
+                    str(used["prompt_tokens"]),
+                    str(used["completion_tokens"])
+                    + (f" ({used['reasoning_tokens']} reasoning)" if used["reasoning_tokens"] else ""),
+                    money(None if None in costs else sum(costs)),
+                ]
+            )
+    return [
+        grid_total(groups, prices),
+        Table(
+            "usage_per_run",
+            "Token usage per run (calls / prompt tokens / completion tokens, of which reasoning; saved records; "
+            "'unreported': calls whose reply reported no token counts; 'unanswered': calls in flight when a "
+            "process was killed, paid but never answered, not priced)",
+            ["Model", "Run", "Evaluated model", "User Model", "Judge", "Cost"],
+            per_run,
+        ),
+        Table(
+            "usage_per_stage",
+            "Token usage per stage file, all runs of the group",
+            ["Model", "Stage file", "Role", "Calls", "Prompt tokens", "Completion tokens", "Cost"],
+            per_stage,
+        ),
+    ]
 
 
 def grid_total(groups: list[Group], prices: dict | None) -> Table:
@@ -92,7 +123,9 @@ def grid_total(groups: list[Group], prices: dict | None) -> Table:
                 for role, used in roles.items():
                     by_role.setdefault(role, Counter()).update(used)
                     costs.setdefault(role, []).append(role_cost(run, role, used, prices))
-                    uncached.setdefault(role, []).append(role_cost(run, role, {**used, "cached_prompt_tokens": 0}, prices))
+                    uncached.setdefault(role, []).append(
+                        role_cost(run, role, {**used, "cached_prompt_tokens": 0}, prices)
+                    )
     rows = []
     for role in [r for r in by_role if by_role[r]["calls"] or unanswered.get(r)] + ["all"]:
         used = sum(by_role.values(), Counter()) if role == "all" else by_role[role]
@@ -100,11 +133,38 @@ def grid_total(groups: list[Group], prices: dict | None) -> Table:
         full = [c for r in (ROLES if role == "all" else [role]) for c in uncached.get(r, [])]
         priced = bool(prices) and None not in spent
         paid = unanswered.total() if role == "all" else unanswered.get(role, 0)
-        batch = number_cell(used["batched_calls"] / used["calls"], PERCENT, percent=True) if used["calls"] else "-"
-        rows.append([role, str(used["calls"]), str(paid), batch, str(used["prompt_tokens"]),
-                     str(used["cached_prompt_tokens"]), str(used["completion_tokens"]),
-                     money(sum(spent) if priced else None), money(sum(full) - sum(spent) if priced else None)])
+        batch = (
+            number_cell(used["batched_calls"] / used["calls"], PERCENT, percent=True)
+            if used["calls"]
+            else "-"
+        )
+        rows.append(
+            [
+                role,
+                str(used["calls"]),
+                str(paid),
+                batch,
+                str(used["prompt_tokens"]),
+                str(used["cached_prompt_tokens"]),
+                str(used["completion_tokens"]),
+                money(sum(spent) if priced else None),
+                money(sum(full) - sum(spent) if priced else None),
+            ]
+        )
     runs = sum(len(g.runs) for g in groups)
-    return Table("usage_grid_total", f"Spent so far: every run and model shown ({counted(runs, 'run')}, saved records)",
-                 ["Role", "Calls", "Unanswered (paid, not priced)", "Batch share", "Prompt tokens",
-                  "of which cached", "Completion tokens", "Cost", "Saved by the cache"], rows)
+    return Table(
+        "usage_grid_total",
+        f"Spent so far: every run and model shown ({counted(runs, 'run')}, saved records)",
+        [
+            "Role",
+            "Calls",
+            "Unanswered (paid, not priced)",
+            "Batch share",
+            "Prompt tokens",
+            "of which cached",
+            "Completion tokens",
+            "Cost",
+            "Saved by the cache",
+        ],
+        rows,
+    )

@@ -2,6 +2,7 @@
 guidelines cut from the judge's prompts, the annotation sheet and its key, and the agreement and Cohen's kappa
 of each annotator with the judge, with bootstrap intervals over cases.
 """
+
 from __future__ import annotations
 
 import random
@@ -49,14 +50,33 @@ from lexpilot.reporting.tables.table import PERCENT, Table
 
 # TYPE: the response type of a plain consultation (Table 6); FOCAL: the judge's type of a focal point (Table 18)
 ANNOTATED_TASKS = ("LCA", "DCG", "LJP", "TYPE", "FOCAL")
-LABELS = {"LCA": LCA_LABELS, "DCG": DCG_LABELS, "LJP": VERDICTS, "TYPE": tuple(RESPONSE_TYPES),
-          "FOCAL": tuple(FOCAL_TYPES)}
+LABELS = {
+    "LCA": LCA_LABELS,
+    "DCG": DCG_LABELS,
+    "LJP": VERDICTS,
+    "TYPE": tuple(RESPONSE_TYPES),
+    "FOCAL": tuple(FOCAL_TYPES),
+}
 OPTIONAL = ("TYPE", "FOCAL")  # exported only where the plain consultation or the focal-type stage ran
 TYPE_LABEL = {name: label for label, name in RESPONSE_TYPES.items()}
 INSTRUCTIONS = {task: f"按标注说明（.guidelines.txt）中 {task} 部分的标准判断" for task in ANNOTATED_TASKS}
-ANNOTATION_COLUMNS = ["item_id", "task", "case_number", "cause_of_action", "instruction", "labels", "reply",
-                      "consultation", "focal_points", "key_details", "claim", "all_claims", "annotator_1",
-                      "annotator_2", "adjudicated"]
+ANNOTATION_COLUMNS = [
+    "item_id",
+    "task",
+    "case_number",
+    "cause_of_action",
+    "instruction",
+    "labels",
+    "reply",
+    "consultation",
+    "focal_points",
+    "key_details",
+    "claim",
+    "all_claims",
+    "annotator_1",
+    "annotator_2",
+    "adjudicated",
+]
 # what `score` needs of a sheet (one exported before it carried the consultation still reads)
 SCORED_COLUMNS = [c for c in ANNOTATION_COLUMNS if c != "consultation"]
 ANNOTATION_KEY_COLUMNS = ["item_id", "task", "model", "run_id", "case_number", "source", "llm_label", "reply"]
@@ -79,22 +99,29 @@ class Item:
 
 # ----------------------------------------------------------------------------- export
 
+
 def _task_records(root: Path, run):
     """Reads one kind of the run's records: (records by case number, their file); notes an unreadable one."""
+
     def records(kind):
         found, problem = read_task(run, root, kind)
         if problem:
-            print(f"note: run {run.run_id}, model {run.model}: {problem} (its decisions are not sampled)",
-                  file=sys.stderr)
+            print(
+                f"note: run {run.run_id}, model {run.model}: {problem} (its decisions are not sampled)",
+                file=sys.stderr,
+            )
         return found or {}, kind.path(root, run.run_id, run.folder)
+
     return records
 
 
 def _item_adder(root: Path, run, items: dict[str, list[Item]]):
     """Adds one of the run's judge decisions to its task's items, with the file and place it came from."""
+
     def item(task, path, number, where, label, reply, claim="", history=""):
         source = f"{path.relative_to(root)} case {number} {where}"
         items[task].append(Item(task, run.model, run.run_id, number, source, label, reply, claim, history))
+
     return item
 
 
@@ -104,8 +131,14 @@ def _lca_items(records, item, selected) -> None:
     for number in selected:
         if number in lca and number in a1:
             for history_type in HISTORY_TYPES:
-                item("LCA", lca_path, number, history_type, lca[number]["judgments"][history_type]["label"],
-                     a1[number]["responses"][history_type]["response"])
+                item(
+                    "LCA",
+                    lca_path,
+                    number,
+                    history_type,
+                    lca[number]["judgments"][history_type]["label"],
+                    a1[number]["responses"][history_type]["response"],
+                )
 
 
 def _dcg_items(records, item, selected) -> None:
@@ -115,8 +148,14 @@ def _dcg_items(records, item, selected) -> None:
         if number in dcg and number in asked:
             questions = {r["round"]: r["question"] for r in asked[number]["rounds"]}
             for judged in dcg[number]["rounds"]:
-                item("DCG", dcg_path, number, f"round {judged['round']}", judged["label"],
-                     questions[judged["round"]])
+                item(
+                    "DCG",
+                    dcg_path,
+                    number,
+                    f"round {judged['round']}",
+                    judged["label"],
+                    questions[judged["round"]],
+                )
 
 
 def _ljp_items(records, item, selected) -> None:
@@ -127,8 +166,15 @@ def _ljp_items(records, item, selected) -> None:
             if number in ljp and number in generated:
                 record = ljp[number]
                 for i, (claim, label) in enumerate(zip(record["claims"], record["predicted"]), 1):
-                    item("LJP", ljp_path, number, f"claim {i}", label, generated[number][setup.reply_field],
-                         claim)
+                    item(
+                        "LJP",
+                        ljp_path,
+                        number,
+                        f"claim {i}",
+                        label,
+                        generated[number][setup.reply_field],
+                        claim,
+                    )
 
 
 def _type_items(records, item, selected, history_type: str) -> None:
@@ -136,8 +182,15 @@ def _type_items(records, item, selected, history_type: str) -> None:
     (typed, typed_path), (answered, _) = records(PLAIN_TYPES[history_type]), records(PLAIN[history_type])
     for number in selected:
         if number in typed and number in answered:
-            item("TYPE", typed_path, number, history_type, TYPE_LABEL[typed[number]["type"]],
-                 answered[number]["response"], history=history_type)
+            item(
+                "TYPE",
+                typed_path,
+                number,
+                history_type,
+                TYPE_LABEL[typed[number]["type"]],
+                answered[number]["response"],
+                history=history_type,
+            )
 
 
 def _focal_items(records, item, selected) -> None:
@@ -189,8 +242,9 @@ def runs_dataset(runs) -> Path:
     """The dataset the runs' manifests name (the first that is still there), as show_results.py reads it."""
     found = named_dataset(runs)
     if found is None:
-        raise HarnessError(f"the runs' dataset ({runs[0].manifest.dataset_path}) is not there any more: "
-                           "pass --dataset FILE")
+        raise HarnessError(
+            f"the runs' dataset ({runs[0].manifest.dataset_path}) is not there any more: pass --dataset FILE"
+        )
     return found
 
 
@@ -206,32 +260,54 @@ def _cases_by_number(args, runs) -> dict:
 
 def _sheet_row(task: str, item_id: str, it: Item, case, out: Path) -> dict:
     """An item's row of the annotation sheet: what the judge read, without its label, model or run."""
-    return {"item_id": item_id, "task": task, "case_number": it.case_number,
-            "cause_of_action": case.cause, "instruction": INSTRUCTIONS[task],
-            "labels": " | ".join(LABELS[task]), "reply": fits_a_cell(it.reply, key_file(out).name),
-            # what the judge read beside the reply: the DCG judge the focal points and their
-            # details; the response-type judge the consultation and the key details (E.3, Table 6)
-            "consultation": render_history(case.history(it.history)) if task == "TYPE" else "",
-            "focal_points": render_focal_points(case) if task == "DCG" else "",
-            "key_details": render_details_by_focal_point(case) if task == "DCG" else
-            render_key_facts(case) if task == "TYPE" else "",
-            "claim": it.claim, "all_claims": "\n".join(case.claims) if task == "LJP" else "",
-            "annotator_1": "", "annotator_2": "", "adjudicated": ""}
+    return {
+        "item_id": item_id,
+        "task": task,
+        "case_number": it.case_number,
+        "cause_of_action": case.cause,
+        "instruction": INSTRUCTIONS[task],
+        "labels": " | ".join(LABELS[task]),
+        "reply": fits_a_cell(it.reply, key_file(out).name),
+        # what the judge read beside the reply: the DCG judge the focal points and their
+        # details; the response-type judge the consultation and the key details (E.3, Table 6)
+        "consultation": render_history(case.history(it.history)) if task == "TYPE" else "",
+        "focal_points": render_focal_points(case) if task == "DCG" else "",
+        "key_details": render_details_by_focal_point(case)
+        if task == "DCG"
+        else render_key_facts(case)
+        if task == "TYPE"
+        else "",
+        "claim": it.claim,
+        "all_claims": "\n".join(case.claims) if task == "LJP" else "",
+        "annotator_1": "",
+        "annotator_2": "",
+        "adjudicated": "",
+    }
 
 
 def _key_row(task: str, item_id: str, it: Item) -> dict:
     """An item's row of the key file: the judge's label and where it was saved."""
-    return {"item_id": item_id, "task": task, "model": it.model, "run_id": it.run_id,
-            "case_number": it.case_number, "source": it.source, "llm_label": it.llm_label,
-            "reply": it.reply}  # whole, also where the sheet had to cut it
+    return {
+        "item_id": item_id,
+        "task": task,
+        "model": it.model,
+        "run_id": it.run_id,
+        "case_number": it.case_number,
+        "source": it.source,
+        "llm_label": it.llm_label,
+        "reply": it.reply,
+    }  # whole, also where the sheet had to cut it
 
 
 def export(args) -> int:
     if args.per_task < 1:
         raise HarnessError(f"--per-task must be at least 1, got {args.per_task}")
     root = args.output_root.resolve()
-    runs = [r for r in load_runs(root, args.model, args.run_id, score=False, dataset=args.dataset)
-            if r.condition == "standard"]
+    runs = [
+        r
+        for r in load_runs(root, args.model, args.run_id, score=False, dataset=args.dataset)
+        if r.condition == "standard"
+    ]
     if not runs:
         raise HarnessError(f"no standard runs under {root}: run the stages first (see README.md)")
     by_number = _cases_by_number(args, runs)
@@ -242,7 +318,10 @@ def export(args) -> int:
             continue  # that stage was not run: nothing to say
         sample = balanced_sample(items[task], args.per_task, random.Random(f"{args.seed}:{task}"))
         if len(sample) < args.per_task:
-            print(f"note: only {len(sample)} {task} judge decisions saved; all are in the sample", file=sys.stderr)
+            print(
+                f"note: only {len(sample)} {task} judge decisions saved; all are in the sample",
+                file=sys.stderr,
+            )
         for i, it in enumerate(sample, 1):
             item_id = f"{task}-{i:03d}"
             rows.append(_sheet_row(task, item_id, it, by_number[it.case_number], args.out))
@@ -254,26 +333,48 @@ def export(args) -> int:
     except OSError as e:
         raise HarnessError(f"{guidelines_path(args.out)}: cannot be written ({e.strerror or e})") from None
     counts = {task: sum(r["task"] == task for r in rows) for task in ANNOTATED_TASKS}
-    print(f"wrote {args.out} ({', '.join(f'{t} {n}' for t, n in counts.items())} items; seed {args.seed}) "
-          f", {guidelines_path(args.out)} (the criteria, for the annotators) "
-          f"and {key_file(args.out)} (judge labels: keep it from the annotators)")
+    print(
+        f"wrote {args.out} ({', '.join(f'{t} {n}' for t, n in counts.items())} items; seed {args.seed}) "
+        f", {guidelines_path(args.out)} (the criteria, for the annotators) "
+        f"and {key_file(args.out)} (judge labels: keep it from the annotators)"
+    )
     return 0
 
 
 # The criteria the judge applies (Tables 23-25), cut from its own prompts so the experts read the same text.
 GUIDELINE_SECTIONS = {
-    "LCA": ("judge_lca", "【背景与策略定义】", "【输入数据】",
-            "每一条目是一条AI法律顾问的新回复（不含此前的对话）。请按以下与评估模型相同的标准，判断它执行的是策略一还是策略二。"),
-    "DCG": ("judge_dcg", "# 评估任务", "# 输入数据",
-            "每一条目是一条AI提问，附有该案的争议焦点与对应案件事实。请按以下与评估模型相同的标准判断：两个条件均满足填“是”，否则填“否”。"),
-    "LJP": ("judge_ljp", "# 分类标准", "# 极其严格的输出格式",
-            "每一条目是一项诉讼请求，附有提出预测的回复与全部诉请。请按以下与评估模型相同的标准，填写该回复对这一项诉请的预测：支持、部分支持或驳回。"),
-    "FOCAL": ("judge_focal_type", "# 争议焦点类型定义", "# 输入数据",
-              "每一条目是一个民事案件的争议焦点。请按以下与评估模型相同的定义，判断它属于哪一种类型。"),
-    "TYPE": ("judge_response_type", "结合咨询对话和关键细节", "# 输入数据",
-             "每一条目是一条AI对法律咨询的普通回复（未使用LexAwN提示），附有该次咨询的对话（consultation 列）和该案判决所需的关键细节"
-             "（key_details 列；对不完整的咨询，其中未在对话中说明的就是缺失的细节）。请先阅读咨询对话和关键细节，再阅读回复，"
-             "按以下与评估模型相同的标准，判断它属于哪一种回复类型。"),
+    "LCA": (
+        "judge_lca",
+        "【背景与策略定义】",
+        "【输入数据】",
+        "每一条目是一条AI法律顾问的新回复（不含此前的对话）。请按以下与评估模型相同的标准，判断它执行的是策略一还是策略二。",
+    ),
+    "DCG": (
+        "judge_dcg",
+        "# 评估任务",
+        "# 输入数据",
+        "每一条目是一条AI提问，附有该案的争议焦点与对应案件事实。请按以下与评估模型相同的标准判断：两个条件均满足填“是”，否则填“否”。",
+    ),
+    "LJP": (
+        "judge_ljp",
+        "# 分类标准",
+        "# 极其严格的输出格式",
+        "每一条目是一项诉讼请求，附有提出预测的回复与全部诉请。请按以下与评估模型相同的标准，填写该回复对这一项诉请的预测：支持、部分支持或驳回。",
+    ),
+    "FOCAL": (
+        "judge_focal_type",
+        "# 争议焦点类型定义",
+        "# 输入数据",
+        "每一条目是一个民事案件的争议焦点。请按以下与评估模型相同的定义，判断它属于哪一种类型。",
+    ),
+    "TYPE": (
+        "judge_response_type",
+        "结合咨询对话和关键细节",
+        "# 输入数据",
+        "每一条目是一条AI对法律咨询的普通回复（未使用LexAwN提示），附有该次咨询的对话（consultation 列）和该案判决所需的关键细节"
+        "（key_details 列；对不完整的咨询，其中未在对话中说明的就是缺失的细节）。请先阅读咨询对话和关键细节，再阅读回复，"
+        "按以下与评估模型相同的标准，判断它属于哪一种回复类型。",
+    ),
 }
 
 
@@ -285,9 +386,11 @@ def guidelines(prompts: dict[str, str]) -> str:
         text = prompts[prompt]
         if start not in text or end not in text:
             raise HarnessError(f"prompts: the {prompt} prompt no longer has its {start} … {end} sections")
-        criteria = text[text.index(start):text.index(end)].strip()
+        criteria = text[text.index(start) : text.index(end)].strip()
         parts += [f"=== {task}（可选标签：{' / '.join(LABELS[task])}）===", intro, "", criteria, ""]
-    parts += ["每一条目由两位标注者独立填写 annotator_1 与 annotator_2；两人不一致时，讨论后在 adjudicated 中填写一致意见。"]
+    parts += [
+        "每一条目由两位标注者独立填写 annotator_1 与 annotator_2；两人不一致时，讨论后在 adjudicated 中填写一致意见。"
+    ]
     return "\n".join(parts) + "\n"
 
 
@@ -297,6 +400,7 @@ def guidelines_path(out: Path) -> Path:
 
 # ----------------------------------------------------------------------------- score
 
+
 def human_labels(path: Path, rows: list[tuple[int, dict]], key: dict[str, dict]) -> tuple[list, list[str]]:
     """(task, annotator 1, annotator 2, adjudicated, judge) per item, and every problem found, by row."""
     labelled, problems = [], []
@@ -305,11 +409,15 @@ def human_labels(path: Path, rows: list[tuple[int, dict]], key: dict[str, dict])
         where = f"{path}:{line} (item {row.get('item_id') or '?'})"
         task = row["task"]
         if row["item_id"] in seen:
-            problems.append(f"{where}: a second row for this item (first at row {seen[row['item_id']]}); keep one")
+            problems.append(
+                f"{where}: a second row for this item (first at row {seen[row['item_id']]}); keep one"
+            )
             continue
         seen[row["item_id"]] = line
         if row["item_id"] not in key or key[row["item_id"]]["task"] != task:
-            problems.append(f"{where}: not in {key_file(path).name}; keep the item_id and task columns as exported")
+            problems.append(
+                f"{where}: not in {key_file(path).name}; keep the item_id and task columns as exported"
+            )
             continue
         allowed = LABELS[task]
         values = {c: row[c].strip() for c in ("annotator_1", "annotator_2", "adjudicated")}
@@ -317,19 +425,30 @@ def human_labels(path: Path, rows: list[tuple[int, dict]], key: dict[str, dict])
         if values["adjudicated"] and values["adjudicated"] not in allowed:
             bad.append("adjudicated")
         if bad:
-            problems.append(f"{where}: {', '.join(f'{c} {values[c]!r}' for c in bad)} is not one of "
-                            f"{', '.join(allowed)}")
+            problems.append(
+                f"{where}: {', '.join(f'{c} {values[c]!r}' for c in bad)} is not one of {', '.join(allowed)}"
+            )
             continue
         agreed = values["annotator_1"] == values["annotator_2"]
         final = values["adjudicated"] or (values["annotator_1"] if agreed else "")
         if not final:
-            problems.append(f"{where}: the annotators disagree; fill adjudicated with the label agreed in discussion")
+            problems.append(
+                f"{where}: the annotators disagree; fill adjudicated with the label agreed in discussion"
+            )
             continue
         if agreed and final != values["annotator_1"]:
             problems.append(f"{where}: adjudicated {final!r} differs from the label both annotators gave")
             continue
-        labelled.append((task, values["annotator_1"], values["annotator_2"], final, key[row["item_id"]]["llm_label"],
-                         key[row["item_id"]].get("case_number") or row.get("case_number") or row["item_id"]))
+        labelled.append(
+            (
+                task,
+                values["annotator_1"],
+                values["annotator_2"],
+                final,
+                key[row["item_id"]]["llm_label"],
+                key[row["item_id"]].get("case_number") or row.get("case_number") or row["item_id"],
+            )
+        )
     return labelled, problems
 
 
@@ -344,16 +463,38 @@ def agreement_table(labelled: list) -> Table:
         for name, value in (("hh", hh), ("hk", hk), ("lh", lh), ("lk", lk)):
             if value is not None:
                 means[name].append(value)
-        rows.append([task, str(len(items)), number_cell(hh, PERCENT, percent=True), kappa_cell(hk), number_cell(lh, PERCENT, percent=True), kappa_cell(lk)])
+        rows.append(
+            [
+                task,
+                str(len(items)),
+                number_cell(hh, PERCENT, percent=True),
+                kappa_cell(hk),
+                number_cell(lh, PERCENT, percent=True),
+                kappa_cell(lk),
+            ]
+        )
     mean = lambda v: sum(v) / len(v) if v else None  # noqa: E731
-    rows.append(["Average", str(len(labelled)), number_cell(mean(means['hh']), PERCENT, percent=True), kappa_cell(mean(means["hk"])),
-                 number_cell(mean(means['lh']), PERCENT, percent=True), kappa_cell(mean(means["lk"]))])
-    return Table("table_12", "Judge agreement (Table 12): human-human, and LLM judge against the adjudicated human label",
-                 ["Task", "Items", "Human-Human Agree.", "Human-Human κ", "LLM-Human Agree.", "LLM-Human κ"], rows)
+    rows.append(
+        [
+            "Average",
+            str(len(labelled)),
+            number_cell(mean(means["hh"]), PERCENT, percent=True),
+            kappa_cell(mean(means["hk"])),
+            number_cell(mean(means["lh"]), PERCENT, percent=True),
+            kappa_cell(mean(means["lk"])),
+        ]
+    )
+    return Table(
+        "table_12",
+        "Judge agreement (Table 12): human-human, and LLM judge against the adjudicated human label",
+        ["Task", "Items", "Human-Human Agree.", "Human-Human κ", "LLM-Human Agree.", "LLM-Human κ"],
+        rows,
+    )
 
 
-def kappa_interval(a: list[str], b: list[str], cases: list[str], resamples: int = 1000,
-                   seed: int = 0) -> tuple[float, float] | None:
+def kappa_interval(
+    a: list[str], b: list[str], cases: list[str], resamples: int = 1000, seed: int = 0
+) -> tuple[float, float] | None:
     """95% percentile interval of Cohen's kappa over a bootstrap of whole cases: an LJP response's claims, or
     both histories of a case, are drawn together (items of one case are not independent)."""
     labels = sorted(set(a) | set(b))
@@ -363,8 +504,12 @@ def kappa_interval(a: list[str], b: list[str], cases: list[str], resamples: int 
     onehot = np.zeros((len(a), len(labels) ** 2))
     onehot[np.arange(len(a)), cells] = 1
     rng = np.random.default_rng(seed)
-    drawn = np.stack([np.bincount(rng.integers(0, len(clusters), len(clusters)), minlength=len(clusters))
-                      for _ in range(resamples)])[:, where]  # resamples × items: how often each item is drawn
+    drawn = np.stack(
+        [
+            np.bincount(rng.integers(0, len(clusters), len(clusters)), minlength=len(clusters))
+            for _ in range(resamples)
+        ]
+    )[:, where]  # resamples × items: how often each item is drawn
     kappas = kappa_from_confusion((drawn @ onehot).reshape(resamples, len(labels), len(labels)))
     return percentile_interval(kappas)
 
@@ -375,12 +520,26 @@ def interval_table(labelled: list) -> Table:
         items = [x for x in labelled if x[0] == task]
         if items:
             cases = [x[5] for x in items]
-            rows.append([task, str(len(set(cases))), interval_cell(kappa_interval([x[1] for x in items], [x[2] for x in items], cases),
-                                                                    undefined="undefined"),
-                         interval_cell(kappa_interval([x[4] for x in items], [x[3] for x in items], cases),
-                                       undefined="undefined")])
-    return Table("table_12_intervals", "κ with its 95% interval from a bootstrap over cases (a case's items resampled together, seed 0)",
-                 ["Task", "Cases", "Human-Human κ", "LLM-Human κ"], rows)
+            rows.append(
+                [
+                    task,
+                    str(len(set(cases))),
+                    interval_cell(
+                        kappa_interval([x[1] for x in items], [x[2] for x in items], cases),
+                        undefined="undefined",
+                    ),
+                    interval_cell(
+                        kappa_interval([x[4] for x in items], [x[3] for x in items], cases),
+                        undefined="undefined",
+                    ),
+                ]
+            )
+    return Table(
+        "table_12_intervals",
+        "κ with its 95% interval from a bootstrap over cases (a case's items resampled together, seed 0)",
+        ["Task", "Cases", "Human-Human κ", "LLM-Human κ"],
+        rows,
+    )
 
 
 def score(args) -> int:

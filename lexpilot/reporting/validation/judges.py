@@ -1,6 +1,7 @@
 """Two judges on the same generations (a re-judged run beside its source): which records each judge labelled,
 their agreement and Cohen's kappa per task.
 """
+
 from __future__ import annotations
 
 from lexpilot.benchmark.records import (
@@ -16,6 +17,7 @@ REJUDGED_KINDS = (LCA, DCG, INTERACTION, INTERACTION_LABELS, *(s.verdicts for s 
 
 
 # ----------------------------------------------------------------------------- the two judges' agreement
+
 
 def judge_labels(saved: dict) -> dict[str, dict]:
     """Item -> label, per task, of one run's saved judge decisions (`saved`: kind name -> case -> record)."""
@@ -41,8 +43,11 @@ def judges_agreement(original: dict, rejudged: dict) -> dict[str, tuple[int, flo
     """Per task: (items judged by both, share of equal labels, Cohen's kappa; None where undefined)."""
     out = {}
     a_items, b_items = judge_labels(original), judge_labels(rejudged)
-    b_items["interaction rounds"] = {(n, x["round"]): x["label"] for n, r in
-                                     rejudged.get(INTERACTION_LABELS.name, {}).items() for x in r["rounds"]}
+    b_items["interaction rounds"] = {
+        (n, x["round"]): x["label"]
+        for n, r in rejudged.get(INTERACTION_LABELS.name, {}).items()
+        for x in r["rounds"]
+    }
     for task, a in a_items.items():
         shared = sorted(set(a) & set(b_items[task]), key=str)
         if not shared:
@@ -53,6 +58,7 @@ def judges_agreement(original: dict, rejudged: dict) -> dict[str, tuple[int, flo
 
 
 # ----------------------------------------------------------------------------- claim order (a diagnostic)
+
 
 def order_agreement(records: dict) -> dict | None:
     """Over a run's re-extractions (eval_LJP_order.py), the claims of cases with two or more: how many, the share
@@ -66,7 +72,15 @@ def order_agreement(records: dict) -> dict | None:
         return None
     agree, kappa = label_agreement([a for a, _ in pairs], [b for _, b in pairs])
     controlled = all(isinstance(r.get("control"), list) for r in ordered)
-    same = (sum(a == b for r in ordered for a, b in zip(r["original"], r["control"])) / len(pairs)
-            if controlled else None)
-    return {"claims": len(pairs), "agreement": agree, "kappa": kappa, "control": same,
-            "effect": None if same is None else same - agree}
+    same = (
+        sum(a == b for r in ordered for a, b in zip(r["original"], r["control"])) / len(pairs)
+        if controlled
+        else None
+    )
+    return {
+        "claims": len(pairs),
+        "agreement": agree,
+        "kappa": kappa,
+        "control": same,
+        "effect": None if same is None else same - agree,
+    }

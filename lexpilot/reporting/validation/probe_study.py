@@ -1,6 +1,7 @@
 """The probe study's scoring (Appendix E.3.3, Table 13): the blind sheet for the experts, their adjudicated
 labels, the rates per condition and the paired B - A difference.
 """
+
 from __future__ import annotations
 
 import random
@@ -20,16 +21,36 @@ EXPERT = ("answer", "over_disclosure", "error")  # the three criteria, each 是/
 # One sheet per expert, so that the two reviews stay independent; every item looks alike whatever its condition
 # (the facts the simulated plaintiff knew, the fact asked about, the disclosures permitted), so the condition is
 # not in the layout
-EXPERT_SHEET_COLUMNS = ["item_id", "case_number", "history", "question", "reply", "facts_known", "asked_fact",
-                        "permitted", *EXPERT]
-ADJUDICATION_COLUMNS = ["item_id", "case_number", "question", "reply",
-                        *(f"expert_{i}_{c}" for i in (1, 2) for c in EXPERT), *(f"adjudicated_{c}" for c in EXPERT)]
-SHEET_COLUMNS = ["item_id", "case_number", *(f"expert_{i}_{c}" for i in (1, 2) for c in EXPERT),
-                 *(f"adjudicated_{c}" for c in EXPERT)]  # the two reviews and the adjudication, joined for scoring
+EXPERT_SHEET_COLUMNS = [
+    "item_id",
+    "case_number",
+    "history",
+    "question",
+    "reply",
+    "facts_known",
+    "asked_fact",
+    "permitted",
+    *EXPERT,
+]
+ADJUDICATION_COLUMNS = [
+    "item_id",
+    "case_number",
+    "question",
+    "reply",
+    *(f"expert_{i}_{c}" for i in (1, 2) for c in EXPERT),
+    *(f"adjudicated_{c}" for c in EXPERT),
+]
+SHEET_COLUMNS = [
+    "item_id",
+    "case_number",
+    *(f"expert_{i}_{c}" for i in (1, 2) for c in EXPERT),
+    *(f"adjudicated_{c}" for c in EXPERT),
+]  # the two reviews and the adjudication, joined for scoring
 PROBE_KEY_COLUMNS = ["item_id", "case_number", "condition", "dcg_label"]
 
 
 # ----------------------------------------------------------------------------- the annotation sheets
+
 
 def sheets(probes: dict[str, Probe], replies: dict, labels: dict, cases: dict[str, Case], seed: int):
     """(expert 1's rows, expert 2's rows, key rows): every reply, each expert's sheet in its own seeded order; no
@@ -41,17 +62,33 @@ def sheets(probes: dict[str, Probe], replies: dict, labels: dict, cases: dict[st
         probe, details = probes[number], key_detail_lines(cases[number])
         for condition, r in record["replies"].items():
             known = [d for i, d in enumerate(details, 1) if not (condition == "D" and i in probe.removed)]
-            items.append(({"case_number": number, "history": render_history(cases[number].underspecified),
-                           "question": r["question"], "reply": fits_a_cell(r["reply"], "the run's probe_replies.jsonl"),
-                           "facts_known": numbered(known), "asked_fact": probe.minimum_answer,
-                           "permitted": probe.permitted[condition]},
-                          condition, labels.get(number, {}).get("labels", {}).get(condition, {}).get("label", "")))
+            items.append(
+                (
+                    {
+                        "case_number": number,
+                        "history": render_history(cases[number].underspecified),
+                        "question": r["question"],
+                        "reply": fits_a_cell(r["reply"], "the run's probe_replies.jsonl"),
+                        "facts_known": numbered(known),
+                        "asked_fact": probe.minimum_answer,
+                        "permitted": probe.permitted[condition],
+                    },
+                    condition,
+                    labels.get(number, {}).get("labels", {}).get(condition, {}).get("label", ""),
+                )
+            )
     random.Random(seed).shuffle(items)
     keys, rows = [], []
     for i, (row, condition, dcg) in enumerate(items, 1):
         rows.append({"item_id": f"P-{i:04d}", **row} | {c: "" for c in EXPERT})
-        keys.append({"item_id": f"P-{i:04d}", "case_number": row["case_number"], "condition": condition,
-                     "dcg_label": dcg})
+        keys.append(
+            {
+                "item_id": f"P-{i:04d}",
+                "case_number": row["case_number"],
+                "condition": condition,
+                "dcg_label": dcg,
+            }
+        )
     second = list(rows)
     random.Random(seed + 1).shuffle(second)  # the second expert reads them in another order
     return rows, second, keys
@@ -63,8 +100,9 @@ def joined(one: list, two: list, adjudication: list) -> tuple[list, list[str]]:
     problems = []
     for expert, rows in ((1, one), (2, two)):
         for line, row in rows:
-            entry = by_item.setdefault(row["item_id"], {"item_id": row["item_id"], "case_number": row["case_number"],
-                                                        "line": line})
+            entry = by_item.setdefault(
+                row["item_id"], {"item_id": row["item_id"], "case_number": row["case_number"], "line": line}
+            )
             entry.update({f"expert_{expert}_{c}": row[c] for c in EXPERT})
     for _line, row in adjudication:
         if row["item_id"] in by_item:
@@ -83,16 +121,23 @@ def disagreements(rows: list, key: dict, sheet_rows: dict) -> list[dict]:
     out = []
     for _, row in rows:
         item = key.get(row["item_id"], {})
-        differ = [c for c in EXPERT if not (c == "answer" and item.get("condition") == "C")
-                  and {row[f"expert_1_{c}"], row[f"expert_2_{c}"]} == {YES, NO}]  # an invalid label: scoring says so
+        differ = [
+            c
+            for c in EXPERT
+            if not (c == "answer" and item.get("condition") == "C")
+            and {row[f"expert_1_{c}"], row[f"expert_2_{c}"]} == {YES, NO}
+        ]  # an invalid label: scoring says so
         if differ and not all(row[f"adjudicated_{c}"] for c in differ):
             shown = sheet_rows.get(row["item_id"], {})
-            out.append({c: row.get(c, "") for c in ADJUDICATION_COLUMNS}
-                       | {"question": shown.get("question", ""), "reply": shown.get("reply", "")})
+            out.append(
+                {c: row.get(c, "") for c in ADJUDICATION_COLUMNS}
+                | {"question": shown.get("question", ""), "reply": shown.get("reply", "")}
+            )
     return out
 
 
 # ----------------------------------------------------------------------------- Table 13
+
 
 def adjudicated(path: Path, rows, key: dict) -> tuple[list[dict], list[str], dict]:
     """Each item's final labels, every problem by row, and the agreement before adjudication per criterion."""
@@ -111,8 +156,11 @@ def adjudicated(path: Path, rows, key: dict) -> tuple[list[dict], list[str], dic
         final, bad = {}, []
         for criterion in EXPERT:
             applies = not (criterion == "answer" and item["condition"] == "C")
-            one, two, adj = (row[f"expert_1_{criterion}"], row[f"expert_2_{criterion}"],
-                             row[f"adjudicated_{criterion}"])
+            one, two, adj = (
+                row[f"expert_1_{criterion}"],
+                row[f"expert_2_{criterion}"],
+                row[f"adjudicated_{criterion}"],
+            )
             if not applies:
                 continue
             if one not in (YES, NO) or two not in (YES, NO) or adj not in ("", YES, NO):
@@ -124,8 +172,10 @@ def adjudicated(path: Path, rows, key: dict) -> tuple[list[dict], list[str], dic
             agree[criterion].append(one == two)
             final[criterion] = adj or one
         if bad:
-            problems.append(f"{where}: {', '.join(bad)}: every expert column must be 是 or 否 (answer may be empty "
-                            "only for a broad question)")
+            problems.append(
+                f"{where}: {', '.join(bad)}: every expert column must be 是 or 否 (answer may be empty "
+                "only for a broad question)"
+            )
             continue
         if len(final) == len([c for c in EXPERT if not (c == "answer" and item["condition"] == "C")]):
             items.append({**item, **final})
@@ -162,8 +212,10 @@ def _difference_cell(diff) -> str:
     """A paired answer-rate difference in points, its interval and its cases (`answer_difference`)."""
     if diff is None:
         return "n/a"
-    return (f"{100 * diff[0]:+.{PERCENT}f} [{100 * diff[1]:+.{PERCENT}f}, {100 * diff[2]:+.{PERCENT}f}]"
-            f" over {diff[3]} cases")
+    return (
+        f"{100 * diff[0]:+.{PERCENT}f} [{100 * diff[1]:+.{PERCENT}f}, {100 * diff[2]:+.{PERCENT}f}]"
+        f" over {diff[3]} cases"
+    )
 
 
 def _condition_rows(items: list[dict]) -> list[list[str]]:
@@ -174,38 +226,66 @@ def _condition_rows(items: list[dict]) -> list[list[str]]:
         if not chosen:
             continue
         dcg = [i["dcg_label"] == YES for i in chosen if condition != "D" and i["dcg_label"]]
-        rows.append([CONDITION_NAMES[condition], str(len(chosen))]
-                    + [_percent(rate(chosen, c)[0]) if not (c == "answer" and condition == "C") else "—"
-                       for c in EXPERT]
-                    + [_percent(float(np.mean(dcg))) if dcg else "—"])
+        rows.append(
+            [CONDITION_NAMES[condition], str(len(chosen))]
+            + [
+                _percent(rate(chosen, c)[0]) if not (c == "answer" and condition == "C") else "—"
+                for c in EXPERT
+            ]
+            + [_percent(float(np.mean(dcg))) if dcg else "—"]
+        )
     return rows
 
 
 def _recovery_cell(items: list[dict]) -> str:
     """The DCG-accepted A/B requests whose reply was insufficient, over-disclosing or erroneous, of all."""
     accepted = [i for i in items if i["condition"] in ("A", "B") and i["dcg_label"] == YES]
-    failed = [i for i in accepted if i.get("answer") == NO or i.get("over_disclosure") == YES or i.get("error") == YES]
+    failed = [
+        i
+        for i in accepted
+        if i.get("answer") == NO or i.get("over_disclosure") == YES or i.get("error") == YES
+    ]
     if not accepted:
         return "n/a"
     return f"{len(failed)}/{len(accepted)} = {100 * len(failed) / len(accepted):.{PERCENT}f}%"
 
 
 def table_13(items: list[dict], agree: dict) -> list[Table]:
-    tables = [Table("table_13",
-                    "User simulator fidelity and DCG judge acceptance (Table 13): "
-                    "rates over applicable replies",
-                    ["Condition", "Replies", "Answer", "OD", "Error", "DCG+"], _condition_rows(items))]
+    tables = [
+        Table(
+            "table_13",
+            "User simulator fidelity and DCG judge acceptance (Table 13): rates over applicable replies",
+            ["Condition", "Replies", "Answer", "OD", "Error", "DCG+"],
+            _condition_rows(items),
+        )
+    ]
     diff, withheld = answer_difference(items), answer_difference(items, other="D")
-    tables.append(Table("probe_study",
-                        "Probe study: the A-B comparison, agreement before adjudication, "
-                        "factual recovery (E.3.3)",
-                        ["Measure", "Value"],
-                        [["Answer rate, indirect − direct (B − A), pp [95% paired case-bootstrap interval]",
-                          _difference_cell(diff)],
-                         ["Answer rate, withheld − direct (D − A), pp [95% paired case-bootstrap interval]",
-                          _difference_cell(withheld)]]
-                        + [[f"Agreement before adjudication: {c}",
-                            _percent(float(np.mean(v))) if v else "n/a"] for c, v in agree.items()]
-                        + [["Factual-recovery failures among DCG-accepted A/B requests (insufficient, over-disclosing "
-                            "or erroneous)", _recovery_cell(items)]]))
+    tables.append(
+        Table(
+            "probe_study",
+            "Probe study: the A-B comparison, agreement before adjudication, factual recovery (E.3.3)",
+            ["Measure", "Value"],
+            [
+                [
+                    "Answer rate, indirect − direct (B − A), pp [95% paired case-bootstrap interval]",
+                    _difference_cell(diff),
+                ],
+                [
+                    "Answer rate, withheld − direct (D − A), pp [95% paired case-bootstrap interval]",
+                    _difference_cell(withheld),
+                ],
+            ]
+            + [
+                [f"Agreement before adjudication: {c}", _percent(float(np.mean(v))) if v else "n/a"]
+                for c, v in agree.items()
+            ]
+            + [
+                [
+                    "Factual-recovery failures among DCG-accepted A/B requests (insufficient, over-disclosing "
+                    "or erroneous)",
+                    _recovery_cell(items),
+                ]
+            ],
+        )
+    )
     return tables
