@@ -18,15 +18,13 @@ class Price(NamedTuple):
     completion: float
     batch_prompt: float  # what the provider's batch API charges (the synchronous price where none is given)
     batch_completion: float
-    cached_prompt: float | None = (
-        None  # a prompt token served from the provider's cache (None: the prompt price)
-    )
+    # a prompt token served from the provider's cache (None: the prompt price)
+    cached_prompt: float | None = None
     batch_cached_prompt: float | None = None
 
 
-MAX_PRICE = (
-    10_000  # per million tokens: above any provider's price; a larger one is a typo (or overflows sums)
-)
+# per million tokens: above any provider's price; a larger one is a typo (or overflows sums)
+MAX_PRICE = 10_000
 
 
 class KeyedOnce(dict):

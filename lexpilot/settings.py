@@ -39,9 +39,8 @@ class Role:
     api_key: str = field(repr=False)  # never written anywhere
     temperature: float | None  # None: none sent, the provider's default applies ("default" in the manifest)
     max_tokens: int = PAPER_MAX_TOKENS
-    key_variable: str = (
-        ""  # where its key came from, when not the role's own variables (a grid file's key_variable)
-    )
+    # where its key came from, when not the role's own variables (a grid file's key_variable)
+    key_variable: str = ""
 
     @property
     def host(self) -> str:

@@ -246,9 +246,8 @@ def test_an_endpoint_on_another_port_resumes_and_a_code_change_needs_consent(
     manifest = json.loads(mpath.read_text(encoding="utf-8"))
     for role in manifest["models"].values():
         role["endpoint_host"] = "127.0.0.1:1"  # the server was on another port when the run started
-    manifest["code_files"]["lexpilot/protocols/ljp.py"] = (
-        "0123456789abcdef"  # and the harness was upgraded since
-    )
+    # and the harness was upgraded since
+    manifest["code_files"]["lexpilot/protocols/ljp.py"] = "0123456789abcdef"
     manifest["settings_digest"] = settings_digest(manifest)  # as the harness wrote it then
     mpath.write_text(json.dumps(manifest), encoding="utf-8")
     assert h.run("direct", "--limit", "1") == 2

@@ -260,6 +260,24 @@ def test_the_tree_passes_the_linter():
     assert done.returncode == 0, done.stdout[-3000:]
 
 
+def test_the_tree_is_formatted():
+    """Issue 37 item 6: "Use `ruff` ... `ruff format` at a line length of 100 or 110" (110: pyproject.toml), checked
+    in CI before the tests (`ruff format --check`)."""
+    import subprocess
+    import sys
+
+    if subprocess.run([sys.executable, "-m", "ruff", "--version"], capture_output=True).returncode:
+        pytest.skip("ruff is not installed (requirements-dev.txt pins it)")
+    done = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "--no-cache", "."],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
+
+
 def functions_over(limit: int, root: Path) -> list[str]:
     """Each function (or method) of the Python files under `root` (hidden folders aside) longer than `limit`
     lines, its decorators aside."""

@@ -42,9 +42,8 @@ class Case:
     underspecified: tuple[dict, ...]
     input_hash: str  # of the whole case object, so any change to it is noticed
     focal_types: tuple[str, ...] | None = None  # optional: the Table 18 type of each focal point
-    complexity: float | None = (
-        None  # optional: the cause's average number of legal provisions cited (Figure 3)
-    )
+    # optional: the cause's average number of legal provisions cited (Figure 3)
+    complexity: float | None = None
 
     def history(self, history_type: str) -> list[dict]:
         return [dict(m) for m in getattr(self, history_type)]

@@ -34,9 +34,8 @@ from lexpilot.text import counted
 
 TRANSIENT_STATUS = {408, 409, 429}
 MAX_BACKOFF = 60.0
-MAX_RETRY_AFTER = (
-    300.0  # the longest a provider's Retry-After may pause a stage; a longer one fails the attempt
-)
+# the longest a provider's Retry-After may pause a stage; a longer one fails the attempt
+MAX_RETRY_AFTER = 300.0
 RATE_LIMITED_ATTEMPTS = 30  # 429s mean "slow down", not "failed": waited out under their own cap
 
 
@@ -184,9 +183,8 @@ class Attempt:
     pushed_back: str | None = None  # "rate" (429 with a wait the harness honours), "slots" (a cut stream)
     hint: str = ""
     repeat: bool = False  # asked again at once, not a failed attempt (the output-limit field switched)
-    answered: Reply | None = (
-        None  # any reply the provider gave, accepted or not (its cost settles the budget)
-    )
+    # any reply the provider gave, accepted or not (its cost settles the budget)
+    answered: Reply | None = None
 
 
 def malformed_usage(role: str, problem: str) -> str:

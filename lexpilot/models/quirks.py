@@ -17,9 +17,8 @@ class Refusal(str, Enum):
     """What a refused request asks of the harness."""
 
     TOKEN_FIELD = "token_field"  # the output-limit field is refused: asked again with max_completion_tokens
-    CONTEXT_WINDOW = (
-        "context_window"  # the prompt plus the output limit exceed the model's context: the case fails
-    )
+    # the prompt plus the output limit exceed the model's context: the case fails
+    CONTEXT_WINDOW = "context_window"
     TEMPERATURE = "temperature"  # the model accepts no temperature but its default: the stage stops
     OUTPUT_LIMIT = "output_limit"  # the output limit is above the model's: the stage stops
 

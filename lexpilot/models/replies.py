@@ -48,9 +48,8 @@ class Reply:
     prompt_tokens: int | None = None  # None: the reply carried no token counts
     completion_tokens: int | None = None
     reasoning_tokens: int | None = None
-    cached_tokens: int | None = (
-        None  # prompt tokens the provider served from its prompt cache, where reported
-    )
+    # prompt tokens the provider served from its prompt cache, where reported
+    cached_tokens: int | None = None
     reasoning: str = ""  # reasoning returned apart from the content (reasoning_content / reasoning)
     usage_problem: str = ""  # why the reply's usage could not be read (its counts are then unreported)
 

@@ -14,9 +14,8 @@ from lexpilot.protocols.ljp import force_judge
 from lexpilot.protocols.steps import CaseCalls, Stage, Step
 from lexpilot.settings import Settings
 
-CLARIFICATION_ROUNDS = (
-    3  # user turns allowed after new assistant turns; pre-existing history turns do not count
-)
+# user turns allowed after new assistant turns; pre-existing history turns do not count
+CLARIFICATION_ROUNDS = 3
 DISRUPTION_PROMPTS = {"delayed": "user_delayed", "self-correction": "user_self_correction"}
 
 

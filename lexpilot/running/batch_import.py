@@ -46,9 +46,8 @@ class Importer:
     known: set
     malformed: int = 0
     duplicated: list = field(default_factory=list)
-    stop: str = (
-        ""  # the first refusal that stops the stage (models/quirks.py STOPS), said once the batch is in
-    )
+    # the first refusal that stops the stage (models/quirks.py STOPS), said once the batch is in
+    stop: str = ""
 
     def import_batch(self, batch: dict, lines: list[bytes]) -> int:
         imported, seen = 0, {}

@@ -151,9 +151,8 @@ class BatchRun:
     late: bool = False  # the run began before incarnations: its batches without one are its own too
     rebuilt: bool = False  # its manifest was rebuilt from its records: its batches carry the lost incarnation
     foreign_said: set = field(default_factory=set)  # the other runs' batches named so far
-    ledger_lost: str = (
-        ""  # why the ledger does not hold the stage's batches the manifest counts ("": it does)
-    )
+    # why the ledger does not hold the stage's batches the manifest counts ("": it does)
+    ledger_lost: str = ""
     noted_submission: int = 0  # the stage's last cycle the manifest counts as submitting
 
     def batch_clients(self) -> dict:

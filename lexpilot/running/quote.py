@@ -73,9 +73,8 @@ def carried_limit(settings: Settings) -> int:
     return max(settings.roles["eval"].max_tokens, settings.roles["user"].max_tokens)
 
 
-CARRIED_REPLIES = (
-    6  # the most earlier replies any prompt of these protocols carries (a forced prediction: 3 + 3)
-)
+# the most earlier replies any prompt of these protocols carries (a forced prediction: 3 + 3)
+CARRIED_REPLIES = 6
 
 
 def cost_quote(

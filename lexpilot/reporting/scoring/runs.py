@@ -52,13 +52,11 @@ class Run:
     input_hashes: dict = field(default_factory=dict)  # selected case -> input hash (None: not checked)
     notes: list[str] = field(default_factory=list)  # torn last lines left out, for stderr
     unanswered: dict = field(default_factory=dict)  # role -> calls paid but never answered (process killed)
-    saved: dict | None = (
-        None  # kind name -> case_number -> record, while a site's build renders them (score_runs)
-    )
+    # kind name -> case_number -> record, while a site's build renders them (score_runs)
+    saved: dict | None = None
     pages: object = None  # what the site's build made of its records (viewer.CasePages), when --html asked
-    outcomes: dict | None = (
-        None  # task -> item -> (outcome, right), for consistency over runs (item_outcomes)
-    )
+    # task -> item -> (outcome, right), for consistency over runs (item_outcomes)
+    outcomes: dict | None = None
     rejections: dict = field(default_factory=dict)  # Table 4: condition -> Counter of rejection reasons
     focal_types: dict = field(default_factory=dict)  # Figure 4: case -> (class, the type of each focal point)
 

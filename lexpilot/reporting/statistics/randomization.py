@@ -65,9 +65,8 @@ class Randomization:
 
     permutations: int
     seed: int = 0
-    stop_above: float | None = (
-        None  # α: a test stops once its p is sure to exceed it (Besag and Clifford 1991)
-    )
+    # α: a test stops once its p is sure to exceed it (Besag and Clifford 1991)
+    stop_above: float | None = None
     _signs: dict = field(default_factory=dict)
     _p: dict = field(default_factory=dict)
     _drawing: threading.Lock = field(default_factory=threading.Lock)

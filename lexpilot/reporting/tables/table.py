@@ -92,9 +92,8 @@ class Table:
     column_tasks: dict[str, str] = field(default_factory=dict)  # a column about another task than `task`
     # a row about another task, named by a cell of the row (Table 4's "Condition", the clean-case table's "Metric")
     row_tasks: dict[str, str] = field(default_factory=dict)
-    group: str | None = (
-        None  # the group (a model's runs) a table's rows are about, when its rows are not groups
-    )
+    # the group (a model's runs) a table's rows are about, when its rows are not groups
+    group: str | None = None
     row_filter: str | None = None  # what a row label selects in the case list ("cause"), when not a model
     query: dict = field(default_factory=dict)  # filters every link of the table adds (a tag of the case list)
     column_query: dict = field(
@@ -102,9 +101,8 @@ class Table:
     )  # header -> the filters that column's links add (its tag)
     row_queries: list = field(default_factory=list)  # per row, the filters its links add (its run, its setup)
     cell_queries: list = field(default_factory=list)  # per row, header -> the filters that cell's link adds
-    compare: str | None = (
-        None  # a view of compare.html its rows link to ("never", "disagree"), not the case list
-    )
+    # a view of compare.html its rows link to ("never", "disagree"), not the case list
+    compare: str | None = None
     # which one of a family of tables with one id (one per re-judged group): with the id, the table's identity
     part: str | None = None
 
