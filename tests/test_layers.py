@@ -9,6 +9,7 @@ import anywhere in a file, lazy ones inside functions included):
 """
 
 import importlib.util
+import re
 import subprocess
 from pathlib import Path
 
@@ -314,7 +315,8 @@ def test_the_report_scripts_declare_their_run_options_once_and_show_results_is_s
         f"{s}: {flag}"
         for s in scripts
         for flag in ("--output-root", "--dataset", "--model", "--run-id")
-        if f'add_argument("{flag}"' in (ROOT / s).read_text(encoding="utf-8")
+        # formatted, a call's arguments may start on the next line
+        if re.search(rf'add_argument\(\s*"{flag}"', (ROOT / s).read_text(encoding="utf-8"))
         and not (s == "user_probes.py" and flag == "--dataset")
     ]  # its template's own dataset to sample
     assert declared == [] and all(

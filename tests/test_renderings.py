@@ -233,12 +233,17 @@ def test_each_table_prints_at_its_paper_tables_precision_on_runs_the_stages_wrot
 
 def test_every_table_of_a_report_is_declared_with_its_paper_table():
     """ "Keep one declared rule ... with the paper's table named beside each identity": every identity the code
-    builds is in PAPER_TABLES, with a paper table (or "the harness's") and decimals of 2 to 4, or 1 for a table of
-    rates in percent (Tables 6 and 13, as the paper prints them)."""
-    from lexpilot.reporting.tables.table import PAPER_TABLES
+    builds is declared by its builder and in the catalog (reporting/catalog.py), with a paper table (or "the
+    harness's") and decimals of 2 to 4, or 1 for a table of rates in percent (Tables 6 and 13, as the paper prints
+    them)."""
+    from lexpilot.reporting.catalog import KINDS
+
+    PAPER_TABLES = {kind.id: (kind.paper, kind.decimals) for kind in KINDS.values()}
 
     source = "".join(p.read_text(encoding="utf-8") for p in (ROOT / "lexpilot" / "reporting").rglob("*.py"))
-    built = set(re.findall(r'Table\("([a-z0-9_]+)"', source)) | set(re.findall(r'"(table_4[a-z_]*)"', source))
+    built = set(re.findall(r'Table\(\s*"([a-z0-9_]+)"', source)) | set(
+        re.findall(r'"(table_4[a-z_]*)"', source)
+    )
     built |= {
         f"{kind}_{h}" for kind in ("plain_types", "plain_by_class") for h in ("underspecified", "complete")
     }
@@ -262,6 +267,24 @@ def test_every_table_of_a_report_is_declared_with_its_paper_table():
     docs = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
     for table_id, (name, decimals) in PAPER_TABLES.items():  # the docs list the rule as declared
         assert f"| `{table_id}` | {name} | {decimals} |" in docs, table_id
+
+
+def test_a_table_its_builder_does_not_declare_is_refused_and_a_declared_one_carries_its_decimals():
+    """Issue 37 item 4: "A new table is registered in one place": its builder declares its kind (`declares`), and
+    the catalog lists the builder; a table the builder makes without declaring it cannot reach a report."""
+    from lexpilot.reporting import catalog
+    from lexpilot.reporting.tables.table import Kind, Table, declares
+
+    @declares(Kind("declared", "Table 2", 4))
+    def tables(table_id: str) -> list[Table]:
+        return [Table(table_id, "A table", ["Model"], [["m"]])]
+
+    assert tables("declared")[0].decimals == 4
+    with pytest.raises(TypeError, match="made table 'undeclared', which it does not declare"):
+        tables("undeclared")
+    listed = [k.id for entry in catalog.REPORT for k in entry.kinds]
+    assert len(listed) == len(set(listed)) and set(listed) <= set(catalog.KINDS)  # each identity once
+    assert catalog.KINDS["lca_detail"].decimals == 4 and catalog.TABLE_OPTIONS["power"] == "--power"
 
 
 def markdown_tables(out: str) -> dict[str, tuple[list[str], list[str]]]:
@@ -357,15 +380,31 @@ def check_the_interaction_gain_is_the_difference_of_the_means(root, capsys) -> N
 
 
 def test_decimals_are_declared_once():
-    """No table states its own decimals: they come from reporting/tables/table.py (money aside, usage.py's own format)."""
-    literal = re.compile(r":[+,]?\.[1-9]f\}|\bcell\(.*?\), \d+[,)]")
-    found = [
-        f"{path.name}:{n}: {line.strip()}"
-        for path in sorted((ROOT / "lexpilot" / "reporting").rglob("*.py"))
-        if path.name != "usage.py"
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-        if literal.search(line)
-    ]
+    """No table states its own decimals: they come from reporting/tables/table.py (money aside, usage.py's own
+    format): no format spec of fixed decimals, and no `cell(…, N)` with a number of digits (read from the syntax
+    tree: a formatted call spreads its arguments over lines)."""
+    import ast
+
+    spec = re.compile(r":[+,]?\.[1-9]f\}")
+    found = []
+    for path in sorted((ROOT / "lexpilot" / "reporting").rglob("*.py")):
+        if path.name == "usage.py":
+            continue
+        text = path.read_text(encoding="utf-8")
+        found += [
+            f"{path.name}:{n}: {line.strip()}"
+            for n, line in enumerate(text.splitlines(), 1)
+            if spec.search(line)
+        ]
+        found += [
+            f"{path.name}:{node.lineno}: cell(…, {node.args[1].value})"
+            for node in ast.walk(ast.parse(text))
+            if isinstance(node, ast.Call)
+            and getattr(node.func, "id", None) == "cell"
+            and len(node.args) > 1
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, int)
+        ]
     assert not found, found
 
 

@@ -313,7 +313,7 @@ def test_interaction_gain_and_relative_change(tmp_path, capsys):
     }
     make_run(tmp_path, "r1", cases={"A1": "离婚纠纷"}, ljp={s: {"A1": p} for s, p in pairs.items()})
     groups = group_runs(load_runs(tmp_path, None, None))
-    table = tables.interaction_gain_table(groups, ["m"])
+    table = tables.interaction_gain_table(groups)
     q = {s: quadratic_weighted_kappa(*zip(*p)) for s, p in pairs.items()}
     assert table.rows[0] == [
         "m",
@@ -380,6 +380,6 @@ def test_the_relative_change_is_not_taken_against_a_gold_qwk_at_or_below_zero(tm
         "gold": [("支持", "驳回"), ("驳回", "支持")],
     }
     make_run(tmp_path, "r1", cases={"A1": "离婚纠纷"}, ljp={s: {"A1": p} for s, p in pairs.items()})
-    table = tables.interaction_gain_table(group_runs(load_runs(tmp_path, None, None)), ["m"])
+    table = tables.interaction_gain_table(group_runs(load_runs(tmp_path, None, None)))
     assert quadratic_weighted_kappa(*zip(*pairs["gold"])) <= 0
     assert table.rows[0][2] == "n/a"

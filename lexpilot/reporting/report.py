@@ -9,33 +9,26 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from lexpilot.benchmark.dataset import load_dataset
 from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.errors import HarnessError
 from lexpilot.pricing import read_prices
-from lexpilot.reporting.scoring.groups import Group, classes_present, group_runs
+from lexpilot.reporting import catalog
+from lexpilot.reporting.scoring.groups import Group, group_runs
 from lexpilot.reporting.scoring.results import load_runs, score_runs
 from lexpilot.reporting.scoring.runs import named_dataset
 from lexpilot.reporting.site.viewer import case_renderer, site_cases, write_site
 from lexpilot.reporting.statistics.bootstrap import MAX_RESAMPLES, Bootstrap
-from lexpilot.reporting.statistics.consistency import consistency_table, judge_noise_table
 from lexpilot.reporting.statistics.randomization import MAX_PERMUTATIONS
-from lexpilot.reporting.statistics.rankings import MIN_POWER_RESAMPLES, power_table, ranking_tables
+from lexpilot.reporting.statistics.rankings import MIN_POWER_RESAMPLES
 from lexpilot.reporting.tables.analyses import (
     UsageError,
-    judge_sensitivity_tables,
-    order_table,
     read_complexity,
 )
 from lexpilot.reporting.tables.figures import write_plots
-from lexpilot.reporting.tables.formats import HEADLINE
-from lexpilot.reporting.tables.paper import build_tables, comparison_table
 from lexpilot.reporting.tables.renderings import RENDERINGS, TEXT_WIDTH, render_json, render_text
-from lexpilot.reporting.tables.table import TABLE_OPTIONS
-from lexpilot.reporting.tables.usage import usage_tables
 from lexpilot.settings import number
 
 
@@ -198,10 +191,9 @@ def show(args) -> int:
     compared = compared_groups(groups, args.compare) if args.compare else None  # both models must be there
     if prices:
         _warn_unpriced(runs, prices, args.prices)
-    built = Built(groups, boot, shared, complexity, prices, compared, group_runs(runs))
-    tables = with_unreported(
-        all_tables(args, built), unreported
-    )  # built once: for the terminal and the site alike
+    inputs = catalog.Inputs(args, groups, boot, shared, complexity, prices, compared, group_runs(runs))
+    # built once: for the terminal and the site alike
+    tables = with_unreported(catalog.build(inputs), unreported)
     _print_tables(args, tables, groups, boot, prices)
     if args.html:
         _write_viewer(args.html, groups, tables, cases)
@@ -227,7 +219,7 @@ def _print_tables(
         extra = (
             chosen(tables, args.table)
             if args.table
-            else [t for t in tables if t.id in STATISTICS_TABLES or (t.id == "comparison" and args.compare)]
+            else [t for t in tables if t.id in catalog.RIDES_ALONG or (t.id == "comparison" and args.compare)]
         )
         print(render_json(groups, boot, args.usage or bool(prices), extra or None))
     else:
@@ -384,62 +376,6 @@ def with_unreported(tables: list, unreported: list) -> list:
     return tables
 
 
-STATISTICS_TABLES = {"pairs", "ranking", "not_comparable", "power", "consistency", "judge_noise"}
-
-
-@dataclass
-class Built:
-    """What a report's tables are built from: the groups, the resample matrices, the options read from files."""
-
-    groups: list[Group]
-    boot: Bootstrap | None  # the intervals in the cells (--ci, --compare)
-    shared: Bootstrap  # every statistic's one resample matrix
-    complexity: dict
-    prices: dict | None
-    compared: tuple[Group, Group] | None
-    usage_groups: list[Group]  # every run, those with no complete task included: they were paid for
-
-
-def all_tables(args, built: Built) -> list:
-    """The paper's tables, the judge-sensitivity tables, a model comparison, the statistics and the usage tables asked
-    for."""
-    groups, root = built.groups, args.output_root.resolve()
-    tables = build_tables(paper_groups(args, groups), built.boot, built.complexity)
-    tables += judge_sensitivity_tables(groups, root, built.shared)
-    tables += [t for t in [order_table(groups, root)] if t]
-    if built.compared:
-        tables.append(comparison_table(*built.compared, built.boot))
-    tables += statistics_tables(args, groups, built.shared)
-    if args.usage or built.prices:
-        tables += usage_tables(built.usage_groups, built.prices)
-    return tables
-
-
-def paper_groups(args, groups) -> list:
-    """The groups the paper's tables show: the runs as judged; re-judged copies too with --include-rejudged or
-    when --run-id names one of them (the judge tables always show them)."""
-    named = set(args.run_id or ())
-    if args.include_rejudged or any(r.run_id in named for g in groups if g.rejudged for r in g.runs):
-        return groups
-    return [g for g in groups if not g.rejudged]
-
-
-def statistics_tables(args, groups, shared) -> list:
-    """--rank, --power and --consistency, on the report's one resample matrix."""
-    tables = []
-    if args.rank:
-        tables += ranking_tables(
-            groups, shared, args.alpha, classes_present(groups) if args.by_class else None, args.permutations
-        )
-    if args.power:
-        tables.append(power_table(groups, shared, args.alpha))
-    if args.consistency:
-        tables += [consistency_table(groups)] + [
-            t for t in [judge_noise_table(groups, HEADLINE, shared)] if t
-        ]
-    return tables
-
-
 def chosen(tables: list, ids: list[str] | None) -> list:
     """The tables named by --table, in the order named; an unknown name is refused with the names there are."""
     if not ids:
@@ -449,7 +385,9 @@ def chosen(tables: list, ids: list[str] | None) -> list:
         by_id.setdefault(t.id, []).append(t)
     unknown = [i for i in ids if i not in by_id]
     if unknown:
-        options = "; ".join(f"{i} comes with {TABLE_OPTIONS[i]}" for i in unknown if i in TABLE_OPTIONS)
+        options = "; ".join(
+            f"{i} comes with {catalog.TABLE_OPTIONS[i]}" for i in unknown if i in catalog.TABLE_OPTIONS
+        )
         raise UsageError(
             f"--table {', '.join(unknown)}: no such table in this report (tables: "
             f"{', '.join(by_id)})" + (f"; {options}" if options else "")

@@ -17,7 +17,7 @@ from lexpilot.reporting.scoring.runs import OVERALL, Run
 from lexpilot.reporting.scoring.scoring import TASKS, item_outcomes
 from lexpilot.reporting.statistics.bootstrap import Bootstrap, percentile_interval
 from lexpilot.reporting.tables.formats import number_cell
-from lexpilot.reporting.tables.table import PERCENT, VARIANCE, Figure, Table
+from lexpilot.reporting.tables.table import PERCENT, VARIANCE, Figure, Kind, Table, declares
 
 
 def consistency(runs: list[Run]) -> dict[str, dict]:
@@ -54,6 +54,7 @@ def pass_hat(right: list[int], runs: int, k: int) -> float:
     return float(np.mean([math.comb(c, k) / math.comb(runs, k) for c in right]))
 
 
+@declares(Kind("consistency", "nearest: Table 11", 3))
 def consistency_table(groups: list[Group]) -> Table:
     rows = []
     # a re-judged group is the judge's analysis (the judge tables), neither a model here nor what sets the common k
@@ -113,6 +114,7 @@ def retests(groups: list[Group]) -> list[tuple[Group, list[tuple[Run, Run]]]]:
     return list(found.values())
 
 
+@declares(Kind("judge_noise", "nearest: Table 11", 3))
 def judge_noise_table(groups: list[Group], metrics, boot: Bootstrap) -> Table | None:
     """For a group of runs re-judged with the same judge: each metric's variance between runs split into the
     judge's share (half the mean squared difference between a run and its re-judged copy, which differ only by the

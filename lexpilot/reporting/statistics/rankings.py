@@ -26,7 +26,7 @@ from lexpilot.reporting.scoring.runs import OVERALL
 from lexpilot.reporting.statistics.bootstrap import Bootstrap, paired_difference
 from lexpilot.reporting.statistics.randomization import Randomization, check_permutations
 from lexpilot.reporting.tables.formats import HEADLINE, interval_cell, number_cell
-from lexpilot.reporting.tables.table import METRIC, Figure, Table
+from lexpilot.reporting.tables.table import METRIC, Figure, Kind, Table, declares
 
 # what must be equal for two groups to be compared: every compared setting but the evaluated model's own identity
 
@@ -213,6 +213,11 @@ def ranked_rows(
 PAIR_HEADERS = ("Metric", "Model A", "Model B", "Difference", "95% interval", "p", "p (Holm)", "Different")
 
 
+@declares(
+    Kind("pairs", "nearest: Table 11", 3),
+    Kind("ranking", "nearest: Table 11", 3),
+    Kind("not_comparable", "the harness's", 3),
+)
 def ranking_tables(
     groups: list[Group],
     boot: Bootstrap,
@@ -358,6 +363,7 @@ DESIGNS = (
 )  # (runs, cases; None: as run)
 
 
+@declares(Kind("power", "nearest: Table 11", 3))
 def power_table(groups: list[Group], boot: Bootstrap, alpha: float = 0.05, power: float = 0.8) -> Table:
     """Per comparable set and headline metric: the median over the set's pairs of the smallest detectable
     difference, for the set's design (its cases × the median of its runs) and other numbers of runs and cases; in

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from lexpilot.benchmark.categories import CAUSES, FOCAL_TYPES, cause_class
 from lexpilot.benchmark.records import LJP_ORDER, LJP_SETUPS, SETUP
+from lexpilot.benchmark.vocabulary import HISTORY_TYPES
 from lexpilot.files import check_input
 from lexpilot.reporting.scoring.groups import Group, classes_present
 from lexpilot.reporting.scoring.runs import OVERALL, saved_records
@@ -29,7 +30,7 @@ from lexpilot.reporting.tables.formats import (
     percent_cell,
     plain_tag,
 )
-from lexpilot.reporting.tables.table import AVERAGE, METRIC, PERCENT, Figure, Table
+from lexpilot.reporting.tables.table import AVERAGE, METRIC, PERCENT, Figure, Kind, Table, declares
 from lexpilot.reporting.validation.judges import (
     REJUDGED_KINDS,
     judges_agreement,
@@ -65,6 +66,11 @@ PLAIN_TITLES = {
 }
 
 
+@declares(
+    *(Kind(f"plain_types_{t}", "Table 6", 1) for t in HISTORY_TYPES),  # rates in percent
+    *(Kind(f"plain_by_class_{t}", "nearest: Table 6", 3) for t in HISTORY_TYPES),
+    Kind("plain_against_lexawn", "nearest: Table 6", 3),
+)
 def plain_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
     """Table 6 on the benchmark: the response types of a plain consultation, per model and per class; on the
     same histories, how often LexAwN then asked; and the complete-history control where it was run."""
@@ -141,6 +147,7 @@ def _plain_shares(g: Group, task: str, cls: str) -> Figure:
     )
 
 
+@declares(Kind("judge_labels", "nearest: Table 12", 2), Kind("judge_sensitivity", "nearest: Table 11", 3))
 def judge_sensitivity_tables(groups: list[Group], root, boot: Bootstrap) -> list[Table]:
     """For runs re-judged with another judge (rejudge.py): the two judges' agreement on the same items, and
     every metric under each judge with the paired bootstrap difference on the same cases."""
@@ -244,6 +251,7 @@ def rejudged_groups(pairs) -> list[tuple[Group, Group, Group]]:
     ]
 
 
+@declares(Kind("claim_order", "nearest: Table 3", 3))
 def order_table(groups: list[Group], root) -> Table | None:
     """The diagnostic eval_LJP_order.py runs: per run and setup, the extraction judge's verdicts with the claims
     shuffled against its original ones."""
@@ -291,6 +299,7 @@ AUDIT_SOURCES = {"dcg": "DCG", "interaction": "interaction"}
 CLEAN_METRICS = (("DCG", "DCG accuracy"), ("LJP_interaction", "Interaction-Based QWK"))
 
 
+@declares(Kind("audit_rates", "nearest: Table 13", 1), Kind("audit_clean_cases", "nearest: Table 13", 3))
 def audit_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
     """The simulator audit: how often the User Model's replies over-disclosed, erred or did not answer, and
     the tasks that rest on those replies recomputed on the cases whose replies were all clean."""
@@ -363,6 +372,11 @@ def _audit_clean_table(audited: list[Group]) -> Table:
     )
 
 
+@declares(
+    Kind("table_4", "Table 4", 3),
+    Kind("table_4_resolved", "Table 4", 3),
+    Kind("table_4_attempts", "Table 4", 3),
+)
 def table_4(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
     """Table 4: LJP QWK Direct / Targeted / Off-target over every case and claim (unresolved cases flagged), the
     same over the cases resolved in both conditions as a sensitivity view, with the paired differences under --ci;
@@ -470,6 +484,11 @@ def table_4_qwk(shown: list[Group], boot: Bootstrap | None, prefix: str, table_i
     )
 
 
+@declares(
+    Kind("figure_4a", "nearest: Table 2 (Figure 4)", 4),
+    Kind("figure_4b", "nearest: Table 2 (Figure 4)", 4),
+    Kind("figure_4c", "Figure 4 (counts)", METRIC),
+)
 def figure_4_tables(groups: list[Group]) -> list[Table]:
     """Figure 4 as tables: (a) DCG accuracy per focal-point type, (b) per class, (c) focal points per type and
     class (from eval_focal_types.py)."""
@@ -557,6 +576,7 @@ def figure_3_groups(groups: list[Group]) -> list[Group]:
     ]
 
 
+@declares(Kind("figure_3", "nearest: Table 2 (Figure 3)", 4))
 def figure_3_tables(groups: list[Group], complexity: dict[str, float] | None) -> list[Table]:
     """Figure 3 as tables: per cause of action its complexity, LCA Macro-F1 and DCG accuracy (mean over runs),
     and Spearman's rho between complexity and each metric across the causes."""

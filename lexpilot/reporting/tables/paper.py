@@ -21,13 +21,6 @@ from lexpilot.reporting.scoring.groups import (
 from lexpilot.reporting.scoring.runs import OVERALL
 from lexpilot.reporting.scoring.scoring import STOP_CATEGORIES, STOP_TAGS, TASKS
 from lexpilot.reporting.statistics.bootstrap import Bootstrap, paired_difference
-from lexpilot.reporting.tables.analyses import (
-    audit_tables,
-    figure_3_tables,
-    figure_4_tables,
-    plain_tables,
-    table_4,
-)
 from lexpilot.reporting.tables.formats import (
     HEADLINE,
     USER_CONDITION_NAMES,
@@ -36,7 +29,7 @@ from lexpilot.reporting.tables.formats import (
     number_cell,
     parts_cell,
 )
-from lexpilot.reporting.tables.table import AVERAGE, METRIC, RELATIVE, Figure, Table
+from lexpilot.reporting.tables.table import AVERAGE, METRIC, RELATIVE, Figure, Kind, Table, declares
 from lexpilot.text import counted
 
 PAPER_BY_CLASS = {"interaction": " (Table 17)", "gold": " (Table 16)"}
@@ -62,43 +55,36 @@ MAIN_COLUMN_TASKS = {
 SETUP_COLUMN_TASKS = {s.title: s.name for s in LJP_SETUPS}
 
 
-def build_tables(
-    groups: list[Group], boot: Bootstrap | None = None, complexity: dict | None = None
-) -> list[Table]:
-    """The paper's tables over the standard-user groups; with `boot`, a 95% interval in every metric cell."""
-    tables = [
-        Table(
-            "runs",
-            "Runs",
-            ["Model", "Runs", "Run ids", "Differs from #1 in"],
-            [[g.label, str(len(g.runs)), ", ".join(g.run_ids), ", ".join(g.differs) or "-"] for g in groups],
-        )
-    ]
-    non_ideal = non_ideal_table(groups, boot)
-    behaviour = behaviour_tables(groups)
-    groups_all = groups
-    groups = [g for g in groups if g.condition == "standard"]
-    labels = [g.label for g in groups]
-    tables += _results_tables(groups, labels, boot)
-    tables.append(interaction_gain_table(groups, labels))
-    if boot:
-        tables.append(paired_setups_table(groups, labels, boot))
-    faults = fault_table(groups_all)
-    return (
-        tables
-        + behaviour
-        + ([non_ideal] if non_ideal else [])
-        + ([faults] if faults else [])
-        + table_4(groups, boot)
-        + figure_4_tables(groups)
-        + figure_3_tables(groups, complexity)
-        + plain_tables(groups, boot)
-        + audit_tables(groups_all, boot)
+@declares(Kind("runs", "the harness's", METRIC))
+def runs_table(groups: list[Group]) -> Table:
+    """Each group's runs, and what sets it apart from the first."""
+    return Table(
+        "runs",
+        "Runs",
+        ["Model", "Runs", "Run ids", "Differs from #1 in"],
+        [[g.label, str(len(g.runs)), ", ".join(g.run_ids), ", ".join(g.differs) or "-"] for g in groups],
     )
 
 
-def _results_tables(groups: list[Group], labels: list[str], boot: Bootstrap | None) -> list[Table]:
-    """The main results (Table 11), the LCA detail, the per-class tables and the LJP accuracy."""
+# the LJP setups' per-class tables: Gold-Standard is the paper's Table 16, Interaction-Based its Table 17
+BY_CLASS_PAPER = {"gold": "Table 16", "interaction": "Table 17"}
+
+
+@declares(
+    Kind("main", "Table 11", 3),
+    Kind("lca_detail", "Table 14", 4),
+    Kind("lca_by_class", "Table 2", 4),
+    Kind("dcg_by_class", "Table 2", 4),
+    *(
+        Kind(f"ljp_{s.name}_by_class", BY_CLASS_PAPER.get(s.name, "nearest: Tables 16-17"), 4)
+        for s in LJP_SETUPS
+    ),
+    Kind("ljp_accuracy", "nearest: Table 3", 3),
+)
+def results_tables(groups: list[Group], boot: Bootstrap | None) -> list[Table]:
+    """The main results (Table 11), the LCA detail, the per-class tables and the LJP accuracy; with `boot`, a 95%
+    interval in every metric cell."""
+    labels = [g.label for g in groups]
     classes = classes_present(groups) + [OVERALL]
     suffix = ", [95% bootstrap interval over cases]" if boot else ""
 
@@ -153,7 +139,8 @@ def _results_tables(groups: list[Group], labels: list[str], boot: Bootstrap | No
     return tables
 
 
-def paired_setups_table(groups: list[Group], labels: list[str], boot: Bootstrap) -> Table:
+@declares(Kind("paired_setups", "nearest: Table 3", 3))
+def paired_setups_table(groups: list[Group], boot: Bootstrap) -> Table:
     qwk = lambda g, setup: (g, (SETUP[setup].task, "qwk", OVERALL))  # noqa: E731
     return Table(
         "paired_setups",
@@ -162,15 +149,16 @@ def paired_setups_table(groups: list[Group], labels: list[str], boot: Bootstrap)
         ["Model", "Interaction − Direct", "Gold − Interaction"],
         [
             [
-                label,
+                g.label,
                 difference_cell(paired_difference(boot, qwk(g, "interaction"), qwk(g, "direct"))),
                 difference_cell(paired_difference(boot, qwk(g, "gold"), qwk(g, "interaction"))),
             ]
-            for label, g in zip(labels, groups)
+            for g in groups
         ],
     )
 
 
+@declares(Kind("comparison", "nearest: Table 11", 3))
 def comparison_table(a: Group, b: Group, boot: Bootstrap) -> Table:
     """Model A − model B on every metric, paired on the same resampled cases."""
     rows = []
@@ -205,6 +193,13 @@ BEHAVIOUR_BY_CLASS = (
 )
 
 
+@declares(
+    Kind("behaviour", "nearest: Table 4", 3),
+    Kind("qwk_by_stop", "nearest: Table 4", 3),
+    Kind("questions_by_class", "nearest: Table 4", 3),
+    Kind("premature_by_class", "nearest: Table 4", 3),
+    Kind("stop_by_class", "nearest: Table 4", 3),
+)
 def behaviour_tables(groups: list[Group]) -> list[Table]:
     """Over-asking against premature judgment (Section 6.2, Appendix E.4), from interaction.jsonl."""
     groups = [g for g in groups if g.stat(("behaviour", "questions", OVERALL))]
@@ -298,6 +293,7 @@ def paired_settings(group: Group, prompts: set[str] | None = None) -> str:
     return json.dumps(settings, sort_keys=True, ensure_ascii=False)
 
 
+@declares(Kind("non_ideal", "Table 15", 4))
 def non_ideal_table(groups: list[Group], boot: Bootstrap | None = None) -> Table | None:
     """Table 15: Interaction-Based QWK per user condition, for groups equal in every other setting; with
     `boot`, each condition's decline from Standard on the same resampled cases (paired)."""
@@ -367,6 +363,7 @@ def _conditions_paired(groups: list[Group]) -> dict[tuple, dict[str, Group]]:
     return {key: by_condition for key, by_condition in rows.items() if set(by_condition) - {"standard"}}
 
 
+@declares(Kind("non_ideal_faults", "nearest: Table 15", 4))
 def fault_table(groups: list[Group]) -> Table | None:
     """What the non-ideal users did: the share of interactions with a disrupted reply, and for the
     self-correcting user the kind of fault it recorded (incomplete or wrong)."""
@@ -386,10 +383,12 @@ def fault_table(groups: list[Group]) -> Table | None:
     )
 
 
-def interaction_gain_table(groups: list[Group], labels: list[str]) -> Table:
+@declares(Kind("interaction_gain", "nearest: Table 3", 3))
+def interaction_gain_table(groups: list[Group]) -> Table:
     """Interaction − Direct and (Interaction − Gold) / Gold on the group means (Section 6.4)."""
     rows, gains, changes = [], [], []
-    for label, g in zip(labels, groups):
+    for g in groups:
+        label = g.label
         means = {s.name: (g.stat((s.task, "qwk", OVERALL)) or {}).get("mean") for s in LJP_SETUPS}
         gain = (
             means["interaction"] - means["direct"]

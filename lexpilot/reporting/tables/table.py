@@ -4,82 +4,53 @@ title, headers and rows, and which task's cases its cells are about (the viewer 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Callable
 
 # Decimals, one rule: "a table's precision is its paper table's" (the CSV and JSON keep every digit). A metric or a
 # share on the 0–1 scale (F1, accuracy, QWK, κ, ρ, a share of cases), with its SD, interval bounds and differences,
-# is drawn at its table's precision (PAPER_TABLES; METRIC, 3, for a table not declared there), and --decimals N
+# is drawn at its table's precision (as its builder declares it: `declares`), and --decimals N
 # redraws it at N in the text formats; a percentage is at 1 (the paper's Tables 5, 6, 12 and 13), an average count
 # (questions, provisions) at 2 and a variance at 6, in every table.
 METRIC, PERCENT, AVERAGE, VARIANCE = 3, 1, 2, 6
 RELATIVE = 2  # a relative change, as the paper quotes it (Interaction-Based 23.84% below Gold-Standard)
 
-# Each table identity with the paper's table it reproduces, or the nearest one for the harness's own tables, and the
-# decimals that table prints its metrics at: Tables 2, 14, 15, 16 and 17 at 4; Tables 3, 4 and 11 at 3; Table 12's κ
-# at 2 (docs/results.md lists them).
-PAPER_TABLES: dict[str, tuple[str, int]] = {
-    "runs": ("the harness's", METRIC),
-    "main": ("Table 11", 3),
-    "comparison": ("nearest: Table 11", 3),
-    "lca_detail": ("Table 14", 4),
-    "lca_by_class": ("Table 2", 4),
-    "dcg_by_class": ("Table 2", 4),
-    "ljp_gold_by_class": ("Table 16", 4),
-    "ljp_interaction_by_class": ("Table 17", 4),
-    "ljp_direct_by_class": ("nearest: Tables 16-17", 4),
-    "ljp_accuracy": ("nearest: Table 3", 3),
-    "interaction_gain": ("nearest: Table 3", 3),
-    "paired_setups": ("nearest: Table 3", 3),
-    "claim_order": ("nearest: Table 3", 3),
-    "behaviour": ("nearest: Table 4", 3),
-    "qwk_by_stop": ("nearest: Table 4", 3),
-    "questions_by_class": ("nearest: Table 4", 3),
-    "premature_by_class": ("nearest: Table 4", 3),
-    "stop_by_class": ("nearest: Table 4", 3),
-    "table_4": ("Table 4", 3),
-    "table_4_resolved": ("Table 4", 3),
-    "table_4_attempts": ("Table 4", 3),
-    "non_ideal": ("Table 15", 4),
-    "non_ideal_faults": ("nearest: Table 15", 4),
-    "figure_3": ("nearest: Table 2 (Figure 3)", 4),
-    "figure_4a": ("nearest: Table 2 (Figure 4)", 4),
-    "figure_4b": ("nearest: Table 2 (Figure 4)", 4),
-    "figure_4c": ("Figure 4 (counts)", METRIC),
-    "plain_types_underspecified": ("Table 6", 1),
-    "plain_types_complete": ("Table 6", 1),  # rates in percent
-    "plain_by_class_underspecified": ("nearest: Table 6", 3),
-    "plain_by_class_complete": ("nearest: Table 6", 3),
-    "plain_against_lexawn": ("nearest: Table 6", 3),
-    "audit_rates": ("nearest: Table 13", 1),
-    "audit_clean_cases": ("nearest: Table 13", 3),
-    "table_13": ("Table 13", 3),
-    "probe_study": ("nearest: Table 13", 3),
-    "table_12": ("Table 12", 2),
-    "table_12_intervals": ("Table 12", 2),
-    "judge_labels": ("nearest: Table 12", 2),
-    "judge_sensitivity": ("nearest: Table 11", 3),
-    "consistency": ("nearest: Table 11", 3),
-    "judge_noise": ("nearest: Table 11", 3),
-    "pairs": ("nearest: Table 11", 3),
-    "ranking": ("nearest: Table 11", 3),
-    "not_comparable": ("the harness's", 3),
-    "power": ("nearest: Table 11", 3),
-    "usage_per_run": ("the harness's", METRIC),
-    "usage_per_stage": ("the harness's", METRIC),
-    "usage_grid_total": ("the harness's", METRIC),
-}
 
-# the tables a report has only when an option asks for them (the others come with the records they show)
-TABLE_OPTIONS = {
-    "comparison": "--compare A B",
-    "paired_setups": "--ci",
-    "figure_3": "--complexity FILE",
-    **dict.fromkeys(("pairs", "ranking", "not_comparable"), "--rank"),
-    "power": "--power",
-    **dict.fromkeys(("consistency", "judge_noise"), "--consistency"),
-    **dict.fromkeys(("usage_per_run", "usage_per_stage", "usage_grid_total"), "--usage"),
-}
+@dataclass(frozen=True)
+class Kind:
+    """A table identity, declared once, by the builder that makes it (`declares`): the id the JSON, the viewer's
+    links and --table key on; the paper's table it reproduces, or the nearest one, or "the harness's"; the decimals
+    its metrics print at (docs/results.md lists them)."""
+
+    id: str
+    paper: str
+    decimals: int
+
+
+def declares(*kinds: Kind):
+    """A table builder's declaration of the tables it makes, by kind: each table it returns carries its kind's
+    decimals; a table of another id is a programming error, refused at once (every test that builds it finds it).
+    The builder keeps its signature; `builder.kinds` lists them (reporting/catalog.py reads every builder's)."""
+
+    def declare(build):
+        by_id = {kind.id: kind for kind in kinds}
+
+        @functools.wraps(build)
+        def built(*args, **kwargs):
+            made = build(*args, **kwargs)
+            for table in made if isinstance(made, list) else [made] if made is not None else []:
+                if table.id not in by_id:
+                    raise TypeError(
+                        f"{build.__qualname__} made table {table.id!r}, which it does not declare"
+                    )
+                table.decimals = by_id[table.id].decimals
+            return made
+
+        built.kinds = kinds
+        return built
+
+    return declare
 
 
 @dataclass
@@ -105,11 +76,7 @@ class Table:
     compare: str | None = None
     # which one of a family of tables with one id (one per re-judged group): with the id, the table's identity
     part: str | None = None
-
-    @property
-    def decimals(self) -> int:
-        """The decimals of its metrics: its paper table's."""
-        return PAPER_TABLES.get(self.id, ("", METRIC))[1]
+    decimals: int = METRIC  # its metrics' decimals: its paper table's, as its builder declares (`declares`)
 
     def at(self, decimals: int | None = None) -> Table:
         """The table with its metric cells drawn at `decimals` (None: its paper table's precision)."""

@@ -11,7 +11,7 @@ from lexpilot.pricing import cost
 from lexpilot.reporting.scoring.groups import Group
 from lexpilot.reporting.scoring.runs import Run
 from lexpilot.reporting.tables.formats import number_cell
-from lexpilot.reporting.tables.table import PERCENT, Figure, Table
+from lexpilot.reporting.tables.table import METRIC, PERCENT, Figure, Kind, Table, declares
 from lexpilot.text import counted
 
 
@@ -50,6 +50,11 @@ def role_usage(used: Counter, unanswered: int) -> Figure:
     return Figure(text + (f" (+{unanswered} unanswered)" if unanswered else ""), numbers)
 
 
+@declares(
+    Kind("usage_per_run", "the harness's", METRIC),
+    Kind("usage_per_stage", "the harness's", METRIC),
+    Kind("usage_grid_total", "the harness's", METRIC),
+)
 def usage_tables(groups: list[Group], prices: dict | None) -> list[Table]:
     """Tokens per run and role, and per stage file and role over each group's runs; cost when priced."""
     per_run, per_stage = [], []

@@ -46,7 +46,7 @@ from lexpilot.reporting.scoring.runs import named_dataset, read_task
 from lexpilot.reporting.statistics.bootstrap import percentile_interval
 from lexpilot.reporting.tables.formats import interval_cell, kappa_cell, number_cell
 from lexpilot.reporting.tables.renderings import render_text
-from lexpilot.reporting.tables.table import PERCENT, Table
+from lexpilot.reporting.tables.table import PERCENT, Kind, Table, declares
 
 # TYPE: the response type of a plain consultation (Table 6); FOCAL: the judge's type of a focal point (Table 18)
 ANNOTATED_TASKS = ("LCA", "DCG", "LJP", "TYPE", "FOCAL")
@@ -452,6 +452,7 @@ def human_labels(path: Path, rows: list[tuple[int, dict]], key: dict[str, dict])
     return labelled, problems
 
 
+@declares(Kind("table_12", "Table 12", 2))
 def agreement_table(labelled: list) -> Table:
     rows, means = [], {"hh": [], "hk": [], "lh": [], "lk": []}
     for task in ANNOTATED_TASKS:
@@ -514,6 +515,7 @@ def kappa_interval(
     return percentile_interval(kappas)
 
 
+@declares(Kind("table_12_intervals", "Table 12", 2))
 def interval_table(labelled: list) -> Table:
     rows = []
     for task in ANNOTATED_TASKS:

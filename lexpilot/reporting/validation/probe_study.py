@@ -15,7 +15,7 @@ from lexpilot.benchmark.prompts import key_detail_lines, render_history
 from lexpilot.benchmark.vocabulary import NO, YES
 from lexpilot.files import fits_a_cell
 from lexpilot.reporting.tables.formats import number_cell
-from lexpilot.reporting.tables.table import PERCENT, Table
+from lexpilot.reporting.tables.table import PERCENT, Kind, Table, declares
 
 EXPERT = ("answer", "over_disclosure", "error")  # the three criteria, each 是/否
 # One sheet per expert, so that the two reviews stay independent; every item looks alike whatever its condition
@@ -250,6 +250,7 @@ def _recovery_cell(items: list[dict]) -> str:
     return f"{len(failed)}/{len(accepted)} = {100 * len(failed) / len(accepted):.{PERCENT}f}%"
 
 
+@declares(Kind("table_13", "Table 13", 3), Kind("probe_study", "nearest: Table 13", 3))
 def table_13(items: list[dict], agree: dict) -> list[Table]:
     tables = [
         Table(
