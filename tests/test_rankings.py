@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from lexpilot.reporting.scoring.groups import Group
-from lexpilot.reporting.scoring.runs import OVERALL, Run, TaskData
+from lexpilot.reporting.scoring.runs import MetricKey, Run, TaskData
 from lexpilot.reporting.statistics.bootstrap import Bootstrap
 from lexpilot.reporting.statistics.consistency import consistency
 from lexpilot.reporting.statistics.randomization import Randomization
@@ -20,7 +20,7 @@ from lexpilot.reporting.statistics.rankings import (
 from lexpilot.storage.manifest import Manifest
 from tests.conftest import SECRET, sample_cases, write_dataset
 
-KEY = ("DCG", "accuracy", OVERALL)
+KEY = MetricKey("DCG", "accuracy")
 
 
 def test_holm_on_known_p_values():

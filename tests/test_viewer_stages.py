@@ -881,6 +881,23 @@ def test_the_json_names_every_metric_and_number_in_one_style(built, capsys):
     check_a_usage_cell_sums_the_records_usage(report)
 
 
+def test_every_metric_of_a_scored_run_is_named_by_its_family_name_and_part(built):
+    """Issue 37 item 1: "Metric keys become a small named type, with one family per kind of number." On every
+    stage's runs: each key of every run's metrics is a MetricKey, and its parts mean the same in every family (a
+    part is OVERALL, a class, a cause of action or a stop reason; a name never carries a class)."""
+    from lexpilot.benchmark.categories import CLASS_LABELS
+    from lexpilot.reporting.scoring.results import load_runs
+    from lexpilot.reporting.scoring.runs import OVERALL, MetricKey
+    from lexpilot.reporting.scoring.scoring import STOP_CATEGORIES
+
+    root, _ = built
+    keys = {k for run in load_runs(root, None, None) for k in run.metrics}
+    assert len(keys) > 100 and {type(k) for k in keys} == {MetricKey}
+    parts = {OVERALL, *CLASS_LABELS, *CAUSES, *STOP_CATEGORIES}
+    assert {k.part for k in keys} <= parts and not {k.name for k in keys} & {*CLASS_LABELS, *CAUSES}
+    assert {k.family for k in keys} >= {"LCA", "DCG", "by cause", "T4 attempts", "behaviour", "focal points"}
+
+
 def check_the_numbers_are_the_records_own(report: dict, root) -> None:
     """Model A's DCG accuracy, Table 4's case count and the share judged in round 1, counted from its records."""
     model_a = next(g for g in report["groups"] if g["model"] == "model-a" and g["run_ids"] == ["r1"])[

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lexpilot.benchmark.categories import CLASS_LABELS
-from lexpilot.reporting.scoring.runs import Run
+from lexpilot.reporting.scoring.runs import MetricKey, Run
 from lexpilot.storage.manifest import (
     COMPARED_MANIFEST_FIELDS,
     Manifest,
@@ -39,10 +39,10 @@ class Group:
     def run_ids(self) -> list[str]:
         return [r.run_id for r in self.runs]
 
-    def values(self, key) -> list:
+    def values(self, key: MetricKey) -> list:
         return [r.metrics[key] for r in self.runs if key in r.metrics]
 
-    def stat(self, key) -> dict | None:
+    def stat(self, key: MetricKey) -> dict | None:
         """Mean and sample SD over the runs where the metric is defined; counts the others."""
         values = self.values(key)
         if not values:
@@ -169,5 +169,5 @@ def difference_text(group: Group, first: Group) -> str:
 
 
 def classes_present(groups: list[Group]) -> list[str]:
-    present = {k[2] for g in groups for r in g.runs for k in r.metrics}
+    present = {k.part for g in groups for r in g.runs for k in r.metrics}
     return [c for c in CLASS_LABELS if c in present]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -30,6 +31,23 @@ USAGE_FIELDS = (
 )
 
 
+class MetricKey(NamedTuple):
+    """A number a run's scoring made (`Run.metrics`), named by three parts that mean the same in every family:
+
+    - `family`, what kind of number: a task's metric (LCA, DCG, LJP_direct, plain_complete, audit_dcg, T4_targeted,
+      T4r_direct…), or a count or share the tables read ("by cause", "cases by cause", "clean", "clean cases",
+      "plain_then_asked", "focal points", "DCG typed", "DCG by focal type", "T4 cases", "T4 attempts",
+      "T4 unresolved", "behaviour", "faults", "LJP_interaction_by_stop");
+    - `name`, which of them: the metric (macro_f1, qwk…), or what is counted (a task, a stop reason, a condition);
+    - `part`, over which cases: OVERALL, a class of causes, a cause of action, or a stop reason.
+
+    The JSON report's metrics are these three levels (`renderings.json_metrics`)."""
+
+    family: str
+    name: str
+    part: str = OVERALL
+
+
 @dataclass
 class TaskData:
     """Per-case counts of one task of one run, in the run's selected-case order."""
@@ -45,7 +63,7 @@ class Run:
     model: str
     manifest: Manifest
     folder: str
-    metrics: dict = field(default_factory=dict)  # (task, metric, class) -> value or None
+    metrics: dict[MetricKey, float | None] = field(default_factory=dict)
     tasks: dict = field(default_factory=dict)  # task -> TaskData
     usage: dict = field(default_factory=dict)  # checkpoint file -> role -> usage sums
     problems: list[str] = field(default_factory=list)

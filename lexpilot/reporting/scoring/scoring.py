@@ -44,6 +44,7 @@ from lexpilot.reporting.scoring.metrics import (
 from lexpilot.reporting.scoring.runs import (
     OVERALL,
     USAGE_FIELDS,
+    MetricKey,
     Run,
     TaskData,
     complete_task,
@@ -77,8 +78,11 @@ TASKS |= {f"audit_{source}": (AUDIT[source], audit_counts, audit_from_counts) fo
 # dialogues, not read from one file)
 # Table 4 over every case and claim ("QWK over all 657 equally weighted claims per run"; "Direct results are
 # reused from Table 3"), and, as a sensitivity view, over the cases resolved in both conditions
-TABLE_4 = {"T4_direct": LJP_DIRECT, **{f"T4_{b}": LJP_BEHAVIOUR[b] for b in BEHAVIOURS}}
-TABLE_4_RESOLVED = {f"T4r_{name[3:]}": kind for name, kind in TABLE_4.items()}
+TABLE_4_SETUPS = {"direct": LJP_DIRECT, **{b: LJP_BEHAVIOUR[b] for b in BEHAVIOURS}}  # its setups' records
+TABLE_4 = {f"T4_{setup}": kind for setup, kind in TABLE_4_SETUPS.items()}  # task -> its records, every case
+TABLE_4_RESOLVED = {f"T4r_{setup}": kind for setup, kind in TABLE_4_SETUPS.items()}  # the resolved cases'
+# either task's records are read once, under the every-case task's name
+TABLE_4_RECORDS = {**{t: t for t in TABLE_4}, **{r: t for r, t in zip(TABLE_4_RESOLVED, TABLE_4)}}
 TASKS |= {
     task: (kind, ljp_case_counts, ljp_from_counts) for task, kind in {**TABLE_4, **TABLE_4_RESOLVED}.items()
 }
@@ -195,15 +199,17 @@ def score_task(run: Run, task: str, path: Path, records: dict | None, problem: s
         return
     data = run.tasks[task] = TaskData(list(records), classes, np.array(counts))
     for metric, value in metrics_of(task, data).items():
-        run.metrics[(task, metric, OVERALL)] = value
+        run.metrics[MetricKey(task, metric)] = value
     for cls in sorted(set(classes)):
         for metric, value in metrics_of(task, data, np.array(classes) == cls).items():
-            run.metrics[(task, metric, cls)] = value
+            run.metrics[MetricKey(task, metric, cls)] = value
     if task in BY_CAUSE:  # Figure 3: the metric within each cause of action
         causes = np.array([r["cause_of_action"] for r in records.values()])
         for cause in sorted(set(causes)):
-            run.metrics[("by cause", task, cause)] = metrics_of(task, data, causes == cause)[BY_CAUSE[task]]
-            run.metrics[("cases by cause", task, cause)] = float((causes == cause).sum())
+            run.metrics[MetricKey("by cause", task, cause)] = metrics_of(task, data, causes == cause)[
+                BY_CAUSE[task]
+            ]
+            run.metrics[MetricKey("cases by cause", task, cause)] = float((causes == cause).sum())
 
 
 def score_clean_cases(run: Run) -> None:
@@ -212,10 +218,10 @@ def score_clean_cases(run: Run) -> None:
         if task in run.tasks and audit in run.tasks:
             clean = dict(zip(run.tasks[audit].cases, (run.tasks[audit].counts[:, 1:3].sum(axis=1) == 0)))
             mask = np.array([clean.get(n, False) for n in run.tasks[task].cases])
-            run.metrics[("clean", task, OVERALL)] = (
+            run.metrics[MetricKey("clean", task)] = (
                 metrics_of(task, run.tasks[task], mask)[metric] if mask.any() else None
             )
-            run.metrics[("clean cases", task, OVERALL)] = float(mask.sum())
+            run.metrics[MetricKey("clean cases", task)] = float(mask.sum())
 
 
 def score_plain_against_lexawn(run: Run, plain: dict | None, lca: dict | None) -> None:
@@ -228,7 +234,7 @@ def score_plain_against_lexawn(run: Run, plain: dict | None, lca: dict | None) -
             for n, r in plain.items()
             if r["type"] == kind
         ]
-        run.metrics[("plain_then_asked", kind, OVERALL)] = float(np.mean(asked)) if asked else None
+        run.metrics[MetricKey("plain_then_asked", kind)] = float(np.mean(asked)) if asked else None
 
 
 def score_usage(run: Run, root: Path, saved: dict[str, dict]) -> None:
@@ -262,18 +268,18 @@ def score_focal_types(run: Run, types: dict) -> None:
         cls = cause_class(record["cause_of_action"])
         run.focal_types[number] = (cls, [FOCAL_TYPES.get(e["type"], e["type"]) for e in record["types"]])
         for entry in record["types"]:
-            key = ("focal points", FOCAL_TYPES.get(entry["type"], entry["type"]), cls)
+            key = MetricKey("focal points", FOCAL_TYPES.get(entry["type"], entry["type"]), cls)
             run.metrics[key] = run.metrics.get(key, 0.0) + 1
     data = run.tasks.get("DCG")
     if data is None:
         return
     # Figure 4 (b) over the same runs as (a): the runs with focal-point types
-    for key in [k for k in run.metrics if k[:2] == ("DCG", "accuracy")]:
-        run.metrics[("DCG typed", "accuracy", key[2])] = run.metrics[key]
+    for key in [k for k in run.metrics if (k.family, k.name) == ("DCG", "accuracy")]:
+        run.metrics[MetricKey("DCG typed", "accuracy", key.part)] = run.metrics[key]
     of_case = {n: {FOCAL_TYPES.get(e["type"], e["type"]) for e in r["types"]} for n, r in types.items()}
     for label in FOCAL_TYPES.values():
         mask = np.array([label in of_case.get(n, ()) for n in data.cases])
-        run.metrics[("DCG by focal type", label, OVERALL)] = (
+        run.metrics[MetricKey("DCG by focal type", label)] = (
             metrics_of("DCG", data, mask)["accuracy"] if mask.any() else None
         )
 
@@ -296,7 +302,7 @@ def score_table_4(run: Run, root: Path, verdicts: dict, dialogues: dict) -> None
     ]
     for cases, tasks in ((run.selected, TABLE_4), (resolved, TABLE_4_RESOLVED)):
         for task, kind in tasks.items():
-            records = verdicts[f"T4_{task.split('_', 1)[1]}"][0]
+            records = verdicts[TABLE_4_RECORDS[task]][0]
             rows = [records[n] for n in cases]
             try:
                 counts = np.array([ljp_case_counts(r) for r in rows]).reshape(len(rows), -1)
@@ -313,14 +319,14 @@ def score_table_4(run: Run, root: Path, verdicts: dict, dialogues: dict) -> None
             data = run.tasks[task] = TaskData(
                 list(cases), [cause_class(r["cause_of_action"]) for r in rows], counts
             )
-            run.metrics[(task, "qwk", OVERALL)] = metrics_of(task, data)["qwk"] if rows else None
-    run.metrics[("T4 cases", "all", OVERALL)] = float(len(run.selected))
-    run.metrics[("T4 cases", "resolved", OVERALL)] = float(len(resolved))
+            run.metrics[MetricKey(task, "qwk")] = metrics_of(task, data)["qwk"] if rows else None
+    run.metrics[MetricKey("T4 cases", "all")] = float(len(run.selected))
+    run.metrics[MetricKey("T4 cases", "resolved")] = float(len(resolved))
     for b, records in dialogues.items():
         attempts = [len(r["attempts"]) if r["status"] == "accepted" else None for r in records.values()]
         for k in range(1, 6):
-            run.metrics[("T4 attempts", f"{b} {k}", OVERALL)] = float(sum(a == k for a in attempts))
-        run.metrics[("T4 unresolved", b, OVERALL)] = float(sum(a is None for a in attempts))
+            run.metrics[MetricKey("T4 attempts", f"{b} {k}")] = float(sum(a == k for a in attempts))
+        run.metrics[MetricKey("T4 unresolved", b)] = float(sum(a is None for a in attempts))
         run.rejections[b] = Counter(
             reason for r in records.values() for a in r["attempts"] for reason in a["rejected"]
         )
@@ -349,15 +355,15 @@ def score_behaviour(run: Run, interactions: dict) -> None:
     classes = np.array([cause_class(r["cause_of_action"]) for r in interactions.values()])
     for cls in [OVERALL] + sorted(set(classes)):
         mask = np.ones(len(classes), bool) if cls == OVERALL else classes == cls
-        run.metrics[("behaviour", "questions", cls)] = float(questions[mask].mean())
+        run.metrics[MetricKey("behaviour", "questions", cls)] = float(questions[mask].mean())
         for category in STOP_CATEGORIES:
-            run.metrics[("behaviour", category, cls)] = float((stops[mask] == category).mean())
+            run.metrics[MetricKey("behaviour", category, cls)] = float((stops[mask] == category).mean())
     disrupted = [r.get("disrupted_round") is not None for r in interactions.values()]
     faults = [r["fault"]["kind"] for r in interactions.values() if isinstance(r.get("fault"), dict)]
     if run.condition != "standard":
-        run.metrics[("faults", "disrupted", OVERALL)] = float(np.mean(disrupted))
+        run.metrics[MetricKey("faults", "disrupted")] = float(np.mean(disrupted))
         for kind in ("incomplete", "wrong"):
-            run.metrics[("faults", kind, OVERALL)] = (
+            run.metrics[MetricKey("faults", kind)] = (
                 float(np.mean([f == kind for f in faults])) if faults else None
             )
     data = run.tasks.get("LJP_interaction")
@@ -366,6 +372,6 @@ def score_behaviour(run: Run, interactions: dict) -> None:
         case_stops = np.array([by_case[n] for n in data.cases])
         for category in STOP_CATEGORIES:
             if (case_stops == category).any():
-                run.metrics[("LJP_interaction_by_stop", "qwk", category)] = metrics_of(
+                run.metrics[MetricKey("LJP_interaction_by_stop", "qwk", category)] = metrics_of(
                     "LJP_interaction", data, case_stops == category
                 )["qwk"]

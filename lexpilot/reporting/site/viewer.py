@@ -149,8 +149,8 @@ def table_html(t: Table, link) -> str:
 def overview(tables: list[Table], groups: list[Group]) -> str:
     labels = {g.label for g in groups}
     models = {g.model for g in groups}
-    classes = {c for g in groups for r in g.runs for k in r.metrics for c in [k[2]]}
-    causes = {k[2] for g in groups for r in g.runs for k in r.metrics if k[0] == "by cause"}
+    classes = {k.part for g in groups for r in g.runs for k in r.metrics}
+    causes = {k.part for g in groups for r in g.runs for k in r.metrics if k.family == "by cause"}
 
     model_of = {g.label: g.model for g in groups}
 

@@ -10,7 +10,7 @@ from lexpilot.reporting.scoring.groups import Group
 from lexpilot.reporting.scoring.metrics import (
     ratio,
 )
-from lexpilot.reporting.scoring.runs import OVERALL
+from lexpilot.reporting.scoring.runs import OVERALL, MetricKey
 from lexpilot.reporting.scoring.scoring import TASKS
 
 MAX_RESAMPLES = 100_000  # --resamples: more adds nothing a paper reports, and costs minutes of CPU per table
@@ -40,7 +40,7 @@ class Bootstrap:
             )
         return self._weights[cases]
 
-    def distribution(self, group: Group, key: tuple) -> np.ndarray | None:
+    def distribution(self, group: Group, key: MetricKey) -> np.ndarray | None:
         task, metric, cls = key
         if (id(group), task, cls) not in self._metrics:
             per_run = []
@@ -61,7 +61,7 @@ class Bootstrap:
         defined = ~np.isnan(values)
         return ratio(np.where(defined, values, 0).sum(axis=0), defined.sum(axis=0))
 
-    def run_values(self, run, key: tuple) -> np.ndarray | None:
+    def run_values(self, run, key: MetricKey) -> np.ndarray | None:
         """One run's metric on every resample (NaN where undefined), on the same drawn cases as every run's."""
         task, metric, cls = key
         data = run.tasks.get(task)
@@ -70,7 +70,7 @@ class Bootstrap:
         counts = data.counts if cls == OVERALL else data.counts * (np.array(data.classes) == cls)[:, None]
         return np.asarray(TASKS[task][2](self.weights(tuple(data.cases)) @ counts)[metric], dtype=float)
 
-    def interval(self, group: Group, key: tuple) -> tuple[float, float] | None:
+    def interval(self, group: Group, key: MetricKey) -> tuple[float, float] | None:
         return percentile_interval(self.distribution(group, key))
 
 

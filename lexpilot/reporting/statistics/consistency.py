@@ -13,7 +13,7 @@ import numpy as np
 
 from lexpilot.benchmark.records import LJP_SETUPS
 from lexpilot.reporting.scoring.groups import Group
-from lexpilot.reporting.scoring.runs import OVERALL, Run
+from lexpilot.reporting.scoring.runs import MetricKey, Run
 from lexpilot.reporting.scoring.scoring import TASKS, item_outcomes
 from lexpilot.reporting.statistics.bootstrap import Bootstrap, percentile_interval
 from lexpilot.reporting.tables.formats import number_cell
@@ -123,7 +123,7 @@ def judge_noise_table(groups: list[Group], metrics, boot: Bootstrap) -> Table | 
     rows = []
     for sources, pairs in retests(groups):
         for name, (task, metric) in metrics:
-            key = (task, metric, OVERALL)
+            key = MetricKey(task, metric)
             values = [(a.metrics.get(key), b.metrics.get(key), a, b) for a, b in pairs]
             values = [v for v in values if v[0] is not None and v[1] is not None]
             stat = sources.stat(key)
@@ -177,7 +177,7 @@ def judge_noise_table(groups: list[Group], metrics, boot: Bootstrap) -> Table | 
 
 
 def case_level_parts(
-    sources: Group, pairs: list[tuple[Run, Run]], key: tuple
+    sources: Group, pairs: list[tuple[Run, Run]], key: MetricKey
 ) -> tuple[tuple[str, ...], np.ndarray, np.ndarray] | None:
     """The judge's share from the cases one by one, in parts: for a metric that is a mean over cases (each case's
     own value defined, as DCG accuracy, Acc_C, Acc_U), the cases, each case's run-to-run variance and each case's
@@ -230,7 +230,7 @@ def percent_interval(interval: tuple[float, float] | None) -> Figure:
     return Figure(f"[{low:.{PERCENT}f}%, {high:.{PERCENT}f}%]", {"low": low, "high": high})
 
 
-def share_interval(boot: Bootstrap, sources: Group, pairs: list[tuple[Run, Run]], key: tuple):
+def share_interval(boot: Bootstrap, sources: Group, pairs: list[tuple[Run, Run]], key: MetricKey):
     """The 95% percentile interval of the share over the resampled cases: every run and its copy on the same drawn
     cases, the variance between the source runs and the judge's variance recomputed on each."""
     runs = [boot.run_values(r, key) for r in sources.runs]

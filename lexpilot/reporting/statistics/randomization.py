@@ -21,7 +21,7 @@ import numpy as np
 from lexpilot.errors import HarnessError
 from lexpilot.reporting.scoring.groups import Group
 from lexpilot.reporting.scoring.parallel import thread_map, workers
-from lexpilot.reporting.scoring.runs import OVERALL
+from lexpilot.reporting.scoring.runs import OVERALL, MetricKey
 from lexpilot.reporting.scoring.scoring import TASKS
 from lexpilot.text import counted
 
@@ -84,15 +84,15 @@ class Randomization:
         the same whichever thread runs it (its swap patterns are drawn from the seed and the number of cases)."""
         todo = list(
             {
-                (id(a), id(b), key[0], key[2]): (a, b, key[0], key[2])
+                (id(a), id(b), key.family, key.part): (a, b, key.family, key.part)
                 for a, b, key in pairs
-                if (id(a), id(b), key[0], key[2]) not in self._p
+                if (id(a), id(b), key.family, key.part) not in self._p
             }.items()
         )
         found = thread_map(lambda item: self.p_values(*item[1]), todo, workers(len(todo)))
         self._p.update((cached, p) for (cached, _), p in zip(todo, found))
 
-    def p_value(self, a: Group, b: Group, key: tuple) -> float | None:
+    def p_value(self, a: Group, b: Group, key: MetricKey) -> float | None:
         """Two-sided p of the difference of the groups' means on `key` (task, metric, class); None when the
         metric is undefined for either group."""
         task, metric, cls = key

@@ -22,7 +22,7 @@ from lexpilot.reporting.scoring.groups import (
     recorded_prompts,
     same_code,
 )
-from lexpilot.reporting.scoring.runs import OVERALL
+from lexpilot.reporting.scoring.runs import MetricKey
 from lexpilot.reporting.statistics.bootstrap import Bootstrap, paired_difference
 from lexpilot.reporting.statistics.randomization import Randomization, check_permutations
 from lexpilot.reporting.tables.formats import HEADLINE, interval_cell, number_cell
@@ -140,7 +140,7 @@ def comparable_sets(groups: list[Group]) -> list[list[Group]]:
 
 
 def pair_tests(
-    groups: list[Group], boot: Bootstrap, test: Randomization, key: tuple, metric: str
+    groups: list[Group], boot: Bootstrap, test: Randomization, key: MetricKey, metric: str
 ) -> list[PairTest]:
     """Every pair of one comparable set (A ranked above B by mean) on one metric, Holm-adjusted together."""
     tests = []
@@ -155,7 +155,7 @@ def pair_tests(
     return tests
 
 
-def ordered_pairs(groups: list[Group], key: tuple):
+def ordered_pairs(groups: list[Group], key: MetricKey):
     """Every comparable pair of one set with both means defined, the higher mean first (A − B ≥ 0)."""
     for a, b in itertools.combinations(groups, 2):
         mean_a, mean_b = (a.stat(key) or {}).get("mean"), (b.stat(key) or {}).get("mean")
@@ -166,16 +166,16 @@ def ordered_pairs(groups: list[Group], key: tuple):
 
 def headline_keys(by_class: list[str] | None = None):
     for name, (task, metric) in HEADLINE:
-        yield name, (task, metric, OVERALL)
+        yield name, MetricKey(task, metric)
         for cls in by_class or ():
-            yield f"{name} ({cls})", (task, metric, cls)
+            yield f"{name} ({cls})", MetricKey(task, metric, cls)
 
 
 def ranked_rows(
     tests: list[PairTest],
     members: list[Group],
     groups: list[Group],
-    key: tuple,
+    key: MetricKey,
     name: str,
     alpha: float,
     set_label: str,
@@ -334,7 +334,7 @@ def detectable_difference(
     return (Z(1 - alpha / 2) + Z(power)) * float(np.sqrt(case_variance * scale + run_variance * scale / runs))
 
 
-def variance_components(a: Group, b: Group, boot: Bootstrap, key: tuple) -> tuple[float, float] | None:
+def variance_components(a: Group, b: Group, boot: Bootstrap, key: MetricKey) -> tuple[float, float] | None:
     """(case variance, run variance) of the difference of two groups on the design in hand: the run variance is
     the sum of the groups' variances between runs; the case variance is the bootstrap variance of the difference
     of the group means less the run noise it holds (each group's run variance over its number of runs)."""

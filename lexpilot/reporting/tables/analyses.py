@@ -15,7 +15,7 @@ from lexpilot.benchmark.records import LJP_ORDER, LJP_SETUPS, SETUP
 from lexpilot.benchmark.vocabulary import HISTORY_TYPES
 from lexpilot.files import check_input
 from lexpilot.reporting.scoring.groups import Group, classes_present
-from lexpilot.reporting.scoring.runs import OVERALL, saved_records
+from lexpilot.reporting.scoring.runs import OVERALL, MetricKey, saved_records
 from lexpilot.reporting.scoring.scoring import AUDITED
 from lexpilot.reporting.statistics.bootstrap import Bootstrap, paired_difference
 from lexpilot.reporting.tables.formats import (
@@ -76,10 +76,10 @@ def plain_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
     same histories, how often LexAwN then asked; and the complete-history control where it was run."""
     tables = []
     for history_type in ("underspecified", "complete"):
-        shown = [g for g in groups if g.stat((f"plain_{history_type}", "premature_prediction", OVERALL))]
+        shown = [g for g in groups if g.stat(MetricKey(f"plain_{history_type}", "premature_prediction"))]
         if shown:
             tables += _plain_history_tables(shown, boot, history_type)
-    crossed = [g for g in groups if any(g.stat(("plain_then_asked", k, OVERALL)) for k in PLAIN_TYPE_NAMES)]
+    crossed = [g for g in groups if any(g.stat(MetricKey("plain_then_asked", k)) for k in PLAIN_TYPE_NAMES)]
     if crossed:
         tables.append(
             Table(
@@ -88,7 +88,7 @@ def plain_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Tab
                 "share of those cases where LexAwN asked (策略二), mean over runs",
                 ["Model"] + list(PLAIN_TYPE_NAMES.values()),
                 [
-                    [g.label] + [cell(g.stat(("plain_then_asked", k, OVERALL))) for k in PLAIN_TYPE_NAMES]
+                    [g.label] + [cell(g.stat(MetricKey("plain_then_asked", k))) for k in PLAIN_TYPE_NAMES]
                     for g in crossed
                 ],
                 task="plain",
@@ -114,7 +114,7 @@ def _plain_history_tables(shown: list[Group], boot: Bootstrap | None, history_ty
                 [label]
                 + [
                     percent_cell(
-                        g.stat((task, k, OVERALL)), boot.interval(g, (task, k, OVERALL)) if boot else None
+                        g.stat(MetricKey(task, k)), boot.interval(g, MetricKey(task, k)) if boot else None
                     )  # in percent, as Table 6
                     for k in PLAIN_TYPE_NAMES
                 ]
@@ -143,7 +143,8 @@ def _plain_type_links(history_type: str) -> dict:
 def _plain_shares(g: Group, task: str, cls: str) -> Figure:
     """The four response types' shares of one class, in one cell."""
     return parts_cell(
-        {name: (g.stat((task, k, cls)) or {}).get("mean") for k, name in PLAIN_TYPE_NAMES.items()}, METRIC
+        {name: (g.stat(MetricKey(task, k, cls)) or {}).get("mean") for k, name in PLAIN_TYPE_NAMES.items()},
+        METRIC,
     )
 
 
@@ -207,7 +208,7 @@ def _judge_metrics_table(boot: Bootstrap, g_original: Group, g_rejudged: Group, 
     difference."""
     rows = []
     for name, (task, metric) in HEADLINE:
-        key = (task, metric, OVERALL)
+        key = MetricKey(task, metric)
         rows.append(
             [
                 name,
@@ -303,7 +304,7 @@ CLEAN_METRICS = (("DCG", "DCG accuracy"), ("LJP_interaction", "Interaction-Based
 def audit_tables(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
     """The simulator audit: how often the User Model's replies over-disclosed, erred or did not answer, and
     the tasks that rest on those replies recomputed on the cases whose replies were all clean."""
-    audited = [g for g in groups if any(g.stat((f"audit_{s}", "error", OVERALL)) for s in AUDIT_SOURCES)]
+    audited = [g for g in groups if any(g.stat(MetricKey(f"audit_{s}", "error")) for s in AUDIT_SOURCES)]
     if not audited:
         return []
     return [_audit_rates_table(audited, boot), _audit_clean_table(audited)]
@@ -316,7 +317,7 @@ def _audit_rates_table(audited: list[Group], boot: Bootstrap | None) -> Table:
     for g in audited:
         for source in AUDIT_SOURCES:
             task = f"audit_{source}"
-            if g.stat((task, "error", OVERALL)):
+            if g.stat(MetricKey(task, "error")):
                 selects.append({"tag": AUDIT_TAGS[source]})  # the cases with replies of this source audited
                 flags.append(
                     {name: {"tag": AUDIT_FLAG_TAGS[(source, metric)]} for metric, name in AUDIT_FLAGS}
@@ -326,7 +327,7 @@ def _audit_rates_table(audited: list[Group], boot: Bootstrap | None) -> Table:
                     [g.label, AUDIT_SOURCES[source], str(replies)]
                     + [
                         percent_cell(
-                            g.stat((task, m, OVERALL)), boot.interval(g, (task, m, OVERALL)) if boot else None
+                            g.stat(MetricKey(task, m)), boot.interval(g, MetricKey(task, m)) if boot else None
                         )  # in percent, as Table 13
                         for m, _ in AUDIT_FLAGS
                     ]
@@ -350,14 +351,14 @@ def _audit_clean_table(audited: list[Group]) -> Table:
     rows = []
     for g in audited:
         for task, name in CLEAN_METRICS:
-            clean = g.stat(("clean", task, OVERALL))
+            clean = g.stat(MetricKey("clean", task))
             if clean is not None:
-                cases = g.stat(("clean cases", task, OVERALL))
+                cases = g.stat(MetricKey("clean cases", task))
                 rows.append(
                     [
                         g.label,
                         name,
-                        cell(g.stat((task, AUDITED[task][1], OVERALL))),
+                        cell(g.stat(MetricKey(task, AUDITED[task][1]))),
                         cell(clean),
                         f"{cases['mean']:.0f}" if cases and cases["mean"] is not None else "n/a",
                     ]
@@ -381,7 +382,7 @@ def table_4(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
     """Table 4: LJP QWK Direct / Targeted / Off-target over every case and claim (unresolved cases flagged), the
     same over the cases resolved in both conditions as a sensitivity view, with the paired differences under --ci;
     and how many cases each condition's dialogues were accepted at each attempt, with the rejection reasons."""
-    shown = [g for g in groups if g.stat(("T4_targeted", "qwk", OVERALL))]
+    shown = [g for g in groups if g.stat(MetricKey("T4_targeted", "qwk"))]
     if not shown:
         return []
     suffix = ", [95% bootstrap interval over cases]" if boot else ""
@@ -405,8 +406,8 @@ def table_4(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
     rows = []
     for g in shown:
         for b, name in (("targeted", "Targeted"), ("off_target", "Off-target")):
-            counts = [(g.stat(("T4 attempts", f"{b} {k}", OVERALL)) or {}).get("mean") for k in range(1, 6)]
-            unresolved = g.stat(("T4 unresolved", b, OVERALL))
+            counts = [(g.stat(MetricKey("T4 attempts", f"{b} {k}")) or {}).get("mean") for k in range(1, 6)]
+            unresolved = g.stat(MetricKey("T4 unresolved", b))
             reasons = Counter()
             for r in g.runs:
                 reasons.update(r.rejections.get(b, {}))
@@ -431,7 +432,7 @@ def table_4(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
 
 
 def table_4_qwk(shown: list[Group], boot: Bootstrap | None, prefix: str, table_id: str, title: str) -> Table:
-    key = lambda task: (f"{prefix}_{task}", "qwk", OVERALL)  # noqa: E731
+    key = lambda task: MetricKey(f"{prefix}_{task}", "qwk")  # noqa: E731
     headers = [
         "Model",
         "Cases (unresolved T / O)" if prefix == "T4" else "Resolved cases",
@@ -441,9 +442,9 @@ def table_4_qwk(shown: list[Group], boot: Bootstrap | None, prefix: str, table_i
     ] + (["Targeted − Direct", "Off-target − Direct"] if boot else [])
     rows = []
     for g in shown:
-        cases = g.stat(("T4 cases", "all" if prefix == "T4" else "resolved", OVERALL))
+        cases = g.stat(MetricKey("T4 cases", "all" if prefix == "T4" else "resolved"))
         flagged = [
-            (g.stat(("T4 unresolved", b, OVERALL)) or {}).get("mean") for b in ("targeted", "off_target")
+            (g.stat(MetricKey("T4 unresolved", b)) or {}).get("mean") for b in ("targeted", "off_target")
         ]
         count = f"{cases['mean']:g}" if cases else "n/a"
         if prefix == "T4" and None not in flagged:
@@ -458,7 +459,7 @@ def table_4_qwk(shown: list[Group], boot: Bootstrap | None, prefix: str, table_i
         row = [g.label, count]
         # "Direct results are reused from Table 3": over every run of the group, as Table 3 takes them (the
         # paired differences stay within the runs that have the dialogues)
-        direct = ("LJP_direct", "qwk", OVERALL) if prefix == "T4" else key("direct")
+        direct = MetricKey("LJP_direct", "qwk") if prefix == "T4" else key("direct")
         row += [
             cell(g.stat(k), METRIC, boot.interval(g, k) if boot else None)
             for k in (direct, key("targeted"), key("off_target"))
@@ -495,7 +496,7 @@ def figure_4_tables(groups: list[Group]) -> list[Table]:
     # the models with the analysis (a model without focal-point types is not in the average); a re-judged copy is
     # the judge's analysis, not another model
     groups = [g for g in groups if g.condition == "standard" and not g.rejudged]
-    typed = [g for g in groups if any(k[0] == "focal points" for r in g.runs for k in r.metrics)]
+    typed = [g for g in groups if any(k.family == "focal points" for r in g.runs for k in r.metrics)]
     if not typed:
         return []
     types = list(FOCAL_TYPES.values())
@@ -508,14 +509,14 @@ def figure_4_tables(groups: list[Group]) -> list[Table]:
     for panel, key, columns, title in (  # (a) and (b) over the same runs: those with focal-point types
         (
             "figure_4a",
-            lambda c: ("DCG by focal type", c, OVERALL),
+            lambda c: MetricKey("DCG by focal type", c),
             types,
             f"Figure 4 (a): DCG accuracy by focal-point type (a case counts in each type among its focal points), "
             f"{runs}",
         ),
         (
             "figure_4b",
-            lambda c: ("DCG typed", "accuracy", c),
+            lambda c: MetricKey("DCG typed", "accuracy", c),
             classes,
             f"Figure 4 (b): DCG accuracy by class, {runs}",
         ),
@@ -572,7 +573,7 @@ def figure_3_groups(groups: list[Group]) -> list[Group]:
     return [
         g
         for g in groups
-        if g.condition == "standard" and not g.rejudged and g.stat(("LCA", "macro_f1", OVERALL))
+        if g.condition == "standard" and not g.rejudged and g.stat(MetricKey("LCA", "macro_f1"))
     ]
 
 
@@ -620,18 +621,19 @@ def figure_3_tables(groups: list[Group], complexity: dict[str, float] | None) ->
 def _figure_3_cause_rows(g: Group, complexity: dict[str, float]) -> tuple[list, dict[str, list]]:
     """A group's row per cause of action, least complex first, and each task's (complexity, mean) points."""
     causes = sorted(
-        {k[2] for r in g.runs for k in r.metrics if k[0] == "by cause"}, key=lambda c: complexity.get(c, 0)
+        {k.part for r in g.runs for k in r.metrics if k.family == "by cause"},
+        key=lambda c: complexity.get(c, 0),
     )
     rows, points = [], {"LCA": [], "DCG": []}
     for cause in causes:
         row = [
             cause,
             cause_class(cause),
-            f"{(g.stat(('cases by cause', 'LCA', cause)) or {}).get('mean') or 0:.0f}",
+            f"{(g.stat(MetricKey('cases by cause', 'LCA', cause)) or {}).get('mean') or 0:.0f}",
             f"{complexity[cause]:.{AVERAGE}f}" if cause in complexity else "n/a",
         ]
         for task in ("LCA", "DCG"):
-            stat = g.stat(("by cause", task, cause))
+            stat = g.stat(MetricKey("by cause", task, cause))
             row.append(cell(stat))
             if stat and stat["mean"] is not None and cause in complexity:
                 points[task].append((complexity[cause], stat["mean"]))

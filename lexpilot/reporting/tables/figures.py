@@ -10,7 +10,7 @@ import numpy as np
 
 from lexpilot.benchmark.records import LJP_SETUPS
 from lexpilot.reporting.scoring.groups import Group, classes_present
-from lexpilot.reporting.scoring.runs import OVERALL
+from lexpilot.reporting.scoring.runs import OVERALL, MetricKey
 from lexpilot.reporting.scoring.scoring import METRIC_NAMES, TASK_NAMES
 from lexpilot.reporting.statistics.bootstrap import Bootstrap
 from lexpilot.reporting.tables.analyses import figure_3_groups
@@ -41,7 +41,7 @@ def write_plots(
     return written + analysis_plots(plt, groups, labels, folder, complexity, list(tables))
 
 
-def error_bar(g: Group, key: tuple, boot: Bootstrap | None) -> tuple[float, float, float]:
+def error_bar(g: Group, key: MetricKey, boot: Bootstrap | None) -> tuple[float, float, float]:
     """(mean, lower, upper error): the bootstrap interval with --ci, else ± SD over runs."""
     stat = g.stat(key)
     if stat is None or stat["mean"] is None:
@@ -73,7 +73,7 @@ def class_bars(
         fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(classes) + 1.5), 4.2))
         width = 0.8 / max(len(groups), 1)
         for i, (label, g) in enumerate(zip(labels, groups)):
-            values = [error_bar(g, (task, metric, c), boot) for c in classes]
+            values = [error_bar(g, MetricKey(task, metric, c), boot) for c in classes]
             x = np.arange(len(classes)) + (i - (len(groups) - 1) / 2) * width
             ax.bar(
                 x,
@@ -97,8 +97,8 @@ def lca_scatter(plt, groups: list[Group], labels: list[str], folder: Path, boot:
     fig, ax = plt.subplots(figsize=(5.5, 5))
     points = []
     for label, g in zip(labels, groups):
-        (xc, xl, xu) = error_bar(g, ("LCA", "acc_c", OVERALL), boot)
-        (yu, yl, yh) = error_bar(g, ("LCA", "acc_u", OVERALL), boot)
+        (xc, xl, xu) = error_bar(g, MetricKey("LCA", "acc_c"), boot)
+        (yu, yl, yh) = error_bar(g, MetricKey("LCA", "acc_u"), boot)
         ax.errorbar([xc], [yu], xerr=[[xl], [xu]], yerr=[[yl], [yh]], fmt="o", capsize=3, label=label)
         if not np.isnan(xc) and not np.isnan(yu):
             points.append((label, xc, yu))
@@ -123,7 +123,7 @@ def ljp_setups(plt, groups: list[Group], labels: list[str], folder: Path, boot: 
     fig, ax = plt.subplots(figsize=(6, 4.5))
     setups = [s.title for s in LJP_SETUPS]
     for i, (label, g) in enumerate(zip(labels, groups)):
-        values = [error_bar(g, (s.task, "qwk", OVERALL), boot) for s in LJP_SETUPS]
+        values = [error_bar(g, MetricKey(s.task, "qwk"), boot) for s in LJP_SETUPS]
         x = np.arange(len(setups)) + 0.04 * (i - (len(groups) - 1) / 2)  # overlapping bars stay apart
         ax.errorbar(
             x,
@@ -242,9 +242,11 @@ def analysis_plots(
         for ax, (task, name) in zip(axes, (("LCA", "LCA Macro-F1"), ("DCG", "DCG accuracy"))):
             for label, g in ((label, g) for label, g in zip(labels, groups) if id(g) in shown):
                 points = [
-                    (complexity[k[2]], *error_bar(g, k, None)[:2])
-                    for k in {k for r in g.runs for k in r.metrics if k[:2] == ("by cause", task)}
-                    if k[2] in complexity
+                    (complexity[k.part], *error_bar(g, k, None)[:2])
+                    for k in {
+                        k for r in g.runs for k in r.metrics if (k.family, k.name) == ("by cause", task)
+                    }
+                    if k.part in complexity
                 ]
                 points = [(x, y, e) for x, y, e in points if not np.isnan(y)]
                 if not points:

@@ -18,7 +18,7 @@ from lexpilot.reporting.scoring.groups import (
     on_prompts,
     recorded_prompts,
 )
-from lexpilot.reporting.scoring.runs import OVERALL
+from lexpilot.reporting.scoring.runs import OVERALL, MetricKey
 from lexpilot.reporting.scoring.scoring import STOP_CATEGORIES, STOP_TAGS, TASKS
 from lexpilot.reporting.statistics.bootstrap import Bootstrap, paired_difference
 from lexpilot.reporting.tables.formats import (
@@ -88,8 +88,8 @@ def results_tables(groups: list[Group], boot: Bootstrap | None) -> list[Table]:
     classes = classes_present(groups) + [OVERALL]
     suffix = ", [95% bootstrap interval over cases]" if boot else ""
 
-    def value(g: Group, key: tuple) -> str:
-        return cell(g.stat(key), METRIC, boot.interval(g, key) if boot and key[0] in TASKS else None)
+    def value(g: Group, key: MetricKey) -> str:
+        return cell(g.stat(key), METRIC, boot.interval(g, key) if boot and key.family in TASKS else None)
 
     tables = [
         Table(
@@ -97,8 +97,8 @@ def results_tables(groups: list[Group], boot: Bootstrap | None) -> list[Table]:
             f"Main results (Table 11): mean ± SD over runs{suffix}",
             ["Model", *MAIN_COLUMN_TASKS],
             [
-                [label, value(g, ("LCA", "macro_f1", OVERALL)), value(g, ("DCG", "accuracy", OVERALL))]
-                + [value(g, (s.task, "qwk", OVERALL)) for s in LJP_SETUPS]
+                [label, value(g, MetricKey("LCA", "macro_f1")), value(g, MetricKey("DCG", "accuracy"))]
+                + [value(g, MetricKey(s.task, "qwk")) for s in LJP_SETUPS]
                 for label, g in zip(labels, groups)
             ],
             column_tasks=MAIN_COLUMN_TASKS,
@@ -108,7 +108,7 @@ def results_tables(groups: list[Group], boot: Bootstrap | None) -> list[Table]:
             f"LCA detail (Table 14){suffix}",
             ["Model", "Macro-F1", "Acc_C", "Acc_U"],
             [
-                [label] + [value(g, ("LCA", m, OVERALL)) for m in ("macro_f1", "acc_c", "acc_u")]
+                [label] + [value(g, MetricKey("LCA", m)) for m in ("macro_f1", "acc_c", "acc_u")]
                 for label, g in zip(labels, groups)
             ],
             task="LCA",
@@ -120,7 +120,10 @@ def results_tables(groups: list[Group], boot: Bootstrap | None) -> list[Table]:
                 table_id,
                 title + suffix,
                 ["Model"] + classes,
-                [[label] + [value(g, (*key, c)) for c in classes] for label, g in zip(labels, groups)],
+                [
+                    [label] + [value(g, MetricKey(*key, c)) for c in classes]
+                    for label, g in zip(labels, groups)
+                ],
                 task=task,
             )
         )
@@ -130,7 +133,7 @@ def results_tables(groups: list[Group], boot: Bootstrap | None) -> list[Table]:
             f"LJP accuracy{suffix}",
             ["Model", *SETUP_COLUMN_TASKS],
             [
-                [label] + [value(g, (s.task, "accuracy", OVERALL)) for s in LJP_SETUPS]
+                [label] + [value(g, MetricKey(s.task, "accuracy")) for s in LJP_SETUPS]
                 for label, g in zip(labels, groups)
             ],
             column_tasks=SETUP_COLUMN_TASKS,
@@ -141,7 +144,7 @@ def results_tables(groups: list[Group], boot: Bootstrap | None) -> list[Table]:
 
 @declares(Kind("paired_setups", "nearest: Table 3", 3))
 def paired_setups_table(groups: list[Group], boot: Bootstrap) -> Table:
-    qwk = lambda g, setup: (g, (SETUP[setup].task, "qwk", OVERALL))  # noqa: E731
+    qwk = lambda g, setup: (g, MetricKey(SETUP[setup].task, "qwk"))  # noqa: E731
     return Table(
         "paired_setups",
         "Paired QWK differences on the same cases: difference of means [95% bootstrap interval], "
@@ -163,7 +166,7 @@ def comparison_table(a: Group, b: Group, boot: Bootstrap) -> Table:
     """Model A − model B on every metric, paired on the same resampled cases."""
     rows = []
     for name, (task, metric) in HEADLINE:
-        key = (task, metric, OVERALL)
+        key = MetricKey(task, metric)
         rows.append(
             [
                 name,
@@ -202,7 +205,7 @@ BEHAVIOUR_BY_CLASS = (
 )
 def behaviour_tables(groups: list[Group]) -> list[Table]:
     """Over-asking against premature judgment (Section 6.2, Appendix E.4), from interaction.jsonl."""
-    groups = [g for g in groups if g.stat(("behaviour", "questions", OVERALL))]
+    groups = [g for g in groups if g.stat(MetricKey("behaviour", "questions"))]
     if not groups:
         return []
     labels = [g.label for g in groups]
@@ -221,8 +224,8 @@ def _stop_tables(groups: list[Group], labels: list[str]) -> list[Table]:
             "reasons, mean ± SD over runs",
             ["Model", "Questions", *STOP_HEADERS],
             [
-                [label, cell(g.stat(("behaviour", "questions", OVERALL)), AVERAGE)]
-                + [cell(g.stat(("behaviour", c, OVERALL))) for c in STOP_CATEGORIES]
+                [label, cell(g.stat(MetricKey("behaviour", "questions")), AVERAGE)]
+                + [cell(g.stat(MetricKey("behaviour", c))) for c in STOP_CATEGORIES]
                 for label, g in zip(labels, groups)
             ],
             column_query=STOP_LINKS,
@@ -232,7 +235,8 @@ def _stop_tables(groups: list[Group], labels: list[str]) -> list[Table]:
             "Interaction-Based QWK by stop reason, mean ± SD over runs",
             ["Model", *STOP_HEADERS],
             [
-                [label] + [cell(g.stat(("LJP_interaction_by_stop", "qwk", c))) for c in STOP_CATEGORIES]
+                [label]
+                + [cell(g.stat(MetricKey("LJP_interaction_by_stop", "qwk", c))) for c in STOP_CATEGORIES]
                 for label, g in zip(labels, groups)
             ],
             column_query=STOP_LINKS,
@@ -249,7 +253,7 @@ def _behaviour_class_tables(groups: list[Group], labels: list[str]) -> list[Tabl
             title,
             ["Model"] + classes,
             [
-                [label] + [cell(g.stat(("behaviour", metric, c)), digits) for c in classes]
+                [label] + [cell(g.stat(MetricKey("behaviour", metric, c)), digits) for c in classes]
                 for label, g in zip(labels, groups)
             ],
             query={"tag": STOP_TAGS[metric]} if metric in STOP_TAGS else {},
@@ -270,7 +274,10 @@ def _behaviour_class_tables(groups: list[Group], labels: list[str]) -> list[Tabl
 def _stop_shares(g: Group, cls: str) -> Figure:
     """The shares of the four stop reasons in one class, in one cell."""
     return parts_cell(
-        {category: (g.stat(("behaviour", category, cls)) or {}).get("mean") for category in STOP_CATEGORIES},
+        {
+            category: (g.stat(MetricKey("behaviour", category, cls)) or {}).get("mean")
+            for category in STOP_CATEGORIES
+        },
         METRIC,
     )
 
@@ -300,7 +307,7 @@ def non_ideal_table(groups: list[Group], boot: Bootstrap | None = None) -> Table
     rows = _conditions_paired(groups)
     if not rows:
         return None
-    key = ("LJP_interaction", "qwk", OVERALL)
+    key = MetricKey("LJP_interaction", "qwk")
     non_standard = [(c, name) for c, name in USER_CONDITION_NAMES if c != "standard"]
     table = Table(
         "non_ideal",
@@ -367,7 +374,7 @@ def _conditions_paired(groups: list[Group]) -> dict[tuple, dict[str, Group]]:
 def fault_table(groups: list[Group]) -> Table | None:
     """What the non-ideal users did: the share of interactions with a disrupted reply, and for the
     self-correcting user the kind of fault it recorded (incomplete or wrong)."""
-    groups = [g for g in groups if g.condition != "standard" and g.stat(("faults", "disrupted", OVERALL))]
+    groups = [g for g in groups if g.condition != "standard" and g.stat(MetricKey("faults", "disrupted"))]
     if not groups:
         return None
     return Table(
@@ -376,7 +383,7 @@ def fault_table(groups: list[Group]) -> Table | None:
         ["Model", "Condition", "Disrupted", "Incomplete", "Wrong"],
         [
             [g.label, g.condition]
-            + [cell(g.stat(("faults", m, OVERALL))) for m in ("disrupted", "incomplete", "wrong")]
+            + [cell(g.stat(MetricKey("faults", m))) for m in ("disrupted", "incomplete", "wrong")]
             for g in groups
         ],
         task="interaction",
@@ -389,7 +396,7 @@ def interaction_gain_table(groups: list[Group]) -> Table:
     rows, gains, changes = [], [], []
     for g in groups:
         label = g.label
-        means = {s.name: (g.stat((s.task, "qwk", OVERALL)) or {}).get("mean") for s in LJP_SETUPS}
+        means = {s.name: (g.stat(MetricKey(s.task, "qwk")) or {}).get("mean") for s in LJP_SETUPS}
         gain = (
             means["interaction"] - means["direct"]
             if None not in (means["interaction"], means["direct"])
