@@ -28,20 +28,15 @@ from lexpilot.scripted.replies import PrefixCache, default_reply
 ROOT = Path(__file__).resolve().parents[1]
 
 
-GENERATED = (
-    "lexawn",
-    "force_ask",
-    "force_judge",
-    "user",
-)  # the evaluated model's and the User Model's replies
+# the evaluated model's and the User Model's replies
+GENERATED = ("lexawn", "force_ask", "force_judge", "user")
 
 
 def run_grid(root: Path, provider: FakeProvider, runs: int, limit: int | None) -> None:
     """Every paper stage for runs run1..runN; the evaluated model and the User Model word their replies apart in
     each run (sampled at temperature 0.7, they would), so a later run's prompts repeat only what the case fixes."""
-    os.environ.setdefault(
-        "OPENAI_API_KEY", "sk-bench-not-a-key"
-    )  # never sent anywhere: the clients are in memory
+    # never sent anywhere: the clients are in memory
+    os.environ.setdefault("OPENAI_API_KEY", "sk-bench-not-a-key")
     common = [
         "--model",
         "bench-model",

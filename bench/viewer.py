@@ -377,9 +377,8 @@ def first_screen(chromium: str, urls: dict[str, str]) -> dict[str, float]:
         for name, url in urls.items():
             start = time.monotonic()
             page.goto(url, wait_until="load")
-            page.evaluate(
-                "new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))"
-            )  # painted
+            # painted
+            page.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
             times[name] = time.monotonic() - start
         browser.close()
     return times

@@ -50,9 +50,8 @@ def write_json(path: Path, data) -> None:
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
 
 
-NUMBER = re.compile(
-    r"[+-]?[0-9]+(\.[0-9]+)?(e[+-]?[0-9]+)?%?", re.I
-)  # a signed number is a number, not a formula
+# a signed number is a number, not a formula
+NUMBER = re.compile(r"[+-]?[0-9]+(\.[0-9]+)?(e[+-]?[0-9]+)?%?", re.I)
 
 
 def spreadsheet_safe(cell) -> str:

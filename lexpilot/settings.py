@@ -65,10 +65,8 @@ class Transport:
     retries: int = 3
     concurrency: int = 8  # cases at once
     stream: bool = False
-    call_deadline: float = (
-        DEADLINE_TIMEOUTS * TIMEOUT
-    )  # wall-clock seconds one call may take, however its bytes
-    # trickle in
+    # wall-clock seconds one call may take, however its bytes trickle in
+    call_deadline: float = DEADLINE_TIMEOUTS * TIMEOUT
     backoff_base: float = 1.0
 
 
@@ -160,9 +158,8 @@ def resolve_roles(args: argparse.Namespace, env=os.environ) -> dict[str, Role]:
         model = flags[role] or env.get(MODEL_ENV[role]) or DEFAULT_MODELS.get(role)
         if not model:
             raise HarnessError("no evaluated model chosen: pass --model MODEL_ID or set LEXPILOT_MODEL")
-        if (
-            model.strip() != model or not model.isprintable() or "\u200b" in model
-        ):  # would look like another id
+        # would look like another id
+        if model.strip() != model or not model.isprintable() or "\u200b" in model:
             flag = {"eval": "--model", "user": "--user-model", "judge": "--judge-model"}[role]
             raise HarnessError(
                 f"{flag} / {MODEL_ENV[role]} {model!r}: a model id with surrounding spaces or "

@@ -136,9 +136,8 @@ def clean_env(monkeypatch, tmp_path_factory):
         if name.startswith(("LEXPILOT_", "OPENAI_")):
             monkeypatch.delenv(name)
     monkeypatch.setenv("LEXPILOT_BACKOFF_BASE", "0.001")
-    monkeypatch.setenv(
-        "LEXPILOT_CACHE", str(tmp_path_factory.mktemp("scores"))
-    )  # each test its own score cache
+    # each test its own score cache
+    monkeypatch.setenv("LEXPILOT_CACHE", str(tmp_path_factory.mktemp("scores")))
 
 
 @pytest.fixture

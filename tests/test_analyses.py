@@ -61,9 +61,8 @@ def test_dataset_types_are_used_and_the_judge_classifies_the_rest(tmp_path, prov
     rows = [row for _, row in agreement_kit.read_sheet(out, agreement_kit.ANNOTATION_COLUMNS)]
     focal = [row for row in rows if row["task"] == "FOCAL"]
     assert [row["reply"] for row in focal] == [cases[1]["focal_point"]]  # only the judge's types, blind
-    assert not any(
-        v == "契约效力类" for row in focal for v in row.values()
-    )  # the judge's label is in the key only
+    # the judge's label is in the key only
+    assert not any(v == "契约效力类" for row in focal for v in row.values())
     keys = [
         row
         for _, row in agreement_kit.read_sheet(
@@ -112,10 +111,8 @@ def test_figure_3_with_a_complexity_file(typed_run, capsys):
     assert show_results.main(["--output-root", str(typed_run.root), "--complexity", str(COMPLEXITY)]) == 0
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("Spearman's rho, complexity vs DCG Acc."))
-    assert line.split()[-2:] == [
-        str(len(dcg)),
-        f"{expected:+.4f}",
-    ]  # at Table 2's precision (Figure 3's nearest)
+    # at Table 2's precision (Figure 3's nearest)
+    assert line.split()[-2:] == [str(len(dcg)), f"{expected:+.4f}"]
     assert (
         show_results.main(
             [
@@ -139,16 +136,13 @@ def test_figure_3_with_a_complexity_file(typed_run, capsys):
     assert (
         float(row["DCG Acc. value"]) == pytest.approx(expected, abs=1e-6) and row["LCA Macro-F1 value"] == ""
     )
-    assert (
-        show_results.main(["--output-root", str(typed_run.root)]) == 0
-    )  # the sample has no complexity field
+    # the sample has no complexity field
+    assert show_results.main(["--output-root", str(typed_run.root)]) == 0
     out = capsys.readouterr().out
-    hint = " ".join(
-        out[out.index("no complexity data") :].split("\n\n")[0].split()
-    )  # the note, in lines of the width
-    assert (
-        "pass --complexity FILE" in hint and "data/LexPilot_sample_complexity.csv" in hint
-    )  # the shipped file
+    # the note, in lines of the width
+    hint = " ".join(out[out.index("no complexity data") :].split("\n\n")[0].split())
+    # the shipped file
+    assert "pass --complexity FILE" in hint and "data/LexPilot_sample_complexity.csv" in hint
     assert COMPLEXITY.is_file()
 
 
@@ -220,9 +214,8 @@ def test_focal_point_types_are_judged_once_for_the_benchmark_and_reused_by_every
         "--output-root",
         str(h.root),
     ]
-    provider.script = lambda kind, prompt, body: (
-        "否" if kind == "dcg_judge" else None
-    )  # a weaker model: DCG 0
+    # a weaker model: DCG 0
+    provider.script = lambda kind, prompt, body: "否" if kind == "dcg_judge" else None
     for stage in (STAGES["DCG"], eval_focal_types.STAGE):  # another model's run
         assert stage_main(stage, "t", argv=other, clients=provider.in_memory_clients()) == 0
     assert "focal_judge" not in provider.kinds()  # reused, not judged again
@@ -245,9 +238,8 @@ def test_focal_point_types_are_judged_once_for_the_benchmark_and_reused_by_every
         accuracy.append(sum(successes) / len(successes))
     panel_a = out[out.index("Figure 4 (a)") :].split("\n\n")[0].splitlines()
     average = next(line for line in panel_a if line.startswith("Average over 2 models"))
-    assert (
-        accuracy[1] == 0 < accuracy[0] and f"{sum(accuracy) / 2:.4f}" in average.split()
-    )  # as Table 2: 4 decimals
+    # as Table 2: 4 decimals
+    assert accuracy[1] == 0 < accuracy[0] and f"{sum(accuracy) / 2:.4f}" in average.split()
     total = next(line for line in panel_c.splitlines() if line.startswith("Contract Validity")).split()[-1]
     assert int(total) == judged
 

@@ -134,15 +134,13 @@ def test_the_self_correcting_users_injected_fault_is_no_simulator_error(
     provider.script = judge
     assert h.run_stage(audit_simulator.STAGE, "--user-condition", "self-correction") == 0
     replies = [x for r in h.records(AUDIT["interaction"]) for x in r["replies"]]
-    assert sorted(x["injected"] for x in replies) == sorted(
-        x["error"] for x in replies
-    )  # labelled, verdict kept
+    # labelled, verdict kept
+    assert sorted(x["injected"] for x in replies) == sorted(x["error"] for x in replies)
     capsys.readouterr()
     assert show_results.main(["--output-root", str(h.root), "--format", "json"]) == 0
     metrics = json.loads(capsys.readouterr().out)["groups"][0]["metrics"]
-    assert (
-        metrics["audit_interaction"]["error"]["overall"]["mean"] == 0.0
-    )  # 0 of the total - injected replies
+    # 0 of the total - injected replies
+    assert metrics["audit_interaction"]["error"]["overall"]["mean"] == 0.0
     assert sum(x["injected"] for x in replies) == len(faulty) and total > len(faulty)
 
 
@@ -177,6 +175,5 @@ def test_the_correction_turn_is_a_protocol_turn_too(tmp_path, provider, monkeypa
     capsys.readouterr()
     assert show_results.main(["--output-root", str(h.root), "--format", "json"]) == 0
     metrics = json.loads(capsys.readouterr().out)["groups"][0]["metrics"]
-    assert (
-        metrics["audit_interaction"]["non_answer"]["overall"]["mean"] == 0.0
-    )  # by hand: every non-answer left out
+    # by hand: every non-answer left out
+    assert metrics["audit_interaction"]["non_answer"]["overall"]["mean"] == 0.0

@@ -16,9 +16,8 @@ from lexpilot.scripted.provider import FakeProvider
 from tests.conftest import Harness, judge_kinds, sample_cases, write_dataset
 
 PROSE = "我认为这个问题很难说。"
-VALIDATED = (
-    judge_kinds()
-)  # every judge prompt of the catalog: their outputs are parsed by `CaseCalls.validated`
+# every judge prompt of the catalog: their outputs are parsed by `CaseCalls.validated`
+VALIDATED = judge_kinds()
 
 
 class FirstAnswerInvalid:

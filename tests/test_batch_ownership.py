@@ -139,14 +139,12 @@ def test_a_lost_ledger_at_a_provider_without_metadata_is_said_and_resubmitted_on
         "requests may already be paid. Restore the ledger, or rerun with --batch-resubmit to "
         "submit them again"
     )
-    assert (
-        provider.submitted == submitted and not provider.processed
-    )  # nothing asked again without the option
+    # nothing asked again without the option
+    assert provider.submitted == submitted and not provider.processed
     provider.batch_delay = 0
     assert h.run("gold", "--batch", "--batch-resubmit", "--batch-poll", "1") == 0
-    assert (
-        sum(provider.submitted.values()) == sum(submitted.values()) + 8 + 8
-    )  # the 8 again, then the second step
+    # the 8 again, then the second step
+    assert sum(provider.submitted.values()) == sum(submitted.values()) + 8 + 8
     # every request of the stage processed once more: the lost batch's 8 are paid twice, as the option says
     assert provider.processed == expected
 
@@ -262,9 +260,8 @@ def test_batch_status_after_a_lost_ledger_shows_a_completed_batch_not_collected(
     assert max(provider.submitted.values()) == 1  # batch 1 collected, never asked again
 
 
-LONG_KEY = (
-    "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z" * 5
-)  # 168 characters: longer than any cut of a message
+# 168 characters: longer than any cut of a message
+LONG_KEY = "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z" * 5
 
 
 @pytest.mark.parametrize("where", ["error file", "400 line", "batch errors", "usage"])
@@ -440,9 +437,8 @@ def test_a_lost_ledger_after_a_re_ask_adopts_the_re_ask_not_the_answered_batch(t
     with FakeProvider(FirstAnswerInvalid()) as provider:
         h = Harness(tmp_path / "batch", provider, monkeypatch, four)
         provider.batch_delay = 3600
-        for _ in range(
-            3
-        ):  # the predictions; their extractions (prose); the extractions asked again, in flight
+        # the predictions; their extractions (prose); the extractions asked again, in flight
+        for _ in range(3):
             assert h.run("gold", "--batch-detach") == 0
             finish(provider)
         ledger_file(h).unlink()

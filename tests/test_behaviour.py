@@ -233,10 +233,8 @@ def test_only_missing_facts_decide_acceptance_and_a_question_may_seek_several(th
     def script(kind, prompt, body):
         if kind == "behaviour_judge":
             reply = json.loads(default_reply(kind, prompt))
-            reply["facts"][0] |= {
-                "status": "given",
-                "turns": [1],
-            }  # fact 1 is in the initial history's turn 1
+            # fact 1 is in the initial history's turn 1
+            reply["facts"][0] |= {"status": "given", "turns": [1]}
             return json.dumps(reply)
         return None
 

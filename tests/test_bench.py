@@ -32,12 +32,10 @@ def test_the_batch_benchmark_counts_cycles_within_the_longest_call_chain():
     assert result.returncode == 0, result.stderr
     rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()[2:]}
     assert set(rows) == {"LexAwN_gen.py", "eval_DCG.py", "eval_LJP.py"}
-    assert (
-        1 <= int(rows["LexAwN_gen.py"][2]) <= 12
-    )  # a1 2 + LCA 2 + interaction 3 x 3 - 1 + the forced prediction
-    assert (
-        int(rows["eval_DCG.py"][2]) == 5
-    )  # question, reply, question, then the two judgments one after the other
+    # a1 2 + LCA 2 + interaction 3 x 3 - 1 + the forced prediction
+    assert 1 <= int(rows["LexAwN_gen.py"][2]) <= 12
+    # question, reply, question, then the two judgments one after the other
+    assert int(rows["eval_DCG.py"][2]) == 5
 
 
 def test_the_statistics_benchmark_times_every_table():

@@ -355,9 +355,8 @@ def test_a_retry_after_beyond_the_cap_is_the_usual_backoff_on_a_5xx_as_on_a_429(
         waits = []
         monkeypatch.setattr(caller.abort, "wait", lambda seconds=None: waits.append(seconds) or False)
         assert caller.chat("eval", "x", Usage()).text == "?"
-    assert (
-        waits and max(waits) <= calls_module.MAX_BACKOFF and max(waits) < 1
-    )  # the usual backoff (base 0.001)
+    # the usual backoff (base 0.001)
+    assert waits and max(waits) <= calls_module.MAX_BACKOFF and max(waits) < 1
     assert "more than the 300 s the harness waits" in caller.progress.last_error
 
 

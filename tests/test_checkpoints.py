@@ -195,9 +195,8 @@ def test_a_line_is_its_canonical_content_then_its_digest_and_an_edit_in_place_is
     second = json.loads(lines[1])  # the first line's content under the second line's digest
     moved = lines[0].replace(record["digest"].encode(), second["digest"].encode())
     assert "changed after it was saved" in read(moved)
-    reformatted = (json.dumps(record, ensure_ascii=False, indent=None) + "\n").encode(
-        "utf-8"
-    )  # older writers
+    # older writers
+    reformatted = (json.dumps(record, ensure_ascii=False, indent=None) + "\n").encode("utf-8")
     assert reformatted != lines[0] and "changed after" not in read(reformatted)
     assert "changed after" not in read(json.dumps(record).encode() + b"\n")  # ASCII escapes: the same content
     assert len(h.records("Force_judge_gen", "a1_direct.jsonl")) == 2
@@ -261,9 +260,8 @@ def test_an_endpoint_on_another_port_resumes_and_a_code_change_needs_consent(
     resumed = json.loads(mpath.read_text(encoding="utf-8"))
     assert resumed["code_files"]["lexpilot/protocols/ljp.py"] == "0123456789abcdef"
     assert len(resumed["code_hashes_resumed_with"]) == 1
-    assert (
-        h.run("gold", "--limit", "1", "--allow-code-change", "--temperature", "0.2") == 2
-    )  # not for settings
+    # not for settings
+    assert h.run("gold", "--limit", "1", "--allow-code-change", "--temperature", "0.2") == 2
 
 
 def test_manifest_records_settings_and_never_credentials(tmp_path, monkeypatch, provider):
@@ -456,9 +454,8 @@ def test_a_reply_paid_before_a_failure_in_the_same_step_is_replayed_not_bought_a
             kind == "lexawn" and underspecified_tail in prompt and complete_tail not in prompt
         )
     )
-    assert (
-        h.run("LexAwN", "--limit", "1", "--retries", "0") == 1
-    )  # a1: complete answered, underspecified failed
+    # a1: complete answered, underspecified failed
+    assert h.run("LexAwN", "--limit", "1", "--retries", "0") == 1
     first = [p for p in provider.prompts("lexawn")]
     assert len(first) == 2 and not (h.root / "AwN_gen").exists()
     journal = next(h.root.glob("runs/r1/*/calls_journal.jsonl"))

@@ -10,9 +10,8 @@ from lexpilot.reporting.tables.renderings import json_key
 from lexpilot.running.stage import stage_main
 from tests.conftest import ROOT
 
-SAVED = (
-    ROOT / "tests" / "data" / "run_saved_by_v1"
-)  # made by commit b1ddf54 on 4 sample cases, model old-model
+# made by commit b1ddf54 on 4 sample cases, model old-model
+SAVED = ROOT / "tests" / "data" / "run_saved_by_v1"
 SAVED_DATASET = SAVED / "LexPilot_sample.json"  # the sample as it was then (it has gained fields since)
 
 
@@ -143,10 +142,9 @@ def test_a_run_is_compared_on_the_prompts_its_user_condition_sends(tmp_path, mon
     assert not provider.requests
 
 
-SAVED_V2 = (
-    ROOT / "tests" / "data" / "run_saved_by_v2"
-)  # made by commit 7a25040 (before the package): every stage
-# but the probe study on 4 sample cases, model v2-model; expected_show_results.json is what that commit reported
+# made by commit 7a25040 (before the package): every stage but the probe study on 4 sample cases, model v2-model;
+# expected_show_results.json is what that commit reported
+SAVED_V2 = ROOT / "tests" / "data" / "run_saved_by_v2"
 
 
 def test_a_run_saved_before_the_package_reports_the_same_numbers(tmp_path, capsys):
@@ -186,9 +184,8 @@ def test_a_run_saved_before_the_package_resumes_with_consent(tmp_path, provider,
     dataset = root / "LexPilot_sample.json"
     extraction = root / "eval_results" / "v2run" / "v2-model-6bc9124b" / "LJP_gold.jsonl"
     lines = extraction.read_text(encoding="utf-8").splitlines(keepends=True)
-    extraction.write_text(
-        "".join(lines[:-1]), encoding="utf-8"
-    )  # the last case's verdicts were never extracted
+    # the last case's verdicts were never extracted
+    extraction.write_text("".join(lines[:-1]), encoding="utf-8")
     monkeypatch.setenv("OPENAI_BASE_URL", provider.base_url)
 
     def run(*extra):

@@ -51,9 +51,8 @@ def test_the_quote_bounds_hold_over_a_scripted_run(priced, capsys, stage):
     assert h.run(stage) == 0
     assert low <= spent(h, prices) <= high
     h.run_id = "again"
-    assert (
-        h.run(stage, "--dry-run", "--prices", str(prices)) == 0
-    )  # now an expected figure from the saved run
+    # now an expected figure from the saved run
+    assert h.run(stage, "--dry-run", "--prices", str(prices)) == 0
     expected = float(re.search(r"expected ~([\d.,]+)\n", capsys.readouterr().out).group(1).replace(",", ""))
     assert expected == pytest.approx(spent(h, prices), rel=0.01)
 

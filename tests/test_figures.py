@@ -103,9 +103,8 @@ def test_figure_3s_trend_lines_take_their_groups_colours(drawn):
             for line in ax.get_lines()
             if line.get_linestyle() == "-" and len(line.get_xdata()) == 20
         ]
-        assert (
-            trends and trends == points[: len(trends)]
-        )  # each group's trend line drawn in its markers' colour
+        # each group's trend line drawn in its markers' colour
+        assert trends and trends == points[: len(trends)]
 
 
 def test_the_legend_stands_beside_the_axes_never_on_a_bar(tmp_path):

@@ -136,15 +136,13 @@ def test_a_fresh_grid_is_every_case_at_its_most_calls(grid, capsys):
 
 
 def test_the_quote_sums_the_dry_runs_brackets_the_grid_run_and_leaves_saved_cases_out(grid, provider, capsys):
-    provider.cache = PrefixCache(
-        minimum=64, step=64
-    )  # a provider that caches short prefixes: the bill shrinks
+    # a provider that caches short prefixes: the bill shrinks
+    provider.cache = PrefixCache(minimum=64, step=64)
     for model in MODELS:  # LexAwN done everywhere, so that every stage's own dry run can count
         for run_id in RUNS:
             assert run(grid, provider, PAPER_STAGES[0], model, run_id) == 0
-    assert (
-        run(grid, provider, PAPER_STAGES[1], "model-a", "r1") == 0
-    )  # DCG done for one job, its last judging lost
+    # DCG done for one job, its last judging lost
+    assert run(grid, provider, PAPER_STAGES[1], "model-a", "r1") == 0
     dcg = next((grid["root"] / "eval_results" / "r1").glob("*/DCG_results.jsonl"))
     dcg.write_text("".join(dcg.read_text(encoding="utf-8").splitlines(keepends=True)[:-1]), encoding="utf-8")
     capsys.readouterr()
@@ -160,12 +158,10 @@ def test_the_quote_sums_the_dry_runs_brackets_the_grid_run_and_leaves_saved_case
     assert {key: row["calls"] for key, row in rows.items() if key[0] != "total"} == dry_runs_summed(
         grid, capsys
     )
-    assert (
-        rows[("DCG", "judge")]["calls"] == 3 * 3 * 2 + 2
-    )  # three jobs of three cases, and one lost record (2 questions)
-    assert (
-        rows[("DCG", "eval")]["calls"] == 3 * 3 * 2
-    )  # the lost record's two questions are saved: not bought again
+    # three jobs of three cases, and one lost record (2 questions)
+    assert rows[("DCG", "judge")]["calls"] == 3 * 3 * 2 + 2
+    # the lost record's two questions are saved: not bought again
+    assert rows[("DCG", "eval")]["calls"] == 3 * 3 * 2
     assert ("LexAwN", "eval") not in rows  # saved everywhere: nothing to quote
     assert rows[("LJP gold", "eval")]["sync"][2] is None  # no saved run of Gold-Standard yet
 
@@ -234,9 +230,8 @@ def grid_cost(csv_text: str) -> float:
 def test_the_wall_time_follows_the_chains_the_concurrency_and_each_endpoints_rate_limit(grid, capsys):
     # a job's calls in a row per case: LexAwN 5 + 3 + 4 = 12, DCG 5, Direct 2, Gold-Standard 2, Interaction-Based 1
     _, notes = quote(grid, capsys, "--seconds-per-call", "10")
-    assert any(
-        "4 of 4 (model, run) jobs at once: 3.7 min" in line for line in notes
-    )  # 22 calls × 10 s = 220 s
+    # 22 calls × 10 s = 220 s
+    assert any("4 of 4 (model, run) jobs at once: 3.7 min" in line for line in notes)
     assert any("batch mode: 22 cycles" in line for line in notes)
     _, notes = quote(grid, capsys, "--seconds-per-call", "10", "--concurrency", "2", "--jobs", "1")
     # three cases two at a time: two waves per stage, 440 s per job, four jobs one after another: 1,760 s
@@ -323,9 +318,8 @@ def test_the_grid_total_sums_every_run_with_unanswered_calls_and_the_batch_share
 
 
 def test_a_stage_that_would_refuse_is_named_and_the_quote_says_so_in_its_status(grid, provider, capsys):
-    assert (
-        run(grid, provider, PAPER_STAGES[3], "model-a", "r1", "--temperature", "0.2") == 0
-    )  # other settings
+    # other settings
+    assert run(grid, provider, PAPER_STAGES[3], "model-a", "r1", "--temperature", "0.2") == 0
     capsys.readouterr()
     status = quote_grid.main(
         [

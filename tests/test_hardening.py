@@ -272,9 +272,8 @@ def test_calls_in_flight_at_a_kill_are_counted_as_paid_but_never_answered(harnes
     assert harness.run("gold", "--limit", "2") == 0
     results = harness.file(LJP_GOLD)
     results.write_text(results.read_text(encoding="utf-8").splitlines(keepends=True)[0], encoding="utf-8")
-    journal = (
-        run_folder(harness) / "calls_journal.jsonl"
-    )  # as a process killed with two calls in flight left it
+    # as a process killed with two calls in flight left it
+    journal = run_folder(harness) / "calls_journal.jsonl"
     journal.write_text(
         json.dumps({"t": "start", "id": "a", "role": "judge"})
         + "\n"

@@ -193,9 +193,8 @@ def test_the_price_file_message_has_no_stray_brace(tmp_path, capsys):
 def test_a_journal_reply_edited_by_hand_is_never_replayed(harness, provider, capsys):
     """Item 15: journal entries carry a digest like records do."""
     provider.script = lambda kind, prompt, body: {"status": 500} if kind == "user" else None
-    assert (
-        harness.run("DCG", "--limit", "1", "--retries", "0") == 1
-    )  # the first question is paid, the reply fails
+    # the first question is paid, the reply fails
+    assert harness.run("DCG", "--limit", "1", "--retries", "0") == 1
     journal = next((harness.root / "runs").glob("*/*/calls_journal.jsonl"))
     entries = [json.loads(x) for x in journal.read_text(encoding="utf-8").splitlines()]
     reply = next(e for e in entries if "reply" in e)
@@ -209,9 +208,8 @@ def test_a_journal_reply_edited_by_hand_is_never_replayed(harness, provider, cap
     capsys.readouterr()
     assert harness.run("DCG", "--limit", "1") == 0
     assert "1 repl(ies) changed after they were saved" in capsys.readouterr().err
-    assert (
-        provider.kinds()["force_ask"] == 2
-    )  # both questions asked: the edited one is not taken from the line
+    # both questions asked: the edited one is not taken from the line
+    assert provider.kinds()["force_ask"] == 2
     assert "篡改的回复" not in harness.file("Force_ask_gen", "force_ask.jsonl").read_text(encoding="utf-8")
 
 

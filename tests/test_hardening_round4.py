@@ -235,9 +235,8 @@ def test_a_journal_is_replayed_only_under_the_settings_it_was_made_with(
     """Item 8: with the manifest deleted, a rerun at another temperature replayed the journal's replies made at 0.7
     into the 0.2 run. Journal entries carry the run's settings hash; the same settings still replay them."""
     provider.script = lambda kind, prompt, body: {"status": 500} if kind == "user" else None
-    assert (
-        harness.run("DCG", "--limit", "1", "--retries", "0") == 1
-    )  # the first question is paid, the reply fails
+    # the first question is paid, the reply fails
+    assert harness.run("DCG", "--limit", "1", "--retries", "0") == 1
     next((harness.root / "runs").glob("*/*/manifest.json")).unlink()
     provider.script, provider.requests = None, []
     capsys.readouterr()

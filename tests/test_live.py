@@ -20,9 +20,8 @@ from lexpilot.scripted.provider import FakeProvider
 from tests.conftest import ROOT, SAMPLE
 from tests.conftest import STAGES as CATALOGUED
 
-LIVE = os.environ.get(
-    "LEXPILOT_LIVE_BASE_URL"
-)  # read at import: the tests' clean_env fixture drops LEXPILOT_*
+# read at import: the tests' clean_env fixture drops LEXPILOT_*
+LIVE = os.environ.get("LEXPILOT_LIVE_BASE_URL")
 MODEL = os.environ.get("LEXPILOT_LIVE_MODEL", "local")
 API_KEY = os.environ.get("LEXPILOT_LIVE_API_KEY", "EMPTY")
 MAX_TOKENS = os.environ.get("LEXPILOT_LIVE_MAX_TOKENS", "256")

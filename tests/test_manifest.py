@@ -61,9 +61,8 @@ def test_a_noted_transport_is_read_back_without_another_read(harness, provider, 
     provider.requests = []
     assert harness.run("gold", "--limit", "3") == 0
     assert len(manifest_reads) == 1  # (the test's own read above was cleared)
-    assert provider.requests and not any(
-        "max_tokens" in r for r in provider.requests
-    )  # started with the field
+    # started with the field
+    assert provider.requests and not any("max_tokens" in r for r in provider.requests)
 
 
 def test_the_typed_manifest_reads_an_older_or_malformed_manifest_without_an_error():

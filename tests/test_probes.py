@@ -303,8 +303,7 @@ def test_the_export_reads_the_dataset_the_runs_manifest_names(generated, tmp_pat
         str(generated.root),
     ]
     assert user_probes.main(args + ["--dataset", str(SAMPLE), "--out", str(tmp_path / "a.csv")]) == 0
-    monkeypatch.chdir(
-        tmp_path
-    )  # the default dataset path, relative to the working folder, is not found from here
+    # the default dataset path, relative to the working folder, is not found from here
+    monkeypatch.chdir(tmp_path)
     assert user_probes.main(args + ["--out", str(tmp_path / "b.csv")]) == 0
     assert (tmp_path / "a-expert1.csv").read_bytes() == (tmp_path / "b-expert1.csv").read_bytes()

@@ -118,9 +118,8 @@ def test_the_disruptions_are_what_appendix_e5_describes_and_no_easier_than_stand
     correction = prompts["user_correction"]
     assert "{fault}" in correction and "无论AI的最新回复是继续追问还是已经给出了判断" in correction
     assert "回答有依据的部分，并明确说明其余部分不清楚" in correction
-    assert (
-        "上一次回复的信息不完整或有误" not in correction
-    )  # it is told what was wrong, not told it was wrong
+    # it is told what was wrong, not told it was wrong
+    assert "上一次回复的信息不完整或有误" not in correction
     # issue 25, item 9: correct what was wrong, within the scope of the question that led to it (a key-detail line
     # may bundle several facts: the correction never discloses the parts that question did not ask)
     assert "完整地给出" not in correction and "限于引出上一次回复的那个问题所问的范围" in correction

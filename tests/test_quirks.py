@@ -110,9 +110,8 @@ def test_a_refusal_that_stops_a_synchronous_stage_stops_a_batch_stage_in_one_cyc
         assert len(said[mode]) == 1 and flag in said[mode][0], (mode, said[mode])
     assert said["batch"][0].split(": ", 1)[1] == said["sync"][0].split(": ", 1)[1]  # the stage's prefix aside
     ledger = json.loads(next((tmp_path / "batch" / "out").glob("runs/*/*/batches.json")).read_text())
-    assert sum(ledger["cycles"].values()) == (
-        2 if kind == "ljp_judge" else 1
-    )  # the judge asks after the model
+    # the judge asks after the model
+    assert sum(ledger["cycles"].values()) == (2 if kind == "ljp_judge" else 1)
 
 
 FIELDS = [

@@ -269,12 +269,8 @@ def test_pass_hat_k_compares_models_with_different_numbers_of_runs_at_one_k(tmp_
         for r in __import__("csv").reader(__import__("io").StringIO(out))
         if r and r[0].startswith("Consistency over runs") and r[1] == "header"
     )
-    assert header[-4:] == [
-        "pass^1 value",
-        "pass^2 (common) value",
-        "pass^3 value",
-        "pass^4 value",
-    ]  # as numbers
+    # as numbers
+    assert header[-4:] == ["pass^1 value", "pass^2 (common) value", "pass^3 value", "pass^4 value"]
     assert "compare at pass^2, the smallest number of runs here" in header[0]
     rows = {r[0]: r[2:] for r in rows_of(out, "Consistency over runs") if r[1] == "DCG"}
     for model, runs in RUNS.items():

@@ -318,9 +318,8 @@ def retest_script(cases, run_id, seen, flips=("【r1-0】",)):
     def script(kind, prompt, body):
         if kind == "force_ask":
             case = next(i for i, first in enumerate(firsts) if first in prompt)
-            asked = prompt.count(
-                "【策略二】"
-            )  # the questions before this one: each round's question is its own
+            # the questions before this one: each round's question is its own
+            asked = prompt.count("【策略二】")
             return f"【策略二】请问还有哪些事实？【{run_id}-{case}】【{asked}】" + (
                 "【对】" if case in plan[run_id] else "【错】"
             )
@@ -399,9 +398,8 @@ def test_the_same_judge_rejudged_gives_test_retest_agreement_and_the_judges_shar
     # case by case: only case 5 varies between runs (0 in r1, 1 in r2: variance ½); the judge's half mean squared
     # difference is ((1 − 0)² + 0) / 2 / 2 = ¼ on case 1: ¼ / ½ = 50%
     assert float(noise["DCG Acc."][7]) == pytest.approx(50.0)
-    assert all(
-        noise[m][7] == "" for m in ("LCA Macro-F1", "LJP Direct QWK") if m in noise
-    )  # no means of cases
+    # no means of cases
+    assert all(noise[m][7] == "" for m in ("LCA Macro-F1", "LJP Direct QWK") if m in noise)
     # issue 36 item 3: "a bootstrap interval over cases". On each resample (w_c: how often case c is drawn, of 6)
     # r1 − r2 = −w_5/6 and r1 − its copy = w_1/6, so the share is w_1² / (2 · w_5²), undefined where w_5 = 0. By
     # exact enumeration of the multinomial (w_1, w_5) given w_5 ≥ 1: its 2.5% quantile is 0, its 96.5% quantile
@@ -755,9 +753,8 @@ def test_the_order_stage_makes_no_call_for_a_case_with_one_claim(tmp_path, provi
     assert (
         "cases: 8 done, 4 with one claim (no order to change; no call), 0 skipped" in capsys.readouterr().out
     )
-    assert (
-        len(h.records("eval_results", "LJP_order_gold.jsonl")) == 12
-    )  # every case saved: the stage is complete
+    # every case saved: the stage is complete
+    assert len(h.records("eval_results", "LJP_order_gold.jsonl")) == 12
 
 
 def test_the_ranking_is_in_the_viewers_overview_and_per_class_on_request(ranked_root, tmp_path, capsys):
@@ -799,11 +796,8 @@ def test_the_ranking_is_in_the_viewers_overview_and_per_class_on_request(ranked_
     class_pairs = {
         (r[0], r[1], r[2]): r[3:] for r in rows_of(out, "Every comparable pair") if r[0].startswith("DCG")
     }
-    assert class_pairs[("DCG Acc. (Family)", "m-a", "m-c")][3:] == [
-        "0.125",
-        "0.375",
-        "no",
-    ]  # exact: 2/16, × 3
+    # exact: 2/16, × 3
+    assert class_pairs[("DCG Acc. (Family)", "m-a", "m-c")][3:] == ["0.125", "0.375", "no"]
     overview = html.unescape((tmp_path / "site" / "index.html").read_text(encoding="utf-8"))
     assert "Ranking per metric" in overview and "Every comparable pair" in overview
 
@@ -911,9 +905,8 @@ def test_json_carries_the_statistics_asked_for(ranked_root, capsys):
     texts = [[c["text"] if isinstance(c, dict) else c for c in row] for row in tables["ranking"]["rows"]]
     assert ["DCG Acc.", "1", "1", "m-a", "1.000", "0.000", "2", "a"] in texts
     row = tables["ranking"]["rows"][texts.index(["DCG Acc.", "1", "1", "m-a", "1.000", "0.000", "2", "a"])]
-    assert (
-        row[1]["value"] == 1 and row[4]["value"] == 1.0 and row[6]["value"] == 2
-    )  # numbers, not display text
+    # numbers, not display text
+    assert row[1]["value"] == 1 and row[4]["value"] == 1.0 and row[6]["value"] == 2
 
 
 def test_a_models_runs_made_with_other_code_are_ranked_apart_and_rejudged_copies_not_at_all(
@@ -1166,9 +1159,8 @@ def test_the_power_table_on_runs_the_stages_wrote_and_at_holms_level(ranked_root
     variance = (0.5 / 24 - (1 / 24) ** 2) / 24
     for column, level in ((2, 0.05), (3, 0.05 / 3)):
         expected = (z(1 - level / 2) + z(0.8)) * variance**0.5
-        assert float(rows["DCG Acc."][column]) == pytest.approx(expected, rel=0.1), (
-            column
-        )  # the bootstrap's error
+        # the bootstrap's error
+        assert float(rows["DCG Acc."][column]) == pytest.approx(expected, rel=0.1), column
     assert "In hand at α/m (ranking)" in out
 
 
@@ -1188,9 +1180,8 @@ def test_a_prompt_file_added_since_a_run_was_made_keeps_it_comparable_and_in_its
 
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "four.json", sample_cases()[:4]))
     assert h.run("DCG", "--model", "model-a") == 0
-    prompts_in(
-        tmp_path / "prompts", monkeypatch, judge_demo="你是一个新的评审员。\n{history}\n"
-    )  # one more file
+    # one more file
+    prompts_in(tmp_path / "prompts", monkeypatch, judge_demo="你是一个新的评审员。\n{history}\n")
     for model, run_id in (("model-b", "r1"), ("model-a", "r2")):
         h.run_id = run_id
         assert h.run("DCG", "--model", model) == 0
@@ -1205,9 +1196,8 @@ def test_a_prompt_file_added_since_a_run_was_made_keeps_it_comparable_and_in_its
         )
         == 2
     )  # the later runs record it, the first not
-    assert any(r[0].startswith("Runs") and r[1] == "model-a" and r[2] == "2" for r in rows), (
-        out
-    )  # one group, 2 runs
+    # one group, 2 runs
+    assert any(r[0].startswith("Runs") and r[1] == "model-a" and r[2] == "2" for r in rows), out
     assert not any(r[0].startswith("Pairs not compared") for r in rows), [
         r for r in rows if r[0].startswith("Pairs")
     ]

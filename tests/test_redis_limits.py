@@ -137,9 +137,8 @@ def test_two_processes_share_one_limit_and_use_it(tmp_path, redis_server):
         )
         errs = [p.communicate(timeout=180)[1] for p in shards]
         assert [p.returncode for p in shards] == [0, 0], errs
-        assert (
-            judge.busiest_second() <= rate + 1
-        )  # paced at 97 %: one late request at most meets a window's R
+        # paced at 97 %: one late request at most meets a window's R
+        assert judge.busiest_second() <= rate + 1
         assert judge.statuses[429] <= 0.02 * len(judge.arrivals), judge.statuses
         busy_span = max(judge.arrivals) - min(judge.arrivals)
         # the judge has work all along (every stage ends with its calls): its calls ÷ (R × the time it was used)
@@ -207,9 +206,8 @@ def test_a_redis_restart_pauses_both_processes_with_one_line_and_loses_nothing(t
         time.sleep(2.5)
         paused_at = sum(evaluated.processed.values()) + sum(judge.processed.values())
         time.sleep(1.0)
-        assert (
-            sum(evaluated.processed.values()) + sum(judge.processed.values()) == paused_at
-        )  # no call while away
+        # no call while away
+        assert sum(evaluated.processed.values()) + sum(judge.processed.values()) == paused_at
         redis_server.start()
         errs = [p.communicate(timeout=120)[1] for p in shards]
         assert [p.returncode for p in shards] == [0, 0], errs
@@ -290,11 +288,8 @@ def limits_error(tmp_path, capsys, url, *extra) -> tuple[int, str]:
         ("http://127.0.0.1:6379/0", ("--dry-run",), "--limits: not a redis://[:PASSWORD@]HOST:PORT/DB URL"),
         ("redis://127.0.0.1:6379/0?foo=1", (), "'foo' is not a setting; the URL takes only ?lease=SECONDS"),
         ("redis://127.0.0.1:6379/0?lease=5&lease=9", (), "lease is one number of seconds from 1 to 3600"),
-        (
-            "redis://127.0.0.1:6379/abc",
-            (),
-            "the database is a number after the port",
-        ),  # was database 0, silently
+        # was database 0, silently
+        ("redis://127.0.0.1:6379/abc", (), "the database is a number after the port"),
     ],
 )
 def test_a_limits_url_is_checked_before_anything_even_in_a_dry_run(tmp_path, capsys, url, extra, said):

@@ -29,9 +29,8 @@ def aligned(block: list[str]) -> bool:
     starts = [m.start() for m in re.finditer(r"-+", block[1])]
     for line in [block[0]] + block[2:]:
         shown = cells(line)
-        if any(
-            0 < s < len(shown) and shown[s - 2 : s] != "  " for s in starts
-        ):  # rstripped: empty last cells
+        # rstripped: empty last cells
+        if any(0 < s < len(shown) and shown[s - 2 : s] != "  " for s in starts):
             return False
     return True
 
@@ -55,9 +54,8 @@ def test_text_columns_align_by_display_width_after_chinese_cells(dcg_root, capsy
     lines = out.splitlines()
     assert lines[0].startswith("Case complexity (Figure 3)")
     table = lines[1 : lines.index("")]
-    assert any(
-        unicodedata.east_asian_width(c) == "W" for line in table for c in line
-    )  # causes are in Chinese
+    # causes are in Chinese
+    assert any(unicodedata.east_asian_width(c) == "W" for line in table for c in line)
     assert aligned(table)
     assert "Main results" not in out  # only the tables asked for
 
@@ -220,15 +218,13 @@ def test_each_table_prints_at_its_paper_tables_precision_on_runs_the_stages_wrot
         main = dict(zip(*next(t for name, t in tables.items() if name.startswith("Main results"))))
         assert row[header.index("Overall")] == main["DCG Acc."] == at(accuracy, int(decimals))
     assert show_results.main(["--output-root", str(h.root), "--format", "csv", "--table", "main"]) == 0
-    header, row = [r for r in csv.reader(io.StringIO(capsys.readouterr().out)) if len(r) > 2][
-        1:3
-    ]  # every digit
+    # every digit
+    header, row = [r for r in csv.reader(io.StringIO(capsys.readouterr().out)) if len(r) > 2][1:3]
     main = dict(zip(header[2:], row[2:]))
     assert float(main["DCG Acc. mean"]) == pytest.approx(statistics.mean(accuracy), abs=1e-6)
     assert float(main["DCG Acc. SD"]) == pytest.approx(statistics.stdev(accuracy), abs=1e-6)
-    assert (
-        main["DCG Acc. n"] == "2" and main["DCG Acc. low"] == ""
-    )  # runs with a value; no interval without --ci
+    # runs with a value; no interval without --ci
+    assert main["DCG Acc. n"] == "2" and main["DCG Acc. low"] == ""
 
 
 def test_every_table_of_a_report_is_declared_with_its_paper_table():
@@ -531,9 +527,8 @@ def test_csv_and_json_carry_numbers_not_display_text(tmp_path, provider, monkeyp
         for path in h.root.rglob("*.jsonl")
         for line in path.read_text(encoding="utf-8").splitlines()
     ]
-    prompt = sum(
-        r["usage"].get("eval", {}).get("prompt_tokens", 0) for r in records
-    )  # the predictions' records
+    # the predictions' records
+    prompt = sum(r["usage"].get("eval", {}).get("prompt_tokens", 0) for r in records)
     assert prompt > 0
     capsys.readouterr()
     assert (

@@ -427,9 +427,8 @@ def test_per_class_intervals_resample_that_class_only_on_a_run_the_stages_wrote(
     cases = sample_cases()
     from categories import cause_class
 
-    def judge(
-        kind, prompt, body
-    ):  # Family: every question accepted; elsewhere the first case of each class only
+    # Family: every question accepted; elsewhere the first case of each class only
+    def judge(kind, prompt, body):
         if kind == "dcg_judge":
             i, case = next(
                 (i, c)

@@ -69,11 +69,8 @@ def test_qwk_hand_computed_matches_sklearn_and_keeps_absent_labels():
     assert quadratic_weighted_kappa(gold, pred) == pytest.approx(1 - observed / expected_dis)
 
 
-PAPER_SCALE = [
-    "支持",
-    "部分支持",
-    "驳回",
-]  # Section 5.3: the ordinal scale of the verdicts, written out here on purpose
+# Section 5.3: the ordinal scale of the verdicts, written out here on purpose
+PAPER_SCALE = ["支持", "部分支持", "驳回"]
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -501,9 +501,8 @@ def test_the_share_of_the_rpm_limit_used_while_calls_waited_is_a_share():
     # 97 % on a quiet machine; a loaded one wakes the next call late (0.89 once, in the full suite)
     assert limiter.sent == 40 and 0.75 <= limiter.busy() <= 1.0, limiter.busy()
     late = Limiter(100, Limits(rpm=6000))
-    for _ in range(
-        20
-    ):  # each call comes a little before the pacing lets it go: a backlog of a moment each time
+    # each call comes a little before the pacing lets it go: a backlog of a moment each time
+    for _ in range(20):
         late.release(lease=late.acquire(lambda: False, "a"))
         time.sleep(0.0095)
     assert late.backlogs >= 10 and 0.5 <= late.busy() <= 1.0, (late.backlogs, late.busy())
@@ -660,9 +659,8 @@ def check_a_terminal_redraws_in_place_and_a_log_every_30_s(grid) -> None:
     display.draw()
     display.draw(final=True)
     lines = display.lines()
-    assert (
-        terminal.text.count("\033[") >= 2 * len(lines) and f"\033[{len(lines)}F" in terminal.text
-    )  # redrawn
+    # redrawn
+    assert terminal.text.count("\033[") >= 2 * len(lines) and f"\033[{len(lines)}F" in terminal.text
     assert "18 of at most 36 calls answered" in lines[0] and "remaining 0s" in lines[0]  # every cell done
     assert "paused 40s" in terminal.text or "paused 39s" in terminal.text
     assert "0.0 calls/s" in terminal.text  # no call since this display began

@@ -81,9 +81,8 @@ def test_an_entry_written_before_the_classes_moved_is_a_miss_not_a_traceback(rep
     h, show = report
     first, _ = show()
     (entry,) = Path(os.environ["LEXPILOT_CACHE"]).glob("*.pickle")
-    gone = types.ModuleType(
-        "lexpilot.reporting.runs"
-    )  # a module of the older layout, there only while pickling
+    # a module of the older layout, there only while pickling
+    gone = types.ModuleType("lexpilot.reporting.runs")
     gone.Run = type("Run", (), {"__module__": "lexpilot.reporting.runs"})
     sys.modules[gone.__name__] = gone
     try:

@@ -66,9 +66,8 @@ RUNS = [(stage, condition) for stage in CATALOGUED for condition in conditions(s
 def test_every_prompt_a_stage_fills_is_one_it_declares(
     tmp_path, provider, monkeypatch, recorded, stage, condition
 ):
-    cases = [
-        {k: v for k, v in c.items() if k != "focal_point_types"} for c in sample_cases()[:2]
-    ]  # typed by the judge
+    # typed by the judge
+    cases = [{k: v for k, v in c.items() if k != "focal_point_types"} for c in sample_cases()[:2]]
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "two.json", cases))
     extra = ("--user-condition", condition) if condition != "standard" else ()
     for upstream in upstream_stages(stage):

@@ -107,9 +107,8 @@ def test_a_case_failed_on_three_rejected_outputs_is_asked_anew_by_the_next_run(h
     assert provider.kinds()["ljp_judge"] == 3
     provider.script, provider.requests = None, []
     assert harness.run("gold", "--limit", "1") == 0
-    assert (
-        provider.kinds()["ljp_judge"] == 1 and provider.kinds().get("force_judge", 0) == 0
-    )  # a1 kept, judge asked
+    # a1 kept, judge asked
+    assert provider.kinds()["ljp_judge"] == 1 and provider.kinds().get("force_judge", 0) == 0
     record = harness.records("eval_results", "LJP_gold.jsonl")[0]
     assert record["usage"]["judge"]["calls"] == 1
 

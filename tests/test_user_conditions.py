@@ -99,11 +99,8 @@ def test_self_correction_after_an_early_judgment_continues_and_the_update_is_eva
     assert users == ["mistaken", "correction"]
     assert record["disrupted_round"] == 1 and record["corrected_round"] == 2
     labels = [r["label"] for r in record["rounds"]]
-    assert labels == [
-        "策略二",
-        "策略一",
-        "策略一",
-    ]  # the round-2 judgment is followed by a correction and updated
+    # the round-2 judgment is followed by a correction and updated
+    assert labels == ["策略二", "策略一", "策略一"]
     assert record["stop_reason"] == "judged" and record["final_response"].startswith(PREDICT + "第3次判断")
     assert one_case.run("interaction", "--user-condition", "self-correction") == 0
     (ljp,) = one_case.records(LJP_INTERACTION)

@@ -43,9 +43,8 @@ def hostile(kind, prompt, body):
         again = prompt in SEEN
         SEEN.add(prompt)
         return {"是": "否", "否": "是"}[first] if again else first
-    if (
-        kind == "ljp_judge"
-    ):  # the claims in another order than the case's own (the claim-order diagnostic): 驳回
+    # the claims in another order than the case's own (the claim-order diagnostic): 驳回
+    if kind == "ljp_judge":
         claims = between(prompt, "正式诉请")
         if OWN_ORDER.get(frozenset(claims.split("\n")), claims) != claims:
             return json.dumps({"results": ["驳回"] * len(claims.split("\n"))}, ensure_ascii=False)
@@ -493,9 +492,8 @@ def test_a_case_list_row_opens_its_run_and_a_case_page_shows_one_task_at_a_time(
     shown = {p.get_attribute("data-part") for p in page.locator("div.part:visible").all()}
     assert shown == {"ljp"} and page.locator("div.part[data-part='dcg']").count() > 0
     runs = page.locator("section.run").count()
-    assert (
-        runs >= 3 and page.locator("div.part[data-part='ljp']:visible").count() == runs
-    )  # every run's, unfolded
+    # every run's, unfolded
+    assert runs >= 3 and page.locator("div.part[data-part='ljp']:visible").count() == runs
     audit = page.locator("button.call", has_text="the audit's exact call")
     assert audit.count() > 0 and page.locator("button.call", has_text="exact call").count() > audit.count()
 
@@ -591,9 +589,8 @@ def test_the_case_list_leaves_out_an_older_records_injected_disruption_as_the_me
     run = types.SimpleNamespace(model="m", run_id="r1", condition="delayed")
     assert "audit" not in outcomes(RunRecords(run, "m · r1", records, "m"), "1")
     records[AUDIT["interaction"].name]["1"]["replies"].append({**disruption, "source": "interaction round 3"})
-    assert (
-        outcomes(RunRecords(run, "m · r1", records, "m"), "1")["audit"] == "interaction 1 flagged"
-    )  # per source (review of #35)
+    # per source (review of #35)
+    assert outcomes(RunRecords(run, "m · r1", records, "m"), "1")["audit"] == "interaction 1 flagged"
 
 
 @pytest.mark.parametrize(
@@ -768,9 +765,8 @@ def test_a_case_is_wrong_on_the_audit_only_when_a_reply_of_it_was_flagged(built)
     }
     mine = [r for r in rows if r["model"] == "model-a" and r["run"] == "r1" and "audit" in r]
     assert mine and {r["case"] for r in mine if "audit" in r["fails"]} == flagged
-    assert any(
-        "clean" in r["audit"] and "flagged" not in r["audit"] for r in mine
-    )  # a clean one is among them
+    # a clean one is among them
+    assert any("clean" in r["audit"] and "flagged" not in r["audit"] for r in mine)
 
 
 def test_the_case_list_at_1400_pixels_shows_rows_and_every_column(built, browser):
@@ -834,9 +830,8 @@ def test_the_json_names_every_metric_and_number_in_one_style(built, capsys):
     records' own, counted here by hand."""
     root, _ = built
     assert show_results.main(["--output-root", str(root), "--usage", "--table", "nosuch"]) == 2
-    every_table = (
-        capsys.readouterr().err.split("tables: ")[1].rstrip(")\n").split(", ")
-    )  # as a user lists them
+    # as a user lists them
+    every_table = capsys.readouterr().err.split("tables: ")[1].rstrip(")\n").split(", ")
     assert (
         show_results.main(
             [
@@ -871,9 +866,8 @@ def test_the_json_names_every_metric_and_number_in_one_style(built, capsys):
     assert [n for n in names if not all(map(one_style, n))] == [] and sorted(
         k for k in numbers if not one_style(k)
     ) == []
-    assert any(
-        not re.search("[A-Za-z]", c) for _, _, c in names
-    )  # the causes of action are there, in Chinese
+    # the causes of action are there, in Chinese
+    assert any(not re.search("[A-Za-z]", c) for _, _, c in names)
     assert [c for c in CAUSES if json_key(c) != c] == [] and len(CAUSES) == 36  # each keeps its name
     check_the_numbers_are_the_records_own(report, root)
     check_the_docs_table_of_names_is_the_rules()

@@ -303,9 +303,8 @@ def load_dataset(path: Path) -> tuple[list[Case], str]:
     before in this process with the same content is not parsed again (the grid's cells all read one dataset)."""
     path = Path(path)
     try:
-        status = (
-            path.stat()
-        )  # a file, not a device or a pipe: nothing is read before dataset_problems checks it
+        # a file, not a device or a pipe: nothing is read before dataset_problems checks it
+        status = path.stat()
         key = (status.st_ino, status.st_mtime_ns, status.st_size) if stat.S_ISREG(status.st_mode) else None
     except OSError:
         key = None  # dataset_problems says what is wrong with it
@@ -313,9 +312,8 @@ def load_dataset(path: Path) -> tuple[list[Case], str]:
     return list(cases), digest
 
 
-@functools.lru_cache(
-    maxsize=4
-)  # by the file's inode, time and size (a changed file is parsed again); cases are frozen
+# by the file's inode, time and size (a changed file is parsed again); cases are frozen
+@functools.lru_cache(maxsize=4)
 def _parsed(path: Path, key: tuple | None) -> tuple[tuple[Case, ...], str]:
     raw_cases, problems = dataset_problems(path)
     if len(problems) == 1:

@@ -129,14 +129,12 @@ class Sharing:
     endpoints: Endpoints
     budget: Budget | None = None
     draining: threading.Event = field(default_factory=threading.Event)
-    answered: Usage = field(
-        default_factory=lambda: Usage()
-    )  # by model id: every call answered, for the display
+    # by model id: every call answered, for the display
+    answered: Usage = field(default_factory=lambda: Usage())
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    clients: dict = field(
-        default_factory=dict
-    )  # (base URL, key hash, timeout) -> the SDK client every cell uses
+    # (base URL, key hash, timeout) -> the SDK client every cell uses
+    clients: dict = field(default_factory=dict)
 
     def client(self, role: Role, timeout: float, build):
         key = (role.base_url, key_digest(role.api_key), timeout)
@@ -343,9 +341,8 @@ class ModelCaller:
     def _attempt(self, role: Role, prompt: str | list[dict], usage: Usage, on_send=None) -> Attempt:
         """One request, within the endpoint's limiter and the budget; what came of it."""
         limiter, counted_tokens = self.limiters[role.name], request_tokens(len(str(prompt)), role.max_tokens)
-        lease = limiter.acquire(
-            self.stopped, self.cell, counted_tokens
-        )  # before the budget: waiting reserves nothing
+        # before the budget: waiting reserves nothing
+        lease = limiter.acquire(self.stopped, self.cell, counted_tokens)
         try:
             reserved = (
                 self.budget.reserve(role.model, len(str(prompt)), role.max_tokens) if self.budget else 0.0

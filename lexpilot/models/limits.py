@@ -152,9 +152,8 @@ class Limiter:
                     if self.failure:
                         raise FatalError(self.failure)
                     raise Aborted()
-                if not ticket.granted and self._is_next(
-                    ticket
-                ):  # only the next call can go: no one else asks
+                # only the next call can go: no one else asks
+                if not ticket.granted and self._is_next(ticket):
                     self._dispatch(time.monotonic())
                 if ticket.granted:
                     return ticket.lease

@@ -137,9 +137,8 @@ class RedisStore:
         """Before any call: Redis answers, or one line says it does not."""
         try:
             self.client.ping()
-            self.client.exists(
-                f"lexpilot:limits:{self.owner}"
-            )  # a database number the server lacks fails here
+            # a database number the server lacks fails here
+            self.client.exists(f"lexpilot:limits:{self.owner}")
         except self.errors as e:
             raise HarnessError(self.refused(e)) from None
 

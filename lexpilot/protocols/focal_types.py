@@ -85,9 +85,8 @@ def typed_before(settings: Settings, case: Case, prompts: dict) -> dict | None:
     return None
 
 
-@functools.lru_cache(
-    maxsize=4
-)  # keyed by every file's time and size: each file is read once, not once per case
+# keyed by every file's time and size: each file is read once, not once per case
+@functools.lru_cache(maxsize=4)
 def _typed_cases(files: tuple) -> dict:
     """(case, input hash, judge) -> (the first typed record saved for it, its run), over the files given."""
     typed: dict = {}

@@ -88,9 +88,8 @@ def reextract(setup: str, verdicts: RecordKind, generation: RecordKind, field: s
 
 
 def order_calls(upstream: dict, settings, case: Case | None = None) -> dict:
-    return (
-        {} if case is not None and one_claim(case) else {"judge": 2}
-    )  # shuffled, and the same-order control
+    # shuffled, and the same-order control
+    return {} if case is not None and one_claim(case) else {"judge": 2}
 
 
 ORDER_STEPS = tuple(

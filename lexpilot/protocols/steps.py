@@ -103,9 +103,8 @@ class CaseCalls:
                 return parse(raws[-1]), raws
             except ValueError as e:
                 problem = str(e)
-                if (
-                    attempt + 1 < JUDGE_ATTEMPTS
-                ):  # the last one is not asked again: the case fails, saying why
+                # the last one is not asked again: the case fails, saying why
+                if attempt + 1 < JUDGE_ATTEMPTS:
                     self.caller.progress.retry(f"invalid {prompt_name} output: {problem}")
         if self.journal:
             self.journal.retire(self.case.number, self.step, role, prompt, raws)

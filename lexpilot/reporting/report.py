@@ -299,9 +299,8 @@ def read_options(args) -> tuple[dict | None, dict | None]:
         )
     if args.by_class and not args.rank:
         raise UsageError("--by-class adds the per-class rankings to --rank: pass --rank too")
-    if (
-        args.power and args.resamples < MIN_POWER_RESAMPLES
-    ):  # a variance from fewer resamples is off by over 14%
+    # a variance from fewer resamples is off by over 14%
+    if args.power and args.resamples < MIN_POWER_RESAMPLES:
         raise UsageError(
             f"--power estimates variances from the resamples: it needs --resamples "
             f"{MIN_POWER_RESAMPLES} or more, got {args.resamples}"

@@ -45,11 +45,8 @@ def provider_call(run, what: str, call, missing_ok: bool = False):
             problem = f"HTTP {e.status_code}"
         except (openai.APIConnectionError, openai.APITimeoutError) as e:
             problem = f"connection error ({error_message(e.__cause__ or e, settings.redact)})"
-        except (
-            ValueError,
-            AttributeError,
-            TypeError,
-        ):  # a 200 whose body is not the batch API's (a web page)
+        # a 200 whose body is not the batch API's (a web page)
+        except (ValueError, AttributeError, TypeError):
             raise FatalError(
                 f"{what}: the endpoint's answer is not the batch API's; check the role's base URL "
                 "(it must be an OpenAI-compatible API with /files and /batches)"

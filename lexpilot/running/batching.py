@@ -86,9 +86,8 @@ class ReplayRetries:
 
     log: object
     reported: Counter  # (case, step) -> retries said so far
-    said_before: Counter = field(
-        default_factory=Counter
-    )  # (case, step) -> replies held when the invocation began
+    # (case, step) -> replies held when the invocation began
+    said_before: Counter = field(default_factory=Counter)
     calls: CaseCalls | None = None  # the replay's calls, for the step being run
     seen: Counter = field(default_factory=Counter)
 
@@ -139,13 +138,11 @@ class BatchRun:
     run_case: object
     log: object
     failed: dict = field(default_factory=dict)  # case -> why it failed
-    held: Counter = field(
-        default_factory=Counter
-    )  # (case, step) -> replies the journal holds for a pending step
+    # (case, step) -> replies the journal holds for a pending step
+    held: Counter = field(default_factory=Counter)
     retried: Counter = field(default_factory=Counter)  # (case, step) -> invalid outputs said so far
-    said_before: Counter = field(
-        default_factory=Counter
-    )  # (case, step) -> replies the journal held at the start
+    # (case, step) -> replies the journal held at the start
+    said_before: Counter = field(default_factory=Counter)
     depth: int | None = None  # the least upper bound on the remaining calls said so far
     incarnation: str = ""  # the run's own id (its manifest's): in every batch's metadata and custom id
     late: bool = False  # the run began before incarnations: its batches without one are its own too
@@ -415,9 +412,8 @@ def _send(run: BatchRun, groups: dict[str, list]) -> None:
     settings = run.settings
     cycle = run.ledger.cycles(run.name)
     if groups and run.state.manifest and not settings.batching.files and run.noted_submission != cycle:
-        run.state.manifest = note_batches_submitted(
-            run.state.manifest, run.name, cycle
-        )  # before any of the cycle's submissions
+        # before any of the cycle's submissions
+        run.state.manifest = note_batches_submitted(run.state.manifest, run.name, cycle)
         run.noted_submission = cycle
     for group, requests in groups.items():
         role = requests[0][1]["role"]
@@ -450,9 +446,8 @@ def _batch_summary(run: BatchRun, wall: float, out, err) -> int:
     if state.manifest and run.caller.token_fields != (
         state.manifest.token_fields or default_token_fields(run.settings.roles)
     ):
-        state.manifest = record_transport(
-            state.manifest, run.caller.token_fields
-        )  # a resumed run starts with the field
+        # a resumed run starts with the field
+        state.manifest = record_transport(state.manifest, run.caller.token_fields)
     CallJournal(run.journal_path, run.writer, set()).compact(
         {s.name: state.records[s.name] for s in state.steps}
     )

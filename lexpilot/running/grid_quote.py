@@ -47,9 +47,8 @@ class Part:
     pending: int = 0
     calls: Counter = field(default_factory=Counter)  # role -> calls at most
     chain: int = 0  # the most calls one case makes in a row
-    money: dict = field(
-        default_factory=dict
-    )  # (role, "sync"|"batch") -> (low, high, expected or None) or None
+    # (role, "sync"|"batch") -> (low, high, expected or None) or None
+    money: dict = field(default_factory=dict)
     refused: str = ""  # why the stage would not run (its message), nothing counted
 
 

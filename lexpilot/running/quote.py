@@ -93,9 +93,8 @@ def cost_quote(
         if price is None:
             lines.append(f"  {role} ({model}): no price in the price file")
             continue
-        batched = (
-            1.0 if settings.batching.enabled and role in (settings.batching.roles or ROLES) else 0.0
-        )  # at batch prices
+        # at batch prices
+        batched = 1.0 if settings.batching.enabled and role in (settings.batching.roles or ROLES) else 0.0
         low, high, expected = role_money(
             price,
             low_chars[role],

@@ -360,9 +360,8 @@ def _execute(
     if state.manifest and caller.token_fields != (transport or default_token_fields(settings.roles)):
         state.manifest = record_transport(state.manifest, caller.token_fields)
     progress.draw(final=True)
-    return _summary(
-        name, workers, skipped, time.monotonic() - progress.start, out, err
-    )  # as the progress line counts
+    # as the progress line counts
+    return _summary(name, workers, skipped, time.monotonic() - progress.start, out, err)
 
 
 def _summary(name: str, workers: Workers, skipped: int, wall: float, out, err) -> int:
@@ -395,9 +394,8 @@ def _summary(name: str, workers: Workers, skipped: int, wall: float, out, err) -
         )
         return 1
     not_started = workers.total - progress.done
-    if (
-        not_started > 0
-    ):  # the grid is draining (its first Ctrl-C): the cases it did not start are left for a rerun
+    # the grid is draining (its first Ctrl-C): the cases it did not start are left for a rerun
+    if not_started > 0:
         print(
             f"[{name}] {counted(not_started, 'case')} not started (Ctrl-C); rerun the same command to resume",
             file=err,

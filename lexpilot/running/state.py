@@ -66,9 +66,8 @@ def load_state(
         )
         records[kind.name] = {n: r for n, (_, r) in loaded.items()}
         lines = {n: line for n, (line, _) in loaded.items()}
-        for need in needs.get(
-            kind.name, ()
-        ):  # a record must have been built from the upstream records that exist now
+        # a record must have been built from the upstream records that exist now
+        for need in needs.get(kind.name, ()):
             for number, record in records[kind.name].items():
                 upstream = records[need].get(number)
                 if upstream is None or record.get("upstream_hash", {}).get(need) != record_digest(upstream):

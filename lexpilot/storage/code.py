@@ -37,9 +37,8 @@ def _imports_of(path: Path, root: Path, mtime_ns: int, size: int) -> list[Path]:
     found = []
     ours = _project_names(root)
     for _, module in imported_modules(path, root):
-        if (
-            module.split(".")[0] in ours
-        ):  # the standard library and installed packages are not the project's code
+        # the standard library and installed packages are not the project's code
+        if module.split(".")[0] in ours:
             found += _module_files(module, root)
     return found
 
@@ -115,9 +114,8 @@ def file_digest(path: Path) -> str:
     return _file_digest(path, status.st_mtime_ns, status.st_size)
 
 
-@functools.lru_cache(
-    maxsize=1024
-)  # keyed by the file's time and size: the grid's cells compare the same files
+# keyed by the file's time and size: the grid's cells compare the same files
+@functools.lru_cache(maxsize=1024)
 def _file_digest(path: Path, mtime_ns: int, size: int) -> str:
     return hashlib.sha256(path.read_bytes().replace(b"\r\n", b"\n")).hexdigest()[:16]
 

@@ -90,14 +90,12 @@ def load_runs(
         run = Run(manifest.run_id, model, manifest, path.parent.name)
         run.input_hashes = input_hashes(run, dataset, datasets, err)
         runs.append(run)
-    return (
-        score_runs(runs, root, keep_outcomes) if score else runs
-    )  # judge_agreement only needs the manifests
+    # judge_agreement only needs the manifests
+    return score_runs(runs, root, keep_outcomes) if score else runs
 
 
-Render = Callable[
-    [Run, int, dict, "dict | None"], object
-]  # (run, its place, its records, its source's) -> pages
+# (run, its place, its records, its source's) -> pages
+Render = Callable[[Run, int, dict, "dict | None"], object]
 
 
 def score_runs(

@@ -102,9 +102,8 @@ def read_saved(run: Run, root: Path, kind: RecordKind) -> tuple[dict, str | None
         return {}, str(e)
     expected = accepted_settings(run, root, kind)
     other = [(line, n) for n, (line, r) in loaded.items() if r.get("settings_hash") not in (None, *expected)]
-    if (
-        other
-    ):  # the manifest says other settings than these records were made with (it was edited, or swapped)
+    # the manifest says other settings than these records were made with (it was edited, or swapped)
+    if other:
         return {}, (
             f"{path}:{other[0][0]}: case {other[0][1]} (and {len(other) - 1} more) was made with other "
             "settings than the run's manifest says; restore the manifest"

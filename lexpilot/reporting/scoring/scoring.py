@@ -306,11 +306,8 @@ def score_table_4(run: Run, root: Path, verdicts: dict, dialogues: dict) -> None
             rows = [records[n] for n in cases]
             try:
                 counts = np.array([ljp_case_counts(r) for r in rows]).reshape(len(rows), -1)
-            except (
-                ValueError,
-                KeyError,
-                TypeError,
-            ):  # an unresolved case saved without a prediction (before 25.2)
+            # an unresolved case saved without a prediction (before 25.2)
+            except (ValueError, KeyError, TypeError):
                 run.problems.append(
                     f"Table 4: {kind.file}: a case without predicted verdicts; rerun "
                     "eval_LJP_behaviour.py on a new run id"

@@ -89,9 +89,8 @@ class RunRecords:
     label: str  # the group label and run id, as shown
     records: dict = field(default_factory=dict)  # kind name -> case_number -> record
     group: str = ""  # the group's label: what an overview row names
-    settings: dict = field(
-        default_factory=dict
-    )  # its exact calls' roles and changed prompt files (run_settings)
+    # its exact calls' roles and changed prompt files (run_settings)
+    settings: dict = field(default_factory=dict)
 
 
 def dialogue_html(messages: list[dict]) -> str:

@@ -156,13 +156,11 @@ def overview(tables: list[Table], groups: list[Group]) -> str:
 
     def link(table: Table, row: list, header: str, index: int) -> str | None:
         task = table.task_of(header, row)  # declared by the table, whatever its title says
-        own = (
-            table.row_queries[index] if index < len(table.row_queries) else {}
-        )  # what this row alone selects
+        # what this row alone selects
+        own = table.row_queries[index] if index < len(table.row_queries) else {}
         own = own | (table.cell_queries[index].get(header, {}) if index < len(table.cell_queries) else {})
-        if (
-            table.compare
-        ):  # consistency: the cases a model gets wrong in every run; judges: where they disagree
+        # consistency: the cases a model gets wrong in every run; judges: where they disagree
+        if table.compare:
             query = (
                 {"mode": "never", "model": model_of.get(row[0], row[0]), "task": task}
                 if table.compare == "never"
@@ -173,16 +171,14 @@ def overview(tables: list[Table], groups: list[Group]) -> str:
         # type) sorts the list by its column
         about = ({"task": task} if task in WRONG_FIRST else {"sort": task}) if task else {}
         cls = {"class": header} if header in classes and header != "Overall" else {}
-        cls |= next(
-            ({"focal": x} for x in (header, row[0]) if x in FOCAL_TYPES.values()), {}
-        )  # Figure 4's types
+        # Figure 4's types
+        cls |= next(({"focal": x} for x in (header, row[0]) if x in FOCAL_TYPES.values()), {})
         if table.row_filter:  # rows of causes (Figure 3), of one group's cases
             if row[0] not in causes:  # a summary row (Spearman's rho) is about no case
                 return None
             query = {"group": table.group or "", table.row_filter: row[0]} | about
-        elif (
-            row[0] in labels
-        ):  # a row names its group (a model, or a model's other settings): that group's runs
+        # a row names its group (a model, or a model's other settings): that group's runs
+        elif row[0] in labels:
             query = {"group": row[0]} | about | cls
         elif row[0] in models:  # Table 15 names a model
             query = {"model": row[0]} | about | cls
@@ -262,9 +258,8 @@ def _case_list_rows(
                     "page": pages[n],
                     "search": f"{n} {cause} {rr.label}".lower(),
                 }
-                if (
-                    n in rr.run.pages.disagrees
-                ):  # a re-judged run's decisions against its source's, on this case
+                # a re-judged run's decisions against its source's, on this case
+                if n in rr.run.pages.disagrees:
                     row |= {"rejudged": True, "disagrees": rr.run.pages.disagrees[n]}
                 rows.append(row)
         # the history's text once per case, not once per run: the case list at 50 runs carries it 50 times less

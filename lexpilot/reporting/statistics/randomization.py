@@ -215,9 +215,8 @@ class Swapped:
         """metric -> mean over A's runs − mean over B's runs, for each swap pattern (rows of `swaps`, float32, over
         the differing cases or over every case). Every run's metric is computed at once (run × pattern), as one
         call of the task's metric: ten calls on a pattern's row each took most of a ranking's time."""
-        product = swaps @ (
-            self.on_differing if on_differing else self.on_every_case
-        )  # exact: 0/1 × small counts
+        # exact: 0/1 × small counts
+        product = swaps @ (self.on_differing if on_differing else self.on_every_case)
         totals = self.totals[:, None, :] + np.moveaxis(product[:, self.picks], 1, 0) * self.signs[:, None, :]
         return {
             m: group_mean(v[: self.runs_a]) - group_mean(v[self.runs_a :])

@@ -87,9 +87,8 @@ def letter_display(ranked: list[str], different: set[frozenset]) -> dict[str, st
         split = []
         for column in columns:
             split += [column - {a}, column - {b}] if {a, b} <= column else [column]
-        columns = [
-            c for c in split if c and not any(c < other for other in split)
-        ]  # absorb what another holds
+        # absorb what another holds
+        columns = [c for c in split if c and not any(c < other for other in split)]
         columns = [c for i, c in enumerate(columns) if c not in columns[:i]]
     columns = swept(columns)
     columns.sort(key=lambda c: sorted(ranked.index(m) for m in c))
@@ -352,15 +351,8 @@ def variance_components(a: Group, b: Group, boot: Bootstrap, key: MetricKey) -> 
 
 MIN_POWER_RESAMPLES = 100  # the variance of a difference from B resamples is off by about √(2/B): 14% at 100
 
-DESIGNS = (
-    (1, None),
-    (3, None),
-    (5, None),
-    (10, None),
-    (5, 100),
-    (5, 216),
-    (5, 432),
-)  # (runs, cases; None: as run)
+# (runs, cases; None: as run)
+DESIGNS = ((1, None), (3, None), (5, None), (10, None), (5, 100), (5, 216), (5, 432))
 
 
 @declares(Kind("power", "nearest: Table 11", 3))

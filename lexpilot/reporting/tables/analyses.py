@@ -41,16 +41,11 @@ from lexpilot.text import counted
 JUDGED_TASKS = ("LCA", "DCG", "LJP", "interaction rounds")  # what a re-judged run's judge decides again
 ORDER_CHANGED = "claim order changed"  # the case list's tag: a verdict changed with the claims shuffled
 ORDER_TAGS = {s.name: f"{ORDER_CHANGED}: {s.title}" for s in LJP_SETUPS}  # ... in that setup
-AUDIT_TAGS = {
-    "dcg": "audited: DCG",
-    "interaction": "audited: interaction",
-}  # a case with audited replies there
-AUDIT_FLAGS = (
-    ("over_disclosure", "Over-disclosure"),
-    ("error", "Error"),
-    ("non_answer", "Non-answer"),
-)  # in order of
-# audit_counts' flags; a case with a reply of the source flagged so
+# a case with audited replies there
+AUDIT_TAGS = {"dcg": "audited: DCG", "interaction": "audited: interaction"}
+# in order of audit_counts' flags
+AUDIT_FLAGS = (("over_disclosure", "Over-disclosure"), ("error", "Error"), ("non_answer", "Non-answer"))
+# a case with a reply of the source flagged so
 AUDIT_FLAG_TAGS = {
     (source, metric): f"audit {name.lower()}: {source}"
     for source in AUDIT_TAGS
@@ -188,9 +183,8 @@ def _judge_labels_table(pairs, root) -> Table:
                     kappa_cell(kappa),
                 ]
             )
-            selects.append(
-                {"rejudged": f"{g_rejudged.label} · {rejudged.run_id}"}
-            )  # as the viewer names the run
+            # as the viewer names the run
+            selects.append({"rejudged": f"{g_rejudged.label} · {rejudged.run_id}"})
     return Table(
         "judge_labels",
         "Judge sensitivity: the two judges' labels on the same items (re-judged "
@@ -276,9 +270,8 @@ def order_table(groups: list[Group], root) -> Table | None:
                             number_cell(found["effect"], PERCENT, signed=True, percent=True),
                         ]
                     )
-                    selects.append(
-                        {"run": run.run_id, "tag": ORDER_TAGS[setup]}
-                    )  # its run's cases, in its setup
+                    # its run's cases, in its setup
+                    selects.append({"run": run.run_id, "tag": ORDER_TAGS[setup]})
     if not rows:
         return None
     return Table(

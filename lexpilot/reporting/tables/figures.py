@@ -139,10 +139,8 @@ def ljp_setups(plt, groups: list[Group], labels: list[str], folder: Path, boot: 
     return save(plt, fig, folder / "ljp_setups.png", ax, legend=8)
 
 
-LABEL_GAP = (
-    0.14,
-    0.04,
-)  # in axis units (0 to 1): two labels closer than this in both directions would overprint
+# in axis units (0 to 1): two labels closer than this in both directions would overprint
+LABEL_GAP = (0.14, 0.04)
 
 
 def dodged(points: list[tuple[str, float, float]]) -> list[tuple[str, tuple, tuple]]:
@@ -252,15 +250,13 @@ def analysis_plots(
                 if not points:
                     continue
                 xs, ys, errors = np.array(points).T
-                drawn = ax.errorbar(
-                    xs, ys, yerr=errors, fmt="o", markersize=4, capsize=2, label=label
-                )  # ± SD
+                # ± SD
+                drawn = ax.errorbar(xs, ys, yerr=errors, fmt="o", markersize=4, capsize=2, label=label)
                 if len(set(xs)) > 1:
                     slope, intercept = np.polyfit(xs, ys, 1)  # least squares
                     grid = np.linspace(xs.min(), xs.max(), 20)
-                    ax.plot(
-                        grid, slope * grid + intercept, linewidth=1, color=drawn[0].get_color()
-                    )  # its group's
+                    # its group's
+                    ax.plot(grid, slope * grid + intercept, linewidth=1, color=drawn[0].get_color())
             ax.set_xlabel("complexity (average legal provisions cited per cause)")
             ax.set_ylabel(name)
             ax.set_title(f"Figure 3: {name} by cause against complexity (± SD over runs)", fontsize=9)

@@ -290,9 +290,8 @@ def paired_settings(group: Group, prompts: set[str] | None = None) -> str:
     # the code hash apart, as the rankings compare (a comment added to a module does not change the protocol)
     settings = manifest.compared_settings(leave_out=("user_condition", *NOT_COMPARED))
     condition_files = {PROMPT_FILES[name] for names in CONDITION_PROMPTS.values() for name in names}
-    settings["prompt_hash"] = on_prompts(
-        settings.get("prompt_hash"), prompts
-    )  # a file added since is no difference
+    # a file added since is no difference
+    settings["prompt_hash"] = on_prompts(settings.get("prompt_hash"), prompts)
     if isinstance(settings["prompt_hash"], dict):
         settings["prompt_hash"] = {
             f: h for f, h in settings["prompt_hash"].items() if f not in condition_files
@@ -321,9 +320,8 @@ def non_ideal_table(groups: list[Group], boot: Bootstrap | None = None) -> Table
     )
     for (model, others), by_condition in rows.items():
         same_model = [k for k in rows if k[0] == model]
-        standard = by_condition.get(
-            "standard"
-        )  # the row's name: its standard-user group's, as every table names it
+        # the row's name: its standard-user group's, as every table names it
+        standard = by_condition.get("standard")
         label = (
             model
             if len(same_model) == 1

@@ -193,9 +193,8 @@ def csv_value(value) -> str:
     if value is None:
         return ""
     value = value.item() if hasattr(value, "item") else value  # a numpy scalar, as the plain number it holds
-    return (
-        repr(value) if isinstance(value, float) else str(value)
-    )  # every digit: a spreadsheet computes on it
+    # every digit: a spreadsheet computes on it
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 def render_csv(tables: list[Table], decimals: int | None = None) -> str:

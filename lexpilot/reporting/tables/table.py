@@ -67,9 +67,8 @@ class Table:
     group: str | None = None
     row_filter: str | None = None  # what a row label selects in the case list ("cause"), when not a model
     query: dict = field(default_factory=dict)  # filters every link of the table adds (a tag of the case list)
-    column_query: dict = field(
-        default_factory=dict
-    )  # header -> the filters that column's links add (its tag)
+    # header -> the filters that column's links add (its tag)
+    column_query: dict = field(default_factory=dict)
     row_queries: list = field(default_factory=list)  # per row, the filters its links add (its run, its setup)
     cell_queries: list = field(default_factory=list)  # per row, header -> the filters that cell's link adds
     # a view of compare.html its rows link to ("never", "disagree"), not the case list
