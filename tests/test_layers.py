@@ -306,6 +306,38 @@ def test_no_function_is_over_60_lines(tmp_path):
     assert functions_over(60, tmp_path) == ["sixty_one.py:2 g: 61 lines"]
 
 
+def always_true_asserts(root: Path) -> list[str]:
+    """Asserts that cannot fail: a non-empty tuple (`assert (x, "why")`), or an `or` with a non-empty string among
+    its operands (`assert x == y or "why"`, meant as `assert x == y, "why"`)."""
+    import ast
+
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Assert):
+                continue
+            operands = [
+                v
+                for op in ast.walk(node.test)
+                if isinstance(op, ast.BoolOp) and isinstance(op.op, ast.Or)
+                for v in op.values
+            ]
+            if (isinstance(node.test, ast.Tuple) and node.test.elts) or any(
+                isinstance(v, ast.Constant) and isinstance(v.value, str) and v.value for v in operands
+            ):
+                found.append(f"{path.relative_to(root)}:{node.lineno}")
+    return found
+
+
+def test_no_assert_of_the_tests_is_always_true(tmp_path):
+    """Issue 37 item 9: "Two asserts are always true, because their second half is a bare string." None is."""
+    assert always_true_asserts(ROOT / "tests") == []
+    (tmp_path / "t.py").write_text(
+        'assert x or "why"\nassert (x, "why")\nassert x, "why"\nassert x and "why"\n', encoding="utf-8"
+    )
+    assert always_true_asserts(tmp_path) == ["t.py:1", "t.py:2"]
+
+
 def test_the_report_scripts_declare_their_run_options_once_and_show_results_is_short():
     """Issue 37 item 4: "show_results.py ... becomes a short entry point, like the stage scripts; the report's
     assembly lives in the package. The report scripts' shared flags (--output-root, --dataset, --model, --run-id,
