@@ -1,17 +1,18 @@
-"""The probe study of the User Model (Appendix E.3.2, E.3.3, Table 13), step by step for two legal experts:
+"""The probe study of the User Model (Appendix E.3.2, E.3.3, Table 13),
+step by step for two legal experts:
 
-template  a seeded sample of cases (--per-cause per cause of action) as a CSV for the experts to fill: per case
-          the underspecified history and the numbered key details, and for them to write the A (direct),
-          B (indirect) and C (broad) questions, the minimum sufficient answer, the permitted disclosures per
-          condition and, for D, the numbers of the key details to remove (empty: no D for that case)
-generate  a stage of a run (its User Model, prompt and settings; resumable, concurrent, --dry-run): one reply
-          per condition from a fresh copy of the underspecified history, then the DCG judge on A-C with the
-          reply withheld; takes every stage option plus --probes FILE
-export    one blind sheet per expert (OUT-expert1.csv, OUT-expert2.csv: each in its own seeded order, no
-          condition, no DCG label, every item laid out alike) and the key file (OUT.key.csv)
-score     the two filled sheets: where the experts disagree, an adjudication sheet to fill first; then Table 13,
-          the B - A and D - A answer differences with paired case-bootstrap intervals, agreement before
-          adjudication per criterion, and the factual-recovery failures among DCG-accepted A/B requests
+  template  a seeded sample of cases (--per-cause per cause of action) as a CSV for the experts to fill: per case
+            the underspecified history and the numbered key details, and for them to write the A (direct),
+            B (indirect) and C (broad) questions, the minimum sufficient answer, the permitted disclosures per
+            condition and, for D, the numbers of the key details to remove (empty: no D for that case)
+  generate  a stage of a run (its User Model, prompt and settings; resumable, concurrent, --dry-run): one reply
+            per condition from a fresh copy of the underspecified history, then the DCG judge on A-C with the
+            reply withheld; takes every stage option plus --probes FILE
+  export    one blind sheet per expert (OUT-expert1.csv, OUT-expert2.csv: each in its own seeded order, no
+            condition, no DCG label, every item laid out alike) and the key file (OUT.key.csv)
+  score     the two filled sheets: where the experts disagree, an adjudication sheet to fill first; then Table 13,
+            the B - A and D - A answer differences with paired case-bootstrap intervals, agreement before
+            adjudication per criterion, and the factual-recovery failures among DCG-accepted A/B requests
 """
 
 import argparse

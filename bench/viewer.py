@@ -390,6 +390,7 @@ def write_grid(
     """A synthetic dataset of `cases` cases and `models` × `runs` runs of it under folder/out, the later stages'
     records for the first `later` models (None: every model), model m right on a share m · `skill_step` of its
     answers (0: all drawn at random, the models alike); returns the dataset."""
+    folder.mkdir(parents=True, exist_ok=True)
     dataset = folder / "bench.json"
     synthetic_dataset(cases, dataset)
     selected, sha = load_dataset(dataset)

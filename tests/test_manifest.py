@@ -16,16 +16,26 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture
 def manifest_reads(monkeypatch):
-    """Each time a manifest.json is read from disk, whoever reads it."""
-    reads = []
-    read_text = Path.read_text
+    """Each time a manifest.json is opened, however: Path.read_text, read_bytes and open go through Path.open,
+    open() and json.load(open(…)) through the builtin (each read counted once, on Python 3.10 as on 3.11)."""
+    import builtins
 
-    def counted(self, *args, **kwargs):
-        if self.name == "manifest.json":
-            reads.append(self)
-        return read_text(self, *args, **kwargs)
+    reads, path_open, builtin_open = [], Path.open, builtins.open
 
-    monkeypatch.setattr(Path, "read_text", counted)
+    def opened(file) -> None:
+        if isinstance(file, (str, Path)) and Path(file).name == "manifest.json":
+            reads.append(file)
+
+    def counted_path_open(self, *args, **kwargs):
+        opened(self)
+        return path_open(self, *args, **kwargs)
+
+    def counted_open(file, *args, **kwargs):
+        opened(file)
+        return builtin_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", counted_path_open)
+    monkeypatch.setattr(builtins, "open", counted_open)
     return reads
 
 
@@ -42,6 +52,14 @@ def test_a_stage_reads_the_runs_manifest_once_per_invocation(harness, manifest_r
         assert harness.run("DCG", *mode) == 0
         assert len(manifest_reads) == 1, (invocation, manifest_reads)
         manifest_reads.clear()
+
+
+@pytest.mark.parametrize("flags", [("--dry-run",), ("--batch-status",)], ids=["dry run", "batch status"])
+def test_a_dry_run_and_a_batch_status_read_the_manifest_once(harness, manifest_reads, flags):
+    assert harness.run("LexAwN") == 0
+    manifest_reads.clear()
+    assert harness.run("DCG", *flags) == 0
+    assert len(manifest_reads) == 1, manifest_reads
 
 
 def test_a_noted_transport_is_read_back_without_another_read(harness, provider, manifest_reads):
@@ -112,20 +130,49 @@ def string_keyed_manifest_reads(tree: ast.AST) -> list[int]:
     return lines
 
 
+# a manifest's own fields, by the names no record, report or grid file uses for anything else ("models",
+# "user_condition" and "schema_version" are record or grid-file fields too, and are found by the name check above)
+MANIFEST_KEYS = {
+    "run_id", "dataset_sha256", "dataset_path", "selected_cases", "code_hash", "code_files", "prompt_hash",
+    "prompt_files", "generation", "rejudged_from", "package_versions", "incarnation", "incarnation_late",
+    "settings_digest", "token_fields", "batches_submitted", "rebuilt_from_records", "code_hashes_resumed_with",
+}  # fmt: skip
+
+
+def manifest_keys_read(tree: ast.AST) -> list[int]:
+    """Lines that read one of a manifest's own fields by its name from anything: `x["selected_cases"]`,
+    `x.get("token_fields")`, whatever `x` is called (a renamed variable, a decoded JSON, a compared-settings dict)."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            lines += [node.lineno] if node.slice.value in MANIFEST_KEYS else []
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+            key = node.args[0]
+            if node.func.attr in ("get", "pop", "setdefault") and isinstance(key, ast.Constant):
+                lines += [node.lineno] if key.value in MANIFEST_KEYS else []
+    return lines
+
+
 def test_no_manifest_is_read_by_string_key_outside_storage():
     files = [p for p in (ROOT / "lexpilot").rglob("*.py") if "storage" not in p.relative_to(ROOT).parts]
     files += [p for p in ROOT.glob("*.py")] + list((ROOT / "bench").glob("*.py"))
+    trees = {p: ast.parse(p.read_text(encoding="utf-8")) for p in files}
     found = [
         f"{p.relative_to(ROOT)}:{line}"
-        for p in files
-        for line in string_keyed_manifest_reads(ast.parse(p.read_text(encoding="utf-8")))
+        for p, tree in trees.items()
+        for line in string_keyed_manifest_reads(tree)
+    ]
+    found += [
+        f"{p.relative_to(ROOT)}:{line}" for p, tree in trees.items() for line in manifest_keys_read(tree)
     ]
     assert found == []
 
 
-def test_the_string_key_finder_finds_each_form():
+def test_the_string_key_finders_find_each_form():
     source = (
         'a = r.manifest["models"]\nb = manifest.get("run_id")\nc = saved_manifest["x"]\nd = r.manifest.run_id\n'
         "e = run.manifest.saved"
     )
     assert string_keyed_manifest_reads(ast.parse(source)) == [1, 2, 3, 5]
+    renamed = 'm = load(p)\na = m.get("selected_cases")\nb = json.loads(t)["token_fields"]\nc = settings["prompt_hash"]\n'
+    assert manifest_keys_read(ast.parse(renamed + 'd = record["case_number"]\ne = m.run_id\n')) == [2, 3, 4]

@@ -247,7 +247,9 @@ def test_grouping_sd_ddof1_and_a_differing_run_split_off(tmp_path, capsys):
         and "r1, r2, r3" in out
     )
     show_results.main(["--output-root", str(tmp_path), "--run-id", "r4"])
-    runs_table, main_table = capsys.readouterr().out.split("\n\n")[:2]
+    blocks = capsys.readouterr().out.split("\n\n")
+    runs_table = next(b for b in blocks if b.startswith("Runs"))
+    main_table = next(b for b in blocks if b.startswith("Main results"))
     assert runs_table.splitlines()[-1].split() == ["m", "1", "r4", "-"]
     assert main_table.splitlines()[-1].split()[:3] == ["m", "n/a", "1.000"]
 

@@ -204,9 +204,8 @@ class LjpSetup:
     `LJP_direct` and `LJP Direct QWK` were written by hand wherever they were used)."""
 
     name: str  # "direct": the case list's and the comparison page's field, a column's link, the order diagnostic's
-    verdicts: (
-        RecordKind  # its extracted verdicts; their kind's name ("LJP_direct") is its task in the metrics
-    )
+    # its extracted verdicts; their kind's name ("LJP_direct") is its task in the metrics
+    verdicts: RecordKind
     generation: RecordKind  # the reply the verdicts are read from
     reply_field: str  # that reply's field
     title: str  # the paper's name: "Direct", "Interaction-Based", "Gold-Standard"

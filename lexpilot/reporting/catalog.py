@@ -3,8 +3,8 @@ from which of the report's inputs, and the option that asks for it (none: it com
 
 Each builder declares the identities it makes, with the paper's table and the decimals (tables/table.py's
 `declares`), so a new table is a builder that declares its kind and one entry in `REPORT` (or `ELSEWHERE`, for a
-table another script prints). The options' hints, the tables JSON carries beside the metrics and the list of
-identities (docs/results.md) are read from here.
+table another script prints). The options' hints and the tables JSON carries beside the metrics are read from
+here; docs/results.md lists the identities by hand, and a test holds that list to `KINDS`.
 """
 
 from __future__ import annotations

@@ -22,7 +22,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import tomllib
+try:  # Python 3.11's standard library; on 3.10 the same parser is the tomli package (requirements.txt)
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 from lexpilot.errors import HarnessError
 from lexpilot.models.limits import Limits, limit_value, parse_limits

@@ -60,7 +60,8 @@ class Manifest:
     models: dict[str, RoleModel]
     generation: dict[str, RoleGeneration]
     user_condition: str
-    rejudged_from: str | None
+    rejudged: bool  # a re-judged copy of another run (its field set, whatever its value)
+    rejudged_from: str | None  # the run it re-judged (None: not one, or not named by a string)
     incarnation: str | None
     incarnation_late: bool
     rebuilt: bool  # rebuilt from the run's records: its incarnation is new, its batches carry the lost one
@@ -83,6 +84,7 @@ class Manifest:
             {role: _role_model(entry) for role, entry in models.items()},
             {role: _role_generation(generation, prefix) for role, prefix in GENERATION_PREFIXES.items()},
             str(saved.get("user_condition", "standard")),
+            bool(saved.get("rejudged_from")),
             text("rejudged_from"),
             text("incarnation") or None,
             saved.get("incarnation_late") is True,
@@ -104,9 +106,29 @@ class Manifest:
         """One compared setting as it decides results (`compared_setting`)."""
         return compared_setting(self.saved, name)
 
-    def compared_settings(self, leave_out: tuple[str, ...] = ()) -> dict:
-        """Every compared setting but those left out, as each decides results."""
-        return {name: self.compared(name) for name in COMPARED_MANIFEST_FIELDS if name not in leave_out}
+    def compared_settings(
+        self,
+        leave_out: tuple[str, ...] = (),
+        prompts: set[str] | None = None,
+        files_left_out: frozenset[str] = frozenset(),
+        roles_left_out: tuple[str, ...] = (),
+    ) -> dict:
+        """Every compared setting but those left out, as each decides results: the prompt files on `prompts` only
+        (None: every one the run records) and without `files_left_out`; the roles without `roles_left_out`."""
+        settings = {name: self.compared(name) for name in COMPARED_MANIFEST_FIELDS if name not in leave_out}
+        prompt_files = settings.get("prompt_hash")
+        if isinstance(
+            prompt_files, dict
+        ):  # else one digest of every file (a run made before files were listed)
+            settings["prompt_hash"] = {
+                file: digest
+                for file, digest in prompt_files.items()
+                if (prompts is None or file in prompts) and file not in files_left_out
+            }
+        if roles_left_out and "models" in settings:
+            models = settings["models"] if isinstance(settings["models"], dict) else {}
+            settings["models"] = {role: m for role, m in models.items() if role not in roles_left_out}
+        return settings
 
     def differences(self, current: dict, prompt_files: set[str] | None = None) -> list[str]:
         """Each compared setting that differs from `current` (a manifest built now), as `manifest_differences`."""

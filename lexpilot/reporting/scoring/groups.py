@@ -33,7 +33,7 @@ class Group:
     @property
     def rejudged(self) -> bool:
         """A re-judged copy of runs (rejudge.py): the judge's analysis, never another model in a comparison."""
-        return bool(self.runs[0].manifest.rejudged_from)
+        return self.runs[0].manifest.rejudged
 
     @property
     def run_ids(self) -> list[str]:
@@ -160,8 +160,8 @@ def difference_text(group: Group, first: Group) -> str:
     theirs, mine = (
         {n: json.loads(v) for n, v in zip(COMPARED_MANIFEST_FIELDS, g.settings)} for g in (first, group)
     )
-    if mine.get("rejudged_from"):
-        return f"re-judged by {((mine.get('models') or {}).get('judge') or {}).get('model', '?')}"
+    if group.rejudged:
+        return f"re-judged by {group.runs[0].manifest.model('judge') or '?'}"
     return (
         ", ".join(dict.fromkeys(what_differs(mine, n) for n in differing_settings(theirs, mine)))
         or "other runs"

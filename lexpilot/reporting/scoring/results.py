@@ -82,7 +82,7 @@ def load_runs(
     for path in sorted(root.glob("runs/*/*/manifest.json")):
         manifest, problem = run_manifest(path, root)
         if problem:
-            print(f"{problem}; run skipped", file=err)
+            print(f"{problem.rstrip('.')}; run skipped", file=err)
             continue
         model = manifest.model("eval")
         if (models and model not in models) or (run_ids and manifest.run_id not in run_ids):

@@ -27,6 +27,15 @@ PACKAGE = Path(__file__).resolve().parents[2]  # lexpilot/: scoring is a functio
 UNUSED_FOR = 30 * 24 * 3600  # seconds: an entry neither read nor written for this long is removed
 
 
+def file_digest(path: Path) -> bytes:
+    """A file's BLAKE2b digest, read in blocks (hashlib.file_digest is Python 3.11's; the harness runs on 3.10)."""
+    h = hashlib.blake2b()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.digest()
+
+
 def cache_folder() -> Path | None:
     setting = os.environ.get("LEXPILOT_CACHE", "")
     if setting.lower() == "off":
@@ -62,8 +71,7 @@ def run_key(run: Run, root: Path) -> str:
         for path in sorted(folder.glob("*")) if folder.is_dir() else ():
             if path.is_file():
                 h.update(str(path.relative_to(root)).encode() + b"\0")
-                with path.open("rb") as f:
-                    h.update(hashlib.file_digest(f, "blake2b").digest())
+                h.update(file_digest(path))
     h.update(json.dumps(run.input_hashes, sort_keys=True).encode())
     h.update(code_digest())
     return h.hexdigest()
@@ -94,10 +102,9 @@ def cached_score(run: Run, root: Path, key: str) -> Run | None:
         if not hmac.compare_digest(signature, hmac.digest(signing_key(folder), body, "sha256")):
             return None
         stored_key, scored = pickle.loads(body)
+    # ImportError, AttributeError: written by code whose classes have moved since (a miss too)
     except (OSError, ValueError, pickle.UnpicklingError, EOFError, TypeError, ImportError, AttributeError):
-        return (
-            None  # ImportError, AttributeError: written by code whose classes have moved since (a miss too)
-        )
+        return None
     if stored_key != key:
         return None
     try:

@@ -241,7 +241,7 @@ def score_usage(run: Run, root: Path, saved: dict[str, dict]) -> None:
     """Tokens per stage file and role (spending counts even in an unfinished file), and calls paid but never
     answered."""
     # a re-judged run's copied generations were paid for by its source run: counting them again overstates spending
-    copied = REJUDGE_REUSED if run.manifest.rejudged_from else ()
+    copied = REJUDGE_REUSED if run.manifest.rejudged else ()
     for kind in (k for k in RECORD_KINDS if k not in copied):
         totals: dict[str, list[int]] = {}  # role -> a sum per field: plain lists, 583,000 records at 10 × 5
         for record in saved[kind.name].values():

@@ -109,7 +109,7 @@ def _later_outcomes(row: dict, rr: RunRecords, number: str) -> None:
         row["focal"] = sorted(
             {FOCAL_TYPES.get(t.get("type"), str(t.get("type"))) for t in typed.get("types", [])}
         )
-        if rr.run.condition == "standard" and not rr.run.manifest.rejudged_from:
+        if rr.run.condition == "standard" and not rr.run.manifest.rejudged:
             row["tags"].append(TYPED)  # a run Figure 4's averages are over
     for history_type, kind in PLAIN_TYPES.items():  # Table 6: the plain consultation's response type
         plain = r.get(kind.name, {}).get(number)

@@ -18,7 +18,6 @@ from lexpilot.reporting.scoring.groups import (
     NOT_COMPARED,
     Group,
     differing_settings,
-    on_prompts,
     recorded_prompts,
     same_code,
 )
@@ -34,11 +33,7 @@ from lexpilot.reporting.tables.table import METRIC, Figure, Kind, Table, declare
 def comparable_settings(group: Group, prompts: set[str] | None = None) -> dict:
     """The settings two groups must share to be compared; prompts on `prompts` (the files every group records)."""
     manifest = group.runs[0].manifest
-    settings = manifest.compared_settings(leave_out=NOT_COMPARED)
-    settings["prompt_hash"] = on_prompts(settings.get("prompt_hash"), prompts)
-    models = dict(settings.get("models") or {})
-    models.pop("eval", None)
-    return settings | {"models": models}
+    return manifest.compared_settings(NOT_COMPARED, prompts, roles_left_out=("eval",))
 
 
 def why_not_comparable(a: Group, b: Group) -> str | None:

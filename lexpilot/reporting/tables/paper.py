@@ -1,5 +1,5 @@
 """The paper's main tables from grouped runs: main results, per class, LCA detail, LJP accuracy, the Interaction
-gain, paired setups, interaction behaviour, non-ideal users (Table 15) and a model comparison; `build_tables`
+gain, paired setups, interaction behaviour, non-ideal users (Table 15) and a model comparison; `reporting/catalog.py`
 gathers them with the later analyses' (analyses.py).
 """
 
@@ -15,7 +15,6 @@ from lexpilot.reporting.scoring.groups import (
     NOT_COMPARED,
     Group,
     classes_present,
-    on_prompts,
     recorded_prompts,
 )
 from lexpilot.reporting.scoring.runs import OVERALL, MetricKey
@@ -288,14 +287,9 @@ def paired_settings(group: Group, prompts: set[str] | None = None) -> str:
     more prompt file than a standard run, and that must not keep them apart)."""
     manifest = group.runs[0].manifest
     # the code hash apart, as the rankings compare (a comment added to a module does not change the protocol)
-    settings = manifest.compared_settings(leave_out=("user_condition", *NOT_COMPARED))
-    condition_files = {PROMPT_FILES[name] for names in CONDITION_PROMPTS.values() for name in names}
-    # a file added since is no difference
-    settings["prompt_hash"] = on_prompts(settings.get("prompt_hash"), prompts)
-    if isinstance(settings["prompt_hash"], dict):
-        settings["prompt_hash"] = {
-            f: h for f, h in settings["prompt_hash"].items() if f not in condition_files
-        }
+    condition_files = frozenset(PROMPT_FILES[name] for names in CONDITION_PROMPTS.values() for name in names)
+    # prompts on the files every run records: a file added since is no difference
+    settings = manifest.compared_settings(("user_condition", *NOT_COMPARED), prompts, condition_files)
     return json.dumps(settings, sort_keys=True, ensure_ascii=False)
 
 
