@@ -93,6 +93,13 @@ def test_the_typed_manifest_reads_an_older_or_malformed_manifest_without_an_erro
     )
     assert (older.model("eval"), older.model("judge"), older.model("user")) == ("m", None, None)
     assert older.generation["judge"].max_tokens == 512 and older.generation["user"].max_tokens == 8192
+    # a re-judged run is one whatever its field holds, as the reports always took it; only a string names a source
+    malformed = Manifest.of({"rejudged_from": 3})
+    assert (malformed.rejudged, malformed.rejudged_from, Manifest.of({"rejudged_from": "r1"}).rejudged) == (
+        True,
+        None,
+        True,
+    )
     assert (older.user_condition, older.rejudged_from, older.token_fields, older.selected_cases) == (
         "standard",
         None,

@@ -283,3 +283,24 @@ def test_pass_hat_k_compares_models_with_different_numbers_of_runs_at_one_k(tmp_
     assert float(rows["two"][2]) == pytest.approx(100 * 9 / 12) and float(rows["four"][2]) == pytest.approx(
         100 * 5 / 12
     )
+
+
+def test_a_cached_test_is_never_read_for_a_group_made_after_another_was_freed():
+    """A freed object's id is given to the next one made: the tests and resamples cached by group id must never
+    answer for a new group (Python 3.10 reused the null grid's ids, and a planted difference read their p)."""
+    import gc
+
+    from lexpilot.reporting.statistics.bootstrap import Bootstrap
+
+    rng = np.random.default_rng(1)
+    test, boot = Randomization(199), Bootstrap(50)
+    for _ in range(30):
+        same = rng.random((2, 60)) < 0.5
+        a, b = group_of("a", same.astype(float)), group_of("b", same.astype(float))
+        assert test.p_value(a, b, KEY) == 1.0 and boot.interval(a, KEY) is not None
+        del a, b
+        gc.collect()
+        a, b = group_of("a", np.ones((2, 60))), group_of("b", np.zeros((2, 60)))
+        assert test.p_value(a, b, KEY) < 0.01 and boot.interval(a, KEY) == (1.0, 1.0)
+        del a, b
+        gc.collect()

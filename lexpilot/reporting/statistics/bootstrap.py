@@ -28,6 +28,8 @@ class Bootstrap:
     resamples: int = 1000
     seed: int = 0
     _weights: dict = field(default_factory=dict)
+    # (id(group), task, class) -> (group, its runs' metrics per resample): the group is held, so that no other
+    # group can take its id while its resamples are cached (a freed object's id is given to the next one made)
     _metrics: dict = field(default_factory=dict)
 
     def weights(self, cases: tuple) -> np.ndarray:
@@ -53,8 +55,8 @@ class Bootstrap:
                         else data.counts * (np.array(data.classes) == cls)[:, None]
                     )
                     per_run.append(TASKS[task][2](self.weights(tuple(data.cases)) @ counts))
-            self._metrics[(id(group), task, cls)] = per_run
-        per_run = self._metrics[(id(group), task, cls)]
+            self._metrics[(id(group), task, cls)] = (group, per_run)
+        per_run = self._metrics[(id(group), task, cls)][1]
         if not per_run:
             return None
         values = np.array([m[metric] for m in per_run])

@@ -68,6 +68,8 @@ class Randomization:
     # α: a test stops once its p is sure to exceed it (Besag and Clifford 1991)
     stop_above: float | None = None
     _signs: dict = field(default_factory=dict)
+    # (id(a), id(b), task, class) -> (a, b, p-values): the groups are held, so that no other group can take an
+    # id of theirs while their tests are cached (a freed object's id is given to the next one made)
     _p: dict = field(default_factory=dict)
     _drawing: threading.Lock = field(default_factory=threading.Lock)
 
@@ -90,15 +92,15 @@ class Randomization:
             }.items()
         )
         found = thread_map(lambda item: self.p_values(*item[1]), todo, workers(len(todo)))
-        self._p.update((cached, p) for (cached, _), p in zip(todo, found))
+        self._p.update((cached, (a, b, p)) for (cached, (a, b, _, _)), p in zip(todo, found))
 
     def p_value(self, a: Group, b: Group, key: MetricKey) -> float | None:
         """Two-sided p of the difference of the groups' means on `key` (task, metric, class); None when the
         metric is undefined for either group."""
         task, metric, cls = key
         if (id(a), id(b), task, cls) not in self._p:
-            self._p[(id(a), id(b), task, cls)] = self.p_values(a, b, task, cls)
-        return self._p[(id(a), id(b), task, cls)].get(metric)
+            self._p[(id(a), id(b), task, cls)] = (a, b, self.p_values(a, b, task, cls))
+        return self._p[(id(a), id(b), task, cls)][2].get(metric)
 
     def p_values(self, a: Group, b: Group, task: str, cls: str) -> dict[str, float | None]:
         """metric -> two-sided p, for every metric of the task."""
