@@ -38,9 +38,10 @@ from lexpilot.settings import number, rate_limits
 
 
 def main(argv=None) -> int:
+    # --run-id is a stage option, not --run-ids
     parser = OneLineParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
-    )  # --run-id is a stage option, not --run-ids
+    )
     add_grid_args(parser)
     parser.add_argument(
         "--rate-limit",

@@ -37,9 +37,10 @@ from lexpilot.settings import number
 
 
 def main(argv=None) -> int:
+    # --run-id is a stage option, not --run-ids
     parser = OneLineParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
-    )  # --run-id is a stage option, not --run-ids
+    )
     add_grid_args(parser)
     parser.add_argument(
         "--grid",

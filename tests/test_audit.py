@@ -108,9 +108,10 @@ def test_the_self_correcting_users_injected_fault_is_no_simulator_error(
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "three.json", CASES))
     h.run_id = "sc"
     replies = iter(range(1000))
+    # every reply its own text
     provider.script = lambda kind, prompt, body: (
         f"第{next(replies)}次回答：记不太清了。" + fault_record(prompt) if kind == "user" else None
-    )  # every reply its own text
+    )
     assert h.run("LexAwN", "--user-condition", "self-correction") == 0
     interactions = h.records("AwN_gen", "interaction.jsonl")
     faulty = {

@@ -96,8 +96,8 @@ def test_every_module_a_stage_loads_is_in_its_code():
         ours = {
             code.relative(__import__("pathlib").Path(f).resolve(), ROOT)
             for f in files
-            if f.startswith(str(ROOT) + "/") and "/tests/" not in f
-        }  # a path under the root, not a sibling
+            if f.startswith(str(ROOT) + "/") and "/tests/" not in f  # a path under the root, not a sibling
+        }
         assert ours - {f for f in ours if f.startswith("lexpilot/reporting/")} <= set(
             code.code_files([script])
         ), script

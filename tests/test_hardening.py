@@ -260,9 +260,10 @@ def test_formula_cells_are_neutralised_in_every_csv_and_recoverable(tmp_path, mo
     capsys.readouterr()
     assert show_results.main(["--output-root", str(h.root), "--format", "csv"]) == 0
     cells = [c for row in csv.reader(io.StringIO(capsys.readouterr().out)) for c in row]
+    # a lone dash marks an empty cell: no formula
     assert "'-model" in cells and not any(
         c.startswith(("=", "+", "-", "@")) and not NUMBER.fullmatch(c) and c != "-" for c in cells
-    )  # a lone dash marks an empty cell: no formula
+    )
 
 
 # ----------------------------------------------------------------------------- unanswered calls (6)
@@ -297,9 +298,10 @@ def test_calls_in_flight_at_a_kill_are_counted_as_paid_but_never_answered(harnes
 
 
 def one_line(err: str) -> str:
+    # progress lines and notes aside
     lines = [
         line for line in err.strip().splitlines() if "done, " not in line and not line.startswith("note:")
-    ]  # progress lines and notes aside
+    ]
     assert "Traceback" not in err and 1 <= len(lines) <= 2, err
     return lines[-1]
 

@@ -217,8 +217,8 @@ def test_the_guidelines_are_the_judges_own_criteria_in_chinese(two_models, tmp_p
         "引导的可答性",  # DCG, Table 24
         "# 分类标准",
         "诉讼费处理",
-        "将“被驳回”等同义表述统一为“驳回”",
-    ):  # LJP, Table 25
+        "将“被驳回”等同义表述统一为“驳回”",  # LJP, Table 25
+    ):
         assert phrase in text, phrase
     assert "{" not in text and "<待评估回复>" not in text  # criteria only: no input slots, no output format
     rows = read(out)

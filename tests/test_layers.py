@@ -158,8 +158,8 @@ def test_the_root_holds_the_entry_points_common_categories_folders_and_project_f
     assert all(
         "def main" in (ROOT / s).read_text(encoding="utf-8")
         or "stage_main" in (ROOT / s).read_text(encoding="utf-8")
-        for s in scripts
-    )  # every other .py at the top is an entry point
+        for s in scripts  # every other .py at the top is an entry point
+    )
     assert files - scripts == {
         "common.py",
         "categories.py",
@@ -349,8 +349,8 @@ def test_the_report_scripts_declare_their_run_options_once_and_show_results_is_s
         for flag in ("--output-root", "--dataset", "--model", "--run-id")
         # formatted, a call's arguments may start on the next line
         if re.search(rf'add_argument\(\s*"{flag}"', (ROOT / s).read_text(encoding="utf-8"))
-        and not (s == "user_probes.py" and flag == "--dataset")
-    ]  # its template's own dataset to sample
+        and not (s == "user_probes.py" and flag == "--dataset")  # its template's own dataset to sample
+    ]
     assert declared == [] and all(
         "add_run_options(" in (ROOT / s).read_text(encoding="utf-8") for s in scripts
     )

@@ -33,8 +33,8 @@ def test_a_huge_retry_after_is_capped_said_and_fails_the_attempt(monkeypatch, re
         assert time.monotonic() - started < 3 and len(p.requests) == 2
         assert "provider asks to wait" in caller.progress.last_error
         assert (
-            caller.endpoints.limiters[(p.base_url,)].resume_at <= time.monotonic()
-        )  # no worker paused for it
+            caller.endpoints.limiters[(p.base_url,)].resume_at <= time.monotonic()  # no worker paused for it
+        )
 
 
 @pytest.mark.parametrize("stream,outcome", [(False, {"trickle": 0.05}), (True, {"endless": True})])

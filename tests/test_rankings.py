@@ -1194,8 +1194,8 @@ def test_a_prompt_file_added_since_a_run_was_made_keeps_it_comparable_and_in_its
             "judge_demo.txt" in json.loads(p.read_text(encoding="utf-8"))["prompt_files"]
             for p in h.root.glob("runs/*/*/manifest.json")
         )
-        == 2
-    )  # the later runs record it, the first not
+        == 2  # the later runs record it, the first not
+    )
     # one group, 2 runs
     assert any(r[0].startswith("Runs") and r[1] == "model-a" and r[2] == "2" for r in rows), out
     assert not any(r[0].startswith("Pairs not compared") for r in rows), [

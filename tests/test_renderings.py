@@ -330,8 +330,9 @@ def test_csv_gives_each_part_of_a_whole_its_own_number_on_runs_the_stages_wrote(
     (stop,) = sheet["Stop reasons by class"]
     for category in ("round 1", "round 2", "round 3", "budget"):
         assert float(stop[f"Overall {category}"]) == pytest.approx(
-            stops[category] / len(interactions), abs=1e-6
-        )  # CSV: 6 decimals
+            stops[category] / len(interactions),
+            abs=1e-6,  # CSV: 6 decimals
+        )
     for condition, name in (("targeted", "Targeted"), ("off_target", "Off-target")):
         dialogues = h.records("Behaviour_gen", f"dialogues_{condition}.jsonl")
         at = Counter(len(d["attempts"]) for d in dialogues if d["status"] == "accepted")

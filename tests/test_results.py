@@ -317,8 +317,8 @@ def test_interaction_gain_and_relative_change(tmp_path, capsys):
     assert table.rows[0] == [
         "m",
         f"{q['interaction'] - q['direct']:+.3f}",
-        f"{100 * (q['interaction'] - q['gold']) / q['gold']:+.2f}%",
-    ]  # as the paper: 23.84%
+        f"{100 * (q['interaction'] - q['gold']) / q['gold']:+.2f}%",  # as the paper: 23.84%
+    ]
     # the average, the paper's headline ("23.84%", Section 6.4), at the same decimals, over "1 model"
     assert table.rows[-1] == [
         "Average over 1 model",

@@ -809,8 +809,8 @@ def test_figure_4_b_average_row_opens_the_runs_it_averages(built, page):
     )
     causes = {
         c["case_number"]: c["cause_of_action"]
-        for c in json.loads((root.parent / "five.json").read_text(encoding="utf-8"))
-    }  # the built dataset
+        for c in json.loads((root.parent / "five.json").read_text(encoding="utf-8"))  # the built dataset
+    }
     wanted = {
         (n, f"{model} · r1")
         for model in ("model-a", "model-b")
@@ -905,8 +905,8 @@ def check_the_numbers_are_the_records_own(report: dict, root) -> None:
     assert model_a["table_4_cases"]["all"]["overall"]["mean"] == 5
     judged_first = [
         r["stop_reason"] == "judged" and len(r["rounds"]) == 1
-        for r in records(root, "AwN_gen", "interaction.jsonl").values()
-    ]  # a judgment in round 1
+        for r in records(root, "AwN_gen", "interaction.jsonl").values()  # a judgment in round 1
+    ]
     assert model_a["behaviour"]["round_1"]["overall"]["mean"] == sum(judged_first) / len(judged_first)
 
 

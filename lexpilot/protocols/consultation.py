@@ -157,8 +157,8 @@ INTERACTION_STEP = Step(
     needs=("a1", "LCA"),
     max_calls=interaction_calls,
     prompts={"eval": "lexawn", "user": "user_standard", "judge": "judge_lca"},
-    also_sends=("force_judge", "judge_dcg"),
-)  # the forced prediction; a non-ideal user's relevance check
+    also_sends=("force_judge", "judge_dcg"),  # the forced prediction; a non-ideal user's relevance check
+)
 
 LEXAWN_STAGE = Stage("LexAwN", "LexAwN_gen.py", (A1_STEP, LCA_STEP, INTERACTION_STEP), user_condition=True)
 LCA_STAGE = Stage("LCA", "eval_LCA.py", (LCA_STEP,), upstream=(A1,))

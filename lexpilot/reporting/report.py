@@ -169,8 +169,8 @@ def show(args) -> int:
         runs,
         root,
         keep_outcomes=args.consistency,  # consistency over runs compares per-item outcomes
-        render=case_renderer(cases) if args.html else None,
-    )  # the site's pages, made as records are read
+        render=case_renderer(cases) if args.html else None,  # the site's pages, made as records are read
+    )
     missing = not_found(root, runs, args)
     if missing:
         raise UsageError(missing)

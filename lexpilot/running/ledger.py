@@ -18,8 +18,8 @@ NEEDED = {
     "uploaded": ("file_id",),
     "created": ("batch_id",),
     "written": ("path", "output"),
-    "imported": (),
-}  # what a batch in each phase must record
+    "imported": (),  # what a batch in each phase must record
+}
 AT_ONCE = 10**6  # a failure no retry can mend (a prompt beyond the context window): the case fails at once
 
 

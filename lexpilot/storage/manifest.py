@@ -118,8 +118,9 @@ class Manifest:
         settings = {name: self.compared(name) for name in COMPARED_MANIFEST_FIELDS if name not in leave_out}
         prompt_files = settings.get("prompt_hash")
         if isinstance(
-            prompt_files, dict
-        ):  # else one digest of every file (a run made before files were listed)
+            prompt_files,
+            dict,  # else one digest of every file (a run made before files were listed)
+        ):
             settings["prompt_hash"] = {
                 file: digest
                 for file, digest in prompt_files.items()

@@ -52,8 +52,8 @@ def outcomes(rr: RunRecords, number: str) -> dict:
     expected = (
         ["LCA", "DCG", *(s.task for s in SETUPS)]
         if rr.run.condition == "standard"
-        else [SETUP["interaction"].task]
-    )  # a non-ideal user's run has the interaction only
+        else [SETUP["interaction"].task]  # a non-ideal user's run has the interaction only
+    )
     if any(number not in r[k] for k in expected):
         row["tags"].append("unresolved or failed")
     # the outcomes are shown in the row; the finer tags (a stop round, a setup, a response type, an audit) only

@@ -98,8 +98,8 @@ def consistency_table(groups: list[Group]) -> Table:
         ],
         rows,
         row_tasks={"LCA": "LCA", "DCG": "DCG", **{f"LJP {s.title}": s.name for s in LJP_SETUPS}},
-        compare="never",
-    )  # a row links to the cases the model gets wrong in every run
+        compare="never",  # a row links to the cases the model gets wrong in every run
+    )
 
 
 def retests(groups: list[Group]) -> list[tuple[Group, list[tuple[Run, Run]]]]:

@@ -108,9 +108,10 @@ def _plain_history_tables(shown: list[Group], boot: Bootstrap | None, history_ty
             [
                 [label]
                 + [
+                    # in percent, as Table 6
                     percent_cell(
                         g.stat(MetricKey(task, k)), boot.interval(g, MetricKey(task, k)) if boot else None
-                    )  # in percent, as Table 6
+                    )
                     for k in PLAIN_TYPE_NAMES
                 ]
                 for label, g in zip(labels, shown)
@@ -193,8 +194,8 @@ def _judge_labels_table(pairs, root) -> Table:
         rows,
         row_tasks={t: t for t in JUDGED_TASKS},
         compare="disagree",  # a row: where its two judges
-        row_queries=selects,
-    )  # disagree, in its re-judged run
+        row_queries=selects,  # disagree, in its re-judged run
+    )
 
 
 def _judge_metrics_table(boot: Bootstrap, g_original: Group, g_rejudged: Group, sources: Group) -> Table:
@@ -319,9 +320,10 @@ def _audit_rates_table(audited: list[Group], boot: Bootstrap | None) -> Table:
                 rows.append(
                     [g.label, AUDIT_SOURCES[source], str(replies)]
                     + [
+                        # in percent, as Table 13
                         percent_cell(
                             g.stat(MetricKey(task, m)), boot.interval(g, MetricKey(task, m)) if boot else None
-                        )  # in percent, as Table 13
+                        )
                         for m, _ in AUDIT_FLAGS
                     ]
                 )
@@ -334,8 +336,8 @@ def _audit_rates_table(audited: list[Group], boot: Bootstrap | None) -> Table:
         rows,
         task="audit",
         row_queries=selects,
-        cell_queries=flags,
-    )  # a rate's cell: its flagged cases
+        cell_queries=flags,  # a rate's cell: its flagged cases
+    )
 
 
 def _audit_clean_table(audited: list[Group]) -> Table:
@@ -642,8 +644,8 @@ def _spearman_row(task: str, name: str, points: list[tuple[float, float]]) -> li
     rho = spearmanr(xs, ys).statistic if len(xs) > 2 and len(set(xs)) > 1 and len(set(ys)) > 1 else None
     shown = number_cell(None if rho is None or rho != rho else float(rho), METRIC, signed=True)
     return [f"Spearman's rho, complexity vs {name}", "", str(len(xs)), ""] + (
-        [shown, ""] if task == "LCA" else ["", shown]
-    )  # under its own metric's column
+        [shown, ""] if task == "LCA" else ["", shown]  # under its own metric's column
+    )
 
 
 def read_complexity(path: Path) -> dict[str, float]:

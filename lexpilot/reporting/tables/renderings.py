@@ -218,8 +218,8 @@ def render_csv(tables: list[Table], decimals: int | None = None) -> str:
                 else r[i]
                 if not k or k == first_key(columns, i)
                 else ""
-                for i, k in columns
-            ]  # text in a number
+                for i, k in columns  # text in a number
+            ]
             # column (an "Average" row's cell) is kept, in the column's first place
             writer.writerow(map(spreadsheet_safe, [t.title, r[0]] + cells))
     return buffer.getvalue()

@@ -295,8 +295,8 @@ def _key_row(task: str, item_id: str, it: Item) -> dict:
         "case_number": it.case_number,
         "source": it.source,
         "llm_label": it.llm_label,
-        "reply": it.reply,
-    }  # whole, also where the sheet had to cut it
+        "reply": it.reply,  # whole, also where the sheet had to cut it
+    }
 
 
 def export(args) -> int:

@@ -44,8 +44,8 @@ SHEET_COLUMNS = [
     "item_id",
     "case_number",
     *(f"expert_{i}_{c}" for i in (1, 2) for c in EXPERT),
-    *(f"adjudicated_{c}" for c in EXPERT),
-]  # the two reviews and the adjudication, joined for scoring
+    *(f"adjudicated_{c}" for c in EXPERT),  # the two reviews and the adjudication, joined for scoring
+]
 PROBE_KEY_COLUMNS = ["item_id", "case_number", "condition", "dcg_label"]
 
 
@@ -125,8 +125,8 @@ def disagreements(rows: list, key: dict, sheet_rows: dict) -> list[dict]:
             c
             for c in EXPERT
             if not (c == "answer" and item.get("condition") == "C")
-            and {row[f"expert_1_{c}"], row[f"expert_2_{c}"]} == {YES, NO}
-        ]  # an invalid label: scoring says so
+            and {row[f"expert_1_{c}"], row[f"expert_2_{c}"]} == {YES, NO}  # an invalid label: scoring says so
+        ]
         if differ and not all(row[f"adjudicated_{c}"] for c in differ):
             shown = sheet_rows.get(row["item_id"], {})
             out.append(
