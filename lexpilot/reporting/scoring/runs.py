@@ -41,7 +41,9 @@ class MetricKey(NamedTuple):
     - `name`, which of them: the metric (macro_f1, qwk…), or what is counted (a task, a stop reason, a condition);
     - `part`, over which cases: OVERALL, a class of causes, a cause of action, or a stop reason.
 
-    The JSON report's metrics are these three levels (`renderings.json_metrics`)."""
+    Two exceptions stay, because the JSON report's keys are these three levels (`renderings.json_metrics`, fixed by
+    `json_format` 2): Table 4's QWK over the cases resolved in both conditions is its own family (`T4r_…`), not a
+    part; and a "T4 attempts" name holds the condition and the attempt ("targeted 2")."""
 
     family: str
     name: str
