@@ -16,10 +16,9 @@ from lexpilot.errors import OneLineParser, leave_quietly_on_interrupt, run_tool
 
 leave_quietly_on_interrupt(os.path.dirname(os.path.abspath(__file__)))  # before the imports that take time
 
-from lexpilot.errors import HarnessError
+from lexpilot.errors import HarnessError, UsageError
 from lexpilot.reporting.report import add_report_options, show
 from lexpilot.reporting.scoring.results import add_run_options
-from lexpilot.reporting.tables.analyses import UsageError
 
 
 def main(argv=None) -> int:

@@ -19,6 +19,10 @@ class FatalError(HarnessError):
     """A permanent failure (auth, unknown model, bad request): the stage stops at once."""
 
 
+class UsageError(Exception):
+    """A problem with a file the report reads (--complexity, --prices): said in one line, nothing else printed."""
+
+
 class CaseFailed(Exception):
     """This case could not be completed now; it is retried on the next run."""
 

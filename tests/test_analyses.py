@@ -282,8 +282,8 @@ def test_figure_4s_panels_take_the_same_runs_and_its_images_show_its_tables(
     DCG question; its r2 has no focal types and accepts none: (b) is r1's accuracy, 1.0, not the two-run mean 0.5."""
     from lexpilot.reporting.scoring.groups import group_runs
     from lexpilot.reporting.scoring.results import load_runs
-    from lexpilot.reporting.tables.analyses import figure_4_tables
     from lexpilot.reporting.tables.figures import analysis_plots
+    from lexpilot.reporting.tables.focal_types import figure_4_tables
 
     cases = sample_cases()[:3]
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "three.json", cases))

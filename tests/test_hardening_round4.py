@@ -367,7 +367,7 @@ runpy.run_path(script, run_name="__main__")
         ),
         (
             "show_results.py",
-            "lexpilot.reporting.tables.analyses",
+            "lexpilot.reporting.tables.complexity",
             "[show_results] interrupted while starting: nothing was done",
         ),
         # while the report reads the runs

@@ -231,7 +231,8 @@ def test_the_case_list_is_usable_at_800_pixels_and_labels_outcomes_in_words(buil
     wrong = page.locator("#rows tr:first-child td").nth(4).locator("span.tag.bad").all_inner_texts()
     assert wrong == [] or wrong[0].startswith("wrong: ")  # the tasks it gets wrong, seen at 800 px
     from lexpilot.reporting.scoring.scoring import STOP_TAGS
-    from lexpilot.reporting.tables.analyses import AUDIT_TAGS, ORDER_TAGS
+    from lexpilot.reporting.tables.audit import AUDIT_TAGS
+    from lexpilot.reporting.tables.claim_order import ORDER_TAGS
     from lexpilot.reporting.tables.formats import PLAIN_TYPE_NAMES, plain_tag
 
     plain = {plain_tag(h, n) for h in ("underspecified", "complete") for n in PLAIN_TYPE_NAMES.values()}

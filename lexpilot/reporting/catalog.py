@@ -19,15 +19,10 @@ from lexpilot.reporting.scoring.groups import Group, classes_present
 from lexpilot.reporting.statistics.bootstrap import Bootstrap
 from lexpilot.reporting.statistics.consistency import consistency_table, judge_noise_table
 from lexpilot.reporting.statistics.rankings import power_table, ranking_tables
-from lexpilot.reporting.tables.analyses import (
-    audit_tables,
-    figure_3_tables,
-    figure_4_tables,
-    judge_sensitivity_tables,
-    order_table,
-    plain_tables,
-    table_4,
-)
+from lexpilot.reporting.tables.audit import audit_tables
+from lexpilot.reporting.tables.claim_order import order_table
+from lexpilot.reporting.tables.complexity import figure_3_tables
+from lexpilot.reporting.tables.focal_types import figure_4_tables
 from lexpilot.reporting.tables.formats import HEADLINE
 from lexpilot.reporting.tables.paper import (
     behaviour_tables,
@@ -39,7 +34,10 @@ from lexpilot.reporting.tables.paper import (
     results_tables,
     runs_table,
 )
+from lexpilot.reporting.tables.plain import plain_tables
+from lexpilot.reporting.tables.rejudged import judge_sensitivity_tables
 from lexpilot.reporting.tables.table import Kind, Table
+from lexpilot.reporting.tables.table_4 import table_4
 from lexpilot.reporting.tables.usage import usage_tables
 from lexpilot.reporting.validation.agreement import agreement_table, interval_table
 from lexpilot.reporting.validation.probe_study import table_13

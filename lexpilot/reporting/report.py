@@ -13,7 +13,7 @@ from pathlib import Path
 
 from lexpilot.benchmark.dataset import load_dataset
 from lexpilot.benchmark.vocabulary import ROLES
-from lexpilot.errors import HarnessError
+from lexpilot.errors import HarnessError, UsageError
 from lexpilot.pricing import read_prices
 from lexpilot.reporting import catalog
 from lexpilot.reporting.scoring.groups import Group, group_runs
@@ -23,10 +23,7 @@ from lexpilot.reporting.site.viewer import case_renderer, site_cases, write_site
 from lexpilot.reporting.statistics.bootstrap import MAX_RESAMPLES, Bootstrap
 from lexpilot.reporting.statistics.randomization import MAX_PERMUTATIONS
 from lexpilot.reporting.statistics.rankings import MIN_POWER_RESAMPLES
-from lexpilot.reporting.tables.analyses import (
-    UsageError,
-    read_complexity,
-)
+from lexpilot.reporting.tables.complexity import read_complexity
 from lexpilot.reporting.tables.figures import write_plots
 from lexpilot.reporting.tables.renderings import RENDERINGS, TEXT_WIDTH, render_json, render_text
 from lexpilot.settings import number

@@ -24,14 +24,9 @@ from lexpilot.reporting.site.comparisons import (
 )
 from lexpilot.reporting.site.transcripts import SETUPS, RunRecords
 from lexpilot.reporting.site.web_files import web_file
-from lexpilot.reporting.tables.analyses import (
-    AUDIT_FLAG_TAGS,
-    AUDIT_FLAGS,
-    AUDIT_TAGS,
-    ORDER_CHANGED,
-    ORDER_TAGS,
-    TYPED,
-)
+from lexpilot.reporting.tables.audit import AUDIT_FLAG_TAGS, AUDIT_FLAGS, AUDIT_TAGS
+from lexpilot.reporting.tables.claim_order import ORDER_CHANGED, ORDER_TAGS
+from lexpilot.reporting.tables.focal_types import TYPED
 from lexpilot.reporting.tables.formats import PLAIN_TYPE_NAMES, plain_tag
 
 

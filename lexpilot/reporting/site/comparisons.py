@@ -14,7 +14,7 @@ from lexpilot.benchmark.records import (
     LJP_SETUPS,
 )
 from lexpilot.reporting.site.web_files import web_file
-from lexpilot.reporting.tables.analyses import JUDGED_TASKS
+from lexpilot.reporting.tables.rejudged import JUDGED_TASKS
 
 # the tasks with a wrong outcome: their names, as the case list and this page show them
 OUTCOME_NAMES = {

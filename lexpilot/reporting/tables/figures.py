@@ -13,7 +13,7 @@ from lexpilot.reporting.scoring.groups import Group, classes_present
 from lexpilot.reporting.scoring.runs import OVERALL, MetricKey
 from lexpilot.reporting.scoring.scoring import METRIC_NAMES, TASK_NAMES
 from lexpilot.reporting.statistics.bootstrap import Bootstrap
-from lexpilot.reporting.tables.analyses import figure_3_groups
+from lexpilot.reporting.tables.complexity import figure_3_groups
 from lexpilot.reporting.tables.paper import CLASS_TABLES
 from lexpilot.reporting.tables.table import Table
 

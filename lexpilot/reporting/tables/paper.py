@@ -1,6 +1,6 @@
 """The paper's main tables from grouped runs: main results, per class, LCA detail, LJP accuracy, the Interaction
 gain, paired setups, interaction behaviour, non-ideal users (Table 15) and a model comparison; `reporting/catalog.py`
-gathers them with the later analyses' (analyses.py).
+gathers them with the later analyses' (table_4.py, focal_types.py, complexity.py, plain.py, audit.py…).
 """
 
 from __future__ import annotations
