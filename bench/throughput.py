@@ -132,6 +132,20 @@ def _stage_row(script: str, stages: list, provider, common: list[str], env: dict
     return code
 
 
+def bench_dataset_and_env(tmp: Path, cases: int, base_url: str) -> tuple[Path, dict]:
+    """A synthetic dataset of `cases` cases under `tmp`, and the environment that points the stages at the
+    scripted provider."""
+    dataset = tmp / "bench.json"
+    synthetic_dataset(cases, dataset)
+    env = {
+        **os.environ,
+        "OPENAI_BASE_URL": base_url,
+        "OPENAI_API_KEY": "bench",
+        "LEXPILOT_MODEL": "bench-model",
+    }
+    return dataset, env
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
 
@@ -142,14 +156,7 @@ def main(argv=None) -> int:
         FakeProvider(latency=args.latency, jitter=args.jitter, rate_limit=args.rate_limit) as provider,
     ):
         tmp = Path(tmp)
-        dataset = tmp / "bench.json"
-        synthetic_dataset(args.cases, dataset)
-        env = {
-            **os.environ,
-            "OPENAI_BASE_URL": provider.base_url,
-            "OPENAI_API_KEY": "bench",
-            "LEXPILOT_MODEL": "bench-model",
-        }
+        dataset, env = bench_dataset_and_env(tmp, args.cases, provider.base_url)
         common = [
             "--run-id",
             "bench",
@@ -195,14 +202,7 @@ def batch_benchmark(args) -> int:
     with tempfile.TemporaryDirectory() as tmp, FakeProvider() as provider:
         provider.batch_delay = args.batch_delay
         tmp = Path(tmp)
-        dataset = tmp / "bench.json"
-        synthetic_dataset(args.cases, dataset)
-        env = {
-            **os.environ,
-            "OPENAI_BASE_URL": provider.base_url,
-            "OPENAI_API_KEY": "bench",
-            "LEXPILOT_MODEL": "bench-model",
-        }
+        dataset, env = bench_dataset_and_env(tmp, args.cases, provider.base_url)
         common = [
             "--run-id",
             "bench",

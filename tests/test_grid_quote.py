@@ -29,6 +29,12 @@ ENTRY = {"prompt": 2000, "completion": 8000, "cached_prompt": 500, "batch_discou
 ROLE_MODELS = {"user": "DeepSeek-V4.1-Flash", "judge": "DeepSeek-R1"}
 
 
+def grid_files(grid, prices: bool = True) -> list[str]:
+    """The grid fixture's dataset and output root (and price file) as options."""
+    files = ["--dataset", str(grid["dataset"]), "--output-root", str(grid["root"])]
+    return files + (["--prices", str(grid["prices"])] if prices else [])
+
+
 @pytest.fixture
 def grid(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
@@ -45,10 +51,7 @@ def stage_argv(grid, model, run_id, *extra):
         run_id,
         "--model",
         model,
-        "--dataset",
-        str(grid["dataset"]),
-        "--output-root",
-        str(grid["root"]),
+        *grid_files(grid, prices=False),
         *extra,
     ]
 
@@ -70,12 +73,7 @@ def quote(grid, capsys, *extra) -> tuple[dict, list[str]]:
                 *grid_names,
                 "--stages",
                 "paper",
-                "--dataset",
-                str(grid["dataset"]),
-                "--output-root",
-                str(grid["root"]),
-                "--prices",
-                str(grid["prices"]),
+                *grid_files(grid),
                 "--format",
                 "csv",
                 *extra,
@@ -329,10 +327,7 @@ def test_a_stage_that_would_refuse_is_named_and_the_quote_says_so_in_its_status(
             *RUNS,
             "--stages",
             "eval_LJP_gold",
-            "--dataset",
-            str(grid["dataset"]),
-            "--output-root",
-            str(grid["root"]),
+            *grid_files(grid, prices=False),
             "--format",
             "csv",
         ]
@@ -368,10 +363,7 @@ def test_one_reason_refusing_every_cell_is_one_line_over_no_table(grid, provider
             *RUNS,
             "--stages",
             "eval_LJP_gold",
-            "--dataset",
-            str(grid["dataset"]),
-            "--output-root",
-            str(grid["root"]),
+            *grid_files(grid, prices=False),
         ]
     )
     out = capsys.readouterr().out
@@ -404,10 +396,7 @@ def test_money_has_the_decimals_its_smallest_amount_needs(grid, capsys, tmp_path
                 *RUNS,
                 "--stages",
                 "paper",
-                "--dataset",
-                str(grid["dataset"]),
-                "--output-root",
-                str(grid["root"]),
+                *grid_files(grid, prices=False),
                 "--prices",
                 str(cheap),
                 "--width",
@@ -432,12 +421,7 @@ def test_the_quote_takes_width_as_show_results_does(grid, capsys):
                 *RUNS,
                 "--stages",
                 "paper",
-                "--dataset",
-                str(grid["dataset"]),
-                "--output-root",
-                str(grid["root"]),
-                "--prices",
-                str(grid["prices"]),
+                *grid_files(grid),
                 "--width",
                 "80",
             ]
@@ -466,10 +450,7 @@ def test_a_grid_of_non_ideal_users_quotes_only_the_stages_that_take_them(grid, c
             "all",
             "--user-condition",
             "delayed",
-            "--dataset",
-            str(grid["dataset"]),
-            "--output-root",
-            str(grid["root"]),
+            *grid_files(grid, prices=False),
             "--format",
             "csv",
         ]

@@ -11,14 +11,12 @@ import show_results
 from lexpilot.reporting.scoring.groups import group_runs
 from lexpilot.reporting.scoring.results import load_runs
 from lexpilot.reporting.statistics.randomization import Randomization, permutations_needed
-from tests.test_rankings import KEY, group_of, plan_script, rows_of
+from tests.test_rankings import KEY, group_of, plan_script, rows_of, run_dcg
 
 
 def write_dcg_grid(folder, n: int, plan: dict) -> tuple:
     """The DCG stage of every model and run of the plan (model -> run -> cases right), on n synthetic cases."""
     from bench.throughput import synthetic_dataset
-    from lexpilot.protocols.dcg import DCG_STAGE
-    from lexpilot.running.stage import stage_main
     from lexpilot.scripted.provider import FakeProvider
     from tests.conftest import SECRET
 
@@ -31,24 +29,7 @@ def write_dcg_grid(folder, n: int, plan: dict) -> tuple:
         for run_id in runs:
             provider.script = plan_script(cases, plan, run_id)
             for model in (m for m in plan if run_id in plan[m]):
-                assert (
-                    stage_main(
-                        DCG_STAGE,
-                        "t",
-                        argv=[
-                            "--run-id",
-                            run_id,
-                            "--model",
-                            model,
-                            "--dataset",
-                            str(dataset),
-                            "--output-root",
-                            str(folder / "out"),
-                        ],
-                        clients=provider.in_memory_clients(),
-                    )
-                    == 0
-                )
+                run_dcg(provider, run_id, model, dataset, folder / "out")
     return folder / "out", dataset
 
 

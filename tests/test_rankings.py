@@ -156,14 +156,31 @@ def dcg_script(cases, run_id):
     return plan_script(cases, PLAN, run_id)
 
 
+def run_dcg(provider, run_id: str, model: str, dataset, root, *extra: str) -> None:
+    """The DCG stage of one model and run, in memory against the scripted provider (its script set by the caller)."""
+    from lexpilot.protocols.dcg import DCG_STAGE
+    from lexpilot.running.stage import stage_main
+
+    argv = [
+        "--run-id",
+        run_id,
+        "--model",
+        model,
+        "--dataset",
+        str(dataset),
+        "--output-root",
+        str(root),
+        *extra,
+    ]
+    assert stage_main(DCG_STAGE, "t", argv=argv, clients=provider.in_memory_clients()) == 0
+
+
 @pytest.fixture(scope="module")
 def ranked_runs(tmp_path_factory):
     """The four models' DCG runs, written once for the module (each test works on its own copy)."""
     import json as json_module
 
     from bench.throughput import synthetic_dataset
-    from lexpilot.protocols.dcg import DCG_STAGE
-    from lexpilot.running.stage import stage_main
     from lexpilot.scripted.provider import FakeProvider
     from tests.conftest import SECRET
 
@@ -177,25 +194,7 @@ def ranked_runs(tmp_path_factory):
             provider.script = dcg_script(cases, run_id)
             for model in PLAN:
                 judge = ["--judge-model", "judge-x"] if model == "m-d" else []
-                assert (
-                    stage_main(
-                        DCG_STAGE,
-                        "t",
-                        argv=[
-                            "--run-id",
-                            run_id,
-                            "--model",
-                            model,
-                            "--dataset",
-                            str(dataset),
-                            "--output-root",
-                            str(tmp_path / "out"),
-                            *judge,
-                        ],
-                        clients=provider.in_memory_clients(),
-                    )
-                    == 0
-                )
+                run_dcg(provider, run_id, model, dataset, tmp_path / "out", *judge)
     return tmp_path / "out"
 
 
@@ -1004,8 +1003,6 @@ def test_equal_values_share_a_rank(ranked_runs, tmp_path, monkeypatch, capsys):
     import shutil
 
     import show_results
-    from lexpilot.protocols.dcg import DCG_STAGE
-    from lexpilot.running.stage import stage_main
     from lexpilot.scripted.provider import FakeProvider
     from tests.conftest import SECRET
 
@@ -1017,24 +1014,7 @@ def test_equal_values_share_a_rank(ranked_runs, tmp_path, monkeypatch, capsys):
     with FakeProvider() as provider:
         for run_id in ("r1", "r2"):
             provider.script = dcg_script(cases, run_id)
-            assert (
-                stage_main(
-                    DCG_STAGE,
-                    "t",
-                    argv=[
-                        "--run-id",
-                        run_id,
-                        "--model",
-                        "m-e",
-                        "--dataset",
-                        str(dataset),
-                        "--output-root",
-                        str(root),
-                    ],
-                    clients=provider.in_memory_clients(),
-                )
-                == 0
-            )
+            run_dcg(provider, run_id, "m-e", dataset, root)
     capsys.readouterr()
     assert show_results.main(["--output-root", str(root), "--rank", "--format", "csv"]) == 0
     ranking = [
@@ -1084,8 +1064,6 @@ def test_a_limited_run_beside_a_full_one_is_named_by_its_cases_and_code_is_said_
     import json as json_module
 
     import show_results
-    from lexpilot.protocols.dcg import DCG_STAGE
-    from lexpilot.running.stage import stage_main
     from lexpilot.scripted.provider import FakeProvider
     from tests.conftest import SECRET
 
@@ -1094,26 +1072,7 @@ def test_a_limited_run_beside_a_full_one_is_named_by_its_cases_and_code_is_said_
     with pytest.MonkeyPatch.context() as monkeypatch, FakeProvider() as provider:
         monkeypatch.setenv("OPENAI_API_KEY", SECRET)
         provider.script = dcg_script(cases, "r1")
-        assert (
-            stage_main(
-                DCG_STAGE,
-                "t",
-                argv=[
-                    "--run-id",
-                    "short",
-                    "--model",
-                    "m-a",
-                    "--dataset",
-                    str(dataset),
-                    "--output-root",
-                    str(ranked_root),
-                    "--limit",
-                    "12",
-                ],
-                clients=provider.in_memory_clients(),
-            )
-            == 0
-        )
+        run_dcg(provider, "short", "m-a", dataset, ranked_root, "--limit", "12")
     capsys.readouterr()
     assert show_results.main(["--output-root", str(ranked_root), "--rank", "--format", "csv"]) == 0
     apart = [r[0] for r in rows_of(capsys.readouterr().out, "Pairs not compared")]

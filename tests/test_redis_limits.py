@@ -221,33 +221,10 @@ def test_a_redis_restart_pauses_both_processes_with_one_line_and_loses_nothing(t
 
 def test_a_redis_that_cannot_be_reached_at_the_start_is_one_line(tmp_path, capsys):
     pytest.importorskip("redis")
-    import run_grid
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
-    with FakeProvider() as p:
-        os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"] = p.base_url, "k"
-        try:
-            code = run_grid.main(
-                [
-                    "--models",
-                    "m",
-                    "--runs",
-                    "1",
-                    "--dataset",
-                    str(dataset),
-                    "--output-root",
-                    str(tmp_path),
-                    "--limits",
-                    f"redis://:pw-SECRET-123@127.0.0.1:{port}/0",
-                ]
-            )
-        finally:
-            del os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]
-        assert not p.requests
-    err = capsys.readouterr().err.strip()
+    code, err = limits_error(tmp_path, capsys, f"redis://:pw-SECRET-123@127.0.0.1:{port}/0")
     assert code == 2 and len(err.splitlines()) == 1 and f"cannot reach Redis at 127.0.0.1:{port}" in err, err
     assert "SECRET" not in err  # a password in the URL is never shown
 
