@@ -62,20 +62,9 @@ def settings_key(manifest: Manifest, prompts: set[str] | None = None) -> tuple:
     one judge are one group, "re-judged by X", with its SD over them. Prompts are compared on `prompts`, the files
     every run of the report records (a prompt file added to the harness since a run was made is no difference)."""
 
-    def shared(name: str):
-        value = manifest.compared(name)
-        if name == "rejudged_from":
-            return True if value else None
-        return on_prompts(value, prompts) if name == "prompt_hash" else value
-
-    return tuple(json.dumps(shared(name), sort_keys=True) for name in COMPARED_MANIFEST_FIELDS)
-
-
-def on_prompts(prompt_hash, prompts: set[str] | None):
-    """A run's compared prompts on `prompts` only (None: all it records)."""
-    if prompts is None or not isinstance(prompt_hash, dict):
-        return prompt_hash
-    return {file: digest for file, digest in prompt_hash.items() if file in prompts}
+    settings = manifest.compared_settings(prompts=prompts)
+    settings["rejudged_from"] = True if manifest.rejudged else None
+    return tuple(json.dumps(settings[name], sort_keys=True) for name in COMPARED_MANIFEST_FIELDS)
 
 
 def recorded_prompts(runs: list[Run]) -> set[str] | None:
