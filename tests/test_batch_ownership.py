@@ -218,7 +218,7 @@ def test_batch_status_reads_while_another_process_writes_the_run(
     tmp_path, provider, monkeypatch, dataset, capsys
 ):
     """ "--batch-status only reads, but the lock refuses it while another process holds the run"."""
-    from lexpilot.storage.manifest import RunLock
+    from lexpilot.storage.lock import RunLock
 
     h = Harness(tmp_path / "batch", provider, monkeypatch, dataset)
     provider.batch_delay = 60

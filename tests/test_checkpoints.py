@@ -19,7 +19,8 @@ from lexpilot.errors import HarnessError
 from lexpilot.reporting.scoring.results import load_runs
 from lexpilot.scripted.provider import FakeProvider
 from lexpilot.storage.checkpoints import manifest_path
-from lexpilot.storage.manifest import RunLock, settings_digest
+from lexpilot.storage.lock import RunLock
+from lexpilot.storage.manifest import settings_digest
 from tests.conftest import SECRET, Harness, sample_cases
 
 THIRD_CASE = sample_cases()[2]["underspecified_consultation"][0]["content"]

@@ -378,7 +378,7 @@ def test_a_cell_that_fails_holds_back_only_the_cells_that_read_it(tmp_path, http
 def test_a_grid_and_a_stage_script_on_the_same_run_are_refused(tmp_path, http, three_cases, capsys):
     """Item 7: "A grid and a stage script on the same root and run id are refused, as today's lock does.\""""
     from lexpilot.storage.checkpoints import run_folder
-    from lexpilot.storage.manifest import RunLock
+    from lexpilot.storage.lock import RunLock
 
     lock = run_folder(tmp_path / "out", "run1", "model-a") / ".lock"
     with RunLock(lock):

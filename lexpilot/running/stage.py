@@ -39,8 +39,8 @@ from lexpilot.storage.checkpoints import (
     journal_path,
     manifest_path,
 )
+from lexpilot.storage.lock import RunLock
 from lexpilot.storage.manifest import (
-    RunLock,
     build_manifest,
     check_manifest,
     record_transport,

@@ -1,6 +1,6 @@
 """A run's identity on disk: the manifest with the settings that decide the results (which of them are
-compared, the code and prompt hashes, the settings hash every record carries) and the lock that allows one
-writer per run and model.
+compared, the code and prompt hashes, the settings hash every record carries), typed (`Manifest`). The lock that
+allows one writer per run and model is storage/lock.py's.
 """
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import sys
 import time
 import uuid
@@ -20,7 +19,7 @@ from lexpilot.benchmark.prompts import prompt_files_used
 from lexpilot.benchmark.records import SCHEMA_VERSION, canonical_hash, readable_records
 from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.errors import HarnessError
-from lexpilot.files import check_input, storage_error, write_json
+from lexpilot.files import check_input, write_json
 from lexpilot.paths import PROMPT_DIR
 from lexpilot.settings import Settings
 from lexpilot.storage.code import code_changes, code_digests, code_hash
@@ -130,6 +129,11 @@ class Manifest:
             models = settings["models"] if isinstance(settings["models"], dict) else {}
             settings["models"] = {role: m for role, m in models.items() if role not in roles_left_out}
         return settings
+
+    def shared_settings(self, prompts: set[str] | None = None) -> dict:
+        """The compared settings a group of runs shares (prompts on `prompts`): a re-judged run counts as
+        re-judged, not by the run it re-judged, so that re-judges of several runs by one judge are one group."""
+        return self.compared_settings(prompts=prompts) | {"rejudged_from": True if self.rejudged else None}
 
     def differences(self, current: dict, prompt_files: set[str] | None = None) -> list[str]:
         """Each compared setting that differs from `current` (a manifest built now), as `manifest_differences`."""
@@ -515,47 +519,3 @@ def read_manifest(path: Path) -> Manifest:
             "digest does not match). Restore the manifest, or use a new --run-id."
         )
     return Manifest.of(saved, path)
-
-
-class RunLock:
-    """One writer per run and model; the OS releases the lock when its process dies."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.file = None
-
-    def __enter__(self):
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.file = self.path.open("a+")
-        except IsADirectoryError:
-            raise HarnessError(
-                f"{self.path}: the run's lock file is a folder; remove it, then rerun"
-            ) from None
-        except OSError as e:
-            raise storage_error(e, self.path) from None
-        try:
-            if os.name == "nt":
-                import msvcrt
-
-                msvcrt.locking(self.file.fileno(), msvcrt.LK_NBLCK, 1)
-            else:
-                import fcntl
-
-                fcntl.flock(self.file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            self.file.seek(0)
-            holder = self.file.read().strip() or "another process"
-            self.file.close()
-            raise HarnessError(
-                f"{self.path}: this run and model are being written by {holder}. "
-                "Wait for it to finish; do not run two writers on one run id."
-            ) from None
-        self.file.seek(0)
-        self.file.truncate()
-        self.file.write(f"pid {os.getpid()}")
-        self.file.flush()
-        return self
-
-    def __exit__(self, *exc):
-        self.file.close()

@@ -62,8 +62,7 @@ def settings_key(manifest: Manifest, prompts: set[str] | None = None) -> tuple:
     one judge are one group, "re-judged by X", with its SD over them. Prompts are compared on `prompts`, the files
     every run of the report records (a prompt file added to the harness since a run was made is no difference)."""
 
-    settings = manifest.compared_settings(prompts=prompts)
-    settings["rejudged_from"] = True if manifest.rejudged else None
+    settings = manifest.shared_settings(prompts)
     return tuple(json.dumps(settings[name], sort_keys=True) for name in COMPARED_MANIFEST_FIELDS)
 
 
