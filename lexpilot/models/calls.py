@@ -135,6 +135,7 @@ class Sharing:
 
     # (base URL, key hash, timeout) -> the SDK client every cell uses
     clients: dict = field(default_factory=dict)
+    batches: object = None  # with --batch, the grid's pool of batches per endpoint (running/batch_pool.py)
 
     def client(self, role: Role, timeout: float, build):
         key = (role.base_url, key_digest(role.api_key), timeout)
@@ -152,6 +153,11 @@ class Sharing:
                 unreported=int(reply.prompt_tokens is None),
                 cached_tokens=reply.cached_tokens or 0,
             )
+
+    def count_batched(self, model: str, usage: dict) -> None:
+        """A reply imported from a batch (its usage entry, `batched_calls` in it), for the display's counts."""
+        with self.lock:
+            self.answered.merge({model: usage})
 
 
 def request_body(role: Role, prompt: str | list[dict], token_field: str = "max_tokens") -> dict:

@@ -72,6 +72,11 @@ def request_digest(body: dict) -> str:
     return hashlib.sha256(json.dumps(body, ensure_ascii=False, sort_keys=True).encode()).hexdigest()[:32]
 
 
+def root_hash(settings) -> str:
+    """The output root as a batch's metadata names it: another copy of the run elsewhere is not this one."""
+    return hashlib.sha256(str(settings.output_root).encode()).hexdigest()[:16]
+
+
 def tag(run) -> dict[str, str]:
     """The metadata every batch of this run, model and stage carries (and the output root, so that another copy
     of the run elsewhere is not mistaken for this one, and the run's incarnation, so that a later run made under
@@ -81,7 +86,7 @@ def tag(run) -> dict[str, str]:
         "lexpilot_run": settings.run_id,
         "lexpilot_model": settings.roles["eval"].model[:500],
         "lexpilot_stage": run.name,
-        "lexpilot_root": hashlib.sha256(str(settings.output_root).encode()).hexdigest()[:16],
+        "lexpilot_root": root_hash(settings),
         "lexpilot_incarnation": run.incarnation,
     }
 
@@ -146,9 +151,9 @@ def submit(run, client, role: str, requests: list, max_tokens: int) -> None:
     run.log(f"submitted batch {created.id} ({role}, {counted(len(requests), 'request')})")
 
 
-def create(run, client, file_id: str):
+def create(run, client, file_id: str, metadata: dict | None = None):
     """Create the batch of an uploaded file, once: after a failed create, the provider's list is searched for a
-    batch made from the file before the create is repeated."""
+    batch made from the file before the create is repeated. Its metadata is the run's tag, or a pool's."""
     tried = []
 
     def attempt():
@@ -156,7 +161,10 @@ def create(run, client, file_id: str):
         tried.append(True)
         return made or checked(
             client.batches.create(
-                input_file_id=file_id, endpoint=ENDPOINT, completion_window="24h", metadata=tag(run)
+                input_file_id=file_id,
+                endpoint=ENDPOINT,
+                completion_window="24h",
+                metadata=metadata or tag(run),
             ),
             "id",
         )
@@ -233,11 +241,13 @@ def finished_lines(run, batch: dict, client) -> list[bytes] | None:
     batch["reason"] = f"batch {remote.status}" + (f" ({why})" if why else "")
     lines = []
     for name, file_id in (("output", remote.output_file_id), ("error", remote.error_file_id)):
-        content = file_id and provider_call(
-            run,
-            f"downloading the {name} file of batch {batch['batch_id']}",
-            lambda: client.files.content(file_id).read(),
-            missing_ok=True,
+        content = file_id and downloaded(run, file_id)(
+            lambda: provider_call(
+                run,
+                f"downloading the {name} file of batch {batch['batch_id']}",
+                lambda: client.files.content(file_id).read(),
+                missing_ok=True,
+            )
         )
         if file_id and content is None:  # its requests are left unanswered: asked again in the next cycle
             run.log(
@@ -246,6 +256,13 @@ def finished_lines(run, batch: dict, client) -> list[bytes] | None:
             )
         lines += content.splitlines() if isinstance(content, bytes) else []
     return lines
+
+
+def downloaded(run, file_id: str):
+    """How a batch's file is fetched: once for every cell of the grid's pool that shares the batch, else directly."""
+    if run.pool is None:
+        return lambda fetch: fetch()
+    return lambda fetch: run.pool.downloaded(file_id, fetch)
 
 
 def provider_errors(remote, redact) -> str:
@@ -395,12 +412,7 @@ def write_batch_file(
     ledger: Ledger, folder: Path, model: str, role: str, requests: list, max_tokens: int, log
 ):
     """--batch-files: the cycle's input for `vllm run-batch` (one model per file), recorded, then the command."""
-    folder.mkdir(parents=True, exist_ok=True)
-    # numbered after every file already there, so an old output file is never read for new requests
-    taken = [int(p.name[5:9]) for p in folder.glob("cycle[0-9][0-9][0-9][0-9]-*") if p.name[5:9].isdigit()]
-    stem = f"cycle{max([len(ledger.data['batches']), *taken]) + 1:04d}-{model_folder(model)}"
-    path, output = folder / f"{stem}.jsonl", folder / f"{stem}.out.jsonl"
-    write_atomic(path, batch_lines(requests))
+    path, output = batch_file(folder, model, requests, len(ledger.data["batches"]))
     ledger.data["batches"].append(
         {
             "role": role,
@@ -413,6 +425,17 @@ def write_batch_file(
     )
     ledger.save()
     log(f"wrote {path}: run  vllm run-batch -i {path} -o {output} --model {model}  (then rerun this command)")
+
+
+def batch_file(folder: Path, model: str, requests: list, after: int = 0) -> tuple[Path, Path]:
+    """Write a cycle's input file for `vllm run-batch`: (its path, the output path the command is to write).
+    Numbered after every file already there (and `after`), so an old output file is never read for new requests."""
+    folder.mkdir(parents=True, exist_ok=True)
+    taken = [int(p.name[5:9]) for p in folder.glob("cycle[0-9][0-9][0-9][0-9]-*") if p.name[5:9].isdigit()]
+    stem = f"cycle{max([after, *taken]) + 1:04d}-{model_folder(model)}"
+    path, output = folder / f"{stem}.jsonl", folder / f"{stem}.out.jsonl"
+    write_atomic(path, batch_lines(requests))
+    return path, output
 
 
 def chunks(requests: list) -> list[list]:

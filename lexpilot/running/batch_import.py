@@ -107,6 +107,8 @@ class Importer:
             reasoning=reasoning,
         )
         self.known.add(cid)
+        if self.run.caller.sharing:  # the grid's display counts it, at the batch price
+            self.run.caller.sharing.count_batched(self.run.settings.roles[role].model, usage)
         return 1
 
     def refused(self, request: dict, role: str, problem: str, error: ProviderError | None) -> int:

@@ -39,6 +39,7 @@ from lexpilot.running.batch_api import (
     write_batch_file,
 )
 from lexpilot.running.batch_import import collect
+from lexpilot.running.batch_pool import Drained, chain_of
 from lexpilot.running.ledger import AT_ONCE, Ledger
 from lexpilot.storage.checkpoints import (
     CallJournal,
@@ -151,6 +152,7 @@ class BatchRun:
     # why the ledger does not hold the stage's batches the manifest counts ("": it does)
     ledger_lost: str = ""
     noted_submission: int = 0  # the stage's last cycle the manifest counts as submitting
+    pool: object = None  # the grid's BatchPool (running/batch_pool.py): its batches are shared by every cell
 
     def batch_clients(self) -> dict:
         """One client per endpoint of the batched roles (roles may share one)."""
@@ -188,9 +190,11 @@ def ledger_path(settings) -> Path:
     return run_folder(settings.output_root, settings.run_id, settings.roles["eval"].model) / "batches.json"
 
 
-def run_cycles(name: str, state, clients: dict, settings, out, err, run_case) -> int:
+def run_cycles(name: str, state, clients: dict, settings, out, err, run_case, sharing=None, cell=None) -> int:
     """The batch-mode stage: cycles of replay, submission and collection until every case is saved or failed.
-    Ctrl-C leaves every recorded batch in flight: the same command re-attaches to them."""
+    Ctrl-C leaves every recorded batch in flight: the same command re-attaches to them. In the grid (`sharing`),
+    the calls of roles left synchronous share its limits and budget, and the batches are pooled with the other
+    cells' (`sharing.batches`)."""
     from lexpilot.models.calls import ModelCaller
 
     log = lambda message: print(f"[{name}] {message}", file=err, flush=True)
@@ -203,16 +207,17 @@ def run_cycles(name: str, state, clients: dict, settings, out, err, run_case) ->
         Ledger(ledger_path(settings)),
         journal_path(settings.output_root, settings.run_id, model),
         CheckpointWriter(),
-        ModelCaller(settings, QuietProgress(log), threading.Event(), clients, transport),
+        ModelCaller(settings, QuietProgress(log), threading.Event(), clients, transport, sharing, cell),
         set(settings.batching.roles or ("eval", "user", "judge")),
         load_prompts(),
         run_case,
         log,
+        pool=sharing.batches if sharing else None,
     )
     state.manifest = know_itself(run, state.manifest)
     try:
         return _cycles(run, out, err)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Drained):
         print(
             f"\n[{name}] interrupted: the batches in flight stay recorded; rerun the same command to collect them",
             file=err,
@@ -242,7 +247,8 @@ def _cycles(run: BatchRun, out, err) -> int:
                     )
                 )
                 return 0
-            time.sleep(settings.batching.poll)
+            if run.caller.draining.wait(settings.batching.poll):  # the grid's first Ctrl-C
+                raise Drained
             continue
         pending = [c for c in state.pending() if c.number not in run.failed]
         needs = _replay(run, pending)
@@ -415,6 +421,9 @@ def _send(run: BatchRun, groups: dict[str, list]) -> None:
         # before any of the cycle's submissions
         run.state.manifest = note_batches_submitted(run.state.manifest, run.name, cycle)
         run.noted_submission = cycle
+    if run.pool is not None:  # the grid's: one batch per endpoint for every cell, once every chain has handed
+        run.pool.hand(chain_of(settings), run, [r for requests in groups.values() for r in requests])
+        return
     for group, requests in groups.items():
         role = requests[0][1]["role"]
         for chunk in chunks(requests):

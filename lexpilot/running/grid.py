@@ -20,16 +20,19 @@ from lexpilot.errors import INTERRUPTED as INTERRUPTED_STATUS
 from lexpilot.errors import HarnessError
 from lexpilot.models.calls import Sharing
 from lexpilot.protocols.steps import Stage
+from lexpilot.running.batch_pool import chain_of
 from lexpilot.settings import Settings
 
-DONE, RUNNING, WAITING, FAILED, NOT_RUN, INTERRUPTED = (
+DONE, RUNNING, WAITING, FAILED, NOT_RUN, INTERRUPTED, IN_FLIGHT = (
     "done",
     "running",
     "waiting",
     "failed",
     "not run",
     "interrupted",
+    "in flight",  # --batch-detach or --batch-files: its batches submitted, the cell's cases not all saved
 )
+STATUSES = (DONE, RUNNING, WAITING, FAILED, NOT_RUN, INTERRUPTED, IN_FLIGHT)
 
 
 @dataclass
@@ -124,7 +127,7 @@ class Grid:
         return [cell for chain in self.chains for cell in chain]
 
     def counts(self) -> dict[str, int]:
-        counts = dict.fromkeys((DONE, RUNNING, WAITING, FAILED, NOT_RUN, INTERRUPTED), 0)
+        counts = dict.fromkeys(STATUSES, 0)
         for cell in self.cells:
             counts[cell.status] += 1
         return counts
@@ -136,17 +139,31 @@ def run_chain(grid: Grid, chain: list[Cell]) -> None:
         if grid.sharing.draining.is_set():
             return  # the rest stay waiting: a rerun starts them
         held = [c for c in chain if c.stage.name in cell.reads and c.status != DONE]
+        if any(c.status == IN_FLIGHT for c in held):
+            return  # the rest wait for the batches in flight: a rerun collects them, then starts these
         if held:
             cell.status, cell.reason = NOT_RUN, f"{held[0].stage.name} did not finish"
             continue
         cell.status = RUNNING
         code, reason = run_cell(grid, cell)
-        if code == 0:  # every case saved, a Ctrl-C or not
+        if code == 0 and batches_in_flight(cell.settings):  # --batch-detach, --batch-files
+            cell.status = IN_FLIGHT
+        elif code == 0:  # every case saved, a Ctrl-C or not
             cell.status = DONE
         elif code == INTERRUPTED_STATUS and grid.sharing.draining.is_set():
             cell.status, cell.reason = INTERRUPTED, "stopped by Ctrl-C"
         else:
             cell.status, cell.reason = FAILED, reason
+
+
+def batches_in_flight(settings: Settings) -> bool:
+    """Whether a batch-mode cell left batches in flight, as --batch-detach and --batch-files do."""
+    if not settings.batching.enabled:
+        return False
+    from lexpilot.running.batching import ledger_path
+    from lexpilot.running.ledger import Ledger
+
+    return bool(Ledger(ledger_path(settings)).open_batches())
 
 
 def run_cell(grid: Grid, cell: Cell) -> tuple[int, str]:
@@ -187,6 +204,8 @@ def start_chains(grid: Grid) -> list[threading.Event]:
         try:
             run_chain(grid, chain)
         finally:
+            if grid.sharing.batches is not None:  # the other chains' batches no longer wait for this one
+                grid.sharing.batches.leave(chain_of(chain[0].settings))
             done.set()
 
     for i, (chain, done) in enumerate(zip(grid.chains, ended)):

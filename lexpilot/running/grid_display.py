@@ -13,7 +13,17 @@ import time
 from dataclasses import dataclass, field
 
 from lexpilot.pricing import cost
-from lexpilot.running.grid import DONE, FAILED, INTERRUPTED, NOT_RUN, RUNNING, WAITING, Grid, grouped_reasons
+from lexpilot.running.grid import (
+    DONE,
+    FAILED,
+    IN_FLIGHT,
+    INTERRUPTED,
+    NOT_RUN,
+    RUNNING,
+    WAITING,
+    Grid,
+    grouped_reasons,
+)
 from lexpilot.text import counted
 
 EVERY = 30.0  # seconds between lines when the display is not a terminal
@@ -32,7 +42,8 @@ class Quote:
 
 
 def spent(grid: Grid, prices: dict | None) -> float | None:
-    """The cost of every call answered so far, at synchronous prices (None without a price for every model)."""
+    """The cost of every call answered so far, batched ones at the batch price (None without a price for every
+    model)."""
     with grid.sharing.lock:
         answered = {model: dict(e) for model, e in grid.sharing.answered.by_role.items()}
     if not prices or any(model not in prices for model in answered):
@@ -42,6 +53,7 @@ def spent(grid: Grid, prices: dict | None) -> float | None:
             prices[m],
             e["prompt_tokens"],
             e["completion_tokens"],
+            e.get("batched_calls", 0) / max(1, e["calls"]),
             cached_tokens=e.get("cached_prompt_tokens", 0),
         )
         for m, e in answered.items()
@@ -121,6 +133,7 @@ class Display:
             f"[grid] cells: {counts[DONE]} done, {counts[RUNNING]} running, {counts[WAITING]} waiting, "
             f"{counts[FAILED] + counts[NOT_RUN]} failed or held back"
             + (f", {counts[INTERRUPTED]} stopped by Ctrl-C" if counts[INTERRUPTED] else "")
+            + (f", {counts[IN_FLIGHT]} with batches in flight" if counts[IN_FLIGHT] else "")
             + f"; {calls} of at most {self.quote.calls} "
             f"calls answered{spending}; elapsed {elapsed:.0f}s, remaining {eta}"
         )
@@ -178,6 +191,17 @@ def summary(grid: Grid, interrupted: bool) -> list[str]:
                 f" and {len(cells) - 4} more" if len(cells) > 4 else ""
             )
             lines.append(f"[grid] {len(cells)} cells {reason} ({shown})")
+    pool = grid.sharing.batches
+    if pool is not None:
+        lines.append(
+            f"[grid] batch mode: {counted(pool.generation, 'cycle')}, {counted(pool.uploads, 'batch', 'batches')} "
+            "(each cycle, one batch per endpoint holding every cell's requests for it)"
+        )
+    if counts[IN_FLIGHT]:
+        lines.append(
+            f"[grid] {counted(counts[IN_FLIGHT], 'cell')} with batches in flight: rerun the same command to "
+            "collect them and go on"
+        )
     for limiter in grid.sharing.endpoints.all():
         busy = limiter.busy()
         if busy is not None:

@@ -18,6 +18,7 @@ from lexpilot.models.calls import Sharing
 from lexpilot.models.limits import Endpoints, Limits
 from lexpilot.pricing import Budget
 from lexpilot.protocols.steps import Stage
+from lexpilot.running.batch_pool import BatchPool, chain_of
 from lexpilot.running.grid import (
     FAILED,
     NOT_RUN,
@@ -133,9 +134,12 @@ class GridRun:
             if first.spending.max_cost is not None
             else None
         )
+        sharing = Sharing(endpoints, budget)
+        if first.batching.enabled:  # every cell's batches pooled per endpoint, the chains in lockstep
+            sharing.batches = BatchPool({chain_of(chain[0].settings) for chain in chains}, sharing.draining)
         grid = self.grid = Grid(
             chains,
-            Sharing(endpoints, budget),
+            sharing,
             run_stage or stage_runner,
             self.clients_of or (lambda cell: None),
         )
@@ -201,11 +205,10 @@ def start_grid(
     limits_url: str | None = None,
 ) -> GridRun:
     """The grid run_grid.py runs (or its shard K/N), checked before any call."""
-    batch = [o for o in options if o.split("=")[0].startswith("--batch")]
-    if batch:
+    if "--batch-status" in options:
         raise HarnessError(
-            f"{batch[0]}: batch mode is not pooled across the grid yet; run the stages with --batch "
-            "by hand (docs/batch.md), or the grid without it"
+            "--batch-status: a grid's batches are each run's; ask a run with its stage script "
+            "(python eval_LJP_gold.py --run-id RUN --model MODEL --batch-status), or rerun the grid to collect them"
         )
     grid = plan_grid(stages, models, run_ids, options, grid_path, limit_entries, env, err)
     grid.shard, grid.limits_url = (parse_shard(shard) if shard else None), limits_url

@@ -177,7 +177,7 @@ def run_stage(
         if settings.batching.enabled:
             from lexpilot.running import batching
 
-            return batching.run_cycles(name, state, clients, settings, out, err, run_case)
+            return batching.run_cycles(name, state, clients, settings, out, err, run_case, sharing, cell)
         return _execute(name, state, clients, out, err, sharing, cell)
 
 

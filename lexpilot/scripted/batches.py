@@ -39,6 +39,14 @@ class BatchEndpoints:
     `batch_*` faults) and answers each line with its chat handler (`_answer`)."""
 
     def batch_api(self, method: str, path: str, headers, raw: bytes):
+        """The endpoint's answer; with `batch_stall[(method, first path part)]` seconds, given only after that pause
+        (the work done first: a client killed meanwhile never learns the file or batch it made)."""
+        answer = self._batch_answer(method, path, headers, raw)
+        stall = self.batch_stall.pop((method, (path.split("?")[0].rstrip("/").split("/")[2:3] or [""])[0]), 0)
+        time.sleep(stall)
+        return answer
+
+    def _batch_answer(self, method: str, path: str, headers, raw: bytes):
         json_type = {"Content-Type": "application/json"}
         reply = lambda status, data: (status, json_type, json.dumps(data, ensure_ascii=False).encode())  # noqa: E731
         if self.batch_refuse:
@@ -94,6 +102,9 @@ class BatchEndpoints:
                 if parts[2:] == ["cancel"]:
                     batch["status"] = "cancelled"
                 elif batch["status"] == "in_progress" and time.monotonic() >= batch["_ready"]:
+                    # OpenAI's status while the output is written: a retrieve meanwhile (the chat handler
+                    # answers each line without the lock) must not answer the lines a second time
+                    batch["status"] = "finalizing"
                     self._finish(batch)
                 return reply(200, public(batch))
         return reply(404, {"error": {"message": f"no route {method} {path}"}})

@@ -66,6 +66,7 @@ class FakeProvider(BatchEndpoints):
         self.batch_lost_create, self.batch_final, self.batch_output = False, None, None
         self.batch_final_message = None  # the message of `batch_final`'s error (default: "batch <status>")
         self.batch_forget: set[str] = set()
+        self.batch_stall: dict[tuple[str, str], float] = {}  # (method, "files"|"batches") -> seconds, once
         # `batch_listed(batch)`: the metadata `GET /batches` shows for a batch (None: a provider that drops it; or
         # another batch's, a listing that lies); the default shows what the batch was created with
         self.batch_listed = None

@@ -1,0 +1,207 @@
+"""Batch mode across the grid (`run_grid.py --batch`): every cell's requests for one endpoint (base URL, key and
+model) go into one shared batch per cycle, one upload per endpoint per cycle rather than one per cell.
+
+The cells advance in lockstep. A cycle's batches are made once every (model, run) chain still running has handed
+over its cell's requests; a chain whose cell waits for its batches, replays its cases or moves on to its next stage
+is waited for. So the grid takes as many cycles as its longest chain of dependent steps, not their sum over cells.
+
+What a kill could lose is recorded first, in each cell's own ledger (runs/<run>/<model>/batches.json):
+- its share of the batch (phase `prepared`, with the pool's token) before the upload;
+- the shared input file before the create: the batch is created only once every cell's ledger holds it;
+- the batch after the create.
+So each ledger alone says what was submitted, as a single stage's does: `prepared` was never sent, and `uploaded` is
+found by its input file in the provider's list (running/batch_api.py). The batch carries the pool's token and the
+output root's hash in its metadata. Each cell takes only its own lines from the shared output (its custom ids start
+with its run's incarnation: running/batch_import.py skips the others), and the output file is downloaded once for
+all of them.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from lexpilot.models.limits import key_digest
+from lexpilot.running.batch_api import (
+    batch_file,
+    batch_lines,
+    checked,
+    chunks,
+    create,
+    provider_call,
+    root_hash,
+)
+from lexpilot.text import counted
+
+KEPT_DOWNLOADS = 8  # output files kept for the cells still to take their lines (all collect within one poll)
+
+
+class Drained(Exception):
+    """The first Ctrl-C came before the cycle's batches were made: none is, and the cell leaves."""
+
+
+def chain_of(settings) -> tuple[str, str]:
+    """The (evaluated model, run id) chain a cell's settings belong to: its place in the lockstep."""
+    return settings.roles["eval"].model, settings.run_id
+
+
+def endpoint_of(run, role: str) -> tuple[str, str, str]:
+    """What one pooled batch may hold: one base URL and key (the key only as a hash) and one model, as the
+    OpenAI batch API takes one model per input file."""
+    r = run.settings.roles[role]
+    return r.base_url, key_digest(r.api_key), r.model
+
+
+@dataclass
+class BatchPool:
+    """The grid's barrier and its pooled submissions; `live` holds the chains that may still hand requests."""
+
+    live: set
+    draining: threading.Event
+    wait: float = 0.2
+    handed: dict = field(default_factory=dict)  # chain -> (its BatchRun, its requests) for the next cycle
+    generation: int = 0  # cycles made so far
+    errors: dict = field(default_factory=dict)  # chain -> why its share of the last cycle was not submitted
+    uploads: int = 0  # input files sent (or written) so far, for the tests and the summary
+    cond: threading.Condition = field(default_factory=threading.Condition)
+    downloads: OrderedDict = field(default_factory=OrderedDict)
+    download_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def hand(self, chain, run, requests: list) -> None:
+        """A cell's requests of this cycle (custom id, ledger entry, body); returns once the cycle's batches are
+        made, or raises why its share was not (Drained: a Ctrl-C came first)."""
+        with self.cond:
+            if self.draining.is_set():
+                raise Drained
+            self.handed[chain] = (run, requests)
+            generation = self.generation
+            self._flush_if_ready()
+            while self.generation == generation:
+                if self.draining.is_set():
+                    self.handed.pop(chain, None)
+                    raise Drained
+                self.cond.wait(self.wait)
+            error = self.errors.pop(chain, None)
+        if error:
+            raise error
+
+    def leave(self, chain) -> None:
+        """A chain has ended: the others no longer wait for it."""
+        with self.cond:
+            self.live.discard(chain)
+            self.handed.pop(chain, None)
+            self._flush_if_ready()
+
+    def _flush_if_ready(self) -> None:
+        # under the condition's lock: the cells waiting in hand() hold their ledgers still meanwhile
+        if not self.handed or self.draining.is_set() or not self.live <= set(self.handed):
+            return
+        shares, self.handed = self.handed, {}
+        try:
+            self.errors = self._submit(shares)
+        finally:  # whatever happened, no cell waits for this cycle any longer
+            self.generation += 1
+            self.cond.notify_all()
+
+    def _submit(self, shares: dict) -> dict:
+        """One batch per endpoint (split at the provider's limits) holding every cell's requests for it; the
+        chains whose share could not be made, with why."""
+        by_endpoint: dict[tuple, list] = {}
+        for chain, (run, requests) in shares.items():
+            for cid, meta, body in requests:
+                by_endpoint.setdefault(endpoint_of(run, meta["role"]), []).append(
+                    (cid, meta, body, chain, run)
+                )
+        errors = {}
+        for items in by_endpoint.values():
+            for chunk in chunks(items):
+                alive = [item for item in chunk if item[3] not in errors]  # a chain stopped stops here
+                try:
+                    self._submit_one(alive)
+                except (
+                    Exception
+                ) as e:  # a refusal (HarnessError), or a bug: each cell of the batch stops on it
+                    errors.update(dict.fromkeys({item[3] for item in alive}, e))
+        return errors
+
+    def _submit_one(self, items: list) -> None:
+        """Record every cell's share, upload the shared file, record it everywhere, create, record the batch."""
+        if not items:
+            return
+        token, entries = secrets.token_hex(8), {}
+        for cid, meta, _, _, run in items:
+            entry = entries.setdefault(id(run), (run, new_entry(meta, token)))[1]
+            entry["requests"][cid] = dict(meta)
+        runs = list(entries.values())
+        first, role = runs[0][0], items[0][1]["role"]
+        if first.settings.batching.files:
+            return self._write_file(items, runs)
+        save_all(runs, {}, first=True)
+        client = first.caller.clients[role]
+        lines = batch_lines([(cid, meta, body) for cid, meta, body, _, _ in items])
+        uploaded = provider_call(
+            first,
+            "uploading a pooled batch file",
+            lambda: checked(client.files.create(file=("lexpilot_batch.jsonl", lines), purpose="batch"), "id"),
+        )
+        self.uploads += 1
+        save_all(runs, {"file_id": uploaded.id, "phase": "uploaded"})
+        made = create(first, client, uploaded.id, pool_tag(first, token, len(runs)))
+        save_all(runs, {"batch_id": made.id, "phase": "created"})
+        for run, entry in runs:
+            run.log(
+                f"submitted batch {made.id} ({entry['role']}, {counted(len(entry['requests']), 'request')}; "
+                f"pooled with {counted(len(runs) - 1, 'other cell')}, {counted(len(items), 'request')} in all)"
+            )
+
+    def _write_file(self, items: list, runs: list) -> None:
+        """--batch-files: one input file per model and cycle for `vllm run-batch`, then each cell's share."""
+        first = runs[0][0]
+        model = first.settings.roles[items[0][1]["role"]].model
+        path, output = batch_file(
+            first.settings.batching.files, model, [(cid, meta, body) for cid, meta, body, _, _ in items]
+        )
+        self.uploads += 1
+        save_all(runs, {"phase": "written", "path": str(path), "output": str(output)}, first=True)
+        for run, _ in runs:
+            run.log(f"wrote {path}: run  vllm run-batch -i {path} -o {output} --model {model}  (then rerun)")
+
+    def downloaded(self, file_id: str, fetch):
+        """A batch output or error file, downloaded once for every cell whose lines it holds."""
+        with self.download_lock:
+            if file_id not in self.downloads:
+                self.downloads[file_id] = fetch()
+                while len(self.downloads) > KEPT_DOWNLOADS:
+                    self.downloads.popitem(last=False)
+            return self.downloads[file_id]
+
+
+def new_entry(meta: dict, token: str) -> dict:
+    return {
+        "role": meta["role"],
+        "phase": "prepared",
+        "max_tokens": meta["max_tokens"],
+        "requests": {},
+        "pool": token,
+    }
+
+
+def save_all(runs: list, changes: dict, first: bool = False) -> None:
+    """Each cell's entry changed (`first`: added), then its ledger saved whole."""
+    for run, entry in runs:
+        if first:
+            run.ledger.data["batches"].append(entry)
+        entry.update(changes)
+        run.ledger.save()
+
+
+def pool_tag(run, token: str, cells: int) -> dict[str, str]:
+    """A pooled batch's metadata: the pool's token, the output root's hash and how many cells it holds (no run,
+    model or stage: it holds many)."""
+    return {
+        "lexpilot_pool": token,
+        "lexpilot_root": root_hash(run.settings),
+        "lexpilot_cells": str(cells),
+    }

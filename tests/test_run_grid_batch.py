@@ -1,0 +1,151 @@
+"""Issue 38 item 9: "`--batch` pools every cell's requests for one endpoint into shared batch files per cycle: one
+upload per endpoint per cycle, not one per cell. The ledger keeps its guarantees per request. A grid's number of
+cycles is that of its longest chain of dependent steps, not the sum over cells. `--batch-roles` works as today."
+
+Every grid here is written by the stage scripts' own code through run_grid.py against the scripted provider's batch
+API, and compared with the README loop run by hand with --batch, stage by stage."""
+
+import json
+import re
+from collections import Counter
+
+import pytest
+
+import run_grid
+import show_results
+from lexpilot.protocols.catalog import ENTRY_POINTS
+from lexpilot.running.stage import stage_main
+from lexpilot.storage.checkpoints import run_folder
+from tests.test_run_grid import MODELS, README_LOOP, grid_argv, records
+
+POLL = ("--batch-poll", "0.02")
+
+
+def batch_loop(root, dataset, *extra) -> None:
+    """The README's loop with --batch: every stage of every (model, run) by hand, one after another."""
+    for run_id in ("run1", "run2"):
+        for model in MODELS:
+            for script in README_LOOP:
+                for stage in ENTRY_POINTS[script]:
+                    argv = ["--run-id", run_id, "--model", model, "--dataset", str(dataset)]
+                    argv += ["--output-root", str(root), "--batch", *POLL, *extra]
+                    assert stage_main(stage, "test", argv=argv) == 0
+
+
+def ledgers(root) -> dict:
+    """(model, run id) -> its batches.json."""
+    found = {}
+    for path in root.glob("runs/*/*/batches.json"):
+        model = next(m for m in MODELS if path.parent.name.startswith(f"{m}-"))
+        found[(model, path.parent.parent.name)] = json.loads(path.read_text(encoding="utf-8"))
+    return found
+
+
+def batch_ids(ledger: dict, *roles: str) -> list[str]:
+    return [b["batch_id"] for b in ledger["batches"] if b["role"] in roles]
+
+
+def summary_numbers(err: str) -> tuple[int, int]:
+    found = re.search(r"batch mode: (\d+) cycles?, (\d+) batch", err)
+    assert found, err
+    return int(found[1]), int(found[2])
+
+
+def test_a_pooled_grid_writes_what_the_batch_loop_writes_in_one_batch_per_endpoint_and_cycle(
+    tmp_path, http, three_cases, capsys
+):
+    batch_loop(tmp_path / "loop", three_cases)
+    by_hand, loop_batches = Counter(http.processed), len(http.batches)
+    http.processed.clear()
+    assert run_grid.main(grid_argv(tmp_path / "grid", three_cases, "--batch", *POLL)) == 0
+    cycles, batches = summary_numbers(capsys.readouterr().err)
+    # the same requests, each answered once, and the same records byte for byte (usage says batched in both)
+    assert http.processed == by_hand
+    assert records(tmp_path / "grid") == records(tmp_path / "loop") and len(records(tmp_path / "loop")) == 60
+    made = list(http.batches.values())[loop_batches:]
+    assert all(n == 1 for n in http.submitted.values())  # every custom id in one batch only
+    assert len(made) == batches
+    assert all(len({line["body"]["model"] for line in b["_lines"]}) == 1 for b in made)  # one model each
+    grid = ledgers(tmp_path / "grid")
+    assert len(grid) == 6
+    one = grid[("model-a", "run1")]
+    # lockstep: every chain is the same here, so the grid's cycles are one chain's, not the 6 chains' sum
+    assert cycles == sum(one["cycles"].values()) and all(
+        ledger["cycles"] == one["cycles"] for ledger in grid.values()
+    )
+    # each cycle one batch per endpoint: the User Model's and the judge's hold every chain's requests, each evaluated
+    # model's those of its two runs; so by hand, from one chain's entries (one per endpoint and cycle):
+    by_role = Counter(b["role"] for b in one["batches"])
+    assert batches == len(MODELS) * by_role["eval"] + by_role["user"] + by_role["judge"]
+    for ledger in grid.values():
+        assert batch_ids(ledger, "user", "judge") == batch_ids(one, "user", "judge")  # shared by all six
+    for model in MODELS:
+        assert batch_ids(grid[(model, "run1")], "eval") == batch_ids(grid[(model, "run2")], "eval")
+    # the README loop made one batch per cell and cycle (every role on one base URL here): six times the cycles
+    assert loop_batches == 6 * cycles and batches < loop_batches
+    reports = []
+    for name in ("loop", "grid"):
+        assert show_results.main(["--output-root", str(tmp_path / name), "--dataset", str(three_cases)]) == 0
+        reports.append(capsys.readouterr().out)
+    assert reports[0] == reports[1] and "model-c" in reports[0]
+    assert (
+        run_grid.main(grid_argv(tmp_path / "grid", three_cases, "--batch", *POLL)) == 0
+    )  # nothing left to do
+    assert http.processed == by_hand and len(http.batches) == loop_batches + batches
+
+
+def test_batch_roles_pool_only_the_roles_named_and_ask_the_others_directly(
+    tmp_path, http, three_cases, capsys
+):
+    """--batch-roles works as today: the User Model asked directly, within the cycles, each reply once."""
+    batch_loop(tmp_path / "loop", three_cases, "--batch-roles", "eval,judge")
+    by_hand = Counter(http.processed)
+    http.processed.clear()
+    argv = grid_argv(tmp_path / "grid", three_cases, "--batch", *POLL, "--batch-roles", "eval,judge")
+    assert run_grid.main(argv) == 0
+    assert http.processed == by_hand
+    assert records(tmp_path / "grid") == records(tmp_path / "loop")
+    asked = {line["body"]["model"] for b in http.batches.values() for line in b["_lines"]}
+    assert "DeepSeek-V4.1-Flash" not in asked  # the User Model's default id: never in a batch
+
+
+def test_a_chain_that_stops_does_not_hold_the_others_back(tmp_path, http, three_cases, capsys):
+    """A cell that stops leaves the lockstep: the other chains' cycles go on without it."""
+    root = tmp_path / "grid"
+    ledger = run_folder(root, "run1", "model-b") / "batches.json"
+    ledger.parent.mkdir(parents=True)
+    ledger.write_text("{", encoding="utf-8")  # unreadable: run1 of model-b stops at once
+    code = run_grid.main(grid_argv(root, three_cases, "--batch", *POLL, "--stages", "eval_LJP_gold"))
+    err = capsys.readouterr().err
+    assert code == 1 and "model-b run1 LJP gold" in err and "batches.json: unreadable" in err
+    done = sorted(p.parent.relative_to(root).parts for p in root.glob("eval_results/*/*/LJP_gold.jsonl"))
+    assert len(done) == 5 and ("eval_results", "run1", ledger.parent.name) not in done  # every other chain
+
+
+def test_detached_grid_submits_a_cycle_then_a_rerun_collects_it_and_goes_on(
+    tmp_path, http, three_cases, capsys
+):
+    """--batch-detach: each invocation submits the grid's next cycle and leaves; the cells in flight hold back their
+    chains' later stages, and the exit status is 0."""
+    http.batch_delay = 30  # the provider takes its time
+    argv = grid_argv(tmp_path / "grid", three_cases, "--batch-detach", *POLL, "--stages", "eval_LJP_gold")
+    assert run_grid.main(argv) == 0
+    err = capsys.readouterr().err
+    assert "6 cells with batches in flight: rerun the same command" in err
+    first = len(http.batches)
+    assert first == 3  # one cycle: one batch per evaluated model
+    assert run_grid.main(argv) == 0  # still in flight: nothing new submitted
+    assert len(http.batches) == first
+    http.batch_delay = 0
+    for batch in http.batches.values():
+        batch["_ready"] = 0
+    assert run_grid.main([a for a in argv if a != "--batch-detach"] + ["--batch"]) == 0
+    assert all(n == 1 for n in http.submitted.values())
+    assert len(list((tmp_path / "grid").glob("eval_results/*/*/LJP_gold.jsonl"))) == 6
+
+
+@pytest.fixture
+def three_cases(tmp_path):
+    from tests.conftest import sample_cases, write_dataset
+
+    return write_dataset(tmp_path / "three.json", sample_cases()[:3])
