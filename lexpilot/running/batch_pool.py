@@ -107,38 +107,32 @@ class BatchPool:
 
     def _submit(self, shares: dict) -> dict:
         """One batch per endpoint (split at the provider's limits) holding every cell's requests for it; the
-        chains whose share could not be made, with why."""
-        by_endpoint: dict[tuple, list] = {}
-        for chain, (run, requests) in shares.items():
-            for cid, meta, body in requests:
-                by_endpoint.setdefault(endpoint_of(run, meta["role"]), []).append(
-                    (cid, meta, body, chain, run)
-                )
-        errors = {}
-        for items in by_endpoint.values():
-            for chunk in chunks(items):
-                alive = [item for item in chunk if item[3] not in errors]  # a chain stopped stops here
-                try:
-                    self._submit_one(alive)
-                except (
-                    Exception
-                ) as e:  # a refusal (HarnessError), or a bug: each cell of the batch stops on it
-                    errors.update(dict.fromkeys({item[3] for item in alive}, e))
+        chains whose share could not be made, with why. Every cell's share of every batch is in its ledger, and
+        its manifest notes the cycle, before the first upload: a kill from there on leaves each ledger saying what
+        its cell handed (with --batch-files, a file is written before the ledgers, as a stage's own is)."""
+        batches, errors = pooled_batches(shares), {}
+        files = next(iter(shares.values()))[0].settings.batching.files
+        for chain, (run, _) in shares.items() if not files else ():
+            try:
+                own = [(r, entry) for _, runs in batches for r, entry in runs if r is run]
+                save_all(own, {}, first=True, save=False)
+                run.ledger.save()
+                run.note_submission()
+            except Exception as e:  # its share stays unsent: its ledger says `prepared` at most
+                errors[chain] = e
+        for items, runs in batches:
+            alive = [item for item in items if item[3] not in errors]  # a chain stopped stops here
+            try:
+                kept = [(r, entry) for r, entry in runs if chain_of(r.settings) not in errors]
+                if alive:
+                    (self._write_file if files else self._upload)(alive, kept)
+            except Exception as e:  # a refusal (HarnessError), or a bug: each cell of the batch stops on it
+                errors.update(dict.fromkeys({item[3] for item in alive}, e))
         return errors
 
-    def _submit_one(self, items: list) -> None:
-        """Record every cell's share, upload the shared file, record it everywhere, create, record the batch."""
-        if not items:
-            return
-        token, entries = secrets.token_hex(8), {}
-        for cid, meta, _, _, run in items:
-            entry = entries.setdefault(id(run), (run, new_entry(meta, token)))[1]
-            entry["requests"][cid] = dict(meta)
-        runs = list(entries.values())
+    def _upload(self, items: list, runs: list) -> None:
+        """Upload the shared file, record it in every cell's ledger, create the batch, record it."""
         first, role = runs[0][0], items[0][1]["role"]
-        if first.settings.batching.files:
-            return self._write_file(items, runs)
-        save_all(runs, {}, first=True)
         client = first.caller.clients[role]
         lines = batch_lines([(cid, meta, body) for cid, meta, body, _, _ in items])
         uploaded = provider_call(
@@ -148,7 +142,7 @@ class BatchPool:
         )
         self.uploads += 1
         save_all(runs, {"file_id": uploaded.id, "phase": "uploaded"})
-        made = create(first, client, uploaded.id, pool_tag(first, token, len(runs)))
+        made = create(first, client, uploaded.id, pool_tag(first, runs[0][1]["pool"], len(runs)))
         save_all(runs, {"batch_id": made.id, "phase": "created"})
         for run, entry in runs:
             run.log(
@@ -178,6 +172,24 @@ class BatchPool:
             return self.downloads[file_id]
 
 
+def pooled_batches(shares: dict) -> list[tuple[list, list]]:
+    """The cycle's batches: per endpoint, split at the provider's limits, (its requests as (custom id, ledger
+    entry, body, chain, run), [(run, that cell's new ledger entry)])."""
+    by_endpoint: dict[tuple, list] = {}
+    for chain, (run, requests) in shares.items():
+        for cid, meta, body in requests:
+            by_endpoint.setdefault(endpoint_of(run, meta["role"]), []).append((cid, meta, body, chain, run))
+    batches = []
+    for items in by_endpoint.values():
+        for chunk in chunks(items):
+            token, entries = secrets.token_hex(8), {}
+            for cid, meta, _, _, run in chunk:
+                entry = entries.setdefault(id(run), (run, new_entry(meta, token)))[1]
+                entry["requests"][cid] = dict(meta)
+            batches.append((chunk, list(entries.values())))
+    return batches
+
+
 def new_entry(meta: dict, token: str) -> dict:
     return {
         "role": meta["role"],
@@ -188,13 +200,14 @@ def new_entry(meta: dict, token: str) -> dict:
     }
 
 
-def save_all(runs: list, changes: dict, first: bool = False) -> None:
-    """Each cell's entry changed (`first`: added), then its ledger saved whole."""
+def save_all(runs: list, changes: dict, first: bool = False, save: bool = True) -> None:
+    """Each cell's entry changed (`first`: added), then its ledger saved whole (unless not `save`)."""
     for run, entry in runs:
         if first:
             run.ledger.data["batches"].append(entry)
         entry.update(changes)
-        run.ledger.save()
+        if save:
+            run.ledger.save()
 
 
 def pool_tag(run, token: str, cells: int) -> dict[str, str]:

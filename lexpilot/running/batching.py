@@ -154,6 +154,14 @@ class BatchRun:
     noted_submission: int = 0  # the stage's last cycle the manifest counts as submitting
     pool: object = None  # the grid's BatchPool (running/batch_pool.py): its batches are shared by every cell
 
+    def note_submission(self) -> None:
+        """Note in the manifest that this cycle of the stage submits batches, before its first submission (a
+        ledger found later with fewer cycles of the stage was lost, or is a stale copy)."""
+        cycle = self.ledger.cycles(self.name)
+        if self.state.manifest and not self.settings.batching.files and self.noted_submission != cycle:
+            self.state.manifest = note_batches_submitted(self.state.manifest, self.name, cycle)
+            self.noted_submission = cycle
+
     def batch_clients(self) -> dict:
         """One client per endpoint of the batched roles (roles may share one)."""
         by_url = {}
@@ -416,14 +424,11 @@ def _requests(run: BatchRun, needs: list[tuple]) -> dict[str, list]:
 
 def _send(run: BatchRun, groups: dict[str, list]) -> None:
     settings = run.settings
-    cycle = run.ledger.cycles(run.name)
-    if groups and run.state.manifest and not settings.batching.files and run.noted_submission != cycle:
-        # before any of the cycle's submissions
-        run.state.manifest = note_batches_submitted(run.state.manifest, run.name, cycle)
-        run.noted_submission = cycle
     if run.pool is not None:  # the grid's: one batch per endpoint for every cell, once every chain has handed
         run.pool.hand(chain_of(settings), run, [r for requests in groups.values() for r in requests])
         return
+    if groups:
+        run.note_submission()
     for group, requests in groups.items():
         role = requests[0][1]["role"]
         for chunk in chunks(requests):

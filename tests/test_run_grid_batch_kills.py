@@ -1,0 +1,106 @@
+"""Issue 38 items 7 and 9 on real processes: `kill -9` a pooled batch grid (run_grid.py --batch) while a shared
+batch file is uploaded, while its batch is created, and at random moments; the same command then completes with a
+clean grid's records, and the provider has processed exactly a clean grid's requests, compared per request (its kind
+and the digest of what it asks), each custom id in one batch only ("The ledger keeps its guarantees per request")."""
+
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+
+from lexpilot.running.batch_api import request_digest
+from lexpilot.scripted.provider import FakeProvider
+from tests.conftest import ROOT, sample_cases, write_dataset
+from tests.test_run_grid import MODELS, records
+from tests.test_run_grid_kills import environment
+
+
+def batch_grid(root, dataset, *stages) -> list[str]:
+    return [sys.executable, "run_grid.py", "--models", *MODELS, "--runs", "2", "--dataset", str(dataset)] + [
+        "--output-root",
+        str(root),
+        "--batch",
+        "--batch-poll",
+        "0.02",
+        *(["--stages", *stages] if stages else []),
+    ]
+
+
+def paid(provider, since: int = 0) -> Counter:
+    """Every request in a batch the provider created (each is paid, whether or not its output is ever read), by
+    what it asks: its model, messages and settings."""
+    return Counter(
+        request_digest(line["body"])
+        for batch in list(provider.batches.values())[since:]
+        for line in batch["_lines"]
+    )
+
+
+def run(command, env) -> None:
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def kill_when(command, env, reached, deadline: float = 60) -> bool:
+    """Start the grid, kill -9 it once `reached()` holds; whether the kill landed while it ran."""
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    end = time.monotonic() + deadline
+    while process.poll() is None and not reached() and time.monotonic() < end:
+        time.sleep(0.002)
+    landed = process.poll() is None
+    process.send_signal(signal.SIGKILL) if landed else None
+    process.wait(timeout=30)
+    return landed
+
+
+@pytest.mark.parametrize("phase", ["files", "batches"])
+def test_a_kill_while_the_shared_file_is_uploaded_or_its_batch_created_pays_nothing_twice(tmp_path, phase):
+    """The provider holds its answer to the grid's first upload (or create) after doing the work, and the grid is
+    killed meanwhile: its cells' ledgers say `prepared` (nothing was created: asked again) or `uploaded` (the batch
+    made from the file is found in the provider's list, and collected)."""
+    dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
+    with FakeProvider() as provider:
+        env = environment(provider)
+        run(batch_grid(tmp_path / "clean", dataset, "eval_LJP_gold"), env)
+        clean, clean_paid, since = Counter(provider.processed), paid(provider), len(provider.batches)
+        made = len(provider.files) if phase == "files" else since
+        provider.processed.clear()
+        provider.batch_stall[("POST", phase)] = 5
+        command = batch_grid(tmp_path / "killed", dataset, "eval_LJP_gold")
+        things = provider.files if phase == "files" else provider.batches
+        assert kill_when(command, env, lambda: len(things) > made)
+        run(command, env)
+        assert paid(provider, since) == clean_paid  # every request of a clean grid in one batch, and no other
+    assert records(tmp_path / "killed") == records(tmp_path / "clean")
+    assert provider.processed == clean  # each answered once
+    assert all(n == 1 for n in provider.submitted.values())
+
+
+def test_ten_kills_at_random_moments_then_a_rerun_pay_for_exactly_a_clean_grids_requests(tmp_path):
+    dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
+    with FakeProvider() as provider:
+        env = environment(provider)
+        run(batch_grid(tmp_path / "clean", dataset), env)
+        clean, files = Counter(provider.processed), len(provider.files)
+        clean_paid, since = paid(provider), len(provider.batches)
+        provider.processed.clear()
+        rng, killed, started = random.Random(9), 0, 0
+        command = batch_grid(tmp_path / "killed", dataset)
+        # a random moment is a random number of the provider's files (inputs and outputs) into the grid's run
+        spread = max(2, files // 12)
+        while killed < 10 and started < 25:
+            started += 1
+            before, moment = len(provider.files), rng.randint(1, spread)
+            killed += kill_when(command, env, lambda: len(provider.files) - before >= moment)
+        run(command, env)
+        assert paid(provider, since) == clean_paid
+    assert killed == 10
+    assert records(tmp_path / "killed") == records(tmp_path / "clean")
+    assert provider.processed == clean
+    assert all(n == 1 for n in provider.submitted.values())
