@@ -144,6 +144,36 @@ def test_detached_grid_submits_a_cycle_then_a_rerun_collects_it_and_goes_on(
     assert len(list((tmp_path / "grid").glob("eval_results/*/*/LJP_gold.jsonl"))) == 6
 
 
+def test_a_cell_whose_ledger_is_lost_re_attaches_its_lines_of_the_pooled_batch(
+    tmp_path, http, three_cases, capsys
+):
+    """A pooled batch carries no run, model or stage: after a lost ledger, the cell finds the grid's batches under
+    its output root by their metadata and takes the lines that carry its run's incarnation, never asking twice."""
+    clean = tmp_path / "clean"
+    assert run_grid.main(grid_argv(clean, three_cases, "--batch", *POLL, "--stages", "eval_LJP_gold")) == 0
+    clean_requests = Counter(line["body"]["model"] for b in http.batches.values() for line in b["_lines"])
+    since, http.batch_delay = len(http.batches), 30
+    argv = grid_argv(tmp_path / "grid", three_cases, "--batch-detach", *POLL, "--stages", "eval_LJP_gold")
+    assert run_grid.main(argv) == 0
+    lost = run_folder(tmp_path / "grid", "run2", "model-c") / "batches.json"
+    lost.unlink()
+    http.batch_delay = 0
+    for batch in http.batches.values():
+        batch["_ready"] = 0
+    capsys.readouterr()
+    assert run_grid.main([a for a in argv if a != "--batch-detach"] + ["--batch"]) == 0
+    err = capsys.readouterr().err
+    assert re.search(
+        r"\[model-c run2 LJP gold\] re-attached batch batch-\d+ from the provider.s list \(3 requests of this run\)",
+        err,
+    )
+    again = Counter(
+        line["body"]["model"] for b in list(http.batches.values())[since:] for line in b["_lines"]
+    )
+    assert again == clean_requests  # nothing asked twice
+    assert records(tmp_path / "grid") == records(clean)
+
+
 @pytest.fixture
 def three_cases(tmp_path):
     from tests.conftest import sample_cases, write_dataset

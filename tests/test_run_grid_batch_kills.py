@@ -14,7 +14,7 @@ import pytest
 
 from lexpilot.running.batch_api import request_digest
 from lexpilot.scripted.provider import FakeProvider
-from tests.conftest import ROOT, sample_cases, write_dataset
+from tests.conftest import ROOT, as_at_a_terminal, sample_cases, write_dataset
 from tests.test_run_grid import MODELS, records
 from tests.test_run_grid_kills import environment
 
@@ -104,3 +104,42 @@ def test_ten_kills_at_random_moments_then_a_rerun_pay_for_exactly_a_clean_grids_
     assert records(tmp_path / "killed") == records(tmp_path / "clean")
     assert provider.processed == clean
     assert all(n == 1 for n in provider.submitted.values())
+
+
+def test_a_ctrl_c_leaves_the_pooled_batches_in_flight_and_the_rerun_collects_them(tmp_path):
+    """Item 6 in batch mode: the first Ctrl-C makes no new batch; the cells waiting for theirs, or for the other
+    chains, leave at once with every batch recorded; the same command collects them and pays nothing twice."""
+    dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
+    with FakeProvider() as provider:
+        env = environment(provider)
+        run(batch_grid(tmp_path / "clean", dataset), env)
+        clean, clean_paid, since = Counter(provider.processed), paid(provider), len(provider.batches)
+        provider.processed.clear()
+        provider.batch_delay = 20  # the first cycle's batches stay in flight
+        command = batch_grid(tmp_path / "out", dataset)
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=env,
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            preexec_fn=as_at_a_terminal,
+        )
+        deadline = time.monotonic() + 30
+        while len(provider.batches) < since + 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.5)  # every cell waits for its batch now
+        process.send_signal(signal.SIGINT)
+        signalled = time.monotonic()
+        _, err = process.communicate(timeout=30)
+        assert process.returncode == 130 and time.monotonic() - signalled < 3, err  # not 20 s
+        assert "Traceback" not in err and "Ctrl-C: no new call starts" in err and "interrupted:" in err, err
+        assert len(provider.batches) == since + 3  # one per evaluated model, and none after the Ctrl-C
+        provider.batch_delay = 0
+        for batch in provider.batches.values():
+            batch["_ready"] = 0
+        run(command, env)
+        assert paid(provider, since) == clean_paid
+    assert records(tmp_path / "out") == records(tmp_path / "clean")
+    assert provider.processed == clean

@@ -92,7 +92,7 @@ def tag(run) -> dict[str, str]:
 
 
 def tagged(remote, run) -> str | None:
-    """ "ours" for a batch tagged with this run, "foreign" for one of the same run id, root, model and stage made
+    """ "ours" for a batch tagged with this run, "pooled" for one the grid pooled under this output root, "foreign" for one of the same run id, root, model and stage made
     by another incarnation (an earlier run moved away, or one from before incarnations), else None. A run that
     began before incarnations (its manifest says so) owns the batches of its root, id, model and stage that carry
     none: it made them before it had one. A run whose manifest was rebuilt from its records (the manifest was
@@ -101,6 +101,10 @@ def tagged(remote, run) -> str | None:
     metadata = getattr(remote, "metadata", None) or {}
     if not isinstance(metadata, dict):
         return None
+    if (
+        "lexpilot_pool" in metadata
+    ):  # the grid's, holding many cells' requests: which are this run's, its lines say
+        return "pooled" if metadata.get("lexpilot_root") == root_hash(run.settings) else None
     ours = tag(run)
     if any(metadata.get(k) != v for k, v in ours.items() if k != "lexpilot_incarnation"):
         return None
@@ -187,9 +191,10 @@ def listing(run, client) -> list:
 
 
 def listed(run, client, batches: list | None = None) -> list:
-    """This run's batches (this model and stage) that the provider lists; one of an earlier run of the same id,
-    model and stage under this root is named in one line and left alone (unless the ledger knows it already: the
-    run's own, then, whatever its tag says)."""
+    """This run's batches (this model and stage) that the provider lists, and the grid's pooled batches under this
+    root (their lines say which requests are the run's); one of an earlier run of the same id, model and stage
+    under this root is named in one line and left alone (unless the ledger knows it already: the run's own, then,
+    whatever its tag says)."""
     ours, known = [], run.ledger.known_batch_ids()
     for remote in listing(run, client) if batches is None else batches:
         whose = tagged(remote, run)
@@ -197,7 +202,7 @@ def listed(run, client, batches: list | None = None) -> list:
             foreign(
                 run, remote, "tagged with this run id, model and stage by another run (another incarnation)"
             )
-        elif whose == "ours":
+        elif whose in ("ours", "pooled"):
             ours.append(remote)
     return ours
 
@@ -310,7 +315,9 @@ def adopt(run, clients: dict, pending: dict[str, tuple]) -> int:
                 missing_ok=True,
             )
             lines = (content or b"").splitlines()
-            if not all(carries(line, run) for line in lines if line.strip()):
+            if tagged(remote, run) == "pooled":  # the grid's: this run's lines only (none: another cell's)
+                lines = [line for line in lines if carries(line, run)]
+            elif not all(carries(line, run) for line in lines if line.strip()):
                 foreign(run, remote, "its metadata names this run, but its requests carry another run's ids")
                 continue
             requests = _matched_requests(lines, pending, collected)
