@@ -188,15 +188,20 @@ class Budget:
         prompt_tokens: int | None,
         completion_tokens: int | None,
         cached_tokens: int = 0,
+        batched: float = 0.0,
     ) -> None:
         """The call is over: its real cost, its cached share included (its worst case where the reply carried no
-        token counts)."""
+        token counts); `batched`: answered in a batch, at the batch price."""
         with self.lock:
             self.reserved -= reserved
             self.spent += (
                 reserved
                 if prompt_tokens is None
                 else cost(
-                    self.prices[model], prompt_tokens, completion_tokens or 0, cached_tokens=cached_tokens
+                    self.prices[model],
+                    prompt_tokens,
+                    completion_tokens or 0,
+                    batched,
+                    cached_tokens=cached_tokens,
                 )
             )

@@ -13,11 +13,13 @@ import pytest
 
 import run_grid
 import show_results
+from lexpilot.pricing import cost, read_prices
 from lexpilot.protocols.catalog import ENTRY_POINTS
 from lexpilot.running.stage import stage_main
 from lexpilot.storage.checkpoints import run_folder
 from tests.test_run_grid import MODELS, README_LOOP, grid_argv, records
 
+JUDGE_AND_USER = ("DeepSeek-R1", "DeepSeek-V4.1-Flash")  # the default judge and User Model ids
 POLL = ("--batch-poll", "0.02")
 
 
@@ -172,6 +174,46 @@ def test_a_cell_whose_ledger_is_lost_re_attaches_its_lines_of_the_pooled_batch(
     )
     assert again == clean_requests  # nothing asked twice
     assert records(tmp_path / "grid") == records(clean)
+
+
+def test_max_cost_caps_the_grid_with_each_batch_settled_at_its_real_cost_when_collected(
+    tmp_path, http, three_cases, capsys
+):
+    """Item 8: "--max-cost caps the whole grid's spending: synchronous and batch calls". A batch is reserved at its
+    worst case before it is submitted and settled at what its replies report when collected, so a cap above what
+    the grid spends plus the worst case of its last cycle lets it finish, where the worst cases of both cycles of
+    Gold-Standard LJP (the prediction, then the judge) would not fit."""
+    prices = tmp_path / "prices.json"
+    price = {"prompt": 1, "completion": 4, "batch_discount": 0.5}
+    prices.write_text(json.dumps(dict.fromkeys(("model-a", "model-b", "model-c", *JUDGE_AND_USER), price)))
+    argv = ["--batch", *POLL, "--stages", "eval_LJP_gold", "--prices", str(prices)]
+    assert run_grid.main(grid_argv(tmp_path / "free", three_cases, *argv)) == 0
+    table = read_prices(prices)
+    # by hand, from the requests the provider saw: each one's worst case, as the budget reserves it (the prompt at
+    # a token a character, the completion at the output limit) ...
+    worst = {1: 0.0, 2: 0.0}
+    for batch in http.batches.values():
+        for line in batch["_lines"]:
+            body = line["body"]
+            cycle = 2 if body["model"] in JUDGE_AND_USER else 1
+            worst[cycle] += cost(
+                table[body["model"]], len(body["messages"][0]["content"]), body["max_tokens"], 1.0
+            )
+    # ... and what the first cycle's replies cost, from the records' usage of the evaluated model
+    first = 0.0
+    for path in (tmp_path / "free").glob("Force_judge_gen/*/*/a1_force_judge.jsonl"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            usage = json.loads(line)["usage"]["eval"]
+            first += cost(table["model-a"], usage["prompt_tokens"], usage["completion_tokens"], 1.0)
+    assert 0 < first < worst[1]
+    cap = worst[2] + (first + worst[1]) / 2  # more than first + worst[2]; less than worst[1] + worst[2]
+    capsys.readouterr()
+    assert run_grid.main(grid_argv(tmp_path / "capped", three_cases, *argv, "--max-cost", f"{cap:.6f}")) == 0
+    assert records(tmp_path / "capped") == records(tmp_path / "free")
+    below = first + worst[2] * 0.5  # the judge's cycle cannot be reserved whole
+    assert run_grid.main(grid_argv(tmp_path / "short", three_cases, *argv, "--max-cost", f"{below:.6f}")) == 1
+    err = capsys.readouterr().err
+    assert f"--max-cost {below:.6f}".rstrip("0") in err and "the next call could cost up to" in err
 
 
 @pytest.fixture

@@ -66,6 +66,7 @@ class Importer:
         self.report(batch)
         for cid, request in batch["requests"].items():  # asked, never answered: a failed attempt each
             if cid not in seen and cid not in self.known:
+                self.settle(cid, {})
                 self.run.ledger.failed(
                     request["key"],
                     f"{request.get('role', batch['role'])}: no reply in {batch.get('reason') or 'the batch'}",
@@ -96,6 +97,7 @@ class Importer:
             self.run.settings.redact(reasoning) if role == "judge" or self.run.settings.keep_reasoning else ""
         )
         if problem:
+            self.settle(cid, {})
             return self.refused(request, role, problem, line_error(entry))
         self.journal.keep_key(
             request["case"],
@@ -107,6 +109,7 @@ class Importer:
             reasoning=reasoning,
         )
         self.known.add(cid)
+        self.settle(cid, usage)
         if self.run.caller.sharing:  # the grid's display counts it, at the batch price
             self.run.caller.sharing.count_batched(self.run.settings.roles[role].model, usage)
         return 1
@@ -136,6 +139,23 @@ class Importer:
                 + ("" if at_once else "; asked again in the next cycle")
             )
         return 0
+
+    def settle(self, cid: str, usage: dict) -> None:
+        """The budget's reservation for a request this invocation submitted: settled at what its reply reports at
+        the batch price (its worst case without token counts), or released when no reply is taken (a refused or
+        unanswered request costs nothing; asked again, it is reserved again)."""
+        model, worst = self.run.reserved.pop(cid, (None, 0.0))
+        if model is None or not self.run.caller.budget:
+            return
+        reported = usage and not usage.get("unreported_calls")
+        self.run.caller.budget.settle(
+            worst,
+            model,
+            usage.get("prompt_tokens", 0) if reported else (None if usage else 0),
+            usage.get("completion_tokens", 0),
+            usage.get("cached_prompt_tokens", 0),
+            batched=1.0,
+        )
 
     def say_usage(self, role: str):
         """How a reply with malformed usage is said: once per stage and role, as a synchronous call says it."""

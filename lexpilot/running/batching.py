@@ -153,6 +153,8 @@ class BatchRun:
     ledger_lost: str = ""
     noted_submission: int = 0  # the stage's last cycle the manifest counts as submitting
     pool: object = None  # the grid's BatchPool (running/batch_pool.py): its batches are shared by every cell
+    # custom id -> (model, its worst case) reserved in the budget by this invocation, settled when its reply comes
+    reserved: dict = field(default_factory=dict)
 
     def note_submission(self) -> None:
         """Note in the manifest that this cycle of the stage submits batches, before its first submission (a
@@ -400,14 +402,18 @@ def _requests(run: BatchRun, needs: list[tuple]) -> dict[str, list]:
             continue  # asked in a batch still open: never twice
         role = settings.roles[need.role]
         body = request_body(role, need.prompt, caller.token_fields[need.role])
-        if caller.budget:  # the batch's worst case must fit the budget before it is submitted; it stays
-            # reserved for the invocation (a batch's real cost is known only when it is collected)
-            caller.budget.reserve(role.model, len(str(need.prompt)), role.max_tokens, batched=1.0)
+        cid = custom_id(run.incarnation, number, step, key, submission)
+        if (
+            caller.budget
+        ):  # the batch's worst case must fit the budget before it is submitted; it is settled at
+            # its real cost when its reply is collected (released when none comes: it is reserved again if re-asked)
+            worst = caller.budget.reserve(role.model, len(str(need.prompt)), role.max_tokens, batched=1.0)
+            run.reserved[cid] = (role.model, worst)
         # vLLM's run-batch takes one model per file; the API one batch per endpoint (roles may share one)
         group = role.model if settings.batching.files else role.base_url
         groups.setdefault(group, []).append(
             (
-                custom_id(run.incarnation, number, step, key, submission),
+                cid,
                 {
                     "case": number,
                     "step": step,
