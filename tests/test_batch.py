@@ -155,6 +155,33 @@ def test_a_role_left_synchronous_works_within_the_same_cycles(pair, provider):
     assert "batched_calls" not in record["usage"]["user"] and record["usage"]["eval"]["batched_calls"] == 2
 
 
+def run_batch_files(provider, folder) -> int:
+    """What `vllm run-batch` does, offline, with each input file of `folder` not answered yet; how many files."""
+    inputs = [
+        p
+        for p in sorted(folder.glob("*.jsonl"))
+        if not p.name.endswith(".out.jsonl") and not p.with_name(p.stem + ".out.jsonl").exists()
+    ]
+    for path in inputs:
+        lines = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
+        assert len({x["body"]["model"] for x in lines}) == 1  # one model per file
+        out = []
+        for i, x in enumerate(lines):
+            status, _, payload = provider._answer(x["body"])
+            out.append(
+                {
+                    "id": f"vllm-{i}",
+                    "custom_id": x["custom_id"],
+                    "response": {"status_code": status, "body": json.loads(payload)},
+                    "error": None,
+                }
+            )
+        path.with_name(path.stem + ".out.jsonl").write_text(
+            "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in out), encoding="utf-8"
+        )
+    return len(inputs)
+
+
 def test_vllm_batch_files_round_trip(pair, provider, tmp_path, capsys):
     sync, batch = pair
     folder = tmp_path / "vllm"
@@ -163,31 +190,9 @@ def test_vllm_batch_files_round_trip(pair, provider, tmp_path, capsys):
     while True:
         assert batch.run("gold", "--batch-files", str(folder)) == 0
         err = capsys.readouterr().err
-        inputs = [
-            p
-            for p in sorted(folder.glob("*.jsonl"))
-            if not p.name.endswith(".out.jsonl") and not p.with_name(p.stem + ".out.jsonl").exists()
-        ]
-        if not inputs:
+        if not run_batch_files(provider, folder):
             break
         assert "vllm run-batch -i" in err
-        for path in inputs:  # what `vllm run-batch` does with each file, offline
-            lines = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
-            assert len({x["body"]["model"] for x in lines}) == 1  # one model per file
-            out = []
-            for i, x in enumerate(lines):
-                status, _, payload = provider._answer(x["body"])
-                out.append(
-                    {
-                        "id": f"vllm-{i}",
-                        "custom_id": x["custom_id"],
-                        "response": {"status_code": status, "body": json.loads(payload)},
-                        "error": None,
-                    }
-                )
-            path.with_name(path.stem + ".out.jsonl").write_text(
-                "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in out), encoding="utf-8"
-            )
         rounds += 1
     assert rounds == 2 and contents(batch, "eval_results", "LJP_gold.jsonl") == contents(
         sync, "eval_results", "LJP_gold.jsonl"

@@ -17,6 +17,7 @@ from lexpilot.pricing import cost, read_prices
 from lexpilot.protocols.catalog import ENTRY_POINTS
 from lexpilot.running.stage import stage_main
 from lexpilot.storage.checkpoints import run_folder
+from tests.test_batch import run_batch_files
 from tests.test_run_grid import MODELS, README_LOOP, grid_argv, records
 
 JUDGE_AND_USER = ("DeepSeek-R1", "DeepSeek-V4.1-Flash")  # the default judge and User Model ids
@@ -214,6 +215,24 @@ def test_max_cost_caps_the_grid_with_each_batch_settled_at_its_real_cost_when_co
     assert run_grid.main(grid_argv(tmp_path / "short", three_cases, *argv, "--max-cost", f"{below:.6f}")) == 1
     err = capsys.readouterr().err
     assert f"--max-cost {below:.6f}".rstrip("0") in err and "the next call could cost up to" in err
+
+
+def test_batch_files_hold_every_cells_requests_for_a_model_per_cycle(tmp_path, http, three_cases, capsys):
+    """--batch-files: one `vllm run-batch` input file per model and cycle for every cell; each rerun collects the
+    outputs and writes the next cycle's, until the grid is done with the records of a --batch grid."""
+    stages = ("--stages", "eval_LJP_gold")
+    assert run_grid.main(grid_argv(tmp_path / "api", three_cases, "--batch", *POLL, *stages)) == 0
+    folder, files = tmp_path / "vllm", []
+    argv = grid_argv(tmp_path / "files", three_cases, "--batch-files", str(folder), *stages)
+    while True:
+        assert run_grid.main(argv) == 0
+        answered = run_batch_files(http, folder)
+        if not answered:
+            break
+        files.append(answered)
+    # by hand: the prediction asks each evaluated model (3 files, each with both runs), then the judge (1 file)
+    assert files == [3, 1]
+    assert records(tmp_path / "files") == records(tmp_path / "api")
 
 
 @pytest.fixture
