@@ -191,8 +191,8 @@ def listing(run, client) -> list:
 
 
 def listed(run, client, batches: list | None = None) -> list:
-    """This run's batches (this model and stage) that the provider lists, and the grid's pooled batches under this
-    root (their lines say which requests are the run's); one of an earlier run of the same id, model and stage
+    """This run's batches (this model and stage) that the provider lists, and after a lost ledger the grid's pooled
+    batches under this root (their lines say which requests are the run's); one of an earlier run of the same id, model and stage
     under this root is named in one line and left alone (unless the ledger knows it already: the run's own, then,
     whatever its tag says)."""
     ours, known = [], run.ledger.known_batch_ids()
@@ -202,7 +202,8 @@ def listed(run, client, batches: list | None = None) -> list:
             foreign(
                 run, remote, "tagged with this run id, model and stage by another run (another incarnation)"
             )
-        elif whose in ("ours", "pooled"):
+        elif whose == "ours" or (whose == "pooled" and run.ledger_lost):
+            # an intact ledger knows every pooled batch its cell took part in: it wrote each before the upload
             ours.append(remote)
     return ours
 
@@ -317,6 +318,8 @@ def adopt(run, clients: dict, pending: dict[str, tuple]) -> int:
             lines = (content or b"").splitlines()
             if tagged(remote, run) == "pooled":  # the grid's: this run's lines only (none: another cell's)
                 lines = [line for line in lines if carries(line, run)]
+                if not lines:
+                    continue
             elif not all(carries(line, run) for line in lines if line.strip()):
                 foreign(run, remote, "its metadata names this run, but its requests carry another run's ids")
                 continue

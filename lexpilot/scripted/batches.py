@@ -71,27 +71,7 @@ class BatchEndpoints:
                     return reply(404, {"error": {"message": "no such file"}})
                 return 200, {"Content-Type": "application/jsonl"}, self.files[parts[1]]
             if parts == ["batches"] and method == "POST":
-                body = json.loads(raw)
-                batch_id = f"batch-{len(self.batches) + 1}"
-                lines = [json.loads(x) for x in self.files[body["input_file_id"]].splitlines() if x.strip()]
-                self.submitted.update(x["custom_id"] for x in lines)
-                self.batches[batch_id] = {
-                    "id": batch_id,
-                    "object": "batch",
-                    "endpoint": body["endpoint"],
-                    "input_file_id": body["input_file_id"],
-                    "completion_window": "24h",
-                    "status": "in_progress",
-                    "created_at": int(time.time()),
-                    "_lines": lines,
-                    "_ready": time.monotonic() + self.batch_delay,
-                    "request_counts": {"total": len(lines), "completed": 0, "failed": 0},
-                    "metadata": body.get("metadata") or {},
-                }
-                if self.batch_lost_create:
-                    self.batch_lost_create = False
-                    return reply(500, {"error": {"message": "upstream timeout", "type": "server_error"}})
-                return reply(200, public(self.batches[batch_id]))
+                return self._create(json.loads(raw), reply)
             if parts == ["batches"] and method == "GET":
                 shown = [public(b) for b in self.batches.values()]
                 if self.batch_listed:
@@ -108,6 +88,29 @@ class BatchEndpoints:
                     self._finish(batch)
                 return reply(200, public(batch))
         return reply(404, {"error": {"message": f"no route {method} {path}"}})
+
+    def _create(self, body: dict, reply):
+        """POST /batches, under the lock: the batch of an uploaded file, ready `batch_delay` seconds from now."""
+        batch_id = f"batch-{len(self.batches) + 1}"
+        lines = [json.loads(x) for x in self.files[body["input_file_id"]].splitlines() if x.strip()]
+        self.submitted.update(x["custom_id"] for x in lines)
+        self.batches[batch_id] = {
+            "id": batch_id,
+            "object": "batch",
+            "endpoint": body["endpoint"],
+            "input_file_id": body["input_file_id"],
+            "completion_window": "24h",
+            "status": "in_progress",
+            "created_at": int(time.time()),
+            "_lines": lines,
+            "_ready": time.monotonic() + self.batch_delay,
+            "request_counts": {"total": len(lines), "completed": 0, "failed": 0},
+            "metadata": body.get("metadata") or {},
+        }
+        if self.batch_lost_create:
+            self.batch_lost_create = False
+            return reply(500, {"error": {"message": "upstream timeout", "type": "server_error"}})
+        return reply(200, public(self.batches[batch_id]))
 
     def _finish(self, batch: dict) -> None:
         if self.batch_final:
