@@ -385,3 +385,14 @@ def test_a_call_is_marked_in_flight_when_it_is_sent_not_while_it_waits_for_a_slo
             limiter.release(lease=lease)
         waiting.join(10)
         assert marks().count("start") == marks().count("end") == 1 and len(p.requests) == 1
+
+
+def test_the_raw_response_header_is_the_sdks_own():
+    """Calls go through the SDK's `post` with its raw-response header set to "stream" (models/calls.py), so that
+    the body is read by the harness within the call's deadline; a new SDK that renamed the header would read every
+    body itself, and the deadline tests in test_provider_faults.py would hang on a trickling reply."""
+    import openai._constants
+
+    from lexpilot.models.calls import RAW_RESPONSE_HEADER
+
+    assert RAW_RESPONSE_HEADER == openai._constants.RAW_RESPONSE_HEADER
