@@ -185,10 +185,11 @@ def test_max_cost_caps_the_grid_with_each_batch_settled_at_its_real_cost_when_co
     the grid spends plus the worst case of its last cycle lets it finish, where the worst cases of both cycles of
     Gold-Standard LJP (the prediction, then the judge) would not fit."""
     prices = tmp_path / "prices.json"
-    price = {"prompt": 1, "completion": 4, "batch_discount": 0.5}
+    price = {"prompt": 100, "completion": 400, "batch_discount": 0.5}  # the figures shown with two decimals
     prices.write_text(json.dumps(dict.fromkeys(("model-a", "model-b", "model-c", *JUDGE_AND_USER), price)))
     argv = ["--batch", *POLL, "--stages", "eval_LJP_gold", "--prices", str(prices)]
     assert run_grid.main(grid_argv(tmp_path / "free", three_cases, *argv)) == 0
+    shown = capsys.readouterr().err
     table = read_prices(prices)
     # by hand, from the requests the provider saw: each one's worst case, as the budget reserves it (the prompt at
     # a token a character, the completion at the output limit) ...
@@ -207,14 +208,23 @@ def test_max_cost_caps_the_grid_with_each_batch_settled_at_its_real_cost_when_co
             usage = json.loads(line)["usage"]["eval"]
             first += cost(table["model-a"], usage["prompt_tokens"], usage["completion_tokens"], 1.0)
     assert 0 < first < worst[1]
+    # the display counts what the batches answered, at the batch price, against the quote at batch prices
+    judged = 0.0
+    for path in (tmp_path / "free").glob("eval_results/*/*/LJP_gold.jsonl"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            usage = json.loads(line)["usage"]["judge"]
+            judged += cost(table["DeepSeek-R1"], usage["prompt_tokens"], usage["completion_tokens"], 1.0)
+    quoted = quote_grid_total(three_cases, prices, "Batch high value")
+    said = re.findall(r"; spent (\d+\.\d\d) of the quote's (\d+\.\d\d) at most", shown)[-1]
+    assert abs(float(said[0]) - (first + judged)) <= 0.005 and float(said[1]) == round(quoted, 2), said
     cap = worst[2] + (first + worst[1]) / 2  # more than first + worst[2]; less than worst[1] + worst[2]
     capsys.readouterr()
     assert run_grid.main(grid_argv(tmp_path / "capped", three_cases, *argv, "--max-cost", f"{cap:.6f}")) == 0
     assert records(tmp_path / "capped") == records(tmp_path / "free")
-    below = first + worst[2] * 0.5  # the judge's cycle cannot be reserved whole
-    assert run_grid.main(grid_argv(tmp_path / "short", three_cases, *argv, "--max-cost", f"{below:.6f}")) == 1
+    below = round(first + worst[2] * 0.5, 2)  # the judge's cycle cannot be reserved whole
+    assert run_grid.main(grid_argv(tmp_path / "short", three_cases, *argv, "--max-cost", str(below))) == 1
     err = capsys.readouterr().err
-    assert f"--max-cost {below:.6f}".rstrip("0") in err and "the next call could cost up to" in err
+    assert f"--max-cost {below:g}:" in err and "the next call could cost up to" in err
 
 
 def test_batch_files_hold_every_cells_requests_for_a_model_per_cycle(tmp_path, http, three_cases, capsys):
@@ -233,6 +243,23 @@ def test_batch_files_hold_every_cells_requests_for_a_model_per_cycle(tmp_path, h
     # by hand: the prediction asks each evaluated model (3 files, each with both runs), then the judge (1 file)
     assert files == [3, 1]
     assert records(tmp_path / "files") == records(tmp_path / "api")
+
+
+def quote_grid_total(dataset, prices, column: str) -> float:
+    """A column of quote_grid.py's total row for this file's grid (Gold-Standard LJP, three models, two runs)."""
+    import csv
+    import io
+    from contextlib import redirect_stdout
+
+    import quote_grid
+
+    out = io.StringIO()
+    argv = ["--models", *MODELS, "--runs", "2", "--stages", "eval_LJP_gold", "--format", "csv", "--batch"]
+    with redirect_stdout(out):
+        assert quote_grid.main([*argv, "--dataset", str(dataset), "--prices", str(prices)]) == 0
+    rows = list(csv.reader(out.getvalue().splitlines()))
+    header = next(r for r in rows if r[1] == "header")
+    return float(next(r for r in rows if r[1] == "total")[header.index(column)])
 
 
 @pytest.fixture

@@ -186,9 +186,8 @@ class GridRun:
             )
             if not p.refused
         ]
-        low, high, expected = (
-            summed_money(parts, lambda p, role: "all").get("all", {}).get("sync", (None,) * 3)
-        )
+        mode = "batch" if first.batching.enabled else "sync"  # the prices the grid pays
+        low, high, expected = summed_money(parts, lambda p, role: "all").get("all", {}).get(mode, (None,) * 3)
         return Quote(sum(sum(p.calls.values()) for p in parts), expected, high)
 
 
