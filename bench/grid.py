@@ -45,10 +45,13 @@ def base_env(user: FakeProvider, judge: FakeProvider) -> dict:
 
 def run(argv: list[str], env: dict, lines: list | None = None) -> tuple[float, float, int]:
     """(CPU seconds, peak RSS in MB, exit status) of one process; its stderr lines added to `lines`."""
-    process = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(process.pid, 0)
-    error = process.stderr.read().decode("utf-8", "replace")
-    process.stderr.close()
+    # its messages go to a file, not a pipe: a pipe nobody reads until the end fills at 64 KB (a 10 × 5 × 432 grid's
+    # closing lines are more) and stops the grid at its next line
+    with tempfile.TemporaryFile() as said:
+        process = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=said)
+        _, status, usage = os.wait4(process.pid, 0)
+        said.seek(0)
+        error = said.read().decode("utf-8", "replace")
     if lines is not None:
         lines += error.splitlines()
     code = os.waitstatus_to_exitcode(status)
