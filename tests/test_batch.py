@@ -341,3 +341,18 @@ def test_batch_records_equal_a_synchronous_runs_for_the_analysis_stages(pair, pr
             assert h.run_stage(stage, *extra) == 0
     for top, name in files:
         assert contents(batch, top, name) == contents(sync, top, name), name
+
+
+def test_batch_after_batch_files_says_the_files_wait_for_vllm_rather_than_waiting_for_ever(
+    pair, provider, capsys
+):
+    """Files written for `vllm run-batch` are answered only by their output files: --batch without --batch-files
+    stops at once, naming the file, the missing output and the option (a review found it polling for ever)."""
+    _, batch = pair
+    folder = batch.root / "vllm"
+    assert batch.run("gold", "--batch-files", str(folder)) == 0
+    capsys.readouterr()
+    assert batch.run("gold", "--batch", "--batch-poll", "0.01") == 2
+    err = capsys.readouterr().err
+    assert "written for vllm run-batch, and its output" in err and f"--batch-files {folder}" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) <= 2

@@ -128,23 +128,36 @@ def test_a_chain_that_stops_does_not_hold_the_others_back(tmp_path, http, three_
 def test_detached_grid_submits_a_cycle_then_a_rerun_collects_it_and_goes_on(
     tmp_path, http, three_cases, capsys
 ):
-    """--batch-detach: each invocation submits the grid's next cycle and leaves; the cells in flight hold back their
-    chains' later stages, and the exit status is 0."""
+    """--batch-detach: each invocation submits the grid's next cycle and leaves; a cell with batches in flight
+    holds back the rest of its chain (they share its run's ledger), and the exit status is 0."""
     http.batch_delay = 30  # the provider takes its time
-    argv = grid_argv(tmp_path / "grid", three_cases, "--batch-detach", *POLL, "--stages", "eval_LJP_gold")
+    stages = ("--stages", "eval_LJP_gold", "eval_LJP_direct")
+    argv = grid_argv(tmp_path / "grid", three_cases, "--batch-detach", *POLL, *stages)
     assert run_grid.main(argv) == 0
     err = capsys.readouterr().err
-    assert "6 cells with batches in flight: rerun the same command" in err
+    # by hand: the six chains' first stage, Gold-Standard LJP, has its prediction cycle in flight; Direct waits
+    assert "6 cells with batches in flight: rerun the same command" in err and "--batch-status" not in err
     first = len(http.batches)
     assert first == 3  # one cycle: one batch per evaluated model
     assert run_grid.main(argv) == 0  # still in flight: nothing new submitted
     assert len(http.batches) == first
+    assert (
+        stage_main(ENTRY_POINTS["eval_LJP_gold"][0], "test", argv=by_hand(tmp_path / "grid", three_cases))
+        == 2
+    )
+    assert "3 requests of this stage are in batches still in flight" in capsys.readouterr().err  # its 3 cases
+    assert not http.processed  # the synchronous run asked nothing: it would have paid twice
     http.batch_delay = 0
     for batch in http.batches.values():
         batch["_ready"] = 0
     assert run_grid.main([a for a in argv if a != "--batch-detach"] + ["--batch"]) == 0
     assert all(n == 1 for n in http.submitted.values())
-    assert len(list((tmp_path / "grid").glob("eval_results/*/*/LJP_gold.jsonl"))) == 6
+    for name in ("LJP_gold", "LJP_direct"):
+        assert len(list((tmp_path / "grid").glob(f"eval_results/*/*/{name}.jsonl"))) == 6
+
+
+def by_hand(root, dataset) -> list[str]:
+    return ["--run-id", "run1", "--model", "model-a", "--dataset", str(dataset), "--output-root", str(root)]
 
 
 def test_a_cell_whose_ledger_is_lost_re_attaches_its_lines_of_the_pooled_batch(

@@ -236,10 +236,14 @@ def finished_lines(run, batch: dict, client) -> list[bytes] | None:
         return lost(run, batch, f"the provider no longer knows batch {batch['batch_id']} (HTTP 404)")
     batch["status"] = remote.status
     counts = remote.request_counts
+    done = f"{getattr(counts, 'completed', 0)}/{getattr(counts, 'failed', 0)}"
     run.log(
         f"batch {batch['batch_id']} ({batch['role']}): {remote.status}, "
-        f"{getattr(counts, 'completed', 0)}/{getattr(counts, 'failed', 0)}/{len(batch['requests'])} "
-        "completed/failed/total"
+        + (
+            f"{done}/{getattr(counts, 'total', 0)} completed/failed/total, {len(batch['requests'])} of them this run's"
+            if batch.get("pool")
+            else f"{done}/{len(batch['requests'])} completed/failed/total"
+        )
     )
     if remote.status not in FINISHED:
         return None

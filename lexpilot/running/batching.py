@@ -253,10 +253,13 @@ def _cycles(run: BatchRun, out, err) -> int:
                     + (
                         " once their output files are in --batch-files"
                         if settings.batching.files
+                        else ""
+                        if run.pool is not None
                         else " (--batch-status shows them)"
                     )
                 )
                 return 0
+            refuse_unanswered_files(run)
             if run.caller.draining.wait(settings.batching.poll):  # the grid's first Ctrl-C
                 raise Drained
             continue
@@ -284,6 +287,18 @@ def _cycles(run: BatchRun, out, err) -> int:
             f"elapsed {time.monotonic() - started:.0f}s" + _spending(run)
         )
     return _batch_summary(run, time.monotonic() - started, out, err)
+
+
+def refuse_unanswered_files(run: BatchRun) -> None:
+    """Files written for `vllm run-batch` (--batch-files) are answered only by their output files: without
+    --batch-files, waiting for them would never end."""
+    written = [b for b in run.ledger.open_batches() if b["phase"] == "written"]
+    if written:
+        raise FatalError(
+            f"{written[0]['path']}: written for vllm run-batch, and its output {written[0]['output']} is not there "
+            f"yet ({counted(len(written), 'file')} in all); run the command docs/batch.md gives, then rerun with "
+            f"--batch-files {Path(written[0]['path']).parent}"
+        )
 
 
 def _digest(run: BatchRun, need: tuple) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import io
+import re
 import threading
 from dataclasses import dataclass
 from typing import Callable
@@ -148,6 +149,7 @@ def run_chain(grid: Grid, chain: list[Cell]) -> None:
         code, reason = run_cell(grid, cell)
         if code == 0 and batches_in_flight(cell.settings):  # --batch-detach, --batch-files
             cell.status = IN_FLIGHT
+            return  # the chain's later stages would only wait for its run's ledger: the rerun goes on
         elif code == 0:  # every case saved, a Ctrl-C or not
             cell.status = DONE
         elif code == INTERRUPTED_STATUS and grid.sharing.draining.is_set():
@@ -174,7 +176,7 @@ def run_cell(grid: Grid, cell: Cell) -> tuple[int, str]:
             cell.stage, cell.settings, grid.clients_of(cell), out, err, grid.sharing, cell.label
         )
         if code == 0:  # a cell that stopped is said once in the summary, with every cell that stopped alike
-            grid.report(cell, out.getvalue() + err.getvalue())
+            grid.report(cell, err.getvalue() + out.getvalue())  # its closing lines last
     except HarnessError as e:
         return 2, cell.settings.redact(str(e))
     except OSError as e:
@@ -227,8 +229,10 @@ def wait_for(chains: list[threading.Event], tick: Callable[[], None], wait: floa
 
 def grouped_reasons(cells: list[Cell]) -> list[tuple[str, list[Cell]]]:
     """Failed or held-back cells by reason: an endpoint's refusal met by every cell is one entry."""
-    reasons: dict[str, list[Cell]] = {}
+    reasons: dict[str, tuple[str, list[Cell]]] = {}
     for cell in cells:
         if cell.status in (FAILED, NOT_RUN):
-            reasons.setdefault(f"{cell.status}: {cell.reason}", []).append(cell)
-    return list(reasons.items())
+            said = f"{cell.status}: {cell.reason}"
+            # one reason with other amounts (the budget's spent and left at each cell's stop) is one reason
+            reasons.setdefault(re.sub(r"\d+\.\d+", "#", said), (said, []))[1].append(cell)
+    return list(reasons.values())

@@ -137,7 +137,16 @@ class Display:
             + f"; {calls} of at most {self.quote.calls} "
             f"calls answered{spending}; elapsed {elapsed:.0f}s, remaining {eta}"
         )
-        return [head] + [self.endpoint_line(limiter, now) for limiter in self.grid.sharing.endpoints.all()]
+        pool = self.grid.sharing.batches
+        batches = (
+            [
+                f"  batches: {counted(pool.generation, 'cycle')} made, {counted(pool.uploads, 'batch', 'batches')}; "
+                f"{len(pool.handed)} of {counted(len(pool.live), 'chain')} ready for the next"
+            ]
+            if pool is not None
+            else []
+        )
+        return [head, *batches] + [self.endpoint_line(lim, now) for lim in self.grid.sharing.endpoints.all()]
 
     def endpoint_line(self, limiter, now: float) -> str:
         then, before = self.sent_before.get(limiter.name, (self.start, 0))
