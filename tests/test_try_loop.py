@@ -174,3 +174,28 @@ def test_the_scripted_server_lets_models_differ_and_logs_each_request_without_it
         for m in ("model-a", "model-b")
     ]
     assert outcomes[0] != outcomes[1], outcomes
+
+
+def test_the_scripted_server_takes_a_batch_delay_from_its_command_line():
+    """Review of issue 38 item 9: without it, --batch-detach, --batch-status and a Ctrl-C while batches are in
+    flight could not be tried from the README alone (every batch was answered at its first retrieve)."""
+    import openai
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "lexpilot.scripted", "--port", str(port), "--batch-delay", "30"]
+    server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert "scripted provider at" in server.stdout.readline()
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="any", max_retries=0)
+        line = b'{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "m", '
+        line += b'"messages": [{"role": "user", "content": "hi"}]}}\n'
+        uploaded = client.files.create(file=("b.jsonl", line), purpose="batch")
+        made = client.batches.create(
+            input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+        assert client.batches.retrieve(made.id).status == "in_progress"  # 30 s to go
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

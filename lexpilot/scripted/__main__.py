@@ -39,6 +39,14 @@ def main(argv=None) -> int:
         help="append a JSON line per chat request there: its "
         "model, role, output limit, temperature and a digest of its prompt",
     )
+    parser.add_argument(
+        "--batch-delay",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="a batch is answered this long after it is created "
+        "(to try --batch-detach, --batch-status and Ctrl-C while batches are in flight)",
+    )
     args = parser.parse_args(argv)
     provider = FakeProvider(
         models_differ if args.models_differ else None,
@@ -55,7 +63,7 @@ def main(argv=None) -> int:
                 file=sys.stderr,
             )
             return 2
-    provider.port = args.port
+    provider.port, provider.batch_delay = args.port, args.batch_delay
     try:
         url = provider.start()
     except OSError as e:
@@ -69,10 +77,6 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         provider.stop()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 if __name__ == "__main__":
