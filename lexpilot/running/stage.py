@@ -178,7 +178,6 @@ def run_stage(
             from lexpilot.running import batching
 
             return batching.run_cycles(name, state, clients, settings, out, err, run_case, sharing, cell)
-        refuse_with_batches_in_flight(state)
         return _execute(name, state, clients, out, err, sharing, cell)
 
 
@@ -348,6 +347,7 @@ def _run_pool(name: str, pending: list[Case], workers: Workers, err) -> None:
 def _execute(
     name: str, state: StageState, clients, out, err, sharing: Sharing | None = None, cell=None
 ) -> int:
+    refuse_with_batches_in_flight(state)
     settings = state.settings
     pending = state.pending()
     skipped = len(state.cases) - len(pending)

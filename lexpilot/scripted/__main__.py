@@ -11,9 +11,8 @@ from lexpilot.scripted.provider import FakeProvider
 from lexpilot.scripted.replies import models_differ
 
 
-def main(argv=None) -> int:
-    """`python -m lexpilot.scripted --port P`: the scripted provider as a server on 127.0.0.1, to try every stage
-    without a provider (OPENAI_BASE_URL=http://127.0.0.1:P/v1, any OPENAI_API_KEY). Ctrl-C stops it."""
+def command_line():
+    """The scripted server's options."""
     import argparse
 
     parser = argparse.ArgumentParser(description=main.__doc__)
@@ -47,7 +46,13 @@ def main(argv=None) -> int:
         help="a batch is answered this long after it is created "
         "(to try --batch-detach, --batch-status and Ctrl-C while batches are in flight)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    """`python -m lexpilot.scripted --port P`: the scripted provider as a server on 127.0.0.1, to try every stage
+    without a provider (OPENAI_BASE_URL=http://127.0.0.1:P/v1, any OPENAI_API_KEY). Ctrl-C stops it."""
+    args = command_line().parse_args(argv)
     provider = FakeProvider(
         models_differ if args.models_differ else None,
         latency=args.latency,
