@@ -418,10 +418,9 @@ def _requests(run: BatchRun, needs: list[tuple]) -> dict[str, list]:
         role = settings.roles[need.role]
         body = request_body(role, need.prompt, caller.token_fields[need.role])
         cid = custom_id(run.incarnation, number, step, key, submission)
-        if (
-            caller.budget
-        ):  # the batch's worst case must fit the budget before it is submitted; it is settled at
-            # its real cost when its reply is collected (released when none comes: it is reserved again if re-asked)
+        # the batch's worst case must fit the budget before it is submitted; it is settled at its real cost when
+        # its reply is collected (released when none comes: it is reserved again if re-asked)
+        if caller.budget:
             worst = caller.budget.reserve(role.model, len(str(need.prompt)), role.max_tokens, batched=1.0)
             run.reserved[cid] = (role.model, worst)
         # vLLM's run-batch takes one model per file; the API one batch per endpoint (roles may share one)
