@@ -162,7 +162,7 @@ def batches_in_flight(settings: Settings) -> bool:
     """Whether a batch-mode cell left batches in flight, as --batch-detach and --batch-files do."""
     if not settings.batching.enabled:
         return False
-    from lexpilot.running.batching import ledger_path
+    from lexpilot.running.batch_run import ledger_path
     from lexpilot.running.ledger import Ledger
 
     return bool(Ledger(ledger_path(settings)).open_batches())

@@ -148,11 +148,9 @@ def run_stage(
         print(dry_run_report(name, state, selected), file=out)
         return 0
     if settings.batching.status:  # it only reads: never refused while another process writes the run
-        from lexpilot.running import (
-            batching,  # the batch API is only touched when asked for
-        )
+        from lexpilot.running.batch_status import status  # the batch API is only touched when asked for
 
-        return batching.status(name, settings, clients, out)
+        return status(name, settings, clients, out)
     with RunLock(mpath.with_name(".lock")):
         saved, note = check_manifest(
             mpath,
@@ -184,7 +182,7 @@ def run_stage(
 def refuse_with_batches_in_flight(state: StageState) -> None:
     """A synchronous run of a stage whose requests are in batches still open (an earlier --batch-detach, or a
     --batch run stopped) would pay for them twice: it is refused, naming how to collect them."""
-    from lexpilot.running.batching import ledger_path  # the batch code only when a ledger is there
+    from lexpilot.running.batch_run import ledger_path  # the batch code only when a ledger is there
 
     path = ledger_path(state.settings)
     if not path.exists():

@@ -1,0 +1,107 @@
+"""One batch-mode invocation of a stage (`BatchRun`): what every cycle reads and writes, the run's incarnation and
+whether its ledger was lost (`know_itself`), the ledger's path, and the quiet progress of the roles left
+synchronous."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lexpilot.running.ledger import Ledger
+from lexpilot.storage.checkpoints import CheckpointWriter, run_folder
+from lexpilot.storage.manifest import Manifest, note_batches_submitted, run_incarnation, submitted_batches
+
+
+class QuietProgress:
+    """Counters for the synchronous calls of roles left out of the batches (the cycles print their own lines)."""
+
+    def __init__(self, log):
+        self.log, self.retries = log, 0
+
+    def update(self, **deltas) -> None:
+        pass
+
+    def note(self, message: str) -> None:
+        self.log(message)
+
+    def retry(self, message: str) -> None:
+        self.retries += 1
+        self.log(f"retry: {message}")
+
+
+@dataclass
+class BatchRun:
+    """One batch-mode invocation of a stage: what every cycle reads and writes."""
+
+    name: str
+    state: object  # the StageState
+    settings: object
+    ledger: Ledger
+    journal_path: Path
+    writer: CheckpointWriter
+    caller: object  # the ModelCaller: the roles left synchronous, the batch clients, the budget
+    batched_roles: set
+    prompts: dict
+    run_case: object
+    log: object
+    failed: dict = field(default_factory=dict)  # case -> why it failed
+    # (case, step) -> replies the journal holds for a pending step
+    held: Counter = field(default_factory=Counter)
+    retried: Counter = field(default_factory=Counter)  # (case, step) -> invalid outputs said so far
+    # (case, step) -> replies the journal held at the start
+    said_before: Counter = field(default_factory=Counter)
+    depth: int | None = None  # the least upper bound on the remaining calls said so far
+    incarnation: str = ""  # the run's own id (its manifest's): in every batch's metadata and custom id
+    late: bool = False  # the run began before incarnations: its batches without one are its own too
+    rebuilt: bool = False  # its manifest was rebuilt from its records: its batches carry the lost incarnation
+    foreign_said: set = field(default_factory=set)  # the other runs' batches named so far
+    # why the ledger does not hold the stage's batches the manifest counts ("": it does)
+    ledger_lost: str = ""
+    noted_submission: int = 0  # the stage's last cycle the manifest counts as submitting
+    pool: object = None  # the grid's BatchPool (running/batch_pool.py): its batches are shared by every cell
+    # custom id -> (model, its worst case) reserved in the budget by this invocation, settled when its reply comes
+    reserved: dict = field(default_factory=dict)
+
+    def note_submission(self) -> None:
+        """Note in the manifest that this cycle of the stage submits batches, before its first submission (a
+        ledger found later with fewer cycles of the stage was lost, or is a stale copy)."""
+        cycle = self.ledger.cycles(self.name)
+        if self.state.manifest and not self.settings.batching.files and self.noted_submission != cycle:
+            self.state.manifest = note_batches_submitted(self.state.manifest, self.name, cycle)
+            self.noted_submission = cycle
+
+    def batch_clients(self) -> dict:
+        """One client per endpoint of the batched roles (roles may share one)."""
+        by_url = {}
+        for role in sorted(self.batched_roles):
+            by_url.setdefault(self.settings.roles[role].base_url, (role, self.caller.clients[role]))
+        return dict(by_url.values())
+
+
+def know_itself(run: BatchRun, manifest: Manifest | None, read_only: bool = False) -> Manifest | None:
+    """The run's incarnation (made now for a run from before incarnations, unless `read_only`), whether it began
+    before them, and whether its ledger was lost: the stage submitted batches, and the ledger is gone. Returns the
+    manifest, as it now is."""
+    if manifest and not read_only:
+        manifest = run_incarnation(manifest)
+    run.incarnation = (manifest.incarnation if manifest else None) or ""
+    run.late = bool(manifest) and (manifest.incarnation_late or not run.incarnation)
+    # a manifest rebuilt from the run's records got a new incarnation: the run's batches carry the lost one
+    run.rebuilt = bool(manifest) and manifest.rebuilt
+    # the stage's batches as the manifest counts them, and the ledger does not: a lost ledger, another stage's new
+    # one, or an old copy put back
+    # (a rebuilt one cannot say: it may have)
+    submitted = max(submitted_batches(manifest, run.name) if manifest else 0, int(run.rebuilt))
+    run.ledger_lost = (
+        ""
+        if submitted <= run.ledger.cycles(run.name)
+        else "the ledger is gone"
+        if not run.ledger.found or not run.ledger.cycles(run.name)
+        else "the ledger is older than the stage's last batches"
+    )
+    return manifest
+
+
+def ledger_path(settings) -> Path:
+    return run_folder(settings.output_root, settings.run_id, settings.roles["eval"].model) / "batches.json"
