@@ -17,8 +17,12 @@ from lexpilot.pricing import cost, read_prices
 from lexpilot.protocols.catalog import ENTRY_POINTS
 from lexpilot.running.stage import stage_main
 from lexpilot.storage.checkpoints import run_folder
+from tests.conftest import SECRET
 from tests.test_batch import run_batch_files
+from tests.test_batch_invalid import VALIDATED, FirstAnswerInvalid
+from tests.test_malformed_usage import USAGES
 from tests.test_run_grid import MODELS, README_LOOP, grid_argv, records
+from tests.test_run_grid_faults import clean_grid, small_grid
 
 JUDGE_AND_USER = ("DeepSeek-R1", "DeepSeek-V4.1-Flash")  # the default judge and User Model ids
 POLL = ("--batch-poll", "0.02")
@@ -256,6 +260,52 @@ def test_batch_files_hold_every_cells_requests_for_a_model_per_cycle(tmp_path, h
     # by hand: the prediction asks each evaluated model (3 files, each with both runs), then the judge (1 file)
     assert files == [3, 1]
     assert records(tmp_path / "files") == records(tmp_path / "api")
+
+
+def test_an_invalid_judge_output_in_a_pooled_grid_is_asked_again_in_the_next_cycle(
+    tmp_path, http, three_cases
+):
+    """The synchronous grid's fault tests (tests/test_run_grid_faults.py) in batch mode: the first answer to every
+    judge prompt is prose; each is asked once more, in a later pooled batch, and every case is saved."""
+    expected = clean_grid(http, tmp_path / "clean", three_cases, "--batch", *POLL)
+    script = http.script = FirstAnswerInvalid()
+    assert run_grid.main(small_grid(tmp_path / "out", three_cases, "--batch", *POLL)) == 0
+    extra = http.processed - expected
+    assert (
+        script.total > 0 and not expected - http.processed and {kind for kind, _ in extra} <= set(VALIDATED)
+    )
+    assert sum(extra.values()) == script.total  # each prose answer asked once more, nothing else
+    # every case of every cell saved (which model's cell met a prompt first, and got the prose, is timing's)
+    done, clean = records(tmp_path / "out"), records(tmp_path / "clean")
+    assert {path: len(lines) for path, lines in done.items()} == {
+        path: len(lines) for path, lines in clean.items()
+    }
+
+
+def test_a_malformed_usage_in_a_pooled_grid_is_kept_and_never_bought_again(
+    tmp_path, http, three_cases, capsys
+):
+    expected = clean_grid(http, tmp_path / "clean", three_cases, "--batch", *POLL)
+    http.usage_as = USAGES["negative"]
+    assert run_grid.main(small_grid(tmp_path / "out", three_cases, "--batch", *POLL)) == 0
+    assert http.processed == expected  # every reply kept: nothing bought twice
+    err = capsys.readouterr().err
+    assert "a reply's usage" in err and "Traceback" not in err
+    usages = [u for r in all_records(tmp_path / "out") for u in r["usage"].values() if u.get("calls")]
+    assert usages and all(u["unreported_calls"] == u["calls"] for u in usages)
+
+
+def test_a_key_echoed_in_a_pooled_batch_reaches_no_message_and_no_file(tmp_path, http, three_cases, capsys):
+    http.script = lambda kind, prompt, body: f"回复里有密钥 {SECRET}" if kind == "force_judge" else None
+    assert run_grid.main(small_grid(tmp_path / "out", three_cases, "--batch", *POLL)) == 0
+    assert SECRET not in capsys.readouterr().err
+    assert any("[redacted key]" in json.dumps(r, ensure_ascii=False) for r in all_records(tmp_path / "out"))
+    for path in (tmp_path / "out").rglob("*"):
+        assert not path.is_file() or SECRET not in path.read_text(encoding="utf-8", errors="replace"), path
+
+
+def all_records(root) -> list[dict]:
+    return [json.loads(line) for lines in records(root).values() for line in lines]
 
 
 def quote_grid_total(dataset, prices, column: str) -> float:

@@ -14,9 +14,9 @@ import pytest
 
 from lexpilot.running.batch_api import request_digest
 from lexpilot.scripted.provider import FakeProvider
-from tests.conftest import ROOT, as_at_a_terminal, sample_cases, write_dataset
+from tests.conftest import ROOT, sample_cases, write_dataset
 from tests.test_run_grid import MODELS, records
-from tests.test_run_grid_kills import environment
+from tests.test_run_grid_kills import at_a_terminal, environment
 
 
 def batch_grid(root, dataset, *stages) -> list[str]:
@@ -117,15 +117,7 @@ def test_a_ctrl_c_leaves_the_pooled_batches_in_flight_and_the_rerun_collects_the
         provider.processed.clear()
         provider.batch_delay = 20  # the first cycle's batches stay in flight
         command = batch_grid(tmp_path / "out", dataset)
-        process = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            env=env,
-            stderr=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            text=True,
-            preexec_fn=as_at_a_terminal,
-        )
+        process = at_a_terminal(command, env)
         deadline = time.monotonic() + 30
         while len(provider.batches) < since + 3 and time.monotonic() < deadline:
             time.sleep(0.01)

@@ -118,10 +118,9 @@ def test_twenty_kills_at_random_moments_then_a_rerun_pay_for_exactly_a_clean_run
     assert extra <= unanswered(tmp_path / "killed"), (extra, unanswered(tmp_path / "killed"))
 
 
-def a_second_ctrl_c_leaves_at_once(command, env, provider, calls: int, deadline: float) -> None:
-    """The grid started again and, once the provider has processed `calls`, two Ctrl-Cs: the second, while the
-    first drains, leaves at once."""
-    process = subprocess.Popen(
+def at_a_terminal(command: list[str], env: dict) -> subprocess.Popen:
+    """The grid started as at a terminal (Ctrl-C reaches it however pytest was started), its output read."""
+    return subprocess.Popen(
         command,
         cwd=ROOT,
         env=env,
@@ -130,6 +129,12 @@ def a_second_ctrl_c_leaves_at_once(command, env, provider, calls: int, deadline:
         text=True,
         preexec_fn=as_at_a_terminal,
     )
+
+
+def a_second_ctrl_c_leaves_at_once(command, env, provider, calls: int, deadline: float) -> None:
+    """The grid started again and, once the provider has processed `calls`, two Ctrl-Cs: the second, while the
+    first drains, leaves at once."""
+    process = at_a_terminal(command, env)
     while sum(provider.processed.values()) < calls and time.monotonic() < deadline:
         time.sleep(0.05)
     process.send_signal(signal.SIGINT)
@@ -173,15 +178,7 @@ def test_a_first_ctrl_c_drains_the_grid_and_a_second_leaves_at_once(tmp_path):
         clean_processed = Counter(provider.processed)
         provider.processed.clear()
         command = grid_command(tmp_path / "out", dataset)
-        process = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            preexec_fn=as_at_a_terminal,
-        )
+        process = at_a_terminal(command, env)
         deadline = time.monotonic() + 30
         while len(provider.processed) < 10 and time.monotonic() < deadline:
             time.sleep(0.05)

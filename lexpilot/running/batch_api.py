@@ -251,13 +251,15 @@ def finished_lines(run, batch: dict, client) -> list[bytes] | None:
     batch["reason"] = f"batch {remote.status}" + (f" ({why})" if why else "")
     lines = []
     for name, file_id in (("output", remote.output_file_id), ("error", remote.error_file_id)):
-        content = file_id and downloaded(run, file_id)(
+        content = file_id and downloaded(
+            run,
+            file_id,
             lambda: provider_call(
                 run,
                 f"downloading the {name} file of batch {batch['batch_id']}",
                 lambda: client.files.content(file_id).read(),
                 missing_ok=True,
-            )
+            ),
         )
         if file_id and content is None:  # its requests are left unanswered: asked again in the next cycle
             run.log(
@@ -268,11 +270,9 @@ def finished_lines(run, batch: dict, client) -> list[bytes] | None:
     return lines
 
 
-def downloaded(run, file_id: str):
-    """How a batch's file is fetched: once for every cell of the grid's pool that shares the batch, else directly."""
-    if run.pool is None:
-        return lambda fetch: fetch()
-    return lambda fetch: run.pool.downloaded(file_id, fetch)
+def downloaded(run, file_id: str, fetch):
+    """A batch's file: fetched once for every cell of the grid's pool that shares the batch, else directly."""
+    return fetch() if run.pool is None else run.pool.downloaded(file_id, fetch)
 
 
 def provider_errors(remote, redact) -> str:
