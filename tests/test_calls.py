@@ -396,3 +396,33 @@ def test_the_raw_response_header_is_the_sdks_own():
     from lexpilot.models.calls import RAW_RESPONSE_HEADER
 
     assert RAW_RESPONSE_HEADER == openai._constants.RAW_RESPONSE_HEADER
+
+
+def test_the_grid_gives_each_model_and_run_its_own_connections_and_every_client_one_tls_context(monkeypatch):
+    """The grid's cells share each endpoint's limiter (issue 38: "One limiter per endpoint"), not its connection
+    pool: the SDK's pool is locked and scanned on every request, so one (model, run)'s cells share their clients,
+    two (model, run)s never do; and every client shares one TLS context (each would parse the CA bundle again)."""
+    from lexpilot.models.calls import Sharing
+    from lexpilot.models.limits import Endpoints
+    from lexpilot.settings import add_common_args, settings_from_args
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    parser = argparse.ArgumentParser()
+    add_common_args(parser)
+    sharing = Sharing(Endpoints(lambda role: 4))
+
+    def callers(model, run_id):
+        settings = settings_from_args(parser.parse_args(["--run-id", run_id, "--model", model]))
+        return ModelCaller(settings, None, threading.Event(), sharing=sharing)
+
+    first, first_again, other_run = callers("m", "run1"), callers("m", "run1"), callers("m", "run2")
+    assert first.clients["judge"] is first_again.clients["judge"]  # two cells (stages) of one chain
+    assert first.clients["judge"] is not other_run.clients["judge"]
+    assert first.clients["judge"].base_url == other_run.clients["judge"].base_url  # one endpoint, one limiter
+    assert first.limiters["judge"] is other_run.limiters["judge"]
+    contexts = {
+        id(c._client._transport._pool._ssl_context)
+        for caller in (first, other_run)
+        for c in caller.clients.values()
+    }
+    assert contexts == {id(sharing.tls)}

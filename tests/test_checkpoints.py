@@ -497,3 +497,15 @@ def test_a_torn_journal_line_is_ignored_with_a_note(harness, provider, capsys):
     journal.write_text('{"case_number": "x", "st', encoding="utf-8")  # a crash in mid-line
     assert h.run("direct", "--limit", "2") == 0
     assert "1 unreadable line(s) ignored" in capsys.readouterr().err and not journal.exists()
+
+
+def test_calls_of_two_processes_in_one_journal_keep_their_own_marks(tmp_path):
+    """A call started and never ended is counted as paid and unanswered ("Calls started but never ended are added
+    up per role in unanswered_calls.json"): one writer's end mark must never close another writer's call."""
+    from lexpilot.storage.checkpoints import CallJournal, CheckpointWriter
+
+    path = tmp_path / "calls_journal.jsonl"
+    killed, other = (CallJournal(path, CheckpointWriter(), set()) for _ in range(2))  # two cells of a run
+    killed.started("judge")  # its process dies here: never ended
+    other.ended(other.started("judge"))
+    assert CallJournal(path, CheckpointWriter(), set()).unanswered == {"judge": 1}

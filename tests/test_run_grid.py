@@ -693,3 +693,33 @@ def test_a_command_line_mistake_is_one_line_not_the_usage(capsys, main, argv, sa
         main(argv)
     err = capsys.readouterr().err.strip()
     assert stop.value.code == 2 and len(err.splitlines()) == 1 and said in err, err
+
+
+@pytest.mark.parametrize("hard, soft_after, said", [(None, 2064, False), (1500, 1500, True)])
+def test_the_grid_raises_the_open_file_limit_it_needs_or_says_it_is_short(hard, soft_after, said):
+    """50 (model, run)s at --concurrency 8 may hold 50 × (3 × 8 + 16) + 64 = 2,064 files and connections: the soft
+    limit (often 1,024) is raised toward the hard one; when the hard one is short too, one line says what to do."""
+    import resource
+    import subprocess
+    import sys
+
+    from lexpilot.paths import PROJECT_ROOT
+
+    hard_now = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    hard = hard or hard_now
+    if hard_now != resource.RLIM_INFINITY and hard_now < 2064:
+        pytest.skip(f"this machine's hard limit on open files is {hard_now}")
+    code = (
+        "import resource\n"
+        f"resource.setrlimit(resource.RLIMIT_NOFILE, (256, {hard}))\n"
+        "from lexpilot.running.grid_run import open_files_for\n"
+        "print(open_files_for(50, 8) or '-')\n"
+        "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n"
+    )
+    note, soft = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PROJECT_ROOT
+    ).stdout.splitlines()
+    assert int(soft) == soft_after
+    assert (note != "-") == said
+    if said:
+        assert note.startswith("[grid] up to 2064 files") and "--shard K/N" in note

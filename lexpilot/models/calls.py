@@ -135,15 +135,22 @@ class Sharing:
     answered: Usage = field(default_factory=lambda: Usage())
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    # (base URL, key hash, timeout) -> the SDK client every cell uses
+    # (base URL, key hash, timeout, (model, run)) -> the SDK client of one chain's cells: its connection pool is
+    # locked and scanned on every request, so one pool for the hundreds of workers of a 10 x 5 grid cost more CPU
+    # than the calls (docs/performance.md)
     clients: dict = field(default_factory=dict)
     batches: object = None  # with --batch, the grid's pool of batches per endpoint (running/batch_pool.py)
+    tls: object = (
+        None  # the TLS context every client shares: each client would parse the CA bundle (~1 MB) again
+    )
 
-    def client(self, role: Role, timeout: float, build):
-        key = (role.base_url, key_digest(role.api_key), timeout)
+    def client(self, role: Role, timeout: float, chain: tuple[str, str], build):
+        key = (role.base_url, key_digest(role.api_key), timeout, chain)
         with self.lock:
+            if self.tls is None:
+                self.tls = tls_context()
             if key not in self.clients:
-                self.clients[key] = build(role)
+                self.clients[key] = build(role, self.tls)
             return self.clients[key]
 
     def count(self, model: str, reply: Reply) -> None:
@@ -160,6 +167,15 @@ class Sharing:
         """A reply imported from a batch (its usage entry, `batched_calls` in it), for the display's counts."""
         with self.lock:
             self.answered.merge({model: usage})
+
+
+def tls_context():
+    """The TLS context the SDK's HTTP client would make (the CA bundle, SSL_CERT_FILE and SSL_CERT_DIR honoured)."""
+    try:
+        import httpx2 as httpx  # what the openai 3.x SDK is built on
+    except ImportError:
+        import httpx
+    return httpx.create_ssl_context()
 
 
 def request_body(role: Role, prompt: str | list[dict], token_field: str = "max_tokens") -> dict:
@@ -238,17 +254,18 @@ class ModelCaller:
 
         # Every client is built here, before any worker starts: nothing is built lazily across threads. The grid's
         # cells share one per endpoint (and its connections): building one reads the whole environment for proxies.
-        def build(r: Role):
+        def build(r: Role, tls=True):
             return openai.OpenAI(
                 base_url=r.base_url,
                 api_key=r.api_key or "EMPTY",
                 timeout=settings.transport.timeout,
                 max_retries=0,
-                http_client=openai.DefaultHttpxClient(follow_redirects=False),
+                http_client=openai.DefaultHttpxClient(follow_redirects=False, verify=tls),
             )
 
+        chain = (settings.roles["eval"].model, settings.run_id)
         self.clients = clients or {
-            role: sharing.client(r, settings.transport.timeout, build) if sharing else build(r)
+            role: sharing.client(r, settings.transport.timeout, chain, build) if sharing else build(r)
             for role, r in settings.roles.items()
         }
         # The output-limit field per role: OpenAI's reasoning models refuse max_tokens, so a role switches to

@@ -126,7 +126,7 @@ class GridRun:
             print(f"[grid] shard {self.shard[0]}/{self.shard[1]} has no (model, run) of this grid", file=err)
             return 0
         first = chains[0][0].settings
-        notes: list[str] = []
+        notes: list[str] = [open_files_for(len(chains), first.transport.concurrency)]
         speaker = {"say": notes.append}  # until the display is drawn, then the display
         endpoints = self.endpoints(chains, lambda line: speaker["say"](line))
         budget = (
@@ -147,7 +147,7 @@ class GridRun:
             grid, self.quote(first, chains), first.spending.prices, err, share=self.share_text()
         )
         grid.report = display.cell_lines
-        for note in notes:
+        for note in filter(None, notes):
             display.note(note)
         speaker["say"] = display.note  # what the shared store says from here on (Redis gone, or back)
         interrupted = False
@@ -189,6 +189,26 @@ class GridRun:
         mode = "batch" if first.batching.enabled else "sync"  # the prices the grid pays
         low, high, expected = summed_money(parts, lambda p, role: "all").get("all", {}).get(mode, (None,) * 3)
         return Quote(sum(sum(p.calls.values()) for p in parts), expected, high)
+
+
+def open_files_for(chains: int, concurrency: int) -> str:
+    """Each (model, run) keeps up to --concurrency connections to each of its three endpoints, and its record and
+    journal files, open: the soft limit on open files is raised toward the hard one when the grid may need more
+    (the common default of 1,024 is short of a 10 x 10 grid's). A note when even the hard limit may be short."""
+    import resource
+
+    needed = chains * (3 * concurrency + 16) + 64
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return ""
+    raised = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+    if raised >= needed:
+        return ""
+    return (
+        f"[grid] up to {needed} files and connections may be open at once, over this system's limit of {hard} "
+        "(ulimit -Hn): raise it, or run the grid in parts (--shard K/N)"
+    )
 
 
 def start_grid(
