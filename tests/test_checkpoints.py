@@ -21,7 +21,7 @@ from lexpilot.scripted.provider import FakeProvider
 from lexpilot.storage.checkpoints import manifest_path
 from lexpilot.storage.lock import RunLock
 from lexpilot.storage.manifest import settings_digest
-from tests.conftest import SECRET, Harness, sample_cases
+from tests.conftest import SECRET, STAGES, Harness, sample_cases
 
 THIRD_CASE = sample_cases()[2]["underspecified_consultation"][0]["content"]
 
@@ -509,3 +509,28 @@ def test_calls_of_two_processes_in_one_journal_keep_their_own_marks(tmp_path):
     killed.started("judge")  # its process dies here: never ended
     other.ended(other.started("judge"))
     assert CallJournal(path, CheckpointWriter(), set()).unanswered == {"judge": 1}
+
+
+def test_a_finished_case_keeps_only_its_records_on_disk_not_in_memory(harness, provider, monkeypatch):
+    """Nothing reads a finished case's records again in its stage, so they leave memory as the case finishes (a
+    10 x 5 grid held every chain's records of a stage at once); its pending cases keep theirs, upstream included."""
+    from lexpilot.benchmark.dataset import load_dataset
+    from lexpilot.running import stage as stage_module
+    from lexpilot.running.state import SAVED
+
+    states = []
+    loaded = stage_module.load_state
+    monkeypatch.setattr(
+        stage_module, "load_state", lambda *a, **k: states.append(loaded(*a, **k)) or states[-1]
+    )
+    assert harness.run("LexAwN") == 0
+    assert harness.run("interaction") == 0
+    assert [len(s.records["interaction"]) for s in states] == [len(sample_cases())] * 2
+    assert all(r is SAVED for s in states for records in s.records.values() for r in records.values())
+    # a resumed stage: the finished cases' records are not kept, the pending case's upstream record is
+    path = states[1].paths["LJP_interaction"]
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:-1]))
+    pending = json.loads(lines[-1])["case_number"]
+    state = loaded(states[1].settings, STAGES["interaction"], load_dataset(harness.dataset)[0])
+    assert [n for n, r in state.records["interaction"].items() if r is not SAVED] == [pending]

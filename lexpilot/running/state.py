@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 from lexpilot.benchmark.dataset import Case
 from lexpilot.benchmark.records import RECORD_KINDS, new_record, record_digest
@@ -21,6 +22,11 @@ from lexpilot.storage.checkpoints import (
     read_checkpoint,
 )
 from lexpilot.storage.manifest import Manifest, check_manifest
+
+# What a finished case's records are in memory: on disk they are whole, and nothing reads a finished case's records
+# again (a step reads the records of its own case's pending steps). A 10 x 5 grid otherwise held every chain's
+# records of a stage at once, about 8 MB a chain at 432 cases (docs/performance.md).
+SAVED = MappingProxyType({})
 
 
 @dataclass
@@ -42,6 +48,12 @@ class StageState:
 
     def pending(self) -> list[Case]:
         return [c for c in self.cases if any(c.number not in self.records[s.name] for s in self.steps)]
+
+    def finished(self, number: str) -> None:
+        """Every step of the case is saved: its records (and the upstream ones it read) leave memory."""
+        for records in self.records.values():
+            if number in records:
+                records[number] = SAVED
 
 
 def load_state(
@@ -84,9 +96,12 @@ def load_state(
                 f"{paths[kind.name]}: the {kind.name} stage is incomplete ({len(missing)} of "
                 f"{len(cases)} cases missing: {shown}). Run {kind.producer} for this run first."
             )
-    return StageState(
+    state = StageState(
         settings, stage.enabled_steps(settings), cases, paths, records, notes=notes, idle=stage.idle
     )
+    for number in {c.number for c in cases} - {c.number for c in state.pending()}:
+        state.finished(number)
+    return state
 
 
 def read_only_state(
@@ -135,3 +150,4 @@ def run_case(state: StageState, calls: CaseCalls, writer: CheckpointWriter) -> N
         )
         writer.append(state.paths[step.name], record)
         state.records[step.name][case.number] = record
+    state.finished(case.number)

@@ -151,14 +151,12 @@ class CallJournal:
         # `settings`: the run's settings hash; a reply is kept with it and replayed only under the same settings
         # (a manifest deleted and rebuilt at another temperature never takes the replies made at the first)
         self.path, self.writer, self.settings = path, writer, settings
-        # a call's id: this journal's random prefix and a count (a uuid per call cost a system call each; the
-        # 48-bit prefix keeps ids of earlier processes in the same file apart)
-        self.call_prefix, self.call_count = uuid.uuid4().hex[:12], itertools.count()  # count: atomic in C
-        self.other_settings = 0
+        # call ids: a 48-bit random prefix (other writers' apart) and a count (atomic); a uuid each cost a syscall
+        self.call_prefix, self.call_count = uuid.uuid4().hex[:12], itertools.count()
         self.replies: dict[tuple, deque] = {}
         self.taken: dict[str, list] = {}  # case -> (key, reply) taken from `replies`, in order
         self.lock = threading.Lock()
-        self.unreadable = self.edited = 0
+        self.unreadable = self.edited = self.other_settings = 0
         self.unanswered: dict[str, int] = {}
         if not path.exists():
             return
