@@ -722,4 +722,24 @@ def test_the_grid_raises_the_open_file_limit_it_needs_or_says_it_is_short(hard, 
     assert int(soft) == soft_after
     assert (note != "-") == said
     if said:
-        assert note.startswith("[grid] up to 2064 files") and "--shard K/N" in note
+        assert (
+            note.startswith("[grid] up to 2064 files") and "limit of 1500" in note and "--shard K/N" in note
+        )
+
+
+def test_an_open_file_limit_the_system_will_not_raise_is_said_not_a_traceback(monkeypatch):
+    """macOS refuses a soft limit over kern.maxfilesperproc (ValueError) even below an unlimited hard limit, and
+    Windows has no such limit: the grid says so in one line, or says nothing, and goes on."""
+    import resource
+    import sys
+
+    from lexpilot.running.grid_run import open_files_for
+
+    def refused(*_):
+        raise ValueError("current limit exceeds maximum limit")
+
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (256, resource.RLIM_INFINITY))
+    monkeypatch.setattr(resource, "setrlimit", refused)
+    assert "limit of 256 (ulimit -n)" in open_files_for(50, 8)
+    monkeypatch.setitem(sys.modules, "resource", None)  # as on Windows
+    assert open_files_for(50, 8) == ""

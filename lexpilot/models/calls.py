@@ -253,7 +253,7 @@ class ModelCaller:
         self.draining = sharing.draining if sharing else threading.Event()
 
         # Every client is built here, before any worker starts: nothing is built lazily across threads. The grid's
-        # cells share one per endpoint (and its connections): building one reads the whole environment for proxies.
+        # cells of one (model, run) share theirs (Sharing.client): building one reads the whole environment for proxies.
         def build(r: Role, tls=True):
             return openai.OpenAI(
                 base_url=r.base_url,

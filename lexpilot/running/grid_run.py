@@ -195,19 +195,24 @@ def open_files_for(chains: int, concurrency: int) -> str:
     """Each (model, run) keeps up to --concurrency connections to each of its three endpoints, and its record and
     journal files, open: the soft limit on open files is raised toward the hard one when the grid may need more
     (the common default of 1,024 is short of a 10 x 10 grid's). A note when even the hard limit may be short."""
-    import resource
-
+    try:
+        import resource
+    except ImportError:  # Windows: no such limit to raise
+        return ""
     needed = chains * (3 * concurrency + 16) + 64
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= needed:
         return ""
     raised = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+    except (ValueError, OSError):  # macOS caps a process below an unlimited hard limit (kern.maxfilesperproc)
+        raised = soft
     if raised >= needed:
         return ""
     return (
-        f"[grid] up to {needed} files and connections may be open at once, over this system's limit of {hard} "
-        "(ulimit -Hn): raise it, or run the grid in parts (--shard K/N)"
+        f"[grid] up to {needed} files and connections may be open at once, over this process's limit of {raised} "
+        "(ulimit -n): raise it, or run the grid in parts (--shard K/N)"
     )
 
 
