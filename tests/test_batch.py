@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from lexpilot.settings import DEFAULT_MODELS
 from tests.conftest import Harness, sample_cases, write_dataset
 
 CASES = sample_cases()[:4]
@@ -356,3 +357,18 @@ def test_batch_after_batch_files_says_the_files_wait_for_vllm_rather_than_waitin
     err = capsys.readouterr().err
     assert "written for vllm run-batch, and its output" in err and f"--batch-files {folder}" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) <= 2
+
+
+def test_roles_on_one_url_with_different_models_get_a_batch_each(pair, provider):
+    """OpenAI's batch API takes one model per input file ("each input file can only include requests to a single
+    model"; the scripted provider fails a batch that mixes them, as OpenAI's validation does): when a cycle asks
+    the evaluated model for some cases and the judge for others at the same base URL, each gets its own batch."""
+    _, batch = pair
+    provider.batch_expire = (
+        True  # half of each batch unanswered: the cases fall out of step, roles mix in cycles
+    )
+    assert batch.run("gold", "--batch", "--batch-poll", "0.05", "--retries", "5") == 0
+    models = [{line["body"]["model"] for line in b["_lines"]} for b in provider.batches.values()]
+    assert all(len(m) == 1 for m in models)
+    assert {m for ms in models for m in ms} == {"eval-model", DEFAULT_MODELS["judge"]}
+    assert all(b["status"] == "expired" for b in provider.batches.values())

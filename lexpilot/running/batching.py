@@ -2,10 +2,10 @@
 batches endpoints, which others copy), at about half the price, and a batch is a checkpoint.
 
 Each cycle replays every pending case's protocol from its saved records and call journal until the case needs
-a reply it does not have; those requests (one per case and dialogue) go into one batch per endpoint. The
-batch, its input file and every custom id are recorded in runs/<run>/<model>/batches.json (the ledger) before
-anything waits, so a killed process, Ctrl-C or --batch-detach leaves them in flight: the next invocation
-re-attaches to them (from the ledger, or from the provider's list of the run's batches when the ledger is lost)
+a reply it does not have; those requests (one per case and dialogue) go into one batch per endpoint (base URL
+and model). The batch, its input file and every custom id are recorded in runs/<run>/<model>/batches.json (the
+ledger) before anything waits, so a killed process, Ctrl-C or --batch-detach leaves them in flight: the next
+invocation re-attaches to them (from the ledger, or from the provider's list of the run's batches when the ledger is lost)
 and never submits a request twice. Collected replies are validated exactly as synchronous ones and go into the
 call journal, from which the next cycle's replay reads them; the records are the same as a synchronous run's,
 with `batched_calls` in their usage. Roles left out of --batch-roles are asked directly within the cycles, each
@@ -172,7 +172,8 @@ def custom_id(incarnation: str, number: str, step: str, key: str, occurrence: in
 
 
 def _requests(run: BatchRun, needs: list[tuple]) -> dict[str, list]:
-    """The cycle's requests by batch: one batch per endpoint (roles may share one), or per model for vLLM files;
+    """The cycle's requests by batch: one per base URL and model (roles of one model share it), or per model for
+    vLLM files;
     a request already in an open batch (the same case, step and prompt) is never asked twice."""
     settings, caller = run.settings, run.caller
     in_flight = run.ledger.in_flight_keys()
@@ -189,8 +190,9 @@ def _requests(run: BatchRun, needs: list[tuple]) -> dict[str, list]:
         if caller.budget:
             worst = caller.budget.reserve(role.model, len(str(need.prompt)), role.max_tokens, batched=1.0)
             run.reserved[cid] = (role.model, worst)
-        # vLLM's run-batch takes one model per file; the API one batch per endpoint (roles may share one)
-        group = role.model if settings.batching.files else role.base_url
+        # one model per input file: OpenAI's batch API ("each input file can only include requests to a single
+        # model") as vLLM's run-batch; roles asking one model at one URL share a batch
+        group = role.model if settings.batching.files else (role.base_url, role.model)
         groups.setdefault(group, []).append(
             (
                 cid,

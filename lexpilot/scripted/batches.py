@@ -107,6 +107,20 @@ class BatchEndpoints:
             "request_counts": {"total": len(lines), "completed": 0, "failed": 0},
             "metadata": body.get("metadata") or {},
         }
+        models = {x.get("body", {}).get("model") for x in lines}
+        if len(models) > 1:  # OpenAI: "each input file can only include requests to a single model"
+            self.batches[batch_id] |= {
+                "status": "failed",
+                "errors": {
+                    "object": "list",
+                    "data": [
+                        {
+                            "code": "mismatched_model",
+                            "message": f"models {sorted(map(str, models))} in one file",
+                        }
+                    ],
+                },
+            }
         if self.batch_lost_create:
             self.batch_lost_create = False
             return reply(500, {"error": {"message": "upstream timeout", "type": "server_error"}})
