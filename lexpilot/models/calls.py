@@ -140,9 +140,8 @@ class Sharing:
     # than the calls (docs/performance.md)
     clients: dict = field(default_factory=dict)
     batches: object = None  # with --batch, the grid's pool of batches per endpoint (running/batch_pool.py)
-    tls: object = (
-        None  # the TLS context every client shares: each client would parse the CA bundle (~1 MB) again
-    )
+    # the TLS context every client shares: each client would parse the CA bundle (~1 MB) again
+    tls: object = None
 
     def client(self, role: Role, timeout: float, chain: tuple[str, str], build):
         key = (role.base_url, key_digest(role.api_key), timeout, chain)

@@ -5,8 +5,8 @@ Each cycle replays every pending case's protocol from its saved records and call
 a reply it does not have; those requests (one per case and dialogue) go into one batch per endpoint (base URL
 and model). The batch, its input file and every custom id are recorded in runs/<run>/<model>/batches.json (the
 ledger) before anything waits, so a killed process, Ctrl-C or --batch-detach leaves them in flight: the next
-invocation re-attaches to them (from the ledger, or from the provider's list of the run's batches when the ledger is lost)
-and never submits a request twice. Collected replies are validated exactly as synchronous ones and go into the
+invocation re-attaches to them (from the ledger, or from the provider's list of the run's batches when the ledger
+is lost) and never submits a request twice. Collected replies are validated exactly as synchronous ones and go into the
 call journal, from which the next cycle's replay reads them; the records are the same as a synchronous run's,
 with `batched_calls` in their usage. Roles left out of --batch-roles are asked directly within the cycles, each
 reply once. This module runs the cycles and makes each cycle's requests; the replay is batch_replay.py's, the
@@ -171,14 +171,13 @@ def custom_id(incarnation: str, number: str, step: str, key: str, occurrence: in
     )
 
 
-def _requests(run: BatchRun, needs: list[tuple]) -> dict[str, list]:
+def _requests(run: BatchRun, needs: list[tuple]) -> dict:
     """The cycle's requests by batch: one per base URL and model (roles of one model share it), or per model for
-    vLLM files;
-    a request already in an open batch (the same case, step and prompt) is never asked twice."""
+    vLLM files; a request already in an open batch (the same case, step and prompt) is never asked twice."""
     settings, caller = run.settings, run.caller
     in_flight = run.ledger.in_flight_keys()
     submission = len(run.ledger.data["batches"])  # makes every custom id of this cycle new
-    groups: dict[str, list] = {}
+    groups: dict = {}  # (base URL, model), or model for vLLM files -> its requests
     for number, step, need, key in needs:
         if (number, step, key) in in_flight:
             continue  # asked in a batch still open: never twice
@@ -210,7 +209,7 @@ def _requests(run: BatchRun, needs: list[tuple]) -> dict[str, list]:
     return groups
 
 
-def _send(run: BatchRun, groups: dict[str, list]) -> None:
+def _send(run: BatchRun, groups: dict) -> None:
     settings = run.settings
     if run.pool is not None:  # the grid's: one batch per endpoint for every cell, once every chain has handed
         run.pool.hand(chain_of(settings), run, [r for requests in groups.values() for r in requests])
