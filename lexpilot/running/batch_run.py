@@ -105,3 +105,9 @@ def know_itself(run: BatchRun, manifest: Manifest | None, read_only: bool = Fals
 
 def ledger_path(settings) -> Path:
     return run_folder(settings.output_root, settings.run_id, settings.roles["eval"].model) / "batches.json"
+
+
+def open_batches(settings) -> list[dict]:
+    """The run's batches still in flight, as its ledger holds them (none without a ledger)."""
+    path = ledger_path(settings)
+    return Ledger(path).open_batches() if path.exists() else []

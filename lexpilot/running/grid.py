@@ -162,10 +162,9 @@ def batches_in_flight(settings: Settings) -> bool:
     """Whether a batch-mode cell left batches in flight, as --batch-detach and --batch-files do."""
     if not settings.batching.enabled:
         return False
-    from lexpilot.running.batch_run import ledger_path
-    from lexpilot.running.ledger import Ledger
+    from lexpilot.running.batch_run import open_batches
 
-    return bool(Ledger(ledger_path(settings)).open_batches())
+    return bool(open_batches(settings))
 
 
 def run_cell(grid: Grid, cell: Cell) -> tuple[int, str]:

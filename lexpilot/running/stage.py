@@ -182,20 +182,15 @@ def run_stage(
 def refuse_with_batches_in_flight(state: StageState) -> None:
     """A synchronous run of a stage whose requests are in batches still open (an earlier --batch-detach, or a
     --batch run stopped) would pay for them twice: it is refused, naming how to collect them."""
-    from lexpilot.running.batch_run import ledger_path  # the batch code only when a ledger is there
-
-    path = ledger_path(state.settings)
-    if not path.exists():
-        return
-    from lexpilot.running.ledger import Ledger
+    from lexpilot.running.batch_run import ledger_path, open_batches
 
     steps = {s.name for s in state.steps}
     open_requests = sum(
-        1 for b in Ledger(path).open_batches() for r in b["requests"].values() if r["step"] in steps
+        1 for b in open_batches(state.settings) for r in b["requests"].values() if r["step"] in steps
     )
     if open_requests:
         raise HarnessError(
-            f"{path}: {counted(open_requests, 'request')} of this stage are in batches still in flight; rerun "
+            f"{ledger_path(state.settings)}: {counted(open_requests, 'request')} of this stage are in batches still in flight; rerun "
             "with --batch to collect them (asked again without it, they would be paid twice)"
         )
 
