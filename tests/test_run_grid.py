@@ -359,15 +359,17 @@ def test_an_endpoint_that_refuses_the_key_stops_its_cells_with_one_line_and_the_
     assert "Traceback" not in err
 
 
-def test_a_cell_that_fails_holds_back_only_the_cells_that_read_it(tmp_path, http, three_cases, capsys):
-    """Item 6: a LexAwN that fails holds back its Interaction-Based LJP; its DCG, Direct and Gold-Standard run."""
+@pytest.mark.parametrize("mode", [(), ("--batch", "--batch-poll", "0.02")], ids=["sync", "batch"])
+def test_a_cell_that_fails_holds_back_only_the_cells_that_read_it(tmp_path, http, three_cases, capsys, mode):
+    """Item 6: a LexAwN that fails holds back its Interaction-Based LJP; its DCG, Direct and Gold-Standard run (in
+    batch mode side by side with it)."""
 
     def script(kind, prompt, body):
         if body["model"] == "model-a" and kind == "lexawn":
             return {"status": 500}
 
     http.script = script
-    argv = grid_argv(tmp_path / "out", three_cases, "--runs", "1", "--retries", "0")
+    argv = grid_argv(tmp_path / "out", three_cases, "--runs", "1", "--retries", "0", *mode)
     assert run_grid.main(argv) == 1
     err = capsys.readouterr().err
     assert "[grid] model-a run1 LexAwN: failed: " in err
@@ -375,20 +377,20 @@ def test_a_cell_that_fails_holds_back_only_the_cells_that_read_it(tmp_path, http
     assert "[grid] 15 cells: 13 done, 1 failed, 1 not run" in err
 
 
-def test_a_grid_and_a_stage_script_on_the_same_run_are_refused(tmp_path, http, three_cases, capsys):
+@pytest.mark.parametrize("mode", [(), ("--batch", "--batch-poll", "0.02")], ids=["sync", "batch"])
+def test_a_grid_and_a_stage_script_on_the_same_run_are_refused(tmp_path, http, three_cases, capsys, mode):
     """Item 7: "A grid and a stage script on the same root and run id are refused, as today's lock does.\""""
     from lexpilot.storage.checkpoints import run_folder
     from lexpilot.storage.lock import RunLock
 
     lock = run_folder(tmp_path / "out", "run1", "model-a") / ".lock"
+    stages = ("--stages", "LexAwN_gen", "eval_LJP_direct")
     with RunLock(lock):
-        assert (
-            run_grid.main(grid_argv(tmp_path / "out", three_cases, "--runs", "1", "--stages", "LexAwN_gen"))
-            == 1
-        )
+        assert run_grid.main(grid_argv(tmp_path / "out", three_cases, "--runs", "1", *stages, *mode)) == 1
     err = capsys.readouterr().err
-    assert "[grid] model-a run1 LexAwN: failed:" in err and "lock" in err.lower()
-    assert "[grid] 3 cells: 2 done, 1 failed" in err
+    assert "[grid] 2 cells failed: " in err and "lock" in err.lower(), err
+    assert "(model-a run1 LexAwN, model-a run1 LJP direct)" in err, err
+    assert "[grid] 6 cells: 4 done, 2 failed" in err
 
 
 def test_after_a_ctrl_c_a_cell_that_saved_every_case_is_done_and_one_that_did_not_is_stopped(

@@ -76,20 +76,28 @@ def test_a_pooled_grid_writes_what_the_batch_loop_writes_in_one_batch_per_endpoi
     grid = ledgers(tmp_path / "grid")
     assert len(grid) == 6
     one = grid[("model-a", "run1")]
-    # lockstep: every chain is the same here, so the grid's cycles are one chain's, not the 6 chains' sum
-    assert cycles == sum(one["cycles"].values()) and all(
-        ledger["cycles"] == one["cycles"] for ledger in grid.values()
-    )
-    # each cycle one batch per endpoint: the User Model's and the judge's hold every chain's requests, each evaluated
-    # model's those of its two runs; so by hand, from one chain's entries (one per endpoint and cycle):
-    by_role = Counter(b["role"] for b in one["batches"])
-    assert batches == len(MODELS) * by_role["eval"] + by_role["user"] + by_role["judge"]
+    # each stage's cycles as the loop counts them: LexAwN_gen's 12, DCG's 5, Direct's and Gold-Standard's 2 each,
+    # Interaction-Based LJP's 1; every chain the same
+    assert one["cycles"] == {"LexAwN": 12, "DCG": 5, "LJP direct": 2, "LJP gold": 2, "LJP interaction": 1}
+    assert all(ledger["cycles"] == one["cycles"] for ledger in grid.values())
+    # the stages side by side write one manifest: each notes its last submitting cycle, none over another's
+    for path in (tmp_path / "grid").glob("runs/*/*/manifest.json"):
+        assert json.loads(path.read_text(encoding="utf-8"))["batches_submitted"] == one["cycles"]
+    # a chain's stages side by side: only Interaction-Based LJP reads LexAwN's records, and it is asked in the
+    # cycle after LexAwN's last; DCG, Direct and Gold-Standard end within LexAwN's 12. So 12 + 1, not the 22 of
+    # one stage after another, and (lockstep) not the six chains' sum
+    assert cycles == 12 + 1
+    # each cycle one batch per endpoint, whatever stages ask it: the User Model's and the judge's hold every chain's
+    # requests, each evaluated model's those of its two runs; so by hand, from one chain's batches:
+    shared = {role: set(batch_ids(one, role)) for role in ("eval", "user", "judge")}
+    assert batches == len(MODELS) * len(shared["eval"]) + len(shared["user"]) + len(shared["judge"])
+    assert len(shared["eval"]) <= cycles and len(shared["judge"]) <= cycles
     for ledger in grid.values():
         assert batch_ids(ledger, "user", "judge") == batch_ids(one, "user", "judge")  # shared by all six
     for model in MODELS:
         assert batch_ids(grid[(model, "run1")], "eval") == batch_ids(grid[(model, "run2")], "eval")
-    # the README loop made one batch per cell and cycle (every role on one base URL here): six times the cycles
-    assert loop_batches == 6 * cycles and batches < loop_batches
+    # the README loop made one batch per cell and cycle (every role on one base URL here): six chains, 22 each
+    assert loop_batches == 6 * 22 and batches < loop_batches
     reports = []
     for name in ("loop", "grid"):
         assert show_results.main(["--output-root", str(tmp_path / name), "--dataset", str(three_cases)]) == 0
@@ -132,15 +140,17 @@ def test_a_chain_that_stops_does_not_hold_the_others_back(tmp_path, http, three_
 def test_detached_grid_submits_a_cycle_then_a_rerun_collects_it_and_goes_on(
     tmp_path, http, three_cases, capsys
 ):
-    """--batch-detach: each invocation submits the grid's next cycle and leaves; a cell with batches in flight
-    holds back the rest of its chain (they share its run's ledger), and the exit status is 0."""
+    """--batch-detach: each invocation submits the grid's next cycle and leaves, and the exit status is 0; a chain's
+    stages that read none of the others submit side by side."""
     http.batch_delay = 30  # the provider takes its time
     stages = ("--stages", "eval_LJP_gold", "eval_LJP_direct")
     argv = grid_argv(tmp_path / "grid", three_cases, "--batch-detach", *POLL, *stages)
     assert run_grid.main(argv) == 0
     err = capsys.readouterr().err
-    # by hand: the six chains' first stage, Gold-Standard LJP, has its prediction cycle in flight; Direct waits
-    assert "6 cells with batches in flight: rerun the same command" in err and "--batch-status" not in err
+    # by hand: Direct and Gold-Standard LJP read neither the other, so each of the six chains has both prediction
+    # cycles in flight: 12 cells, each evaluated model's batch holding its 2 runs x 2 stages x 3 cases
+    assert "12 cells with batches in flight: rerun the same command" in err and "--batch-status" not in err
+    assert err.count("pooled with 3 other cells, 12 requests in all") == 12
     first = len(http.batches)
     assert first == 3  # one cycle: one batch per evaluated model
     assert run_grid.main(argv) == 0  # still in flight: nothing new submitted
@@ -164,16 +174,18 @@ def by_hand(root, dataset) -> list[str]:
     return ["--run-id", "run1", "--model", "model-a", "--dataset", str(dataset), "--output-root", str(root)]
 
 
+@pytest.mark.parametrize("stages", [("eval_LJP_gold",), ("eval_LJP_gold", "eval_LJP_direct")])
 def test_a_cell_whose_ledger_is_lost_re_attaches_its_lines_of_the_pooled_batch(
-    tmp_path, http, three_cases, capsys
+    tmp_path, http, three_cases, capsys, stages
 ):
     """A pooled batch carries no run, model or stage: after a lost ledger, the cell finds the grid's batches under
-    its output root by their metadata and takes the lines that carry its run's incarnation, never asking twice."""
+    its output root by their metadata and takes the lines that carry its run's incarnation, never asking twice
+    (each stage of the run its own lines, when two stages of it share a batch)."""
     clean = tmp_path / "clean"
-    assert run_grid.main(grid_argv(clean, three_cases, "--batch", *POLL, "--stages", "eval_LJP_gold")) == 0
+    assert run_grid.main(grid_argv(clean, three_cases, "--batch", *POLL, "--stages", *stages)) == 0
     clean_requests = Counter(line["body"]["model"] for b in http.batches.values() for line in b["_lines"])
     since, http.batch_delay = len(http.batches), 30
-    argv = grid_argv(tmp_path / "grid", three_cases, "--batch-detach", *POLL, "--stages", "eval_LJP_gold")
+    argv = grid_argv(tmp_path / "grid", three_cases, "--batch-detach", *POLL, "--stages", *stages)
     assert run_grid.main(argv) == 0
     lost = run_folder(tmp_path / "grid", "run2", "model-c") / "batches.json"
     lost.unlink()
@@ -330,3 +342,54 @@ def three_cases(tmp_path):
     from tests.conftest import sample_cases, write_dataset
 
     return write_dataset(tmp_path / "three.json", sample_cases()[:3])
+
+
+def test_a_stage_joins_its_chain_in_the_cycle_its_upstream_finishes(tmp_path, http, three_cases, capsys):
+    """The grid's cycles are "that of its longest chain of dependent steps": a stage whose upstream finishes while
+    another stage of its chain still asks is replayed at once and asks in the same cycle, not one later.
+
+    LexAwN_gen is taken to its 8th cycle first (--batch-detach, a cycle per invocation). Then LexAwN (4 cycles
+    left), Interaction-Based LJP (1, after LexAwN) and DCG (5) run together: DCG's 5 cycles are the longest chain,
+    and Interaction-Based LJP asks in DCG's 5th, beside it; joining a cycle later would make 6."""
+    one = dict(models=["model-a"], runs=1)
+    detach = grid_argv(tmp_path, three_cases, "--batch-detach", *POLL, "--stages", "LexAwN_gen", **one)
+    http.batch_delay = 30  # each invocation submits a cycle and leaves; the next finds it answered
+    for _ in range(8):
+        for batch in http.batches.values():
+            batch["_ready"] = 0
+        assert run_grid.main(detach) == 0
+    for batch in http.batches.values():
+        batch["_ready"] = 0
+    http.batch_delay = 0
+    ledger = json.loads(
+        (run_folder(tmp_path, "run1", "model-a") / "batches.json").read_text(encoding="utf-8")
+    )
+    assert ledger["cycles"] == {"LexAwN": 8}
+    capsys.readouterr()
+    stages = ("--stages", "LexAwN_gen", "eval_LJP_interaction", "eval_DCG")
+    assert run_grid.main(grid_argv(tmp_path, three_cases, "--batch", *POLL, *stages, **one)) == 0
+    cycles, _ = summary_numbers(capsys.readouterr().err)
+    assert cycles == 5
+    ledger = json.loads(
+        (run_folder(tmp_path, "run1", "model-a") / "batches.json").read_text(encoding="utf-8")
+    )
+    assert ledger["cycles"] == {"LexAwN": 12, "DCG": 5, "LJP interaction": 1}
+
+
+def test_each_stage_of_a_chain_collects_and_says_its_own_batches(tmp_path, http, three_cases, capsys):
+    """The stages side by side share their run's ledger, and each collects only its own batches: a request the
+    provider failed is said, and asked again, by the stage that asked it (its cell), not by whichever stage of the
+    run collected first."""
+    failed = set()
+
+    def script(kind, prompt, body):
+        if kind == "dcg_judge" and not failed:
+            failed.add(prompt)
+            return {"status": 500, "error": "the judge is overloaded"}
+
+    http.script = script
+    argv = grid_argv(tmp_path, three_cases, "--batch", *POLL, models=["model-a"], runs=1)
+    assert run_grid.main(argv) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if "the judge is overloaded" in line]
+    assert len(failed) == 1 and len(said) == 1, said
+    assert said[0].startswith("[model-a run1 DCG] case ") and "asked again in the next cycle" in said[0], said

@@ -300,18 +300,17 @@ def adopt(run, clients: dict, pending: dict[str, tuple]) -> int:
     cases need now (`pending`: request digest -> [(case, step, key, role, max_tokens), ...]), and never submitted
     again."""
     ledger, adopted = run.ledger, 0
-    known, files = ledger.known_batch_ids(), ledger.known_file_ids()
+    known, files = known_to(run)
     collected = journal_custom_ids(run.journal_path)  # lines of a batch imported already: never matched again
     for role, client in clients.items():
         batches = listing(run, client)
         ours = listed(run, client, batches)
         refuse_if_lost(run, pending, batches, ours)
         for remote in ours:
-            if (
-                remote.id in known
-                or remote.input_file_id in files
-                or (remote.status in ("failed", "expired", "cancelled") and not remote.output_file_id)
-            ):
+            ended_unanswered = (
+                remote.status in ("failed", "expired", "cancelled") and not remote.output_file_id
+            )
+            if remote.id in known or remote.input_file_id in files or ended_unanswered:
                 continue
             content = provider_call(
                 run,
@@ -340,6 +339,7 @@ def adopt(run, clients: dict, pending: dict[str, tuple]) -> int:
                     "max_tokens": 0,
                     "requests": requests,
                     "adopted": True,
+                    "stage": run.name,  # known to the stage from now on, even with no request left
                 }
             )
             known.add(remote.id)
@@ -354,6 +354,13 @@ def adopt(run, clients: dict, pending: dict[str, tuple]) -> int:
     if adopted:
         ledger.save()
     return adopted
+
+
+def known_to(run) -> tuple[set, set]:
+    """The batch and input file ids the stage's entries of the ledger hold: a pooled batch may hold requests of the
+    run's other stages too, and each re-attaches its own."""
+    mine = [b for b in run.ledger.data["batches"] if run.owns(b)]
+    return {b.get("batch_id") for b in mine}, {b.get("file_id") for b in mine}
 
 
 def _matched_requests(lines: list[bytes], pending: dict[str, tuple], collected: set[str]) -> dict[str, dict]:

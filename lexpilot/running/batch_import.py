@@ -18,10 +18,11 @@ from lexpilot.storage.checkpoints import CallJournal, CheckpointWriter
 
 
 def collect(run, clients: dict, journal: Path, writer: CheckpointWriter) -> tuple[bool, int]:
-    """Poll every open batch; import the finished ones. Returns (anything still in flight, replies imported)."""
+    """Poll every open batch of the stage; import the finished ones. Returns (anything still in flight, replies
+    imported)."""
     imported, waiting = 0, False
     importer = None  # opened once, and only when a finished batch is there to import
-    for batch in run.ledger.open_batches():
+    for batch in filter(run.owns, run.ledger.open_batches()):
         lines = finished_lines(run, batch, clients[batch["role"]])
         if lines is None:
             waiting = waiting or batch["phase"] != "imported"

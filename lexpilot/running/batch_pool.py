@@ -1,9 +1,10 @@
 """Batch mode across the grid (`run_grid.py --batch`): every cell's requests for one endpoint (base URL, key and
 model) go into one shared batch per cycle, one upload per endpoint per cycle rather than one per cell.
 
-The cells advance in lockstep. A cycle's batches are made once every (model, run) chain still running has handed
-over its cell's requests; a chain whose cell waits for its batches, replays its cases or moves on to its next stage
-is waited for. So the grid takes as many cycles as its longest chain of dependent steps, not their sum over cells.
+The (model, run) chains advance in lockstep. A cycle's batches are made once every chain still running has handed
+over the requests of its stages (a chain runs its independent stages side by side: running/batch_chain.py); a chain
+that waits for its batches or replays its cases is waited for. So the grid takes as many cycles as its longest chain
+of dependent steps, not their sum over cells.
 
 What a kill could lose is recorded first, in each cell's own ledger (runs/<run>/<model>/batches.json):
 - its share of the batch (phase `prepared`, with the pool's token) before the upload;
@@ -61,7 +62,9 @@ class BatchPool:
     live: set
     draining: threading.Event
     wait: float = 0.2
-    handed: dict = field(default_factory=dict)  # chain -> (its BatchRun, its requests) for the next cycle
+    handed: dict = field(
+        default_factory=dict
+    )  # chain -> [(a stage's BatchRun, its requests)] for the next cycle
     generation: int = 0  # cycles made so far
     errors: dict = field(default_factory=dict)  # chain -> why its share of the last cycle was not submitted
     uploads: int = 0  # input files sent (or written) so far, for the tests and the summary
@@ -69,13 +72,13 @@ class BatchPool:
     downloads: OrderedDict = field(default_factory=OrderedDict)
     download_lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def hand(self, chain, run, requests: list) -> None:
-        """A cell's requests of this cycle (custom id, ledger entry, body); returns once the cycle's batches are
-        made, or raises why its share was not (Drained: a Ctrl-C came first)."""
+    def hand(self, chain, shares: list[tuple]) -> None:
+        """A chain's requests of this cycle, per stage: [(its BatchRun, [(custom id, ledger entry, body)])]; returns
+        once the cycle's batches are made, or raises why the chain's share was not (Drained: a Ctrl-C came first)."""
         with self.cond:
             if self.draining.is_set():
                 raise Drained
-            self.handed[chain] = (run, requests)
+            self.handed[chain] = shares
             generation = self.generation
             self._flush_if_ready()
             while self.generation == generation:
@@ -111,13 +114,16 @@ class BatchPool:
         its manifest notes the cycle, before the first upload: a kill from there on leaves each ledger saying what
         its cell handed (with --batch-files, a file is written before the ledgers, as a stage's own is)."""
         batches, errors = pooled_batches(shares), {}
-        files = next(iter(shares.values()))[0].settings.batching.files
-        for chain, (run, _) in shares.items() if not files else ():
+        files = next(iter(shares.values()))[0][0].settings.batching.files
+        for chain, stages in shares.items() if not files else ():
             try:
-                own = [(r, entry) for _, runs in batches for r, entry in runs if r is run]
+                runs = {id(run): run for run, _ in stages}
+                own = [(r, entry) for _, entries in batches for r, entry in entries if id(r) in runs]
                 save_all(own, {}, first=True, save=False)
-                run.ledger.save()
-                run.note_submission()
+                for ledger in {id(run.ledger): run.ledger for run in runs.values()}.values():
+                    ledger.save()  # the chain's stages share their run's ledger
+                for run in runs.values():
+                    run.note_submission()
             except Exception as e:  # its share stays unsent: its ledger says `prepared` at most
                 errors[chain] = e
         for items, runs in batches:
@@ -176,9 +182,12 @@ def pooled_batches(shares: dict) -> list[tuple[list, list]]:
     """The cycle's batches: per endpoint, split at the provider's limits, (its requests as (custom id, ledger
     entry, body, chain, run), [(run, that cell's new ledger entry)])."""
     by_endpoint: dict[tuple, list] = {}
-    for chain, (run, requests) in shares.items():
-        for cid, meta, body in requests:
-            by_endpoint.setdefault(endpoint_of(run, meta["role"]), []).append((cid, meta, body, chain, run))
+    for chain, stages in shares.items():
+        for run, requests in stages:
+            for cid, meta, body in requests:
+                by_endpoint.setdefault(endpoint_of(run, meta["role"]), []).append(
+                    (cid, meta, body, chain, run)
+                )
     batches = []
     for items in by_endpoint.values():
         for chunk in chunks(items):
@@ -201,13 +210,15 @@ def new_entry(meta: dict, token: str) -> dict:
 
 
 def save_all(runs: list, changes: dict, first: bool = False, save: bool = True) -> None:
-    """Each cell's entry changed (`first`: added), then its ledger saved whole (unless not `save`)."""
+    """Each stage's entry changed (`first`: added), then each ledger saved whole once (unless not `save`)."""
+    ledgers = {}
     for run, entry in runs:
         if first:
             run.ledger.data["batches"].append(entry)
         entry.update(changes)
-        if save:
-            run.ledger.save()
+        ledgers[id(run.ledger)] = run.ledger
+    for ledger in ledgers.values() if save else ():
+        ledger.save()
 
 
 def pool_tag(run, token: str, cells: int) -> dict[str, str]:

@@ -1,6 +1,6 @@
-"""One batch-mode invocation of a stage (`BatchRun`): what every cycle reads and writes, the run's incarnation and
-whether its ledger was lost (`know_itself`), the ledger's path, and the quiet progress of the roles left
-synchronous."""
+"""One batch-mode invocation of a stage (`BatchRun`): what every cycle reads and writes, what the stages of one run
+open side by side share (`Together`), the run's incarnation and whether its ledger was lost (`know_itself`), the
+ledger's path, and the quiet progress of the roles left synchronous."""
 
 from __future__ import annotations
 
@@ -28,6 +28,18 @@ class QuietProgress:
     def retry(self, message: str) -> None:
         self.retries += 1
         self.log(f"retry: {message}")
+
+
+@dataclass
+class Together:
+    """What the batch-mode stages of one run share (a stage script's alone; the grid's batch chain opens several side
+    by side in one thread): the run's ledger, its journal's writer, the budget reserved for the batches submitted,
+    and its manifest, which a stage writing it hands to every other (none writes from an older copy)."""
+
+    ledger: Ledger
+    writer: CheckpointWriter
+    reserved: dict = field(default_factory=dict)
+    states: list = field(default_factory=list)  # the stages' StageStates
 
 
 @dataclass
@@ -62,13 +74,33 @@ class BatchRun:
     pool: object = None  # the grid's BatchPool (running/batch_pool.py): its batches are shared by every cell
     # custom id -> (model, its worst case) reserved in the budget by this invocation, settled when its reply comes
     reserved: dict = field(default_factory=dict)
+    together: Together | None = None
+    started: float = 0.0  # when its first cycle began (time.monotonic)
+    adopted: bool = False  # the provider's list of the run's batches was read for batches the ledger lost
+    cycle: int = 0  # the stage's last cycle so far
+
+    @property
+    def manifest(self) -> Manifest | None:
+        return self.state.manifest
+
+    @manifest.setter
+    def manifest(self, manifest: Manifest | None) -> None:
+        """The manifest as this stage just wrote it: every stage of the run open beside it holds it from now on."""
+        for state in self.together.states if self.together else (self.state,):
+            state.manifest = manifest
+
+    def owns(self, batch: dict) -> bool:
+        """Whether a batch of the run's ledger is this stage's: it asks for the stage's steps, or the stage re-attached
+        it (the run's other stages collect and re-attach theirs)."""
+        steps = {s.name for s in self.state.steps}
+        return batch.get("stage") == self.name or any(r["step"] in steps for r in batch["requests"].values())
 
     def note_submission(self) -> None:
         """Note in the manifest that this cycle of the stage submits batches, before its first submission (a
         ledger found later with fewer cycles of the stage was lost, or is a stale copy)."""
         cycle = self.ledger.cycles(self.name)
-        if self.state.manifest and not self.settings.batching.files and self.noted_submission != cycle:
-            self.state.manifest = note_batches_submitted(self.state.manifest, self.name, cycle)
+        if self.manifest and not self.settings.batching.files and self.noted_submission != cycle:
+            self.manifest = note_batches_submitted(self.manifest, self.name, cycle)
             self.noted_submission = cycle
 
     def batch_clients(self) -> dict:

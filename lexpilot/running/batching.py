@@ -32,9 +32,8 @@ from lexpilot.running.batch_api import (
     write_batch_file,
 )
 from lexpilot.running.batch_import import collect
-from lexpilot.running.batch_pool import Drained, chain_of
 from lexpilot.running.batch_replay import read_journal, remaining_depth, replay
-from lexpilot.running.batch_run import BatchRun, QuietProgress, know_itself, ledger_path
+from lexpilot.running.batch_run import BatchRun, QuietProgress, Together, know_itself, ledger_path
 from lexpilot.running.ledger import Ledger
 from lexpilot.storage.checkpoints import (
     CallJournal,
@@ -50,90 +49,151 @@ from lexpilot.text import counted
 def run_cycles(name: str, state, clients: dict, settings, out, err, run_case, sharing=None, cell=None) -> int:
     """The batch-mode stage: cycles of replay, submission and collection until every case is saved or failed.
     Ctrl-C leaves every recorded batch in flight: the same command re-attaches to them. In the grid (`sharing`),
-    the calls of roles left synchronous share its limits and budget, and the batches are pooled with the other
-    cells' (`sharing.batches`)."""
+    the calls of roles left synchronous share its limits and budget."""
+    log = lambda message: print(f"[{name}] {message}", file=err, flush=True)
+    run = open_run(name, state, clients, settings, log, run_case, sharing, cell)
+    try:
+        return _cycles(run, out, err)
+    except KeyboardInterrupt:
+        say_interrupted(name, err)
+        return 130
+
+
+def open_run(
+    name: str, state, clients: dict, settings, log, run_case, sharing=None, cell=None, together=None
+) -> BatchRun:
+    """A stage's batch-mode invocation, knowing its run's incarnation. `together`: what it shares with the other
+    stages of its run open side by side (the grid's batch chain, running/batch_chain.py); a stage script's own."""
     from lexpilot.models.calls import ModelCaller
 
-    log = lambda message: print(f"[{name}] {message}", file=err, flush=True)
-    model = settings.roles["eval"].model
-    transport = state.manifest.token_fields if state.manifest else None
+    together = together or Together(Ledger(ledger_path(settings)), CheckpointWriter())
+    together.states.append(state)
     run = BatchRun(
         name,
         state,
         settings,
-        Ledger(ledger_path(settings)),
-        journal_path(settings.output_root, settings.run_id, model),
-        CheckpointWriter(),
-        ModelCaller(settings, QuietProgress(log), threading.Event(), clients, transport, sharing, cell),
+        together.ledger,
+        journal_path(settings.output_root, settings.run_id, settings.roles["eval"].model),
+        together.writer,
+        ModelCaller(
+            settings,
+            QuietProgress(log),
+            threading.Event(),
+            clients,
+            state.manifest.token_fields if state.manifest else None,
+            sharing,
+            cell,
+        ),
         set(settings.batching.roles or ("eval", "user", "judge")),
         load_prompts(),
         run_case,
         log,
         pool=sharing.batches if sharing else None,
+        reserved=together.reserved,
+        together=together,
     )
-    state.manifest = know_itself(run, state.manifest)
-    try:
-        return _cycles(run, out, err)
-    except (KeyboardInterrupt, Drained):
-        print(
-            f"\n[{name}] interrupted: the batches in flight stay recorded; rerun the same command to collect them",
-            file=err,
-            flush=True,
-        )
-        return 130
+    run.manifest = know_itself(run, state.manifest)
+    return run
+
+
+def say_interrupted(name: str, err) -> None:
+    print(
+        f"\n[{name}] interrupted: the batches in flight stay recorded; rerun the same command to collect them",
+        file=err,
+        flush=True,
+    )
 
 
 def _cycles(run: BatchRun, out, err) -> int:
-    settings, state, log = run.settings, run.state, run.log
-    started, adopted = time.monotonic(), bool(settings.batching.files)  # vLLM files have no provider list
-    if not settings.batching.files:
-        check_endpoints(run)
-    # what the journal holds before this invocation collects anything: its invalid outputs were said already
-    journal = read_journal(run, state.pending())
-    run.said_before.update(key[:2] for key, queue in journal.replies.items() for _ in queue)
+    start(run)
     while True:
-        waiting, _ = collect(run, run.caller.clients, run.journal_path, run.writer)
-        if waiting:
-            if settings.batching.detach or settings.batching.files:
-                log(
-                    "batches in flight; rerun the same command to collect them"
-                    + (
-                        " once their output files are in --batch-files"
-                        if settings.batching.files
-                        else ""
-                        if run.pool is not None
-                        else " (--batch-status shows them)"
-                    )
-                )
+        if collect_own(run):
+            if left_in_flight(run):
                 return 0
-            refuse_unanswered_files(run)
-            if run.caller.draining.wait(settings.batching.poll):  # the grid's first Ctrl-C
-                raise Drained
+            run.caller.draining.wait(run.settings.batching.poll)
             continue
-        pending = [c for c in state.pending() if c.number not in run.failed]
-        needs = replay(run, pending)
-        run.writer.close()
-        if not adopted:  # the provider may hold batches of this run the ledger does not know: never ask twice
-            adopted = True
-            pending_requests: dict[str, list] = {}
-            for n in needs:
-                pending_requests.setdefault(_digest(run, n), []).append(
-                    (n[0], n[1], n[3], n[2].role, settings.roles[n[2].role].max_tokens)
-                )
-            if adopt(run, run.batch_clients(), pending_requests):
-                continue
+        gathered = gather(run)
+        if gathered is None:  # batches of the run re-attached from the provider's list: collect them first
+            continue
+        pending, needs = gathered
         if not needs:
             break
-        cycle = run.ledger.next_cycle(run.name)
-        groups = _requests(run, needs)
+        groups = cycle_requests(run, needs)
         _send(run, groups)
-        log(
-            f"cycle {cycle}: {counted(sum(len(r) for r in groups.values()), 'request')} in "
-            f"{counted(len(groups), 'batch', 'batches')}; {counted(len(pending), 'case')} pending, at most "
-            f"{counted(remaining_depth(run, pending), 'more call')} in the longest; "
-            f"elapsed {time.monotonic() - started:.0f}s" + _spending(run)
+        say_cycle(run, pending, groups)
+    return batch_summary(run, out, err)
+
+
+def start(run: BatchRun) -> None:
+    """Before the first cycle: the endpoints checked, and the replies the journal holds said before."""
+    run.started, run.adopted = time.monotonic(), bool(run.settings.batching.files)  # vLLM files: no list
+    if not run.settings.batching.files:
+        check_endpoints(run)
+    # what the journal holds before this invocation collects anything: its invalid outputs were said already
+    journal = read_journal(run, run.state.pending())
+    run.said_before.update(key[:2] for key, queue in journal.replies.items() for _ in queue)
+
+
+def collect_own(run: BatchRun) -> bool:
+    """The stage's finished batches collected into the journal; whether any of its batches is still in flight."""
+    waiting, _ = collect(run, run.caller.clients, run.journal_path, run.writer)
+    run.writer.close()  # another stage of the run may rewrite the journal next
+    return waiting
+
+
+def left_in_flight(run: BatchRun) -> bool:
+    """With batches in flight: whether the invocation leaves them (--batch-detach, --batch-files), said once; else
+    it waits for them (refused when no wait can end)."""
+    settings = run.settings
+    if settings.batching.detach or settings.batching.files:
+        run.log(
+            "batches in flight; rerun the same command to collect them"
+            + (
+                " once their output files are in --batch-files"
+                if settings.batching.files
+                else ""
+                if run.pool is not None
+                else " (--batch-status shows them)"
+            )
         )
-    return _batch_summary(run, time.monotonic() - started, out, err)
+        return True
+    refuse_unanswered_files(run)
+    return False
+
+
+def gather(run: BatchRun) -> tuple[list, list] | None:
+    """Every pending case replayed until it needs a reply: (the pending cases, their needs); no needs: the stage is
+    done. None: batches of the run the ledger did not know were re-attached, to be collected first."""
+    settings = run.settings
+    pending = [c for c in run.state.pending() if c.number not in run.failed]
+    needs = replay(run, pending)
+    run.writer.close()
+    if not run.adopted:  # the provider may hold batches of this run the ledger does not know: never ask twice
+        run.adopted = True
+        pending_requests: dict[str, list] = {}
+        for n in needs:
+            pending_requests.setdefault(_digest(run, n), []).append(
+                (n[0], n[1], n[3], n[2].role, settings.roles[n[2].role].max_tokens)
+            )
+        if adopt(run, run.batch_clients(), pending_requests):
+            return None
+    return pending, needs
+
+
+def cycle_requests(run: BatchRun, needs: list) -> dict:
+    """The stage's next cycle, counted, and its requests by batch."""
+    run.cycle = run.ledger.next_cycle(run.name)
+    return _requests(run, needs)
+
+
+def say_cycle(run: BatchRun, pending: list, groups: dict) -> None:
+    log = run.log
+    log(
+        f"cycle {run.cycle}: {counted(sum(len(r) for r in groups.values()), 'request')} in "
+        f"{counted(len(groups), 'batch', 'batches')}; {counted(len(pending), 'case')} pending, at most "
+        f"{counted(remaining_depth(run, pending), 'more call')} in the longest; "
+        f"elapsed {time.monotonic() - run.started:.0f}s" + _spending(run)
+    )
 
 
 def refuse_unanswered_files(run: BatchRun) -> None:
@@ -211,9 +271,6 @@ def _requests(run: BatchRun, needs: list[tuple]) -> dict:
 
 def _send(run: BatchRun, groups: dict) -> None:
     settings = run.settings
-    if run.pool is not None:  # the grid's: one batch per endpoint for every cell, once every chain has handed
-        run.pool.hand(chain_of(settings), run, [r for requests in groups.values() for r in requests])
-        return
     if groups:
         run.note_submission()
     for group, requests in groups.items():
@@ -233,22 +290,24 @@ def _send(run: BatchRun, groups: dict) -> None:
                 submit(run, run.caller.clients[role], role, chunk, settings.roles[role].max_tokens)
 
 
-def _batch_summary(run: BatchRun, wall: float, out, err) -> int:
+def batch_summary(run: BatchRun, out, err) -> int:
+    """The stage's closing lines, its transport noted and its journal compacted; the exit status."""
     state, name = run.state, run.name
     done = len(state.cases) - len(state.pending())
     print(
         f"[{name}] batch mode: {done} of {len(state.cases)} cases saved, {len(run.failed)} failed, "
-        f"{counted(run.ledger.cycles(name), 'cycle')} in this run; elapsed {wall:.1f}s",
+        f"{counted(run.ledger.cycles(name), 'cycle')} in this run; elapsed {time.monotonic() - run.started:.1f}s",
         file=out,
         flush=True,
     )
     for number, message in sorted(run.failed.items()):
         print(f"[{name}] case {number} failed: {run.settings.redact(message)}", file=err)
-    if state.manifest and run.caller.token_fields != (
-        state.manifest.token_fields or default_token_fields(run.settings.roles)
+    if run.manifest and run.caller.token_fields != (
+        run.manifest.token_fields or default_token_fields(run.settings.roles)
     ):
         # a resumed run starts with the field
-        state.manifest = record_transport(state.manifest, run.caller.token_fields)
+        run.manifest = record_transport(run.manifest, run.caller.token_fields)
+    run.writer.close()  # the compaction rewrites the journal
     CallJournal(run.journal_path, run.writer, set()).compact(
         {s.name: state.records[s.name] for s in state.steps}
     )

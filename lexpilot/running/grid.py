@@ -1,5 +1,6 @@
 """The grid in one process (`run_grid.py`): every (evaluated model, run, stage) cell. The stages of one (model, run)
-run one after another, in the order their reads give (they share the run's lock, as the README's loop runs them);
+run one after another, in the order their reads give (they share the run's lock, as the README's loop runs them; in
+batch mode side by side, running/batch_chain.py);
 every (model, run) chain runs at once, and all of them share each endpoint's limiter and one budget. A cell runs its
 stage exactly as the stage's script does (`run_stage`), so it writes the same records, manifests and journals.
 
@@ -122,6 +123,8 @@ class Grid:
     run_stage: Callable  # running.stage.run_stage
     clients_of: Callable[[Cell], dict | None] = lambda cell: None
     report: Callable[[Cell, str], None] = lambda cell, lines: None  # a finished cell's own lines
+    # how a chain runs (None: its cells one after another; in batch mode running/batch_chain.py, side by side)
+    chain_runner: Callable | None = None
 
     @property
     def cells(self) -> list[Cell]:
@@ -176,14 +179,19 @@ def run_cell(grid: Grid, cell: Cell) -> tuple[int, str]:
         )
         if code == 0:  # a cell that stopped is said once in the summary, with every cell that stopped alike
             grid.report(cell, err.getvalue() + out.getvalue())  # its closing lines last
-    except HarnessError as e:
-        return 2, cell.settings.redact(str(e))
-    except OSError as e:
-        what = "no space left on device" if e.errno == errno.ENOSPC else (e.strerror or str(e)).lower()
-        return 2, f"{what}: {e.filename or cell.settings.output_root}; nothing was lost"
     except Exception as e:  # a bug in one cell must not stop the others
-        return 2, cell.settings.redact(f"internal error {type(e).__name__}: {e}")
+        return 2, reason_of(cell, e)
     return code, why(err.getvalue(), cell.stage.name) if code else ""
+
+
+def reason_of(cell: Cell, e: Exception) -> str:
+    """The line saying why a cell stopped on an exception: a refusal's own line, the disk's, or a bug's."""
+    if isinstance(e, HarnessError):
+        return cell.settings.redact(str(e))
+    if isinstance(e, OSError):
+        what = "no space left on device" if e.errno == errno.ENOSPC else (e.strerror or str(e)).lower()
+        return f"{what}: {e.filename or cell.settings.output_root}; nothing was lost"
+    return cell.settings.redact(f"internal error {type(e).__name__}: {e}")
 
 
 def why(err: str, name: str) -> str:
@@ -203,7 +211,7 @@ def start_chains(grid: Grid) -> list[threading.Event]:
 
     def run(chain: list[Cell], done: threading.Event) -> None:
         try:
-            run_chain(grid, chain)
+            (grid.chain_runner or run_chain)(grid, chain)
         finally:
             if grid.sharing.batches is not None:  # the other chains' batches no longer wait for this one
                 grid.sharing.batches.leave(chain_of(chain[0].settings))

@@ -21,6 +21,7 @@ from lexpilot.errors import HarnessError
 from lexpilot.models.limits import requests_per_minute
 from lexpilot.protocols.catalog import DEFAULT_STAGE_SET, GRID_STAGES, STAGE_SETS
 from lexpilot.protocols.steps import Stage
+from lexpilot.running.grid import reads
 from lexpilot.running.quote import (
     CARRIED_REPLIES,
     carried_limit,
@@ -47,6 +48,7 @@ class Part:
     pending: int = 0
     calls: Counter = field(default_factory=Counter)  # role -> calls at most
     chain: int = 0  # the most calls one case makes in a row
+    reads: tuple[str, ...] = ()  # the quoted stages whose records it reads (they run before it)
     # (role, "sync"|"batch") -> (low, high, expected or None) or None
     money: dict = field(default_factory=dict)
     refused: str = ""  # why the stage would not run (its message), nothing counted
@@ -214,6 +216,7 @@ def quote_grid(
                         settings.output_root, list(stage.enabled_steps(settings))
                     )
                 parts.append(quote_part(stage, settings, selected, dataset_sha, prompts, saved_usage))
+                parts[-1].reads = tuple(e.name for e in stages if e is not stage and reads(stage, e))
     return parts
 
 
@@ -274,12 +277,19 @@ def wall_time(parts: list[Part], timing: Timing) -> tuple[float, float, dict]:
     return chains, max(limited.values(), default=0.0), limited
 
 
-def batch_cycles(parts: list[Part]) -> int:
-    """Batch mode's cycles for the slowest (model, run): each cycle sends every case's next call."""
-    per_job: Counter = Counter()
+def batch_cycles(parts: list[Part]) -> tuple[int, int]:
+    """Batch mode's cycles for the slowest (model, run), each cycle sending every case's next call: (with its stages
+    side by side, as run_grid.py --batch runs them: its longest chain of stages each reading the one before; one
+    stage after another, as the README's loop of stage scripts runs them: their sum)."""
+    jobs: dict[tuple, dict[str, Part]] = {}
     for part in parts:
-        per_job[(part.model, part.run_id)] += part.chain
-    return max(per_job.values(), default=0)
+        jobs.setdefault((part.model, part.run_id), {})[part.stage] = part
+
+    def longest(job: dict[str, Part], name: str) -> int:
+        return job[name].chain + max((longest(job, r) for r in job[name].reads if r in job), default=0)
+
+    side = max((longest(job, name) for job in jobs.values() for name in job), default=0)
+    return side, max((sum(p.chain for p in job.values()) for job in jobs.values()), default=0)
 
 
 # ----------------------------------------------------------------------------- what the quote prints
@@ -428,10 +438,12 @@ def quote_notes(parts: list[Part], timing: Timing) -> list[str]:
             for model, s in sorted(per_endpoint.items())
         )
     ]
-    cycles = batch_cycles(counted)
+    side, serial = batch_cycles(counted)
     lines.append(
-        f"batch mode: {cycles} cycles for the slowest job (each cycle sends every case's next call and "
-        f"waits for the batch: up to {BATCH_WINDOW_HOURS} h each at OpenAI, usually far less)"
+        f"batch mode: {side} cycles for the slowest job with run_grid.py --batch"
+        + (f", {serial} with its stages one after another (stage scripts)" if serial != side else "")
+        + f" (each cycle sends every case's next call and waits for the batch: up to {BATCH_WINDOW_HOURS} h "
+        "each at OpenAI, usually far less)"
     )
     missing = sorted(
         {

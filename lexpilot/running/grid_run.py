@@ -143,6 +143,10 @@ class GridRun:
             run_stage or stage_runner,
             self.clients_of or (lambda cell: None),
         )
+        if first.batching.enabled:  # a chain's independent stages side by side, cycle by cycle
+            from lexpilot.running.batch_chain import run_batch_chain
+
+            grid.chain_runner = run_batch_chain
         display = Display(
             grid, self.quote(first, chains), first.spending.prices, err, share=self.share_text()
         )

@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 
 from lexpilot.benchmark.dataset import Case, load_dataset
 from lexpilot.benchmark.prompts import load_prompts
-from lexpilot.benchmark.records import RECORD_KINDS
-from lexpilot.benchmark.vocabulary import CONDITION_SCRIPTS, ROLES
+from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.errors import (
     INTERRUPTED,
     STOPPED,
@@ -30,19 +29,17 @@ from lexpilot.errors import (
 from lexpilot.models.calls import ModelCaller, Sharing, Usage, default_token_fields
 from lexpilot.protocols.steps import CaseCalls, Stage
 from lexpilot.running.quote import dry_run_report
-from lexpilot.running.state import StageState, load_state, read_only_state, run_case
+from lexpilot.running.state import StageState, checked_manifest, load_state, read_only_state, run_case
 from lexpilot.settings import Settings, add_common_args, settings_from_args
 from lexpilot.storage.checkpoints import (
     CallJournal,
     CheckpointWriter,
-    checkpoint_path,
     journal_path,
     manifest_path,
 )
 from lexpilot.storage.lock import RunLock
 from lexpilot.storage.manifest import (
     build_manifest,
-    check_manifest,
     record_transport,
 )
 from lexpilot.text import counted
@@ -135,14 +132,7 @@ def run_stage(
     """
     name = stage.name
     out, err = out or sys.stdout, err or sys.stderr
-    all_cases, dataset_sha = load_dataset(settings.dataset)
-    selected = all_cases[: settings.limit] if settings.limit else all_cases
-    model = settings.roles["eval"].model
-    manifest = build_manifest(settings, dataset_sha, selected)
-    mpath = manifest_path(settings.output_root, settings.run_id, model)
-    record_files = [checkpoint_path(settings.output_root, settings.run_id, model, k) for k in RECORD_KINDS]
-    if stage.check_first:
-        stage.check_first(settings, manifest)
+    selected, manifest = stage_inputs(stage, settings)
     if settings.dry_run:
         state = read_only_state(stage, settings, selected, manifest)
         print(dry_run_report(name, state, selected), file=out)
@@ -151,32 +141,47 @@ def run_stage(
         from lexpilot.running.batch_status import status  # the batch API is only touched when asked for
 
         return status(name, settings, clients, out)
-    with RunLock(mpath.with_name(".lock")):
-        saved, note = check_manifest(
-            mpath,
-            manifest,
-            stage.script,
-            write=True,
-            allow_code_change=settings.allow_code_change,
-            record_files=record_files,
-            prompt_files=stage.prompt_files(settings),
-            condition_scripts=CONDITION_SCRIPTS,
-        )
-        if note:
-            print(f"[{name}] {note}", file=err)
-        if stage.prepare:
-            note = stage.prepare(settings)
-            if note:
-                print(f"[{name}] {note}", file=err)
-        state = load_state(settings, stage, selected)
-        state.manifest = saved
-        for note in state.notes:
-            print(f"[{name}] {note}", file=err)
+    with run_lock(settings):
+        state = open_stage(stage, settings, selected, manifest, err)
         if settings.batching.enabled:
             from lexpilot.running import batching
 
             return batching.run_cycles(name, state, clients, settings, out, err, run_case, sharing, cell)
         return _execute(name, state, clients, out, err, sharing, cell)
+
+
+def stage_inputs(stage: Stage, settings: Settings) -> tuple[list[Case], dict]:
+    """The cases the stage runs on and the manifest these settings make, checked as the stage checks it first."""
+    all_cases, dataset_sha = load_dataset(settings.dataset)
+    selected = all_cases[: settings.limit] if settings.limit else all_cases
+    manifest = build_manifest(settings, dataset_sha, selected)
+    if stage.check_first:
+        stage.check_first(settings, manifest)
+    return selected, manifest
+
+
+def run_lock(settings: Settings) -> RunLock:
+    """The lock that lets one process write the run (every stage of it)."""
+    path = manifest_path(settings.output_root, settings.run_id, settings.roles["eval"].model)
+    return RunLock(path.with_name(".lock"))
+
+
+def open_stage(stage: Stage, settings: Settings, selected: list[Case], manifest: dict, err) -> StageState:
+    """Under the run's lock: the run's manifest checked (written on first use), the stage prepared, and its saved
+    records read; what it notes said on `err`."""
+    name = stage.name
+    saved, note = checked_manifest(stage, settings, manifest, write=True)
+    if note:
+        print(f"[{name}] {note}", file=err)
+    if stage.prepare:
+        note = stage.prepare(settings)
+        if note:
+            print(f"[{name}] {note}", file=err)
+    state = load_state(settings, stage, selected)
+    state.manifest = saved
+    for note in state.notes:
+        print(f"[{name}] {note}", file=err)
+    return state
 
 
 def refuse_with_batches_in_flight(state: StageState) -> None:

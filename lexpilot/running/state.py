@@ -109,19 +109,24 @@ def read_only_state(
 ) -> StageState:
     """The stage's saved state as a dry run or a quote sees it: the run's manifest compared (a run with other
     settings is refused as the stage would refuse it), the records read, no file changed."""
+    checked_manifest(stage, settings, manifest, write=False)
+    return load_state(settings, stage, selected, repair=False, whole_upstream=whole_upstream)
+
+
+def checked_manifest(stage: Stage, settings: Settings, manifest: dict, write: bool):
+    """The run's manifest checked against the one these settings make (a run with other settings is refused), and
+    written on first use when `write`: (the manifest as saved, a note for the user)."""
     model = settings.roles["eval"].model
-    record_files = [checkpoint_path(settings.output_root, settings.run_id, model, k) for k in RECORD_KINDS]
-    check_manifest(
+    return check_manifest(
         manifest_path(settings.output_root, settings.run_id, model),
         manifest,
         stage.script,
-        write=False,
+        write=write,
         allow_code_change=settings.allow_code_change,
-        record_files=record_files,
+        record_files=[checkpoint_path(settings.output_root, settings.run_id, model, k) for k in RECORD_KINDS],
         prompt_files=stage.prompt_files(settings),
         condition_scripts=CONDITION_SCRIPTS,
     )
-    return load_state(settings, stage, selected, repair=False, whole_upstream=whole_upstream)
 
 
 def run_case(state: StageState, calls: CaseCalls, writer: CheckpointWriter) -> None:
