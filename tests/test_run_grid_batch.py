@@ -393,3 +393,31 @@ def test_each_stage_of_a_chain_collects_and_says_its_own_batches(tmp_path, http,
     said = [line for line in capsys.readouterr().err.splitlines() if "the judge is overloaded" in line]
     assert len(failed) == 1 and len(said) == 1, said
     assert said[0].startswith("[model-a run1 DCG] case ") and "asked again in the next cycle" in said[0], said
+
+
+def test_a_stage_step_that_fails_leaves_no_journal_line_of_the_next_stage_behind(tmp_path):
+    """The stages of a run share one journal writer, and a stage's turn may replace the journal (reading it drops the
+    marks of ended calls). A turn that fails after writing to the journal (a review reproduced it with a failed
+    replay; a budget stop or an endpoint's refusal does it too) must leave the writer closed: else the next stage's
+    marks and paid replies go into the replaced file, and are bought again."""
+    from types import SimpleNamespace
+
+    from lexpilot.running.batch_chain import STOPPED, Turn
+    from lexpilot.storage.checkpoints import CallJournal, CheckpointWriter
+
+    journal, writer = tmp_path / "calls_journal.jsonl", CheckpointWriter()
+    settings = SimpleNamespace(redact=str, output_root=tmp_path)
+    cell = SimpleNamespace(status="running", reason="", settings=settings, stage=SimpleNamespace(name="DCG"))
+    turn = Turn(cell, SimpleNamespace(writer=writer), None, None)
+
+    def fails_after_a_call(run):
+        with CallJournal(journal, run.writer, set()).marked("judge") as sent:
+            sent()
+        raise OSError(28, "No space left on device")
+
+    assert turn.step(fails_after_a_call) is STOPPED and cell.status == "failed"
+    next_stage = CallJournal(journal, writer, set())  # the marks of the ended call dropped: the file replaced
+    next_stage.add("1", "LJP gold", "key", "a paid reply", {"judge": {"calls": 1}})
+    assert [json.loads(line)["reply"] for line in journal.read_text(encoding="utf-8").splitlines()] == [
+        "a paid reply"
+    ]

@@ -4,6 +4,7 @@ clean grid's records, and the provider has processed exactly a clean grid's requ
 and the digest of what it asks), each custom id in one batch only ("The ledger keeps its guarantees per request")."""
 
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -133,5 +134,40 @@ def test_a_ctrl_c_leaves_the_pooled_batches_in_flight_and_the_rerun_collects_the
             batch["_ready"] = 0
         run(command, env)
         assert paid(provider, since) == clean_paid
+    assert records(tmp_path / "out") == records(tmp_path / "clean")
+    assert provider.processed == clean
+
+
+def test_a_ctrl_c_while_a_role_left_synchronous_is_asked_interrupts_its_cells_and_the_rerun_pays_nothing_twice(
+    tmp_path,
+):
+    """Item 6 with --batch-roles: the first Ctrl-C comes while the User Model (left synchronous) answers; the calls
+    in flight end and are journalled, the next ones are not started, and the cells say they were stopped by Ctrl-C
+    (a review found them failed with "internal error Aborted", and the stages reading them not run). The same
+    command then completes, the provider answering each request once."""
+    from lexpilot.scripted.kinds import request_kind
+
+    dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
+    with FakeProvider() as provider:
+        env = environment(provider)
+        command = batch_grid(tmp_path / "clean", dataset) + ["--batch-roles", "eval,judge"]
+        run(command, env)
+        clean = Counter(provider.processed)
+        provider.processed.clear()
+        provider.script = lambda kind, prompt, body: {"sleep": 1.0} if kind == "user" else None
+        command = batch_grid(tmp_path / "out", dataset) + ["--batch-roles", "eval,judge"]
+        since = len(provider.requests)  # the synchronous requests, the clean grid's first
+        process = at_a_terminal(command, env)
+        deadline = time.monotonic() + 30
+        while not any(request_kind(r) == "user" for r in provider.requests[since:]):
+            assert time.monotonic() < deadline and process.poll() is None
+            time.sleep(0.01)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+        assert process.returncode == 130 and "Traceback" not in err, err
+        assert " stopped by Ctrl-C" in err and "internal error" not in err, err
+        assert re.search(r"\[grid\] 30 cells: \d+ done, 0 failed, 0 not run", err), err
+        provider.script = None
+        run(command, env)
     assert records(tmp_path / "out") == records(tmp_path / "clean")
     assert provider.processed == clean

@@ -199,3 +199,24 @@ def test_the_scripted_server_takes_a_batch_delay_from_its_command_line():
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_the_request_log_has_a_line_per_request_answered_in_a_batch_too(tmp_path, http):
+    """A review checking that a killed batch grid pays nothing twice had to read the provider's batches instead of
+    its --log: batch requests were not logged. Each now has its line, marked as batched."""
+    import json
+    from collections import Counter
+
+    from lexpilot.running.stage import stage_main
+    from tests.conftest import STAGES, sample_cases, write_dataset
+
+    log, three_cases = tmp_path / "requests.jsonl", write_dataset(tmp_path / "three.json", sample_cases()[:3])
+    with log.open("a", encoding="utf-8") as http.log:
+        argv = ["--run-id", "r", "--model", "model-a", "--dataset", str(three_cases)]
+        argv += ["--output-root", str(tmp_path), "--batch", "--batch-poll", "0.02"]
+        assert stage_main(STAGES["gold"], "t", argv=argv) == 0
+    lines = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+    asked = Counter(line["body"]["model"] for b in http.batches.values() for line in b["_lines"])
+    # by hand: 3 cases, each a prediction by the evaluated model, then the judge's extraction, both in batches
+    assert asked == {"model-a": 3, "DeepSeek-R1": 3}
+    assert Counter(line["model"] for line in lines if line.get("batch")) == asked and len(lines) == 6

@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 
+from lexpilot.errors import Aborted
 from lexpilot.running.batch_pool import Drained, chain_of
 from lexpilot.running.batch_run import BatchRun, Together, ledger_path
 from lexpilot.running.batching import (
@@ -62,14 +63,19 @@ class Turn:
     err: io.StringIO
 
     def step(self, action, *args):
-        """The stage's next step; STOPPED, the cell failed with the line saying why, when it raised."""
+        """The stage's next step; STOPPED when it raised: the cell interrupted (the grid's first Ctrl-C came while a
+        role left synchronous waited for a slot), or failed with the line saying why (a refusal, the disk, a bug:
+        this stage stops, the others go on)."""
         try:
             return action(self.run, *args)
-        except (
-            Exception
-        ) as e:  # a refusal (HarnessError), the disk, or a bug: this stage stops, the others go on
+        except Aborted:
+            _interrupted([self])
+            return STOPPED
+        except Exception as e:
             self.cell.status, self.cell.reason = FAILED, reason_of(self.cell, e)
             return STOPPED
+        finally:  # whatever happened: the next turn may replace the journal, which an open writer would miss
+            self.run.writer.close()
 
 
 def run_batch_chain(grid: Grid, chain: list[Cell]) -> None:
@@ -100,7 +106,7 @@ def _cycles(grid: Grid, chain: list[Cell], together: Together) -> None:
                     _leave(grid, turn, IN_FLIGHT)
                 return
             if grid.sharing.draining.wait(chain[0].settings.batching.poll):
-                return _interrupted(grid, live)
+                return _interrupted(live)
             continue
         handed = _gathered(grid, chain, together, live)
         if handed and not _hand(grid, chain, handed, live):
@@ -139,7 +145,7 @@ def _hand(grid: Grid, chain: list[Cell], handed: list[tuple], live: list[Turn]) 
     try:
         grid.sharing.batches.hand(chain_of(chain[0].settings), shares)
     except Drained:
-        _interrupted(grid, live)
+        _interrupted(live)
         return False
     except Exception as e:  # the chain's share was not submitted: the stages that handed one stop
         for turn, _, _ in handed:
@@ -203,7 +209,7 @@ def _leave(grid: Grid, turn: Turn, status: str) -> None:
     grid.report(turn.cell, turn.err.getvalue() + turn.out.getvalue())  # its closing lines last
 
 
-def _interrupted(grid: Grid, live: list[Turn]) -> None:
+def _interrupted(live: list[Turn]) -> None:
     """The grid's first Ctrl-C: the batches in flight stay recorded, and a rerun collects them."""
     for turn in live:
         say_interrupted(turn.cell.stage.name, turn.err)

@@ -36,7 +36,7 @@ def command_line():
         type=Path,
         metavar="FILE",
         help="append a JSON line per chat request there: its "
-        "model, role, output limit, temperature and a digest of its prompt",
+        'model, role, output limit, temperature and a digest of its prompt ("batch": true for a request answered in a batch)',
     )
     parser.add_argument(
         "--batch-delay",

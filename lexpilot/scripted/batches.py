@@ -153,6 +153,7 @@ class BatchEndpoints:
                     }
                 )
                 continue
+            self.logged(line["body"], batched=True)
             self.lock.release()  # the chat handler takes the lock itself
             try:
                 status, _, payload = self._answer(line["body"])

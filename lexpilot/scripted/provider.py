@@ -185,25 +185,7 @@ class FakeProvider(BatchEndpoints):
             )
         with self.lock:
             self.requests.append(body)
-            if self.log is not None:  # what was asked, never how (no header: the key is never written)
-                self.log.write(
-                    json.dumps(
-                        {
-                            "at": round(time.time(), 3),
-                            "model": body.get("model"),
-                            "kind": request_kind(body),
-                            "max_tokens": body.get("max_tokens"),
-                            "temperature": body.get("temperature"),
-                            "stream": bool(body.get("stream")),
-                            "prompt_sha256": hashlib.sha256(
-                                json.dumps(body["messages"], ensure_ascii=False).encode()
-                            ).hexdigest()[:16],
-                        },
-                        ensure_ascii=False,
-                    )
-                    + "\n"
-                )
-                self.log.flush()
+            self.logged(body)
             busy = self.one_slot and self.active > 0
             if busy and body.get("stream"):
                 self.statuses["cut"] += 1
@@ -214,6 +196,31 @@ class FakeProvider(BatchEndpoints):
         finally:
             with self.lock:
                 self.active -= 1
+
+    def logged(self, body: dict, batched: bool = False) -> None:
+        """A line in the request log, if one is kept (under the lock): what was asked, never how (no header: the key
+        is never written); a request answered in a batch says so."""
+        if self.log is None:
+            return
+        self.log.write(
+            json.dumps(
+                {
+                    "at": round(time.time(), 3),
+                    "model": body.get("model"),
+                    "kind": request_kind(body),
+                    "max_tokens": body.get("max_tokens"),
+                    "temperature": body.get("temperature"),
+                    "stream": bool(body.get("stream")),
+                    "prompt_sha256": hashlib.sha256(
+                        json.dumps(body["messages"], ensure_ascii=False).encode()
+                    ).hexdigest()[:16],
+                    **({"batch": True} if batched else {}),
+                },
+                ensure_ascii=False,
+            )
+            + "\n"
+        )
+        self.log.flush()
 
     def _answer(self, body: dict):
         prompt = (
