@@ -426,3 +426,7 @@ def test_the_grid_gives_each_model_and_run_its_own_connections_and_every_client_
         for c in caller.clients.values()
     }
     assert contexts == {id(sharing.tls)}
+    # a chain that ends closes its connections, and only its own
+    sharing.close_chain(("m", "run1"))
+    assert first.clients["judge"].is_closed() and not other_run.clients["judge"].is_closed()
+    assert {key[3] for key in sharing.clients} == {("m", "run2")}

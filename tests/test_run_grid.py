@@ -745,3 +745,20 @@ def test_an_open_file_limit_the_system_will_not_raise_is_said_not_a_traceback(mo
     assert "limit of 256 (ulimit -n)" in open_files_for(50, 8)
     monkeypatch.setitem(sys.modules, "resource", None)  # as on Windows
     assert open_files_for(50, 8) == ""
+
+
+@pytest.mark.parametrize("mode", [(), ("--batch", "--batch-poll", "0.02")], ids=["sync", "batch"])
+def test_every_chain_closes_its_connections_when_it_ends(tmp_path, http, three_cases, monkeypatch, mode):
+    """A (model, run) that ends closes its clients' connections then, not when the whole grid ends."""
+    from lexpilot.models.calls import Sharing
+
+    built, real = [], Sharing.client
+
+    def client(self, role, timeout, chain, build):
+        built.append(real(self, role, timeout, chain, build))
+        return built[-1]
+
+    monkeypatch.setattr(Sharing, "client", client)
+    assert run_grid.main(grid_argv(tmp_path, three_cases, "--stages", "eval_LJP_direct", *mode)) == 0
+    # by hand: every role at the scripted provider's one URL and key, so one client per (model, run): 3 x 2
+    assert len({id(c) for c in built}) == 6 and all(c.is_closed() for c in built)

@@ -152,6 +152,15 @@ class Sharing:
                 self.clients[key] = build(role, self.tls)
             return self.clients[key]
 
+    def close_chain(self, chain: tuple[str, str]) -> None:
+        """A (model, run) has ended: its clients' connections are closed now, not when the grid ends (a 10 x 5 grid
+        would hold a finished chain's sockets and files open for hours)."""
+        with self.lock:
+            ended = [key for key in self.clients if key[3] == chain]
+            clients = [self.clients.pop(key) for key in ended]
+        for client in clients:
+            client.close()
+
     def count(self, model: str, reply: Reply) -> None:
         with self.lock:
             self.answered.add(

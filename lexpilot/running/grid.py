@@ -215,6 +215,7 @@ def start_chains(grid: Grid) -> list[threading.Event]:
         finally:
             if grid.sharing.batches is not None:  # the other chains' batches no longer wait for this one
                 grid.sharing.batches.leave(chain_of(chain[0].settings))
+            grid.sharing.close_chain(chain_of(chain[0].settings))
             done.set()
 
     for i, (chain, done) in enumerate(zip(grid.chains, ended)):
