@@ -421,3 +421,32 @@ def test_a_stage_step_that_fails_leaves_no_journal_line_of_the_next_stage_behind
     assert [json.loads(line)["reply"] for line in journal.read_text(encoding="utf-8").splitlines()] == [
         "a paid reply"
     ]
+
+
+def test_a_detached_run_whose_stages_batches_finish_apart_says_only_the_waiting_one_in_flight(
+    tmp_path, http, three_cases, capsys
+):
+    """--batch-detach when a run's batches finish at different times (different endpoints): the stage whose batch
+    is still out is in flight; the one whose batch was collected is left waiting for the rerun (a review found it
+    counted in flight too)."""
+    one = dict(models=["model-a"], runs=1)
+    stages = ("--stages", "LexAwN_gen", "eval_LJP_direct")
+    detach = grid_argv(tmp_path, three_cases, "--batch-detach", *POLL, *stages, **one)
+    http.batch_delay = 30
+    assert run_grid.main(detach) == 0  # cycle 1: both stages ask the evaluated model, in one batch
+    for batch in http.batches.values():
+        batch["_ready"] = 0
+    assert run_grid.main(detach) == 0  # cycle 2: LexAwN asks on, Direct asks the judge to extract
+    judge = [b for b in http.batches.values() if b["_lines"][0]["body"]["model"] == "DeepSeek-R1"]
+    assert len(http.batches) == 3 and len(judge) == 1
+    judge[0]["_ready"] = 0  # the judge's batch is answered, LexAwN's is not
+    capsys.readouterr()
+    assert run_grid.main(detach) == 0
+    err = capsys.readouterr().err
+    assert "[grid] 1 cell with batches in flight: rerun the same command" in err, err
+    assert "[grid] 2 cells: 0 done" in err, err
+    http.batch_delay = 0
+    for batch in http.batches.values():
+        batch["_ready"] = 0
+    assert run_grid.main([a for a in detach if a != "--batch-detach"] + ["--batch"]) == 0
+    assert all(n == 1 for n in http.submitted.values())

@@ -53,7 +53,7 @@ from lexpilot.storage.checkpoints import CheckpointWriter
 STOPPED = object()  # what a turn's step returns when it stopped its stage (the cell failed)
 
 
-@dataclass
+@dataclass(eq=False)  # a turn is itself: `in` compares identities
 class Turn:
     """A stage of the chain open in batch mode: its cell, its invocation and its lines, kept apart."""
 
@@ -99,11 +99,14 @@ def _cycles(grid: Grid, chain: list[Cell], together: Together) -> None:
         waiting = [t for t in live if t.step(collect_own) is True]
         live = [t for t in live if t.cell.status == RUNNING]
         if waiting:
-            if True in [
-                t.step(left_in_flight) for t in waiting
-            ]:  # --batch-detach, --batch-files: each says so
-                for turn in live:
-                    _leave(grid, turn, IN_FLIGHT)
+            # --batch-detach, --batch-files: each stage waiting says so, and the run leaves; a stage whose batches
+            # were all collected waits for the rerun, which goes on with it
+            if True in [t.step(left_in_flight) for t in waiting]:
+                for turn in [t for t in live if t.cell.status == RUNNING]:
+                    if turn in waiting:
+                        _leave(grid, turn, IN_FLIGHT)
+                    else:
+                        turn.cell.status = WAITING
                 return
             if grid.sharing.draining.wait(chain[0].settings.batching.poll):
                 return _interrupted(live)
