@@ -440,7 +440,7 @@ def quote_notes(parts: list[Part], timing: Timing) -> list[str]:
     ]
     side, serial = batch_cycles(counted)
     lines.append(
-        f"batch mode: {side} cycles for the slowest job with run_grid.py --batch"
+        f"batch mode: at most {side} cycles for the slowest job with run_grid.py --batch"
         + (f", {serial} with its stages one after another (stage scripts)" if serial != side else "")
         + f" (each cycle sends every case's next call and waits for the batch: up to {BATCH_WINDOW_HOURS} h "
         "each at OpenAI, usually far less)"
