@@ -132,11 +132,10 @@ def _gathered(grid: Grid, chain: list[Cell], together: Together, live: list[Turn
                 handed.append((turn, pending, groups))
             continue
         _finish(grid, turn)
+        # its readers, opened now, are replayed in this cycle, unless batches of an earlier invocation are out
         known = {id(t) for t in live + later}
         for new in _opened(grid, chain, together, live):
-            if (
-                id(new) not in known
-            ):  # replayed in this cycle, unless batches of an earlier invocation are out
+            if id(new) not in known:
                 (live if new.step(collect_own) is False else later).append(new)
     live[:] = [t for t in live + later if t.cell.status == RUNNING]
     return [h for h in handed if h[0].cell.status == RUNNING]
