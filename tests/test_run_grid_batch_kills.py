@@ -83,16 +83,38 @@ def test_a_kill_while_the_shared_file_is_uploaded_or_its_batch_created_pays_noth
     assert all(n == 1 for n in provider.submitted.values())
 
 
-def test_ten_kills_at_random_moments_then_a_rerun_pay_for_exactly_a_clean_grids_requests(tmp_path):
+def test_ten_kills_at_random_moments_under_faults_then_a_rerun_pay_for_exactly_a_clean_grids_requests(
+    tmp_path,
+):
+    """Item 7's kills, in batch mode and under provider faults: transient errors on the files and batches
+    endpoints, a create whose reply is lost (the batch made all the same), and one in four of the User Model's
+    calls (left synchronous) failing once; a run's stages side by side, the pooled batches shared by every run."""
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
+    roles = ("--batch-roles", "eval,judge")
     with FakeProvider() as provider:
         env = environment(provider)
-        run(batch_grid(tmp_path / "clean", dataset), env)
+        run(batch_grid(tmp_path / "clean", dataset) + list(roles), env)
         clean, files = Counter(provider.processed), len(provider.files)
         clean_paid, since = paid(provider), len(provider.batches)
         provider.processed.clear()
         rng, killed, started = random.Random(9), 0, 0
-        command = batch_grid(tmp_path / "killed", dataset)
+        provider.batch_errors = [
+            (rng.choice(["GET", "POST"]), rng.choice(["files", "batches"]), rng.choice([0, 429, 500, 503]))
+            for _ in range(12)
+        ]
+        provider.batch_lost_create = True
+        user_calls = Counter()
+
+        def flaky(kind, prompt, body):  # each user call's first try fails, one prompt in four: asked again
+            user_calls[prompt] += kind == "user"
+            return (
+                {"status": 502}
+                if kind == "user" and user_calls[prompt] == 1 and len(prompt) % 4 == 0
+                else None
+            )
+
+        provider.script = flaky
+        command = batch_grid(tmp_path / "killed", dataset) + list(roles)
         # a random moment is a random number of the provider's files (inputs and outputs) into the grid's run
         spread = max(2, files // 12)
         while killed < 10 and started < 25:
@@ -101,6 +123,7 @@ def test_ten_kills_at_random_moments_then_a_rerun_pay_for_exactly_a_clean_grids_
             killed += kill_when(command, env, lambda: len(provider.files) - before >= moment)
         run(command, env)
         assert paid(provider, since) == clean_paid
+        assert not provider.batch_errors and not provider.batch_lost_create and provider.statuses[502]
     assert killed == 10
     assert records(tmp_path / "killed") == records(tmp_path / "clean")
     assert provider.processed == clean
