@@ -173,6 +173,11 @@ def test_each_evaluated_model_on_its_own_endpoint_from_the_grid_file(
             "positive whole number",
         ),
         ('[endpoints."m"]\nbase_url = "http://127.0.0.1:9/v1"\n', ":1: endpoints", "unknown table"),
+        (
+            '[models."m"]\nbase_url = "http://127.0.0.1:9/v1"\nbatch = "no"\n',
+            ":3: models.m.batch",
+            "true or false",
+        ),
     ],
 )
 def test_a_bad_grid_file_is_one_line_naming_the_file_key_and_line(tmp_path, http, capsys, text, where, what):

@@ -450,3 +450,50 @@ def test_a_detached_run_whose_stages_batches_finish_apart_says_only_the_waiting_
         batch["_ready"] = 0
     assert run_grid.main([a for a in detach if a != "--batch-detach"] + ["--batch"]) == 0
     assert all(n == 1 for n in http.submitted.values())
+
+
+def test_a_model_whose_endpoint_takes_no_batches_is_asked_directly_with_batch_false(
+    tmp_path, http, three_cases, capsys
+):
+    """Items 2 and 9 together: one evaluated model lives on an endpoint without a batch API (llama.cpp's server,
+    here the scripted provider answering 404 there). Its cells stop with one line naming the grid file's way out;
+    with `batch = false` in its [models] table it is asked directly within the cycles, everything else batched."""
+    from lexpilot.scripted.provider import FakeProvider
+
+    with FakeProvider() as local:
+        local.batch_refuse = True
+        grid_file = tmp_path / "grid.toml"
+        table = f'[models."model-c"]\nbase_url = "{local.base_url}"\n'
+        grid_file.write_text(table, encoding="utf-8")
+        argv = lambda root: grid_argv(
+            root, three_cases, "--grid", str(grid_file), "--batch", *POLL, "--stages", "eval_LJP_direct"
+        )
+        assert run_grid.main(argv(tmp_path / "refused")) == 1
+        err = capsys.readouterr().err
+        assert (
+            "the endpoint refuses the batch API (HTTP 404); leave the role synchronous (--batch-roles without "
+            "eval; in a grid, batch = false in its [models] table) or run without --batch" in err
+        ), err
+        since = len(http.batches)
+        grid_file.write_text(table + "batch = false\n", encoding="utf-8")
+        assert run_grid.main(argv(tmp_path / "out")) == 0
+        # by hand: 3 cases x 2 runs of each model; model-c's predictions asked directly at its own endpoint, the
+        # judge's extraction of them in the shared batches beside the other models'
+        assert Counter(r["model"] for r in local.requests) == {"model-c": 6} and not local.batches
+        batched = Counter(
+            line["body"]["model"] for b in list(http.batches.values())[since:] for line in b["_lines"]
+        )
+        assert batched == {"model-a": 6, "model-b": 6, "DeepSeek-R1": 18}
+        capsys.readouterr()
+        assert (
+            run_grid.main(argv(tmp_path / "none") + ["--batch-roles", "eval"]) == 2
+        )  # nothing of it to batch
+        err = capsys.readouterr().err.strip()
+        assert (
+            err.endswith(
+                "model-c takes no batches (batch = false in the grid file), so none of its roles "
+                "would be batched; run it in a grid without --batch"
+            )
+            and len(err.splitlines()) == 1
+        )
+    assert len(list((tmp_path / "out").glob("eval_results/*/*/LJP_direct.jsonl"))) == 6

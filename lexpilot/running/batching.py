@@ -321,9 +321,12 @@ def check_endpoints(run: BatchRun) -> None:
             client.batches.list(limit=1)
         except run.caller.openai.APIStatusError as e:
             if e.status_code in (404, 405, 501):
+                in_grid = (
+                    "; in a grid, batch = false in its [models] table" if run.pool and role == "eval" else ""
+                )
                 raise FatalError(
                     f"{run.settings.roles[role].describe()}: the endpoint refuses the batch API (HTTP "
-                    f"{e.status_code}); leave the role synchronous (--batch-roles without {role}) or "
+                    f"{e.status_code}); leave the role synchronous (--batch-roles without {role}{in_grid}) or "
                     "run without --batch"
                 ) from None
             provider_call(run, "listing batches", lambda: client.batches.list(limit=1))  # transient: retried

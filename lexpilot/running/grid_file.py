@@ -5,6 +5,7 @@ the judge's), optional limits. Every mistake is one line naming the file, the ke
     [models."Qwen3-32B"]            # a local vLLM
     base_url = "http://gpu-1:8000/v1"
     concurrency = 32
+    batch = false                   # no batch API there: with --batch, its calls are made directly
 
     [models."GPT-5.6-Sol"]          # a cloud API
     base_url = "https://api.openai.com/v1"
@@ -31,15 +32,18 @@ from lexpilot.errors import HarnessError
 from lexpilot.models.limits import Limits, limit_value, parse_limits
 from lexpilot.settings import check_api_key, check_base_url
 
-MODEL_KEYS = ("base_url", "key_variable", *Limits.NAMES)
+MODEL_KEYS = ("base_url", "key_variable", "batch", *Limits.NAMES)
 
 
 @dataclass(frozen=True)
 class ModelEndpoint:
-    """Where one evaluated model lives: its base URL, the variable holding its key (None: no key is sent)."""
+    """Where one evaluated model lives: its base URL, the variable holding its key (None: no key is sent), and
+    whether it takes batches (false: an endpoint without a batch API, such as llama.cpp's server; with --batch the
+    model is asked directly within the cycles, the other roles still in batches)."""
 
     base_url: str
     key_variable: str | None = None
+    batch: bool = True
 
 
 @dataclass
@@ -132,8 +136,11 @@ def model_endpoint(entry: dict, env, where) -> tuple[ModelEndpoint, Limits | Non
                 "or remove key_variable to send no key"
             )
         check_api_key(env[variable], variable)
+    if not isinstance(entry.get("batch", True), bool):
+        raise HarnessError(f"{where('batch')}: true or false (false: the model's endpoint has no batch API)")
     limits = {k: entry[k] for k in Limits.NAMES if k in entry}
-    return ModelEndpoint(base_url, variable), entry_limits(limits, where) if limits else None
+    endpoint = ModelEndpoint(base_url, variable, entry.get("batch", True))
+    return endpoint, entry_limits(limits, where) if limits else None
 
 
 def entry_limits(entry: dict, where) -> Limits:

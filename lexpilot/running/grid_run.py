@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lexpilot.benchmark.dataset import load_dataset
+from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.errors import INTERRUPTED, HarnessError
 from lexpilot.models.calls import Sharing
 from lexpilot.models.limits import Endpoints, Limits
@@ -37,9 +38,18 @@ from lexpilot.settings import Settings
 
 
 def with_endpoint(settings: Settings, endpoint: ModelEndpoint | None, env) -> Settings:
-    """The settings with the evaluated model on its grid-file endpoint (no key sent without a key variable)."""
+    """The settings with the evaluated model on its grid-file endpoint (no key sent without a key variable), and
+    out of the batches where that endpoint takes none (`batch = false`)."""
     if endpoint is None:
         return settings
+    if not endpoint.batch and settings.batching.enabled:
+        roles = tuple(r for r in settings.batching.roles or ROLES if r != "eval")
+        if not roles:
+            raise HarnessError(
+                f"--batch-roles eval: {settings.roles['eval'].model} takes no batches (batch = false in the grid "
+                "file), so none of its roles would be batched; run it in a grid without --batch"
+            )
+        settings = dataclasses.replace(settings, batching=dataclasses.replace(settings.batching, roles=roles))
     key = env[endpoint.key_variable] if endpoint.key_variable else ""
     roles = {
         **settings.roles,
