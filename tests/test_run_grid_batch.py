@@ -497,3 +497,63 @@ def test_a_model_whose_endpoint_takes_no_batches_is_asked_directly_with_batch_fa
             and len(err.splitlines()) == 1
         )
     assert len(list((tmp_path / "out").glob("eval_results/*/*/LJP_direct.jsonl"))) == 6
+    # the quote's batch columns price model-c's own calls at the synchronous price, with --batch or without it
+    prices = tmp_path / "prices.json"
+    price = {"prompt": 100, "completion": 400, "batch_discount": 0.5}
+    prices.write_text(json.dumps(dict.fromkeys(("model-a", "model-b", "model-c", *JUDGE_AND_USER), price)))
+    quoted = [
+        per_model_quote(tmp_path / "q", three_cases, grid_file, prices, *mode) for mode in ((), ("--batch",))
+    ]
+    assert quoted[0] == quoted[1]
+    sync_low, batch_low = quoted[0]["model-c"][1], quoted[0]["model-c"][4]
+    other_sync, other_batch = quoted[0]["model-a"][1], quoted[0]["model-a"][4]
+    # by hand: model-a's calls all at half price; model-c's own at full price, its judge's at half
+    assert other_batch == pytest.approx(other_sync / 2, abs=1e-3) and other_batch < batch_low < sync_low
+
+
+def per_model_quote(root, dataset, grid_file, prices, *extra) -> dict[str, list[float]]:
+    """quote_grid.py's "Per evaluated model" rows: model -> calls, sync low, high, expected, batch low, ..."""
+    import io
+    from contextlib import redirect_stdout
+
+    import quote_grid
+
+    out = io.StringIO()
+    argv = ["--grid", str(grid_file), "--models", *MODELS, "--runs", "2", "--stages", "eval_LJP_direct"]
+    argv += ["--format", "csv", *extra]
+    with redirect_stdout(out):
+        argv += ["--dataset", str(dataset), "--prices", str(prices), "--output-root", str(root)]
+        assert quote_grid.main(argv) == 0
+    rows = [
+        r
+        for r in csv_rows(out.getvalue())
+        if r[:1] and r[0].startswith("Per evaluated model") and r[1] != "header"
+    ]
+    return {r[1]: [float(v) if v not in ("none", "n/a") else v for v in r[2:9]] for r in rows}
+
+
+def csv_rows(text: str) -> list[list[str]]:
+    import csv
+
+    return list(csv.reader(text.splitlines()))
+
+
+def test_calls_asked_directly_in_a_batch_grid_go_out_as_many_at_once_as_a_synchronous_stage_sends(
+    tmp_path, http, three_cases
+):
+    """A model with batch = false (or a role left out of --batch-roles) is asked within the cycles at --concurrency,
+    as a synchronous stage asks it, not one case after another (a review found 432 cases' calls made in a row). One
+    run of Direct LJP, three cases: the three predictions reach the model's endpoint before the first is answered."""
+    from lexpilot.scripted.provider import FakeProvider
+
+    with FakeProvider(latency=0.5) as local:
+        local.batch_refuse = True
+        grid_file = tmp_path / "grid.toml"
+        grid_file.write_text(
+            f'[models."model-c"]\nbase_url = "{local.base_url}"\nbatch = false\n', encoding="utf-8"
+        )
+        argv = grid_argv(
+            tmp_path, three_cases, "--grid", str(grid_file), "--batch", *POLL, models=["model-c"], runs=1
+        )
+        assert run_grid.main(argv + ["--stages", "eval_LJP_direct"]) == 0
+        assert len(local.arrivals) == 3 and max(local.arrivals) - min(local.arrivals) < 0.5, local.arrivals

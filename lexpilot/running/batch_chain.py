@@ -103,10 +103,7 @@ def _cycles(grid: Grid, chain: list[Cell], together: Together) -> None:
             # were all collected waits for the rerun, which goes on with it
             if True in [t.step(left_in_flight) for t in waiting]:
                 for turn in [t for t in live if t.cell.status == RUNNING]:
-                    if turn in waiting:
-                        _leave(grid, turn, IN_FLIGHT)
-                    else:
-                        turn.cell.status = WAITING
+                    _leave(grid, turn, IN_FLIGHT if turn in waiting else WAITING)
                 return
             if grid.sharing.draining.wait(chain[0].settings.batching.poll):
                 return _interrupted(live)
@@ -207,6 +204,7 @@ def _finish(grid: Grid, turn: Turn) -> None:
 
 
 def _leave(grid: Grid, turn: Turn, status: str) -> None:
+    """The stage leaves the run's cycles (done, in flight, or waiting for a rerun): its lines are said."""
     turn.cell.status = status
     grid.report(turn.cell, turn.err.getvalue() + turn.out.getvalue())  # its closing lines last
 

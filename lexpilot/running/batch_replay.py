@@ -5,8 +5,10 @@ way, an invalid output said once, and the most calls a pending case may still ne
 from __future__ import annotations
 
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.errors import CaseFailed
 from lexpilot.models.calls import Usage
 from lexpilot.protocols.steps import CaseCalls
@@ -65,14 +67,24 @@ class ReplayRetries:
 def replay(run: BatchRun, pending: list) -> list[tuple]:
     """Replay every pending case from its records and the journal until it needs a reply: the requests of the
     next batches, as (case, step, NeedsReply, prompt key)."""
-    needs = []
     journal = read_journal(run, pending)
     run.held = Counter(key[:2] for key, queue in journal.replies.items() for _ in queue)
-    for case in pending:
-        need = _replay_case(run, journal, case)
-        if need:
-            needs.append(need)
-    return needs
+    return [need for need in _each_case(run, lambda case: _replay_case(run, journal, case), pending) if need]
+
+
+def _each_case(run: BatchRun, replay_case, pending: list) -> list:
+    """Every pending case replayed. In the grid, where a role is asked directly (--batch-roles, or a model with
+    batch = false), up to --concurrency cases at once, as a synchronous stage asks them: those calls take seconds
+    each. A stage script replays one case after another, so that its Ctrl-C leaves at once (the grid's first
+    Ctrl-C lets the calls in flight end, and starts none)."""
+    workers = min(run.settings.transport.concurrency, len(pending))
+    if run.pool is None or run.batched_roles >= set(ROLES) or workers <= 1:
+        return [replay_case(case) for case in pending]
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="replay")
+    try:
+        return list(pool.map(replay_case, pending))  # in the cases' order, as one after another
+    finally:  # a case that raised (a refusal, a Ctrl-C) starts no other
+        pool.shutdown(cancel_futures=True)
 
 
 def read_journal(run: BatchRun, pending: list) -> CallJournal:

@@ -42,14 +42,17 @@ def with_endpoint(settings: Settings, endpoint: ModelEndpoint | None, env) -> Se
     out of the batches where that endpoint takes none (`batch = false`)."""
     if endpoint is None:
         return settings
-    if not endpoint.batch and settings.batching.enabled:
-        roles = tuple(r for r in settings.batching.roles or ROLES if r != "eval")
-        if not roles:
-            raise HarnessError(
-                f"--batch-roles eval: {settings.roles['eval'].model} takes no batches (batch = false in the grid "
-                "file), so none of its roles would be batched; run it in a grid without --batch"
-            )
-        settings = dataclasses.replace(settings, batching=dataclasses.replace(settings.batching, roles=roles))
+    # out of the batches with --batch, and out of the quote's batch columns without it
+    batched = tuple(r for r in settings.batching.roles or ROLES if r != "eval" or endpoint.batch)
+    if not batched and settings.batching.enabled:
+        raise HarnessError(
+            f"--batch-roles eval: {settings.roles['eval'].model} takes no batches (batch = false in the grid "
+            "file), so none of its roles would be batched; run it in a grid without --batch"
+        )
+    if batched and not endpoint.batch:
+        settings = dataclasses.replace(
+            settings, batching=dataclasses.replace(settings.batching, roles=batched)
+        )
     key = env[endpoint.key_variable] if endpoint.key_variable else ""
     roles = {
         **settings.roles,
