@@ -445,6 +445,9 @@ def test_a_detached_run_whose_stages_batches_finish_apart_says_only_the_waiting_
     err = capsys.readouterr().err
     assert "[grid] 1 cell with batches in flight: rerun the same command" in err, err
     assert "[grid] 2 cells: 0 done" in err, err
+    assert re.search(r"\[model-a run1 LJP direct\] batch batch-\d+ \(judge\): completed", err), (
+        err
+    )  # its lines said
     http.batch_delay = 0
     for batch in http.batches.values():
         batch["_ready"] = 0
