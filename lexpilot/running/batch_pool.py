@@ -62,9 +62,8 @@ class BatchPool:
     live: set
     draining: threading.Event
     wait: float = 0.2
-    handed: dict = field(
-        default_factory=dict
-    )  # chain -> [(a stage's BatchRun, its requests)] for the next cycle
+    # chain -> [(a stage's BatchRun, its requests)] for the next cycle
+    handed: dict = field(default_factory=dict)
     generation: int = 0  # cycles made so far
     errors: dict = field(default_factory=dict)  # chain -> why its share of the last cycle was not submitted
     uploads: int = 0  # input files sent (or written) so far, for the tests and the summary
