@@ -82,6 +82,11 @@ class Batching:
     files: Path | None = None  # vLLM run-batch files instead of a batch API
     resubmit: bool = False  # after a lost ledger, submit again what the provider cannot show as this run's
 
+    @property
+    def asked(self) -> tuple[str, ...]:
+        """The roles sent in batches when batch mode is on: those --batch-roles names, every role by default."""
+        return self.roles or ROLES
+
 
 @dataclass(frozen=True)
 class Spending:

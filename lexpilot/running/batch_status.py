@@ -28,7 +28,7 @@ def status(name: str, settings, clients: dict, out=sys.stdout) -> int:
         Path(),
         CheckpointWriter(),
         ModelCaller(settings, QuietProgress(lambda m: print(m, file=out)), threading.Event(), clients),
-        set(settings.batching.roles or ("eval", "user", "judge")),
+        set(settings.batching.asked),
         {},
         None,
         lambda m: print(m, file=out),

@@ -84,7 +84,7 @@ def open_run(
             sharing,
             cell,
         ),
-        set(settings.batching.roles or ("eval", "user", "judge")),
+        set(settings.batching.asked),
         load_prompts(),
         run_case,
         log,

@@ -73,7 +73,7 @@ def quote_part(
     for role, calls in part.calls.items():
         price, limit = prices.get(settings.roles[role].model), settings.roles[role].max_tokens
         # the batch columns send the roles --batch-roles names (every role by default) through a batch API
-        batchable = 1.0 if role in (settings.batching.roles or ROLES) else 0.0
+        batchable = 1.0 if role in settings.batching.asked else 0.0
         for mode, batched in (("sync", 0.0), ("batch", batchable)):
             part.money[(role, mode)] = (
                 None

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lexpilot.benchmark.dataset import load_dataset
-from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.errors import INTERRUPTED, HarnessError
 from lexpilot.models.calls import Sharing
 from lexpilot.models.limits import Endpoints, Limits
@@ -43,7 +42,7 @@ def with_endpoint(settings: Settings, endpoint: ModelEndpoint | None, env) -> Se
     if endpoint is None:
         return settings
     # out of the batches with --batch, and out of the quote's batch columns without it
-    batched = tuple(r for r in settings.batching.roles or ROLES if r != "eval" or endpoint.batch)
+    batched = tuple(r for r in settings.batching.asked if r != "eval" or endpoint.batch)
     if not batched and settings.batching.enabled:
         raise HarnessError(
             f"--batch-roles eval: {settings.roles['eval'].model} takes no batches (batch = false in the grid "

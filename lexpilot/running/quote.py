@@ -94,7 +94,7 @@ def cost_quote(
             lines.append(f"  {role} ({model}): no price in the price file")
             continue
         # at batch prices
-        batched = 1.0 if settings.batching.enabled and role in (settings.batching.roles or ROLES) else 0.0
+        batched = 1.0 if settings.batching.enabled and role in settings.batching.asked else 0.0
         low, high, expected = role_money(
             price,
             low_chars[role],
