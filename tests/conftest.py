@@ -174,3 +174,13 @@ def browser():
         b = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         yield b
         b.close()
+
+
+@pytest.fixture(scope="session")
+def warm():
+    """Scripts started as real processes forked from one warm interpreter (tests/warm.py)."""
+    from tests.warm import Warm
+
+    started = Warm()
+    yield started
+    started.close()

@@ -430,3 +430,22 @@ def test_the_grid_gives_each_model_and_run_its_own_connections_and_every_client_
     sharing.close_chain(("m", "run1"))
     assert first.clients["judge"].is_closed() and not other_run.clients["judge"].is_closed()
     assert {key[3] for key in sharing.clients} == {("m", "run2")}
+
+
+def test_every_client_of_a_process_shares_one_tls_context_per_ca_setting(monkeypatch, tmp_path):
+    """Each context parses the CA bundle (~30 ms, three roles per stage): one per process, but a change of
+    SSL_CERT_FILE or SSL_CERT_DIR (the variables that choose the bundle) gets its own."""
+    import certifi
+
+    from lexpilot.models.calls import tls_context
+
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    first = tls_context()
+    assert tls_context() is first
+    bundle = tmp_path / "ca.pem"
+    bundle.write_bytes(open(certifi.where(), "rb").read())
+    monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
+    assert tls_context() is not first and tls_context() is tls_context()
+    monkeypatch.delenv("SSL_CERT_FILE")
+    assert tls_context() is first

@@ -4,12 +4,12 @@ one root produced in place, whether each machine ran stage scripts by hand or `r
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import show_results
 from lexpilot.scripted.provider import FakeProvider
 from tests.conftest import ROOT, Harness, sample_cases, write_dataset
+from tests.warm import run as warm_run
 
 STAGES = ("LexAwN", "DCG", "direct", "gold", "interaction")
 MODELS = ("model-a", "model-b", "model-c")
@@ -89,7 +89,7 @@ def test_roots_made_apart_and_gathered_report_what_one_root_reports(tmp_path, pr
     assert one == gathered and len(one) == 2
 
 
-def test_two_shards_cover_every_cell_once_and_report_as_one_unsharded_run(tmp_path, capsys):
+def test_two_shards_cover_every_cell_once_and_report_as_one_unsharded_run(tmp_path, capsys, warm):
     """ "`--shard 1/2` and `--shard 2/2` together cover every cell once. Their gathered roots report the same tables
     as one unsharded run." And "`--shard` with `--dry-run` lists the cells of a shard": the same on every machine,
     whatever order --models gives."""
@@ -100,7 +100,7 @@ def test_two_shards_cover_every_cell_once_and_report_as_one_unsharded_run(tmp_pa
         for k, models in ((1, MODELS), (2, MODELS[::-1])):
             argv = grid(tmp_path / "dry", dataset, "--shard", f"{k}/2", "--dry-run")
             argv[argv.index("--models") + 1 : argv.index("--models") + 4] = models
-            done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+            done = warm_run(warm, argv, ROOT, env)
             assert done.returncode == 0, done.stderr
             listed.append(done.stdout.splitlines())
         assert not set(listed[0]) & set(listed[1]) and len(listed[0]) == len(listed[1]) == 15
@@ -109,18 +109,9 @@ def test_two_shards_cover_every_cell_once_and_report_as_one_unsharded_run(tmp_pa
             f"{m} run{r} {s}" for m in MODELS for r in (1, 2) for s in stages
         }
         for k in (1, 2):
-            done = subprocess.run(
-                grid(tmp_path / f"machine-{k}", dataset, "--shard", f"{k}/2"),
-                cwd=ROOT,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
+            done = warm_run(warm, grid(tmp_path / f"machine-{k}", dataset, "--shard", f"{k}/2"), ROOT, env)
             assert done.returncode == 0, done.stderr
-        whole = subprocess.run(
-            grid(tmp_path / "whole", dataset), cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
-        )
+        whole = warm_run(warm, grid(tmp_path / "whole", dataset), ROOT, env)
         assert whole.returncode == 0, whole.stderr
     one, gathered = (
         report(root, dataset, capsys)

@@ -23,6 +23,8 @@ from lexpilot.scripted.provider import FakeProvider
 from tests.conftest import ROOT, sample_cases, write_dataset
 from tests.test_grid import environment, grid
 from tests.test_run_grid import records
+from tests.warm import Started
+from tests.warm import run as warm_run
 
 REDIS = shutil.which("redis-server")
 
@@ -90,25 +92,13 @@ def redis_server(tmp_path):
         server.stop()
 
 
-def both_shards(root, dataset, env, *extra) -> list[subprocess.Popen]:
-    return [
-        subprocess.Popen(
-            grid(root, dataset, "--shard", f"{k}/2", *extra),
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for k in (1, 2)
-    ]
+def both_shards(warm, root, dataset, env, *extra) -> list[Started]:
+    return [warm.start(grid(root, dataset, "--shard", f"{k}/2", *extra), ROOT, env) for k in (1, 2)]
 
 
-def clean_run(root, dataset, env, *providers) -> Counter:
+def clean_run(warm, root, dataset, env, *providers) -> Counter:
     """An unsharded grid without Redis: what the providers processed for it, per request (then forgotten)."""
-    clean = subprocess.run(
-        grid(root, dataset), cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
-    )
+    clean = warm_run(warm, grid(root, dataset), ROOT, env)
     assert clean.returncode == 0, clean.stderr
     processed = sum((Counter(p.processed) for p in providers), Counter())
     for p in providers:
@@ -120,13 +110,14 @@ def unanswered(root) -> int:
     return sum(sum(json.loads(p.read_text()).values()) for p in root.glob("runs/*/*/unanswered_calls.json"))
 
 
-def test_two_processes_share_one_limit_and_use_it(tmp_path, redis_server):
+def test_two_processes_share_one_limit_and_use_it(tmp_path, redis_server, warm):
     """ "Two processes share an endpoint limited to R requests/s. Together they stay at or under R, by the scripted
     provider's own count, and use at least 90 % of it.\""""
-    rate = 8
+    rate = 16
     dataset = write_dataset(tmp_path / "three.json", sample_cases()[:3])
     with FakeProvider(latency=0.02) as evaluated, FakeProvider(rate_limit=rate) as judge:
         shards = both_shards(
+            warm,
             tmp_path / "out",
             dataset,
             environment(evaluated, judge),
@@ -146,16 +137,19 @@ def test_two_processes_share_one_limit_and_use_it(tmp_path, redis_server):
     assert all("Traceback" not in e for e in errs)
 
 
-def test_a_killed_process_gives_its_leases_back_and_its_shard_completes_on_a_rerun(tmp_path, redis_server):
+def test_a_killed_process_gives_its_leases_back_and_its_shard_completes_on_a_rerun(
+    tmp_path, redis_server, warm
+):
     """ "`kill -9` one process: its leases return within the lease time and the other process carries on. Rerunning
     the killed shard completes it. The provider processed exactly the requests of a clean run, per request.\""""
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
-    lease = 3
-    with FakeProvider(latency=0.05) as evaluated, FakeProvider(latency=0.05) as judge:
+    lease = 1
+    with FakeProvider() as evaluated, FakeProvider() as judge:
         env = environment(evaluated, judge)
-        clean_processed = clean_run(tmp_path / "clean", dataset, env, evaluated, judge)
+        clean_processed = clean_run(warm, tmp_path / "clean", dataset, env, evaluated, judge)
+        evaluated.latency = judge.latency = 0.05  # calls in flight a while, once the clean grid is done
         limits = ("--limits", f"{redis_server.url}?lease={lease}", "--limit", "DeepSeek-R1=concurrency:2")
-        shards = both_shards(tmp_path / "out", dataset, env, *limits)
+        shards = both_shards(warm, tmp_path / "out", dataset, env, *limits)
         deadline = time.monotonic() + 30
         while sum(judge.processed.values()) < 8 and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -175,16 +169,10 @@ def test_a_killed_process_gives_its_leases_back_and_its_shard_completes_on_a_rer
             if time.monotonic() > killed_at + lease + 0.5:
                 assert all(score <= now_ms for score in held), held
             time.sleep(0.2)
+        evaluated.latency = judge.latency = 0.0  # the rest need not be slow
         _, err = shards[1].communicate(timeout=120)
         assert shards[1].returncode == 0, err  # the other carried on
-        rerun = subprocess.run(
-            grid(tmp_path / "out", dataset, "--shard", "1/2", *limits),
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        rerun = warm_run(warm, grid(tmp_path / "out", dataset, "--shard", "1/2", *limits), ROOT, env)
         assert rerun.returncode == 0, rerun.stderr
         processed = Counter(evaluated.processed) + Counter(judge.processed)
     assert records(tmp_path / "out") == records(tmp_path / "clean")
@@ -192,13 +180,14 @@ def test_a_killed_process_gives_its_leases_back_and_its_shard_completes_on_a_rer
     assert sum((processed - clean_processed).values()) <= unanswered(tmp_path / "out")
 
 
-def test_a_redis_restart_pauses_both_processes_with_one_line_and_loses_nothing(tmp_path, redis_server):
+def test_a_redis_restart_pauses_both_processes_with_one_line_and_loses_nothing(tmp_path, redis_server, warm):
     """ "Restart Redis mid-run: both processes pause with one line and continue, with nothing lost or paid twice.\""""
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
-    with FakeProvider(latency=0.05) as evaluated, FakeProvider(latency=0.05) as judge:
+    with FakeProvider() as evaluated, FakeProvider() as judge:
         env = environment(evaluated, judge)
-        clean_processed = clean_run(tmp_path / "clean", dataset, env, evaluated, judge)
-        shards = both_shards(tmp_path / "out", dataset, env, "--limits", redis_server.url)
+        clean_processed = clean_run(warm, tmp_path / "clean", dataset, env, evaluated, judge)
+        evaluated.latency = judge.latency = 0.05  # calls in flight a while, once the clean grid is done
+        shards = both_shards(warm, tmp_path / "out", dataset, env, "--limits", redis_server.url)
         deadline = time.monotonic() + 30
         while sum(judge.processed.values()) < 6 and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -209,6 +198,7 @@ def test_a_redis_restart_pauses_both_processes_with_one_line_and_loses_nothing(t
         # no call while away
         assert sum(evaluated.processed.values()) + sum(judge.processed.values()) == paused_at
         redis_server.start()
+        evaluated.latency = judge.latency = 0.0
         errs = [p.communicate(timeout=120)[1] for p in shards]
         assert [p.returncode for p in shards] == [0, 0], errs
         processed = Counter(evaluated.processed) + Counter(judge.processed)

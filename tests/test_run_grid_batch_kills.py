@@ -6,7 +6,6 @@ and the digest of what it asks), each custom id in one batch only ("The ledger k
 import random
 import re
 import signal
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -18,6 +17,7 @@ from lexpilot.scripted.provider import FakeProvider
 from tests.conftest import ROOT, sample_cases, write_dataset
 from tests.test_run_grid import MODELS, records
 from tests.test_run_grid_kills import at_a_terminal, environment
+from tests.warm import run as warm_run
 
 
 def batch_grid(root, dataset, *stages) -> list[str]:
@@ -41,16 +41,14 @@ def paid(provider, since: int = 0) -> Counter:
     )
 
 
-def run(command, env) -> None:
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+def run(warm, command, env) -> None:
+    done = warm_run(warm, command, ROOT, env, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-def kill_when(command, env, reached, deadline: float = 60) -> bool:
+def kill_when(warm, command, env, reached, deadline: float = 60) -> bool:
     """Start the grid, kill -9 it once `reached()` holds; whether the kill landed while it ran."""
-    process = subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    process = warm.start(command, ROOT, env)
     end = time.monotonic() + deadline
     while process.poll() is None and not reached() and time.monotonic() < end:
         time.sleep(0.002)
@@ -61,22 +59,24 @@ def kill_when(command, env, reached, deadline: float = 60) -> bool:
 
 
 @pytest.mark.parametrize("phase", ["files", "batches"])
-def test_a_kill_while_the_shared_file_is_uploaded_or_its_batch_created_pays_nothing_twice(tmp_path, phase):
+def test_a_kill_while_the_shared_file_is_uploaded_or_its_batch_created_pays_nothing_twice(
+    tmp_path, phase, warm
+):
     """The provider holds its answer to the grid's first upload (or create) after doing the work, and the grid is
     killed meanwhile: its cells' ledgers say `prepared` (nothing was created: asked again) or `uploaded` (the batch
     made from the file is found in the provider's list, and collected)."""
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
     with FakeProvider() as provider:
         env = environment(provider)
-        run(batch_grid(tmp_path / "clean", dataset, "eval_LJP_gold"), env)
+        run(warm, batch_grid(tmp_path / "clean", dataset, "eval_LJP_gold"), env)
         clean, clean_paid, since = Counter(provider.processed), paid(provider), len(provider.batches)
         made = len(provider.files) if phase == "files" else since
         provider.processed.clear()
         provider.batch_stall[("POST", phase)] = 5
         command = batch_grid(tmp_path / "killed", dataset, "eval_LJP_gold")
         things = provider.files if phase == "files" else provider.batches
-        assert kill_when(command, env, lambda: len(things) > made)
-        run(command, env)
+        assert kill_when(warm, command, env, lambda: len(things) > made)
+        run(warm, command, env)
         assert paid(provider, since) == clean_paid  # every request of a clean grid in one batch, and no other
     assert records(tmp_path / "killed") == records(tmp_path / "clean")
     assert provider.processed == clean  # each answered once
@@ -84,7 +84,7 @@ def test_a_kill_while_the_shared_file_is_uploaded_or_its_batch_created_pays_noth
 
 
 def test_ten_kills_at_random_moments_under_faults_then_a_rerun_pay_for_exactly_a_clean_grids_requests(
-    tmp_path,
+    tmp_path, warm
 ):
     """Item 7's kills, in batch mode and under provider faults: transient errors on the files and batches
     endpoints, a create whose reply is lost (the batch made all the same), and one in four of the User Model's
@@ -93,7 +93,7 @@ def test_ten_kills_at_random_moments_under_faults_then_a_rerun_pay_for_exactly_a
     roles = ("--batch-roles", "eval,judge")
     with FakeProvider() as provider:
         env = environment(provider)
-        run(batch_grid(tmp_path / "clean", dataset) + list(roles), env)
+        run(warm, batch_grid(tmp_path / "clean", dataset) + list(roles), env)
         clean, files = Counter(provider.processed), len(provider.files)
         clean_paid, since = paid(provider), len(provider.batches)
         provider.processed.clear()
@@ -120,8 +120,8 @@ def test_ten_kills_at_random_moments_under_faults_then_a_rerun_pay_for_exactly_a
         while killed < 10 and started < 25:
             started += 1
             before, moment = len(provider.files), rng.randint(1, spread)
-            killed += kill_when(command, env, lambda: len(provider.files) - before >= moment)
-        run(command, env)
+            killed += kill_when(warm, command, env, lambda: len(provider.files) - before >= moment)
+        run(warm, command, env)
         assert paid(provider, since) == clean_paid
         assert not provider.batch_errors and not provider.batch_lost_create and provider.statuses[502]
     assert killed == 10
@@ -130,18 +130,18 @@ def test_ten_kills_at_random_moments_under_faults_then_a_rerun_pay_for_exactly_a
     assert all(n == 1 for n in provider.submitted.values())
 
 
-def test_a_ctrl_c_leaves_the_pooled_batches_in_flight_and_the_rerun_collects_them(tmp_path):
+def test_a_ctrl_c_leaves_the_pooled_batches_in_flight_and_the_rerun_collects_them(tmp_path, warm):
     """Item 6 in batch mode: the first Ctrl-C makes no new batch; the cells waiting for theirs, or for the other
     chains, leave at once with every batch recorded; the same command collects them and pays nothing twice."""
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
     with FakeProvider() as provider:
         env = environment(provider)
-        run(batch_grid(tmp_path / "clean", dataset), env)
+        run(warm, batch_grid(tmp_path / "clean", dataset), env)
         clean, clean_paid, since = Counter(provider.processed), paid(provider), len(provider.batches)
         provider.processed.clear()
         provider.batch_delay = 20  # the first cycle's batches stay in flight
         command = batch_grid(tmp_path / "out", dataset)
-        process = at_a_terminal(command, env)
+        process = at_a_terminal(warm, command, env)
         deadline = time.monotonic() + 30
         while len(provider.batches) < since + 3 and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -155,14 +155,14 @@ def test_a_ctrl_c_leaves_the_pooled_batches_in_flight_and_the_rerun_collects_the
         provider.batch_delay = 0
         for batch in provider.batches.values():
             batch["_ready"] = 0
-        run(command, env)
+        run(warm, command, env)
         assert paid(provider, since) == clean_paid
     assert records(tmp_path / "out") == records(tmp_path / "clean")
     assert provider.processed == clean
 
 
 def test_a_ctrl_c_while_a_role_left_synchronous_is_asked_interrupts_its_cells_and_the_rerun_pays_nothing_twice(
-    tmp_path,
+    tmp_path, warm
 ):
     """Item 6 with --batch-roles: the first Ctrl-C comes while the User Model (left synchronous) answers; the calls
     in flight end and are journalled, the next ones are not started, and the cells say they were stopped by Ctrl-C
@@ -174,13 +174,13 @@ def test_a_ctrl_c_while_a_role_left_synchronous_is_asked_interrupts_its_cells_an
     with FakeProvider() as provider:
         env = environment(provider)
         command = batch_grid(tmp_path / "clean", dataset) + ["--batch-roles", "eval,judge"]
-        run(command, env)
+        run(warm, command, env)
         clean = Counter(provider.processed)
         provider.processed.clear()
         provider.script = lambda kind, prompt, body: {"sleep": 1.0} if kind == "user" else None
         command = batch_grid(tmp_path / "out", dataset) + ["--batch-roles", "eval,judge"]
         since = len(provider.requests)  # the synchronous requests, the clean grid's first
-        process = at_a_terminal(command, env)
+        process = at_a_terminal(warm, command, env)
         deadline = time.monotonic() + 30
         while not any(request_kind(r) == "user" for r in provider.requests[since:]):
             assert time.monotonic() < deadline and process.poll() is None
@@ -191,6 +191,6 @@ def test_a_ctrl_c_while_a_role_left_synchronous_is_asked_interrupts_its_cells_an
         assert " stopped by Ctrl-C" in err and "internal error" not in err, err
         assert re.search(r"\[grid\] 30 cells: \d+ done, 0 failed, 0 not run", err), err
         provider.script = None
-        run(command, env)
+        run(warm, command, env)
     assert records(tmp_path / "out") == records(tmp_path / "clean")
     assert provider.processed == clean

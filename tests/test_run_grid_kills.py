@@ -9,14 +9,14 @@ import os
 import random
 import re
 import signal
-import subprocess
 import sys
 import time
 from collections import Counter
 
 from lexpilot.scripted.provider import FakeProvider
-from tests.conftest import ROOT, as_at_a_terminal, sample_cases, write_dataset
+from tests.conftest import ROOT, sample_cases, write_dataset
 from tests.test_run_grid import records
+from tests.warm import Started, run
 
 MODELS = ("model-a", "model-b", "model-c")
 
@@ -70,21 +70,15 @@ def unanswered(root) -> int:
     return sum(sum(json.loads(p.read_text()).values()) for p in root.glob("runs/*/*/unanswered_calls.json"))
 
 
-def test_twenty_kills_at_random_moments_then_a_rerun_pay_for_exactly_a_clean_runs_requests(tmp_path):
+def test_twenty_kills_at_random_moments_then_a_rerun_pay_for_exactly_a_clean_runs_requests(tmp_path, warm):
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
-    with FakeProvider(script=Faults(), latency=0.03) as provider:  # slow enough for 20 kills to land
+    with FakeProvider(script=Faults()) as provider:
         env = environment(provider)
-        clean = subprocess.run(
-            grid_command(tmp_path / "clean", dataset),
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        clean = run(warm, grid_command(tmp_path / "clean", dataset), ROOT, env)
         assert clean.returncode == 0, clean.stderr
         clean_processed = Counter(provider.processed)
         provider.processed.clear()
+        provider.latency = 0.03  # slow enough for 20 kills to land; the clean grid and the rerun need not be
         rng, killed, started = random.Random(38), 0, 0
         command = grid_command(tmp_path / "killed", dataset)
         # a random moment is a random number of requests into the grid's calls, spread so that 20 kills leave work
@@ -93,9 +87,7 @@ def test_twenty_kills_at_random_moments_then_a_rerun_pay_for_exactly_a_clean_run
         while killed < 20 and started < 40:  # "at least 20 kills at random moments through a 3 × 2 grid"
             started += 1
             before = sum(provider.processed.values())
-            process = subprocess.Popen(
-                command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-            )
+            process = warm.start(command, ROOT, env)
             moment, deadline = rng.randint(1, spread), time.monotonic() + 60
             while (
                 process.poll() is None
@@ -107,7 +99,8 @@ def test_twenty_kills_at_random_moments_then_a_rerun_pay_for_exactly_a_clean_run
                 process.send_signal(signal.SIGKILL)
                 killed += 1
             process.wait(timeout=30)
-        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        provider.latency = 0.0
+        done = run(warm, command, ROOT, env)
         assert done.returncode == 0, done.stderr
         processed = Counter(provider.processed)
     assert killed == 20  # each landed while the grid ran (a run that finished first is not counted)
@@ -118,23 +111,15 @@ def test_twenty_kills_at_random_moments_then_a_rerun_pay_for_exactly_a_clean_run
     assert extra <= unanswered(tmp_path / "killed"), (extra, unanswered(tmp_path / "killed"))
 
 
-def at_a_terminal(command: list[str], env: dict) -> subprocess.Popen:
+def at_a_terminal(warm, command: list[str], env: dict) -> Started:
     """The grid started as at a terminal (Ctrl-C reaches it however pytest was started), its output read."""
-    return subprocess.Popen(
-        command,
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=as_at_a_terminal,
-    )
+    return warm.start(command, ROOT, env, terminal=True)
 
 
-def a_second_ctrl_c_leaves_at_once(command, env, provider, calls: int, deadline: float) -> None:
+def a_second_ctrl_c_leaves_at_once(warm, command, env, provider, calls: int, deadline: float) -> None:
     """The grid started again and, once the provider has processed `calls`, two Ctrl-Cs: the second, while the
     first drains, leaves at once."""
-    process = at_a_terminal(command, env)
+    process = at_a_terminal(warm, command, env)
     while sum(provider.processed.values()) < calls and time.monotonic() < deadline:
         time.sleep(0.05)
     process.send_signal(signal.SIGINT)
@@ -160,25 +145,20 @@ def check_every_cell_is_counted_once(err: str) -> None:
     )
 
 
-def test_a_first_ctrl_c_drains_the_grid_and_a_second_leaves_at_once(tmp_path):
+def test_a_first_ctrl_c_drains_the_grid_and_a_second_leaves_at_once(tmp_path, warm):
     """Item 6: "The first Ctrl-C starts no new call, finishes or journals the calls in flight, and exits. A second
     Ctrl-C exits at once. Nothing saved is lost either way.\""""
     dataset = write_dataset(tmp_path / "three.json", sample_cases()[:3])
-    with FakeProvider(latency=0.3) as provider:
+    # the calls are slow only while the Ctrl-Cs land: the clean grid and the rerun need no time to stop in
+    with FakeProvider() as provider:
         env = environment(provider)
-        clean = subprocess.run(
-            grid_command(tmp_path / "clean", dataset),
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        clean = run(warm, grid_command(tmp_path / "clean", dataset), ROOT, env)
         assert clean.returncode == 0, clean.stderr
         clean_processed = Counter(provider.processed)
         provider.processed.clear()
+        provider.latency = 0.3
         command = grid_command(tmp_path / "out", dataset)
-        process = at_a_terminal(command, env)
+        process = at_a_terminal(warm, command, env)
         deadline = time.monotonic() + 30
         while len(provider.processed) < 10 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -192,8 +172,9 @@ def test_a_first_ctrl_c_drains_the_grid_and_a_second_leaves_at_once(tmp_path):
         assert in_flight_then - at_signal <= 6 * 2 < sum(clean_processed.values()) - in_flight_then
         assert unanswered(tmp_path / "out") == 0  # none was left in flight
         check_every_cell_is_counted_once(err)
-        a_second_ctrl_c_leaves_at_once(command, env, provider, in_flight_then + 10, deadline + 30)
-        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        a_second_ctrl_c_leaves_at_once(warm, command, env, provider, in_flight_then + 10, deadline + 30)
+        provider.latency = 0.0
+        done = run(warm, command, ROOT, env)
         assert done.returncode == 0, done.stderr
         processed = Counter(provider.processed)
     assert records(tmp_path / "out") == records(tmp_path / "clean")

@@ -8,7 +8,6 @@ import json
 import os
 import random
 import signal
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -19,6 +18,7 @@ from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS
 from lexpilot.protocols.consultation import LCA_STAGE
 from lexpilot.scripted.provider import FakeProvider
 from tests.conftest import ROOT, Harness, judge_kinds, sample_cases, write_dataset
+from tests.warm import run as warm_run
 
 PROSE = "我认为这个问题很难说。"
 JUDGES = judge_kinds()  # every judge prompt of the catalog: their outputs are parsed by `CaseCalls.validated`
@@ -118,8 +118,9 @@ def test_a_case_failed_on_three_rejected_outputs_is_asked_anew_by_the_next_run(h
 PAPER = ("LexAwN_gen.py", "eval_DCG.py", "eval_LJP.py")
 
 
-def run_scripts(root, env, kills: int, seed: int) -> int:
-    """The README's loop for one run, each script killed `kills` times at random moments, then run to the end."""
+def run_scripts(warm, provider, root, env, kills: int, seed: int) -> int:
+    """The README's loop for one run, each script killed `kills` times at random moments (a random number of
+    requests into its calls), then run to the end."""
     rng, killed = random.Random(seed), 0
     for script in PAPER:
         command = [
@@ -135,15 +136,19 @@ def run_scripts(root, env, kills: int, seed: int) -> int:
             "2",
         ]
         for _ in range(kills):
-            process = subprocess.Popen(
-                command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-            )
-            time.sleep(rng.uniform(0.4, 1.2))  # into the stage's calls (each takes 20 ms)
+            before, moment = sum(provider.processed.values()), rng.randint(1, 12)
+            process, end = warm.start(command, ROOT, env), time.monotonic() + 30
+            while (
+                process.poll() is None
+                and sum(provider.processed.values()) - before < moment
+                and time.monotonic() < end
+            ):
+                time.sleep(0.002)
             if process.poll() is None:
                 process.send_signal(signal.SIGKILL)
                 killed += 1
             process.wait(timeout=30)
-        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        done = warm_run(warm, command, ROOT, env)
         assert done.returncode == 0, done.stderr
     return killed
 
@@ -152,11 +157,11 @@ def unanswered(root) -> int:
     return sum(sum(json.loads(p.read_text()).values()) for p in root.glob("runs/*/*/unanswered_calls.json"))
 
 
-def test_kills_at_random_moments_keep_the_usage_of_a_clean_run(tmp_path):
+def test_kills_at_random_moments_keep_the_usage_of_a_clean_run(tmp_path, warm):
     """After kills at random moments through the paper's stages, the records' usage per role equals a clean run's,
     and what the provider processed beyond it is at most the calls in flight at the kills (paid, never answered)."""
     dataset = write_dataset(tmp_path / "three.json", sample_cases()[:3])
-    with FakeProvider(latency=0.02) as provider:
+    with FakeProvider() as provider:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LEXPILOT_"))}
         env |= {
             "OPENAI_BASE_URL": provider.base_url,
@@ -164,10 +169,11 @@ def test_kills_at_random_moments_keep_the_usage_of_a_clean_run(tmp_path):
             "LEXPILOT_MODEL": "m",
             "DATASET": str(dataset),
         }
-        run_scripts(tmp_path / "clean", env, 0, 0)
+        run_scripts(warm, provider, tmp_path / "clean", env, 0, 0)
         clean, clean_processed = spent(tmp_path / "clean"), sum(provider.processed.values())
         provider.processed.clear()
-        killed = run_scripts(tmp_path / "killed", env, 2, 7)
+        provider.latency = 0.02  # each call in flight a while, so that kills land with calls in flight
+        killed = run_scripts(warm, provider, tmp_path / "killed", env, 2, 7)
         extra = sum(provider.processed.values()) - clean_processed
     assert killed >= 3
     assert spent(tmp_path / "killed") == clean

@@ -5,7 +5,9 @@ output-limit field a provider takes, usage per role and the budget of an invocat
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 import random
 import threading
 import time
@@ -178,7 +180,14 @@ class Sharing:
 
 
 def tls_context():
-    """The TLS context the SDK's HTTP client would make (the CA bundle, SSL_CERT_FILE and SSL_CERT_DIR honoured)."""
+    """The TLS context the SDK's HTTP client would make (the CA bundle, SSL_CERT_FILE and SSL_CERT_DIR honoured):
+    one per process and setting, shared by every client (an SSL context is safe to share across threads)."""
+    return _tls_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+
+
+# keyed by the variables that choose the CA bundle: each context parses it (~1 MB, ~30 ms), per client until now
+@functools.lru_cache(maxsize=4)
+def _tls_context(cert_file: str | None, cert_dir: str | None):
     try:
         import httpx2 as httpx  # what the openai 3.x SDK is built on
     except ImportError:
@@ -262,13 +271,13 @@ class ModelCaller:
 
         # Every client is built here, before any worker starts: nothing is built lazily across threads. The grid's
         # cells of one (model, run) share theirs (Sharing.client): building one reads the whole environment for proxies.
-        def build(r: Role, tls=True):
+        def build(r: Role, tls=None):
             return openai.OpenAI(
                 base_url=r.base_url,
                 api_key=r.api_key or "EMPTY",
                 timeout=settings.transport.timeout,
                 max_retries=0,
-                http_client=openai.DefaultHttpxClient(follow_redirects=False, verify=tls),
+                http_client=openai.DefaultHttpxClient(follow_redirects=False, verify=tls or tls_context()),
             )
 
         chain = (settings.roles["eval"].model, settings.run_id)
