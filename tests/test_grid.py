@@ -4,6 +4,7 @@ one root produced in place, whether each machine ran stage scripts by hand or `r
 import json
 import os
 import shutil
+import subprocess
 import sys
 
 import show_results
@@ -100,7 +101,10 @@ def test_two_shards_cover_every_cell_once_and_report_as_one_unsharded_run(tmp_pa
         for k, models in ((1, MODELS), (2, MODELS[::-1])):
             argv = grid(tmp_path / "dry", dataset, "--shard", f"{k}/2", "--dry-run")
             argv[argv.index("--models") + 1 : argv.index("--models") + 4] = models
-            done = warm_run(warm, argv, ROOT, env)
+            # two fresh interpreters, as two machines, each with its own string hashing (forks of the warm one
+            # would share its seed, and a listing that followed a set's order would agree by chance)
+            seeded = env | {"PYTHONHASHSEED": str(k)}
+            done = subprocess.run(argv, cwd=ROOT, env=seeded, capture_output=True, text=True, timeout=60)
             assert done.returncode == 0, done.stderr
             listed.append(done.stdout.splitlines())
         assert not set(listed[0]) & set(listed[1]) and len(listed[0]) == len(listed[1]) == 15

@@ -5,7 +5,9 @@ The kill and Ctrl-C tests start the grid and the stages dozens of times each; st
 most of its time importing before its first request (issue 37 item 9: a suite's time is a developer's loop). A forked
 process is a real process: it has its own pid, runs the script as `python script.py ...` would (`__main__`, argv, the
 working folder, the environment, stdout and stderr to files), and a kill -9 or a Ctrl-C reaches only it. The warm
-interpreter runs no thread, so forking it is safe.
+interpreter runs no thread, so forking it is safe. What a fork shares with its siblings is the warm interpreter's
+string hashing seed: a test whose rule is that two processes agree whatever their seeds (the shards' cell lists)
+starts those processes fresh.
 
 `Warm.start` takes the command a test would give `subprocess.Popen` and returns a `Started` with Popen's methods."""
 
