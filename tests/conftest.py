@@ -177,10 +177,17 @@ def browser():
 
 
 @pytest.fixture(scope="session")
-def warm():
-    """Scripts started as real processes forked from one warm interpreter (tests/warm.py)."""
+def warm_interpreter(tmp_path_factory):
+    """Scripts started as real processes forked from one warm interpreter per worker (tests/warm.py)."""
     from tests.warm import Warm
 
-    started = Warm()
-    yield started
-    started.close()
+    interpreter = Warm(tmp_path_factory.mktemp("warm"))
+    yield interpreter
+    interpreter.close()
+
+
+@pytest.fixture
+def warm(warm_interpreter):
+    """The warm interpreter, for one test: the processes it started and left running are killed as it ends."""
+    yield warm_interpreter
+    warm_interpreter.reap()

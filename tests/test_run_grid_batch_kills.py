@@ -17,6 +17,7 @@ from lexpilot.scripted.provider import FakeProvider
 from tests.conftest import ROOT, sample_cases, write_dataset
 from tests.test_run_grid import MODELS, records
 from tests.test_run_grid_kills import at_a_terminal, environment
+from tests.warm import fresh
 from tests.warm import run as warm_run
 
 
@@ -42,7 +43,8 @@ def paid(provider, since: int = 0) -> Counter:
 
 
 def run(warm, command, env) -> None:
-    done = warm_run(warm, command, ROOT, env, timeout=180)
+    """The grid run to its end: forked from `warm`, or None: in a fresh interpreter."""
+    done = warm_run(warm, command, ROOT, env, timeout=180) if warm else fresh(command, ROOT, env, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
 
 
@@ -121,7 +123,7 @@ def test_ten_kills_at_random_moments_under_faults_then_a_rerun_pay_for_exactly_a
             started += 1
             before, moment = len(provider.files), rng.randint(1, spread)
             killed += kill_when(warm, command, env, lambda: len(provider.files) - before >= moment)
-        run(warm, command, env)
+        run(None, command, env)  # the completing run: a fresh interpreter
         assert paid(provider, since) == clean_paid
         assert not provider.batch_errors and not provider.batch_lost_create and provider.statuses[502]
     assert killed == 10

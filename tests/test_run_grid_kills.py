@@ -16,7 +16,7 @@ from collections import Counter
 from lexpilot.scripted.provider import FakeProvider
 from tests.conftest import ROOT, sample_cases, write_dataset
 from tests.test_run_grid import records
-from tests.warm import Started, run
+from tests.warm import Started, fresh, run
 
 MODELS = ("model-a", "model-b", "model-c")
 
@@ -100,7 +100,7 @@ def test_twenty_kills_at_random_moments_then_a_rerun_pay_for_exactly_a_clean_run
                 killed += 1
             process.wait(timeout=30)
         provider.latency = 0.0
-        done = run(warm, command, ROOT, env)
+        done = fresh(command, ROOT, env)  # the completing run: a fresh interpreter
         assert done.returncode == 0, done.stderr
         processed = Counter(provider.processed)
     assert killed == 20  # each landed while the grid ran (a run that finished first is not counted)

@@ -18,6 +18,7 @@ from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS
 from lexpilot.protocols.consultation import LCA_STAGE
 from lexpilot.scripted.provider import FakeProvider
 from tests.conftest import ROOT, Harness, judge_kinds, sample_cases, write_dataset
+from tests.warm import fresh
 from tests.warm import run as warm_run
 
 PROSE = "我认为这个问题很难说。"
@@ -118,26 +119,21 @@ def test_a_case_failed_on_three_rejected_outputs_is_asked_anew_by_the_next_run(h
 PAPER = ("LexAwN_gen.py", "eval_DCG.py", "eval_LJP.py")
 
 
-def run_scripts(warm, provider, root, env, kills: int, seed: int) -> int:
-    """The README's loop for one run, each script killed `kills` times at random moments (a random number of
-    requests into its calls), then run to the end."""
-    rng, killed = random.Random(seed), 0
+def run_scripts(
+    warm, provider, root, env, kills: int, seed: int, asks: dict | None = None
+) -> tuple[int, dict]:
+    """The README's loop for one run, each script killed `kills` times at random moments, then run to the end in a
+    fresh interpreter; (kills that landed, each script's requests). A moment is a random number of the requests
+    the script makes in a clean run (`asks`), or none: killed 0-0.15 s after it starts (reading its dataset,
+    manifest and journal)."""
+    rng, killed, counts = random.Random(seed), 0, {}
     for script in PAPER:
-        command = [
-            sys.executable,
-            script,
-            "--run-id",
-            "k",
-            "--dataset",
-            str(env["DATASET"]),
-            "--output-root",
-            str(root),
-            "--concurrency",
-            "2",
-        ]
+        command = [sys.executable, script, "--run-id", "k", "--dataset", str(env["DATASET"])]
+        command += ["--output-root", str(root), "--concurrency", "2"]
         for _ in range(kills):
-            before, moment = sum(provider.processed.values()), rng.randint(1, 12)
+            before, moment = sum(provider.processed.values()), rng.randint(0, asks[script] - 1)
             process, end = warm.start(command, ROOT, env), time.monotonic() + 30
+            time.sleep(0 if moment else rng.uniform(0, 0.15))
             while (
                 process.poll() is None
                 and sum(provider.processed.values()) - before < moment
@@ -148,9 +144,11 @@ def run_scripts(warm, provider, root, env, kills: int, seed: int) -> int:
                 process.send_signal(signal.SIGKILL)
                 killed += 1
             process.wait(timeout=30)
-        done = warm_run(warm, command, ROOT, env)
+        before = sum(provider.processed.values())
+        done = fresh(command, ROOT, env) if kills else warm_run(warm, command, ROOT, env)
         assert done.returncode == 0, done.stderr
-    return killed
+        counts[script] = sum(provider.processed.values()) - before
+    return killed, counts
 
 
 def unanswered(root) -> int:
@@ -169,13 +167,13 @@ def test_kills_at_random_moments_keep_the_usage_of_a_clean_run(tmp_path, warm):
             "LEXPILOT_MODEL": "m",
             "DATASET": str(dataset),
         }
-        run_scripts(warm, provider, tmp_path / "clean", env, 0, 0)
+        _, asks = run_scripts(warm, provider, tmp_path / "clean", env, 0, 0)
         clean, clean_processed = spent(tmp_path / "clean"), sum(provider.processed.values())
         provider.processed.clear()
         provider.latency = 0.02  # each call in flight a while, so that kills land with calls in flight
-        killed = run_scripts(warm, provider, tmp_path / "killed", env, 2, 7)
+        killed, _ = run_scripts(warm, provider, tmp_path / "killed", env, 3, 7, asks)
         extra = sum(provider.processed.values()) - clean_processed
-    assert killed >= 3
+    assert killed >= 6
     assert spent(tmp_path / "killed") == clean
     assert 0 <= extra <= unanswered(tmp_path / "killed")
 
