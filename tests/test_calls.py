@@ -402,7 +402,7 @@ def test_the_grid_gives_each_model_and_run_its_own_connections_and_every_client_
     """The grid's cells share each endpoint's limiter (issue 38: "One limiter per endpoint"), not its connection
     pool: the SDK's pool is locked and scanned on every request, so one (model, run)'s cells share their clients,
     two (model, run)s never do; and every client shares one TLS context (each would parse the CA bundle again)."""
-    from lexpilot.models.calls import Sharing
+    from lexpilot.models.calls import Sharing, tls_context
     from lexpilot.models.limits import Endpoints
     from lexpilot.settings import add_common_args, settings_from_args
 
@@ -425,7 +425,7 @@ def test_the_grid_gives_each_model_and_run_its_own_connections_and_every_client_
         for caller in (first, other_run)
         for c in caller.clients.values()
     }
-    assert contexts == {id(sharing.tls)}
+    assert contexts == {id(tls_context())}  # one TLS context for every client (the CA bundle parsed once)
     # a chain that ends closes its connections, and only its own
     sharing.close_chain(("m", "run1"))
     assert first.clients["judge"].is_closed() and not other_run.clients["judge"].is_closed()

@@ -142,16 +142,12 @@ class Sharing:
     # than the calls (docs/performance.md)
     clients: dict = field(default_factory=dict)
     batches: object = None  # with --batch, the grid's pool of batches per endpoint (running/batch_pool.py)
-    # the TLS context every client shares: each client would parse the CA bundle (~1 MB) again
-    tls: object = None
 
     def client(self, role: Role, timeout: float, chain: tuple[str, str], build):
         key = (role.base_url, key_digest(role.api_key), timeout, chain)
         with self.lock:
-            if self.tls is None:
-                self.tls = tls_context()
             if key not in self.clients:
-                self.clients[key] = build(role, self.tls)
+                self.clients[key] = build(role)
             return self.clients[key]
 
     def close_chain(self, chain: tuple[str, str]) -> None:
@@ -271,13 +267,13 @@ class ModelCaller:
 
         # Every client is built here, before any worker starts: nothing is built lazily across threads. The grid's
         # cells of one (model, run) share theirs (Sharing.client): building one reads the whole environment for proxies.
-        def build(r: Role, tls=None):
+        def build(r: Role):
             return openai.OpenAI(
                 base_url=r.base_url,
                 api_key=r.api_key or "EMPTY",
                 timeout=settings.transport.timeout,
                 max_retries=0,
-                http_client=openai.DefaultHttpxClient(follow_redirects=False, verify=tls or tls_context()),
+                http_client=openai.DefaultHttpxClient(follow_redirects=False, verify=tls_context()),
             )
 
         chain = (settings.roles["eval"].model, settings.run_id)
