@@ -4,6 +4,7 @@ import argparse
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -435,16 +436,14 @@ def test_the_grid_gives_each_model_and_run_its_own_connections_and_every_client_
 def test_every_client_of_a_process_shares_one_tls_context_per_ca_setting(monkeypatch, tmp_path):
     """Each context parses the CA bundle (~30 ms, three roles per stage): one per process, but a change of
     SSL_CERT_FILE or SSL_CERT_DIR (the variables that choose the bundle) gets its own."""
-    import certifi
-
     from lexpilot.models.calls import tls_context
 
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)
     monkeypatch.delenv("SSL_CERT_DIR", raising=False)
     first = tls_context()
     assert tls_context() is first
-    bundle = tmp_path / "ca.pem"
-    bundle.write_bytes(open(certifi.where(), "rb").read())
+    bundle = tmp_path / "ca.pem"  # a public root CA, shipped with the tests (no package needed to find one)
+    bundle.write_bytes((Path(__file__).parent / "data" / "ca.pem").read_bytes())
     monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
     assert tls_context() is not first and tls_context() is tls_context()
     monkeypatch.delenv("SSL_CERT_FILE")
