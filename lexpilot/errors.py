@@ -5,6 +5,7 @@ import os
 import signal
 import sys
 import threading
+from dataclasses import dataclass
 
 # The exit status of a stage that stopped (a setting, a file or an endpoint to fix: a 401, an unknown model); 1 is
 # a stage whose cases failed (rerun to retry them), 0 a stage that completed
@@ -24,7 +25,22 @@ class UsageError(Exception):
 
 
 class CaseFailed(Exception):
-    """This case could not be completed now; it is retried on the next run."""
+    """This case could not be completed now; it is retried on the next run. `change`: the option to change before
+    that run when a rerun as it is would buy the same failure (a reply cut at its output limit, a prompt beyond the
+    context window); "" when a rerun may pass (a transient failure, an invalid output asked anew)."""
+
+    def __init__(self, message: str, change: str = ""):
+        super().__init__(message)
+        self.change = change
+
+
+@dataclass(frozen=True)
+class CaseFailure:
+    """A case that failed in a stage, why (one line, redacted), and the option to change first ("": rerun as it is)."""
+
+    case: str
+    message: str
+    change: str = ""
 
 
 class Aborted(Exception):

@@ -82,8 +82,8 @@ def project_files() -> list[Path]:
 
 def test_every_import_is_given_by_a_declared_requirement():
     problems = undeclared(project_files(), declared())
-    assert not problems, "imported but not in any requirements file (declare it, or don't need it):\n" + "\n".join(
-        problems
+    assert not problems, (
+        "imported but not in any requirements file (declare it, or don't need it):\n" + "\n".join(problems)
     )
 
 

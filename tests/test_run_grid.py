@@ -377,7 +377,7 @@ def test_a_cell_that_fails_holds_back_only_the_cells_that_read_it(tmp_path, http
     argv = grid_argv(tmp_path / "out", three_cases, "--runs", "1", "--retries", "0", *mode)
     assert run_grid.main(argv) == 1
     err = capsys.readouterr().err
-    assert "[grid] model-a run1 LexAwN: failed: " in err
+    assert re.search(r"^\[grid\] LexAwN: \d cases? failed in 1 cell \(model-a run1\): ", err, re.M), err
     assert "[grid] model-a run1 LJP interaction: not run: LexAwN did not finish" in err
     assert "[grid] 15 cells: 13 done, 1 failed, 1 not run" in err
 

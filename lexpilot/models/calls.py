@@ -15,10 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 
-from lexpilot.errors import Aborted, CaseFailed, FatalError
+from lexpilot.errors import Aborted, CaseFailed, CaseFailure, FatalError
 from lexpilot.models.limits import Endpoints, key_digest, request_tokens
 from lexpilot.models.quirks import STOPS, Refusal, context_message, provider_error, refusal_of, stop_message
 from lexpilot.models.replies import (
+    TRUNCATED,
     DeadlineExceeded,
     MalformedReply,
     Reply,
@@ -26,6 +27,7 @@ from lexpilot.models.replies import (
     parse_completion,
     parse_stream,
     read_body,
+    truncation_flag,
     unusable,
 )
 from lexpilot.pricing import Budget
@@ -142,6 +144,8 @@ class Sharing:
     # than the calls (docs/performance.md)
     clients: dict = field(default_factory=dict)
     batches: object = None  # with --batch, the grid's pool of batches per endpoint (running/batch_pool.py)
+    # (cell label, CaseFailure) as each case of a cell fails: the grid keeps it, and its display says it at once
+    on_case_failed: Callable | None = None
 
     def client(self, role: Role, timeout: float, chain: tuple[str, str], build):
         key = (role.base_url, key_digest(role.api_key), timeout, chain)
@@ -373,8 +377,14 @@ class ModelCaller:
         raise CaseFailed(
             f"{role.describe()}: {last.problem} (after {counted(attempts, 'attempt')}"
             + (f" and {rate_limited} rate-limited ones)" if rate_limited else ")")
-            + self._failure_hint(role, last)
+            + self._failure_hint(role, last),
+            change=truncation_flag(last.problem),
         )
+
+    def case_failed(self, failure: CaseFailure) -> None:
+        """A case of this stage failed: in a grid, said to the grid as it happens, not only when the cell ends."""
+        if self.sharing and self.sharing.on_case_failed:
+            self.sharing.on_case_failed(self.cell, failure)
 
     def stopped(self) -> bool:
         """No new call: the stage is stopping, or the grid is draining."""
@@ -503,7 +513,7 @@ class ModelCaller:
         refusal = self._refusal(role, e, token_field) if status == 400 else None
         if refusal is Refusal.CONTEXT_WINDOW:
             # this case's prompt is too long for this model: no retry helps, the other cases may fit
-            raise CaseFailed(context_message(role, error_message(e, redact))) from None
+            raise CaseFailed(context_message(role, error_message(e, redact)), change=role.flags[1]) from None
         if refusal is Refusal.TOKEN_FIELD:
             return Attempt(repeat=True)
         if 300 <= status < 400:
@@ -544,7 +554,7 @@ class ModelCaller:
         return outcome
 
     def _failure_hint(self, role: Role, last: Attempt) -> str:
-        if last.problem.startswith("reply truncated"):
+        if last.problem.startswith(TRUNCATED):
             return f"; raise {role.flags[1]} if the model needs the room"
         if "provider asks to wait" in last.problem:
             return "; rerun the same command when the provider accepts requests again"

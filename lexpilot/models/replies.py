@@ -54,11 +54,21 @@ class Reply:
     usage_problem: str = ""  # why the reply's usage could not be read (its counts are then unreported)
 
 
+TRUNCATED = "reply truncated at"  # how a reply cut at its output limit is said, followed by the limit's flag
+
+
+def truncation_flag(problem: str) -> str:
+    """The output-limit flag a failure names when its reply was cut at that limit ("" otherwise): what a rerun must
+    change, or it buys the same cut reply again."""
+    _, said, rest = problem.partition(f"{TRUNCATED} ")
+    return rest.split(" ", 1)[0] if said and rest.startswith("--") else ""
+
+
 def unusable(reply: Reply, limit: str) -> str:
     """Why a reply that came back is not accepted ("": it is), for a synchronous call and a batch line alike: cut
     at its output limit (`limit`, as the role's flag and value), or empty. Either is paid for and asked again."""
     if reply.finish_reason == "length":
-        return f"reply truncated at {limit}"
+        return f"{TRUNCATED} {limit}"
     return "" if reply.text.strip() else "empty reply"
 
 

@@ -9,8 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from lexpilot.benchmark.vocabulary import ROLES
-from lexpilot.errors import CaseFailed
+from lexpilot.errors import CaseFailed, CaseFailure
 from lexpilot.models.calls import Usage
+from lexpilot.models.replies import truncation_flag
 from lexpilot.protocols.steps import CaseCalls
 from lexpilot.running.batch_run import BatchRun
 from lexpilot.running.ledger import AT_ONCE
@@ -127,8 +128,7 @@ def _replay_case(run: BatchRun, journal: CallJournal, case) -> tuple | None:
                     with journal.marked(need.role) as sent:  # in flight, as a synchronous stage's calls are
                         reply = run.caller.chat(need.role, need.prompt, used, on_send=sent)
                 except CaseFailed as e:
-                    run.failed[case.number] = str(e)
-                    return None
+                    return _failed(run, case, str(e), e.change)
                 journal.add(
                     case.number,
                     calls.step,
@@ -143,16 +143,27 @@ def _replay_case(run: BatchRun, journal: CallJournal, case) -> tuple | None:
             if tries <= settings.transport.retries:
                 return (case.number, calls.step, need, key)
             reason = run.ledger.reason(key, need.role)
-            run.failed[case.number] = (
-                f"{reason} (a prompt beyond the context window: lower the output limit or "
-                "serve the model with a longer context)"
-                if tries >= AT_ONCE
-                else f"{reason} (no accepted reply in {tries} batches)"
+            if tries >= AT_ONCE:
+                flag = settings.roles[need.role].flags[1]
+                return _failed(
+                    run,
+                    case,
+                    f"{reason} (a prompt beyond the context window: lower {flag} or serve the model with a "
+                    "longer context)",
+                    flag,
+                )
+            return _failed(
+                run, case, f"{reason} (no accepted reply in {tries} batches)", truncation_flag(reason)
             )
-            return None
         except CaseFailed as e:
-            run.failed[case.number] = str(e)
-            return None
+            return _failed(run, case, str(e), e.change)
+
+
+def _failed(run: BatchRun, case, message: str, change: str) -> None:
+    """The case failed: kept for the stage's closing lines, and said to the grid as it happens."""
+    failure = CaseFailure(case.number, run.settings.redact(message), change)
+    run.failed[case.number] = failure
+    run.caller.case_failed(failure)
 
 
 def remaining_depth(run: BatchRun, pending) -> int:

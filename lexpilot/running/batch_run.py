@@ -57,7 +57,7 @@ class BatchRun:
     prompts: dict
     run_case: object
     log: object
-    failed: dict = field(default_factory=dict)  # case -> why it failed
+    failed: dict = field(default_factory=dict)  # case -> its CaseFailure
     # (case, step) -> replies the journal holds for a pending step
     held: Counter = field(default_factory=Counter)
     retried: Counter = field(default_factory=Counter)  # (case, step) -> invalid outputs said so far

@@ -34,6 +34,7 @@ from lexpilot.running.batch_api import (
 from lexpilot.running.batch_import import collect
 from lexpilot.running.batch_replay import read_journal, remaining_depth, replay
 from lexpilot.running.batch_run import BatchRun, QuietProgress, Together, know_itself, ledger_path
+from lexpilot.running.failures import failure_lines
 from lexpilot.running.ledger import Ledger
 from lexpilot.storage.checkpoints import (
     CallJournal,
@@ -300,8 +301,9 @@ def batch_summary(run: BatchRun, out, err) -> int:
         file=out,
         flush=True,
     )
-    for number, message in sorted(run.failed.items()):
-        print(f"[{name}] case {number} failed: {run.settings.redact(message)}", file=err)
+    if run.failed:
+        for line in failure_lines(name, list(run.failed.values())):
+            print(line, file=err)
     if run.manifest and run.caller.token_fields != (
         run.manifest.token_fields or default_token_fields(run.settings.roles)
     ):

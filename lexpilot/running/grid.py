@@ -15,14 +15,15 @@ import errno
 import io
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from lexpilot.errors import INTERRUPTED as INTERRUPTED_STATUS
-from lexpilot.errors import HarnessError
+from lexpilot.errors import CaseFailure, HarnessError
 from lexpilot.models.calls import Sharing
 from lexpilot.protocols.steps import Stage
 from lexpilot.running.batch_pool import chain_of
+from lexpilot.running.failures import Reasons
 from lexpilot.settings import Settings
 
 DONE, RUNNING, WAITING, FAILED, NOT_RUN, INTERRUPTED, IN_FLIGHT = (
@@ -125,6 +126,17 @@ class Grid:
     report: Callable[[Cell, str], None] = lambda cell, lines: None  # a finished cell's own lines
     # how a chain runs (None: its cells one after another; in batch mode running/batch_chain.py, side by side)
     chain_runner: Callable | None = None
+    reasons: Reasons = field(default_factory=Reasons)  # every failed case, by stage and reason, as they fail
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self):
+        self.sharing.on_case_failed = self.case_failed
+
+    def case_failed(self, label: str, failure: CaseFailure) -> None:
+        """A case of the cell `label` failed (said by its stage as it happens): counted by reason."""
+        cell = next(c for c in self.cells if c.label == label)
+        with self.lock:
+            self.reasons.add(cell.stage.name, cell.model, label, failure)
 
     @property
     def cells(self) -> list[Cell]:
@@ -235,11 +247,12 @@ def wait_for(chains: list[threading.Event], tick: Callable[[], None], wait: floa
         tick()
 
 
-def grouped_reasons(cells: list[Cell]) -> list[tuple[str, list[Cell]]]:
-    """Failed or held-back cells by reason: an endpoint's refusal met by every cell is one entry."""
+def grouped_reasons(cells: list[Cell], cases_said: set[str] = frozenset()) -> list[tuple[str, list[Cell]]]:
+    """Failed or held-back cells by reason: an endpoint's refusal met by every cell is one entry. Cells in
+    `cases_said` failed because some of their cases did, which the grid says per reason instead."""
     reasons: dict[str, tuple[str, list[Cell]]] = {}
     for cell in cells:
-        if cell.status in (FAILED, NOT_RUN):
+        if cell.status in (FAILED, NOT_RUN) and not (cell.status == FAILED and cell.label in cases_said):
             said = f"{cell.status}: {cell.reason}"
             # one reason with other amounts (the budget's spent and left at each cell's stop) is one reason
             reasons.setdefault(re.sub(r"\d+\.\d+", "#", said), (said, []))[1].append(cell)

@@ -82,6 +82,9 @@ class Display:
     last: float = 0.0
     sent_before: dict = field(default_factory=dict)  # limiter name -> (time, calls sent then), for calls/s
     share: str = ""  # whose share of the grid's limits this process holds ("shard 1/2's 1/2"), when not all
+    reasons_said: int = (
+        0  # the grid's reasons for failed cases said so far (each new one is said as it comes)
+    )
 
     def __post_init__(self):
         self.stream = self.stream or sys.stderr
@@ -116,6 +119,8 @@ class Display:
 
     def lines(self) -> list[str]:
         now, counts = time.monotonic(), self.grid.counts()
+        with self.grid.lock:
+            failed_cases = self.grid.reasons.cases
         calls, elapsed = answered_calls(self.grid), now - self.start
         left = max(0, self.quote.calls - calls)
         # nothing left to run here: every cell ended, or the rest wait for a rerun after a Ctrl-C
@@ -132,6 +137,7 @@ class Display:
         head = (
             f"[grid] cells: {counts[DONE]} done, {counts[RUNNING]} running, {counts[WAITING]} waiting, "
             f"{counts[FAILED] + counts[NOT_RUN]} failed or held back"
+            + (f" ({counted(failed_cases, 'case')} failed)" if failed_cases else "")
             + (f", {counts[INTERRUPTED]} stopped by Ctrl-C" if counts[INTERRUPTED] else "")
             + (f", {counts[IN_FLIGHT]} with batches in flight" if counts[IN_FLIGHT] else "")
             + f"; {calls} of at most {self.quote.calls} "
@@ -163,8 +169,20 @@ class Display:
         )
 
     def draw(self, final: bool = False) -> None:
+        self.new_failures()
         with self.lock:
             self._draw(final)
+
+    def new_failures(self) -> None:
+        """The first case to fail for each new reason, said as it happens; the others are counted in the head line
+        and said per reason in the summary."""
+        with self.grid.lock:
+            reasons = list(self.grid.reasons.by_key.values())
+        for reason in reasons[self.reasons_said :]:
+            self.note(
+                reason.first + ("; later cases failing for this reason are counted" if not self.tty else "")
+            )
+        self.reasons_said = len(reasons)
 
     def _draw(self, final: bool) -> None:
         now = time.monotonic()
@@ -192,7 +210,11 @@ def summary(grid: Grid, interrupted: bool) -> list[str]:
         f"{counts[NOT_RUN]} not run (an upstream stage did not finish), "
         f"{counts[WAITING] + counts[INTERRUPTED]} left for a rerun"
     ]
-    for reason, cells in grouped_reasons(grid.cells):
+    with grid.lock:
+        lines += grid.reasons.lines()
+        cases_said, case_advice = grid.reasons.labels(), grid.reasons.advice()
+    stopped = grouped_reasons(grid.cells, cases_said)
+    for reason, cells in stopped:
         if len(cells) == 1:
             lines.append(f"[grid] {cells[0].label}: {reason}")
         else:
@@ -222,6 +244,10 @@ def summary(grid: Grid, interrupted: bool) -> list[str]:
         lines.append(
             "[grid] interrupted: every answered call is saved or journalled; rerun the same command to resume"
         )
+    elif case_advice:
+        lines.append(f"[grid] {case_advice}")
     elif counts[FAILED] or counts[NOT_RUN]:
-        lines.append("[grid] rerun the same command to retry what failed; saved cases are kept")
+        lines.append(
+            "[grid] fix what the lines above name, then rerun the same command; saved cases are kept"
+        )
     return lines

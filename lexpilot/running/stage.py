@@ -21,6 +21,7 @@ from lexpilot.errors import (
     STOPPED,
     Aborted,
     CaseFailed,
+    CaseFailure,
     FatalError,
     HarnessError,
     OneLineParser,
@@ -28,6 +29,7 @@ from lexpilot.errors import (
 )
 from lexpilot.models.calls import ModelCaller, Sharing, Usage, default_token_fields
 from lexpilot.protocols.steps import CaseCalls, Stage
+from lexpilot.running.failures import failure_lines
 from lexpilot.running.quote import dry_run_report
 from lexpilot.running.state import StageState, checked_manifest, load_state, read_only_state, run_case
 from lexpilot.settings import Settings, add_common_args, settings_from_args
@@ -204,7 +206,7 @@ def refuse_with_batches_in_flight(state: StageState) -> None:
 class Outcome:
     """What the workers of a stage report back, under one lock."""
 
-    failures: list[tuple[str, str]] = field(default_factory=list)  # (case, message)
+    failures: list[CaseFailure] = field(default_factory=list)
     fatal: list[str] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     replays: int = 0
@@ -264,17 +266,24 @@ class Workers:
         except Aborted:
             pass
         except CaseFailed as e:
-            self.failed(case, str(e), stop=not settings.keep_going)
+            self.failed(
+                CaseFailure(case.number, settings.redact(str(e)), e.change), stop=not settings.keep_going
+            )
         except Exception as e:  # a bug must not lose the other cases' work: report it like a failure
-            self.failed(case, settings.redact(f"internal error {type(e).__name__}: {e}"), stop=True)
+            self.failed(
+                CaseFailure(case.number, settings.redact(f"internal error {type(e).__name__}: {e}")),
+                stop=True,
+            )
         finally:
             with outcome.lock:
                 outcome.usage.merge(calls.spent.by_role)
                 outcome.replays += calls.replays
 
-    def failed(self, case: Case, message: str, stop: bool) -> None:
-        self.outcome.failures.append((case.number, message))
+    def failed(self, failure: CaseFailure, stop: bool) -> None:
+        with self.outcome.lock:
+            self.outcome.failures.append(failure)
         self.progress.update(failed=1)
+        self.caller.case_failed(failure)
         if stop:
             self.stop_new.set()
 
@@ -402,16 +411,9 @@ def _summary(name: str, workers: Workers, skipped: int, wall: float, out, err) -
         print(f"[{name}] stopped: {outcome.fatal[0]}", file=err)
         return STOPPED
     if outcome.failures:
-        for number, message in sorted(outcome.failures):
-            print(f"[{name}] case {number} failed: {message}", file=err)
         not_started = workers.total - progress.done - len(outcome.failures)
-        tail = f"; {counted(not_started, 'case')} not started" if not_started > 0 else ""
-        failed_numbers = sorted(n for n, _ in outcome.failures)
-        print(
-            f"[{name}] {counted(len(outcome.failures), 'case')} failed ({', '.join(failed_numbers)}){tail}. "
-            f"Rerun the same command to retry {'it' if len(outcome.failures) == 1 else 'them'}; saved cases are kept.",
-            file=err,
-        )
+        for line in failure_lines(name, outcome.failures, not_started):
+            print(line, file=err)
         return 1
     not_started = workers.total - progress.done
     # the grid is draining (its first Ctrl-C): the cases it did not start are left for a rerun

@@ -1,0 +1,95 @@
+"""Why cases failed and what to do about it, said alike by a stage script and by the grid: each failed case with its
+reason, and the advice, which never tells a user to rerun as it is what a rerun would buy again (a reply cut at its
+output limit, a prompt beyond the context window: issue 54 item 2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lexpilot.errors import CaseFailure, first_of
+from lexpilot.text import counted
+
+
+def advice(failures: list[CaseFailure]) -> str:
+    """What to do next: rerun as it is, or first change the options the failures name."""
+    changes = sorted({f.change for f in failures if f.change})
+    if not changes:
+        return (
+            f"Rerun the same command to retry {'it' if len(failures) == 1 else 'them'}; saved cases are kept."
+        )
+    again = sum(1 for f in failures if f.change)
+    return (
+        f"Change {' and '.join(changes)} (see why above), then rerun the same command: as it is, a rerun would buy "
+        f"the same failure for {'it' if len(failures) == again == 1 else f'{again} of them'}; saved cases are kept."
+    )
+
+
+def failure_lines(stage: str, failures: list[CaseFailure], not_started: int = 0) -> list[str]:
+    """A stage's closing lines for its failed cases: each case and why, then the count and the advice."""
+    ordered = sorted(failures, key=lambda f: f.case)
+    tail = f"; {counted(not_started, 'case')} not started" if not_started > 0 else ""
+    return [f"[{stage}] case {f.case} failed: {f.message}" for f in ordered] + [
+        f"[{stage}] {counted(len(ordered), 'case')} failed ({', '.join(f.case for f in ordered)}){tail}. "
+        + advice(ordered)
+    ]
+
+
+@dataclass
+class Reason:
+    """One reason cases failed for, in one stage, over the grid's cells: said once, with its count."""
+
+    stage: str
+    message: str
+    change: str
+    first: str  # the first case that failed for it, as the display says it: "[cell] case N failed: why"
+    cells: list[str] = field(default_factory=list)  # its cells' "model run", in the order they failed
+    cases: int = 0
+
+
+def reason_key(stage: str, model: str, message: str) -> tuple[str, str]:
+    """Failures of one stage for one reason are one entry whichever evaluated model met them: the cell's own model id
+    (in 'Evaluated model 'M' at host: ...') does not make another reason."""
+    return stage, message.replace(f"'{model}'", "'…'")
+
+
+@dataclass
+class Reasons:
+    """The grid's failed cases grouped by (stage, reason), in the order the reasons were first met."""
+
+    by_key: dict[tuple[str, str], Reason] = field(default_factory=dict)
+
+    def add(self, stage: str, model: str, label: str, failure: CaseFailure) -> bool:
+        """Count a failed case; True when its reason is new (the display says it in full then)."""
+        key = reason_key(stage, model, failure.message)
+        new = key not in self.by_key
+        first = f"[{label}] case {failure.case} failed: {failure.message}"
+        reason = self.by_key.setdefault(key, Reason(stage, failure.message, failure.change, first))
+        reason.cases += 1
+        run = label.removesuffix(f" {stage}")  # the line names the stage: its cells are (model, run)s
+        if run not in reason.cells:
+            reason.cells.append(run)
+        if len(reason.cells) > 1 and key[1] != reason.message:  # met by several models: say it of each
+            reason.message = key[1].replace("'…'", "(each cell's model)")
+        return new
+
+    def labels(self) -> set[str]:
+        """The labels of the cells some of whose cases failed."""
+        return {f"{run} {r.stage}" for r in self.by_key.values() for run in r.cells}
+
+    @property
+    def cases(self) -> int:
+        return sum(r.cases for r in self.by_key.values())
+
+    def lines(self) -> list[str]:
+        """One line per reason: the stage, how many cases in how many cells, the cells, and why."""
+        return [
+            f"[grid] {r.stage}: {counted(r.cases, 'case')} failed in {counted(len(r.cells), 'cell')} "
+            f"({', '.join(first_of(r.cells, 4))}): {r.message}"
+            for r in self.by_key.values()
+        ]
+
+    def advice(self) -> str:
+        """The grid's closing advice on its failed cases ("" when none failed)."""
+        every = [CaseFailure("", r.message, r.change) for r in self.by_key.values() for _ in range(r.cases)]
+        return advice(every) if every else ""
