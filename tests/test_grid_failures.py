@@ -3,6 +3,7 @@ configured limit (as SmolLM2 on llama.cpp did at --user-max-tokens 256), run_gri
 the stage, the case count and the option to change, never advises a rerun that would buy the same failure, and
 the display says a failed case as it happens, not only at the end."""
 
+import json
 import re
 import sys
 import time
@@ -96,3 +97,119 @@ def test_the_evaluated_models_own_cut_replies_are_one_reason_for_every_model():
         "[grid] LexAwN: 2 cases failed in 2 cells (m1 run1, m2 run1): Evaluated model (each cell's model) at h: "
         "reply truncated at --max-tokens 64 (after 4 attempts)"
     ]
+
+
+class CutsOneCase:
+    """Every a1 reply of one case cut at its output limit: that case fails with all four attempts paid for."""
+
+    def __init__(self, marker: str):
+        self.marker, self.cut = marker, []  # the prompts whose replies it cut (synchronous or batched)
+
+    def __call__(self, kind, prompt, body):
+        if kind == "lexawn" and self.marker in prompt:
+            self.cut.append(prompt)
+            return {"content": "长" * 50, "finish_reason": "length"}
+        return None
+
+
+ROLES = {"eval": "model-a", "user": "DeepSeek-V4.1-Flash", "judge": "DeepSeek-R1"}
+
+
+def refusing_grid(tmp_path, http, mode) -> tuple:
+    """LexAwN_gen for model-a on three cases, the first case's a1 replies all cut: (the grid run, its display's
+    text, the prompts cut, the price file, the output root)."""
+    from lexpilot.protocols.catalog import stages_named
+    from lexpilot.running.grid_run import start_grid
+    from tests.test_run_grid import Terminal
+
+    cases = sample_cases()[:3]
+    dataset = write_dataset(tmp_path / "three.json", cases)
+    script = http.script = CutsOneCase(cases[0]["complete_consultation"][0]["content"][:40])
+    prices = tmp_path / "prices.json"
+    prices.write_text(
+        json.dumps({m: {"prompt": 1000.0, "completion": 2000.0} for m in ROLES.values()}), "utf-8"
+    )
+    root = tmp_path / "out"
+    options = ["--dataset", str(dataset), "--output-root", str(root), "--prices", str(prices)]
+    err = Terminal(tty=False)
+    stages = stages_named(["LexAwN_gen"])
+    plan = start_grid(
+        stages, ["model-a"], ["run1"], [*options, "--max-cost", "1e6", *mode], None, [], err=err
+    )
+    assert plan.run() == 1
+    return plan, err.text, script.cut, prices, root
+
+
+def report_json(capsys, *argv) -> dict:
+    import show_results
+
+    capsys.readouterr()
+    assert show_results.main(list(argv)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def values(row: list) -> list:
+    """A JSON table row with each count as its number."""
+    return [c["value"] if isinstance(c, dict) and "value" in c else c for c in row]
+
+
+@pytest.mark.parametrize("mode", [(), ("--batch", "--batch-poll", "0.02")], ids=["sync", "batch"])
+def test_every_paid_attempt_of_a_case_that_failed_is_counted_to_the_token(tmp_path, http, capsys, mode):
+    """Item 3: "Attempts whose replies were refused [...] and the attempts of cases that failed, are kept with their
+    usage. They are counted in --usage, in the bill, in --max-cost, and in the quote's expected figure", shown as
+    "paid for replies not used", all agreeing with the provider's own count."""
+    plan, shown, cut, prices, root = refusing_grid(tmp_path, http, mode)
+    billed = {model: dict(counts) for model, counts in http.billed.items()}
+    calls = sum(b["calls"] for b in billed.values())
+    refused = [len(prompt) for prompt in cut]  # the scripted provider counts a token a character
+    assert len(refused) == 4  # the failed case's four a1 attempts, all paid for
+    bill = sum((b["prompt_tokens"] * 1000 + b["completion_tokens"] * 2000) / 1e6 for b in billed.values())
+    # --max-cost's budget settled every reply at what the provider counted
+    assert plan.grid.sharing.budget.spent == pytest.approx(bill, abs=1e-9)
+    # the display: calls as the quote counts them, the retries apart (the case's three after its first); spending
+    figures = re.findall(
+        r"; (\d+) of at most \d+ calls answered \(retries not counted, as the quote counts; (\d+) retries paid "
+        r"besides\); spent (\d+\.\d\d)",
+        shown,
+    )[-1]
+    assert int(figures[0]) + int(figures[1]) == calls and int(figures[1]) == 3
+    assert abs(float(figures[2]) - bill) <= 0.005 + 1e-9
+    # --usage: per role what the provider billed its model, the refused replies on a line of their own
+    table = report_json(
+        capsys, "--output-root", str(root), "--usage", "--format", "json", "--table", "usage_per_stage"
+    )
+    rows = [values(row) for row in table["tables"][0]["rows"]]  # model, stage file, role, calls, tokens, cost
+    for role, model in ROLES.items():
+        for column, field in ((3, "calls"), (4, "prompt_tokens"), (5, "completion_tokens")):
+            assert sum(r[column] for r in rows if r[2] == role) == billed[model][field], (role, field)
+    not_used = [r[2:6] for r in rows if r[1] == "paid for replies not used"]
+    assert not_used == [["eval", 4, sum(refused), 4 * 50]]
+    # the bill: what --usage --prices says was spent is the provider's own counts at those prices
+    argv = [
+        "--output-root",
+        str(root),
+        "--prices",
+        str(prices),
+        "--format",
+        "json",
+        "--table",
+        "usage_grid_total",
+    ]
+    total = values(report_json(capsys, *argv)["tables"][0]["rows"][-1])  # role, calls, …, cost, cache savings
+    assert total[:2] == ["all", calls] and float(total[7]) == pytest.approx(bill, abs=0.005)
+
+
+def test_the_quotes_expected_figure_counts_the_replies_paid_for_and_not_used(tmp_path, http):
+    """Item 3: "[...] and in the quote's expected figure": a1's evaluated-model usage per saved case (two saved,
+    one failed) includes the failed case's four refused replies."""
+    from lexpilot.protocols.catalog import ENTRY_POINTS
+    from lexpilot.running.quote import saved_usage_per_case
+    from lexpilot.storage.checkpoints import NOT_USED_FILE, run_folder
+
+    _, _, cut, _, root = refusing_grid(tmp_path, http, ())
+    steps = [step for stage in ENTRY_POINTS["LexAwN_gen"] for step in stage.steps]
+    with_refused = saved_usage_per_case(root, steps)["eval"][0]
+    (run_folder(root, "run1", "model-a") / NOT_USED_FILE).rename(tmp_path / "aside.jsonl")
+    assert with_refused - saved_usage_per_case(root, steps)["eval"][0] == pytest.approx(
+        sum(map(len, cut)) / 2
+    )

@@ -135,8 +135,11 @@ class Sharing:
     endpoints: Endpoints
     budget: Budget | None = None
     draining: threading.Event = field(default_factory=threading.Event)
-    # by model id: every call answered, for the display
+    # by model id: every reply paid for (refused ones too), for the display's spending
     answered: Usage = field(default_factory=lambda: Usage())
+    # of those, the replies that were not a call's first (a retry after a refused reply, a judge's output asked
+    # again): the display counts calls answered as the quote counts calls, without retries, and these apart
+    retried: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     # (base URL, key hash, timeout, (model, run)) -> the SDK client of one chain's cells: its connection pool is
@@ -163,8 +166,9 @@ class Sharing:
         for client in clients:
             client.close()
 
-    def count(self, model: str, reply: Reply) -> None:
+    def count(self, model: str, reply: Reply, retry: bool = False) -> None:
         with self.lock:
+            self.retried += retry
             self.answered.add(
                 model,
                 reply.prompt_tokens or 0,
@@ -173,9 +177,10 @@ class Sharing:
                 cached_tokens=reply.cached_tokens or 0,
             )
 
-    def count_batched(self, model: str, usage: dict) -> None:
+    def count_batched(self, model: str, usage: dict, retry: bool = False) -> None:
         """A reply imported from a batch (its usage entry, `batched_calls` in it), for the display's counts."""
         with self.lock:
+            self.retried += retry
             self.answered.merge({model: usage})
 
 
@@ -348,15 +353,18 @@ class ModelCaller:
         prompt: str | list[dict],
         usage: Usage,
         on_send: Callable[[], None] | None = None,
+        retry: bool = False,
     ) -> Reply:
         """One non-empty, untruncated reply; transient failures are retried, permanent ones raise FatalError.
-        `on_send` is called as each request goes out (its slot taken, its cost reserved)."""
+        `on_send` is called as each request goes out (its slot taken, its cost reserved); `retry`: the call asks
+        again for an output refused before (a judge's invalid one), so every reply it gets counts as a retry."""
         role = self.settings.roles[role_name]
         attempts = self.settings.transport.retries + 1
         attempt = rate_limited = 0
         last = Attempt()
         while attempt < attempts:
-            last = self._attempt(role, prompt, usage, on_send)
+            last = self._attempt(role, prompt, usage, on_send, retry)
+            retry = retry or last.answered is not None  # a call's later replies are retries
             if last.repeat:
                 continue  # repeated at once with max_completion_tokens: not a failed attempt
             if last.reply is not None:
@@ -400,7 +408,9 @@ class ModelCaller:
             self.abort.wait(min(left, 0.2))
         return True
 
-    def _attempt(self, role: Role, prompt: str | list[dict], usage: Usage, on_send=None) -> Attempt:
+    def _attempt(
+        self, role: Role, prompt: str | list[dict], usage: Usage, on_send=None, retry: bool = False
+    ) -> Attempt:
         """One request, within the endpoint's limiter and the budget; what came of it."""
         limiter, counted_tokens = self.limiters[role.name], request_tokens(len(str(prompt)), role.max_tokens)
         # before the budget: waiting reserves nothing
@@ -451,11 +461,18 @@ class ModelCaller:
         except InterruptedError:
             raise Aborted() from None
         finally:
-            self._settle(role, outcome, limiter, lease, counted_tokens, reserved)
+            self._settle(role, outcome, limiter, lease, counted_tokens, reserved, retry)
         return outcome
 
     def _settle(
-        self, role: Role, outcome: Attempt, limiter, lease, counted_tokens: int, reserved: float
+        self,
+        role: Role,
+        outcome: Attempt,
+        limiter,
+        lease,
+        counted_tokens: int,
+        reserved: float,
+        retry: bool = False,
     ) -> None:
         """An attempt's end, however it ended: the progress, the endpoint's lease (with the tokens it used),
         the counts shared with the grid and the budget."""
@@ -464,7 +481,7 @@ class ModelCaller:
         used = (answered.prompt_tokens or 0) + (answered.completion_tokens or 0) if answered else 0
         limiter.release(outcome.pushed_back, outcome.retry_after, used - counted_tokens, lease)
         if self.sharing and answered:
-            self.sharing.count(role.model, answered)
+            self.sharing.count(role.model, answered, retry)
         if self.budget:  # an answered call costs what it reports; an unanswered one its worst case
             reply = outcome.answered
             self.budget.settle(

@@ -44,8 +44,9 @@ class CaseCalls:
     keep_reasoning: bool = False  # the evaluated model's and User Model's reasoning too (the judge's always)
     reasoning: dict = field(default_factory=dict)  # of the record being built: role -> reasoning per call
     settings: Settings | None = None  # the run's: what a step records of them (the judge's model) or reads
+    last_paid: dict = field(default_factory=dict)  # the usage of the last reply taken (bought or replayed)
 
-    def _chat(self, role: str, prompt: str) -> str:
+    def _chat(self, role: str, prompt: str, retry: bool = False) -> str:
         """A reply paid for in an earlier, unfinished attempt at this step is replayed, not bought again."""
         if self.journal:
             replayed = self.journal.take(self.case.number, self.step, role, prompt)
@@ -54,6 +55,7 @@ class CaseCalls:
                 self.replayed.merge(usage)
                 self.replays += 1
                 self.keep_reasoning_of(role, reasoning)
+                self.last_paid = usage
                 return text
         # in batch mode the caller raises NeedsReply: the request goes into the next batch, and its reply reaches
         # the journal when the batch is collected (nothing is marked or kept here)
@@ -61,11 +63,25 @@ class CaseCalls:
         used = Usage()
         marks = self.journal.marked(role) if self.journal and not batched else nullcontext()
         try:
-            with marks as sent:
-                reply = self.caller.chat(role, prompt, used, on_send=sent)
+            with (
+                marks as sent
+            ):  # the reply kept before the call's end mark: a kill between the two loses nothing
+                reply = self._bought(role, prompt, used, sent, retry)
         finally:
             self.usage.merge(used.by_role)
+        self.last_paid = used.by_role
         self.keep_reasoning_of(role, reply.reasoning)
+        return reply.text
+
+    def _bought(self, role: str, prompt: str, used: Usage, sent, retry: bool):
+        """A reply bought from the provider and kept in the journal; every attempt of a call that fails its case is
+        kept as paid for and not used."""
+        try:
+            reply = self.caller.chat(role, prompt, used, on_send=sent, retry=retry)
+        except CaseFailed as e:
+            if self.journal:
+                self.journal.not_used(self.case.number, self.step, used.by_role, str(e))
+            raise
         if self.journal:
             self.journal.keep(
                 self.case.number,
@@ -76,7 +92,7 @@ class CaseCalls:
                 used.by_role,
                 reply.reasoning if role == "judge" or self.keep_reasoning else "",
             )
-        return reply.text
+        return reply
 
     def keep_reasoning_of(self, role: str, reasoning: str) -> None:
         """The record keeps the judge's reasoning, and the other roles' with --keep-reasoning."""
@@ -96,9 +112,10 @@ class CaseCalls:
         journal with its usage, the rejected ones too: a rerun replays them (and their cost) in order instead of
         buying them again. When all three are rejected, they are retired: the next run asks anew."""
         prompt = fill(self.prompts[prompt_name], **slots)
-        raws = []
+        raws, paid = [], Usage()
         for attempt in range(JUDGE_ATTEMPTS):
-            raws.append(self._chat(role, prompt))
+            raws.append(self._chat(role, prompt, retry=attempt > 0))
+            paid.merge(self.last_paid)
             try:
                 return parse(raws[-1]), raws
             except ValueError as e:
@@ -106,12 +123,16 @@ class CaseCalls:
                 # the last one is not asked again: the case fails, saying why
                 if attempt + 1 < JUDGE_ATTEMPTS:
                     self.caller.progress.retry(f"invalid {prompt_name} output: {problem}")
-        if self.journal:
-            self.journal.retire(self.case.number, self.step, role, prompt, raws)
-        raise CaseFailed(
+        failed = CaseFailed(
             f"{prompt_name} output invalid after {JUDGE_ATTEMPTS} attempts ({problem}); "
             f"last raw output: {raws[-1][:200]!r}"
         )
+        if (
+            self.journal
+        ):  # counted as not used before retired: a kill between the two over-counts, never loses
+            self.journal.not_used(self.case.number, self.step, paid.by_role, str(failed))
+            self.journal.retire(self.case.number, self.step, role, prompt, raws)
+        raise failed
 
     def converse(self, role: str, messages: list[dict]) -> str:
         """A reply to a conversation sent as its own messages (the plain consultation), not to a prompt."""

@@ -91,6 +91,7 @@ class Importer:
         role = request.get("role", batch["role"])
         limit = f"{self.run.settings.roles[role].flags[1]} {request.get('max_tokens', batch['max_tokens'])}"
         text, usage, problem, reasoning = reply_of(entry, limit, self.say_usage(role))
+        retry = self.run.ledger.tries(request["key"]) > 0  # its request came back refused before
         # a provider may echo the key in a reply or an error: redacted before any file or message, as a synchronous
         # reply is
         text, problem = self.run.settings.redact(text), self.run.settings.redact(problem)[:300]
@@ -98,7 +99,11 @@ class Importer:
             self.run.settings.redact(reasoning) if role == "judge" or self.run.settings.keep_reasoning else ""
         )
         if problem:
-            self.settle(cid, {})
+            # a reply refused (cut at its limit, empty) was paid for at the batch price: settled and kept as not used
+            self.settle(cid, usage)
+            if usage:
+                self.journal.not_used(request["case"], request["step"], {role: usage}, problem, cid)
+                self.count(role, usage, retry)
             return self.refused(request, role, problem, line_error(entry))
         self.journal.keep_key(
             request["case"],
@@ -111,9 +116,13 @@ class Importer:
         )
         self.known.add(cid)
         self.settle(cid, usage)
-        if self.run.caller.sharing:  # the grid's display counts it, at the batch price
-            self.run.caller.sharing.count_batched(self.run.settings.roles[role].model, usage)
+        self.count(role, usage, retry)
         return 1
+
+    def count(self, role: str, usage: dict, retry: bool) -> None:
+        """A reply paid for, accepted or not: the grid's display counts it, at the batch price."""
+        if self.run.caller.sharing:
+            self.run.caller.sharing.count_batched(self.run.settings.roles[role].model, usage, retry)
 
     def refused(self, request: dict, role: str, problem: str, error: ProviderError | None) -> int:
         """A line without an accepted reply, classified as a synchronous call's error is (models/quirks.py)."""
@@ -206,8 +215,8 @@ def reply_of(entry: dict, limit: str, say_usage=lambda problem: None) -> tuple[s
         cached_tokens=reply.cached_tokens or 0,
     )
     problem = unusable(reply, limit)
-    if problem:
-        return "", {}, problem, ""
+    if problem:  # paid for all the same: its usage is kept
+        return "", usage.by_role["x"], problem, ""
     return reply.text, usage.by_role["x"], "", reply.reasoning
 
 

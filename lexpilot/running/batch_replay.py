@@ -34,7 +34,7 @@ class BatchCaller:
     progress: object
     batched = True
 
-    def chat(self, role: str, prompt, usage: Usage, on_send=None):
+    def chat(self, role: str, prompt, usage: Usage, on_send=None, retry: bool = False):
         raise NeedsReply(role, prompt)
 
 
@@ -124,19 +124,9 @@ def _replay_case(run: BatchRun, journal: CallJournal, case) -> tuple | None:
             key = CallJournal.key(need.role, need.prompt)
             if need.role not in run.batched_roles:
                 try:
-                    used = Usage()
-                    with journal.marked(need.role) as sent:  # in flight, as a synchronous stage's calls are
-                        reply = run.caller.chat(need.role, need.prompt, used, on_send=sent)
+                    _ask_now(run, journal, calls, need, key)
                 except CaseFailed as e:
                     return _failed(run, case, str(e), e.change)
-                journal.add(
-                    case.number,
-                    calls.step,
-                    key,
-                    reply.text,
-                    used.by_role,
-                    reply.reasoning if need.role == "judge" or settings.keep_reasoning else "",
-                )
                 run.held[(case.number, calls.step)] += 1
                 continue
             tries = run.ledger.tries(key)
@@ -157,6 +147,26 @@ def _replay_case(run: BatchRun, journal: CallJournal, case) -> tuple | None:
             )
         except CaseFailed as e:
             return _failed(run, case, str(e), e.change)
+
+
+def _ask_now(run: BatchRun, journal: CallJournal, calls: CaseCalls, need: NeedsReply, key: str) -> None:
+    """A role left synchronous answered at once, its reply journalled before the call's end mark (a kill between the
+    two loses nothing); every attempt of a call that fails its case is kept as paid for and not used."""
+    used = Usage()
+    with journal.marked(need.role) as sent:  # in flight, as a synchronous stage's calls are
+        try:
+            reply = run.caller.chat(need.role, need.prompt, used, on_send=sent)
+        except CaseFailed as e:
+            journal.not_used(calls.case.number, calls.step, used.by_role, str(e))
+            raise
+        journal.add(
+            calls.case.number,
+            calls.step,
+            key,
+            reply.text,
+            used.by_role,
+            reply.reasoning if need.role == "judge" or run.settings.keep_reasoning else "",
+        )
 
 
 def _failed(run: BatchRun, case, message: str, change: str) -> None:

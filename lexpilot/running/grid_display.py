@@ -60,9 +60,11 @@ def spent(grid: Grid, prices: dict | None) -> float | None:
     )
 
 
-def answered_calls(grid: Grid) -> int:
+def answered_calls(grid: Grid) -> tuple[int, int]:
+    """(calls answered, as the quote counts calls: each once; replies paid for besides: retries)."""
     with grid.sharing.lock:
-        return sum(e["calls"] for e in grid.sharing.answered.by_role.values())
+        paid = sum(e["calls"] for e in grid.sharing.answered.by_role.values())
+        return paid - grid.sharing.retried, grid.sharing.retried
 
 
 def limits_text(limits, share: str) -> str:
@@ -121,7 +123,7 @@ class Display:
         now, counts = time.monotonic(), self.grid.counts()
         with self.grid.lock:
             failed_cases = self.grid.reasons.cases
-        calls, elapsed = answered_calls(self.grid), now - self.start
+        (calls, retries), elapsed = answered_calls(self.grid), now - self.start
         left = max(0, self.quote.calls - calls)
         # nothing left to run here: every cell ended, or the rest wait for a rerun after a Ctrl-C
         over = not counts[RUNNING] and (not counts[WAITING] or self.grid.sharing.draining.is_set())
@@ -140,8 +142,9 @@ class Display:
             + (f" ({counted(failed_cases, 'case')} failed)" if failed_cases else "")
             + (f", {counts[INTERRUPTED]} stopped by Ctrl-C" if counts[INTERRUPTED] else "")
             + (f", {counts[IN_FLIGHT]} with batches in flight" if counts[IN_FLIGHT] else "")
-            + f"; {calls} of at most {self.quote.calls} "
-            f"calls answered{spending}; elapsed {elapsed:.0f}s, remaining {eta}"
+            + f"; {calls} of at most {self.quote.calls} calls answered (retries not counted, as the quote counts"
+            + (f"; {counted(retries, 'retry', 'retries')} paid besides)" if retries else ")")
+            + f"{spending}; elapsed {elapsed:.0f}s, remaining {eta}"
         )
         pool = self.grid.sharing.batches
         batches = (

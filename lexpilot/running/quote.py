@@ -22,6 +22,7 @@ from lexpilot.pricing import Price, cost
 from lexpilot.protocols.steps import Step
 from lexpilot.running.state import StageState
 from lexpilot.settings import Settings
+from lexpilot.storage.checkpoints import NOT_USED_FILE, add_usage, not_used_entries
 
 
 def case_steps(state: StageState, case: Case):
@@ -166,11 +167,29 @@ def saved_usage_per_case(root: Path, steps: list[Step]) -> dict[str, tuple[float
                     entry = totals.setdefault(role, [0.0, 0.0, 0.0])
                     for i, n in enumerate(tokens):
                         entry[i] += n
+        if not cases:
+            continue
+        for role, used in not_used_of(
+            root, step.name
+        ).items():  # paid for, refused: part of a case's cost too
+            entry = totals.setdefault(role, [0.0, 0.0, 0.0])
+            for i, f in enumerate(("prompt_tokens", "completion_tokens", "cached_prompt_tokens")):
+                entry[i] += used[f]
         for role, tokens in totals.items():
             entry = per_case.setdefault(role, [0.0, 0.0, 0.0])
             for i, n in enumerate(tokens):
                 entry[i] += n / cases
     return {role: tuple(tokens) for role, tokens in per_case.items()}
+
+
+def not_used_of(root: Path, step: str) -> dict[str, Counter]:
+    """Role -> the usage of the replies paid for and not used in this step, in every run under the root."""
+    totals: dict[str, Counter] = {}
+    for path in root.glob(f"runs/*/*/{NOT_USED_FILE}"):
+        for entry in not_used_entries(path)[0]:
+            if entry["step"] == step:
+                add_usage(totals, entry["usage"])
+    return totals
 
 
 def dry_run_report(name: str, state: StageState, selected: list[Case]) -> str:

@@ -12,7 +12,7 @@ import select
 import socket
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from lexpilot.scripted.batches import BatchEndpoints
@@ -74,6 +74,8 @@ class FakeProvider(BatchEndpoints):
         self.requests: list[dict] = []
         # every request answered with a reply, synchronously or in a batch: (kind, digest of what it asks) -> times
         self.processed = Counter()
+        # model -> calls, prompt_tokens and completion_tokens of every reply sent (refused or not): what it bills
+        self.billed: dict = defaultdict(Counter)
         # `cache(prompt)`: extra usage fields a provider with a prompt cache reports (OpenAI's
         # prompt_tokens_details.cached_tokens, DeepSeek's prompt_cache_hit_tokens), or None
         self.cache = None
@@ -253,6 +255,11 @@ class FakeProvider(BatchEndpoints):
                 (kind, hashlib.sha256(json.dumps(body["messages"], ensure_ascii=False).encode()).hexdigest())
             ] += 1
         usage = self._usage(prompt, content, outcome_dict)
+        if isinstance(usage, dict) and self.usage_as is KEEP:  # the provider's own bill, per model
+            with self.lock:
+                self.billed[body.get("model")].update(
+                    {k: usage[k] for k in ("prompt_tokens", "completion_tokens")} | {"calls": 1}
+                )
         if body.get("stream"):
             stall = {"X-Stall-After-First-Event": outcome["stall"]} if "stall" in outcome_dict else {}
             return (

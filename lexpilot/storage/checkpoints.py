@@ -40,6 +40,10 @@ def journal_path(root: Path, run_id: str, model: str) -> Path:
     return run_folder(root, run_id, model) / "calls_journal.jsonl"
 
 
+NOT_USED_FILE = "paid_not_used.jsonl"  # beside the journal: replies paid for that no record will count
+NOT_USED = "paid for replies not used"  # how reports name them: a line of their own, beside the stage files
+
+
 def checkpoint_path(root: Path, run_id: str, model: str, kind: RecordKind) -> Path:
     return kind.path(root, run_id, model_folder(model))
 
@@ -287,6 +291,18 @@ class CallJournal:
             sync=True,
         )
 
+    def not_used(
+        self, case_number: str, step: str, usage: dict, why: str, custom_id: str | None = None
+    ) -> None:
+        """Replies paid for that no record will count (role -> usage): every attempt of a call that failed its case,
+        judge outputs retired, a batch line refused. Synced: a bill that loses them under-reports."""
+        if not any(u.get("calls") for u in usage.values()):
+            return
+        entry = {"case_number": case_number, "step": step, "usage": usage, "why": why[:300]}
+        if custom_id:  # a refused batch line: counted once, however often its batch is imported
+            entry["custom_id"] = custom_id
+        self.writer.append(self.path.with_name(NOT_USED_FILE), entry, sync=True)
+
     @staticmethod
     def custom_ids(path: Path) -> set[str]:
         """The batch requests whose replies the journal already holds."""
@@ -359,3 +375,66 @@ def read_unanswered(path: Path) -> dict[str, int]:
     except (OSError, ValueError):
         return {}
     return {r: n for r, n in data.items() if isinstance(n, int)} if isinstance(data, dict) else {}
+
+
+def paid_not_used(folder: Path, saved: dict[str, set[str]]) -> tuple[dict[str, Counter], int]:
+    """What a run paid for that none of its records counts, per role (usage fields summed), and the unreadable lines
+    left out: the file of replies not used, and the replies the journal keeps for a rerun (a failed case's
+    accepted replies, which its rerun replays; not those of a step saved since, nor those retired). `saved`:
+    step -> the cases whose record of it is saved."""
+    totals: dict[str, Counter] = {}
+    entries, unreadable = not_used_entries(folder / NOT_USED_FILE)
+    for e in entries:
+        unreadable += not add_usage(totals, e["usage"])
+    journal = folder / "calls_journal.jsonl"
+    for entry, usage in _kept_for_a_rerun(journal) if journal.exists() else ():
+        if entry["case_number"] not in saved.get(entry["step"], ()):
+            unreadable += not add_usage(totals, usage)
+    return totals, unreadable
+
+
+def not_used_entries(path: Path) -> tuple[list[dict], int]:
+    """The entries of a file of replies not used (a refused batch line once, however often it was imported), and how
+    many lines are unreadable."""
+    entries, unreadable, refused_lines = [], 0, set()
+    for _, e in _journal_lines(path) if path.exists() else ():
+        if e is None or not isinstance(e.get("usage"), dict) or not isinstance(e.get("step"), str):
+            unreadable += 1
+        elif e.get("custom_id") is None or e["custom_id"] not in refused_lines:
+            refused_lines.add(e.get("custom_id"))
+            entries.append(e)
+    return entries, unreadable
+
+
+def _kept_for_a_rerun(path: Path):
+    """(entry, usage) of every reply the journal holds that a rerun may replay (retired ones left out)."""
+    entries, retired = [], Counter()
+    for _, e in _journal_lines(path):
+        if e is None or e.get("t") in ("start", "end"):
+            continue
+        if e.get("t") == "retire" and isinstance(e.get("replies"), list):
+            retired.update((e.get("case_number"), e.get("step"), e.get("key"), r) for r in e["replies"])
+        elif (
+            isinstance(e.get("usage"), dict)
+            and isinstance(e.get("reply"), str)
+            and e.get("digest") == entry_digest(e)
+        ):
+            entries.append(e)
+    for e in entries:
+        key = (e["case_number"], e["step"], e["key"], reply_digest(e["reply"]))
+        if retired[key]:
+            retired[key] -= 1
+            continue
+        yield e, e["usage"]
+
+
+def add_usage(totals: dict[str, Counter], usage: dict) -> bool:
+    """Add a role -> usage entry to the totals; False (nothing added) when any count is not a whole number."""
+    counts = {role: u for role, u in usage.items() if isinstance(u, dict)}
+    if len(counts) != len(usage) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for u in counts.values() for v in u.values()
+    ):
+        return False
+    for role, u in counts.items():
+        totals.setdefault(role, Counter()).update(u)
+    return True

@@ -50,7 +50,8 @@ from lexpilot.reporting.scoring.runs import (
     complete_task,
     read_saved,
 )
-from lexpilot.storage.checkpoints import read_unanswered
+from lexpilot.storage.checkpoints import NOT_USED, paid_not_used, read_unanswered
+from lexpilot.text import counted
 
 
 def ljp_case_counts(record: dict) -> np.ndarray:
@@ -258,7 +259,16 @@ def score_usage(run: Run, root: Path, saved: dict[str, dict]) -> None:
                 total[:] = map(add, total, counts)
         for role, total in totals.items():
             run.usage.setdefault(kind.file, {})[role] = Counter(dict(zip(USAGE_FIELDS, total)))
-    run.unanswered = read_unanswered(root / "runs" / run.run_id / run.folder / "unanswered_calls.json")
+    folder = root / "runs" / run.run_id / run.folder
+    run.unanswered = read_unanswered(folder / "unanswered_calls.json")
+    not_used, unreadable = paid_not_used(folder, {name: set(records) for name, records in saved.items()})
+    if not_used:
+        run.usage[NOT_USED] = not_used
+    if unreadable:
+        run.problems.append(
+            f"usage: {folder}: {counted(unreadable, 'line')} of replies paid for but not used are unreadable; "
+            "left out of the token counts"
+        )
 
 
 def score_focal_types(run: Run, types: dict) -> None:
