@@ -213,3 +213,42 @@ def test_the_quotes_expected_figure_counts_the_replies_paid_for_and_not_used(tmp
     assert with_refused - saved_usage_per_case(root, steps)["eval"][0] == pytest.approx(
         sum(map(len, cut)) / 2
     )
+
+
+@pytest.mark.parametrize("servers", [True, False], ids=["server-limit", "broken-without-it"])
+def test_two_model_ids_on_one_single_slot_server_share_its_limit(tmp_path, monkeypatch, capsys, servers):
+    """Item 4: "Two model ids on one single-slot llama.cpp server, each concurrency = 1, still got two requests at
+    once. [...] Every model on that base URL shares the server's limiter as well as its own." The scripted server
+    answers one request at a time as llama-cpp-python's does (a second stream at once gets an empty stream); every
+    role is served there. Without the [servers] table (the second case), two requests do meet."""
+    from lexpilot.scripted.provider import FakeProvider
+
+    dataset = write_dataset(tmp_path / "three.json", sample_cases()[:3])
+    with FakeProvider(one_slot=True, latency=0.05) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "k")
+        spelled = server.base_url.replace("http://", "HTTP://") + "/"  # another spelling of the same server
+        grid = tmp_path / "grid.toml"
+        grid.write_text(
+            "".join(f'[models."{m}"]\nbase_url = "{server.base_url}"\nconcurrency = 1\n\n' for m in MODELS)
+            + (f'[servers."{spelled}"]\nconcurrency = 1\n' if servers else ""),
+            encoding="utf-8",
+        )
+        argv = [
+            "--grid",
+            str(grid),
+            "--runs",
+            "1",
+            "--dataset",
+            str(dataset),
+            "--output-root",
+            str(tmp_path / "o"),
+        ]
+        code = run_grid.main([*argv, "--stages", "eval_LJP_direct", "--stream", "--retries", "0"])
+    err = capsys.readouterr().err
+    if servers:
+        assert code == 0, err
+        assert server.most_active == 1 and server.statuses["cut"] == 0
+        assert f"server {server.base_url}: 0 in flight" in err  # the display shows the server's own line
+    else:
+        assert server.most_active > 1 or server.statuses["cut"] > 0

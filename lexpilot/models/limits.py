@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 import threading
 import time
+import urllib.parse
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Hashable
@@ -275,6 +277,47 @@ class Limiter:
                 self.turns.remove(ticket.cell)
 
 
+class OnServer:
+    """The limits a call to a model takes when the server it lives on has limits of its own (two model ids on one
+    llama.cpp server with one slot): the model's turn first, then the server's; given back in the other order. A
+    stream cut short says the server has fewer slots than requests: only the server's limit is lowered."""
+
+    def __init__(self, model: Limiter, server: Limiter):
+        self.model, self.server = model, server
+
+    def acquire(self, stopped: Callable[[], bool], cell: Hashable = None, tokens: int = 0) -> tuple:
+        first = self.model.acquire(stopped, cell, tokens)
+        try:
+            return first, self.server.acquire(stopped, cell, tokens)
+        except (
+            BaseException
+        ):  # stopped, or refused, while it waited for the server: the model's slot goes back
+            self.model.release(lease=first)
+            raise
+
+    def release(self, pushed_back=None, pause=None, tokens_over: int = 0, lease: tuple | None = None) -> None:
+        first, second = lease or (None, None)
+        self.server.release(pushed_back, pause, tokens_over, second)
+        self.model.release(None if pushed_back == "slots" else pushed_back, pause, tokens_over, first)
+
+    def fail(self, message: str) -> None:
+        self.model.fail(message)
+
+
+def server_of(base_url: str) -> str:
+    """A server's identity from a base URL, however it is spelled: scheme and host in lower case, a default port
+    left out, slashes in the path collapsed and none at its end."""
+    parts = urllib.parse.urlsplit(base_url.strip())
+    scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if port and port != {"http": 80, "https": 443}.get(scheme):
+        host += f":{port}"
+    return f"{scheme}://{host}{re.sub('/+', '/', parts.path).rstrip('/')}"
+
+
 def endpoint_of(role) -> tuple[str, str, str]:
     """An endpoint as the grid tells them apart: base URL, model id, and the key's hash."""
     return role.base_url, role.model, key_digest(role.api_key)
@@ -291,22 +334,34 @@ class Endpoints:
         limits: dict[str, Limits] | None = None,
         per_model: bool = False,
         make: Callable | None = None,
+        servers: dict[str, Limits] | None = None,
     ):
         self.ceiling, self.limits, self.per_model = ceiling, limits or {}, per_model
+        # a server's limits (by server_of its base URL), shared by every model it serves, on top of each model's own
+        self.servers = {server_of(url): lim for url, lim in (servers or {}).items()}
         # make(endpoint, ceiling, limits, name) -> a limiter: shared_limits.SharedLimiter for limits held in Redis
         self.make = make or (lambda endpoint, ceiling, limits, name: Limiter(ceiling, limits, name))
         self.limiters: dict[tuple, Limiter] = {}
         self.lock = threading.Lock()
 
-    def of(self, role) -> Limiter:
+    def of(self, role) -> Limiter | OnServer:
+        """The limiter a call of this role takes: its endpoint's, and its server's too where the server has limits."""
         key = endpoint_of(role) if self.per_model else (role.base_url,)
+        server = server_of(role.base_url)
         with self.lock:
             if key not in self.limiters:
                 name = f"{role.model} at {role.host}" if self.per_model else role.host
                 self.limiters[key] = self.make(
                     key, self.ceiling(role), self.limits.get(role.model, Limits()), name
                 )
-            return self.limiters[key]
+            if server not in self.servers:
+                return self.limiters[key]
+            if ("server", server) not in self.limiters:
+                limits = self.servers[server]
+                self.limiters[("server", server)] = self.make(
+                    ("server", server), limits.concurrency or self.ceiling(role), limits, f"server {server}"
+                )
+            return OnServer(self.limiters[key], self.limiters[("server", server)])
 
     def all(self) -> list[Limiter]:
         with self.lock:

@@ -15,6 +15,9 @@ the judge's), optional limits. Every mistake is one line naming the file, the ke
 
     [limits."DeepSeek-R1"]          # the judge's endpoint, configured as for a stage
     rpm = 1000
+
+    [servers."http://127.0.0.1:8080/v1"]   # one llama.cpp server serving two model ids, one request at a time
+    concurrency = 1
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ class ModelEndpoint:
 class GridFile:
     endpoints: dict[str, ModelEndpoint] = field(default_factory=dict)  # evaluated model id -> endpoint
     limits: dict[str, Limits] = field(default_factory=dict)  # any model id -> its limits
+    # a base URL -> the limits every model served there shares, on top of its own
+    servers: dict[str, Limits] = field(default_factory=dict)
 
 
 def key_lines(text: str) -> dict[tuple[str, ...], int]:
@@ -90,10 +95,11 @@ def read_grid_file(path: Path, env) -> GridFile:
 
     grid = GridFile()
     for top, value in data.items():
-        if top not in ("models", "limits"):
+        if top not in ("models", "limits", "servers"):
             kind = "table" if isinstance(value, dict) else "key (outside any table)"
             raise HarnessError(
-                f'{where(top)}: unknown {kind}; a grid file has [models."ID"] and [limits."ID"] tables only'
+                f'{where(top)}: unknown {kind}; a grid file has [models."ID"], [limits."ID"] and '
+                '[servers."BASE_URL"] tables only'
             )
         if not isinstance(value, dict) or any(not isinstance(v, dict) for v in value.values()):
             raise HarnessError(f'{where(top)}: write each model as its own table, [{top}."MODEL_ID"]')
@@ -114,7 +120,22 @@ def read_grid_file(path: Path, env) -> GridFile:
                 f"{', '.join(Limits.NAMES)}"
             )
         grid.limits[model] = entry_limits(entry, lambda *k, m=model: where("limits", m, *k))
+    for url, entry in data.get("servers", {}).items():
+        grid.servers[check_base_url(url, where("servers", url))] = server_entry(
+            entry, lambda *k, u=url: where("servers", u, *k)
+        )
     return grid
+
+
+def server_entry(entry: dict, where) -> Limits:
+    unknown = sorted(set(entry) - set(Limits.NAMES))
+    if unknown:
+        raise HarnessError(
+            f"{where(unknown[0])}: unknown key; a [servers] table takes {', '.join(Limits.NAMES)}"
+        )
+    if not entry:
+        raise HarnessError(f"{where()}: no limit given; e.g. concurrency = 1 for a server with one slot")
+    return entry_limits(entry, where)
 
 
 def model_endpoint(entry: dict, env, where) -> tuple[ModelEndpoint, Limits | None]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from lexpilot.benchmark.dataset import load_dataset
 from lexpilot.errors import INTERRUPTED, HarnessError
 from lexpilot.models.calls import Sharing
-from lexpilot.models.limits import Endpoints, Limits
+from lexpilot.models.limits import Endpoints, Limits, server_of
 from lexpilot.pricing import Budget
 from lexpilot.protocols.steps import Stage
 from lexpilot.running.batch_pool import BatchPool, chain_of
@@ -77,6 +77,9 @@ class GridRun:
     grid: Grid | None = field(default=None, repr=False)
     shard: tuple[int, int] | None = None  # (K, N): this process runs shard K of N
     limits_url: str | None = None  # redis://…: every endpoint's limiter shared through it
+    servers: dict[str, Limits] = field(
+        default_factory=dict
+    )  # base URL -> limits its models share (grid file)
 
     def chains(self) -> list[list[Cell]]:
         return shard_of(plan(self.stages, self.settings_of, self.models, self.run_ids), self.shard)
@@ -117,6 +120,7 @@ class GridRun:
             limits,
             per_model=True,
             make=make,
+            servers=self.servers,
         )
 
     def share_text(self) -> str:
@@ -281,12 +285,20 @@ def plan_grid(
     def settings_of(stage: Stage, model: str, run_id: str) -> Settings:
         return with_endpoint(base(stage, model, run_id), grid_file.endpoints.get(model), env)
 
-    grid = GridRun(stages, models, run_ids, settings_of, limits, err)
-    used = {r.model for model in models for r in settings_of(stages[0], model, run_ids[0]).roles.values()}
+    grid = GridRun(stages, models, run_ids, settings_of, limits, err, servers=grid_file.servers)
+    roles = [r for model in models for r in settings_of(stages[0], model, run_ids[0]).roles.values()]
+    used = {r.model for r in roles}
     unknown = sorted(set(limits) - used)
     if unknown:
         raise HarnessError(
             f"limits for {', '.join(unknown)}: no role of this grid uses that model id (the grid's: "
             f"{', '.join(sorted(used))})"
+        )
+    served = {server_of(r.base_url) for r in roles}
+    idle = sorted(url for url in grid_file.servers if server_of(url) not in served)
+    if idle:
+        raise HarnessError(
+            f'--grid {grid_path}: [servers."{idle[0]}"]: no role of this grid is served there (its base URLs: '
+            f"{', '.join(sorted(served))})"
         )
     return grid

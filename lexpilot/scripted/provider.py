@@ -52,6 +52,7 @@ class FakeProvider(BatchEndpoints):
             usage,
         )
         self.one_slot, self.active = one_slot, 0
+        self.most_active = 0  # the most chat requests it was answering at once
         # the batch API: files and batches, answered `batch_delay` seconds after creation; `batch_refuse` answers
         # 404 on /files and /batches; `batch_fail(custom_id)` puts a request in the error file (a string: its message); `batch_expire`
         # ends each batch expired with only its first half answered
@@ -193,6 +194,7 @@ class FakeProvider(BatchEndpoints):
                 self.statuses["cut"] += 1
                 return 200, {"Content-Type": "text/event-stream"}, b"data: [DONE]\n\n"
             self.active += 1
+            self.most_active = max(self.most_active, self.active)
         try:
             return self._answer(body)
         finally:
