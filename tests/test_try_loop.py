@@ -220,3 +220,62 @@ def test_the_request_log_has_a_line_per_request_answered_in_a_batch_too(tmp_path
     # by hand: 3 cases, each a prediction by the evaluated model, then the judge's extraction, both in batches
     assert asked == {"model-a": 3, "DeepSeek-R1": 3}
     assert Counter(line["model"] for line in lines if line.get("batch")) == asked and len(lines) == 6
+
+
+def readme_block(port: int, root: Path) -> str:
+    """The README's try-out as written, on another port and output root."""
+    block = re.search(r"```bash\n(python -m lexpilot\.scripted --port 8765 &\n.*?)\n```", README, re.S).group(
+        1
+    )
+    return block.replace("8765", str(port)).replace("try-out", str(root))
+
+
+def test_the_try_out_stops_at_once_when_another_program_holds_its_port(tmp_path):
+    """Issue 54 item 6: "With port 8765 taken by another program, the scripted provider printed `cannot listen …
+    Address already in use`, and every stage then ran against the other program without a word. The try-out must
+    fail at once when its provider did not start." Another program answers HTTP on the port; the README's block,
+    run by bash as written, runs no stage."""
+    import http.server
+    import threading
+    import time
+
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        started = time.monotonic()
+        done = subprocess.run(
+            ["bash", "-c", readme_block(other.server_address[1], tmp_path / "out")],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        other.shutdown()
+    said = done.stdout + done.stderr
+    # (the provider's own "cannot listen" line may not come: the check need not wait for it, and kill %1 ends it)
+    assert "another program answers there" in said, said
+    assert "[LexAwN]" not in said and not (tmp_path / "out").exists()  # no stage ran, nothing was written
+    assert time.monotonic() - started < 60
+
+
+def test_the_check_waits_for_the_scripted_provider_and_says_when_it_is_ready():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    check = subprocess.Popen(
+        [sys.executable, "-m", "lexpilot.scripted", "--check", url],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    server = subprocess.Popen(
+        [sys.executable, "-m", "lexpilot.scripted", "--port", str(port)], cwd=ROOT, stdout=subprocess.PIPE
+    )
+    try:
+        assert check.wait(timeout=60) == 0
+        assert check.stdout.read().strip() == f"scripted provider at {url}: ready"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

@@ -7,7 +7,7 @@ import sys
 import threading
 from pathlib import Path
 
-from lexpilot.scripted.provider import FakeProvider
+from lexpilot.scripted.provider import IDENTITY, IDENTITY_PATH, FakeProvider
 from lexpilot.scripted.replies import models_differ
 
 
@@ -46,13 +46,55 @@ def command_line():
         help="a batch is answered this long after it is created "
         "(to try --batch-detach, --batch-status and Ctrl-C while batches are in flight)",
     )
+    parser.add_argument(
+        "--check",
+        metavar="BASE_URL",
+        help="do not serve: wait (up to --wait seconds) until the scripted provider answers at BASE_URL, exit 0; "
+        "exit 2 at once with one line when another program answers there (the port was taken)",
+    )
+    parser.add_argument("--wait", type=float, default=10.0, metavar="SECONDS", help=argparse.SUPPRESS)
     return parser
+
+
+def check(base_url: str, wait: float) -> int:
+    """Whether the scripted provider answers at the base URL: 0, or 2 with one line saying what answers there."""
+    import json
+    import time
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            with urllib.request.urlopen(base_url.rstrip("/") + IDENTITY_PATH, timeout=2) as answer:
+                said = json.loads(answer.read(10_000) or b"null")
+            if said == IDENTITY:
+                print(f"scripted provider at {base_url}: ready", flush=True)
+                return 0
+            problem = "another program answers there"
+        except urllib.error.HTTPError as e:
+            problem = f"another program answers there (HTTP {e.code})"
+        except (ValueError, UnicodeDecodeError):
+            problem = "another program answers there"
+        except OSError as e:  # nothing listens yet: the provider may still be starting
+            if time.monotonic() < deadline:
+                time.sleep(0.1)
+                continue
+            problem = f"nothing answers there within {wait:g} s ({getattr(e, 'reason', e)})"
+        print(
+            f"scripted provider: not at {base_url}: {problem}; the stages would call it instead. Stop what holds "
+            "the port, or start the provider with another --port (and set OPENAI_BASE_URL to match)",
+            file=sys.stderr,
+        )
+        return 2
 
 
 def main(argv=None) -> int:
     """`python -m lexpilot.scripted --port P`: the scripted provider as a server on 127.0.0.1, to try every stage
     without a provider (OPENAI_BASE_URL=http://127.0.0.1:P/v1, any OPENAI_API_KEY). Ctrl-C stops it."""
     args = command_line().parse_args(argv)
+    if args.check:
+        return check(args.check, args.wait)
     provider = FakeProvider(
         models_differ if args.models_differ else None,
         latency=args.latency,

@@ -355,6 +355,12 @@ class FakeProvider(BatchEndpoints):
 # --- over HTTP: the server and its handler; the provider they answer for is the server's `provider`
 
 
+# what the scripted provider answers at <base URL>/lexpilot-scripted, so that a try-out can tell it from another
+# program listening on its port (`python -m lexpilot.scripted --check URL`)
+IDENTITY_PATH = "/lexpilot-scripted"
+IDENTITY = {"provider": "lexpilot-scripted"}
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024
@@ -368,7 +374,12 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self):
-        status, headers, payload = self.server.provider.batch_api("GET", self.path, self.headers, b"")
+        if (
+            self.path.split("?")[0].rstrip("/").endswith(IDENTITY_PATH)
+        ):  # `--check`: which provider answers here
+            status, headers, payload = 200, dict(JSON_TYPE), json.dumps(IDENTITY).encode()
+        else:
+            status, headers, payload = self.server.provider.batch_api("GET", self.path, self.headers, b"")
         head = [f"HTTP/1.1 {status} X", f"Content-Length: {len(payload)}"] + [
             f"{k}: {v}" for k, v in headers.items()
         ]
