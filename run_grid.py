@@ -77,17 +77,8 @@ def main(argv=None) -> int:
             shard=args.shard,
             limits_url=args.limits_url,
         )
-        if "--dry-run" in options and args.shard:
-            print("\n".join(cell.label for chain in grid.chains() for cell in chain) or "(no cell)")
-            return 0
         if "--dry-run" in options:
-            first = grid.settings_of(grid.stages[0], grid.models[0], run_ids[0])
-            cases, sha = load_dataset(first.dataset)
-            selected = cases[: first.limit] if first.limit else cases
-            parts = quote_grid(grid.stages, grid.settings_of, grid.models, run_ids, selected, sha)
-            timing = Timing(30.0, first.transport.concurrency, 0, grid.rate_limits(first))
-            print(quote_text(quote_tables(parts), quote_notes(parts, timing), args.format, args.width))
-            return 1 if any(p.refused for p in parts) else 0
+            return dry_run(grid, args, run_ids)
         return grid.run()
     except HarnessError as e:
         print(f"run_grid: {e}", file=sys.stderr)
@@ -95,6 +86,25 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:  # before the grid started its cells: nothing was done
         print("\n[grid] interrupted before any call; rerun the same command.", file=sys.stderr)
         return INTERRUPTED
+
+
+def dry_run(grid, args, run_ids: list[str]) -> int:
+    """The quote for what is left of the grid; a shard's lists its cells, then quotes them alone."""
+    first = grid.settings_of(grid.stages[0], grid.models[0], run_ids[0])
+    if args.shard:
+        chains = grid.chains()
+        print("\n".join(cell.label for chain in chains for cell in chain) or "(no cell)")
+        if not chains:
+            return 0
+        print()
+        parts = grid.quote_parts(chains)
+    else:
+        cases, sha = load_dataset(first.dataset)
+        selected = cases[: first.limit] if first.limit else cases
+        parts = quote_grid(grid.stages, grid.settings_of, grid.models, run_ids, selected, sha)
+    timing = Timing(30.0, first.transport.concurrency, 0, grid.rate_limits(first))
+    print(quote_text(quote_tables(parts), quote_notes(parts, timing), args.format, args.width))
+    return 1 if any(p.refused for p in parts) else 0
 
 
 if __name__ == "__main__":

@@ -442,7 +442,8 @@ def _add_batch_args(a) -> None:
         "--batch-poll",
         type=number(float, 0.01, 86400),
         default=30.0,
-        help="seconds between batch polls, at least 0.01 (default 30)",
+        help="the most seconds between batch polls, at least 0.01 (default 30; the first looks after a "
+        "submission come sooner: 0.25 s, then doubling)",
     )
     a(
         "--batch-roles",

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from lexpilot.errors import Aborted
 from lexpilot.running.batch_pool import Drained, chain_of
-from lexpilot.running.batch_run import BatchRun, Together, ledger_path
+from lexpilot.running.batch_run import BatchRun, Together, ledger_path, poll_wait
 from lexpilot.running.batching import (
     batch_summary,
     collect_own,
@@ -92,6 +92,7 @@ def run_batch_chain(grid: Grid, chain: list[Cell]) -> None:
 
 def _cycles(grid: Grid, chain: list[Cell], together: Together) -> None:
     live: list[Turn] = []
+    waited = 0  # looks at the run's batches in flight since its last submission
     while True:
         live = _opened(grid, chain, together, live)
         if not live:
@@ -105,9 +106,11 @@ def _cycles(grid: Grid, chain: list[Cell], together: Together) -> None:
                 for turn in [t for t in live if t.cell.status == RUNNING]:
                     _leave(grid, turn, IN_FLIGHT if turn in waiting else WAITING)
                 return
-            if grid.sharing.draining.wait(chain[0].settings.batching.poll):
+            if grid.sharing.draining.wait(poll_wait(chain[0].settings.batching.poll, waited)):
                 return _interrupted(live)
+            waited += 1
             continue
+        waited = 0
         handed = _gathered(grid, chain, together, live)
         if handed and not _hand(grid, chain, handed, live):
             return

@@ -143,3 +143,13 @@ def open_batches(settings) -> list[dict]:
     """The run's batches still in flight, as its ledger holds them (none without a ledger)."""
     path = ledger_path(settings)
     return Ledger(path).open_batches() if path.exists() else []
+
+
+FIRST_POLL = 0.25  # seconds: a local server or a fast provider finishes a small batch within seconds
+
+
+def poll_wait(poll: float, waited: int) -> float:
+    """Seconds before the next look at the batches in flight, after `waited` looks since the last submission: soon
+    at first, then doubling up to --batch-poll (a scripted 3 x 2 grid waited 30 s a cycle for batches done at
+    once; a provider's hours-long batch costs a few more status requests in its first minute)."""
+    return min(poll, FIRST_POLL * 2**waited)

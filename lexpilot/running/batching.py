@@ -33,7 +33,14 @@ from lexpilot.running.batch_api import (
 )
 from lexpilot.running.batch_import import collect
 from lexpilot.running.batch_replay import read_journal, remaining_depth, replay
-from lexpilot.running.batch_run import BatchRun, QuietProgress, Together, know_itself, ledger_path
+from lexpilot.running.batch_run import (
+    BatchRun,
+    QuietProgress,
+    Together,
+    know_itself,
+    ledger_path,
+    poll_wait,
+)
 from lexpilot.running.failures import failure_lines
 from lexpilot.running.ledger import Ledger
 from lexpilot.storage.checkpoints import (
@@ -107,12 +114,15 @@ def say_interrupted(name: str, err) -> None:
 
 def _cycles(run: BatchRun, out, err) -> int:
     start(run)
+    waited = 0  # looks at the batches in flight since the last submission
     while True:
         if collect_own(run):
             if left_in_flight(run):
                 return 0
-            run.caller.draining.wait(run.settings.batching.poll)
+            run.caller.draining.wait(poll_wait(run.settings.batching.poll, waited))
+            waited += 1
             continue
+        waited = 0
         gathered = gather(run)
         if gathered is None:  # batches of the run re-attached from the provider's list: collect them first
             continue

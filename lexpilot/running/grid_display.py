@@ -39,6 +39,7 @@ class Quote:
     calls: int = 0
     expected: float | None = None
     high: float | None = None
+    cycles: int = 0  # with --batch: the most cycles the slowest (model, run) takes
 
 
 def spent(grid: Grid, prices: dict | None) -> float | None:
@@ -127,7 +128,7 @@ class Display:
         left = max(0, self.quote.calls - calls)
         # nothing left to run here: every cell ended, or the rest wait for a rerun after a Ctrl-C
         over = not counts[RUNNING] and (not counts[WAITING] or self.grid.sharing.draining.is_set())
-        eta = "0s" if over else f"~{elapsed / calls * left:.0f}s" if calls else "?"
+        eta = "0s" if over else self.time_left(elapsed, calls, left)
         money = spent(self.grid, self.prices)
         spending = (
             ""
@@ -156,6 +157,15 @@ class Display:
             else []
         )
         return [head, *batches] + [self.endpoint_line(lim, now) for lim in self.grid.sharing.endpoints.all()]
+
+    def time_left(self, elapsed: float, calls: int, left: int) -> str:
+        """From the calls left at the pace so far; in batch mode from the cycles left at the observed length of a
+        cycle (calls come in bursts a cycle apart, so a pace of calls would grow as each cycle waits)."""
+        pool = self.grid.sharing.batches
+        if pool is not None and self.quote.cycles:
+            done = pool.generation
+            return f"~{elapsed / done * max(1, self.quote.cycles - done):.0f}s" if done else "?"
+        return f"~{elapsed / calls * left:.0f}s" if calls else "?"
 
     def endpoint_line(self, limiter, now: float) -> str:
         then, before = self.sent_before.get(limiter.name, (self.start, 0))

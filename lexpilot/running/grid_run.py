@@ -32,7 +32,7 @@ from lexpilot.running.grid import (
 )
 from lexpilot.running.grid_display import Display, Quote, summary
 from lexpilot.running.grid_file import GridFile, ModelEndpoint, command_limits, read_grid_file
-from lexpilot.running.grid_quote import allowed_rates, quote_grid, stage_settings, summed_money
+from lexpilot.running.grid_quote import allowed_rates, batch_cycles, quote_grid, stage_settings, summed_money
 from lexpilot.settings import Settings
 
 
@@ -194,21 +194,26 @@ class GridRun:
         counts = grid.counts()
         return INTERRUPTED if interrupted else 1 if counts[FAILED] or counts[NOT_RUN] else 0
 
-    def quote(self, first: Settings, chains: list[list[Cell]]) -> Quote:
-        """The quote for what is left of these chains, as run_grid.py --dry-run prints it, for the display."""
+    def quote_parts(self, chains: list[list[Cell]]) -> list:
+        """The quote's parts for what is left of these chains (a shard's, or the whole grid's)."""
+        first = chains[0][0].settings
         cases, sha = load_dataset(first.dataset)
         selected = cases[: first.limit] if first.limit else cases
-        parts = [
+        return [
             p
             for chain in chains
             for p in quote_grid(
                 self.stages, self.settings_of, [chain[0].model], [chain[0].run_id], selected, sha
             )
-            if not p.refused
         ]
+
+    def quote(self, first: Settings, chains: list[list[Cell]]) -> Quote:
+        """The quote for what is left of these chains, as run_grid.py --dry-run prints it, for the display."""
+        parts = [p for p in self.quote_parts(chains) if not p.refused]
         mode = "batch" if first.batching.enabled else "sync"  # the prices the grid pays
         low, high, expected = summed_money(parts, lambda p, role: "all").get("all", {}).get(mode, (None,) * 3)
-        return Quote(sum(sum(p.calls.values()) for p in parts), expected, high)
+        cycles = batch_cycles(parts)[0] if first.batching.enabled else 0
+        return Quote(sum(sum(p.calls.values()) for p in parts), expected, high, cycles)
 
 
 def open_files_for(chains: int, concurrency: int) -> str:
