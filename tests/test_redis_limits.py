@@ -6,6 +6,7 @@ nothing is lost or paid twice. (Two shards gathered: tests/test_grid.py.)"""
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -135,6 +136,17 @@ def test_two_processes_share_one_limit_and_use_it(tmp_path, redis_server, warm):
         # the judge has work all along (every stage ends with its calls): its calls ÷ (R × the time it was used)
         assert judge.statuses[200] / (rate * busy_span) >= 0.90, (judge.statuses[200], busy_span)
     assert all("Traceback" not in e for e in errs)
+    # issue 54 item 5: "Each shard reports about 50 % of the limit used when together they used 97 %. With --limits
+    # redis://, show the shared figure." Each shard's summary measures the calls of both while its own waited
+    shares = [
+        re.search(
+            r"DeepSeek-R1 at [^:]+:\d+: \d+ calls; (\d+)% of its rpm limit used by every process sharing it",
+            e,
+        )
+        for e in errs
+    ]
+    assert all(shares), errs
+    assert all(int(share[1]) >= 75 for share in shares), [share[0] for share in shares]
 
 
 def test_a_killed_process_gives_its_leases_back_and_its_shard_completes_on_a_rerun(

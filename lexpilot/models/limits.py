@@ -121,6 +121,10 @@ class Limiter:
         # while calls wait for it (its backlog): since when, for how long in all, and the calls let go meanwhile
         self.backlog_since: float | None = None
         self.backlog_seconds, self.backlog_sent, self.backlogs = 0.0, 0, 0
+        # where the limiter is shared (Redis): the calls every process sent while this one's calls waited, which is
+        # what the limit is measured against (a shard's own sends are its share only); None until read
+        self.backlog_shared: int | None = None
+        self.shared_at_start: int | None = None
         self.lock = threading.Lock()
 
     def busy(self) -> float | None:
@@ -134,7 +138,17 @@ class Limiter:
             )
             if not self.limits.rpm or not self.backlogs:
                 return None
-            return self.backlog_sent / (seconds * self.limits.rpm / 60 + self.backlogs)
+            sent = self.backlog_sent
+            if self.backlog_shared is not None:
+                ongoing = (
+                    self._shared_sent() if self.backlog_since and self.shared_at_start is not None else None
+                )
+                sent = self.backlog_shared + (ongoing - self.shared_at_start if ongoing is not None else 0)
+            return sent / (seconds * self.limits.rpm / 60 + self.backlogs)
+
+    def _shared_sent(self) -> int | None:
+        """The calls every process sharing this endpoint has sent so far (None: the limiter is this process's)."""
+        return None
 
     # --- taking and giving back a slot
     def acquire(self, stopped: Callable[[], bool], cell: Hashable = None, tokens: int = 0) -> str | None:
@@ -249,6 +263,7 @@ class Limiter:
                     ticket.event.set()
                 if self.backlog_since is None:
                     self.backlog_since, self.backlogs = now, self.backlogs + 1
+                    self.shared_at_start = self._shared_sent()
                 return
             if self.backlog_since is not None:
                 self.backlog_sent += 1
@@ -259,6 +274,9 @@ class Limiter:
         if self.backlog_since is not None:  # no call waits any more
             self.backlog_seconds += now - self.backlog_since
             self.backlog_since = None
+            shared = self._shared_sent() if self.shared_at_start is not None else None
+            if shared is not None:
+                self.backlog_shared = (self.backlog_shared or 0) + shared - self.shared_at_start
 
     def _withdraw(self, ticket: Ticket) -> None:
         """The ticket leaves its cell's queue; a cell that got a call through goes to the back of the rotation."""

@@ -240,6 +240,14 @@ class SharedLimiter(Limiter):
         self.leases: set[str] = set()
         self.heartbeat: threading.Thread | None = None
 
+    def _shared_sent(self) -> int | None:
+        try:
+            return int(self.store.client.hget(self.keys[1], "sent") or 0)
+        except (
+            self.store.errors
+        ):  # unreachable for now: this backlog is measured by this process's calls alone
+            return None
+
     def _take(self, ticket, now: float) -> float:
         interval = 60_000 / (self.limits.rpm * PACING_MARGIN) if self.limits.rpm else 0
         token_ms = 1000 * ticket.tokens / self._token_rate() if self.limits.tpm else 0

@@ -250,8 +250,9 @@ def summary(grid: Grid, interrupted: bool) -> list[str]:
         busy = limiter.busy()
         if busy is not None:
             lines.append(
-                f"[grid] {limiter.name}: {limiter.sent} calls; {100 * busy:.0f}% of its rpm limit used while "
-                "calls waited for it"
+                f"[grid] {limiter.name}: {limiter.sent} calls; {100 * busy:.0f}% of its rpm limit used"
+                + (" by every process sharing it" if limiter.backlog_shared is not None else "")
+                + " while calls waited for it"
             )
     if interrupted:
         lines.append(
