@@ -1,6 +1,7 @@
 """`fork_map`, the reports' use of every core: the same results as one process, in the items' order; a child's
 exception raised in the parent as it was raised; a child that dies is one line, not a hang."""
 
+import multiprocessing
 import os
 import time
 
@@ -17,16 +18,34 @@ def test_results_come_back_in_the_items_order_from_every_process():
         assert [r[0] for r in fork_map(lambda x: (x * x, os.getpid()), items, processes)] == [
             x * x for x in items
         ]
-    pids = {pid for _, pid in fork_map(lambda x: (time.sleep(0.01), os.getpid()), items, 3)}
+    # each child's first item waits for the other two to have taken one: all three work, however late a loaded
+    # machine starts them (issue 54 item 8: a child started after the others had taken every item failed this)
+    started, seen = multiprocessing.Barrier(3), set()
+
+    def work(x):
+        if os.getpid() not in seen:  # this child's own copy of the set
+            seen.add(os.getpid())
+            started.wait(30)
+        return x * x, os.getpid()
+
+    pids = {pid for _, pid in fork_map(work, items, 3)}
     assert len(pids) == 3 and os.getpid() not in pids  # three children work, the parent gathers
 
 
 def test_a_free_child_takes_the_next_item():
     """The items go to whichever child is free: one slow item does not hold back a share of the others."""
-    slow = 0
+    slow, quick_done = 0, multiprocessing.Value("i", 0)
 
     def work(x):
-        time.sleep(1.0 if x == slow else 0.01)
+        if (
+            x == slow
+        ):  # until the eleven quick ones are done (a fixed second was too short on a loaded machine)
+            deadline = time.monotonic() + 20
+            while quick_done.value < 11 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        else:
+            with quick_done.get_lock():
+                quick_done.value += 1
         return os.getpid()
 
     pids = fork_map(work, list(range(12)), 2)

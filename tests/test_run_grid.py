@@ -501,18 +501,27 @@ def test_the_share_of_the_rpm_limit_used_while_calls_waited_is_a_share():
         threading.Thread(target=lambda: limiter.release(lease=limiter.acquire(lambda: False, "a")))
         for _ in range(40)
     ]
+    started = time.monotonic()
     for t in threads:
         t.start()
     for t in threads:
         t.join(5)
-    # 97 % on a quiet machine; a loaded one wakes the next call late (0.89 once, in the full suite)
-    assert limiter.sent == 40 and 0.75 <= limiter.busy() <= 1.0, limiter.busy()
+    elapsed = time.monotonic() - started
+    # 97 % on a quiet machine; a loaded one wakes the next call late (0.89 once in the full suite, 0.6 under two CPU
+    # hogs), so the bound comes from the time the 40 calls took: the backlog lasted at most that long, in which the
+    # limit let at most elapsed x 100 calls go after the first (issue 54 item 8: a share test holds on a busy machine)
+    share = limiter.busy()
+    assert limiter.sent == 40 and limiter.backlogs >= 1 and share <= 1.0, share
+    assert share >= limiter.backlog_sent / (elapsed * 100 + limiter.backlogs), (share, elapsed)
+    assert limiter.backlog_sent >= 20  # forty calls at once: most of them waited
     late = Limiter(100, Limits(rpm=6000))
-    # each call comes a little before the pacing lets it go: a backlog of a moment each time
+    # each call comes a little before the pacing lets it go: a backlog of a moment each time; never over the limit
     for _ in range(20):
         late.release(lease=late.acquire(lambda: False, "a"))
         time.sleep(0.0095)
-    assert late.backlogs >= 10 and 0.5 <= late.busy() <= 1.0, (late.backlogs, late.busy())
+    assert late.backlogs >= 1 and late.busy() <= 1.0, (late.backlogs, late.busy())
+    if late.backlogs >= 10:  # a quiet machine's case: calls on time, each a moment early
+        assert late.busy() >= 0.5, (late.backlogs, late.busy())
 
 
 def test_a_limiter_stops_every_waiting_call_when_the_endpoint_refuses():
