@@ -133,8 +133,11 @@ def test_two_processes_share_one_limit_and_use_it(tmp_path, redis_server, warm):
         assert judge.busiest_second() <= rate + 1
         assert judge.statuses[429] <= 0.02 * len(judge.arrivals), judge.statuses
         busy_span = max(judge.arrivals) - min(judge.arrivals)
-        # the judge has work all along (every stage ends with its calls): its calls ÷ (R × the time it was used)
-        assert judge.statuses[200] / (rate * busy_span) >= 0.90, (judge.statuses[200], busy_span)
+        # the judge has work all along (every stage ends with its calls): its calls ÷ (R × the time it was used).
+        # 0.95 on a quiet machine, 0.75–0.9 with two CPU hogs (issue 54 item 8: a busy machine wakes the shards
+        # late, and the shortfall is the machine's, not the limit's); 0.6 still fails a limit each shard holds alone
+        # (near 0.5). The quiet machine's share is the shards' own summary figure, checked below.
+        assert judge.statuses[200] / (rate * busy_span) >= 0.60, (judge.statuses[200], busy_span)
     assert all("Traceback" not in e for e in errs)
     # issue 54 item 5: "Each shard reports about 50 % of the limit used when together they used 97 %. With --limits
     # redis://, show the shared figure." Each shard's summary measures the calls of both while its own waited
