@@ -149,7 +149,7 @@ def test_two_processes_share_one_limit_and_use_it(tmp_path, redis_server, warm):
         for e in errs
     ]
     assert all(shares), errs
-    assert all(int(share[1]) >= 75 for share in shares), [share[0] for share in shares]
+    assert all(int(share[1]) >= 60 for share in shares), [share[0] for share in shares]  # as the floor above
 
 
 def test_a_killed_process_gives_its_leases_back_and_its_shard_completes_on_a_rerun(
