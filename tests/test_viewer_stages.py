@@ -587,7 +587,7 @@ def test_the_case_list_leaves_out_an_older_records_injected_disruption_as_the_me
     }
     records = {k: {} for k in ("LCA", "DCG", "interaction", "LJP_direct", "LJP_gold", "LJP_interaction")}
     records[AUDIT["interaction"].name] = {"1": {"replies": [disruption]}}
-    run = types.SimpleNamespace(model="m", run_id="r1", condition="delayed")
+    run = types.SimpleNamespace(model="m", run_id="r1", condition="delayed", ran=set(records))
     assert "audit" not in outcomes(RunRecords(run, "m · r1", records, "m"), "1")
     records[AUDIT["interaction"].name]["1"]["replies"].append({**disruption, "source": "interaction round 3"})
     # per source (review of #35)

@@ -29,7 +29,13 @@ from lexpilot.reporting.site.calls_view import (
     run_info,
     run_settings,
 )
-from lexpilot.reporting.site.case_list import WRONG_FIRST, case_list, outcomes
+from lexpilot.reporting.site.case_list import (
+    OUTCOME_COLUMNS,
+    WRONG_FIRST,
+    case_list,
+    columns_not_run,
+    outcomes,
+)
 from lexpilot.reporting.site.case_sections import (
     esc,
 )
@@ -267,6 +273,14 @@ def _case_list_rows(
     return rows, texts
 
 
+def not_run(loaded: list[RunRecords]) -> tuple[list[str], str]:
+    """The case list's outcome columns some run shown ran a stage for (an empty column says nothing), and per run
+    label, as JSON, the columns shown whose stage that run did not run (their cells say "not run")."""
+    unrun = {rr.label: columns_not_run(rr.run.ran) for rr in loaded}
+    shown = [key for key, _, _ in OUTCOME_COLUMNS if any(key not in keys for keys in unrun.values())]
+    return shown, script_json({label: [k for k in keys if k in shown] for label, keys in unrun.items()})
+
+
 def write_site(
     folder: Path,
     groups: list[Group],
@@ -287,7 +301,7 @@ def write_site(
         )
         rows_json = script_json(rows)  # one encoding for both pages
         (folder / "cases.html").write_text(
-            page("Cases", case_list(rows_json, script_json(texts))), encoding="utf-8"
+            page("Cases", case_list(rows_json, script_json(texts), *not_run(loaded))), encoding="utf-8"
         )
         (folder / "compare.html").write_text(
             page("Compare", compare_page(rows_json, script_json(OUTCOME_TASKS))), encoding="utf-8"
