@@ -137,6 +137,9 @@ def page(title: str, body: str, up: str = "") -> str:
     return PAGE.format(title=esc(title), style=STYLE, body=body, up=up)
 
 
+NO_FIGURE = ("n/a", "-", "")  # a cell that measured nothing: a link from it would only repeat its row's
+
+
 def table_html(t: Table, link) -> str:
     t = t.at()  # the paper's precision, as the terminal shows it
     head = "".join(f"<th>{esc(h)}</th>" for h in t.headers)
@@ -144,12 +147,12 @@ def table_html(t: Table, link) -> str:
     for n, r in enumerate(t.rows):
         cells = []
         for i, value in enumerate(r):
-            href = link(t, r, t.headers[i], n) if i else None
+            href = link(t, r, t.headers[i], n) if i and value not in NO_FIGURE else None
             cells.append(
                 f'<td><a href="{esc(href)}">{esc(value)}</a></td>' if href else f"<td>{esc(value)}</td>"
             )
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<h3>{esc(t.title)}</h3><table><tr>{head}</tr>{''.join(rows)}</table>"
+    return f'<h3>{esc(t.title)}</h3><table class="results"><tr>{head}</tr>{"".join(rows)}</table>'
 
 
 def overview(tables: list[Table], groups: list[Group]) -> str:
