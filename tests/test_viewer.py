@@ -112,3 +112,97 @@ def test_every_message_is_its_own_bidi_isolate(site, browser):
     label, text = overridden.locator("b").first.bounding_box(), overridden.locator(".text").bounding_box()
     assert label["x"] <= text["x"] + 1
     page.close()
+
+
+def partial_script(failing: dict):
+    """The scripted provider of a partial run: the extraction judge's reply cut at its output limit for one case's
+    claims while `failing["gold"]` names them, every DCG judge reply cut while `failing["DCG"]`."""
+
+    def script(kind, prompt, body):
+        cut = {"content": "", "finish_reason": "length"}  # a reply cut at its output limit fails its case
+        if kind == "ljp_judge" and failing.get("gold") and failing["gold"] in prompt:
+            return cut
+        if kind == "dcg_judge" and failing.get("DCG"):
+            return cut
+        return None
+
+    return script
+
+
+@pytest.fixture(scope="module")
+def partial(tmp_path_factory):
+    """Issue 54 item 7: runs of only some stages, on three sample cases. model-a: LexAwN, LJP Direct and LJP
+    Gold-Standard, the second case failing in Gold-Standard; model-b: LexAwN and DCG, every case failing in DCG (a
+    stage that ran and saved no record). No run ran Interaction-Based LJP, Table 4, the plain consultation or the
+    audit."""
+    from lexpilot.scripted.provider import FakeProvider
+
+    tmp = tmp_path_factory.mktemp("partial")
+    failing: dict = {}
+    with FakeProvider(partial_script(failing)) as provider, pytest.MonkeyPatch.context() as monkeypatch:
+        h = Harness(tmp, provider, monkeypatch, write_dataset(tmp / "three.json", sample_cases()[:3]))
+        for stage in ("LexAwN", "direct"):
+            assert h.run(stage, "--model", "model-a") == 0
+        failing["gold"] = next(iter(sample_cases()[1]["result_dict"]))  # the second case's first claim
+        assert h.run("gold", "--model", "model-a") != 0
+        failing.clear()
+        assert h.run("LexAwN", "--model", "model-b") == 0
+        failing["DCG"] = True
+        assert h.run("DCG", "--model", "model-b") != 0
+    assert not list(h.root.glob("eval_results/r1/model-b-*/DCG_results.jsonl"))  # no record: yet it ran
+    assert show_results.main(["--output-root", str(h.root), "--html", str(tmp / "site")]) == 0
+    return tmp / "site"
+
+
+def case_list_rows(page) -> dict:
+    """(model, case) -> the row's cells by column key, as the case list shows them, and its outcome tags."""
+    keys = page.locator("#cases th").evaluate_all("ths => ths.map(th => th.dataset.key)")
+    rows = {}
+    for tr in page.locator("#rows tr").all():
+        cells = dict(zip(keys, tr.locator("td").all_inner_texts()))
+        tags = tr.locator("td").nth(keys.index("tags")).locator("span.tag:not(.bad)").all_inner_texts()
+        rows[(cells["label"].split(" · ")[0], cells["case"])] = cells | {"tags": tags}
+    return rows
+
+
+def test_a_partial_run_tags_only_the_cases_that_failed(partial, browser):
+    """Issue 54 item 7: "the viewer tags every row 'unresolved or failed', including cases that did not fail". A case
+    is tagged only when a stage that ran for its run failed it; a stage not run for a run says "not run"; the case
+    list has no column of a stage no run shown ran."""
+    from lexpilot.reporting.site.case_list import NOT_RUN, UNRESOLVED
+
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto((partial / "cases.html").as_uri())
+    keys = page.locator("#cases th").evaluate_all("ths => ths.map(th => th.dataset.key)")
+    # DCG stays: model-b ran it (and failed every case); no run ran Interaction-Based LJP, Table 4, plain or audit
+    assert keys == [
+        "case",
+        "cause",
+        "class",
+        "label",
+        "tags",
+        "lca_c",
+        "lca_u",
+        "dcg",
+        "direct",
+        "gold",
+        "stop",
+    ] + ["questions"]
+    rows = case_list_rows(page)
+    first, second, third = (c["case_number"] for c in sample_cases()[:3])
+    assert len(rows) == 6
+    # model-a: the second case failed in Gold-Standard; the other two failed nothing that ran, DCG was not run
+    assert UNRESOLVED in rows[("model-a", second)]["tags"] and rows[("model-a", second)]["gold"] == "–"
+    for case in (first, third):
+        assert UNRESOLVED not in rows[("model-a", case)]["tags"], case
+        assert "/" in rows[("model-a", case)]["gold"] and "/" in rows[("model-a", case)]["direct"]
+    assert {rows[("model-a", case)]["dcg"] for case in (first, second, third)} == {NOT_RUN}
+    # model-b: DCG ran and failed every case (no record file, its paid replies kept): tagged, not "not run"
+    for case in (first, second, third):
+        row = rows[("model-b", case)]
+        assert UNRESOLVED in row["tags"] and row["dcg"] == "–", case
+        assert row["direct"] == row["gold"] == NOT_RUN
+    assert (
+        page.locator("#rows td.unrun").first.get_attribute("title") == "this stage was not run for this run"
+    )
+    page.close()

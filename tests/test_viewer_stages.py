@@ -259,6 +259,42 @@ def test_the_case_list_is_usable_at_800_pixels_and_labels_outcomes_in_words(buil
     page.close()
 
 
+# per overview table cell: how many lines its text takes (a cell's text wrapped has rects at two heights)
+CELL_LINES = """() => [...document.querySelectorAll('table td, table th')].map(c => {
+  const r = document.createRange(); r.selectNodeContents(c);
+  return [c.textContent, new Set([...r.getClientRects()].map(x => Math.round(x.top))).size];
+})"""
+
+
+def test_the_overview_reads_at_1400_pixels(built, browser):
+    """Issue 54 item 7: "the overview's cells are all underlined links and wrap at 1,400 px". At 1,400 px every cell
+    of every table (Figure 4 (a)'s eight columns the widest) is on one line, no table scrolls, and a link is its
+    colour, not an underline; a cell that measured nothing (n/a) links nowhere. At 800 px a wide table scrolls in
+    its own box, its cells still on one line, and the page does not."""
+    if browser is None:
+        pytest.skip("no Chromium")
+    _, site = built
+    for width in (1400, 800):
+        page = browser.new_page(viewport={"width": width, "height": 900})
+        page.goto((site / "index.html").as_uri())
+        cells = page.evaluate(CELL_LINES)
+        assert len(cells) > 500 and [text for text, lines in cells if lines > 1] == [], width
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
+        if width == 1400:
+            wider = "[...document.querySelectorAll('table')].filter(t => t.scrollWidth > t.clientWidth)"
+            assert page.evaluate(f"{wider}.length") == 0
+            assert page.locator("h3:has-text('Figure 4 (a)') + table th").count() == 8
+        decorations = page.locator("table a").evaluate_all(
+            "links => [...new Set(links.map(a => getComputedStyle(a).textDecorationLine))]"
+        )
+        assert decorations == ["none"]
+        unmeasured = page.locator("td").evaluate_all(
+            "tds => tds.filter(td => td.textContent === 'n/a').map(td => td.querySelectorAll('a').length)"
+        )
+        assert unmeasured and set(unmeasured) == {0}
+        page.close()
+
+
 def records(root, top, name, run="r1", model="model-a") -> dict:
     path = next(root.glob(f"{top}/{run}/{model}-*/{name}"))
     return {r["case_number"]: r for r in map(json.loads, path.read_text(encoding="utf-8").splitlines())}
@@ -587,7 +623,7 @@ def test_the_case_list_leaves_out_an_older_records_injected_disruption_as_the_me
     }
     records = {k: {} for k in ("LCA", "DCG", "interaction", "LJP_direct", "LJP_gold", "LJP_interaction")}
     records[AUDIT["interaction"].name] = {"1": {"replies": [disruption]}}
-    run = types.SimpleNamespace(model="m", run_id="r1", condition="delayed")
+    run = types.SimpleNamespace(model="m", run_id="r1", condition="delayed", ran=set(records))
     assert "audit" not in outcomes(RunRecords(run, "m · r1", records, "m"), "1")
     records[AUDIT["interaction"].name]["1"]["replies"].append({**disruption, "source": "interaction round 3"})
     # per source (review of #35)

@@ -406,6 +406,17 @@ def not_used_entries(path: Path) -> tuple[list[dict], int]:
     return entries, unreadable
 
 
+def steps_paid_for(folder: Path) -> set[str]:
+    """The steps (record kinds) a run's journal or file of replies not used names: a stage whose every case failed
+    saved no record, and leaves no record file, but it ran (the viewer says "not run" of the others)."""
+    steps = set()
+    for path in (folder / NOT_USED_FILE, folder / "calls_journal.jsonl"):
+        for _, e in _journal_lines(path) if path.exists() else ():
+            if e is not None and isinstance(e.get("step"), str):
+                steps.add(e["step"])
+    return steps
+
+
 def _kept_for_a_rerun(path: Path):
     """(entry, usage) of every reply the journal holds that a rerun may replay (retired ones left out)."""
     entries, retired = [], Counter()

@@ -79,6 +79,9 @@ class Run:
     outcomes: dict | None = None
     rejections: dict = field(default_factory=dict)  # Table 4: condition -> Counter of rejection reasons
     focal_types: dict = field(default_factory=dict)  # Figure 4: case -> (class, the type of each focal point)
+    # the record kinds its stages were run for, while a site's build reads its records (score_run): a kind not run
+    # is no case's failure
+    ran: set = field(default_factory=set)
 
     @property
     def selected(self) -> list[str]:

@@ -50,7 +50,7 @@ from lexpilot.reporting.scoring.runs import (
     complete_task,
     read_saved,
 )
-from lexpilot.storage.checkpoints import NOT_USED, paid_not_used, read_unanswered
+from lexpilot.storage.checkpoints import NOT_USED, paid_not_used, read_unanswered, steps_paid_for
 from lexpilot.text import counted
 
 
@@ -138,6 +138,7 @@ def score_run(run: Run, root: Path, keep_records: bool = False, keep_outcomes: b
     saved = {kind.name: read_saved(run, root, kind) for kind in RECORD_KINDS}  # each file read once
     if keep_records:
         run.saved = {name: records for name, (records, _) in saved.items()}
+        run.ran = stages_ran(run, root)
     if keep_outcomes:
         run.outcomes = item_outcomes({name: records for name, (records, _) in saved.items()})
 
@@ -177,6 +178,13 @@ def score_run(run: Run, root: Path, keep_records: bool = False, keep_outcomes: b
                 f"interaction record ({e})"
             )
     score_usage(run, root, {name: records for name, (records, _) in saved.items()})
+
+
+def stages_ran(run: Run, root: Path) -> set[str]:
+    """The record kinds a run's stages were run for: their file is there, or the run paid for replies of them that no
+    record holds (a stage whose every case failed writes no file)."""
+    there = {kind.name for kind in RECORD_KINDS if kind.path(root, run.run_id, run.folder).exists()}
+    return there | steps_paid_for(root / "runs" / run.run_id / run.folder)
 
 
 def score_task(run: Run, task: str, path: Path, records: dict | None, problem: str | None) -> None:

@@ -7,7 +7,10 @@ from __future__ import annotations
 from lexpilot.benchmark.categories import FOCAL_TYPES
 from lexpilot.benchmark.records import (
     AUDIT,
+    DCG,
     FOCAL_TYPE_RECORDS,
+    INTERACTION,
+    LCA,
     LJP_BEHAVIOUR,
     LJP_ORDER,
     PLAIN_TYPES,
@@ -49,8 +52,9 @@ def outcomes(rr: RunRecords, number: str) -> dict:
         if rr.run.condition == "standard"
         else [SETUP["interaction"].task]  # a non-ideal user's run has the interaction only
     )
-    if any(number not in r[k] for k in expected):
-        row["tags"].append("unresolved or failed")
+    # a task whose stage was not run for the run is no failure of the case: its cell says "not run" instead
+    if any(k in rr.run.ran and number not in r[k] for k in expected):
+        row["tags"].append(UNRESOLVED)
     # the outcomes are shown in the row; the finer tags (a stop round, a setup, a response type, an audit) only
     # select rows, so that a row stays one or two lines high
     tags = sorted(set(row["tags"]))
@@ -143,6 +147,29 @@ def _audit_outcomes(row: dict, r: dict, number: str) -> None:
 
 
 AUDIT_NAMES = {"dcg": "DCG", "interaction": "interaction"}
+UNRESOLVED = "unresolved or failed"  # a task whose stage ran for the run saved no record of the case
+NOT_RUN = "not run"  # a cell whose task's stage was not run for the run
+
+# the case list's columns of outcomes (key, heading, the record kinds it is read from), in their order
+OUTCOME_COLUMNS = (
+    ("lca_c", "LCA complete", (LCA,)),
+    ("lca_u", "LCA underspecified", (LCA,)),
+    ("dcg", "DCG success", (DCG,)),
+    ("direct", "Direct right", (SETUP["direct"].verdicts,)),
+    ("gold", "Gold right", (SETUP["gold"].verdicts,)),
+    ("interaction", "Interaction right", (SETUP["interaction"].verdicts,)),
+    ("stop", "Stop", (INTERACTION,)),
+    ("questions", "Questions", (INTERACTION,)),
+    ("targeted", "Targeted right", (LJP_BEHAVIOUR["targeted"],)),
+    ("off_target", "Off-target right", (LJP_BEHAVIOUR["off_target"],)),
+    ("plain", "Plain type", (PLAIN_TYPES["underspecified"],)),
+    ("audit", "Audit", tuple(AUDIT.values())),
+)
+
+
+def columns_not_run(ran: set[str]) -> list[str]:
+    """The outcome columns (keys) none of whose record kinds was run for a run (`ran`: the kinds its stages ran for)."""
+    return [key for key, _, kinds in OUTCOME_COLUMNS if not any(k.name in ran for k in kinds)]
 
 
 def is_mark(tag: str) -> bool:
@@ -180,26 +207,17 @@ CASES_SCRIPT = web_file("cases.js")  # the filters, sort and address of the case
 WRONG_FIRST = OUTCOME_NAMES  # the tasks whose wrong cases the case list can put first
 
 
-def case_list(rows_json: str, texts_json: str) -> str:
-    """The case list: `rows_json` a row per case and run, `texts_json` each case's history text for the search."""
+def case_list(rows_json: str, texts_json: str, columns: list[str], not_run_json: str) -> str:
+    """The case list: `rows_json` a row per case and run, `texts_json` each case's history text for the search,
+    `columns` the outcome columns shown (those some run shown ran a stage for), `not_run_json` per run label the
+    columns whose stage it did not run."""
     headers = [
         ("case", "Case"),
         ("cause", "Cause"),
         ("class", "Class"),
         ("label", "Model · run"),
         ("tags", "Outcome"),
-        ("lca_c", "LCA complete"),
-        ("lca_u", "LCA underspecified"),
-        ("dcg", "DCG success"),
-        ("direct", "Direct right"),
-        ("gold", "Gold right"),
-        ("interaction", "Interaction right"),
-        ("stop", "Stop"),
-        ("questions", "Questions"),
-        ("targeted", "Targeted right"),
-        ("off_target", "Off-target right"),
-        ("plain", "Plain type"),
-        ("audit", "Audit"),
+        *((key, name) for key, name, _ in OUTCOME_COLUMNS if key in columns),
     ]
     selects = "".join(
         f'<label>{name} <select id="{key}"><option value="">all</option></select></label> '
@@ -223,5 +241,6 @@ def case_list(rows_json: str, texts_json: str) -> str:
         + '</tr></thead><tbody id="rows">'
         '</tbody></table><button id="more" hidden>Show more</button>'
         f'<script type="application/json" id="data">{rows_json}</script>'
-        f'<script type="application/json" id="texts">{texts_json}</script><script>{CASES_SCRIPT}</script>'
+        f'<script type="application/json" id="texts">{texts_json}</script>'
+        f'<script type="application/json" id="not-run">{not_run_json}</script><script>{CASES_SCRIPT}</script>'
     )

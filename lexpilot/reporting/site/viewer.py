@@ -29,7 +29,13 @@ from lexpilot.reporting.site.calls_view import (
     run_info,
     run_settings,
 )
-from lexpilot.reporting.site.case_list import WRONG_FIRST, case_list, outcomes
+from lexpilot.reporting.site.case_list import (
+    OUTCOME_COLUMNS,
+    WRONG_FIRST,
+    case_list,
+    columns_not_run,
+    outcomes,
+)
 from lexpilot.reporting.site.case_sections import (
     esc,
 )
@@ -131,6 +137,9 @@ def page(title: str, body: str, up: str = "") -> str:
     return PAGE.format(title=esc(title), style=STYLE, body=body, up=up)
 
 
+NO_FIGURE = ("n/a", "-", "")  # a cell that measured nothing: a link from it would only repeat its row's
+
+
 def table_html(t: Table, link) -> str:
     t = t.at()  # the paper's precision, as the terminal shows it
     head = "".join(f"<th>{esc(h)}</th>" for h in t.headers)
@@ -138,12 +147,12 @@ def table_html(t: Table, link) -> str:
     for n, r in enumerate(t.rows):
         cells = []
         for i, value in enumerate(r):
-            href = link(t, r, t.headers[i], n) if i else None
+            href = link(t, r, t.headers[i], n) if i and value not in NO_FIGURE else None
             cells.append(
                 f'<td><a href="{esc(href)}">{esc(value)}</a></td>' if href else f"<td>{esc(value)}</td>"
             )
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<h3>{esc(t.title)}</h3><table><tr>{head}</tr>{''.join(rows)}</table>"
+    return f'<h3>{esc(t.title)}</h3><table class="results"><tr>{head}</tr>{"".join(rows)}</table>'
 
 
 def overview(tables: list[Table], groups: list[Group]) -> str:
@@ -267,6 +276,14 @@ def _case_list_rows(
     return rows, texts
 
 
+def not_run(loaded: list[RunRecords]) -> tuple[list[str], str]:
+    """The case list's outcome columns some run shown ran a stage for (an empty column says nothing), and per run
+    label, as JSON, the columns shown whose stage that run did not run (their cells say "not run")."""
+    unrun = {rr.label: columns_not_run(rr.run.ran) for rr in loaded}
+    shown = [key for key, _, _ in OUTCOME_COLUMNS if any(key not in keys for keys in unrun.values())]
+    return shown, script_json({label: [k for k in keys if k in shown] for label, keys in unrun.items()})
+
+
 def write_site(
     folder: Path,
     groups: list[Group],
@@ -287,7 +304,7 @@ def write_site(
         )
         rows_json = script_json(rows)  # one encoding for both pages
         (folder / "cases.html").write_text(
-            page("Cases", case_list(rows_json, script_json(texts))), encoding="utf-8"
+            page("Cases", case_list(rows_json, script_json(texts), *not_run(loaded))), encoding="utf-8"
         )
         (folder / "compare.html").write_text(
             page("Compare", compare_page(rows_json, script_json(OUTCOME_TASKS))), encoding="utf-8"

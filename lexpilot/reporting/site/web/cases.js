@@ -1,5 +1,9 @@
 const rows = JSON.parse(document.getElementById("data").textContent);
 const texts = JSON.parse(document.getElementById("texts").textContent); // case -> its history, for the text search
+// run label -> the outcome columns whose stage that run did not run: "not run", not a case's failure
+const notRun = JSON.parse(document.getElementById("not-run").textContent);
+// the outcome columns shown, after the case, cause, class, run and outcome: those some run shown ran a stage for
+const columns = [...document.querySelectorAll("th[data-key]")].map((th) => th.dataset.key).slice(5);
 const names = Object.fromEntries(
   [...document.getElementById("task").options].map((o) => [o.value, o.textContent]),
 ); // task -> its name
@@ -139,20 +143,15 @@ function render() {
       tags.appendChild(s);
     } // which tasks, beside the run
     tr.appendChild(tags);
-    for (const k of [
-      "lca_c",
-      "lca_u",
-      "dcg",
-      "direct",
-      "gold",
-      "interaction",
-      "stop",
-      "questions",
-      "targeted",
-      "off_target",
-      "plain",
-      "audit",
-    ])
+    const unrun = notRun[r.label] || [];
+    for (const k of columns) {
+      if (unrun.includes(k)) {
+        const td = cell("not run");
+        td.className = "unrun";
+        td.title = "this stage was not run for this run";
+        tr.appendChild(td);
+        continue;
+      }
       tr.appendChild(
         cell(
           k === "dcg" && r[k] !== undefined
@@ -164,6 +163,7 @@ function render() {
               : r[k],
         ),
       );
+    }
     if (task && r.fails.includes(task)) tr.className = "failing";
     body.appendChild(tr);
   }
