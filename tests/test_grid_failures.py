@@ -252,3 +252,27 @@ def test_two_model_ids_on_one_single_slot_server_share_its_limit(tmp_path, monke
         assert f"server {server.base_url}: 0 in flight" in err  # the display shows the server's own line
     else:
         assert server.most_active > 1 or server.statuses["cut"] > 0
+
+
+def test_a_call_past_its_models_limit_waiting_for_the_server_is_counted_as_such():
+    """The display's model line says how many of its calls in flight still wait for their server's turn (seen on a
+    real llama.cpp grid: the judge '2 in flight' while the one-slot server held one)."""
+    import threading
+
+    from lexpilot.models.limits import Limiter, Limits, OnServer
+
+    server = Limiter(1, Limits(concurrency=1))
+    judge, user = OnServer(Limiter(4), server), OnServer(Limiter(4), server)
+    held = user.acquire(lambda: False, "u")
+    got = []
+    waiting = threading.Thread(target=lambda: got.append(judge.acquire(lambda: False, "j")))
+    waiting.start()
+    deadline = time.monotonic() + 10
+    while judge.model.server_waits != 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert (judge.model.in_flight, judge.model.server_waits, server.in_flight) == (1, 1, 1)
+    user.release(lease=held)
+    waiting.join(10)
+    assert got and (judge.model.server_waits, server.in_flight) == (0, 1)
+    judge.release(lease=got[0])
+    assert (judge.model.in_flight, server.in_flight) == (0, 0)

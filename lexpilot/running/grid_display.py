@@ -174,8 +174,9 @@ class Display:
             self.sent_before[limiter.name] = (now, limiter.sent)
         pause = limiter.resume_at - now
         return (
-            f"  {limiter.name}: {limiter.in_flight} in flight, {rate:.1f} calls/s, "
-            f"{counted(limiter.rate_limited, '429')}"
+            f"  {limiter.name}: {limiter.in_flight} in flight"
+            + (f" ({limiter.server_waits} waiting for the server)" if limiter.server_waits else "")
+            + f", {rate:.1f} calls/s, {counted(limiter.rate_limited, '429')}"
             + limits_text(limiter.limits, self.share)
             + (f", paused {pause:.0f}s" if pause > 0 else "")
             + (f", stopped: {limiter.failure[:120]}" if limiter.failure else "")
