@@ -118,6 +118,9 @@ class Limiter:
         self.turns: deque[Hashable] = deque()  # cells with a call waiting, the next to go first
         self.failure = ""  # an endpoint-wide refusal: every call raises it
         self.sent = self.rate_limited = 0
+        self.server_waits = (
+            0  # of the calls in flight, those still waiting for their server's turn (OnServer)
+        )
         # while calls wait for it (its backlog): since when, for how long in all, and the calls let go meanwhile
         self.backlog_since: float | None = None
         self.backlog_seconds, self.backlog_sent, self.backlogs = 0.0, 0, 0
@@ -305,13 +308,16 @@ class OnServer:
 
     def acquire(self, stopped: Callable[[], bool], cell: Hashable = None, tokens: int = 0) -> tuple:
         first = self.model.acquire(stopped, cell, tokens)
+        with self.model.lock:  # past the model's limit, not yet at the server: the display says how many
+            self.model.server_waits += 1
         try:
             return first, self.server.acquire(stopped, cell, tokens)
-        except (
-            BaseException
-        ):  # stopped, or refused, while it waited for the server: the model's slot goes back
-            self.model.release(lease=first)
+        except BaseException:
+            self.model.release(lease=first)  # stopped or refused while it waited: the model's slot goes back
             raise
+        finally:
+            with self.model.lock:
+                self.model.server_waits -= 1
 
     def release(self, pushed_back=None, pause=None, tokens_over: int = 0, lease: tuple | None = None) -> None:
         first, second = lease or (None, None)
