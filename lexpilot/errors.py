@@ -34,6 +34,10 @@ class CaseFailed(Exception):
         self.change = change
 
 
+# the change a failure names when a server cut a stream short: it takes fewer requests at once than were sent
+ONE_SLOT = "the server's requests at once"
+
+
 @dataclass(frozen=True)
 class CaseFailure:
     """A case that failed in a stage, why (one line, redacted), and the option to change first ("": rerun as it is)."""

@@ -11,7 +11,7 @@ import time
 import pytest
 
 import run_grid
-from lexpilot.errors import CaseFailure
+from lexpilot.errors import ONE_SLOT, CaseFailure
 from lexpilot.running.failures import Reasons, advice
 from tests.conftest import sample_cases, write_dataset
 from tests.test_run_grid import grid_argv
@@ -32,7 +32,9 @@ class CutsTheUserModel:
         self.said_before_the_end: bool | None = None
 
     def __call__(self, kind, prompt, body):
-        if kind == "user":
+        if (
+            kind == "user" and body["max_tokens"] <= 256
+        ):  # a model that rambles past 256 tokens, not past 2,048
             return {"content": "说" * 40, "finish_reason": "length"}
         if kind == "ljp_judge" and self.said_before_the_end is None:
             self.said_before_the_end = False
@@ -67,10 +69,17 @@ def test_a_grid_whose_user_model_replies_are_all_cut_says_why_once_per_reason(
     assert end[1:3] == sorted(end[1:3], key=lambda line: "DCG" in line)  # in the order they were met
     # the advice names the option and never says to rerun as it is
     assert end[-1] == (
-        "[grid] Change --user-max-tokens (see why above), then rerun the same command: as it is, a rerun would "
-        "buy the same failure for 8 of them; saved cases are kept."
+        "[grid] Raise --user-max-tokens and rerun under a new run id (--run-id, or a grid's --run-ids): a run keeps "
+        "the output limits it started with. As it is, a rerun would buy the same failure for 8 of them."
     )
     assert "Rerun the same command to retry" not in err and "rerun the same command to retry" not in err
+    # and the advice is right: the same run refuses the raised limit, a new run id with it completes
+    raised = grid_argv(tmp_path / "out", two_cases, "--user-max-tokens", "2048", models=MODELS, runs=1)
+    assert (
+        run_grid.main(raised) == 1 and "this run was started with other settings" in capsys.readouterr().err
+    )
+    raised[raised.index("--runs") : raised.index("--runs") + 2] = ["--run-ids", "run2"]
+    assert run_grid.main(raised) == 0, capsys.readouterr().err
 
 
 def test_a_transient_failure_says_to_rerun_and_a_cut_reply_says_what_to_change():
@@ -79,10 +88,13 @@ def test_a_transient_failure_says_to_rerun_and_a_cut_reply_says_what_to_change()
         "2", "Evaluated model 'M' at h: reply truncated at --max-tokens 64 (after 4 attempts)", "--max-tokens"
     )
     assert advice([transient]) == "Rerun the same command to retry it; saved cases are kept."
-    assert advice([transient, cut]).startswith(
-        "Change --max-tokens (see why above), then rerun the same command"
+    assert advice([transient, cut]).startswith("Raise --max-tokens and rerun under a new run id")
+    assert advice([transient, cut]).endswith("for 1 of them.")
+    one_slot = CaseFailure("3", "Evaluated model 'M' at h: stream ended before the reply finished", ONE_SLOT)
+    assert advice([transient, one_slot]) == (
+        "Send the server fewer requests at once (see why above), then rerun the same command. As it is, a rerun "
+        "would buy the same failure for 1 of them; saved cases are kept."
     )
-    assert "for 1 of them" in advice([transient, cut])
 
 
 def test_the_evaluated_models_own_cut_replies_are_one_reason_for_every_model():
@@ -252,6 +264,14 @@ def test_two_model_ids_on_one_single_slot_server_share_its_limit(tmp_path, monke
         assert f"server {server.base_url}: 0 in flight" in err  # the display shows the server's own line
     else:
         assert server.most_active > 1 or server.statuses["cut"] > 0
+        if server.statuses[
+            "cut"
+        ]:  # a cut stream (no retry here) fails its case, saying what to give the server
+            assert "stream ended before the reply finished" in err, err
+            assert f'[servers."{server.base_url}"] concurrency = 1 in the grid file' in err, err
+            assert (
+                err.rstrip().splitlines()[-1].startswith("[grid] Send the server fewer requests at once")
+            ), err
 
 
 def test_a_call_past_its_models_limit_waiting_for_the_server_is_counted_as_such():

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 
-from lexpilot.errors import Aborted, CaseFailed, CaseFailure, FatalError
+from lexpilot.errors import ONE_SLOT, Aborted, CaseFailed, CaseFailure, FatalError
 from lexpilot.models.limits import Endpoints, key_digest, request_tokens
 from lexpilot.models.quirks import STOPS, Refusal, context_message, provider_error, refusal_of, stop_message
 from lexpilot.models.replies import (
@@ -386,7 +386,7 @@ class ModelCaller:
             f"{role.describe()}: {last.problem} (after {counted(attempts, 'attempt')}"
             + (f" and {rate_limited} rate-limited ones)" if rate_limited else ")")
             + self._failure_hint(role, last),
-            change=truncation_flag(last.problem),
+            change=truncation_flag(last.problem) or (ONE_SLOT if last.pushed_back == "slots" else ""),
         )
 
     def case_failed(self, failure: CaseFailure) -> None:
@@ -444,12 +444,7 @@ class ModelCaller:
                 problem=f"no complete reply within the call deadline of {self.settings.transport.call_deadline:g}s"
             )
         except StreamCutShort as e:
-            outcome = Attempt(
-                problem=str(e),
-                pushed_back="slots",
-                hint="; the server may serve one request at a time: --concurrency 1, or start it "
-                "with more slots (llama.cpp: --n_parallel)",
-            )
+            outcome = Attempt(problem=str(e), pushed_back="slots", hint=self._one_slot_hint(role))
         except MalformedReply as e:
             outcome = Attempt(problem=f"malformed reply: {e.said(self.settings.redact)}")
         except self.openai.APIConnectionError as e:
@@ -569,6 +564,16 @@ class ModelCaller:
             )
             outcome.retry_after, outcome.pushed_back = None, None
         return outcome
+
+    def _one_slot_hint(self, role: Role) -> str:
+        """What to do about a server that cut a stream short: fewer slots than requests (in a grid, every model and
+        role served there shares them)."""
+        fix = (
+            f'[servers."{role.base_url}"] concurrency = 1 in the grid file'
+            if self.sharing
+            else "--concurrency 1"
+        )
+        return f"; the server may serve one request at a time: {fix}, or start it with more slots (llama.cpp: --n_parallel)"
 
     def _failure_hint(self, role: Role, last: Attempt) -> str:
         if last.problem.startswith(TRUNCATED):

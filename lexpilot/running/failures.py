@@ -7,21 +7,36 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lexpilot.errors import CaseFailure, first_of
+from lexpilot.errors import ONE_SLOT, CaseFailure, first_of
 from lexpilot.text import counted
 
 
 def advice(failures: list[CaseFailure]) -> str:
-    """What to do next: rerun as it is, or first change the options the failures name."""
-    changes = sorted({f.change for f in failures if f.change})
+    """What to do next: rerun as it is, or first change what the failures name. An output limit is a generation
+    setting the run keeps (its manifest refuses another), so a raised one needs a new run id; the server's requests
+    at once are not, and the same command reruns."""
+    changes = {f.change for f in failures if f.change}
     if not changes:
         return (
             f"Rerun the same command to retry {'it' if len(failures) == 1 else 'them'}; saved cases are kept."
         )
     again = sum(1 for f in failures if f.change)
+    limits = sorted(c for c in changes if c.endswith("max-tokens"))
+    steps = []
+    if ONE_SLOT in changes:
+        steps.append("send the server fewer requests at once (see why above)")
+    if limits:
+        steps.append(
+            f"raise {' and '.join(limits)} and rerun under a new run id (--run-id, or a grid's --run-ids): a run "
+            "keeps the output limits it started with"
+        )
+    else:
+        steps.append("rerun the same command")
+    said = ", then ".join(steps)
     return (
-        f"Change {' and '.join(changes)} (see why above), then rerun the same command: as it is, a rerun would buy "
-        f"the same failure for {'it' if len(failures) == again == 1 else f'{again} of them'}; saved cases are kept."
+        f"{said[0].upper()}{said[1:]}. As it is, a rerun would buy the same failure for "
+        f"{'it' if len(failures) == again == 1 else f'{again} of them'}"
+        + ("." if limits else "; saved cases are kept.")
     )
 
 
