@@ -34,6 +34,9 @@ class CaseFailed(Exception):
         self.change = change
 
 
+# where a failure on an invalid output quotes that output: the reason is what comes before it
+RAW_OUTPUT = "; last raw output: "
+
 # the change a failure names when a server cut a stream short: it takes fewer requests at once than were sent
 ONE_SLOT = "the server's requests at once"
 

@@ -3,22 +3,19 @@ length a cycle has taken, a shard's dry run with the shard's own quote, and batc
 submission."""
 
 import re
+import time
 from types import SimpleNamespace
 
 import pytest
 
 import run_grid
 from lexpilot.running.batch_run import FIRST_POLL, poll_wait
-from lexpilot.running.grid_display import Display, Quote
+from lexpilot.running.grid_display import Display, Quote, batch_time_left
 from tests.conftest import SAMPLE
 
 
-class Pool(SimpleNamespace):
-    """A batch pool as the display reads it: the cycles made so far."""
-
-
 def display_with_cycles(cycles: int) -> Display:
-    sharing = SimpleNamespace(batches=Pool(generation=0), endpoints=SimpleNamespace(all=lambda: []))
+    sharing = SimpleNamespace(batches=SimpleNamespace(made_at=[]), endpoints=SimpleNamespace(all=lambda: []))
     return Display(
         SimpleNamespace(sharing=sharing), Quote(calls=100, cycles=cycles), None, stream=SimpleNamespace()
     )
@@ -26,19 +23,22 @@ def display_with_cycles(cycles: int) -> Display:
 
 def test_a_batch_grids_time_left_comes_from_the_cycles_left_and_their_length():
     """ "A batch grid's 'remaining ~' grew from 272 s to 426 s as work finished. Estimate from the cycles left and their
-    observed duration." Cycles of 10 s each, 13 at most: the time left falls by 10 s a cycle, whatever the calls."""
+    observed duration." Cycles made 10 s apart, 13 at most: looked at every 2 s, the time left only falls, and by the
+    time that passed, whatever the calls answered say (a cycle's replies arrive at once)."""
+    assert batch_time_left([], 13, 0.0) == batch_time_left([1.0], 13, 5.0) == "?"  # no cycle answered yet
+    shown = []
+    for now in range(11, 125, 2):
+        made = [1.0 + 10 * k for k in range(13) if 1.0 + 10 * k <= now]
+        shown.append(int(batch_time_left(made, 13, float(now)).strip("~s")))
+    assert shown == sorted(shown, reverse=True) and shown[0] == 120 and shown[-1] == 131 - 123, shown
+    # each of the 12 cycles after the first takes 10 s, the last one's answer too: at 11 s, 1 + 10 × 13 - 11 = 120
+    assert int(batch_time_left([1.0, 11.0], 13, 11.0).strip("~s")) == 1 + 10 * 13 - 11
+    # a cycle slower than the others: never below the cycles not yet made
+    assert batch_time_left([1.0, 11.0], 13, 100.0) == f"~{10 * 11}s"
+    # the display reads it from the grid's pool in batch mode
     display = display_with_cycles(13)
-    assert display.time_left(5.0, 0, 100) == "?"  # no cycle made yet: nothing observed
-    left = []
-    for done in range(1, 13):
-        display.grid.sharing.batches.generation = done
-        # the calls answered so far say nothing in batch mode: a cycle's replies arrive at once
-        left.append(display.time_left(10.0 * done, calls=done * done, left=100 - done * done))
-    assert left == [f"~{10 * (13 - done)}s" for done in range(1, 13)]
-    display.grid.sharing.batches.generation = (
-        14  # past the quote's bound: one more cycle's length, never 0 or less
-    )
-    assert display.time_left(140.0, 99, 1) == "~10s"
+    display.grid.sharing.batches.made_at = [time.monotonic() - 20, time.monotonic() - 10]
+    assert display.time_left(20.0, calls=5, left=95) in ("~109s", "~110s", "~111s")  # made 10 s ago: 12 left
 
 
 def test_without_batches_the_time_left_is_the_calls_left_at_the_pace_so_far():

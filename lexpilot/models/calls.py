@@ -573,7 +573,7 @@ class ModelCaller:
             if self.sharing
             else "--concurrency 1"
         )
-        return f"; the server may serve one request at a time: {fix}, or start it with more slots (llama.cpp: --n_parallel)"
+        return f"; the server may serve one request at a time: {fix}, or serve it with more slots (llama.cpp's llama-server: --parallel N)"
 
     def _failure_hint(self, role: Role, last: Attempt) -> str:
         if last.problem.startswith(TRUNCATED):

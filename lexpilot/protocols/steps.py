@@ -18,7 +18,7 @@ from lexpilot.benchmark.prompts import (
     render_key_facts,
 )
 from lexpilot.benchmark.records import RecordKind
-from lexpilot.errors import CaseFailed
+from lexpilot.errors import RAW_OUTPUT, CaseFailed
 from lexpilot.models.calls import ModelCaller, Usage
 from lexpilot.protocols.judging import fault_parser
 from lexpilot.settings import Settings
@@ -124,8 +124,8 @@ class CaseCalls:
                 if attempt + 1 < JUDGE_ATTEMPTS:
                     self.caller.progress.retry(f"invalid {prompt_name} output: {problem}")
         failed = CaseFailed(
-            f"{prompt_name} output invalid after {JUDGE_ATTEMPTS} attempts ({problem}); "
-            f"last raw output: {raws[-1][:200]!r}"
+            f"{self.caller.settings.roles[role].describe()}: {prompt_name} output invalid after {JUDGE_ATTEMPTS} "
+            f"attempts ({problem}){RAW_OUTPUT}{raws[-1][:200]!r}"
         )
         if (
             self.journal

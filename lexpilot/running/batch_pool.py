@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -65,6 +66,7 @@ class BatchPool:
     # chain -> [(a stage's BatchRun, its requests)] for the next cycle
     handed: dict = field(default_factory=dict)
     generation: int = 0  # cycles made so far
+    made_at: list = field(default_factory=list)  # when each was made (time.monotonic), for the time left
     errors: dict = field(default_factory=dict)  # chain -> why its share of the last cycle was not submitted
     uploads: int = 0  # input files sent (or written) so far, for the tests and the summary
     cond: threading.Condition = field(default_factory=threading.Condition)
@@ -105,6 +107,7 @@ class BatchPool:
             self.errors = self._submit(shares)
         finally:  # whatever happened, no cell waits for this cycle any longer
             self.generation += 1
+            self.made_at.append(time.monotonic())
             self.cond.notify_all()
 
     def _submit(self, shares: dict) -> dict:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lexpilot.errors import ONE_SLOT, CaseFailure, first_of
+from lexpilot.errors import ONE_SLOT, RAW_OUTPUT, CaseFailure, first_of
 from lexpilot.text import counted
 
 
@@ -63,9 +63,10 @@ class Reason:
 
 
 def reason_key(stage: str, model: str, message: str) -> tuple[str, str]:
-    """Failures of one stage for one reason are one entry whichever evaluated model met them: the cell's own model id
-    (in 'Evaluated model 'M' at host: ...') does not make another reason."""
-    return stage, message.replace(f"'{model}'", "'…'")
+    """Failures of one stage for one reason are one entry whichever evaluated model met them and whatever it wrote:
+    the cell's own model id (in 'Evaluated model 'M' at host: ...') and the invalid output quoted do not make
+    another reason."""
+    return stage, message.partition(RAW_OUTPUT)[0].replace(f"'{model}'", "'…'")
 
 
 @dataclass
@@ -79,7 +80,9 @@ class Reasons:
         key = reason_key(stage, model, failure.message)
         new = key not in self.by_key
         first = f"[{label}] case {failure.case} failed: {failure.message}"
-        reason = self.by_key.setdefault(key, Reason(stage, failure.message, failure.change, first))
+        reason = self.by_key.setdefault(
+            key, Reason(stage, key[1].replace("'…'", f"'{model}'"), failure.change, first)
+        )
         reason.cases += 1
         run = label.removesuffix(f" {stage}")  # the line names the stage: its cells are (model, run)s
         if run not in reason.cells:

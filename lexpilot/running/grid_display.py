@@ -163,8 +163,7 @@ class Display:
         cycle (calls come in bursts a cycle apart, so a pace of calls would grow as each cycle waits)."""
         pool = self.grid.sharing.batches
         if pool is not None and self.quote.cycles:
-            done = pool.generation
-            return f"~{elapsed / done * max(1, self.quote.cycles - done):.0f}s" if done else "?"
+            return batch_time_left(pool.made_at, self.quote.cycles, time.monotonic())
         return f"~{elapsed / calls * left:.0f}s" if calls else "?"
 
     def endpoint_line(self, limiter, now: float) -> str:
@@ -215,14 +214,29 @@ class Display:
         self.last = now
 
 
+def batch_time_left(made_at: list[float], cycles: int, now: float) -> str:
+    """The time a batch grid has left: a cycle lasts what the cycles so far took, one made to the next; the last
+    one made is answered that long after it was made, then each not yet made takes as long, the last one's answer
+    included. Never less than the cycles not yet made: a slow cycle does not count down to nothing."""
+    if len(made_at) < 2:
+        return "?"  # no cycle has been answered yet: nothing observed
+    cycle = (made_at[-1] - made_at[0]) / (len(made_at) - 1)
+    after = max(0, cycles - len(made_at))
+    return f"~{max(made_at[-1] + cycle * (after + 1) - now, cycle * after):.0f}s"
+
+
 def summary(grid: Grid, interrupted: bool) -> list[str]:
     """The closing lines: the counts, then each failed cell with its reason (cells that stopped for one reason on
     one line), and what to do."""
     counts = grid.counts()
     lines = [
         f"[grid] {counted(len(grid.cells), 'cell')}: {counts[DONE]} done, {counts[FAILED]} failed, "
-        f"{counts[NOT_RUN]} not run (an upstream stage did not finish), "
-        f"{counts[WAITING] + counts[INTERRUPTED]} left for a rerun"
+        f"{counts[NOT_RUN]} not run (an upstream stage did not finish)"
+        + (
+            f", {counts[WAITING] + counts[INTERRUPTED]} stopped before they ended"
+            if counts[WAITING] + counts[INTERRUPTED]
+            else ""
+        )
     ]
     with grid.lock:
         lines += grid.reasons.lines()

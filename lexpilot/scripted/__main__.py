@@ -52,7 +52,13 @@ def command_line():
         help="do not serve: wait (up to --wait seconds) until the scripted provider answers at BASE_URL, exit 0; "
         "exit 2 at once with one line when another program answers there (the port was taken)",
     )
-    parser.add_argument("--wait", type=float, default=10.0, metavar="SECONDS", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="with --check: how long to wait (default 10)",
+    )
     return parser
 
 
@@ -80,7 +86,12 @@ def check(base_url: str, wait: float) -> int:
             if time.monotonic() < deadline:
                 time.sleep(0.1)
                 continue
-            problem = f"nothing answers there within {wait:g} s ({getattr(e, 'reason', e)})"
+            print(
+                f"scripted provider: not at {base_url}: nothing answers there within {wait:g} s "
+                f"({getattr(e, 'reason', e)}); did it start? Its own line says why not",
+                file=sys.stderr,
+            )
+            return 2
         print(
             f"scripted provider: not at {base_url}: {problem}; the stages would call it instead. Stop what holds "
             "the port, or start the provider with another --port (and set OPENAI_BASE_URL to match)",
