@@ -296,3 +296,17 @@ def test_a_call_past_its_models_limit_waiting_for_the_server_is_counted_as_such(
     assert got and (judge.model.server_waits, server.in_flight) == (0, 1)
     judge.release(lease=got[0])
     assert (judge.model.in_flight, server.in_flight) == (0, 0)
+
+
+def test_invalid_outputs_are_one_reason_whatever_the_model_wrote():
+    """Review of item 2: on a real server each cell's invalid judge output was its own summary line, since the
+    reason quoted the output. The reason is what comes before the quote; the live line keeps the output."""
+    reasons = Reasons()
+    for model, raw in (("m1", "'```python\\nimport x'"), ("m2", "'你是一个专务法律顾问'")):
+        message = f"judge 'J' at h: judge_lca output invalid after 3 attempts (expected 策略一 or 策略二); last raw output: {raw}"
+        reasons.add("LexAwN", model, f"{model} run1 LexAwN", CaseFailure("1", message))
+    assert reasons.lines() == [
+        "[grid] LexAwN: 2 cases failed in 2 cells (m1 run1, m2 run1): judge 'J' at h: judge_lca output invalid after "
+        "3 attempts (expected 策略一 or 策略二)"
+    ]
+    assert next(iter(reasons.by_key.values())).first.endswith("last raw output: '```python\\nimport x'")
