@@ -21,6 +21,7 @@ def run_types(h, *extra):
     return h.run_stage(eval_focal_types.STAGE, *extra)
 
 
+@pytest.mark.slow
 def test_an_unknown_focal_point_type_is_a_dataset_error(tmp_path, harness, capsys):
     cases = sample_cases()
     cases[2]["focal_point_types"][0] = "程序类"
@@ -30,6 +31,7 @@ def test_an_unknown_focal_point_type_is_a_dataset_error(tmp_path, harness, capsy
     assert cases[2]["case_number"] in err and "focal_point_types: unknown type '程序类'" in err
 
 
+@pytest.mark.slow
 def test_dataset_types_are_used_and_the_judge_classifies_the_rest(tmp_path, provider, monkeypatch, capsys):
     cases = sample_cases()[:3]
     del cases[1]["focal_point_types"]  # the judge classifies this case's one focal point
@@ -167,6 +169,7 @@ def test_an_invalid_complexity_file_is_one_line(typed_run, tmp_path, capsys, con
     assert len(err) == 1 and message in err[0]
 
 
+@pytest.mark.slow
 def test_figures_3_and_4_are_valid_pngs(typed_run, tmp_path, capsys):
     matplotlib = pytest.importorskip("matplotlib")
     assert (
@@ -341,6 +344,7 @@ def test_the_focal_type_prompt_gives_every_example_of_table_18():
     assert "24万元是否包含离婚协议约定的20万元生活费" in text and "北街某号院内房屋的权属" in text
 
 
+@pytest.mark.slow
 def test_figure_4s_average_is_over_the_models_with_focal_types_and_says_how_many(
     tmp_path, provider, monkeypatch, capsys
 ):

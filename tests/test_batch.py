@@ -247,6 +247,7 @@ def test_the_budget_stops_before_a_batch_that_could_cross_it(pair, provider, tmp
     assert "--max-cost 0.0005" in capsys.readouterr().err and not provider.submitted
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("condition", ["delayed", "self-correction"])
 def test_batch_records_equal_a_synchronous_runs_with_a_non_ideal_user(pair, provider, condition):
     sync, batch = pair
@@ -321,6 +322,7 @@ def test_batched_calls_are_priced_at_the_batch_price(pair, provider, tmp_path, c
     assert costs[1] == pytest.approx(costs[0] / 2, rel=0.01)
 
 
+@pytest.mark.slow
 def test_batch_records_equal_a_synchronous_runs_for_the_analysis_stages(pair, provider):
     """The plain consultation, the Targeted / Off-target dialogues and the simulator audit, in batches too."""
     import audit_simulator

@@ -337,6 +337,7 @@ def run_all(h, *extra) -> tuple[list[int], int]:
     return codes, kills
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("roles", [(), ("--batch-roles", "judge")])
 def test_every_stage_in_batches_under_a_fault_storm_and_kills_pays_what_a_synchronous_run_pays(
     pair, provider, monkeypatch, roles

@@ -71,6 +71,7 @@ def clean(tmp_path_factory):
     return tmp, Counter(provider.processed)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("roles", ["eval,user,judge", "eval", "judge", "eval,user", "user,judge"])
 def test_an_invalid_output_in_batch_mode_is_asked_again_and_every_stage_completes(
     clean, tmp_path, monkeypatch, capsys, roles

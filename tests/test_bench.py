@@ -3,7 +3,12 @@
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT
+
+# kills, Ctrl-C, Redis, browsers or whole grids: left out of the quick loop (-m "not slow")
+pytestmark = pytest.mark.slow
 
 
 def test_benchmark_runs_every_stage_and_prints_its_table():

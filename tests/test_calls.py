@@ -137,6 +137,7 @@ def test_request_carries_exactly_the_specified_parameters():
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("status", [429, 500, 503, 408])
 def test_transient_status_is_retried(status):
     with FakeProvider(_script({"status": status, "headers": {"Retry-After": "0"}})) as p:
@@ -256,6 +257,7 @@ def test_other_bad_requests_still_stop_the_stage():
             _caller(p).chat("eval", "x", Usage())
 
 
+@pytest.mark.slow
 def test_a_stalled_stream_is_closed_after_the_timeout_and_retried():
     # llama.cpp stops generating when the client closes a stream; a non-streamed request it finishes anyway.
     with FakeProvider(_script({"content": "永远等不到的后半句", "stall": 1.0})) as p:
@@ -338,6 +340,7 @@ def test_rate_limit_push_back_is_waited_out_beyond_the_retry_budget():
         assert caller.endpoints.limiters[(p.base_url,)].last_cut > 0  # the shared limit was cut
 
 
+@pytest.mark.slow
 def test_429_without_retry_after_uses_the_retry_budget():
     with FakeProvider(_script(*[{"status": 429}] * 5)) as p:
         with pytest.raises(CaseFailed, match="HTTP 429 .after 2 attempts"):

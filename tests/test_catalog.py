@@ -4,6 +4,8 @@ there is under the tests' guards and told apart by the scripted provider without
 import subprocess
 import sys
 
+import pytest
+
 from lexpilot.benchmark import prompts as prompt_module
 from lexpilot.scripted import kinds
 from tests.conftest import ROOT, STAGES
@@ -21,6 +23,7 @@ def collected(*plugin: str) -> str:
     ).stdout
 
 
+@pytest.mark.slow
 def test_a_stage_declared_only_in_the_catalog_is_under_the_code_hash_and_prompt_guards():
     """ "Test this: a new stage declared only in the catalog (a test fixture) is covered by the code-hash and prompt
     tests without touching them." The fixture stage is declared by tests/fixture_stage_plugin.py alone."""

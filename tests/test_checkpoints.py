@@ -297,6 +297,7 @@ def test_second_writer_is_refused(tmp_path, monkeypatch, capsys, provider):
     assert h.run("direct", "--limit", "1") == 0  # released with its holder
 
 
+@pytest.mark.slow
 def test_results_do_not_depend_on_concurrency(tmp_path, monkeypatch):
     outputs = []
     for concurrency in ("1", "8"):
@@ -384,6 +385,7 @@ def test_interrupted_stage_resumes(harness, provider):
     assert len(numbers) == len(set(numbers)) == 12
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_cleanly_and_keeps_completed_records(tmp_path):
     import os
     import signal

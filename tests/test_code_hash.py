@@ -75,6 +75,7 @@ def test_a_stage_s_code_is_its_script_its_protocols_and_the_runner_and_never_rep
         assert not [f for f in files if f.startswith("lexpilot/reporting/")]
 
 
+@pytest.mark.slow
 def test_every_module_a_stage_loads_is_in_its_code():
     """Each script imported in a clean interpreter state: every project module it loads is in its code."""
     probe = (
@@ -113,6 +114,7 @@ def project_copy(tmp_path):
     return copy
 
 
+@pytest.mark.slow
 def test_a_change_to_any_file_a_stage_runs_is_named_and_none_elsewhere(project_copy):
     saved = {"code_files": code.code_digests(project_copy)}
     stages = {script: code.code_files([script], project_copy) for script in STAGE_SCRIPTS}
@@ -130,6 +132,7 @@ def test_a_change_to_any_file_a_stage_runs_is_named_and_none_elsewhere(project_c
     assert all(code.code_changes(saved, script, project_copy) == [] for script in STAGE_SCRIPTS)
 
 
+@pytest.mark.slow
 def test_a_changed_protocol_module_stops_a_stage_run_on_a_run_started_before(
     tmp_path, monkeypatch, provider, capsys, project_copy
 ):

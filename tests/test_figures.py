@@ -73,6 +73,7 @@ def drawn(tmp_path, provider, monkeypatch):
     plt.close("all")
 
 
+@pytest.mark.slow
 def test_a_group_is_labelled_by_what_differs_and_every_chart_has_error_bars(drawn):
     for name, fig in drawn.items():
         ax = fig.axes[0]
@@ -86,6 +87,7 @@ def test_a_group_is_labelled_by_what_differs_and_every_chart_has_error_bars(draw
         assert not any("#" in label for label in legend), name
 
 
+@pytest.mark.slow
 def test_an_undefined_value_is_drawn_as_n_a(drawn):
     # four cases leave some focal-point type without a DCG accuracy (Figure 4 a): the chart says n/a there
     chart = drawn["fig4a_dcg_by_focal_type.png"].axes[0]
@@ -95,6 +97,7 @@ def test_an_undefined_value_is_drawn_as_n_a(drawn):
     assert marks.count("n/a") == sum(h != h for h in heights)  # NaN heights: nothing drawn but the mark
 
 
+@pytest.mark.slow
 def test_figure_3s_trend_lines_take_their_groups_colours(drawn):
     for ax in drawn["fig3_complexity.png"].axes:
         points = [c.lines[0].get_color() for c in ax.containers]  # each group's markers, in order
@@ -127,6 +130,7 @@ def test_the_legend_stands_beside_the_axes_never_on_a_bar(tmp_path):
     plt.close(fig)
 
 
+@pytest.mark.slow
 def test_figure_3s_legend_stands_right_of_both_panels(drawn):
     fig = drawn["fig3_complexity.png"]
     renderer = fig.canvas.get_renderer()
@@ -135,6 +139,7 @@ def test_figure_3s_legend_stands_right_of_both_panels(drawn):
     assert second.get_legend().get_window_extent(renderer).x0 >= second.get_window_extent(renderer).x1
 
 
+@pytest.mark.slow
 def test_the_class_names_under_the_bars_never_overprint(tmp_path, provider, monkeypatch):
     """Issue 35's review: by-class plot labels overlap ("Service Contract" ran into "Finance Contract"). On a run
     of every class of the sample (12 cases, 6 classes and Overall), each tick label of every per-class figure stands

@@ -7,6 +7,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 import show_results
 from lexpilot.scripted.provider import FakeProvider
 from tests.conftest import ROOT, Harness, sample_cases, write_dataset
@@ -72,6 +74,7 @@ def report(root, dataset, capsys) -> list:
     return json.loads(capsys.readouterr().out)["groups"]
 
 
+@pytest.mark.slow
 def test_roots_made_apart_and_gathered_report_what_one_root_reports(tmp_path, provider, monkeypatch, capsys):
     dataset = write_dataset(tmp_path / "three.json", sample_cases()[:3])
     in_place = Harness(tmp_path / "in_place", provider, monkeypatch, dataset)
@@ -90,6 +93,7 @@ def test_roots_made_apart_and_gathered_report_what_one_root_reports(tmp_path, pr
     assert one == gathered and len(one) == 2
 
 
+@pytest.mark.slow
 def test_two_shards_cover_every_cell_once_and_report_as_one_unsharded_run(tmp_path, capsys, warm):
     """ "`--shard 1/2` and `--shard 2/2` together cover every cell once. Their gathered roots report the same tables
     as one unsharded run." And "`--shard` with `--dry-run` lists the cells of a shard": the same on every machine,

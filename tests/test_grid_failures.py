@@ -45,6 +45,7 @@ class CutsTheUserModel:
         return None
 
 
+@pytest.mark.slow
 def test_a_grid_whose_user_model_replies_are_all_cut_says_why_once_per_reason(
     tmp_path, http, two_cases, capsys
 ):
@@ -227,6 +228,7 @@ def test_the_quotes_expected_figure_counts_the_replies_paid_for_and_not_used(tmp
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("servers", [True, False], ids=["server-limit", "broken-without-it"])
 def test_two_model_ids_on_one_single_slot_server_share_its_limit(tmp_path, monkeypatch, capsys, servers):
     """Item 4: "Two model ids on one single-slot llama.cpp server, each concurrency = 1, still got two requests at

@@ -133,6 +133,7 @@ def test_a_fresh_grid_is_every_case_at_its_most_calls(grid, capsys):
     assert 0 < sync[0] < sync[1]
 
 
+@pytest.mark.slow
 def test_the_quote_sums_the_dry_runs_brackets_the_grid_run_and_leaves_saved_cases_out(grid, provider, capsys):
     # a provider that caches short prefixes: the bill shrinks
     provider.cache = PrefixCache(minimum=64, step=64)

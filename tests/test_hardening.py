@@ -117,6 +117,7 @@ def test_a_record_is_never_glued_onto_a_fragment(harness, provider):
             json.loads(line)
 
 
+@pytest.mark.slow
 def test_a_kill_leaves_torn_files_and_the_rerun_recovers_every_complete_record(tmp_path):
     """A real process killed in the middle of a stage, then torn lines added as a full disk leaves them."""
     import signal

@@ -279,6 +279,7 @@ def test_from_run_is_checked_like_a_run_id(harness, provider, capsys):
     assert not provider.requests
 
 
+@pytest.mark.slow
 def test_a_huge_reply_fits_the_sheet_and_the_key_is_read_back(harness, provider, tmp_path, capsys):
     """Item 20: a 300,000-character reply: the people's sheet cuts it with a marker (spreadsheets hold 32,767
     characters a cell), the key keeps it whole, and score reads both."""
@@ -383,6 +384,7 @@ def test_review_leftovers_of_the_hardening(harness, provider, tmp_path, capsys):
         assert said.out == "" and said.err.startswith(f"show_results: {flag} ") and "cannot write" in said.err
 
 
+@pytest.mark.slow
 def test_a_zero_or_past_retry_after_is_the_usual_backoff_not_a_burst():
     with FakeProvider(_script(*[{"status": 429, "headers": {"Retry-After": "0"}}] * 40)) as p:
         caller = _caller(p, retries=2)

@@ -191,6 +191,7 @@ def test_a_model_id_with_a_backslash_and_a_bar_stays_in_its_markdown_cell(harnes
         assert cells(lines[i])[0].strip() == "vendor\\\\\\|model"  # renders as vendor\|model
 
 
+@pytest.mark.slow
 def test_eval_ljp_stops_after_a_fatal_error_in_direct(tmp_path, provider):
     """Item 12: a 401 in Direct stops the whole script; Gold and Interaction make no call."""
     provider.script = lambda kind, prompt, body: {"status": 401, "error": "invalid key"}
@@ -260,6 +261,7 @@ runpy.run_path("eval_LJP_gold.py", run_name="__main__")
 """
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_the_sdk_loads_is_the_usual_interrupted_line(tmp_path):
     """Issue 35 item 15: "A Ctrl-C during the first second of a stage, inside `import openai`, prints a 45-line
     traceback; it should print the usual "interrupted" line"."""

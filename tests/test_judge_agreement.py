@@ -147,6 +147,7 @@ def read(path):
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_export_is_reproducible_balanced_and_blind(two_models, tmp_path):
     assert export(two_models, tmp_path / "a.csv", "--per-task", "7", "--seed", "5") == 0
     assert export(two_models, tmp_path / "b.csv", "--per-task", "7", "--seed", "5") == 0

@@ -295,6 +295,7 @@ def functions_over(limit: int, root: Path) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_no_function_is_over_60_lines(tmp_path):
     """The guide's habit: "plain functions, small dataclasses; no function over ~60 lines", as formatted."""
     assert functions_over(60, ROOT) == []

@@ -42,6 +42,7 @@ def prices(tmp_path):
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("usage", USAGES)
 def test_a_reply_with_malformed_usage_is_kept_and_never_bought_again(

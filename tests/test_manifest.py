@@ -39,6 +39,7 @@ def manifest_reads(monkeypatch):
     return reads
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", [(), ("--batch", "--batch-poll", "1")], ids=["synchronous", "batch"])
 def test_a_stage_reads_the_runs_manifest_once_per_invocation(harness, manifest_reads, mode):
     """The first invocation writes the manifest and reads it never; each later one reads it once: a later stage,
@@ -160,6 +161,7 @@ def manifest_keys_read(tree: ast.AST) -> list[int]:
     return lines
 
 
+@pytest.mark.slow
 def test_no_manifest_is_read_by_string_key_outside_storage():
     files = [p for p in (ROOT / "lexpilot").rglob("*.py") if "storage" not in p.relative_to(ROOT).parts]
     files += [p for p in ROOT.glob("*.py")] + list((ROOT / "bench").glob("*.py"))

@@ -11,6 +11,7 @@ from lexpilot.errors import HarnessError
 from lexpilot.reporting.scoring.parallel import fork_map, workers
 
 
+@pytest.mark.slow
 def test_results_come_back_in_the_items_order_from_every_process():
     items = list(range(23))
     for processes in (1, 2, 3, 30):
@@ -79,6 +80,7 @@ def test_workers_never_exceed_the_items_or_the_cores():
     assert workers(1) == 1 and workers(0) == 1 and workers(10**6) == (os.cpu_count() or 1)
 
 
+@pytest.mark.slow
 def test_when_a_child_raises_the_other_children_are_stopped(tmp_path):
     """The parent raises the first child's exception, and no other child goes on writing after it."""
     import time

@@ -219,6 +219,7 @@ def test_claims_keep_result_dict_order_and_verdicts_stay_aligned(tmp_path, provi
     assert record["predicted"] == [labels[c] for c in raw["result_dict"]]
 
 
+@pytest.mark.slow
 def test_isolation_of_every_role(harness, provider):
     for stage in ("LexAwN", "DCG", "direct", "gold", "interaction"):
         assert harness.run(stage) == 0

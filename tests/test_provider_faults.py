@@ -37,6 +37,7 @@ def test_a_huge_retry_after_is_capped_said_and_fails_the_attempt(monkeypatch, re
         )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream,outcome", [(False, {"trickle": 0.05}), (True, {"endless": True})])
 def test_a_call_is_abandoned_at_its_deadline_however_its_bytes_keep_coming(stream, outcome):
     with FakeProvider(_script(outcome)) as p:
@@ -117,6 +118,7 @@ def test_a_malformed_judge_reply_fails_only_its_case(tmp_path, provider, monkeyp
 # ----------------------------------------------------------------------------- a one-slot server
 
 
+@pytest.mark.slow
 def test_a_stream_cut_short_by_a_one_slot_server_is_push_back_and_the_stage_completes(
     tmp_path, monkeypatch, capsys
 ):
@@ -141,6 +143,7 @@ def test_a_stream_without_finish_reason_says_what_to_do():
             _caller(p, retries=1, stream=True).chat("eval", "x", Usage())
 
 
+@pytest.mark.slow
 def test_many_first_calls_at_once_in_a_fresh_process(tmp_path):
     """Regression: lazily built SDK response models once raced across threads on the first calls."""
     cases = [dict(c, case_number=f"（2099）并发民初{i}号") for i, c in enumerate(sample_cases() * 2)]

@@ -52,6 +52,7 @@ def pairs_and_letters(root, capsys, *extra) -> tuple[dict, dict]:
     return pairs, letters
 
 
+@pytest.mark.slow
 def test_ten_models_with_ordered_differences_get_ten_letters_at_the_default_command(ten_models, capsys):
     """Issue 36 item 1: "at the defaults, ten models can never differ ... The resolution of p must always allow a
     rejection: (B + 1) ≥ 20 · m / α for a family of m pairs, chosen automatically". By hand: 45 pairs at α 0.05
@@ -109,6 +110,7 @@ def discordant(tmp_path_factory):
     return write_dcg_grid(tmp_path_factory.mktemp("discordant"), 24, DISCORDANT)
 
 
+@pytest.mark.slow
 def test_with_few_differing_cases_p_is_the_exact_sign_tests(discordant, capsys):
     """Issue 36 item 2: "With 4 cases where only A is right ... the tool gives 0.034–0.042 against an exact sign
     test's 0.125 ... Use a paired randomization test over cases ... enumerate exactly when the differing cases are
@@ -151,6 +153,7 @@ def test_the_pairs_tested_on_every_core_have_the_p_values_of_one_by_one(discorda
 SEQUENTIAL = {"far": {"r1": range(60)}, "base": {"r1": range(0, 48)}, "near": {"r1": range(12, 57)}}
 
 
+@pytest.mark.slow
 def test_a_pair_sure_to_exceed_alpha_stops_early_and_every_decision_is_the_full_tests(tmp_path, capsys):
     """The sequential Monte Carlo p of Besag and Clifford (1991), as docs/statistics.md states it: "a test stops at
     the h-th pattern as extreme as the observed difference, its p then h / L over the L patterns drawn", at
@@ -181,6 +184,7 @@ def test_a_pair_sure_to_exceed_alpha_stops_early_and_every_decision_is_the_full_
     assert letters == {"far": "a", "near": "b", "base": "b"}
 
 
+@pytest.mark.slow
 def test_stopping_early_never_changes_a_decision_of_the_full_test():
     """Review of issue 36: at h = floor(α (B + 1)) the stopped p = h / L could fall just below α where the full test's
     did not (B = 1,018: 0.049 "yes" against 0.05005 "no"). At h = floor(α B) + 1, over 300 tests near the edge (12
@@ -235,6 +239,7 @@ RUNS = {
 }
 
 
+@pytest.mark.slow
 def test_pass_hat_k_compares_models_with_different_numbers_of_runs_at_one_k(tmp_path, capsys):
     """Issue 36 item 4: "Consistency is not pass^k ... Report tau-bench's pass^k estimator for every k ≤ n: the mean
     over cases of C(c, k)/C(n, k). Compare models at a common k, the smallest run count in the table, and say

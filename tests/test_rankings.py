@@ -219,6 +219,7 @@ def rows_of(out: str, table_start: str) -> list[list[str]]:
     ]
 
 
+@pytest.mark.slow
 def test_all_pairs_ranking_and_consistency_on_runs_the_stages_wrote(ranked_root, capsys):
     import show_results
 
@@ -369,6 +370,7 @@ def two_runs_rejudged_by_the_same_judge(tmp_path, provider) -> None:
     assert sum(n for (kind, _), n in provider.processed.items() if kind in GENERATION_KINDS) == generated
 
 
+@pytest.mark.slow
 def test_the_same_judge_rejudged_gives_test_retest_agreement_and_the_judges_share_of_the_variance(
     tmp_path, provider, monkeypatch, capsys
 ):
@@ -487,6 +489,7 @@ def retested(tmp_path, provider, monkeypatch):
     return make
 
 
+@pytest.mark.slow
 def test_a_judges_share_above_the_whole_is_shown_as_estimated_and_marked(retested, capsys):
     """Issue 36 item 3: "With a true share of 64 %, the tool printed 93.7 % and 100 %. The 100 % is capped from a
     raw 123 % ... Show ... the raw value, uncapped and marked when it is outside [0, 1]." The re-judge flips two of
@@ -513,6 +516,7 @@ def test_a_judges_share_above_the_whole_is_shown_as_estimated_and_marked(reteste
     assert "200.0% (outside 0-100%: noise)" in line
 
 
+@pytest.mark.slow
 def test_a_rejudged_run_is_compared_with_the_run_it_copied(retested, capsys):
     """Issue 36 item 5: "Re-judging run1 with the same judge agrees 100 % (κ = 1.000), yet the table shows DCG
     −0.083 [−0.333, +0.167] because "original" was the two-run mean. Pair each re-judged run with its own source
@@ -539,6 +543,7 @@ def test_a_rejudged_run_is_compared_with_the_run_it_copied(retested, capsys):
     ] == [0.0, 0.0, 0.0]
 
 
+@pytest.mark.slow
 def test_rejudges_by_one_judge_are_one_group_shown_in_the_judge_tables_only(retested, capsys):
     """Issue 36 item 6: "Re-judges of several runs by the same judge form one group, judged "by X", with its SD.
     The paper's tables show the runs as judged, unless asked (--include-rejudged, or naming the run). The judge
@@ -801,6 +806,7 @@ def test_the_ranking_is_in_the_viewers_overview_and_per_class_on_request(ranked_
     assert "Ranking per metric" in overview and "Every comparable pair" in overview
 
 
+@pytest.mark.slow
 def test_a_rejudge_at_another_temperature_is_no_test_retest(tmp_path, provider, monkeypatch, capsys):
     """The judge is the same only with the same model, endpoint and settings: a re-judge at another temperature
     measures a different judge, not the judge's own noise."""
@@ -996,6 +1002,7 @@ def test_ljp_consistency_on_runs_the_stages_wrote(tmp_path, provider, monkeypatc
     assert rows[("eval-model", "LJP Direct")] == expected
 
 
+@pytest.mark.slow
 def test_equal_values_share_a_rank(ranked_runs, tmp_path, monkeypatch, capsys):
     """Issue 35 item 15: "Equal values share a rank". m-e answers as m-b does in both runs (23 of 24 each): the
     two share rank 2, and m-c, below both, is 4th (competition ranking: 1, 2, 2, 4)."""

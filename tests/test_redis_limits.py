@@ -27,6 +27,9 @@ from tests.test_run_grid import records
 from tests.warm import Started, fresh
 from tests.warm import run as warm_run
 
+# kills, Ctrl-C, Redis, browsers or whole grids: left out of the quick loop (-m "not slow")
+pytestmark = pytest.mark.slow
+
 REDIS = shutil.which("redis-server")
 
 

@@ -305,6 +305,7 @@ def test_a_rejudge_of_a_non_ideal_run_is_refused_before_anything_is_written(save
     assert sorted(p.relative_to(saved.root) for p in saved.root.rglob("*")) == before  # no manifest, no lock
 
 
+@pytest.mark.slow
 def test_figure_3_shows_the_model_not_its_re_judged_copy(saved, tmp_path, capsys, monkeypatch):
     """Issue 35 item 10: "Re-judged copies appear as extra series; they belong in the judge tables only"."""
     assert run_rejudge(saved) == 0

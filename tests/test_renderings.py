@@ -169,6 +169,7 @@ def lca_macro_f1(path) -> tuple[float, float]:
     return (f1_u + f1_c) / 2, tn / (tn + fp)
 
 
+@pytest.mark.slow
 def test_each_table_prints_at_its_paper_tables_precision_on_runs_the_stages_wrote(
     tmp_path, provider, monkeypatch, capsys
 ):

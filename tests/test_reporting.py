@@ -259,6 +259,7 @@ def test_cost_from_hand_made_usage_and_a_price_file(tmp_path, capsys):
     assert "entry 'm' must be" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_each_figure_is_written_and_is_a_valid_png(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     import matplotlib.image

@@ -11,6 +11,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 
 REQUIREMENTS = ("requirements.txt", "requirements-optional.txt", "requirements-dev.txt")
@@ -80,6 +82,7 @@ def project_files() -> list[Path]:
     )
 
 
+@pytest.mark.slow
 def test_every_import_is_given_by_a_declared_requirement():
     problems = undeclared(project_files(), declared())
     assert not problems, (

@@ -71,6 +71,7 @@ def three_cases(tmp_path):
     return write_dataset(tmp_path / "three.json", sample_cases()[:3])
 
 
+@pytest.mark.slow
 def test_a_grid_writes_what_the_readme_loop_writes_and_reports_the_same(tmp_path, http, three_cases, capsys):
     """Item 1: "A grid run and the README loop give byte-identical records apart from timing fields, and equal
     show_results.py output. Test this on a 3-model × 2-run grid." (Records carry no timing field.)"""
@@ -206,6 +207,7 @@ def test_a_bad_limit_on_the_command_line_is_one_line(tmp_path, http, three_cases
     assert not http.requests
 
 
+@pytest.mark.slow
 def test_the_shared_user_model_and_judge_stay_under_their_limit_for_every_cell_together(
     tmp_path, monkeypatch, three_cases
 ):
@@ -259,6 +261,7 @@ def judge_peak(http) -> list[int]:
     return peak
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shard, most", [(None, 4), ("1/2", 2)])
 def test_a_shard_without_a_shared_store_holds_1_in_n_of_each_limit_and_says_so(
     tmp_path, http, three_cases, capsys, shard, most
@@ -310,6 +313,7 @@ def test_slots_go_round_robin_over_the_cells_waiting(tmp_path):
     assert order == ["a", "b", "a", "b", "a", "a", "a", "a"]
 
 
+@pytest.mark.slow
 def test_requests_are_counted_against_tpm_as_the_provider_counts_them():
     """Item 3: "OpenAI's rate-limit guide counts each request as the larger of its max_tokens and its estimated
     prompt tokens, so at the paper's 8,192 a 200k-TPM key allows about 24 requests a minute.\""""
@@ -331,6 +335,7 @@ REFUSALS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("status", sorted(REFUSALS))
 def test_an_endpoint_that_refuses_the_key_stops_its_cells_with_one_line_and_the_rest_go_on(
     tmp_path, http, status, three_cases, capsys
@@ -364,6 +369,7 @@ def test_an_endpoint_that_refuses_the_key_stops_its_cells_with_one_line_and_the_
     assert "Traceback" not in err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", [(), ("--batch", "--batch-poll", "0.02")], ids=["sync", "batch"])
 def test_a_cell_that_fails_holds_back_only_the_cells_that_read_it(tmp_path, http, three_cases, capsys, mode):
     """Item 6: a LexAwN that fails holds back its Interaction-Based LJP; its DCG, Direct and Gold-Standard run (in
@@ -382,6 +388,7 @@ def test_a_cell_that_fails_holds_back_only_the_cells_that_read_it(tmp_path, http
     assert "[grid] 15 cells: 13 done, 1 failed, 1 not run" in err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", [(), ("--batch", "--batch-poll", "0.02")], ids=["sync", "batch"])
 def test_a_grid_and_a_stage_script_on_the_same_run_are_refused(tmp_path, http, three_cases, capsys, mode):
     """Item 7: "A grid and a stage script on the same root and run id are refused, as today's lock does.\""""
@@ -451,6 +458,7 @@ def test_the_dry_run_prints_the_quote_and_makes_no_call(tmp_path, http, three_ca
     assert not http.requests
 
 
+@pytest.mark.slow
 def test_max_cost_caps_the_whole_grid(tmp_path, http, three_cases, capsys):
     """Item 8: "--max-cost caps the whole grid's spending": one budget for every cell, not one per cell."""
     prices = tmp_path / "prices.json"
@@ -491,6 +499,7 @@ def test_a_second_run_of_a_finished_grid_has_nothing_to_do(tmp_path, http, three
     assert "0 done, 3 skipped (already saved)" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_share_of_the_rpm_limit_used_while_calls_waited_is_a_share():
     """The summary's "N% of its rpm limit used while calls waited for it" (item 4: "each shared endpoint is at least
     90 % busy while it has work"). At 6,000 rpm (100 calls/s, paced at 97): 40 calls at once keep it waiting for

@@ -24,6 +24,9 @@ from tests.test_malformed_usage import USAGES
 from tests.test_run_grid import MODELS, README_LOOP, grid_argv, records
 from tests.test_run_grid_faults import clean_grid, small_grid
 
+# kills, Ctrl-C, Redis, browsers or whole grids: left out of the quick loop (-m "not slow")
+pytestmark = pytest.mark.slow
+
 JUDGE_AND_USER = ("DeepSeek-R1", "DeepSeek-V4.1-Flash")  # the default judge and User Model ids
 POLL = ("--batch-poll", "0.02")
 

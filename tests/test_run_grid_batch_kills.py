@@ -20,6 +20,9 @@ from tests.test_run_grid_kills import at_a_terminal, environment
 from tests.warm import fresh
 from tests.warm import run as warm_run
 
+# kills, Ctrl-C, Redis, browsers or whole grids: left out of the quick loop (-m "not slow")
+pytestmark = pytest.mark.slow
+
 
 def batch_grid(root, dataset, *stages) -> list[str]:
     return [sys.executable, "run_grid.py", "--models", *MODELS, "--runs", "2", "--dataset", str(dataset)] + [

@@ -38,6 +38,7 @@ def clean_grid(http, root, dataset, *extra) -> Counter:
     return processed
 
 
+@pytest.mark.slow
 def test_an_invalid_judge_output_in_every_cell_is_asked_again_and_the_grid_completes(
     tmp_path, http, dataset, capsys
 ):
@@ -65,6 +66,7 @@ def test_an_invalid_judge_output_in_every_cell_is_asked_again_and_the_grid_compl
     assert sum(extra.values()) == script.total
 
 
+@pytest.mark.slow
 def test_a_malformed_usage_in_every_cell_is_kept_and_never_bought_again(tmp_path, http, dataset, capsys):
     """Issue 34 item 4: a reply whose usage is malformed is kept, "its usage as unreported, settled at the worst
     case for the budget"; under one grid budget, every cell's replies are kept and none is asked again."""
@@ -96,6 +98,7 @@ def test_a_malformed_usage_in_every_cell_is_kept_and_never_bought_again(tmp_path
     assert usages and all(u["unreported_calls"] == u["calls"] for u in usages)
 
 
+@pytest.mark.slow
 def test_a_key_echoed_by_the_server_reaches_no_message_and_no_file_of_the_grid(
     tmp_path, http, dataset, capsys
 ):

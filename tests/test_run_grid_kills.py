@@ -13,10 +13,15 @@ import sys
 import time
 from collections import Counter
 
+import pytest
+
 from lexpilot.scripted.provider import FakeProvider
 from tests.conftest import ROOT, sample_cases, write_dataset
 from tests.test_run_grid import records
 from tests.warm import Started, fresh, run
+
+# kills, Ctrl-C, Redis, browsers or whole grids: left out of the quick loop (-m "not slow")
+pytestmark = pytest.mark.slow
 
 MODELS = ("model-a", "model-b", "model-c")
 

@@ -14,6 +14,9 @@ import show_results
 from lexpilot.protocols.catalog import STAGE_SETS
 from tests.conftest import ROOT
 
+# kills, Ctrl-C, Redis, browsers or whole grids: left out of the quick loop (-m "not slow")
+pytestmark = pytest.mark.slow
+
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 LOOP = re.search(r"python -m lexpilot\.scripted --port 8765 &\n(.*?)\n```", README, re.S).group(1)
 

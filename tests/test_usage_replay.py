@@ -12,6 +12,8 @@ import sys
 import time
 from collections import Counter
 
+import pytest
+
 import rejudge
 from lexpilot.benchmark.records import LCA
 from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS
@@ -20,6 +22,9 @@ from lexpilot.scripted.provider import FakeProvider
 from tests.conftest import ROOT, Harness, judge_kinds, sample_cases, write_dataset
 from tests.warm import fresh
 from tests.warm import run as warm_run
+
+# kills, Ctrl-C, Redis, browsers or whole grids: left out of the quick loop (-m "not slow")
+pytestmark = pytest.mark.slow
 
 PROSE = "我认为这个问题很难说。"
 JUDGES = judge_kinds()  # every judge prompt of the catalog: their outputs are parsed by `CaseCalls.validated`

@@ -323,6 +323,7 @@ def test_table_15_pairs_runs_whose_code_differs_and_says_so(tmp_path, provider, 
     assert cells[1] == f"{qwk['run1']:.4f}" and cells[2] == f"{mean:.4f} ± {sd:.4f}"
 
 
+@pytest.mark.slow
 def test_a_table_15_cell_opens_its_own_conditions_runs(tmp_path, provider, monkeypatch, browser):
     """Review of issue 35 item 12: the Delayed Disclosure and Self-Correction cells opened the standard runs."""
     if browser is None:

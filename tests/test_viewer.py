@@ -38,6 +38,7 @@ def site(tmp_path_factory):
     return tmp / "site"
 
 
+@pytest.mark.slow
 def test_the_site_is_self_contained_and_escapes_everything(site):
     files = list(site.rglob("*"))
     assert (
@@ -54,6 +55,7 @@ def test_the_site_is_self_contained_and_escapes_everything(site):
     assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in case_page
 
 
+@pytest.mark.slow
 def test_the_site_in_a_real_browser(site, browser, tmp_path):
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     errors = []
@@ -96,6 +98,7 @@ def test_the_site_in_a_real_browser(site, browser, tmp_path):
     assert not errors
 
 
+@pytest.mark.slow
 def test_every_message_is_its_own_bidi_isolate(site, browser):
     """Issue 34 item 14: "an unclosed right-to-left override in a reply reorders the rest of its block. Isolate each
     message". Each message's text is an isolate with its direction from its own text; the role label before it
@@ -165,6 +168,7 @@ def case_list_rows(page) -> dict:
     return rows
 
 
+@pytest.mark.slow
 def test_a_partial_run_tags_only_the_cases_that_failed(partial, browser):
     """Issue 54 item 7: "the viewer tags every row 'unresolved or failed', including cases that did not fail". A case
     is tagged only when a stage that ran for its run failed it; a stage not run for a run says "not run"; the case

@@ -21,6 +21,9 @@ from lexpilot.scripted.kinds import between
 from lexpilot.scripted.replies import default_reply
 from tests.conftest import ROOT, SAMPLE, Harness, sample_cases, write_dataset
 
+# kills, Ctrl-C, Redis, browsers or whole grids: left out of the quick loop (-m "not slow")
+pytestmark = pytest.mark.slow
+
 HOSTILE = '<img src=x onerror="window.__pwned = 3"><script>window.__pwned = 4</script>'
 
 
