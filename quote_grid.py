@@ -22,8 +22,8 @@ from lexpilot.errors import HarnessError
 from lexpilot.protocols.catalog import stages_named
 from lexpilot.reporting.tables.quote_tables import quote_text
 from lexpilot.reporting.tables.renderings import RENDERINGS, TEXT_WIDTH
-from lexpilot.running.grid_file import split_limits
-from lexpilot.running.grid_quote import (
+from lexpilot.running.grid.file import split_limits
+from lexpilot.running.grid.quote import (
     Timing,
     add_grid_args,
     allowed_rates,
@@ -33,7 +33,7 @@ from lexpilot.running.grid_quote import (
     quote_notes,
     quote_tables,
 )
-from lexpilot.running.grid_run import plan_grid
+from lexpilot.running.grid.run import plan_grid
 from lexpilot.settings import number, rate_limits
 
 

@@ -23,8 +23,8 @@ from lexpilot.errors import INTERRUPTED, HarnessError, own_interrupts
 from lexpilot.protocols.catalog import stages_named
 from lexpilot.reporting.tables.quote_tables import quote_text
 from lexpilot.reporting.tables.renderings import RENDERINGS, TEXT_WIDTH
-from lexpilot.running.grid_file import split_limits
-from lexpilot.running.grid_quote import (
+from lexpilot.running.grid.file import split_limits
+from lexpilot.running.grid.quote import (
     Timing,
     add_grid_args,
     grid_run_ids,
@@ -32,7 +32,7 @@ from lexpilot.running.grid_quote import (
     quote_notes,
     quote_tables,
 )
-from lexpilot.running.grid_run import start_grid
+from lexpilot.running.grid.run import start_grid
 from lexpilot.settings import number
 
 

@@ -178,7 +178,7 @@ def chain_bound(args, dataset: Path) -> float:
     longest chain of calls for one case (the quote's count)."""
     from lexpilot.benchmark.dataset import load_dataset
     from lexpilot.protocols.catalog import stages_named
-    from lexpilot.running.grid_quote import quote_grid, stage_settings
+    from lexpilot.running.grid.quote import quote_grid, stage_settings
 
     stages = stages_named(["paper"])
     settings_of = stage_settings(stages, stage_options(dataset, Path(tempfile.mkdtemp()), args.limit))

@@ -77,7 +77,7 @@ def test_a_batch_survives_its_process_and_is_never_submitted_twice(pair, provide
 
 @pytest.mark.parametrize("phase", ["before upload", "after upload", "after create"])
 def test_a_kill_at_each_phase_re_attaches_without_a_duplicate(pair, provider, monkeypatch, phase):
-    from lexpilot.running import batching
+    from lexpilot.running.batch import cycles as batching
 
     _, batch = pair
     real_submit = batching.submit
@@ -209,7 +209,7 @@ def test_an_expired_batch_asks_its_unanswered_requests_again(pair, provider):
 
 
 def test_input_files_are_split_at_the_providers_limit(pair, provider, monkeypatch):
-    from lexpilot.running import batch_api
+    from lexpilot.running.batch import api as batch_api
 
     _, batch = pair
     monkeypatch.setattr(batch_api, "MAX_REQUESTS", 3)

@@ -347,7 +347,7 @@ def test_every_stage_in_batches_under_a_fault_storm_and_kills_pays_what_a_synchr
     provider processes, request by request, exactly what a clean synchronous run of every stage processes."""
     import random
 
-    from lexpilot.running import batching
+    from lexpilot.running.batch import cycles as batching
     from lexpilot.storage.checkpoints import CallJournal
 
     sync, batch = pair

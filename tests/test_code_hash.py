@@ -41,7 +41,7 @@ RUN_BY_EVERY_STAGE = {
     "common.py",
     "lexpilot/running/stage.py",
     "lexpilot/running/state.py",
-    "lexpilot/running/batching.py",
+    "lexpilot/running/batch/cycles.py",
     "lexpilot/running/quote.py",
     "lexpilot/models/calls.py",
     "lexpilot/models/replies.py",

@@ -132,7 +132,7 @@ def refusing_grid(tmp_path, http, mode) -> tuple:
     """LexAwN_gen for model-a on three cases, the first case's a1 replies all cut: (the grid run, its display's
     text, the prompts cut, the price file, the output root)."""
     from lexpilot.protocols.catalog import stages_named
-    from lexpilot.running.grid_run import start_grid
+    from lexpilot.running.grid.run import start_grid
     from tests.test_run_grid import Terminal
 
     cases = sample_cases()[:3]

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 import run_grid
-from lexpilot.running.batch_run import FIRST_POLL, poll_wait
-from lexpilot.running.grid_display import Display, Quote, batch_time_left
+from lexpilot.running.batch.run import FIRST_POLL, poll_wait
+from lexpilot.running.grid.display import Display, Quote, batch_time_left
 from tests.conftest import SAMPLE
 
 

@@ -4,6 +4,7 @@ import anywhere in a file, lazy ones inside functions included):
 - reporting never imports model calls, the protocols or the runner: printing a table never loads the HTTP client;
 - storage never imports model calls;
 - protocol modules never import reporting or the runner;
+- in the runner, batch mode (running/batch) never imports the grid (running/grid), nor does the stage at its root;
 - no module of the package imports a module at the top of the checkout: an entry point, common.py or categories.py,
   which only hand the package on (the package stands alone: issue 37 item 8); no entry point imports another.
 """
@@ -26,7 +27,19 @@ MAY_IMPORT = {
     "models": {"foundation", "models"},
     "storage": {"foundation", "storage"},
     "protocols": {"foundation", "models", "storage", "protocols"},
-    "running": {"foundation", "models", "storage", "protocols", "running"},
+    # running/ in rooms: the stage and its state at its root, batch mode in running/batch, the grid in running/grid;
+    # the grid runs stages and batches, never the other way round
+    "running": {"foundation", "models", "storage", "protocols", "running", "running/batch"},
+    "running/batch": {"foundation", "models", "storage", "protocols", "running", "running/batch"},
+    "running/grid": {
+        "foundation",
+        "models",
+        "storage",
+        "protocols",
+        "running",
+        "running/batch",
+        "running/grid",
+    },
     "reporting": {"foundation", "storage", "reporting"},
     "scripted": {"foundation", "scripted"},  # the scripted provider: no other part imports it
 }
@@ -34,8 +47,12 @@ TOP_LEVEL_MODULES = {"categories"}  # the 36 causes of action's face at the top,
 
 
 def part(module: str) -> str:
-    """'lexpilot.models.calls' -> 'models'; a module at the package's root, or in benchmark/, -> 'foundation'."""
-    name = module.split(".")[1] if module.count(".") >= 1 else ""
+    """'lexpilot.models.calls' -> 'models'; a module at the package's root, or in benchmark/, -> 'foundation';
+    'lexpilot.running.grid.cells' -> 'running/grid' (running's rooms are parts of their own)."""
+    names = module.split(".")
+    name = names[1] if len(names) >= 2 else ""
+    if name == "running" and len(names) >= 3 and names[2] in ("batch", "grid"):
+        return f"running/{names[2]}"
     return "foundation" if name in FOUNDATION or name in ("", "__init__") else name
 
 
@@ -65,7 +82,7 @@ def layer_violations(files: list[Path], root: Path = ROOT) -> list[str]:
             elif top == "lexpilot" and target.count(".") >= 1 and part(target) not in MAY_IMPORT[here]:
                 problems.setdefault(
                     (where, part(target)),
-                    f"{where}.{target.split('.')[1]}: {here} may not import {part(target)}",
+                    f"{where}.{target.split('.', 1)[1]}: {here} may not import {part(target)}",
                 )
     return list(problems.values())
 
@@ -132,6 +149,21 @@ def test_an_entry_point_never_imports_another():
             "lexpilot/storage/code.py",
             "    from ..models.calls import ModelCaller",
             "storage may not import models",
+        ),
+        (
+            "lexpilot/running/batch/cycles.py",
+            "from lexpilot.running.grid.pool import BatchPool",
+            "running/batch may not import running/grid",
+        ),
+        (
+            "lexpilot/running/stage.py",
+            "    from lexpilot.running.grid.cells import Cell",
+            "running may not import running/grid",
+        ),
+        (
+            "lexpilot/running/batch/replay.py",
+            "from ..grid import chain",
+            "running/batch may not import running/grid",
         ),
     ],
 )

@@ -19,7 +19,7 @@ from lexpilot.models.quirks import (
     refusal_of,
 )
 from lexpilot.models.replies import parse_completion, parse_stream
-from lexpilot.running.batch_import import line_error
+from lexpilot.running.batch.collect import line_error
 from tests.conftest import Harness, sample_cases, write_dataset
 from tests.test_provider_faults import TEMPERATURE_REFUSED
 

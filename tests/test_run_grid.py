@@ -412,8 +412,8 @@ def test_after_a_ctrl_c_a_cell_that_saved_every_case_is_done_and_one_that_did_no
     and stopped cells were counted nowhere in the display. A stage the drain stopped says how many cases it did not
     start and exits 130; one that saved them all exits 0."""
     from lexpilot.protocols.catalog import stages_named
-    from lexpilot.running.grid import DONE, INTERRUPTED, WAITING
-    from lexpilot.running.grid_run import start_grid
+    from lexpilot.running.grid.cells import DONE, INTERRUPTED, WAITING
+    from lexpilot.running.grid.run import start_grid
 
     for code, status in ((0, DONE), (130, INTERRUPTED)):
         shown = Terminal(tty=False)
@@ -599,7 +599,7 @@ def test_the_display_counts_cells_endpoints_and_spending_and_redraws_in_place(
     """Item 5: "cells done, running, waiting and failed; per endpoint: calls in flight, calls/s, 429s and any pause;
     spending so far against the quote, and the ETA. A TTY redraws in place; a non-TTY prints a line every 30 s.\""""
     from lexpilot.protocols.catalog import stages_named
-    from lexpilot.running.grid_run import start_grid
+    from lexpilot.running.grid.run import start_grid
 
     prices = tmp_path / "prices.json"
     prices.write_text(
@@ -675,7 +675,7 @@ def quoted_high(options: list[str], capsys) -> float:
 def check_a_terminal_redraws_in_place_and_a_log_every_30_s(grid) -> None:
     """The finished grid's display drawn again: on a TTY in place (with a pause a 429 asked for), elsewhere a line
     every 30 s."""
-    from lexpilot.running.grid_display import Display, Quote
+    from lexpilot.running.grid.display import Display, Quote
 
     grid.sharing.endpoints.all()[0].resume_at = time.monotonic() + 40  # a pause a 429 asked for
     terminal = Terminal(tty=True)
@@ -737,7 +737,7 @@ def test_the_grid_raises_the_open_file_limit_it_needs_or_says_it_is_short(hard, 
     code = (
         "import resource\n"
         f"resource.setrlimit(resource.RLIMIT_NOFILE, (256, {hard}))\n"
-        "from lexpilot.running.grid_run import open_files_for\n"
+        "from lexpilot.running.grid.run import open_files_for\n"
         "print(open_files_for(50, 8) or '-')\n"
         "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n"
     )
@@ -758,7 +758,7 @@ def test_an_open_file_limit_the_system_will_not_raise_is_said_not_a_traceback(mo
     import resource
     import sys
 
-    from lexpilot.running.grid_run import open_files_for
+    from lexpilot.running.grid.run import open_files_for
 
     def refused(*_):
         raise ValueError("current limit exceeds maximum limit")

@@ -405,7 +405,7 @@ def test_a_stage_step_that_fails_leaves_no_journal_line_of_the_next_stage_behind
     marks and paid replies go into the replaced file, and are bought again."""
     from types import SimpleNamespace
 
-    from lexpilot.running.batch_chain import STOPPED, Turn
+    from lexpilot.running.grid.chain import STOPPED, Turn
     from lexpilot.storage.checkpoints import CallJournal, CheckpointWriter
 
     journal, writer = tmp_path / "calls_journal.jsonl", CheckpointWriter()

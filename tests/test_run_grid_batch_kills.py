@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from lexpilot.running.batch_api import request_digest
+from lexpilot.running.batch.api import request_digest
 from lexpilot.scripted.provider import FakeProvider
 from tests.conftest import ROOT, sample_cases, write_dataset
 from tests.test_run_grid import MODELS, records

@@ -140,13 +140,13 @@ def run_stage(
         print(dry_run_report(name, state, selected), file=out)
         return 0
     if settings.batching.status:  # it only reads: never refused while another process writes the run
-        from lexpilot.running.batch_status import status  # the batch API is only touched when asked for
+        from lexpilot.running.batch.status import status  # the batch API is only touched when asked for
 
         return status(name, settings, clients, out)
     with run_lock(settings):
         state = open_stage(stage, settings, selected, manifest, err)
         if settings.batching.enabled:
-            from lexpilot.running import batching
+            from lexpilot.running.batch import cycles as batching
 
             return batching.run_cycles(name, state, clients, settings, out, err, run_case, sharing, cell)
         return _execute(name, state, clients, out, err, sharing, cell)
@@ -189,7 +189,7 @@ def open_stage(stage: Stage, settings: Settings, selected: list[Case], manifest:
 def refuse_with_batches_in_flight(state: StageState) -> None:
     """A synchronous run of a stage whose requests are in batches still open (an earlier --batch-detach, or a
     --batch run stopped) would pay for them twice: it is refused, naming how to collect them."""
-    from lexpilot.running.batch_run import ledger_path, open_batches
+    from lexpilot.running.batch.run import ledger_path, open_batches
 
     steps = {s.name for s in state.steps}
     open_requests = sum(

@@ -13,8 +13,8 @@ from lexpilot.errors import CaseFailed, CaseFailure
 from lexpilot.models.calls import Usage
 from lexpilot.models.replies import truncation_flag
 from lexpilot.protocols.steps import CaseCalls
-from lexpilot.running.batch_run import BatchRun
-from lexpilot.running.ledger import AT_ONCE
+from lexpilot.running.batch.ledger import AT_ONCE
+from lexpilot.running.batch.run import BatchRun
 from lexpilot.storage.checkpoints import CallJournal
 
 

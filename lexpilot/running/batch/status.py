@@ -7,9 +7,9 @@ import sys
 import threading
 from pathlib import Path
 
-from lexpilot.running.batch_api import FINISHED, listed, listing, provider_call, untagged
-from lexpilot.running.batch_run import BatchRun, QuietProgress, know_itself, ledger_path
-from lexpilot.running.ledger import Ledger
+from lexpilot.running.batch.api import FINISHED, listed, listing, provider_call, untagged
+from lexpilot.running.batch.ledger import Ledger
+from lexpilot.running.batch.run import BatchRun, QuietProgress, know_itself, ledger_path
 from lexpilot.storage.checkpoints import CheckpointWriter, manifest_path
 from lexpilot.storage.manifest import read_manifest
 from lexpilot.text import counted

@@ -14,7 +14,7 @@ from lexpilot.benchmark.records import model_folder
 from lexpilot.errors import FatalError
 from lexpilot.files import check_input, write_atomic
 from lexpilot.models.calls import TRANSIENT_STATUS, backoff_seconds, error_message
-from lexpilot.running.ledger import Ledger
+from lexpilot.running.batch.ledger import Ledger
 from lexpilot.storage.checkpoints import journal_custom_ids
 from lexpilot.text import counted
 

@@ -2,7 +2,7 @@
 model) go into one shared batch per cycle, one upload per endpoint per cycle rather than one per cell.
 
 The (model, run) chains advance in lockstep. A cycle's batches are made once every chain still running has handed
-over the requests of its stages (a chain runs its independent stages side by side: running/batch_chain.py); a chain
+over the requests of its stages (a chain runs its independent stages side by side: running/grid/chain.py); a chain
 that waits for its batches or replays its cases is waited for. So the grid takes as many cycles as its longest chain
 of dependent steps, not their sum over cells.
 
@@ -11,9 +11,9 @@ What a kill could lose is recorded first, in each cell's own ledger (runs/<run>/
 - the shared input file before the create: the batch is created only once every cell's ledger holds it;
 - the batch after the create.
 So each ledger alone says what was submitted, as a single stage's does: `prepared` was never sent, and `uploaded` is
-found by its input file in the provider's list (running/batch_api.py). The batch carries the pool's token and the
+found by its input file in the provider's list (running/batch/api.py). The batch carries the pool's token and the
 output root's hash in its metadata. Each cell takes only its own lines from the shared output (its custom ids start
-with its run's incarnation: running/batch_import.py skips the others), and the output file is downloaded once for
+with its run's incarnation: running/batch/collect.py skips the others), and the output file is downloaded once for
 all of them.
 """
 
@@ -26,7 +26,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from lexpilot.models.limits import key_digest
-from lexpilot.running.batch_api import (
+from lexpilot.running.batch.api import (
     batch_file,
     batch_lines,
     checked,

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from lexpilot.pricing import cost
-from lexpilot.running.grid import (
+from lexpilot.running.grid.cells import (
     DONE,
     FAILED,
     IN_FLIGHT,

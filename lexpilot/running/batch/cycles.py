@@ -23,7 +23,7 @@ from pathlib import Path
 from lexpilot.benchmark.prompts import load_prompts
 from lexpilot.errors import FatalError
 from lexpilot.models.calls import default_token_fields, request_body
-from lexpilot.running.batch_api import (
+from lexpilot.running.batch.api import (
     adopt,
     chunks,
     provider_call,
@@ -31,9 +31,10 @@ from lexpilot.running.batch_api import (
     submit,
     write_batch_file,
 )
-from lexpilot.running.batch_import import collect
-from lexpilot.running.batch_replay import read_journal, remaining_depth, replay
-from lexpilot.running.batch_run import (
+from lexpilot.running.batch.collect import collect
+from lexpilot.running.batch.ledger import Ledger
+from lexpilot.running.batch.replay import read_journal, remaining_depth, replay
+from lexpilot.running.batch.run import (
     BatchRun,
     QuietProgress,
     Together,
@@ -42,7 +43,6 @@ from lexpilot.running.batch_run import (
     poll_wait,
 )
 from lexpilot.running.failures import failure_lines
-from lexpilot.running.ledger import Ledger
 from lexpilot.storage.checkpoints import (
     CallJournal,
     CheckpointWriter,
@@ -71,7 +71,7 @@ def open_run(
     name: str, state, clients: dict, settings, log, run_case, sharing=None, cell=None, together=None
 ) -> BatchRun:
     """A stage's batch-mode invocation, knowing its run's incarnation. `together`: what it shares with the other
-    stages of its run open side by side (the grid's batch chain, running/batch_chain.py); a stage script's own."""
+    stages of its run open side by side (the grid's batch chain, running/grid/chain.py); a stage script's own."""
     from lexpilot.models.calls import ModelCaller
 
     together = together or Together(Ledger(ledger_path(settings)), CheckpointWriter())

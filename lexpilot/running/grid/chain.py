@@ -5,12 +5,12 @@ stages that is LexAwN_gen's 12 cycles, then Interaction-Based LJP's 1 (the only 
 
 One thread holds the run's lock once. It opens each stage whose upstream is done as its script opens it (the
 manifest checked, the stage prepared, its records read), as a BatchRun; the stages share the run's ledger, journal
-writer, budget reservations and manifest (running/batch_run.py `Together`). Each cycle it takes them one after
+writer, budget reservations and manifest (running/batch/run.py `Together`). Each cycle it takes them one after
 another: each collects its own finished batches; then each replays its cases until they need replies, and a stage
 that needs none is finished, its readers opened at once and replayed in the same cycle; then the requests of every
-stage go to the pool (running/batch_pool.py) in one hand-over. The journal's writer is closed after every turn (the
+stage go to the pool (running/grid/pool.py) in one hand-over. The journal's writer is closed after every turn (the
 next may rewrite the journal). Nothing touches the run's files concurrently, so each stage keeps the guarantees a
-stage script's cycles give it (running/batching.py).
+stage script's cycles give it (running/batch/cycles.py).
 """
 
 from __future__ import annotations
@@ -19,9 +19,7 @@ import io
 from dataclasses import dataclass
 
 from lexpilot.errors import Aborted
-from lexpilot.running.batch_pool import Drained, chain_of
-from lexpilot.running.batch_run import BatchRun, Together, ledger_path, poll_wait
-from lexpilot.running.batching import (
+from lexpilot.running.batch.cycles import (
     batch_summary,
     collect_own,
     cycle_requests,
@@ -32,7 +30,9 @@ from lexpilot.running.batching import (
     say_interrupted,
     start,
 )
-from lexpilot.running.grid import (
+from lexpilot.running.batch.ledger import Ledger
+from lexpilot.running.batch.run import BatchRun, Together, ledger_path, poll_wait
+from lexpilot.running.grid.cells import (
     DONE,
     FAILED,
     IN_FLIGHT,
@@ -45,7 +45,7 @@ from lexpilot.running.grid import (
     reason_of,
     why,
 )
-from lexpilot.running.ledger import Ledger
+from lexpilot.running.grid.pool import Drained, chain_of
 from lexpilot.running.stage import open_stage, run_lock, stage_inputs
 from lexpilot.running.state import run_case
 from lexpilot.storage.checkpoints import CheckpointWriter

@@ -13,7 +13,7 @@ from lexpilot.errors import FatalError
 from lexpilot.models.calls import Usage, error_message, malformed_usage
 from lexpilot.models.quirks import STOPS, ProviderError, Refusal, provider_error, refusal_of, stop_message
 from lexpilot.models.replies import MalformedReply, parse_completion, unusable
-from lexpilot.running.batch_api import finished_lines
+from lexpilot.running.batch.api import finished_lines
 from lexpilot.storage.checkpoints import CallJournal, CheckpointWriter
 
 

@@ -18,8 +18,7 @@ from lexpilot.models.calls import Sharing
 from lexpilot.models.limits import Endpoints, Limits, server_of
 from lexpilot.pricing import Budget
 from lexpilot.protocols.steps import Stage
-from lexpilot.running.batch_pool import BatchPool, chain_of
-from lexpilot.running.grid import (
+from lexpilot.running.grid.cells import (
     FAILED,
     NOT_RUN,
     Cell,
@@ -30,9 +29,16 @@ from lexpilot.running.grid import (
     start_chains,
     wait_for,
 )
-from lexpilot.running.grid_display import Display, Quote, summary
-from lexpilot.running.grid_file import GridFile, ModelEndpoint, command_limits, read_grid_file
-from lexpilot.running.grid_quote import allowed_rates, batch_cycles, quote_grid, stage_settings, summed_money
+from lexpilot.running.grid.display import Display, Quote, summary
+from lexpilot.running.grid.file import GridFile, ModelEndpoint, command_limits, read_grid_file
+from lexpilot.running.grid.pool import BatchPool, chain_of
+from lexpilot.running.grid.quote import (
+    allowed_rates,
+    batch_cycles,
+    quote_grid,
+    stage_settings,
+    summed_money,
+)
 from lexpilot.settings import Settings
 
 
@@ -160,7 +166,7 @@ class GridRun:
             self.clients_of or (lambda cell: None),
         )
         if first.batching.enabled:  # a chain's independent stages side by side, cycle by cycle
-            from lexpilot.running.batch_chain import run_batch_chain
+            from lexpilot.running.grid.chain import run_batch_chain
 
             grid.chain_runner = run_batch_chain
         display = Display(

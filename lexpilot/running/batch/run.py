@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lexpilot.running.ledger import Ledger
+from lexpilot.running.batch.ledger import Ledger
 from lexpilot.storage.checkpoints import CheckpointWriter, run_folder
 from lexpilot.storage.manifest import Manifest, note_batches_submitted, run_incarnation, submitted_batches
 
@@ -71,7 +71,7 @@ class BatchRun:
     # why the ledger does not hold the stage's batches the manifest counts ("": it does)
     ledger_lost: str = ""
     noted_submission: int = 0  # the stage's last cycle the manifest counts as submitting
-    pool: object = None  # the grid's BatchPool (running/batch_pool.py): its batches are shared by every cell
+    pool: object = None  # the grid's BatchPool (running/grid/pool.py): its batches are shared by every cell
     # custom id -> (model, its worst case) reserved in the budget by this invocation, settled when its reply comes
     reserved: dict = field(default_factory=dict)
     together: Together | None = None

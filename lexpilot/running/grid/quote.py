@@ -21,7 +21,7 @@ from lexpilot.errors import HarnessError
 from lexpilot.models.limits import requests_per_minute
 from lexpilot.protocols.catalog import DEFAULT_STAGE_SET, GRID_STAGES, STAGE_SETS
 from lexpilot.protocols.steps import Stage
-from lexpilot.running.grid import reads
+from lexpilot.running.grid.cells import reads
 from lexpilot.running.quote import (
     CARRIED_REPLIES,
     carried_limit,

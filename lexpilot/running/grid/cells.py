@@ -1,6 +1,6 @@
 """The grid in one process (`run_grid.py`): every (evaluated model, run, stage) cell. The stages of one (model, run)
 run one after another, in the order their reads give (they share the run's lock, as the README's loop runs them; in
-batch mode side by side, running/batch_chain.py);
+batch mode side by side, running/grid/chain.py);
 every (model, run) chain runs at once, and all of them share each endpoint's limiter and one budget. A cell runs its
 stage exactly as the stage's script does (`run_stage`), so it writes the same records, manifests and journals.
 
@@ -22,8 +22,8 @@ from lexpilot.errors import INTERRUPTED as INTERRUPTED_STATUS
 from lexpilot.errors import CaseFailure, HarnessError
 from lexpilot.models.calls import Sharing
 from lexpilot.protocols.steps import Stage
-from lexpilot.running.batch_pool import chain_of
 from lexpilot.running.failures import Reasons
+from lexpilot.running.grid.pool import chain_of
 from lexpilot.settings import Settings
 
 DONE, RUNNING, WAITING, FAILED, NOT_RUN, INTERRUPTED, IN_FLIGHT = (
@@ -124,7 +124,7 @@ class Grid:
     run_stage: Callable  # running.stage.run_stage
     clients_of: Callable[[Cell], dict | None] = lambda cell: None
     report: Callable[[Cell, str], None] = lambda cell, lines: None  # a finished cell's own lines
-    # how a chain runs (None: its cells one after another; in batch mode running/batch_chain.py, side by side)
+    # how a chain runs (None: its cells one after another; in batch mode running/grid/chain.py, side by side)
     chain_runner: Callable | None = None
     reasons: Reasons = field(default_factory=Reasons)  # every failed case, by stage and reason, as they fail
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -177,7 +177,7 @@ def batches_in_flight(settings: Settings) -> bool:
     """Whether a batch-mode cell left batches in flight, as --batch-detach and --batch-files do."""
     if not settings.batching.enabled:
         return False
-    from lexpilot.running.batch_run import open_batches
+    from lexpilot.running.batch.run import open_batches
 
     return bool(open_batches(settings))
 

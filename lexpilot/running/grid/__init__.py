@@ -1,0 +1,1 @@
+"""The grid (run_grid.py): cells, set-up, the grid file, the display, the grid's quote, a run's chain, the pool."""
