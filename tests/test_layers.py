@@ -340,8 +340,9 @@ def test_no_function_is_over_60_lines(tmp_path):
 
 
 def always_true_asserts(root: Path) -> list[str]:
-    """Asserts that cannot fail: a non-empty tuple (`assert (x, "why")`), or an `or` with a non-empty string among
-    its operands (`assert x == y or "why"`, meant as `assert x == y, "why"`)."""
+    """Asserts that cannot fail, or whose part cannot: a non-empty tuple (`assert (x, "why")`), or an `or` or an `and`
+    with a non-empty string among its operands (`assert x == y or "why"`, `assert x and "why"`, meant as
+    `assert x == y, "why"`: the `and` checks only x, the string is always true)."""
     import ast
 
     found = []
@@ -352,7 +353,7 @@ def always_true_asserts(root: Path) -> list[str]:
             operands = [
                 v
                 for op in ast.walk(node.test)
-                if isinstance(op, ast.BoolOp) and isinstance(op.op, ast.Or)
+                if isinstance(op, ast.BoolOp)
                 for v in op.values
             ]
             if (isinstance(node.test, ast.Tuple) and node.test.elts) or any(
@@ -368,7 +369,7 @@ def test_no_assert_of_the_tests_is_always_true(tmp_path):
     (tmp_path / "t.py").write_text(
         'assert x or "why"\nassert (x, "why")\nassert x, "why"\nassert x and "why"\n', encoding="utf-8"
     )
-    assert always_true_asserts(tmp_path) == ["t.py:1", "t.py:2"]
+    assert always_true_asserts(tmp_path) == ["t.py:1", "t.py:2", "t.py:4"]
 
 
 def test_the_report_scripts_declare_their_run_options_once_and_show_results_is_short():
