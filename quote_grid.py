@@ -21,9 +21,10 @@ from lexpilot.benchmark.dataset import load_dataset
 from lexpilot.errors import HarnessError
 from lexpilot.protocols.catalog import stages_named
 from lexpilot.reporting.tables.quote_tables import quote_text
-from lexpilot.reporting.tables.renderings import RENDERINGS, TEXT_WIDTH
+from lexpilot.reporting.tables.renderings import TEXT_WIDTH, add_format_option
 from lexpilot.running.grid.file import split_limits
 from lexpilot.running.grid.quote import (
+    SECONDS_PER_CALL,
     Timing,
     add_grid_args,
     allowed_rates,
@@ -59,8 +60,8 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--seconds-per-call",
         type=number(float, 0.001, 3600),
-        default=30.0,
-        help="a call's time, for the wall-time estimate (default 30)",
+        default=SECONDS_PER_CALL,
+        help=f"a call's time, for the wall-time estimate (default {SECONDS_PER_CALL:g})",
     )
     parser.add_argument(
         "--jobs",
@@ -68,7 +69,7 @@ def main(argv=None) -> int:
         default=0,
         help="(model, run) jobs run at once (default 0: all, as a job array)",
     )
-    parser.add_argument("--format", choices=sorted(RENDERINGS), default="text")
+    add_format_option(parser)
     parser.add_argument(
         "--width",
         type=number(int, 0, 10**6),

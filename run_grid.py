@@ -22,9 +22,10 @@ from lexpilot.benchmark.dataset import load_dataset
 from lexpilot.errors import INTERRUPTED, HarnessError, own_interrupts
 from lexpilot.protocols.catalog import stages_named
 from lexpilot.reporting.tables.quote_tables import quote_text
-from lexpilot.reporting.tables.renderings import RENDERINGS, TEXT_WIDTH
+from lexpilot.reporting.tables.renderings import TEXT_WIDTH, add_format_option
 from lexpilot.running.grid.file import split_limits
 from lexpilot.running.grid.quote import (
+    SECONDS_PER_CALL,
     Timing,
     add_grid_args,
     grid_run_ids,
@@ -60,7 +61,7 @@ def main(argv=None) -> int:
         help="share each endpoint's "
         "limits with every process and machine using it, through Redis (?lease=SECONDS, default 60)",
     )
-    parser.add_argument("--format", choices=sorted(RENDERINGS), default="text", help="of the --dry-run quote")
+    add_format_option(parser, "of the --dry-run quote")
     parser.add_argument("--width", type=number(int, 0, 10**6), default=TEXT_WIDTH, help=argparse.SUPPRESS)
     args, options = parser.parse_known_args(argv)
     limits, options = split_limits(options)
@@ -102,7 +103,7 @@ def dry_run(grid, args, run_ids: list[str]) -> int:
         cases, sha = load_dataset(first.dataset)
         selected = cases[: first.limit] if first.limit else cases
         parts = quote_grid(grid.stages, grid.settings_of, grid.models, run_ids, selected, sha)
-    timing = Timing(30.0, first.transport.concurrency, 0, grid.rate_limits(first))
+    timing = Timing(SECONDS_PER_CALL, first.transport.concurrency, 0, grid.rate_limits(first))
     print(quote_text(quote_tables(parts), quote_notes(parts, timing), args.format, args.width))
     return 1 if any(p.refused for p in parts) else 0
 

@@ -31,6 +31,10 @@ TIMEOUT = 120.0  # seconds of silence
 DEADLINE_TIMEOUTS = 10  # one call's wall-clock deadline, in timeouts
 
 
+BACKOFF_BASE = 1.0  # seconds: the first retry's backoff, doubling (LEXPILOT_BACKOFF_BASE)
+BATCH_POLL = 30.0  # seconds: the longest wait between looks at batches in flight (--batch-poll)
+
+
 @dataclass(frozen=True)
 class Role:
     name: str  # eval | user | judge
@@ -67,7 +71,7 @@ class Transport:
     stream: bool = False
     # wall-clock seconds one call may take, however its bytes trickle in
     call_deadline: float = DEADLINE_TIMEOUTS * TIMEOUT
-    backoff_base: float = 1.0
+    backoff_base: float = BACKOFF_BASE
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,7 @@ class Batching:
     roles: tuple[str, ...] = ()  # the roles asked through batches (none given: all)
     detach: bool = False
     status: bool = False
-    poll: float = 30.0
+    poll: float = BATCH_POLL
     files: Path | None = None  # vLLM run-batch files instead of a batch API
     resubmit: bool = False  # after a lost ledger, submit again what the provider cannot show as this run's
 
@@ -441,9 +445,9 @@ def _add_batch_args(a) -> None:
     a(
         "--batch-poll",
         type=number(float, 0.01, 86400),
-        default=30.0,
-        help="the most seconds between batch polls, at least 0.01 (default 30; the first looks after a "
-        "submission come sooner: 0.25 s, then doubling)",
+        default=BATCH_POLL,
+        help=f"the most seconds between batch polls, at least 0.01 (default {BATCH_POLL:g}; the first looks "
+        "after a submission come sooner: 0.25 s, then doubling)",
     )
     a(
         "--batch-roles",
@@ -481,7 +485,7 @@ def settings_from_args(args: argparse.Namespace, env=os.environ) -> Settings:
     check_run_id(args.run_id, "--run-id")
     if getattr(args, "from_run", None) is not None:
         check_run_id(args.from_run, "--from-run")
-    backoff = env.get("LEXPILOT_BACKOFF_BASE", "1.0")
+    backoff = env.get("LEXPILOT_BACKOFF_BASE", str(BACKOFF_BASE))
     try:
         backoff_base = float(backoff)
         if not 0 <= backoff_base <= 3600:

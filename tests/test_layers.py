@@ -350,12 +350,7 @@ def always_true_asserts(root: Path) -> list[str]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if not isinstance(node, ast.Assert):
                 continue
-            operands = [
-                v
-                for op in ast.walk(node.test)
-                if isinstance(op, ast.BoolOp)
-                for v in op.values
-            ]
+            operands = [v for op in ast.walk(node.test) if isinstance(op, ast.BoolOp) for v in op.values]
             if (isinstance(node.test, ast.Tuple) and node.test.elts) or any(
                 isinstance(v, ast.Constant) and isinstance(v.value, str) and v.value for v in operands
             ):

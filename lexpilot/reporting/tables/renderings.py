@@ -228,6 +228,11 @@ def render_csv(tables: list[Table], decimals: int | None = None) -> str:
 RENDERINGS = {"text": render_text, "markdown": render_markdown, "csv": render_csv, "latex": render_latex}
 
 
+def add_format_option(parser, help: str | None = None) -> None:
+    """--format, as the scripts that print tables take it: one of the renderings, text by default."""
+    parser.add_argument("--format", choices=sorted(RENDERINGS), default="text", help=help)
+
+
 # Issue 35 item 13: "use one style for JSON metric keys". Every key of the JSON that names what was measured (a
 # task, a metric, a number of a cell) or over which cases (Overall, a class, a stop reason) is written in one style,
 # snake_case, by `json_key`; a name in Chinese (a cause of action) keeps its characters. Table 4's families carry
