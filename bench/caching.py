@@ -22,7 +22,7 @@ from pathlib import Path
 
 from lexpilot.protocols.catalog import PAPER_GRID
 from lexpilot.running.stage import stage_main
-from lexpilot.scripted.provider import FakeProvider
+from lexpilot.scripted.provider import ScriptedProvider
 from lexpilot.scripted.replies import PrefixCache, default_reply
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GENERATED = ("lexawn", "force_ask", "force_judge", "user")
 
 
-def run_grid(root: Path, provider: FakeProvider, runs: int, limit: int | None) -> None:
+def run_grid(root: Path, provider: ScriptedProvider, runs: int, limit: int | None) -> None:
     """Every paper stage for runs run1..runN; the evaluated model and the User Model word their replies apart in
     each run (sampled at temperature 0.7, they would), so a later run's prompts repeat only what the case fixes."""
     # never sent anywhere: the clients are in memory
@@ -89,7 +89,7 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--limit", type=int, help="the first N cases of the sample")
     args = parser.parse_args(argv)
-    with FakeProvider() as provider, tempfile.TemporaryDirectory() as tmp:
+    with ScriptedProvider() as provider, tempfile.TemporaryDirectory() as tmp:
         provider.cache = PrefixCache(args.minimum, args.step)
         with open(os.devnull, "w") as quiet, redirect_stdout(quiet), redirect_stderr(quiet):
             run_grid(Path(tmp), provider, args.runs, args.limit)  # the stages' own lines are not the result

@@ -27,14 +27,14 @@ from pathlib import Path
 
 from bench.throughput import synthetic_dataset
 from lexpilot.protocols.catalog import PAPER_GRID
-from lexpilot.scripted.provider import FakeProvider
+from lexpilot.scripted.provider import ScriptedProvider
 
 ROOT = Path(__file__).resolve().parents[1]
 USER, JUDGE = "DeepSeek-V4.1-Flash", "DeepSeek-R1"
 LOOP_SCRIPTS = [f"{name}.py" for name in PAPER_GRID]
 
 
-def base_env(user: FakeProvider, judge: FakeProvider) -> dict:
+def base_env(user: ScriptedProvider, judge: ScriptedProvider) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LEXPILOT_"))}
     return env | {
         "OPENAI_API_KEY": "bench",
@@ -137,11 +137,11 @@ def jobs_at_once(at_once: int):
 def measure(name: str, way, args, dataset: Path, folder: Path) -> dict:
     models = [f"bench-model-{i + 1}" for i in range(args.models)]
     latency = 0.0 if args.scale else args.latency
-    evaluated = [FakeProvider(latency=latency) for _ in models]
+    evaluated = [ScriptedProvider(latency=latency) for _ in models]
     rate = None if args.scale else args.rate
     user, judge = (
-        FakeProvider(latency=latency, rate_limit=rate),
-        FakeProvider(latency=latency, rate_limit=rate),
+        ScriptedProvider(latency=latency, rate_limit=rate),
+        ScriptedProvider(latency=latency, rate_limit=rate),
     )
     for provider in (*evaluated, user, judge):
         provider.base_url = provider.start()

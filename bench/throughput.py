@@ -26,7 +26,7 @@ import eval_DCG
 import eval_LJP
 import LexAwN_gen
 from lexpilot.scripted.kinds import kind_of
-from lexpilot.scripted.provider import FakeProvider
+from lexpilot.scripted.provider import ScriptedProvider
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -153,7 +153,7 @@ def main(argv=None) -> int:
         return batch_benchmark(args)
     with (
         tempfile.TemporaryDirectory() as tmp,
-        FakeProvider(latency=args.latency, jitter=args.jitter, rate_limit=args.rate_limit) as provider,
+        ScriptedProvider(latency=args.latency, jitter=args.jitter, rate_limit=args.rate_limit) as provider,
     ):
         tmp = Path(tmp)
         dataset, env = bench_dataset_and_env(tmp, args.cases, provider.base_url)
@@ -199,7 +199,7 @@ def batch_benchmark(args) -> int:
     longest per-case call chain), harness CPU per request, peak memory, wall against cycles x delay."""
     import re
 
-    with tempfile.TemporaryDirectory() as tmp, FakeProvider() as provider:
+    with tempfile.TemporaryDirectory() as tmp, ScriptedProvider() as provider:
         provider.batch_delay = args.batch_delay
         tmp = Path(tmp)
         dataset, env = bench_dataset_and_env(tmp, args.cases, provider.base_url)

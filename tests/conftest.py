@@ -7,7 +7,7 @@ import pytest
 
 from lexpilot.protocols.catalog import BY_HAND, ENTRY_POINTS
 from lexpilot.running.stage import stage_main
-from lexpilot.scripted.provider import FakeProvider
+from lexpilot.scripted.provider import ScriptedProvider
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,11 +77,16 @@ def write_dataset(path: Path, cases) -> Path:
 
 
 class Harness:
-    """Runs stages in-process against a FakeProvider, with outputs under a temporary root: through the
+    """Runs stages in-process against a ScriptedProvider, with outputs under a temporary root: through the
     OpenAI SDK over HTTP to the provider's server when `http`, else in memory (no socket)."""
 
     def __init__(
-        self, tmp_path: Path, provider: FakeProvider, monkeypatch, dataset: Path = SAMPLE, http: bool = False
+        self,
+        tmp_path: Path,
+        provider: ScriptedProvider,
+        monkeypatch,
+        dataset: Path = SAMPLE,
+        http: bool = False,
     ):
         self.root, self.provider, self.dataset, self.run_id = tmp_path / "out", provider, dataset, "r1"
         self.http = http
@@ -143,7 +148,7 @@ def clean_env(monkeypatch, tmp_path_factory):
 @pytest.fixture
 def provider():
     """A scripted provider; its HTTP server starts only when a test asks for its base URL's traffic."""
-    with FakeProvider() as p:
+    with ScriptedProvider() as p:
         yield p
 
 

@@ -12,7 +12,7 @@ import rejudge
 from lexpilot.benchmark.records import LCA
 from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS
 from lexpilot.protocols.consultation import LCA_STAGE
-from lexpilot.scripted.provider import FakeProvider
+from lexpilot.scripted.provider import ScriptedProvider
 from tests.conftest import Harness, judge_kinds, sample_cases, write_dataset
 
 PROSE = "我认为这个问题很难说。"
@@ -64,7 +64,7 @@ def clean(tmp_path_factory):
     """What the provider processes for a synchronous run of every stage, with the same invalid outputs."""
     tmp = tmp_path_factory.mktemp("sync")
     script = FirstAnswerInvalid()
-    with FakeProvider(script) as provider, pytest.MonkeyPatch.context() as monkeypatch:
+    with ScriptedProvider(script) as provider, pytest.MonkeyPatch.context() as monkeypatch:
         h = Harness(tmp, provider, monkeypatch, write_dataset(tmp / "three.json", cases()))
         every_stage(h, script)
     assert {kind for kind, _ in provider.processed} >= set(VALIDATED)
@@ -78,7 +78,7 @@ def test_an_invalid_output_in_batch_mode_is_asked_again_and_every_stage_complete
 ):
     sync_root, expected = clean
     script = FirstAnswerInvalid()
-    with FakeProvider(script) as provider:
+    with ScriptedProvider(script) as provider:
         h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "three.json", cases()))
         every_stage(h, script, "--batch-roles", roles, "--batch-poll", "1")
         err = capsys.readouterr().err
@@ -126,7 +126,7 @@ def test_an_invalid_output_is_said_once_across_detached_invocations(tmp_path, mo
     """Review of item 0: each --batch-detach invocation replays the journal from the start; an invalid output an
     earlier invocation said is not said again."""
     script = FirstAnswerInvalid()
-    with FakeProvider(script) as provider:
+    with ScriptedProvider(script) as provider:
         h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "three.json", cases()))
         said = detached_until_done(h, provider, capsys)
     assert script.total > 0 and said.count(": asked again: invalid ") == script.total
@@ -137,7 +137,7 @@ def test_the_last_of_three_invalid_outputs_is_not_said_to_be_asked_again(tmp_pat
     synchronous run)."""
     always = lambda kind, prompt, body: PROSE if kind == "ljp_judge" else None
     for mode in ((), ("--batch", "--batch-poll", "1")):
-        with FakeProvider(always) as provider:
+        with ScriptedProvider(always) as provider:
             root = tmp_path / ("batch" if mode else "sync")
             h = Harness(
                 root, provider, monkeypatch, write_dataset(tmp_path / f"{root.name}.json", cases()[:1])

@@ -427,14 +427,14 @@ def ledger_file(h):
 def test_a_lost_ledger_after_a_re_ask_adopts_the_re_ask_not_the_answered_batch(tmp_path, monkeypatch, capsys):
     """An invalid judge output asked again: the re-ask asks what the first ask asked. After a lost ledger, the
     batch of the first ask (collected already: its replies are in the journal) must not take the re-ask's place."""
-    from lexpilot.scripted.provider import FakeProvider
+    from lexpilot.scripted.provider import ScriptedProvider
     from tests.test_batch_invalid import FirstAnswerInvalid
 
     four = write_dataset(tmp_path / "four.json", CASES[:4])
-    with FakeProvider(FirstAnswerInvalid()) as sync:
+    with ScriptedProvider(FirstAnswerInvalid()) as sync:
         assert Harness(tmp_path / "sync", sync, monkeypatch, four).run("gold") == 0
         expected = Counter(sync.processed)
-    with FakeProvider(FirstAnswerInvalid()) as provider:
+    with ScriptedProvider(FirstAnswerInvalid()) as provider:
         h = Harness(tmp_path / "batch", provider, monkeypatch, four)
         provider.batch_delay = 3600
         # the predictions; their extractions (prose); the extractions asked again, in flight

@@ -25,7 +25,7 @@ from lexpilot.protocols.judging import (
 )
 from lexpilot.protocols.steps import CaseCalls
 from lexpilot.running.stage import Progress
-from lexpilot.scripted.provider import FakeProvider
+from lexpilot.scripted.provider import ScriptedProvider
 from lexpilot.settings import DEFAULT_BASE_URL, Settings, Transport, resolve_roles
 from tests.conftest import sample_cases
 
@@ -125,7 +125,7 @@ def _script(*outcomes):
 
 
 def test_request_carries_exactly_the_specified_parameters():
-    with FakeProvider() as p:
+    with ScriptedProvider() as p:
         _caller(p).chat("judge", "填好的提示", Usage())
         body = p.requests[0]
     assert body == {
@@ -140,7 +140,7 @@ def test_request_carries_exactly_the_specified_parameters():
 @pytest.mark.slow
 @pytest.mark.parametrize("status", [429, 500, 503, 408])
 def test_transient_status_is_retried(status):
-    with FakeProvider(_script({"status": status, "headers": {"Retry-After": "0"}})) as p:
+    with ScriptedProvider(_script({"status": status, "headers": {"Retry-After": "0"}})) as p:
         usage = Usage()
         assert _caller(p).chat("eval", "x", usage).text == "?"
         assert p.statuses[status] == 1 and p.statuses[200] == 1
@@ -148,7 +148,7 @@ def test_transient_status_is_retried(status):
 
 
 def test_retry_after_is_honoured():
-    with FakeProvider(_script({"status": 429, "headers": {"Retry-After": "0.4"}})) as p:
+    with ScriptedProvider(_script({"status": 429, "headers": {"Retry-After": "0.4"}})) as p:
         caller = _caller(p)
         start = time.monotonic()
         caller.chat("eval", "x", Usage())
@@ -166,7 +166,7 @@ def test_retry_after_parsing_and_capped_backoff():
 
 
 def test_timeout_is_retried_and_bounded():
-    with FakeProvider(_script({"sleep": 1.5})) as p:
+    with ScriptedProvider(_script({"sleep": 1.5})) as p:
         caller = _caller(p, timeout=0.3)
         start = time.monotonic()
         assert caller.chat("eval", "x", Usage()).text == "?"
@@ -175,7 +175,7 @@ def test_timeout_is_retried_and_bounded():
 
 
 def test_permanent_failure_stops_at_once_naming_role_model_host_not_key():
-    with FakeProvider(_script({"status": 401, "error": "bad key"})) as p:
+    with ScriptedProvider(_script({"status": 401, "error": "bad key"})) as p:
         with pytest.raises(FatalError) as e:
             _caller(p).chat("user", "x", Usage())
         assert len(p.requests) == 1
@@ -186,7 +186,7 @@ def test_permanent_failure_stops_at_once_naming_role_model_host_not_key():
 
 @pytest.mark.parametrize("bad", [{"content": "   "}, {"content": "半句话", "finish_reason": "length"}])
 def test_empty_and_truncated_replies_are_rejected_and_retried(bad):
-    with FakeProvider(_script(bad, bad)) as p:
+    with ScriptedProvider(_script(bad, bad)) as p:
         usage = Usage()
         assert _caller(p).chat("eval", "x", usage).text == "?"
         assert len(p.requests) == 3
@@ -195,14 +195,14 @@ def test_empty_and_truncated_replies_are_rejected_and_retried(bad):
 
 def test_rejections_count_within_retries_then_the_case_fails():
     bad = {"content": "截断", "finish_reason": "length"}
-    with FakeProvider(_script(*[bad] * 10)) as p:
+    with ScriptedProvider(_script(*[bad] * 10)) as p:
         with pytest.raises(CaseFailed, match="truncated at --max-tokens 100"):
             _caller(p, retries=2, max_tokens=100).chat("eval", "x", Usage())
         assert len(p.requests) == 3
 
 
 def test_streaming_collects_text_and_usage():
-    with FakeProvider(_script("流式的完整回答")) as p:
+    with ScriptedProvider(_script("流式的完整回答")) as p:
         usage = Usage()
         assert _caller(p, stream=True).chat("eval", "x", usage).text == "流式的完整回答"
         assert p.requests[0]["stream"] is True
@@ -211,7 +211,7 @@ def test_streaming_collects_text_and_usage():
 
 def test_a_reply_without_token_counts_is_counted_as_unreported():
     # llama.cpp's server ignores stream_options.include_usage: streamed replies carry no usage at all
-    with FakeProvider(_script("流式回答"), usage=False) as p:
+    with ScriptedProvider(_script("流式回答"), usage=False) as p:
         usage = Usage()
         assert _caller(p, stream=True).chat("eval", "x", usage).text == "流式回答"
         assert _caller(p, stream=False).chat("eval", "x", usage).text == "?"
@@ -242,7 +242,7 @@ VLLM_CONTEXT = {
 
 @pytest.mark.parametrize("error", [OPENAI_CONTEXT, VLLM_CONTEXT])
 def test_context_window_error_fails_the_case_without_retry_and_says_what_to_do(error):
-    with FakeProvider(_script(error)) as p:
+    with ScriptedProvider(_script(error)) as p:
         with pytest.raises(CaseFailed) as failure:
             _caller(p, max_tokens=16).chat("eval", "x", Usage())
         assert len(p.requests) == 1  # no retry can help
@@ -252,7 +252,7 @@ def test_context_window_error_fails_the_case_without_retry_and_says_what_to_do(e
 
 
 def test_other_bad_requests_still_stop_the_stage():
-    with FakeProvider(_script({"status": 400, "error": "unknown parameter n"})) as p:
+    with ScriptedProvider(_script({"status": 400, "error": "unknown parameter n"})) as p:
         with pytest.raises(FatalError, match="HTTP 400"):
             _caller(p).chat("eval", "x", Usage())
 
@@ -260,7 +260,7 @@ def test_other_bad_requests_still_stop_the_stage():
 @pytest.mark.slow
 def test_a_stalled_stream_is_closed_after_the_timeout_and_retried():
     # llama.cpp stops generating when the client closes a stream; a non-streamed request it finishes anyway.
-    with FakeProvider(_script({"content": "永远等不到的后半句", "stall": 1.0})) as p:
+    with ScriptedProvider(_script({"content": "永远等不到的后半句", "stall": 1.0})) as p:
         caller = _caller(p, stream=True, timeout=0.3)
         started = time.monotonic()
         assert caller.chat("eval", "x", Usage()).text == "?"
@@ -273,12 +273,12 @@ def test_a_stalled_stream_is_closed_after_the_timeout_and_retried():
 
 
 def test_streaming_rejects_truncation():
-    with FakeProvider(_script({"content": "半句", "finish_reason": "length"})) as p:
+    with ScriptedProvider(_script({"content": "半句", "finish_reason": "length"})) as p:
         assert _caller(p, stream=True).chat("eval", "x", Usage()).text == "?"
 
 
 def test_abort_stops_between_attempts():
-    with FakeProvider(_script({"status": 500})) as p:
+    with ScriptedProvider(_script({"status": 500})) as p:
         caller = _caller(p)
         caller.abort.set()
         with pytest.raises(Aborted):
@@ -320,11 +320,11 @@ def test_verdicts_validated_and_normalised():
 
 def test_invalid_judge_output_is_asked_again_up_to_three_times():
     case = case_from_raw(sample_cases()[0])
-    with FakeProvider(_script("策略三", "大概是策略二")) as p:
+    with ScriptedProvider(_script("策略三", "大概是策略二")) as p:
         calls = CaseCalls(_caller(p), load_prompts(), case)
         label, raws = calls.judge("judge_lca", parse_lca_label, history="【追问】请问……")
         assert label == "策略二" and raws == ["策略三", "大概是策略二", "策略二"]
-    with FakeProvider(lambda kind, prompt, body: "不知道") as p:
+    with ScriptedProvider(lambda kind, prompt, body: "不知道") as p:
         calls = CaseCalls(_caller(p), load_prompts(), case)
         with pytest.raises(CaseFailed, match="after 3 attempts.*last raw output: '不知道'"):
             calls.judge("judge_lca", parse_lca_label, history="x")
@@ -333,7 +333,7 @@ def test_invalid_judge_output_is_asked_again_up_to_three_times():
 
 def test_rate_limit_push_back_is_waited_out_beyond_the_retry_budget():
     rate_limited = {"status": 429, "headers": {"Retry-After": "0.01"}}
-    with FakeProvider(_script(*[rate_limited] * 6)) as p:
+    with ScriptedProvider(_script(*[rate_limited] * 6)) as p:
         caller = _caller(p, retries=1)
         assert caller.chat("eval", "x", Usage()).text == "?"
         assert p.statuses[429] == 6 and caller.progress.retries == 6
@@ -342,7 +342,7 @@ def test_rate_limit_push_back_is_waited_out_beyond_the_retry_budget():
 
 @pytest.mark.slow
 def test_429_without_retry_after_uses_the_retry_budget():
-    with FakeProvider(_script(*[{"status": 429}] * 5)) as p:
+    with ScriptedProvider(_script(*[{"status": 429}] * 5)) as p:
         with pytest.raises(CaseFailed, match="HTTP 429 .after 2 attempts"):
             _caller(p, retries=1).chat("eval", "x", Usage())
 
@@ -354,7 +354,7 @@ def test_a_retry_after_beyond_the_cap_is_the_usual_backoff_on_a_5xx_as_on_a_429(
     s): the call is retried with the usual backoff."""
     from lexpilot.models import calls as calls_module
 
-    with FakeProvider(_script({"status": status, "headers": {"Retry-After": "86400"}})) as p:
+    with ScriptedProvider(_script({"status": status, "headers": {"Retry-After": "86400"}})) as p:
         caller = _caller(p)
         waits = []
         monkeypatch.setattr(caller.abort, "wait", lambda seconds=None: waits.append(seconds) or False)
@@ -370,7 +370,7 @@ def test_a_call_is_marked_in_flight_when_it_is_sent_not_while_it_waits_for_a_slo
     from lexpilot.storage.checkpoints import CallJournal, CheckpointWriter
 
     case = case_from_raw(sample_cases()[0])
-    with FakeProvider() as p:
+    with ScriptedProvider() as p:
         caller = _caller(p)
         journal = CallJournal(tmp_path / "calls_journal.jsonl", CheckpointWriter(), set())
         calls = CaseCalls(caller, load_prompts(), case, journal=journal, step="s")

@@ -17,7 +17,7 @@ from lexpilot.benchmark.records import (
 from lexpilot.benchmark.records import model_folder as model_dirname
 from lexpilot.errors import HarnessError
 from lexpilot.reporting.scoring.results import load_runs
-from lexpilot.scripted.provider import FakeProvider
+from lexpilot.scripted.provider import ScriptedProvider
 from lexpilot.storage.checkpoints import manifest_path
 from lexpilot.storage.lock import RunLock
 from lexpilot.storage.manifest import settings_digest
@@ -56,7 +56,7 @@ def test_failure_stops_the_stage_and_rerun_resumes_without_regenerating(harness,
 def test_keep_going_finishes_the_others_and_reports_every_failure(tmp_path, monkeypatch, capsys):
     fourth = sample_cases()[3]["underspecified_consultation"][0]["content"]
     script = lambda kind, prompt, body: {"status": 503} if THIRD_CASE in prompt or fourth in prompt else None
-    with FakeProvider(script) as p:
+    with ScriptedProvider(script) as p:
         h = Harness(tmp_path, p, monkeypatch)
         assert h.run("direct", "--keep-going", "--retries", "1") == 1
     err = capsys.readouterr().err
@@ -93,7 +93,7 @@ def test_paid_generation_is_kept_when_only_its_judging_fails(harness, provider):
 
 
 def test_permanent_failure_stops_at_once(tmp_path, monkeypatch, capsys):
-    with FakeProvider(lambda kind, prompt, body: {"status": 401, "error": "invalid key"}) as p:
+    with ScriptedProvider(lambda kind, prompt, body: {"status": 401, "error": "invalid key"}) as p:
         h = Harness(tmp_path, p, monkeypatch)
         assert h.run("direct", "--keep-going", "--concurrency", "2") == 2
         assert len(p.requests) <= 2
@@ -301,7 +301,7 @@ def test_second_writer_is_refused(tmp_path, monkeypatch, capsys, provider):
 def test_results_do_not_depend_on_concurrency(tmp_path, monkeypatch):
     outputs = []
     for concurrency in ("1", "8"):
-        with FakeProvider() as p:
+        with ScriptedProvider() as p:
             h = Harness(tmp_path / concurrency, p, monkeypatch)
             for stage in ("LexAwN", "DCG", "direct", "gold", "interaction"):
                 assert h.run(stage, "--concurrency", concurrency) == 0
@@ -328,7 +328,7 @@ def always_ask(kind, prompt, body):
     ],
 )
 def test_dry_run_counts_match_a_fresh_run(tmp_path, monkeypatch, capsys, stage, calls):
-    with FakeProvider(always_ask) as p:
+    with ScriptedProvider(always_ask) as p:
         h = Harness(tmp_path, p, monkeypatch)
         assert h.run(stage, "--dry-run") == 0
         out = capsys.readouterr().out
@@ -395,7 +395,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_completed_records(tmp_path):
 
     from tests.conftest import ROOT, SAMPLE, as_at_a_terminal
 
-    with FakeProvider(latency=0.1) as p:
+    with ScriptedProvider(latency=0.1) as p:
         env = {**os.environ, "OPENAI_BASE_URL": p.base_url, "OPENAI_API_KEY": "k", "LEXPILOT_MODEL": "m"}
         cmd = [
             sys.executable,

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import show_results
-from lexpilot.scripted.provider import FakeProvider
+from lexpilot.scripted.provider import ScriptedProvider
 from tests.conftest import ROOT, Harness, sample_cases, write_dataset
 from tests.warm import run as warm_run
 
@@ -99,7 +99,7 @@ def test_two_shards_cover_every_cell_once_and_report_as_one_unsharded_run(tmp_pa
     as one unsharded run." And "`--shard` with `--dry-run` lists the cells of a shard": the same on every machine,
     whatever order --models gives."""
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
-    with FakeProvider() as evaluated, FakeProvider() as judge:
+    with ScriptedProvider() as evaluated, ScriptedProvider() as judge:
         env = environment(evaluated, judge)
         listed = []
         for k, models in ((1, MODELS), (2, MODELS[::-1])):

@@ -235,10 +235,10 @@ def test_two_model_ids_on_one_single_slot_server_share_its_limit(tmp_path, monke
     once. [...] Every model on that base URL shares the server's limiter as well as its own." The scripted server
     answers one request at a time as llama-cpp-python's does (a second stream at once gets an empty stream); every
     role is served there. Without the [servers] table (the second case), two requests do meet."""
-    from lexpilot.scripted.provider import FakeProvider
+    from lexpilot.scripted.provider import ScriptedProvider
 
     dataset = write_dataset(tmp_path / "three.json", sample_cases()[:3])
-    with FakeProvider(one_slot=True, latency=0.05) as server:
+    with ScriptedProvider(one_slot=True, latency=0.05) as server:
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", "k")
         spelled = server.base_url.replace("http://", "HTTP://") + "/"  # another spelling of the same server

@@ -17,7 +17,7 @@ import show_results
 from lexpilot.benchmark.records import A1, INTERACTION, LJP_GOLD
 from lexpilot.files import NUMBER
 from lexpilot.reporting.validation import agreement as agreement_kit
-from lexpilot.scripted.provider import FakeProvider
+from lexpilot.scripted.provider import ScriptedProvider
 from lexpilot.storage import checkpoints
 from tests.conftest import ROOT, SAMPLE, Harness, sample_cases, write_dataset
 
@@ -123,7 +123,7 @@ def test_a_kill_leaves_torn_files_and_the_rerun_recovers_every_complete_record(t
     import signal
     import time
 
-    with FakeProvider(latency=0.05) as p:
+    with ScriptedProvider(latency=0.05) as p:
         env = {**os.environ, "OPENAI_BASE_URL": p.base_url, "OPENAI_API_KEY": "k", "LEXPILOT_MODEL": "m"}
         command = [
             sys.executable,
@@ -224,7 +224,7 @@ def test_judge_agreement_refuses_a_duplicated_item_row(tmp_path, capsys):
 
 def test_formula_cells_are_neutralised_in_every_csv_and_recoverable(tmp_path, monkeypatch, capsys):
     hostile = '=HYPERLINK("http://x","点我")'
-    provider = FakeProvider(
+    provider = ScriptedProvider(
         lambda kind, prompt, body: hostile if kind in ("lexawn", "force_ask", "force_judge") else None
     )
     with provider:
@@ -397,7 +397,7 @@ def test_bad_settings_are_one_line(tmp_path, harness, monkeypatch, capsys):
 def finished_run(tmp_path_factory):
     """A finished run of every stage on two sample cases, made once; tests work on copies of it."""
     tmp_path = tmp_path_factory.mktemp("finished")
-    with FakeProvider() as provider, pytest.MonkeyPatch.context() as monkeypatch:
+    with ScriptedProvider() as provider, pytest.MonkeyPatch.context() as monkeypatch:
         h = Harness(tmp_path, provider, monkeypatch)
         for stage in ("LexAwN", "DCG", "direct", "gold", "interaction"):
             assert h.run(stage, "--limit", "2") == 0

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from lexpilot.models.calls import Usage
-from lexpilot.scripted.provider import FakeProvider
+from lexpilot.scripted.provider import ScriptedProvider
 from tests.conftest import ROOT, SECRET, Harness, sample_cases, write_dataset
 from tests.test_calls import _caller, _script
 from tests.test_provider_faults import MAX_TOKENS_REFUSED
@@ -25,7 +25,7 @@ def test_a_reasoning_model_at_the_default_concurrency_switches_every_refused_req
             return MAX_TOKENS_REFUSED
         return None
 
-    with FakeProvider() as provider:
+    with ScriptedProvider() as provider:
         provider.script = slow_refusal
         h = Harness(tmp_path, provider, monkeypatch, dataset)
         assert h.run("gold") == 0  # the default --concurrency 8
@@ -40,7 +40,7 @@ def test_a_reasoning_model_at_the_default_concurrency_switches_every_refused_req
 def test_a_retry_after_beyond_the_cap_is_a_transient_failure_without_a_stage_pause(retry_after, shown):
     """Item 11: normal backoff for that call, no stage-wide pause; the case fails saying how long the provider
     asks to wait, so that the user can rerun later."""
-    with FakeProvider(_script(*[{"status": 429, "headers": {"Retry-After": retry_after}}] * 10)) as p:
+    with ScriptedProvider(_script(*[{"status": 429, "headers": {"Retry-After": retry_after}}] * 10)) as p:
         caller = _caller(p, retries=2)
         started = time.monotonic()
         with pytest.raises(Exception, match=rf"provider asks to wait [\d.]+ {shown.split()[-1]}"):
@@ -337,7 +337,7 @@ def test_a_reply_without_token_counts_costs_its_reserved_worst_case(tmp_path, mo
             {m: {"prompt": 1, "completion": 4} for m in ("eval-model", "DeepSeek-R1", "DeepSeek-V4.1-Flash")}
         )
     )
-    with FakeProvider(usage=False) as provider:
+    with ScriptedProvider(usage=False) as provider:
         h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "two.json", sample_cases()[:2]))
         common = ("--limit", "2", "--concurrency", "1", "--max-tokens", "1000", "--prices", str(prices))
         assert h.run("gold", *common) == 0
@@ -386,7 +386,7 @@ def test_review_leftovers_of_the_hardening(harness, provider, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_zero_or_past_retry_after_is_the_usual_backoff_not_a_burst():
-    with FakeProvider(_script(*[{"status": 429, "headers": {"Retry-After": "0"}}] * 40)) as p:
+    with ScriptedProvider(_script(*[{"status": 429, "headers": {"Retry-After": "0"}}] * 40)) as p:
         caller = _caller(p, retries=2)
         with pytest.raises(Exception, match="HTTP 429"):
             caller.chat("eval", "x", Usage())

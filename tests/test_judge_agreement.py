@@ -10,7 +10,7 @@ import judge_agreement
 from lexpilot.files import key_file
 from lexpilot.reporting.scoring.metrics import cohen_kappa, label_agreement
 from lexpilot.reporting.validation import agreement as agreement_kit
-from lexpilot.scripted.provider import FakeProvider
+from lexpilot.scripted.provider import ScriptedProvider
 from tests.conftest import SAMPLE, Harness, sample_cases, write_dataset
 
 
@@ -117,7 +117,7 @@ def two_models(tmp_path_factory):
     """Complete runs of two models on four sample cases, and a third model on one case only; made once for
     the module (the tests only read them)."""
     tmp_path = tmp_path_factory.mktemp("two_models")
-    with FakeProvider() as provider, pytest.MonkeyPatch.context() as monkeypatch:
+    with ScriptedProvider() as provider, pytest.MonkeyPatch.context() as monkeypatch:
         harness = Harness(
             tmp_path, provider, monkeypatch, write_dataset(tmp_path / "d.json", sample_cases()[:4])
         )

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from lexpilot.benchmark.records import RECORD_KINDS
-from lexpilot.scripted.provider import FakeProvider
+from lexpilot.scripted.provider import ScriptedProvider
 from tests.conftest import ROOT, SAMPLE
 from tests.conftest import STAGES as CATALOGUED
 
@@ -45,12 +45,12 @@ CLEAR_STOP = re.compile(r"^\[[^\]]+\] (case .+ failed: .+|stopped: .+|error: .+)
 
 @pytest.fixture(scope="module")
 def judge():
-    with FakeProvider() as provider:
+    with ScriptedProvider() as provider:
         yield provider
 
 
 def run(
-    script: str, root: Path, judge: FakeProvider, run_id: str, *extra: str
+    script: str, root: Path, judge: ScriptedProvider, run_id: str, *extra: str
 ) -> subprocess.CompletedProcess:
     env = {
         **os.environ,

@@ -11,7 +11,7 @@ import pytest
 from lexpilot.errors import CaseFailed
 from lexpilot.models import calls
 from lexpilot.models.calls import Usage
-from lexpilot.scripted.provider import FakeProvider
+from lexpilot.scripted.provider import ScriptedProvider
 from tests.conftest import ROOT, SECRET, Harness, sample_cases, write_dataset
 from tests.test_calls import _caller, _script
 
@@ -21,7 +21,7 @@ from tests.test_calls import _caller, _script
 @pytest.mark.parametrize("retry_after", ["100000", "inf", "nan", "Fri, 31 Dec 2099 23:59:59 GMT"])
 def test_a_huge_retry_after_is_capped_said_and_fails_the_attempt(monkeypatch, retry_after):
     monkeypatch.setattr(calls, "MAX_RETRY_AFTER", 0.2)
-    with FakeProvider(_script(*[{"status": 429, "headers": {"Retry-After": retry_after}}] * 10)) as p:
+    with ScriptedProvider(_script(*[{"status": 429, "headers": {"Retry-After": retry_after}}] * 10)) as p:
         caller = _caller(p, retries=1)
         started = time.monotonic()
         with pytest.raises(
@@ -40,7 +40,7 @@ def test_a_huge_retry_after_is_capped_said_and_fails_the_attempt(monkeypatch, re
 @pytest.mark.slow
 @pytest.mark.parametrize("stream,outcome", [(False, {"trickle": 0.05}), (True, {"endless": True})])
 def test_a_call_is_abandoned_at_its_deadline_however_its_bytes_keep_coming(stream, outcome):
-    with FakeProvider(_script(outcome)) as p:
+    with ScriptedProvider(_script(outcome)) as p:
         caller = _caller(p, stream=stream, timeout=2, deadline=0.5)
         started = time.monotonic()
         assert caller.chat("eval", "x", Usage()).text == "?"  # retried, then the default reply
@@ -95,12 +95,12 @@ MALFORMED = {
 @pytest.mark.parametrize("name", MALFORMED)
 def test_a_malformed_200_is_a_transient_failure_with_its_own_message(name):
     body, message = MALFORMED[name]
-    with FakeProvider(_script({"raw": body})) as p:
+    with ScriptedProvider(_script({"raw": body})) as p:
         caller = _caller(p, retries=1)
         assert caller.chat("eval", "x", Usage()).text == "?"  # the retry got a good reply
         assert caller.progress.retries == 1 and "malformed reply: " in caller.progress.last_error
         assert message in caller.progress.last_error
-    with FakeProvider(_script(*[{"raw": body}] * 3)) as p:
+    with ScriptedProvider(_script(*[{"raw": body}] * 3)) as p:
         with pytest.raises(CaseFailed, match=f"malformed reply: .*{message}.*after 2 attempts"):
             _caller(p, retries=1).chat("eval", "x", Usage())
 
@@ -122,7 +122,7 @@ def test_a_malformed_judge_reply_fails_only_its_case(tmp_path, provider, monkeyp
 def test_a_stream_cut_short_by_a_one_slot_server_is_push_back_and_the_stage_completes(
     tmp_path, monkeypatch, capsys
 ):
-    with FakeProvider(latency=0.05, one_slot=True) as p:
+    with ScriptedProvider(latency=0.05, one_slot=True) as p:
         h = Harness(
             tmp_path, p, monkeypatch, write_dataset(tmp_path / "two.json", sample_cases()[:2]), http=True
         )
@@ -134,7 +134,7 @@ def test_a_stream_cut_short_by_a_one_slot_server_is_push_back_and_the_stage_comp
 
 def test_a_stream_without_finish_reason_says_what_to_do():
     cut = {"raw": b"data: [DONE]\n\n", "content_type": "text/event-stream"}
-    with FakeProvider(_script(*[cut] * 3)) as p:
+    with ScriptedProvider(_script(*[cut] * 3)) as p:
         with pytest.raises(
             CaseFailed,
             match="stream ended before the reply finished .after 2 attempts.; "
@@ -148,7 +148,7 @@ def test_many_first_calls_at_once_in_a_fresh_process(tmp_path):
     """Regression: lazily built SDK response models once raced across threads on the first calls."""
     cases = [dict(c, case_number=f"（2099）并发民初{i}号") for i, c in enumerate(sample_cases() * 2)]
     dataset = write_dataset(tmp_path / "many.json", cases)
-    with FakeProvider() as p:
+    with ScriptedProvider() as p:
         env = {
             "PATH": "/usr/bin:/bin",
             "OPENAI_BASE_URL": p.base_url,
@@ -219,7 +219,7 @@ def test_a_base_url_that_is_not_an_http_url_stops_before_any_call(
 
 
 def test_a_redirect_to_another_origin_is_not_followed(tmp_path, provider, monkeypatch, capsys):
-    with FakeProvider() as elsewhere:
+    with ScriptedProvider() as elsewhere:
         provider.script = lambda kind, prompt, body: {
             "status": 307,
             "headers": {"Location": elsewhere.base_url + "/chat/completions"},
@@ -256,7 +256,7 @@ def test_non_finite_and_out_of_range_numbers_are_refused_at_parse_time(harness, 
 
 
 def test_the_timeout_hint_fits_the_streaming_setting():
-    with FakeProvider(_script(*[{"content": "x", "stall": 1.0}] * 3)) as p:
+    with ScriptedProvider(_script(*[{"content": "x", "stall": 1.0}] * 3)) as p:
         with pytest.raises(CaseFailed) as failure:
             _caller(p, stream=True, timeout=0.2, retries=0).chat("eval", "x", Usage())
     assert "use --stream" not in str(failure.value) and "raise --timeout" in str(failure.value)

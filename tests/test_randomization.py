@@ -17,14 +17,14 @@ from tests.test_rankings import KEY, group_of, plan_script, rows_of, run_dcg
 def write_dcg_grid(folder, n: int, plan: dict) -> tuple:
     """The DCG stage of every model and run of the plan (model -> run -> cases right), on n synthetic cases."""
     from bench.throughput import synthetic_dataset
-    from lexpilot.scripted.provider import FakeProvider
+    from lexpilot.scripted.provider import ScriptedProvider
     from tests.conftest import SECRET
 
     dataset = folder / "cases.json"
     synthetic_dataset(n, dataset)
     cases = json.loads(dataset.read_text(encoding="utf-8"))
     runs = sorted({run for model in plan.values() for run in model})
-    with pytest.MonkeyPatch.context() as monkeypatch, FakeProvider() as provider:
+    with pytest.MonkeyPatch.context() as monkeypatch, ScriptedProvider() as provider:
         monkeypatch.setenv("OPENAI_API_KEY", SECRET)
         for run_id in runs:
             provider.script = plan_script(cases, plan, run_id)

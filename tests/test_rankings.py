@@ -181,14 +181,14 @@ def ranked_runs(tmp_path_factory):
     import json as json_module
 
     from bench.throughput import synthetic_dataset
-    from lexpilot.scripted.provider import FakeProvider
+    from lexpilot.scripted.provider import ScriptedProvider
     from tests.conftest import SECRET
 
     tmp_path = tmp_path_factory.mktemp("ranked")
     dataset = tmp_path / "cases.json"
     synthetic_dataset(N, dataset)
     cases = json_module.loads(dataset.read_text(encoding="utf-8"))
-    with pytest.MonkeyPatch.context() as monkeypatch, FakeProvider() as provider:
+    with pytest.MonkeyPatch.context() as monkeypatch, ScriptedProvider() as provider:
         monkeypatch.setenv("OPENAI_API_KEY", SECRET)
         for run_id in ("r1", "r2"):
             provider.script = dcg_script(cases, run_id)
@@ -1010,7 +1010,7 @@ def test_equal_values_share_a_rank(ranked_runs, tmp_path, monkeypatch, capsys):
     import shutil
 
     import show_results
-    from lexpilot.scripted.provider import FakeProvider
+    from lexpilot.scripted.provider import ScriptedProvider
     from tests.conftest import SECRET
 
     root = shutil.copytree(ranked_runs, tmp_path / "out")
@@ -1018,7 +1018,7 @@ def test_equal_values_share_a_rank(ranked_runs, tmp_path, monkeypatch, capsys):
     cases = json_module.loads(dataset.read_text(encoding="utf-8"))
     monkeypatch.setitem(PLAN, "m-e", PLAN["m-b"])
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-    with FakeProvider() as provider:
+    with ScriptedProvider() as provider:
         for run_id in ("r1", "r2"):
             provider.script = dcg_script(cases, run_id)
             run_dcg(provider, run_id, "m-e", dataset, root)
@@ -1071,12 +1071,12 @@ def test_a_limited_run_beside_a_full_one_is_named_by_its_cases_and_code_is_said_
     import json as json_module
 
     import show_results
-    from lexpilot.scripted.provider import FakeProvider
+    from lexpilot.scripted.provider import ScriptedProvider
     from tests.conftest import SECRET
 
     dataset = ranked_runs.parent / "cases.json"
     cases = json_module.loads(dataset.read_text(encoding="utf-8"))
-    with pytest.MonkeyPatch.context() as monkeypatch, FakeProvider() as provider:
+    with pytest.MonkeyPatch.context() as monkeypatch, ScriptedProvider() as provider:
         monkeypatch.setenv("OPENAI_API_KEY", SECRET)
         provider.script = dcg_script(cases, "r1")
         run_dcg(provider, "short", "m-a", dataset, ranked_root, "--limit", "12")

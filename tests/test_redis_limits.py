@@ -20,7 +20,7 @@ import pytest
 from lexpilot.errors import Aborted
 from lexpilot.models.limits import Limits
 from lexpilot.models.shared_limits import BUSY_POLL, RedisStore, SharedLimiter
-from lexpilot.scripted.provider import FakeProvider
+from lexpilot.scripted.provider import ScriptedProvider
 from tests.conftest import ROOT, sample_cases, write_dataset
 from tests.test_grid import environment, grid
 from tests.test_run_grid import records
@@ -119,7 +119,7 @@ def test_two_processes_share_one_limit_and_use_it(tmp_path, redis_server, warm):
     provider's own count, and use at least 90 % of it.\""""
     rate = 16
     dataset = write_dataset(tmp_path / "three.json", sample_cases()[:3])
-    with FakeProvider(latency=0.02) as evaluated, FakeProvider(rate_limit=rate) as judge:
+    with ScriptedProvider(latency=0.02) as evaluated, ScriptedProvider(rate_limit=rate) as judge:
         shards = both_shards(
             warm,
             tmp_path / "out",
@@ -162,7 +162,7 @@ def test_a_killed_process_gives_its_leases_back_and_its_shard_completes_on_a_rer
     the killed shard completes it. The provider processed exactly the requests of a clean run, per request.\""""
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
     lease = 2
-    with FakeProvider() as evaluated, FakeProvider() as judge:
+    with ScriptedProvider() as evaluated, ScriptedProvider() as judge:
         env = environment(evaluated, judge)
         clean_processed = clean_run(warm, tmp_path / "clean", dataset, env, evaluated, judge)
         evaluated.latency = judge.latency = 0.05  # calls in flight a while, once the clean grid is done
@@ -203,7 +203,7 @@ def test_a_killed_process_gives_its_leases_back_and_its_shard_completes_on_a_rer
 def test_a_redis_restart_pauses_both_processes_with_one_line_and_loses_nothing(tmp_path, redis_server, warm):
     """ "Restart Redis mid-run: both processes pause with one line and continue, with nothing lost or paid twice.\""""
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
-    with FakeProvider() as evaluated, FakeProvider() as judge:
+    with ScriptedProvider() as evaluated, ScriptedProvider() as judge:
         env = environment(evaluated, judge)
         clean_processed = clean_run(warm, tmp_path / "clean", dataset, env, evaluated, judge)
         evaluated.latency = judge.latency = 0.05  # calls in flight a while, once the clean grid is done
@@ -245,7 +245,7 @@ def limits_error(tmp_path, capsys, url, *extra) -> tuple[int, str]:
 
     tmp_path.mkdir(exist_ok=True)
     dataset = write_dataset(tmp_path / "one.json", sample_cases()[:1])
-    with FakeProvider() as p:
+    with ScriptedProvider() as p:
         os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"] = p.base_url, "k"
         try:
             code = run_grid.main(
@@ -314,7 +314,9 @@ def test_a_redis_that_answers_but_cannot_be_used_is_one_line_saying_why(tmp_path
     finally:
         web.close()
     assert code == 2 and len(err.splitlines()) == 1 and "does not answer as Redis does" in err, err
-    with FakeProvider() as web:  # an HTTP server that closes the line: it was "cannot reach Redis … start it"
+    with (
+        ScriptedProvider() as web
+    ):  # an HTTP server that closes the line: it was "cannot reach Redis … start it"
         port = web.base_url.split(":")[2].split("/")[0]
         code, err = limits_error(tmp_path / "provider", capsys, f"redis://127.0.0.1:{port}/0")
     assert code == 2 and len(err.splitlines()) == 1 and "does not answer as Redis does" in err, err

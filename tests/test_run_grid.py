@@ -17,7 +17,7 @@ from lexpilot.errors import FatalError
 from lexpilot.models.limits import Limiter, Limits, request_tokens, requests_per_minute
 from lexpilot.protocols.catalog import ENTRY_POINTS
 from lexpilot.running.stage import stage_main
-from lexpilot.scripted.provider import FakeProvider
+from lexpilot.scripted.provider import ScriptedProvider
 from tests.conftest import SECRET, sample_cases, write_dataset
 
 MODELS = ("model-a", "model-b", "model-c")
@@ -101,7 +101,7 @@ def test_each_evaluated_model_on_its_own_endpoint_from_the_grid_file(
 ):
     """Item 2: "A grid file (TOML, documented with an example) names, per model id, the base URL, the name of the
     environment variable that holds its key, and optional limits." The key reaches its endpoint only."""
-    with FakeProvider() as own:
+    with ScriptedProvider() as own:
         grid_file = tmp_path / "grid.toml"
         grid_file.write_text(
             f'[models."model-c"]\nbase_url = "{own.base_url}"\nkey_variable = "C_KEY"\nconcurrency = 2\n',
@@ -216,9 +216,9 @@ def test_the_shared_user_model_and_judge_stay_under_their_limit_for_every_cell_t
     2 % of requests refused."""
     rate = 15
     with (
-        FakeProvider(latency=0.05) as evaluated,
-        FakeProvider(rate_limit=rate) as user,
-        FakeProvider(rate_limit=rate) as judge,
+        ScriptedProvider(latency=0.05) as evaluated,
+        ScriptedProvider(rate_limit=rate) as user,
+        ScriptedProvider(rate_limit=rate) as judge,
     ):
         monkeypatch.setenv("OPENAI_BASE_URL", evaluated.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", SECRET)

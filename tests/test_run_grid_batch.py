@@ -464,9 +464,9 @@ def test_a_model_whose_endpoint_takes_no_batches_is_asked_directly_with_batch_fa
     """Items 2 and 9 together: one evaluated model lives on an endpoint without a batch API (llama.cpp's server,
     here the scripted provider answering 404 there). Its cells stop with one line naming the grid file's way out;
     with `batch = false` in its [models] table it is asked directly within the cycles, everything else batched."""
-    from lexpilot.scripted.provider import FakeProvider
+    from lexpilot.scripted.provider import ScriptedProvider
 
-    with FakeProvider() as local:
+    with ScriptedProvider() as local:
         local.batch_refuse = True
         grid_file = tmp_path / "grid.toml"
         table = f'[models."model-c"]\nbase_url = "{local.base_url}"\n'
@@ -550,9 +550,9 @@ def test_calls_asked_directly_in_a_batch_grid_go_out_as_many_at_once_as_a_synchr
     """A model with batch = false (or a role left out of --batch-roles) is asked within the cycles at --concurrency,
     as a synchronous stage asks it, not one case after another (a review found 432 cases' calls made in a row). One
     run of Direct LJP, three cases: the three predictions reach the model's endpoint before the first is answered."""
-    from lexpilot.scripted.provider import FakeProvider
+    from lexpilot.scripted.provider import ScriptedProvider
 
-    with FakeProvider(latency=0.5) as local:
+    with ScriptedProvider(latency=0.5) as local:
         local.batch_refuse = True
         grid_file = tmp_path / "grid.toml"
         grid_file.write_text(

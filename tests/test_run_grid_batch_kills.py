@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from lexpilot.running.batch.api import request_digest
-from lexpilot.scripted.provider import FakeProvider
+from lexpilot.scripted.provider import ScriptedProvider
 from tests.conftest import ROOT, sample_cases, write_dataset
 from tests.test_run_grid import MODELS, records
 from tests.test_run_grid_kills import at_a_terminal, environment
@@ -71,7 +71,7 @@ def test_a_kill_while_the_shared_file_is_uploaded_or_its_batch_created_pays_noth
     killed meanwhile: its cells' ledgers say `prepared` (nothing was created: asked again) or `uploaded` (the batch
     made from the file is found in the provider's list, and collected)."""
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
-    with FakeProvider() as provider:
+    with ScriptedProvider() as provider:
         env = environment(provider)
         run(warm, batch_grid(tmp_path / "clean", dataset, "eval_LJP_gold"), env)
         clean, clean_paid, since = Counter(provider.processed), paid(provider), len(provider.batches)
@@ -96,7 +96,7 @@ def test_ten_kills_at_random_moments_under_faults_then_a_rerun_pay_for_exactly_a
     calls (left synchronous) failing once; a run's stages side by side, the pooled batches shared by every run."""
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
     roles = ("--batch-roles", "eval,judge")
-    with FakeProvider() as provider:
+    with ScriptedProvider() as provider:
         env = environment(provider)
         run(warm, batch_grid(tmp_path / "clean", dataset) + list(roles), env)
         clean, files = Counter(provider.processed), len(provider.files)
@@ -139,7 +139,7 @@ def test_a_ctrl_c_leaves_the_pooled_batches_in_flight_and_the_rerun_collects_the
     """Item 6 in batch mode: the first Ctrl-C makes no new batch; the cells waiting for theirs, or for the other
     chains, leave at once with every batch recorded; the same command collects them and pays nothing twice."""
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
-    with FakeProvider() as provider:
+    with ScriptedProvider() as provider:
         env = environment(provider)
         run(warm, batch_grid(tmp_path / "clean", dataset), env)
         clean, clean_paid, since = Counter(provider.processed), paid(provider), len(provider.batches)
@@ -176,7 +176,7 @@ def test_a_ctrl_c_while_a_role_left_synchronous_is_asked_interrupts_its_cells_an
     from lexpilot.scripted.kinds import request_kind
 
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
-    with FakeProvider() as provider:
+    with ScriptedProvider() as provider:
         env = environment(provider)
         command = batch_grid(tmp_path / "clean", dataset) + ["--batch-roles", "eval,judge"]
         run(warm, command, env)

@@ -15,7 +15,7 @@ from collections import Counter
 
 import pytest
 
-from lexpilot.scripted.provider import FakeProvider
+from lexpilot.scripted.provider import ScriptedProvider
 from tests.conftest import ROOT, sample_cases, write_dataset
 from tests.test_run_grid import records
 from tests.warm import Started, fresh, run
@@ -77,7 +77,7 @@ def unanswered(root) -> int:
 
 def test_twenty_kills_at_random_moments_then_a_rerun_pay_for_exactly_a_clean_runs_requests(tmp_path, warm):
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
-    with FakeProvider(script=Faults()) as provider:
+    with ScriptedProvider(script=Faults()) as provider:
         env = environment(provider)
         clean = run(warm, grid_command(tmp_path / "clean", dataset), ROOT, env)
         assert clean.returncode == 0, clean.stderr
@@ -155,7 +155,7 @@ def test_a_first_ctrl_c_drains_the_grid_and_a_second_leaves_at_once(tmp_path, wa
     Ctrl-C exits at once. Nothing saved is lost either way.\""""
     dataset = write_dataset(tmp_path / "three.json", sample_cases()[:3])
     # the calls are slow only while the Ctrl-Cs land: the clean grid and the rerun need no time to stop in
-    with FakeProvider() as provider:
+    with ScriptedProvider() as provider:
         env = environment(provider)
         clean = run(warm, grid_command(tmp_path / "clean", dataset), ROOT, env)
         assert clean.returncode == 0, clean.stderr

@@ -18,7 +18,7 @@ import rejudge
 from lexpilot.benchmark.records import LCA
 from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS
 from lexpilot.protocols.consultation import LCA_STAGE
-from lexpilot.scripted.provider import FakeProvider
+from lexpilot.scripted.provider import ScriptedProvider
 from tests.conftest import ROOT, Harness, judge_kinds, sample_cases, write_dataset
 from tests.warm import fresh
 from tests.warm import run as warm_run
@@ -88,12 +88,12 @@ def every_stage(h: Harness, scripts, stop: bool, capsys) -> list[tuple]:
 
 
 def test_a_stage_stopped_after_a_rejected_output_keeps_every_attempts_usage(tmp_path, monkeypatch, capsys):
-    with FakeProvider() as clean_provider:
+    with ScriptedProvider() as clean_provider:
         clean = Harness(
             tmp_path / "clean", clean_provider, monkeypatch, write_dataset(tmp_path / "two.json", cases())
         )
         expected = every_stage(clean, clean_provider, False, capsys)
-    with FakeProvider() as provider:
+    with ScriptedProvider() as provider:
         stopped = Harness(
             tmp_path / "stopped", provider, monkeypatch, write_dataset(tmp_path / "two.json", cases())
         )
@@ -164,7 +164,7 @@ def test_kills_at_random_moments_keep_the_usage_of_a_clean_run(tmp_path, warm):
     """After kills at random moments through the paper's stages, the records' usage per role equals a clean run's,
     and what the provider processed beyond it is at most the calls in flight at the kills (paid, never answered)."""
     dataset = write_dataset(tmp_path / "three.json", sample_cases()[:3])
-    with FakeProvider() as provider:
+    with ScriptedProvider() as provider:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LEXPILOT_"))}
         env |= {
             "OPENAI_BASE_URL": provider.base_url,
@@ -207,18 +207,20 @@ def test_the_judges_reasoning_reaches_the_record_in_batch_mode_and_after_a_repla
     journal did not hold it), and so did a reply replayed from the journal after an interruption. Each attempt's
     reasoning is kept, the rejected prose's too, in order."""
     dataset = write_dataset(tmp_path / "two.json", cases())
-    with FakeProvider(ReasonedProseThenStop(stop=False)) as provider:
+    with ScriptedProvider(ReasonedProseThenStop(stop=False)) as provider:
         sync = Harness(tmp_path / "sync", provider, monkeypatch, dataset)
         assert sync.run("gold") == 0
     expected = reasoning_of(sync)
     assert all(
         r == {"judge": ["这段输出不合格式。", "先分析每项诉请，再对照判决。"]} for r in expected.values()
     )
-    with FakeProvider(ReasonedProseThenStop(stop=False)) as provider:
+    with ScriptedProvider(ReasonedProseThenStop(stop=False)) as provider:
         batch = Harness(tmp_path / "batch", provider, monkeypatch, dataset)
         assert batch.run("gold", "--batch", "--batch-poll", "1") == 0
     assert reasoning_of(batch) == expected
-    with FakeProvider(ReasonedProseThenStop(stop=True)) as provider:  # stopped after the first prose, rerun
+    with ScriptedProvider(
+        ReasonedProseThenStop(stop=True)
+    ) as provider:  # stopped after the first prose, rerun
         replayed = Harness(tmp_path / "replayed", provider, monkeypatch, dataset)
         assert replayed.run("gold", "--concurrency", "1") == 2
         assert replayed.run("gold", "--concurrency", "1") == 0

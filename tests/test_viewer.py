@@ -26,10 +26,10 @@ def hostile(kind, prompt, body):
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     """Two models on four sample cases, one replying with markup; the site written once."""
-    from lexpilot.scripted.provider import FakeProvider
+    from lexpilot.scripted.provider import ScriptedProvider
 
     tmp = tmp_path_factory.mktemp("site")
-    with FakeProvider(hostile) as provider, pytest.MonkeyPatch.context() as monkeypatch:
+    with ScriptedProvider(hostile) as provider, pytest.MonkeyPatch.context() as monkeypatch:
         h = Harness(tmp, provider, monkeypatch, write_dataset(tmp / "four.json", sample_cases()[:4]))
         for model in ("model-a", "model-b"):
             for stage in ("LexAwN", "DCG", "direct", "gold", "interaction"):
@@ -138,11 +138,11 @@ def partial(tmp_path_factory):
     Gold-Standard, the second case failing in Gold-Standard; model-b: LexAwN and DCG, every case failing in DCG (a
     stage that ran and saved no record). No run ran Interaction-Based LJP, Table 4, the plain consultation or the
     audit."""
-    from lexpilot.scripted.provider import FakeProvider
+    from lexpilot.scripted.provider import ScriptedProvider
 
     tmp = tmp_path_factory.mktemp("partial")
     failing: dict = {}
-    with FakeProvider(partial_script(failing)) as provider, pytest.MonkeyPatch.context() as monkeypatch:
+    with ScriptedProvider(partial_script(failing)) as provider, pytest.MonkeyPatch.context() as monkeypatch:
         h = Harness(tmp, provider, monkeypatch, write_dataset(tmp / "three.json", sample_cases()[:3]))
         for stage in ("LexAwN", "direct"):
             assert h.run(stage, "--model", "model-a") == 0

@@ -58,11 +58,11 @@ def hostile(kind, prompt, body):
 def built(tmp_path_factory):
     """Two models, every stage run per model and run on four sample cases, model-a's run re-judged by the same
     judge; the site written with --complexity."""
-    from lexpilot.scripted.provider import FakeProvider
+    from lexpilot.scripted.provider import ScriptedProvider
 
     tmp = tmp_path_factory.mktemp("stages")
     SEEN.clear(), SENT.clear(), SENT_AS_MESSAGES.clear()  # the module may be built again in a worker
-    with FakeProvider(hostile) as provider, pytest.MonkeyPatch.context() as monkeypatch:
+    with ScriptedProvider(hostile) as provider, pytest.MonkeyPatch.context() as monkeypatch:
         tenth = json.loads(json.dumps(sample_cases()[0]))  # a case numbered 10: sorted as a number, after 4
         tenth["case_number"] = "（2099）示例民初10号"
         tenth["underspecified_consultation"][0]["content"] += "（另一位）"

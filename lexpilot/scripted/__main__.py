@@ -7,7 +7,7 @@ import sys
 import threading
 from pathlib import Path
 
-from lexpilot.scripted.provider import IDENTITY, IDENTITY_PATH, FakeProvider
+from lexpilot.scripted.provider import IDENTITY, IDENTITY_PATH, ScriptedProvider
 from lexpilot.scripted.replies import models_differ
 
 
@@ -106,7 +106,7 @@ def main(argv=None) -> int:
     args = command_line().parse_args(argv)
     if args.check:
         return check(args.check, args.wait)
-    provider = FakeProvider(
+    provider = ScriptedProvider(
         models_differ if args.models_differ else None,
         latency=args.latency,
         jitter=args.jitter,

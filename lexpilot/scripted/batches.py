@@ -35,7 +35,7 @@ def public(batch: dict) -> dict:
 
 
 class BatchEndpoints:
-    """The files and batches endpoints of `FakeProvider`, which holds their state (`files`, `batches`, the
+    """The files and batches endpoints of `ScriptedProvider`, which holds their state (`files`, `batches`, the
     `batch_*` faults) and answers each line with its chat handler (`_answer`)."""
 
     def batch_api(self, method: str, path: str, headers, raw: bytes):

@@ -23,7 +23,7 @@ KEEP = object()  # usage as the provider counts it
 JSON_TYPE = {"Content-Type": "application/json"}
 
 
-class FakeProvider(BatchEndpoints):
+class ScriptedProvider(BatchEndpoints):
     """`script(kind, prompt, body)` may return a str (the reply), None (the default reply), or a dict:
     {"status": 429, "headers": {...}, "error": "...", "param": ..., "code": ...} for an HTTP error,
     {"content": ..., "finish_reason": "length", "reasoning_content": ..., "reasoning_tokens": N} for a given
@@ -364,7 +364,7 @@ IDENTITY = {"provider": "lexpilot-scripted"}
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024
-    provider: FakeProvider
+    provider: ScriptedProvider
 
 
 class _Handler(BaseHTTPRequestHandler):
