@@ -83,6 +83,7 @@ def typed_run(tmp_path, provider, monkeypatch):
     return h
 
 
+@pytest.mark.slow
 def test_figure_4_tables_hand_computed(typed_run, capsys):
     dcg = {r["case_number"]: r["success"] for r in typed_run.records("eval_results", "DCG_results.jsonl")}
     cases = sample_cases()

@@ -110,6 +110,7 @@ def test_figure_3s_trend_lines_take_their_groups_colours(drawn):
         assert trends and trends == points[: len(trends)]
 
 
+@pytest.mark.slow
 def test_the_legend_stands_beside_the_axes_never_on_a_bar(tmp_path):
     """Issue 26 item 10: at 10 models the legend covered the Family bars; it now stands right of the axes."""
     import types

@@ -172,6 +172,7 @@ def test_export_is_reproducible_balanced_and_blind(two_models, tmp_path):
             assert row["claim"] and row["claim"] in row["all_claims"]
 
 
+@pytest.mark.slow
 def test_exported_labels_match_the_saved_judge_decisions(two_models, tmp_path):
     assert export(two_models, tmp_path / "a.csv", "--per-task", "1000") == 0
     keys = read(key_file(tmp_path / "a.csv"))
@@ -256,6 +257,7 @@ def test_kappa_intervals_come_from_whole_cases(tmp_path, capsys):
     assert "κ with its 95% interval from a bootstrap over cases" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_export_reads_the_dataset_each_runs_manifest_names(two_models, tmp_path):
     """Issue 26 item 12: without --dataset, export uses the runs' own dataset, as show_results.py does."""
     assert export(two_models, tmp_path / "given.csv") == 0

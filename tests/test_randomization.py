@@ -76,6 +76,7 @@ def test_ten_models_with_ordered_differences_get_ten_letters_at_the_default_comm
     assert letters == {f"m{9 - i}": "abcdefghij"[i] for i in range(10)}
 
 
+@pytest.mark.slow
 def test_too_few_permutations_for_the_family_are_refused_in_one_line(ten_models, capsys):
     """Issue 36 item 1: "`--resamples` below what the family needs is refused in one line" (the test's own count is
     --permutations; --resamples sets the intervals' bootstrap), and a level no permitted count can reach is said."""
@@ -122,6 +123,7 @@ def test_with_few_differing_cases_p_is_the_exact_sign_tests(discordant, capsys):
         assert float(pairs[(f"m-d{k}", "base")][3]) == exact, k  # every pattern enumerated: exactly
 
 
+@pytest.mark.slow
 def test_drawn_permutations_agree_with_the_exact_p_within_monte_carlo_error(discordant):
     """The same runs, the test drawing B patterns instead of enumerating (B below 2^K): the estimate (k + 1)/(B + 1)
     is within three standard errors of the exact p, plus its 1/(B + 1)."""

@@ -277,6 +277,7 @@ def test_all_pairs_ranking_and_consistency_on_runs_the_stages_wrote(ranked_root,
     assert consistency_rows[("m-a", "DCG")] == ["2", "24", "100.0", "100.0", "100.0", "0.0", "100.0", "100.0"]
 
 
+@pytest.mark.slow
 def test_the_letters_of_the_comparable_models(ranked_root, capsys):
     import show_results
 

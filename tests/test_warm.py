@@ -9,6 +9,9 @@ import pytest
 from tests.conftest import ROOT
 from tests.warm import fresh, run
 
+# forked and fresh interpreters: left out of the quick loop (-m "not slow")
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.parametrize(
     "argv",
