@@ -93,3 +93,35 @@ def test_max_cost_needs_prices_for_every_model(priced, capsys):
     assert "--max-cost needs --prices" in capsys.readouterr().err
     assert h.run("gold", "--max-cost", "1", "--prices", str(prices), "--judge-model", "unpriced") == 2
     assert "has no price for unpriced" in capsys.readouterr().err
+
+
+def test_a_cost_that_leaves_out_calls_without_token_counts_says_so(priced, capsys):
+    """A reply without usage (llama.cpp's streamed replies) is kept and counted, but its tokens are not known, so a
+    cost of its calls is a lower bound: every cost cell says how many calls it leaves out (seen on a real llama.cpp
+    grid: 0.0000 beside fifteen calls, as if they were free)."""
+    import show_results
+
+    h, prices = priced
+    h.provider.usage = False  # no reply reports its tokens
+    assert h.run("direct") == 0
+    capsys.readouterr()
+    assert (
+        show_results.main(
+            [
+                "--output-root",
+                str(h.root),
+                "--prices",
+                str(prices),
+                "--format",
+                "json",
+                "--table",
+                "usage_grid_total",
+            ]
+        )
+        == 0
+    )
+    rows = json.loads(capsys.readouterr().out)["tables"][0]["rows"]
+    calls = {row[0]: row[1]["value"] for row in rows}
+    assert calls["all"] == 8  # four cases: a prediction and its extraction each
+    for row in rows:
+        assert row[7] == f"0.0000 (+{calls[row[0]]} calls without token counts)", row

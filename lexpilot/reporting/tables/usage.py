@@ -25,8 +25,13 @@ def role_cost(run: Run, role: str, used: dict, prices: dict | None) -> float | N
     )
 
 
-def money(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:,.2f}" if value >= 1 else f"{value:.4f}"
+def money(value: float | None, unpriced: int = 0) -> str:
+    """An amount; with `unpriced` calls whose replies reported no token counts (llama.cpp's streamed replies), said
+    beside it: their tokens are not in it, so it is a lower bound, not the bill."""
+    shown = "n/a" if value is None else f"{value:,.2f}" if value >= 1 else f"{value:.4f}"
+    return shown + (
+        f" (+{counted(unpriced, 'call')} without token counts)" if unpriced and value is not None else ""
+    )
 
 
 def role_usage(used: Counter, unanswered: int) -> Figure:
@@ -76,7 +81,7 @@ def usage_tables(groups: list[Group], prices: dict | None) -> list[Table]:
             per_run.append(
                 [label, run.run_id]
                 + [role_usage(by_role[r], run.unanswered.get(r, 0)) for r in ROLES]
-                + [money(total)]
+                + [money(total, sum(by_role[r]["unreported_calls"] for r in by_role))]
             )
         for (stage, role), used in sorted(
             stage_totals.items(), key=lambda x: (x[0][0], ROLES.index(x[0][1]))
@@ -91,7 +96,7 @@ def usage_tables(groups: list[Group], prices: dict | None) -> list[Table]:
                     str(used["prompt_tokens"]),
                     str(used["completion_tokens"])
                     + (f" ({used['reasoning_tokens']} reasoning)" if used["reasoning_tokens"] else ""),
-                    money(None if None in costs else sum(costs)),
+                    money(None if None in costs else sum(costs), used["unreported_calls"]),
                 ]
             )
     return [
@@ -152,7 +157,7 @@ def grid_total(groups: list[Group], prices: dict | None) -> Table:
                 str(used["prompt_tokens"]),
                 str(used["cached_prompt_tokens"]),
                 str(used["completion_tokens"]),
-                money(sum(spent) if priced else None),
+                money(sum(spent) if priced else None, used["unreported_calls"]),
                 money(sum(full) - sum(spent) if priced else None),
             ]
         )
