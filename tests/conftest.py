@@ -196,3 +196,13 @@ def warm(warm_interpreter):
     """The warm interpreter, for one test: the processes it started and left running are killed as it ends."""
     yield warm_interpreter
     warm_interpreter.reap()
+
+
+def json_table(capsys, *argv: str) -> list[list]:
+    """The rows of the one table `show_results.py ARGV --format json --table ID` prints, each count as its number."""
+    import show_results
+
+    capsys.readouterr()
+    assert show_results.main([*argv, "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["tables"][0]["rows"]
+    return [[c["value"] if isinstance(c, dict) and "value" in c else c for c in row] for row in rows]

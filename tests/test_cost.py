@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from tests.conftest import Harness, sample_cases, write_dataset
+from tests.conftest import Harness, json_table, sample_cases, write_dataset
 
 
 @pytest.fixture
@@ -99,29 +99,13 @@ def test_a_cost_that_leaves_out_calls_without_token_counts_says_so(priced, capsy
     """A reply without usage (llama.cpp's streamed replies) is kept and counted, but its tokens are not known, so a
     cost of its calls is a lower bound: every cost cell says how many calls it leaves out (seen on a real llama.cpp
     grid: 0.0000 beside fifteen calls, as if they were free)."""
-    import show_results
-
     h, prices = priced
     h.provider.usage = False  # no reply reports its tokens
     assert h.run("direct") == 0
-    capsys.readouterr()
-    assert (
-        show_results.main(
-            [
-                "--output-root",
-                str(h.root),
-                "--prices",
-                str(prices),
-                "--format",
-                "json",
-                "--table",
-                "usage_grid_total",
-            ]
-        )
-        == 0
+    rows = json_table(
+        capsys, "--output-root", str(h.root), "--prices", str(prices), "--table", "usage_grid_total"
     )
-    rows = json.loads(capsys.readouterr().out)["tables"][0]["rows"]
-    calls = {row[0]: row[1]["value"] for row in rows}
+    calls = {row[0]: row[1] for row in rows}
     assert calls["all"] == 8  # four cases: a prediction and its extraction each
     for row in rows:
         assert row[7] == f"0.0000 (+{calls[row[0]]} calls without token counts)", row

@@ -13,7 +13,7 @@ import pytest
 import run_grid
 from lexpilot.errors import ONE_SLOT, CaseFailure
 from lexpilot.running.failures import Reasons, advice
-from tests.conftest import sample_cases, write_dataset
+from tests.conftest import json_table, sample_cases, write_dataset
 from tests.test_run_grid import grid_argv
 
 MODELS = ("model-a", "model-b")
@@ -153,19 +153,6 @@ def refusing_grid(tmp_path, http, mode) -> tuple:
     return plan, err.text, script.cut, prices, root
 
 
-def report_json(capsys, *argv) -> dict:
-    import show_results
-
-    capsys.readouterr()
-    assert show_results.main(list(argv)) == 0
-    return json.loads(capsys.readouterr().out)
-
-
-def values(row: list) -> list:
-    """A JSON table row with each count as its number."""
-    return [c["value"] if isinstance(c, dict) and "value" in c else c for c in row]
-
-
 @pytest.mark.parametrize("mode", [(), ("--batch", "--batch-poll", "0.02")], ids=["sync", "batch"])
 def test_every_paid_attempt_of_a_case_that_failed_is_counted_to_the_token(tmp_path, http, capsys, mode):
     """Item 3: "Attempts whose replies were refused [...] and the attempts of cases that failed, are kept with their
@@ -188,27 +175,16 @@ def test_every_paid_attempt_of_a_case_that_failed_is_counted_to_the_token(tmp_pa
     assert int(figures[0]) + int(figures[1]) == calls and int(figures[1]) == 3
     assert abs(float(figures[2]) - bill) <= 0.005 + 1e-9
     # --usage: per role what the provider billed its model, the refused replies on a line of their own
-    table = report_json(
-        capsys, "--output-root", str(root), "--usage", "--format", "json", "--table", "usage_per_stage"
-    )
-    rows = [values(row) for row in table["tables"][0]["rows"]]  # model, stage file, role, calls, tokens, cost
+    # (each row: model, stage file, role, calls, prompt and completion tokens, cost)
+    rows = json_table(capsys, "--output-root", str(root), "--usage", "--table", "usage_per_stage")
     for role, model in ROLES.items():
         for column, field in ((3, "calls"), (4, "prompt_tokens"), (5, "completion_tokens")):
             assert sum(r[column] for r in rows if r[2] == role) == billed[model][field], (role, field)
     not_used = [r[2:6] for r in rows if r[1] == "paid for replies not used"]
     assert not_used == [["eval", 4, sum(refused), 4 * 50]]
     # the bill: what --usage --prices says was spent is the provider's own counts at those prices
-    argv = [
-        "--output-root",
-        str(root),
-        "--prices",
-        str(prices),
-        "--format",
-        "json",
-        "--table",
-        "usage_grid_total",
-    ]
-    total = values(report_json(capsys, *argv)["tables"][0]["rows"][-1])  # role, calls, …, cost, cache savings
+    argv = ("--output-root", str(root), "--prices", str(prices), "--table", "usage_grid_total")
+    total = json_table(capsys, *argv)[-1]  # role, calls, …, cost, what the cache saved
     assert total[:2] == ["all", calls] and float(total[7]) == pytest.approx(bill, abs=0.005)
 
 

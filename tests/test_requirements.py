@@ -1,9 +1,7 @@
 """Issue 54 item 1: "Declare it, or don't need it." Every module the package, the entry points, the benchmark
 scripts and the tests import is the standard library's, the project's own, or given by a distribution the
 requirements files name. A module that only an older install left on the machine (certifi, on machines where the
-suite once passed) fails here with the file and line, not on a fresh machine with ModuleNotFoundError.
-
-An import inside `try: ... except ImportError` (or its fallback in the handler) is optional and is not counted."""
+suite once passed) fails here with the file and line, not on a fresh machine with ModuleNotFoundError."""
 
 import ast
 import re
@@ -41,19 +39,9 @@ def normalised(name: str) -> str:
 
 
 def required_imports(path: Path):
-    """(line, top-level module) of every import in the file that is not optional."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-    optional = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Try) and any(
-            isinstance(h.type, ast.Name) and h.type.id in ("ImportError", "ModuleNotFoundError")
-            for h in node.handlers
-        ):
-            fallbacks = [stmt for h in node.handlers for stmt in h.body]
-            optional |= {id(n) for stmt in (*node.body, *fallbacks) for n in ast.walk(stmt)}
-    for node in ast.walk(tree):
-        if id(node) in optional:
-            continue
+    """(line, top-level module) of every import in the file, inside functions and try blocks too: a module is
+    declared where it is imported, whatever brings it today."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.Import):
             yield from ((node.lineno, a.name.split(".")[0]) for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -101,5 +89,8 @@ def test_an_undeclared_import_is_found_with_its_file_and_line(tmp_path, monkeypa
         "import json\nimport numpy\ntry:\n    import nothere\nexcept ImportError:\n    import alsonot\nimport pytest\n",
         encoding="utf-8",
     )
-    assert undeclared([probe], {"numpy"}) == ["tests/test_probe.py:7: pytest"]
-    assert undeclared([probe], {"numpy", "pytest"}) == []
+    assert undeclared([probe], {"numpy", "nothere", "alsonot"}) == ["tests/test_probe.py:7: pytest"]
+    assert undeclared([probe], {"numpy", "pytest"}) == [
+        "tests/test_probe.py:4: nothere",
+        "tests/test_probe.py:6: alsonot",
+    ]

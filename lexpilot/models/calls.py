@@ -193,11 +193,9 @@ def tls_context():
 # keyed by the variables that choose the CA bundle: each context parses it (~1 MB, ~30 ms), per client until now
 @functools.lru_cache(maxsize=4)
 def _tls_context(cert_file: str | None, cert_dir: str | None):
-    try:
-        import httpx2 as httpx  # what the openai 3.x SDK is built on
-    except ImportError:
-        import httpx
-    return httpx.create_ssl_context()
+    import httpx2  # what the openai 3.x SDK is built on (requirements.txt)
+
+    return httpx2.create_ssl_context()
 
 
 def request_body(role: Role, prompt: str | list[dict], token_field: str = "max_tokens") -> dict:
@@ -302,12 +300,10 @@ class ModelCaller:
             if settings.spending.max_cost is not None
             else None
         )
-        try:
-            import httpx2 as httpx  # what the openai 3.x SDK is built on
-        except ImportError:
-            import httpx
-        self.transport_errors = (httpx.TimeoutException, httpx.TransportError)
-        self.raw_response = httpx.Response
+        import httpx2  # what the openai 3.x SDK is built on (requirements.txt)
+
+        self.transport_errors = (httpx2.TimeoutException, httpx2.TransportError)
+        self.raw_response = httpx2.Response
 
     def _request(self, role: Role, prompt: str | list[dict], token_field: str) -> Reply:
         kwargs = request_body(role, prompt, token_field)

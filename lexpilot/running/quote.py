@@ -147,6 +147,7 @@ def saved_usage_per_case(root: Path, steps: list[Step]) -> dict[str, tuple[float
     root (every run and model), for an expected cost: each step's usage over the cases that step saved, summed
     over the steps (a stage stopped part-way does not dilute it); a run that reported no cached tokens counts none."""
     per_case: dict[str, list[float]] = {}
+    not_used = not_used_by_step(root)
     for step in steps:
         totals: dict[str, list[float]] = {}
         cases = 0
@@ -169,9 +170,8 @@ def saved_usage_per_case(root: Path, steps: list[Step]) -> dict[str, tuple[float
                         entry[i] += n
         if not cases:
             continue
-        for role, used in not_used_of(
-            root, step.name
-        ).items():  # paid for, refused: part of a case's cost too
+        # paid for and refused: part of a case's cost too
+        for role, used in not_used.get(step.name, {}).items():
             entry = totals.setdefault(role, [0.0, 0.0, 0.0])
             for i, f in enumerate(("prompt_tokens", "completion_tokens", "cached_prompt_tokens")):
                 entry[i] += used[f]
@@ -182,13 +182,13 @@ def saved_usage_per_case(root: Path, steps: list[Step]) -> dict[str, tuple[float
     return {role: tuple(tokens) for role, tokens in per_case.items()}
 
 
-def not_used_of(root: Path, step: str) -> dict[str, Counter]:
-    """Role -> the usage of the replies paid for and not used in this step, in every run under the root."""
-    totals: dict[str, Counter] = {}
+def not_used_by_step(root: Path) -> dict[str, dict[str, Counter]]:
+    """Step -> role -> the usage of the replies paid for and not used in that step, in every run under the root
+    (each file read once)."""
+    totals: dict[str, dict[str, Counter]] = {}
     for path in root.glob(f"runs/*/*/{NOT_USED_FILE}"):
         for entry in not_used_entries(path)[0]:
-            if entry["step"] == step:
-                add_usage(totals, entry["usage"])
+            add_usage(totals.setdefault(entry["step"], {}), entry["usage"])
     return totals
 
 

@@ -114,12 +114,8 @@ class ScriptedProvider(BatchEndpoints):
     def in_memory_clients(self) -> dict:
         """OpenAI SDK clients per role that reach this provider in memory (the SDK's own HTTP transport
         replaced by a mock one): the same requests and replies as over HTTP, without a socket."""
+        import httpx2 as httpx  # what the openai 3.x SDK is built on (requirements.txt)
         import openai
-
-        try:
-            import httpx2 as httpx  # what the openai 3.x SDK is built on
-        except ImportError:
-            import httpx
 
         def handle(request):
             if not request.url.path.endswith("/chat/completions"):

@@ -131,10 +131,11 @@ class Grid:
 
     def __post_init__(self):
         self.sharing.on_case_failed = self.case_failed
+        self.by_label = {cell.label: cell for cell in self.cells}
 
     def case_failed(self, label: str, failure: CaseFailure) -> None:
         """A case of the cell `label` failed (said by its stage as it happens): counted by reason."""
-        cell = next(c for c in self.cells if c.label == label)
+        cell = self.by_label[label]
         with self.lock:
             self.reasons.add(cell.stage.name, cell.model, label, failure)
 
