@@ -17,7 +17,7 @@ from lexpilot.errors import OneLineParser, leave_quietly_on_interrupt, run_tool
 
 leave_quietly_on_interrupt(os.path.dirname(os.path.abspath(__file__)))  # before the imports that take time
 
-from lexpilot.benchmark.dataset import load_dataset
+from lexpilot.benchmark.dataset import load_selection
 from lexpilot.errors import HarnessError
 from lexpilot.protocols.catalog import stages_named
 from lexpilot.reporting.tables.quote_tables import quote_text
@@ -84,8 +84,7 @@ def main(argv=None) -> int:
         stages = stages_named(args.stages)
         grid = plan_grid(stages, args.models, run_ids, options, args.grid, endpoint_limits)
         first = grid.settings_of(stages[0], grid.models[0], run_ids[0])
-        cases, sha = load_dataset(first.dataset)
-        selected = cases[: first.limit] if first.limit else cases
+        selected, sha = load_selection(first.dataset, first.limit)
         limits = allowed_rates(grid.limits, first) | rate_limits(args.rate_limit)
         parts = quote_grid(stages, grid.settings_of, grid.models, run_ids, selected, sha)
         check_rate_limits(parts, limits)

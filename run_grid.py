@@ -18,7 +18,7 @@ from lexpilot.errors import OneLineParser, leave_quietly_on_interrupt
 
 leave_quietly_on_interrupt(os.path.dirname(os.path.abspath(__file__)))  # before the imports that take time
 
-from lexpilot.benchmark.dataset import load_dataset
+from lexpilot.benchmark.dataset import load_selection
 from lexpilot.errors import INTERRUPTED, HarnessError, own_interrupts
 from lexpilot.protocols.catalog import stages_named
 from lexpilot.reporting.tables.quote_tables import quote_text
@@ -100,8 +100,7 @@ def dry_run(grid, args, run_ids: list[str]) -> int:
         print()
         parts = grid.quote_parts(chains)
     else:
-        cases, sha = load_dataset(first.dataset)
-        selected = cases[: first.limit] if first.limit else cases
+        selected, sha = load_selection(first.dataset, first.limit)
         parts = quote_grid(grid.stages, grid.settings_of, grid.models, run_ids, selected, sha)
     timing = Timing(SECONDS_PER_CALL, first.transport.concurrency, 0, grid.rate_limits(first))
     print(quote_text(quote_tables(parts), quote_notes(parts, timing), args.format, args.width))

@@ -176,16 +176,13 @@ def measure(name: str, way, args, dataset: Path, folder: Path) -> dict:
 def chain_bound(args, dataset: Path) -> float:
     """The longest chain of dependent calls × latency: a (model, run)'s stages one after another, each its
     longest chain of calls for one case (the quote's count)."""
-    from lexpilot.benchmark.dataset import load_dataset
+    from lexpilot.benchmark.dataset import load_selection
     from lexpilot.protocols.catalog import stages_named
     from lexpilot.running.grid.quote import quote_grid, stage_settings
 
     stages = stages_named(["paper"])
     settings_of = stage_settings(stages, stage_options(dataset, Path(tempfile.mkdtemp()), args.limit))
-    cases, sha = load_dataset(dataset)
-    parts = quote_grid(
-        stages, settings_of, ["m"], ["run1"], cases[: args.limit] if args.limit else cases, sha
-    )
+    parts = quote_grid(stages, settings_of, ["m"], ["run1"], *load_selection(dataset, args.limit))
     return sum(p.chain for p in parts) * args.latency
 
 

@@ -46,6 +46,7 @@ TIMING = re.compile(
     r'"(started|finished|created|made_at|elapsed|seconds|wall|updated|at|time|incarnation|pool|file_id|batch_id)'
     r'[a-z_]*": [^,}\]]+'
 )
+CODE = ("code_hash", "code_files", "settings_digest", "code_hashes_resumed_with")
 INVOCATION = re.compile(
     r'"[0-9a-f]{12}-([0-9a-f]{32})"'
 )  # a batch line's id: the invocation, then the request
@@ -72,6 +73,15 @@ def ledger_requests(text: str) -> str:
     return json.dumps(ledger | {"requests": requests}, ensure_ascii=False, indent=1, sort_keys=True)
 
 
+def without_code(text: str) -> str:
+    """A manifest without the code's identity, which any change to the code changes (the settings digest too)."""
+    manifest = json.loads(text)
+    for name in CODE:
+        if name in manifest:
+            manifest[name] = "-"
+    return json.dumps(manifest, ensure_ascii=False, indent=1, sort_keys=True)
+
+
 def gather(root: Path, into: Path) -> None:
     for path in sorted(root.rglob("*")):
         if path.is_file() and path.suffix in (".jsonl", ".json", ".csv"):
@@ -80,6 +90,8 @@ def gather(root: Path, into: Path) -> None:
             text = INVOCATION.sub(r'"-\1"', TIMING.sub(r'"\1": "-"', path.read_text(encoding="utf-8")))
             if path.name == "batches.json":  # which batch a request went in depends on when its cell asked
                 text = ledger_requests(text)
+            if path.name == "manifest.json":
+                text = without_code(text)
             if path.suffix == ".jsonl":  # cases finish in any order
                 text = "".join(sorted(text.splitlines(keepends=True)))
             target.write_text(text, encoding="utf-8")

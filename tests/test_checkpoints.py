@@ -516,14 +516,15 @@ def test_calls_of_two_processes_in_one_journal_keep_their_own_marks(tmp_path):
 def test_a_finished_case_keeps_only_its_records_on_disk_not_in_memory(harness, provider, monkeypatch):
     """Nothing reads a finished case's records again in its stage, so they leave memory as the case finishes (a
     10 x 5 grid held every chain's records of a stage at once); its pending cases keep theirs, upstream included."""
-    from lexpilot.benchmark.dataset import load_dataset
-    from lexpilot.running import stage as stage_module
+    import dataclasses
+
+    from lexpilot.running import context as context_module
     from lexpilot.running.state import SAVED
 
     states = []
-    loaded = stage_module.load_state
+    loaded = context_module.load_state
     monkeypatch.setattr(
-        stage_module, "load_state", lambda *a, **k: states.append(loaded(*a, **k)) or states[-1]
+        context_module, "load_state", lambda *a, **k: states.append(loaded(*a, **k)) or states[-1]
     )
     assert harness.run("LexAwN") == 0
     assert harness.run("interaction") == 0
@@ -534,5 +535,5 @@ def test_a_finished_case_keeps_only_its_records_on_disk_not_in_memory(harness, p
     lines = path.read_bytes().splitlines(keepends=True)
     path.write_bytes(b"".join(lines[:-1]))
     pending = json.loads(lines[-1])["case_number"]
-    state = loaded(states[1].settings, STAGES["interaction"], load_dataset(harness.dataset)[0])
+    state = loaded(dataclasses.replace(states[1].context, stage=STAGES["interaction"]))
     assert [n for n, r in state.records["interaction"].items() if r is not SAVED] == [pending]

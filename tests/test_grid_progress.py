@@ -17,7 +17,10 @@ from tests.conftest import SAMPLE
 def display_with_cycles(cycles: int) -> Display:
     sharing = SimpleNamespace(batches=SimpleNamespace(made_at=[]), endpoints=SimpleNamespace(all=lambda: []))
     return Display(
-        SimpleNamespace(sharing=sharing), Quote(calls=100, cycles=cycles), None, stream=SimpleNamespace()
+        SimpleNamespace(sharing=sharing, finished_lines=[]),
+        Quote(calls=100, cycles=cycles),
+        None,
+        stream=SimpleNamespace(),
     )
 
 

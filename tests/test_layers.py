@@ -9,6 +9,7 @@ import anywhere in a file, lazy ones inside functions included):
   which only hand the package on (the package stands alone: issue 37 item 8); no entry point imports another.
 """
 
+import ast
 import importlib.util
 import re
 import subprocess
@@ -384,3 +385,42 @@ def test_the_report_scripts_declare_their_run_options_once_and_show_results_is_s
         "add_run_options(" in (ROOT / s).read_text(encoding="utf-8") for s in scripts
     )
     assert len((ROOT / "show_results.py").read_text(encoding="utf-8").splitlines()) <= 100
+
+
+# the steps of a batch cycle (running/batch/cycles.py): a loop that takes a stage through them, waiting between its
+# looks at the batches in flight (`poll_wait`), is a cycle loop
+CYCLE_STEPS = {"collect_own", "collect", "gather", "cycle_requests"}
+
+
+def cycle_loops(files: list[Path], root: Path = ROOT) -> list[str]:
+    """The functions with a `while` loop that takes a stage through a batch cycle's steps (called, or handed to a
+    turn) and waits for its batches."""
+    found = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                loops = [w for w in ast.walk(node) if isinstance(w, ast.While)]
+                names = {n.id for w in loops for n in ast.walk(w) if isinstance(n, ast.Name)}
+                if names & CYCLE_STEPS and "poll_wait" in names:
+                    found.append(f"{path.relative_to(root)}:{node.lineno} {node.name}")
+    return found
+
+
+def test_one_batch_cycle_loop_runs_a_stage_script_and_the_grid_alike():
+    """A stage script's --batch is a chain of one stage, run by the loop the grid's chains use: one def of a cycle
+    loop in lexpilot/running."""
+    loops = cycle_loops(sorted((ROOT / "lexpilot" / "running").rglob("*.py")))
+    assert [f"{where.split(':')[0]} {name}" for where, name in (f.split(" ") for f in loops)] == [
+        "lexpilot/running/batch/chain.py _cycles"
+    ]
+
+
+def test_a_second_cycle_loop_is_found(tmp_path):
+    """The rule, broken once: a stage's own loop over the steps beside the chain's."""
+    broken = tmp_path / "cycles.py"
+    broken.write_text(
+        (ROOT / "lexpilot/running/batch/cycles.py").read_text(encoding="utf-8")
+        + "\n\ndef own_loop(run):\n    while collect_own(run):\n        time.sleep(poll_wait(1, 0))\n",
+        encoding="utf-8",
+    )
+    assert [f.split(" ")[1] for f in cycle_loops([broken], tmp_path)] == ["own_loop"]

@@ -406,12 +406,13 @@ def test_a_grid_and_a_stage_script_on_the_same_run_are_refused(tmp_path, http, t
 
 
 def test_after_a_ctrl_c_a_cell_that_saved_every_case_is_done_and_one_that_did_not_is_stopped(
-    tmp_path, http, three_cases
+    tmp_path, http, three_cases, monkeypatch
 ):
     """Review of item 6: after a first Ctrl-C, DCG cells that had saved every case were counted "left for a rerun",
     and stopped cells were counted nowhere in the display. A stage the drain stopped says how many cases it did not
     start and exits 130; one that saved them all exits 0."""
     from lexpilot.protocols.catalog import stages_named
+    from lexpilot.running.grid import cells
     from lexpilot.running.grid.cells import DONE, INTERRUPTED, WAITING
     from lexpilot.running.grid.run import start_grid
 
@@ -431,7 +432,8 @@ def test_after_a_ctrl_c_a_cell_that_saved_every_case_is_done_and_one_that_did_no
             sharing.draining.set()  # the Ctrl-C comes while the first cell runs
             return code
 
-        plan.run(run_stage=stage)
+        monkeypatch.setattr(cells, "run_stage", stage)
+        plan.run()
         assert [c.status for c in plan.grid.cells] == [status, WAITING], code
         assert "[grid] cells: " + ("1 done" if code == 0 else "0 done") in shown.text
         assert (", 1 stopped by Ctrl-C;" in shown.text) == (code == 130), shown.text

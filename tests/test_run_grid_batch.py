@@ -405,13 +405,16 @@ def test_a_stage_step_that_fails_leaves_no_journal_line_of_the_next_stage_behind
     marks and paid replies go into the replaced file, and are bought again."""
     from types import SimpleNamespace
 
-    from lexpilot.running.grid.chain import STOPPED, Turn
+    from lexpilot.running.batch.chain import STOPPED, Turn
+    from lexpilot.running.grid.cells import Grid
+    from lexpilot.running.grid.chain import GridHost
     from lexpilot.storage.checkpoints import CallJournal, CheckpointWriter
 
     journal, writer = tmp_path / "calls_journal.jsonl", CheckpointWriter()
     settings = SimpleNamespace(redact=str, output_root=tmp_path)
     cell = SimpleNamespace(status="running", reason="", settings=settings, stage=SimpleNamespace(name="DCG"))
-    turn = Turn(cell, SimpleNamespace(writer=writer), None, None)
+    host = GridHost(SimpleNamespace(spec=Grid))  # a grid's stage: it stops, the chain goes on
+    turn = Turn(cell, SimpleNamespace(writer=writer), None, None, host)
 
     def fails_after_a_call(run):
         with CallJournal(journal, run.writer, set()).marked("judge") as sent:

@@ -312,6 +312,12 @@ def load_dataset(path: Path) -> tuple[list[Case], str]:
     return list(cases), digest
 
 
+def load_selection(path: Path, limit: int | None) -> tuple[list[Case], str]:
+    """The cases a run uses, `--limit`'s first N in file order (all without one), and the dataset's sha256."""
+    cases, digest = load_dataset(path)
+    return (cases[:limit] if limit else cases), digest
+
+
 # by the file's inode, time and size (a changed file is parsed again); cases are frozen
 @functools.lru_cache(maxsize=4)
 def _parsed(path: Path, key: tuple | None) -> tuple[tuple[Case, ...], str]:

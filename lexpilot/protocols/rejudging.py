@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from lexpilot.benchmark.dataset import load_dataset
+from lexpilot.benchmark.dataset import load_selection
 from lexpilot.benchmark.records import (
     A1,
     DIRECT_PREDICTION,
@@ -31,7 +31,7 @@ from lexpilot.protocols.ljp import DIRECT_STEPS, GOLD_STEPS, LJP_INTERACTION_STE
 from lexpilot.protocols.steps import CaseCalls, Stage, Step
 from lexpilot.settings import Settings
 from lexpilot.storage.checkpoints import manifest_path
-from lexpilot.storage.manifest import read_manifest
+from lexpilot.storage.manifest import Manifest, read_manifest
 
 REUSED = REJUDGE_REUSED  # generations and User Model replies
 
@@ -74,7 +74,7 @@ def source_manifest(settings: Settings) -> Path:
     return path
 
 
-def check_source_settings(settings: Settings, manifest: dict) -> None:
+def check_source_settings(settings: Settings, manifest: Manifest) -> None:
     """Before anything is written (a failed re-judge leaves no run behind): there is a source run, and the new
     run's settings for every role but the judge are its settings."""
     saved = read_manifest(source_manifest(settings))
@@ -102,8 +102,8 @@ def copy_source(settings: Settings) -> str | None:
     """Copy the source run's generation files into the new run (once; a resumed re-judge keeps its copies)."""
     source, model = settings.source_run, settings.roles["eval"].model
     root = settings.output_root
-    cases, _ = load_dataset(settings.dataset)
-    selected = {c.number: c.input_hash for c in (cases[: settings.limit] if settings.limit else cases)}
+    cases, _ = load_selection(settings.dataset, settings.limit)
+    selected = {c.number: c.input_hash for c in cases}
     copied = []
     for kind in REUSED:
         target = kind.path(root, settings.run_id, model_folder(model))

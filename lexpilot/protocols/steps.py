@@ -23,6 +23,7 @@ from lexpilot.models.calls import ModelCaller, Usage
 from lexpilot.protocols.judging import fault_parser
 from lexpilot.settings import Settings
 from lexpilot.storage.checkpoints import CallJournal
+from lexpilot.storage.manifest import Manifest
 
 JUDGE_ATTEMPTS = 3
 
@@ -208,7 +209,7 @@ class Stage:
     # called under the run's lock before anything is loaded (re-judging copies the source, probes are checked)
     prepare: Callable[[Settings], str | None] | None = None
     # called with the new run's manifest before it is compared or written (re-judging: the source's settings)
-    check_first: Callable[[Settings, dict], None] | None = None
+    check_first: Callable[[Settings, Manifest], None] | None = None
     # the cases the stage has nothing to ask about (probes: a case not in the probe file), and why, so the closing
     # line counts the cases worked on apart from them: (reason, case -> True when it has nothing to ask)
     idle: tuple[str, Callable[[Settings, Case], bool]] | None = None

@@ -13,7 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from lexpilot.benchmark.dataset import Case, load_dataset
+from lexpilot.benchmark.dataset import Case
 from lexpilot.benchmark.prompts import load_prompts
 from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.errors import (
@@ -29,19 +29,17 @@ from lexpilot.errors import (
 )
 from lexpilot.models.calls import ModelCaller, Sharing, Usage, default_token_fields
 from lexpilot.protocols.steps import CaseCalls, Stage
+from lexpilot.running.context import RunContext, open_stage, run_lock
 from lexpilot.running.failures import failure_lines
 from lexpilot.running.quote import dry_run_report
-from lexpilot.running.state import StageState, checked_manifest, load_state, read_only_state, run_case
+from lexpilot.running.state import StageState, read_only_state, run_case
 from lexpilot.settings import Settings, add_common_args, settings_from_args
 from lexpilot.storage.checkpoints import (
     CallJournal,
     CheckpointWriter,
     journal_path,
-    manifest_path,
 )
-from lexpilot.storage.lock import RunLock
 from lexpilot.storage.manifest import (
-    build_manifest,
     record_transport,
 )
 from lexpilot.text import counted
@@ -134,56 +132,20 @@ def run_stage(
     """
     name = stage.name
     out, err = out or sys.stdout, err or sys.stderr
-    selected, manifest = stage_inputs(stage, settings)
+    context = RunContext.of(stage, settings)
     if settings.dry_run:
-        state = read_only_state(stage, settings, selected, manifest)
-        print(dry_run_report(name, state, selected), file=out)
+        print(dry_run_report(name, read_only_state(context), context.cases), file=out)
         return 0
     if settings.batching.status:  # it only reads: never refused while another process writes the run
         from lexpilot.running.batch.status import status  # the batch API is only touched when asked for
 
-        return status(name, settings, clients, out)
+        return status(context, clients, out)
+    if settings.batching.enabled:
+        from lexpilot.running.batch.chain import run_stage_batches  # the batch API only when asked for
+
+        return run_stage_batches(context, clients, out, err, sharing, cell)
     with run_lock(settings):
-        state = open_stage(stage, settings, selected, manifest, err)
-        if settings.batching.enabled:
-            from lexpilot.running.batch import cycles as batching
-
-            return batching.run_cycles(name, state, clients, settings, out, err, run_case, sharing, cell)
-        return _execute(name, state, clients, out, err, sharing, cell)
-
-
-def stage_inputs(stage: Stage, settings: Settings) -> tuple[list[Case], dict]:
-    """The cases the stage runs on and the manifest these settings make, checked as the stage checks it first."""
-    all_cases, dataset_sha = load_dataset(settings.dataset)
-    selected = all_cases[: settings.limit] if settings.limit else all_cases
-    manifest = build_manifest(settings, dataset_sha, selected)
-    if stage.check_first:
-        stage.check_first(settings, manifest)
-    return selected, manifest
-
-
-def run_lock(settings: Settings) -> RunLock:
-    """The lock that lets one process write the run (every stage of it)."""
-    path = manifest_path(settings.output_root, settings.run_id, settings.roles["eval"].model)
-    return RunLock(path.with_name(".lock"))
-
-
-def open_stage(stage: Stage, settings: Settings, selected: list[Case], manifest: dict, err) -> StageState:
-    """Under the run's lock: the run's manifest checked (written on first use), the stage prepared, and its saved
-    records read; what it notes said on `err`."""
-    name = stage.name
-    saved, note = checked_manifest(stage, settings, manifest, write=True)
-    if note:
-        print(f"[{name}] {note}", file=err)
-    if stage.prepare:
-        note = stage.prepare(settings)
-        if note:
-            print(f"[{name}] {note}", file=err)
-    state = load_state(settings, stage, selected)
-    state.manifest = saved
-    for note in state.notes:
-        print(f"[{name}] {note}", file=err)
-    return state
+        return _execute(name, open_stage(context, err), clients, out, err, sharing, cell)
 
 
 def refuse_with_batches_in_flight(state: StageState) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from lexpilot.benchmark.dataset import Case
 from lexpilot.benchmark.records import RECORD_KINDS, new_record, record_digest
@@ -23,6 +24,9 @@ from lexpilot.storage.checkpoints import (
 )
 from lexpilot.storage.manifest import Manifest, check_manifest
 
+if TYPE_CHECKING:  # running/context.py opens a stage with this module's load_state
+    from lexpilot.running.context import RunContext
+
 # What a finished case's records are in memory: on disk they are whole, and nothing reads a finished case's records
 # again (a step reads the records of its own case's pending steps). A 10 x 5 grid otherwise held every chain's
 # records of a stage at once, about 8 MB a chain at 432 cases (docs/performance.md).
@@ -31,20 +35,28 @@ SAVED = MappingProxyType({})
 
 @dataclass
 class StageState:
-    settings: Settings
+    """A stage's saved records as it resumes, and the run's manifest as it is now."""
+
+    context: RunContext
     steps: list[Step]
-    cases: list[Case]
     paths: dict[str, Path]
     records: dict[str, dict[str, dict]]  # step -> case_number -> record
-    manifest: Manifest | None = None  # the run's, read once as the stage began (None: a dry run's, unwritten)
+    # the run's: as the stage opened it, then as a stage rewrites it (None: a dry run's, unwritten)
+    manifest: Manifest | None = None
     notes: list = field(default_factory=list)  # what loading repaired, for stderr
     idle: tuple | None = None  # the stage's cases with nothing to ask (Stage.idle)
 
     @property
+    def settings(self) -> Settings:
+        return self.context.settings
+
+    @property
+    def cases(self) -> list[Case]:
+        return self.context.cases
+
+    @property
     def settings_hash(self) -> str:
-        """The hash new records carry: of the run's settings as its manifest saved them when it started (a stage
-        may go on while a prompt only another stage sends has changed since)."""
-        return self.manifest.settings_hash if self.manifest else ""
+        return self.context.settings_hash
 
     def pending(self) -> list[Case]:
         return [c for c in self.cases if any(c.number not in self.records[s.name] for s in self.steps)]
@@ -56,11 +68,10 @@ class StageState:
                 records[number] = SAVED
 
 
-def load_state(
-    settings: Settings, stage: Stage, cases: list[Case], repair: bool = True, whole_upstream: bool = True
-) -> StageState:
-    """`whole_upstream`: refuse a stage whose upstream stage is unfinished (a grid quote counts such cases at
-    their most calls instead)."""
+def load_state(context: RunContext, repair: bool = True, whole_upstream: bool = True) -> StageState:
+    """The stage's saved records read and checked. `whole_upstream`: refuse a stage whose upstream stage is
+    unfinished (a grid quote counts such cases at their most calls instead)."""
+    stage, settings, cases = context.stage, context.settings, context.cases
     model = settings.roles["eval"].model
     by_number = {c.number: c for c in cases}
     kinds = stage.kinds(settings)
@@ -97,23 +108,23 @@ def load_state(
                 f"{len(cases)} cases missing: {shown}). Run {kind.producer} for this run first."
             )
     state = StageState(
-        settings, stage.enabled_steps(settings), cases, paths, records, notes=notes, idle=stage.idle
+        context, stage.enabled_steps(settings), paths, records, context.saved, notes=notes, idle=stage.idle
     )
     for number in {c.number for c in cases} - {c.number for c in state.pending()}:
         state.finished(number)
     return state
 
 
-def read_only_state(
-    stage: Stage, settings: Settings, selected: list[Case], manifest: dict, whole_upstream: bool = True
-) -> StageState:
+def read_only_state(context: RunContext, whole_upstream: bool = True) -> StageState:
     """The stage's saved state as a dry run or a quote sees it: the run's manifest compared (a run with other
     settings is refused as the stage would refuse it), the records read, no file changed."""
-    checked_manifest(stage, settings, manifest, write=False)
-    return load_state(settings, stage, selected, repair=False, whole_upstream=whole_upstream)
+    checked_manifest(context.stage, context.settings, context.manifest, write=False)
+    return load_state(context, repair=False, whole_upstream=whole_upstream)
 
 
-def checked_manifest(stage: Stage, settings: Settings, manifest: dict, write: bool):
+def checked_manifest(
+    stage: Stage, settings: Settings, manifest: Manifest, write: bool
+) -> tuple[Manifest | None, str | None]:
     """The run's manifest checked against the one these settings make (a run with other settings is refused), and
     written on first use when `write`: (the manifest as saved, a note for the user)."""
     model = settings.roles["eval"].model

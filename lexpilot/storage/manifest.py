@@ -135,9 +135,10 @@ class Manifest:
         re-judged, not by the run it re-judged, so that re-judges of several runs by one judge are one group."""
         return self.compared_settings(prompts=prompts) | {"rejudged_from": True if self.rejudged else None}
 
-    def differences(self, current: dict, prompt_files: set[str] | None = None) -> list[str]:
+    def differences(self, current: Manifest | dict, prompt_files: set[str] | None = None) -> list[str]:
         """Each compared setting that differs from `current` (a manifest built now), as `manifest_differences`."""
-        return manifest_differences(self.saved, current, prompt_files)
+        built = current.saved if isinstance(current, Manifest) else current
+        return manifest_differences(self.saved, built, prompt_files)
 
     def judge_identity(self) -> dict:
         """The judge as it decides labels: its model and endpoint host (port aside), and its generation."""
@@ -376,7 +377,7 @@ def saved_settings(paths: list[Path]) -> set[str | None]:
 
 def check_manifest(
     path: Path,
-    current: dict,
+    built: Manifest,
     script: str,
     write: bool,
     allow_code_change: bool = False,
@@ -392,6 +393,7 @@ def check_manifest(
     see lexpilot.storage.code) is accepted with `allow_code_change`, and the new code hash is added to the
     manifest's `code_hashes_resumed_with`. A manifest that is gone while records of the run remain is rebuilt
     when every record was made with the current settings, and refused otherwise; the note returned says so."""
+    current = built.saved
     if not path.exists():
         return _first_manifest(path, current, list(record_files), write)
     saved = read_manifest(path)

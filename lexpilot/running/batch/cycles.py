@@ -9,8 +9,9 @@ invocation re-attaches to them (from the ledger, or from the provider's list of 
 is lost) and never submits a request twice. Collected replies are validated exactly as synchronous ones and go into the
 call journal, from which the next cycle's replay reads them; the records are the same as a synchronous run's,
 with `batched_calls` in their usage. Roles left out of --batch-roles are asked directly within the cycles, each
-reply once. This module runs the cycles and makes each cycle's requests; the replay is batch_replay.py's, the
-run's state batch_run.py's, the provider's side batch_api.py's, collecting batch_import.py's.
+reply once. This module holds the steps of a cycle (start, collect, gather, request, send, sum up), which the one
+cycle loop (chain.py) takes each stage through; the replay is replay.py's, the invocation's state run.py's, the
+provider's side api.py's, collecting collect.py's.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ import hashlib
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 from lexpilot.benchmark.prompts import load_prompts
 from lexpilot.errors import FatalError
-from lexpilot.models.calls import default_token_fields, request_body
+from lexpilot.models.calls import ModelCaller, Sharing, default_token_fields, request_body
 from lexpilot.running.batch.api import (
     adopt,
     chunks,
@@ -32,21 +34,18 @@ from lexpilot.running.batch.api import (
     write_batch_file,
 )
 from lexpilot.running.batch.collect import collect
-from lexpilot.running.batch.ledger import Ledger
 from lexpilot.running.batch.replay import read_journal, remaining_depth, replay
 from lexpilot.running.batch.run import (
     BatchRun,
     QuietProgress,
     Together,
     know_itself,
-    ledger_path,
-    poll_wait,
 )
+from lexpilot.running.context import RunContext
 from lexpilot.running.failures import failure_lines
+from lexpilot.running.state import StageState
 from lexpilot.storage.checkpoints import (
     CallJournal,
-    CheckpointWriter,
-    journal_path,
 )
 from lexpilot.storage.manifest import (
     record_transport,
@@ -54,47 +53,35 @@ from lexpilot.storage.manifest import (
 from lexpilot.text import counted
 
 
-def run_cycles(name: str, state, clients: dict, settings, out, err, run_case, sharing=None, cell=None) -> int:
-    """The batch-mode stage: cycles of replay, submission and collection until every case is saved or failed.
-    Ctrl-C leaves every recorded batch in flight: the same command re-attaches to them. In the grid (`sharing`),
-    the calls of roles left synchronous share its limits and budget."""
-    log = lambda message: print(f"[{name}] {message}", file=err, flush=True)
-    run = open_run(name, state, clients, settings, log, run_case, sharing, cell)
-    try:
-        return _cycles(run, out, err)
-    except KeyboardInterrupt:
-        say_interrupted(name, err)
-        return 130
-
-
 def open_run(
-    name: str, state, clients: dict, settings, log, run_case, sharing=None, cell=None, together=None
+    context: RunContext,
+    state: StageState,
+    clients: dict | None,
+    log: Callable[[str], None],
+    together: Together,
+    sharing: Sharing | None = None,
+    cell: str | None = None,
 ) -> BatchRun:
     """A stage's batch-mode invocation, knowing its run's incarnation. `together`: what it shares with the other
-    stages of its run open side by side (the grid's batch chain, running/grid/chain.py); a stage script's own."""
-    from lexpilot.models.calls import ModelCaller
-
-    together = together or Together(Ledger(ledger_path(settings)), CheckpointWriter())
+    stages of its run open side by side (running/batch/chain.py). In the grid (`sharing`), the calls of roles left
+    synchronous share its limits and budget, as `cell`."""
     together.states.append(state)
+    caller = ModelCaller(
+        context.settings,
+        QuietProgress(log),
+        threading.Event(),
+        clients,
+        state.manifest.token_fields if state.manifest else None,
+        sharing,
+        cell,
+    )
     run = BatchRun(
-        name,
+        context,
         state,
-        settings,
         together.ledger,
-        journal_path(settings.output_root, settings.run_id, settings.roles["eval"].model),
         together.writer,
-        ModelCaller(
-            settings,
-            QuietProgress(log),
-            threading.Event(),
-            clients,
-            state.manifest.token_fields if state.manifest else None,
-            sharing,
-            cell,
-        ),
-        set(settings.batching.asked),
+        caller,
         load_prompts(),
-        run_case,
         log,
         pool=sharing.batches if sharing else None,
         reserved=together.reserved,
@@ -110,29 +97,6 @@ def say_interrupted(name: str, err) -> None:
         file=err,
         flush=True,
     )
-
-
-def _cycles(run: BatchRun, out, err) -> int:
-    start(run)
-    waited = 0  # looks at the batches in flight since the last submission
-    while True:
-        if collect_own(run):
-            if left_in_flight(run):
-                return 0
-            run.caller.draining.wait(poll_wait(run.settings.batching.poll, waited))
-            waited += 1
-            continue
-        waited = 0
-        gathered = gather(run)
-        if gathered is None:  # batches of the run re-attached from the provider's list: collect them first
-            continue
-        pending, needs = gathered
-        if not needs:
-            break
-        groups = cycle_requests(run, needs)
-        _send(run, groups)
-        say_cycle(run, pending, groups)
-    return batch_summary(run, out, err)
 
 
 def start(run: BatchRun) -> None:
@@ -280,7 +244,8 @@ def _requests(run: BatchRun, needs: list[tuple]) -> dict:
     return groups
 
 
-def _send(run: BatchRun, groups: dict) -> None:
+def send(run: BatchRun, groups: dict) -> None:
+    """The cycle's requests submitted (or written for vLLM's run-batch), batch by batch."""
     settings = run.settings
     if groups:
         run.note_submission()

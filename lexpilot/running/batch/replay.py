@@ -15,6 +15,7 @@ from lexpilot.models.replies import truncation_flag
 from lexpilot.protocols.steps import CaseCalls
 from lexpilot.running.batch.ledger import AT_ONCE
 from lexpilot.running.batch.run import BatchRun
+from lexpilot.running.state import run_case
 from lexpilot.storage.checkpoints import CallJournal
 
 
@@ -118,7 +119,7 @@ def _replay_case(run: BatchRun, journal: CallJournal, case) -> tuple | None:
             settings=settings,
         )
         try:
-            run.run_case(run.state, calls, run.writer)
+            run_case(run.state, calls, run.writer)
             return None
         except NeedsReply as need:
             key = CallJournal.key(need.role, need.prompt)

@@ -7,9 +7,15 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable, Protocol
 
+from lexpilot.errors import CaseFailure
+from lexpilot.models.calls import ModelCaller
 from lexpilot.running.batch.ledger import Ledger
-from lexpilot.storage.checkpoints import CheckpointWriter, run_folder
+from lexpilot.running.context import RunContext, RunPaths
+from lexpilot.running.state import StageState
+from lexpilot.settings import Settings
+from lexpilot.storage.checkpoints import CheckpointWriter
 from lexpilot.storage.manifest import Manifest, note_batches_submitted, run_incarnation, submitted_batches
 
 
@@ -38,26 +44,28 @@ class Together:
 
     ledger: Ledger
     writer: CheckpointWriter
-    reserved: dict = field(default_factory=dict)
-    states: list = field(default_factory=list)  # the stages' StageStates
+    reserved: dict[str, tuple[str, float]] = field(default_factory=dict)
+    states: list[StageState] = field(default_factory=list)
+
+
+class Pool(Protocol):
+    """The grid's pool of batches across its cells (running/grid/pool.py), as a stage's cycles use it."""
+
+    def downloaded(self, file_id: str, fetch: Callable[[], Any]) -> Any: ...
 
 
 @dataclass
 class BatchRun:
     """One batch-mode invocation of a stage: what every cycle reads and writes."""
 
-    name: str
-    state: object  # the StageState
-    settings: object
+    context: RunContext
+    state: StageState | None  # None: --batch-status, which only reads
     ledger: Ledger
-    journal_path: Path
     writer: CheckpointWriter
-    caller: object  # the ModelCaller: the roles left synchronous, the batch clients, the budget
-    batched_roles: set
-    prompts: dict
-    run_case: object
-    log: object
-    failed: dict = field(default_factory=dict)  # case -> its CaseFailure
+    caller: ModelCaller  # the roles left synchronous, the batch clients, the budget
+    prompts: dict[str, str]
+    log: Callable[[str], None]
+    failed: dict[str, CaseFailure] = field(default_factory=dict)  # case -> its CaseFailure
     # (case, step) -> replies the journal holds for a pending step
     held: Counter = field(default_factory=Counter)
     retried: Counter = field(default_factory=Counter)  # (case, step) -> invalid outputs said so far
@@ -71,28 +79,45 @@ class BatchRun:
     # why the ledger does not hold the stage's batches the manifest counts ("": it does)
     ledger_lost: str = ""
     noted_submission: int = 0  # the stage's last cycle the manifest counts as submitting
-    pool: object = None  # the grid's BatchPool (running/grid/pool.py): its batches are shared by every cell
+    pool: Pool | None = None  # the grid's: its batches are shared by every cell
     # custom id -> (model, its worst case) reserved in the budget by this invocation, settled when its reply comes
-    reserved: dict = field(default_factory=dict)
+    reserved: dict[str, tuple[str, float]] = field(default_factory=dict)
     together: Together | None = None
     started: float = 0.0  # when its first cycle began (time.monotonic)
     adopted: bool = False  # the provider's list of the run's batches was read for batches the ledger lost
     cycle: int = 0  # the stage's last cycle so far
 
     @property
+    def name(self) -> str:
+        return self.context.name
+
+    @property
+    def settings(self) -> Settings:
+        return self.context.settings
+
+    @property
+    def journal_path(self) -> Path:
+        return self.context.paths.journal
+
+    @property
+    def batched_roles(self) -> set[str]:
+        return set(self.settings.batching.asked)
+
+    @property
     def manifest(self) -> Manifest | None:
-        return self.state.manifest
+        return self.state.manifest if self.state else None
 
     @manifest.setter
     def manifest(self, manifest: Manifest | None) -> None:
         """The manifest as this stage just wrote it: every stage of the run open beside it holds it from now on."""
-        for state in self.together.states if self.together else (self.state,):
-            state.manifest = manifest
+        for state in self.together.states if self.together else [self.state]:
+            if state:
+                state.manifest = manifest
 
     def owns(self, batch: dict) -> bool:
         """Whether a batch of the run's ledger is this stage's: it asks for the stage's steps, or the stage re-attached
         it (the run's other stages collect and re-attach theirs)."""
-        steps = {s.name for s in self.state.steps}
+        steps = {s.name for s in self.state.steps} if self.state else set()
         return batch.get("stage") == self.name or any(r["step"] in steps for r in batch["requests"].values())
 
     def note_submission(self) -> None:
@@ -135,8 +160,8 @@ def know_itself(run: BatchRun, manifest: Manifest | None, read_only: bool = Fals
     return manifest
 
 
-def ledger_path(settings) -> Path:
-    return run_folder(settings.output_root, settings.run_id, settings.roles["eval"].model) / "batches.json"
+def ledger_path(settings: Settings) -> Path:
+    return RunPaths.of(settings).ledger
 
 
 def open_batches(settings) -> list[dict]:

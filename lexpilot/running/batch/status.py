@@ -5,35 +5,33 @@ from __future__ import annotations
 
 import sys
 import threading
-from pathlib import Path
+from typing import TextIO
 
+from lexpilot.models.calls import ModelCaller
 from lexpilot.running.batch.api import FINISHED, listed, listing, provider_call, untagged
 from lexpilot.running.batch.ledger import Ledger
-from lexpilot.running.batch.run import BatchRun, QuietProgress, know_itself, ledger_path
-from lexpilot.storage.checkpoints import CheckpointWriter, manifest_path
+from lexpilot.running.batch.run import BatchRun, QuietProgress, know_itself
+from lexpilot.running.context import RunContext
+from lexpilot.storage.checkpoints import CheckpointWriter
 from lexpilot.storage.manifest import read_manifest
 from lexpilot.text import counted
 
 
-def status(name: str, settings, clients: dict, out=sys.stdout) -> int:
+def status(context: RunContext, clients: dict | None, out: TextIO = sys.stdout) -> int:
     """--batch-status: what is in flight for the run (the ledger's batches, and the run's batches the provider
     lists that the ledger does not know), without waiting."""
-    from lexpilot.models.calls import ModelCaller
-
+    settings = context.settings
+    say = lambda m: print(m, file=out)
     run = BatchRun(
-        name,
+        context,
         None,
-        settings,
-        Ledger(ledger_path(settings)),
-        Path(),
+        Ledger(context.paths.ledger),
         CheckpointWriter(),
-        ModelCaller(settings, QuietProgress(lambda m: print(m, file=out)), threading.Event(), clients),
-        set(settings.batching.asked),
+        ModelCaller(settings, QuietProgress(say), threading.Event(), clients),
         {},
-        None,
-        lambda m: print(m, file=out),
+        say,
     )
-    path = manifest_path(settings.output_root, settings.run_id, settings.roles["eval"].model)
+    path = context.paths.manifest
     know_itself(run, read_manifest(path) if path.exists() else None, read_only=True)
     shown = _ledger_status(run, out)
     if not settings.batching.files:

@@ -22,20 +22,21 @@ from lexpilot.errors import INTERRUPTED as INTERRUPTED_STATUS
 from lexpilot.errors import CaseFailure, HarnessError
 from lexpilot.models.calls import Sharing
 from lexpilot.protocols.steps import Stage
+from lexpilot.running.batch.chain import (
+    DONE,
+    FAILED,
+    IN_FLIGHT,
+    INTERRUPTED,
+    NOT_RUN,
+    RUNNING,
+    STATUSES,
+    WAITING,
+)
+from lexpilot.running.batch.run import open_batches
 from lexpilot.running.failures import Reasons
 from lexpilot.running.grid.pool import chain_of
+from lexpilot.running.stage import run_stage
 from lexpilot.settings import Settings
-
-DONE, RUNNING, WAITING, FAILED, NOT_RUN, INTERRUPTED, IN_FLIGHT = (
-    "done",
-    "running",
-    "waiting",
-    "failed",
-    "not run",
-    "interrupted",
-    "in flight",  # --batch-detach or --batch-files: its batches submitted, the cell's cases not all saved
-)
-STATUSES = (DONE, RUNNING, WAITING, FAILED, NOT_RUN, INTERRUPTED, IN_FLIGHT)
 
 
 @dataclass
@@ -116,17 +117,15 @@ def shard_of(chains: list[list[Cell]], shard: tuple[int, int] | None) -> list[li
 
 @dataclass
 class Grid:
-    """The chains, what their calls share, and the clients per cell (None: built from the settings; tests pass
-    in-memory ones)."""
+    """The chains, what their calls share, and the clients per cell: the one test seam (None: built from the
+    settings; tests pass in-memory ones)."""
 
     chains: list[list[Cell]]
     sharing: Sharing
-    run_stage: Callable  # running.stage.run_stage
     clients_of: Callable[[Cell], dict | None] = lambda cell: None
-    report: Callable[[Cell, str], None] = lambda cell, lines: None  # a finished cell's own lines
-    # how a chain runs (None: its cells one after another; in batch mode running/grid/chain.py, side by side)
-    chain_runner: Callable | None = None
     reasons: Reasons = field(default_factory=Reasons)  # every failed case, by stage and reason, as they fail
+    # the closing lines of every cell that finished, in order: the display says each once
+    finished_lines: list[tuple[Cell, str]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self):
@@ -138,6 +137,11 @@ class Grid:
         cell = self.by_label[label]
         with self.lock:
             self.reasons.add(cell.stage.name, cell.model, label, failure)
+
+    def said(self, cell: Cell, lines: str) -> None:
+        """A cell that finished: its own closing lines, for the display."""
+        with self.lock:
+            self.finished_lines.append((cell, lines))
 
     @property
     def cells(self) -> list[Cell]:
@@ -176,22 +180,16 @@ def run_chain(grid: Grid, chain: list[Cell]) -> None:
 
 def batches_in_flight(settings: Settings) -> bool:
     """Whether a batch-mode cell left batches in flight, as --batch-detach and --batch-files do."""
-    if not settings.batching.enabled:
-        return False
-    from lexpilot.running.batch.run import open_batches
-
-    return bool(open_batches(settings))
+    return settings.batching.enabled and bool(open_batches(settings))
 
 
 def run_cell(grid: Grid, cell: Cell) -> tuple[int, str]:
     """The stage as its script runs it, its lines kept apart; (exit status, the line saying why it stopped)."""
     out, err = io.StringIO(), io.StringIO()
     try:
-        code = grid.run_stage(
-            cell.stage, cell.settings, grid.clients_of(cell), out, err, grid.sharing, cell.label
-        )
+        code = run_stage(cell.stage, cell.settings, grid.clients_of(cell), out, err, grid.sharing, cell.label)
         if code == 0:  # a cell that stopped is said once in the summary, with every cell that stopped alike
-            grid.report(cell, err.getvalue() + out.getvalue())  # its closing lines last
+            grid.said(cell, err.getvalue() + out.getvalue())  # its closing lines last
     except Exception as e:  # a bug in one cell must not stop the others
         return 2, reason_of(cell, e)
     return code, why(err.getvalue(), cell.stage.name) if code else ""
@@ -218,13 +216,14 @@ def why(err: str, name: str) -> str:
     return (failed or lines or ["stopped"])[-1]
 
 
-def start_chains(grid: Grid) -> list[threading.Event]:
-    """Every chain at once, each on its own thread; an event per chain, set when it has ended (however it ended)."""
+def start_chains(grid: Grid, run_one: Callable[[Grid, list[Cell]], None]) -> list[threading.Event]:
+    """Every chain at once, each on its own thread, run by `run_one` (`run_chain`, or in batch mode the batch cycle
+    loop's `run_batch_chain`); an event per chain, set when it has ended (however it ended)."""
     ended = [threading.Event() for _ in grid.chains]
 
     def run(chain: list[Cell], done: threading.Event) -> None:
         try:
-            (grid.chain_runner or run_chain)(grid, chain)
+            run_one(grid, chain)
         finally:
             if grid.sharing.batches is not None:  # the other chains' batches no longer wait for this one
                 grid.sharing.batches.leave(chain_of(chain[0].settings))

@@ -13,14 +13,8 @@ import time
 from dataclasses import dataclass, field
 
 from lexpilot.pricing import cost
+from lexpilot.running.batch.chain import DONE, FAILED, IN_FLIGHT, INTERRUPTED, NOT_RUN, RUNNING, WAITING
 from lexpilot.running.grid.cells import (
-    DONE,
-    FAILED,
-    IN_FLIGHT,
-    INTERRUPTED,
-    NOT_RUN,
-    RUNNING,
-    WAITING,
     Grid,
     grouped_reasons,
 )
@@ -88,11 +82,13 @@ class Display:
     reasons_said: int = (
         0  # the grid's reasons for failed cases said so far (each new one is said as it comes)
     )
+    cells_said: int = 0  # the finished cells whose closing lines are said so far
 
     def __post_init__(self):
         self.stream = self.stream or sys.stderr
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.last = self.start
+        self.cells_said = len(self.grid.finished_lines)  # a display says the cells that finish while it shows
         self.lock = threading.Lock()
         self.sent_before = {lim.name: (self.start, lim.sent) for lim in self.grid.sharing.endpoints.all()}
 
@@ -183,8 +179,17 @@ class Display:
 
     def draw(self, final: bool = False) -> None:
         self.new_failures()
+        self.finished_cells()
         with self.lock:
             self._draw(final)
+
+    def finished_cells(self) -> None:
+        """The closing lines of the cells that finished since the last draw, each said once."""
+        with self.grid.lock:
+            finished = self.grid.finished_lines[self.cells_said :]
+        for cell, text in finished:
+            self.cell_lines(cell, text)
+        self.cells_said += len(finished)
 
     def new_failures(self) -> None:
         """The first case to fail for each new reason, said as it happens; the others are counted in the head line

@@ -35,13 +35,10 @@ from lexpilot.running.batch.api import (
     provider_call,
     root_hash,
 )
+from lexpilot.running.batch.chain import Drained
 from lexpilot.text import counted
 
 KEPT_DOWNLOADS = 8  # output files kept for the cells still to take their lines (all collect within one poll)
-
-
-class Drained(Exception):
-    """The first Ctrl-C came before the cycle's batches were made: none is, and the cell leaves."""
 
 
 def chain_of(settings) -> tuple[str, str]:

@@ -21,6 +21,7 @@ from lexpilot.errors import HarnessError
 from lexpilot.models.limits import requests_per_minute
 from lexpilot.protocols.catalog import DEFAULT_STAGE_SET, GRID_STAGES, STAGE_SETS
 from lexpilot.protocols.steps import Stage
+from lexpilot.running.context import RunContext
 from lexpilot.running.grid.cells import reads
 from lexpilot.running.quote import (
     CARRIED_REPLIES,
@@ -32,7 +33,6 @@ from lexpilot.running.quote import (
 )
 from lexpilot.running.state import read_only_state
 from lexpilot.settings import Settings, add_common_args, given_once, number, settings_from_args
-from lexpilot.storage.manifest import build_manifest
 
 BATCH_WINDOW_HOURS = 24  # OpenAI's batch completion window: a cycle takes at most this long
 
@@ -60,9 +60,8 @@ def quote_part(
     """The stage's dry-run figures for one (model, run); an unfinished upstream stage counts at the most calls."""
     part = Part(settings.roles["eval"].model, settings.run_id, stage.name, settings)
     try:
-        state = read_only_state(
-            stage, settings, selected, build_manifest(settings, dataset_sha, selected), whole_upstream=False
-        )
+        context = RunContext.of(stage, settings, (selected, dataset_sha), check=False)
+        state = read_only_state(context, whole_upstream=False)
     except HarnessError as e:
         part.refused = str(e)
         return part

@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lexpilot.benchmark.dataset import load_dataset
+from lexpilot.benchmark.dataset import load_selection
 from lexpilot.errors import INTERRUPTED, HarnessError
 from lexpilot.models.calls import Sharing
 from lexpilot.models.limits import Endpoints, Limits, server_of
@@ -25,10 +25,12 @@ from lexpilot.running.grid.cells import (
     Grid,
     parse_shard,
     plan,
+    run_chain,
     shard_of,
     start_chains,
     wait_for,
 )
+from lexpilot.running.grid.chain import run_batch_chain
 from lexpilot.running.grid.display import Display, Quote, summary
 from lexpilot.running.grid.file import GridFile, ModelEndpoint, command_limits, read_grid_file
 from lexpilot.running.grid.pool import BatchPool, chain_of
@@ -139,9 +141,7 @@ class GridRun:
         """Model id -> the requests a minute its limits allow, for the quote's wall time."""
         return allowed_rates(self.limits, first)
 
-    def run(self, run_stage=None) -> int:
-        from lexpilot.running.stage import run_stage as stage_runner  # the stages, only when the grid runs
-
+    def run(self) -> int:
         err = self.err or sys.stderr
         chains = self.chains()
         if not chains:
@@ -159,25 +159,16 @@ class GridRun:
         sharing = Sharing(endpoints, budget)
         if first.batching.enabled:  # every cell's batches pooled per endpoint, the chains in lockstep
             sharing.batches = BatchPool({chain_of(chain[0].settings) for chain in chains}, sharing.draining)
-        grid = self.grid = Grid(
-            chains,
-            sharing,
-            run_stage or stage_runner,
-            self.clients_of or (lambda cell: None),
-        )
-        if first.batching.enabled:  # a chain's independent stages side by side, cycle by cycle
-            from lexpilot.running.grid.chain import run_batch_chain
-
-            grid.chain_runner = run_batch_chain
+        grid = self.grid = Grid(chains, sharing, self.clients_of or (lambda cell: None))
         display = Display(
             grid, self.quote(first, chains), first.spending.prices, err, share=self.share_text()
         )
-        grid.report = display.cell_lines
         for note in filter(None, notes):
             display.note(note)
         speaker["say"] = display.note  # what the shared store says from here on (Redis gone, or back)
         interrupted = False
-        chains = start_chains(grid)
+        # in batch mode a chain's independent stages run side by side, cycle by cycle
+        chains = start_chains(grid, run_batch_chain if first.batching.enabled else run_chain)
         try:
             wait_for(chains, display.draw)
         except KeyboardInterrupt:
@@ -203,8 +194,7 @@ class GridRun:
     def quote_parts(self, chains: list[list[Cell]]) -> list:
         """The quote's parts for what is left of these chains (a shard's, or the whole grid's)."""
         first = chains[0][0].settings
-        cases, sha = load_dataset(first.dataset)
-        selected = cases[: first.limit] if first.limit else cases
+        selected, sha = load_selection(first.dataset, first.limit)
         return [
             p
             for chain in chains
