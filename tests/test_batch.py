@@ -78,6 +78,7 @@ def test_a_batch_survives_its_process_and_is_never_submitted_twice(pair, provide
 @pytest.mark.parametrize("phase", ["before upload", "after upload", "after create"])
 def test_a_kill_at_each_phase_re_attaches_without_a_duplicate(pair, provider, monkeypatch, phase):
     from lexpilot.running.batch import cycles as batching
+    from lexpilot.running.batch.ledger import LedgerBatch
 
     _, batch = pair
     real_submit = batching.submit
@@ -85,21 +86,13 @@ def test_a_kill_at_each_phase_re_attaches_without_a_duplicate(pair, provider, mo
     def killed(run, client, role, requests, max_tokens):
         ledger = run.ledger
         if phase == "before upload":
-            ledger.data["batches"].append(
-                {
-                    "role": role,
-                    "phase": "prepared",
-                    "max_tokens": max_tokens,
-                    "requests": {cid: meta for cid, meta, _ in requests},
-                }
-            )
+            ledger.add(LedgerBatch(role, "prepared", {cid: meta for cid, meta, _ in requests}, max_tokens))
             ledger.save()
         else:
             real_submit(run, client, role, requests, max_tokens)
             if phase == "after upload":  # the batch was created, but the ledger never learnt its id
-                b = ledger.data["batches"][-1]
-                b["phase"] = "uploaded"
-                b.pop("batch_id")
+                b = ledger.batches[-1]
+                b.phase, b.batch_id = "uploaded", None
                 ledger.save()
         raise KeyboardInterrupt
 
@@ -374,3 +367,44 @@ def test_roles_on_one_url_with_different_models_get_a_batch_each(pair, provider)
     assert all(len(m) == 1 for m in models)
     assert {m for ms in models for m in ms} == {"eval-model", DEFAULT_MODELS["judge"]}
     assert all(b["status"] == "expired" for b in provider.batches.values())
+
+
+# the ledger's own fields, by names nothing else in running/ reads by string ("case", "step", "role" and the like
+# are a journal's and a batch line's fields too)
+LEDGER_KEYS = {
+    "phase", "requests", "batch_id", "file_id", "pool", "adopted", "token_field", "batches", "failures", "reasons",
+    "cycles",
+}  # fmt: skip
+
+
+def ledger_keys_read(path) -> list[str]:
+    """Lines of a module that read or write a ledger field by its name: `x["phase"]`, `x.get("batch_id")`."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        key = None
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            key = node.slice.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+            if node.func.attr in ("get", "pop", "setdefault") and isinstance(node.args[0], ast.Constant):
+                key = node.args[0].value
+        if key in LEDGER_KEYS:
+            found.append(f"{path.name}:{node.lineno} {key}")
+    return found
+
+
+def test_the_ledger_is_read_and_written_only_by_its_module(tmp_path):
+    """The ledger's entries are dataclasses (running/batch/ledger.py): no other module of running/ reads or writes
+    one by string key. Broken once: a module reading a batch's phase by its name."""
+    from tests.conftest import ROOT
+
+    modules = [p for p in (ROOT / "lexpilot/running").rglob("*.py") if p.name != "ledger.py"]
+    assert [line for p in modules for line in ledger_keys_read(p)] == []
+    broken = tmp_path / "collect.py"
+    broken.write_text(
+        (ROOT / "lexpilot/running/batch/collect.py").read_text(encoding="utf-8")
+        + '\n\ndef old(batch):\n    return batch["phase"]\n',
+        encoding="utf-8",
+    )
+    assert [line.split(" ")[1] for line in ledger_keys_read(broken)] == ["phase"]

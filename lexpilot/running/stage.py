@@ -155,7 +155,7 @@ def refuse_with_batches_in_flight(state: StageState) -> None:
 
     steps = {s.name for s in state.steps}
     open_requests = sum(
-        1 for b in open_batches(state.settings) for r in b["requests"].values() if r["step"] in steps
+        1 for b in open_batches(state.settings) for r in b.requests.values() if r.step in steps
     )
     if open_requests:
         raise HarnessError(

@@ -14,7 +14,7 @@ from lexpilot.benchmark.records import model_folder
 from lexpilot.errors import FatalError
 from lexpilot.files import check_input, write_atomic
 from lexpilot.models.calls import TRANSIENT_STATUS, backoff_seconds, error_message
-from lexpilot.running.batch.ledger import Ledger
+from lexpilot.running.batch.ledger import Ledger, LedgerBatch, LedgerRequest
 from lexpilot.storage.checkpoints import journal_custom_ids
 from lexpilot.text import counted
 
@@ -132,13 +132,7 @@ def submit(run, client, role: str, requests: list, max_tokens: int) -> None:
     """Record, upload, create: the ledger is written before each step that a kill could lose. A create whose
     reply was lost is found by its input file before it is asked again, so no request goes out twice."""
     ledger = run.ledger
-    batch = {
-        "role": role,
-        "phase": "prepared",
-        "max_tokens": max_tokens,
-        "requests": {cid: meta for cid, meta, _ in requests},
-    }
-    ledger.data["batches"].append(batch)
+    batch = ledger.add(LedgerBatch(role, "prepared", {cid: meta for cid, meta, _ in requests}, max_tokens))
     ledger.save()
     uploaded = provider_call(
         run,
@@ -147,10 +141,10 @@ def submit(run, client, role: str, requests: list, max_tokens: int) -> None:
             client.files.create(file=("lexpilot_batch.jsonl", batch_lines(requests)), purpose="batch"), "id"
         ),
     )
-    batch["file_id"], batch["phase"] = uploaded.id, "uploaded"
+    batch.file_id, batch.phase = uploaded.id, "uploaded"
     ledger.save()
     created = create(run, client, uploaded.id)
-    batch["batch_id"], batch["phase"] = created.id, "created"
+    batch.batch_id, batch.phase = created.id, "created"
     ledger.save()
     run.log(f"submitted batch {created.id} ({role}, {counted(len(requests), 'request')})")
 
@@ -212,43 +206,43 @@ def finished_lines(run, batch: dict, client) -> list[bytes] | None:
     """The output (and error) lines of a finished batch; None while it is in flight, or when it never reached the
     provider or the provider no longer has it (then it is marked imported: its requests go into the next cycle,
     each counted as a failed attempt)."""
-    if batch["phase"] == "written":  # a vLLM input file: imported once its output file is there
-        output = Path(batch["output"])
+    if batch.phase == "written":  # a vLLM input file: imported once its output file is there
+        output = Path(batch.output or "")
         if not output.exists():
             return None
         check_input(output)
         return output.read_bytes().splitlines()
-    if batch["phase"] == "prepared":  # killed before the upload: nothing was submitted
+    if batch.phase == "prepared":  # killed before the upload: nothing was submitted
         return lost(run, batch, None)
-    if batch["phase"] == "uploaded":  # killed around the create: find the batch made from our file, if any
-        made = provider_call(run, "listing batches", lambda: made_from(run, client, batch["file_id"]))
+    if batch.phase == "uploaded":  # killed around the create: find the batch made from our file, if any
+        made = provider_call(run, "listing batches", lambda: made_from(run, client, batch.file_id))
         if made is None:
             return lost(run, batch, None)  # never created
-        batch["batch_id"], batch["phase"] = made.id, "created"
+        batch.batch_id, batch.phase = made.id, "created"
         run.ledger.save()
     remote = provider_call(
         run,
-        f"batch {batch['batch_id']}",
-        lambda: checked(client.batches.retrieve(batch["batch_id"]), "status"),
+        f"batch {batch.batch_id}",
+        lambda: checked(client.batches.retrieve(batch.batch_id), "status"),
         missing_ok=True,
     )
     if remote is None:
-        return lost(run, batch, f"the provider no longer knows batch {batch['batch_id']} (HTTP 404)")
-    batch["status"] = remote.status
+        return lost(run, batch, f"the provider no longer knows batch {batch.batch_id} (HTTP 404)")
+    batch.status = remote.status
     counts = remote.request_counts
     done = f"{getattr(counts, 'completed', 0)}/{getattr(counts, 'failed', 0)}"
     run.log(
-        f"batch {batch['batch_id']} ({batch['role']}): {remote.status}, "
+        f"batch {batch.batch_id} ({batch.role}): {remote.status}, "
         + (
-            f"{done}/{getattr(counts, 'total', 0)} completed/failed/total, {len(batch['requests'])} of them this run's"
-            if batch.get("pool")
-            else f"{done}/{len(batch['requests'])} completed/failed/total"
+            f"{done}/{getattr(counts, 'total', 0)} completed/failed/total, {len(batch.requests)} of them this run's"
+            if batch.pool
+            else f"{done}/{len(batch.requests)} completed/failed/total"
         )
     )
     if remote.status not in FINISHED:
         return None
     why = provider_errors(remote, run.settings.redact)  # a provider's own words may hold the key
-    batch["reason"] = f"batch {remote.status}" + (f" ({why})" if why else "")
+    batch.reason = f"batch {remote.status}" + (f" ({why})" if why else "")
     lines = []
     for name, file_id in (("output", remote.output_file_id), ("error", remote.error_file_id)):
         content = file_id and downloaded(
@@ -256,14 +250,14 @@ def finished_lines(run, batch: dict, client) -> list[bytes] | None:
             file_id,
             lambda: provider_call(
                 run,
-                f"downloading the {name} file of batch {batch['batch_id']}",
+                f"downloading the {name} file of batch {batch.batch_id}",
                 lambda: client.files.content(file_id).read(),
                 missing_ok=True,
             ),
         )
         if file_id and content is None:  # its requests are left unanswered: asked again in the next cycle
             run.log(
-                f"the {name} file {file_id} of batch {batch['batch_id']} cannot be downloaded (HTTP 404): the "
+                f"the {name} file {file_id} of batch {batch.batch_id} cannot be downloaded (HTTP 404): the "
                 "requests it answered are asked again in the next cycle"
             )
         lines += content.splitlines() if isinstance(content, bytes) else []
@@ -286,10 +280,10 @@ def provider_errors(remote, redact) -> str:
 def lost(run, batch: dict, why: str | None) -> None:
     """A batch that never reached the provider (why None) or that it lost: its requests go into the next cycle."""
     if why:
-        run.log(f"{why}: its {len(batch['requests'])} requests are asked again in the next cycle")
-        for request in batch["requests"].values():
-            run.ledger.failed(request["key"], f"{request.get('role', batch['role'])}: {why}")
-    batch["phase"] = "imported"
+        run.log(f"{why}: its {len(batch.requests)} requests are asked again in the next cycle")
+        for request in batch.requests.values():
+            run.ledger.failed(request.key, f"{batch.role_of(request)}: {why}")
+    batch.phase = "imported"
     run.ledger.save()
     return None
 
@@ -329,18 +323,17 @@ def adopt(run, clients: dict, pending: dict[str, tuple]) -> int:
             requests = _matched_requests(lines, pending, collected)
             # a batch every line of which was collected already is known from now on, and nothing more
             # named by the role its requests ask (roles sharing an endpoint share its client, not their batches)
-            asked_role = next(iter(requests.values()))["role"] if requests else role
-            ledger.data["batches"].append(
-                {
-                    "role": asked_role,
-                    "phase": "created" if requests else "imported",
-                    "batch_id": remote.id,
-                    "file_id": remote.input_file_id,
-                    "max_tokens": 0,
-                    "requests": requests,
-                    "adopted": True,
-                    "stage": run.name,  # known to the stage from now on, even with no request left
-                }
+            asked_role = next(iter(requests.values())).role if requests else role
+            ledger.add(
+                LedgerBatch(
+                    asked_role or role,
+                    "created" if requests else "imported",
+                    requests,
+                    batch_id=remote.id,
+                    file_id=remote.input_file_id,
+                    adopted=True,
+                    stage=run.name,  # known to the stage from now on, even with no request left
+                )
             )
             known.add(remote.id)
             if not requests:
@@ -359,11 +352,13 @@ def adopt(run, clients: dict, pending: dict[str, tuple]) -> int:
 def known_to(run) -> tuple[set, set]:
     """The batch and input file ids the stage's entries of the ledger hold: a pooled batch may hold requests of the
     run's other stages too, and each re-attaches its own."""
-    mine = [b for b in run.ledger.data["batches"] if run.owns(b)]
-    return {b.get("batch_id") for b in mine}, {b.get("file_id") for b in mine}
+    mine = [b for b in run.ledger.batches if run.owns(b)]
+    return {b.batch_id for b in mine}, {b.file_id for b in mine}
 
 
-def _matched_requests(lines: list[bytes], pending: dict[str, tuple], collected: set[str]) -> dict[str, dict]:
+def _matched_requests(
+    lines: list[bytes], pending: dict[str, list], collected: set[str]
+) -> dict[str, LedgerRequest]:
     """An adopted batch's requests the cases need now (custom id -> its ledger entry), each taken from
     `pending` by what it asks; lines collected already, or not asked now, are left out."""
     requests = {}
@@ -376,13 +371,7 @@ def _matched_requests(lines: list[bytes], pending: dict[str, tuple], collected: 
             case, step, key, request_role, max_tokens = pending[request_digest(entry["body"])].pop(0)
         except (ValueError, KeyError, TypeError, AttributeError, IndexError):
             continue  # not a request the cases need now (answered already, or not ours)
-        requests[entry["custom_id"]] = {
-            "case": case,
-            "step": step,
-            "key": key,
-            "role": request_role,
-            "max_tokens": max_tokens,
-        }
+        requests[entry["custom_id"]] = LedgerRequest(case, step, key, request_role, max_tokens)
     return requests
 
 
@@ -433,17 +422,9 @@ def write_batch_file(
     ledger: Ledger, folder: Path, model: str, role: str, requests: list, max_tokens: int, log
 ):
     """--batch-files: the cycle's input for `vllm run-batch` (one model per file), recorded, then the command."""
-    path, output = batch_file(folder, model, requests, len(ledger.data["batches"]))
-    ledger.data["batches"].append(
-        {
-            "role": role,
-            "phase": "written",
-            "max_tokens": max_tokens,
-            "path": str(path),
-            "output": str(output),
-            "requests": {cid: meta for cid, meta, _ in requests},
-        }
-    )
+    path, output = batch_file(folder, model, requests, len(ledger.batches))
+    written = {cid: meta for cid, meta, _ in requests}
+    ledger.add(LedgerBatch(role, "written", written, max_tokens, path=str(path), output=str(output)))
     ledger.save()
     log(f"wrote {path}: run  vllm run-batch -i {path} -o {output} --model {model}  (then rerun this command)")
 

@@ -14,6 +14,7 @@ from lexpilot.models.calls import Usage, error_message, malformed_usage
 from lexpilot.models.quirks import STOPS, ProviderError, Refusal, provider_error, refusal_of, stop_message
 from lexpilot.models.replies import MalformedReply, parse_completion, unusable
 from lexpilot.running.batch.api import finished_lines
+from lexpilot.running.batch.ledger import LedgerBatch, LedgerRequest
 from lexpilot.storage.checkpoints import CallJournal, CheckpointWriter
 
 
@@ -23,15 +24,15 @@ def collect(run, clients: dict, journal: Path, writer: CheckpointWriter) -> tupl
     imported, waiting = 0, False
     importer = None  # opened once, and only when a finished batch is there to import
     for batch in filter(run.owns, run.ledger.open_batches()):
-        lines = finished_lines(run, batch, clients[batch["role"]])
+        lines = finished_lines(run, batch, clients[batch.role])
         if lines is None:
-            waiting = waiting or batch["phase"] != "imported"
+            waiting = waiting or batch.phase != "imported"
             continue
         importer = importer or Importer(
             run, CallJournal(journal, writer, set(), run.state.settings_hash), CallJournal.custom_ids(journal)
         )
         imported += importer.import_batch(batch, lines)
-        batch["phase"] = "imported"  # unanswered requests (expired, cancelled, failed) go into the next cycle
+        batch.phase = "imported"  # unanswered requests (expired, cancelled, failed) go into the next cycle
         run.ledger.save()
         if importer.stop:  # a refusal no cycle can mend: the stage stops now, as a synchronous one does
             raise FatalError(importer.stop)
@@ -50,7 +51,7 @@ class Importer:
     # the first refusal that stops the stage (models/quirks.py STOPS), said once the batch is in
     stop: str = ""
 
-    def import_batch(self, batch: dict, lines: list[bytes]) -> int:
+    def import_batch(self, batch: LedgerBatch, lines: list[bytes]) -> int:
         imported, seen = 0, {}
         for line in lines:
             entry = self.entry(line, batch)
@@ -60,21 +61,20 @@ class Importer:
             if cid in seen and seen[cid] != entry:
                 self.duplicated.append(cid)
             seen.setdefault(cid, entry)
-            request = batch["requests"].get(cid)
+            request = batch.requests.get(cid)
             if request is None or cid in self.known:
                 continue  # not ours, or imported before a kill
             imported += self.take(batch, cid, request, entry)
         self.report(batch)
-        for cid, request in batch["requests"].items():  # asked, never answered: a failed attempt each
+        for cid, request in batch.requests.items():  # asked, never answered: a failed attempt each
             if cid not in seen and cid not in self.known:
                 self.settle(cid, {})
                 self.run.ledger.failed(
-                    request["key"],
-                    f"{request.get('role', batch['role'])}: no reply in {batch.get('reason') or 'the batch'}",
+                    request.key, f"{batch.role_of(request)}: no reply in {batch.reason or 'the batch'}"
                 )
         return imported
 
-    def entry(self, line: bytes, batch: dict) -> dict | None:
+    def entry(self, line: bytes, batch: LedgerBatch) -> dict | None:
         """A line as {custom_id, response, error}; None (counted) for one that is not."""
         if not line.strip():
             return None
@@ -87,11 +87,11 @@ class Importer:
             return None
         return entry
 
-    def take(self, batch: dict, cid: str, request: dict, entry: dict) -> int:
-        role = request.get("role", batch["role"])
-        limit = f"{self.run.settings.roles[role].flags[1]} {request.get('max_tokens', batch['max_tokens'])}"
+    def take(self, batch: LedgerBatch, cid: str, request: LedgerRequest, entry: dict) -> int:
+        role = batch.role_of(request)
+        limit = f"{self.run.settings.roles[role].flags[1]} {request.max_tokens or batch.max_tokens}"
         text, usage, problem, reasoning = reply_of(entry, limit, self.say_usage(role))
-        retry = self.run.ledger.tries(request["key"]) > 0  # its request came back refused before
+        retry = self.run.ledger.tries(request.key) > 0  # its request came back refused before
         # a provider may echo the key in a reply or an error: redacted before any file or message, as a synchronous
         # reply is
         text, problem = self.run.settings.redact(text), self.run.settings.redact(problem)[:300]
@@ -102,13 +102,13 @@ class Importer:
             # a reply refused (cut at its limit, empty) was paid for at the batch price: settled and kept as not used
             self.settle(cid, usage)
             if usage:
-                self.journal.not_used(request["case"], request["step"], {role: usage}, problem, cid)
+                self.journal.not_used(request.case, request.step, {role: usage}, problem, cid)
                 self.count(role, usage, retry)
             return self.refused(request, role, problem, line_error(entry))
         self.journal.keep_key(
-            request["case"],
-            request["step"],
-            request["key"],
+            request.case,
+            request.step,
+            request.key,
             text,
             {role: usage},
             custom_id=cid,
@@ -124,10 +124,10 @@ class Importer:
         if self.run.caller.sharing:
             self.run.caller.sharing.count_batched(self.run.settings.roles[role].model, usage, retry)
 
-    def refused(self, request: dict, role: str, problem: str, error: ProviderError | None) -> int:
+    def refused(self, request: LedgerRequest, role: str, problem: str, error: ProviderError | None) -> int:
         """A line without an accepted reply, classified as a synchronous call's error is (models/quirks.py)."""
         refusal = refusal_of(error) if error else None
-        if refusal is Refusal.TOKEN_FIELD and request.get("token_field", "max_tokens") == "max_tokens":
+        if refusal is Refusal.TOKEN_FIELD and (request.token_field or "max_tokens") == "max_tokens":
             # an OpenAI reasoning model refused the field the request carried: the role switches, as a synchronous
             # call does, and every such request is asked again with the new field; not a failed attempt
             if self.run.caller.token_fields[role] == "max_tokens":
@@ -142,10 +142,10 @@ class Importer:
                 self.run.settings.roles[role], refusal, error_message(error, self.run.settings.redact)
             )
         at_once = refusal in (Refusal.CONTEXT_WINDOW, *STOPS)  # no retry helps, as with a synchronous call
-        self.run.ledger.failed(request["key"], f"{role}: {problem}", at_once)
+        self.run.ledger.failed(request.key, f"{role}: {problem}", at_once)
         if refusal not in STOPS:
             self.run.log(
-                f"case {request['case']}: {role} {problem}"
+                f"case {request.case}: {role} {problem}"
                 + ("" if at_once else "; asked again in the next cycle")
             )
         return 0
@@ -174,8 +174,8 @@ class Importer:
             f"usage:{role}", malformed_usage(describe, self.run.settings.redact(problem))
         )
 
-    def report(self, batch: dict) -> None:
-        where = f"batch {batch.get('batch_id') or batch.get('output')}"
+    def report(self, batch: LedgerBatch) -> None:
+        where = f"batch {batch.batch_id or batch.output}"
         if self.malformed:
             self.run.log(
                 f"{where}: {self.malformed} output line(s) are not batch replies (no string custom_id, "

@@ -34,6 +34,7 @@ from lexpilot.running.batch.api import (
     write_batch_file,
 )
 from lexpilot.running.batch.collect import collect
+from lexpilot.running.batch.ledger import LedgerRequest
 from lexpilot.running.batch.replay import read_journal, remaining_depth, replay
 from lexpilot.running.batch.run import (
     BatchRun,
@@ -174,12 +175,12 @@ def say_cycle(run: BatchRun, pending: list, groups: dict) -> None:
 def refuse_unanswered_files(run: BatchRun) -> None:
     """Files written for `vllm run-batch` (--batch-files) are answered only by their output files: without
     --batch-files, waiting for them would never end."""
-    written = [b for b in run.ledger.open_batches() if b["phase"] == "written"]
+    written = [b for b in run.ledger.open_batches() if b.phase == "written"]
     if written:
         raise FatalError(
-            f"{written[0]['path']}: written for vllm run-batch, and its output {written[0]['output']} is not there "
+            f"{written[0].path}: written for vllm run-batch, and its output {written[0].output} is not there "
             f"yet ({counted(len(written), 'file')} in all); run the command docs/batch.md gives, then rerun with "
-            f"--batch-files {Path(written[0]['path']).parent}"
+            f"--batch-files {Path(written[0].path or '').parent}"
         )
 
 
@@ -211,7 +212,7 @@ def _requests(run: BatchRun, needs: list[tuple]) -> dict:
     vLLM files; a request already in an open batch (the same case, step and prompt) is never asked twice."""
     settings, caller = run.settings, run.caller
     in_flight = run.ledger.in_flight_keys()
-    submission = len(run.ledger.data["batches"])  # makes every custom id of this cycle new
+    submission = len(run.ledger.batches)  # makes every custom id of this cycle new
     groups: dict = {}  # (base URL, model), or model for vLLM files -> its requests
     for number, step, need, key in needs:
         if (number, step, key) in in_flight:
@@ -230,14 +231,7 @@ def _requests(run: BatchRun, needs: list[tuple]) -> dict:
         groups.setdefault(group, []).append(
             (
                 cid,
-                {
-                    "case": number,
-                    "step": step,
-                    "key": key,
-                    "role": need.role,
-                    "max_tokens": role.max_tokens,
-                    "token_field": caller.token_fields[need.role],
-                },
+                LedgerRequest(number, step, key, need.role, role.max_tokens, caller.token_fields[need.role]),
                 body,
             )
         )
@@ -250,7 +244,7 @@ def send(run: BatchRun, groups: dict) -> None:
     if groups:
         run.note_submission()
     for group, requests in groups.items():
-        role = requests[0][1]["role"]
+        role = requests[0][1].role
         for chunk in chunks(requests):
             if settings.batching.files:
                 write_batch_file(

@@ -11,7 +11,7 @@ from typing import Any, Callable, Protocol
 
 from lexpilot.errors import CaseFailure
 from lexpilot.models.calls import ModelCaller
-from lexpilot.running.batch.ledger import Ledger
+from lexpilot.running.batch.ledger import Ledger, LedgerBatch
 from lexpilot.running.context import RunContext, RunPaths
 from lexpilot.running.state import StageState
 from lexpilot.settings import Settings
@@ -114,11 +114,11 @@ class BatchRun:
             if state:
                 state.manifest = manifest
 
-    def owns(self, batch: dict) -> bool:
+    def owns(self, batch: LedgerBatch) -> bool:
         """Whether a batch of the run's ledger is this stage's: it asks for the stage's steps, or the stage re-attached
         it (the run's other stages collect and re-attach theirs)."""
         steps = {s.name for s in self.state.steps} if self.state else set()
-        return batch.get("stage") == self.name or any(r["step"] in steps for r in batch["requests"].values())
+        return batch.stage == self.name or any(r.step in steps for r in batch.requests.values())
 
     def note_submission(self) -> None:
         """Note in the manifest that this cycle of the stage submits batches, before its first submission (a

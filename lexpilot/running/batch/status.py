@@ -45,12 +45,12 @@ def _ledger_status(run: BatchRun, out) -> int:
     """A line per batch the ledger holds open, with its status at the provider; how many lines."""
     shown = 0
     for b in run.ledger.open_batches():
-        line = f"{b['role']}: {b.get('batch_id', '(not created)')}, {len(b['requests'])} requests, phase {b['phase']}"
-        if b.get("batch_id"):
+        line = f"{b.role}: {b.batch_id or '(not created)'}, {len(b.requests)} requests, phase {b.phase}"
+        if b.batch_id:
             remote = provider_call(
                 run,
-                f"batch {b['batch_id']}",
-                lambda: run.caller.clients[b["role"]].batches.retrieve(b["batch_id"]),
+                f"batch {b.batch_id}",
+                lambda: run.caller.clients[b.role].batches.retrieve(b.batch_id),
                 missing_ok=True,
             )
             line += f", status {remote.status}" if remote else ", unknown to the provider (HTTP 404)"

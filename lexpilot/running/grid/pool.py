@@ -19,6 +19,7 @@ all of them.
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import threading
 import time
@@ -36,6 +37,7 @@ from lexpilot.running.batch.api import (
     root_hash,
 )
 from lexpilot.running.batch.chain import Drained
+from lexpilot.running.batch.ledger import LedgerBatch, LedgerRequest
 from lexpilot.text import counted
 
 KEPT_DOWNLOADS = 8  # output files kept for the cells still to take their lines (all collect within one poll)
@@ -118,7 +120,7 @@ class BatchPool:
             try:
                 runs = {id(run): run for run, _ in stages}
                 own = [(r, entry) for _, entries in batches for r, entry in entries if id(r) in runs]
-                save_all(own, {}, first=True, save=False)
+                save_all(own, first=True, save=False)
                 for ledger in {id(run.ledger): run.ledger for run in runs.values()}.values():
                     ledger.save()  # the chain's stages share their run's ledger
                 for run in runs.values():
@@ -137,7 +139,7 @@ class BatchPool:
 
     def _upload(self, items: list, runs: list) -> None:
         """Upload the shared file, record it in every cell's ledger, create the batch, record it."""
-        first, role = runs[0][0], items[0][1]["role"]
+        first, role = runs[0][0], items[0][1].role
         client = first.caller.clients[role]
         lines = batch_lines([(cid, meta, body) for cid, meta, body, _, _ in items])
         uploaded = provider_call(
@@ -146,24 +148,24 @@ class BatchPool:
             lambda: checked(client.files.create(file=("lexpilot_batch.jsonl", lines), purpose="batch"), "id"),
         )
         self.uploads += 1
-        save_all(runs, {"file_id": uploaded.id, "phase": "uploaded"})
-        made = create(first, client, uploaded.id, pool_tag(first, runs[0][1]["pool"], len(runs)))
-        save_all(runs, {"batch_id": made.id, "phase": "created"})
+        save_all(runs, file_id=uploaded.id, phase="uploaded")
+        made = create(first, client, uploaded.id, pool_tag(first, runs[0][1].pool, len(runs)))
+        save_all(runs, batch_id=made.id, phase="created")
         for run, entry in runs:
             run.log(
-                f"submitted batch {made.id} ({entry['role']}, {counted(len(entry['requests']), 'request')}; "
+                f"submitted batch {made.id} ({entry.role}, {counted(len(entry.requests), 'request')}; "
                 f"pooled with {counted(len(runs) - 1, 'other cell')}, {counted(len(items), 'request')} in all)"
             )
 
     def _write_file(self, items: list, runs: list) -> None:
         """--batch-files: one input file per model and cycle for `vllm run-batch`, then each cell's share."""
         first = runs[0][0]
-        model = first.settings.roles[items[0][1]["role"]].model
+        model = first.settings.roles[items[0][1].role].model
         path, output = batch_file(
             first.settings.batching.files, model, [(cid, meta, body) for cid, meta, body, _, _ in items]
         )
         self.uploads += 1
-        save_all(runs, {"phase": "written", "path": str(path), "output": str(output)}, first=True)
+        save_all(runs, first=True, phase="written", path=str(path), output=str(output))
         for run, _ in runs:
             run.log(f"wrote {path}: run  vllm run-batch -i {path} -o {output} --model {model}  (then rerun)")
 
@@ -184,37 +186,29 @@ def pooled_batches(shares: dict) -> list[tuple[list, list]]:
     for chain, stages in shares.items():
         for run, requests in stages:
             for cid, meta, body in requests:
-                by_endpoint.setdefault(endpoint_of(run, meta["role"]), []).append(
-                    (cid, meta, body, chain, run)
-                )
+                by_endpoint.setdefault(endpoint_of(run, meta.role), []).append((cid, meta, body, chain, run))
     batches = []
     for items in by_endpoint.values():
         for chunk in chunks(items):
             token, entries = secrets.token_hex(8), {}
             for cid, meta, _, _, run in chunk:
                 entry = entries.setdefault(id(run), (run, new_entry(meta, token)))[1]
-                entry["requests"][cid] = dict(meta)
+                entry.requests[cid] = dataclasses.replace(meta)
             batches.append((chunk, list(entries.values())))
     return batches
 
 
-def new_entry(meta: dict, token: str) -> dict:
-    return {
-        "role": meta["role"],
-        "phase": "prepared",
-        "max_tokens": meta["max_tokens"],
-        "requests": {},
-        "pool": token,
-    }
+def new_entry(meta: LedgerRequest, token: str) -> LedgerBatch:
+    return LedgerBatch(meta.role or "", "prepared", {}, meta.max_tokens or 0, pool=token)
 
 
-def save_all(runs: list, changes: dict, first: bool = False, save: bool = True) -> None:
+def save_all(runs: list, first: bool = False, save: bool = True, **changes: str) -> None:
     """Each stage's entry changed (`first`: added), then each ledger saved whole once (unless not `save`)."""
     ledgers = {}
     for run, entry in runs:
         if first:
-            run.ledger.data["batches"].append(entry)
-        entry.update(changes)
+            run.ledger.add(entry)
+        entry.update(**changes)
         ledgers[id(run.ledger)] = run.ledger
     for ledger in ledgers.values() if save else ():
         ledger.save()
