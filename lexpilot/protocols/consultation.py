@@ -103,6 +103,7 @@ def interact(calls: CaseCalls, upstream: dict) -> dict:
             entry["user_reply"], fault = calls.faulty_user_reply(dialogue)
             entry["fault"] = fault
         elif user_prompt == "user_correction":
+            assert fault is not None, "a correction follows the round that recorded its fault"
             entry["user_reply"] = calls.user_reply(dialogue, user_prompt, fault=render_fault(fault))
         else:
             entry["user_reply"] = calls.user_reply(dialogue, user_prompt)
