@@ -195,10 +195,8 @@ class CallJournal:
                 self.other_settings += 1  # made under other settings: kept on disk, never replayed here
             elif key[:2] in wanted:
                 queued.append((key, entry))
-        for (
-            key,
-            entry,
-        ) in queued:  # a retired reply (its case failed on it) is never replayed: a rerun asks anew
+        # a retired reply (its case failed on it) is never replayed: a rerun asks anew
+        for key, entry in queued:
             retired_as = (*key, reply_digest(entry[0]))
             if retired[retired_as]:
                 retired[retired_as] -= 1
