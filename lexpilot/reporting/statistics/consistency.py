@@ -127,11 +127,7 @@ def judge_noise_table(groups: list[Group], metrics, boot: Bootstrap) -> Table | 
     for sources, pairs in retests(groups):
         for name, (task, metric) in metrics:
             key = MetricKey(task, metric)
-            values = [
-                (va, vb, a, b)
-                for a, b in pairs
-                if (va := a.metrics.get(key)) is not None and (vb := b.metrics.get(key)) is not None
-            ]
+            values = both_defined(pairs, key)
             stat = sources.stat(key)
             if not values or not stat or stat["sd"] is None:
                 continue
@@ -180,6 +176,15 @@ def judge_noise_table(groups: list[Group], metrics, boot: Bootstrap) -> Table | 
         ],
         rows,
     )
+
+
+def both_defined(pairs: list[tuple[Run, Run]], key: MetricKey) -> list[tuple[float, float, Run, Run]]:
+    """(a's value, b's value, a, b) of the pairs of runs where both have the metric defined."""
+    return [
+        (va, vb, a, b)
+        for a, b in pairs
+        if (va := a.metrics.get(key)) is not None and (vb := b.metrics.get(key)) is not None
+    ]
 
 
 def case_level_parts(
