@@ -14,7 +14,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable, TextIO
 
 from lexpilot.scripted.batches import BatchEndpoints
 from lexpilot.scripted.kinds import request_kind, stable
@@ -80,17 +80,17 @@ class ScriptedProvider(BatchEndpoints):
         self.billed: dict = defaultdict(Counter)
         # `cache(prompt)`: extra usage fields a provider with a prompt cache reports (OpenAI's
         # prompt_tokens_details.cached_tokens, DeepSeek's prompt_cache_hit_tokens), or None
-        self.cache = None
-        self.usage_as: Any = (
-            KEEP  # any JSON value: the `usage` every reply carries instead of the true counts
-        )
+        self.cache: Callable[[str], dict | None] | None = None
+        # any JSON value: the `usage` every reply carries instead of the true counts
+        self.usage_as: Any = KEEP
         self.lock = threading.Lock()
         self.statuses: Counter[int | str] = Counter()  # HTTP status (or "cut": a stream cut) -> replies
         self._window: list[float] = []
         self.arrivals: list[float] = []  # the moment every chat request arrived, answered or refused (429)
         self.abandoned = 0  # streams the client closed while the server was still generating
         self.server: _Server | None = None
-        self.log = None  # a file (text, appended): a JSON line per chat request, its model, role and settings
+        # a file (text, appended): a JSON line per chat request, its model, role and settings
+        self.log: TextIO | None = None
         self.port = 0  # 0: any free port
 
     # --- lifecycle
