@@ -70,8 +70,10 @@ def read_prices(path: Path) -> dict[str, Price]:
             f"--prices {path}: model {data.twice!r} is given twice (JSON keeps only the last); give "
             "each model once"
         )
-    prices = {}
-    for model, entry in data.items() if isinstance(data, dict) else [(None, None)]:
+    if not isinstance(data, dict):  # said as an entry that is not one
+        raise _bad_entry(path, None, KeyError("prompt"))
+    prices: dict[str, Price] = {}
+    for model, entry in data.items():
         if isinstance(entry, KeyedOnce) and entry.twice is not None:
             raise HarnessError(
                 f"--prices {path}: entry {model!r} gives {entry.twice!r} twice (JSON keeps only the "
@@ -80,13 +82,17 @@ def read_prices(path: Path) -> dict[str, Price]:
         try:
             prices[model] = _price(entry)
         except (TypeError, KeyError, ValueError, AttributeError) as e:
-            why = f" ({e})" if isinstance(e, ValueError) and str(e) else ""
-            raise HarnessError(
-                f'--prices {path}: entry {model!r} must be {{"prompt": number, "completion": '
-                "number} (price per million tokens; optional cached_prompt or cache_discount, "
-                f"batch_prompt, batch_completion or batch_discount){why}"
-            ) from None
+            raise _bad_entry(path, model, e) from None
     return prices
+
+
+def _bad_entry(path: Path, model: str | None, error: Exception) -> HarnessError:
+    why = f" ({error})" if isinstance(error, ValueError) and str(error) else ""
+    return HarnessError(
+        f'--prices {path}: entry {model!r} must be {{"prompt": number, "completion": '
+        "number} (price per million tokens; optional cached_prompt or cache_discount, "
+        f"batch_prompt, batch_completion or batch_discount){why}"
+    )
 
 
 PRICE_KEYS = (
@@ -106,7 +112,7 @@ EITHER = (
 )
 
 
-def _price(entry: dict) -> Price:
+def _price(entry: object) -> Price:
     if not isinstance(entry, dict) or "prompt" not in entry or "completion" not in entry:
         raise KeyError("prompt")
     unknown = [k for k in entry if k not in PRICE_KEYS]
@@ -163,7 +169,7 @@ class Budget:
     the amount. A call's worst case counts its prompt at one token per character (Chinese text is about one
     token per character; other text fewer) and its completion at the role's output limit."""
 
-    def __init__(self, amount: float, prices: dict[str, tuple[float, float]]):
+    def __init__(self, amount: float, prices: dict[str, Price]):
         self.amount, self.prices = amount, prices
         self.spent = self.reserved = 0.0
         self.lock = threading.Lock()

@@ -21,7 +21,7 @@ from lexpilot.benchmark.vocabulary import (
 )
 from lexpilot.errors import HarnessError
 from lexpilot.paths import DEFAULT_OUTPUT_ROOT
-from lexpilot.pricing import read_prices
+from lexpilot.pricing import Budget, Price, read_prices
 
 # Every default declared once, read by the dataclasses, the command line and its help (issue 37 item 7): the paper's
 # generation settings (Appendix E.1), and how calls travel
@@ -49,6 +49,7 @@ class Role:
     @property
     def host(self) -> str:
         parts = urlsplit(self.base_url)
+        assert parts.hostname is not None, "a base URL names a host (check_base_url)"
         return parts.hostname + (f":{parts.port}" if parts.port else "")
 
     @property
@@ -94,8 +95,15 @@ class Batching:
 
 @dataclass(frozen=True)
 class Spending:
-    prices: dict | None = None  # model id -> (prompt, completion) price per million tokens
+    prices: dict[str, Price] | None = None  # model id -> its prices per million tokens
     max_cost: float | None = None  # the invocation's hard budget
+
+    def budget(self) -> Budget | None:
+        """The invocation's hard budget (None: no --max-cost)."""
+        if self.max_cost is None:
+            return None
+        assert self.prices is not None, "--max-cost is refused without --prices (settings_from_args)"
+        return Budget(self.max_cost, self.prices)
 
 
 @dataclass(frozen=True)

@@ -197,6 +197,7 @@ def case_from_raw(raw: dict) -> Case:
     focal = raw["focal_point"]
     focal_points = (focal,) if isinstance(focal, str) else tuple(focal)
     details = raw["key_details"]
+    key_details: tuple[str, ...] | dict[str, tuple[str, ...]]
     if isinstance(details, dict):
         key_details = {fp: tuple(details[fp]) for fp in focal_points}
     else:
@@ -243,8 +244,12 @@ def _no_constant(name: str):
 def _object(pairs) -> _Object:
     obj = _Object(pairs)
     if len(obj) < len(pairs):
-        seen: set = set()
-        obj.duplicates = tuple(k for k, _ in pairs if k in seen or seen.add(k))
+        seen, duplicates = set(), []
+        for key, _ in pairs:
+            if key in seen:
+                duplicates.append(key)
+            seen.add(key)
+        obj.duplicates = tuple(duplicates)
     return obj
 
 

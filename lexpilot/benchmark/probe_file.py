@@ -77,7 +77,9 @@ def load_probes(path: Path, cases: dict[str, Case]) -> tuple[dict[str, Probe], s
     """The filled probe file (case number -> Probe) and its hash; every problem is listed with its row and
     field."""
     rows = [(line, {k: v.strip() for k, v in row.items()}) for line, row in read_sheet(path, PROBE_COLUMNS)]
-    probes, problems, seen = {}, [], {}
+    probes: dict[str, Probe] = {}
+    problems: list[str] = []
+    seen: dict[str, int] = {}  # case number -> the row that gave it first
     for line, row in rows:
         number = row["case_number"]
         where = f"{path}:{line} (case {number or '?'})"

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -413,7 +414,7 @@ def _check_record(
     record: dict,
     raw: bytes,
     kind: RecordKind,
-    selected: dict[str, str | None],
+    selected: Mapping[str, str | None],
     records: dict,
     what_to_do: str,
 ) -> None:
@@ -450,7 +451,7 @@ def _check_record(
 def read_records(
     path: Path,
     kind: RecordKind,
-    selected: dict[str, str | None],
+    selected: Mapping[str, str | None],
     what_to_do: str,
     repair: bool = False,
     notes: list | None = None,

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
+from typing import Any
 
 from lexpilot.errors import ONE_SLOT, Aborted, CaseFailed, CaseFailure, FatalError
 from lexpilot.models.limits import Endpoints, key_digest, request_tokens
@@ -202,7 +203,7 @@ def request_body(role: Role, prompt: str | list[dict], token_field: str = "max_t
     """The chat-completion request of a role: one user message (the filled prompt), or a conversation sent as
     it is (a list of messages); n=1, the role's output limit and temperature (none for 'default')."""
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
-    body = {"model": role.model, "messages": messages, "n": 1, token_field: role.max_tokens}
+    body: dict[str, Any] = {"model": role.model, "messages": messages, "n": 1, token_field: role.max_tokens}
     if role.temperature is not None:
         body["temperature"] = role.temperature
     return body
@@ -293,13 +294,7 @@ class ModelCaller:
         self.token_fields = default_token_fields(settings.roles) | (token_fields or {})
         self.lock = threading.Lock()
         self.said: set[str] = set()  # the topics of lines said once (malformed usage, per role)
-        self.budget = (
-            sharing.budget
-            if sharing
-            else Budget(settings.spending.max_cost, settings.spending.prices)
-            if settings.spending.max_cost is not None
-            else None
-        )
+        self.budget = sharing.budget if sharing else settings.spending.budget()
         import httpx2  # what the openai 3.x SDK is built on (requirements.txt)
 
         self.transport_errors = (httpx2.TimeoutException, httpx2.TransportError)
@@ -416,7 +411,7 @@ class ModelCaller:
                 self.budget.reserve(role.model, len(str(prompt)), role.max_tokens) if self.budget else 0.0
             )
         except FatalError:
-            limiter.release(lease=lease)
+            limiter.release(lease=lease)  # type: ignore[arg-type]  # its own lease; mypy cannot pair unions
             raise
         token_field = self.token_fields[role.name]
         outcome = Attempt()

@@ -53,7 +53,7 @@ def limit_value(name: str, value, where: str) -> float:
 
 def parse_limits(text: str, where: str) -> Limits:
     """'rpm:R,tpm:T,concurrency:C' (any of them) -> Limits; a bad entry is a one-line error naming `where`."""
-    values = {}
+    values: dict[str, float] = {}
     for entry in filter(None, (e.strip() for e in text.split(","))):
         name, _, number = entry.partition(":")
         if name not in Limits.NAMES:
@@ -62,6 +62,7 @@ def parse_limits(text: str, where: str) -> Limits:
             )
         if name in values:
             raise HarnessError(f"{where}: {name} is given twice; give each limit once")
+        parsed: float | str
         try:
             parsed = float(number)
         except ValueError:
@@ -69,7 +70,8 @@ def parse_limits(text: str, where: str) -> Limits:
         values[name] = limit_value(name, parsed, where)
     if not values:
         raise HarnessError(f"{where}: no limit given; use e.g. rpm:500,tpm:200000,concurrency:16")
-    return Limits(**values)
+    concurrency = values.get("concurrency")  # a whole number (limit_value)
+    return Limits(int(concurrency) if concurrency is not None else None, values.get("rpm"), values.get("tpm"))
 
 
 def key_digest(api_key: str) -> str:
@@ -97,7 +99,9 @@ class Ticket:
     __slots__ = ("cell", "tokens", "granted", "wake_at", "event", "lease")
 
     def __init__(self, cell: Hashable, tokens: int):
-        self.cell, self.tokens, self.granted, self.wake_at, self.lease = cell, tokens, False, None, None
+        self.cell, self.tokens, self.granted = cell, tokens, False
+        self.wake_at: float | None = None
+        self.lease: str | None = None  # where slots are shared (SharedLimiter), the slot's lease id
         self.event = threading.Event()
 
 
@@ -110,7 +114,7 @@ class Limiter:
 
     def __init__(self, ceiling: int, limits: Limits = Limits(), name: str = ""):
         self.name, self.limits = name, limits
-        self.max_limit = limits.concurrency or ceiling
+        self.max_limit: float = limits.concurrency or ceiling  # lowered (not to a whole number) on push-back
         self.limit, self.in_flight = float(self.max_limit), 0
         self.resume_at = self.last_cut = 0.0
         self.next_request = self.next_tokens = 0.0  # the earliest moment the pacing lets the next request go
@@ -143,10 +147,12 @@ class Limiter:
                 return None
             sent = self.backlog_sent
             if self.backlog_shared is not None:
+                sent = self.backlog_shared
                 ongoing = (
                     self._shared_sent() if self.backlog_since and self.shared_at_start is not None else None
                 )
-                sent = self.backlog_shared + (ongoing - self.shared_at_start if ongoing is not None else 0)
+                if ongoing is not None and self.shared_at_start is not None:
+                    sent += ongoing - self.shared_at_start
             return sent / (seconds * self.limits.rpm / 60 + self.backlogs)
 
     def _shared_sent(self) -> int | None:
@@ -231,6 +237,7 @@ class Limiter:
         return bool(self.turns) and self.waiting[self.turns[0]][0] is ticket
 
     def _token_rate(self) -> float:
+        assert self.limits.tpm, "only a tpm limit paces by tokens"
         return self.limits.tpm * PACING_MARGIN / 60
 
     def _take(self, ticket: Ticket, now: float) -> float:
@@ -278,7 +285,7 @@ class Limiter:
             self.backlog_seconds += now - self.backlog_since
             self.backlog_since = None
             shared = self._shared_sent() if self.shared_at_start is not None else None
-            if shared is not None:
+            if shared is not None and self.shared_at_start is not None:
                 self.backlog_shared = (self.backlog_shared or 0) + shared - self.shared_at_start
 
     def _withdraw(self, ticket: Ticket) -> None:
@@ -306,7 +313,9 @@ class OnServer:
     def __init__(self, model: Limiter, server: Limiter):
         self.model, self.server = model, server
 
-    def acquire(self, stopped: Callable[[], bool], cell: Hashable = None, tokens: int = 0) -> tuple:
+    def acquire(
+        self, stopped: Callable[[], bool], cell: Hashable = None, tokens: int = 0
+    ) -> tuple[str | None, str | None]:
         first = self.model.acquire(stopped, cell, tokens)
         with self.model.lock:  # past the model's limit, not yet at the server: the display says how many
             self.model.server_waits += 1
@@ -319,7 +328,13 @@ class OnServer:
             with self.model.lock:
                 self.model.server_waits -= 1
 
-    def release(self, pushed_back=None, pause=None, tokens_over: int = 0, lease: tuple | None = None) -> None:
+    def release(
+        self,
+        pushed_back=None,
+        pause=None,
+        tokens_over: int = 0,
+        lease: tuple[str | None, str | None] | None = None,
+    ) -> None:
         first, second = lease or (None, None)
         self.server.release(pushed_back, pause, tokens_over, second)
         self.model.release(None if pushed_back == "slots" else pushed_back, pause, tokens_over, first)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 
 class Refusal(str, Enum):
@@ -214,10 +215,10 @@ REASONING_TEXT = (  # reasoning returned apart from the content, in the message 
 )
 
 
-def first_field(data: dict, fields: tuple[Field, ...]):
+def first_field(data: dict, fields: tuple[Field, ...]) -> Any:
     """The value at the first of `fields` that `data` holds (not None and not empty), else None."""
     for f in fields:
-        value = data
+        value: Any = data  # a JSON value, one key deeper at each step
         for key in f.path:
             value = value.get(key) if isinstance(value, dict) else None
         if value is not None and value != "":

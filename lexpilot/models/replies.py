@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from lexpilot.models.quirks import CACHED_TOKENS, REASONING_TEXT, REASONING_TOKENS, first_field
 
@@ -104,7 +105,7 @@ def _usage(reply: Reply, usage) -> None:
     if not isinstance(usage, dict):
         reply.usage_problem = f"usage is a JSON {type(usage).__name__}, not an object"
         return
-    counts = [usage.get("prompt_tokens"), usage.get("completion_tokens")]
+    counts: list[Any] = [usage.get("prompt_tokens"), usage.get("completion_tokens")]  # JSON values
     if counts == [None, None]:
         return
     if not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= MAX_TOKENS for c in counts):
@@ -117,12 +118,13 @@ def _usage(reply: Reply, usage) -> None:
             f"usage holds token counts that are not whole numbers from 0 to {MAX_TOKENS:,} ({kinds})"
         )
         return
-    reply.prompt_tokens, reply.completion_tokens = counts
+    prompt_tokens, completion_tokens = counts
+    reply.prompt_tokens, reply.completion_tokens = prompt_tokens, completion_tokens
     reasoning = first_field(usage, REASONING_TOKENS)
     if isinstance(reasoning, int) and not isinstance(reasoning, bool) and reasoning >= 0:
         reply.reasoning_tokens = reasoning
     cached = first_field(usage, CACHED_TOKENS)
-    if isinstance(cached, int) and not isinstance(cached, bool) and 0 <= cached <= reply.prompt_tokens:
+    if isinstance(cached, int) and not isinstance(cached, bool) and 0 <= cached <= prompt_tokens:
         reply.cached_tokens = cached
 
 

@@ -58,8 +58,9 @@ def audit_reply(calls: CaseCalls, before: list[dict], question: str, reply: str,
     }
 
 
-def audited(record: dict, asked: str) -> list[dict]:
-    """Every User Model reply of a DCG or interaction record, audited in order with what came before it."""
+def audited(record: dict, asked: str) -> list[tuple[list[dict], str, dict]]:
+    """Every User Model reply of a DCG or interaction record, audited in order with what came before it:
+    (the dialogue before the question, the question, the round's entry)."""
     dialogue, replies = list(record["input_history"]), []
     for entry in record["rounds"]:
         dialogue.append({"role": "assistant", "content": entry[asked]})
@@ -116,7 +117,7 @@ AUDIT_STEPS = (
         AUDIT["dcg"],
         audit_dcg,
         needs=("force_ask",),
-        max_calls=lambda up, s, case=None: {"judge": replies_in("force_ask", up)},
+        max_calls=lambda up, s, case: {"judge": replies_in("force_ask", up)},
         prompts={"judge": "judge_simulator_audit"},
         when=lambda s: s.user_condition == "standard",
     ),
@@ -124,7 +125,7 @@ AUDIT_STEPS = (
         AUDIT["interaction"],
         audit_interaction,
         needs=("interaction",),
-        max_calls=lambda up, s, case=None: {"judge": replies_in("interaction", up)},
+        max_calls=lambda up, s, case: {"judge": replies_in("interaction", up)},
         prompts={"judge": "judge_simulator_audit"},
     ),
 )

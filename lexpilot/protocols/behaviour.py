@@ -55,11 +55,17 @@ def validation_parser(n_details: int):
     def parse(raw: str) -> dict:
         data = judge_json(raw)
         facts = data.get("facts")
-        if not isinstance(facts, list) or sorted(f.get("id") for f in facts if isinstance(f, dict)) != list(
-            range(1, n_details + 1)
-        ):
+        ids = [f.get("id") for f in facts if isinstance(f, dict)] if isinstance(facts, list) else []
+        # numbers only: an id of another kind (text, none at all) cannot be sorted with the rest (a TypeError)
+        numbers = [i for i in ids if isinstance(i, (int, float))]
+        if not isinstance(facts, list) or numbers != ids or sorted(numbers) != list(range(1, n_details + 1)):
             raise ValueError(f"facts must hold ids 1 to {n_details}, once each")
-        if any(f.get("status") not in STATUSES or not isinstance(f.get("turns", []), list) for f in facts):
+        if any(
+            not isinstance(f, dict)
+            or f.get("status") not in STATUSES
+            or not isinstance(f.get("turns", []), list)
+            for f in facts
+        ):
             raise ValueError(f"every status must be one of {', '.join(STATUSES)}")
         if any(not isinstance(data.get(flag), bool) for flag in FLAGS):
             raise ValueError(f"{', '.join(FLAGS)} must be true or false")

@@ -99,14 +99,7 @@ def interact(calls: CaseCalls, upstream: dict) -> dict:
                 if relevant == YES:
                     user_prompt, disrupted_round = DISRUPTION_PROMPTS[condition], round_number
         entry["user_prompt"] = user_prompt
-        if user_prompt == "user_self_correction":
-            entry["user_reply"], fault = calls.faulty_user_reply(dialogue)
-            entry["fault"] = fault
-        elif user_prompt == "user_correction":
-            entry["user_reply"] = calls.user_reply(dialogue, user_prompt, fault=render_fault(fault))
-        else:
-            entry["user_reply"] = calls.user_reply(dialogue, user_prompt)
-        dialogue.append({"role": "user", "content": entry["user_reply"]})
+        fault = _user_turn(calls, dialogue, entry, fault)
     final = force_judge(calls, dialogue)
     dialogue.append({"role": "assistant", "content": final})
     rounds.append(
@@ -115,6 +108,22 @@ def interact(calls: CaseCalls, upstream: dict) -> dict:
     return _interaction_record(
         history, rounds, dialogue, "budget", condition, disrupted_round, corrected_round, fault
     )
+
+
+def _user_turn(calls: CaseCalls, dialogue: list[dict], entry: dict, fault: dict | None) -> dict | None:
+    """The User Model's reply to a round, with the prompt the round's entry names, added to the dialogue; the
+    self-correcting user's fault, once it has recorded one."""
+    user_prompt = entry["user_prompt"]
+    if user_prompt == "user_self_correction":
+        entry["user_reply"], fault = calls.faulty_user_reply(dialogue)
+        entry["fault"] = fault
+    elif user_prompt == "user_correction":
+        assert fault is not None, "a correction follows the round that recorded its fault"
+        entry["user_reply"] = calls.user_reply(dialogue, user_prompt, fault=render_fault(fault))
+    else:
+        entry["user_reply"] = calls.user_reply(dialogue, user_prompt)
+    dialogue.append({"role": "user", "content": entry["user_reply"]})
+    return fault
 
 
 def _interaction_record(

@@ -27,7 +27,7 @@ def focal_types(calls: CaseCalls, upstream: dict) -> dict:
                 for fp, t in zip(case.focal_points, case.focal_types)
             ]
         }
-    typed = typed_before(calls.settings, case, calls.prompts)
+    typed = typed_before(calls.run_settings, case, calls.prompts)
     if typed:  # a property of the benchmark: judged once, reused by every run and model
         return typed
     types = []
@@ -36,8 +36,8 @@ def focal_types(calls: CaseCalls, upstream: dict) -> dict:
         types.append({"focal_point": fp, "type": label, "source": "judge", "judge_raw": raw})
     return {
         "types": types,
-        "judge_model": calls.settings.roles["judge"].model,
-        "judge_settings": judge_settings(calls.settings, calls.prompts),
+        "judge_model": calls.run_settings.roles["judge"].model,
+        "judge_settings": judge_settings(calls.run_settings, calls.prompts),
     }
 
 

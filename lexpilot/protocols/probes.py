@@ -18,7 +18,7 @@ from lexpilot.protocols.steps import CaseCalls, Stage, Step
 
 
 def probes_of(calls: CaseCalls) -> Probe | None:
-    settings = calls.settings
+    settings = calls.run_settings
     return probe_table(settings.probes, settings.dataset)[0].get(calls.case.number)
 
 
@@ -54,7 +54,7 @@ def probe_replies(calls: CaseCalls, upstream: dict) -> dict:
     if probe is None:
         return {"probed": False, "replies": {}}
     conditions = CONDITIONS if probe.removed else CONDITIONS[:3]
-    digest = probe_table(calls.settings.probes, calls.settings.dataset)[1]
+    digest = probe_table(calls.run_settings.probes, calls.run_settings.dataset)[1]
     return {
         "probed": True,
         "probe_file": digest,

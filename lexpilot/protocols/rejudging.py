@@ -64,6 +64,7 @@ FLAGS = {
 def source_manifest(settings: Settings) -> Path:
     """The source run's manifest, or why there is nothing to re-judge."""
     source, model = settings.source_run, settings.roles["eval"].model
+    assert source is not None, "the re-judge stage requires --from-run"
     if source == settings.run_id:
         raise HarnessError("--from-run names this run itself: give the re-judged run a new --run-id")
     path = manifest_path(settings.output_root, source, model)
@@ -101,6 +102,7 @@ def check_source_settings(settings: Settings, manifest: Manifest) -> None:
 def copy_source(settings: Settings) -> str | None:
     """Copy the source run's generation files into the new run (once; a resumed re-judge keeps its copies)."""
     source, model = settings.source_run, settings.roles["eval"].model
+    assert source is not None, "the re-judge stage requires --from-run"
     root = settings.output_root
     cases, _ = load_selection(settings.dataset, settings.limit)
     selected = {c.number: c.input_hash for c in cases}

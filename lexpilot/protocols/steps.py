@@ -47,7 +47,14 @@ class CaseCalls:
     settings: Settings | None = None  # the run's: what a step records of them (the judge's model) or reads
     last_paid: dict = field(default_factory=dict)  # the usage of the last reply taken (bought or replayed)
 
-    def _chat(self, role: str, prompt: str, retry: bool = False) -> str:
+    @property
+    def run_settings(self) -> Settings:
+        """The run's settings, for a step that reads them: a stage always gives them (tests of steps that read
+        none may leave them out)."""
+        assert self.settings is not None, "a stage's CaseCalls carry its settings"
+        return self.settings
+
+    def _chat(self, role: str, prompt: str | list[dict], retry: bool = False) -> str:
         """A reply paid for in an earlier, unfinished attempt at this step is replayed, not bought again."""
         if self.journal:
             replayed = self.journal.take(self.case.number, self.step, role, prompt)
@@ -74,7 +81,7 @@ class CaseCalls:
         self.keep_reasoning_of(role, reply.reasoning)
         return reply.text
 
-    def _bought(self, role: str, prompt: str, used: Usage, sent, retry: bool):
+    def _bought(self, role: str, prompt: str | list[dict], used: Usage, sent, retry: bool):
         """A reply bought from the provider and kept in the journal; every attempt of a call that fails its case is
         kept as paid for and not used."""
         try:
@@ -172,7 +179,8 @@ class Step:
     kind: RecordKind
     run: Callable[[CaseCalls, dict], dict] | None  # (calls, upstream records by kind name) -> record body
     needs: tuple[str, ...] = ()  # the kinds of the upstream records this step reads
-    max_calls: Callable[[dict, Settings], dict] | dict = field(default_factory=dict)
+    # the most calls per role for a case: (upstream records, settings, the case) -> role -> calls, or fixed
+    max_calls: Callable[[dict, Settings, Case | None], dict] | dict = field(default_factory=dict)
     prompts: dict = field(default_factory=dict)  # role -> prompt name, for the dry run's token estimate
     when: Callable[[Settings], bool] | None = None  # run only with these settings (e.g. a --histories choice)
     min_calls: dict | None = None  # the calls always made, for a lower bound (default: a fixed max_calls)

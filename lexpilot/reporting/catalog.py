@@ -36,7 +36,7 @@ from lexpilot.reporting.tables.paper import (
 )
 from lexpilot.reporting.tables.plain import plain_tables
 from lexpilot.reporting.tables.rejudged import judge_sensitivity_tables
-from lexpilot.reporting.tables.table import Kind, Table
+from lexpilot.reporting.tables.table import Builder, Kind, Table
 from lexpilot.reporting.tables.table_4 import table_4
 from lexpilot.reporting.tables.usage import usage_tables
 from lexpilot.reporting.validation.agreement import agreement_table, interval_table
@@ -85,7 +85,7 @@ def always(inputs: Inputs) -> bool:
 class Entry:
     """A builder's place in the report."""
 
-    builder: Callable  # declared with its tables' kinds (tables/table.py's `declares`)
+    builder: Builder  # declared with its tables' kinds (tables/table.py's `declares`)
     arguments: Callable[[Inputs], tuple]  # its arguments, from the report's inputs
     option: str = ""  # the option that asks for its tables ("": they come with the records they show)
     wanted: Callable[[Inputs], bool] = always
@@ -94,6 +94,11 @@ class Entry:
     @property
     def kinds(self) -> tuple[Kind, ...]:
         return self.builder.kinds
+
+
+def _comparison_arguments(i: Inputs) -> tuple:
+    assert i.compared is not None, "its tables are asked for with --compare only"
+    return (*i.compared, i.boot)
 
 
 def _ranking_arguments(i: Inputs) -> tuple:
@@ -116,9 +121,7 @@ REPORT: tuple[Entry, ...] = (
     Entry(audit_tables, lambda i: (i.paper, i.boot)),
     Entry(judge_sensitivity_tables, lambda i: (i.groups, i.root, i.shared)),
     Entry(order_table, lambda i: (i.groups, i.root)),
-    Entry(
-        comparison_table, lambda i: (*i.compared, i.boot), "--compare A B", lambda i: i.compared is not None
-    ),
+    Entry(comparison_table, _comparison_arguments, "--compare A B", lambda i: i.compared is not None),
     Entry(ranking_tables, _ranking_arguments, "--rank", lambda i: i.args.rank, rides_along=True),
     Entry(power_table, lambda i: (i.groups, i.shared, i.args.alpha), "--power", lambda i: i.args.power, True),
     Entry(consistency_table, lambda i: (i.groups,), "--consistency", lambda i: i.args.consistency, True),

@@ -4,17 +4,26 @@ faults a test can script on them; each batch line is answered as a chat request 
 from __future__ import annotations
 
 import json
+import threading
 import time
+from collections import Counter
+from typing import Any, Callable
 
 
 def multipart_file(content_type: str, raw: bytes) -> tuple[str, bytes]:
     """The uploaded file of a multipart/form-data request: (file name, content)."""
+    from email.message import Message
     from email.parser import BytesParser
 
     message = BytesParser().parsebytes(f"Content-Type: {content_type}\r\n\r\n".encode() + raw)
     for part in message.get_payload():
-        if part.get_filename():
-            return part.get_filename(), part.get_payload(decode=True)
+        if not isinstance(part, Message):  # a body that is no multipart is text, not parts
+            break
+        name = part.get_filename()
+        if name:
+            content = part.get_payload(decode=True)
+            assert isinstance(content, bytes), "a part that is no multipart decodes to bytes"
+            return name, content
     raise ValueError("no file in the upload")
 
 
@@ -37,6 +46,26 @@ def public(batch: dict) -> dict:
 class BatchEndpoints:
     """The files and batches endpoints of `ScriptedProvider`, which holds their state (`files`, `batches`, the
     `batch_*` faults) and answers each line with its chat handler (`_answer`)."""
+
+    # what these endpoints use of ScriptedProvider, which sets each in its __init__ (described there)
+    files: dict[str, bytes]
+    batches: dict[str, dict]
+    batch_delay: float
+    batch_refuse: bool
+    batch_fail: Callable[[str], object] | None  # custom_id -> a failure (True, or its message)
+    batch_expire: bool
+    batch_errors: list[tuple[str, str, int]]
+    batch_lost_create: bool
+    batch_final: str | None
+    batch_final_message: str | None
+    batch_output: Callable[[list[str]], list[str]] | None
+    batch_forget: set[str]
+    batch_stall: dict[tuple[str, str], float]
+    batch_listed: Callable[[dict], object] | None  # a batch -> the metadata a listing shows for it
+    submitted: Counter[str]
+    lock: threading.Lock
+    logged: Callable[..., None]
+    _answer: Callable[[dict], tuple[int, dict, Any]]
 
     def batch_api(self, method: str, path: str, headers, raw: bytes):
         """The endpoint's answer; with `batch_stall[(method, first path part)]` seconds, given only after that pause

@@ -14,6 +14,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, TextIO
 
 from lexpilot.scripted.batches import BatchEndpoints
 from lexpilot.scripted.kinds import request_kind, stable
@@ -74,30 +75,30 @@ class ScriptedProvider(BatchEndpoints):
         self.submitted = Counter()  # custom_id -> batches it was submitted in
         self.requests: list[dict] = []
         # every request answered with a reply, synchronously or in a batch: (kind, digest of what it asks) -> times
-        self.processed = Counter()
+        self.processed: Counter[tuple[str, str]] = Counter()
         # model -> calls, prompt_tokens and completion_tokens of every reply sent (refused or not): what it bills
         self.billed: dict = defaultdict(Counter)
         # `cache(prompt)`: extra usage fields a provider with a prompt cache reports (OpenAI's
         # prompt_tokens_details.cached_tokens, DeepSeek's prompt_cache_hit_tokens), or None
-        self.cache = None
-        self.usage_as = KEEP  # any JSON value: the `usage` every reply carries instead of the true counts
+        self.cache: Callable[[str], dict | None] | None = None
+        # any JSON value: the `usage` every reply carries instead of the true counts
+        self.usage_as: Any = KEEP
         self.lock = threading.Lock()
-        self.statuses = Counter()
+        self.statuses: Counter[int | str] = Counter()  # HTTP status (or "cut": a stream cut) -> replies
         self._window: list[float] = []
         self.arrivals: list[float] = []  # the moment every chat request arrived, answered or refused (429)
         self.abandoned = 0  # streams the client closed while the server was still generating
-        self.server = None
-        self.log = None  # a file (text, appended): a JSON line per chat request, its model, role and settings
+        self.server: _Server | None = None
+        # a file (text, appended): a JSON line per chat request, its model, role and settings
+        self.log: TextIO | None = None
         self.port = 0  # 0: any free port
 
     # --- lifecycle
     def start(self) -> str:
-        self.server = _Server(("127.0.0.1", self.port), _Handler)
-        self.server.provider = self
-        threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        ).start()
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        server = self.server = _Server(("127.0.0.1", self.port), _Handler)
+        server.provider = self
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        return f"http://127.0.0.1:{server.server_address[1]}/v1"
 
     def stop(self) -> None:
         if self.server:
@@ -259,7 +260,7 @@ class ScriptedProvider(BatchEndpoints):
                     {k: usage[k] for k in ("prompt_tokens", "completion_tokens")} | {"calls": 1}
                 )
         if body.get("stream"):
-            stall = {"X-Stall-After-First-Event": outcome["stall"]} if "stall" in outcome_dict else {}
+            stall = {"X-Stall-After-First-Event": outcome_dict["stall"]} if "stall" in outcome_dict else {}
             return (
                 200,
                 {"Content-Type": "text/event-stream", **stall},
@@ -284,7 +285,7 @@ class ScriptedProvider(BatchEndpoints):
     def _usage(self, prompt: str, content: str, outcome_dict: dict):
         """The usage a reply reports: counted in characters, or `usage_as`; with a prompt cache's and the
         reasoning's fields."""
-        usage = (
+        usage: dict[str, Any] | None = (
             {
                 "prompt_tokens": len(prompt),
                 "completion_tokens": len(content),

@@ -117,7 +117,8 @@ class PrefixCache:
     Use as `provider.cache = PrefixCache()`; it reports OpenAI's usage field."""
 
     def __init__(self, minimum: int = 1024, step: int = 128):
-        self.minimum, self.step, self.seen, self.lock = minimum, step, [], threading.Lock()
+        self.minimum, self.step, self.lock = minimum, step, threading.Lock()
+        self.seen: list[str] = []  # every prompt so far
 
     def __call__(self, prompt: str) -> dict:
         with self.lock:

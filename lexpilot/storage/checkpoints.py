@@ -164,7 +164,8 @@ class CallJournal:
         self.unanswered: dict[str, int] = {}
         if not path.exists():
             return
-        started, ended, kept, queued, retired = {}, set(), [], [], Counter()
+        started, ended, kept, queued = {}, set(), [], []
+        retired: Counter[tuple] = Counter()  # (case, step, key, reply digest) -> times retired
         for raw, e in _journal_lines(path):
             try:
                 if e is not None and e.get("t") == "start":
@@ -194,12 +195,11 @@ class CallJournal:
                 self.other_settings += 1  # made under other settings: kept on disk, never replayed here
             elif key[:2] in wanted:
                 queued.append((key, entry))
-        for (
-            key,
-            entry,
-        ) in queued:  # a retired reply (its case failed on it) is never replayed: a rerun asks anew
-            if retired[(*key, reply_digest(entry[0]))]:
-                retired[(*key, reply_digest(entry[0]))] -= 1
+        # a retired reply (its case failed on it) is never replayed: a rerun asks anew
+        for key, entry in queued:
+            retired_as = (*key, reply_digest(entry[0]))
+            if retired[retired_as]:
+                retired[retired_as] -= 1
                 continue
             self.replies.setdefault(key, deque()).append(entry)
         for call_id, role in started.items():
@@ -419,7 +419,8 @@ def steps_paid_for(folder: Path) -> set[str]:
 
 def _kept_for_a_rerun(path: Path):
     """(entry, usage) of every reply the journal holds that a rerun may replay (retired ones left out)."""
-    entries, retired = [], Counter()
+    entries: list[dict] = []  # journal entries of replies
+    retired: Counter[tuple] = Counter()  # (case, step, key, reply digest) -> times retired
     for _, e in _journal_lines(path):
         if e is None or e.get("t") in ("start", "end"):
             continue

@@ -11,6 +11,8 @@ import json
 import sys
 import time
 import uuid
+from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,8 +72,7 @@ class Manifest:
     @classmethod
     def of(cls, saved: dict, path: Path | None = None) -> Manifest:
         text = lambda name: saved.get(name) if isinstance(saved.get(name), str) else None
-        models = saved.get("models") if isinstance(saved.get("models"), dict) else {}
-        generation = saved.get("generation") if isinstance(saved.get("generation"), dict) else {}
+        models, generation = _dict_of(saved, "models"), _dict_of(saved, "generation")
         return cls(
             path,
             text("run_id"),
@@ -156,7 +157,8 @@ GENERATION_PREFIXES = {"eval": "", "user": "user_", "judge": "judge_"}
 
 
 def _dict_of(saved: dict, name: str) -> dict:
-    return saved.get(name) if isinstance(saved.get(name), dict) else {}
+    value = saved.get(name)
+    return value if isinstance(value, dict) else {}
 
 
 def _role_model(entry) -> RoleModel:
@@ -292,7 +294,8 @@ def compared_setting(manifest: dict, name: str):
     on the files the run's user condition sends."""
     value = manifest.get(name)
     if name == "prompt_hash":
-        files = manifest.get("prompt_files") or LEGACY_PROMPT_SETS.get(value)
+        legacy = LEGACY_PROMPT_SETS.get(value) if isinstance(value, str) else None  # a list is unhashable
+        files = manifest.get("prompt_files") or legacy
         if not isinstance(files, dict):
             return value
         used = set(prompt_files_used(str(manifest.get("user_condition", "standard"))))
@@ -381,8 +384,8 @@ def check_manifest(
     script: str,
     write: bool,
     allow_code_change: bool = False,
-    record_files: list[Path] = (),
-    prompt_files: set[str] = frozenset(),
+    record_files: Sequence[Path] = (),
+    prompt_files: AbstractSet[str] = frozenset(),
     condition_scripts: tuple[str, ...] = (),
 ) -> tuple[Manifest | None, str | None]:
     """Stop before any call when the run's saved settings differ; write the manifest on first use. Returns the
@@ -452,6 +455,7 @@ def _first_manifest(
 def _rewrite(manifest: Manifest, **changes) -> Manifest:
     """The manifest with these fields changed, written over the saved one."""
     saved = {**manifest.saved, **changes}
+    assert manifest.path is not None, "a run's manifest, rewritten, has its file's path"
     write_json(manifest.path, saved)
     return Manifest.of(saved, manifest.path)
 

@@ -16,7 +16,9 @@ import os
 import pickle
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from multiprocessing.connection import wait
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from typing import Any
 
 from lexpilot.errors import HarnessError
 
@@ -53,10 +55,10 @@ def fork_map(fn: Callable, items: Sequence, processes: int) -> list:
         return [fn(item) for item in items]
     context = multiprocessing.get_context("fork")
     taken = context.Value("i", 0)  # the next item's index: a free child takes it
-    children = {}
+    children: dict[Connection, BaseProcess] = {}
     for _ in range(min(processes, len(items))):
         receive, send = context.Pipe(duplex=False)
-        child = context.Process(target=_child, args=(fn, items, taken, send), daemon=True)
+        child: BaseProcess = context.Process(target=_child, args=(fn, items, taken, send), daemon=True)
         child.start()
         send.close()  # the child holds its own end: a child that dies leaves the pipe at end of file
         children[receive] = child
@@ -69,21 +71,28 @@ def fork_map(fn: Callable, items: Sequence, processes: int) -> list:
             child.join()
 
 
-def _gather(children: dict, count: int) -> list:
+def _gather(children: dict[Connection, BaseProcess], count: int) -> list:
     results: dict[int, object] = {}
     open_pipes = list(children)
     while open_pipes:
         for receive in wait(open_pipes):
+            assert isinstance(receive, Connection), "wait() returns the pipes it was given"
+            # ("item", index, result), ("raised", index, exception) or ("done", None, None) from the child;
+            # ("died", None, exit code) when it ended without a word more
+            message: tuple[str, int | None, Any]
             try:
-                outcome, index, value = receive.recv()
+                message = receive.recv()
             except EOFError:
                 children[receive].join()
-                outcome, index, value = "died", None, children[receive].exitcode
+                message = ("died", None, children[receive].exitcode)
+            outcome, index, value = message
             if outcome == "item":
+                assert index is not None, "an item's result comes with its index"
                 results[index] = value
                 continue
             open_pipes.remove(receive)
             if outcome == "raised":
+                assert isinstance(value, BaseException), "a child sends the exception it raised"
                 raise value
             if outcome == "died" and value != 0:
                 raise HarnessError(

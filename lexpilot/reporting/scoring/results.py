@@ -80,14 +80,15 @@ def load_runs(
     runs = []
     datasets: dict[Path, tuple[dict, str] | str] = {}
     for path in sorted(root.glob("runs/*/*/manifest.json")):
-        manifest, problem = run_manifest(path, root)
-        if problem:
-            print(f"{problem.rstrip('.')}; run skipped", file=err)
+        manifest = run_manifest(path, root)
+        if isinstance(manifest, str):
+            print(f"{manifest.rstrip('.')}; run skipped", file=err)
             continue
-        model = manifest.model("eval")
-        if (models and model not in models) or (run_ids and manifest.run_id not in run_ids):
+        model, run_id = manifest.model("eval"), manifest.run_id
+        assert model is not None and run_id is not None, "run_manifest checked both"
+        if (models and model not in models) or (run_ids and run_id not in run_ids):
             continue
-        run = Run(manifest.run_id, model, manifest, path.parent.name)
+        run = Run(run_id, model, manifest, path.parent.name)
         run.input_hashes = input_hashes(run, dataset, datasets, err)
         runs.append(run)
     # judge_agreement only needs the manifests
@@ -110,19 +111,20 @@ def score_runs(
     is kept: the site's build never holds fifty runs' records at once, and reads each file once."""
     chains = rejudge_chains(runs)
     work = partial(score_chain, root=root, keep_outcomes=keep_outcomes, render=render)
-    scored_runs: list[Run | None] = [None] * len(runs)
+    scored_runs: dict[int, Run] = {}  # place -> the run scored: the chains hold every place once
     with collector_paused():  # what comes back holds no cycles, and is kept to the report's end
         for chain in fork_map(work, chains, processes or workers(len(chains))):
             for place, run in chain:
                 scored_runs[place] = run
     gc.freeze()  # the cycle collector need not walk them again
-    return scored_runs
+    return [scored_runs[place] for place in range(len(runs))]
 
 
 def rejudge_chains(runs: list[Run]) -> list[list[tuple[int, Run]]]:
     """The runs as (place, run) chains: each run shown that re-judged no run shown, then the re-judged copies of it
     (its model's, copy after source), so that a copy is scored beside the records it re-judged."""
-    place = {(r.folder, r.run_id): i for i, r in enumerate(runs)}
+    # looked up by a run's source too (None: it re-judged no run)
+    place: dict[tuple[str, str | None], int] = {(r.folder, r.run_id): i for i, r in enumerate(runs)}
 
     def lineage(i: int) -> list[int]:  # from the run up to the first source not shown (a loop ends it too)
         line = [i]
@@ -154,8 +156,10 @@ def score_chain(
             continue
         with collector_paused():
             score_run(run, root, keep_records=True, keep_outcomes=keep_outcomes)
+        assert run.saved is not None, "score_run keeps the records it is asked to keep"
         records[run.run_id] = run.saved
-        run.pages = render(run, place, run.saved, records.get(run.manifest.rejudged_from))
+        source = run.manifest.rejudged_from
+        run.pages = render(run, place, run.saved, records.get(source) if source else None)
         done.append((place, run))
     for _, run in done:
         run.saved = None  # sent back without its records: its pages hold what the site shows of them
@@ -175,28 +179,27 @@ def scored(run: Run, root: Path, keep_outcomes: bool) -> Run:
     return run
 
 
-def run_manifest(path: Path, root: Path) -> tuple[Manifest | None, str | None]:
+def run_manifest(path: Path, root: Path) -> Manifest | str:
     """A manifest with the fields the reports need, or what is wrong with it."""
     try:
         manifest = read_manifest(path)
     except HarnessError as e:
-        return None, str(e)
+        return str(e)
     model, selected, run_id = manifest.model("eval"), manifest.selected_cases, manifest.run_id
     if model is None or run_id is None or selected is None or not all(isinstance(n, str) for n in selected):
         return (
-            None,
-            f"{path}: the manifest lacks models.eval.model, run_id or selected_cases (or they are malformed)",
+            f"{path}: the manifest lacks models.eval.model, run_id or selected_cases (or they are malformed)"
         )
     if path.parent != root / "runs" / run_id / model_folder(model):
-        return None, f"{path}: the manifest's run_id {run_id[:80]!r} and model do not match its folder"
-    return manifest, None
+        return f"{path}: the manifest's run_id {run_id[:80]!r} and model do not match its folder"
+    return manifest
 
 
 def input_hashes(run: Run, dataset: Path | None, cache: dict, err) -> dict[str, str | None]:
     """Selected case -> its input hash in the dataset shown with (None where it cannot be checked)."""
     named = run.manifest.dataset_path
     path = dataset or Path(str(named))
-    unchecked = {n: None for n in run.selected}
+    unchecked: dict[str, str | None] = {n: None for n in run.selected}
     if dataset is None and (not named or not path.is_file()):
         print(
             f"run {run.run_id}, model {run.model}: the run's dataset {named!r} is not there; records not "

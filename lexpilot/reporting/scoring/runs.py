@@ -85,7 +85,9 @@ class Run:
 
     @property
     def selected(self) -> list[str]:
-        return self.manifest.selected_cases
+        selected = self.manifest.selected_cases
+        assert selected is not None, "a run's manifest names its selected cases (results.run_manifest)"
+        return selected
 
     @property
     def condition(self) -> str:

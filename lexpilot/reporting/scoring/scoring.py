@@ -190,6 +190,7 @@ def stages_ran(run: Run, root: Path) -> set[str]:
 def score_task(run: Run, task: str, path: Path, records: dict | None, problem: str | None) -> None:
     """One task's per-case counts, and its metrics overall, per class and (Figure 3) per cause of action."""
     case_counts = TASKS[task][1]
+    records = records if records is not None else {}  # None only with a problem (complete_task)
     if not problem:
         counts = []
         for number, record in records.items():
@@ -287,7 +288,7 @@ def score_focal_types(run: Run, types: dict) -> None:
         run.focal_types[number] = (cls, [FOCAL_TYPES.get(e["type"], e["type"]) for e in record["types"]])
         for entry in record["types"]:
             key = MetricKey("focal points", FOCAL_TYPES.get(entry["type"], entry["type"]), cls)
-            run.metrics[key] = run.metrics.get(key, 0.0) + 1
+            run.metrics[key] = (run.metrics.get(key) or 0.0) + 1  # a count, never None
     data = run.tasks.get("DCG")
     if data is None:
         return

@@ -148,7 +148,10 @@ def plain_section(records: dict, number: str, ids) -> str:
         if not answer:
             continue
         judged = records.get(PLAIN_TYPES[history].name, {}).get(number) or {}
-        kind_name = PLAIN_TYPE_NAMES.get(judged.get("type"), judged.get("type", "–"))
+        judged_type = judged.get("type", "–")
+        kind_name = (
+            PLAIN_TYPE_NAMES.get(judged_type, judged_type) if isinstance(judged_type, str) else judged_type
+        )
         mid, raw = ids.next(), judged.get("judge_raw") or []
         parts.append(
             f"<h4>Plain consultation, {esc(history)} history (response type: {esc(kind_name)})</h4>"

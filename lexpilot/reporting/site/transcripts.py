@@ -6,6 +6,7 @@ detail appearing verbatim. Everything is escaped: model outputs and dataset text
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from lexpilot.benchmark.dataset import Case
@@ -93,7 +94,7 @@ class RunRecords:
     settings: dict = field(default_factory=dict)
 
 
-def dialogue_html(messages: list[dict]) -> str:
+def dialogue_html(messages: Sequence[dict]) -> str:
     return "".join(msg(m["role"], m["content"]) for m in messages)
 
 
@@ -151,7 +152,8 @@ def dcg_part(r: dict, number: str, ids: Ids, details: list[str], source: dict | 
         x["round"]: x.get("label")
         for x in (((source or {}).get("DCG") or {}).get(number) or {}).get("rounds", [])
     }
-    success = {True: "success", False: "miss"}.get((dcg or {}).get("success"), "–")
+    outcomes: dict[object, str] = {True: "success", False: "miss"}  # looked up by the record's JSON value
+    success = outcomes.get((dcg or {}).get("success"), "–")
     parts = [f"<h4>DCG: {esc(success)}</h4>"]
     for q in asked["rounds"]:
         judged, mid = labels.get(q["round"], {}), ids.next()

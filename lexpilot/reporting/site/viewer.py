@@ -80,6 +80,12 @@ class CasePages:
     disagrees: dict[str, object] = field(default_factory=dict)
 
 
+def pages_of(rr: RunRecords) -> CasePages:
+    """What the site shows of a run's records, made when the run was scored for the site (score_runs)."""
+    assert isinstance(rr.run.pages, CasePages), "the site's runs are scored with its case renderer"
+    return rr.run.pages
+
+
 def site_cases(runs: list[Run], dataset: Path | None) -> dict[str, Case]:
     """The cases the site shows with the runs: those of `dataset`, else of the dataset the runs name (none when it
     cannot be read: the pages then say so)."""
@@ -224,7 +230,7 @@ def case_page(number: str, case: Case | None, loaded: list[RunRecords]) -> str:
     sections = "".join(
         f'<section class="run" id="run{i}" data-run="{i}" data-label="{esc(rr.label)}"><details{" open" if i < 2 else ""}>'
         f"<summary><h2>{esc(rr.label)}</h2></summary>"
-        f"{rr.run.pages.transcripts[number]}"
+        f"{pages_of(rr).transcripts[number]}"
         "</details></section>"
         for i, rr in enumerate(loaded)
     )
@@ -234,7 +240,7 @@ def case_page(number: str, case: Case | None, loaded: list[RunRecords]) -> str:
         '<select id="left"></select> <select id="right"></select> '
         f'<label>Show <select id="part"><option value="">every task</option>{shown}</select></label></p>'
     )
-    calls = script_json(call_data(case, [rr.run.pages.infos[number] for rr in loaded]))
+    calls = script_json(call_data(case, [pages_of(rr).infos[number] for rr in loaded]))
     return (
         head + controls + f'<div id="runs">{sections}</div><script>{SIDE_SCRIPT}</script>'
         f'<script type="application/json" id="calls">{calls}</script><script>{CALL_SCRIPT}</script>'
@@ -251,15 +257,15 @@ def _case_list_rows(
         cause = (
             case.cause
             if case
-            else next((rr.run.pages.causes[n] for rr in loaded if n in rr.run.pages.causes), "")
+            else next((pages_of(rr).causes[n] for rr in loaded if n in pages_of(rr).causes), "")
         )
         try:
-            cls = cause_class(cause)
+            cls = cause_class(cause) if cause is not None else "?"  # None: the records name no cause
         except KeyError:
             cls = "?"
         for rr in loaded:
-            if n in rr.run.pages.rows:
-                row = rr.run.pages.rows[n] | {"label": rr.label, "group": rr.group}
+            if n in pages_of(rr).rows:
+                row = pages_of(rr).rows[n] | {"label": rr.label, "group": rr.group}
                 row |= {
                     "case": n,
                     "cause": cause,
@@ -268,8 +274,8 @@ def _case_list_rows(
                     "search": f"{n} {cause} {rr.label}".lower(),
                 }
                 # a re-judged run's decisions against its source's, on this case
-                if n in rr.run.pages.disagrees:
-                    row |= {"rejudged": True, "disagrees": rr.run.pages.disagrees[n]}
+                if n in pages_of(rr).disagrees:
+                    row |= {"rejudged": True, "disagrees": pages_of(rr).disagrees[n]}
                 rows.append(row)
         # the history's text once per case, not once per run: the case list at 50 runs carries it 50 times less
         texts[n] = " ".join(m["content"] for m in (case.underspecified if case else ())).lower()
@@ -311,7 +317,7 @@ def write_site(
         )
 
         def write_case(n: str) -> None:
-            body = case_page(n, cases.get(n), [rr for rr in loaded if n in rr.run.pages.rows])
+            body = case_page(n, cases.get(n), [rr for rr in loaded if n in pages_of(rr).rows])
             (folder / "case" / f"{pages[n]}.html").write_text(page(n, body, up="../"), encoding="utf-8")
 
         fork_map(write_case, list(pages), processes or workers(len(pages)))

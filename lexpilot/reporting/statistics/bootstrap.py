@@ -84,12 +84,12 @@ def percentile_interval(values: np.ndarray | None) -> tuple[float, float] | None
     return float(lo), float(hi)
 
 
-def paired_difference(boot: Bootstrap, a: tuple[Group, tuple], b: tuple[Group, tuple]) -> dict | None:
+def paired_difference(boot: Bootstrap, a: tuple[Group, MetricKey], b: tuple[Group, MetricKey]) -> dict | None:
     """a − b on the same resampled cases: point difference of the group means, interval, share below zero."""
     (ga, ka), (gb, kb) = a, b
     mean_a, mean_b = (ga.stat(ka) or {}).get("mean"), (gb.stat(kb) or {}).get("mean")
     da, db = boot.distribution(ga, ka), boot.distribution(gb, kb)
-    if None in (mean_a, mean_b) or da is None or db is None:
+    if mean_a is None or mean_b is None or da is None or db is None:
         return None
     diff = da - db
     defined = diff[~np.isnan(diff)]

@@ -104,7 +104,10 @@ def consistency_table(groups: list[Group]) -> Table:
 
 def retests(groups: list[Group]) -> list[tuple[Group, list[tuple[Run, Run]]]]:
     """Per group of source runs: the (run, its copy re-judged by the same judge) pairs, from every re-judged run."""
-    source_group = {(r.model, r.run_id): (g, r) for g in groups for r in g.runs}
+    # looked up by a run's source too (None: it re-judged no run)
+    source_group: dict[tuple[str, str | None], tuple[Group, Run]] = {
+        (r.model, r.run_id): (g, r) for g in groups for r in g.runs
+    }
     found: dict[int, tuple[Group, list]] = {}
     for g in groups:
         for r in g.runs:
@@ -124,8 +127,7 @@ def judge_noise_table(groups: list[Group], metrics, boot: Bootstrap) -> Table | 
     for sources, pairs in retests(groups):
         for name, (task, metric) in metrics:
             key = MetricKey(task, metric)
-            values = [(a.metrics.get(key), b.metrics.get(key), a, b) for a, b in pairs]
-            values = [v for v in values if v[0] is not None and v[1] is not None]
+            values = both_defined(pairs, key)
             stat = sources.stat(key)
             if not values or not stat or stat["sd"] is None:
                 continue
@@ -176,6 +178,15 @@ def judge_noise_table(groups: list[Group], metrics, boot: Bootstrap) -> Table | 
     )
 
 
+def both_defined(pairs: list[tuple[Run, Run]], key: MetricKey) -> list[tuple[float, float, Run, Run]]:
+    """(a's value, b's value, a, b) of the pairs of runs where both have the metric defined."""
+    return [
+        (va, vb, a, b)
+        for a, b in pairs
+        if (va := a.metrics.get(key)) is not None and (vb := b.metrics.get(key)) is not None
+    ]
+
+
 def case_level_parts(
     sources: Group, pairs: list[tuple[Run, Run]], key: MetricKey
 ) -> tuple[tuple[str, ...], np.ndarray, np.ndarray] | None:
@@ -193,9 +204,11 @@ def case_level_parts(
         values = np.asarray(TASKS[task][2](data.counts)[metric], dtype=float)
         return None if np.isnan(values).any() else dict(zip(data.cases, values))
 
-    runs = [per_case(r) for r in sources.runs]
-    copies = [(per_case(a), per_case(b)) for a, b in pairs]
-    if any(v is None for v in runs) or any(a is None or b is None for a, b in copies):
+    found = [per_case(r) for r in sources.runs]
+    found_copies = [(per_case(a), per_case(b)) for a, b in pairs]
+    runs = [v for v in found if v is not None]
+    copies = [(a, b) for a, b in found_copies if a is not None and b is not None]
+    if len(runs) < len(found) or len(copies) < len(found_copies):
         return None
     cases = tuple(sorted(set.intersection(*(set(v) for v in runs + [x for pair in copies for x in pair]))))
     total = np.array([np.var([v[c] for v in runs], ddof=1) for c in cases])
@@ -233,9 +246,11 @@ def percent_interval(interval: tuple[float, float] | None) -> Figure:
 def share_interval(boot: Bootstrap, sources: Group, pairs: list[tuple[Run, Run]], key: MetricKey):
     """The 95% percentile interval of the share over the resampled cases: every run and its copy on the same drawn
     cases, the variance between the source runs and the judge's variance recomputed on each."""
-    runs = [boot.run_values(r, key) for r in sources.runs]
-    copies = [(boot.run_values(a, key), boot.run_values(b, key)) for a, b in pairs]
-    if any(v is None for v in runs) or any(a is None or b is None for a, b in copies):
+    found = [boot.run_values(r, key) for r in sources.runs]
+    found_copies = [(boot.run_values(a, key), boot.run_values(b, key)) for a, b in pairs]
+    runs = [v for v in found if v is not None]
+    copies = [(a, b) for a, b in found_copies if a is not None and b is not None]
+    if len(runs) < len(found) or len(copies) < len(found_copies):
         return None
     total = np.var(np.array(runs), axis=0, ddof=1)
     judge = np.mean([(a - b) ** 2 for a, b in copies], axis=0) / 2

@@ -81,7 +81,7 @@ class Randomization:
                 self._signs[cases] = (rng.random((self.permutations, cases)) < 0.5).astype(np.float32)
         return self._signs[cases]
 
-    def prepare(self, pairs: list[tuple[Group, Group, tuple]]) -> None:
+    def prepare(self, pairs: list[tuple[Group, Group, MetricKey]]) -> None:
         """The p-values of many (A, B, key) at once, on every core, for `p_value` to read: each pair's test is
         the same whichever thread runs it (its swap patterns are drawn from the seed and the number of cases)."""
         todo = list(
@@ -114,8 +114,8 @@ class Randomization:
             return {m: (None if np.isnan(v[0]) else 1.0) for m, v in observed.items()}
         if 2**differing <= self.permutations:  # every pattern, the identity included: p exact
             patterns = (np.arange(2**differing)[:, None] >> np.arange(differing) & 1).astype(np.float32)
-            chunks = [(p, True) for p in np.array_split(patterns, max(1, len(patterns) // CHUNK))]
-            extreme, total, _ = count_extremes(swapped, observed, chunks, None)
+            every = [(p, True) for p in np.array_split(patterns, max(1, len(patterns) // CHUNK))]
+            extreme, total, _ = count_extremes(swapped, observed, every, None)
             return {m: None if np.isnan(observed[m][0]) else float(extreme[m] / total[m]) for m in observed}
         # the patterns over every case: a case that does not differ changes nothing
         signs = self.signs(swapped.cases)
@@ -229,7 +229,8 @@ class Swapped:
 def distinct_columns(changes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The distinct non-zero columns up to sign (float32), and for each column of `changes` the distinct one it
     is (-1: zero) and its sign."""
-    kept, index = [], {}
+    kept: list[np.ndarray] = []
+    index: dict[bytes, int] = {}  # a column's bytes (sign made positive) -> its place in `kept`
     source, sign = np.full(changes.shape[1], -1), np.ones(changes.shape[1])
     for j in range(changes.shape[1]):
         column = changes[:, j]

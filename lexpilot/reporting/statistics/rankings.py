@@ -143,8 +143,8 @@ def pair_tests(
         if result is None:
             continue
         tests.append(PairTest(metric, a, b, result["difference"], result["ci"], test.p_value(a, b, key)))
-    defined = [t for t in tests if t.p is not None]
-    for t, adjusted in zip(defined, holm([t.p for t in defined])):
+    defined = [(t, t.p) for t in tests if t.p is not None]
+    for (t, _), adjusted in zip(defined, holm([p for _, p in defined])):
         t.p_holm = adjusted
     return tests
 
@@ -177,30 +177,31 @@ def ranked_rows(
     """One set's ranking on one metric: rank, model, mean, SD, runs and its letters ("n/a" when some pair of the
     set could not be tested)."""
     label = lambda g: g.label  # noqa: E731
+    # (group, its stat) of the groups with a mean, the highest first
     ranked = sorted(
-        (g for g in members if (g.stat(key) or {}).get("mean") is not None),
-        key=lambda g: -g.stat(key)["mean"],
+        ((g, s) for g in members if (s := g.stat(key)) is not None and s["mean"] is not None),
+        key=lambda ranked_stat: -ranked_stat[1]["mean"],
     )
     tested = {frozenset((label(t.a), label(t.b))) for t in tests if t.p_holm is not None}
     different = {
         frozenset((label(t.a), label(t.b))) for t in tests if t.p_holm is not None and t.p_holm < alpha
     }
-    labels = [label(g) for g in ranked]
+    labels = [label(g) for g, _ in ranked]
     complete = all(frozenset(p) in tested for p in itertools.combinations(labels, 2))
     letters = letter_display(labels, different) if complete else {}
-    means = [round(g.stat(key)["mean"], 12) for g in ranked]  # equal but for float noise: the same value
+    means = [round(s["mean"], 12) for _, s in ranked]  # equal but for float noise: the same value
     return [
         [
             name,
             *([set_label] if set_label else []),
             str(means.index(mean) + 1),
             label(g),  # equal values share
-            number_cell(g.stat(key)["mean"], METRIC),  # a rank (1, 1, 3), as in competition ranking
-            number_cell(g.stat(key)["sd"], METRIC),
-            str(g.stat(key)["n"]),
+            number_cell(s["mean"], METRIC),  # a rank (1, 1, 3), as in competition ranking
+            number_cell(s["sd"], METRIC),
+            str(s["n"]),
             letters.get(label(g), "n/a"),
         ]
-        for g, mean in zip(ranked, means)
+        for (g, s), mean in zip(ranked, means)
     ]
 
 
@@ -335,7 +336,9 @@ def variance_components(a: Group, b: Group, boot: Bootstrap, key: MetricKey) -> 
     sa, sb = a.stat(key), b.stat(key)
     if not sa or not sb or sa["sd"] is None or sb["sd"] is None:
         return None
-    diff = boot.distribution(a, key) - boot.distribution(b, key)
+    da, db = boot.distribution(a, key), boot.distribution(b, key)
+    assert da is not None and db is not None, "a metric defined in a run was scored from its task's data"
+    diff = da - db
     diff = diff[~np.isnan(diff)]
     if diff.size < 2:
         return None

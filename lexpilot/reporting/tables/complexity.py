@@ -77,7 +77,8 @@ def _figure_3_cause_rows(g: Group, complexity: dict[str, float]) -> tuple[list, 
         {k.part for r in g.runs for k in r.metrics if k.family == "by cause"},
         key=lambda c: complexity.get(c, 0),
     )
-    rows, points = [], {"LCA": [], "DCG": []}
+    rows: list[list] = []
+    points: dict[str, list[tuple[float, float]]] = {"LCA": [], "DCG": []}  # task -> (complexity, mean)
     for cause in causes:
         row = [
             cause,
@@ -111,7 +112,8 @@ def read_complexity(path: Path) -> dict[str, float]:
     cause listed twice are errors naming the line."""
     if not path.is_file():
         raise UsageError(f"--complexity {path}: not found")
-    values, lines = {}, {}
+    values: dict[str, float] = {}
+    lines: dict[str, int] = {}  # cause -> the line that gave it
     try:
         check_input(path)
         with path.open(encoding="utf-8-sig", newline="") as f:

@@ -4,6 +4,7 @@ matplotlib is imported only here, only when figures are asked for.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,7 @@ def write_plots(
     folder: Path,
     boot: Bootstrap | None,
     complexity: dict[str, float] | None = None,
-    tables: list[Table] = (),
+    tables: Sequence[Table] = (),
 ) -> list[Path]:
     """PNG figures of the per-class tables, Acc_C against Acc_U, QWK across the three LJP setups, and where the
     data exist Figure 3 (metrics against case complexity) and Figure 4 (DCG by focal-point type, counts)."""
@@ -146,7 +147,8 @@ LABEL_GAP = (0.14, 0.04)
 def dodged(points: list[tuple[str, float, float]]) -> list[tuple[str, tuple, tuple]]:
     """(label, point, where its text goes): each label just above and right of its point, moved up, one step at a
     time, while it would overprint a label already placed."""
-    placed, out = [], []
+    placed: list[tuple[float, float]] = []  # where the labels so far go
+    out = []
     for label, x, y in sorted(points, key=lambda p: (p[2], p[1])):
         lx, ly = x + 0.01, y + 0.01
         while any(abs(lx - px) < LABEL_GAP[0] and abs(ly - py) < LABEL_GAP[1] for px, py in placed):

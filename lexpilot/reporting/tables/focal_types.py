@@ -81,7 +81,7 @@ def _figure_4_panel(typed: list[Group], panel: str, key, columns: list[str], tit
 def _figure_4c(typed: list[Group], types: list[str], classes: list[str]) -> Table:
     """Panel (c): focal points per type and class over the benchmark, every case typed in any run shown
     once."""
-    counts = Counter()
+    counts: Counter[tuple[str, str]] = Counter()  # (type, class) -> focal points
     cases: dict = {}
     for g in typed:
         for r in g.runs:

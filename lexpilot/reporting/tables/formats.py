@@ -19,7 +19,7 @@ USER_CONDITION_NAMES = (
 )
 
 
-def metric_drawn(digits: int, draw) -> Callable[[int], str] | None:
+def metric_drawn(digits: int | None, draw) -> Callable[[int], str] | None:
     """A cell at METRIC decimals is a metric's: it is drawn again at its table's precision (table.py)."""
     return draw if digits == METRIC else None
 
@@ -148,14 +148,13 @@ def average_cell(stats: list[dict | None]) -> Figure:
     value in the column."""
     means = [s["mean"] for s in stats if s and s["mean"] is not None]
     cell = number_cell(float(np.mean(means)) if means else None, METRIC, key="mean")
+    redraw = cell.redraw
     if not means or len(means) == len(stats):
-        return Figure(
-            cell, {**cell.numbers, "models": len(means)}, cell.redraw and (lambda d: cell.redraw(d))
-        )
+        return Figure(cell, {**cell.numbers, "models": len(means)}, redraw and (lambda d: redraw(d)))
     return Figure(
         f"{cell} ({len(means)} of {len(stats)})",
         {**cell.numbers, "models": len(means)},
-        cell.redraw and (lambda d: f"{cell.redraw(d)} ({len(means)} of {len(stats)})"),
+        redraw and (lambda d: f"{redraw(d)} ({len(means)} of {len(stats)})"),
     )
 
 

@@ -389,16 +389,11 @@ def interaction_gain_table(groups: list[Group]) -> Table:
     for g in groups:
         label = g.label
         means = {s.name: (g.stat(MetricKey(s.task, "qwk")) or {}).get("mean") for s in LJP_SETUPS}
-        gain = (
-            means["interaction"] - means["direct"]
-            if None not in (means["interaction"], means["direct"])
-            else None
-        )
+        interaction, direct, gold = means["interaction"], means["direct"], means["gold"]
+        gain = interaction - direct if interaction is not None and direct is not None else None
         # relative to Gold only where Gold is above 0: a ratio to a QWK at or below chance reads as nonsense
         change = (
-            (means["interaction"] - means["gold"]) / means["gold"]
-            if None not in (means["interaction"], means["gold"]) and means["gold"] > 0
-            else None
+            (interaction - gold) / gold if interaction is not None and gold is not None and gold > 0 else None
         )
         copy = g.rejudged  # a re-judged copy is no further model in the average
         gains += [gain] if gain is not None and not copy else []

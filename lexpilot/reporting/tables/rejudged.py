@@ -5,7 +5,7 @@ same generations.
 from __future__ import annotations
 
 from lexpilot.reporting.scoring.groups import Group
-from lexpilot.reporting.scoring.runs import MetricKey, saved_records
+from lexpilot.reporting.scoring.runs import MetricKey, Run, saved_records
 from lexpilot.reporting.statistics.bootstrap import Bootstrap, paired_difference
 from lexpilot.reporting.tables.formats import (
     HEADLINE,
@@ -27,7 +27,10 @@ JUDGED_TASKS = ("LCA", "DCG", "LJP", "interaction rounds")  # what a re-judged r
 def judge_sensitivity_tables(groups: list[Group], root, boot: Bootstrap) -> list[Table]:
     """For runs re-judged with another judge (rejudge.py): the two judges' agreement on the same items, and
     every metric under each judge with the paired bootstrap difference on the same cases."""
-    runs = {(r.model, r.run_id): (g, r) for g in groups for r in g.runs}
+    # looked up by a run's source too (None: it re-judged no run)
+    runs: dict[tuple[str, str | None], tuple[Group, Run]] = {
+        (r.model, r.run_id): (g, r) for g in groups for r in g.runs
+    }
     pairs = [
         (runs[(r.model, r.manifest.rejudged_from)], (g, r))
         for g in groups

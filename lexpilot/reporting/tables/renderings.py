@@ -9,6 +9,7 @@ import io
 import json
 import re
 import unicodedata
+from collections.abc import Callable, Sequence
 
 from lexpilot.errors import HarnessError
 from lexpilot.files import spreadsheet_safe
@@ -65,7 +66,7 @@ def key_columns(t: Table) -> list[int]:
     return keys
 
 
-def column_blocks(widths: list[int], limit: int, keys: list[int] = (0,)) -> list[list[int]]:
+def column_blocks(widths: list[int], limit: int, keys: Sequence[int] = (0,)) -> list[list[int]]:
     """The columns other than the key columns in blocks that fit `limit` cells beside them (a column wider than
     the limit alone): as few blocks as fit, and within that count as even as they can be, so that a block holds a
     lone column only when it must."""
@@ -89,7 +90,8 @@ def column_blocks(widths: list[int], limit: int, keys: list[int] = (0,)) -> list
             for a in range(i):
                 if best[j - 1][a] >= 0 and fits(a, i) and min(best[j - 1][a], i - a) >= best[j][i]:
                     best[j][i], cut[j][i] = min(best[j - 1][a], i - a), a
-    blocks, i = [], len(columns)
+    blocks: list[list[int]] = []
+    i = len(columns)
     for j in range(count, 0, -1):
         blocks.insert(0, columns[cut[j][i] : i])
         i = cut[j][i]
@@ -178,9 +180,10 @@ def render_latex(tables: list[Table], decimals: int | None = None) -> str:
 def csv_columns(t: Table) -> list[tuple[int, str | None]]:
     """(column, number key or None for the text) of each CSV column: a column of figures becomes one column per
     number it holds (mean, SD, interval bounds, n…), so that a spreadsheet computes on numbers, not on text."""
-    columns = []
+    columns: list[tuple[int, str | None]] = []
     for i in range(1, len(t.headers)):
-        keys = list(dict.fromkeys(k for r in t.rows if isinstance(r[i], Figure) for k in r[i].numbers))
+        cells = [r[i] for r in t.rows]
+        keys = list(dict.fromkeys(k for c in cells if isinstance(c, Figure) for k in c.numbers))
         columns += [(i, k) for k in keys] if keys else [(i, None)]
     return columns
 
@@ -212,20 +215,26 @@ def render_csv(tables: list[Table], decimals: int | None = None) -> str:
             )
         )
         for r in t.rows:
-            cells = [
-                csv_value(r[i].numbers.get(k))
-                if k and isinstance(r[i], Figure)
-                else r[i]
-                if not k or k == first_key(columns, i)
-                else ""
-                for i, k in columns  # text in a number
-            ]
-            # column (an "Average" row's cell) is kept, in the column's first place
+            cells = [csv_cell(r[i], k, k == first_key(columns, i)) for i, k in columns]
             writer.writerow(map(spreadsheet_safe, [t.title, r[0]] + cells))
     return buffer.getvalue()
 
 
-RENDERINGS = {"text": render_text, "markdown": render_markdown, "csv": render_csv, "latex": render_latex}
+def csv_cell(cell: str, key: str | None, first: bool) -> str:
+    """A CSV cell: a figure's number under `key`; text in a number column (an "Average" row's cell) is kept, in
+    the column's `first` place."""
+    if key and isinstance(cell, Figure):
+        return csv_value(cell.numbers.get(key))
+    return cell if not key or first else ""
+
+
+# format -> its rendering of tables (text's second argument is its width; the others' their decimals)
+RENDERINGS: dict[str, Callable[..., str]] = {
+    "text": render_text,
+    "markdown": render_markdown,
+    "csv": render_csv,
+    "latex": render_latex,
+}
 
 
 def add_format_option(parser, help: str | None = None) -> None:
@@ -280,6 +289,7 @@ def json_metrics(g: Group, boot: Bootstrap | None) -> dict:
     for key in sorted({k for r in g.runs for k in r.metrics}, key=str):
         task, metric, cls = key
         stat = g.stat(key)
+        assert stat is not None, "a metric some run of the group has"
         entry = {
             "per_run": dict(zip([r.run_id for r in g.runs if key in r.metrics], stat["runs"])),
             "mean": stat["mean"],

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, Protocol
 
 # Decimals, one rule: "a table's precision is its paper table's" (the CSV and JSON keep every digit). A metric or a
 # share on the 0–1 scale (F1, accuracy, QWK, κ, ρ, a share of cases), with its SD, interval bounds and differences,
@@ -26,6 +26,14 @@ class Kind:
     id: str
     paper: str
     decimals: int
+
+
+class Builder(Protocol):
+    """A table builder as `declares` leaves it: called as it was, with the kinds of the tables it makes."""
+
+    kinds: tuple[Kind, ...]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
 def declares(*kinds: Kind):

@@ -52,7 +52,7 @@ def table_4(groups: list[Group], boot: Bootstrap | None = None) -> list[Table]:
         for b, name in (("targeted", "Targeted"), ("off_target", "Off-target")):
             counts = [(g.stat(MetricKey("T4 attempts", f"{b} {k}")) or {}).get("mean") for k in range(1, 6)]
             unresolved = g.stat(MetricKey("T4 unresolved", b))
-            reasons = Counter()
+            reasons: Counter[str] = Counter()  # why dialogues were rejected
             for r in g.runs:
                 reasons.update(r.rejections.get(b, {}))
             rows.append(

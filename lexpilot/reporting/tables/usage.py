@@ -25,6 +25,12 @@ def role_cost(run: Run, role: str, used: dict, prices: dict | None) -> float | N
     )
 
 
+def total_cost(costs: list[float | None]) -> float | None:
+    """The sum of costs, unless one is unknown (a model without a price)."""
+    known = [c for c in costs if c is not None]
+    return sum(known) if len(known) == len(costs) else None
+
+
 def money(value: float | None, unpriced: int = 0) -> str:
     """An amount; with `unpriced` calls whose replies reported no token counts (llama.cpp's streamed replies), said
     beside it: their tokens are not in it, so it is a lower bound, not the bill."""
@@ -77,7 +83,7 @@ def usage_tables(groups: list[Group], prices: dict | None) -> list[Table]:
                     cost = role_cost(run, role, used, prices)
                     costs.append(cost)
                     stage_costs.setdefault((stage, role), []).append(cost)
-            total = None if not costs or None in costs else sum(costs)
+            total = total_cost(costs) if costs else None
             per_run.append(
                 [label, run.run_id]
                 + [role_usage(by_role[r], run.unanswered.get(r, 0)) for r in ROLES]
@@ -96,7 +102,7 @@ def usage_tables(groups: list[Group], prices: dict | None) -> list[Table]:
                     str(used["prompt_tokens"]),
                     str(used["completion_tokens"])
                     + (f" ({used['reasoning_tokens']} reasoning)" if used["reasoning_tokens"] else ""),
-                    money(None if None in costs else sum(costs), used["unreported_calls"]),
+                    money(total_cost(costs), used["unreported_calls"]),
                 ]
             )
     return [
@@ -125,7 +131,7 @@ def grid_total(groups: list[Group], prices: dict | None) -> Table:
     by_role: dict[str, Counter] = {role: Counter() for role in ROLES}
     costs: dict[str, list] = {role: [] for role in ROLES}
     uncached: dict[str, list] = {role: [] for role in ROLES}  # the same calls had no prompt token been cached
-    unanswered = Counter()
+    unanswered: Counter[str] = Counter()  # role -> calls paid but never answered
     for g in groups:
         for run in g.runs:
             unanswered.update(run.unanswered)

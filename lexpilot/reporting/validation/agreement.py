@@ -454,7 +454,8 @@ def human_labels(path: Path, rows: list[tuple[int, dict]], key: dict[str, dict])
 
 @declares(Kind("table_12", "Table 12", 2))
 def agreement_table(labelled: list) -> Table:
-    rows, means = [], {"hh": [], "hk": [], "lh": [], "lk": []}
+    rows: list[list] = []
+    means: dict[str, list[float]] = {"hh": [], "hk": [], "lh": [], "lk": []}  # the tasks' defined values
     for task in ANNOTATED_TASKS:
         items = [x for x in labelled if x[0] == task]
         if not items:

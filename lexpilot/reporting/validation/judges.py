@@ -41,7 +41,7 @@ def judge_labels(saved: dict) -> dict[str, dict]:
 
 def judges_agreement(original: dict, rejudged: dict) -> dict[str, tuple[int, float | None, float | None]]:
     """Per task: (items judged by both, share of equal labels, Cohen's kappa; None where undefined)."""
-    out = {}
+    out: dict[str, tuple[int, float | None, float | None]] = {}
     a_items, b_items = judge_labels(original), judge_labels(rejudged)
     b_items["interaction rounds"] = {
         (n, x["round"]): x["label"]

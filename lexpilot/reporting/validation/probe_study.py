@@ -141,7 +141,9 @@ def disagreements(rows: list, key: dict, sheet_rows: dict) -> list[dict]:
 
 def adjudicated(path: Path, rows, key: dict) -> tuple[list[dict], list[str], dict]:
     """Each item's final labels, every problem by row, and the agreement before adjudication per criterion."""
-    items, problems, agree = [], [], {c: [] for c in EXPERT}
+    items: list[dict] = []
+    problems: list[str] = []
+    agree: dict[str, list[bool]] = {c: [] for c in EXPERT}  # criterion -> the experts agreed, per item
     seen: dict[str, int] = {}
     for line, row in rows:
         where = f"{path}:{line} (item {row.get('item_id') or '?'})"
