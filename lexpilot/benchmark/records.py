@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lexpilot.benchmark.vocabulary import BEHAVIOURS, HISTORY_TYPES
 from lexpilot.errors import HarnessError
@@ -240,7 +241,7 @@ def text_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
-def record_digest(record: dict) -> str:
+def record_digest(record: Mapping[str, Any]) -> str:
     return canonical_hash(record)
 
 
@@ -282,7 +283,7 @@ def new_record(
     input_hash: str,
     cause: str,
     body: dict,
-    upstream: dict[str, dict],
+    upstream: Mapping[str, Mapping[str, Any]],
     usage: dict,
     settings_hash: str,
     reasoning: dict | None = None,

@@ -147,7 +147,9 @@ class Sharing:
     # locked and scanned on every request, so one pool for the hundreds of workers of a 10 x 5 grid cost more CPU
     # than the calls (docs/performance.md)
     clients: dict = field(default_factory=dict)
-    batches: object = None  # with --batch, the grid's pool of batches per endpoint (running/grid/pool.py)
+    # with --batch, the grid's pool of batches per endpoint (running/grid/pool.py `BatchPool`, which this layer
+    # does not import)
+    batches: Any = None
     # (cell label, CaseFailure) as each case of a cell fails: the grid keeps it, and its display says it at once
     on_case_failed: Callable | None = None
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Callable, Hashable
 
 from lexpilot.errors import Aborted, FatalError, HarnessError
+from lexpilot.settings import Role
 
 # Paced a little under the limit: a provider counts arrivals in its own window, and requests let go exactly 60/rpm s
 # apart reach it closer together or further apart than that (the client's threads, the network). 3 % keeps 429s
@@ -369,7 +370,7 @@ class Endpoints:
 
     def __init__(
         self,
-        ceiling: Callable[[object], int],
+        ceiling: Callable[[Role], int],
         limits: dict[str, Limits] | None = None,
         per_model: bool = False,
         make: Callable | None = None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, Protocol
 
 from lexpilot.benchmark.dataset import Case
 from lexpilot.benchmark.prompts import (
@@ -19,7 +19,7 @@ from lexpilot.benchmark.prompts import (
 )
 from lexpilot.benchmark.records import RecordKind
 from lexpilot.errors import RAW_OUTPUT, CaseFailed
-from lexpilot.models.calls import ModelCaller, Usage
+from lexpilot.models.calls import Usage
 from lexpilot.protocols.judging import fault_parser
 from lexpilot.settings import Settings
 from lexpilot.storage.checkpoints import CallJournal
@@ -28,11 +28,24 @@ from lexpilot.storage.manifest import Manifest
 JUDGE_ATTEMPTS = 3
 
 
+class Caller(Protocol):
+    """What a case's calls need of the model caller (models/calls.py `ModelCaller`; in a batch cycle's replay,
+    running/batch/replay.py's `BatchCaller`, which turns each call into a batch request)."""
+
+    settings: Settings
+    progress: Any  # its retry() said as an invalid output is asked again
+
+    @property
+    def chat(
+        self,
+    ) -> Callable[..., Any]: ...  # (role name, prompt, usage, on_send=None, retry=False) -> reply
+
+
 @dataclass
 class CaseCalls:
     """The calls of one case: everything a protocol step may ask for, with the usage it costs."""
 
-    caller: ModelCaller
+    caller: Caller
     prompts: dict[str, str]
     case: Case
     usage: Usage = field(default_factory=Usage)  # of the record being built, made now
@@ -177,7 +190,7 @@ class Step:
     """One checkpointed unit of a protocol: a record per case in one JSONL file."""
 
     kind: RecordKind
-    run: Callable[[CaseCalls, dict], dict] | None  # (calls, upstream records by kind name) -> record body
+    run: Callable[[CaseCalls, dict], dict]  # (calls, upstream records by kind name) -> record body
     needs: tuple[str, ...] = ()  # the kinds of the upstream records this step reads
     # the most calls per role for a case: (upstream records, settings, the case) -> role -> calls, or fixed
     max_calls: Callable[[dict, Settings, Case | None], dict] | dict = field(default_factory=dict)

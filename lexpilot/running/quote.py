@@ -47,7 +47,9 @@ def planned_calls(
     """Calls per role at most, and the characters of the known prompt text they would send: the prompt and
     the case's inputs, with the longer of the two histories (for an upper bound), and with the shorter and only
     the calls surely made (a lower bound); earlier replies carried into a prompt are not known."""
-    calls, chars, low = Counter(), Counter(), Counter()
+    calls: Counter[str] = Counter()
+    chars: Counter[str] = Counter()
+    low: Counter[str] = Counter()
     for case in cases:
         histories = [len(render_history(h)) for h in (case.complete, case.underspecified)]
         inputs = {
@@ -90,7 +92,7 @@ def cost_quote(
         if not calls.get(role):
             continue
         model, limit = settings.roles[role].model, settings.roles[role].max_tokens
-        price = settings.spending.prices.get(model)
+        price = (settings.spending.prices or {}).get(model)
         if price is None:
             lines.append(f"  {role} ({model}): no price in the price file")
             continue
@@ -155,10 +157,10 @@ def saved_usage_per_case(root: Path, steps: list[Step]) -> dict[str, tuple[float
             for record in readable_records(path):
                 try:
                     used_by_role = {
-                        role: tuple(
+                        role: [
                             float(used.get(f, 0) if f == "cached_prompt_tokens" else used[f])
                             for f in ("prompt_tokens", "completion_tokens", "cached_prompt_tokens")
-                        )
+                        ]
                         for role, used in record["usage"].items()
                     }
                 except (KeyError, TypeError, AttributeError, ValueError):  # a record is untrusted input
@@ -179,7 +181,7 @@ def saved_usage_per_case(root: Path, steps: list[Step]) -> dict[str, tuple[float
             entry = per_case.setdefault(role, [0.0, 0.0, 0.0])
             for i, n in enumerate(tokens):
                 entry[i] += n / cases
-    return {role: tuple(tokens) for role, tokens in per_case.items()}
+    return {role: (tokens[0], tokens[1], tokens[2]) for role, tokens in per_case.items()}
 
 
 def not_used_by_step(root: Path) -> dict[str, dict[str, Counter]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Mapping
 
 from lexpilot.benchmark.dataset import Case
 from lexpilot.benchmark.records import RECORD_KINDS, new_record, record_digest
@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # running/context.py opens a stage with this module's load_st
 # What a finished case's records are in memory: on disk they are whole, and nothing reads a finished case's records
 # again (a step reads the records of its own case's pending steps). A 10 x 5 grid otherwise held every chain's
 # records of a stage at once, about 8 MB a chain at 432 cases (docs/performance.md).
-SAVED = MappingProxyType({})
+SAVED: Mapping[str, Any] = MappingProxyType({})
 
 
 @dataclass
@@ -40,10 +40,10 @@ class StageState:
     context: RunContext
     steps: list[Step]
     paths: dict[str, Path]
-    records: dict[str, dict[str, dict]]  # step -> case_number -> record
+    records: dict[str, dict[str, Mapping[str, Any]]]  # step -> case_number -> record (SAVED: finished)
     # the run's: as the stage opened it, then as a stage rewrites it (None: a dry run's, unwritten)
     manifest: Manifest | None = None
-    notes: list = field(default_factory=list)  # what loading repaired, for stderr
+    notes: list[str] = field(default_factory=list)  # what loading repaired, for stderr
     idle: tuple | None = None  # the stage's cases with nothing to ask (Stage.idle)
 
     @property
@@ -77,7 +77,8 @@ def load_state(context: RunContext, repair: bool = True, whole_upstream: bool = 
     kinds = stage.kinds(settings)
     paths = {k.name: checkpoint_path(settings.output_root, settings.run_id, model, k) for k in kinds}
     needs = {s.name: s.needs for s in stage.steps}
-    records, notes = {}, []
+    records: dict[str, dict[str, Mapping[str, Any]]] = {}
+    notes: list[str] = []
     for kind in kinds:
         loaded = read_checkpoint(
             paths[kind.name],

@@ -152,7 +152,7 @@ def submit(run, client, role: str, requests: list, max_tokens: int) -> None:
 def create(run, client, file_id: str, metadata: dict | None = None):
     """Create the batch of an uploaded file, once: after a failed create, the provider's list is searched for a
     batch made from the file before the create is repeated. Its metadata is the run's tag, or a pool's."""
-    tried = []
+    tried: list[bool] = []
 
     def attempt():
         made = made_from(run, client, file_id) if tried else None  # a repeat: did the failed create make it?
@@ -202,7 +202,7 @@ def listed(run, client, batches: list | None = None) -> list:
     return ours
 
 
-def finished_lines(run, batch: dict, client) -> list[bytes] | None:
+def finished_lines(run, batch: LedgerBatch, client) -> list[bytes] | None:
     """The output (and error) lines of a finished batch; None while it is in flight, or when it never reached the
     provider or the provider no longer has it (then it is marked imported: its requests go into the next cycle,
     each counted as a failed attempt)."""
@@ -212,14 +212,8 @@ def finished_lines(run, batch: dict, client) -> list[bytes] | None:
             return None
         check_input(output)
         return output.read_bytes().splitlines()
-    if batch.phase == "prepared":  # killed before the upload: nothing was submitted
-        return lost(run, batch, None)
-    if batch.phase == "uploaded":  # killed around the create: find the batch made from our file, if any
-        made = provider_call(run, "listing batches", lambda: made_from(run, client, batch.file_id))
-        if made is None:
-            return lost(run, batch, None)  # never created
-        batch.batch_id, batch.phase = made.id, "created"
-        run.ledger.save()
+    if not created(run, batch, client):
+        return None
     remote = provider_call(
         run,
         f"batch {batch.batch_id}",
@@ -227,7 +221,8 @@ def finished_lines(run, batch: dict, client) -> list[bytes] | None:
         missing_ok=True,
     )
     if remote is None:
-        return lost(run, batch, f"the provider no longer knows batch {batch.batch_id} (HTTP 404)")
+        lost(run, batch, f"the provider no longer knows batch {batch.batch_id} (HTTP 404)")
+        return None
     batch.status = remote.status
     counts = remote.request_counts
     done = f"{getattr(counts, 'completed', 0)}/{getattr(counts, 'failed', 0)}"
@@ -243,7 +238,30 @@ def finished_lines(run, batch: dict, client) -> list[bytes] | None:
         return None
     why = provider_errors(remote, run.settings.redact)  # a provider's own words may hold the key
     batch.reason = f"batch {remote.status}" + (f" ({why})" if why else "")
-    lines = []
+    return result_lines(run, batch, client, remote)
+
+
+def created(run, batch: LedgerBatch, client) -> bool:
+    """Whether the batch was created at the provider; one a kill left before its create is found by its input file,
+    or marked imported (never created: its requests go into the next cycle)."""
+    if batch.phase == "prepared":  # killed before the upload: nothing was submitted
+        lost(run, batch, None)
+        return False
+    if batch.phase == "uploaded":  # killed around the create: find the batch made from our file, if any
+        uploaded = batch.file_id or ""  # an uploaded batch records its file (NEEDED)
+        made = provider_call(run, "listing batches", lambda: made_from(run, client, uploaded))
+        if made is None:
+            lost(run, batch, None)  # never created
+            return False
+        batch.batch_id, batch.phase = made.id, "created"
+        run.ledger.save()
+    return True
+
+
+def result_lines(run, batch: LedgerBatch, client, remote) -> list[bytes]:
+    """The lines of a finished batch's output and error files; a file the provider no longer has is said, and
+    the requests it answered are asked again in the next cycle."""
+    lines: list[bytes] = []
     for name, file_id in (("output", remote.output_file_id), ("error", remote.error_file_id)):
         content = file_id and downloaded(
             run,
@@ -255,7 +273,7 @@ def finished_lines(run, batch: dict, client) -> list[bytes] | None:
                 missing_ok=True,
             ),
         )
-        if file_id and content is None:  # its requests are left unanswered: asked again in the next cycle
+        if file_id and content is None:
             run.log(
                 f"the {name} file {file_id} of batch {batch.batch_id} cannot be downloaded (HTTP 404): the "
                 "requests it answered are asked again in the next cycle"
@@ -277,7 +295,7 @@ def provider_errors(remote, redact) -> str:
     )
 
 
-def lost(run, batch: dict, why: str | None) -> None:
+def lost(run, batch: LedgerBatch, why: str | None) -> None:
     """A batch that never reached the provider (why None) or that it lost: its requests go into the next cycle."""
     if why:
         run.log(f"{why}: its {len(batch.requests)} requests are asked again in the next cycle")
@@ -285,10 +303,9 @@ def lost(run, batch: dict, why: str | None) -> None:
             run.ledger.failed(request.key, f"{batch.role_of(request)}: {why}")
     batch.phase = "imported"
     run.ledger.save()
-    return None
 
 
-def adopt(run, clients: dict, pending: dict[str, tuple]) -> int:
+def adopt(run, clients: dict, pending: dict[str, list[tuple]]) -> int:
     """Re-attach the batches of this run, model and stage that the provider lists and the ledger does not know
     (the ledger was lost, or is a stale copy): their requests are matched by what they ask to the requests the
     cases need now (`pending`: request digest -> [(case, step, key, role, max_tokens), ...]), and never submitted
@@ -442,7 +459,9 @@ def batch_file(folder: Path, model: str, requests: list, after: int = 0) -> tupl
 
 def chunks(requests: list) -> list[list]:
     """Split at the provider's limits: requests and bytes per input file."""
-    out, current, size = [], [], 0
+    out: list[list] = []
+    current: list = []
+    size = 0
     for request in requests:
         line = len(json.dumps(request[2], ensure_ascii=False).encode()) + 200
         if current and (len(current) >= MAX_REQUESTS or size + line > MAX_BYTES):

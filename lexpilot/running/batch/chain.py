@@ -112,8 +112,11 @@ Handed = tuple[
 class Host(Protocol):
     """What the loop asks of whoever runs the chain (a stage script, or the grid)."""
 
-    draining: threading.Event  # set by the grid's first Ctrl-C: no new call, no new cycle
-    sharing: Sharing | None  # the grid's endpoint limiters and budget, for the roles left synchronous
+    @property
+    def draining(self) -> threading.Event: ...  # set by the grid's first Ctrl-C: no new call, no new cycle
+
+    @property
+    def sharing(self) -> Sharing | None: ...  # the grid's limiters and budget, for the roles left synchronous
 
     def context(self, link: Link) -> RunContext: ...  # the stage's, as it opens
 

@@ -15,6 +15,7 @@ from lexpilot.models.quirks import STOPS, ProviderError, Refusal, provider_error
 from lexpilot.models.replies import MalformedReply, parse_completion, unusable
 from lexpilot.running.batch.api import finished_lines
 from lexpilot.running.batch.ledger import LedgerBatch, LedgerRequest
+from lexpilot.running.batch.run import BatchRun
 from lexpilot.storage.checkpoints import CallJournal, CheckpointWriter
 
 
@@ -43,16 +44,17 @@ def collect(run, clients: dict, journal: Path, writer: CheckpointWriter) -> tupl
 class Importer:
     """`known`: the custom ids whose replies the journal holds already."""
 
-    run: object
+    run: BatchRun
     journal: CallJournal
-    known: set
+    known: set[str]
     malformed: int = 0
-    duplicated: list = field(default_factory=list)
+    duplicated: list[str] = field(default_factory=list)
     # the first refusal that stops the stage (models/quirks.py STOPS), said once the batch is in
     stop: str = ""
 
     def import_batch(self, batch: LedgerBatch, lines: list[bytes]) -> int:
-        imported, seen = 0, {}
+        imported = 0
+        seen: dict[str, dict] = {}  # custom id -> its first line
         for line in lines:
             entry = self.entry(line, batch)
             if entry is None:

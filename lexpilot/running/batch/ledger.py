@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.errors import HarnessError
@@ -151,6 +152,8 @@ class Ledger:
         self.found = path.exists()  # a ledger that was there (a missing one may have been lost)
         if self.found:
             check_input(path)
+        data: Any  # JSON as read, checked by _problem
+        problem: str | None
         try:
             data = json.loads(path.read_text(encoding="utf-8")) if self.found else {"batches": []}
         except (OSError, UnicodeDecodeError, ValueError, RecursionError):

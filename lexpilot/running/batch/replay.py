@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any, Callable, NoReturn
 
 from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.errors import CaseFailed, CaseFailure
@@ -16,6 +17,7 @@ from lexpilot.protocols.steps import CaseCalls
 from lexpilot.running.batch.ledger import AT_ONCE
 from lexpilot.running.batch.run import BatchRun
 from lexpilot.running.state import run_case
+from lexpilot.settings import Settings
 from lexpilot.storage.checkpoints import CallJournal
 
 
@@ -31,12 +33,13 @@ class NeedsReply(Exception):
 class BatchCaller:
     """Stands for the model caller during a cycle's replay: every call it gets becomes a batch request."""
 
-    settings: object
-    progress: object
+    settings: Settings
+    progress: ReplayRetries
     batched = True
 
-    def chat(self, role: str, prompt, usage: Usage, on_send=None, retry: bool = False):
-        raise NeedsReply(role, prompt)
+    def chat(self, role_name: str, prompt: str | list[dict], *_: Any, **__: Any) -> NoReturn:
+        """The call, as ModelCaller.chat takes it, becomes a batch request."""
+        raise NeedsReply(role_name, prompt)
 
 
 @dataclass
@@ -45,7 +48,7 @@ class ReplayRetries:
     again at every later cycle's replay of the case (each replay starts from the first call of the case's
     pending steps), nor at a later invocation's (--batch-detach) for a reply the journal held when it began."""
 
-    log: object
+    log: Callable[[str], None]
     reported: Counter  # (case, step) -> retries said so far
     # (case, step) -> replies held when the invocation began
     said_before: Counter = field(default_factory=Counter)
@@ -56,6 +59,7 @@ class ReplayRetries:
         pass
 
     def retry(self, message: str) -> None:
+        assert self.calls and self.calls.journal, "a retry is said while a step's calls run, from the journal"
         key = (self.calls.case.number, self.calls.step)
         self.seen[key] += 1
         taken = sum(1 for taken_key, _ in self.calls.journal.taken.get(key[0], []) if taken_key[1] == key[1])
@@ -127,7 +131,8 @@ def _replay_case(run: BatchRun, journal: CallJournal, case) -> tuple | None:
                 try:
                     _ask_now(run, journal, calls, need, key)
                 except CaseFailed as e:
-                    return _failed(run, case, str(e), e.change)
+                    _failed(run, case, str(e), e.change)
+                    return None
                 run.held[(case.number, calls.step)] += 1
                 continue
             tries = run.ledger.tries(key)
@@ -136,18 +141,19 @@ def _replay_case(run: BatchRun, journal: CallJournal, case) -> tuple | None:
             reason = run.ledger.reason(key, need.role)
             if tries >= AT_ONCE:
                 flag = settings.roles[need.role].flags[1]
-                return _failed(
+                _failed(
                     run,
                     case,
                     f"{reason} (a prompt beyond the context window: lower {flag} or serve the model with a "
                     "longer context)",
                     flag,
                 )
-            return _failed(
-                run, case, f"{reason} (no accepted reply in {tries} batches)", truncation_flag(reason)
-            )
+                return None
+            _failed(run, case, f"{reason} (no accepted reply in {tries} batches)", truncation_flag(reason))
+            return None
         except CaseFailed as e:
-            return _failed(run, case, str(e), e.change)
+            _failed(run, case, str(e), e.change)
+            return None
 
 
 def _ask_now(run: BatchRun, journal: CallJournal, calls: CaseCalls, need: NeedsReply, key: str) -> None:

@@ -59,7 +59,7 @@ class BatchRun:
     """One batch-mode invocation of a stage: what every cycle reads and writes."""
 
     context: RunContext
-    state: StageState | None  # None: --batch-status, which only reads
+    state: StageState  # --batch-status's has no steps: it reads only the ledger and the provider's list
     ledger: Ledger
     writer: CheckpointWriter
     caller: ModelCaller  # the roles left synchronous, the batch clients, the budget
@@ -105,19 +105,18 @@ class BatchRun:
 
     @property
     def manifest(self) -> Manifest | None:
-        return self.state.manifest if self.state else None
+        return self.state.manifest
 
     @manifest.setter
     def manifest(self, manifest: Manifest | None) -> None:
         """The manifest as this stage just wrote it: every stage of the run open beside it holds it from now on."""
         for state in self.together.states if self.together else [self.state]:
-            if state:
-                state.manifest = manifest
+            state.manifest = manifest
 
     def owns(self, batch: LedgerBatch) -> bool:
         """Whether a batch of the run's ledger is this stage's: it asks for the stage's steps, or the stage re-attached
         it (the run's other stages collect and re-attach theirs)."""
-        steps = {s.name for s in self.state.steps} if self.state else set()
+        steps = {s.name for s in self.state.steps}
         return batch.stage == self.name or any(r.step in steps for r in batch.requests.values())
 
     def note_submission(self) -> None:
@@ -128,9 +127,9 @@ class BatchRun:
             self.manifest = note_batches_submitted(self.manifest, self.name, cycle)
             self.noted_submission = cycle
 
-    def batch_clients(self) -> dict:
+    def batch_clients(self) -> dict[str, Any]:
         """One client per endpoint of the batched roles (roles may share one)."""
-        by_url = {}
+        by_url: dict[str, tuple[str, Any]] = {}
         for role in sorted(self.batched_roles):
             by_url.setdefault(self.settings.roles[role].base_url, (role, self.caller.clients[role]))
         return dict(by_url.values())
@@ -143,9 +142,9 @@ def know_itself(run: BatchRun, manifest: Manifest | None, read_only: bool = Fals
     if manifest and not read_only:
         manifest = run_incarnation(manifest)
     run.incarnation = (manifest.incarnation if manifest else None) or ""
-    run.late = bool(manifest) and (manifest.incarnation_late or not run.incarnation)
+    run.late = manifest is not None and (manifest.incarnation_late or not run.incarnation)
     # a manifest rebuilt from the run's records got a new incarnation: the run's batches carry the lost one
-    run.rebuilt = bool(manifest) and manifest.rebuilt
+    run.rebuilt = manifest is not None and manifest.rebuilt
     # the stage's batches as the manifest counts them, and the ledger does not: a lost ledger, another stage's new
     # one, or an old copy put back
     # (a rebuilt one cannot say: it may have)
@@ -164,7 +163,7 @@ def ledger_path(settings: Settings) -> Path:
     return RunPaths.of(settings).ledger
 
 
-def open_batches(settings) -> list[dict]:
+def open_batches(settings: Settings) -> list[LedgerBatch]:
     """The run's batches still in flight, as its ledger holds them (none without a ledger)."""
     path = ledger_path(settings)
     return Ledger(path).open_batches() if path.exists() else []

@@ -12,6 +12,7 @@ from lexpilot.running.batch.api import FINISHED, listed, listing, provider_call,
 from lexpilot.running.batch.ledger import Ledger
 from lexpilot.running.batch.run import BatchRun, QuietProgress, know_itself
 from lexpilot.running.context import RunContext
+from lexpilot.running.state import StageState
 from lexpilot.storage.checkpoints import CheckpointWriter
 from lexpilot.storage.manifest import read_manifest
 from lexpilot.text import counted
@@ -24,7 +25,9 @@ def status(context: RunContext, clients: dict | None, out: TextIO = sys.stdout) 
     say = lambda m: print(m, file=out)
     run = BatchRun(
         context,
-        None,
+        StageState(
+            context, [], {}, {}
+        ),  # nothing of the stage is read: only the ledger and the provider's list
         Ledger(context.paths.ledger),
         CheckpointWriter(),
         ModelCaller(settings, QuietProgress(say), threading.Event(), clients),

@@ -16,7 +16,7 @@ import io
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import AbstractSet, Callable
 
 from lexpilot.errors import INTERRUPTED as INTERRUPTED_STATUS
 from lexpilot.errors import CaseFailure, HarnessError
@@ -31,6 +31,7 @@ from lexpilot.running.batch.chain import (
     RUNNING,
     STATUSES,
     WAITING,
+    Link,
 )
 from lexpilot.running.batch.run import open_batches
 from lexpilot.running.failures import Reasons
@@ -195,7 +196,7 @@ def run_cell(grid: Grid, cell: Cell) -> tuple[int, str]:
     return code, why(err.getvalue(), cell.stage.name) if code else ""
 
 
-def reason_of(cell: Cell, e: Exception) -> str:
+def reason_of(cell: Link, e: Exception) -> str:
     """The line saying why a cell stopped on an exception: a refusal's own line, the disk's, or a bug's."""
     if isinstance(e, HarnessError):
         return cell.settings.redact(str(e))
@@ -247,7 +248,9 @@ def wait_for(chains: list[threading.Event], tick: Callable[[], None], wait: floa
         tick()
 
 
-def grouped_reasons(cells: list[Cell], cases_said: set[str] = frozenset()) -> list[tuple[str, list[Cell]]]:
+def grouped_reasons(
+    cells: list[Cell], cases_said: AbstractSet[str] = frozenset()
+) -> list[tuple[str, list[Cell]]]:
     """Failed or held-back cells by reason: an endpoint's refusal met by every cell is one entry. Cells in
     `cases_said` failed because some of their cases did, which the grid says per reason instead."""
     reasons: dict[str, tuple[str, list[Cell]]] = {}

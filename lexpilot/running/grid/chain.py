@@ -7,8 +7,11 @@ pool (running/grid/pool.py), which puts every chain's requests for one endpoint 
 from __future__ import annotations
 
 import io
+import threading
 from dataclasses import dataclass
+from typing import TextIO
 
+from lexpilot.models.calls import Sharing
 from lexpilot.running.batch.chain import DONE, FAILED, Handed, Link, Turn, run_chain
 from lexpilot.running.context import RunContext
 from lexpilot.running.grid.cells import Cell, Grid, reason_of, why
@@ -22,11 +25,11 @@ class GridHost:
     grid: Grid
 
     @property
-    def draining(self):
+    def draining(self) -> threading.Event:
         return self.grid.sharing.draining
 
     @property
-    def sharing(self):
+    def sharing(self) -> Sharing:
         return self.grid.sharing
 
     def context(self, link: Link) -> RunContext:
@@ -50,18 +53,19 @@ class GridHost:
 
     def finished(self, turn: Turn, code: int) -> None:
         if code:
-            turn.link.status, turn.link.reason = FAILED, why(turn.err.getvalue(), turn.link.stage.name)
+            turn.link.status, turn.link.reason = FAILED, why(_said(turn.err), turn.link.stage.name)
         else:
             self.left(turn, DONE)
 
     def left(self, turn: Turn, status: str) -> None:
         turn.link.status = status
-        if (
-            isinstance(turn.link, Cell)
-            and isinstance(turn.err, io.StringIO)
-            and isinstance(turn.out, io.StringIO)
-        ):
-            self.grid.said(turn.link, turn.err.getvalue() + turn.out.getvalue())  # its closing lines last
+        if isinstance(turn.link, Cell):
+            self.grid.said(turn.link, _said(turn.err) + _said(turn.out))  # its closing lines last
+
+
+def _said(stream: TextIO) -> str:
+    """What a stage said on one of the streams the grid gave it (`GridHost.streams`)."""
+    return stream.getvalue() if isinstance(stream, io.StringIO) else ""
 
 
 def run_batch_chain(grid: Grid, chain: list[Cell]) -> None:

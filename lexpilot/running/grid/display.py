@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TextIO
 
 from lexpilot.pricing import cost
 from lexpilot.running.batch.chain import DONE, FAILED, IN_FLIGHT, INTERRUPTED, NOT_RUN, RUNNING, WAITING
@@ -73,7 +74,7 @@ class Display:
     grid: Grid
     quote: Quote
     prices: dict | None
-    stream: object = None
+    stream: TextIO = field(default_factory=lambda: sys.stderr)
     start: float = field(default_factory=time.monotonic)
     drawn_lines: int = 0
     last: float = 0.0
@@ -85,7 +86,6 @@ class Display:
     cells_said: int = 0  # the finished cells whose closing lines are said so far
 
     def __post_init__(self):
-        self.stream = self.stream or sys.stderr
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.last = self.start
         self.cells_said = len(self.grid.finished_lines)  # a display says the cells that finish while it shows

@@ -23,12 +23,13 @@ the judge's), optional limits. Every mistake is one line naming the file, the ke
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-try:  # Python 3.11's standard library; on 3.10 the same parser is the tomli package (requirements.txt)
+if sys.version_info >= (3, 11):  # the standard library's; on 3.10 the same parser is tomli (requirements.txt)
     import tomllib
-except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 from lexpilot.errors import HarnessError
@@ -60,7 +61,8 @@ class GridFile:
 def key_lines(text: str) -> dict[tuple[str, ...], int]:
     """The line of each table header and key, (table..., key) -> line: tomllib says where the syntax is wrong,
     not where a valid key holds a wrong value."""
-    lines, table = {}, ()
+    lines: dict[tuple[str, ...], int] = {}
+    table: tuple[str, ...] = ()
     for number, line in enumerate(text.splitlines(), 1):
         header = re.match(r"\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$", line)
         if header:
@@ -165,7 +167,9 @@ def model_endpoint(entry: dict, env, where) -> tuple[ModelEndpoint, Limits | Non
 
 
 def entry_limits(entry: dict, where) -> Limits:
-    return Limits(**{name: limit_value(name, value, where(name)) for name, value in entry.items()})
+    values = {name: limit_value(name, value, where(name)) for name, value in entry.items()}
+    concurrency = values.get("concurrency")  # a whole number (limit_value)
+    return Limits(int(concurrency) if concurrency is not None else None, values.get("rpm"), values.get("tpm"))
 
 
 def command_limits(entries: list[str]) -> dict[str, Limits]:

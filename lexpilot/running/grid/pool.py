@@ -38,6 +38,7 @@ from lexpilot.running.batch.api import (
 )
 from lexpilot.running.batch.chain import Drained
 from lexpilot.running.batch.ledger import LedgerBatch, LedgerRequest
+from lexpilot.running.batch.run import BatchRun
 from lexpilot.text import counted
 
 KEPT_DOWNLOADS = 8  # output files kept for the cells still to take their lines (all collect within one poll)
@@ -118,12 +119,12 @@ class BatchPool:
         files = next(iter(shares.values()))[0][0].settings.batching.files
         for chain, stages in shares.items() if not files else ():
             try:
-                runs = {id(run): run for run, _ in stages}
-                own = [(r, entry) for _, entries in batches for r, entry in entries if id(r) in runs]
+                handing = {id(run): run for run, _ in stages}
+                own = [(r, entry) for _, entries in batches for r, entry in entries if id(r) in handing]
                 save_all(own, first=True, save=False)
-                for ledger in {id(run.ledger): run.ledger for run in runs.values()}.values():
+                for ledger in {id(run.ledger): run.ledger for run in handing.values()}.values():
                     ledger.save()  # the chain's stages share their run's ledger
-                for run in runs.values():
+                for run in handing.values():
                     run.note_submission()
             except Exception as e:  # its share stays unsent: its ledger says `prepared` at most
                 errors[chain] = e
@@ -190,7 +191,8 @@ def pooled_batches(shares: dict) -> list[tuple[list, list]]:
     batches = []
     for items in by_endpoint.values():
         for chunk in chunks(items):
-            token, entries = secrets.token_hex(8), {}
+            token = secrets.token_hex(8)
+            entries: dict[int, tuple[BatchRun, LedgerBatch]] = {}
             for cid, meta, _, _, run in chunk:
                 entry = entries.setdefault(id(run), (run, new_entry(meta, token)))[1]
                 entry.requests[cid] = dataclasses.replace(meta)

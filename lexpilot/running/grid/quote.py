@@ -224,7 +224,7 @@ def quote_grid(
 
 def endpoint_calls(parts: list[Part]) -> Counter:
     """Calls per model id: the User Model and the judge are one endpoint for every evaluated model."""
-    calls = Counter()
+    calls: Counter[str] = Counter()
     for part in parts:
         for role, n in part.calls.items():
             calls[part.settings.roles[role].model] += n
@@ -265,10 +265,11 @@ def wall_time(parts: list[Part], timing: Timing) -> tuple[float, float, dict]:
     """(seconds from the calls' chains, seconds from the busiest endpoint's rate limit, seconds per limited
     endpoint). A (model, run) job runs its stages one after another, each in waves of `concurrency` cases, a
     wave taking its longest chain of calls; jobs run side by side (`jobs` at once, all by default)."""
-    per_job: Counter = Counter()
+    per_job: dict[tuple[str, str], float] = {}
     for part in parts:
         waves = math.ceil(part.pending / timing.concurrency) if part.pending else 0
-        per_job[(part.model, part.run_id)] += waves * part.chain * timing.seconds_per_call
+        job = (part.model, part.run_id)
+        per_job[job] = per_job.get(job, 0.0) + waves * part.chain * timing.seconds_per_call
     at_once = timing.jobs or len(per_job) or 1
     chains = (
         max(per_job.values(), default=0.0) if at_once >= len(per_job) else sum(per_job.values()) / at_once
@@ -348,7 +349,7 @@ def _stage_rows(counted: list[Part]) -> list[list]:
     """A row per stage and role, in the grid's order, and the total row."""
     stage_order = list(dict.fromkeys(p.stage for p in counted))
     per_stage = summed_money(counted, lambda p, role: (p.stage, role))
-    calls = Counter()
+    calls: Counter[tuple[str, str]] = Counter()
     for part in counted:
         for role, n in part.calls.items():
             calls[(part.stage, role)] += n

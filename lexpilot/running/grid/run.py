@@ -11,12 +11,12 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, TextIO
 
 from lexpilot.benchmark.dataset import load_selection
 from lexpilot.errors import INTERRUPTED, HarnessError
 from lexpilot.models.calls import Sharing
 from lexpilot.models.limits import Endpoints, Limits, server_of
-from lexpilot.pricing import Budget
 from lexpilot.protocols.steps import Stage
 from lexpilot.running.grid.cells import (
     FAILED,
@@ -78,10 +78,10 @@ class GridRun:
     stages: list[Stage]
     models: list[str]
     run_ids: list[str]
-    settings_of: object  # (stage, model, run_id) -> Settings
+    settings_of: Callable[[Stage, str, str], Settings]
     limits: dict[str, Limits]
-    err: object = None
-    clients_of: object = None  # tests: cell -> in-memory clients
+    err: TextIO | None = None
+    clients_of: Callable[[Cell], dict | None] | None = None  # tests: cell -> in-memory clients
     grid: Grid | None = field(default=None, repr=False)
     shard: tuple[int, int] | None = None  # (K, N): this process runs shard K of N
     limits_url: str | None = None  # redis://…: every endpoint's limiter shared through it
@@ -95,7 +95,9 @@ class GridRun:
     def endpoints(self, chains: list[list[Cell]], say) -> Endpoints:
         """One limiter per endpoint: in Redis with --limits; else this process's, holding its shard's share."""
         first = chains[0][0].settings
-        users = {}  # model id -> chains whose calls reach it, for an endpoint's starting ceiling
+        users: dict[
+            str, int
+        ] = {}  # model id -> chains whose calls reach it, for an endpoint's starting ceiling
         for chain in chains:
             for model in {r.model for r in chain[0].settings.roles.values()}:
                 users[model] = users.get(model, 0) + 1
@@ -108,7 +110,7 @@ class GridRun:
 
             def make(endpoint, ceiling, lim, name):
                 return SharedLimiter(store, endpoint, ceiling, lim, name)
-        elif self.share_text():  # a shard without a shared store: its 1/N of each limit
+        elif self.shard and self.share_text():  # a shard without a shared store: its 1/N of each limit
             n = self.shard[1]
             limits = {
                 m: Limits(
@@ -144,18 +146,15 @@ class GridRun:
     def run(self) -> int:
         err = self.err or sys.stderr
         chains = self.chains()
-        if not chains:
-            print(f"[grid] shard {self.shard[0]}/{self.shard[1]} has no (model, run) of this grid", file=err)
+        if not chains:  # a shard whose share of the grid is empty
+            shard = f"shard {self.shard[0]}/{self.shard[1]}" if self.shard else "the grid"
+            print(f"[grid] {shard} has no (model, run) of this grid", file=err)
             return 0
         first = chains[0][0].settings
         notes: list[str] = [open_files_for(len(chains), first.transport.concurrency)]
         speaker = {"say": notes.append}  # until the display is drawn, then the display
         endpoints = self.endpoints(chains, lambda line: speaker["say"](line))
-        budget = (
-            Budget(first.spending.max_cost, first.spending.prices)
-            if first.spending.max_cost is not None
-            else None
-        )
+        budget = first.spending.budget()
         sharing = Sharing(endpoints, budget)
         if first.batching.enabled:  # every cell's batches pooled per endpoint, the chains in lockstep
             sharing.batches = BatchPool({chain_of(chain[0].settings) for chain in chains}, sharing.draining)
@@ -168,9 +167,9 @@ class GridRun:
         speaker["say"] = display.note  # what the shared store says from here on (Redis gone, or back)
         interrupted = False
         # in batch mode a chain's independent stages run side by side, cycle by cycle
-        chains = start_chains(grid, run_batch_chain if first.batching.enabled else run_chain)
+        ended = start_chains(grid, run_batch_chain if first.batching.enabled else run_chain)
         try:
-            wait_for(chains, display.draw)
+            wait_for(ended, display.draw)
         except KeyboardInterrupt:
             interrupted = True
             grid.sharing.draining.set()
@@ -179,7 +178,7 @@ class GridRun:
                 "(Ctrl-C again leaves at once)"
             )
             try:
-                wait_for(chains, display.draw)
+                wait_for(ended, display.draw)
             except KeyboardInterrupt:
                 display.note(
                     "[grid] interrupted at once: completed cases are saved; rerun the same command to resume"
