@@ -451,3 +451,28 @@ def test_every_client_of_a_process_shares_one_tls_context_per_ca_setting(monkeyp
     assert tls_context() is not first and tls_context() is tls_context()
     monkeypatch.delenv("SSL_CERT_FILE")
     assert tls_context() is first
+
+
+def test_an_endpoint_is_told_apart_one_way_everywhere():
+    """An endpoint's identity is one type (models/limits.py `Endpoint`: base URL, model, key digest): the limiters,
+    the pooled and grouped batches and the clients all read it, and nothing else spells it."""
+    import ast
+
+    from lexpilot.models.limits import Endpoint
+    from lexpilot.settings import Role
+    from tests.conftest import ROOT
+
+    role = Role("judge", "m", "http://h:1/v1", "sk-secret-0123456789", 0.1)
+    endpoint = Endpoint.of(role)
+    assert endpoint == Endpoint.of(Role("user", "m", "http://h:1/v1", "sk-secret-0123456789", 0.7))
+    assert endpoint != Endpoint.of(Role("judge", "m", "http://h:1/v1", "sk-other-0123456789", 0.1))
+    assert "sk-secret" not in repr(endpoint) and endpoint.account == ("http://h:1/v1", endpoint.key)
+    # no other spelling: key_digest of a role's key is called only where the identity is made
+    calls = [
+        f"{p.relative_to(ROOT)}:{node.lineno}"
+        for p in (ROOT / "lexpilot").rglob("*.py")
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", getattr(node.func, "attr", "")) == "key_digest"
+    ]
+    assert len(calls) == 1 and calls[0].startswith("lexpilot/models/limits.py:"), calls

@@ -17,7 +17,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 from lexpilot.errors import ONE_SLOT, Aborted, CaseFailed, CaseFailure, FatalError
-from lexpilot.models.limits import Endpoints, key_digest, request_tokens
+from lexpilot.models.limits import Endpoint, Endpoints, request_tokens
 from lexpilot.models.quirks import STOPS, Refusal, context_message, provider_error, refusal_of, stop_message
 from lexpilot.models.replies import (
     TRUNCATED,
@@ -154,7 +154,7 @@ class Sharing:
     on_case_failed: Callable | None = None
 
     def client(self, role: Role, timeout: float, chain: tuple[str, str], build):
-        key = (role.base_url, key_digest(role.api_key), timeout, chain)
+        key = (*Endpoint.of(role).account, timeout, chain)
         with self.lock:
             if key not in self.clients:
                 self.clients[key] = build(role)

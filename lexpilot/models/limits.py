@@ -358,9 +358,27 @@ def server_of(base_url: str) -> str:
     return f"{scheme}://{host}{re.sub('/+', '/', parts.path).rstrip('/')}"
 
 
-def endpoint_of(role) -> tuple[str, str, str]:
-    """An endpoint as the grid tells them apart: base URL, model id, and the key's hash."""
-    return role.base_url, role.model, key_digest(role.api_key)
+@dataclass(frozen=True)
+class Endpoint:
+    """An endpoint's identity, the one way the harness tells endpoints apart (limiters, pooled and grouped batches,
+    clients): its base URL, its model id, and its key's hash (never the key)."""
+
+    base_url: str
+    model: str
+    key: str
+
+    @classmethod
+    def of(cls, role: Role) -> Endpoint:
+        return cls(role.base_url, role.model, key_digest(role.api_key))
+
+    @property
+    def account(self) -> tuple[str, str]:
+        """What a client is made for: the base URL and the key (one client serves every model there)."""
+        return self.base_url, self.key
+
+    def parts(self) -> tuple[str, ...]:
+        """Its fields in order: a shared limiter's Redis keys are named by their hash."""
+        return self.base_url, self.model, self.key
 
 
 class Endpoints:
@@ -386,7 +404,7 @@ class Endpoints:
 
     def of(self, role) -> Limiter | OnServer:
         """The limiter a call of this role takes: its endpoint's, and its server's too where the server has limits."""
-        key = endpoint_of(role) if self.per_model else (role.base_url,)
+        key = Endpoint.of(role).parts() if self.per_model else (role.base_url,)
         server = server_of(role.base_url)
         with self.lock:
             if key not in self.limiters:

@@ -25,6 +25,7 @@ from typing import Callable
 from lexpilot.benchmark.prompts import load_prompts
 from lexpilot.errors import FatalError
 from lexpilot.models.calls import ModelCaller, Sharing, default_token_fields, request_body
+from lexpilot.models.limits import Endpoint
 from lexpilot.running.batch.api import (
     adopt,
     chunks,
@@ -213,7 +214,7 @@ def _requests(run: BatchRun, needs: list[tuple]) -> dict:
     settings, caller = run.settings, run.caller
     in_flight = run.ledger.in_flight_keys()
     submission = len(run.ledger.batches)  # makes every custom id of this cycle new
-    groups: dict = {}  # (base URL, model), or model for vLLM files -> its requests
+    groups: dict = {}  # endpoint, or model for vLLM files -> its requests
     for number, step, need, key in needs:
         if (number, step, key) in in_flight:
             continue  # asked in a batch still open: never twice
@@ -227,7 +228,7 @@ def _requests(run: BatchRun, needs: list[tuple]) -> dict:
             run.reserved[cid] = (role.model, worst)
         # one model per input file: OpenAI's batch API ("each input file can only include requests to a single
         # model") as vLLM's run-batch; roles asking one model at one URL share a batch
-        group = role.model if settings.batching.files else (role.base_url, role.model)
+        group = role.model if settings.batching.files else Endpoint.of(role)
         groups.setdefault(group, []).append(
             (
                 cid,

@@ -11,6 +11,7 @@ from typing import Any, Callable, Protocol
 
 from lexpilot.errors import CaseFailure
 from lexpilot.models.calls import ModelCaller
+from lexpilot.models.limits import Endpoint
 from lexpilot.running.batch.ledger import Ledger, LedgerBatch
 from lexpilot.running.context import RunContext, RunPaths
 from lexpilot.running.state import StageState
@@ -128,11 +129,12 @@ class BatchRun:
             self.noted_submission = cycle
 
     def batch_clients(self) -> dict[str, Any]:
-        """One client per endpoint of the batched roles (roles may share one)."""
-        by_url: dict[str, tuple[str, Any]] = {}
+        """One client per base URL and key of the batched roles (roles may share one)."""
+        by_account: dict[tuple[str, str], tuple[str, Any]] = {}
         for role in sorted(self.batched_roles):
-            by_url.setdefault(self.settings.roles[role].base_url, (role, self.caller.clients[role]))
-        return dict(by_url.values())
+            account = Endpoint.of(self.settings.roles[role]).account
+            by_account.setdefault(account, (role, self.caller.clients[role]))
+        return dict(by_account.values())
 
 
 def know_itself(run: BatchRun, manifest: Manifest | None, read_only: bool = False) -> Manifest | None:

@@ -26,7 +26,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from lexpilot.models.limits import key_digest
+from lexpilot.models.limits import Endpoint
 from lexpilot.running.batch.api import (
     batch_file,
     batch_lines,
@@ -47,13 +47,6 @@ KEPT_DOWNLOADS = 8  # output files kept for the cells still to take their lines 
 def chain_of(settings) -> tuple[str, str]:
     """The (evaluated model, run id) chain a cell's settings belong to: its place in the lockstep."""
     return settings.roles["eval"].model, settings.run_id
-
-
-def endpoint_of(run, role: str) -> tuple[str, str, str]:
-    """What one pooled batch may hold: one base URL and key (the key only as a hash) and one model, as the
-    OpenAI batch API takes one model per input file."""
-    r = run.settings.roles[role]
-    return r.base_url, key_digest(r.api_key), r.model
 
 
 @dataclass
@@ -183,11 +176,14 @@ class BatchPool:
 def pooled_batches(shares: dict) -> list[tuple[list, list]]:
     """The cycle's batches: per endpoint, split at the provider's limits, (its requests as (custom id, ledger
     entry, body, chain, run), [(run, that cell's new ledger entry)])."""
-    by_endpoint: dict[tuple, list] = {}
+    by_endpoint: dict[Endpoint, list] = {}
     for chain, stages in shares.items():
         for run, requests in stages:
             for cid, meta, body in requests:
-                by_endpoint.setdefault(endpoint_of(run, meta.role), []).append((cid, meta, body, chain, run))
+                # one pooled batch per endpoint: one base URL and key, and one model (OpenAI's batch API takes one
+                # model per input file)
+                endpoint = Endpoint.of(run.settings.roles[meta.role or ""])
+                by_endpoint.setdefault(endpoint, []).append((cid, meta, body, chain, run))
     batches = []
     for items in by_endpoint.values():
         for chunk in chunks(items):
