@@ -12,7 +12,9 @@ from categories import FOCAL_TYPES
 from lexpilot.benchmark.records import FOCAL_TYPE_RECORDS
 from lexpilot.reporting.tables.renderings import json_key
 from lexpilot.reporting.validation import agreement as agreement_kit
-from tests.conftest import ROOT, Harness, sample_cases, write_dataset
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.paths import ROOT
+from tests.helpers.stages import Harness
 
 COMPLEXITY = ROOT / "data" / "LexPilot_sample_complexity.csv"
 
@@ -206,7 +208,7 @@ def test_focal_point_types_are_judged_once_for_the_benchmark_and_reused_by_every
     first = {r["case_number"]: r["types"] for r in h.records(FOCAL_TYPE_RECORDS)}
     provider.requests = []
     from lexpilot.running.stage import stage_main
-    from tests.conftest import STAGES
+    from tests.helpers.stages import STAGES
 
     other = [
         "--run-id",
@@ -352,7 +354,7 @@ def test_figure_4s_average_is_over_the_models_with_focal_types_and_says_how_many
     """Issue 35, a behaviour the suite did not exercise: "Figure 4's average must be over the models shown with
     that analysis, and say how many". model-a and model-c have focal-point types, model-b only its DCG runs."""
     from lexpilot.running.stage import stage_main
-    from tests.conftest import STAGES
+    from tests.helpers.stages import STAGES
 
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "four.json", sample_cases()[:4]))
     for model in ("model-a", "model-b", "model-c"):

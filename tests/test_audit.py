@@ -10,7 +10,8 @@ import show_results
 from lexpilot.benchmark.records import AUDIT
 from lexpilot.running.stage import stage_main
 from lexpilot.scripted.kinds import between
-from tests.conftest import Harness, sample_cases, write_dataset
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.stages import Harness
 
 CASES = sample_cases()[:3]
 MARK = {

@@ -6,17 +6,11 @@ import json
 import pytest
 
 from lexpilot.settings import DEFAULT_MODELS
-from tests.conftest import Harness, sample_cases, write_dataset
+from tests.helpers.batches import contents, run_batch_files
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.stages import Harness
 
 CASES = sample_cases()[:4]
-VOLATILE = ("usage", "digest", "upstream_hash")  # batched calls are marked in usage, hence new digests
-
-
-def contents(h, name_top, name_file):
-    return sorted(
-        ({k: v for k, v in r.items() if k not in VOLATILE} for r in h.records(name_top, name_file)),
-        key=lambda r: r["case_number"],
-    )
 
 
 @pytest.fixture
@@ -154,33 +148,6 @@ def test_a_role_left_synchronous_works_within_the_same_cycles(pair, provider):
     )
     record = batch.records("Force_ask_gen", "force_ask.jsonl")[0]
     assert "batched_calls" not in record["usage"]["user"] and record["usage"]["eval"]["batched_calls"] == 2
-
-
-def run_batch_files(provider, folder) -> int:
-    """What `vllm run-batch` does, offline, with each input file of `folder` not answered yet; how many files."""
-    inputs = [
-        p
-        for p in sorted(folder.glob("*.jsonl"))
-        if not p.name.endswith(".out.jsonl") and not p.with_name(p.stem + ".out.jsonl").exists()
-    ]
-    for path in inputs:
-        lines = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
-        assert len({x["body"]["model"] for x in lines}) == 1  # one model per file
-        out = []
-        for i, x in enumerate(lines):
-            status, _, payload = provider._answer(x["body"])
-            out.append(
-                {
-                    "id": f"vllm-{i}",
-                    "custom_id": x["custom_id"],
-                    "response": {"status_code": status, "body": json.loads(payload)},
-                    "error": None,
-                }
-            )
-        path.with_name(path.stem + ".out.jsonl").write_text(
-            "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in out), encoding="utf-8"
-        )
-    return len(inputs)
 
 
 def test_vllm_batch_files_round_trip(pair, provider, tmp_path, capsys):

@@ -6,7 +6,8 @@ from collections import Counter
 
 import pytest
 
-from tests.conftest import Harness, sample_cases, write_dataset
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.stages import Harness
 
 CASES = sample_cases()[:8]
 
@@ -186,7 +187,7 @@ def test_malformed_output_lines_are_counted_reported_and_asked_again(pair, provi
     assert "4 output line(s) are not batch replies" in err and err.count("are not batch replies") == 1
     assert "1 custom id(s) answered twice with different replies" in err
     assert "malformed reply" in err and "Traceback" not in err
-    from tests.test_batch import contents
+    from tests.helpers.batches import contents
 
     assert contents(batch, "eval_results", "LJP_gold.jsonl") == contents(
         sync, "eval_results", "LJP_gold.jsonl"
@@ -391,7 +392,7 @@ def test_every_stage_in_batches_under_a_fault_storm_and_kills_pays_what_a_synchr
 def test_a_reasoning_model_in_batch_mode_switches_its_field_and_pays_each_request_once(pair, provider):
     """Issue 28, item 10 in batch mode: the refusal lines of an OpenAI reasoning model come back in the output
     file; the role switches to max_completion_tokens and asks again, as a synchronous call does."""
-    from tests.test_provider_faults import MAX_TOKENS_REFUSED
+    from tests.helpers.replies import MAX_TOKENS_REFUSED
 
     sync, batch = pair
     expected = synchronous(provider, sync, "gold")

@@ -13,32 +13,9 @@ from lexpilot.benchmark.records import LCA
 from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS
 from lexpilot.protocols.consultation import LCA_STAGE
 from lexpilot.scripted.provider import ScriptedProvider
-from tests.conftest import Harness, judge_kinds, sample_cases, write_dataset
-
-PROSE = "我认为这个问题很难说。"
-# every judge prompt of the catalog: their outputs are parsed by `CaseCalls.validated`
-VALIDATED = judge_kinds()
-
-
-class FirstAnswerInvalid:
-    """The first answer to every validated prompt is prose; the second is the scripted provider's default."""
-
-    def __init__(self):
-        self.seen: set = set()
-        self.invalid = self.total = 0
-
-    def __call__(self, kind, prompt, body):
-        if kind in VALIDATED and prompt not in self.seen:
-            self.seen.add(prompt)
-            self.invalid += 1
-            self.total += 1
-            return PROSE
-        return None
-
-    def next_stage(self) -> None:
-        """A prompt another stage sent too (the LCA stage's, a re-judge's) is answered in prose again."""
-        self.seen.clear()
-        self.invalid = 0
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.replies import PROSE, VALIDATED, FirstAnswerInvalid
+from tests.helpers.stages import Harness
 
 
 def cases() -> list[dict]:

@@ -10,7 +10,8 @@ from collections import Counter
 
 import pytest
 
-from tests.conftest import SECRET, STAGES, Harness, sample_cases, write_dataset
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.stages import SECRET, STAGES, Harness
 
 CASES = sample_cases()[:8]
 
@@ -428,7 +429,7 @@ def test_a_lost_ledger_after_a_re_ask_adopts_the_re_ask_not_the_answered_batch(t
     """An invalid judge output asked again: the re-ask asks what the first ask asked. After a lost ledger, the
     batch of the first ask (collected already: its replies are in the journal) must not take the re-ask's place."""
     from lexpilot.scripted.provider import ScriptedProvider
-    from tests.test_batch_invalid import FirstAnswerInvalid
+    from tests.helpers.replies import FirstAnswerInvalid
 
     four = write_dataset(tmp_path / "four.json", CASES[:4])
     with ScriptedProvider(FirstAnswerInvalid()) as sync:

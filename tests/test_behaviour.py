@@ -10,8 +10,9 @@ import show_results
 from lexpilot.benchmark.records import BEHAVIOUR_DIALOGUE, LJP_BEHAVIOUR
 from lexpilot.scripted.kinds import between
 from lexpilot.scripted.replies import default_reply
-from tests.conftest import Harness, sample_cases, write_dataset
-from tests.test_results import quadratic_weighted_kappa
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.metrics import quadratic_weighted_kappa
+from tests.helpers.stages import Harness
 
 CASES = sample_cases()[:3]
 

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.helpers.paths import ROOT
 
 # kills, Ctrl-C, Redis, browsers or whole grids: left out of the quick loop (-m "not slow")
 pytestmark = pytest.mark.slow

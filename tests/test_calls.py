@@ -4,7 +4,6 @@ import argparse
 import json
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -24,25 +23,11 @@ from lexpilot.protocols.judging import (
     verdict_parser,
 )
 from lexpilot.protocols.steps import CaseCalls
-from lexpilot.running.stage import Progress
 from lexpilot.scripted.provider import ScriptedProvider
-from lexpilot.settings import DEFAULT_BASE_URL, Settings, Transport, resolve_roles
-from tests.conftest import sample_cases
-
-
-def _args(**kw):
-    base = dict(
-        model=None,
-        user_model=None,
-        judge_model=None,
-        temperature=0.7,
-        user_temperature=None,
-        judge_temperature=0.1,
-        max_tokens=8192,
-        user_max_tokens=None,
-        judge_max_tokens=None,
-    )
-    return argparse.Namespace(**{**base, **kw})
+from lexpilot.settings import DEFAULT_BASE_URL, resolve_roles
+from tests.helpers.calls import make_caller, role_args, script_of
+from tests.helpers.datasets import sample_cases
+from tests.helpers.paths import DATA
 
 
 def test_roles_fall_back_to_openai_variables_and_defaults():
@@ -54,7 +39,7 @@ def test_roles_fall_back_to_openai_variables_and_defaults():
         "LEXPILOT_JUDGE_API_KEY": "kj",
         "LEXPILOT_USER_MODEL": "u-env",
     }
-    roles = resolve_roles(_args(), env)
+    roles = resolve_roles(role_args(), env)
     assert (roles["eval"].model, roles["user"].model, roles["judge"].model) == ("m", "u-env", "DeepSeek-R1")
     assert roles["eval"].base_url == roles["user"].base_url == "http://shared:9/v1"
     assert (roles["judge"].base_url, roles["judge"].api_key, roles["eval"].api_key) == (
@@ -71,7 +56,7 @@ def test_roles_fall_back_to_openai_variables_and_defaults():
 
 
 def test_flags_win_and_defaults_apply():
-    roles = resolve_roles(_args(model="flag", judge_model="j"), {"LEXPILOT_MODEL": "env"})
+    roles = resolve_roles(role_args(model="flag", judge_model="j"), {"LEXPILOT_MODEL": "env"})
     assert roles["eval"].model == "flag" and roles["judge"].model == "j"
     assert roles["user"].model == "DeepSeek-V4.1-Flash"
     assert roles["eval"].base_url == DEFAULT_BASE_URL
@@ -79,54 +64,17 @@ def test_flags_win_and_defaults_apply():
 
 def test_no_evaluated_model_is_chosen_automatically():
     with pytest.raises(HarnessError, match="--model"):
-        resolve_roles(_args(), {})
+        resolve_roles(role_args(), {})
 
 
 def test_key_never_in_role_repr():
-    roles = resolve_roles(_args(model="m"), {"OPENAI_API_KEY": "sk-secret-xyz"})
+    roles = resolve_roles(role_args(model="m"), {"OPENAI_API_KEY": "sk-secret-xyz"})
     assert "sk-secret-xyz" not in repr(roles) and "sk-secret-xyz" not in roles["eval"].describe()
-
-
-def _caller(provider, retries=3, timeout=5.0, stream=False, max_tokens=8192, deadline=60.0, key="k", **args):
-    roles = resolve_roles(
-        _args(model="eval-m", max_tokens=max_tokens, **args),
-        {"OPENAI_BASE_URL": provider.base_url, "OPENAI_API_KEY": key},
-    )
-    settings = Settings(
-        run_id="r",
-        dataset=None,
-        output_root=None,
-        limit=None,
-        roles=roles,
-        max_tokens=max_tokens,
-        transport=Transport(
-            timeout=timeout,
-            retries=retries,
-            concurrency=1,
-            stream=stream,
-            call_deadline=deadline,
-            backoff_base=0.001,
-        ),
-    )
-    progress = Progress("t", 1, stream=open("/dev/null", "w"))
-    return ModelCaller(settings, progress, threading.Event())
-
-
-def _script(*outcomes):
-    """Scripted outcomes for the first calls, then the default reply."""
-    queue = list(outcomes)
-    lock = threading.Lock()
-
-    def script(kind, prompt, body):
-        with lock:
-            return queue.pop(0) if queue else None
-
-    return script
 
 
 def test_request_carries_exactly_the_specified_parameters():
     with ScriptedProvider() as p:
-        _caller(p).chat("judge", "填好的提示", Usage())
+        make_caller(p).chat("judge", "填好的提示", Usage())
         body = p.requests[0]
     assert body == {
         "model": "DeepSeek-R1",
@@ -140,16 +88,16 @@ def test_request_carries_exactly_the_specified_parameters():
 @pytest.mark.slow
 @pytest.mark.parametrize("status", [429, 500, 503, 408])
 def test_transient_status_is_retried(status):
-    with ScriptedProvider(_script({"status": status, "headers": {"Retry-After": "0"}})) as p:
+    with ScriptedProvider(script_of({"status": status, "headers": {"Retry-After": "0"}})) as p:
         usage = Usage()
-        assert _caller(p).chat("eval", "x", usage).text == "?"
+        assert make_caller(p).chat("eval", "x", usage).text == "?"
         assert p.statuses[status] == 1 and p.statuses[200] == 1
     assert usage.by_role["eval"]["calls"] == 1
 
 
 def test_retry_after_is_honoured():
-    with ScriptedProvider(_script({"status": 429, "headers": {"Retry-After": "0.4"}})) as p:
-        caller = _caller(p)
+    with ScriptedProvider(script_of({"status": 429, "headers": {"Retry-After": "0.4"}})) as p:
+        caller = make_caller(p)
         start = time.monotonic()
         caller.chat("eval", "x", Usage())
         assert time.monotonic() - start >= 0.4
@@ -166,8 +114,8 @@ def test_retry_after_parsing_and_capped_backoff():
 
 
 def test_timeout_is_retried_and_bounded():
-    with ScriptedProvider(_script({"sleep": 1.5})) as p:
-        caller = _caller(p, timeout=0.3)
+    with ScriptedProvider(script_of({"sleep": 1.5})) as p:
+        caller = make_caller(p, timeout=0.3)
         start = time.monotonic()
         assert caller.chat("eval", "x", Usage()).text == "?"
         assert time.monotonic() - start < 1.4
@@ -175,9 +123,9 @@ def test_timeout_is_retried_and_bounded():
 
 
 def test_permanent_failure_stops_at_once_naming_role_model_host_not_key():
-    with ScriptedProvider(_script({"status": 401, "error": "bad key"})) as p:
+    with ScriptedProvider(script_of({"status": 401, "error": "bad key"})) as p:
         with pytest.raises(FatalError) as e:
-            _caller(p).chat("user", "x", Usage())
+            make_caller(p).chat("user", "x", Usage())
         assert len(p.requests) == 1
     message = str(e.value)
     assert "User Model" in message and "DeepSeek-V4.1-Flash" in message and "127.0.0.1" in message
@@ -186,35 +134,35 @@ def test_permanent_failure_stops_at_once_naming_role_model_host_not_key():
 
 @pytest.mark.parametrize("bad", [{"content": "   "}, {"content": "半句话", "finish_reason": "length"}])
 def test_empty_and_truncated_replies_are_rejected_and_retried(bad):
-    with ScriptedProvider(_script(bad, bad)) as p:
+    with ScriptedProvider(script_of(bad, bad)) as p:
         usage = Usage()
-        assert _caller(p).chat("eval", "x", usage).text == "?"
+        assert make_caller(p).chat("eval", "x", usage).text == "?"
         assert len(p.requests) == 3
     assert usage.by_role["eval"]["calls"] == 3  # the rejected attempts were billed too
 
 
 def test_rejections_count_within_retries_then_the_case_fails():
     bad = {"content": "截断", "finish_reason": "length"}
-    with ScriptedProvider(_script(*[bad] * 10)) as p:
+    with ScriptedProvider(script_of(*[bad] * 10)) as p:
         with pytest.raises(CaseFailed, match="truncated at --max-tokens 100"):
-            _caller(p, retries=2, max_tokens=100).chat("eval", "x", Usage())
+            make_caller(p, retries=2, max_tokens=100).chat("eval", "x", Usage())
         assert len(p.requests) == 3
 
 
 def test_streaming_collects_text_and_usage():
-    with ScriptedProvider(_script("流式的完整回答")) as p:
+    with ScriptedProvider(script_of("流式的完整回答")) as p:
         usage = Usage()
-        assert _caller(p, stream=True).chat("eval", "x", usage).text == "流式的完整回答"
+        assert make_caller(p, stream=True).chat("eval", "x", usage).text == "流式的完整回答"
         assert p.requests[0]["stream"] is True
     assert usage.by_role["eval"]["completion_tokens"] == len("流式的完整回答")
 
 
 def test_a_reply_without_token_counts_is_counted_as_unreported():
     # llama.cpp's server ignores stream_options.include_usage: streamed replies carry no usage at all
-    with ScriptedProvider(_script("流式回答"), usage=False) as p:
+    with ScriptedProvider(script_of("流式回答"), usage=False) as p:
         usage = Usage()
-        assert _caller(p, stream=True).chat("eval", "x", usage).text == "流式回答"
-        assert _caller(p, stream=False).chat("eval", "x", usage).text == "?"
+        assert make_caller(p, stream=True).chat("eval", "x", usage).text == "流式回答"
+        assert make_caller(p, stream=False).chat("eval", "x", usage).text == "?"
     assert usage.by_role["eval"] == {
         "calls": 2,
         "prompt_tokens": 0,
@@ -242,9 +190,9 @@ VLLM_CONTEXT = {
 
 @pytest.mark.parametrize("error", [OPENAI_CONTEXT, VLLM_CONTEXT])
 def test_context_window_error_fails_the_case_without_retry_and_says_what_to_do(error):
-    with ScriptedProvider(_script(error)) as p:
+    with ScriptedProvider(script_of(error)) as p:
         with pytest.raises(CaseFailed) as failure:
-            _caller(p, max_tokens=16).chat("eval", "x", Usage())
+            make_caller(p, max_tokens=16).chat("eval", "x", Usage())
         assert len(p.requests) == 1  # no retry can help
     message = str(failure.value)
     assert "context window" in message and "maximum context length" in message
@@ -252,16 +200,16 @@ def test_context_window_error_fails_the_case_without_retry_and_says_what_to_do(e
 
 
 def test_other_bad_requests_still_stop_the_stage():
-    with ScriptedProvider(_script({"status": 400, "error": "unknown parameter n"})) as p:
+    with ScriptedProvider(script_of({"status": 400, "error": "unknown parameter n"})) as p:
         with pytest.raises(FatalError, match="HTTP 400"):
-            _caller(p).chat("eval", "x", Usage())
+            make_caller(p).chat("eval", "x", Usage())
 
 
 @pytest.mark.slow
 def test_a_stalled_stream_is_closed_after_the_timeout_and_retried():
     # llama.cpp stops generating when the client closes a stream; a non-streamed request it finishes anyway.
-    with ScriptedProvider(_script({"content": "永远等不到的后半句", "stall": 1.0})) as p:
-        caller = _caller(p, stream=True, timeout=0.3)
+    with ScriptedProvider(script_of({"content": "永远等不到的后半句", "stall": 1.0})) as p:
+        caller = make_caller(p, stream=True, timeout=0.3)
         started = time.monotonic()
         assert caller.chat("eval", "x", Usage()).text == "?"
         assert time.monotonic() - started < 0.9  # given up after --timeout, not after the stall
@@ -273,13 +221,13 @@ def test_a_stalled_stream_is_closed_after_the_timeout_and_retried():
 
 
 def test_streaming_rejects_truncation():
-    with ScriptedProvider(_script({"content": "半句", "finish_reason": "length"})) as p:
-        assert _caller(p, stream=True).chat("eval", "x", Usage()).text == "?"
+    with ScriptedProvider(script_of({"content": "半句", "finish_reason": "length"})) as p:
+        assert make_caller(p, stream=True).chat("eval", "x", Usage()).text == "?"
 
 
 def test_abort_stops_between_attempts():
-    with ScriptedProvider(_script({"status": 500})) as p:
-        caller = _caller(p)
+    with ScriptedProvider(script_of({"status": 500})) as p:
+        caller = make_caller(p)
         caller.abort.set()
         with pytest.raises(Aborted):
             caller.chat("eval", "x", Usage())
@@ -320,12 +268,12 @@ def test_verdicts_validated_and_normalised():
 
 def test_invalid_judge_output_is_asked_again_up_to_three_times():
     case = case_from_raw(sample_cases()[0])
-    with ScriptedProvider(_script("策略三", "大概是策略二")) as p:
-        calls = CaseCalls(_caller(p), load_prompts(), case)
+    with ScriptedProvider(script_of("策略三", "大概是策略二")) as p:
+        calls = CaseCalls(make_caller(p), load_prompts(), case)
         label, raws = calls.judge("judge_lca", parse_lca_label, history="【追问】请问……")
         assert label == "策略二" and raws == ["策略三", "大概是策略二", "策略二"]
     with ScriptedProvider(lambda kind, prompt, body: "不知道") as p:
-        calls = CaseCalls(_caller(p), load_prompts(), case)
+        calls = CaseCalls(make_caller(p), load_prompts(), case)
         with pytest.raises(CaseFailed, match="after 3 attempts.*last raw output: '不知道'"):
             calls.judge("judge_lca", parse_lca_label, history="x")
         assert len(p.requests) == 3
@@ -333,8 +281,8 @@ def test_invalid_judge_output_is_asked_again_up_to_three_times():
 
 def test_rate_limit_push_back_is_waited_out_beyond_the_retry_budget():
     rate_limited = {"status": 429, "headers": {"Retry-After": "0.01"}}
-    with ScriptedProvider(_script(*[rate_limited] * 6)) as p:
-        caller = _caller(p, retries=1)
+    with ScriptedProvider(script_of(*[rate_limited] * 6)) as p:
+        caller = make_caller(p, retries=1)
         assert caller.chat("eval", "x", Usage()).text == "?"
         assert p.statuses[429] == 6 and caller.progress.retries == 6
         assert caller.endpoints.limiters[(p.base_url,)].last_cut > 0  # the shared limit was cut
@@ -342,9 +290,9 @@ def test_rate_limit_push_back_is_waited_out_beyond_the_retry_budget():
 
 @pytest.mark.slow
 def test_429_without_retry_after_uses_the_retry_budget():
-    with ScriptedProvider(_script(*[{"status": 429}] * 5)) as p:
+    with ScriptedProvider(script_of(*[{"status": 429}] * 5)) as p:
         with pytest.raises(CaseFailed, match="HTTP 429 .after 2 attempts"):
-            _caller(p, retries=1).chat("eval", "x", Usage())
+            make_caller(p, retries=1).chat("eval", "x", Usage())
 
 
 @pytest.mark.parametrize("status", [429, 503])
@@ -354,8 +302,8 @@ def test_a_retry_after_beyond_the_cap_is_the_usual_backoff_on_a_5xx_as_on_a_429(
     s): the call is retried with the usual backoff."""
     from lexpilot.models import calls as calls_module
 
-    with ScriptedProvider(_script({"status": status, "headers": {"Retry-After": "86400"}})) as p:
-        caller = _caller(p)
+    with ScriptedProvider(script_of({"status": status, "headers": {"Retry-After": "86400"}})) as p:
+        caller = make_caller(p)
         waits = []
         monkeypatch.setattr(caller.abort, "wait", lambda seconds=None: waits.append(seconds) or False)
         assert caller.chat("eval", "x", Usage()).text == "?"
@@ -371,7 +319,7 @@ def test_a_call_is_marked_in_flight_when_it_is_sent_not_while_it_waits_for_a_slo
 
     case = case_from_raw(sample_cases()[0])
     with ScriptedProvider() as p:
-        caller = _caller(p)
+        caller = make_caller(p)
         journal = CallJournal(tmp_path / "calls_journal.jsonl", CheckpointWriter(), set())
         calls = CaseCalls(caller, load_prompts(), case, journal=journal, step="s")
         limiter = caller.limiters["eval"]
@@ -446,7 +394,7 @@ def test_every_client_of_a_process_shares_one_tls_context_per_ca_setting(monkeyp
     first = tls_context()
     assert tls_context() is first
     bundle = tmp_path / "ca.pem"  # a public root CA, shipped with the tests (no package needed to find one)
-    bundle.write_bytes((Path(__file__).parent / "data" / "ca.pem").read_bytes())
+    bundle.write_bytes((DATA / "ca.pem").read_bytes())
     monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
     assert tls_context() is not first and tls_context() is tls_context()
     monkeypatch.delenv("SSL_CERT_FILE")

@@ -8,7 +8,8 @@ import pytest
 
 from lexpilot.benchmark import prompts as prompt_module
 from lexpilot.scripted import kinds
-from tests.conftest import ROOT, STAGES
+from tests.helpers.paths import ROOT
+from tests.helpers.stages import STAGES
 
 GUARDS = ["tests/test_code_hash.py", "tests/test_stage_prompts.py"]
 
@@ -26,11 +27,11 @@ def collected(*plugin: str) -> str:
 @pytest.mark.slow
 def test_a_stage_declared_only_in_the_catalog_is_under_the_code_hash_and_prompt_guards():
     """ "Test this: a new stage declared only in the catalog (a test fixture) is covered by the code-hash and prompt
-    tests without touching them." The fixture stage is declared by tests/fixture_stage_plugin.py alone."""
+    tests without touching them." The fixture stage is declared by tests/helpers/fixture_stage_plugin.py alone."""
     hashed = "test_code_hash.py::test_a_stage_s_code_is_its_script_its_protocols_and_the_runner_and_never_reporting"
     prompted = "test_stage_prompts.py::test_every_prompt_a_stage_fills_is_one_it_declares"
     assert f"{hashed}[eval_fixture.py]" not in collected() and "fixture stage" not in collected()
-    with_fixture = collected("-p", "tests.fixture_stage_plugin")
+    with_fixture = collected("-p", "tests.helpers.fixture_stage_plugin")
     assert (
         f"{hashed}[eval_fixture.py]" in with_fixture and f"{prompted}[fixture stage-standard]" in with_fixture
     )

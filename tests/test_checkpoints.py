@@ -21,7 +21,8 @@ from lexpilot.scripted.provider import ScriptedProvider
 from lexpilot.storage.checkpoints import manifest_path
 from lexpilot.storage.lock import RunLock
 from lexpilot.storage.manifest import settings_digest
-from tests.conftest import SECRET, STAGES, Harness, sample_cases
+from tests.helpers.datasets import sample_cases
+from tests.helpers.stages import SECRET, STAGES, Harness
 
 THIRD_CASE = sample_cases()[2]["underspecified_consultation"][0]["content"]
 
@@ -393,7 +394,8 @@ def test_ctrl_c_stops_cleanly_and_keeps_completed_records(tmp_path):
     import sys
     import time
 
-    from tests.conftest import ROOT, SAMPLE, as_at_a_terminal
+    from tests.helpers.paths import ROOT, SAMPLE
+    from tests.helpers.processes import as_at_a_terminal
 
     with ScriptedProvider(latency=0.1) as p:
         env = {**os.environ, "OPENAI_BASE_URL": p.base_url, "OPENAI_API_KEY": "k", "LEXPILOT_MODEL": "m"}

@@ -13,7 +13,8 @@ import pytest
 
 from lexpilot.protocols.catalog import ENTRY_POINTS
 from lexpilot.storage import code
-from tests.conftest import ROOT, Harness
+from tests.helpers.paths import ROOT
+from tests.helpers.stages import Harness
 
 STAGE_SCRIPTS = [f"{name}.py" for name in ENTRY_POINTS]  # the stage catalog is the one list (issue 37 item 3)
 

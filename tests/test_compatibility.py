@@ -8,10 +8,10 @@ import show_results
 from lexpilot.benchmark.records import LJP_GOLD
 from lexpilot.reporting.tables.renderings import json_key
 from lexpilot.running.stage import stage_main
-from tests.conftest import ROOT
+from tests.helpers.paths import DATA
 
 # made by commit b1ddf54 on 4 sample cases, model old-model
-SAVED = ROOT / "tests" / "data" / "run_saved_by_v1"
+SAVED = DATA / "run_saved_by_v1"
 SAVED_DATASET = SAVED / "LexPilot_sample.json"  # the sample as it was then (it has gained fields since)
 
 
@@ -144,7 +144,7 @@ def test_a_run_is_compared_on_the_prompts_its_user_condition_sends(tmp_path, mon
 
 # made by commit 7a25040 (before the package): every stage but the probe study on 4 sample cases, model v2-model;
 # expected_show_results.json is what that commit reported
-SAVED_V2 = ROOT / "tests" / "data" / "run_saved_by_v2"
+SAVED_V2 = DATA / "run_saved_by_v2"
 
 
 def test_a_run_saved_before_the_package_reports_the_same_numbers(tmp_path, capsys):

@@ -5,7 +5,9 @@ import re
 
 import pytest
 
-from tests.conftest import Harness, json_table, sample_cases, write_dataset
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.reports import json_table
+from tests.helpers.stages import Harness
 
 
 @pytest.fixture

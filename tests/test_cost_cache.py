@@ -11,7 +11,8 @@ import show_results
 from lexpilot.models.calls import ModelCaller, Usage
 from lexpilot.pricing import Budget, read_prices
 from lexpilot.running.stage import Progress
-from tests.conftest import Harness, sample_cases, write_dataset
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.stages import Harness
 
 OPENAI = lambda prompt: {"prompt_tokens_details": {"cached_tokens": 100}}  # noqa: E731
 DEEPSEEK = lambda prompt: {"prompt_cache_hit_tokens": 100, "prompt_cache_miss_tokens": len(prompt) - 100}  # noqa: E731
@@ -101,12 +102,12 @@ def test_a_price_file_without_a_cached_price_prices_cached_tokens_in_full(tmp_pa
 
 def test_max_cost_settles_a_cached_reply_at_its_real_cost(tmp_path, provider, monkeypatch):
     from lexpilot.settings import Settings, Spending, Transport, resolve_roles
-    from tests.test_calls import _args
+    from tests.helpers.calls import role_args
 
     provider.cache = OPENAI
     prices = read_prices(price_file(tmp_path))
     roles = resolve_roles(
-        _args(model="eval-model", max_tokens=100),
+        role_args(model="eval-model", max_tokens=100),
         {"OPENAI_BASE_URL": provider.base_url, "OPENAI_API_KEY": "k"},
     )
     settings = Settings(

@@ -14,7 +14,8 @@ from lexpilot.benchmark.dataset import (
     load_dataset,
 )
 from lexpilot.errors import HarnessError
-from tests.conftest import ROOT, SAMPLE, sample_cases, write_dataset
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.paths import ROOT, SAMPLE
 
 
 def test_categories_match_appendix_d():

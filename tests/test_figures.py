@@ -5,7 +5,8 @@ import pytest
 
 import show_results
 from lexpilot.reporting.tables import figures
-from tests.conftest import Harness, sample_cases, write_dataset
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.stages import Harness
 
 pytest.importorskip("matplotlib")
 

@@ -2,48 +2,20 @@
 one root produced in place, whether each machine ran stage scripts by hand or `run_grid.py --shard K/N`."""
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 
 import show_results
 from lexpilot.scripted.provider import ScriptedProvider
-from tests.conftest import ROOT, Harness, sample_cases, write_dataset
-from tests.warm import run as warm_run
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.grids import MODELS, grid, grid_environment
+from tests.helpers.paths import ROOT
+from tests.helpers.stages import Harness
+from tests.helpers.warm import run as warm_run
 
 STAGES = ("LexAwN", "DCG", "direct", "gold", "interaction")
-MODELS = ("model-a", "model-b", "model-c")
-
-
-def grid(root, dataset, *extra) -> list[str]:
-    return [
-        sys.executable,
-        "run_grid.py",
-        "--models",
-        *MODELS,
-        "--runs",
-        "2",
-        "--dataset",
-        str(dataset),
-        "--output-root",
-        str(root),
-        "--concurrency",
-        "4",
-        *extra,
-    ]
-
-
-def environment(evaluated, judge) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LEXPILOT_"))}
-    return env | {
-        "OPENAI_BASE_URL": evaluated.base_url,
-        "LEXPILOT_JUDGE_BASE_URL": judge.base_url,
-        "OPENAI_API_KEY": "k",
-        "LEXPILOT_BACKOFF_BASE": "0.001",
-    }
 
 
 def gather(roots, into):
@@ -100,7 +72,7 @@ def test_two_shards_cover_every_cell_once_and_report_as_one_unsharded_run(tmp_pa
     whatever order --models gives."""
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
     with ScriptedProvider() as evaluated, ScriptedProvider() as judge:
-        env = environment(evaluated, judge)
+        env = grid_environment(evaluated, judge)
         listed = []
         for k, models in ((1, MODELS), (2, MODELS[::-1])):
             argv = grid(tmp_path / "dry", dataset, "--shard", f"{k}/2", "--dry-run")

@@ -13,8 +13,9 @@ import pytest
 import run_grid
 from lexpilot.errors import ONE_SLOT, CaseFailure
 from lexpilot.running.failures import Reasons, advice
-from tests.conftest import json_table, sample_cases, write_dataset
-from tests.test_run_grid import grid_argv
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.grids import grid_argv
+from tests.helpers.reports import json_table
 
 MODELS = ("model-a", "model-b")
 
@@ -133,7 +134,7 @@ def refusing_grid(tmp_path, http, mode) -> tuple:
     text, the prompts cut, the price file, the output root)."""
     from lexpilot.protocols.catalog import stages_named
     from lexpilot.running.grid.run import start_grid
-    from tests.test_run_grid import Terminal
+    from tests.helpers.grids import Terminal
 
     cases = sample_cases()[:3]
     dataset = write_dataset(tmp_path / "three.json", cases)

@@ -11,7 +11,7 @@ import pytest
 import run_grid
 from lexpilot.running.batch.run import FIRST_POLL, poll_wait
 from lexpilot.running.grid.display import Display, Quote, batch_time_left
-from tests.conftest import SAMPLE
+from tests.helpers.paths import SAMPLE
 
 
 def display_with_cycles(cycles: int) -> Display:

@@ -20,7 +20,8 @@ import show_results
 from lexpilot.protocols.catalog import PAPER_GRID
 from lexpilot.running.stage import stage_main
 from lexpilot.scripted.replies import PrefixCache
-from tests.conftest import SECRET, sample_cases, write_dataset
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.stages import SECRET
 
 MODELS = ("model-a", "model-b")
 RUNS = ("r1", "r2")

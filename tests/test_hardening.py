@@ -19,7 +19,9 @@ from lexpilot.files import NUMBER
 from lexpilot.reporting.validation import agreement as agreement_kit
 from lexpilot.scripted.provider import ScriptedProvider
 from lexpilot.storage import checkpoints
-from tests.conftest import ROOT, SAMPLE, Harness, sample_cases, write_dataset
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.paths import ROOT, SAMPLE
+from tests.helpers.stages import Harness
 
 
 def run_folder(h):

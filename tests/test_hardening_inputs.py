@@ -9,9 +9,11 @@ import pytest
 
 from lexpilot.models.calls import Usage
 from lexpilot.scripted.provider import ScriptedProvider
-from tests.conftest import ROOT, SECRET, Harness, sample_cases, write_dataset
-from tests.test_calls import _caller, _script
-from tests.test_provider_faults import MAX_TOKENS_REFUSED
+from tests.helpers.calls import make_caller, script_of
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.paths import ROOT
+from tests.helpers.replies import MAX_TOKENS_REFUSED
+from tests.helpers.stages import SECRET, Harness
 
 
 def test_a_reasoning_model_at_the_default_concurrency_switches_every_refused_request(tmp_path, monkeypatch):
@@ -40,8 +42,8 @@ def test_a_reasoning_model_at_the_default_concurrency_switches_every_refused_req
 def test_a_retry_after_beyond_the_cap_is_a_transient_failure_without_a_stage_pause(retry_after, shown):
     """Item 11: normal backoff for that call, no stage-wide pause; the case fails saying how long the provider
     asks to wait, so that the user can rerun later."""
-    with ScriptedProvider(_script(*[{"status": 429, "headers": {"Retry-After": retry_after}}] * 10)) as p:
-        caller = _caller(p, retries=2)
+    with ScriptedProvider(script_of(*[{"status": 429, "headers": {"Retry-After": retry_after}}] * 10)) as p:
+        caller = make_caller(p, retries=2)
         started = time.monotonic()
         with pytest.raises(Exception, match=rf"provider asks to wait [\d.]+ {shown.split()[-1]}"):
             caller.chat("eval", "x", Usage())
@@ -386,8 +388,8 @@ def test_review_leftovers_of_the_hardening(harness, provider, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_zero_or_past_retry_after_is_the_usual_backoff_not_a_burst():
-    with ScriptedProvider(_script(*[{"status": 429, "headers": {"Retry-After": "0"}}] * 40)) as p:
-        caller = _caller(p, retries=2)
+    with ScriptedProvider(script_of(*[{"status": 429, "headers": {"Retry-After": "0"}}] * 40)) as p:
+        caller = make_caller(p, retries=2)
         with pytest.raises(Exception, match="HTTP 429"):
             caller.chat("eval", "x", Usage())
         assert len(p.requests) == 3  # three attempts, not thirty rate-limited repeats

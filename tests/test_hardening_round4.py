@@ -11,7 +11,10 @@ import pytest
 import quote_grid
 import show_results
 import user_probes
-from tests.conftest import ROOT, SECRET, as_at_a_terminal, sample_cases, write_dataset
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import as_at_a_terminal
+from tests.helpers.stages import SECRET
 
 MODELS = ("eval-model", "DeepSeek-V4.1-Flash", "DeepSeek-R1")
 
@@ -294,7 +297,7 @@ def test_ctrl_c_while_the_sdk_loads_is_the_usual_interrupted_line(tmp_path):
 def test_counts_in_messages_and_titles_agree_with_their_nouns(tmp_path, provider, monkeypatch, capsys):
     """Issue 35 item 15: "Fix the grammar: "1 more calls", "1 cycles", "(1 runs …)"" — on a batch run of one case
     of the gold stage (a prediction, then its extraction: two cycles) and its report."""
-    from tests.conftest import Harness
+    from tests.helpers.stages import Harness
 
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "one.json", sample_cases()[:1]))
     assert h.run("gold", "--batch", "--batch-poll", "1") == 0

@@ -11,7 +11,9 @@ from lexpilot.files import key_file
 from lexpilot.reporting.scoring.metrics import cohen_kappa, label_agreement
 from lexpilot.reporting.validation import agreement as agreement_kit
 from lexpilot.scripted.provider import ScriptedProvider
-from tests.conftest import SAMPLE, Harness, sample_cases, write_dataset
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.paths import SAMPLE
+from tests.helpers.stages import Harness
 
 
 def test_cohen_kappa_by_hand_and_against_sklearn():

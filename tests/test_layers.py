@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from lexpilot.storage.code import imported_modules
-from tests.conftest import ROOT
+from tests.helpers.paths import ROOT
 
 # Each part of the package and the parts it may import (its own included). The foundation is the package's root
 # modules and the benchmark's vocabulary and data; everything may import it.

@@ -8,18 +8,10 @@ from collections import Counter
 
 import pytest
 
-from tests.conftest import Harness, sample_cases, write_dataset
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.replies import USAGES
+from tests.helpers.stages import Harness
 
-USAGES = {
-    "negative": {"prompt_tokens": -5, "completion_tokens": 3},
-    "null counts": {"prompt_tokens": None, "completion_tokens": 7},
-    "float": {"prompt_tokens": 1.5, "completion_tokens": 3},
-    "string": {"prompt_tokens": "many", "completion_tokens": 3},
-    "list": [120, 3],
-    "text": "120 tokens",
-    # a count no provider bills: it overflowed the prices' floats and failed every case (review of item 4)
-    "huge": {"prompt_tokens": 10**400, "completion_tokens": 1},
-}
 MODES = {"sync": (), "stream": ("--stream",), "batch": ("--batch", "--batch-poll", "1")}
 
 

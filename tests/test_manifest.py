@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from lexpilot.storage.manifest import Manifest
-from tests.conftest import STAGES
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers.paths import ROOT
+from tests.helpers.stages import STAGES
 
 
 @pytest.fixture
@@ -66,7 +65,7 @@ def test_a_dry_run_and_a_batch_status_read_the_manifest_once(harness, manifest_r
 def test_a_noted_transport_is_read_back_without_another_read(harness, provider, manifest_reads):
     """The output-limit field a role's endpoint takes is noted in the manifest once found, and a later invocation
     starts with it: from the manifest it read once, not a second read."""
-    from tests.test_provider_faults import MAX_TOKENS_REFUSED
+    from tests.helpers.replies import MAX_TOKENS_REFUSED
 
     provider.script = lambda kind, prompt, body: MAX_TOKENS_REFUSED if "max_tokens" in body else None
     assert harness.run("gold", "--limit", "3", "--concurrency", "1") == 0

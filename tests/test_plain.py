@@ -12,7 +12,8 @@ from lexpilot.benchmark.records import PLAIN, PLAIN_TYPES
 from lexpilot.reporting.validation import agreement as agreement_kit
 from lexpilot.scripted.kinds import between, request_kind
 from lexpilot.scripted.replies import PLAIN_STYLES
-from tests.conftest import Harness, sample_cases, write_dataset
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.stages import Harness
 
 CASES = sample_cases()[:4]
 STYLE = {name: text for name, text in PLAIN_STYLES}

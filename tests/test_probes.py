@@ -14,7 +14,8 @@ from lexpilot.errors import HarnessError
 from lexpilot.files import read_sheet, write_sheet
 from lexpilot.reporting.validation import probe_study
 from lexpilot.scripted.kinds import between
-from tests.conftest import ROOT, SAMPLE, Harness
+from tests.helpers.paths import ROOT, SAMPLE
+from tests.helpers.stages import Harness
 
 PROBES = ROOT / "data" / "LexPilot_sample_probes.csv"
 

@@ -16,7 +16,8 @@ from lexpilot.benchmark.prompts import (
     render_history,
     render_key_facts,
 )
-from tests.conftest import ROOT, sample_cases
+from tests.helpers.datasets import sample_cases
+from tests.helpers.paths import DATA
 
 EXPECTED_SLOTS = {
     "lexawn": {"history"},
@@ -60,7 +61,7 @@ def test_prompts_keep_the_original_wording():
     )
 
 
-APPENDIX_F = json.loads((ROOT / "tests" / "data" / "appendix_f.json").read_text(encoding="utf-8"))["prompts"]
+APPENDIX_F = json.loads((DATA / "appendix_f.json").read_text(encoding="utf-8"))["prompts"]
 
 
 def paper_form(text: str) -> str:

@@ -9,7 +9,8 @@ from lexpilot.benchmark.prompts import render_claims
 from lexpilot.benchmark.records import INTERACTION
 from lexpilot.scripted.kinds import between, kind_of, stable
 from lexpilot.scripted.replies import ASK, PREDICT
-from tests.conftest import Harness, sample_cases, write_dataset
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.stages import Harness
 
 CASE = sample_cases()[1]  # 3 messages: one pre-existing assistant question
 UNDERSPECIFIED_TAIL = CASE["underspecified_consultation"][-1]["content"]

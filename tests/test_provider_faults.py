@@ -12,8 +12,11 @@ from lexpilot.errors import CaseFailed
 from lexpilot.models import calls
 from lexpilot.models.calls import Usage
 from lexpilot.scripted.provider import ScriptedProvider
-from tests.conftest import ROOT, SECRET, Harness, sample_cases, write_dataset
-from tests.test_calls import _caller, _script
+from tests.helpers.calls import make_caller, script_of
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.paths import ROOT
+from tests.helpers.replies import MAX_TOKENS_REFUSED, TEMPERATURE_REFUSED
+from tests.helpers.stages import SECRET, Harness
 
 # ----------------------------------------------------------------------------- hangs
 
@@ -21,8 +24,8 @@ from tests.test_calls import _caller, _script
 @pytest.mark.parametrize("retry_after", ["100000", "inf", "nan", "Fri, 31 Dec 2099 23:59:59 GMT"])
 def test_a_huge_retry_after_is_capped_said_and_fails_the_attempt(monkeypatch, retry_after):
     monkeypatch.setattr(calls, "MAX_RETRY_AFTER", 0.2)
-    with ScriptedProvider(_script(*[{"status": 429, "headers": {"Retry-After": retry_after}}] * 10)) as p:
-        caller = _caller(p, retries=1)
+    with ScriptedProvider(script_of(*[{"status": 429, "headers": {"Retry-After": retry_after}}] * 10)) as p:
+        caller = make_caller(p, retries=1)
         started = time.monotonic()
         with pytest.raises(
             CaseFailed,
@@ -40,8 +43,8 @@ def test_a_huge_retry_after_is_capped_said_and_fails_the_attempt(monkeypatch, re
 @pytest.mark.slow
 @pytest.mark.parametrize("stream,outcome", [(False, {"trickle": 0.05}), (True, {"endless": True})])
 def test_a_call_is_abandoned_at_its_deadline_however_its_bytes_keep_coming(stream, outcome):
-    with ScriptedProvider(_script(outcome)) as p:
-        caller = _caller(p, stream=stream, timeout=2, deadline=0.5)
+    with ScriptedProvider(script_of(outcome)) as p:
+        caller = make_caller(p, stream=stream, timeout=2, deadline=0.5)
         started = time.monotonic()
         assert caller.chat("eval", "x", Usage()).text == "?"  # retried, then the default reply
         assert time.monotonic() - started < 2.5
@@ -95,14 +98,14 @@ MALFORMED = {
 @pytest.mark.parametrize("name", MALFORMED)
 def test_a_malformed_200_is_a_transient_failure_with_its_own_message(name):
     body, message = MALFORMED[name]
-    with ScriptedProvider(_script({"raw": body})) as p:
-        caller = _caller(p, retries=1)
+    with ScriptedProvider(script_of({"raw": body})) as p:
+        caller = make_caller(p, retries=1)
         assert caller.chat("eval", "x", Usage()).text == "?"  # the retry got a good reply
         assert caller.progress.retries == 1 and "malformed reply: " in caller.progress.last_error
         assert message in caller.progress.last_error
-    with ScriptedProvider(_script(*[{"raw": body}] * 3)) as p:
+    with ScriptedProvider(script_of(*[{"raw": body}] * 3)) as p:
         with pytest.raises(CaseFailed, match=f"malformed reply: .*{message}.*after 2 attempts"):
-            _caller(p, retries=1).chat("eval", "x", Usage())
+            make_caller(p, retries=1).chat("eval", "x", Usage())
 
 
 def test_a_malformed_judge_reply_fails_only_its_case(tmp_path, provider, monkeypatch, capsys):
@@ -134,13 +137,13 @@ def test_a_stream_cut_short_by_a_one_slot_server_is_push_back_and_the_stage_comp
 
 def test_a_stream_without_finish_reason_says_what_to_do():
     cut = {"raw": b"data: [DONE]\n\n", "content_type": "text/event-stream"}
-    with ScriptedProvider(_script(*[cut] * 3)) as p:
+    with ScriptedProvider(script_of(*[cut] * 3)) as p:
         with pytest.raises(
             CaseFailed,
             match="stream ended before the reply finished .after 2 attempts.; "
             "the server may serve one request at a time: --concurrency 1",
         ):
-            _caller(p, retries=1, stream=True).chat("eval", "x", Usage())
+            make_caller(p, retries=1, stream=True).chat("eval", "x", Usage())
 
 
 @pytest.mark.slow
@@ -256,9 +259,9 @@ def test_non_finite_and_out_of_range_numbers_are_refused_at_parse_time(harness, 
 
 
 def test_the_timeout_hint_fits_the_streaming_setting():
-    with ScriptedProvider(_script(*[{"content": "x", "stall": 1.0}] * 3)) as p:
+    with ScriptedProvider(script_of(*[{"content": "x", "stall": 1.0}] * 3)) as p:
         with pytest.raises(CaseFailed) as failure:
-            _caller(p, stream=True, timeout=0.2, retries=0).chat("eval", "x", Usage())
+            make_caller(p, stream=True, timeout=0.2, retries=0).chat("eval", "x", Usage())
     assert "use --stream" not in str(failure.value) and "raise --timeout" in str(failure.value)
 
 
@@ -282,23 +285,6 @@ def test_a_rerun_with_nothing_to_do_removes_a_stale_journal(harness):
 
 
 # ----------------------------------------------------------------------------- today's providers (#20)
-
-MAX_TOKENS_REFUSED = {
-    "status": 400,
-    "param": "max_tokens",
-    "code": "unsupported_parameter",
-    "type": "invalid_request_error",
-    "error": "Unsupported parameter: 'max_tokens' is not supported with this model. "
-    "Use 'max_completion_tokens' instead.",
-}
-TEMPERATURE_REFUSED = {
-    "status": 400,
-    "param": "temperature",
-    "code": "unsupported_value",
-    "type": "invalid_request_error",
-    "error": "Unsupported value: 'temperature' does not support 0.7 with this model. "
-    "Only the default (1) value is supported.",
-}
 
 
 def reasoning_model(kind, prompt, body):

@@ -20,8 +20,9 @@ from lexpilot.models.quirks import (
 )
 from lexpilot.models.replies import parse_completion, parse_stream
 from lexpilot.running.batch.collect import line_error
-from tests.conftest import Harness, sample_cases, write_dataset
-from tests.test_provider_faults import TEMPERATURE_REFUSED
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.replies import TEMPERATURE_REFUSED
+from tests.helpers.stages import Harness
 
 
 @pytest.mark.parametrize("quirk", QUIRKS, ids=[q.name for q in QUIRKS])

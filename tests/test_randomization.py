@@ -11,14 +11,15 @@ import show_results
 from lexpilot.reporting.scoring.groups import group_runs
 from lexpilot.reporting.scoring.results import load_runs
 from lexpilot.reporting.statistics.randomization import Randomization, permutations_needed
-from tests.test_rankings import KEY, group_of, plan_script, rows_of, run_dcg
+from tests.helpers.rankings import KEY, group_of, plan_script, run_dcg
+from tests.helpers.reports import rows_of
 
 
 def write_dcg_grid(folder, n: int, plan: dict) -> tuple:
     """The DCG stage of every model and run of the plan (model -> run -> cases right), on n synthetic cases."""
     from bench.throughput import synthetic_dataset
     from lexpilot.scripted.provider import ScriptedProvider
-    from tests.conftest import SECRET
+    from tests.helpers.stages import SECRET
 
     dataset = folder / "cases.json"
     synthetic_dataset(n, dataset)

@@ -6,8 +6,7 @@ from contextlib import nullcontext
 import numpy as np
 import pytest
 
-from lexpilot.reporting.scoring.groups import Group
-from lexpilot.reporting.scoring.runs import MetricKey, Run, TaskData
+from lexpilot.reporting.scoring.runs import Run
 from lexpilot.reporting.statistics.bootstrap import Bootstrap
 from lexpilot.reporting.statistics.consistency import consistency
 from lexpilot.reporting.statistics.randomization import Randomization
@@ -18,9 +17,10 @@ from lexpilot.reporting.statistics.rankings import (
     variance_components,
 )
 from lexpilot.storage.manifest import Manifest
-from tests.conftest import SECRET, sample_cases, write_dataset
-
-KEY = MetricKey("DCG", "accuracy")
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.rankings import KEY, group_of, plan_script, run_dcg
+from tests.helpers.reports import rows_of
+from tests.helpers.stages import SECRET
 
 
 def test_holm_on_known_p_values():
@@ -37,20 +37,6 @@ def test_the_letter_display_on_an_unambiguous_set():
     assert letter_display(ranked, set()) == {m: "a" for m in ranked}
     everything = {frozenset(p) for p in ["AB", "AC", "AD", "BC", "BD", "CD"]}
     assert letter_display(ranked, everything) == {"A": "a", "B": "b", "C": "c", "D": "d"}
-
-
-def group_of(model: str, outcomes: np.ndarray) -> Group:
-    """A group of runs from success outcomes (runs × cases) of a per-case accuracy task."""
-    cases = [str(i) for i in range(outcomes.shape[1])]
-    runs = []
-    for i, row in enumerate(outcomes):
-        run = Run(f"r{i}", model, Manifest.of({"selected_cases": cases}), model)
-        run.tasks["DCG"] = TaskData(
-            cases, ["c"] * len(cases), np.stack([row, np.ones_like(row)], axis=1).astype(float)
-        )
-        run.metrics[KEY] = float(row.mean())
-        runs.append(run)
-    return Group(model, (), runs)
 
 
 def test_the_power_formula_against_a_simulation_with_known_variance_components():
@@ -134,45 +120,8 @@ PLAN = {
 }
 
 
-def plan_script(cases, plan, run_id):
-    """The evaluated model's forced questions carry 【对】 on the cases the plan (model -> run -> cases) makes its
-    DCG a success; the judge answers 是 to exactly those."""
-    firsts = [c["underspecified_consultation"][0]["content"] for c in cases]
-
-    def script(kind, prompt, body):
-        if kind == "force_ask":
-            case = next(i for i, first in enumerate(firsts) if first in prompt)
-            return "【策略二】请问还有哪些事实？" + (
-                "【对】" if case in plan[body["model"]][run_id] else "【错】"
-            )
-        if kind == "dcg_judge":
-            return "是" if "【对】" in prompt else "否"
-        return None
-
-    return script
-
-
 def dcg_script(cases, run_id):
     return plan_script(cases, PLAN, run_id)
-
-
-def run_dcg(provider, run_id: str, model: str, dataset, root, *extra: str) -> None:
-    """The DCG stage of one model and run, in memory against the scripted provider (its script set by the caller)."""
-    from lexpilot.protocols.dcg import DCG_STAGE
-    from lexpilot.running.stage import stage_main
-
-    argv = [
-        "--run-id",
-        run_id,
-        "--model",
-        model,
-        "--dataset",
-        str(dataset),
-        "--output-root",
-        str(root),
-        *extra,
-    ]
-    assert stage_main(DCG_STAGE, "t", argv=argv, clients=provider.in_memory_clients()) == 0
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +131,7 @@ def ranked_runs(tmp_path_factory):
 
     from bench.throughput import synthetic_dataset
     from lexpilot.scripted.provider import ScriptedProvider
-    from tests.conftest import SECRET
+    from tests.helpers.stages import SECRET
 
     tmp_path = tmp_path_factory.mktemp("ranked")
     dataset = tmp_path / "cases.json"
@@ -208,15 +157,6 @@ def ranked_root(ranked_runs, tmp_path):
 def csv_percent(share: float) -> str:
     """A share as the CSV writes a percentage: the number whole, every digit (issue 35 item 13), in percent."""
     return repr(100 * share)
-
-
-def rows_of(out: str, table_start: str) -> list[list[str]]:
-    import csv
-    import io
-
-    return [
-        r[1:] for r in csv.reader(io.StringIO(out)) if r and r[0].startswith(table_start) and r[1] != "header"
-    ]
 
 
 @pytest.mark.slow
@@ -417,7 +357,7 @@ def test_the_same_judge_rejudged_gives_test_retest_agreement_and_the_judges_shar
     import numpy as np
 
     from lexpilot.reporting.statistics.bootstrap import Bootstrap
-    from tests.conftest import sample_cases
+    from tests.helpers.datasets import sample_cases
 
     w = Bootstrap(1000, 0).weights(tuple(sorted(c["case_number"] for c in sample_cases()[:6])))
     drawn = w[w[:, 4] > 0]
@@ -450,7 +390,8 @@ def retested(tmp_path, provider, monkeypatch):
     import rejudge
     from lexpilot.protocols.catalog import PAPER_GRID
     from lexpilot.running.stage import stage_main
-    from tests.conftest import SECRET, sample_cases, write_dataset
+    from tests.helpers.datasets import sample_cases, write_dataset
+    from tests.helpers.stages import SECRET
 
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
 
@@ -651,7 +592,8 @@ def test_the_order_stage_maps_verdicts_back_to_their_claims(
     import eval_LJP_order
     import show_results
     from lexpilot.scripted.kinds import between
-    from tests.conftest import Harness, sample_cases, write_dataset
+    from tests.helpers.datasets import sample_cases, write_dataset
+    from tests.helpers.stages import Harness
 
     def first_line(kind, prompt, body):
         if kind == "ljp_judge":
@@ -704,7 +646,8 @@ def test_the_same_order_control_tells_the_judges_noise_from_the_orders_effect(
     import show_results
     from lexpilot.scripted.kinds import between
     from lexpilot.scripted.replies import default_reply
-    from tests.conftest import Harness, sample_cases, write_dataset
+    from tests.helpers.datasets import sample_cases, write_dataset
+    from tests.helpers.stages import Harness
 
     cases = [c for c in sample_cases() if len(c["result_dict"]) >= 2][:4]
     noisy, biased = (list(cases[i]["result_dict"])[0] for i in (0, 1))
@@ -744,7 +687,8 @@ def test_the_order_stage_makes_no_call_for_a_case_with_one_claim(tmp_path, provi
     """Issue 36 item 7: "`eval_LJP_order.py` makes no call for cases with one claim (4 of the sample's 12, all left
     out of the report anyway)": one extraction per setup for each of the 8 others, and the closing line says so."""
     import eval_LJP_order
-    from tests.conftest import Harness, sample_cases
+    from tests.helpers.datasets import sample_cases
+    from tests.helpers.stages import Harness
 
     h = Harness(tmp_path, provider, monkeypatch)
     single = sum(len(c["result_dict"]) < 2 for c in sample_cases())
@@ -815,7 +759,8 @@ def test_a_rejudge_at_another_temperature_is_no_test_retest(tmp_path, provider, 
     import show_results
     from lexpilot.protocols.catalog import PAPER_GRID
     from lexpilot.running.stage import stage_main
-    from tests.conftest import SECRET, sample_cases, write_dataset
+    from tests.helpers.datasets import sample_cases, write_dataset
+    from tests.helpers.stages import SECRET
 
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
@@ -961,7 +906,8 @@ def test_ljp_consistency_on_runs_the_stages_wrote(tmp_path, provider, monkeypatc
 
     import show_results
     from lexpilot.scripted.replies import default_reply
-    from tests.conftest import Harness, sample_cases, write_dataset
+    from tests.helpers.datasets import sample_cases, write_dataset
+    from tests.helpers.stages import Harness
 
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "five.json", sample_cases()[:5]))
     for run_id in ("r1", "r2"):
@@ -1012,7 +958,7 @@ def test_equal_values_share_a_rank(ranked_runs, tmp_path, monkeypatch, capsys):
 
     import show_results
     from lexpilot.scripted.provider import ScriptedProvider
-    from tests.conftest import SECRET
+    from tests.helpers.stages import SECRET
 
     root = shutil.copytree(ranked_runs, tmp_path / "out")
     dataset = ranked_runs.parent / "cases.json"
@@ -1073,7 +1019,7 @@ def test_a_limited_run_beside_a_full_one_is_named_by_its_cases_and_code_is_said_
 
     import show_results
     from lexpilot.scripted.provider import ScriptedProvider
-    from tests.conftest import SECRET
+    from tests.helpers.stages import SECRET
 
     dataset = ranked_runs.parent / "cases.json"
     cases = json_module.loads(dataset.read_text(encoding="utf-8"))
@@ -1143,7 +1089,8 @@ def test_a_prompt_file_added_since_a_run_was_made_keeps_it_comparable_and_in_its
     import json
 
     import show_results
-    from tests.conftest import Harness, prompts_in, sample_cases, write_dataset
+    from tests.helpers.datasets import sample_cases, write_dataset
+    from tests.helpers.stages import Harness, prompts_in
 
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "four.json", sample_cases()[:4]))
     assert h.run("DCG", "--model", "model-a") == 0

@@ -21,11 +21,11 @@ from lexpilot.errors import Aborted
 from lexpilot.models.limits import Limits
 from lexpilot.models.shared_limits import BUSY_POLL, RedisStore, SharedLimiter
 from lexpilot.scripted.provider import ScriptedProvider
-from tests.conftest import ROOT, sample_cases, write_dataset
-from tests.test_grid import environment, grid
-from tests.test_run_grid import records
-from tests.warm import Started, fresh
-from tests.warm import run as warm_run
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.grids import grid, grid_environment, records
+from tests.helpers.paths import ROOT
+from tests.helpers.warm import Started, fresh
+from tests.helpers.warm import run as warm_run
 
 # kills, Ctrl-C, Redis, browsers or whole grids: left out of the quick loop (-m "not slow")
 pytestmark = pytest.mark.slow
@@ -124,7 +124,7 @@ def test_two_processes_share_one_limit_and_use_it(tmp_path, redis_server, warm):
             warm,
             tmp_path / "out",
             dataset,
-            environment(evaluated, judge),
+            grid_environment(evaluated, judge),
             "--limits",
             redis_server.url,
             "--limit",
@@ -163,7 +163,7 @@ def test_a_killed_process_gives_its_leases_back_and_its_shard_completes_on_a_rer
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
     lease = 2
     with ScriptedProvider() as evaluated, ScriptedProvider() as judge:
-        env = environment(evaluated, judge)
+        env = grid_environment(evaluated, judge)
         clean_processed = clean_run(warm, tmp_path / "clean", dataset, env, evaluated, judge)
         evaluated.latency = judge.latency = 0.05  # calls in flight a while, once the clean grid is done
         limits = ("--limits", f"{redis_server.url}?lease={lease}", "--limit", "DeepSeek-R1=concurrency:2")
@@ -204,7 +204,7 @@ def test_a_redis_restart_pauses_both_processes_with_one_line_and_loses_nothing(t
     """ "Restart Redis mid-run: both processes pause with one line and continue, with nothing lost or paid twice.\""""
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
     with ScriptedProvider() as evaluated, ScriptedProvider() as judge:
-        env = environment(evaluated, judge)
+        env = grid_environment(evaluated, judge)
         clean_processed = clean_run(warm, tmp_path / "clean", dataset, env, evaluated, judge)
         evaluated.latency = judge.latency = 0.05  # calls in flight a while, once the clean grid is done
         shards = both_shards(warm, tmp_path / "out", dataset, env, "--limits", redis_server.url)

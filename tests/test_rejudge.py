@@ -17,7 +17,8 @@ from lexpilot.benchmark.records import (
 )
 from lexpilot.running.stage import stage_main
 from lexpilot.scripted.replies import default_reply
-from tests.conftest import Harness, sample_cases, write_dataset
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.stages import Harness
 
 CASES = sample_cases()[:4]
 

@@ -16,7 +16,9 @@ import eval_LJP_behaviour
 import show_results
 from lexpilot.reporting.tables.renderings import render_text
 from lexpilot.reporting.tables.table import Table
-from tests.conftest import ROOT, Harness, sample_cases, write_dataset
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.paths import ROOT
+from tests.helpers.stages import Harness
 
 
 def cells(line: str) -> str:
@@ -465,7 +467,7 @@ def test_text_tables_stay_aligned_with_fullwidth_punctuation(tmp_path, provider,
     import unicodedata
 
     from lexpilot.running.stage import stage_main
-    from tests.conftest import STAGES
+    from tests.helpers.stages import STAGES
 
     def display_width(
         text: str,

@@ -13,7 +13,8 @@ from lexpilot.reporting.scoring.groups import group_runs
 from lexpilot.reporting.scoring.results import load_runs
 from lexpilot.reporting.statistics.bootstrap import Bootstrap, paired_difference
 from lexpilot.reporting.tables.renderings import json_key
-from tests.test_results import C, U, make_run, quadratic_weighted_kappa, saved
+from tests.helpers.metrics import quadratic_weighted_kappa
+from tests.helpers.saved_runs import C, U, make_run, saved
 
 MANY = {f"F{i:02d}": "离婚纠纷" for i in range(20)}  # twenty Family cases
 
@@ -423,7 +424,8 @@ def test_per_class_intervals_resample_that_class_only_on_a_run_the_stages_wrote(
     """Issue 25, item 11: under --ci, a class cell's interval comes from the class's own cases. The DCG judge
     accepts every question of the Family cases and every other one elsewhere: Family's interval is [1, 1]; the
     whole-benchmark interval is not."""
-    from tests.conftest import Harness, sample_cases, write_dataset
+    from tests.helpers.datasets import sample_cases, write_dataset
+    from tests.helpers.stages import Harness
 
     cases = sample_cases()
     from categories import cause_class

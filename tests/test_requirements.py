@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.helpers.paths import ROOT
 
 REQUIREMENTS = ("requirements.txt", "requirements-optional.txt", "requirements-dev.txt")
 OWN = {"lexpilot", "tests", "bench"} | {p.stem for p in ROOT.glob("*.py")}
@@ -80,9 +80,7 @@ def test_every_import_is_given_by_a_declared_requirement():
 
 def test_an_undeclared_import_is_found_with_its_file_and_line(tmp_path, monkeypatch):
     """The check itself fails on the defect it is for: a test importing a package no requirements file names."""
-    import tests.test_requirements as me
-
-    monkeypatch.setattr(me, "ROOT", tmp_path)
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     (tmp_path / "tests").mkdir()
     probe = tmp_path / "tests" / "test_probe.py"
     probe.write_text(

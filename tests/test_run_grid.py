@@ -18,20 +18,9 @@ from lexpilot.models.limits import Limiter, Limits, request_tokens, requests_per
 from lexpilot.protocols.catalog import ENTRY_POINTS
 from lexpilot.running.stage import stage_main
 from lexpilot.scripted.provider import ScriptedProvider
-from tests.conftest import SECRET, sample_cases, write_dataset
-
-MODELS = ("model-a", "model-b", "model-c")
-README_LOOP = ("LexAwN_gen", "eval_DCG", "eval_LJP")  # the README's five-run loop, per run
-
-
-def records(root) -> dict:
-    """Every record file under the root's output folders: path -> its lines, in case order (cases run in parallel,
-    so the order of lines is not compared)."""
-    return {
-        str(p.relative_to(root)): sorted(p.read_text(encoding="utf-8").splitlines())
-        for p in sorted(root.rglob("*.jsonl"))
-        if "calls_journal" not in p.name
-    }
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.grids import MODELS, README_LOOP, Terminal, grid_argv, records
+from tests.helpers.stages import SECRET
 
 
 def readme_loop(root, dataset, run_ids, models=MODELS) -> None:
@@ -50,20 +39,6 @@ def readme_loop(root, dataset, run_ids, models=MODELS) -> None:
                         str(root),
                     ]
                     assert stage_main(stage, "test", argv=argv) == 0
-
-
-def grid_argv(root, dataset, *extra, models=MODELS, runs=2) -> list[str]:
-    return [
-        "--models",
-        *models,
-        "--runs",
-        str(runs),
-        "--dataset",
-        str(dataset),
-        "--output-root",
-        str(root),
-        *extra,
-    ]
 
 
 @pytest.fixture
@@ -575,22 +550,6 @@ def test_the_quote_reads_the_grids_limits_and_shows_the_wall_time_they_imply(
         assert quote_grid.main(argv) == 0
         out = capsys.readouterr().out
         assert "DeepSeek-R1 at 24.4141 requests/min" in " ".join(out.split()), out
-
-
-class Terminal:
-    """A stream that says it is a terminal, keeping what was written."""
-
-    def __init__(self, tty: bool):
-        self.text, self.tty = "", tty
-
-    def write(self, text):
-        self.text += text
-
-    def flush(self):
-        pass
-
-    def isatty(self):
-        return self.tty
 
 
 def test_the_display_counts_cells_endpoints_and_spending_and_redraws_in_place(

@@ -17,12 +17,10 @@ from lexpilot.pricing import cost, read_prices
 from lexpilot.protocols.catalog import ENTRY_POINTS
 from lexpilot.running.stage import stage_main
 from lexpilot.storage.checkpoints import run_folder
-from tests.conftest import SECRET
-from tests.test_batch import run_batch_files
-from tests.test_batch_invalid import VALIDATED, FirstAnswerInvalid
-from tests.test_malformed_usage import USAGES
-from tests.test_run_grid import MODELS, README_LOOP, grid_argv, records
-from tests.test_run_grid_faults import clean_grid, small_grid
+from tests.helpers.batches import run_batch_files
+from tests.helpers.grids import MODELS, README_LOOP, clean_grid, grid_argv, records, small_grid
+from tests.helpers.replies import USAGES, VALIDATED, FirstAnswerInvalid
+from tests.helpers.stages import SECRET
 
 # kills, Ctrl-C, Redis, browsers or whole grids: left out of the quick loop (-m "not slow")
 pytestmark = pytest.mark.slow
@@ -342,7 +340,7 @@ def quote_grid_total(dataset, prices, column: str) -> float:
 
 @pytest.fixture
 def three_cases(tmp_path):
-    from tests.conftest import sample_cases, write_dataset
+    from tests.helpers.datasets import sample_cases, write_dataset
 
     return write_dataset(tmp_path / "three.json", sample_cases()[:3])
 

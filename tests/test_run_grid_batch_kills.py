@@ -14,11 +14,12 @@ import pytest
 
 from lexpilot.running.batch.api import request_digest
 from lexpilot.scripted.provider import ScriptedProvider
-from tests.conftest import ROOT, sample_cases, write_dataset
-from tests.test_run_grid import MODELS, records
-from tests.test_run_grid_kills import at_a_terminal, environment
-from tests.warm import fresh
-from tests.warm import run as warm_run
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.grids import MODELS, records
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import at_a_terminal, process_environment
+from tests.helpers.warm import fresh
+from tests.helpers.warm import run as warm_run
 
 # kills, Ctrl-C, Redis, browsers or whole grids: left out of the quick loop (-m "not slow")
 pytestmark = pytest.mark.slow
@@ -72,7 +73,7 @@ def test_a_kill_while_the_shared_file_is_uploaded_or_its_batch_created_pays_noth
     made from the file is found in the provider's list, and collected)."""
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
     with ScriptedProvider() as provider:
-        env = environment(provider)
+        env = process_environment(provider)
         run(warm, batch_grid(tmp_path / "clean", dataset, "eval_LJP_gold"), env)
         clean, clean_paid, since = Counter(provider.processed), paid(provider), len(provider.batches)
         made = len(provider.files) if phase == "files" else since
@@ -97,7 +98,7 @@ def test_ten_kills_at_random_moments_under_faults_then_a_rerun_pay_for_exactly_a
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
     roles = ("--batch-roles", "eval,judge")
     with ScriptedProvider() as provider:
-        env = environment(provider)
+        env = process_environment(provider)
         run(warm, batch_grid(tmp_path / "clean", dataset) + list(roles), env)
         clean, files = Counter(provider.processed), len(provider.files)
         clean_paid, since = paid(provider), len(provider.batches)
@@ -140,7 +141,7 @@ def test_a_ctrl_c_leaves_the_pooled_batches_in_flight_and_the_rerun_collects_the
     chains, leave at once with every batch recorded; the same command collects them and pays nothing twice."""
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
     with ScriptedProvider() as provider:
-        env = environment(provider)
+        env = process_environment(provider)
         run(warm, batch_grid(tmp_path / "clean", dataset), env)
         clean, clean_paid, since = Counter(provider.processed), paid(provider), len(provider.batches)
         provider.processed.clear()
@@ -177,7 +178,7 @@ def test_a_ctrl_c_while_a_role_left_synchronous_is_asked_interrupts_its_cells_an
 
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
     with ScriptedProvider() as provider:
-        env = environment(provider)
+        env = process_environment(provider)
         command = batch_grid(tmp_path / "clean", dataset) + ["--batch-roles", "eval,judge"]
         run(warm, command, env)
         clean = Counter(provider.processed)

@@ -6,36 +6,19 @@ exactly what a clean grid processes, request by request."""
 
 import json
 import re
-from collections import Counter
 
 import pytest
 
 import run_grid
-from tests.conftest import SECRET, sample_cases, write_dataset
-from tests.test_batch_invalid import VALIDATED, FirstAnswerInvalid
-from tests.test_malformed_usage import USAGES
-from tests.test_run_grid import grid_argv
-
-MODELS = ("model-a", "model-b")
-
-
-def small_grid(root, dataset, *extra) -> list[str]:
-    """Two models, one run: ten cells."""
-    return grid_argv(root, dataset, *extra, models=MODELS, runs=1)
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.grids import SMALL_GRID_MODELS, clean_grid, small_grid
+from tests.helpers.replies import USAGES, VALIDATED, FirstAnswerInvalid
+from tests.helpers.stages import SECRET
 
 
 @pytest.fixture
 def dataset(tmp_path):
     return write_dataset(tmp_path / "three.json", sample_cases()[:3])
-
-
-def clean_grid(http, root, dataset, *extra) -> Counter:
-    """What the provider processes for the same grid without the fault (then forgotten)."""
-    assert run_grid.main(small_grid(root, dataset, *extra)) == 0
-    processed = Counter(http.processed)
-    http.processed.clear()
-    http.requests.clear()
-    return processed
 
 
 @pytest.mark.slow
@@ -74,7 +57,10 @@ def test_a_malformed_usage_in_every_cell_is_kept_and_never_bought_again(tmp_path
     prices = tmp_path / "prices.json"
     prices.write_text(
         json.dumps(
-            {m: {"prompt": 1, "completion": 4} for m in (*MODELS, "DeepSeek-V4.1-Flash", "DeepSeek-R1")}
+            {
+                m: {"prompt": 1, "completion": 4}
+                for m in (*SMALL_GRID_MODELS, "DeepSeek-V4.1-Flash", "DeepSeek-R1")
+            }
         ),
         encoding="utf-8",
     )

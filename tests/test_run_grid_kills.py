@@ -5,7 +5,6 @@ requests, compared per request (its kind and the digest of what it asks), beyond
 second leaves at once."""
 
 import itertools
-import os
 import random
 import re
 import signal
@@ -16,9 +15,11 @@ from collections import Counter
 import pytest
 
 from lexpilot.scripted.provider import ScriptedProvider
-from tests.conftest import ROOT, sample_cases, write_dataset
-from tests.test_run_grid import records
-from tests.warm import Started, fresh, run
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.grids import records
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import at_a_terminal, process_environment
+from tests.helpers.warm import fresh, run
 
 # kills, Ctrl-C, Redis, browsers or whole grids: left out of the quick loop (-m "not slow")
 pytestmark = pytest.mark.slow
@@ -60,15 +61,6 @@ def grid_command(root, dataset) -> list[str]:
     ]
 
 
-def environment(provider) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LEXPILOT_"))}
-    return env | {
-        "OPENAI_BASE_URL": provider.base_url,
-        "OPENAI_API_KEY": "k",
-        "LEXPILOT_BACKOFF_BASE": "0.001",
-    }
-
-
 def unanswered(root) -> int:
     import json
 
@@ -78,7 +70,7 @@ def unanswered(root) -> int:
 def test_twenty_kills_at_random_moments_then_a_rerun_pay_for_exactly_a_clean_runs_requests(tmp_path, warm):
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
     with ScriptedProvider(script=Faults()) as provider:
-        env = environment(provider)
+        env = process_environment(provider)
         clean = run(warm, grid_command(tmp_path / "clean", dataset), ROOT, env)
         assert clean.returncode == 0, clean.stderr
         clean_processed = Counter(provider.processed)
@@ -116,11 +108,6 @@ def test_twenty_kills_at_random_moments_then_a_rerun_pay_for_exactly_a_clean_run
     assert extra <= unanswered(tmp_path / "killed"), (extra, unanswered(tmp_path / "killed"))
 
 
-def at_a_terminal(warm, command: list[str], env: dict) -> Started:
-    """The grid started as at a terminal (Ctrl-C reaches it however pytest was started), its output read."""
-    return warm.start(command, ROOT, env, terminal=True)
-
-
 def a_second_ctrl_c_leaves_at_once(warm, command, env, provider, calls: int, deadline: float) -> None:
     """The grid started again and, once the provider has processed `calls`, two Ctrl-Cs: the second, while the
     first drains, leaves at once."""
@@ -156,7 +143,7 @@ def test_a_first_ctrl_c_drains_the_grid_and_a_second_leaves_at_once(tmp_path, wa
     dataset = write_dataset(tmp_path / "three.json", sample_cases()[:3])
     # the calls are slow only while the Ctrl-Cs land: the clean grid and the rerun need no time to stop in
     with ScriptedProvider() as provider:
-        env = environment(provider)
+        env = process_environment(provider)
         clean = run(warm, grid_command(tmp_path / "clean", dataset), ROOT, env)
         assert clean.returncode == 0, clean.stderr
         clean_processed = Counter(provider.processed)

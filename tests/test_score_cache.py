@@ -10,7 +10,8 @@ import pytest
 
 import show_results
 from lexpilot.reporting.scoring import results
-from tests.conftest import Harness, sample_cases, write_dataset
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.stages import Harness
 
 
 @pytest.fixture

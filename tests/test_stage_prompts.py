@@ -9,7 +9,8 @@ from lexpilot.benchmark import prompts as prompt_module
 from lexpilot.benchmark.prompts import PROMPT_FILES
 from lexpilot.protocols.catalog import ENTRY_POINTS, GRID_STAGES, OTHER_STAGES
 from lexpilot.running import stage as stage_module
-from tests.conftest import Harness, prompts_in, sample_cases, write_dataset
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.stages import Harness, prompts_in
 
 
 class Recording(dict):

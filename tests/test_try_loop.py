@@ -12,7 +12,7 @@ import pytest
 
 import show_results
 from lexpilot.protocols.catalog import STAGE_SETS
-from tests.conftest import ROOT
+from tests.helpers.paths import ROOT
 
 # kills, Ctrl-C, Redis, browsers or whole grids: left out of the quick loop (-m "not slow")
 pytestmark = pytest.mark.slow
@@ -113,7 +113,7 @@ def two_models_through_the_scripted_server(root: Path, log: Path, monkeypatch) -
     """`python -m lexpilot.scripted --models-differ --log LOG` on a free port, and models a and b through DCG and
     Direct LJP on the sample against it, under `root`."""
     from lexpilot.running.stage import stage_main
-    from tests.conftest import STAGES
+    from tests.helpers.stages import STAGES
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -211,7 +211,8 @@ def test_the_request_log_has_a_line_per_request_answered_in_a_batch_too(tmp_path
     from collections import Counter
 
     from lexpilot.running.stage import stage_main
-    from tests.conftest import STAGES, sample_cases, write_dataset
+    from tests.helpers.datasets import sample_cases, write_dataset
+    from tests.helpers.stages import STAGES
 
     log, three_cases = tmp_path / "requests.jsonl", write_dataset(tmp_path / "three.json", sample_cases()[:3])
     with log.open("a", encoding="utf-8") as http.log:

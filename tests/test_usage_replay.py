@@ -19,9 +19,11 @@ from lexpilot.benchmark.records import LCA
 from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS
 from lexpilot.protocols.consultation import LCA_STAGE
 from lexpilot.scripted.provider import ScriptedProvider
-from tests.conftest import ROOT, Harness, judge_kinds, sample_cases, write_dataset
-from tests.warm import fresh
-from tests.warm import run as warm_run
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.paths import ROOT
+from tests.helpers.stages import Harness, judge_kinds
+from tests.helpers.warm import fresh
+from tests.helpers.warm import run as warm_run
 
 # kills, Ctrl-C, Redis, browsers or whole grids: left out of the quick loop (-m "not slow")
 pytestmark = pytest.mark.slow

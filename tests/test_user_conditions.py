@@ -8,7 +8,8 @@ import show_results
 from lexpilot.benchmark.records import INTERACTION, LJP_INTERACTION
 from lexpilot.scripted.kinds import between, kind_of
 from lexpilot.scripted.replies import ASK, PREDICT, fault_record
-from tests.conftest import Harness, sample_cases, write_dataset
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.stages import Harness
 
 CASE = sample_cases()[1]  # its underspecified history already holds one assistant question
 UNDERSPECIFIED_TAIL = CASE["underspecified_consultation"][-1]["content"]
@@ -364,7 +365,7 @@ def test_table_15_pairs_a_run_made_after_a_prompt_file_was_added(tmp_path, provi
     """A newcomer's review of issue 37: a prompt file added to the harness (a new stage's) made every older run
     "not comparable"; Table 15 pairs on the prompt files both runs record. The standard run is made before the
     harness gains judge_demo.txt, the delayed run after: one row, its cells the records' QWK by hand."""
-    from tests.conftest import prompts_in
+    from tests.helpers.stages import prompts_in
 
     harness = Harness(
         tmp_path, provider, monkeypatch, write_dataset(tmp_path / "four.json", sample_cases()[:4])

@@ -8,7 +8,8 @@ import pytest
 
 import show_results
 from lexpilot.scripted.replies import ASK, PREDICT
-from tests.conftest import Harness, sample_cases, write_dataset
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.stages import Harness
 
 HOSTILE = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2"></textarea><b>粗体</b>'
 RLO = "\u202e反向"  # a right-to-left override never closed (issue 34 item 14)

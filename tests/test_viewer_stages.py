@@ -19,7 +19,9 @@ from lexpilot.reporting.scoring.runs import USAGE_FIELDS
 from lexpilot.reporting.tables.renderings import json_key
 from lexpilot.scripted.kinds import between
 from lexpilot.scripted.replies import default_reply
-from tests.conftest import ROOT, SAMPLE, Harness, sample_cases, write_dataset
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.paths import ROOT, SAMPLE
+from tests.helpers.stages import Harness
 
 # kills, Ctrl-C, Redis, browsers or whole grids: left out of the quick loop (-m "not slow")
 pytestmark = pytest.mark.slow

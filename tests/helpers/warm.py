@@ -34,7 +34,7 @@ import traceback
 from importlib import import_module
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # the scripts the tests start through a warm interpreter: what they import at their top is imported once
 SCRIPTS = ("run_grid.py", "LexAwN_gen.py", "eval_DCG.py", "eval_LJP.py")
 KILLED_BY_CTRL_C = -signal.SIGINT
@@ -150,7 +150,7 @@ class Warm:
     def interpreter(self) -> subprocess.Popen:
         if self.process is None:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "tests.warm"],
+                [sys.executable, "-m", "tests.helpers.warm"],
                 cwd=ROOT,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -168,7 +168,7 @@ class Warm:
         except BrokenPipeError:
             line = ""
         if not line:
-            raise RuntimeError(f"the warm interpreter died (exit {process.wait(10)}): tests/warm.py")
+            raise RuntimeError(f"the warm interpreter died (exit {process.wait(10)}): tests/helpers/warm.py")
         reply = json.loads(line)
         if "error" in reply:
             raise RuntimeError(f"the warm interpreter refused {request}: {reply['error']}")
