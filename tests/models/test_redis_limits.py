@@ -2,7 +2,7 @@
 through a real Redis (`--limits redis://…`): Debian's redis-server, started here on a free port of 127.0.0.1 (skipped
 where it is absent; .ci/run installs it). Two processes share one limit by the provider's own count; a killed
 process's leases come back and its shard completes on a rerun; a Redis restart pauses both, with one line, and
-nothing is lost or paid twice. (Two shards gathered: tests/test_grid.py.)"""
+nothing is lost or paid twice. (Two shards gathered: tests/running/grid/test_grid.py.)"""
 
 import json
 import os

@@ -11,7 +11,7 @@ from lexpilot.scripted import kinds
 from tests.helpers.paths import ROOT
 from tests.helpers.stages import STAGES
 
-GUARDS = ["tests/test_code_hash.py", "tests/test_stage_prompts.py"]
+GUARDS = ["tests/storage/test_code_hash.py", "tests/protocols/test_stage_prompts.py"]
 
 
 def collected(*plugin: str) -> str:

@@ -233,7 +233,7 @@ def test_the_wall_time_follows_the_chains_the_concurrency_and_each_endpoints_rat
     # 22 calls × 10 s = 220 s
     assert any("4 of 4 (model, run) jobs at once: 3.7 min" in line for line in notes)
     # in batch mode a cycle per call in a row; run_grid.py runs a run's stages side by side, and only
-    # Interaction-Based LJP reads another's records (LexAwN's): 12 + 1 = 13 (tests/test_run_grid_batch.py counts them)
+    # Interaction-Based LJP reads another's records (LexAwN's): 12 + 1 = 13 (tests/running/grid/test_run_grid_batch.py counts them)
     assert any(
         "batch mode: at most 13 cycles for the slowest job with run_grid.py --batch, 22 with its stages one after "
         "another (stage scripts)" in line

@@ -278,7 +278,7 @@ def test_batch_files_hold_every_cells_requests_for_a_model_per_cycle(tmp_path, h
 def test_an_invalid_judge_output_in_a_pooled_grid_is_asked_again_in_the_next_cycle(
     tmp_path, http, three_cases
 ):
-    """The synchronous grid's fault tests (tests/test_run_grid_faults.py) in batch mode: the first answer to every
+    """The synchronous grid's fault tests (tests/running/grid/test_run_grid_faults.py) in batch mode: the first answer to every
     judge prompt is prose; each is asked once more, in a later pooled batch, and every case is saved."""
     expected = clean_grid(http, tmp_path / "clean", three_cases, "--batch", *POLL)
     script = http.script = FirstAnswerInvalid()
