@@ -1,5 +1,6 @@
 """Dataset schema, validation messages, statistics, categories."""
 
+import json
 import subprocess
 import sys
 
@@ -15,6 +16,7 @@ from lexpilot.benchmark.dataset import (
 )
 from lexpilot.errors import HarnessError
 from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.messages import one_line
 from tests.helpers.paths import ROOT, SAMPLE
 
 
@@ -194,3 +196,72 @@ def test_missing_default_release_names_the_sample():
         pytest.skip("the real release is present")
     _, problems = dataset_problems(DEFAULT_DATASET)
     assert "LexPilot_sample.json" in problems[0] and "\n" not in problems[0]
+
+
+# ----------------------------------------------------------------------------- hostile datasets
+
+
+def test_a_duplicated_claim_is_a_dataset_error(tmp_path, harness, capsys):
+    case = sample_cases()[0]
+    claim = next(iter(case["result_dict"]))
+    text = json.dumps([case], ensure_ascii=False)
+    duplicated = text.replace(
+        '"result_dict": {', '"result_dict": {' + json.dumps(claim, ensure_ascii=False) + ': "驳回", ', 1
+    )
+    (tmp_path / "dup.json").write_text(duplicated, encoding="utf-8")
+    harness.dataset = tmp_path / "dup.json"
+    assert harness.run("gold") == 2
+    err = capsys.readouterr().err
+    assert "result_dict:" in err and "appears more than once" in err and case["case_number"] in err
+
+
+def deep(tmp_path):
+    return tmp_path / "deep.json", "[" * 100000 + "]" * 100000, "nested too deeply"
+
+
+DATASETS = {
+    "a folder": (lambda tmp: (tmp, None, "is a folder")),
+    "nested too deeply": deep,
+    "a 5,000-digit number": (
+        lambda tmp: (tmp / "n.json", "[" + "9" * 5000 + "]", "not a usable JSON dataset")
+    ),
+    "a lone surrogate": (
+        lambda tmp: (
+            tmp / "s.json",
+            json.dumps(sample_cases()[:1], ensure_ascii=False).replace(
+                '"content": "', '"content": "\\ud800', 1
+            ),
+            "lone surrogate",
+        )
+    ),
+}
+
+
+@pytest.mark.parametrize("name", DATASETS)
+def test_a_hostile_dataset_is_one_line(tmp_path, harness, capsys, name):
+    path, text, message = DATASETS[name](tmp_path)
+    if text is not None:
+        path.write_text(text, encoding="utf-8")
+    harness.dataset = path
+    assert harness.run("gold") == 2
+    assert message in one_line(capsys.readouterr().err) and not harness.root.exists()
+
+
+@pytest.mark.parametrize(
+    "raw, problem",
+    [
+        (
+            '"cause_of_action": "民间借贷纠纷", "cause_of_action": "民间借贷纠纷"',
+            "case: 'cause_of_action' appears more than once",
+        ),
+        ('"complexity": Infinity', "Infinity is not a number JSON allows"),
+        ('"complexity": NaN', "NaN is not a number JSON allows"),
+    ],
+)
+def test_duplicated_keys_anywhere_and_infinity_are_dataset_errors(harness, tmp_path, capsys, raw, problem):
+    """Item 16: the last value no longer wins silently; Infinity and NaN are not numbers."""
+    text = json.dumps(sample_cases()[:1], ensure_ascii=False)
+    path = tmp_path / "d.json"
+    path.write_text(text.replace('{"case_number"', "{" + raw + ', "case_number"', 1), encoding="utf-8")
+    assert harness.run("gold", "--dataset", str(path)) == 2
+    assert problem in capsys.readouterr().err

@@ -399,3 +399,33 @@ def test_every_client_of_a_process_shares_one_tls_context_per_ca_setting(monkeyp
     assert tls_context() is not first and tls_context() is tls_context()
     monkeypatch.delenv("SSL_CERT_FILE")
     assert tls_context() is first
+
+
+@pytest.mark.parametrize("retry_after, shown", [("100000", "27.8 h"), ("Fri, 31 Dec 2099 23:59:59 GMT", "h")])
+def test_a_retry_after_beyond_the_cap_is_a_transient_failure_without_a_stage_pause(retry_after, shown):
+    """Item 11: normal backoff for that call, no stage-wide pause; the case fails saying how long the provider
+    asks to wait, so that the user can rerun later."""
+    with ScriptedProvider(script_of(*[{"status": 429, "headers": {"Retry-After": retry_after}}] * 10)) as p:
+        caller = make_caller(p, retries=2)
+        started = time.monotonic()
+        with pytest.raises(Exception, match=rf"provider asks to wait [\d.]+ {shown.split()[-1]}"):
+            caller.chat("eval", "x", Usage())
+        assert time.monotonic() - started < 3 and len(p.requests) == 3  # retries 2: three attempts, no more
+        assert caller.endpoints.limiters[(p.base_url,)].resume_at <= time.monotonic()  # no worker was paused
+
+
+def test_no_api_key_at_all_is_said_with_the_variables_read(harness, provider, monkeypatch, capsys):
+    monkeypatch.delenv("OPENAI_API_KEY")
+    provider.script = lambda kind, prompt, body: {"status": 401, "error": "Incorrect API key provided"}
+    assert harness.run("gold", "--limit", "1") == 2
+    err = capsys.readouterr().err
+    assert "no API key is set" in err and "LEXPILOT_EVAL_API_KEY" in err and "OPENAI_API_KEY" in err
+
+
+@pytest.mark.slow
+def test_a_zero_or_past_retry_after_is_the_usual_backoff_not_a_burst():
+    with ScriptedProvider(script_of(*[{"status": 429, "headers": {"Retry-After": "0"}}] * 40)) as p:
+        caller = make_caller(p, retries=2)
+        with pytest.raises(Exception, match="HTTP 429"):
+            caller.chat("eval", "x", Usage())
+        assert len(p.requests) == 3  # three attempts, not thirty rate-limited repeats

@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import pytest
 
@@ -418,3 +419,25 @@ def test_a_default_temperature_run_is_shown_with_its_setting_and_never_grouped_w
     assert show_results.main(["--output-root", str(harness.root)]) == 0
     runs = capsys.readouterr().out.split("Main results")[0]
     assert "generation" in runs  # the Runs table says what differs
+
+
+def test_a_reasoning_model_at_the_default_concurrency_switches_every_refused_request(tmp_path, monkeypatch):
+    """Item 10: eight requests go out at once with max_tokens; every refusal of the field the request carried is
+    repeated with max_completion_tokens, whichever worker switched the role first."""
+    dataset = write_dataset(tmp_path / "eight.json", sample_cases()[:8])
+
+    def slow_refusal(kind, prompt, body):
+        if "max_tokens" in body:
+            time.sleep(0.2)  # every worker's first request is out before the first refusal comes back
+            return MAX_TOKENS_REFUSED
+        return None
+
+    with ScriptedProvider() as provider:
+        provider.script = slow_refusal
+        h = Harness(tmp_path, provider, monkeypatch, dataset)
+        assert h.run("gold") == 0  # the default --concurrency 8
+        refused = [r for r in provider.requests if "max_tokens" in r]
+        assert len(refused) > 2  # several were in flight when the first refusal arrived
+        answered = Counter(r["messages"][0]["content"] for r in provider.requests if "max_tokens" not in r)
+        assert len(answered) == 16 and set(answered.values()) == {1}  # each request answered once
+        assert len(h.records("eval_results", "LJP_gold.jsonl")) == 8

@@ -364,3 +364,13 @@ def test_a_wide_table_cut_into_blocks_repeats_every_key_column(saved, capsys):
     assert show_results.main(["--output-root", str(saved.root), "--width", "107", "--include-rejudged"]) == 0
     main = blocks_of(capsys.readouterr().out, "Main results")
     assert [len(re.split(r"\s{2,}", b[0])) - 1 for b in main] == [3, 2]
+
+
+def test_from_run_is_checked_like_a_run_id(harness, provider, capsys):
+    """Item 18."""
+    import rejudge
+
+    for bad in ("../../x", "a/b", ".hidden"):
+        assert harness.run_stage(rejudge.STAGE, "--from-run", bad) == 2
+        assert "--from-run" in capsys.readouterr().err
+    assert not provider.requests

@@ -8,12 +8,16 @@ import numpy as np
 import pytest
 
 import show_results
+from lexpilot.benchmark.records import LJP_GOLD
 from lexpilot.benchmark.records import model_folder as model_dirname
 from lexpilot.reporting.scoring.groups import group_runs
 from lexpilot.reporting.scoring.results import load_runs
 from lexpilot.reporting.statistics.bootstrap import Bootstrap, paired_difference
 from lexpilot.reporting.tables.renderings import json_key
+from tests.helpers.datasets import sample_cases
+from tests.helpers.messages import one_line
 from tests.helpers.metrics import quadratic_weighted_kappa
+from tests.helpers.paths import ROOT
 from tests.helpers.saved_runs import C, U, make_run, saved
 
 MANY = {f"F{i:02d}": "离婚纠纷" for i in range(20)}  # twenty Family cases
@@ -467,3 +471,89 @@ def test_per_class_intervals_resample_that_class_only_on_a_run_the_stages_wrote(
     for c in mixed:  # a class of two cases, one success: its resamples give 0, 0.5 or 1
         low, high = dcg[json_key(c)]["ci95"]
         assert dcg[json_key(c)]["mean"] == 0.5 and low == 0.0 and high == 1.0
+
+
+# ----------------------------------------------------------------------------- what a report refuses
+
+
+def test_show_results_malformed_usage_and_an_unwritable_plot_folder(saved_run, tmp_path, monkeypatch, capsys):
+    h = saved_run(tmp_path, monkeypatch)
+    from lexpilot.benchmark.records import content_digest
+
+    path = h.file(LJP_GOLD)
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    records[0]["usage"] = {"judge": {"calls": "many"}}
+    records[0]["digest"] = content_digest(records[0])
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(h.root), "--usage"]) == 0
+    assert "malformed usage for case" in capsys.readouterr().err
+    pytest.importorskip("matplotlib")
+    (tmp_path / "plot-file").write_text("x")
+    assert show_results.main(["--output-root", str(h.root), "--plot", str(tmp_path / "plot-file")]) == 2
+    assert "--plot" in one_line(capsys.readouterr().err)
+
+
+def test_resamples_are_bounded(capsys):
+    """Item 14."""
+    import show_results
+
+    assert show_results.main(["--ci", "--resamples", "1000000000"]) == 2
+    assert "--resamples must be from 1 to 100,000" in capsys.readouterr().err
+
+
+def test_what_was_asked_for_and_is_not_there_is_said_with_a_non_zero_status(harness, tmp_path, capsys):
+    """Item 17."""
+    import show_results
+
+    assert harness.run("gold", "--limit", "1") == 0
+    root = str(harness.root)
+    capsys.readouterr()
+    assert show_results.main(["--output-root", root, "--run-id", "nope"]) == 2
+    assert "--run-id nope: no such run" in capsys.readouterr().err
+    assert show_results.main(["--output-root", root, "--model", "other"]) == 2
+    assert "--model other: no such run" in capsys.readouterr().err
+    assert show_results.main(["--output-root", str(tmp_path / "nowhere")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    next((harness.root / "runs").glob("*/*/manifest.json")).unlink()
+    assert show_results.main(["--output-root", root]) == 2
+    err = capsys.readouterr().err
+    assert "records of run(s) r1" in err and "but no manifest" in err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert show_results.main(["--output-root", str(empty)]) == 0  # nothing run yet is not an error
+
+
+def test_odd_model_ids_cells_complexities_and_report_paths_are_refused_or_made_safe(
+    harness, provider, tmp_path, capsys
+):
+    """A model id with an invisible character; a LaTeX cell with braces; a signed Unicode-digit string is text;
+    1e999 (infinite once read) as a complexity; --dataset a folder for show_results."""
+    import show_results
+    from lexpilot.files import spreadsheet_safe
+    from lexpilot.reporting.tables.renderings import render_latex
+    from lexpilot.reporting.tables.table import Table
+
+    for model in ("gpt\u200b4", "gpt\n4"):
+        assert harness.run("gold", "--limit", "1", "--model", model) == 2
+        assert "invisible characters" in capsys.readouterr().err
+    assert render_latex([Table("t", "a{b}", ["x_{1}"], [["\\\\cmd{y}"]])]).count(r"\{") == 3
+    assert spreadsheet_safe("-١٢") == "'-١٢"
+    text = json.dumps(sample_cases()[:1], ensure_ascii=False).replace(
+        '{"case_number"', '{"complexity": 1e999, "case_number"', 1
+    )
+    path = tmp_path / "d.json"
+    path.write_text(text, encoding="utf-8")
+    assert harness.run("gold", "--dataset", str(path)) == 2
+    assert "complexity: 'inf' is not a non-negative number" in capsys.readouterr().err
+    assert show_results.main(["--output-root", str(tmp_path), "--dataset", str(tmp_path)]) == 2
+    assert "no such file" in capsys.readouterr().err
+    # review of issue 35: a file that is no dataset is refused in one line, before any report (it printed eight
+    # warnings and the report, and exited 0); a site or figure folder that cannot be written, before the report too
+    assert show_results.main(["--output-root", str(tmp_path), "--dataset", str(ROOT / "README.md")]) == 2
+    said = capsys.readouterr()
+    assert said.out == "" and len(said.err.strip().splitlines()) == 1 and "README.md" in said.err, said.err
+    for flag in ("--html", "--plot"):
+        assert show_results.main(["--output-root", str(tmp_path), flag, str(ROOT / "README.md")]) == 2
+        said = capsys.readouterr()
+        assert said.out == "" and said.err.startswith(f"show_results: {flag} ") and "cannot write" in said.err

@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from lexpilot.scripted.provider import ScriptedProvider
 from tests.helpers.datasets import sample_cases, write_dataset
 from tests.helpers.reports import json_table
 from tests.helpers.stages import Harness
@@ -111,3 +112,27 @@ def test_a_cost_that_leaves_out_calls_without_token_counts_says_so(priced, capsy
     assert calls["all"] == 8  # four cases: a prediction and its extraction each
     for row in rows:
         assert row[7] == f"0.0000 (+{calls[row[0]]} calls without token counts)", row
+
+
+def test_a_reply_without_token_counts_costs_its_reserved_worst_case(tmp_path, monkeypatch, capsys):
+    """Issue 25, item 11: a server that reports no usage (llama.cpp's streams): each such call is settled at its
+    worst case (its prompt at one token per character, its completion at the output limit), so the budget
+    stops exactly where those worst cases cross it."""
+    prices = tmp_path / "p.json"
+    prices.write_text(
+        json.dumps(
+            {m: {"prompt": 1, "completion": 4} for m in ("eval-model", "DeepSeek-R1", "DeepSeek-V4.1-Flash")}
+        )
+    )
+    with ScriptedProvider(usage=False) as provider:
+        h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "two.json", sample_cases()[:2]))
+        common = ("--limit", "2", "--concurrency", "1", "--max-tokens", "1000", "--prices", str(prices))
+        assert h.run("gold", *common) == 0
+        worst = [(len(r["messages"][0]["content"]) * 1 + 1000 * 4) / 1e6 for r in provider.requests]
+        assert len(worst) == 4  # per case: the prediction, then its verdicts
+        provider.requests = []
+        h.run_id = "budget"
+        capsys.readouterr()
+        assert h.run("gold", *common, "--max-cost", f"{worst[0] + worst[1] + worst[2] / 2:.9f}") == 2
+        assert len(provider.requests) == 2  # the third call's worst case would cross the budget
+        assert "--max-cost" in capsys.readouterr().err

@@ -1,8 +1,12 @@
 """Checkpoints, manifests, locks and resuming: paid work is never lost or silently redone."""
 
+import errno
 import gc
 import hashlib
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -11,6 +15,7 @@ from lexpilot.benchmark.records import (
     A1,
     DIRECT_PREDICTION,
     INTERACTION,
+    LJP_GOLD,
     content_digest,
     read_records,
 )
@@ -18,10 +23,14 @@ from lexpilot.benchmark.records import model_folder as model_dirname
 from lexpilot.errors import HarnessError
 from lexpilot.reporting.scoring.results import load_runs
 from lexpilot.scripted.provider import ScriptedProvider
+from lexpilot.storage import checkpoints
 from lexpilot.storage.checkpoints import manifest_path
 from lexpilot.storage.lock import RunLock
 from lexpilot.storage.manifest import settings_digest
 from tests.helpers.datasets import sample_cases
+from tests.helpers.messages import one_line
+from tests.helpers.paths import ROOT, SAMPLE
+from tests.helpers.runs import break_record, run_folder
 from tests.helpers.stages import SECRET, STAGES, Harness
 
 THIRD_CASE = sample_cases()[2]["underspecified_consultation"][0]["content"]
@@ -538,3 +547,222 @@ def test_a_finished_case_keeps_only_its_records_on_disk_not_in_memory(harness, p
     pending = json.loads(lines[-1])["case_number"]
     state = loaded(states[1].settings, STAGES["interaction"], load_dataset(harness.dataset)[0])
     assert [n for n, r in state.records["interaction"].items() if r is not SAVED] == [pending]
+
+
+# ----------------------------------------------------------------------------- torn lines
+
+
+def tear(path, how):
+    """Leave the file as a crash would: the last record cut inside a multi-byte character, or the last
+    record complete but without its newline."""
+    data = path.read_bytes()
+    if how == "torn":
+        last = data.rstrip(b"\n").rsplit(b"\n", 1)[-1]
+        cut = last.index("示".encode()) + 1  # inside the three bytes of a Chinese character
+        path.write_bytes(data[: len(data) - len(last) - 1] + last[:cut])
+    else:
+        path.write_bytes(data.rstrip(b"\n"))
+
+
+@pytest.mark.parametrize("how", ["torn", "unterminated"])
+def test_a_torn_or_unterminated_last_line_is_recovered_and_nothing_complete_is_lost(
+    harness, provider, capsys, how
+):
+    assert harness.run("gold", "--limit", "4") == 0
+    results = harness.file(LJP_GOLD)
+    before = [json.loads(line) for line in results.read_text(encoding="utf-8").splitlines()]
+    tear(results, how)
+    journal = run_folder(harness) / "calls_journal.jsonl"
+    journal.write_bytes(b'{"case_number": "\xe7\xa4", "st')  # a torn journal line too
+    assert show_results.main(["--output-root", str(harness.root)]) == 0  # reads, reports, changes nothing
+    err = capsys.readouterr().err
+    if how == "torn":
+        assert f"{results}:4: the last line was torn by an interrupted write; left out" in err
+        assert "LJP gold" in err and "incomplete, 1 of 4 cases missing" in err
+    provider.requests = []
+    assert harness.run("gold", "--limit", "4") == 0
+    err = capsys.readouterr().err
+    after = [json.loads(line) for line in results.read_text(encoding="utf-8").splitlines()]
+    if how == "torn":
+        assert "set aside in LJP_gold.jsonl.torn-" in err and len(list(results.parent.glob("*.torn-*"))) == 1
+        assert provider.kinds() == {"ljp_judge": 1}  # only the torn case is redone
+        assert after[:3] == before[:3] and after[3]["case_number"] == before[3]["case_number"]
+    else:
+        assert "lost its newline; kept" in err and not provider.requests and after == before
+    assert ("1 unreadable line(s) ignored" in err) == (how == "torn") and not journal.exists()
+    assert harness.run("gold", "--limit", "4") == 0  # and the next run finds a clean file
+
+
+def test_a_malformed_line_in_the_middle_still_stops_with_file_and_line(harness, capsys):
+    assert harness.run("gold", "--limit", "3") == 0
+    results = harness.file(LJP_GOLD)
+    lines = results.read_text(encoding="utf-8").splitlines(keepends=True)
+    results.write_text(lines[0] + "{broken\n" + lines[1] + lines[2], encoding="utf-8")
+    assert harness.run("gold", "--limit", "3") == 2
+    assert f"{results}:2: malformed or truncated record" in capsys.readouterr().err
+
+
+def test_a_record_is_never_glued_onto_a_fragment(harness, provider):
+    assert harness.run("LexAwN", "--limit", "2") == 0
+    a1 = harness.file(A1)
+    interaction = harness.file(INTERACTION)
+    lines = interaction.read_text(encoding="utf-8").splitlines(keepends=True)
+    interaction.write_text(lines[0] + lines[1][:-40], encoding="utf-8")  # torn: the last step of its case
+    a1.write_bytes(a1.read_bytes()[:-1])  # unterminated
+    assert harness.run("LexAwN", "--limit", "3") == 2  # another --limit: refused, and nothing written
+    assert harness.run("LexAwN", "--limit", "2") == 0
+    for path in (a1, interaction):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            json.loads(line)
+
+
+@pytest.mark.slow
+def test_a_kill_leaves_torn_files_and_the_rerun_recovers_every_complete_record(tmp_path):
+    """A real process killed in the middle of a stage, then torn lines added as a full disk leaves them."""
+    import signal
+    import time
+
+    with ScriptedProvider(latency=0.05) as p:
+        env = {**os.environ, "OPENAI_BASE_URL": p.base_url, "OPENAI_API_KEY": "k", "LEXPILOT_MODEL": "m"}
+        command = [
+            sys.executable,
+            "LexAwN_gen.py",
+            "--run-id",
+            "k",
+            "--dataset",
+            str(SAMPLE),
+            "--output-root",
+            str(tmp_path),
+            "--concurrency",
+            "4",
+        ]
+        process = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        a1 = None
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            found = list(tmp_path.glob("AwN_gen/k/*/a1.jsonl"))
+            if found and found[0].read_text(encoding="utf-8").count("\n") >= 3:
+                a1 = found[0]
+                break
+            time.sleep(0.02)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=10)
+        assert a1 is not None
+        complete = [json.loads(line) for line in a1.read_bytes().split(b"\n")[:-1] if line.strip()]
+        with a1.open("ab") as f:
+            f.write('{"case_number": "（2099）示例'.encode()[:-1])  # torn inside a character
+        journal = a1.parents[3] / "runs" / "k" / a1.parent.name / "calls_journal.jsonl"
+        if journal.exists():
+            with journal.open("ab") as f:
+                f.write('{"reply": "示'.encode()[:-2])
+        result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr and "set aside" in result.stderr
+    final = {
+        json.loads(line)["case_number"]: json.loads(line)
+        for line in a1.read_text(encoding="utf-8").splitlines()
+    }
+    assert len(final) == 12 and all(final[r["case_number"]] == r for r in complete)
+
+
+# ----------------------------------------------------------------------------- a full disk
+
+
+def test_a_full_disk_stops_the_stage_in_one_line_and_keeps_every_completed_record(
+    harness, monkeypatch, capsys
+):
+    real_fsync, calls = os.fsync, {"n": 0}
+
+    def fsync(fd):
+        calls["n"] += 1
+        if calls["n"] > 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(checkpoints.os, "fsync", fsync)
+    assert harness.run("gold", "--concurrency", "1") == 2
+    err = capsys.readouterr().err
+    (line,) = [e for e in err.splitlines() if "stopped" in e]
+    assert "no space left on device writing" in line and "every completed record is kept" in line
+    assert "Traceback" not in err
+    monkeypatch.setattr(checkpoints.os, "fsync", real_fsync)
+    assert harness.run("gold", "--concurrency", "1") == 0  # and the rerun completes from what was kept
+    assert len(harness.records(LJP_GOLD)) == 12
+
+
+# ----------------------------------------------------------------------------- a broken run folder
+
+
+def break_manifest(h):
+    (run_folder(h) / "manifest.json").write_text("[]", encoding="utf-8")
+
+
+def lock_folder(h):
+    lock = run_folder(h) / ".lock"
+    lock.unlink()
+    lock.mkdir()
+
+
+STAGE_BREAKAGES = {
+    "manifest not an object": (break_manifest, "the manifest is not a JSON object"),
+    "case_number a list": (break_record("case_number", [1]), "malformed or truncated record"),
+    "upstream_hash not an object": (break_record("upstream_hash", "x"), "malformed or truncated record"),
+    "lock is a folder": (lock_folder, "the run's lock file is a folder"),
+}
+
+
+@pytest.mark.parametrize("name", STAGE_BREAKAGES)
+def test_a_broken_run_folder_is_one_line(harness, capsys, name):
+    breakage, message = STAGE_BREAKAGES[name]
+    assert harness.run("gold", "--limit", "1") == 0
+    breakage(harness)
+    capsys.readouterr()
+    assert harness.run("gold", "--limit", "1") == 2
+    assert message in one_line(capsys.readouterr().err)
+
+
+# ----------------------------------------------------------------------------- the journal
+
+
+def test_a_journal_reply_edited_by_hand_is_never_replayed(harness, provider, capsys):
+    """Item 15: journal entries carry a digest like records do."""
+    provider.script = lambda kind, prompt, body: {"status": 500} if kind == "user" else None
+    # the first question is paid, the reply fails
+    assert harness.run("DCG", "--limit", "1", "--retries", "0") == 1
+    journal = next((harness.root / "runs").glob("*/*/calls_journal.jsonl"))
+    entries = [json.loads(x) for x in journal.read_text(encoding="utf-8").splitlines()]
+    reply = next(e for e in entries if "reply" in e)
+    journal.write_text(
+        journal.read_text(encoding="utf-8").replace(
+            json.dumps(reply["reply"], ensure_ascii=False)[1:-1], "篡改的回复"
+        ),
+        encoding="utf-8",
+    )
+    provider.script, provider.requests = None, []
+    capsys.readouterr()
+    assert harness.run("DCG", "--limit", "1") == 0
+    assert "1 repl(ies) changed after they were saved" in capsys.readouterr().err
+    # both questions asked: the edited one is not taken from the line
+    assert provider.kinds()["force_ask"] == 2
+    assert "篡改的回复" not in harness.file("Force_ask_gen", "force_ask.jsonl").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("temperature,replayed", [("0.7", True), ("0.2", False)])
+def test_a_journal_is_replayed_only_under_the_settings_it_was_made_with(
+    harness, provider, capsys, temperature, replayed
+):
+    """Item 8: with the manifest deleted, a rerun at another temperature replayed the journal's replies made at 0.7
+    into the 0.2 run. Journal entries carry the run's settings hash; the same settings still replay them."""
+    provider.script = lambda kind, prompt, body: {"status": 500} if kind == "user" else None
+    # the first question is paid, the reply fails
+    assert harness.run("DCG", "--limit", "1", "--retries", "0") == 1
+    next((harness.root / "runs").glob("*/*/manifest.json")).unlink()
+    provider.script, provider.requests = None, []
+    capsys.readouterr()
+    assert harness.run("DCG", "--limit", "1", "--temperature", temperature) == 0
+    err = capsys.readouterr().err
+    # by hand: DCG asks two forced questions; the first was paid at 0.7
+    assert provider.kinds()["force_ask"] == (1 if replayed else 2)
+    assert ("1 repl(ies) were made with other settings than this run's" in err) is not replayed

@@ -10,6 +10,7 @@ import pytest
 
 from lexpilot.storage.manifest import Manifest
 from tests.helpers.paths import ROOT
+from tests.helpers.runs import run_folder
 from tests.helpers.stages import STAGES
 
 
@@ -184,3 +185,48 @@ def test_the_string_key_finders_find_each_form():
     assert string_keyed_manifest_reads(ast.parse(source)) == [1, 2, 3, 5]
     renamed = 'm = load(p)\na = m.get("selected_cases")\nb = json.loads(t)["token_fields"]\nc = settings["prompt_hash"]\n'
     assert manifest_keys_read(ast.parse(renamed + 'd = record["case_number"]\ne = m.run_id\n')) == [2, 3, 4]
+
+
+# ----------------------------------------------------------------------------- a lost manifest
+
+
+def test_a_lost_manifest_is_rebuilt_from_records_made_with_the_same_settings(harness, capsys):
+    assert harness.run("gold", "--limit", "2") == 0
+    manifest = run_folder(harness) / "manifest.json"
+    saved = json.loads(manifest.read_text(encoding="utf-8"))
+    manifest.unlink()
+    assert harness.run("gold", "--limit", "3") == 0
+    assert "was missing: rebuilt" in capsys.readouterr().err
+    rebuilt = json.loads(manifest.read_text(encoding="utf-8"))
+    assert rebuilt["generation"] == saved["generation"] and rebuilt["rebuilt_from_records"] is True
+
+
+def test_a_lost_manifest_is_never_relabelled_with_other_settings(harness, provider, capsys):
+    assert harness.run("gold", "--limit", "2") == 0
+    (run_folder(harness) / "manifest.json").unlink()
+    provider.requests = []
+    assert harness.run("gold", "--limit", "3", "--temperature", "0.2", "--max-tokens", "100") == 2
+    err = capsys.readouterr().err
+    assert "manifest is missing and its saved records were made with other settings" in err
+    assert not provider.requests and not (run_folder(harness) / "manifest.json").exists()
+
+
+# ----------------------------------------------------------------------------- a setting edited by hand
+
+
+def test_an_edited_manifest_setting_is_noticed_by_stages_and_reports(harness, capsys):
+    """Item 15: temperature 0.7 -> 0.9 in manifest.json by hand."""
+    import show_results
+
+    assert harness.run("gold", "--limit", "2") == 0
+    manifest = next((harness.root / "runs").glob("*/*/manifest.json"))
+    manifest.write_text(
+        manifest.read_text(encoding="utf-8").replace('"temperature": 0.7', '"temperature": 0.9'),
+        encoding="utf-8",
+    )
+    capsys.readouterr()
+    assert harness.run("gold", "--limit", "2") == 2
+    assert "settings were changed after it started" in capsys.readouterr().err
+    assert show_results.main(["--output-root", str(harness.root)]) == 0
+    captured = capsys.readouterr()
+    assert "settings were changed after it started" in captured.err and "0.9" not in captured.out

@@ -9,6 +9,7 @@ import pytest
 from sklearn.metrics import accuracy_score, cohen_kappa_score, f1_score, recall_score
 
 import show_results
+from lexpilot.benchmark.records import LJP_GOLD
 from lexpilot.benchmark.records import model_folder as model_dirname
 from lexpilot.reporting.scoring.groups import group_runs
 from lexpilot.reporting.scoring.metrics import (
@@ -21,6 +22,7 @@ from lexpilot.reporting.scoring.metrics import (
 from lexpilot.reporting.scoring.results import load_runs
 from lexpilot.reporting.tables import paper as tables
 from tests.helpers.metrics import quadratic_weighted_kappa
+from tests.helpers.runs import break_record, run_folder
 from tests.helpers.saved_runs import CASES, SETTINGS, C, U, make_run
 
 
@@ -297,3 +299,71 @@ def test_the_relative_change_is_not_taken_against_a_gold_qwk_at_or_below_zero(tm
     table = tables.interaction_gain_table(group_runs(load_runs(tmp_path, None, None)))
     assert quadratic_weighted_kappa(*zip(*pairs["gold"])) <= 0
     assert table.rows[0][2] == "n/a"
+
+
+# ----------------------------------------------------------------------------- broken runs
+
+
+def manifest_edit(change):
+    def edit(h):
+        path = run_folder(h) / "manifest.json"
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        change(manifest)
+        path.write_text(json.dumps(manifest), encoding="utf-8")
+
+    return edit
+
+
+REPORT_BREAKAGES = {
+    # compared settings edited by hand: the manifest's settings digest says so first (issue 28, item 15)
+    "manifest without models": (
+        manifest_edit(lambda m: m.pop("models")),
+        "settings were changed after it started",
+    ),
+    "manifest without selected_cases": (
+        manifest_edit(lambda m: m.pop("selected_cases")),
+        "settings were changed after it started",
+    ),
+    "integer run_id": (manifest_edit(lambda m: m.update(run_id=7)), "lacks models.eval.model"),
+    "run_id outside the root": (
+        manifest_edit(lambda m: m.update(run_id="../../../etc")),
+        "do not match its folder",
+    ),
+    "unknown cause of action": (break_record("cause_of_action", "外星纠纷"), "unknown cause of action"),
+}
+
+
+@pytest.mark.parametrize("name", REPORT_BREAKAGES)
+def test_show_results_reports_a_broken_run_in_one_line(saved_run, tmp_path, monkeypatch, capsys, name):
+    h = saved_run(tmp_path, monkeypatch)
+    breakage, message = REPORT_BREAKAGES[name]
+    if name == "unknown cause of action":  # keep the digest right: the cause itself is the problem
+        from lexpilot.benchmark.records import content_digest
+
+        path = h.file(LJP_GOLD)
+        records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        records[0]["cause_of_action"] = "外星纠纷"
+        records[0]["digest"] = content_digest(records[0])
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    else:
+        breakage(h)
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(h.root), "--usage"]) == 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and message in err
+
+
+def test_records_made_with_other_settings_than_the_manifest_are_left_out(harness, capsys):
+    """Item 15: a manifest with a valid digest but other settings (swapped in) than its records."""
+    import show_results
+    from lexpilot.storage.manifest import settings_digest
+
+    assert harness.run("gold", "--limit", "2") == 0
+    path = next((harness.root / "runs").glob("*/*/manifest.json"))
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    manifest["generation"]["temperature"] = 0.9
+    manifest["settings_digest"] = settings_digest(manifest)
+    path.write_text(json.dumps(manifest, ensure_ascii=False), encoding="utf-8")
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(harness.root)]) == 0
+    assert "was made with other settings than the run's manifest says" in capsys.readouterr().err

@@ -411,3 +411,12 @@ def test_focal_types_are_reused_only_under_the_same_judge_settings(tmp_path, pro
         assert stage_main(eval_focal_types.STAGE, "t", argv=argv, clients=provider.in_memory_clients()) == 0
         judged[run_id] = provider.kinds().get("focal_judge", 0)
     assert judged == {"r1": focal_points, "r2": 0, "r3": focal_points, "r4": focal_points}
+
+
+def test_complexity_csv_refuses_infinity(tmp_path, capsys):
+    import show_results
+
+    path = tmp_path / "c.csv"
+    path.write_text("cause_of_action,complexity\n离婚纠纷,inf\n", encoding="utf-8")
+    assert show_results.main(["--complexity", str(path)]) == 2
+    assert "'inf' is not a non-negative number" in capsys.readouterr().err

@@ -655,3 +655,52 @@ def test_json_with_compare_carries_the_comparison_as_the_statistics_ride_along(
     dcg = next(r for r in comparison["rows"] if r[0] == "DCG Acc.")
     difference = accuracy["model-a"] - accuracy["model-b"]
     assert any(isinstance(c, dict) and c.get("difference") == pytest.approx(difference) for c in dcg[1:]), dcg
+
+
+# ----------------------------------------------------------------------------- model ids in Markdown
+
+
+def test_markdown_escapes_html_in_a_model_id(harness, capsys):
+    """Item 21."""
+    import show_results
+
+    assert harness.run("gold", "--limit", "1", "--model", "<img src=x onerror=alert(1)>") == 0
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(harness.root), "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "<img" not in out and "&lt;img src=x onerror=alert(1)&gt;" in out
+
+
+def markdown_cells(row: str) -> list[str]:
+    """A GitHub-flavoured Markdown table row split as cmark-gfm splits it: a backslash escapes the next character,
+    and every other `|` ends a cell."""
+    out, cell, i = [], "", 0
+    row = row.strip()[1:-1] if row.strip().startswith("|") else row
+    while i < len(row):
+        if row[i] == "\\" and i + 1 < len(row):
+            cell, i = cell + row[i : i + 2], i + 2
+            continue
+        if row[i] == "|":
+            out.append(cell)
+            cell = ""
+        else:
+            cell += row[i]
+        i += 1
+    return out + [cell]
+
+
+def test_a_model_id_with_a_backslash_and_a_bar_stays_in_its_markdown_cell(harness, capsys):
+    """Item 11: `a\\|b` was written `a\\\\|b`, which ends the cell after the escaped backslash."""
+    model = "vendor\\|model"
+    assert harness.run("gold", "--limit", "1", "--model", model) == 0
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(harness.root), "--format", "markdown"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [i for i, line in enumerate(lines) if line.startswith("| vendor")]
+    assert rows
+    for i in rows:
+        header = next(
+            lines[j] for j in range(i, -1, -1) if lines[j].startswith("|") and lines[j + 1].startswith("|---")
+        )
+        assert len(markdown_cells(lines[i])) == len(markdown_cells(header)), lines[i]
+        assert markdown_cells(lines[i])[0].strip() == "vendor\\\\\\|model"  # renders as vendor\|model

@@ -12,6 +12,7 @@ from lexpilot.reporting.scoring.metrics import cohen_kappa, label_agreement
 from lexpilot.reporting.validation import agreement as agreement_kit
 from lexpilot.scripted.provider import ScriptedProvider
 from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.messages import one_line
 from tests.helpers.paths import SAMPLE
 from tests.helpers.stages import Harness
 
@@ -270,3 +271,94 @@ def test_export_reads_the_dataset_each_runs_manifest_names(two_models, tmp_path)
         == 0
     )
     assert (tmp_path / "given.csv").read_bytes() == (tmp_path / "named.csv").read_bytes()
+
+
+# ----------------------------------------------------------------------------- hostile sheets
+
+
+def test_judge_agreement_refuses_a_duplicated_item_row(tmp_path, capsys):
+    path = annotation_files(
+        tmp_path, [("LCA", "策略一", "策略一", "", "策略一"), ("LCA", "策略二", "策略二", "", "策略二")]
+    )
+    lines = path.read_text(encoding="utf-8-sig").splitlines(keepends=True)
+    path.write_text("".join(lines + [lines[1]]), encoding="utf-8-sig")
+    assert judge_agreement.main(["score", str(path)]) == 2
+    assert "a second row for this item (first at row 2)" in capsys.readouterr().err
+
+
+def test_judge_agreement_hostile_files_are_one_line(tmp_path, capsys):
+    path = annotation_files(tmp_path, [("LCA", "策略一", "策略一", "", "策略一")])
+    cases = {
+        "a field over the CSV limit": lambda: path.write_text(
+            path.read_text(encoding="utf-8-sig") + '"' + "x" * 200000 + '"\n', encoding="utf-8"
+        ),
+        "invalid UTF-8": lambda: path.write_bytes(path.read_bytes() + b"\xff\xfe\xfa\n"),
+    }
+    original = path.read_bytes()
+    for name, breakage in cases.items():
+        path.write_bytes(original)
+        breakage()
+        assert judge_agreement.main(["score", str(path)]) == 2, name
+        one_line(capsys.readouterr().err)
+    assert judge_agreement.main(["score", str(tmp_path)]) == 2
+    assert "is a folder" in one_line(capsys.readouterr().err)
+
+
+def test_judge_agreement_out_at_a_folder_is_one_line(saved_run, tmp_path, monkeypatch, capsys):
+    h = saved_run(tmp_path, monkeypatch)
+    capsys.readouterr()
+    assert (
+        judge_agreement.main(
+            ["export", "--output-root", str(h.root), "--dataset", str(SAMPLE), "--out", str(tmp_path)]
+        )
+        == 2
+    )
+    assert "cannot be written" in one_line(capsys.readouterr().err)
+
+
+@pytest.mark.slow
+def test_a_huge_reply_fits_the_sheet_and_the_key_is_read_back(harness, provider, tmp_path, capsys):
+    """Item 20: a 300,000-character reply: the people's sheet cuts it with a marker (spreadsheets hold 32,767
+    characters a cell), the key keeps it whole, and score reads both."""
+    import csv
+
+    import judge_agreement
+    from lexpilot.files import read_sheet
+    from lexpilot.reporting.validation import agreement
+
+    huge = "很长的回复。" * 50_000
+    provider.script = lambda kind, prompt, body: huge if kind == "lexawn" else None
+    assert harness.run("LexAwN", "--limit", "2") == 0
+    out = tmp_path / "sheet.csv"
+    assert (
+        judge_agreement.main(
+            [
+                "export",
+                "--output-root",
+                str(harness.root),
+                "--dataset",
+                str(harness.dataset),
+                "--out",
+                str(out),
+                "--per-task",
+                "2",
+            ]
+        )
+        == 0
+    )
+    with out.open(encoding="utf-8-sig", newline="") as f:
+        csv.field_size_limit(10**9)
+        cells = [c for row in csv.reader(f) for c in row]
+    assert max(map(len, cells)) <= 32_767 and any("the whole text is in sheet.key.csv" in c for c in cells)
+    keys = read_sheet(agreement.key_file(out), agreement.ANNOTATION_KEY_COLUMNS)
+    assert any(row["reply"] == huge for _, row in keys)
+    rows = read_sheet(out, agreement.ANNOTATION_COLUMNS)
+    with out.open("w", encoding="utf-8-sig", newline="") as f:  # the experts' labels, then score
+        writer = csv.DictWriter(f, fieldnames=agreement.ANNOTATION_COLUMNS)
+        writer.writeheader()
+        for _, row in rows:
+            label = row["labels"].split(" | ")[0]
+            writer.writerow(row | {"annotator_1": label, "annotator_2": label, "adjudicated": label})
+    capsys.readouterr()
+    assert judge_agreement.main(["score", str(out)]) == 0
+    assert "Judge agreement (Table 12)" in capsys.readouterr().out

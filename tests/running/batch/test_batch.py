@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+import show_results
 from lexpilot.settings import DEFAULT_MODELS
 from tests.helpers.batches import contents, run_batch_files
 from tests.helpers.datasets import sample_cases, write_dataset
@@ -341,3 +342,18 @@ def test_roles_on_one_url_with_different_models_get_a_batch_each(pair, provider)
     assert all(len(m) == 1 for m in models)
     assert {m for ms in models for m in ms} == {"eval-model", DEFAULT_MODELS["judge"]}
     assert all(b["status"] == "expired" for b in provider.batches.values())
+
+
+def test_counts_in_messages_and_titles_agree_with_their_nouns(tmp_path, provider, monkeypatch, capsys):
+    """Issue 35 item 15: "Fix the grammar: "1 more calls", "1 cycles", "(1 runs …)"" — on a batch run of one case
+    of the gold stage (a prediction, then its extraction: two cycles) and its report."""
+    from tests.helpers.stages import Harness
+
+    h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "one.json", sample_cases()[:1]))
+    assert h.run("gold", "--batch", "--batch-poll", "1") == 0
+    said = capsys.readouterr()
+    assert "cycle 1: 1 request in 1 batch; 1 case pending, at most 2 more calls in the longest" in said.err
+    assert "cycle 2: 1 request in 1 batch; 1 case pending, at most 1 more call in the longest" in said.err
+    assert "2 cycles in this run" in said.out
+    assert show_results.main(["--output-root", str(h.root), "--usage"]) == 0
+    assert "Spent so far: every run and model shown (1 run, saved records)" in capsys.readouterr().out

@@ -476,3 +476,60 @@ def test_a_grid_of_non_ideal_users_quotes_only_the_stages_that_take_them(grid, c
         len(refused) == 1
         and "takes only LexAwN_gen.py, eval_LJP_interaction.py, audit_simulator.py" in refused[0]
     )
+
+
+# ----------------------------------------------------------------------------- ids given twice
+
+
+@pytest.mark.parametrize("flag,values", [("--models", ["m", "m"]), ("--run-ids", ["r9", "r9"])])
+def test_quote_grid_refuses_an_id_given_twice(tmp_path, capsys, flag, values):
+    """Item 7: --models m m counted 1,056 calls against 528."""
+    argv = [
+        "--models",
+        "m",
+        "--run-ids",
+        "r1",
+        "--stages",
+        "eval_LJP_gold",
+        "--limit",
+        "1",
+        "--output-root",
+        str(tmp_path),
+    ]
+    argv[argv.index(flag) + 1 : argv.index(flag) + 2] = values
+    assert quote_grid.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"quote_grid: {flag}: {values[0]!r} is given twice; name each once"]
+
+
+@pytest.mark.parametrize("flag", ["--models", "--run-ids"])
+def test_quote_grid_adds_a_repeated_flag_to_the_first(tmp_path, capsys, flag):
+    """Second review of item 7: `--models a --models b` quoted only b, in silence. Each flag adds to the list."""
+    values = {"--models": ["a", "b"], "--run-ids": ["r1", "r2"]}[flag]
+    other = ["--run-ids", "r1"] if flag == "--models" else ["--models", "a"]
+    argv = [
+        flag,
+        values[0],
+        flag,
+        values[1],
+        *other,
+        "--stages",
+        "eval_LJP_gold",
+        "--limit",
+        "1",
+        "--dataset",
+        "data/LexPilot_sample.json",
+        "--output-root",
+        str(tmp_path),
+        "--format",
+        "csv",
+    ]
+    assert quote_grid.main(argv) == 0
+    out = capsys.readouterr().out
+    import csv
+    import io
+
+    total = next(
+        r for r in csv.reader(io.StringIO(out)) if r and r[0].startswith("Calls at most") and r[1] == "total"
+    )
+    assert total[4] == str(2 * 2)  # two parts of one case, two calls each (prediction, extraction)
