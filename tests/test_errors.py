@@ -52,7 +52,7 @@ runpy.run_path(script, run_name="__main__")
     ],
 )
 def test_ctrl_c_at_any_moment_of_an_entry_point_is_one_line(tmp_path, script, module, said):
-    """Issue 35 item 15 and the guide: "Every error a user can meet is one or two lines ... Never a traceback" —
+    """The guide: "Every error a user can meet is one or two lines ... Never a traceback" —
     Ctrl-C while an entry point imports the harness, and while a report runs, is one line and status 130."""
     env = {**os.environ, "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}
     flags = (

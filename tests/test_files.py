@@ -46,7 +46,7 @@ def test_formula_cells_are_neutralised_in_every_csv_and_recoverable(tmp_path, mo
     for path in (out, agreement_kit.key_file(out)):
         with path.open(encoding="utf-8-sig", newline="") as f:
             cells = [c for row in csv.reader(f) for c in row]
-        # a formula never starts a cell; a signed number is a number (issue 28, item 19)
+        # a formula never starts a cell; a signed number is a number
         assert not any(
             c.startswith(("=", "+", "-", "@", "\t", "\r")) and not NUMBER.fullmatch(c) for c in cells
         )
@@ -63,7 +63,7 @@ def test_formula_cells_are_neutralised_in_every_csv_and_recoverable(tmp_path, mo
 
 
 def test_a_stage_file_replaced_by_a_folder_is_a_problem_not_a_traceback(harness, capsys):
-    """Item 13."""
+    """A record file replaced by a folder is one line naming it, for a report and for a stage."""
     import show_results
 
     assert harness.run("gold", "--limit", "2") == 0
@@ -102,7 +102,7 @@ def test_a_dataset_that_is_not_a_regular_file_or_too_big_is_refused_at_once(
 
 
 def test_signed_numbers_are_numbers_in_csv_and_formulas_are_not():
-    """Item 19."""
+    """A signed number stays a number in a CSV cell; a cell that would start a formula is quoted."""
     from lexpilot.files import spreadsheet_safe
 
     assert [

@@ -19,7 +19,7 @@ def price_file(tmp_path, text: str):
 
 GOOD = '{"prompt": 1, "completion": 4}'
 BAD_PRICES = {
-    # item 5: the last key would win silently (judge cost 0.0016 instead of 0.0162)
+    # the last key would win silently (judge cost 0.0016 instead of 0.0162)
     "a price given twice": (
         '{"DeepSeek-R1": {"prompt": 10, "completion": 40, "prompt": 1}}',
         "entry 'DeepSeek-R1' gives 'prompt' twice (JSON keeps only the last)",
@@ -28,7 +28,7 @@ BAD_PRICES = {
         '{"DeepSeek-R1": %s, "DeepSeek-R1": {"prompt": 2, "completion": 8}}' % GOOD,
         "model 'DeepSeek-R1' is given twice",
     ),
-    # item 5: sums overflow to nan
+    # sums overflow to nan
     "a huge price": (
         '{"DeepSeek-R1": {"prompt": 1e308, "completion": 4}}',
         "prompt must be a number from 0 to 10000",
@@ -37,7 +37,7 @@ BAD_PRICES = {
         '{"DeepSeek-R1": {"prompt": 10001, "completion": 4}}',
         "prompt must be a number from 0 to 10000",
     ),
-    # item 15
+    # discounts are shares of a price
     "a negative discount": (
         '{"DeepSeek-R1": {"prompt": 1, "completion": 4, "batch_discount": -0.5}}',
         "batch_discount must be a number from 0 to 1",
@@ -50,7 +50,7 @@ BAD_PRICES = {
         '{"DeepSeek-R1": {"prompt": true, "completion": 4}}',
         "prompt must be a number from 0 to 10000",
     ),
-    # review: a misspelt key priced nothing; two ways to give one price left a guess
+    # a misspelt key priced nothing; two ways to give one price left a guess
     "a misspelt key": (
         '{"DeepSeek-R1": {"prompt": 1, "completion": 4, "cached_promt": 0.5}}',
         "'cached_promt' is not a price key",

@@ -1,4 +1,4 @@
-"""Issue 54 item 1: "Declare it, or don't need it." Every module the package, the entry points, the benchmark
+"""Declare it, or don't need it: every module the package, the entry points, the benchmark
 scripts and the tests import is the standard library's, the project's own, or given by a distribution the
 requirements files name. A module that only an older install left on the machine (certifi, on machines where the
 suite once passed) fails here with the file and line, not on a fresh machine with ModuleNotFoundError."""

@@ -37,7 +37,8 @@ def test_bad_settings_are_one_line(tmp_path, harness, monkeypatch, capsys):
 def test_a_malformed_api_key_is_named_before_any_call_and_never_printed(
     harness, provider, monkeypatch, capsys, key, problem
 ):
-    """Item 12."""
+    """A key with a line break, a space or a non-ASCII character is named in one line before any call, and the key
+    itself is never printed."""
     monkeypatch.setenv("OPENAI_API_KEY", key)
     assert harness.run("gold", "--limit", "1") == 2
     err = capsys.readouterr().err
@@ -64,8 +65,8 @@ def test_a_model_id_with_surrounding_spaces_is_refused(harness, provider, capsys
     ],
 )
 def test_a_negative_seed_or_sample_size_is_one_line(script, argv, said, capsys):
-    """Item 10: numpy's SeedSequence refused a negative seed with a traceback, and random.sample a negative
-    --per-cause (review)."""
+    """A negative --seed (numpy's SeedSequence refused it with a traceback) or --per-cause (random.sample refused it
+    so) is one line naming the option and its bounds."""
     with pytest.raises(SystemExit) as stop:
         script(argv)
     err = capsys.readouterr().err

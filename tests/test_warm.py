@@ -1,5 +1,5 @@
-"""The tests' warm starts (tests/helpers/warm.py) against a fresh `python script.py`: what a forked start prints and exits
-with is what a fresh start does, and what a fork cannot honour is refused rather than ignored."""
+"""The tests' warm starts (tests/helpers/warm.py) against a fresh `python script.py`: what a forked start prints and
+exits with is what a fresh start does, and what a fork cannot honour is refused rather than ignored."""
 
 import os
 import sys

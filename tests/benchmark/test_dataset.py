@@ -259,7 +259,8 @@ def test_a_hostile_dataset_is_one_line(tmp_path, harness, capsys, name):
     ],
 )
 def test_duplicated_keys_anywhere_and_infinity_are_dataset_errors(harness, tmp_path, capsys, raw, problem):
-    """Item 16: the last value no longer wins silently; Infinity and NaN are not numbers."""
+    """A key given twice is an error wherever it is (the last value no longer wins silently); Infinity and NaN are
+    not numbers."""
     text = json.dumps(sample_cases()[:1], ensure_ascii=False)
     path = tmp_path / "d.json"
     path.write_text(text.replace('{"case_number"', "{" + raw + ', "case_number"', 1), encoding="utf-8")

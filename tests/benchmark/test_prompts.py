@@ -121,7 +121,7 @@ def test_the_disruptions_are_what_appendix_e5_describes_and_no_easier_than_stand
     assert "回答有依据的部分，并明确说明其余部分不清楚" in correction
     # it is told what was wrong, not told it was wrong
     assert "上一次回复的信息不完整或有误" not in correction
-    # issue 25, item 9: correct what was wrong, within the scope of the question that led to it (a key-detail line
+    # correct what was wrong, within the scope of the question that led to it (a key-detail line
     # may bundle several facts: the correction never discloses the parts that question did not ask)
     assert "完整地给出" not in correction and "限于引出上一次回复的那个问题所问的范围" in correction
 
@@ -132,7 +132,7 @@ def test_fill_never_reexpands_inserted_text():
 
 
 def test_fill_refuses_a_slot_no_prompt_may_hold():
-    """A newcomer's review (issue 37): a new stage's {question} was sent as written, its value dropped, because
+    """A new stage's {question} was sent as written, its value dropped, because
     the slot was not declared; `fill` now says so."""
     with pytest.raises(KeyError, match=r"\{question\} is not declared in benchmark/prompts.py's SLOTS"):
         fill("{history} {question}", history="h", question="q")

@@ -1,5 +1,5 @@
-"""A pytest plugin for tests/protocols/test_catalog.py: one more stage, declared only in the stage catalog, as a contributor
-adding a stage declares it (issue 37 item 3). Loaded with `-p tests.helpers.fixture_stage_plugin`, before collection."""
+"""A pytest plugin for tests/protocols/test_catalog.py: one more stage, declared only in the stage catalog, as a
+contributor adding a stage declares it. Loaded with `-p tests.helpers.fixture_stage_plugin`, before collection."""
 
 import dataclasses
 

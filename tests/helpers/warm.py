@@ -3,7 +3,7 @@ test worker imports the OpenAI SDK and what the scripts import at their top once
 a process per start.
 
 The kill and Ctrl-C tests start the grid and the stages dozens of times each; started from scratch, each start spent
-most of its time importing before its first request (issue 37 item 9: a suite's time is a developer's loop). A forked
+most of its time importing before its first request (a suite's time is a developer's loop). A forked
 process is a real process: it has its own pid, runs the script as `python script.py ...` would (`__main__`, argv, the
 working folder, the environment, stdout and stderr to files, non-daemon threads joined and atexit run as it leaves),
 and a kill -9 or a Ctrl-C reaches only it. The child runs only the thread that forked it.

@@ -297,7 +297,7 @@ def test_429_without_retry_after_uses_the_retry_budget():
 
 @pytest.mark.parametrize("status", [429, 503])
 def test_a_retry_after_beyond_the_cap_is_the_usual_backoff_on_a_5xx_as_on_a_429(status, monkeypatch):
-    """Issue 35, a behaviour the suite did not exercise: "a Retry-After carried by a server error (5xx) is capped
+    """ "A Retry-After carried by a server error (5xx) is capped
     as a 429's is, so no single backoff waits past the cap". A day asked for is not waited (not even the cap's 300
     s): the call is retried with the usual backoff."""
     from lexpilot.models import calls as calls_module
@@ -351,7 +351,7 @@ def test_the_raw_response_header_is_the_sdks_own():
 
 
 def test_the_grid_gives_each_model_and_run_its_own_connections_and_every_client_one_tls_context(monkeypatch):
-    """The grid's cells share each endpoint's limiter (issue 38: "One limiter per endpoint"), not its connection
+    """The grid's cells share each endpoint's limiter ("One limiter per endpoint"), not its connection
     pool: the SDK's pool is locked and scanned on every request, so one (model, run)'s cells share their clients,
     two (model, run)s never do; and every client shares one TLS context (each would parse the CA bundle again)."""
     from lexpilot.models.calls import Sharing, tls_context
@@ -403,8 +403,8 @@ def test_every_client_of_a_process_shares_one_tls_context_per_ca_setting(monkeyp
 
 @pytest.mark.parametrize("retry_after, shown", [("100000", "27.8 h"), ("Fri, 31 Dec 2099 23:59:59 GMT", "h")])
 def test_a_retry_after_beyond_the_cap_is_a_transient_failure_without_a_stage_pause(retry_after, shown):
-    """Item 11: normal backoff for that call, no stage-wide pause; the case fails saying how long the provider
-    asks to wait, so that the user can rerun later."""
+    """A Retry-After beyond the cap: normal backoff for that call, no stage-wide pause; the case fails saying how long
+    the provider asks to wait, so that the user can rerun later."""
     with ScriptedProvider(script_of(*[{"status": 429, "headers": {"Retry-After": retry_after}}] * 10)) as p:
         caller = make_caller(p, retries=2)
         started = time.monotonic()

@@ -1,4 +1,4 @@
-"""Cached prompt tokens (issue 29, item 1): read from each provider's field, synchronously, streamed and in batch
+"""Cached prompt tokens: read from each provider's field, synchronously, streamed and in batch
 output lines, kept per role in every record, priced at the cached-input price, and settled at that price by
 --max-cost. A reply without a cached field is priced as before."""
 
@@ -137,7 +137,7 @@ def test_max_cost_settles_a_cached_reply_at_its_real_cost(tmp_path, provider, mo
 def test_a_prompt_the_case_alone_fixes_is_served_from_the_cache_in_the_next_run(
     tmp_path, provider, monkeypatch
 ):
-    """Issue 29 item 2: "Direct and Gold-Standard send the same prompt in every run", and "every interaction round
+    """ "Direct and Gold-Standard send the same prompt in every run", and "every interaction round
     resends the growing history": measured with the scripted provider playing a prefix cache (bench/caching.py)."""
     from bench.caching import cached_shares, run_grid
     from lexpilot.scripted.replies import PrefixCache

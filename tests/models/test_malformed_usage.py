@@ -1,4 +1,4 @@
-"""Malformed usage (issue 34 item 4): "A reply whose `usage` is negative, null, a float, a string or not an object"
+"""Malformed usage: "A reply whose `usage` is negative, null, a float, a string or not an object"
 is kept. "Record its usage as unreported, settled at the worst case for the budget, as a usage-less reply is. Say
 so once per stage, and never ask again." In synchronous, streamed and batch modes, the provider processes exactly
 what a clean run processes."""

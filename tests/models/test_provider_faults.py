@@ -1,5 +1,5 @@
-"""Hardening of the model calls against a broken or hostile provider (issue #14 items 1, 2, 7-10, 16) and
-the parameter quirks of today's providers (issue #20), against the scripted server."""
+"""The model calls against a broken or hostile provider, and the parameter quirks of today's providers, against the
+scripted server."""
 
 import json
 import subprocess
@@ -285,7 +285,7 @@ def test_a_rerun_with_nothing_to_do_removes_a_stale_journal(harness):
     assert harness.run("gold", "--limit", "1") == 0 and not journal.exists()
 
 
-# ----------------------------------------------------------------------------- today's providers (#20)
+# ----------------------------------------------------------------------------- today's providers
 
 
 def reasoning_model(kind, prompt, body):
@@ -341,7 +341,7 @@ def test_a_refused_temperature_stops_with_the_flag_to_use_and_default_sends_none
 def test_a_user_or_judge_temperature_refusal_names_its_own_flag(harness, provider, capsys):
     provider.script = lambda kind, prompt, body: TEMPERATURE_REFUSED if kind == "ljp_judge" else None
     assert harness.run("gold", "--limit", "1") == 2
-    err = capsys.readouterr().err  # its second half was a bare string, always true (issue 37 item 9)
+    err = capsys.readouterr().err  # an assert whose second half is a bare string is always true
     assert "judge 'DeepSeek-R1'" in err and "Pass --judge-temperature default" in err
 
 
@@ -422,8 +422,8 @@ def test_a_default_temperature_run_is_shown_with_its_setting_and_never_grouped_w
 
 
 def test_a_reasoning_model_at_the_default_concurrency_switches_every_refused_request(tmp_path, monkeypatch):
-    """Item 10: eight requests go out at once with max_tokens; every refusal of the field the request carried is
-    repeated with max_completion_tokens, whichever worker switched the role first."""
+    """A reasoning model at the default concurrency: eight requests go out at once with max_tokens; every refusal of
+    the field the request carried is repeated with max_completion_tokens, whichever worker switched the role first."""
     dataset = write_dataset(tmp_path / "eight.json", sample_cases()[:8])
 
     def slow_refusal(kind, prompt, body):

@@ -1,4 +1,4 @@
-"""Provider quirks (issue 37 item 2), one entry each in lexpilot/models/quirks.py: every entry's example is read as
+"""Provider quirks, one entry each in lexpilot/models/quirks.py: every entry's example is read as
 its refusal by that entry, and by no earlier one (each entry earns its place); a provider's wording reaches the
 harness the same way through a synchronous call and a batch line; and every refusal a synchronous stage stops on
 stops a batch stage in its first cycle, with the same message, instead of "failed in the batch" for --retries + 1

@@ -1,4 +1,4 @@
-"""Issue 39: the grid split over processes and machines (`run_grid.py --shard K/N`), each endpoint's limits shared
+"""The grid split over processes and machines (`run_grid.py --shard K/N`), each endpoint's limits shared
 through a real Redis (`--limits redis://…`): Debian's redis-server, started here on a free port of 127.0.0.1 (skipped
 where it is absent; .ci/run installs it). Two processes share one limit by the provider's own count; a killed
 process's leases come back and its shard completes on a rerun; a Redis restart pauses both, with one line, and
@@ -137,12 +137,12 @@ def test_two_processes_share_one_limit_and_use_it(tmp_path, redis_server, warm):
         assert judge.statuses[429] <= 0.02 * len(judge.arrivals), judge.statuses
         busy_span = max(judge.arrivals) - min(judge.arrivals)
         # the judge has work all along (every stage ends with its calls): its calls ÷ (R × the time it was used).
-        # 0.95 on a quiet machine, 0.75–0.9 with two CPU hogs (issue 54 item 8: a busy machine wakes the shards
+        # 0.95 on a quiet machine, 0.75–0.9 with two CPU hogs (a busy machine wakes the shards
         # late, and the shortfall is the machine's, not the limit's); 0.6 still fails a limit each shard holds alone
         # (near 0.5). The quiet machine's share is the shards' own summary figure, checked below.
         assert judge.statuses[200] / (rate * busy_span) >= 0.60, (judge.statuses[200], busy_span)
     assert all("Traceback" not in e for e in errs)
-    # issue 54 item 5: "Each shard reports about 50 % of the limit used when together they used 97 %. With --limits
+    # "Each shard reports about 50 % of the limit used when together they used 97 %. With --limits
     # redis://, show the shared figure." Each shard's summary measures the calls of both while its own waited
     shares = [
         re.search(
@@ -285,7 +285,7 @@ def test_a_limits_url_is_checked_before_anything_even_in_a_dry_run(tmp_path, cap
 
 
 def test_a_redis_that_answers_but_cannot_be_used_is_one_line_saying_why(tmp_path, capsys, redis_server):
-    """Review of issue 39: a database number the server lacks, a server that wants a password, and a server that is
+    """A database number the server lacks, a server that wants a password, and a server that is
     not Redis (here the scripted provider's HTTP port) each ended in a traceback."""
     code, err = limits_error(tmp_path / "db", capsys, redis_server.url[:-1] + "99")
     assert code == 2 and len(err.splitlines()) == 1 and "refuses" in err and "database number" in err, err
@@ -298,7 +298,7 @@ def test_a_redis_that_answers_but_cannot_be_used_is_one_line_saying_why(tmp_path
     web.bind(("127.0.0.1", 0))
     web.listen()
 
-    def answer_as_a_web_server():  # what the reviewer met at an address where a web server listens
+    def answer_as_a_web_server():  # what a user meets at an address where a web server listens
         while True:
             try:
                 connection, _ = web.accept()
@@ -323,7 +323,7 @@ def test_a_redis_that_answers_but_cannot_be_used_is_one_line_saying_why(tmp_path
 
 
 def test_a_slot_given_back_goes_to_the_process_that_waited_not_back_to_the_giver(redis_server):
-    """Review of issue 39: with `concurrency:2` shared, the process holding both slots took each back at once on
+    """With `concurrency:2` shared, the process holding both slots took each back at once on
     release, before the other's next poll, so the other waited until it caught a slot free by chance, and then
     kept it. Waiting processes now queue in Redis: the second process gets a slot within one call and one poll,
     and two processes with equal demand get comparable shares."""

@@ -102,7 +102,7 @@ def test_rates_and_clean_case_metrics_hand_computed(audited, capsys):
 def test_the_self_correcting_users_injected_fault_is_no_simulator_error(
     tmp_path, provider, monkeypatch, capsys
 ):
-    """Issue 25, item 8: the deliberate fault of the Self-Correcting user is labelled as injected and left out of
+    """The deliberate fault of the Self-Correcting user is labelled as injected and left out of
     the error rates; the other replies are judged as any."""
     from lexpilot.scripted.replies import fault_record
 
@@ -147,7 +147,7 @@ def test_the_self_correcting_users_injected_fault_is_no_simulator_error(
 
 
 def test_the_correction_turn_is_a_protocol_turn_too(tmp_path, provider, monkeypatch, capsys):
-    """Issue 35 item 9: the correction reply was audited as an ordinary reply, where "did it answer the question"
+    """The correction reply was once audited as an ordinary reply, where "did it answer the question"
     fails. It is labelled `correction`, kept with its verdict, and left out of the rates as the fault is."""
     from lexpilot.scripted.replies import fault_record
 

@@ -177,7 +177,7 @@ def test_a_run_without_direct_ljp_is_told_which_command_to_run(three, capsys):
 
 
 def test_table_4_covers_every_case_and_claim_with_a_resolved_only_sensitivity_view(three, provider, capsys):
-    """Issue 25, item 2. The paper: QWK "over all 657 equally weighted claims per run", "Direct results are reused
+    """The paper: QWK "over all 657 equally weighted claims per run", "Direct results are reused
     from Table 3", "rejection reasons and unresolved cases are retained". Case 3's Targeted dialogue is never
     accepted: it is predicted from its last attempted dialogue and counted in the main table; the sensitivity view
     keeps the two cases resolved in both conditions, Direct on the same two."""
@@ -226,7 +226,7 @@ def test_table_4_covers_every_case_and_claim_with_a_resolved_only_sensitivity_vi
 
 
 def test_only_missing_facts_decide_acceptance_and_a_question_may_seek_several(three, provider):
-    """Issue 25, items 3 and 4: the validator sees the initial history apart from the constructed turns and marks a
+    """The validator sees the initial history apart from the constructed turns and marks a
     key detail the history already states as "given": only the missing facts decide ("Targeted requires complete,
     accurate recovery; Off-target requires no disclosure"). A Targeted question may seek several missing facts, so a
     case with more missing facts than rounds is not impossible by construction."""
@@ -275,7 +275,7 @@ def test_a_recovered_fact_must_cite_a_new_user_turn(three, provider):
 
 
 def test_table_4s_direct_column_takes_the_runs_table_3_takes(three, provider, capsys):
-    """Issue 35 item 3: "Direct results are reused from Table 3". Run r1 has the dialogues and Direct, run r2 only
+    """ "Direct results are reused from Table 3". Run r1 has the dialogues and Direct, run r2 only
     Direct, with other verdicts: Table 4's Direct cell is the mean ± SD over both runs, as Table 3's (by hand)."""
     from statistics import mean, stdev
 
@@ -344,7 +344,7 @@ def validating(status: str, turns):
 def test_a_fact_the_history_states_in_part_or_whole_is_checked_against_the_turns_it_cites(
     three, provider, status, turns, targeted, off_target
 ):
-    """Issue 35 item 4: "Targeted requires complete, accurate recovery; Off-target requires no disclosure" (E.7). A
+    """ "Targeted requires complete, accurate recovery; Off-target requires no disclosure" (E.7). A
     key detail the history states only in part is "partly_given": left so, Off-target passes and Targeted does not;
     a fact marked given or partly given must cite the initial history's user turns, as a recovered one must cite
     new ones."""

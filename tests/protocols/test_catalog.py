@@ -1,4 +1,4 @@
-"""The stage catalog and the prompt declarations are the only lists (issue 37 item 3): a stage or a prompt declared
+"""The stage catalog and the prompt declarations are the only lists: a stage or a prompt declared
 there is under the tests' guards and told apart by the scripted provider without touching either."""
 
 import subprocess

@@ -67,7 +67,7 @@ def test_the_history_is_sent_as_its_own_messages_in_order_and_nothing_else(four,
 
 
 def test_each_response_type_is_judged_with_the_consultation_and_its_missing_details(four, provider):
-    """Issue 25, item 5: the judge cannot judge "discussing various scenarios corresponding to the absent details"
+    """The judge cannot judge "discussing various scenarios corresponding to the absent details"
     from the response alone; it gets the consultation and the key details beside it (Tables 7-8 pair
     "Consultation & Missing Details" with each response). Deficiency Recognition is "explicitly stating that the
     provided information is inadequate": naming what is missing is not required."""
@@ -168,7 +168,7 @@ def test_response_types_go_to_the_judge_agreement_kit(four, provider, tmp_path):
     assert len(typed) == 4 and all(row["reply"] in STYLE.values() for row in typed)
     guidelines = agreement_kit.guidelines_path(out).read_text(encoding="utf-8")
     assert "=== TYPE" in guidelines
-    # issue 35 item 6: "Give the experts what the judge gets": the consultation and the key details it read beside
+    # "Give the experts what the judge gets": the consultation and the key details it read beside
     # the reply (its prompt's own slots, as sent), and the criteria from "结合咨询对话和关键细节" on
     judged = {
         (between(p, "咨询对话"), between(p, "案件关键细节"), between(p, "待评估回复"))
@@ -184,7 +184,7 @@ def test_response_types_go_to_the_judge_agreement_kit(four, provider, tmp_path):
 
 
 def test_the_complete_control_sends_and_judges_the_complete_history(four, provider):
-    """Issue 25, item 11: the control of Table 6 really is the complete history, sent as messages and shown to the
+    """The control of Table 6 really is the complete history, sent as messages and shown to the
     response-type judge."""
     assert run_plain(four, "--histories", "underspecified,complete") == 0
     sent = [r["messages"] for r in provider.requests if request_kind(r) == "plain"]

@@ -98,7 +98,7 @@ def generated(tmp_path, provider, monkeypatch, capsys):
     from lexpilot.running.stage import stage_main
 
     assert stage_main(user_probes.STAGE, "test", argv=argv, clients=provider.in_memory_clients()) == 0
-    # issue 35 item 15: "The probe study counts cases probed, not cases" (the probe file has 4 of the 12)
+    # "The probe study counts cases probed, not cases" (the probe file has 4 of the 12)
     assert (
         "[probes] cases: 4 done, 8 not in the probe file (nothing to ask), 0 skipped"
         in capsys.readouterr().out
@@ -133,7 +133,7 @@ def test_generate_gives_d_the_reduced_details_and_never_the_experts_answers(gene
 
 
 def test_the_export_is_one_blind_sheet_per_expert_shuffled_and_reproducible(generated, tmp_path):
-    """Issue 25, item 10: one sheet per expert (the reviews stay independent), each in its own order; no condition,
+    """One sheet per expert (the reviews stay independent), each in its own order; no condition,
     no DCG label, and no column that differs by condition in form (C and D are not recognisable by layout)."""
     args = [
         "export",
@@ -270,7 +270,7 @@ def test_a_disagreement_asks_for_adjudication_before_any_table(tmp_path, capsys)
 
 
 def test_export_reads_the_model_from_lexpilot_model_as_generate_does(generated, tmp_path, monkeypatch):
-    """Issue 26 item 12: `export` takes the evaluated model from $LEXPILOT_MODEL when --model is not given."""
+    """`export` takes the evaluated model from $LEXPILOT_MODEL when --model is not given."""
     common = [
         "--run-id",
         "r1",
@@ -291,7 +291,7 @@ def test_export_reads_the_model_from_lexpilot_model_as_generate_does(generated, 
 
 
 def test_the_export_reads_the_dataset_the_runs_manifest_names(generated, tmp_path, monkeypatch):
-    """Issue 26 item 12: like judge_agreement.py export and show_results.py, no --dataset needed (run elsewhere)."""
+    """Like judge_agreement.py export and show_results.py, no --dataset needed (run elsewhere)."""
     args = [
         "export",
         "--run-id",

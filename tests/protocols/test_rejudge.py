@@ -125,7 +125,7 @@ def test_a_rejudge_of_a_run_with_missing_generations_says_which_stage_to_run(
 def test_a_rejudge_flag_that_contradicts_the_source_runs_generation_settings_is_refused(
     tmp_path, provider, monkeypatch, capsys, flags, named
 ):
-    """Issue 25, item 7: the re-judged run records the source run's settings for every role but the judge; a flag
+    """The re-judged run records the source run's settings for every role but the judge; a flag
     that contradicts them is refused before any call and before anything is written."""
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "one.json", sample_cases()[:1]))
     for stage in ("LexAwN", "DCG", "direct", "gold", "interaction"):
@@ -156,7 +156,7 @@ def test_a_rejudge_flag_that_contradicts_the_source_runs_generation_settings_is_
 
 
 def test_the_interaction_rounds_row_of_the_judge_sensitivity_table(saved, capsys):
-    """Issue 25, item 11: the re-judged labels of the interaction's rounds (every one flipped by the second judge)
+    """The re-judged labels of the interaction's rounds (every one flipped by the second judge)
     are compared with the original rounds' labels, item by item, in their own row."""
     assert run_rejudge(saved) == 0
     original = {
@@ -278,7 +278,8 @@ def test_a_rejudged_run_counts_only_its_own_calls_in_the_spending(saved):
 
 
 def test_a_rejudge_of_a_non_ideal_run_is_refused_before_anything_is_written(saved, capsys):
-    """Issue 35 item 8: `--from-run delayed1 --run-id d1-rj` left a manifest that said "standard"."""
+    """`--from-run delayed1 --run-id d1-rj` once left a manifest that said "standard": the re-judged run keeps its
+    source's user condition."""
     saved.run_id = "delayed1"
     assert saved.run("LexAwN", "--user-condition", "delayed") == 0
     argv = [
@@ -308,7 +309,7 @@ def test_a_rejudge_of_a_non_ideal_run_is_refused_before_anything_is_written(save
 
 @pytest.mark.slow
 def test_figure_3_shows_the_model_not_its_re_judged_copy(saved, tmp_path, capsys, monkeypatch):
-    """Issue 35 item 10: "Re-judged copies appear as extra series; they belong in the judge tables only"."""
+    """ "Re-judged copies appear as extra series; they belong in the judge tables only"."""
     assert run_rejudge(saved) == 0
     complexity = tmp_path / "complexity.csv"
     causes = sorted({c["cause_of_action"] for c in CASES})
@@ -343,7 +344,7 @@ def blocks_of(out: str, title: str) -> list[list[str]]:
 
 
 def test_a_wide_table_cut_into_blocks_repeats_every_key_column(saved, capsys):
-    """Issue 35 item 11: "Wide tables split into blocks repeat every key column ... A block never holds a lone
+    """ "Wide tables split into blocks repeat every key column ... A block never holds a lone
     column when the table fits in fewer blocks"."""
     assert run_rejudge(saved) == 0
     capsys.readouterr()
@@ -367,7 +368,7 @@ def test_a_wide_table_cut_into_blocks_repeats_every_key_column(saved, capsys):
 
 
 def test_from_run_is_checked_like_a_run_id(harness, provider, capsys):
-    """Item 18."""
+    """--from-run is checked like a run id: a path or a hidden name is refused before any call."""
     import rejudge
 
     for bad in ("../../x", "a/b", ".hidden"):

@@ -31,7 +31,7 @@ def recorded(monkeypatch):
     return prompts
 
 
-# Every stage the catalog declares (issue 37 item 3: a new stage is covered without touching this test), under each
+# Every stage the catalog declares (a new stage is covered without touching this test), under each
 # user condition it takes; re-judging needs a finished run and the probe study an expert file (their own tests).
 CATALOGUED = list(
     {

@@ -264,7 +264,7 @@ def table_15_rows(harness, capsys) -> list[str]:
 
 
 def test_table_15_pairs_real_runs_the_stages_wrote(tmp_path, provider, monkeypatch, capsys):
-    """Issue 25, item 1: two standard runs, one per non-ideal user, made by the stages: a non-ideal run's manifest
+    """Two standard runs, one per non-ideal user, made by the stages: a non-ideal run's manifest
     lists its extra user prompt file, and Table 15 still takes its Standard column from the standard runs of the
     same model ("Standard" beside "Delayed Disclosure" and "Self-Correction", Table 15), with the paired declines."""
     harness = Harness(
@@ -297,7 +297,7 @@ def test_table_15_pairs_real_runs_the_stages_wrote(tmp_path, provider, monkeypat
 
 
 def test_table_15_pairs_runs_whose_code_differs_and_says_so(tmp_path, provider, monkeypatch, capsys):
-    """Issue 35 item 5: "a comment added to audit.py splits the delayed run into its own row". Table 15 pairs as the
+    """ "A comment added to audit.py splits the delayed run into its own row". Table 15 pairs as the
     rankings do, ignoring the code hash, and says when the code differs. The delayed run is made by a harness whose
     code hash differs (the stages write it so); it stays in the standard runs' row."""
     import lexpilot.storage.manifest as manifest
@@ -306,7 +306,7 @@ def test_table_15_pairs_runs_whose_code_differs_and_says_so(tmp_path, provider, 
         tmp_path, provider, monkeypatch, write_dataset(tmp_path / "four.json", sample_cases()[:4])
     )
     qwk, real = {}, manifest.code_hash
-    # review of issue 35: two delayed runs apart only in code are one Delayed cell (it kept the last one alone)
+    # two delayed runs apart only in code are one Delayed cell (it kept the last one alone)
     for run_id, condition in (("run1", "standard"), ("delayed1", "delayed"), ("delayed2", "delayed")):
         harness.run_id = run_id
         monkeypatch.setattr(
@@ -326,7 +326,7 @@ def test_table_15_pairs_runs_whose_code_differs_and_says_so(tmp_path, provider, 
 
 @pytest.mark.slow
 def test_a_table_15_cell_opens_its_own_conditions_runs(tmp_path, provider, monkeypatch, browser):
-    """Review of issue 35 item 12: the Delayed Disclosure and Self-Correction cells opened the standard runs."""
+    """The Delayed Disclosure and Self-Correction cells open their own runs, not the standard ones."""
     if browser is None:
         pytest.skip("no Chromium")
     from urllib.parse import parse_qs, urlparse
@@ -362,7 +362,7 @@ def test_a_table_15_cell_opens_its_own_conditions_runs(tmp_path, provider, monke
 
 
 def test_table_15_pairs_a_run_made_after_a_prompt_file_was_added(tmp_path, provider, monkeypatch, capsys):
-    """A newcomer's review of issue 37: a prompt file added to the harness (a new stage's) made every older run
+    """A prompt file added to the harness (a new stage's) made every older run
     "not comparable"; Table 15 pairs on the prompt files both runs record. The standard run is made before the
     harness gains judge_demo.txt, the delayed run after: one row, its cells the records' QWK by hand."""
     from tests.helpers.stages import prompts_in

@@ -312,7 +312,7 @@ def test_plot_without_matplotlib_says_how_to_install(tmp_path, capsys, monkeypat
     assert "pip install matplotlib" in capsys.readouterr().err and not (tmp_path / "p").exists()
 
 
-# ----------------------------------------------------------------------------- drift the suite must catch (#16)
+# ----------------------------------------------------------------------------- drift the suite must catch
 
 
 def random_ljp(rng, cases, accuracy):
@@ -425,7 +425,7 @@ def test_table_15_paired_declines_hand_checked(tmp_path, capsys):
 def test_per_class_intervals_resample_that_class_only_on_a_run_the_stages_wrote(
     tmp_path, provider, monkeypatch, capsys
 ):
-    """Issue 25, item 11: under --ci, a class cell's interval comes from the class's own cases. The DCG judge
+    """Under --ci, a class cell's interval comes from the class's own cases. The DCG judge
     accepts every question of the Family cases and every other one elsewhere: Family's interval is [1, 1]; the
     whole-benchmark interval is not."""
     from tests.helpers.datasets import sample_cases, write_dataset
@@ -495,7 +495,7 @@ def test_show_results_malformed_usage_and_an_unwritable_plot_folder(saved_run, t
 
 
 def test_resamples_are_bounded(capsys):
-    """Item 14."""
+    """--resamples is bounded: a billion is refused in one line with the bounds."""
     import show_results
 
     assert show_results.main(["--ci", "--resamples", "1000000000"]) == 2
@@ -503,7 +503,8 @@ def test_resamples_are_bounded(capsys):
 
 
 def test_what_was_asked_for_and_is_not_there_is_said_with_a_non_zero_status(harness, tmp_path, capsys):
-    """Item 17."""
+    """A run, a model or an output root asked for and not there is said with status 2; a root with records but no
+    manifest too; an empty root is no error."""
     import show_results
 
     assert harness.run("gold", "--limit", "1") == 0
@@ -548,7 +549,7 @@ def test_odd_model_ids_cells_complexities_and_report_paths_are_refused_or_made_s
     assert "complexity: 'inf' is not a non-negative number" in capsys.readouterr().err
     assert show_results.main(["--output-root", str(tmp_path), "--dataset", str(tmp_path)]) == 2
     assert "no such file" in capsys.readouterr().err
-    # review of issue 35: a file that is no dataset is refused in one line, before any report (it printed eight
+    # a file that is no dataset is refused in one line, before any report (it printed eight
     # warnings and the report, and exited 0); a site or figure folder that cannot be written, before the report too
     assert show_results.main(["--output-root", str(tmp_path), "--dataset", str(ROOT / "README.md")]) == 2
     said = capsys.readouterr()

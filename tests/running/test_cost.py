@@ -115,7 +115,7 @@ def test_a_cost_that_leaves_out_calls_without_token_counts_says_so(priced, capsy
 
 
 def test_a_reply_without_token_counts_costs_its_reserved_worst_case(tmp_path, monkeypatch, capsys):
-    """Issue 25, item 11: a server that reports no usage (llama.cpp's streams): each such call is settled at its
+    """A server that reports no usage (llama.cpp's streams): each such call is settled at its
     worst case (its prompt at one token per character, its completion at the output limit), so the budget
     stops exactly where those worst cases cross it."""
     prices = tmp_path / "p.json"

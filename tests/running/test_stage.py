@@ -42,7 +42,7 @@ def test_calls_in_flight_at_a_kill_are_counted_as_paid_but_never_answered(harnes
 
 
 def test_the_progress_line_counts_calls_answered_before_any_case_is_done(harness, capsys):
-    """Issue 26 item 12: a stage of long cases shows progress while no case has finished; the summary's elapsed
+    """A stage of long cases shows progress while no case has finished; the summary's elapsed
     time is the progress line's."""
     from lexpilot.running.stage import Progress
 
@@ -58,7 +58,7 @@ def test_the_progress_line_counts_calls_answered_before_any_case_is_done(harness
 
 @pytest.mark.slow
 def test_eval_ljp_stops_after_a_fatal_error_in_direct(tmp_path, provider):
-    """Item 12: a 401 in Direct stops the whole script; Gold and Interaction make no call."""
+    """A 401 in Direct stops the whole of eval_LJP.py; Gold and Interaction make no call."""
     provider.script = lambda kind, prompt, body: {"status": 401, "error": "invalid key"}
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LEXPILOT_"))}
@@ -109,7 +109,7 @@ runpy.run_path("eval_LJP_gold.py", run_name="__main__")
 
 @pytest.mark.slow
 def test_ctrl_c_while_the_sdk_loads_is_the_usual_interrupted_line(tmp_path):
-    """Issue 35 item 15: "A Ctrl-C during the first second of a stage, inside `import openai`, prints a 45-line
+    """ "A Ctrl-C during the first second of a stage, inside `import openai`, prints a 45-line
     traceback; it should print the usual "interrupted" line"."""
     env = {**os.environ, "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}
     done = subprocess.run(

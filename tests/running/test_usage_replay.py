@@ -1,4 +1,4 @@
-"""Spending true after an interruption (issue 35 item 2): "Every paid attempt, accepted or rejected, keeps its usage
+"""Spending true after an interruption: "Every paid attempt, accepted or rejected, keeps its usage
 through the journal, the replay and the record." Every stage is stopped right after a judge output it rejects (a
 401 on the next request), then rerun: the records' usage per role equals a clean run's, and the provider processed
 exactly what the clean run processed. A judge that keeps answering wrongly fails its case; the next run asks anew.
@@ -205,7 +205,7 @@ def reasoning_of(h) -> dict:
 
 
 def test_the_judges_reasoning_reaches_the_record_in_batch_mode_and_after_a_replay(tmp_path, monkeypatch):
-    """Second review of #34: records kept the judge's reasoning synchronously and dropped it in batch mode (the
+    """Records kept the judge's reasoning synchronously and dropped it in batch mode (the
     journal did not hold it), and so did a reply replayed from the journal after an interruption. Each attempt's
     reasoning is kept, the rejected prose's too, in order."""
     dataset = write_dataset(tmp_path / "two.json", cases())

@@ -1,5 +1,6 @@
-"""The README's loop over every stage of a run, against `python -m lexpilot.scripted` as a server (issue 26
-item 12): it names every stage run per model and run, and every script in it finishes."""
+"""The README's loop over every stage of a run, against `python -m lexpilot.scripted` as a server: it names every
+stage run per model and run, and every script in it finishes; and the scripted server's command line gives what a
+user trying the harness needs (rate limits, batch delays, models that differ, a request log, a port it must own)."""
 
 import re
 import runpy
@@ -65,8 +66,8 @@ def test_every_stage_of_the_loop_runs_against_the_scripted_server(tmp_path, monk
 
 
 def test_the_scripted_server_takes_the_grid_benchmarks_rate_limit_from_its_command_line():
-    """Review of issue 38: the rate limit its tests and benchmark put on an endpoint was in the Python class only,
-    so a user could not reproduce the issue's setup from the command line."""
+    """The rate limit the grid's tests and benchmark put on an endpoint is on the command line too, not in the Python
+    class only, so that a user can reproduce their setup."""
     import json
     import urllib.error
     import urllib.request
@@ -158,7 +159,7 @@ def two_models_through_the_scripted_server(root: Path, log: Path, monkeypatch) -
 def test_the_scripted_server_lets_models_differ_and_logs_each_request_without_its_key(
     tmp_path, monkeypatch, capsys
 ):
-    """Issue 37 item 8: "The scripted provider gets what a user trying the harness needs: a request log, ... and
+    """ "The scripted provider gets what a user trying the harness needs: a request log, ... and
     per-model behaviour, so that the compare views show something." Two models through DCG and Direct LJP on the
     sample: their outcomes differ under --models-differ, and the log has a line per request, with no key."""
     import json
@@ -180,7 +181,7 @@ def test_the_scripted_server_lets_models_differ_and_logs_each_request_without_it
 
 
 def test_the_scripted_server_takes_a_batch_delay_from_its_command_line():
-    """Review of issue 38 item 9: without it, --batch-detach, --batch-status and a Ctrl-C while batches are in
+    """Without it, --batch-detach, --batch-status and a Ctrl-C while batches are in
     flight could not be tried from the README alone (every batch was answered at its first retrieve)."""
     import openai
 
@@ -205,8 +206,8 @@ def test_the_scripted_server_takes_a_batch_delay_from_its_command_line():
 
 
 def test_the_request_log_has_a_line_per_request_answered_in_a_batch_too(tmp_path, http):
-    """A review checking that a killed batch grid pays nothing twice had to read the provider's batches instead of
-    its --log: batch requests were not logged. Each now has its line, marked as batched."""
+    """Checking that a killed batch grid pays nothing twice needs batch requests in the --log, not only the
+    provider's batches: each has its line, marked as batched."""
     import json
     from collections import Counter
 
@@ -235,7 +236,7 @@ def readme_block(port: int, root: Path) -> str:
 
 
 def test_the_try_out_stops_at_once_when_another_program_holds_its_port(tmp_path):
-    """Issue 54 item 6: "With port 8765 taken by another program, the scripted provider printed `cannot listen …
+    """ "With port 8765 taken by another program, the scripted provider printed `cannot listen …
     Address already in use`, and every stage then ran against the other program without a word. The try-out must
     fail at once when its provider did not start." Another program answers HTTP on the port; the README's block,
     run by bash as written, runs no stage."""

@@ -727,7 +727,7 @@ def test_a_broken_run_folder_is_one_line(harness, capsys, name):
 
 
 def test_a_journal_reply_edited_by_hand_is_never_replayed(harness, provider, capsys):
-    """Item 15: journal entries carry a digest like records do."""
+    """Journal entries carry a digest like records do: a reply edited by hand in the journal is asked again."""
     provider.script = lambda kind, prompt, body: {"status": 500} if kind == "user" else None
     # the first question is paid, the reply fails
     assert harness.run("DCG", "--limit", "1", "--retries", "0") == 1
@@ -753,7 +753,7 @@ def test_a_journal_reply_edited_by_hand_is_never_replayed(harness, provider, cap
 def test_a_journal_is_replayed_only_under_the_settings_it_was_made_with(
     harness, provider, capsys, temperature, replayed
 ):
-    """Item 8: with the manifest deleted, a rerun at another temperature replayed the journal's replies made at 0.7
+    """With the manifest deleted, a rerun at another temperature replayed the journal's replies made at 0.7
     into the 0.2 run. Journal entries carry the run's settings hash; the same settings still replay them."""
     provider.script = lambda kind, prompt, body: {"status": 500} if kind == "user" else None
     # the first question is paid, the reply fails

@@ -1,4 +1,4 @@
-"""The code hash covers all the code a stage runs (issue 24): the stage script and every module of the package it
+"""The code hash covers all the code a stage runs: the stage script and every module of the package it
 can run, reporting aside; a change to any of them stops a rerun on a run started before, until
 --allow-code-change. A fix to a table never does."""
 
@@ -16,7 +16,7 @@ from lexpilot.storage import code
 from tests.helpers.paths import ROOT
 from tests.helpers.stages import Harness
 
-STAGE_SCRIPTS = [f"{name}.py" for name in ENTRY_POINTS]  # the stage catalog is the one list (issue 37 item 3)
+STAGE_SCRIPTS = [f"{name}.py" for name in ENTRY_POINTS]  # the stage catalog is the one list
 
 
 def stages_of(script: str) -> list:

@@ -34,7 +34,7 @@ def resume(stage, root, run_id, model, dataset, provider, *extra) -> int:
 
 
 def in_todays_keys(metrics: dict) -> dict:
-    """A saved report's metrics under today's JSON keys (issue 35 item 13: one style, snake_case), each number kept:
+    """A saved report's metrics under today's JSON keys (one style, snake_case), each number kept:
     how a reader written against the first releases' keys (`LJP_gold`, `T4 cases`, `Overall`) reads today's."""
     return {
         json_key(task): {
@@ -84,7 +84,7 @@ def test_a_run_saved_before_the_redesign_resumes_with_consent(tmp_path, monkeypa
     assert provider.kinds() == {"ljp_judge": 1}  # only the missing extraction; the saved prediction is reused
     redone = [json.loads(line) for line in gold.read_text(encoding="utf-8").splitlines()]
     assert redone[:-1] == [json.loads(line) for line in lines[:-1]]  # the saved records are kept as they were
-    new_fields = {"settings_hash", "digest"}  # what records carry since the hardening
+    new_fields = {"settings_hash", "digest"}  # what records carry since they were given digests
     assert {k: v for k, v in redone[-1].items() if k not in new_fields} == json.loads(lines[-1])
 
 
@@ -155,7 +155,7 @@ def test_a_run_saved_before_the_package_reports_the_same_numbers(tmp_path, capsy
     captured = capsys.readouterr()
     expected = json.loads((SAVED_V2 / "expected_show_results.json").read_text(encoding="utf-8"))["groups"][0]
     group = json.loads(captured.out)["groups"][0]
-    # Table 4 was redefined since (issue 25: over every case, attempts as counts, a resolved-only view); every
+    # Table 4 was redefined since (over every case, attempts as counts, a resolved-only view); every
     # case of this run was resolved, so its QWK over every case is what it was over the resolved ones
     redefined = {
         "table_4_attempts",

@@ -1,4 +1,4 @@
-"""The run's manifest, typed (issue 37 item 1): "Load a typed `Manifest` once per invocation: a dataclass with typed
+"""The run's manifest, typed: "Load a typed `Manifest` once per invocation: a dataclass with typed
 roles, settings and transport, read and written only in `storage/manifest.py` ... Reporting reads typed fields, with
 no `manifest["…"]` outside storage."""
 
@@ -215,7 +215,8 @@ def test_a_lost_manifest_is_never_relabelled_with_other_settings(harness, provid
 
 
 def test_an_edited_manifest_setting_is_noticed_by_stages_and_reports(harness, capsys):
-    """Item 15: temperature 0.7 -> 0.9 in manifest.json by hand."""
+    """A setting edited by hand in manifest.json (temperature 0.7 -> 0.9) stops a stage and is said by a report,
+    which leaves the run out."""
     import show_results
 
     assert harness.run("gold", "--limit", "2") == 0

@@ -20,7 +20,7 @@ def test_results_come_back_in_the_items_order_from_every_process():
             x * x for x in items
         ]
     # each child's first item waits for the other two to have taken one: all three work, however late a loaded
-    # machine starts them (issue 54 item 8: a child started after the others had taken every item failed this)
+    # machine starts them (a child started after the others had taken every item failed this)
     started, seen = multiprocessing.Barrier(3), set()
 
     def work(x):

@@ -156,7 +156,7 @@ def test_grouping_sd_ddof1_and_a_differing_run_split_off(tmp_path, capsys):
     assert s["mean"] == pytest.approx(0.25) and s["sd"] == pytest.approx(np.std([0.5, 0.25, 0.0], ddof=1))
     show_results.main(["--output-root", str(tmp_path)])
     out = capsys.readouterr().out
-    # issue 26 item 10: the second group is labelled by what differs, not "#2"
+    # the second group is labelled by what differs, not "#2"
     assert (
         "0.250 ± 0.250" in out
         and "m · temperature 0.2" in out
@@ -259,7 +259,7 @@ def test_every_format_parses(tmp_path, capsys, fmt):
     elif fmt == "csv":
         rows = list(csv.reader(io.StringIO(out)))
         assert rows[0][:2] == ["table", "row"]
-        # issue 26 item 9: numbers as numbers, a column each for the mean, SD, interval bounds and n
+        # numbers as numbers, a column each for the mean, SD, interval bounds and n
         main = [r for r in rows if r and r[0].startswith("Main results")]
         header, row = main[0], next(r for r in main if r[1] == "m")
         at = header.index("DCG Acc. mean")
@@ -289,7 +289,8 @@ def test_no_results_yet_is_one_line_and_exit_zero(tmp_path, capsys):
 
 
 def test_the_relative_change_is_not_taken_against_a_gold_qwk_at_or_below_zero(tmp_path):
-    """Review of issue 35: "Interaction vs Gold (relative)" printed -777.4% for a Gold QWK of -0.057."""
+    """ "Interaction vs Gold (relative)" printed -777.4% for a Gold QWK of -0.057: over a Gold QWK at or below zero
+    the relative change is n/a."""
     pairs = {
         "direct": [("支持", "驳回"), ("驳回", "驳回")],
         "interaction": [("支持", "部分支持"), ("驳回", "驳回")],
@@ -315,7 +316,7 @@ def manifest_edit(change):
 
 
 REPORT_BREAKAGES = {
-    # compared settings edited by hand: the manifest's settings digest says so first (issue 28, item 15)
+    # compared settings edited by hand: the manifest's settings digest says so first
     "manifest without models": (
         manifest_edit(lambda m: m.pop("models")),
         "settings were changed after it started",
@@ -354,7 +355,7 @@ def test_show_results_reports_a_broken_run_in_one_line(saved_run, tmp_path, monk
 
 
 def test_records_made_with_other_settings_than_the_manifest_are_left_out(harness, capsys):
-    """Item 15: a manifest with a valid digest but other settings (swapped in) than its records."""
+    """A manifest with a valid digest but other settings (swapped in) than its records."""
     import show_results
     from lexpilot.storage.manifest import settings_digest
 

@@ -1,4 +1,4 @@
-"""The cache of scored runs (issue 36, speed at the grid's scale): "A second report of unchanged runs takes at
+"""The cache of scored runs (speed at the grid's scale): "A second report of unchanged runs takes at
 most 3 s. Use a cache of verified, parsed records keyed by each file's identity ..., invalidated by any change.
 The cache is never trusted for a file that changed, and is tested so." On runs the stage scripts wrote."""
 
@@ -70,7 +70,7 @@ def test_an_entry_not_signed_here_is_never_loaded(report):
 
 
 def test_an_entry_written_before_the_classes_moved_is_a_miss_not_a_traceback(report):
-    """Found when reporting moved into subfolders (issue 37 item 4): an entry signed here by the older code names
+    """Found when reporting moved into subfolders: an entry signed here by the older code names
     `lexpilot.reporting.runs.Run`, which no longer exists. It is scored again from the records, as any miss is."""
     import hmac
     import pickle
@@ -107,7 +107,7 @@ def test_the_cache_can_be_turned_off_and_the_viewer_reads_the_records(report, mo
 
 
 def test_entries_unused_for_30_days_are_removed_and_a_read_keeps_one(report):
-    """Review of issue 36: the cache grew without limit (a benchmark's temporary roots leave one entry per run). An
+    """The cache grew without limit (a benchmark's temporary roots leave one entry per run). An
     entry neither read nor written for 30 days is removed when a report stores a score; a read keeps it in use."""
     from lexpilot.reporting.scoring import score_cache
 

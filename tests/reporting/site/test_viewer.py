@@ -12,7 +12,7 @@ from tests.helpers.datasets import sample_cases, write_dataset
 from tests.helpers.stages import Harness
 
 HOSTILE = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2"></textarea><b>粗体</b>'
-RLO = "\u202e反向"  # a right-to-left override never closed (issue 34 item 14)
+RLO = "\u202e反向"  # a right-to-left override never closed
 CHROMIUM = os.environ.get("LEXPILOT_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 
 
@@ -101,7 +101,7 @@ def test_the_site_in_a_real_browser(site, browser, tmp_path):
 
 @pytest.mark.slow
 def test_every_message_is_its_own_bidi_isolate(site, browser):
-    """Issue 34 item 14: "an unclosed right-to-left override in a reply reorders the rest of its block. Isolate each
+    """ "An unclosed right-to-left override in a reply reorders the rest of its block. Isolate each
     message". Each message's text is an isolate with its direction from its own text; the role label before it
     stays where it is, left of the text, in a message holding the override."""
     page = browser.new_page(viewport={"width": 1280, "height": 900})
@@ -135,7 +135,7 @@ def partial_script(failing: dict):
 
 @pytest.fixture(scope="module")
 def partial(tmp_path_factory):
-    """Issue 54 item 7: runs of only some stages, on three sample cases. model-a: LexAwN, LJP Direct and LJP
+    """Runs of only some stages, on three sample cases. model-a: LexAwN, LJP Direct and LJP
     Gold-Standard, the second case failing in Gold-Standard; model-b: LexAwN and DCG, every case failing in DCG (a
     stage that ran and saved no record). No run ran Interaction-Based LJP, Table 4, the plain consultation or the
     audit."""
@@ -171,7 +171,7 @@ def case_list_rows(page) -> dict:
 
 @pytest.mark.slow
 def test_a_partial_run_tags_only_the_cases_that_failed(partial, browser):
-    """Issue 54 item 7: "the viewer tags every row 'unresolved or failed', including cases that did not fail". A case
+    """ "The viewer tags every row 'unresolved or failed', including cases that did not fail". A case
     is tagged only when a stage that ran for its run failed it; a stage not run for a run says "not run"; the case
     list has no column of a stage no run shown ran."""
     from lexpilot.reporting.site.case_list import NOT_RUN, UNRESOLVED

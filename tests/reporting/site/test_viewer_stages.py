@@ -1,4 +1,4 @@
-"""The viewer for every stage (issue 26 items 1-3 and 6), in real Chromium: the later stages on the case page, every
+"""The viewer for every stage, in real Chromium: the later stages on the case page, every
 overview table linked to its cases by identity, a task's link listing the cases it gets wrong first, every filter
 written to the address, a case list usable at 800 px; hostile model output inert in each new view."""
 
@@ -156,7 +156,7 @@ def test_a_case_page_shows_every_stage(built, page):
     # the re-judged run, labelled by what differs, its labels beside the source's
     assert "original judge" in body and "model-a · re-judged by DeepSeek-R1" in body
     assert "window.__pwned = 3" in body
-    # the focal points' types in the words Figure 4 and the case list use (issue 35 item 15), the judge's label on hover
+    # the focal points' types in the words Figure 4 and the case list use, the judge's label on hover
     shown = page.locator("h4:has-text('Focal-point types') + ul b").all()
     typed = records(root, "eval_results", "focal_types.jsonl")[sample_cases()[0]["case_number"]]["types"]
     assert [b.inner_text() for b in shown[: len(typed)]] == [FOCAL_TYPES[t["type"]] for t in typed]
@@ -272,7 +272,7 @@ CELL_LINES = """() => [...document.querySelectorAll('table td, table th')].map(c
 
 
 def test_the_overview_reads_at_1400_pixels(built, browser):
-    """Issue 54 item 7: "the overview's cells are all underlined links and wrap at 1,400 px". At 1,400 px every cell
+    """ "The overview's cells are all underlined links and wrap at 1,400 px". At 1,400 px every cell
     of every table (Figure 4 (a)'s eight columns the widest) is on one line, no table scrolls, and a link is its
     colour, not an underline; a cell that measured nothing (n/a) links nowhere. At 800 px a wide table scrolls in
     its own box, its cells still on one line, and the page does not."""
@@ -310,7 +310,7 @@ def listed(page) -> list[str]:
 
 
 def test_comparisons_a_researcher_asks_for(built, page):
-    """Issue 26 item 4: right under A and wrong under B; wrong in every run; the two judges disagree; a matrix of
+    """The comparison page: right under A and wrong under B; wrong in every run; the two judges disagree; a matrix of
     cases × models and runs, filterable to failures."""
     root, site = built
     right = {
@@ -354,7 +354,7 @@ def test_comparisons_a_researcher_asks_for(built, page):
 
 
 def test_each_reply_shows_the_exact_prompt_the_provider_received(built, page):
-    """Issue 26 item 5: the prompt re-rendered from prompts/ and the case equals what the scripted provider received,
+    """The prompt re-rendered from prompts/ and the case equals what the scripted provider received,
     for every call of a run: LexAwN, the LCA judge, DCG questions, replies and judge, the interaction's rounds and
     replies, the predictions and the extraction judge; the plain consultation (its history as messages) and its
     response-type judge; Table 4's questions, replies, validator, prediction and extraction; the simulator audit of
@@ -427,7 +427,7 @@ def open_every_call(page) -> tuple[list, set, list]:
 
 
 def check_the_reordered_claims_are_shown_as_the_judge_saw_them(reordered, root, run_id, model, case) -> None:
-    """Per setup, the claims reordered and the same-order control (issue 36 item 7), each as the judge saw them."""
+    """Per setup, the claims reordered and the same-order control, each as the judge saw them."""
     assert len(reordered) == 6
     for kind in {k for k, _ in reordered}:
         record = records(root, "eval_results", f"{kind}.jsonl", run_id, model)[case]
@@ -520,7 +520,7 @@ def test_an_unknown_filter_value_filters_to_nothing_and_the_sort_is_in_the_addre
 
 
 def test_a_case_list_row_opens_its_run_and_a_case_page_shows_one_task_at_a_time(built, page):
-    """Issue 26 item 6: at many runs a case page stays navigable. A row of the case list opens the case page at its
+    """At many runs a case page stays navigable. A row of the case list opens the case page at its
     own run's transcript, unfolded; "Show" keeps one task of every run in view."""
     _, site = built
     page.goto((site / "cases.html").as_uri() + "#group=model-b")
@@ -541,7 +541,7 @@ def test_a_case_list_row_opens_its_run_and_a_case_page_shows_one_task_at_a_time(
 
 
 def test_links_of_figure_3_figure_4_the_judges_and_the_claim_order_select_what_they_say(built, page):
-    """Issue 26 items 2-3, the links the review found too broad: Figure 4's focal-type cells select the cases with a
+    """Links no broader than their cells: Figure 4's focal-type cells select the cases with a
     focal point of that type; Figure 3's rows their group's cases; the judges' label table the cases they
     disagree on (compare.html); the claim-order rows the cases whose verdicts changed with the claims shuffled."""
     root, site = built
@@ -575,7 +575,7 @@ def test_links_of_figure_3_figure_4_the_judges_and_the_claim_order_select_what_t
         "interaction rounds",
     )
     order = parse_qs(urlparse(href("Diagnostic, outside the paper")).fragment)
-    assert order["tag"][0].startswith("claim order changed: ")  # in the row's own setup (item 12 of issue 35)
+    assert order["tag"][0].startswith("claim order changed: ")  # in the row's own setup
     changed = {
         n
         for kind in ("direct", "interaction", "gold")
@@ -631,7 +631,7 @@ def test_the_case_list_leaves_out_an_older_records_injected_disruption_as_the_me
     run = types.SimpleNamespace(model="m", run_id="r1", condition="delayed", ran=set(records))
     assert "audit" not in outcomes(RunRecords(run, "m · r1", records, "m"), "1")
     records[AUDIT["interaction"].name]["1"]["replies"].append({**disruption, "source": "interaction round 3"})
-    # per source (review of #35)
+    # per source
     assert outcomes(RunRecords(run, "m · r1", records, "m"), "1")["audit"] == "interaction 1 flagged"
 
 
@@ -658,7 +658,7 @@ def test_the_case_list_leaves_out_an_older_records_injected_disruption_as_the_me
     ],
 )
 def test_a_stop_reason_cell_opens_the_cases_that_stopped_so(built, page, title, column, stopped):
-    """Issue 35 item 12: "The behaviour cells ("Judged in round 1 (premature)", rounds 2-3, budget) open the
+    """ "The behaviour cells ("Judged in round 1 (premature)", rounds 2-3, budget) open the
     premature, round and budget tags, not the wrong-verdict list". In Chromium, against the interaction records."""
     root, site = built
     page.goto((site / "index.html").as_uri())
@@ -675,7 +675,7 @@ def test_a_stop_reason_cell_opens_the_cases_that_stopped_so(built, page, title, 
 
 
 def test_a_judge_sensitivity_row_selects_its_re_judged_run(built, page):
-    """Issue 35 item 12: "The judge-sensitivity rows select their re-judged run": model-a's and model-b's runs are
+    """ "The judge-sensitivity rows select their re-judged run": model-a's and model-b's runs are
     both re-judged; each row's link lists only the cases where its own run's two judges disagree."""
     root, site = built
     page.goto((site / "index.html").as_uri())
@@ -695,7 +695,7 @@ def test_a_judge_sensitivity_row_selects_its_re_judged_run(built, page):
 
 
 def test_a_claim_order_row_selects_its_run_and_setup(built, page):
-    """Issue 35 item 12: "The claim-order rows select their run and setup": each row lists the cases of its run whose
+    """ "The claim-order rows select their run and setup": each row lists the cases of its run whose
     verdicts changed with the claims shuffled in its own setup."""
     root, site = built
     names = {"Direct": "direct", "Interaction-Based": "interaction", "Gold-Standard": "gold"}
@@ -722,7 +722,7 @@ def test_a_claim_order_row_selects_its_run_and_setup(built, page):
     "title", ["Plain consultation (Table 6)", "Plain response type against the LexAwN label"]
 )
 def test_a_table_6_cell_opens_the_cases_answered_with_its_type(built, page, title):
-    """Issue 35 item 12: "Table 6 cells filter by their type; today they sort alphabetically" (and the table
+    """ "Table 6 cells filter by their type; today they sort alphabetically" (and the table
     crossing them with LexAwN's labels, whose shares are over the cases of each type)."""
     from lexpilot.reporting.tables.formats import PLAIN_TYPE_NAMES
 
@@ -744,7 +744,7 @@ def test_a_table_6_cell_opens_the_cases_answered_with_its_type(built, page, titl
 
 
 def test_an_audit_row_lists_the_cases_whose_replies_it_audited(built, page):
-    """Issue 35 item 12: "The audit's "interaction" row lists only the cases with audited replies"."""
+    """ "The audit's "interaction" row lists only the cases with audited replies"."""
     from lexpilot.reporting.scoring.metrics import protocol_turn
 
     root, site = built
@@ -761,7 +761,7 @@ def test_an_audit_row_lists_the_cases_whose_replies_it_audited(built, page):
         page.goto((site / "cases.html").as_uri() + "#" + urlparse(href).fragment)
         assert wanted and set(page.locator("#rows tr td:first-child").all_inner_texts()) == wanted
         checked += 1
-        # a rate's cell: the cases with a reply of this source flagged so (review: every audited case opened)
+        # a rate's cell: the cases with a reply of this source flagged so (not every audited case)
         flags = {
             "Over-disclosure": lambda x: bool(x["over_disclosed"]),
             "Error": lambda x: bool(x["error"]),
@@ -789,7 +789,7 @@ def test_an_audit_row_lists_the_cases_whose_replies_it_audited(built, page):
 
 
 def test_a_case_is_wrong_on_the_audit_only_when_a_reply_of_it_was_flagged(built):
-    """Review of issue 35: "DCG clean; interaction clean" is a clean audit, not "wrong: audit flagged"; a case is
+    """ "DCG clean; interaction clean" is a clean audit, not "wrong: audit flagged"; a case is
     wrong on the audit when one of its audited replies (either source, the protocol's own turns left out) was
     flagged for over-disclosure, an error or a non-answer."""
     from lexpilot.reporting.scoring.metrics import protocol_turn
@@ -812,7 +812,7 @@ def test_a_case_is_wrong_on_the_audit_only_when_a_reply_of_it_was_flagged(built)
 
 
 def test_the_case_list_at_1400_pixels_shows_rows_and_every_column(built, browser):
-    """Issue 35 item 15: "The case list at 1,400 px shows more than 3.5 rows: Outcome tags wrap less, and Plain type
+    """ "The case list at 1,400 px shows more than 3.5 rows: Outcome tags wrap less, and Plain type
     and Audit are in view"."""
     if browser is None:
         pytest.skip("no Chromium")
@@ -831,7 +831,7 @@ def test_the_case_list_at_1400_pixels_shows_rows_and_every_column(built, browser
 
 
 def test_figure_4_b_average_row_opens_the_runs_it_averages(built, page):
-    """Review of issue 35 item 12: Figure 4 (b)'s average row opened every run (re-judged copies included); it opens
+    """Figure 4 (b)'s average row opened every run (re-judged copies included); it opens
     the cases, of its class, of the runs with focal-point types that the average is over."""
     from categories import cause_class
 
@@ -866,7 +866,7 @@ SNAKE_CASE = r"[a-z0-9]+(_[a-z0-9]+)*"
 
 
 def test_the_json_names_every_metric_and_number_in_one_style(built, capsys):
-    """Issue 35 item 13: "Give every number its own column or field, and use one style for JSON metric keys." On
+    """ "Give every number its own column or field, and use one style for JSON metric keys." On
     every stage's runs, with every table of the report riding along: each key that names what was measured or over
     which cases is snake_case (a cause of action keeps its Chinese name), and the numbers under them are the
     records' own, counted here by hand."""
@@ -918,7 +918,7 @@ def test_the_json_names_every_metric_and_number_in_one_style(built, capsys):
 
 
 def test_every_metric_of_a_scored_run_is_named_by_its_family_name_and_part(built):
-    """Issue 37 item 1: "Metric keys become a small named type, with one family per kind of number." On every
+    """ "Metric keys become a small named type, with one family per kind of number." On every
     stage's runs: each key of every run's metrics is a MetricKey, and its parts mean the same in every family (a
     part is OVERALL, a class, a cause of action or a stop reason; a name never carries a class)."""
     from lexpilot.benchmark.categories import CLASS_LABELS

@@ -1,4 +1,4 @@
-"""The rankings' p-values (issue 36 items 1 and 2): a paired randomization test over cases whose resolution always
+"""The rankings' p-values: a paired randomization test over cases whose resolution always
 allows a rejection after Holm's adjustment, checked against the exact sign test on runs the DCG stage wrote with
 planted differences, and against the nominal rate under a true null."""
 
@@ -55,7 +55,7 @@ def pairs_and_letters(root, capsys, *extra) -> tuple[dict, dict]:
 
 @pytest.mark.slow
 def test_ten_models_with_ordered_differences_get_ten_letters_at_the_default_command(ten_models, capsys):
-    """Issue 36 item 1: "at the defaults, ten models can never differ ... The resolution of p must always allow a
+    """ "At the defaults, ten models can never differ ... The resolution of p must always allow a
     rejection: (B + 1) ≥ 20 · m / α for a family of m pairs, chosen automatically". By hand: 45 pairs at α 0.05
     need B = 20 · 45 / 0.05 − 1 = 17,999 permutations. Neighbours differ on 9 cases, one way: the 2^9 swap patterns
     are enumerated, p = 2 · (1/2)^9 = 1/256 (the exact sign test); the other 36 pairs differ on 18 or more cases,
@@ -79,7 +79,7 @@ def test_ten_models_with_ordered_differences_get_ten_letters_at_the_default_comm
 
 @pytest.mark.slow
 def test_too_few_permutations_for_the_family_are_refused_in_one_line(ten_models, capsys):
-    """Issue 36 item 1: "`--resamples` below what the family needs is refused in one line" (the test's own count is
+    """ "`--resamples` below what the family needs is refused in one line" (the test's own count is
     --permutations; --resamples sets the intervals' bootstrap), and a level no permitted count can reach is said."""
     capsys.readouterr()
     assert show_results.main(["--output-root", str(ten_models), "--rank", "--permutations", "1000"]) == 2
@@ -94,7 +94,7 @@ def test_too_few_permutations_for_the_family_are_refused_in_one_line(ten_models,
         "use a larger --alpha, or rank fewer models (--model)"
     )
     assert permutations_needed(10, 0.05) == 3999 and permutations_needed(1, 0.05) == 999
-    # review of issue 35: one model has no pair to test, so no count is too few ("0 pairs ... need 999")
+    # one model has no pair to test, so no count is too few ("0 pairs ... need 999")
     assert (
         show_results.main(
             ["--output-root", str(ten_models), "--rank", "--permutations", "5", "--model", "m1"]
@@ -114,7 +114,7 @@ def discordant(tmp_path_factory):
 
 @pytest.mark.slow
 def test_with_few_differing_cases_p_is_the_exact_sign_tests(discordant, capsys):
-    """Issue 36 item 2: "With 4 cases where only A is right ... the tool gives 0.034–0.042 against an exact sign
+    """ "With 4 cases where only A is right ... the tool gives 0.034–0.042 against an exact sign
     test's 0.125 ... Use a paired randomization test over cases ... enumerate exactly when the differing cases are
     few". K differing cases, all one way: the two-sided sign test's p = 2 · (1/2)^K."""
     root, _ = discordant
@@ -189,7 +189,7 @@ def test_a_pair_sure_to_exceed_alpha_stops_early_and_every_decision_is_the_full_
 
 @pytest.mark.slow
 def test_stopping_early_never_changes_a_decision_of_the_full_test():
-    """Review of issue 36: at h = floor(α (B + 1)) the stopped p = h / L could fall just below α where the full test's
+    """At h = floor(α (B + 1)) the stopped p = h / L could fall just below α where the full test's
     did not (B = 1,018: 0.049 "yes" against 0.05005 "no"). At h = floor(α B) + 1, over 300 tests near the edge (12
     simulated pairs whose p is near α, one model a little better on 40 cases, three runs each; 25 seeds each), each
     p at or below α is the full test's to the last digit and every decision at α is the same."""
@@ -211,7 +211,7 @@ def test_stopping_early_never_changes_a_decision_of_the_full_test():
 
 
 def test_under_a_true_null_a_5_percent_test_rejects_at_most_5_percent():
-    """Issue 36 item 2: "the null rejection rate over 300 simulated grids is at most α + 2 SE" — two models with the
+    """ "The null rejection rate over 300 simulated grids is at most α + 2 SE" — two models with the
     same per-case chances, two runs each, 120 cases; and a planted difference is found."""
     rng = np.random.default_rng(5)
     test = Randomization(499)
@@ -244,7 +244,7 @@ RUNS = {
 
 @pytest.mark.slow
 def test_pass_hat_k_compares_models_with_different_numbers_of_runs_at_one_k(tmp_path, capsys):
-    """Issue 36 item 4: "Consistency is not pass^k ... Report tau-bench's pass^k estimator for every k ≤ n: the mean
+    """ "Consistency is not pass^k ... Report tau-bench's pass^k estimator for every k ≤ n: the mean
     over cases of C(c, k)/C(n, k). Compare models at a common k, the smallest run count in the table, and say
     which." Expected values from tau-bench's formula on the plan, each case's c counted from the plan here."""
     import math

@@ -1,4 +1,4 @@
-"""Rankings with multiplicity control, power and consistency over runs (issue 27): the statistics on known and
+"""Rankings with multiplicity control, power and consistency over runs: the statistics on known and
 simulated inputs, then the tables end to end on runs the stage scripts wrote with a scripted provider."""
 
 from contextlib import nullcontext
@@ -155,7 +155,7 @@ def ranked_root(ranked_runs, tmp_path):
 
 
 def csv_percent(share: float) -> str:
-    """A share as the CSV writes a percentage: the number whole, every digit (issue 35 item 13), in percent."""
+    """A share as the CSV writes a percentage: the number whole, every digit, in percent."""
     return repr(100 * share)
 
 
@@ -171,15 +171,15 @@ def test_all_pairs_ranking_and_consistency_on_runs_the_stages_wrote(ranked_root,
     out = capsys.readouterr().out
     pairs = {(r[0], r[1], r[2]): r[3:] for r in rows_of(out, "Every comparable pair")}
     # DCG accuracy by hand: m-a 24/24 in both runs, m-b 23/24 in both, m-c 0/24; m-d has another judge
-    # (the CSV has every cell's number whole: issue 36 item 7, "JSON cells carry numbers, not display strings")
+    # (the CSV has every cell's number whole: "JSON cells carry numbers, not display strings")
     assert float(pairs[("DCG Acc.", "m-a", "m-c")][0]) == 1 and float(
         pairs[("DCG Acc.", "m-b", "m-c")][0]
     ) == pytest.approx(23 / 24)
     assert float(pairs[("DCG Acc.", "m-a", "m-b")][0]) == pytest.approx(1 / 24)
     assert not any("m-d" in key for key in pairs)
-    # the randomization test (issue 36 item 2): m-a and m-c differ on all 24 cases, one way; of the swap patterns
+    # the randomization test: m-a and m-c differ on all 24 cases, one way; of the swap patterns
     # only the identity and the swap of all 24 reach |+1.000|, so none of the B drawn (2 in 2^24): p = 1 / (B + 1),
-    # with B = 20 · 3 pairs / 0.05 − 1 = 1199 chosen for the family (item 1). m-b − m-c likewise (every case differs
+    # with B = 20 · 3 pairs / 0.05 − 1 = 1199 chosen for the family. m-b − m-c likewise (every case differs
     # in some run, one way)
     permutations = 20 * 3 / 0.05 - 1
     assert pairs[("DCG Acc.", "m-a", "m-c")][1:3] == ["1.0", "1.0"]  # interval: low, high
@@ -342,13 +342,13 @@ def test_the_same_judge_rejudged_gives_test_retest_agreement_and_the_judges_shar
     assert float(noise["DCG Acc."][7]) == pytest.approx(50.0)
     # no means of cases
     assert all(noise[m][7] == "" for m in ("LCA Macro-F1", "LJP Direct QWK") if m in noise)
-    # issue 36 item 3: "a bootstrap interval over cases". On each resample (w_c: how often case c is drawn, of 6)
+    # "a bootstrap interval over cases". On each resample (w_c: how often case c is drawn, of 6)
     # r1 − r2 = −w_5/6 and r1 − its copy = w_1/6, so the share is w_1² / (2 · w_5²), undefined where w_5 = 0. By
     # exact enumeration of the multinomial (w_1, w_5) given w_5 ≥ 1: its 2.5% quantile is 0, its 96.5% quantile
     # 2.0 and its 97.5% 4.5
     low, high = (float(v) for v in noise["DCG Acc."][5:7])
     assert low == 0.0 and 200.0 <= high <= 450.0
-    # review of issue 36: the case-level share has its own interval. On a resample its sums are w_1 · ¼ and
+    # the case-level share has its own interval. On a resample its sums are w_1 · ¼ and
     # w_5 · ½, so the share is w_1 / (2 · w_5) (w_5 ≥ 1); by exact enumeration its 2.5% quantile is 0 and its
     # 96.5% and 99.6% quantiles 1.0 and 1.5
     low, high = (float(v) for v in noise["DCG Acc."][8:10])
@@ -433,7 +433,7 @@ def retested(tmp_path, provider, monkeypatch):
 
 @pytest.mark.slow
 def test_a_judges_share_above_the_whole_is_shown_as_estimated_and_marked(retested, capsys):
-    """Issue 36 item 3: "With a true share of 64 %, the tool printed 93.7 % and 100 %. The 100 % is capped from a
+    """ "With a true share of 64 %, the tool printed 93.7 % and 100 %. The 100 % is capped from a
     raw 123 % ... Show ... the raw value, uncapped and marked when it is outside [0, 1]." The re-judge flips two of
     r1's successes: judge's variance ((2/6)² + 0) / 2 / 2 = 1/36, variance between runs (1/6)² / 2 = 1/72: 200%."""
     root, again = retested(flips=("【r1-0】", "【r1-1】"))
@@ -460,7 +460,7 @@ def test_a_judges_share_above_the_whole_is_shown_as_estimated_and_marked(reteste
 
 @pytest.mark.slow
 def test_a_rejudged_run_is_compared_with_the_run_it_copied(retested, capsys):
-    """Issue 36 item 5: "Re-judging run1 with the same judge agrees 100 % (κ = 1.000), yet the table shows DCG
+    """ "Re-judging run1 with the same judge agrees 100 % (κ = 1.000), yet the table shows DCG
     −0.083 [−0.333, +0.167] because "original" was the two-run mean. Pair each re-judged run with its own source
     run, case by case." Only r1 re-judged: original r1's 4/6, re-judged 4/6, the difference 0 in every resample."""
     root, again = retested()
@@ -487,7 +487,7 @@ def test_a_rejudged_run_is_compared_with_the_run_it_copied(retested, capsys):
 
 @pytest.mark.slow
 def test_rejudges_by_one_judge_are_one_group_shown_in_the_judge_tables_only(retested, capsys):
-    """Issue 36 item 6: "Re-judges of several runs by the same judge form one group, judged "by X", with its SD.
+    """ "Re-judges of several runs by the same judge form one group, judged "by X", with its SD.
     The paper's tables show the runs as judged, unless asked (--include-rejudged, or naming the run). The judge
     tables show the re-judges." Both runs re-judged by the same judge: Table 11 has m alone; asked, a second row
     "m · re-judged by …" over two runs, with its SD."""
@@ -513,7 +513,7 @@ def test_rejudges_by_one_judge_are_one_group_shown_in_the_judge_tables_only(rete
     (table,) = json_module.loads(capsys.readouterr().out)["tables"]
     assert table["id"] == "judge_sensitivity" and table["part"].startswith("m · re-judged by ")
     assert "(r1 → r1-again, r2 → r2-again)" in table["title"]
-    # review of issue 36: a re-judged copy named alone is labelled as one, not as the model's own runs
+    # a re-judged copy named alone is labelled as one, not as the model's own runs
     assert (
         show_results_main(
             ["--output-root", str(root), "--format", "csv", "--table", "main", "--run-id", "r2-again"]
@@ -522,7 +522,7 @@ def test_rejudges_by_one_judge_are_one_group_shown_in_the_judge_tables_only(rete
     )
     (alone,) = [r[0] for r in rows_of(capsys.readouterr().out, "Main results")]
     assert alone.startswith("m · re-judged by "), alone
-    # review of issue 36: nor are they a model of the consistency table, where they set the common k of pass^k
+    # nor are they a model of the consistency table, where they set the common k of pass^k
     assert (
         show_results_main(
             [
@@ -634,7 +634,7 @@ def test_the_order_stage_maps_verdicts_back_to_their_claims(
 def test_the_same_order_control_tells_the_judges_noise_from_the_orders_effect(
     tmp_path, provider, monkeypatch, capsys
 ):
-    """Issue 36 item 7: "the claim-order probe gets a same-order control (a second extraction with the original
+    """ "The claim-order probe gets a same-order control (a second extraction with the original
     order), so judge noise and order effects are told apart (today a planted 5 % order bias is invisible)". The
     judge answers by a claim's text, but asked again (in the diagnostic) it flips case A's first claim (its noise,
     in the control and the shuffled ask alike), and with the claims out of order it also flips case B's first claim
@@ -684,7 +684,7 @@ def test_the_same_order_control_tells_the_judges_noise_from_the_orders_effect(
 
 
 def test_the_order_stage_makes_no_call_for_a_case_with_one_claim(tmp_path, provider, monkeypatch, capsys):
-    """Issue 36 item 7: "`eval_LJP_order.py` makes no call for cases with one claim (4 of the sample's 12, all left
+    """ "`eval_LJP_order.py` makes no call for cases with one claim (4 of the sample's 12, all left
     out of the report anyway)": one extraction per setup for each of the 8 others, and the closing line says so."""
     import eval_LJP_order
     from tests.helpers.datasets import sample_cases
@@ -737,7 +737,7 @@ def test_the_ranking_is_in_the_viewers_overview_and_per_class_on_request(ranked_
     # four cases of each of the six classes: m-a succeeds on all of them, m-c on none. Four differing cases, one
     # way: the exact sign test's p = 2 · (1/2)^4 = 0.125 at best, 0.375 after Holm over 3 pairs: one letter for all
     assert len({r[0] for r in by_class}) == 6 and len(by_class) == 18
-    # the CSV has the means as numbers (issue 35 item 13): all right, all wrong
+    # the CSV has the means as numbers: all right, all wrong
     assert {r[3] for r in by_class if r[2] == "m-a"} == {"1.0"} and {
         r[3] for r in by_class if r[2] == "m-c"
     } == {"0.0"}
@@ -822,7 +822,7 @@ def test_a_difference_of_the_detectable_size_is_found_four_times_in_five():
     [
         (["--rank", "--alpha", "0"], "argument --alpha: 0 is outside 0.0001 to 0.5"),
         (["--power", "--alpha", "nan"], "argument --alpha"),
-        # issue 36 item 7: "`--by-class` without `--rank`, and `--power` with too few resamples to estimate, are
+        # "`--by-class` without `--rank`, and `--power` with too few resamples to estimate, are
         # refused in one line"
         (["--by-class"], "--by-class adds the per-class rankings to --rank: pass --rank too"),
         (
@@ -951,7 +951,7 @@ def test_ljp_consistency_on_runs_the_stages_wrote(tmp_path, provider, monkeypatc
 
 @pytest.mark.slow
 def test_equal_values_share_a_rank(ranked_runs, tmp_path, monkeypatch, capsys):
-    """Issue 35 item 15: "Equal values share a rank". m-e answers as m-b does in both runs (23 of 24 each): the
+    """ "Equal values share a rank". m-e answers as m-b does in both runs (23 of 24 each): the
     two share rank 2, and m-c, below both, is 4th (competition ranking: 1, 2, 2, 4)."""
     import json as json_module
     import shutil
@@ -980,7 +980,7 @@ def test_equal_values_share_a_rank(ranked_runs, tmp_path, monkeypatch, capsys):
 
 
 def test_the_letters_are_swept_so_none_is_redundant():
-    """Issue 36 item 7: "letters made compact with Piepho's sweep step, so no letter is redundant". Six models,
+    """ "Letters made compact with Piepho's sweep step, so no letter is redundant". Six models,
     different: A-B, B-C, C-F, C-D, D-E. The ten pairs not different form, by hand, four cliques — ACE, ADF, BDF,
     BEF — and each holds a pair no other holds (C-E, A-D, B-D, B-E): four letters. Insert-and-absorb alone gave
     five. Then on random designs: two models share a letter exactly when they are not different, and no letter can
@@ -1013,7 +1013,7 @@ def test_the_letters_are_swept_so_none_is_redundant():
 def test_a_limited_run_beside_a_full_one_is_named_by_its_cases_and_code_is_said_only_when_it_differs(
     ranked_runs, ranked_root, capsys
 ):
-    """Issue 36 item 7: "with `--limit`, the full-case group is not "other cases", and "its runs differ in code" is
+    """ "With `--limit`, the full-case group is not "other cases", and "its runs differ in code" is
     said only when they do" — m-a run again on the first 12 of its 24 cases, with the same code."""
     import json as json_module
 
@@ -1038,7 +1038,7 @@ def test_a_limited_run_beside_a_full_one_is_named_by_its_cases_and_code_is_said_
 
 
 def test_the_power_table_on_runs_the_stages_wrote_and_at_holms_level(ranked_root, capsys):
-    """Issue 36 item 7: "the MDD at the Holm-adjusted α when read for a ranking claim, and labelled which". By hand
+    """ "The MDD at the Holm-adjusted α when read for a ranking claim, and labelled which". By hand
     on the DCG runs (m-a, m-b, m-c: two runs each, no run-to-run variance): m-a − m-b differs by 0.5 on two of 24
     cases, m-b − m-c by 1 on 22 and 0.5 on 2; both have a per-case variance of 0.5/24 − (1/24)² (population), so
     a bootstrap variance of the mean of that over 24, and m-a − m-c none. The median of the three is that; MDD =
@@ -1080,7 +1080,7 @@ def test_the_power_table_on_runs_the_stages_wrote_and_at_holms_level(ranked_root
 def test_a_prompt_file_added_since_a_run_was_made_keeps_it_comparable_and_in_its_group(
     tmp_path, provider, monkeypatch, capsys
 ):
-    """Found by a newcomer's review (issue 37): adding a stage's prompt file made every older run "not comparable"
+    """Adding a stage's prompt file once made every older run "not comparable"
     (`prompt_hash.judge_demo.txt differ`) although neither run sent it. On DCG runs the stage wrote, before and after
     a prompt file is declared: runs of one model stay one group, and two models stay a compared pair; a prompt both
     runs record with other text still differs."""

@@ -157,7 +157,7 @@ def test_figure_3_with_a_complexity_file(typed_run, capsys):
         ("cause_of_action,complexity\n外星纠纷,2\n", ":2: unknown cause of action '外星纠纷'"),
         ("离婚纠纷,\n", ":1: missing complexity for 离婚纠纷"),
         ("离婚纠纷,很多\n", ":1: '很多' is not a non-negative number"),
-        # issue 34 item 6: the last value would win, and rho would be n/a
+        # a cause given twice: the last value would win, and rho would be n/a
         (
             "cause_of_action,complexity\n离婚纠纷,2\n抚养纠纷,1\n离婚纠纷,3\n",
             ":4: 离婚纠纷 is listed twice (lines 2 and 4); give each cause one complexity",
@@ -196,7 +196,7 @@ def test_figures_3_and_4_are_valid_pngs(typed_run, tmp_path, capsys):
 def test_focal_point_types_are_judged_once_for_the_benchmark_and_reused_by_every_run(
     tmp_path, provider, monkeypatch, capsys
 ):
-    """Issue 25, item 6: types are a property of the benchmark, not of a run and model: another run (of another
+    """Types are a property of the benchmark, not of a run and model: another run (of another
     model) under the same output root reuses the types judged before, with no call; Figure 4 (c) counts each
     case once over the benchmark, and (a)/(b) gain the average over the models shown."""
     cases = [{k: v for k, v in c.items() if k != "focal_point_types"} for c in sample_cases()[:3]]
@@ -283,7 +283,7 @@ class Recorder:
 def test_figure_4s_panels_take_the_same_runs_and_its_images_show_its_tables(
     tmp_path, provider, monkeypatch, capsys
 ):
-    """Issue 35 item 7: (a) and (b) over the same runs, said in the title; the images draw what the tables print,
+    """Figure 4: (a) and (b) over the same runs, said in the title; the images draw what the tables print,
     the average bar included, (c) from the benchmark's typed cases. Model a's r1 has focal types and accepts every
     DCG question; its r2 has no focal types and accepts none: (b) is r1's accuracy, 1.0, not the two-run mean 0.5."""
     from lexpilot.reporting.scoring.groups import group_runs
@@ -351,7 +351,7 @@ def test_the_focal_type_prompt_gives_every_example_of_table_18():
 def test_figure_4s_average_is_over_the_models_with_focal_types_and_says_how_many(
     tmp_path, provider, monkeypatch, capsys
 ):
-    """Issue 35, a behaviour the suite did not exercise: "Figure 4's average must be over the models shown with
+    """ "Figure 4's average must be over the models shown with
     that analysis, and say how many". model-a and model-c have focal-point types, model-b only its DCG runs."""
     from lexpilot.running.stage import stage_main
     from tests.helpers.stages import STAGES
@@ -379,7 +379,7 @@ def test_figure_4s_average_is_over_the_models_with_focal_types_and_says_how_many
 
 
 def test_focal_types_are_reused_only_under_the_same_judge_settings(tmp_path, provider, monkeypatch):
-    """Issue 35, a behaviour the suite did not exercise: "a judged artifact reused across runs (focal types) is
+    """ "A judged artifact reused across runs (focal types) is
     reused only under the same judge settings, and judged again under another judge". Run r2 with the same judge
     reuses r1's types with no call; r3 with the judge at another temperature, and r4 with another judge model,
     judge every focal point again."""

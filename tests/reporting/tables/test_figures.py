@@ -1,4 +1,4 @@
-"""The figures (issue 26 item 10): a further group labelled by what differs, scatter labels that do not overprint,
+"""The figures: a further group labelled by what differs, scatter labels that do not overprint,
 an undefined value drawn as n/a, error bars on every chart; on runs the stage scripts wrote."""
 
 import pytest
@@ -113,7 +113,7 @@ def test_figure_3s_trend_lines_take_their_groups_colours(drawn):
 
 @pytest.mark.slow
 def test_the_legend_stands_beside_the_axes_never_on_a_bar(tmp_path):
-    """Issue 26 item 10: at 10 models the legend covered the Family bars; it now stands right of the axes."""
+    """At 10 models the legend covered the Family bars; it now stands right of the axes."""
     import types
 
     import matplotlib
@@ -143,7 +143,7 @@ def test_figure_3s_legend_stands_right_of_both_panels(drawn):
 
 @pytest.mark.slow
 def test_the_class_names_under_the_bars_never_overprint(tmp_path, provider, monkeypatch):
-    """Issue 35's review: by-class plot labels overlap ("Service Contract" ran into "Finance Contract"). On a run
+    """By-class plot labels overlapped ("Service Contract" ran into "Finance Contract"). On a run
     of every class of the sample (12 cases, 6 classes and Overall), each tick label of every per-class figure stands
     clear of the next one, as drawn."""
     figs = {}

@@ -1,4 +1,4 @@
-"""The terminal and CSV renderings (issue 26 items 8 and 9): text aligned by display width (a Chinese character
+"""The terminal and CSV renderings: text aligned by display width (a Chinese character
 takes two cells), wide tables cut into column blocks, tables chosen by identity, numbers as numbers in CSV; on
 runs the stage scripts wrote."""
 
@@ -89,7 +89,7 @@ def test_an_unknown_table_name_is_one_line(dcg_root, capsys):
     assert show_results.main(["--output-root", str(dcg_root), "--table", "nope"]) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]  # after the runs' own notes (tasks not run)
     assert last.startswith("show_results: --table nope: no such table") and "main" in last
-    # a table an option makes says which (review of issue 35: "--table pairs without --rank" said only "no such")
+    # a table an option makes says which ("--table pairs without --rank" said only "no such")
     assert show_results.main(["--output-root", str(dcg_root), "--table", "pairs", "power", "nope"]) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.endswith("; pairs comes with --rank; power comes with --power")
@@ -108,7 +108,7 @@ def test_two_names_sharing_a_json_key_are_one_line_not_a_merged_number():
 def test_a_run_with_no_complete_task_is_one_line_and_its_spending_still_counts(
     tmp_path, provider, monkeypatch, capsys
 ):
-    """Issue 26 item 11: a smoke run that failed is one line in the runs table with why, not a row of n/a in every
+    """A smoke run that failed is one line in the runs table with why, not a row of n/a in every
     table and a stderr line per missing file; what it spent is in the usage."""
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "two.json", sample_cases()[:2]))
     assert h.run("gold") == 0
@@ -175,7 +175,7 @@ def lca_macro_f1(path) -> tuple[float, float]:
 def test_each_table_prints_at_its_paper_tables_precision_on_runs_the_stages_wrote(
     tmp_path, provider, monkeypatch, capsys
 ):
-    """Issue 35 item 1: "a table's precision is its paper table's". The paper prints Table 11 at 3 decimals
+    """ "A table's precision is its paper table's". The paper prints Table 11 at 3 decimals
     (`$0.640\\pm 0.011$`) and Tables 2, 14, 16 and 17 at 4 (Table 14: "LawLLM-7B 0.4186 0.5278 0.3218"); the
     Overall column of a by-class table is the main table's mean at 4 decimals; --decimals N redraws every metric
     at N in the text formats, and the CSV keeps every digit."""
@@ -269,7 +269,7 @@ def test_every_table_of_a_report_is_declared_with_its_paper_table():
 
 
 def test_a_table_its_builder_does_not_declare_is_refused_and_a_declared_one_carries_its_decimals():
-    """Issue 37 item 4: "A new table is registered in one place": its builder declares its kind (`declares`), and
+    """ "A new table is registered in one place": its builder declares its kind (`declares`), and
     the catalog lists the builder; a table the builder makes without declaring it cannot reach a report."""
     from lexpilot.reporting import catalog
     from lexpilot.reporting.tables.table import Kind, Table, declares
@@ -302,7 +302,7 @@ def markdown_tables(out: str) -> dict[str, tuple[list[str], list[str]]]:
 def test_csv_gives_each_part_of_a_whole_its_own_number_on_runs_the_stages_wrote(
     tmp_path, provider, monkeypatch, capsys
 ):
-    """Issue 26 item 9: "numbers as numbers". The stop-reason shares ("0.500 / 0.000 / …"), Table 4's cases
+    """ "Numbers as numbers". The stop-reason shares ("0.500 / 0.000 / …"), Table 4's cases
     accepted at each attempt ("5 / 0 / 0 / 0 / 0") and its count of unresolved cases are one number per CSV
     column, each checked against the records by hand."""
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "six.json", sample_cases()[:6]))
@@ -462,7 +462,7 @@ def test_a_group_shown_alone_keeps_its_name_and_its_link(tmp_path, provider, mon
 
 
 def test_text_tables_stay_aligned_with_fullwidth_punctuation(tmp_path, provider, monkeypatch, capsys):
-    """Issue 35, a behaviour the suite did not exercise: "text tables stay aligned with fullwidth punctuation
+    """ "Text tables stay aligned with fullwidth punctuation
     (（）：，) in a cell". A model id with them, through a run the gold stage wrote, in every table's columns."""
     import unicodedata
 
@@ -518,7 +518,7 @@ def test_text_tables_stay_aligned_with_fullwidth_punctuation(tmp_path, provider,
 
 
 def test_csv_and_json_carry_numbers_not_display_text(tmp_path, provider, monkeypatch, capsys):
-    """Issue 35 item 13: "Percentages, `192 / 141670 / 3262` usage cells and `12 × 2` power cells are text today,
+    """ "Percentages, `192 / 141670 / 3262` usage cells and `12 × 2` power cells are text today,
     and `--format json --table …` rows are display strings. Give every number its own column or field". On a gold
     run of two cases the stage wrote: by hand, the evaluated model made one prediction per case (2 calls) and the
     judge one extraction per case (2 calls)."""
@@ -565,7 +565,7 @@ def test_csv_and_json_carry_numbers_not_display_text(tmp_path, provider, monkeyp
         and isinstance(gold_qwk["mean"], float)
         and gold_qwk["text"].startswith("0.")
     )
-    # the fields docs/results.md names, in the JSON's one style (issue 35 item 13; the CSV's headers say "SD")
+    # the fields docs/results.md names, in the JSON's one style (the CSV's headers say "SD")
     docs = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
     assert {"mean", "sd", "low", "high", "n"} <= set(gold_qwk) and '"mean": 0.5344, "sd": 0.0' in docs
     check_the_csv_gives_each_usage_number_a_column(h.root, prompt, capsys)
@@ -591,7 +591,7 @@ def check_the_csv_gives_each_usage_number_a_column(root, prompt: int, capsys) ->
 
 
 def test_a_note_table_keeps_to_the_width(tmp_path, provider, monkeypatch, capsys):
-    """Review of issue 35: the Figure 3 note (152 characters) ignored --width 80."""
+    """The Figure 3 note (152 characters) keeps to --width 80."""
     h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "two.json", sample_cases()[:2]))
     for stage in ("LexAwN", "DCG"):
         assert h.run(stage) == 0
@@ -603,7 +603,7 @@ def test_a_note_table_keeps_to_the_width(tmp_path, provider, monkeypatch, capsys
 
 
 def test_a_note_of_chinese_text_keeps_to_the_width_in_terminal_cells():
-    """Issue 35's review: notes were wrapped by characters, and a Chinese character takes two terminal cells, so a
+    """Notes were wrapped by characters, and a Chinese character takes two terminal cells, so a
     Chinese note ran past --width. Each line keeps to the width as a terminal shows it; nothing is lost."""
     from lexpilot.reporting.tables.renderings import display_width, render_text
     from lexpilot.reporting.tables.table import Table
@@ -622,7 +622,7 @@ def test_a_note_of_chinese_text_keeps_to_the_width_in_terminal_cells():
 def test_json_with_compare_carries_the_comparison_as_the_statistics_ride_along(
     tmp_path, provider, monkeypatch, capsys
 ):
-    """A review of issue 35: `--format json --compare A B` printed no comparison unless `--table comparison` was
+    """`--format json --compare A B` printed no comparison unless `--table comparison` was
     given, while --rank, --power and --consistency bring theirs. On DCG runs the stage wrote for two models, the
     comparison's DCG row gives A − B of the records' accuracies, by hand."""
     import json
@@ -661,7 +661,7 @@ def test_json_with_compare_carries_the_comparison_as_the_statistics_ride_along(
 
 
 def test_markdown_escapes_html_in_a_model_id(harness, capsys):
-    """Item 21."""
+    """A model id that is HTML is escaped in a Markdown report, never written as a tag."""
     import show_results
 
     assert harness.run("gold", "--limit", "1", "--model", "<img src=x onerror=alert(1)>") == 0
@@ -690,7 +690,7 @@ def markdown_cells(row: str) -> list[str]:
 
 
 def test_a_model_id_with_a_backslash_and_a_bar_stays_in_its_markdown_cell(harness, capsys):
-    """Item 11: `a\\|b` was written `a\\\\|b`, which ends the cell after the escaped backslash."""
+    """`a\\|b` was written `a\\\\|b`, which ends the cell after the escaped backslash."""
     model = "vendor\\|model"
     assert harness.run("gold", "--limit", "1", "--model", model) == 0
     capsys.readouterr()

@@ -61,7 +61,7 @@ def annotation_files(tmp_path, items):
 
 
 def test_score_prints_table_12_from_a_hand_computed_annotation_table(tmp_path, capsys):
-    items = [  # LCA: humans agree 3/4 (kappa 0.5), item 2 adjudicated 策略二; judge matches 3/4 finals
+    items = [  # LCA: humans agree 3/4 (kappa 0.5), the second item adjudicated 策略二; judge matches 3/4 finals
         ("LCA", "策略一", "策略一", "", "策略一"),
         ("LCA", "策略一", "策略二", "策略二", "策略二"),
         ("LCA", "策略二", "策略二", "", "策略二"),
@@ -262,7 +262,7 @@ def test_kappa_intervals_come_from_whole_cases(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_export_reads_the_dataset_each_runs_manifest_names(two_models, tmp_path):
-    """Issue 26 item 12: without --dataset, export uses the runs' own dataset, as show_results.py does."""
+    """Without --dataset, export uses the runs' own dataset, as show_results.py does."""
     assert export(two_models, tmp_path / "given.csv") == 0
     assert (
         judge_agreement.main(
@@ -318,7 +318,7 @@ def test_judge_agreement_out_at_a_folder_is_one_line(saved_run, tmp_path, monkey
 
 @pytest.mark.slow
 def test_a_huge_reply_fits_the_sheet_and_the_key_is_read_back(harness, provider, tmp_path, capsys):
-    """Item 20: a 300,000-character reply: the people's sheet cuts it with a marker (spreadsheets hold 32,767
+    """A 300,000-character reply: the people's sheet cuts it with a marker (spreadsheets hold 32,767
     characters a cell), the key keeps it whole, and score reads both."""
     import csv
 

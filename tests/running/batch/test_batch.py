@@ -318,7 +318,7 @@ def test_batch_after_batch_files_says_the_files_wait_for_vllm_rather_than_waitin
     pair, provider, capsys
 ):
     """Files written for `vllm run-batch` are answered only by their output files: --batch without --batch-files
-    stops at once, naming the file, the missing output and the option (a review found it polling for ever)."""
+    stops at once, naming the file, the missing output and the option, instead of polling for ever."""
     _, batch = pair
     folder = batch.root / "vllm"
     assert batch.run("gold", "--batch-files", str(folder)) == 0
@@ -345,7 +345,7 @@ def test_roles_on_one_url_with_different_models_get_a_batch_each(pair, provider)
 
 
 def test_counts_in_messages_and_titles_agree_with_their_nouns(tmp_path, provider, monkeypatch, capsys):
-    """Issue 35 item 15: "Fix the grammar: "1 more calls", "1 cycles", "(1 runs …)"" — on a batch run of one case
+    """No "1 more calls", "1 cycles" or "(1 runs …)": the counts agree with their nouns on a batch run of one case
     of the gold stage (a prediction, then its extraction: two cycles) and its report."""
     from tests.helpers.stages import Harness
 

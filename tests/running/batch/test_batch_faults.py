@@ -1,4 +1,4 @@
-"""Batch mode under faults (issue 28): paid work is counted per request — what the provider processed, by
+"""Batch mode under faults: paid work is counted per request — what the provider processed, by
 kind and by what the request asks — and must equal what a clean synchronous run processes."""
 
 import json
@@ -33,7 +33,7 @@ def synchronous(provider, h, *stages) -> Counter:
 
 @pytest.mark.parametrize("stage", ["LexAwN", "DCG"])
 def test_a_role_left_synchronous_is_never_paid_twice(pair, provider, stage):
-    """Item 1: with --batch-roles judge, the evaluated model and the User Model are asked directly within the
+    """With --batch-roles judge, the evaluated model and the User Model are asked directly within the
     cycles; each reply bought so is kept and never asked again (8 cases: 28 eval and 12 user calls for LexAwN)."""
     sync, batch = pair
     expected = synchronous(provider, sync, stage)
@@ -53,7 +53,7 @@ def ledger_of(h):
 def test_a_lost_ledger_is_rebuilt_from_the_providers_list_and_nothing_is_submitted_twice(
     pair, provider, capsys
 ):
-    """Item 2: after --batch-detach the ledger is deleted: --batch-status still shows the batch (the provider
+    """After --batch-detach the ledger is deleted: --batch-status still shows the batch (the provider
     lists it, tagged with run, model and stage), and the rerun re-attaches to it instead of submitting again."""
     sync, batch = pair
     expected = synchronous(provider, sync, "gold")
@@ -106,7 +106,7 @@ def test_without_the_ledger_and_without_the_providers_list_nothing_is_submitted(
 
 
 def test_a_create_whose_reply_was_lost_is_found_not_repeated(pair, provider):
-    """Item 3: the batch was created but the reply never arrived: the retry finds it by its input file."""
+    """The batch was created but the reply never arrived: the retry finds it by its input file."""
     sync, batch = pair
     expected = synchronous(provider, sync, "gold")
     provider.batch_lost_create = True
@@ -116,7 +116,7 @@ def test_a_create_whose_reply_was_lost_is_found_not_repeated(pair, provider):
 
 @pytest.mark.parametrize("lost", ["batch", "output file"])
 def test_a_batch_the_provider_lost_goes_back_to_pending(pair, provider, capsys, lost):
-    """Item 4: a 404 for the batch or its output file: one line, and its requests go into a new batch."""
+    """A 404 for the batch or its output file: one line, and its requests go into a new batch."""
     sync, batch = pair
     expected = synchronous(provider, sync, "gold")
     provider.batch_delay = 60
@@ -153,7 +153,7 @@ def test_a_batch_the_provider_lost_goes_back_to_pending(pair, provider, capsys, 
 
 
 def mangled(lines: list[str]) -> list[str]:
-    """Item 5: a custom id that is a list, an object, null; a bare string; a response that is a string, a body
+    """A custom id that is a list, an object, null; a bare string; a response that is a string, a body
     that is a string; a custom id answered twice with different replies."""
     first, second, third, fourth = (json.loads(x) for x in lines[:4])
     bad = [
@@ -218,7 +218,7 @@ def test_malformed_lines_in_a_vllm_output_file_are_no_traceback(pair, provider, 
 
 
 def test_transient_failures_of_the_batch_endpoints_are_retried(pair, provider, capsys):
-    """Item 6: one HTTP 500, 429 or connection reset on /files or /batches is retried, not a traceback."""
+    """One HTTP 500, 429 or connection reset on /files or /batches is retried, not a traceback."""
     sync, batch = pair
     expected = synchronous(provider, sync, "gold")
     provider.batch_errors = [
@@ -238,7 +238,7 @@ def test_transient_failures_of_the_batch_endpoints_are_retried(pair, provider, c
 
 @pytest.mark.parametrize("final", ["failed", "cancelled", "expired"])
 def test_batches_that_always_fail_end_the_cases_with_the_providers_reason(pair, provider, capsys, final):
-    """Item 7: bounded: a request without a reply in --retries + 1 batches fails its case."""
+    """Bounded: a request without a reply in --retries + 1 batches fails its case."""
     _, batch = pair
     provider.batch_final = final
     assert batch.run("gold", "--batch", "--batch-poll", "1", "--retries", "2") == 1
@@ -252,7 +252,8 @@ def test_batches_that_always_fail_end_the_cases_with_the_providers_reason(pair, 
     "content", ["{}", "[]", '{"batches": [1]}', '{"batches": [], "failures": []}', "nonsense"]
 )
 def test_a_malformed_ledger_is_one_line(pair, provider, capsys, content):
-    """Item 8."""
+    """A ledger (batches.json) that is not one is one line naming it, for --batch-status and --batch alike, and no
+    batch is submitted."""
     from lexpilot.storage.checkpoints import run_folder
 
     _, batch = pair
@@ -277,7 +278,7 @@ def test_batch_poll_has_a_floor(pair, capsys):
 
 
 def test_cycle_lines_count_over_the_run_and_the_depth_goes_down(pair, provider, capsys):
-    """Item 9: cycle numbers go on over reruns; the remaining depth never stays put; the budget says spent,
+    """Cycle numbers go on over reruns; the remaining depth never stays put; the budget says spent,
     reserved and left."""
     _, batch = pair
     provider.batch_delay = 60
@@ -390,7 +391,7 @@ def test_every_stage_in_batches_under_a_fault_storm_and_kills_pays_what_a_synchr
 
 
 def test_a_reasoning_model_in_batch_mode_switches_its_field_and_pays_each_request_once(pair, provider):
-    """Issue 28, item 10 in batch mode: the refusal lines of an OpenAI reasoning model come back in the output
+    """In batch mode too, the refusal lines of an OpenAI reasoning model come back in the output
     file; the role switches to max_completion_tokens and asks again, as a synchronous call does."""
     from tests.helpers.replies import MAX_TOKENS_REFUSED
 

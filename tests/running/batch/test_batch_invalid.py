@@ -1,4 +1,4 @@
-"""Batch mode with invalid outputs (issue 34 item 0): "Judges write invalid output routinely". Every stage, in
+"""Batch mode with invalid outputs ("Judges write invalid output routinely"). Every stage, in
 batch mode and with each --batch-roles split, is given one invalid output for every prompt whose output has a
 required form (every judge's); each is asked again as in a synchronous run, the
 stage completes, and the provider processes exactly what a clean synchronous run processes, request by request."""
@@ -100,7 +100,7 @@ def detached_until_done(h: Harness, provider, capsys, *extra: str) -> str:
 
 
 def test_an_invalid_output_is_said_once_across_detached_invocations(tmp_path, monkeypatch, capsys):
-    """Review of item 0: each --batch-detach invocation replays the journal from the start; an invalid output an
+    """Each --batch-detach invocation replays the journal from the start; an invalid output an
     earlier invocation said is not said again."""
     script = FirstAnswerInvalid()
     with ScriptedProvider(script) as provider:

@@ -1,4 +1,4 @@
-"""A batch belongs to its own run (issue 34 items 1-2): "Give each run an incarnation id, random and made when its
+"""A batch belongs to its own run: "Give each run an incarnation id, random and made when its
 manifest is first written. Put it in the batch metadata and in every custom id. Attach only batches whose custom
 ids carry this run's id; a foreign batch is named in one line and left alone." And after a lost ledger, at a
 provider that drops `metadata` from `batches.list`: "Say so before resubmitting ... Resubmit only with an
@@ -164,7 +164,7 @@ def test_a_first_batch_run_at_a_provider_without_metadata_is_not_stopped(
     assert provider.processed == expected
 
 
-# ----------------------------------------------------------------------------- keys (item 3)
+# ----------------------------------------------------------------------------- keys
 
 
 def echo_in_reply(provider):
@@ -212,7 +212,7 @@ def test_a_key_echoed_in_a_batch_never_reaches_a_file_or_a_message(
         )
 
 
-# ----------------------------------------------------------------------------- --batch-status (item 13)
+# ----------------------------------------------------------------------------- --batch-status
 
 
 def test_batch_status_reads_while_another_process_writes_the_run(
@@ -269,7 +269,7 @@ LONG_KEY = "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z" * 5
 def test_a_long_key_is_redacted_before_a_message_is_cut(
     tmp_path, provider, monkeypatch, dataset, capsys, where
 ):
-    """A message cut to its length before redaction kept part of a long key (review of item 3)."""
+    """A message cut to its length before redaction kept part of a long key: redacted first, then cut."""
     h = Harness(tmp_path / "batch", provider, monkeypatch, dataset)
     monkeypatch.setenv("OPENAI_API_KEY", LONG_KEY)
     echo = f"the provider says: {'x' * 200} {LONG_KEY} is refused"
@@ -292,7 +292,7 @@ def test_a_long_key_is_redacted_before_a_message_is_cut(
     assert not [w for w in windows for t in texts if w in t]
 
 
-# ----------------------------------------------------------------------------- review of items 1-2
+# ----------------------------------------------------------------------------- runs made before incarnations
 
 
 def as_before_incarnations(h, provider) -> None:
@@ -413,7 +413,7 @@ def test_a_batch_the_ledger_knows_is_not_called_foreign(tmp_path, provider, monk
     assert provider.processed == expected
 
 
-# ----------------------------------------------------------------------------- second review of items 1-2
+# ----------------------------------------------------------------------------- lost ledgers and manifests
 
 
 def finish(provider) -> None:
@@ -530,7 +530,7 @@ def test_a_lost_ledger_at_a_provider_that_lists_none_of_the_runs_batches_is_said
 def test_a_long_key_quoted_from_a_malformed_reply_is_redacted_before_it_is_cut(
     tmp_path, provider, monkeypatch, dataset, capsys, reply
 ):
-    """Second review of item 3: a malformed reply's start was cut (to 40 or 120 characters) before redaction, so a
+    """A malformed reply's start was cut (to 40 or 120 characters) before redaction, so a
     key it held reached the message in part."""
     h = Harness(tmp_path / "run", provider, monkeypatch, dataset)
     monkeypatch.setenv("OPENAI_API_KEY", LONG_KEY)
@@ -560,7 +560,7 @@ def test_a_long_key_quoted_from_a_malformed_reply_is_redacted_before_it_is_cut(
 def test_a_run_whose_manifest_and_ledger_are_lost_re_attaches_its_batch(
     tmp_path, provider, monkeypatch, dataset, capsys
 ):
-    """Second review: manifest.json and batches.json deleted, the records there. The manifest is rebuilt from the
+    """Manifest.json and batches.json deleted, the records there. The manifest is rebuilt from the
     records with a new incarnation; the run's batch, which carries the lost one, is still the run's own."""
     expected = clean_run(tmp_path, provider, monkeypatch, dataset)
     h = Harness(tmp_path / "batch", provider, monkeypatch, dataset)
@@ -586,7 +586,7 @@ def test_a_run_whose_manifest_and_ledger_are_lost_re_attaches_its_batch(
 def test_identical_requests_of_different_cases_are_each_credited_after_a_lost_ledger(
     tmp_path, provider, monkeypatch, capsys
 ):
-    """Issue 35, a behaviour the suite did not exercise: "after a lost ledger, identical requests of different cases
+    """ "After a lost ledger, identical requests of different cases
     (the same prompt bytes) are each credited to their own case, and none is paid twice". The LCA judge sees only a
     response, and the scripted model's responses repeat across cases: the judge batch holds identical requests."""
     four = write_dataset(tmp_path / "four.json", CASES[:4])

@@ -1,4 +1,4 @@
-"""Issue 54 item 2, "The grid says why a cell failed": against a server that cuts every User Model reply at the
+"""The grid says why a cell failed: against a server that cuts every User Model reply at the
 configured limit (as SmolLM2 on llama.cpp did at --user-max-tokens 256), run_grid.py says each reason once with
 the stage, the case count and the option to change, never advises a rerun that would buy the same failure, and
 the display says a failed case as it happens, not only at the end."""
@@ -156,7 +156,7 @@ def refusing_grid(tmp_path, http, mode) -> tuple:
 
 @pytest.mark.parametrize("mode", [(), ("--batch", "--batch-poll", "0.02")], ids=["sync", "batch"])
 def test_every_paid_attempt_of_a_case_that_failed_is_counted_to_the_token(tmp_path, http, capsys, mode):
-    """Item 3: "Attempts whose replies were refused [...] and the attempts of cases that failed, are kept with their
+    """ "Attempts whose replies were refused [...] and the attempts of cases that failed, are kept with their
     usage. They are counted in --usage, in the bill, in --max-cost, and in the quote's expected figure", shown as
     "paid for replies not used", all agreeing with the provider's own count."""
     plan, shown, cut, prices, root = refusing_grid(tmp_path, http, mode)
@@ -190,8 +190,8 @@ def test_every_paid_attempt_of_a_case_that_failed_is_counted_to_the_token(tmp_pa
 
 
 def test_the_quotes_expected_figure_counts_the_replies_paid_for_and_not_used(tmp_path, http):
-    """Item 3: "[...] and in the quote's expected figure": a1's evaluated-model usage per saved case (two saved,
-    one failed) includes the failed case's four refused replies."""
+    """Refused attempts are counted "[...] in the quote's expected figure": a1's evaluated-model usage per saved case
+    (two saved, one failed) includes the failed case's four refused replies."""
     from lexpilot.protocols.catalog import ENTRY_POINTS
     from lexpilot.running.quote import saved_usage_per_case
     from lexpilot.storage.checkpoints import NOT_USED_FILE, run_folder
@@ -208,7 +208,7 @@ def test_the_quotes_expected_figure_counts_the_replies_paid_for_and_not_used(tmp
 @pytest.mark.slow
 @pytest.mark.parametrize("servers", [True, False], ids=["server-limit", "broken-without-it"])
 def test_two_model_ids_on_one_single_slot_server_share_its_limit(tmp_path, monkeypatch, capsys, servers):
-    """Item 4: "Two model ids on one single-slot llama.cpp server, each concurrency = 1, still got two requests at
+    """ "Two model ids on one single-slot llama.cpp server, each concurrency = 1, still got two requests at
     once. [...] Every model on that base URL shares the server's limiter as well as its own." The scripted server
     answers one request at a time as llama-cpp-python's does (a second stream at once gets an empty stream); every
     role is served there. Without the [servers] table (the second case), two requests do meet."""
@@ -278,7 +278,7 @@ def test_a_call_past_its_models_limit_waiting_for_the_server_is_counted_as_such(
 
 
 def test_invalid_outputs_are_one_reason_whatever_the_model_wrote():
-    """Review of item 2: on a real server each cell's invalid judge output was its own summary line, since the
+    """On a real server each cell's invalid judge output was its own summary line, since the
     reason quoted the output. The reason is what comes before the quote; the live line keeps the output."""
     reasons = Reasons()
     for model, raw in (("m1", "'```python\\nimport x'"), ("m2", "'你是一个专务法律顾问'")):

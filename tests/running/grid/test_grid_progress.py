@@ -1,4 +1,4 @@
-"""Issue 54 item 5, "Progress figures that mean what they say": a batch grid's time left from the cycles left at the
+"""Progress figures that mean what they say: a batch grid's time left from the cycles left at the
 length a cycle has taken, a shard's dry run with the shard's own quote, and batch polls that come soon after a
 submission."""
 

@@ -1,7 +1,7 @@
-"""The quote for a whole grid (issue 29, item 3) and the grid's spending so far (item 4), on a grid the stage
-scripts wrote with the scripted provider.
+"""The quote for a whole grid and the grid's spending so far, on a grid the stage scripts wrote with the scripted
+provider.
 
-Issue 29: "the grid quote's call counts equal to the sum of each stage's `--dry-run` counts for the same grid, its
+The grid quote's call counts are "equal to the sum of each stage's `--dry-run` counts for the same grid, its
 bounds bracketing what a scripted grid run then reports, and already-saved cases excluded"; "`show_results.py
 --usage --prices` sums over every run and model shown, with the unanswered (paid, never answered) calls and the
 batch share, so spent + quote for the rest = the grid's total".
@@ -233,7 +233,7 @@ def test_the_wall_time_follows_the_chains_the_concurrency_and_each_endpoints_rat
     # 22 calls × 10 s = 220 s
     assert any("4 of 4 (model, run) jobs at once: 3.7 min" in line for line in notes)
     # in batch mode a cycle per call in a row; run_grid.py runs a run's stages side by side, and only
-    # Interaction-Based LJP reads another's records (LexAwN's): 12 + 1 = 13 (tests/running/grid/test_run_grid_batch.py counts them)
+    # Interaction-Based LJP reads another's records (LexAwN's): 12 + 1 = 13 (test_run_grid_batch.py counts them)
     assert any(
         "batch mode: at most 13 cycles for the slowest job with run_grid.py --batch, 22 with its stages one after "
         "another (stage scripts)" in line
@@ -357,7 +357,7 @@ def test_the_batch_columns_send_only_the_roles_batch_roles_names(grid, capsys):
 
 
 def test_one_reason_refusing_every_cell_is_one_line_over_no_table(grid, provider, capsys):
-    """Issue 35 item 14: "A stage refused for the same reason in every cell is one line with a count, not 32 copies
+    """ "A stage refused for the same reason in every cell is one line with a count, not 32 copies
     of a 420-character line over an empty table"."""
     for model in MODELS:
         for run_id in RUNS:
@@ -383,7 +383,7 @@ def test_one_reason_refusing_every_cell_is_one_line_over_no_table(grid, provider
 
 
 def test_money_has_the_decimals_its_smallest_amount_needs(grid, capsys, tmp_path):
-    """Issue 35 item 14: "Money has as many decimals as the smallest amount needs (`0.00` hides the sample's
+    """ "Money has as many decimals as the smallest amount needs (`0.00` hides the sample's
     quote)": two significant digits of the smallest amount, every amount at that precision, the CSV whole."""
     cheap = tmp_path / "cheap.json"
     cheap.write_text(
@@ -444,7 +444,7 @@ def test_the_quote_takes_width_as_show_results_does(grid, capsys):
 
 
 def test_a_grid_of_non_ideal_users_quotes_only_the_stages_that_take_them(grid, capsys):
-    """Review of issue 35: `--user-condition delayed` counted DCG, LJP direct and gold and the analyses for new run
+    """`--user-condition delayed` once counted DCG, LJP direct and gold and the analyses for new run
     ids, stages that refuse a run with a non-ideal user. Only LexAwN, the Interaction-Based LJP and the audit are
     counted; the rest is one line."""
     capsys.readouterr()
@@ -483,7 +483,7 @@ def test_a_grid_of_non_ideal_users_quotes_only_the_stages_that_take_them(grid, c
 
 @pytest.mark.parametrize("flag,values", [("--models", ["m", "m"]), ("--run-ids", ["r9", "r9"])])
 def test_quote_grid_refuses_an_id_given_twice(tmp_path, capsys, flag, values):
-    """Item 7: --models m m counted 1,056 calls against 528."""
+    """An id given twice is refused in one line (--models m m counted 1,056 calls against 528)."""
     argv = [
         "--models",
         "m",
@@ -504,7 +504,7 @@ def test_quote_grid_refuses_an_id_given_twice(tmp_path, capsys, flag, values):
 
 @pytest.mark.parametrize("flag", ["--models", "--run-ids"])
 def test_quote_grid_adds_a_repeated_flag_to_the_first(tmp_path, capsys, flag):
-    """Second review of item 7: `--models a --models b` quoted only b, in silence. Each flag adds to the list."""
+    """`--models a --models b` quoted only b, in silence: each flag adds to the list."""
     values = {"--models": ["a", "b"], "--run-ids": ["r1", "r2"]}[flag]
     other = ["--run-ids", "r1"] if flag == "--models" else ["--models", "a"]
     argv = [

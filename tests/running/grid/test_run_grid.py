@@ -1,4 +1,4 @@
-"""Issue 38: the paper's grid in one command (run_grid.py). Every (model, run, stage) cell writes what its stage
+"""The paper's grid in one command (run_grid.py). Every (model, run, stage) cell writes what its stage
 script writes by hand; each endpoint's limits hold for every cell together (by the scripted provider's own count);
 faults stay in their cell or endpoint; the grid file's mistakes are one line naming the file, key and line."""
 
@@ -48,7 +48,7 @@ def three_cases(tmp_path):
 
 @pytest.mark.slow
 def test_a_grid_writes_what_the_readme_loop_writes_and_reports_the_same(tmp_path, http, three_cases, capsys):
-    """Item 1: "A grid run and the README loop give byte-identical records apart from timing fields, and equal
+    """ "A grid run and the README loop give byte-identical records apart from timing fields, and equal
     show_results.py output. Test this on a 3-model × 2-run grid." (Records carry no timing field.)"""
     readme_loop(tmp_path / "loop", three_cases, ("run1", "run2"))
     by_hand = Counter(http.processed)
@@ -74,7 +74,7 @@ def test_a_grid_writes_what_the_readme_loop_writes_and_reports_the_same(tmp_path
 def test_each_evaluated_model_on_its_own_endpoint_from_the_grid_file(
     tmp_path, http, three_cases, monkeypatch, capsys
 ):
-    """Item 2: "A grid file (TOML, documented with an example) names, per model id, the base URL, the name of the
+    """ "A grid file (TOML, documented with an example) names, per model id, the base URL, the name of the
     environment variable that holds its key, and optional limits." The key reaches its endpoint only."""
     with ScriptedProvider() as own:
         grid_file = tmp_path / "grid.toml"
@@ -89,7 +89,7 @@ def test_each_evaluated_model_on_its_own_endpoint_from_the_grid_file(
         assert run_grid.main(argv) == 0
         assert {r["model"] for r in own.requests} == {"model-c"}
         assert {r["model"] for r in http.requests} == {"model-a", "model-b", "DeepSeek-R1"}  # the judge's too
-        # its key refused: the line names the variable the grid file took it from (review of item 2)
+        # its key refused: the line names the variable the grid file took it from
         own.script = lambda kind, prompt, body: {"status": 401, "error": "bad key"}
         assert (
             run_grid.main(
@@ -157,7 +157,7 @@ def test_each_evaluated_model_on_its_own_endpoint_from_the_grid_file(
     ],
 )
 def test_a_bad_grid_file_is_one_line_naming_the_file_key_and_line(tmp_path, http, capsys, text, where, what):
-    """Item 2: "Bad grid files get one-line errors naming the file, key and line"."""
+    """ "Bad grid files get one-line errors naming the file, key and line"."""
     grid_file = tmp_path / "grid.toml"
     grid_file.write_text(text, encoding="utf-8")
     assert run_grid.main(["--models", "m", "--grid", str(grid_file), "--dry-run"]) == 2
@@ -186,7 +186,7 @@ def test_a_bad_limit_on_the_command_line_is_one_line(tmp_path, http, three_cases
 def test_the_shared_user_model_and_judge_stay_under_their_limit_for_every_cell_together(
     tmp_path, monkeypatch, three_cases
 ):
-    """Item 3: one limiter per endpoint for every cell: the User Model and the judge, each limited to R requests/s
+    """One limiter per endpoint for every cell: the User Model and the judge, each limited to R requests/s
     by the provider (a 429 with Retry-After beyond it), are paced under R by the provider's own count, with at most
     2 % of requests refused."""
     rate = 15
@@ -241,7 +241,7 @@ def judge_peak(http) -> list[int]:
 def test_a_shard_without_a_shared_store_holds_1_in_n_of_each_limit_and_says_so(
     tmp_path, http, three_cases, capsys, shard, most
 ):
-    """Issue 39 item 2: "No shared store. Each shard holds its share of each shared endpoint's limits (limit ÷ N).
+    """ "No shared store. Each shard holds its share of each shared endpoint's limits (limit ÷ N).
     The progress line says so." A judge limited to 4 calls at once is held to 2 by shard 1/2 of 2, by the
     provider's own count; the unsharded grid reaches the 4 (so the test can see the difference)."""
     peak = judge_peak(http)
@@ -265,7 +265,7 @@ def test_a_shard_without_a_shared_store_holds_1_in_n_of_each_limit_and_says_so(
 
 
 def test_slots_go_round_robin_over_the_cells_waiting(tmp_path):
-    """Item 4: "No model starves: an endpoint's slots go round-robin over the cells waiting for it." Cell a
+    """ "No model starves: an endpoint's slots go round-robin over the cells waiting for it." Cell a
     queues 6 calls before cell b queues 2; with one slot, b's calls go second and fourth, not last."""
     limiter, order, never = Limiter(1), [], (lambda: False)
     limiter.acquire(never, "holder")
@@ -290,7 +290,7 @@ def test_slots_go_round_robin_over_the_cells_waiting(tmp_path):
 
 @pytest.mark.slow
 def test_requests_are_counted_against_tpm_as_the_provider_counts_them():
-    """Item 3: "OpenAI's rate-limit guide counts each request as the larger of its max_tokens and its estimated
+    """ "OpenAI's rate-limit guide counts each request as the larger of its max_tokens and its estimated
     prompt tokens, so at the paper's 8,192 a 200k-TPM key allows about 24 requests a minute.\""""
     assert request_tokens(3000, 8192) == 8192 and request_tokens(9000, 8192) == 9000
     assert round(requests_per_minute(Limits(tpm=200_000), 8192), 1) == 24.4
@@ -315,7 +315,7 @@ REFUSALS = {
 def test_an_endpoint_that_refuses_the_key_stops_its_cells_with_one_line_and_the_rest_go_on(
     tmp_path, http, status, three_cases, capsys
 ):
-    """Item 6: "A 401, 403 or unknown model at one endpoint stops every cell of that endpoint with one line, not one
+    """ "A 401, 403 or unknown model at one endpoint stops every cell of that endpoint with one line, not one
     message per cell." And "A cell whose stage stops stops only the cells that depend on it"."""
     said, hint = REFUSALS[status]
     http.script = lambda kind, prompt, body: (
@@ -347,7 +347,7 @@ def test_an_endpoint_that_refuses_the_key_stops_its_cells_with_one_line_and_the_
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", [(), ("--batch", "--batch-poll", "0.02")], ids=["sync", "batch"])
 def test_a_cell_that_fails_holds_back_only_the_cells_that_read_it(tmp_path, http, three_cases, capsys, mode):
-    """Item 6: a LexAwN that fails holds back its Interaction-Based LJP; its DCG, Direct and Gold-Standard run (in
+    """A LexAwN that fails holds back its Interaction-Based LJP; its DCG, Direct and Gold-Standard run (in
     batch mode side by side with it)."""
 
     def script(kind, prompt, body):
@@ -366,7 +366,7 @@ def test_a_cell_that_fails_holds_back_only_the_cells_that_read_it(tmp_path, http
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", [(), ("--batch", "--batch-poll", "0.02")], ids=["sync", "batch"])
 def test_a_grid_and_a_stage_script_on_the_same_run_are_refused(tmp_path, http, three_cases, capsys, mode):
-    """Item 7: "A grid and a stage script on the same root and run id are refused, as today's lock does.\""""
+    """ "A grid and a stage script on the same root and run id are refused, as today's lock does.\""""
     from lexpilot.storage.checkpoints import run_folder
     from lexpilot.storage.lock import RunLock
 
@@ -383,7 +383,7 @@ def test_a_grid_and_a_stage_script_on_the_same_run_are_refused(tmp_path, http, t
 def test_after_a_ctrl_c_a_cell_that_saved_every_case_is_done_and_one_that_did_not_is_stopped(
     tmp_path, http, three_cases
 ):
-    """Review of item 6: after a first Ctrl-C, DCG cells that had saved every case were counted "left for a rerun",
+    """After a first Ctrl-C, DCG cells that had saved every case were counted "left for a rerun",
     and stopped cells were counted nowhere in the display. A stage the drain stopped says how many cases it did not
     start and exits 130; one that saved them all exits 0."""
     from lexpilot.protocols.catalog import stages_named
@@ -413,9 +413,9 @@ def test_after_a_ctrl_c_a_cell_that_saved_every_case_is_done_and_one_that_did_no
 
 
 def test_the_dry_run_prints_the_quote_and_makes_no_call(tmp_path, http, three_cases, capsys):
-    """Item 8: "--dry-run prints the quote, the same numbers quote_grid.py prints for what is left, and makes no
+    """ "--dry-run prints the quote, the same numbers quote_grid.py prints for what is left, and makes no
     call.\""""
-    # no --stages: the two take the same default (a review found the quote's was `all`, the grid's `paper`)
+    # no --stages: the two take the same default (the quote's was once `all`, the grid's `paper`)
     common = [
         "--models",
         *MODELS,
@@ -435,7 +435,7 @@ def test_the_dry_run_prints_the_quote_and_makes_no_call(tmp_path, http, three_ca
 
 @pytest.mark.slow
 def test_max_cost_caps_the_whole_grid(tmp_path, http, three_cases, capsys):
-    """Item 8: "--max-cost caps the whole grid's spending": one budget for every cell, not one per cell."""
+    """ "--max-cost caps the whole grid's spending": one budget for every cell, not one per cell."""
     prices = tmp_path / "prices.json"
     prices.write_text(
         json.dumps(
@@ -476,7 +476,7 @@ def test_a_second_run_of_a_finished_grid_has_nothing_to_do(tmp_path, http, three
 
 @pytest.mark.slow
 def test_the_share_of_the_rpm_limit_used_while_calls_waited_is_a_share():
-    """The summary's "N% of its rpm limit used while calls waited for it" (item 4: "each shared endpoint is at least
+    """The summary's "N% of its rpm limit used while calls waited for it" ("each shared endpoint is at least
     90 % busy while it has work"). At 6,000 rpm (100 calls/s, paced at 97): 40 calls at once keep it waiting for
     0.39 s and use 39 of the 40.2 calls the limit allowed then (97 %); calls that each wait a fraction of a
     millisecond for their turn use it in full, not 1,250 % of it (as a bench once printed 128 %)."""
@@ -493,7 +493,7 @@ def test_the_share_of_the_rpm_limit_used_while_calls_waited_is_a_share():
     elapsed = time.monotonic() - started
     # 97 % on a quiet machine; a loaded one wakes the next call late (0.89 once in the full suite, 0.6 under two CPU
     # hogs), so the bound comes from the time the 40 calls took: the backlog lasted at most that long, in which the
-    # limit let at most elapsed x 100 calls go after the first (issue 54 item 8: a share test holds on a busy machine)
+    # limit let at most elapsed x 100 calls go after the first (a share test holds on a busy machine)
     share = limiter.busy()
     assert limiter.sent == 40 and limiter.backlogs >= 1 and share <= 1.0, share
     assert share >= limiter.backlog_sent / (elapsed * 100 + limiter.backlogs), (share, elapsed)
@@ -530,7 +530,7 @@ def test_a_limiter_stops_every_waiting_call_when_the_endpoint_refuses():
 def test_the_quote_reads_the_grids_limits_and_shows_the_wall_time_they_imply(
     tmp_path, http, three_cases, capsys
 ):
-    """Item 3: "`quote_grid.py --rate-limit` reads the same values" and "show in the quote what the limit implies for
+    """ "`quote_grid.py --rate-limit` reads the same values" and "show in the quote what the limit implies for
     wall time": a 200k-TPM judge at 8,192 tokens a request is 24.4 requests a minute."""
     grid_file = tmp_path / "grid.toml"
     grid_file.write_text('[limits."DeepSeek-R1"]\ntpm = 200000\n', encoding="utf-8")
@@ -555,7 +555,7 @@ def test_the_quote_reads_the_grids_limits_and_shows_the_wall_time_they_imply(
 def test_the_display_counts_cells_endpoints_and_spending_and_redraws_in_place(
     tmp_path, http, three_cases, capsys
 ):
-    """Item 5: "cells done, running, waiting and failed; per endpoint: calls in flight, calls/s, 429s and any pause;
+    """ "Cells done, running, waiting and failed; per endpoint: calls in flight, calls/s, 429s and any pause;
     spending so far against the quote, and the ETA. A TTY redraws in place; a non-TTY prints a line every 30 s.\""""
     from lexpilot.protocols.catalog import stages_named
     from lexpilot.running.grid.run import start_grid
@@ -672,7 +672,7 @@ def check_a_terminal_redraws_in_place_and_a_log_every_30_s(grid) -> None:
 )
 def test_a_command_line_mistake_is_one_line_not_the_usage(capsys, main, argv, said):
     """The guide: "Every error a user can meet is one or two lines". argparse's own error printed the whole usage
-    (five lines and more) before its one line (review of issue 38)."""
+    (five lines and more) before its one line."""
     with pytest.raises(SystemExit) as stop:
         main(argv)
     err = capsys.readouterr().err.strip()

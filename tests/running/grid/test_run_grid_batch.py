@@ -1,4 +1,4 @@
-"""Issue 38 item 9: "`--batch` pools every cell's requests for one endpoint into shared batch files per cycle: one
+""" "`--batch` pools every cell's requests for one endpoint into shared batch files per cycle: one
 upload per endpoint per cycle, not one per cell. The ledger keeps its guarantees per request. A grid's number of
 cycles is that of its longest chain of dependent steps, not the sum over cells. `--batch-roles` works as today."
 
@@ -210,7 +210,7 @@ def test_a_cell_whose_ledger_is_lost_re_attaches_its_lines_of_the_pooled_batch(
 def test_max_cost_caps_the_grid_with_each_batch_settled_at_its_real_cost_when_collected(
     tmp_path, http, three_cases, capsys
 ):
-    """Item 8: "--max-cost caps the whole grid's spending: synchronous and batch calls". A batch is reserved at its
+    """ "--max-cost caps the whole grid's spending: synchronous and batch calls". A batch is reserved at its
     worst case before it is submitted and settled at what its replies report when collected, so a cap above what
     the grid spends plus the worst case of its last cycle lets it finish, where the worst cases of both cycles of
     Gold-Standard LJP (the prediction, then the judge) would not fit."""
@@ -278,7 +278,7 @@ def test_batch_files_hold_every_cells_requests_for_a_model_per_cycle(tmp_path, h
 def test_an_invalid_judge_output_in_a_pooled_grid_is_asked_again_in_the_next_cycle(
     tmp_path, http, three_cases
 ):
-    """The synchronous grid's fault tests (tests/running/grid/test_run_grid_faults.py) in batch mode: the first answer to every
+    """The synchronous grid's fault tests (test_run_grid_faults.py) in batch mode: the first answer to every
     judge prompt is prose; each is asked once more, in a later pooled batch, and every case is saved."""
     expected = clean_grid(http, tmp_path / "clean", three_cases, "--batch", *POLL)
     script = http.script = FirstAnswerInvalid()
@@ -398,8 +398,8 @@ def test_each_stage_of_a_chain_collects_and_says_its_own_batches(tmp_path, http,
 
 def test_a_stage_step_that_fails_leaves_no_journal_line_of_the_next_stage_behind(tmp_path):
     """The stages of a run share one journal writer, and a stage's turn may replace the journal (reading it drops the
-    marks of ended calls). A turn that fails after writing to the journal (a review reproduced it with a failed
-    replay; a budget stop or an endpoint's refusal does it too) must leave the writer closed: else the next stage's
+    marks of ended calls). A turn that fails after writing to the journal (a failed replay does it, a budget
+    stop or an endpoint's refusal too) must leave the writer closed: else the next stage's
     marks and paid replies go into the replaced file, and are bought again."""
     from types import SimpleNamespace
 
@@ -428,8 +428,8 @@ def test_a_detached_run_whose_stages_batches_finish_apart_says_only_the_waiting_
     tmp_path, http, three_cases, capsys
 ):
     """--batch-detach when a run's batches finish at different times (different endpoints): the stage whose batch
-    is still out is in flight; the one whose batch was collected is left waiting for the rerun (a review found it
-    counted in flight too)."""
+    is still out is in flight; the one whose batch was collected is left waiting for the rerun, not counted in
+    flight too."""
     one = dict(models=["model-a"], runs=1)
     stages = ("--stages", "LexAwN_gen", "eval_LJP_direct")
     detach = grid_argv(tmp_path, three_cases, "--batch-detach", *POLL, *stages, **one)
@@ -459,8 +459,8 @@ def test_a_detached_run_whose_stages_batches_finish_apart_says_only_the_waiting_
 def test_a_model_whose_endpoint_takes_no_batches_is_asked_directly_with_batch_false(
     tmp_path, http, three_cases, capsys
 ):
-    """Items 2 and 9 together: one evaluated model lives on an endpoint without a batch API (llama.cpp's server,
-    here the scripted provider answering 404 there). Its cells stop with one line naming the grid file's way out;
+    """Grid files and batch mode together: one evaluated model lives on an endpoint without a batch API (llama.cpp's
+    server, here the scripted provider answering 404 there). Its cells stop with one line naming the grid file's way out;
     with `batch = false` in its [models] table it is asked directly within the cycles, everything else batched."""
     from lexpilot.scripted.provider import ScriptedProvider
 
@@ -546,7 +546,7 @@ def test_calls_asked_directly_in_a_batch_grid_go_out_as_many_at_once_as_a_synchr
     tmp_path, http, three_cases
 ):
     """A model with batch = false (or a role left out of --batch-roles) is asked within the cycles at --concurrency,
-    as a synchronous stage asks it, not one case after another (a review found 432 cases' calls made in a row). One
+    as a synchronous stage asks it, not one case after another (432 cases' calls were once made in a row). One
     run of Direct LJP, three cases: the three predictions reach the model's endpoint before the first is answered."""
     from lexpilot.scripted.provider import ScriptedProvider
 

@@ -1,4 +1,4 @@
-"""Issue 38 items 7 and 9 on real processes: `kill -9` a pooled batch grid (run_grid.py --batch) while a shared
+"""Kills of a pooled batch grid on real processes: `kill -9` a pooled batch grid (run_grid.py --batch) while a shared
 batch file is uploaded, while its batch is created, and at random moments; the same command then completes with a
 clean grid's records, and the provider has processed exactly a clean grid's requests, compared per request (its kind
 and the digest of what it asks), each custom id in one batch only ("The ledger keeps its guarantees per request")."""
@@ -92,7 +92,7 @@ def test_a_kill_while_the_shared_file_is_uploaded_or_its_batch_created_pays_noth
 def test_ten_kills_at_random_moments_under_faults_then_a_rerun_pay_for_exactly_a_clean_grids_requests(
     tmp_path, warm
 ):
-    """Item 7's kills, in batch mode and under provider faults: transient errors on the files and batches
+    """Kills at random moments, in batch mode and under provider faults: transient errors on the files and batches
     endpoints, a create whose reply is lost (the batch made all the same), and one in four of the User Model's
     calls (left synchronous) failing once; a run's stages side by side, the pooled batches shared by every run."""
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
@@ -137,7 +137,7 @@ def test_ten_kills_at_random_moments_under_faults_then_a_rerun_pay_for_exactly_a
 
 
 def test_a_ctrl_c_leaves_the_pooled_batches_in_flight_and_the_rerun_collects_them(tmp_path, warm):
-    """Item 6 in batch mode: the first Ctrl-C makes no new batch; the cells waiting for theirs, or for the other
+    """Ctrl-C in batch mode: the first Ctrl-C makes no new batch; the cells waiting for theirs, or for the other
     chains, leave at once with every batch recorded; the same command collects them and pays nothing twice."""
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
     with ScriptedProvider() as provider:
@@ -170,9 +170,9 @@ def test_a_ctrl_c_leaves_the_pooled_batches_in_flight_and_the_rerun_collects_the
 def test_a_ctrl_c_while_a_role_left_synchronous_is_asked_interrupts_its_cells_and_the_rerun_pays_nothing_twice(
     tmp_path, warm
 ):
-    """Item 6 with --batch-roles: the first Ctrl-C comes while the User Model (left synchronous) answers; the calls
+    """Ctrl-C with --batch-roles: the first Ctrl-C comes while the User Model (left synchronous) answers; the calls
     in flight end and are journalled, the next ones are not started, and the cells say they were stopped by Ctrl-C
-    (a review found them failed with "internal error Aborted", and the stages reading them not run). The same
+    (not failed with "internal error Aborted", with the stages reading them not run). The same
     command then completes, the provider answering each request once."""
     from lexpilot.scripted.kinds import request_kind
 

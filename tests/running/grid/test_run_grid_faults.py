@@ -1,4 +1,4 @@
-"""Issue 38 item 6, "Faults stay local", for the faults the stage scripts are tested against one at a time: an
+"""Faults stay local, for the faults the stage scripts are tested against one at a time: an
 invalid judge output, a malformed `usage` and a server that echoes the key, each met by every cell of a grid at
 once (run_grid.py). Cells call the stage scripts' own code, so each must end as a stage script ends: the output
 asked again, the reply kept with its usage unreported, the key never shown or saved; and the provider processes
@@ -51,7 +51,7 @@ def test_an_invalid_judge_output_in_every_cell_is_asked_again_and_the_grid_compl
 
 @pytest.mark.slow
 def test_a_malformed_usage_in_every_cell_is_kept_and_never_bought_again(tmp_path, http, dataset, capsys):
-    """Issue 34 item 4: a reply whose usage is malformed is kept, "its usage as unreported, settled at the worst
+    """A reply whose usage is malformed is kept, "its usage as unreported, settled at the worst
     case for the budget"; under one grid budget, every cell's replies are kept and none is asked again."""
     expected = clean_grid(http, tmp_path / "clean", dataset)
     prices = tmp_path / "prices.json"

@@ -1,4 +1,4 @@
-"""Issue 38 items 6 and 7 on real processes: `kill -9` the grid at random moments under provider faults, then rerun
+"""Faults and kills on real processes: `kill -9` the grid at random moments under provider faults, then rerun
 the same command: it completes with a clean run's records, and the provider processed exactly a clean run's
 requests, compared per request (its kind and the digest of what it asks), beyond the calls in flight at the kills
 (paid, never answered: the journal counts them). A first Ctrl-C starts no new call and loses none in flight; a
@@ -123,7 +123,7 @@ def a_second_ctrl_c_leaves_at_once(warm, command, env, provider, calls: int, dea
 
 def check_every_cell_is_counted_once(err: str) -> None:
     """The drained grid's last line counts every cell once: done (a stage that saved every case before the Ctrl-C,
-    as the review saw DCG's), or stopped by it, or still waiting (a review found the stopped ones counted nowhere)."""
+    as DCG's often did), or stopped by it, or still waiting (the stopped ones were once counted nowhere)."""
     heads = re.findall(
         r"\[grid\] cells: (\d+) done, (\d+) running, (\d+) waiting, (\d+) failed or held back"
         r"(?:, (\d+) stopped by Ctrl-C)?;",
@@ -138,7 +138,7 @@ def check_every_cell_is_counted_once(err: str) -> None:
 
 
 def test_a_first_ctrl_c_drains_the_grid_and_a_second_leaves_at_once(tmp_path, warm):
-    """Item 6: "The first Ctrl-C starts no new call, finishes or journals the calls in flight, and exits. A second
+    """ "The first Ctrl-C starts no new call, finishes or journals the calls in flight, and exits. A second
     Ctrl-C exits at once. Nothing saved is lost either way.\""""
     dataset = write_dataset(tmp_path / "three.json", sample_cases()[:3])
     # the calls are slow only while the Ctrl-Cs land: the clean grid and the rerun need no time to stop in
