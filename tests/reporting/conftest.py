@@ -1,4 +1,4 @@
-"""A finished run of every stage, made once per test module, which the reports' tests break copies of."""
+"""A finished run of every stage, made once per test worker, which the reports' tests break copies of."""
 
 import pytest
 
@@ -6,9 +6,10 @@ from lexpilot.scripted.provider import ScriptedProvider
 from tests.helpers.stages import Harness
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def finished_run(tmp_path_factory):
-    """A finished run of every stage on two sample cases, made once; tests work on copies of it."""
+    """A finished run of every stage on two sample cases, made once (the tests of three files use it); tests work on
+    copies of it."""
     tmp_path = tmp_path_factory.mktemp("finished")
     with ScriptedProvider() as provider, pytest.MonkeyPatch.context() as monkeypatch:
         h = Harness(tmp_path, provider, monkeypatch)
