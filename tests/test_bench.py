@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.helpers.paths import ROOT
 
 # kills, Ctrl-C, Redis, browsers or whole grids: left out of the quick loop (-m "not slow")
 pytestmark = pytest.mark.slow
@@ -64,7 +64,7 @@ def test_the_statistics_benchmark_times_every_table():
         cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr
-    # 3 pairs and 3 ranks on each of 7 metrics (its second half was a bare string, always true: issue 37 item 9)
+    # 3 pairs and 3 ranks on each of 7 metrics (an assert whose second half is a bare string is always true)
     assert "all pairs and ranking (--rank):" in result.stdout and "(42 rows, 50 resamples)" in result.stdout
 
 

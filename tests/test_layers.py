@@ -6,7 +6,7 @@ import anywhere in a file, lazy ones inside functions included):
 - protocol modules never import reporting or the runner;
 - in the runner, batch mode (running/batch) never imports the grid (running/grid), nor does the stage at its root;
 - no module of the package imports a module at the top of the checkout: an entry point, common.py or categories.py,
-  which only hand the package on (the package stands alone: issue 37 item 8); no entry point imports another.
+  which only hand the package on (the package stands alone); no entry point imports another.
 """
 
 import ast
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from lexpilot.storage.code import imported_modules
-from tests.conftest import ROOT
+from tests.helpers.paths import ROOT
 
 # Each part of the package and the parts it may import (its own included). The foundation is the package's root
 # modules and the benchmark's vocabulary and data; everything may import it.
@@ -180,7 +180,7 @@ def test_a_forbidden_import_is_found(tmp_path, module, line, expected):
 
 
 def test_the_root_holds_the_entry_points_common_categories_folders_and_project_files():
-    """Issue 24: the listing says what can be run; the shared code is in lexpilot/."""
+    """The listing says what can be run; the shared code is in lexpilot/."""
     tracked = subprocess.run(
         ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.split()
@@ -214,7 +214,7 @@ def test_the_root_holds_the_entry_points_common_categories_folders_and_project_f
 
 
 def test_every_output_folder_and_file_is_ignored_by_git_and_listed_in_the_readme():
-    """Issue 26 item 12: `.gitignore` and the README's output tree list every stage's output folder."""
+    """`.gitignore` and the README's output tree list every stage's output folder."""
     from lexpilot.benchmark.records import RECORD_KINDS
 
     ignored = (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
@@ -244,7 +244,7 @@ def help_texts(path: Path) -> list[str]:
 
 
 def test_no_help_text_names_an_issue():
-    """Issue 35 item 15: "`--help` texts name no issue" (a reader of --help has never seen the tracker)."""
+    """ "`--help` texts name no issue" (a reader of --help has never seen the tracker)."""
     import re
 
     files = [*ROOT.glob("*.py"), *(ROOT / "lexpilot").rglob("*.py")]
@@ -263,7 +263,7 @@ def test_the_entry_points_that_take_a_user_condition_are_declared_as_the_stages_
 
 
 def test_the_readme_is_a_short_front_page():
-    """Issue 37 item 9: "The README is at most 220 lines; the rest goes in docs/" — and every docs/ page it links
+    """ "The README is at most 220 lines; the rest goes in docs/" — and every docs/ page it links
     is there."""
     import re
 
@@ -274,7 +274,7 @@ def test_the_readme_is_a_short_front_page():
 
 
 def test_the_tree_passes_the_linter():
-    """Issue 37 item 6: `ruff check` (pyflakes, isort, bugbear; pyproject.toml) over the whole tree, in CI too."""
+    """`ruff check` (pyflakes, isort, bugbear; pyproject.toml) over the whole tree, in CI too."""
     import shutil
     import subprocess
     import sys
@@ -295,7 +295,7 @@ def test_the_tree_passes_the_linter():
 
 
 def test_the_tree_is_formatted():
-    """Issue 37 item 6: "Use `ruff` ... `ruff format` at a line length of 100 or 110" (110: pyproject.toml), checked
+    """ "Use `ruff` ... `ruff format` at a line length of 100 or 110" (110: pyproject.toml), checked
     in CI before the tests (`ruff format --check`)."""
     import subprocess
     import sys
@@ -360,7 +360,8 @@ def always_true_asserts(root: Path) -> list[str]:
 
 
 def test_no_assert_of_the_tests_is_always_true(tmp_path):
-    """Issue 37 item 9: "Two asserts are always true, because their second half is a bare string." None is."""
+    """No assert of the tests is always true, as one whose second half is a bare string is; the check itself finds
+    each such form."""
     assert always_true_asserts(ROOT / "tests") == []
     (tmp_path / "t.py").write_text(
         'assert x or "why"\nassert (x, "why")\nassert x, "why"\nassert x and "why"\n', encoding="utf-8"
@@ -369,7 +370,7 @@ def test_no_assert_of_the_tests_is_always_true(tmp_path):
 
 
 def test_the_report_scripts_declare_their_run_options_once_and_show_results_is_short():
-    """Issue 37 item 4: "show_results.py ... becomes a short entry point, like the stage scripts; the report's
+    """ "show_results.py ... becomes a short entry point, like the stage scripts; the report's
     assembly lives in the package. The report scripts' shared flags (--output-root, --dataset, --model, --run-id,
     hand-declared in three scripts) get one declaration" (reporting/scoring/results.py's add_run_options)."""
     scripts = ("show_results.py", "judge_agreement.py", "user_probes.py")

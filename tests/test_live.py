@@ -17,8 +17,8 @@ import pytest
 
 from lexpilot.benchmark.records import RECORD_KINDS
 from lexpilot.scripted.provider import ScriptedProvider
-from tests.conftest import ROOT, SAMPLE
-from tests.conftest import STAGES as CATALOGUED
+from tests.helpers.paths import ROOT, SAMPLE
+from tests.helpers.stages import STAGES as CATALOGUED
 
 # read at import: the tests' clean_env fixture drops LEXPILOT_*
 LIVE = os.environ.get("LEXPILOT_LIVE_BASE_URL")

@@ -1,4 +1,4 @@
-"""Issue 54 item 1: "Declare it, or don't need it." Every module the package, the entry points, the benchmark
+"""Declare it, or don't need it: every module the package, the entry points, the benchmark
 scripts and the tests import is the standard library's, the project's own, or given by a distribution the
 requirements files name. A module that only an older install left on the machine (certifi, on machines where the
 suite once passed) fails here with the file and line, not on a fresh machine with ModuleNotFoundError."""
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.helpers.paths import ROOT
 
 REQUIREMENTS = ("requirements.txt", "requirements-optional.txt", "requirements-dev.txt")
 OWN = {"lexpilot", "tests", "bench"} | {p.stem for p in ROOT.glob("*.py")}
@@ -80,9 +80,7 @@ def test_every_import_is_given_by_a_declared_requirement():
 
 def test_an_undeclared_import_is_found_with_its_file_and_line(tmp_path, monkeypatch):
     """The check itself fails on the defect it is for: a test importing a package no requirements file names."""
-    import tests.test_requirements as me
-
-    monkeypatch.setattr(me, "ROOT", tmp_path)
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     (tmp_path / "tests").mkdir()
     probe = tmp_path / "tests" / "test_probe.py"
     probe.write_text(

@@ -1,13 +1,13 @@
-"""The tests' warm starts (tests/warm.py) against a fresh `python script.py`: what a forked start prints and exits
-with is what a fresh start does, and what a fork cannot honour is refused rather than ignored."""
+"""The tests' warm starts (tests/helpers/warm.py) against a fresh `python script.py`: what a forked start prints and
+exits with is what a fresh start does, and what a fork cannot honour is refused rather than ignored."""
 
 import os
 import sys
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.warm import fresh, run
+from tests.helpers.paths import ROOT
+from tests.helpers.warm import fresh, run
 
 # forked and fresh interpreters: left out of the quick loop (-m "not slow")
 pytestmark = pytest.mark.slow

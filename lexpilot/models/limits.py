@@ -24,7 +24,7 @@ from lexpilot.settings import Role
 
 # Paced a little under the limit: a provider counts arrivals in its own window, and requests let go exactly 60/rpm s
 # apart reach it closer together or further apart than that (the client's threads, the network). 3 % keeps 429s
-# rare on a loaded machine (tests/test_run_grid.py, under the suite's load) and costs 3 % of the endpoint.
+# rare on a loaded machine (tests/running/grid/test_run_grid.py, under the suite's load) and costs 3 % of the endpoint.
 PACING_MARGIN = 0.97
 POLL = 0.5  # the longest a waiting call sleeps before it looks at a stop again (a Ctrl-C, an abort)
 

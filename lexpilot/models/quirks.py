@@ -2,7 +2,7 @@
 HTTP status, `param`, `code` and wording), for a synchronous call and a batch output line alike, so that batch mode
 cannot drift from the synchronous path; and where each provider puts the counts and text a reply carries beyond
 the standard ones (cached prompt tokens, reasoning tokens, reasoning text). Each provider's wording or field is one
-named entry with an example of its own (tests/test_quirks.py plays every entry's example); a new quirk is one
+named entry with an example of its own (tests/models/test_quirks.py plays every entry's example); a new quirk is one
 entry. And the one message a refusal that stops a stage gives, whichever path met it.
 """
 
@@ -43,7 +43,7 @@ class Quirk:
 
     name: str
     refusal: Refusal
-    example: ProviderError  # what that provider sends (tests/test_quirks.py)
+    example: ProviderError  # what that provider sends (tests/models/test_quirks.py)
     param: str = ""
     code: str = ""
     wording: str = ""  # a regular expression, case-insensitive, searched in the code and the message
@@ -183,7 +183,9 @@ class Field:
 
     name: str
     path: tuple[str, ...]
-    example: dict  # a usage or message object that provider sends, holding 7 there (tests/test_quirks.py)
+    example: (
+        dict  # a usage or message object that provider sends, holding 7 there (tests/models/test_quirks.py)
+    )
 
 
 CACHED_TOKENS = (  # prompt tokens served from the provider's prompt cache (priced apart), in `usage`

@@ -1,0 +1,31 @@
+"""Processes started as a user starts them: at a terminal, in a clean environment."""
+
+import os
+
+from tests.helpers.paths import ROOT
+from tests.helpers.warm import Started
+
+
+def as_at_a_terminal() -> None:
+    """A child process's Ctrl-C as a user's at a terminal: the shell starts a background job (a suite run with `&`)
+    with SIGINT ignored, which its children inherit, and a test of Ctrl-C must not depend on how pytest was started.
+    Passed to subprocess as `preexec_fn`."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def process_environment(provider) -> dict:
+    """The environment of a script started against `provider` alone: no OPENAI_ or LEXPILOT_ variable of the
+    suite's own, a short backoff."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LEXPILOT_"))}
+    return env | {
+        "OPENAI_BASE_URL": provider.base_url,
+        "OPENAI_API_KEY": "k",
+        "LEXPILOT_BACKOFF_BASE": "0.001",
+    }
+
+
+def at_a_terminal(warm, command: list[str], env: dict) -> Started:
+    """The grid started as at a terminal (Ctrl-C reaches it however pytest was started), its output read."""
+    return warm.start(command, ROOT, env, terminal=True)

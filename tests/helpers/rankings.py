@@ -1,0 +1,61 @@
+"""Runs with planted differences for the rankings' statistics: groups built from outcomes, and DCG runs the stage
+writes against a scripted judge."""
+
+import numpy as np
+
+from lexpilot.reporting.scoring.groups import Group
+from lexpilot.reporting.scoring.runs import MetricKey, Run, TaskData
+from lexpilot.storage.manifest import Manifest
+
+KEY = MetricKey("DCG", "accuracy")
+
+
+def group_of(model: str, outcomes: np.ndarray) -> Group:
+    """A group of runs from success outcomes (runs × cases) of a per-case accuracy task."""
+    cases = [str(i) for i in range(outcomes.shape[1])]
+    runs = []
+    for i, row in enumerate(outcomes):
+        run = Run(f"r{i}", model, Manifest.of({"selected_cases": cases}), model)
+        run.tasks["DCG"] = TaskData(
+            cases, ["c"] * len(cases), np.stack([row, np.ones_like(row)], axis=1).astype(float)
+        )
+        run.metrics[KEY] = float(row.mean())
+        runs.append(run)
+    return Group(model, (), runs)
+
+
+def plan_script(cases, plan, run_id):
+    """The evaluated model's forced questions carry 【对】 on the cases the plan (model -> run -> cases) makes its
+    DCG a success; the judge answers 是 to exactly those."""
+    firsts = [c["underspecified_consultation"][0]["content"] for c in cases]
+
+    def script(kind, prompt, body):
+        if kind == "force_ask":
+            case = next(i for i, first in enumerate(firsts) if first in prompt)
+            return "【策略二】请问还有哪些事实？" + (
+                "【对】" if case in plan[body["model"]][run_id] else "【错】"
+            )
+        if kind == "dcg_judge":
+            return "是" if "【对】" in prompt else "否"
+        return None
+
+    return script
+
+
+def run_dcg(provider, run_id: str, model: str, dataset, root, *extra: str) -> None:
+    """The DCG stage of one model and run, in memory against the scripted provider (its script set by the caller)."""
+    from lexpilot.protocols.dcg import DCG_STAGE
+    from lexpilot.running.stage import stage_main
+
+    argv = [
+        "--run-id",
+        run_id,
+        "--model",
+        model,
+        "--dataset",
+        str(dataset),
+        "--output-root",
+        str(root),
+        *extra,
+    ]
+    assert stage_main(DCG_STAGE, "t", argv=argv, clients=provider.in_memory_clients()) == 0

@@ -1,0 +1,27 @@
+"""A finished run of every stage, made once per test worker, which the reports' tests break copies of."""
+
+import pytest
+
+from lexpilot.scripted.provider import ScriptedProvider
+from tests.helpers.stages import Harness
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory):
+    """A finished run of every stage on two sample cases, made once (the tests of three files use it); tests work on
+    copies of it."""
+    tmp_path = tmp_path_factory.mktemp("finished")
+    with ScriptedProvider() as provider, pytest.MonkeyPatch.context() as monkeypatch:
+        h = Harness(tmp_path, provider, monkeypatch)
+        for stage in ("LexAwN", "DCG", "direct", "gold", "interaction"):
+            assert h.run(stage, "--limit", "2") == 0
+    return h.root
+
+
+@pytest.fixture
+def saved_run(finished_run, tmp_path, monkeypatch, provider):
+    import shutil
+
+    h = Harness(tmp_path, provider, monkeypatch)
+    shutil.copytree(finished_run, h.root)
+    return lambda *_: h

@@ -1,0 +1,99 @@
+"""`fork_map`, the reports' use of every core: the same results as one process, in the items' order; a child's
+exception raised in the parent as it was raised; a child that dies is one line, not a hang."""
+
+import multiprocessing
+import os
+import time
+
+import pytest
+
+from lexpilot.errors import HarnessError
+from lexpilot.reporting.scoring.parallel import fork_map, workers
+
+
+@pytest.mark.slow
+def test_results_come_back_in_the_items_order_from_every_process():
+    items = list(range(23))
+    for processes in (1, 2, 3, 30):
+        assert fork_map(lambda x: (x * x, os.getpid()), items, processes)[5][0] == 25
+        assert [r[0] for r in fork_map(lambda x: (x * x, os.getpid()), items, processes)] == [
+            x * x for x in items
+        ]
+    # each child's first item waits for the other two to have taken one: all three work, however late a loaded
+    # machine starts them (a child started after the others had taken every item failed this)
+    started, seen = multiprocessing.Barrier(3), set()
+
+    def work(x):
+        if os.getpid() not in seen:  # this child's own copy of the set
+            seen.add(os.getpid())
+            started.wait(30)
+        return x * x, os.getpid()
+
+    pids = {pid for _, pid in fork_map(work, items, 3)}
+    assert len(pids) == 3 and os.getpid() not in pids  # three children work, the parent gathers
+
+
+def test_a_free_child_takes_the_next_item():
+    """The items go to whichever child is free: one slow item does not hold back a share of the others."""
+    slow, quick_done = 0, multiprocessing.Value("i", 0)
+
+    def work(x):
+        if (
+            x == slow
+        ):  # until the eleven quick ones are done (a fixed second was too short on a loaded machine)
+            deadline = time.monotonic() + 20
+            while quick_done.value < 11 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        else:
+            with quick_done.get_lock():
+                quick_done.value += 1
+        return os.getpid()
+
+    pids = fork_map(work, list(range(12)), 2)
+    assert pids.count(pids[slow]) == 1  # the other child did the eleven quick ones
+
+
+def test_a_childs_exception_is_raised_in_the_parent():
+    def fail_on_seven(x):
+        if x == 7:
+            raise HarnessError(f"item {x}: no")
+        return x
+
+    for processes in (1, 2):
+        with pytest.raises(HarnessError, match="item 7: no"):
+            fork_map(fail_on_seven, list(range(10)), processes)
+
+
+def test_a_child_that_dies_is_one_line():
+    parent = os.getpid()
+
+    def die_in_a_child(x):
+        if x == 1 and os.getpid() != parent:
+            os._exit(3)
+        return x
+
+    with pytest.raises(HarnessError, match=r"a worker process ended without its results \(exit code 3\)"):
+        fork_map(die_in_a_child, [0, 1, 2, 3], 2)
+
+
+def test_workers_never_exceed_the_items_or_the_cores():
+    assert workers(1) == 1 and workers(0) == 1 and workers(10**6) == (os.cpu_count() or 1)
+
+
+@pytest.mark.slow
+def test_when_a_child_raises_the_other_children_are_stopped(tmp_path):
+    """The parent raises the first child's exception, and no other child goes on writing after it."""
+    import time
+
+    def work(x):
+        if x == 1:
+            raise HarnessError("stop")
+        if x == 2:
+            time.sleep(2)
+            (tmp_path / "late").write_text("still running")
+        return x
+
+    with pytest.raises(HarnessError, match="stop"):
+        fork_map(work, [0, 1, 2], 3)
+    time.sleep(2.5)
+    assert not (tmp_path / "late").exists()

@@ -1,0 +1,138 @@
+"""Cost: the dry run's quote holds over a scripted run, and --max-cost stops before the call that would cross it."""
+
+import json
+import re
+
+import pytest
+
+from lexpilot.scripted.provider import ScriptedProvider
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.reports import json_table
+from tests.helpers.stages import Harness
+
+
+@pytest.fixture
+def priced(tmp_path, provider, monkeypatch):
+    prices = tmp_path / "prices.json"
+    prices.write_text(
+        json.dumps(
+            {
+                "eval-model": {"prompt": 1.0, "completion": 4.0},
+                "DeepSeek-V4.1-Flash": {"prompt": 0.5, "completion": 2.0},
+                "DeepSeek-R1": {"prompt": 2.0, "completion": 8.0},
+            }
+        ),
+        encoding="utf-8",
+    )
+    h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "four.json", sample_cases()[:4]))
+    return h, prices
+
+
+def spent(h, prices) -> float:
+    table = json.loads(prices.read_text(encoding="utf-8"))
+    models = {"eval": "eval-model", "user": "DeepSeek-V4.1-Flash", "judge": "DeepSeek-R1"}
+    total = 0.0
+    for path in h.root.rglob("*.jsonl"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            for role, used in json.loads(line).get("usage", {}).items():
+                price = table[models[role]]
+                total += (
+                    used["prompt_tokens"] * price["prompt"] + used["completion_tokens"] * price["completion"]
+                ) / 1e6
+    return total
+
+
+@pytest.mark.parametrize("stage", ["LexAwN", "DCG", "gold"])
+def test_the_quote_bounds_hold_over_a_scripted_run(priced, capsys, stage):
+    h, prices = priced
+    assert h.run(stage, "--dry-run", "--prices", str(prices)) == 0
+    out = capsys.readouterr().out
+    low, high = map(
+        lambda x: float(x.replace(",", "")),
+        re.search(r"total: between ([\d.,]+) and ([\d.,]+)", out).groups(),
+    )
+    assert h.run(stage) == 0
+    assert low <= spent(h, prices) <= high
+    h.run_id = "again"
+    # now an expected figure from the saved run
+    assert h.run(stage, "--dry-run", "--prices", str(prices)) == 0
+    expected = float(re.search(r"expected ~([\d.,]+)\n", capsys.readouterr().out).group(1).replace(",", ""))
+    assert expected == pytest.approx(spent(h, prices), rel=0.01)
+
+
+def test_max_cost_stops_before_the_call_that_would_cross_it(priced, provider, capsys):
+    h, prices = priced
+    # the judge's worst case alone (8 per million at max-tokens 100, plus the prompt) fits several times
+    assert (
+        h.run(
+            "gold",
+            "--concurrency",
+            "1",
+            "--prices",
+            str(prices),
+            "--max-cost",
+            "0.004",
+            "--max-tokens",
+            "100",
+        )
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "--max-cost 0.004: the next call could cost up to" in err and "left" in err
+    assert spent(h, prices) <= 0.004
+    made = len(provider.requests)
+    assert 0 < made < 8  # it started, and stopped before the end
+    saved = len(h.records("eval_results", "LJP_gold.jsonl")) if list(h.root.rglob("LJP_gold.jsonl")) else 0
+    assert saved >= 1
+    assert (
+        h.run("gold", "--concurrency", "1", "--prices", str(prices), "--max-cost", "1", "--max-tokens", "100")
+        == 0
+    )
+
+
+def test_max_cost_needs_prices_for_every_model(priced, capsys):
+    h, prices = priced
+    assert h.run("gold", "--max-cost", "1") == 2
+    assert "--max-cost needs --prices" in capsys.readouterr().err
+    assert h.run("gold", "--max-cost", "1", "--prices", str(prices), "--judge-model", "unpriced") == 2
+    assert "has no price for unpriced" in capsys.readouterr().err
+
+
+def test_a_cost_that_leaves_out_calls_without_token_counts_says_so(priced, capsys):
+    """A reply without usage (llama.cpp's streamed replies) is kept and counted, but its tokens are not known, so a
+    cost of its calls is a lower bound: every cost cell says how many calls it leaves out (seen on a real llama.cpp
+    grid: 0.0000 beside fifteen calls, as if they were free)."""
+    h, prices = priced
+    h.provider.usage = False  # no reply reports its tokens
+    assert h.run("direct") == 0
+    rows = json_table(
+        capsys, "--output-root", str(h.root), "--prices", str(prices), "--table", "usage_grid_total"
+    )
+    calls = {row[0]: row[1] for row in rows}
+    assert calls["all"] == 8  # four cases: a prediction and its extraction each
+    for row in rows:
+        assert row[7] == f"0.0000 (+{calls[row[0]]} calls without token counts)", row
+
+
+def test_a_reply_without_token_counts_costs_its_reserved_worst_case(tmp_path, monkeypatch, capsys):
+    """A server that reports no usage (llama.cpp's streams): each such call is settled at its
+    worst case (its prompt at one token per character, its completion at the output limit), so the budget
+    stops exactly where those worst cases cross it."""
+    prices = tmp_path / "p.json"
+    prices.write_text(
+        json.dumps(
+            {m: {"prompt": 1, "completion": 4} for m in ("eval-model", "DeepSeek-R1", "DeepSeek-V4.1-Flash")}
+        )
+    )
+    with ScriptedProvider(usage=False) as provider:
+        h = Harness(tmp_path, provider, monkeypatch, write_dataset(tmp_path / "two.json", sample_cases()[:2]))
+        common = ("--limit", "2", "--concurrency", "1", "--max-tokens", "1000", "--prices", str(prices))
+        assert h.run("gold", *common) == 0
+        worst = [(len(r["messages"][0]["content"]) * 1 + 1000 * 4) / 1e6 for r in provider.requests]
+        assert len(worst) == 4  # per case: the prediction, then its verdicts
+        provider.requests = []
+        h.run_id = "budget"
+        capsys.readouterr()
+        assert h.run("gold", *common, "--max-cost", f"{worst[0] + worst[1] + worst[2] / 2:.9f}") == 2
+        assert len(provider.requests) == 2  # the third call's worst case would cross the budget
+        assert "--max-cost" in capsys.readouterr().err

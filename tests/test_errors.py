@@ -1,0 +1,75 @@
+"""What a user meets when something goes wrong (lexpilot/errors.py) is one line and a status, never a traceback: a
+Ctrl-C at any moment of an entry point included."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import as_at_a_terminal
+
+CTRL_C_AT = """
+import builtins, importlib, os, runpy, signal, sys
+real, script, where = builtins.__import__, sys.argv[1], sys.argv[2]
+def ctrl_c():  # the user presses Ctrl-C: a real SIGINT
+    os.kill(os.getpid(), signal.SIGINT)
+def ctrl_c_at(name, *args, **kwargs):
+    if name == where:  # while this module is imported
+        ctrl_c()
+    return real(name, *args, **kwargs)
+builtins.__import__ = ctrl_c_at
+if ":" in where:  # while this function runs
+    module, function = where.split(":")
+    module = importlib.import_module(module)
+    setattr(module, function, lambda *args, **kwargs: ctrl_c())
+sys.argv = [script, *sys.argv[3:]]
+runpy.run_path(script, run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize(
+    "script, module, said",
+    [
+        # inside the script's own `from common import stage_main`, before the stage's handling exists
+        (
+            "eval_LJP_gold.py",
+            "lexpilot.models.calls",
+            "[eval_LJP_gold] interrupted while starting: nothing was done",
+        ),
+        (
+            "show_results.py",
+            "lexpilot.reporting.tables.complexity",
+            "[show_results] interrupted while starting: nothing was done",
+        ),
+        # while the report reads the runs
+        (
+            "show_results.py",
+            "lexpilot.reporting.scoring.results:load_runs",
+            "[show_results] interrupted: nothing was written",
+        ),
+    ],
+)
+def test_ctrl_c_at_any_moment_of_an_entry_point_is_one_line(tmp_path, script, module, said):
+    """The guide: "Every error a user can meet is one or two lines ... Never a traceback" —
+    Ctrl-C while an entry point imports the harness, and while a report runs, is one line and status 130."""
+    env = {**os.environ, "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}
+    flags = (
+        ["--run-id", "r1", "--model", "m", "--dataset", "data/LexPilot_sample.json"]
+        if script != "show_results.py"
+        else ["--usage"]
+    )
+    (tmp_path / "out").mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", CTRL_C_AT, script, module, *flags, "--output-root", str(tmp_path / "out")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=as_at_a_terminal,
+    )
+    err = done.stderr.strip().splitlines()
+    assert done.returncode == 130, done.stderr
+    assert len(err) == 1 and err[0].startswith(said), done.stderr

@@ -1,0 +1,111 @@
+"""The tests' folders follow the package: lexpilot/<part>/ is tested in tests/<part>/ (lexpilot/running/batch in
+tests/running/batch, the package's root modules at tests/), each such folder holding at least one test file, and
+every test folder but tests/helpers (what test files share) and tests/data (frozen inputs) has its package folder.
+A test file never imports another test file: what two test files share lives in tests/helpers/ or, for fixtures,
+in a conftest.py."""
+
+import ast
+from pathlib import Path
+
+from tests.helpers.paths import ROOT
+
+NOT_MIRRORED = {"helpers", "data"}  # tests/helpers: shared helpers; tests/data: frozen inputs
+
+
+def package_folders(package: Path) -> list[Path]:
+    """Each folder of the package that holds Python code, relative to the package ('.' for its root); a folder of
+    web assets or caches holds none."""
+    return sorted(
+        folder.relative_to(package)
+        for folder in [package, *package.rglob("*")]
+        if folder.is_dir() and folder.name != "__pycache__" and any(folder.glob("*.py"))
+    )
+
+
+def missing_test_folders(package: Path, tests: Path) -> list[str]:
+    """The package folders without a test folder at the same relative path holding a test file."""
+    return [
+        f"{package.name}/{folder} has no tests/{folder}/test_*.py".replace("/.", "")
+        for folder in package_folders(package)
+        if not any((tests / folder).glob("test_*.py"))
+    ]
+
+
+def unmirrored_test_folders(package: Path, tests: Path) -> list[str]:
+    """The test folders holding test files that mirror no package folder."""
+    mirrored = set(package_folders(package))
+    return [
+        f"tests/{folder.relative_to(tests)}: no {package.name}/{folder.relative_to(tests)}"
+        for folder in sorted({p.parent for p in tests.rglob("test_*.py")})
+        if folder.relative_to(tests).parts[:1] not in [(name,) for name in NOT_MIRRORED]
+        and folder.relative_to(tests) not in mirrored
+    ]
+
+
+def imports_of_test_files(tests: Path, root: Path) -> list[str]:
+    """file:line of every import of a test file (a `test_*` module under tests/) from any Python file under tests/,
+    function-level imports included."""
+    found = []
+    for path in sorted(tests.rglob("*.py")):
+        package = path.relative_to(root).parent.parts
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = list(package[: len(package) - node.level + 1]) if node.level else []
+                module = ".".join(base + ([node.module] if node.module else []))
+                modules = [module] + [f"{module}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            for module in modules:
+                parts = module.split(".")
+                if parts[0] == tests.name and parts[-1].startswith("test_"):
+                    found.append(f"{path.relative_to(root)}:{node.lineno} imports {module}")
+    return found
+
+
+def test_every_package_folder_has_its_test_folder_with_a_test_file():
+    assert {str(folder) for folder in package_folders(ROOT / "lexpilot")} >= {
+        "running/batch",
+        "reporting/site",
+    }
+    assert missing_test_folders(ROOT / "lexpilot", ROOT / "tests") == []
+
+
+def test_every_test_folder_follows_a_package_folder():
+    assert unmirrored_test_folders(ROOT / "lexpilot", ROOT / "tests") == []
+
+
+def test_no_test_file_imports_another_test_file():
+    assert imports_of_test_files(ROOT / "tests", ROOT) == []
+
+
+def test_each_rule_is_broken_once_and_found(tmp_path):
+    """On a copy of the layout: a package folder without tests, a test folder without a package folder, and test
+    files importing another (absolute, from a package, relative, inside a function) are each found; a package
+    folder of assets only, a test folder of helpers and imports of helpers are not."""
+    package, tests = tmp_path / "lexpilot", tmp_path / "tests"
+    for folder in ("", "models", "running/batch", "site/web"):
+        (package / folder).mkdir(parents=True, exist_ok=True)
+    for module in ("__init__.py", "models/calls.py", "running/batch/api.py"):
+        (package / module).write_text("", encoding="utf-8")
+    (package / "site" / "web" / "page.js").write_text("", encoding="utf-8")
+    for folder in ("", "models", "running/batch", "helpers", "stray"):
+        (tests / folder).mkdir(parents=True, exist_ok=True)
+    (tests / "helpers" / "runs.py").write_text("", encoding="utf-8")
+    (tests / "test_root.py").write_text("from tests.helpers.runs import x\n", encoding="utf-8")
+    (tests / "models" / "test_calls.py").write_text(
+        "import tests.test_root\nfrom tests.running.batch import test_api\n", encoding="utf-8"
+    )
+    (tests / "stray" / "test_stray.py").write_text(
+        "def test_x():\n    from ..models.test_calls import y\n", encoding="utf-8"
+    )
+    assert missing_test_folders(package, tests) == [
+        "lexpilot/running/batch has no tests/running/batch/test_*.py"
+    ]
+    assert unmirrored_test_folders(package, tests) == ["tests/stray: no lexpilot/stray"]
+    assert imports_of_test_files(tests, tmp_path) == [
+        "tests/models/test_calls.py:1 imports tests.test_root",
+        "tests/models/test_calls.py:2 imports tests.running.batch.test_api",
+        "tests/stray/test_stray.py:2 imports tests.models.test_calls",
+    ]
