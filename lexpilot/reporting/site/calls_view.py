@@ -30,6 +30,7 @@ from lexpilot.benchmark.prompts import (
     render_numbered_details,
 )
 from lexpilot.benchmark.records import RECORD_KINDS
+from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.reporting.site.web_files import web_file
 from lexpilot.storage.manifest import Manifest, prompt_hashes
 
@@ -65,7 +66,7 @@ def run_settings(manifest: Manifest) -> dict:
     """Per role the model and its generation settings, and the prompts whose file changed since the run: the same on
     every case page, so made once per run."""
     roles = {}
-    for role in ("eval", "user", "judge"):
+    for role in ROLES:
         generation = manifest.generation[role]
         shown = "?" if generation.temperature is None else generation.temperature
         roles[role] = {
