@@ -7,6 +7,8 @@ diagnostic; and a re-judged run's labels beside its source's. Each reply and jud
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from lexpilot.benchmark.categories import FOCAL_TYPES
 from lexpilot.benchmark.records import (
     AUDIT,
@@ -24,7 +26,7 @@ from lexpilot.benchmark.records import (
 from lexpilot.benchmark.vocabulary import ASKS, PREDICTS, ROLE
 from lexpilot.reporting.scoring.metrics import correction, injected
 from lexpilot.reporting.site.calls_view import MESSAGES, call_button, raw_slot
-from lexpilot.reporting.site.parts import part_records
+from lexpilot.reporting.site.parts import PartRecords
 from lexpilot.reporting.tables.formats import PLAIN_TYPE_NAMES
 
 LCA_MEANING = {PREDICTS: "策略一 · answered", ASKS: "策略二 · asked"}
@@ -423,10 +425,12 @@ def order_section(records: dict, number: str, ids) -> str:
     return "".join(parts)
 
 
-def later_sections(records: dict, number: str, details: list[str], ids) -> list[tuple[str, str]]:
-    """(part, its HTML) of the stages after the paper's main tasks; `ids` numbers their messages after the main
-    ones (its `replies`: each LJP setup's prediction, which the claim-order diagnostic's judge read)."""
-    shows = lambda part: part_records(records, part)  # noqa: E731
+def later_sections(
+    shows: Callable[[str], PartRecords], number: str, details: list[str], ids
+) -> list[tuple[str, str]]:
+    """(part, its HTML) of the stages after the paper's main tasks, each from the records its part shows
+    (`shows(part)`, parts.py); `ids` numbers their messages after the main ones (its `replies`: each LJP setup's
+    prediction, which the claim-order diagnostic's judge read)."""
     return [
         ("plain", plain_section(shows("plain"), number, ids)),
         ("table4", behaviour_section(shows("table4"), number, details, ids)),

@@ -36,7 +36,7 @@ from lexpilot.reporting.site.case_sections import (
     msg,
     rejudged,
 )
-from lexpilot.reporting.site.parts import part_records
+from lexpilot.reporting.site.parts import PartRecords, part_records
 
 HIGHLIGHT_RUN = 6
 SETUPS = sorted(LJP_SETUPS, key=lambda s: s.name == "interaction")  # a case page shows Interaction-Based last
@@ -76,6 +76,15 @@ class RunRecords:
     group: str = ""  # the group's label: what an overview row names
     # its exact calls' roles and changed prompt files (run_settings)
     settings: dict = field(default_factory=dict)
+    shown: dict = field(
+        default_factory=dict, repr=False
+    )  # part name -> its records (part_records), made once
+
+    def part(self, name: str) -> PartRecords:
+        """The records the part `name` shows, made on the first case that asks."""
+        if name not in self.shown:
+            self.shown[name] = part_records(self.records, name)
+        return self.shown[name]
 
 
 def dialogue_html(messages: Sequence[dict]) -> str:
@@ -352,15 +361,14 @@ def transcript(
 ) -> str:
     """Every task of one case in one run, in protocol order, each reply with its exact call; `source`: the records
     of the run it re-judged."""
-    r, ids = rr.records, Ids(run)
-    mine = lambda part: part_records(r, part)  # noqa: E731
+    ids, mine = Ids(run), rr.part
     theirs = lambda part: part_records(source, part) if source else None  # noqa: E731
     parts = [
         ("lexawn", lexawn_part(mine("lexawn"), number, ids, theirs("lexawn"))),
         ("dcg", dcg_part(mine("dcg"), number, ids, details, theirs("dcg"))),
         ("interaction", interaction_part(mine("interaction"), number, ids, details)),
         ("ljp", ljp_part(mine("ljp"), number, ids, theirs("ljp"))),
-        *later_sections(r, number, details, ids),
+        *later_sections(mine, number, details, ids),
     ]
     # each task apart, so that the page's "Show" choice keeps one task of every run in view
     text = "".join(f'<div class="part" data-part="{name}">{html}</div>' for name, html in parts if html)
