@@ -76,9 +76,8 @@ class RunRecords:
     group: str = ""  # the group's label: what an overview row names
     # its exact calls' roles and changed prompt files (run_settings)
     settings: dict = field(default_factory=dict)
-    shown: dict = field(
-        default_factory=dict, repr=False
-    )  # part name -> its records (part_records), made once
+    # part name -> the records it shows (part_records), made once per run
+    shown: dict = field(default_factory=dict, repr=False)
 
     def part(self, name: str) -> PartRecords:
         """The records the part `name` shows, made on the first case that asks."""
