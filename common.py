@@ -1,6 +1,7 @@
-"""What every stage script uses, in one place: history rendering (the prompts and how a case fills their
-slots), model calls for the three roles, the checkpoints a run keeps, and running a stage. The code lives in
-the `lexpilot` package (see docs/architecture.md); this module only hands it on.
+"""What every stage script uses, in one place: running a stage (`stage_main`, to which each script hands its
+declared Stage or Stages) and the exit status of a stopped stage (`STOPPED`). The code lives in the `lexpilot`
+package (see docs/architecture.md); this module only hands it on, and hands on only what a script imports from it
+(tests/test_declared_once.py): a step's own code imports the package directly.
 
 Run as a script, it validates a dataset and prints its statistics (the paper's Table 1):
     python common.py [--dataset PATH]
@@ -13,37 +14,10 @@ from lexpilot.errors import leave_quietly_on_interrupt
 
 leave_quietly_on_interrupt(os.path.dirname(os.path.abspath(__file__)))  # before the imports that take time
 
-from lexpilot.benchmark.prompts import (
-    fill,
-    load_prompts,
-    render_claims,
-    render_details_by_focal_point,
-    render_focal_points,
-    render_history,
-    render_key_facts,
-)
 from lexpilot.errors import STOPPED
-from lexpilot.models.calls import ModelCaller, Usage
-from lexpilot.running.stage import run_stage, stage_main
-from lexpilot.storage.checkpoints import CallJournal, CheckpointWriter, read_checkpoint
+from lexpilot.running.stage import stage_main
 
-__all__ = [
-    "fill",
-    "load_prompts",
-    "render_claims",
-    "render_details_by_focal_point",
-    "render_focal_points",
-    "render_history",
-    "render_key_facts",
-    "ModelCaller",
-    "Usage",
-    "run_stage",
-    "stage_main",
-    "STOPPED",
-    "CallJournal",
-    "CheckpointWriter",
-    "read_checkpoint",
-]
+__all__ = ["stage_main", "STOPPED"]
 
 if __name__ == "__main__":
     from lexpilot.benchmark.dataset import main

@@ -15,7 +15,8 @@ from urllib.parse import urlsplit
 from lexpilot.benchmark.dataset import DEFAULT_DATASET
 from lexpilot.benchmark.vocabulary import (
     HISTORY_TYPES,
-    ROLE_NAMES,
+    ROLE,
+    ROLE_TABLE,
     ROLES,
     USER_CONDITIONS,
 )
@@ -24,8 +25,7 @@ from lexpilot.paths import DEFAULT_OUTPUT_ROOT
 from lexpilot.pricing import Budget, Price, read_prices
 
 # Every default declared once, read by the dataclasses, the command line and its help (issue 37 item 7): the paper's
-# generation settings (Appendix E.1), and how calls travel
-PAPER_TEMPERATURE = {"eval": 0.7, "user": 0.7, "judge": 0.1}
+# generation settings (Appendix E.1: each role's temperature is in the roles' table, ROLE_TABLE), and how calls travel
 PAPER_MAX_TOKENS = 8192
 TIMEOUT = 120.0  # seconds of silence
 DEADLINE_TIMEOUTS = 10  # one call's wall-clock deadline, in timeouts
@@ -55,11 +55,10 @@ class Role:
     @property
     def flags(self) -> tuple[str, str]:
         """The command-line flags of this role's temperature and output limit."""
-        prefix = {"eval": "", "user": "user-", "judge": "judge-"}[self.name]
-        return f"--{prefix}temperature", f"--{prefix}max-tokens"
+        return ROLE[self.name].flag("temperature"), ROLE[self.name].flag("max-tokens")
 
     def describe(self) -> str:
-        return f"{ROLE_NAMES[self.name]} {self.model!r} at {self.host}"
+        return f"{ROLE[self.name].display} {self.model!r} at {self.host}"
 
 
 @dataclass(frozen=True)
@@ -161,41 +160,38 @@ def check_base_url(url: str, variable: str) -> str:
     return url
 
 
-ENV_PREFIX = {"eval": "LEXPILOT_EVAL", "user": "LEXPILOT_USER", "judge": "LEXPILOT_JUDGE"}
-MODEL_ENV = {"eval": "LEXPILOT_MODEL", "user": "LEXPILOT_USER_MODEL", "judge": "LEXPILOT_JUDGE_MODEL"}
-DEFAULT_MODELS = {"user": "DeepSeek-V4.1-Flash", "judge": "DeepSeek-R1"}
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 
 def resolve_roles(args: argparse.Namespace, env=os.environ) -> dict[str, Role]:
     """Model ids, endpoints and keys per role, with the documented fallbacks."""
-    flags = {"eval": args.model, "user": args.user_model, "judge": args.judge_model}
     roles = {}
-    for role in ROLES:
-        model = flags[role] or env.get(MODEL_ENV[role]) or DEFAULT_MODELS.get(role)
+    for info in ROLE_TABLE:
+        model = getattr(args, info.key("model")) or env.get(info.model_variable) or info.default_model
         if not model:
-            raise HarnessError("no evaluated model chosen: pass --model MODEL_ID or set LEXPILOT_MODEL")
+            raise HarnessError(
+                f"no {info.display} chosen: pass {info.flag('model')} MODEL_ID or set {info.model_variable}"
+            )
         # would look like another id
         if model.strip() != model or not model.isprintable() or "\u200b" in model:
-            flag = {"eval": "--model", "user": "--user-model", "judge": "--judge-model"}[role]
             raise HarnessError(
-                f"{flag} / {MODEL_ENV[role]} {model!r}: a model id with surrounding spaces or "
+                f"{info.flag('model')} / {info.model_variable} {model!r}: a model id with surrounding spaces or "
                 "invisible characters; pass the id alone"
             )
-        prefix = ENV_PREFIX[role]
+        prefix = info.env
         variable = next((v for v in (f"{prefix}_BASE_URL", "OPENAI_BASE_URL") if env.get(v)), "the default")
         base_url = check_base_url(
             env.get(f"{prefix}_BASE_URL") or env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL, variable
         )
         key_variable = next((v for v in (f"{prefix}_API_KEY", "OPENAI_API_KEY") if env.get(v)), None)
         api_key = check_api_key(env[key_variable], key_variable) if key_variable else ""
-        temperature = {
-            "eval": args.temperature,
-            "judge": args.judge_temperature,
-            "user": args.temperature if args.user_temperature is None else args.user_temperature,
-        }[role]
-        max_tokens = {"eval": None, "user": args.user_max_tokens, "judge": args.judge_max_tokens}[role]
-        roles[role] = Role(role, model, base_url, api_key, temperature, max_tokens or args.max_tokens)
+        temperature = getattr(args, info.key("temperature"))
+        if (
+            temperature is None and info.temperature is None
+        ):  # the User Model's: --temperature's unless its own
+            temperature = args.temperature
+        max_tokens = getattr(args, info.key("max-tokens")) or args.max_tokens
+        roles[info.name] = Role(info.name, model, base_url, api_key, temperature, max_tokens)
     return roles
 
 
@@ -219,7 +215,7 @@ def check_api_key(key: str, variable: str) -> str:
 
 def key_variables(role: str) -> str:
     """Where a role's key is read from, for messages."""
-    return f"{ENV_PREFIX[role]}_API_KEY, then OPENAI_API_KEY"
+    return f"{ROLE[role].env}_API_KEY, then OPENAI_API_KEY"
 
 
 def number(kind: type, low: float, high: float, default_word: bool = False):
@@ -346,9 +342,10 @@ def add_common_args(
 def _add_run_args(a) -> None:
     """The run: its id, the three roles' models, the dataset and where results go."""
     a("--run-id", required=True, help="name of this run; rerunning with the same id resumes it")
-    a("--model", help=f"evaluated model id (else ${MODEL_ENV['eval']})")
-    a("--user-model", help=f"User Model id (else ${MODEL_ENV['user']}, else {DEFAULT_MODELS['user']})")
-    a("--judge-model", help=f"judge model id (else ${MODEL_ENV['judge']}, else {DEFAULT_MODELS['judge']})")
+    for info in ROLE_TABLE:
+        what = info.display if info.display.lower().endswith("model") else f"{info.display} model"
+        default = f", else {info.default_model}" if info.default_model else ""
+        a(info.flag("model"), help=f"{what} id (else ${info.model_variable}{default})")
     a("--dataset", type=Path, default=DEFAULT_DATASET, help="dataset JSON (default: %(default)s)")
     a(
         "--output-root",
@@ -362,29 +359,36 @@ def _add_run_args(a) -> None:
 def _add_sampling_args(a) -> None:
     """Temperatures and output limits per role (the paper's by default)."""
     temperature = number(float, 0, 2, default_word=True)
-    a(
-        "--temperature",
-        type=temperature,
-        default=PAPER_TEMPERATURE["eval"],
-        help=f"evaluated model, and User Model unless --user-temperature (default {PAPER_TEMPERATURE['eval']:g}; "
-        "'default': send none)",
+    first, *others = ROLE_TABLE  # the evaluated model's options are every role's default
+    given, tokens_given = first.flag("temperature"), first.flag("max-tokens")
+    borrowers = "".join(
+        f", and {r.display} unless {r.flag('temperature')}" for r in others if r.temperature is None
     )
-    a("--user-temperature", type=temperature, help="User Model (default: --temperature)")
     a(
-        "--judge-temperature",
+        given,
         type=temperature,
-        default=PAPER_TEMPERATURE["judge"],
-        help=f"judge (default {PAPER_TEMPERATURE['judge']:g})",
+        default=first.temperature,
+        help=f"{first.display}{borrowers} (default {first.temperature:g}; 'default': send none)",
     )
+    for r in others:
+        if r.temperature is None:
+            a(r.flag("temperature"), type=temperature, help=f"{r.display} (default: {given})")
+        else:
+            a(
+                r.flag("temperature"),
+                type=temperature,
+                default=r.temperature,
+                help=f"{r.display} (default {r.temperature:g})",
+            )
     tokens = number(int, 1, 10**7)
     a(
-        "--max-tokens",
+        tokens_given,
         type=tokens,
         default=PAPER_MAX_TOKENS,
         help=f"per call, every role unless set below (default {PAPER_MAX_TOKENS})",
     )
-    a("--user-max-tokens", type=tokens, help="User Model (default: --max-tokens)")
-    a("--judge-max-tokens", type=tokens, help="judge (default: --max-tokens)")
+    for r in others:
+        a(r.flag("max-tokens"), type=tokens, help=f"{r.display} (default: {tokens_given})")
 
 
 def _add_transport_args(a) -> None:

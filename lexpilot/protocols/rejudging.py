@@ -24,6 +24,7 @@ from lexpilot.benchmark.records import (
     model_folder,
     read_records,
 )
+from lexpilot.benchmark.vocabulary import ROLE_TABLE
 from lexpilot.errors import HarnessError
 from lexpilot.protocols.consultation import LCA_STEP, judge_strategy
 from lexpilot.protocols.dcg import DCG_STEP
@@ -38,24 +39,26 @@ REUSED = REJUDGE_REUSED  # generations and User Model replies
 
 # What the copied generations were made with: every compared setting but the judge's (a re-judged run must not
 # claim settings its copied generations were not made with)
+GENERATED_BY = tuple(r for r in ROLE_TABLE if r.name != "judge")  # the roles whose replies are copied
 GENERATION_SETTINGS = (
     "dataset_sha256",
     "selected_cases",
-    "models.eval",
-    "models.user",
-    "generation.temperature",
-    "generation.user_temperature",
-    "generation.max_tokens",
-    "generation.user_max_tokens",
+    *(f"models.{r.name}" for r in GENERATED_BY),
+    *(f"generation.{r.key(setting)}" for setting in ("temperature", "max-tokens") for r in GENERATED_BY),
     "generation.n",
 )
+# the option to pass for each: a role's endpoint host is compared with its model (the evaluated model's id names
+# the source run, so only its host can differ there)
 FLAGS = {
-    "models.eval": "--model",
-    "models.user": "--user-model (and LEXPILOT_USER_BASE_URL)",
-    "generation.temperature": "--temperature",
-    "generation.user_temperature": "--user-temperature",
-    "generation.max_tokens": "--max-tokens",
-    "generation.user_max_tokens": "--user-max-tokens",
+    **{
+        f"models.{r.name}": r.flag("model") + ("" if r is ROLE_TABLE[0] else f" (and {r.env}_BASE_URL)")
+        for r in GENERATED_BY
+    },
+    **{
+        f"generation.{r.key(setting)}": r.flag(setting)
+        for setting in ("temperature", "max-tokens")
+        for r in GENERATED_BY
+    },
     "selected_cases": "--limit",
     "dataset_sha256": "--dataset",
 }

@@ -16,6 +16,7 @@ from collections import Counter, defaultdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, TextIO
 
+from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.scripted.batches import BatchEndpoints
 from lexpilot.scripted.kinds import request_kind, stable
 from lexpilot.scripted.replies import default_reply
@@ -137,7 +138,7 @@ class ScriptedProvider(BatchEndpoints):
             max_retries=0,
             http_client=httpx.Client(transport=httpx.MockTransport(handle)),
         )
-        return {role: client for role in ("eval", "user", "judge")}
+        return {role: client for role in ROLES}
 
     # --- inspection
     def prompts(self, kind: str | None = None) -> list[str]:

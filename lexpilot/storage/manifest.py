@@ -19,7 +19,7 @@ from pathlib import Path
 from lexpilot.benchmark.dataset import Case
 from lexpilot.benchmark.prompts import prompt_files_used
 from lexpilot.benchmark.records import SCHEMA_VERSION, canonical_hash, readable_records
-from lexpilot.benchmark.vocabulary import ROLES
+from lexpilot.benchmark.vocabulary import ROLE_TABLE, ROLES, RoleInfo
 from lexpilot.errors import HarnessError
 from lexpilot.files import check_input, write_json
 from lexpilot.paths import PROMPT_DIR
@@ -82,7 +82,7 @@ class Manifest:
             text("code_hash"),
             _dict_of(saved, "prompt_files"),
             {role: _role_model(entry) for role, entry in models.items()},
-            {role: _role_generation(generation, prefix) for role, prefix in GENERATION_PREFIXES.items()},
+            {info.name: _role_generation(generation, info) for info in ROLE_TABLE},
             str(saved.get("user_condition", "standard")),
             bool(saved.get("rejudged_from")),
             text("rejudged_from"),
@@ -151,11 +151,6 @@ class Manifest:
         }
 
 
-# a role's generation settings in the manifest's "generation": the evaluated model's unprefixed, the others' with
-# their role's prefix (an output limit only where it differs from the evaluated model's)
-GENERATION_PREFIXES = {"eval": "", "user": "user_", "judge": "judge_"}
-
-
 def _dict_of(saved: dict, name: str) -> dict:
     value = saved.get(name)
     return value if isinstance(value, dict) else {}
@@ -168,10 +163,13 @@ def _role_model(entry) -> RoleModel:
     )
 
 
-def _role_generation(generation: dict, prefix: str) -> RoleGeneration:
+def _role_generation(generation: dict, info: RoleInfo) -> RoleGeneration:
+    """A role's generation settings in the manifest's "generation", named as its options are (`RoleInfo.key`):
+    the evaluated model's unprefixed, the others' with their role's prefix (an output limit only where it differs
+    from the evaluated model's)."""
     return RoleGeneration(
-        generation.get(f"{prefix}temperature"),
-        generation.get(f"{prefix}max_tokens", generation.get("max_tokens")),
+        generation.get(info.key("temperature")),
+        generation.get(info.key("max-tokens"), generation.get(ROLE_TABLE[0].key("max-tokens"))),
     )
 
 
@@ -241,17 +239,17 @@ def generation_settings(settings: Settings) -> dict:
     """What is sent with every request. A temperature left to the provider is "default"; a role's output
     limit appears on its own only where it differs from --max-tokens (so earlier manifests still match)."""
     roles = settings.roles
-    temperature = {name: "default" if r.temperature is None else r.temperature for name, r in roles.items()}
-    generation = {
-        "temperature": temperature["eval"],
-        "user_temperature": temperature["user"],
-        "judge_temperature": temperature["judge"],
-        "max_tokens": roles["eval"].max_tokens,
-        "n": 1,
+    first, *others = ROLE_TABLE  # the evaluated model's output limit is every role's unless its own differs
+    generation: dict[str, object] = {
+        info.key("temperature"): "default"
+        if roles[info.name].temperature is None
+        else roles[info.name].temperature
+        for info in ROLE_TABLE
     }
-    for name in ("user", "judge"):
-        if roles[name].max_tokens != roles["eval"].max_tokens:
-            generation[f"{name}_max_tokens"] = roles[name].max_tokens
+    generation |= {first.key("max-tokens"): roles[first.name].max_tokens, "n": 1}
+    for info in others:
+        if roles[info.name].max_tokens != roles[first.name].max_tokens:
+            generation[info.key("max-tokens")] = roles[info.name].max_tokens
     return generation
 
 

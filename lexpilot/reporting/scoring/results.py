@@ -17,6 +17,7 @@ from lexpilot.benchmark.records import (
     collector_paused,
     model_folder,
 )
+from lexpilot.benchmark.vocabulary import ROLE
 from lexpilot.errors import HarnessError
 from lexpilot.paths import DEFAULT_OUTPUT_ROOT
 from lexpilot.reporting.scoring.parallel import fork_map, workers
@@ -44,11 +45,12 @@ def add_run_options(parser, one_run: bool = False) -> None:
     )
     if one_run:
         parser.add_argument("--run-id", required=True)
+        evaluated = ROLE["eval"]
         parser.add_argument(
-            "--model",
-            default=os.environ.get("LEXPILOT_MODEL"),
-            required="LEXPILOT_MODEL" not in os.environ,
-            help="the run's evaluated model id (it names the run's folder; else $LEXPILOT_MODEL)",
+            evaluated.flag("model"),
+            default=os.environ.get(evaluated.model_variable),
+            required=evaluated.model_variable not in os.environ,
+            help=f"the run's {evaluated.display} id (it names the run's folder; else ${evaluated.model_variable})",
         )
         return
     parser.add_argument(

@@ -29,7 +29,8 @@ from lexpilot.benchmark.prompts import (
     render_key_facts,
     render_numbered_details,
 )
-from lexpilot.benchmark.records import RECORD_KINDS
+from lexpilot.benchmark.records import RECORD_KINDS, RecordKind
+from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.reporting.site.web_files import web_file
 from lexpilot.storage.manifest import Manifest, prompt_hashes
 
@@ -65,7 +66,7 @@ def run_settings(manifest: Manifest) -> dict:
     """Per role the model and its generation settings, and the prompts whose file changed since the run: the same on
     every case page, so made once per run."""
     roles = {}
-    for role in ("eval", "user", "judge"):
+    for role in ROLES:
         generation = manifest.generation[role]
         shown = "?" if generation.temperature is None else generation.temperature
         roles[role] = {
@@ -113,7 +114,12 @@ def call_data(case: Case | None, infos: list[dict]) -> dict:
 
 
 def call_button(
-    template: str, role: str, slots: dict, kind: str, attempts: int | None = None, text: str = "exact call"
+    template: str,
+    role: str,
+    slots: dict,
+    kind: RecordKind,
+    attempts: int | None = None,
+    text: str = "exact call",
 ) -> str:
     """The button that shows the exact call of a reply (its box is made when asked): the prompt's name, the role,
     where each slot's text comes from ("history=d:underspecified:dcg;key_facts=kf"), the record kind whose usage it
@@ -121,7 +127,9 @@ def call_button(
     spec = ";".join(f"{name}={source}" for name, source in slots.items())
     return (
         f'<button class="call" data-t="{template}" data-r="{role}" data-s="{html.escape(spec, quote=True)}" '
-        f'data-k="{kind}"' + (f' data-a="{attempts}"' if attempts else "") + f">{html.escape(text)}</button>"
+        f'data-k="{kind.name}"'
+        + (f' data-a="{attempts}"' if attempts else "")
+        + f">{html.escape(text)}</button>"
     )
 
 

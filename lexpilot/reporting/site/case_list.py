@@ -48,7 +48,7 @@ def outcomes(rr: RunRecords, number: str) -> dict:
     _audit_outcomes(row, r, number)
     row["fails"] = failing_tasks(row)
     expected = (
-        ["LCA", "DCG", *(s.task for s in SETUPS)]
+        [LCA.name, DCG.name, *(s.task for s in SETUPS)]
         if rr.run.condition == "standard"
         else [SETUP["interaction"].task]  # a non-ideal user's run has the interaction only
     )
@@ -64,12 +64,12 @@ def outcomes(rr: RunRecords, number: str) -> dict:
 
 def _protocol_outcomes(row: dict, r: dict, number: str) -> None:
     """The row's LCA labels, DCG success, verdicts right per setup, the interaction's stop and questions."""
-    lca = r["LCA"].get(number)
+    lca = r[LCA.name].get(number)
     if lca:
         row["lca_c"], row["lca_u"] = (lca["judgments"][t]["label"] for t in ("complete", "underspecified"))
         if row["lca_c"] == ASKS:
             row["tags"].append("over-asking")
-    dcg = r["DCG"].get(number)
+    dcg = r[DCG.name].get(number)
     if dcg:
         row["dcg"] = bool(dcg["success"])
         if not dcg["success"]:
@@ -81,7 +81,7 @@ def _protocol_outcomes(row: dict, r: dict, number: str) -> None:
             row[setup.name] = f"{right}/{len(v['gold'])}"
             if right < len(v["gold"]):
                 row["tags"].append("wrong verdict")
-    inter = r["interaction"].get(number)
+    inter = r[INTERACTION.name].get(number)
     if inter:
         row["stop"] = inter["stop_reason"]
         row["questions"] = sum(x.get("label") == ASKS for x in inter["rounds"])

@@ -7,6 +7,8 @@ diagnostic; and a re-judged run's labels beside its source's. Each reply and jud
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from lexpilot.benchmark.categories import FOCAL_TYPES
 from lexpilot.benchmark.records import (
     AUDIT,
@@ -19,24 +21,14 @@ from lexpilot.benchmark.records import (
     PLAIN_TYPES,
     PROBE_DCG,
     PROBE_REPLIES,
+    RecordKind,
 )
-from lexpilot.benchmark.vocabulary import ASKS, PREDICTS
+from lexpilot.benchmark.vocabulary import ASKS, PREDICTS, ROLE
 from lexpilot.reporting.scoring.metrics import correction, injected
 from lexpilot.reporting.site.calls_view import MESSAGES, call_button, raw_slot
+from lexpilot.reporting.site.parts import PartRecords
 from lexpilot.reporting.tables.formats import PLAIN_TYPE_NAMES
 
-KINDS = (
-    *PLAIN.values(),
-    *PLAIN_TYPES.values(),
-    *BEHAVIOUR_DIALOGUE.values(),
-    *BEHAVIOUR_PREDICTION.values(),
-    *LJP_BEHAVIOUR.values(),
-    *AUDIT.values(),
-    FOCAL_TYPE_RECORDS,
-    PROBE_REPLIES,
-    PROBE_DCG,
-    *LJP_ORDER.values(),
-)
 LCA_MEANING = {PREDICTS: "策略一 · answered", ASKS: "策略二 · asked"}
 CONDITION_NAMES = {"targeted": "Targeted", "off_target": "Off-target"}
 
@@ -92,13 +84,14 @@ def verdict_table(record: dict) -> str:
     return f"<table><tr><th>Claim</th><th>Gold</th><th>Extracted</th></tr>{rows}</table>"
 
 
-def audited_reply(records: dict, number: str, source: str) -> tuple[str, dict] | None:
+def audited_reply(records: dict, number: str, source: str) -> tuple[RecordKind, dict] | None:
     """(audit record kind, the audit's entry) of the User Model reply audited as `source` ("DCG round 1",
-    "interaction round 2"), or None where the reply was not audited."""
-    for kind in AUDIT.values():
+    "interaction round 2"), or None where the reply was not audited; `records`: a part's, with the audit kinds it
+    shows."""
+    for kind in (k for k in AUDIT.values() if k.name in records):
         for reply in (records.get(kind.name, {}).get(number) or {}).get("replies", []):
             if str(reply.get("source", "")).split(" (")[0] == source:
-                return kind.name, reply
+                return kind, reply
     return None
 
 
@@ -160,7 +153,7 @@ def plain_section(records: dict, number: str, ids) -> str:
                 answer.get("response", ""),
                 "no task prompt (Table 6)",
                 mid=mid,
-                call=call_button(MESSAGES, "eval", {"messages": f"h:{history}"}, kind.name),
+                call=call_button(MESSAGES, "eval", {"messages": f"h:{history}"}, kind),
             )
             + (
                 msg(
@@ -171,7 +164,7 @@ def plain_section(records: dict, number: str, ids) -> str:
                         "judge_response_type",
                         "judge",
                         {"history": f"h:{history}", "key_facts": "kf", "ai_response": f"m:{mid}"},
-                        PLAIN_TYPES[history].name,
+                        PLAIN_TYPES[history],
                         len(raw),
                     ),
                 )
@@ -199,7 +192,7 @@ def behaviour_section(records: dict, number: str, details: list[str], ids) -> st
         parts.append(f"<h4>{esc(name)} dialogue (Table 4): {esc(record.get('status'))}</h4>")
         attempts = record.get("attempts", [])
         for attempt in attempts:
-            parts.append(attempt_html(attempt, condition, kind.name, details))
+            parts.append(attempt_html(attempt, condition, kind, details))
         last = attempt_thread(condition, attempts[-1]) if attempts else ""
         prediction = records.get(BEHAVIOUR_PREDICTION[condition].name, {}).get(number)
         mid = ids.next()
@@ -214,7 +207,7 @@ def behaviour_section(records: dict, number: str, details: list[str], ids) -> st
                         "force_judge",
                         "eval",
                         {"history": f"d:underspecified:{last}"},
-                        BEHAVIOUR_PREDICTION[condition].name,
+                        BEHAVIOUR_PREDICTION[condition],
                     ),
                 )
             )
@@ -232,7 +225,7 @@ def behaviour_section(records: dict, number: str, details: list[str], ids) -> st
                             "judge_ljp",
                             "judge",
                             {"history": f"m:{mid}", "claims": "cl"},
-                            LJP_BEHAVIOUR[condition].name,
+                            LJP_BEHAVIOUR[condition],
                             len(raw),
                         ),
                     )
@@ -248,7 +241,7 @@ def attempt_thread(condition: str, attempt: dict) -> str:
     return f"t4{condition}{attempt.get('attempt')}"
 
 
-def attempt_html(attempt: dict, condition: str, kind: str, details: list[str]) -> str:
+def attempt_html(attempt: dict, condition: str, kind: RecordKind, details: list[str]) -> str:
     """One attempt, folded unless accepted: its dialogue, the validator (its exact call reads the dialogue with the
     user turns numbered) and its outcome per key detail."""
     name = CONDITION_NAMES.get(condition, condition)
@@ -281,7 +274,7 @@ def attempt_html(attempt: dict, condition: str, kind: str, details: list[str]) -
     )
 
 
-def attempt_dialogue(attempt: dict, condition: str, kind: str) -> str:
+def attempt_dialogue(attempt: dict, condition: str, kind: RecordKind) -> str:
     """One attempt's questions and replies, each with its exact call: a question from the condition's prompt, a
     reply from the standard User Model's, both over the underspecified history and the attempt's turns so far."""
     thread = attempt_thread(condition, attempt)
@@ -316,7 +309,7 @@ def focal_types_section(records: dict, number: str) -> str:
                 "judge_focal_type",
                 "judge",
                 {"focus_text": raw_slot(str(t.get("focal_point")))},
-                FOCAL_TYPE_RECORDS.name,
+                FOCAL_TYPE_RECORDS,
                 len(t.get("judge_raw") or []),
             )
             if t.get("source") == "judge"
@@ -337,7 +330,7 @@ def probes_section(records: dict, number: str, ids) -> str:
         return ""
     labels = (records.get(PROBE_DCG.name, {}).get(number) or {}).get("labels", {})
     parts = ["<h4>Probe study (Table 13)</h4>"]
-    for condition, r in replies.get("replies", {}).items():
+    for condition, probed in replies.get("replies", {}).items():
         thread, mid = f"probe{condition}", ids.next()
         judged = labels.get(condition) if isinstance(labels.get(condition), dict) else {}
         user_call = (
@@ -347,15 +340,17 @@ def probes_section(records: dict, number: str, ids) -> str:
                 "user_standard",
                 "user",
                 {"history": f"d:underspecified:{thread}", "key_facts": "kf"},
-                PROBE_REPLIES.name,
+                PROBE_REPLIES,
             )
         )
         parts.append(
-            msg("assistant", r.get("question", ""), f"probe question {condition}", mid=mid, thread=thread)
+            msg(
+                "assistant", probed.get("question", ""), f"probe question {condition}", mid=mid, thread=thread
+            )
             + msg(
                 "user",
-                r.get("reply", ""),
-                "User Model"
+                probed.get("reply", ""),
+                ROLE["user"].display
                 + ("" if user_call else " (with the probe file's key details less the removed ones)"),
                 thread=thread,
                 call=user_call,
@@ -369,7 +364,7 @@ def probes_section(records: dict, number: str, ids) -> str:
                         "judge_dcg",
                         "judge",
                         {"ai_response": f"m:{mid}", "focus_text": "fp", "key_facts": "dbf"},
-                        PROBE_DCG.name,
+                        PROBE_DCG,
                         len(judged.get("judge_raw") or []),
                     ),
                 )
@@ -411,7 +406,7 @@ def order_section(records: dict, number: str, ids) -> str:
                     "judge_ljp",
                     "judge",
                     {"history": f"m:{reply}", "claims": "co:" + ",".join(str(i) for i in order)},
-                    kind.name,
+                    kind,
                     len(raw or []),
                 )
                 if reply
@@ -430,15 +425,18 @@ def order_section(records: dict, number: str, ids) -> str:
     return "".join(parts)
 
 
-def later_sections(records: dict, number: str, details: list[str], ids) -> list[tuple[str, str]]:
-    """(part, its HTML) of the stages after the paper's main tasks; `ids` numbers their messages after the main
-    ones (its `replies`: each LJP setup's prediction, which the claim-order diagnostic's judge read)."""
+def later_sections(
+    shows: Callable[[str], PartRecords], number: str, details: list[str], ids
+) -> list[tuple[str, str]]:
+    """(part, its HTML) of the stages after the paper's main tasks, each from the records its part shows
+    (`shows(part)`, parts.py); `ids` numbers their messages after the main ones (its `replies`: each LJP setup's
+    prediction, which the claim-order diagnostic's judge read)."""
     return [
-        ("plain", plain_section(records, number, ids)),
-        ("table4", behaviour_section(records, number, details, ids)),
-        ("focal", focal_types_section(records, number)),
-        ("probes", probes_section(records, number, ids)),
-        ("order", order_section(records, number, ids)),
+        ("plain", plain_section(shows("plain"), number, ids)),
+        ("table4", behaviour_section(shows("table4"), number, details, ids)),
+        ("focal", focal_types_section(shows("focal"), number)),
+        ("probes", probes_section(shows("probes"), number, ids)),
+        ("order", order_section(shows("order"), number, ids)),
     ]
 
 

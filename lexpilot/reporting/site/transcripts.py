@@ -14,23 +14,19 @@ from lexpilot.benchmark.prompts import render_fault
 from lexpilot.benchmark.records import (
     A1,
     DCG,
-    DIRECT_PREDICTION,
     FORCE_ASK,
-    GOLD_PREDICTION,
     INTERACTION,
     INTERACTION_LABELS,
     LCA,
-    LJP_DIRECT,
-    LJP_GOLD,
-    LJP_INTERACTION,
     LJP_SETUPS,
+    RecordKind,
 )
+from lexpilot.benchmark.vocabulary import ROLE
 from lexpilot.reporting.scoring.runs import Run
 from lexpilot.reporting.site.calls_view import (
     call_button,
     raw_slot,
 )
-from lexpilot.reporting.site.case_sections import KINDS as LATER_KINDS
 from lexpilot.reporting.site.case_sections import (
     audit_call,
     audit_note,
@@ -40,22 +36,10 @@ from lexpilot.reporting.site.case_sections import (
     msg,
     rejudged,
 )
+from lexpilot.reporting.site.parts import PartRecords, part_records
 
 HIGHLIGHT_RUN = 6
 SETUPS = sorted(LJP_SETUPS, key=lambda s: s.name == "interaction")  # a case page shows Interaction-Based last
-KINDS = (
-    A1,
-    LCA,
-    INTERACTION,
-    FORCE_ASK,
-    DCG,
-    DIRECT_PREDICTION,
-    LJP_DIRECT,
-    GOLD_PREDICTION,
-    LJP_GOLD,
-    LJP_INTERACTION,
-    *LATER_KINDS,
-)
 
 
 def highlighted(text: str, details: list[str]) -> tuple[str, list[str]]:
@@ -92,6 +76,14 @@ class RunRecords:
     group: str = ""  # the group's label: what an overview row names
     # its exact calls' roles and changed prompt files (run_settings)
     settings: dict = field(default_factory=dict)
+    # part name -> the records it shows (part_records), made once per run
+    shown: dict = field(default_factory=dict, repr=False)
+
+    def part(self, name: str) -> PartRecords:
+        """The records the part `name` shows, made on the first case that asks."""
+        if name not in self.shown:
+            self.shown[name] = part_records(self.records, name)
+        return self.shown[name]
 
 
 def dialogue_html(messages: Sequence[dict]) -> str:
@@ -112,8 +104,8 @@ class Ids:
 
 
 def lexawn_part(r: dict, number: str, ids: Ids, source: dict | None) -> str:
-    a1, lca = r["a1"].get(number), r["LCA"].get(number)
-    original = ((source or {}).get("LCA") or {}).get(number) if source else None
+    a1, lca = r[A1.name].get(number), r[LCA.name].get(number)
+    original = ((source or {}).get(LCA.name) or {}).get(number) if source else None
     parts = []
     for t in ("complete", "underspecified") if a1 else ():
         judged = (lca or {}).get("judgments", {}).get(t, {})
@@ -129,14 +121,14 @@ def lexawn_part(r: dict, number: str, ids: Ids, source: dict | None) -> str:
                 "assistant",
                 a1["responses"][t]["response"],
                 mid=mid,
-                call=call_button("lexawn", "eval", {"history": f"h:{t}"}, "a1"),
+                call=call_button("lexawn", "eval", {"history": f"h:{t}"}, A1),
             )
             + msg(
                 "judge",
                 "\n".join(judged.get("judge_raw") or []),
                 "LCA judge, raw",
                 call=call_button(
-                    "judge_lca", "judge", {"history": f"m:{mid}"}, "LCA", len(judged.get("judge_raw") or [])
+                    "judge_lca", "judge", {"history": f"m:{mid}"}, LCA, len(judged.get("judge_raw") or [])
                 ),
             )
         )
@@ -144,13 +136,13 @@ def lexawn_part(r: dict, number: str, ids: Ids, source: dict | None) -> str:
 
 
 def dcg_part(r: dict, number: str, ids: Ids, details: list[str], source: dict | None = None) -> str:
-    asked, dcg = r["force_ask"].get(number), r["DCG"].get(number)
+    asked, dcg = r[FORCE_ASK.name].get(number), r[DCG.name].get(number)
     if not asked:
         return ""
     labels = {x["round"]: x for x in (dcg or {}).get("rounds", [])}
     originals = {
         x["round"]: x.get("label")
-        for x in (((source or {}).get("DCG") or {}).get(number) or {}).get("rounds", [])
+        for x in (((source or {}).get(DCG.name) or {}).get(number) or {}).get("rounds", [])
     }
     outcomes: dict[object, str] = {True: "success", False: "miss"}  # looked up by the record's JSON value
     success = outcomes.get((dcg or {}).get("success"), "–")
@@ -164,7 +156,7 @@ def dcg_part(r: dict, number: str, ids: Ids, details: list[str], source: dict | 
                 f"forced question {q['round']}",
                 mid=mid,
                 thread="dcg",
-                call=call_button("force_ask", "eval", {"history": "d:underspecified:dcg"}, "force_ask"),
+                call=call_button("force_ask", "eval", {"history": "d:underspecified:dcg"}, FORCE_ASK),
             )
         )
         # a re-judged run: the original judge's label beside
@@ -182,7 +174,7 @@ def dcg_part(r: dict, number: str, ids: Ids, details: list[str], source: dict | 
                     "judge_dcg",
                     "judge",
                     {"ai_response": f"m:{mid}", "focus_text": "fp", "key_facts": "dbf"},
-                    "DCG",
+                    DCG,
                     len(judged.get("judge_raw") or []),
                 ),
             )
@@ -199,18 +191,18 @@ def _dcg_user_reply(r: dict, number: str, q: dict, details: list[str]) -> str:
     return msg(
         "user",
         q["user_reply"],
-        "User Model" + audit_note(r, number, source_name),
+        ROLE["user"].display + audit_note(r, number, source_name),
         marked,
         thread="dcg",
         call=call_button(
-            "user_standard", "user", {"history": "d:underspecified:dcg", "key_facts": "kf"}, "force_ask"
+            "user_standard", "user", {"history": "d:underspecified:dcg", "key_facts": "kf"}, FORCE_ASK
         )
         + audit_call(r, number, source_name, "dcg"),
     )
 
 
 def interaction_part(r: dict, number: str, ids: Ids, details: list[str]) -> str:
-    inter = r["interaction"].get(number)
+    inter = r[INTERACTION.name].get(number)
     if not inter:
         return ""
     parts = [
@@ -218,14 +210,12 @@ def interaction_part(r: dict, number: str, ids: Ids, details: list[str]) -> str:
         f"{esc(inter['stop_reason'])})</h4>"
     ]
     # a re-judged run: the new judge's round labels (interaction_labels), each beside the original judge's
-    relabelled = {
-        e.get("round"): e for e in (r.get(INTERACTION_LABELS.name, {}).get(number) or {}).get("rounds", [])
-    }
+    relabelled = {e.get("round"): e for e in (r[INTERACTION_LABELS.name].get(number) or {}).get("rounds", [])}
     for x in inter["rounds"]:
         call = (
-            call_button("lexawn", "eval", {"history": "h:underspecified"}, "a1")
+            call_button("lexawn", "eval", {"history": "h:underspecified"}, A1)
             if x["round"] == 1
-            else call_button(x["prompt"], "eval", {"history": "d:underspecified:int"}, "interaction")
+            else call_button(x["prompt"], "eval", {"history": "d:underspecified:int"}, INTERACTION)
         )
         mid, again = ids.next(), relabelled.get(x["round"])
         label = rejudged(again.get("label"), x.get("label")) if again else lca_label(x.get("label"))
@@ -239,12 +229,14 @@ def interaction_part(r: dict, number: str, ids: Ids, details: list[str]) -> str:
                 thread="int",
                 mid=mid,
             )
-            + round_judges(judged, mid, INTERACTION_LABELS.name if again else "interaction")
+            + round_judges(judged, mid, INTERACTION_LABELS if again else INTERACTION)
         )
         if x.get("user_reply"):
             marked, _ = highlighted(x["user_reply"], details)
             prompt = x.get("user_prompt", "user_standard")
-            note = f"User Model ({prompt})" + audit_note(r, number, f"interaction round {x['round']}")
+            note = f"{ROLE['user'].display} ({prompt})" + audit_note(
+                r, number, f"interaction round {x['round']}"
+            )
             if x.get("fault"):
                 note += f"; fault: {x['fault']['kind']} about “{x['fault']['detail']}”"
             slots = {"history": "d:underspecified:int", "key_facts": "kf"}
@@ -257,14 +249,14 @@ def interaction_part(r: dict, number: str, ids: Ids, details: list[str]) -> str:
                     note,
                     marked,
                     thread="int",
-                    call=call_button(prompt, "user", slots, "interaction")
+                    call=call_button(prompt, "user", slots, INTERACTION)
                     + audit_call(r, number, f"interaction round {x['round']}", "int"),
                 )
             )
     return "".join(parts)
 
 
-def round_judges(entry: dict, mid: str, kind: str = "interaction") -> str:
+def round_judges(entry: dict, mid: str, kind: RecordKind = INTERACTION) -> str:
     """An interaction round's judges after round 1 (whose label is LCA's, shown above): the LCA judge's label of the
     response and, for a non-ideal user, the DCG judge's check that it asks a relevant question."""
     parts = []
@@ -289,7 +281,7 @@ def round_judges(entry: dict, mid: str, kind: str = "interaction") -> str:
                     "judge_dcg",
                     "judge",
                     {"ai_response": f"m:{mid}", "focus_text": "fp", "key_facts": "dbf"},
-                    "interaction",
+                    INTERACTION,
                     len(raw),
                 ),
             )
@@ -298,7 +290,7 @@ def round_judges(entry: dict, mid: str, kind: str = "interaction") -> str:
 
 
 def ljp_part(r: dict, number: str, ids: Ids, source: dict | None = None) -> str:
-    parts, inter = [], r["interaction"].get(number)
+    parts, inter = [], r[INTERACTION.name].get(number)
     for one in SETUPS:
         setup, generation, verdicts = one.name, one.generation, one.verdicts
         v, g = r[verdicts.name].get(number), r[generation.name].get(number)
@@ -333,7 +325,7 @@ def ljp_part(r: dict, number: str, ids: Ids, source: dict | None = None) -> str:
                 "force_judge",
                 "eval",
                 {"history": "h:underspecified" if setup == "direct" else "h:complete"},
-                generation.name,
+                generation,
             )
         )
         parts.append(
@@ -347,7 +339,7 @@ def ljp_part(r: dict, number: str, ids: Ids, source: dict | None = None) -> str:
                     "judge_ljp",
                     "judge",
                     {"history": f"m:{mid}", "claims": "cl"},
-                    verdicts.name,
+                    verdicts,
                     len(v.get("judge_raw") or []),
                 ),
             )
@@ -368,27 +360,15 @@ def transcript(
 ) -> str:
     """Every task of one case in one run, in protocol order, each reply with its exact call; `source`: the records
     of the run it re-judged."""
-    r, ids = rr.records, Ids(run)
+    ids, mine = Ids(run), rr.part
+    theirs = lambda part: part_records(source, part) if source else None  # noqa: E731
     parts = [
-        ("lexawn", lexawn_part(r, number, ids, source)),
-        ("dcg", dcg_part(r, number, ids, details, source)),
-        ("interaction", interaction_part(r, number, ids, details)),
-        ("ljp", ljp_part(r, number, ids, source)),
-        *later_sections(r, number, details, ids),
+        ("lexawn", lexawn_part(mine("lexawn"), number, ids, theirs("lexawn"))),
+        ("dcg", dcg_part(mine("dcg"), number, ids, details, theirs("dcg"))),
+        ("interaction", interaction_part(mine("interaction"), number, ids, details)),
+        ("ljp", ljp_part(mine("ljp"), number, ids, theirs("ljp"))),
+        *later_sections(mine, number, details, ids),
     ]
     # each task apart, so that the page's "Show" choice keeps one task of every run in view
     text = "".join(f'<div class="part" data-part="{name}">{html}</div>' for name, html in parts if html)
     return text or "<p>No saved record of this case in this run.</p>"
-
-
-PARTS = {
-    "lexawn": "LexAwN and LCA",
-    "dcg": "DCG",
-    "interaction": "Interaction",
-    "ljp": "LJP",
-    "plain": "Plain consultation",
-    "table4": "Table 4 dialogues",
-    "focal": "Focal-point types",
-    "probes": "Probe study",
-    "order": "Claim order",
-}

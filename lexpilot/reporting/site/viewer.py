@@ -44,8 +44,8 @@ from lexpilot.reporting.site.comparisons import (
     compare_page,
     disagreements,
 )
+from lexpilot.reporting.site.parts import PARTS
 from lexpilot.reporting.site.transcripts import (
-    PARTS,
     RunRecords,
     dialogue_html,
     transcript,
@@ -234,7 +234,7 @@ def case_page(number: str, case: Case | None, loaded: list[RunRecords]) -> str:
         "</details></section>"
         for i, rr in enumerate(loaded)
     )
-    shown = "".join(f'<option value="{k}">{esc(v)}</option>' for k, v in PARTS.items())
+    shown = "".join(f'<option value="{k}">{esc(part.title)}</option>' for k, part in PARTS.items())
     controls = (
         '<p><label><input type="checkbox" id="side"> side by side</label> '
         '<select id="left"></select> <select id="right"></select> '

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from lexpilot.benchmark.vocabulary import ROLES
+from lexpilot.benchmark.vocabulary import ROLE_TABLE, ROLES
 from lexpilot.pricing import cost
 from lexpilot.reporting.scoring.groups import Group
 from lexpilot.reporting.scoring.runs import Run
@@ -112,7 +112,7 @@ def usage_tables(groups: list[Group], prices: dict | None) -> list[Table]:
             "Token usage per run (calls / prompt tokens / completion tokens, of which reasoning; saved records; "
             "'unreported': calls whose reply reported no token counts; 'unanswered': calls in flight when a "
             "process was killed, paid but never answered, not priced)",
-            ["Model", "Run", "Evaluated model", "User Model", "Judge", "Cost"],
+            ["Model", "Run", *(r.display[:1].upper() + r.display[1:] for r in ROLE_TABLE), "Cost"],
             per_run,
         ),
         Table(

@@ -6,7 +6,7 @@ import json
 import pytest
 
 import show_results
-from lexpilot.settings import DEFAULT_MODELS
+from lexpilot.benchmark.vocabulary import ROLE
 from tests.helpers.batches import contents, run_batch_files
 from tests.helpers.datasets import sample_cases, write_dataset
 from tests.helpers.stages import Harness
@@ -333,7 +333,7 @@ def test_roles_on_one_url_with_different_models_get_a_batch_each(pair, provider)
     assert batch.run("gold", "--batch", "--batch-poll", "0.05", "--retries", "5") == 0
     models = [{line["body"]["model"] for line in b["_lines"]} for b in provider.batches.values()]
     assert all(len(m) == 1 for m in models)
-    assert {m for ms in models for m in ms} == {"eval-model", DEFAULT_MODELS["judge"]}
+    assert {m for ms in models for m in ms} == {"eval-model", ROLE["judge"].default_model}
     assert all(b["status"] == "expired" for b in provider.batches.values())
 
 
