@@ -9,41 +9,33 @@ estimated wall time. Every other option is a stage option (--dataset, --limit, -
   python quote_grid.py --models GPT-5.6-Sol DeepSeek-V4.1 --runs 5 --prices data/prices_illustrative.json
 """
 
-import argparse
 import os
 import sys
 
-from lexpilot.errors import OneLineParser, leave_quietly_on_interrupt, run_tool
+from lexpilot.errors import leave_quietly_on_interrupt, run_tool
 
 leave_quietly_on_interrupt(os.path.dirname(os.path.abspath(__file__)))  # before the imports that take time
 
-from lexpilot.benchmark.dataset import load_selection
 from lexpilot.errors import HarnessError
 from lexpilot.protocols.catalog import stages_named
-from lexpilot.reporting.tables.quote_tables import quote_text
+from lexpilot.reporting.tables.quote_tables import print_quote
 from lexpilot.reporting.tables.renderings import TEXT_WIDTH, add_format_option
 from lexpilot.running.grid.file import split_limits
 from lexpilot.running.grid.quote import (
     SECONDS_PER_CALL,
     Timing,
-    add_grid_args,
     allowed_rates,
     check_rate_limits,
+    grid_parser,
+    grid_quote,
     grid_run_ids,
-    quote_grid,
-    quote_notes,
-    quote_tables,
 )
 from lexpilot.running.grid.run import plan_grid
 from lexpilot.settings import number, rate_limits
 
 
 def main(argv=None) -> int:
-    # --run-id is a stage option, not --run-ids
-    parser = OneLineParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
-    )
-    add_grid_args(parser)
+    parser = grid_parser(__doc__)
     parser.add_argument(
         "--rate-limit",
         action="append",
@@ -84,16 +76,14 @@ def main(argv=None) -> int:
         stages = stages_named(args.stages)
         grid = plan_grid(stages, args.models, run_ids, options, args.grid, endpoint_limits)
         first = grid.settings_of(stages[0], grid.models[0], run_ids[0])
-        selected, sha = load_selection(first.dataset, first.limit)
         limits = allowed_rates(grid.limits, first) | rate_limits(args.rate_limit)
-        parts = quote_grid(stages, grid.settings_of, grid.models, run_ids, selected, sha)
+        parts = grid.all_parts()
         check_rate_limits(parts, limits)
         timing = Timing(args.seconds_per_call, first.transport.concurrency, args.jobs, limits)
     except HarnessError as e:
         print(f"quote_grid: {e}", file=sys.stderr)
         return 2
-    print(quote_text(quote_tables(parts), quote_notes(parts, timing), args.format, args.width))
-    return 1 if any(p.refused for p in parts) else 0  # a stage that would refuse to run is not quoted
+    return print_quote(grid_quote(parts, timing), args.format, args.width)
 
 
 if __name__ == "__main__":

@@ -14,35 +14,22 @@ import argparse
 import os
 import sys
 
-from lexpilot.errors import OneLineParser, leave_quietly_on_interrupt
+from lexpilot.errors import leave_quietly_on_interrupt
 
 leave_quietly_on_interrupt(os.path.dirname(os.path.abspath(__file__)))  # before the imports that take time
 
-from lexpilot.benchmark.dataset import load_selection
 from lexpilot.errors import INTERRUPTED, HarnessError, own_interrupts
 from lexpilot.protocols.catalog import stages_named
-from lexpilot.reporting.tables.quote_tables import quote_text
+from lexpilot.reporting.tables.quote_tables import print_quote
 from lexpilot.reporting.tables.renderings import TEXT_WIDTH, add_format_option
 from lexpilot.running.grid.file import split_limits
-from lexpilot.running.grid.quote import (
-    SECONDS_PER_CALL,
-    Timing,
-    add_grid_args,
-    grid_run_ids,
-    quote_grid,
-    quote_notes,
-    quote_tables,
-)
+from lexpilot.running.grid.quote import SECONDS_PER_CALL, Timing, grid_parser, grid_quote, grid_run_ids
 from lexpilot.running.grid.run import start_grid
 from lexpilot.settings import number
 
 
 def main(argv=None) -> int:
-    # --run-id is a stage option, not --run-ids
-    parser = OneLineParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
-    )
-    add_grid_args(parser)
+    parser = grid_parser(__doc__)
     parser.add_argument(
         "--grid",
         metavar="FILE",
@@ -100,11 +87,9 @@ def dry_run(grid, args, run_ids: list[str]) -> int:
         print()
         parts = grid.quote_parts(chains)
     else:
-        selected, sha = load_selection(first.dataset, first.limit)
-        parts = quote_grid(grid.stages, grid.settings_of, grid.models, run_ids, selected, sha)
+        parts = grid.all_parts()
     timing = Timing(SECONDS_PER_CALL, first.transport.concurrency, 0, grid.rate_limits(first))
-    print(quote_text(quote_tables(parts), quote_notes(parts, timing), args.format, args.width))
-    return 1 if any(p.refused for p in parts) else 0
+    return print_quote(grid_quote(parts, timing), args.format, args.width)
 
 
 if __name__ == "__main__":

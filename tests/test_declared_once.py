@@ -218,3 +218,17 @@ def test_common_hands_on_only_what_a_script_imports_from_it():
     assert imported_from_common(
         PACKAGE + sorted((ROOT / "tests").rglob("*.py")) + sorted((ROOT / "bench").glob("*.py"))
     ) <= set(common.__all__)
+
+
+def test_the_grid_quote_is_printed_by_one_package_function():
+    """quote_grid.py and run_grid.py --dry-run print the quote through reporting/tables/quote_tables.py's
+    `print_quote` (of running/grid/quote.py's `grid_quote`), and start from one parser (`grid_parser`): neither
+    renders or parses it its own way."""
+    for script in ("quote_grid.py", "run_grid.py"):
+        tree = ast.parse((ROOT / script).read_text(encoding="utf-8"))
+        called = [
+            n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+        ]
+        assert called.count("print_quote") == 1 and called.count("grid_quote") == 1, script
+        assert called.count("grid_parser") == 1 and "OneLineParser" not in called, script
+        assert not {"quote_text", "quote_tables", "quote_notes"} & set(called), script

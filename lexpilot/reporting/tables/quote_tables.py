@@ -4,6 +4,8 @@ smallest amount needs; every number whole in the CSV."""
 from __future__ import annotations
 
 import math
+import sys
+from typing import Any, TextIO
 
 from lexpilot.reporting.tables.table import Figure, Table
 
@@ -38,6 +40,13 @@ def drawn_quote(tables: list[tuple]) -> list[Table]:
         Table(id_, title, headers, [[quote_cell(c, digits) for c in r] for r in rows])
         for id_, title, headers, rows in tables
     ]
+
+
+def print_quote(quote: Any, fmt: str, width: int, out: TextIO | None = None) -> int:
+    """The grid's quote printed (running/grid/quote.py `GridQuote`: its tables and notes), as quote_grid.py and
+    run_grid.py --dry-run print it; the exit status: 1 when a stage would refuse to run (it is not quoted)."""
+    print(quote_text(quote.tables, quote.notes, fmt, width), file=out or sys.stdout)
+    return 1 if quote.refused else 0
 
 
 def quote_text(quoted: list[tuple], notes: list[str], fmt: str, width: int) -> str:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from lexpilot.benchmark.dataset import Case
 from lexpilot.benchmark.prompts import load_prompts
 from lexpilot.benchmark.vocabulary import CONDITION_SCRIPTS, ROLES
-from lexpilot.errors import HarnessError
+from lexpilot.errors import HarnessError, OneLineParser
 from lexpilot.models.limits import requests_per_minute
 from lexpilot.protocols.catalog import DEFAULT_STAGE_SET, GRID_STAGES, STAGE_SETS
 from lexpilot.protocols.steps import Stage
@@ -130,6 +130,16 @@ def parsed(parser: argparse.ArgumentParser, argv: list[str]):
     except SystemExit:
         message = complaint.getvalue().strip().splitlines()[-1:] or ["bad option"]
         raise HarnessError(message[0].split("error: ", 1)[-1]) from None
+
+
+def grid_parser(description: str) -> OneLineParser:
+    """The command line quote_grid.py and run_grid.py start from: the grid's models, runs and stages. Every other
+    option is a stage option, passed to each stage as its script takes it (--run-id too: not --run-ids)."""
+    parser = OneLineParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
+    add_grid_args(parser)
+    return parser
 
 
 def add_grid_args(parser: argparse.ArgumentParser) -> None:
@@ -425,6 +435,21 @@ RUN_PATH = re.compile(r"^\S*?manifest\.json: |^\S*/runs/\S*?: ")
 
 def hours(seconds: float) -> str:
     return f"{seconds / 3600:,.1f} h" if seconds >= 3600 else f"{seconds / 60:,.1f} min"
+
+
+@dataclass(frozen=True)
+class GridQuote:
+    """A grid's quote as printed: its tables (id, title, headers, rows of numbers), its notes, and whether a stage
+    would refuse to run (then not counted, and the exit status is 1)."""
+
+    tables: list[tuple[str, str, list[str], list[list]]]
+    notes: list[str]
+    refused: bool
+
+
+def grid_quote(parts: list[Part], timing: Timing) -> GridQuote:
+    """The quote quote_grid.py and run_grid.py --dry-run print, for these parts at this timing."""
+    return GridQuote(quote_tables(parts), quote_notes(parts, timing), any(p.refused for p in parts))
 
 
 def quote_notes(parts: list[Part], timing: Timing) -> list[str]:

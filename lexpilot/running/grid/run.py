@@ -202,6 +202,12 @@ class GridRun:
             )
         ]
 
+    def all_parts(self) -> list:
+        """The quote's parts for what is left of the whole grid (every shard's), as quote_grid.py counts it."""
+        first = self.settings_of(self.stages[0], self.models[0], self.run_ids[0])
+        selected, sha = load_selection(first.dataset, first.limit)
+        return quote_grid(self.stages, self.settings_of, self.models, self.run_ids, selected, sha)
+
     def quote(self, first: Settings, chains: list[list[Cell]]) -> Quote:
         """The quote for what is left of these chains, as run_grid.py --dry-run prints it, for the display."""
         parts = [p for p in self.quote_parts(chains) if not p.refused]
