@@ -3,7 +3,7 @@
     python -m bench.snapshot OUT [--tree DIR]
 
 Runs, with DIR's scripts and package (default: this checkout) against one scripted provider on 127.0.0.1:
-- every grid stage's own script on the sample, one after another (model-a, run1);
+- every grid stage's own script on the sample, one after another (model-a, run1), synchronous and `--batch`;
 - a 3-model × 2-run grid of every stage (`run_grid.py --stages all`), synchronous;
 - the same grid with `--batch`.
 Then `show_results.py` on each output root. OUT receives every record file, manifest and ledger (timing fields
@@ -46,7 +46,8 @@ TIMING = re.compile(
     r'"(started|finished|created|made_at|elapsed|seconds|wall|updated|at|time|incarnation|pool|file_id|batch_id)'
     r'[a-z_]*": [^,}\]]+'
 )
-CODE = ("code_hash", "code_files", "settings_digest", "code_hashes_resumed_with")
+# the code's identity and where the checkout is: a refactoring changes them by definition (the dataset's sha256 stays)
+CODE = ("code_hash", "code_files", "settings_digest", "code_hashes_resumed_with", "dataset_path")
 INVOCATION = re.compile(
     r'"[0-9a-f]{12}-([0-9a-f]{32})"'
 )  # a batch line's id: the invocation, then the request
@@ -97,22 +98,23 @@ def gather(root: Path, into: Path) -> None:
             target.write_text(text, encoding="utf-8")
 
 
-def snapshot(tree: Path, out: Path) -> None:
+def snapshot(tree: Path, out: Path, port: int = PORT) -> None:
     dataset = str(tree / "data" / "LexPilot_sample.json")
     work = Path(tempfile.mkdtemp())
     provider = ScriptedProvider()
-    provider.port = PORT
+    provider.port = port
     with provider:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LEXPILOT_"))}
         env |= {"OPENAI_API_KEY": "snapshot", "OPENAI_BASE_URL": provider.base_url, "PYTHONPATH": str(tree)}
         common = ["--dataset", dataset]
         for script in STAGE_SCRIPTS:
-            root = str(work / "scripts")
-            run([script, "--run-id", "run1", "--model", "model-a", *common, "--output-root", root], tree, env)
+            for root, mode in ((work / "scripts", []), (work / "scripts-batch", ["--batch"])):
+                argv = [script, "--run-id", "run1", "--model", "model-a", *common, "--output-root", str(root)]
+                run([*argv, *mode], tree, env)
         grid = ["run_grid.py", "--models", "model-a", "model-b", "model-c", "--runs", "2", "--stages", "all"]
         run([*grid, *common, "--output-root", str(work / "grid")], tree, env)
         run([*grid, *common, "--output-root", str(work / "batch"), "--batch"], tree, env)
-        for name in ("scripts", "grid", "batch"):
+        for name in ("scripts", "scripts-batch", "grid", "batch"):
             gather(work / name, out / name)
             report = ["show_results.py", "--output-root", str(work / name), *common]
             run(report, tree, env, out / f"{name}-report.txt")
@@ -127,10 +129,13 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--tree", type=Path, default=ROOT, help="the checkout whose scripts run (default: this)"
     )
+    parser.add_argument(
+        "--port", type=int, default=PORT, help="the scripted provider's: one port for snapshots compared"
+    )
     args = parser.parse_args(argv)
     if args.out.exists():
         sys.exit(f"{args.out} exists: give a new folder")
-    snapshot(args.tree.resolve(), args.out)
+    snapshot(args.tree.resolve(), args.out, args.port)
     print(f"{sum(1 for p in args.out.rglob('*') if p.is_file())} files in {args.out}")
     return 0
 

@@ -1,4 +1,4 @@
-"""Each fact written once (issue 55): the three roles' names in one table (benchmark/vocabulary.py's ROLE_TABLE),
+"""Each fact written once: the three roles' names in one table (benchmark/vocabulary.py's ROLE_TABLE),
 the viewer's record kinds named from the record catalog (reporting/site/parts.py, benchmark/records.py), and
 common.py handing on only what a script imports from it."""
 
@@ -38,7 +38,7 @@ def strings(path: Path) -> list[tuple[int, str]]:
     ]
 
 
-# --- the roles (item 1)
+# --- the roles
 
 
 def role_spellings() -> set[str]:
@@ -97,7 +97,7 @@ def test_a_role_spelled_outside_the_table_is_found(tmp_path):
     ]
 
 
-# --- the viewer's record kinds (item 2)
+# --- the viewer's record kinds
 
 
 def unaccounted(catalog: tuple[RecordKind, ...], shown=None, not_shown=None) -> list[str]:
@@ -195,7 +195,7 @@ def test_a_part_reads_only_the_kinds_it_declares():
     assert [p.title for p in parts.PARTS.values()][:2] == ["LexAwN and LCA", "DCG"]
 
 
-# --- common.py (item 3)
+# --- common.py
 
 
 def imported_from_common(files: list[Path]) -> set[str]:

@@ -5,6 +5,9 @@ A test file never imports another test file: what two test files share lives in 
 in a conftest.py."""
 
 import ast
+import io
+import re
+import tokenize
 from pathlib import Path
 
 from tests.helpers.paths import ROOT
@@ -109,3 +112,35 @@ def test_each_rule_is_broken_once_and_found(tmp_path):
         "tests/models/test_calls.py:2 imports tests.running.batch.test_api",
         "tests/stray/test_stray.py:2 imports tests.models.test_calls",
     ]
+
+
+TRACKER = re.compile(r"\bissues? ?#?\d+|\bitems? \d+\b|\breview (of|helper)|\bround ?\d+ of the review", re.I)
+
+
+def tracker_references(path: Path) -> list[str]:
+    """Docstrings and comments of a test file that name the tracker (an issue, an item, a review) instead of the
+    claim; string literals a test compares with the harness's output are not prose and are left alone."""
+    text = path.read_text(encoding="utf-8")
+    prose = [
+        (tok.start[0], tok.string)
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline)
+        if tok.type == tokenize.COMMENT
+    ]
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                prose.append((node.body[0].lineno, doc))
+    return [f"{path.name}:{line}" for line, said in prose if TRACKER.search(said)]
+
+
+def test_tests_state_their_claim_not_a_tracker_reference(tmp_path):
+    """A test's docstring and comments say what it checks, never which issue or review asked for it. Broken once: a
+    docstring naming an issue is found."""
+    found = [line for path in sorted((ROOT / "tests").rglob("*.py")) for line in tracker_references(path)]
+    assert found == []
+    broken = tmp_path / "test_broken.py"
+    broken.write_text(
+        'def test_x():\n    """Issue 12 item 3: it works."""\n    assert len("item 7: no") == 10\n'
+    )
+    assert tracker_references(broken) == ["test_broken.py:2"]

@@ -25,7 +25,13 @@ from lexpilot.reporting.statistics.randomization import MAX_PERMUTATIONS
 from lexpilot.reporting.statistics.rankings import MIN_POWER_RESAMPLES
 from lexpilot.reporting.tables.complexity import read_complexity
 from lexpilot.reporting.tables.figures import write_plots
-from lexpilot.reporting.tables.renderings import RENDERINGS, TEXT_WIDTH, render_json, render_text
+from lexpilot.reporting.tables.renderings import (
+    RENDERINGS,
+    TEXT_WIDTH,
+    add_format_option,
+    render_json,
+    render_text,
+)
 from lexpilot.settings import number
 
 
@@ -38,7 +44,7 @@ def add_report_options(parser) -> None:
 
 def _add_table_options(parser) -> None:
     """How the tables are printed: format, intervals in the cells, width, decimals, which tables."""
-    parser.add_argument("--format", choices=("text", "markdown", "csv", "json", "latex"), default="text")
+    add_format_option(parser, json=True)
     parser.add_argument(
         "--ci",
         action="store_true",

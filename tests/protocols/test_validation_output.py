@@ -1,6 +1,6 @@
 """A judge's validation of a Targeted / Off-target dialogue whose facts are malformed (a fact without an id, an id
 given as text, a fact that is no object) is an invalid output, asked for again like any other: not an internal
-error (TypeError, AttributeError) that stopped the stage. Found by mypy (issue 55 item 2)."""
+error (TypeError, AttributeError) that stopped the stage. Found by mypy."""
 
 import json
 

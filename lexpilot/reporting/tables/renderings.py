@@ -237,9 +237,11 @@ RENDERINGS: dict[str, Callable[..., str]] = {
 }
 
 
-def add_format_option(parser, help: str | None = None) -> None:
-    """--format, as the scripts that print tables take it: one of the renderings, text by default."""
-    parser.add_argument("--format", choices=sorted(RENDERINGS), default="text", help=help)
+def add_format_option(parser, help: str | None = None, json: bool = False) -> None:
+    """--format, as the scripts that print tables take it: one of the renderings, text by default (`json`: a report,
+    which show_results.py also writes whole as JSON)."""
+    choices = sorted([*RENDERINGS, "json"] if json else RENDERINGS)
+    parser.add_argument("--format", choices=choices, default="text", help=help)
 
 
 # Issue 35 item 13: "use one style for JSON metric keys". Every key of the JSON that names what was measured (a

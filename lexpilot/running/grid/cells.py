@@ -155,7 +155,7 @@ class Grid:
         return counts
 
 
-def run_chain(grid: Grid, chain: list[Cell]) -> None:
+def run_in_order(grid: Grid, chain: list[Cell]) -> None:
     """A (model, run)'s cells one after another; a cell whose upstream did not finish is not run."""
     for cell in chain:
         if grid.sharing.draining.is_set():
@@ -218,7 +218,7 @@ def why(err: str, name: str) -> str:
 
 
 def start_chains(grid: Grid, run_one: Callable[[Grid, list[Cell]], None]) -> list[threading.Event]:
-    """Every chain at once, each on its own thread, run by `run_one` (`run_chain`, or in batch mode the batch cycle
+    """Every chain at once, each on its own thread, run by `run_one` (`run_in_order`, or in batch mode the batch cycle
     loop's `run_batch_chain`); an event per chain, set when it has ended (however it ended)."""
     ended = [threading.Event() for _ in grid.chains]
 

@@ -25,7 +25,7 @@ from lexpilot.running.grid.cells import (
     Grid,
     parse_shard,
     plan,
-    run_chain,
+    run_in_order,
     shard_of,
     start_chains,
     wait_for,
@@ -167,7 +167,7 @@ class GridRun:
         speaker["say"] = display.note  # what the shared store says from here on (Redis gone, or back)
         interrupted = False
         # in batch mode a chain's independent stages run side by side, cycle by cycle
-        ended = start_chains(grid, run_batch_chain if first.batching.enabled else run_chain)
+        ended = start_chains(grid, run_batch_chain if first.batching.enabled else run_in_order)
         try:
             wait_for(ended, display.draw)
         except KeyboardInterrupt:
