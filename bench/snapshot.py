@@ -41,11 +41,9 @@ STAGE_SCRIPTS = (  # the grid's stages (`--stages all`) in an order that runs ea
     "eval_LJP_order.py",
 )
 PORT = 47615  # one port for every snapshot: the endpoint's host is part of a run's settings digest
-# what says when, how long or which invocation, not what was asked and answered: blanked before comparing
-TIMING = re.compile(
-    r'"(started|finished|created|made_at|elapsed|seconds|wall|updated|at|time|incarnation|pool|file_id|batch_id)'
-    r'[a-z_]*": [^,}\]]+'
-)
+# what says when or which invocation, not what was asked and answered: blanked before comparing (by exact name, so
+# that no field of a record is ever caught by a prefix)
+TIMING = re.compile(r'"(created_at|incarnation)":\s*"[^"]*"')
 # the code's identity and where the checkout is: a refactoring changes them by definition (the dataset's sha256 stays)
 CODE = ("code_hash", "code_files", "settings_digest", "code_hashes_resumed_with", "dataset_path")
 INVOCATION = re.compile(

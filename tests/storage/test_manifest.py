@@ -11,6 +11,7 @@ import pytest
 from lexpilot.storage.manifest import Manifest
 from tests.helpers.paths import ROOT
 from tests.helpers.runs import run_folder
+from tests.helpers.source import keys_read
 from tests.helpers.stages import STAGES
 
 
@@ -150,15 +151,7 @@ MANIFEST_KEYS = {
 def manifest_keys_read(tree: ast.AST) -> list[int]:
     """Lines that read one of a manifest's own fields by its name from anything: `x["selected_cases"]`,
     `x.get("token_fields")`, whatever `x` is called (a renamed variable, a decoded JSON, a compared-settings dict)."""
-    lines = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
-            lines += [node.lineno] if node.slice.value in MANIFEST_KEYS else []
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
-            key = node.args[0]
-            if node.func.attr in ("get", "pop", "setdefault") and isinstance(key, ast.Constant):
-                lines += [node.lineno] if key.value in MANIFEST_KEYS else []
-    return lines
+    return [line for line, _ in keys_read(tree, MANIFEST_KEYS)]
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """Batch mode (--batch): cycles through the scripted batch API give the records of a synchronous run; a batch
 survives its process; rejected replies go into the next cycle; refusing endpoints stop before submitting."""
 
+import ast
 import json
 
 import pytest
@@ -9,6 +10,7 @@ import show_results
 from lexpilot.benchmark.vocabulary import ROLE
 from tests.helpers.batches import contents, run_batch_files
 from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.source import keys_read
 from tests.helpers.stages import Harness
 
 CASES = sample_cases()[:4]
@@ -347,19 +349,8 @@ LEDGER_KEYS = {
 
 def ledger_keys_read(path) -> list[str]:
     """Lines of a module that read or write a ledger field by its name: `x["phase"]`, `x.get("batch_id")`."""
-    import ast
-
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        key = None
-        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
-            key = node.slice.value
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
-            if node.func.attr in ("get", "pop", "setdefault") and isinstance(node.args[0], ast.Constant):
-                key = node.args[0].value
-        if key in LEDGER_KEYS:
-            found.append(f"{path.name}:{node.lineno} {key}")
-    return found
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [f"{path.name}:{line} {key}" for line, key in keys_read(tree, LEDGER_KEYS)]
 
 
 def test_the_ledger_is_read_and_written_only_by_its_module(tmp_path):
