@@ -12,6 +12,20 @@ from typing import NamedTuple
 from lexpilot.errors import FatalError, HarnessError
 from lexpilot.files import check_input
 
+PRICED_COUNTS = ("calls", "prompt_tokens", "completion_tokens", "cached_prompt_tokens")
+
+
+def price_class(tier: str | None = None, window: str | None = None) -> str:
+    """The name of the prices a call was billed at, beside the standard ones ("": standard): the tier that served
+    it (flex) and the price window it was sent in (peak), e.g. "flex", "peak", "flex+peak"."""
+    return "+".join(part for part in (tier if tier == "flex" else None, window) if part)
+
+
+def counted_key(kind: str, name: str) -> str:
+    """A usage entry's count of calls of one kind ("served", "tier", "fingerprint") or one price class's field:
+    flat keys, so that an entry stays a dict of whole numbers that any reader can sum."""
+    return f"{kind}:{name}"
+
 
 class Price(NamedTuple):
     prompt: float
@@ -21,6 +35,22 @@ class Price(NamedTuple):
     # a prompt token served from the provider's cache (None: the prompt price)
     cached_prompt: float | None = None
     batch_cached_prompt: float | None = None
+    # the flex tier's (None: the batch prices, as OpenAI bills flex)
+    flex_prompt: float | None = None
+    flex_completion: float | None = None
+    flex_cached_prompt: float | None = None
+
+    def rates(self, priced: str = "") -> tuple[float, float, float]:
+        """(prompt, completion, cached prompt) per million tokens for calls of one price class (price_class)."""
+        tiers = priced.split("+")
+        if "flex" in tiers:
+            batch_cached = self.batch_prompt if self.batch_cached_prompt is None else self.batch_cached_prompt
+            return (
+                self.batch_prompt if self.flex_prompt is None else self.flex_prompt,
+                self.batch_completion if self.flex_completion is None else self.flex_completion,
+                batch_cached if self.flex_cached_prompt is None else self.flex_cached_prompt,
+            )
+        return self.prompt, self.completion, self.prompt if self.cached_prompt is None else self.cached_prompt
 
 
 # per million tokens: above any provider's price; a larger one is a typo (or overflows sums)
@@ -104,8 +134,14 @@ PRICE_KEYS = (
     "batch_completion",
     "batch_cached_prompt",
     "batch_discount",
+    "flex_prompt",
+    "flex_completion",
+    "flex_cached_prompt",
+    "flex_discount",
 )
 EITHER = (
+    ("flex_prompt", "flex_discount"),
+    ("flex_completion", "flex_discount"),
     ("cached_prompt", "cache_discount"),
     ("batch_prompt", "batch_discount"),
     ("batch_completion", "batch_discount"),
@@ -124,13 +160,21 @@ def _price(entry: object) -> Price:
     prompt, completion = (_field(entry, name, None, MAX_PRICE) for name in ("prompt", "completion"))
     factor = 1 - _field(entry, "batch_discount", 0, 1)
     cached = _field(entry, "cached_prompt", prompt * (1 - _field(entry, "cache_discount", 0, 1)), MAX_PRICE)
-    return Price(
+    batch = Price(
         prompt,
         completion,
         _field(entry, "batch_prompt", prompt * factor, MAX_PRICE),
         _field(entry, "batch_completion", completion * factor, MAX_PRICE),
         cached,
         _field(entry, "batch_cached_prompt", cached * factor, MAX_PRICE),
+    )
+    if "flex_discount" not in entry and not any(k.startswith("flex_") for k in entry):
+        return batch  # flex at the batch prices
+    flex = 1 - _field(entry, "flex_discount", 0, 1)
+    return batch._replace(
+        flex_prompt=_field(entry, "flex_prompt", prompt * flex, MAX_PRICE),
+        flex_completion=_field(entry, "flex_completion", completion * flex, MAX_PRICE),
+        flex_cached_prompt=_field(entry, "flex_cached_prompt", cached * flex, MAX_PRICE),
     )
 
 
@@ -160,6 +204,51 @@ def cost(
     return (1 - batched) * normal + batched * batch
 
 
+def priced_classes(used: dict) -> list[str]:
+    """The price classes other than the standard one that a usage entry counts calls of."""
+    return sorted(
+        {k.split(":", 1)[0] for k in used if k.endswith(":calls") and k.split(":", 1)[0] != "served"}
+    )
+
+
+def usage_cost(price: Price, used: dict) -> float:
+    """The cost of one role's usage entry: the calls of each price class at its rates, the rest at the standard
+    prices (their batched share at the batch prices)."""
+    total, rest = 0.0, {name: used.get(name, 0) for name in PRICED_COUNTS}
+    for priced in priced_classes(used):
+        counts = [used.get(counted_key(priced, name), 0) for name in PRICED_COUNTS]
+        for i, n in enumerate(counts):
+            rest[PRICED_COUNTS[i]] -= n
+        total += rated_cost(price.rates(priced), counts[1], counts[2], counts[3])
+    batched = used.get("batched_calls", 0) / rest["calls"] if rest["calls"] > 0 else 0.0
+    rest_cost = cost(
+        price, rest["prompt_tokens"], rest["completion_tokens"], batched, rest["cached_prompt_tokens"]
+    )
+    return total + rest_cost
+
+
+def rated_cost(
+    rates: tuple[float, float, float], prompt_tokens: float, completion_tokens: float, cached: float
+) -> float:
+    prompt, completion, cached_price = rates
+    cached = min(cached, prompt_tokens)
+    return ((prompt_tokens - cached) * prompt + cached * cached_price + completion_tokens * completion) / 1e6
+
+
+def call_cost(
+    price: Price,
+    prompt: float,
+    completion: float,
+    cached: float = 0.0,
+    batched: float = 0.0,
+    priced: str = "",
+) -> float:
+    """One call's cost at its price class (price_class; "": standard, `batched` its share at the batch prices)."""
+    if priced:
+        return rated_cost(price.rates(priced), prompt, completion, cached)
+    return cost(price, prompt, completion, batched, cached)
+
+
 class BudgetExceeded(FatalError):
     """The next call could take the invocation's spending past --max-cost: the stage stops cleanly."""
 
@@ -174,8 +263,11 @@ class Budget:
         self.spent = self.reserved = 0.0
         self.lock = threading.Lock()
 
-    def reserve(self, model: str, prompt_chars: int, max_tokens: int, batched: float = 0.0) -> float:
-        worst = cost(self.prices[model], prompt_chars, max_tokens, batched)
+    def reserve(
+        self, model: str, prompt_chars: int, max_tokens: int, batched: float = 0.0, priced: str = ""
+    ) -> float:
+        """The call's worst case, reserved (at the price class it is asked at: "" the standard)."""
+        worst = call_cost(self.prices[model], prompt_chars, max_tokens, batched=batched, priced=priced)
         with self.lock:
             if self.spent + self.reserved + worst > self.amount:
                 raise BudgetExceeded(
@@ -195,19 +287,17 @@ class Budget:
         completion_tokens: int | None,
         cached_tokens: int = 0,
         batched: float = 0.0,
+        priced: str = "",
     ) -> None:
         """The call is over: its real cost, its cached share included (its worst case where the reply carried no
-        token counts); `batched`: answered in a batch, at the batch price."""
+        token counts); `batched`: answered in a batch, at the batch price; `priced`: the price class that served
+        it (price_class)."""
         with self.lock:
             self.reserved -= reserved
             self.spent += (
                 reserved
                 if prompt_tokens is None
-                else cost(
-                    self.prices[model],
-                    prompt_tokens,
-                    completion_tokens or 0,
-                    batched,
-                    cached_tokens=cached_tokens,
+                else call_cost(
+                    self.prices[model], prompt_tokens, completion_tokens or 0, cached_tokens, batched, priced
                 )
             )

@@ -24,6 +24,7 @@ from lexpilot.models.replies import (
     DeadlineExceeded,
     MalformedReply,
     Reply,
+    Served,
     StreamCutShort,
     parse_completion,
     parse_stream,
@@ -31,7 +32,7 @@ from lexpilot.models.replies import (
     truncation_flag,
     unusable,
 )
-from lexpilot.pricing import Budget
+from lexpilot.pricing import PRICED_COUNTS, Budget, counted_key, price_class
 from lexpilot.settings import Role, Settings, key_variables
 from lexpilot.text import counted
 
@@ -83,7 +84,9 @@ def _duration(seconds: float) -> str:
 
 @dataclass
 class Usage:
-    """Calls and tokens per role, for one record or a whole stage."""
+    """Calls and tokens per role, for one record or a whole stage. Beside the totals, an entry counts the calls each
+    served model, tier and fingerprint answered ("served:ID", "tier:NAME", "fingerprint:FP") and the calls and
+    tokens billed at another price class than the standard ("flex:prompt_tokens", ...): flat whole numbers."""
 
     by_role: dict = field(default_factory=dict)
 
@@ -97,35 +100,45 @@ class Usage:
         reasoning_tokens: int = 0,
         batched: int = 0,
         cached_tokens: int = 0,
+        priced: str = "",
+        served: Served | None = None,
     ) -> None:
         """`unreported`: calls whose reply carried no token counts (e.g. llama.cpp's streamed replies);
         `reasoning_tokens`: the part of the completion tokens spent on reasoning, where reported;
-        `cached_tokens`: the part of the prompt tokens served from the provider's prompt cache, where reported."""
+        `cached_tokens`: the part of the prompt tokens served from the provider's prompt cache, where reported;
+        `priced`: the price class the calls were billed at (price_class; "": standard); `served`: what served them."""
         entry = self.by_role.setdefault(role, {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0})
         entry["calls"] += calls
         entry["prompt_tokens"] += prompt_tokens
         entry["completion_tokens"] += completion_tokens
-        if unreported:
-            entry["unreported_calls"] = entry.get("unreported_calls", 0) + unreported
-        if reasoning_tokens:
-            entry["reasoning_tokens"] = entry.get("reasoning_tokens", 0) + reasoning_tokens
-        if batched:  # answered through a provider's batch API (priced at its batch price)
-            entry["batched_calls"] = entry.get("batched_calls", 0) + batched
-        if cached_tokens:  # priced at the cached-input price
-            entry["cached_prompt_tokens"] = entry.get("cached_prompt_tokens", 0) + cached_tokens
+        extra = {
+            "unreported_calls": unreported,
+            "reasoning_tokens": reasoning_tokens,
+            "batched_calls": batched,  # answered through a provider's batch API (priced at its batch price)
+            "cached_prompt_tokens": cached_tokens,  # priced at the cached-input price
+        }
+        if priced:
+            values = (calls, prompt_tokens, completion_tokens, cached_tokens)
+            extra |= {counted_key(priced, name): n for name, n in zip(PRICED_COUNTS, values)}
+        if served:
+            for kind, value in zip(("served", "tier", "fingerprint"), served_names(served)):
+                if value:
+                    extra[counted_key(kind, value)] = calls
+        for key, n in extra.items():
+            if n:
+                entry[key] = entry.get(key, 0) + n
 
     def merge(self, other: dict) -> None:
+        """Add another usage's entries (role -> counts): every whole number in them, whatever its key."""
         for role, e in other.items():
-            self.add(
-                role,
-                e["prompt_tokens"],
-                e["completion_tokens"],
-                e["calls"],
-                e.get("unreported_calls", 0),
-                e.get("reasoning_tokens", 0),
-                e.get("batched_calls", 0),
-                e.get("cached_prompt_tokens", 0),
-            )
+            entry = self.by_role.setdefault(role, {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0})
+            for key, n in e.items():
+                if isinstance(n, int) and not isinstance(n, bool):
+                    entry[key] = entry.get(key, 0) + n
+
+
+def served_names(served: Served) -> tuple[str | None, str | None, str | None]:
+    return served.model, served.service_tier, served.system_fingerprint
 
 
 @dataclass
@@ -230,6 +243,11 @@ class Attempt:
     repeat: bool = False  # asked again at once, not a failed attempt (the output-limit field switched)
     # any reply the provider gave, accepted or not (its cost settles the budget)
     answered: Reply | None = None
+
+
+def billed_class(reply: Reply) -> str:
+    """The price class a reply is billed at: the tier the reply says served it, not the one asked for."""
+    return price_class(reply.served.service_tier if reply.served else None)
 
 
 def malformed_usage(role: str, problem: str) -> str:
@@ -478,6 +496,7 @@ class ModelCaller:
                 reply.prompt_tokens if reply else None,
                 reply.completion_tokens if reply else None,
                 (reply.cached_tokens or 0) if reply else 0,
+                priced=billed_class(reply) if reply else "",
             )
 
     def _accepted(self, role: Role, reply: Reply, usage: Usage) -> Attempt:
@@ -489,9 +508,11 @@ class ModelCaller:
                 reply.completion_tokens or 0,
                 reasoning_tokens=reply.reasoning_tokens or 0,
                 cached_tokens=reply.cached_tokens or 0,
+                priced=billed_class(reply),
+                served=reply.served,
             )
         else:
-            usage.add(role.name, 0, 0, unreported=1)
+            usage.add(role.name, 0, 0, unreported=1, served=reply.served)
         if reply.usage_problem:
             self.say_once(
                 f"usage:{role.name}",

@@ -53,6 +53,44 @@ class Reply:
     cached_tokens: int | None = None
     reasoning: str = ""  # reasoning returned apart from the content (reasoning_content / reasoning)
     usage_problem: str = ""  # why the reply's usage could not be read (its counts are then unreported)
+    served: Served | None = None  # what the reply says served it (model, tier, fingerprint)
+
+
+@dataclass(frozen=True)
+class Served:
+    """What a reply says served it: the model that answered (a provider may answer an alias or a retired id with
+    another), the service tier that served it (which decides its price) and the system fingerprint, each None when
+    the reply does not say (or says it as something that is not a short line of text)."""
+
+    model: str | None = None
+    service_tier: str | None = None
+    system_fingerprint: str | None = None
+
+
+SERVED_FIELDS = ("model", "service_tier", "system_fingerprint")
+MAX_SERVED = 200  # characters: longer is no model id, tier or fingerprint
+
+
+def _served_value(value) -> str | None:
+    # untrusted text that reaches the display and the report: printable, one short line, or nothing
+    if isinstance(value, str) and 0 < len(value) <= MAX_SERVED and value.isprintable():
+        return value
+    return None
+
+
+def served_of(data) -> Served | None:
+    """The served fields of a reply's body or stream event (None: it says none of them)."""
+    if not isinstance(data, dict):
+        return None
+    values = [_served_value(data.get(name)) for name in SERVED_FIELDS]
+    return Served(*values) if any(values) else None
+
+
+def first_served(earlier: Served | None, later: Served | None) -> Served | None:
+    """A stream's served fields: each as the first event that says it (the tier may come only with the usage)."""
+    if earlier is None or later is None:
+        return earlier or later
+    return Served(*(getattr(earlier, n) or getattr(later, n) for n in SERVED_FIELDS))
 
 
 TRUNCATED = "reply truncated at"  # how a reply cut at its output limit is said, followed by the limit's flag
@@ -157,6 +195,7 @@ def parse_completion(body: bytes) -> Reply:
     choice = _choice(data)
     reply = Reply("", None)
     _usage(reply, data.get("usage"))
+    reply.served = served_of(data)
     if choice is None:
         return reply  # no choice: an empty reply, retried as such
     message = choice.get("message")
@@ -190,6 +229,7 @@ def parse_stream(lines, deadline: float, aborted) -> Reply:
             )
         if isinstance(event, dict) and event.get("usage") is not None:
             _usage(reply, event["usage"])
+        reply.served = first_served(reply.served, served_of(event))
         if isinstance(event, dict) and event.get("choices") == []:
             continue  # the usage event
         choice = _choice(event)

@@ -85,6 +85,9 @@ def test_a_run_saved_before_the_redesign_resumes_with_consent(tmp_path, monkeypa
     redone = [json.loads(line) for line in gold.read_text(encoding="utf-8").splitlines()]
     assert redone[:-1] == [json.loads(line) for line in lines[:-1]]  # the saved records are kept as they were
     new_fields = {"settings_hash", "digest"}  # what records carry since they were given digests
+    usage = redone[-1]["usage"]["judge"]
+    # and since they count the model each reply says served it: the scripted provider answers with the id asked
+    assert usage.pop("served:DeepSeek-R1") == usage["calls"]
     assert {k: v for k, v in redone[-1].items() if k not in new_fields} == json.loads(lines[-1])
 
 

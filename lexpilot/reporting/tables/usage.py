@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 from lexpilot.benchmark.vocabulary import ROLE_TABLE, ROLES
-from lexpilot.pricing import cost
+from lexpilot.pricing import usage_cost
 from lexpilot.reporting.scoring.groups import Group
 from lexpilot.reporting.scoring.runs import Run
 from lexpilot.reporting.tables.formats import number_cell
@@ -19,10 +19,15 @@ def role_cost(run: Run, role: str, used: dict, prices: dict | None) -> float | N
     price = (prices or {}).get(run.manifest.model(role))
     if price is None:
         return None
-    batched = used.get("batched_calls", 0) / used["calls"] if used.get("calls") else 0.0
-    return cost(
-        price, used["prompt_tokens"], used["completion_tokens"], batched, used.get("cached_prompt_tokens", 0)
-    )
+    return usage_cost(price, used)
+
+
+def uncached_usage(used: dict) -> dict:
+    """A usage entry as if no prompt token had been served from the provider's cache, in every price class."""
+    return {
+        k: 0 if k == "cached_prompt_tokens" or k.endswith(":cached_prompt_tokens") else n
+        for k, n in used.items()
+    }
 
 
 def total_cost(costs: list[float | None]) -> float | None:
@@ -139,9 +144,7 @@ def grid_total(groups: list[Group], prices: dict | None) -> Table:
                 for role, used in roles.items():
                     by_role.setdefault(role, Counter()).update(used)
                     costs.setdefault(role, []).append(role_cost(run, role, used, prices))
-                    uncached.setdefault(role, []).append(
-                        role_cost(run, role, {**used, "cached_prompt_tokens": 0}, prices)
-                    )
+                    uncached.setdefault(role, []).append(role_cost(run, role, uncached_usage(used), prices))
     rows = []
     for role in [r for r in by_role if by_role[r]["calls"] or unanswered.get(r)] + ["all"]:
         used = sum(by_role.values(), Counter()) if role == "all" else by_role[role]

@@ -215,6 +215,7 @@ def reply_of(entry: dict, limit: str, say_usage=lambda problem: None) -> tuple[s
         unreported=int(reply.prompt_tokens is None),
         batched=1,
         cached_tokens=reply.cached_tokens or 0,
+        served=reply.served,
     )
     problem = unusable(reply, limit)
     if problem:  # paid for all the same: its usage is kept
