@@ -28,6 +28,8 @@ from lexpilot.pricing import Budget, Price, read_prices
 # generation settings (Appendix E.1: each role's temperature is in the roles' table, ROLE_TABLE), and how calls travel
 PAPER_MAX_TOKENS = 8192
 TIMEOUT = 120.0  # seconds of silence
+FLEX_TIMEOUT = 900.0  # a flex call's: OpenAI's flex guide asks clients to wait 15 minutes
+SERVICE_TIERS = ("auto", "default", "flex", "priority")  # what OpenAI's service_tier takes
 DEADLINE_TIMEOUTS = 10  # one call's wall-clock deadline, in timeouts
 
 
@@ -45,12 +47,19 @@ class Role:
     max_tokens: int = PAPER_MAX_TOKENS
     # where its key came from, when not the role's own variables (a grid file's key_variable)
     key_variable: str = ""
+    # the service tier its requests ask for (None: none sent, the provider's default); "flex" is billed at batch
+    # prices, answers slower and is sometimes unavailable (docs/cost.md)
+    service_tier: str | None = None
 
     @property
     def host(self) -> str:
         parts = urlsplit(self.base_url)
         assert parts.hostname is not None, "a base URL names a host (check_base_url)"
         return parts.hostname + (f":{parts.port}" if parts.port else "")
+
+    @property
+    def flex(self) -> bool:
+        return self.service_tier == "flex"
 
     @property
     def flags(self) -> tuple[str, str]:
@@ -70,8 +79,19 @@ class Transport:
     concurrency: int = 8  # cases at once
     stream: bool = False
     # wall-clock seconds one call may take, however its bytes trickle in
-    call_deadline: float = DEADLINE_TIMEOUTS * TIMEOUT
+    call_deadline: float | None = None  # None: DEADLINE_TIMEOUTS x the call's timeout
     backoff_base: float = BACKOFF_BASE
+    flex_timeout: float = FLEX_TIMEOUT  # a flex call's silence timeout (--flex-timeout)
+    # a call refused this many times as unavailable at the flex tier is sent at the standard tier (None: never)
+    flex_fallback: int | None = None
+
+    def timeout_of(self, role: Role) -> float:
+        """The seconds of silence a role's call waits: a flex call's are longer (FLEX_TIMEOUT)."""
+        return self.flex_timeout if role.flex else self.timeout
+
+    def deadline_of(self, role: Role) -> float:
+        """The wall-clock seconds one call of a role may take in all."""
+        return self.call_deadline or DEADLINE_TIMEOUTS * self.timeout_of(role)
 
 
 @dataclass(frozen=True)
@@ -191,7 +211,10 @@ def resolve_roles(args: argparse.Namespace, env=os.environ) -> dict[str, Role]:
         ):  # the User Model's: --temperature's unless its own
             temperature = args.temperature
         max_tokens = getattr(args, info.key("max-tokens")) or args.max_tokens
-        roles[info.name] = Role(info.name, model, base_url, api_key, temperature, max_tokens)
+        tier = getattr(args, info.key("service-tier"), None)
+        roles[info.name] = Role(
+            info.name, model, base_url, api_key, temperature, max_tokens, service_tier=tier
+        )
     return roles
 
 
@@ -419,10 +442,35 @@ def _add_transport_args(a) -> None:
         help=f"cases run at once (default {transport.concurrency})",
     )
     a("--keep-going", action="store_true", help="on a failed case, go on with the others")
+    _add_tier_args(a)
     a(
         "--stream",
         action="store_true",
         help="stream replies, so --timeout bounds a stalled connection, not a long generation",
+    )
+
+
+def _add_tier_args(a) -> None:
+    """The service tier each role asks for, and what a flex call waits and falls back to (docs/cost.md)."""
+    for info in ROLE_TABLE:
+        a(
+            info.flag("service-tier"),
+            choices=SERVICE_TIERS,
+            help=f"{info.display}: the service tier its requests ask for (flex: batch prices, slower, "
+            "sometimes unavailable; default: none sent)",
+        )
+    a(
+        "--flex-timeout",
+        type=number(float, 0.001, 86400),
+        default=FLEX_TIMEOUT,
+        help=f"seconds without a byte before a flex call is retried (default {FLEX_TIMEOUT:g}, as OpenAI advises)",
+    )
+    a(
+        "--flex-fallback",
+        type=number(int, 1, 1000),
+        metavar="N",
+        help="send a call at the standard tier after N 'resource unavailable' answers at the flex tier "
+        "(default: never; such a call is recorded, and billed as the reply says it was served)",
     )
 
 
@@ -533,8 +581,10 @@ def settings_from_args(args: argparse.Namespace, env=os.environ) -> Settings:
             retries=args.retries,
             concurrency=args.concurrency,
             stream=args.stream,
-            call_deadline=args.call_deadline or DEADLINE_TIMEOUTS * args.timeout,
+            call_deadline=args.call_deadline,
             backoff_base=backoff_base,
+            flex_timeout=args.flex_timeout,
+            flex_fallback=args.flex_fallback,
         ),
         batching=Batching(
             enabled=bool(

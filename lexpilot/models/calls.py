@@ -128,6 +128,11 @@ class Usage:
             if n:
                 entry[key] = entry.get(key, 0) + n
 
+    def note(self, role: str, key: str, n: int = 1) -> None:
+        """Count one more of something a role's calls came to (FLEX_FALLBACK_CALLS)."""
+        entry = self.by_role.setdefault(role, {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0})
+        entry[key] = entry.get(key, 0) + n
+
     def merge(self, other: dict) -> None:
         """Add another usage's entries (role -> counts): every whole number in them, whatever its key."""
         for role, e in other.items():
@@ -214,13 +219,18 @@ def _tls_context(cert_file: str | None, cert_dir: str | None):
     return httpx2.create_ssl_context()
 
 
-def request_body(role: Role, prompt: str | list[dict], token_field: str = "max_tokens") -> dict:
+def request_body(
+    role: Role, prompt: str | list[dict], token_field: str = "max_tokens", tier: str | None = None
+) -> dict:
     """The chat-completion request of a role: one user message (the filled prompt), or a conversation sent as
-    it is (a list of messages); n=1, the role's output limit and temperature (none for 'default')."""
+    it is (a list of messages); n=1, the role's output limit and temperature (none for 'default'); the service
+    tier where one is asked (a synchronous call's: a batch's requests are priced by the batch API)."""
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
     body: dict[str, Any] = {"model": role.model, "messages": messages, "n": 1, token_field: role.max_tokens}
     if role.temperature is not None:
         body["temperature"] = role.temperature
+    if tier is not None:
+        body["service_tier"] = tier
     return body
 
 
@@ -229,6 +239,43 @@ def error_message(error, redact=None) -> str:
     no longer be matched."""
     text = " ".join((getattr(error, "message", None) or str(error)).split())
     return (redact(text) if redact else text)[:240]
+
+
+FLEX_UNAVAILABLE_ATTEMPTS = 30  # "resource unavailable" answers a call waits out before its case fails
+FLEX_FALLBACK_CALLS = (
+    "flex_fallback_calls"  # a usage entry's count of calls sent at the standard tier at last
+)
+
+
+@dataclass
+class Tries:
+    """Where one call's attempts stand: failed attempts, rate-limited and flex-unavailable answers (each under its
+    own cap), and the tier the next request asks for (the standard one after --flex-fallback's count)."""
+
+    attempts: int
+    tier: str | None
+    attempt: int = 0
+    rate_limited: int = 0
+    unavailable: int = 0
+
+    def after(self, last: Attempt, transport) -> float | None:
+        """The pause before the next request (None: none), counting `last` where it belongs."""
+        if (
+            last.pushed_back == "rate"
+            and last.retry_after is not None
+            and self.rate_limited < RATE_LIMITED_ATTEMPTS
+        ):
+            self.rate_limited += 1  # the throttle makes every worker wait out Retry-After
+            return None
+        if last.unavailable and self.unavailable + 1 < FLEX_UNAVAILABLE_ATTEMPTS:
+            self.unavailable += 1  # not a failed attempt: the tier has no room now (not charged)
+            if transport.flex_fallback and self.unavailable >= transport.flex_fallback:
+                self.tier = "default"
+            return backoff_seconds(min(self.unavailable - 1, 6), last.retry_after, transport.backoff_base)
+        self.attempt += 1
+        if self.attempt >= self.attempts:
+            return None
+        return backoff_seconds(self.attempt - 1, last.retry_after, transport.backoff_base)
 
 
 @dataclass
@@ -241,6 +288,7 @@ class Attempt:
     pushed_back: str | None = None  # "rate" (429 with a wait the harness honours), "slots" (a cut stream)
     hint: str = ""
     repeat: bool = False  # asked again at once, not a failed attempt (the output-limit field switched)
+    unavailable: bool = False  # refused at the flex tier for want of capacity (not charged)
     # any reply the provider gave, accepted or not (its cost settles the budget)
     answered: Reply | None = None
 
@@ -299,14 +347,14 @@ class ModelCaller:
             return openai.OpenAI(
                 base_url=r.base_url,
                 api_key=r.api_key or "EMPTY",
-                timeout=settings.transport.timeout,
+                timeout=settings.transport.timeout_of(r),
                 max_retries=0,
                 http_client=openai.DefaultHttpxClient(follow_redirects=False, verify=tls_context()),
             )
 
         chain = (settings.roles["eval"].model, settings.run_id)
         self.clients = clients or {
-            role: sharing.client(r, settings.transport.timeout, chain, build) if sharing else build(r)
+            role: sharing.client(r, settings.transport.timeout_of(r), chain, build) if sharing else build(r)
             for role, r in settings.roles.items()
         }
         # The output-limit field per role: OpenAI's reasoning models refuse max_tokens, so a role switches to
@@ -320,11 +368,11 @@ class ModelCaller:
         self.transport_errors = (httpx2.TimeoutException, httpx2.TransportError)
         self.raw_response = httpx2.Response
 
-    def _request(self, role: Role, prompt: str | list[dict], token_field: str) -> Reply:
-        kwargs = request_body(role, prompt, token_field)
+    def _request(self, role: Role, prompt: str | list[dict], token_field: str, tier: str | None) -> Reply:
+        kwargs = request_body(role, prompt, token_field, tier)
         if self.settings.transport.stream:
             kwargs |= {"stream": True, "stream_options": {"include_usage": True}}
-        deadline = time.monotonic() + self.settings.transport.call_deadline
+        deadline = time.monotonic() + self.settings.transport.deadline_of(role)
         # The SDK's own route for a request it has no method for (its README: "undocumented endpoints"), with the
         # body the harness built (request_body): chat.completions.create would validate and transform every
         # parameter again, half of the client's CPU per call at the grid's scale (docs/performance.md). Errors,
@@ -370,32 +418,26 @@ class ModelCaller:
         `on_send` is called as each request goes out (its slot taken, its cost reserved); `retry`: the call asks
         again for an output refused before (a judge's invalid one), so every reply it gets counts as a retry."""
         role = self.settings.roles[role_name]
-        attempts = self.settings.transport.retries + 1
-        attempt = rate_limited = 0
+        tries = Tries(self.settings.transport.retries + 1, role.service_tier)
         last = Attempt()
-        while attempt < attempts:
-            last = self._attempt(role, prompt, usage, on_send, retry)
+        while tries.attempt < tries.attempts:
+            last = self._attempt(role, prompt, usage, on_send, retry, tries.tier)
             retry = retry or last.answered is not None  # a call's later replies are retries
             if last.repeat:
                 continue  # repeated at once with max_completion_tokens: not a failed attempt
             if last.reply is not None:
+                if tries.tier != role.service_tier:
+                    usage.note(role.name, FLEX_FALLBACK_CALLS)
                 return last.reply
             self.progress.retry(f"{role.describe()}: {last.problem}")
-            if (
-                last.pushed_back == "rate"
-                and last.retry_after is not None
-                and rate_limited < RATE_LIMITED_ATTEMPTS
-            ):
-                rate_limited += 1  # the throttle makes every worker wait out Retry-After
-                continue
-            attempt += 1
-            if attempt < attempts and self._paused(
-                backoff_seconds(attempt - 1, last.retry_after, self.settings.transport.backoff_base)
-            ):
+            pause = tries.after(last, self.settings.transport)
+            if pause is not None and self._paused(pause):
                 raise Aborted()
         raise CaseFailed(
-            f"{role.describe()}: {last.problem} (after {counted(attempts, 'attempt')}"
-            + (f" and {rate_limited} rate-limited ones)" if rate_limited else ")")
+            f"{role.describe()}: {last.problem} (after {counted(tries.attempts, 'attempt')}"
+            + (f" and {tries.rate_limited} rate-limited ones" if tries.rate_limited else "")
+            + (f" and {tries.unavailable} unavailable at the flex tier" if tries.unavailable else "")
+            + ")"
             + self._failure_hint(role, last),
             change=truncation_flag(last.problem) or (ONE_SLOT if last.pushed_back == "slots" else ""),
         )
@@ -420,7 +462,13 @@ class ModelCaller:
         return True
 
     def _attempt(
-        self, role: Role, prompt: str | list[dict], usage: Usage, on_send=None, retry: bool = False
+        self,
+        role: Role,
+        prompt: str | list[dict],
+        usage: Usage,
+        on_send=None,
+        retry: bool = False,
+        tier: str | None = None,
     ) -> Attempt:
         """One request, within the endpoint's limiter and the budget; what came of it."""
         limiter, counted_tokens = self.limiters[role.name], request_tokens(len(str(prompt)), role.max_tokens)
@@ -439,20 +487,23 @@ class ModelCaller:
             on_send()
         self.progress.update(in_flight=1)
         try:
-            outcome = self._accepted(role, self._request(role, prompt, token_field), usage)
+            outcome = self._accepted(role, self._request(role, prompt, token_field, tier), usage)
         except self.openai.APIStatusError as e:
             try:
-                outcome = self._status_error(role, e, token_field)
+                outcome = self._status_error(role, e, token_field, tier)
             except (
                 FatalError
             ) as fatal:  # what every call to this endpoint would meet: the grid's cells stop too
                 limiter.fail(str(fatal))
                 raise
         except (self.openai.APITimeoutError, TimeoutError, self.transport_errors[0]):
-            outcome = Attempt(problem=f"no response within --timeout {self.settings.transport.timeout:g}s")
+            flag = "--flex-timeout" if role.flex else "--timeout"
+            outcome = Attempt(
+                problem=f"no response within {flag} {self.settings.transport.timeout_of(role):g}s"
+            )
         except DeadlineExceeded:
             outcome = Attempt(
-                problem=f"no complete reply within the call deadline of {self.settings.transport.call_deadline:g}s"
+                problem=f"no complete reply within the call deadline of {self.settings.transport.deadline_of(role):g}s"
             )
         except StreamCutShort as e:
             outcome = Attempt(problem=str(e), pushed_back="slots", hint=self._one_slot_hint(role))
@@ -490,11 +541,12 @@ class ModelCaller:
             self.sharing.count(role.model, answered, retry)
         if self.budget:  # an answered call costs what it reports; an unanswered one its worst case
             reply = outcome.answered
+            uncharged = 0 if outcome.unavailable else None  # the flex tier's refusal is not charged
             self.budget.settle(
                 reserved,
                 role.model,
-                reply.prompt_tokens if reply else None,
-                reply.completion_tokens if reply else None,
+                reply.prompt_tokens if reply else uncharged,
+                reply.completion_tokens if reply else uncharged,
                 (reply.cached_tokens or 0) if reply else 0,
                 priced=billed_class(reply) if reply else "",
             )
@@ -532,10 +584,19 @@ class ModelCaller:
             self.said.add(topic)
         self.progress.note(message)
 
-    def _status_error(self, role: Role, e, token_field: str) -> Attempt:
+    def _status_error(self, role: Role, e, token_field: str, tier: str | None) -> Attempt:
         """An HTTP error status: a transient one is an attempt to retry; a permanent one stops the stage (or,
         for a prompt beyond the context window, fails the case)."""
         redact, status = self.settings.redact, e.status_code
+        if tier == "flex" and status != 400:
+            said = provider_error(status, e.body, error_message(e))
+            if refusal_of(said) is Refusal.UNAVAILABLE:  # no room at the flex tier now; not a rate limit
+                wait = retry_after_seconds(e.response.headers)
+                return Attempt(
+                    problem=f"HTTP {status}: unavailable at the flex tier ({error_message(said, redact)[:80]})",
+                    retry_after=wait if wait is not None and 0 < wait <= MAX_RETRY_AFTER else None,
+                    unavailable=True,
+                )
         refusal = self._refusal(role, e, token_field) if status == 400 else None
         if refusal is Refusal.CONTEXT_WINDOW:
             # this case's prompt is too long for this model: no retry helps, the other cases may fit
@@ -590,11 +651,15 @@ class ModelCaller:
         return f"; the server may serve one request at a time: {fix}, or serve it with more slots (llama.cpp's llama-server: --parallel N)"
 
     def _failure_hint(self, role: Role, last: Attempt) -> str:
+        if last.unavailable:
+            return "; pass --flex-fallback N to send such a call at the standard tier after N refusals, or rerun later"
         if last.problem.startswith(TRUNCATED):
             return f"; raise {role.flags[1]} if the model needs the room"
         if "provider asks to wait" in last.problem:
             return "; rerun the same command when the provider accepts requests again"
         if last.problem.startswith("no response") or last.problem.startswith("no complete reply"):
+            if role.flex:  # a flex call waits longer than the others by default (--flex-timeout)
+                return "; raise --flex-timeout or --call-deadline"
             return (
                 "; raise --timeout or --call-deadline"
                 if self.settings.transport.stream

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from lexpilot.benchmark.vocabulary import ROLE
+
 
 class Refusal(str, Enum):
     """What a refused request asks of the harness."""
@@ -22,9 +24,12 @@ class Refusal(str, Enum):
     CONTEXT_WINDOW = "context_window"
     TEMPERATURE = "temperature"  # the model accepts no temperature but its default: the stage stops
     OUTPUT_LIMIT = "output_limit"  # the output limit is above the model's: the stage stops
+    SERVICE_TIER = "service_tier"  # the model does not take the service tier asked for: the role stops
+    # the flex tier has no capacity now (not a rate limit: the endpoint's window is not narrowed): asked again
+    UNAVAILABLE = "unavailable"
 
 
-STOPS = (Refusal.TEMPERATURE, Refusal.OUTPUT_LIMIT)  # no retry and no other case can get past these
+STOPS = (Refusal.TEMPERATURE, Refusal.OUTPUT_LIMIT, Refusal.SERVICE_TIER)  # no retry, no other case gets past
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,10 @@ class Quirk:
     param: str = ""
     code: str = ""
     wording: str = ""  # a regular expression, case-insensitive, searched in the code and the message
+    statuses: tuple[int | None, ...] = (
+        400,
+        None,
+    )  # the HTTP statuses it comes with (None: a batch error line)
 
     def matches(self, error: ProviderError) -> bool:
         if self.wording:
@@ -54,8 +63,8 @@ class Quirk:
         return (not self.param or error.param == self.param) and (not self.code or error.code == self.code)
 
 
-def _e(message: str, param: str = "", code: str = "") -> ProviderError:
-    return ProviderError(400, message, param, code)
+def _e(message: str, param: str = "", code: str = "", status: int = 400) -> ProviderError:
+    return ProviderError(status, message, param, code)
 
 
 # in the order they are tried: a context window is said before an output limit, whose wordings overlap
@@ -124,6 +133,26 @@ QUIRKS = (
         _e("The requested output exceeds the maximum completion tokens (4096) of this model"),
         wording=r"(maximum|max) (output|completion) tokens",
     ),
+    Quirk(
+        "OpenAI, Azure OpenAI: a model without the flex tier (400 invalid_request_error, no fall back to standard)",
+        Refusal.SERVICE_TIER,
+        _e("Unsupported service_tier: flex", code="invalid_request_error"),
+        wording=r"service[_ ]tier",
+    ),
+    Quirk(
+        "OpenAI, Azure OpenAI: flex processing without capacity now (429 'Resource Unavailable', not charged)",
+        Refusal.UNAVAILABLE,
+        _e("Resource unavailable. Please try again later.", code="resource_unavailable", status=429),
+        wording=r"resource[ _]unavailable",
+        statuses=(429,),
+    ),
+    Quirk(
+        "Groq: flex processing without capacity now (498 capacity_exceeded)",
+        Refusal.UNAVAILABLE,
+        _e("Flex tier capacity exceeded. This is a known issue.", code="capacity_exceeded", status=498),
+        wording=r"capacity_exceeded",
+        statuses=(498,),
+    ),
 )
 
 
@@ -145,15 +174,21 @@ def provider_error(status: int | None, body, fallback: str = "") -> ProviderErro
 def refusal_of(error: ProviderError) -> Refusal | None:
     """The refusal a provider's error states, by the first quirk that matches; None for any other error (a 400
     that is not one of these is a request the harness cannot mend)."""
-    if error.status not in (400, None):
-        return None
-    return next((quirk.refusal for quirk in QUIRKS if quirk.matches(error)), None)
+    return next(
+        (quirk.refusal for quirk in QUIRKS if error.status in quirk.statuses and quirk.matches(error)), None
+    )
 
 
 def stop_message(role, refusal: Refusal, said: str) -> str:
     """The line a stage stops with for a refusal in STOPS (`said`: the provider's words, redacted), the same for a
     synchronous call and a batch line."""
     flag_temperature, flag_tokens = role.flags
+    if refusal is Refusal.SERVICE_TIER:
+        return (
+            f"{role.describe()}: the model does not take service tier {role.service_tier!r} ({said}). Drop "
+            f"{ROLE[role.name].flag('service-tier')} (or service_tier in the grid file's table for "
+            f"{role.model!r}) to send none"
+        )
     if refusal is Refusal.TEMPERATURE:
         return (
             f"{role.describe()}: the model does not accept temperature {role.temperature} ({said}). Pass "

@@ -63,18 +63,21 @@ def test_the_deadline_defaults_to_ten_timeouts_and_can_be_set(tmp_path, provider
 
     parser = argparse.ArgumentParser()
     add_common_args(parser)
-    assert (
-        settings_from_args(
-            parser.parse_args(["--run-id", "r", "--model", "m", "--timeout", "7"])
-        ).transport.call_deadline
-        == 70
-    )
-    assert (
-        settings_from_args(
-            parser.parse_args(["--run-id", "r", "--model", "m", "--call-deadline", "9"])
-        ).transport.call_deadline
-        == 9
-    )
+
+    def deadlines(*options: str) -> dict[str, float]:
+        settings = settings_from_args(parser.parse_args(["--run-id", "r", "--model", "m", *options]))
+        return {name: settings.transport.deadline_of(role) for name, role in settings.roles.items()}
+
+    assert deadlines("--timeout", "7") == {"eval": 70, "user": 70, "judge": 70}
+    assert deadlines("--call-deadline", "9") == {"eval": 9, "user": 9, "judge": 9}
+    # a flex call's silence timeout is 900 s unless --flex-timeout says otherwise (OpenAI's advice for flex)
+    assert deadlines("--timeout", "7", "--judge-service-tier", "flex") == {
+        "eval": 70,
+        "user": 70,
+        "judge": 9000,
+    }
+    flex = deadlines("--judge-service-tier", "flex", "--flex-timeout", "30")
+    assert flex["judge"] == 300 and flex["eval"] == 1200
 
 
 # ----------------------------------------------------------------------------- malformed replies
