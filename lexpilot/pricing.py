@@ -52,6 +52,14 @@ class Price(NamedTuple):
             )
         return self.prompt, self.completion, self.prompt if self.cached_prompt is None else self.cached_prompt
 
+    def at(self, priced: str) -> Price:
+        """These prices with a price class's rates as the synchronous ones (the batch ones unchanged): what a
+        call of that class costs, for every sum written for the standard prices."""
+        if not priced:
+            return self
+        prompt, completion, cached = self.rates(priced)
+        return self._replace(prompt=prompt, completion=completion, cached_prompt=cached)
+
 
 # per million tokens: above any provider's price; a larger one is a typo (or overflows sums)
 MAX_PRICE = 10_000

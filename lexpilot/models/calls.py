@@ -196,6 +196,7 @@ class Sharing:
                 reply.completion_tokens or 0,
                 unreported=int(reply.prompt_tokens is None),
                 cached_tokens=reply.cached_tokens or 0,
+                priced=billed_class(reply),
             )
 
     def count_batched(self, model: str, usage: dict, retry: bool = False) -> None:

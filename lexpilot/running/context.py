@@ -17,7 +17,7 @@ from lexpilot.running.state import StageState, checked_manifest, load_state
 from lexpilot.settings import Settings
 from lexpilot.storage.checkpoints import run_folder
 from lexpilot.storage.lock import RunLock
-from lexpilot.storage.manifest import Manifest, build_manifest
+from lexpilot.storage.manifest import Manifest, build_manifest, record_tiers
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,8 @@ def open_stage(context: RunContext, err: TextIO) -> StageState:
     saved, note = checked_manifest(stage, settings, context.manifest, write=True)
     if note:
         print(f"[{name}] {note}", file=err)
+    if saved is not None:
+        saved = record_tiers(saved, settings)
     if stage.prepare:
         note = stage.prepare(settings)
         if note:

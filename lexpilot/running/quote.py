@@ -18,7 +18,7 @@ from lexpilot.benchmark.prompts import (
 )
 from lexpilot.benchmark.records import readable_records
 from lexpilot.benchmark.vocabulary import ROLES
-from lexpilot.pricing import Price, cost
+from lexpilot.pricing import Price, cost, price_class
 from lexpilot.protocols.steps import Step
 from lexpilot.running.state import StageState
 from lexpilot.settings import Settings
@@ -92,7 +92,7 @@ def cost_quote(
         if not calls.get(role):
             continue
         model, limit = settings.roles[role].model, settings.roles[role].max_tokens
-        price = (settings.spending.prices or {}).get(model)
+        price = quoted_price(settings, role)
         if price is None:
             lines.append(f"  {role} ({model}): no price in the price file")
             continue
@@ -117,6 +117,16 @@ def cost_quote(
         + (f"; expected ~{total[2]:,.4f}" if expected_usage else "")
     )
     return "\n".join(lines)
+
+
+def quoted_price(settings: Settings, role: str) -> Price | None:
+    """A role's prices as its synchronous calls are billed: at its service tier's (flex: the flex prices). With
+    --flex-fallback a flex call may be billed at the standard prices: the quote then uses those, never less."""
+    price = (settings.spending.prices or {}).get(settings.roles[role].model)
+    tier = settings.roles[role].service_tier
+    if price is None or settings.transport.flex_fallback:
+        return price
+    return price.at(price_class(tier))
 
 
 def role_money(

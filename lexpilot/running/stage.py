@@ -27,7 +27,8 @@ from lexpilot.errors import (
     OneLineParser,
     own_interrupts,
 )
-from lexpilot.models.calls import ModelCaller, Sharing, Usage, default_token_fields
+from lexpilot.models.calls import FLEX_FALLBACK_CALLS, ModelCaller, Sharing, Usage, default_token_fields
+from lexpilot.pricing import counted_key
 from lexpilot.protocols.steps import CaseCalls, Stage
 from lexpilot.running.context import RunContext, open_stage, run_lock
 from lexpilot.running.failures import failure_lines
@@ -105,13 +106,18 @@ def _format_usage(usage: Usage) -> str:
     for role in ROLES:
         e = usage.by_role.get(role)
         if e:
+            said = [
+                f"{e[key]} {what}"
+                for key, what in (
+                    ("unreported_calls", "calls without token counts"),
+                    (counted_key("tier", "flex"), "served at the flex tier"),
+                    (FLEX_FALLBACK_CALLS, "sent at the standard tier after the flex tier was unavailable"),
+                )
+                if e.get(key)
+            ]
             parts.append(
                 f"{role} {e['calls']} calls/{e['prompt_tokens']}+{e['completion_tokens']} tokens"
-                + (
-                    f" ({e['unreported_calls']} calls without token counts)"
-                    if e.get("unreported_calls")
-                    else ""
-                )
+                + (f" ({', '.join(said)})" if said else "")
             )
     return "; ".join(parts) or "no calls"
 

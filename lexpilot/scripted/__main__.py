@@ -46,6 +46,7 @@ def command_line():
         help="a batch is answered this long after it is created "
         "(to try --batch-detach, --batch-status and Ctrl-C while batches are in flight)",
     )
+    _add_flex_options(parser)
     parser.add_argument(
         "--check",
         metavar="BASE_URL",
@@ -60,6 +61,31 @@ def command_line():
         help="with --check: how long to wait (default 10)",
     )
     return parser
+
+
+def _add_flex_options(parser) -> None:
+    """How it plays the flex tier (a request's service_tier "flex"), to try --service-tier and --flex-fallback."""
+    parser.add_argument(
+        "--flex-latency",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="a flex request's reply comes this much later",
+    )
+    parser.add_argument(
+        "--flex-unavailable",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="refuse this share of flex requests (0 to 1, spread evenly) with a 429 'resource unavailable'",
+    )
+    parser.add_argument(
+        "--flex-refused",
+        action="append",
+        default=[],
+        metavar="MODEL",
+        help="this model refuses the flex tier with a 400, as a model without it does (repeatable)",
+    )
 
 
 def check(base_url: str, wait: float) -> int:
@@ -122,6 +148,8 @@ def main(argv=None) -> int:
             )
             return 2
     provider.port, provider.batch_delay = args.port, args.batch_delay
+    provider.flex_latency, provider.flex_unavailable = args.flex_latency, args.flex_unavailable
+    provider.flex_refused = set(args.flex_refused)
     try:
         url = provider.start()
     except OSError as e:

@@ -84,6 +84,13 @@ class ScriptedProvider(BatchEndpoints):
         self.cache: Callable[[str], dict | None] | None = None
         # any JSON value: the `usage` every reply carries instead of the true counts
         self.usage_as: Any = KEEP
+        # the flex tier (a request's service_tier "flex"): answered `flex_latency` seconds slower; `flex_unavailable`
+        # of them (a share, spread evenly over the flex requests in arrival order) refused with OpenAI's 429
+        # "resource unavailable"; the models in `flex_refused` refuse the tier with a 400, as a model without it does
+        self.flex_latency, self.flex_unavailable = 0.0, 0.0
+        self.flex_refused: set[str] = set()
+        self.flex_asked = 0  # flex requests received
+        self.tiers: Counter[tuple[str, str]] = Counter()  # (model, tier that served) -> replies
         self.lock = threading.Lock()
         self.statuses: Counter[int | str] = Counter()  # HTTP status (or "cut": a stream cut) -> replies
         self._window: list[float] = []
@@ -184,6 +191,9 @@ class ScriptedProvider(BatchEndpoints):
                 {**JSON_TYPE, "Retry-After": "0.2"},
                 json.dumps({"error": {"message": "rate limit", "type": "rate_limit"}}).encode(),
             )
+        refused = self._tier_refusal(body)
+        if refused:
+            return self._scripted_error(refused)
         with self.lock:
             self.requests.append(body)
             self.logged(body)
@@ -198,6 +208,34 @@ class ScriptedProvider(BatchEndpoints):
         finally:
             with self.lock:
                 self.active -= 1
+
+    def _tier_refusal(self, body: dict) -> dict | None:
+        """A flex request refused: by a model without the tier (400), or for want of room (429), as OpenAI says it."""
+        if body.get("service_tier") != "flex":
+            return None
+        if body.get("model") in self.flex_refused:
+            return {"status": 400, "error": "Unsupported service_tier: flex", "type": "invalid_request_error"}
+        with self.lock:
+            n, self.flex_asked = self.flex_asked, self.flex_asked + 1
+        if int((n + 1) * self.flex_unavailable) > int(n * self.flex_unavailable):
+            return {
+                "status": 429,
+                "error": "Resource unavailable. Please try again later.",
+                "type": "invalid_request_error",
+                "code": "resource_unavailable",
+            }
+        return None
+
+    def served(self, body: dict) -> dict:
+        """The fields a reply says served it, beside its model: the tier asked for, when one was (flex, else
+        the standard tier, "default")."""
+        tier = body.get("service_tier")
+        if tier is None:
+            return {}
+        served = "flex" if tier == "flex" else "default"
+        with self.lock:
+            self.tiers[(str(body.get("model")), served)] += 1
+        return {"service_tier": served}
 
     def logged(self, body: dict, batched: bool = False) -> None:
         """A line in the request log, if one is kept (under the lock): what was asked, never how (no header: the key
@@ -237,6 +275,8 @@ class ScriptedProvider(BatchEndpoints):
             return self._scripted_error(outcome)
         if self.latency or self.jitter:
             time.sleep(self.latency + self.jitter * (stable(prompt) % 1000) / 1000)
+        if self.flex_latency and body.get("service_tier") == "flex":
+            time.sleep(self.flex_latency)
         if isinstance(outcome, dict) and "raw" in outcome:
             return 200, {"Content-Type": outcome.get("content_type", "application/json")}, outcome["raw"]
         if isinstance(outcome, dict) and outcome.get("endless"):
@@ -265,9 +305,9 @@ class ScriptedProvider(BatchEndpoints):
             return (
                 200,
                 {"Content-Type": "text/event-stream", **stall},
-                self._sse(body, content, finish, usage),
+                self._sse(body | self.served(body), content, finish, usage),
             )
-        return self._completion(body, content, finish, usage, outcome_dict)
+        return self._completion(body | self.served(body), content, finish, usage, outcome_dict)
 
     def _scripted_error(self, outcome: dict):
         """A script's {"status": ...}: that HTTP error, with its message, type, code, param and headers."""
@@ -316,6 +356,7 @@ class ScriptedProvider(BatchEndpoints):
             "created": 0,
             "model": body["model"],
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            **({"service_tier": body["service_tier"]} if "service_tier" in body else {}),
         }
         if usage is not None:
             response["usage"] = usage
@@ -332,6 +373,7 @@ class ScriptedProvider(BatchEndpoints):
                 "created": 0,
                 "model": body["model"],
                 "choices": choices,
+                **({"service_tier": body["service_tier"]} if "service_tier" in body else {}),
             }
             if usage is not None:
                 data["usage"] = usage

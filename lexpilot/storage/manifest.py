@@ -271,6 +271,7 @@ def build_manifest(settings: Settings, dataset_sha256: str, selected: list[Case]
         "generation": generation_settings(settings),
         "user_condition": settings.user_condition,
         **({"rejudged_from": settings.source_run} if settings.source_run else {}),
+        **({"service_tiers": tiers} if (tiers := service_tiers(settings, {})) else {}),
         "package_versions": package_versions(),
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         # this run's own id, made when its manifest is first written: a batch carries it in its metadata and in
@@ -461,6 +462,31 @@ def _rewrite(manifest: Manifest, **changes) -> Manifest:
 def record_transport(manifest: Manifest, token_fields: dict) -> Manifest:
     """Note in the manifest the output-limit field each role's endpoint takes (not a compared setting)."""
     return _rewrite(manifest, token_fields=token_fields)
+
+
+def service_tiers(settings: Settings, saved: dict) -> dict[str, list[str]]:
+    """Each role's service tiers as a run's invocations asked for them, in order (`saved`: the manifest's so far),
+    for roles that ever asked for one: "default" where an invocation asked for none. Not a compared setting (a tier
+    changes the price and the speed, not the model), but recorded, so that a report can say what a run paid for."""
+    tiers = {
+        role: [t for t in kept if isinstance(t, str)]
+        for role, kept in saved.items()
+        if role in settings.roles and isinstance(kept, list)
+    }
+    for name, role in settings.roles.items():
+        if role.service_tier or name in tiers:
+            asked = role.service_tier or "default"
+            if asked not in tiers.setdefault(name, []):
+                tiers[name].append(asked)
+    return tiers
+
+
+def record_tiers(manifest: Manifest, settings: Settings) -> Manifest:
+    """The manifest with this invocation's service tiers noted (rewritten only when they add one)."""
+    saved = manifest.saved.get("service_tiers")
+    saved = saved if isinstance(saved, dict) else {}
+    tiers = service_tiers(settings, saved)
+    return manifest if tiers == saved or not tiers else _rewrite(manifest, service_tiers=tiers)
 
 
 def new_incarnation() -> str:

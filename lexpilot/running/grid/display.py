@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from lexpilot.pricing import cost
+from lexpilot.pricing import usage_cost
 from lexpilot.running.batch.chain import DONE, FAILED, IN_FLIGHT, INTERRUPTED, NOT_RUN, RUNNING, WAITING
 from lexpilot.running.grid.cells import (
     Grid,
@@ -44,16 +44,7 @@ def spent(grid: Grid, prices: dict | None) -> float | None:
         answered = {model: dict(e) for model, e in grid.sharing.answered.by_role.items()}
     if not prices or any(model not in prices for model in answered):
         return None
-    return sum(
-        cost(
-            prices[m],
-            e["prompt_tokens"],
-            e["completion_tokens"],
-            e.get("batched_calls", 0) / max(1, e["calls"]),
-            cached_tokens=e.get("cached_prompt_tokens", 0),
-        )
-        for m, e in answered.items()
-    )
+    return sum(usage_cost(prices[m], e) for m, e in answered.items())
 
 
 def answered_calls(grid: Grid) -> tuple[int, int]:

@@ -16,6 +16,9 @@ the judge's), optional limits. Every mistake is one line naming the file, the ke
     [limits."DeepSeek-R1"]          # the judge's endpoint, configured as for a stage
     rpm = 1000
 
+    [limits."gpt-5.6-mini"]         # a judge asked at the flex tier (batch prices, slower; docs/cost.md)
+    service_tier = "flex"
+
     [servers."http://127.0.0.1:8080/v1"]   # one llama.cpp server serving two model ids, one request at a time
     concurrency = 1
 """
@@ -34,9 +37,11 @@ else:  # pragma: no cover - Python 3.10
 
 from lexpilot.errors import HarnessError
 from lexpilot.models.limits import Limits, limit_value, parse_limits
-from lexpilot.settings import check_api_key, check_base_url
+from lexpilot.settings import SERVICE_TIERS, check_api_key, check_base_url
 
-MODEL_KEYS = ("base_url", "key_variable", "batch", *Limits.NAMES)
+TIER_KEY = "service_tier"  # in a [models] or [limits] table: the tier every role using that model id asks for
+MODEL_KEYS = ("base_url", "key_variable", "batch", TIER_KEY, *Limits.NAMES)
+LIMITS_KEYS = (TIER_KEY, *Limits.NAMES)
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,7 @@ class GridFile:
     limits: dict[str, Limits] = field(default_factory=dict)  # any model id -> its limits
     # a base URL -> the limits every model served there shares, on top of its own
     servers: dict[str, Limits] = field(default_factory=dict)
+    tiers: dict[str, str] = field(default_factory=dict)  # any model id -> the service tier it is asked at
 
 
 def key_lines(text: str) -> dict[tuple[str, ...], int]:
@@ -109,24 +115,37 @@ def read_grid_file(path: Path, env) -> GridFile:
         grid.endpoints[model], limits = model_endpoint(entry, env, lambda *k, m=model: where("models", m, *k))
         if limits:
             grid.limits[model] = limits
+        _read_tier(grid, model, entry, lambda *k, m=model: where("models", m, *k))
     for model, entry in data.get("limits", {}).items():
         if model in grid.endpoints:
             raise HarnessError(
                 f"{where('limits', model)}: model {model!r} is given twice; put its limits in its "
                 "[models] table"
             )
-        unknown = sorted(set(entry) - set(Limits.NAMES))
+        unknown = sorted(set(entry) - set(LIMITS_KEYS))
         if unknown:
             raise HarnessError(
                 f"{where('limits', model, unknown[0])}: unknown key; a [limits] table takes "
-                f"{', '.join(Limits.NAMES)}"
+                f"{', '.join(LIMITS_KEYS)}"
             )
-        grid.limits[model] = entry_limits(entry, lambda *k, m=model: where("limits", m, *k))
+        _read_tier(grid, model, entry, lambda *k, m=model: where("limits", m, *k))
+        given = {k: v for k, v in entry.items() if k in Limits.NAMES}
+        if given or not entry:
+            grid.limits[model] = entry_limits(given, lambda *k, m=model: where("limits", m, *k))
     for url, entry in data.get("servers", {}).items():
         grid.servers[check_base_url(url, where("servers", url))] = server_entry(
             entry, lambda *k, u=url: where("servers", u, *k)
         )
     return grid
+
+
+def _read_tier(grid: GridFile, model: str, entry: dict, where) -> None:
+    if TIER_KEY not in entry:
+        return
+    tier = entry[TIER_KEY]
+    if tier not in SERVICE_TIERS:
+        raise HarnessError(f"{where(TIER_KEY)}: {', '.join(repr(t) for t in SERVICE_TIERS)} (a string)")
+    grid.tiers[model] = tier
 
 
 def server_entry(entry: dict, where) -> Limits:

@@ -28,6 +28,7 @@ from lexpilot.running.quote import (
     carried_limit,
     longest_chain,
     planned_calls,
+    quoted_price,
     role_money,
     saved_usage_per_case,
 )
@@ -68,9 +69,8 @@ def quote_part(
     pending = state.pending()
     part.pending, part.chain = len(pending), longest_chain(state, pending)
     part.calls, chars, low = planned_calls(state, pending, prompts)
-    prices = settings.spending.prices or {}
     for role, calls in part.calls.items():
-        price, limit = prices.get(settings.roles[role].model), settings.roles[role].max_tokens
+        price, limit = quoted_price(settings, role), settings.roles[role].max_tokens
         # the batch columns send the roles --batch-roles names (every role by default) through a batch API
         batchable = 1.0 if role in settings.batching.asked else 0.0
         for mode, batched in (("sync", 0.0), ("batch", batchable)):

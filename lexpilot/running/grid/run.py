@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from lexpilot.benchmark.dataset import load_selection
+from lexpilot.benchmark.vocabulary import ROLE
 from lexpilot.errors import INTERRUPTED, HarnessError
 from lexpilot.models.calls import Sharing
 from lexpilot.models.limits import Endpoints, Limits, server_of
@@ -70,6 +71,23 @@ def with_endpoint(settings: Settings, endpoint: ModelEndpoint | None, env) -> Se
             key_variable=endpoint.key_variable or "",
         ),
     }
+    return dataclasses.replace(settings, roles=roles)
+
+
+def with_tiers(settings: Settings, tiers: dict[str, str]) -> Settings:
+    """The settings with each role whose model id the grid file gives a service tier asking for it; a role given
+    another tier on the command line too is refused (which one was meant would be a guess)."""
+    roles = dict(settings.roles)
+    for name, role in settings.roles.items():
+        tier = tiers.get(role.model)
+        if tier is None or tier == role.service_tier:
+            continue
+        if role.service_tier is not None:
+            raise HarnessError(
+                f"{ROLE[name].flag('service-tier')} {role.service_tier} and the grid file's service_tier = "
+                f"{tier!r} for {role.model!r} disagree; give the tier in one place"
+            )
+        roles[name] = dataclasses.replace(role, service_tier=tier)
     return dataclasses.replace(settings, roles=roles)
 
 
@@ -289,15 +307,16 @@ def plan_grid(
     base = stage_settings(stages, options)
 
     def settings_of(stage: Stage, model: str, run_id: str) -> Settings:
-        return with_endpoint(base(stage, model, run_id), grid_file.endpoints.get(model), env)
+        settings = with_endpoint(base(stage, model, run_id), grid_file.endpoints.get(model), env)
+        return with_tiers(settings, grid_file.tiers)
 
     grid = GridRun(stages, models, run_ids, settings_of, limits, err, servers=grid_file.servers)
     roles = [r for model in models for r in settings_of(stages[0], model, run_ids[0]).roles.values()]
     used = {r.model for r in roles}
-    unknown = sorted(set(limits) - used)
+    unknown = sorted((set(limits) | set(grid_file.tiers)) - used)
     if unknown:
         raise HarnessError(
-            f"limits for {', '.join(unknown)}: no role of this grid uses that model id (the grid's: "
+            f"limits or a service tier for {', '.join(unknown)}: no role of this grid uses that model id (the grid's: "
             f"{', '.join(sorted(used))})"
         )
     served = {server_of(r.base_url) for r in roles}
