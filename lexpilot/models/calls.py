@@ -538,6 +538,8 @@ class ModelCaller:
         answered = outcome.answered
         used = (answered.prompt_tokens or 0) + (answered.completion_tokens or 0) if answered else 0
         limiter.release(outcome.pushed_back, outcome.retry_after, used - counted_tokens, lease)
+        if outcome.unavailable:
+            limiter.count_unavailable()
         if self.sharing and answered:
             self.sharing.count(role.model, answered, retry)
         if self.budget:  # an answered call costs what it reports; an unanswered one its worst case

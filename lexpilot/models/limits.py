@@ -123,6 +123,9 @@ class Limiter:
         self.turns: deque[Hashable] = deque()  # cells with a call waiting, the next to go first
         self.failure = ""  # an endpoint-wide refusal: every call raises it
         self.sent = self.rate_limited = 0
+        self.unavailable = (
+            0  # flex requests answered "resource unavailable": waited out, the window left whole
+        )
         self.server_waits = (
             0  # of the calls in flight, those still waiting for their server's turn (OnServer)
         )
@@ -224,6 +227,11 @@ class Limiter:
         if tokens_over > 0 and self.limits.tpm:
             self.next_tokens = max(self.next_tokens, now) + tokens_over / self._token_rate()
         self.in_flight -= 1
+
+    def count_unavailable(self) -> None:
+        """A flex request found no room: counted for the display, not a push-back (the window keeps its size)."""
+        with self.lock:
+            self.unavailable += 1
 
     def fail(self, message: str) -> None:
         """The endpoint refused what every call sends (a key, a model id): no call to it is made again."""
@@ -342,6 +350,9 @@ class OnServer:
 
     def fail(self, message: str) -> None:
         self.model.fail(message)
+
+    def count_unavailable(self) -> None:
+        self.model.count_unavailable()
 
 
 def server_of(base_url: str) -> str:

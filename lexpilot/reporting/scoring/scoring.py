@@ -247,6 +247,9 @@ def score_plain_against_lexawn(run: Run, plain: dict | None, lca: dict | None) -
         run.metrics[MetricKey("plain_then_asked", kind)] = float(np.mean(asked)) if asked else None
 
 
+BASE_FIELDS = ("calls", "prompt_tokens", "completion_tokens")
+
+
 def score_usage(run: Run, root: Path, saved: dict[str, dict]) -> None:
     """Tokens per stage file and role (spending counts even in an unfinished file), and calls paid but never
     answered."""
@@ -254,6 +257,9 @@ def score_usage(run: Run, root: Path, saved: dict[str, dict]) -> None:
     copied = REJUDGE_REUSED if run.manifest.rejudged else ()
     for kind in (k for k in RECORD_KINDS if k not in copied):
         totals: dict[str, list[int]] = {}  # role -> a sum per field: plain lists, 583,000 records at 10 × 5
+        extras: dict[
+            str, Counter
+        ] = {}  # role -> the counts of price classes and served models ("flex:calls")
         for record in saved[kind.name].values():
             usage = record.get("usage")
             for role, used in usage.items() if isinstance(usage, dict) else ():
@@ -266,8 +272,17 @@ def score_usage(run: Run, root: Path, saved: dict[str, dict]) -> None:
                     continue
                 total = totals.get(role) or totals.setdefault(role, [0] * len(USAGE_FIELDS))
                 total[:] = map(add, total, counts)
+                if len(used) > len(BASE_FIELDS):  # beside the three every entry has: any count kept by name
+                    extras.setdefault(role, Counter()).update(
+                        {
+                            k: v
+                            for k, v in used.items()
+                            if ":" in k and isinstance(v, int) and not isinstance(v, bool)
+                        }
+                    )
         for role, total in totals.items():
-            run.usage.setdefault(kind.file, {})[role] = Counter(dict(zip(USAGE_FIELDS, total)))
+            summed = run.usage.setdefault(kind.file, {})[role] = Counter(dict(zip(USAGE_FIELDS, total)))
+            summed.update(extras.get(role, Counter()))
     folder = root / "runs" / run.run_id / run.folder
     run.unanswered = read_unanswered(folder / "unanswered_calls.json")
     not_used, unreadable = paid_not_used(folder, {name: set(records) for name, records in saved.items()})

@@ -258,6 +258,12 @@ def summary(grid: Grid, interrupted: bool) -> list[str]:
             "collect them and go on"
         )
     for limiter in grid.sharing.endpoints.all():
+        if limiter.unavailable:
+            lines.append(
+                f"[grid] {limiter.name}: {counted(limiter.unavailable, 'flex request')} found no room (resource "
+                f"unavailable), each waited out and asked again; {counted(limiter.rate_limited, 'rate limit')} (429), "
+                f"window {limiter.limit:g} of {limiter.max_limit:g}"
+            )
         busy = limiter.busy()
         if busy is not None:
             lines.append(
