@@ -6,11 +6,12 @@ keeps its size); --flex-fallback N sends a call at the standard tier after N of 
 the role with one line; each reply is billed at the tier it says served it."""
 
 import dataclasses
+import json
 import threading
 
 import pytest
 
-from lexpilot.errors import CaseFailed, FatalError
+from lexpilot.errors import STOPPED, CaseFailed, FatalError
 from lexpilot.models.calls import FLEX_FALLBACK_CALLS, ModelCaller, Usage
 from lexpilot.models.quirks import Refusal, provider_error, refusal_of
 from lexpilot.pricing import Price, usage_cost
@@ -109,3 +110,29 @@ def test_a_model_without_the_flex_tier_stops_the_role_with_one_line_naming_the_o
     said = str(stopped.value)
     assert "'DeepSeek-R1'" in said and "service tier 'flex'" in said and "Drop --judge-service-tier" in said
     assert "\n" not in said
+
+
+def test_with_batch_the_roles_left_synchronous_ask_for_the_flex_tier_and_batched_requests_do_not(harness):
+    """A batch's requests are billed at the batch price; only a role asked directly takes --service-tier."""
+    assert harness.run("DCG", "--batch", "--batch-roles", "eval,user", "--judge-service-tier", "flex") == 0
+    judge = [r for r in harness.provider.requests if r["model"] == "DeepSeek-R1"]
+    assert judge and all(r["service_tier"] == "flex" for r in judge)
+    lines = [json.loads(line) for line in b"\n".join(harness.provider.files.values()).splitlines() if line]
+    batched = [line["body"] for line in lines if "method" in line]  # the input files' requests
+    assert batched and not any("service_tier" in body for body in batched)
+    assert {b["model"] for b in batched} == {"eval-model", "DeepSeek-V4.1-Flash"}
+    manifest = json.loads(next(harness.root.glob("runs/r1/*/manifest.json")).read_text(encoding="utf-8"))
+    assert manifest["service_tiers"] == {"judge": ["flex"]}
+    # a later invocation at the standard tier is noted beside it (not a compared setting: the model is the same)
+    assert harness.run("direct") == 0
+    manifest = json.loads(next(harness.root.glob("runs/r1/*/manifest.json")).read_text(encoding="utf-8"))
+    assert manifest["service_tiers"] == {"judge": ["flex", "default"]}
+
+
+def test_a_stage_whose_judge_refuses_the_tier_stops_with_one_line_and_asks_nothing_more(harness, capsys):
+    harness.provider.flex_refused = {"DeepSeek-R1"}
+    assert harness.run("DCG", "--judge-service-tier", "flex", "--concurrency", "1") == STOPPED
+    err = [line for line in capsys.readouterr().err.splitlines() if "stopped" in line]
+    assert len(err) == 1 and "Drop --judge-service-tier" in err[0] and "Traceback" not in err[0]
+    judge = [r for r in harness.provider.requests if r["model"] == "DeepSeek-R1"]
+    assert judge == []  # refused before it was answered: no judge call was paid

@@ -315,8 +315,10 @@ def plan_grid(
     used = {r.model for r in roles}
     unknown = sorted((set(limits) | set(grid_file.tiers)) - used)
     if unknown:
+        named = set(grid_file.limits) | set(grid_file.tiers)
+        where = f"--grid {grid_path}: " if grid_path and unknown[0] in named else ""
         raise HarnessError(
-            f"limits or a service tier for {', '.join(unknown)}: no role of this grid uses that model id (the grid's: "
+            f"{where}limits or a service tier for {', '.join(unknown)}: no role of this grid uses that model id (the grid's: "
             f"{', '.join(sorted(used))})"
         )
     served = {server_of(r.base_url) for r in roles}

@@ -109,3 +109,15 @@ def test_a_flex_judge_is_billed_at_the_flex_price_as_quoted_and_unavailable_answ
         by_hand, abs=0.01 * len(quoted)
     )  # each quoted figure rounded to the cent
     assert re.search(r"judge \d+ calls/\d+\+\d+ tokens \(\d+ served at the flex tier\)", said.err)
+
+
+@pytest.mark.slow
+def test_a_grid_files_service_tier_is_asked_by_every_role_using_that_model(tmp_path, http, files):
+    dataset, _ = files
+    grid_file = tmp_path / "grid.toml"
+    grid_file.write_text('[limits."DeepSeek-R1"]\nservice_tier = "flex"\n', encoding="utf-8")
+    argv = grid(tmp_path / "out", dataset, "r1", "--grid", str(grid_file), "--stages", "eval_DCG")
+    assert run_grid.main(argv) == 0
+    tiers = Counter((r["model"], r.get("service_tier")) for r in http.requests)
+    assert {model for model, tier in tiers if tier == "flex"} == {"DeepSeek-R1"}
+    assert tiers[("DeepSeek-R1", None)] == 0 and tiers[("DeepSeek-R1", "flex")] > 0

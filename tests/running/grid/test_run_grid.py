@@ -150,6 +150,17 @@ def test_each_evaluated_model_on_its_own_endpoint_from_the_grid_file(
         ),
         ('[endpoints."m"]\nbase_url = "http://127.0.0.1:9/v1"\n', ":1: endpoints", "unknown table"),
         (
+            '[limits."DeepSeek-R1"]\nservice_tier = "flexible"\n',
+            ":2: limits.DeepSeek-R1.service_tier",
+            "'flex'",
+        ),
+        (
+            '[models."m"]\nbase_url = "http://127.0.0.1:9/v1"\nservice_tier = 1\n',
+            ":3: models.m.service_tier",
+            "(a string)",
+        ),
+        ('[limits."nobody"]\nservice_tier = "flex"\n', "nobody", "no role of this grid uses that model id"),
+        (
             '[models."m"]\nbase_url = "http://127.0.0.1:9/v1"\nbatch = "no"\n',
             ":3: models.m.batch",
             "true or false",
