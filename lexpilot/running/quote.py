@@ -109,7 +109,7 @@ def cost_quote(
         )
         total = [total[0] + low, total[1] + high, total[2] + (expected or 0)]
         lines.append(
-            f"  {role} ({model}): between {low:,.4f} and {high:,.4f}"
+            f"  {role} ({model}{tier_said(settings, role)}): between {low:,.4f} and {high:,.4f}"
             + (f"; expected ~{expected:,.4f} from saved runs of this stage" if expected is not None else "")
         )
     lines.append(
@@ -117,6 +117,18 @@ def cost_quote(
         + (f"; expected ~{total[2]:,.4f}" if expected_usage else "")
     )
     return "\n".join(lines)
+
+
+def tier_said(settings: Settings, role: str) -> str:
+    """What the quote says of a role's tier: its prices are that tier's (the standard ones with --flex-fallback)."""
+    tier = settings.roles[role].service_tier
+    if tier != "flex":
+        return ""
+    return (
+        ", flex tier at standard prices: --flex-fallback"
+        if settings.transport.flex_fallback
+        else ", flex tier"
+    )
 
 
 def quoted_price(settings: Settings, role: str) -> Price | None:
