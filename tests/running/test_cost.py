@@ -136,3 +136,72 @@ def test_a_reply_without_token_counts_costs_its_reserved_worst_case(tmp_path, mo
         assert h.run("gold", *common, "--max-cost", f"{worst[0] + worst[1] + worst[2] / 2:.9f}") == 2
         assert len(provider.requests) == 2  # the third call's worst case would cross the budget
         assert "--max-cost" in capsys.readouterr().err
+
+
+def role_bounds(out: str) -> dict[str, float]:
+    """Each role's high bound in a dry run's cost quote."""
+    return {
+        role: float(high.replace(",", ""))
+        for role, high in re.findall(
+            r"^  (eval|user|judge) \([^)]*\): between [\d.,]+ and ([\d.,]+)", out, re.M
+        )
+    }
+
+
+def test_the_high_bound_carries_six_replies_at_the_output_limit_into_every_prompt(priced, capsys):
+    """The quote's high bound is a worst case: a forced prediction carries three clarification questions and three
+    answers (3 + 3 earlier replies), each up to the output limit. Raising the output limit by 1,000 tokens raises
+    each role's high bound by its calls × (6 × 1,000 prompt tokens + 1,000 completion tokens) at its prices."""
+    h, prices = priced
+    highs, calls = [], {}
+    for limit in ("1000", "2000"):
+        assert h.run("gold", "--dry-run", "--prices", str(prices), "--max-tokens", limit) == 0
+        out = capsys.readouterr().out
+        line = next(x for x in out.splitlines() if x.startswith("calls at most"))
+        calls = {role: int(n) for role, n in re.findall(r"(eval|judge) (\d+)", line)}
+        highs.append(role_bounds(out))
+    # the price file's prices per million tokens: eval-model 1 and 4, DeepSeek-R1 2 and 8
+    by_hand = {
+        "eval": calls["eval"] * (6 * 1000 * 1.0 + 1000 * 4.0) / 1e6,
+        "judge": calls["judge"] * (6 * 1000 * 2.0 + 1000 * 8.0) / 1e6,
+    }
+    assert calls == {"eval": 4, "judge": 4}  # one prediction and one extraction per case, four cases
+    for role, step in by_hand.items():
+        assert highs[1][role] - highs[0][role] == pytest.approx(step, abs=0.0002), role
+
+
+def test_max_cost_in_batch_mode_settles_a_collected_reply_at_the_batch_price(priced, capsys):
+    """A batch's reply costs the batch price: a budget that a synchronous price would cross lets a batched stage
+    finish. Gold-Standard runs in two cycles (the predictions, then the extractions); before the second, the budget
+    holds what the first spent plus the second's worst case, so a cap half the first cycle's cost above that lets
+    it through, and one that settled the first cycle at the synchronous (double) price would stop it."""
+    h, prices = priced
+    table = json.loads(prices.read_text(encoding="utf-8"))
+    prices.write_text(
+        json.dumps({m: p | {"batch_discount": 0.5} for m, p in table.items()}), encoding="utf-8"
+    )
+    batch = ("--batch", "--batch-poll", "0.01", "--max-tokens", "50", "--prices", str(prices))
+    h.run_id = "clean"
+    assert h.run("gold", *batch) == 0
+    predictions = h.records("Force_judge_gen", "a1_force_judge.jsonl")
+    first = (
+        sum(
+            r["usage"]["eval"]["prompt_tokens"] * 0.5 + r["usage"]["eval"]["completion_tokens"] * 2.0
+            for r in predictions
+        )
+        / 1e6
+    )
+    lines = [json.loads(x) for x in b"\n".join(h.provider.files.values()).splitlines() if x]
+    judged = [
+        x["body"]["messages"][0]["content"]
+        for x in lines
+        if "method" in x and x["body"]["model"] == "DeepSeek-R1"
+    ]
+    assert len(judged) == 4
+    # DeepSeek-R1 at the batch price: prompt 1, completion 4 per million; a prompt counted a token per character
+    second_worst = sum(len(prompt) * 1.0 + 50 * 4.0 for prompt in judged) / 1e6
+    cap = first + second_worst + first / 2
+    h.run_id = "capped"
+    capsys.readouterr()
+    assert h.run("gold", *batch, "--max-cost", f"{cap:.9f}") == 0, capsys.readouterr().err
+    assert len(h.records("eval_results", "LJP_gold.jsonl")) == 4
