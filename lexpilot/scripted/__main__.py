@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from lexpilot.scripted.provider import IDENTITY, IDENTITY_PATH, ScriptedProvider
@@ -45,6 +47,17 @@ def command_line():
         metavar="SECONDS",
         help="a batch is answered this long after it is created "
         "(to try --batch-detach, --batch-status and Ctrl-C while batches are in flight)",
+    )
+    parser.add_argument(
+        "--served-as",
+        action="append",
+        default=[],
+        metavar="REQUESTED=SERVED[@N]",
+        help="answer the model id REQUESTED as SERVED (an alias, a re-pointed id), from its first request, or "
+        "after its first N requests (a provider that changes what answers while a run goes on); repeatable",
+    )
+    parser.add_argument(
+        "--fingerprint", metavar="FP", help="the system_fingerprint every reply carries (default: none)"
     )
     parser.add_argument(
         "--check",
@@ -100,18 +113,56 @@ def check(base_url: str, wait: float) -> int:
         return 2
 
 
+@dataclass(frozen=True)
+class ServedAs:
+    """One --served-as: the requested id, the id it is answered as, and after how many of its requests."""
+
+    requested: str
+    served: str
+    after: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> ServedAs:
+        requested, _, rest = text.partition("=")
+        served, _, after = rest.partition("@")
+        if not requested or not served or (after and not after.isdigit()):
+            raise ValueError(f"--served-as {text!r}: not REQUESTED=SERVED or REQUESTED=SERVED@N")
+        return cls(requested, served, int(after or 0))
+
+
+def switching(provider: ScriptedProvider, entries: list[ServedAs], script=None):
+    """The script that switches `provider.served_as` as each requested id reaches its count of requests (those
+    from the first request on are set at once), then answers as `script` does."""
+    seen: Counter = Counter()
+    lock = threading.Lock()
+    provider.served_as.update({e.requested: e.served for e in entries if e.after == 0})
+
+    def answer(kind, prompt, body):
+        with lock:
+            seen[body["model"]] += 1
+            for e in entries:
+                if e.requested == body["model"] and seen[body["model"]] == e.after + 1:
+                    provider.served_as[e.requested] = e.served
+        return script(kind, prompt, body) if script else None
+
+    return answer
+
+
 def main(argv=None) -> int:
     """`python -m lexpilot.scripted --port P`: the scripted provider as a server on 127.0.0.1, to try every stage
     without a provider (OPENAI_BASE_URL=http://127.0.0.1:P/v1, any OPENAI_API_KEY). Ctrl-C stops it."""
     args = command_line().parse_args(argv)
     if args.check:
         return check(args.check, args.wait)
-    provider = ScriptedProvider(
-        models_differ if args.models_differ else None,
-        latency=args.latency,
-        jitter=args.jitter,
-        rate_limit=args.rate_limit,
-    )
+    try:
+        served_as = [ServedAs.parse(text) for text in args.served_as]
+    except ValueError as e:
+        print(f"scripted provider: {e}", file=sys.stderr)
+        return 2
+    script = models_differ if args.models_differ else None
+    provider = ScriptedProvider(latency=args.latency, jitter=args.jitter, rate_limit=args.rate_limit)
+    provider.script = switching(provider, served_as, script) if served_as else script
+    provider.fingerprint = args.fingerprint
     if args.log:
         try:
             provider.log = args.log.open("a", encoding="utf-8")

@@ -93,6 +93,11 @@ class ScriptedProvider(BatchEndpoints):
         # a file (text, appended): a JSON line per chat request, its model, role and settings
         self.log: TextIO | None = None
         self.port = 0  # 0: any free port
+        # requested model id -> the id its replies say served them (an alias, a re-pointed id), read at each request:
+        # a test may change it at any moment, sync, stream and batch replies alike; `fingerprint`: the
+        # system_fingerprint every reply carries (None: none)
+        self.served_as: dict[str, str] = {}
+        self.fingerprint: str | None = None
 
     # --- lifecycle
     def start(self) -> str:
@@ -255,6 +260,7 @@ class ScriptedProvider(BatchEndpoints):
                 (kind, hashlib.sha256(json.dumps(body["messages"], ensure_ascii=False).encode()).hexdigest())
             ] += 1
         usage = self._usage(prompt, content, outcome_dict)
+        served = self.served_fields(body)
         if isinstance(usage, dict) and self.usage_as is KEEP:  # the provider's own bill, per model
             with self.lock:
                 self.billed[body.get("model")].update(
@@ -265,9 +271,9 @@ class ScriptedProvider(BatchEndpoints):
             return (
                 200,
                 {"Content-Type": "text/event-stream", **stall},
-                self._sse(body, content, finish, usage),
+                self._sse(served, content, finish, usage, body),
             )
-        return self._completion(body, content, finish, usage, outcome_dict)
+        return self._completion(served, content, finish, usage, outcome_dict)
 
     def _scripted_error(self, outcome: dict):
         """A script's {"status": ...}: that HTTP error, with its message, type, code, param and headers."""
@@ -303,8 +309,15 @@ class ScriptedProvider(BatchEndpoints):
             usage["completion_tokens_details"] = {"reasoning_tokens": outcome_dict["reasoning_tokens"]}
         return usage
 
+    def served_fields(self, body: dict) -> dict:
+        """What a reply says served it: the model (as `served_as` answers the requested id now) and the
+        fingerprint, when one is set."""
+        with self.lock:
+            model = self.served_as.get(body["model"], body["model"])
+        return {"model": model} | ({"system_fingerprint": self.fingerprint} if self.fingerprint else {})
+
     @staticmethod
-    def _completion(body: dict, content: str, finish: str, usage, outcome_dict: dict):
+    def _completion(served: dict, content: str, finish: str, usage, outcome_dict: dict):
         """A reply not streamed: one chat.completion (for a trickle, with the header saying how slowly)."""
         message = {"role": "assistant", "content": content}
         reasoning = outcome_dict.get("reasoning_content")
@@ -314,7 +327,7 @@ class ScriptedProvider(BatchEndpoints):
             "id": "chatcmpl-test",
             "object": "chat.completion",
             "created": 0,
-            "model": body["model"],
+            **served,
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         }
         if usage is not None:
@@ -324,13 +337,13 @@ class ScriptedProvider(BatchEndpoints):
         return 200, headers, json.dumps(response, ensure_ascii=False).encode()
 
     @staticmethod
-    def _sse(body, content, finish, usage) -> bytes:
+    def _sse(served: dict, content, finish, usage, body: dict) -> bytes:
         def chunk(choices, usage=None):
             data = {
                 "id": "chatcmpl-test",
                 "object": "chat.completion.chunk",
                 "created": 0,
-                "model": body["model"],
+                **served,
                 "choices": choices,
             }
             if usage is not None:

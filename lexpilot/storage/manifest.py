@@ -11,7 +11,7 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +44,20 @@ class RoleGeneration:
 
 
 @dataclass(frozen=True)
+class RoleServed:
+    """The models that served one role's calls in a run, as its manifest keeps them: the calls each served id
+    answered, and the ids the run accepts (the first served, then each accepted with --allow-served-model-change)."""
+
+    calls: dict[str, int]
+    accepted: list[str]
+
+    @property
+    def changed(self) -> bool:
+        """Served by more than one model."""
+        return len(self.calls) > 1
+
+
+@dataclass(frozen=True)
 class Manifest:
     """A run's manifest, typed: its roles, the settings that decide its results and how its calls travelled.
 
@@ -67,6 +81,9 @@ class Manifest:
     incarnation_late: bool
     rebuilt: bool  # rebuilt from the run's records: its incarnation is new, its batches carry the lost one
     token_fields: dict | None  # the output-limit field each role's endpoint takes, once a call found it
+    served: dict[
+        str, RoleServed
+    ]  # role -> the models that served its calls (none for a run before they were kept)
     saved: dict = field(repr=False, compare=False)
 
     @classmethod
@@ -90,6 +107,7 @@ class Manifest:
             saved.get("incarnation_late") is True,
             saved.get("rebuilt_from_records") is True,
             saved.get("token_fields") if isinstance(saved.get("token_fields"), dict) else None,
+            _served(_dict_of(saved, SERVED_FIELD)),
             saved,
         )
 
@@ -154,6 +172,24 @@ class Manifest:
 def _dict_of(saved: dict, name: str) -> dict:
     value = saved.get(name)
     return value if isinstance(value, dict) else {}
+
+
+SERVED_FIELD = "served_models"  # role -> {"calls": {id: calls}, "accepted": [ids]}
+ALLOWED_FIELD = "served_model_changes_allowed"  # [{"role": ..., "served": id}]: accepted with the option
+
+
+def _served(saved: dict) -> dict[str, RoleServed]:
+    """The served models as saved, the malformed parts left out (a hand-edited manifest never stops a report)."""
+    served = {}
+    for role, entry in saved.items():
+        entry = entry if isinstance(entry, dict) else {}
+        calls: dict = entry["calls"] if isinstance(entry.get("calls"), dict) else {}
+        accepted: list = entry["accepted"] if isinstance(entry.get("accepted"), list) else []
+        served[role] = RoleServed(
+            {str(m): n for m, n in calls.items() if isinstance(n, int) and not isinstance(n, bool)},
+            [m for m in accepted if isinstance(m, str)],
+        )
+    return served
 
 
 def _role_model(entry) -> RoleModel:
@@ -461,6 +497,46 @@ def _rewrite(manifest: Manifest, **changes) -> Manifest:
 def record_transport(manifest: Manifest, token_fields: dict) -> Manifest:
     """Note in the manifest the output-limit field each role's endpoint takes (not a compared setting)."""
     return _rewrite(manifest, token_fields=token_fields)
+
+
+def record_served(
+    manifest: Manifest,
+    calls: Mapping[str, Mapping[str, int]],
+    accepted: dict[str, list[str]],
+    allowed: list[tuple[str, str]],
+) -> Manifest:
+    """Add an invocation's served counts (role -> served id -> calls) to the manifest's, with every role's accepted
+    ids in the run and the ids accepted through --allow-served-model-change (not compared settings: what answered,
+    not what was asked). Unchanged, the manifest is not rewritten."""
+    if (
+        not any(calls.values())
+        and not allowed
+        and all(
+            manifest.served.get(role, RoleServed({}, [])).accepted == ids for role, ids in accepted.items()
+        )
+    ):
+        return manifest
+    served = {role: RoleServed(dict(s.calls), list(s.accepted)) for role, s in manifest.served.items()}
+    for role in sorted(set(calls) | set(accepted)):
+        entry = served.setdefault(role, RoleServed({}, []))
+        for model, n in calls.get(role, {}).items():
+            entry.calls[model] = entry.calls.get(model, 0) + n
+        entry.accepted[:] = list(dict.fromkeys([*entry.accepted, *accepted.get(role, [])]))
+    saved_allowed = manifest.saved.get(ALLOWED_FIELD)
+    earlier = saved_allowed if isinstance(saved_allowed, list) else []
+    new = [{"role": role, "served": model} for role, model in allowed]
+    every_allowed = earlier + [a for a in new if a not in earlier]
+    saved = {role: {"calls": s.calls, "accepted": s.accepted} for role, s in served.items()}
+    return _rewrite(
+        manifest, **{SERVED_FIELD: saved}, **({ALLOWED_FIELD: every_allowed} if every_allowed else {})
+    )
+
+
+def earlier_served(manifest: Manifest | None) -> dict[str, tuple[list[str], dict[str, int]]]:
+    """Role -> (accepted ids, calls per served id) of the run's earlier calls, to seed a stage's check."""
+    if manifest is None:
+        return {}
+    return {role: (s.accepted or list(s.calls)[:1], dict(s.calls)) for role, s in manifest.served.items()}
 
 
 def new_incarnation() -> str:
