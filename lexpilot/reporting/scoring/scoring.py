@@ -28,6 +28,7 @@ from lexpilot.benchmark.records import (
     RecordKind,
 )
 from lexpilot.benchmark.vocabulary import ASKS, BEHAVIOURS, HISTORY_TYPES
+from lexpilot.pricing import counts_of
 from lexpilot.reporting.scoring.metrics import (
     PLAIN_TYPE_ORDER,
     audit_counts,
@@ -266,6 +267,9 @@ def score_usage(run: Run, root: Path, saved: dict[str, dict]) -> None:
                     continue
                 total = totals.get(role) or totals.setdefault(role, [0] * len(USAGE_FIELDS))
                 total[:] = map(add, total, counts)
+                served = counts_of(used, "served")
+                if served:
+                    run.served.setdefault(role, Counter()).update(served)
         for role, total in totals.items():
             run.usage.setdefault(kind.file, {})[role] = Counter(dict(zip(USAGE_FIELDS, total)))
     folder = root / "runs" / run.run_id / run.folder
