@@ -98,9 +98,8 @@ class Importer:
         role = batch.role_of(request)
         limit = f"{self.run.settings.roles[role].flags[1]} {request.max_tokens or batch.max_tokens}"
         text, usage, problem, reasoning = reply_of(entry, limit, self.say_usage(role))
-        for model, calls in counts_of(
-            usage, "served"
-        ).items():  # held to the role's model, as a synchronous reply
+        served = counts_of(usage, "served")
+        for model, calls in served.items():  # held to the role's model, as a synchronous reply is
             self.run.caller.note_served(self.run.settings.roles[role], model, calls)
         retry = self.run.ledger.tries(request.key) > 0  # its request came back refused before
         # a provider may echo the key in a reply or an error: redacted before any file or message, as a synchronous

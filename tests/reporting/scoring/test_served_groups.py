@@ -1,0 +1,53 @@
+"""show_results.py never pools runs whose evaluated model, User Model or judge were served by other models than
+asked without saying so (docs/results.md): such runs are a group of their own, and every table's label names what
+served them where it is not the id asked for; the JSON report carries each run's served ids with their calls."""
+
+import json
+
+import pytest
+
+import show_results
+
+JUDGE = "DeepSeek-R1"
+NEXT = "deepseek-r2-0901"
+
+
+@pytest.mark.slow
+def test_runs_whose_judge_answered_as_another_model_are_grouped_apart_and_labelled(harness, capsys):
+    # r1: served as asked; r2: the judge answered as NEXT from its first call; r3: as r1
+    assert harness.run("gold", "--limit", "2") == 0
+    harness.run_id = "r2"
+    harness.provider.served_as[JUDGE] = NEXT
+    assert harness.run("gold", "--limit", "2") == 0
+    harness.run_id = "r3"
+    harness.provider.served_as.clear()
+    assert harness.run("gold", "--limit", "2") == 0
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(harness.root), "--format", "json", "--table", "runs"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    rows = {row[0]: row for row in report["tables"][0]["rows"]}
+    assert set(rows) == {"eval-model", f"eval-model · judge {JUDGE} (served: {NEXT})"}
+    assert [g["run_ids"] for g in report["groups"]] == [["r1", "r3"], ["r2"]]
+    # two calls per run and role: one per case
+    assert report["groups"][1]["served_models"] == {"r2": {"eval": {"eval-model": 2}, "judge": {NEXT: 2}}}
+    assert report["groups"][0]["served_models"]["r3"]["judge"] == {JUDGE: 2}
+    # every table: the main one names the group as the runs table does
+    assert show_results.main(["--output-root", str(harness.root)]) == 0
+    main = capsys.readouterr().out.split("Main results")[1]
+    assert f"eval-model · judge {JUDGE} (served: {NEXT})" in main
+
+
+def test_a_run_served_as_asked_and_one_whose_provider_does_not_say_are_one_group(harness, capsys):
+    """A run whose replies say nothing of what served them (a provider that leaves `model` empty, or a run made
+    before served ids were kept) is pooled with runs served as asked: nothing says otherwise."""
+    assert harness.run("gold", "--limit", "2") == 0
+    harness.run_id = "r2"
+    harness.provider.served_as.update(
+        {"eval-model": "", JUDGE: ""}
+    )  # an empty id is no id (replies.served_of)
+    assert harness.run("gold", "--limit", "2") == 0
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(harness.root), "--format", "json", "--table", "runs"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [g["run_ids"] for g in report["groups"]] == [["r1", "r2"]]
+    assert report["groups"][0]["served_models"]["r2"] == {}

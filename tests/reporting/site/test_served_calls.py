@@ -1,0 +1,45 @@
+"""The viewer's exact call says the model and tier that served it (docs/viewer.md): as a record counts them per
+role, one model and tier said as such, a record whose calls were served by more than one said with each one's
+calls; a record that says nothing shows nothing."""
+
+import json
+import re
+
+import pytest
+
+import show_results
+from lexpilot.reporting.site.calls_view import served_line
+from lexpilot.scripted.__main__ import ServedAs, switching
+
+JUDGE = "DeepSeek-R1"
+NEXT = "deepseek-r2-0901"
+
+
+def calls_data(page) -> dict:
+    """The exact calls' data a case page carries (call.js reads it)."""
+    text = re.search(r'<script type="application/json" id="calls">(.*?)</script>', page, re.S).group(1)
+    return json.loads(text)
+
+
+@pytest.mark.slow  # a site written
+def test_each_exact_call_says_what_served_its_records_calls(harness, tmp_path):
+    # one DCG case: the judge's first question judged as asked, its second as NEXT (accepted: the option is given),
+    # so the case's DCG record counts one call each; its forced questions' record, the evaluated model's two
+    harness.provider.script = switching(harness.provider, [ServedAs(JUDGE, NEXT, 1)])
+    assert harness.run("DCG", "--limit", "1", "--concurrency", "1", "--allow-served-model-change") == 0
+    site = tmp_path / "site"
+    assert show_results.main(["--output-root", str(harness.root), "--html", str(site)]) == 0
+    page = (site / "case" / "0.html").read_text(encoding="utf-8")
+    usage = calls_data(page)["runs"][0]["usage"]
+    assert usage["DCG"]["judge"][3] == f"served by {JUDGE} (1 call), {NEXT} (1 call)"
+    assert usage["force_ask"]["eval"][3] == "served by eval-model"
+    # the label of the run's section names what served it too
+    assert f"judge {JUDGE} (served: {JUDGE}, {NEXT})" in page
+
+
+def test_a_records_tier_and_a_record_that_says_nothing():
+    assert served_line({"calls": 3, "served:m": 3, "tier:flex": 3}) == "served by m, tier flex"
+    assert served_line({"calls": 3, "served:m": 3, "tier:default": 1, "tier:flex": 2}) == (
+        "served by m, tier default (1 call), flex (2 calls)"
+    )
+    assert served_line({"calls": 3, "prompt_tokens": 9}) == ""
