@@ -13,6 +13,7 @@ import show_results
 from lexpilot.benchmark.records import DCG, GOLD_PREDICTION, LJP_GOLD
 from lexpilot.errors import STOPPED
 from lexpilot.scripted.__main__ import ServedAs, switching
+from lexpilot.storage.checkpoints import NOT_USED_FILE
 from tests.helpers.runs import run_folder
 
 JUDGE = "DeepSeek-R1"  # the judge's default model id (benchmark/vocabulary.py ROLE_TABLE)
@@ -129,3 +130,20 @@ def test_a_judge_switched_within_a_batch_stops_after_the_batch_is_collected(harn
     assert harness.run("gold", "--limit", "6", "--batch", "--allow-served-model-change") == 0
     assert processed(harness.provider, "ljp_judge") == 6
     assert served(harness.records(LJP_GOLD), "judge") == {JUDGE: 2, NEXT: 4}
+
+
+def test_a_refused_reply_that_shows_the_change_is_kept_as_paid_and_not_used(harness, capsys):
+    # the judge's third request is answered as NEXT and cut at its output limit: refused, so the call would ask
+    # again; the change stops it first, and the refused reply (1 call) is kept as paid for and not used
+    def script(kind, prompt, body):
+        if kind == "ljp_judge" and harness.provider.served_as.get(JUDGE) == NEXT:
+            return {"content": "支持", "finish_reason": "length"}
+        return None
+
+    harness.provider.script = switching(harness.provider, [ServedAs(JUDGE, NEXT, 2)], script)
+    assert harness.run("gold", "--limit", "3", "--concurrency", "1") == STOPPED
+    assert f"served {JUDGE} (2 calls), {NEXT} (1 call)" in stop_line(capsys.readouterr().err)
+    assert harness.provider.kinds()["ljp_judge"] == 3
+    lines = (run_folder(harness) / NOT_USED_FILE).read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line)["usage"]["judge"][f"served:{NEXT}"] for line in lines] == [1]
+    assert served(harness.records(LJP_GOLD), "judge") == {JUDGE: 2}
