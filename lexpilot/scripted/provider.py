@@ -93,9 +93,8 @@ class ScriptedProvider(BatchEndpoints):
         # a file (text, appended): a JSON line per chat request, its model, role and settings
         self.log: TextIO | None = None
         self.port = 0  # 0: any free port
-        # requested model id -> the id its replies say served them (an alias, a re-pointed id), read at each request:
-        # a test may change it at any moment, sync, stream and batch replies alike; `fingerprint`: the
-        # system_fingerprint every reply carries (None: none)
+        # requested id -> the id its replies say served them, read at each request (a test may switch it at any moment;
+        # sync, stream and batch alike); `fingerprint`: the system_fingerprint every reply carries (None: none)
         self.served_as: dict[str, str] = {}
         self.fingerprint: str | None = None
 
