@@ -87,3 +87,28 @@ def test_a_judge_switched_halfway_through_a_grid_stops_every_cell_that_asks_it(
     assert counts[JUDGE] == 3 and counts[NEXT] in (1, 2) and sum(counts.values()) == judged
     assert run_grid.main([*grid, "--allow-served-model-change"]) == 0
     assert sum(n for (kind, _), n in http.processed.items() if kind == "ljp_judge") == 2 * 3
+
+
+def test_a_batch_grid_resumed_after_its_judge_was_re_pointed_stops_and_then_completes(
+    tmp_path, http, dataset, capsys
+):
+    """run_grid.py --batch: both runs' LJP gold judged as asked (3 calls each); then the judge's id is answered as
+    NEXT, and each run's DCG collects its first judgements (3 per run, in the cycle's one pooled batch) as NEXT: both
+    cells stop with the same line, said once, every reply kept. The option completes them: the first judgements
+    replayed from the journals, the 3 second ones asked per run."""
+    root = tmp_path / "out"
+    fast = ("--batch-poll", "0.05")
+    assert run_grid.main(small_grid(root, dataset, "--stages", "eval_LJP_gold", "--batch", *fast)) == 0
+    http.served_as[JUDGE] = NEXT
+    grid = small_grid(root, dataset, "--stages", "eval_LJP_gold", "eval_DCG", "--batch", *fast)
+    capsys.readouterr()
+    assert run_grid.main(grid) == 1
+    err = capsys.readouterr().err
+    said = [line for line in stopped_lines(err) if line.startswith("[grid] 2 cells failed: ")]
+    assert len(said) == 1 and f"served {JUDGE} (3 calls), {NEXT} (3 calls)" in said[0], err
+    for saved in manifests(root).values():
+        assert saved["served_models"]["judge"] == {"calls": {JUDGE: 3, NEXT: 3}, "accepted": [JUDGE]}
+    assert run_grid.main([*grid, "--allow-served-model-change"]) == 0
+    for saved in manifests(root).values():
+        assert saved["served_models"]["judge"] == {"calls": {JUDGE: 3, NEXT: 6}, "accepted": [JUDGE, NEXT]}
+    assert sum(n for (kind, _), n in http.processed.items() if kind == "dcg_judge") == 2 * 6
