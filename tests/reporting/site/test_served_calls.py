@@ -13,6 +13,7 @@ from lexpilot.scripted.__main__ import ServedAs, switching
 
 JUDGE = "DeepSeek-R1"
 NEXT = "deepseek-r2-0901"
+SNAPSHOT = "eval-model-2026-07-01"
 
 
 def calls_data(page) -> dict:
@@ -24,17 +25,19 @@ def calls_data(page) -> dict:
 @pytest.mark.slow  # a site written
 def test_each_exact_call_says_what_served_its_records_calls(harness, tmp_path):
     # one DCG case: the judge's first question judged as asked, its second as NEXT (accepted: the option is given),
-    # so the case's DCG record counts one call each; its forced questions' record, the evaluated model's two
+    # so the case's DCG record counts one call each; its forced questions' record, the evaluated model's two, both
+    # answered as its dated snapshot (an alias from the first call)
     harness.provider.script = switching(harness.provider, [ServedAs(JUDGE, NEXT, 1)])
+    harness.provider.served_as["eval-model"] = SNAPSHOT
     assert harness.run("DCG", "--limit", "1", "--concurrency", "1", "--allow-served-model-change") == 0
     site = tmp_path / "site"
     assert show_results.main(["--output-root", str(harness.root), "--html", str(site)]) == 0
     page = (site / "case" / "0.html").read_text(encoding="utf-8")
     usage = calls_data(page)["runs"][0]["usage"]
     assert usage["DCG"]["judge"][3] == f"served by {JUDGE} (1 call), {NEXT} (1 call)"
-    assert usage["force_ask"]["eval"][3] == "served by eval-model"
-    # the label of the run's section names what served it too
-    assert f"judge {JUDGE} (served: {JUDGE}, {NEXT})" in page
+    assert usage["force_ask"]["eval"][3] == f"served by {SNAPSHOT}"
+    # the run's section is labelled as the report's tables label it
+    assert f"eval-model (served: {SNAPSHOT}) · judge {JUDGE} (served: {JUDGE}, {NEXT})" in page
 
 
 def test_a_records_tier_and_a_record_that_says_nothing():
