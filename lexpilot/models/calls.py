@@ -11,8 +11,7 @@ import os
 import random
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -33,7 +32,7 @@ from lexpilot.models.replies import (
     truncation_flag,
     unusable,
 )
-from lexpilot.models.served import ServedModels
+from lexpilot.models.served import ServedCalls, ServedModels
 from lexpilot.pricing import PRICED_COUNTS, Budget, counted_key, price_class
 from lexpilot.settings import Role, Settings, key_variables
 from lexpilot.text import counted
@@ -137,12 +136,6 @@ class Usage:
             for key, n in e.items():
                 if isinstance(n, int) and not isinstance(n, bool):
                     entry[key] = entry.get(key, 0) + n
-
-
-def run_key(settings: Settings) -> str:
-    """The run a caller's calls belong to (its output root, run id and evaluated model), as the served models'
-    run scope names it."""
-    return f"{settings.output_root}\0{settings.run_id}\0{settings.roles['eval'].model}"
 
 
 def served_names(served: Served) -> tuple[str | None, str | None, str | None]:
@@ -325,12 +318,8 @@ class ModelCaller:
         self.lock = threading.Lock()
         self.said: set[str] = set()  # the topics of lines said once (malformed usage, per role)
         self.budget = sharing.budget if sharing else settings.spending.budget()
-        self.served = sharing.served if sharing else ServedModels()
-        self.run = run_key(settings)
-        # this invocation's calls per role and served id, and the ids it accepted through the option: for the manifest
-        self.served_now: dict[str, Counter] = {}
-        self.allowed_now: list[tuple[str, str]] = []
-        self.met: set[str] = set()  # the roles whose replies to this caller met a stop (models/served.py)
+        # what served its calls, held to what served the role before (models/served.py; the grid's, for every cell)
+        self.served = ServedCalls.of(settings, sharing.served if sharing else ServedModels())
         import httpx2  # what the openai 3.x SDK is built on (requirements.txt)
 
         self.transport_errors = (httpx2.TimeoutException, httpx2.TransportError)
@@ -439,7 +428,7 @@ class ModelCaller:
         self, role: Role, prompt: str | list[dict], usage: Usage, on_send=None, retry: bool = False
     ) -> Attempt:
         """One request, within the endpoint's limiter and the budget; what came of it."""
-        self.served.check(role, self.run)  # a role whose served model changed starts no new call
+        self.served.check(role.name)  # a role whose served model changed starts no new call
         limiter, counted_tokens = self.limiters[role.name], request_tokens(len(str(prompt)), role.max_tokens)
         # before the budget: waiting reserves nothing
         lease = limiter.acquire(self.stopped, self.cell, counted_tokens)
@@ -530,7 +519,7 @@ class ModelCaller:
             )
         else:
             usage.add(role.name, 0, 0, unreported=1, served=reply.served)
-        self.note_served(role, reply.served.model if reply.served else None)
+        self.served.note(role.name, reply.served.model if reply.served else None)
         if reply.usage_problem:
             self.say_once(
                 f"usage:{role.name}",
@@ -541,53 +530,6 @@ class ModelCaller:
             return Attempt(problem=problem, answered=reply)
         reply.text, reply.reasoning = self.settings.redact(reply.text), self.settings.redact(reply.reasoning)
         return Attempt(reply=reply, answered=reply)
-
-    def note_served(self, role: Role, model: str | None, calls: int = 1) -> None:
-        """Replies served by `model` (a reply that does not say is not counted): counted for the manifest, and held
-        to the model the role was served by so far (models/served.py); the reply is kept whatever it says."""
-        if not model:
-            return
-        allow = self.settings.allow_served_model_change
-        allowed, met = self.served.observe(role, self.run, model, calls, allow)
-        with self.lock:
-            self.served_now.setdefault(role.name, Counter())[model] += calls
-            self.allowed_now += [(role.name, m) for m in allowed]
-            if met:
-                self.met.add(role.name)
-
-    def changed(self, asks: Iterable[str] = ()) -> str:
-        """The line of a served model's change this stage must stop with ("": none): one its own replies met, or
-        one its run holds for a role it `asks` (seen by an earlier invocation, or by another stage of the run in a
-        grid), even when it has nothing left to ask that role (its replies replayed from the journal)."""
-        asks = set(asks)
-        for name, role in self.settings.roles.items():
-            if name in self.met or (name in asks and self.served.stopped_in_run(name, self.run)):
-                message = self.served.stop_of(role, self.run)
-                if message:
-                    return message
-        return ""
-
-    def check_served(self, role_name: str) -> None:
-        """Raise the stop of a role whose served model changed (a batch request is not submitted either)."""
-        self.served.check(self.settings.roles[role_name], self.run)
-
-    def take_served(self) -> tuple[dict[str, Counter], dict[str, list[str]], list[tuple[str, str]]]:
-        """What the manifest gains since it was last told: the calls per role and served id, every role's accepted
-        ids in this run, and the ids accepted through the option (storage/manifest.py record_served's order)."""
-        with self.lock:
-            counts, allowed = self.served_now, self.allowed_now
-            self.served_now, self.allowed_now = {}, []
-        accepted = {name: self.served.accepted_in_run(name, self.run) for name in self.settings.roles}
-        return counts, {name: ids for name, ids in accepted.items() if ids}, allowed
-
-    def seed_served(self, earlier: dict[str, tuple[list[str], dict[str, int]]]) -> None:
-        """The run's earlier calls, as its manifest counts them: role -> (accepted ids, calls per served id)."""
-        allow = self.settings.allow_served_model_change
-        for name, (accepted, calls) in earlier.items():
-            if name in self.settings.roles:
-                allowed = self.served.seed(self.settings.roles[name], self.run, accepted, calls, allow)
-                with self.lock:
-                    self.allowed_now += [(name, m) for m in allowed]
 
     def say_once(self, topic: str, message: str) -> None:
         """A line said once per invocation (a stage) on the progress stream."""

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from lexpilot.errors import FatalError
 from lexpilot.models.limits import Endpoint
-from lexpilot.settings import Role
+from lexpilot.settings import Role, Settings
 from lexpilot.text import counted
 
 ALLOW_OPTION = "--allow-served-model-change"
@@ -113,6 +114,73 @@ class ServedModels:
     def stopped_in_run(self, role: str, run: str) -> bool:
         with self.lock:
             return ("run", role, run) in self.stops
+
+
+@dataclass
+class ServedCalls:
+    """One stage invocation's side of the check (its model caller's): the run its calls belong to, what served them
+    since the run's manifest was last told, the ids it accepted through the option, the roles whose replies met a
+    stop."""
+
+    models: ServedModels
+    roles: dict[str, Role]
+    run: str
+    allow: bool
+    now: dict[str, Counter] = field(default_factory=dict)  # role -> served id -> calls, for the manifest
+    allowed: list[tuple[str, str]] = field(default_factory=list)  # (role, id) accepted through the option
+    met: set[str] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def of(cls, settings: Settings, models: ServedModels) -> ServedCalls:
+        # the run: its output root, run id and evaluated model, as its folder is named by them
+        run = f"{settings.output_root}\0{settings.run_id}\0{settings.roles['eval'].model}"
+        return cls(models, settings.roles, run, settings.allow_served_model_change)
+
+    def note(self, role: str, model: str | None, calls: int = 1) -> None:
+        """Replies of a role served by `model` (a reply that does not say is not counted): counted for the manifest,
+        and held to the model the role was served by so far; the replies are kept whatever they say."""
+        if not model:
+            return
+        allowed, met = self.models.observe(self.roles[role], self.run, model, calls, self.allow)
+        with self.lock:
+            self.now.setdefault(role, Counter())[model] += calls
+            self.allowed += [(role, m) for m in allowed]
+            if met:
+                self.met.add(role)
+
+    def check(self, role: str) -> None:
+        """Raise the stop of a role whose served model changed: no call of it is sent, nor a batch request made."""
+        self.models.check(self.roles[role], self.run)
+
+    def changed(self, asks: Iterable[str] = ()) -> str:
+        """The line this stage must stop with ("": none): a change its own replies met, or one its run holds for a
+        role it `asks` (seen by an earlier invocation, or by another stage of the run in a grid), even when it has
+        nothing left to ask that role (its replies replayed from the journal)."""
+        asks = set(asks)
+        for name, role in self.roles.items():
+            if name in self.met or (name in asks and self.models.stopped_in_run(name, self.run)):
+                message = self.models.stop_of(role, self.run)
+                if message:
+                    return message
+        return ""
+
+    def take(self) -> tuple[dict[str, Counter], dict[str, list[str]], list[tuple[str, str]]]:
+        """What the manifest gains since it was last told: the calls per role and served id, every role's accepted
+        ids in the run, and the ids accepted through the option (storage/manifest.py record_served's order)."""
+        with self.lock:
+            counts, allowed = self.now, self.allowed
+            self.now, self.allowed = {}, []
+        accepted = {name: self.models.accepted_in_run(name, self.run) for name in self.roles}
+        return counts, {name: ids for name, ids in accepted.items() if ids}, allowed
+
+    def seed(self, earlier: dict[str, tuple[list[str], dict[str, int]]]) -> None:
+        """The run's earlier calls, as its manifest counts them: role -> (accepted ids, calls per served id)."""
+        for name, (accepted, calls) in earlier.items():
+            if name in self.roles:
+                allowed = self.models.seed(self.roles[name], self.run, accepted, calls, self.allow)
+                with self.lock:
+                    self.allowed += [(name, m) for m in allowed]
 
 
 def changed_message(role: Role, calls: Counter) -> str:

@@ -352,7 +352,7 @@ def _execute(
     )
     _run_pool(name, pending, workers, err)
     keep_served(state, caller)
-    changed = caller.changed(state.asks)
+    changed = caller.served.changed(state.asks)
     if changed and not workers.outcome.fatal:  # the change came with its last calls, or its replies replayed
         workers.outcome.fatal.append(changed)
     writer.close()

@@ -148,14 +148,14 @@ def checked_manifest(
 
 def seed_served(state: StageState, caller: ModelCaller) -> None:
     """The caller told what served the run's earlier calls (its manifest's), so that a change is seen on resume."""
-    caller.seed_served(earlier_served(state.manifest))
+    caller.served.seed(earlier_served(state.manifest))
 
 
 def keep_served(state: StageState, caller: ModelCaller) -> None:
     """The manifest told what served the calls made since it was last told (kept when a stage ends, and after each
     batch collected: a process killed before leaves its calls' served ids in the records and the journal only)."""
     if state.manifest:
-        state.manifest = record_served(state.manifest, *caller.take_served())
+        state.manifest = record_served(state.manifest, *caller.served.take())
 
 
 def run_case(state: StageState, calls: CaseCalls, writer: CheckpointWriter) -> None:

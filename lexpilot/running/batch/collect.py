@@ -39,7 +39,7 @@ def collect(run, clients: dict, journal: Path, writer: CheckpointWriter) -> tupl
         run.ledger.save()
         if importer.stop:  # a refusal no cycle can mend: the stage stops now, as a synchronous one does
             raise FatalError(importer.stop)
-        changed = run.caller.changed()
+        changed = run.caller.served.changed()
         if changed:  # the batch's replies are kept; no request of the role is submitted again
             raise ServedModelChanged(changed)
     return waiting, imported
@@ -100,7 +100,7 @@ class Importer:
         text, usage, problem, reasoning = reply_of(entry, limit, self.say_usage(role))
         served = counts_of(usage, "served")
         for model, calls in served.items():  # held to the role's model, as a synchronous reply is
-            self.run.caller.note_served(self.run.settings.roles[role], model, calls)
+            self.run.caller.served.note(role, model, calls)
         retry = self.run.ledger.tries(request.key) > 0  # its request came back refused before
         # a provider may echo the key in a reply or an error: redacted before any file or message, as a synchronous
         # reply is

@@ -231,7 +231,7 @@ def _requests(run: BatchRun, needs: list[tuple]) -> dict:
     for number, step, need, key in needs:
         if (number, step, key) in in_flight:
             continue  # asked in a batch still open: never twice
-        caller.check_served(need.role)  # a role whose served model changed is asked no more
+        caller.served.check(need.role)  # a role whose served model changed is asked no more
         role = settings.roles[need.role]
         body = request_body(role, need.prompt, caller.token_fields[need.role])
         cid = custom_id(run.incarnation, number, step, key, submission)
@@ -298,7 +298,7 @@ def batch_summary(run: BatchRun, out, err) -> int:
     CallJournal(run.journal_path, run.writer, set()).compact(
         {s.name: state.records[s.name] for s in state.steps}
     )
-    changed = run.caller.changed(state.asks)
+    changed = run.caller.served.changed(state.asks)
     if changed:  # seen in its last replies (asked directly), or its replies replayed: said as its stop
         raise ServedModelChanged(changed)
     return 1 if run.failed else 0
