@@ -51,3 +51,30 @@ def test_a_run_served_as_asked_and_one_whose_provider_does_not_say_are_one_group
     report = json.loads(capsys.readouterr().out)
     assert [g["run_ids"] for g in report["groups"]] == [["r1", "r2"]]
     assert report["groups"][0]["served_models"]["r2"] == {}
+
+
+def test_table_15_never_pools_a_non_ideal_run_served_apart_with_one_served_as_asked(tmp_path, capsys):
+    """Table 15 pools the runs of one condition apart only in their code into one cell; a delayed-disclosure run
+    whose judge answered as another model is a row of its own, not pooled with the one served as asked (hand-made
+    runs: the Interaction-Based QWK is 1 when both cases are right, 0 when case A2's 驳回 is predicted 支持)."""
+    from tests.helpers.saved_runs import make_run
+
+    cases = {"A1": "离婚纠纷", "A2": "法定继承纠纷"}
+    right = {"interaction": {"A1": [("支持", "支持")], "A2": [("驳回", "驳回")]}}
+    wrong = {"interaction": {"A1": [("支持", "支持")], "A2": [("驳回", "支持")]}}
+    models = {"eval": {"model": "m", "endpoint_host": "h"}, "user": {}, "judge": {"model": JUDGE}}
+    apart = {"judge": {"calls": {NEXT: 2}, "accepted": [NEXT]}}
+    make_run(tmp_path, "std", cases=cases, ljp=right, models=models)
+    make_run(tmp_path, "del", cases=cases, ljp=right, models=models, user_condition="delayed")
+    make_run(
+        tmp_path, "del2", cases=cases, ljp=wrong, models=models, user_condition="delayed", served_models=apart
+    )
+    capsys.readouterr()
+    assert (
+        show_results.main(["--output-root", str(tmp_path), "--format", "json", "--table", "non_ideal"]) == 0
+    )
+    rows = json.loads(capsys.readouterr().out)["tables"][0]["rows"]
+    assert [(row[0], row[2]["mean"]) for row in rows] == [
+        ("m", 1.0),
+        (f"m (delayed user) · judge {JUDGE} (served: {NEXT})", 0.0),
+    ]
