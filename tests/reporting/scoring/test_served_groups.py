@@ -78,3 +78,24 @@ def test_table_15_never_pools_a_non_ideal_run_served_apart_with_one_served_as_as
         ("m", 1.0),
         (f"m (delayed user) · judge {JUDGE} (served: {NEXT})", 0.0),
     ]
+
+
+def test_models_judged_by_a_judge_served_apart_are_not_ranked_against_each_other(tmp_path, capsys):
+    """The rankings compare models judged by the same judge and simulated by the same User Model: a judge that
+    answered as another model is another judge, and the pair is named with what keeps it apart."""
+    from tests.helpers.saved_runs import make_run
+
+    cases = {"A1": "离婚纠纷", "A2": "法定继承纠纷"}
+    right = {"direct": {"A1": [("支持", "支持")], "A2": [("驳回", "驳回")]}}
+
+    def models(model: str) -> dict:
+        return {"eval": {"model": model, "endpoint_host": "h"}, "user": {}, "judge": {"model": JUDGE}}
+
+    make_run(tmp_path, "r1", model="m", cases=cases, ljp=right, models=models("m"))
+    apart = {"judge": {"calls": {NEXT: 2}, "accepted": [NEXT]}}
+    make_run(tmp_path, "r1", model="n", cases=cases, ljp=right, models=models("n"), served_models=apart)
+    capsys.readouterr()
+    argv = ["--output-root", str(tmp_path), "--rank", "--format", "json", "--table", "not_comparable"]
+    assert show_results.main(argv) == 0
+    rows = json.loads(capsys.readouterr().out)["tables"][0]["rows"]
+    assert rows == [[f"m (set 1) and n · judge {JUDGE} (served: {NEXT}) (set 2): served.judge differ"]]
