@@ -99,3 +99,36 @@ def test_models_judged_by_a_judge_served_apart_are_not_ranked_against_each_other
     assert show_results.main(argv) == 0
     rows = json.loads(capsys.readouterr().out)["tables"][0]["rows"]
     assert rows == [[f"m (set 1) and n · judge {JUDGE} (served: {NEXT}) (set 2): served.judge differ"]]
+
+
+@pytest.mark.slow  # every paper stage, twice, then re-judged
+def test_a_rejudge_whose_judge_answered_as_another_model_is_no_test_retest_and_is_named(
+    tmp_path, provider, monkeypatch, capsys
+):
+    """Re-judging a run with the same judge id measures the judge's own noise only when the same model answered:
+    a re-judge served by another model is named so in the judge tables, and is not taken for a test-retest."""
+    import rejudge
+    from lexpilot.protocols.catalog import PAPER_GRID
+    from lexpilot.running.stage import stage_main
+    from tests.helpers.datasets import sample_cases, write_dataset
+    from tests.helpers.reports import rows_of
+    from tests.helpers.stages import SECRET
+
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
+    common = ["--model", "m", "--dataset", str(dataset), "--output-root", str(tmp_path / "out")]
+    for run_id in ("r1", "r2"):
+        provider.served_as.clear()
+        for stage in (s for stages in PAPER_GRID.values() for s in stages):
+            argv = ["--run-id", run_id, *common]
+            assert stage_main(stage, "t", argv=argv, clients=provider.in_memory_clients()) == 0
+        provider.served_as[JUDGE] = NEXT
+        argv = ["--run-id", f"{run_id}-again", "--from-run", run_id, *common]
+        assert stage_main(rejudge.STAGE, "t", argv=argv, clients=provider.in_memory_clients()) == 0
+    capsys.readouterr()
+    out_root = str(tmp_path / "out")
+    assert show_results.main(["--output-root", out_root, "--consistency", "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    assert not rows_of(out, "Judge noise")
+    judges = {row[2] for row in rows_of(out, "Judge sensitivity: the two judges")}
+    assert judges == {f"{JUDGE} / {JUDGE} (served: {NEXT})"}
