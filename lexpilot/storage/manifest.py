@@ -51,11 +51,6 @@ class RoleServed:
     calls: dict[str, int]
     accepted: list[str]
 
-    @property
-    def changed(self) -> bool:
-        """Served by more than one model."""
-        return len(self.calls) > 1
-
 
 @dataclass(frozen=True)
 class Manifest:
@@ -81,9 +76,8 @@ class Manifest:
     incarnation_late: bool
     rebuilt: bool  # rebuilt from the run's records: its incarnation is new, its batches carry the lost one
     token_fields: dict | None  # the output-limit field each role's endpoint takes, once a call found it
-    served: dict[
-        str, RoleServed
-    ]  # role -> the models that served its calls (none for a run before they were kept)
+    # role -> the models that served its calls (none for a run made before they were kept)
+    served: dict[str, RoleServed]
     saved: dict = field(repr=False, compare=False)
 
     @classmethod
@@ -508,24 +502,19 @@ def record_served(
     """Add an invocation's served counts (role -> served id -> calls) to the manifest's, with every role's accepted
     ids in the run and the ids accepted through --allow-served-model-change (not compared settings: what answered,
     not what was asked). Unchanged, the manifest is not rewritten."""
-    if (
-        not any(calls.values())
-        and not allowed
-        and all(
-            manifest.served.get(role, RoleServed({}, [])).accepted == ids for role, ids in accepted.items()
-        )
-    ):
-        return manifest
-    served = {role: RoleServed(dict(s.calls), list(s.accepted)) for role, s in manifest.served.items()}
+    counts = {role: dict(s.calls) for role, s in manifest.served.items()}
+    ids = {role: list(s.accepted) for role, s in manifest.served.items()}
     for role in sorted(set(calls) | set(accepted)):
-        entry = served.setdefault(role, RoleServed({}, []))
         for model, n in calls.get(role, {}).items():
-            entry.calls[model] = entry.calls.get(model, 0) + n
-        entry.accepted[:] = list(dict.fromkeys([*entry.accepted, *accepted.get(role, [])]))
+            counts.setdefault(role, {})[model] = counts.get(role, {}).get(model, 0) + n
+        ids[role] = list(dict.fromkeys([*ids.get(role, []), *accepted.get(role, [])]))
     saved_allowed = manifest.saved.get(ALLOWED_FIELD)
     earlier = saved_allowed if isinstance(saved_allowed, list) else []
     new = [{"role": role, "served": model} for role, model in allowed]
     every_allowed = earlier + [a for a in new if a not in earlier]
+    served = {role: RoleServed(counts.get(role, {}), ids.get(role, [])) for role in {**counts, **ids}}
+    if served == manifest.served and every_allowed == earlier:
+        return manifest
     saved = {role: {"calls": s.calls, "accepted": s.accepted} for role, s in served.items()}
     return _rewrite(
         manifest, **{SERVED_FIELD: saved}, **({ALLOWED_FIELD: every_allowed} if every_allowed else {})
