@@ -106,7 +106,7 @@ def group_runs(runs: list[Run]) -> list[Group]:
         first = next(g for g in ordered if g.model == group.model)
         group.differs = [
             name for name, a, b in zip(COMPARED_MANIFEST_FIELDS, group.settings, first.settings) if a != b
-        ]
+        ] + [f"served.{role}" for role in ROLES if group.served.get(role) != first.served.get(role)]
     for group in ordered:  # over all groups: a table that shows a few keeps each one's name (and its links)
         group.label = group_label(group, ordered)
     return ordered

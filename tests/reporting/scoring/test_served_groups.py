@@ -28,6 +28,7 @@ def test_runs_whose_judge_answered_as_another_model_are_grouped_apart_and_labell
     rows = {row[0]: row for row in report["tables"][0]["rows"]}
     assert set(rows) == {"eval-model", f"eval-model · judge {JUDGE} (served: {NEXT})"}
     assert [g["run_ids"] for g in report["groups"]] == [["r1", "r3"], ["r2"]]
+    assert [g["differs_from_first_group"] for g in report["groups"]] == [[], ["served.judge"]]
     # two calls per run and role: one per case
     assert report["groups"][1]["served_models"] == {"r2": {"eval": {"eval-model": 2}, "judge": {NEXT: 2}}}
     assert report["groups"][0]["served_models"]["r3"]["judge"] == {JUDGE: 2}
