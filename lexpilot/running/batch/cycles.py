@@ -109,7 +109,9 @@ def start(run: BatchRun) -> None:
     if not run.settings.batching.files:
         check_endpoints(run)
     # what the journal holds before this invocation collects anything: its invalid outputs were said already
-    journal = read_journal(run, run.state.pending())
+    pending = run.state.pending()
+    run.opened_pending = bool(pending)
+    journal = read_journal(run, pending)
     run.said_before.update(key[:2] for key, queue in journal.replies.items() for _ in queue)
 
 
@@ -298,8 +300,10 @@ def batch_summary(run: BatchRun, out, err) -> int:
     CallJournal(run.journal_path, run.writer, set()).compact(
         {s.name: state.records[s.name] for s in state.steps}
     )
-    changed = run.caller.served.changed(state.asks)
-    if changed:  # seen in its last replies (asked directly), or its replies replayed: said as its stop
+    # seen in its last replies (asked directly), or in replies it replayed: said as its stop (a stage that had
+    # nothing left to do when it opened replayed none)
+    changed = run.caller.served.changed(state.asks if run.opened_pending else ())
+    if changed:
         raise ServedModelChanged(changed)
     return 1 if run.failed else 0
 

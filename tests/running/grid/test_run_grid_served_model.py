@@ -108,6 +108,11 @@ def test_a_batch_grid_resumed_after_its_judge_was_re_pointed_stops_and_then_comp
     assert len(said) == 1 and f"served {JUDGE} (3 calls), {NEXT} (3 calls)" in said[0], err
     for saved in manifests(root).values():
         assert saved["served_models"]["judge"] == {"calls": {JUDGE: 3, NEXT: 3}, "accepted": [JUDGE]}
+    # rerun as it is: the DCG cells are refused again, the finished LJP gold cells stay done
+    assert run_grid.main(grid) == 1
+    err = capsys.readouterr().err
+    assert "[grid] 4 cells: 2 done, 2 failed" in err
+    assert "(model-a run1 DCG, model-b run1 DCG)" in stopped_lines(err)[-1]
     assert run_grid.main([*grid, "--allow-served-model-change"]) == 0
     for saved in manifests(root).values():
         assert saved["served_models"]["judge"] == {"calls": {JUDGE: 3, NEXT: 6}, "accepted": [JUDGE, NEXT]}
