@@ -22,22 +22,36 @@ def calls_data(page) -> dict:
     return json.loads(text)
 
 
-@pytest.mark.slow  # a site written
-def test_each_exact_call_says_what_served_its_records_calls(harness, tmp_path):
-    # one DCG case: the judge's first question judged as asked, its second as NEXT (accepted: the option is given),
-    # so the case's DCG record counts one call each; its forced questions' record, the evaluated model's two, both
-    # answered as its dated snapshot (an alias from the first call)
+def switched_site(harness, tmp_path):
+    """One DCG case: the judge's first question judged as asked, its second as NEXT (accepted: the option is given),
+    so the case's DCG record counts one call each; its forced questions' record, the evaluated model's two, both
+    answered as its dated snapshot (an alias from the first call). The site written from it."""
     harness.provider.script = switching(harness.provider, [ServedAs(JUDGE, NEXT, 1)])
     harness.provider.served_as["eval-model"] = SNAPSHOT
     assert harness.run("DCG", "--limit", "1", "--concurrency", "1", "--allow-served-model-change") == 0
     site = tmp_path / "site"
     assert show_results.main(["--output-root", str(harness.root), "--html", str(site)]) == 0
-    page = (site / "case" / "0.html").read_text(encoding="utf-8")
+    return site
+
+
+@pytest.mark.slow  # a site written
+def test_each_exact_call_says_what_served_its_records_calls(harness, tmp_path):
+    page = (switched_site(harness, tmp_path) / "case" / "0.html").read_text(encoding="utf-8")
     usage = calls_data(page)["runs"][0]["usage"]
     assert usage["DCG"]["judge"][3] == f"served by {JUDGE} (1 call), {NEXT} (1 call)"
     assert usage["force_ask"]["eval"][3] == f"served by {SNAPSHOT}"
     # the run's section is labelled as the report's tables label it
     assert f"eval-model (served: {SNAPSHOT}) · judge {JUDGE} (served: {JUDGE}, {NEXT})" in page
+
+
+@pytest.mark.slow  # a browser
+def test_the_exact_call_box_says_what_served_it_in_a_browser(harness, tmp_path, browser):
+    page = browser.new_page()
+    page.goto((switched_site(harness, tmp_path) / "case" / "0.html").as_uri())
+    page.locator('button.call[data-r="judge"][data-k="DCG"]').first.click()
+    said = page.locator(".callbox p").first.inner_text()
+    assert "judge calls: 2 calls" in said and said.endswith("· time: not recorded")
+    assert f", served by {JUDGE} (1 call), {NEXT} (1 call) ·" in said
 
 
 def test_a_records_tier_and_a_record_that_says_nothing():
