@@ -12,7 +12,7 @@ import pytest
 import show_results
 from lexpilot.benchmark.records import DCG, GOLD_PREDICTION, LJP_GOLD
 from lexpilot.errors import STOPPED
-from lexpilot.scripted.__main__ import ServedAs, switching
+from lexpilot.scripted.served import ServedAs, switching
 from lexpilot.storage.checkpoints import NOT_USED_FILE
 from tests.helpers.runs import run_folder
 

@@ -5,7 +5,8 @@ replies alike: what a run's records then count per role."""
 import pytest
 
 from lexpilot.benchmark.records import GOLD_PREDICTION, LJP_GOLD
-from lexpilot.scripted.__main__ import ServedAs, main
+from lexpilot.scripted.__main__ import main
+from lexpilot.scripted.served import ServedAs
 
 
 def counts(records: list[dict], role: str, kind: str) -> dict[str, int]:

@@ -9,7 +9,7 @@ import pytest
 
 import show_results
 from lexpilot.reporting.site.calls_view import served_line
-from lexpilot.scripted.__main__ import ServedAs, switching
+from lexpilot.scripted.served import ServedAs, switching
 
 JUDGE = "DeepSeek-R1"
 NEXT = "deepseek-r2-0901"

@@ -8,7 +8,7 @@ import re
 import pytest
 
 import run_grid
-from lexpilot.scripted.__main__ import ServedAs, switching
+from lexpilot.scripted.served import ServedAs, switching
 from tests.helpers.datasets import sample_cases, write_dataset
 from tests.helpers.grids import SMALL_GRID_MODELS, small_grid
 
