@@ -127,6 +127,7 @@ class ServedCalls:
     run: str
     allow: bool
     now: dict[str, Counter] = field(default_factory=dict)  # role -> served id -> calls, for the manifest
+    seen: dict[str, Counter] = field(default_factory=dict)  # the same, over the whole invocation
     allowed: list[tuple[str, str]] = field(default_factory=list)  # (role, id) accepted through the option
     met: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -145,9 +146,25 @@ class ServedCalls:
         allowed, met = self.models.observe(self.roles[role], self.run, model, calls, self.allow)
         with self.lock:
             self.now.setdefault(role, Counter())[model] += calls
+            self.seen.setdefault(role, Counter())[model] += calls
             self.allowed += [(role, m) for m in allowed]
             if met:
                 self.met.add(role)
+
+    def answered_as(self) -> str:
+        """The roles this invocation's replies say another model answered than the id asked for, each with its
+        calls, for the stage's closing lines ("": none)."""
+        with self.lock:
+            seen = {role: dict(counts) for role, counts in self.seen.items()}
+        said = [
+            f"{self.roles[role].describe()} answered as "
+            + ", ".join(
+                f"{model} ({counted(n, 'call')})" for model, n in sorted(counts.items(), key=_most_first)
+            )
+            for role, counts in seen.items()
+            if set(counts) != {self.roles[role].model}
+        ]
+        return "; ".join(said)
 
     def check(self, role: str) -> None:
         """Raise the stop of a role whose served model changed: no call of it is sent, nor a batch request made."""

@@ -360,6 +360,9 @@ def _execute(
     if state.manifest and caller.token_fields != (transport or default_token_fields(settings.roles)):
         state.manifest = record_transport(state.manifest, caller.token_fields)
     progress.draw(final=True)
+    answered_as = caller.served.answered_as()
+    if answered_as:  # an alias, a dated snapshot, a re-pointed id: said, whether accepted or not
+        print(f"[{name}] served: {answered_as}", file=out)
     # as the progress line counts
     return _summary(name, workers, skipped, time.monotonic() - progress.start, out, err)
 

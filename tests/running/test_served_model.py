@@ -87,7 +87,15 @@ def test_an_alias_served_from_the_first_call_is_accepted_and_shown(harness, caps
     snapshot = "eval-model-2026-07-01"
     harness.provider.served_as.update({"eval-model": snapshot, JUDGE: NEXT})
     assert harness.run("gold", "--limit", "3", "--stream") == 0
-    assert "served model changed" not in capsys.readouterr().err
+    said = capsys.readouterr()
+    assert "served model changed" not in said.err
+    # said in the stage's closing lines: the evaluated model's 3 predictions, the judge's 3 extractions
+    served_line = next(line for line in said.out.splitlines() if line.startswith("[LJP gold] served: "))
+    assert (
+        "evaluated model 'eval-model' at " in served_line
+        and f"answered as {snapshot} (3 calls)" in served_line
+    )
+    assert f"judge '{JUDGE}' at " in served_line and f"answered as {NEXT} (3 calls)" in served_line
     assert served(harness.records(GOLD_PREDICTION), "eval") == {snapshot: 3}
     assert served(harness.records(LJP_GOLD), "judge") == {NEXT: 3}
     models = manifest(harness)["served_models"]

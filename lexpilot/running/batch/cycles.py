@@ -287,6 +287,9 @@ def batch_summary(run: BatchRun, out, err) -> int:
         file=out,
         flush=True,
     )
+    answered_as = run.caller.served.answered_as()
+    if answered_as:  # an alias, a dated snapshot, a re-pointed id: said, whether accepted or not
+        print(f"[{name}] served: {answered_as}", file=out)
     if run.failed:
         for line in failure_lines(name, list(run.failed.values())):
             print(line, file=err)
