@@ -27,6 +27,16 @@ def counted_key(kind: str, name: str) -> str:
     return f"{kind}:{name}"
 
 
+def counts_of(entry: dict, kind: str) -> dict[str, int]:
+    """A usage entry's counts of one kind (counted_key's), by name: counts_of(e, "served") -> {model id: calls}."""
+    prefix = counted_key(kind, "")
+    return {
+        key[len(prefix) :]: n
+        for key, n in entry.items()
+        if key.startswith(prefix) and isinstance(n, int) and not isinstance(n, bool)
+    }
+
+
 class Price(NamedTuple):
     prompt: float
     completion: float

@@ -143,6 +143,7 @@ class Settings:
     keep_going: bool = False
     dry_run: bool = False
     allow_code_change: bool = False
+    allow_served_model_change: bool = False
     keep_reasoning: bool = False
     transport: Transport = Transport()
     batching: Batching = Batching()
@@ -331,6 +332,12 @@ def add_common_args(
         "--allow-code-change",
         action="store_true",
         help="resume a run started by another version of the harness code (recorded in the manifest)",
+    )
+    a(
+        "--allow-served-model-change",
+        action="store_true",
+        help="go on when a role's replies say another model served them than its earlier calls' (an alias "
+        "re-pointed, a retired id; recorded in the manifest)",
     )
     if from_run:
         a(
@@ -575,6 +582,7 @@ def settings_from_args(args: argparse.Namespace, env=os.environ) -> Settings:
         keep_going=args.keep_going,
         dry_run=args.dry_run,
         allow_code_change=args.allow_code_change,
+        allow_served_model_change=args.allow_served_model_change,
         keep_reasoning=args.keep_reasoning,
         transport=Transport(
             timeout=args.timeout,

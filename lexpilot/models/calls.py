@@ -32,6 +32,7 @@ from lexpilot.models.replies import (
     truncation_flag,
     unusable,
 )
+from lexpilot.models.served import ServedCalls, ServedModels
 from lexpilot.pricing import PRICED_COUNTS, Budget, counted_key, price_class
 from lexpilot.settings import Role, Settings, key_variables
 from lexpilot.text import counted
@@ -170,6 +171,8 @@ class Sharing:
     batches: Any = None
     # (cell label, CaseFailure) as each case of a cell fails: the grid keeps it, and its display says it at once
     on_case_failed: Callable | None = None
+    # the served model ids each role accepts, per endpoint and per run, for every cell (models/served.py)
+    served: ServedModels = field(default_factory=ServedModels)
 
     def client(self, role: Role, timeout: float, chain: tuple[str, str], build):
         key = (*Endpoint.of(role).account, timeout, chain)
@@ -364,6 +367,8 @@ class ModelCaller:
         self.lock = threading.Lock()
         self.said: set[str] = set()  # the topics of lines said once (malformed usage, per role)
         self.budget = sharing.budget if sharing else settings.spending.budget()
+        # what served its calls, held to what served the role before (models/served.py; the grid's, for every cell)
+        self.served = ServedCalls.of(settings, sharing.served if sharing else ServedModels())
         import httpx2  # what the openai 3.x SDK is built on (requirements.txt)
 
         self.transport_errors = (httpx2.TimeoutException, httpx2.TransportError)
@@ -472,6 +477,7 @@ class ModelCaller:
         tier: str | None = None,
     ) -> Attempt:
         """One request, within the endpoint's limiter and the budget; what came of it."""
+        self.served.check(role.name)  # a role whose served model changed starts no new call
         limiter, counted_tokens = self.limiters[role.name], request_tokens(len(str(prompt)), role.max_tokens)
         # before the budget: waiting reserves nothing
         lease = limiter.acquire(self.stopped, self.cell, counted_tokens)
@@ -568,6 +574,7 @@ class ModelCaller:
             )
         else:
             usage.add(role.name, 0, 0, unreported=1, served=reply.served)
+        self.served.note(role.name, reply.served.model if reply.served else None)
         if reply.usage_problem:
             self.say_once(
                 f"usage:{role.name}",

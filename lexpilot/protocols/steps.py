@@ -20,6 +20,7 @@ from lexpilot.benchmark.prompts import (
 from lexpilot.benchmark.records import RecordKind
 from lexpilot.errors import RAW_OUTPUT, CaseFailed
 from lexpilot.models.calls import Usage
+from lexpilot.models.served import ServedModelChanged
 from lexpilot.protocols.judging import fault_parser
 from lexpilot.settings import Settings
 from lexpilot.storage.checkpoints import CallJournal
@@ -99,7 +100,8 @@ class CaseCalls:
         kept as paid for and not used."""
         try:
             reply = self.caller.chat(role, prompt, used, on_send=sent, retry=retry)
-        except CaseFailed as e:
+        except (CaseFailed, ServedModelChanged) as e:
+            # a served model's change may stop a call between its attempts: the replies it refused were paid too
             if self.journal:
                 self.journal.not_used(self.case.number, self.step, used.by_role, str(e))
             raise

@@ -28,12 +28,13 @@ from lexpilot.errors import (
     own_interrupts,
 )
 from lexpilot.models.calls import FLEX_FALLBACK_CALLS, ModelCaller, Sharing, Usage, default_token_fields
+from lexpilot.models.served import ServedModelChanged
 from lexpilot.pricing import counted_key
 from lexpilot.protocols.steps import CaseCalls, Stage
 from lexpilot.running.context import RunContext, open_stage, run_lock
 from lexpilot.running.failures import failure_lines
 from lexpilot.running.quote import dry_run_report
-from lexpilot.running.state import StageState, read_only_state, run_case
+from lexpilot.running.state import StageState, keep_served, read_only_state, run_case, seed_served
 from lexpilot.settings import Settings, add_common_args, settings_from_args
 from lexpilot.storage.checkpoints import (
     CallJournal,
@@ -227,6 +228,9 @@ class Workers:
             if idle and idle[1](settings, case):
                 with outcome.lock:
                     outcome.idle += 1
+        except ServedModelChanged as e:  # the calls in flight end and are kept: no abort
+            outcome.fatal.append(str(e))
+            self.stop_new.set()
         except FatalError as e:
             outcome.fatal.append(str(e))
             self.abort.set()
@@ -338,6 +342,7 @@ def _execute(
     abort = threading.Event()
     transport = state.manifest.token_fields if state.manifest else None
     caller = ModelCaller(settings, progress, abort, clients, transport, sharing, cell)
+    seed_served(state, caller)
     journal = _open_journal(name, state, pending, writer, err)
     workers = Workers(
         state,
@@ -352,11 +357,18 @@ def _execute(
         len(pending),
     )
     _run_pool(name, pending, workers, err)
+    keep_served(state, caller)
+    changed = caller.served.changed(state.asks)
+    if changed and not workers.outcome.fatal:  # the change came with its last calls, or its replies replayed
+        workers.outcome.fatal.append(changed)
     writer.close()
     journal.compact(saved)
     if state.manifest and caller.token_fields != (transport or default_token_fields(settings.roles)):
         state.manifest = record_transport(state.manifest, caller.token_fields)
     progress.draw(final=True)
+    answered_as = caller.served.answered_as()
+    if answered_as:  # an alias, a dated snapshot, a re-pointed id: said, whether accepted or not
+        print(f"[{name}] served: {answered_as}", file=out)
     # as the progress line counts
     return _summary(name, workers, skipped, time.monotonic() - progress.start, out, err)
 

@@ -13,7 +13,7 @@ from lexpilot.benchmark.dataset import Case
 from lexpilot.benchmark.records import RECORD_KINDS, new_record, record_digest
 from lexpilot.benchmark.vocabulary import CONDITION_SCRIPTS
 from lexpilot.errors import HarnessError, first_of
-from lexpilot.models.calls import Usage
+from lexpilot.models.calls import ModelCaller, Usage
 from lexpilot.protocols.steps import CaseCalls, Stage, Step
 from lexpilot.settings import Settings
 from lexpilot.storage.checkpoints import (
@@ -22,7 +22,7 @@ from lexpilot.storage.checkpoints import (
     manifest_path,
     read_checkpoint,
 )
-from lexpilot.storage.manifest import Manifest, check_manifest
+from lexpilot.storage.manifest import Manifest, check_manifest, earlier_served, record_served
 
 if TYPE_CHECKING:  # running/context.py opens a stage with this module's load_state
     from lexpilot.running.context import RunContext
@@ -57,6 +57,11 @@ class StageState:
     @property
     def settings_hash(self) -> str:
         return self.context.settings_hash
+
+    @property
+    def asks(self) -> set[str]:
+        """The roles its steps ask (their declared prompts')."""
+        return {role for step in self.steps for role in step.prompts}
 
     def pending(self) -> list[Case]:
         return [c for c in self.cases if any(c.number not in self.records[s.name] for s in self.steps)]
@@ -139,6 +144,18 @@ def checked_manifest(
         prompt_files=stage.prompt_files(settings),
         condition_scripts=CONDITION_SCRIPTS,
     )
+
+
+def seed_served(state: StageState, caller: ModelCaller) -> None:
+    """The caller told what served the run's earlier calls (its manifest's), so that a change is seen on resume."""
+    caller.served.seed(earlier_served(state.manifest))
+
+
+def keep_served(state: StageState, caller: ModelCaller) -> None:
+    """The manifest told what served the calls made since it was last told (kept when a stage ends, and after each
+    batch collected: a process killed before leaves its calls' served ids in the records and the journal only)."""
+    if state.manifest:
+        state.manifest = record_served(state.manifest, *caller.served.take())
 
 
 def run_case(state: StageState, calls: CaseCalls, writer: CheckpointWriter) -> None:

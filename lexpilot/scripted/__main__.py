@@ -9,6 +9,7 @@ from pathlib import Path
 
 from lexpilot.scripted.provider import IDENTITY, IDENTITY_PATH, ScriptedProvider
 from lexpilot.scripted.replies import models_differ
+from lexpilot.scripted.served import ServedAs, switching
 
 
 def command_line():
@@ -47,6 +48,17 @@ def command_line():
         "(to try --batch-detach, --batch-status and Ctrl-C while batches are in flight)",
     )
     _add_flex_options(parser)
+    parser.add_argument(
+        "--served-as",
+        action="append",
+        default=[],
+        metavar="REQUESTED=SERVED[@N]",
+        help="answer the model id REQUESTED as SERVED (an alias, a re-pointed id), from its first request, or "
+        "after its first N requests (a provider that changes what answers while a run goes on); repeatable",
+    )
+    parser.add_argument(
+        "--fingerprint", metavar="FP", help="the system_fingerprint every reply carries (default: none)"
+    )
     parser.add_argument(
         "--check",
         metavar="BASE_URL",
@@ -132,12 +144,15 @@ def main(argv=None) -> int:
     args = command_line().parse_args(argv)
     if args.check:
         return check(args.check, args.wait)
-    provider = ScriptedProvider(
-        models_differ if args.models_differ else None,
-        latency=args.latency,
-        jitter=args.jitter,
-        rate_limit=args.rate_limit,
-    )
+    try:
+        served_as = [ServedAs.parse(text) for text in args.served_as]
+    except ValueError as e:
+        print(f"scripted provider: {e}", file=sys.stderr)
+        return 2
+    script = models_differ if args.models_differ else None
+    provider = ScriptedProvider(latency=args.latency, jitter=args.jitter, rate_limit=args.rate_limit)
+    provider.script = switching(provider, served_as, script) if served_as else script
+    provider.fingerprint = args.fingerprint
     if args.log:
         try:
             provider.log = args.log.open("a", encoding="utf-8")

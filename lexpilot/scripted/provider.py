@@ -100,6 +100,10 @@ class ScriptedProvider(BatchEndpoints):
         # a file (text, appended): a JSON line per chat request, its model, role and settings
         self.log: TextIO | None = None
         self.port = 0  # 0: any free port
+        # requested id -> the id its replies say served them, read at each request (a test may switch it at any moment;
+        # sync, stream and batch alike); `fingerprint`: the system_fingerprint every reply carries (None: none)
+        self.served_as: dict[str, str] = {}
+        self.fingerprint: str | None = None
 
     # --- lifecycle
     def start(self) -> str:
@@ -226,9 +230,8 @@ class ScriptedProvider(BatchEndpoints):
             }
         return None
 
-    def served(self, body: dict) -> dict:
-        """The fields a reply says served it, beside its model: the tier asked for, when one was (flex, else
-        the standard tier, "default")."""
+    def tier_served(self, body: dict) -> dict:
+        """The tier a reply says served it, when one was asked for (flex, else the standard tier, "default")."""
         tier = body.get("service_tier")
         if tier is None:
             return {}
@@ -295,6 +298,7 @@ class ScriptedProvider(BatchEndpoints):
                 (kind, hashlib.sha256(json.dumps(body["messages"], ensure_ascii=False).encode()).hexdigest())
             ] += 1
         usage = self._usage(prompt, content, outcome_dict)
+        served = self.served_fields(body)
         if isinstance(usage, dict) and self.usage_as is KEEP:  # the provider's own bill, per model
             with self.lock:
                 self.billed[body.get("model")].update(
@@ -305,9 +309,9 @@ class ScriptedProvider(BatchEndpoints):
             return (
                 200,
                 {"Content-Type": "text/event-stream", **stall},
-                self._sse(body | self.served(body), content, finish, usage),
+                self._sse(served, content, finish, usage, body),
             )
-        return self._completion(body | self.served(body), content, finish, usage, outcome_dict)
+        return self._completion(served, content, finish, usage, outcome_dict)
 
     def _scripted_error(self, outcome: dict):
         """A script's {"status": ...}: that HTTP error, with its message, type, code, param and headers."""
@@ -343,8 +347,16 @@ class ScriptedProvider(BatchEndpoints):
             usage["completion_tokens_details"] = {"reasoning_tokens": outcome_dict["reasoning_tokens"]}
         return usage
 
+    def served_fields(self, body: dict) -> dict:
+        """What a reply says served it: the model (as `served_as` answers the requested id now) and the
+        fingerprint, when one is set."""
+        with self.lock:
+            model = self.served_as.get(body["model"], body["model"])
+        fingerprint = {"system_fingerprint": self.fingerprint} if self.fingerprint else {}
+        return {"model": model} | fingerprint | self.tier_served(body)
+
     @staticmethod
-    def _completion(body: dict, content: str, finish: str, usage, outcome_dict: dict):
+    def _completion(served: dict, content: str, finish: str, usage, outcome_dict: dict):
         """A reply not streamed: one chat.completion (for a trickle, with the header saying how slowly)."""
         message = {"role": "assistant", "content": content}
         reasoning = outcome_dict.get("reasoning_content")
@@ -354,9 +366,8 @@ class ScriptedProvider(BatchEndpoints):
             "id": "chatcmpl-test",
             "object": "chat.completion",
             "created": 0,
-            "model": body["model"],
+            **served,
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            **({"service_tier": body["service_tier"]} if "service_tier" in body else {}),
         }
         if usage is not None:
             response["usage"] = usage
@@ -365,15 +376,14 @@ class ScriptedProvider(BatchEndpoints):
         return 200, headers, json.dumps(response, ensure_ascii=False).encode()
 
     @staticmethod
-    def _sse(body, content, finish, usage) -> bytes:
+    def _sse(served: dict, content, finish, usage, body: dict) -> bytes:
         def chunk(choices, usage=None):
             data = {
                 "id": "chatcmpl-test",
                 "object": "chat.completion.chunk",
                 "created": 0,
-                "model": body["model"],
+                **served,
                 "choices": choices,
-                **({"service_tier": body["service_tier"]} if "service_tier" in body else {}),
             }
             if usage is not None:
                 data["usage"] = usage

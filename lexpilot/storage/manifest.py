@@ -11,7 +11,7 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +44,15 @@ class RoleGeneration:
 
 
 @dataclass(frozen=True)
+class RoleServed:
+    """The models that served one role's calls in a run, as its manifest keeps them: the calls each served id
+    answered, and the ids the run accepts (the first served, then each accepted with --allow-served-model-change)."""
+
+    calls: dict[str, int]
+    accepted: list[str]
+
+
+@dataclass(frozen=True)
 class Manifest:
     """A run's manifest, typed: its roles, the settings that decide its results and how its calls travelled.
 
@@ -67,6 +76,8 @@ class Manifest:
     incarnation_late: bool
     rebuilt: bool  # rebuilt from the run's records: its incarnation is new, its batches carry the lost one
     token_fields: dict | None  # the output-limit field each role's endpoint takes, once a call found it
+    # role -> the models that served its calls (none for a run made before they were kept)
+    served: dict[str, RoleServed]
     saved: dict = field(repr=False, compare=False)
 
     @classmethod
@@ -90,6 +101,7 @@ class Manifest:
             saved.get("incarnation_late") is True,
             saved.get("rebuilt_from_records") is True,
             saved.get("token_fields") if isinstance(saved.get("token_fields"), dict) else None,
+            _served(_dict_of(saved, SERVED_FIELD)),
             saved,
         )
 
@@ -154,6 +166,24 @@ class Manifest:
 def _dict_of(saved: dict, name: str) -> dict:
     value = saved.get(name)
     return value if isinstance(value, dict) else {}
+
+
+SERVED_FIELD = "served_models"  # role -> {"calls": {id: calls}, "accepted": [ids]}
+ALLOWED_FIELD = "served_model_changes_allowed"  # [{"role": ..., "served": id}]: accepted with the option
+
+
+def _served(saved: dict) -> dict[str, RoleServed]:
+    """The served models as saved, the malformed parts left out (a hand-edited manifest never stops a report)."""
+    served = {}
+    for role, entry in saved.items():
+        entry = entry if isinstance(entry, dict) else {}
+        calls: dict = entry["calls"] if isinstance(entry.get("calls"), dict) else {}
+        accepted: list = entry["accepted"] if isinstance(entry.get("accepted"), list) else []
+        served[role] = RoleServed(
+            {str(m): n for m, n in calls.items() if isinstance(n, int) and not isinstance(n, bool)},
+            [m for m in accepted if isinstance(m, str)],
+        )
+    return served
 
 
 def _role_model(entry) -> RoleModel:
@@ -487,6 +517,41 @@ def record_tiers(manifest: Manifest, settings: Settings) -> Manifest:
     saved = saved if isinstance(saved, dict) else {}
     tiers = service_tiers(settings, saved)
     return manifest if tiers == saved or not tiers else _rewrite(manifest, service_tiers=tiers)
+
+
+def record_served(
+    manifest: Manifest,
+    calls: Mapping[str, Mapping[str, int]],
+    accepted: dict[str, list[str]],
+    allowed: list[tuple[str, str]],
+) -> Manifest:
+    """Add an invocation's served counts (role -> served id -> calls) to the manifest's, with every role's accepted
+    ids in the run and the ids accepted through --allow-served-model-change (not compared settings: what answered,
+    not what was asked). Unchanged, the manifest is not rewritten."""
+    counts = {role: dict(s.calls) for role, s in manifest.served.items()}
+    ids = {role: list(s.accepted) for role, s in manifest.served.items()}
+    for role in sorted(set(calls) | set(accepted)):
+        for model, n in calls.get(role, {}).items():
+            counts.setdefault(role, {})[model] = counts.get(role, {}).get(model, 0) + n
+        ids[role] = list(dict.fromkeys([*ids.get(role, []), *accepted.get(role, [])]))
+    saved_allowed = manifest.saved.get(ALLOWED_FIELD)
+    earlier = saved_allowed if isinstance(saved_allowed, list) else []
+    new = [{"role": role, "served": model} for role, model in allowed]
+    every_allowed = earlier + [a for a in new if a not in earlier]
+    served = {role: RoleServed(counts.get(role, {}), ids.get(role, [])) for role in {**counts, **ids}}
+    if served == manifest.served and every_allowed == earlier:
+        return manifest
+    saved = {role: {"calls": s.calls, "accepted": s.accepted} for role, s in served.items()}
+    return _rewrite(
+        manifest, **{SERVED_FIELD: saved}, **({ALLOWED_FIELD: every_allowed} if every_allowed else {})
+    )
+
+
+def earlier_served(manifest: Manifest | None) -> dict[str, tuple[list[str], dict[str, int]]]:
+    """Role -> (accepted ids, calls per served id) of the run's earlier calls, to seed a stage's check."""
+    if manifest is None:
+        return {}
+    return {role: (s.accepted or list(s.calls)[:1], dict(s.calls)) for role, s in manifest.served.items()}
 
 
 def new_incarnation() -> str:

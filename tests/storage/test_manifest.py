@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lexpilot.storage.manifest import Manifest
+from lexpilot.storage.manifest import Manifest, earlier_served, record_served
 from tests.helpers.paths import ROOT
 from tests.helpers.runs import run_folder
 from tests.helpers.source import keys_read
@@ -110,6 +110,30 @@ def test_the_typed_manifest_reads_an_older_or_malformed_manifest_without_an_erro
     )
 
 
+def test_the_served_models_add_up_over_invocations_and_a_malformed_entry_is_left_out(tmp_path):
+    path = tmp_path / "manifest.json"
+    path.write_text("{}", encoding="utf-8")
+    manifest = Manifest.of({}, path)
+    assert manifest.served == {}
+    manifest = record_served(manifest, {"judge": {"r1": 2}}, {"judge": ["r1"]}, [])
+    manifest = record_served(
+        manifest, {"judge": {"r1": 1, "r2": 3}}, {"judge": ["r1", "r2"]}, [("judge", "r2")]
+    )
+    saved = json.loads(path.read_text(encoding="utf-8"))
+    assert saved["served_models"] == {"judge": {"calls": {"r1": 3, "r2": 3}, "accepted": ["r1", "r2"]}}
+    assert saved["served_model_changes_allowed"] == [{"role": "judge", "served": "r2"}]
+    assert earlier_served(manifest) == {"judge": (["r1", "r2"], {"r1": 3, "r2": 3})}
+    # nothing new: not rewritten
+    path.write_text("{}", encoding="utf-8")
+    assert record_served(manifest, {}, {"judge": ["r1", "r2"]}, []) is manifest
+    assert path.read_text(encoding="utf-8") == "{}"
+    # a hand-edited entry: what is not a count or an id is left out, never an error
+    edited = Manifest.of({"served_models": {"judge": {"calls": {"r1": "3", "r2": 2, "r3": True}, "accepted": [1]},
+                                            "user": "?"}})  # fmt: skip
+    assert edited.served["judge"].calls == {"r2": 2} and edited.served["judge"].accepted == []
+    assert edited.served["user"].calls == {} and earlier_served(edited)["judge"] == (["r2"], {"r2": 2})
+
+
 def string_keyed_manifest_reads(tree: ast.AST) -> list[int]:
     """Lines that read a manifest by string key: `….manifest["x"]`, `manifest["x"]`, `manifest.get("x")`, or reach
     for the JSON it was read from (`manifest.saved`)."""
@@ -145,6 +169,7 @@ MANIFEST_KEYS = {
     "run_id", "dataset_sha256", "dataset_path", "selected_cases", "code_hash", "code_files", "prompt_hash",
     "prompt_files", "generation", "rejudged_from", "package_versions", "incarnation", "incarnation_late",
     "settings_digest", "token_fields", "batches_submitted", "rebuilt_from_records", "code_hashes_resumed_with",
+    "served_models", "served_model_changes_allowed",
 }  # fmt: skip
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lexpilot.benchmark.categories import CLASS_LABELS
+from lexpilot.benchmark.vocabulary import ROLE, ROLES
 from lexpilot.reporting.scoring.runs import MetricKey, Run
 from lexpilot.storage.manifest import (
     COMPARED_MANIFEST_FIELDS,
@@ -25,6 +26,8 @@ class Group:
     runs: list[Run]
     differs: list[str] = field(default_factory=list)
     label: str = ""  # given by group_runs over every group of the report: the same in every table and link
+    # role -> the ids that served it where they are not the id asked for (runs served apart are grouped apart)
+    served: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def condition(self) -> str:
@@ -66,6 +69,25 @@ def settings_key(manifest: Manifest, prompts: set[str] | None = None) -> tuple:
     return tuple(json.dumps(settings[name], sort_keys=True) for name in COMPARED_MANIFEST_FIELDS)
 
 
+def served_key(run: Run) -> dict[str, tuple[str, ...]]:
+    """Role -> the ids that served it, where they are not (only) the id asked for: runs whose evaluated model, User
+    Model or judge answered as another model, or as more than one, are never pooled with runs served as asked."""
+    return {role: run.served_apart(role) for role in ROLES if run.served_apart(role)}
+
+
+def served_text(group: Group) -> tuple[str, str]:
+    """How a label names what served the group where it is not the id asked for: after the model (the evaluated
+    model's: "deepseek-chat (served: deepseek-v4-flash)"), and after the label (the other roles')."""
+    manifest = group.runs[0].manifest
+    named = {role: f"(served: {', '.join(ids)})" for role, ids in group.served.items()}
+    others = "".join(
+        f" · {ROLE[role].display} {manifest.model(role)} {text}"
+        for role, text in named.items()
+        if role != "eval"
+    )
+    return (f" {named['eval']}" if "eval" in named else ""), others
+
+
 def recorded_prompts(runs: list[Run]) -> set[str] | None:
     """The prompt files every run records (None: some run records its prompts only as one digest)."""
     files = [r.manifest.compared("prompt_hash") for r in runs]
@@ -76,14 +98,15 @@ def group_runs(runs: list[Run]) -> list[Group]:
     groups: dict[tuple, Group] = {}
     prompts = recorded_prompts(runs)
     for run in sorted(runs, key=lambda r: (r.model, r.run_id)):
-        key = (run.model, settings_key(run.manifest, prompts))
-        groups.setdefault(key, Group(run.model, key[1], [])).runs.append(run)
+        served = served_key(run)
+        key = (run.model, settings_key(run.manifest, prompts), tuple(served.items()))
+        groups.setdefault(key, Group(run.model, key[1], [], served=served)).runs.append(run)
     ordered = list(groups.values())
     for group in ordered:
         first = next(g for g in ordered if g.model == group.model)
         group.differs = [
             name for name, a, b in zip(COMPARED_MANIFEST_FIELDS, group.settings, first.settings) if a != b
-        ]
+        ] + [f"served.{role}" for role in ROLES if group.served.get(role) != first.served.get(role)]
     for group in ordered:  # over all groups: a table that shows a few keeps each one's name (and its links)
         group.label = group_label(group, ordered)
     return ordered
@@ -136,12 +159,17 @@ def group_label(group: Group, groups: list[Group]) -> str:
     """The model (and a non-ideal user); a further group of the same model is labelled by what differs from its
     first group (re-judged by a judge, another temperature, other code), not by a number."""
     siblings = [g for g in groups if g.model == group.model and g.condition == group.condition]
-    label = group.model if group.condition == "standard" else f"{group.model} ({group.condition} user)"
+    eval_served, served = served_text(group)
+    label = (
+        group.model + eval_served + ("" if group.condition == "standard" else f" ({group.condition} user)")
+    )
     if len(siblings) == 1 or siblings[0] is group:  # a re-judged copy shown alone still says it is one
-        return f"{label} · {difference_text(group, group)}" if group.rejudged else label
+        return (f"{label} · {difference_text(group, group)}" if group.rejudged else label) + served
     text = difference_text(group, siblings[0])
+    if text == SAME and group.served != siblings[0].served:
+        return label + served  # told apart by what served them alone
     clash = any(difference_text(g, siblings[0]) == text for g in siblings[1:] if g is not group)
-    return f"{label} · {text}" + (f" #{siblings.index(group) + 1}" if clash else "")
+    return f"{label} · {text}" + (f" #{siblings.index(group) + 1}" if clash else "") + served
 
 
 def difference_text(group: Group, first: Group) -> str:
@@ -150,10 +178,10 @@ def difference_text(group: Group, first: Group) -> str:
     )
     if group.rejudged:
         return f"re-judged by {group.runs[0].manifest.model('judge') or '?'}"
-    return (
-        ", ".join(dict.fromkeys(what_differs(mine, n) for n in differing_settings(theirs, mine)))
-        or "other runs"
-    )
+    return ", ".join(dict.fromkeys(what_differs(mine, n) for n in differing_settings(theirs, mine))) or SAME
+
+
+SAME = "other runs"  # what a further group of equal settings is labelled by
 
 
 def classes_present(groups: list[Group]) -> list[str]:

@@ -82,6 +82,23 @@ class Run:
     # the record kinds its stages were run for, while a site's build reads its records (score_run): a kind not run
     # is no case's failure
     ran: set = field(default_factory=set)
+    # role -> served model id -> calls, as its records' usage counts them (score_usage)
+    served: dict = field(default_factory=dict)
+
+    def served_ids(self, role: str) -> tuple[str, ...]:
+        """The model ids that served the role's calls: as its records count them, else as its manifest does (empty
+        for a run made before replies' models were kept, or at a provider that does not say)."""
+        counts = self.served.get(role)
+        if not counts:
+            saved = self.manifest.served.get(role)
+            counts = saved.calls if saved else {}
+        return tuple(sorted(counts))
+
+    def served_apart(self, role: str) -> tuple[str, ...]:
+        """The served ids where they say another model than the one asked for (more than one, or another id);
+        empty where the run was served by the id it asked for, or does not say."""
+        ids = self.served_ids(role)
+        return () if ids in ((), (self.manifest.model(role),)) else ids
 
     @property
     def selected(self) -> list[str]:

@@ -28,6 +28,7 @@ from lexpilot.benchmark.records import (
     RecordKind,
 )
 from lexpilot.benchmark.vocabulary import ASKS, BEHAVIOURS, HISTORY_TYPES
+from lexpilot.pricing import counts_of
 from lexpilot.reporting.scoring.metrics import (
     PLAIN_TYPE_ORDER,
     audit_counts,
@@ -280,6 +281,9 @@ def score_usage(run: Run, root: Path, saved: dict[str, dict]) -> None:
                             if ":" in k and isinstance(v, int) and not isinstance(v, bool)
                         }
                     )
+                    served = counts_of(used, "served")
+                    if served:
+                        run.served.setdefault(role, Counter()).update(served)
         for role, total in totals.items():
             summed = run.usage.setdefault(kind.file, {})[role] = Counter(dict(zip(USAGE_FIELDS, total)))
             summed.update(extras.get(role, Counter()))

@@ -1,6 +1,7 @@
 """The exact call behind a reply on a case page: the prompt re-rendered from `prompts/` and the case (in the page,
 from the templates and the texts already on it, so that a case of 10 models × 5 runs does not carry every prompt
-twice), the role's model and generation settings, the tokens its record reports, the judge's attempts, and a
+twice), the role's model and generation settings, the tokens its record reports and the model and tier that served
+them (as the record counts them: docs/viewer.md), the judge's attempts, and a
 warning where the prompt file differs from the one the run recorded (the text shown is then today's file, not what
 was sent).
 
@@ -31,8 +32,10 @@ from lexpilot.benchmark.prompts import (
 )
 from lexpilot.benchmark.records import RECORD_KINDS, RecordKind
 from lexpilot.benchmark.vocabulary import ROLES
+from lexpilot.pricing import counts_of
 from lexpilot.reporting.site.web_files import web_file
 from lexpilot.storage.manifest import Manifest, prompt_hashes
+from lexpilot.text import counted
 
 CALL_SCRIPT = web_file("call.js")  # a reply's exact call, shown on request
 
@@ -84,17 +87,35 @@ def run_settings(manifest: Manifest) -> dict:
 
 def run_info(settings: dict, records: dict, number: str) -> dict:
     """A run's settings (`run_settings`) and the usage each of this case's records reports per role ([calls,
-    prompt, completion tokens])."""
+    prompt, completion tokens, what served them])."""
     usage = {}
     for kind in CALLED_KINDS:
         used = ((records.get(kind) or {}).get(number) or {}).get("usage")
         if isinstance(used, dict):
             usage[kind] = {
-                role: [u.get("calls"), u.get("prompt_tokens"), u.get("completion_tokens")]
+                role: [u.get("calls"), u.get("prompt_tokens"), u.get("completion_tokens"), served_line(u)]
                 for role, u in used.items()
                 if isinstance(u, dict)
             }
     return settings | {"usage": usage}
+
+
+def served_line(used: dict) -> str:
+    """What served a record's calls of a role, as its usage counts them (per record, not per call: a record whose
+    calls were all served by one model and tier says them; a mixed one says each with its calls); "" for a record
+    made before replies' models were kept, or at a provider that does not say."""
+    parts = [
+        f"{word} {_counted_names(counts_of(used, kind))}"
+        for kind, word in (("served", "served by"), ("tier", "tier"))
+        if counts_of(used, kind)
+    ]
+    return ", ".join(parts)
+
+
+def _counted_names(counts: dict[str, int]) -> str:
+    if len(counts) == 1:
+        return next(iter(counts))
+    return ", ".join(f"{name} ({counted(n, 'call')})" for name, n in sorted(counts.items()))
 
 
 MESSAGES = "(messages)"  # the plain consultation's call: no prompt file

@@ -102,6 +102,14 @@ def consistency_table(groups: list[Group]) -> Table:
     )
 
 
+def same_judge(a: Run, b: Run) -> bool:
+    """The same judge: the same model, endpoint and settings, served by the same model (a judge that answered as
+    another model is another judge)."""
+    return a.manifest.judge_identity() == b.manifest.judge_identity() and a.served_apart(
+        "judge"
+    ) == b.served_apart("judge")
+
+
 def retests(groups: list[Group]) -> list[tuple[Group, list[tuple[Run, Run]]]]:
     """Per group of source runs: the (run, its copy re-judged by the same judge) pairs, from every re-judged run."""
     # looked up by a run's source too (None: it re-judged no run)
@@ -112,7 +120,7 @@ def retests(groups: list[Group]) -> list[tuple[Group, list[tuple[Run, Run]]]]:
     for g in groups:
         for r in g.runs:
             source = source_group.get((r.model, r.manifest.rejudged_from))
-            if source and source[1].manifest.judge_identity() == r.manifest.judge_identity():
+            if source and same_judge(source[1], r):
                 found.setdefault(id(source[0]), (source[0], []))[1].append((source[1], r))
     return list(found.values())
 

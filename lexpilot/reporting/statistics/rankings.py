@@ -33,7 +33,9 @@ from lexpilot.reporting.tables.table import METRIC, Figure, Kind, Table, declare
 def comparable_settings(group: Group, prompts: set[str] | None = None) -> dict:
     """The settings two groups must share to be compared; prompts on `prompts` (the files every group records)."""
     manifest = group.runs[0].manifest
-    return manifest.compared_settings(NOT_COMPARED, prompts, roles_left_out=("eval",))
+    settings = manifest.compared_settings(NOT_COMPARED, prompts, roles_left_out=("eval",))
+    # a judge or User Model that answered as another model is another judge or User Model (docs/results.md)
+    return settings | {"served": {role: list(ids) for role, ids in group.served.items() if role != "eval"}}
 
 
 def why_not_comparable(a: Group, b: Group) -> str | None:

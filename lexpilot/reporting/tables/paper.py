@@ -284,12 +284,14 @@ def _stop_shares(g: Group, cls: str) -> Figure:
 def paired_settings(group: Group, prompts: set[str] | None = None) -> str:
     """What must be equal for a non-ideal run to pair with standard runs in Table 15: every compared setting but
     the user condition and the prompt files only a user condition sends (a delayed-disclosure run sends one
-    more prompt file than a standard run, and that must not keep them apart)."""
+    more prompt file than a standard run, and that must not keep them apart), and the models that served them."""
     manifest = group.runs[0].manifest
     # the code hash apart, as the rankings compare (a comment added to a module does not change the protocol)
     condition_files = frozenset(PROMPT_FILES[name] for names in CONDITION_PROMPTS.values() for name in names)
     # prompts on the files every run records: a file added since is no difference
     settings = manifest.compared_settings(("user_condition", *NOT_COMPARED), prompts, condition_files)
+    # runs served by other models than asked are never paired or pooled with others (docs/results.md)
+    settings["served"] = {role: list(ids) for role, ids in group.served.items()}
     return json.dumps(settings, sort_keys=True, ensure_ascii=False)
 
 
@@ -314,13 +316,16 @@ def non_ideal_table(groups: list[Group], boot: Bootstrap | None = None) -> Table
     )
     for (model, others), by_condition in rows.items():
         same_model = [k for k in rows if k[0] == model]
-        # the row's name: its standard-user group's, as every table names it
-        standard = by_condition.get("standard")
+        # the row's name: its standard-user group's, as every table names it (or its own group's, where it names
+        # the models that served it)
+        standard, first = by_condition.get("standard"), next(iter(by_condition.values()))
         label = (
             model
             if len(same_model) == 1
             else standard.label
             if standard
+            else first.label
+            if first.served
             else f"{model} #{same_model.index((model, others)) + 1}"
         )
         if len({r.manifest.code_hash for g in by_condition.values() for r in g.runs}) > 1:

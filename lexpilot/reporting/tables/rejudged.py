@@ -45,8 +45,9 @@ def judge_sensitivity_tables(groups: list[Group], root, boot: Bootstrap) -> list
 
 
 def _judge(run) -> str:
-    """The judge a run's verdicts were made with."""
-    return run.manifest.model("judge")
+    """The judge a run's verdicts were made with, and what served it where that is not the id asked for."""
+    apart = run.served_apart("judge")
+    return f"{run.manifest.model('judge')}" + (f" (served: {', '.join(apart)})" if apart else "")
 
 
 def _judge_labels_table(pairs, root) -> Table:

@@ -319,6 +319,8 @@ def render_json(
             "differs_from_first_group": g.differs,
             "settings": dict(zip(COMPARED_MANIFEST_FIELDS, map(json.loads, g.settings))),
             "problems": {r.run_id: r.problems for r in g.runs if r.problems},
+            # per run, role and served model id: the calls its records count (docs/results.md)
+            "served_models": {r.run_id: {role: dict(c) for role, c in r.served.items()} for r in g.runs},
             "metrics": json_metrics(g, boot),
         }
         if usage:  # the records' own usage fields, and the calls in flight when a stage stopped, per role

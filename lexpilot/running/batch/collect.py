@@ -13,6 +13,8 @@ from lexpilot.errors import FatalError
 from lexpilot.models.calls import Usage, error_message, malformed_usage
 from lexpilot.models.quirks import STOPS, ProviderError, Refusal, provider_error, refusal_of, stop_message
 from lexpilot.models.replies import MalformedReply, parse_completion, unusable
+from lexpilot.models.served import ServedModelChanged
+from lexpilot.pricing import counts_of
 from lexpilot.running.batch.api import finished_lines
 from lexpilot.running.batch.ledger import LedgerBatch, LedgerRequest
 from lexpilot.running.batch.run import BatchRun
@@ -37,6 +39,9 @@ def collect(run, clients: dict, journal: Path, writer: CheckpointWriter) -> tupl
         run.ledger.save()
         if importer.stop:  # a refusal no cycle can mend: the stage stops now, as a synchronous one does
             raise FatalError(importer.stop)
+        changed = run.caller.served.changed()
+        if changed:  # the batch's replies are kept; no request of the role is submitted again
+            raise ServedModelChanged(changed)
     return waiting, imported
 
 
@@ -93,6 +98,9 @@ class Importer:
         role = batch.role_of(request)
         limit = f"{self.run.settings.roles[role].flags[1]} {request.max_tokens or batch.max_tokens}"
         text, usage, problem, reasoning = reply_of(entry, limit, self.say_usage(role))
+        served = counts_of(usage, "served")
+        for model, calls in served.items():  # held to the role's model, as a synchronous reply is
+            self.run.caller.served.note(role, model, calls)
         retry = self.run.ledger.tries(request.key) > 0  # its request came back refused before
         # a provider may echo the key in a reply or an error: redacted before any file or message, as a synchronous
         # reply is

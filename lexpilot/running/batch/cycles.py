@@ -26,6 +26,7 @@ from lexpilot.benchmark.prompts import load_prompts
 from lexpilot.errors import FatalError
 from lexpilot.models.calls import ModelCaller, Sharing, default_token_fields, request_body
 from lexpilot.models.limits import Endpoint
+from lexpilot.models.served import ServedModelChanged
 from lexpilot.running.batch.api import (
     adopt,
     chunks,
@@ -45,7 +46,7 @@ from lexpilot.running.batch.run import (
 )
 from lexpilot.running.context import RunContext
 from lexpilot.running.failures import failure_lines
-from lexpilot.running.state import StageState
+from lexpilot.running.state import StageState, keep_served, seed_served
 from lexpilot.storage.checkpoints import (
     CallJournal,
 )
@@ -90,6 +91,7 @@ def open_run(
         together=together,
     )
     run.manifest = know_itself(run, state.manifest)
+    seed_served(state, caller)
     return run
 
 
@@ -107,15 +109,28 @@ def start(run: BatchRun) -> None:
     if not run.settings.batching.files:
         check_endpoints(run)
     # what the journal holds before this invocation collects anything: its invalid outputs were said already
-    journal = read_journal(run, run.state.pending())
+    pending = run.state.pending()
+    run.opened_pending = bool(pending)
+    journal = read_journal(run, pending)
     run.said_before.update(key[:2] for key, queue in journal.replies.items() for _ in queue)
 
 
 def collect_own(run: BatchRun) -> bool:
     """The stage's finished batches collected into the journal; whether any of its batches is still in flight."""
-    waiting, _ = collect(run, run.caller.clients, run.journal_path, run.writer)
-    run.writer.close()  # another stage of the run may rewrite the journal next
+    try:
+        waiting, _ = collect(run, run.caller.clients, run.journal_path, run.writer)
+    finally:
+        run.writer.close()  # another stage of the run may rewrite the journal next
+        keep_served_in_run(run)
     return waiting
+
+
+def keep_served_in_run(run: BatchRun) -> None:
+    """The served counts of the replies collected (and of the roles asked directly) into the run's manifest, which
+    every stage of the run open beside this one holds from now on."""
+    state = run.state
+    keep_served(state, run.caller)
+    run.manifest = state.manifest
 
 
 def left_in_flight(run: BatchRun) -> bool:
@@ -218,6 +233,7 @@ def _requests(run: BatchRun, needs: list[tuple]) -> dict:
     for number, step, need, key in needs:
         if (number, step, key) in in_flight:
             continue  # asked in a batch still open: never twice
+        caller.served.check(need.role)  # a role whose served model changed is asked no more
         role = settings.roles[need.role]
         body = request_body(role, need.prompt, caller.token_fields[need.role])
         cid = custom_id(run.incarnation, number, step, key, submission)
@@ -271,9 +287,13 @@ def batch_summary(run: BatchRun, out, err) -> int:
         file=out,
         flush=True,
     )
+    answered_as = run.caller.served.answered_as()
+    if answered_as:  # an alias, a dated snapshot, a re-pointed id: said, whether accepted or not
+        print(f"[{name}] served: {answered_as}", file=out)
     if run.failed:
         for line in failure_lines(name, list(run.failed.values())):
             print(line, file=err)
+    keep_served_in_run(run)
     if run.manifest and run.caller.token_fields != (
         run.manifest.token_fields or default_token_fields(run.settings.roles)
     ):
@@ -283,6 +303,11 @@ def batch_summary(run: BatchRun, out, err) -> int:
     CallJournal(run.journal_path, run.writer, set()).compact(
         {s.name: state.records[s.name] for s in state.steps}
     )
+    # seen in its last replies (asked directly), or in replies it replayed: said as its stop (a stage that had
+    # nothing left to do when it opened replayed none)
+    changed = run.caller.served.changed(state.asks if run.opened_pending else ())
+    if changed:
+        raise ServedModelChanged(changed)
     return 1 if run.failed else 0
 
 

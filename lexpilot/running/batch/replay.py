@@ -13,6 +13,7 @@ from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.errors import CaseFailed, CaseFailure
 from lexpilot.models.calls import Usage
 from lexpilot.models.replies import truncation_flag
+from lexpilot.models.served import ServedModelChanged
 from lexpilot.protocols.steps import CaseCalls
 from lexpilot.running.batch.ledger import AT_ONCE
 from lexpilot.running.batch.run import BatchRun
@@ -163,7 +164,7 @@ def _ask_now(run: BatchRun, journal: CallJournal, calls: CaseCalls, need: NeedsR
     with journal.marked(need.role) as sent:  # in flight, as a synchronous stage's calls are
         try:
             reply = run.caller.chat(need.role, need.prompt, used, on_send=sent)
-        except CaseFailed as e:
+        except (CaseFailed, ServedModelChanged) as e:  # the replies it refused were paid too
             journal.not_used(calls.case.number, calls.step, used.by_role, str(e))
             raise
         journal.add(

@@ -87,6 +87,7 @@ class BatchRun:
     started: float = 0.0  # when its first cycle began (time.monotonic)
     adopted: bool = False  # the provider's list of the run's batches was read for batches the ledger lost
     cycle: int = 0  # the stage's last cycle so far
+    opened_pending: bool = False  # it had cases to finish when it opened (replies to replay, calls to make)
 
     @property
     def name(self) -> str:

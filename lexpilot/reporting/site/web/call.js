@@ -94,7 +94,8 @@ document.addEventListener("click", (ev) => {
         used[1] +
         " prompt / " +
         used[2] +
-        " completion tokens"
+        " completion tokens" +
+        (used[3] ? ", " + used[3] : "")
       : "") +
     (b.dataset.a ? " · attempts: " + b.dataset.a : "") +
     " · time: not recorded";
