@@ -18,6 +18,7 @@ from typing import Any
 
 from lexpilot.errors import ONE_SLOT, Aborted, CaseFailed, CaseFailure, FatalError
 from lexpilot.models.limits import Endpoint, Endpoints, request_tokens
+from lexpilot.models.offpeak import Holds
 from lexpilot.models.quirks import STOPS, Refusal, context_message, provider_error, refusal_of, stop_message
 from lexpilot.models.replies import (
     TRUNCATED,
@@ -35,6 +36,7 @@ from lexpilot.models.replies import (
 from lexpilot.pricing import PRICED_COUNTS, Budget, counted_key, price_class
 from lexpilot.settings import Role, Settings, key_variables
 from lexpilot.text import counted
+from lexpilot.windows import Clock, utc_now
 
 RAW_RESPONSE_HEADER = "X-Stainless-Raw-Response"  # openai._constants': "stream" leaves the body to the caller
 
@@ -165,6 +167,14 @@ class Sharing:
     batches: Any = None
     # (cell label, CaseFailure) as each case of a cell fails: the grid keeps it, and its display says it at once
     on_case_failed: Callable | None = None
+    # the endpoints held for off-peak (models/offpeak.py), and the clock their windows and the bill are read by
+    holds: Holds = field(default_factory=Holds)
+    clock: Clock = utc_now
+
+    def drain(self) -> None:
+        """The grid's first Ctrl-C: no new call starts, and the calls held for off-peak stop waiting now."""
+        self.draining.set()
+        self.holds.wake()
 
     def client(self, role: Role, timeout: float, chain: tuple[str, str], build):
         key = (*Endpoint.of(role).account, timeout, chain)
@@ -182,7 +192,7 @@ class Sharing:
         for client in clients:
             client.close()
 
-    def count(self, model: str, reply: Reply, retry: bool = False) -> None:
+    def count(self, model: str, reply: Reply, retry: bool = False, priced: str = "") -> None:
         with self.lock:
             self.retried += retry
             self.answered.add(
@@ -191,6 +201,7 @@ class Sharing:
                 reply.completion_tokens or 0,
                 unreported=int(reply.prompt_tokens is None),
                 cached_tokens=reply.cached_tokens or 0,
+                priced=priced,
             )
 
     def count_batched(self, model: str, usage: dict, retry: bool = False) -> None:
@@ -245,9 +256,10 @@ class Attempt:
     answered: Reply | None = None
 
 
-def billed_class(reply: Reply) -> str:
-    """The price class a reply is billed at: the tier the reply says served it, not the one asked for."""
-    return price_class(reply.served.service_tier if reply.served else None)
+def billed_class(reply: Reply, window: str = "") -> str:
+    """The price class a reply is billed at: the tier the reply says served it, not the one asked for, and the price
+    window its request was sent in (windows.py: "peak" or "")."""
+    return price_class(reply.served.service_tier if reply.served else None, window or None)
 
 
 def malformed_usage(role: str, problem: str) -> str:
@@ -280,6 +292,7 @@ class ModelCaller:
         token_fields: dict | None = None,
         sharing: Sharing | None = None,
         cell=None,
+        clock: Clock = utc_now,
     ):
         import openai  # imported here so that offline commands (validation, results) never need it
 
@@ -292,6 +305,10 @@ class ModelCaller:
         self.limiters = {role: self.endpoints.of(r) for role, r in settings.roles.items()}
         self.cell, self.sharing = cell, sharing
         self.draining = sharing.draining if sharing else threading.Event()
+        # the price windows and off-peak holds are read by one clock: the grid's, else this stage's
+        self.clock = sharing.clock if sharing else clock
+        spending = settings.spending
+        self.holds = sharing.holds if sharing else Holds.of(spending.off_peak, spending.prices, self.clock)
 
         # Every client is built here, before any worker starts: nothing is built lazily across threads. The grid's
         # cells of one (model, run) share theirs (Sharing.client): building one reads the whole environment for proxies.
@@ -424,11 +441,15 @@ class ModelCaller:
     ) -> Attempt:
         """One request, within the endpoint's limiter and the budget; what came of it."""
         limiter, counted_tokens = self.limiters[role.name], request_tokens(len(str(prompt)), role.max_tokens)
-        # before the budget: waiting reserves nothing
-        lease = limiter.acquire(self.stopped, self.cell, counted_tokens)
+        # before the budget: waiting reserves nothing; the window it is sent in is noted as it goes (the bill's)
+        lease, window = self._turn(role, limiter, counted_tokens)
         try:
             reserved = (
-                self.budget.reserve(role.model, len(str(prompt)), role.max_tokens) if self.budget else 0.0
+                self.budget.reserve(
+                    role.model, len(str(prompt)), role.max_tokens, priced=price_class(None, window)
+                )
+                if self.budget
+                else 0.0
             )
         except FatalError:
             limiter.release(lease=lease)  # type: ignore[arg-type]  # its own lease; mypy cannot pair unions
@@ -439,7 +460,7 @@ class ModelCaller:
             on_send()
         self.progress.update(in_flight=1)
         try:
-            outcome = self._accepted(role, self._request(role, prompt, token_field), usage)
+            outcome = self._accepted(role, self._request(role, prompt, token_field), usage, window)
         except self.openai.APIStatusError as e:
             try:
                 outcome = self._status_error(role, e, token_field)
@@ -467,8 +488,26 @@ class ModelCaller:
         except InterruptedError:
             raise Aborted() from None
         finally:
-            self._settle(role, outcome, limiter, lease, counted_tokens, reserved, retry)
+            self._settle(role, outcome, limiter, lease, counted_tokens, reserved, retry, window)
         return outcome
+
+    def window(self, role: Role) -> str:
+        """The price window a call of this role sent now falls in ("peak", or "": off-peak or no windows)."""
+        price = (self.settings.spending.prices or {}).get(role.model)
+        return price.windows.at(self.clock()) if price and price.windows else ""
+
+    def _turn(self, role: Role, limiter, tokens: int) -> tuple[Any, str]:
+        """The call's turn at its endpoint (the limiter's lease) and the window it is sent in; a call held for
+        off-peak first waits for its window to close, and waits again if one opened while it waited for its turn."""
+        hold = self.holds.get(role.model)
+        while True:
+            if hold:
+                hold.wait(self.stopped, lambda line: self.say_once(f"hold:{role.model}", line))
+            lease = limiter.acquire(self.stopped, self.cell, tokens)
+            window = self.window(role)
+            if not hold or not window:
+                return lease, window
+            limiter.release(lease=lease)  # never sent: its slot goes back
 
     def _settle(
         self,
@@ -479,6 +518,7 @@ class ModelCaller:
         counted_tokens: int,
         reserved: float,
         retry: bool = False,
+        window: str = "",
     ) -> None:
         """An attempt's end, however it ended: the progress, the endpoint's lease (with the tokens it used),
         the counts shared with the grid and the budget."""
@@ -487,7 +527,7 @@ class ModelCaller:
         used = (answered.prompt_tokens or 0) + (answered.completion_tokens or 0) if answered else 0
         limiter.release(outcome.pushed_back, outcome.retry_after, used - counted_tokens, lease)
         if self.sharing and answered:
-            self.sharing.count(role.model, answered, retry)
+            self.sharing.count(role.model, answered, retry, billed_class(answered, window))
         if self.budget:  # an answered call costs what it reports; an unanswered one its worst case
             reply = outcome.answered
             self.budget.settle(
@@ -496,10 +536,10 @@ class ModelCaller:
                 reply.prompt_tokens if reply else None,
                 reply.completion_tokens if reply else None,
                 (reply.cached_tokens or 0) if reply else 0,
-                priced=billed_class(reply) if reply else "",
+                priced=billed_class(reply, window) if reply else "",
             )
 
-    def _accepted(self, role: Role, reply: Reply, usage: Usage) -> Attempt:
+    def _accepted(self, role: Role, reply: Reply, usage: Usage, window: str = "") -> Attempt:
         """A reply counts as spent whatever it says; it is accepted when it is complete and not empty."""
         if reply.prompt_tokens is not None:
             usage.add(
@@ -508,7 +548,7 @@ class ModelCaller:
                 reply.completion_tokens or 0,
                 reasoning_tokens=reply.reasoning_tokens or 0,
                 cached_tokens=reply.cached_tokens or 0,
-                priced=billed_class(reply),
+                priced=billed_class(reply, window),
                 served=reply.served,
             )
         else:

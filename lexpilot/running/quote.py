@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 
 from lexpilot.benchmark.dataset import Case
@@ -18,11 +20,16 @@ from lexpilot.benchmark.prompts import (
 )
 from lexpilot.benchmark.records import readable_records
 from lexpilot.benchmark.vocabulary import ROLES
+from lexpilot.models.offpeak import duration
 from lexpilot.pricing import Price, cost
 from lexpilot.protocols.steps import Step
 from lexpilot.running.state import StageState
 from lexpilot.settings import Settings
 from lexpilot.storage.checkpoints import NOT_USED_FILE, add_usage, not_used_entries
+from lexpilot.windows import Windows, utc_now
+
+# a call's time for the wall-time estimates (the stage's dry run, the grid's; quote_grid.py --seconds-per-call)
+SECONDS_PER_CALL = 30.0
 
 
 def case_steps(state: StageState, case: Case):
@@ -85,7 +92,9 @@ def cost_quote(
 ) -> str:
     """The cost of the pending work per role: bounds and, where runs of this stage were saved under the output
     root, an expected figure from their usage per case (see `role_money`)."""
-    lines = ["cost quote (money per the price file):"]
+    lines = ["cost quote (money per the price file; priced by the clock: off-peak, each window below):"]
+    # when the calls would be sent, for a model priced by the clock: from now, over the stage's estimated wall time
+    schedule_seconds = stage_seconds(state, settings)
     expected_usage = saved_usage_per_case(settings.output_root, state.steps)
     total = [0.0, 0.0, 0.0]
     for role in ROLES:
@@ -98,8 +107,7 @@ def cost_quote(
             continue
         # at batch prices
         batched = 1.0 if settings.batching.enabled and role in settings.batching.asked else 0.0
-        low, high, expected = role_money(
-            price,
+        counts = (
             low_chars[role],
             chars[role] + calls[role] * CARRIED_REPLIES * carried_limit(settings),
             calls[role] * limit,
@@ -107,16 +115,57 @@ def cost_quote(
             pending,
             batched,
         )
+        low, high, expected = role_money(price, *counts)
         total = [total[0] + low, total[1] + high, total[2] + (expected or 0)]
         lines.append(
             f"  {role} ({model}): between {low:,.4f} and {high:,.4f}"
             + (f"; expected ~{expected:,.4f} from saved runs of this stage" if expected is not None else "")
         )
+        if price.windows is not None:
+            peak = role_money(price.at_peak(), *counts)
+            held = model in settings.spending.off_peak
+            lines += clock_lines(
+                price.windows, (low, high, expected), peak, held, utc_now(), schedule_seconds
+            )
     lines.append(
         f"  total: between {total[0]:,.4f} and {total[1]:,.4f}"
         + (f"; expected ~{total[2]:,.4f}" if expected_usage else "")
     )
     return "\n".join(lines)
+
+
+def stage_seconds(state: StageState, settings: Settings) -> float:
+    """The stage's estimated wall time: waves of --concurrency cases, each its longest chain of calls at
+    SECONDS_PER_CALL (as quote_grid.py estimates a (model, run) job's)."""
+    pending = state.pending()
+    waves = math.ceil(len(pending) / settings.transport.concurrency)
+    return waves * longest_chain(state, pending) * SECONDS_PER_CALL
+
+
+def clock_lines(
+    windows: Windows, off: tuple, peak: tuple, held: bool, start: datetime, seconds: float
+) -> list[str]:
+    """A model priced by the clock: its (low, high, expected) off-peak and at peak, and as the calls would fall from
+    `start` over `seconds` (none in peak when the model is held for off-peak)."""
+    share = 0.0 if held else windows.peak_share(start, seconds)
+    scheduled = tuple(None if o is None else (1 - share) * o + share * p for o, p in zip(off, peak))
+    when = (
+        "held for off-peak: every call off-peak"
+        if held
+        else f"{share:.0%} in peak of the estimated wall time, {duration(seconds)} from now"
+    )
+    return [
+        f"    off-peak: {money_text(off)}",
+        f"    at peak ({windows.describe()}): {money_text(peak)}",
+        f"    as scheduled ({when}): {money_text(scheduled)}",
+    ]
+
+
+def money_text(money: tuple) -> str:
+    low, high, expected = money
+    return f"between {low:,.4f} and {high:,.4f}" + (
+        f"; expected ~{expected:,.4f}" if expected is not None else ""
+    )
 
 
 def role_money(

@@ -15,6 +15,7 @@ the judge's), optional limits. Every mistake is one line naming the file, the ke
 
     [limits."DeepSeek-R1"]          # the judge's endpoint, configured as for a stage
     rpm = 1000
+    off_peak = true                 # its calls start only outside its peak windows (--prices gives them)
 
     [servers."http://127.0.0.1:8080/v1"]   # one llama.cpp server serving two model ids, one request at a time
     concurrency = 1
@@ -36,7 +37,8 @@ from lexpilot.errors import HarnessError
 from lexpilot.models.limits import Limits, limit_value, parse_limits
 from lexpilot.settings import check_api_key, check_base_url
 
-MODEL_KEYS = ("base_url", "key_variable", "batch", *Limits.NAMES)
+MODEL_KEYS = ("base_url", "key_variable", "batch", "off_peak", *Limits.NAMES)
+LIMITS_KEYS = (*Limits.NAMES, "off_peak")
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,8 @@ class GridFile:
     limits: dict[str, Limits] = field(default_factory=dict)  # any model id -> its limits
     # a base URL -> the limits every model served there shares, on top of its own
     servers: dict[str, Limits] = field(default_factory=dict)
+    # model id -> where its `off_peak = true` is (file:line: key), for a refusal naming it
+    off_peak: dict[str, str] = field(default_factory=dict)
 
 
 def key_lines(text: str) -> dict[tuple[str, ...], int]:
@@ -105,7 +109,12 @@ def read_grid_file(path: Path, env) -> GridFile:
             )
         if not isinstance(value, dict) or any(not isinstance(v, dict) for v in value.values()):
             raise HarnessError(f'{where(top)}: write each model as its own table, [{top}."MODEL_ID"]')
+    for table in ("models", "limits"):
+        for model, entry in data.get(table, {}).items():
+            if entry.get("off_peak", False) is not False:
+                grid.off_peak[model] = off_peak_entry(entry["off_peak"], where(table, model, "off_peak"))
     for model, entry in data.get("models", {}).items():
+        entry = {k: v for k, v in entry.items() if k != "off_peak"}
         grid.endpoints[model], limits = model_endpoint(entry, env, lambda *k, m=model: where("models", m, *k))
         if limits:
             grid.limits[model] = limits
@@ -115,18 +124,27 @@ def read_grid_file(path: Path, env) -> GridFile:
                 f"{where('limits', model)}: model {model!r} is given twice; put its limits in its "
                 "[models] table"
             )
-        unknown = sorted(set(entry) - set(Limits.NAMES))
+        unknown = sorted(set(entry) - set(LIMITS_KEYS))
         if unknown:
             raise HarnessError(
                 f"{where('limits', model, unknown[0])}: unknown key; a [limits] table takes "
-                f"{', '.join(Limits.NAMES)}"
+                f"{', '.join(LIMITS_KEYS)}"
             )
-        grid.limits[model] = entry_limits(entry, lambda *k, m=model: where("limits", m, *k))
+        given = {k: v for k, v in entry.items() if k != "off_peak"}
+        if given or not entry:  # as before for the limits; off_peak alone sets none
+            grid.limits[model] = entry_limits(given, lambda *k, m=model: where("limits", m, *k))
     for url, entry in data.get("servers", {}).items():
         grid.servers[check_base_url(url, where("servers", url))] = server_entry(
             entry, lambda *k, u=url: where("servers", u, *k)
         )
     return grid
+
+
+def off_peak_entry(value, where: str) -> str:
+    """`off_peak = true`: where it is said (the model's windows are checked against the price file later)."""
+    if value is not True:
+        raise HarnessError(f"{where}: true or false (true: its calls start only outside its peak windows)")
+    return where
 
 
 def server_entry(entry: dict, where) -> Limits:

@@ -258,11 +258,6 @@ def summed_money(parts: list[Part], key) -> dict:
     return sums
 
 
-SECONDS_PER_CALL = (
-    30.0  # a call's time for the wall-time estimate, unless quote_grid.py --seconds-per-call says
-)
-
-
 @dataclass(frozen=True)
 class Timing:
     seconds_per_call: float
