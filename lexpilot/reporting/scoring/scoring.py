@@ -28,6 +28,7 @@ from lexpilot.benchmark.records import (
     RecordKind,
 )
 from lexpilot.benchmark.vocabulary import ASKS, BEHAVIOURS, HISTORY_TYPES
+from lexpilot.pricing import PRICED_COUNTS
 from lexpilot.reporting.scoring.metrics import (
     PLAIN_TYPE_ORDER,
     audit_counts,
@@ -254,6 +255,7 @@ def score_usage(run: Run, root: Path, saved: dict[str, dict]) -> None:
     copied = REJUDGE_REUSED if run.manifest.rejudged else ()
     for kind in (k for k in RECORD_KINDS if k not in copied):
         totals: dict[str, list[int]] = {}  # role -> a sum per field: plain lists, 583,000 records at 10 × 5
+        priced: dict[str, Counter] = {}  # role -> the counts of the calls billed at another price class
         for record in saved[kind.name].values():
             usage = record.get("usage")
             for role, used in usage.items() if isinstance(usage, dict) else ():
@@ -266,8 +268,12 @@ def score_usage(run: Run, root: Path, saved: dict[str, dict]) -> None:
                     continue
                 total = totals.get(role) or totals.setdefault(role, [0] * len(USAGE_FIELDS))
                 total[:] = map(add, total, counts)
+                if len(used) > 3:  # more than the three counts every entry has: maybe a price class's
+                    add_priced(priced.setdefault(role, Counter()), used)
         for role, total in totals.items():
-            run.usage.setdefault(kind.file, {})[role] = Counter(dict(zip(USAGE_FIELDS, total)))
+            summed = Counter(dict(zip(USAGE_FIELDS, total)))
+            summed.update(priced.get(role, {}))  # update, not +: a Counter sum drops the fields at 0
+            run.usage.setdefault(kind.file, {})[role] = summed
     folder = root / "runs" / run.run_id / run.folder
     run.unanswered = read_unanswered(folder / "unanswered_calls.json")
     not_used, unreadable = paid_not_used(folder, {name: set(records) for name, records in saved.items()})
@@ -278,6 +284,16 @@ def score_usage(run: Run, root: Path, saved: dict[str, dict]) -> None:
             f"usage: {folder}: {counted(unreadable, 'line')} of replies paid for but not used are unreadable; "
             "left out of the token counts"
         )
+
+
+def add_priced(totals: Counter, used: dict) -> None:
+    """A usage entry's counts per price class ("peak:calls", "flex:prompt_tokens", ...: pricing.counted_key), which
+    the cost prices at their class's rates (pricing.usage_cost); whole numbers only (a record is untrusted input)."""
+    kinds = ("served:", "tier:", "fingerprint:")  # counts of what served the calls, not price classes
+    for key, n in used.items():
+        priced, _, name = key.rpartition(":")
+        if name in PRICED_COUNTS and priced and not key.startswith(kinds) and isinstance(n, int) and n >= 0:
+            totals[key] += n
 
 
 def score_focal_types(run: Run, types: dict) -> None:

@@ -26,6 +26,7 @@ from lexpilot.running.grid.cells import reads
 from lexpilot.running.quote import (
     CARRIED_REPLIES,
     carried_limit,
+    clock_lines,
     longest_chain,
     planned_calls,
     role_money,
@@ -33,6 +34,7 @@ from lexpilot.running.quote import (
 )
 from lexpilot.running.state import read_only_state
 from lexpilot.settings import Settings, add_common_args, given_once, number, settings_from_args
+from lexpilot.windows import utc_now
 
 BATCH_WINDOW_HOURS = 24  # OpenAI's batch completion window: a cycle takes at most this long
 
@@ -51,6 +53,8 @@ class Part:
     reads: tuple[str, ...] = ()  # the quoted stages whose records it reads (they run before it)
     # (role, "sync"|"batch") -> (low, high, expected or None) or None
     money: dict = field(default_factory=dict)
+    # the same at peak prices, for the roles whose model is priced by the clock (the money above is off-peak)
+    peak_money: dict = field(default_factory=dict)
     refused: str = ""  # why the stage would not run (its message), nothing counted
 
 
@@ -74,19 +78,17 @@ def quote_part(
         # the batch columns send the roles --batch-roles names (every role by default) through a batch API
         batchable = 1.0 if role in settings.batching.asked else 0.0
         for mode, batched in (("sync", 0.0), ("batch", batchable)):
-            part.money[(role, mode)] = (
-                None
-                if price is None
-                else role_money(
-                    price,
-                    low[role],
-                    chars[role] + calls * CARRIED_REPLIES * carried_limit(settings),
-                    calls * limit,
-                    saved_usage.get(role),
-                    part.pending,
-                    batched,
-                )
+            counts = (
+                low[role],
+                chars[role] + calls * CARRIED_REPLIES * carried_limit(settings),
+                calls * limit,
+                saved_usage.get(role),
+                part.pending,
+                batched,
             )
+            part.money[(role, mode)] = None if price is None else role_money(price, *counts)
+            if price is not None and price.windows is not None:
+                part.peak_money[(role, mode)] = role_money(price.at_peak(), *counts)
     return part
 
 
@@ -428,6 +430,31 @@ def refusal_lines(parts: list[Part]) -> list[str]:
 RUN_PATH = re.compile(r"^\S*?manifest\.json: |^\S*/runs/\S*?: ")
 
 
+def clock_notes(counted: list[Part], seconds: float) -> list[str]:
+    """Each endpoint priced by the clock, at synchronous prices: off-peak (the tables' figures), at peak, and as its
+    calls would fall over the estimated wall time from now (all off-peak when the grid holds it for off-peak)."""
+    lines = []
+    for model in sorted({p.settings.roles[r].model for p in counted for (r, _) in p.peak_money}):
+        mine = [(p, role) for p in counted for (role, mode) in p.peak_money if mode == "sync"]
+        mine = [(p, role) for p, role in mine if p.settings.roles[role].model == model]
+        price = (mine[0][0].settings.spending.prices or {})[model]
+        assert price.windows is not None, "only a model with windows has peak money"
+        off, peak = (
+            summed_windows([getattr(p, kind)[(role, "sync")] for p, role in mine])
+            for kind in ("money", "peak_money")
+        )
+        held = any(model in p.settings.spending.off_peak for p, _ in mine)
+        roles = ", ".join(sorted({role for _, role in mine}))
+        lines.append(f"{model} ({roles}) is priced by the clock; at synchronous prices:")
+        lines += clock_lines(price.windows, off, peak, held, utc_now(), seconds)
+    return lines
+
+
+def summed_windows(money: list[tuple]) -> tuple:
+    """(low, high, expected) summed over parts (expected None where any part has none)."""
+    return tuple(None if any(m[i] is None for m in money) else sum(m[i] for m in money) for i in range(3))
+
+
 def hours(seconds: float) -> str:
     return f"{seconds / 3600:,.1f} h" if seconds >= 3600 else f"{seconds / 60:,.1f} min"
 
@@ -463,6 +490,7 @@ def quote_notes(parts: list[Part], timing: Timing) -> list[str]:
             for model, s in sorted(per_endpoint.items())
         )
     ]
+    lines += clock_notes(counted, max(chains, limited))
     side, serial = batch_cycles(counted)
     lines.append(
         f"batch mode: at most {side} cycles for the slowest job with run_grid.py --batch"
