@@ -525,6 +525,11 @@ def off_peak_models(
                 f"{where} {name}: {prices_path or '--prices'} gives no peak windows for {model!r} (tz and peak, "
                 "docs/cost.md); drop the option or add its windows"
             )
+        if prices[model].windows.whole_day:  # type: ignore[union-attr]  # checked above
+            raise HarnessError(
+                f"{where} {name}: the peak windows of {model!r} cover the whole day, so its calls would never "
+                "start; drop the option"
+            )
         held.append(model)
     return tuple(dict.fromkeys(held))
 

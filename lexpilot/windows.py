@@ -78,6 +78,11 @@ class Windows:
         """Seconds from `moment` until the next off-peak moment (0: off-peak now)."""
         return 0.0 if not self.at(moment) else (self.next_change(moment) - moment).total_seconds()
 
+    @property
+    def whole_day(self) -> bool:
+        """Whether peak lasts all day (windows that touch end to end over 24 h): a hold would never open."""
+        return sum(end - start for start, end in self.hours) >= DAY
+
     def describe(self) -> str:
         return f"{', '.join(f'{_clock(s)}-{_clock(e)}' for s, e in self.hours)} {self.zone}"
 
