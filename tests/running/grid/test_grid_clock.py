@@ -153,3 +153,48 @@ def test_an_off_peak_the_grid_cannot_hold_is_one_line(tmp_path, http, two_cases,
     assert run_grid.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and said in err, err
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_during_a_hold_stops_the_grid_at_once_and_a_rerun_completes(tmp_path, warm, two_cases):
+    """run_grid.py --off-peak judge, its window open for minutes: once every other call is made, a first Ctrl-C
+    stops the grid within seconds (the held calls wake on it: none is sent), and the same command, with the window
+    closed, completes having asked each request once."""
+    from lexpilot.errors import INTERRUPTED
+    from lexpilot.scripted.provider import ScriptedProvider
+    from tests.helpers.processes import at_a_terminal
+
+    with ScriptedProvider() as provider:
+        env = process_environment(provider)
+
+        def grid(root, *extra):
+            return [
+                sys.executable,
+                "run_grid.py",
+                *small_grid(root, two_cases, "--stages", "eval_DCG", *extra),
+            ]
+
+        clean = run(warm, grid(tmp_path / "clean"), ROOT, env)
+        assert clean.returncode == 0, clean.stderr
+        clean_processed = Counter(provider.processed)
+        provider.processed.clear()
+        others = sum(n for (kind, _), n in clean_processed.items() if kind not in judge_kinds())
+        models = {m: FLAT for m in ("model-a", "model-b")}
+        prices = price_file(tmp_path, judge_held([(-60, 600)], **models))
+        process = at_a_terminal(
+            warm, grid(tmp_path / "out", "--prices", str(prices), "--off-peak", "judge"), env
+        )
+        deadline = time.monotonic() + 60
+        while sum(provider.processed.values()) < others and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        assert process.poll() is None and sum(provider.processed.values()) == others  # held
+        process.send_signal(signal.SIGINT)
+        stopped_at = time.monotonic()
+        process.communicate(timeout=30)
+        assert process.wait(timeout=1) == INTERRUPTED and time.monotonic() - stopped_at < 10  # not 10 min
+        assert sum(provider.processed.values()) == others  # no held call was sent
+        prices = price_file(tmp_path, judge_held([(-60, -30)], **models))  # the window has closed
+        rerun = run(warm, grid(tmp_path / "out", "--prices", str(prices), "--off-peak", "judge"), ROOT, env)
+        assert rerun.returncode == 0, rerun.stderr
+        assert Counter(provider.processed) == clean_processed
