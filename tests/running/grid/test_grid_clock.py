@@ -198,3 +198,36 @@ def test_a_ctrl_c_during_a_hold_stops_the_grid_at_once_and_a_rerun_completes(tmp
         rerun = run(warm, grid(tmp_path / "out", "--prices", str(prices), "--off-peak", "judge"), ROOT, env)
         assert rerun.returncode == 0, rerun.stderr
         assert Counter(provider.processed) == clean_processed
+
+
+def test_the_grid_quote_gives_each_endpoint_priced_by_the_clock_off_peak_at_peak_and_as_scheduled(
+    tmp_path, two_cases, capsys
+):
+    """The User Model at twice its price all day, the judge at three times in a window open now for ten minutes and
+    held for off-peak: the User Model's figures at peak are twice its off-peak ones and its schedule falls wholly in
+    peak; the judge's at peak are three times, and held, its schedule is wholly off-peak."""
+    import quote_grid
+
+    user = {"prompt": 500, "completion": 2000, "tz": "UTC", "peak": ["00:00-24:00"], "peak_multiplier": 2}
+    judge = {"prompt": 2000, "completion": 8000, **windows_from_now((-60, 600)), "peak_multiplier": 3}
+    prices = price_file(tmp_path, {"DeepSeek-R1": judge, "DeepSeek-V4.1-Flash": user, "eval-model": FLAT})
+    argv = ["--models", "eval-model", "--runs", "1", "--stages", "eval_DCG", "--dataset", str(two_cases)]
+    argv += ["--output-root", str(tmp_path / "out"), "--prices", str(prices), "--off-peak", "judge"]
+    assert quote_grid.main(argv) == 0
+    out = capsys.readouterr().out
+
+    def figures(model: str) -> dict[str, tuple[float, float]]:
+        block = out.split(f"{model} (", 1)[1]
+        found = re.findall(
+            r"^\s*(off-peak|at peak|as scheduled)[^\n]*?: between ([\d.,]+) and ([\d.,]+)", block, re.M
+        )
+        return {
+            name: (float(low.replace(",", "")), float(high.replace(",", ""))) for name, low, high in found[:3]
+        }
+
+    user_said, judge_said = figures("DeepSeek-V4.1-Flash"), figures("DeepSeek-R1")
+    assert user_said["at peak"] == pytest.approx(tuple(2 * x for x in user_said["off-peak"]), rel=1e-3)
+    assert user_said["as scheduled"] == user_said["at peak"]
+    assert judge_said["at peak"] == pytest.approx(tuple(3 * x for x in judge_said["off-peak"]), rel=1e-3)
+    assert judge_said["as scheduled"] == judge_said["off-peak"]
+    assert "held for off-peak: every call off-peak" in out.split("DeepSeek-R1 (", 1)[1]
