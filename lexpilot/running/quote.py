@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from datetime import datetime
 from pathlib import Path
 
 from lexpilot.benchmark.dataset import Case
@@ -92,7 +91,10 @@ def cost_quote(
 ) -> str:
     """The cost of the pending work per role: bounds and, where runs of this stage were saved under the output
     root, an expected figure from their usage per case (see `role_money`)."""
-    lines = ["cost quote (money per the price file; priced by the clock: off-peak, each window below):"]
+    lines = [
+        "cost quote (money per the price file; a model priced by the clock: low and expected off-peak, high at peak "
+        "unless held for off-peak, each window below):"
+    ]
     # when the calls would be sent, for a model priced by the clock: from now, over the stage's estimated wall time
     schedule_seconds = stage_seconds(state, settings)
     expected_usage = saved_usage_per_case(settings.output_root, state.steps)
@@ -115,18 +117,19 @@ def cost_quote(
             pending,
             batched,
         )
-        low, high, expected = role_money(price, *counts)
+        low, high, expected = off = role_money(price, *counts)
+        clock: list[str] = []
+        if price.windows is not None:  # the high bound at peak (the worst case) unless held for off-peak
+            peak, held = role_money(price.at_peak(), *counts), model in settings.spending.off_peak
+            share = 0.0 if held else price.windows.peak_share(utc_now(), schedule_seconds)
+            high = high if held else peak[1]
+            clock = clock_lines(price.windows, off, peak, held, share, schedule_seconds)
         total = [total[0] + low, total[1] + high, total[2] + (expected or 0)]
         lines.append(
             f"  {role} ({model}): between {low:,.4f} and {high:,.4f}"
             + (f"; expected ~{expected:,.4f} from saved runs of this stage" if expected is not None else "")
         )
-        if price.windows is not None:
-            peak = role_money(price.at_peak(), *counts)
-            held = model in settings.spending.off_peak
-            lines += clock_lines(
-                price.windows, (low, high, expected), peak, held, utc_now(), schedule_seconds
-            )
+        lines += clock
     lines.append(
         f"  total: between {total[0]:,.4f} and {total[1]:,.4f}"
         + (f"; expected ~{total[2]:,.4f}" if expected_usage else "")
@@ -142,13 +145,17 @@ def stage_seconds(state: StageState, settings: Settings) -> float:
     return waves * longest_chain(state, pending) * SECONDS_PER_CALL
 
 
+def mixed(off: tuple, peak: tuple, share: float) -> tuple:
+    """(low, high, expected) with `share` of the calls sent at peak, the rest off-peak."""
+    return tuple(None if o is None else (1 - share) * o + share * p for o, p in zip(off, peak))
+
+
 def clock_lines(
-    windows: Windows, off: tuple, peak: tuple, held: bool, start: datetime, seconds: float
+    windows: Windows, off: tuple, peak: tuple, held: bool, share: float, seconds: float
 ) -> list[str]:
-    """A model priced by the clock: its (low, high, expected) off-peak and at peak, and as the calls would fall from
-    `start` over `seconds` (none in peak when the model is held for off-peak)."""
-    share = 0.0 if held else windows.peak_share(start, seconds)
-    scheduled = tuple(None if o is None else (1 - share) * o + share * p for o, p in zip(off, peak))
+    """A model priced by the clock: its (low, high, expected) off-peak and at peak, and as the calls would fall with
+    `share` of the next `seconds` in peak (none when the model is held for off-peak)."""
+    scheduled = mixed(off, peak, share)
     when = (
         "held for off-peak: every call off-peak"
         if held

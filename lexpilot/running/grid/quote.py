@@ -53,7 +53,9 @@ class Part:
     reads: tuple[str, ...] = ()  # the quoted stages whose records it reads (they run before it)
     # (role, "sync"|"batch") -> (low, high, expected or None) or None
     money: dict = field(default_factory=dict)
-    # the same at peak prices, for the roles whose model is priced by the clock (the money above is off-peak)
+    # for the roles whose model is priced by the clock: their money off-peak and at peak (the money above has its
+    # high bound at peak unless the model is held for off-peak: the worst case)
+    clock_money: dict = field(default_factory=dict)
     peak_money: dict = field(default_factory=dict)
     refused: str = ""  # why the stage would not run (its message), nothing counted
 
@@ -88,7 +90,10 @@ def quote_part(
             )
             part.money[(role, mode)] = None if price is None else role_money(price, *counts)
             if price is not None and price.windows is not None:
-                part.peak_money[(role, mode)] = role_money(price.at_peak(), *counts)
+                peak = part.peak_money[(role, mode)] = role_money(price.at_peak(), *counts)
+                off = part.clock_money[(role, mode)] = part.money[(role, mode)]
+                if settings.roles[role].model not in settings.spending.off_peak:
+                    part.money[(role, mode)] = (off[0], peak[1], off[2])  # the worst case: every call at peak
     return part
 
 
@@ -441,12 +446,13 @@ def clock_notes(counted: list[Part], seconds: float) -> list[str]:
         assert price.windows is not None, "only a model with windows has peak money"
         off, peak = (
             summed_windows([getattr(p, kind)[(role, "sync")] for p, role in mine])
-            for kind in ("money", "peak_money")
+            for kind in ("clock_money", "peak_money")
         )
         held = any(model in p.settings.spending.off_peak for p, _ in mine)
         roles = ", ".join(sorted({role for _, role in mine}))
         lines.append(f"{model} ({roles}) is priced by the clock; at synchronous prices:")
-        lines += clock_lines(price.windows, off, peak, held, utc_now(), seconds)
+        share = 0.0 if held else price.windows.peak_share(utc_now(), seconds)
+        lines += clock_lines(price.windows, off, peak, held, share, seconds)
     return lines
 
 
