@@ -74,6 +74,20 @@ class Windows:
             at = change
         return peak / seconds
 
+    def off_peak_end(self, start: datetime, seconds: float) -> datetime:
+        """When `seconds` of off-peak time from `start` have passed: how long work done only off-peak takes (never,
+        for windows covering the whole day, which --off-peak refuses)."""
+        assert not self.whole_day, "no off-peak time to pass"
+        at, left = start, seconds
+        while True:
+            change = self.next_change(at)
+            span = (change - at).total_seconds()
+            if not self.at(at):
+                if span >= left:
+                    return at + timedelta(seconds=left)
+                left -= span
+            at = change
+
     def opens_in(self, moment: datetime) -> float:
         """Seconds from `moment` until the next off-peak moment (0: off-peak now)."""
         return 0.0 if not self.at(moment) else (self.next_change(moment) - moment).total_seconds()

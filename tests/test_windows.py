@@ -59,6 +59,14 @@ def test_deepseeks_windows_in_beijing_time(tmp_path):
     # a whole day holds 3 + 4 = 7 peak hours; 08:00 to 10:00 holds one
     assert windows.peak_share(datetime(2026, 7, 20, 0, 0, tzinfo=BEIJING), 86400) == pytest.approx(7 / 24)
     assert windows.peak_share(datetime(2026, 7, 20, 8, 0, tzinfo=BEIJING), 7200) == pytest.approx(0.5)
+    # two hours of work done off-peak only, from 08:00: 08:00-09:00, then 12:00-13:00; ten hours: 08:00-09:00,
+    # 12:00-14:00, 18:00-01:00
+    assert windows.off_peak_end(datetime(2026, 7, 20, 8, 0, tzinfo=BEIJING), 7200) == datetime(
+        2026, 7, 20, 13, 0, tzinfo=BEIJING
+    )
+    assert windows.off_peak_end(datetime(2026, 7, 20, 8, 0, tzinfo=BEIJING), 36000) == datetime(
+        2026, 7, 21, 1, 0, tzinfo=BEIJING
+    )
 
 
 def test_a_peak_call_pays_the_multiplier_on_output_cache_miss_and_cache_hit_input(tmp_path):

@@ -155,12 +155,17 @@ def clock_lines(
 ) -> list[str]:
     """A model priced by the clock: its (low, high, expected) off-peak and at peak, and as the calls would fall with
     `share` of the next `seconds` in peak (none when the model is held for off-peak)."""
-    scheduled = mixed(off, peak, share)
-    when = (
-        "held for off-peak: every call off-peak"
-        if held
-        else f"{share:.0%} in peak of the estimated wall time, {duration(seconds)} from now"
+    scheduled, when = (
+        mixed(off, peak, share),
+        f"{share:.0%} in peak of the estimated wall time, {duration(seconds)}",
     )
+    if held:  # its calls go on off-peak only: the estimated wall time, counted in off-peak hours
+        now = utc_now()
+        done = (windows.off_peak_end(now, seconds) - now).total_seconds()
+        when = (
+            f"held for off-peak: every call off-peak; the estimated {duration(seconds)} of calls, made off-peak "
+            f"only, end in {duration(done)}"
+        )
     return [
         f"    off-peak: {money_text(off)}",
         f"    at peak ({windows.describe()}): {money_text(peak)}",

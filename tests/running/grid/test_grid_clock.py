@@ -212,7 +212,16 @@ def test_the_grid_quote_gives_each_endpoint_priced_by_the_clock_off_peak_at_peak
     judge = {"prompt": 2000, "completion": 8000, **windows_from_now((-60, 600)), "peak_multiplier": 3}
     prices = price_file(tmp_path, {"DeepSeek-R1": judge, "DeepSeek-V4.1-Flash": user, "eval-model": FLAT})
     argv = ["--models", "eval-model", "--runs", "1", "--stages", "eval_DCG", "--dataset", str(two_cases)]
-    argv += ["--output-root", str(tmp_path / "out"), "--prices", str(prices), "--off-peak", "judge"]
+    argv += [
+        "--output-root",
+        str(tmp_path / "out"),
+        "--prices",
+        str(prices),
+        "--off-peak",
+        "judge",
+        "--width",
+        "0",
+    ]
     assert quote_grid.main(argv) == 0
     out = capsys.readouterr().out
 
@@ -230,4 +239,8 @@ def test_the_grid_quote_gives_each_endpoint_priced_by_the_clock_off_peak_at_peak
     assert user_said["as scheduled"] == user_said["at peak"]
     assert judge_said["at peak"] == pytest.approx(tuple(3 * x for x in judge_said["off-peak"]), rel=1e-3)
     assert judge_said["as scheduled"] == judge_said["off-peak"]
-    assert "held for off-peak: every call off-peak" in out.split("DeepSeek-R1 (", 1)[1]
+    # held, the judge's calls wait out the ten minutes of its window: its calls end at least that far from now
+    held = re.search(
+        r"held for off-peak: every call off-peak; [^\n]*, end in (\d+) min", out.split("DeepSeek-R1 (", 1)[1]
+    )
+    assert held and int(held[1]) >= 9, out
