@@ -286,12 +286,16 @@ def score_usage(run: Run, root: Path, saved: dict[str, dict]) -> None:
         )
 
 
+COUNTED = frozenset(USAGE_FIELDS)
+
+
 def add_priced(totals: Counter, used: dict) -> None:
     """A usage entry's counts per price class ("peak:calls", "flex:prompt_tokens", ...: pricing.counted_key), which
     the cost prices at their class's rates (pricing.usage_cost); whole numbers only (a record is untrusted input)."""
     kinds = ("served:", "tier:", "fingerprint:")  # counts of what served the calls, not price classes
-    for key, n in used.items():
+    for key in used.keys() - COUNTED:  # a set difference: the few keys beside the totals, looked at alone
         priced, _, name = key.rpartition(":")
+        n = used[key]
         if name in PRICED_COUNTS and priced and not key.startswith(kinds) and isinstance(n, int) and n >= 0:
             totals[key] += n
 
