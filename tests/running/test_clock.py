@@ -158,7 +158,13 @@ def test_max_cost_counts_a_call_at_the_window_it_will_be_sent_in(harness, tmp_pa
     its output limit (100 tokens; prompts are free here): 0.1 off-peak, 1.0 at peak. --max-cost 0.3 stops the call
     sent now, in the peak window, before it is made; held for off-peak, the same call waits for the window to close,
     is counted at 0.1 and made."""
-    evaluated = {"prompt": 0, "completion": 1000, **windows_from_now((-60, 3)), "peak_multiplier": 10}
+    took = timed(harness, "gold", "--limit", "1")  # how long a run takes here (run r1)
+    evaluated = {
+        "prompt": 0,
+        "completion": 1000,
+        **windows_from_now((-60, 2 * took + 2)),
+        "peak_multiplier": 10,
+    }
     free = {"prompt": 0, "completion": 0}
     prices = price_file(tmp_path, {"eval-model": evaluated, "DeepSeek-V4.1-Flash": free, "DeepSeek-R1": free})
     budget = ("--limit", "1", "--prices", str(prices), "--max-cost", "0.3", "--max-tokens", "100")
