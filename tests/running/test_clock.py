@@ -174,3 +174,28 @@ def test_max_cost_counts_a_call_at_the_window_it_will_be_sent_in(harness, tmp_pa
     harness.run_id = "held"
     assert harness.run("gold", *budget, "--off-peak", "eval") == 0
     assert role_usage(harness, "held", "eval")["calls"] == 1
+
+
+def test_a_call_sent_before_a_window_opens_is_billed_off_peak_and_never_abandoned(
+    harness, provider, tmp_path
+):
+    """DeepSeek's rule: a call sent at 08:59:59 that ends at 09:00:30 is off-peak. The evaluated model's call is sent
+    before its peak window opens and answered after (the provider takes until then): it completes, held for
+    off-peak or not (a call already sent is never abandoned), and is billed off-peak."""
+    took = timed(harness, "gold", "--limit", "1")  # how long a run takes here (run r1)
+    evaluated = {"prompt": 1, "completion": 4, **windows_from_now((2 * took + 1, 600)), "peak_multiplier": 3}
+    prices = price_file(tmp_path, {"eval-model": evaluated, **FLAT})
+    windows = windows_of(prices, "eval-model")
+    opens = time.monotonic() + seconds_until_change(windows)
+
+    def slow(kind, prompt, body):  # the evaluated model answers once the window has opened
+        if body["model"] == "eval-model":
+            time.sleep(max(0.0, opens + 0.3 - time.monotonic()))
+        return None
+
+    provider.script, provider.arrivals = slow, []
+    harness.run_id = "across"
+    assert harness.run("gold", "--limit", "1", "--prices", str(prices), "--off-peak", "eval") == 0
+    assert time.monotonic() > opens and provider.arrivals[0] < opens  # sent off-peak, answered at peak
+    used = role_usage(harness, "across", "eval")
+    assert used["calls"] == 1 and "peak:calls" not in used

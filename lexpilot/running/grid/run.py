@@ -176,7 +176,8 @@ class GridRun:
         speaker = {"say": notes.append}  # until the display is drawn, then the display
         endpoints = self.endpoints(chains, lambda line: speaker["say"](line))
         budget = first.spending.budget()
-        sharing = Sharing(endpoints, budget, holds=Holds.of(self.held(chains), first.spending.prices))
+        sharing = Sharing(endpoints, budget)
+        sharing.holds = Holds.of(self.held(chains), first.spending.prices, sharing.clock)
         if first.batching.enabled:  # every cell's batches pooled per endpoint, the chains in lockstep
             sharing.batches = BatchPool({chain_of(chain[0].settings) for chain in chains}, sharing.draining)
         grid = self.grid = Grid(chains, sharing, self.clients_of or (lambda cell: None))

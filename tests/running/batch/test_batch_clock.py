@@ -46,7 +46,9 @@ def test_a_held_roles_batches_are_submitted_after_its_window_closes(tmp_path, pr
     closes = time.monotonic() + seconds_until_change(windows_of(prices, "DeepSeek-R1"))
     held = Harness(tmp_path / "held", provider, monkeypatch, dataset)
     assert (
-        held.run("DCG", "--batch", "--batch-poll", "0.05", "--prices", str(prices), "--off-peak", "judge")
+        held.run(
+            "DCG", "--batch", "--batch-poll", "0.05", "--prices", str(prices), "--off-peak", "DeepSeek-R1"
+        )
         == 0
     )
     batches = created(provider)
