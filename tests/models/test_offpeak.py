@@ -34,6 +34,7 @@ def hold_for(tmp_path, *spans, clock=utc_now) -> Hold:
     return Hold("judge-model", windows, clock)
 
 
+@pytest.mark.slow  # it waits for a window to close
 def test_a_held_call_sleeps_until_the_window_closes_reading_the_clock_a_few_times(tmp_path):
     """The window closes in about 2 s: the call returns then, not before, and reads the clock twice (once to find
     the window open, once when its sleep ends) where a poll every 0.2 s would read it ten times."""

@@ -200,6 +200,7 @@ def test_a_ctrl_c_during_a_hold_stops_the_grid_at_once_and_a_rerun_completes(tmp
         assert Counter(provider.processed) == clean_processed
 
 
+@pytest.mark.slow  # a whole grid's quote
 def test_the_grid_quote_gives_each_endpoint_priced_by_the_clock_off_peak_at_peak_and_as_scheduled(
     tmp_path, two_cases, capsys
 ):
