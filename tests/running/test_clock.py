@@ -199,3 +199,30 @@ def test_a_call_sent_before_a_window_opens_is_billed_off_peak_and_never_abandone
     assert time.monotonic() > opens and provider.arrivals[0] < opens  # sent off-peak, answered at peak
     used = role_usage(harness, "across", "eval")
     assert used["calls"] == 1 and "peak:calls" not in used
+
+
+def test_a_stop_while_a_call_is_held_ends_the_stage_at_once(harness, provider, tmp_path, capsys):
+    """--off-peak judge, its window open for another two minutes: one case's judge call is held when the other case's
+    User Model call is refused (HTTP 401, which stops the stage): the held call wakes on the stop, and the stage ends
+    within seconds, not when the window closes; no judge call was sent."""
+    user_calls = []
+
+    def refuse_the_second_user_call(kind, prompt, body):
+        if body["model"] == "DeepSeek-V4.1-Flash":
+            user_calls.append(body)
+            if len(user_calls) == 2:
+                time.sleep(1.0)  # the first case reaches its judge call and is held meanwhile
+                return {"status": 401, "error": "invalid key"}
+        return None
+
+    judge = {"prompt": 2, "completion": 8, **windows_from_now((-60, 120)), "peak_multiplier": 2}
+    prices = price_file(tmp_path, {"eval-model": FLAT["DeepSeek-V4.1-Flash"], **FLAT, "DeepSeek-R1": judge})
+    provider.script = refuse_the_second_user_call
+    start = time.monotonic()
+    status = harness.run(
+        "DCG", "--limit", "2", "--prices", str(prices), "--off-peak", "judge", "--concurrency", "2"
+    )
+    assert status == 2 and time.monotonic() - start < 60, time.monotonic() - start  # the window: 120 s
+    err = capsys.readouterr().err
+    assert "HTTP 401" in err and "DeepSeek-R1: held for off-peak until" in err, err
+    assert not [body for body in provider.requests if body["model"] == "DeepSeek-R1"]
