@@ -104,6 +104,11 @@ def test_each_call_is_billed_at_the_window_it_was_sent_in_and_the_bill_matches_t
         "--table",
         "usage_per_run",
     )
+    # the bill says the share sent at peak: the evaluated model's calls in r1 (before any price file), peak1, off
+    # and peak2, two of four; the judge's none
+    spent = json_table(capsys, "--output-root", str(harness.root), "--usage", "--table", "usage_grid_total")
+    sent_at_peak = {row[0]: row[4] for row in spent}  # the column after the batch share
+    assert sent_at_peak["eval"] == 50.0 and sent_at_peak["judge"] == 0.0, spent
     judge = {run: role_usage(harness, run, "judge") for run in used}
     bill = {row[1]: row[-1] for row in rows}  # run -> its cost, every role's
     for run, window in (("peak1", "peak"), ("off", "off"), ("peak2", "peak")):
