@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from lexpilot.errors import HarnessError
 from lexpilot.pricing import call_cost, read_prices
 from tests.helpers.reports import refused_by
 
@@ -128,3 +129,15 @@ def test_a_bad_window_is_refused_in_one_line_naming_file_entry_and_value(
     said = refused_by(reader, harness, path, capsys)
     assert f"--prices {path}: entry 'DeepSeek-R1': {message}" in said, said
     assert not provider.requests
+
+
+def test_a_batch_line_carries_no_window_and_a_zero_price_takes_only_a_multiplier(tmp_path):
+    """Batches carry no window (docs/cost.md): at peak, the batch prices stay half the off-peak ones, 0.14 and 0.21.
+    A model free off-peak (a local one) cannot be given a peak price by ratio: one line says to give the multiplier."""
+    at_peak = deepseek(tmp_path, batch_discount=0.5).at_peak()
+    assert (at_peak.prompt, at_peak.completion) == pytest.approx((0.56, 0.84))
+    assert (at_peak.batch_prompt, at_peak.batch_completion) == pytest.approx((0.14, 0.21))
+    with pytest.raises(
+        HarnessError, match="peak_prompt 1: the standard price is 0, so give peak_multiplier instead"
+    ):
+        deepseek(tmp_path, prompt=0, peak_multiplier=None, peak_prompt=1, peak_completion=0.84)
