@@ -22,7 +22,6 @@ from lexpilot.reporting.tables.quote_tables import print_quote
 from lexpilot.reporting.tables.renderings import TEXT_WIDTH, add_format_option
 from lexpilot.running.grid.file import split_limits
 from lexpilot.running.grid.quote import (
-    SECONDS_PER_CALL,
     Timing,
     allowed_rates,
     check_rate_limits,
@@ -31,6 +30,7 @@ from lexpilot.running.grid.quote import (
     grid_run_ids,
 )
 from lexpilot.running.grid.run import plan_grid
+from lexpilot.running.quote import SECONDS_PER_CALL
 from lexpilot.settings import number, rate_limits
 
 

@@ -23,8 +23,9 @@ from lexpilot.protocols.catalog import stages_named
 from lexpilot.reporting.tables.quote_tables import print_quote
 from lexpilot.reporting.tables.renderings import TEXT_WIDTH, add_format_option
 from lexpilot.running.grid.file import split_limits
-from lexpilot.running.grid.quote import SECONDS_PER_CALL, Timing, grid_parser, grid_quote, grid_run_ids
+from lexpilot.running.grid.quote import Timing, grid_parser, grid_quote, grid_run_ids
 from lexpilot.running.grid.run import start_grid
+from lexpilot.running.quote import SECONDS_PER_CALL
 from lexpilot.settings import number
 
 

@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 from lexpilot.errors import FatalError, HarnessError
 from lexpilot.files import check_input
+from lexpilot.windows import PEAK, WINDOW_KEYS, BadWindow, Windows, multiplier, read_windows
 
 PRICED_COUNTS = ("calls", "prompt_tokens", "completion_tokens", "cached_prompt_tokens")
 
@@ -49,18 +50,35 @@ class Price(NamedTuple):
     flex_prompt: float | None = None
     flex_completion: float | None = None
     flex_cached_prompt: float | None = None
+    # prices by the clock: the peak windows (None: one price all day) and what a call sent in one pays, as
+    # multipliers of (prompt, completion, cached prompt), whatever the tier (windows.py)
+    windows: Windows | None = None
+    peak: tuple[float, float, float] = (1.0, 1.0, 1.0)
 
     def rates(self, priced: str = "") -> tuple[float, float, float]:
         """(prompt, completion, cached prompt) per million tokens for calls of one price class (price_class)."""
         tiers = priced.split("+")
+        rates = (
+            self.prompt,
+            self.completion,
+            self.prompt if self.cached_prompt is None else self.cached_prompt,
+        )
         if "flex" in tiers:
             batch_cached = self.batch_prompt if self.batch_cached_prompt is None else self.batch_cached_prompt
-            return (
+            rates = (
                 self.batch_prompt if self.flex_prompt is None else self.flex_prompt,
                 self.batch_completion if self.flex_completion is None else self.flex_completion,
                 batch_cached if self.flex_cached_prompt is None else self.flex_cached_prompt,
             )
-        return self.prompt, self.completion, self.prompt if self.cached_prompt is None else self.cached_prompt
+        if PEAK in tiers:
+            rates = (rates[0] * self.peak[0], rates[1] * self.peak[1], rates[2] * self.peak[2])
+        return rates
+
+    def at_peak(self) -> Price:
+        """These prices as a call sent in a peak window pays them (batch prices unchanged: a batch line carries no
+        window, docs/cost.md)."""
+        prompt, completion, cached = self.rates(PEAK)
+        return self._replace(prompt=prompt, completion=completion, cached_prompt=cached, windows=None)
 
     def at(self, priced: str) -> Price:
         """These prices with a price class's rates as the synchronous ones (the batch ones unchanged): what a
@@ -129,6 +147,8 @@ def read_prices(path: Path) -> dict[str, Price]:
             )
         try:
             prices[model] = _price(entry)
+        except BadWindow as e:
+            raise HarnessError(f"--prices {path}: entry {model!r}: {e}") from None
         except (TypeError, KeyError, ValueError, AttributeError) as e:
             raise _bad_entry(path, model, e) from None
     return prices
@@ -143,6 +163,7 @@ def _bad_entry(path: Path, model: str | None, error: Exception) -> HarnessError:
     )
 
 
+PEAK_PRICES = ("peak_prompt", "peak_completion", "peak_cached_prompt")
 PRICE_KEYS = (
     "prompt",
     "completion",
@@ -156,6 +177,8 @@ PRICE_KEYS = (
     "flex_completion",
     "flex_cached_prompt",
     "flex_discount",
+    *WINDOW_KEYS,
+    *PEAK_PRICES,
 )
 EITHER = (
     ("flex_prompt", "flex_discount"),
@@ -163,6 +186,9 @@ EITHER = (
     ("cached_prompt", "cache_discount"),
     ("batch_prompt", "batch_discount"),
     ("batch_completion", "batch_discount"),
+    ("peak_multiplier", "peak_prompt"),
+    ("peak_multiplier", "peak_completion"),
+    ("peak_multiplier", "peak_cached_prompt"),
 )
 
 
@@ -186,6 +212,7 @@ def _price(entry: object) -> Price:
         cached,
         _field(entry, "batch_cached_prompt", cached * factor, MAX_PRICE),
     )
+    batch = _by_the_clock(entry, batch)
     if "flex_discount" not in entry and not any(k.startswith("flex_") for k in entry):
         return batch  # flex at the batch prices
     flex = 1 - _field(entry, "flex_discount", 0, 1)
@@ -194,6 +221,32 @@ def _price(entry: object) -> Price:
         flex_completion=_field(entry, "flex_completion", completion * flex, MAX_PRICE),
         flex_cached_prompt=_field(entry, "flex_cached_prompt", cached * flex, MAX_PRICE),
     )
+
+
+def _by_the_clock(entry: dict, price: Price) -> Price:
+    """The entry's peak windows and what a call sent in one pays: a multiplier of every price, or peak prices of
+    the standard tier (peak_prompt and peak_completion; peak_cached_prompt at the prompt's ratio unless given)."""
+    windows = read_windows(entry)
+    priced = "peak_multiplier" in entry or any(k in entry for k in PEAK_PRICES)
+    if windows is None:
+        if priced:
+            raise BadWindow("a peak price without peak windows: give tz and peak too, or drop it")
+        return price
+    if "peak_multiplier" in entry:
+        m = multiplier(entry["peak_multiplier"])
+        return price._replace(windows=windows, peak=(m, m, m))
+    if not all(k in entry for k in PEAK_PRICES[:2]):
+        raise BadWindow(
+            "peak windows without their price: give peak_multiplier (or peak_prompt and peak_completion)"
+        )
+    cached = price.prompt if price.cached_prompt is None else price.cached_prompt
+    ratios: list[float] = []
+    for key, base in zip(PEAK_PRICES, (price.prompt, price.completion, cached)):
+        given = _field(entry, key, base * ratios[0] if ratios else None, MAX_PRICE)
+        if base == 0 and given != 0:
+            raise BadWindow(f"{key} {given:g}: the standard price is 0, so give peak_multiplier instead")
+        ratios.append(multiplier(given / base, key) if base else 1.0)
+    return price._replace(windows=windows, peak=(ratios[0], ratios[1], ratios[2]))
 
 
 def cost(

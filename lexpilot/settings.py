@@ -116,6 +116,8 @@ class Batching:
 class Spending:
     prices: dict[str, Price] | None = None  # model id -> its prices per million tokens
     max_cost: float | None = None  # the invocation's hard budget
+    # the model ids whose calls start only outside their peak windows (--off-peak, a grid file's off_peak)
+    off_peak: tuple[str, ...] = ()
 
     def budget(self) -> Budget | None:
         """The invocation's hard budget (None: no --max-cost)."""
@@ -497,6 +499,13 @@ def _add_spending_args(a) -> None:
         metavar="AMOUNT",
         help="a hard budget for this invocation (with --prices): no call starts that could take the spending past it",
     )
+    a(
+        "--off-peak",
+        action="append",
+        default=[],
+        metavar="ROLE|MODEL",
+        help="start this role's (or model id's) calls only outside its peak windows in --prices (repeatable)",
+    )
 
 
 def _add_batch_args(a) -> None:
@@ -546,6 +555,38 @@ def check_run_id(run_id: str, flag: str) -> None:
         raise HarnessError(f"{flag} is {len(run_id)} characters long; use at most {MAX_RUN_ID}")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", run_id):
         raise HarnessError(f"{flag} {run_id!r}: use letters, digits, '.', '_' or '-' only")
+
+
+def off_peak_models(
+    names: list[str], roles: dict[str, Role], prices: dict[str, Price] | None, where: str, prices_path=None
+) -> tuple[str, ...]:
+    """The model ids held for off-peak, from role names or model ids (`where`: the option or the grid file's key,
+    for the one-line refusal): each a model of these roles with peak windows in the price file."""
+    held = []
+    for name in names:
+        model = roles[name].model if name in roles else name
+        if model not in {r.model for r in roles.values()}:
+            raise HarnessError(
+                f"{where} {name!r}: not a role (eval, user, judge) nor a model id of this run "
+                f"({', '.join(sorted({r.model for r in roles.values()}))})"
+            )
+        if prices is None:
+            raise HarnessError(
+                f"{where} {name}: off-peak needs --prices FILE, whose entry for {model!r} gives its peak windows "
+                "(tz and peak, docs/cost.md)"
+            )
+        if prices.get(model) is None or prices[model].windows is None:
+            raise HarnessError(
+                f"{where} {name}: {prices_path or '--prices'} gives no peak windows for {model!r} (tz and peak, "
+                "docs/cost.md); drop the option or add its windows"
+            )
+        if prices[model].windows.whole_day:  # type: ignore[union-attr]  # checked above
+            raise HarnessError(
+                f"{where} {name}: the peak windows of {model!r} cover the whole day, so its calls would never "
+                "start; drop the option"
+            )
+        held.append(model)
+    return tuple(dict.fromkeys(held))
 
 
 def settings_from_args(args: argparse.Namespace, env=os.environ) -> Settings:
@@ -605,5 +646,9 @@ def settings_from_args(args: argparse.Namespace, env=os.environ) -> Settings:
             files=args.batch_files.resolve() if args.batch_files else None,
             resubmit=args.batch_resubmit,
         ),
-        spending=Spending(prices=prices, max_cost=args.max_cost),
+        spending=Spending(
+            prices=prices,
+            max_cost=args.max_cost,
+            off_peak=off_peak_models(args.off_peak, roles, prices, "--off-peak", args.prices),
+        ),
     )

@@ -80,3 +80,18 @@ def test_the_reports_benchmark_times_a_report_and_its_repeat():
         "again, unchanged runs (cache):" in result.stdout
         and "the three reports print the same" in result.stdout
     )
+
+
+def test_the_offpeak_benchmark_holds_without_spending_cpu():
+    """`python -m bench.offpeak`: a process holding its judge calls for off-peak sleeps: under a tenth of a core over
+    the hold (it reads about none; a machine's noise stays far below this bound)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.offpeak", "--seconds", "3", "--cases", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    share = float(result.stdout.rsplit("(", 1)[1].split("%")[0])
+    assert result.stdout.startswith("held 2 judge calls for ") and share < 10, result.stdout

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-import quote_grid
 import show_results
+from tests.helpers.reports import refused_by
 
 MODELS = ("eval-model", "DeepSeek-V4.1-Flash", "DeepSeek-R1")
 
@@ -69,34 +69,8 @@ def test_a_wrong_price_file_is_refused_in_one_line_by_every_reader(
 ):
     text, message = BAD_PRICES[name]
     path = price_file(tmp_path, text)
-    if reader == "--dry-run":
-        status = harness.run("gold", "--limit", "1", "--dry-run", "--prices", str(path))
-    elif reader == "quote_grid.py":
-        status = quote_grid.main(
-            [
-                "--models",
-                "eval-model",
-                "--runs",
-                "1",
-                "--stages",
-                "eval_LJP_gold",
-                "--limit",
-                "1",
-                "--dataset",
-                str(harness.dataset),
-                "--prices",
-                str(path),
-                "--output-root",
-                str(harness.root),
-            ]
-        )
-    else:
-        assert harness.run("gold", "--limit", "1") == 0
-        capsys.readouterr()
-        status = show_results.main(["--output-root", str(harness.root), "--usage", "--prices", str(path)])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert status == 2 and len(err) == 1, err
-    assert str(path) in err[0] and message in err[0] and "nan" not in err[0]
+    said = refused_by(reader, harness, path, capsys)
+    assert str(path) in said and message in said and "nan" not in said
     assert not provider.requests or reader == "--usage"
 
 
@@ -111,7 +85,6 @@ def test_a_good_price_file_still_reads(harness, tmp_path, capsys):
 
 
 def test_the_price_file_message_has_no_stray_brace(tmp_path, capsys):
-    import show_results
 
     path = tmp_path / "p.json"
     path.write_text('{"m": {"prompt": "x"}}', encoding="utf-8")

@@ -1,6 +1,8 @@
 """The settings (lexpilot/settings.py) read from the command line and the environment: a wrong value is one line
 naming the option or the variable, said before any call, and an API key is never printed."""
 
+import json
+
 import pytest
 
 import show_results
@@ -71,3 +73,45 @@ def test_a_negative_seed_or_sample_size_is_one_line(script, argv, said, capsys):
         script(argv)
     err = capsys.readouterr().err
     assert stop.value.code == 2 and said in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "name, peak, said",
+    [
+        (
+            "judge",
+            None,
+            "--off-peak judge: off-peak needs --prices FILE, whose entry for 'DeepSeek-R1' gives its peak",
+        ),
+        (
+            "user",
+            ["09:00-12:00"],
+            "--off-peak user: {prices} gives no peak windows for 'DeepSeek-V4.1-Flash'",
+        ),
+        (
+            "nobody",
+            ["09:00-12:00"],
+            "--off-peak 'nobody': not a role (eval, user, judge) nor a model id of this run",
+        ),
+        (
+            "DeepSeek-R1",
+            ["00:00-12:00", "12:00-24:00"],
+            "the peak windows of 'DeepSeek-R1' cover the whole day",
+        ),
+    ],
+)
+def test_an_off_peak_that_cannot_hold_is_refused_in_one_line(
+    harness, provider, tmp_path, capsys, name, peak, said
+):
+    """--off-peak without --prices, for a model without windows, for a name that is no role or model of the run, or
+    for windows covering the whole day (its calls would never start): one line, no call."""
+    prices = tmp_path / "prices.json"
+    judge = {"prompt": 1, "completion": 1, "tz": "Asia/Shanghai", "peak": peak, "peak_multiplier": 2}
+    prices.write_text(
+        json.dumps({"DeepSeek-R1": judge, "DeepSeek-V4.1-Flash": {"prompt": 1, "completion": 1}})
+    )
+    extra = ["--prices", str(prices)] if peak else []
+    assert harness.run("gold", "--limit", "1", "--off-peak", name, *extra) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said.format(prices=prices) in err[0], err
+    assert not provider.requests

@@ -18,6 +18,7 @@ from typing import Any
 
 from lexpilot.errors import ONE_SLOT, Aborted, CaseFailed, CaseFailure, FatalError
 from lexpilot.models.limits import Endpoint, Endpoints, request_tokens
+from lexpilot.models.offpeak import Holds
 from lexpilot.models.quirks import STOPS, Refusal, context_message, provider_error, refusal_of, stop_message
 from lexpilot.models.replies import (
     TRUNCATED,
@@ -36,6 +37,7 @@ from lexpilot.models.served import ServedCalls, ServedModels
 from lexpilot.pricing import PRICED_COUNTS, Budget, counted_key, price_class
 from lexpilot.settings import Role, Settings, key_variables
 from lexpilot.text import counted
+from lexpilot.windows import Clock, utc_now
 
 RAW_RESPONSE_HEADER = "X-Stainless-Raw-Response"  # openai._constants': "stream" leaves the body to the caller
 
@@ -174,6 +176,15 @@ class Sharing:
     # the served model ids each role accepts, per endpoint and per run, for every cell (models/served.py)
     served: ServedModels = field(default_factory=ServedModels)
 
+    # the endpoints held for off-peak (models/offpeak.py), and the clock their windows and the bill are read by
+    holds: Holds = field(default_factory=Holds)
+    clock: Clock = utc_now
+
+    def drain(self) -> None:
+        """The grid's first Ctrl-C: no new call starts, and the calls held for off-peak stop waiting now."""
+        self.draining.set()
+        self.holds.wake()
+
     def client(self, role: Role, timeout: float, chain: tuple[str, str], build):
         key = (*Endpoint.of(role).account, timeout, chain)
         with self.lock:
@@ -190,7 +201,7 @@ class Sharing:
         for client in clients:
             client.close()
 
-    def count(self, model: str, reply: Reply, retry: bool = False) -> None:
+    def count(self, model: str, reply: Reply, retry: bool = False, priced: str = "") -> None:
         with self.lock:
             self.retried += retry
             self.answered.add(
@@ -199,7 +210,7 @@ class Sharing:
                 reply.completion_tokens or 0,
                 unreported=int(reply.prompt_tokens is None),
                 cached_tokens=reply.cached_tokens or 0,
-                priced=billed_class(reply),
+                priced=priced,
             )
 
     def count_batched(self, model: str, usage: dict, retry: bool = False) -> None:
@@ -297,9 +308,10 @@ class Attempt:
     answered: Reply | None = None
 
 
-def billed_class(reply: Reply) -> str:
-    """The price class a reply is billed at: the tier the reply says served it, not the one asked for."""
-    return price_class(reply.served.service_tier if reply.served else None)
+def billed_class(reply: Reply, window: str = "") -> str:
+    """The price class a reply is billed at: the tier the reply says served it, not the one asked for, and the price
+    window its request was sent in (windows.py: "peak" or "")."""
+    return price_class(reply.served.service_tier if reply.served else None, window or None)
 
 
 def malformed_usage(role: str, problem: str) -> str:
@@ -332,6 +344,7 @@ class ModelCaller:
         token_fields: dict | None = None,
         sharing: Sharing | None = None,
         cell=None,
+        clock: Clock = utc_now,
     ):
         import openai  # imported here so that offline commands (validation, results) never need it
 
@@ -344,6 +357,10 @@ class ModelCaller:
         self.limiters = {role: self.endpoints.of(r) for role, r in settings.roles.items()}
         self.cell, self.sharing = cell, sharing
         self.draining = sharing.draining if sharing else threading.Event()
+        # the price windows and off-peak holds are read by one clock: the grid's, else this stage's
+        self.clock = sharing.clock if sharing else clock
+        spending = settings.spending
+        self.holds = sharing.holds if sharing else Holds.of(spending.off_peak, spending.prices, self.clock)
 
         # Every client is built here, before any worker starts: nothing is built lazily across threads. The grid's
         # cells of one (model, run) share theirs (Sharing.client): building one reads the whole environment for proxies.
@@ -479,11 +496,15 @@ class ModelCaller:
         """One request, within the endpoint's limiter and the budget; what came of it."""
         self.served.check(role.name)  # a role whose served model changed starts no new call
         limiter, counted_tokens = self.limiters[role.name], request_tokens(len(str(prompt)), role.max_tokens)
-        # before the budget: waiting reserves nothing
-        lease = limiter.acquire(self.stopped, self.cell, counted_tokens)
+        # before the budget: waiting reserves nothing; the window it is sent in is noted as it goes (the bill's)
+        lease, window = self._turn(role, limiter, counted_tokens)
         try:
             reserved = (
-                self.budget.reserve(role.model, len(str(prompt)), role.max_tokens) if self.budget else 0.0
+                self.budget.reserve(
+                    role.model, len(str(prompt)), role.max_tokens, priced=price_class(None, window)
+                )
+                if self.budget
+                else 0.0
             )
         except FatalError:
             limiter.release(lease=lease)  # type: ignore[arg-type]  # its own lease; mypy cannot pair unions
@@ -494,7 +515,7 @@ class ModelCaller:
             on_send()
         self.progress.update(in_flight=1)
         try:
-            outcome = self._accepted(role, self._request(role, prompt, token_field, tier), usage)
+            outcome = self._accepted(role, self._request(role, prompt, token_field, tier), usage, window)
         except self.openai.APIStatusError as e:
             try:
                 outcome = self._status_error(role, e, token_field, tier)
@@ -525,8 +546,26 @@ class ModelCaller:
         except InterruptedError:
             raise Aborted() from None
         finally:
-            self._settle(role, outcome, limiter, lease, counted_tokens, reserved, retry)
+            self._settle(role, outcome, limiter, lease, counted_tokens, reserved, retry, window)
         return outcome
+
+    def window(self, role: Role) -> str:
+        """The price window a call of this role sent now falls in ("peak", or "": off-peak or no windows)."""
+        price = (self.settings.spending.prices or {}).get(role.model)
+        return price.windows.at(self.clock()) if price and price.windows else ""
+
+    def _turn(self, role: Role, limiter, tokens: int) -> tuple[Any, str]:
+        """The call's turn at its endpoint (the limiter's lease) and the window it is sent in; a call held for
+        off-peak first waits for its window to close, and waits again if one opened while it waited for its turn."""
+        hold = self.holds.get(role.model)
+        while True:
+            if hold:
+                hold.wait(self.stopped, lambda line: self.say_once(f"hold:{role.model}", line))
+            lease = limiter.acquire(self.stopped, self.cell, tokens)
+            window = self.window(role)
+            if not hold or not window:
+                return lease, window
+            limiter.release(lease=lease)  # never sent: its slot goes back
 
     def _settle(
         self,
@@ -537,6 +576,7 @@ class ModelCaller:
         counted_tokens: int,
         reserved: float,
         retry: bool = False,
+        window: str = "",
     ) -> None:
         """An attempt's end, however it ended: the progress, the endpoint's lease (with the tokens it used),
         the counts shared with the grid and the budget."""
@@ -547,7 +587,7 @@ class ModelCaller:
         if outcome.unavailable:
             limiter.count_unavailable()
         if self.sharing and answered:
-            self.sharing.count(role.model, answered, retry)
+            self.sharing.count(role.model, answered, retry, billed_class(answered, window))
         if self.budget:  # an answered call costs what it reports; an unanswered one its worst case
             reply = outcome.answered
             uncharged = 0 if outcome.unavailable else None  # the flex tier's refusal is not charged
@@ -557,10 +597,10 @@ class ModelCaller:
                 reply.prompt_tokens if reply else uncharged,
                 reply.completion_tokens if reply else uncharged,
                 (reply.cached_tokens or 0) if reply else 0,
-                priced=billed_class(reply) if reply else "",
+                priced=billed_class(reply, window) if reply else "",
             )
 
-    def _accepted(self, role: Role, reply: Reply, usage: Usage) -> Attempt:
+    def _accepted(self, role: Role, reply: Reply, usage: Usage, window: str = "") -> Attempt:
         """A reply counts as spent whatever it says; it is accepted when it is complete and not empty."""
         if reply.prompt_tokens is not None:
             usage.add(
@@ -569,7 +609,7 @@ class ModelCaller:
                 reply.completion_tokens or 0,
                 reasoning_tokens=reply.reasoning_tokens or 0,
                 cached_tokens=reply.cached_tokens or 0,
-                priced=billed_class(reply),
+                priced=billed_class(reply, window),
                 served=reply.served,
             )
         else:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from pathlib import Path
 
@@ -18,11 +19,16 @@ from lexpilot.benchmark.prompts import (
 )
 from lexpilot.benchmark.records import readable_records
 from lexpilot.benchmark.vocabulary import ROLES
+from lexpilot.models.offpeak import duration
 from lexpilot.pricing import Price, cost, price_class
 from lexpilot.protocols.steps import Step
 from lexpilot.running.state import StageState
 from lexpilot.settings import Settings
 from lexpilot.storage.checkpoints import NOT_USED_FILE, add_usage, not_used_entries
+from lexpilot.windows import Windows, utc_now
+
+# a call's time for the wall-time estimates (the stage's dry run, the grid's; quote_grid.py --seconds-per-call)
+SECONDS_PER_CALL = 30.0
 
 
 def case_steps(state: StageState, case: Case):
@@ -85,7 +91,12 @@ def cost_quote(
 ) -> str:
     """The cost of the pending work per role: bounds and, where runs of this stage were saved under the output
     root, an expected figure from their usage per case (see `role_money`)."""
-    lines = ["cost quote (money per the price file):"]
+    lines = [
+        "cost quote (money per the price file; a model priced by the clock: low and expected off-peak, high at peak "
+        "unless held for off-peak, each window below):"
+    ]
+    # when the calls would be sent, for a model priced by the clock: from now, over the stage's estimated wall time
+    schedule_seconds = stage_seconds(state, settings)
     expected_usage = saved_usage_per_case(settings.output_root, state.steps)
     total = [0.0, 0.0, 0.0]
     for role in ROLES:
@@ -98,8 +109,7 @@ def cost_quote(
             continue
         # at batch prices
         batched = 1.0 if settings.batching.enabled and role in settings.batching.asked else 0.0
-        low, high, expected = role_money(
-            price,
+        counts = (
             low_chars[role],
             chars[role] + calls[role] * CARRIED_REPLIES * carried_limit(settings),
             calls[role] * limit,
@@ -107,11 +117,19 @@ def cost_quote(
             pending,
             batched,
         )
+        low, high, expected = off = role_money(price, *counts)
+        clock: list[str] = []
+        if price.windows is not None:  # the high bound at peak (the worst case) unless held for off-peak
+            peak, held = role_money(price.at_peak(), *counts), model in settings.spending.off_peak
+            share = 0.0 if held else price.windows.peak_share(utc_now(), schedule_seconds)
+            high = high if held else peak[1]
+            clock = clock_lines(price.windows, off, peak, held, share, schedule_seconds)
         total = [total[0] + low, total[1] + high, total[2] + (expected or 0)]
         lines.append(
             f"  {role} ({model}{tier_said(settings, role)}): between {low:,.4f} and {high:,.4f}"
             + (f"; expected ~{expected:,.4f} from saved runs of this stage" if expected is not None else "")
         )
+        lines += clock
     lines.append(
         f"  total: between {total[0]:,.4f} and {total[1]:,.4f}"
         + (f"; expected ~{total[2]:,.4f}" if expected_usage else "")
@@ -139,6 +157,49 @@ def quoted_price(settings: Settings, role: str) -> Price | None:
     if price is None or settings.transport.flex_fallback:
         return price
     return price.at(price_class(tier))
+
+
+def stage_seconds(state: StageState, settings: Settings) -> float:
+    """The stage's estimated wall time: waves of --concurrency cases, each its longest chain of calls at
+    SECONDS_PER_CALL (as quote_grid.py estimates a (model, run) job's)."""
+    pending = state.pending()
+    waves = math.ceil(len(pending) / settings.transport.concurrency)
+    return waves * longest_chain(state, pending) * SECONDS_PER_CALL
+
+
+def mixed(off: tuple, peak: tuple, share: float) -> tuple:
+    """(low, high, expected) with `share` of the calls sent at peak, the rest off-peak."""
+    return tuple(None if o is None else (1 - share) * o + share * p for o, p in zip(off, peak))
+
+
+def clock_lines(
+    windows: Windows, off: tuple, peak: tuple, held: bool, share: float, seconds: float
+) -> list[str]:
+    """A model priced by the clock: its (low, high, expected) off-peak and at peak, and as the calls would fall with
+    `share` of the next `seconds` in peak (none when the model is held for off-peak)."""
+    scheduled, when = (
+        mixed(off, peak, share),
+        f"{share:.0%} in peak of the estimated wall time, {duration(seconds)}",
+    )
+    if held:  # its calls go on off-peak only: the estimated wall time, counted in off-peak hours
+        now = utc_now()
+        done = (windows.off_peak_end(now, seconds) - now).total_seconds()
+        when = (
+            f"held for off-peak: every call off-peak; the estimated {duration(seconds)} of calls, made off-peak "
+            f"only, end in {duration(done)}"
+        )
+    return [
+        f"    off-peak: {money_text(off)}",
+        f"    at peak ({windows.describe()}): {money_text(peak)}",
+        f"    as scheduled ({when}): {money_text(scheduled)}",
+    ]
+
+
+def money_text(money: tuple) -> str:
+    low, high, expected = money
+    return f"between {low:,.4f} and {high:,.4f}" + (
+        f"; expected ~{expected:,.4f}" if expected is not None else ""
+    )
 
 
 def role_money(

@@ -28,6 +28,7 @@ from lexpilot.errors import (
     own_interrupts,
 )
 from lexpilot.models.calls import FLEX_FALLBACK_CALLS, ModelCaller, Sharing, Usage, default_token_fields
+from lexpilot.models.offpeak import Holds
 from lexpilot.models.served import ServedModelChanged
 from lexpilot.pricing import counted_key
 from lexpilot.protocols.steps import CaseCalls, Stage
@@ -57,6 +58,7 @@ class Progress:
         self.last_error = ""
         self.lock = threading.Lock()
         self.start = time.monotonic()
+        self.holds = Holds()  # the endpoints held for off-peak, which the line says while they are held
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self._last_draw = self.start
 
@@ -85,6 +87,7 @@ class Progress:
             f"{self.answered} calls answered, {self.in_flight} in flight, {self.retries} retries, "
             f"elapsed {elapsed:.0f}s, remaining ~{eta}"
         )
+        text += "".join(f" | {model}: {held}" for model, held in self.holds.status())
         return text + (f" | last retry: {self.last_error}" if self.last_error else "")
 
     def draw(self, final: bool = False) -> None:
@@ -235,6 +238,7 @@ class Workers:
             outcome.fatal.append(str(e))
             self.abort.set()
             self.stop_new.set()
+            self.caller.holds.wake()  # the calls held for off-peak stop waiting now
         except Aborted:
             pass
         except CaseFailed as e:
@@ -343,6 +347,7 @@ def _execute(
     transport = state.manifest.token_fields if state.manifest else None
     caller = ModelCaller(settings, progress, abort, clients, transport, sharing, cell)
     seed_served(state, caller)
+    progress.holds = caller.holds
     journal = _open_journal(name, state, pending, writer, err)
     workers = Workers(
         state,

@@ -205,3 +205,28 @@ def test_max_cost_in_batch_mode_settles_a_collected_reply_at_the_batch_price(pri
     capsys.readouterr()
     assert h.run("gold", *batch, "--max-cost", f"{cap:.9f}") == 0, capsys.readouterr().err
     assert len(h.records("eval_results", "LJP_gold.jsonl")) == 4
+
+
+@pytest.mark.parametrize("held", [False, True])
+def test_a_models_high_bound_is_at_its_peak_price_unless_it_is_held_for_off_peak(
+    priced, tmp_path, capsys, held
+):
+    """The judge priced by the clock, three times its price from 00:00 to 23:59 UTC: the quote's high bound is the
+    worst case, so the judge's is its at-peak figure, three times the off-peak one; held for off-peak, its calls are
+    never sent at peak, and its high bound is the off-peak one. The low bound is off-peak either way."""
+    h, prices = priced
+    table = json.loads(prices.read_text(encoding="utf-8"))
+    table["DeepSeek-R1"] |= {"tz": "UTC", "peak": ["00:00-23:59"], "peak_multiplier": 3}
+    prices.write_text(json.dumps(table), encoding="utf-8")
+    assert (
+        h.run("gold", "--dry-run", "--prices", str(prices), *(["--off-peak", "judge"] if held else [])) == 0
+    )
+    out = capsys.readouterr().out
+
+    def bounds(label: str) -> tuple[float, float]:
+        found = re.search(rf"{label}[^\n]*?: between ([\d.,]+) and ([\d.,]+)", out)
+        return float(found[1].replace(",", "")), float(found[2].replace(",", ""))
+
+    main, off, peak = bounds(r"  judge \(DeepSeek-R1\)"), bounds("    off-peak"), bounds("    at peak")
+    assert peak[1] == pytest.approx(3 * off[1], rel=1e-3)
+    assert main == (off[0], off[1] if held else peak[1])

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -135,3 +136,23 @@ def test_ctrl_c_while_the_sdk_loads_is_the_usual_interrupted_line(tmp_path):
     err = done.stderr.strip().splitlines()
     assert done.returncode == 130, done.stderr
     assert err == ["[LJP gold] interrupted: completed cases are saved; rerun the same command to resume."]
+
+
+def test_a_stages_progress_line_says_the_hold(tmp_path):
+    """The progress line of a stage script says, per endpoint held: held for off-peak, N calls waiting, opens in ..."""
+    from lexpilot.models.offpeak import Hold, Holds
+    from lexpilot.pricing import read_prices
+    from lexpilot.running.stage import Progress
+    from tests.helpers.clock import price_file, windows_from_now
+
+    entry = {"prompt": 1, "completion": 1, **windows_from_now((-60, 600)), "peak_multiplier": 2}
+    windows = read_prices(price_file(tmp_path, {"judge-model": entry}))["judge-model"].windows
+    hold = Hold("judge-model", windows)
+    hold.waiting = 3
+    progress = Progress("DCG", 2)
+    progress.holds = Holds({"judge-model": hold})
+    assert " | judge-model: held for off-peak, 3 calls waiting, opens in 9 min" in progress.line() or (
+        " | judge-model: held for off-peak, 3 calls waiting, opens in 10 min" in progress.line()
+    )
+    hold.clock = lambda: datetime.now(timezone.utc) + timedelta(minutes=11)  # the window has closed
+    assert "held" not in progress.line()

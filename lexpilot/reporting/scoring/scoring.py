@@ -278,7 +278,7 @@ def score_usage(run: Run, root: Path, saved: dict[str, dict]) -> None:
                         {
                             k: v
                             for k, v in used.items()
-                            if ":" in k and isinstance(v, int) and not isinstance(v, bool)
+                            if ":" in k and isinstance(v, int) and not isinstance(v, bool) and v >= 0
                         }
                     )
                     served = counts_of(used, "served")

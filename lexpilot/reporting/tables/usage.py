@@ -13,6 +13,7 @@ from lexpilot.reporting.scoring.runs import Run
 from lexpilot.reporting.tables.formats import number_cell
 from lexpilot.reporting.tables.table import METRIC, PERCENT, Figure, Kind, Table, declares
 from lexpilot.text import counted
+from lexpilot.windows import PEAK
 
 
 def role_cost(run: Run, role: str, used: dict, prices: dict | None) -> float | None:
@@ -28,6 +29,13 @@ def uncached_usage(used: dict) -> dict:
         k: 0 if k == "cached_prompt_tokens" or k.endswith(":cached_prompt_tokens") else n
         for k, n in used.items()
     }
+
+
+def peak_calls(used: dict) -> int:
+    """The calls of a usage entry sent in a peak window, at whatever tier (the price classes "peak", "flex+peak")."""
+    return sum(
+        n for key, n in used.items() if key.endswith(":calls") and PEAK in key.rpartition(":")[0].split("+")
+    )
 
 
 def total_cost(costs: list[float | None]) -> float | None:
@@ -146,6 +154,8 @@ def grid_total(groups: list[Group], prices: dict | None) -> Table:
                     costs.setdefault(role, []).append(role_cost(run, role, used, prices))
                     uncached.setdefault(role, []).append(role_cost(run, role, uncached_usage(used), prices))
     rows = []
+    # the share of calls sent in a price window's peak (windows.py), shown where any was
+    at_peak = any(peak_calls(used) for used in by_role.values())
     for role in [r for r in by_role if by_role[r]["calls"] or unanswered.get(r)] + ["all"]:
         used = sum(by_role.values(), Counter()) if role == "all" else by_role[role]
         spent = [c for r in (ROLES if role == "all" else [role]) for c in costs.get(r, [])]
@@ -157,12 +167,14 @@ def grid_total(groups: list[Group], prices: dict | None) -> Table:
             if used["calls"]
             else "-"
         )
+        peak = number_cell(peak_calls(used) / used["calls"], PERCENT, percent=True) if used["calls"] else "-"
         rows.append(
             [
                 role,
                 str(used["calls"]),
                 str(paid),
                 batch,
+                *([peak] if at_peak else []),
                 str(used["prompt_tokens"]),
                 str(used["cached_prompt_tokens"]),
                 str(used["completion_tokens"]),
@@ -179,6 +191,7 @@ def grid_total(groups: list[Group], prices: dict | None) -> Table:
             "Calls",
             "Unanswered (paid, not priced)",
             "Batch share",
+            *(["Sent at peak"] if at_peak else []),
             "Prompt tokens",
             "of which cached",
             "Completion tokens",

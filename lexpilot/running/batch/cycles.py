@@ -256,12 +256,17 @@ def _requests(run: BatchRun, needs: list[tuple]) -> dict:
 
 
 def send(run: BatchRun, groups: dict) -> None:
-    """The cycle's requests submitted (or written for vLLM's run-batch), batch by batch."""
+    """The cycle's requests submitted (or written for vLLM's run-batch), batch by batch; a batch of a model held for
+    off-peak last, once its peak window has closed (the others are not kept waiting)."""
     settings = run.settings
     if groups:
         run.note_submission()
-    for group, requests in groups.items():
+    holds = run.caller.holds
+    for group, requests in sorted(groups.items(), key=lambda g: bool(holds.get(held_model(run, g[1])))):
         role = requests[0][1].role
+        hold = holds.get(settings.roles[role].model)
+        if hold:
+            hold.wait(run.caller.stopped, run.log)
         for chunk in chunks(requests):
             if settings.batching.files:
                 write_batch_file(
@@ -275,6 +280,11 @@ def send(run: BatchRun, groups: dict) -> None:
                 )
             else:
                 submit(run, run.caller.clients[role], role, chunk, settings.roles[role].max_tokens)
+
+
+def held_model(run: BatchRun, requests: list) -> str:
+    """The model a batch's requests ask (one per batch)."""
+    return run.settings.roles[requests[0][1].role].model
 
 
 def batch_summary(run: BatchRun, out, err) -> int:

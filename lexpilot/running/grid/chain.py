@@ -11,8 +11,9 @@ import threading
 from dataclasses import dataclass
 from typing import TextIO
 
+from lexpilot.errors import Aborted
 from lexpilot.models.calls import Sharing
-from lexpilot.running.batch.chain import DONE, FAILED, Handed, Link, Turn, run_chain
+from lexpilot.running.batch.chain import DONE, FAILED, Drained, Handed, Link, Turn, run_chain
 from lexpilot.running.context import RunContext
 from lexpilot.running.grid.cells import Cell, Grid, reason_of, why
 from lexpilot.running.grid.pool import chain_of
@@ -49,7 +50,20 @@ class GridHost:
             (turn.run, [r for requests in groups.values() for r in requests]) for turn, _, groups in handed
         ]
         if shares:
+            self.held(shares)
             self.grid.sharing.batches.hand(chain_of(shares[0][0].settings), shares)
+
+    def held(self, shares: list) -> None:
+        """A chain whose cycle asks a model held for off-peak hands it over once that model's peak window has
+        closed: the pooled cycle is made when every chain has handed its share, so it waits with it."""
+        models = {
+            run.settings.roles[entry.role].model for run, requests in shares for _, entry, _ in requests
+        }
+        for hold in filter(None, map(self.sharing.holds.get, sorted(models))):
+            try:
+                hold.wait(self.draining.is_set)
+            except Aborted:
+                raise Drained from None
 
     def finished(self, turn: Turn, code: int) -> None:
         if code:

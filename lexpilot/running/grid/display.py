@@ -44,6 +44,7 @@ def spent(grid: Grid, prices: dict | None) -> float | None:
         answered = {model: dict(e) for model, e in grid.sharing.answered.by_role.items()}
     if not prices or any(model not in prices for model in answered):
         return None
+    # each price class at its rates (a call sent in a peak window at the peak price), batched calls at the batch's
     return sum(usage_cost(prices[m], e) for m, e in answered.items())
 
 
@@ -143,7 +144,13 @@ class Display:
             if pool is not None
             else []
         )
-        return [head, *batches] + [self.endpoint_line(lim, now) for lim in self.grid.sharing.endpoints.all()]
+        held = dict(self.grid.sharing.holds.status())
+        return [head, *batches] + [
+            self.endpoint_line(
+                lim, now, next((h for m, h in held.items() if lim.name.startswith(f"{m} at ")), "")
+            )
+            for lim in self.grid.sharing.endpoints.all()
+        ]
 
     def time_left(self, elapsed: float, calls: int, left: int) -> str:
         """From the calls left at the pace so far; in batch mode from the cycles left at the observed length of a
@@ -153,7 +160,8 @@ class Display:
             return batch_time_left(pool.made_at, self.quote.cycles, time.monotonic())
         return f"~{elapsed / calls * left:.0f}s" if calls else "?"
 
-    def endpoint_line(self, limiter, now: float) -> str:
+    def endpoint_line(self, limiter, now: float, held: str = "") -> str:
+        """One endpoint's line; `held`: what its hold for off-peak says while it holds calls."""
         then, before = self.sent_before.get(limiter.name, (self.start, 0))
         rate = (limiter.sent - before) / max(now - then, 1.0)  # not a burst's first milliseconds as a rate
         if now - then >= 5:  # calls/s over the last few seconds, not since the start
@@ -165,6 +173,7 @@ class Display:
             + f", {rate:.1f} calls/s, {counted(limiter.rate_limited, '429')}"
             + limits_text(limiter.limits, self.share)
             + (f", paused {pause:.0f}s" if pause > 0 else "")
+            + (f", {held}" if held else "")
             + (f", stopped: {limiter.failure[:120]}" if limiter.failure else "")
         )
 

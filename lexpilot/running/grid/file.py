@@ -15,6 +15,7 @@ the judge's), optional limits. Every mistake is one line naming the file, the ke
 
     [limits."DeepSeek-R1"]          # the judge's endpoint, configured as for a stage
     rpm = 1000
+    off_peak = true                 # its calls start only outside its peak windows (--prices gives them)
 
     [limits."gpt-5.6-mini"]         # a judge asked at the flex tier (batch prices, slower; docs/cost.md)
     service_tier = "flex"
@@ -40,8 +41,8 @@ from lexpilot.models.limits import Limits, limit_value, parse_limits
 from lexpilot.settings import SERVICE_TIERS, check_api_key, check_base_url
 
 TIER_KEY = "service_tier"  # in a [models] or [limits] table: the tier every role using that model id asks for
-MODEL_KEYS = ("base_url", "key_variable", "batch", TIER_KEY, *Limits.NAMES)
-LIMITS_KEYS = (TIER_KEY, *Limits.NAMES)
+MODEL_KEYS = ("base_url", "key_variable", "batch", TIER_KEY, "off_peak", *Limits.NAMES)
+LIMITS_KEYS = (*Limits.NAMES, TIER_KEY, "off_peak")
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,8 @@ class GridFile:
     # a base URL -> the limits every model served there shares, on top of its own
     servers: dict[str, Limits] = field(default_factory=dict)
     tiers: dict[str, str] = field(default_factory=dict)  # any model id -> the service tier it is asked at
+    # model id -> where its `off_peak = true` is (file:line: key), for a refusal naming it
+    off_peak: dict[str, str] = field(default_factory=dict)
 
 
 def key_lines(text: str) -> dict[tuple[str, ...], int]:
@@ -111,7 +114,12 @@ def read_grid_file(path: Path, env) -> GridFile:
             )
         if not isinstance(value, dict) or any(not isinstance(v, dict) for v in value.values()):
             raise HarnessError(f'{where(top)}: write each model as its own table, [{top}."MODEL_ID"]')
+    for table in ("models", "limits"):
+        for model, entry in data.get(table, {}).items():
+            if entry.get("off_peak", False) is not False:
+                grid.off_peak[model] = off_peak_entry(entry["off_peak"], where(table, model, "off_peak"))
     for model, entry in data.get("models", {}).items():
+        entry = {k: v for k, v in entry.items() if k != "off_peak"}
         grid.endpoints[model], limits = model_endpoint(entry, env, lambda *k, m=model: where("models", m, *k))
         if limits:
             grid.limits[model] = limits
@@ -130,7 +138,7 @@ def read_grid_file(path: Path, env) -> GridFile:
             )
         _read_tier(grid, model, entry, lambda *k, m=model: where("limits", m, *k))
         given = {k: v for k, v in entry.items() if k in Limits.NAMES}
-        if given or not entry:
+        if given or not entry:  # as before for the limits; a tier or off_peak alone sets none
             grid.limits[model] = entry_limits(given, lambda *k, m=model: where("limits", m, *k))
     for url, entry in data.get("servers", {}).items():
         grid.servers[check_base_url(url, where("servers", url))] = server_entry(
@@ -146,6 +154,13 @@ def _read_tier(grid: GridFile, model: str, entry: dict, where) -> None:
     if tier not in SERVICE_TIERS:
         raise HarnessError(f"{where(TIER_KEY)}: {', '.join(repr(t) for t in SERVICE_TIERS)} (a string)")
     grid.tiers[model] = tier
+
+
+def off_peak_entry(value, where: str) -> str:
+    """`off_peak = true`: where it is said (the model's windows are checked against the price file later)."""
+    if value is not True:
+        raise HarnessError(f"{where}: true or false (true: its calls start only outside its peak windows)")
+    return where
 
 
 def server_entry(entry: dict, where) -> Limits:

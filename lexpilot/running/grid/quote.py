@@ -26,6 +26,7 @@ from lexpilot.running.grid.cells import reads
 from lexpilot.running.quote import (
     CARRIED_REPLIES,
     carried_limit,
+    clock_lines,
     longest_chain,
     planned_calls,
     quoted_price,
@@ -34,6 +35,7 @@ from lexpilot.running.quote import (
 )
 from lexpilot.running.state import read_only_state
 from lexpilot.settings import Settings, add_common_args, given_once, number, settings_from_args
+from lexpilot.windows import utc_now
 
 BATCH_WINDOW_HOURS = 24  # OpenAI's batch completion window: a cycle takes at most this long
 
@@ -52,6 +54,10 @@ class Part:
     reads: tuple[str, ...] = ()  # the quoted stages whose records it reads (they run before it)
     # (role, "sync"|"batch") -> (low, high, expected or None) or None
     money: dict = field(default_factory=dict)
+    # for the roles whose model is priced by the clock: their money off-peak and at peak (the money above has its
+    # high bound at peak unless the model is held for off-peak: the worst case)
+    clock_money: dict = field(default_factory=dict)
+    peak_money: dict = field(default_factory=dict)
     refused: str = ""  # why the stage would not run (its message), nothing counted
 
 
@@ -74,19 +80,20 @@ def quote_part(
         # the batch columns send the roles --batch-roles names (every role by default) through a batch API
         batchable = 1.0 if role in settings.batching.asked else 0.0
         for mode, batched in (("sync", 0.0), ("batch", batchable)):
-            part.money[(role, mode)] = (
-                None
-                if price is None
-                else role_money(
-                    price,
-                    low[role],
-                    chars[role] + calls * CARRIED_REPLIES * carried_limit(settings),
-                    calls * limit,
-                    saved_usage.get(role),
-                    part.pending,
-                    batched,
-                )
+            counts = (
+                low[role],
+                chars[role] + calls * CARRIED_REPLIES * carried_limit(settings),
+                calls * limit,
+                saved_usage.get(role),
+                part.pending,
+                batched,
             )
+            part.money[(role, mode)] = None if price is None else role_money(price, *counts)
+            if price is not None and price.windows is not None:
+                peak = part.peak_money[(role, mode)] = role_money(price.at_peak(), *counts)
+                off = part.clock_money[(role, mode)] = part.money[(role, mode)]
+                if settings.roles[role].model not in settings.spending.off_peak:
+                    part.money[(role, mode)] = (off[0], peak[1], off[2])  # the worst case: every call at peak
     return part
 
 
@@ -256,11 +263,6 @@ def summed_money(parts: list[Part], key) -> dict:
             entry[1] += high
             entry[2] = None if expected is None or entry[2] is None else entry[2] + expected
     return sums
-
-
-SECONDS_PER_CALL = (
-    30.0  # a call's time for the wall-time estimate, unless quote_grid.py --seconds-per-call says
-)
 
 
 @dataclass(frozen=True)
@@ -433,6 +435,32 @@ def refusal_lines(parts: list[Part]) -> list[str]:
 RUN_PATH = re.compile(r"^\S*?manifest\.json: |^\S*/runs/\S*?: ")
 
 
+def clock_notes(counted: list[Part], seconds: float) -> list[str]:
+    """Each endpoint priced by the clock, at synchronous prices: off-peak (the tables' figures), at peak, and as its
+    calls would fall over the estimated wall time from now (all off-peak when the grid holds it for off-peak)."""
+    lines = []
+    for model in sorted({p.settings.roles[r].model for p in counted for (r, _) in p.peak_money}):
+        mine = [(p, role) for p in counted for (role, mode) in p.peak_money if mode == "sync"]
+        mine = [(p, role) for p, role in mine if p.settings.roles[role].model == model]
+        price = (mine[0][0].settings.spending.prices or {})[model]
+        assert price.windows is not None, "only a model with windows has peak money"
+        off, peak = (
+            summed_windows([getattr(p, kind)[(role, "sync")] for p, role in mine])
+            for kind in ("clock_money", "peak_money")
+        )
+        held = any(model in p.settings.spending.off_peak for p, _ in mine)
+        roles = ", ".join(sorted({role for _, role in mine}))
+        lines.append(f"{model} ({roles}) is priced by the clock; at synchronous prices:")
+        share = 0.0 if held else price.windows.peak_share(utc_now(), seconds)
+        lines += clock_lines(price.windows, off, peak, held, share, seconds)
+    return lines
+
+
+def summed_windows(money: list[tuple]) -> tuple:
+    """(low, high, expected) summed over parts (expected None where any part has none)."""
+    return tuple(None if any(m[i] is None for m in money) else sum(m[i] for m in money) for i in range(3))
+
+
 def hours(seconds: float) -> str:
     return f"{seconds / 3600:,.1f} h" if seconds >= 3600 else f"{seconds / 60:,.1f} min"
 
@@ -468,6 +496,7 @@ def quote_notes(parts: list[Part], timing: Timing) -> list[str]:
             for model, s in sorted(per_endpoint.items())
         )
     ]
+    lines += clock_notes(counted, max(chains, limited))
     side, serial = batch_cycles(counted)
     lines.append(
         f"batch mode: at most {side} cycles for the slowest job with run_grid.py --batch"

@@ -18,6 +18,7 @@ from lexpilot.benchmark.vocabulary import ROLE
 from lexpilot.errors import INTERRUPTED, HarnessError
 from lexpilot.models.calls import Sharing
 from lexpilot.models.limits import Endpoints, Limits, server_of
+from lexpilot.models.offpeak import Holds
 from lexpilot.protocols.steps import Stage
 from lexpilot.running.grid.cells import (
     FAILED,
@@ -42,7 +43,7 @@ from lexpilot.running.grid.quote import (
     stage_settings,
     summed_money,
 )
-from lexpilot.settings import Settings
+from lexpilot.settings import Settings, off_peak_models
 
 
 def with_endpoint(settings: Settings, endpoint: ModelEndpoint | None, env) -> Settings:
@@ -89,6 +90,20 @@ def with_tiers(settings: Settings, tiers: dict[str, str]) -> Settings:
             )
         roles[name] = dataclasses.replace(role, service_tier=tier)
     return dataclasses.replace(settings, roles=roles)
+
+
+def with_off_peak(settings: Settings, off_peak: dict[str, str]) -> Settings:
+    """The settings with the grid file's `off_peak = true` models of this cell's roles held too (each checked: a
+    model with peak windows in --prices)."""
+    used = {r.model for r in settings.roles.values()}
+    held = list(settings.spending.off_peak)
+    for model, where in off_peak.items():
+        if model in used:
+            held += off_peak_models([model], settings.roles, settings.spending.prices, where)
+    if tuple(dict.fromkeys(held)) == settings.spending.off_peak:
+        return settings
+    spending = dataclasses.replace(settings.spending, off_peak=tuple(dict.fromkeys(held)))
+    return dataclasses.replace(settings, spending=spending)
 
 
 @dataclass
@@ -157,6 +172,12 @@ class GridRun:
             return ""
         return f"shard {self.shard[0]}/{self.shard[1]}'s 1/{self.shard[1]} of the grid's"
 
+    def held(self, chains: list[list[Cell]]) -> tuple[str, ...]:
+        """The model ids any cell holds for off-peak (--off-peak, the grid file's off_peak = true)."""
+        return tuple(
+            dict.fromkeys(m for chain in chains for cell in chain for m in cell.settings.spending.off_peak)
+        )
+
     def rate_limits(self, first: Settings) -> dict[str, float]:
         """Model id -> the requests a minute its limits allow, for the quote's wall time."""
         return allowed_rates(self.limits, first)
@@ -174,6 +195,7 @@ class GridRun:
         endpoints = self.endpoints(chains, lambda line: speaker["say"](line))
         budget = first.spending.budget()
         sharing = Sharing(endpoints, budget)
+        sharing.holds = Holds.of(self.held(chains), first.spending.prices, sharing.clock)
         if first.batching.enabled:  # every cell's batches pooled per endpoint, the chains in lockstep
             sharing.batches = BatchPool({chain_of(chain[0].settings) for chain in chains}, sharing.draining)
         grid = self.grid = Grid(chains, sharing, self.clients_of or (lambda cell: None))
@@ -190,7 +212,7 @@ class GridRun:
             wait_for(ended, display.draw)
         except KeyboardInterrupt:
             interrupted = True
-            grid.sharing.draining.set()
+            grid.sharing.drain()
             display.note(
                 "[grid] Ctrl-C: no new call starts; the calls in flight end and are saved or journalled "
                 "(Ctrl-C again leaves at once)"
@@ -308,14 +330,14 @@ def plan_grid(
 
     def settings_of(stage: Stage, model: str, run_id: str) -> Settings:
         settings = with_endpoint(base(stage, model, run_id), grid_file.endpoints.get(model), env)
-        return with_tiers(settings, grid_file.tiers)
+        return with_off_peak(with_tiers(settings, grid_file.tiers), grid_file.off_peak)
 
     grid = GridRun(stages, models, run_ids, settings_of, limits, err, servers=grid_file.servers)
     roles = [r for model in models for r in settings_of(stages[0], model, run_ids[0]).roles.values()]
     used = {r.model for r in roles}
-    unknown = sorted((set(limits) | set(grid_file.tiers)) - used)
+    unknown = sorted((set(limits) | set(grid_file.tiers) | set(grid_file.off_peak)) - used)
     if unknown:
-        named = set(grid_file.limits) | set(grid_file.tiers)
+        named = set(grid_file.limits) | set(grid_file.tiers) | set(grid_file.off_peak)
         where = f"--grid {grid_path}: " if grid_path and unknown[0] in named else ""
         raise HarnessError(
             f"{where}limits or a service tier for {', '.join(unknown)}: no role of this grid uses that model id (the grid's: "
