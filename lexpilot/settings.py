@@ -589,10 +589,8 @@ def off_peak_models(
     return tuple(dict.fromkeys(held))
 
 
-def settings_from_args(args: argparse.Namespace, env=os.environ) -> Settings:
-    check_run_id(args.run_id, "--run-id")
-    if getattr(args, "from_run", None) is not None:
-        check_run_id(args.from_run, "--from-run")
+def transport_of(args: argparse.Namespace, env) -> Transport:
+    """How calls travel, from the command line and LEXPILOT_BACKOFF_BASE."""
     backoff = env.get("LEXPILOT_BACKOFF_BASE", str(BACKOFF_BASE))
     try:
         backoff_base = float(backoff)
@@ -602,6 +600,22 @@ def settings_from_args(args: argparse.Namespace, env=os.environ) -> Settings:
         raise HarnessError(
             f"LEXPILOT_BACKOFF_BASE={backoff[:20]!r}: must be a number of seconds from 0 to 3600"
         ) from None
+    return Transport(
+        timeout=args.timeout,
+        retries=args.retries,
+        concurrency=args.concurrency,
+        stream=args.stream,
+        call_deadline=args.call_deadline,
+        backoff_base=backoff_base,
+        flex_timeout=args.flex_timeout,
+        flex_fallback=args.flex_fallback,
+    )
+
+
+def settings_from_args(args: argparse.Namespace, env=os.environ) -> Settings:
+    check_run_id(args.run_id, "--run-id")
+    if getattr(args, "from_run", None) is not None:
+        check_run_id(args.from_run, "--from-run")
     prices = read_prices(args.prices) if args.prices else None
     if args.max_cost is not None and prices is None:
         raise HarnessError("--max-cost needs --prices FILE (the price per million tokens of each model id)")
@@ -625,16 +639,7 @@ def settings_from_args(args: argparse.Namespace, env=os.environ) -> Settings:
         allow_code_change=args.allow_code_change,
         allow_served_model_change=args.allow_served_model_change,
         keep_reasoning=args.keep_reasoning,
-        transport=Transport(
-            timeout=args.timeout,
-            retries=args.retries,
-            concurrency=args.concurrency,
-            stream=args.stream,
-            call_deadline=args.call_deadline,
-            backoff_base=backoff_base,
-            flex_timeout=args.flex_timeout,
-            flex_fallback=args.flex_fallback,
-        ),
+        transport=transport_of(args, env),
         batching=Batching(
             enabled=bool(
                 args.batch or args.batch_detach or args.batch_files or args.batch_roles or args.batch_resubmit

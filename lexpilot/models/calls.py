@@ -498,17 +498,7 @@ class ModelCaller:
         limiter, counted_tokens = self.limiters[role.name], request_tokens(len(str(prompt)), role.max_tokens)
         # before the budget: waiting reserves nothing; the window it is sent in is noted as it goes (the bill's)
         lease, window = self._turn(role, limiter, counted_tokens)
-        try:
-            reserved = (
-                self.budget.reserve(
-                    role.model, len(str(prompt)), role.max_tokens, priced=price_class(None, window)
-                )
-                if self.budget
-                else 0.0
-            )
-        except FatalError:
-            limiter.release(lease=lease)  # type: ignore[arg-type]  # its own lease; mypy cannot pair unions
-            raise
+        reserved = self._reserve(role, prompt, window, limiter, lease)
         token_field = self.token_fields[role.name]
         outcome = Attempt()
         if on_send:
@@ -530,9 +520,8 @@ class ModelCaller:
                 problem=f"no response within {flag} {self.settings.transport.timeout_of(role):g}s"
             )
         except DeadlineExceeded:
-            outcome = Attempt(
-                problem=f"no complete reply within the call deadline of {self.settings.transport.deadline_of(role):g}s"
-            )
+            deadline = self.settings.transport.deadline_of(role)
+            outcome = Attempt(problem=f"no complete reply within the call deadline of {deadline:g}s")
         except StreamCutShort as e:
             outcome = Attempt(problem=str(e), pushed_back="slots", hint=self._one_slot_hint(role))
         except MalformedReply as e:
@@ -548,6 +537,19 @@ class ModelCaller:
         finally:
             self._settle(role, outcome, limiter, lease, counted_tokens, reserved, retry, window)
         return outcome
+
+    def _reserve(self, role: Role, prompt: str | list[dict], window: str, limiter, lease) -> float:
+        """The call's worst case reserved in the budget, at the price of the window it is sent in (its slot given
+        back when the budget refuses it)."""
+        if not self.budget:
+            return 0.0
+        try:
+            return self.budget.reserve(
+                role.model, len(str(prompt)), role.max_tokens, priced=price_class(None, window)
+            )
+        except FatalError:
+            limiter.release(lease=lease)  # its own lease (a Limiter's or an OnServer's)
+            raise
 
     def window(self, role: Role) -> str:
         """The price window a call of this role sent now falls in ("peak", or "": off-peak or no windows)."""

@@ -49,17 +49,6 @@ def command_line():
     )
     _add_flex_options(parser)
     parser.add_argument(
-        "--served-as",
-        action="append",
-        default=[],
-        metavar="REQUESTED=SERVED[@N]",
-        help="answer the model id REQUESTED as SERVED (an alias, a re-pointed id), from its first request, or "
-        "after its first N requests (a provider that changes what answers while a run goes on); repeatable",
-    )
-    parser.add_argument(
-        "--fingerprint", metavar="FP", help="the system_fingerprint every reply carries (default: none)"
-    )
-    parser.add_argument(
         "--check",
         metavar="BASE_URL",
         help="do not serve: wait (up to --wait seconds) until the scripted provider answers at BASE_URL, exit 0; "
@@ -76,7 +65,19 @@ def command_line():
 
 
 def _add_flex_options(parser) -> None:
-    """How it plays the flex tier (a request's service_tier "flex"), to try --service-tier and --flex-fallback."""
+    """How it plays today's providers: the flex tier (a request's service_tier "flex"), to try --service-tier and
+    --flex-fallback, and what answers a model id, to try --allow-served-model-change."""
+    parser.add_argument(
+        "--served-as",
+        action="append",
+        default=[],
+        metavar="REQUESTED=SERVED[@N]",
+        help="answer the model id REQUESTED as SERVED (an alias, a re-pointed id), from its first request, or "
+        "after its first N requests (a provider that changes what answers while a run goes on); repeatable",
+    )
+    parser.add_argument(
+        "--fingerprint", metavar="FP", help="the system_fingerprint every reply carries (default: none)"
+    )
     parser.add_argument(
         "--flex-latency",
         type=float,

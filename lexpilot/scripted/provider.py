@@ -55,6 +55,30 @@ class ScriptedProvider(BatchEndpoints):
         )
         self.one_slot, self.active = one_slot, 0
         self.most_active = 0  # the most chat requests it was answering at once
+        self._batch_api()
+        self.requests: list[dict] = []
+        # every request answered with a reply, synchronously or in a batch: (kind, digest of what it asks) -> times
+        self.processed: Counter[tuple[str, str]] = Counter()
+        # model -> calls, prompt_tokens and completion_tokens of every reply sent (refused or not): what it bills
+        self.billed: dict = defaultdict(Counter)
+        # `cache(prompt)`: extra usage fields a provider with a prompt cache reports (OpenAI's
+        # prompt_tokens_details.cached_tokens, DeepSeek's prompt_cache_hit_tokens), or None
+        self.cache: Callable[[str], dict | None] | None = None
+        # any JSON value: the `usage` every reply carries instead of the true counts
+        self.usage_as: Any = KEEP
+        self._served_and_tiers()
+        self.lock = threading.Lock()
+        self.statuses: Counter[int | str] = Counter()  # HTTP status (or "cut": a stream cut) -> replies
+        self._window: list[float] = []
+        self.arrivals: list[float] = []  # the moment every chat request arrived, answered or refused (429)
+        self.abandoned = 0  # streams the client closed while the server was still generating
+        self.server: _Server | None = None
+        # a file (text, appended): a JSON line per chat request, its model, role and settings
+        self.log: TextIO | None = None
+        self.port = 0  # 0: any free port
+
+    def _batch_api(self) -> None:
+        """The batch API's state and faults."""
         # the batch API: files and batches, answered `batch_delay` seconds after creation; `batch_refuse` answers
         # 404 on /files and /batches; `batch_fail(custom_id)` puts a request in the error file (a string: its message); `batch_expire`
         # ends each batch expired with only its first half answered
@@ -74,16 +98,9 @@ class ScriptedProvider(BatchEndpoints):
         # another batch's, a listing that lies); the default shows what the batch was created with
         self.batch_listed = None
         self.submitted = Counter()  # custom_id -> batches it was submitted in
-        self.requests: list[dict] = []
-        # every request answered with a reply, synchronously or in a batch: (kind, digest of what it asks) -> times
-        self.processed: Counter[tuple[str, str]] = Counter()
-        # model -> calls, prompt_tokens and completion_tokens of every reply sent (refused or not): what it bills
-        self.billed: dict = defaultdict(Counter)
-        # `cache(prompt)`: extra usage fields a provider with a prompt cache reports (OpenAI's
-        # prompt_tokens_details.cached_tokens, DeepSeek's prompt_cache_hit_tokens), or None
-        self.cache: Callable[[str], dict | None] | None = None
-        # any JSON value: the `usage` every reply carries instead of the true counts
-        self.usage_as: Any = KEEP
+
+    def _served_and_tiers(self) -> None:
+        """The flex tier, and what a reply says served it."""
         # the flex tier (a request's service_tier "flex"): answered `flex_latency` seconds slower; `flex_unavailable`
         # of them (a share, spread evenly over the flex requests in arrival order) refused with OpenAI's 429
         # "resource unavailable"; the models in `flex_refused` refuse the tier with a 400, as a model without it does
@@ -91,15 +108,6 @@ class ScriptedProvider(BatchEndpoints):
         self.flex_refused: set[str] = set()
         self.flex_asked = 0  # flex requests received
         self.tiers: Counter[tuple[str, str]] = Counter()  # (model, tier that served) -> replies
-        self.lock = threading.Lock()
-        self.statuses: Counter[int | str] = Counter()  # HTTP status (or "cut": a stream cut) -> replies
-        self._window: list[float] = []
-        self.arrivals: list[float] = []  # the moment every chat request arrived, answered or refused (429)
-        self.abandoned = 0  # streams the client closed while the server was still generating
-        self.server: _Server | None = None
-        # a file (text, appended): a JSON line per chat request, its model, role and settings
-        self.log: TextIO | None = None
-        self.port = 0  # 0: any free port
         # requested id -> the id its replies say served them, read at each request (a test may switch it at any moment;
         # sync, stream and batch alike); `fingerprint`: the system_fingerprint every reply carries (None: none)
         self.served_as: dict[str, str] = {}

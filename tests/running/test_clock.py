@@ -60,9 +60,8 @@ def test_each_call_is_billed_at_the_window_it_was_sent_in_and_the_bill_matches_t
     now, one opening a few seconds after it closes. The same case is run in the first window, between the two and in
     the second: billed at peak, off-peak, at peak, each to the dry run's per-window expected figure and to the
     tokens times the price computed here."""
-    took = timed(
-        harness, "gold", "--limit", "1"
-    )  # run r1: the saved usage the quote's expected figure comes from
+    # run r1: the saved usage the quote's expected figure comes from
+    took = timed(harness, "gold", "--limit", "1")
     d = 3 * took + 1  # the first window holds a dry run and a run; the gap between the windows, a run
     evaluated = {
         "prompt": 1000,
@@ -94,6 +93,12 @@ def test_each_call_is_billed_at_the_window_it_was_sent_in_and_the_bill_matches_t
     by_hand = {"off": (p * 1000 + c * 4000) / 1e6, "peak": 3 * (p * 1000 + c * 4000) / 1e6}
     assert quote["off-peak"] == pytest.approx(by_hand["off"], abs=1e-4)
     assert quote["at peak"] == pytest.approx(by_hand["peak"], abs=1e-4)
+    check_the_bill_per_window(harness, prices, used, by_hand, capsys)
+
+
+def check_the_bill_per_window(harness, prices, used: dict, by_hand: dict, capsys) -> None:
+    """The report's bill per run: the evaluated model's calls at their window's price, the judge's at its flat price,
+    and the share sent at peak."""
     rows = json_table(
         capsys,
         "--output-root",

@@ -137,14 +137,13 @@ def usage_tables(groups: list[Group], prices: dict | None) -> list[Table]:
     ]
 
 
-def grid_total(groups: list[Group], prices: dict | None) -> Table:
-    """What every run and model shown has used and cost, per role and in all: with a grid quote for the rest
-    (quote_grid.py, which leaves saved cases out), spent + quote = the grid's total. Calls paid but never answered
-    are counted apart: their tokens were never reported, so they are not priced."""
+def spent_by_role(groups: list[Group], prices: dict | None) -> tuple[dict, dict, dict, Counter]:
+    """Per role over every run shown: the usage summed, each run's cost, each run's cost had no prompt token been
+    cached, and the calls paid but never answered."""
     by_role: dict[str, Counter] = {role: Counter() for role in ROLES}
     costs: dict[str, list] = {role: [] for role in ROLES}
-    uncached: dict[str, list] = {role: [] for role in ROLES}  # the same calls had no prompt token been cached
-    unanswered: Counter[str] = Counter()  # role -> calls paid but never answered
+    uncached: dict[str, list] = {role: [] for role in ROLES}
+    unanswered: Counter[str] = Counter()
     for g in groups:
         for run in g.runs:
             unanswered.update(run.unanswered)
@@ -153,6 +152,14 @@ def grid_total(groups: list[Group], prices: dict | None) -> Table:
                     by_role.setdefault(role, Counter()).update(used)
                     costs.setdefault(role, []).append(role_cost(run, role, used, prices))
                     uncached.setdefault(role, []).append(role_cost(run, role, uncached_usage(used), prices))
+    return by_role, costs, uncached, unanswered
+
+
+def grid_total(groups: list[Group], prices: dict | None) -> Table:
+    """What every run and model shown has used and cost, per role and in all: with a grid quote for the rest
+    (quote_grid.py, which leaves saved cases out), spent + quote = the grid's total. Calls paid but never answered
+    are counted apart: their tokens were never reported, so they are not priced."""
+    by_role, costs, uncached, unanswered = spent_by_role(groups, prices)
     rows = []
     # the share of calls sent in a price window's peak (windows.py), shown where any was
     at_peak = any(peak_calls(used) for used in by_role.values())

@@ -230,6 +230,27 @@ def batch_time_left(made_at: list[float], cycles: int, now: float) -> str:
     return f"~{max(made_at[-1] + cycle * (after + 1) - now, cycle * after):.0f}s"
 
 
+def endpoint_lines(grid: Grid) -> list[str]:
+    """What the closing lines say of each endpoint: its flex requests that found no room (and that its window was
+    not narrowed for them), and the share of its rpm limit used while calls waited for it."""
+    lines = []
+    for limiter in grid.sharing.endpoints.all():
+        if limiter.unavailable:
+            lines.append(
+                f"[grid] {limiter.name}: {counted(limiter.unavailable, 'flex request')} found no room (resource "
+                f"unavailable), each waited out and asked again; {counted(limiter.rate_limited, 'rate limit')} (429), "
+                f"window {limiter.limit:g} of {limiter.max_limit:g}"
+            )
+        busy = limiter.busy()
+        if busy is not None:
+            lines.append(
+                f"[grid] {limiter.name}: {limiter.sent} calls; {100 * busy:.0f}% of its rpm limit used"
+                + (" by every process sharing it" if limiter.backlog_shared is not None else "")
+                + " while calls waited for it"
+            )
+    return lines
+
+
 def summary(grid: Grid, interrupted: bool) -> list[str]:
     """The closing lines: the counts, then each failed cell with its reason (cells that stopped for one reason on
     one line), and what to do."""
@@ -266,20 +287,7 @@ def summary(grid: Grid, interrupted: bool) -> list[str]:
             f"[grid] {counted(counts[IN_FLIGHT], 'cell')} with batches in flight: rerun the same command to "
             "collect them and go on"
         )
-    for limiter in grid.sharing.endpoints.all():
-        if limiter.unavailable:
-            lines.append(
-                f"[grid] {limiter.name}: {counted(limiter.unavailable, 'flex request')} found no room (resource "
-                f"unavailable), each waited out and asked again; {counted(limiter.rate_limited, 'rate limit')} (429), "
-                f"window {limiter.limit:g} of {limiter.max_limit:g}"
-            )
-        busy = limiter.busy()
-        if busy is not None:
-            lines.append(
-                f"[grid] {limiter.name}: {limiter.sent} calls; {100 * busy:.0f}% of its rpm limit used"
-                + (" by every process sharing it" if limiter.backlog_shared is not None else "")
-                + " while calls waited for it"
-            )
+    lines += endpoint_lines(grid)
     if interrupted:
         lines.append(
             "[grid] interrupted: every answered call is saved or journalled; rerun the same command to resume"

@@ -55,18 +55,8 @@ def test_a_flex_judge_is_billed_at_the_flex_price_as_quoted_and_unavailable_answ
     capsys.readouterr()
 
     flex = ("--judge-service-tier", "flex")
-    assert (
-        quote_grid.main(
-            [
-                *grid(root, dataset, "flex", *flex),
-                "--prices",
-                str(prices),
-                "--format",
-                "csv",
-            ]
-        )
-        == 0
-    )
+    quote = [*grid(root, dataset, "flex", *flex), "--prices", str(prices), "--format", "csv"]
+    assert quote_grid.main(quote) == 0
     quoted = [
         float(row[7])  # the expected synchronous figure, from the saved runs' usage per case
         for row in csv.reader(io.StringIO(capsys.readouterr().out))
@@ -85,6 +75,13 @@ def test_a_flex_judge_is_billed_at_the_flex_price_as_quoted_and_unavailable_answ
     assert f"{refused} flex requests found no room" in line and "0 rate limits (429)" in line
     assert re.search(r"window (\d+) of \1$", line)
 
+    check_the_judge_is_billed_at_the_flex_price(root, prices, quoted, capsys)
+    assert re.search(r"judge \d+ calls/\d+\+\d+ tokens \(\d+ served at the flex tier\)", said.err)
+
+
+def check_the_judge_is_billed_at_the_flex_price(root, prices, quoted: list[float], capsys) -> None:
+    """The report's judge cost is the flex price of the judge's tokens, summed by hand from the records, and the
+    sum of the quote's expected figures."""
     assert (
         show_results.main(
             ["--output-root", str(root), "--run-id", "flex", "--prices", str(prices), "--format", "csv"]
@@ -101,14 +98,11 @@ def test_a_flex_judge_is_billed_at_the_flex_price_as_quoted_and_unavailable_answ
     prompt = sum(u.get("prompt_tokens", 0) for u in tokens)
     completion = sum(u.get("completion_tokens", 0) for u in tokens)
     assert sum(u.get("flex:calls", 0) for u in tokens) == sum(u.get("calls", 0) for u in tokens) > 0
-    by_hand = (
-        prompt * 700 + completion * 2800
-    ) / 1e6  # the flex price, neither the standard nor the batch one
+    # the flex price, neither the standard nor the batch one
+    by_hand = (prompt * 700 + completion * 2800) / 1e6
     assert float(judge[-2].replace(",", "")) == pytest.approx(by_hand, abs=0.005)
-    assert sum(quoted) == pytest.approx(
-        by_hand, abs=0.01 * len(quoted)
-    )  # each quoted figure rounded to the cent
-    assert re.search(r"judge \d+ calls/\d+\+\d+ tokens \(\d+ served at the flex tier\)", said.err)
+    # each quoted figure rounded to the cent
+    assert sum(quoted) == pytest.approx(by_hand, abs=0.01 * len(quoted))
 
 
 @pytest.mark.slow
