@@ -97,10 +97,11 @@ def quote_part(
     return part
 
 
-def stage_settings(stages: list[Stage], options: list[str]):
+def stage_settings(stages: list[Stage], options: list[str], models: list[str] | None = None):
     """settings_of(stage, model, run_id): the settings each stage would run with, given the stage options of the
     command (each stage reads those it takes, as its own script would: --user-condition only where it applies); an
-    option no chosen stage takes is refused."""
+    option no chosen stage takes is refused. `--off-peak MODEL` naming another of the grid's evaluated `models`
+    holds nothing in this cell (that model's cells hold it)."""
     taken = [o for o in options if o.split("=")[0] in ("--run-id", "--model")]
     if taken:
         raise HarnessError(f"{taken[0]}: a grid names its runs and models with --run-ids/--runs and --models")
@@ -123,6 +124,8 @@ def stage_settings(stages: list[Stage], options: list[str]):
 
     def settings_of(stage: Stage, model: str, run_id: str) -> Settings:
         args, _ = parsed(parsers[stage.name], ["--run-id", run_id, "--model", model, *options])
+        others = set(models or ()) - {model}
+        args.off_peak = [name for name in args.off_peak or [] if name not in others]
         return settings_from_args(args)
 
     return settings_of

@@ -326,7 +326,7 @@ def plan_grid(
     if not models:
         raise HarnessError('no evaluated model: pass --models, or give [models."ID"] tables in --grid')
     limits = grid_file.limits | command_limits(limit_entries)
-    base = stage_settings(stages, options)
+    base = stage_settings(stages, options, models)
 
     def settings_of(stage: Stage, model: str, run_id: str) -> Settings:
         settings = with_endpoint(base(stage, model, run_id), grid_file.endpoints.get(model), env)

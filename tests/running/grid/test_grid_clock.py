@@ -245,3 +245,19 @@ def test_the_grid_quote_gives_each_endpoint_priced_by_the_clock_off_peak_at_peak
         r"held for off-peak: every call off-peak; [^\n]*, end in (\d+) min", out.split("DeepSeek-R1 (", 1)[1]
     )
     assert held and int(held[1]) >= 9, out
+
+
+def test_off_peak_naming_one_evaluated_model_holds_it_in_its_cells_and_a_typo_is_still_refused(
+    tmp_path, http, two_cases, capsys
+):
+    """`--off-peak MODEL` on a grid of several evaluated models: that model's cells hold it, the others' cells run as
+    they are (each cell knows only its own roles' models); a name that is no role nor model of the grid is one line."""
+    held = {"prompt": 1, "completion": 4, **windows_from_now((3600, 7200)), "peak_multiplier": 2}
+    prices = price_file(
+        tmp_path, {"model-a": held, "model-b": FLAT, "DeepSeek-R1": FLAT, "DeepSeek-V4.1-Flash": FLAT}
+    )
+    argv = small_grid(tmp_path / "out", two_cases, "--prices", str(prices), "--dry-run")
+    assert run_grid.main([*argv, "--off-peak", "model-a"]) == 0
+    assert run_grid.main([*argv, "--off-peak", "model-z"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "--off-peak 'model-z': not a role" in err[-1] and len([x for x in err if "model-z" in x]) == 1
