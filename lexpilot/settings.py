@@ -29,7 +29,9 @@ from lexpilot.pricing import Budget, Price, read_prices
 PAPER_MAX_TOKENS = 8192
 TIMEOUT = 120.0  # seconds of silence
 FLEX_TIMEOUT = 900.0  # a flex call's: OpenAI's flex guide asks clients to wait 15 minutes
-SERVICE_TIERS = ("auto", "default", "flex", "priority")  # what OpenAI's service_tier takes
+# the service tiers a role may ask for: the ones the price file can price (OpenAI's "priority" costs more than the
+# standard tier and "auto" may be served at it: neither is offered, so no bill is under-counted)
+SERVICE_TIERS = ("default", "flex")
 DEADLINE_TIMEOUTS = 10  # one call's wall-clock deadline, in timeouts
 
 
@@ -466,7 +468,7 @@ def _add_tier_args(a) -> None:
             info.flag("service-tier"),
             choices=SERVICE_TIERS,
             help=f"{info.display}: the service tier its requests ask for (flex: batch prices, slower, "
-            "sometimes unavailable; default: none sent)",
+            "sometimes unavailable; default: the standard tier; without the option no tier is sent)",
         )
     a(
         "--flex-timeout",

@@ -617,6 +617,7 @@ class ModelCaller:
         else:
             usage.add(role.name, 0, 0, unreported=1, served=reply.served)
         self.served.note(role.name, reply.served.model if reply.served else None)
+        self._say_tier(role, reply)
         if reply.usage_problem:
             self.say_once(
                 f"usage:{role.name}",
@@ -627,6 +628,23 @@ class ModelCaller:
             return Attempt(problem=problem, answered=reply)
         reply.text, reply.reasoning = self.settings.redact(reply.text), self.settings.redact(reply.reasoning)
         return Attempt(reply=reply, answered=reply)
+
+    def _say_tier(self, role: Role, reply: Reply) -> None:
+        """Once per role: a flex call whose reply names no tier (the endpoint may have ignored it: billed at the
+        standard price), or a reply served at a tier the price file cannot price (billed at the standard price)."""
+        served = reply.served.service_tier if reply.served else None
+        if role.flex and served is None:
+            self.say_once(
+                f"tier:{role.name}",
+                f"{role.describe()}: flex asked, but the replies name no service tier (the endpoint may ignore it); "
+                "they are billed at the standard price",
+            )
+        elif served not in (None, "default", "flex"):
+            self.say_once(
+                f"tier:{role.name}",
+                f"{role.describe()}: a reply says it was served at tier {served!r}, which the price file cannot "
+                "price; billed at the standard price",
+            )
 
     def say_once(self, topic: str, message: str) -> None:
         """A line said once per invocation (a stage) on the progress stream."""

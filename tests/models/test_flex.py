@@ -6,6 +6,7 @@ keeps its size); --flex-fallback N sends a call at the standard tier after N of 
 the role with one line; each reply is billed at the tier it says served it."""
 
 import dataclasses
+import io
 import json
 import threading
 
@@ -136,3 +137,27 @@ def test_a_stage_whose_judge_refuses_the_tier_stops_with_one_line_and_asks_nothi
     assert len(err) == 1 and "Drop --judge-service-tier" in err[0] and "Traceback" not in err[0]
     judge = [r for r in harness.provider.requests if r["model"] == "DeepSeek-R1"]
     assert judge == []  # refused before it was answered: no judge call was paid
+
+
+def test_a_flex_reply_naming_no_tier_and_a_tier_that_cannot_be_priced_are_said_once(provider):
+    """An endpoint that ignores service_tier (llama.cpp's server) answers with no tier: billed at the standard price,
+    and said once; a reply served at a tier the price file cannot price (OpenAI's priority) is said too."""
+    caller = flex_caller(provider)
+    caller.progress.stream = said = io.StringIO()
+    provider.tier_served = lambda body: {}  # the endpoint ignores the tier
+    usage = Usage()
+    for i in range(3):
+        caller.chat("judge", f"问题{i}", usage)
+    assert said.getvalue().count("flex asked, but the replies name no service tier") == 1
+    assert "flex:calls" not in usage.by_role["judge"]  # billed at the standard price
+    provider.tier_served = lambda body: {"service_tier": "priority"}
+    caller.chat("eval", "请回答", Usage())
+    assert "served at tier 'priority', which the price file cannot price" in said.getvalue()
+
+
+def test_only_the_tiers_the_price_file_can_price_are_offered(harness, capsys):
+    with pytest.raises(SystemExit) as refused:  # argparse's refusal, in one line (errors.OneLineParser)
+        harness.run("DCG", "--judge-service-tier", "priority")
+    assert refused.value.code == STOPPED
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "'priority'" in err and "'flex'" in err, err
