@@ -17,7 +17,7 @@ from lexpilot.running.state import StageState, checked_manifest, load_state
 from lexpilot.settings import Settings
 from lexpilot.storage.checkpoints import run_folder
 from lexpilot.storage.lock import RunLock
-from lexpilot.storage.manifest import Manifest, build_manifest, record_tiers
+from lexpilot.storage.manifest import Manifest, build_manifest, record_tiers, record_windows
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,8 @@ def open_stage(context: RunContext, err: TextIO) -> StageState:
     if note:
         print(f"[{name}] {note}", file=err)
     if saved is not None:
-        saved = record_tiers(saved, settings)
+        called = {role for step in stage.steps for role in step.prompts}
+        saved = record_windows(record_tiers(saved, settings), settings, called)
     if stage.prepare:
         note = stage.prepare(settings)
         if note:

@@ -78,6 +78,9 @@ class Manifest:
     token_fields: dict | None  # the output-limit field each role's endpoint takes, once a call found it
     # role -> the models that served its calls (none for a run made before they were kept)
     served: dict[str, RoleServed]
+    # the roles some invocation of the run called without its model's price windows (no --prices, or none for it):
+    # their calls were recorded off-peak whatever the hour; None: not recorded (a run made before windows were read)
+    unwindowed: tuple[str, ...] | None
     saved: dict = field(repr=False, compare=False)
 
     @classmethod
@@ -102,6 +105,7 @@ class Manifest:
             saved.get("rebuilt_from_records") is True,
             saved.get("token_fields") if isinstance(saved.get("token_fields"), dict) else None,
             _served(_dict_of(saved, SERVED_FIELD)),
+            _roles(saved.get(UNWINDOWED_FIELD)),
             saved,
         )
 
@@ -509,6 +513,29 @@ def service_tiers(settings: Settings, saved: dict) -> dict[str, list[str]]:
             if asked not in tiers.setdefault(name, []):
                 tiers[name].append(asked)
     return tiers
+
+
+UNWINDOWED_FIELD = "called_without_price_windows"
+
+
+def _roles(value) -> tuple[str, ...] | None:
+    return tuple(r for r in value if isinstance(r, str)) if isinstance(value, list) else None
+
+
+def record_windows(manifest: Manifest, settings: Settings, called: set[str]) -> Manifest:
+    """The manifest noting the roles this invocation calls (`called`) without their model's price windows (the
+    first invocation writes the field even when empty, so that a report tells a run that always had them)."""
+    prices = settings.spending.prices or {}
+    without = {
+        name
+        for name, role in settings.roles.items()
+        if name in called and (prices.get(role.model) is None or prices[role.model].windows is None)
+    }
+    known = set(manifest.unwindowed or ())
+    roles = sorted(known | without, key=ROLES.index)
+    if manifest.unwindowed is not None and set(roles) == known:
+        return manifest
+    return _rewrite(manifest, **{UNWINDOWED_FIELD: roles})
 
 
 def record_tiers(manifest: Manifest, settings: Settings) -> Manifest:

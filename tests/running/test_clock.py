@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+import show_results
 from lexpilot.windows import utc_now
 from tests.helpers.clock import price_file, seconds_until_change, windows_from_now, windows_of
 from tests.helpers.reports import json_table
@@ -236,3 +237,26 @@ def test_a_stop_while_a_call_is_held_ends_the_stage_at_once(harness, provider, t
     err = capsys.readouterr().err
     assert "HTTP 401" in err and "DeepSeek-R1: held for off-peak until" in err, err
     assert not [body for body in provider.requests if body["model"] == "DeepSeek-R1"]
+
+
+def test_a_report_says_which_runs_called_a_model_priced_by_the_clock_without_its_windows(
+    harness, tmp_path, capsys
+):
+    """A run made without --prices cannot know the hour's window: its calls are recorded off-peak. The report priced
+    by the clock says how many runs did so, and says nothing of a run made with the windows."""
+    judge = {"prompt": 2, "completion": 8, **windows_from_now((3600, 7200)), "peak_multiplier": 2}
+    prices = price_file(tmp_path, {**FLAT, "DeepSeek-R1": judge})
+    harness.run_id = "blind"
+    assert harness.run("gold", "--limit", "1") == 0
+    harness.run_id = "seen"
+    assert harness.run("gold", "--limit", "1", "--prices", str(prices)) == 0
+    capsys.readouterr()
+    note = "called a model priced by the clock without its windows"
+
+    def said(*runs: str) -> str:
+        args = ["--output-root", str(harness.root), "--usage", "--prices", str(prices), "--run-id", *runs]
+        assert show_results.main([*args, "--format", "csv"]) == 0
+        return capsys.readouterr().out  # the table's title is each of its CSV rows' first cell
+
+    assert f"1 run {note}" in said("blind", "seen")
+    assert note not in said("seen")

@@ -85,6 +85,10 @@ class Run:
     # role -> served model id -> calls, as its records' usage counts them (score_usage)
     served: dict = field(default_factory=dict)
 
+    def usage_roles(self) -> set[str]:
+        """The roles its records count calls of."""
+        return {role for roles in self.usage.values() for role, used in roles.items() if used.get("calls")}
+
     def served_ids(self, role: str) -> tuple[str, ...]:
         """The model ids that served the role's calls: as its records count them, else as its manifest does (empty
         for a run made before replies' models were kept, or at a provider that does not say)."""

@@ -155,6 +155,21 @@ def spent_by_role(groups: list[Group], prices: dict | None) -> tuple[dict, dict,
     return by_role, costs, uncached, unanswered
 
 
+def unwindowed_runs(groups: list[Group], prices: dict | None) -> int:
+    """The runs with a role whose model the price file prices by the clock, called in some invocation without those
+    windows (the run's manifest says which roles; a run made before it said is counted)."""
+    clocked = {model for model, price in (prices or {}).items() if price.windows is not None}
+    return sum(
+        any(
+            run.manifest.model(role) in clocked
+            and (run.manifest.unwindowed is None or role in run.manifest.unwindowed)
+            for role in run.usage_roles()
+        )
+        for g in groups
+        for run in g.runs
+    )
+
+
 def grid_total(groups: list[Group], prices: dict | None) -> Table:
     """What every run and model shown has used and cost, per role and in all: with a grid quote for the rest
     (quote_grid.py, which leaves saved cases out), spent + quote = the grid's total. Calls paid but never answered
@@ -190,9 +205,16 @@ def grid_total(groups: list[Group], prices: dict | None) -> Table:
             ]
         )
     runs = sum(len(g.runs) for g in groups)
+    unwindowed = unwindowed_runs(groups, prices)
     return Table(
         "usage_grid_total",
-        f"Spent so far: every run and model shown ({counted(runs, 'run')}, saved records)",
+        f"Spent so far: every run and model shown ({counted(runs, 'run')}, saved records)"
+        + (
+            f"; {counted(unwindowed, 'run')} called a model priced by the clock without its windows (no --prices "
+            "at run time): those calls are priced off-peak, whatever the hour they were sent"
+            if unwindowed
+            else ""
+        ),
         [
             "Role",
             "Calls",
