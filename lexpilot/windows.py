@@ -8,6 +8,7 @@ its own), never from a global.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -163,7 +164,7 @@ def multiplier(value: object, key: str = "peak_multiplier") -> float:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if not ok or not 0 < value <= MAX_MULTIPLIER:  # type: ignore[operator]  # a number once ok
         raise BadWindow(
-            f"{key} {str(value)[:40]}: must be a positive finite number, at most {MAX_MULTIPLIER} "
+            f"{key} {json.dumps(value)[:40]}: must be a positive finite number, at most {MAX_MULTIPLIER} "
             "(2: twice the price in peak windows)"
         )
     return float(value)  # type: ignore[arg-type]  # a number once ok

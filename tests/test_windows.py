@@ -99,12 +99,16 @@ BAD_WINDOWS = {
     ),
     "an infinite multiplier": (
         {"peak_multiplier": "Infinity"},
-        "peak_multiplier inf: must be a positive finite",
+        "peak_multiplier Infinity: must be a positive finite",
     ),
-    "a multiplier as text": ({"peak_multiplier": "2"}, "peak_multiplier 2: must be a positive finite number"),
+    # said as the file wrote it: text in quotes, so that the fix (write a number) shows
+    "a multiplier as text": (
+        {"peak_multiplier": "2"},
+        'peak_multiplier "2": must be a positive finite number',
+    ),
     "a multiplier true": (
         {"peak_multiplier": True},
-        "peak_multiplier True: must be a positive finite number",
+        "peak_multiplier true: must be a positive finite number",
     ),
     "hours past 24:00": ({"peak": ["09:00-25:00"]}, 'peak "09:00-25:00": write each window as HH:MM-HH:MM'),
     "windows without a zone": ({"tz": None}, "peak without tz"),
