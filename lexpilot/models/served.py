@@ -107,6 +107,15 @@ class ServedModels:
                 met = True
         return sorted(set(allowed)), met
 
+    def refused_at_endpoint(self, role: Role) -> list[str]:
+        """The ids a stopped endpoint scope of the role was served by and did not accept."""
+        scope = scopes(role, "")[0]
+        with self.lock:
+            if scope not in self.stops:
+                return []
+            accepted = self.accepted.get(scope, [])
+            return [m for m in self.calls.get(scope, {}) if m not in accepted]
+
     def accepted_in_run(self, role: str, run: str) -> list[str]:
         with self.lock:
             return list(self.accepted.get(("run", role, run), []))
@@ -188,6 +197,11 @@ class ServedCalls:
         with self.lock:
             counts, allowed = self.now, self.allowed
             self.now, self.allowed = {}, []
+        for name, role in self.roles.items():
+            # an id the role's endpoint refused, though none of this run's calls met it (another cell's did): noted
+            # with no call, so that a rerun of this run is stopped before its first call instead of buying one
+            for model in self.models.refused_at_endpoint(role):
+                counts.setdefault(name, Counter())[model] += 0
         accepted = {name: self.models.accepted_in_run(name, self.run) for name in self.roles}
         return counts, {name: ids for name, ids in accepted.items() if ids}, allowed
 
