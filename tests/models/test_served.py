@@ -44,3 +44,23 @@ def test_a_run_seeded_with_a_change_it_never_accepted_is_stopped_and_the_option_
     # seeded once per run: a later stage of the run in the same grid keeps this invocation's counts
     assert allowed.seed(JUDGE, "run-a", ["r9"], {"r9": 1}, allow=True) == []
     assert allowed.accepted_in_run("judge", "run-a") == ["r1", "r2"]
+
+
+def test_a_run_stopped_by_another_runs_change_notes_the_refused_id_so_its_rerun_buys_nothing():
+    """Two runs of a grid share the judge's endpoint; run b's calls met the change, run a's were stopped before any
+    of them did. Run a's manifest learns the refused id all the same (with no call): rerun, it stops at once."""
+    from lexpilot.models.served import ServedCalls
+
+    grid = ServedModels()
+    run_a, run_b = (ServedCalls(grid, {"judge": JUDGE}, run, allow=False) for run in ("a", "b"))
+    run_a.note("judge", "r1", 2)
+    run_b.note("judge", "r1", 1)
+    run_b.note("judge", "r2", 1)  # the change: the endpoint stops
+    with pytest.raises(ServedModelChanged):
+        run_a.check("judge")
+    counts, accepted, _ = run_a.take()
+    assert counts == {"judge": {"r1": 2, "r2": 0}} and accepted == {"judge": ["r1"]}
+    rerun = ServedModels()  # a new process, seeded from run a's manifest
+    rerun.seed(JUDGE, "a", accepted["judge"], dict(counts["judge"]), allow=False)
+    with pytest.raises(ServedModelChanged):
+        rerun.check(JUDGE, "a")
