@@ -48,14 +48,23 @@ class Windows:
         return PEAK if any(start <= second < end for start, end in self.hours) else ""
 
     def next_change(self, moment: datetime) -> datetime:
-        """The first moment after `moment` at which the window changes (a peak window opens or closes)."""
+        """The first moment after `moment` at which the window changes (a peak window opens or closes). A window's
+        edges are local times, which the day daylight saving ends shows twice (fold 0 and 1), and the clock's jump
+        itself can open or close a window (a window holding the hour that is skipped or repeated): each is a
+        candidate, compared in UTC (aware datetimes of one zone compare by their wall time, fold aside)."""
         zone = ZoneInfo(self.zone)
         today = moment.astimezone(zone).date()
-        for day in (today + timedelta(days=n) for n in range(3)):
-            for edge in sorted({s for pair in self.hours for s in pair}):
-                at = _local(day, edge, zone)
-                if at > moment and self._changes_at(at):
-                    return at
+        edges = sorted({s for pair in self.hours for s in pair})
+        candidates = [
+            _local(day, edge, zone).replace(fold=fold).astimezone(timezone.utc)
+            for day in (today + timedelta(days=n) for n in range(3))
+            for edge in edges
+            for fold in (0, 1)
+        ] + _offset_changes(moment, zone, 3 * 24)
+        after = moment.astimezone(timezone.utc)
+        for at in sorted(c for c in candidates if c > after):
+            if self._changes_at(at):
+                return at
         return moment + timedelta(days=1)  # windows of a whole day: it never changes
 
     def _changes_at(self, at: datetime) -> bool:
@@ -100,6 +109,23 @@ class Windows:
 
     def describe(self) -> str:
         return f"{', '.join(f'{_clock(s)}-{_clock(e)}' for s, e in self.hours)} {self.zone}"
+
+
+def _offset_changes(start: datetime, zone: ZoneInfo, hours: int) -> list[datetime]:
+    """The moments within `hours` after `start` at which the zone's UTC offset changes (daylight saving's jumps),
+    to the second."""
+    offset = lambda second: datetime.fromtimestamp(second, timezone.utc).astimezone(zone).utcoffset()  # noqa: E731
+    first = int(start.timestamp())
+    changes = []
+    for hour in range(hours):
+        low, high = first + 3600 * hour, first + 3600 * (hour + 1)
+        if offset(low) == offset(high):
+            continue
+        while high - low > 1:  # the first second of the new offset
+            middle = (low + high) // 2
+            low, high = (middle, high) if offset(middle) == offset(low) else (low, middle)
+        changes.append(datetime.fromtimestamp(high, timezone.utc))
+    return changes
 
 
 def _local(day: date, second: int, zone: ZoneInfo) -> datetime:

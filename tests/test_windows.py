@@ -9,6 +9,7 @@ import pytest
 
 from lexpilot.errors import HarnessError
 from lexpilot.pricing import call_cost, read_prices
+from lexpilot.windows import Windows
 from tests.helpers.reports import refused_by
 
 DEEPSEEK = {
@@ -145,3 +146,27 @@ def test_a_batch_line_carries_no_window_and_a_zero_price_takes_only_a_multiplier
         HarnessError, match="peak_prompt 1: the standard price is 0, so give peak_multiplier instead"
     ):
         deepseek(tmp_path, prompt=0, peak_multiplier=None, peak_prompt=1, peak_completion=0.84)
+
+
+def test_a_window_holding_the_hour_daylight_saving_repeats_or_skips_changes_when_the_clock_jumps():
+    """A window's edges are local times: on the day New York's clocks go back (2027-11-07, 02:00 EDT -> 01:00 EST)
+    01:30-02:30 is peak from 05:30 to 06:00 UTC (EDT), closes at the jump, opens again at 01:30 EST (06:30 UTC) and
+    closes at 02:30 EST (07:30 UTC); on the day they go forward (2027-03-14, 02:00 EST -> 03:00 EDT) it opens at 01:30
+    EST (06:30 UTC) and closes at the jump (07:00 UTC), 02:30 never coming."""
+    windows = Windows("America/New_York", ((5400, 9000),))
+    utc = lambda *parts: datetime(*parts, tzinfo=timezone.utc)  # noqa: E731
+
+    def changes(start: datetime, n: int) -> list[datetime]:
+        found = [windows.next_change(start)]
+        while len(found) < n:
+            found.append(windows.next_change(found[-1]))
+        return found
+
+    assert changes(utc(2027, 11, 7, 5, 45), 3) == [
+        utc(2027, 11, 7, 6),
+        utc(2027, 11, 7, 6, 30),
+        utc(2027, 11, 7, 7, 30),
+    ]
+    assert changes(utc(2027, 3, 14, 5), 2) == [utc(2027, 3, 14, 6, 30), utc(2027, 3, 14, 7)]
+    # the fall-back day's peak: 30 min of EDT and a whole hour of EST, 1.5 h of its 25 h
+    assert windows.peak_share(utc(2027, 11, 7, 4), 25 * 3600) == pytest.approx(1.5 / 25)
