@@ -123,6 +123,8 @@ def cost_quote(
             peak, held = role_money(price.at_peak(), *counts), model in settings.spending.off_peak
             share = 0.0 if held else price.windows.peak_share(utc_now(), schedule_seconds)
             high = high if held else peak[1]
+            if price.windows.whole_day:  # every call is sent at peak: no bound is off-peak
+                low, expected = peak[0], peak[2]
             clock = clock_lines(price.windows, off, peak, held, share, schedule_seconds)
         total = [total[0] + low, total[1] + high, total[2] + (expected or 0)]
         lines.append(

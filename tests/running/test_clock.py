@@ -4,6 +4,8 @@ calls until its window closes while the other roles go on; --max-cost counting a
 Windows are written relative to now (tests/helpers/clock.py) and sized from the time a run takes here, so that a
 busy machine only makes the test slower."""
 
+import csv
+import io
 import json
 import re
 import time
@@ -11,6 +13,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+import quote_grid
 import show_results
 from lexpilot.windows import utc_now
 from tests.helpers.clock import price_file, seconds_until_change, windows_from_now, windows_of
@@ -260,3 +263,38 @@ def test_a_report_says_which_runs_called_a_model_priced_by_the_clock_without_its
 
     assert f"1 run {note}" in said("blind", "seen")
     assert note not in said("seen")
+
+
+def test_a_window_covering_the_whole_day_quotes_every_bound_at_peak(harness, tmp_path, capsys):
+    """Windows that cover the day leave no off-peak moment: the low bound too is the peak price's (twice the flat
+    one here), as each call will be billed."""
+    judge = {"prompt": 2, "completion": 8}
+    flat = price_file(tmp_path, {**FLAT, "DeepSeek-R1": judge})
+    assert harness.run("gold", "--limit", "1", "--dry-run", "--prices", str(flat)) == 0
+    low_flat = float(
+        re.search(r"judge \([^)]*\): between ([\d.,]+)", capsys.readouterr().out)[1].replace(",", "")
+    )
+    (tmp_path / "day").mkdir()  # a file of its own: the flat one is quoted again below
+    whole_day = {"tz": "UTC", "peak": ["00:00-24:00"], "peak_multiplier": 2}
+    day = price_file(tmp_path / "day", {**FLAT, "DeepSeek-R1": judge | whole_day})
+    assert harness.run("gold", "--limit", "1", "--dry-run", "--prices", str(day)) == 0
+    low_day = float(
+        re.search(r"judge \([^)]*\): between ([\d.,]+)", capsys.readouterr().out)[1].replace(",", "")
+    )
+    assert low_flat > 0 and low_day == pytest.approx(2 * low_flat, abs=2e-4)
+    # and quote_grid.py's, from its CSV's judge row (the synchronous low bound)
+    lows = []
+    for prices in (flat, day):
+        argv = ["--models", "eval-model", "--run-ids", "q", "--stages", "eval_LJP_gold", "--limit", "1"]
+        files = [
+            "--dataset",
+            str(harness.dataset),
+            "--output-root",
+            str(harness.root),
+            "--prices",
+            str(prices),
+        ]
+        assert quote_grid.main([*argv, *files, "--format", "csv"]) == 0
+        rows = csv.reader(io.StringIO(capsys.readouterr().out))
+        lows += [float(r[5]) for r in rows if r and r[0].startswith("Calls at most") and r[2] == "judge"]
+    assert lows[0] > 0 and lows[1] == pytest.approx(2 * lows[0])

@@ -92,7 +92,9 @@ def quote_part(
             if price is not None and price.windows is not None:
                 peak = part.peak_money[(role, mode)] = role_money(price.at_peak(), *counts)
                 off = part.clock_money[(role, mode)] = part.money[(role, mode)]
-                if settings.roles[role].model not in settings.spending.off_peak:
+                if price.windows.whole_day:  # every call is sent at peak: no bound is off-peak
+                    part.money[(role, mode)] = peak
+                elif settings.roles[role].model not in settings.spending.off_peak:
                     part.money[(role, mode)] = (off[0], peak[1], off[2])  # the worst case: every call at peak
     return part
 
