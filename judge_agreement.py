@@ -20,9 +20,9 @@ from lexpilot.errors import OneLineParser, leave_quietly_on_interrupt, run_tool
 leave_quietly_on_interrupt(os.path.dirname(os.path.abspath(__file__)))  # before the imports that take time
 
 from lexpilot.errors import HarnessError
+from lexpilot.options import number
 from lexpilot.reporting.scoring.results import add_run_options
 from lexpilot.reporting.validation.agreement import export, score
-from lexpilot.settings import number
 
 
 def main(argv=None) -> int:

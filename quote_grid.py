@@ -17,6 +17,7 @@ from lexpilot.errors import leave_quietly_on_interrupt, run_tool
 leave_quietly_on_interrupt(os.path.dirname(os.path.abspath(__file__)))  # before the imports that take time
 
 from lexpilot.errors import HarnessError
+from lexpilot.options import number, rate_limits
 from lexpilot.protocols.catalog import stages_named
 from lexpilot.reporting.tables.quote_tables import print_quote
 from lexpilot.reporting.tables.renderings import TEXT_WIDTH, add_format_option
@@ -31,7 +32,6 @@ from lexpilot.running.grid.quote import (
 )
 from lexpilot.running.grid.run import plan_grid
 from lexpilot.running.quote import SECONDS_PER_CALL
-from lexpilot.settings import number, rate_limits
 
 
 def main(argv=None) -> int:

@@ -19,6 +19,7 @@ from lexpilot.errors import leave_quietly_on_interrupt
 leave_quietly_on_interrupt(os.path.dirname(os.path.abspath(__file__)))  # before the imports that take time
 
 from lexpilot.errors import INTERRUPTED, HarnessError, own_interrupts
+from lexpilot.options import number
 from lexpilot.protocols.catalog import stages_named
 from lexpilot.reporting.tables.quote_tables import print_quote
 from lexpilot.reporting.tables.renderings import TEXT_WIDTH, add_format_option
@@ -26,7 +27,6 @@ from lexpilot.running.grid.file import split_limits
 from lexpilot.running.grid.quote import Timing, grid_parser, grid_quote, grid_run_ids
 from lexpilot.running.grid.run import start_grid
 from lexpilot.running.quote import SECONDS_PER_CALL
-from lexpilot.settings import number
 
 
 def main(argv=None) -> int:

@@ -35,11 +35,11 @@ from lexpilot.benchmark.records import (
 )
 from lexpilot.errors import HarnessError, first_of
 from lexpilot.files import key_file, read_sheet, write_sheet
+from lexpilot.options import number
 from lexpilot.protocols.probes import PROBE_STAGE as STAGE
 from lexpilot.reporting.scoring.results import add_run_options
 from lexpilot.reporting.tables.renderings import render_text
 from lexpilot.reporting.validation import probe_study
-from lexpilot.settings import number
 from lexpilot.storage.checkpoints import manifest_path
 from lexpilot.storage.manifest import run_dataset
 

@@ -6,18 +6,15 @@ output-limit field a provider takes, usage per role and the budget of an invocat
 from __future__ import annotations
 
 import functools
-import math
 import os
-import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 from lexpilot.errors import ONE_SLOT, Aborted, CaseFailed, CaseFailure, FatalError
-from lexpilot.models.limits import Endpoint, Endpoints, request_tokens
+from lexpilot.models import retries  # its caps read at each call: a test may lower them
+from lexpilot.models.limits import Endpoints, request_tokens
 from lexpilot.models.offpeak import Holds
 from lexpilot.models.quirks import STOPS, Refusal, context_message, provider_error, refusal_of, stop_message
 from lexpilot.models.replies import (
@@ -25,7 +22,6 @@ from lexpilot.models.replies import (
     DeadlineExceeded,
     MalformedReply,
     Reply,
-    Served,
     StreamCutShort,
     parse_completion,
     parse_stream,
@@ -33,8 +29,17 @@ from lexpilot.models.replies import (
     truncation_flag,
     unusable,
 )
+from lexpilot.models.retries import (
+    TRANSIENT_STATUS,
+    Attempt,
+    Tries,
+    _duration,
+    retry_after_seconds,
+)
 from lexpilot.models.served import ServedCalls, ServedModels
-from lexpilot.pricing import PRICED_COUNTS, Budget, counted_key, price_class
+from lexpilot.models.sharing import Sharing
+from lexpilot.models.usage import FLEX_FALLBACK_CALLS, Usage, billed_class
+from lexpilot.pricing import price_class
 from lexpilot.settings import Role, Settings, key_variables
 from lexpilot.text import counted
 from lexpilot.windows import Clock, utc_now
@@ -42,182 +47,6 @@ from lexpilot.windows import Clock, utc_now
 RAW_RESPONSE_HEADER = "X-Stainless-Raw-Response"  # openai._constants': "stream" leaves the body to the caller
 
 # ----------------------------------------------------------------------------- model calls
-
-TRANSIENT_STATUS = {408, 409, 429}
-MAX_BACKOFF = 60.0
-# the longest a provider's Retry-After may pause a stage; a longer one fails the attempt
-MAX_RETRY_AFTER = 300.0
-RATE_LIMITED_ATTEMPTS = 30  # 429s mean "slow down", not "failed": waited out under their own cap
-
-
-def retry_after_seconds(headers) -> float | None:
-    """The pause a response asks for (Retry-After in seconds or as an HTTP date, or retry-after-ms); any
-    value, however large or non-finite, is returned as it is: the caller caps it."""
-    if headers is None:
-        return None
-    if headers.get("retry-after-ms"):
-        try:
-            return max(0.0, float(headers["retry-after-ms"]) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-        return seconds if seconds == seconds else math.inf  # NaN: no usable pause, treated as too long
-    except ValueError:
-        try:
-            return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-        except (TypeError, ValueError, OverflowError, IndexError):
-            return None
-
-
-def backoff_seconds(attempt: int, retry_after: float | None, base: float) -> float:
-    if retry_after is not None:
-        return min(retry_after, MAX_RETRY_AFTER)
-    return min(MAX_BACKOFF, base * 2**attempt) * random.uniform(0.5, 1.0)
-
-
-def _duration(seconds: float) -> str:
-    if seconds == math.inf:
-        return "forever"
-    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds:.0f} s"
-
-
-@dataclass
-class Usage:
-    """Calls and tokens per role, for one record or a whole stage. Beside the totals, an entry counts the calls each
-    served model, tier and fingerprint answered ("served:ID", "tier:NAME", "fingerprint:FP") and the calls and
-    tokens billed at another price class than the standard ("flex:prompt_tokens", ...): flat whole numbers."""
-
-    by_role: dict = field(default_factory=dict)
-
-    def add(
-        self,
-        role: str,
-        prompt_tokens: int,
-        completion_tokens: int,
-        calls: int = 1,
-        unreported: int = 0,
-        reasoning_tokens: int = 0,
-        batched: int = 0,
-        cached_tokens: int = 0,
-        priced: str = "",
-        served: Served | None = None,
-    ) -> None:
-        """`unreported`: calls whose reply carried no token counts (e.g. llama.cpp's streamed replies);
-        `reasoning_tokens`: the part of the completion tokens spent on reasoning, where reported;
-        `cached_tokens`: the part of the prompt tokens served from the provider's prompt cache, where reported;
-        `priced`: the price class the calls were billed at (price_class; "": standard); `served`: what served them."""
-        entry = self.by_role.setdefault(role, {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0})
-        entry["calls"] += calls
-        entry["prompt_tokens"] += prompt_tokens
-        entry["completion_tokens"] += completion_tokens
-        extra = {
-            "unreported_calls": unreported,
-            "reasoning_tokens": reasoning_tokens,
-            "batched_calls": batched,  # answered through a provider's batch API (priced at its batch price)
-            "cached_prompt_tokens": cached_tokens,  # priced at the cached-input price
-        }
-        if priced:
-            values = (calls, prompt_tokens, completion_tokens, cached_tokens)
-            extra |= {counted_key(priced, name): n for name, n in zip(PRICED_COUNTS, values)}
-        if served:
-            for kind, value in zip(("served", "tier", "fingerprint"), served_names(served)):
-                if value:
-                    extra[counted_key(kind, value)] = calls
-        for key, n in extra.items():
-            if n:
-                entry[key] = entry.get(key, 0) + n
-
-    def note(self, role: str, key: str, n: int = 1) -> None:
-        """Count one more of something a role's calls came to (FLEX_FALLBACK_CALLS)."""
-        entry = self.by_role.setdefault(role, {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0})
-        entry[key] = entry.get(key, 0) + n
-
-    def merge(self, other: dict) -> None:
-        """Add another usage's entries (role -> counts): every whole number in them, whatever its key."""
-        for role, e in other.items():
-            entry = self.by_role.setdefault(role, {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0})
-            for key, n in e.items():
-                if isinstance(n, int) and not isinstance(n, bool):
-                    entry[key] = entry.get(key, 0) + n
-
-
-def served_names(served: Served) -> tuple[str | None, str | None, str | None]:
-    return served.model, served.service_tier, served.system_fingerprint
-
-
-@dataclass
-class Sharing:
-    """What the calls of many stages at once share (the grid): each endpoint's limiter, the budget, and the stop that
-    lets no new call start (a first Ctrl-C) while the calls in flight end and are journalled."""
-
-    endpoints: Endpoints
-    budget: Budget | None = None
-    draining: threading.Event = field(default_factory=threading.Event)
-    # by model id: every reply paid for (refused ones too), for the display's spending
-    answered: Usage = field(default_factory=lambda: Usage())
-    # of those, the replies that were not a call's first (a retry after a refused reply, a judge's output asked
-    # again): the display counts calls answered as the quote counts calls, without retries, and these apart
-    retried: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    # (base URL, key hash, timeout, (model, run)) -> the SDK client of one chain's cells: its connection pool is
-    # locked and scanned on every request, so one pool for the hundreds of workers of a 10 x 5 grid cost more CPU
-    # than the calls (docs/performance.md)
-    clients: dict = field(default_factory=dict)
-    # with --batch, the grid's pool of batches per endpoint (running/grid/pool.py `BatchPool`, which this layer
-    # does not import)
-    batches: Any = None
-    # (cell label, CaseFailure) as each case of a cell fails: the grid keeps it, and its display says it at once
-    on_case_failed: Callable | None = None
-    # the served model ids each role accepts, per endpoint and per run, for every cell (models/served.py)
-    served: ServedModels = field(default_factory=ServedModels)
-
-    # the endpoints held for off-peak (models/offpeak.py), and the clock their windows and the bill are read by
-    holds: Holds = field(default_factory=Holds)
-    clock: Clock = utc_now
-
-    def drain(self) -> None:
-        """The grid's first Ctrl-C: no new call starts, and the calls held for off-peak stop waiting now."""
-        self.draining.set()
-        self.holds.wake()
-
-    def client(self, role: Role, timeout: float, chain: tuple[str, str], build):
-        key = (*Endpoint.of(role).account, timeout, chain)
-        with self.lock:
-            if key not in self.clients:
-                self.clients[key] = build(role)
-            return self.clients[key]
-
-    def close_chain(self, chain: tuple[str, str]) -> None:
-        """A (model, run) has ended: its clients' connections are closed now, not when the grid ends (a 10 x 5 grid
-        would hold a finished chain's sockets and files open for hours)."""
-        with self.lock:
-            ended = [key for key in self.clients if key[3] == chain]
-            clients = [self.clients.pop(key) for key in ended]
-        for client in clients:
-            client.close()
-
-    def count(self, model: str, reply: Reply, retry: bool = False, priced: str = "") -> None:
-        with self.lock:
-            self.retried += retry
-            self.answered.add(
-                model,
-                reply.prompt_tokens or 0,
-                reply.completion_tokens or 0,
-                unreported=int(reply.prompt_tokens is None),
-                cached_tokens=reply.cached_tokens or 0,
-                priced=priced,
-            )
-
-    def count_batched(self, model: str, usage: dict, retry: bool = False) -> None:
-        """A reply imported from a batch (its usage entry, `batched_calls` in it), for the display's counts."""
-        with self.lock:
-            self.retried += retry
-            self.answered.merge({model: usage})
 
 
 def tls_context():
@@ -254,64 +83,6 @@ def error_message(error, redact=None) -> str:
     no longer be matched."""
     text = " ".join((getattr(error, "message", None) or str(error)).split())
     return (redact(text) if redact else text)[:240]
-
-
-FLEX_UNAVAILABLE_ATTEMPTS = 30  # "resource unavailable" answers a call waits out before its case fails
-FLEX_FALLBACK_CALLS = (
-    "flex_fallback_calls"  # a usage entry's count of calls sent at the standard tier at last
-)
-
-
-@dataclass
-class Tries:
-    """Where one call's attempts stand: failed attempts, rate-limited and flex-unavailable answers (each under its
-    own cap), and the tier the next request asks for (the standard one after --flex-fallback's count)."""
-
-    attempts: int
-    tier: str | None
-    attempt: int = 0
-    rate_limited: int = 0
-    unavailable: int = 0
-
-    def after(self, last: Attempt, transport) -> float | None:
-        """The pause before the next request (None: none), counting `last` where it belongs."""
-        if (
-            last.pushed_back == "rate"
-            and last.retry_after is not None
-            and self.rate_limited < RATE_LIMITED_ATTEMPTS
-        ):
-            self.rate_limited += 1  # the throttle makes every worker wait out Retry-After
-            return None
-        if last.unavailable and self.unavailable + 1 < FLEX_UNAVAILABLE_ATTEMPTS:
-            self.unavailable += 1  # not a failed attempt: the tier has no room now (not charged)
-            if transport.flex_fallback and self.unavailable >= transport.flex_fallback:
-                self.tier = "default"
-            return backoff_seconds(min(self.unavailable - 1, 6), last.retry_after, transport.backoff_base)
-        self.attempt += 1
-        if self.attempt >= self.attempts:
-            return None
-        return backoff_seconds(self.attempt - 1, last.retry_after, transport.backoff_base)
-
-
-@dataclass
-class Attempt:
-    """What one attempt at a call came to: an accepted reply, or a problem and how the provider pushed back."""
-
-    reply: Reply | None = None  # accepted
-    problem: str = ""
-    retry_after: float | None = None
-    pushed_back: str | None = None  # "rate" (429 with a wait the harness honours), "slots" (a cut stream)
-    hint: str = ""
-    repeat: bool = False  # asked again at once, not a failed attempt (the output-limit field switched)
-    unavailable: bool = False  # refused at the flex tier for want of capacity (not charged)
-    # any reply the provider gave, accepted or not (its cost settles the budget)
-    answered: Reply | None = None
-
-
-def billed_class(reply: Reply, window: str = "") -> str:
-    """The price class a reply is billed at: the tier the reply says served it, not the one asked for, and the price
-    window its request was sent in (windows.py: "peak" or "")."""
-    return price_class(reply.served.service_tier if reply.served else None, window or None)
 
 
 def malformed_usage(role: str, problem: str) -> str:
@@ -664,7 +435,7 @@ class ModelCaller:
                 wait = retry_after_seconds(e.response.headers)
                 return Attempt(
                     problem=f"HTTP {status}: unavailable at the flex tier ({error_message(said, redact)[:80]})",
-                    retry_after=wait if wait is not None and 0 < wait <= MAX_RETRY_AFTER else None,
+                    retry_after=wait if wait is not None and 0 < wait <= retries.MAX_RETRY_AFTER else None,
                     unavailable=True,
                 )
         refusal = self._refusal(role, e, token_field) if status == 400 else None
@@ -700,12 +471,12 @@ class ModelCaller:
         )
         if status == 429:
             outcome.pushed_back = "rate"
-        if outcome.retry_after is not None and outcome.retry_after > MAX_RETRY_AFTER:
+        if outcome.retry_after is not None and outcome.retry_after > retries.MAX_RETRY_AFTER:
             # longer than the harness ever waits (a quota, a bogus header), on a 429 or a 5xx alike: a transient
             # failure of this call, with the usual backoff, and no pause for the other workers
             outcome.problem += (
                 f" (provider asks to wait {_duration(outcome.retry_after)}, more than the "
-                f"{MAX_RETRY_AFTER:.0f} s the harness waits)"
+                f"{retries.MAX_RETRY_AFTER:.0f} s the harness waits)"
             )
             outcome.retry_after, outcome.pushed_back = None, None
         return outcome

@@ -19,8 +19,8 @@ from lexpilot.benchmark.prompts import (
 )
 from lexpilot.benchmark.records import RecordKind
 from lexpilot.errors import RAW_OUTPUT, CaseFailed
-from lexpilot.models.calls import Usage
 from lexpilot.models.served import ServedModelChanged
+from lexpilot.models.usage import Usage
 from lexpilot.protocols.judging import fault_parser
 from lexpilot.settings import Settings
 from lexpilot.storage.checkpoints import CallJournal

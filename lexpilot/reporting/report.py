@@ -14,6 +14,7 @@ from pathlib import Path
 from lexpilot.benchmark.dataset import load_dataset
 from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.errors import HarnessError, UsageError
+from lexpilot.options import number
 from lexpilot.pricing import read_prices
 from lexpilot.reporting import catalog
 from lexpilot.reporting.scoring.groups import Group, group_runs
@@ -32,7 +33,6 @@ from lexpilot.reporting.tables.renderings import (
     render_json,
     render_text,
 )
-from lexpilot.settings import number
 
 
 def add_report_options(parser) -> None:

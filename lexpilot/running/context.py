@@ -17,7 +17,8 @@ from lexpilot.running.state import StageState, checked_manifest, load_state
 from lexpilot.settings import Settings
 from lexpilot.storage.checkpoints import run_folder
 from lexpilot.storage.lock import RunLock
-from lexpilot.storage.manifest import Manifest, build_manifest, record_tiers, record_windows
+from lexpilot.storage.manifest import Manifest, build_manifest
+from lexpilot.storage.manifest_notes import record_tiers, record_windows
 
 
 @dataclass(frozen=True)

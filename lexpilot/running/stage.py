@@ -27,24 +27,25 @@ from lexpilot.errors import (
     OneLineParser,
     own_interrupts,
 )
-from lexpilot.models.calls import FLEX_FALLBACK_CALLS, ModelCaller, Sharing, Usage, default_token_fields
+from lexpilot.models.calls import ModelCaller, default_token_fields
 from lexpilot.models.offpeak import Holds
 from lexpilot.models.served import ServedModelChanged
+from lexpilot.models.sharing import Sharing
+from lexpilot.models.usage import FLEX_FALLBACK_CALLS, Usage
+from lexpilot.options import add_common_args, settings_from_args
 from lexpilot.pricing import counted_key
 from lexpilot.protocols.steps import CaseCalls, Stage
 from lexpilot.running.context import RunContext, open_stage, run_lock
 from lexpilot.running.failures import failure_lines
 from lexpilot.running.quote import dry_run_report
 from lexpilot.running.state import StageState, keep_served, read_only_state, run_case, seed_served
-from lexpilot.settings import Settings, add_common_args, settings_from_args
+from lexpilot.settings import Settings
 from lexpilot.storage.checkpoints import (
     CallJournal,
     CheckpointWriter,
     journal_path,
 )
-from lexpilot.storage.manifest import (
-    record_transport,
-)
+from lexpilot.storage.manifest_notes import record_transport
 from lexpilot.text import counted
 
 

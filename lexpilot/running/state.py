@@ -13,7 +13,8 @@ from lexpilot.benchmark.dataset import Case
 from lexpilot.benchmark.records import RECORD_KINDS, new_record, record_digest
 from lexpilot.benchmark.vocabulary import CONDITION_SCRIPTS
 from lexpilot.errors import HarnessError, first_of
-from lexpilot.models.calls import ModelCaller, Usage
+from lexpilot.models.calls import ModelCaller
+from lexpilot.models.usage import Usage
 from lexpilot.protocols.steps import CaseCalls, Stage, Step
 from lexpilot.settings import Settings
 from lexpilot.storage.checkpoints import (
@@ -22,7 +23,8 @@ from lexpilot.storage.checkpoints import (
     manifest_path,
     read_checkpoint,
 )
-from lexpilot.storage.manifest import Manifest, check_manifest, earlier_served, record_served
+from lexpilot.storage.manifest import Manifest, check_manifest
+from lexpilot.storage.manifest_notes import earlier_served, record_served
 
 if TYPE_CHECKING:  # running/context.py opens a stage with this module's load_state
     from lexpilot.running.context import RunContext

@@ -11,7 +11,7 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +25,12 @@ from lexpilot.files import check_input, write_json
 from lexpilot.paths import PROMPT_DIR
 from lexpilot.settings import Settings
 from lexpilot.storage.code import code_changes, code_digests, code_hash
+from lexpilot.storage.compared import (
+    COMPARED_MANIFEST_FIELDS,
+    compared_setting,
+    manifest_differences,
+    settings_digest,
+)
 
 
 @dataclass(frozen=True)
@@ -207,18 +213,6 @@ def _role_generation(generation: dict, info: RoleInfo) -> RoleGeneration:
     )
 
 
-COMPARED_MANIFEST_FIELDS = (
-    "dataset_sha256",
-    "selected_cases",
-    "code_hash",
-    "prompt_hash",
-    "models",
-    "generation",
-    "user_condition",
-    "rejudged_from",
-)
-
-
 def _digest(paths: list[Path]) -> str:
     h = hashlib.sha256()
     for p in paths:
@@ -232,24 +226,6 @@ def prompt_hashes(condition: str) -> tuple[str, dict[str, str]]:
     return _digest(paths), {
         p.name: hashlib.sha256(p.read_bytes().replace(b"\r\n", b"\n")).hexdigest()[:16] for p in paths
     }
-
-
-# Manifests written before they listed each prompt file's hash (up to commit b1ddf54) hashed all ten prompt
-# files together; this is what each file held then, so such a run is compared on the prompts it uses.
-LEGACY_PROMPT_SETS = {
-    "ed0912c173dde14c": {
-        "dcg_force_ask.txt": "e7110e6bd24558ec",
-        "force_judge.txt": "00b732d489ffef92",
-        "judge_dcg.txt": "a63f915dfd185b30",
-        "judge_lca.txt": "9132ef54552e082f",
-        "judge_ljp_extract.txt": "def1bfdab21e6c47",
-        "lexawn.txt": "e84776b5dad5a374",
-        "user_correction.txt": "8df7a24b819dabef",
-        "user_delayed.txt": "fb05dda110120af5",
-        "user_self_correction.txt": "45f7c615ce7e32c8",
-        "user_standard.txt": "ebd9b5bb8ecf57b8",
-    }
-}
 
 
 def package_versions() -> dict[str, str]:
@@ -315,78 +291,6 @@ def build_manifest(settings: Settings, dataset_sha256: str, selected: list[Case]
     return manifest | {"settings_digest": settings_digest(manifest)}
 
 
-def settings_digest(manifest: dict) -> str:
-    """The digest of a manifest's compared settings: an edit by hand (a temperature changed after the run) is
-    seen by every reader."""
-    return canonical_hash({name: manifest.get(name) for name in COMPARED_MANIFEST_FIELDS})
-
-
-def compared_setting(manifest: dict, name: str):
-    """A compared field as it decides results: an endpoint's port does not (a local server restarted on
-    another port is the same model), so hosts are compared without it; prompts are compared file by file,
-    on the files the run's user condition sends."""
-    value = manifest.get(name)
-    if name == "prompt_hash":
-        legacy = LEGACY_PROMPT_SETS.get(value) if isinstance(value, str) else None  # a list is unhashable
-        files = manifest.get("prompt_files") or legacy
-        if not isinstance(files, dict):
-            return value
-        used = set(prompt_files_used(str(manifest.get("user_condition", "standard"))))
-        return {file: digest for file, digest in files.items() if file in used}
-    if name == "models" and isinstance(value, dict):
-        return {
-            role: {
-                **m,
-                "endpoint_host": str(m.get("endpoint_host", "")).rsplit(":", 1)[0]
-                if str(m.get("endpoint_host", "")).count(":") == 1
-                else m.get("endpoint_host"),
-            }
-            if isinstance(m, dict)
-            else m
-            for role, m in value.items()
-        }
-    return value
-
-
-def _leaves(value, prefix: str) -> dict[str, object]:
-    if isinstance(value, dict) and value:
-        return {k: v for key, sub in value.items() for k, v in _leaves(sub, f"{prefix}.{key}").items()}
-    return {prefix: value}
-
-
-def manifest_differences(saved: dict, current: dict, prompt_files: set[str] | None = None) -> list[str]:
-    """Each compared setting that differs, as 'field: run X, now Y' (nested fields by their dotted path);
-    with `prompt_files`, prompts are compared on those files only (the ones a stage sends)."""
-    differences = []
-    for name in COMPARED_MANIFEST_FIELDS:
-        before, now = compared_setting(saved, name), compared_setting(current, name)
-        if name == "prompt_hash" and isinstance(before, dict) and isinstance(now, dict):
-            # a prompt file added since the run started was never used by it: only shared files must match
-            before, now = (
-                {
-                    f: h
-                    for f, h in d.items()
-                    if f in before and f in now and (prompt_files is None or f in prompt_files)
-                }
-                for d in (before, now)
-            )
-        if before == now:
-            continue
-        if name == "selected_cases":
-            differences.append(
-                f"selected_cases: run {len(before or [])} cases, now {len(now or [])} "
-                "(same --dataset and --limit)"
-            )
-            continue
-        a, b = _leaves(before, name), _leaves(now, name)
-        differences += [
-            f"{key}: run {a.get(key, 'absent')}, now {b.get(key, 'absent')}"
-            for key in list(dict.fromkeys([*a, *b]))
-            if a.get(key) != b.get(key)
-        ]
-    return differences
-
-
 # The settings every record carries a hash of: what decides a record's content, apart from the code
 # (which an upgrade may change) and the case selection (which the records themselves show).
 SETTINGS_IN_RECORDS = ("dataset_sha256", "prompt_hash", "models", "generation", "user_condition")
@@ -446,7 +350,7 @@ def check_manifest(
     if code_changed and allow_code_change and len(code_changed) == len(differing):
         resumed = list(saved.saved.get("code_hashes_resumed_with") or [])
         if current["code_hash"] not in resumed and write:
-            saved = _rewrite(saved, code_hashes_resumed_with=[*resumed, current["code_hash"]])
+            saved = rewrite(saved, code_hashes_resumed_with=[*resumed, current["code_hash"]])
         return saved, None
     if differing:
         hint = (
@@ -485,17 +389,12 @@ def _first_manifest(
     )
 
 
-def _rewrite(manifest: Manifest, **changes) -> Manifest:
+def rewrite(manifest: Manifest, **changes) -> Manifest:
     """The manifest with these fields changed, written over the saved one."""
     saved = {**manifest.saved, **changes}
     assert manifest.path is not None, "a run's manifest, rewritten, has its file's path"
     write_json(manifest.path, saved)
     return Manifest.of(saved, manifest.path)
-
-
-def record_transport(manifest: Manifest, token_fields: dict) -> Manifest:
-    """Note in the manifest the output-limit field each role's endpoint takes (not a compared setting)."""
-    return _rewrite(manifest, token_fields=token_fields)
 
 
 def service_tiers(settings: Settings, saved: dict) -> dict[str, list[str]]:
@@ -522,105 +421,8 @@ def _roles(value) -> tuple[str, ...] | None:
     return tuple(r for r in value if isinstance(r, str)) if isinstance(value, list) else None
 
 
-def record_windows(manifest: Manifest, settings: Settings, called: set[str]) -> Manifest:
-    """The manifest noting the roles this invocation calls (`called`) without their model's price windows (the
-    first invocation writes the field even when empty, so that a report tells a run that always had them)."""
-    prices = settings.spending.prices or {}
-    without = {
-        name
-        for name, role in settings.roles.items()
-        if name in called and (prices.get(role.model) is None or prices[role.model].windows is None)
-    }
-    known = set(manifest.unwindowed or ())
-    roles = sorted(known | without, key=ROLES.index)
-    if manifest.unwindowed is not None and set(roles) == known:
-        return manifest
-    return _rewrite(manifest, **{UNWINDOWED_FIELD: roles})
-
-
-def record_tiers(manifest: Manifest, settings: Settings) -> Manifest:
-    """The manifest with this invocation's service tiers noted (rewritten only when they add one)."""
-    saved = manifest.saved.get("service_tiers")
-    saved = saved if isinstance(saved, dict) else {}
-    tiers = service_tiers(settings, saved)
-    return manifest if tiers == saved or not tiers else _rewrite(manifest, service_tiers=tiers)
-
-
-def record_served(
-    manifest: Manifest,
-    calls: Mapping[str, Mapping[str, int]],
-    accepted: dict[str, list[str]],
-    allowed: list[tuple[str, str]],
-) -> Manifest:
-    """Add an invocation's served counts (role -> served id -> calls) to the manifest's, with every role's accepted
-    ids in the run and the ids accepted through --allow-served-model-change (not compared settings: what answered,
-    not what was asked). Unchanged, the manifest is not rewritten."""
-    counts = {role: dict(s.calls) for role, s in manifest.served.items()}
-    ids = {role: list(s.accepted) for role, s in manifest.served.items()}
-    for role in sorted(set(calls) | set(accepted)):
-        for model, n in calls.get(role, {}).items():
-            counts.setdefault(role, {})[model] = counts.get(role, {}).get(model, 0) + n
-        ids[role] = list(dict.fromkeys([*ids.get(role, []), *accepted.get(role, [])]))
-    saved_allowed = manifest.saved.get(ALLOWED_FIELD)
-    earlier = saved_allowed if isinstance(saved_allowed, list) else []
-    new = [{"role": role, "served": model} for role, model in allowed]
-    every_allowed = earlier + [a for a in new if a not in earlier]
-    served = {role: RoleServed(counts.get(role, {}), ids.get(role, [])) for role in {**counts, **ids}}
-    if served == manifest.served and every_allowed == earlier:
-        return manifest
-    saved = {role: {"calls": s.calls, "accepted": s.accepted} for role, s in served.items()}
-    return _rewrite(
-        manifest, **{SERVED_FIELD: saved}, **({ALLOWED_FIELD: every_allowed} if every_allowed else {})
-    )
-
-
-def earlier_served(manifest: Manifest | None) -> dict[str, tuple[list[str], dict[str, int]]]:
-    """Role -> (accepted ids, calls per served id) of the run's earlier calls, to seed a stage's check."""
-    if manifest is None:
-        return {}
-    return {role: (s.accepted or list(s.calls)[:1], dict(s.calls)) for role, s in manifest.served.items()}
-
-
 def new_incarnation() -> str:
     return uuid.uuid4().hex[:12]
-
-
-def run_incarnation(manifest: Manifest) -> Manifest:
-    """The run's manifest with an incarnation id: a run whose manifest was written before manifests carried one
-    is given one now, and marked `incarnation_late`: its earlier batches carry no incarnation, and are still its
-    own."""
-    if manifest.incarnation:
-        return manifest
-    return _rewrite(manifest, incarnation=new_incarnation(), incarnation_late=True)
-
-
-def note_batches_submitted(manifest: Manifest, stage: str, cycle: int) -> Manifest:
-    """Note in the manifest the stage's last cycle that submits batches, before it submits them: a ledger that
-    records fewer cycles of the stage after that was lost, or is a stale copy."""
-    stages = manifest.saved.get("batches_submitted")
-    # an older manifest's `true` (every stage) is kept as "*", its list of stages as a first cycle each
-    stages = (
-        dict(stages)
-        if isinstance(stages, dict)
-        else {"*": 1}
-        if stages is True
-        else {name: 1 for name in stages}
-        if isinstance(stages, list)
-        else {}
-    )
-    if stages.get(stage) == cycle:
-        return manifest
-    return _rewrite(manifest, batches_submitted={**stages, stage: cycle})
-
-
-def submitted_batches(manifest: Manifest, stage: str) -> int:
-    """The stage's last cycle that submitted batches, as the manifest says (0: none; 1 where an older manifest
-    says only that it did: `true` for every stage, or a list of stages)."""
-    stages = manifest.saved.get("batches_submitted")
-    if isinstance(stages, dict):
-        cycle = stages.get(stage, stages.get("*", 0))
-        return cycle if isinstance(cycle, int) and not isinstance(cycle, bool) else 1
-    return int(stages is True or (isinstance(stages, list) and stage in stages))
 
 
 def read_manifest(path: Path) -> Manifest:

@@ -10,12 +10,9 @@ import pytest
 from lexpilot.benchmark.dataset import case_from_raw
 from lexpilot.benchmark.prompts import load_prompts
 from lexpilot.errors import Aborted, CaseFailed, FatalError, HarnessError
-from lexpilot.models.calls import (
-    ModelCaller,
-    Usage,
-    backoff_seconds,
-    retry_after_seconds,
-)
+from lexpilot.models.calls import ModelCaller
+from lexpilot.models.retries import backoff_seconds, retry_after_seconds
+from lexpilot.models.usage import Usage
 from lexpilot.protocols.judging import (
     clean_judge_output,
     parse_dcg_label,
@@ -301,7 +298,7 @@ def test_a_retry_after_beyond_the_cap_is_the_usual_backoff_on_a_5xx_as_on_a_429(
     """ "A Retry-After carried by a server error (5xx) is capped
     as a 429's is, so no single backoff waits past the cap". A day asked for is not waited (not even the cap's 300
     s): the call is retried with the usual backoff."""
-    from lexpilot.models import calls as calls_module
+    from lexpilot.models import retries
 
     with ScriptedProvider(script_of({"status": status, "headers": {"Retry-After": "86400"}})) as p:
         caller = make_caller(p)
@@ -309,7 +306,7 @@ def test_a_retry_after_beyond_the_cap_is_the_usual_backoff_on_a_5xx_as_on_a_429(
         monkeypatch.setattr(caller.abort, "wait", lambda seconds=None: waits.append(seconds) or False)
         assert caller.chat("eval", "x", Usage()).text == "?"
     # the usual backoff (base 0.001)
-    assert waits and max(waits) <= calls_module.MAX_BACKOFF and max(waits) < 1
+    assert waits and max(waits) <= retries.MAX_BACKOFF and max(waits) < 1
     assert "more than the 300 s the harness waits" in caller.progress.last_error
 
 
@@ -355,9 +352,10 @@ def test_the_grid_gives_each_model_and_run_its_own_connections_and_every_client_
     """The grid's cells share each endpoint's limiter ("One limiter per endpoint"), not its connection
     pool: the SDK's pool is locked and scanned on every request, so one (model, run)'s cells share their clients,
     two (model, run)s never do; and every client shares one TLS context (each would parse the CA bundle again)."""
-    from lexpilot.models.calls import Sharing, tls_context
+    from lexpilot.models.calls import tls_context
     from lexpilot.models.limits import Endpoints
-    from lexpilot.settings import add_common_args, settings_from_args
+    from lexpilot.models.sharing import Sharing
+    from lexpilot.options import add_common_args, settings_from_args
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     parser = argparse.ArgumentParser()

@@ -8,7 +8,8 @@ import threading
 import pytest
 
 import show_results
-from lexpilot.models.calls import ModelCaller, Usage
+from lexpilot.models.calls import ModelCaller
+from lexpilot.models.usage import Usage
 from lexpilot.pricing import Budget, read_prices
 from lexpilot.running.stage import Progress
 from tests.helpers.datasets import sample_cases, write_dataset

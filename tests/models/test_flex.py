@@ -13,8 +13,9 @@ import threading
 import pytest
 
 from lexpilot.errors import STOPPED, CaseFailed, FatalError
-from lexpilot.models.calls import FLEX_FALLBACK_CALLS, ModelCaller, Usage
+from lexpilot.models.calls import ModelCaller
 from lexpilot.models.quirks import Refusal, provider_error, refusal_of
+from lexpilot.models.usage import FLEX_FALLBACK_CALLS, Usage
 from lexpilot.pricing import Price, usage_cost
 from lexpilot.running.stage import Progress
 from lexpilot.settings import Spending

@@ -10,8 +10,8 @@ from collections import Counter
 import pytest
 
 from lexpilot.errors import CaseFailed
-from lexpilot.models import calls
-from lexpilot.models.calls import Usage
+from lexpilot.models import retries
+from lexpilot.models.usage import Usage
 from lexpilot.scripted.provider import ScriptedProvider
 from tests.helpers.calls import make_caller, script_of
 from tests.helpers.datasets import sample_cases, write_dataset
@@ -24,7 +24,7 @@ from tests.helpers.stages import SECRET, Harness
 
 @pytest.mark.parametrize("retry_after", ["100000", "inf", "nan", "Fri, 31 Dec 2099 23:59:59 GMT"])
 def test_a_huge_retry_after_is_capped_said_and_fails_the_attempt(monkeypatch, retry_after):
-    monkeypatch.setattr(calls, "MAX_RETRY_AFTER", 0.2)
+    monkeypatch.setattr(retries, "MAX_RETRY_AFTER", 0.2)
     with ScriptedProvider(script_of(*[{"status": 429, "headers": {"Retry-After": retry_after}}] * 10)) as p:
         caller = make_caller(p, retries=1)
         started = time.monotonic()
@@ -59,7 +59,7 @@ def test_a_call_is_abandoned_at_its_deadline_however_its_bytes_keep_coming(strea
 def test_the_deadline_defaults_to_ten_timeouts_and_can_be_set(tmp_path, provider, monkeypatch):
     import argparse
 
-    from lexpilot.settings import add_common_args, settings_from_args
+    from lexpilot.options import add_common_args, settings_from_args
 
     parser = argparse.ArgumentParser()
     add_common_args(parser)

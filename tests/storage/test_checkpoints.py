@@ -25,8 +25,8 @@ from lexpilot.reporting.scoring.results import load_runs
 from lexpilot.scripted.provider import ScriptedProvider
 from lexpilot.storage import checkpoints
 from lexpilot.storage.checkpoints import manifest_path
+from lexpilot.storage.compared import settings_digest
 from lexpilot.storage.lock import RunLock
-from lexpilot.storage.manifest import settings_digest
 from tests.helpers.datasets import sample_cases
 from tests.helpers.messages import one_line
 from tests.helpers.paths import ROOT, SAMPLE

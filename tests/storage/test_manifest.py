@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from lexpilot.storage.manifest import Manifest, earlier_served, record_served
+from lexpilot.storage.manifest import Manifest
+from lexpilot.storage.manifest_notes import earlier_served, record_served
 from tests.helpers.paths import ROOT
 from tests.helpers.runs import run_folder
 from tests.helpers.source import keys_read

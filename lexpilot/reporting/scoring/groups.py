@@ -12,10 +12,8 @@ import numpy as np
 from lexpilot.benchmark.categories import CLASS_LABELS
 from lexpilot.benchmark.vocabulary import ROLE, ROLES
 from lexpilot.reporting.scoring.runs import MetricKey, Run
-from lexpilot.storage.manifest import (
-    COMPARED_MANIFEST_FIELDS,
-    Manifest,
-)
+from lexpilot.storage.compared import COMPARED_MANIFEST_FIELDS
+from lexpilot.storage.manifest import Manifest
 from lexpilot.text import counted
 
 

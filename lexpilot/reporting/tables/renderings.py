@@ -17,7 +17,7 @@ from lexpilot.reporting.scoring.groups import Group
 from lexpilot.reporting.scoring.scoring import TASKS
 from lexpilot.reporting.statistics.bootstrap import Bootstrap
 from lexpilot.reporting.tables.table import Figure, Table
-from lexpilot.storage.manifest import COMPARED_MANIFEST_FIELDS
+from lexpilot.storage.compared import COMPARED_MANIFEST_FIELDS
 
 TEXT_WIDTH = 120  # a text table wider than this is cut into column blocks, each repeating the key columns
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from lexpilot.benchmark.records import model_folder
 from lexpilot.errors import FatalError
 from lexpilot.files import check_input, write_atomic
-from lexpilot.models.calls import TRANSIENT_STATUS, backoff_seconds, error_message
+from lexpilot.models.calls import error_message
+from lexpilot.models.retries import TRANSIENT_STATUS, backoff_seconds
 from lexpilot.running.batch.ledger import Ledger, LedgerBatch, LedgerRequest
 from lexpilot.storage.checkpoints import journal_custom_ids
 from lexpilot.text import counted

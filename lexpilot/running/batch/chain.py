@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, TextIO
 
 from lexpilot.errors import Aborted
-from lexpilot.models.calls import Sharing
+from lexpilot.models.sharing import Sharing
 from lexpilot.protocols.steps import Stage
 from lexpilot.running.batch.cycles import (
     batch_summary,

@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lexpilot.errors import FatalError
-from lexpilot.models.calls import Usage, error_message, malformed_usage
+from lexpilot.models.calls import error_message, malformed_usage
 from lexpilot.models.quirks import STOPS, ProviderError, Refusal, provider_error, refusal_of, stop_message
 from lexpilot.models.replies import MalformedReply, parse_completion, unusable
 from lexpilot.models.served import ServedModelChanged
+from lexpilot.models.usage import Usage
 from lexpilot.pricing import counts_of
 from lexpilot.running.batch.api import finished_lines
 from lexpilot.running.batch.ledger import LedgerBatch, LedgerRequest

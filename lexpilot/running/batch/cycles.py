@@ -24,9 +24,10 @@ from typing import Callable
 
 from lexpilot.benchmark.prompts import load_prompts
 from lexpilot.errors import FatalError
-from lexpilot.models.calls import ModelCaller, Sharing, default_token_fields, request_body
+from lexpilot.models.calls import ModelCaller, default_token_fields, request_body
 from lexpilot.models.limits import Endpoint
 from lexpilot.models.served import ServedModelChanged
+from lexpilot.models.sharing import Sharing
 from lexpilot.running.batch.api import (
     adopt,
     chunks,
@@ -50,9 +51,7 @@ from lexpilot.running.state import StageState, keep_served, seed_served
 from lexpilot.storage.checkpoints import (
     CallJournal,
 )
-from lexpilot.storage.manifest import (
-    record_transport,
-)
+from lexpilot.storage.manifest_notes import record_transport
 from lexpilot.text import counted
 
 

@@ -11,9 +11,9 @@ from typing import Any, Callable, NoReturn
 
 from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.errors import CaseFailed, CaseFailure
-from lexpilot.models.calls import Usage
 from lexpilot.models.replies import truncation_flag
 from lexpilot.models.served import ServedModelChanged
+from lexpilot.models.usage import Usage
 from lexpilot.protocols.steps import CaseCalls
 from lexpilot.running.batch.ledger import AT_ONCE
 from lexpilot.running.batch.run import BatchRun

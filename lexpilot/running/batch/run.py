@@ -17,7 +17,8 @@ from lexpilot.running.context import RunContext, RunPaths
 from lexpilot.running.state import StageState
 from lexpilot.settings import Settings
 from lexpilot.storage.checkpoints import CheckpointWriter
-from lexpilot.storage.manifest import Manifest, note_batches_submitted, run_incarnation, submitted_batches
+from lexpilot.storage.manifest import Manifest
+from lexpilot.storage.manifest_notes import note_batches_submitted, run_incarnation, submitted_batches
 
 
 class QuietProgress:

@@ -20,7 +20,7 @@ from typing import AbstractSet, Callable
 
 from lexpilot.errors import INTERRUPTED as INTERRUPTED_STATUS
 from lexpilot.errors import CaseFailure, HarnessError
-from lexpilot.models.calls import Sharing
+from lexpilot.models.sharing import Sharing
 from lexpilot.protocols.steps import Stage
 from lexpilot.running.batch.chain import (
     DONE,

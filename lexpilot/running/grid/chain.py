@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from lexpilot.errors import Aborted
-from lexpilot.models.calls import Sharing
+from lexpilot.models.sharing import Sharing
 from lexpilot.running.batch.chain import DONE, FAILED, Drained, Handed, Link, Turn, run_chain
 from lexpilot.running.context import RunContext
 from lexpilot.running.grid.cells import Cell, Grid, reason_of, why

@@ -19,6 +19,7 @@ from lexpilot.benchmark.prompts import load_prompts
 from lexpilot.benchmark.vocabulary import CONDITION_SCRIPTS, ROLES
 from lexpilot.errors import HarnessError, OneLineParser
 from lexpilot.models.limits import requests_per_minute
+from lexpilot.options import add_common_args, given_once, number, settings_from_args
 from lexpilot.protocols.catalog import DEFAULT_STAGE_SET, GRID_STAGES, STAGE_SETS
 from lexpilot.protocols.steps import Stage
 from lexpilot.running.context import RunContext
@@ -34,7 +35,7 @@ from lexpilot.running.quote import (
     saved_usage_per_case,
 )
 from lexpilot.running.state import read_only_state
-from lexpilot.settings import Settings, add_common_args, given_once, number, settings_from_args
+from lexpilot.settings import Settings
 from lexpilot.windows import utc_now
 
 BATCH_WINDOW_HOURS = 24  # OpenAI's batch completion window: a cycle takes at most this long

@@ -16,9 +16,10 @@ from typing import Callable, TextIO
 from lexpilot.benchmark.dataset import load_selection
 from lexpilot.benchmark.vocabulary import ROLE
 from lexpilot.errors import INTERRUPTED, HarnessError
-from lexpilot.models.calls import Sharing
 from lexpilot.models.limits import Endpoints, Limits, server_of
 from lexpilot.models.offpeak import Holds
+from lexpilot.models.sharing import Sharing
+from lexpilot.options import off_peak_models
 from lexpilot.protocols.steps import Stage
 from lexpilot.running.grid.cells import (
     FAILED,
@@ -43,7 +44,7 @@ from lexpilot.running.grid.quote import (
     stage_settings,
     summed_money,
 )
-from lexpilot.settings import Settings, off_peak_models
+from lexpilot.settings import Settings
 
 
 def with_endpoint(settings: Settings, endpoint: ModelEndpoint | None, env) -> Settings:

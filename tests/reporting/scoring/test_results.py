@@ -357,7 +357,7 @@ def test_show_results_reports_a_broken_run_in_one_line(saved_run, tmp_path, monk
 def test_records_made_with_other_settings_than_the_manifest_are_left_out(harness, capsys):
     """A manifest with a valid digest but other settings (swapped in) than its records."""
     import show_results
-    from lexpilot.storage.manifest import settings_digest
+    from lexpilot.storage.compared import settings_digest
 
     assert harness.run("gold", "--limit", "2") == 0
     path = next((harness.root / "runs").glob("*/*/manifest.json"))

@@ -866,7 +866,7 @@ def test_a_models_runs_made_with_other_code_are_ranked_apart_and_rejudged_copies
     import json as json_module
 
     import show_results
-    from lexpilot.storage.manifest import settings_digest
+    from lexpilot.storage.compared import settings_digest
 
     manifest_path = next((ranked_root / "runs" / "r2").glob("m-c-*/manifest.json"))
     manifest = json_module.loads(manifest_path.read_text(encoding="utf-8"))

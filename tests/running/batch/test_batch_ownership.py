@@ -625,11 +625,8 @@ def test_identical_requests_of_different_cases_are_each_credited_after_a_lost_le
 def test_an_older_manifests_every_stage_submitted_survives_one_stage_noting_its_cycle(tmp_path):
     """`batches_submitted: true` (written before stages were named) stands for every stage; one stage noting its
     cycle must not drop the others' lost-ledger check."""
-    from lexpilot.storage.manifest import (
-        note_batches_submitted,
-        read_manifest,
-        submitted_batches,
-    )
+    from lexpilot.storage.manifest import read_manifest
+    from lexpilot.storage.manifest_notes import note_batches_submitted, submitted_batches
 
     path = tmp_path / "manifest.json"
     path.write_text(json.dumps({"batches_submitted": True}), encoding="utf-8")

@@ -745,7 +745,7 @@ def test_an_open_file_limit_the_system_will_not_raise_is_said_not_a_traceback(mo
 @pytest.mark.parametrize("mode", [(), ("--batch", "--batch-poll", "0.02")], ids=["sync", "batch"])
 def test_every_chain_closes_its_connections_when_it_ends(tmp_path, http, three_cases, monkeypatch, mode):
     """A (model, run) that ends closes its clients' connections then, not when the whole grid ends."""
-    from lexpilot.models.calls import Sharing
+    from lexpilot.models.sharing import Sharing
 
     built, real = [], Sharing.client
 
