@@ -259,27 +259,22 @@ def cost(
     """The cost of tokens; `batched`: the share of the calls answered through the batch API; `cached_tokens`:
     the prompt tokens the provider served from its cache (at the cached-input price; without one in the price
     file, at the prompt price, so that nothing is under-reported)."""
-    cached = min(cached_tokens, prompt_tokens)
-    cached_price = price.prompt if price.cached_prompt is None else price.cached_prompt
-    batch_cached_price = (
-        price.batch_prompt if price.batch_cached_prompt is None else price.batch_cached_prompt
-    )
-    normal = (
-        (prompt_tokens - cached) * price.prompt + cached * cached_price + completion_tokens * price.completion
-    ) / 1e6
-    batch = (
-        (prompt_tokens - cached) * price.batch_prompt
-        + cached * batch_cached_price
-        + completion_tokens * price.batch_completion
-    ) / 1e6
+    normal = rated_cost(price.rates(), prompt_tokens, completion_tokens, cached_tokens)
+    batch_cached = price.batch_prompt if price.batch_cached_prompt is None else price.batch_cached_prompt
+    batch_rates = (price.batch_prompt, price.batch_completion, batch_cached)
+    batch = rated_cost(batch_rates, prompt_tokens, completion_tokens, cached_tokens)
     return (1 - batched) * normal + batched * batch
 
 
+PRICE_PARTS = {"flex", PEAK}  # what a price class is made of (price_class)
+
+
 def priced_classes(used: dict) -> list[str]:
-    """The price classes other than the standard one that a usage entry counts calls of."""
-    return sorted(
-        {k.split(":", 1)[0] for k in used if k.endswith(":calls") and k.split(":", 1)[0] != "served"}
-    )
+    """The price classes other than the standard one that a usage entry counts calls of: only classes made of the
+    parts a call is billed by (a record is untrusted: a served tier named "calls" is counted as "tier:calls", and is no
+    price class)."""
+    classes = {k.split(":", 1)[0] for k in used if k.endswith(":calls")}
+    return sorted(c for c in classes if set(c.split("+")) <= PRICE_PARTS)
 
 
 def usage_cost(price: Price, used: dict) -> float:

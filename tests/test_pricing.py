@@ -91,3 +91,19 @@ def test_the_price_file_message_has_no_stray_brace(tmp_path, capsys):
     assert show_results.main(["--prices", str(path)]) == 2
     err = capsys.readouterr().err
     assert '{"prompt": number, "completion": number} (price' in err and "}}" not in err
+
+
+def test_a_served_tier_or_model_named_like_a_count_is_no_price_class():
+    """A reply's served tier is untrusted text: one named "calls" is counted as "tier:calls", and must not take calls
+    out of the standard price's."""
+    from lexpilot.pricing import Price, usage_cost
+
+    price = Price(2, 8, 1, 4)
+    used = {
+        "calls": 2,
+        "prompt_tokens": 1_000_000,
+        "completion_tokens": 0,
+        "tier:calls": 2,
+        "served:calls": 2,
+    }
+    assert usage_cost(price, used) == 2.0  # a million prompt tokens at 2 per million
