@@ -101,9 +101,10 @@ def test_a_served_tier_or_model_named_like_a_count_is_no_price_class():
     price = Price(2, 8, 1, 4)
     used = {
         "calls": 2,
+        "batched_calls": 1,
         "prompt_tokens": 1_000_000,
         "completion_tokens": 0,
         "tier:calls": 2,
-        "served:calls": 2,
     }
-    assert usage_cost(price, used) == 2.0  # a million prompt tokens at 2 per million
+    # a million prompt tokens, half the calls at the standard 2 per million and half batched at 1
+    assert usage_cost(price, used) == 1.5
