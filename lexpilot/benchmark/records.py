@@ -26,6 +26,9 @@ SCHEMA_VERSION = 1
 
 # Fields every record has; `upstream_hash` maps each record it was built from to that record's digest.
 COMMON_FIELDS = ("case_number", "schema_version", "input_hash", "cause_of_action", "upstream_hash", "usage")
+# What served each of a record's calls, in the order they were made (models/usage.py's served_call): kept beside
+# the usage's per-record counts so that a role's change of model or tier within a record is seen call by call.
+SERVED_CALLS_FIELD = "served_calls"
 
 
 @dataclass(frozen=True)
@@ -287,10 +290,12 @@ def new_record(
     usage: dict,
     settings_hash: str,
     reasoning: dict | None = None,
+    served_calls: list | None = None,
 ) -> dict:
     """A record of any kind: the common fields around the kind's own `body`, the hash of the settings it
     was made with (so a lost manifest can be rebuilt or refused), the reasoning returned apart from the
-    replies (when there was any), and last the digest of its own content (so an edit is noticed)."""
+    replies (when there was any), what served each call (when there was any), and last the digest of its own
+    content (so an edit is noticed)."""
     record = {
         "case_number": case_number,
         "schema_version": SCHEMA_VERSION,
@@ -303,6 +308,8 @@ def new_record(
     }
     if reasoning:
         record["reasoning"] = reasoning
+    if served_calls:
+        record[SERVED_CALLS_FIELD] = served_calls
     record["digest"] = content_digest(record)
     return record
 

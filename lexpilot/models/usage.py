@@ -10,7 +10,7 @@ from lexpilot.models.replies import (
     Reply,
     Served,
 )
-from lexpilot.pricing import PRICED_COUNTS, counted_key, price_class
+from lexpilot.pricing import PRICED_COUNTS, counted_key, counts_of, price_class
 
 
 @dataclass
@@ -52,7 +52,7 @@ class Usage:
             values = (calls, prompt_tokens, completion_tokens, cached_tokens)
             extra |= {counted_key(priced, name): n for name, n in zip(PRICED_COUNTS, values)}
         if served:
-            for kind, value in zip(("served", "tier", "fingerprint"), served_names(served)):
+            for kind, value in zip(SERVED_KINDS, served_names(served)):
                 if value:
                     extra[counted_key(kind, value)] = calls
         for key, n in extra.items():
@@ -80,6 +80,25 @@ def served_names(served: Served) -> tuple[str | None, str | None, str | None]:
 FLEX_FALLBACK_CALLS = (
     "flex_fallback_calls"  # a usage entry's count of calls sent at the standard tier at last
 )
+
+
+SERVED_KINDS = ("served", "tier", "fingerprint")  # what a reply says served it, as a usage entry counts it
+
+
+def served_call(role: str, used: dict) -> dict:
+    """One call as a record lists it (`served_calls`, in the order the calls were made): its role, and the model,
+    tier and fingerprint its usage says served it, and whether it fell back to the standard tier. A call retried
+    after an unusable reply may have been served by more than one: then each, sorted, in a list. Keys a provider
+    did not say are left out."""
+    counts = used.get(role) or {}
+    call: dict = {"role": role}
+    for kind in SERVED_KINDS:
+        names = sorted(counts_of(counts, kind))
+        if names:
+            call[kind] = names[0] if len(names) == 1 else names
+    if counts.get(FLEX_FALLBACK_CALLS):
+        call["fallback"] = True
+    return call
 
 
 def billed_class(reply: Reply, window: str = "") -> str:

@@ -20,7 +20,7 @@ from lexpilot.benchmark.prompts import (
 from lexpilot.benchmark.records import RecordKind
 from lexpilot.errors import RAW_OUTPUT, CaseFailed
 from lexpilot.models.served import ServedModelChanged
-from lexpilot.models.usage import Usage
+from lexpilot.models.usage import Usage, served_call
 from lexpilot.protocols.judging import fault_parser
 from lexpilot.settings import Settings
 from lexpilot.storage.checkpoints import CallJournal
@@ -60,6 +60,9 @@ class CaseCalls:
     reasoning: dict = field(default_factory=dict)  # of the record being built: role -> reasoning per call
     settings: Settings | None = None  # the run's: what a step records of them (the judge's model) or reads
     last_paid: dict = field(default_factory=dict)  # the usage of the last reply taken (bought or replayed)
+    served: list = field(
+        default_factory=list
+    )  # of the record being built: what served each call (served_call)
 
     @property
     def run_settings(self) -> Settings:
@@ -78,6 +81,7 @@ class CaseCalls:
                 self.replays += 1
                 self.keep_reasoning_of(role, reasoning)
                 self.last_paid = usage
+                self.served.append(served_call(role, usage))
                 return text
         # in batch mode the caller raises NeedsReply: the request goes into the next batch, and its reply reaches
         # the journal when the batch is collected (nothing is marked or kept here)
@@ -92,6 +96,7 @@ class CaseCalls:
         finally:
             self.usage.merge(used.by_role)
         self.last_paid = used.by_role
+        self.served.append(served_call(role, used.by_role))
         self.keep_reasoning_of(role, reply.reasoning)
         return reply.text
 

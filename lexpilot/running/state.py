@@ -166,6 +166,7 @@ def run_case(state: StageState, calls: CaseCalls, writer: CheckpointWriter) -> N
         if case.number in state.records[step.name]:
             continue
         calls.usage, calls.replayed, calls.step, calls.reasoning = Usage(), Usage(), step.name, {}
+        calls.served = []
         upstream = {need: state.records[need][case.number] for need in step.needs}
         try:
             body = step.run(calls, upstream)
@@ -183,6 +184,7 @@ def run_case(state: StageState, calls: CaseCalls, writer: CheckpointWriter) -> N
             cost.by_role,
             state.settings_hash,
             calls.reasoning,
+            calls.served,
         )
         writer.append(state.paths[step.name], record)
         state.records[step.name][case.number] = record

@@ -138,6 +138,9 @@ def test_a_judge_switched_within_a_batch_stops_after_the_batch_is_collected(harn
     assert harness.run("gold", "--limit", "6", "--batch", "--allow-served-model-change") == 0
     assert processed(harness.provider, "ljp_judge") == 6
     assert served(harness.records(LJP_GOLD), "judge") == {JUDGE: 2, NEXT: 4}
+    # each record lists its one judge call, replayed from the batch's journal, as it was served
+    calls = [call["served"] for record in harness.records(LJP_GOLD) for call in judge_calls(record)]
+    assert sorted(calls) == [JUDGE] * 2 + [NEXT] * 4
 
 
 def test_a_refused_reply_that_shows_the_change_is_kept_as_paid_and_not_used(harness, capsys):
@@ -155,3 +158,26 @@ def test_a_refused_reply_that_shows_the_change_is_kept_as_paid_and_not_used(harn
     lines = (run_folder(harness) / NOT_USED_FILE).read_text(encoding="utf-8").splitlines()
     assert [json.loads(line)["usage"]["judge"][f"served:{NEXT}"] for line in lines] == [1]
     assert served(harness.records(LJP_GOLD), "judge") == {JUDGE: 2}
+
+
+def judge_calls(record: dict) -> list[dict]:
+    return [call for call in record["served_calls"] if call["role"] == "judge"]
+
+
+def test_a_record_lists_what_served_each_of_its_calls_in_order(harness):
+    # "Every call's record ... keeps the reply's model, system_fingerprint (when present) and service_tier" and "the
+    # fallback is recorded on the call". One DCG case, its two judgements asked at flex with --flex-fallback 1: the
+    # scripted flex tier refuses every second flex request (the first answered, the second refused and sent at the
+    # standard tier, "default"), and the judge's id is answered as NEXT from its second request on
+    harness.provider.flex_unavailable = 0.5
+    judge_switched_after(harness.provider, 1)
+    flex = ("--judge-service-tier", "flex", "--flex-fallback", "1", "--allow-served-model-change")
+    assert harness.run("DCG", "--limit", "1", "--concurrency", "1", *flex) == 0
+    (record,) = harness.records(DCG)
+    assert judge_calls(record) == [
+        {"role": "judge", "served": JUDGE, "tier": "flex"},
+        {"role": "judge", "served": NEXT, "tier": "default", "fallback": True},
+    ]
+    # the per-record counts say the same, without the order
+    judge = record["usage"]["judge"]
+    assert (judge[f"served:{JUDGE}"], judge[f"served:{NEXT}"], judge["flex_fallback_calls"]) == (1, 1, 1)

@@ -88,6 +88,8 @@ def test_a_run_saved_before_the_redesign_resumes_with_consent(tmp_path, monkeypa
     usage = redone[-1]["usage"]["judge"]
     # and since they count the model each reply says served it: the scripted provider answers with the id asked
     assert usage.pop("served:DeepSeek-R1") == usage["calls"]
+    # and list what served each call (since records list them)
+    assert redone[-1].pop("served_calls") == [{"role": "judge", "served": "DeepSeek-R1"}]
     assert {k: v for k, v in redone[-1].items() if k not in new_fields} == json.loads(lines[-1])
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import html
+from collections.abc import Sequence
 from urllib.parse import quote
 
 from lexpilot.benchmark.dataset import Case
@@ -30,7 +31,7 @@ from lexpilot.benchmark.prompts import (
     render_key_facts,
     render_numbered_details,
 )
-from lexpilot.benchmark.records import RECORD_KINDS, RecordKind
+from lexpilot.benchmark.records import RECORD_KINDS, SERVED_CALLS_FIELD, RecordKind
 from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.pricing import counts_of
 from lexpilot.reporting.site.web_files import web_file
@@ -90,26 +91,59 @@ def run_info(settings: dict, records: dict, number: str) -> dict:
     prompt, completion tokens, what served them])."""
     usage = {}
     for kind in CALLED_KINDS:
-        used = ((records.get(kind) or {}).get(number) or {}).get("usage")
+        record = (records.get(kind) or {}).get(number) or {}
+        used, served = record.get("usage"), record.get(SERVED_CALLS_FIELD)
+        calls = served if isinstance(served, list) else []
         if isinstance(used, dict):
             usage[kind] = {
-                role: [u.get("calls"), u.get("prompt_tokens"), u.get("completion_tokens"), served_line(u)]
+                role: [
+                    u.get("calls"),
+                    u.get("prompt_tokens"),
+                    u.get("completion_tokens"),
+                    served_line(u, [c for c in calls if isinstance(c, dict) and c.get("role") == role]),
+                ]
                 for role, u in used.items()
                 if isinstance(u, dict)
             }
     return settings | {"usage": usage}
 
 
-def served_line(used: dict) -> str:
-    """What served a record's calls of a role, as its usage counts them (per record, not per call: a record whose
-    calls were all served by one model and tier says them; a mixed one says each with its calls); "" for a record
-    made before replies' models were kept, or at a provider that does not say."""
+def served_line(used: dict, calls: Sequence[dict] = ()) -> str:
+    """What served a record's calls of a role: one model and tier said as such; calls served by more than one,
+    call by call in the order they were made, as the record lists them (`served_calls`), or, for a record made
+    before they were listed, each with its calls as its usage counts them; "" for a record made before replies'
+    models were kept, or at a provider that does not say."""
+    labels = [_call_label(call) for call in calls]
+    if len(set(labels)) > 1:
+        return "served in order: " + "; ".join(_runs(labels))
     parts = [
         f"{word} {_counted_names(counts_of(used, kind))}"
         for kind, word in (("served", "served by"), ("tier", "tier"))
         if counts_of(used, kind)
     ]
     return ", ".join(parts)
+
+
+def _call_label(call: dict) -> str:
+    names = [
+        f"{word}{name if isinstance(name, str) else ' and '.join(map(str, name))}"
+        for word, name in (("", call.get("served")), ("tier ", call.get("tier")))
+        if name
+    ]
+    return (", ".join(names) or "not said") + (
+        " (fell back to the standard tier)" if call.get("fallback") else ""
+    )
+
+
+def _runs(labels: list[str]) -> list[str]:
+    """Consecutive calls served alike said once: "calls 1-3: m, tier flex"."""
+    runs: list[list] = []
+    for number, label in enumerate(labels, 1):
+        if runs and runs[-1][2] == label:
+            runs[-1][1] = number
+        else:
+            runs.append([number, number, label])
+    return [f"call {a}: {label}" if a == b else f"calls {a}-{b}: {label}" for a, b, label in runs]
 
 
 def _counted_names(counts: dict[str, int]) -> str:

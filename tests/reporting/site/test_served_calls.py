@@ -1,6 +1,7 @@
-"""The viewer's exact call says the model and tier that served it (docs/viewer.md): as a record counts them per
-role, one model and tier said as such, a record whose calls were served by more than one said with each one's
-calls; a record that says nothing shows nothing."""
+"""The viewer's exact call says the model and tier that served it (docs/viewer.md): one model and tier said as
+such; a record whose calls were served by more than one said call by call, in the order its `served_calls` lists
+them (a record made before they were listed: each with its calls, as its usage counts them); a record that says
+nothing shows nothing."""
 
 import json
 import re
@@ -38,7 +39,7 @@ def switched_site(harness, tmp_path):
 def test_each_exact_call_says_what_served_its_records_calls(harness, tmp_path):
     page = (switched_site(harness, tmp_path) / "case" / "0.html").read_text(encoding="utf-8")
     usage = calls_data(page)["runs"][0]["usage"]
-    assert usage["DCG"]["judge"][3] == f"served by {JUDGE} (1 call), {NEXT} (1 call)"
+    assert usage["DCG"]["judge"][3] == f"served in order: call 1: {JUDGE}; call 2: {NEXT}"
     assert usage["force_ask"]["eval"][3] == f"served by {SNAPSHOT}"
     # the run's section is labelled as the report's tables label it
     assert f"eval-model (served: {SNAPSHOT}) · judge {JUDGE} (served: {JUDGE}, {NEXT})" in page
@@ -51,7 +52,7 @@ def test_the_exact_call_box_says_what_served_it_in_a_browser(harness, tmp_path, 
     page.locator('button.call[data-r="judge"][data-k="DCG"]').first.click()
     said = page.locator(".callbox p").first.inner_text()
     assert "judge calls: 2 calls" in said and said.endswith("· time: not recorded")
-    assert f", served by {JUDGE} (1 call), {NEXT} (1 call) ·" in said
+    assert f", served in order: call 1: {JUDGE}; call 2: {NEXT} ·" in said
 
 
 def test_a_records_tier_and_a_record_that_says_nothing():
@@ -60,3 +61,19 @@ def test_a_records_tier_and_a_record_that_says_nothing():
         "served by m, tier default (1 call), flex (2 calls)"
     )
     assert served_line({"calls": 3, "prompt_tokens": 9}) == ""
+
+
+def test_a_records_calls_said_in_order_where_they_were_served_apart():
+    counts = {"calls": 4, "served:m": 3, "served:n": 1, "tier:flex": 2, "tier:default": 2}
+    calls = [
+        {"role": "judge", "served": "m", "tier": "flex"},
+        {"role": "judge", "served": "m", "tier": "flex"},
+        {"role": "judge", "served": "m", "tier": "default", "fallback": True},
+        {"role": "judge", "served": ["m", "n"], "tier": "default"},  # an unusable reply asked again
+    ]
+    assert served_line(counts, calls) == (
+        "served in order: calls 1-2: m, tier flex; call 3: m, tier default (fell back to the standard tier); "
+        "call 4: m and n, tier default"
+    )
+    # calls served alike are said once, as the counts say them
+    assert served_line({"calls": 2, "served:m": 2, "tier:flex": 2}, calls[:1] * 2) == "served by m, tier flex"
