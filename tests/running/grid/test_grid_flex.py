@@ -115,3 +115,20 @@ def test_a_grid_files_service_tier_is_asked_by_every_role_using_that_model(tmp_p
     tiers = Counter((r["model"], r.get("service_tier")) for r in http.requests)
     assert {model for model, tier in tiers if tier == "flex"} == {"DeepSeek-R1"}
     assert tiers[("DeepSeek-R1", None)] == 0 and tiers[("DeepSeek-R1", "flex")] > 0
+
+
+def test_a_grid_whose_judge_refuses_the_tier_stops_its_cells_in_one_line_paying_no_judge_call(
+    tmp_path, http, files, capsys
+):
+    # "A 400 refusing the tier stops that role at once with one line naming the model and the option to drop."
+    dataset, _ = files
+    http.flex_refused = {"DeepSeek-R1"}
+    argv = grid(tmp_path / "out", dataset, "r1", "--judge-service-tier", "flex", "--stages", "eval_DCG")
+    status = run_grid.main(argv)
+    err = capsys.readouterr().err
+    (said,) = [line for line in err.splitlines() if line.startswith("[grid] 2 cells failed: ")]
+    assert status != 0 and "Traceback" not in err, err
+    assert "judge 'DeepSeek-R1'" in said and "does not take service tier 'flex'" in said
+    assert "Drop --judge-service-tier" in said and "(model-a r1 DCG, model-b r1 DCG)" in said
+    assert not [r for r in http.requests if r["model"] == "DeepSeek-R1" and r.get("service_tier") != "flex"]
+    assert http.tiers[("DeepSeek-R1", "flex")] == 0  # refused, never answered: no judge call paid
