@@ -68,8 +68,8 @@ def test_an_invalid_output_in_batch_mode_is_asked_again_and_every_stage_complete
 
 
 # what depends on the order in which cases were asked: which of two equal prompts (the LCA judge sees only the
-# response, often the same for two cases) got the prose, and the usage and digests that follow from it
-ORDERED = ("usage", "digest", "upstream_hash", "judge_raw", "raw")
+# response, often the same for two cases) got the prose, and the usage, calls and digests that follow from it
+ORDERED = ("usage", "served_calls", "digest", "upstream_hash", "judge_raw", "raw")
 
 
 def verdicts(path) -> list:
