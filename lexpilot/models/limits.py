@@ -357,7 +357,7 @@ class OnServer:
 
 def server_of(base_url: str) -> str:
     """A server's identity from a base URL, however it is spelled: scheme and host in lower case, a default port
-    left out, slashes in the path collapsed and none at its end."""
+    left out, slashes in the path collapsed and none at its end (a query, rare in a base URL, kept as given)."""
     parts = urllib.parse.urlsplit(base_url.strip())
     scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
     try:
@@ -366,7 +366,8 @@ def server_of(base_url: str) -> str:
         port = None
     if port and port != {"http": 80, "https": 443}.get(scheme):
         host += f":{port}"
-    return f"{scheme}://{host}{re.sub('/+', '/', parts.path).rstrip('/')}"
+    query = f"?{parts.query}" if parts.query else ""
+    return f"{scheme}://{host}{re.sub('/+', '/', parts.path).rstrip('/')}{query}"
 
 
 @dataclass(frozen=True)
@@ -380,7 +381,8 @@ class Endpoint:
 
     @classmethod
     def of(cls, role: Role) -> Endpoint:
-        return cls(role.base_url, role.model, key_digest(role.api_key))
+        """A role's endpoint, its base URL however spelled (server_of): `HTTP://Host:80//v1/` is `http://host/v1`."""
+        return cls(server_of(role.base_url), role.model, key_digest(role.api_key))
 
     @property
     def account(self) -> tuple[str, str]:
@@ -415,7 +417,7 @@ class Endpoints:
 
     def of(self, role) -> Limiter | OnServer:
         """The limiter a call of this role takes: its endpoint's, and its server's too where the server has limits."""
-        key = Endpoint.of(role).parts() if self.per_model else (role.base_url,)
+        key = Endpoint.of(role).parts() if self.per_model else (server_of(role.base_url),)
         server = server_of(role.base_url)
         with self.lock:
             if key not in self.limiters:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 import os
 import socket
 import threading
@@ -35,10 +36,26 @@ QUEUE_STALE = 5.0
 TAKE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local slots, state, queue, seen = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local slots, state, queue, seen, declared, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
-local limit = tonumber(redis.call('HGET', state, 'limit') or ARGV[3])
+-- every live process declares its limits (until a lease after its last take or renewal); the strictest holds
+redis.call('HSET', declared, ARGV[8], ARGV[3] .. ' ' .. ARGV[5] .. ' ' .. ARGV[10])
+redis.call('ZADD', alive, now + tonumber(ARGV[2]), ARGV[8])
+for _, gone in ipairs(redis.call('ZRANGEBYSCORE', alive, '-inf', now)) do
+  redis.call('HDEL', declared, gone)
+  redis.call('ZREM', alive, gone)
+end
+local cap, interval, tpm = math.huge, 0, math.huge
+for _, said in ipairs(redis.call('HVALS', declared)) do
+  local c, i, m = string.match(said, '(%S+) (%S+) (%S+)')
+  cap, interval = math.min(cap, tonumber(c)), math.max(interval, tonumber(i))
+  if tonumber(m) > 0 then tpm = math.min(tpm, tonumber(m)) end
+end
+redis.call('EXPIRE', declared, ARGV[7])
+redis.call('EXPIRE', alive, ARGV[7])
+local limit = math.min(tonumber(redis.call('HGET', state, 'limit') or cap), cap)
 local in_flight = redis.call('ZCARD', slots)
+local strictest = {tostring(cap), tostring(interval), tostring(tpm == math.huge and 0 or tpm)}
 redis.call('EXPIRE', state, ARGV[7])
 -- the processes waiting for a slot, first come first served: one that stopped asking leaves the queue
 for _, gone in ipairs(redis.call('ZRANGEBYSCORE', seen, '-inf', now - tonumber(ARGV[9]))) do
@@ -53,23 +70,26 @@ if in_flight + ahead >= math.floor(limit) then
   redis.call('ZADD', seen, now, ARGV[8])
   redis.call('EXPIRE', queue, ARGV[7])
   redis.call('EXPIRE', seen, ARGV[7])
-  return {-1, in_flight}
+  return {-1, in_flight, unpack(strictest)}
 end
+local token_ms = 0
+if tpm < math.huge then token_ms = tonumber(ARGV[6]) * 60000 / (tpm * tonumber(ARGV[11])) end
 local wait = math.max(0, tonumber(redis.call('HGET', state, 'resume_at') or 0) - now)
 local next_request = tonumber(redis.call('HGET', state, 'next_request') or 0)
 local next_tokens = tonumber(redis.call('HGET', state, 'next_tokens') or 0)
-if tonumber(ARGV[5]) > 0 then wait = math.max(wait, next_request - now) end
-if tonumber(ARGV[6]) > 0 then wait = math.max(wait, next_tokens - now) end
-if wait > 0 then return {math.ceil(wait), in_flight} end
+if interval > 0 then wait = math.max(wait, next_request - now) end
+if token_ms > 0 then wait = math.max(wait, next_tokens - now) end
+if wait > 0 then return {math.ceil(wait), in_flight, unpack(strictest)} end
 redis.call('ZADD', slots, now + tonumber(ARGV[2]), ARGV[1])
 redis.call('ZREM', queue, ARGV[8])
 redis.call('ZREM', seen, ARGV[8])
-if tonumber(ARGV[5]) > 0 then redis.call('HSET', state, 'next_request', math.max(next_request, now) + ARGV[5]) end
-if tonumber(ARGV[6]) > 0 then redis.call('HSET', state, 'next_tokens', math.max(next_tokens, now) + ARGV[6]) end
-if not redis.call('HGET', state, 'limit') then redis.call('HSET', state, 'limit', ARGV[3], 'max', ARGV[4]) end
+if interval > 0 then redis.call('HSET', state, 'next_request', math.max(next_request, now) + interval) end
+if token_ms > 0 then redis.call('HSET', state, 'next_tokens', math.max(next_tokens, now) + token_ms) end
+if not redis.call('HGET', state, 'limit') then redis.call('HSET', state, 'limit', cap, 'max', cap) end
+redis.call('HSET', state, 'cap', tostring(cap), 'tpm', tostring(tpm == math.huge and 0 or tpm))
 redis.call('HINCRBY', state, 'sent', 1)
 redis.call('EXPIRE', slots, ARGV[7])
-return {0, in_flight + 1}
+return {0, in_flight + 1, unpack(strictest)}
 """
 
 GIVE_BACK = """
@@ -78,8 +98,9 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local slots, state = KEYS[1], KEYS[2]
 local in_flight = redis.call('ZCARD', slots)
 redis.call('ZREM', slots, ARGV[1])
-local limit = tonumber(redis.call('HGET', state, 'limit') or ARGV[5])
-local max = tonumber(redis.call('HGET', state, 'max') or ARGV[6])
+local cap = tonumber(redis.call('HGET', state, 'cap') or ARGV[6])
+local limit = math.min(tonumber(redis.call('HGET', state, 'limit') or ARGV[5]), cap)
+local max = math.min(tonumber(redis.call('HGET', state, 'max') or ARGV[6]), cap)
 local pause = tonumber(ARGV[3])
 if ARGV[2] == 'slots' then
   limit = math.max(1, math.min(limit, in_flight - 1))
@@ -95,8 +116,10 @@ else
   limit = math.min(max, limit + 1 / limit)
 end
 redis.call('HSET', state, 'limit', tostring(limit), 'max', tostring(max))
-if tonumber(ARGV[4]) > 0 then
-  redis.call('HSET', state, 'next_tokens', math.max(tonumber(redis.call('HGET', state, 'next_tokens') or 0), now) + ARGV[4])
+local tpm = tonumber(redis.call('HGET', state, 'tpm') or 0)
+if tonumber(ARGV[4]) > 0 and tpm > 0 then
+  local token_ms = tonumber(ARGV[4]) * 60000 / (tpm * tonumber(ARGV[7]))
+  redis.call('HSET', state, 'next_tokens', math.max(tonumber(redis.call('HGET', state, 'next_tokens') or 0), now) + token_ms)
 end
 return 1
 """
@@ -104,7 +127,8 @@ return 1
 RENEW = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[1]), ARGV[i]) end
+redis.call('ZADD', KEYS[2], 'XX', now + tonumber(ARGV[1]), ARGV[2])
+for i = 3, #ARGV do redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[1]), ARGV[i]) end
 return 1
 """
 
@@ -236,8 +260,10 @@ class SharedLimiter(Limiter):
         super().__init__(ceiling, limits, name)
         digest = hashlib.sha256("\0".join(endpoint).encode()).hexdigest()[:16]
         self.store = store
-        self.keys = [f"lexpilot:limits:{digest}:{part}" for part in ("slots", "state", "queue", "seen")]
+        parts = ("slots", "state", "queue", "seen", "declared", "alive")
+        self.keys = [f"lexpilot:limits:{digest}:{part}" for part in parts]
         self.leases: set[str] = set()
+        self.strictest: tuple[float, float, float] | None = None  # said once: another process's, stricter
         self.heartbeat: threading.Thread | None = None
 
     def _shared_sent(self) -> int | None:
@@ -250,10 +276,9 @@ class SharedLimiter(Limiter):
 
     def _take(self, ticket, now: float) -> float:
         interval = 60_000 / (self.limits.rpm * PACING_MARGIN) if self.limits.rpm else 0
-        token_ms = 1000 * ticket.tokens / self._token_rate() if self.limits.tpm else 0
         lease = self.store.lease_id()
         try:
-            wait, _ = self.store.take(
+            wait, _, *strictest = self.store.take(
                 keys=self.keys,
                 args=[
                     lease,
@@ -261,16 +286,19 @@ class SharedLimiter(Limiter):
                     self.max_limit,
                     self.max_limit,
                     interval,
-                    token_ms,
+                    ticket.tokens,
                     KEEP_SECONDS,
                     self.store.owner,
                     int(QUEUE_STALE * 1000),
+                    self.limits.tpm or 0,
+                    PACING_MARGIN,
                 ],
             )
         except self.store.errors:
             self.store.trouble(True)
             return UNREACHABLE_POLL
         self.store.trouble(False)
+        self._say_strictest(*(float(x) for x in strictest))
         if wait:
             return BUSY_POLL if wait < 0 else wait / 1000
         self.in_flight += 1
@@ -279,12 +307,32 @@ class SharedLimiter(Limiter):
         self._keep_leases()
         return 0.0
 
+    def _say_strictest(self, concurrency: float, interval: float, tpm: float) -> None:
+        """Once: another process of the grid declared a stricter limit for this endpoint than this one's, which holds
+        for every process while it runs (a lower limit takes effect at once; a higher one once the lower's
+        processes are gone, a lease later)."""
+        own = (self.max_limit, 60_000 / (self.limits.rpm * PACING_MARGIN) if self.limits.rpm else 0.0)
+        stricter = []
+        if concurrency < own[0]:
+            stricter.append(f"concurrency {concurrency:g} (this process {own[0]:g})")
+        if interval > own[1] + 1e-6:
+            stricter.append(
+                f"rpm {60_000 / (interval * PACING_MARGIN):.4g} (this process {self.limits.rpm or 'none'})"
+            )
+        if tpm and tpm < (self.limits.tpm or math.inf):
+            stricter.append(f"tpm {tpm:g} (this process {self.limits.tpm or 'none'})")
+        if stricter and self.strictest is None:
+            self.strictest = (concurrency, interval, tpm)
+            self.store.say(
+                f"[grid] {self.name}: another process sharing this endpoint set {', '.join(stricter)}; "
+                "the strictest limit holds for every process"
+            )
+
     def _give_back(self, pushed_back, pause, tokens_over, now: float, lease: str | None = None) -> None:
         self.in_flight -= 1
         self.leases.discard(lease)
         if pushed_back == "rate":
             self.resume_at = max(self.resume_at, now + (pause if pause is not None else 1.0))
-        token_ms = 1000 * tokens_over / self._token_rate() if tokens_over > 0 and self.limits.tpm else 0
         try:
             self.store.give_back(
                 keys=self.keys,
@@ -292,9 +340,10 @@ class SharedLimiter(Limiter):
                     lease or "",
                     pushed_back or "",
                     int(1000 * (pause or 1.0)),
-                    token_ms,
+                    max(tokens_over, 0),
                     self.max_limit,
                     self.max_limit,
+                    PACING_MARGIN,
                 ],
             )
         except self.store.errors:
@@ -313,6 +362,9 @@ class SharedLimiter(Limiter):
                 held = list(self.leases)
             if held:
                 try:
-                    self.store.renew(keys=self.keys[:1], args=[int(self.store.lease * 1000), *held])
+                    self.store.renew(
+                        keys=[self.keys[0], self.keys[5]],
+                        args=[int(self.store.lease * 1000), self.store.owner, *held],
+                    )
                 except self.store.errors:
                     self.store.trouble(True)

@@ -31,6 +31,7 @@ from tests.helpers.warm import run as warm_run
 pytestmark = pytest.mark.slow
 
 REDIS = shutil.which("redis-server")
+NEVER_STOPPED = lambda: False  # noqa: E731  (a call that is never stopped)
 
 
 class RedisServer:
@@ -360,3 +361,88 @@ def test_a_slot_given_back_goes_to_the_process_that_waited_not_back_to_the_giver
         t.join(5)
     assert first_slot[1] - began <= hold + BUSY_POLL + 0.15, first_slot[1] - began  # one call and one poll
     assert 0.3 <= calls[1] / (calls[0] + calls[1]) <= 0.7, calls  # about half each
+
+
+def two_processes(redis_server, *limits: Limits, said: list | None = None) -> list[SharedLimiter]:
+    """A limiter for one endpoint in each of len(limits) processes (their own connection and owner)."""
+    endpoint = ("http://127.0.0.1:1/v1", "judge-m", "key-hash")
+    limiters = []
+    for k, lim in enumerate(limits):
+        store = RedisStore(redis_server.url, say=(said.append if said is not None else lambda line: None))
+        store.owner = f"machine-{k}:{100 + k}"
+        limiters.append(SharedLimiter(store, endpoint, 8, lim, "judge"))
+    return limiters
+
+
+def waits(limiter, seconds: float = 0.3) -> bool:
+    """Whether a call waits `seconds` without a slot (it is stopped then)."""
+    deadline = time.monotonic() + seconds
+    try:
+        limiter.release(lease=limiter.acquire(lambda: time.monotonic() > deadline))
+    except Aborted:
+        return True
+    return False
+
+
+def test_a_lease_lasts_the_configured_seconds(redis_server):
+    # ?lease=60 (the default): a slot taken now expires 60,000 ms later on Redis's clock, so with both of a
+    # concurrency of 2 held a third call waits (leases read as milliseconds would have let it out after 60 ms)
+    (limiter,) = two_processes(redis_server, Limits(concurrency=2))
+    leases = [limiter.acquire(NEVER_STOPPED) for _ in range(2)]
+    now_ms = redis_server.client().time()[0] * 1000
+    expiries = [score for _, score in redis_server.client().zrange(limiter.keys[0], 0, -1, withscores=True)]
+    assert all(59_000 <= e - now_ms <= 61_000 for e in expiries), [e - now_ms for e in expiries]
+    assert waits(limiter)
+    for lease in leases:
+        limiter.release(lease=lease)
+
+
+def test_the_shared_window_never_grows_past_the_configured_concurrency(redis_server):
+    # a hundred replies at a concurrency of 2: the window kept in Redis stays at 2 (uncapped it reached 8.34)
+    (limiter,) = two_processes(redis_server, Limits(concurrency=2))
+    for _ in range(100):
+        limiter.release(lease=limiter.acquire(NEVER_STOPPED))
+    assert float(redis_server.client().hget(limiter.keys[1], "limit")) <= 2
+
+
+def test_a_lower_limit_given_later_holds_at_once_for_every_process_and_is_said_once(redis_server):
+    # an earlier process used concurrency 8 (its window 8 in Redis); a later one gives concurrency 1: from its
+    # first call on, one call is in flight at most, the earlier process's included, which says so once
+    said: list[str] = []
+    earlier, later = two_processes(redis_server, Limits(concurrency=8), Limits(concurrency=1), said=said)
+    held = [earlier.acquire(NEVER_STOPPED) for _ in range(8)]
+    for lease in held:
+        earlier.release(lease=lease)
+    assert float(redis_server.client().hget(earlier.keys[1], "limit")) == 8
+    lease = later.acquire(NEVER_STOPPED)
+    assert waits(later) and waits(earlier) and waits(earlier)
+    lines = [line for line in said if "another process sharing this endpoint set concurrency 1" in line]
+    assert len(lines) == 1 and "(this process 8)" in lines[0], said
+    later.release(lease=lease)
+
+
+def test_processes_given_different_rpm_limits_share_the_strictest(redis_server):
+    # 600 and 60 rpm for one endpoint: paced at 97 % of 60, the two together let the first call go at once and then
+    # one every 60 / (60 × 0.97) = 1.03 s, so in the measured time t at most 1 + t / 1.03 (600 rpm would let 10/s)
+    fast, slow = two_processes(redis_server, Limits(rpm=600), Limits(rpm=60))
+    stop, sent = threading.Event(), Counter()
+
+    def call_after_call(limiter, k):
+        while not stop.is_set():
+            try:
+                limiter.release(lease=limiter.acquire(stop.is_set))
+            except Aborted:
+                return
+            sent[k] += 1
+
+    slow.release(lease=slow.acquire(NEVER_STOPPED))  # the stricter process declared first
+    began = time.monotonic()
+    threads = [threading.Thread(target=call_after_call, args=(lim, k)) for k, lim in enumerate((fast, slow))]
+    for t in threads:
+        t.start()
+    time.sleep(2.5)
+    stop.set()
+    for t in threads:
+        t.join(5)
+    elapsed = time.monotonic() - began
+    assert sum(sent.values()) <= 1 + elapsed / (60 / (60 * 0.97)), (sent, elapsed)
