@@ -10,10 +10,13 @@ import pytest
 
 from lexpilot.errors import Aborted
 from lexpilot.models.limits import Endpoint, Endpoints, Limiter, Limits
+from lexpilot.models.replies import Reply
+from lexpilot.models.retries import Attempt
 from lexpilot.protocols.catalog import stages_named
 from lexpilot.running.grid.cells import shard_of
 from lexpilot.running.grid.run import start_grid
 from lexpilot.settings import Role
+from tests.helpers.calls import make_caller
 from tests.helpers.datasets import sample_cases, write_dataset
 
 NEVER = lambda: False  # noqa: E731  (a call that is never stopped)
@@ -121,3 +124,17 @@ def test_an_endpoint_spelled_two_ways_is_one_endpoint():
     # a different path, port or scheme is another endpoint
     others = ("http://api.example.org/v2", "http://api.example.org:8080/v1", "https://api.example.org/v1")
     assert len({Endpoint.of(Role("judge", "m", url, "sk-test-0123456789", 0.0)) for url in others}) == 3
+
+
+def test_a_call_whose_reply_used_more_than_was_counted_charges_the_difference_to_the_pacing(provider):
+    # the same rule where the caller settles a call: counted at 200 tokens when sent, the reply's 300 prompt and 400
+    # completion tokens charge 500 more to the tpm pacing (at 60,000 tpm paced at 97 %: 500 / 970 s)
+    caller = make_caller(provider)
+    limiter = Limiter(10, Limits(tpm=60_000))
+    limiter.acquire(NEVER, None, 200)
+    before = limiter.next_tokens
+    reply = Reply("答", "stop", prompt_tokens=300, completion_tokens=400)
+    caller._settle(
+        caller.settings.roles["judge"], Attempt(reply=reply, answered=reply), limiter, None, 200, 0.0
+    )
+    assert limiter.next_tokens - before == pytest.approx(500 / 970)
