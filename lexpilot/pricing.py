@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 from pathlib import Path
 from typing import NamedTuple
 
 from lexpilot.errors import FatalError, HarnessError
 from lexpilot.files import check_input
+from lexpilot.spending import Ledger, MemoryLedger
 from lexpilot.windows import PEAK, WINDOW_KEYS, BadWindow, Windows, multiplier, read_windows
 
 PRICED_COUNTS = ("calls", "prompt_tokens", "completion_tokens", "cached_prompt_tokens")
@@ -316,33 +316,40 @@ def call_cost(
 
 
 class BudgetExceeded(FatalError):
-    """The next call could take the invocation's spending past --max-cost: the stage stops cleanly."""
+    """The next call could take the spending past --max-cost: the stage stops cleanly."""
 
 
 class Budget:
-    """--max-cost for one invocation: spending so far plus the worst case of every call in flight stays within
-    the amount. A call's worst case counts its prompt at one token per character (Chinese text is about one
-    token per character; other text fewer) and its completion at the role's output limit."""
+    """--max-cost: spending so far plus the worst case of every call in flight stays within the amount. The
+    spending is the ledger's (spending.py): one invocation's, an output root's, or a grid's across machines. A
+    call's worst case counts its prompt at one token per character (Chinese text is about one token per character;
+    other text fewer) and its completion at the role's output limit."""
 
-    def __init__(self, amount: float, prices: dict[str, Price]):
+    def __init__(self, amount: float, prices: dict[str, Price], ledger: Ledger | None = None):
         self.amount, self.prices = amount, prices
-        self.spent = self.reserved = 0.0
-        self.lock = threading.Lock()
+        self.ledger: Ledger = ledger or MemoryLedger()
+
+    @property
+    def spent(self) -> float:
+        return self.ledger.totals().spent
+
+    @property
+    def reserved(self) -> float:
+        return self.ledger.totals().reserved
 
     def reserve(
         self, model: str, prompt_chars: int, max_tokens: int, batched: float = 0.0, priced: str = ""
     ) -> float:
         """The call's worst case, reserved (at the price class it is asked at: "" the standard)."""
         worst = call_cost(self.prices[model], prompt_chars, max_tokens, batched=batched, priced=priced)
-        with self.lock:
-            if self.spent + self.reserved + worst > self.amount:
-                raise BudgetExceeded(
-                    f"--max-cost {self.amount:g}: the next call could cost up to {worst:.4f}, "
-                    f"with {self.spent:.4f} spent and {self.reserved:.4f} reserved for calls in "
-                    f"flight or batches submitted, {self.amount - self.spent - self.reserved:.4f} "
-                    "left. Every completed record is saved: rerun with a larger --max-cost to go on"
-                )
-            self.reserved += worst
+        ok, totals = self.ledger.reserve(worst, self.amount)
+        if not ok:
+            raise BudgetExceeded(
+                f"--max-cost {self.amount:g}: the next call could cost up to {worst:.4f}, "
+                f"with {totals.spent:.4f} spent and {totals.reserved:.4f} reserved for calls in "
+                f"flight or batches submitted, {self.amount - totals.spent - totals.reserved:.4f} "
+                "left. Every completed record is saved: rerun with a larger --max-cost to go on"
+            )
         return worst
 
     def settle(
@@ -358,12 +365,11 @@ class Budget:
         """The call is over: its real cost, its cached share included (its worst case where the reply carried no
         token counts); `batched`: answered in a batch, at the batch price; `priced`: the price class that served
         it (price_class)."""
-        with self.lock:
-            self.reserved -= reserved
-            self.spent += (
-                reserved
-                if prompt_tokens is None
-                else call_cost(
-                    self.prices[model], prompt_tokens, completion_tokens or 0, cached_tokens, batched, priced
-                )
+        cost = (
+            reserved
+            if prompt_tokens is None
+            else call_cost(
+                self.prices[model], prompt_tokens, completion_tokens or 0, cached_tokens, batched, priced
             )
+        )
+        self.ledger.settle(reserved, cost)

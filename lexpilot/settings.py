@@ -17,6 +17,7 @@ from lexpilot.benchmark.vocabulary import (
 )
 from lexpilot.errors import HarnessError
 from lexpilot.pricing import Budget, Price
+from lexpilot.spending import Ledger
 
 # Every default declared once, read by the dataclasses, the command line and its help (issue 37 item 7): the paper's
 # generation settings (Appendix E.1: each role's temperature is in the roles' table, ROLE_TABLE), and how calls travel
@@ -115,12 +116,13 @@ class Spending:
     # the model ids whose calls start only outside their peak windows (--off-peak, a grid file's off_peak)
     off_peak: tuple[str, ...] = ()
 
-    def budget(self) -> Budget | None:
-        """The invocation's hard budget (None: no --max-cost)."""
+    def budget(self, ledger: Ledger | None = None) -> Budget | None:
+        """The hard budget (None: no --max-cost), its spending kept in `ledger` (spending.py; None: this
+        invocation's alone)."""
         if self.max_cost is None:
             return None
         assert self.prices is not None, "--max-cost is refused without --prices (settings_from_args)"
-        return Budget(self.max_cost, self.prices)
+        return Budget(self.max_cost, self.prices, ledger)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,18 @@ from tests.helpers.paths import ROOT
 
 # Each part of the package and the parts it may import (its own included). The foundation is the package's root
 # modules and the benchmark's vocabulary and data; everything may import it.
-FOUNDATION = {"errors", "paths", "files", "pricing", "windows", "settings", "options", "text", "benchmark"}
+FOUNDATION = {
+    "errors",
+    "paths",
+    "files",
+    "pricing",
+    "spending",
+    "windows",
+    "settings",
+    "options",
+    "text",
+    "benchmark",
+}
 MAY_IMPORT = {
     "foundation": {"foundation"},
     "models": {"foundation", "models"},

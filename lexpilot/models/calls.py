@@ -41,6 +41,7 @@ from lexpilot.models.sharing import Sharing
 from lexpilot.models.usage import FLEX_FALLBACK_CALLS, Usage, billed_class
 from lexpilot.pricing import price_class
 from lexpilot.settings import Role, Settings, key_variables
+from lexpilot.spending import RootLedger
 from lexpilot.text import counted
 from lexpilot.windows import Clock, utc_now
 
@@ -154,7 +155,11 @@ class ModelCaller:
         self.token_fields = default_token_fields(settings.roles) | (token_fields or {})
         self.lock = threading.Lock()
         self.said: set[str] = set()  # the topics of lines said once (malformed usage, per role)
-        self.budget = sharing.budget if sharing else settings.spending.budget()
+        # a stage script's spending is its output root's, shared with every invocation on it (spending.py)
+        root = settings.output_root if settings.spending.max_cost is not None else None
+        self.budget = (
+            sharing.budget if sharing else settings.spending.budget(RootLedger(root) if root else None)
+        )
         # what served its calls, held to what served the role before (models/served.py; the grid's, for every cell)
         self.served = ServedCalls.of(settings, sharing.served if sharing else ServedModels())
         import httpx2  # what the openai 3.x SDK is built on (requirements.txt)

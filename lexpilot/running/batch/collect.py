@@ -111,7 +111,7 @@ class Importer:
         )
         if problem:
             # a reply refused (cut at its limit, empty) was paid for at the batch price: settled and kept as not used
-            self.settle(cid, usage)
+            self.settle(cid, usage, self.run.settings.roles[role].model)
             if usage:
                 self.journal.not_used(request.case, request.step, {role: usage}, problem, cid)
                 self.count(role, usage, retry)
@@ -126,7 +126,7 @@ class Importer:
             reasoning=reasoning,
         )
         self.known.add(cid)
-        self.settle(cid, usage)
+        self.settle(cid, usage, self.run.settings.roles[role].model)
         self.count(role, usage, retry)
         return 1
 
@@ -161,11 +161,12 @@ class Importer:
             )
         return 0
 
-    def settle(self, cid: str, usage: dict) -> None:
+    def settle(self, cid: str, usage: dict, model: str | None = None) -> None:
         """The budget's reservation for a request this invocation submitted: settled at what its reply reports at
         the batch price (its worst case without token counts), or released when no reply is taken (a refused or
-        unanswered request costs nothing; asked again, it is reserved again)."""
-        model, worst = self.run.reserved.pop(cid, (None, 0.0))
+        unanswered request costs nothing; asked again, it is reserved again). A reply to a request an earlier
+        invocation submitted (and gave its reservation back when it ended) is spent at what it reports."""
+        model, worst = self.run.reserved.pop(cid, (model, 0.0))
         if model is None or not self.run.caller.budget:
             return
         reported = usage and not usage.get("unreported_calls")

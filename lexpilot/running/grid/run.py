@@ -18,6 +18,7 @@ from lexpilot.benchmark.vocabulary import ROLE
 from lexpilot.errors import INTERRUPTED, HarnessError
 from lexpilot.models.limits import Endpoints, Limits, server_of
 from lexpilot.models.offpeak import Holds
+from lexpilot.models.shared_limits import RedisStore
 from lexpilot.models.sharing import Sharing
 from lexpilot.options import off_peak_models
 from lexpilot.protocols.steps import Stage
@@ -45,6 +46,7 @@ from lexpilot.running.grid.quote import (
     summed_money,
 )
 from lexpilot.settings import Settings
+from lexpilot.spending import Ledger, RootLedger
 
 
 def with_endpoint(settings: Settings, endpoint: ModelEndpoint | None, env) -> Settings:
@@ -119,6 +121,7 @@ class GridRun:
     grid: Grid | None = field(default=None, repr=False)
     shard: tuple[int, int] | None = None  # (K, N): this process runs shard K of N
     limits_url: str | None = None  # redis://…: every endpoint's limiter shared through it
+    store: RedisStore | None = field(default=None, repr=False)  # its connection, once the endpoints are made
     servers: dict[str, Limits] = field(
         default_factory=dict
     )  # base URL -> limits its models share (grid file)
@@ -139,7 +142,7 @@ class GridRun:
         if self.limits_url:
             from lexpilot.models.shared_limits import RedisStore, SharedLimiter
 
-            store = RedisStore(self.limits_url, say)
+            store = self.store = RedisStore(self.limits_url, say)
             store.reachable()
 
             def make(endpoint, ceiling, lim, name):
@@ -165,6 +168,18 @@ class GridRun:
             per_model=True,
             make=make,
             servers=self.servers,
+        )
+
+    def ledger(self, first: Settings) -> Ledger:
+        """Where the grid's spending is kept: in Redis with --limits (every shard's), else in the output root (every
+        rerun's and stage script's on it)."""
+        if self.store is None:
+            return RootLedger(first.output_root)
+        from lexpilot.models.shared_spending import RedisLedger, grid_key
+
+        _, sha = load_selection(first.dataset, first.limit)
+        return RedisLedger(
+            self.store, grid_key(sha, self.models, self.run_ids, [s.name for s in self.stages])
         )
 
     def share_text(self) -> str:
@@ -194,7 +209,7 @@ class GridRun:
         notes: list[str] = [open_files_for(len(chains), first.transport.concurrency)]
         speaker = {"say": notes.append}  # until the display is drawn, then the display
         endpoints = self.endpoints(chains, lambda line: speaker["say"](line))
-        budget = first.spending.budget()
+        budget = first.spending.budget(self.ledger(first))
         sharing = Sharing(endpoints, budget)
         sharing.holds = Holds.of(self.held(chains), first.spending.prices, sharing.clock)
         if first.batching.enabled:  # every cell's batches pooled per endpoint, the chains in lockstep
@@ -226,6 +241,8 @@ class GridRun:
                 )
                 os._exit(INTERRUPTED)
         display.draw(final=True)
+        if budget:  # what is left reserved (batches submitted, collected by a later run) is given back
+            budget.ledger.close()
         for line in summary(grid, interrupted):
             print(line, file=err)
         counts = grid.counts()
@@ -303,6 +320,11 @@ def start_grid(
         )
     grid = plan_grid(stages, models, run_ids, options, grid_path, limit_entries, env, err)
     grid.shard, grid.limits_url = (parse_shard(shard) if shard else None), limits_url
+    if grid.shard and grid.shard[1] > 1 and not limits_url and "--max-cost" in options:
+        raise HarnessError(
+            "--max-cost with --shard: the shards would each spend the whole cap; give every shard the same "
+            "--limits redis://HOST:PORT/DB and they share one budget (docs/grid.md), or run the grid unsharded"
+        )
     if limits_url:
         from lexpilot.models.shared_limits import limits_url as checked_url
 

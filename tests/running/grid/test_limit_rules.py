@@ -1,6 +1,6 @@
-"""The limiter's and the shards' rules, each with numbers computed by hand (issue 57: a mutation audit changed one rule
-at a time in the limiter, the shards and the grid's set-up, and the suite missed seven). The rules shared through
-Redis are in tests/models/test_redis_limits.py."""
+"""The limiter's and the shards' rules, each with numbers computed by hand, each pinned so that changing the rule
+fails its test (a mutation audit changed one rule at a time in the limiter, the shards and the grid's set-up). The
+rules shared through Redis are in tests/models/test_redis_limits.py."""
 
 import itertools
 import time
