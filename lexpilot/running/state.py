@@ -4,10 +4,11 @@ they were built from) and running the pending steps of one case into new records
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from lexpilot.benchmark.dataset import Case
 from lexpilot.benchmark.records import RECORD_KINDS, new_record, record_digest
@@ -15,11 +16,14 @@ from lexpilot.benchmark.vocabulary import CONDITION_SCRIPTS
 from lexpilot.errors import HarnessError, first_of
 from lexpilot.models.calls import ModelCaller
 from lexpilot.models.usage import Usage
+from lexpilot.pricing import counts_of
 from lexpilot.protocols.steps import CaseCalls, Stage, Step
 from lexpilot.settings import Settings
 from lexpilot.storage.checkpoints import (
     CheckpointWriter,
     checkpoint_path,
+    journal_path,
+    journal_usages,
     manifest_path,
     read_checkpoint,
 )
@@ -47,6 +51,8 @@ class StageState:
     manifest: Manifest | None = None
     notes: list[str] = field(default_factory=list)  # what loading repaired, for stderr
     idle: tuple | None = None  # the stage's cases with nothing to ask (Stage.idle)
+    # role -> calls per served id its saved records count (read before finished cases leave memory)
+    served_saved: dict[str, Counter] = field(default_factory=dict)
 
     @property
     def settings(self) -> Settings:
@@ -118,6 +124,7 @@ def load_state(context: RunContext, repair: bool = True, whole_upstream: bool = 
     state = StageState(
         context, stage.enabled_steps(settings), paths, records, context.saved, notes=notes, idle=stage.idle
     )
+    state.served_saved = served_counts(r.get("usage") for rs in records.values() for r in rs.values())
     for number in {c.number for c in cases} - {c.number for c in state.pending()}:
         state.finished(number)
     return state
@@ -149,8 +156,37 @@ def checked_manifest(
 
 
 def seed_served(state: StageState, caller: ModelCaller) -> None:
-    """The caller told what served the run's earlier calls (its manifest's), so that a change is seen on resume."""
-    caller.served.seed(earlier_served(state.manifest))
+    """The caller told what served the run's earlier calls, so that a change is seen on resume: its manifest's, and
+    for a role the manifest has none for, what its records and journal say (an invocation killed before it told
+    the manifest: its served ids noted there now, the id that served most of its calls accepted)."""
+    earlier = earlier_served(state.manifest)
+    found = unrecorded_served(state, set(earlier))
+    if found and state.manifest:
+        accepted = {role: [max(counts, key=lambda m: (counts[m], m))] for role, counts in found.items()}
+        state.manifest = record_served(state.manifest, found, accepted, [])
+        earlier = earlier_served(state.manifest)
+    caller.served.seed(earlier)
+
+
+def unrecorded_served(state: StageState, known: set[str]) -> dict[str, Counter]:
+    """Role -> calls per served id in the run's records and journal, for the roles not in `known`."""
+    settings = state.settings
+    journal = journal_path(settings.output_root, settings.run_id, settings.roles["eval"].model)
+    found = served_counts(journal_usages(journal))
+    for role, counts in state.served_saved.items():
+        found.setdefault(role, Counter()).update(counts)
+    return {role: counts for role, counts in found.items() if role not in known}
+
+
+def served_counts(usages: Iterable) -> dict[str, Counter]:
+    """Role -> calls per served id, summed over usages (role -> counts; anything else left out)."""
+    found: dict[str, Counter] = {}
+    for usage in usages:
+        for role, counts in (usage if isinstance(usage, dict) else {}).items():
+            if isinstance(counts, dict):
+                for model, n in counts_of(counts, "served").items():
+                    found.setdefault(role, Counter())[model] += n
+    return found
 
 
 def keep_served(state: StageState, caller: ModelCaller) -> None:

@@ -115,6 +115,18 @@ def _journal_lines(path: Path):
                 yield raw, None
 
 
+def journal_usages(path: Path) -> list[dict]:
+    """The usage (role -> counts) of every reply the journal keeps, readable or not as a whole: what a run's
+    killed invocation paid for before its manifest was told."""
+    if not path.exists():
+        return []
+    return [
+        e["usage"]
+        for _, e in _journal_lines(path)
+        if e is not None and isinstance(e.get("reply"), str) and isinstance(e.get("usage"), dict)
+    ]
+
+
 def journal_custom_ids(path: Path) -> set[str]:
     """The custom ids of every batch reply the journal holds: requests already collected, never to be matched to a
     request the cases need now."""
