@@ -308,7 +308,7 @@ def new_record(
     }
     if reasoning:
         record["reasoning"] = reasoning
-    if served_calls:
+    if served_calls is not None:  # a record that made no call lists none
         record[SERVED_CALLS_FIELD] = served_calls
     record["digest"] = content_digest(record)
     return record

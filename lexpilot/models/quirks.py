@@ -185,9 +185,9 @@ def stop_message(role, refusal: Refusal, said: str) -> str:
     flag_temperature, flag_tokens = role.flags
     if refusal is Refusal.SERVICE_TIER:
         return (
-            f"{role.describe()}: the model does not take service tier {role.service_tier!r} ({said}). Drop "
-            f"{ROLE[role.name].flag('service-tier')} (or service_tier in the grid file's table for "
-            f"{role.model!r}) to send none"
+            f"{role.describe()}: the model does not take service tier {role.service_tier!r} ({said}). Send none: "
+            f"drop {ROLE[role.name].flag('service-tier')}, or, in a grid, the service_tier of {role.model!r} in "
+            "its grid file"
         )
     if refusal is Refusal.TEMPERATURE:
         return (

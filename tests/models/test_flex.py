@@ -110,7 +110,7 @@ def test_a_model_without_the_flex_tier_stops_the_role_with_one_line_naming_the_o
     with pytest.raises(FatalError) as stopped:
         flex_caller(provider).chat("judge", "请判断", Usage())
     said = str(stopped.value)
-    assert "'DeepSeek-R1'" in said and "service tier 'flex'" in said and "Drop --judge-service-tier" in said
+    assert "'DeepSeek-R1'" in said and "service tier 'flex'" in said and "drop --judge-service-tier" in said
     assert "\n" not in said
 
 
@@ -135,7 +135,7 @@ def test_a_stage_whose_judge_refuses_the_tier_stops_with_one_line_and_asks_nothi
     harness.provider.flex_refused = {"DeepSeek-R1"}
     assert harness.run("DCG", "--judge-service-tier", "flex", "--concurrency", "1") == STOPPED
     err = [line for line in capsys.readouterr().err.splitlines() if "stopped" in line]
-    assert len(err) == 1 and "Drop --judge-service-tier" in err[0] and "Traceback" not in err[0]
+    assert len(err) == 1 and "drop --judge-service-tier" in err[0] and "Traceback" not in err[0]
     judge = [r for r in harness.provider.requests if r["model"] == "DeepSeek-R1"]
     assert judge == []  # refused before it was answered: no judge call was paid
 

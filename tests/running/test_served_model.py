@@ -183,7 +183,9 @@ def test_a_record_lists_what_served_each_of_its_calls_in_order(harness):
     assert (judge[f"served:{JUDGE}"], judge[f"served:{NEXT}"], judge["flex_fallback_calls"]) == (1, 1, 1)
 
 
-def test_a_run_killed_before_its_manifest_was_told_is_held_to_what_its_records_and_journal_say(harness, capsys):
+def test_a_run_killed_before_its_manifest_was_told_is_held_to_what_its_records_and_journal_say(
+    harness, capsys
+):
     # "differs from the run's earlier calls after a resume": an invocation killed in the run's first stage leaves
     # its served ids in its records and journal only (the manifest is told when a stage ends). Played here by a
     # stage whose manifest lost them and whose last two cases are not saved: its 2 saved judge calls were served as
@@ -195,7 +197,9 @@ def test_a_run_killed_before_its_manifest_was_told_is_held_to_what_its_records_a
     path.write_text(json.dumps(saved), encoding="utf-8")
     for kind in (GOLD_PREDICTION, LJP_GOLD):  # cases 3 and 4 not yet saved
         records = harness.file(kind)
-        records.write_text("".join(records.read_text(encoding="utf-8").splitlines(True)[:2]), encoding="utf-8")
+        records.write_text(
+            "".join(records.read_text(encoding="utf-8").splitlines(True)[:2]), encoding="utf-8"
+        )
     harness.provider.served_as[JUDGE] = NEXT
     assert harness.run("gold", "--limit", "4", "--concurrency", "1") == STOPPED
     line = stop_line(capsys.readouterr().err)

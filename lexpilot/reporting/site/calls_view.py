@@ -116,12 +116,21 @@ def served_line(used: dict, calls: Sequence[dict] = ()) -> str:
     labels = [_call_label(call) for call in calls]
     if len(set(labels)) > 1:
         return "served in order: " + "; ".join(_runs(labels))
+    if calls and calls[0].get("fallback"):  # every call of the role fell back alike
+        return _counted_line(used) + FELL_BACK
+    return _counted_line(used)
+
+
+def _counted_line(used: dict) -> str:
     parts = [
         f"{word} {_counted_names(counts_of(used, kind))}"
         for kind, word in (("served", "served by"), ("tier", "tier"))
         if counts_of(used, kind)
     ]
     return ", ".join(parts)
+
+
+FELL_BACK = " (fell back to the standard tier)"  # a flex call sent at the standard tier at last
 
 
 def _call_label(call: dict) -> str:

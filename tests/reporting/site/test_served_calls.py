@@ -75,5 +75,10 @@ def test_a_records_calls_said_in_order_where_they_were_served_apart():
         "served in order: calls 1-2: m, tier flex; call 3: m, tier default (fell back to the standard tier); "
         "call 4: m and n, tier default"
     )
+    # every call of the role fell back alike: said once, with the fallback
+    fell = {"role": "judge", "served": "m", "tier": "default", "fallback": True}
+    assert served_line({"calls": 1, "served:m": 1, "tier:default": 1}, [fell]) == (
+        "served by m, tier default (fell back to the standard tier)"
+    )
     # calls served alike are said once, as the counts say them
     assert served_line({"calls": 2, "served:m": 2, "tier:flex": 2}, calls[:1] * 2) == "served by m, tier flex"

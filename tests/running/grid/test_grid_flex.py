@@ -129,6 +129,6 @@ def test_a_grid_whose_judge_refuses_the_tier_stops_its_cells_in_one_line_paying_
     (said,) = [line for line in err.splitlines() if line.startswith("[grid] 2 cells failed: ")]
     assert status != 0 and "Traceback" not in err, err
     assert "judge 'DeepSeek-R1'" in said and "does not take service tier 'flex'" in said
-    assert "Drop --judge-service-tier" in said and "(model-a r1 DCG, model-b r1 DCG)" in said
+    assert "drop --judge-service-tier" in said and "(model-a r1 DCG, model-b r1 DCG)" in said
     assert not [r for r in http.requests if r["model"] == "DeepSeek-R1" and r.get("service_tier") != "flex"]
     assert http.tiers[("DeepSeek-R1", "flex")] == 0  # refused, never answered: no judge call paid
