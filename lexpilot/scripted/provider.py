@@ -262,6 +262,7 @@ class ScriptedProvider(BatchEndpoints):
                     "max_tokens": body.get("max_tokens"),
                     "temperature": body.get("temperature"),
                     "stream": bool(body.get("stream")),
+                    **({"service_tier": body["service_tier"]} if body.get("service_tier") else {}),
                     "prompt_sha256": hashlib.sha256(
                         json.dumps(body["messages"], ensure_ascii=False).encode()
                     ).hexdigest()[:16],
