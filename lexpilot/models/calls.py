@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from lexpilot.errors import ONE_SLOT, Aborted, CaseFailed, CaseFailure, FatalError
+from lexpilot.errors import ONE_SLOT, Aborted, CaseFailed, CaseFailure, Draining, FatalError
 from lexpilot.models import retries  # its caps read at each call: a test may lower them
 from lexpilot.models.limits import Endpoints, request_tokens
 from lexpilot.models.offpeak import Holds
@@ -127,7 +127,7 @@ class ModelCaller:
         )
         self.limiters = {role: self.endpoints.of(r) for role, r in settings.roles.items()}
         self.cell, self.sharing = cell, sharing
-        self.draining = sharing.draining if sharing else threading.Event()
+        self.draining = sharing.draining if sharing else Draining()  # a stage script's SIGTERM sets its own
         # the price windows and off-peak holds are read by one clock: the grid's, else this stage's
         self.clock = sharing.clock if sharing else clock
         spending = settings.spending

@@ -129,7 +129,11 @@ class Display:
             f"[grid] cells: {counts[DONE]} done, {counts[RUNNING]} running, {counts[WAITING]} waiting, "
             f"{counts[FAILED] + counts[NOT_RUN]} failed or held back"
             + (f" ({counted(failed_cases, 'case')} failed)" if failed_cases else "")
-            + (f", {counts[INTERRUPTED]} stopped by Ctrl-C" if counts[INTERRUPTED] else "")
+            + (
+                f", {counts[INTERRUPTED]} stopped by {self.grid.sharing.draining.by.name}"
+                if counts[INTERRUPTED]
+                else ""
+            )
             + (f", {counts[IN_FLIGHT]} with batches in flight" if counts[IN_FLIGHT] else "")
             + f"; {calls} of at most {self.quote.calls} calls answered (retries not counted, as the quote counts"
             + (f"; {counted(retries, 'retry', 'retries')} paid besides)" if retries else ")")
@@ -290,7 +294,8 @@ def summary(grid: Grid, interrupted: bool) -> list[str]:
     lines += endpoint_lines(grid)
     if interrupted:
         lines.append(
-            "[grid] interrupted: every answered call is saved or journalled; rerun the same command to resume"
+            f"[grid] {grid.sharing.draining.by.said}: every answered call is saved or journalled; rerun the same "
+            "command to resume"
         )
     elif case_advice:
         lines.append(f"[grid] {case_advice}")
