@@ -5,6 +5,7 @@ output-limit field a provider takes, usage per role and the budget of an invocat
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import threading
@@ -278,8 +279,11 @@ class ModelCaller:
         try:
             outcome = self._accepted(role, self._request(role, prompt, token_field, tier), usage, window)
         except self.openai.APIStatusError as e:
+            outcome = Attempt(status=e.status_code)  # what is counted when the status stops the call
             try:
-                outcome = self._status_error(role, e, token_field, tier)
+                outcome = dataclasses.replace(
+                    self._status_error(role, e, token_field, tier), status=e.status_code
+                )
             except (
                 FatalError
             ) as fatal:  # what every call to this endpoint would meet: the grid's cells stop too
@@ -357,6 +361,8 @@ class ModelCaller:
         answered = outcome.answered
         used = (answered.prompt_tokens or 0) + (answered.completion_tokens or 0) if answered else 0
         limiter.release(outcome.pushed_back, outcome.retry_after, used - counted_tokens, lease)
+        if answered or outcome.status:  # the endpoint answered (a connection refused or a timeout did not)
+            limiter.count_answer(outcome.status)
         if outcome.unavailable:
             limiter.count_unavailable()
         if self.sharing and answered:
