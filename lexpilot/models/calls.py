@@ -362,7 +362,8 @@ class ModelCaller:
         used = (answered.prompt_tokens or 0) + (answered.completion_tokens or 0) if answered else 0
         limiter.release(outcome.pushed_back, outcome.retry_after, used - counted_tokens, lease)
         if answered or outcome.status:  # the endpoint answered (a connection refused or a timeout did not)
-            limiter.count_answer(outcome.status)
+            # a flex tier's "no room now" (OpenAI's 429) is no rate limit: the display counts it apart
+            limiter.count_answer(None if outcome.unavailable else outcome.status)
         if outcome.unavailable:
             limiter.count_unavailable()
         if self.sharing and answered:
