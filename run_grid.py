@@ -18,7 +18,7 @@ from lexpilot.errors import leave_quietly_on_interrupt
 
 leave_quietly_on_interrupt(os.path.dirname(os.path.abspath(__file__)))  # before the imports that take time
 
-from lexpilot.errors import INTERRUPTED, HarnessError, own_interrupts
+from lexpilot.errors import HarnessError, own_interrupts, stop_of
 from lexpilot.options import number
 from lexpilot.protocols.catalog import stages_named
 from lexpilot.reporting.tables.quote_tables import print_quote
@@ -72,9 +72,9 @@ def main(argv=None) -> int:
     except HarnessError as e:
         print(f"run_grid: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # before the grid started its cells: nothing was done
-        print("\n[grid] interrupted before any call; rerun the same command.", file=sys.stderr)
-        return INTERRUPTED
+    except KeyboardInterrupt as interrupt:  # before the grid started its cells: nothing was done
+        print(f"\n[grid] {stop_of(interrupt).said} before any call; rerun the same command.", file=sys.stderr)
+        return stop_of(interrupt).status
 
 
 def dry_run(grid, args, run_ids: list[str]) -> int:

@@ -1,4 +1,5 @@
-"""The harness's exceptions: what a user must act on, and how a case, a stage or a tool stops (Ctrl-C included)."""
+"""The harness's exceptions: what a user must act on, and how a case, a stage or a tool stops (Ctrl-C and SIGTERM
+included)."""
 
 import argparse
 import os
@@ -63,45 +64,96 @@ def first_of(items, limit: int = 10) -> list[str]:
 
 # The exit status of a program stopped by Ctrl-C (128 + SIGINT), as shells report it
 INTERRUPTED = 130
+# ... and by SIGTERM (128 + SIGTERM): what Slurm (a job's time limit, scancel, preemption), Kubernetes and systemd
+# send, then SIGKILL after a grace period (Slurm's KillWait, 30 s by default)
+TERMINATED = 143
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread where a Ctrl-C's KeyboardInterrupt is, and handled there as a grid's first
+    Ctrl-C: no new call, the calls in flight end and are saved or journalled, then the program leaves; a second
+    one leaves at once. A KeyboardInterrupt, so that every place that leaves cleanly on Ctrl-C leaves on it too."""
+
+
+@dataclass(frozen=True)
+class Stop:
+    """What asked a program to stop, as its lines name it, the exit status it leaves with, and how its closing line
+    begins ("[stage] interrupted: ...", "[stage] stopped by SIGTERM: ...")."""
+
+    name: str
+    status: int
+    said: str
+
+
+BY_CTRL_C = Stop("Ctrl-C", INTERRUPTED, "interrupted")
+BY_SIGTERM = Stop("SIGTERM", TERMINATED, "stopped by SIGTERM")
+
+
+def stop_of(interrupt: BaseException) -> Stop:
+    """The stop a KeyboardInterrupt stands for: SIGTERM's, or Ctrl-C's."""
+    return BY_SIGTERM if isinstance(interrupt, Terminated) else BY_CTRL_C
+
+
+class Draining(threading.Event):
+    """Set by a stop that lets no new call start while the calls in flight end (a grid's first Ctrl-C, any SIGTERM);
+    `by` says which stop, for the lines that name it and the exit status."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by = BY_CTRL_C
+
+    def start(self, by: Stop) -> None:
+        self.by = by  # before it is set: whoever sees it set reads the stop that set it
+        self.set()
 
 
 def leave_quietly_on_interrupt(entry_points: str) -> None:
     """When the program is one of the entry points in the folder `entry_points`: until it sets its own handling,
-    Ctrl-C ends it with one line instead of a traceback. Called first thing, while it is still importing and
-    nothing has been done; a program that only imports the harness (a test runner) keeps its own Ctrl-C."""
+    Ctrl-C or SIGTERM ends it with one line instead of a traceback, or than no word (SIGTERM's default). Called first
+    thing, while it is still importing and nothing has been done; a program that only imports the harness (a test
+    runner) keeps its own Ctrl-C."""
     script = getattr(sys.modules.get("__main__"), "__file__", None)
     if not script or os.path.dirname(os.path.abspath(script)) != os.path.abspath(entry_points):
         return
     name = os.path.basename(script).removesuffix(".py")
 
-    def leave(_signum, _frame):
+    def leave(signum, _frame):
+        stop = BY_SIGTERM if signum == signal.SIGTERM else BY_CTRL_C
         os.write(
-            2, f"\n[{name}] interrupted while starting: nothing was done; rerun the same command.\n".encode()
+            2, f"\n[{name}] {stop.said} while starting: nothing was done; rerun the same command.\n".encode()
         )
-        os._exit(INTERRUPTED)
+        os._exit(stop.status)
 
     signal.signal(signal.SIGINT, leave)
+    signal.signal(signal.SIGTERM, leave)
+
+
+def _terminated(_signum, _frame):
+    raise Terminated()
 
 
 def own_interrupts() -> None:
-    """From here Ctrl-C raises KeyboardInterrupt, which the program handles (signals belong to the main thread)."""
+    """From here Ctrl-C raises KeyboardInterrupt and SIGTERM Terminated, which the program handles (signals belong
+    to the main thread)."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, _terminated)
 
 
 def run_tool(main, name: str) -> int:
-    """A reporting tool's main, with Ctrl-C as one line and status 130 (its files are written whole, so none is
-    left half-written)."""
+    """A reporting tool's main, with Ctrl-C or SIGTERM as one line and status 130 or 143 (its files are written
+    whole, so none is left half-written)."""
     own_interrupts()
     try:
         return main()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
+        stop = stop_of(interrupt)
         print(
-            f"\n[{name}] interrupted: nothing was written; rerun the same command.",
+            f"\n[{name}] {stop.said}: nothing was written; rerun the same command.",
             file=sys.stderr,
             flush=True,
         )
-        return INTERRUPTED
+        return stop.status
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -5,6 +5,7 @@ output-limit field a provider takes, usage per role and the budget of an invocat
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import threading
@@ -12,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from lexpilot.errors import ONE_SLOT, Aborted, CaseFailed, CaseFailure, FatalError
+from lexpilot.errors import ONE_SLOT, Aborted, CaseFailed, CaseFailure, Draining, FatalError
 from lexpilot.models import retries  # its caps read at each call: a test may lower them
 from lexpilot.models.limits import Endpoints, request_tokens
 from lexpilot.models.offpeak import Holds
@@ -128,7 +129,7 @@ class ModelCaller:
         )
         self.limiters = {role: self.endpoints.of(r) for role, r in settings.roles.items()}
         self.cell, self.sharing = cell, sharing
-        self.draining = sharing.draining if sharing else threading.Event()
+        self.draining = sharing.draining if sharing else Draining()  # a stage script's SIGTERM sets its own
         # the price windows and off-peak holds are read by one clock: the grid's, else this stage's
         self.clock = sharing.clock if sharing else clock
         spending = settings.spending
@@ -283,8 +284,11 @@ class ModelCaller:
         try:
             outcome = self._accepted(role, self._request(role, prompt, token_field, tier), usage, window)
         except self.openai.APIStatusError as e:
+            outcome = Attempt(status=e.status_code)  # what is counted when the status stops the call
             try:
-                outcome = self._status_error(role, e, token_field, tier)
+                outcome = dataclasses.replace(
+                    self._status_error(role, e, token_field, tier), status=e.status_code
+                )
             except (
                 FatalError
             ) as fatal:  # what every call to this endpoint would meet: the grid's cells stop too
@@ -362,6 +366,9 @@ class ModelCaller:
         answered = outcome.answered
         used = (answered.prompt_tokens or 0) + (answered.completion_tokens or 0) if answered else 0
         limiter.release(outcome.pushed_back, outcome.retry_after, used - counted_tokens, lease)
+        if answered or outcome.status:  # the endpoint answered (a connection refused or a timeout did not)
+            # a flex tier's "no room now" (OpenAI's 429) is no rate limit: the display counts it apart
+            limiter.count_answer(None if outcome.unavailable else outcome.status)
         if outcome.unavailable:
             limiter.count_unavailable()
         if self.sharing and answered:

@@ -41,14 +41,24 @@ class Limits:
     NAMES = ("concurrency", "rpm", "tpm")
 
 
+# The range each limit is taken in: below it the pacing and the quote's wall time turn absurd (rpm = 1e-300 was quoted
+# as a 300-digit number of hours), above it no provider goes. rpm: one request in 1,000 minutes at least; tpm: one
+# token a minute (a request counts at least its output limit, so even that paces one call in days).
+LIMIT_RANGES = {"concurrency": (1, 1_000_000), "rpm": (1e-3, 1e9), "tpm": (1.0, 1e12)}
+
+
 def limit_value(name: str, value, where: str) -> float:
-    """A positive number for a limit (a whole one for concurrency), or a one-line error saying where."""
+    """A positive number for a limit within its range (a whole one for concurrency), or a one-line error saying
+    where, and the range."""
     ok = (
         isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
     )
     if not ok or (name == "concurrency" and value != int(value)):
         kind = "a positive whole number" if name == "concurrency" else "a positive number"
         raise HarnessError(f"{where}: {name} = {str(value)[:40]!r} is not {kind}")
+    low, high = LIMIT_RANGES[name]
+    if not low <= value <= high:
+        raise HarnessError(f"{where}: {name} = {value:g} is out of range; give {low:g} to {high:g}")
     return int(value) if name == "concurrency" else float(value)
 
 
@@ -122,7 +132,10 @@ class Limiter:
         self.waiting: dict[Hashable, deque[Ticket]] = {}
         self.turns: deque[Hashable] = deque()  # cells with a call waiting, the next to go first
         self.failure = ""  # an endpoint-wide refusal: every call raises it
-        self.sent = self.rate_limited = 0
+        self.sent = 0  # slots taken, for the pacing; a call whose slot went back unsent (the budget) counts
+        # the calls the endpoint answered (any status; not a connection refused), for the display's calls/s, and of
+        # those the 429s, each one whatever its Retry-After asked
+        self.answers = self.rate_limited = 0
         self.unavailable = (
             0  # flex requests answered "resource unavailable": waited out, the window left whole
         )
@@ -201,8 +214,6 @@ class Limiter:
         tokens the reply used beyond what was counted when it was sent, charged to the tpm pacing."""
         with self.lock:
             now = time.monotonic()
-            if pushed_back == "rate":
-                self.rate_limited += 1
             self._give_back(pushed_back, pause, tokens_over, now, lease)
             self._dispatch(now)
 
@@ -227,6 +238,12 @@ class Limiter:
         if tokens_over > 0 and self.limits.tpm:
             self.next_tokens = max(self.next_tokens, now) + tokens_over / self._token_rate()
         self.in_flight -= 1
+
+    def count_answer(self, status: int | None) -> None:
+        """The endpoint answered a call (`status`: the HTTP status of a refusal, None for a reply): for the display."""
+        with self.lock:
+            self.answers += 1
+            self.rate_limited += status == 429
 
     def count_unavailable(self) -> None:
         """A flex request found no room: counted for the display, not a push-back (the window keeps its size)."""
@@ -350,6 +367,10 @@ class OnServer:
 
     def fail(self, message: str) -> None:
         self.model.fail(message)
+
+    def count_answer(self, status: int | None) -> None:
+        self.server.count_answer(status)
+        self.model.count_answer(status)
 
     def count_unavailable(self) -> None:
         self.model.count_unavailable()

@@ -107,3 +107,6 @@ class Attempt:
     unavailable: bool = False  # refused at the flex tier for want of capacity (not charged)
     # any reply the provider gave, accepted or not (its cost settles the budget)
     answered: Reply | None = None
+    # the HTTP status of a refusal (429, 500, ...; None for a reply, or when nothing came back): every 429 is counted,
+    # whatever its Retry-After asked
+    status: int | None = None

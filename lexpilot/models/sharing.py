@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from lexpilot.errors import BY_CTRL_C, Draining, Stop
 from lexpilot.models.limits import Endpoint, Endpoints
 from lexpilot.models.offpeak import Holds
 from lexpilot.models.replies import (
@@ -25,11 +26,11 @@ from lexpilot.windows import Clock, utc_now
 @dataclass
 class Sharing:
     """What the calls of many stages at once share (the grid): each endpoint's limiter, the budget, and the stop that
-    lets no new call start (a first Ctrl-C) while the calls in flight end and are journalled."""
+    lets no new call start (a first Ctrl-C, a SIGTERM) while the calls in flight end and are journalled."""
 
     endpoints: Endpoints
     budget: Budget | None = None
-    draining: threading.Event = field(default_factory=threading.Event)
+    draining: Draining = field(default_factory=Draining)
     # by model id: every reply paid for (refused ones too), for the display's spending
     answered: Usage = field(default_factory=lambda: Usage())
     # of those, the replies that were not a call's first (a retry after a refused reply, a judge's output asked
@@ -53,9 +54,10 @@ class Sharing:
     holds: Holds = field(default_factory=Holds)
     clock: Clock = utc_now
 
-    def drain(self) -> None:
-        """The grid's first Ctrl-C: no new call starts, and the calls held for off-peak stop waiting now."""
-        self.draining.set()
+    def drain(self, by: Stop = BY_CTRL_C) -> None:
+        """The grid's first Ctrl-C, or a SIGTERM: no new call starts, and the calls held for off-peak stop waiting
+        now."""
+        self.draining.start(by)
         self.holds.wake()
 
     def client(self, role: Role, timeout: float, chain: tuple[str, str], build):

@@ -17,7 +17,7 @@ from lexpilot.benchmark.dataset import Case
 from lexpilot.benchmark.prompts import load_prompts
 from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.errors import (
-    INTERRUPTED,
+    BY_SIGTERM,
     STOPPED,
     Aborted,
     CaseFailed,
@@ -25,7 +25,9 @@ from lexpilot.errors import (
     FatalError,
     HarnessError,
     OneLineParser,
+    Terminated,
     own_interrupts,
+    stop_of,
 )
 from lexpilot.models.calls import ModelCaller, default_token_fields
 from lexpilot.models.offpeak import Holds
@@ -304,28 +306,45 @@ def _open_journal(
 
 
 def _run_pool(name: str, pending: list[Case], workers: Workers, err) -> None:
-    """Every pending case on the pool; Ctrl-C stops at once with every completed record saved."""
+    """Every pending case on the pool. Ctrl-C stops at once with every completed record saved. SIGTERM (Slurm's,
+    before its SIGKILL) drains: no new call starts, the calls in flight end and are saved or journalled, then the
+    summary says how many cases were not started; a second signal stops at once."""
     pool = ThreadPoolExecutor(
         max_workers=workers.state.settings.transport.concurrency, thread_name_prefix="case"
     )
     for case in pending:
         pool.submit(workers.work, case)
     try:
-        # A counter, not wait() over every future: that would cost O(cases) per completion.
-        while not workers.outcome.all_finished.wait(0.2):
-            workers.progress.draw()
-    except KeyboardInterrupt:
+        try:
+            _wait_for_cases(workers)
+        except Terminated:
+            workers.stop_new.set()
+            workers.caller.draining.start(BY_SIGTERM)
+            workers.caller.holds.wake()  # the calls held for off-peak stop waiting now
+            workers.progress.note(
+                "SIGTERM: no new call starts; the calls in flight end and are saved or journalled "
+                "(a second signal leaves at once)"
+            )
+            _wait_for_cases(workers)
+    except KeyboardInterrupt as interrupt:
         workers.abort.set()
         workers.stop_new.set()
         with workers.writer.lock:  # no record is half-written when we leave
             workers.progress.draw(final=True)
             print(
-                f"\n[{name}] interrupted: completed cases are saved; rerun the same command to resume.",
+                f"\n[{name}] {stop_of(interrupt).said}: completed cases are saved; rerun the same command to "
+                "resume.",
                 file=err,
                 flush=True,
             )
-            os._exit(130)
+            os._exit(stop_of(interrupt).status)
     pool.shutdown()
+
+
+def _wait_for_cases(workers: Workers) -> None:
+    # A counter, not wait() over every future: that would cost O(cases) per completion.
+    while not workers.outcome.all_finished.wait(0.2):
+        workers.progress.draw()
 
 
 def _execute(
@@ -402,13 +421,14 @@ def _summary(name: str, workers: Workers, skipped: int, wall: float, out, err) -
             print(line, file=err)
         return 1
     not_started = workers.total - progress.done
-    # the grid is draining (its first Ctrl-C): the cases it did not start are left for a rerun
+    # draining (the grid's first Ctrl-C, a SIGTERM): the cases it did not start are left for a rerun
     if not_started > 0:
+        by = workers.caller.draining.by
         print(
-            f"[{name}] {counted(not_started, 'case')} not started (Ctrl-C); rerun the same command to resume",
+            f"[{name}] {counted(not_started, 'case')} not started ({by.name}); rerun the same command to resume",
             file=err,
         )
-        return INTERRUPTED
+        return by.status
     return 0
 
 
@@ -418,7 +438,7 @@ def stage_main(stage: Stage, doc: str, argv=None, clients: dict | None = None) -
     add_common_args(parser, stage.user_condition, stage.history_choice, stage.source_run, stage.probe_file)
     args = parser.parse_args(argv)
     settings = None
-    own_interrupts()  # the stage's handling of Ctrl-C from here (below, and in the cases' pool)
+    own_interrupts()  # the stage's handling of Ctrl-C and SIGTERM from here (below, and in the cases' pool)
     try:
         settings = settings_from_args(args)
         return run_stage(stage, settings, clients)
@@ -428,12 +448,15 @@ def stage_main(stage: Stage, doc: str, argv=None, clients: dict | None = None) -
         path = e.filename or args.output_root
         what = "no space left on device" if e.errno == errno.ENOSPC else (e.strerror or str(e)).lower()
         message = f"{what}: {path}. Check --output-root ({args.output_root}); nothing was lost"
-    except KeyboardInterrupt:  # Ctrl-C before the cases' pool handles it (loading the SDK, reading the run)
+    except (
+        KeyboardInterrupt
+    ) as interrupt:  # before the cases' pool handles it (loading the SDK, reading the run)
         print(
-            f"\n[{stage.name}] interrupted: completed cases are saved; rerun the same command to resume.",
+            f"\n[{stage.name}] {stop_of(interrupt).said}: completed cases are saved; rerun the same command to "
+            "resume.",
             file=sys.stderr,
             flush=True,
         )
-        return 130
+        return stop_of(interrupt).status
     print(f"[{stage.name}] error: {settings.redact(message) if settings else message}", file=sys.stderr)
     return STOPPED

@@ -20,11 +20,10 @@ and where the cycle's requests are submitted.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, TextIO
 
-from lexpilot.errors import Aborted
+from lexpilot.errors import Aborted, Draining, Stop, stop_of
 from lexpilot.models.sharing import Sharing
 from lexpilot.protocols.steps import Stage
 from lexpilot.running.batch.cycles import (
@@ -46,7 +45,7 @@ from lexpilot.settings import Settings
 from lexpilot.storage.checkpoints import CheckpointWriter
 
 # a stage's place in its chain: DONE, RUNNING, WAITING (for its upstream, or for a rerun), FAILED, NOT_RUN (its
-# upstream stopped), INTERRUPTED (Ctrl-C), IN_FLIGHT (--batch-detach or --batch-files: its batches submitted, its
+# upstream stopped), INTERRUPTED (Ctrl-C, SIGTERM), IN_FLIGHT (--batch-detach or --batch-files: its batches submitted, its
 # cases not all saved)
 DONE, RUNNING, WAITING, FAILED, NOT_RUN, INTERRUPTED, IN_FLIGHT = (
     "done",
@@ -95,7 +94,7 @@ class Turn:
         try:
             return action(self.run, *args)
         except Aborted:
-            interrupted([self])
+            interrupted([self], self.host.draining.by)
             return STOPPED
         except Exception as e:
             self.host.stopped(self.link, e)
@@ -113,7 +112,9 @@ class Host(Protocol):
     """What the loop asks of whoever runs the chain (a stage script, or the grid)."""
 
     @property
-    def draining(self) -> threading.Event: ...  # set by the grid's first Ctrl-C: no new call, no new cycle
+    def draining(
+        self,
+    ) -> Draining: ...  # set by the grid's first Ctrl-C or a SIGTERM: no new call, no new cycle
 
     @property
     def sharing(self) -> Sharing | None: ...  # the grid's limiters and budget, for the roles left synchronous
@@ -165,7 +166,7 @@ def _cycles(host: Host, chain: list[Link], together: Together) -> None:
                     host.left(turn, IN_FLIGHT if turn in waiting else WAITING)
                 return
             if host.draining.wait(poll_wait(chain[0].settings.batching.poll, waited)):
-                return interrupted(live)
+                return interrupted(live, host.draining.by)
             waited += 1
             continue
         waited = 0
@@ -208,7 +209,7 @@ def _hand(host: Host, handed: list[Handed], live: list[Turn]) -> bool:
     try:
         host.hand(handed)
     except Drained:
-        interrupted(live)
+        interrupted(live, host.draining.by)
         return False
     except Exception as e:  # the chain's share was not submitted: the stages that handed one stop
         for turn, _, _ in handed:
@@ -256,11 +257,11 @@ def _open(host: Host, link: Link, together: Together) -> Turn | None:
     return Turn(link, run, out, err, host)
 
 
-def interrupted(live: list[Turn]) -> None:
-    """The grid's first Ctrl-C: the batches in flight stay recorded, and a rerun collects them."""
+def interrupted(live: list[Turn], by: Stop) -> None:
+    """The grid's first Ctrl-C, or a SIGTERM: the batches in flight stay recorded, and a rerun collects them."""
     for turn in live:
-        say_interrupted(turn.link.stage.name, turn.err)
-        turn.link.status, turn.link.reason = INTERRUPTED, "stopped by Ctrl-C"
+        say_interrupted(turn.link.stage.name, turn.err, by)
+        turn.link.status, turn.link.reason = INTERRUPTED, f"stopped by {by.name}"
 
 
 # --- a stage script's batch mode: a chain of one
@@ -289,7 +290,7 @@ class ScriptHost:
     err: TextIO
     given_clients: dict | None = None
     sharing: Sharing | None = None
-    draining: threading.Event = field(default_factory=threading.Event)  # a script's Ctrl-C raises instead
+    draining: Draining = field(default_factory=Draining)  # a script's Ctrl-C and SIGTERM raise instead
 
     def context(self, link: Link) -> RunContext:
         return self.opened
@@ -324,12 +325,13 @@ def run_stage_batches(
     sharing: Sharing | None = None,
     cell: str | None = None,
 ) -> int:
-    """A stage script's `--batch`: its stage as a chain of one; the exit status. Ctrl-C leaves every recorded batch
-    in flight: the same command re-attaches to them."""
+    """A stage script's `--batch`: its stage as a chain of one; the exit status. Ctrl-C or SIGTERM leaves every
+    recorded batch in flight (the loop records each before anything waits), and the same command re-attaches to
+    them: the calls in flight are no more than the batches' own, which go on at the provider."""
     alone = Alone(context.stage, context.settings, cell)
     try:
         run_chain(ScriptHost(context, out, err, clients, sharing), [alone])
-    except KeyboardInterrupt:
-        say_interrupted(context.name, err)
-        return 130
+    except KeyboardInterrupt as interrupt:
+        say_interrupted(context.name, err, stop_of(interrupt))
+        return stop_of(interrupt).status
     return alone.code

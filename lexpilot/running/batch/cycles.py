@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from lexpilot.benchmark.prompts import load_prompts
-from lexpilot.errors import FatalError
+from lexpilot.errors import BY_CTRL_C, FatalError, Stop
 from lexpilot.models.calls import ModelCaller, default_token_fields, request_body
 from lexpilot.models.limits import Endpoint
 from lexpilot.models.served import ServedModelChanged
@@ -94,9 +94,9 @@ def open_run(
     return run
 
 
-def say_interrupted(name: str, err) -> None:
+def say_interrupted(name: str, err, by: Stop = BY_CTRL_C) -> None:
     print(
-        f"\n[{name}] interrupted: the batches in flight stay recorded; rerun the same command to collect them",
+        f"\n[{name}] {by.said}: the batches in flight stay recorded; rerun the same command to collect them",
         file=err,
         flush=True,
     )

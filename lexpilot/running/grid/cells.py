@@ -18,7 +18,6 @@ import threading
 from dataclasses import dataclass, field
 from typing import AbstractSet, Callable
 
-from lexpilot.errors import INTERRUPTED as INTERRUPTED_STATUS
 from lexpilot.errors import CaseFailure, HarnessError
 from lexpilot.models.sharing import Sharing
 from lexpilot.protocols.steps import Stage
@@ -173,8 +172,8 @@ def run_in_order(grid: Grid, chain: list[Cell]) -> None:
             return  # the chain's later stages would only wait for its run's ledger: the rerun goes on
         elif code == 0:  # every case saved, a Ctrl-C or not
             cell.status = DONE
-        elif code == INTERRUPTED_STATUS and grid.sharing.draining.is_set():
-            cell.status, cell.reason = INTERRUPTED, "stopped by Ctrl-C"
+        elif grid.sharing.draining.is_set() and code == grid.sharing.draining.by.status:
+            cell.status, cell.reason = INTERRUPTED, f"stopped by {grid.sharing.draining.by.name}"
         else:
             cell.status, cell.reason = FAILED, reason
 

@@ -7,11 +7,10 @@ pool (running/grid/pool.py), which puts every chain's requests for one endpoint 
 from __future__ import annotations
 
 import io
-import threading
 from dataclasses import dataclass
 from typing import TextIO
 
-from lexpilot.errors import Aborted
+from lexpilot.errors import Aborted, Draining
 from lexpilot.models.sharing import Sharing
 from lexpilot.running.batch.chain import DONE, FAILED, Drained, Handed, Link, Turn, run_chain
 from lexpilot.running.context import RunContext
@@ -26,7 +25,7 @@ class GridHost:
     grid: Grid
 
     @property
-    def draining(self) -> threading.Event:
+    def draining(self) -> Draining:
         return self.grid.sharing.draining
 
     @property

@@ -70,7 +70,9 @@ class Display:
     start: float = field(default_factory=time.monotonic)
     drawn_lines: int = 0
     last: float = 0.0
-    sent_before: dict = field(default_factory=dict)  # limiter name -> (time, calls sent then), for calls/s
+    # limiter name -> (time, calls the endpoint had answered then), for calls/s: calls answered in a window, not slots
+    # taken (a call refused by the budget, or never connected, takes one and sends nothing)
+    answers_before: dict = field(default_factory=dict)
     share: str = ""  # whose share of the grid's limits this process holds ("shard 1/2's 1/2"), when not all
     reasons_said: int = (
         0  # the grid's reasons for failed cases said so far (each new one is said as it comes)
@@ -82,7 +84,9 @@ class Display:
         self.last = self.start
         self.cells_said = len(self.grid.finished_lines)  # a display says the cells that finish while it shows
         self.lock = threading.Lock()
-        self.sent_before = {lim.name: (self.start, lim.sent) for lim in self.grid.sharing.endpoints.all()}
+        self.answers_before = {
+            lim.name: (self.start, lim.answers) for lim in self.grid.sharing.endpoints.all()
+        }
 
     def note(self, line: str) -> None:
         """A line of its own, above the display (which is drawn again below it)."""
@@ -129,7 +133,11 @@ class Display:
             f"[grid] cells: {counts[DONE]} done, {counts[RUNNING]} running, {counts[WAITING]} waiting, "
             f"{counts[FAILED] + counts[NOT_RUN]} failed or held back"
             + (f" ({counted(failed_cases, 'case')} failed)" if failed_cases else "")
-            + (f", {counts[INTERRUPTED]} stopped by Ctrl-C" if counts[INTERRUPTED] else "")
+            + (
+                f", {counts[INTERRUPTED]} stopped by {self.grid.sharing.draining.by.name}"
+                if counts[INTERRUPTED]
+                else ""
+            )
             + (f", {counts[IN_FLIGHT]} with batches in flight" if counts[IN_FLIGHT] else "")
             + f"; {calls} of at most {self.quote.calls} calls answered (retries not counted, as the quote counts"
             + (f"; {counted(retries, 'retry', 'retries')} paid besides)" if retries else ")")
@@ -162,10 +170,10 @@ class Display:
 
     def endpoint_line(self, limiter, now: float, held: str = "") -> str:
         """One endpoint's line; `held`: what its hold for off-peak says while it holds calls."""
-        then, before = self.sent_before.get(limiter.name, (self.start, 0))
-        rate = (limiter.sent - before) / max(now - then, 1.0)  # not a burst's first milliseconds as a rate
+        then, before = self.answers_before.get(limiter.name, (self.start, 0))
+        rate = (limiter.answers - before) / max(now - then, 1.0)  # not a burst's first milliseconds as a rate
         if now - then >= 5:  # calls/s over the last few seconds, not since the start
-            self.sent_before[limiter.name] = (now, limiter.sent)
+            self.answers_before[limiter.name] = (now, limiter.answers)
         pause = limiter.resume_at - now
         return (
             f"  {limiter.name}: {limiter.in_flight} in flight"
@@ -290,7 +298,8 @@ def summary(grid: Grid, interrupted: bool) -> list[str]:
     lines += endpoint_lines(grid)
     if interrupted:
         lines.append(
-            "[grid] interrupted: every answered call is saved or journalled; rerun the same command to resume"
+            f"[grid] {grid.sharing.draining.by.said}: every answered call is saved or journalled; rerun the same "
+            "command to resume"
         )
     elif case_advice:
         lines.append(f"[grid] {case_advice}")

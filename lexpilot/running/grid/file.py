@@ -87,10 +87,30 @@ def key_lines(text: str) -> dict[tuple[str, ...], int]:
     return lines
 
 
+# far above any grid file (a model's table is a few lines: a thousand models fit in 100 KB); a file read whole must be
+# bounded, or `--grid /dev/zero`'s like fills the memory
+MAX_GRID_BYTES = 1 << 20
+
+
+def grid_text(path: Path) -> str:
+    """The grid file's text, read only from a regular file (a FIFO would block the read forever, a device never end)
+    and at most MAX_GRID_BYTES of it; OSError and UnicodeDecodeError for the caller to say."""
+    if path.exists() and not path.is_file():
+        kind = "a folder" if path.is_dir() else "not a regular file (a device, a FIFO or a socket)"
+        raise HarnessError(f"--grid {path}: {kind}; pass the grid's TOML file")
+    with path.open("rb") as f:
+        data = f.read(MAX_GRID_BYTES + 1)
+    if len(data) > MAX_GRID_BYTES:
+        raise HarnessError(
+            f"--grid {path}: too large for a grid file (over {MAX_GRID_BYTES:,} bytes); pass the grid's TOML file"
+        )
+    return data.decode("utf-8")
+
+
 def read_grid_file(path: Path, env) -> GridFile:
     """The grid file's endpoints and limits, checked; a HarnessError names the file, key and line."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = grid_text(path)
         data = tomllib.loads(text)
     except OSError as e:
         raise HarnessError(f"--grid {path}: {(e.strerror or str(e)).lower()}") from None

@@ -1,7 +1,7 @@
 """Setting the grid up and running it (`run_grid.py`): each cell's settings, with an evaluated model's endpoint from
 the grid file; the limits by model id (grid file, then --limit); one limiter per endpoint and one budget for every
-cell; the quote the display measures against; and Ctrl-C: the first lets no new call start and waits for the calls
-in flight, the second leaves at once.
+cell; the quote the display measures against; and Ctrl-C or SIGTERM: the first lets no new call start and waits for
+the calls in flight, the second leaves at once.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Callable, TextIO
 
 from lexpilot.benchmark.dataset import load_selection
 from lexpilot.benchmark.vocabulary import ROLE
-from lexpilot.errors import INTERRUPTED, HarnessError
+from lexpilot.errors import HarnessError, Stop, stop_of
 from lexpilot.models.limits import Endpoints, Limits, server_of
 from lexpilot.models.offpeak import Holds
 from lexpilot.models.shared_limits import RedisStore
@@ -47,6 +47,24 @@ from lexpilot.running.grid.quote import (
 )
 from lexpilot.settings import Settings
 from lexpilot.spending import Ledger, RootLedger
+
+
+def drain(grid: Grid, display: Display, by: Stop, ended: list) -> None:
+    """The first Ctrl-C or SIGTERM: no new call starts, the calls in flight end and are saved or journalled, and the
+    chains end. A second (Slurm's SIGTERM at the time limit, a second Ctrl-C) leaves at once, as safe as kill -9:
+    what was in flight is counted as paid, never answered."""
+    grid.sharing.drain(by)
+    display.note(
+        f"[grid] {by.name}: no new call starts; the calls in flight end and are saved or journalled "
+        f"({by.name} again leaves at once)"
+    )
+    try:
+        wait_for(ended, display.draw)
+    except KeyboardInterrupt as second:
+        display.note(
+            f"[grid] {stop_of(second).said} at once: completed cases are saved; rerun the same command to resume"
+        )
+        os._exit(stop_of(second).status)
 
 
 def with_endpoint(settings: Settings, endpoint: ModelEndpoint | None, env) -> Settings:
@@ -226,27 +244,18 @@ class GridRun:
         ended = start_chains(grid, run_batch_chain if first.batching.enabled else run_in_order)
         try:
             wait_for(ended, display.draw)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as first:
             interrupted = True
-            grid.sharing.drain()
-            display.note(
-                "[grid] Ctrl-C: no new call starts; the calls in flight end and are saved or journalled "
-                "(Ctrl-C again leaves at once)"
-            )
-            try:
-                wait_for(ended, display.draw)
-            except KeyboardInterrupt:
-                display.note(
-                    "[grid] interrupted at once: completed cases are saved; rerun the same command to resume"
-                )
-                os._exit(INTERRUPTED)
+            drain(grid, display, stop_of(first), ended)
         display.draw(final=True)
         if budget:  # what is left reserved (batches submitted, collected by a later run) is given back
             budget.ledger.close()
         for line in summary(grid, interrupted):
             print(line, file=err)
         counts = grid.counts()
-        return INTERRUPTED if interrupted else 1 if counts[FAILED] or counts[NOT_RUN] else 0
+        return (
+            grid.sharing.draining.by.status if interrupted else 1 if counts[FAILED] or counts[NOT_RUN] else 0
+        )
 
     def quote_parts(self, chains: list[list[Cell]]) -> list:
         """The quote's parts for what is left of these chains (a shard's, or the whole grid's)."""

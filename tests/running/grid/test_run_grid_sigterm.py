@@ -1,0 +1,198 @@
+"""SIGTERM as Slurm, Kubernetes and systemd send it (then SIGKILL after a grace period), on real processes against the
+scripted provider on 127.0.0.1. A first SIGTERM lets no new call start, lets the calls in flight end and be saved or
+journalled, says so in a line naming SIGTERM, and exits 143; a second leaves at once, as safe as kill -9. The same
+command then completes, and the provider processed exactly a clean run's requests, compared per request (its kind and
+the digest of what it asks): none twice after a drain, and beyond the clean run's only the calls in flight at a
+second signal (paid, never answered: the journal counts them)."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+
+from lexpilot.scripted.provider import ScriptedProvider
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.grids import records
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import process_environment
+from tests.helpers.warm import fresh, run
+
+# kills, Ctrl-C, SIGTERM, Redis, browsers or whole grids: left out of the quick loop (-m "not slow")
+pytestmark = pytest.mark.slow
+
+MODELS = ("model-a", "model-b")
+SAVED = "every answered call is saved or journalled; rerun the same command to resume"  # the grid's last line
+
+
+def grid_command(root, dataset, *extra: str) -> list[str]:
+    return [sys.executable, "run_grid.py", "--models", *MODELS, "--runs", "1", "--dataset", str(dataset)] + [
+        "--output-root",
+        str(root),
+        "--concurrency",
+        "2",
+        *extra,
+    ]
+
+
+def unanswered(root) -> int:
+    return sum(sum(json.loads(p.read_text()).values()) for p in root.glob("runs/*/*/unanswered_calls.json"))
+
+
+def clean_requests(warm, command: list[str], env, provider) -> Counter:
+    """What a clean run of `command` made the provider process, per request; its count emptied for the next run."""
+    clean = run(warm, command, ROOT, env)
+    assert clean.returncode == 0, clean.stderr
+    processed = Counter(provider.processed)
+    provider.processed.clear()
+    return processed
+
+
+def signalled_after(warm, command, env, provider, calls: int, signals: int = 1):
+    """The script started, and `signals` SIGTERMs 50 ms apart once the provider has processed `calls` more
+    requests (with `signals` 2: once it has received them, so that the second lands while they are in flight);
+    (exit status, stderr), or None when it ended first."""
+    count = (lambda: sum(provider.processed.values())) if signals == 1 else (lambda: len(provider.requests))
+    before = count()
+    process = warm.start(command, ROOT, env)
+    deadline = time.monotonic() + 30
+    while process.poll() is None and count() - before < calls:
+        assert time.monotonic() < deadline
+        time.sleep(0.002)
+    if process.poll() is not None:
+        return None
+    for n in range(signals):
+        time.sleep(0.05 * n)
+        process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    return process.returncode, err
+
+
+def test_ten_sigterms_at_random_moments_then_a_rerun_pay_for_no_request_twice(tmp_path, warm):
+    dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
+    with ScriptedProvider() as provider:
+        env = process_environment(provider)
+        clean_processed = clean_requests(warm, grid_command(tmp_path / "clean", dataset), env, provider)
+        provider.latency = 0.02  # slow enough for the signals to land while calls are in flight
+        command, rng, drained = grid_command(tmp_path / "out", dataset), random.Random(57), 0
+        spread = max(2, sum(clean_processed.values()) // 15)  # ten moments that leave work for the next
+        for _ in range(20):
+            ended = signalled_after(warm, command, env, provider, rng.randint(1, spread))
+            if ended is None:
+                continue
+            code, err = ended
+            assert code == 143 and "Traceback" not in err and "Ctrl-C" not in err, err
+            assert "[grid] SIGTERM: no new call starts; the calls in flight end" in err, err
+            assert err.rstrip().endswith(f"[grid] stopped by SIGTERM: {SAVED}"), err
+            drained += 1
+            if drained == 10:
+                break
+        assert drained == 10
+        # every call in flight at a drain ended and was journalled: none was asked twice, none left unanswered
+        assert not Counter(provider.processed) - clean_processed and unanswered(tmp_path / "out") == 0
+        provider.latency = 0.3  # the second signal lands while the first drains
+        code, err = signalled_after(warm, command, env, provider, 1, signals=2)
+        assert code == 143 and "[grid] stopped by SIGTERM at once" in err and "Traceback" not in err, err
+        provider.latency = 0.0
+        done = fresh(command, ROOT, env)  # the completing run: a fresh interpreter
+        assert done.returncode == 0, done.stderr
+        processed = Counter(provider.processed)
+    assert records(tmp_path / "out") == records(tmp_path / "clean")
+    assert set(processed) == set(clean_processed) and all(
+        processed[k] >= n for k, n in clean_processed.items()
+    )
+    extra = sum((processed - clean_processed).values())
+    assert extra <= unanswered(tmp_path / "out"), extra  # only what the second SIGTERM left in flight
+
+
+def test_a_stage_scripts_sigterm_drains_its_cases_and_a_second_leaves_at_once(tmp_path, warm):
+    """A stage script's pool: the first SIGTERM starts no new call and lets the calls in flight end (the cases they
+    belong to are left for the rerun, their replies journalled); a second leaves at once."""
+    dataset = write_dataset(tmp_path / "three.json", sample_cases()[:3])
+
+    def stage(root) -> list[str]:
+        return [
+            sys.executable,
+            "LexAwN_gen.py",
+            "--run-id",
+            "r1",
+            "--model",
+            "m1",
+            "--dataset",
+            str(dataset),
+        ] + [
+            "--output-root",
+            str(root),
+            "--concurrency",
+            "2",
+        ]
+
+    with ScriptedProvider() as provider:
+        env = process_environment(provider)
+        clean = clean_requests(warm, stage(tmp_path / "clean"), env, provider)
+        provider.latency = 0.05
+        code, err = signalled_after(warm, stage(tmp_path / "out"), env, provider, 4)
+        assert code == 143 and "Traceback" not in err, err
+        assert "[LexAwN] SIGTERM: no new call starts" in err and "not started (SIGTERM)" in err, err
+        assert not Counter(provider.processed) - clean and unanswered(tmp_path / "out") == 0
+        code, err = signalled_after(warm, stage(tmp_path / "out"), env, provider, 1, signals=2)
+        assert code == 143 and "[LexAwN] stopped by SIGTERM: completed cases are saved" in err, err
+        provider.latency = 0.0
+        assert run(warm, stage(tmp_path / "out"), ROOT, env).returncode == 0
+        processed = Counter(provider.processed)
+    assert records(tmp_path / "out") == records(tmp_path / "clean")
+    assert sum((processed - clean).values()) <= unanswered(tmp_path / "out") and set(processed) == set(clean)
+
+
+SBATCH = """#!/bin/bash
+#SBATCH --array=0-1
+#SBATCH --signal=B:TERM@60
+exec "$PY" run_grid.py --models model-a model-b --runs 1 --shard "$((SLURM_ARRAY_TASK_ID + 1))/2" \\
+  --dataset "$DATASET" --output-root "$OUT" --batch --batch-poll 0.02
+"""
+
+
+def test_a_slurm_job_arrays_task_drains_on_sigterm_and_its_rerun_collects_its_batches(tmp_path, warm):
+    """docs/grid.md's recipe as Slurm starts it: a batch script that execs python, started in the background (SIGINT
+    ignored, as a shell starts a background job; SIGTERM is not). SIGTERM while the task's batches are in flight:
+    one line naming it, exit 143, every batch recorded; the same script then collects them, paying nothing twice."""
+    dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
+    script = tmp_path / "job.sh"
+    script.write_text(SBATCH, encoding="utf-8")
+    with ScriptedProvider() as provider:
+        env = process_environment(provider)
+        task = env | {"PY": sys.executable, "DATASET": str(dataset), "OUT": str(tmp_path / "out")}
+        task["SLURM_ARRAY_TASK_ID"] = "1"  # the array's second task: shard 2/2
+        shard = grid_command(tmp_path / "clean", dataset, "--shard", "2/2", "--batch", "--batch-poll", "0.02")
+        clean, since = clean_requests(warm, shard, env, provider), len(provider.batches)
+        provider.batch_delay = 20  # the first cycle's batch stays in flight
+        job = subprocess.Popen(
+            ["bash", str(script)],
+            cwd=ROOT,
+            env=task,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        )
+        deadline = time.monotonic() + 30
+        while len(provider.batches) == since:
+            assert time.monotonic() < deadline and job.poll() is None
+            time.sleep(0.01)
+        time.sleep(0.3)  # the task waits for its batch now
+        os.kill(job.pid, signal.SIGTERM)  # bash exec'd python: the job's pid is python's
+        _, err = job.communicate(timeout=10)
+        assert job.returncode == 143 and "Traceback" not in err, err
+        assert "[grid] SIGTERM: no new call starts" in err and " stopped by SIGTERM;" in err, err
+        assert err.rstrip().endswith(f"[grid] stopped by SIGTERM: {SAVED}"), err
+        provider.batch_delay = 0
+        for batch in provider.batches.values():
+            batch["_ready"] = 0
+        done = subprocess.run(["bash", str(script)], cwd=ROOT, env=task, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    assert provider.processed == clean
+    assert records(tmp_path / "out") == records(tmp_path / "clean")
