@@ -124,7 +124,12 @@ def load_state(context: RunContext, repair: bool = True, whole_upstream: bool = 
     state = StageState(
         context, stage.enabled_steps(settings), paths, records, context.saved, notes=notes, idle=stage.idle
     )
-    state.served_saved = served_counts(r.get("usage") for rs in records.values() for r in rs.values())
+    # the stage's own records: an upstream stage told the manifest when it ended (a re-judged run's, copied from its
+    # source run, were served to that run)
+    own = {step.name for step in state.steps}
+    state.served_saved = served_counts(
+        r.get("usage") for k, rs in records.items() if k in own for r in rs.values()
+    )
     for number in {c.number for c in cases} - {c.number for c in state.pending()}:
         state.finished(number)
     return state
