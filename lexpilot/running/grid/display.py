@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from lexpilot.pricing import usage_cost
+from lexpilot.pricing import Budget, usage_cost
 from lexpilot.running.batch.chain import DONE, FAILED, IN_FLIGHT, INTERRUPTED, NOT_RUN, RUNNING, WAITING
 from lexpilot.running.grid.cells import (
     Grid,
@@ -46,6 +46,19 @@ def spent(grid: Grid, prices: dict | None) -> float | None:
         return None
     # each price class at its rates (a call sent in a peak window at the peak price), batched calls at the batch's
     return sum(usage_cost(prices[m], e) for m, e in answered.items())
+
+
+def budget_text(budget: Budget | None) -> str:
+    """'; --max-cost 25: 12.40 spent, 0.85 reserved, 11.75 left (the grid's, every process's)', or '' without one:
+    the ledger's, which counts every shard, rerun and stage script that shares it."""
+    if budget is None:
+        return ""
+    totals = budget.ledger.totals()
+    left = budget.amount - totals.spent - totals.reserved
+    return (
+        f"; --max-cost {budget.amount:g}: {totals.spent:.2f} spent, {totals.reserved:.2f} reserved, {left:.2f} left "
+        "(every process's)"
+    )
 
 
 def answered_calls(grid: Grid) -> tuple[int, int]:
@@ -128,7 +141,7 @@ class Display:
             else f"; spent {money:.2f}"
             + (f" of the quote's {self.quote.high:.2f} at most" if self.quote.high is not None else "")
             + (f", {self.quote.expected:.2f} expected" if self.quote.expected is not None else "")
-        )
+        ) + budget_text(self.grid.sharing.budget)
         head = (
             f"[grid] cells: {counts[DONE]} done, {counts[RUNNING]} running, {counts[WAITING]} waiting, "
             f"{counts[FAILED] + counts[NOT_RUN]} failed or held back"
@@ -296,6 +309,8 @@ def summary(grid: Grid, interrupted: bool) -> list[str]:
             "collect them and go on"
         )
     lines += endpoint_lines(grid)
+    if grid.sharing.budget:
+        lines.append(f"[grid] {budget_text(grid.sharing.budget).removeprefix('; ')}")
     if interrupted:
         lines.append(
             f"[grid] {grid.sharing.draining.by.said}: every answered call is saved or journalled; rerun the same "
