@@ -90,6 +90,23 @@ def test_max_cost_stops_before_the_call_that_would_cross_it(priced, provider, ca
     )
 
 
+def test_max_cost_caps_every_stage_script_run_on_one_root(priced, provider, capsys):
+    # "--max-cost caps the grid's total across every shard, every rerun and every stage script run on the same root":
+    # LJP gold spends S under a cap of 1; DCG then, given a cap of S + a little, counts S and stops before a call
+    # whose worst case would pass the cap, so the root's two stages together never spend more than it
+    h, prices = priced
+    capped = ("--concurrency", "1", "--prices", str(prices), "--max-tokens", "100")
+    assert h.run("gold", *capped, "--max-cost", "1") == 0
+    gold = spent(h, prices)
+    cap = round(gold + 0.003, 6)
+    capsys.readouterr()
+    assert h.run("DCG", *capped, "--max-cost", str(cap)) == 2
+    err = capsys.readouterr().err
+    said = re.search(r"with ([\d.]+) spent and", err)
+    assert said and float(said.group(1)) >= round(gold, 4), err  # the earlier stage's spending counted
+    assert spent(h, prices) <= cap
+
+
 def test_max_cost_needs_prices_for_every_model(priced, capsys):
     h, prices = priced
     assert h.run("gold", "--max-cost", "1") == 2
