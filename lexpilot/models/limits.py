@@ -176,6 +176,10 @@ class Limiter:
         """The calls every process sharing this endpoint has sent so far (None: the limiter is this process's)."""
         return None
 
+    def _stopped_waiting(self) -> None:
+        """No call of this process waits any more, the last one stopped (where slots are shared: it leaves the
+        queue of processes waiting, at once rather than when it goes stale)."""
+
     # --- taking and giving back a slot
     def acquire(self, stopped: Callable[[], bool], cell: Hashable = None, tokens: int = 0) -> str | None:
         """Wait for this call's turn (the slot's lease id, where slots are shared, for `release`); Aborted when
@@ -190,6 +194,8 @@ class Limiter:
             with self.lock:
                 if not ticket.granted and (self.failure or stopped()):
                     self._withdraw(ticket)
+                    if not self.waiting:
+                        self._stopped_waiting()
                     self._dispatch(time.monotonic())
                     if self.failure:
                         raise FatalError(self.failure)

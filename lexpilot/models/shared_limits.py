@@ -38,6 +38,18 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local slots, state, queue, seen, declared, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
+-- the keys' epoch: a process that knew another (or none now, where it knew one) finds them lost (FLUSHALL, a
+-- restart without persistence): every process puts its held leases back (RESTORE) and no new slot is given for half
+-- a lease, within which every live process has renewed (each renews a third of a lease apart), so the count of calls
+-- in flight is whole again
+local epoch = redis.call('HGET', state, 'epoch')
+if not epoch then
+  epoch = ARGV[13]
+  redis.call('HSET', state, 'epoch', epoch)
+  if ARGV[12] ~= '' then redis.call('HSET', state, 'rebuilt_until', now + tonumber(ARGV[2]) / 2) end
+end
+if ARGV[12] ~= '' and ARGV[12] ~= epoch then return {-2, 0, '0', '0', '0', epoch} end
+local rebuilt_until = tonumber(redis.call('HGET', state, 'rebuilt_until') or 0)
 -- every live process declares its limits (until a lease after its last take or renewal); the strictest holds
 redis.call('HSET', declared, ARGV[8], ARGV[3] .. ' ' .. ARGV[5] .. ' ' .. ARGV[10])
 redis.call('ZADD', alive, now + tonumber(ARGV[2]), ARGV[8])
@@ -55,7 +67,7 @@ redis.call('EXPIRE', declared, ARGV[7])
 redis.call('EXPIRE', alive, ARGV[7])
 local limit = math.min(tonumber(redis.call('HGET', state, 'limit') or cap), cap)
 local in_flight = redis.call('ZCARD', slots)
-local strictest = {tostring(cap), tostring(interval), tostring(tpm == math.huge and 0 or tpm)}
+local strictest = {tostring(cap), tostring(interval), tostring(tpm == math.huge and 0 or tpm), epoch}
 redis.call('EXPIRE', state, ARGV[7])
 -- the processes waiting for a slot, first come first served: one that stopped asking leaves the queue
 for _, gone in ipairs(redis.call('ZRANGEBYSCORE', seen, '-inf', now - tonumber(ARGV[9]))) do
@@ -74,7 +86,7 @@ if in_flight + ahead >= math.floor(limit) then
 end
 local token_ms = 0
 if tpm < math.huge then token_ms = tonumber(ARGV[6]) * 60000 / (tpm * tonumber(ARGV[11])) end
-local wait = math.max(0, tonumber(redis.call('HGET', state, 'resume_at') or 0) - now)
+local wait = math.max(0, tonumber(redis.call('HGET', state, 'resume_at') or 0) - now, rebuilt_until - now)
 local next_request = tonumber(redis.call('HGET', state, 'next_request') or 0)
 local next_tokens = tonumber(redis.call('HGET', state, 'next_tokens') or 0)
 if interval > 0 then wait = math.max(wait, next_request - now) end
@@ -124,12 +136,29 @@ end
 return 1
 """
 
+# KEYS: slots, alive, state; ARGV: lease ms, owner, the epoch known, a fresh epoch, lease ids. Returns the epoch and
+# whether the keys were found lost (then the leases are put back, as RESTORE puts them, and new slots wait a lease)
 RENEW = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local epoch = redis.call('HGET', KEYS[3], 'epoch')
+if not epoch and ARGV[3] ~= '' then
+  epoch = ARGV[4]
+  redis.call('HSET', KEYS[3], 'epoch', epoch, 'rebuilt_until', now + tonumber(ARGV[1]) / 2)
+end
+local lost = ARGV[3] ~= '' and epoch ~= ARGV[3]
 redis.call('ZADD', KEYS[2], 'XX', now + tonumber(ARGV[1]), ARGV[2])
-for i = 3, #ARGV do redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[1]), ARGV[i]) end
-return 1
+for i = 5, #ARGV do redis.call('ZADD', KEYS[1], lost and 'NX' or 'XX', now + tonumber(ARGV[1]), ARGV[i]) end
+return {epoch or ARGV[3], lost and 1 or 0}
+"""
+
+# KEYS: slots, state; ARGV: lease ms, the epoch found, lease ids. A process's held leases put back after its keys were
+# lost, and the epoch it now knows
+RESTORE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+for i = 3, #ARGV do redis.call('ZADD', KEYS[1], 'NX', now + tonumber(ARGV[1]), ARGV[i]) end
+return redis.call('HGET', KEYS[2], 'epoch') or ARGV[2]
 """
 
 
@@ -150,26 +179,59 @@ class RedisStore:
         self.errors = (redis.exceptions.RedisError,)
         self.redis = redis
         self.client = redis.Redis.from_url(url.split("?")[0], socket_timeout=2, socket_connect_timeout=2)
-        self.take, self.give_back, self.renew = (
-            self.client.register_script(s) for s in (TAKE, GIVE_BACK, RENEW)
+        self.take, self.give_back, self.renew, self.restore = (
+            self.client.register_script(s) for s in (TAKE, GIVE_BACK, RENEW, RESTORE)
         )
         self.say, self.unreachable, self.lock = say, False, threading.Lock()
         self.ids = itertools.count(1)
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
 
     def reachable(self) -> None:
-        """Before any call: Redis answers, or one line says it does not."""
+        """Before any call: Redis answers, runs scripts, takes writes and keeps what it is given, or one line says
+        what it does not."""
+        probe = f"lexpilot:probe:{self.owner}"
         try:
             self.client.ping()
             # a database number the server lacks fails here
             self.client.exists(f"lexpilot:limits:{self.owner}")
         except self.errors as e:
             raise HarnessError(self.refused(e)) from None
+        try:  # scripting (refused: a renamed or disabled EVAL) and writes (refused: a read-only replica)
+            self.client.eval("return redis.call('SET', KEYS[1], '1', 'EX', 10)", 1, probe)
+            self.client.delete(probe)
+        except self.redis.exceptions.ReadOnlyError:
+            raise HarnessError(
+                f"--limits: Redis at {self.where} is a read-only replica; give the primary's URL"
+            ) from None
+        except self.errors as e:
+            raise HarnessError(
+                f"--limits: Redis at {self.where} does not run the limiter's scripts ({self.said(e)}); enable "
+                "scripting (EVAL) there, or use another Redis"
+            ) from None
+        self.keeps_keys()
+
+    def keeps_keys(self) -> None:
+        """Refused: a Redis that may evict keys to make room (its maxmemory-policy other than noeviction), which can
+        drop a limiter's leases mid-grid and let calls past the limit."""
+        try:
+            policy = str(self.client.info("memory").get("maxmemory_policy", "noeviction"))
+        except self.errors:
+            return  # a managed Redis that hides INFO: nothing to tell
+        if policy != "noeviction":
+            raise HarnessError(
+                f"--limits: Redis at {self.where} has maxmemory-policy {policy}, which can evict the limiter's "
+                "keys and let calls past the limits; set maxmemory-policy noeviction (CONFIG SET maxmemory-policy "
+                "noeviction, or in redis.conf), or use another Redis"
+            )
+
+    def said(self, e) -> str:
+        """What Redis said, on one line, its password never shown."""
+        password = parts_password(self.client)
+        return " ".join((str(e).replace(password, "[redacted]") if password else str(e)).split())[:160]
 
     def refused(self, e) -> str:
         """Why Redis cannot be used, in one line, its password never shown, and what to do."""
-        password = parts_password(self.client)
-        reason = " ".join((str(e).replace(password, "[redacted]") if password else str(e)).split())[:160]
+        reason = self.said(e)
         exceptions = self.redis.exceptions
         if (
             isinstance(e, exceptions.AuthenticationError)
@@ -264,6 +326,8 @@ class SharedLimiter(Limiter):
         self.keys = [f"lexpilot:limits:{digest}:{part}" for part in parts]
         self.leases: set[str] = set()
         self.strictest: tuple[float, float, float] | None = None  # said once: another process's, stricter
+        self.epoch = ""  # the endpoint keys' epoch this process knows ("": none yet)
+        self.owed: set[str] = set()  # leases of calls that ended while Redis could not be reached
         self.heartbeat: threading.Thread | None = None
 
     def _shared_sent(self) -> int | None:
@@ -278,7 +342,8 @@ class SharedLimiter(Limiter):
         interval = 60_000 / (self.limits.rpm * PACING_MARGIN) if self.limits.rpm else 0
         lease = self.store.lease_id()
         try:
-            wait, _, *strictest = self.store.take(
+            self._give_back_owed()
+            wait, _, *strictest, epoch = self.store.take(
                 keys=self.keys,
                 args=[
                     lease,
@@ -292,12 +357,18 @@ class SharedLimiter(Limiter):
                     int(QUEUE_STALE * 1000),
                     self.limits.tpm or 0,
                     PACING_MARGIN,
+                    self.epoch,
+                    self.store.lease_id(),
                 ],
             )
+            if wait == -2:  # its keys were lost: this process's leases put back before anything else
+                self._restore(epoch.decode() if isinstance(epoch, bytes) else str(epoch))
+                return BUSY_POLL
         except self.store.errors:
             self.store.trouble(True)
             return UNREACHABLE_POLL
         self.store.trouble(False)
+        self._noticed(epoch.decode() if isinstance(epoch, bytes) else str(epoch))
         self._say_strictest(*(float(x) for x in strictest))
         if wait:
             return BUSY_POLL if wait < 0 else wait / 1000
@@ -306,6 +377,39 @@ class SharedLimiter(Limiter):
         self.leases.add(lease)
         self._keep_leases()
         return 0.0
+
+    def _stopped_waiting(self) -> None:
+        try:
+            self.store.client.zrem(self.keys[2], self.store.owner)
+            self.store.client.zrem(self.keys[3], self.store.owner)
+        except self.store.errors:
+            pass  # it goes stale in QUEUE_STALE seconds
+
+    def _noticed(self, epoch: str) -> None:
+        """The keys' epoch this process now knows; a new one where it knew another was said by `_restore`."""
+        self.epoch = epoch
+
+    def _restore(self, epoch: str) -> None:
+        """The endpoint's keys were lost (FLUSHALL, a restart without persistence): this process's held leases put
+        back, said once per loss; new slots wait a lease while every live process does the same."""
+        held = list(self.leases)
+        found = self.store.restore(keys=self.keys[:2], args=[int(self.store.lease * 1000), epoch, *held])
+        self.epoch = found.decode() if isinstance(found, bytes) else str(found)
+        self._say_lost(len(held))
+
+    def _say_lost(self, held: int) -> None:
+        self.store.say(
+            f"[grid] {self.name}: Redis lost the limiter's keys (FLUSHALL, or a restart without persistence); "
+            f"{held} calls in flight here counted again, and new calls wait half a lease ({self.store.lease / 2:g} s) "
+            "while every process does the same"
+        )
+
+    def _give_back_owed(self) -> None:
+        """Slots of calls that ended while Redis could not be reached, given back now (a Redis restarted with
+        persistence would otherwise hold them until their leases expired)."""
+        if self.owed:
+            self.store.client.zrem(self.keys[0], *self.owed)
+            self.owed.clear()
 
     def _say_strictest(self, concurrency: float, interval: float, tpm: float) -> None:
         """Once: another process of the grid declared a stricter limit for this endpoint than this one's, which holds
@@ -347,7 +451,9 @@ class SharedLimiter(Limiter):
                 ],
             )
         except self.store.errors:
-            self.store.trouble(True)  # the lease expires by itself
+            self.store.trouble(True)  # given back when Redis is reached again, or it expires by itself
+            if lease:
+                self.owed.add(lease)
 
     def _keep_leases(self) -> None:
         """Renew this process's leases a few times per lease: only a process that stopped loses its slots."""
@@ -362,9 +468,20 @@ class SharedLimiter(Limiter):
                 held = list(self.leases)
             if held:
                 try:
-                    self.store.renew(
-                        keys=[self.keys[0], self.keys[5]],
-                        args=[int(self.store.lease * 1000), self.store.owner, *held],
+                    epoch, lost = self.store.renew(
+                        keys=[self.keys[0], self.keys[5], self.keys[1]],
+                        args=[
+                            int(self.store.lease * 1000),
+                            self.store.owner,
+                            self.epoch,
+                            self.store.lease_id(),
+                            *held,
+                        ],
                     )
                 except self.store.errors:
                     self.store.trouble(True)
+                    continue
+                with self.lock:
+                    self.epoch = epoch.decode() if isinstance(epoch, bytes) else str(epoch)
+                if lost:
+                    self._say_lost(len(held))
