@@ -10,10 +10,9 @@ import time
 
 import pytest
 
-from lexpilot.errors import Aborted
 from lexpilot.models.limits import Limits
 from lexpilot.models.shared_limits import RedisStore, SharedLimiter
-from tests.models.test_redis_limits import RedisServer, limits_error
+from tests.helpers.redis_server import RedisServer, limits_error, waits
 
 pytestmark = [
     pytest.mark.slow,
@@ -72,15 +71,6 @@ def limiter(server, limits: Limits, lease: float = 2.0, said=None) -> SharedLimi
         f"{server.url}?lease={lease:g}", say=(said.append if said is not None else lambda line: None)
     )
     return SharedLimiter(store, ENDPOINT, 8, limits, "judge")
-
-
-def waits(lim, seconds: float = 0.3) -> bool:
-    deadline = time.monotonic() + seconds
-    try:
-        lim.release(lease=lim.acquire(lambda: time.monotonic() > deadline))
-    except Aborted:
-        return True
-    return False
 
 
 def test_keys_lost_to_flushall_are_noticed_and_the_limit_still_holds(servers):

@@ -7,10 +7,8 @@ nothing is lost or paid twice. (Two shards gathered: tests/running/grid/test_gri
 import json
 import os
 import re
-import shutil
 import signal
 import socket
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -24,64 +22,16 @@ from lexpilot.scripted.provider import ScriptedProvider
 from tests.helpers.datasets import sample_cases, write_dataset
 from tests.helpers.grids import grid, grid_environment, records
 from tests.helpers.paths import ROOT
+from tests.helpers.redis_server import RedisServer, limits_error, waits
 from tests.helpers.warm import Started, fresh
 from tests.helpers.warm import run as warm_run
 
 # kills, Ctrl-C, Redis, browsers or whole grids: left out of the quick loop (-m "not slow")
 pytestmark = pytest.mark.slow
 
-REDIS = shutil.which("redis-server")
+from tests.helpers.redis_server import REDIS
+
 NEVER_STOPPED = lambda: False  # noqa: E731  (a call that is never stopped)
-
-
-class RedisServer:
-    """A redis-server of its own on a free port, with nothing saved to disk; stop() and start() again restart it."""
-
-    def __init__(self, folder, *options: str):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.folder, self.process, self.options = folder, None, list(options)
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            [
-                REDIS,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self.folder),
-                *self.options,
-            ],
-            stdout=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("redis-server did not start")
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(10)
-
-    def client(self):
-        import redis
-
-        return redis.Redis(port=self.port)
 
 
 @pytest.fixture
@@ -243,36 +193,6 @@ def test_a_redis_that_cannot_be_reached_at_the_start_is_one_line(tmp_path, capsy
     assert "SECRET" not in err  # a password in the URL is never shown
 
 
-def limits_error(tmp_path, capsys, url, *extra) -> tuple[int, str]:
-    """run_grid.py with --limits URL against the scripted provider: (exit status, what it printed), with no call."""
-    import run_grid
-
-    tmp_path.mkdir(exist_ok=True)
-    dataset = write_dataset(tmp_path / "one.json", sample_cases()[:1])
-    with ScriptedProvider() as p:
-        os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"] = p.base_url, "k"
-        try:
-            code = run_grid.main(
-                [
-                    "--models",
-                    "m",
-                    "--runs",
-                    "1",
-                    "--dataset",
-                    str(dataset),
-                    "--output-root",
-                    str(tmp_path),
-                    "--limits",
-                    url,
-                    *extra,
-                ]
-            )
-        finally:
-            del os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]
-        assert not p.requests
-    return code, capsys.readouterr().err.strip()
-
-
 @pytest.mark.parametrize(
     "url, extra, said",
     [
@@ -375,16 +295,6 @@ def two_processes(redis_server, *limits: Limits, said: list | None = None) -> li
         store.owner = f"machine-{k}:{100 + k}"
         limiters.append(SharedLimiter(store, endpoint, 8, lim, "judge"))
     return limiters
-
-
-def waits(limiter, seconds: float = 0.3) -> bool:
-    """Whether a call waits `seconds` without a slot (it is stopped then)."""
-    deadline = time.monotonic() + seconds
-    try:
-        limiter.release(lease=limiter.acquire(lambda: time.monotonic() > deadline))
-    except Aborted:
-        return True
-    return False
 
 
 def test_a_lease_lasts_the_configured_seconds(redis_server):

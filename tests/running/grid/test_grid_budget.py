@@ -17,6 +17,7 @@ from lexpilot.spending import SPENDING_FILE
 from tests.helpers.datasets import sample_cases, write_dataset
 from tests.helpers.grids import grid, grid_argv, grid_environment
 from tests.helpers.paths import ROOT
+from tests.helpers.redis_server import RedisServer
 from tests.helpers.warm import fresh
 from tests.helpers.warm import run as warm_run
 
@@ -96,8 +97,6 @@ def test_a_kill_and_a_rerun_on_one_root_never_pass_the_cap(tmp_path, warm):
 @pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("redis-server"), reason="no redis-server (apt-get install redis-server)")
 def test_two_shards_and_a_rerun_after_a_kill_share_one_cap_through_redis(tmp_path, warm):
-    from tests.models.test_redis_limits import RedisServer
-
     pytest.importorskip("redis")
     server = RedisServer(tmp_path)
     server.start()
