@@ -88,6 +88,25 @@ def test_keys_lost_to_flushall_are_noticed_and_the_limit_still_holds(servers):
     assert not waits(other, 3.0)  # within the lease (2 s) the limiter is whole again
 
 
+def test_after_keys_are_lost_no_slot_is_given_until_every_holder_has_put_its_leases_back(servers):
+    # a process that held both slots of a concurrency of 2 and takes nothing (its calls in flight, none waiting)
+    # puts its leases back at its next renewal (a third of a lease); another process that knew the keys and asks
+    # first gets no slot in between (without the wait it would have found none in flight and gone: 3 of 2), nor
+    # after (the 2 are back), until one of them ends
+    server = servers()
+    holder, asker = limiter(server, Limits(concurrency=2), lease=3), limiter(server, Limits(concurrency=2), lease=3)
+    asker.store.owner = "machine-2:200"
+    asker.release(lease=asker.acquire(lambda: False))  # it knows the keys
+    held = [holder.acquire(lambda: False) for _ in range(2)]
+    server.client().flushall()
+    assert waits(asker, 0.5)
+    time.sleep(1.5)  # half a lease: the holder has renewed (every second), its 2 leases back
+    assert server.client().zcard(holder.keys[0]) == 2 and waits(asker, 0.5)
+    holder.release(lease=held[0])
+    assert not waits(asker, 1.0)
+    holder.release(lease=held[1])
+
+
 def test_a_restart_without_persistence_is_noticed_as_flushall_is(servers, tmp_path):
     server = servers()
     holder = limiter(server, Limits(concurrency=1))
