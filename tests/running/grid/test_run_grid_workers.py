@@ -1,0 +1,172 @@
+"""Cells claimed on demand (`run_grid.py --workers redis://…`), on a real redis-server started here on a free port
+of 127.0.0.1: three workers, one killed with kill -9 halfway, and the others finish every chain, the dead worker's
+after its lease, paying for nothing twice beyond the calls in flight at the kill; a finished chain is never claimed
+again; `--status` shows the fleet from outside. (The rules each test pins were each broken by hand once.)"""
+
+import os
+import re
+import signal
+import time
+from collections import Counter
+
+import pytest
+
+import run_grid
+from lexpilot.scripted.provider import ScriptedProvider
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.grids import grid, grid_environment, records
+from tests.helpers.paths import ROOT
+from tests.helpers.warm import run as warm_run
+from tests.models.test_redis_limits import REDIS, RedisServer, clean_run, unanswered
+
+LEASE = 2  # seconds: a dead worker's chains are taken over soon after
+
+
+@pytest.fixture
+def server(tmp_path):
+    """A redis-server of this test's own (tests/models/test_redis_limits.py's)."""
+    if not REDIS:
+        if os.environ.get("CI"):
+            pytest.fail("no redis-server: .ci/run installs the distribution's redis-server for these tests")
+        pytest.skip("no redis-server (apt-get install redis-server)")
+    pytest.importorskip("redis")
+    started = RedisServer(tmp_path)
+    started.start()
+    yield started
+    if started.process.poll() is None:
+        started.stop()
+
+
+def holders(server) -> dict[str, str]:
+    """chain -> the worker holding it, as Redis says."""
+    client = server.client()
+    return {
+        chain.decode(): worker.decode()
+        for key in client.keys("lexpilot:workers:*:holders")
+        for chain, worker in client.hgetall(key).items()
+    }
+
+
+def done(server) -> set[str]:
+    client = server.client()
+    return {
+        chain.decode() for key in client.keys("lexpilot:workers:*:done") for chain in client.smembers(key)
+    }
+
+
+def wait_until(condition, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "waited too long"
+        time.sleep(0.02)
+
+
+def status(monkeypatch, capsys, env, root, dataset, url) -> str:
+    """run_grid.py --status for the grid, in this process: what it printed."""
+    for name, value in env.items():
+        if name.startswith(("OPENAI_", "LEXPILOT_")):
+            monkeypatch.setenv(name, value)
+    capsys.readouterr()
+    assert run_grid.main(grid(root, dataset, "--workers", url, "--status")[2:]) == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_three_workers_one_killed_finish_every_chain_and_pay_nothing_twice(
+    tmp_path, server, warm, monkeypatch, capsys
+):
+    dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
+    url = f"{server.url}?lease={LEASE}"
+    with ScriptedProvider() as evaluated, ScriptedProvider() as judge:
+        env = grid_environment(evaluated, judge)
+        clean_processed = clean_run(warm, tmp_path / "clean", dataset, env, evaluated, judge)
+        evaluated.latency = judge.latency = 0.05  # calls in flight a while, once the clean grid is done
+        command = grid(tmp_path / "out", dataset, "--workers", url)
+        workers = [warm.start(command, ROOT, env) for _ in range(3)]
+        # six chains, three workers: an equal share of two each, all claimed before the kill
+        wait_until(lambda: len(set(holders(server).values())) == 3 and len(holders(server)) == 6)
+        wait_until(lambda: sum(judge.processed.values()) >= 10)
+        dead = f":{workers[0].pid}"
+        held_by_dead = {c for c, w in holders(server).items() if w.endswith(dead)}
+        workers[0].send_signal(signal.SIGKILL)
+        assert workers[0].wait(10) == -signal.SIGKILL
+        evaluated.latency = judge.latency = 0.0  # the rest need not be slow
+        errs = [w.communicate(timeout=120)[1] for w in workers[1:]]
+        assert [w.returncode for w in workers[1:]] == [0, 0], errs
+        processed = Counter(evaluated.processed) + Counter(judge.processed)
+        evaluated.processed.clear(), judge.processed.clear()
+        # a fourth worker after the grid is done: nothing claimed, nothing sent, one line
+        fourth = warm_run(warm, command, ROOT, env)
+        fleet = status(monkeypatch, capsys, env, tmp_path / "out", dataset, url)
+        assert not evaluated.processed and not judge.processed
+    assert len(held_by_dead) == 2 and done(server) == {
+        f"{m} run{r}" for m in ("model-a", "model-b", "model-c") for r in (1, 2)
+    }
+    taken_over = {
+        chain
+        for err in errs
+        for chain in re.findall(rf"\[grid\] (\S+ \S+): taken over from worker \S+{dead},", err)
+    }
+    assert taken_over == held_by_dead, errs  # the dead worker's, and no live worker's
+    assert all("Traceback" not in e for e in errs)
+    assert records(tmp_path / "out") == records(tmp_path / "clean")
+    assert set(processed) == set(clean_processed)
+    assert sum((processed - clean_processed).values()) <= unanswered(tmp_path / "out")
+    assert fourth.returncode == 0 and len(fourth.stderr.strip().splitlines()) == 1, fourth.stderr
+    assert "every chain of this grid is done or failed (6 done, 0 failed" in fourth.stderr
+    assert "6 chains: 6 done, 0 held, 0 waiting, 0 failed" in fleet, fleet
+
+
+@pytest.mark.slow
+def test_status_shows_the_holders_their_leases_and_what_waits(tmp_path, server, warm, monkeypatch, capsys):
+    # one worker capped at two chains of six: two held (by it, lease renewed), four waiting; killed, its leases age
+    dataset = write_dataset(tmp_path / "one.json", sample_cases()[:1])
+    url = f"{server.url}?lease={LEASE}"
+    with ScriptedProvider(latency=0.5) as evaluated, ScriptedProvider(latency=0.5) as judge:
+        env = grid_environment(evaluated, judge)
+        worker = warm.start(grid(tmp_path / "out", dataset, "--workers", url, "--chains", "2"), ROOT, env)
+        wait_until(lambda: len(holders(server)) == 2)
+        time.sleep(LEASE)  # renewed past its first lease: still held
+        fleet = status(monkeypatch, capsys, env, tmp_path / "out", dataset, url)
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(10)
+        time.sleep(LEASE + 0.5)
+        after = status(monkeypatch, capsys, env, tmp_path / "out", dataset, url)
+    assert "6 chains: 0 done, 2 held, 4 waiting, 0 failed; 1 workers alive" in fleet, fleet
+    held = re.findall(rf"  held: (\S+ run\d) by \S+:{worker.pid} for (\d+)s, lease (\d+)s left", fleet)
+    assert [c for c, _, _ in held] == ["model-a run1", "model-b run1"] and all(
+        int(a) >= LEASE for _, a, _ in held
+    ), fleet
+    assert "  waiting: model-c run1, model-a run2, model-b run2, model-c run2" in fleet, fleet
+    assert re.search(r"DeepSeek-R1 at 127\.0\.0\.1:\d+: \d+ in flight", fleet), fleet
+    assert "0 workers alive" in after and after.count("lease expired") == 2, after
+
+
+@pytest.mark.parametrize(
+    "extra, said",
+    [
+        (("--shard", "1/2"), "--shard with --workers: the workers deal the grid's chains among themselves"),
+        (("--batch",), "--batch with --workers: a grid's batches pool a fixed set of chains"),
+        (
+            ("--workers", "redis://127.0.0.1:1/0?lease=0"),
+            "--workers (Redis at 127.0.0.1:1): lease is one number",
+        ),
+    ],
+)
+def test_what_workers_cannot_be_given_is_refused_in_one_line(tmp_path, capsys, extra, said):
+    dataset = write_dataset(tmp_path / "one.json", sample_cases()[:1])
+    argv = grid(tmp_path / "out", dataset, "--workers", "redis://127.0.0.1:1/0", *extra)[2:]
+    assert run_grid.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and said in err, err
+
+
+def test_status_and_chains_without_workers_are_refused_in_one_line(tmp_path, capsys):
+    dataset = write_dataset(tmp_path / "one.json", sample_cases()[:1])
+    for extra, said in (
+        (("--status",), "--status: give the fleet's --workers"),
+        (("--chains", "2"), "--chains:"),
+    ):
+        assert run_grid.main(grid(tmp_path / "out", dataset, *extra)[2:]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and said in err, err
