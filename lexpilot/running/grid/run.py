@@ -246,10 +246,9 @@ class GridRun:
         notes: list[str] = [open_files_for(self.chains_cap or len(chains), first.transport.concurrency)]
         speaker = {"say": notes.append}  # until the display is drawn, then the display
         fleet = self.fleet(first, chains, lambda line: speaker["say"](line)) if self.workers_url else None
-        if fleet is not None and nothing_left(
-            fleet, fleet.survey()
-        ):  # a worker that came after the grid ended
-            print(nothing_left(fleet, fleet.survey()), file=err)
+        finished = nothing_left(fleet, fleet.survey()) if fleet is not None else ""
+        if finished:  # a worker that came after the grid ended
+            print(finished, file=err)
             return 0
         endpoints = self.endpoints(chains, lambda line: speaker["say"](line))
         budget = first.spending.budget(self.ledger(first))
