@@ -4,13 +4,10 @@ where it is absent; .ci/run installs it). Two processes share one limit by the p
 process's leases come back and its shard completes on a rerun; a Redis restart pauses both, with one line, and
 nothing is lost or paid twice. (Two shards gathered: tests/running/grid/test_grid.py.)"""
 
-import json
 import os
 import re
-import shutil
 import signal
 import socket
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -24,74 +21,18 @@ from lexpilot.scripted.provider import ScriptedProvider
 from tests.helpers.datasets import sample_cases, write_dataset
 from tests.helpers.grids import grid, grid_environment, records
 from tests.helpers.paths import ROOT
+from tests.helpers.redis_server import clean_run, started_redis, unanswered
 from tests.helpers.warm import Started, fresh
-from tests.helpers.warm import run as warm_run
 
 # kills, Ctrl-C, Redis, browsers or whole grids: left out of the quick loop (-m "not slow")
 pytestmark = pytest.mark.slow
 
-REDIS = shutil.which("redis-server")
 NEVER_STOPPED = lambda: False  # noqa: E731  (a call that is never stopped)
-
-
-class RedisServer:
-    """A redis-server of its own on a free port, with nothing saved to disk; stop() and start() again restart it."""
-
-    def __init__(self, folder):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.folder, self.process = folder, None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            [
-                REDIS,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self.folder),
-            ],
-            stdout=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("redis-server did not start")
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(10)
-
-    def client(self):
-        import redis
-
-        return redis.Redis(port=self.port)
 
 
 @pytest.fixture
 def redis_server(tmp_path):
-    if not REDIS:
-        if os.environ.get("CI"):
-            pytest.fail("no redis-server: .ci/run installs the distribution's redis-server for these tests")
-        pytest.skip("no redis-server (apt-get install redis-server)")
-    pytest.importorskip("redis")
-    server = RedisServer(tmp_path)
-    server.start()
+    server = started_redis(tmp_path)
     yield server
     if server.process.poll() is None:
         server.stop()
@@ -99,20 +40,6 @@ def redis_server(tmp_path):
 
 def both_shards(warm, root, dataset, env, *extra) -> list[Started]:
     return [warm.start(grid(root, dataset, "--shard", f"{k}/2", *extra), ROOT, env) for k in (1, 2)]
-
-
-def clean_run(warm, root, dataset, env, *providers) -> Counter:
-    """An unsharded grid without Redis: what the providers processed for it, per request (then forgotten)."""
-    clean = warm_run(warm, grid(root, dataset), ROOT, env)
-    assert clean.returncode == 0, clean.stderr
-    processed = sum((Counter(p.processed) for p in providers), Counter())
-    for p in providers:
-        p.processed.clear()
-    return processed
-
-
-def unanswered(root) -> int:
-    return sum(sum(json.loads(p.read_text()).values()) for p in root.glob("runs/*/*/unanswered_calls.json"))
 
 
 def test_two_processes_share_one_limit_and_use_it(tmp_path, redis_server, warm):

@@ -9,6 +9,7 @@ from lexpilot.models.limits import Endpoint, Limits
 from lexpilot.models.shared_limits import RedisStore, SharedLimiter
 from lexpilot.models.shared_spending import RedisLedger
 from lexpilot.running.grid.workers import Fleet, Survey
+from lexpilot.text import counted
 
 
 def fleet_status(grid) -> list[str]:
@@ -36,7 +37,7 @@ def status_lines(fleet: Fleet, survey: Survey) -> list[str]:
     done = sum(c in survey.done for c in fleet.chains)
     lines = [
         f"[grid] fleet at {fleet.store.where}: {len(fleet.chains)} chains: {done} done, {len(held)} held, "
-        f"{len(waiting)} waiting, {len(failed)} failed; {survey.workers} workers alive"
+        f"{len(waiting)} waiting, {len(failed)} failed; {counted(survey.workers, 'worker')} alive"
     ]
     for chain, (worker, age, left) in sorted(held.items()):
         lease = (

@@ -96,7 +96,7 @@ def test_a_kill_and_a_rerun_on_one_root_never_pass_the_cap(tmp_path, warm):
 @pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("redis-server"), reason="no redis-server (apt-get install redis-server)")
 def test_two_shards_and_a_rerun_after_a_kill_share_one_cap_through_redis(tmp_path, warm):
-    from tests.models.test_redis_limits import RedisServer
+    from tests.helpers.redis_server import RedisServer
 
     pytest.importorskip("redis")
     server = RedisServer(tmp_path)

@@ -3,7 +3,6 @@ of 127.0.0.1: three workers, one killed with kill -9 halfway, and the others fin
 after its lease, paying for nothing twice beyond the calls in flight at the kill; a finished chain is never claimed
 again; `--status` shows the fleet from outside. (The rules each test pins were each broken by hand once.)"""
 
-import os
 import re
 import signal
 import time
@@ -16,22 +15,15 @@ from lexpilot.scripted.provider import ScriptedProvider
 from tests.helpers.datasets import sample_cases, write_dataset
 from tests.helpers.grids import grid, grid_environment, records
 from tests.helpers.paths import ROOT
+from tests.helpers.redis_server import clean_run, started_redis, unanswered
 from tests.helpers.warm import run as warm_run
-from tests.models.test_redis_limits import REDIS, RedisServer, clean_run, unanswered
 
 LEASE = 2  # seconds: a dead worker's chains are taken over soon after
 
 
 @pytest.fixture
 def server(tmp_path):
-    """A redis-server of this test's own (tests/models/test_redis_limits.py's)."""
-    if not REDIS:
-        if os.environ.get("CI"):
-            pytest.fail("no redis-server: .ci/run installs the distribution's redis-server for these tests")
-        pytest.skip("no redis-server (apt-get install redis-server)")
-    pytest.importorskip("redis")
-    started = RedisServer(tmp_path)
-    started.start()
+    started = started_redis(tmp_path)
     yield started
     if started.process.poll() is None:
         started.stop()
@@ -134,7 +126,7 @@ def test_status_shows_the_holders_their_leases_and_what_waits(tmp_path, server, 
         worker.wait(10)
         time.sleep(LEASE + 0.5)
         after = status(monkeypatch, capsys, env, tmp_path / "out", dataset, url)
-    assert "6 chains: 0 done, 2 held, 4 waiting, 0 failed; 1 workers alive" in fleet, fleet
+    assert "6 chains: 0 done, 2 held, 4 waiting, 0 failed; 1 worker alive" in fleet, fleet
     held = re.findall(rf"  held: (\S+ run\d) by \S+:{worker.pid} for (\d+)s, lease (\d+)s left", fleet)
     assert [c for c, _, _ in held] == ["model-a run1", "model-b run1"] and all(
         int(a) >= LEASE for _, a, _ in held
@@ -153,6 +145,7 @@ def test_status_shows_the_holders_their_leases_and_what_waits(tmp_path, server, 
             ("--workers", "redis://127.0.0.1:1/0?lease=0"),
             "--workers (Redis at 127.0.0.1:1): lease is one number",
         ),
+        ((), "--workers: cannot reach Redis at 127.0.0.1:1"),  # nothing listens on port 1
     ],
 )
 def test_what_workers_cannot_be_given_is_refused_in_one_line(tmp_path, capsys, extra, said):
