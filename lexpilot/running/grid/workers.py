@@ -27,8 +27,8 @@ CLAIM_SPACING = (
 )
 PARTS = ("leases", "holders", "taken", "done", "failed", "workers")
 
-# KEYS: PARTS; ARGV: owner, lease ms, keep s, this worker's start (ms), chains it runs now, its cap (0: none), then
-# the chains in the order they are dealt. Returns {chain, its previous holder} ({'', ''}: nothing to claim now).
+# KEYS: PARTS; ARGV: owner, lease ms, keep s, this worker's start (ms), chains it runs now, its cap (0: none), the
+# grid's chains, then the chains it may claim (not its own) in the order they are dealt. Returns {chain, its previous holder} ({'', ''}: nothing to claim now).
 CLAIM = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -37,11 +37,11 @@ redis.call('ZADD', workers, now + tonumber(ARGV[2]), ARGV[1])
 redis.call('ZREMRANGEBYSCORE', workers, '-inf', now)
 for _, key in ipairs(KEYS) do redis.call('EXPIRE', key, ARGV[3]) end
 -- an equal share of the grid's chains among the workers alive, or the worker's own cap
-local chains = #ARGV - 6
+local chains = tonumber(ARGV[7])
 local share = math.ceil(chains / math.max(1, redis.call('ZCARD', workers)))
 if tonumber(ARGV[6]) > 0 then share = math.min(share, tonumber(ARGV[6])) end
 if tonumber(ARGV[5]) >= share then return {'', ''} end
-for i = 7, #ARGV do
+for i = 8, #ARGV do
   local chain = ARGV[i]
   local failure = redis.call('HGET', failed, chain)
   -- a chain that failed is tried again by a worker started after the failure (a rerun), not by those running
@@ -66,7 +66,10 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZADD', KEYS[6], 'XX', now + tonumber(ARGV[2]), ARGV[1])
 local lost = {}
 for i = 3, #ARGV do
-  if redis.call('HGET', KEYS[2], ARGV[i]) == ARGV[1] then
+  local holder = redis.call('HGET', KEYS[2], ARGV[i])
+  if holder == ARGV[1] or not holder then
+    -- no holder: the keys were lost (FLUSHALL, a restart without persistence), so the claim is made again
+    redis.call('HSET', KEYS[2], ARGV[i], ARGV[1])
     redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[i])
   else
     table.insert(lost, ARGV[i])
@@ -167,9 +170,11 @@ class Fleet:
     def claim(self, running: int) -> tuple[list[Cell], str] | None:
         """The next chain this worker may take (and its previous holder, whose lease expired), or None."""
         args: list[str | int] = [self.owner, int(self.store.lease * 1000), KEEP_SECONDS, self.started_ms]
-        args += [running, self.cap]
+        args += [running, self.cap, len(self.chains)]
         try:
-            chain, before = self.claim_script(keys=self.keys, args=args + list(self.chains))
+            with self.lock:  # never its own running chain again, whatever Redis lost meanwhile
+                free = [c for c in self.chains if c not in self.held]
+            chain, before = self.claim_script(keys=self.keys, args=[*args, *free])
         except self.store.errors:
             self.store.trouble(True)
             return None

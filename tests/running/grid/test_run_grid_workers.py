@@ -11,6 +11,7 @@ from collections import Counter
 import pytest
 
 import run_grid
+from lexpilot.running.batch.chain import DONE
 from lexpilot.scripted.provider import ScriptedProvider
 from tests.helpers.datasets import sample_cases, write_dataset
 from tests.helpers.grids import grid, grid_environment, records
@@ -165,3 +166,31 @@ def test_status_and_chains_without_workers_are_refused_in_one_line(tmp_path, cap
         assert run_grid.main(grid(tmp_path / "out", dataset, *extra)[2:]) == 2
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and said in err, err
+
+
+@pytest.mark.slow
+def test_a_done_chain_is_never_claimed_and_a_claim_whose_keys_were_lost_is_made_again(server):
+    # two chains, two workers: one each (an equal share); the first marked done is claimed by no one, however free;
+    # after FLUSHALL (a restart without persistence) the running chain's heartbeat claims it again for its worker
+    from types import SimpleNamespace
+
+    from lexpilot.models.shared_limits import RedisStore
+    from lexpilot.running.grid.workers import Fleet
+
+    chains = [[SimpleNamespace(model="m", run_id=r, status=DONE)] for r in ("run1", "run2")]
+    fleets = []
+    for owner in ("machine-1:100", "machine-2:200"):
+        store = RedisStore(f"{server.url}?lease=60", say=lambda line: None)
+        store.owner = owner
+        fleets.append(Fleet(store, "grid", chains))
+        fleets[-1].reach()
+    first, second = fleets
+    assert first.claim(0)[0] is chains[0] and second.claim(0)[0] is chains[1]
+    first.finish(chains[0])
+    assert first.claim(0) is None and second.claim(0) is None  # done; and the other's own, still held
+    server.client().flushall()
+    assert second.renew_script(keys=second.keys, args=[second.owner, 60_000, "m run2"]) == []
+    assert server.client().hget(second.keys[1], "m run2") == b"machine-2:200"
+    # the done mark was lost with the rest (a rerun of that chain sends nothing: its records are saved), the held
+    # chain was claimed again, so not taken
+    assert first.claim(0)[0] is chains[0]
