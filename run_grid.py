@@ -29,7 +29,7 @@ from lexpilot.running.grid.run import start_grid
 from lexpilot.running.quote import SECONDS_PER_CALL
 
 
-def main(argv=None) -> int:
+def command_line() -> argparse.ArgumentParser:
     parser = grid_parser(__doc__)
     parser.add_argument(
         "--grid",
@@ -49,9 +49,27 @@ def main(argv=None) -> int:
         help="share each endpoint's "
         "limits with every process and machine using it, through Redis (?lease=SECONDS, default 60)",
     )
+    parser.add_argument(
+        "--workers",
+        metavar="redis://HOST:PORT/DB",
+        help="be one worker of a fleet: take the grid's next (model, run) chain from Redis as this process frees "
+        "up (?lease=SECONDS, default 60); implies --limits at the same URL unless given (docs/grid.md)",
+    )
+    parser.add_argument(
+        "--chains",
+        type=number(int, 1, 10**4),
+        help="with --workers: at most N chains at once here (default: an equal share among the workers alive)",
+    )
+    parser.add_argument(
+        "--status", action="store_true", help="with --workers: print the fleet of this grid, run nothing"
+    )
     add_format_option(parser, "of the --dry-run quote")
     parser.add_argument("--width", type=number(int, 0, 10**6), default=TEXT_WIDTH, help=argparse.SUPPRESS)
-    args, options = parser.parse_known_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args, options = command_line().parse_known_args(argv)
     limits, options = split_limits(options)
     own_interrupts()
     try:
@@ -65,7 +83,11 @@ def main(argv=None) -> int:
             limits,
             shard=args.shard,
             limits_url=args.limits_url,
+            workers=args.workers,
+            chains=args.chains,
         )
+        if args.status:
+            return status(grid)
         if "--dry-run" in options:
             return dry_run(grid, args, run_ids)
         return grid.run()
@@ -75,6 +97,18 @@ def main(argv=None) -> int:
     except KeyboardInterrupt as interrupt:  # before the grid started its cells: nothing was done
         print(f"\n[grid] {stop_of(interrupt).said} before any call; rerun the same command.", file=sys.stderr)
         return stop_of(interrupt).status
+
+
+def status(grid) -> int:
+    """The fleet of this grid, from any machine, without running anything (--status --workers URL)."""
+    if not grid.workers_url:
+        raise HarnessError(
+            "--status: give the fleet's --workers redis://HOST:PORT/DB (and the grid's arguments)"
+        )
+    from lexpilot.running.grid.fleet_status import fleet_status
+
+    print("\n".join(fleet_status(grid)))
+    return 0
 
 
 def dry_run(grid, args, run_ids: list[str]) -> int:

@@ -4,6 +4,10 @@ and the judge each limited to --rate requests/s (a 429 with Retry-After beyond i
 
     python -m bench.grid [--models 3] [--runs 2] [--cases 12] [--latency 0.3] [--rate 20] [--jobs 6]
     python -m bench.grid --scale --models 10 --runs 5 --cases 432 --limit 20 --latency 0
+    python -m bench.grid --workers 3 [--cases 24]
+
+`--workers N` runs run_grid.py in one process against N workers (`--workers redis://…`, a redis-server of its own
+on 127.0.0.1) on the same grid and limits, and prints the workers' wall time ÷ one process's.
 
 For each way it prints the wall time, the grid's bound (the larger of the busiest endpoint's calls ÷ its limit and
 the longest chain of dependent calls × latency), wall ÷ bound, how busy each shared endpoint was while it had work
@@ -15,9 +19,11 @@ memory (the grid process alone; the providers run in this one). Writes only to a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -66,7 +72,9 @@ def stage_options(dataset: Path, root: Path, limit: int | None) -> list[str]:
     )
 
 
-def the_grid(models, runs, evaluated, env, dataset, root, args) -> dict:
+def grid_argv(models, runs, evaluated, dataset, root, args) -> list[str]:
+    """run_grid.py's command for the grid: each evaluated model on its own endpoint, the User Model and the judge
+    at --rate (none with --scale)."""
     grid_file = root.parent / f"{root.name}.toml"
     grid_file.write_text(
         "".join(f'[models."{m}"]\nbase_url = "{p.base_url}"\n\n' for m, p in zip(models, evaluated)),
@@ -77,7 +85,7 @@ def the_grid(models, runs, evaluated, env, dataset, root, args) -> dict:
         if args.scale
         else ["--limit", f"{USER}=rpm:{args.rate * 60}", "--limit", f"{JUDGE}=rpm:{args.rate * 60}"]
     )
-    argv = [
+    return [
         sys.executable,
         "run_grid.py",
         "--grid",
@@ -89,8 +97,11 @@ def the_grid(models, runs, evaluated, env, dataset, root, args) -> dict:
         str(args.concurrency),
         *stage_options(dataset, root, args.limit),
     ]
+
+
+def the_grid(models, runs, evaluated, env, dataset, root, args) -> dict:
     lines: list[str] = []
-    cpu, memory, _ = run(argv, env, lines)
+    cpu, memory, _ = run(grid_argv(models, runs, evaluated, dataset, root, args), env, lines)
     # the summary's "[grid] MODEL at HOST: N calls; P% of its rpm limit used while calls waited for it"
     waited = {
         m: re.search(rf"\[grid\] {m} at \S+ \d+ calls; (\d+)% of its rpm", "\n".join(lines))
@@ -101,6 +112,38 @@ def the_grid(models, runs, evaluated, env, dataset, root, args) -> dict:
         "memory": memory,
         "waited": {m: int(w.group(1)) if w else None for m, w in waited.items()},
     }
+
+
+def workers(n: int):
+    """n processes started together, each `run_grid.py --workers redis://…` on one redis-server of the bench's own."""
+
+    def way(models, runs, evaluated, env, dataset, root, args) -> dict:
+        argv = grid_argv(models, runs, evaluated, dataset, root, args)
+        with redis_server(root.parent) as url, ThreadPoolExecutor(n) as pool:
+            for done in [pool.submit(run, [*argv, "--workers", url], env) for _ in range(n)]:
+                done.result()
+        return {}
+
+    return way
+
+
+@contextlib.contextmanager
+def redis_server(folder: Path):
+    """A redis-server on a free port of 127.0.0.1, nothing saved to disk; its URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(folder)],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        while subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True).returncode:
+            time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        server.terminate()
+        server.wait(10)
 
 
 def one_job(model, run_id, provider, env, dataset, root, args) -> None:
@@ -186,43 +229,8 @@ def chain_bound(args, dataset: Path) -> float:
     return sum(p.chain for p in parts) * args.latency
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--models", type=int, default=3)
-    parser.add_argument("--runs", type=int, default=2)
-    parser.add_argument("--cases", type=int, default=12, help="cases in the synthetic dataset")
-    parser.add_argument("--limit", type=int, default=None, help="the stages' --limit (the first N cases)")
-    parser.add_argument("--latency", type=float, default=0.3)
-    parser.add_argument(
-        "--rate", type=float, default=20.0, help="the User Model's and the judge's requests/s"
-    )
-    parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--jobs", type=int, default=6, help="the GNU-parallel recipe's -j")
-    parser.add_argument("--scale", action="store_true", help="run_grid.py alone: CPU per call and memory")
-    args = parser.parse_args(argv)
-    folder = Path(tempfile.mkdtemp(prefix="lexpilot-grid-bench-"))
-    dataset = folder / "dataset.json"
-    synthetic_dataset(args.cases, dataset)
-    ways = (
-        {"run_grid.py": the_grid}
-        if args.scale
-        else {
-            "run_grid.py": the_grid,
-            f"parallel -j {args.jobs}": jobs_at_once(args.jobs),
-            "README loop": jobs_at_once(1),
-        }
-    )
-    results = [measure(name, way, args, dataset, folder) for name, way in ways.items()]
-    if args.scale:
-        r = results[0]
-        print(
-            f"run_grid.py, {args.models} models × {args.runs} runs × {args.limit or args.cases} cases, zero latency: "
-            f"{r['calls']} calls in {r['wall']:.1f} s, client CPU {1000 * r['cpu'] / r['calls']:.2f} ms per call, "
-            f"peak memory {r['memory']:.0f} MB"
-        )
-        return 0
+def print_table(results: list[dict], args, dataset: Path) -> None:
+    """The ways side by side against the bound the endpoints' limits and the longest chain set."""
     bound_calls = max(results[0]["answered"].values()) / args.rate
     bound = max(bound_calls, chain_bound(args, dataset))
     print(
@@ -244,6 +252,55 @@ def main(argv=None) -> int:
             f"| {r['way']} | {r['wall']:.1f} | {r['wall'] / bound:.2f} | {busy[0]} | {busy[1]} | {waited} | "
             f"{r['refused']} of {r['requests']} ({100 * r['refused'] / r['requests']:.1f}%) |"
         )
+    if args.workers:
+        print(
+            f"{args.workers} workers ÷ one process: {results[1]['wall'] / results[0]['wall']:.2f} × the wall time"
+        )
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--models", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--cases", type=int, default=12, help="cases in the synthetic dataset")
+    parser.add_argument("--limit", type=int, default=None, help="the stages' --limit (the first N cases)")
+    parser.add_argument("--latency", type=float, default=0.3)
+    parser.add_argument(
+        "--rate", type=float, default=20.0, help="the User Model's and the judge's requests/s"
+    )
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--jobs", type=int, default=6, help="the GNU-parallel recipe's -j")
+    parser.add_argument("--scale", action="store_true", help="run_grid.py alone: CPU per call and memory")
+    parser.add_argument(
+        "--workers", type=int, default=0, help="one process against N workers through one Redis"
+    )
+    args = parser.parse_args(argv)
+    folder = Path(tempfile.mkdtemp(prefix="lexpilot-grid-bench-"))
+    dataset = folder / "dataset.json"
+    synthetic_dataset(args.cases, dataset)
+    ways = (
+        {"run_grid.py": the_grid}
+        if args.scale
+        else {"run_grid.py": the_grid, f"{args.workers} workers (--workers)": workers(args.workers)}
+        if args.workers
+        else {
+            "run_grid.py": the_grid,
+            f"parallel -j {args.jobs}": jobs_at_once(args.jobs),
+            "README loop": jobs_at_once(1),
+        }
+    )
+    results = [measure(name, way, args, dataset, folder) for name, way in ways.items()]
+    if args.scale:
+        r = results[0]
+        print(
+            f"run_grid.py, {args.models} models × {args.runs} runs × {args.limit or args.cases} cases, zero latency: "
+            f"{r['calls']} calls in {r['wall']:.1f} s, client CPU {1000 * r['cpu'] / r['calls']:.2f} ms per call, "
+            f"peak memory {r['memory']:.0f} MB"
+        )
+        return 0
+    print_table(results, args, dataset)
     print(json.dumps(results, default=str), file=sys.stderr)
     return 0
 

@@ -71,3 +71,14 @@ def warm(warm_interpreter):
     """The warm interpreter, for one test: the processes it started and left running are killed as it ends."""
     yield warm_interpreter
     warm_interpreter.reap()
+
+
+@pytest.fixture
+def redis_server(tmp_path):
+    """A redis-server of the test's own (tests/helpers/redis_server.py), stopped after it."""
+    from tests.helpers.redis_server import started_redis
+
+    server = started_redis(tmp_path)
+    yield server
+    if server.process.poll() is None:
+        server.stop()

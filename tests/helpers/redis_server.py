@@ -1,15 +1,23 @@
-"""A redis-server of the test's own on a free loopback port (Debian's; .ci/run installs it), and what the Redis tests
-ask of a limiter or of run_grid.py against one."""
+"""A redis-server of the test's own on a free loopback port (Debian's; skipped where it is absent, a failure in CI,
+whose .ci/run installs it), what the Redis tests ask of a limiter or of run_grid.py against one, and what they
+compare a faulty grid with."""
 
+import json
 import os
 import shutil
 import socket
 import subprocess
 import time
+from collections import Counter
+
+import pytest
 
 from lexpilot.errors import Aborted
 from lexpilot.scripted.provider import ScriptedProvider
 from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.grids import grid
+from tests.helpers.paths import ROOT
+from tests.helpers.warm import run as warm_run
 
 REDIS = shutil.which("redis-server")
 
@@ -102,3 +110,29 @@ def limits_error(tmp_path, capsys, url, *extra) -> tuple[int, str]:
             del os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]
         assert not p.requests
     return code, capsys.readouterr().err.strip()
+
+
+def started_redis(tmp_path) -> RedisServer:
+    """A started redis-server of the test's own (the test skipped without one)."""
+    if not REDIS:
+        if os.environ.get("CI"):
+            pytest.fail("no redis-server: .ci/run installs the distribution's redis-server for these tests")
+        pytest.skip("no redis-server (apt-get install redis-server)")
+    pytest.importorskip("redis")
+    server = RedisServer(tmp_path)
+    server.start()
+    return server
+
+
+def clean_run(warm, root, dataset, env, *providers) -> Counter:
+    """An unsharded grid without Redis: what the providers processed for it, per request (then forgotten)."""
+    clean = warm_run(warm, grid(root, dataset), ROOT, env)
+    assert clean.returncode == 0, clean.stderr
+    processed = sum((Counter(p.processed) for p in providers), Counter())
+    for p in providers:
+        p.processed.clear()
+    return processed
+
+
+def unanswered(root) -> int:
+    return sum(sum(json.loads(p.read_text()).values()) for p in root.glob("runs/*/*/unanswered_calls.json"))

@@ -94,7 +94,10 @@ def test_after_keys_are_lost_no_slot_is_given_until_every_holder_has_put_its_lea
     # first gets no slot in between (without the wait it would have found none in flight and gone: 3 of 2), nor
     # after (the 2 are back), until one of them ends
     server = servers()
-    holder, asker = limiter(server, Limits(concurrency=2), lease=3), limiter(server, Limits(concurrency=2), lease=3)
+    holder, asker = (
+        limiter(server, Limits(concurrency=2), lease=3),
+        limiter(server, Limits(concurrency=2), lease=3),
+    )
     asker.store.owner = "machine-2:200"
     asker.release(lease=asker.acquire(lambda: False))  # it knows the keys
     held = [holder.acquire(lambda: False) for _ in range(2)]

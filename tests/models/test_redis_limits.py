@@ -4,8 +4,6 @@ where it is absent; .ci/run installs it). Two processes share one limit by the p
 process's leases come back and its shard completes on a rerun; a Redis restart pauses both, with one line, and
 nothing is lost or paid twice. (Two shards gathered: tests/running/grid/test_grid.py.)"""
 
-import json
-import os
 import re
 import signal
 import socket
@@ -22,48 +20,17 @@ from lexpilot.scripted.provider import ScriptedProvider
 from tests.helpers.datasets import sample_cases, write_dataset
 from tests.helpers.grids import grid, grid_environment, records
 from tests.helpers.paths import ROOT
-from tests.helpers.redis_server import RedisServer, limits_error, waits
+from tests.helpers.redis_server import clean_run, limits_error, unanswered, waits
 from tests.helpers.warm import Started, fresh
-from tests.helpers.warm import run as warm_run
 
 # kills, Ctrl-C, Redis, browsers or whole grids: left out of the quick loop (-m "not slow")
 pytestmark = pytest.mark.slow
 
-from tests.helpers.redis_server import REDIS
-
 NEVER_STOPPED = lambda: False  # noqa: E731  (a call that is never stopped)
-
-
-@pytest.fixture
-def redis_server(tmp_path):
-    if not REDIS:
-        if os.environ.get("CI"):
-            pytest.fail("no redis-server: .ci/run installs the distribution's redis-server for these tests")
-        pytest.skip("no redis-server (apt-get install redis-server)")
-    pytest.importorskip("redis")
-    server = RedisServer(tmp_path)
-    server.start()
-    yield server
-    if server.process.poll() is None:
-        server.stop()
 
 
 def both_shards(warm, root, dataset, env, *extra) -> list[Started]:
     return [warm.start(grid(root, dataset, "--shard", f"{k}/2", *extra), ROOT, env) for k in (1, 2)]
-
-
-def clean_run(warm, root, dataset, env, *providers) -> Counter:
-    """An unsharded grid without Redis: what the providers processed for it, per request (then forgotten)."""
-    clean = warm_run(warm, grid(root, dataset), ROOT, env)
-    assert clean.returncode == 0, clean.stderr
-    processed = sum((Counter(p.processed) for p in providers), Counter())
-    for p in providers:
-        p.processed.clear()
-    return processed
-
-
-def unanswered(root) -> int:
-    return sum(sum(json.loads(p.read_text()).values()) for p in root.glob("runs/*/*/unanswered_calls.json"))
 
 
 def test_two_processes_share_one_limit_and_use_it(tmp_path, redis_server, warm):

@@ -143,6 +143,12 @@ class Grid:
         with self.lock:
             self.finished_lines.append((cell, lines))
 
+    def add(self, chain: list[Cell]) -> None:
+        """A chain this process took on as it runs (a worker's claim: run_grid.py --workers)."""
+        with self.lock:
+            self.chains.append(chain)
+            self.by_label |= {cell.label: cell for cell in chain}
+
     @property
     def cells(self) -> list[Cell]:
         return [cell for chain in self.chains for cell in chain]
@@ -219,9 +225,16 @@ def why(err: str, name: str) -> str:
 def start_chains(grid: Grid, run_one: Callable[[Grid, list[Cell]], None]) -> list[threading.Event]:
     """Every chain at once, each on its own thread, run by `run_one` (`run_in_order`, or in batch mode the batch cycle
     loop's `run_batch_chain`); an event per chain, set when it has ended (however it ended)."""
-    ended = [threading.Event() for _ in grid.chains]
+    return [start_chain(grid, run_one, chain) for chain in grid.chains]
 
-    def run(chain: list[Cell], done: threading.Event) -> None:
+
+def start_chain(
+    grid: Grid, run_one: Callable[[Grid, list[Cell]], None], chain: list[Cell]
+) -> threading.Event:
+    """One chain on its own thread; its event is set when it has ended (however it ended)."""
+    done = threading.Event()
+
+    def run() -> None:
         try:
             run_one(grid, chain)
         finally:
@@ -230,9 +243,9 @@ def start_chains(grid: Grid, run_one: Callable[[Grid, list[Cell]], None]) -> lis
             grid.sharing.close_chain(chain_of(chain[0].settings))
             done.set()
 
-    for i, (chain, done) in enumerate(zip(grid.chains, ended)):
-        threading.Thread(target=run, args=(chain, done), name=f"chain-{i}", daemon=True).start()
-    return ended
+    name = f"chain-{chain[0].model}-{chain[0].run_id}"
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return done
 
 
 def wait_for(chains: list[threading.Event], tick: Callable[[], None], wait: float = 0.2) -> None:

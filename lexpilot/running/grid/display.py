@@ -36,6 +36,20 @@ class Quote:
     high: float | None = None
     cycles: int = 0  # with --batch: the most cycles the slowest (model, run) takes
 
+    def __add__(self, other: Quote) -> Quote:
+        """Two parts' quotes as one (a worker's grows by each chain it claims); the prices are the grid's, so a
+        cost is known for both parts or for neither."""
+
+        def money(a: float | None, b: float | None) -> float | None:
+            return None if a is None and b is None else (a or 0.0) + (b or 0.0)
+
+        return Quote(
+            self.calls + other.calls,
+            money(self.expected, other.expected),
+            money(self.high, other.high),
+            max(self.cycles, other.cycles),
+        )
+
 
 def spent(grid: Grid, prices: dict | None) -> float | None:
     """The cost of every call answered so far, batched ones at the batch price (None without a price for every

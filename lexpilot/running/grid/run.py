@@ -45,6 +45,7 @@ from lexpilot.running.grid.quote import (
     stage_settings,
     summed_money,
 )
+from lexpilot.running.grid.workers import Dealer, Fleet, nothing_left, workers_url
 from lexpilot.settings import Settings
 from lexpilot.spending import Ledger, RootLedger
 
@@ -143,6 +144,10 @@ class GridRun:
     servers: dict[str, Limits] = field(
         default_factory=dict
     )  # base URL -> limits its models share (grid file)
+    workers_url: str | None = (
+        None  # redis://…: this process is one worker of a fleet that claims chains there
+    )
+    chains_cap: int = 0  # --chains N: a worker runs at most N chains at once (0: its equal share)
 
     def chains(self) -> list[list[Cell]]:
         return shard_of(plan(self.stages, self.settings_of, self.models, self.run_ids), self.shard)
@@ -160,7 +165,8 @@ class GridRun:
         if self.limits_url:
             from lexpilot.models.shared_limits import RedisStore, SharedLimiter
 
-            store = self.store = RedisStore(self.limits_url, say)
+            # one connection for the fleet and the limits when --workers names the Redis of both
+            store = self.store = self.store or RedisStore(self.limits_url, say)
             store.reachable()
 
             def make(endpoint, ceiling, lim, name):
@@ -193,12 +199,25 @@ class GridRun:
         rerun's and stage script's on it)."""
         if self.store is None:
             return RootLedger(first.output_root)
-        from lexpilot.models.shared_spending import RedisLedger, grid_key
+        from lexpilot.models.shared_spending import RedisLedger
+
+        return RedisLedger(self.store, self.grid_key(first))
+
+    def grid_key(self, first: Settings) -> str:
+        """The grid's name in Redis, the same for every shard, worker and rerun of one grid command."""
+        from lexpilot.models.shared_spending import grid_key
 
         _, sha = load_selection(first.dataset, first.limit)
-        return RedisLedger(
-            self.store, grid_key(sha, self.models, self.run_ids, [s.name for s in self.stages])
-        )
+        return grid_key(sha, self.models, self.run_ids, [s.name for s in self.stages])
+
+    def fleet(self, first: Settings, chains: list[list[Cell]], say) -> Fleet:
+        """This worker's side of the fleet (--workers), Redis reached or refused in one line."""
+        store = RedisStore(self.workers_url or "", say)
+        if self.limits_url == self.workers_url:
+            self.store = store
+        fleet = Fleet(store, self.grid_key(first), chains, self.chains_cap)
+        fleet.reach()
+        return fleet
 
     def share_text(self) -> str:
         """Whose share of the grid's limits this process holds, when a shard without a shared store holds 1/N."""
@@ -224,24 +243,42 @@ class GridRun:
             print(f"[grid] {shard} has no (model, run) of this grid", file=err)
             return 0
         first = chains[0][0].settings
-        notes: list[str] = [open_files_for(len(chains), first.transport.concurrency)]
+        notes: list[str] = [open_files_for(self.chains_cap or len(chains), first.transport.concurrency)]
         speaker = {"say": notes.append}  # until the display is drawn, then the display
+        fleet = self.fleet(first, chains, lambda line: speaker["say"](line)) if self.workers_url else None
+        finished = nothing_left(fleet, fleet.survey()) if fleet is not None else ""
+        if finished:  # a worker that came after the grid ended
+            print(finished, file=err)
+            return 0
         endpoints = self.endpoints(chains, lambda line: speaker["say"](line))
         budget = first.spending.budget(self.ledger(first))
         sharing = Sharing(endpoints, budget)
         sharing.holds = Holds.of(self.held(chains), first.spending.prices, sharing.clock)
         if first.batching.enabled:  # every cell's batches pooled per endpoint, the chains in lockstep
             sharing.batches = BatchPool({chain_of(chain[0].settings) for chain in chains}, sharing.draining)
-        grid = self.grid = Grid(chains, sharing, self.clients_of or (lambda cell: None))
-        display = Display(
-            grid, self.quote(first, chains), first.spending.prices, err, share=self.share_text()
-        )
+        grid = self.grid = Grid([] if fleet else chains, sharing, self.clients_of or (lambda cell: None))
+        quote = Quote() if fleet else self.quote(first, chains)  # a worker's grows with each chain it claims
+        display = Display(grid, quote, first.spending.prices, err, share=self.share_text())
         for note in filter(None, notes):
             display.note(note)
         speaker["say"] = display.note  # what the shared store says from here on (Redis gone, or back)
-        interrupted = False
-        # in batch mode a chain's independent stages run side by side, cycle by cycle
-        ended = start_chains(grid, run_batch_chain if first.batching.enabled else run_in_order)
+        return self.wait(grid, display, budget, self.start(grid, fleet, display, first))
+
+    def start(self, grid: Grid, fleet: Fleet | None, display: Display, first: Settings) -> list:
+        """Every chain at once, or a worker's as it claims them; in batch mode a chain's independent stages run side
+        by side, cycle by cycle."""
+        if fleet is None:
+            return start_chains(grid, run_batch_chain if first.batching.enabled else run_in_order)
+
+        def claimed(chain: list[Cell]) -> None:
+            display.quote = display.quote + self.quote(first, [chain])
+
+        fleet.start()
+        return [Dealer(grid, fleet, run_in_order, claimed, display.note).start()]
+
+    def wait(self, grid: Grid, display: Display, budget, ended: list) -> int:
+        """Until every chain has ended, or a Ctrl-C or SIGTERM has drained them: the summary, the exit status."""
+        err, interrupted = self.err or sys.stderr, False
         try:
             wait_for(ended, display.draw)
         except KeyboardInterrupt as first:
@@ -320,25 +357,50 @@ def start_grid(
     err=None,
     shard: str | None = None,
     limits_url: str | None = None,
+    workers: str | None = None,
+    chains: int | None = None,
 ) -> GridRun:
-    """The grid run_grid.py runs (or its shard K/N), checked before any call."""
+    """The grid run_grid.py runs (or its shard K/N, or one worker of a fleet), checked before any call."""
     if "--batch-status" in options:
         raise HarnessError(
             "--batch-status: a grid's batches are each run's; ask a run with its stage script "
             "(python eval_LJP_gold.py --run-id RUN --model MODEL --batch-status), or rerun the grid to collect them"
         )
+    refuse_fleet_mixes(workers, shard, chains, options)
     grid = plan_grid(stages, models, run_ids, options, grid_path, limit_entries, env, err)
-    grid.shard, grid.limits_url = (parse_shard(shard) if shard else None), limits_url
+    grid.shard, grid.limits_url = (parse_shard(shard) if shard else None), limits_url or workers
+    grid.workers_url, grid.chains_cap = workers, chains or 0
     if grid.shard and grid.shard[1] > 1 and not limits_url and "--max-cost" in options:
         raise HarnessError(
             "--max-cost with --shard: the shards would each spend the whole cap; give every shard the same "
             "--limits redis://HOST:PORT/DB and they share one budget (docs/grid.md), or run the grid unsharded"
         )
+    if workers:
+        workers_url(workers)
     if limits_url:
         from lexpilot.models.shared_limits import limits_url as checked_url
 
         checked_url(limits_url)  # a dry run is told too
     return grid
+
+
+def refuse_fleet_mixes(
+    workers: str | None, shard: str | None, chains: int | None, options: list[str]
+) -> None:
+    """--workers deals the chains itself: with --shard or --batch (whose batches pool a fixed set of chains in
+    lockstep) it is refused in one line, as --chains without it."""
+    if workers and shard:
+        raise HarnessError(
+            "--shard with --workers: the workers deal the grid's chains among themselves; give every process the "
+            "same --workers URL and no --shard (--shard K/N is for processes without Redis)"
+        )
+    if workers and "--batch" in options:
+        raise HarnessError(
+            "--batch with --workers: a grid's batches pool a fixed set of chains in lockstep; run the batch grid in "
+            "one process, or split it with --shard K/N --limits redis://…"
+        )
+    if chains and not workers:
+        raise HarnessError("--chains: a worker's cap, with --workers redis://HOST:PORT/DB only")
 
 
 def plan_grid(
