@@ -19,6 +19,7 @@ from lexpilot.errors import leave_quietly_on_interrupt
 leave_quietly_on_interrupt(os.path.dirname(os.path.abspath(__file__)))  # before the imports that take time
 
 from lexpilot.errors import HarnessError, own_interrupts, stop_of
+from lexpilot.models.shared_limits import DEFAULT_AWAY
 from lexpilot.options import number
 from lexpilot.protocols.catalog import stages_named
 from lexpilot.reporting.tables.quote_tables import print_quote
@@ -63,6 +64,14 @@ def command_line() -> argparse.ArgumentParser:
     parser.add_argument(
         "--status", action="store_true", help="with --workers: print the fleet of this grid, run nothing"
     )
+    parser.add_argument(
+        "--redis-wait",
+        type=number(float, 1, 86400),
+        default=DEFAULT_AWAY,
+        metavar="SECONDS",
+        help="with --limits or --workers: how long calls wait for a Redis out of reach before the grid stops as "
+        "after a Ctrl-C (default %(default)g)",
+    )
     add_format_option(parser, "of the --dry-run quote")
     parser.add_argument("--width", type=number(int, 0, 10**6), default=TEXT_WIDTH, help=argparse.SUPPRESS)
     return parser
@@ -86,6 +95,7 @@ def main(argv=None) -> int:
             workers=args.workers,
             chains=args.chains,
         )
+        grid.redis_wait = args.redis_wait
         if args.status:
             return status(grid)
         if "--dry-run" in options:

@@ -67,6 +67,8 @@ INTERRUPTED = 130
 # ... and by SIGTERM (128 + SIGTERM): what Slurm (a job's time limit, scancel, preemption), Kubernetes and systemd
 # send, then SIGKILL after a grace period (Slurm's KillWait, 30 s by default)
 TERMINATED = 143
+# ... and by a shared store (Redis) out of reach longer than --redis-wait allows (EX_TEMPFAIL: rerun when it is back)
+STORE_AWAY = 75
 
 
 class Terminated(KeyboardInterrupt):

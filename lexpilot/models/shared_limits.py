@@ -19,6 +19,7 @@ import os
 import socket
 import threading
 import time
+from typing import Callable
 from urllib.parse import parse_qs, urlsplit
 
 from lexpilot.errors import HarnessError
@@ -32,6 +33,7 @@ BUSY_POLL = 0.05  # how often the next call asks again while other processes hol
 # not back to the one that gave it (which asks at once, before anyone's next poll). One that stops asking for
 # this long (killed) leaves the queue: well above the longest a live waiter goes between asks (a pause's poll).
 QUEUE_STALE = 5.0
+DEFAULT_AWAY = 300.0  # --redis-wait: how long calls wait for a Redis out of reach before the grid stops
 
 TAKE = """
 local t = redis.call('TIME')
@@ -183,6 +185,10 @@ class RedisStore:
             self.client.register_script(s) for s in (TAKE, GIVE_BACK, RENEW, RESTORE)
         )
         self.say, self.unreachable, self.lock = say, False, threading.Lock()
+        # how long calls wait for a Redis out of reach (--redis-wait) before `on_away` stops the grid, as a Ctrl-C does
+        self.away_limit, self.gave_up = DEFAULT_AWAY, False
+        self.down_since: float | None = None  # when it went out of reach
+        self.on_away: Callable[[], None] = lambda: None
         self.ids = itertools.count(1)
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
 
@@ -262,15 +268,27 @@ class RedisStore:
         )
 
     def trouble(self, failed: bool) -> None:
+        """Redis out of reach (said once, and timed from then: past `away_limit` seconds, `on_away` once), or reached
+        again (said once)."""
         with self.lock:
-            if failed == self.unreachable:
-                return
-            self.unreachable = failed
-        self.say(
-            f"[grid] cannot reach Redis at {self.where}: calls wait until it is back (nothing is lost)"
-            if failed
-            else f"[grid] Redis at {self.where} reached again: calls go on"
-        )
+            changed, self.unreachable = failed != self.unreachable, failed
+            if changed:
+                self.down_since = time.monotonic() if failed else None
+            give_up = failed and not self.gave_up and self.away() > self.away_limit
+            self.gave_up = self.gave_up or give_up
+        if changed:
+            self.say(
+                f"[grid] cannot reach Redis at {self.where}: calls wait until it is back (nothing is lost)"
+                if failed
+                else f"[grid] Redis at {self.where} reached again: calls go on"
+            )
+        if give_up:
+            self.on_away()
+
+    def away(self) -> float:
+        """For how long Redis has been out of reach (0: it answers)."""
+        since = self.down_since
+        return 0.0 if since is None else time.monotonic() - since
 
     def lease_id(self) -> str:
         return f"{self.owner}:{next(self.ids)}"

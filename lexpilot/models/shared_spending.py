@@ -15,18 +15,23 @@ import hashlib
 import threading
 import time
 
-from lexpilot.errors import FatalError
+from lexpilot.errors import Aborted, FatalError
 from lexpilot.models.shared_limits import RedisStore
 from lexpilot.spending import Totals
 
 KEEP_SECONDS = 7 * 24 * 3600
-UNREACHABLE_WAIT = 300.0  # the longest a call waits for Redis to say whether it fits the cap
 
-# KEYS: totals, reserved, alive; ARGV: owner, worst, amount, alive ms, keep s. Returns {ok, spent, reserved, reclaimed}
+# KEYS: totals, reserved, alive; ARGV: owner, worst, amount, alive ms, keep s, the process's own (1: it has seen the
+# totals before). Returns {ok, spent, reserved, reclaimed}; ok -1: the totals were lost (FLUSHALL, a restart without
+# persistence) since this process saw them
 RESERVE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local totals, reserved, alive = KEYS[1], KEYS[2], KEYS[3]
+if redis.call('HEXISTS', totals, 'kept') == 0 then
+  if ARGV[6] == '1' then return {-1, '0', '0', '0'} end
+  redis.call('HSET', totals, 'kept', '1')
+end
 for _, gone in ipairs(redis.call('ZRANGEBYSCORE', alive, '-inf', now)) do
   local held = tonumber(redis.call('HGET', reserved, gone) or 0)
   redis.call('HINCRBYFLOAT', totals, 'spent', held)
@@ -96,23 +101,39 @@ class RedisLedger:
         )
         self.heartbeat: threading.Thread | None = None
         self.closed = threading.Event()
+        self.seen, self.last = (
+            False,
+            Totals(0.0, 0.0),
+        )  # whether this process has seen the totals, and as last seen
 
     def reserve(self, worst: float, amount: float) -> tuple[bool, Totals]:
-        ok, spent, reserved, reclaimed = self._call(
-            self.reserve_script, [self.owner, worst, amount, self.alive_ms, KEEP_SECONDS]
-        )
+        ok = self._reserve(worst, amount)
+        if ok == -1:
+            raise FatalError(
+                f"--max-cost: Redis at {self.store.where} lost the grid's spending (FLUSHALL, or a restart without "
+                f"persistence; {self.last.spent:.4f} spent when this process last saw it): no call is sent without "
+                "it. Rerun with --max-cost lowered by what was spent (show_results.py --usage --prices counts it)"
+            )
         if ok:
             self._keep_alive()
-        return bool(ok), Totals(float(spent), float(reserved), float(reclaimed))
+        return bool(ok), self.last
+
+    def _reserve(self, worst: float, amount: float) -> int:
+        """The reserve script's answer (1 reserved, 0 refused, -1 the totals lost), the totals kept as `last`."""
+        ok, spent, reserved, reclaimed = self._call(
+            self.reserve_script, [self.owner, worst, amount, self.alive_ms, KEEP_SECONDS, int(self.seen)]
+        )
+        if ok != -1:
+            self.seen, self.last = True, Totals(float(spent), float(reserved), float(reclaimed))
+        return ok
 
     def settle(self, reserved: float, cost: float) -> None:
         self._call(self.settle_script, [self.owner, reserved, cost, self.alive_ms, KEEP_SECONDS])
 
     def totals(self) -> Totals:
-        _, spent, reserved, reclaimed = self._call(
-            self.reserve_script, [self.owner, 0, 0, self.alive_ms, KEEP_SECONDS]
-        )
-        return Totals(float(spent), float(reserved), float(reclaimed))
+        """Every process's spending (as last seen, when Redis lost it: the next call stops on it)."""
+        self._reserve(0.0, 0.0)
+        return self.last
 
     def close(self) -> None:
         self.closed.set()
@@ -124,9 +145,8 @@ class RedisLedger:
             self.settle(held, 0.0)
 
     def _call(self, script, args: list):
-        """A script run, waiting while Redis cannot be reached (the cap is never decided without it), at most
-        UNREACHABLE_WAIT seconds: then the call stops its stage, as the cap would."""
-        deadline = time.monotonic() + UNREACHABLE_WAIT
+        """A script run, waiting while Redis cannot be reached (the cap is never decided without it), until the
+        store gives up on it (--redis-wait): then the call is stopped, as a Ctrl-C stops it."""
         while True:
             try:
                 result = script(keys=self.keys, args=args)
@@ -134,11 +154,8 @@ class RedisLedger:
                 return result
             except self.store.errors:
                 self.store.trouble(True)
-                if time.monotonic() > deadline:
-                    raise FatalError(
-                        f"--max-cost: Redis at {self.store.where} kept the grid's spending out of reach for "
-                        f"{UNREACHABLE_WAIT:.0f} s: no call is sent without it; rerun the same command when it is back"
-                    ) from None
+                if self.store.gave_up:
+                    raise Aborted() from None
                 time.sleep(1.0)
 
     def _keep_alive(self) -> None:

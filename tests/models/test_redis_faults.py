@@ -4,15 +4,22 @@ restart without persistence) are noticed and the limiter rebuilds without ever g
 that ended while Redis was away are given back when it returns; a Redis away too long stops the grid as a Ctrl-C
 does. Real redis-servers on free loopback ports."""
 
+import json
 import shutil
 import threading
 import time
+from collections import Counter
 
 import pytest
 
 from lexpilot.models.limits import Limits
 from lexpilot.models.shared_limits import RedisStore, SharedLimiter
-from tests.helpers.redis_server import RedisServer, limits_error, waits
+from lexpilot.scripted.provider import ScriptedProvider
+from tests.helpers.datasets import sample_cases, write_dataset
+from tests.helpers.grids import grid, grid_environment
+from tests.helpers.paths import ROOT
+from tests.helpers.redis_server import RedisServer, clean_run, limits_error, unanswered, waits
+from tests.helpers.warm import fresh
 
 pytestmark = [
     pytest.mark.slow,
@@ -158,3 +165,75 @@ def test_calls_wait_while_redis_is_down_and_go_on_when_it_returns(servers):
     server.start()
     caller.join(10)
     assert got and any("reached again" in line for line in said), said
+
+
+def test_a_flushall_mid_grid_never_lets_more_calls_through_than_the_limit(tmp_path, servers, warm):
+    # "per fault, the largest in-flight count ... never exceed[s] the limit, and the grid completes": the judge
+    # limited to 2 at once, every key lost while the grid runs; the judge's provider counts what it held at once
+    server = servers()
+    dataset = write_dataset(tmp_path / "one.json", sample_cases()[:1])
+    with ScriptedProvider(latency=0.05) as evaluated, ScriptedProvider(latency=0.1) as judge:
+        env = grid_environment(evaluated, judge)
+        limits = ("--limits", f"{server.url}?lease=2", "--limit", "DeepSeek-R1=concurrency:2")
+        running = warm.start(grid(tmp_path / "out", dataset, *limits), ROOT, env)
+        wait_until(lambda: sum(judge.processed.values()) >= 6)
+        server.client().flushall()
+        _, err = running.communicate(timeout=120)
+        assert running.returncode == 0, err
+        assert judge.most_active <= 2, judge.most_active
+    assert "Redis lost the limiter's keys" in err and "Traceback" not in err
+
+
+def test_a_redis_away_longer_than_redis_wait_stops_the_grid_in_one_line_and_a_rerun_pays_nothing_twice(
+    tmp_path, servers, warm
+):
+    # Redis down for 10 s, --redis-wait 3: the grid waits, counting, then stops as after a Ctrl-C (status 75);
+    # rerun once Redis is back, it completes, and the providers processed a clean grid's requests once each (plus at
+    # most the calls counted unanswered)
+    server = servers()
+    dataset = write_dataset(tmp_path / "one.json", sample_cases()[:1])
+    with ScriptedProvider() as evaluated, ScriptedProvider() as judge:
+        env = grid_environment(evaluated, judge)
+        clean = clean_run(warm, tmp_path / "clean", dataset, env, evaluated, judge)
+        evaluated.latency = judge.latency = 0.05
+        shared = ("--limits", f"{server.url}?lease=2", "--redis-wait", "3")
+        running = warm.start(grid(tmp_path / "out", dataset, *shared), ROOT, env)
+        wait_until(lambda: sum(judge.processed.values()) >= 4)
+        server.stop()
+        began = time.monotonic()
+        _, err = running.communicate(timeout=60)
+        stopped_after = time.monotonic() - began
+        assert running.returncode == 75, err
+        time.sleep(max(0.0, 10 - stopped_after))
+        server.start()
+        evaluated.latency = judge.latency = 0.0
+        rerun = fresh(grid(tmp_path / "out", dataset, *shared), ROOT, env)
+        assert rerun.returncode == 0, rerun.stderr
+        processed = Counter(evaluated.processed) + Counter(judge.processed)
+    said = [line for line in err.splitlines() if "was out of reach for 3 s" in line]
+    assert said and all("\n" not in line for line in said) and "Traceback" not in err, err
+    assert 3 <= stopped_after < 30, stopped_after
+    assert set(processed) == set(clean)
+    assert sum((processed - clean).values()) <= unanswered(tmp_path / "out")
+
+
+def test_spending_lost_to_a_flushall_stops_the_grid_in_one_line(tmp_path, servers, warm):
+    server = servers()
+    dataset = write_dataset(tmp_path / "one.json", sample_cases()[:1])
+    prices = tmp_path / "prices.json"
+    models = ("model-a", "model-b", "model-c", "DeepSeek-V4.1-Flash", "DeepSeek-R1")
+    prices.write_text(json.dumps({m: {"prompt": 1.0, "completion": 1.0} for m in models}))
+    with ScriptedProvider(latency=0.05) as evaluated, ScriptedProvider(latency=0.05) as judge:
+        env = grid_environment(evaluated, judge)
+        capped = ("--limits", f"{server.url}?lease=2", "--prices", str(prices), "--max-cost", "100")
+        running = warm.start(grid(tmp_path / "out", dataset, *capped), ROOT, env)
+        wait_until(lambda: sum(judge.processed.values()) >= 4)
+        server.client().flushall()
+        _, err = running.communicate(timeout=60)
+    assert running.returncode != 0 and "lost the grid's spending" in err and "Traceback" not in err, err
+
+
+def wait_until(condition, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)

@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import Callable, TextIO
 
 from lexpilot.pricing import Budget, usage_cost
 from lexpilot.running.batch.chain import DONE, FAILED, IN_FLIGHT, INTERRUPTED, NOT_RUN, RUNNING, WAITING
@@ -105,6 +105,8 @@ class Display:
         0  # the grid's reasons for failed cases said so far (each new one is said as it comes)
     )
     cells_said: int = 0  # the finished cells whose closing lines are said so far
+    # what the head line says of a shared store out of reach ("": nothing), e.g. "; Redis at h:p out of reach for 12s"
+    away: Callable[[], str] = lambda: ""
 
     def __post_init__(self):
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
@@ -168,7 +170,7 @@ class Display:
             + (f", {counts[IN_FLIGHT]} with batches in flight" if counts[IN_FLIGHT] else "")
             + f"; {calls} of at most {self.quote.calls} calls answered (retries not counted, as the quote counts"
             + (f"; {counted(retries, 'retry', 'retries')} paid besides)" if retries else ")")
-            + f"{spending}; elapsed {elapsed:.0f}s, remaining {eta}"
+            + f"{spending}{self.away()}; elapsed {elapsed:.0f}s, remaining {eta}"
         )
         pool = self.grid.sharing.batches
         batches = (

@@ -15,10 +15,10 @@ from typing import Callable, TextIO
 
 from lexpilot.benchmark.dataset import load_selection
 from lexpilot.benchmark.vocabulary import ROLE
-from lexpilot.errors import HarnessError, Stop, stop_of
+from lexpilot.errors import STORE_AWAY, HarnessError, Stop, stop_of
 from lexpilot.models.limits import Endpoints, Limits, server_of
 from lexpilot.models.offpeak import Holds
-from lexpilot.models.shared_limits import RedisStore
+from lexpilot.models.shared_limits import DEFAULT_AWAY, RedisStore
 from lexpilot.models.sharing import Sharing
 from lexpilot.options import off_peak_models
 from lexpilot.protocols.steps import Stage
@@ -140,6 +140,7 @@ class GridRun:
     grid: Grid | None = field(default=None, repr=False)
     shard: tuple[int, int] | None = None  # (K, N): this process runs shard K of N
     limits_url: str | None = None  # redis://…: every endpoint's limiter shared through it
+    redis_wait: float = DEFAULT_AWAY  # --redis-wait: seconds a Redis out of reach is waited for
     store: RedisStore | None = field(default=None, repr=False)  # its connection, once the endpoints are made
     servers: dict[str, Limits] = field(
         default_factory=dict
@@ -262,7 +263,32 @@ class GridRun:
         for note in filter(None, notes):
             display.note(note)
         speaker["say"] = display.note  # what the shared store says from here on (Redis gone, or back)
+        self.watch_store(sharing, display)
         return self.wait(grid, display, budget, self.start(grid, fleet, display, first))
+
+    def watch_store(self, sharing: Sharing, display: Display) -> None:
+        """A Redis out of reach: the display counts the seconds; past --redis-wait the grid stops as after a Ctrl-C
+        (no new call; the calls in flight end and are saved or journalled), and leaves with STORE_AWAY."""
+        store = self.store
+        if store is None:
+            return
+        store.away_limit = self.redis_wait
+        stop = Stop(
+            "Redis", STORE_AWAY, f"stopped: Redis at {store.where} was out of reach for {self.redis_wait:g} s"
+        )
+
+        def give_up() -> None:
+            display.note(
+                f"[grid] {stop.said}: no new call starts; the calls in flight end and are saved or journalled"
+            )
+            sharing.drain(stop)
+
+        store.on_away = give_up
+        display.away = lambda: (
+            f"; Redis at {store.where} out of reach for {store.away():.0f}s (the grid stops at {self.redis_wait:g}s)"
+            if store.away()
+            else ""
+        )
 
     def start(self, grid: Grid, fleet: Fleet | None, display: Display, first: Settings) -> list:
         """Every chain at once, or a worker's as it claims them; in batch mode a chain's independent stages run side
@@ -284,6 +310,7 @@ class GridRun:
         except KeyboardInterrupt as first:
             interrupted = True
             drain(grid, display, stop_of(first), ended)
+        interrupted = interrupted or grid.sharing.draining.is_set()  # drained by a Redis out of reach
         display.draw(final=True)
         if budget:  # what is left reserved (batches submitted, collected by a later run) is given back
             budget.ledger.close()
