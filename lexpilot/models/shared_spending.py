@@ -101,10 +101,10 @@ class RedisLedger:
         )
         self.heartbeat: threading.Thread | None = None
         self.closed = threading.Event()
-        self.seen, self.last = (
-            False,
-            Totals(0.0, 0.0),
-        )  # whether this process has seen the totals, and as last seen
+        # whether this process has seen the totals, and as last seen
+        self.seen, self.last = False, Totals(0.0, 0.0)
+        self.owed: list[tuple[float, float]] = []  # settlements Redis could not take yet
+        self.lock = threading.Lock()
 
     def reserve(self, worst: float, amount: float) -> tuple[bool, Totals]:
         ok = self._reserve(worst, amount)
@@ -118,21 +118,49 @@ class RedisLedger:
             self._keep_alive()
         return bool(ok), self.last
 
-    def _reserve(self, worst: float, amount: float) -> int:
-        """The reserve script's answer (1 reserved, 0 refused, -1 the totals lost), the totals kept as `last`."""
-        ok, spent, reserved, reclaimed = self._call(
-            self.reserve_script, [self.owner, worst, amount, self.alive_ms, KEEP_SECONDS, int(self.seen)]
-        )
+    def _reserve(self, worst: float, amount: float, wait: bool = True) -> int:
+        """The reserve script's answer (1 reserved, 0 refused, -1 the totals lost), the totals kept as `last`;
+        `wait`: while Redis is out of reach (else its error is raised)."""
+        args: list[str | float | int] = [
+            self.owner,
+            worst,
+            amount,
+            self.alive_ms,
+            KEEP_SECONDS,
+            int(self.seen),
+        ]
+        if wait:
+            ok, spent, reserved, reclaimed = self._call(self.reserve_script, args)
+        else:
+            ok, spent, reserved, reclaimed = self.reserve_script(keys=self.keys, args=args)
         if ok != -1:
             self.seen, self.last = True, Totals(float(spent), float(reserved), float(reclaimed))
         return ok
 
     def settle(self, reserved: float, cost: float) -> None:
-        self._call(self.settle_script, [self.owner, reserved, cost, self.alive_ms, KEEP_SECONDS])
+        """Never waits nor fails: a call that ended is saved or journalled whatever Redis does. Out of reach, the
+        settlement is kept here and sent with the next one that goes through (a process that ends first leaves its
+        reservation to be counted as spent when its time runs out: never less than it cost)."""
+        with self.lock:
+            owed, self.owed = self.owed + [(reserved, cost)], []
+        for n, (held, spent) in enumerate(owed):
+            try:
+                self.settle_script(
+                    keys=self.keys, args=[self.owner, held, spent, self.alive_ms, KEEP_SECONDS]
+                )
+            except self.store.errors:
+                self.store.trouble(True)
+                with self.lock:
+                    self.owed = owed[n:] + self.owed
+                return
+        self.store.trouble(False)
 
     def totals(self) -> Totals:
-        """Every process's spending (as last seen, when Redis lost it: the next call stops on it)."""
-        self._reserve(0.0, 0.0)
+        """Every process's spending, as last seen where Redis cannot say now (the display never waits for it)."""
+        try:
+            self._reserve(0.0, 0.0, wait=False)
+        except self.store.errors:
+            pass
         return self.last
 
     def close(self) -> None:

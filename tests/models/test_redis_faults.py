@@ -184,8 +184,9 @@ def test_a_flushall_mid_grid_never_lets_more_calls_through_than_the_limit(tmp_pa
     assert "Redis lost the limiter's keys" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("capped", [False, True])
 def test_a_redis_away_longer_than_redis_wait_stops_the_grid_in_one_line_and_a_rerun_pays_nothing_twice(
-    tmp_path, servers, warm
+    tmp_path, servers, warm, capped
 ):
     # Redis down for 10 s, --redis-wait 3: the grid waits, counting, then stops as after a Ctrl-C (status 75);
     # rerun once Redis is back, it completes, and the providers processed a clean grid's requests once each (plus at
@@ -197,6 +198,10 @@ def test_a_redis_away_longer_than_redis_wait_stops_the_grid_in_one_line_and_a_re
         clean = clean_run(warm, tmp_path / "clean", dataset, env, evaluated, judge)
         evaluated.latency = judge.latency = 0.05
         shared = ("--limits", f"{server.url}?lease=2", "--redis-wait", "3")
+        if (
+            capped
+        ):  # the grid's spending in Redis too: a call that ended while it was away is kept all the same
+            shared += ("--prices", price_file(tmp_path), "--max-cost", "1000")
         running = warm.start(grid(tmp_path / "out", dataset, *shared), ROOT, env)
         wait_until(lambda: sum(judge.processed.values()) >= 4)
         server.stop()
@@ -217,15 +222,20 @@ def test_a_redis_away_longer_than_redis_wait_stops_the_grid_in_one_line_and_a_re
     assert sum((processed - clean).values()) <= unanswered(tmp_path / "out")
 
 
-def test_spending_lost_to_a_flushall_stops_the_grid_in_one_line(tmp_path, servers, warm):
-    server = servers()
-    dataset = write_dataset(tmp_path / "one.json", sample_cases()[:1])
+def price_file(tmp_path) -> str:
     prices = tmp_path / "prices.json"
     models = ("model-a", "model-b", "model-c", "DeepSeek-V4.1-Flash", "DeepSeek-R1")
     prices.write_text(json.dumps({m: {"prompt": 1.0, "completion": 1.0} for m in models}))
+    return str(prices)
+
+
+def test_spending_lost_to_a_flushall_stops_the_grid_in_one_line(tmp_path, servers, warm):
+    server = servers()
+    dataset = write_dataset(tmp_path / "one.json", sample_cases()[:1])
+    prices = price_file(tmp_path)
     with ScriptedProvider(latency=0.05) as evaluated, ScriptedProvider(latency=0.05) as judge:
         env = grid_environment(evaluated, judge)
-        capped = ("--limits", f"{server.url}?lease=2", "--prices", str(prices), "--max-cost", "100")
+        capped = ("--limits", f"{server.url}?lease=2", "--prices", prices, "--max-cost", "100")
         running = warm.start(grid(tmp_path / "out", dataset, *capped), ROOT, env)
         wait_until(lambda: sum(judge.processed.values()) >= 4)
         server.client().flushall()
