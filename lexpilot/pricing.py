@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
-from lexpilot.errors import FatalError, HarnessError
+from lexpilot.errors import Aborted, FatalError, HarnessError
 from lexpilot.files import check_input
 from lexpilot.spending import Ledger, MemoryLedger
 from lexpilot.windows import PEAK, WINDOW_KEYS, BadWindow, Windows, multiplier, read_windows
@@ -315,6 +316,9 @@ def call_cost(
     return cost(price, prompt, completion, batched, cached)
 
 
+RESERVED_POLL = 0.1  # how often a call waiting for others' reservations to settle asks again
+
+
 class BudgetExceeded(FatalError):
     """The next call could take the spending past --max-cost: the stage stops cleanly."""
 
@@ -338,19 +342,33 @@ class Budget:
         return self.ledger.totals().reserved
 
     def reserve(
-        self, model: str, prompt_chars: int, max_tokens: int, batched: float = 0.0, priced: str = ""
+        self,
+        model: str,
+        prompt_chars: int,
+        max_tokens: int,
+        batched: float = 0.0,
+        priced: str = "",
+        stopped: Callable[[], bool] | None = None,
     ) -> float:
-        """The call's worst case, reserved (at the price class it is asked at: "" the standard)."""
+        """The call's worst case, reserved (at the price class it is asked at: "" the standard). With `stopped` (a
+        synchronous call), a call that would fit beside what is spent waits while others' reservations fill the
+        cap (their calls end, or a dead process's are counted as spent), Aborted once `stopped()`; without, and
+        where what is spent leaves no room, BudgetExceeded."""
         worst = call_cost(self.prices[model], prompt_chars, max_tokens, batched=batched, priced=priced)
-        ok, totals = self.ledger.reserve(worst, self.amount)
-        if not ok:
-            raise BudgetExceeded(
-                f"--max-cost {self.amount:g}: the next call could cost up to {worst:.4f}, "
-                f"with {totals.spent:.4f} spent and {totals.reserved:.4f} reserved for calls in "
-                f"flight or batches submitted, {self.amount - totals.spent - totals.reserved:.4f} "
-                "left. Every completed record is saved: rerun with a larger --max-cost to go on"
-            )
-        return worst
+        while True:
+            ok, totals = self.ledger.reserve(worst, self.amount)
+            if ok:
+                return worst
+            if stopped is None or totals.spent + worst > self.amount:
+                raise BudgetExceeded(
+                    f"--max-cost {self.amount:g}: the next call could cost up to {worst:.4f}, "
+                    f"with {totals.spent:.4f} spent and {totals.reserved:.4f} reserved for calls in "
+                    f"flight or batches submitted, {self.amount - totals.spent - totals.reserved:.4f} "
+                    "left. Every completed record is saved: rerun with a larger --max-cost to go on"
+                )
+            if stopped():
+                raise Aborted()
+            time.sleep(RESERVED_POLL)
 
     def settle(
         self,

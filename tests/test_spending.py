@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from lexpilot.errors import HarnessError
+from lexpilot.errors import Aborted, HarnessError
 from lexpilot.pricing import Budget, BudgetExceeded, Price
 from lexpilot.spending import SPENDING_FILE, RootLedger, process_owner
 
@@ -117,3 +117,40 @@ def test_a_root_that_cannot_be_written_is_one_line(tmp_path):
             RootLedger(tmp_path).reserve(1.0, 10.0)
     finally:
         tmp_path.chmod(0o700)
+
+
+def test_a_call_waits_while_others_reservations_fill_the_cap_and_fails_only_when_spending_does(tmp_path):
+    # cap 10, a token costs 1: a call in flight holds 6 (its worst case); another of worst case 6 fits beside what
+    # is spent (0) but not beside the reservation, so it waits; the first settles at 1 and the second goes. A third
+    # of worst case 4 finds 1 spent and 6 reserved: it waits too, until the second settles at 6 (7 spent): then
+    # 7 + 4 > 10, and it fails, saying so
+    prices = {"m": Price(1_000_000, 1_000_000, 500_000, 500_000)}
+    budget = Budget(10.0, prices, RootLedger(tmp_path))
+    first = budget.reserve("m", 1, 5)
+    got: list = []
+    second = threading.Thread(target=lambda: got.append(budget.reserve("m", 1, 5, stopped=lambda: False)))
+    second.start()
+    second.join(0.5)
+    assert second.is_alive() and not got  # waiting, not failed
+    budget.settle(first, "m", 1, 0)
+    second.join(5)
+    assert got == [6.0]
+    failed: list = []
+
+    def third():
+        try:
+            budget.reserve("m", 1, 3, stopped=lambda: False)
+        except BudgetExceeded as e:
+            failed.append(str(e))
+
+    waiting = threading.Thread(target=third)
+    waiting.start()
+    waiting.join(0.5)
+    assert waiting.is_alive()
+    budget.settle(6.0, "m", 2, 4)
+    waiting.join(5)
+    assert failed and "7.0000 spent" in failed[0]
+    # a stop ends the wait: the call is not sent (3 reserved beside 7 spent: another 3 fits only once it settles)
+    budget.reserve("m", 1, 2)
+    with pytest.raises(Aborted):
+        budget.reserve("m", 1, 2, stopped=lambda: True)

@@ -325,9 +325,13 @@ class ModelCaller:
             return 0.0
         try:
             return self.budget.reserve(
-                role.model, len(str(prompt)), role.max_tokens, priced=price_class(None, window)
+                role.model,
+                len(str(prompt)),
+                role.max_tokens,
+                priced=price_class(None, window),
+                stopped=self.stopped,
             )
-        except FatalError:
+        except (FatalError, Aborted):
             limiter.release(lease=lease)  # its own lease (a Limiter's or an OnServer's)
             raise
 
