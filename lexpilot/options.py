@@ -289,7 +289,8 @@ def _add_spending_args(a) -> None:
         "--max-cost",
         type=number(float, 0, 10**9),
         metavar="AMOUNT",
-        help="a hard budget for this invocation (with --prices): no call starts that could take the spending past it",
+        help="a hard budget for the output root (with --prices): every invocation on it, a grid's every shard and "
+        "rerun, counts against it; no call starts that could take the spending past it (docs/cost.md)",
     )
     a(
         "--off-peak",

@@ -219,3 +219,36 @@ def gone(owner: str) -> bool:
     except PermissionError:
         pass
     return started(pid) != parts[2]
+
+
+class BothLedgers:
+    """A grid's spending through Redis (every shard's and worker's) kept in its output root's too, so that a stage
+    script or another grid on the same root counts it: a call is reserved in both (given back in the first when the
+    second refuses), settled in both, and the totals are the larger of each."""
+
+    def __init__(self, root: Ledger, shared: Ledger):
+        self.root, self.shared = root, shared
+
+    def reserve(self, worst: float, amount: float) -> tuple[bool, Totals]:
+        ok, totals = self.root.reserve(worst, amount)
+        if not ok:
+            return False, larger(totals, self.shared.totals())
+        ok, shared = self.shared.reserve(worst, amount)
+        if not ok:
+            self.root.settle(worst, 0.0)
+        return ok, larger(self.root.totals(), shared)
+
+    def settle(self, reserved: float, cost: float) -> None:
+        self.root.settle(reserved, cost)
+        self.shared.settle(reserved, cost)
+
+    def totals(self) -> Totals:
+        return larger(self.root.totals(), self.shared.totals())
+
+    def close(self) -> None:
+        self.root.close()
+        self.shared.close()
+
+
+def larger(a: Totals, b: Totals) -> Totals:
+    return Totals(max(a.spent, b.spent), max(a.reserved, b.reserved), max(a.reclaimed, b.reclaimed))

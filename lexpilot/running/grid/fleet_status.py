@@ -24,7 +24,7 @@ def fleet_status(grid) -> list[str]:
     )
     return [
         *status_lines(fleet, survey),
-        *spending_lines(RedisLedger(limits, grid.grid_key(first)), first.spending.max_cost),
+        *spending_lines(RedisLedger(limits, grid.budget_key(first)), first.spending.max_cost),
         *endpoint_lines(limits, [role for chain in chains for role in chain[0].settings.roles.values()]),
     ]
 

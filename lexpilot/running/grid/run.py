@@ -47,7 +47,7 @@ from lexpilot.running.grid.quote import (
 )
 from lexpilot.running.grid.workers import Dealer, Fleet, nothing_left, workers_url
 from lexpilot.settings import Settings
-from lexpilot.spending import Ledger, RootLedger
+from lexpilot.spending import BothLedgers, Ledger, RootLedger
 
 
 def drain(grid: Grid, display: Display, by: Stop, ended: list) -> None:
@@ -196,13 +196,21 @@ class GridRun:
         )
 
     def ledger(self, first: Settings) -> Ledger:
-        """Where the grid's spending is kept: in Redis with --limits (every shard's), else in the output root (every
-        rerun's and stage script's on it)."""
+        """Where the grid's spending is kept: in the output root (every rerun's and stage script's on it), and with
+        --limits in Redis too (every shard's and worker's)."""
         if self.store is None:
             return RootLedger(first.output_root)
         from lexpilot.models.shared_spending import RedisLedger
 
-        return RedisLedger(self.store, self.grid_key(first))
+        return BothLedgers(RootLedger(first.output_root), RedisLedger(self.store, self.budget_key(first)))
+
+    def budget_key(self, first: Settings) -> str:
+        """The grid's budget's name in Redis, whatever stages an invocation runs (a grid run stage by stage is one
+        grid)."""
+        from lexpilot.models.shared_spending import grid_key
+
+        _, sha = load_selection(first.dataset, first.limit)
+        return grid_key(sha, self.models, self.run_ids, [])
 
     def grid_key(self, first: Settings) -> str:
         """The grid's name in Redis, the same for every shard, worker and rerun of one grid command."""

@@ -138,3 +138,21 @@ def shards_killed_and_rerun(tmp_path, warm, server):
     key = next(iter(client.keys("lexpilot:spending:*:totals")))
     kept = {k.decode(): float(v) for k, v in client.hgetall(key).items()}
     return total, cap, [survivor, rerun.stderr], (kept["spent"], kept.get("reclaimed", 0.0))
+
+
+@pytest.mark.slow
+def test_a_grid_sharing_its_budget_through_redis_keeps_it_in_its_output_root_too(tmp_path, warm, redis_server):
+    # "every stage script run on the same root": the grid's spending, kept in Redis for its shards, is kept in its
+    # root's spending.json as well, where a stage script on that root reads it; run stage by stage, one budget
+    dataset = write_dataset(tmp_path / "one.json", sample_cases()[:1])
+    capped = ("--prices", price_file(tmp_path), "--max-cost", "1000", "--limits", redis_server.url)
+    with ScriptedProvider() as evaluated, ScriptedProvider() as judge:
+        env = grid_environment(evaluated, judge)
+        for stage in ("LexAwN_gen", "eval_DCG"):
+            done = warm_run(warm, grid(tmp_path / "out", dataset, "--stages", stage, *capped), ROOT, env)
+            assert done.returncode == 0, done.stderr
+        total = bill(evaluated, judge)
+    kept = json.loads((tmp_path / "out" / SPENDING_FILE).read_text())
+    (key,) = redis_server.client().keys("lexpilot:spending:*:totals")
+    in_redis = float(redis_server.client().hget(key, "spent"))
+    assert kept["spent"] == pytest.approx(total, abs=1e-6) and in_redis == pytest.approx(total, abs=1e-6)
