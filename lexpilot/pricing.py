@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 from pathlib import Path
 from typing import Callable, NamedTuple
@@ -327,11 +328,35 @@ class Budget:
     """--max-cost: spending so far plus the worst case of every call in flight stays within the amount. The
     spending is the ledger's (spending.py): one invocation's, an output root's, or a grid's across machines. A
     call's worst case counts its prompt at one token per character (Chinese text is about one token per character;
-    other text fewer) and its completion at the role's output limit."""
+    other text fewer), or at the most its model's replies have counted a character since, and its completion at the
+    role's output limit (or past it, by as much as its model's replies have gone past)."""
 
     def __init__(self, amount: float, prices: dict[str, Price], ledger: Ledger | None = None):
         self.amount, self.prices = amount, prices
         self.ledger: Ledger = ledger or MemoryLedger()
+        # model id -> (the most prompt tokens a character came to, the most completion tokens past the output limit)
+        # in its replies: a tokenizer that counts Chinese at more than one token a character (SmolLM2's: 1.18), or a
+        # server that reports one token past the limit (llama.cpp), raises that model's worst case from then on
+        self.learned: dict[str, tuple[float, int]] = {}
+        self.lock = threading.Lock()
+
+    def learn(
+        self,
+        model: str,
+        prompt_chars: int,
+        max_tokens: int,
+        prompt_tokens: int | None,
+        completion_tokens: int | None,
+    ) -> None:
+        """What a reply says of its model's tokens, for the worst case of its next calls."""
+        if prompt_tokens is None or prompt_chars <= 0:
+            return
+        with self.lock:
+            ratio, over = self.learned.get(model, (1.0, 0))
+            self.learned[model] = (
+                max(ratio, prompt_tokens / prompt_chars),
+                max(over, (completion_tokens or 0) - max_tokens),
+            )
 
     @property
     def spent(self) -> float:
@@ -354,7 +379,11 @@ class Budget:
         synchronous call), a call that would fit beside what is spent waits while others' reservations fill the
         cap (their calls end, or a dead process's are counted as spent), Aborted once `stopped()`; without, and
         where what is spent leaves no room, BudgetExceeded."""
-        worst = call_cost(self.prices[model], prompt_chars, max_tokens, batched=batched, priced=priced)
+        with self.lock:
+            ratio, over = self.learned.get(model, (1.0, 0))
+        worst = call_cost(
+            self.prices[model], prompt_chars * ratio, max_tokens + over, batched=batched, priced=priced
+        )
         while True:
             ok, totals = self.ledger.reserve(worst, self.amount)
             if ok:

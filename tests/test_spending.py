@@ -154,3 +154,38 @@ def test_a_call_waits_while_others_reservations_fill_the_cap_and_fails_only_when
     budget.reserve("m", 1, 2)
     with pytest.raises(Aborted):
         budget.reserve("m", 1, 2, stopped=lambda: True)
+
+
+def test_a_models_replies_raise_its_worst_case_where_its_tokenizer_counts_more(tmp_path):
+    # a token costs 1; a call of 100 characters and an output limit of 50 is reserved at 150 at first. Its reply
+    # counted 118 prompt tokens (SmolLM2 counts Chinese at 1.18 a character) and 51 completion tokens (llama.cpp
+    # reports one past the limit): the model's next call of 100 characters is reserved at 118 + 51 = 169
+    prices = {"m": Price(1_000_000, 1_000_000, 500_000, 500_000)}
+    budget = Budget(1000.0, prices, RootLedger(tmp_path))
+    assert budget.reserve("m", 100, 50) == 150
+    budget.learn("m", 100, 50, 118, 51)
+    assert budget.reserve("m", 100, 50) == pytest.approx(169)
+    budget.learn("m", 100, 50, 90, 20)  # a later, smaller reply lowers nothing
+    assert budget.reserve("m", 100, 50) == pytest.approx(169)
+
+
+def test_a_callers_replies_teach_the_budget(provider):
+    # through the caller: the provider counts 3 tokens a character of the prompt "请判断" (3 characters: 9 tokens)
+    import dataclasses
+    import threading as threads
+
+    from lexpilot.models.calls import ModelCaller
+    from lexpilot.models.usage import Usage
+    from lexpilot.running.stage import Progress
+    from lexpilot.settings import Spending
+    from tests.helpers.calls import make_caller
+
+    base = make_caller(provider)
+    price = Price(1_000_000, 1_000_000, 500_000, 500_000)
+    settings = dataclasses.replace(
+        base.settings, spending=Spending({r.model: price for r in base.settings.roles.values()}, 100_000.0)
+    )
+    caller = ModelCaller(settings, Progress("t", 1, stream=open(os.devnull, "w")), threads.Event())
+    provider.usage_as = {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11}
+    caller.chat("judge", "请判断", Usage())
+    assert caller.budget is not None and caller.budget.learned["DeepSeek-R1"] == (3.0, 0)

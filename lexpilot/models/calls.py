@@ -276,8 +276,7 @@ class ModelCaller:
         # before the budget: waiting reserves nothing; the window it is sent in is noted as it goes (the bill's)
         lease, window = self._turn(role, limiter, counted_tokens)
         reserved = self._reserve(role, prompt, window, limiter, lease)
-        token_field = self.token_fields[role.name]
-        outcome = Attempt()
+        token_field, outcome = self.token_fields[role.name], Attempt()
         if on_send:
             on_send()
         self.progress.update(in_flight=1)
@@ -289,10 +288,8 @@ class ModelCaller:
                 outcome = dataclasses.replace(
                     self._status_error(role, e, token_field, tier), status=e.status_code
                 )
-            except (
-                FatalError
-            ) as fatal:  # what every call to this endpoint would meet: the grid's cells stop too
-                limiter.fail(str(fatal))
+            except FatalError as fatal:
+                limiter.fail(str(fatal))  # every call to the endpoint would meet it: the grid's cells stop
                 raise
         except (self.openai.APITimeoutError, TimeoutError, self.transport_errors[0]):
             flag = "--flex-timeout" if role.flex else "--timeout"
@@ -316,6 +313,12 @@ class ModelCaller:
             raise Aborted() from None
         finally:
             self._settle(role, outcome, limiter, lease, counted_tokens, reserved, retry, window)
+        if self.budget and outcome.answered:  # the model's tokens per character, for its next worst cases
+            answered = outcome.answered
+            chars = len(str(prompt))
+            self.budget.learn(
+                role.model, chars, role.max_tokens, answered.prompt_tokens, answered.completion_tokens
+            )
         return outcome
 
     def _reserve(self, role: Role, prompt: str | list[dict], window: str, limiter, lease) -> float:

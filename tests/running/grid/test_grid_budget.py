@@ -141,7 +141,9 @@ def shards_killed_and_rerun(tmp_path, warm, server):
 
 
 @pytest.mark.slow
-def test_a_grid_sharing_its_budget_through_redis_keeps_it_in_its_output_root_too(tmp_path, warm, redis_server):
+def test_a_grid_sharing_its_budget_through_redis_keeps_it_in_its_output_root_too(
+    tmp_path, warm, redis_server
+):
     # "every stage script run on the same root": the grid's spending, kept in Redis for its shards, is kept in its
     # root's spending.json as well, where a stage script on that root reads it; run stage by stage, one budget
     dataset = write_dataset(tmp_path / "one.json", sample_cases()[:1])
