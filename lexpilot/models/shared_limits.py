@@ -168,12 +168,13 @@ class RedisStore:
     """One connection to the Redis that holds every shared limiter, with its scripts; `say` reports (once per
     change) that it cannot be reached, or is back."""
 
-    def __init__(self, url: str, say=print):
+    def __init__(self, url: str, say=print, flag: str = "--limits"):
+        self.flag = flag  # the option that named this Redis, for its messages
         try:
             import redis
         except ImportError:
             raise HarnessError(
-                "--limits redis://…: the redis package is not installed; pip install -r "
+                f"{flag} redis://…: the redis package is not installed; pip install -r "
                 "requirements-optional.txt"
             ) from None
         self.where, self.lease = limits_url(url)
@@ -207,11 +208,11 @@ class RedisStore:
             self.client.delete(probe)
         except self.redis.exceptions.ReadOnlyError:
             raise HarnessError(
-                f"--limits: Redis at {self.where} is a read-only replica; give the primary's URL"
+                f"{self.flag}: Redis at {self.where} is a read-only replica; give the primary's URL"
             ) from None
         except self.errors as e:
             raise HarnessError(
-                f"--limits: Redis at {self.where} does not run the limiter's scripts ({self.said(e)}); enable "
+                f"{self.flag}: Redis at {self.where} does not run the limiter's scripts ({self.said(e)}); enable "
                 "scripting (EVAL) there, or use another Redis"
             ) from None
         self.keeps_keys()
@@ -225,7 +226,7 @@ class RedisStore:
             return  # a managed Redis that hides INFO: nothing to tell
         if policy != "noeviction":
             raise HarnessError(
-                f"--limits: Redis at {self.where} has maxmemory-policy {policy}, which can evict the limiter's "
+                f"{self.flag}: Redis at {self.where} has maxmemory-policy {policy}, which can evict the limiter's "
                 "keys and let calls past the limits; set maxmemory-policy noeviction (CONFIG SET maxmemory-policy "
                 "noeviction, or in redis.conf), or use another Redis"
             )
@@ -245,12 +246,12 @@ class RedisStore:
             or "NOAUTH" in reason
         ):
             return (
-                f"--limits: Redis at {self.where} needs a password ({reason}): give it in the URL, "
+                f"{self.flag}: Redis at {self.where} needs a password ({reason}): give it in the URL, "
                 "redis://:PASSWORD@HOST:PORT/DB"
             )
         if isinstance(e, exceptions.ResponseError):
             return (
-                f"--limits: Redis at {self.where} refuses ({reason}); check the URL's database number (0 to 15 "
+                f"{self.flag}: Redis at {self.where} refuses ({reason}); check the URL's database number (0 to 15 "
                 "on a default server)"
             )
         # (InvalidResponse is neither; a server that is not Redis, an HTTP one say, often just closes the line)
@@ -259,11 +260,11 @@ class RedisStore:
             and "closed by server" not in reason
         ):
             return (
-                f"--limits: cannot reach Redis at {self.where} ({reason}); start it (docs/grid.md) or run "
-                "without --limits"
+                f"{self.flag}: cannot reach Redis at {self.where} ({reason}); start it (docs/grid.md) or run "
+                f"without {self.flag}"
             )
         return (
-            f"--limits: the server at {self.where} does not answer as Redis does ({reason}); check the host "
+            f"{self.flag}: the server at {self.where} does not answer as Redis does ({reason}); check the host "
             "and port"
         )
 

@@ -154,7 +154,7 @@ class Display:
         spending = (
             ""
             if money is None
-            else f"; spent {money:.2f}"
+            else f"; spent {'here ' if self.grid.sharing.budget else ''}{money:.2f}"
             + (f" of the quote's {self.quote.high:.2f} at most" if self.quote.high is not None else "")
             + (f", {self.quote.expected:.2f} expected" if self.quote.expected is not None else "")
         ) + budget_text(self.grid.sharing.budget)

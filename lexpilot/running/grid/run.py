@@ -221,7 +221,7 @@ class GridRun:
 
     def fleet(self, first: Settings, chains: list[list[Cell]], say) -> Fleet:
         """This worker's side of the fleet (--workers), Redis reached or refused in one line."""
-        store = RedisStore(self.workers_url or "", say)
+        store = RedisStore(self.workers_url or "", say, flag="--workers")
         if self.limits_url == self.workers_url:
             self.store = store
         fleet = Fleet(store, self.grid_key(first), chains, self.chains_cap)

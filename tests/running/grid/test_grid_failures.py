@@ -170,7 +170,7 @@ def test_every_paid_attempt_of_a_case_that_failed_is_counted_to_the_token(tmp_pa
     # the display: calls as the quote counts them, the retries apart (the case's three after its first); spending
     figures = re.findall(
         r"; (\d+) of at most \d+ calls answered \(retries not counted, as the quote counts; (\d+) retries paid "
-        r"besides\); spent (\d+\.\d\d)",
+        r"besides\); spent here (\d+\.\d\d)",
         shown,
     )[-1]
     assert int(figures[0]) + int(figures[1]) == calls and int(figures[1]) == 3
