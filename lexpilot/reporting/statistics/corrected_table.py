@@ -103,7 +103,10 @@ def corrected_tables(groups: list[Group], labels_path: Path, root: Path) -> list
     """Per corrected metric and model: raw and corrected with their intervals; per metric and model not corrected,
     one line saying why."""
     runs = [r for g in groups for r in g.runs]
-    labels, partial = labelled_decisions(read_expert_labels(labels_path), runs, root)
+    try:
+        labels, partial = labelled_decisions(read_expert_labels(labels_path), runs, root)
+    except HarnessError as e:  # said with the file it is about
+        raise HarnessError(f"--corrected {labels_path}: {e}") from None
     if runs and not labels:
         raise HarnessError(
             f"--corrected {labels_path}: none of its LCA or DCG labels is a decision of the runs shown; pass "

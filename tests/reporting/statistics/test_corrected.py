@@ -234,3 +234,34 @@ def test_show_results_prints_raw_and_corrected_dcg_accuracy_with_intervals(dcg_r
     ] in notes
     assert rows[("m-b", "r1")][3] == "refused"
     assert ["DCG Acc.", "", "1 case(s) left out: a DCG case counts when every round is labelled"] in notes
+
+
+@pytest.mark.slow
+def test_a_label_whose_judge_label_is_not_the_runs_is_refused_in_one_line(dcg_runs, tmp_path, capsys):
+    import show_results
+
+    root, dataset = dcg_runs
+    labels = expert_file(
+        root, dataset, tmp_path, {("m-a", "r1", case, r) for case in range(18) for r in (1, 2)}
+    )
+    keys = read_csv(key_file(labels))
+    changed = next(k for k in keys if k["item_id"] in {r["item_id"] for r in read_csv(labels)})
+    changed["llm_label"] = (
+        "否" if changed["llm_label"] == "是" else "是"
+    )  # as if the run were judged again since
+    write_csv(key_file(labels), agreement_kit.ANNOTATION_KEY_COLUMNS, keys)
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(root), "--corrected", str(labels)]) == 2
+    refused = [line for line in capsys.readouterr().err.splitlines() if line.startswith("show_results:")]
+    assert refused == [
+        f"show_results: --corrected {labels}: expert label {changed['item_id']}: the key's judge label "
+        f"{changed['llm_label']} is not run r1's ({'是' if changed['llm_label'] == '否' else '否'}): the run was "
+        "judged again since the export; export again"
+    ]
+
+
+def test_a_label_file_that_is_not_there_is_one_line_before_any_run_is_read(tmp_path, capsys):
+    import show_results
+
+    assert show_results.main(["--output-root", str(tmp_path), "--corrected", str(tmp_path / "no.csv")]) == 2
+    assert capsys.readouterr().err == f"show_results: --corrected: {tmp_path / 'no.csv'}: not found\n"
