@@ -265,3 +265,48 @@ def test_a_label_file_that_is_not_there_is_one_line_before_any_run_is_read(tmp_p
 
     assert show_results.main(["--output-root", str(tmp_path), "--corrected", str(tmp_path / "no.csv")]) == 2
     assert capsys.readouterr().err == f"show_results: --corrected: {tmp_path / 'no.csv'}: not found\n"
+
+
+@pytest.mark.slow
+def test_lca_labels_are_acc_c_and_acc_u_decisions_by_their_history(finished_run, tmp_path, capsys):
+    """Every LCA item of a finished run (two cases, both histories), labelled as the judge did but for the first
+    complete-history item, which the experts see the other way: each label is a decision of the metric of its
+    history, right as the run's own scoring counts it."""
+    import judge_agreement
+    from lexpilot.reporting.scoring.results import load_runs
+    from lexpilot.reporting.scoring.runs import MetricKey
+    from lexpilot.reporting.validation.expert_labels import labelled_decisions, read_expert_labels
+
+    out = tmp_path / "labels.csv"
+    assert judge_agreement.main(["export", "--output-root", str(finished_run), "--out", str(out)]) == 0
+    keys = {k["item_id"]: k for k in read_csv(key_file(out))}
+    rows = [r for r in read_csv(out) if r["task"] == "LCA"]
+    flipped = next(r["item_id"] for r in rows if keys[r["item_id"]]["source"].endswith(" complete"))
+    for row in rows:
+        label = keys[row["item_id"]]["llm_label"]
+        other = "策略二" if label == "策略一" else "策略一"
+        row["annotator_1"] = row["annotator_2"] = other if row["item_id"] == flipped else label
+    write_csv(out, agreement_kit.ANNOTATION_COLUMNS, rows)
+    runs = load_runs(finished_run, None, None)
+    decisions, partial = labelled_decisions(read_expert_labels(out), runs, finished_run)
+    assert partial == 0 and len(decisions) == 4
+    for name in ("acc_c", "acc_u"):
+        mine = [d for d in decisions if d.metric == MetricKey("LCA", name)]
+        assert len(mine) == 2  # one per case
+        # the judge's right/wrong on the labelled items are the run's own: its Acc_C and Acc_U
+        assert np.mean([d.judge_right for d in mine]) == runs[0].metrics[MetricKey("LCA", name)]
+    differ = [d for d in decisions if d.judge_right != d.expert_right]
+    assert [(d.metric.name, d.case) for d in differ] == [("acc_c", keys[flipped]["case_number"])]
+    # the report: Acc_C and Acc_U refused on two labels each, Macro-F1 and the QWKs said not corrected in this version
+    import show_results
+
+    argv = ["--output-root", str(finished_run), "--corrected", str(out), "--format", "csv", "--table"]
+    assert show_results.main([*argv, "corrected_notes"]) == 0
+    notes = {(r[0], r[2].split(":")[0]) for r in rows_of(capsys.readouterr().out, "Not corrected")}
+    assert notes == {
+        ("LCA Macro-F1", "corrected"),
+        ("LCA Acc_C", "refused"),
+        ("LCA Acc_U", "refused"),
+        ("DCG Acc.", "refused"),
+        *((f"{name} QWK", "corrected") for name in ("LJP Direct", "LJP Interaction", "LJP Gold")),
+    }
