@@ -18,6 +18,7 @@ from typing import Callable
 from lexpilot.reporting.scoring.groups import Group, classes_present
 from lexpilot.reporting.statistics.bootstrap import Bootstrap
 from lexpilot.reporting.statistics.consistency import consistency_table, judge_noise_table
+from lexpilot.reporting.statistics.corrected_table import corrected_tables
 from lexpilot.reporting.statistics.rankings import power_table, ranking_tables
 from lexpilot.reporting.tables.audit import audit_tables
 from lexpilot.reporting.tables.claim_order import order_table
@@ -130,6 +131,13 @@ REPORT: tuple[Entry, ...] = (
         lambda i: (i.groups, HEADLINE, i.shared),
         "--consistency",
         lambda i: i.args.consistency,
+        True,
+    ),
+    Entry(
+        corrected_tables,
+        lambda i: (i.standard, i.args.corrected, i.root),
+        "--corrected LABELS",
+        lambda i: i.args.corrected is not None,
         True,
     ),
     Entry(

@@ -33,6 +33,7 @@ from lexpilot.reporting.tables.renderings import (
     render_json,
     render_text,
 )
+from lexpilot.reporting.validation.expert_labels import read_expert_labels
 
 
 def add_report_options(parser) -> None:
@@ -122,6 +123,14 @@ def _add_statistics_options(parser) -> None:
         action="store_true",
         help="the smallest difference detectable at --alpha with power 0.8, for the design "
         "in hand and others (docs/statistics.md)",
+    )
+    parser.add_argument(
+        "--corrected",
+        type=Path,
+        metavar="LABELS",
+        help="DCG accuracy, LCA Acc_C and Acc_U raw and corrected for the judge's errors by the "
+        "experts' labels in LABELS, the scored annotation file of judge_agreement.py (with its "
+        ".key.csv): prediction-powered inference, docs/statistics.md",
     )
     parser.add_argument(
         "--consistency",
@@ -313,6 +322,15 @@ def read_options(args) -> tuple[dict | None, dict | None]:
     except HarnessError as e:
         raise UsageError(str(e)) from None
     complexity = read_complexity(args.complexity) if args.complexity else None
+    if args.corrected is not None:  # a file that cannot be read is said before any run is scored
+        try:
+            read_expert_labels(args.corrected)
+        except (
+            HarnessError
+        ) as e:  # one line: the first row refused, `judge_agreement.py score` lists them all
+            raise UsageError(
+                f"--corrected: {' '.join(line.strip() for line in str(e).splitlines()[:2])}"
+            ) from None
     if args.dataset is not None:  # given, it must be one: records are checked against it
         if not args.dataset.is_file():
             raise UsageError(

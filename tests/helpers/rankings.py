@@ -59,3 +59,27 @@ def run_dcg(provider, run_id: str, model: str, dataset, root, *extra: str) -> No
         *extra,
     ]
     assert stage_main(DCG_STAGE, "t", argv=argv, clients=provider.in_memory_clients()) == 0
+
+
+def write_dcg_runs(folder, plan, cases: int, judge_of=lambda model: ()):
+    """The DCG runs the plan names (model -> run -> the cases it succeeds on), on `cases` synthetic cases, written by
+    the stage against the scripted judge under folder/out: (the output root, the dataset). `judge_of(model)`: the
+    extra options of a model's runs (another judge)."""
+    import json
+
+    import pytest
+
+    from bench.throughput import synthetic_dataset
+    from lexpilot.scripted.provider import ScriptedProvider
+    from tests.helpers.stages import SECRET
+
+    dataset = folder / "cases.json"
+    synthetic_dataset(cases, dataset)
+    written = json.loads(dataset.read_text(encoding="utf-8"))
+    with pytest.MonkeyPatch.context() as monkeypatch, ScriptedProvider() as provider:
+        monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+        for model, runs in plan.items():
+            for run_id in runs:
+                provider.script = plan_script(written, plan, run_id)
+                run_dcg(provider, run_id, model, dataset, folder / "out", *judge_of(model))
+    return folder / "out", dataset

@@ -402,7 +402,8 @@ def guidelines_path(out: Path) -> Path:
 
 
 def human_labels(path: Path, rows: list[tuple[int, dict]], key: dict[str, dict]) -> tuple[list, list[str]]:
-    """(task, annotator 1, annotator 2, adjudicated, judge) per item, and every problem found, by row."""
+    """(task, annotator 1, annotator 2, adjudicated, judge, case, item id) per item, and every problem found, by
+    row."""
     labelled, problems = [], []
     seen: dict[str, int] = {}
     for line, row in rows:
@@ -447,6 +448,7 @@ def human_labels(path: Path, rows: list[tuple[int, dict]], key: dict[str, dict])
                 final,
                 key[row["item_id"]]["llm_label"],
                 key[row["item_id"]].get("case_number") or row.get("case_number") or row["item_id"],
+                row["item_id"],  # the key's row: which run's decision it was (the corrected accuracies)
             )
         )
     return labelled, problems
@@ -545,15 +547,22 @@ def interval_table(labelled: list) -> Table:
     )
 
 
-def score(args) -> int:
-    rows = read_sheet(args.annotations, SCORED_COLUMNS)
+def scored_items(annotations: Path, key_path: Path | None = None) -> tuple[list, dict[str, dict]]:
+    """The adjudicated items of a filled annotation file (human_labels' tuples) and its key by item id; a file
+    with any row that cannot be scored is refused, naming the rows."""
+    rows = read_sheet(annotations, SCORED_COLUMNS)
     needed = [c for c in ANNOTATION_KEY_COLUMNS if c != "reply"]  # key files written before it had the reply
-    key = {row["item_id"]: row for _, row in read_sheet(args.key or key_file(args.annotations), needed)}
-    labelled, problems = human_labels(args.annotations, rows, key)
+    key = {row["item_id"]: row for _, row in read_sheet(key_path or key_file(annotations), needed)}
+    labelled, problems = human_labels(annotations, rows, key)
     if problems:
         shown = first_of(problems)
         raise HarnessError(f"{len(problems)} row(s) cannot be scored:\n  " + "\n  ".join(shown))
     if not labelled:
-        raise HarnessError(f"{args.annotations}: no annotated items")
+        raise HarnessError(f"{annotations}: no annotated items")
+    return labelled, key
+
+
+def score(args) -> int:
+    labelled, _ = scored_items(args.annotations, args.key)
     print(render_text([agreement_table(labelled), interval_table(labelled)]))
     return 0

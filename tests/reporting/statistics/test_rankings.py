@@ -18,7 +18,7 @@ from lexpilot.reporting.statistics.rankings import (
 )
 from lexpilot.storage.manifest import Manifest
 from tests.helpers.datasets import sample_cases, write_dataset
-from tests.helpers.rankings import KEY, group_of, plan_script, run_dcg
+from tests.helpers.rankings import KEY, group_of, plan_script, run_dcg, write_dcg_runs
 from tests.helpers.reports import rows_of
 from tests.helpers.stages import SECRET
 
@@ -127,24 +127,8 @@ def dcg_script(cases, run_id):
 @pytest.fixture(scope="module")
 def ranked_runs(tmp_path_factory):
     """The four models' DCG runs, written once for the module (each test works on its own copy)."""
-    import json as json_module
-
-    from bench.throughput import synthetic_dataset
-    from lexpilot.scripted.provider import ScriptedProvider
-    from tests.helpers.stages import SECRET
-
-    tmp_path = tmp_path_factory.mktemp("ranked")
-    dataset = tmp_path / "cases.json"
-    synthetic_dataset(N, dataset)
-    cases = json_module.loads(dataset.read_text(encoding="utf-8"))
-    with pytest.MonkeyPatch.context() as monkeypatch, ScriptedProvider() as provider:
-        monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-        for run_id in ("r1", "r2"):
-            provider.script = dcg_script(cases, run_id)
-            for model in PLAN:
-                judge = ["--judge-model", "judge-x"] if model == "m-d" else []
-                run_dcg(provider, run_id, model, dataset, tmp_path / "out", *judge)
-    return tmp_path / "out"
+    judge = lambda model: ("--judge-model", "judge-x") if model == "m-d" else ()  # noqa: E731
+    return write_dcg_runs(tmp_path_factory.mktemp("ranked"), PLAN, N, judge)[0]
 
 
 @pytest.fixture
