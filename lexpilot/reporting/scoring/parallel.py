@@ -14,6 +14,7 @@ import contextlib
 import multiprocessing
 import os
 import pickle
+import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection, wait
@@ -105,6 +106,9 @@ def _gather(children: dict[Connection, BaseProcess], count: int) -> list:
 
 
 def _child(fn: Callable, items: Sequence, taken, send) -> None:
+    # the parent's SIGTERM handler (own_interrupts: a KeyboardInterrupt for a drain) is not the child's: the parent
+    # stops a child it no longer needs with SIGTERM, which must end it quietly
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     while True:
         with taken.get_lock():
             index = taken.value

@@ -36,7 +36,10 @@ class Estimate:
 
     @property
     def interval(self) -> tuple[float, float]:
-        return self.value - Z_95 * self.se, self.value + Z_95 * self.se
+        """The normal interval, cut to [0, 1], where an accuracy lies (near 0 or 1 with few labels, the normal
+        interval reaches past them: what lies beyond says nothing)."""
+        low, high = self.value - Z_95 * self.se, self.value + Z_95 * self.se
+        return max(0.0, low), min(1.0, high)
 
 
 def _by_case(judged) -> tuple[float, np.ndarray]:

@@ -68,9 +68,12 @@ def read_expert_labels(path: Path) -> list[ExpertLabel]:
             )
         row = key[item_id]
         labels.append(
-            ExpertLabel(item_id, task, row["model"], row["run_id"], case, found["where"], judge, adjudicated)
+            ExpertLabel(item_id, task, row["model"], row[KEY_RUN], case, found["where"], judge, adjudicated)
         )
     return labels
+
+
+KEY_RUN = "run_id"  # the key file's column naming a label's run (a key's field, not a manifest's)
 
 
 def lca_right(label: str, history: str) -> int:
@@ -84,7 +87,13 @@ def _saved_label(records: dict, label: ExpertLabel) -> str:
     record = records[label.case]
     if label.task == "LCA":
         return record["judgments"][label.where]["label"]
-    return next(r["label"] for r in record["rounds"] if f"round {r['round']}" == label.where)
+    said = next((r["label"] for r in record["rounds"] if f"round {r['round']}" == label.where), None)
+    if said is None:
+        raise HarnessError(
+            f"expert label {label.item_id}: run {label.run_id}, model {label.model}, case {label.case} has no "
+            f"{label.where}; use the key file that export wrote for this output root"
+        )
+    return said
 
 
 def _records(run: Run, root: Path, label: ExpertLabel) -> dict:

@@ -37,7 +37,8 @@ def by_numpy(judged, judge_right, expert_right):
     variance = ((difference - difference.mean()) ** 2).sum() / (n - 1) / n + (
         (cases - cases.mean()) ** 2
     ).sum() / (len(cases) - 1) / len(cases)
-    return theta, theta - 1.959963984540054 * np.sqrt(variance), theta + 1.959963984540054 * np.sqrt(variance)
+    half = 1.959963984540054 * np.sqrt(variance)
+    return theta, max(0.0, theta - half), min(1.0, theta + half)  # an accuracy's interval lies in [0, 1]
 
 
 def test_the_estimate_and_its_interval_by_hand():
@@ -46,12 +47,13 @@ def test_the_estimate_and_its_interval_by_hand():
     # corrected = 0.6 − 0.25 = 0.35
     # s²(y − f) = (0.25² · 3 + 0.75²) / 3 = 0.75 / 3 = 0.25, over n = 4: 0.0625
     # s²(f) = (6 · 0.4² + 4 · 0.6²) / 9 = 2.4 / 9 = 0.26667, over N = 10: 0.026667
-    # se = √(0.0625 + 0.026667) = √0.089167 = 0.29861; interval 0.35 ± 1.96 · 0.29861 = [−0.2353, 0.9353]
+    # se = √(0.0625 + 0.026667) = √0.089167 = 0.29861; interval 0.35 ± 1.96 · 0.29861 = [−0.2353, 0.9353], cut
+    # to [0, 0.9353] (an accuracy lies in [0, 1])
     judged = [1, 1, 1, 1, 1, 1, 0, 0, 0, 0]
     estimate = corrected_accuracy(judged, [1, 1, 0, 0], [1, 0, 0, 0])
     assert estimate.value == pytest.approx(0.35)
     assert estimate.se == pytest.approx(np.sqrt(0.0625 + 2.4 / 9 / 10))
-    assert estimate.interval == pytest.approx((0.35 - Z_95 * 0.298608, 0.35 + Z_95 * 0.298608), abs=1e-5)
+    assert estimate.interval == pytest.approx((0.0, 0.35 + Z_95 * 0.298608), abs=1e-5)
     assert estimate.interval == pytest.approx(by_numpy(judged, [1, 1, 0, 0], [1, 0, 0, 0])[1:])
     # the raw figure: the judge's mean and the judge term alone, 0.6 ± 1.96 · √0.026667
     raw = judge_accuracy(judged)
