@@ -3,12 +3,15 @@ exception raised in the parent as it was raised; a child that dies is one line, 
 
 import multiprocessing
 import os
+import subprocess
+import sys
 import time
 
 import pytest
 
 from lexpilot.errors import HarnessError
 from lexpilot.reporting.scoring.parallel import fork_map, workers
+from tests.helpers.paths import ROOT
 
 
 @pytest.mark.slow
@@ -97,3 +100,30 @@ def test_when_a_child_raises_the_other_children_are_stopped(tmp_path):
         fork_map(work, [0, 1, 2], 3)
     time.sleep(2.5)
     assert not (tmp_path / "late").exists()
+
+
+CHILD_STOPPED = """
+import time
+from lexpilot.errors import own_interrupts
+from lexpilot.reporting.scoring.parallel import fork_map
+
+def work(item):
+    if item == 0:
+        raise ValueError("the first item fails at once")
+    time.sleep(5)  # still working when the parent, done with the failure, stops it
+
+own_interrupts()  # what a reporting tool installs: SIGTERM raises in the parent
+try:
+    fork_map(work, [0, 1], 2)
+except ValueError:
+    print("raised")
+"""
+
+
+def test_a_child_stopped_by_its_parent_ends_quietly_though_the_parent_handles_sigterm():
+    # a child still working when the parent stops it (after another's failure, or after its "done") got the
+    # parent's SIGTERM handler by the fork, raised, and printed a traceback on the report's stderr
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD_STOPPED], cwd=ROOT, capture_output=True, text=True, timeout=30
+    )
+    assert done.stdout.strip() == "raised" and "Traceback" not in done.stderr, done.stderr
