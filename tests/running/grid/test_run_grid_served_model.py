@@ -85,9 +85,12 @@ def test_a_judge_switched_halfway_through_a_grid_stops_every_cell_that_asks_it(
         for model, n in saved["served_models"]["judge"]["calls"].items():
             counts[model] = counts.get(model, 0) + n
     assert counts[JUDGE] == 3 and counts[NEXT] in (1, 2) and sum(counts.values()) == judged
-    # each run's manifest knows the refused id, its own calls met it or not: rerun as it is, no judge call is bought
-    for saved in manifests(root).values():
-        assert NEXT in saved["served_models"]["judge"]["calls"]
+    # each stopped run's manifest knows the refused id, its own calls met it or not: rerun as it is, no judge call is
+    # bought (a run whose cell had ended before the change, under load, has nothing left to ask)
+    one = re.match(r"\[grid\] (model-.) run1 LJP gold: failed: ", said[0])
+    for model, saved in manifests(root).items():
+        if one is None or model == one.group(1):
+            assert NEXT in saved["served_models"]["judge"]["calls"], model
     assert run_grid.main(grid) == 1
     assert sum(n for (kind, _), n in http.processed.items() if kind == "ljp_judge") == judged
     assert run_grid.main([*grid, "--allow-served-model-change"]) == 0
