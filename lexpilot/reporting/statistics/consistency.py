@@ -195,6 +195,11 @@ def both_defined(pairs: list[tuple[Run, Run]], key: MetricKey) -> list[tuple[flo
     ]
 
 
+# (task, metric) of the metrics that are a mean over cases of each case's own value: the case-level share is
+# theirs alone (docs/statistics.md)
+MEANS_OVER_CASES = {("DCG", "accuracy"), ("LCA", "acc_c"), ("LCA", "acc_u")}
+
+
 def case_level_parts(
     sources: Group, pairs: list[tuple[Run, Run]], key: MetricKey
 ) -> tuple[tuple[str, ...], np.ndarray, np.ndarray] | None:
@@ -204,6 +209,10 @@ def case_level_parts(
     case-level share: the case-to-case covariances the run-level estimate holds drop out, which assumes the cases
     of a run vary independently (their covariances are then only noise). None for another metric (QWK, Macro-F1)."""
     task, metric, _ = key
+    if (task, metric) not in MEANS_OVER_CASES:
+        # a per-case Macro-F1 or QWK exists (the metric on one case's counts), but the run's figure is no mean of
+        # it: a share summed from it would be a number the docs call n/a
+        return None
 
     def per_case(run: Run) -> dict | None:
         data = run.tasks.get(task)
@@ -218,7 +227,10 @@ def case_level_parts(
     copies = [(a, b) for a, b in found_copies if a is not None and b is not None]
     if len(runs) < len(found) or len(copies) < len(found_copies):
         return None
-    cases = tuple(sorted(set.intersection(*(set(v) for v in runs + [x for pair in copies for x in pair]))))
+    common = set.intersection(*(set(v) for v in runs + [x for pair in copies for x in pair]))
+    # in the runs' own case order: the bootstrap draws per case tuple, so another order (sorted) would resample
+    # other cases than every other interval of the report does
+    cases = tuple(c for c in sources.runs[0].tasks[task].cases if c in common)
     total = np.array([np.var([v[c] for v in runs], ddof=1) for c in cases])
     judge = np.array([np.mean([(a[c] - b[c]) ** 2 for a, b in copies]) / 2 for c in cases])
     return cases, total, judge

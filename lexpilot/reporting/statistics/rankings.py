@@ -349,6 +349,27 @@ def variance_components(a: Group, b: Group, boot: Bootstrap, key: MetricKey) -> 
     return max(0.0, float(np.var(diff, ddof=1)) - within), run_variance
 
 
+def median_detectable(
+    components: list[tuple[float, float]],
+    cases: int,
+    runs: int,
+    design_cases: int,
+    alpha: float,
+    power: float,
+) -> float:
+    """The median over pairs of each pair's smallest detectable difference (`components`: each pair's case and run
+    variance). The median of the differences, not the difference of the median variances: the two medians of the
+    components may come from different pairs, and then describe no pair of the set."""
+    return float(
+        np.median(
+            [
+                detectable_difference(case_var, run_var, cases, runs, design_cases, alpha, power)
+                for case_var, run_var in components
+            ]
+        )
+    )
+
+
 MIN_POWER_RESAMPLES = 100  # the variance of a difference from B resamples is off by about √(2/B): 14% at 100
 
 # (runs, cases; None: as run)
@@ -357,7 +378,7 @@ DESIGNS = ((1, None), (3, None), (5, None), (10, None), (5, 100), (5, 216), (5, 
 
 @declares(Kind("power", "nearest: Table 11", 3))
 def power_table(groups: list[Group], boot: Bootstrap, alpha: float = 0.05, power: float = 0.8) -> Table:
-    """Per comparable set and headline metric: the median over the set's pairs of the smallest detectable
+    """Per comparable set and headline metric: the median over the set's pairs of each pair's smallest detectable
     difference, for the set's design (its cases × the median of its runs) and other numbers of runs and cases; in
     hand also at α / m, the level Holm's first step holds a ranking of m pairs to."""
     sets = [members for members in comparable_sets(ranked_groups(groups)) if len(members) > 1]
@@ -380,12 +401,13 @@ def power_table(groups: list[Group], boot: Bootstrap, alpha: float = 0.05, power
             if not components:
                 rows.append(label + ["n/a: needs two runs of each model"] + [""] * (len(DESIGNS) + 1))
                 continue
-            case_var, run_var = (float(np.median([c[i] for c in components])) for i in (0, 1))
-            if case_var == 0 and run_var == 0:
+            # a pair with no variance at all detects anything, which means nothing: it is no pair of the median
+            components = [c for c in components if c != (0, 0)]
+            if not components:
                 rows.append(label + ["n/a: no variance between cases or runs"] + [""] * (len(DESIGNS) + 1))
                 continue
             at = lambda k, n, level: number_cell(  # noqa: E731
-                detectable_difference(case_var, run_var, n or cases, k, cases, level, power), METRIC
+                median_detectable(components, n or cases, k, cases, level, power), METRIC
             )
             rows.append(
                 label
@@ -404,8 +426,8 @@ def power_table(groups: list[Group], boot: Bootstrap, alpha: float = 0.05, power
     return Table(
         "power",
         f"Smallest difference between two models detectable at α = {alpha:g} with power "
-        f"{power:g} (median over a set's comparable pairs; from the variance between cases and between runs "
-        "of the saved runs; see docs/statistics.md). For a claim in a ranking of m pairs read 'In hand at "
+        f"{power:g} (median over a set's comparable pairs of each pair's own, from its variance between cases and "
+        "between runs in the saved runs; a pair with neither is left out; see docs/statistics.md). For a claim in a ranking of m pairs read 'In hand at "
         "α/m': Holm holds the first of them to α/m",
         headers,
         rows,
