@@ -1,4 +1,4 @@
-"""Issue 58's Lows, each pinned by hand: the case-level judge's share only for a mean over cases, its interval on the
+"""Rules of the judge's share and the power table, each pinned by hand: the case-level judge's share only for a mean over cases, its interval on the
 bootstrap's own draws, the judge's share interval over the resamples where it is defined, and the power table's
 median over pairs."""
 
