@@ -138,6 +138,7 @@ def _lca_items(records, item, selected) -> None:
                     history_type,
                     lca[number]["judgments"][history_type]["label"],
                     a1[number]["responses"][history_type]["response"],
+                    history=history_type,
                 )
 
 
@@ -220,22 +221,46 @@ def collect_items(root: Path, runs) -> dict[str, list[Item]]:
 
 
 def balanced_sample(items: list[Item], size: int, rng: random.Random) -> list[Item]:
-    """Equal shares per evaluated model; a model with too few items gives its unused share to the others."""
-    by_model: dict[str, list[Item]] = {}
+    """About `size` decisions, in equal shares per stratum (the evaluated model; for LCA the model and the history):
+    a stratum with too few gives its unused share to the others. A DCG case's rounds are drawn together, so that a
+    case is labelled whole (its success is any round's: show_results.py --corrected corrects whole cases only)."""
+    units: dict[object, list[Item]] = {}
     for it in items:
-        by_model.setdefault(it.model, []).append(it)
-    quota = {model: 0 for model in by_model}
-    left = min(size, len(items))
-    while left:
-        open_models = sorted(m for m in by_model if quota[m] < len(by_model[m]))
-        share, extra = divmod(left, len(open_models))
-        for i, model in enumerate(open_models):
-            give = min(share + (i < extra), len(by_model[model]) - quota[model])
-            quota[model] += give
-            left -= give
-    sample = [it for model in sorted(by_model) for it in rng.sample(by_model[model], quota[model])]
+        units.setdefault(_unit(it), []).append(it)
+    by_stratum: dict[tuple, list[list[Item]]] = {}
+    for unit in units.values():
+        by_stratum.setdefault(_stratum(unit[0]), []).append(unit)
+    # `size` counts decisions; a DCG case holds several: as many cases as make about that many rounds
+    wanted = min(len(units), round(size * len(units) / len(items))) if items else 0
+    quota = _quotas({s: len(u) for s, u in by_stratum.items()}, wanted)
+    sample = [it for s in sorted(by_stratum) for unit in rng.sample(by_stratum[s], quota[s]) for it in unit]
     rng.shuffle(sample)  # annotators should not see the items in model blocks
     return sample
+
+
+def _stratum(it: Item) -> tuple:
+    """What a sample is balanced over: the evaluated model, and for LCA its history too (Acc_C and Acc_U are
+    corrected apart, each from its own labels)."""
+    return (it.model, it.history) if it.task == "LCA" else (it.model,)
+
+
+def _unit(it: Item) -> object:
+    """What is drawn together: a DCG case's rounds; any other decision alone."""
+    return (it.model, it.run_id, it.case_number) if it.task == "DCG" else id(it)
+
+
+def _quotas(sizes: dict[tuple, int], wanted: int) -> dict[tuple, int]:
+    """`wanted` shared as equally as the strata's sizes allow, in the strata's order."""
+    quota = {stratum: 0 for stratum in sizes}
+    left = wanted
+    while left:
+        open_strata = sorted(s for s in sizes if quota[s] < sizes[s])
+        share, extra = divmod(left, len(open_strata))
+        for i, stratum in enumerate(open_strata):
+            give = min(share + (i < extra), sizes[stratum] - quota[stratum])
+            quota[stratum] += give
+            left -= give
+    return quota
 
 
 def runs_dataset(runs) -> Path:
@@ -317,7 +342,7 @@ def export(args) -> int:
         if task in OPTIONAL and not items[task]:
             continue  # that stage was not run: nothing to say
         sample = balanced_sample(items[task], args.per_task, random.Random(f"{args.seed}:{task}"))
-        if len(sample) < args.per_task:
+        if len(sample) == len(items[task]) < args.per_task:
             print(
                 f"note: only {len(sample)} {task} judge decisions saved; all are in the sample",
                 file=sys.stderr,

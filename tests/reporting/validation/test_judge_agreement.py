@@ -2,6 +2,7 @@
 
 import csv
 import random
+from collections import Counter
 
 import pytest
 from sklearn.metrics import cohen_kappa_score
@@ -160,11 +161,23 @@ def test_export_is_reproducible_balanced_and_blind(two_models, tmp_path):
     assert key_file(tmp_path / "a.csv").read_bytes() != key_file(tmp_path / "c.csv").read_bytes()
     rows, keys = read(tmp_path / "a.csv"), read(key_file(tmp_path / "a.csv"))
     assert [r["item_id"] for r in rows] == [k["item_id"] for k in keys]
-    for task in ("LCA", "DCG", "LJP"):
+    for task in ("LCA", "LJP"):
         models = sorted(k["model"] for k in keys if k["task"] == task)
-        # model-c has 2 LCA decisions, 2 DCG decisions and a few claims: the others fill its share
+        # model-c has 2 LCA decisions (one per history) and a few claims: the others fill its share
         assert len(models) == 7 and abs(models.count("model-a") - models.count("model-b")) <= 1
         assert models.count("model-c") >= 2 if task != "LJP" else models.count("model-c") >= 1
+    # LCA balanced over each model's two histories too (Acc_C and Acc_U are corrected apart): 7 over 6 strata, 2 and
+    # then 1 each, so a model's histories differ by at most one
+    for model in ("model-a", "model-b", "model-c"):
+        histories = [
+            k["source"].rsplit(" ", 1)[1] for k in keys if k["task"] == "LCA" and k["model"] == model
+        ]
+        assert abs(histories.count("complete") - histories.count("underspecified")) <= 1, (model, histories)
+    # DCG drawn by case, its 2 rounds together: 7 rounds are 3.5 cases, drawn as 4 (8 rounds), 2 for the first
+    # model in order, then 1 each; every case drawn is whole
+    cases = Counter((k["model"], k["run_id"], k["case_number"]) for k in keys if k["task"] == "DCG")
+    assert sorted(cases.values()) == [2, 2, 2, 2]
+    assert sorted(Counter(model for model, _, _ in cases).values()) == [1, 1, 2]
     header = (tmp_path / "a.csv").read_text(encoding="utf-8-sig").splitlines()[0]
     assert "model" not in header.split(",") and "llm_label" not in header
     for row in rows:
