@@ -1,6 +1,7 @@
 """Processes started as a user starts them: at a terminal, in a clean environment."""
 
 import os
+import sys
 
 from tests.helpers.paths import ROOT
 from tests.helpers.warm import Started
@@ -29,3 +30,12 @@ def process_environment(provider) -> dict:
 def at_a_terminal(warm, command: list[str], env: dict) -> Started:
     """The grid started as at a terminal (Ctrl-C reaches it however pytest was started), its output read."""
     return warm.start(command, ROOT, env, terminal=True)
+
+
+def stage_command(
+    script: str, root, dataset, *extra: str, model: str = "eval-model", run: str = "r1"
+) -> list[str]:
+    """`python SCRIPT --run-id RUN --model MODEL --dataset DATASET --output-root ROOT ...`: a stage script as a user
+    runs it."""
+    base = [sys.executable, script, "--run-id", run, "--model", model, "--dataset", str(dataset)]
+    return [*base, "--output-root", str(root), *extra]

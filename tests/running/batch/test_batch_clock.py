@@ -3,7 +3,6 @@ peak window has closed, the other roles' batches go at once, and the stage compl
 records; a kill -9 during the hold and a rerun pay for nothing twice. Windows are written relative to now (tests/helpers/clock.py), sized from the time a clean run takes."""
 
 import signal
-import sys
 import time
 from collections import Counter
 from datetime import datetime, timezone
@@ -17,7 +16,7 @@ from tests.helpers.clock import price_file, seconds_until_change, windows_from_n
 from tests.helpers.datasets import sample_cases, write_dataset
 from tests.helpers.grids import records, small_grid
 from tests.helpers.paths import ROOT
-from tests.helpers.processes import process_environment
+from tests.helpers.processes import process_environment, stage_command
 from tests.helpers.stages import Harness, judge_kinds
 from tests.helpers.warm import run
 
@@ -92,17 +91,7 @@ def test_a_kill_during_a_batch_hold_then_a_rerun_pays_for_nothing_twice(tmp_path
     dataset = write_dataset(tmp_path / "two.json", sample_cases()[:2])
 
     def command(root, *extra):
-        base = [
-            sys.executable,
-            "eval_DCG.py",
-            "--run-id",
-            "r1",
-            "--model",
-            "eval-model",
-            "--dataset",
-            str(dataset),
-        ]
-        return [*base, "--output-root", str(root), "--batch", "--batch-poll", "0.05", *extra]
+        return stage_command("eval_DCG.py", root, dataset, "--batch", "--batch-poll", "0.05", *extra)
 
     with ScriptedProvider() as provider:
         env = process_environment(provider)

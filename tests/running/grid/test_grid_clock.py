@@ -17,7 +17,7 @@ from tests.helpers.clock import price_file, windows_from_now, windows_of
 from tests.helpers.datasets import sample_cases, write_dataset
 from tests.helpers.grids import Terminal, records, small_grid
 from tests.helpers.paths import ROOT
-from tests.helpers.processes import process_environment
+from tests.helpers.processes import process_environment, stage_command
 from tests.helpers.stages import judge_kinds
 from tests.helpers.warm import run
 
@@ -87,19 +87,7 @@ def test_a_kill_during_a_hold_then_a_rerun_pays_for_nothing_twice(tmp_path, warm
         env = process_environment(provider)
 
         def command(root, *extra):
-            return [
-                sys.executable,
-                "eval_DCG.py",
-                "--run-id",
-                "r1",
-                "--model",
-                "eval-model",
-                "--dataset",
-                str(two_cases),
-                "--output-root",
-                str(root),
-                *extra,
-            ]
+            return stage_command("eval_DCG.py", root, two_cases, *extra)
 
         start = time.monotonic()
         clean = run(warm, command(tmp_path / "clean"), ROOT, env)

@@ -20,7 +20,7 @@ from lexpilot.scripted.provider import ScriptedProvider
 from tests.helpers.datasets import sample_cases, write_dataset
 from tests.helpers.grids import records
 from tests.helpers.paths import ROOT
-from tests.helpers.processes import process_environment
+from tests.helpers.processes import process_environment, stage_command
 from tests.helpers.warm import fresh, run
 
 # kills, Ctrl-C, SIGTERM, Redis, browsers or whole grids: left out of the quick loop (-m "not slow")
@@ -116,21 +116,7 @@ def test_a_stage_scripts_sigterm_drains_its_cases_and_a_second_leaves_at_once(tm
     dataset = write_dataset(tmp_path / "three.json", sample_cases()[:3])
 
     def stage(root) -> list[str]:
-        return [
-            sys.executable,
-            "LexAwN_gen.py",
-            "--run-id",
-            "r1",
-            "--model",
-            "m1",
-            "--dataset",
-            str(dataset),
-        ] + [
-            "--output-root",
-            str(root),
-            "--concurrency",
-            "2",
-        ]
+        return stage_command("LexAwN_gen.py", root, dataset, "--concurrency", "2", model="m1")
 
     with ScriptedProvider() as provider:
         env = process_environment(provider)
