@@ -236,7 +236,8 @@ class BothLedgers:
         ok, shared = self.shared.reserve(worst, amount)
         if not ok:
             self.root.settle(worst, 0.0)
-        return ok, larger(self.root.totals(), shared)
+            totals = Totals(totals.spent, totals.reserved - worst, totals.reclaimed)
+        return ok, larger(totals, shared)
 
     def settle(self, reserved: float, cost: float) -> None:
         self.root.settle(reserved, cost)

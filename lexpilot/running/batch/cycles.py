@@ -208,9 +208,10 @@ def _spending(run: BatchRun) -> str:
     budget = run.caller.budget
     if not budget:
         return ""
+    totals = budget.ledger.totals()  # one read of the spending every process shares, not one per figure
     return (
-        f"; --max-cost {budget.amount:g}: {budget.spent:.4f} spent, {budget.reserved:.4f} reserved for the "
-        f"batches submitted, {budget.amount - budget.spent - budget.reserved:.4f} left"
+        f"; --max-cost {budget.amount:g}: {totals.spent:.4f} spent, {totals.reserved:.4f} reserved for the "
+        f"batches submitted, {budget.amount - totals.spent - totals.reserved:.4f} left"
     )
 
 
