@@ -176,6 +176,8 @@ def seed_served(state: StageState, caller: ModelCaller) -> None:
 def unrecorded_served(state: StageState, known: set[str]) -> dict[str, Counter]:
     """Role -> calls per served id in the run's records and journal, for the roles not in `known`."""
     settings = state.settings
+    if set(settings.roles) <= known:  # the manifest knows every role: no file need be read
+        return {}
     journal = journal_path(settings.output_root, settings.run_id, settings.roles["eval"].model)
     found = served_counts(journal_usages(journal))
     for role, counts in state.served_saved.items():
