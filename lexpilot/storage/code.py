@@ -27,11 +27,6 @@ def _module_files(dotted: str, root: Path) -> list[Path]:
     return files + [base.with_suffix(".py"), base / "__init__.py"]
 
 
-def _imported(path: Path, root: Path) -> list[Path]:
-    stat = path.stat()
-    return _imports_of(path, root, stat.st_mtime_ns, stat.st_size)
-
-
 @functools.lru_cache(maxsize=512)  # keyed by the file's time and size: a changed file is parsed again
 def _imports_of(path: Path, root: Path, mtime_ns: int, size: int) -> list[Path]:
     found = []
@@ -87,14 +82,17 @@ def _signature(root: Path) -> tuple:
 
 @functools.lru_cache(maxsize=64)  # the grid's cells each ask for their stage's files: walked once per process
 def _code_files(scripts: tuple[str, ...], root: Path, signature: tuple) -> tuple[str, ...]:
+    # the signature lists every project file with its time and size: the walk asks the disk nothing (a test that
+    # changes each file in turn walks a thousand times)
+    known = {f: (mtime_ns, size) for f, mtime_ns, size in signature}
     seen: set[Path] = set()
     todo = [root / s for s in scripts]
     while todo:
         path = todo.pop()
-        if path in seen or not path.is_file() or relative(path, root).startswith(NOT_CODE_OF_A_STAGE):
+        if path in seen or path not in known or relative(path, root).startswith(NOT_CODE_OF_A_STAGE):
             continue
         seen.add(path)
-        todo += _imported(path, root)
+        todo += _imports_of(path, root, *known[path])
     return tuple(sorted(relative(p, root) for p in seen))
 
 

@@ -12,11 +12,13 @@ from tests.helpers.paths import ROOT
 from tests.helpers.stages import STAGES
 
 GUARDS = ["tests/storage/test_code_hash.py", "tests/protocols/test_stage_prompts.py"]
+QUIET = ["-p", "no:hypothesispytest", "-p", "no:cacheprovider"]
 
 
 def collected(*plugin: str) -> str:
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", *plugin, *GUARDS],
+        # no workers to start, no plugin the collection does not need (hypothesis' takes a second to import)
+        [sys.executable, "-m", "pytest", "-n0", *QUIET, "--collect-only", "-q", *plugin, *GUARDS],
         cwd=ROOT,
         capture_output=True,
         text=True,
