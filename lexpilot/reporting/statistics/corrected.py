@@ -86,3 +86,16 @@ def label_shortfall(expert_right) -> str | None:
         f"{len(expert_right)} expert labels ({right} right, {wrong} wrong); needs at least {MIN_LABELS}, "
         f"with at least {MIN_EACH} right and {MIN_EACH} wrong"
     )
+
+
+def claims_shortfall(expert_verdicts) -> str | None:
+    """Why an LJP setup's labelled claims are too few to correct its QWK with, or None: at least MIN_LABELS claims,
+    and at least MIN_EACH of each of two verdicts as the experts read them (a QWK is undefined on one verdict, and a
+    sample with few of the second barely sees the judge's errors between them)."""
+    counts = sorted((list(expert_verdicts).count(v) for v in set(expert_verdicts)), reverse=True)
+    if len(expert_verdicts) >= MIN_LABELS and len(counts) >= 2 and counts[1] >= MIN_EACH:
+        return None
+    return (
+        f"{len(expert_verdicts)} labelled claims; needs at least {MIN_LABELS}, with at least {MIN_EACH} of each "
+        "of two verdicts"
+    )

@@ -1,28 +1,38 @@
-"""`show_results.py --corrected LABELS`: each model's accuracies as the judge decided them and corrected by the experts'
-labels (statistics/corrected.py), per run and as the mean over runs, each with its 95% interval; and what is not
-corrected, and why, one line each (a label set too small or unbalanced, a metric not in this version).
+"""`show_results.py --corrected LABELS`: each model's headline metrics as the judge decided them and corrected by the
+experts' labels, per run and as the mean over runs, each with its 95% interval: the accuracies in closed form
+(statistics/corrected.py), LCA Macro-F1 and the LJP QWKs through the confusion matrix (corrected_confusion.py); and
+what is not corrected, and why, one line each (a label set too small or unbalanced).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from lexpilot.benchmark.vocabulary import VERDICTS
 from lexpilot.errors import HarnessError
 from lexpilot.reporting.scoring.groups import Group
+from lexpilot.reporting.scoring.metrics import confusion, lca_from_counts, ljp_from_counts
 from lexpilot.reporting.scoring.runs import MetricKey, Run
 from lexpilot.reporting.statistics.corrected import (
     Estimate,
+    claims_shortfall,
     corrected_accuracy,
     judge_accuracy,
     label_shortfall,
 )
+from lexpilot.reporting.statistics.corrected_confusion import Bootstrapped, Stratum, corrected_metric
 from lexpilot.reporting.tables.formats import HEADLINE, interval_cell, number_cell
 from lexpilot.reporting.tables.table import METRIC, Kind, Table, declares
 from lexpilot.reporting.validation.expert_labels import (
     DCG_ACCURACY,
+    LCA_METRICS,
     Labelled,
+    LabelledClaim,
+    Matched,
     labelled_decisions,
     read_expert_labels,
 )
@@ -34,10 +44,9 @@ RIGHT_WRONG = {
     MetricKey("LCA", "acc_u"): (0, 2),
     DCG_ACCURACY: (0, None),  # None: wrong is the case count less the successes
 }
-NOT_IN_THIS_VERSION = (
-    "corrected: not in this version (only the accuracies, means of decisions, are corrected so far; "
-    "docs/statistics.md)"
-)
+MACRO_F1 = MetricKey("LCA", "macro_f1")
+# LCA's strata: each history's (right, wrong) cells, drawn apart (statistics/corrected_confusion.py)
+LCA_STRATA = {LCA_METRICS["complete"]: (3, 1), LCA_METRICS["underspecified"]: (0, 2)}
 HEADERS = [
     "Metric",
     "Model",
@@ -66,7 +75,20 @@ def judged_matrix(runs: list[Run], metric: MetricKey) -> np.ndarray:
     return np.array([[o.get(c, np.nan) for c in cases] for o in outcomes])
 
 
-def _estimate_cells(raw: Estimate, corrected: Estimate | None, refused: str) -> list:
+def judged_counts(runs: list[Run], family: str) -> np.ndarray:
+    """Runs × cases × cells of the judge's counts of a task (0 where a run lacks a case)."""
+    cases = list(dict.fromkeys(c for r in runs for c in r.tasks[family].cases))
+    where = {c: i for i, c in enumerate(cases)}
+    counts = np.zeros((len(runs), len(cases), runs[0].tasks[family].counts.shape[1]))
+    for i, run in enumerate(runs):
+        data = run.tasks[family]
+        counts[i, [where[c] for c in data.cases]] = data.counts
+    return counts
+
+
+def _estimate_cells(
+    raw: Estimate | Bootstrapped, corrected: Estimate | Bootstrapped | None, refused: str
+) -> list:
     """Raw and corrected, each a number and its interval ("refused" where the labels do not allow it)."""
     cells = [number_cell(raw.value, METRIC), interval_cell(raw.interval)]
     if corrected is None:
@@ -74,28 +96,106 @@ def _estimate_cells(raw: Estimate, corrected: Estimate | None, refused: str) -> 
     return cells + [number_cell(corrected.value, METRIC), interval_cell(corrected.interval)]
 
 
-def _group_rows(
-    name: str, group: Group, metric: MetricKey, labels: list[Labelled]
-) -> tuple[list, str | None]:
-    """A group's rows on one metric: each run, then the mean over runs; and why it is not corrected, if so."""
-    runs = [r for r in group.runs if metric.family in r.tasks]
-    mine = [d for d in labels if d.metric == metric and d.model == group.model and d.run_id in group.run_ids]
+@dataclass(frozen=True)
+class Correction:
+    """How one metric of one model is estimated, raw and corrected, on some of its runs: `estimate(runs,
+    corrected)`; why its labels do not allow a correction (None: they do); what the labels are, for the table."""
+
+    estimate: Callable[[list[Run], bool], Estimate | Bootstrapped]
+    shortfall: str | None
+    count: str
+
+
+def _accuracy(metric: MetricKey, mine: list[Labelled]) -> Correction:
+    """A mean of decisions: the closed-form prediction-powered estimate (statistics/corrected.py)."""
     judge_right = np.array([d.judge_right for d in mine])
     expert_right = np.array([d.expert_right for d in mine])
-    shortfall = label_shortfall(expert_right)
-    count = f"{len(mine)}: {int(expert_right.sum())} right, {len(mine) - int(expert_right.sum())} wrong"
-    rows = []
-    matrix = judged_matrix(runs, metric)
-    # each run, then the mean over runs as Table 11 gives it (a single run is its own mean)
-    shown = [(r.run_id, matrix[i]) for i, r in enumerate(runs)] + [(f"mean of {len(runs)}", matrix)] * (
-        len(runs) > 1
+
+    def estimate(runs: list[Run], corrected: bool) -> Estimate:
+        judged = judged_matrix(runs, metric)
+        return corrected_accuracy(judged, judge_right, expert_right) if corrected else judge_accuracy(judged)
+
+    right = int(expert_right.sum())
+    return Correction(
+        estimate, label_shortfall(expert_right), f"{len(mine)}: {right} right, {len(mine) - right} wrong"
     )
-    for label, judged in shown:
-        corrected = None if shortfall else corrected_accuracy(judged, judge_right, expert_right)
+
+
+def _lca_strata(mine: list[Labelled]) -> tuple[list[Stratum], list[str]]:
+    """LCA's two strata, each with its labels' rectifiers (one-hot of the experts' (right, wrong) cell less the
+    judge's), and each history's label shortfall."""
+    strata, shortfalls = [], []
+    for metric, cells in LCA_STRATA.items():
+        labels = [d for d in mine if d.metric == metric]
+        one_hot = lambda right: np.array([[r, 1 - r] for r in right], float).reshape(-1, 2)  # noqa: E731
+        rectifiers = one_hot([d.expert_right for d in labels]) - one_hot([d.judge_right for d in labels])
+        strata.append(Stratum(cells, rectifiers))
+        why = label_shortfall([d.expert_right for d in labels])
+        shortfalls += [f"{metric.name}: {why}"] if why else []
+    return strata, shortfalls
+
+
+def _macro_f1(mine: list[Labelled]) -> Correction:
+    """LCA Macro-F1: the plug-in of both histories' corrected cells."""
+    strata, shortfalls = _lca_strata(mine)
+
+    def estimate(runs: list[Run], corrected: bool) -> Bootstrapped:
+        metric = lambda c: lca_from_counts(c)["macro_f1"]  # noqa: E731
+        return corrected_metric(judged_counts(runs, "LCA"), strata, metric, corrected=corrected)
+
+    count = ", ".join(f"{len(s.rectifiers)} {m.name}" for m, s in zip(LCA_STRATA, strata))
+    return Correction(estimate, "; ".join(shortfalls) or None, count)
+
+
+def _qwk(metric: MetricKey, claims: list[LabelledClaim]) -> Correction:
+    """An LJP setup's QWK: the plug-in of its nine gold × predicted cells, corrected."""
+    rectifiers = np.array(
+        [confusion([(c.gold, c.expert)]) - confusion([(c.gold, c.judge)]) for c in claims], float
+    ).reshape(-1, len(VERDICTS) ** 2)
+    stratum = Stratum(tuple(range(len(VERDICTS) ** 2)), rectifiers)
+
+    def estimate(runs: list[Run], corrected: bool) -> Bootstrapped:
+        qwk = lambda c: ljp_from_counts(c)["qwk"]  # noqa: E731
+        return corrected_metric(judged_counts(runs, metric.family), [stratum], qwk, corrected=corrected)
+
+    changed = sum(c.judge != c.expert for c in claims)
+    return Correction(
+        estimate, claims_shortfall([c.expert for c in claims]), f"{len(claims)}: {changed} changed"
+    )
+
+
+def correction(metric: MetricKey, model: str, run_ids: set[str], matched: Matched) -> Correction:
+    """How a model's metric is corrected, from the labels of its runs."""
+    if metric.family.startswith("LJP"):
+        claims = [
+            c for c in matched.claims if c.metric == metric and c.model == model and c.run_id in run_ids
+        ]
+        return _qwk(metric, claims)
+    mine = [d for d in matched.decisions if d.model == model and d.run_id in run_ids]
+    if metric == MACRO_F1:
+        return _macro_f1(mine)
+    return _accuracy(metric, [d for d in mine if d.metric == metric])
+
+
+def _group_rows(name: str, group: Group, metric: MetricKey, matched: Matched) -> tuple[list, str | None]:
+    """A group's rows on one metric: each run, then the mean over runs; and why it is not corrected, if so."""
+    runs = [r for r in group.runs if metric.family in r.tasks]
+    how = correction(metric, group.model, set(group.run_ids), matched)
+    # each run, then the mean over runs as Table 11 gives it (a single run is its own mean)
+    shown = [(r.run_id, [r]) for r in runs] + [(f"mean of {len(runs)}", runs)] * (len(runs) > 1)
+    rows = []
+    for label, some in shown:
+        corrected = None if how.shortfall else how.estimate(some, True)
         rows.append(
-            [name, group.label, label, *_estimate_cells(judge_accuracy(judged), corrected, "refused"), count]
+            [
+                name,
+                group.label,
+                label,
+                *_estimate_cells(how.estimate(some, False), corrected, "refused"),
+                how.count,
+            ]
         )
-    return rows, shortfall
+    return rows, how.shortfall
 
 
 @declares(Kind("corrected", "nearest: Table 11", 3), Kind("corrected_notes", "the harness's", 3))
@@ -104,29 +204,30 @@ def corrected_tables(groups: list[Group], labels_path: Path, root: Path) -> list
     one line saying why."""
     runs = [r for g in groups for r in g.runs]
     try:
-        labels, partial = labelled_decisions(read_expert_labels(labels_path), runs, root)
+        matched = labelled_decisions(read_expert_labels(labels_path), runs, root)
     except HarnessError as e:  # said with the file it is about
         raise HarnessError(f"--corrected {labels_path}: {e}") from None
-    if runs and not labels:
+    if runs and not matched.decisions and not matched.claims:
         raise HarnessError(
-            f"--corrected {labels_path}: none of its LCA or DCG labels is a decision of the runs shown; pass "
+            f"--corrected {labels_path}: none of its LCA, DCG or LJP labels is a decision of the runs shown; pass "
             "the annotation file exported from these runs (judge_agreement.py export)"
         )
     rows, notes = [], []
     for name, (family, metric_name) in HEADLINE:
         metric = MetricKey(family, metric_name)
         having = [g for g in groups if any(family in r.tasks for r in g.runs)]
-        if metric not in RIGHT_WRONG:
-            notes += [[name, "every model", NOT_IN_THIS_VERSION]] if having else []
-            continue
         for group in having:
-            made, shortfall = _group_rows(name, group, metric, labels)
+            made, shortfall = _group_rows(name, group, metric, matched)
             rows += made
             if shortfall:
                 notes.append([name, group.label, f"refused: {shortfall}"])
-        if metric == DCG_ACCURACY and partial:
+        if metric == DCG_ACCURACY and matched.partial:
             notes.append(
-                [name, "", f"{partial} case(s) left out: a DCG case counts when every round is labelled"]
+                [
+                    name,
+                    "",
+                    f"{matched.partial} case(s) left out: a DCG case counts when every round is labelled",
+                ]
             )
     return [
         Table("corrected", _title(), list(HEADERS), rows),
@@ -136,6 +237,7 @@ def corrected_tables(groups: list[Group], labels_path: Path, root: Path) -> list
 
 def _title() -> str:
     return (
-        "Judge-corrected accuracies (prediction-powered inference with the experts' labels): raw and corrected, "
-        "95% normal intervals over cases; the corrected one holds the expert sample's uncertainty"
+        "Judge-corrected metrics (prediction-powered inference with the experts' labels): raw and corrected, with "
+        "95% intervals over cases (the accuracies' normal, Macro-F1's and QWK's percentile bootstrap over cases and "
+        "labels); the corrected one holds the expert sample's uncertainty"
     )

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from lexpilot.benchmark.records import DCG, LCA
+from lexpilot.benchmark.records import DCG, LCA, LJP_SETUPS, RecordKind
 from lexpilot.benchmark.vocabulary import ASKS, YES
 from lexpilot.errors import HarnessError
 from lexpilot.reporting.scoring.runs import MetricKey, Run, read_task
@@ -23,7 +23,8 @@ from lexpilot.reporting.validation.agreement import scored_items
 # the metrics a label can correct, by the place of its decision in the source (the export's `_item_adder`)
 LCA_METRICS = {"complete": MetricKey("LCA", "acc_c"), "underspecified": MetricKey("LCA", "acc_u")}
 DCG_ACCURACY = MetricKey("DCG", "accuracy")
-SOURCE = re.compile(r" case (?P<case>.+) (?P<where>complete|underspecified|round (?P<round>\d+))$")
+SOURCE = re.compile(r" case (?P<case>.+) (?P<where>complete|underspecified|round \d+|claim \d+)$")
+CORRECTED_TASKS = ("LCA", "DCG", "LJP")
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,22 @@ class ExpertLabel:
     model: str
     run_id: str
     case: str
-    where: str  # "complete", "underspecified", "round 1"…
+    where: str  # "complete", "underspecified", "round 1", "claim 1"…
+    judge: str
+    expert: str
+    path: str = ""  # the record file, under the output root: an LJP label's setup
+
+
+@dataclass(frozen=True)
+class LabelledClaim:
+    """An LJP claim's verdict as the judge extracted it and as the experts read it, beside the court's: a cell of
+    the gold × predicted confusion its setup's QWK is made of."""
+
+    model: str
+    run_id: str
+    metric: MetricKey  # the setup's QWK
+    case: str
+    gold: str
     judge: str
     expert: str
 
@@ -53,22 +69,33 @@ class Labelled:
 
 
 def read_expert_labels(path: Path) -> list[ExpertLabel]:
-    """The file's LCA and DCG items (the tasks whose accuracies are corrected), checked as `judge_agreement.py
+    """The file's LCA, DCG and LJP items (the tasks whose metrics are corrected), checked as `judge_agreement.py
     score` checks them."""
     items, key = scored_items(path)
     labels = []
     for task, _, _, adjudicated, judge, case, item_id in items:
-        if task not in ("LCA", "DCG"):
+        if task not in CORRECTED_TASKS:
             continue
         found = SOURCE.search(key[item_id]["source"])
         if found is None:
             raise HarnessError(
-                f"{path}: item {item_id}: its source in the key ({key[item_id]['source']!r}) names no history "
-                "or round; use the key file that export wrote"
+                f"{path}: item {item_id}: its source in the key ({key[item_id]['source']!r}) names no history, "
+                "round or claim; use the key file that export wrote"
             )
         row = key[item_id]
+        record_file = row["source"][: found.start()]
         labels.append(
-            ExpertLabel(item_id, task, row["model"], row[KEY_RUN], case, found["where"], judge, adjudicated)
+            ExpertLabel(
+                item_id,
+                task,
+                row["model"],
+                row[KEY_RUN],
+                case,
+                found["where"],
+                judge,
+                adjudicated,
+                record_file,
+            )
         )
     return labels
 
@@ -82,12 +109,22 @@ def lca_right(label: str, history: str) -> int:
     return int((label == ASKS) == (history == "underspecified"))
 
 
+def _claim(record: dict, label: ExpertLabel) -> int | None:
+    """The index of an LJP label's claim in its record, None when the record has no such claim."""
+    number = int(label.where.split()[1])
+    return number - 1 if 1 <= number <= len(record["predicted"]) else None
+
+
 def _saved_label(records: dict, label: ExpertLabel) -> str:
     """The judge's label of the item as the run saved it."""
     record = records[label.case]
     if label.task == "LCA":
         return record["judgments"][label.where]["label"]
-    said = next((r["label"] for r in record["rounds"] if f"round {r['round']}" == label.where), None)
+    if label.task == "LJP":
+        claim = _claim(record, label)
+        said = None if claim is None else record["predicted"][claim]
+    else:
+        said = next((r["label"] for r in record["rounds"] if f"round {r['round']}" == label.where), None)
     if said is None:
         raise HarnessError(
             f"expert label {label.item_id}: run {label.run_id}, model {label.model}, case {label.case} has no "
@@ -96,32 +133,55 @@ def _saved_label(records: dict, label: ExpertLabel) -> str:
     return said
 
 
-def _records(run: Run, root: Path, label: ExpertLabel) -> dict:
-    """The run's records of the label's task, holding the item (the run's task is complete: it was scored)."""
-    records, problem = read_task(run, root, LCA if label.task == "LCA" else DCG)
+def _kind(run: Run, root: Path, label: ExpertLabel) -> RecordKind:
+    """The record kind a label's decision was saved in: an LJP label's setup by its record file."""
+    if label.task != "LJP":
+        return LCA if label.task == "LCA" else DCG
+    for setup in LJP_SETUPS:
+        if setup.verdicts.path(root, run.run_id, run.folder).relative_to(root).as_posix() == label.path:
+            return setup.verdicts
+    raise HarnessError(
+        f"expert label {label.item_id}: its source {label.path} is none of run {label.run_id}'s LJP verdicts; "
+        "use the key file that export wrote for this output root"
+    )
+
+
+def _records(run: Run, root: Path, label: ExpertLabel, kind: RecordKind) -> dict:
+    """The run's records of the label's kind, holding the item (the run's task is complete: it was scored)."""
+    records, problem = read_task(run, root, kind)
     if records is None or label.case not in records:
         raise HarnessError(
             f"expert label {label.item_id}: run {label.run_id}, model {label.model} has no complete "
-            f"{label.task} record of case {label.case} ({problem or 'not selected'}); label its saved runs"
+            f"{kind.name} record of case {label.case} ({problem or 'not selected'}); label its saved runs"
         )
     return records
 
 
-def labelled_decisions(labels: list[ExpertLabel], runs: list[Run], root: Path) -> tuple[list[Labelled], int]:
-    """The labels matched to the given runs' decisions, as right/wrong decisions per metric, and how many DCG cases
-    were left out for a round without a label. A label whose judge label is not the saved one is refused: the run was
-    judged again after the sample was drawn."""
+@dataclass
+class Matched:
+    """Labels matched to the runs' decisions: right/wrong decisions per accuracy, LJP claims per setup, and how many
+    DCG cases were left out for a round without a label."""
+
+    decisions: list[Labelled]
+    claims: list[LabelledClaim]
+    partial: int
+
+
+def labelled_decisions(labels: list[ExpertLabel], runs: list[Run], root: Path) -> Matched:
+    """The labels matched to the given runs' decisions. A label whose judge label is not the saved one is refused:
+    the run was judged again after the sample was drawn."""
     by_run = {(r.model, r.run_id): r for r in runs}
     cache: dict[tuple, dict] = {}
-    decisions: list[Labelled] = []
+    matched = Matched([], [], 0)
     rounds: dict[tuple, dict[str, ExpertLabel]] = {}
     for label in labels:
         run = by_run.get((label.model, label.run_id))
         if run is None:
             continue  # a run this report does not show
-        if (label.model, label.run_id, label.task) not in cache:  # each record file read once
-            cache[(label.model, label.run_id, label.task)] = _records(run, root, label)
-        records = cache[(label.model, label.run_id, label.task)]
+        kind = _kind(run, root, label)
+        if (label.model, label.run_id, kind.name) not in cache:  # each record file read once
+            cache[(label.model, label.run_id, kind.name)] = _records(run, root, label, kind)
+        records = cache[(label.model, label.run_id, kind.name)]
         if _saved_label(records, label) != label.judge:
             raise HarnessError(
                 f"expert label {label.item_id}: the key's judge label {label.judge} is not run {label.run_id}'s "
@@ -129,20 +189,26 @@ def labelled_decisions(labels: list[ExpertLabel], runs: list[Run], root: Path) -
             )
         if label.task == "LCA":
             right = (lca_right(label.judge, label.where), lca_right(label.expert, label.where))
-            decisions.append(
+            matched.decisions.append(
                 Labelled(label.model, label.run_id, LCA_METRICS[label.where], label.case, *right)
+            )
+        elif label.task == "LJP":
+            gold = records[label.case]["gold"][_claim(records[label.case], label)]
+            metric = MetricKey(kind.name, "qwk")
+            matched.claims.append(
+                LabelledClaim(label.model, label.run_id, metric, label.case, gold, label.judge, label.expert)
             )
         else:
             rounds.setdefault((label.model, label.run_id, label.case), {})[label.where] = label
-    decisions += [d for d in (_dcg_case(key, got, cache) for key, got in rounds.items()) if d]
-    partial = len(rounds) - sum(d.metric == DCG_ACCURACY for d in decisions)
-    return decisions, partial
+    matched.decisions += [d for d in (_dcg_case(key, got, cache) for key, got in rounds.items()) if d]
+    matched.partial = len(rounds) - sum(d.metric == DCG_ACCURACY for d in matched.decisions)
+    return matched
 
 
 def _dcg_case(key: tuple, labelled: dict[str, ExpertLabel], cache: dict) -> Labelled | None:
     """A DCG case's success by the judge and by the experts, when the experts labelled every round of it."""
     model, run_id, case = key
-    saved = {f"round {r['round']}" for r in cache[(model, run_id, "DCG")][case]["rounds"]}
+    saved = {f"round {r['round']}" for r in cache[(model, run_id, DCG.name)][case]["rounds"]}
     if set(labelled) != saved:
         return None
     judge = int(any(x.judge == YES for x in labelled.values()))

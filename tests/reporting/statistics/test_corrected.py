@@ -8,8 +8,6 @@ of the 10 evaluated models … The legal experts … conducted evaluation of the
 criteria and guidelines as the evaluator") and reports agreement and κ only; the correction uses the same labels.
 """
 
-import csv
-
 import numpy as np
 import pytest
 
@@ -23,6 +21,7 @@ from lexpilot.reporting.statistics.corrected import (
     label_shortfall,
 )
 from lexpilot.reporting.validation import agreement as agreement_kit
+from tests.helpers.annotations import read_csv, write_csv
 from tests.helpers.rankings import write_dcg_runs
 from tests.helpers.reports import rows_of
 
@@ -172,18 +171,6 @@ def expert_file(root, dataset, tmp_path, chosen):
     return out
 
 
-def read_csv(path):
-    with path.open(encoding="utf-8-sig", newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def write_csv(path, columns, rows):
-    with path.open("w", encoding="utf-8-sig", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
-
-
 def dataset_cases(dataset):
     import json
 
@@ -288,10 +275,14 @@ def test_lca_labels_are_acc_c_and_acc_u_decisions_by_their_history(finished_run,
         label = keys[row["item_id"]]["llm_label"]
         other = "策略二" if label == "策略一" else "策略一"
         row["annotator_1"] = row["annotator_2"] = other if row["item_id"] == flipped else label
-    write_csv(out, agreement_kit.ANNOTATION_COLUMNS, rows)
+    claim_rows = [r for r in read_csv(out) if r["task"] == "LJP"]
+    for row in claim_rows:  # the experts read each claim's verdict as the judge did
+        row["annotator_1"] = row["annotator_2"] = keys[row["item_id"]]["llm_label"]
+    write_csv(out, agreement_kit.ANNOTATION_COLUMNS, rows + claim_rows)
     runs = load_runs(finished_run, None, None)
-    decisions, partial = labelled_decisions(read_expert_labels(out), runs, finished_run)
-    assert partial == 0 and len(decisions) == 4
+    matched = labelled_decisions(read_expert_labels(out), runs, finished_run)
+    decisions = matched.decisions
+    assert matched.partial == 0 and len(decisions) == 4
     for name in ("acc_c", "acc_u"):
         mine = [d for d in decisions if d.metric == MetricKey("LCA", name)]
         assert len(mine) == 2  # one per case
@@ -299,16 +290,30 @@ def test_lca_labels_are_acc_c_and_acc_u_decisions_by_their_history(finished_run,
         assert np.mean([d.judge_right for d in mine]) == runs[0].metrics[MetricKey("LCA", name)]
     differ = [d for d in decisions if d.judge_right != d.expert_right]
     assert [(d.metric.name, d.case) for d in differ] == [("acc_c", keys[flipped]["case_number"])]
-    # the report: Acc_C and Acc_U refused on two labels each, Macro-F1 and the QWKs said not corrected in this version
+    # the LJP items are claims of their setup, with the court's verdict beside the judge's: 9 claims over the three
+    # setups of the two cases, as many as the run's claims
+    claims = matched.claims
+    assert len(claims) == 9
+    assert {c.metric.family for c in claims} == {"LJP_direct", "LJP_gold", "LJP_interaction"}
+    for setup in ("LJP_direct", "LJP_gold", "LJP_interaction"):
+        counts = runs[0].tasks[setup].counts.sum(axis=0).reshape(3, 3)  # gold × predicted, the run's own
+        from lexpilot.benchmark.vocabulary import VERDICTS
+
+        mine = [c for c in claims if c.metric.family == setup]
+        by_hand = np.zeros((3, 3))
+        for c in mine:
+            by_hand[VERDICTS.index(c.gold), VERDICTS.index(c.judge)] += 1
+        assert (by_hand == counts).all()
+    # the report: every metric refused on these few labels, each saying what it needs
     import show_results
 
     argv = ["--output-root", str(finished_run), "--corrected", str(out), "--format", "csv", "--table"]
     assert show_results.main([*argv, "corrected_notes"]) == 0
     notes = {(r[0], r[2].split(":")[0]) for r in rows_of(capsys.readouterr().out, "Not corrected")}
     assert notes == {
-        ("LCA Macro-F1", "corrected"),
+        ("LCA Macro-F1", "refused"),
         ("LCA Acc_C", "refused"),
         ("LCA Acc_U", "refused"),
         ("DCG Acc.", "refused"),
-        *((f"{name} QWK", "corrected") for name in ("LJP Direct", "LJP Interaction", "LJP Gold")),
+        *((f"{name} QWK", "refused") for name in ("LJP Direct", "LJP Interaction", "LJP Gold")),
     }
