@@ -21,7 +21,7 @@ from lexpilot.reporting.statistics.corrected import (
     label_shortfall,
 )
 from lexpilot.reporting.validation import agreement as agreement_kit
-from tests.helpers.annotations import read_csv, write_csv
+from tests.helpers.annotations import exported_items, read_csv, write_csv
 from tests.helpers.rankings import write_dcg_runs
 from tests.helpers.reports import rows_of
 
@@ -151,17 +151,10 @@ def dcg_runs(tmp_path_factory):
 def expert_file(root, dataset, tmp_path, chosen):
     """The annotation sheet judge_agreement.py exports for the runs, its rows kept for the chosen (model, run,
     case index, round) items only, filled with the experts' labels (the judge's, but where EXPERTS_* say)."""
-    import judge_agreement
-
     out = tmp_path / "labels.csv"
-    argv = ["export", "--output-root", str(root), "--dataset", str(dataset), "--out", str(out)]
-    assert judge_agreement.main([*argv, "--per-task", "10000"]) == 0
-    keys = {k["item_id"]: k for k in read_csv(key_file(out))}
-    numbers = [c["case_number"] for c in dataset_cases(dataset)]
     rows = []
-    for row in read_csv(out):
-        k = keys[row["item_id"]]
-        item = (k["model"], k["run_id"], numbers.index(k["case_number"]), int(k["source"].rsplit(" ", 1)[1]))
+    for row, k, index in list(exported_items(root, dataset, out)):
+        item = (k["model"], k["run_id"], index, int(k["source"].rsplit(" ", 1)[1]))
         if row["task"] == "DCG" and item in chosen:
             label = k["llm_label"]
             if item[:3] in EXPERTS_FAIL or (item[:3] in EXPERTS_PASS_ROUND_2 and item[3] == 2):
@@ -169,12 +162,6 @@ def expert_file(root, dataset, tmp_path, chosen):
             rows.append(row | {"annotator_1": label, "annotator_2": label})
     write_csv(out, agreement_kit.ANNOTATION_COLUMNS, rows)
     return out
-
-
-def dataset_cases(dataset):
-    import json
-
-    return json.loads(dataset.read_text(encoding="utf-8"))
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ import pytest
 from bench import corrected_confusion as sim
 from lexpilot.reporting.scoring.metrics import lca_from_counts, ljp_from_counts
 from lexpilot.reporting.statistics.corrected_confusion import Stratum, corrected_metric
+from tests.helpers.annotations import dataset_cases
 
 W = np.subtract.outer(np.arange(3), np.arange(3)) ** 2 / 4  # the QWK weights, (i − j)² / (K − 1)²
 
@@ -193,18 +194,11 @@ def expert_labels(root, dataset, out):
     """Every LCA and LJP item of the run, labelled by experts who read them otherwise than the judge in places:
     an LCA reply is right to them on every third case but the first of each history (whatever the judge said) and
     as the judge said elsewhere; a claim's verdict is the court's on even cases, the judge's on odd ones."""
-    import judge_agreement
-    from lexpilot.files import key_file
     from lexpilot.reporting.validation import agreement as agreement_kit
-    from tests.helpers.annotations import read_csv, write_csv
+    from tests.helpers.annotations import exported_items, write_csv
 
-    argv = ["export", "--output-root", str(root), "--dataset", str(dataset), "--out", str(out)]
-    assert judge_agreement.main([*argv, "--per-task", "10000"]) == 0
-    keys = {k["item_id"]: k for k in read_csv(key_file(out))}
-    numbers = [c["case_number"] for c in dataset_cases(dataset)]
     rows = []
-    for row in read_csv(out):
-        k, index = keys[row["item_id"]], numbers.index(keys[row["item_id"]]["case_number"])
+    for row, k, index in list(exported_items(root, dataset, out)):
         history = k["source"].rsplit(" ", 1)[1]
         if row["task"] == "LCA":
             label = expert_lca(k["llm_label"], history, index)
@@ -223,12 +217,6 @@ def expert_lca(judge: str, history: str, index: int) -> str:
     case from the third on, the judge's elsewhere."""
     fitting = "策略二" if history == "underspecified" else "策略一"
     return fitting if index % 3 == 2 else judge
-
-
-def dataset_cases(dataset):
-    import json
-
-    return json.loads(dataset.read_text(encoding="utf-8"))
 
 
 @pytest.mark.slow
