@@ -104,7 +104,8 @@ def _comparison_arguments(i: Inputs) -> tuple:
 
 def _ranking_arguments(i: Inputs) -> tuple:
     by_class = classes_present(i.groups) if i.args.by_class else None
-    return i.groups, i.shared, i.args.alpha, by_class, i.args.permutations
+    corrected = (i.args.corrected, i.root) if i.args.corrected is not None else None
+    return i.groups, i.shared, i.args.alpha, by_class, i.args.permutations, corrected
 
 
 REPORT: tuple[Entry, ...] = (

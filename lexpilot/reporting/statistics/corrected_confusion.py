@@ -70,9 +70,39 @@ def _value(
         return np.nanmean(per_run, axis=0) if np.ndim(per_run) else per_run
 
 
-def _draws(rng: np.random.Generator, items: int, resamples: int) -> np.ndarray:
+def draws(rng: np.random.Generator, items: int, resamples: int) -> np.ndarray:
     """Resamples × items: how many times each item is drawn in each resample of `items` draws with replacement."""
     return rng.multinomial(items, np.full(items, 1 / items), size=resamples)
+
+
+@dataclass(frozen=True)
+class Correctable:
+    """What a corrected metric is made of: the judge's counts (runs × cases × cells, 0 where a run lacks a case), the
+    strata with their rectifiers, and the metric of counts (… × cells → …, vectorised as scoring/metrics.py's)."""
+
+    judged: np.ndarray
+    strata: list[Stratum]
+    metric: Callable[[np.ndarray], np.ndarray]
+
+    def value(self, corrected: bool = True) -> float:
+        shifts = [s.rectifiers.mean(axis=0) if corrected else np.zeros(len(s.cells)) for s in self.strata]
+        return float(_value(self.judged.sum(axis=1), self.strata, self.metric, shifts))
+
+    def resampled(
+        self, case_draws: np.ndarray, rng: np.random.Generator, corrected: bool = True
+    ) -> np.ndarray:
+        """The value in each resample: cases as `case_draws` gives them (resamples × cases; a ranking gives every
+        model the same, so that pairs are paired on cases), each stratum's labels drawn afresh from `rng`, apart
+        from the cases: the expert sample's own uncertainty."""
+        summed = np.einsum("bc,rcx->rbx", case_draws, self.judged)  # one product per run
+        resamples = len(case_draws)
+        drawn = [
+            draws(rng, len(s.rectifiers), resamples) @ s.rectifiers / len(s.rectifiers)
+            if corrected
+            else np.zeros((resamples, len(s.cells)))
+            for s in self.strata
+        ]
+        return _value(summed, self.strata, self.metric, drawn)
 
 
 def corrected_metric(
@@ -84,24 +114,12 @@ def corrected_metric(
     resamples: int = RESAMPLES,
     seed: int = SEED,
 ) -> Bootstrapped:
-    """The metric corrected by the strata's rectifiers (or the judge's own, `corrected=False`), with its interval.
-    `judged`: runs × cases × cells of the judge's counts, 0 where a run lacks a case; `metric`: counts (… × cells) to
-    the metric (… ), vectorised as scoring/metrics.py's are."""
-    judged = np.asarray(judged, float)
-    shifts = [s.rectifiers.mean(axis=0) if corrected else np.zeros(len(s.cells)) for s in strata]
-    value = float(_value(judged.sum(axis=1), strata, metric, shifts))
+    """The metric corrected by the strata's rectifiers (or the judge's own, `corrected=False`), with its interval."""
+    made = Correctable(np.asarray(judged, float), strata, metric)
     rng = np.random.default_rng(seed)
-    summed = np.einsum("bc,rcx->rbx", _draws(rng, judged.shape[1], resamples), judged)  # one product per run
-    # each stratum's labels drawn afresh, apart from the cases: the expert sample's own uncertainty
-    drawn = [
-        _draws(rng, len(s.rectifiers), resamples) @ s.rectifiers / len(s.rectifiers)
-        if corrected
-        else np.zeros((resamples, len(s.cells)))
-        for s in strata
-    ]
-    values = _value(summed, strata, metric, drawn)
+    values = made.resampled(draws(rng, made.judged.shape[1], resamples), rng, corrected)
     values = values[np.isfinite(values)]
     if values.size < resamples / 2:
-        return Bootstrapped(value, None)
+        return Bootstrapped(made.value(corrected), None)
     low, high = np.percentile(values, [2.5, 97.5])
-    return Bootstrapped(value, (float(low), float(high)))
+    return Bootstrapped(made.value(corrected), (float(low), float(high)))

@@ -24,7 +24,12 @@ from lexpilot.reporting.statistics.corrected import (
     judge_accuracy,
     label_shortfall,
 )
-from lexpilot.reporting.statistics.corrected_confusion import Bootstrapped, Stratum, corrected_metric
+from lexpilot.reporting.statistics.corrected_confusion import (
+    Bootstrapped,
+    Correctable,
+    Stratum,
+    corrected_metric,
+)
 from lexpilot.reporting.tables.formats import HEADLINE, interval_cell, number_cell
 from lexpilot.reporting.tables.table import METRIC, Kind, Table, declares
 from lexpilot.reporting.validation.expert_labels import (
@@ -47,6 +52,8 @@ RIGHT_WRONG = {
 MACRO_F1 = MetricKey("LCA", "macro_f1")
 # LCA's strata: each history's (right, wrong) cells, drawn apart (statistics/corrected_confusion.py)
 LCA_STRATA = {LCA_METRICS["complete"]: (3, 1), LCA_METRICS["underspecified"]: (0, 2)}
+# each accuracy's (right, wrong) cells in the counts judged_counts gives
+ACCURACY_CELLS = {**LCA_STRATA, DCG_ACCURACY: (0, 1)}
 HEADERS = [
     "Metric",
     "Model",
@@ -75,15 +82,28 @@ def judged_matrix(runs: list[Run], metric: MetricKey) -> np.ndarray:
     return np.array([[o.get(c, np.nan) for c in cases] for o in outcomes])
 
 
-def judged_counts(runs: list[Run], family: str) -> np.ndarray:
-    """Runs × cases × cells of the judge's counts of a task (0 where a run lacks a case)."""
-    cases = list(dict.fromkeys(c for r in runs for c in r.tasks[family].cases))
+def judged_counts(runs: list[Run], family: str, cases: list[str] | None = None) -> np.ndarray:
+    """Runs × cases × cells of the judge's counts of a task (0 where a run lacks a case), cases in the given order
+    (default: as the runs have them). DCG's (successes, cases) become (right, wrong) cells."""
+    cases = cases or list(dict.fromkeys(c for r in runs for c in r.tasks[family].cases))
     where = {c: i for i, c in enumerate(cases)}
     counts = np.zeros((len(runs), len(cases), runs[0].tasks[family].counts.shape[1]))
     for i, run in enumerate(runs):
         data = run.tasks[family]
         counts[i, [where[c] for c in data.cases]] = data.counts
+    if family == DCG_ACCURACY.family:
+        counts[..., 1] -= counts[..., 0]
     return counts
+
+
+def one_hot_right(right) -> np.ndarray:
+    """Decisions (1 right, 0 wrong) as one-hot (right, wrong) cells."""
+    return np.array([[r, 1 - r] for r in right], float).reshape(-1, 2)
+
+
+def _share_of_right(counts: np.ndarray, right: int, wrong: int) -> np.ndarray:
+    """An accuracy from (right, wrong) cells: the right ones' share."""
+    return counts[..., right] / (counts[..., right] + counts[..., wrong])
 
 
 def _estimate_cells(
@@ -99,11 +119,23 @@ def _estimate_cells(
 @dataclass(frozen=True)
 class Correction:
     """How one metric of one model is estimated, raw and corrected, on some of its runs: `estimate(runs,
-    corrected)`; why its labels do not allow a correction (None: they do); what the labels are, for the table."""
+    corrected)`; what it is made of on the runs and cases given, for a ranking's resamples (`made(runs, cases)`);
+    why its labels do not allow a correction (None: they do); what the labels are, for the table."""
 
     estimate: Callable[[list[Run], bool], Estimate | Bootstrapped]
+    made: Callable[[list[Run], list[str] | None], Correctable]
     shortfall: str | None
     count: str
+
+    @staticmethod
+    def of(made: Callable[[list[Run], list[str] | None], Correctable], shortfall: str | None, count: str):
+        """A metric estimated by its bootstrap over cases and labels (Macro-F1, QWK)."""
+
+        def estimate(runs: list[Run], corrected: bool) -> Bootstrapped:
+            m = made(runs, None)
+            return corrected_metric(m.judged, m.strata, m.metric, corrected=corrected)
+
+        return Correction(estimate, made, shortfall, count)
 
 
 def _accuracy(metric: MetricKey, mine: list[Labelled]) -> Correction:
@@ -115,10 +147,16 @@ def _accuracy(metric: MetricKey, mine: list[Labelled]) -> Correction:
         judged = judged_matrix(runs, metric)
         return corrected_accuracy(judged, judge_right, expert_right) if corrected else judge_accuracy(judged)
 
+    cells = ACCURACY_CELLS[metric]
+    stratum = Stratum(cells, one_hot_right(expert_right) - one_hot_right(judge_right))
+
+    def made(runs: list[Run], cases: list[str] | None) -> Correctable:
+        share = lambda c: _share_of_right(c, *cells)  # noqa: E731
+        return Correctable(judged_counts(runs, metric.family, cases), [stratum], share)
+
     right = int(expert_right.sum())
-    return Correction(
-        estimate, label_shortfall(expert_right), f"{len(mine)}: {right} right, {len(mine) - right} wrong"
-    )
+    count = f"{len(mine)}: {right} right, {len(mine) - right} wrong"
+    return Correction(estimate, made, label_shortfall(expert_right), count)
 
 
 def _lca_strata(mine: list[Labelled]) -> tuple[list[Stratum], list[str]]:
@@ -127,8 +165,9 @@ def _lca_strata(mine: list[Labelled]) -> tuple[list[Stratum], list[str]]:
     strata, shortfalls = [], []
     for metric, cells in LCA_STRATA.items():
         labels = [d for d in mine if d.metric == metric]
-        one_hot = lambda right: np.array([[r, 1 - r] for r in right], float).reshape(-1, 2)  # noqa: E731
-        rectifiers = one_hot([d.expert_right for d in labels]) - one_hot([d.judge_right for d in labels])
+        rectifiers = one_hot_right([d.expert_right for d in labels]) - one_hot_right(
+            [d.judge_right for d in labels]
+        )
         strata.append(Stratum(cells, rectifiers))
         why = label_shortfall([d.expert_right for d in labels])
         shortfalls += [f"{metric.name}: {why}"] if why else []
@@ -139,12 +178,12 @@ def _macro_f1(mine: list[Labelled]) -> Correction:
     """LCA Macro-F1: the plug-in of both histories' corrected cells."""
     strata, shortfalls = _lca_strata(mine)
 
-    def estimate(runs: list[Run], corrected: bool) -> Bootstrapped:
-        metric = lambda c: lca_from_counts(c)["macro_f1"]  # noqa: E731
-        return corrected_metric(judged_counts(runs, "LCA"), strata, metric, corrected=corrected)
+    def made(runs: list[Run], cases: list[str] | None) -> Correctable:
+        f1 = lambda c: lca_from_counts(c)["macro_f1"]  # noqa: E731
+        return Correctable(judged_counts(runs, MACRO_F1.family, cases), strata, f1)
 
     count = ", ".join(f"{len(s.rectifiers)} {m.name}" for m, s in zip(LCA_STRATA, strata))
-    return Correction(estimate, "; ".join(shortfalls) or None, count)
+    return Correction.of(made, "; ".join(shortfalls) or None, count)
 
 
 def _qwk(metric: MetricKey, claims: list[LabelledClaim]) -> Correction:
@@ -154,14 +193,13 @@ def _qwk(metric: MetricKey, claims: list[LabelledClaim]) -> Correction:
     ).reshape(-1, len(VERDICTS) ** 2)
     stratum = Stratum(tuple(range(len(VERDICTS) ** 2)), rectifiers)
 
-    def estimate(runs: list[Run], corrected: bool) -> Bootstrapped:
+    def made(runs: list[Run], cases: list[str] | None) -> Correctable:
         qwk = lambda c: ljp_from_counts(c)["qwk"]  # noqa: E731
-        return corrected_metric(judged_counts(runs, metric.family), [stratum], qwk, corrected=corrected)
+        return Correctable(judged_counts(runs, metric.family, cases), [stratum], qwk)
 
     changed = sum(c.judge != c.expert for c in claims)
-    return Correction(
-        estimate, claims_shortfall([c.expert for c in claims]), f"{len(claims)}: {changed} changed"
-    )
+    count = f"{len(claims)}: {changed} changed"
+    return Correction.of(made, claims_shortfall([c.expert for c in claims]), count)
 
 
 def correction(metric: MetricKey, model: str, run_ids: set[str], matched: Matched) -> Correction:
@@ -198,10 +236,8 @@ def _group_rows(name: str, group: Group, metric: MetricKey, matched: Matched) ->
     return rows, how.shortfall
 
 
-@declares(Kind("corrected", "nearest: Table 11", 3), Kind("corrected_notes", "the harness's", 3))
-def corrected_tables(groups: list[Group], labels_path: Path, root: Path) -> list[Table]:
-    """Per corrected metric and model: raw and corrected with their intervals; per metric and model not corrected,
-    one line saying why."""
+def matched_labels(groups: list[Group], labels_path: Path, root: Path) -> Matched:
+    """The expert labels matched to the groups' runs, or one line saying why they cannot be."""
     runs = [r for g in groups for r in g.runs]
     try:
         matched = labelled_decisions(read_expert_labels(labels_path), runs, root)
@@ -212,6 +248,14 @@ def corrected_tables(groups: list[Group], labels_path: Path, root: Path) -> list
             f"--corrected {labels_path}: none of its LCA, DCG or LJP labels is a decision of the runs shown; pass "
             "the annotation file exported from these runs (judge_agreement.py export)"
         )
+    return matched
+
+
+@declares(Kind("corrected", "nearest: Table 11", 3), Kind("corrected_notes", "the harness's", 3))
+def corrected_tables(groups: list[Group], labels_path: Path, root: Path) -> list[Table]:
+    """Per corrected metric and model: raw and corrected with their intervals; per metric and model not corrected,
+    one line saying why."""
+    matched = matched_labels(groups, labels_path, root)
     rows, notes = [], []
     for name, (family, metric_name) in HEADLINE:
         metric = MetricKey(family, metric_name)

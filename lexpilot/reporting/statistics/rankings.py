@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from statistics import NormalDist
 
 import numpy as np
@@ -23,6 +24,8 @@ from lexpilot.reporting.scoring.groups import (
 )
 from lexpilot.reporting.scoring.runs import MetricKey
 from lexpilot.reporting.statistics.bootstrap import Bootstrap, paired_difference
+from lexpilot.reporting.statistics.corrected_rankings import corrected_ranking_tables
+from lexpilot.reporting.statistics.letters import Decisions, decisions, holm, p_cell
 from lexpilot.reporting.statistics.randomization import Randomization, check_permutations
 from lexpilot.reporting.tables.formats import HEADLINE, interval_cell, number_cell
 from lexpilot.reporting.tables.table import METRIC, Figure, Kind, Table, declares
@@ -52,59 +55,6 @@ def why_not_comparable(a: Group, b: Group) -> str | None:
 def ranked_groups(groups: list[Group]) -> list[Group]:
     """The groups a ranking compares: standard users, not re-judged copies (those are the judge's analysis)."""
     return [g for g in groups if g.condition == "standard" and not g.rejudged]
-
-
-def holm(p_values: list[float]) -> list[float]:
-    """Holm's step-down adjustment: the i-th smallest of m p-values times (m − i + 1), made monotone, at most 1."""
-    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
-    adjusted, running = [0.0] * len(p_values), 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
-        adjusted[i] = running
-    return adjusted
-
-
-def letter(i: int) -> str:
-    """a … z, then aa, ab, …: as many groups as there are."""
-    name = ""
-    i += 1
-    while i:
-        i, rest = divmod(i - 1, 26)
-        name = "abcdefghijklmnopqrstuvwxyz"[rest] + name
-    return name
-
-
-def letter_display(ranked: list[str], different: set[frozenset]) -> dict[str, str]:
-    """A compact letter display (Piepho 2004: insert-and-absorb, then the sweep): models sharing a letter are not
-    significantly different. `ranked`: best first; `different`: the pairs found different. Letters follow the
-    ranking."""
-    columns = [set(ranked)]
-    for pair in sorted(different, key=lambda p: sorted(ranked.index(m) for m in p)):
-        a, b = tuple(pair)
-        split = []
-        for column in columns:
-            split += [column - {a}, column - {b}] if {a, b} <= column else [column]
-        # absorb what another holds
-        columns = [c for c in split if c and not any(c < other for other in split)]
-        columns = [c for i, c in enumerate(columns) if c not in columns[:i]]
-    columns = swept(columns)
-    columns.sort(key=lambda c: sorted(ranked.index(m) for m in c))
-    joiner = "" if len(columns) <= 26 else "."  # past z, letters of two characters: dotted apart
-    return {m: joiner.join(letter(i) for i, c in enumerate(columns) if m in c) for m in ranked}
-
-
-def swept(columns: list[set]) -> list[set]:
-    """Piepho's sweep: a letter is dropped when every model it holds, and every pair of them, shares another
-    letter too, so that no letter is redundant (insert-and-absorb alone can leave twice the letters needed)."""
-    columns = list(columns)
-    for column in list(columns):
-        others = [c for c in columns if c is not column]
-        covered = all(
-            any({a, b} <= c for c in others) for a, b in itertools.combinations_with_replacement(column, 2)
-        )
-        if covered:
-            columns = others
-    return columns
 
 
 @dataclass
@@ -167,41 +117,37 @@ def headline_keys(by_class: list[str] | None = None):
             yield f"{name} ({cls})", MetricKey(task, metric, cls)
 
 
-def ranked_rows(
-    tests: list[PairTest],
-    members: list[Group],
-    groups: list[Group],
-    key: MetricKey,
-    name: str,
-    alpha: float,
-    set_label: str,
-) -> list[list[str]]:
-    """One set's ranking on one metric: rank, model, mean, SD, runs and its letters ("n/a" when some pair of the
-    set could not be tested)."""
-    label = lambda g: g.label  # noqa: E731
-    # (group, its stat) of the groups with a mean, the highest first
-    ranked = sorted(
+def set_decisions(tests: list[PairTest], members: list[Group], key: MetricKey, alpha: float) -> Decisions:
+    """A set's decisions on one metric: the pairs found different and the letters of its models with a mean."""
+    ranked = [g.label for g, _ in ranked_stats(members, key)]
+    return decisions(ranked, [(t.a.label, t.b.label, t.p_holm) for t in tests], alpha)
+
+
+def ranked_stats(members: list[Group], key: MetricKey) -> list[tuple[Group, dict]]:
+    """(group, its stat) of the groups with a mean, the highest first."""
+    return sorted(
         ((g, s) for g in members if (s := g.stat(key)) is not None and s["mean"] is not None),
         key=lambda ranked_stat: -ranked_stat[1]["mean"],
     )
-    tested = {frozenset((label(t.a), label(t.b))) for t in tests if t.p_holm is not None}
-    different = {
-        frozenset((label(t.a), label(t.b))) for t in tests if t.p_holm is not None and t.p_holm < alpha
-    }
-    labels = [label(g) for g, _ in ranked]
-    complete = all(frozenset(p) in tested for p in itertools.combinations(labels, 2))
-    letters = letter_display(labels, different) if complete else {}
+
+
+def ranked_rows(
+    decided: Decisions, members: list[Group], key: MetricKey, name: str, set_label: str
+) -> list[list[str]]:
+    """One set's ranking on one metric: rank, model, mean, SD, runs and its letters ("n/a" when some pair of the
+    set could not be tested)."""
+    ranked = ranked_stats(members, key)
     means = [round(s["mean"], 12) for _, s in ranked]  # equal but for float noise: the same value
     return [
         [
             name,
             *([set_label] if set_label else []),
             str(means.index(mean) + 1),
-            label(g),  # equal values share
+            g.label,  # equal values share
             number_cell(s["mean"], METRIC),  # a rank (1, 1, 3), as in competition ranking
             number_cell(s["sd"], METRIC),
             str(s["n"]),
-            letters.get(label(g), "n/a"),
+            decided.letters.get(g.label, "n/a"),
         ]
         for (g, s), mean in zip(ranked, means)
     ]
@@ -214,6 +160,7 @@ PAIR_HEADERS = ("Metric", "Model A", "Model B", "Difference", "95% interval", "p
     Kind("pairs", "nearest: Table 11", 3),
     Kind("ranking", "nearest: Table 11", 3),
     Kind("not_comparable", "the harness's", 3),
+    *corrected_ranking_tables.kinds,  # with --corrected
 )
 def ranking_tables(
     groups: list[Group],
@@ -221,15 +168,17 @@ def ranking_tables(
     alpha: float,
     by_class: list[str] | None = None,
     permutations: int | None = None,
+    corrected: tuple[Path, Path] | None = None,
 ) -> list[Table]:
     """Per headline metric and comparable set: the pairs (difference, interval, p, Holm p) and the ranking with its
     letters; the pairs of groups in different sets, with what differs. `permutations`: of the randomization test
-    (None: as many as the largest family of pairs needs at `alpha`)."""
+    (None: as many as the largest family of pairs needs at `alpha`). `corrected`: (the expert labels, the output
+    root): the same on the judge-corrected metrics, and what the correction changed (corrected_rankings.py)."""
     groups = ranked_groups(groups)
     sets = comparable_sets(groups)
     family = max((len(s) * (len(s) - 1) // 2 for s in sets), default=1)
     test = Randomization(check_permutations(permutations, family, alpha), boot.seed, stop_above=alpha)
-    pair_rows, rank_rows = [], []
+    pair_rows, rank_rows, decided = [], [], {}
     test.prepare(
         [
             (a, b, key)
@@ -242,9 +191,9 @@ def ranking_tables(
         for number, members in enumerate(sets, 1):
             tests = pair_tests(members, boot, test, key, name)
             pair_rows += [_pair_row(t, alpha) for t in tests]
-            rank_rows += ranked_rows(
-                tests, members, groups, key, name, alpha, str(number) if len(sets) > 1 else ""
-            )
+            decided[(name, number)] = set_decisions(tests, members, key, alpha)
+            set_label = str(number) if len(sets) > 1 else ""
+            rank_rows += ranked_rows(decided[(name, number)], members, key, name, set_label)
     tables = [
         Table("pairs", _pairs_title(boot, test, alpha), list(PAIR_HEADERS), pair_rows),
         Table(
@@ -256,6 +205,8 @@ def ranking_tables(
         ),
     ]
     apart = _not_comparable_table(sets)
+    if corrected:
+        tables += corrected_ranking_tables(sets, decided, *corrected, alpha, list(headline_keys()))
     return tables + ([apart] if apart else [])
 
 
@@ -301,11 +252,6 @@ def _not_comparable_table(sets: list[list[Group]]) -> Table | None:
         ["Pair"],
         [[n] for n in apart],
     )
-
-
-def p_cell(p: float | None) -> Figure:
-    """A p-value at three decimals ("<0.001" below), the number whole in the CSV and JSON."""
-    return Figure("n/a" if p is None else "<0.001" if p < 0.001 else f"{p:.{METRIC}f}", {"value": p})
 
 
 # ----------------------------------------------------------------------------- power

@@ -10,12 +10,8 @@ from lexpilot.reporting.scoring.runs import Run
 from lexpilot.reporting.statistics.bootstrap import Bootstrap
 from lexpilot.reporting.statistics.consistency import consistency
 from lexpilot.reporting.statistics.randomization import Randomization
-from lexpilot.reporting.statistics.rankings import (
-    detectable_difference,
-    holm,
-    letter_display,
-    variance_components,
-)
+from lexpilot.reporting.statistics.letters import holm, letter_display
+from lexpilot.reporting.statistics.rankings import detectable_difference, variance_components
 from lexpilot.storage.manifest import Manifest
 from tests.helpers.datasets import sample_cases, write_dataset
 from tests.helpers.rankings import KEY, group_of, plan_script, run_dcg, write_dcg_runs
@@ -874,7 +870,7 @@ def test_a_models_runs_made_with_other_code_are_ranked_apart_and_rejudged_copies
 
 
 def test_letters_go_on_past_z():
-    from lexpilot.reporting.statistics.rankings import letter
+    from lexpilot.reporting.statistics.letters import letter
 
     assert [letter(i) for i in (0, 25, 26, 27, 701, 702)] == ["a", "z", "aa", "ab", "zz", "aaa"]
     models = [f"m{i}" for i in range(30)]
