@@ -9,8 +9,8 @@ import pytest
 from lexpilot.reporting.scoring.runs import Run
 from lexpilot.reporting.statistics.bootstrap import Bootstrap
 from lexpilot.reporting.statistics.consistency import consistency
-from lexpilot.reporting.statistics.randomization import Randomization
 from lexpilot.reporting.statistics.letters import holm, letter_display
+from lexpilot.reporting.statistics.randomization import Randomization
 from lexpilot.reporting.statistics.rankings import detectable_difference, variance_components
 from lexpilot.storage.manifest import Manifest
 from tests.helpers.datasets import sample_cases, write_dataset
