@@ -7,6 +7,7 @@ import sys
 import threading
 from pathlib import Path
 
+from lexpilot.errors import HarnessError
 from lexpilot.scripted.provider import IDENTITY, IDENTITY_PATH, ScriptedProvider
 from lexpilot.scripted.replies import models_differ
 from lexpilot.scripted.served import ServedAs, switching
@@ -26,12 +27,7 @@ def command_line():
         help="requests a second it answers; beyond, HTTP 429 with "
         "Retry-After (as a provider's rate limit counts)",
     )
-    parser.add_argument(
-        "--models-differ",
-        action="store_true",
-        help="each evaluated model answers in its own way, "
-        "so that comparisons and rankings have something to show (the replies stay canned)",
-    )
+    _add_script_options(parser)
     parser.add_argument(
         "--log",
         type=Path,
@@ -62,6 +58,28 @@ def command_line():
         help="with --check: how long to wait (default 10)",
     )
     return parser
+
+
+def _add_script_options(parser) -> None:
+    """How the evaluated models answer: canned alike, canned each its own way, or with set abilities."""
+    chosen = parser.add_mutually_exclusive_group()
+    chosen.add_argument(
+        "--models-differ",
+        action="store_true",
+        help="each evaluated model answers in its own way, "
+        "so that comparisons and rankings have something to show (the replies stay canned)",
+    )
+    chosen.add_argument(
+        "--abilities",
+        type=Path,
+        metavar="FILE",
+        help="each evaluated model answers right as often as FILE says (TOML: per model and task, with run-to-run "
+        "noise), and the judge errs as often as it says, per label (lexpilot/scripted/abilities.py; a run is "
+        "what the base URL names: http://127.0.0.1:P/run1/v1); needs --dataset",
+    )
+    parser.add_argument(
+        "--dataset", type=Path, metavar="FILE", help="with --abilities: the dataset the runs use"
+    )
 
 
 def _add_flex_options(parser) -> None:
@@ -139,6 +157,23 @@ def check(base_url: str, wait: float) -> int:
         return 2
 
 
+def chosen_script(args, provider: ScriptedProvider):
+    """The script the options choose: the abilities file's (read and checked now), `--models-differ`, or none."""
+    if args.abilities is None:
+        if args.dataset is not None:
+            raise HarnessError("--dataset is read with --abilities only; give both, or neither")
+        return models_differ if args.models_differ else None
+    if args.dataset is None:
+        raise HarnessError("--abilities needs --dataset FILE: the dataset the runs use")
+    from lexpilot.benchmark.dataset import load_dataset
+    from lexpilot.scripted.abilities import read_abilities
+    from lexpilot.scripted.playing import playing
+
+    abilities = read_abilities(args.abilities)
+    cases, _ = load_dataset(args.dataset)
+    return playing(provider, abilities, cases, str(args.dataset))
+
+
 def main(argv=None) -> int:
     """`python -m lexpilot.scripted --port P`: the scripted provider as a server on 127.0.0.1, to try every stage
     without a provider (OPENAI_BASE_URL=http://127.0.0.1:P/v1, any OPENAI_API_KEY). Ctrl-C stops it."""
@@ -150,8 +185,12 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"scripted provider: {e}", file=sys.stderr)
         return 2
-    script = models_differ if args.models_differ else None
     provider = ScriptedProvider(latency=args.latency, jitter=args.jitter, rate_limit=args.rate_limit)
+    try:
+        script = chosen_script(args, provider)
+    except HarnessError as e:
+        print(f"scripted provider: {e}", file=sys.stderr)
+        return 2
     provider.script = switching(provider, served_as, script) if served_as else script
     provider.fingerprint = args.fingerprint
     if args.log:
