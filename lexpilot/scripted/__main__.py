@@ -80,6 +80,12 @@ def _add_script_options(parser) -> None:
     parser.add_argument(
         "--dataset", type=Path, metavar="FILE", help="with --abilities: the dataset the runs use"
     )
+    parser.add_argument(
+        "--expected",
+        action="store_true",
+        help="with --abilities: do not serve; print each model's metrics as the abilities make them expected on "
+        "the dataset, true and as the judge's confusion scores them",
+    )
 
 
 def _add_flex_options(parser) -> None:
@@ -157,6 +163,26 @@ def check(base_url: str, wait: float) -> int:
         return 2
 
 
+def print_expected(args) -> int:
+    """`--expected`: each model's true and judged expected metrics, one line per metric."""
+    from lexpilot.benchmark.dataset import load_dataset
+    from lexpilot.scripted.abilities import read_abilities
+    from lexpilot.scripted.expected import expected_metrics
+
+    if args.abilities is None or args.dataset is None:
+        raise HarnessError("--expected needs --abilities FILE and --dataset FILE")
+    abilities = read_abilities(args.abilities)
+    cases, _ = load_dataset(args.dataset)
+    true, judged = expected_metrics(abilities, cases), expected_metrics(abilities, cases, judged=True)
+    print(f"{'model':<16} {'metric':<26} {'true':>6} {'judged':>7}")
+    for model, metrics in true.items():
+        for (task, metric), value in metrics.items():
+            print(
+                f"{model:<16} {task + ' ' + metric:<26} {value:>6.3f} {judged[model][(task, metric)]:>7.3f}"
+            )
+    return 0
+
+
 def chosen_script(args, provider: ScriptedProvider):
     """The script the options choose: the abilities file's (read and checked now), `--models-differ`, or none."""
     if args.abilities is None:
@@ -180,6 +206,12 @@ def main(argv=None) -> int:
     args = command_line().parse_args(argv)
     if args.check:
         return check(args.check, args.wait)
+    if args.expected:
+        try:
+            return print_expected(args)
+        except HarnessError as e:
+            print(f"scripted provider: {e}", file=sys.stderr)
+            return 2
     try:
         served_as = [ServedAs.parse(text) for text in args.served_as]
     except ValueError as e:

@@ -1,12 +1,13 @@
 """The abilities file: each model's abilities and noise and the judge's recall per label are read as written (the
 LJP ones through one key or per setup, the judge's left out as 1), and every mistake is one line naming the file
-and the key; the provider's command line refuses --abilities without its dataset."""
+and the key; the provider's command line refuses --abilities without its dataset, and prints the expected metrics."""
 
 import pytest
 
 from lexpilot.errors import HarnessError
 from lexpilot.scripted.__main__ import main
 from lexpilot.scripted.abilities import parse_abilities, read_abilities
+from tests.helpers.paths import SAMPLE
 
 GOOD = """
 seed = 7
@@ -81,4 +82,15 @@ def test_the_provider_refuses_abilities_without_a_dataset_in_one_line(tmp_path, 
     assert lines == [
         "scripted provider: --abilities needs --dataset FILE: the dataset the runs use",
         "scripted provider: --dataset is read with --abilities only; give both, or neither",
+    ]
+
+
+def test_the_provider_prints_each_models_expected_metrics_true_and_judged(tmp_path, capsys):
+    (tmp_path / "a.toml").write_text(GOOD, encoding="utf-8")
+    assert main(["--abilities", str(tmp_path / "a.toml"), "--dataset", str(SAMPLE), "--expected"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    # model a: a round hits with 0.5, is passed with 0.85 when it hits and never when it misses
+    assert lines[0].split() == ["model", "metric", "true", "judged"]
+    assert ["a", "DCG", "accuracy", f"{1 - 0.5**2:.3f}", f"{1 - (1 - 0.5 * 0.85) ** 2:.3f}"] in [
+        x.split() for x in lines
     ]

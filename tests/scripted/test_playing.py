@@ -242,3 +242,50 @@ def test_a_resumed_and_a_batched_run_save_the_records_of_an_uninterrupted_one(
         first = contents(saved(grid.root, kind, "run2", "m-weak"))
         assert contents(saved(tmp_path / "resumed", kind, "run2", "m-weak")) == first
         assert contents(saved(tmp_path / "batched", kind, "run2", "m-weak")) == first
+
+
+def true_label(truth, source: str) -> str:
+    """The true label of an exported item, from the truth of its run and where the key's source says it is."""
+    place = source.rsplit(" ", 2)[1:]  # ["complete"], ["round", "2"], ["claim", "1"] and what precedes
+    if place[-1] in ("complete", "underspecified"):
+        return strategy(truth.lca[place[-1]], place[-1])
+    if place[0] == "round":
+        return "是" if truth.dcg[int(place[1]) - 1] else "否"
+    setup = "direct" if "LJP_direct" in source else "gold" if "LJP_gold" in source else "interaction"
+    return truth.verdicts[setup][int(place[1]) - 1]
+
+
+@pytest.mark.slow
+def test_expert_labels_from_the_scripted_truth_are_the_drawn_truth_and_let_the_judge_be_corrected(
+    grid, tmp_path, capsys
+):
+    import judge_agreement
+    import show_results
+    from bench import scripted_experts
+    from lexpilot.files import key_file, read_sheet
+
+    labels = tmp_path / "labels.csv"
+    export = ["export", "--output-root", str(grid.root), "--per-task", "200", "--out", str(labels)]
+    assert judge_agreement.main(export) == 0
+    assert scripted_experts.main([str(labels)]) == 0
+    key = {row["item_id"]: row for _, row in read_sheet(key_file(labels), ["item_id"])}
+    truths = {
+        (m, r): true_decisions(grid.abilities, grid.cases, m, r) for m in grid.abilities.models for r in RUNS
+    }
+    rows = [row for _, row in read_sheet(labels, ["item_id"])]
+    assert {row["task"] for row in rows} == {"LCA", "DCG", "LJP"} and len(rows) >= 590
+    for row in rows:
+        item = key[row["item_id"]]
+        truth = truths[(item["model"], item["run_id"])][item["case_number"]]
+        assert (
+            row["annotator_1"]
+            == row["annotator_2"]
+            == row["adjudicated"]
+            == true_label(truth, item["source"])
+        )
+    assert judge_agreement.main(["score", str(labels)]) == 0
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(grid.root), "--corrected", str(labels)]) == 0
+    corrected = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("DCG Acc.")]
+    assert {row[2] for row in corrected} == set(grid.abilities.models)
+    assert not any("refused" in row for row in corrected)
