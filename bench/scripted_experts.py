@@ -16,7 +16,6 @@ judge's label. The sample is the export's: --per-task there says how many decisi
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
@@ -26,7 +25,6 @@ from lexpilot.files import key_file, read_sheet, write_sheet
 from lexpilot.reporting.validation.agreement import ANNOTATION_COLUMNS, ANNOTATION_KEY_COLUMNS, SCORED_COLUMNS
 from lexpilot.scripted.playing import PREDICT, hits, stated
 
-CLAIM = re.compile(r" claim (\d+)$")  # an LJP item's place in its key's source (the export's)
 FILLED = ("annotator_1", "annotator_2", "adjudicated")  # the columns the experts fill
 
 
@@ -38,10 +36,9 @@ def true_label(item: dict, key: dict) -> str:
     if task == "DCG":
         return YES if hits(reply, item["key_details"]) else NO
     if task == "LJP":
-        claim = CLAIM.search(key["source"])
-        verdicts = stated(reply, len(item["all_claims"].split("\n")))
-        if claim and verdicts:
-            return verdicts[int(claim.group(1)) - 1]
+        verdicts = stated(reply, [item["claim"]])
+        if verdicts:
+            return verdicts[0]
     return key["llm_label"]  # no ability decides it: the judge is taken at its word
 
 

@@ -4,7 +4,7 @@ truth.py. The dataset tells the provider which case and history a prompt holds.
 
 Every reply carries its truth where the judge and an expert can read it, as a real reply does: an LCA reply predicts
 (【预测】) or asks (【追问】); a forced question that hits quotes a key detail of the case verbatim, one that misses
-asks something else; a prediction states one verdict per claim ("第1项诉请：支持"). Every LexAwN reply states the
+asks something else; a prediction states one verdict per claim ("第1项诉请「…」：支持"). Every LexAwN reply states the
 verdicts the model leans to, so that whichever reply ends an interaction, its verdicts are the model's for that
 setup. Each reply ends with a tag of its model, run, case and step, so that no two judge prompts are alike and the
 judge's errors fall independently. The scripted judge reads the truth from its own prompt and gives it with its
@@ -27,7 +27,11 @@ from lexpilot.scripted.replies import ASK, PREDICT
 from lexpilot.scripted.truth import case_key, dcg_hit, draw, judged, lca_right, stated_verdicts, strategy
 
 EVALUATED = ("lexawn", "force_ask", "force_judge")  # the evaluated model's requests the abilities decide
-VERDICT_LINE = re.compile(r"第(\d+)项诉请：(" + "|".join(sorted(VERDICTS, key=len, reverse=True)) + ")")
+# a stated verdict: its claim by number and text (the judge matches claims by their text, in whatever order its prompt
+# lists them: the order diagnostic shuffles them), then the verdict
+VERDICT_LINE = re.compile(
+    r"第\d+项诉请「(.*?)」：(" + "|".join(sorted(VERDICTS, key=len, reverse=True)) + ")"
+)
 MISSED = "请问您是通过什么渠道找到我们的？"  # a forced question that misses: no key detail in it
 
 
@@ -72,14 +76,22 @@ def tag(*parts) -> str:
     return "（#" + hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()[:8] + "）"
 
 
-def verdict_lines(verdicts: list[str]) -> str:
-    return "\n".join(f"第{i}项诉请：{v}" for i, v in enumerate(verdicts, 1))
+def claim_line(claim: str) -> str:
+    """A claim on one line, as the extraction judge's prompt lists it (prompts.render_claims)."""
+    return " ".join(claim.splitlines())
 
 
-def stated(reply: str, claims: int) -> list[str] | None:
-    """The verdict a reply states for each of `claims` claims, or None when it does not state one for each."""
-    found = {int(n): v for n, v in VERDICT_LINE.findall(reply)}
-    return [found[i] for i in range(1, claims + 1)] if all(i in found for i in range(1, claims + 1)) else None
+def verdict_lines(case: Case, verdicts: list[str]) -> str:
+    return "\n".join(
+        f"第{i}项诉请「{claim_line(c)}」：{v}" for i, (c, v) in enumerate(zip(case.claims, verdicts), 1)
+    )
+
+
+def stated(reply: str, claims: list[str]) -> list[str] | None:
+    """The verdict a reply states for each claim (matched by its text), or None when it does not state one for each."""
+    found = dict(VERDICT_LINE.findall(reply))
+    lines = [claim_line(c).strip() for c in claims]
+    return [found[c] for c in lines] if all(c in found for c in lines) else None
 
 
 def hits(question: str, key_details: str) -> bool:
@@ -93,7 +105,7 @@ def lexawn(abilities: Abilities, model: str, run: str, place: Place) -> str:
     """After a history: predict or ask as the model's LCA ability draws it (after a continued dialogue, predict),
     stating the verdicts it leans to either way."""
     setup = "gold" if place.history_type == "complete" else "interaction"
-    verdicts = verdict_lines(stated_verdicts(abilities, model, run, place.case, setup))
+    verdicts = verdict_lines(place.case, stated_verdicts(abilities, model, run, place.case, setup))
     step = f"lexawn/{place.history_type}/{place.added_turns}"
     if place.added_turns == 0:
         right = lca_right(abilities, model, run, place.key, place.history_type)
@@ -124,7 +136,7 @@ def force_judge(abilities: Abilities, model: str, run: str, place: Place) -> str
         if place.added_turns
         else {"complete": "gold", "underspecified": "direct"}[place.history_type]
     )
-    verdicts = verdict_lines(stated_verdicts(abilities, model, run, place.case, setup))
+    verdicts = verdict_lines(place.case, stated_verdicts(abilities, model, run, place.case, setup))
     return f"{PREDICT}法律分析……各项诉请预测如下：\n{verdicts}\n" + tag(model, run, place.key, setup)
 
 
@@ -136,8 +148,7 @@ def judge_reply(abilities: Abilities, judge: str, run: str, kind: str, prompt: s
     if kind == "dcg_judge":
         truth = YES if hits(between(prompt, "AI提问内容"), between(prompt, "争议焦点对应案件事实")) else NO
         return judged(abilities, judge, run, prompt, "DCG", truth)
-    claims = between(prompt, "正式诉请").split("\n")
-    verdicts = stated(between(prompt, "待提取回复"), len(claims))
+    verdicts = stated(between(prompt, "待提取回复"), between(prompt, "正式诉请").split("\n"))
     if verdicts is None:
         return None  # a reply the abilities did not write: the canned extraction
     labels = [judged(abilities, judge, run, prompt, "LJP", v, i) for i, v in enumerate(verdicts, 1)]

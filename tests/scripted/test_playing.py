@@ -73,8 +73,8 @@ def test_each_reply_carries_the_truth_the_abilities_drew():
         answer("force_ask", underspecified, {"model": "never"}), "\n".join(key_detail_lines(case))
     )
     direct = answer("force_judge", underspecified, {"model": "sure"})
-    assert stated(direct, len(case.claims)) == list(case.verdicts)
-    wrong = stated(answer("force_judge", underspecified, {"model": "never"}), len(case.claims))
+    assert stated(direct, list(case.claims)) == list(case.verdicts)
+    wrong = stated(answer("force_judge", underspecified, {"model": "never"}), list(case.claims))
     assert all(w != v for w, v in zip(wrong, case.verdicts))
 
 
@@ -88,9 +88,10 @@ def test_a_judge_of_recall_one_reads_the_truth_from_its_own_prompt():
     dcg = f"<AI提问内容>{question}</AI提问内容><争议焦点对应案件事实>{render_details_by_focal_point(case)}</争议焦点对应案件事实>"
     assert answer("dcg_judge", dcg, {"model": "judge"}) == "是"
     assert answer("lca_judge", "<待评估回复>【追问】请问？</待评估回复>", {"model": "judge"}) == "策略二"
-    reply = "【预测】\n第1项诉请：部分支持\n第2项诉请：驳回"
-    ljp = f"<待提取回复>{reply}</待提取回复><正式诉请>甲\n乙</正式诉请>"
-    assert answer("ljp_judge", ljp, {"model": "judge"}) == '{"results": ["部分支持", "驳回"]}'
+    # the claims matched by their text: listed in another order (the order diagnostic's), read in that order
+    reply = "【预测】\n第1项诉请「甲」：部分支持\n第2项诉请「乙」：驳回"
+    ljp = f"<待提取回复>{reply}</待提取回复><正式诉请>乙\n甲</正式诉请>"
+    assert answer("ljp_judge", ljp, {"model": "judge"}) == '{"results": ["驳回", "部分支持"]}'
     assert (
         answer("ljp_judge", "<待提取回复>无</待提取回复><正式诉请>甲</正式诉请>", {"model": "judge"}) is None
     )
@@ -197,7 +198,7 @@ def test_the_replies_are_the_decisions_the_abilities_drew(grid):
                     assert said.startswith("【预测】" if strategy(right, history) == "策略一" else "【追问】")
                 details = render_details_by_focal_point(by_number[number])
                 assert [hits(r["question"], details) for r in asked[number]["rounds"]] == list(case.dcg)
-                claims = len(by_number[number].claims)
+                claims = list(by_number[number].claims)
                 assert stated(direct[number]["response"], claims) == case.verdicts["direct"]
 
 
