@@ -7,6 +7,7 @@ import sys
 import threading
 from pathlib import Path
 
+from lexpilot.errors import HarnessError
 from lexpilot.scripted.provider import IDENTITY, IDENTITY_PATH, ScriptedProvider
 from lexpilot.scripted.replies import models_differ
 from lexpilot.scripted.served import ServedAs, switching
@@ -26,12 +27,7 @@ def command_line():
         help="requests a second it answers; beyond, HTTP 429 with "
         "Retry-After (as a provider's rate limit counts)",
     )
-    parser.add_argument(
-        "--models-differ",
-        action="store_true",
-        help="each evaluated model answers in its own way, "
-        "so that comparisons and rankings have something to show (the replies stay canned)",
-    )
+    _add_script_options(parser)
     parser.add_argument(
         "--log",
         type=Path,
@@ -62,6 +58,34 @@ def command_line():
         help="with --check: how long to wait (default 10)",
     )
     return parser
+
+
+def _add_script_options(parser) -> None:
+    """How the evaluated models answer: canned alike, canned each its own way, or with set abilities."""
+    chosen = parser.add_mutually_exclusive_group()
+    chosen.add_argument(
+        "--models-differ",
+        action="store_true",
+        help="each evaluated model answers in its own way, "
+        "so that comparisons and rankings have something to show (the replies stay canned)",
+    )
+    chosen.add_argument(
+        "--abilities",
+        type=Path,
+        metavar="FILE",
+        help="each evaluated model answers right as often as FILE says (TOML: per model and task, with run-to-run "
+        "noise), and the judge errs as often as it says, per label (lexpilot/scripted/abilities.py; a run is "
+        "what the base URL names: http://127.0.0.1:P/run1/v1); needs --dataset",
+    )
+    parser.add_argument(
+        "--dataset", type=Path, metavar="FILE", help="with --abilities: the dataset the runs use"
+    )
+    parser.add_argument(
+        "--expected",
+        action="store_true",
+        help="with --abilities: do not serve; print each model's metrics as the abilities make them expected on "
+        "the dataset, true and as the judge's confusion scores them",
+    )
 
 
 def _add_flex_options(parser) -> None:
@@ -139,19 +163,66 @@ def check(base_url: str, wait: float) -> int:
         return 2
 
 
+def print_expected(args) -> int:
+    """`--expected`: each model's true and judged expected metrics, one line per metric."""
+    from lexpilot.benchmark.dataset import load_dataset
+    from lexpilot.scripted.abilities import read_abilities
+    from lexpilot.scripted.expected import expected_metrics
+
+    if args.abilities is None or args.dataset is None:
+        raise HarnessError("--expected needs --abilities FILE and --dataset FILE")
+    abilities = read_abilities(args.abilities)
+    cases, _ = load_dataset(args.dataset)
+    true, judged = expected_metrics(abilities, cases), expected_metrics(abilities, cases, judged=True)
+    print(f"{'model':<16} {'metric':<26} {'true':>6} {'judged':>7}")
+    for model, metrics in true.items():
+        for (task, metric), value in metrics.items():
+            print(
+                f"{model:<16} {task + ' ' + metric:<26} {value:>6.3f} {judged[model][(task, metric)]:>7.3f}"
+            )
+    return 0
+
+
+def chosen_script(args, provider: ScriptedProvider):
+    """The script the options choose: the abilities file's (read and checked now), `--models-differ`, or none."""
+    if args.abilities is None:
+        if args.dataset is not None:
+            raise HarnessError("--dataset is read with --abilities only; give both, or neither")
+        return models_differ if args.models_differ else None
+    if args.dataset is None:
+        raise HarnessError("--abilities needs --dataset FILE: the dataset the runs use")
+    from lexpilot.benchmark.dataset import load_dataset
+    from lexpilot.scripted.abilities import read_abilities
+    from lexpilot.scripted.playing import playing
+
+    abilities = read_abilities(args.abilities)
+    cases, _ = load_dataset(args.dataset)
+    return playing(provider, abilities, cases, str(args.dataset))
+
+
 def main(argv=None) -> int:
     """`python -m lexpilot.scripted --port P`: the scripted provider as a server on 127.0.0.1, to try every stage
     without a provider (OPENAI_BASE_URL=http://127.0.0.1:P/v1, any OPENAI_API_KEY). Ctrl-C stops it."""
     args = command_line().parse_args(argv)
     if args.check:
         return check(args.check, args.wait)
+    if args.expected:
+        try:
+            return print_expected(args)
+        except HarnessError as e:
+            print(f"scripted provider: {e}", file=sys.stderr)
+            return 2
     try:
         served_as = [ServedAs.parse(text) for text in args.served_as]
     except ValueError as e:
         print(f"scripted provider: {e}", file=sys.stderr)
         return 2
-    script = models_differ if args.models_differ else None
     provider = ScriptedProvider(latency=args.latency, jitter=args.jitter, rate_limit=args.rate_limit)
+    try:
+        script = chosen_script(args, provider)
+    except HarnessError as e:
+        print(f"scripted provider: {e}", file=sys.stderr)
+        return 2
     provider.script = switching(provider, served_as, script) if served_as else script
     provider.fingerprint = args.fingerprint
     if args.log:

@@ -9,6 +9,8 @@ import time
 from collections import Counter
 from typing import Any, Callable
 
+from lexpilot.scripted.kinds import run_of_path
+
 
 def multipart_file(content_type: str, raw: bytes) -> tuple[str, bytes]:
     """The uploaded file of a multipart/form-data request: (file name, content)."""
@@ -65,17 +67,18 @@ class BatchEndpoints:
     submitted: Counter[str]
     lock: threading.Lock
     logged: Callable[..., None]
-    _answer: Callable[[dict], tuple[int, dict, Any]]
+    _answer: Callable[..., tuple[int, dict, Any]]
 
     def batch_api(self, method: str, path: str, headers, raw: bytes):
         """The endpoint's answer; with `batch_stall[(method, first path part)]` seconds, given only after that pause
         (the work done first: a client killed meanwhile never learns the file or batch it made)."""
-        answer = self._batch_answer(method, path, headers, raw)
+        run, path = run_of_path(path)
+        answer = self._batch_answer(method, path, headers, raw, run)
         stall = self.batch_stall.pop((method, (path.split("?")[0].rstrip("/").split("/")[2:3] or [""])[0]), 0)
         time.sleep(stall)
         return answer
 
-    def _batch_answer(self, method: str, path: str, headers, raw: bytes):
+    def _batch_answer(self, method: str, path: str, headers, raw: bytes, run: str = ""):
         json_type = {"Content-Type": "application/json"}
         reply = lambda status, data: (status, json_type, json.dumps(data, ensure_ascii=False).encode())  # noqa: E731
         if self.batch_refuse:
@@ -100,7 +103,7 @@ class BatchEndpoints:
                     return reply(404, {"error": {"message": "no such file"}})
                 return 200, {"Content-Type": "application/jsonl"}, self.files[parts[1]]
             if parts == ["batches"] and method == "POST":
-                return self._create(json.loads(raw), reply)
+                return self._create(json.loads(raw), reply, run)
             if parts == ["batches"] and method == "GET":
                 shown = [public(b) for b in self.batches.values()]
                 if self.batch_listed:
@@ -118,8 +121,9 @@ class BatchEndpoints:
                 return reply(200, public(batch))
         return reply(404, {"error": {"message": f"no route {method} {path}"}})
 
-    def _create(self, body: dict, reply):
-        """POST /batches, under the lock: the batch of an uploaded file, ready `batch_delay` seconds from now."""
+    def _create(self, body: dict, reply, run: str = ""):
+        """POST /batches, under the lock: the batch of an uploaded file, ready `batch_delay` seconds from now; its
+        lines answered as the run its base URL names (provider.run_of_path)."""
         batch_id = f"batch-{len(self.batches) + 1}"
         lines = [json.loads(x) for x in self.files[body["input_file_id"]].splitlines() if x.strip()]
         self.submitted.update(x["custom_id"] for x in lines)
@@ -132,6 +136,7 @@ class BatchEndpoints:
             "status": "in_progress",
             "created_at": int(time.time()),
             "_lines": lines,
+            "_run": run,
             "_ready": time.monotonic() + self.batch_delay,
             "request_counts": {"total": len(lines), "completed": 0, "failed": 0},
             "metadata": body.get("metadata") or {},
@@ -185,7 +190,7 @@ class BatchEndpoints:
             self.logged(line["body"], batched=True)
             self.lock.release()  # the chat handler takes the lock itself
             try:
-                status, _, payload = self._answer(line["body"])
+                status, _, payload = self._answer(line["body"], batch["_run"])
             finally:
                 self.lock.acquire()
             out.append(

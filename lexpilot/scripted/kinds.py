@@ -1,5 +1,5 @@
 """What a request to the scripted provider is: its kind, told from the prompt it fills (each declared prompt file's
-own line), and the helpers that read a filled prompt's slots."""
+own line), the run its base URL names, and the helpers that read a filled prompt's slots."""
 
 from __future__ import annotations
 
@@ -66,3 +66,10 @@ def between(prompt: str, tag: str) -> str:
 
 def stable(text: str) -> int:
     return int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:8], 16)
+
+
+def run_of_path(path: str) -> tuple[str, str]:
+    """(the run a request names, its path from /v1 on): a base URL http://127.0.0.1:P/run3/v1 names run "run3", so
+    that a script can play runs apart (nothing in an OpenAI request says which run sent it); /v1/… names none ("")."""
+    head, sep, tail = path.partition("/v1/")
+    return (head.strip("/"), "/v1/" + tail) if sep else ("", path)

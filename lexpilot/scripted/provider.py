@@ -18,7 +18,7 @@ from typing import Any, Callable, TextIO
 
 from lexpilot.benchmark.vocabulary import ROLES
 from lexpilot.scripted.batches import BatchEndpoints
-from lexpilot.scripted.kinds import request_kind, stable
+from lexpilot.scripted.kinds import request_kind, run_of_path, stable
 from lexpilot.scripted.replies import default_reply
 
 KEEP = object()  # usage as the provider counts it
@@ -76,6 +76,7 @@ class ScriptedProvider(BatchEndpoints):
         # a file (text, appended): a JSON line per chat request, its model, role and settings
         self.log: TextIO | None = None
         self.port = 0  # 0: any free port
+        self._request = threading.local()  # the run the request answered on this thread names (run_label)
 
     def _batch_api(self) -> None:
         """The batch API's state and faults."""
@@ -132,9 +133,10 @@ class ScriptedProvider(BatchEndpoints):
     def __exit__(self, *exc):
         self.stop()
 
-    def in_memory_clients(self) -> dict:
+    def in_memory_clients(self, run: str = "") -> dict:
         """OpenAI SDK clients per role that reach this provider in memory (the SDK's own HTTP transport
-        replaced by a mock one): the same requests and replies as over HTTP, without a socket."""
+        replaced by a mock one): the same requests and replies as over HTTP, without a socket; `run`: the run
+        their base URL names (run_of_path)."""
         import httpx2 as httpx  # what the openai 3.x SDK is built on (requirements.txt)
         import openai
 
@@ -152,7 +154,7 @@ class ScriptedProvider(BatchEndpoints):
             return httpx.Response(status, headers=headers, content=payload)
 
         client = openai.OpenAI(
-            base_url=self.base_url,
+            base_url=self.base_url.removesuffix("/v1") + (f"/{run}/v1" if run else "/v1"),
             api_key="in-memory",
             max_retries=0,
             http_client=httpx.Client(transport=httpx.MockTransport(handle)),
@@ -181,6 +183,10 @@ class ScriptedProvider(BatchEndpoints):
             return Counter(request_kind(r) for r in self.requests)
 
     # --- behaviour
+    def run_label(self) -> str:
+        """The run the request being answered on this thread names by its base URL ("": none)."""
+        return getattr(self._request, "run", "")
+
     def _rate_limited(self) -> bool:
         if self.rate_limit is None:
             return False
@@ -216,7 +222,7 @@ class ScriptedProvider(BatchEndpoints):
             self.active += 1
             self.most_active = max(self.most_active, self.active)
         try:
-            return self._answer(body)
+            return self._answer(body, run_of_path(path)[0])
         finally:
             with self.lock:
                 self.active -= 1
@@ -274,7 +280,8 @@ class ScriptedProvider(BatchEndpoints):
         )
         self.log.flush()
 
-    def _answer(self, body: dict):
+    def _answer(self, body: dict, run: str = ""):
+        self._request.run = run
         prompt = (
             body["messages"][0]["content"] if len(body["messages"]) == 1 else json.dumps(body["messages"])
         )
