@@ -1,0 +1,5 @@
+"""--verify DIR (being written)."""
+
+
+def verify_export(folder) -> int:
+    raise NotImplementedError
