@@ -322,12 +322,11 @@ def instance_metadata(instance: Instance, prov: Provenance) -> dict:
 
 def checked(model_class, data: dict, where: str) -> str:
     """The record validated by the package's model, as the JSON written; one line naming where and the field if not."""
-    from pydantic import ValidationError
-
     try:
         model = model_class.model_validate(data)
-    except ValidationError as e:
-        first = e.errors()[0]
+    except ValueError as e:  # pydantic's ValidationError, which the package's models raise
+        listed = getattr(e, "errors", None)
+        first = listed()[0] if callable(listed) else {"loc": (), "msg": str(e)}
         field = ".".join(str(p) for p in first["loc"]) or "(record)"
         raise UsageError(
             f"{where}: the EEE record fails its schema at {field}: {first['msg']}; nothing written"
