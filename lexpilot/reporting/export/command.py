@@ -6,6 +6,7 @@ read."""
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 
 from lexpilot.benchmark.records import A1, DCG, FORCE_ASK, LCA
@@ -16,6 +17,7 @@ from lexpilot.reporting.export.instances import STAGES, stage_instances
 from lexpilot.reporting.export.provenance import provenance
 from lexpilot.reporting.export.writing import Written, check_output, refuse_torn, write_if_changed
 from lexpilot.reporting.scoring.groups import group_runs
+from lexpilot.reporting.scoring.parallel import fork_map, workers
 from lexpilot.reporting.scoring.results import add_run_options, load_runs
 from lexpilot.reporting.scoring.runs import Run
 from lexpilot.reporting.statistics.bootstrap import Bootstrap
@@ -66,15 +68,33 @@ def export(args) -> int:
         raise UsageError(f"--output-root {root} does not exist (or is not a folder)")
     runs = chosen_runs(root, args)
     labels = {id(r): g.label for g in group_runs([r for r in runs if r.tasks]) for r in g.runs}
-    boot = Bootstrap(args.resamples, args.seed)
+    work = partial(
+        export_run,
+        root=root,
+        output=output,
+        formats=tuple(dict.fromkeys(args.format)),
+        boot=(args.resamples, args.seed),
+    )
     written = Written()
-    for run in runs:
-        exported = exported_run(run, root, labels.get(id(run), run.model))
-        for name in dict.fromkeys(args.format):
-            for path, data in FORMATS[name][1](exported, boot).items():
-                write_if_changed(output / path, data, written)
+    # each run on its own core: its records read, its files made, validated and written there
+    for done in fork_map(work, [(run, labels.get(id(run), run.model)) for run in runs], workers(len(runs))):
+        written.written += done.written
+        written.unchanged += done.unchanged
     print(f"export_results: {len(runs)} runs; {written.line(output)}")
     return 0
+
+
+def export_run(
+    item: tuple[Run, str], root: Path, output: Path, formats: tuple[str, ...], boot: tuple
+) -> Written:
+    """One run's files in every format asked for, each written when it changed."""
+    run, label = item
+    exported = exported_run(run, root, label)
+    written = Written()
+    for name in formats:
+        for path, data in FORMATS[name][1](exported, Bootstrap(*boot)).items():
+            write_if_changed(output / path, data, written)
+    return written
 
 
 def chosen_runs(root: Path, args) -> list[Run]:
