@@ -207,7 +207,7 @@ def aggregate(er: ExportedRun, boot: Bootstrap, samples: PurePosixPath, rows: in
             "source_organization_name": "LexPilot harness user",
             "evaluator_relationship": "third_party",
             "additional_details": {
-                "run_id": run.run_id,
+                "lexpilot_run": run.run_id,
                 "group": er.label,
                 "protocol": prov.summary()["protocol"],
                 "standard_run": "yes" if prov.standard else "no",

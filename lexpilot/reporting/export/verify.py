@@ -124,7 +124,7 @@ def read_result(path: Path, record: dict, folder: Path) -> ExportedResult:
     """One aggregate and its companion, read."""
     try:
         details = record["source_metadata"]["additional_details"]
-        model, run_id, group = record["model_info"]["id"], details["run_id"], details["group"]
+        model, run_id, group = record["model_info"]["id"], details["lexpilot_run"], details["group"]
         companion = record["detailed_evaluation_results"]
         samples = folder / companion["file_path"]
     except (KeyError, TypeError):

@@ -46,7 +46,7 @@ def test_a_value_changed_by_hand_fails_verify_naming_table_model_and_value(expor
     aggregate = next(
         p
         for p in exported.glob("data/lexpilot/*/*/*.json")
-        if json.loads(p.read_text(encoding="utf-8"))["source_metadata"]["additional_details"]["run_id"]
+        if json.loads(p.read_text(encoding="utf-8"))["source_metadata"]["additional_details"]["lexpilot_run"]
         == "r2"
         and json.loads(p.read_text(encoding="utf-8"))["model_info"]["id"] == "model-b"
     )
