@@ -1,0 +1,122 @@
+"""What an exported run says of how it was made, read from its typed manifest: the models of its three roles and
+what served them, the generation settings, the prompts' and the code's digests, and every way it departs from the
+paper's protocol (another judge or User Model, a temperature not the paper's, a re-judged copy, fewer cases than
+the benchmark's), so that no reader takes such a run for a standard one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lexpilot.benchmark.prompts import PROMPT_FILES
+from lexpilot.benchmark.vocabulary import ROLE, ROLE_TABLE
+from lexpilot.reporting.scoring.runs import Run
+
+PAPER_CASES = (
+    432  # the benchmark's judgments (Table 1): a run of fewer was limited (--limit) or another dataset's
+)
+HARNESS = "LexPilot"
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """One run's settings as the export states them (strings, as both formats' metadata hold them)."""
+
+    models: dict[str, str]  # role -> the model id asked for
+    served: dict[str, list[str]]  # role -> the ids that served it (its manifest's count, else its records')
+    temperatures: dict[str, str]
+    max_tokens: dict[str, str]
+    prompts: dict[str, str]  # prompt file -> its digest
+    code_hash: str
+    dataset_sha256: str
+    user_condition: str
+    cases: int
+    deviations: list[str]
+
+    @property
+    def standard(self) -> bool:
+        return not self.deviations
+
+    def summary(self) -> dict[str, str]:
+        """Every setting in one flat mapping of strings."""
+        flat = {
+            "code_hash": self.code_hash,
+            "dataset_sha256": self.dataset_sha256,
+            "user_condition": self.user_condition,
+            "cases": str(self.cases),
+            "protocol": "the paper's" if self.standard else "differs: " + "; ".join(self.deviations),
+        }
+        for role in self.models:
+            flat[f"{role}_model"] = self.models[role]
+            flat[f"{role}_served"] = ", ".join(self.served.get(role, [])) or "not recorded"
+            flat[f"{role}_temperature"] = self.temperatures[role]
+            flat[f"{role}_max_tokens"] = self.max_tokens[role]
+        flat |= {f"prompt {name}": digest for name, digest in sorted(self.prompts.items())}
+        return flat
+
+
+def temperature_text(value) -> str:
+    return "the provider's default" if value in (None, "default") else str(value)
+
+
+def paper_temperature(role: str) -> float | None:
+    """The paper's temperature for a role (Appendix E.1): its own, else the evaluated model's."""
+    own = ROLE[role].temperature
+    return own if own is not None else ROLE["eval"].temperature
+
+
+def deviations(run: Run, served: dict[str, list[str]]) -> list[str]:
+    """Each way the run departs from the paper's protocol, in words."""
+    manifest = run.manifest
+    found = []
+    for info in ROLE_TABLE[1:]:  # the evaluated model is the one the run is about
+        if info.default_model and manifest.model(info.name) != info.default_model:
+            found.append(f"{info.display} {manifest.model(info.name)} (the paper's: {info.default_model})")
+    for info in ROLE_TABLE:
+        given = manifest.generation[info.name].temperature
+        wanted = paper_temperature(info.name)
+        if given != wanted:
+            found.append(f"{info.display} temperature {temperature_text(given)} (the paper's: {wanted})")
+    for role in ROLE:
+        asked = manifest.model(role)
+        if served.get(role) and served[role] != [asked]:
+            found.append(f"{ROLE[role].display} served by {', '.join(served[role])} (asked for {asked})")
+    if manifest.rejudged:
+        found.append(f"re-judged copy of run {manifest.rejudged_from}")
+    if len(run.selected) != PAPER_CASES:
+        found.append(
+            f"{len(run.selected)} cases (the paper's: {PAPER_CASES}; a --limit run or another dataset)"
+        )
+    if manifest.user_condition != "standard":
+        found.append(f"{manifest.user_condition} user (Appendix E.5)")
+    return found
+
+
+def provenance(run: Run) -> Provenance:
+    manifest = run.manifest
+    served = {role: list(run.served_ids(role)) for role in ROLE}
+    return Provenance(
+        {role: str(manifest.model(role)) for role in ROLE},
+        served,
+        {role: temperature_text(manifest.generation[role].temperature) for role in ROLE},
+        {role: str(manifest.generation[role].max_tokens) for role in ROLE},
+        dict(manifest.prompt_files),
+        str(manifest.code_hash),
+        str(manifest.dataset_sha256),
+        manifest.user_condition,
+        len(run.selected),
+        deviations(run, served),
+    )
+
+
+def prompt_digest(prov: Provenance, prompt: str) -> str:
+    """A prompt (by its name in benchmark/prompts.py) as `file (digest)`."""
+    file = PROMPT_FILES[prompt]
+    return f"prompts/{file} (sha256 {prov.prompts.get(file, 'not recorded')})"
+
+
+def numeric_or_none(text: str) -> float | None:
+    """A setting's text as a number (None: "the provider's default", or not recorded)."""
+    try:
+        return float(text)
+    except ValueError:
+        return None

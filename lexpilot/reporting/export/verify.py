@@ -1,0 +1,196 @@
+"""--verify DIR: the paper's main tables recomputed from an export alone, no LexPilot record read. Each run's
+Every Eval Ever instance records give its per-case counts (LCA: each history's reference and the judge's label; DCG:
+the case's success; LJP: each claim's court verdict and the extracted one), the harness's metric functions turn
+them into Table 2 (LCA Macro-F1 and DCG accuracy by class) and Table 3 (the main table's LJP setups, beside LCA and
+DCG), printed as show_results.py prints them; the values the export's aggregate records state are drawn into the
+same tables, per group and per run, and any cell that differs at the printed digits is one line naming the table,
+the model, the run and both values. The export's own JSON is read as JSON, so that the check needs neither the
+harness's records nor the every-eval-ever package."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lexpilot.benchmark.categories import cause_class
+from lexpilot.errors import UsageError
+from lexpilot.reporting.scoring.groups import Group
+from lexpilot.reporting.scoring.metrics import confusion, lca_counts
+from lexpilot.reporting.scoring.runs import MetricKey, Run, TaskData
+from lexpilot.reporting.scoring.scoring import metrics_of
+from lexpilot.reporting.tables.paper import results_tables
+from lexpilot.reporting.tables.renderings import TEXT_WIDTH, render_text
+from lexpilot.storage.manifest import Manifest
+
+COLLECTION = "lexpilot"  # eee.py's
+VERIFIED_TABLES = (
+    "main",
+    "lca_by_class",
+    "dcg_by_class",
+)  # Table 11 (Tables 2-3 overall) and Table 2, in report order
+PAPER_NAME = {"main": "Table 3 (main)", "lca_by_class": "Table 2 (LCA)", "dcg_by_class": "Table 2 (DCG)"}
+
+
+@dataclass
+class ExportedResult:
+    """One model and run of an export: what its aggregate states, what its instances give, and any problem."""
+
+    model: str
+    run_id: str
+    group: str
+    stated: dict[MetricKey, float]
+    recomputed: Run
+    problems: list[str]
+
+
+def aggregates(folder: Path) -> list[tuple[Path, dict]]:
+    """The export's LexPilot aggregate records, or one line saying the folder holds none."""
+    if not folder.is_dir():
+        raise UsageError(
+            f"--verify {folder} is not a folder: name the folder export_results.py --output wrote"
+        )
+    found = []
+    for path in sorted(folder.glob(f"data/{COLLECTION}/*/*/*.json")):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            raise UsageError(f"{path}: not JSON; it is no aggregate record of an export") from None
+        if isinstance(record, dict) and str(record.get("evaluation_id", "")).startswith(f"{COLLECTION}/"):
+            found.append((path, record))
+    if not found:
+        raise UsageError(
+            f"--verify {folder}: no LexPilot export there (data/{COLLECTION}/<developer>/<model>/<uuid>.json); "
+            f"write one with export_results.py --format eee --output {folder}"
+        )
+    return found
+
+
+def stated_metrics(record: dict, where: Path) -> dict[MetricKey, float]:
+    stated = {}
+    try:
+        for result in record["evaluation_results"]:
+            task, metric, part = result["evaluation_result_id"].split(".", 2)
+            stated[MetricKey(task, metric, part)] = float(result["score_details"]["score"])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise UsageError(
+            f"{where}: an evaluation result without its id or score; not an export's record"
+        ) from None
+    return stated
+
+
+def instance_counts(row: dict) -> tuple[str, np.ndarray]:
+    """A case's task and its counts, from the fields any EEE reader has: the references and the extracted labels."""
+    task = row["evaluation_name"].split(".", 1)[1]
+    references = row["input"]["reference"]
+    labels = [a["extracted_value"] for a in row["answer_attribution"]]
+    if task == "LCA":
+        return task, lca_counts(zip(references, labels))
+    if task == "DCG":
+        return task, np.array([float(row["evaluation"]["score"]), 1.0])
+    return task, confusion(zip(references, labels))
+
+
+def recomputed_run(model: str, run_id: str, samples: Path) -> Run:
+    """The run's metrics from its instance records alone, overall and per class, as scoring.py makes them."""
+    per_task: dict[str, tuple[list, list, list]] = {}
+    for n, line in enumerate(samples.read_text(encoding="utf-8").splitlines(), 1):
+        try:
+            row = json.loads(line)
+            task, counts = instance_counts(row)
+            cls = cause_class(row["metadata"]["cause_of_action"])
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+            raise UsageError(f"{samples}:{n}: not an export's instance record ({e})") from None
+        cases, classes, rows = per_task.setdefault(task, ([], [], []))
+        cases.append(row["sample_id"])
+        classes.append(cls)
+        rows.append(counts)
+    run = Run(run_id, model, Manifest.of({}), "")
+    for task, (cases, classes, rows) in per_task.items():
+        data = run.tasks[task] = TaskData(cases, classes, np.array(rows))
+        for metric, value in metrics_of(task, data).items():
+            run.metrics[MetricKey(task, metric)] = value
+        for cls in sorted(set(classes)):
+            for metric, value in metrics_of(task, data, np.array(classes) == cls).items():
+                run.metrics[MetricKey(task, metric, cls)] = value
+    return run
+
+
+def read_result(path: Path, record: dict, folder: Path) -> ExportedResult:
+    """One aggregate and its companion, read."""
+    try:
+        details = record["source_metadata"]["additional_details"]
+        model, run_id, group = record["model_info"]["id"], details["lexpilot_run"], details["group"]
+        companion = record["detailed_evaluation_results"]
+        samples = folder / companion["file_path"]
+    except (KeyError, TypeError):
+        raise UsageError(
+            f"{path}: not an aggregate record of export_results.py (no run id, group or samples)"
+        ) from None
+    if not samples.is_file():
+        raise UsageError(f"{path}: its instance records {samples} are missing; export the run again")
+    problems = []
+    if companion.get("checksum") != hashlib.sha256(samples.read_bytes()).hexdigest():
+        problems.append(
+            f"model {model}, run {run_id}: {samples.name} does not match the checksum its aggregate states"
+        )
+    return ExportedResult(
+        model, run_id, group, stated_metrics(record, path), recomputed_run(model, run_id, samples), problems
+    )
+
+
+def groups_of(results: list[ExportedResult], stated: bool, per_run: bool = False) -> list[Group]:
+    """The runs grouped as the export names their groups (show_results.py's labels), in its order: by model and run id.
+    With `stated`, each run carries the values its aggregate states; with `per_run`, every run is a group."""
+    groups: dict[str, Group] = {}
+    for result in sorted(results, key=lambda r: (r.model, r.run_id)):
+        run = result.recomputed
+        if stated:
+            metrics = {key: result.stated.get(key) for key in run.metrics} | result.stated
+            run = Run(result.run_id, result.model, run.manifest, "", metrics=dict(metrics))
+        label = f"{result.group}, run {result.run_id}" if per_run else result.group
+        groups.setdefault(label, Group(result.model, (), [], label=label)).runs.append(run)
+    return list(groups.values())
+
+
+def verified_tables(groups: list[Group]) -> list:
+    tables = {t.id: t for t in results_tables(groups, None)}
+    return [tables[i].at(None) for i in VERIFIED_TABLES]
+
+
+def differences(results: list[ExportedResult]) -> list[str]:
+    """Every cell that differs at the printed digits, per group and per run."""
+    found = []
+    for per_run in (False, True):
+        shown = verified_tables(groups_of(results, stated=True, per_run=per_run))
+        recomputed = verified_tables(groups_of(results, stated=False, per_run=per_run))
+        for said, made in zip(shown, recomputed):
+            for said_row, made_row in zip(said.rows, made.rows):
+                for header, a, b in zip(said.headers[1:], said_row[1:], made_row[1:]):
+                    if str(a) != str(b):
+                        found.append(
+                            f"{PAPER_NAME[said.id]}, model {said_row[0]}, {header}: the export states {a}, "
+                            f"its instance records give {b}"
+                        )
+    return list(dict.fromkeys(found))
+
+
+def verify_export(folder: Path) -> int:
+    """Print the tables recomputed from the export; 1 when any value differs from what it states, else 0."""
+    folder = folder.resolve()
+    results = [read_result(path, record, folder) for path, record in aggregates(folder)]
+    print(render_text(verified_tables(groups_of(results, stated=False)), TEXT_WIDTH))
+    problems = [p for r in results for p in r.problems] + differences(results)
+    for problem in problems:
+        print(f"export_results --verify: {problem}", file=sys.stderr)
+    if problems:
+        print(
+            f"export_results --verify: {len(problems)} differences; the export does not hold", file=sys.stderr
+        )
+        return 1
+    print(f"export_results --verify: {len(results)} runs recomputed from {folder}; every printed value holds")
+    return 0

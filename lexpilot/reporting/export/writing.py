@@ -1,0 +1,90 @@
+"""Where an export's files go and how they are written: the output folder checked before anything is read, each file
+replaced whole (`files.write_atomic`: a kill leaves the previous file or the new one, never a part) and only when its
+bytes changed, so that a rerun over unchanged runs rewrites nothing; and the bad inputs refused before any file is
+written (a record file whose last line was torn, a run with nothing to export)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lexpilot.errors import UsageError
+from lexpilot.files import write_atomic
+
+
+@dataclass
+class Written:
+    """What an export did to its files."""
+
+    written: list[Path] = field(default_factory=list)
+    unchanged: list[Path] = field(default_factory=list)
+
+    def line(self, folder: Path) -> str:
+        return f"{len(self.written)} written, {len(self.unchanged)} unchanged under {folder}"
+
+
+def check_output(folder: Path) -> None:
+    """The output folder exists or can be made, is a folder, and takes a file; else one line."""
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"--output {folder} is a file, not a folder: name a folder (it is made if missing)")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".export-check-"):
+            pass
+    except OSError as e:
+        raise UsageError(
+            f"--output {folder} is not writable ({(e.strerror or str(e)).lower()}): name another folder"
+        ) from None
+
+
+def write_if_changed(path: Path, data: bytes, written: Written) -> None:
+    """The file replaced whole when its bytes differ from what is there."""
+    try:
+        same = path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data
+    except OSError:
+        same = False
+    if same:
+        written.unchanged.append(path)
+        return
+    write_atomic(path, data)
+    written.written.append(path)
+
+
+def torn_tail(path: Path) -> bool:
+    """Whether a record file's last line was torn by an interrupted write: bytes after the last newline, or a last
+    line that is not JSON. Read from the end, so that a pass over a grid's files costs little."""
+    import json
+
+    size = path.stat().st_size
+    if size == 0:
+        return False
+    with path.open("rb") as f:
+        chunk, start = b"", size
+        while start > 0 and chunk.count(b"\n") < 2:
+            start = max(0, start - 65536)
+            f.seek(start)
+            chunk = f.read(size - start)
+    if not chunk.endswith(b"\n"):
+        return True
+    last = chunk[:-1].rsplit(b"\n", 1)[-1]
+    try:
+        json.loads(last.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return True
+    return False
+
+
+def refuse_torn(paths: list[Path]) -> None:
+    """One line for the first record file whose last line was torn."""
+    for path in paths:
+        if path.is_file() and torn_tail(path):
+            raise UsageError(
+                f"{path}: the last line was torn by an interrupted write; rerun that stage with the same --run-id "
+                "to finish it (the torn case is redone), then export"
+            )
+
+
+def relative(path: Path, folder: Path) -> str:
+    return os.path.relpath(path, folder)

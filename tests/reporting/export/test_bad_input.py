@@ -1,0 +1,93 @@
+"""Bad input to export_results.py is one line on stderr and a non-zero exit, with nothing half-written: a record file
+with a torn last line, a run with no records, an output folder that is a file or cannot be made, an unknown format,
+a --verify folder that holds no export, a format whose package is missing."""
+
+import json
+import sys
+
+import pytest
+
+import export_results
+
+
+def one_line(capsys, argv: list[str]) -> str:
+    capsys.readouterr()
+    assert export_results.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+def test_an_unknown_format_is_one_line(tmp_path, capsys):
+    """--format csv is refused by the command line, naming the formats there are."""
+    with pytest.raises(SystemExit) as stop:
+        export_results.main(["--format", "csv", "--output", str(tmp_path)])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "invalid choice: 'csv'" in err[0] and "eee" in err[0]
+
+
+def test_a_verify_folder_without_an_export_is_one_line(tmp_path, capsys):
+    """A folder holding other files, and a file, are no export."""
+    (tmp_path / "notes.json").write_text("{}", encoding="utf-8")
+    assert "no LexPilot export there" in one_line(capsys, ["--verify", str(tmp_path)])
+    assert "is not a folder" in one_line(capsys, ["--verify", str(tmp_path / "notes.json")])
+
+
+@pytest.mark.parametrize(("fmt", "package"), [("eee", "every_eval_ever"), ("inspect", "inspect_ai")])
+def test_a_missing_package_is_named_in_one_line(fmt, package, tmp_path, capsys, monkeypatch):
+    """Without its package, a format names the package and how to install it, before anything is read or written."""
+    monkeypatch.setitem(sys.modules, package, None)  # an import of it fails, as where it is not installed
+    line = one_line(
+        capsys, ["--output-root", str(tmp_path), "--format", fmt, "--output", str(tmp_path / "x")]
+    )
+    assert package.replace("_", "-") in line and "requirements-optional.txt" in line
+    assert not (tmp_path / "x").exists()
+
+
+needs_eee = pytest.mark.skipif(
+    __import__("importlib").util.find_spec("every_eval_ever") is None,
+    reason="every-eval-ever is not installed (it needs Python 3.12 or later)",
+)
+
+
+def export_argv(root, out) -> list[str]:
+    return ["--output-root", str(root), "--format", "eee", "--output", str(out)]
+
+
+@pytest.mark.slow
+@needs_eee
+def test_an_output_that_is_a_file_or_cannot_be_made_is_one_line(grid, tmp_path, capsys):
+    file = tmp_path / "a-file"
+    file.write_text("", encoding="utf-8")
+    assert "is a file, not a folder" in one_line(capsys, export_argv(grid, file))
+    assert "is not writable" in one_line(capsys, export_argv(grid, file / "under"))
+
+
+@pytest.mark.slow
+@needs_eee
+def test_a_torn_last_line_is_one_line_and_nothing_is_written(grid, tmp_path, capsys):
+    """A verdict file whose last line an interrupted write tore: refused, naming the file, before any file is written."""
+    (path,) = (grid / "eval_results" / "r2").glob("model-b-*/LJP_gold.jsonl")
+    with path.open("ab") as f:
+        f.write(b'{"case_number": "torn')
+    out = tmp_path / "export"
+    line = one_line(capsys, export_argv(grid, out))
+    assert str(path) in line and "torn" in line
+    assert not [p for p in out.rglob("*") if p.is_file()]
+
+
+@pytest.mark.slow
+@needs_eee
+def test_a_run_with_no_records_is_one_line(grid, tmp_path, capsys):
+    """A run whose manifest was written but none of whose stages saved a record: refused, naming the run."""
+    (manifest,) = (grid / "runs" / "r1").glob("model-a-*/manifest.json")
+    empty = grid / "runs" / "r9" / manifest.parent.name
+    empty.mkdir(parents=True)
+    saved = json.loads(manifest.read_text(encoding="utf-8"))
+    saved["run_id"] = "r9"
+    (empty / "manifest.json").write_text(json.dumps(saved), encoding="utf-8")
+    out = tmp_path / "export"
+    line = one_line(capsys, export_argv(grid, out))
+    assert "run r9, model model-a: no records" in line
+    assert not [p for p in out.rglob("*") if p.is_file()]

@@ -1,0 +1,145 @@
+"""Every Eval Ever records of runs the stage scripts wrote: each passes the every-eval-ever package's own validation,
+and says what the harness's records say (every message, the judge's labels, the tokens, the protocol)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import export_results
+from tests.reporting.export.conftest import CASES, MAIN_STAGES, MODELS, RUNS
+
+pytestmark = pytest.mark.slow
+pytest.importorskip(
+    "every_eval_ever", reason="every-eval-ever is not installed (it needs Python 3.12 or later)"
+)
+
+
+def export(root: Path, out: Path, *extra: str) -> int:
+    return export_results.main(["--output-root", str(root), "--format", "eee", "--output", str(out), *extra])
+
+
+def rows(out: Path) -> list[dict]:
+    return [
+        json.loads(line)
+        for path in sorted(out.glob("data/lexpilot/*/*/*_samples.jsonl"))
+        for line in path.read_text(encoding="utf-8").splitlines()
+    ]
+
+
+def records(root: Path, top: str, name: str, model: str, run: str) -> dict:
+    (path,) = (root / top / run).glob(f"{model}-*/{name}")
+    return {r["case_number"]: r for r in map(json.loads, path.read_text(encoding="utf-8").splitlines())}
+
+
+def test_every_record_passes_the_packages_own_validation(grid, tmp_path, capsys):
+    """Each aggregate and each instance file passes every-eval-ever's validator, its datastore checks included (path,
+    companion, score bounds, model deployment); one aggregate per model and run, one instance per case and stage."""
+    from every_eval_ever.validator.validate import validate_file
+
+    out = tmp_path / "export"
+    assert export(grid, out) == 0
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    reader = lambda path: (out / path).read_text(encoding="utf-8")  # noqa: E731
+    for name in files:
+        report = validate_file(
+            out / name,
+            repo_path=name,
+            available_files=set(files),
+            read_repo_file=reader,
+            run_semantic_checks=True,
+        )
+        assert report.valid, (name, report.errors)
+    assert len([f for f in files if f.endswith(".json")]) == len(MODELS) * len(RUNS)
+    assert len(rows(out)) == len(MODELS) * len(RUNS) * CASES * len(MAIN_STAGES)
+
+
+def test_a_consultation_is_a_multi_turn_instance_with_every_message(grid, tmp_path):
+    """The Interaction-Based case holds every message the records hold, the User Model's turns marked; its labels are
+    the judge's (llm_judge), naming the judge asked for and the one that served; its tokens are the records' sums."""
+    out = tmp_path / "export"
+    assert export(grid, out, "--model", "model-b", "--run-id", "r2") == 0
+    interactions = records(grid, "AwN_gen", "interaction.jsonl", "model-b", "r2")
+    verdicts = records(grid, "eval_results", "LJP_interaction.jsonl", "model-b", "r2")
+    for row in (r for r in rows(out) if r["evaluation_name"] == "lexpilot.LJP_interaction"):
+        case = row["sample_id"]
+        history = interactions[case]["continued_history"]
+        assert row["interaction_type"] == "multi_turn"
+        assert [(m["role"], m["content"]) for m in row["messages"]] == [
+            (m["role"], m["content"]) for m in history
+        ]
+        given = len(interactions[case]["input_history"])
+        assert row["metadata"]["user_model_turns"] == [
+            i for i, m in enumerate(history) if i >= given and m["role"] == "user"
+        ]
+        assert [a["extracted_value"] for a in row["answer_attribution"]] == verdicts[case]["predicted"]
+        assert {a["extraction_method"] for a in row["answer_attribution"]} == {"llm_judge"}
+        assert row["input"]["reference"] == verdicts[case]["gold"]
+        assert row["metadata"]["judge"] == {"requested": "DeepSeek-R1", "served": ["DeepSeek-R1"]}
+        right = sum(p == g for p, g in zip(verdicts[case]["predicted"], verdicts[case]["gold"]))
+        assert row["evaluation"]["score"] == right / len(verdicts[case]["gold"])
+        eval_usage = interactions[case]["usage"].get("eval", {})
+        if eval_usage:
+            assert row["token_usage"]["input_tokens"] == eval_usage["prompt_tokens"]
+            assert row["token_usage"]["output_tokens"] == eval_usage["completion_tokens"]
+
+
+def test_lca_labels_and_tokens_are_the_records(grid, tmp_path):
+    """An LCA instance holds both histories with the evaluated model's reply to each, the judge's type of each against
+    the true type, and the evaluated model's tokens of the case as its a1 record counts them."""
+    out = tmp_path / "export"
+    assert export(grid, out, "--model", "model-a", "--run-id", "r1") == 0
+    a1 = records(grid, "AwN_gen", "a1.jsonl", "model-a", "r1")
+    lca = records(grid, "eval_results", "LCA_results.jsonl", "model-a", "r1")
+    for row in (r for r in rows(out) if r["evaluation_name"] == "lexpilot.LCA"):
+        case = row["sample_id"]
+        judged = lca[case]["judgments"]
+        assert row["input"]["reference"] == [judged[h]["true_type"] for h in judged]
+        assert [a["extracted_value"] for a in row["answer_attribution"]] == [
+            judged[h]["predicted_type"] for h in judged
+        ]
+        replies = [m["content"] for m in row["messages"] if m["role"] == "assistant"][-1:]
+        assert replies == [a1[case]["responses"]["underspecified"]["response"]]
+        used = a1[case]["usage"]["eval"]
+        assert row["token_usage"]["total_tokens"] == used["prompt_tokens"] + used["completion_tokens"]
+
+
+def test_a_run_off_the_papers_protocol_says_so(grid, tmp_path):
+    """A --limit run of three cases says in its aggregate that it is no standard run, and why."""
+    out = tmp_path / "export"
+    assert export(grid, out, "--model", "model-c", "--run-id", "r1") == 0
+    (aggregate,) = out.glob("data/lexpilot/*/*/*.json")
+    details = json.loads(aggregate.read_text(encoding="utf-8"))["source_metadata"]["additional_details"]
+    assert details["standard_run"] == "no"
+    assert f"{CASES} cases (the paper's: 432" in details["protocol"]
+
+
+def test_uncertainty_is_the_runs_bootstrap_over_cases(grid, tmp_path):
+    """Each overall score carries the run's 95% bootstrap interval over cases, which holds the score, and the number of
+    cases it rests on."""
+    out = tmp_path / "export"
+    assert export(grid, out, "--model", "model-a", "--run-id", "r1") == 0
+    (aggregate,) = out.glob("data/lexpilot/*/*/*.json")
+    for result in json.loads(aggregate.read_text(encoding="utf-8"))["evaluation_results"]:
+        if result["evaluation_result_id"].endswith(".Overall"):
+            spread = result["score_details"]["uncertainty"]
+            assert spread["num_samples"] == CASES
+            interval = spread.get("confidence_interval")
+            if interval:
+                assert (
+                    interval["lower"] <= result["score_details"]["score"] + 1e-9 <= interval["upper"] + 2e-9
+                )
+
+
+def test_a_rerun_rewrites_only_what_changed(grid, tmp_path, capsys):
+    """Exporting one run, then all: the first run's files are left as they were, the others written; a third export
+    writes nothing."""
+    out = tmp_path / "export"
+    assert export(grid, out, "--run-id", "r1") == 0
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert export(grid, out) == 0
+    assert "6 written, 6 unchanged" in capsys.readouterr().out
+    assert all(p.stat().st_mtime_ns == t for p, t in before.items())
+    assert export(grid, out) == 0
+    assert "0 written, 12 unchanged" in capsys.readouterr().out

@@ -1,0 +1,57 @@
+"""Inspect logs of runs the stage scripts wrote: inspect_ai's own reader reads every one, and its scores, messages and
+token counts equal the harness's records."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import export_results
+from tests.reporting.export.conftest import CASES, MAIN_STAGES, MODELS, RUNS
+
+pytestmark = pytest.mark.slow
+pytest.importorskip(
+    "inspect_ai", reason="inspect-ai is not installed (pip install -r requirements-optional.txt)"
+)
+
+
+def records(root: Path, top: str, name: str, model: str, run: str) -> dict:
+    (path,) = (root / top / run).glob(f"{model}-*/{name}")
+    return {r["case_number"]: r for r in map(json.loads, path.read_text(encoding="utf-8").splitlines())}
+
+
+def test_read_eval_log_reads_every_log_as_the_records_say(grid, tmp_path):
+    """One log per model, run and stage; each Interaction-Based sample's score is its share of claims the extracted
+    verdict gets right, its messages are the records' continued history, and each role's tokens are the sums of its
+    interaction and verdict records' usage."""
+    from inspect_ai.log import read_eval_log
+
+    out = tmp_path / "export"
+    argv = ["--output-root", str(grid), "--format", "inspect", "--output", str(out)]
+    assert export_results.main(argv) == 0
+    logs = sorted(out.glob("inspect/*/*/*.json"))
+    assert len(logs) == len(MODELS) * len(RUNS) * len(MAIN_STAGES)
+    for path in logs:
+        log = read_eval_log(str(path))
+        assert log.status == "success" and len(log.samples) == CASES
+    for model in MODELS:
+        (path,) = out.glob(f"inspect/{model}-*/r1/lexpilot-LJP_interaction.json")
+        log = read_eval_log(str(path))
+        interactions = records(grid, "AwN_gen", "interaction.jsonl", model, "r1")
+        verdicts = records(grid, "eval_results", "LJP_interaction.jsonl", model, "r1")
+        for sample in log.samples:
+            verdict, interaction = verdicts[sample.id], interactions[sample.id]
+            right = sum(p == g for p, g in zip(verdict["predicted"], verdict["gold"]))
+            assert sample.scores["lexpilot_judge"].value == right / len(verdict["gold"])
+            assert sample.target == verdict["gold"]
+            assert [(m.role, m.text) for m in sample.messages] == [
+                (m["role"], m["content"]) for m in interaction["continued_history"]
+            ]
+            for role in ("eval", "user", "judge"):
+                prompt = sum(r["usage"].get(role, {}).get("prompt_tokens", 0) for r in (interaction, verdict))
+                completion = sum(
+                    r["usage"].get(role, {}).get("completion_tokens", 0) for r in (interaction, verdict)
+                )
+                if prompt:
+                    used = sample.role_usage[role]
+                    assert (used.input_tokens, used.output_tokens) == (prompt, completion)

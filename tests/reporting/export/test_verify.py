@@ -1,0 +1,81 @@
+"""--verify recomputes Tables 2 and 3 from an export alone: on an export of a grid the stage scripts wrote it prints
+show_results.py's tables digit for digit, and a value changed by hand in an exported file fails it, named."""
+
+import json
+
+import pytest
+
+import export_results
+import show_results
+
+pytestmark = pytest.mark.slow
+pytest.importorskip(
+    "every_eval_ever", reason="every-eval-ever is not installed (it needs Python 3.12 or later)"
+)
+
+TABLES = ("main", "lca_by_class", "dcg_by_class")
+
+
+@pytest.fixture
+def exported(grid, tmp_path):
+    out = tmp_path / "export"
+    assert export_results.main(["--output-root", str(grid), "--format", "eee", "--output", str(out)]) == 0
+    return out
+
+
+def test_verify_prints_show_results_tables_to_the_digit(grid, exported, capsys):
+    """The tables --verify recomputes from the export equal show_results.py's Table 11 (Tables 2-3 overall) and
+    Table 2 on the runs themselves, character for character, and it exits 0."""
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(grid), "--table", *TABLES]) == 0
+    shown = capsys.readouterr().out
+    # the grid's records are gone: the export alone is read
+    import shutil
+
+    shutil.rmtree(grid)
+    assert export_results.main(["--verify", str(exported)]) == 0
+    printed = capsys.readouterr().out
+    tables = printed[: printed.rindex("export_results --verify:")]
+    assert tables.strip() == shown.strip()
+    assert "model-a" in tables and "model-c" in tables
+
+
+def test_a_value_changed_by_hand_fails_verify_naming_table_model_and_value(exported, capsys):
+    """One aggregate's DCG accuracy for one class edited by hand: --verify exits 1 naming Table 2, the model, the run,
+    the value stated and the value its instances give."""
+    aggregate = next(
+        p
+        for p in exported.glob("data/lexpilot/*/*/*.json")
+        if json.loads(p.read_text(encoding="utf-8"))["source_metadata"]["additional_details"]["lexpilot_run"]
+        == "r2"
+        and json.loads(p.read_text(encoding="utf-8"))["model_info"]["id"] == "model-b"
+    )
+    record = json.loads(aggregate.read_text(encoding="utf-8"))
+    result = next(
+        r for r in record["evaluation_results"] if r["evaluation_result_id"] == "DCG.accuracy.Overall"
+    )
+    true_value = result["score_details"]["score"]
+    result["score_details"]["score"] = 0.1234
+    aggregate.write_text(json.dumps(record, ensure_ascii=False), encoding="utf-8")
+    capsys.readouterr()
+    assert export_results.main(["--verify", str(exported)]) == 1
+    err = capsys.readouterr().err
+    assert (
+        f"Table 2 (DCG), model model-b, run r2, Overall: the export states 0.1234, its instance records give "
+        f"{true_value:.4f}" in err
+    )
+
+
+def test_a_label_changed_by_hand_in_the_instances_fails_verify(exported, capsys):
+    """One judge's label changed in an instance file: the recomputed table differs from what the aggregate states, and
+    the companion's checksum no longer holds."""
+    samples = sorted(exported.glob("data/lexpilot/*/*/*_samples.jsonl"))[0]
+    rows = [json.loads(line) for line in samples.read_text(encoding="utf-8").splitlines()]
+    lca = next(r for r in rows if r["evaluation_name"] == "lexpilot.LCA")
+    first = lca["answer_attribution"][0]
+    first["extracted_value"] = "underspecified" if first["extracted_value"] == "complete" else "complete"
+    samples.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    capsys.readouterr()
+    assert export_results.main(["--verify", str(exported)]) == 1
+    err = capsys.readouterr().err
+    assert "Table 2 (LCA)" in err and "does not match the checksum" in err
