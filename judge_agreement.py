@@ -23,6 +23,7 @@ from lexpilot.errors import HarnessError
 from lexpilot.options import number
 from lexpilot.reporting.scoring.results import add_run_options
 from lexpilot.reporting.validation.agreement import export, score
+from lexpilot.reporting.validation.label_plan import DISAGREEMENT, plan
 
 
 def main(argv=None) -> int:
@@ -35,12 +36,32 @@ def main(argv=None) -> int:
         "--seed", type=number(int, 0, 10**9), default=0, help="sampling seed, 0 or more (default 0)"
     )
     e.add_argument("--out", type=Path, default=Path("judge_agreement.csv"), help="default: %(default)s")
+    e.add_argument(
+        "--plan",
+        action="store_true",
+        help="print how many expert labels each model needs for the corrected metrics, and write nothing",
+    )
+    e.add_argument(
+        "--disagreement",
+        type=number(float, 0.0, 1.0),
+        default=DISAGREEMENT,
+        help="with --plan: the share of decisions the experts are taken to read otherwise than the judge "
+        "(default %(default)s)",
+    )
+    e.add_argument(
+        "--alpha",
+        type=number(float, 0.0, 1.0),
+        default=0.05,
+        help="with --plan: the tests' level (default 0.05)",
+    )
     s = commands.add_parser("score", help="score a filled annotation file")
     s.add_argument("annotations", type=Path)
     s.add_argument("--key", type=Path, help="default: the .key.csv next to the annotation file")
     args = parser.parse_args(argv)
     try:
-        return export(args) if args.command == "export" else score(args)
+        if args.command == "export":
+            return plan(args) if args.plan else export(args)
+        return score(args)
     except HarnessError as e:
         print(f"[judge_agreement] error: {e}", file=sys.stderr)
         return 2

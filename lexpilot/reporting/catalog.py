@@ -41,6 +41,7 @@ from lexpilot.reporting.tables.table import Builder, Kind, Table
 from lexpilot.reporting.tables.table_4 import table_4
 from lexpilot.reporting.tables.usage import usage_tables
 from lexpilot.reporting.validation.agreement import agreement_table, interval_table
+from lexpilot.reporting.validation.label_plan import label_plan_table
 from lexpilot.reporting.validation.probe_study import table_13
 
 
@@ -149,7 +150,7 @@ REPORT: tuple[Entry, ...] = (
     ),
 )
 # the tables other scripts print: Table 12 (judge_agreement.py), Table 13 and the probe study (user_probes.py)
-ELSEWHERE = (agreement_table, interval_table, table_13)
+ELSEWHERE = (agreement_table, interval_table, table_13, label_plan_table)
 
 KINDS: dict[str, Kind] = {k.id: k for b in (*(e.builder for e in REPORT), *ELSEWHERE) for k in b.kinds}
 TABLE_OPTIONS = {k.id: e.option for e in REPORT if e.option for k in e.kinds}

@@ -1,0 +1,66 @@
+"""The label planner (`judge_agreement.py export --plan`): the labels that bring the corrected interval's
+half-width below the smallest difference the runs detect, by hand and on DCG runs the stage wrote, with the
+detectable difference read from show_results.py --power.
+
+The issue's words: "`judge_agreement.py export` gains a planner: how many expert labels per task bring the corrected
+interval's half-width below the table's minimum detectable difference."
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+from lexpilot.reporting.statistics.corrected import Z_95
+from lexpilot.reporting.validation.label_plan import labels_needed
+from tests.helpers.rankings import write_dcg_runs
+from tests.helpers.reports import rows_of
+
+
+def test_labels_needed_by_hand():
+    # half-width 0.1, the judge's SE 0.02, a tenth of the decisions read otherwise: (0.1 / 1.96)² − 0.02² =
+    # 0.0026031 − 0.0004 = 0.0022031; 0.1 / 0.0022031 = 45.4: 46 labels
+    assert labels_needed(0.1, 0.02, 0.1) == 46
+    assert labels_needed(0.3, 0.02, 0.1) == 30  # 4.4 by the formula: the label rule's 30
+    assert labels_needed(0.03, 0.02, 0.1) is None  # 0.03 / 1.96 = 0.0153 < 0.02: no number of labels does it
+
+
+CASES = 40
+PLAN = {"m-a": {"r1": range(20), "r2": range(22)}, "m-b": {"r1": range(10), "r2": range(14)}}
+
+
+@pytest.fixture(scope="module")
+def dcg_runs(tmp_path_factory):
+    return write_dcg_runs(tmp_path_factory.mktemp("label_plan"), PLAN, CASES)
+
+
+@pytest.mark.slow
+def test_the_plan_reads_the_power_tables_detectable_difference_and_the_judges_error(dcg_runs, capsys):
+    import judge_agreement
+    import show_results
+
+    root, dataset = dcg_runs
+    capsys.readouterr()
+    assert (
+        show_results.main(["--output-root", str(root), "--power", "--format", "csv", "--table", "power"]) == 0
+    )
+    power = {r[0]: r for r in rows_of(capsys.readouterr().out, "Smallest difference")}
+    detectable = float(power["DCG Acc."][3])  # its "In hand", after the design (cases, runs)
+    argv = ["export", "--output-root", str(root), "--dataset", str(dataset), "--plan", "--out", "unused.csv"]
+    assert judge_agreement.main(argv) == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("DCG Acc.")]
+    assert len(lines) == 2
+    for line, model in zip(lines, ("m-a", "m-b")):
+        # the judge's SE by hand: each case's mean over the two runs, their SD over √40
+        per_case = np.mean(
+            [[1.0 if c in PLAN[model][r] else 0.0 for c in range(CASES)] for r in ("r1", "r2")], 0
+        )
+        se = np.std(per_case, ddof=1) / np.sqrt(CASES)
+        room = (detectable / Z_95) ** 2 - se**2
+        expected = max(30, math.ceil(0.1 / room)) if room > 0 else None
+        cells = line.split()
+        assert cells[2] == model and float(cells[3]) == pytest.approx(detectable, abs=5e-4)
+        assert float(cells[4]) == pytest.approx(se, abs=5e-4)
+        assert cells[5] == str(expected)
+    assert not (root.parent / "unused.csv").exists()
