@@ -25,7 +25,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from lexpilot.reporting.scoring.metrics import lca_from_counts, ljp_from_counts
-from lexpilot.reporting.statistics.corrected_confusion import Bootstrapped, Stratum, corrected_metric
+from lexpilot.reporting.statistics.corrected_confusion import (
+    Bootstrapped,
+    Resampler,
+    Stratum,
+    corrected_metric,
+)
 
 CASE_SPREAD = 5.0  # the Beta's a + b: how much cases differ in difficulty
 GOLD = np.array([0.5, 0.3, 0.2])  # the court's verdicts: 支持, 部分支持, 驳回
@@ -80,7 +85,8 @@ def lca_replicate(rng, d: Design) -> tuple[Bootstrapped, Bootstrapped]:
         one_hot = lambda x: np.stack([x, 1 - x], axis=1).astype(float)  # noqa: E731
         strata.append(Stratum((right, wrong), one_hot(truth.ravel()[drawn]) - one_hot(judge.ravel()[drawn])))
     return tuple(  # type: ignore[return-value]
-        corrected_metric(judged, strata, macro_f1, corrected=c, resamples=d.resamples) for c in (False, True)
+        corrected_metric(judged, strata, macro_f1, corrected=c, resampler=Resampler(d.resamples))
+        for c in (False, True)
     )
 
 
@@ -118,7 +124,8 @@ def ljp_replicate(rng, d: Design) -> tuple[Bootstrapped, Bootstrapped]:
     np.add.at(rectifiers, (np.arange(d.labels), gold[drawn] * 3 + judge[drawn]), -1)
     stratum = Stratum(tuple(range(9)), rectifiers)
     return tuple(  # type: ignore[return-value]
-        corrected_metric(judged, [stratum], qwk, corrected=c, resamples=d.resamples) for c in (False, True)
+        corrected_metric(judged, [stratum], qwk, corrected=c, resampler=Resampler(d.resamples))
+        for c in (False, True)
     )
 
 

@@ -82,3 +82,11 @@ def redis_server(tmp_path):
     yield server
     if server.process.poll() is None:
         server.stop()
+
+
+def pytest_collection_modifyitems(items):
+    """The files that hold slow tests (kills, Redis, grids, a browser) first, each file kept together (its module
+    fixtures are made once): the two workers start the long tests at once and fill the end with the short ones,
+    instead of one worker finishing a long test alone at the end."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)

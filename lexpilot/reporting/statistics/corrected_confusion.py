@@ -20,7 +20,7 @@ rectifier per model (the labels are drawn from all its runs).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -71,8 +71,10 @@ def _value(
 
 
 def draws(rng: np.random.Generator, items: int, resamples: int) -> np.ndarray:
-    """Resamples × items: how many times each item is drawn in each resample of `items` draws with replacement."""
-    return rng.multinomial(items, np.full(items, 1 / items), size=resamples)
+    """Resamples × items: how many times each item is drawn in each resample of `items` draws with replacement
+    (counted from drawn indices in one pass: numpy's multinomial of a whole matrix took most of a report's time)."""
+    drawn = rng.integers(0, items, size=(resamples, items)) + items * np.arange(resamples)[:, None]
+    return np.bincount(drawn.ravel(), minlength=resamples * items).reshape(resamples, items).astype(float)
 
 
 @dataclass(frozen=True)
@@ -94,8 +96,13 @@ class Correctable:
         """The value in each resample: cases as `case_draws` gives them (resamples × cases; a ranking gives every
         model the same, so that pairs are paired on cases), each stratum's labels drawn afresh from `rng`, apart
         from the cases: the expert sample's own uncertainty."""
-        summed = np.einsum("bc,rcx->rbx", case_draws, self.judged)  # one product per run
-        resamples = len(case_draws)
+        return self.resampled_sums(np.matmul(case_draws, self.judged), rng, corrected)
+
+    def resampled_sums(
+        self, summed: np.ndarray, rng: np.random.Generator, corrected: bool = True
+    ) -> np.ndarray:
+        """As `resampled`, from each run's counts summed in each resample (runs × resamples × cells)."""
+        resamples = summed.shape[1]
         drawn = [
             draws(rng, len(s.rectifiers), resamples) @ s.rectifiers / len(s.rectifiers)
             if corrected
@@ -104,6 +111,35 @@ class Correctable:
         ]
         return _value(summed, self.strata, self.metric, drawn)
 
+    def run(self, i: int) -> Correctable:
+        """The same of one run alone."""
+        return Correctable(self.judged[i : i + 1], self.strata, self.metric)
+
+
+def bootstrapped(value: float, values: np.ndarray) -> Bootstrapped:
+    """A value with the 95% percentile interval of its resamples (None where fewer than half define it)."""
+    defined = values[np.isfinite(values)]
+    if defined.size < values.size / 2:
+        return Bootstrapped(value, None)
+    low, high = np.percentile(defined, [2.5, 97.5])
+    return Bootstrapped(value, (float(low), float(high)))
+
+
+@dataclass
+class Resampler:
+    """One table's resamples: each number of cases drawn once and shared by every model, run and metric of the table
+    (they are paired on cases, and a report of ten models asks for the same draws hundreds of times); each call's
+    labels drawn afresh from its own seeded generator."""
+
+    resamples: int = RESAMPLES
+    seed: int = SEED
+    _cases: dict[int, np.ndarray] = field(default_factory=dict)
+
+    def cases(self, items: int) -> np.ndarray:
+        if items not in self._cases:
+            self._cases[items] = draws(np.random.default_rng([self.seed, items]), items, self.resamples)
+        return self._cases[items]
+
 
 def corrected_metric(
     judged: np.ndarray,
@@ -111,15 +147,28 @@ def corrected_metric(
     metric: Callable[[np.ndarray], np.ndarray],
     *,
     corrected: bool = True,
-    resamples: int = RESAMPLES,
-    seed: int = SEED,
+    resampler: Resampler | None = None,
 ) -> Bootstrapped:
     """The metric corrected by the strata's rectifiers (or the judge's own, `corrected=False`), with its interval."""
+    resampler = resampler or Resampler()
     made = Correctable(np.asarray(judged, float), strata, metric)
-    rng = np.random.default_rng(seed)
-    values = made.resampled(draws(rng, made.judged.shape[1], resamples), rng, corrected)
-    values = values[np.isfinite(values)]
-    if values.size < resamples / 2:
-        return Bootstrapped(made.value(corrected), None)
-    low, high = np.percentile(values, [2.5, 97.5])
-    return Bootstrapped(made.value(corrected), (float(low), float(high)))
+    labels = np.random.default_rng([resampler.seed, 1])
+    values = made.resampled(resampler.cases(made.judged.shape[1]), labels, corrected)
+    return bootstrapped(made.value(corrected), values)
+
+
+def each_run_and_mean(made: Correctable, corrected: bool, resampler: Resampler) -> list[Bootstrapped]:
+    """Each run's metric with its interval, then (over several runs) the mean over runs with its: the cases drawn
+    once for all of them (one product for the model, not one per row)."""
+    summed = np.matmul(resampler.cases(made.judged.shape[1]), made.judged)
+    labels = np.random.default_rng([resampler.seed, 1])
+    runs = len(made.judged)
+    out = [
+        bootstrapped(
+            made.run(i).value(corrected), made.run(i).resampled_sums(summed[i : i + 1], labels, corrected)
+        )
+        for i in range(runs)
+    ]
+    if runs > 1:
+        out.append(bootstrapped(made.value(corrected), made.resampled_sums(summed, labels, corrected)))
+    return out

@@ -20,7 +20,7 @@ import numpy as np
 
 from lexpilot.reporting.scoring.groups import Group
 from lexpilot.reporting.scoring.runs import MetricKey
-from lexpilot.reporting.statistics.corrected_confusion import RESAMPLES, SEED, draws
+from lexpilot.reporting.statistics.corrected_confusion import RESAMPLES, SEED, Resampler
 from lexpilot.reporting.statistics.corrected_table import Correction, correction, matched_labels
 from lexpilot.reporting.statistics.letters import Decisions, decisions, holm, p_cell
 from lexpilot.reporting.tables.formats import interval_cell, number_cell
@@ -42,15 +42,16 @@ def corrected_values(
 ) -> tuple[list[Corrected], list[str]]:
     """The set's models with a corrected value (paired on one draw of the cases), and one line per model left out
     for its labels."""
-    rng = np.random.default_rng(seed)
+    resampler = Resampler(resamples, seed)
+    rng = np.random.default_rng([seed, 1])  # the labels'
     having = [g for g in members if any(key.family in r.tasks for r in g.runs)]
     if len(having) < 2:
         return [], []  # nothing to rank
     cases = list(dict.fromkeys(c for g in having for r in g.runs for c in r.tasks[key.family].cases))
-    case_draws = draws(rng, len(cases), resamples)
+    case_draws = resampler.cases(len(cases))
     out, left_out = [], []
     for group in having:
-        how: Correction = correction(key, group.model, set(group.run_ids), matched)
+        how: Correction = correction(key, group.model, set(group.run_ids), matched, resampler)
         if how.shortfall:
             left_out.append(f"{group.label}: refused: {how.shortfall}")
             continue

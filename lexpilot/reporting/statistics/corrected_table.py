@@ -6,7 +6,7 @@ what is not corrected, and why, one line each (a label set too small or unbalanc
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,8 +27,9 @@ from lexpilot.reporting.statistics.corrected import (
 from lexpilot.reporting.statistics.corrected_confusion import (
     Bootstrapped,
     Correctable,
+    Resampler,
     Stratum,
-    corrected_metric,
+    each_run_and_mean,
 )
 from lexpilot.reporting.tables.formats import HEADLINE, interval_cell, number_cell
 from lexpilot.reporting.tables.table import METRIC, Kind, Table, declares
@@ -118,24 +119,28 @@ def _estimate_cells(
 
 @dataclass(frozen=True)
 class Correction:
-    """How one metric of one model is estimated, raw and corrected, on some of its runs: `estimate(runs,
-    corrected)`; what it is made of on the runs and cases given, for a ranking's resamples (`made(runs, cases)`);
-    why its labels do not allow a correction (None: they do); what the labels are, for the table."""
+    """How one metric of one model is estimated, raw and corrected: `estimates(runs, corrected)`, each run's and
+    (over several) the mean over runs; what it is made of on the runs and cases given, for a ranking's resamples
+    (`made(runs, cases)`); why its labels do not allow a correction (None: they do); what the labels are."""
 
-    estimate: Callable[[list[Run], bool], Estimate | Bootstrapped]
+    estimates: Callable[[list[Run], bool], Sequence[Estimate | Bootstrapped]]
     made: Callable[[list[Run], list[str] | None], Correctable]
     shortfall: str | None
     count: str
 
     @staticmethod
-    def of(made: Callable[[list[Run], list[str] | None], Correctable], shortfall: str | None, count: str):
-        """A metric estimated by its bootstrap over cases and labels (Macro-F1, QWK)."""
+    def of(
+        made: Callable[[list[Run], list[str] | None], Correctable],
+        shortfall: str | None,
+        count: str,
+        resampler: Resampler,
+    ):
+        """A metric estimated by its bootstrap over cases and labels (Macro-F1, QWK), on the table's resamples."""
 
-        def estimate(runs: list[Run], corrected: bool) -> Bootstrapped:
-            m = made(runs, None)
-            return corrected_metric(m.judged, m.strata, m.metric, corrected=corrected)
+        def estimates(runs: list[Run], corrected: bool) -> list[Bootstrapped]:
+            return each_run_and_mean(made(runs, None), corrected, resampler)
 
-        return Correction(estimate, made, shortfall, count)
+        return Correction(estimates, made, shortfall, count)
 
 
 def _accuracy(metric: MetricKey, mine: list[Labelled]) -> Correction:
@@ -143,9 +148,14 @@ def _accuracy(metric: MetricKey, mine: list[Labelled]) -> Correction:
     judge_right = np.array([d.judge_right for d in mine])
     expert_right = np.array([d.expert_right for d in mine])
 
-    def estimate(runs: list[Run], corrected: bool) -> Estimate:
-        judged = judged_matrix(runs, metric)
+    def estimate(judged: np.ndarray, corrected: bool) -> Estimate:
         return corrected_accuracy(judged, judge_right, expert_right) if corrected else judge_accuracy(judged)
+
+    def estimates(runs: list[Run], corrected: bool) -> list[Estimate]:
+        """Each run (its own judge term, the model's rectifier), then the mean over runs."""
+        judged = judged_matrix(runs, metric)
+        each = [estimate(judged[i], corrected) for i in range(len(runs))]
+        return each + [estimate(judged, corrected)] * (len(runs) > 1)
 
     cells = ACCURACY_CELLS[metric]
     stratum = Stratum(cells, one_hot_right(expert_right) - one_hot_right(judge_right))
@@ -156,7 +166,7 @@ def _accuracy(metric: MetricKey, mine: list[Labelled]) -> Correction:
 
     right = int(expert_right.sum())
     count = f"{len(mine)}: {right} right, {len(mine) - right} wrong"
-    return Correction(estimate, made, label_shortfall(expert_right), count)
+    return Correction(estimates, made, label_shortfall(expert_right), count)
 
 
 def _lca_strata(mine: list[Labelled]) -> tuple[list[Stratum], list[str]]:
@@ -174,7 +184,7 @@ def _lca_strata(mine: list[Labelled]) -> tuple[list[Stratum], list[str]]:
     return strata, shortfalls
 
 
-def _macro_f1(mine: list[Labelled]) -> Correction:
+def _macro_f1(mine: list[Labelled], resampler: Resampler) -> Correction:
     """LCA Macro-F1: the plug-in of both histories' corrected cells."""
     strata, shortfalls = _lca_strata(mine)
 
@@ -183,10 +193,10 @@ def _macro_f1(mine: list[Labelled]) -> Correction:
         return Correctable(judged_counts(runs, MACRO_F1.family, cases), strata, f1)
 
     count = ", ".join(f"{len(s.rectifiers)} {m.name}" for m, s in zip(LCA_STRATA, strata))
-    return Correction.of(made, "; ".join(shortfalls) or None, count)
+    return Correction.of(made, "; ".join(shortfalls) or None, count, resampler)
 
 
-def _qwk(metric: MetricKey, claims: list[LabelledClaim]) -> Correction:
+def _qwk(metric: MetricKey, claims: list[LabelledClaim], resampler: Resampler) -> Correction:
     """An LJP setup's QWK: the plug-in of its nine gold × predicted cells, corrected."""
     rectifiers = np.array(
         [confusion([(c.gold, c.expert)]) - confusion([(c.gold, c.judge)]) for c in claims], float
@@ -199,40 +209,40 @@ def _qwk(metric: MetricKey, claims: list[LabelledClaim]) -> Correction:
 
     changed = sum(c.judge != c.expert for c in claims)
     count = f"{len(claims)}: {changed} changed"
-    return Correction.of(made, claims_shortfall([c.expert for c in claims]), count)
+    return Correction.of(made, claims_shortfall([c.expert for c in claims]), count, resampler)
 
 
-def correction(metric: MetricKey, model: str, run_ids: set[str], matched: Matched) -> Correction:
+def correction(
+    metric: MetricKey, model: str, run_ids: set[str], matched: Matched, resampler: Resampler
+) -> Correction:
     """How a model's metric is corrected, from the labels of its runs."""
     if metric.family.startswith("LJP"):
         claims = [
             c for c in matched.claims if c.metric == metric and c.model == model and c.run_id in run_ids
         ]
-        return _qwk(metric, claims)
+        return _qwk(metric, claims, resampler)
     mine = [d for d in matched.decisions if d.model == model and d.run_id in run_ids]
     if metric == MACRO_F1:
-        return _macro_f1(mine)
+        return _macro_f1(mine, resampler)
     return _accuracy(metric, [d for d in mine if d.metric == metric])
 
 
-def _group_rows(name: str, group: Group, metric: MetricKey, matched: Matched) -> tuple[list, str | None]:
+def _group_rows(
+    name: str, group: Group, metric: MetricKey, matched: Matched, resampler: Resampler
+) -> tuple[list, str | None]:
     """A group's rows on one metric: each run, then the mean over runs; and why it is not corrected, if so."""
     runs = [r for r in group.runs if metric.family in r.tasks]
-    how = correction(metric, group.model, set(group.run_ids), matched)
+    how = correction(metric, group.model, set(group.run_ids), matched, resampler)
     # each run, then the mean over runs as Table 11 gives it (a single run is its own mean)
-    shown = [(r.run_id, [r]) for r in runs] + [(f"mean of {len(runs)}", runs)] * (len(runs) > 1)
-    rows = []
-    for label, some in shown:
-        corrected = None if how.shortfall else how.estimate(some, True)
-        rows.append(
-            [
-                name,
-                group.label,
-                label,
-                *_estimate_cells(how.estimate(some, False), corrected, "refused"),
-                how.count,
-            ]
-        )
+    shown = [r.run_id for r in runs] + [f"mean of {len(runs)}"] * (len(runs) > 1)
+    raw = how.estimates(runs, False)
+    corrected: Sequence[Estimate | Bootstrapped | None] = (
+        [None] * len(raw) if how.shortfall else how.estimates(runs, True)
+    )
+    rows = [
+        [name, group.label, label, *_estimate_cells(r, c, "refused"), how.count]
+        for label, r, c in zip(shown, raw, corrected)
+    ]
     return rows, how.shortfall
 
 
@@ -256,12 +266,13 @@ def corrected_tables(groups: list[Group], labels_path: Path, root: Path) -> list
     """Per corrected metric and model: raw and corrected with their intervals; per metric and model not corrected,
     one line saying why."""
     matched = matched_labels(groups, labels_path, root)
+    resampler = Resampler()  # one draw of the cases for the whole table
     rows, notes = [], []
     for name, (family, metric_name) in HEADLINE:
         metric = MetricKey(family, metric_name)
         having = [g for g in groups if any(family in r.tasks for r in g.runs)]
         for group in having:
-            made, shortfall = _group_rows(name, group, metric, matched)
+            made, shortfall = _group_rows(name, group, metric, matched, resampler)
             rows += made
             if shortfall:
                 notes.append([name, group.label, f"refused: {shortfall}"])

@@ -13,7 +13,7 @@ import pytest
 
 from bench import corrected_confusion as sim
 from lexpilot.reporting.scoring.metrics import lca_from_counts, ljp_from_counts
-from lexpilot.reporting.statistics.corrected_confusion import Stratum, corrected_metric
+from lexpilot.reporting.statistics.corrected_confusion import Resampler, Stratum, corrected_metric
 from tests.helpers.annotations import dataset_cases
 
 W = np.subtract.outer(np.arange(3), np.arange(3)) ** 2 / 4  # the QWK weights, (i − j)² / (K − 1)²
@@ -108,7 +108,9 @@ def test_an_independent_numpy_computation_gives_the_same_estimate_and_interval()
         rectifiers = np.array(
             [cell(g, p) - cell(g, j) for g, p, j in zip(gold[drawn], predicted[drawn], judge[drawn])]
         )
-        got = corrected_metric(judged, [Stratum(tuple(range(9)), rectifiers)], qwk, resamples=d.resamples)
+        got = corrected_metric(
+            judged, [Stratum(tuple(range(9)), rectifiers)], qwk, resampler=Resampler(d.resamples)
+        )
         value, (low, high) = independent_qwk(judged, rectifiers, rng, d.resamples)
         assert got.value == pytest.approx(value, abs=1e-12)
         # two bootstraps of 1,000 draws each: the endpoints agree within their Monte-Carlo error (a tail
