@@ -75,7 +75,7 @@ def test_the_png_draws_each_mark_at_its_value_in_rank_order_and_a_hostile_name_a
 
     from lexpilot.reporting.tables import figures
 
-    name = "$\\frac{1}{0}$ <script>$"  # mathtext, and an odd "$" that would fail the figure as drawn
+    name = "$\\frac{1}{0}$ <script>"  # mathtext to matplotlib, unless its "$" are escaped
     kept = types.SimpleNamespace(
         subplots=plt.subplots, close=lambda f: None
     )  # the figure kept open to read it
