@@ -12,7 +12,9 @@ import re
 from dataclasses import dataclass
 
 from lexpilot.reporting.site.case_sections import esc
+from lexpilot.reporting.tables.formats import interval_cell, number_cell
 from lexpilot.reporting.tables.rank_figures import Mark, Panel, Point, TaskFigure
+from lexpilot.reporting.tables.table import METRIC
 
 WIDTH_OF_PLOT = 420  # the plot area's width, in SVG units
 ROW = 22  # a model's row with its raw mark; with a corrected mark too, ROW + OFFSET
@@ -69,11 +71,16 @@ def row_height(figure: TaskFigure) -> int:
     return ROW + (OFFSET if figure.corrected else 0)
 
 
+def at(coordinate: float) -> str:
+    """A coordinate in SVG units, to a hundredth (a metric's decimals are the tables', never stated here)."""
+    return f"{round(coordinate, 2):g}"
+
+
 def tooltip(mark: Mark, kind: str, point: Point) -> str:
-    """A mark's exact numbers, shown on hover: the figure says them to a reader who points at it."""
-    interval = "" if point.interval is None else f" [{point.interval[0]:.3f}, {point.interval[1]:.3f}]"
+    """A mark's numbers, shown on hover, at the tables' precision: the figure says them to a reader who points at it."""
+    interval = "" if point.interval is None else f" {interval_cell(point.interval)}"
     letters = f", letters {point.letters}" if point.letters else ""
-    return f"{mark.model}: {kind} {point.value:.3f}{interval}{letters}"
+    return f"{mark.model}: {kind} {number_cell(point.value, METRIC)}{interval}{letters}"
 
 
 def point_svg(mark: Mark, kind: str, point: Point, scale: Scale, y: float, letters_x: float) -> str:
@@ -82,18 +89,18 @@ def point_svg(mark: Mark, kind: str, point: Point, scale: Scale, y: float, lette
     line = (
         ""
         if point.interval is None
-        else f'<line class="interval" x1="{scale.x(point.interval[0]):.2f}" y1="{y:.2f}" '
-        f'x2="{scale.x(point.interval[1]):.2f}" y2="{y:.2f}"/>'
+        else f'<line class="interval" x1="{at(scale.x(point.interval[0]))}" y1="{at(y)}" '
+        f'x2="{at(scale.x(point.interval[1]))}" y2="{at(y)}"/>'
     )
     shape = (
-        f'<circle cx="{x:.2f}" cy="{y:.2f}" r="4.5"/>'
+        f'<circle cx="{at(x)}" cy="{at(y)}" r="4.5"/>'
         if kind == "raw"
-        else f'<polygon points="{x:.2f},{y - 5.5:.2f} {x + 5.5:.2f},{y:.2f} {x:.2f},{y + 5.5:.2f} '
-        f'{x - 5.5:.2f},{y:.2f}"/>'
+        else f'<polygon points="{at(x)},{at(y - 5.5)} {at(x + 5.5)},{at(y)} {at(x)},{at(y + 5.5)} '
+        f'{at(x - 5.5)},{at(y)}"/>'
     )
     return (
         f'<g class="{kind}" data-model="{text(mark.model)}"><title>{text(tooltip(mark, kind, point))}</title>'
-        f'{line}{shape}<text class="letters" x="{letters_x:.2f}" y="{y + 4:.2f}">{text(point.letters)}</text></g>'
+        f'{line}{shape}<text class="letters" x="{at(letters_x)}" y="{at(y + 4)}">{text(point.letters)}</text></g>'
     )
 
 
@@ -102,16 +109,16 @@ def mark_svg(mark: Mark, scale: Scale, y: float, label_width: float, figure: Tas
     letters_x = scale.left + WIDTH_OF_PLOT + 20
     name = text(cut(mark.model, label_width - 30))
     parts = [
-        f'<g class="mark" data-rank="{mark.rank}"><text class="rank" x="4" y="{y + 4:.2f}">{mark.rank}</text>'
-        f'<text class="model" x="{label_width:.2f}" y="{y + 4:.2f}" text-anchor="end">{name}</text>',
+        f'<g class="mark" data-rank="{mark.rank}"><text class="rank" x="4" y="{at(y + 4)}">{mark.rank}</text>'
+        f'<text class="model" x="{at(label_width)}" y="{at(y + 4)}" text-anchor="end">{name}</text>',
         point_svg(mark, "raw", mark.raw, scale, y, letters_x),
     ]
     if mark.corrected is not None:
-        at = y + OFFSET
-        parts.append(point_svg(mark, "corrected", mark.corrected, scale, at, letters_x + LETTERS))
+        below = y + OFFSET
+        parts.append(point_svg(mark, "corrected", mark.corrected, scale, below, letters_x + LETTERS))
     elif mark.refused:
         parts.append(
-            f'<text class="refused" x="{letters_x + LETTERS:.2f}" y="{y + OFFSET + 4:.2f}">refused</text>'
+            f'<text class="refused" x="{at(letters_x + LETTERS)}" y="{at(y + OFFSET + 4)}">refused</text>'
         )
     return "".join(parts) + "</g>"
 
@@ -122,8 +129,8 @@ def axis_svg(scale: Scale, top: float, bottom: float) -> str:
     for tick in scale.ticks():
         x = scale.x(tick)
         out.append(
-            f'<line class="grid" x1="{x:.2f}" y1="{top:.2f}" x2="{x:.2f}" y2="{bottom:.2f}"/>'
-            f'<text class="tick" x="{x:.2f}" y="{bottom + 13:.2f}" text-anchor="middle">{tick:g}</text>'
+            f'<line class="grid" x1="{at(x)}" y1="{at(top)}" x2="{at(x)}" y2="{at(bottom)}"/>'
+            f'<text class="tick" x="{at(x)}" y="{at(bottom + 13)}" text-anchor="middle">{tick:g}</text>'
         )
     return "".join(out)
 
@@ -134,17 +141,17 @@ def panel_svg(panel: Panel, figure: TaskFigure, top: float, label_width: float) 
     scale = panel_scale(panel, label_width + 14)
     letters_x = scale.left + WIDTH_OF_PLOT + 20
     heads = (
-        f'<text class="head" x="{letters_x:.2f}" y="{top + 14:.2f}">{"raw" if figure.ranked else ""}</text>'
+        f'<text class="head" x="{at(letters_x)}" y="{at(top + 14)}">{"raw" if figure.ranked else ""}</text>'
     )
     if figure.corrected:
-        heads += f'<text class="head" x="{letters_x + LETTERS:.2f}" y="{top + 14:.2f}">corrected</text>'
+        heads += f'<text class="head" x="{at(letters_x + LETTERS)}" y="{at(top + 14)}">corrected</text>'
     out = [f'<g class="panel" data-metric="{text(panel.metric)}">', heads]
-    out.append(f'<text class="metric" x="4" y="{top + 14:.2f}">{text(panel.metric)}</text>')
+    out.append(f'<text class="metric" x="4" y="{at(top + 14)}">{text(panel.metric)}</text>')
     y, shown_set = top + 22, None
     rows = []
     for mark in panel.marks:
         if mark.comparable_set != (shown_set or "") and mark.comparable_set:
-            rows.append(f'<text class="set" x="4" y="{y + 10:.2f}">set {text(mark.comparable_set)}</text>')
+            rows.append(f'<text class="set" x="4" y="{at(y + 10)}">set {text(mark.comparable_set)}</text>')
             y += 16
         shown_set = mark.comparable_set
         rows.append(mark_svg(mark, scale, y + ROW / 2, label_width, figure))
@@ -156,15 +163,15 @@ def panel_svg(panel: Panel, figure: TaskFigure, top: float, label_width: float) 
 def legend_svg(figure: TaskFigure, y: float) -> str:
     """What the marks mean, a line each."""
     raw = (
-        f'<g class="raw"><circle cx="10" cy="{y:.2f}" r="4.5"/></g>'
-        f'<text class="legend" x="20" y="{y + 4:.2f}">raw mean, 95% bootstrap interval over cases</text>'
+        f'<g class="raw"><circle cx="10" cy="{at(y)}" r="4.5"/></g>'
+        f'<text class="legend" x="20" y="{at(y + 4)}">raw mean, 95% bootstrap interval over cases</text>'
     )
     if not figure.corrected:
         return raw
     y += 16
     return raw + (
-        f'<g class="corrected"><polygon points="10,{y - 5.5:.2f} 15.5,{y:.2f} 10,{y + 5.5:.2f} 4.5,{y:.2f}"/></g>'
-        f'<text class="legend" x="20" y="{y + 4:.2f}">corrected for the judge, 95% interval with the expert '
+        f'<g class="corrected"><polygon points="10,{at(y - 5.5)} 15.5,{at(y)} 10,{at(y + 5.5)} 4.5,{at(y)}"/></g>'
+        f'<text class="legend" x="20" y="{at(y + 4)}">corrected for the judge, 95% interval with the expert '
         "sample</text>"
     )
 
@@ -183,7 +190,7 @@ def figure_svg(figure: TaskFigure) -> str:
     # no xmlns: inside HTML the parser puts <svg> in its namespace, and the site names no address at all
     return (
         f'<svg class="ranking" id="ranking-{text(figure.task)}" '
-        f'viewBox="0 0 {width:.0f} {y:.0f}" width="{width:.0f}" role="img" aria-label="{title}">'
+        f'viewBox="0 0 {at(width)} {at(y)}" width="{at(width)}" role="img" aria-label="{title}">'
         f"<title>{title}</title>{legend_svg(figure, 12)}{''.join(parts)}</svg>"
     )
 
