@@ -26,6 +26,7 @@ from lexpilot.reporting.statistics.randomization import MAX_PERMUTATIONS
 from lexpilot.reporting.statistics.rankings import MIN_POWER_RESAMPLES
 from lexpilot.reporting.tables.complexity import read_complexity
 from lexpilot.reporting.tables.figures import write_plots
+from lexpilot.reporting.tables.rank_figures import TaskFigure, rank_figures
 from lexpilot.reporting.tables.renderings import (
     RENDERINGS,
     TEXT_WIDTH,
@@ -207,10 +208,12 @@ def show(args) -> int:
     # built once: for the terminal and the site alike
     tables = with_unreported(catalog.build(inputs), unreported)
     _print_tables(args, tables, groups, boot, prices)
+    # the ranking figures, one per task, from the tables just built and the one resample matrix: site and PNG alike
+    ranked = rank_figures(groups, shared, tables) if args.html or args.plot else []
     if args.html:
-        _write_viewer(args.html, groups, tables, cases)
+        _write_viewer(args.html, groups, tables, cases, ranked)
     if args.plot:
-        _write_figures(args.plot, groups, boot, complexity, tables)
+        _write_figures(args.plot, groups, boot, complexity, tables, ranked)
     return 0
 
 
@@ -243,22 +246,31 @@ def _print_tables(
         )
 
 
-def _write_viewer(folder: Path, groups: list[Group], tables: list, cases: dict) -> None:
-    """--html: the transcript viewer, with the report's tables but the usage ones."""
+def _write_viewer(
+    folder: Path, groups: list[Group], tables: list, cases: dict, ranked: list[TaskFigure]
+) -> None:
+    """--html: the transcript viewer, with the report's tables but the usage ones, and the ranking figures."""
     # the site shows what the terminal shows but the money (Figure 3 with --complexity, the judges, --rank)
     try:
-        count = write_site(folder, groups, [t for t in tables if not t.id.startswith("usage_")], cases)
+        shown = [t for t in tables if not t.id.startswith("usage_")]
+        count = write_site(folder, groups, shown, cases, figures=ranked)
     except HarnessError as e:
         raise UsageError(str(e)) from None
     print(f"wrote {folder / 'index.html'} ({count} case pages)", file=sys.stderr)
 
 
 def _write_figures(
-    folder: Path, groups: list[Group], boot: Bootstrap | None, complexity: dict, tables: list
+    folder: Path,
+    groups: list[Group],
+    boot: Bootstrap | None,
+    complexity: dict,
+    tables: list,
+    ranked: list[TaskFigure],
 ) -> None:
     """--plot: the PNG figures, each file written said on stderr."""
     try:
-        written = write_plots(groups, folder, boot, complexity, tables)  # Figure 4 drawn from its tables
+        # Figure 4 drawn from its tables, the rankings from theirs
+        written = write_plots(groups, folder, boot, complexity, tables, ranked)
     except OSError as e:
         raise UsageError(f"--plot {folder}: cannot write the figures there ({e.strerror or e})") from None
     for path in written:

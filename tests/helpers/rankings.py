@@ -83,3 +83,42 @@ def write_dcg_runs(folder, plan, cases: int, judge_of=lambda model: ()):
                 provider.script = plan_script(written, plan, run_id)
                 run_dcg(provider, run_id, model, dataset, folder / "out", *judge_of(model))
     return folder / "out", dataset
+
+
+def experts_labelled(root, dataset, out, experts_fail):
+    """Every DCG round of the runs under `root` labelled by two experts as the judge labelled it, but 否 for both
+    rounds of the (model, case index) in `experts_fail`: the scored annotation file `--corrected` reads, at `out`."""
+    from lexpilot.reporting.validation import agreement as agreement_kit
+    from tests.helpers.annotations import exported_items, write_csv
+
+    rows = []
+    for row, key, index in list(exported_items(root, dataset, out)):
+        if row["task"] == "DCG":
+            label = "否" if (key["model"], index) in experts_fail else key["llm_label"]
+            rows.append(row | {"annotator_1": label, "annotator_2": label})
+    write_csv(out, agreement_kit.ANNOTATION_COLUMNS, rows)
+    return out
+
+
+# three models' DCG runs, 60 cases: by the judge 0.75, 0.50 and 1/6, all three different; the experts fail m-a's
+# cases 30-44 which the judge passed, so that corrected m-a ties m-b (0.50) and m-c stays apart
+THREE_MODELS = {"m-a": {"r1": range(45)}, "m-b": {"r1": range(30)}, "m-c": {"r1": range(10)}}
+THREE_MODELS_CASES = 60
+EXPERTS_FAIL_M_A = {("m-a", case) for case in range(30, 45)}
+
+
+def ranked_dcg_report(folder, *argv: str) -> tuple:
+    """THREE_MODELS written by the stage, labelled by the experts, reported by `show_results.py --rank --corrected
+    --ci --format csv` with `argv` (--html, --plot …): (the output root, the labels file, what it printed)."""
+    import contextlib
+    import io
+
+    import show_results
+
+    root, dataset = write_dcg_runs(folder, THREE_MODELS, THREE_MODELS_CASES)
+    labels = experts_labelled(root, dataset, folder / "labels.csv", EXPERTS_FAIL_M_A)
+    out = io.StringIO()
+    report = ["--output-root", str(root), "--rank", "--corrected", str(labels), "--ci", "--format", "csv"]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert show_results.main([*report, *argv]) == 0
+    return root, labels, out.getvalue()

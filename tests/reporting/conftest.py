@@ -25,3 +25,16 @@ def saved_run(finished_run, tmp_path, monkeypatch, provider):
     h = Harness(tmp_path, provider, monkeypatch)
     shutil.copytree(finished_run, h.root)
     return lambda *_: h
+
+
+@pytest.fixture(scope="session")
+def ranked_dcg(tmp_path_factory):
+    """Three models' DCG runs with expert labels (tests/helpers/rankings.py THREE_MODELS), reported once with
+    --rank --corrected --ci and both the site and the figures: (the site's folder, the figures' folder, the CSV the
+    report printed of the main and corrected tables)."""
+    from tests.helpers.rankings import ranked_dcg_report
+
+    tmp = tmp_path_factory.mktemp("ranked_dcg")
+    shown = ["--html", str(tmp / "site"), "--plot", str(tmp / "plots"), "--table", "main", "corrected"]
+    _, _, out = ranked_dcg_report(tmp, *shown)
+    return tmp / "site", tmp / "plots", out

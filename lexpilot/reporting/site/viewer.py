@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 from urllib.parse import urlencode
 
 from lexpilot.benchmark.categories import FOCAL_TYPES, cause_class
@@ -45,12 +46,14 @@ from lexpilot.reporting.site.comparisons import (
     disagreements,
 )
 from lexpilot.reporting.site.parts import PARTS
+from lexpilot.reporting.site.rank_svg import rankings_html
 from lexpilot.reporting.site.transcripts import (
     RunRecords,
     dialogue_html,
     transcript,
 )
 from lexpilot.reporting.site.web_files import web_file
+from lexpilot.reporting.tables.rank_figures import TaskFigure
 from lexpilot.reporting.tables.table import Table
 
 
@@ -161,7 +164,9 @@ def table_html(t: Table, link) -> str:
     return f'<h3>{esc(t.title)}</h3><table class="results"><tr>{head}</tr>{"".join(rows)}</table>'
 
 
-def overview(tables: list[Table], groups: list[Group]) -> str:
+def overview(tables: list[Table], groups: list[Group], figures: Sequence[TaskFigure] = ()) -> str:
+    """The report's tables, each cell linked to its cases; the ranking figures right after the main table (first,
+    when there is none)."""
     labels = {g.label for g in groups}
     models = {g.model for g in groups}
     classes = {k.part for g in groups for r in g.runs for k in r.metrics}
@@ -204,7 +209,10 @@ def overview(tables: list[Table], groups: list[Group]) -> str:
         extra = table.query | table.column_query.get(header, {}) | own
         return "cases.html#" + urlencode({k: v for k, v in (query | extra).items() if v})
 
-    return "<h1>LexPilot results</h1>" + "".join(table_html(t, link) for t in tables)
+    shown = [table_html(t, link) for t in tables]
+    main = next((i + 1 for i, t in enumerate(tables) if t.id == "main"), 0)
+    shown.insert(main, rankings_html(list(figures)))
+    return "<h1>LexPilot results</h1>" + "".join(shown)
 
 
 SIDE_SCRIPT = web_file("side.js")  # a case page's runs side by side, and its parts
@@ -296,9 +304,10 @@ def write_site(
     tables: list[Table],
     cases: dict[str, Case],
     processes: int | None = None,
+    figures: Sequence[TaskFigure] = (),
 ) -> int:
     """Writes the site of runs scored with `case_renderer(cases)`, the case pages in `processes` processes (default:
-    one per core); returns the number of case pages."""
+    one per core), the ranking `figures` in the overview; returns the number of case pages."""
     loaded = shown_runs(groups)
     numbers = list(dict.fromkeys(n for rr in loaded for n in rr.run.selected))
     pages = {n: i for i, n in enumerate(numbers)}
@@ -306,7 +315,7 @@ def write_site(
     try:
         (folder / "case").mkdir(parents=True, exist_ok=True)
         (folder / "index.html").write_text(
-            page("LexPilot results", overview(tables, groups)), encoding="utf-8"
+            page("LexPilot results", overview(tables, groups, figures)), encoding="utf-8"
         )
         rows_json = script_json(rows)  # one encoding for both pages
         (folder / "cases.html").write_text(

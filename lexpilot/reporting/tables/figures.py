@@ -16,6 +16,7 @@ from lexpilot.reporting.scoring.scoring import METRIC_NAMES, TASK_NAMES
 from lexpilot.reporting.statistics.bootstrap import Bootstrap
 from lexpilot.reporting.tables.complexity import figure_3_groups
 from lexpilot.reporting.tables.paper import CLASS_TABLES
+from lexpilot.reporting.tables.rank_figures import Mark, Panel, Point, TaskFigure
 from lexpilot.reporting.tables.table import Table
 
 
@@ -25,9 +26,11 @@ def write_plots(
     boot: Bootstrap | None,
     complexity: dict[str, float] | None = None,
     tables: Sequence[Table] = (),
+    ranked: Sequence[TaskFigure] = (),
 ) -> list[Path]:
     """PNG figures of the per-class tables, Acc_C against Acc_U, QWK across the three LJP setups, and where the
-    data exist Figure 3 (metrics against case complexity) and Figure 4 (DCG by focal-point type, counts)."""
+    data exist Figure 3 (metrics against case complexity) and Figure 4 (DCG by focal-point type, counts); the
+    ranking figures, one per task (`ranked`: tables/rank_figures.py)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no screen needed
@@ -39,6 +42,7 @@ def write_plots(
     written = class_bars(plt, groups, labels, folder, boot)
     written.append(lca_scatter(plt, groups, labels, folder, boot))
     written.append(ljp_setups(plt, groups, labels, folder, boot))
+    written += [ranking_plot(plt, figure, folder) for figure in ranked]
     return written + analysis_plots(plt, groups, labels, folder, complexity, list(tables))
 
 
@@ -265,3 +269,86 @@ def analysis_plots(
         beside(axes[-1], 7)  # one legend for both panels, right of the second: on no point of either
         written.append(save(plt, fig, folder / "fig3_complexity.png"))
     return written
+
+
+# ----------------------------------------------------------------------------- the ranking figures
+
+RAW_COLOUR, CORRECTED_COLOUR = "#1558b0", "#c4620a"  # the site's (site/web/style.css)
+SIDE_BY_SIDE = 0.18  # the corrected mark below the raw one in a model's row, in rows
+
+
+def plain_text(value: str) -> str:
+    """Untrusted text drawn as itself: a "$" would start matplotlib's mathtext (and an odd one fail the figure)."""
+    return value.replace("$", r"\$")
+
+
+def ranking_plot(plt, figure: TaskFigure, folder: Path) -> Path:
+    """A task's ranking figure: a panel per headline metric, a row per model in rank order with its raw mean ● and
+    corrected mean ◆ side by side, each with its 95% interval and its Holm letters right of the axes."""
+    heights = [len(p.marks) + 1.5 for p in figure.panels]
+    fig, axes = plt.subplots(
+        len(figure.panels),
+        1,
+        figsize=(8.5, 0.9 + 0.32 * sum(heights) * (1.4 if figure.corrected else 1.0)),
+        gridspec_kw={"height_ratios": heights},
+        squeeze=False,
+    )
+    for ax, panel in zip(axes[:, 0], figure.panels):
+        ranking_panel(ax, panel, figure)
+    from matplotlib.lines import Line2D  # matplotlib is imported only when figures are drawn
+
+    kinds = [("raw mean, 95% bootstrap interval over cases", "o", RAW_COLOUR)]
+    if figure.corrected:
+        kinds.append(("corrected for the judge, 95% interval with the expert sample", "D", CORRECTED_COLOUR))
+    handles = [Line2D([], [], marker=m, color=c, label=label) for label, m, c in kinds]
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=8)
+    notes = f" ({'; '.join(figure.notes)})" if figure.notes else ""
+    fig.suptitle(
+        f"{figure.title}: models in rank order; a shared letter: not different after Holm{notes}", fontsize=9
+    )
+    return save(plt, fig, folder / f"ranking_{figure.task}.png")
+
+
+def ranking_panel(ax, panel: Panel, figure: TaskFigure) -> None:
+    """One metric: each model's marks and letters, the rows named by rank and model, the best at the top."""
+    shift = SIDE_BY_SIDE if figure.corrected else 0.0
+    for row, mark in enumerate(panel.marks):
+        ranking_point(ax, row - shift, mark.raw, "o", RAW_COLOUR, 1.02)
+        if mark.corrected is not None:
+            ranking_point(ax, row + shift, mark.corrected, "D", CORRECTED_COLOUR, 1.12)
+        elif mark.refused:
+            ax.text(1.12, row + shift, "refused", transform=ax.get_yaxis_transform(), fontsize=7, va="center")
+    ax.set_yticks(range(len(panel.marks)), [ranking_label(m) for m in panel.marks], fontsize=8)
+    ax.set_ylim(len(panel.marks) - 0.5, -0.5)  # the first rank at the top
+    heads = [(1.02, "raw" if figure.ranked else "")] + [(1.12, "corrected")] * figure.corrected
+    for x, head in heads:
+        ax.text(x, -0.5, head, transform=ax.get_yaxis_transform(), fontsize=7, va="bottom", weight="bold")
+    ax.set_title(plain_text(panel.metric), fontsize=9, loc="left")
+    ax.grid(axis="x", color="#e3e3e3")
+    ax.tick_params(axis="x", labelsize=8)
+
+
+def ranking_label(mark: Mark) -> str:
+    """A row's name: its rank, its comparable set when there are several, its model."""
+    where = f" (set {mark.comparable_set})" if mark.comparable_set else ""
+    return plain_text(f"{mark.rank}. {mark.model}{where}")
+
+
+def ranking_point(ax, y: float, point: Point, marker: str, colour: str, letters_at: float) -> None:
+    """One estimate with its interval, and its letters at `letters_at` (in axes widths) on its row."""
+    error = (
+        None
+        if point.interval is None
+        else [[point.value - point.interval[0]], [point.interval[1] - point.value]]
+    )
+    ax.errorbar([point.value], [y], xerr=error, fmt=marker, color=colour, markersize=5, capsize=2)
+    ax.text(
+        letters_at,
+        y,
+        plain_text(point.letters),
+        transform=ax.get_yaxis_transform(),
+        fontsize=8,
+        va="center",
+        weight="bold",
+        color=colour,
+    )

@@ -12,9 +12,7 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
-from lexpilot.reporting.validation import agreement as agreement_kit
-from tests.helpers.annotations import exported_items, write_csv
-from tests.helpers.rankings import write_dcg_runs
+from tests.helpers.rankings import experts_labelled, write_dcg_runs
 from tests.helpers.reports import rows_of
 
 CASES = 60
@@ -31,13 +29,7 @@ def dcg_runs(tmp_path_factory):
 
 def all_labelled(root, dataset, out):
     """Every DCG round labelled: as the judge said, but 否 for both rounds of the EXPERTS_FAIL cases."""
-    rows = []
-    for row, key, index in list(exported_items(root, dataset, out)):
-        if row["task"] == "DCG":
-            label = "否" if (key["model"], index) in EXPERTS_FAIL else key["llm_label"]
-            rows.append(row | {"annotator_1": label, "annotator_2": label})
-    write_csv(out, agreement_kit.ANNOTATION_COLUMNS, rows)
-    return out
+    return experts_labelled(root, dataset, out, EXPERTS_FAIL)
 
 
 @pytest.mark.slow
