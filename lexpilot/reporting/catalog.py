@@ -18,7 +18,7 @@ from typing import Callable
 from lexpilot.reporting.scoring.groups import Group, classes_present
 from lexpilot.reporting.statistics.bootstrap import Bootstrap
 from lexpilot.reporting.statistics.consistency import consistency_table, judge_noise_table
-from lexpilot.reporting.statistics.corrected_table import corrected_tables
+from lexpilot.reporting.statistics.corrected_table import corrected_tables, matched_labels
 from lexpilot.reporting.statistics.rankings import power_table, ranking_tables
 from lexpilot.reporting.tables.audit import audit_tables
 from lexpilot.reporting.tables.claim_order import order_table
@@ -41,6 +41,7 @@ from lexpilot.reporting.tables.table import Builder, Kind, Table
 from lexpilot.reporting.tables.table_4 import table_4
 from lexpilot.reporting.tables.usage import usage_tables
 from lexpilot.reporting.validation.agreement import agreement_table, interval_table
+from lexpilot.reporting.validation.expert_labels import Matched
 from lexpilot.reporting.validation.label_plan import label_plan_table
 from lexpilot.reporting.validation.probe_study import table_13
 
@@ -78,6 +79,14 @@ class Inputs:
         """The paper's groups of the standard user (the paper's every table but Table 15 and the behaviour's)."""
         return [g for g in self.paper if g.condition == "standard"]
 
+    @functools.cached_property
+    def labels(self) -> Matched | None:
+        """The expert labels of --corrected matched to the runs, read once for the corrected tables and the
+        corrected ranking (None without --corrected)."""
+        if self.args.corrected is None:
+            return None
+        return matched_labels(self.standard, self.args.corrected, self.root)
+
 
 def always(inputs: Inputs) -> bool:
     return True
@@ -105,8 +114,7 @@ def _comparison_arguments(i: Inputs) -> tuple:
 
 def _ranking_arguments(i: Inputs) -> tuple:
     by_class = classes_present(i.groups) if i.args.by_class else None
-    corrected = (i.args.corrected, i.root) if i.args.corrected is not None else None
-    return i.groups, i.shared, i.args.alpha, by_class, i.args.permutations, corrected
+    return i.groups, i.shared, i.args.alpha, by_class, i.args.permutations, i.labels
 
 
 REPORT: tuple[Entry, ...] = (
@@ -137,7 +145,7 @@ REPORT: tuple[Entry, ...] = (
     ),
     Entry(
         corrected_tables,
-        lambda i: (i.standard, i.args.corrected, i.root),
+        lambda i: (i.standard, i.labels),
         "--corrected LABELS",
         lambda i: i.args.corrected is not None,
         True,

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from pathlib import Path
 from statistics import NormalDist
 
 import numpy as np
@@ -21,7 +20,7 @@ import numpy as np
 from lexpilot.reporting.scoring.groups import Group
 from lexpilot.reporting.scoring.runs import MetricKey
 from lexpilot.reporting.statistics.corrected_confusion import RESAMPLES, SEED, Resampler
-from lexpilot.reporting.statistics.corrected_table import Correction, correction, matched_labels
+from lexpilot.reporting.statistics.corrected_table import Correction, correction
 from lexpilot.reporting.statistics.letters import Decisions, decisions, holm, p_cell
 from lexpilot.reporting.tables.formats import interval_cell, number_cell
 from lexpilot.reporting.tables.table import METRIC, Kind, Table, declares
@@ -158,14 +157,12 @@ def rank_one(name: str, values: list[Corrected], raw: Decisions, alpha: float, i
 def corrected_ranking_tables(
     sets: list[list[Group]],
     raw: dict[tuple[str, int], Decisions],
-    labels_path: Path,
-    root: Path,
+    matched: Matched,
     alpha: float,
     keys: list[tuple[str, MetricKey]],
 ) -> list[Table]:
     """The corrected pairs, ranking and changes of every headline metric and comparable set (`raw`: the raw
     ranking's decisions by (metric name, set number))."""
-    matched = matched_labels([g for s in sets for g in s], labels_path, root)
     into = Ranked([], [], [], [])
     for name, key in keys:
         for number, members in enumerate(sets, 1):

@@ -262,10 +262,9 @@ def matched_labels(groups: list[Group], labels_path: Path, root: Path) -> Matche
 
 
 @declares(Kind("corrected", "nearest: Table 11", 3), Kind("corrected_notes", "the harness's", 3))
-def corrected_tables(groups: list[Group], labels_path: Path, root: Path) -> list[Table]:
+def corrected_tables(groups: list[Group], matched: Matched) -> list[Table]:
     """Per corrected metric and model: raw and corrected with their intervals; per metric and model not corrected,
     one line saying why."""
-    matched = matched_labels(groups, labels_path, root)
     resampler = Resampler()  # one draw of the cases for the whole table
     rows, notes = [], []
     for name, (family, metric_name) in HEADLINE:

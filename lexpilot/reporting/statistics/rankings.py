@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from statistics import NormalDist
 
 import numpy as np
@@ -29,6 +28,7 @@ from lexpilot.reporting.statistics.letters import Decisions, decisions, holm, p_
 from lexpilot.reporting.statistics.randomization import Randomization, check_permutations
 from lexpilot.reporting.tables.formats import HEADLINE, interval_cell, number_cell
 from lexpilot.reporting.tables.table import METRIC, Figure, Kind, Table, declares
+from lexpilot.reporting.validation.expert_labels import Matched
 
 # what must be equal for two groups to be compared: every compared setting but the evaluated model's own identity
 
@@ -168,12 +168,12 @@ def ranking_tables(
     alpha: float,
     by_class: list[str] | None = None,
     permutations: int | None = None,
-    corrected: tuple[Path, Path] | None = None,
+    corrected: Matched | None = None,
 ) -> list[Table]:
     """Per headline metric and comparable set: the pairs (difference, interval, p, Holm p) and the ranking with its
     letters; the pairs of groups in different sets, with what differs. `permutations`: of the randomization test
-    (None: as many as the largest family of pairs needs at `alpha`). `corrected`: (the expert labels, the output
-    root): the same on the judge-corrected metrics, and what the correction changed (corrected_rankings.py)."""
+    (None: as many as the largest family of pairs needs at `alpha`). `corrected`: the expert labels matched to
+    the runs: the same on the judge-corrected metrics, and what the correction changed (corrected_rankings.py)."""
     groups = ranked_groups(groups)
     sets = comparable_sets(groups)
     family = max((len(s) * (len(s) - 1) // 2 for s in sets), default=1)
@@ -206,7 +206,7 @@ def ranking_tables(
     ]
     apart = _not_comparable_table(sets)
     if corrected:
-        tables += corrected_ranking_tables(sets, decided, *corrected, alpha, list(headline_keys()))
+        tables += corrected_ranking_tables(sets, decided, corrected, alpha, list(headline_keys()))
     return tables + ([apart] if apart else [])
 
 
