@@ -18,6 +18,7 @@ from typing import Callable
 from lexpilot.reporting.scoring.groups import Group, classes_present
 from lexpilot.reporting.statistics.bootstrap import Bootstrap
 from lexpilot.reporting.statistics.consistency import consistency_table, judge_noise_table
+from lexpilot.reporting.statistics.corrected_power import corrected_power_table
 from lexpilot.reporting.statistics.corrected_table import corrected_tables, matched_labels
 from lexpilot.reporting.statistics.rankings import power_table, ranking_tables
 from lexpilot.reporting.tables.audit import audit_tables
@@ -135,6 +136,13 @@ REPORT: tuple[Entry, ...] = (
     Entry(comparison_table, _comparison_arguments, "--compare A B", lambda i: i.compared is not None),
     Entry(ranking_tables, _ranking_arguments, "--rank", lambda i: i.args.rank, rides_along=True),
     Entry(power_table, lambda i: (i.groups, i.shared, i.args.alpha), "--power", lambda i: i.args.power, True),
+    Entry(
+        corrected_power_table,
+        lambda i: (i.groups, i.shared, i.labels, i.args.alpha),
+        "--power --corrected LABELS",
+        lambda i: i.args.power and i.args.corrected is not None,
+        True,
+    ),
     Entry(consistency_table, lambda i: (i.groups,), "--consistency", lambda i: i.args.consistency, True),
     Entry(
         judge_noise_table,
