@@ -29,10 +29,12 @@ from lexpilot.reporting.validation.expert_labels import Matched
 
 @dataclass
 class Corrected:
-    """One model's corrected metric over its runs, and its value in each resample."""
+    """One model's corrected metric over its runs, its interval as the corrected table gives it (the same figure
+    in both tables), and its value in each of the ranking's paired resamples."""
 
     group: Group
     value: float
+    interval: tuple[float, float] | None
     resampled: np.ndarray
 
 
@@ -54,8 +56,10 @@ def corrected_values(
         if how.shortfall:
             left_out.append(f"{group.label}: refused: {how.shortfall}")
             continue
-        made = how.made([r for r in group.runs if key.family in r.tasks], cases)
-        out.append(Corrected(group, made.value(), made.resampled(case_draws, rng)))
+        runs = [r for r in group.runs if key.family in r.tasks]
+        made = how.made(runs, cases)
+        interval = how.estimates(runs, True)[-1].interval  # the mean over runs, as the corrected table has it
+        out.append(Corrected(group, made.value(), interval, made.resampled(case_draws, rng)))
     return out, left_out
 
 
@@ -134,14 +138,13 @@ def rank_one(name: str, values: list[Corrected], raw: Decisions, alpha: float, i
     letters = decisions(ranked, [(t.a.label, t.b.label, t.p_holm) for t in pairs], alpha).letters
     into.pairs += [_pair_row(name, t, alpha) for t in pairs]
     for v in sorted(values, key=lambda v: -v.value):
-        low, high = np.percentile(v.resampled[np.isfinite(v.resampled)], [2.5, 97.5])
         into.ranking.append(
             [
                 name,
                 str(ranked.index(v.group.label) + 1),
                 v.group.label,
                 number_cell(v.value, METRIC),
-                interval_cell((float(low), float(high))),
+                interval_cell(v.interval),
                 letters.get(v.group.label, "n/a"),
                 raw.letters.get(v.group.label, "n/a"),
             ]
