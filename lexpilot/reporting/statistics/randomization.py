@@ -64,9 +64,10 @@ EXACT, STOPPED, DRAWN = "exact", "stopped", "drawn"  # how a p was found
 
 @dataclass
 class Estimate:
-    """One metric's p of one pair's test and how it was found: every pattern enumerated (EXACT), stopped once sure to
-    exceed α (STOPPED), or `extreme` of `drawn` patterns as extreme as observed (DRAWN, p = (k + 1) / (n + 1)); p
-    None where the metric is undefined."""
+    """One metric's p of one pair's test and how it was found: every pattern enumerated (EXACT); stopped once sure
+    to exceed α, at the h-th pattern (`extreme`) as extreme as observed, the L-th (`drawn`) (STOPPED, p = h / L); or
+    k (`extreme`) of n (`drawn`) patterns as extreme as observed (DRAWN, p = (k + 1) / (n + 1)); p None where the
+    metric is undefined."""
 
     p: float | None
     how: str = EXACT
@@ -155,10 +156,11 @@ class Randomization:
         signs = self.signs(swapped.cases)
         chunks = ((signs[start : start + STEP], False) for start in range(0, self.permutations, STEP))
         extreme, total, stopped = count_extremes(swapped, observed, chunks, self.stop_after)
+        h = self.stop_after or 0  # a metric stops only with a stop_after
         return {
             m: Estimate(None)
             if m not in defined
-            else Estimate(stopped[m], STOPPED)
+            else Estimate(h / stopped[m], STOPPED, h, stopped[m])
             if m in stopped
             else Estimate(float((extreme[m] + 1) / (total[m] + 1)), DRAWN, extreme[m], total[m])
             for m in observed
@@ -166,7 +168,7 @@ class Randomization:
 
     def refine(self, pairs: list[tuple[Group, Group, MetricKey]]) -> None:
         """Doubles the patterns of each (A, B, key)'s test, on every core: a further block as large as all it drew
-        before, and each drawn metric's p taken over them all (an enumerated or stopped p stays)."""
+        before, and each drawn metric's p taken over them all (an enumerated p stays)."""
         todo = [
             (self.tested(a, b, MetricKey(task, "", cls)), task, cls)
             for a, b, task, cls in self._distinct(pairs).values()
@@ -175,12 +177,21 @@ class Randomization:
 
     def _draw_block(self, tested: Tested, task: str, cls: str) -> None:
         """One further block of B · 2^blocks patterns of the pair's differing cases, from the seed, the number of
-        cases and the block's number: the same for the same seed whichever other tests draw more."""
+        cases and the block's number: the same for the same seed whichever other tests draw more. A metric that
+        stopped early is first counted over the whole first block, as a drawn one (its h / L is no less a Monte-Carlo
+        estimate, and near a threshold as unsure)."""
         aligned = paired_counts(tested.a, tested.b, task, cls)
         assert aligned is not None, "a drawn test had the task's counts"
         swapped = Swapped(*aligned, task)
         differing = swapped.differing.size
         observed = swapped.statistic(np.zeros((1, differing), dtype=np.float32), on_differing=True)
+        if any(e.how == STOPPED for e in tested.estimates.values()):
+            signs = self.signs(swapped.cases)
+            first = ((signs[start : start + STEP], False) for start in range(0, self.permutations, STEP))
+            extreme, total, _ = count_extremes(swapped, observed, first, None)
+            for m, estimate in tested.estimates.items():
+                if estimate.how == STOPPED:
+                    tested.estimates[m] = Estimate(0.0, DRAWN, extreme[m], total[m])
         size = self.permutations * 2**tested.blocks
         rng = np.random.default_rng([self.seed, swapped.cases, tested.blocks + 1])
         tested.blocks += 1
@@ -221,8 +232,8 @@ def count_extremes(
     swapped: Swapped, observed: dict, chunks, stop_after: int | None
 ) -> tuple[dict, dict, dict]:
     """Per metric: the patterns at least as extreme as observed and the patterns where the metric is defined; and,
-    with `stop_after` (h), the p = h / L of each metric whose h-th extreme came at the L-th defined pattern. The
-    chunks stop once every defined metric has stopped."""
+    with `stop_after` (h), the L of each metric whose h-th extreme came at the L-th defined pattern (its p h / L).
+    The chunks stop once every defined metric has stopped."""
     extreme, total, stopped = {m: 0 for m in observed}, {m: 0 for m in observed}, {}
     deciding = {m for m in observed if not np.isnan(observed[m][0])}
     for chunk, on_differing in chunks:
@@ -232,7 +243,7 @@ def count_extremes(
             hits = np.abs(values[~np.isnan(values)]) >= abs(observed[m][0]) - 1e-12
             if stop_after is not None and extreme[m] + hits.sum() >= stop_after:
                 at = int(np.flatnonzero(extreme[m] + np.cumsum(hits) >= stop_after)[0])  # the h-th extreme
-                stopped[m] = stop_after / (total[m] + at + 1)
+                stopped[m] = total[m] + at + 1
             extreme[m] += int(hits.sum())
             total[m] += hits.size
         if deciding <= set(stopped):

@@ -6,8 +6,10 @@ A drawn p = (k + 1) / (B + 1) is an estimate; the decision reads it against its 
 at its place i among the family's m p-values in increasing order. Where the p's Monte-Carlo interval (Clopper and
 Pearson, at error `LEVEL`) holds that threshold, another seed could decide otherwise: such a test draws a further
 block as large as all it drew (`Randomization.refine`: B, 2B, 4B, …), Holm's order is taken again, and so on until
-no interval holds its threshold or a test has drawn `CAP` times B. An enumerated p is exact and a stopped one is sure
-to exceed α, so both are settled by construction. A decision is settled when no unsettled test can change it:
+no interval holds its threshold or a test has drawn `CAP` times B. An enumerated p is exact, settled by
+construction. A test stopped early (Besag and Clifford) is sure to exceed α over its own B patterns, not over
+another seed's: its h of L is an estimate like any drawn p, and one whose interval holds the threshold is counted
+over its whole first block and refined like the others. A decision is settled when no unsettled test can change it:
 "different" when every test up to its place in Holm's order lies below its threshold, "not different" when one up
 to its place lies above; else it is unsettled. docs/statistics.md says more.
 """
@@ -20,7 +22,7 @@ from scipy.special import betaincinv
 
 from lexpilot.reporting.scoring.groups import Group
 from lexpilot.reporting.scoring.runs import MetricKey
-from lexpilot.reporting.statistics.randomization import DRAWN, Estimate, Randomization
+from lexpilot.reporting.statistics.randomization import EXACT, Estimate, Randomization
 
 LEVEL = 0.001  # the Monte-Carlo interval's error, both sides together: 99.9% Clopper–Pearson
 BLOCKS = 4  # further blocks at most, each doubling the patterns: the cap is 2^4 = 16 times B
@@ -44,8 +46,10 @@ def side(estimate: Estimate, times: int, alpha: float) -> str:
     adjusted p is (p · times < α), and for a drawn p with its whole interval on the same side."""
     assert estimate.p is not None, "only defined p-values enter a family"
     below = estimate.p * times < alpha
-    if estimate.how != DRAWN:
+    if estimate.how == EXACT:
         return BELOW if below else ABOVE
+    # a stopped test's h of L is as unsure an estimate as a drawn one's k of n: another seed could stop it later,
+    # or not at all (L is taken as if fixed: near enough at the hundreds of extremes h is)
     low, high = monte_carlo_interval(estimate.extreme, estimate.drawn)
     if below and high * times < alpha:
         return BELOW
