@@ -5,7 +5,7 @@ and the p-value's cell; shared by the raw rankings (rankings.py) and the judge-c
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lexpilot.reporting.tables.table import METRIC, Figure
 
@@ -68,19 +68,62 @@ def p_cell(p: float | None) -> Figure:
     return Figure("n/a" if p is None else "<0.001" if p < 0.001 else f"{p:.{METRIC}f}", {"value": p})
 
 
+UNSETTLED_MARK = "*"  # after the letters of a model one of whose decisions is unsettled
+
+
 @dataclass
 class Decisions:
-    """What a ranking decided on one metric and comparable set: the pairs found different, and each model's letters
-    (by group label; none when some pair could not be tested)."""
+    """What a ranking decided on one metric and comparable set: the pairs found different, each model's letters
+    (by group label; none when some pair could not be tested), and the pairs whose decision is unsettled (it could
+    change with the randomization test's seed: settling.py)."""
 
     different: set[frozenset]
     letters: dict[str, str]
+    unsettled: set[frozenset] = field(default_factory=set)
+    marked: set[str] = field(default_factory=set)  # the models whose letters the unsettled pairs could change
+
+    def shown(self, label: str) -> str:
+        """The model's letters as the ranking prints them, marked when the unsettled decisions could change them."""
+        if label not in self.letters:
+            return "n/a"
+        return self.letters[label] + UNSETTLED_MARK * (label in self.marked)
 
 
-def decisions(ranked: list[str], tested: list[tuple[str, str, float | None]], alpha: float) -> Decisions:
+def decisions(
+    ranked: list[str],
+    tested: list[tuple[str, str, float | None]],
+    alpha: float,
+    unsettled: set[frozenset] | None = None,
+) -> Decisions:
     """The decisions of a set's pairs (`tested`: each pair's labels and Holm-adjusted p, None where untested), the
-    models `ranked` best first."""
+    models `ranked` best first; `unsettled`: the pairs whose decision is."""
     done = {frozenset((a, b)) for a, b, p in tested if p is not None}
     different = {frozenset((a, b)) for a, b, p in tested if p is not None and p < alpha}
     complete = all(frozenset(pair) in done for pair in itertools.combinations(ranked, 2))
-    return Decisions(different, letter_display(ranked, different) if complete else {})
+    if not complete:
+        return Decisions(different, {}, unsettled or set())
+    letters = letter_display(ranked, different)
+    return Decisions(
+        different, letters, unsettled or set(), marked(ranked, different, unsettled or set(), letters)
+    )
+
+
+MAX_OUTCOMES = 2**8  # the unsettled decisions' outcomes tried for the letters; beyond, every model is marked
+
+
+def marked(
+    ranked: list[str], different: set[frozenset], unsettled: set[frozenset], letters: dict
+) -> set[str]:
+    """The models whose letters could change with the unsettled decisions: those of an unsettled pair, and any whose
+    letters differ under some other outcome of them. Letters follow the whole set's decisions, so a pair's flip can
+    rename a third model's letters."""
+    if not unsettled:
+        return set()
+    if 2 ** len(unsettled) > MAX_OUTCOMES:
+        return set(ranked)
+    out = {m for pair in unsettled for m in pair}
+    pairs = sorted(unsettled, key=sorted)
+    for outcome in itertools.product((False, True), repeat=len(pairs)):
+        other = (different - unsettled) | {pair for pair, apart in zip(pairs, outcome) if apart}
+        out |= {m for m, shown in letter_display(ranked, other).items() if shown != letters[m]}
+    return out

@@ -7,7 +7,8 @@ recomputes the metric itself on the swapped counts (Macro-F1 and QWK are not mea
 (k + 1) / (B + 1) over B permutations; when so few cases differ that every swap pattern fits in B, the patterns are
 enumerated and p is exact. A case both models got alike in every run cannot change under a swap, so only the
 differing cases are drawn. A drawn test stops once its p is sure to exceed α (Besag and Clifford 1991), its p then
-h / L; every decision stays the full test's (`Randomization.stop_after`). The pairs' tests run in threads.
+h / L; every decision stays the full test's (`Randomization.stop_after`). A drawn test can be given further blocks of
+patterns (`Randomization.refine`), for the sequential rule of settling.py. The pairs' tests run in threads.
 """
 
 from __future__ import annotations
@@ -58,6 +59,34 @@ def check_permutations(asked: int | None, pairs: int, alpha: float) -> int:
     return asked or needed
 
 
+EXACT, STOPPED, DRAWN = "exact", "stopped", "drawn"  # how a p was found
+
+
+@dataclass
+class Estimate:
+    """One metric's p of one pair's test and how it was found: every pattern enumerated (EXACT); stopped once sure
+    to exceed α, at the h-th pattern (`extreme`) as extreme as observed, the L-th (`drawn`) (STOPPED, p = h / L); or
+    k (`extreme`) of n (`drawn`) patterns as extreme as observed (DRAWN, p = (k + 1) / (n + 1)); p None where the
+    metric is undefined."""
+
+    p: float | None
+    how: str = EXACT
+    extreme: int = 0
+    drawn: int = 0
+
+
+@dataclass
+class Tested:
+    """One pair's test of a task (and class): each metric's estimate, and how many further blocks it has drawn
+    (its patterns: B · 2^blocks). The groups are held, so that no other group can take an id of theirs while their
+    test is cached (a freed object's id is given to the next one made)."""
+
+    a: Group
+    b: Group
+    estimates: dict[str, Estimate]
+    blocks: int = 0
+
+
 @dataclass
 class Randomization:
     """Swap patterns drawn once per number of cases and seed, shared by every pair (each pair uses the columns
@@ -68,9 +97,7 @@ class Randomization:
     # α: a test stops once its p is sure to exceed it (Besag and Clifford 1991)
     stop_above: float | None = None
     _signs: dict = field(default_factory=dict)
-    # (id(a), id(b), task, class) -> (a, b, p-values): the groups are held, so that no other group can take an
-    # id of theirs while their tests are cached (a freed object's id is given to the next one made)
-    _p: dict = field(default_factory=dict)
+    _p: dict[tuple, Tested] = field(default_factory=dict)  # (id(a), id(b), task, class) -> the test
     _drawing: threading.Lock = field(default_factory=threading.Lock)
 
     def signs(self, cases: int) -> np.ndarray:
@@ -84,51 +111,107 @@ class Randomization:
     def prepare(self, pairs: list[tuple[Group, Group, MetricKey]]) -> None:
         """The p-values of many (A, B, key) at once, on every core, for `p_value` to read: each pair's test is
         the same whichever thread runs it (its swap patterns are drawn from the seed and the number of cases)."""
-        todo = list(
-            {
-                (id(a), id(b), key.family, key.part): (a, b, key.family, key.part)
-                for a, b, key in pairs
-                if (id(a), id(b), key.family, key.part) not in self._p
-            }.items()
-        )
-        found = thread_map(lambda item: self.p_values(*item[1]), todo, workers(len(todo)))
-        self._p.update((cached, (a, b, p)) for (cached, (a, b, _, _)), p in zip(todo, found))
+        todo = [item for item in self._distinct(pairs).items() if item[0] not in self._p]
+        found = thread_map(lambda item: self.estimates(*item[1]), todo, workers(len(todo)))
+        self._p.update((cached, Tested(a, b, p)) for (cached, (a, b, _, _)), p in zip(todo, found))
+
+    @staticmethod
+    def _distinct(pairs: list[tuple[Group, Group, MetricKey]]) -> dict[tuple, tuple]:
+        """(A, B, key) by the test that answers them: one per pair, task and class (a task's metrics together)."""
+        return {(id(a), id(b), key.family, key.part): (a, b, key.family, key.part) for a, b, key in pairs}
+
+    def tested(self, a: Group, b: Group, key: MetricKey) -> Tested:
+        """The pair's test of the key's task and class, run now if no `prepare` ran it."""
+        cached = (id(a), id(b), key.family, key.part)
+        if cached not in self._p:
+            self._p[cached] = Tested(a, b, self.estimates(a, b, key.family, key.part))
+        return self._p[cached]
+
+    def estimate(self, a: Group, b: Group, key: MetricKey) -> Estimate:
+        """The p of the difference of the groups' means on `key` (task, metric, class), and how it was found."""
+        return self.tested(a, b, key).estimates.get(key.name, Estimate(None))
 
     def p_value(self, a: Group, b: Group, key: MetricKey) -> float | None:
         """Two-sided p of the difference of the groups' means on `key` (task, metric, class); None when the
         metric is undefined for either group."""
-        task, metric, cls = key
-        if (id(a), id(b), task, cls) not in self._p:
-            self._p[(id(a), id(b), task, cls)] = (a, b, self.p_values(a, b, task, cls))
-        return self._p[(id(a), id(b), task, cls)][2].get(metric)
+        return self.estimate(a, b, key).p
 
-    def p_values(self, a: Group, b: Group, task: str, cls: str) -> dict[str, float | None]:
-        """metric -> two-sided p, for every metric of the task."""
+    def estimates(self, a: Group, b: Group, task: str, cls: str) -> dict[str, Estimate]:
+        """metric -> two-sided p and how it was found, for every metric of the task."""
         aligned = paired_counts(a, b, task, cls)
         if aligned is None:
             return {}
         swapped = Swapped(*aligned, task)
         differing = swapped.differing.size
         observed = swapped.statistic(np.zeros((1, differing), dtype=np.float32), on_differing=True)
+        defined = {m for m in observed if not np.isnan(observed[m][0])}
         if differing == 0:
-            return {m: (None if np.isnan(v[0]) else 1.0) for m, v in observed.items()}
+            return {m: Estimate(1.0 if m in defined else None) for m in observed}
         if 2**differing <= self.permutations:  # every pattern, the identity included: p exact
             patterns = (np.arange(2**differing)[:, None] >> np.arange(differing) & 1).astype(np.float32)
             every = [(p, True) for p in np.array_split(patterns, max(1, len(patterns) // CHUNK))]
             extreme, total, _ = count_extremes(swapped, observed, every, None)
-            return {m: None if np.isnan(observed[m][0]) else float(extreme[m] / total[m]) for m in observed}
+            return {m: Estimate(float(extreme[m] / total[m]) if m in defined else None) for m in observed}
         # the patterns over every case: a case that does not differ changes nothing
         signs = self.signs(swapped.cases)
         chunks = ((signs[start : start + STEP], False) for start in range(0, self.permutations, STEP))
         extreme, total, stopped = count_extremes(swapped, observed, chunks, self.stop_after)
+        h = self.stop_after or 0  # a metric stops only with a stop_after
         return {
-            m: None
-            if np.isnan(observed[m][0])
-            else stopped[m]
+            m: Estimate(None)
+            if m not in defined
+            else Estimate(h / stopped[m], STOPPED, h, stopped[m])
             if m in stopped
-            else float((extreme[m] + 1) / (total[m] + 1))
+            else Estimate(float((extreme[m] + 1) / (total[m] + 1)), DRAWN, extreme[m], total[m])
             for m in observed
         }
+
+    def refine(self, pairs: list[tuple[Group, Group, MetricKey]]) -> None:
+        """Doubles the patterns of each (A, B, key)'s test, on every core: a further block as large as all it drew
+        before, and each drawn metric's p taken over them all (an enumerated p stays)."""
+        todo = [
+            (self.tested(a, b, MetricKey(task, "", cls)), task, cls)
+            for a, b, task, cls in self._distinct(pairs).values()
+        ]
+        thread_map(lambda item: self._draw_block(*item), todo, workers(len(todo)))
+
+    def _draw_block(self, tested: Tested, task: str, cls: str) -> None:
+        """One further block of B · 2^blocks patterns of the pair's differing cases, from the seed, the number of
+        cases and the block's number: the same for the same seed whichever other tests draw more. A metric that
+        stopped early is first counted over the whole first block, as a drawn one (its h / L is no less a Monte-Carlo
+        estimate, and near a threshold as unsure)."""
+        aligned = paired_counts(tested.a, tested.b, task, cls)
+        assert aligned is not None, "a drawn test had the task's counts"
+        swapped = Swapped(*aligned, task)
+        differing = swapped.differing.size
+        observed = swapped.statistic(np.zeros((1, differing), dtype=np.float32), on_differing=True)
+        if any(e.how == STOPPED for e in tested.estimates.values()):
+            signs = self.signs(swapped.cases)
+            first = ((signs[start : start + STEP], False) for start in range(0, self.permutations, STEP))
+            extreme, total, _ = count_extremes(swapped, observed, first, None)
+            for m, estimate in tested.estimates.items():
+                if estimate.how == STOPPED:
+                    tested.estimates[m] = Estimate(0.0, DRAWN, extreme[m], total[m])
+        size = self.permutations * 2**tested.blocks
+        rng = np.random.default_rng([self.seed, swapped.cases, tested.blocks + 1])
+        tested.blocks += 1
+        chunks = (
+            (random_swaps(rng, min(STEP, size - start), differing), True) for start in range(0, size, STEP)
+        )
+        extreme, total, _ = count_extremes(swapped, observed, chunks, None)
+        for m, estimate in tested.estimates.items():
+            if estimate.how == DRAWN:
+                estimate.extreme += extreme[m]
+                estimate.drawn += total[m]
+                estimate.p = (estimate.extreme + 1) / (estimate.drawn + 1)
+
+    def refined(self) -> int:
+        """How many tests (pair, task and class) drew further blocks."""
+        return sum(t.blocks > 0 for t in self._p.values())
+
+    def blocks(self, a: Group, b: Group, key: MetricKey) -> int:
+        """The further blocks the pair's test has drawn (its patterns: B · 2^blocks)."""
+        return self.tested(a, b, key).blocks
 
     @property
     def stop_after(self) -> int | None:
@@ -139,12 +222,18 @@ class Randomization:
         return None if self.stop_above is None else math.floor(self.stop_above * self.permutations) + 1
 
 
+def random_swaps(rng: np.random.Generator, rows: int, cases: int) -> np.ndarray:
+    """Rows × cases of 0/1, each with chance ½ (float32): from random bytes, eight swaps a byte."""
+    drawn = rng.integers(0, 256, (rows, (cases + 7) // 8), dtype=np.uint8)
+    return np.unpackbits(drawn, axis=1)[:, :cases].astype(np.float32)
+
+
 def count_extremes(
     swapped: Swapped, observed: dict, chunks, stop_after: int | None
 ) -> tuple[dict, dict, dict]:
     """Per metric: the patterns at least as extreme as observed and the patterns where the metric is defined; and,
-    with `stop_after` (h), the p = h / L of each metric whose h-th extreme came at the L-th defined pattern. The
-    chunks stop once every defined metric has stopped."""
+    with `stop_after` (h), the L of each metric whose h-th extreme came at the L-th defined pattern (its p h / L).
+    The chunks stop once every defined metric has stopped."""
     extreme, total, stopped = {m: 0 for m in observed}, {m: 0 for m in observed}, {}
     deciding = {m for m in observed if not np.isnan(observed[m][0])}
     for chunk, on_differing in chunks:
@@ -154,7 +243,7 @@ def count_extremes(
             hits = np.abs(values[~np.isnan(values)]) >= abs(observed[m][0]) - 1e-12
             if stop_after is not None and extreme[m] + hits.sum() >= stop_after:
                 at = int(np.flatnonzero(extreme[m] + np.cumsum(hits) >= stop_after)[0])  # the h-th extreme
-                stopped[m] = stop_after / (total[m] + at + 1)
+                stopped[m] = total[m] + at + 1
             extreme[m] += int(hits.sum())
             total[m] += hits.size
         if deciding <= set(stopped):

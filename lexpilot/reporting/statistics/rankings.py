@@ -24,11 +24,13 @@ from lexpilot.reporting.scoring.groups import (
 from lexpilot.reporting.scoring.runs import MetricKey
 from lexpilot.reporting.statistics.bootstrap import Bootstrap, paired_difference
 from lexpilot.reporting.statistics.corrected_rankings import corrected_ranking_tables
-from lexpilot.reporting.statistics.letters import Decisions, decisions, holm, p_cell
+from lexpilot.reporting.statistics.letters import UNSETTLED_MARK, Decisions, decisions, holm, p_cell
 from lexpilot.reporting.statistics.randomization import Randomization, check_permutations
+from lexpilot.reporting.statistics.settling import CAP, LEVEL, settle
 from lexpilot.reporting.tables.formats import HEADLINE, interval_cell, number_cell
 from lexpilot.reporting.tables.table import METRIC, Figure, Kind, Table, declares
 from lexpilot.reporting.validation.expert_labels import Matched
+from lexpilot.text import counted
 
 # what must be equal for two groups to be compared: every compared setting but the evaluated model's own identity
 
@@ -65,7 +67,9 @@ class PairTest:
     difference: float
     interval: tuple[float, float] | None
     p: float | None
+    key: MetricKey
     p_holm: float | None = None
+    unsettled: bool = False  # its decision still turns on Monte-Carlo error at the cap (settling.py)
 
 
 def comparable_sets(groups: list[Group]) -> list[list[Group]]:
@@ -94,11 +98,28 @@ def pair_tests(
         result = paired_difference(boot, (a, key), (b, key))
         if result is None:
             continue
-        tests.append(PairTest(metric, a, b, result["difference"], result["ci"], test.p_value(a, b, key)))
-    defined = [(t, t.p) for t in tests if t.p is not None]
-    for (t, _), adjusted in zip(defined, holm([p for _, p in defined])):
-        t.p_holm = adjusted
+        tests.append(PairTest(metric, a, b, result["difference"], result["ci"], test.p_value(a, b, key), key))
+    adjust(tests)
     return tests
+
+
+def adjust(tests: list[PairTest]) -> None:
+    """Holm's adjusted p of each test with a p-value, across them."""
+    defined = [t for t in tests if t.p is not None]
+    for t, adjusted in zip(defined, holm([t.p for t in defined])):  # type: ignore[misc]
+        t.p_holm = adjusted
+
+
+def settled_tests(families: list[list[PairTest]], test: Randomization, alpha: float) -> None:
+    """The families' tests after the sequential rule (settling.py): drawn p-values refined until each is settled
+    against its Holm threshold or capped, Holm taken again, and each decision still turning on Monte-Carlo error
+    marked unsettled."""
+    defined = [[t for t in family if t.p is not None] for family in families]
+    unsettled = settle([[(t.a, t.b, t.key) for t in family] for family in defined], test, alpha)
+    for family, marks in zip(defined, unsettled):
+        for t, mark in zip(family, marks):
+            t.p, t.unsettled = test.p_value(t.a, t.b, t.key), mark
+        adjust(family)
 
 
 def ordered_pairs(groups: list[Group], key: MetricKey):
@@ -120,7 +141,8 @@ def headline_keys(by_class: list[str] | None = None):
 def set_decisions(tests: list[PairTest], members: list[Group], key: MetricKey, alpha: float) -> Decisions:
     """A set's decisions on one metric: the pairs found different and the letters of its models with a mean."""
     ranked = [g.label for g, _ in ranked_stats(members, key)]
-    return decisions(ranked, [(t.a.label, t.b.label, t.p_holm) for t in tests], alpha)
+    unsettled = {frozenset((t.a.label, t.b.label)) for t in tests if t.unsettled}
+    return decisions(ranked, [(t.a.label, t.b.label, t.p_holm) for t in tests], alpha, unsettled)
 
 
 def ranked_stats(members: list[Group], key: MetricKey) -> list[tuple[Group, dict]]:
@@ -147,7 +169,7 @@ def ranked_rows(
             number_cell(s["mean"], METRIC),  # a rank (1, 1, 3), as in competition ranking
             number_cell(s["sd"], METRIC),
             str(s["n"]),
-            decided.letters.get(g.label, "n/a"),
+            decided.shown(g.label),
         ]
         for (g, s), mean in zip(ranked, means)
     ]
@@ -187,9 +209,15 @@ def ranking_tables(
             for a, b in ordered_pairs(members, key)
         ]
     )
+    families = {
+        (name, number): pair_tests(members, boot, test, key, name)
+        for name, key in headline_keys(by_class)
+        for number, members in enumerate(sets, 1)
+    }
+    settled_tests(list(families.values()), test, alpha)
     for name, key in headline_keys(by_class):
         for number, members in enumerate(sets, 1):
-            tests = pair_tests(members, boot, test, key, name)
+            tests = families[(name, number)]
             pair_rows += [_pair_row(t, alpha) for t in tests]
             decided[(name, number)] = set_decisions(tests, members, key, alpha)
             set_label = str(number) if len(sets) > 1 else ""
@@ -199,7 +227,8 @@ def ranking_tables(
         Table(
             "ranking",
             f"Ranking per metric: mean and SD over runs; models sharing a letter are not different "
-            f"at α = {alpha:g} after Holm's adjustment ('n/a': some pair could not be compared)",
+            f"at α = {alpha:g} after Holm's adjustment ('n/a': some pair could not be compared; '{UNSETTLED_MARK}': "
+            f"an unsettled decision could change the model's letters, which could then change with --seed)",
             ["Metric", *(["Set"] if len(sets) > 1 else []), "Rank", "Model", "Mean", "SD", "Runs", "Group"],
             rank_rows,
         ),
@@ -220,7 +249,7 @@ def _pair_row(t: PairTest, alpha: float) -> list:
         interval_cell(t.interval, signed=True),
         p_cell(t.p),
         p_cell(t.p_holm),
-        "yes" if t.p_holm is not None and t.p_holm < alpha else "no",
+        "unsettled" if t.unsettled else "yes" if t.p_holm is not None and t.p_holm < alpha else "no",
     ]
 
 
@@ -230,8 +259,10 @@ def _pairs_title(boot: Bootstrap, test: Randomization, alpha: float) -> str:
         f"Every comparable pair: difference of means (A − B, A ranked higher), 95% paired bootstrap "
         f"interval over cases ({boot.resamples} resamples), two-sided p of a paired randomization test "
         f"over cases ({test.permutations} permutations, a test stopping once its p is sure to exceed α; "
-        f"exact where few cases differ), Holm-adjusted across the pairs of "
-        f"each metric; different at α = {alpha:g} after adjustment"
+        f"exact where few cases differ; one whose p's {1 - LEVEL:.1%} Monte-Carlo interval holds its Holm threshold "
+        f"drawing more, up to {CAP} times as many: {counted(test.refined(), 'test')} did), Holm-adjusted across the pairs of "
+        f"each metric; different at α = {alpha:g} after adjustment ('unsettled': the decision still turns on the "
+        "test's Monte-Carlo error at that cap)"
     )
 
 

@@ -54,7 +54,9 @@ def test_the_corrected_ranking_lists_the_pair_the_correction_changes(dcg_runs, t
     corrected = {r[1]: float(r[6]) for r in rows_of(out, "Judge-corrected metrics") if r[0] == "DCG Acc."}
     assert {m: float(r[3]) for m, r in ranking.items()} == pytest.approx(corrected)  # the table's own values
     intervals = {r[1]: r[7:9] for r in rows_of(out, "Judge-corrected metrics") if r[0] == "DCG Acc."}
-    assert {m: r[4:6] for m, r in ranking.items()} == intervals  # and its intervals: one figure in both tables
+    assert {
+        m: r[4:6] for m, r in ranking.items()
+    } == intervals  # and its intervals: one figure in both tables
     pairs = {
         (r[1], r[2]): r[3:]
         for r in rows_of(out, "Every comparable pair on the judge-corrected")
