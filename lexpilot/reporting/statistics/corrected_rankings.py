@@ -94,17 +94,19 @@ def corrected_pairs(values: list[Corrected]) -> list[CorrectedPair]:
 def changes(
     name: str, pairs: list[CorrectedPair], letters: dict[str, str], raw: Decisions, alpha: float
 ) -> list[list[str]]:
-    """The pairs whose decision, and the models whose letters, differ between the raw and the corrected ranking."""
+    """The pairs whose decision, and the models whose letters, differ between the raw and the corrected ranking; a
+    raw decision the randomization test left unsettled (settling.py) says so beside its present side."""
     rows = []
+    said = lambda different: "different" if different else "not different"  # noqa: E731
     for t in pairs:
         pair = frozenset((t.a.label, t.b.label))
         now = t.p_holm is not None and t.p_holm < alpha
         if now != (pair in raw.different):
-            said = lambda different: "different" if different else "not different"  # noqa: E731
-            rows.append([name, f"{t.a.label} and {t.b.label}", said(pair in raw.different), said(now)])
+            before = said(pair in raw.different) + (" (unsettled)" if pair in raw.unsettled else "")
+            rows.append([name, f"{t.a.label} and {t.b.label}", before, said(now)])
     for label, mine in letters.items():
         if raw.letters.get(label, "n/a") != mine:
-            rows.append([name, f"{label}'s letters", raw.letters.get(label, "n/a"), mine])
+            rows.append([name, f"{label}'s letters", raw.shown(label), mine])
     return rows
 
 
@@ -146,7 +148,7 @@ def rank_one(name: str, values: list[Corrected], raw: Decisions, alpha: float, i
                 number_cell(v.value, METRIC),
                 interval_cell(v.interval),
                 letters.get(v.group.label, "n/a"),
-                raw.letters.get(v.group.label, "n/a"),
+                raw.shown(v.group.label),
             ]
         )
     into.changed += changes(name, pairs, letters, raw, alpha)
