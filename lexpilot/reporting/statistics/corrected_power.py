@@ -35,8 +35,11 @@ def label_variance(group: Group, key: MetricKey, matched: Matched, resampler: Re
     if how.shortfall or not runs:
         return None
     made = how.made(runs, None)
-    every_case_once = np.ones((resampler.resamples, made.judged.shape[1]))
-    values = made.resampled(every_case_once, np.random.default_rng([resampler.seed, 2]))
+    # every case once in every resample: the counts are the runs' own, only the labels are drawn
+    summed = np.broadcast_to(
+        made.judged.sum(axis=1)[:, None, :], (len(runs), resampler.resamples, made.judged.shape[2])
+    )
+    values = made.resampled_sums(summed, np.random.default_rng([resampler.seed, 2]))
     values = values[np.isfinite(values)]
     return float(np.var(values, ddof=1)) if values.size > 1 else None
 

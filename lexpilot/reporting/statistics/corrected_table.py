@@ -137,8 +137,13 @@ class Correction:
     ):
         """A metric estimated by its bootstrap over cases and labels (Macro-F1, QWK), on the table's resamples."""
 
+        found: dict[tuple, dict[bool, list[Bootstrapped]]] = {}  # raw and corrected come from one resampling
+
         def estimates(runs: list[Run], corrected: bool) -> list[Bootstrapped]:
-            return each_run_and_mean(made(runs, None), corrected, resampler)
+            key = tuple(r.run_id for r in runs)
+            if key not in found:
+                found[key] = each_run_and_mean(made(runs, None), resampler)
+            return found[key][corrected]
 
         return Correction(estimates, made, shortfall, count)
 

@@ -146,15 +146,19 @@ def _kind(run: Run, root: Path, label: ExpertLabel) -> RecordKind:
     )
 
 
-def _records(run: Run, root: Path, label: ExpertLabel, kind: RecordKind) -> dict:
-    """The run's records of the label's kind, holding the item (the run's task is complete: it was scored)."""
+KEPT = ("judgments", "rounds", "predicted", "gold")  # what a label is checked against: the rest is let go
+
+
+def _records(run: Run, root: Path, label: ExpertLabel, kind: RecordKind, cases: set[str]) -> dict:
+    """The run's records of the label's kind for the labelled `cases`, cut to what a label is checked against
+    (fifty runs' whole records held at once took hundreds of MB); the run's task is complete: it was scored."""
     records, problem = read_task(run, root, kind)
     if records is None or label.case not in records:
         raise HarnessError(
             f"expert label {label.item_id}: run {label.run_id}, model {label.model} has no complete "
             f"{kind.name} record of case {label.case} ({problem or 'not selected'}); label its saved runs"
         )
-    return records
+    return {c: {k: records[c][k] for k in KEPT if k in records[c]} for c in cases if c in records}
 
 
 @dataclass
@@ -171,17 +175,22 @@ def labelled_decisions(labels: list[ExpertLabel], runs: list[Run], root: Path) -
     """The labels matched to the given runs' decisions. A label whose judge label is not the saved one is refused:
     the run was judged again after the sample was drawn."""
     by_run = {(r.model, r.run_id): r for r in runs}
+    shown = [
+        (label, run, _kind(run, root, label))
+        for label in labels
+        if (run := by_run.get((label.model, label.run_id)))
+    ]
+    cases: dict[tuple, set[str]] = {}  # the labelled cases of each record file
+    for label, _, kind in shown:
+        cases.setdefault((label.model, label.run_id, kind.name), set()).add(label.case)
     cache: dict[tuple, dict] = {}
     matched = Matched([], [], 0)
     rounds: dict[tuple, dict[str, ExpertLabel]] = {}
-    for label in labels:
-        run = by_run.get((label.model, label.run_id))
-        if run is None:
-            continue  # a run this report does not show
-        kind = _kind(run, root, label)
-        if (label.model, label.run_id, kind.name) not in cache:  # each record file read once
-            cache[(label.model, label.run_id, kind.name)] = _records(run, root, label, kind)
-        records = cache[(label.model, label.run_id, kind.name)]
+    for label, run, kind in shown:
+        file = (label.model, label.run_id, kind.name)
+        if file not in cache:  # each record file read once
+            cache[file] = _records(run, root, label, kind, cases[file])
+        records = cache[file]
         if _saved_label(records, label) != label.judge:
             raise HarnessError(
                 f"expert label {label.item_id}: the key's judge label {label.judge} is not run {label.run_id}'s "
