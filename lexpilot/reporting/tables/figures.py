@@ -37,7 +37,7 @@ def write_plots(
     import matplotlib.pyplot as plt
 
     groups = [g for g in groups if g.condition == "standard"]
-    labels = [g.label for g in groups]
+    labels = [plain_text(g.label) for g in groups]  # a model id is untrusted text: a "$" would start mathtext
     folder.mkdir(parents=True, exist_ok=True)
     written = class_bars(plt, groups, labels, folder, boot)
     written.append(lca_scatter(plt, groups, labels, folder, boot))

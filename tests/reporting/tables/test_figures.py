@@ -172,3 +172,19 @@ def test_the_class_names_under_the_bars_never_overprint(tmp_path, provider, monk
         assert checked >= 2  # LCA and DCG by class, every class shown
     finally:
         plt.close("all")
+
+
+@pytest.mark.slow
+def test_a_model_id_with_dollars_is_drawn_as_text_in_every_figure(tmp_path, provider, monkeypatch, capsys):
+    """matplotlib reads "$…$" as mathematics: a model id such as "$\\frac{a$" failed --plot with a traceback."""
+    h = Harness(tmp_path, provider, monkeypatch)
+    for stage in ("LexAwN", "DCG"):
+        assert h.run(stage, "--limit", "2", "--model", "$\\frac{a$ $b$") == 0
+    plots = tmp_path / "plots"
+    assert show_results.main(["--output-root", str(h.root), "--plot", str(plots)]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    assert {p.name for p in plots.glob("*.png")} >= {
+        "lca_acc_c_vs_acc_u.png",
+        "ljp_setups.png",
+        "ranking_LCA.png",
+    }
