@@ -79,25 +79,20 @@ def chat(instance: Instance, model) -> list:
 
 
 def sample(er: ExportedRun, instance: Instance, modules) -> Any:
-    """One case as an `EvalSample`, validated once from its fields (built from nested objects, Inspect validated
-    each message again at every level it sits in: a third of the export's time)."""
+    """One case as an `EvalSample`: its messages validated once each, as they are made, and the sample validated
+    without them, then given them (validated with the sample, every message was validated again at each place it
+    sits in, and each time against each kind of message: a third of the export's time)."""
     log, model, _ = modules
     messages = chat(instance, model)
     last_reply = next(m for m in reversed(messages) if m.role == "assistant")
-    given = [m for m, source in zip(messages, instance.messages) if source.source == "dataset"]
     roles = {role: usage_of(used) for role, used in instance.usage.items() if used}
     prov = er.provenance
-    return log.EvalSample.model_validate(
+    made = log.EvalSample.model_validate(
         {
             "id": instance.case,
             "epoch": 1,
-            "input": given,
+            "input": "",
             "target": [label.reference for label in instance.labels],
-            "messages": messages,
-            "output": {
-                "model": er.run.model,
-                "choices": [{"message": last_reply, "stop_reason": "stop"}],
-            },
             "scores": {SCORER: judge_score(instance, prov.models["judge"])},
             "metadata": {
                 "cause_of_action": instance.cause,
@@ -110,6 +105,12 @@ def sample(er: ExportedRun, instance: Instance, modules) -> Any:
             "role_usage": roles,
         }
     )
+    made.input = [m for m, source in zip(messages, instance.messages) if source.source == "dataset"]
+    made.messages = messages
+    made.output = model.ModelOutput(
+        model=er.run.model, choices=[model.ChatCompletionChoice(message=last_reply, stop_reason="stop")]
+    )
+    return made
 
 
 def judge_score(instance: Instance, judge: str) -> dict:
