@@ -113,13 +113,15 @@ def export_run(
     for name in formats:
         form = FORMATS[name]
         entry = ledger.sources(run, root, output, label, name, form.package, boot)
-        unchanged = ledger.current_files(entry, output)
+        before = ledger.kept(entry)
+        unchanged = ledger.current_files(entry, before, output)
         if unchanged is not None:
             written.unchanged += unchanged
             continue
         exported = exported or exported_run(run, root, label)
         files = form.run_files(exported, boot)
         write_run(output, files, written, form.vouched)
+        ledger.remove_stale(before, output, list(files))
         ledger.keep(entry, output, list(files))
     return written
 

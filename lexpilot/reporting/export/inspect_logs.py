@@ -6,6 +6,7 @@ their content alone, so that a rerun over an unchanged run rewrites nothing."""
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,13 @@ def require_package():
 
 
 def log_path(er: ExportedRun, stage: str) -> str:
-    return f"inspect/{model_folder(er.run.model)}/{er.run.run_id}/lexpilot-{stage}.json"
+    """inspect/<model folder>/<run>/<created>_lexpilot-<stage>_<id>.json: named as Inspect names its logs (`inspect
+    view` lists no JSON log whose name does not start with its time), the time the records' own, so that a rerun
+    over an unchanged run names the same file."""
+    created = iso_time(er.timestamp).replace(":", "-")
+    task = stage.replace("_", "-")  # Inspect reads a log's task from its name, up to the next _
+    made = hashlib.sha256(f"{er.run.model}\0{er.run.run_id}\0{stage}".encode()).hexdigest()[:12]
+    return f"inspect/{model_folder(er.run.model)}/{er.run.run_id}/{created}_lexpilot-{task}_{made}.json"
 
 
 USAGE_TOTALS = ("input_tokens", "output_tokens", "total_tokens")

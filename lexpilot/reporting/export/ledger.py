@@ -54,16 +54,32 @@ def signature(path: Path) -> list[int] | None:
     return [found.st_size, found.st_mtime_ns]
 
 
-def current_files(entry: Sources, output: Path) -> list[Path] | None:
-    """The run's files when its ledger entry has the same digest and each file is there as written, else None."""
+def kept(entry: Sources) -> dict:
+    """The entry as the last export left it (empty: none, or one a kill or a hand left unreadable)."""
     try:
-        kept = json.loads(entry.path.read_text(encoding="utf-8"))
-        if kept["sources"] != entry.digest:
-            return None
-        files = {output / name: sig for name, sig in kept["files"].items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None  # no entry, or one a kill or a hand left unreadable: the run is made again
+        found = json.loads(entry.path.read_text(encoding="utf-8"))
+        if isinstance(found, dict) and isinstance(found.get("files"), dict):
+            return found
+    except (OSError, ValueError):
+        pass
+    return {}
+
+
+def current_files(entry: Sources, before: dict, output: Path) -> list[Path] | None:
+    """The run's files when the entry kept (`before`) has the same digest and each file is there as written."""
+    if before.get("sources") != entry.digest:
+        return None
+    files = {output / name: sig for name, sig in before["files"].items()}
     return list(files) if all(signature(path) == sig for path, sig in files.items()) else None
+
+
+def remove_stale(before: dict, output: Path, names: list[str]) -> None:
+    """The files the run had before and has no more (an Inspect log named by a time the records no longer have),
+    removed; only inside the export, whatever the entry says."""
+    for name in set(before.get("files", {})) - set(names):
+        path = (output / name).resolve()
+        if path.is_relative_to(output) and path.is_file() and LEDGER not in path.parts:
+            path.unlink()
 
 
 def keep(entry: Sources, output: Path, names: list[str]) -> None:
