@@ -6,26 +6,40 @@ read."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 from lexpilot.benchmark.records import A1, DCG, FORCE_ASK, LCA
 from lexpilot.errors import UsageError
-from lexpilot.reporting.export import eee, inspect_logs
+from lexpilot.reporting.export import eee, inspect_logs, ledger
 from lexpilot.reporting.export.eee import ExportedRun
 from lexpilot.reporting.export.instances import STAGES, stage_instances
 from lexpilot.reporting.export.provenance import provenance
-from lexpilot.reporting.export.writing import Written, check_output, refuse_torn, write_if_changed
+from lexpilot.reporting.export.writing import Written, check_output, refuse_torn, write_run
 from lexpilot.reporting.scoring.groups import group_runs
-from lexpilot.reporting.scoring.parallel import fork_map, workers
+from lexpilot.reporting.scoring.parallel import fork_map, one_blas_thread, workers
 from lexpilot.reporting.scoring.results import add_run_options, load_runs
 from lexpilot.reporting.scoring.runs import Run
 from lexpilot.reporting.statistics.bootstrap import Bootstrap
 
-# format -> (its package's check, the files of one run: repository path -> bytes)
+
+@dataclass(frozen=True)
+class Format:
+    """An export format: its package's check, the files of one run (path under the export -> bytes, in the order
+    they are written), the package's name on PyPI (its version is part of a run's sources), and whether a run's
+    last file vouches for the others (writing.write_run)."""
+
+    require: Callable[[], object]
+    run_files: Callable[[ExportedRun, Bootstrap], dict[str, bytes]]
+    package: str
+    vouched: bool
+
+
 FORMATS = {
-    "eee": (eee.require_package, eee.run_files),
-    "inspect": (inspect_logs.require_package, inspect_logs.run_files),
+    "eee": Format(eee.require_package, eee.run_files, "every-eval-ever", vouched=True),
+    "inspect": Format(inspect_logs.require_package, inspect_logs.run_files, "inspect-ai", vouched=False),
 }
 EXPORTED_KINDS = (A1, LCA, FORCE_ASK, DCG) + tuple(k for s in STAGES for k in (s.generation, s.verdicts))
 
@@ -60,7 +74,7 @@ def export(args) -> int:
     if not args.format or not args.output:
         raise UsageError("name --format (eee, inspect) and --output DIR, or --verify DIR")
     for name in dict.fromkeys(args.format):
-        FORMATS[name][0]()
+        FORMATS[name].require()
     output = args.output.resolve()
     check_output(output)
     root = args.output_root.resolve()
@@ -73,27 +87,42 @@ def export(args) -> int:
         root=root,
         output=output,
         formats=tuple(dict.fromkeys(args.format)),
-        boot=(args.resamples, args.seed),
+        boot=Bootstrap(args.resamples, args.seed),
     )
     written = Written()
-    # each run on its own core: its records read, its files made, validated and written there
-    for done in fork_map(work, [(run, labels.get(id(run), run.model)) for run in runs], workers(len(runs))):
-        written.written += done.written
-        written.unchanged += done.unchanged
+    items = [(run, labels.get(id(run), run.model)) for run in runs]
+    # each run on its own core: its records read, its files made, validated and written there. BLAS held to one
+    # thread: two per core made each bootstrap product 30 times slower (docs/performance.md)
+    with one_blas_thread():
+        for done in fork_map(work, items, workers(len(runs))):
+            written.written += done.written
+            written.unchanged += done.unchanged
     print(f"export_results: {len(runs)} runs; {written.line(output)}")
     return 0
 
 
 def export_run(
-    item: tuple[Run, str], root: Path, output: Path, formats: tuple[str, ...], boot: tuple
+    item: tuple[Run, str], root: Path, output: Path, formats: tuple[str, ...], boot: Bootstrap
 ) -> Written:
-    """One run's files in every format asked for, each written when it changed."""
+    """One run's files in every format asked for: skipped where the ledger says nothing they are made from changed,
+    else made, each written where it changed, and the ledger's entry last (`boot`: one per process, whose drawn
+    cases every run on the same cases shares)."""
     run, label = item
-    exported = exported_run(run, root, label)
+    exported = None
     written = Written()
     for name in formats:
-        for path, data in FORMATS[name][1](exported, Bootstrap(*boot)).items():
-            write_if_changed(output / path, data, written)
+        form = FORMATS[name]
+        entry = ledger.sources(run, root, output, label, name, form.package, boot)
+        before = ledger.kept(entry)
+        unchanged = ledger.current_files(entry, before, output)
+        if unchanged is not None:
+            written.unchanged += unchanged
+            continue
+        exported = exported or exported_run(run, root, label)
+        files = form.run_files(exported, boot)
+        write_run(output, files, written, form.vouched)
+        ledger.remove_stale(before, output, list(files))
+        ledger.keep(entry, output, list(files))
     return written
 
 

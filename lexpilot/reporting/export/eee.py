@@ -8,6 +8,7 @@ Laid out as the EEE datastore lays out records: data/lexpilot/<developer>/<model
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import uuid
@@ -50,14 +51,21 @@ def require_package():
     try:
         from every_eval_ever import eval_types, instance_level_types
         from every_eval_ever.helpers import developer, io
-        from every_eval_ever.schema import get_schema_version
         from every_eval_ever.validator import validation_core
     except ImportError:
         raise UsageError(
             "--format eee needs the every-eval-ever package (Python 3.12 or later): "
             "pip install -r requirements-optional.txt"
         ) from None
-    return eval_types, instance_level_types, developer, io, get_schema_version(), validation_core
+    return eval_types, instance_level_types, developer, io, validation_core
+
+
+@functools.lru_cache(maxsize=1)
+def schema_version() -> str:
+    """The package's schema version, read once: the package reads its schema file for it on every call."""
+    from every_eval_ever.schema import get_schema_version
+
+    return get_schema_version()
 
 
 def record_uuid(model: str, run_id: str) -> str:
@@ -68,7 +76,7 @@ def record_uuid(model: str, run_id: str) -> str:
 
 def folder_of(model: str) -> str:
     """data/lexpilot/<developer>/<model>: the datastore's folder for a model id, as the package resolves it."""
-    _, _, developer, io, _, _ = require_package()
+    _, _, developer, io, _ = require_package()
     attributed = developer.get_developer(model)
     try:
         parts = io.datastore_path_components(
@@ -80,7 +88,7 @@ def folder_of(model: str) -> str:
 
 
 def developer_of(model: str) -> str:
-    _, _, developer, _, _, _ = require_package()
+    _, _, developer, _, _ = require_package()
     attributed = developer.get_developer(model)
     return UNATTRIBUTED if attributed == "unknown" else attributed
 
@@ -194,10 +202,9 @@ def generation_config(prov: Provenance, stage: ExportedStage) -> dict:
 
 def aggregate(er: ExportedRun, boot: Bootstrap, samples: PurePosixPath, rows: int, checksum: str) -> dict:
     """The aggregate record of one model and run (`samples`: its companion's repository path)."""
-    _, _, _, _, version, _ = require_package()
     run, prov = er.run, er.provenance
     return {
-        "schema_version": version,
+        "schema_version": schema_version(),
         "evaluation_id": evaluation_id(run),
         "evaluation_timestamp": iso_time(er.timestamp),
         "retrieved_timestamp": str(int(er.timestamp)),
@@ -261,13 +268,12 @@ def token_usage(instance: Instance) -> dict | None:
 def instance_record(er: ExportedRun, instance: Instance) -> dict:
     """One case of one stage as an EEE instance record: a multi_turn consultation, the judge's labels as its answer
     attribution (llm_judge), the reference each is scored against."""
-    _, _, _, _, version, _ = require_package()
     stage = next(s for s in STAGES if s.task == instance.stage)
     given = "\n".join(f"{m.role}: {m.content}" for m in instance.messages if m.source == "dataset")
     reference = [label.reference for label in instance.labels]
     prov = er.provenance
     return {
-        "schema_version": version,
+        "schema_version": schema_version(),
         "evaluation_id": evaluation_id(er.run),
         "model_id": er.run.model,
         "evaluation_name": f"{COLLECTION}.{instance.stage}",
@@ -335,8 +341,9 @@ def checked(model_class, data: dict, where: str) -> str:
 
 
 def run_files(er: ExportedRun, boot: Bootstrap) -> dict[str, bytes]:
-    """The run's two files (repository path -> bytes), each validated by the package before anything is written."""
-    eval_types, instance_types, _, _, _, core = require_package()
+    """The run's two files (repository path -> bytes, the aggregate last), each validated by the package before
+    anything is written."""
+    eval_types, instance_types, _, _, core = require_package()
     run = er.run
     folder = PurePosixPath(folder_of(run.model))
     name = record_uuid(run.model, run.run_id)
@@ -358,7 +365,8 @@ def run_files(er: ExportedRun, boot: Bootstrap) -> dict[str, bytes]:
         raise UsageError(
             f"{where}: the EEE record fails the package's checks: {semantic[0]}; nothing written"
         )
+    # the aggregate last: it states the instance file's checksum (writing.write_run)
     return {
-        str(aggregate_path): json.dumps(json.loads(text), ensure_ascii=False, indent=1).encode("utf-8"),
         str(samples_path): samples,
+        str(aggregate_path): json.dumps(json.loads(text), ensure_ascii=False, indent=1).encode("utf-8"),
     }

@@ -6,6 +6,7 @@ their content alone, so that a rerun over an unchanged run rewrites nothing."""
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -35,20 +36,42 @@ def require_package():
 
 
 def log_path(er: ExportedRun, stage: str) -> str:
-    return f"inspect/{model_folder(er.run.model)}/{er.run.run_id}/lexpilot-{stage}.json"
+    """inspect/<model folder>/<run>/<created>_lexpilot-<stage>_<id>.json: named as Inspect names its logs (`inspect
+    view` lists no JSON log whose name does not start with its time), the time the records' own, so that a rerun
+    over an unchanged run names the same file."""
+    created = iso_time(er.timestamp).replace(":", "-")
+    task = stage.replace("_", "-")  # Inspect reads a log's task from its name, up to the next _
+    made = hashlib.sha256(f"{er.run.model}\0{er.run.run_id}\0{stage}".encode()).hexdigest()[:12]
+    return f"inspect/{model_folder(er.run.model)}/{er.run.run_id}/{created}_lexpilot-{task}_{made}.json"
 
 
-def usage_of(role_usage: dict, model) -> object:
-    """A role's tokens as Inspect counts them: input tokens at the full rate, the cached ones apart."""
+USAGE_TOTALS = ("input_tokens", "output_tokens", "total_tokens")
+USAGE_OPTIONAL = ("input_tokens_cache_read", "reasoning_tokens")  # absent from a record: not zero
+
+
+def usage_of(role_usage: dict) -> dict:
+    """A role's tokens as Inspect's `ModelUsage` counts them: input tokens at the full rate, the cached ones apart."""
     prompt, cached = role_usage.get("prompt_tokens", 0), role_usage.get("cached_prompt_tokens")
     completion = role_usage.get("completion_tokens", 0)
-    return model.ModelUsage(
-        input_tokens=prompt - (cached or 0),
-        output_tokens=completion,
-        total_tokens=prompt + completion,
-        input_tokens_cache_read=cached,
-        reasoning_tokens=role_usage.get("reasoning_tokens"),
-    )
+    found = {
+        "input_tokens": prompt - (cached or 0),
+        "output_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+    if cached is not None:
+        found["input_tokens_cache_read"] = cached
+    if role_usage.get("reasoning_tokens") is not None:
+        found["reasoning_tokens"] = role_usage["reasoning_tokens"]
+    return found
+
+
+def add_usage(total: dict, used: dict) -> dict:
+    """Two usages summed as `ModelUsage.__add__` sums them (an optional count absent from both stays absent)."""
+    found = {name: total.get(name, 0) + used.get(name, 0) for name in USAGE_TOTALS}
+    for name in USAGE_OPTIONAL:
+        if name in total or name in used:
+            found[name] = total.get(name, 0) + used.get(name, 0)
+    return found
 
 
 def chat(instance: Instance, model) -> list:
@@ -63,42 +86,49 @@ def chat(instance: Instance, model) -> list:
 
 
 def sample(er: ExportedRun, instance: Instance, modules) -> Any:
-    log, model, scorer = modules
+    """One case as an `EvalSample`: its messages validated once each, as they are made, and the sample validated
+    without them, then given them (validated with the sample, every message was validated again at each place it
+    sits in, and each time against each kind of message: a third of the export's time)."""
+    log, model, _ = modules
     messages = chat(instance, model)
     last_reply = next(m for m in reversed(messages) if m.role == "assistant")
-    given = [m for m, source in zip(messages, instance.messages) if source.source == "dataset"]
-    roles = {role: usage_of(used, model) for role, used in instance.usage.items() if used}
+    roles = {role: usage_of(used) for role, used in instance.usage.items() if used}
     prov = er.provenance
-    return log.EvalSample(
-        id=instance.case,
-        epoch=1,
-        input=given,
-        target=[label.reference for label in instance.labels],
-        messages=messages,
-        output=model.ModelOutput(
-            model=er.run.model, choices=[model.ChatCompletionChoice(message=last_reply, stop_reason="stop")]
-        ),
-        scores={
-            SCORER: scorer.Score(
-                value=instance.score,
-                answer=", ".join(label.predicted for label in instance.labels),
-                explanation=f"judge {prov.models['judge']}: "
-                + "; ".join(
-                    f"{lab.name}: {lab.predicted} (reference {lab.reference})" for lab in instance.labels
-                ),
-                metadata={"labels": [vars(lab) for lab in instance.labels], "correct": instance.correct},
-            )
-        },
-        metadata={
-            "cause_of_action": instance.cause,
-            "class": instance.case_class,
-            "user_model_turns": instance.user_model_turns,
-            "judge_served": instance.served.get("judge", []),
-            **instance.details,
-        },
-        model_usage=by_model(prov.models, roles),
-        role_usage=roles,
+    made = log.EvalSample.model_validate(
+        {
+            "id": instance.case,
+            "epoch": 1,
+            "input": "",
+            "target": [label.reference for label in instance.labels],
+            "scores": {SCORER: judge_score(instance, prov.models["judge"])},
+            "metadata": {
+                "cause_of_action": instance.cause,
+                "class": instance.case_class,
+                "user_model_turns": instance.user_model_turns,
+                "judge_served": instance.served.get("judge", []),
+                **instance.details,
+            },
+            "model_usage": by_model(prov.models, roles),
+            "role_usage": roles,
+        }
     )
+    made.input = [m for m, source in zip(messages, instance.messages) if source.source == "dataset"]
+    made.messages = messages
+    made.output = model.ModelOutput(
+        model=er.run.model, choices=[model.ChatCompletionChoice(message=last_reply, stop_reason="stop")]
+    )
+    return made
+
+
+def judge_score(instance: Instance, judge: str) -> dict:
+    """The case's score: its share right, the judge's labels as the answer, each against its reference."""
+    return {
+        "value": instance.score,
+        "answer": ", ".join(label.predicted for label in instance.labels),
+        "explanation": f"judge {judge}: "
+        + "; ".join(f"{lab.name}: {lab.predicted} (reference {lab.reference})" for lab in instance.labels),
+        "metadata": {"labels": [vars(lab) for lab in instance.labels], "correct": instance.correct},
+    }
 
 
 def by_model(models: dict[str, str], roles: dict) -> dict:
@@ -106,27 +136,27 @@ def by_model(models: dict[str, str], roles: dict) -> dict:
     total: dict = {}
     for role, used in roles.items():
         name = models[role]
-        total[name] = total[name] + used if name in total else used
+        total[name] = add_usage(total[name], used) if name in total else used
     return total
 
 
-def results(er: ExportedRun, task: str, modules) -> object:
-    log = modules[0]
+def results(er: ExportedRun, task: str) -> dict:
     metrics = {}
     for metric in STAGE[task].metrics:
         value = er.run.metrics.get(MetricKey(task, metric, OVERALL))
         if value is not None:
-            metrics[metric] = log.EvalMetric(name=metric, value=value)
+            metrics[metric] = {"name": metric, "value": value}
     count = len(er.stages[task])
-    return log.EvalResults(
-        total_samples=count,
-        completed_samples=count,
-        scores=[log.EvalScore(name=SCORER, scorer=SCORER, metrics=metrics)],
-    )
+    return {
+        "total_samples": count,
+        "completed_samples": count,
+        "scores": [{"name": SCORER, "scorer": SCORER, "metrics": metrics}],
+    }
 
 
-def eval_log(er: ExportedRun, task: str, modules) -> object:
-    log, model, _ = modules
+def eval_log(er: ExportedRun, task: str, modules) -> Any:
+    """One stage's log, validated by `EvalLog` without its samples, which are validated each once and then put in
+    (given to `EvalLog`, every sample would be validated again)."""
     prov, run = er.provenance, er.run
     instances = er.stages[task]
     samples = [sample(er, instance, modules) for instance in instances]
@@ -135,40 +165,47 @@ def eval_log(er: ExportedRun, task: str, modules) -> object:
         for name, used in s.model_usage.items():
             total[name] = total[name] + used if name in total else used
     created = iso_time(er.timestamp)
-    return log.EvalLog(
-        status="success",
-        eval=log.EvalSpec(
-            eval_id=f"{run.run_id}-{task}",
-            run_id=run.run_id,
-            created=created,
-            task=f"lexpilot/{task}",
-            task_display_name=f"{HARNESS} {STAGE[task].title}",
-            dataset=log.EvalDataset(
-                name="LexPilot", samples=len(run.selected), sample_ids=[i.case for i in instances]
-            ),
-            model=run.model,
-            model_generate_config=model.GenerateConfig(
-                temperature=numeric_or_none(prov.temperatures["eval"]),
-                max_tokens=int(m) if (m := numeric_or_none(prov.max_tokens["eval"])) else None,
-            ),
-            config=log.EvalConfig(),
-            metadata={"group": er.label, **prov.summary()},
-        ),
-        results=results(er, task, modules),
-        stats=log.EvalStats(started_at=created, completed_at=created, model_usage=total),
-        samples=samples,
+    max_tokens = numeric_or_none(prov.max_tokens["eval"])
+    made = modules[0].EvalLog.model_validate(
+        {
+            "status": "success",
+            "eval": {
+                "eval_id": f"{run.run_id}-{task}",
+                "run_id": run.run_id,
+                "created": created,
+                "task": f"lexpilot/{task}",
+                "task_display_name": f"{HARNESS} {STAGE[task].title}",
+                "dataset": {
+                    "name": "LexPilot",
+                    "samples": len(run.selected),
+                    "sample_ids": [i.case for i in instances],
+                },
+                "model": run.model,
+                "model_generate_config": {
+                    "temperature": numeric_or_none(prov.temperatures["eval"]),
+                    "max_tokens": int(max_tokens) if max_tokens else None,
+                },
+                "config": {},
+                "metadata": {"group": er.label, **prov.summary()},
+            },
+            "results": results(er, task),
+            "stats": {"started_at": created, "completed_at": created, "model_usage": total},
+        }
     )
+    made.samples = samples
+    return made
 
 
 def run_files(er: ExportedRun, boot: Bootstrap) -> dict[str, bytes]:
     """The run's logs (path under the export -> bytes), each written by Inspect's own writer."""
     modules = require_package()
+    log = modules[0]
     files = {}
     with tempfile.TemporaryDirectory() as tmp:
         for task in er.stages:
             where = Path(tmp) / f"{task}.json"
             try:
-                modules[0].write_eval_log(eval_log(er, task, modules), str(where), format="json")
+                log.write_eval_log(eval_log(er, task, modules), str(where), format="json")
             except ValueError as e:  # pydantic's ValidationError is one
                 raise UsageError(
                     f"run {er.run.run_id}, model {er.run.model}, stage {task}: the Inspect log fails its schema: "

@@ -41,15 +41,33 @@ def check_output(folder: Path) -> None:
 
 def write_if_changed(path: Path, data: bytes, written: Written) -> None:
     """The file replaced whole when its bytes differ from what is there."""
-    try:
-        same = path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data
-    except OSError:
-        same = False
-    if same:
+    if same_bytes(path, data):
         written.unchanged.append(path)
         return
     write_atomic(path, data)
     written.written.append(path)
+
+
+def write_run(output: Path, files: dict[str, bytes], written: Written, vouched: bool) -> None:
+    """A run's files, each replaced whole where it changed, in the order given. `vouched`: the last file states the
+    checksum of the others (an EEE aggregate of its instance records), so when another changes it is removed
+    first and written last: a kill in between leaves the run's previous files or no record of the run, never an
+    aggregate whose instance records are not the ones it states."""
+    *others, last = files
+    if vouched and any(not same_bytes(output / name, files[name]) for name in others):
+        try:
+            os.unlink(output / last)
+        except FileNotFoundError:
+            pass
+    for name in files:
+        write_if_changed(output / name, files[name], written)
+
+
+def same_bytes(path: Path, data: bytes) -> bool:
+    try:
+        return path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data
+    except OSError:
+        return False
 
 
 def torn_tail(path: Path) -> bool:

@@ -35,7 +35,7 @@ def test_read_eval_log_reads_every_log_as_the_records_say(grid, tmp_path):
         log = read_eval_log(str(path))
         assert log.status == "success" and len(log.samples) == CASES
     for model in MODELS:
-        (path,) = out.glob(f"inspect/{model}-*/r1/lexpilot-LJP_interaction.json")
+        (path,) = out.glob(f"inspect/{model}-*/r1/*_lexpilot-LJP-interaction_*.json")
         log = read_eval_log(str(path))
         interactions = records(grid, "AwN_gen", "interaction.jsonl", model, "r1")
         verdicts = records(grid, "eval_results", "LJP_interaction.jsonl", model, "r1")
