@@ -84,6 +84,15 @@ def redis_server(tmp_path):
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def abilities_grid(tmp_path_factory):
+    """Two models of set abilities and a judge of set confusion (tests/helpers/abilities.py), two runs of LexAwN,
+    DCG and Direct LJP on 60 cases, written once per worker: read, never written, by the tests that use it."""
+    from tests.helpers.abilities import simulate
+
+    return simulate(tmp_path_factory.mktemp("abilities"), 60, ("run1", "run2"), ("LexAwN", "DCG", "direct"))
+
+
 def pytest_collection_modifyitems(items):
     """The files that hold slow tests (kills, Redis, grids, a browser) first, each file kept together (its module
     fixtures are made once): the two workers start the long tests at once and fill the end with the short ones,

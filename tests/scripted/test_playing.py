@@ -19,7 +19,7 @@ from lexpilot.scripted.kinds import run_of_path, stable
 from lexpilot.scripted.playing import CaseIndex, hits, playing, stated
 from lexpilot.scripted.provider import ScriptedProvider
 from lexpilot.scripted.truth import strategy, true_decisions
-from tests.helpers.abilities import saved, simulate, stage_argv
+from tests.helpers.abilities import saved, stage_argv
 from tests.helpers.batches import VOLATILE
 from tests.helpers.paths import SAMPLE
 from tests.helpers.stages import SECRET, STAGES
@@ -114,9 +114,11 @@ def test_an_undeclared_model_or_a_history_not_in_the_dataset_is_refused_in_one_l
 CASE_COUNT, RUNS = 60, ("run1", "run2")
 
 
-@pytest.fixture(scope="module")
-def grid(tmp_path_factory):
-    return simulate(tmp_path_factory.mktemp("abilities"), CASE_COUNT, RUNS, ("LexAwN", "DCG", "direct"))
+@pytest.fixture
+def grid(abilities_grid):
+    """The session's grid of set abilities (tests/conftest.py): CASE_COUNT cases, RUNS."""
+    assert len(abilities_grid.cases) == CASE_COUNT
+    return abilities_grid
 
 
 def model_means(grid) -> dict[str, dict]:

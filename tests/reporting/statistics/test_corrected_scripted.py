@@ -13,26 +13,21 @@ the corrected 95 % intervals cover the truth ..." The one point is the mean erro
 import pytest
 
 from lexpilot.scripted.expected import expected_metrics
-from tests.helpers.abilities import simulate
 from tests.helpers.reports import rows_of
 
 RUNS = ("run1", "run2")
 Z_95 = 1.959963984540054
 
 
-@pytest.fixture(scope="module")
-def grid(tmp_path_factory):
-    return simulate(tmp_path_factory.mktemp("corrected_scripted"), 120, RUNS, ("LexAwN", "DCG", "direct"))
-
-
 @pytest.mark.slow
-def test_the_correction_recovers_the_abilities_truth(grid, tmp_path, capsys):
+def test_the_correction_recovers_the_abilities_truth(abilities_grid, tmp_path, capsys):
+    grid = abilities_grid  # two models, two runs (RUNS), 60 cases
     import judge_agreement
     import show_results
     from bench import scripted_experts
 
     labels = tmp_path / "labels.csv"
-    export = ["export", "--output-root", str(grid.root), "--per-task", "800", "--out", str(labels)]
+    export = ["export", "--output-root", str(grid.root), "--per-task", "400", "--out", str(labels)]
     assert judge_agreement.main(export) == 0 and scripted_experts.main([str(labels)]) == 0
     capsys.readouterr()
     argv = [
