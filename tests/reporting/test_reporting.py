@@ -296,6 +296,9 @@ def test_each_figure_is_written_and_is_a_valid_png(tmp_path, capsys):
             "by_class_LJP_gold_qwk.png",
             "lca_acc_c_vs_acc_u.png",
             "ljp_setups.png",
+            "ranking_LCA.png",  # the ranking figures, one per task
+            "ranking_DCG.png",
+            "ranking_LJP.png",
         ]
     )
     for name in names:
