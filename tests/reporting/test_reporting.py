@@ -305,7 +305,9 @@ def test_each_figure_is_written_and_is_a_valid_png(tmp_path, capsys):
         data = (plots / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n"
         image = matplotlib.image.imread(plots / name)
-        assert image.shape[0] > 300 and image.shape[1] > 300 and image.std() > 0  # not blank
+        assert (
+            image.shape[0] > 200 and image.shape[1] > 300 and image.std() > 0
+        )  # not blank (a ranking of one model is short)
 
 
 def test_plot_without_matplotlib_says_how_to_install(tmp_path, capsys, monkeypatch):
