@@ -74,7 +74,7 @@ def _sample_variance(values: np.ndarray) -> float:
     return float(np.var(values, ddof=1)) if len(values) > 1 else 0.0
 
 
-def label_shortfall(expert_right) -> str | None:
+def label_shortfall(expert_right, unit: str = "expert labels") -> str | None:
     """Why a label set is too small or unbalanced to correct with, or None. Both outcomes must be there in number:
     the judge's errors differ by label (it misses right answers and passes wrong ones at different rates), and a
     sample with few of one outcome barely sees that error's rate, nor the rectifier's variance."""
@@ -83,7 +83,7 @@ def label_shortfall(expert_right) -> str | None:
     if len(expert_right) >= MIN_LABELS and min(right, wrong) >= MIN_EACH:
         return None
     return (
-        f"{len(expert_right)} expert labels ({right} right, {wrong} wrong); needs at least {MIN_LABELS}, "
+        f"{len(expert_right)} {unit} ({right} right, {wrong} wrong); needs at least {MIN_LABELS}, "
         f"with at least {MIN_EACH} right and {MIN_EACH} wrong"
     )
 

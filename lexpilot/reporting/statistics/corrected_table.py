@@ -171,7 +171,9 @@ def _accuracy(metric: MetricKey, mine: list[Labelled]) -> Correction:
 
     right = int(expert_right.sum())
     count = f"{len(mine)}: {right} right, {len(mine) - right} wrong"
-    return Correction(estimates, made, label_shortfall(expert_right), count)
+    # a DCG decision is a case, all its rounds labelled
+    unit = "labelled cases (every round)" if metric == DCG_ACCURACY else "expert labels"
+    return Correction(estimates, made, label_shortfall(expert_right, unit), count)
 
 
 def _lca_strata(mine: list[Labelled]) -> tuple[list[Stratum], list[str]]:

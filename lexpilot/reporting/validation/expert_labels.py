@@ -186,6 +186,7 @@ def labelled_decisions(labels: list[ExpertLabel], runs: list[Run], root: Path) -
     cache: dict[tuple, dict] = {}
     matched = Matched([], [], 0)
     rounds: dict[tuple, dict[str, ExpertLabel]] = {}
+    _no_decision_twice(shown)
     for label, run, kind in shown:
         file = (label.model, label.run_id, kind.name)
         if file not in cache:  # each record file read once
@@ -194,7 +195,8 @@ def labelled_decisions(labels: list[ExpertLabel], runs: list[Run], root: Path) -
         if _saved_label(records, label) != label.judge:
             raise HarnessError(
                 f"expert label {label.item_id}: the key's judge label {label.judge} is not run {label.run_id}'s "
-                f"({_saved_label(records, label)}): the run was judged again since the export; export again"
+                f"({_saved_label(records, label)}): the run was judged again since the export, or the file was exported "
+                "from another output root; export again from this one"
             )
         if label.task == "LCA":
             right = (lca_right(label.judge, label.where), lca_right(label.expert, label.where))
@@ -212,6 +214,19 @@ def labelled_decisions(labels: list[ExpertLabel], runs: list[Run], root: Path) -
     matched.decisions += [d for d in (_dcg_case(key, got, cache) for key, got in rounds.items()) if d]
     matched.partial = len(rounds) - sum(d.metric == DCG_ACCURACY for d in matched.decisions)
     return matched
+
+
+def _no_decision_twice(shown: list[tuple[ExpertLabel, Run, RecordKind]]) -> None:
+    """Two key rows that name one decision would count it twice (a key edited by hand, two files joined)."""
+    seen: dict[tuple, str] = {}
+    for label, _, kind in shown:
+        decision = (label.model, label.run_id, kind.name, label.case, label.where)
+        if decision in seen:
+            raise HarnessError(
+                f"expert labels {seen[decision]} and {label.item_id} name the same decision (run {label.run_id}, "
+                f"model {label.model}, case {label.case}, {label.where}); keep one of them in the key"
+            )
+        seen[decision] = label.item_id
 
 
 def _dcg_case(key: tuple, labelled: dict[str, ExpertLabel], cache: dict) -> Labelled | None:

@@ -28,7 +28,7 @@ from lexpilot.reporting.scoring.groups import Group, group_runs
 from lexpilot.reporting.scoring.results import load_runs
 from lexpilot.reporting.scoring.runs import MetricKey
 from lexpilot.reporting.statistics.bootstrap import Bootstrap
-from lexpilot.reporting.statistics.corrected import MIN_LABELS, judge_accuracy
+from lexpilot.reporting.statistics.corrected import MIN_EACH, MIN_LABELS, judge_accuracy
 from lexpilot.reporting.statistics.corrected_table import RIGHT_WRONG, judged_matrix
 from lexpilot.reporting.statistics.rankings import (
     comparable_sets,
@@ -43,12 +43,37 @@ from lexpilot.reporting.tables.table import METRIC, Kind, Table, declares
 DISAGREEMENT = 0.10  # the share of decisions the experts are taken to read otherwise than the judge
 
 
-def labels_needed(half_width: float, judge_se: float, disagreement: float) -> int | None:
-    """The labels that bring the corrected half-width below `half_width` (None: no number does)."""
+RULE_MET = 0.95  # the planned sample meets the label rule's "5 right and 5 wrong" with at least this chance
+
+
+def labels_needed(
+    half_width: float, judge_se: float, disagreement: float, accuracy: float = 0.5
+) -> int | None:
+    """The labels that bring the corrected half-width below `half_width` and meet the label rule by design, not by
+    luck: at least MIN_LABELS, and enough that a sample of a model right with `accuracy` (the judge's figure, the
+    best guess before any label) holds MIN_EACH right and MIN_EACH wrong with chance RULE_MET (None: no number
+    does)."""
     room = (half_width / NormalDist().inv_cdf(0.975)) ** 2 - judge_se**2
     if room <= 0:
         return None
-    return max(MIN_LABELS, math.ceil(disagreement / room))
+    return max(MIN_LABELS, math.ceil(disagreement / room), rule_met_at(accuracy))
+
+
+def rule_met_at(accuracy: float, cap: int = 100_000) -> int:
+    """The smallest sample that holds MIN_EACH of the rarer outcome with chance RULE_MET (the binomial's lower
+    tail, summed term by term)."""
+    rare = min(accuracy, 1 - accuracy)
+    if rare <= 0:
+        return cap  # an outcome never seen is never sampled: no plan meets the rule
+    n = MIN_EACH
+    while n < cap and _fewer_than_each(n, rare) > 1 - RULE_MET:
+        n += 1
+    return n
+
+
+def _fewer_than_each(n: int, rare: float) -> float:
+    """P(fewer than MIN_EACH of an outcome of chance `rare` in n draws)."""
+    return sum(math.comb(n, k) * rare**k * (1 - rare) ** (n - k) for k in range(MIN_EACH))
 
 
 def detectable(members: list[Group], key: MetricKey, boot: Bootstrap, alpha: float) -> float | None:
@@ -75,8 +100,13 @@ def plan_rows(name: str, key: MetricKey, members: list[Group], boot: Bootstrap, 
         runs = [r for r in group.runs if key.family in r.tasks]
         if not runs:
             continue
-        judge_se = judge_accuracy(judged_matrix(runs, key)).se
-        needed = None if difference is None else labels_needed(difference, judge_se, args.disagreement)
+        judge = judge_accuracy(judged_matrix(runs, key))
+        judge_se = judge.se
+        needed = (
+            None
+            if difference is None
+            else labels_needed(difference, judge_se, args.disagreement, judge.value)
+        )
         why = "n/a: needs two runs of two models" if difference is None else "none: too few cases"
         rows.append(
             [
@@ -105,7 +135,8 @@ def label_plan_table(groups: list[Group], boot: Bootstrap, args) -> Table:
         f"Expert labels each model needs so that the corrected 95% interval's half-width is below the smallest "
         f"difference the runs detect (α = {args.alpha:g}, power 0.8: show_results.py --power's 'In hand'), if "
         f"the experts read {args.disagreement:.0%} of the decisions otherwise than the judge; at least "
-        f"{MIN_LABELS} (the label rule). LCA labels are per history, DCG labels per case (all its rounds)",
+        f"{MIN_LABELS}, and enough that {MIN_EACH} right and {MIN_EACH} wrong are sampled with a {RULE_MET:.0%} "
+        "chance (the label rule). LCA labels are per history, DCG labels per case (all its rounds)",
         ["Metric", "Model", "Detectable difference", "Judge's SE", "Labels needed"],
         rows,
     )
@@ -124,6 +155,10 @@ def plan(args) -> int:
     print(render_text([table]))
     for line in per_task(table.rows):
         print(line)
+    print(
+        "LJP: the QWKs are corrected from labelled claims, and Macro-F1 from LCA's labels; the plan covers the "
+        "accuracies (docs/statistics.md)"
+    )
     return 0
 
 

@@ -206,7 +206,8 @@ def test_show_results_prints_raw_and_corrected_dcg_accuracy_with_intervals(dcg_r
     assert [
         "DCG Acc.",
         "m-b",
-        "refused: 10 expert labels (10 right, 0 wrong); needs at least 30, with at least 5 right and 5 wrong",
+        "refused: 10 labelled cases (every round) (10 right, 0 wrong); needs at least 30, with at least 5 right "
+        "and 5 wrong",
     ] in notes
     assert rows[("m-b", "r1")][3] == "refused"
     assert ["DCG Acc.", "", "1 case(s) left out: a DCG case counts when every round is labelled"] in notes
@@ -232,7 +233,8 @@ def test_a_label_whose_judge_label_is_not_the_runs_is_refused_in_one_line(dcg_ru
     assert refused == [
         f"show_results: --corrected {labels}: expert label {changed['item_id']}: the key's judge label "
         f"{changed['llm_label']} is not run r1's ({'是' if changed['llm_label'] == '否' else '否'}): the run was "
-        "judged again since the export; export again"
+        "judged again since the export, or the file was exported from another output root; export again from "
+        "this one"
     ]
 
 
@@ -304,3 +306,24 @@ def test_lca_labels_are_acc_c_and_acc_u_decisions_by_their_history(finished_run,
         ("DCG Acc.", "refused"),
         *((f"{name} QWK", "refused") for name in ("LJP Direct", "LJP Interaction", "LJP Gold")),
     }
+
+
+@pytest.mark.slow
+def test_two_key_rows_naming_one_decision_are_refused_in_one_line(dcg_runs, tmp_path, capsys):
+    """A key edited by hand, or two files joined, could name one decision twice: it would be counted twice."""
+    import show_results
+
+    root, dataset = dcg_runs
+    labels = expert_file(
+        root, dataset, tmp_path, {("m-a", "r1", case, r) for case in range(18) for r in (1, 2)}
+    )
+    keys = read_csv(key_file(labels))
+    labelled = {r["item_id"] for r in read_csv(labels)}
+    first, second = [k for k in keys if k["item_id"] in labelled][:2]
+    second["case_number"], second["source"] = first["case_number"], first["source"]
+    write_csv(key_file(labels), agreement_kit.ANNOTATION_KEY_COLUMNS, keys)
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(root), "--corrected", str(labels)]) == 2
+    refused = [line for line in capsys.readouterr().err.splitlines() if line.startswith("show_results:")]
+    assert len(refused) == 1 and "name the same decision" in refused[0], refused
+    assert first["item_id"] in refused[0] and second["item_id"] in refused[0]

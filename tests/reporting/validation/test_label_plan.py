@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from lexpilot.reporting.statistics.corrected import Z_95
-from lexpilot.reporting.validation.label_plan import labels_needed
+from lexpilot.reporting.validation.label_plan import labels_needed, rule_met_at
 from tests.helpers.rankings import write_dcg_runs
 from tests.helpers.reports import rows_of
 
@@ -23,6 +23,23 @@ def test_labels_needed_by_hand():
     assert labels_needed(0.1, 0.02, 0.1) == 46
     assert labels_needed(0.3, 0.02, 0.1) == 30  # 4.4 by the formula: the label rule's 30
     assert labels_needed(0.03, 0.02, 0.1) is None  # 0.03 / 1.96 = 0.0153 < 0.02: no number of labels does it
+    # a judge at 0.9: the formula's 46 labels would hold fewer than 5 wrong ones about half the time, and the rule
+    # would refuse them; the plan asks for as many as hold 5 wrong with a 95% chance
+    assert labels_needed(0.1, 0.02, 0.1, accuracy=0.9) == rule_met_at(0.9) == fewest_meeting_the_rule(0.1)
+
+
+def fewest_meeting_the_rule(rare: float) -> int:
+    """The smallest n with P(Binomial(n, rare) ≤ 4) ≤ 5%, the pmf built by its recursion p(k+1) = p(k) · (n − k) /
+    (k + 1) · rare / (1 − rare)."""
+    n = 5
+    while True:
+        pmf, below = (1 - rare) ** n, 0.0
+        for k in range(5):
+            below += pmf
+            pmf *= (n - k) / (k + 1) * rare / (1 - rare)
+        if below <= 0.05:
+            return n
+        n += 1
 
 
 CASES = 40
@@ -58,7 +75,9 @@ def test_the_plan_reads_the_power_tables_detectable_difference_and_the_judges_er
         )
         se = np.std(per_case, ddof=1) / np.sqrt(CASES)
         room = (detectable / Z_95) ** 2 - se**2
-        expected = max(30, math.ceil(0.1 / room)) if room > 0 else None
+        accuracy = np.mean([len(PLAN[model][r]) / CASES for r in ("r1", "r2")])
+        rare = min(accuracy, 1 - accuracy)
+        expected = max(30, math.ceil(0.1 / room), fewest_meeting_the_rule(rare)) if room > 0 else None
         cells = line.split()
         assert cells[2] == model and float(cells[3]) == pytest.approx(detectable, abs=5e-4)
         assert float(cells[4]) == pytest.approx(se, abs=5e-4)
