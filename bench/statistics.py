@@ -2,9 +2,10 @@
 format (bench/viewer.py writes them; no API), then the all-pairs table with its ranking (`--rank`), the power
 table and the consistency table timed, in process, each after the runs are loaded, with --resamples resamples
 (the all-pairs table with the permutations its family needs), and the process's peak memory.
-Issue 36's target: the three at 10 models × 5 runs × 432 cases within 10 s with the loading, under 400 MB.
+Issue 36's target: the three at 10 models × 5 runs × 432 cases within 10 s with the loading, under 400 MB
+(issue 58's: 500 MB, with --corrected too: bench/corrected_scale.py).
 
-    python -m bench.statistics [--models 10] [--runs 5] [--cases 432] [--resamples 1000] [--skill-step 0.1]
+    python -m bench.statistics [--models 10] [--runs 5] [--cases 432] [--resamples 1000] [--skill-step 0.0]
         [--seeds 1 2 3 4 5]
 
 With --seeds, the ranking alone at each seed instead: its unsettled decisions, the tests that drew more

@@ -153,7 +153,7 @@ REPORT: tuple[Entry, ...] = (
     ),
     Entry(
         corrected_tables,
-        lambda i: (i.standard, i.labels),
+        lambda i: (i.standard, i.labels, i.args.seed),
         "--corrected LABELS",
         lambda i: i.args.corrected is not None,
         True,

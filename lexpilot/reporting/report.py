@@ -129,9 +129,10 @@ def _add_statistics_options(parser) -> None:
         "--corrected",
         type=Path,
         metavar="LABELS",
-        help="DCG accuracy, LCA Acc_C and Acc_U raw and corrected for the judge's errors by the "
-        "experts' labels in LABELS, the scored annotation file of judge_agreement.py (with its "
-        ".key.csv): prediction-powered inference, docs/statistics.md",
+        help="every headline metric (LCA Macro-F1, Acc_C, Acc_U, DCG accuracy, the LJP QWKs) raw and corrected "
+        "for the judge's errors by the experts' labels in LABELS, the scored annotation file of judge_agreement.py "
+        "(with its .key.csv), and with --rank / --power the rankings and power too: prediction-powered "
+        "inference, 2,000 resamples at --seed, docs/statistics.md",
     )
     parser.add_argument(
         "--consistency",

@@ -50,7 +50,7 @@ def corrected_detectable(
     """(raw, corrected) "In hand": the median over the set's pairs of each pair's smallest detectable difference,
     the corrected one with both models' label variance added to the pair's variance (it does not shrink with more
     cases or runs, only with more labels)."""
-    resampler = Resampler()
+    resampler = Resampler(seed=boot.seed)  # the report's --seed
     labels = {g.label: label_variance(g, key, matched, resampler) for g in members}
     cases = len(members[0].runs[0].selected)
     runs = int(np.median([len(g.runs) for g in members]))

@@ -165,14 +165,15 @@ def corrected_ranking_tables(
     matched: Matched,
     alpha: float,
     keys: list[tuple[str, MetricKey]],
+    seed: int = SEED,
 ) -> list[Table]:
     """The corrected pairs, ranking and changes of every headline metric and comparable set (`raw`: the raw
-    ranking's decisions by (metric name, set number))."""
+    ranking's decisions by (metric name, set number); `seed`: the report's --seed)."""
     into = Ranked([], [], [], [])
     for name, key in keys:
         for number, members in enumerate(sets, 1):
             shown = f"{name} (set {number})" if len(sets) > 1 else name
-            values, left_out = corrected_values(members, key, matched, RESAMPLES, SEED)
+            values, left_out = corrected_values(members, key, matched, RESAMPLES, seed)
             into.notes += [[shown, line] for line in left_out]
             if len(values) > 1:
                 rank_one(shown, values, raw.get((name, number), Decisions(set(), {})), alpha, into)

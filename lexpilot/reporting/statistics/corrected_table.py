@@ -25,6 +25,7 @@ from lexpilot.reporting.statistics.corrected import (
     label_shortfall,
 )
 from lexpilot.reporting.statistics.corrected_confusion import (
+    SEED,
     Bootstrapped,
     Correctable,
     Resampler,
@@ -269,10 +270,10 @@ def matched_labels(groups: list[Group], labels_path: Path, root: Path) -> Matche
 
 
 @declares(Kind("corrected", "nearest: Table 11", 3), Kind("corrected_notes", "the harness's", 3))
-def corrected_tables(groups: list[Group], matched: Matched) -> list[Table]:
+def corrected_tables(groups: list[Group], matched: Matched, seed: int = SEED) -> list[Table]:
     """Per corrected metric and model: raw and corrected with their intervals; per metric and model not corrected,
     one line saying why."""
-    resampler = Resampler()  # one draw of the cases for the whole table
+    resampler = Resampler(seed=seed)  # one draw of the cases for the whole table, at the report's --seed
     rows, notes = [], []
     for name, (family, metric_name) in HEADLINE:
         metric = MetricKey(family, metric_name)

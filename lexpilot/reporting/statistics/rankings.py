@@ -235,7 +235,7 @@ def ranking_tables(
     ]
     apart = _not_comparable_table(sets)
     if corrected:
-        tables += corrected_ranking_tables(sets, decided, corrected, alpha, list(headline_keys()))
+        tables += corrected_ranking_tables(sets, decided, corrected, alpha, list(headline_keys()), boot.seed)
     return tables + ([apart] if apart else [])
 
 
