@@ -10,11 +10,12 @@ rounds only is left out, which keeps the sample random (the rounds were drawn wi
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from lexpilot.benchmark.records import DCG, LCA, LJP_SETUPS, RecordKind
+from lexpilot.benchmark.records import DCG, LCA, LJP_SETUPS, RecordKind, digest_holds
 from lexpilot.benchmark.vocabulary import ASKS, YES
 from lexpilot.errors import HarnessError
 from lexpilot.reporting.scoring.runs import MetricKey, Run, read_task
@@ -151,14 +152,42 @@ KEPT = ("judgments", "rounds", "predicted", "gold")  # what a label is checked a
 
 def _records(run: Run, root: Path, label: ExpertLabel, kind: RecordKind, cases: set[str]) -> dict:
     """The run's records of the label's kind for the labelled `cases`, cut to what a label is checked against
-    (fifty runs' whole records held at once took hundreds of MB); the run's task is complete: it was scored."""
-    records, problem = read_task(run, root, kind)
-    if records is None or label.case not in records:
-        raise HarnessError(
-            f"expert label {label.item_id}: run {label.run_id}, model {label.model} has no complete "
-            f"{kind.name} record of case {label.case} ({problem or 'not selected'}); label its saved runs"
-        )
-    return {c: {k: records[c][k] for k in KEPT if k in records[c]} for c in cases if c in records}
+    (fifty runs' whole records held at once took hundreds of MB). The run's task was read whole and checked when it
+    was scored for this report; only the labelled cases' lines are parsed again here (a tenth of a report's lines
+    at the paper's scale), each held to its digest."""
+    path = kind.path(root, run.run_id, run.folder)
+    found = _labelled_lines(path, cases) if path.is_file() and kind.name in run.tasks else None
+    if found is None or label.case not in found:
+        records, problem = read_task(run, root, kind)  # the long way, for its checks and its reason
+        if records is None or label.case not in records:
+            raise HarnessError(
+                f"expert label {label.item_id}: run {label.run_id}, model {label.model} has no complete "
+                f"{kind.name} record of case {label.case} ({problem or 'not selected'}); label its saved runs"
+            )
+        found = {c: records[c] for c in cases if c in records}
+    return {c: {k: record[k] for k in KEPT if k in record} for c, record in found.items()}
+
+
+CASE_KEY = b'{"case_number":'  # how a canonical record line begins (its keys sorted)
+
+
+def _labelled_lines(path: Path, cases: set[str]) -> dict[str, dict] | None:
+    """The records of `cases` in a record file, parsed from their lines alone; None where a line is not as the
+    harness writes it (then the file is read the long way)."""
+    found = {}
+    for raw in path.read_bytes().split(b"\n"):
+        if not raw:
+            continue
+        end = raw.find(b'",', len(CASE_KEY))
+        if not raw.startswith(CASE_KEY) or end < 0:
+            return None
+        if json.loads(raw[len(CASE_KEY) : end + 1]) not in cases:
+            continue
+        record = json.loads(raw)
+        if "digest" not in record or not digest_holds(raw, record):
+            return None
+        found[record["case_number"]] = record
+    return found
 
 
 @dataclass

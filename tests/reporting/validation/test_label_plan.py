@@ -83,3 +83,23 @@ def test_the_plan_reads_the_power_tables_detectable_difference_and_the_judges_er
         assert float(cells[4]) == pytest.approx(se, abs=5e-4)
         assert cells[5] == str(expected)
     assert not (root.parent / "unused.csv").exists()
+
+
+def test_labelled_lines_are_parsed_alone_only_as_the_harness_writes_them(tmp_path):
+    """The labels' matching reads only the labelled cases' lines of a record file, each held to its digest; a line
+    written otherwise (keys in another order, a digest that does not hold) sends the file the long way."""
+    from lexpilot.benchmark.records import content_digest, record_line
+    from lexpilot.reporting.validation.expert_labels import _labelled_lines
+
+    records = [{"case_number": f"（2099）民初{i}号", "label": "是"} for i in range(3)]
+    for record in records:
+        record["digest"] = content_digest(record)
+    path = tmp_path / "DCG_results.jsonl"
+    path.write_bytes(b"".join(record_line(r) for r in records))
+    found = _labelled_lines(path, {"（2099）民初1号"})
+    assert list(found) == ["（2099）民初1号"] and found["（2099）民初1号"]["label"] == "是"
+    lines = path.read_bytes().split(b"\n")
+    path.write_bytes(b"\n".join([lines[0], lines[1].replace("是".encode(), "否".encode()), lines[2]]) + b"\n")
+    assert _labelled_lines(path, {"（2099）民初1号"}) is None  # edited: its digest no longer holds
+    path.write_text('{"label": "是", "case_number": "x"}\n', encoding="utf-8")
+    assert _labelled_lines(path, {"x"}) is None  # not a line as the harness writes it
