@@ -7,6 +7,7 @@ import pytest
 
 import export_results
 import show_results
+from lexpilot.benchmark.records import DCG, model_folder
 
 pytestmark = pytest.mark.slow
 pytest.importorskip(
@@ -79,3 +80,43 @@ def test_a_label_changed_by_hand_in_the_instances_fails_verify(exported, capsys)
     assert export_results.main(["--verify", str(exported)]) == 1
     err = capsys.readouterr().err
     assert "Table 2 (LCA)" in err and "does not match the checksum" in err
+
+
+def test_a_task_with_a_case_missing_is_left_out_and_the_export_verifies(grid, tmp_path, capsys):
+    """One case's DCG record removed from one run: show_results.py does not report that run's DCG, so the export
+    carries neither its DCG instances nor its DCG results, says so on stderr naming run, model and task, and --verify
+    of the fresh export passes, printing show_results.py's tables."""
+    path = DCG.path(grid, "r1", model_folder("model-a"))
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    path.write_text("".join(lines[:-1]), encoding="utf-8")
+    out = tmp_path / "export"
+    capsys.readouterr()
+    assert export_results.main(["--output-root", str(grid), "--format", "eee", "--output", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "run r1, model model-a: DCG: " in err and "left out of the export" in err
+    assert len(err.strip().splitlines()) == 1
+    aggregate, samples = exported_files(out, "model-a", "r1")
+    assert not any(r["evaluation_result_id"].startswith("DCG.") for r in aggregate["evaluation_results"])
+    assert any(r["evaluation_result_id"].startswith("LCA.") for r in aggregate["evaluation_results"])
+    assert {row["evaluation_name"] for row in samples} == {
+        "lexpilot.LCA",
+        "lexpilot.LJP_direct",
+        "lexpilot.LJP_gold",
+        "lexpilot.LJP_interaction",
+    }
+    assert show_results.main(["--output-root", str(grid), "--table", *TABLES]) == 0
+    shown = capsys.readouterr().out
+    assert export_results.main(["--verify", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed[: printed.rindex("export_results --verify:")].strip() == shown.strip()
+
+
+def exported_files(out, model: str, run_id: str) -> tuple[dict, list[dict]]:
+    """A model and run's aggregate record and its instance records, as the export wrote them."""
+    for path in out.glob("data/lexpilot/*/*/*.json"):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if record["model_info"]["id"] == model and record["evaluation_id"].endswith(f"/{run_id}"):
+            samples = out / record["detailed_evaluation_results"]["file_path"]
+            rows = [json.loads(line) for line in samples.read_text(encoding="utf-8").splitlines()]
+            return record, rows
+    raise AssertionError(f"no aggregate of {model}, run {run_id}")
