@@ -46,6 +46,7 @@ class ExportedResult:
     stated: dict[MetricKey, float]
     recomputed: Run
     problems: list[str]
+    samples: Path  # its instance records' file
 
 
 def aggregates(folder: Path) -> list[tuple[Path, dict]]:
@@ -62,7 +63,7 @@ def aggregates(folder: Path) -> list[tuple[Path, dict]]:
             raise UsageError(f"{path}: not JSON; it is no aggregate record of an export") from None
         if isinstance(record, dict) and str(record.get("evaluation_id", "")).startswith(f"{COLLECTION}/"):
             found.append((path, record))
-    if not found:
+    if not found and not any(folder.glob(f"data/{COLLECTION}/*/*/*_samples.jsonl")):
         raise UsageError(
             f"--verify {folder}: no LexPilot export there (data/{COLLECTION}/<developer>/<model>/<uuid>.json); "
             f"write one with export_results.py --format eee --output {folder}"
@@ -139,7 +140,13 @@ def read_result(path: Path, record: dict, folder: Path) -> ExportedResult:
             f"model {model}, run {run_id}: {samples.name} does not match the checksum its aggregate states"
         )
     return ExportedResult(
-        model, run_id, group, stated_metrics(record, path), recomputed_run(model, run_id, samples), problems
+        model,
+        run_id,
+        group,
+        stated_metrics(record, path),
+        recomputed_run(model, run_id, samples),
+        problems,
+        samples.resolve(),
     )
 
 
@@ -179,12 +186,26 @@ def differences(results: list[ExportedResult]) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def orphans(folder: Path, results: list[ExportedResult]) -> list[str]:
+    """A line per instance-record file no aggregate names (its aggregate deleted): EEE's validator refuses such a file,
+    and no table states what it holds."""
+    named = {r.samples for r in results}
+    return [
+        f"{path.relative_to(folder)}: instance records without the aggregate record that names them; "
+        "export the run again, or remove the file"
+        for path in sorted(folder.glob(f"data/{COLLECTION}/*/*/*_samples.jsonl"))
+        if path.resolve() not in named
+    ]
+
+
 def verify_export(folder: Path) -> int:
     """Print the tables recomputed from the export; 1 when any value differs from what it states, else 0."""
     folder = folder.resolve()
     results = [read_result(path, record, folder) for path, record in aggregates(folder)]
-    print(render_text(verified_tables(groups_of(results, stated=False)), TEXT_WIDTH))
-    problems = [p for r in results for p in r.problems] + differences(results)
+    if results:
+        print(render_text(verified_tables(groups_of(results, stated=False)), TEXT_WIDTH))
+    problems = orphans(folder, results) + [p for r in results for p in r.problems]
+    problems += differences(results) if results else []
     for problem in problems:
         print(f"export_results --verify: {problem}", file=sys.stderr)
     if problems:

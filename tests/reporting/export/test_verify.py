@@ -120,3 +120,22 @@ def exported_files(out, model: str, run_id: str) -> tuple[dict, list[dict]]:
             rows = [json.loads(line) for line in samples.read_text(encoding="utf-8").splitlines()]
             return record, rows
     raise AssertionError(f"no aggregate of {model}, run {run_id}")
+
+
+def test_instance_records_whose_aggregate_was_deleted_fail_verify(exported, capsys):
+    """Two runs' aggregate records deleted: --verify names each orphaned instance-record file in one line and exits
+    1; with every aggregate deleted it still names each and exits 1."""
+    aggregates = sorted(exported.glob("data/lexpilot/*/*/*.json"))
+    for path in aggregates[:2]:
+        path.unlink()
+    capsys.readouterr()
+    assert export_results.main(["--verify", str(exported)]) == 1
+    err = capsys.readouterr().err
+    for path in aggregates[:2]:
+        orphan = path.with_name(path.stem + "_samples.jsonl").relative_to(exported)
+        assert len([line for line in err.splitlines() if str(orphan) in line]) == 1
+    assert err.count("without the aggregate record") == 2
+    for path in aggregates[2:]:
+        path.unlink()
+    assert export_results.main(["--verify", str(exported)]) == 1
+    assert capsys.readouterr().err.count("without the aggregate record") == len(aggregates)
