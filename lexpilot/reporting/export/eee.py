@@ -19,7 +19,7 @@ import numpy as np
 
 from lexpilot.benchmark.categories import CLASS_LABELS
 from lexpilot.errors import UsageError
-from lexpilot.reporting.export.instances import STAGES, ExportedStage, Instance
+from lexpilot.reporting.export.instances import STAGES, ExportedStage, Instance, tokens_reported
 from lexpilot.reporting.export.provenance import HARNESS, Provenance, numeric_or_none, prompt_digest
 from lexpilot.reporting.scoring.runs import OVERALL, MetricKey, Run
 from lexpilot.reporting.scoring.scoring import METRIC_NAMES
@@ -252,9 +252,10 @@ def messages_of(instance: Instance) -> list[dict]:
 
 
 def token_usage(instance: Instance) -> dict | None:
-    """The evaluated model's tokens for the case (cached prompt and reasoning tokens where its records keep them)."""
+    """The evaluated model's tokens for the case (cached prompt and reasoning tokens where its records keep them);
+    none where a call's tokens were never reported (the metadata's usage_by_role counts those calls)."""
     used = instance.usage.get("eval")
-    if not used:
+    if not used or not tokens_reported(used):
         return None
     prompt, completion = used.get("prompt_tokens", 0), used.get("completion_tokens", 0)
     found = {"input_tokens": prompt, "output_tokens": completion, "total_tokens": prompt + completion}
