@@ -43,6 +43,7 @@ class ExportedResult:
     model: str
     run_id: str
     group: str
+    settings: str  # the digest of what makes its group (provenance.settings_digest)
     stated: dict[MetricKey, float]
     recomputed: Run
     problems: list[str]
@@ -126,11 +127,12 @@ def read_result(path: Path, record: dict, folder: Path) -> ExportedResult:
     try:
         details = record["source_metadata"]["additional_details"]
         model, run_id, group = record["model_info"]["id"], details["lexpilot_run"], details["group"]
+        settings = str(details["settings_digest"])
         companion = record["detailed_evaluation_results"]
         samples = folder / companion["file_path"]
     except (KeyError, TypeError):
         raise UsageError(
-            f"{path}: not an aggregate record of export_results.py (no run id, group or samples)"
+            f"{path}: not an aggregate record of export_results.py (no run id, group, settings digest or samples)"
         ) from None
     if not samples.is_file():
         raise UsageError(f"{path}: its instance records {samples} are missing; export the run again")
@@ -143,6 +145,7 @@ def read_result(path: Path, record: dict, folder: Path) -> ExportedResult:
         model,
         run_id,
         group,
+        settings,
         stated_metrics(record, path),
         recomputed_run(model, run_id, samples),
         problems,
@@ -151,17 +154,34 @@ def read_result(path: Path, record: dict, folder: Path) -> ExportedResult:
 
 
 def groups_of(results: list[ExportedResult], stated: bool, per_run: bool = False) -> list[Group]:
-    """The runs grouped as the export names their groups (show_results.py's labels), in its order: by model and run id.
-    With `stated`, each run carries the values its aggregate states; with `per_run`, every run is a group."""
+    """The runs grouped as show_results.py groups them, by their model and settings digest (not by the label, which
+    depends on the runs exported together), in order of model and run id, each group named by its label (and its
+    digest where two groups of one export share a label). With `stated`, each run carries the values its aggregate
+    states; with `per_run`, every run is a group."""
+    ordered = sorted(results, key=lambda r: (r.model, r.run_id))
+    labels = group_labels(ordered)
     groups: dict[str, Group] = {}
-    for result in sorted(results, key=lambda r: (r.model, r.run_id)):
+    for result in ordered:
         run = result.recomputed
         if stated:
             metrics = {key: result.stated.get(key) for key in run.metrics} | result.stated
             run = Run(result.run_id, result.model, run.manifest, "", metrics=dict(metrics))
-        label = f"{result.group}, run {result.run_id}" if per_run else result.group
+        label = labels[(result.model, result.settings)]
+        label = f"{label}, run {result.run_id}" if per_run else label
         groups.setdefault(label, Group(result.model, (), [], label=label)).runs.append(run)
     return list(groups.values())
+
+
+def group_labels(results: list[ExportedResult]) -> dict[tuple[str, str], str]:
+    """(model, settings digest) -> the label its first run states; where runs of other settings state the same
+    label (exported apart, each labelled against other runs), each named with its digest too."""
+    labels: dict[tuple[str, str], str] = {}
+    for result in results:
+        labels.setdefault((result.model, result.settings), result.group)
+    shared = [label for label in labels.values() if list(labels.values()).count(label) > 1]
+    return {
+        key: f"{label} (settings {key[1][:8]})" if label in shared else label for key, label in labels.items()
+    }
 
 
 def verified_tables(groups: list[Group]) -> list:

@@ -2,12 +2,16 @@
 show_results.py's tables digit for digit, and a value changed by hand in an exported file fails it, named."""
 
 import json
+import re
 
 import pytest
 
 import export_results
 import show_results
 from lexpilot.benchmark.records import DCG, model_folder
+from lexpilot.scripted.provider import ScriptedProvider
+from tests.helpers.stages import Harness
+from tests.reporting.export.conftest import CASES, MAIN_STAGES
 
 pytestmark = pytest.mark.slow
 pytest.importorskip(
@@ -139,3 +143,34 @@ def test_instance_records_whose_aggregate_was_deleted_fail_verify(exported, caps
         path.unlink()
     assert export_results.main(["--verify", str(exported)]) == 1
     assert capsys.readouterr().err.count("without the aggregate record") == len(aggregates)
+
+
+def test_runs_exported_apart_are_grouped_by_their_settings_not_their_label(
+    grid, tmp_path, monkeypatch, capsys
+):
+    """Model-a's run r3 judged by another judge, exported alone (labelled plain "model-a", the only run shown), then
+    runs r1 and r2 exported into the same folder (labelled "model-a" too): --verify keeps r3 apart from r1 and r2, as
+    show_results.py does over all three, its rows giving show_results.py's values, each label naming its settings."""
+    with ScriptedProvider() as provider:
+        h = Harness(grid.parent, provider, monkeypatch)
+        h.run_id = "r3"
+        for stage in MAIN_STAGES:
+            assert h.run(stage, "--limit", str(CASES), "--model", "model-a", "--judge-model", "judge-b") == 0
+    out = tmp_path / "export"
+    base = ["--output-root", str(grid), "--format", "eee", "--output", str(out), "--model", "model-a"]
+    assert export_results.main([*base, "--run-id", "r3"]) == 0
+    assert export_results.main([*base, "--run-id", "r1", "r2"]) == 0
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(grid), "--table", "main", "--model", "model-a"]) == 0
+    shown = rows_of(capsys.readouterr().out)
+    assert export_results.main(["--verify", str(out)]) == 0
+    printed = rows_of(capsys.readouterr().out)
+    assert len(shown) == 2 and sorted(printed.values()) == sorted(shown.values())
+    assert all(label.startswith("model-a (settings ") for label in printed)
+
+
+def rows_of(text: str) -> dict[str, list[str]]:
+    """The first table's rows of model-a: label -> its cells (the columns after the label)."""
+    table = text.split("\n\n")[0]
+    cells = [re.split(r"\s{2,}", line.strip()) for line in table.splitlines() if line.startswith("model-a")]
+    return {row[0]: row[1:] for row in cells}
