@@ -5,6 +5,7 @@ read."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from lexpilot.reporting.scoring.results import add_run_options, load_runs
 from lexpilot.reporting.scoring.runs import Run
 from lexpilot.reporting.scoring.scoring import TASK_NAMES
 from lexpilot.reporting.statistics.bootstrap import Bootstrap
+from lexpilot.text import counted
 
 
 @dataclass(frozen=True)
@@ -72,11 +74,15 @@ def export(args) -> int:
     if args.verify:
         from lexpilot.reporting.export.verify import verify_export
 
+        if given := export_options_given(args):
+            raise UsageError(
+                f"--verify reads the export alone and takes no other option ({', '.join(given)}): "
+                "verify with --verify DIR only, or export without --verify"
+            )
         return verify_export(args.verify)
     if not args.format or not args.output:
         raise UsageError("name --format (eee, inspect) and --output DIR, or --verify DIR")
-    for name in dict.fromkeys(args.format):
-        FORMATS[name].require()
+    require_packages(tuple(dict.fromkeys(args.format)))
     output = args.output.resolve()
     check_output(output)
     root = args.output_root.resolve()
@@ -99,8 +105,32 @@ def export(args) -> int:
         for done in fork_map(work, items, workers(len(runs))):
             written.written += done.written
             written.unchanged += done.unchanged
-    print(f"export_results: {len(runs)} runs; {written.line(output)}")
+    print(f"export_results: {counted(len(runs), 'run')}; {written.line(output)}")
     return 0
+
+
+def export_options_given(args) -> list[str]:
+    """The options given beside --verify, which it would ignore (each one whose value is not its default)."""
+    parser = argparse.ArgumentParser()
+    add_export_options(parser)
+    defaults = vars(parser.parse_args([]))
+    return [
+        f"--{name.replace('_', '-')}"
+        for name, value in vars(args).items()
+        if name != "verify" and value != defaults.get(name)
+    ]
+
+
+def require_packages(formats: tuple[str, ...]) -> None:
+    """Each format's package there, else one line naming every one missing."""
+    missing = []
+    for name in formats:
+        try:
+            FORMATS[name].require()
+        except UsageError as e:
+            missing.append(str(e))
+    if missing:
+        raise UsageError("; ".join(missing))
 
 
 def export_run(

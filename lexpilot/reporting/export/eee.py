@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -53,9 +54,15 @@ def require_package():
         from every_eval_ever.helpers import developer, io
         from every_eval_ever.validator import validation_core
     except ImportError:
+        # requirements-optional.txt's marker leaves it out below 3.12: pip would not help
+        if sys.version_info < (3, 12):
+            raise UsageError(
+                "--format eee needs the every-eval-ever package, which needs Python 3.12 or later (this is "
+                f"{sys.version_info[0]}.{sys.version_info[1]}): run export_results.py with python3.12, after "
+                "pip install -r requirements-optional.txt there"
+            ) from None
         raise UsageError(
-            "--format eee needs the every-eval-ever package (Python 3.12 or later): "
-            "pip install -r requirements-optional.txt"
+            "--format eee needs the every-eval-ever package: pip install -r requirements-optional.txt"
         ) from None
     return eval_types, instance_level_types, developer, io, validation_core
 

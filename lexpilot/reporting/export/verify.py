@@ -26,6 +26,7 @@ from lexpilot.reporting.scoring.scoring import metrics_of
 from lexpilot.reporting.tables.paper import results_tables
 from lexpilot.reporting.tables.renderings import TEXT_WIDTH, render_text
 from lexpilot.storage.manifest import Manifest
+from lexpilot.text import counted
 
 COLLECTION = "lexpilot"  # eee.py's
 VERIFIED_TABLES = (
@@ -230,8 +231,11 @@ def verify_export(folder: Path) -> int:
         print(f"export_results --verify: {problem}", file=sys.stderr)
     if problems:
         print(
-            f"export_results --verify: {len(problems)} differences; the export does not hold", file=sys.stderr
+            f"export_results --verify: {counted(len(problems), 'difference')}; the export does not hold",
+            file=sys.stderr,
         )
         return 1
-    print(f"export_results --verify: {len(results)} runs recomputed from {folder}; every printed value holds")
+    print(
+        f"export_results --verify: {counted(len(results), 'run')} recomputed from {folder}; every printed value holds"
+    )
     return 0

@@ -158,7 +158,9 @@ def test_runs_exported_apart_are_grouped_by_their_settings_not_their_label(
             assert h.run(stage, "--limit", str(CASES), "--model", "model-a", "--judge-model", "judge-b") == 0
     out = tmp_path / "export"
     base = ["--output-root", str(grid), "--format", "eee", "--output", str(out), "--model", "model-a"]
+    capsys.readouterr()
     assert export_results.main([*base, "--run-id", "r3"]) == 0
+    assert "export_results: 1 run; " in capsys.readouterr().out
     assert export_results.main([*base, "--run-id", "r1", "r2"]) == 0
     capsys.readouterr()
     assert show_results.main(["--output-root", str(grid), "--table", "main", "--model", "model-a"]) == 0
