@@ -5,7 +5,9 @@ read."""
 
 from __future__ import annotations
 
+import argparse
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -22,7 +24,9 @@ from lexpilot.reporting.scoring.groups import group_runs
 from lexpilot.reporting.scoring.parallel import fork_map, one_blas_thread, workers
 from lexpilot.reporting.scoring.results import add_run_options, load_runs
 from lexpilot.reporting.scoring.runs import Run
+from lexpilot.reporting.scoring.scoring import TASK_NAMES
 from lexpilot.reporting.statistics.bootstrap import Bootstrap
+from lexpilot.text import counted
 
 
 @dataclass(frozen=True)
@@ -70,11 +74,15 @@ def export(args) -> int:
     if args.verify:
         from lexpilot.reporting.export.verify import verify_export
 
+        if given := export_options_given(args):
+            raise UsageError(
+                f"--verify reads the export alone and takes no other option ({', '.join(given)}): "
+                "verify with --verify DIR only, or export without --verify"
+            )
         return verify_export(args.verify)
     if not args.format or not args.output:
         raise UsageError("name --format (eee, inspect) and --output DIR, or --verify DIR")
-    for name in dict.fromkeys(args.format):
-        FORMATS[name].require()
+    require_packages(tuple(dict.fromkeys(args.format)))
     output = args.output.resolve()
     check_output(output)
     root = args.output_root.resolve()
@@ -97,8 +105,32 @@ def export(args) -> int:
         for done in fork_map(work, items, workers(len(runs))):
             written.written += done.written
             written.unchanged += done.unchanged
-    print(f"export_results: {len(runs)} runs; {written.line(output)}")
+    print(f"export_results: {counted(len(runs), 'run')}; {written.line(output)}")
     return 0
+
+
+def export_options_given(args) -> list[str]:
+    """The options given beside --verify, which it would ignore (each one whose value is not its default)."""
+    parser = argparse.ArgumentParser()
+    add_export_options(parser)
+    defaults = vars(parser.parse_args([]))
+    return [
+        f"--{name.replace('_', '-')}"
+        for name, value in vars(args).items()
+        if name != "verify" and value != defaults.get(name)
+    ]
+
+
+def require_packages(formats: tuple[str, ...]) -> None:
+    """Each format's package there, else one line naming every one missing."""
+    missing = []
+    for name in formats:
+        try:
+            FORMATS[name].require()
+        except UsageError as e:
+            missing.append(str(e))
+    if missing:
+        raise UsageError("; ".join(missing))
 
 
 def export_run(
@@ -127,7 +159,9 @@ def export_run(
 
 
 def chosen_runs(root: Path, args) -> list[Run]:
-    """The runs the options choose, scored; refused in one line where one cannot be exported whole."""
+    """The runs the options choose, scored, each with a task show_results.py reports; refused in one line where one
+    cannot be exported whole. A task it does not report (a case missing, a record it refuses) is left out, said on
+    stderr, and so is a run left with none."""
     runs = load_runs(root, args.model, args.run_id, dataset=args.dataset)
     if not runs:
         raise UsageError(f"no runs under {root} match the options: nothing to export")
@@ -139,13 +173,37 @@ def chosen_runs(root: Path, args) -> list[Run]:
                 f"run {run.run_id}, model {run.model}: no records of LCA, DCG or LJP to export; run its stages, or "
                 "leave it out with --run-id / --model"
             )
-    return runs
+        for note in unreported_stages(run, root):
+            print(f"export_results: {note}", file=sys.stderr)
+    kept = [run for run in runs if any(s.task in run.tasks for s in STAGES)]
+    if not kept:
+        raise UsageError(
+            f"no run under {root} that the options choose has a complete task: nothing to export"
+        )
+    return kept
+
+
+def unreported_stages(run: Run, root: Path) -> list[str]:
+    """A line per stage whose records are there but which show_results.py does not report for the run (scoring left
+    its task out: a case missing, a record refused), naming the run, the model, the task and why."""
+    lines = []
+    for stage in STAGES:
+        if stage.task in run.tasks or not stage.verdicts.path(root, run.run_id, run.folder).exists():
+            continue
+        name = TASK_NAMES[stage.task]
+        why = next((p for p in run.problems if p.startswith(f"{name}: ")), f"{name}: not scored")
+        lines.append(
+            f"run {run.run_id}, model {run.model}: {why} (left out of the export, as show_results.py leaves it out)"
+        )
+    return lines
 
 
 def exported_run(run: Run, root: Path, label: str) -> ExportedRun:
     """A run's instances per stage, read from its records; a problem in them is one line."""
     stages = {}
-    for stage in STAGES:
+    for stage in (
+        s for s in STAGES if s.task in run.tasks
+    ):  # the tasks show_results.py reports (chosen_runs)
         instances, problem = stage_instances(run, root, stage)
         if problem:
             raise UsageError(f"run {run.run_id}, model {run.model}: {problem}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -19,7 +20,7 @@ import numpy as np
 
 from lexpilot.benchmark.categories import CLASS_LABELS
 from lexpilot.errors import UsageError
-from lexpilot.reporting.export.instances import STAGES, ExportedStage, Instance
+from lexpilot.reporting.export.instances import STAGES, ExportedStage, Instance, tokens_reported
 from lexpilot.reporting.export.provenance import HARNESS, Provenance, numeric_or_none, prompt_digest
 from lexpilot.reporting.scoring.runs import OVERALL, MetricKey, Run
 from lexpilot.reporting.scoring.scoring import METRIC_NAMES
@@ -53,9 +54,15 @@ def require_package():
         from every_eval_ever.helpers import developer, io
         from every_eval_ever.validator import validation_core
     except ImportError:
+        # requirements-optional.txt's marker leaves it out below 3.12: pip would not help
+        if sys.version_info < (3, 12):
+            raise UsageError(
+                "--format eee needs the every-eval-ever package, which needs Python 3.12 or later (this is "
+                f"{sys.version_info[0]}.{sys.version_info[1]}): run export_results.py with python3.12, after "
+                "pip install -r requirements-optional.txt there"
+            ) from None
         raise UsageError(
-            "--format eee needs the every-eval-ever package (Python 3.12 or later): "
-            "pip install -r requirements-optional.txt"
+            "--format eee needs the every-eval-ever package: pip install -r requirements-optional.txt"
         ) from None
     return eval_types, instance_level_types, developer, io, validation_core
 
@@ -216,6 +223,7 @@ def aggregate(er: ExportedRun, boot: Bootstrap, samples: PurePosixPath, rows: in
             "additional_details": {
                 "lexpilot_run": run.run_id,
                 "group": er.label,
+                "settings_digest": prov.settings_digest,
                 "protocol": prov.summary()["protocol"],
                 "standard_run": "yes" if prov.standard else "no",
             },
@@ -252,9 +260,10 @@ def messages_of(instance: Instance) -> list[dict]:
 
 
 def token_usage(instance: Instance) -> dict | None:
-    """The evaluated model's tokens for the case (cached prompt and reasoning tokens where its records keep them)."""
+    """The evaluated model's tokens for the case (cached prompt and reasoning tokens where its records keep them);
+    none where a call's tokens were never reported (the metadata's usage_by_role counts those calls)."""
     used = instance.usage.get("eval")
-    if not used:
+    if not used or not tokens_reported(used):
         return None
     prompt, completion = used.get("prompt_tokens", 0), used.get("completion_tokens", 0)
     found = {"input_tokens": prompt, "output_tokens": completion, "total_tokens": prompt + completion}

@@ -14,7 +14,7 @@ from typing import Any
 from lexpilot.benchmark.records import model_folder
 from lexpilot.errors import UsageError
 from lexpilot.reporting.export.eee import ExportedRun, iso_time
-from lexpilot.reporting.export.instances import STAGE, Instance
+from lexpilot.reporting.export.instances import STAGE, Instance, tokens_reported
 from lexpilot.reporting.export.provenance import HARNESS, numeric_or_none
 from lexpilot.reporting.scoring.runs import OVERALL, MetricKey
 from lexpilot.reporting.statistics.bootstrap import Bootstrap
@@ -92,7 +92,10 @@ def sample(er: ExportedRun, instance: Instance, modules) -> Any:
     log, model, _ = modules
     messages = chat(instance, model)
     last_reply = next(m for m in reversed(messages) if m.role == "assistant")
-    roles = {role: usage_of(used) for role, used in instance.usage.items() if used}
+    roles = {role: usage_of(used) for role, used in instance.usage.items() if tokens_reported(used)}
+    unreported = {
+        r: used["unreported_calls"] for r, used in instance.usage.items() if used and r not in roles
+    }
     prov = er.provenance
     made = log.EvalSample.model_validate(
         {
@@ -106,9 +109,16 @@ def sample(er: ExportedRun, instance: Instance, modules) -> Any:
                 "class": instance.case_class,
                 "user_model_turns": instance.user_model_turns,
                 "judge_served": instance.served.get("judge", []),
+                # role -> calls whose tokens the provider never reported: that role's tokens are left out, unknown
+                **({"tokens_unreported_calls": unreported} if unreported else {}),
                 **instance.details,
             },
-            "model_usage": by_model(prov.models, roles),
+            "model_usage": {
+                name: used
+                for name, used in by_model(prov.models, roles).items()
+                if name
+                not in {prov.models[r] for r in unreported}  # a model of a role whose tokens are unknown
+            },
             "role_usage": roles,
         }
     )
@@ -164,6 +174,10 @@ def eval_log(er: ExportedRun, task: str, modules) -> Any:
     for s in samples:
         for name, used in s.model_usage.items():
             total[name] = total[name] + used if name in total else used
+    for role in {r for i in instances for r, used in i.usage.items() if used and not tokens_reported(used)}:
+        total.pop(
+            prov.models[role], None
+        )  # some of its tokens unknown: the log's sum would be a part taken for all
     created = iso_time(er.timestamp)
     max_tokens = numeric_or_none(prov.max_tokens["eval"])
     made = modules[0].EvalLog.model_validate(

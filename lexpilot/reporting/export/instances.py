@@ -234,6 +234,12 @@ def usage_of(*records: dict) -> dict[str, dict[str, int]]:
     return total
 
 
+def tokens_reported(used: dict) -> bool:
+    """Whether a role's token counts are whole: a call whose reply reported none (a provider that does not say, as
+    llama.cpp without usage) makes the sum unknown, not the other calls' sum, and no export states it."""
+    return bool(used) and not used.get("unreported_calls")
+
+
 def served_of(*records: dict) -> dict[str, list[str]]:
     """Role -> the served model ids of the records' calls, in order of first use."""
     served: dict[str, list[str]] = {}

@@ -5,10 +5,13 @@ the benchmark's), so that no reader takes such a run for a standard one."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 
 from lexpilot.benchmark.prompts import PROMPT_FILES
 from lexpilot.benchmark.vocabulary import ROLE, ROLE_TABLE
+from lexpilot.reporting.scoring.groups import served_key, settings_key
 from lexpilot.reporting.scoring.runs import Run
 
 PAPER_CASES = (
@@ -31,6 +34,7 @@ class Provenance:
     user_condition: str
     cases: int
     deviations: list[str]
+    settings_digest: str  # what puts the run in a group (settings_digest): --verify pools runs by it
 
     @property
     def standard(self) -> bool:
@@ -44,6 +48,7 @@ class Provenance:
             "user_condition": self.user_condition,
             "cases": str(self.cases),
             "protocol": "the paper's" if self.standard else "differs: " + "; ".join(self.deviations),
+            "settings_digest": self.settings_digest,
         }
         for role in self.models:
             flat[f"{role}_model"] = self.models[role]
@@ -105,7 +110,16 @@ def provenance(run: Run) -> Provenance:
         manifest.user_condition,
         len(run.selected),
         deviations(run, served),
+        settings_digest(run),
     )
+
+
+def settings_digest(run: Run) -> str:
+    """A digest of what show_results.py groups runs by (the model, the compared settings, what served each role),
+    the same whichever runs are exported beside it, unlike the group's label, which names differences from the other
+    runs shown. Prompts are compared on every file the run records."""
+    key = (run.model, settings_key(run.manifest), sorted(served_key(run).items()))
+    return hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
 
 
 def prompt_digest(prov: Provenance, prompt: str) -> str:

@@ -26,6 +26,7 @@ from lexpilot.reporting.scoring.scoring import metrics_of
 from lexpilot.reporting.tables.paper import results_tables
 from lexpilot.reporting.tables.renderings import TEXT_WIDTH, render_text
 from lexpilot.storage.manifest import Manifest
+from lexpilot.text import counted
 
 COLLECTION = "lexpilot"  # eee.py's
 VERIFIED_TABLES = (
@@ -43,9 +44,11 @@ class ExportedResult:
     model: str
     run_id: str
     group: str
+    settings: str  # the digest of what makes its group (provenance.settings_digest)
     stated: dict[MetricKey, float]
     recomputed: Run
     problems: list[str]
+    samples: Path  # its instance records' file
 
 
 def aggregates(folder: Path) -> list[tuple[Path, dict]]:
@@ -62,7 +65,7 @@ def aggregates(folder: Path) -> list[tuple[Path, dict]]:
             raise UsageError(f"{path}: not JSON; it is no aggregate record of an export") from None
         if isinstance(record, dict) and str(record.get("evaluation_id", "")).startswith(f"{COLLECTION}/"):
             found.append((path, record))
-    if not found:
+    if not found and not any(folder.glob(f"data/{COLLECTION}/*/*/*_samples.jsonl")):
         raise UsageError(
             f"--verify {folder}: no LexPilot export there (data/{COLLECTION}/<developer>/<model>/<uuid>.json); "
             f"write one with export_results.py --format eee --output {folder}"
@@ -125,11 +128,12 @@ def read_result(path: Path, record: dict, folder: Path) -> ExportedResult:
     try:
         details = record["source_metadata"]["additional_details"]
         model, run_id, group = record["model_info"]["id"], details["lexpilot_run"], details["group"]
+        settings = str(details["settings_digest"])
         companion = record["detailed_evaluation_results"]
         samples = folder / companion["file_path"]
     except (KeyError, TypeError):
         raise UsageError(
-            f"{path}: not an aggregate record of export_results.py (no run id, group or samples)"
+            f"{path}: not an aggregate record of export_results.py (no run id, group, settings digest or samples)"
         ) from None
     if not samples.is_file():
         raise UsageError(f"{path}: its instance records {samples} are missing; export the run again")
@@ -139,22 +143,46 @@ def read_result(path: Path, record: dict, folder: Path) -> ExportedResult:
             f"model {model}, run {run_id}: {samples.name} does not match the checksum its aggregate states"
         )
     return ExportedResult(
-        model, run_id, group, stated_metrics(record, path), recomputed_run(model, run_id, samples), problems
+        model,
+        run_id,
+        group,
+        settings,
+        stated_metrics(record, path),
+        recomputed_run(model, run_id, samples),
+        problems,
+        samples.resolve(),
     )
 
 
 def groups_of(results: list[ExportedResult], stated: bool, per_run: bool = False) -> list[Group]:
-    """The runs grouped as the export names their groups (show_results.py's labels), in its order: by model and run id.
-    With `stated`, each run carries the values its aggregate states; with `per_run`, every run is a group."""
+    """The runs grouped as show_results.py groups them, by their model and settings digest (not by the label, which
+    depends on the runs exported together), in order of model and run id, each group named by its label (and its
+    digest where two groups of one export share a label). With `stated`, each run carries the values its aggregate
+    states; with `per_run`, every run is a group."""
+    ordered = sorted(results, key=lambda r: (r.model, r.run_id))
+    labels = group_labels(ordered)
     groups: dict[str, Group] = {}
-    for result in sorted(results, key=lambda r: (r.model, r.run_id)):
+    for result in ordered:
         run = result.recomputed
         if stated:
             metrics = {key: result.stated.get(key) for key in run.metrics} | result.stated
             run = Run(result.run_id, result.model, run.manifest, "", metrics=dict(metrics))
-        label = f"{result.group}, run {result.run_id}" if per_run else result.group
+        label = labels[(result.model, result.settings)]
+        label = f"{label}, run {result.run_id}" if per_run else label
         groups.setdefault(label, Group(result.model, (), [], label=label)).runs.append(run)
     return list(groups.values())
+
+
+def group_labels(results: list[ExportedResult]) -> dict[tuple[str, str], str]:
+    """(model, settings digest) -> the label its first run states; where runs of other settings state the same
+    label (exported apart, each labelled against other runs), each named with its digest too."""
+    labels: dict[tuple[str, str], str] = {}
+    for result in results:
+        labels.setdefault((result.model, result.settings), result.group)
+    shared = [label for label in labels.values() if list(labels.values()).count(label) > 1]
+    return {
+        key: f"{label} (settings {key[1][:8]})" if label in shared else label for key, label in labels.items()
+    }
 
 
 def verified_tables(groups: list[Group]) -> list:
@@ -179,18 +207,35 @@ def differences(results: list[ExportedResult]) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def orphans(folder: Path, results: list[ExportedResult]) -> list[str]:
+    """A line per instance-record file no aggregate names (its aggregate deleted): EEE's validator refuses such a file,
+    and no table states what it holds."""
+    named = {r.samples for r in results}
+    return [
+        f"{path.relative_to(folder)}: instance records without the aggregate record that names them; "
+        "export the run again, or remove the file"
+        for path in sorted(folder.glob(f"data/{COLLECTION}/*/*/*_samples.jsonl"))
+        if path.resolve() not in named
+    ]
+
+
 def verify_export(folder: Path) -> int:
     """Print the tables recomputed from the export; 1 when any value differs from what it states, else 0."""
     folder = folder.resolve()
     results = [read_result(path, record, folder) for path, record in aggregates(folder)]
-    print(render_text(verified_tables(groups_of(results, stated=False)), TEXT_WIDTH))
-    problems = [p for r in results for p in r.problems] + differences(results)
+    if results:
+        print(render_text(verified_tables(groups_of(results, stated=False)), TEXT_WIDTH))
+    problems = orphans(folder, results) + [p for r in results for p in r.problems]
+    problems += differences(results) if results else []
     for problem in problems:
         print(f"export_results --verify: {problem}", file=sys.stderr)
     if problems:
         print(
-            f"export_results --verify: {len(problems)} differences; the export does not hold", file=sys.stderr
+            f"export_results --verify: {counted(len(problems), 'difference')}; the export does not hold",
+            file=sys.stderr,
         )
         return 1
-    print(f"export_results --verify: {len(results)} runs recomputed from {folder}; every printed value holds")
+    print(
+        f"export_results --verify: {counted(len(results), 'run')} recomputed from {folder}; every printed value holds"
+    )
     return 0

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lexpilot.errors import UsageError
-from lexpilot.files import write_atomic
+from lexpilot.files import storage_error, write_atomic
+from lexpilot.reporting.export.ledger import LEDGER
 
 
 @dataclass
@@ -50,17 +51,29 @@ def write_if_changed(path: Path, data: bytes, written: Written) -> None:
 
 def write_run(output: Path, files: dict[str, bytes], written: Written, vouched: bool) -> None:
     """A run's files, each replaced whole where it changed, in the order given. `vouched`: the last file states the
-    checksum of the others (an EEE aggregate of its instance records), so when another changes it is removed
-    first and written last: a kill in between leaves the run's previous files or no record of the run, never an
-    aggregate whose instance records are not the ones it states."""
+    checksum of the others (an EEE aggregate of its instance records), and an instance file without its aggregate is
+    no EEE datastore's (--verify refuses it); so when another changes, every changed file is first staged in the
+    ledger's folder, and only then the aggregate removed and the staged files moved in, the aggregate last. A kill
+    leaves the run's previous files, or (between two renames) its new instance records alone, which --verify names;
+    never an aggregate whose instance records are not the ones it states."""
     *others, last = files
-    if vouched and any(not same_bytes(output / name, files[name]) for name in others):
-        try:
-            os.unlink(output / last)
-        except FileNotFoundError:
-            pass
-    for name in files:
-        write_if_changed(output / name, files[name], written)
+    changed = [name for name in others if not same_bytes(output / name, files[name])]
+    if not (vouched and changed):
+        for name in files:
+            write_if_changed(output / name, files[name], written)
+        return
+    staged = {name: output / LEDGER / "staged" / name for name in (*changed, last)}
+    for name, path in staged.items():
+        write_atomic(path, files[name])
+    try:
+        (output / last).unlink(missing_ok=True)
+        for name, path in staged.items():
+            (output / name).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, output / name)
+    except OSError as e:
+        raise storage_error(e, output / last) from None
+    written.written += [output / name for name in staged]
+    written.unchanged += [output / name for name in others if name not in staged]
 
 
 def same_bytes(path: Path, data: bytes) -> bool:

@@ -1,10 +1,12 @@
 """A 3 × 2 grid the stage scripts wrote against the scripted provider (three models, two runs each, every main stage
 on three sample cases), made once per test worker; the export tests read copies of it."""
 
+import json
 import shutil
 
 import pytest
 
+from lexpilot.benchmark.records import content_digest, record_line
 from lexpilot.scripted.provider import ScriptedProvider
 from tests.helpers.stages import Harness
 
@@ -33,3 +35,16 @@ def grid(written_grid, tmp_path):
     root = tmp_path / "out"
     shutil.copytree(written_grid, root)
     return root
+
+
+@pytest.fixture
+def unreported_grid(grid):
+    """The grid with one call of model-a's run r1 whose tokens its provider never reported: the first case's LCA
+    reply record counts it in its usage (`unreported_calls`), as a reply without usage is counted. Returns the root
+    and that case."""
+    (path,) = (grid / "AwN_gen" / "r1").glob("model-a-*/a1.jsonl")
+    saved = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    saved[0]["usage"]["eval"] |= {"calls": saved[0]["usage"]["eval"]["calls"] + 1, "unreported_calls": 1}
+    saved[0]["digest"] = content_digest(saved[0])
+    path.write_bytes(b"".join(record_line(r) for r in saved))
+    return grid, saved[0]["case_number"]

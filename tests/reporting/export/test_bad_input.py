@@ -91,3 +91,32 @@ def test_a_run_with_no_records_is_one_line(grid, tmp_path, capsys):
     line = one_line(capsys, export_argv(grid, out))
     assert "run r9, model model-a: no records" in line
     assert not [p for p in out.rglob("*") if p.is_file()]
+
+
+def test_verify_with_export_options_is_refused_in_one_line(tmp_path, capsys):
+    """--verify reads the export alone: an export option beside it, which it would ignore, is refused, named."""
+    line = one_line(capsys, ["--verify", str(tmp_path), "--format", "eee", "--seed", "3"])
+    assert "--format" in line and "--seed" in line and "--output-root" not in line
+
+
+def test_both_packages_missing_are_both_named(tmp_path, capsys, monkeypatch):
+    """Two formats asked for without either package: the one line names both."""
+    monkeypatch.setitem(sys.modules, "every_eval_ever", None)
+    monkeypatch.setitem(sys.modules, "inspect_ai", None)
+    argv = ["--output-root", str(tmp_path), "--format", "eee", "inspect", "--output", str(tmp_path / "x")]
+    line = one_line(capsys, argv)
+    assert "every-eval-ever" in line and "inspect-ai" in line
+
+
+@pytest.mark.parametrize(("version", "hint"), [((3, 11, 7), True), ((3, 12, 1), False)])
+def test_the_eee_package_missing_below_3_12_says_it_needs_3_12(version, hint, tmp_path, capsys, monkeypatch):
+    """Below Python 3.12, where pip cannot install every-eval-ever, the line says it needs 3.12 and names this
+    version; on 3.12 it says to install it."""
+    monkeypatch.setitem(sys.modules, "every_eval_ever", None)
+    monkeypatch.setattr(sys, "version_info", version)
+    argv = ["--output-root", str(tmp_path), "--format", "eee", "--output", str(tmp_path / "x")]
+    line = one_line(capsys, argv)
+    monkeypatch.undo()
+    assert ("needs Python 3.12 or later" in line) is hint
+    assert ("(this is 3.11)" in line) is hint
+    assert "requirements-optional.txt" in line

@@ -144,3 +144,15 @@ def test_a_rerun_rewrites_only_what_changed(grid, tmp_path, capsys):
     assert all(p.stat().st_mtime_ns == t for p, t in before.items())
     assert export(grid, out) == 0
     assert "0 written, 12 unchanged" in capsys.readouterr().out
+
+
+def test_tokens_never_reported_are_left_out_not_zero(unreported_grid, tmp_path):
+    """A case whose evaluated-model calls include one the provider reported no tokens for has no token_usage (its
+    tokens are unknown; the metadata counts the unreported call); the run's other cases keep theirs."""
+    root, case = unreported_grid
+    out = tmp_path / "export"
+    assert export(root, out, "--model", "model-a", "--run-id", "r1") == 0
+    lca = {r["sample_id"]: r for r in rows(out) if r["evaluation_name"] == "lexpilot.LCA"}
+    assert "token_usage" not in lca[case]
+    assert lca[case]["metadata"]["usage_by_role"]["eval"]["unreported_calls"] == 1
+    assert all("token_usage" in row for n, row in lca.items() if n != case)

@@ -55,3 +55,23 @@ def test_read_eval_log_reads_every_log_as_the_records_say(grid, tmp_path):
                 if prompt:
                     used = sample.role_usage[role]
                     assert (used.input_tokens, used.output_tokens) == (prompt, completion)
+
+
+def test_tokens_never_reported_are_left_out_not_zero(unreported_grid, tmp_path):
+    """A case whose evaluated-model calls include one the provider reported no tokens for: its sample has no usage of
+    the evaluated model (and says how many calls went unreported), and the log's total leaves that model out, for a
+    sum of the others would pass for the whole; the judge's tokens stay."""
+    from inspect_ai.log import read_eval_log
+
+    root, case = unreported_grid
+    out = tmp_path / "export"
+    argv = ["--output-root", str(root), "--format", "inspect", "--output", str(out), "--run-id", "r1"]
+    assert export_results.main([*argv, "--model", "model-a"]) == 0
+    (path,) = out.glob("inspect/model-a-*/r1/*_lexpilot-LCA_*.json")
+    log = read_eval_log(str(path))
+    samples = {s.id: s for s in log.samples}
+    assert "eval" not in samples[case].role_usage and "model-a" not in samples[case].model_usage
+    assert samples[case].metadata["tokens_unreported_calls"] == {"eval": 1}
+    assert "judge" in samples[case].role_usage
+    assert all("eval" in s.role_usage for n, s in samples.items() if n != case)
+    assert "model-a" not in log.stats.model_usage and log.stats.model_usage

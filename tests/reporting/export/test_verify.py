@@ -2,11 +2,16 @@
 show_results.py's tables digit for digit, and a value changed by hand in an exported file fails it, named."""
 
 import json
+import re
 
 import pytest
 
 import export_results
 import show_results
+from lexpilot.benchmark.records import DCG, model_folder
+from lexpilot.scripted.provider import ScriptedProvider
+from tests.helpers.stages import Harness
+from tests.reporting.export.conftest import CASES, MAIN_STAGES
 
 pytestmark = pytest.mark.slow
 pytest.importorskip(
@@ -79,3 +84,95 @@ def test_a_label_changed_by_hand_in_the_instances_fails_verify(exported, capsys)
     assert export_results.main(["--verify", str(exported)]) == 1
     err = capsys.readouterr().err
     assert "Table 2 (LCA)" in err and "does not match the checksum" in err
+
+
+def test_a_task_with_a_case_missing_is_left_out_and_the_export_verifies(grid, tmp_path, capsys):
+    """One case's DCG record removed from one run: show_results.py does not report that run's DCG, so the export
+    carries neither its DCG instances nor its DCG results, says so on stderr naming run, model and task, and --verify
+    of the fresh export passes, printing show_results.py's tables."""
+    path = DCG.path(grid, "r1", model_folder("model-a"))
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    path.write_text("".join(lines[:-1]), encoding="utf-8")
+    out = tmp_path / "export"
+    capsys.readouterr()
+    assert export_results.main(["--output-root", str(grid), "--format", "eee", "--output", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "run r1, model model-a: DCG: " in err and "left out of the export" in err
+    assert len(err.strip().splitlines()) == 1
+    aggregate, samples = exported_files(out, "model-a", "r1")
+    assert not any(r["evaluation_result_id"].startswith("DCG.") for r in aggregate["evaluation_results"])
+    assert any(r["evaluation_result_id"].startswith("LCA.") for r in aggregate["evaluation_results"])
+    assert {row["evaluation_name"] for row in samples} == {
+        "lexpilot.LCA",
+        "lexpilot.LJP_direct",
+        "lexpilot.LJP_gold",
+        "lexpilot.LJP_interaction",
+    }
+    assert show_results.main(["--output-root", str(grid), "--table", *TABLES]) == 0
+    shown = capsys.readouterr().out
+    assert export_results.main(["--verify", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed[: printed.rindex("export_results --verify:")].strip() == shown.strip()
+
+
+def exported_files(out, model: str, run_id: str) -> tuple[dict, list[dict]]:
+    """A model and run's aggregate record and its instance records, as the export wrote them."""
+    for path in out.glob("data/lexpilot/*/*/*.json"):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if record["model_info"]["id"] == model and record["evaluation_id"].endswith(f"/{run_id}"):
+            samples = out / record["detailed_evaluation_results"]["file_path"]
+            rows = [json.loads(line) for line in samples.read_text(encoding="utf-8").splitlines()]
+            return record, rows
+    raise AssertionError(f"no aggregate of {model}, run {run_id}")
+
+
+def test_instance_records_whose_aggregate_was_deleted_fail_verify(exported, capsys):
+    """Two runs' aggregate records deleted: --verify names each orphaned instance-record file in one line and exits
+    1; with every aggregate deleted it still names each and exits 1."""
+    aggregates = sorted(exported.glob("data/lexpilot/*/*/*.json"))
+    for path in aggregates[:2]:
+        path.unlink()
+    capsys.readouterr()
+    assert export_results.main(["--verify", str(exported)]) == 1
+    err = capsys.readouterr().err
+    for path in aggregates[:2]:
+        orphan = path.with_name(path.stem + "_samples.jsonl").relative_to(exported)
+        assert len([line for line in err.splitlines() if str(orphan) in line]) == 1
+    assert err.count("without the aggregate record") == 2
+    for path in aggregates[2:]:
+        path.unlink()
+    assert export_results.main(["--verify", str(exported)]) == 1
+    assert capsys.readouterr().err.count("without the aggregate record") == len(aggregates)
+
+
+def test_runs_exported_apart_are_grouped_by_their_settings_not_their_label(
+    grid, tmp_path, monkeypatch, capsys
+):
+    """Model-a's run r3 judged by another judge, exported alone (labelled plain "model-a", the only run shown), then
+    runs r1 and r2 exported into the same folder (labelled "model-a" too): --verify keeps r3 apart from r1 and r2, as
+    show_results.py does over all three, its rows giving show_results.py's values, each label naming its settings."""
+    with ScriptedProvider() as provider:
+        h = Harness(grid.parent, provider, monkeypatch)
+        h.run_id = "r3"
+        for stage in MAIN_STAGES:
+            assert h.run(stage, "--limit", str(CASES), "--model", "model-a", "--judge-model", "judge-b") == 0
+    out = tmp_path / "export"
+    base = ["--output-root", str(grid), "--format", "eee", "--output", str(out), "--model", "model-a"]
+    capsys.readouterr()
+    assert export_results.main([*base, "--run-id", "r3"]) == 0
+    assert "export_results: 1 run; " in capsys.readouterr().out
+    assert export_results.main([*base, "--run-id", "r1", "r2"]) == 0
+    capsys.readouterr()
+    assert show_results.main(["--output-root", str(grid), "--table", "main", "--model", "model-a"]) == 0
+    shown = rows_of(capsys.readouterr().out)
+    assert export_results.main(["--verify", str(out)]) == 0
+    printed = rows_of(capsys.readouterr().out)
+    assert len(shown) == 2 and sorted(printed.values()) == sorted(shown.values())
+    assert all(label.startswith("model-a (settings ") for label in printed)
+
+
+def rows_of(text: str) -> dict[str, list[str]]:
+    """The first table's rows of model-a: label -> its cells (the columns after the label)."""
+    table = text.split("\n\n")[0]
+    cells = [re.split(r"\s{2,}", line.strip()) for line in table.splitlines() if line.startswith("model-a")]
+    return {row[0]: row[1:] for row in cells}
