@@ -223,7 +223,7 @@ def aggregate(er: ExportedRun, boot: Bootstrap, samples: PurePosixPath, rows: in
             "additional_details": {
                 "lexpilot_run": run.run_id,
                 "group": er.label,
-                "settings_digest": prov.settings_digest,
+                "group_digest": prov.settings_digest,
                 "protocol": prov.summary()["protocol"],
                 "standard_run": "yes" if prov.standard else "no",
             },

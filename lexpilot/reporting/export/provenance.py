@@ -48,7 +48,7 @@ class Provenance:
             "user_condition": self.user_condition,
             "cases": str(self.cases),
             "protocol": "the paper's" if self.standard else "differs: " + "; ".join(self.deviations),
-            "settings_digest": self.settings_digest,
+            "group_digest": self.settings_digest,
         }
         for role in self.models:
             flat[f"{role}_model"] = self.models[role]

@@ -128,7 +128,7 @@ def read_result(path: Path, record: dict, folder: Path) -> ExportedResult:
     try:
         details = record["source_metadata"]["additional_details"]
         model, run_id, group = record["model_info"]["id"], details["lexpilot_run"], details["group"]
-        settings = str(details["settings_digest"])
+        settings = str(details["group_digest"])
         companion = record["detailed_evaluation_results"]
         samples = folder / companion["file_path"]
     except (KeyError, TypeError):
