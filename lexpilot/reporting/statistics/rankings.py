@@ -376,7 +376,10 @@ def power_table(groups: list[Group], boot: Bootstrap, alpha: float = 0.05, power
                 if c is not None
             ]
             if not components:
-                rows.append(label + ["n/a: needs two runs of each model"] + [""] * (len(DESIGNS) + 1))
+                # a task no two models ran is not a design that needs more runs
+                ran = sum(any(key.family in r.tasks for r in g.runs) for g in members) >= 2
+                why = "n/a: needs two runs of each model" if ran else "n/a: not run by two models"
+                rows.append(label + [why] + [""] * (len(DESIGNS) + 1))
                 continue
             # a pair with no variance at all detects anything, which means nothing: it is no pair of the median
             components = [c for c in components if c != (0, 0)]

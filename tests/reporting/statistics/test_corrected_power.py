@@ -32,7 +32,9 @@ def test_the_corrected_power_adds_the_labels_variance(dcg_runs, tmp_path, capsys
     argv = ["--output-root", str(root), "--power", "--corrected", str(labels), "--format", "csv", "--table"]
     assert show_results.main([*argv, "power", "corrected_power"]) == 0
     out = capsys.readouterr().out
-    in_hand = float({r[0]: r for r in rows_of(out, "Smallest difference between")}["DCG Acc."][3])
+    power = {r[0]: r for r in rows_of(out, "Smallest difference between")}
+    in_hand = float(power["DCG Acc."][3])
+    assert power["LCA Macro-F1"][3] == "n/a: not run by two models"  # only DCG was run: no runs to add
     raw, corrected = {r[0]: r for r in rows_of(out, "Smallest difference detectable")}["DCG Acc."][1:3]
     assert float(raw) == pytest.approx(in_hand, abs=5e-4)
     # m-a's 80 labelled decisions: the experts fail 12 the judge passed (cases 0-5 of both runs), a rectifier of −1
