@@ -21,7 +21,7 @@ from lexpilot.reporting.scoring.groups import Group
 from lexpilot.reporting.scoring.runs import MetricKey
 from lexpilot.reporting.statistics.corrected_confusion import RESAMPLES, SEED, Resampler
 from lexpilot.reporting.statistics.corrected_table import Correction, correction
-from lexpilot.reporting.statistics.letters import Decisions, decisions, holm, p_cell
+from lexpilot.reporting.statistics.letters import Decisions, decisions, holm, pair_row
 from lexpilot.reporting.tables.formats import interval_cell, number_cell
 from lexpilot.reporting.tables.table import METRIC, Kind, Table, declares
 from lexpilot.reporting.validation.expert_labels import Matched
@@ -111,16 +111,8 @@ def changes(
 
 
 def _pair_row(name: str, t: CorrectedPair, alpha: float) -> list:
-    return [
-        name,
-        t.a.label,
-        t.b.label,
-        number_cell(t.difference, METRIC, signed=True),
-        interval_cell(t.interval, signed=True),
-        p_cell(t.p),
-        p_cell(t.p_holm),
-        "yes" if t.p_holm is not None and t.p_holm < alpha else "no",
-    ]
+    said = "yes" if t.p_holm is not None and t.p_holm < alpha else "no"
+    return pair_row(name, t.a.label, t.b.label, t.difference, t.interval, t.p, t.p_holm, said)
 
 
 @dataclass

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+from lexpilot.reporting.tables.formats import interval_cell, number_cell
 from lexpilot.reporting.tables.table import METRIC, Figure
 
 
@@ -66,6 +67,21 @@ def swept(columns: list[set]) -> list[set]:
 def p_cell(p: float | None) -> Figure:
     """A p-value at three decimals ("<0.001" below), the number whole in the CSV and JSON."""
     return Figure("n/a" if p is None else "<0.001" if p < 0.001 else f"{p:.{METRIC}f}", {"value": p})
+
+
+def pair_row(metric: str, a: str, b: str, difference: float, interval, p, p_holm, said: str) -> list:
+    """One row of a pairs table (raw or corrected): A and B, the difference (A − B) and its interval, p and Holm's
+    p, and what was decided."""
+    return [
+        metric,
+        a,
+        b,
+        number_cell(difference, METRIC, signed=True),
+        interval_cell(interval, signed=True),
+        p_cell(p),
+        p_cell(p_holm),
+        said,
+    ]
 
 
 UNSETTLED_MARK = "*"  # after the letters of a model one of whose decisions is unsettled

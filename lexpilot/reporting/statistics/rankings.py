@@ -24,10 +24,10 @@ from lexpilot.reporting.scoring.groups import (
 from lexpilot.reporting.scoring.runs import MetricKey
 from lexpilot.reporting.statistics.bootstrap import Bootstrap, paired_difference
 from lexpilot.reporting.statistics.corrected_rankings import corrected_ranking_tables
-from lexpilot.reporting.statistics.letters import UNSETTLED_MARK, Decisions, decisions, holm, p_cell
+from lexpilot.reporting.statistics.letters import UNSETTLED_MARK, Decisions, decisions, holm, pair_row
 from lexpilot.reporting.statistics.randomization import Randomization, check_permutations
 from lexpilot.reporting.statistics.settling import CAP, LEVEL, settle
-from lexpilot.reporting.tables.formats import HEADLINE, interval_cell, number_cell
+from lexpilot.reporting.tables.formats import HEADLINE, number_cell
 from lexpilot.reporting.tables.table import METRIC, Figure, Kind, Table, declares
 from lexpilot.reporting.validation.expert_labels import Matched
 from lexpilot.text import counted
@@ -241,16 +241,8 @@ def ranking_tables(
 
 def _pair_row(t: PairTest, alpha: float) -> list:
     """One pair of the pairs table: the difference, its interval, p and Holm's p, and whether they differ."""
-    return [
-        t.metric,
-        t.a.label,
-        t.b.label,
-        number_cell(t.difference, METRIC, signed=True),
-        interval_cell(t.interval, signed=True),
-        p_cell(t.p),
-        p_cell(t.p_holm),
-        "unsettled" if t.unsettled else "yes" if t.p_holm is not None and t.p_holm < alpha else "no",
-    ]
+    said = "unsettled" if t.unsettled else "yes" if t.p_holm is not None and t.p_holm < alpha else "no"
+    return pair_row(t.metric, t.a.label, t.b.label, t.difference, t.interval, t.p, t.p_holm, said)
 
 
 def _pairs_title(boot: Bootstrap, test: Randomization, alpha: float) -> str:
