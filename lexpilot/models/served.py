@@ -92,9 +92,14 @@ class ServedModels:
         manifest) and whether this reply met a stop."""
         allowed, met = [], False
         with self.lock:
+            endpoint, _ = scopes(role, run)
             for scope in scopes(role, run):
                 self.calls.setdefault(scope, Counter())[model] += calls
                 accepted = self.accepted.setdefault(scope, [])
+                if not accepted:
+                    # a run's first reply in a grid is held to what its endpoint already serves the other cells, so
+                    # that its manifest refuses the change on a rerun too (the other cells may be done by then)
+                    accepted.extend(self.accepted.get(endpoint, []) if scope != endpoint else [])
                 if not accepted:
                     accepted.append(model)  # the scope's first: an alias answered from the start is accepted
                 if model in accepted:

@@ -19,7 +19,7 @@ JUDGE, USER, OTHER_JUDGE = role("judge", "r1"), role("user", "r1"), role("judge"
 def test_a_change_seen_by_one_run_stops_that_role_at_that_endpoint_in_every_run_and_nothing_else():
     models = ServedModels()
     assert models.observe(JUDGE, "run-a", "r1-0528", 1, allow=False) == ([], False)  # an alias from the start
-    # another run's first judge reply: its own run accepts it, the endpoint does not
+    # another run's first judge reply: held to what the endpoint serves the other runs, neither scope accepts it
     assert models.observe(JUDGE, "run-b", "r2", 1, allow=False) == ([], True)
     for run in ("run-a", "run-b", "run-c"):
         with pytest.raises(ServedModelChanged, match=r"served r1-0528 \(1 call\), r2 \(1 call\)"):
@@ -64,3 +64,23 @@ def test_a_run_stopped_by_another_runs_change_notes_the_refused_id_so_its_rerun_
     rerun.seed(JUDGE, "a", accepted["judge"], dict(counts["judge"]), allow=False)
     with pytest.raises(ServedModelChanged):
         rerun.check(JUDGE, "a")
+
+
+def test_a_run_whose_first_reply_is_the_change_refuses_it_on_its_rerun_too():
+    """Two runs of a grid share the judge's endpoint; run a's calls were all served r1 before the change, run b's
+    first call met it. Run b's manifest holds r1 as accepted and r2 as refused: rerun alone (run a done), it stops
+    at once instead of buying calls from a judge its grid's other cell was not judged by."""
+    from lexpilot.models.served import ServedCalls
+
+    grid = ServedModels()
+    run_a, run_b = (ServedCalls(grid, {"judge": JUDGE}, run, allow=False) for run in ("a", "b"))
+    run_a.note("judge", "r1", 3)
+    run_b.note("judge", "r2", 1)  # run b's first reply is the change
+    with pytest.raises(ServedModelChanged):
+        run_b.check("judge")
+    counts, accepted, _ = run_b.take()
+    assert accepted == {"judge": ["r1"]} and counts["judge"]["r2"] == 1
+    rerun = ServedModels()
+    rerun.seed(JUDGE, "b", accepted["judge"], dict(counts["judge"]), allow=False)
+    with pytest.raises(ServedModelChanged):
+        rerun.check(JUDGE, "b")
