@@ -19,7 +19,7 @@ from pathlib import Path
 
 from lexpilot.benchmark.records import model_folder
 from lexpilot.files import write_atomic
-from lexpilot.reporting.export.instances import STAGES
+from lexpilot.reporting.export.stages import STAGES
 from lexpilot.reporting.scoring.runs import Run
 from lexpilot.reporting.scoring.score_cache import run_key
 from lexpilot.reporting.statistics.bootstrap import Bootstrap
