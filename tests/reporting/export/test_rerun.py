@@ -68,12 +68,18 @@ def test_a_rerun_writes_only_what_changed(grid, tmp_path, capsys, monkeypatch):
 
     (path,) = grid.glob("eval_results/r2/model-b-*/LJP_direct.jsonl")
     rejudged(path, cases=1)
+    later = path.stat().st_mtime + 60  # judged again a minute later: its log's name has another time
+    os.utime(path, (later, later))
     assert export_results.main(argv(grid, out)) == 0
-    changed = {name for name, data in tree(out).items() if first.get(name) != data}
+    now = tree(out)
+    changed = {name for name, data in now.items() if first.get(name) != data}
     # model-b's run r2 alone: its instance file, its aggregate (their time is its last verdict file's, which changed)
-    # and its five logs, named by that time (the old names removed)
+    # and the LJP Direct log, named by its own verdict file's time (the old name removed); its other logs untouched
     assert all("model-b" in name and ("r2" in name or "data/" in name) for name in changed)
-    assert len(changed) == 2 + 5 and any(name.endswith("_samples.jsonl") for name in changed)
+    assert len(changed) == 2 + 1 and any(name.endswith("_samples.jsonl") for name in changed)
+    (log,) = [name for name in changed if name.startswith("inspect/")]
+    assert "_lexpilot-LJP-direct_" in log and log not in first
+    assert len([name for name in first if name not in now]) == 1  # the old LJP Direct log, removed
     fresh = tmp_path / "fresh"
     assert export_results.main(argv(grid, fresh)) == 0
     assert tree(out) == tree(fresh)
@@ -168,4 +174,6 @@ def test_an_export_stopped_before_any_of_its_writes_leaves_an_export_that_holds(
         assert verify_export(out) == 0, f"stopped before write {stop_at + 1}"
         assert export_results.main([*argv(grid, out), *model_a]) == 0
         assert tree(out) == tree(fresh), f"stopped before write {stop_at + 1}, then run again"
-    assert stop_at == 2 + 5 + 2  # run r1's files and its two ledger entries; r2 unchanged
+    assert (
+        stop_at == 2 + 1 + 2
+    )  # run r1's EEE files, its LJP Direct log, its two ledger entries; r2 unchanged
