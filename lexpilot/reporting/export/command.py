@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from lexpilot.benchmark.records import model_folder
 from lexpilot.errors import UsageError
 from lexpilot.reporting.export import eee, inspect_logs, ledger
 from lexpilot.reporting.export.eee import ExportedRun
@@ -105,8 +106,27 @@ def export(args) -> int:
         for done in fork_map(work, items, workers(len(runs))):
             written.written += done.written
             written.unchanged += done.unchanged
+    drop_runs(output, tuple(dict.fromkeys(args.format)), runs, args)
     print(f"export_results: {counted(len(runs), 'run')}; {written.line(output)}")
     return 0
+
+
+def drop_runs(output: Path, formats: tuple[str, ...], runs: list[Run], args) -> None:
+    """The files of runs the options choose that this export no longer has (a run deleted, or left with nothing to
+    export), each named on stderr as it is removed: only the files the ledger says an export wrote for them."""
+    folders = {model_folder(m) for m in args.model} if args.model else None
+
+    def chosen(run_id: str, folder: str) -> bool:
+        return (not args.run_id or run_id in args.run_id) and (folders is None or folder in folders)
+
+    for name in formats:
+        exported = {ledger.entry_path(output, name, run) for run in runs}
+        for entry in ledger.dropped_entries(output, name, exported, chosen):
+            for removed in ledger.remove_run(entry, output):
+                print(
+                    f"export_results: removed {removed} (run {entry.parent.name} is no longer exported)",
+                    file=sys.stderr,
+                )
 
 
 def export_options_given(args) -> list[str]:

@@ -177,3 +177,38 @@ def test_an_export_stopped_before_any_of_its_writes_leaves_an_export_that_holds(
     assert (
         stop_at == 2 + 1 + 2
     )  # run r1's EEE files, its LJP Direct log, its two ledger entries; r2 unchanged
+
+
+def test_a_run_no_longer_exported_loses_the_files_the_ledger_lists_and_no_other(grid, tmp_path, capsys):
+    """A run deleted from the output root, then exported over: its files (those the ledger lists, EEE and Inspect)
+    are removed, each named in one line on stderr, and --verify passes on what is left; a file placed by hand beside
+    them stays, and so do the files of a run the options leave out (exported by another command)."""
+    from lexpilot.reporting.export.verify import verify_export
+
+    out = tmp_path / "export"
+    assert export_results.main(argv(grid, out)) == 0
+    before = tree(out)
+    (folder,) = grid.glob("runs/r1/model-a-*")
+    logs = out / "inspect" / folder.name / "r1"
+    hand = [out / "notes.txt", logs / "notes.txt"]
+    for path in hand:
+        path.write_text("mine", encoding="utf-8")
+    dropped = {name for name in before if f"/{folder.name}/r1/" in name}
+    (aggregate,) = [
+        name
+        for name, data in before.items()
+        if name.endswith(".json") and b'"lexpilot_run": "r1"' in data and b"model-a" in data
+    ]
+    dropped |= {aggregate, aggregate.replace(".json", "_samples.jsonl")}
+    for path in grid.glob(f"*/r1/{folder.name}"):
+        shutil.rmtree(path)
+    capsys.readouterr()
+    assert export_results.main([*argv(grid, out), "--model", "model-b"]) == 0  # model-a's runs left out: kept
+    assert tree(out).keys() >= set(before) and "removed" not in capsys.readouterr().err
+    assert export_results.main(argv(grid, out)) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert sorted(line.split(" removed ")[1].split(" (run ")[0] for line in err) == sorted(dropped)
+    assert len(dropped) == 2 + 5
+    assert set(tree(out)) == (set(before) - dropped) | {str(p.relative_to(out)) for p in hand}
+    assert all(path.read_text(encoding="utf-8") == "mine" for path in hand)
+    assert verify_export(out) == 0
