@@ -18,6 +18,7 @@ from lexpilot.reporting.export.eee import ExportedRun, iso_time
 from lexpilot.reporting.export.instances import Instance, tokens_reported
 from lexpilot.reporting.export.provenance import HARNESS, numeric_or_none
 from lexpilot.reporting.export.stages import STAGE
+from lexpilot.reporting.export.transcript import sample_events
 from lexpilot.reporting.scoring.runs import OVERALL
 from lexpilot.reporting.statistics.bootstrap import Bootstrap
 
@@ -127,6 +128,9 @@ def sample(er: ExportedRun, instance: Instance, modules) -> Any:
     )
     made.input = [m for m, source in zip(messages, instance.messages) if source.source == "dataset"]
     made.messages = messages
+    when = er.times[instance.stage]
+    made.events = sample_events(instance, messages, made.scores[SCORER].model_dump(), prov.models, when)
+    made.events_data = {"messages": messages, "calls": []}  # the pool the model events' input refers to
     replied = [model.ChatCompletionChoice(message=last_reply, stop_reason="stop")] if last_reply else []
     made.output = model.ModelOutput(model=er.run.model, choices=replied)  # a focal point's type has no reply
     return made

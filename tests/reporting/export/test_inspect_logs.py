@@ -80,3 +80,28 @@ def test_tokens_never_reported_are_left_out_not_zero(unreported_grid, tmp_path):
     assert "judge" in samples[unknown].role_usage
     assert all("eval" in s.role_usage for n, s in samples.items() if n != unknown)
     assert "model-a" not in log.stats.model_usage and log.stats.model_usage
+
+
+def test_each_sample_carries_the_consultation_as_events(grid, tmp_path):
+    """The Transcript tab has events to show: each Interaction-Based sample starts with its sample_init event, has a
+    model event per reply of the evaluated model or the User Model (its output that reply, its input every message
+    before it, the model that replied), and ends with the judge's score."""
+    from inspect_ai.log import read_eval_log
+
+    out = tmp_path / "export"
+    argv = ["--output-root", str(grid), "--format", "inspect", "--output", str(out), "--run-id", "r1"]
+    assert export_results.main([*argv, "--model", "model-c"]) == 0
+    (path,) = out.glob("inspect/model-c-*/r1/*_lexpilot-LJP-interaction_*.json")
+    interactions = records(grid, "AwN_gen", "interaction.jsonl", "model-c", "r1")
+    for sample in read_eval_log(str(path)).samples:
+        history = interactions[sample.id]["continued_history"]
+        given = len(interactions[sample.id]["input_history"])
+        first, *models, last = sample.events
+        assert first.event == "sample_init" and last.event == "score"
+        assert last.score.value == sample.scores["lexpilot_judge"].value
+        assert [e.output.completion for e in models] == [m["content"] for m in history[given:]]
+        assert [e.model for e in models] == [
+            "model-c" if m["role"] == "assistant" else "DeepSeek-V4.1-Flash" for m in history[given:]
+        ]
+        for n, e in enumerate(models, given):
+            assert [m.text for m in e.input] == [m["content"] for m in history[:n]]
