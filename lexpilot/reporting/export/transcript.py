@@ -23,11 +23,14 @@ def sample_events(
     from inspect_ai import dataset, event, model, scorer
 
     common: dict[str, Any] = {"timestamp": datetime.fromtimestamp(when, timezone.utc), "working_start": 0.0}
+    # Inspect gives each event a random uuid: made here from the sample, so that a rerun writes the same bytes
+    ids = (f"{instance.stage}-{instance.sample_id}-event-{n}" for n in range(len(messages) + 2))
     given = [m for m, source in zip(messages, instance.messages) if source.source == "dataset"]
     found: list = [
         event.SampleInitEvent(
             sample=dataset.Sample(id=instance.sample_id, input=given or "", metadata={"case": instance.case}),
             state={},
+            uuid=next(ids),
             **common,
         )
     ]
@@ -49,11 +52,14 @@ def sample_events(
                     model=models[role],
                     choices=[model.ChatCompletionChoice(message=reply, stop_reason="stop")],
                 ),
+                uuid=next(ids),
                 **common,
             )
         )
     target = [label.reference for label in instance.labels]
     found.append(
-        event.ScoreEvent(score=scorer.Score(**score), target=target, scorer="lexpilot_judge", **common)
+        event.ScoreEvent(
+            score=scorer.Score(**score), target=target, scorer="lexpilot_judge", uuid=next(ids), **common
+        )
     )
     return found
