@@ -129,7 +129,7 @@ def sample(er: ExportedRun, instance: Instance, modules) -> Any:
     made.input = [m for m, source in zip(messages, instance.messages) if source.source == "dataset"]
     made.messages = messages
     when = er.times[instance.stage]
-    made.events = sample_events(instance, messages, made.scores[SCORER].model_dump(), when)
+    made.events = sample_events(instance, made.scores[SCORER].model_dump(), when)
     replied = [model.ChatCompletionChoice(message=last_reply, stop_reason="stop")] if last_reply else []
     made.output = model.ModelOutput(model=er.run.model, choices=replied)  # a focal point's type has no reply
     return made

@@ -1,38 +1,28 @@
-"""The events of an exported Inspect sample, so that `inspect view`'s Transcript tab shows the sample as Inspect shows
-its own (without events it says they were removed for size): the sample's start, with the consultation's given
-history, and the judge's score. The consultation itself is in the sample's messages (the Messages tab). A model
-event per reply, with the message pool it refers to, was tried: it doubled each log, and the export of a 10 × 5 ×
-432 grid went from 68 to 88 s (docs/export.md), over its 60 s. Every time is the stage's own labels' time and every
-id made from the sample, so that a rerun writes the same bytes."""
+"""The events of an exported Inspect sample: the judge's score, so that `inspect view`'s Transcript tab shows it (a
+sample with messages and no event at all is shown as one whose events "were removed because this sample exceeds
+the browser's size limit"). The consultation itself is in the sample's messages (the Messages tab). A model event
+per reply, with the message pool it refers to, doubled each log, and the start event repeats the whole history:
+either took the export of a 10 × 5 × 432 grid over its 60 s (docs/export.md). Its time is the stage's own labels'
+time and its id made from the sample, so that a rerun writes the same bytes."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
 
-from lexpilot.reporting.export.instances import DATASET, Instance
+from lexpilot.reporting.export.instances import Instance
 
 
-def sample_events(instance: Instance, messages: list, score: dict, when: float) -> list:
-    """The sample's events (`messages`: its Inspect messages, `score`: its score as a mapping, `when`: the stage's
-    time)."""
-    from inspect_ai import dataset, event, scorer
+def sample_events(instance: Instance, score: dict, when: float) -> list:
+    """The sample's events (`score`: its score as a mapping, `when`: the stage's time)."""
+    from inspect_ai import event, scorer
 
-    common: dict[str, Any] = {"timestamp": datetime.fromtimestamp(when, timezone.utc), "working_start": 0.0}
-    # Inspect gives each event a random uuid: made here from the sample, so that a rerun writes the same bytes
-    given = [m for m, source in zip(messages, instance.messages) if source.source == DATASET]
-    start = event.SampleInitEvent(
-        sample=dataset.Sample(id=instance.sample_id, input=given or "", metadata={"case": instance.case}),
-        state={},
-        uuid=f"{instance.stage}-{instance.sample_id}-event-start",
-        **common,
-    )
-    target = [label.reference for label in instance.labels]
     scored = event.ScoreEvent(
         score=scorer.Score(**score),
-        target=target,
+        target=[label.reference for label in instance.labels],
         scorer="lexpilot_judge",
-        uuid=f"{instance.stage}-{instance.sample_id}-event-score",
-        **common,
+        # Inspect gives each event a random uuid: made from the sample, so that a rerun writes the same bytes
+        uuid=f"{instance.stage}-{instance.sample_id}-score",
+        timestamp=datetime.fromtimestamp(when, timezone.utc),
+        working_start=0.0,
     )
-    return [start, scored]
+    return [scored]
