@@ -1,7 +1,8 @@
 """Write saved runs as other tools read them, or check such an export; never calls an API.
 
 --format eee writes Every Eval Ever (schema 0.3) records: an aggregate per model and run, and its instance records,
-one per case and stage. --format inspect writes an Inspect log per model, run and stage (`inspect view` opens them).
+one per consultation of every stage. --format inspect writes an Inspect log per model, run and stage (`inspect
+view` opens them).
 --verify DIR recomputes Table 2 (LCA, DCG by class) and Table 3 (the LJP setups) from an export alone, prints them
 as show_results.py does, and exits 1 on any difference from the values the export states. docs/export.md maps
 every field to its source.

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from lexpilot.benchmark.records import A1, DCG, FORCE_ASK, LCA
+from lexpilot.benchmark.records import model_folder
 from lexpilot.errors import UsageError
 from lexpilot.reporting.export import eee, inspect_logs, ledger
 from lexpilot.reporting.export.eee import ExportedRun
-from lexpilot.reporting.export.instances import STAGES, stage_instances
+from lexpilot.reporting.export.instances import served_in, stage_instances
 from lexpilot.reporting.export.provenance import provenance
+from lexpilot.reporting.export.stages import STAGES
 from lexpilot.reporting.export.writing import Written, check_output, refuse_torn, write_run
 from lexpilot.reporting.scoring.groups import group_runs
 from lexpilot.reporting.scoring.parallel import fork_map, one_blas_thread, workers
@@ -45,7 +46,7 @@ FORMATS = {
     "eee": Format(eee.require_package, eee.run_files, "every-eval-ever", vouched=True),
     "inspect": Format(inspect_logs.require_package, inspect_logs.run_files, "inspect-ai", vouched=False),
 }
-EXPORTED_KINDS = (A1, LCA, FORCE_ASK, DCG) + tuple(k for s in STAGES for k in (s.generation, s.verdicts))
+EXPORTED_KINDS = tuple(dict.fromkeys(k for s in STAGES for k in (s.verdicts, *s.sources)))
 
 
 def add_export_options(parser) -> None:
@@ -105,8 +106,27 @@ def export(args) -> int:
         for done in fork_map(work, items, workers(len(runs))):
             written.written += done.written
             written.unchanged += done.unchanged
+    drop_runs(output, tuple(dict.fromkeys(args.format)), runs, args)
     print(f"export_results: {counted(len(runs), 'run')}; {written.line(output)}")
     return 0
+
+
+def drop_runs(output: Path, formats: tuple[str, ...], runs: list[Run], args) -> None:
+    """The files of runs the options choose that this export no longer has (a run deleted, or left with nothing to
+    export), each named on stderr as it is removed: only the files the ledger says an export wrote for them."""
+    folders = {model_folder(m) for m in args.model} if args.model else None
+
+    def chosen(run_id: str, folder: str) -> bool:
+        return (not args.run_id or run_id in args.run_id) and (folders is None or folder in folders)
+
+    for name in formats:
+        exported = {ledger.entry_path(output, name, run) for run in runs}
+        for entry in ledger.dropped_entries(output, name, exported, chosen):
+            for removed in ledger.remove_run(entry, output):
+                print(
+                    f"export_results: removed {removed} (run {entry.parent.name} is no longer exported)",
+                    file=sys.stderr,
+                )
 
 
 def export_options_given(args) -> list[str]:
@@ -170,12 +190,12 @@ def chosen_runs(root: Path, args) -> list[Run]:
         refuse_torn(paths)
         if not any(s.verdicts.path(root, run.run_id, run.folder).is_file() for s in STAGES):
             raise UsageError(
-                f"run {run.run_id}, model {run.model}: no records of LCA, DCG or LJP to export; run its stages, or "
+                f"run {run.run_id}, model {run.model}: no records of any stage to export; run its stages, or "
                 "leave it out with --run-id / --model"
             )
         for note in unreported_stages(run, root):
             print(f"export_results: {note}", file=sys.stderr)
-    kept = [run for run in runs if any(s.task in run.tasks for s in STAGES)]
+    kept = [run for run in runs if any(s.reported(run, root) for s in STAGES)]
     if not kept:
         raise UsageError(
             f"no run under {root} that the options choose has a complete task: nothing to export"
@@ -187,7 +207,7 @@ def unreported_stages(run: Run, root: Path) -> list[str]:
     """A line per stage whose records are there but which show_results.py does not report for the run (scoring left
     its task out: a case missing, a record refused), naming the run, the model, the task and why."""
     lines = []
-    for stage in STAGES:
+    for stage in (s for s in STAGES if s.scored and s.task in TASK_NAMES):
         if stage.task in run.tasks or not stage.verdicts.path(root, run.run_id, run.folder).exists():
             continue
         name = TASK_NAMES[stage.task]
@@ -199,15 +219,14 @@ def unreported_stages(run: Run, root: Path) -> list[str]:
 
 
 def exported_run(run: Run, root: Path, label: str) -> ExportedRun:
-    """A run's instances per stage, read from its records; a problem in them is one line."""
-    stages = {}
-    for stage in (
-        s for s in STAGES if s.task in run.tasks
-    ):  # the tasks show_results.py reports (chosen_runs)
+    """A run's instances and numbers per stage, read from its records; a problem in them is one line."""
+    stages, values, times = {}, {}, {}
+    for stage in (s for s in STAGES if s.reported(run, root)):  # what show_results.py reports (chosen_runs)
         instances, problem = stage_instances(run, root, stage)
         if problem:
             raise UsageError(f"run {run.run_id}, model {run.model}: {problem}")
         if instances:
             stages[stage.task] = instances
-    files = [s.verdicts.path(root, run.run_id, run.folder) for s in STAGES if s.task in stages]
-    return ExportedRun(run, label, provenance(run), stages, max(os.stat(f).st_mtime for f in files))
+            values[stage.task] = stage.measure(run, root)
+            times[stage.task] = os.stat(stage.verdicts.path(root, run.run_id, run.folder)).st_mtime
+    return ExportedRun(run, label, provenance(run, served_in(stages)), stages, values, times)

@@ -18,33 +18,40 @@ from pathlib import PurePosixPath
 
 import numpy as np
 
-from lexpilot.benchmark.categories import CLASS_LABELS
 from lexpilot.errors import UsageError
-from lexpilot.reporting.export.instances import STAGES, ExportedStage, Instance, tokens_reported
+from lexpilot.reporting.export.instances import Instance, tokens_reported
 from lexpilot.reporting.export.provenance import HARNESS, Provenance, numeric_or_none, prompt_digest
-from lexpilot.reporting.scoring.runs import OVERALL, MetricKey, Run
+from lexpilot.reporting.export.stages import COUNT, KAPPA, PROPORTION, STAGE, STAGES, ExportedStage, Value
+from lexpilot.reporting.scoring.runs import OVERALL, Run
 from lexpilot.reporting.scoring.scoring import METRIC_NAMES
 from lexpilot.reporting.statistics.bootstrap import Bootstrap, percentile_interval
 
 COLLECTION = "lexpilot"
 UNATTRIBUTED = "unattributed"  # the developer folder of a model id the package cannot attribute
-# what a reader needs to recompute a label's metric: the record field each metric family reads
-METRIC_BOUNDS = {"qwk": (-1.0, 1.0)}
-PARTS = (*CLASS_LABELS, OVERALL)
+BOUNDS = {
+    PROPORTION: (0.0, 1.0),
+    KAPPA: (-1.0, 1.0),
+}  # a count has none; a difference of proportions: -1 to 1
 
 
 @dataclass(frozen=True)
 class ExportedRun:
-    """A run as an export writes it: the run scored, its group's label in show_results.py's tables, its settings, and
-    its instances per stage (task -> instances; a stage not run is left out)."""
+    """A run as an export writes it: the run scored, its group's label in show_results.py's tables, its settings, its
+    instances per stage (task -> instances; a stage not reported is left out), the numbers each stage's aggregate
+    states (stages.ExportedStage.measure), and when each stage's labels were written (the records' own time, so a
+    rerun says the same)."""
 
     run: Run
     label: str
     provenance: Provenance
     stages: dict[str, list[Instance]]
-    timestamp: (
-        float  # when its last exported record was written (the records' own time, so a rerun says the same)
-    )
+    values: dict[str, list[Value]]
+    times: dict[str, float]  # task -> its verdict file's modification time
+
+    @property
+    def timestamp(self) -> float:
+        """When its last exported labels were written."""
+        return max(self.times.values())
 
 
 def require_package():
@@ -125,14 +132,16 @@ def judge_scoring(prov: Provenance, stage: ExportedStage) -> dict:
     }
 
 
-def uncertainty(boot: Bootstrap, run: Run, key: MetricKey) -> dict:
-    """The run's 95% bootstrap interval over cases and its standard error (the SD of the resampled values)."""
+def uncertainty(boot: Bootstrap, run: Run, value: Value, cases: int) -> dict:
+    """A value scored per case (its key a task of the run's scoring): the run's 95% bootstrap interval over cases and
+    its standard error (the SD of the resampled values), and the cases it rests on; else the cases alone (`cases`:
+    the stage's instances), for the harness states no spread of a run's count or diagnostic summary."""
+    key, data = value.key, run.tasks.get(value.key.family) if value.key else None
+    if key is None or data is None:
+        return {"num_samples": cases}
+    rest = len(data.cases) if key.part == OVERALL else int((np.array(data.classes) == key.part).sum())
+    found: dict = {"num_samples": rest}
     values = boot.run_values(run, key)
-    cases = len(run.tasks[key.family].cases) if key.family in run.tasks else 0
-    data = run.tasks.get(key.family)
-    if data is not None and key.part != OVERALL:
-        cases = int((np.array(data.classes) == key.part).sum())
-    found: dict = {"num_samples": cases}
     interval = percentile_interval(values)
     if values is not None and interval is not None:
         defined = values[~np.isnan(values)]
@@ -155,47 +164,49 @@ def result_id(task: str, metric: str, part: str) -> str:
 
 
 def evaluation_results(er: ExportedRun, boot: Bootstrap) -> list[dict]:
-    """Each exported stage's metrics, overall and per class, where the run defines them."""
-    prov, run = er.provenance, er.run
-    results = []
-    for stage in (s for s in STAGES if s.task in er.stages):
-        for metric in stage.metrics:
-            low, high = METRIC_BOUNDS.get(metric, (0.0, 1.0))
-            for part in PARTS:
-                key = MetricKey(stage.task, metric, part)
-                value = run.metrics.get(key)
-                if value is None:
-                    continue  # undefined (no case of the class, or QWK with one label): EEE's score must be a number
-                results.append(
-                    {
-                        "evaluation_result_id": result_id(stage.task, metric, part),
-                        "evaluation_name": f"{COLLECTION}.{stage.task}",
-                        "source_data": {
-                            "dataset_name": "LexPilot",
-                            "source_type": "other",
-                            "additional_details": {
-                                "dataset_sha256": prov.dataset_sha256,
-                                "cases": str(prov.cases),
-                            },
-                        },
-                        "metric_config": {
-                            "evaluation_description": f"{stage.title}: {METRIC_NAMES.get(metric, metric)}, {part}",
-                            "metric_id": f"{COLLECTION}.{stage.task.lower()}.{metric}",
-                            "metric_name": METRIC_NAMES.get(metric, metric),
-                            "metric_kind": metric,
-                            "metric_unit": "proportion" if metric != "qwk" else "kappa",
-                            "lower_is_better": False,
-                            "score_type": "continuous",
-                            "min_score": low,
-                            "max_score": high,
-                            "llm_scoring": judge_scoring(prov, stage),
-                            "additional_details": {"part": part, "task": stage.task},
-                        },
-                        "score_details": {"score": value, "uncertainty": uncertainty(boot, run, key)},
-                        "generation_config": generation_config(prov, stage),
-                    }
-                )
-    return results
+    """Each exported stage's numbers, overall and per class, where the run defines them."""
+    return [
+        evaluation_result(er, stage, value, boot)
+        for stage in STAGES
+        if stage.task in er.stages
+        for value in er.values[stage.task]
+    ]
+
+
+def evaluation_result(er: ExportedRun, stage: ExportedStage, value: Value, boot: Bootstrap) -> dict:
+    prov, name = er.provenance, METRIC_NAMES.get(value.metric, value.metric)
+    bounds = BOUNDS.get(value.unit, (-1.0, 1.0) if value.unit != COUNT else None)
+    source = "/".join(value.key) if value.key else f"{stage.title}: the stage's own summary"
+    details = {"part": value.part, "task": stage.task, "scoring": source}
+    if stage.diagnostic:
+        details["protocol"] = stage.diagnostic
+    return {
+        "evaluation_result_id": result_id(stage.task, value.metric, value.part),
+        "evaluation_name": f"{COLLECTION}.{stage.task}",
+        "source_data": {
+            "dataset_name": "LexPilot",
+            "source_type": "other",
+            "additional_details": {"dataset_sha256": prov.dataset_sha256, "cases": str(prov.cases)},
+        },
+        "metric_config": {
+            "evaluation_description": f"{stage.title}: {name}, {value.part}",
+            "metric_id": f"{COLLECTION}.{stage.task.lower()}.{value.metric}",
+            "metric_name": name,
+            "metric_kind": value.metric,
+            "metric_unit": value.unit,
+            "lower_is_better": value.lower_is_better,
+            **(
+                {"score_type": "continuous", "min_score": bounds[0], "max_score": bounds[1]} if bounds else {}
+            ),
+            "llm_scoring": judge_scoring(prov, stage),
+            "additional_details": details,
+        },
+        "score_details": {
+            "score": value.value,
+            "uncertainty": uncertainty(boot, er.run, value, len(er.stages[stage.task])),
+        },
+        "generation_config": generation_config(prov, stage),
+    }
 
 
 def generation_config(prov: Provenance, stage: ExportedStage) -> dict:
@@ -207,7 +218,7 @@ def generation_config(prov: Provenance, stage: ExportedStage) -> dict:
     return {"generation_args": args, "additional_details": prov.summary()}
 
 
-def aggregate(er: ExportedRun, boot: Bootstrap, samples: PurePosixPath, rows: int, checksum: str) -> dict:
+def aggregate(er: ExportedRun, results: list[dict], samples: PurePosixPath, rows: int, checksum: str) -> dict:
     """The aggregate record of one model and run (`samples`: its companion's repository path)."""
     run, prov = er.run, er.provenance
     return {
@@ -226,6 +237,10 @@ def aggregate(er: ExportedRun, boot: Bootstrap, samples: PurePosixPath, rows: in
                 "group_digest": prov.settings_digest,
                 "protocol": prov.summary()["protocol"],
                 "standard_run": "yes" if prov.standard else "no",
+                "stages_outside_protocol": ", ".join(
+                    s.task for s in STAGES if s.diagnostic and s.task in er.stages
+                )
+                or "none",
             },
         },
         "eval_library": {
@@ -234,7 +249,7 @@ def aggregate(er: ExportedRun, boot: Bootstrap, samples: PurePosixPath, rows: in
             "additional_details": {"code_hash": prov.code_hash, "exported_by": "export_results.py"},
         },
         "model_info": model_info(run.model, prov.served.get("eval", [])),
-        "evaluation_results": evaluation_results(er, boot),
+        "evaluation_results": results,
         "detailed_evaluation_results": {
             "format": "jsonl",
             "file_path": str(samples),
@@ -274,20 +289,21 @@ def token_usage(instance: Instance) -> dict | None:
     return found
 
 
-def instance_record(er: ExportedRun, instance: Instance) -> dict:
-    """One case of one stage as an EEE instance record: a multi_turn consultation, the judge's labels as its answer
-    attribution (llm_judge), the reference each is scored against."""
-    stage = next(s for s in STAGES if s.task == instance.stage)
+def instance_record(er: ExportedRun, instance: Instance, results: set[str]) -> dict:
+    """One consultation of one stage as an EEE instance record: a multi_turn consultation, the labels as its answer
+    attribution (the judge's: llm_judge), the reference each is scored against; tied to the aggregate's result its
+    score counts toward (`results`: the aggregate's result ids), where there is one."""
+    stage = STAGE[instance.stage]
     given = "\n".join(f"{m.role}: {m.content}" for m in instance.messages if m.source == "dataset")
-    reference = [label.reference for label in instance.labels]
-    prov = er.provenance
+    reference = [label.reference for label in instance.labels if label.reference]
+    counted = instance.result and result_id(instance.stage, stage.metrics[0], instance.result)
     return {
         "schema_version": schema_version(),
         "evaluation_id": evaluation_id(er.run),
         "model_id": er.run.model,
         "evaluation_name": f"{COLLECTION}.{instance.stage}",
-        "evaluation_result_id": result_id(instance.stage, stage.metrics[0], OVERALL),
-        "sample_id": instance.case,
+        "evaluation_result_id": counted if counted in results else None,
+        "sample_id": instance.sample_id,
         "sample_hash": hashlib.sha256((given + "\0" + "\0".join(reference)).encode("utf-8")).hexdigest(),
         "interaction_type": "multi_turn",
         "input": {"raw": given, "reference": reference},
@@ -297,7 +313,7 @@ def instance_record(er: ExportedRun, instance: Instance) -> dict:
                 "turn_idx": label.turn,
                 "source": f"messages[{label.turn}].content",
                 "extracted_value": label.predicted,
-                "extraction_method": "llm_judge",
+                "extraction_method": label.method,
                 "is_terminal": True,
             }
             for label in instance.labels
@@ -308,20 +324,24 @@ def instance_record(er: ExportedRun, instance: Instance) -> dict:
             "num_turns": len(instance.messages),
         },
         "token_usage": token_usage(instance),
-        "metadata": instance_metadata(instance, prov),
+        "metadata": instance_metadata(instance, er.provenance),
     }
 
 
 def instance_metadata(instance: Instance, prov: Provenance) -> dict:
+    diagnostic = STAGE[instance.stage].diagnostic
     return {
         "stage": instance.stage,
+        "case_number": instance.case,
         "cause_of_action": instance.cause,
         "class": instance.case_class,
+        **({"protocol": diagnostic} if diagnostic else {}),
         "labels": [
             {
                 "name": lab.name,
                 "predicted": lab.predicted,
                 "reference": lab.reference,
+                "decided_by": lab.method,
                 "judge_raw": lab.judge_raw,
             }
             for lab in instance.labels
@@ -357,15 +377,16 @@ def run_files(er: ExportedRun, boot: Bootstrap) -> dict[str, bytes]:
     folder = PurePosixPath(folder_of(run.model))
     name = record_uuid(run.model, run.run_id)
     samples_path, aggregate_path = folder / f"{name}_samples.jsonl", folder / f"{name}.json"
+    results = evaluation_results(er, boot)
+    ids = {r["evaluation_result_id"] for r in results}
     lines = []
     for instances in er.stages.values():
         for instance in instances:
-            where = f"run {run.run_id}, model {run.model}, case {instance.case}, stage {instance.stage}"
-            lines.append(
-                checked(instance_types.InstanceLevelEvaluationLog, instance_record(er, instance), where)
-            )
+            where = f"run {run.run_id}, model {run.model}, case {instance.sample_id}, stage {instance.stage}"
+            record = instance_record(er, instance, ids)
+            lines.append(checked(instance_types.InstanceLevelEvaluationLog, record, where))
     samples = ("\n".join(lines) + "\n").encode("utf-8")
-    record = aggregate(er, boot, samples_path, len(lines), hashlib.sha256(samples).hexdigest())
+    record = aggregate(er, results, samples_path, len(lines), hashlib.sha256(samples).hexdigest())
     where = f"run {run.run_id}, model {run.model}"
     text = checked(eval_types.EvaluationLog, record, where)
     semantic = core.check_path_structure(str(aggregate_path)) + core.check_score_metadata(json.loads(text))

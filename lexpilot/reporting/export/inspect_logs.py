@@ -11,12 +11,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from lexpilot.benchmark.categories import CLASS_LABELS
 from lexpilot.benchmark.records import model_folder
 from lexpilot.errors import UsageError
 from lexpilot.reporting.export.eee import ExportedRun, iso_time
-from lexpilot.reporting.export.instances import STAGE, Instance, tokens_reported
+from lexpilot.reporting.export.instances import Instance, tokens_reported
 from lexpilot.reporting.export.provenance import HARNESS, numeric_or_none
-from lexpilot.reporting.scoring.runs import OVERALL, MetricKey
+from lexpilot.reporting.export.stages import STAGE
+from lexpilot.reporting.export.transcript import sample_events
+from lexpilot.reporting.scoring.runs import OVERALL
 from lexpilot.reporting.statistics.bootstrap import Bootstrap
 
 SCORER = "lexpilot_judge"
@@ -37,9 +40,9 @@ def require_package():
 
 def log_path(er: ExportedRun, stage: str) -> str:
     """inspect/<model folder>/<run>/<created>_lexpilot-<stage>_<id>.json: named as Inspect names its logs (`inspect
-    view` lists no JSON log whose name does not start with its time), the time the records' own, so that a rerun
-    over an unchanged run names the same file."""
-    created = iso_time(er.timestamp).replace(":", "-")
+    view` lists no JSON log whose name does not start with its time), the time that of the stage's own labels, so
+    that a rerun over an unchanged run names the same file, and a stage judged again renames its log alone."""
+    created = iso_time(er.times[stage]).replace(":", "-")
     task = stage.replace("_", "-")  # Inspect reads a log's task from its name, up to the next _
     made = hashlib.sha256(f"{er.run.model}\0{er.run.run_id}\0{stage}".encode()).hexdigest()[:12]
     return f"inspect/{model_folder(er.run.model)}/{er.run.run_id}/{created}_lexpilot-{task}_{made}.json"
@@ -79,7 +82,7 @@ def chat(instance: Instance, model) -> list:
     # ids made from the case and the turn: Inspect's own are random, and a rerun would rewrite every log
     return [
         made.get(m.role, model.ChatMessageUser)(
-            id=f"{instance.stage}-{instance.case}-{i}", content=m.content, metadata={"source": m.source}
+            id=f"{instance.stage}-{instance.sample_id}-{i}", content=m.content, metadata={"source": m.source}
         )
         for i, m in enumerate(instance.messages)
     ]
@@ -91,7 +94,7 @@ def sample(er: ExportedRun, instance: Instance, modules) -> Any:
     sits in, and each time against each kind of message: a third of the export's time)."""
     log, model, _ = modules
     messages = chat(instance, model)
-    last_reply = next(m for m in reversed(messages) if m.role == "assistant")
+    last_reply = next((m for m in reversed(messages) if m.role == "assistant"), None)
     roles = {role: usage_of(used) for role, used in instance.usage.items() if tokens_reported(used)}
     unreported = {
         r: used["unreported_calls"] for r, used in instance.usage.items() if used and r not in roles
@@ -99,12 +102,13 @@ def sample(er: ExportedRun, instance: Instance, modules) -> Any:
     prov = er.provenance
     made = log.EvalSample.model_validate(
         {
-            "id": instance.case,
+            "id": instance.sample_id,
             "epoch": 1,
             "input": "",
             "target": [label.reference for label in instance.labels],
             "scores": {SCORER: judge_score(instance, prov.models["judge"])},
             "metadata": {
+                "case_number": instance.case,
                 "cause_of_action": instance.cause,
                 "class": instance.case_class,
                 "user_model_turns": instance.user_model_turns,
@@ -124,9 +128,10 @@ def sample(er: ExportedRun, instance: Instance, modules) -> Any:
     )
     made.input = [m for m, source in zip(messages, instance.messages) if source.source == "dataset"]
     made.messages = messages
-    made.output = model.ModelOutput(
-        model=er.run.model, choices=[model.ChatCompletionChoice(message=last_reply, stop_reason="stop")]
-    )
+    when = er.times[instance.stage]
+    made.events = sample_events(instance, made.scores[SCORER].model_dump(), when)
+    replied = [model.ChatCompletionChoice(message=last_reply, stop_reason="stop")] if last_reply else []
+    made.output = model.ModelOutput(model=er.run.model, choices=replied)  # a focal point's type has no reply
     return made
 
 
@@ -151,11 +156,14 @@ def by_model(models: dict[str, str], roles: dict) -> dict:
 
 
 def results(er: ExportedRun, task: str) -> dict:
-    metrics = {}
-    for metric in STAGE[task].metrics:
-        value = er.run.metrics.get(MetricKey(task, metric, OVERALL))
-        if value is not None:
-            metrics[metric] = {"name": metric, "value": value}
+    """The stage's numbers over the run (Overall, or a part that is no class: a probe condition), as its aggregate
+    states them."""
+    metrics = {
+        name: {"name": name, "value": value.value}
+        for value in er.values[task]
+        if value.part not in CLASS_LABELS
+        for name in [value.metric if value.part == OVERALL else f"{value.metric} {value.part}"]
+    }
     count = len(er.stages[task])
     return {
         "total_samples": count,
@@ -178,7 +186,7 @@ def eval_log(er: ExportedRun, task: str, modules) -> Any:
         total.pop(
             prov.models[role], None
         )  # some of its tokens unknown: the log's sum would be a part taken for all
-    created = iso_time(er.timestamp)
+    created = iso_time(er.times[task])
     max_tokens = numeric_or_none(prov.max_tokens["eval"])
     made = modules[0].EvalLog.model_validate(
         {
@@ -200,7 +208,11 @@ def eval_log(er: ExportedRun, task: str, modules) -> Any:
                     "max_tokens": int(max_tokens) if max_tokens else None,
                 },
                 "config": {},
-                "metadata": {"group": er.label, **prov.summary()},
+                "metadata": {
+                    "group": er.label,
+                    **prov.summary(),
+                    **({"stage_protocol": STAGE[task].diagnostic} if STAGE[task].diagnostic else {}),
+                },
             },
             "results": results(er, task),
             "stats": {"started_at": created, "completed_at": created, "model_usage": total},

@@ -1,28 +1,27 @@
-"""A run's cases as the export writes them, format aside: one `Instance` per case and stage (LCA, DCG and the three LJP
-setups), with every message of its consultation (the dataset's history, the evaluated model's replies, the User
-Model's turns), the judge-decided labels against their references, and the tokens each role spent on it. Read through
-the one record reader (`runs.read_saved`); the Every Eval Ever records and the Inspect logs are both made from these.
+"""A run's cases as the export writes them, format aside: one `Instance` per consultation of a stage (a case, or a
+case's history or probe condition where each is its own consultation), with every message of it (the dataset's
+history, the evaluated model's replies, the User Model's turns), the labels against their references, and the tokens
+each role spent on it. Read through the one record reader (`runs.read_saved`); the Every Eval Ever records and the
+Inspect logs are both made from these. The main stages' instances are made here, the later stages' in
+later_instances.py; which stage is made how is declared once, in stages.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lexpilot.benchmark.categories import cause_class
-from lexpilot.benchmark.records import (
-    A1,
-    DCG,
-    FORCE_ASK,
-    LCA,
-    LJP_SETUPS,
-    SERVED_CALLS_FIELD,
-    RecordKind,
-)
+from lexpilot.benchmark.records import SERVED_CALLS_FIELD
 from lexpilot.benchmark.vocabulary import YES
-from lexpilot.reporting.scoring.runs import USAGE_FIELDS, Run, read_saved
+from lexpilot.reporting.scoring.runs import OVERALL, USAGE_FIELDS, Run, read_saved
 
+if TYPE_CHECKING:
+    from lexpilot.reporting.export.stages import ExportedStage
+
+LLM_JUDGE = "llm_judge"  # how a label the judge decided was extracted (EEE's extraction_method)
 # where a message came from: the dataset's consultation, the evaluated model, the User Model
 DATASET, EVALUATED, USER_MODEL = "dataset", "evaluated model", "User Model"
 
@@ -42,12 +41,13 @@ class Label:
     predicted: str
     reference: str
     judge_raw: list = field(default_factory=list)
-    name: str = ""  # a claim, a history type or a round
+    name: str = ""  # a claim, a history type, a round, a reply's criterion or a focal point
+    method: str = LLM_JUDGE  # who decided it: the judge, or the dataset (a focal point's type it gives)
 
 
 @dataclass
 class Instance:
-    """One case of one stage of one run."""
+    """One consultation of one stage of one run: a case, or (`part`) one of its histories or probe conditions."""
 
     stage: str
     case: str
@@ -58,7 +58,15 @@ class Instance:
     correct: bool  # every label right (DCG: the run's success)
     usage: dict[str, dict[str, int]]  # role -> USAGE_FIELDS sums, the stage's generation and judging together
     served: dict[str, list[str]]  # role -> the model ids that served its calls for this case
-    details: dict = field(default_factory=dict)  # stop reason, history types, the DCG rounds
+    details: dict = field(default_factory=dict)  # stop reason, history type, the DCG rounds
+    part: str = ""  # the history type (LCA) or probe condition that makes it a consultation of its own
+    # the part (a class, Overall, a probe condition) of its stage's first metric that its score counts toward; None:
+    # none (a probe's D reply is not judged; an audited case's share of clean replies is no metric of its own)
+    result: str | None = OVERALL
+
+    @property
+    def sample_id(self) -> str:
+        return f"{self.case}/{self.part}" if self.part else self.case
 
     @property
     def case_class(self) -> str:
@@ -73,152 +81,126 @@ def history(messages: list, source: str = DATASET) -> list[Message]:
     return [Message(str(m["role"]), str(m["content"]), source) for m in messages]
 
 
-def lca_instance(verdict: dict, generation: dict) -> Instance:
-    """Both histories of the case, one after the other, each with the evaluated model's reply and the judge's label of
-    it (asked, 策略二, is underspecified)."""
-    messages: list[Message] = []
-    labels = []
+def lca_instances(verdict: dict, generation: dict) -> list[Instance]:
+    """Each history of the case its own consultation (the complete and the underspecified one are sent apart): the
+    history, the evaluated model's reply, and the judge's label of it (asked, 策略二, is underspecified)."""
+    found = []
     for history_type, judged in verdict["judgments"].items():
         shown = generation["responses"][history_type]
-        messages += history(shown["history"])
-        messages.append(Message("assistant", str(shown["response"]), EVALUATED))
-        labels.append(
-            Label(
-                len(messages) - 1,
-                judged["predicted_type"],
-                judged["true_type"],
-                judged.get("judge_raw") or [],
-                history_type,
+        messages = history(shown["history"]) + [Message("assistant", str(shown["response"]), EVALUATED)]
+        label = Label(
+            len(messages) - 1,
+            judged["predicted_type"],
+            judged["true_type"],
+            judged.get("judge_raw") or [],
+            history_type,
+        )
+        right = label.predicted == label.reference
+        found.append(
+            Instance(
+                "LCA",
+                verdict["case_number"],
+                verdict["cause_of_action"],
+                messages,
+                [label],
+                float(right),
+                right,
+                {},
+                {},
+                {"history_type": history_type},
+                part=history_type,
             )
         )
-    right = sum(lab.predicted == lab.reference for lab in labels)
-    return Instance(
-        "LCA",
-        verdict["case_number"],
-        verdict["cause_of_action"],
-        messages,
-        labels,
-        right / len(labels),
-        right == len(labels),
-        {},
-        {},
-        {"histories": list(verdict["judgments"])},
-    )
+    return found
 
 
-def dcg_instance(verdict: dict, generation: dict) -> Instance:
-    """The underspecified history, then each forced question and the User Model's reply; the judge's yes or no per
-    question (does it ask for a focal point), a success when any says yes."""
+def dcg_messages(generation: dict) -> tuple[list[Message], dict[int, int]]:
+    """The underspecified history, then each forced question and the User Model's reply; and each round's question's
+    index among the messages."""
     messages = history(generation["input_history"])
-    labels = []
-    asked = {r["round"]: r for r in generation["rounds"]}
-    for judged in verdict["rounds"]:
-        question = asked.get(judged["round"], {})
+    asked = {}
+    for question in generation["rounds"]:
         messages.append(Message("assistant", str(question.get("question", "")), EVALUATED))
-        labels.append(Label(len(messages) - 1, judged["label"], YES, judged.get("judge_raw") or [], "round"))
+        asked[question["round"]] = len(messages) - 1
         if question.get("user_reply") is not None:
             messages.append(Message("user", str(question["user_reply"]), USER_MODEL))
+    return messages, asked
+
+
+def dcg_instances(verdict: dict, generation: dict) -> list[Instance]:
+    """The forced questions and the User Model's replies; the judge's yes or no per question (does it ask for a
+    focal point), a success when any says yes."""
+    messages, asked = dcg_messages(generation)
+    labels = [
+        Label(asked.get(j["round"], len(messages) - 1), j["label"], YES, j.get("judge_raw") or [], "round")
+        for j in verdict["rounds"]
+    ]
     success = bool(verdict["success"])
-    return Instance(
-        "DCG",
-        verdict["case_number"],
-        verdict["cause_of_action"],
-        messages,
-        labels,
-        float(success),
-        success,
-        {},
-        {},
-        {"rounds": len(labels)},
-    )
-
-
-def ljp_instance(stage: str, reply_field: str) -> Callable[[dict, dict], Instance]:
-    """An LJP setup's case: the consultation as the evaluated model saw it (the Interaction-Based setup's with every
-    User Model turn), its final reply, and the verdict the judge extracted per claim against the court's."""
-
-    def build(verdict: dict, generation: dict) -> Instance:
-        if "continued_history" in generation:  # the interaction: the dataset's turns, then the dialogue
-            given = len(generation["input_history"])
-            messages = history(generation["continued_history"][:given]) + [
-                Message(str(m["role"]), str(m["content"]), USER_MODEL if m["role"] == "user" else EVALUATED)
-                for m in generation["continued_history"][given:]
-            ]
-        else:
-            messages = history(generation["input_history"])
-        final = str(generation[reply_field] or "")
-        if not messages or messages[-1].role != "assistant" or messages[-1].content != final:
-            messages.append(Message("assistant", final, EVALUATED))
-        raw = verdict.get("judge_raw") or []
-        labels = [
-            Label(len(messages) - 1, p, g, raw, claim)
-            for claim, g, p in zip(verdict["claims"], verdict["gold"], verdict["predicted"])
-        ]
-        right = sum(lab.predicted == lab.reference for lab in labels)
-        details = {"stop_reason": verdict["stop_reason"]} if "stop_reason" in verdict else {}
-        return Instance(
-            stage,
+    return [
+        Instance(
+            "DCG",
             verdict["case_number"],
             verdict["cause_of_action"],
             messages,
             labels,
-            right / len(labels) if labels else 0.0,
-            right == len(labels),
+            float(success),
+            success,
             {},
             {},
-            details,
+            {"rounds": len(labels)},
         )
+    ]
+
+
+def ljp_messages(generation: dict, reply_field: str) -> list[Message]:
+    """An LJP consultation as the evaluated model saw it (the Interaction-Based setup's with every User Model turn),
+    ending with its final reply."""
+    if "continued_history" in generation:  # the interaction: the dataset's turns, then the dialogue
+        given = len(generation["input_history"])
+        messages = history(generation["continued_history"][:given]) + [
+            Message(str(m["role"]), str(m["content"]), USER_MODEL if m["role"] == "user" else EVALUATED)
+            for m in generation["continued_history"][given:]
+        ]
+    else:
+        messages = history(generation["input_history"])
+    final = str(generation[reply_field] or "")
+    if not messages or messages[-1].role != "assistant" or messages[-1].content != final:
+        messages.append(Message("assistant", final, EVALUATED))
+    return messages
+
+
+def claim_instance(
+    stage: str, verdict: dict, messages: list[Message], predicted: str, reference: str
+) -> Instance:
+    """A case whose labels are a verdict per claim (the judge's `predicted` against `reference`), read from the last
+    message; its score the share of claims right."""
+    raw = verdict.get("judge_raw") or []
+    labels = [
+        Label(len(messages) - 1, p, g, raw, claim)
+        for claim, g, p in zip(verdict["claims"], verdict[reference], verdict[predicted])
+    ]
+    right = sum(lab.predicted == lab.reference for lab in labels)
+    return Instance(
+        stage,
+        verdict["case_number"],
+        verdict["cause_of_action"],
+        messages,
+        labels,
+        right / len(labels) if labels else 0.0,
+        right == len(labels),
+        {},
+        {},
+        {name: verdict[name] for name in ("stop_reason", "status") if name in verdict},
+    )
+
+
+def ljp_instances(stage: str, reply_field: str) -> Callable[[dict, dict], list[Instance]]:
+    """An LJP setup's case: its consultation, and the verdict the judge extracted per claim against the court's."""
+
+    def build(verdict: dict, generation: dict) -> list[Instance]:
+        return [claim_instance(stage, verdict, ljp_messages(generation, reply_field), "predicted", "gold")]
 
     return build
-
-
-@dataclass(frozen=True)
-class ExportedStage:
-    """A stage the export carries: its task's name in the metrics, the records of its labels and of its replies, how a
-    case becomes an instance, and its metrics (the first is the one each instance counts toward)."""
-
-    task: str
-    title: str
-    verdicts: RecordKind
-    generation: RecordKind
-    build: Callable[[dict, dict], Instance]
-    metrics: tuple[str, ...]
-    prompts: tuple[str, str]  # the evaluated model's prompt and the judge's (benchmark/prompts.py's names)
-
-
-STAGES = (
-    ExportedStage(
-        "LCA",
-        "Legal Completeness Assessment",
-        LCA,
-        A1,
-        lca_instance,
-        ("macro_f1", "acc_c", "acc_u"),
-        ("lexawn", "judge_lca"),
-    ),
-    ExportedStage(
-        "DCG",
-        "Detail Completion Guidance",
-        DCG,
-        FORCE_ASK,
-        dcg_instance,
-        ("accuracy",),
-        ("force_ask", "judge_dcg"),
-    ),
-    *(
-        ExportedStage(
-            s.task,
-            f"Legal Judgment Prediction, {s.title}",
-            s.verdicts,
-            s.generation,
-            ljp_instance(s.task, s.reply_field),
-            ("qwk", "accuracy"),
-            ("force_judge" if s.name != "interaction" else "lexawn", "judge_ljp"),
-        )
-        for s in LJP_SETUPS
-    ),
-)
-STAGE = {s.task: s for s in STAGES}
 
 
 def usage_of(*records: dict) -> dict[str, dict[str, int]]:
@@ -251,30 +233,58 @@ def served_of(*records: dict) -> dict[str, list[str]]:
     return served
 
 
+def served_in(stages: dict[str, list[Instance]]) -> dict[str, list[str]]:
+    """Role -> the served model ids of every exported instance's records, in order of first use."""
+    found: dict[str, list[str]] = {}
+    for instances in stages.values():
+        for instance in instances:
+            for role, ids in instance.served.items():
+                known = found.setdefault(role, [])
+                known += [i for i in ids if i not in known]
+    return found
+
+
 def stage_instances(run: Run, root: Path, stage: ExportedStage) -> tuple[list[Instance], str | None]:
     """A stage's instances in the run's case order (empty: the stage was not run), or why they cannot be exported: a
     record the reader refuses, a case whose labels have no reply, a record whose fields do not fit."""
     if not stage.verdicts.path(root, run.run_id, run.folder).exists():
         return [], None
     verdicts, problem = read_saved(run, root, stage.verdicts)
-    generations, gen_problem = read_saved(run, root, stage.generation)
-    if problem or (gen_problem and generations == {}):
-        return [], problem or gen_problem
+    sources = []
+    for kind in stage.sources:
+        records, source_problem = read_saved(run, root, kind)
+        if source_problem and records == {}:
+            return [], source_problem
+        sources.append(records)
+    if problem:
+        return [], problem
     instances = []
-    for case in run.selected:
-        if case not in verdicts:
-            continue
-        verdict, generation = verdicts[case], generations.get(case)
-        if generation is None:
-            return (
-                [],
-                f"case {case}: {stage.title} labels without the reply they label ({stage.generation.file})",
-            )
-        try:
-            instance = stage.build(verdict, generation)
-        except (KeyError, TypeError, AttributeError, ValueError) as e:
-            return [], f"case {case}: {stage.verdicts.file}: a record without the field {e}"
-        instance.usage = usage_of(generation, verdict)
-        instance.served = served_of(generation, verdict)
-        instances.append(instance)
+    for case in (c for c in run.selected if c in verdicts):
+        made, problem = case_instances(stage, verdicts[case], [records.get(case) for records in sources])
+        if problem:
+            return [], f"case {case}: {problem}"
+        instances += made
     return instances, None
+
+
+def case_instances(
+    stage: ExportedStage, verdict: dict, sources: Sequence[dict | None]
+) -> tuple[list[Instance], str | None]:
+    """One case's instances, each with the tokens and served ids of every record it was made from."""
+    missing = [kind.file for kind, record in zip(stage.sources, sources) if record is None]
+    if missing:
+        return [], f"{stage.title} labels without the records they label ({', '.join(missing)})"
+    records = [verdict, *(r for r in sources if r is not None)]
+    try:
+        made = stage.build(*records)
+    except (KeyError, TypeError, AttributeError, ValueError, IndexError) as e:
+        return [], f"{stage.verdicts.file}: a record without the field {e}"
+    for instance in made:
+        instance.served = served_of(*records[::-1])
+    # the records' tokens are not kept per consultation where one record holds several (LCA's two histories): they
+    # go to its first, the others naming it, so that a sum over instances is the records' sum
+    if made:
+        made[0].usage = usage_of(*records[::-1])
+    for instance in made[1:]:
+        instance.details["tokens_counted_with"] = made[0].sample_id
+    return made, None

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
 from lexpilot.benchmark.records import model_folder
 from lexpilot.files import write_atomic
-from lexpilot.reporting.export.instances import STAGES
+from lexpilot.reporting.export.stages import STAGES
 from lexpilot.reporting.scoring.runs import Run
 from lexpilot.reporting.scoring.score_cache import run_key
 from lexpilot.reporting.statistics.bootstrap import Bootstrap
@@ -43,7 +44,11 @@ def sources(
         verdicts = stage.verdicts.path(root, run.run_id, run.folder)
         h.update(str(verdicts.stat().st_mtime_ns if verdicts.is_file() else None).encode() + b"\0")
     h.update(json.dumps([label, fmt, metadata.version(package), boot.resamples, boot.seed]).encode())
-    return Sources(output / LEDGER / fmt / run.run_id / f"{model_folder(run.model)}.json", h.hexdigest())
+    return Sources(entry_path(output, fmt, run), h.hexdigest())
+
+
+def entry_path(output: Path, fmt: str, run: Run) -> Path:
+    return output / LEDGER / fmt / run.run_id / f"{model_folder(run.model)}.json"
 
 
 def signature(path: Path) -> list[int] | None:
@@ -80,6 +85,33 @@ def remove_stale(before: dict, output: Path, names: list[str]) -> None:
         path = (output / name).resolve()
         if path.is_relative_to(output) and path.is_file() and LEDGER not in path.parts:
             path.unlink()
+
+
+def dropped_entries(
+    output: Path, fmt: str, exported: set[Path], chosen: Callable[[str, str], bool]
+) -> list[Path]:
+    """The format's ledger entries of runs this export did not write (`exported`: the entries it kept) that its
+    options chose (`chosen(run id, model folder)`): a run deleted, or left with nothing to export. A run the options
+    left out, exported by another command into the same folder, is not one of them."""
+    return [
+        path
+        for path in sorted((output / LEDGER / fmt).glob("*/*.json"))
+        if path not in exported and chosen(path.parent.name, path.stem)
+    ]
+
+
+def remove_run(entry: Path, output: Path) -> list[str]:
+    """The files the entry lists, removed (the last written, an EEE aggregate, first: what is left is then an
+    instance file --verify names, not an aggregate stating missing records), then the entry; only files inside the
+    export and outside the ledger, whatever the entry says. Returns each file removed."""
+    removed = []
+    for name in reversed(list(kept(Sources(entry, "")).get("files", {}))):
+        path = (output / name).resolve()
+        if path.is_relative_to(output) and path.is_file() and LEDGER not in path.parts:
+            path.unlink()
+            removed.append(name)
+    entry.unlink(missing_ok=True)
+    return removed
 
 
 def keep(entry: Sources, output: Path, names: list[str]) -> None:

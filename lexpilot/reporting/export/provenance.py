@@ -96,9 +96,12 @@ def deviations(run: Run, served: dict[str, list[str]]) -> list[str]:
     return found
 
 
-def provenance(run: Run) -> Provenance:
+def provenance(run: Run, recorded: dict[str, list[str]]) -> Provenance:
+    """The run's settings; what served each role as the exported records' calls say (`recorded`: a re-judged run's
+    generations were copied from its source, whose calls its own usage does not count), else as its usage or
+    manifest counts them."""
     manifest = run.manifest
-    served = {role: list(run.served_ids(role)) for role in ROLE}
+    served = {role: recorded.get(role) or list(run.served_ids(role)) for role in ROLE}
     return Provenance(
         {role: str(manifest.model(role)) for role in ROLE},
         served,
@@ -122,8 +125,10 @@ def settings_digest(run: Run) -> str:
     return hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
 
 
-def prompt_digest(prov: Provenance, prompt: str) -> str:
-    """A prompt (by its name in benchmark/prompts.py) as `file (digest)`."""
+def prompt_digest(prov: Provenance, prompt: str | None) -> str:
+    """A prompt (by its name in benchmark/prompts.py) as `file (digest)`; None: the stage sends that role none."""
+    if prompt is None:
+        return "none (the consultation is sent as it is)"
     file = PROMPT_FILES[prompt]
     return f"prompts/{file} (sha256 {prov.prompts.get(file, 'not recorded')})"
 

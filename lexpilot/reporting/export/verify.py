@@ -1,6 +1,6 @@
 """--verify DIR: the paper's main tables recomputed from an export alone, no LexPilot record read. Each run's
-Every Eval Ever instance records give its per-case counts (LCA: each history's reference and the judge's label; DCG:
-the case's success; LJP: each claim's court verdict and the extracted one), the harness's metric functions turn
+Every Eval Ever instance records of the main stages give its per-case counts (LCA: each history's reference and the
+judge's label; DCG: the case's success; LJP: each claim's court verdict and the extracted one), the harness's metric functions turn
 them into Table 2 (LCA Macro-F1 and DCG accuracy by class) and Table 3 (the main table's LJP setups, beside LCA and
 DCG), printed as show_results.py prints them; the values the export's aggregate records state are drawn into the
 same tables, per group and per run, and any cell that differs at the printed digits is one line naming the table,
@@ -19,6 +19,7 @@ import numpy as np
 
 from lexpilot.benchmark.categories import cause_class
 from lexpilot.errors import UsageError
+from lexpilot.reporting.export.stages import MAIN_TASKS
 from lexpilot.reporting.scoring.groups import Group
 from lexpilot.reporting.scoring.metrics import confusion, lca_counts
 from lexpilot.reporting.scoring.runs import MetricKey, Run, TaskData
@@ -104,6 +105,8 @@ def recomputed_run(model: str, run_id: str, samples: Path) -> Run:
     for n, line in enumerate(samples.read_text(encoding="utf-8").splitlines(), 1):
         try:
             row = json.loads(line)
+            if row["evaluation_name"].split(".", 1)[1] not in MAIN_TASKS:
+                continue  # a later stage or a diagnostic: no part of Tables 2 and 3
             task, counts = instance_counts(row)
             cls = cause_class(row["metadata"]["cause_of_action"])
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:

@@ -5,6 +5,7 @@ labels, the rates per condition and the paired B - A difference.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -220,6 +221,16 @@ def _difference_cell(diff) -> str:
     )
 
 
+def dcg_acceptance(labels: Iterable[tuple[str, str]]) -> dict[str, float]:
+    """Condition -> the DCG judge's acceptance of its probe questions (Table 13's DCG+): the share of 是 among the
+    questions it labelled, from (condition, label) pairs; D is never judged, and an empty label is no label."""
+    judged: dict[str, list[bool]] = {}
+    for condition, label in labels:
+        if condition != "D" and label:
+            judged.setdefault(condition, []).append(label == YES)
+    return {condition: float(np.mean(found)) for condition, found in judged.items()}
+
+
 def _condition_rows(items: list[dict]) -> list[list[str]]:
     """Table 13's rows: per condition, each applicable criterion's rate and the DCG judge's acceptance."""
     rows = []
@@ -227,14 +238,14 @@ def _condition_rows(items: list[dict]) -> list[list[str]]:
         chosen = [i for i in items if i["condition"] == condition]
         if not chosen:
             continue
-        dcg = [i["dcg_label"] == YES for i in chosen if condition != "D" and i["dcg_label"]]
+        dcg = dcg_acceptance((i["condition"], i["dcg_label"]) for i in chosen).get(condition)
         rows.append(
             [CONDITION_NAMES[condition], str(len(chosen))]
             + [
                 _percent(rate(chosen, c)[0]) if not (c == "answer" and condition == "C") else "—"
                 for c in EXPERT
             ]
-            + [_percent(float(np.mean(dcg))) if dcg else "—"]
+            + [_percent(dcg) if dcg is not None else "—"]
         )
     return rows
 

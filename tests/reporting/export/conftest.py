@@ -1,13 +1,18 @@
 """A 3 × 2 grid the stage scripts wrote against the scripted provider (three models, two runs each, every main stage
-on three sample cases), made once per test worker; the export tests read copies of it."""
+on three sample cases), and a run of every stage (the later ones, the diagnostics and the probes too) with a
+re-judged copy, each made once per test worker; the export tests read copies of them."""
 
 import json
 import shutil
 
 import pytest
 
+import rejudge
+import user_probes
 from lexpilot.benchmark.records import content_digest, record_line
+from lexpilot.protocols.catalog import GRID_STAGES, STAGE_SETS
 from lexpilot.scripted.provider import ScriptedProvider
+from tests.helpers.paths import ROOT
 from tests.helpers.stages import Harness
 
 MODELS = ("model-a", "model-b", "model-c")
@@ -27,6 +32,31 @@ def written_grid(tmp_path_factory):
                 for stage in MAIN_STAGES:
                     assert h.run(stage, "--limit", str(CASES), "--model", model) == 0
     return h.root
+
+
+@pytest.fixture(scope="session")
+def written_stages(tmp_path_factory):
+    """model-a's run r1 through every stage script of the catalog (STAGE_SETS["all"]) and the User Model probes on
+    three cases, and r1-again, r1 re-judged by rejudge.py."""
+    tmp_path = tmp_path_factory.mktemp("stages")
+    with ScriptedProvider() as provider, pytest.MonkeyPatch.context() as monkeypatch:
+        h = Harness(tmp_path, provider, monkeypatch)
+        limit = ("--model", "model-a", "--limit", str(CASES))
+        for name in STAGE_SETS["all"]:
+            for stage in GRID_STAGES[name]:
+                assert h.run_stage(stage, *limit) == 0
+        probes = ROOT / "data" / "LexPilot_sample_probes.csv"
+        assert h.run_stage(user_probes.STAGE, *limit, "--probes", str(probes)) == 0
+        assert h.run_stage(rejudge.STAGE, *limit, "--from-run", "r1", "--run-id", "r1-again") == 0
+    return h.root
+
+
+@pytest.fixture
+def stages_root(written_stages, tmp_path):
+    """A copy of the every-stage runs' output root, the test's own."""
+    root = tmp_path / "out"
+    shutil.copytree(written_stages, root)
+    return root
 
 
 @pytest.fixture

@@ -52,7 +52,8 @@ def test_every_record_passes_the_packages_own_validation(grid, tmp_path, capsys)
         )
         assert report.valid, (name, report.errors)
     assert len([f for f in files if f.endswith(".json")]) == len(MODELS) * len(RUNS)
-    assert len(rows(out)) == len(MODELS) * len(RUNS) * CASES * len(MAIN_STAGES)
+    # LCA's two histories are two consultations
+    assert len(rows(out)) == len(MODELS) * len(RUNS) * CASES * (len(MAIN_STAGES) + 1)
 
 
 def test_a_consultation_is_a_multi_turn_instance_with_every_message(grid, tmp_path):
@@ -85,24 +86,35 @@ def test_a_consultation_is_a_multi_turn_instance_with_every_message(grid, tmp_pa
             assert row["token_usage"]["output_tokens"] == eval_usage["completion_tokens"]
 
 
-def test_lca_labels_and_tokens_are_the_records(grid, tmp_path):
-    """An LCA instance holds both histories with the evaluated model's reply to each, the judge's type of each against
-    the true type, and the evaluated model's tokens of the case as its a1 record counts them."""
+def test_each_lca_history_is_its_own_consultation(grid, tmp_path):
+    """Each LCA case is two instances, one per history (complete and underspecified are sent apart): each holds its
+    history as a1.jsonl keeps it and the evaluated model's reply to it, the judge's type of it against the true
+    type; the a1 record's tokens are counted once, on the case's first history, which the other names."""
     out = tmp_path / "export"
     assert export(grid, out, "--model", "model-a", "--run-id", "r1") == 0
     a1 = records(grid, "AwN_gen", "a1.jsonl", "model-a", "r1")
     lca = records(grid, "eval_results", "LCA_results.jsonl", "model-a", "r1")
-    for row in (r for r in rows(out) if r["evaluation_name"] == "lexpilot.LCA"):
-        case = row["sample_id"]
-        judged = lca[case]["judgments"]
-        assert row["input"]["reference"] == [judged[h]["true_type"] for h in judged]
-        assert [a["extracted_value"] for a in row["answer_attribution"]] == [
-            judged[h]["predicted_type"] for h in judged
-        ]
-        replies = [m["content"] for m in row["messages"] if m["role"] == "assistant"][-1:]
-        assert replies == [a1[case]["responses"]["underspecified"]["response"]]
+    found = {r["sample_id"]: r for r in rows(out) if r["evaluation_name"] == "lexpilot.LCA"}
+    assert len(found) == 2 * len(lca)
+    for case, verdict in lca.items():
+        first, *others = verdict["judgments"]
+        for history_type, judged in verdict["judgments"].items():
+            row = found[f"{case}/{history_type}"]
+            shown = a1[case]["responses"][history_type]
+            assert [(m["role"], m["content"]) for m in row["messages"]] == [
+                *((m["role"], m["content"]) for m in shown["history"]),
+                ("assistant", shown["response"]),
+            ]
+            assert row["input"]["reference"] == [judged["true_type"]]
+            assert [a["extracted_value"] for a in row["answer_attribution"]] == [judged["predicted_type"]]
+            assert row["evaluation"]["score"] == float(judged["true_type"] == judged["predicted_type"])
         used = a1[case]["usage"]["eval"]
-        assert row["token_usage"]["total_tokens"] == used["prompt_tokens"] + used["completion_tokens"]
+        assert found[f"{case}/{first}"]["token_usage"]["total_tokens"] == (
+            used["prompt_tokens"] + used["completion_tokens"]
+        )
+        for other in others:
+            assert "token_usage" not in found[f"{case}/{other}"]
+            assert found[f"{case}/{other}"]["metadata"]["tokens_counted_with"] == f"{case}/{first}"
 
 
 def test_a_run_off_the_papers_protocol_says_so(grid, tmp_path):
@@ -153,6 +165,8 @@ def test_tokens_never_reported_are_left_out_not_zero(unreported_grid, tmp_path):
     out = tmp_path / "export"
     assert export(root, out, "--model", "model-a", "--run-id", "r1") == 0
     lca = {r["sample_id"]: r for r in rows(out) if r["evaluation_name"] == "lexpilot.LCA"}
-    assert "token_usage" not in lca[case]
-    assert lca[case]["metadata"]["usage_by_role"]["eval"]["unreported_calls"] == 1
-    assert all("token_usage" in row for n, row in lca.items() if n != case)
+    counted = {n: row for n, row in lca.items() if "tokens_counted_with" not in row["metadata"]}
+    (unknown,) = [n for n in counted if n.startswith(f"{case}/")]
+    assert "token_usage" not in counted[unknown]
+    assert counted[unknown]["metadata"]["usage_by_role"]["eval"]["unreported_calls"] == 1
+    assert all("token_usage" in row for n, row in counted.items() if n != unknown)

@@ -33,7 +33,10 @@ def test_read_eval_log_reads_every_log_as_the_records_say(grid, tmp_path):
     assert len(logs) == len(MODELS) * len(RUNS) * len(MAIN_STAGES)
     for path in logs:
         log = read_eval_log(str(path))
-        assert log.status == "success" and len(log.samples) == CASES
+        # LCA: a sample per history
+        assert log.status == "success" and len(log.samples) == CASES * (
+            2 if "_lexpilot-LCA_" in path.name else 1
+        )
     for model in MODELS:
         (path,) = out.glob(f"inspect/{model}-*/r1/*_lexpilot-LJP-interaction_*.json")
         log = read_eval_log(str(path))
@@ -69,9 +72,29 @@ def test_tokens_never_reported_are_left_out_not_zero(unreported_grid, tmp_path):
     assert export_results.main([*argv, "--model", "model-a"]) == 0
     (path,) = out.glob("inspect/model-a-*/r1/*_lexpilot-LCA_*.json")
     log = read_eval_log(str(path))
-    samples = {s.id: s for s in log.samples}
-    assert "eval" not in samples[case].role_usage and "model-a" not in samples[case].model_usage
-    assert samples[case].metadata["tokens_unreported_calls"] == {"eval": 1}
-    assert "judge" in samples[case].role_usage
-    assert all("eval" in s.role_usage for n, s in samples.items() if n != case)
+    # the a1 record's tokens are on each case's first history (the other names it)
+    samples = {s.id: s for s in log.samples if "tokens_counted_with" not in s.metadata}
+    (unknown,) = [n for n in samples if str(n).startswith(f"{case}/")]
+    assert "eval" not in samples[unknown].role_usage and "model-a" not in samples[unknown].model_usage
+    assert samples[unknown].metadata["tokens_unreported_calls"] == {"eval": 1}
+    assert "judge" in samples[unknown].role_usage
+    assert all("eval" in s.role_usage for n, s in samples.items() if n != unknown)
     assert "model-a" not in log.stats.model_usage and log.stats.model_usage
+
+
+def test_each_sample_has_the_judges_score_as_its_event(grid, tmp_path):
+    """The Transcript tab has an event to show (with none, inspect view says the sample's events were removed for
+    size): each Interaction-Based sample's judge score, whose value and targets are the sample's."""
+    from inspect_ai.log import read_eval_log
+
+    out = tmp_path / "export"
+    argv = ["--output-root", str(grid), "--format", "inspect", "--output", str(out), "--run-id", "r1"]
+    assert export_results.main([*argv, "--model", "model-c"]) == 0
+    (path,) = out.glob("inspect/model-c-*/r1/*_lexpilot-LJP-interaction_*.json")
+    verdicts = records(grid, "eval_results", "LJP_interaction.jsonl", "model-c", "r1")
+    samples = read_eval_log(str(path)).samples
+    assert samples and {s.id for s in samples} == set(verdicts)
+    for sample in samples:
+        (scored,) = sample.events
+        assert scored.event == "score" and scored.target == verdicts[sample.id]["gold"]
+        assert scored.score.value == sample.scores["lexpilot_judge"].value

@@ -73,7 +73,8 @@ def viewer(tmp_path):
 
 def test_inspect_view_renders_an_exported_sample(grid, viewer, browser, tmp_path):
     """The viewer lists the five logs of one model and run, opens the Interaction-Based one, and shows a case's
-    consultation: its first dataset turn and the User Model's reply, as the harness's records hold them."""
+    consultation: its first dataset turn and the User Model's reply, as the harness's records hold them; its
+    Transcript tab shows the judge's score."""
     base, logs = viewer
     out = tmp_path / "export"
     argv = ["--output-root", str(grid), "--format", "inspect", "--output", str(out)]
@@ -100,9 +101,15 @@ def test_inspect_view_renders_an_exported_sample(grid, viewer, browser, tmp_path
         page.get_by_text(f"lexpilot/{stage}", exact=True).first.wait_for(timeout=30_000)
     page.get_by_text("lexpilot/LJP_interaction", exact=True).first.click()
     page.get_by_text(first["case_number"]).first.click()
+    page.get_by_text("Messages", exact=True).first.click()  # a sample with events opens on its Transcript
     for text in (history[0]["content"], user_model_turn):
         page.get_by_text(text[:40]).first.wait_for(timeout=30_000)  # a message shown whole, as text
     page.screenshot(path=str(tmp_path / "inspect-view.png"))
     if UPDATE_SCREENSHOT:
         shutil.copyfile(tmp_path / "inspect-view.png", SCREENSHOT)
     assert (tmp_path / "inspect-view.png").stat().st_size > 10_000
+    # the Transcript tab shows the sample's event (with none it says they were removed for the browser's size limit)
+    page.get_by_text("Transcript", exact=True).first.click()
+    page.get_by_text("scoring", exact=True).first.wait_for(timeout=30_000)  # the score event's title
+    text = page.inner_text("body")
+    assert "were removed" not in text and "No events to display" not in text

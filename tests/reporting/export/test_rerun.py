@@ -68,12 +68,18 @@ def test_a_rerun_writes_only_what_changed(grid, tmp_path, capsys, monkeypatch):
 
     (path,) = grid.glob("eval_results/r2/model-b-*/LJP_direct.jsonl")
     rejudged(path, cases=1)
+    later = path.stat().st_mtime + 60  # judged again a minute later: its log's name has another time
+    os.utime(path, (later, later))
     assert export_results.main(argv(grid, out)) == 0
-    changed = {name for name, data in tree(out).items() if first.get(name) != data}
+    now = tree(out)
+    changed = {name for name, data in now.items() if first.get(name) != data}
     # model-b's run r2 alone: its instance file, its aggregate (their time is its last verdict file's, which changed)
-    # and its five logs, named by that time (the old names removed)
+    # and the LJP Direct log, named by its own verdict file's time (the old name removed); its other logs untouched
     assert all("model-b" in name and ("r2" in name or "data/" in name) for name in changed)
-    assert len(changed) == 2 + 5 and any(name.endswith("_samples.jsonl") for name in changed)
+    assert len(changed) == 2 + 1 and any(name.endswith("_samples.jsonl") for name in changed)
+    (log,) = [name for name in changed if name.startswith("inspect/")]
+    assert "_lexpilot-LJP-direct_" in log and log not in first
+    assert len([name for name in first if name not in now]) == 1  # the old LJP Direct log, removed
     fresh = tmp_path / "fresh"
     assert export_results.main(argv(grid, fresh)) == 0
     assert tree(out) == tree(fresh)
@@ -168,4 +174,41 @@ def test_an_export_stopped_before_any_of_its_writes_leaves_an_export_that_holds(
         assert verify_export(out) == 0, f"stopped before write {stop_at + 1}"
         assert export_results.main([*argv(grid, out), *model_a]) == 0
         assert tree(out) == tree(fresh), f"stopped before write {stop_at + 1}, then run again"
-    assert stop_at == 2 + 5 + 2  # run r1's files and its two ledger entries; r2 unchanged
+    assert (
+        stop_at == 2 + 1 + 2
+    )  # run r1's EEE files, its LJP Direct log, its two ledger entries; r2 unchanged
+
+
+def test_a_run_no_longer_exported_loses_the_files_the_ledger_lists_and_no_other(grid, tmp_path, capsys):
+    """A run deleted from the output root, then exported over: its files (those the ledger lists, EEE and Inspect)
+    are removed, each named in one line on stderr, and --verify passes on what is left; a file placed by hand beside
+    them stays, and so do the files of a run the options leave out (exported by another command)."""
+    from lexpilot.reporting.export.verify import verify_export
+
+    out = tmp_path / "export"
+    assert export_results.main(argv(grid, out)) == 0
+    before = tree(out)
+    (folder,) = grid.glob("runs/r1/model-a-*")
+    logs = out / "inspect" / folder.name / "r1"
+    hand = [out / "notes.txt", logs / "notes.txt"]
+    for path in hand:
+        path.write_text("mine", encoding="utf-8")
+    dropped = {name for name in before if f"/{folder.name}/r1/" in name}
+    (aggregate,) = [
+        name
+        for name, data in before.items()
+        if name.endswith(".json") and b'"lexpilot_run": "r1"' in data and b"model-a" in data
+    ]
+    dropped |= {aggregate, aggregate.replace(".json", "_samples.jsonl")}
+    for path in grid.glob(f"*/r1/{folder.name}"):
+        shutil.rmtree(path)
+    capsys.readouterr()
+    assert export_results.main([*argv(grid, out), "--model", "model-b"]) == 0  # model-a's runs left out: kept
+    assert tree(out).keys() >= set(before) and "removed" not in capsys.readouterr().err
+    assert export_results.main(argv(grid, out)) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert sorted(line.split(" removed ")[1].split(" (run ")[0] for line in err) == sorted(dropped)
+    assert len(dropped) == 2 + 5
+    assert set(tree(out)) == (set(before) - dropped) | {str(p.relative_to(out)) for p in hand}
+    assert all(path.read_text(encoding="utf-8") == "mine" for path in hand)
+    assert verify_export(out) == 0
