@@ -12,10 +12,12 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import os
 from pathlib import Path
 
 from lexpilot.paths import PROJECT_ROOT
 
+PACKAGE = "lexpilot"  # the project's package: every file under it, and the top folder's scripts, are its code
 NOT_CODE_OF_A_STAGE = ("lexpilot/reporting/",)  # reporting reads runs; it never decides what a stage records
 
 
@@ -75,16 +77,26 @@ def code_files(scripts: list[str], root: Path | None = None) -> list[str]:
 
 
 def _signature(root: Path) -> tuple:
-    """Every project file's path, time and size: a change to any of them is always seen."""
-    files = sorted([*root.glob("*.py"), *root.glob("lexpilot/**/*.py")])
-    return tuple((f, s.st_mtime_ns, s.st_size) for f, s in ((f, f.stat()) for f in files))
+    """Every project file's path (relative, with /), time and size, in order: a change to any of them is always
+    seen. Read at every check, so made with os.scandir and strings: through pathlib's glob, its paths hashed and
+    sorted, it was most of a grid's start-up (30 cells' quotes and manifest checks, each reading it again)."""
+    files = [(e.name, e) for e in os.scandir(root) if e.name.endswith(".py") and e.is_file()]
+    folders = [(PACKAGE, os.path.join(root, PACKAGE))]
+    while folders:
+        relative_folder, folder = folders.pop()
+        for e in os.scandir(folder):
+            if e.is_dir(follow_symlinks=False):
+                folders.append((f"{relative_folder}/{e.name}", e.path))
+            elif e.name.endswith(".py"):
+                files.append((f"{relative_folder}/{e.name}", e))
+    return tuple(sorted((name, s.st_mtime_ns, s.st_size) for name, e in files for s in [e.stat()]))
 
 
 @functools.lru_cache(maxsize=64)  # the grid's cells each ask for their stage's files: walked once per process
 def _code_files(scripts: tuple[str, ...], root: Path, signature: tuple) -> tuple[str, ...]:
     # the signature lists every project file with its time and size: the walk asks the disk nothing (a test that
     # changes each file in turn walks a thousand times)
-    known = {f: (mtime_ns, size) for f, mtime_ns, size in signature}
+    known = {root / name: (mtime_ns, size) for name, mtime_ns, size in signature}
     seen: set[Path] = set()
     todo = [root / s for s in scripts]
     while todo:
@@ -107,15 +119,16 @@ def stage_scripts(root: Path, signature: tuple) -> tuple[str, ...]:
     )
 
 
-def file_digest(path: Path) -> str:
-    status = path.stat()
-    return _file_digest(path, status.st_mtime_ns, status.st_size)
+def file_digests(root: Path, names, signature: tuple) -> dict[str, str]:
+    """Each named project file -> its digest, by the time and size the signature read (no file asked twice)."""
+    stats = {name: (mtime_ns, size) for name, mtime_ns, size in signature}
+    return {name: _file_digest(root, name, *stats[name]) for name in names}
 
 
 # keyed by the file's time and size: the grid's cells compare the same files
 @functools.lru_cache(maxsize=1024)
-def _file_digest(path: Path, mtime_ns: int, size: int) -> str:
-    return hashlib.sha256(path.read_bytes().replace(b"\r\n", b"\n")).hexdigest()[:16]
+def _file_digest(root: Path, name: str, mtime_ns: int, size: int) -> str:
+    return hashlib.sha256((root / name).read_bytes().replace(b"\r\n", b"\n")).hexdigest()[:16]
 
 
 def code_digests(root: Path | None = None) -> dict[str, str]:
@@ -127,8 +140,7 @@ def code_digests(root: Path | None = None) -> dict[str, str]:
 @functools.lru_cache(maxsize=8)  # keyed by every file's time and size, so a change is always seen
 def _digests(root: Path, signature: tuple) -> tuple:
     return tuple(
-        (name, file_digest(root / name))
-        for name in _code_files(stage_scripts(root, signature), root, signature)
+        file_digests(root, _code_files(stage_scripts(root, signature), root, signature), signature).items()
     )
 
 
@@ -150,8 +162,9 @@ def code_changes(saved: dict, script: str, root: Path | None = None) -> list[str
             [] if saved.get("code_hash") == now else [f"code_hash: run {saved.get('code_hash')}, now {now}"]
         )
     changes = []
-    for name in code_files([script], root):
+    signature = _signature(root)
+    for name, now in file_digests(root, _code_files((script,), root, signature), signature).items():
         before = saved_files.get(name)
-        if before != file_digest(root / name):
+        if before != now:
             changes.append(f"code: {name} {'added' if before is None else 'changed'} since the run started")
     return changes

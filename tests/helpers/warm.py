@@ -52,15 +52,19 @@ def top_level_imports(script: Path) -> list[str]:
 
 
 def preload() -> None:
-    """The SDK (most of a start's second; the harness imports it where it first calls a model), each script's
-    top-level imports, and the digests of the code a stage runs, which a manifest records (~0.7 s: the import graph
-    is read from every file; cached by each file's time and size, so a file changed later is read again)."""
+    """The SDK (most of a start's second; the harness imports it where it first calls a model) and its transport,
+    each script's top-level imports, the digests of the code a stage runs, which a manifest records (~0.7 s: the
+    import graph is read from every file; cached by each file's time and size, so a file changed later is read
+    again), and the TLS context."""
     import openai  # noqa: F401
 
     for script in SCRIPTS:
         for name in top_level_imports(ROOT / script):
             import_module(name)
     import_module("lexpilot.storage.code").code_digests()
+    # the TLS context every client of a process shares (the CA bundle parsed, and the SDK's transport imported:
+    # ~0.3 s of each start), kept by a forked child as it keeps the modules: the tests' endpoints are plain HTTP
+    import_module("lexpilot.models.calls").tls_context()
 
 
 def prepare(ask: dict) -> str:
