@@ -8,6 +8,7 @@ import threading
 import time
 from collections import Counter
 from typing import Any, Callable
+from urllib.parse import parse_qs, urlsplit
 
 from lexpilot.scripted.kinds import run_of_path
 
@@ -39,6 +40,17 @@ def file_object(file_id: str, name: str, size: int) -> dict:
         "purpose": "batch",
         "status": "processed",
     }
+
+
+def listed_page(batches: list[dict], query: dict) -> tuple[list[dict], bool]:
+    """A page of the batches as OpenAI lists them: the newest first, `limit` of them (20 unless asked, at most 100),
+    after the batch `after` names; and whether more follow. (Every batch on one page made each stage's
+    `batches.list(limit=1)` read and parse the whole history of a test's provider.)"""
+    newest_first = batches[::-1]
+    after = (query.get("after") or [""])[0]
+    start = next((i + 1 for i, b in enumerate(newest_first) if b["id"] == after), 0) if after else 0
+    limit = min(100, max(1, int((query.get("limit") or ["20"])[0])))
+    return newest_first[start : start + limit], start + limit < len(newest_first)
 
 
 def public(batch: dict) -> dict:
@@ -105,10 +117,11 @@ class BatchEndpoints:
             if parts == ["batches"] and method == "POST":
                 return self._create(json.loads(raw), reply, run)
             if parts == ["batches"] and method == "GET":
-                shown = [public(b) for b in self.batches.values()]
+                page, more = listed_page(list(self.batches.values()), parse_qs(urlsplit(path).query))
+                shown = [public(b) for b in page]
                 if self.batch_listed:
                     shown = [{**b, "metadata": self.batch_listed(b)} for b in shown]
-                return reply(200, {"object": "list", "data": shown, "has_more": False})
+                return reply(200, {"object": "list", "data": shown, "has_more": more})
             if len(parts) >= 2 and parts[0] == "batches" and parts[1] in self.batches:
                 batch = self.batches[parts[1]]
                 if parts[2:] == ["cancel"]:

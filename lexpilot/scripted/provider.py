@@ -142,8 +142,8 @@ class ScriptedProvider(BatchEndpoints):
 
         def handle(request):
             if not request.url.path.endswith("/chat/completions"):
-                status, headers, payload = self.batch_api(
-                    request.method, request.url.path, request.headers, request.read()
+                status, headers, payload = self.batch_api(  # raw_path: with its query (a listing's limit)
+                    request.method, request.url.raw_path.decode(), request.headers, request.read()
                 )
                 if status == 0:  # a scripted connection reset
                     raise httpx.ConnectError("Connection reset by peer", request=request)
