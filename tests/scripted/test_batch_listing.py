@@ -2,6 +2,8 @@
 last one seen, `has_more` while others follow; so the SDK's pages walk them all once, and a stage's check of the
 batch endpoint (`limit=1`) reads one batch, not a test's whole history."""
 
+import pytest
+
 from lexpilot.scripted.batches import listed_page
 from lexpilot.scripted.provider import ScriptedProvider
 
@@ -17,6 +19,7 @@ def test_a_page_is_the_newest_first_after_the_cursor_and_says_whether_more_follo
     assert listed_page(batches, {}) == (batches[::-1], False)  # 20 unless asked
 
 
+@pytest.mark.slow  # the SDK's first import, in a quick run
 def test_the_sdk_lists_one_batch_for_limit_1_and_every_batch_through_its_pages():
     with ScriptedProvider() as provider:
         client = provider.in_memory_clients()["judge"]
