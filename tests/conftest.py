@@ -85,12 +85,17 @@ def redis_server(tmp_path):
 
 
 @pytest.fixture(scope="session")
-def abilities_grid(tmp_path_factory):
+def abilities_grid(tmp_path_factory, worker_id):
     """Two models of set abilities and a judge of set confusion (tests/helpers/abilities.py), two runs of LexAwN,
-    DCG and Direct LJP on 60 cases, written once per worker: read, never written, by the tests that use it."""
-    from tests.helpers.abilities import simulate
+    DCG and Direct LJP on 60 cases, written once per session (in the folder the workers share): read, never
+    written, by the tests that use it."""
+    from tests.helpers.abilities import shared_simulation
 
-    return simulate(tmp_path_factory.mktemp("abilities"), 60, ("run1", "run2"), ("LexAwN", "DCG", "direct"))
+    base = tmp_path_factory.getbasetemp()
+    folder = (
+        base / "abilities" if worker_id == "master" else base.parent / "abilities"
+    )  # the session's, shared
+    return shared_simulation(folder, 60, ("run1", "run2"), ("LexAwN", "DCG", "direct"))
 
 
 def pytest_collection_modifyitems(items):

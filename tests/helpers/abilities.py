@@ -76,6 +76,27 @@ def simulate(folder: Path, cases: int, runs, stages, text: str = ABILITIES) -> S
     return Simulated(folder / "out", dataset, loaded, abilities)
 
 
+def shared_simulation(folder: Path, cases: int, runs, stages) -> Simulated:
+    """`simulate`'s grid made once in `folder` for every test worker that asks (the first makes it under a lock, the
+    others wait and read it: each worker made its own, ~6 s of CPU each), read, never written, by its tests."""
+    import fcntl  # the suite's workers are forked processes on Linux (tests/helpers/warm.py forks too)
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f"{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (folder / "made").is_file():
+            dataset = folder / "cases.json"
+            return Simulated(
+                folder / "out",
+                dataset,
+                load_dataset(dataset)[0],
+                parse_abilities(ABILITIES, "abilities.toml"),
+            )
+        simulated = simulate(folder, cases, runs, stages)
+        (folder / "made").touch()
+        return simulated
+
+
 def saved(root: Path, kind, run: str, model: str) -> dict[str, dict]:
     """A run's records of one kind (a RecordKind), by case number."""
     (path,) = (root / kind.top / run).glob(f"{model}-*/{kind.file}")
