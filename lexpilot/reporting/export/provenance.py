@@ -1,18 +1,25 @@
 """What an exported run says of how it was made, read from its typed manifest: the models of its three roles and
 what served them, the generation settings, the prompts' and the code's digests, and every way it departs from the
-paper's protocol (another judge or User Model, a temperature not the paper's, a re-judged copy, fewer cases than
-the benchmark's), so that no reader takes such a run for a standard one."""
+paper's protocol (another judge or User Model, a temperature or output limit not the paper's, a prompt file not the
+shipped one, a dataset not the release, a re-judged copy, fewer cases than the benchmark's), so that no reader takes
+such a run for a standard one. The paper's values are read where the harness declares its defaults (ROLE_TABLE,
+settings.PAPER_MAX_TOKENS, prompts/ as this checkout ships it, benchmark/dataset.py's DEFAULT_DATASET)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
+from lexpilot.benchmark.dataset import DEFAULT_DATASET, file_sha256
 from lexpilot.benchmark.prompts import PROMPT_FILES
 from lexpilot.benchmark.vocabulary import ROLE, ROLE_TABLE
 from lexpilot.reporting.scoring.groups import served_key, settings_key
 from lexpilot.reporting.scoring.runs import Run
+from lexpilot.settings import PAPER_MAX_TOKENS
+from lexpilot.storage.manifest import prompt_hashes
 
 PAPER_CASES = (
     432  # the benchmark's judgments (Table 1): a run of fewer was limited (--limit) or another dataset's
@@ -76,24 +83,91 @@ def deviations(run: Run, served: dict[str, list[str]]) -> list[str]:
     for info in ROLE_TABLE[1:]:  # the evaluated model is the one the run is about
         if info.default_model and manifest.model(info.name) != info.default_model:
             found.append(f"{info.display} {manifest.model(info.name)} (the paper's: {info.default_model})")
-    for info in ROLE_TABLE:
-        given = manifest.generation[info.name].temperature
-        wanted = paper_temperature(info.name)
-        if given != wanted:
-            found.append(f"{info.display} temperature {temperature_text(given)} (the paper's: {wanted})")
+    found += generation_deviations(run)
     for role in ROLE:
         asked = manifest.model(role)
         if served.get(role) and served[role] != [asked]:
             found.append(f"{ROLE[role].display} served by {', '.join(served[role])} (asked for {asked})")
     if manifest.rejudged:
         found.append(f"re-judged copy of run {manifest.rejudged_from}")
+    found += input_deviations(run)
+    if manifest.user_condition != "standard":
+        found.append(f"{manifest.user_condition} user (Appendix E.5)")
+    return found
+
+
+def generation_deviations(run: Run) -> list[str]:
+    """Each role's temperature and output limit other than the paper's (Appendix E.1)."""
+    found = []
+    for info in ROLE_TABLE:
+        given = run.manifest.generation[info.name]
+        wanted = paper_temperature(info.name)
+        if given.temperature != wanted:
+            found.append(
+                f"{info.display} temperature {temperature_text(given.temperature)} (the paper's: {wanted})"
+            )
+        if given.max_tokens != PAPER_MAX_TOKENS:
+            limit = "not recorded" if given.max_tokens is None else given.max_tokens
+            found.append(f"{info.display} max_tokens {limit} (the paper's: {PAPER_MAX_TOKENS})")
+    return found
+
+
+def input_deviations(run: Run) -> list[str]:
+    """The cases, the dataset and the prompts other than the benchmark's: fewer cases than 432, a dataset whose sha256
+    is not the release file's (or that cannot be compared, the release absent from this checkout), and each prompt
+    file whose recorded digest is not the digest of the file this checkout ships."""
+    manifest = run.manifest
+    found = []
     if len(run.selected) != PAPER_CASES:
         found.append(
             f"{len(run.selected)} cases (the paper's: {PAPER_CASES}; a --limit run or another dataset)"
         )
-    if manifest.user_condition != "standard":
-        found.append(f"{manifest.user_condition} user (Appendix E.5)")
+    release = release_sha256(DEFAULT_DATASET)
+    if release is None:
+        found.append(
+            f"dataset not compared with the release ({DEFAULT_DATASET.name} is not in this checkout)"
+        )
+    elif manifest.dataset_sha256 != release:
+        found.append(f"dataset sha256 {manifest.dataset_sha256} (the release's: {release})")
+    shipped = shipped_prompts(manifest.user_condition)
+    for file, digest in sorted(manifest.prompt_files.items()):
+        if digest != shipped.get(file):
+            found.append(
+                f"prompt {file} sha256 {digest} (the shipped: {shipped.get(file, 'no such file shipped')})"
+            )
     return found
+
+
+def release_sha256(path: Path) -> str | None:
+    """The release dataset's sha256 as benchmark/dataset.py digests a dataset (None: the file is not there)."""
+    try:
+        status = path.stat()
+    except OSError:
+        return None
+    return _release_sha256(path, status.st_mtime_ns, status.st_size)
+
+
+@functools.lru_cache(maxsize=2)  # read once per process and file version: every run exported compares with it
+def _release_sha256(path: Path, _mtime: int, _size: int) -> str | None:
+    try:
+        return file_sha256(path)
+    except OSError:
+        return None
+
+
+def protocol_reference(condition: str) -> list:
+    """What a run of this user condition is compared with beyond the harness's code: the release's sha256 and the
+    shipped prompts' digests (the export's ledger makes a run again when either changes)."""
+    return [release_sha256(DEFAULT_DATASET), shipped_prompts(condition)]
+
+
+def shipped_prompts(condition: str) -> dict[str, str]:
+    """Each prompt file a run of this user condition sends, and its digest as this checkout ships it (the digests
+    the manifest records, made the same way)."""
+    try:
+        return prompt_hashes(condition)[1]
+    except (OSError, KeyError):
+        return {}
 
 
 def provenance(run: Run, recorded: dict[str, list[str]]) -> Provenance:
