@@ -233,6 +233,22 @@ def served_of(*records: dict) -> dict[str, list[str]]:
     return served
 
 
+def labels_served(records: Sequence[dict]) -> dict[str, list[str]]:
+    """Role -> the ids that served the case's calls, the judge's read from the stage's labels (`records[0]`) alone:
+    judge calls in the records they label (the Interaction-Based rounds' in-dialogue calls, interaction.jsonl) were
+    made by the run that generated them, which in a re-judged run is its source, with its judge, so they are stated
+    apart (`judge_in_labelled_records`), never as the labels' judge."""
+    served = served_of(*records[::-1])
+    served.pop("judge", None)
+    if judged := served_of(records[0]).get("judge"):
+        served["judge"] = judged
+    return served
+
+
+def stage_files(stage: ExportedStage) -> str:
+    return ", ".join(kind.file for kind in stage.sources)
+
+
 def served_in(stages: dict[str, list[Instance]]) -> dict[str, list[str]]:
     """Role -> the served model ids of every exported instance's records, in order of first use."""
     found: dict[str, list[str]] = {}
@@ -264,6 +280,10 @@ def stage_instances(run: Run, root: Path, stage: ExportedStage) -> tuple[list[In
         if problem:
             return [], f"case {case}: {problem}"
         instances += made
+    if run.manifest.rejudged:  # its generations, their in-dialogue judge calls with them, were its source's
+        for instance in instances:
+            if found := instance.details.get("judge_in_labelled_records"):
+                found["run"] = str(run.manifest.rejudged_from)
     return instances, None
 
 
@@ -280,7 +300,12 @@ def case_instances(
     except (KeyError, TypeError, AttributeError, ValueError, IndexError) as e:
         return [], f"{stage.verdicts.file}: a record without the field {e}"
     for instance in made:
-        instance.served = served_of(*records[::-1])
+        instance.served = labels_served(records)
+        if dialogue := served_of(*records[1:]).get("judge"):
+            instance.details["judge_in_labelled_records"] = {
+                "served": dialogue,
+                "records": stage_files(stage),
+            }
     # the records' tokens are not kept per consultation where one record holds several (LCA's two histories): they
     # go to its first, the others naming it, so that a sum over instances is the records' sum
     if made:
