@@ -18,10 +18,9 @@ from lexpilot.errors import UsageError
 from lexpilot.reporting.export import eee, inspect_logs, ledger
 from lexpilot.reporting.export.eee import ExportedRun
 from lexpilot.reporting.export.instances import served_in, stage_instances
-from lexpilot.reporting.export.provenance import provenance
+from lexpilot.reporting.export.provenance import provenance, run_label
 from lexpilot.reporting.export.stages import STAGES
 from lexpilot.reporting.export.writing import Written, check_output, refuse_torn, write_run
-from lexpilot.reporting.scoring.groups import group_runs
 from lexpilot.reporting.scoring.parallel import fork_map, one_blas_thread, workers
 from lexpilot.reporting.scoring.results import add_run_options, load_runs
 from lexpilot.reporting.scoring.runs import Run
@@ -90,7 +89,6 @@ def export(args) -> int:
     if not root.is_dir():
         raise UsageError(f"--output-root {root} does not exist (or is not a folder)")
     runs = chosen_runs(root, args)
-    labels = {id(r): g.label for g in group_runs([r for r in runs if r.tasks]) for r in g.runs}
     work = partial(
         export_run,
         root=root,
@@ -99,7 +97,7 @@ def export(args) -> int:
         boot=Bootstrap(args.resamples, args.seed),
     )
     written = Written()
-    items = [(run, labels.get(id(run), run.model)) for run in runs]
+    items = [(run, run_label(run)) for run in runs]
     # each run on its own core: its records read, its files made, validated and written there. BLAS held to one
     # thread: two per core made each bootstrap product 30 times slower (docs/performance.md)
     with one_blas_thread():
