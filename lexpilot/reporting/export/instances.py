@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from lexpilot.benchmark.categories import cause_class
 from lexpilot.benchmark.records import SERVED_CALLS_FIELD
-from lexpilot.benchmark.vocabulary import YES
+from lexpilot.benchmark.vocabulary import HISTORY_TYPES, YES
 from lexpilot.reporting.scoring.runs import OVERALL, USAGE_FIELDS, Run, read_saved
 
 if TYPE_CHECKING:
@@ -312,4 +312,17 @@ def case_instances(
         made[0].usage = usage_of(*records[::-1])
     for instance in made[1:]:
         instance.details["tokens_counted_with"] = made[0].sample_id
+    if made and stage.first_round_with:
+        counted_with(made[0], stage.first_round_with)
     return made, None
+
+
+def counted_with(instance: Instance, stage: str) -> None:
+    """Say where the tokens of a consultation's first round are: on `stage`'s instance of the case that holds its
+    record's tokens (LCA's first history), named by its evaluation and sample id; where the record holds no other
+    call of the evaluated model (a case judged in round 1), all its tokens are there, said as LCA's second history
+    says it (`tokens_counted_with`), so a sum per stage never undercounts silently."""
+    where = f"{stage} {instance.case}/{HISTORY_TYPES[0]}"
+    instance.details["round_1_tokens_counted_with"] = where
+    if not instance.usage.get("eval"):
+        instance.details["tokens_counted_with"] = where
