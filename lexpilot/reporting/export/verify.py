@@ -69,7 +69,8 @@ def aggregates(folder: Path) -> list[tuple[Path, dict]]:
     if not found and not any(folder.glob(f"data/{COLLECTION}/*/*/*_samples.jsonl")):
         raise UsageError(
             f"--verify {folder}: no LexPilot export there (data/{COLLECTION}/<developer>/<model>/<uuid>.json); "
-            f"write one with export_results.py --format eee --output {folder}"
+            "name the folder an export_results.py --format eee --output DIR wrote (DIR a folder of its own, "
+            "not the runs' --output-root)"
         )
     return found
 
