@@ -142,12 +142,23 @@ def own_interrupts() -> None:
         signal.signal(signal.SIGTERM, _terminated)
 
 
+BROKEN_PIPE = 141  # 128 + SIGPIPE: a reporting tool whose reader closed the pipe
+
+
 def run_tool(main, name: str) -> int:
     """A reporting tool's main, with Ctrl-C or SIGTERM as one line and status 130 or 143 (its files are written
-    whole, so none is left half-written)."""
+    whole, so none is left half-written), and a reader that closed the pipe (`| head`) as no word at all."""
     own_interrupts()
     try:
-        return main()
+        status = main()
+        sys.stdout.flush()  # here, not at the interpreter's exit: a reader that left is met below
+        return status
+    except BrokenPipeError:
+        # the reader of its output left (`| head`): nothing more to say. stdout goes to /dev/null so that the
+        # interpreter's last flush raises nothing; the status is a process's killed by SIGPIPE
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return BROKEN_PIPE
     except KeyboardInterrupt as interrupt:
         stop = stop_of(interrupt)
         print(

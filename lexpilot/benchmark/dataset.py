@@ -334,7 +334,12 @@ def _parsed(path: Path, key: tuple | None) -> tuple[tuple[Case, ...], str]:
         raise HarnessError(
             f"dataset has {len(problems)} problem(s); fix them and rerun:\n  " + "\n  ".join(shown)
         )
-    return tuple(case_from_raw(raw) for raw in raw_cases), hashlib.sha256(path.read_bytes()).hexdigest()
+    return tuple(case_from_raw(raw) for raw in raw_cases), file_sha256(path)
+
+
+def file_sha256(path: Path) -> str:
+    """A dataset file's sha256, as a run's manifest records it (dataset_sha256)."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def dataset_statistics(cases: list[Case]) -> str:

@@ -18,10 +18,9 @@ from lexpilot.errors import UsageError
 from lexpilot.reporting.export import eee, inspect_logs, ledger
 from lexpilot.reporting.export.eee import ExportedRun
 from lexpilot.reporting.export.instances import served_in, stage_instances
-from lexpilot.reporting.export.provenance import provenance
+from lexpilot.reporting.export.provenance import provenance, run_label
 from lexpilot.reporting.export.stages import STAGES
 from lexpilot.reporting.export.writing import Written, check_output, refuse_torn, write_run
-from lexpilot.reporting.scoring.groups import group_runs
 from lexpilot.reporting.scoring.parallel import fork_map, one_blas_thread, workers
 from lexpilot.reporting.scoring.results import add_run_options, load_runs
 from lexpilot.reporting.scoring.runs import Run
@@ -90,7 +89,6 @@ def export(args) -> int:
     if not root.is_dir():
         raise UsageError(f"--output-root {root} does not exist (or is not a folder)")
     runs = chosen_runs(root, args)
-    labels = {id(r): g.label for g in group_runs([r for r in runs if r.tasks]) for r in g.runs}
     work = partial(
         export_run,
         root=root,
@@ -99,7 +97,7 @@ def export(args) -> int:
         boot=Bootstrap(args.resamples, args.seed),
     )
     written = Written()
-    items = [(run, labels.get(id(run), run.model)) for run in runs]
+    items = [(run, run_label(run)) for run in runs]
     # each run on its own core: its records read, its files made, validated and written there. BLAS held to one
     # thread: two per core made each bootstrap product 30 times slower (docs/performance.md)
     with one_blas_thread():
@@ -195,12 +193,29 @@ def chosen_runs(root: Path, args) -> list[Run]:
             )
         for note in unreported_stages(run, root):
             print(f"export_results: {note}", file=sys.stderr)
-    kept = [run for run in runs if any(s.reported(run, root) for s in STAGES)]
+    kept = [run for run in runs if has_labels(run, root)]
     if not kept:
         raise UsageError(
-            f"no run under {root} that the options choose has a complete task: nothing to export"
+            f"no run under {root} that the options choose has a complete task with labels (a stage whose judge "
+            "wrote none: finish it): nothing to export"
+        )
+    for run in (r for r in runs if r not in kept):
+        print(
+            f"export_results: run {run.run_id}, model {run.model}: no stage with labels to export (a stage whose "
+            "judge wrote none: finish it); left out",
+            file=sys.stderr,
         )
     return kept
+
+
+def has_labels(run: Run, root: Path) -> bool:
+    """Whether a stage show_results.py reports for the run has an instance to export: a scored task has its cases; a
+    diagnostic's records may label none (the probes' records of cases outside the probe file, its judge down for the
+    others), so those are read, only where no scored task decides it."""
+    reported = [s for s in STAGES if s.reported(run, root)]
+    if any(s.scored for s in reported):
+        return True
+    return any(made or problem for made, problem in (stage_instances(run, root, s) for s in reported))
 
 
 def unreported_stages(run: Run, root: Path) -> list[str]:
@@ -229,4 +244,6 @@ def exported_run(run: Run, root: Path, label: str) -> ExportedRun:
             stages[stage.task] = instances
             values[stage.task] = stage.measure(run, root)
             times[stage.task] = os.stat(stage.verdicts.path(root, run.run_id, run.folder)).st_mtime
+    if not stages:  # has_labels kept none such: a record changed since
+        raise UsageError(f"run {run.run_id}, model {run.model}: no stage with labels to export")
     return ExportedRun(run, label, provenance(run, served_in(stages)), stages, values, times)

@@ -19,7 +19,7 @@ from pathlib import PurePosixPath
 import numpy as np
 
 from lexpilot.errors import UsageError
-from lexpilot.reporting.export.instances import Instance, tokens_reported
+from lexpilot.reporting.export.instances import Instance, served_in, tokens_reported
 from lexpilot.reporting.export.provenance import HARNESS, Provenance, numeric_or_none, prompt_digest
 from lexpilot.reporting.export.stages import COUNT, KAPPA, PROPORTION, STAGE, STAGES, ExportedStage, Value
 from lexpilot.reporting.scoring.runs import OVERALL, Run
@@ -114,12 +114,15 @@ def model_info(model: str, served: list[str]) -> dict:
     return {"name": model, "id": model, "developer": developer_of(model), "additional_details": details}
 
 
-def judge_scoring(prov: Provenance, stage: ExportedStage) -> dict:
-    """The judge as a metric's llm_scoring: the model asked for, the ids that served it, its temperature, its prompt."""
+def judge_scoring(prov: Provenance, stage: ExportedStage, instances: list[Instance]) -> dict:
+    """The judge as a metric's llm_scoring: the model asked for, the ids that served the stage's labels (its verdict
+    records' judge calls in this run), its temperature, its prompt."""
     return {
         "judges": [
             {
-                "model_info": model_info(prov.models["judge"], prov.served.get("judge", [])),
+                "model_info": model_info(
+                    prov.models["judge"], served_in({stage.task: instances}).get("judge", [])
+                ),
                 **(
                     {"temperature": float(t)}
                     if (t := numeric_or_none(prov.temperatures["judge"])) is not None
@@ -198,7 +201,7 @@ def evaluation_result(er: ExportedRun, stage: ExportedStage, value: Value, boot:
             **(
                 {"score_type": "continuous", "min_score": bounds[0], "max_score": bounds[1]} if bounds else {}
             ),
-            "llm_scoring": judge_scoring(prov, stage),
+            "llm_scoring": judge_scoring(prov, stage, er.stages[stage.task]),
             "additional_details": details,
         },
         "score_details": {

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from lexpilot.benchmark.categories import cause_class
 from lexpilot.benchmark.records import SERVED_CALLS_FIELD
-from lexpilot.benchmark.vocabulary import YES
+from lexpilot.benchmark.vocabulary import HISTORY_TYPES, YES
 from lexpilot.reporting.scoring.runs import OVERALL, USAGE_FIELDS, Run, read_saved
 
 if TYPE_CHECKING:
@@ -233,6 +233,22 @@ def served_of(*records: dict) -> dict[str, list[str]]:
     return served
 
 
+def labels_served(records: Sequence[dict]) -> dict[str, list[str]]:
+    """Role -> the ids that served the case's calls, the judge's read from the stage's labels (`records[0]`) alone:
+    judge calls in the records they label (the Interaction-Based rounds' in-dialogue calls, interaction.jsonl) were
+    made by the run that generated them, which in a re-judged run is its source, with its judge, so they are stated
+    apart (`judge_in_labelled_records`), never as the labels' judge."""
+    served = served_of(*records[::-1])
+    served.pop("judge", None)
+    if judged := served_of(records[0]).get("judge"):
+        served["judge"] = judged
+    return served
+
+
+def stage_files(stage: ExportedStage) -> str:
+    return ", ".join(kind.file for kind in stage.sources)
+
+
 def served_in(stages: dict[str, list[Instance]]) -> dict[str, list[str]]:
     """Role -> the served model ids of every exported instance's records, in order of first use."""
     found: dict[str, list[str]] = {}
@@ -264,6 +280,10 @@ def stage_instances(run: Run, root: Path, stage: ExportedStage) -> tuple[list[In
         if problem:
             return [], f"case {case}: {problem}"
         instances += made
+    if run.manifest.rejudged:  # its generations, their in-dialogue judge calls with them, were its source's
+        for instance in instances:
+            if found := instance.details.get("judge_in_labelled_records"):
+                found["run"] = str(run.manifest.rejudged_from)
     return instances, None
 
 
@@ -280,11 +300,29 @@ def case_instances(
     except (KeyError, TypeError, AttributeError, ValueError, IndexError) as e:
         return [], f"{stage.verdicts.file}: a record without the field {e}"
     for instance in made:
-        instance.served = served_of(*records[::-1])
+        instance.served = labels_served(records)
+        if dialogue := served_of(*records[1:]).get("judge"):
+            instance.details["judge_in_labelled_records"] = {
+                "served": dialogue,
+                "records": stage_files(stage),
+            }
     # the records' tokens are not kept per consultation where one record holds several (LCA's two histories): they
     # go to its first, the others naming it, so that a sum over instances is the records' sum
     if made:
         made[0].usage = usage_of(*records[::-1])
     for instance in made[1:]:
         instance.details["tokens_counted_with"] = made[0].sample_id
+    if made and stage.first_round_with:
+        counted_with(made[0], stage.first_round_with)
     return made, None
+
+
+def counted_with(instance: Instance, stage: str) -> None:
+    """Say where the tokens of a consultation's first round are: on `stage`'s instance of the case that holds its
+    record's tokens (LCA's first history), named by its evaluation and sample id; where the record holds no other
+    call of the evaluated model (a case judged in round 1), all its tokens are there, said as LCA's second history
+    says it (`tokens_counted_with`), so a sum per stage never undercounts silently."""
+    where = f"{stage} {instance.case}/{HISTORY_TYPES[0]}"
+    instance.details["round_1_tokens_counted_with"] = where
+    if not instance.usage.get("eval"):
+        instance.details["tokens_counted_with"] = where

@@ -2,7 +2,8 @@
 without reading one of its records. One small JSON file per run and format beside the export,
 `.lexpilot-export/<format>/<run id>/<model folder>.json`, holding the digest of the run's sources (every file of
 its folders read whole and its inputs' hashes, as the score cache digests them, with the harness's code; the
-verdict files' times, which the aggregate's timestamps are; the run's group label; the bootstrap's settings; the
+verdict files' times, which the aggregate's timestamps are; the run's group label; the release's and the shipped
+prompts' digests, which its protocol is compared with; the bootstrap's settings; the
 format package's version) and the size and modification time of each file as written.
 
 A run is skipped when its digest is the ledger's and every file it lists is there as written (a file edited or
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from lexpilot.benchmark.records import model_folder
 from lexpilot.files import write_atomic
+from lexpilot.reporting.export.provenance import protocol_reference
 from lexpilot.reporting.export.stages import STAGES
 from lexpilot.reporting.scoring.runs import Run
 from lexpilot.reporting.scoring.score_cache import run_key
@@ -43,7 +45,11 @@ def sources(
     for stage in STAGES:
         verdicts = stage.verdicts.path(root, run.run_id, run.folder)
         h.update(str(verdicts.stat().st_mtime_ns if verdicts.is_file() else None).encode() + b"\0")
-    h.update(json.dumps([label, fmt, metadata.version(package), boot.resamples, boot.seed]).encode())
+    # what the run is compared with to say whether it keeps the paper's protocol (the release, the shipped prompts)
+    reference = protocol_reference(run.manifest.user_condition)
+    h.update(
+        json.dumps([label, fmt, metadata.version(package), boot.resamples, boot.seed, reference]).encode()
+    )
     return Sources(entry_path(output, fmt, run), h.hexdigest())
 
 

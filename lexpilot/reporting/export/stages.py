@@ -79,6 +79,9 @@ class ExportedStage:
     prompts: tuple[str | None, str | None]
     scored: bool = True
     diagnostic: str = ""
+    # the stage whose instance holds the tokens of this stage's first round (the Interaction-Based dialogue's round 1
+    # is LCA's reply to the underspecified history, reused, not asked again: a1.jsonl counts it, on LCA's instance)
+    first_round_with: str = ""
 
     def reported(self, run: Run, root: Path) -> bool:
         """Whether show_results.py reports the stage for the run: its task scored, or a diagnostic's records there."""
@@ -197,6 +200,7 @@ def main_stages() -> tuple[ExportedStage, ...]:
                 ("qwk", "accuracy"),
                 scored(s.task, ("qwk", "accuracy")),
                 ("force_judge" if s.name != "interaction" else "lexawn", "judge_ljp"),
+                first_round_with="LCA" if s.name == "interaction" else "",
             )
             for s in LJP_SETUPS
         ),

@@ -69,7 +69,8 @@ def aggregates(folder: Path) -> list[tuple[Path, dict]]:
     if not found and not any(folder.glob(f"data/{COLLECTION}/*/*/*_samples.jsonl")):
         raise UsageError(
             f"--verify {folder}: no LexPilot export there (data/{COLLECTION}/<developer>/<model>/<uuid>.json); "
-            f"write one with export_results.py --format eee --output {folder}"
+            "name the folder an export_results.py --format eee --output DIR wrote (DIR a folder of its own, "
+            "not the runs' --output-root)"
         )
     return found
 
@@ -159,7 +160,7 @@ def read_result(path: Path, record: dict, folder: Path) -> ExportedResult:
 
 def groups_of(results: list[ExportedResult], stated: bool, per_run: bool = False) -> list[Group]:
     """The runs grouped as show_results.py groups them, by their model and settings digest (not by the label, which
-    depends on the runs exported together), in order of model and run id, each group named by its label (and its
+    names differences from the paper's settings alone), in order of model and run id, each group named by its label (and its
     digest where two groups of one export share a label). With `stated`, each run carries the values its aggregate
     states; with `per_run`, every run is a group."""
     ordered = sorted(results, key=lambda r: (r.model, r.run_id))
@@ -178,7 +179,8 @@ def groups_of(results: list[ExportedResult], stated: bool, per_run: bool = False
 
 def group_labels(results: list[ExportedResult]) -> dict[tuple[str, str], str]:
     """(model, settings digest) -> the label its first run states; where runs of other settings state the same
-    label (exported apart, each labelled against other runs), each named with its digest too."""
+    label (the label leaves out the cases and the code; an export made before labels were made from the run alone
+    labelled each against other runs), each named with its digest too."""
     labels: dict[tuple[str, str], str] = {}
     for result in results:
         labels.setdefault((result.model, result.settings), result.group)

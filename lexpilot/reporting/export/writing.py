@@ -5,6 +5,7 @@ written (a record file whose last line was torn, a run with nothing to export)."
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -27,12 +28,16 @@ class Written:
 
 
 def check_output(folder: Path) -> None:
-    """The output folder exists or can be made, is a folder, and takes a file; else one line."""
+    """The output folder is a folder or can be made, and takes a file; else one line. Nothing is made here: the
+    folder is made by the first file written into it, so a refused export leaves no empty folder behind. Checked by
+    making (and removing) a temporary file in the folder or, where it is missing, in its nearest existing parent."""
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--output {folder} is a file, not a folder: name a folder (it is made if missing)")
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".export-check-"):
+        if not existing.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, f"{existing} is a file")
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".export-check-"):
             pass
     except OSError as e:
         raise UsageError(

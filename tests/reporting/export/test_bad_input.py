@@ -30,7 +30,9 @@ def test_an_unknown_format_is_one_line(tmp_path, capsys):
 def test_a_verify_folder_without_an_export_is_one_line(tmp_path, capsys):
     """A folder holding other files, and a file, are no export."""
     (tmp_path / "notes.json").write_text("{}", encoding="utf-8")
-    assert "no LexPilot export there" in one_line(capsys, ["--verify", str(tmp_path)])
+    line = one_line(capsys, ["--verify", str(tmp_path)])
+    assert "no LexPilot export there" in line
+    assert f"--output {tmp_path}" not in line  # a runs folder named by mistake is not offered as the export's
     assert "is not a folder" in one_line(capsys, ["--verify", str(tmp_path / "notes.json")])
 
 
@@ -61,7 +63,11 @@ def test_an_output_that_is_a_file_or_cannot_be_made_is_one_line(grid, tmp_path, 
     file = tmp_path / "a-file"
     file.write_text("", encoding="utf-8")
     assert "is a file, not a folder" in one_line(capsys, export_argv(grid, file))
-    assert "is not writable" in one_line(capsys, export_argv(grid, file / "under"))
+    assert "is not writable" in one_line(capsys, export_argv(grid, file / "under" / "deeper"))
+    assert not (tmp_path / ".export-check-").exists() and sorted(p.name for p in tmp_path.iterdir()) == [
+        "a-file",
+        "out",
+    ]
 
 
 @pytest.mark.slow
@@ -74,7 +80,7 @@ def test_a_torn_last_line_is_one_line_and_nothing_is_written(grid, tmp_path, cap
     out = tmp_path / "export"
     line = one_line(capsys, export_argv(grid, out))
     assert str(path) in line and "torn" in line
-    assert not [p for p in out.rglob("*") if p.is_file()]
+    assert not out.exists()  # not even an empty folder
 
 
 @pytest.mark.slow
@@ -90,7 +96,7 @@ def test_a_run_with_no_records_is_one_line(grid, tmp_path, capsys):
     out = tmp_path / "export"
     line = one_line(capsys, export_argv(grid, out))
     assert "run r9, model model-a: no records" in line
-    assert not [p for p in out.rglob("*") if p.is_file()]
+    assert not out.exists()
 
 
 def test_verify_with_export_options_is_refused_in_one_line(tmp_path, capsys):
@@ -120,3 +126,55 @@ def test_the_eee_package_missing_below_3_12_says_it_needs_3_12(version, hint, tm
     assert ("needs Python 3.12 or later" in line) is hint
     assert ("(this is 3.11)" in line) is hint
     assert "requirements-optional.txt" in line
+
+
+@pytest.mark.slow
+@needs_eee
+def test_a_probes_run_whose_judge_wrote_no_label_is_one_line(grid, tmp_path, capsys, monkeypatch):
+    """A run of the User Model probes alone whose judge was down (the replies saved, no case labelled: only the
+    records of cases outside the probe file written): alone, refused in one line before anything is written; beside
+    runs with labels, left out with a line naming it, the others exported."""
+    import user_probes
+    from lexpilot.scripted.provider import ScriptedProvider
+    from tests.helpers.paths import ROOT
+    from tests.helpers.stages import Harness
+
+    def judge_down(kind, prompt, body):
+        return {"status": 500, "error": "judge down"} if body.get("model") == "DeepSeek-R1" else None
+
+    monkeypatch.setenv("LEXPILOT_BACKOFF_BASE", "0.001")
+    with ScriptedProvider(judge_down) as provider, pytest.MonkeyPatch.context() as patch:
+        h = Harness(tmp_path, provider, patch)
+        h.run_id = "probes-only"
+        probes = ROOT / "data" / "LexPilot_sample_probes.csv"
+        assert h.run_stage(user_probes.STAGE, "--model", "model-a", "--probes", str(probes)) == 1
+    assert h.root == grid
+    out = tmp_path / "export"
+    line = one_line(capsys, [*export_argv(grid, out), "--run-id", "probes-only"])
+    assert "has a complete task with labels" in line
+    assert not out.exists()
+    capsys.readouterr()
+    assert export_results.main([*export_argv(grid, out), "--model", "model-a"]) == 0
+    err = capsys.readouterr().err
+    assert "run probes-only, model model-a: no stage with labels to export" in err
+    assert "Traceback" not in err
+    assert len(list(out.glob("data/lexpilot/*/*/*.json"))) == 2  # model-a's r1 and r2
+
+
+@pytest.mark.slow
+@needs_eee
+def test_verify_into_a_reader_that_left_ends_quietly(grid, tmp_path):
+    """export_results.py --verify D | head: the reader gone before the tables are printed, it ends without a word on
+    stderr (no BrokenPipeError traceback), as a process killed by SIGPIPE does."""
+    import subprocess
+
+    from tests.helpers.paths import ROOT
+
+    out = tmp_path / "export"
+    assert export_results.main(export_argv(grid, out)) == 0
+    command = [sys.executable, str(ROOT / "export_results.py"), "--verify", str(out)]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child.stdout.close()  # the reader leaves before a line is printed
+    err = child.stderr.read().decode()
+    assert child.wait() == 141, err
+    assert err == ""

@@ -170,3 +170,35 @@ def test_tokens_never_reported_are_left_out_not_zero(unreported_grid, tmp_path):
     assert "token_usage" not in counted[unknown]
     assert counted[unknown]["metadata"]["usage_by_role"]["eval"]["unreported_calls"] == 1
     assert all("token_usage" in row for n, row in counted.items() if n != unknown)
+
+
+def test_an_interaction_instance_says_where_its_first_rounds_tokens_are(grid, tmp_path):
+    """The Interaction-Based dialogue's round 1 is LCA's reply, whose tokens the case's first LCA history holds: each
+    LJP_interaction instance names that instance; one judged in round 1 (its record holds no call of the evaluated
+    model) has no token_usage and says its tokens are counted there, as LCA's second history does. Summed over LCA and
+    the Interaction-Based instances, the evaluated model's tokens are those of a1.jsonl and interaction.jsonl."""
+    out = tmp_path / "export"
+    assert export(grid, out, "--model", "model-a", "--run-id", "r1") == 0
+    a1 = records(grid, "AwN_gen", "a1.jsonl", "model-a", "r1")
+    interactions = records(grid, "AwN_gen", "interaction.jsonl", "model-a", "r1")
+    found = {(r["evaluation_name"], r["sample_id"]): r for r in rows(out)}
+    in_round_1 = [c for c, r in interactions.items() if not r.get("usage", {}).get("eval")]
+    assert in_round_1 and len(in_round_1) < len(interactions)
+    for case in interactions:
+        row = found["lexpilot.LJP_interaction", case]
+        where = f"LCA {case}/complete"
+        assert row["metadata"]["round_1_tokens_counted_with"] == where
+        assert "token_usage" in found["lexpilot.LCA", f"{case}/complete"]
+        if case in in_round_1:
+            assert "token_usage" not in row and row["metadata"]["tokens_counted_with"] == where
+        else:
+            assert "token_usage" in row and "tokens_counted_with" not in row["metadata"]
+    stated = sum(
+        r["token_usage"]["input_tokens"]
+        for (name, _), r in found.items()
+        if name in ("lexpilot.LCA", "lexpilot.LJP_interaction") and "token_usage" in r
+    )
+    saved = sum(r["usage"]["eval"]["prompt_tokens"] for r in a1.values()) + sum(
+        r["usage"]["eval"]["prompt_tokens"] for r in interactions.values() if r.get("usage", {}).get("eval")
+    )
+    assert stated == saved

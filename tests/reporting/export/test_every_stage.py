@@ -337,3 +337,46 @@ def test_a_rejudged_run_names_what_served_each_role(stages_root, tmp_path):
     for path in out.glob("inspect/*/r1-again/*.json"):
         metadata = read_eval_log(str(path), header_only=True).eval.metadata
         assert "not recorded" not in {metadata[f"{role}_served"] for role in ("eval", "user", "judge")}
+
+
+def test_a_run_rejudged_by_another_judge_names_that_judge_alone(stages_root, tmp_path):
+    """r1 re-judged by rejudge.py with another judge: the labels of LCA, DCG and the LJP setups are that judge's, and
+    the aggregate, each metric and each instance name it alone as what served the judge (no swap claimed); the
+    Interaction-Based rounds' in-dialogue judge calls, copied with the dialogue from r1, are stated apart, per
+    instance, as r1's."""
+    import rejudge
+    from lexpilot.scripted.provider import ScriptedProvider
+    from tests.helpers.stages import Harness
+
+    with ScriptedProvider() as provider, pytest.MonkeyPatch.context() as monkeypatch:
+        h = Harness(tmp_path, provider, monkeypatch)
+        argv = ("--model", "model-a", "--limit", str(CASES), "--from-run", "r1", "--run-id", "rj")
+        assert h.run_stage(rejudge.STAGE, *argv, "--judge-model", "other-judge") == 0
+    out = tmp_path / "export"
+    assert export(stages_root, out, "--run-id", "rj") == 0
+    details = aggregate(out)["source_metadata"]["additional_details"]
+    assert "served by" not in details["protocol"]
+    assert "judge other-judge (the paper's: DeepSeek-R1)" in details["protocol"]
+    for result in aggregate(out)["evaluation_results"]:
+        (judge,) = result["metric_config"]["llm_scoring"]["judges"]
+        assert judge["model_info"]["additional_details"]["served_model"] == "other-judge"
+    assert result["generation_config"]["additional_details"]["judge_served"] == "other-judge"
+    dialogue_judge = {
+        case: [c["served"] for c in record["served_calls"] if c["role"] == "judge"]
+        for case, record in jsonl(stages_root, "AwN_gen/interaction.jsonl", "rj").items()
+    }
+    rows = eee_rows(out)
+    assert {r["evaluation_name"] for r in rows} >= {
+        "lexpilot.LCA",
+        "lexpilot.DCG",
+        "lexpilot.LJP_interaction",
+    }
+    for row in rows:
+        assert row["metadata"]["judge"] == {"requested": "other-judge", "served": ["other-judge"]}
+        if row["evaluation_name"] == "lexpilot.LJP_interaction" and dialogue_judge[row["sample_id"]]:
+            assert row["metadata"]["judge_in_labelled_records"] == {
+                "served": sorted(set(dialogue_judge[row["sample_id"]])),
+                "records": "interaction.jsonl",
+                "run": "r1",
+            }
+    assert any(dialogue_judge.values())

@@ -148,27 +148,46 @@ def test_instance_records_whose_aggregate_was_deleted_fail_verify(exported, caps
 def test_runs_exported_apart_are_grouped_by_their_settings_not_their_label(
     grid, tmp_path, monkeypatch, capsys
 ):
-    """Model-a's run r3 judged by another judge, exported alone (labelled plain "model-a", the only run shown), then
-    runs r1 and r2 exported into the same folder (labelled "model-a" too): --verify keeps r3 apart from r1 and r2, as
-    show_results.py does over all three, its rows giving show_results.py's values, each label naming its settings."""
+    """Model-a's run r0 judged by another judge (first by run id: show_results.py labels it plain "model-a" and the
+    paper's runs r1 and r2 by their judge), exported alone, then r1 and r2 into the same folder; and the three
+    exported together, and in the other order: each run carries the same label every time, the paper-protocol runs
+    the plain model name and r0 its judge; --verify keeps r0 apart from r1 and r2, its rows giving show_results.py's
+    values."""
     with ScriptedProvider() as provider:
         h = Harness(grid.parent, provider, monkeypatch)
-        h.run_id = "r3"
+        h.run_id = "r0"
         for stage in MAIN_STAGES:
             assert h.run(stage, "--limit", str(CASES), "--model", "model-a", "--judge-model", "judge-b") == 0
-    out = tmp_path / "export"
-    base = ["--output-root", str(grid), "--format", "eee", "--output", str(out), "--model", "model-a"]
-    capsys.readouterr()
-    assert export_results.main([*base, "--run-id", "r3"]) == 0
-    assert "export_results: 1 run; " in capsys.readouterr().out
-    assert export_results.main([*base, "--run-id", "r1", "r2"]) == 0
+    want = {"r0": "model-a · judge judge-b", "r1": "model-a", "r2": "model-a"}
+    orders = {
+        "apart": (["r0"], ["r1", "r2"]),
+        "reversed": (["r1", "r2"], ["r0"]),
+        "together": (["r0", "r1", "r2"],),
+    }
+    for name, order in orders.items():
+        out = tmp_path / name
+        base = ["--output-root", str(grid), "--format", "eee", "--output", str(out), "--model", "model-a"]
+        for runs in order:
+            assert export_results.main([*base, "--run-id", *runs]) == 0
+        assert labels_stated(out) == want, name
     capsys.readouterr()
     assert show_results.main(["--output-root", str(grid), "--table", "main", "--model", "model-a"]) == 0
     shown = rows_of(capsys.readouterr().out)
-    assert export_results.main(["--verify", str(out)]) == 0
+    assert set(shown) == {"model-a", "model-a · judge DeepSeek-R1"}  # labelled against the first run, r0
+    assert export_results.main(["--verify", str(tmp_path / "apart")]) == 0
     printed = rows_of(capsys.readouterr().out)
     assert len(shown) == 2 and sorted(printed.values()) == sorted(shown.values())
-    assert all(label.startswith("model-a (settings ") for label in printed)
+    assert set(printed) == {"model-a", "model-a · judge judge-b"}
+    assert printed["model-a"] == shown["model-a · judge DeepSeek-R1"]
+
+
+def labels_stated(out) -> dict[str, str]:
+    """Run id -> the group label its aggregate states."""
+    found = {}
+    for path in out.glob("data/lexpilot/*/*/*.json"):
+        details = json.loads(path.read_text(encoding="utf-8"))["source_metadata"]["additional_details"]
+        found[details["lexpilot_run"]] = details["group"]
+    return found
 
 
 def rows_of(text: str) -> dict[str, list[str]]:
