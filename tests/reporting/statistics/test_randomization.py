@@ -137,6 +137,7 @@ def test_drawn_permutations_agree_with_the_exact_p_within_monte_carlo_error(disc
         assert abs(drawn - exact) <= error, (k, drawn, exact)
 
 
+@pytest.mark.slow  # both modules' grids (~10 s)
 def test_the_pairs_tested_on_every_core_have_the_p_values_of_one_by_one(discordant, ten_models):
     """The ranking prepares its pairs' tests in threads (docs/performance.md): each pair's p must be what the same
     test gives alone, in another order, on runs the stage wrote (drawn and enumerated patterns both)."""
