@@ -186,7 +186,7 @@ def chosen_runs(root: Path, args) -> list[Run]:
     for run in runs:
         paths = [kind.path(root, run.run_id, run.folder) for kind in EXPORTED_KINDS]
         refuse_torn(paths)
-        if not any(s.verdicts.path(root, run.run_id, run.folder).is_file() for s in STAGES):
+        if not any(path.is_file() for path in paths):  # records without labels are left out below, named
             raise UsageError(
                 f"run {run.run_id}, model {run.model}: no records of any stage to export; run its stages, or "
                 "leave it out with --run-id / --model"

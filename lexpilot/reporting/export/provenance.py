@@ -172,7 +172,8 @@ def input_deviations(run: Run) -> list[Departure]:
     if release is None:
         found.append(
             Departure(
-                f"dataset not compared with the release ({DEFAULT_DATASET.name} is not in this checkout)"
+                f"dataset not compared with the release ({DEFAULT_DATASET.name} is not in this checkout's "
+                f"{DEFAULT_DATASET.parent.name}/: put the release there to compare)"
             )
         )
     elif manifest.dataset_sha256 != release:

@@ -130,10 +130,12 @@ def test_the_eee_package_missing_below_3_12_says_it_needs_3_12(version, hint, tm
 
 @pytest.mark.slow
 @needs_eee
-def test_a_probes_run_whose_judge_wrote_no_label_is_one_line(grid, tmp_path, capsys, monkeypatch):
-    """A run of the User Model probes alone whose judge was down (the replies saved, no case labelled: only the
-    records of cases outside the probe file written): alone, refused in one line before anything is written; beside
-    runs with labels, left out with a line naming it, the others exported."""
+@pytest.mark.parametrize("limit", [(), ("--limit", "2")], ids=["every case", "probed cases only"])
+def test_a_probes_run_whose_judge_wrote_no_label_is_one_line(grid, tmp_path, capsys, monkeypatch, limit):
+    """A run of the User Model probes alone whose judge was down (the replies saved, no case labelled: with every
+    case, only the records of cases outside the probe file written; with the probed cases only, no label file at
+    all): alone, refused in one line before anything is written; beside runs with labels, left out with a line
+    naming it, the others exported."""
     import user_probes
     from lexpilot.scripted.provider import ScriptedProvider
     from tests.helpers.paths import ROOT
@@ -145,18 +147,18 @@ def test_a_probes_run_whose_judge_wrote_no_label_is_one_line(grid, tmp_path, cap
     monkeypatch.setenv("LEXPILOT_BACKOFF_BASE", "0.001")
     with ScriptedProvider(judge_down) as provider, pytest.MonkeyPatch.context() as patch:
         h = Harness(tmp_path, provider, patch)
-        h.run_id = "probes-only"
+        h.run_id = f"probes-only-{len(limit)}"
         probes = ROOT / "data" / "LexPilot_sample_probes.csv"
-        assert h.run_stage(user_probes.STAGE, "--model", "model-a", "--probes", str(probes)) == 1
+        assert h.run_stage(user_probes.STAGE, "--model", "model-a", "--probes", str(probes), *limit) == 1
     assert h.root == grid
     out = tmp_path / "export"
-    line = one_line(capsys, [*export_argv(grid, out), "--run-id", "probes-only"])
+    line = one_line(capsys, [*export_argv(grid, out), "--run-id", h.run_id])
     assert "has a complete task with labels" in line
     assert not out.exists()
     capsys.readouterr()
     assert export_results.main([*export_argv(grid, out), "--model", "model-a"]) == 0
     err = capsys.readouterr().err
-    assert "run probes-only, model model-a: no stage with labels to export" in err
+    assert f"run {h.run_id}, model model-a: no stage with labels to export" in err
     assert "Traceback" not in err
     assert len(list(out.glob("data/lexpilot/*/*/*.json"))) == 2  # model-a's r1 and r2
 

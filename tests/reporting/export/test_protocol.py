@@ -96,4 +96,5 @@ def test_a_dataset_other_than_the_release_is_a_departure(runs, tmp_path, monkeyp
     assert want in said
     monkeypatch.setattr(provenance, "DEFAULT_DATASET", tmp_path / "absent.json")
     said = protocol(runs, tmp_path / "absent", "paper")["protocol"]
-    assert "dataset not compared with the release (absent.json is not in this checkout)" in said
+    assert "dataset not compared with the release (absent.json is not in this checkout's " in said
+    assert ": put the release there to compare)" in said
