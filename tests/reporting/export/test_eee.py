@@ -202,3 +202,29 @@ def test_an_interaction_instance_says_where_its_first_rounds_tokens_are(grid, tm
         r["usage"]["eval"]["prompt_tokens"] for r in interactions.values() if r.get("usage", {}).get("eval")
     )
     assert stated == saved
+
+
+def test_cached_prompt_and_reasoning_tokens_are_exported_where_the_records_keep_them(tmp_path):
+    """A provider whose every reply reports 100 cached prompt tokens, and 7 reasoning tokens for the evaluated model:
+    each DCG instance's token_usage carries the cached and reasoning tokens of its evaluated-model calls (two
+    forced questions: 200 and 14), as the run's records sum them."""
+    from lexpilot.scripted.provider import ScriptedProvider
+    from tests.helpers.stages import Harness
+
+    def reasoning(kind, prompt, body):
+        return {"reasoning_tokens": 7} if body.get("model") == "model-a" else None
+
+    with ScriptedProvider(reasoning) as provider, pytest.MonkeyPatch.context() as monkeypatch:
+        provider.cache = lambda prompt: {"prompt_tokens_details": {"cached_tokens": 100}}
+        h = Harness(tmp_path, provider, monkeypatch)
+        assert h.run("DCG", "--limit", str(CASES), "--model", "model-a") == 0
+    out = tmp_path / "export"
+    assert export(h.root, out) == 0
+    asked = records(h.root, "Force_ask_gen", "force_ask.jsonl", "model-a", h.run_id)
+    found = {r["sample_id"]: r for r in rows(out) if r["evaluation_name"] == "lexpilot.DCG"}
+    assert set(found) == set(asked) and len(found) == CASES
+    for case, row in found.items():
+        used = asked[case]["usage"]["eval"]
+        assert used["calls"] == 2  # the two forced questions
+        assert row["token_usage"]["input_tokens_cache_read"] == 100 * 2 == used["cached_prompt_tokens"]
+        assert row["token_usage"]["reasoning_tokens"] == 7 * 2 == used["reasoning_tokens"]
