@@ -1,7 +1,6 @@
 """Runs the stage scripts write against the scripted provider playing an abilities file: each run sent to the base
 URL that names it (http://…/<run>/v1), as the try-out in docs/statistics.md does, in memory."""
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from lexpilot.running.stage import stage_main
 from lexpilot.scripted.abilities import Abilities, parse_abilities
 from lexpilot.scripted.playing import playing
 from lexpilot.scripted.provider import ScriptedProvider
+from tests.helpers.runs import case_records
 from tests.helpers.stages import SECRET, STAGES
 
 # two models a set margin apart on every task, with run-to-run noise, and a judge whose confusion differs by label
@@ -99,5 +99,4 @@ def shared_simulation(folder: Path, cases: int, runs, stages) -> Simulated:
 
 def saved(root: Path, kind, run: str, model: str) -> dict[str, dict]:
     """A run's records of one kind (a RecordKind), by case number."""
-    (path,) = (root / kind.top / run).glob(f"{model}-*/{kind.file}")
-    return {r["case_number"]: r for r in map(json.loads, path.read_text(encoding="utf-8").splitlines())}
+    return case_records(root, kind.top, kind.file, model, run)

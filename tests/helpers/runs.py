@@ -1,8 +1,15 @@
 """A run's folders and records, found and edited by hand as a user or a crash leaves them."""
 
 import json
+from pathlib import Path
 
 from lexpilot.benchmark.records import LJP_GOLD
+
+
+def case_records(root: Path, top: str, name: str, model: str, run: str) -> dict[str, dict]:
+    """A run's records of one file (`top`/`run`/`model`-*/`name` under the output root), by case number."""
+    (path,) = (root / top / run).glob(f"{model}-*/{name}")
+    return {r["case_number"]: r for r in map(json.loads, path.read_text(encoding="utf-8").splitlines())}
 
 
 def run_folder(h):

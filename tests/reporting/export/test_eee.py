@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import export_results
+from tests.helpers.runs import case_records as records
 from tests.reporting.export.conftest import CASES, MAIN_STAGES, MODELS, RUNS
 
 pytestmark = pytest.mark.slow
@@ -25,11 +26,6 @@ def rows(out: Path) -> list[dict]:
         for path in sorted(out.glob("data/lexpilot/*/*/*_samples.jsonl"))
         for line in path.read_text(encoding="utf-8").splitlines()
     ]
-
-
-def records(root: Path, top: str, name: str, model: str, run: str) -> dict:
-    (path,) = (root / top / run).glob(f"{model}-*/{name}")
-    return {r["case_number"]: r for r in map(json.loads, path.read_text(encoding="utf-8").splitlines())}
 
 
 def test_every_record_passes_the_packages_own_validation(grid, tmp_path, capsys):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import export_results
+from tests.helpers.runs import case_records
 from tests.reporting.export.conftest import CASES
 
 pytestmark = pytest.mark.slow
@@ -61,8 +62,7 @@ DIAGNOSTICS = {
 
 def jsonl(root: Path, where: str, run: str = "r1") -> dict:
     top, name = where.split("/")
-    (path,) = (root / top / run).glob(f"model-a-*/{name}")
-    return {r["case_number"]: r for r in map(json.loads, path.read_text(encoding="utf-8").splitlines())}
+    return case_records(root, top, name, "model-a", run)
 
 
 def pairs(messages: list[dict]) -> list[tuple[str, str]]:

@@ -1,23 +1,16 @@
 """Inspect logs of runs the stage scripts wrote: inspect_ai's own reader reads every one, and its scores, messages and
 token counts equal the harness's records."""
 
-import json
-from pathlib import Path
-
 import pytest
 
 import export_results
+from tests.helpers.runs import case_records as records
 from tests.reporting.export.conftest import CASES, MAIN_STAGES, MODELS, RUNS
 
 pytestmark = pytest.mark.slow
 pytest.importorskip(
     "inspect_ai", reason="inspect-ai is not installed (pip install -r requirements-optional.txt)"
 )
-
-
-def records(root: Path, top: str, name: str, model: str, run: str) -> dict:
-    (path,) = (root / top / run).glob(f"{model}-*/{name}")
-    return {r["case_number"]: r for r in map(json.loads, path.read_text(encoding="utf-8").splitlines())}
 
 
 def test_read_eval_log_reads_every_log_as_the_records_say(grid, tmp_path):
