@@ -10,6 +10,15 @@ from lexpilot.scripted.provider import ScriptedProvider
 from tests.helpers.stages import SECRET, Harness
 
 
+@pytest.fixture(scope="session", autouse=True)
+def quick_backoff():
+    """Retries after a millisecond, not a second, in module and session fixtures too: they are made before a test's
+    `clean_env`, and a fixture's run whose replies were cut waited out 12 s of backoff."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("LEXPILOT_BACKOFF_BASE", "0.001")
+        yield
+
+
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch, tmp_path_factory):
     for name in list(os.environ):
@@ -43,8 +52,9 @@ def harness(tmp_path, provider, monkeypatch):
 CHROMIUM = os.environ.get("LEXPILOT_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def browser():
+    """Chromium, launched once per worker."""
     if not CHROMIUM:
         if os.environ.get("CI"):
             pytest.fail("no Chromium: .ci/run installs the distribution's chromium for these tests")
@@ -54,6 +64,30 @@ def browser():
         b = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         yield b
         b.close()
+
+
+@pytest.fixture(scope="session")
+def tab(browser):
+    """The worker's one browser tab. A new page starts a renderer process, about a second of CPU; taking a tab to
+    another page costs half that (the viewer's tests opened 80 pages)."""
+    page = browser.new_page()
+    page.errors = []  # the script errors of the page shown since `open_page` gave the tab
+    page.on("pageerror", lambda error: page.errors.append(str(error)))
+    return page
+
+
+@pytest.fixture
+def open_page(tab):
+    """`open_page(width)`: the worker's tab on a blank page of that width, no script error seen yet. Each test starts
+    from a blank page, so that nothing of the page a test before it left (its document, its script) is there."""
+
+    def opened(width: int = 1280, height: int = 900):
+        tab.goto("about:blank")
+        tab.set_viewport_size({"width": width, "height": height})
+        tab.errors.clear()
+        return tab
+
+    return opened
 
 
 @pytest.fixture(scope="session")
@@ -99,8 +133,19 @@ def abilities_grid(tmp_path_factory, worker_id):
 
 
 def pytest_collection_modifyitems(items):
-    """The files that hold slow tests (kills, Redis, grids, a browser) first, each file kept together (its module
-    fixtures are made once): the two workers start the long tests at once and fill the end with the short ones,
-    instead of one worker finishing a long test alone at the end."""
+    """The files that mostly wait first (tests/helpers/scheduling.py: one worker runs them beside the others), then
+    the files that hold slow tests (kills, grids, a browser): the long tests start at once and the short ones fill the
+    end, instead of one worker finishing a long test alone at the end."""
+    from tests.helpers.scheduling import waits
+
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_files)
+    items.sort(key=lambda item: (not waits(item.nodeid), item.path not in slow_files))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadscope` (pytest.ini), the files that mostly wait kept together as one scope."""
+    if config.getoption("dist") == "loadscope":
+        from tests.helpers.scheduling import WaitingApart
+
+        return WaitingApart(config, log)
+    return None

@@ -325,10 +325,8 @@ def test_table_15_pairs_runs_whose_code_differs_and_says_so(tmp_path, provider, 
 
 
 @pytest.mark.slow
-def test_a_table_15_cell_opens_its_own_conditions_runs(tmp_path, provider, monkeypatch, browser):
+def test_a_table_15_cell_opens_its_own_conditions_runs(tmp_path, provider, monkeypatch, open_page):
     """The Delayed Disclosure and Self-Correction cells open their own runs, not the standard ones."""
-    if browser is None:
-        pytest.skip("no Chromium")
     from urllib.parse import parse_qs, urlparse
 
     harness = Harness(
@@ -343,7 +341,7 @@ def test_a_table_15_cell_opens_its_own_conditions_runs(tmp_path, provider, monke
         assert harness.run("LexAwN", "--user-condition", condition) == 0
         assert harness.run("interaction", "--user-condition", condition) == 0
     assert show_results.main(["--output-root", str(harness.root), "--html", str(tmp_path / "site")]) == 0
-    page = browser.new_page()
+    page = open_page()
     page.goto((tmp_path / "site" / "index.html").as_uri())
     table = page.locator("h3:has-text('Non-ideal users (Table 15)') + table")
     headers = table.locator("tr").first.locator("th").all_inner_texts()
@@ -358,7 +356,6 @@ def test_a_table_15_cell_opens_its_own_conditions_runs(tmp_path, provider, monke
         runs = {t.split(" · ")[-1] for t in page.locator("#rows tr td:nth-child(4)").all_inner_texts()}
         assert runs == {run_id}, (column, parse_qs(urlparse(href).fragment))
         page.goto((tmp_path / "site" / "index.html").as_uri())
-    page.close()
 
 
 def test_table_15_pairs_a_run_made_after_a_prompt_file_was_added(tmp_path, provider, monkeypatch, capsys):

@@ -135,13 +135,11 @@ def test_without_corrected_only_the_raw_marks_are_drawn_on_a_scale_of_whole_tent
 
 
 @pytest.mark.slow
-def test_the_overview_shows_the_figure_in_a_browser(ranked_dcg, browser, tmp_path):
+def test_the_overview_shows_the_figure_in_a_browser(ranked_dcg, open_page, tmp_path):
     """In Chromium, at 800 px, the DCG figure is drawn (three rows, seen in a screenshot), the page does not scroll
     sideways, and nothing on the page fails."""
     site, _, _ = ranked_dcg
-    page = browser.new_page(viewport={"width": 800, "height": 900})
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
+    page = open_page(800)
     page.goto((site / "index.html").as_uri())
     figure = page.locator("svg#ranking-DCG")
     assert figure.is_visible() and figure.locator("g.mark").count() == 3
@@ -155,5 +153,4 @@ def test_the_overview_shows_the_figure_in_a_browser(ranked_dcg, browser, tmp_pat
 
     grey = imread(shot)[..., :3].mean(axis=2) * 255
     assert grey.min() < 100 < grey.max()  # drawn, not blank
-    assert not errors
-    page.close()
+    assert not page.errors

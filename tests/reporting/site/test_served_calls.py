@@ -46,8 +46,8 @@ def test_each_exact_call_says_what_served_its_records_calls(harness, tmp_path):
 
 
 @pytest.mark.slow  # a browser
-def test_the_exact_call_box_says_what_served_it_in_a_browser(harness, tmp_path, browser):
-    page = browser.new_page()
+def test_the_exact_call_box_says_what_served_it_in_a_browser(harness, tmp_path, open_page):
+    page = open_page()
     page.goto((switched_site(harness, tmp_path) / "case" / "0.html").as_uri())
     page.locator('button.call[data-r="judge"][data-k="DCG"]').first.click()
     said = page.locator(".callbox p").first.inner_text()

@@ -57,10 +57,8 @@ def test_the_site_is_self_contained_and_escapes_everything(site):
 
 
 @pytest.mark.slow
-def test_the_site_in_a_real_browser(site, browser, tmp_path):
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
+def test_the_site_in_a_real_browser(site, open_page, tmp_path):
+    page = open_page(1280)
     page.goto((site / "index.html").as_uri())
     assert "Main results" in page.inner_text("body")
     # follow a table cell of model-b to the cases behind it
@@ -96,15 +94,15 @@ def test_the_site_in_a_real_browser(site, browser, tmp_path):
 
     grey = imread(shot)[..., :3].mean(axis=2) * 255  # a PNG's channels as 0..1
     assert grey.min() < 100 < grey.max()  # not blank
-    assert not errors
+    assert not page.errors
 
 
 @pytest.mark.slow
-def test_every_message_is_its_own_bidi_isolate(site, browser):
+def test_every_message_is_its_own_bidi_isolate(site, open_page):
     """ "An unclosed right-to-left override in a reply reorders the rest of its block. Isolate each
     message". Each message's text is an isolate with its direction from its own text; the role label before it
     stays where it is, left of the text, in a message holding the override."""
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page = open_page(1280)
     page.goto((site / "case" / "0.html").as_uri())
     texts = page.locator(".msg .text")
     assert texts.count() > 0
@@ -115,7 +113,6 @@ def test_every_message_is_its_own_bidi_isolate(site, browser):
     overridden = page.locator(".msg:has(.text:text-matches('反向'))").first
     label, text = overridden.locator("b").first.bounding_box(), overridden.locator(".text").bounding_box()
     assert label["x"] <= text["x"] + 1
-    page.close()
 
 
 def partial_script(failing: dict):
@@ -170,13 +167,13 @@ def case_list_rows(page) -> dict:
 
 
 @pytest.mark.slow
-def test_a_partial_run_tags_only_the_cases_that_failed(partial, browser):
+def test_a_partial_run_tags_only_the_cases_that_failed(partial, open_page):
     """ "The viewer tags every row 'unresolved or failed', including cases that did not fail". A case
     is tagged only when a stage that ran for its run failed it; a stage not run for a run says "not run"; the case
     list has no column of a stage no run shown ran."""
     from lexpilot.reporting.site.case_list import NOT_RUN, UNRESOLVED
 
-    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page = open_page(1400)
     page.goto((partial / "cases.html").as_uri())
     keys = page.locator("#cases th").evaluate_all("ths => ths.map(th => th.dataset.key)")
     # DCG stays: model-b ran it (and failed every case); no run ran Interaction-Based LJP, Table 4, plain or audit
@@ -210,4 +207,3 @@ def test_a_partial_run_tags_only_the_cases_that_failed(partial, browser):
     assert (
         page.locator("#rows td.unrun").first.get_attribute("title") == "this stage was not run for this run"
     )
-    page.close()

@@ -112,16 +112,11 @@ def built(tmp_path_factory):
 
 
 @pytest.fixture
-def page(browser):
-    if browser is None:
-        pytest.skip("no Chromium")
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
-    page.errors = []
-    page.on("pageerror", lambda e: page.errors.append(str(e)))
+def page(open_page):
+    page = open_page(1280)
     yield page
     assert not page.errors
     assert page.evaluate("window.__pwned") is None  # no hostile markup ran anywhere
-    page.close()
 
 
 def test_a_case_page_shows_every_stage(built, page):
@@ -223,11 +218,9 @@ def test_every_filter_change_is_written_to_the_address(built, page):
     assert set(page.locator("#rows tr td:first-child").all_inner_texts()) == {first, "（2099）示例民初10号"}
 
 
-def test_the_case_list_is_usable_at_800_pixels_and_labels_outcomes_in_words(built, browser):
-    if browser is None:
-        pytest.skip("no Chromium")
+def test_the_case_list_is_usable_at_800_pixels_and_labels_outcomes_in_words(built, open_page):
     _, site = built
-    page = browser.new_page(viewport={"width": 800, "height": 900})
+    page = open_page(800)
     page.goto((site / "cases.html").as_uri())
     assert page.evaluate("document.documentElement.scrollWidth") <= 800  # the table scrolls, not the page
     outcome = page.locator("th[data-key='tags']").bounding_box()  # the outcome is seen without scrolling
@@ -261,7 +254,6 @@ def test_the_case_list_is_usable_at_800_pixels_and_labels_outcomes_in_words(buil
     page.click("th[data-key='case']")  # again: the other way
     listed = [number(n) for n in page.locator("#rows tr td:first-child").all_inner_texts()]
     assert listed == sorted(listed, reverse=True)
-    page.close()
 
 
 # per overview table cell: how many lines its text takes (a cell's text wrapped has rects at two heights)
@@ -271,16 +263,14 @@ CELL_LINES = """() => [...document.querySelectorAll('table td, table th')].map(c
 })"""
 
 
-def test_the_overview_reads_at_1400_pixels(built, browser):
+def test_the_overview_reads_at_1400_pixels(built, open_page):
     """ "The overview's cells are all underlined links and wrap at 1,400 px". At 1,400 px every cell
     of every table (Figure 4 (a)'s eight columns the widest) is on one line, no table scrolls, and a link is its
     colour, not an underline; a cell that measured nothing (n/a) links nowhere. At 800 px a wide table scrolls in
     its own box, its cells still on one line, and the page does not."""
-    if browser is None:
-        pytest.skip("no Chromium")
     _, site = built
     for width in (1400, 800):
-        page = browser.new_page(viewport={"width": width, "height": 900})
+        page = open_page(width)
         page.goto((site / "index.html").as_uri())
         cells = page.evaluate(CELL_LINES)
         assert len(cells) > 500 and [text for text, lines in cells if lines > 1] == [], width
@@ -297,7 +287,6 @@ def test_the_overview_reads_at_1400_pixels(built, browser):
             "tds => tds.filter(td => td.textContent === 'n/a').map(td => td.querySelectorAll('a').length)"
         )
         assert unmeasured and set(unmeasured) == {0}
-        page.close()
 
 
 def records(root, top, name, run="r1", model="model-a") -> dict:
@@ -811,13 +800,11 @@ def test_a_case_is_wrong_on_the_audit_only_when_a_reply_of_it_was_flagged(built)
     assert any("clean" in r["audit"] and "flagged" not in r["audit"] for r in mine)
 
 
-def test_the_case_list_at_1400_pixels_shows_rows_and_every_column(built, browser):
+def test_the_case_list_at_1400_pixels_shows_rows_and_every_column(built, open_page):
     """ "The case list at 1,400 px shows more than 3.5 rows: Outcome tags wrap less, and Plain type
     and Audit are in view"."""
-    if browser is None:
-        pytest.skip("no Chromium")
     _, site = built
-    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page = open_page(1400)
     page.goto((site / "cases.html").as_uri())
     rows = page.locator("#rows tr").all()
     bottoms = [r.bounding_box()["y"] + r.bounding_box()["height"] for r in rows[:10]]
@@ -827,7 +814,6 @@ def test_the_case_list_at_1400_pixels_shows_rows_and_every_column(built, browser
         assert box["x"] + box["width"] <= 1400, header  # in view without scrolling
     tags = page.locator("#rows tr:first-child span.tag:not(.bad)").all()
     assert all(t.bounding_box()["height"] < 24 for t in tags)  # each outcome on one line
-    page.close()
 
 
 def test_figure_4_b_average_row_opens_the_runs_it_averages(built, page):

@@ -1,0 +1,26 @@
+"""The suite's spread over its workers (tests/helpers/scheduling.py, pytest.ini): the files named as mostly waiting
+are test files of the suite, they make one unit of work, and every other file is a unit of its own."""
+
+import configparser
+
+from tests.helpers.paths import ROOT
+from tests.helpers.scheduling import WAITING, WAITING_UNIT, unit
+
+
+def test_every_file_named_as_waiting_is_a_test_file_of_the_suite():
+    for path in WAITING:
+        assert (ROOT / path).is_file() and "\ndef test_" in (ROOT / path).read_text(encoding="utf-8"), path
+
+
+def test_the_waiting_files_are_one_unit_and_every_other_file_its_own():
+    waiting = sorted(WAITING)
+    assert {unit(f"{path}::test_x[a-b]") for path in waiting} == {WAITING_UNIT}
+    assert unit("tests/test_layout.py::test_x") == "tests/test_layout.py"
+    assert unit("tests/test_layout.py::test_y[1]") == unit("tests/test_layout.py::test_x")
+
+
+def test_the_suite_runs_by_unit():
+    ini = configparser.ConfigParser()
+    ini.read(ROOT / "pytest.ini")
+    options = ini["pytest"]["addopts"].split()
+    assert "--dist" in options and options[options.index("--dist") + 1] == "loadscope"
