@@ -142,6 +142,22 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: (not waits(item.nodeid), item.path not in slow_files))
 
 
+def pytest_configure(config):
+    """The controller of several workers rewrites the test files' asserts once for all of them
+    (tests/helpers/rewrite_ahead.py)."""
+    workers = getattr(config.option, "numprocesses", None)
+    controller = not hasattr(config, "workerinput")
+    if (
+        controller
+        and isinstance(workers, int)
+        and workers > 1
+        and config.getoption("assertmode") == "rewrite"
+    ):
+        from tests.helpers.rewrite_ahead import rewrite_ahead
+
+        rewrite_ahead(config, config.rootpath / "tests")
+
+
 def pytest_xdist_make_scheduler(config, log):
     """`--dist loadscope` (pytest.ini), the files that mostly wait kept together as one scope."""
     if config.getoption("dist") == "loadscope":
