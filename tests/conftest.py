@@ -143,10 +143,14 @@ def pytest_collection_modifyitems(items):
 
 
 def pytest_configure(config):
-    """The controller of several workers rewrites the test files' asserts once for all of them
-    (tests/helpers/rewrite_ahead.py)."""
-    workers = getattr(config.option, "numprocesses", None)
+    """Temporary files in memory; the controller of several workers rewrites the test files' asserts once for all
+    of them (tests/helpers/rewrite_ahead.py)."""
     controller = not hasattr(config, "workerinput")
+    if controller and not config.option.basetemp:
+        from tests.helpers.temporary import in_memory_temporary_files
+
+        in_memory_temporary_files(os.environ)
+    workers = getattr(config.option, "numprocesses", None)
     if (
         controller
         and isinstance(workers, int)
