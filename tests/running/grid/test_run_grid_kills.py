@@ -159,7 +159,9 @@ def test_a_first_ctrl_c_drains_the_grid_and_a_second_leaves_at_once(tmp_path, wa
         # handled, and calls answered meanwhile start others; whenever it is handled, at most a call per chain and
         # case is in flight
         said = process.folder / "stderr"
-        while "no new call starts" not in said.read_text(encoding="utf-8") and time.monotonic() < deadline + 30:
+        while (
+            "no new call starts" not in said.read_text(encoding="utf-8") and time.monotonic() < deadline + 30
+        ):
             time.sleep(0.01)
         at_signal = sum(provider.processed.values())
         _, err = process.communicate(timeout=60)
