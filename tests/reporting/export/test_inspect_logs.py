@@ -4,13 +4,11 @@ token counts equal the harness's records."""
 import pytest
 
 import export_results
+from tests.helpers.optional import INSPECT, needs
 from tests.helpers.runs import case_records as records
 from tests.reporting.export.conftest import CASES, MAIN_STAGES, MODELS, RUNS
 
-pytestmark = pytest.mark.slow
-pytest.importorskip(
-    "inspect_ai", reason="inspect-ai is not installed (pip install -r requirements-optional.txt)"
-)
+pytestmark = [pytest.mark.slow, needs("inspect_ai", INSPECT)]
 
 
 def test_read_eval_log_reads_every_log_as_the_records_say(grid, tmp_path):

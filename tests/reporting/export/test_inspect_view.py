@@ -16,11 +16,9 @@ from pathlib import Path
 import pytest
 
 import export_results
+from tests.helpers.optional import INSPECT, needs
 
-pytestmark = pytest.mark.slow
-pytest.importorskip(
-    "inspect_ai", reason="inspect-ai is not installed (pip install -r requirements-optional.txt)"
-)
+pytestmark = [pytest.mark.slow, needs("inspect_ai", INSPECT)]
 
 SCREENSHOT = Path(__file__).resolve().parents[3] / "docs" / "inspect-view.png"
 # docs/'s picture is made again on purpose only; read before the tests' clean environment drops LEXPILOT_*
