@@ -52,9 +52,10 @@ def harness(tmp_path, provider, monkeypatch):
 CHROMIUM = os.environ.get("LEXPILOT_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
-    """Chromium, launched once per worker."""
+    """Chromium, for one test file: Playwright's running event loop and threads end with it, so the tests after it
+    on the worker (asyncio.run, a fork) find none."""
     if not CHROMIUM:
         if os.environ.get("CI"):
             pytest.fail("no Chromium: .ci/run installs the distribution's chromium for these tests")
@@ -66,9 +67,9 @@ def browser():
         b.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def tab(browser):
-    """The worker's one browser tab. A new page starts a renderer process, about a second of CPU; taking a tab to
+    """One browser tab for a test file. A new page starts a renderer process, about a second of CPU; taking a tab to
     another page costs half that (the viewer's tests opened 80 pages)."""
     page = browser.new_page()
     page.errors = []  # the script errors of the page shown since `open_page` gave the tab
@@ -78,8 +79,10 @@ def tab(browser):
 
 @pytest.fixture
 def open_page(tab):
-    """`open_page(width)`: the worker's tab on a blank page of that width, no script error seen yet. Each test starts
-    from a blank page, so that nothing of the page a test before it left (its document, its script) is there."""
+    """`open_page(width)`: the file's tab on a blank page of that width, no script error seen yet. Each test starts
+    from a blank page, so that nothing of the page a test before it left (its document, its script) is there. The
+    tab's browser context stays (cookies, storage, cache, history): the viewer keeps nothing in them, only the
+    address (`history.replaceState`), which a new page's load sets anew."""
 
     def opened(width: int = 1280, height: int = 900):
         tab.goto("about:blank")
@@ -162,6 +165,7 @@ def pytest_configure(config):
         rewrite_ahead(config, config.rootpath / "tests")
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: `-p no:xdist` runs without it
 def pytest_xdist_make_scheduler(config, log):
     """`--dist loadscope` (pytest.ini), the files that mostly wait kept together as one scope."""
     if config.getoption("dist") == "loadscope":

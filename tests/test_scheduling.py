@@ -3,8 +3,10 @@ are test files of the suite, they make one unit of work, and every other file is
 
 import configparser
 
+from xdist.scheduler.loadscope import LoadScopeScheduling
+
 from tests.helpers.paths import ROOT
-from tests.helpers.scheduling import WAITING, WAITING_UNIT, unit
+from tests.helpers.scheduling import WAITING, WAITING_UNIT, WaitingApart, unit
 
 
 def test_every_file_named_as_waiting_is_a_test_file_of_the_suite():
@@ -24,3 +26,12 @@ def test_the_suite_runs_by_unit():
     ini.read(ROOT / "pytest.ini")
     options = ini["pytest"]["addopts"].split()
     assert "--dist" in options and options[options.index("--dist") + 1] == "loadscope"
+
+
+def test_the_scheduler_gives_xdist_the_units():
+    """pytest-xdist asks `_split_scope` for a test's unit: the scheduler answers with `unit` (were xdist to ask
+    otherwise, the waiting files would spread over every worker again)."""
+    assert "_split_scope" in vars(LoadScopeScheduling)
+    waiting = sorted(WAITING)[0]
+    assert WaitingApart._split_scope(None, f"{waiting}::test_x") == WAITING_UNIT  # type: ignore[arg-type]
+    assert WaitingApart._split_scope(None, "tests/test_layout.py::test_x") == "tests/test_layout.py"  # type: ignore[arg-type]

@@ -5,13 +5,13 @@ thirds of a collection: 7 s of CPU per worker on this machine. pytest keeps what
 (`__pycache__`) unless bytecode is not to be written: this machine's environment and CI's set
 PYTHONDONTWRITEBYTECODE, so every worker rewrote every file. Here the controller rewrites them first, in two
 processes, and writes them where pytest looks (with the source's time and size, as pytest checks them); the workers
-read them. The rewriting is pytest's own (private functions): if they are not as expected (another pytest), nothing
-is written and each worker rewrites as before."""
+read them. They are written into the source tree's `__pycache__` folders, as pytest writes them where bytecode may
+be written, and read by later runs too while their source is unchanged. The rewriting is pytest's own (private
+functions): if they are not as expected (another pytest), or a file cannot be rewritten, nothing is written for it
+and each worker rewrites it as before."""
 
 import os
 from pathlib import Path
-
-PROCESSES = 2  # the machine's cores
 
 
 def rewrite_ahead(config, folder: Path) -> None:
@@ -25,18 +25,22 @@ def rewrite_ahead(config, folder: Path) -> None:
     def rewrite(share: list[Path]) -> None:
         for path in share:
             pyc = get_cache_dir(path) / (path.name[:-3] + PYC_TAIL)
-            if _read_pyc(path, pyc) is not None:
-                continue  # written by an earlier run, and its source unchanged since
-            source_stat, code = _rewrite_test(path, config)
-            pyc.parent.mkdir(exist_ok=True)
-            _write_pyc(Quiet(), code, source_stat, pyc)
+            try:
+                if _read_pyc(path, pyc) is not None:
+                    continue  # written by an earlier run, and its source unchanged since
+                source_stat, code = _rewrite_test(path, config)
+                pyc.parent.mkdir(parents=True, exist_ok=True)
+                _write_pyc(Quiet(), code, source_stat, pyc)
+            except Exception:  # noqa: BLE001 - the worker rewrites it, and reports what it finds wrong
+                continue
 
+    processes = len(os.sched_getaffinity(0))  # the cores this process may use
     children = []
-    for n in range(PROCESSES):
+    for n in range(processes):
         pid = os.fork()
         if pid == 0:  # a child: its share, then out at once (no atexit, no pytest teardown of the parent's)
             try:
-                rewrite(files[n::PROCESSES])
+                rewrite(files[n::processes])
             finally:
                 os._exit(0)
         children.append(pid)

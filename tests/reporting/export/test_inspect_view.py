@@ -69,7 +69,7 @@ def viewer(tmp_path):
     server.stderr.close()
 
 
-def test_inspect_view_renders_an_exported_sample(grid, viewer, browser, tmp_path):
+def test_inspect_view_renders_an_exported_sample(grid, viewer, open_page, tmp_path):
     """The viewer lists the five logs of one model and run, opens the Interaction-Based one, and shows a case's
     consultation: its first dataset turn and the User Model's reply, as the harness's records hold them; its
     Transcript tab shows the judge's score."""
@@ -93,7 +93,7 @@ def test_inspect_view_renders_an_exported_sample(grid, viewer, browser, tmp_path
     )
     history = first["continued_history"]
 
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page = open_page(1280)
     page.goto(base)
     for stage in ("LCA", "DCG", "LJP_direct", "LJP_gold", "LJP_interaction"):
         page.get_by_text(f"lexpilot/{stage}", exact=True).first.wait_for(timeout=30_000)

@@ -160,7 +160,8 @@ def test_a_first_ctrl_c_drains_the_grid_and_a_second_leaves_at_once(tmp_path, wa
         # case is in flight
         said = process.folder / "stderr"
         while (
-            "no new call starts" not in said.read_text(encoding="utf-8") and time.monotonic() < deadline + 30
+            "no new call starts" not in said.read_text(encoding="utf-8", errors="replace")
+            and time.monotonic() < deadline + 30
         ):
             time.sleep(0.01)
         at_signal = sum(provider.processed.values())
