@@ -34,7 +34,10 @@ def rewrite_ahead(config, folder: Path) -> None:
             except Exception:  # noqa: BLE001 - the worker rewrites it, and reports what it finds wrong
                 continue
 
-    processes = len(os.sched_getaffinity(0))  # the cores this process may use
+    if not hasattr(os, "fork"):
+        return  # Windows: each worker rewrites as before
+    # the cores this process may use (macOS has no affinity call: its cores)
+    processes = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     children = []
     for n in range(processes):
         pid = os.fork()
