@@ -1,9 +1,7 @@
 """The test files' asserts rewritten ahead of the workers (tests/helpers/rewrite_ahead.py): what is written is what
 pytest reads back for the file, with pytest's messages; a file changed since is rewritten by pytest again."""
 
-from _pytest.assertion.rewrite import PYC_TAIL, _read_pyc, get_cache_dir
-
-from tests.helpers.rewrite_ahead import rewrite_ahead
+from tests.helpers.rewrite_ahead import read_back, rewrite_ahead
 
 
 def test_a_rewritten_file_is_read_back_by_pytest_with_its_assert_messages(tmp_path, pytestconfig):
@@ -11,8 +9,7 @@ def test_a_rewritten_file_is_read_back_by_pytest_with_its_assert_messages(tmp_pa
     test_file = tmp_path / "sub" / "test_sample.py"
     test_file.write_text("def test_it():\n    a, b = 1, 2\n    assert a == b\n", encoding="utf-8")
     rewrite_ahead(pytestconfig, tmp_path)
-    pyc = get_cache_dir(test_file) / ("test_sample" + PYC_TAIL)
-    code = _read_pyc(test_file, pyc)
+    code = read_back(test_file)
     assert code is not None
     namespace: dict = {}
     exec(code, namespace)
@@ -23,4 +20,4 @@ def test_a_rewritten_file_is_read_back_by_pytest_with_its_assert_messages(tmp_pa
     else:
         raise AssertionError("the rewritten test passed")
     test_file.write_text("def test_it():\n    assert 1\n", encoding="utf-8")
-    assert _read_pyc(test_file, pyc) is None  # changed since: pytest rewrites it again
+    assert read_back(test_file) is None  # changed since: pytest rewrites it again

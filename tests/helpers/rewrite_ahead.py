@@ -12,25 +12,48 @@ and each worker rewrites it as before."""
 
 import os
 from pathlib import Path
+from types import CodeType, ModuleType
+
+NEEDED = ("PYC_TAIL", "_read_pyc", "_rewrite_test", "_write_pyc", "get_cache_dir")
+
+
+def pytests_rewriting() -> ModuleType | None:
+    """pytest's assert rewriting (its `_pytest` package, which the pytest requirement installs), or None where this
+    pytest has not the functions used here."""
+    try:
+        from _pytest.assertion import rewrite
+    except ImportError:
+        return None
+    return rewrite if all(hasattr(rewrite, name) for name in NEEDED) else None
+
+
+def pyc_of(rewriting: ModuleType, path: Path) -> Path:
+    """Where pytest keeps the rewritten code of the test file `path`."""
+    return rewriting.get_cache_dir(path) / (path.name[:-3] + rewriting.PYC_TAIL)
+
+
+def read_back(path: Path) -> CodeType | None:
+    """The rewritten code pytest reads for `path`: None where none was written or its source changed since."""
+    rewriting = pytests_rewriting()
+    return rewriting._read_pyc(path, pyc_of(rewriting, path)) if rewriting else None
 
 
 def rewrite_ahead(config, folder: Path) -> None:
     """Every test file and conftest under `folder`, rewritten and written for the workers to read."""
-    try:
-        from _pytest.assertion.rewrite import PYC_TAIL, _read_pyc, _rewrite_test, _write_pyc, get_cache_dir
-    except ImportError:
+    rewriting = pytests_rewriting()
+    if rewriting is None:
         return
     files = sorted(folder.rglob("test_*.py")) + sorted(folder.rglob("conftest.py"))
 
     def rewrite(share: list[Path]) -> None:
         for path in share:
-            pyc = get_cache_dir(path) / (path.name[:-3] + PYC_TAIL)
+            pyc = pyc_of(rewriting, path)
             try:
-                if _read_pyc(path, pyc) is not None:
+                if rewriting._read_pyc(path, pyc) is not None:
                     continue  # written by an earlier run, and its source unchanged since
-                source_stat, code = _rewrite_test(path, config)
+                source_stat, code = rewriting._rewrite_test(path, config)
                 pyc.parent.mkdir(parents=True, exist_ok=True)
-                _write_pyc(Quiet(), code, source_stat, pyc)
+                rewriting._write_pyc(Quiet(), code, source_stat, pyc)
             except Exception:  # noqa: BLE001 - the worker rewrites it, and reports what it finds wrong
                 continue
 
