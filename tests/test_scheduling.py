@@ -33,5 +33,5 @@ def test_the_scheduler_gives_xdist_the_units():
     otherwise, the waiting files would spread over every worker again)."""
     assert "_split_scope" in vars(LoadScopeScheduling)
     waiting = sorted(WAITING)[0]
-    assert WaitingApart._split_scope(None, f"{waiting}::test_x") == WAITING_UNIT  # type: ignore[arg-type]
-    assert WaitingApart._split_scope(None, "tests/test_layout.py::test_x") == "tests/test_layout.py"  # type: ignore[arg-type]
+    assert WaitingApart._split_scope(None, f"{waiting}::test_x") == WAITING_UNIT
+    assert WaitingApart._split_scope(None, "tests/test_layout.py::test_x") == "tests/test_layout.py"

@@ -3,8 +3,8 @@
 Each worker collects every test file, and pytest's rewriting of their asserts (for its failure messages) is two
 thirds of a collection: 7 s of CPU per worker on this machine. pytest keeps what it rewrote beside each file
 (`__pycache__`) unless bytecode is not to be written: this machine's environment and CI's set
-PYTHONDONTWRITEBYTECODE, so every worker rewrote every file. Here the controller rewrites them first, in two
-processes, and writes them where pytest looks (with the source's time and size, as pytest checks them); the workers
+PYTHONDONTWRITEBYTECODE, so every worker rewrote every file. Here the controller rewrites them first, a process per
+core, and writes them where pytest looks (with the source's time and size, as pytest checks them); the workers
 read them. They are written into the source tree's `__pycache__` folders, as pytest writes them where bytecode may
 be written, and read by later runs too while their source is unchanged. The rewriting is pytest's own (private
 functions): if they are not as expected (another pytest), or a file cannot be rewritten, nothing is written for it
