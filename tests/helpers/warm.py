@@ -53,7 +53,7 @@ def top_level_imports(script: Path) -> list[str]:
 
 def preload() -> None:
     """The SDK (most of a start's second; the harness imports it where it first calls a model) and its transport,
-    each script's top-level imports, the digests of the code a stage runs, which a manifest records (~0.7 s: the
+    each script's top-level imports, the digests of the code a stage runs, which a manifest records (~0.1 s: the
     import graph is read from every file; cached by each file's time and size, so a file changed later is read
     again), and the TLS context."""
     import openai  # noqa: F401

@@ -2,6 +2,7 @@
 can run, reporting aside; a change to any of them stops a rerun on a run started before, until
 --allow-code-change. A fix to a table never does."""
 
+import ast
 import importlib
 import inspect
 import json
@@ -74,6 +75,69 @@ def test_a_stage_s_code_is_its_script_its_protocols_and_the_runner_and_never_rep
         protocol |= {source_file(stage.prepare)} if stage.prepare else set()
         assert {script} | protocol | RUN_BY_EVERY_STAGE <= files
         assert not [f for f in files if f.startswith("lexpilot/reporting/")]
+
+
+def import_nodes(tree) -> list[tuple[int, str]]:
+    """Each import statement of a parsed file, at its line, as the parser gives it."""
+    return sorted(
+        (n.lineno, ast.dump(n)) for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+    )
+
+
+def test_the_imports_read_from_the_import_lines_are_the_whole_files_imports():
+    """Only the lines that begin an import are parsed: for every file of the project (scripts, package, tests,
+    benchmarks) they give the imports, at their lines, that parsing the whole file gives; a string that looks like
+    an import counts too (a file is guarded more, never less)."""
+    files = [*ROOT.glob("*.py"), *(ROOT / "lexpilot").rglob("*.py"), *(ROOT / "tests").rglob("*.py")]
+    files += [*(ROOT / "bench").rglob("*.py")]
+    for path in files:
+        source = path.read_bytes()
+        whole, lines = import_nodes(ast.parse(source)), import_nodes(code.import_statements(source))
+        assert set(whole) <= set(lines), path
+        if not path.is_relative_to(ROOT / "tests"):  # the tests hold scripts for child processes in strings
+            assert lines == whole, path
+
+
+# Each import begins its line, as ruff format writes them: read from those lines alone
+IMPORTS_ON_THEIR_LINES = b"""\
+\"\"\"A module.\"\"\"
+
+import os, sys as system
+from . import sibling
+from ..parent import (first,  # a comment
+    second)
+import re; import ast
+def late():
+    from lexpilot.paths import (
+        PROJECT_ROOT,
+    )
+\"\"\"
+from a_string import looks_like_one
+\"\"\"
+"""
+# What a line alone cannot be sure of: the file is parsed whole
+IMPORTS_A_LINE_CANNOT_TELL = [
+    b"if os: import json\n",
+    b"try: import csv\nexcept ImportError: pass\n",
+    b"from math import \\\n    floor\n",
+    b"from ..parent import (first,  # a comment with ) in it\n    second)\n",
+    b"from .. parent import first\n",  # dots apart from the name
+    b'"""A docstring that says import."""\nimport os\n',
+]
+
+
+def test_an_import_in_any_shape_is_read_at_its_line():
+    """Imports on their own lines are read at their lines from those lines, a string that looks like an import
+    counting as one; an import after `if x:`, a continuation by backslash, a comment with a parenthesis or the word
+    in a docstring make the whole file parsed."""
+    found = import_nodes(code.import_statements(IMPORTS_ON_THEIR_LINES))
+    assert found[:-1] == import_nodes(ast.parse(IMPORTS_ON_THEIR_LINES))
+    assert [line for line, _ in found] == [3, 4, 5, 7, 7, 9, 13]
+    assert "looks_like_one" in found[-1][1]
+    for source in IMPORTS_A_LINE_CANNOT_TELL:
+        whole = import_nodes(ast.parse(source))
+        assert import_nodes(code.import_statements(source)) == whole
+        assert whole, source
 
 
 @pytest.mark.slow
