@@ -82,6 +82,18 @@ def test_the_reports_benchmark_times_a_report_and_its_repeat():
     )
 
 
+def test_the_forking_benchmark_times_a_report_both_ways_at_each_size():
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.forking", "--sizes", "8,40"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = [line.split() for line in result.stdout.splitlines()[1:]]
+    assert [row[0] for row in rows] == ["8", "40"] and all(len(row) == 9 for row in rows), result.stdout
+
+
 def test_the_offpeak_benchmark_holds_without_spending_cpu():
     """`python -m bench.offpeak`: a process holding its judge calls for off-peak sleeps: under a tenth of a core over
     the hold (it reads about none; a machine's noise stays far below this bound)."""

@@ -115,11 +115,17 @@ def score_runs(
     work = partial(score_chain, root=root, keep_outcomes=keep_outcomes, render=render)
     scored_runs: dict[int, Run] = {}  # place -> the run scored: the chains hold every place once
     with collector_paused():  # what comes back holds no cycles, and is kept to the report's end
-        for chain in fork_map(work, chains, processes or workers(len(chains))):
+        for chain in fork_map(work, chains, processes or workers(len(chains), cases_in(runs))):
             for place, run in chain:
                 scored_runs[place] = run
     gc.freeze()  # the cycle collector need not walk them again
     return [scored_runs[place] for place in range(len(runs))]
+
+
+def cases_in(runs: list[Run]) -> int | None:
+    """The cases the runs hold in all, as their manifests select them (None: a manifest does not say)."""
+    counts = [len(r.manifest.selected_cases) if r.manifest.selected_cases is not None else None for r in runs]
+    return None if None in counts else sum(c for c in counts if c is not None)
 
 
 def rejudge_chains(runs: list[Run]) -> list[list[tuple[int, Run]]]:

@@ -329,7 +329,9 @@ def write_site(
             body = case_page(n, cases.get(n), [rr for rr in loaded if n in pages_of(rr).rows])
             (folder / "case" / f"{pages[n]}.html").write_text(page(n, body, up="../"), encoding="utf-8")
 
-        fork_map(write_case, list(pages), processes or workers(len(pages)))
+        # a case page holds a fragment of each run that has the case: as many as the scoring made
+        fragments = sum(len(pages_of(rr).rows) for rr in loaded)
+        fork_map(write_case, list(pages), processes or workers(len(pages), fragments))
     except OSError as e:
         raise HarnessError(f"--html {folder}: cannot write the site there ({e.strerror or e})") from None
     return len(pages)

@@ -10,8 +10,10 @@ import time
 import pytest
 
 from lexpilot.errors import HarnessError
-from lexpilot.reporting.scoring.parallel import fork_map, workers
+from lexpilot.reporting.scoring import results
+from lexpilot.reporting.scoring.parallel import FORKED_FROM_CASES, fork_map, workers
 from tests.helpers.paths import ROOT
+from tests.helpers.saved_runs import CASES, make_run
 
 
 @pytest.mark.slow
@@ -81,6 +83,30 @@ def test_a_child_that_dies_is_one_line():
 
 def test_workers_never_exceed_the_items_or_the_cores():
     assert workers(1) == 1 and workers(0) == 1 and workers(10**6) == (os.cpu_count() or 1)
+
+
+def test_workers_start_only_from_forked_from_cases():
+    cores = os.cpu_count() or 1
+    assert workers(10, FORKED_FROM_CASES - 1) == 1
+    assert workers(10, FORKED_FROM_CASES) == workers(10, None) == min(10, cores)
+
+
+def test_a_report_of_few_cases_is_scored_in_this_process_and_of_many_on_every_core(tmp_path, monkeypatch):
+    """A report's workers start only where they pay (bench/forking.py): the runs' cases, as their manifests select
+    them, counted in all."""
+    asked, real = [], results.fork_map
+    monkeypatch.setattr(
+        results, "fork_map", lambda fn, items, processes: asked.append(processes) or real(fn, items, 1)
+    )
+    lca = {n: ("complete", "underspecified") for n in CASES}
+    for model in ("a", "b"):
+        make_run(tmp_path, "r1", model, lca=lca)
+    assert [r.model for r in results.load_runs(tmp_path, None, None)] == ["a", "b"] and asked == [1]
+    many = [
+        f"X{i}" for i in range(FORKED_FROM_CASES - 2 * len(CASES))
+    ]  # with the two runs', as many as it takes
+    make_run(tmp_path, "r1", "c", lca=lca, selected_cases=many)
+    assert len(results.load_runs(tmp_path, None, None)) == 3 and asked[1:] == [min(3, os.cpu_count() or 1)]
 
 
 @pytest.mark.slow
