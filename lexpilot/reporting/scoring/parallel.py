@@ -23,7 +23,6 @@ from typing import Any
 
 from lexpilot.errors import HarnessError
 
-
 # Under this many cases a report is made here, in one process: starting a forked worker costs 30–80 ms of CPU (more
 # from a larger process), scoring a case about 0.5 ms, so below it the workers save at most a few hundredths of a
 # second and spend more CPU than they save (`python -m bench.forking` measures both ways).
