@@ -16,6 +16,7 @@ from lexpilot.protocols.steps import Stage
 from lexpilot.running.state import StageState, checked_manifest, load_state
 from lexpilot.settings import Settings
 from lexpilot.storage.checkpoints import run_folder
+from lexpilot.storage.code import CodeNow
 from lexpilot.storage.lock import RunLock
 from lexpilot.storage.manifest import Manifest, build_manifest
 from lexpilot.storage.manifest_notes import record_tiers, record_windows
@@ -58,6 +59,7 @@ class RunContext:
     dataset_sha: str
     manifest: Manifest  # what these settings make, compared with the run's saved one as the stage opens
     paths: RunPaths
+    code_now: CodeNow  # the project's code as the manifest was built: compared with the run's from it
     saved: Manifest | None = (
         None  # the run's manifest as the stage opened it (None: not opened, or a dry run)
     )
@@ -69,14 +71,17 @@ class RunContext:
         settings: Settings,
         selection: tuple[list[Case], str] | None = None,
         check: bool = True,
+        code_now: CodeNow | None = None,
     ) -> RunContext:
         """The stage's cases (`selection`: already read, with the dataset's sha256) and the manifest its settings
-        make, checked as the stage checks it first (`check`; a quote only counts)."""
+        make, checked as the stage checks it first (`check`; a quote only counts), with the code as `code_now` read
+        it (None: read now)."""
         cases, sha = selection or load_selection(settings.dataset, settings.limit)
-        built = Manifest.of(build_manifest(settings, sha, cases))
+        code_now = code_now or CodeNow.read()
+        built = Manifest.of(build_manifest(settings, sha, cases, code_now))
         if check and stage.check_first:
             stage.check_first(settings, built)
-        return cls(stage, settings, cases, sha, built, RunPaths.of(settings))
+        return cls(stage, settings, cases, sha, built, RunPaths.of(settings), code_now)
 
     @property
     def name(self) -> str:
@@ -98,7 +103,7 @@ def open_stage(context: RunContext, err: TextIO) -> StageState:
     """Under the run's lock: the run's manifest checked (written on first use), the stage prepared, and its saved
     records read; what it notes said on `err`."""
     stage, settings, name = context.stage, context.settings, context.name
-    saved, note = checked_manifest(stage, settings, context.manifest, write=True)
+    saved, note = checked_manifest(stage, settings, context.manifest, write=True, code_now=context.code_now)
     if note:
         print(f"[{name}] {note}", file=err)
     if saved is not None:

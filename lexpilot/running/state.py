@@ -27,6 +27,7 @@ from lexpilot.storage.checkpoints import (
     manifest_path,
     read_checkpoint,
 )
+from lexpilot.storage.code import CodeNow
 from lexpilot.storage.manifest import Manifest, check_manifest
 from lexpilot.storage.manifest_notes import earlier_served, record_served
 
@@ -138,12 +139,14 @@ def load_state(context: RunContext, repair: bool = True, whole_upstream: bool = 
 def read_only_state(context: RunContext, whole_upstream: bool = True) -> StageState:
     """The stage's saved state as a dry run or a quote sees it: the run's manifest compared (a run with other
     settings is refused as the stage would refuse it), the records read, no file changed."""
-    checked_manifest(context.stage, context.settings, context.manifest, write=False)
+    checked_manifest(
+        context.stage, context.settings, context.manifest, write=False, code_now=context.code_now
+    )
     return load_state(context, repair=False, whole_upstream=whole_upstream)
 
 
 def checked_manifest(
-    stage: Stage, settings: Settings, manifest: Manifest, write: bool
+    stage: Stage, settings: Settings, manifest: Manifest, write: bool, code_now: CodeNow | None = None
 ) -> tuple[Manifest | None, str | None]:
     """The run's manifest checked against the one these settings make (a run with other settings is refused), and
     written on first use when `write`: (the manifest as saved, a note for the user)."""
@@ -157,6 +160,7 @@ def checked_manifest(
         record_files=[checkpoint_path(settings.output_root, settings.run_id, model, k) for k in RECORD_KINDS],
         prompt_files=stage.prompt_files(settings),
         condition_scripts=CONDITION_SCRIPTS,
+        code_now=code_now,
     )
 
 

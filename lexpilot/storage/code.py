@@ -15,6 +15,7 @@ import functools
 import hashlib
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from lexpilot.paths import PROJECT_ROOT
@@ -168,10 +169,53 @@ def _file_digest(root: Path, name: str, mtime_ns: int, size: int) -> str:
     return hashlib.sha256((root / name).read_bytes().replace(b"\r\n", b"\n")).hexdigest()[:16]
 
 
+@dataclass(frozen=True)
+class CodeNow:
+    """The project's code as read at one moment (every file's path, time and size): what a stage records in a new
+    manifest and compares with the saved one, read once for both, and once for all the parts of a grid's quote."""
+
+    root: Path
+    signature: tuple
+
+    @classmethod
+    def read(cls, root: Path | None = None) -> CodeNow:
+        root = root or PROJECT_ROOT  # read at each call (the tests point it at a copy of the project)
+        return cls(root, _signature(root))
+
+    def digests(self) -> dict[str, str]:
+        """Every file any stage script runs -> its digest: what a new manifest records."""
+        return dict(_digests(self.root, self.signature))
+
+    def changes(self, saved: dict, script: str) -> list[str]:
+        """The files the stage of `script` runs that are not as they were when the run started, as
+        'code: FILE changed' lines; a manifest from before per-file digests is compared on its one code hash."""
+        saved_files = saved.get("code_files")
+        if not isinstance(saved_files, dict):
+            now = code_hash(self.digests())
+            return (
+                []
+                if saved.get("code_hash") == now
+                else [f"code_hash: run {saved.get('code_hash')}, now {now}"]
+            )
+        changes = []
+        files = _code_files((script,), self.root, self.signature)
+        for name, now in file_digests(self.root, files, self.signature).items():
+            before = saved_files.get(name)
+            if before != now:
+                changes.append(
+                    f"code: {name} {'added' if before is None else 'changed'} since the run started"
+                )
+        return changes
+
+
 def code_digests(root: Path | None = None) -> dict[str, str]:
-    """Every file any stage script runs -> its digest: what a new manifest records."""
-    root = root or PROJECT_ROOT  # read at each call (the tests point it at a copy of the project)
-    return dict(_digests(root, _signature(root)))
+    """Every file any stage script runs -> its digest, as the project is now."""
+    return CodeNow.read(root).digests()
+
+
+def code_changes(saved: dict, script: str, root: Path | None = None) -> list[str]:
+    """`CodeNow.changes` as the project is now."""
+    return CodeNow.read(root).changes(saved, script)
 
 
 @functools.lru_cache(maxsize=8)  # keyed by every file's time and size, so a change is always seen
@@ -186,22 +230,3 @@ def code_hash(digests: dict[str, str]) -> str:
     return hashlib.sha256(
         "".join(f"{name}\0{d}\0" for name, d in sorted(digests.items())).encode()
     ).hexdigest()[:16]
-
-
-def code_changes(saved: dict, script: str, root: Path | None = None) -> list[str]:
-    """The files the stage of `script` runs that are not as they were when the run started, as
-    'code: FILE changed' lines; a manifest from before per-file digests is compared on its one code hash."""
-    root = root or PROJECT_ROOT
-    saved_files = saved.get("code_files")
-    if not isinstance(saved_files, dict):
-        now = code_hash(code_digests(root))
-        return (
-            [] if saved.get("code_hash") == now else [f"code_hash: run {saved.get('code_hash')}, now {now}"]
-        )
-    changes = []
-    signature = _signature(root)
-    for name, now in file_digests(root, _code_files((script,), root, signature), signature).items():
-        before = saved_files.get(name)
-        if before != now:
-            changes.append(f"code: {name} {'added' if before is None else 'changed'} since the run started")
-    return changes

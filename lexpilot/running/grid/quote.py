@@ -36,6 +36,7 @@ from lexpilot.running.quote import (
 )
 from lexpilot.running.state import read_only_state
 from lexpilot.settings import Settings
+from lexpilot.storage.code import CodeNow
 from lexpilot.windows import utc_now
 
 BATCH_WINDOW_HOURS = 24  # OpenAI's batch completion window: a cycle takes at most this long
@@ -63,12 +64,18 @@ class Part:
 
 
 def quote_part(
-    stage: Stage, settings: Settings, selected: list[Case], dataset_sha: str, prompts: dict, saved_usage: dict
+    stage: Stage,
+    settings: Settings,
+    selected: list[Case],
+    dataset_sha: str,
+    prompts: dict,
+    saved_usage: dict,
+    code_now: CodeNow | None = None,
 ) -> Part:
     """The stage's dry-run figures for one (model, run); an unfinished upstream stage counts at the most calls."""
     part = Part(settings.roles["eval"].model, settings.run_id, stage.name, settings)
     try:
-        context = RunContext.of(stage, settings, (selected, dataset_sha), check=False)
+        context = RunContext.of(stage, settings, (selected, dataset_sha), check=False, code_now=code_now)
         state = read_only_state(context, whole_upstream=False)
     except HarnessError as e:
         part.refused = str(e)
@@ -212,10 +219,12 @@ def quote_grid(
     run_ids: list[str],
     selected: list[Case],
     dataset_sha: str,
+    code_now: CodeNow | None = None,
 ) -> list[Part]:
     """Every (model, run, stage) part; `settings_of(stage, model, run_id)` gives the settings the stage would run
-    with."""
+    with; every part's manifest is built with the code as `code_now` read it (None: read here, once)."""
     prompts, parts = load_prompts(), []
+    code_now = code_now or CodeNow.read()
     # the grid's users: a stage that takes no --user-condition belongs to standard runs, and refuses the others
     condition = next(
         (settings_of(s, models[0], run_ids[0]).user_condition for s in stages if s.user_condition), "standard"
@@ -237,7 +246,9 @@ def quote_grid(
                     saved_usage = saved_usage_per_case(
                         settings.output_root, list(stage.enabled_steps(settings))
                     )
-                parts.append(quote_part(stage, settings, selected, dataset_sha, prompts, saved_usage))
+                parts.append(
+                    quote_part(stage, settings, selected, dataset_sha, prompts, saved_usage, code_now)
+                )
                 parts[-1].reads = tuple(e.name for e in stages if e is not stage and reads(stage, e))
     return parts
 

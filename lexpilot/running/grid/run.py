@@ -48,6 +48,7 @@ from lexpilot.running.grid.quote import (
 from lexpilot.running.grid.workers import Dealer, Fleet, nothing_left, workers_url
 from lexpilot.settings import Settings
 from lexpilot.spending import BothLedgers, Ledger, RootLedger
+from lexpilot.storage.code import CodeNow
 
 
 def drain(grid: Grid, display: Display, by: Stop, ended: list) -> None:
@@ -333,11 +334,12 @@ class GridRun:
         """The quote's parts for what is left of these chains (a shard's, or the whole grid's)."""
         first = chains[0][0].settings
         selected, sha = load_selection(first.dataset, first.limit)
+        code_now = CodeNow.read()  # the code every part is quoted with, read once
         return [
             p
             for chain in chains
             for p in quote_grid(
-                self.stages, self.settings_of, [chain[0].model], [chain[0].run_id], selected, sha
+                self.stages, self.settings_of, [chain[0].model], [chain[0].run_id], selected, sha, code_now
             )
         ]
 

@@ -20,6 +20,7 @@ import show_results
 from lexpilot.protocols.catalog import PAPER_GRID
 from lexpilot.running.stage import stage_main
 from lexpilot.scripted.replies import PrefixCache
+from lexpilot.storage.code import CodeNow
 from tests.helpers.datasets import sample_cases, write_dataset
 from tests.helpers.stages import SECRET
 
@@ -132,6 +133,19 @@ def test_a_fresh_grid_is_every_case_at_its_most_calls(grid, capsys):
     sync, batch = rows[("total", "")]["sync"][:2], rows[("total", "")]["batch"][:2]
     assert batch == pytest.approx([v / 2 for v in sync], abs=0.01)
     assert 0 < sync[0] < sync[1]
+
+
+def test_a_quote_and_a_stage_opening_each_read_the_projects_code_once(grid, provider, capsys, monkeypatch):
+    """The code a manifest records and the code it is compared on are one reading of the project (its files' times
+    and sizes): once for a whole quote (12 parts here), once as a stage opens (its manifest built, then checked)."""
+    reads, read = [], CodeNow.read.__func__
+    monkeypatch.setattr(
+        CodeNow, "read", classmethod(lambda cls, root=None: reads.append(root) or read(cls, root))
+    )
+    quote(grid, capsys)
+    assert len(reads) == 1
+    assert run(grid, provider, PAPER_STAGES[0], "model-a", "r1") == 0
+    assert len(reads) == 2
 
 
 @pytest.mark.slow
