@@ -144,8 +144,9 @@ def test_a_quote_and_a_stage_opening_each_read_the_projects_code_once(grid, prov
     )
     quote(grid, capsys)
     assert len(reads) == 1
-    assert run(grid, provider, PAPER_STAGES[0], "model-a", "r1") == 0
-    assert len(reads) == 2
+    for opening in (2, 3):  # the run's first opening, then its rerun (the saved manifest compared)
+        assert run(grid, provider, PAPER_STAGES[0], "model-a", "r1") == 0
+        assert len(reads) == opening
 
 
 @pytest.mark.slow
