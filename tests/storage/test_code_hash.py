@@ -84,18 +84,15 @@ def import_nodes(tree) -> list[tuple[int, str]]:
     )
 
 
+@pytest.mark.slow
 def test_the_imports_read_from_the_import_lines_are_the_whole_files_imports():
-    """Only the lines that begin an import are parsed: for every file of the project (scripts, package, tests,
-    benchmarks) they give the imports, at their lines, that parsing the whole file gives; a string that looks like
-    an import counts too (a file is guarded more, never less)."""
-    files = [*ROOT.glob("*.py"), *(ROOT / "lexpilot").rglob("*.py"), *(ROOT / "tests").rglob("*.py")]
-    files += [*(ROOT / "bench").rglob("*.py")]
+    """Only the lines that begin an import are parsed: for every file whose imports the harness reads (the scripts
+    and the package, for the code a stage runs and the layering test; the benchmarks, which import both) they give
+    the imports, at their lines, that parsing the whole file gives."""
+    files = [*ROOT.glob("*.py"), *(ROOT / "lexpilot").rglob("*.py"), *(ROOT / "bench").rglob("*.py")]
     for path in files:
         source = path.read_bytes()
-        whole, lines = import_nodes(ast.parse(source)), import_nodes(code.import_statements(source))
-        assert set(whole) <= set(lines), path
-        if not path.is_relative_to(ROOT / "tests"):  # the tests hold scripts for child processes in strings
-            assert lines == whole, path
+        assert import_nodes(code.import_statements(source)) == import_nodes(ast.parse(source)), path
 
 
 # Each import begins its line, as ruff format writes them: read from those lines alone
