@@ -146,13 +146,18 @@ def pytest_collection_modifyitems(items):
 
 
 def pytest_configure(config):
-    """Temporary files in memory; the controller of several workers rewrites the test files' asserts once for all
-    of them (tests/helpers/rewrite_ahead.py)."""
+    """Temporary files in memory; the project's modules compiled once for every process the suite starts
+    (tests/helpers/compile_ahead.py); the controller of several workers rewrites the test files' asserts once for
+    all of them (tests/helpers/rewrite_ahead.py)."""
     controller = not hasattr(config, "workerinput")
     if controller and not config.option.basetemp:
         from tests.helpers.temporary import in_memory_temporary_files
 
         in_memory_temporary_files(os.environ)
+    if controller:
+        from tests.helpers.compile_ahead import compile_ahead
+
+        compile_ahead(config.rootpath)
     workers = getattr(config.option, "numprocesses", None)
     if (
         controller
