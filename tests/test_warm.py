@@ -2,11 +2,15 @@
 exits with is what a fresh start does, and what a fork cannot honour is refused rather than ignored."""
 
 import os
+import signal
 import sys
+import time
 
 import pytest
 
+from lexpilot.scripted.provider import ScriptedProvider
 from tests.helpers.paths import ROOT
+from tests.helpers.processes import process_environment
 from tests.helpers.warm import fresh, run
 
 # forked and fresh interpreters: left out of the quick loop (-m "not slow")
@@ -38,3 +42,25 @@ def test_a_start_up_variable_a_fork_cannot_honour_is_refused(warm):
         warm.start(
             [sys.executable, "run_grid.py", "--help"], ROOT, dict(os.environ) | {"PYTHONHASHSEED": seed}
         )
+
+
+def test_a_poll_while_the_process_runs_asks_the_warm_interpreter_nothing(warm, tmp_path, monkeypatch):
+    """The kill tests poll every 5 ms: while the process runs a poll reads whether it has ended from the kernel
+    (a pidfd), without a word to the warm interpreter; once it has ended, one word gives its exit code."""
+    with ScriptedProvider(latency=30) as provider:  # its first call is answered long after the test ends
+        command = [sys.executable, "LexAwN_gen.py", "--run-id", "r", "--model", "m", "--limit", "1"]
+        command += ["--dataset", "data/LexPilot_sample.json", "--output-root", str(tmp_path / "out")]
+        started = warm.start(command, ROOT, process_environment(provider))
+        deadline = time.monotonic() + 60
+        while (
+            not provider.requests and time.monotonic() < deadline
+        ):  # until its first call waits for its reply
+            time.sleep(0.01)
+        assert provider.requests, started.communicate(1)[1]
+        asked = []
+        ask = warm.ask
+        monkeypatch.setattr(warm, "ask", lambda request: asked.append(request) or ask(request))
+        assert [started.poll() for _ in range(20)] == [None] * 20 and asked == []
+        started.send_signal(signal.SIGKILL)
+        assert started.wait(30) == -signal.SIGKILL
+        assert [r["do"] for r in asked] == ["poll"]

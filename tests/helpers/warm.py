@@ -25,6 +25,7 @@ import gc
 import json
 import os
 import runpy
+import select
 import signal
 import subprocess
 import sys
@@ -226,10 +227,17 @@ class Started:
 
     def __init__(self, warm: Warm, pid: int, folder: Path, command: list[str]):
         self.warm, self.pid, self.folder, self.command, self.returncode = warm, pid, folder, command, None
+        # Readable once the process has ended: a poll while it runs asks the warm interpreter nothing (the kill
+        # tests poll every 5 ms). Opened while the process is running or unreaped (the warm interpreter reaps it
+        # only when asked), so the pid is still its own. Where there is none (not Linux), every poll asks.
+        self.ended = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None
 
     def poll(self):
-        if self.returncode is None:
+        if self.returncode is None and (self.ended is None or select.select([self.ended], [], [], 0)[0]):
             self.returncode = self.warm.ask({"do": "poll", "pid": self.pid})["code"]
+            if self.returncode is not None and self.ended is not None:
+                os.close(self.ended)
+                self.ended = None
         return self.returncode
 
     def wait(self, timeout: float = 60):
