@@ -56,13 +56,16 @@ def _project_names(root: Path) -> frozenset[str]:
 
 # An import statement begins a line (ruff format gives each statement its own), so only the lines that begin one
 # are parsed, each kept at its line: every file of the project read in 0.3 s against 1.8 s parsed whole, which was
-# most of a stage's start (the graph is read in every process that opens a stage). A file where the word `import`
-# stands anywhere else (a one-line `if x: import y`, a comment, a docstring) or whose import lines do not parse
-# alone is parsed whole. A string line that looks like an import counts as one: a file is guarded more, never less.
+# most of a stage's start (the graph is read in every process that opens a stage). The file is parsed whole where
+# its import lines alone could read otherwise: the word `import` stands anywhere else (a one-line `if x: import y`,
+# a comment, a docstring), an import line holds a quote or a backslash (a string it opens, or a continuation, would
+# take in the next line kept and leave out what the file has between), or the lines do not parse alone. A string's
+# line that looks like an import counts as one: a file is guarded more, never less.
 _IMPORT_LINE = re.compile(
     rb"^[ \t]*(?:import[ \t][^\n]*|from[ \t]+[\w.]+[ \t]+import\b(?:[ \t]*\([^)]*\)|[^\n]*))", re.M
 )
 _IMPORT_WORD = re.compile(rb"\bimport\b")
+_STRING_OR_CONTINUATION = re.compile(rb"['\"\\]")
 
 
 def import_statements(source: bytes) -> ast.Module:
@@ -74,7 +77,9 @@ def import_statements(source: bytes) -> ast.Module:
         i = bisect.bisect_right(starts, at) - 1
         return i >= 0 and at < spans[i][1]
 
-    if all(in_a_statement(m.start()) for m in _IMPORT_WORD.finditer(source)):
+    if all(in_a_statement(m.start()) for m in _IMPORT_WORD.finditer(source)) and not any(
+        _STRING_OR_CONTINUATION.search(source, a, b) for a, b in spans
+    ):
         lines, line = [], 1
         for a, b in spans:
             lines.append(b"\n" * (source.count(b"\n", 0, a) + 1 - line) + source[a:b].lstrip())

@@ -116,7 +116,11 @@ from a_string import looks_like_one
 IMPORTS_A_LINE_CANNOT_TELL = [
     b"if os: import json\n",
     b"try: import csv\nexcept ImportError: pass\n",
-    b"from math import \\\n    floor\n",
+    b"from math import \\\n    floor\nimport lexpilot.after\n",
+    b"import os \\\n    , lexpilot.second\nimport re\n",  # a continuation that hides a module
+    b"import lexpilot \\\n    .protocols\n\nimport os\n",
+    b'import a; s = """\n"""\nimport lexpilot.y\nimport b; t = """\n"""\n',  # strings the import lines open
+    b's = """\nfrom x import (a,\nb #"""; import lexpilot.y; f(\n)\n',
     b"from ..parent import (first,  # a comment with ) in it\n    second)\n",
     b"from .. parent import first\n",  # dots apart from the name
     b'"""A docstring that says import."""\nimport os\n',
