@@ -22,6 +22,7 @@ from lexpilot.reporting.scoring.results import load_runs, score_runs
 
 
 def cpu_seconds() -> float:
+    """This process's CPU and its children's (the workers, once ended), user and system."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
@@ -35,6 +36,7 @@ def timed(root: Path, dataset: Path, processes: int) -> tuple[float, float]:
 
 
 def main(argv=None) -> int:
+    """Each size's runs written, then scored in one process and on every core, the better of two each."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

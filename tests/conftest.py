@@ -7,6 +7,7 @@ import shutil
 import pytest
 
 from lexpilot.scripted.provider import ScriptedProvider
+from tests.helpers.paths import ROOT
 from tests.helpers.stages import SECRET, Harness
 
 
@@ -157,7 +158,7 @@ def pytest_configure(config):
     if controller:
         from tests.helpers.compile_ahead import compile_ahead
 
-        compile_ahead(config.rootpath)
+        compile_ahead(ROOT)  # the project's, whatever folder pytest takes for its root
     workers = getattr(config.option, "numprocesses", None)
     if (
         controller

@@ -83,6 +83,7 @@ def test_the_reports_benchmark_times_a_report_and_its_repeat():
 
 
 def test_the_forking_benchmark_times_a_report_both_ways_at_each_size():
+    """bench/forking.py prints, for each size asked, the wall and CPU of one process and of every core."""
     result = subprocess.run(
         [sys.executable, "-m", "bench.forking", "--sizes", "8,40"],
         capture_output=True,

@@ -5,7 +5,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers.compile_ahead import compile_ahead
+
+pytestmark = pytest.mark.slow  # processes started
 
 
 def answer_in_a_process(project) -> str:
@@ -21,6 +25,8 @@ def answer_in_a_process(project) -> str:
 
 
 def test_a_process_that_writes_no_bytecode_runs_what_was_compiled_ahead(tmp_path, monkeypatch):
+    """The package's modules and the top folder's are compiled; a process reads what was compiled while the source
+    keeps its size and time, and compiles a changed source again."""
     (tmp_path / "lexpilot").mkdir()
     (tmp_path / "lexpilot" / "__init__.py").write_text("")
     module = tmp_path / "lexpilot" / "answer.py"
@@ -39,6 +45,7 @@ def test_a_process_that_writes_no_bytecode_runs_what_was_compiled_ahead(tmp_path
 
 
 def test_nothing_is_compiled_where_python_writes_bytecode_itself(tmp_path, monkeypatch):
+    """Where Python writes bytecode as it imports, each process writes its own: nothing is compiled ahead."""
     (tmp_path / "lexpilot").mkdir()
     (tmp_path / "lexpilot" / "answer.py").write_text("ANSWER = 41\n")
     monkeypatch.setattr(sys, "dont_write_bytecode", False)

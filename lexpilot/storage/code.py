@@ -184,6 +184,7 @@ class CodeNow:
 
     @classmethod
     def read(cls, root: Path | None = None) -> CodeNow:
+        """The project's files (under `root`, the project's folder by default) as they are now."""
         root = root or PROJECT_ROOT  # read at each call (the tests point it at a copy of the project)
         return cls(root, _signature(root))
 

@@ -21,6 +21,7 @@ What a fork cannot be is a fresh start, so each test that uses one keeps a fresh
 
 import ast
 import atexit
+import contextlib
 import gc
 import json
 import os
@@ -230,7 +231,9 @@ class Started:
         # Readable once the process has ended: a poll while it runs asks the warm interpreter nothing (the kill
         # tests poll every 5 ms). Opened while the process is running or unreaped (the warm interpreter reaps it
         # only when asked), so the pid is still its own. Where there is none (not Linux), every poll asks.
-        self.ended = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None
+        self.ended = None
+        with contextlib.suppress(AttributeError, OSError):  # a kernel before 5.3, or a sandbox refusing it
+            self.ended = os.pidfd_open(pid)
 
     def poll(self):
         if self.returncode is None and (self.ended is None or select.select([self.ended], [], [], 0)[0]):

@@ -86,6 +86,8 @@ def test_workers_never_exceed_the_items_or_the_cores():
 
 
 def test_workers_start_only_from_forked_from_cases():
+    """Under FORKED_FROM_CASES cases only this process works; from it, and where the cases are not known, one
+    process per core."""
     cores = os.cpu_count() or 1
     assert workers(10, FORKED_FROM_CASES - 1) == 1
     assert workers(10, FORKED_FROM_CASES) == workers(10, None) == min(10, cores)

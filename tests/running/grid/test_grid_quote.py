@@ -135,6 +135,7 @@ def test_a_fresh_grid_is_every_case_at_its_most_calls(grid, capsys):
     assert 0 < sync[0] < sync[1]
 
 
+@pytest.mark.slow
 def test_a_quote_and_a_stage_opening_each_read_the_projects_code_once(grid, provider, capsys, monkeypatch):
     """The code a manifest records and the code it is compared on are one reading of the project (its files' times
     and sizes): once for a whole quote (12 parts here), once as a stage opens (its manifest built, then checked)."""
