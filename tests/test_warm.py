@@ -64,3 +64,14 @@ def test_a_poll_while_the_process_runs_asks_the_warm_interpreter_nothing(warm, t
         started.send_signal(signal.SIGKILL)
         assert started.wait(30) == -signal.SIGKILL
         assert [r["do"] for r in asked] == ["poll"]
+
+
+def test_where_the_kernel_refuses_a_pidfd_every_poll_asks_the_warm_interpreter(warm, monkeypatch):
+    """A kernel before 5.3, or a sandbox, refuses pidfd_open: a start still runs, and its polls ask instead."""
+
+    def refused(pid):
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(os, "pidfd_open", refused)
+    done = run(warm, [sys.executable, "run_grid.py", "--help"], ROOT, dict(os.environ))
+    assert done.returncode == 0 and "usage" in done.stdout
