@@ -11,6 +11,7 @@ functions): if they are not as expected (another pytest), or a file cannot be re
 and each worker rewrites it as before."""
 
 import os
+import sys
 from pathlib import Path
 from types import CodeType, ModuleType
 
@@ -18,13 +19,13 @@ NEEDED = ("PYC_TAIL", "_read_pyc", "_rewrite_test", "_write_pyc", "get_cache_dir
 
 
 def pytests_rewriting() -> ModuleType | None:
-    """pytest's assert rewriting (its `_pytest` package, which the pytest requirement installs), or None where this
-    pytest has not the functions used here."""
-    try:
-        from _pytest.assertion import rewrite
-    except ImportError:
-        return None
-    return rewrite if all(hasattr(rewrite, name) for name in NEEDED) else None
+    """The module of the import hook that rewrites asserts, as the running pytest (declared in requirements-dev.txt)
+    installed it; None where there is none (`--assert=plain`) or it has not the functions used here."""
+    hook = next(
+        (finder for finder in sys.meta_path if type(finder).__name__ == "AssertionRewritingHook"), None
+    )
+    rewriting = sys.modules.get(type(hook).__module__) if hook is not None else None
+    return rewriting if rewriting and all(hasattr(rewriting, name) for name in NEEDED) else None
 
 
 def pyc_of(rewriting: ModuleType, path: Path) -> Path:
