@@ -103,7 +103,7 @@ def open_stage(context: RunContext, err: TextIO) -> StageState:
     """Under the run's lock: the run's manifest checked (written on first use), the stage prepared, and its saved
     records read; what it notes said on `err`."""
     stage, settings, name = context.stage, context.settings, context.name
-    saved, note = checked_manifest(stage, settings, context.manifest, write=True, code_now=context.code_now)
+    saved, note = checked_manifest(stage, settings, context.manifest, context.code_now, write=True)
     if note:
         print(f"[{name}] {note}", file=err)
     if saved is not None:

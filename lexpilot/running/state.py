@@ -139,28 +139,27 @@ def load_state(context: RunContext, repair: bool = True, whole_upstream: bool = 
 def read_only_state(context: RunContext, whole_upstream: bool = True) -> StageState:
     """The stage's saved state as a dry run or a quote sees it: the run's manifest compared (a run with other
     settings is refused as the stage would refuse it), the records read, no file changed."""
-    checked_manifest(
-        context.stage, context.settings, context.manifest, write=False, code_now=context.code_now
-    )
+    checked_manifest(context.stage, context.settings, context.manifest, context.code_now, write=False)
     return load_state(context, repair=False, whole_upstream=whole_upstream)
 
 
 def checked_manifest(
-    stage: Stage, settings: Settings, manifest: Manifest, write: bool, code_now: CodeNow | None = None
+    stage: Stage, settings: Settings, manifest: Manifest, code_now: CodeNow, write: bool
 ) -> tuple[Manifest | None, str | None]:
-    """The run's manifest checked against the one these settings make (a run with other settings is refused), and
-    written on first use when `write`: (the manifest as saved, a note for the user)."""
+    """The run's manifest checked against the one these settings make with the code `code_now` read (a run with
+    other settings is refused), and written on first use when `write`: (the manifest as saved, a note for the
+    user)."""
     model = settings.roles["eval"].model
     return check_manifest(
         manifest_path(settings.output_root, settings.run_id, model),
         manifest,
+        code_now,
         stage.script,
         write=write,
         allow_code_change=settings.allow_code_change,
         record_files=[checkpoint_path(settings.output_root, settings.run_id, model, k) for k in RECORD_KINDS],
         prompt_files=stage.prompt_files(settings),
         condition_scripts=CONDITION_SCRIPTS,
-        code_now=code_now,
     )
 
 

@@ -219,11 +219,6 @@ def code_digests(root: Path | None = None) -> dict[str, str]:
     return CodeNow.read(root).digests()
 
 
-def code_changes(saved: dict, script: str, root: Path | None = None) -> list[str]:
-    """`CodeNow.changes` as the project is now."""
-    return CodeNow.read(root).changes(saved, script)
-
-
 @functools.lru_cache(maxsize=8)  # keyed by every file's time and size, so a change is always seen
 def _digests(root: Path, signature: tuple) -> tuple:
     return tuple(

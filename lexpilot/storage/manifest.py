@@ -321,20 +321,20 @@ def saved_settings(paths: list[Path]) -> set[str | None]:
 def check_manifest(
     path: Path,
     built: Manifest,
+    code_now: CodeNow,
     script: str,
     write: bool,
     allow_code_change: bool = False,
     record_files: Sequence[Path] = (),
     prompt_files: AbstractSet[str] = frozenset(),
     condition_scripts: tuple[str, ...] = (),
-    code_now: CodeNow | None = None,
 ) -> tuple[Manifest | None, str | None]:
     """Stop before any call when the run's saved settings differ; write the manifest on first use. Returns the
     run's manifest as saved (None: none is, and `write` is false) and a note for the user.
 
     Prompt files are compared where the stage sends them (`prompt_files`): a prompt only another stage sends
     never blocks this one. Harness code that changed since the run started (any file the stage of `script` runs:
-    see lexpilot.storage.code; as `code_now` read it, else as it is now) is accepted with `allow_code_change`, and
+    see lexpilot.storage.code; as `code_now` read it, which `built` was made with) is accepted with `allow_code_change`, and
     the new code hash is added to the manifest's `code_hashes_resumed_with`. A manifest that is gone while records of the run remain is rebuilt
     when every record was made with the current settings, and refused otherwise; the note returned says so."""
     current = built.saved
@@ -342,7 +342,7 @@ def check_manifest(
         return _first_manifest(path, current, list(record_files), write)
     saved = read_manifest(path)
     differing = [d for d in saved.differences(current, set(prompt_files)) if not d.startswith("code_hash:")]
-    differing += (code_now or CodeNow.read()).changes(saved.saved, script)
+    differing += code_now.changes(saved.saved, script)
     if saved.user_condition != current.get("user_condition"):
         raise HarnessError(
             f"{path}: this run's user condition is {saved.user_condition!r}, not "

@@ -191,11 +191,11 @@ def test_a_change_to_any_file_a_stage_runs_is_named_and_none_elsewhere(project_c
         others = [s for s in stages if s not in running][:2]  # a stage that does not run it goes on
         for script in running + others:
             expected = [f"code: {path} changed since the run started"] if script in running else []
-            assert code.code_changes(saved, script, project_copy) == expected, (path, script)
+            assert code.CodeNow.read(project_copy).changes(saved, script) == expected, (path, script)
         (project_copy / path).write_bytes(original)
     for path in (project_copy / "lexpilot" / "reporting").rglob("*.py"):  # fixing a table blocks nothing
         path.write_bytes(path.read_bytes() + b"\n# a fix\n")
-    assert all(code.code_changes(saved, script, project_copy) == [] for script in STAGE_SCRIPTS)
+    assert all(code.CodeNow.read(project_copy).changes(saved, script) == [] for script in STAGE_SCRIPTS)
 
 
 @pytest.mark.slow
