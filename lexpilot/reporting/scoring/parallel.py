@@ -28,6 +28,8 @@ from lexpilot.errors import HarnessError
 # second and spend more CPU than they save (`python -m bench.forking` measures both ways).
 FORKED_FROM_CASES = 200
 
+STOPS = {signal.SIGINT, signal.SIGTERM}  # what stops a report: Ctrl-C and SIGTERM (lexpilot/errors.py)
+
 
 def workers(count: int, cases: int | None = None) -> int:
     """How many processes are worth starting for `count` items holding `cases` cases in all (None: not known): one
@@ -65,13 +67,16 @@ def fork_map(fn: Callable, items: Sequence, processes: int) -> list:
     context = multiprocessing.get_context("fork")
     taken = context.Value("i", 0)  # the next item's index: a free child takes it
     children: dict[Connection, BaseProcess] = {}
-    for _ in range(min(processes, len(items))):
-        receive, send = context.Pipe(duplex=False)
-        child: BaseProcess = context.Process(target=_child, args=(fn, items, taken, send), daemon=True)
-        child.start()
-        send.close()  # the child holds its own end: a child that dies leaves the pipe at end of file
-        children[receive] = child
     try:
+        with _stops_blocked():  # until each child has its own (_child)
+            for _ in range(min(processes, len(items))):
+                receive, send = context.Pipe(duplex=False)
+                child: BaseProcess = context.Process(
+                    target=_child, args=(fn, items, taken, send), daemon=True
+                )
+                child.start()
+                send.close()  # the child holds its own end: a child that dies leaves the pipe at end of file
+                children[receive] = child
         return _gather(children, len(items))
     finally:
         for child in children.values():  # nobody reads what the others would find after a failure
@@ -113,10 +118,27 @@ def _gather(children: dict[Connection, BaseProcess], count: int) -> list:
     return [results[i] for i in range(count)]
 
 
+@contextlib.contextmanager
+def _stops_blocked():
+    """Ctrl-C and SIGTERM held back in this thread while the context lasts, and in a child forked within it from its
+    first instruction: a child runs the parent's code (the at-fork hooks, multiprocessing's start) before its own
+    handlers are set, and a stop it met there ran the parent's handler. A reporting tool's handler raises
+    KeyboardInterrupt (own_interrupts), which could leave the child's start and go on in the caller's code as a
+    second copy of the program, or print a traceback. Held back, a stop waits for the handler meant for it."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
 def _child(fn: Callable, items: Sequence, taken, send) -> None:
-    # the parent's SIGTERM handler (own_interrupts: a KeyboardInterrupt for a drain) is not the child's: the parent
-    # stops a child it no longer needs with SIGTERM, which must end it quietly
+    # the parent's handlers are not the child's: the parent stops a child it no longer needs with SIGTERM, which
+    # ends it quietly, and a Ctrl-C, which reaches the whole process group, is the parent's to handle (it stops its
+    # children); then the stops held back since the fork (_stops_blocked) are let through
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
     while True:
         with taken.get_lock():
             index = taken.value

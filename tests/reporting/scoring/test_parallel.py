@@ -151,3 +151,53 @@ def test_a_forked_child_ends_quietly_when_its_parent_stops_it():
         [sys.executable, "-c", CHILD_STOPPED], cwd=ROOT, capture_output=True, text=True, timeout=30
     )
     assert done.stdout.split() == ["[True,", "True]", "False"], done.stdout + done.stderr
+
+
+CHILD_STOPPED_WHILE_STARTING = """
+import os, signal, sys, time
+from lexpilot.errors import HarnessError, own_interrupts
+from lexpilot.reporting.scoring.parallel import fork_map
+
+forks = []
+def starting():  # in a child, before its own handlers: the second and third stay long enough to be stopped here
+    if len(forks) > 1:
+        time.sleep(1)
+os.register_at_fork(before=lambda: forks.append(1), after_in_child=starting)
+
+def first_stops(item):
+    if sys.argv[1] == "ctrl-c":  # at a terminal, Ctrl-C reaches the whole process group
+        os.killpg(0, signal.SIGINT)
+        time.sleep(5)
+    raise HarnessError(f"item {item} failed")  # the parent stops the other children with SIGTERM
+
+own_interrupts()  # what a reporting tool installs: SIGTERM and Ctrl-C raise KeyboardInterrupt
+parent = os.getpid()
+try:
+    fork_map(first_stops, [0, 1, 2], 3)
+except HarnessError as e:
+    print(e, "in the parent" if os.getpid() == parent else "in a child")
+except KeyboardInterrupt:
+    print("interrupted", "in the parent" if os.getpid() == parent else "in a child")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "stop, said", [("fail", "item 0 failed in the parent"), ("ctrl-c", "interrupted in the parent")]
+)
+def test_a_child_stopped_while_it_starts_runs_none_of_its_parents_handlers(stop, said):
+    """A child runs the parent's code from the fork until its own handlers are set (the at-fork hooks,
+    multiprocessing's start). Stopped there (by its parent's SIGTERM after another child failed, or by a Ctrl-C at
+    the terminal, which reaches every process of the group), it ran the parent's handler: a KeyboardInterrupt that
+    printed a traceback, or left the child's start and went on in the caller's code as a second copy of the program
+    (a test worker's copy said the whole suite was interrupted). Stops are held back until the child's own handlers
+    are set: SIGTERM's default, and Ctrl-C left to the parent, which stops its children."""
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD_STOPPED_WHILE_STARTING, stop],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        start_new_session=True,  # its own process group, for its Ctrl-C
+    )
+    assert (done.stdout, done.stderr) == (said + "\n", ""), done.stdout + done.stderr
