@@ -2,7 +2,8 @@
 tests/running/batch, the package's root modules at tests/), each such folder holding at least one test file, and
 every test folder but tests/helpers (what test files share) and tests/data (frozen inputs) has its package folder.
 A test file never imports another test file: what two test files share lives in tests/helpers/ or, for fixtures,
-in a conftest.py."""
+in a conftest.py. A library that takes a second to import is imported by the tests that use it, not at a file's top:
+every worker of the suite collects every file."""
 
 import ast
 import io
@@ -67,6 +68,30 @@ def imports_of_test_files(tests: Path, root: Path) -> list[str]:
     return found
 
 
+# scikit-learn with SciPy took 1.1 s of each worker's 4 s collection when three test files imported it at their top
+HEAVY = {"sklearn", "scipy", "matplotlib", "playwright", "inspect_ai", "every_eval_ever"}
+
+
+def heavy_imports_at_the_top(tests: Path, root: Path) -> list[str]:
+    """file:line of every import of a HEAVY library that runs when a file under tests/ is imported: at its top
+    level, or inside an `if` or a `try` there."""
+    found = []
+    for path in sorted(tests.rglob("*.py")):
+        top = list(ast.parse(path.read_text(encoding="utf-8")).body)
+        while top:
+            node = top.pop(0)
+            if isinstance(node, (ast.If, ast.Try)):
+                top += node.body + node.orelse + getattr(node, "finalbody", [])
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            found += [
+                f"{path.relative_to(root)}:{node.lineno} imports {n}"
+                for n in names
+                if n.split(".")[0] in HEAVY
+            ]
+    return found
+
+
 def test_every_package_folder_has_its_test_folder_with_a_test_file():
     assert {str(folder) for folder in package_folders(ROOT / "lexpilot")} >= {
         "running/batch",
@@ -83,10 +108,15 @@ def test_no_test_file_imports_another_test_file():
     assert imports_of_test_files(ROOT / "tests", ROOT) == []
 
 
+def test_no_test_file_imports_a_heavy_library_at_its_top():
+    assert heavy_imports_at_the_top(ROOT / "tests", ROOT) == []
+
+
 def test_each_rule_is_broken_once_and_found(tmp_path):
     """On a copy of the layout: a package folder without tests, a test folder without a package folder, and test
     files importing another (absolute, from a package, relative, inside a function) are each found; a package
-    folder of assets only, a test folder of helpers and imports of helpers are not."""
+    folder of assets only, a test folder of helpers and imports of helpers are not. A heavy library imported at a
+    file's top, or in a `try` there, is found; one imported inside a test, or a light one at the top, is not."""
     package, tests = tmp_path / "lexpilot", tmp_path / "tests"
     for folder in ("", "models", "running/batch", "site/web"):
         (package / folder).mkdir(parents=True, exist_ok=True)
@@ -103,6 +133,11 @@ def test_each_rule_is_broken_once_and_found(tmp_path):
     (tests / "stray" / "test_stray.py").write_text(
         "def test_x():\n    from ..models.test_calls import y\n", encoding="utf-8"
     )
+    (tests / "test_heavy.py").write_text(
+        "import numpy\nfrom sklearn.metrics import f1_score\ntry:\n    import scipy.stats\nexcept ImportError:\n"
+        "    pass\n\n\ndef test_y():\n    import matplotlib\n",
+        encoding="utf-8",
+    )
     assert missing_test_folders(package, tests) == [
         "lexpilot/running/batch has no tests/running/batch/test_*.py"
     ]
@@ -111,6 +146,10 @@ def test_each_rule_is_broken_once_and_found(tmp_path):
         "tests/models/test_calls.py:1 imports tests.test_root",
         "tests/models/test_calls.py:2 imports tests.running.batch.test_api",
         "tests/stray/test_stray.py:2 imports tests.models.test_calls",
+    ]
+    assert heavy_imports_at_the_top(tests, tmp_path) == [
+        "tests/test_heavy.py:2 imports sklearn.metrics",
+        "tests/test_heavy.py:4 imports scipy.stats",
     ]
 
 

@@ -6,7 +6,6 @@ import json
 
 import numpy as np
 import pytest
-from sklearn.metrics import accuracy_score, cohen_kappa_score, f1_score, recall_score
 
 import show_results
 from lexpilot.benchmark.records import LJP_GOLD
@@ -53,6 +52,8 @@ def test_macro_f1_hand_computed_and_with_a_class_never_right():
 
 
 def test_qwk_hand_computed_matches_sklearn_and_keeps_absent_labels():
+    from sklearn.metrics import cohen_kappa_score  # here: 1 s of every worker's collection otherwise
+
     gold = ["支持", "支持", "部分支持", "驳回", "驳回"]
     pred = ["支持", "部分支持", "部分支持", "驳回", "支持"]
     ordinal = {"支持": 0, "部分支持": 1, "驳回": 2}
@@ -73,6 +74,8 @@ PAPER_SCALE = ["支持", "部分支持", "驳回"]
 @pytest.mark.parametrize("seed", range(20))
 def test_qwk_and_accuracy_equal_sklearn_on_random_three_label_samples(seed):
     """Any other label order (or weighting) than the paper's moves QWK on samples like these."""
+    from sklearn.metrics import accuracy_score, cohen_kappa_score
+
     rng = np.random.default_rng(seed)
     n = int(rng.integers(20, 700))
     gold = list(rng.choice(PAPER_SCALE, size=n, p=[0.5, 0.3, 0.2]))
@@ -86,6 +89,8 @@ def test_qwk_and_accuracy_equal_sklearn_on_random_three_label_samples(seed):
 
 @pytest.mark.parametrize("seed", range(20))
 def test_lca_metrics_equal_sklearn_on_random_samples(seed):
+    from sklearn.metrics import f1_score, recall_score
+
     rng = np.random.default_rng(seed)
     true = list(rng.choice([C, U], size=int(rng.integers(4, 300))))
     pred = [t if keep else str(rng.choice([C, U])) for t, keep in zip(true, rng.random(len(true)) < 0.6)]

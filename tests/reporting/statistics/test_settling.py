@@ -6,8 +6,6 @@ import math
 
 import numpy as np
 import pytest
-from scipy.optimize import brentq
-from scipy.stats import binom
 
 import show_results
 from lexpilot.reporting.statistics.letters import decisions
@@ -45,6 +43,9 @@ def near_groups() -> dict:
 
 def clopper_pearson(k: int, n: int, level: float) -> tuple[float, float]:
     """The exact binomial interval by its definition, solved for the tails (no Beta quantile)."""
+    from scipy.optimize import brentq  # here: SciPy costs every worker's collection otherwise
+    from scipy.stats import binom
+
     low = 0.0 if k == 0 else brentq(lambda q: binom.sf(k - 1, n, q) - level / 2, 1e-12, 1 - 1e-12)
     high = 1.0 if k == n else brentq(lambda q: binom.cdf(k, n, q) - level / 2, 1e-12, 1 - 1e-12)
     return low, high

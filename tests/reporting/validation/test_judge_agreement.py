@@ -5,7 +5,6 @@ import random
 from collections import Counter
 
 import pytest
-from sklearn.metrics import cohen_kappa_score
 
 import judge_agreement
 from lexpilot.files import key_file
@@ -19,6 +18,8 @@ from tests.helpers.stages import Harness
 
 
 def test_cohen_kappa_by_hand_and_against_sklearn():
+    from sklearn.metrics import cohen_kappa_score  # here: 1 s of every worker's collection otherwise
+
     assert cohen_kappa(["是", "是", "否", "否"], ["是", "否", "否", "否"]) == pytest.approx(0.5)
     assert cohen_kappa(["是"] * 4, ["是"] * 4) is None  # chance agreement 1: undefined
     assert cohen_kappa(["是", "否"], ["否", "是"]) == pytest.approx(-1.0)
@@ -245,6 +246,7 @@ def test_the_guidelines_are_the_judges_own_criteria_in_chinese(two_models, tmp_p
 
 def test_kappa_intervals_come_from_whole_cases(tmp_path, capsys):
     import numpy as np
+    from sklearn.metrics import cohen_kappa_score
 
     from lexpilot.reporting.scoring.metrics import kappa_from_confusion
 
