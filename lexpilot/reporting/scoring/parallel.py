@@ -71,8 +71,9 @@ def fork_map(fn: Callable, items: Sequence, processes: int) -> list:
         with _stops_blocked():  # until each child has its own (_child)
             for _ in range(min(processes, len(items))):
                 receive, send = context.Pipe(duplex=False)
+                readers = [receive, *children]  # the reading ends this child inherits
                 child: BaseProcess = context.Process(
-                    target=_child, args=(fn, items, taken, send), daemon=True
+                    target=_child, args=(fn, items, taken, send, readers), daemon=True
                 )
                 child.start()
                 send.close()  # the child holds its own end: a child that dies leaves the pipe at end of file
@@ -132,19 +133,34 @@ def _stops_blocked():
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
-def _child(fn: Callable, items: Sequence, taken, send) -> None:
+def _child(fn: Callable, items: Sequence, taken, send: Connection, readers: list[Connection]) -> None:
     # the parent's handlers are not the child's: the parent stops a child it no longer needs with SIGTERM, which
     # ends it quietly, and a Ctrl-C, which reaches the whole process group, is the parent's to handle (it stops its
     # children); then the stops held back since the fork (_stops_blocked) are let through
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
+    # the reading ends the fork gave this child (its own pipe's, its elder siblings'): with only the parent's left
+    # open, a parent that died (kill -9, the OOM killer) leaves no reader, and the next result ends this child
+    # instead of filling the pipe and waiting for a reader forever
+    for reader in readers:
+        reader.close()
+    try:
+        _work(fn, items, taken, send)
+        send.send(("done", None, None))
+    except OSError:  # the parent is gone (BrokenPipeError): nobody to tell
+        return
+    send.close()
+
+
+def _work(fn: Callable, items: Sequence, taken, send: Connection) -> None:
+    """Take the next free item until none is left or one raises, sending each outcome to the parent."""
     while True:
         with taken.get_lock():
             index = taken.value
             taken.value += 1
         if index >= len(items):
-            break
+            return
         try:
             outcome = ("item", index, fn(items[index]))
         except BaseException as e:  # noqa: BLE001 (handed to the parent, which raises it)
@@ -156,6 +172,4 @@ def _child(fn: Callable, items: Sequence, taken, send) -> None:
             outcome = ("raised", index, HarnessError(f"{type(problem).__name__}: {problem}"))
             send.send(outcome)
         if outcome[0] == "raised":
-            break
-    send.send(("done", None, None))
-    send.close()
+            return

@@ -3,6 +3,7 @@ exception raised in the parent as it was raised; a child that dies is one line, 
 
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -201,3 +202,54 @@ def test_a_child_stopped_while_it_starts_runs_none_of_its_parents_handlers(stop,
         start_new_session=True,  # its own process group, for its Ctrl-C
     )
     assert (done.stdout, done.stderr) == (said + "\n", ""), done.stdout + done.stderr
+
+
+PARENT_KILLED = """
+import os, sys, time
+from lexpilot.reporting.scoring.parallel import fork_map
+
+def large(item):  # each result larger than a pipe holds: a child waits for its reader
+    os.write(1, f"{os.getpid()}\\n".encode())  # one write: the children's lines never interleave
+    time.sleep(0.2)
+    return b"x" * 200_000
+
+os.write(1, f"parent {os.getpid()}\\n".encode())
+fork_map(large, list(range(40)), 2)
+"""
+
+
+@pytest.mark.slow
+def test_the_children_of_a_parent_killed_with_kill_9_end_within_an_item():
+    """A report killed with kill -9 (or by the OOM killer) stops no child. Each child held the reading ends of its
+    own pipe and its elder sibling's since the fork, so a result larger than a pipe holds waited for a reader
+    forever: every child of the report stayed asleep, a copy of the report's memory each. A child keeps no reading
+    end: its next result finds no reader and it ends, saying nothing."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", PARENT_KILLED],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    parent, children = int(process.stdout.readline().split()[1]), set()
+    while len(children) < 2:  # each child says its id at each item it takes
+        children.add(int(process.stdout.readline()))
+    os.kill(parent, signal.SIGKILL)
+    process.wait(timeout=10)
+    deadline = time.monotonic() + 10  # each child ends after the item it is on (0.2 s)
+    while time.monotonic() < deadline and any(alive(pid) for pid in children):
+        time.sleep(0.05)
+    left = [pid for pid in children if alive(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert len(children) == 2 and not left and process.stderr.read() == "", left
+
+
+def alive(pid: int) -> bool:
+    """Whether the process of that id runs: not ended, nor ended and not yet reaped (an orphan's reaper is init)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
+            return stat.read().rsplit(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
