@@ -253,3 +253,28 @@ def alive(pid: int) -> bool:
             return stat.read().rsplit(") ", 1)[1][0] != "Z"
     except FileNotFoundError:
         return False
+
+
+CTRL_C_IN_A_CHILD = """
+import os, signal
+from lexpilot.errors import own_interrupts
+from lexpilot.reporting.scoring.parallel import fork_map
+
+class Result:  # the child pickles it as it sends it: there its share of a Ctrl-C reaches it
+    def __reduce__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        return (int, (7,))
+
+own_interrupts()  # what a reporting tool installs: Ctrl-C raises KeyboardInterrupt
+print(fork_map(lambda item: Result(), [0, 1], 2))
+"""
+
+
+def test_a_ctrl_c_that_reaches_a_child_is_left_to_its_parent():
+    """A Ctrl-C at the terminal reaches every process of the group; the parent's share stops the report and its
+    children. A child's share, met while it sends a result (outside the item's own handling), raised the parent's
+    KeyboardInterrupt there: a traceback on the report's stderr. A child ignores it and goes on, silent."""
+    done = subprocess.run(
+        [sys.executable, "-c", CTRL_C_IN_A_CHILD], cwd=ROOT, capture_output=True, text=True, timeout=30
+    )
+    assert (done.stdout, done.stderr) == ("[7, 7]\n", ""), done.stdout + done.stderr
