@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scipy.special import betaincinv
-
 from lexpilot.reporting.scoring.groups import Group
 from lexpilot.reporting.scoring.runs import MetricKey
 from lexpilot.reporting.statistics.randomization import EXACT, Estimate, Randomization
@@ -36,6 +34,8 @@ Pair = tuple[Group, Group, MetricKey]
 def monte_carlo_interval(extreme: int, drawn: int, level: float = LEVEL) -> tuple[float, float]:
     """The exact (Clopper–Pearson) interval of the chance that a drawn pattern is as extreme as observed, from
     `extreme` of `drawn` patterns, at error `level` (half each side)."""
+    from scipy.special import betaincinv  # here: SciPy took half of every report's start (0.28 s of 0.6 s)
+
     low = 0.0 if extreme == 0 else float(betaincinv(extreme, drawn - extreme + 1, level / 2))
     high = 1.0 if extreme == drawn else float(betaincinv(extreme + 1, drawn - extreme, 1 - level / 2))
     return low, high
