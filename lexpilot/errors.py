@@ -162,7 +162,8 @@ def run_tool(main, name: str) -> int:
     except KeyboardInterrupt as interrupt:
         stop = stop_of(interrupt)
         print(
-            f"\n[{name}] {stop.said}: nothing was written; rerun the same command.",
+            # a tool that writes several files (--html's pages, an export) may have written some: each is whole
+            f"\n[{name}] {stop.said}: any file written so far is whole; rerun the same command.",
             file=sys.stderr,
             flush=True,
         )

@@ -47,7 +47,7 @@ runpy.run_path(script, run_name="__main__")
         (
             "show_results.py",
             "lexpilot.reporting.scoring.results:load_runs",
-            "[show_results] interrupted: nothing was written",
+            "[show_results] interrupted: any file written so far is whole; rerun the same command.",
         ),
     ],
 )
