@@ -334,9 +334,10 @@ def check_manifest(
 
     Prompt files are compared where the stage sends them (`prompt_files`): a prompt only another stage sends
     never blocks this one. Harness code that changed since the run started (any file the stage of `script` runs:
-    see lexpilot.storage.code; as `code_now` read it, which `built` was made with) is accepted with `allow_code_change`, and
-    the new code hash is added to the manifest's `code_hashes_resumed_with`. A manifest that is gone while records of the run remain is rebuilt
-    when every record was made with the current settings, and refused otherwise; the note returned says so."""
+    see lexpilot.storage.code; as `code_now` read it, which `built` was made with) is accepted with
+    `allow_code_change`, and the new code hash is added to the manifest's `code_hashes_resumed_with`. A manifest
+    that is gone while records of the run remain is rebuilt when every record was made with the current settings,
+    and refused otherwise; the note returned says so."""
     current = built.saved
     if not path.exists():
         return _first_manifest(path, current, list(record_files), write)

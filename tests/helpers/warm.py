@@ -11,8 +11,8 @@ and a kill -9 or a Ctrl-C reaches only it. The child runs only the thread that f
 What a fork cannot be is a fresh start, so each test that uses one keeps a fresh `python script.py` where it counts:
 - the project's modules a script imports inside functions are left to each process, so that a module a fresh
   process would lack is not there by chance (the SDK and the Redis client, which the harness imports where first
-  needed, are preloaded: an `import` of them runs the same in either); the random kills' tests complete their work in a fresh process, and
-  tests/test_warm.py compares a forked start with a fresh one;
+  needed, are preloaded: an `import` of them runs the same in either); the random kills' tests complete their
+  work in a fresh process, and tests/test_warm.py compares a forked start with a fresh one;
 - forks share the warm interpreter's string hashing seed and the variables read at start-up (PYTHON*, the locale):
   a test whose rule is that processes agree whatever their seeds starts them fresh, and an `env` that changes a
   start-up variable is refused;

@@ -3,6 +3,8 @@ drawn p whose interval holds its Holm threshold draws more patterns until it cle
 still turning on it is marked unsettled, and a decision printed as settled is the same at every seed."""
 
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -19,6 +21,7 @@ from lexpilot.reporting.statistics.settling import (
     monte_carlo_interval,
     settle,
 )
+from tests.helpers.paths import ROOT
 from tests.helpers.rankings import KEY, group_of, write_dcg_runs
 from tests.helpers.reports import rows_of
 
@@ -168,11 +171,6 @@ def test_a_decision_printed_as_settled_is_the_same_at_every_seed(near_runs, caps
 def test_a_report_starts_without_scipy_or_scikit_learn():
     """SciPy and scikit-learn are imported where a report uses them (the settling interval, a kappa), not as it
     starts: SciPy imported at this module's top took half of every report's start (0.28 s of 0.6 s here)."""
-    import subprocess
-    import sys
-
-    from tests.helpers.paths import ROOT
-
     loaded = "import sys, show_results; print(sorted({'scipy', 'sklearn'} & {m.split('.')[0] for m in sys.modules}))"
     done = subprocess.run(
         [sys.executable, "-c", loaded], cwd=ROOT, capture_output=True, text=True, timeout=60
