@@ -138,12 +138,13 @@ def abilities_grid(tmp_path_factory, worker_id):
 
 def pytest_collection_modifyitems(items):
     """The files that mostly wait first (tests/helpers/scheduling.py: one worker runs them beside the others), then
-    the files that hold slow tests (kills, grids, a browser): the long tests start at once and the short ones fill the
-    end, instead of one worker finishing a long test alone at the end."""
-    from tests.helpers.scheduling import waits
+    the longest files, longest first, then the other files that hold slow tests (kills, grids, a browser): the long
+    tests start at once and the short ones fill the end, instead of one worker finishing a long file alone at the
+    end."""
+    from tests.helpers.scheduling import start_order
 
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: (not waits(item.nodeid), item.path not in slow_files))
+    items.sort(key=lambda item: start_order(item.nodeid, item.path in slow_files))
 
 
 def pytest_configure(config):

@@ -1,16 +1,18 @@
 """The suite's spread over its workers (tests/helpers/scheduling.py, pytest.ini): the files named as mostly waiting
-are test files of the suite, they make one unit of work, and every other file is a unit of its own."""
+are test files of the suite, they make one unit of work, and every other file is a unit of its own; the longest
+files start first."""
 
 import configparser
 
 from xdist.scheduler.loadscope import LoadScopeScheduling
 
 from tests.helpers.paths import ROOT
-from tests.helpers.scheduling import WAITING, WAITING_UNIT, WaitingApart, unit
+from tests.helpers.scheduling import LONGEST_FIRST, WAITING, WAITING_UNIT, WaitingApart, start_order, unit
 
 
-def test_every_file_named_as_waiting_is_a_test_file_of_the_suite():
-    for path in WAITING:
+def test_every_file_named_as_waiting_or_long_is_a_test_file_of_the_suite():
+    assert len(set(LONGEST_FIRST)) == len(LONGEST_FIRST) and not WAITING & set(LONGEST_FIRST)
+    for path in WAITING | set(LONGEST_FIRST):
         assert (ROOT / path).is_file() and "\ndef test_" in (ROOT / path).read_text(encoding="utf-8"), path
 
 
@@ -35,3 +37,18 @@ def test_the_scheduler_gives_xdist_the_units():
     waiting = sorted(WAITING)[0]
     assert WaitingApart._split_scope(None, f"{waiting}::test_x") == WAITING_UNIT
     assert WaitingApart._split_scope(None, "tests/test_layout.py::test_x") == "tests/test_layout.py"
+
+
+def test_the_waiting_files_start_first_then_the_longest_longest_first_then_the_slow_ones():
+    """Python's sort by `start_order` (tests/conftest.py) keeps the collected order where it does not decide."""
+    waiting = sorted(WAITING)[0]
+    collected = [
+        ("tests/test_layout.py::test_a", False),
+        (f"{LONGEST_FIRST[1]}::test_b", True),
+        ("tests/test_warm.py::test_c", True),
+        (f"{waiting}::test_d", False),
+        (f"{LONGEST_FIRST[0]}::test_e", False),
+        ("tests/test_layout.py::test_f", False),
+    ]
+    ordered = [nodeid.rsplit("_", 1)[1] for nodeid, _ in sorted(collected, key=lambda c: start_order(*c))]
+    assert ordered == ["d", "e", "b", "c", "a", "f"]
