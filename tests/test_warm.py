@@ -11,7 +11,7 @@ import pytest
 from lexpilot.scripted.provider import ScriptedProvider
 from tests.helpers.paths import ROOT
 from tests.helpers.processes import process_environment
-from tests.helpers.warm import fresh, run
+from tests.helpers.warm import Started, fresh, run
 
 # forked and fresh interpreters: left out of the quick loop (-m "not slow")
 pytestmark = pytest.mark.slow
@@ -75,3 +75,40 @@ def test_where_the_kernel_refuses_a_pidfd_every_poll_asks_the_warm_interpreter(w
     monkeypatch.setattr(os, "pidfd_open", refused)
     done = run(warm, [sys.executable, "run_grid.py", "--help"], ROOT, dict(os.environ))
     assert done.returncode == 0 and "usage" in done.stdout
+
+
+# a script that ends each way a script can: its non-daemon thread and its atexit handler say when they ran
+ENDINGS = """import atexit, sys, threading, time
+atexit.register(lambda: print("atexit ran", flush=True))
+threading.Thread(target=lambda: (time.sleep(0.2), print("thread ended", flush=True))).start()
+ending = sys.argv[1]
+if ending == "raises":
+    raise RuntimeError("boom")
+if ending == "ctrl-c":
+    raise KeyboardInterrupt
+if ending == "says":
+    sys.exit("said and left")
+if ending.isdigit():
+    sys.exit(int(ending))
+"""
+
+
+@pytest.mark.parametrize("ending", ["returns", "0", "3", "says", "raises", "ctrl-c"])
+def test_a_forked_script_ends_as_a_fresh_one_threads_joined_and_atexit_run(warm, tmp_path, ending):
+    """A forked start leaves as the interpreter leaves a fresh `python script.py`, with no private hook: its exit
+    status (an uncaught Ctrl-C ends it by SIGINT), its last word, and, after the script's end, its non-daemon threads
+    joined and then its atexit handlers run."""
+    script = tmp_path / "ends.py"
+    script.write_text(ENDINGS, encoding="utf-8")
+    command, env = [sys.executable, str(script), ending], dict(os.environ)
+    # Warm.start takes only the project's scripts: asked directly, as it asks
+    ask = {"do": "start", "argv": command[1:], "cwd": str(tmp_path), "env": env, "terminal": False}
+    ask |= {"stdout": str(tmp_path / "stdout"), "stderr": str(tmp_path / "stderr")}
+    forked = Started(warm, warm.ask(ask)["pid"], tmp_path, command)
+    warm.started.append(forked)
+    out, err = forked.communicate(30)
+    started_fresh = fresh(command, tmp_path, env)
+    assert forked.returncode == started_fresh.returncode
+    assert out == started_fresh.stdout == "thread ended\natexit ran\n"
+    assert err.splitlines()[-1:] == started_fresh.stderr.splitlines()[-1:]
+    assert ("Traceback" in err) == ("Traceback" in started_fresh.stderr) == (ending in ("raises", "ctrl-c"))

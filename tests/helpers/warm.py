@@ -21,7 +21,6 @@ What a fork cannot be is a fresh start, so each test that uses one keeps a fresh
 `Warm.start` takes the command a test would give `subprocess.Popen` and returns a `Started` with Popen's methods."""
 
 import ast
-import atexit
 import contextlib
 import gc
 import json
@@ -32,16 +31,14 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import traceback
 from importlib import import_module
 from pathlib import Path
+from typing import NoReturn
 
 ROOT = Path(__file__).resolve().parents[2]
 # the scripts the tests start through a warm interpreter: what they import at their top is imported once
 SCRIPTS = ("run_grid.py", "LexAwN_gen.py", "eval_DCG.py", "eval_LJP.py")
-KILLED_BY_CTRL_C = -signal.SIGINT
 
 
 def top_level_imports(script: Path) -> list[str]:
@@ -88,40 +85,18 @@ def prepare(ask: dict) -> str:
     return script
 
 
-def run_script(script: str) -> int:
-    """The script's exit code, its error shown as the interpreter shows it."""
+def child(ask: dict) -> NoReturn:
+    """In the forked process: the script run as `python script.py` runs it, then out the interpreter's own way, never
+    back into the warm interpreter's loop. The script's end leaves `serve` and this module as it would leave a fresh
+    interpreter's script: a SystemExit is its exit status; an uncaught exception is shown by sys.excepthook, status 1;
+    an uncaught Ctrl-C is shown, then ends the process by SIGINT. Leaving through the interpreter joins the
+    non-daemon threads (a thread that never ends shows as a hang) and runs atexit, as a fresh start does."""
     try:
-        runpy.run_path(script, run_name="__main__")
-        return 0
-    except SystemExit as exit:
-        if exit.code is None or isinstance(exit.code, int):
-            return exit.code or 0
-        print(exit.code, file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        traceback.print_exc()
-        return KILLED_BY_CTRL_C
-    except BaseException:
+        runpy.run_path(prepare(ask), run_name="__main__")
+    except Exception:  # SystemExit and KeyboardInterrupt go on up as they are
         sys.excepthook(*sys.exc_info())
-        return 1
-
-
-def child(ask: dict) -> None:
-    """In the forked process: the script run, then the interpreter's way out (non-daemon threads joined, atexit
-    run; an uncaught Ctrl-C dies of SIGINT), never returning into the warm interpreter's loop."""
-    code = 1
-    try:
-        code = run_script(prepare(ask))
-        threading._shutdown()  # what Python does as it leaves: a thread that never ends shows as a hang
-        atexit._run_exitfuncs()
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush(), sys.stderr.flush()
-        if code == KILLED_BY_CTRL_C:
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGINT)
-        os._exit(code)
+        raise SystemExit(1) from None
+    raise SystemExit(0)
 
 
 def answer(ask: dict) -> dict:
