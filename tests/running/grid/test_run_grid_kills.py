@@ -110,12 +110,22 @@ def test_twenty_kills_at_random_moments_then_a_rerun_pay_for_exactly_a_clean_run
 
 def a_second_ctrl_c_leaves_at_once(warm, command, env, provider, calls: int, deadline: float) -> None:
     """The grid started again and, once the provider has processed `calls`, two Ctrl-Cs: the second, while the
-    first drains, leaves at once."""
+    first drains, leaves at once. The calls asked from then on are held a minute, so that the first Ctrl-C's drain
+    still waits for them when the second comes; and the second is sent once the grid has said the first's notice:
+    two sent 50 ms apart reached a process the busy machine had not run meanwhile as one Ctrl-C."""
     process = at_a_terminal(warm, command, env)
     while sum(provider.processed.values()) < calls and time.monotonic() < deadline:
         time.sleep(0.05)
+    provider.latency, asked = 60.0, len(provider.requests)
+    while len(provider.requests) == asked and time.monotonic() < deadline:
+        time.sleep(0.01)
     process.send_signal(signal.SIGINT)
-    time.sleep(0.05)
+    said = process.folder / "stderr"
+    while (
+        "no new call starts" not in said.read_text(encoding="utf-8", errors="replace")
+        and time.monotonic() < deadline
+    ):
+        time.sleep(0.01)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=10)
     assert process.returncode == 130 and "Traceback" not in err and "interrupted at once" in err, err
