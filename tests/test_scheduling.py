@@ -7,7 +7,15 @@ import configparser
 from xdist.scheduler.loadscope import LoadScopeScheduling
 
 from tests.helpers.paths import ROOT
-from tests.helpers.scheduling import LONGEST_FIRST, WAITING, WAITING_UNIT, WaitingApart, start_order, unit
+from tests.helpers.scheduling import (
+    EXPORT,
+    LONGEST_FIRST,
+    WAITING,
+    WAITING_UNIT,
+    WaitingApart,
+    start_order,
+    unit,
+)
 
 
 def test_every_file_named_as_waiting_or_long_is_a_test_file_of_the_suite():
@@ -21,6 +29,13 @@ def test_the_waiting_files_are_one_unit_and_every_other_file_its_own():
     assert {unit(f"{path}::test_x[a-b]") for path in waiting} == {WAITING_UNIT}
     assert unit("tests/test_layout.py::test_x") == "tests/test_layout.py"
     assert unit("tests/test_layout.py::test_y[1]") == unit("tests/test_layout.py::test_x")
+
+
+def test_the_exports_tests_are_one_unit_and_import_inspect_in_one_worker():
+    exported = sorted((ROOT / EXPORT).glob("test_*.py"))
+    assert len(exported) > 1 and any("inspect" in path.read_text(encoding="utf-8") for path in exported)
+    assert {unit(f"{path.relative_to(ROOT).as_posix()}::test_x") for path in exported} == {EXPORT}
+    assert unit("tests/reporting/site/test_viewer.py::test_x") == "tests/reporting/site/test_viewer.py"
 
 
 def test_the_suite_runs_by_unit():

@@ -3,8 +3,9 @@
 Most test files keep the cores busy; a few mostly wait, on purpose: Redis kept away for 10 s, a hold until a price
 window opens, a provider answering after its latency, processes sharing a rate limit over seconds. Spread over every
 worker, those waits left a core idle a quarter of the time. Here the waiting files are one unit of work, run one
-after another on one worker, while the other workers keep both cores busy with the rest; every other file is a unit
-of its own, so that its module fixtures are made once. Units go out in the order collected (tests/conftest.py puts
+after another on one worker, while the other workers keep both cores busy with the rest. The export's tests are one
+unit too, so that one worker imports inspect-ai for them (1.5 s of CPU each time). Every other file is a unit of its
+own, so that its module fixtures are made once. Units go out in the order collected (tests/conftest.py puts
 the waiting files first, then the longest files, longest first, then the other files of slow tests): a worker that
 takes a long file last ends the suite alone while the other cores idle."""
 
@@ -25,6 +26,7 @@ WAITING = frozenset(
     }
 )
 WAITING_UNIT = "the tests that mostly wait"
+EXPORT = "tests/reporting/export/"  # the tests that import inspect-ai, where it is installed
 
 # the files that take longest, longest first: 7 s or more of wall each (a per-test timing plugin's count on the
 # 2-core machine, 2026-12-07). Started in collection order, one of them (the benchmarks' 24 s) came last and
@@ -64,12 +66,15 @@ def start_order(nodeid: str, slow: bool) -> tuple[int, int, int]:
 
 
 def unit(nodeid: str) -> str:
-    """The unit of work a test belongs to: the waiting files' one, or its file's."""
-    return WAITING_UNIT if waits(nodeid) else nodeid.split("::", 1)[0]
+    """The unit of work a test belongs to: the waiting files' one, the export's folder, or its file."""
+    path = nodeid.split("::", 1)[0]
+    if waits(nodeid):
+        return WAITING_UNIT
+    return EXPORT if path.startswith(EXPORT) else path
 
 
 class WaitingApart(LoadScopeScheduling):
-    """`--dist loadscope` with the waiting files as one scope."""
+    """`--dist loadscope` with the waiting files as one scope, and the export's folder as one."""
 
     def _split_scope(self, nodeid: str) -> str:
         return unit(nodeid)
