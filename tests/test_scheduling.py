@@ -43,6 +43,7 @@ def test_the_suite_runs_by_unit():
     ini.read(ROOT / "pytest.ini")
     options = ini["pytest"]["addopts"].split()
     assert "--dist" in options and options[options.index("--dist") + 1] == "loadscope"
+    assert "--no-loadscope-reorder" in options  # xdist would otherwise send the units out largest first
 
 
 def test_the_scheduler_gives_xdist_the_units():
@@ -67,3 +68,30 @@ def test_the_waiting_files_start_first_then_the_longest_longest_first_then_the_s
     ]
     ordered = [nodeid.rsplit("_", 1)[1] for nodeid, _ in sorted(collected, key=lambda c: start_order(*c))]
     assert ordered == ["d", "e", "b", "c", "a", "f"]
+
+
+class Collected:
+    """What the collection hook reads of a collected test."""
+
+    def __init__(self, nodeid: str, slow: bool):
+        self.nodeid, self.path, self.slow = nodeid, nodeid.split("::")[0], slow
+
+    def get_closest_marker(self, name: str):
+        return name == "slow" and self.slow or None
+
+
+def test_the_suite_puts_its_tests_in_start_order():
+    """tests/conftest.py's collection hook sorts the collected tests by `start_order`: the order xdist sends the
+    units out in (pytest.ini keeps it)."""
+    from tests import conftest
+
+    waiting = sorted(WAITING)[0]
+    items = [
+        Collected("tests/test_layout.py::test_a", False),
+        Collected(f"{LONGEST_FIRST[2]}::test_b", False),
+        Collected("tests/test_warm.py::test_c", True),
+        Collected(f"{waiting}::test_d", True),
+        Collected(f"{LONGEST_FIRST[0]}::test_e", True),
+    ]
+    conftest.pytest_collection_modifyitems(items)
+    assert [item.nodeid.rsplit("_", 1)[1] for item in items] == ["d", "e", "b", "c", "a"]

@@ -126,6 +126,9 @@ def a_second_ctrl_c_leaves_at_once(warm, command, env, provider, calls: int, dea
         and time.monotonic() < deadline
     ):
         time.sleep(0.01)
+    assert "no new call starts" in said.read_text(encoding="utf-8", errors="replace"), (
+        "the first Ctrl-C unheard"
+    )
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=10)
     assert process.returncode == 130 and "Traceback" not in err and "interrupted at once" in err, err
