@@ -11,7 +11,7 @@ import pytest
 from lexpilot.scripted.provider import ScriptedProvider
 from tests.helpers.paths import ROOT
 from tests.helpers.processes import process_environment
-from tests.helpers.warm import Started, fresh, run
+from tests.helpers.warm import fresh, run
 
 # forked and fresh interpreters: left out of the quick loop (-m "not slow")
 pytestmark = pytest.mark.slow
@@ -107,11 +107,7 @@ def test_a_forked_script_ends_as_a_fresh_one_threads_joined_and_atexit_run(warm,
     script = tmp_path / "ends.py"
     script.write_text(ENDINGS, encoding="utf-8")
     command, env = [sys.executable, str(script), ending], dict(os.environ)
-    # Warm.start takes only the project's scripts: asked directly, as it asks
-    ask = {"do": "start", "argv": command[1:], "cwd": str(tmp_path), "env": env, "terminal": False}
-    ask |= {"stdout": str(tmp_path / "stdout"), "stderr": str(tmp_path / "stderr")}
-    forked = Started(warm, warm.ask(ask)["pid"], tmp_path, command)
-    warm.started.append(forked)
+    forked = warm.fork(command, tmp_path, env)  # Warm.start takes only the project's scripts
     out, err = forked.communicate(30)
     started_fresh = fresh(command, tmp_path, env)
     assert (forked.returncode, out) == (started_fresh.returncode, started_fresh.stdout)

@@ -2,6 +2,7 @@
 
 import os
 import sys
+import time
 
 from tests.helpers.paths import ROOT
 from tests.helpers.warm import Started
@@ -30,6 +31,14 @@ def process_environment(provider) -> dict:
 def at_a_terminal(warm, command: list[str], env: dict) -> Started:
     """The grid started as at a terminal (Ctrl-C reaches it however pytest was started), its output read."""
     return warm.start(command, ROOT, env, terminal=True)
+
+
+def wait_until_said(process: Started, words: str, deadline: float) -> bool:
+    """Wait until the started process has written `words` to its stderr, or `deadline` (time.monotonic) has passed;
+    whether it has."""
+    while words not in process.said() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return words in process.said()
 
 
 def stage_command(

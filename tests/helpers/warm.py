@@ -208,6 +208,10 @@ class Warm:
             self.close()
         self.interpreter()
         assert start_up_variables(env) == self.startup, "a start-up variable differs: start this one fresh"
+        return self.fork(command, cwd, env, terminal)
+
+    def fork(self, command: list[str], cwd, env: dict, terminal: bool = False) -> "Started":
+        """`start` without its checks: any script (tests/test_warm.py's own), the warm interpreter as it is."""
         folder = Path(tempfile.mkdtemp(prefix="start-", dir=self.folder))
         ask = {"do": "start", "argv": command[1:], "cwd": str(cwd), "env": dict(env), "terminal": terminal}
         ask |= {"stdout": str(folder / "stdout"), "stderr": str(folder / "stderr")}
@@ -267,6 +271,10 @@ class Started:
     def send_signal(self, sig) -> None:
         if self.poll() is None:
             os.kill(self.pid, sig)
+
+    def said(self) -> str:
+        """What the process has written to its stderr so far."""
+        return (self.folder / "stderr").read_text(encoding="utf-8", errors="replace")
 
     def communicate(self, timeout: float = 60) -> tuple[str, str]:
         self.wait(timeout)

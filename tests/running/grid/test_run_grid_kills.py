@@ -18,7 +18,7 @@ from lexpilot.scripted.provider import ScriptedProvider
 from tests.helpers.datasets import sample_cases, write_dataset
 from tests.helpers.grids import records
 from tests.helpers.paths import ROOT
-from tests.helpers.processes import at_a_terminal, process_environment
+from tests.helpers.processes import at_a_terminal, process_environment, wait_until_said
 from tests.helpers.warm import fresh, run
 
 # kills, Ctrl-C, Redis, browsers or whole grids: left out of the quick loop (-m "not slow")
@@ -120,15 +120,7 @@ def a_second_ctrl_c_leaves_at_once(warm, command, env, provider, calls: int, dea
     while len(provider.requests) == asked and time.monotonic() < deadline:
         time.sleep(0.01)
     process.send_signal(signal.SIGINT)
-    said = process.folder / "stderr"
-    while (
-        "no new call starts" not in said.read_text(encoding="utf-8", errors="replace")
-        and time.monotonic() < deadline
-    ):
-        time.sleep(0.01)
-    assert "no new call starts" in said.read_text(encoding="utf-8", errors="replace"), (
-        "the first Ctrl-C unheard"
-    )
+    assert wait_until_said(process, "no new call starts", deadline), "the first Ctrl-C unheard"
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=10)
     assert process.returncode == 130 and "Traceback" not in err and "interrupted at once" in err, err
@@ -171,12 +163,7 @@ def test_a_first_ctrl_c_drains_the_grid_and_a_second_leaves_at_once(tmp_path, wa
         # counted once the grid has said it starts no new call: on a busy machine the signal takes a while to be
         # handled, and calls answered meanwhile start others; whenever it is handled, at most a call per chain and
         # case is in flight
-        said = process.folder / "stderr"
-        while (
-            "no new call starts" not in said.read_text(encoding="utf-8", errors="replace")
-            and time.monotonic() < deadline + 30
-        ):
-            time.sleep(0.01)
+        wait_until_said(process, "no new call starts", deadline + 30)
         at_signal = sum(provider.processed.values())
         _, err = process.communicate(timeout=60)
         assert process.returncode == 130, err

@@ -20,7 +20,7 @@ from lexpilot.scripted.provider import ScriptedProvider
 from tests.helpers.datasets import sample_cases, write_dataset
 from tests.helpers.grids import records
 from tests.helpers.paths import ROOT
-from tests.helpers.processes import process_environment, stage_command
+from tests.helpers.processes import process_environment, stage_command, wait_until_said
 from tests.helpers.warm import fresh, run
 
 # kills, Ctrl-C, SIGTERM, Redis, browsers or whole grids: left out of the quick loop (-m "not slow")
@@ -67,11 +67,9 @@ def signalled_after(warm, command, env, provider, calls: int, signals: int = 1):
         time.sleep(0.002)
     if process.poll() is not None:
         return None
-    said = process.folder / "stderr"
     for n in range(signals):
-        while n and "no new call starts" not in said.read_text(encoding="utf-8", errors="replace"):
-            assert time.monotonic() < deadline + 30, "the first SIGTERM unheard"
-            time.sleep(0.01)
+        if n:
+            assert wait_until_said(process, "no new call starts", deadline + 30), "the first SIGTERM unheard"
         process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=30)
     return process.returncode, err
