@@ -19,6 +19,7 @@ rectifier per model (the labels are drawn from all its runs).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -66,7 +67,9 @@ def _value(
     """The mean over runs of each run's metric on its corrected counts (`judged`: runs × … × cells summed over
     cases)."""
     per_run = metric(corrected_shares(judged, strata, shifts))
-    with np.errstate(invalid="ignore"):
+    # a resample whose metric is undefined in every run stays NaN (numpy warns of it): intervals read defined ones
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Mean of empty slice", RuntimeWarning)
         return np.nanmean(per_run, axis=0) if np.ndim(per_run) else per_run
 
 
