@@ -2,6 +2,7 @@
 included)."""
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -87,6 +88,8 @@ class Stop:
     said: str
 
 
+STOPS = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C and SIGTERM: the stops a program handles
+
 BY_CTRL_C = Stop("Ctrl-C", INTERRUPTED, "interrupted")
 BY_SIGTERM = Stop("SIGTERM", TERMINATED, "stopped by SIGTERM")
 
@@ -140,6 +143,26 @@ def own_interrupts() -> None:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, _terminated)
+
+
+@contextlib.contextmanager
+def stops_held():
+    """A Ctrl-C or SIGTERM that comes while the context lasts is handled as it ends, by the handler it would have met:
+    for starting the workers that make calls (a grid's chains, a stage's cases) as one step, which a stop could
+    otherwise cut in two, leaving calls in flight that no drain waits for. The caller leaves the context inside the
+    `try` that handles the stop. Python runs signal handlers in the main thread only: elsewhere it changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    before = {signum: signal.signal(signum, lambda signum, _frame: held.append(signum)) for signum in STOPS}
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+        if held:  # the first stop, to its own handler (raise_signal runs it before it returns)
+            signal.raise_signal(held[0])
 
 
 BROKEN_PIPE = 141  # 128 + SIGPIPE: a reporting tool whose reader closed the pipe

@@ -73,3 +73,36 @@ def test_ctrl_c_at_any_moment_of_an_entry_point_is_one_line(tmp_path, script, mo
     err = done.stderr.strip().splitlines()
     assert done.returncode == 130, done.stderr
     assert len(err) == 1 and err[0].startswith(said), done.stderr
+
+
+STOP_WHILE_HELD = """
+import os, signal, sys
+from lexpilot.errors import own_interrupts, stop_of, stops_held
+own_interrupts()
+said = []
+try:
+    with stops_held():
+        os.kill(os.getpid(), int(sys.argv[1]))
+        said.append("went on")
+    said.append("not stopped")
+except KeyboardInterrupt as interrupt:
+    said.append(stop_of(interrupt).name)
+print(*said, signal.getsignal(int(sys.argv[1])).__name__)  # the handler after the hold
+"""
+
+
+@pytest.mark.parametrize(
+    "signum, name, handler", [(2, "Ctrl-C", "default_int_handler"), (15, "SIGTERM", "_terminated")]
+)
+def test_a_stop_while_held_is_handled_as_the_hold_ends_by_its_own_handler(signum, name, handler):
+    """stops_held (lexpilot/errors.py): a Ctrl-C or SIGTERM that comes while a grid starts its chains, or a stage
+    queues its cases, waits until all have started, then meets the handler it would have met, which is back."""
+    done = subprocess.run(
+        [sys.executable, "-c", STOP_WHILE_HELD, str(signum)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        preexec_fn=as_at_a_terminal,
+    )
+    assert (done.stdout, done.stderr) == (f"went on {name} {handler}\n", ""), done.stdout + done.stderr

@@ -28,6 +28,7 @@ from lexpilot.errors import (
     Terminated,
     own_interrupts,
     stop_of,
+    stops_held,
 )
 from lexpilot.models.calls import ModelCaller, default_token_fields
 from lexpilot.models.offpeak import Holds
@@ -312,10 +313,13 @@ def _run_pool(name: str, pending: list[Case], workers: Workers, err) -> None:
     pool = ThreadPoolExecutor(
         max_workers=workers.state.settings.transport.concurrency, thread_name_prefix="case"
     )
-    for case in pending:
-        pool.submit(workers.work, case)
     try:
         try:
+            with (
+                stops_held()
+            ):  # a stop while the cases are queued is handled once all are: each is then counted
+                for case in pending:
+                    pool.submit(workers.work, case)
             _wait_for_cases(workers)
         except Terminated:
             workers.stop_new.set()

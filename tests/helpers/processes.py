@@ -48,3 +48,11 @@ def stage_command(
     runs it."""
     base = [sys.executable, script, "--run-id", run, "--model", model, "--dataset", str(dataset)]
     return [*base, "--output-root", str(root), *extra]
+
+
+def wait_until(condition, seconds: float = 30) -> None:
+    """Wait until `condition()` holds; an assertion error after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "waited too long"
+        time.sleep(0.02)

@@ -18,6 +18,7 @@ from lexpilot.scripted.provider import ScriptedProvider
 from tests.helpers.datasets import sample_cases, write_dataset
 from tests.helpers.grids import grid, grid_environment
 from tests.helpers.paths import ROOT
+from tests.helpers.processes import wait_until
 from tests.helpers.redis_server import RedisServer, clean_run, limits_error, unanswered, waits
 from tests.helpers.warm import fresh
 
@@ -247,9 +248,3 @@ def test_spending_lost_to_a_flushall_stops_the_grid_in_one_line(tmp_path, server
         server.client().flushall()
         _, err = running.communicate(timeout=60)
     assert running.returncode != 0 and "lost the grid's spending" in err and "Traceback" not in err, err
-
-
-def wait_until(condition, seconds: float = 30) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.02)

@@ -21,14 +21,12 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from lexpilot.errors import HarnessError
+from lexpilot.errors import STOPS, HarnessError
 
 # Under this many cases a report is made here, in one process: starting a forked worker costs 30–80 ms of CPU (more
 # from a larger process), scoring a case about 0.5 ms, so below it the workers save at most a few hundredths of a
 # second and spend more CPU than they save (`python -m bench.forking` measures both ways).
 FORKED_FROM_CASES = 200
-
-STOPS = {signal.SIGINT, signal.SIGTERM}  # what stops a report: Ctrl-C and SIGTERM (lexpilot/errors.py)
 
 
 def workers(count: int, cases: int | None = None) -> int:

@@ -15,7 +15,7 @@ from typing import Callable, TextIO
 
 from lexpilot.benchmark.dataset import load_selection
 from lexpilot.benchmark.vocabulary import ROLE
-from lexpilot.errors import STORE_AWAY, HarnessError, Stop, stop_of
+from lexpilot.errors import STORE_AWAY, HarnessError, Stop, stop_of, stops_held
 from lexpilot.models.limits import Endpoints, Limits, server_of
 from lexpilot.models.offpeak import Holds
 from lexpilot.models.shared_limits import DEFAULT_AWAY, RedisStore
@@ -273,7 +273,7 @@ class GridRun:
             display.note(note)
         speaker["say"] = display.note  # what the shared store says from here on (Redis gone, or back)
         self.watch_store(sharing, display)
-        return self.wait(grid, display, budget, self.start(grid, fleet, display, first))
+        return self.wait(grid, display, budget, lambda: self.start(grid, fleet, display, first))
 
     def watch_store(self, sharing: Sharing, display: Display) -> None:
         """A Redis out of reach: the display counts the seconds; past --redis-wait the grid stops as after a Ctrl-C
@@ -311,10 +311,15 @@ class GridRun:
         fleet.start()
         return [Dealer(grid, fleet, run_in_order, claimed, display.note).start()]
 
-    def wait(self, grid: Grid, display: Display, budget, ended: list) -> int:
-        """Until every chain has ended, or a Ctrl-C or SIGTERM has drained them: the summary, the exit status."""
-        err, interrupted = self.err or sys.stderr, False
+    def wait(self, grid: Grid, display: Display, budget, start: Callable[[], list]) -> int:
+        """The chains started, then until every one has ended, or a Ctrl-C or SIGTERM has drained them: the summary,
+        the exit status."""
+        err, interrupted, ended = self.err or sys.stderr, False, []
         try:
+            with (
+                stops_held()
+            ):  # a stop while they start is drained once all have started: none is left unwaited
+                ended = start()
             wait_for(ended, display.draw)
         except KeyboardInterrupt as first:
             interrupted = True

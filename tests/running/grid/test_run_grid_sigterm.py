@@ -20,7 +20,7 @@ from lexpilot.scripted.provider import ScriptedProvider
 from tests.helpers.datasets import sample_cases, write_dataset
 from tests.helpers.grids import records
 from tests.helpers.paths import ROOT
-from tests.helpers.processes import process_environment, stage_command, wait_until_said
+from tests.helpers.processes import process_environment, stage_command, wait_until, wait_until_said
 from tests.helpers.warm import fresh, run
 
 # kills, Ctrl-C, SIGTERM, Redis, browsers or whole grids: left out of the quick loop (-m "not slow")
@@ -137,6 +137,75 @@ def test_a_stage_scripts_sigterm_drains_its_cases_and_a_second_leaves_at_once(tm
         processed = Counter(provider.processed)
     assert records(tmp_path / "out") == records(tmp_path / "clean")
     assert sum((processed - clean).values()) <= unanswered(tmp_path / "out") and set(processed) == set(clean)
+
+
+# The program `script` (argv[4:]), but a SIGTERM reaches it once `callable` (argv[1], module:attribute[.attribute])
+# has first returned and the file argv[2] exists (the test makes it once the provider has a call in flight): a stop
+# between starting one worker and the next
+SIGTERM_AFTER_FIRST = """
+import importlib, os, runpy, signal, sys, time
+where, go, script = sys.argv[1:4]
+module, path = where.split(":")
+owner = importlib.import_module(module)
+*parents, name = path.split(".")
+for parent in parents:
+    owner = getattr(owner, parent)
+real, sent = getattr(owner, name), []
+def then_sigterm(*args, **kwargs):
+    result = real(*args, **kwargs)
+    if not sent:
+        sent.append(True)
+        while not os.path.exists(go):
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGTERM)
+    return result
+setattr(owner, name, then_sigterm)
+sys.argv = [script, *sys.argv[4:]]
+runpy.run_path(script, run_name="__main__")
+"""
+
+
+# where the SIGTERM comes: after the grid's first chain has started (the second next), or after a stage's first case
+# is queued (the second next); what the process says of it
+BETWEEN_WORKERS = [
+    ("lexpilot.running.grid.cells:start_chain", "[grid] SIGTERM: no new call starts"),
+    ("lexpilot.running.stage:ThreadPoolExecutor.submit", "[LexAwN] SIGTERM: no new call starts"),
+]
+
+
+@pytest.mark.parametrize("where, said", BETWEEN_WORKERS)
+def test_a_sigterm_while_the_workers_start_drains_them_all(tmp_path, warm, where, said):
+    """A SIGTERM after the grid started its first chain (or a stage queued its first case) and before the next, the
+    first's call in flight. It was met outside the drain: the grid said it stopped "before any call" and a stage
+    that it had stopped, and each went on at its exit with the calls already queued (24 of a clean run's 88, and 12
+    of 24, measured before the fix). It drains: no call starts after it, the calls in flight end and are journalled,
+    and the rerun makes each of a clean run's requests once."""
+    dataset, go = write_dataset(tmp_path / "two.json", sample_cases()[:2]), tmp_path / "go"
+
+    def command(root) -> list[str]:
+        if "grid" in said:
+            return grid_command(root, dataset)
+        return stage_command("LexAwN_gen.py", root, dataset, "--concurrency", "2", model="m1")
+
+    with ScriptedProvider() as provider:
+        env = process_environment(provider)
+        clean = clean_requests(warm, command(tmp_path / "clean"), env, provider)
+        provider.latency = 1.0  # the first call is held in flight while the SIGTERM comes
+        asked = len(provider.requests)
+        wrapped = [sys.executable, "-c", SIGTERM_AFTER_FIRST, where, str(go), *command(tmp_path / "out")[1:]]
+        process = subprocess.Popen(wrapped, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+        wait_until(lambda: len(provider.requests) > asked or process.poll() is not None)
+        go.touch()
+        _, err = process.communicate(timeout=60)
+        assert process.returncode == 143 and "Traceback" not in err, err
+        assert said in err and "before any call" not in err, err
+        # no call started after it: at most what two chains (or two cases) had in flight at --concurrency 2
+        assert 1 <= sum(provider.processed.values()) <= 4, (provider.processed, err)
+        provider.latency = 0.0
+        rerun = run(warm, command(tmp_path / "out"), ROOT, env)
+        assert rerun.returncode == 0, rerun.stderr
+        assert provider.processed == clean and unanswered(tmp_path / "out") == 0
+    assert records(tmp_path / "out") == records(tmp_path / "clean")
 
 
 SBATCH = """#!/bin/bash

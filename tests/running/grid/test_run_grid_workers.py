@@ -16,6 +16,7 @@ from lexpilot.scripted.provider import ScriptedProvider
 from tests.helpers.datasets import sample_cases, write_dataset
 from tests.helpers.grids import grid, grid_environment, records
 from tests.helpers.paths import ROOT
+from tests.helpers.processes import wait_until
 from tests.helpers.redis_server import clean_run, unanswered
 from tests.helpers.warm import run as warm_run
 
@@ -37,13 +38,6 @@ def done(redis_server) -> set[str]:
     return {
         chain.decode() for key in client.keys("lexpilot:workers:*:done") for chain in client.smembers(key)
     }
-
-
-def wait_until(condition, seconds: float = 30) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "waited too long"
-        time.sleep(0.02)
 
 
 def status(monkeypatch, capsys, env, root, dataset, url) -> str:
