@@ -26,7 +26,7 @@ from lexpilot.reporting.tables.quote_tables import print_quote
 from lexpilot.reporting.tables.renderings import TEXT_WIDTH, add_format_option
 from lexpilot.running.grid.file import split_limits
 from lexpilot.running.grid.quote import Timing, grid_parser, grid_quote, grid_run_ids
-from lexpilot.running.grid.run import start_grid
+from lexpilot.running.grid.run import start_grid, stopped_outside
 from lexpilot.running.quote import SECONDS_PER_CALL
 
 
@@ -81,6 +81,7 @@ def main(argv=None) -> int:
     args, options = command_line().parse_known_args(argv)
     limits, options = split_limits(options)
     own_interrupts()
+    grid = None
     try:
         run_ids = grid_run_ids(args)
         grid = start_grid(
@@ -104,8 +105,10 @@ def main(argv=None) -> int:
     except HarnessError as e:
         print(f"run_grid: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as interrupt:  # before the grid started its cells: nothing was done
-        print(f"\n[grid] {stop_of(interrupt).said} before any call; rerun the same command.", file=sys.stderr)
+    except (
+        KeyboardInterrupt
+    ) as interrupt:  # one the grid's own handling did not meet (before it, or between two)
+        print(f"\n[grid] {stopped_outside(interrupt, grid)}; rerun the same command.", file=sys.stderr)
         return stop_of(interrupt).status
 
 

@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 # The exit status of a stage that stopped (a setting, a file or an endpoint to fix: a 401, an unknown model); 1 is
 # a stage whose cases failed (rerun to retry them), 0 a stage that completed
@@ -145,24 +146,48 @@ def own_interrupts() -> None:
         signal.signal(signal.SIGTERM, _terminated)
 
 
+class _Hold:
+    """The handler of Ctrl-C and SIGTERM while stops are held: each is kept for later; once released (the handlers
+    being put back) one goes to its own handler at once, so that a stop met between two restores is never lost nor
+    leaves the other signal held for good."""
+
+    def __init__(self) -> None:
+        self.held: list[int] = []
+        self.before: dict[int, Any] = {}
+        self.released = False
+
+    def __call__(self, signum: int, frame) -> None:
+        if not self.released:
+            self.held.append(signum)
+            return
+        handler = self.before[signum]
+        if callable(handler):
+            handler(signum, frame)
+        elif handler != signal.SIG_IGN:  # the default: put it back and let it act
+            signal.signal(signum, handler)
+            signal.raise_signal(signum)
+
+
 @contextlib.contextmanager
 def stops_held():
     """A Ctrl-C or SIGTERM that comes while the context lasts is handled as it ends, by the handler it would have met:
-    for starting the workers that make calls (a grid's chains, a stage's cases) as one step, which a stop could
-    otherwise cut in two, leaving calls in flight that no drain waits for. The caller leaves the context inside the
-    `try` that handles the stop. Python runs signal handlers in the main thread only: elsewhere it changes nothing."""
+    for a step a stop must not cut in two, such as starting the workers that make calls (a grid's chains, a stage's
+    cases), where it left calls in flight that no drain waited for. The caller leaves the context inside the `try`
+    that handles the stop. Two stops held come as the first (the hold lasts milliseconds). Python runs signal
+    handlers in the main thread only: elsewhere it changes nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held: list[int] = []
-    before = {signum: signal.signal(signum, lambda signum, _frame: held.append(signum)) for signum in STOPS}
+    hold = _Hold()
+    hold.before = {signum: signal.signal(signum, hold) for signum in STOPS}
     try:
         yield
     finally:
-        for signum, handler in before.items():
+        hold.released = True
+        for signum, handler in hold.before.items():
             signal.signal(signum, handler)
-        if held:  # the first stop, to its own handler (raise_signal runs it before it returns)
-            signal.raise_signal(held[0])
+        if hold.held:  # the first stop, to its own handler (raise_signal runs it before it returns)
+            signal.raise_signal(hold.held[0])
 
 
 BROKEN_PIPE = 141  # 128 + SIGPIPE: a reporting tool whose reader closed the pipe

@@ -106,3 +106,42 @@ def test_a_stop_while_held_is_handled_as_the_hold_ends_by_its_own_handler(signum
         preexec_fn=as_at_a_terminal,
     )
     assert (done.stdout, done.stderr) == (f"went on {name} {handler}\n", ""), done.stdout + done.stderr
+
+
+CTRL_C_AS_THE_HANDLERS_ARE_PUT_BACK = """
+import os, signal, time
+from lexpilot.errors import own_interrupts, stop_of, stops_held
+own_interrupts()
+real, said = signal.signal, []
+def put_back(signum, handler):  # a Ctrl-C just after its own handler is back, before SIGTERM's is
+    before = real(signum, handler)
+    if signum == signal.SIGINT and handler is signal.default_int_handler:
+        os.kill(os.getpid(), signal.SIGINT)
+    return before
+try:
+    with stops_held():
+        signal.signal = put_back
+except KeyboardInterrupt as interrupt:
+    said.append(stop_of(interrupt).name)
+signal.signal = real
+try:
+    os.kill(os.getpid(), signal.SIGTERM)  # Slurm's, later: it still stops the program
+    time.sleep(1)
+except KeyboardInterrupt as interrupt:
+    said.append(stop_of(interrupt).name)
+print(*said)
+"""
+
+
+def test_a_stop_met_while_the_handlers_are_put_back_leaves_no_signal_held():
+    """A Ctrl-C between putting back Ctrl-C's handler and SIGTERM's: it stops the program there, and a SIGTERM
+    after it still does (it was held for good, a program no SIGTERM could stop)."""
+    done = subprocess.run(
+        [sys.executable, "-c", CTRL_C_AS_THE_HANDLERS_ARE_PUT_BACK],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        preexec_fn=as_at_a_terminal,
+    )
+    assert (done.stdout, done.stderr) == ("Ctrl-C SIGTERM\n", ""), done.stdout + done.stderr

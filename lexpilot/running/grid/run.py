@@ -55,12 +55,12 @@ def drain(grid: Grid, display: Display, by: Stop, ended: list) -> None:
     """The first Ctrl-C or SIGTERM: no new call starts, the calls in flight end and are saved or journalled, and the
     chains end. A second (Slurm's SIGTERM at the time limit, a second Ctrl-C) leaves at once, as safe as kill -9:
     what was in flight is counted as paid, never answered."""
-    grid.sharing.drain(by)
-    display.note(
-        f"[grid] {by.name}: no new call starts; the calls in flight end and are saved or journalled "
-        f"({by.name} again leaves at once)"
-    )
-    try:
+    try:  # a second stop before the wait, too, leaves at once
+        grid.sharing.drain(by)
+        display.note(
+            f"[grid] {by.name}: no new call starts; the calls in flight end and are saved or journalled "
+            f"({by.name} again leaves at once)"
+        )
         wait_for(ended, display.draw)
     except KeyboardInterrupt as second:
         display.note(
@@ -316,20 +316,29 @@ class GridRun:
         the exit status."""
         err, interrupted, ended = self.err or sys.stderr, False, []
         try:
-            with (
-                stops_held()
-            ):  # a stop while they start is drained once all have started: none is left unwaited
+            # a stop while they start is drained once all have started: none is left unwaited
+            with stops_held():
                 ended = start()
             wait_for(ended, display.draw)
         except KeyboardInterrupt as first:
             interrupted = True
             drain(grid, display, stop_of(first), ended)
         interrupted = interrupted or grid.sharing.draining.is_set()  # drained by a Redis out of reach
+        try:
+            with stops_held():  # the money still reserved is given back and the summary said whole
+                return self.close(grid, display, budget, interrupted)
+        except KeyboardInterrupt as late:
+            print(f"[grid] {stop_of(late).said} after every chain had ended: nothing was lost", file=err)
+            return stop_of(late).status
+
+    def close(self, grid: Grid, display: Display, budget, interrupted: bool) -> int:
+        """Every chain has ended: the last display, what is left reserved (batches submitted, collected by a later
+        run) given back, the summary; the exit status."""
         display.draw(final=True)
-        if budget:  # what is left reserved (batches submitted, collected by a later run) is given back
+        if budget:
             budget.ledger.close()
         for line in summary(grid, interrupted):
-            print(line, file=err)
+            print(line, file=self.err or sys.stderr)
         counts = grid.counts()
         return (
             grid.sharing.draining.by.status if interrupted else 1 if counts[FAILED] or counts[NOT_RUN] else 0
@@ -386,6 +395,15 @@ def open_files_for(chains: int, concurrency: int) -> str:
         f"[grid] up to {needed} files and connections may be open at once, over this process's limit of {raised} "
         "(ulimit -n): raise it, or run the grid in parts (--shard K/N)"
     )
+
+
+def stopped_outside(interrupt: BaseException, grid: GridRun | None) -> str:
+    """What a stop that the grid's own handling did not meet says: "before any call" while no chain can have started,
+    else what a grid's every stop says (each call is saved or journalled as it is answered)."""
+    said = stop_of(interrupt).said
+    if grid is None or grid.grid is None:
+        return f"{said} before any call"
+    return f"{said}: every answered call is saved or journalled"
 
 
 def start_grid(

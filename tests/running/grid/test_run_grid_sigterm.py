@@ -8,6 +8,7 @@ second signal (paid, never answered: the journal counts them)."""
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -140,8 +141,7 @@ def test_a_stage_scripts_sigterm_drains_its_cases_and_a_second_leaves_at_once(tm
 
 
 # The program `script` (argv[4:]), but a SIGTERM reaches it once `callable` (argv[1], module:attribute[.attribute])
-# has first returned and the file argv[2] exists (the test makes it once the provider has a call in flight): a stop
-# between starting one worker and the next
+# has first returned and the file argv[2] exists (made by the test, e.g. once the provider has a call in flight)
 SIGTERM_AFTER_FIRST = """
 import importlib, os, runpy, signal, sys, time
 where, go, script = sys.argv[1:4]
@@ -196,15 +196,43 @@ def test_a_sigterm_while_the_workers_start_drains_them_all(tmp_path, warm, where
         process = subprocess.Popen(wrapped, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
         wait_until(lambda: len(provider.requests) > asked or process.poll() is not None)
         go.touch()
-        _, err = process.communicate(timeout=60)
+        try:
+            _, err = process.communicate(timeout=60)
+        finally:
+            process.kill()  # one that hangs is not left behind (nothing, once it has ended)
         assert process.returncode == 143 and "Traceback" not in err, err
         assert said in err and "before any call" not in err, err
-        # no call started after it: at most what two chains (or two cases) had in flight at --concurrency 2
-        assert 1 <= sum(provider.processed.values()) <= 4, (provider.processed, err)
+        # no call started after it: at most what two chains (or two cases) had in flight at --concurrency 2; and the
+        # drain waited for them: the last display counts each answered, none in flight
+        answered = re.findall(r"(\d+)(?: of at most \d+)? calls answered", err)[-1]
+        assert 1 <= sum(provider.processed.values()) == int(answered) <= 4, (provider.processed, err)
+        assert " 0 running" in err or "grid" not in said, err
+        assert set(re.findall(r"(\d+) in flight", err)) == {"0"}, err
         provider.latency = 0.0
         rerun = run(warm, command(tmp_path / "out"), ROOT, env)
         assert rerun.returncode == 0, rerun.stderr
         assert provider.processed == clean and unanswered(tmp_path / "out") == 0
+    assert records(tmp_path / "out") == records(tmp_path / "clean")
+
+
+def test_a_sigterm_after_every_chain_has_ended_is_said_as_such_and_loses_nothing(tmp_path, warm):
+    """A SIGTERM once the grid's chains have all ended, while it gives back the money still reserved and says its
+    summary: it was said as a stop "before any call". The summary is said whole, then one line says the stop came
+    after every chain had ended, and the status is SIGTERM's; the rerun asks nothing."""
+    dataset, go = write_dataset(tmp_path / "two.json", sample_cases()[:2]), tmp_path / "go"
+    go.touch()  # at once: the summary's lines are made, not yet said
+    with ScriptedProvider() as provider:
+        env = process_environment(provider)
+        clean = clean_requests(warm, grid_command(tmp_path / "clean", dataset), env, provider)
+        wrapped = [sys.executable, "-c", SIGTERM_AFTER_FIRST, "lexpilot.running.grid.run:summary", str(go)]
+        late = fresh([*wrapped, *grid_command(tmp_path / "out", dataset)[1:]], ROOT, env)
+        assert provider.processed == clean
+        rerun = run(warm, grid_command(tmp_path / "out", dataset), ROOT, env)
+        assert rerun.returncode == 0 and provider.processed == clean, rerun.stderr
+    said = late.stderr.rstrip().splitlines()
+    assert late.returncode == 143 and "Traceback" not in late.stderr, late.stderr
+    assert said[-2].startswith("[grid] 10 cells: 10 done, 0 failed"), late.stderr  # the summary, whole
+    assert said[-1] == "[grid] stopped by SIGTERM after every chain had ended: nothing was lost", late.stderr
     assert records(tmp_path / "out") == records(tmp_path / "clean")
 
 
