@@ -309,7 +309,7 @@ def _open_journal(
 def _run_pool(name: str, pending: list[Case], workers: Workers, err) -> None:
     """Every pending case on the pool. Ctrl-C stops at once with every completed record saved. SIGTERM (Slurm's,
     before its SIGKILL) drains: no new call starts, the calls in flight end and are saved or journalled, then the
-    summary says how many cases were not started; a second signal stops at once."""
+    summary says how many cases were not finished; a second signal stops at once."""
     pool = ThreadPoolExecutor(
         max_workers=workers.state.settings.transport.concurrency, thread_name_prefix="case"
     )
@@ -424,12 +424,13 @@ def _summary(name: str, workers: Workers, skipped: int, wall: float, out, err) -
         for line in failure_lines(name, outcome.failures, not_started):
             print(line, file=err)
         return 1
-    not_started = workers.total - progress.done
-    # draining (the grid's first Ctrl-C, a SIGTERM): the cases it did not start are left for a rerun
-    if not_started > 0:
+    unfinished = workers.total - progress.done
+    # draining (the grid's first Ctrl-C, a SIGTERM): the cases it did not start or finish are left for a rerun (a
+    # started one's answered calls are journalled, and replayed then)
+    if unfinished > 0:
         by = workers.caller.draining.by
         print(
-            f"[{name}] {counted(not_started, 'case')} not started ({by.name}); rerun the same command to resume",
+            f"[{name}] {counted(unfinished, 'case')} not finished ({by.name}); rerun the same command to resume",
             file=err,
         )
         return by.status

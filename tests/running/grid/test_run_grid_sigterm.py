@@ -129,7 +129,7 @@ def test_a_stage_scripts_sigterm_drains_its_cases_and_a_second_leaves_at_once(tm
         provider.latency = 0.05
         code, err = signalled_after(warm, stage(tmp_path / "out"), env, provider, 4)
         assert code == 143 and "Traceback" not in err, err
-        assert "[LexAwN] SIGTERM: no new call starts" in err and "not started (SIGTERM)" in err, err
+        assert "[LexAwN] SIGTERM: no new call starts" in err and "not finished (SIGTERM)" in err, err
         assert not Counter(provider.processed) - clean and unanswered(tmp_path / "out") == 0
         code, err = signalled_after(warm, stage(tmp_path / "out"), env, provider, 1, signals=2)
         assert code == 143 and "[LexAwN] stopped by SIGTERM: completed cases are saved" in err, err
