@@ -173,20 +173,23 @@ def stops_held():
     """A Ctrl-C or SIGTERM that comes while the context lasts is handled as it ends, by the handler it would have met:
     for a step a stop must not cut in two, such as starting the workers that make calls (a grid's chains, a stage's
     cases), where it left calls in flight that no drain waited for. The caller leaves the context inside the `try`
-    that handles the stop. Two stops held come as the first (the hold lasts milliseconds). Python runs signal
-    handlers in the main thread only: elsewhere it changes nothing."""
+    that handles the stop. Two stops held come as the first. Python runs signal handlers in the main thread only:
+    elsewhere it changes nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    hold = _Hold()
+    hold, failed = _Hold(), True
     hold.before = {signum: signal.signal(signum, hold) for signum in STOPS}
     try:
         yield
+        failed = False
     finally:
         hold.released = True
         for signum, handler in hold.before.items():
             signal.signal(signum, handler)
-        if hold.held:  # the first stop, to its own handler (raise_signal runs it before it returns)
+        # the first stop, to its own handler (raise_signal runs it before it returns); an error raised within goes
+        # on instead: it is what the user must act on, and ends the program all the same
+        if hold.held and not failed:
             signal.raise_signal(hold.held[0])
 
 

@@ -77,14 +77,18 @@ def test_ctrl_c_at_any_moment_of_an_entry_point_is_one_line(tmp_path, script, mo
 
 STOP_WHILE_HELD = """
 import os, signal, sys
-from lexpilot.errors import own_interrupts, stop_of, stops_held
+from lexpilot.errors import HarnessError, own_interrupts, stop_of, stops_held
 own_interrupts()
 said = []
 try:
     with stops_held():
         os.kill(os.getpid(), int(sys.argv[1]))
         said.append("went on")
+        if sys.argv[2] == "raises":  # an error within, a stop held: the error is what the user must see
+            raise HarnessError("the spending file cannot be written")
     said.append("not stopped")
+except HarnessError as error:
+    said.append(type(error).__name__)
 except KeyboardInterrupt as interrupt:
     said.append(stop_of(interrupt).name)
 print(*said, signal.getsignal(int(sys.argv[1])).__name__)  # the handler after the hold
@@ -92,20 +96,26 @@ print(*said, signal.getsignal(int(sys.argv[1])).__name__)  # the handler after t
 
 
 @pytest.mark.parametrize(
-    "signum, name, handler", [(2, "Ctrl-C", "default_int_handler"), (15, "SIGTERM", "_terminated")]
+    "signum, within, said",
+    [
+        (2, "returns", "Ctrl-C default_int_handler"),
+        (15, "returns", "SIGTERM _terminated"),
+        (15, "raises", "HarnessError _terminated"),
+    ],
 )
-def test_a_stop_while_held_is_handled_as_the_hold_ends_by_its_own_handler(signum, name, handler):
+def test_a_stop_while_held_is_handled_as_the_hold_ends_by_its_own_handler(signum, within, said):
     """stops_held (lexpilot/errors.py): a Ctrl-C or SIGTERM that comes while a grid starts its chains, or a stage
-    queues its cases, waits until all have started, then meets the handler it would have met, which is back."""
+    queues its cases, waits until all have started, then meets the handler it would have met, which is back; an
+    error raised within goes on (it hid under the stop)."""
     done = subprocess.run(
-        [sys.executable, "-c", STOP_WHILE_HELD, str(signum)],
+        [sys.executable, "-c", STOP_WHILE_HELD, str(signum), within],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=30,
         preexec_fn=as_at_a_terminal,
     )
-    assert (done.stdout, done.stderr) == (f"went on {name} {handler}\n", ""), done.stdout + done.stderr
+    assert (done.stdout, done.stderr) == (f"went on {said}\n", ""), done.stdout + done.stderr
 
 
 CTRL_C_AS_THE_HANDLERS_ARE_PUT_BACK = """

@@ -40,10 +40,10 @@ def advice(failures: list[CaseFailure]) -> str:
     )
 
 
-def failure_lines(stage: str, failures: list[CaseFailure], not_started: int = 0) -> list[str]:
+def failure_lines(stage: str, failures: list[CaseFailure], unfinished: int = 0) -> list[str]:
     """A stage's closing lines for its failed cases: each case and why, then the count and the advice."""
     ordered = sorted(failures, key=lambda f: f.case)
-    tail = f"; {counted(not_started, 'case')} not started" if not_started > 0 else ""
+    tail = f"; {counted(unfinished, 'case')} not finished" if unfinished > 0 else ""
     return [f"[{stage}] case {f.case} failed: {f.message}" for f in ordered] + [
         f"[{stage}] {counted(len(ordered), 'case')} failed ({', '.join(f.case for f in ordered)}){tail}. "
         + advice(ordered)

@@ -420,8 +420,8 @@ def _summary(name: str, workers: Workers, skipped: int, wall: float, out, err) -
         print(f"[{name}] stopped: {outcome.fatal[0]}", file=err)
         return STOPPED
     if outcome.failures:
-        not_started = workers.total - progress.done - len(outcome.failures)
-        for line in failure_lines(name, outcome.failures, not_started):
+        unfinished = workers.total - progress.done - len(outcome.failures)
+        for line in failure_lines(name, outcome.failures, unfinished):
             print(line, file=err)
         return 1
     unfinished = workers.total - progress.done

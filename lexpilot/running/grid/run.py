@@ -323,9 +323,9 @@ class GridRun:
         except KeyboardInterrupt as first:
             interrupted = True
             drain(grid, display, stop_of(first), ended)
-        interrupted = interrupted or grid.sharing.draining.is_set()  # drained by a Redis out of reach
         try:
             with stops_held():  # the money still reserved is given back and the summary said whole
+                interrupted = interrupted or grid.sharing.draining.is_set()  # drained by a Redis out of reach
                 return self.close(grid, display, budget, interrupted)
         except KeyboardInterrupt as late:
             print(f"[grid] {stop_of(late).said} after every chain had ended: nothing was lost", file=err)
