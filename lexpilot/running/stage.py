@@ -315,9 +315,8 @@ def _run_pool(name: str, pending: list[Case], workers: Workers, err) -> None:
     )
     try:
         try:
-            with (
-                stops_held()
-            ):  # a stop while the cases are queued is handled once all are: each is then counted
+            # a stop while the cases are queued is handled once all are: each is then counted
+            with stops_held():
                 for case in pending:
                     pool.submit(workers.work, case)
             _wait_for_cases(workers)
