@@ -160,11 +160,8 @@ class _Hold:
         if not self.released:
             self.held.append(signum)
             return
-        handler = self.before[signum]
-        if callable(handler):
-            handler(signum, frame)
-        elif handler != signal.SIG_IGN:  # the default: put it back and let it act
-            signal.signal(signum, handler)
+        if self.before[signum] != signal.SIG_IGN:  # its own handler put back, and met now
+            signal.signal(signum, self.before[signum])
             signal.raise_signal(signum)
 
 

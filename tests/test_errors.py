@@ -75,6 +75,18 @@ def test_ctrl_c_at_any_moment_of_an_entry_point_is_one_line(tmp_path, script, mo
     assert len(err) == 1 and err[0].startswith(said), done.stderr
 
 
+def program(script: str, *args: str) -> subprocess.CompletedProcess:
+    """`script` run as a program of its own, its Ctrl-C as at a terminal: what it printed, and its status."""
+    return subprocess.run(
+        [sys.executable, "-c", script, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        preexec_fn=as_at_a_terminal,
+    )
+
+
 STOP_WHILE_HELD = """
 import os, signal, sys
 from lexpilot.errors import HarnessError, own_interrupts, stop_of, stops_held
@@ -107,14 +119,7 @@ def test_a_stop_while_held_is_handled_as_the_hold_ends_by_its_own_handler(signum
     """stops_held (lexpilot/errors.py): a Ctrl-C or SIGTERM that comes while a grid starts its chains, or a stage
     queues its cases, waits until all have started, then meets the handler it would have met, which is back; an
     error raised within goes on (it hid under the stop)."""
-    done = subprocess.run(
-        [sys.executable, "-c", STOP_WHILE_HELD, str(signum), within],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        preexec_fn=as_at_a_terminal,
-    )
+    done = program(STOP_WHILE_HELD, str(signum), within)
     assert (done.stdout, done.stderr) == (f"went on {said}\n", ""), done.stdout + done.stderr
 
 
@@ -146,12 +151,5 @@ print(*said)
 def test_a_stop_met_while_the_handlers_are_put_back_leaves_no_signal_held():
     """A Ctrl-C between putting back Ctrl-C's handler and SIGTERM's: it stops the program there, and a SIGTERM
     after it still does (it was held for good, a program no SIGTERM could stop)."""
-    done = subprocess.run(
-        [sys.executable, "-c", CTRL_C_AS_THE_HANDLERS_ARE_PUT_BACK],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        preexec_fn=as_at_a_terminal,
-    )
+    done = program(CTRL_C_AS_THE_HANDLERS_ARE_PUT_BACK)
     assert (done.stdout, done.stderr) == ("Ctrl-C SIGTERM\n", ""), done.stdout + done.stderr

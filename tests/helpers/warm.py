@@ -145,9 +145,8 @@ def answer(ask: dict, ending: dict) -> dict:
 def serve() -> None:
     """The warm interpreter: one JSON request a line on stdin, one JSON answer (or error) a line on stdout."""
     ending: dict = {}  # how a forked child's script ended
-    atexit.register(
-        leave, ending
-    )  # registered first, so run last (atexit runs its handlers in reverse order)
+    # registered first, so run last (atexit runs its handlers in reverse order)
+    atexit.register(leave, ending)
     preload()
     # What is loaded is kept out of the cycle collector's walks: a forked child's collections would otherwise walk
     # the whole preloaded heap, writing to every object and so copying every page (gc.freeze's documented use)

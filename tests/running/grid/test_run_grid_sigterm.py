@@ -190,9 +190,8 @@ def test_a_sigterm_while_the_workers_start_drains_them_all(tmp_path, warm, where
     with ScriptedProvider() as provider:
         env = process_environment(provider)
         clean = clean_requests(warm, command(tmp_path / "clean"), env, provider)
-        provider.latency = (
-            2.0  # the first calls are held in flight while the SIGTERM comes, on a busy machine too
-        )
+        # the first calls are held in flight while the SIGTERM comes, on a busy machine too
+        provider.latency = 2.0
         asked = len(provider.requests)
         wrapped = [sys.executable, "-c", SIGTERM_AFTER_FIRST, where, str(go), *command(tmp_path / "out")[1:]]
         process = subprocess.Popen(wrapped, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
