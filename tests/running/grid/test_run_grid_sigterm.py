@@ -216,6 +216,34 @@ def test_a_sigterm_while_the_workers_start_drains_them_all(tmp_path, warm, where
     assert records(tmp_path / "out") == records(tmp_path / "clean")
 
 
+def test_a_sigterm_while_a_batch_grids_chains_start_drains_them_and_pays_nothing_twice(tmp_path, warm):
+    """The same moment in a pooled batch grid (--batch), whose chains start as a synchronous grid's do: it was said
+    as a stop "before any call". It is drained and said in its line, and the rerun has the provider process each of
+    a clean grid's requests once."""
+    dataset, go = write_dataset(tmp_path / "two.json", sample_cases()[:2]), tmp_path / "go"
+    go.touch()  # at once: the first chain has started, the second not yet
+    batch = ("--batch", "--batch-poll", "0.02")
+    with ScriptedProvider() as provider:
+        env = process_environment(provider)
+        clean = clean_requests(warm, grid_command(tmp_path / "clean", dataset, *batch), env, provider)
+        wrapped = [
+            sys.executable,
+            "-c",
+            SIGTERM_AFTER_FIRST,
+            "lexpilot.running.grid.cells:start_chain",
+            str(go),
+        ]
+        stopped = fresh([*wrapped, *grid_command(tmp_path / "out", dataset, *batch)[1:]], ROOT, env)
+        assert stopped.returncode == 143 and "Traceback" not in stopped.stderr, stopped.stderr
+        assert "[grid] SIGTERM: no new call starts" in stopped.stderr, stopped.stderr
+        assert stopped.stderr.rstrip().endswith(f"[grid] stopped by SIGTERM: {SAVED}"), stopped.stderr
+        assert not Counter(provider.processed) - clean
+        rerun = run(warm, grid_command(tmp_path / "out", dataset, *batch), ROOT, env)
+        assert rerun.returncode == 0, rerun.stderr
+        assert provider.processed == clean
+    assert records(tmp_path / "out") == records(tmp_path / "clean")
+
+
 def test_a_sigterm_after_every_chain_has_ended_is_said_as_such_and_loses_nothing(tmp_path, warm):
     """A SIGTERM once the grid's chains have all ended, while it gives back the money still reserved and says its
     summary: it was said as a stop "before any call". The summary is said whole, then one line says the stop came
